@@ -1,0 +1,3 @@
+from ctxleak.cli.app import main
+
+main()

@@ -1,0 +1,132 @@
+"""``ctxleak`` entry point: the Typer app, ``--config FILE.yaml`` defaults, ``--debug`` tracebacks.
+
+User mistakes (:class:`ctxleak.errors.CtxleakError`) print one clear line and exit with status 2;
+``--debug`` (anywhere on the command line, or ``CTXLEAK_DEBUG=1``) shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+import typer
+
+from ctxleak import __version__
+from ctxleak.errors import CtxleakError
+
+# Each module defines ``register(app)``; heavy imports stay inside the command functions so that
+# ``ctxleak --help`` is fast.
+COMMAND_MODULES = [
+    "ctxleak.cli.models_cmd",
+    "ctxleak.cli.run_cmd",
+    "ctxleak.cli.score_cmd",
+    "ctxleak.cli.dp_cmd",
+    "ctxleak.cli.pii_cmd",
+]
+
+app = typer.Typer(
+    name="ctxleak",
+    help=(
+        "Measure how much a language model's output comes from, and leaks, the context in its "
+        "prompt. Every model command writes a run directory (results.json, samples.jsonl, "
+        "report.html). Start with:  ctxleak models   then   ctxleak score --data demo"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"ctxleak {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                 help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> None:
+    """ctxleak: context influence, ICL privacy loss, susceptibility and PII probing."""
+
+
+def _register_all() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:  # a command module not written yet
+            if exc.name != name:
+                raise
+            continue
+        module.register(app)
+
+
+_register_all()
+
+
+def _pop_flag(argv: list[str], flag: str) -> bool:
+    found = flag in argv
+    while flag in argv:
+        argv.remove(flag)
+    return found
+
+
+def _pop_value(argv: list[str], flag: str) -> str | None:
+    value = None
+    for i, arg in enumerate(list(argv)):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+            del argv[i:i + 2]
+            break
+        if arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+            del argv[i]
+            break
+    return value
+
+
+def command_path(argv: list[str]) -> list[str]:
+    """The subcommand words at the start of ``argv`` (e.g. ``["dp", "calibrate"]``)."""
+    words = []
+    for arg in argv:
+        if arg.startswith("-"):
+            break
+        words.append(arg)
+    return words
+
+
+def nest_defaults(path: list[str], values: dict[str, Any]) -> dict[str, Any]:
+    """Click's ``default_map`` for the command at ``path``, from flag-name -> value pairs."""
+    node: dict[str, Any] = {k.replace("-", "_"): v for k, v in values.items()}
+    for word in reversed(path):
+        node = {word: node}
+    return node
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI. ``--config FILE.yaml`` supplies defaults for any flag of the command."""
+    from ctxleak.cli.config import load_config_file
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = _pop_flag(argv, "--debug") or os.environ.get("CTXLEAK_DEBUG") == "1"
+    try:
+        default_map = None
+        config_path = _pop_value(argv, "--config")
+        if config_path is not None:
+            values = load_config_file(config_path)
+            values.pop("command", None)
+            default_map = nest_defaults(command_path(argv), values)
+        app(args=argv, prog_name="ctxleak", default_map=default_map, standalone_mode=True)
+    except CtxleakError as exc:
+        if debug:
+            raise
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        typer.secho("interrupted: finished examples are saved; rerun with --resume", err=True)
+        sys.exit(130)

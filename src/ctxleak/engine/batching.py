@@ -1,0 +1,103 @@
+"""Batch planning: longest-first batches under a token budget, and ``--batch-size auto`` that
+backs off on out-of-memory errors. Results never depend on the batch size beyond float noise
+(tests check this), so the planner is free to choose."""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, Sequence, TypeVar
+
+import torch
+
+from ctxleak.errors import ConfigError
+
+T = TypeVar("T")
+
+# Padded tokens per forward pass for --batch-size auto. On CPU a few thousand tokens already
+# saturate the cores; on GPUs we start high and halve on out-of-memory.
+TOKEN_BUDGET = {"cpu": 4096, "mps": 8192, "cuda": 65536}
+
+
+def parse_batch_size(value: str | int | None) -> int | None:
+    """``auto`` (or None) -> None; a positive integer otherwise."""
+    if value is None or value == "auto":
+        return None
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--batch-size must be 'auto' or a positive integer, not '{value}'"
+                          ) from None
+    if n < 1:
+        raise ConfigError(f"--batch-size must be at least 1, not {n}")
+    return n
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+class BatchPlanner:
+    """Plans batches for one model; remembers the size that last fitted (``auto``)."""
+
+    def __init__(self, batch_size: int | None = None, device: str = "cpu") -> None:
+        self.fixed = batch_size
+        kind = "cuda" if str(device).startswith("cuda") else str(device)
+        self.token_budget = TOKEN_BUDGET.get(kind, 4096)
+        self.max_rows: int | None = None  # learnt from out-of-memory back-off
+
+    def run(self, costs: Sequence[int], fn: Callable[[list[int]], Sequence[T]],
+            order: Sequence[int] | None = None) -> list[T]:
+        """Call ``fn`` on batches of item indices and return its results in item order.
+
+        ``costs[i]`` is the padded length item i adds to a batch; items go longest first (or in
+        ``order``) so that an out-of-memory error comes on the first batch, not the last.
+        """
+        n = len(costs)
+        order = list(order) if order is not None else sorted(range(n), key=lambda i: -costs[i])
+        results: list = [None] * n
+        start = 0
+        while start < n:
+            batch = self._take(order, start, costs)
+            try:
+                outs = fn(batch)
+            except Exception as exc:  # noqa: BLE001 - only out-of-memory is retried
+                if not is_out_of_memory(exc) or len(batch) == 1 or self.fixed is not None:
+                    raise
+                self.max_rows = max(1, len(batch) // 2)
+                print(f"[ctxleak] out of memory with batch {len(batch)}; retrying with "
+                      f"{self.max_rows}", file=sys.stderr)
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                continue
+            for i, out in zip(batch, outs):
+                results[i] = out
+            start += len(batch)
+        return results
+
+    def _take(self, order: Sequence[int], start: int, costs: Sequence[int]) -> list[int]:
+        if self.fixed is not None:
+            return list(order[start:start + self.fixed])
+        batch: list[int] = []
+        width = 0
+        for i in order[start:]:
+            new_width = max(width, costs[i])
+            if batch and (new_width * (len(batch) + 1) > self.token_budget
+                          or (self.max_rows is not None and len(batch) >= self.max_rows)):
+                break
+            batch.append(i)
+            width = new_width
+        return batch
+
+
+def planner_for(lm, batch_size: str | int | None = "auto") -> BatchPlanner:
+    """The model's shared planner for ``auto`` (so back-off is remembered), or a fixed one."""
+    fixed = parse_batch_size(batch_size)
+    if fixed is not None:
+        return BatchPlanner(fixed, str(lm.device))
+    planner = getattr(lm, "_auto_planner", None)
+    if planner is None:
+        planner = BatchPlanner(None, str(lm.device.type))
+        lm._auto_planner = planner
+    return planner

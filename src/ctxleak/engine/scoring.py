@@ -1,0 +1,175 @@
+"""Scoring: next-token distributions and teacher-forced log-probabilities of fixed continuations
+under many prompt variants (SPEC §1), with the KV cache of a shared prefix computed once.
+
+All log-softmaxes are taken in float64 and tokens are indexed by their exact ids. Only the
+positions whose predictions are needed go through the LM head, in chunks, so no full
+``[batch, length, vocab]`` tensor is ever built.
+
+Prefix reuse: the first sequence is the reference. Its KV cache is computed once; each variant
+keeps the part of it that matches its own ids (up to its first scored position) and recomputes
+only what follows. A batch shares the shortest such prefix among its members, so variants are
+ordered by prefix length before batching.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ctxleak.engine.batching import planner_for
+from ctxleak.engine.forward import (common_prefix_length, expand_cache, head_logits,
+                                    hidden_states, left_pad, pad_id, right_pad)
+from ctxleak.engine.models import LM
+
+# Reusing a cached prefix shorter than this saves less than the cache copy costs.
+MIN_REUSE_TOKENS = 16
+HEAD_CHUNK = 64  # positions per LM-head call
+
+LogitTransform = Callable[[int, torch.Tensor], torch.Tensor]
+"""``f(request_index, logits[T, V] float64) -> logits``: e.g. the CID mixture with the no-context
+logits (paper 000, Def. 3.4), applied before the log-softmax."""
+
+
+def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
+                    consume: Callable[[int, torch.Tensor], object], *, reuse_prefix: bool,
+                    batch_size: str | int | None) -> list:
+    """Hidden states of ``seqs[i]`` at positions ``starts[i] .. len(seqs[i]) - 1``, handed to
+    ``consume(i, hidden[n_i, d])``; returns the consumed results in request order."""
+    for i, (seq, start) in enumerate(zip(seqs, starts)):
+        if not 0 <= start < len(seq):
+            raise ValueError(f"request {i}: position {start} outside a sequence of {len(seq)}")
+    planner = planner_for(lm, batch_size)
+    device = lm.device
+    pad = pad_id(lm)
+
+    prefix = [0] * len(seqs)
+    ref_cache = None
+    if reuse_prefix and len(seqs) > 1:
+        ref = seqs[0]
+        prefix = [min(common_prefix_length(s, ref), st) for s, st in zip(seqs, starts)]
+        longest = max(prefix)
+        if longest >= MIN_REUSE_TOKENS:
+            with torch.inference_mode():
+                ids = torch.tensor([list(ref[:longest])], device=device)
+                _, ref_cache = hidden_states(lm, ids, torch.ones_like(ids), use_cache=True)
+        else:
+            prefix = [0] * len(seqs)
+
+    def run_batch(batch: list[int]) -> list:
+        shared = min(prefix[i] for i in batch)
+        with torch.inference_mode():
+            if shared >= MIN_REUSE_TOKENS and ref_cache is not None:
+                cache = expand_cache(ref_cache, shared, len(batch))
+                ids, mask, pos = right_pad([seqs[i][shared:] for i in batch], pad, device, shared)
+                full_mask = torch.cat([torch.ones((len(batch), shared), dtype=mask.dtype,
+                                                  device=device), mask], dim=1)
+                hidden, _ = hidden_states(lm, ids, full_mask, pos, cache=cache, use_cache=True)
+                offsets = [-shared] * len(batch)
+            else:
+                ids, mask, pos = left_pad([seqs[i] for i in batch], pad, device)
+                hidden, _ = hidden_states(lm, ids, mask, pos)
+                width = ids.shape[1]
+                offsets = [width - len(seqs[i]) for i in batch]
+            out = []
+            for row, i in enumerate(batch):
+                a = starts[i] + offsets[row]
+                b = len(seqs[i]) + offsets[row]
+                out.append(consume(i, hidden[row, a:b]))
+            return out
+
+    costs = [len(s) - p for s, p in zip(seqs, prefix)]
+    # Longest shared prefix first, then longest suffix: batches share nearly all their prefix.
+    order = sorted(range(len(seqs)), key=lambda i: (-prefix[i], -costs[i]))
+    if not reuse_prefix:
+        order = None
+    return planner.run(costs, run_batch, order=order)
+
+
+def _log_softmax_rows(lm: LM, hidden: torch.Tensor, index: int,
+                      transform: LogitTransform | None) -> torch.Tensor:
+    logits = torch.cat([head_logits(lm, hidden[k:k + HEAD_CHUNK]).double()
+                        for k in range(0, hidden.shape[0], HEAD_CHUNK)])
+    if transform is not None:
+        logits = transform(index, logits)
+    return torch.log_softmax(logits, dim=-1)
+
+
+def next_token_logprobs(lm: LM, prompts: Sequence[Sequence[int]], *,
+                        token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
+                        batch_size: str | int | None = "auto",
+                        logit_transform: LogitTransform | None = None) -> torch.Tensor:
+    """``log p(· | prompt)`` for each prompt: float64 ``[N, V]`` (CPU), or ``[N, len(token_ids)]``
+    when ``token_ids`` is given (log-softmax over the full vocabulary, then those columns)."""
+    cols = None if token_ids is None else torch.as_tensor(list(token_ids), dtype=torch.long)
+
+    def consume(i: int, hidden: torch.Tensor) -> torch.Tensor:
+        logp = _log_softmax_rows(lm, hidden, i, logit_transform)[0]
+        if cols is not None:
+            logp = logp[cols.to(logp.device)]
+        return logp.cpu()
+
+    starts = [len(p) - 1 for p in prompts]
+    rows = _forward_ranges(lm, prompts, starts, consume, reuse_prefix=reuse_prefix,
+                           batch_size=batch_size)
+    return torch.stack(rows)
+
+
+def continuation_logprobs(lm: LM, prompts: Sequence[Sequence[int]],
+                          continuations: Sequence[int] | Sequence[Sequence[int]], *,
+                          reuse_prefix: bool = True, batch_size: str | int | None = "auto",
+                          logit_transform: LogitTransform | None = None) -> list[np.ndarray]:
+    """Teacher-forced ``log p(y_t | prompt_i, y_<t)`` of each continuation (float64 arrays).
+
+    ``continuations`` is one id list shared by all prompts, or one list per prompt. Put the
+    prompt whose prefix the others share (e.g. the full context) first to reuse its KV cache.
+    """
+    if continuations and isinstance(continuations[0], (int, np.integer)):
+        conts = [list(continuations)] * len(prompts)  # type: ignore[list-item]
+    else:
+        conts = [list(c) for c in continuations]  # type: ignore[union-attr]
+    if len(conts) != len(prompts):
+        raise ValueError("need one continuation per prompt, or one shared continuation")
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty: a continuation needs at least one prompt token")
+    results: list[np.ndarray] = [np.zeros(0)] * len(prompts)
+    todo = [i for i in range(len(prompts)) if conts[i]]
+    if not todo:
+        return results
+    seqs = [list(prompts[i]) + conts[i] for i in todo]
+    starts = [len(prompts[i]) - 1 for i in todo]
+
+    def consume(k: int, hidden: torch.Tensor) -> np.ndarray:
+        i = todo[k]
+        hidden = hidden[:len(conts[i])]
+        logp = _log_softmax_rows(lm, hidden, i, logit_transform)
+        target = torch.as_tensor(conts[i], dtype=torch.long, device=logp.device)
+        return logp.gather(1, target[:, None])[:, 0].cpu().numpy()
+
+    scored = _forward_ranges(lm, seqs, starts, consume, reuse_prefix=reuse_prefix,
+                             batch_size=batch_size)
+    for k, i in enumerate(todo):
+        results[i] = scored[k]
+    return results
+
+
+def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
+                        continuation: Sequence[int], *, reuse_prefix: bool = True,
+                        batch_size: str | int | None = "auto",
+                        reduce: Callable[[int, torch.Tensor], object]) -> list:
+    """Raw float64 logits ``[T, V]`` at each continuation position, reduced per prompt by
+    ``reduce(i, logits)`` so that full-vocabulary tensors never pile up."""
+    cont = list(continuation)
+    seqs = [list(p) + cont for p in prompts]
+    starts = [len(p) - 1 for p in prompts]
+
+    def consume(i: int, hidden: torch.Tensor):
+        hidden = hidden[:len(cont)]
+        logits = torch.cat([head_logits(lm, hidden[k:k + HEAD_CHUNK]).double()
+                            for k in range(0, hidden.shape[0], HEAD_CHUNK)])
+        return reduce(i, logits)
+
+    return _forward_ranges(lm, seqs, starts, consume, reuse_prefix=reuse_prefix,
+                           batch_size=batch_size)

@@ -1,0 +1,340 @@
+"""A tiny builder for self-contained, escaped HTML reports (SPEC §1, §9).
+
+Contexts and model outputs are untrusted: every piece of text given to :class:`Report` goes
+through :func:`html.escape` (``quote=True``) before it is placed in the page. The page has inline
+CSS only, images as ``data:`` URIs, no scripts and no external resources, and a Content Security
+Policy that forbids all of them as a second line of defence.
+
+:func:`redact_text` masks e-mail addresses and phone-number-like strings (and given character
+spans) for commands run with ``--redact``; ``Report(..., redact=True)`` applies it to all text.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import numbers
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REDACTED = "[REDACTED]"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MISSING = "\u2014"  # em dash, shown for None
+
+# --------------------------------------------------------------------------- redaction
+
+EMAIL_RE = re.compile(
+    r"(?<![\w.+-])[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,}(?![\w-])"
+)
+
+_SEP = r"[ \t.\-\u2013]?"  # one optional separator: space, dot, hyphen, en dash
+PHONE_RE = re.compile(
+    r"(?<![\w+])(?:"
+    # North American style: (555) 010-1234, 555-010-1234, +1 555.010.1234, 5550101234
+    rf"(?:\+?1{_SEP})?(?:\(\d{{3}}\)|\d{{3}}){_SEP}\d{{3}}{_SEP}\d{{4}}"
+    # international with a leading +: +44 20 7946 0958, +49 (0)30 1234567
+    rf"|\+\d{{1,3}}(?:{_SEP}(?:\(\d{{1,4}}\)|\d{{1,5}})){{2,6}}"
+    # other grouped numbers with an area code in brackets: (020) 7946 0958
+    rf"|\(\d{{2,5}}\){_SEP}\d{{3,4}}{_SEP}\d{{3,5}}"
+    r")(?!\w)"
+)
+
+_DATE_RE = re.compile(r"\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./]\d{2,4}")
+
+
+def _phone_ok(match: str) -> bool:
+    digits = sum(c.isdigit() for c in match)
+    return 7 <= digits <= 15 and not _DATE_RE.fullmatch(match.strip())
+
+
+def _pattern_spans(text: str, patterns: bool | Iterable[str | re.Pattern[str]]) -> list[tuple[int, int]]:
+    if patterns is False or patterns is None:
+        return []
+    spans: list[tuple[int, int]] = []
+    if patterns is True:
+        spans += [m.span() for m in EMAIL_RE.finditer(text)]
+        spans += [m.span() for m in PHONE_RE.finditer(text) if _phone_ok(m.group())]
+        return spans
+    for p in patterns:
+        rx = re.compile(p) if isinstance(p, str) else p
+        spans += [m.span() for m in rx.finditer(text) if m.end() > m.start()]
+    return spans
+
+
+def redaction_spans(text: str, spans: Sequence[tuple[int, int]] | None = None,
+                    patterns: bool | Iterable[str | re.Pattern[str]] = True) -> list[tuple[int, int]]:
+    """The sorted, merged ``[start, end)`` character spans that :func:`redact_text` would mask."""
+    found = list(_pattern_spans(text, patterns))
+    for span in spans or ():
+        start, end = int(span[0]), int(span[1])
+        if not 0 <= start <= end <= len(text):
+            raise ValueError(f"redaction span {span!r} is outside the text (length {len(text)})")
+        if end > start:
+            found.append((start, end))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(found):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def redact_text(text: str, spans: Sequence[tuple[int, int]] | None = None,
+                patterns: bool | Iterable[str | re.Pattern[str]] = True) -> str:
+    """Replace PII in ``text`` by ``[REDACTED]``.
+
+    ``spans`` are extra ``(start, end)`` character offsets into ``text`` to mask (e.g. the known
+    PII of a probing record). ``patterns=True`` also masks e-mail addresses and phone-number-like
+    strings found by regex (dates such as ``2024-05-01`` are left alone); ``False`` masks only the
+    spans; an iterable of regexes masks their matches instead of the built-in ones. Overlapping or
+    touching regions become a single ``[REDACTED]``.
+    """
+    out, pos = [], 0
+    for start, end in redaction_spans(text, spans, patterns):
+        out += [text[pos:start], REDACTED]
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- formatting
+
+def _esc(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def format_value(value: Any) -> str:
+    """Plain-text form of a table or key-value cell: floats to 4 significant digits, None as "—"."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        return f"{v:.4g}" if math.isfinite(v) else str(v)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
+    return str(value)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
+margin:2em auto;max-width:1100px;padding:0 1em;color:#222;line-height:1.45}
+h1{margin-bottom:.1em}.subtitle{color:#666;margin-top:0}
+h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+p.text{white-space:pre-wrap;overflow-wrap:anywhere}
+table{border-collapse:collapse;margin:.8em 0;font-size:.92em}
+th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top;
+overflow-wrap:anywhere}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
+figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption,.caption{color:#555;font-size:.9em;margin:.3em 0}
+.tokens{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.9em;
+white-space:pre-wrap;overflow-wrap:anywhere;line-height:1.9;border:1px solid #eee;padding:.5em}
+.tok{border-radius:2px}.ws{color:#999;font-style:normal}
+details{margin:.6em 0}summary{cursor:pointer;font-weight:600}
+details pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f8f8f8;padding:.6em}
+"""
+
+_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+        "base-uri 'none'; form-action 'none'")
+
+_WS_VISIBLE = {"\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}
+
+
+class Report:
+    """A self-contained HTML report built block by block; every text argument is escaped.
+
+    With ``redact=True`` all text (title, headings, cells, captions, tokens, details) also goes
+    through :func:`redact_text` first, for commands run with ``--redact``.
+    """
+
+    def __init__(self, title: str, subtitle: str = "", *, redact: bool = False) -> None:
+        self.redact = redact
+        self.title = self._clean(title)
+        self.subtitle = self._clean(subtitle)
+        self._blocks: list[str] = []
+
+    def _clean(self, text: Any) -> str:
+        s = str(text)
+        return redact_text(s) if self.redact else s
+
+    def _cell(self, value: Any) -> tuple[str, bool]:
+        is_num = isinstance(value, numbers.Number) and not isinstance(value, bool)
+        return _esc(self._clean(format_value(value))), is_num
+
+    def add_heading(self, text: str) -> None:
+        """A section heading."""
+        self._blocks.append(f"<h2>{_esc(self._clean(text))}</h2>")
+
+    def add_text(self, text: str) -> None:
+        """A paragraph of plain text (line breaks kept)."""
+        self._blocks.append(f'<p class="text">{_esc(self._clean(text))}</p>')
+
+    def add_kv(self, mapping: Mapping[Any, Any], caption: str = "") -> None:
+        """A two-column table of keys and values."""
+        rows = []
+        for key, value in mapping.items():
+            cell, is_num = self._cell(value)
+            cls = ' class="num"' if is_num else ""
+            rows.append(f"<tr><th scope=\"row\">{_esc(self._clean(key))}</th><td{cls}>{cell}</td></tr>")
+        self._blocks.append(f'<table class="kv">{self._caption(caption)}'
+                            f"<tbody>{''.join(rows)}</tbody></table>")
+
+    def add_table(self, rows: Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]],
+                  headers: Sequence[str] | None = None, caption: str = "") -> None:
+        """A table from a list of dicts (columns: ``headers`` or the keys in first-seen order;
+        missing keys show "—") or from ``headers`` plus a list of row sequences."""
+        rows = list(rows)
+        if rows and all(isinstance(r, Mapping) for r in rows):
+            if headers is None:
+                cols: dict[Any, None] = {}
+                for r in rows:
+                    cols.update(dict.fromkeys(r))
+                headers = list(cols)
+            body = [[r.get(h) for h in headers] for r in rows]  # type: ignore[union-attr]
+        elif any(isinstance(r, Mapping) for r in rows):
+            raise TypeError("add_table: rows must be all dicts or all sequences")
+        else:
+            body = [list(r) for r in rows]  # type: ignore[arg-type]
+            if headers is not None and any(len(r) != len(headers) for r in body):
+                raise ValueError(f"add_table: every row must have {len(headers)} cells")
+        head = ""
+        if headers is not None:
+            head = "<thead><tr>" + "".join(
+                f'<th scope="col">{_esc(self._clean(h))}</th>' for h in headers) + "</tr></thead>"
+        trs = []
+        for r in body:
+            tds = []
+            for v in r:
+                cell, is_num = self._cell(v)
+                tds.append(f'<td class="num">{cell}</td>' if is_num else f"<td>{cell}</td>")
+            trs.append("<tr>" + "".join(tds) + "</tr>")
+        self._blocks.append(f"<table>{self._caption(caption)}{head}"
+                            f"<tbody>{''.join(trs)}</tbody></table>")
+
+    def add_image(self, png_bytes: bytes, caption: str = "") -> None:
+        """A PNG image embedded as a base64 ``data:`` URI."""
+        data = bytes(png_bytes)
+        if not data.startswith(PNG_SIGNATURE):
+            raise ValueError("add_image: expected PNG bytes (missing PNG signature)")
+        b64 = base64.b64encode(data).decode("ascii")
+        cap = _esc(self._clean(caption))
+        fig = f'<figure><img src="data:image/png;base64,{b64}" alt="{cap}">'
+        if caption:
+            fig += f"<figcaption>{cap}</figcaption>"
+        self._blocks.append(fig + "</figure>")
+
+    def add_token_heatmap(self, tokens: Sequence[str], scores: Sequence[float], caption: str = "",
+                          vmax: float | None = None) -> None:
+        """Tokens coloured by score: one ``<span>`` per token, background alpha ∝ |score| / vmax
+        (red for positive, blue for negative), the score in its ``title``. Newlines, tabs and
+        carriage returns are shown as ↵ → ␍ (a newline also breaks the line). ``vmax`` defaults to
+        the largest |score|."""
+        tokens = [str(t) for t in tokens]
+        if len(tokens) != len(scores):
+            raise ValueError(f"add_token_heatmap: {len(tokens)} tokens but {len(scores)} scores")
+        vals = [float(s) if s is not None else math.nan for s in scores]
+        finite = [abs(v) for v in vals if math.isfinite(v)]
+        scale = float(vmax) if vmax is not None else (max(finite) if finite else 0.0)
+        if not math.isfinite(scale) or scale <= 0:
+            scale = 1.0
+        shown = self._redact_tokens(tokens) if self.redact else tokens
+        spans = []
+        for tok, v in zip(shown, vals):
+            alpha = min(abs(v) / scale, 1.0) if math.isfinite(v) else 0.0
+            rgb = "214,39,40" if v >= 0 or not math.isfinite(v) else "31,119,180"
+            spans.append(f'<span class="tok" style="background-color:rgba({rgb},{alpha:.3f})" '
+                         f'title="{_esc(format_value(v))}">{_visible_ws(tok)}</span>')
+        cap = f'<div class="caption">{_esc(self._clean(caption))}</div>' if caption else ""
+        legend = (f'<div class="caption">colour scale: |score| / {_esc(format_value(scale))}; '
+                  "red positive, blue negative; hover a token for its score</div>")
+        self._blocks.append(f'<div class="heatmap">{cap}<div class="tokens">{"".join(spans)}'
+                            f"</div>{legend}</div>")
+
+    @staticmethod
+    def _redact_tokens(tokens: list[str]) -> list[str]:
+        """Mask tokens that overlap PII in the joined text: the first token of each masked region
+        shows ``[REDACTED]``, the rest of the region is emptied (token count is kept)."""
+        joined = "".join(tokens)
+        regions = redaction_spans(joined)
+        if not regions:
+            return tokens
+        out, pos, r = [], 0, 0
+        last_region = -1
+        for tok in tokens:
+            start, end = pos, pos + len(tok)
+            pos = end
+            while r < len(regions) and regions[r][1] <= start:
+                r += 1
+            if r < len(regions) and regions[r][0] < end and end > start:
+                out.append("" if r == last_region else REDACTED)
+                last_region = r
+            else:
+                out.append(tok)
+        return out
+
+    def add_details(self, summary: str, text: str) -> None:
+        """A collapsible block (``<details>``) with preformatted text, e.g. a full context."""
+        self._blocks.append(f"<details><summary>{_esc(self._clean(summary))}</summary>"
+                            f"<pre>{_esc(self._clean(text))}</pre></details>")
+
+    def _caption(self, caption: str) -> str:
+        return f"<caption>{_esc(self._clean(caption))}</caption>" if caption else ""
+
+    def render(self) -> str:
+        """The whole page as one HTML string."""
+        sub = f'<p class="subtitle">{_esc(self.subtitle)}</p>' if self.subtitle else ""
+        body = "\n".join(self._blocks)
+        return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+                f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
+                '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+                '<meta name="referrer" content="no-referrer">\n'
+                f"<title>{_esc(self.title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+                f"<h1>{_esc(self.title)}</h1>\n{sub}\n{body}\n</body>\n</html>\n")
+
+    def save(self, path: str | os.PathLike[str], mode: int = 0o644) -> Path:
+        """Write the page atomically (temp file in the same directory, fsync, ``os.replace``).
+        Pass ``mode=0o600`` for reports that hold PII (SPEC §9). Returns the path."""
+        target = Path(path)
+        data = self.render().encode("utf-8")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        return target
+
+
+def _visible_ws(token: str) -> str:
+    """Escape a token, showing newline/tab/CR as dim glyphs (a newline also breaks the line)."""
+    out = []
+    for ch in token:
+        glyph = _WS_VISIBLE.get(ch)
+        if glyph is None:
+            out.append(_esc(ch))
+        else:
+            out.append(f'<i class="ws">{glyph}</i>' + ("\n" if ch == "\n" else ""))
+    return "".join(out)
+
+
+__all__ = ["MISSING", "REDACTED", "Report", "format_value", "redact_text", "redaction_spans"]

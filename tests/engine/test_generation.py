@@ -1,0 +1,82 @@
+"""Generation against naive loops written here."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ctxleak.engine.generation import derive_seed, generate_streams, single_stream
+
+
+def naive_sample(lm, prompt, n, seed, temperature):
+    """One stream, full recomputation each step, the same CPU float64 draw."""
+    g = torch.Generator().manual_seed(seed)
+    seq, out = list(prompt), []
+    for _ in range(n):
+        with torch.no_grad():
+            logits = lm.model(torch.tensor([seq])).logits[0, -1].double()
+        logp = torch.log_softmax(logits / temperature, -1)
+        probs = torch.exp(logp - logp.max())
+        tok = int(torch.multinomial(probs / probs.sum(), 1, generator=g))
+        if tok in lm.eos_ids:
+            break
+        out.append(tok)
+        seq.append(tok)
+    return out
+
+
+def test_single_stream_matches_naive_sampling(tiny_lm):
+    prompt = tiny_lm.bos_ids + tiny_lm.encode("the capital of france is")
+    got = generate_streams(tiny_lm, [prompt], single_stream(0.8), max_new_tokens=12, seed=7)
+    assert got.token_ids == naive_sample(tiny_lm, prompt, 12, 7, 0.8)
+
+
+def test_cached_equals_uncached_with_several_streams(tiny_lm):
+    prompts = [tiny_lm.encode("the capital of france is paris . the capital of italy is"),
+               tiny_lm.encode("the city")]
+
+    def mix(logits, step):
+        return torch.log_softmax(0.5 * logits[0] + 0.5 * logits[1], -1)
+
+    def observe(logits, logp, tok, step):
+        return float(logp[tok])
+
+    a = generate_streams(tiny_lm, prompts, mix, observe=observe, max_new_tokens=15, seed=3)
+    b = generate_streams(tiny_lm, prompts, mix, observe=observe, max_new_tokens=15, seed=3,
+                         use_cache=False)
+    assert a.token_ids == b.token_ids
+    assert a.records == pytest.approx(b.records, abs=1e-6)
+
+
+def test_min_new_tokens_masks_eos_and_stop_ends(tiny_lm):
+    eos = tiny_lm.eos_ids[0]
+
+    def eos_loving(logits, step):  # EOS is the only choice unless masked
+        logp = torch.full_like(logits[0], -50.0)
+        logp[eos] = 0.0
+        logp = logp + torch.where(logits[0] < -1e29, -1e30, 0.0)
+        logp[4] = max(float(logp[4]), -40.0)
+        return torch.log_softmax(logp, -1)
+
+    prompt = tiny_lm.encode("the")
+    out = generate_streams(tiny_lm, [prompt], eos_loving, min_new_tokens=5, max_new_tokens=9)
+    assert len(out.token_ids) == 5 and out.stopped_on_eos
+    out = generate_streams(tiny_lm, [prompt], eos_loving, min_new_tokens=0, max_new_tokens=9)
+    assert out.token_ids == [] and out.stopped_on_eos
+
+
+def test_greedy_and_seeds(tiny_lm):
+    prompt = tiny_lm.encode("the doctor said")
+    g1 = generate_streams(tiny_lm, [prompt], single_stream(), sample=False, max_new_tokens=6)
+    g2 = generate_streams(tiny_lm, [prompt], single_stream(), sample=False, max_new_tokens=6,
+                          seed=99)
+    assert g1.token_ids == g2.token_ids
+    assert derive_seed(0, 5) == derive_seed(0, 5) != derive_seed(0, 6) != derive_seed(1, 5)
+    assert 0 <= derive_seed(123, 10**6) < 2**63
+
+
+def test_bad_generation_arguments(tiny_lm):
+    with pytest.raises(ValueError):
+        generate_streams(tiny_lm, [[]], single_stream())
+    with pytest.raises(ValueError):
+        generate_streams(tiny_lm, [[4]], single_stream(), min_new_tokens=5, max_new_tokens=2)

@@ -1,0 +1,126 @@
+"""Scoring against naive computations written here: one sequence at a time, full forward pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ctxleak.engine import scoring
+from ctxleak.engine.forward import left_pad, right_pad
+from ctxleak.engine.scoring import continuation_logprobs, next_token_logprobs
+
+
+def naive_logits(lm, ids):
+    with torch.no_grad():
+        return lm.model(torch.tensor([list(ids)])).logits[0].double()
+
+
+def naive_continuation(lm, prompt, cont):
+    logp = torch.log_softmax(naive_logits(lm, list(prompt) + list(cont)), -1)
+    return np.array([logp[len(prompt) - 1 + t, tok].item() for t, tok in enumerate(cont)])
+
+
+def random_ids(lm, n, seed):
+    g = np.random.default_rng(seed)
+    return [int(x) for x in g.integers(4, len(lm.tokenizer), size=n)]
+
+
+def ablations(lm, n_ctx=40, window=4, seed=0):
+    """A prompt with a context and the variants that each delete one window of it."""
+    context = random_ids(lm, n_ctx, seed)
+    head, tail = lm.bos_ids + random_ids(lm, 3, seed + 1), random_ids(lm, 5, seed + 2)
+    prompts = [head + context + tail]
+    for start in range(0, n_ctx, window):
+        prompts.append(head + context[:start] + context[start + window:] + tail)
+    return prompts
+
+
+def test_next_token_matches_naive_batched_and_unbatched(tiny_lm):
+    prompts = [random_ids(tiny_lm, n, s) for s, n in enumerate([3, 11, 7, 1, 20])]
+    expected = torch.stack([torch.log_softmax(naive_logits(tiny_lm, p)[-1], -1) for p in prompts])
+    for bs in (1, 2, "auto"):
+        got = next_token_logprobs(tiny_lm, prompts, batch_size=bs)
+        assert got.dtype == torch.float64
+        assert got.shape == (5, tiny_lm.vocab_size)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_next_token_selected_ids_are_exact_columns(tiny_lm):
+    prompts = [random_ids(tiny_lm, 9, 3)]
+    full = next_token_logprobs(tiny_lm, prompts)
+    cols = [7, 3, 40]
+    part = next_token_logprobs(tiny_lm, prompts, token_ids=cols)
+    torch.testing.assert_close(part, full[:, cols])
+
+
+def test_continuation_matches_naive(tiny_lm):
+    prompts = [random_ids(tiny_lm, n, s) for s, n in enumerate([5, 12, 2])]
+    cont = random_ids(tiny_lm, 6, 99)
+    got = continuation_logprobs(tiny_lm, prompts, cont, reuse_prefix=False)
+    for p, g in zip(prompts, got):
+        np.testing.assert_allclose(g, naive_continuation(tiny_lm, p, cont), atol=1e-5)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, "auto"])
+def test_prefix_reuse_equals_full_recomputation(tiny_lm, batch_size):
+    prompts = ablations(tiny_lm)
+    cont = random_ids(tiny_lm, 7, 5)
+    reused = continuation_logprobs(tiny_lm, prompts, cont, reuse_prefix=True,
+                                   batch_size=batch_size)
+    full = continuation_logprobs(tiny_lm, prompts, cont, reuse_prefix=False, batch_size=1)
+    for a, b, p in zip(reused, full, prompts):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+        np.testing.assert_allclose(b, naive_continuation(tiny_lm, p, cont), atol=1e-5)
+
+
+def test_prefix_reuse_actually_uses_the_cache(tiny_lm, monkeypatch):
+    calls = []
+    real = scoring.expand_cache
+
+    def spy(cache, length, batch):
+        calls.append(length)
+        return real(cache, length, batch)
+
+    monkeypatch.setattr(scoring, "expand_cache", spy)
+    continuation_logprobs(tiny_lm, ablations(tiny_lm), random_ids(tiny_lm, 3, 1), batch_size=2)
+    assert calls and max(calls) >= scoring.MIN_REUSE_TOKENS
+
+
+def test_next_token_prefix_reuse(tiny_lm):
+    prompts = ablations(tiny_lm, seed=4)
+    a = next_token_logprobs(tiny_lm, prompts, reuse_prefix=True, batch_size=2)
+    b = next_token_logprobs(tiny_lm, prompts, reuse_prefix=False, batch_size=1)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_left_and_right_padding_agree(tiny_lm):
+    seqs = [random_ids(tiny_lm, n, s) for s, n in enumerate([4, 13, 9])]
+    with torch.no_grad():
+        ids, mask, pos = left_pad(seqs, 0, "cpu")
+        left = tiny_lm.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        ids, mask, pos = right_pad(seqs, 0, "cpu")
+        right = tiny_lm.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    width = max(map(len, seqs))
+    for row, s in enumerate(seqs):
+        single = naive_logits(tiny_lm, s)
+        l_rows = torch.log_softmax(left[row, width - len(s):].double(), -1)
+        r_rows = torch.log_softmax(right[row, :len(s)].double(), -1)
+        torch.testing.assert_close(l_rows, torch.log_softmax(single, -1), atol=1e-5, rtol=0)
+        torch.testing.assert_close(r_rows, torch.log_softmax(single, -1), atol=1e-5, rtol=0)
+
+
+def test_per_prompt_continuations_and_empty_ones(tiny_lm):
+    prompts = [random_ids(tiny_lm, 4, 1), random_ids(tiny_lm, 6, 2)]
+    conts = [random_ids(tiny_lm, 3, 3), []]
+    got = continuation_logprobs(tiny_lm, prompts, conts)
+    np.testing.assert_allclose(got[0], naive_continuation(tiny_lm, prompts[0], conts[0]),
+                               atol=1e-5)
+    assert got[1].shape == (0,)
+
+
+def test_bad_requests(tiny_lm):
+    with pytest.raises(ValueError, match="empty"):
+        continuation_logprobs(tiny_lm, [[]], [5])
+    with pytest.raises(ValueError, match="one continuation per prompt"):
+        continuation_logprobs(tiny_lm, [[4], [5]], [[5]])
