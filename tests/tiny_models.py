@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          PreTrainedTokenizerFast)
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from ctxleak.engine.models import from_objects
 
 WORDS = ("the a of to and is in it was for on that with as by at from capital city country "
          "paris france rome italy berlin germany madrid spain news report said doctor patient "
          "email phone address name document answer question summary yes no one two three four "
-         ". , : ? ! \n").split(" ")
+         ". , : ? !").split() + ["\n"]
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ctxleak.engine.gradients import (input_embeddings, next_token_embedding_grads,
-                                      next_token_log_distribution)
+from ctxleak.engine.gradients import (
+    input_embeddings,
+    next_token_embedding_grads,
+    next_token_log_distribution,
+)
 
 
 def test_batched_equals_loop(tiny_lm):

@@ -21,7 +21,7 @@ from ctxleak.errors import CtxleakError
 COMMAND_MODULES = [
     "ctxleak.cli.models_cmd",
     "ctxleak.cli.run_cmd",
-    "ctxleak.cli.score_cmd",
+    "ctxleak.cli.influence_cmd",
     "ctxleak.cli.dp_cmd",
     "ctxleak.cli.pii_cmd",
 ]

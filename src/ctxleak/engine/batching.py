@@ -5,7 +5,8 @@ backs off on out-of-memory errors. Results never depend on the batch size beyond
 from __future__ import annotations
 
 import sys
-from typing import Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 
@@ -48,21 +49,23 @@ class BatchPlanner:
         self.max_rows: int | None = None  # learnt from out-of-memory back-off
 
     def run(self, costs: Sequence[int], fn: Callable[[list[int]], Sequence[T]],
-            order: Sequence[int] | None = None) -> list[T]:
+            order: Sequence[int] | None = None,
+            joins: Callable[[list[int], int], bool] | None = None) -> list[T]:
         """Call ``fn`` on batches of item indices and return its results in item order.
 
         ``costs[i]`` is the padded length item i adds to a batch; items go longest first (or in
         ``order``) so that an out-of-memory error comes on the first batch, not the last.
+        ``joins(batch, i)`` may refuse item i a place in a batch (it then starts the next one).
         """
         n = len(costs)
         order = list(order) if order is not None else sorted(range(n), key=lambda i: -costs[i])
         results: list = [None] * n
         start = 0
         while start < n:
-            batch = self._take(order, start, costs)
+            batch = self._take(order, start, costs, joins)
             try:
                 outs = fn(batch)
-            except Exception as exc:  # noqa: BLE001 - only out-of-memory is retried
+            except Exception as exc:
                 if not is_out_of_memory(exc) or len(batch) == 1 or self.fixed is not None:
                     raise
                 self.max_rows = max(1, len(batch) // 2)
@@ -76,15 +79,18 @@ class BatchPlanner:
             start += len(batch)
         return results
 
-    def _take(self, order: Sequence[int], start: int, costs: Sequence[int]) -> list[int]:
-        if self.fixed is not None:
-            return list(order[start:start + self.fixed])
+    def _take(self, order: Sequence[int], start: int, costs: Sequence[int],
+              joins: Callable[[list[int], int], bool] | None) -> list[int]:
         batch: list[int] = []
         width = 0
         for i in order[start:]:
             new_width = max(width, costs[i])
-            if batch and (new_width * (len(batch) + 1) > self.token_budget
-                          or (self.max_rows is not None and len(batch) >= self.max_rows)):
+            if self.fixed is not None:
+                full = len(batch) >= self.fixed
+            else:
+                full = (new_width * (len(batch) + 1) > self.token_budget
+                        or (self.max_rows is not None and len(batch) >= self.max_rows))
+            if batch and (full or (joins is not None and not joins(batch, i))):
                 break
             batch.append(i)
             width = new_width

@@ -4,7 +4,7 @@ hidden states from the base model, and the LM head applied only where logits are
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

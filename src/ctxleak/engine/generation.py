@@ -13,8 +13,9 @@ in float64, so it does not depend on the device's random number generator.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,8 +49,8 @@ class Generation:
 
 
 def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine, *,
-                     observe: Observe | None = None, max_new_tokens: int = 50, min_new_tokens: int = 0, seed: int = 0,
-                     sample: bool = True, stop_ids: Sequence[int] | None = None,
+                     observe: Observe | None = None, max_new_tokens: int = 50,
+                     min_new_tokens: int = 0, seed: int = 0, sample: bool = True, stop_ids: Sequence[int] | None = None,
                      use_cache: bool = True) -> Generation:
     """Generate one response from ``len(prompts)`` streams combined by ``combine``.
 

@@ -8,8 +8,8 @@ vector-Jacobian products, batched with ``torch.autograd.grad(..., is_grads_batch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 

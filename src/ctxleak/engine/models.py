@@ -14,9 +14,10 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ctxleak.errors import ConfigError
 
@@ -265,7 +266,6 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     """
     if chat_template not in ("auto", "on", "off"):
         raise ConfigError(f"unknown --chat-template '{chat_template}': use auto, on or off")
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     display, source, path, _ = _resolve_source(name_or_path)

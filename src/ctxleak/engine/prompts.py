@@ -6,8 +6,8 @@ and the token positions of each slot are known exactly.
 from __future__ import annotations
 
 import string
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from ctxleak.engine.models import LM
 from ctxleak.errors import ConfigError

@@ -13,19 +13,27 @@ ordered by prefix length before batching.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
 from ctxleak.engine.batching import planner_for
-from ctxleak.engine.forward import (common_prefix_length, expand_cache, head_logits,
-                                    hidden_states, left_pad, pad_id, right_pad)
+from ctxleak.engine.forward import (
+    common_prefix_length,
+    expand_cache,
+    head_logits,
+    hidden_states,
+    left_pad,
+    pad_id,
+    right_pad,
+)
 from ctxleak.engine.models import LM
 
 # Reusing a cached prefix shorter than this saves less than the cache copy costs.
 MIN_REUSE_TOKENS = 16
 HEAD_CHUNK = 64  # positions per LM-head call
+REUSE_SLACK = 0.15  # recomputed shared-prefix tokens allowed per variant, as a share of its own
 
 LogitTransform = Callable[[int, torch.Tensor], torch.Tensor]
 """``f(request_index, logits[T, V] float64) -> logits``: e.g. the CID mixture with the no-context
@@ -80,11 +88,17 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
             return out
 
     costs = [len(s) - p for s, p in zip(seqs, prefix)]
-    # Longest shared prefix first, then longest suffix: batches share nearly all their prefix.
+    if not reuse_prefix or ref_cache is None:
+        return planner.run([len(s) for s in seqs], run_batch)
+    # Longest shared prefix first, then longest suffix. A variant joins a batch only while the
+    # tokens the batch would recompute for it (its prefix beyond the batch's shortest) stay a
+    # small part of its own work, so batching never undoes the prefix saving.
     order = sorted(range(len(seqs)), key=lambda i: (-prefix[i], -costs[i]))
-    if not reuse_prefix:
-        order = None
-    return planner.run(costs, run_batch, order=order)
+
+    def joins(batch: list[int], i: int) -> bool:
+        return max(prefix[j] for j in batch) - prefix[i] <= REUSE_SLACK * costs[i]
+
+    return planner.run(costs, run_batch, order=order, joins=joins)
 
 
 def _log_softmax_rows(lm: LM, hidden: torch.Tensor, index: int,

@@ -1,0 +1,32 @@
+"""``ctxleak models``: the named models and whether each is ready on this machine."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("models")
+    def models(prepare: bool = typer.Option(False, "--prepare", help="Convert the installed "
+                                            "named models into the safetensors cache now.")
+               ) -> None:
+        """List the named models (use them with --model NAME) and whether each is ready."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from ctxleak.engine.models import load_model, model_status
+
+        rows = model_status()
+        if prepare:
+            for row in rows:
+                if row["ready"]:
+                    load_model(row["name"], device="cpu")
+            rows = model_status()
+        table = Table(title="ctxleak models")
+        for col in ("name", "status", "description"):
+            table.add_column(col)
+        for row in rows:
+            table.add_row(row["name"], row["status"], row["description"])
+        Console().print(table)
+        typer.echo("Any Hugging Face id, local model directory or .gguf file also works with "
+                   "--model.")

@@ -1,0 +1,108 @@
+"""The common flags of every model command (SPEC §1), added to a command by a decorator so each
+command's own signature lists only its own flags."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+import typer
+
+
+@dataclass(frozen=True)
+class CommonOptions:
+    model: str = "default"
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: str = "auto"
+    limit: int | None = None
+    seed: int = 0
+    output: str | None = None
+    resume: bool = False
+    chat_template: str = "auto"
+    trust_remote_code: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_COMMON: list[tuple[str, type, Any]] = [
+    ("model", str, typer.Option(
+        "default", "--model", "-m", help="'default' (SmolLM2-135M-Instruct), 'gemma-270m', a "
+        "Hugging Face id, a local model directory or a .gguf file.", rich_help_panel="Model")),
+    ("device", str, typer.Option("auto", "--device", help="auto, cpu, cuda, cuda:N or mps.",
+                                 rich_help_panel="Model")),
+    ("dtype", str, typer.Option("auto", "--dtype", help="auto (float32 on CPU, bfloat16 on "
+                                "GPUs that have it), float32, bfloat16 or float16.",
+                                rich_help_panel="Model")),
+    ("chat_template", str, typer.Option("auto", "--chat-template", help="auto (use the model's "
+                                        "chat template if it has one), on or off.",
+                                        rich_help_panel="Model")),
+    ("trust_remote_code", bool, typer.Option(False, "--trust-remote-code", help="Allow a hub "
+                                             "model's own code to run (off by default).",
+                                             rich_help_panel="Model")),
+    ("batch_size", str, typer.Option("auto", "--batch-size", help="auto (largest that fits, "
+                                     "backing off on out-of-memory) or a number.",
+                                     rich_help_panel="Run")),
+    ("limit", Optional[int], typer.Option(None, "--limit", help="Use only the first N examples.",
+                                          rich_help_panel="Run")),
+    ("seed", int, typer.Option(0, "--seed", help="Run seed; each example's sampling seed is "
+                               "derived from it and the example's index.", rich_help_panel="Run")),
+    ("output", Optional[str], typer.Option(None, "--output", "-o", help="Run directory "
+                                           "(default: runs/<command>-<time>).",
+                                           rich_help_panel="Run")),
+    ("resume", bool, typer.Option(False, "--resume", help="Continue the run in --output, "
+                                  "skipping finished examples; refuses a changed config.",
+                                  rich_help_panel="Run")),
+]
+COMMON_NAMES = [name for name, _, _ in _COMMON]
+
+
+def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Give ``func(common: CommonOptions, ...)`` the common flags as CLI options."""
+    sig = inspect.signature(func)
+    own = [p for p in sig.parameters.values() if p.name != "common"]
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                               annotation=annotation) for name, annotation, default in _COMMON]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        common = CommonOptions(**{name: kwargs.pop(name) for name in COMMON_NAMES})
+        return func(*args, common=common, **kwargs)
+
+    positional = [p for p in own if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keyword = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p not in positional]
+    wrapper.__signature__ = sig.replace(parameters=positional + keyword + extra)  # type: ignore
+    return wrapper
+
+
+def parse_float_list(value: str | float | None, flag: str) -> list[float]:
+    """``"0.5,1,1.5"`` -> ``[0.5, 1.0, 1.5]`` with an error naming the flag."""
+    from ctxleak.errors import ConfigError
+
+    if value is None:
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    try:
+        return [float(v) for v in str(value).split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag} must be a number or a comma list of numbers, not '{value}'"
+                          ) from None
+
+
+def parse_int_list(value: str | int | None, flag: str) -> list[int]:
+    from ctxleak.errors import ConfigError
+
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    try:
+        return [int(v) for v in str(value).split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag} must be an integer or a comma list of integers, not "
+                          f"'{value}'") from None

@@ -1,0 +1,97 @@
+"""The DP token mechanism of paper 001 App. C.1 (Algorithm 1) and its data-dependent loss.
+
+Model-free tensor maths: the engine hands over the next-token logits of the ``s`` one-shot
+prompts (``[..., s, V]``); these functions clip, aggregate, give the sampling distribution and,
+from the same clipped rows (no extra forward pass), the remove-one neighbouring distributions and
+the data-dependent per-token RDP of Theorem C.6 / App. C.3.3. Divergences are in float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def clip_logits(z: torch.Tensor, c: float) -> torch.Tensor:
+    """``clip_c(z)_i = max(−c, z_i − max_j z_j + c)`` over the last axis (App. C.1).
+
+    The top token maps to ``c``, everything lies in ``[−c, c]``; ``-inf`` logits map to ``−c``.
+    """
+    if not c > 0:
+        raise ValueError(f"clip c must be > 0, got {c}")
+    return torch.clamp(z - z.amax(dim=-1, keepdim=True) + c, min=-c)
+
+
+def aggregate(clipped: torch.Tensor) -> torch.Tensor:
+    """``ℓ(Z) = (1/s) Σ_p clip_c(z_p)``: mean over the prompt axis, ``[..., s, V] → [..., V]``."""
+    return clipped.mean(dim=-2)
+
+
+def _check_temperature(temperature: float) -> None:
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+
+
+def sampling_logprobs(mean_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Log-probabilities of ``softmax(z̄ / τ)`` (Algorithm 1, line 4), float64."""
+    _check_temperature(temperature)
+    return torch.log_softmax(mean_logits.double() / temperature, dim=-1)
+
+
+def leave_one_out_logprobs(clipped: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Row ``p``: log-probs of ``softmax(mean of the other s−1 clipped rows / τ)``, float64.
+
+    The remove-one neighbour ``A(D∖{p}, x₀)`` of Theorem C.6, computed as ``(Σ_q z_q − z_p)/(s−1)``
+    from the rows already in hand. ``[..., s, V] → [..., s, V]``.
+    """
+    _check_temperature(temperature)
+    s = clipped.shape[-2]
+    if s < 2:
+        raise ValueError(f"leave-one-out needs at least 2 prompts, got {s}")
+    x = clipped.double()
+    loo = (x.sum(dim=-2, keepdim=True) - x) / (s - 1)
+    return torch.log_softmax(loo / temperature, dim=-1)
+
+
+def renyi_divergence_torch(logp: torch.Tensor, logq: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``D_α(P‖Q)`` over the last axis from log-probs (Eq. 5 in log space); torch twin of
+    :func:`ctxleak.methods.accounting.renyi_divergence`. ``α = 1`` is KL, ``α = inf`` the max
+    log ratio; rounding below zero is clipped to 0."""
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    logp, logq = torch.broadcast_tensors(logp, logq)
+    support = logp > -math.inf
+    ninf = torch.tensor(-math.inf, dtype=logp.dtype, device=logp.device)
+    if abs(alpha - 1) < 1e-6:  # the KL limit; avoids (α − 1) cancellation
+        d = torch.where(support, logp.exp() * (logp - logq), torch.zeros_like(logp)).sum(-1)
+    elif math.isinf(alpha):
+        d = torch.where(support, logp - logq, ninf).amax(-1)
+    else:
+        terms = torch.where(support, alpha * logp - (alpha - 1) * logq, ninf)
+        d = torch.logsumexp(terms, dim=-1) / (alpha - 1)
+    return d.clamp(min=0.0)
+
+
+def leave_one_out_divergences(clipped: torch.Tensor, temperature: float,
+                              alpha: float) -> torch.Tensor:
+    """``D_α^↔(A(D) ‖ A(D∖{p}))`` (Eq. 6) for every prompt ``p``: ``[..., s, V] → [..., s]``."""
+    logp = sampling_logprobs(aggregate(clipped.double()), temperature).unsqueeze(-2)
+    logq = leave_one_out_logprobs(clipped, temperature)
+    return torch.maximum(renyi_divergence_torch(logp, logq, alpha),
+                         renyi_divergence_torch(logq, logp, alpha))
+
+
+def data_dependent_token_rdp(clipped: torch.Tensor, temperature: float,
+                             alpha: float) -> torch.Tensor:
+    """Per-token data-dependent RDP (Theorem C.6, Eq. 7; App. C.3.3), float64.
+
+    ``max_p max(D_α(P‖Q_p), D_α(Q_p‖P))`` with ``P`` the mechanism's distribution and ``Q_p`` its
+    remove-one neighbour. ``[..., s, V] → [...]`` (a 0-d tensor for a single step).
+
+    Note: the paper's per-token bound with ``Δ = c/(sτ)`` holds for this neighbour only up to a
+    factor: ``Q_p`` differs from ``P`` by logits ``(z_p − z̄_{−p})/(sτ)`` whose range can reach
+    ``4c/(sτ)``, so the sure bound is :class:`~ctxleak.methods.accounting.DPTokenEvent` with
+    clip ``2c`` (at most 4× the paper's zCDP term).
+    """
+    return leave_one_out_divergences(clipped, temperature, alpha).amax(dim=-1)

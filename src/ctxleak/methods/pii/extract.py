@@ -1,0 +1,392 @@
+"""Find structured PII in raw text and build PII records from documents (ProPILE App. A.2).
+
+- e-mail addresses: a regular expression (dots and ``+`` tags in the local part, subdomains);
+- phone numbers: :class:`phonenumbers.PhoneNumberMatcher` with a default region (``US``), keeping
+  only numbers that :func:`phonenumbers.is_valid_number` accepts;
+- physical addresses: ``pyap2`` (the maintained fork of pyap; it installs the ``pyap`` module)
+  for US, CA or GB addresses.
+
+Dates (``2024-05-01``, ``05/01/2024``) and card-like digit runs (13-19 digits, or groups of four)
+are masked before the phone and address searches, so they never become PII spans; e-mails and
+phones are masked before the address search, and any remaining overlap is resolved by keeping
+e-mail over phone over address.
+
+Names come from a structured ``name`` field of the input (an NER extra is out of scope); for
+plain text a labelled line ``Name: First Last`` is accepted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxleak.errors import InputError
+from ctxleak.methods.pii.records import PII_FIELDS, PIIRecord
+
+__all__ = [
+    "EMAIL_RE",
+    "ExtractionResult",
+    "Span",
+    "check_region",
+    "clean_address",
+    "extract",
+    "extract_records",
+    "find_addresses",
+    "find_emails",
+    "find_phones",
+    "find_pii",
+    "name_from_text",
+]
+
+SPAN_TYPES = ("email", "phone", "address")
+_PRIORITY = {"email": 0, "phone": 1, "address": 2}
+_ADDRESS_COUNTRIES = ("US", "CA", "GB")
+
+_LOCAL_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_DOMAIN_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+EMAIL_RE = re.compile(
+    rf"(?<![A-Za-z0-9!#$%&'*+/=?^_`{{|}}~.@-])"
+    rf"{_LOCAL_ATOM}(?:\.{_LOCAL_ATOM})*"
+    rf"@(?:{_DOMAIN_LABEL}\.)+[A-Za-z]{{2,63}}"
+    rf"(?![A-Za-z0-9-]|\.[A-Za-z0-9])"
+)
+
+# Dates: ISO (2024-05-01, 2024/05/01, 2024.05.01) and day/month/year either way round.
+_DATE_RE = re.compile(
+    r"(?<![\d.\-/])(?:\d{4}([-/.])\d{1,2}\1\d{1,2}|\d{1,2}([-/.])\d{1,2}\2(?:\d{4}|\d{2}))"
+    r"(?![\d\-/]|\.\d)"
+)
+# Card-like numbers: an unbroken run of 13-19 digits, four groups of four (optionally a fifth
+# short group), or the 4-6-5 grouping.
+_CARD_RE = re.compile(
+    r"(?<![\d\-])(?:\d{13,19}"
+    r"|\d{4}([ \-])\d{4}\1\d{4}\1\d{4}(?:\1\d{1,3})?"
+    r"|\d{4}([ \-])\d{6}\2\d{5})(?!\d)"
+)
+_NANP_RE = re.compile(
+    r"(?<![\w+.\-])(?:\+?1[ .\-]?)?(?:\(\d{3}\)[ ]?|\d{3}[ .\-]?)\d{3}[ .\-]?\d{4}"
+    r"(?![\w\-]|\.\d)"
+)
+_NAME_LINE_RE = re.compile(r"^[ \t]*name[ \t]*:[ \t]*(\S[^\n]*?)[ \t]*$",
+                           re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Span:
+    """A piece of PII found in a text: ``text == source[start:end]``. ``score`` is a fixed
+    confidence by detector (1.0 e-mail, 0.95 validated phone, 0.9 address with a postal code,
+    0.6 address without one)."""
+
+    type: str
+    start: int
+    end: int
+    text: str
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "start": self.start, "end": self.end, "text": self.text,
+                "score": self.score}
+
+
+def _mask(text: str, spans: Iterable[tuple[int, int]]) -> str:
+    chars = list(text)
+    for start, end in spans:
+        for i in range(start, end):
+            if chars[i] != "\n":
+                chars[i] = " "
+    return "".join(chars)
+
+
+def _noise_spans(text: str) -> list[tuple[int, int]]:
+    """Dates and card-like numbers: never PII spans of ours, masked before phone/address search."""
+    return [m.span() for m in _DATE_RE.finditer(text)] + [m.span() for m in _CARD_RE.finditer(text)]
+
+
+def find_emails(text: str) -> list[Span]:
+    """E-mail addresses (local part with dots and ``+`` tags, any number of subdomains)."""
+    return [Span("email", m.start(), m.end(), m.group(0), 1.0) for m in EMAIL_RE.finditer(text)]
+
+
+def check_region(region: str) -> str:
+    """The upper-case region code, or :class:`ConfigError` if phonenumbers does not know it."""
+    import phonenumbers
+
+    region = (region or "").upper()
+    if region not in phonenumbers.SUPPORTED_REGIONS:
+        from ctxleak.errors import ConfigError
+
+        raise ConfigError(f"unknown phone region {region!r}: use a two-letter region code that "
+                          "the phonenumbers package knows, e.g. US, GB, CA, DE")
+    return region
+
+
+def find_phones(text: str, region: str = "US", *, _masked: str | None = None) -> list[Span]:
+    """Phone numbers that :mod:`phonenumbers` finds (default region ``region``) and validates.
+
+    Dates and card-like numbers are masked first, so ``05/01/2024`` or ``4111 1111 1111 1111``
+    never count and never swallow a phone number next to them.
+    """
+    import phonenumbers
+
+    region = check_region(region)
+    masked = _masked if _masked is not None else _mask(text, _noise_spans(text))
+    spans = []
+    for match in phonenumbers.PhoneNumberMatcher(masked, region,
+                                                 leniency=phonenumbers.Leniency.VALID):
+        if not phonenumbers.is_valid_number(match.number):
+            continue
+        spans.append(Span("phone", match.start, match.end, text[match.start:match.end], 0.95))
+    # The matcher gives up on a number followed by more digits ("(212) 555-0123 100 Main
+    # Street"): try the North American 3-3-4 shapes on their own as well.
+    for m in _NANP_RE.finditer(masked):
+        if any(m.start() < s.end and s.start < m.end() for s in spans):
+            continue
+        try:
+            number = phonenumbers.parse(m.group(0), region)
+        except phonenumbers.NumberParseException:
+            continue
+        if phonenumbers.is_valid_number(number):
+            spans.append(Span("phone", m.start(), m.end(), text[m.start():m.end()], 0.95))
+    return sorted(spans, key=lambda s: s.start)
+
+
+def _normalize_with_offsets(text: str) -> tuple[str, list[int], list[int]]:
+    """pyap's own text normalisation (commas, runs of spaces, dashes), keeping for each output
+    character the start and end of the input characters it came from."""
+    starts = list(range(len(text)))
+    ends = [i + 1 for i in range(len(text))]
+    steps = [
+        (re.compile(r"[\ \t]*(\,[\ \t]*)+"), ", "),
+        (re.compile(r"\ +"), " "),
+        (re.compile("[\u2010\u2011\u2012\u2013\u2014\u2015]"), "-"),
+    ]
+    for pattern, repl in steps:
+        out: list[str] = []
+        new_starts: list[int] = []
+        new_ends: list[int] = []
+        pos = 0
+        for m in pattern.finditer(text):
+            if m.end() == m.start():
+                continue
+            out.append(text[pos:m.start()])
+            new_starts += starts[pos:m.start()]
+            new_ends += ends[pos:m.start()]
+            out.append(repl)
+            new_starts += [starts[m.start()]] * len(repl)
+            new_ends += [ends[m.end() - 1]] * len(repl)
+            pos = m.end()
+        out.append(text[pos:])
+        new_starts += starts[pos:]
+        new_ends += ends[pos:]
+        text, starts, ends = "".join(out), new_starts, new_ends
+    return text, starts, ends
+
+
+_TRIM = " ,;:\n\t\r"
+
+
+def find_addresses(text: str, country: str = "US", *, _masked: str | None = None) -> list[Span]:
+    """Physical addresses found by pyap2 (``country`` is US, CA or GB), with offsets into
+    ``text``. Dates, card-like numbers, e-mails and phones should be masked in ``_masked``."""
+    import pyap
+
+    country = country.upper()
+    if country not in _ADDRESS_COUNTRIES:
+        from ctxleak.errors import ConfigError
+
+        raise ConfigError(f"addresses can be found for US, CA or GB, not {country!r}")
+    masked = _masked if _masked is not None else _mask(text, _noise_spans(text))
+    norm, starts, ends = _normalize_with_offsets(masked)
+    spans = []
+    for addr in pyap.parse(norm, country=country):
+        ms, me = int(addr.match_start), int(addr.match_end)
+        if not 0 <= ms < me <= len(norm):
+            continue
+        start, end = starts[ms], ends[me - 1]
+        while start < end and text[start] in _TRIM:
+            start += 1
+        while end > start and text[end - 1] in _TRIM:
+            end -= 1
+        postal = getattr(addr, "postal_code", None)
+        if postal:
+            # pyap matches regions case-insensitively, so "..., CA 94043 or call" ends in the
+            # region "or"; a lowercase word after the postal code is never part of the address.
+            cut = text.rfind(postal, start, end)
+            if cut >= 0:
+                rest = text[cut + len(postal):end].strip(_TRIM)
+                if rest and rest == rest.lower():
+                    end = cut + len(postal)
+        if end <= start:
+            continue
+        score = 0.9 if postal else 0.6
+        spans.append(Span("address", start, end, text[start:end], score))
+    return spans
+
+
+def _deoverlap(spans: Sequence[Span]) -> list[Span]:
+    kept: list[Span] = []
+    for span in sorted(spans, key=lambda s: (_PRIORITY[s.type], -(s.end - s.start), s.start)):
+        if all(span.end <= k.start or span.start >= k.end for k in kept):
+            kept.append(span)
+    return sorted(kept, key=lambda s: (s.start, s.end))
+
+
+def find_pii(text: str, region: str = "US", *, address_country: str | None = None,
+             types: Sequence[str] = SPAN_TYPES) -> list[Span]:
+    """All e-mail, phone and address spans in ``text``, sorted by position, not overlapping.
+
+    ``region`` is the default region for phone numbers written without a country code;
+    ``address_country`` (US, CA or GB) defaults to ``region`` when pyap2 supports it, else US.
+    """
+    unknown = set(types) - set(SPAN_TYPES)
+    if unknown:
+        raise ValueError(f"unknown PII span types {sorted(unknown)}; choose from {SPAN_TYPES}")
+    region = check_region(region)
+    if address_country is None:
+        address_country = region if region in _ADDRESS_COUNTRIES else "US"
+    noise = _noise_spans(text)
+    emails = find_emails(text)
+    masked = _mask(text, noise + [(s.start, s.end) for s in emails])
+    phones = find_phones(text, region, _masked=masked) if "phone" in types else []
+    spans: list[Span] = list(emails) if "email" in types else []
+    spans += phones
+    if "address" in types:
+        masked_more = _mask(masked, [(s.start, s.end) for s in phones])
+        spans += find_addresses(text, address_country, _masked=masked_more)
+    return _deoverlap(spans)
+
+
+def clean_address(text: str) -> str:
+    """One-line form of an address: line breaks become ``", "``, runs of spaces one space."""
+    lines = [" ".join(part.split()) for part in re.split(r"[\r\n]+", text)]
+    out = ""
+    for line in (ln.strip(" ,") for ln in lines):
+        if not line:
+            continue
+        out = line if not out else f"{out}, {line}"
+    return out
+
+
+def name_from_text(text: str) -> str | None:
+    """The name on a labelled line ``Name: First Last`` (2-5 words), or ``None``."""
+    for m in _NAME_LINE_RE.finditer(text):
+        words = m.group(1).split()
+        if 1 < len(words) <= 5 and all(w[:1].isupper() for w in words):
+            return " ".join(words)
+    return None
+
+
+@dataclass
+class ExtractionResult:
+    """Records plus the counts that ``ctxleak pii extract`` prints."""
+
+    records: list[PIIRecord]
+    span_counts: dict[str, int] = field(default_factory=lambda: {t: 0 for t in SPAN_TYPES})
+    documents_read: int = 0
+    documents_kept: int = 0
+    documents_without_name: int = 0
+    documents_incomplete: int = 0
+
+
+def _value_key(pii_type: str, value: str, region: str) -> str:
+    if pii_type == "phone":
+        import phonenumbers
+
+        try:
+            number = phonenumbers.parse(value, region)
+            return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+        except phonenumbers.NumberParseException:
+            return re.sub(r"\D", "", value)
+    return " ".join(value.casefold().split())
+
+
+def _most_common(values: list[str], pii_type: str, region: str) -> str | None:
+    if not values:
+        return None
+    keys = [_value_key(pii_type, v, region) for v in values]
+    counts = Counter(keys)
+    best = max(counts.values())
+    for key, value in zip(keys, values, strict=True):  # ties: the first one seen
+        if counts[key] == best:
+            return value
+    return None  # unreachable
+
+
+def extract(documents: Iterable[Mapping[str, Any]], require_all: bool = True, *,
+            region: str = "US", address_country: str | None = None) -> ExtractionResult:
+    """Find PII in each document and group it per subject into :class:`PIIRecord` objects.
+
+    Each document is a mapping with ``text`` and optionally ``name`` (the subject's name),
+    ``subject`` (a subject id; documents sharing it are grouped; default: the name),
+    ``relations`` and ``university`` (copied into the record). A document without a ``name``
+    field may name its subject on a ``Name: First Last`` line; otherwise it is skipped.
+
+    With ``require_all`` (the default, as in ProPILE App. A.2) a document counts only if it
+    holds an e-mail, a phone number and an address at once; with ``require_all=False`` any
+    document with a name and at least one of them counts. Per subject, each PII value is the
+    most frequent one over its counted documents (ties: the first seen).
+    """
+    region = check_region(region)
+    result = ExtractionResult(records=[])
+    groups: dict[str, dict[str, Any]] = {}
+    for index, doc in enumerate(documents):
+        result.documents_read += 1
+        if not isinstance(doc, Mapping):
+            raise InputError(f"document {index}: expected a mapping with a 'text' field")
+        text = doc.get("text")
+        if not isinstance(text, str):
+            raise InputError(f"document {index}: 'text' must be a string", field="text")
+        spans = find_pii(text, region, address_country=address_country)
+        by_type: dict[str, list[str]] = {t: [] for t in SPAN_TYPES}
+        for span in spans:
+            result.span_counts[span.type] += 1
+            value = clean_address(span.text) if span.type == "address" else span.text
+            by_type[span.type].append(value)
+
+        name = doc.get("name")
+        if name is not None and not isinstance(name, str):
+            raise InputError(f"document {index}: 'name' must be a string", field="name")
+        name = " ".join(name.split()) if name else name_from_text(text)
+        if not name:
+            result.documents_without_name += 1
+            continue
+        present = [t for t in SPAN_TYPES if by_type[t]]
+        if (require_all and len(present) < len(SPAN_TYPES)) or not present:
+            result.documents_incomplete += 1
+            continue
+        result.documents_kept += 1
+
+        subject = doc.get("subject", doc.get("subject_id"))
+        subject_id = str(subject) if subject not in (None, "") else name
+        key = str(subject) if subject not in (None, "") else " ".join(name.casefold().split())
+        group = groups.setdefault(key, {"subject_id": subject_id, "name": name, "docs": [],
+                                        "relations": {}, "university": None,
+                                        **{t: [] for t in SPAN_TYPES}})
+        group["docs"].append(text)
+        for t in SPAN_TYPES:
+            group[t] += by_type[t]
+        relations = doc.get("relations")
+        if isinstance(relations, Mapping):
+            for rel, rel_name in relations.items():
+                if isinstance(rel_name, str) and rel_name.strip():
+                    group["relations"].setdefault(str(rel), rel_name.strip())
+        university = doc.get("university")
+        if group["university"] is None and isinstance(university, str) and university.strip():
+            group["university"] = university.strip()
+
+    for group in groups.values():
+        values = {t: _most_common(group[t], t, region) for t in PII_FIELDS}
+        result.records.append(PIIRecord(
+            subject_id=group["subject_id"], name=group["name"], relations=group["relations"],
+            university=group["university"], documents=group["docs"], **values))
+    return result
+
+
+def extract_records(documents: Iterable[Mapping[str, Any]], require_all: bool = True, *,
+                    region: str = "US", address_country: str | None = None) -> list[PIIRecord]:
+    """The records of :func:`extract` (see there)."""
+    return extract(documents, require_all, region=region,
+                   address_country=address_country).records

@@ -1,0 +1,227 @@
+"""PII records: one data subject's name and PII, read from and written to JSONL (SPEC §7, §9).
+
+A record file holds one JSON object per line::
+
+    {"subject_id": "s00001", "name": "...", "email": "...", "phone": "...", "address": "...",
+     "relations": {"father": "...", "mother": "..."}, "university": "...", "documents": ["..."]}
+
+Only ``name`` is required. Files that hold PII are written with mode 0600, atomically (a temporary
+file in the same directory, then :func:`os.replace`), so an interrupted write never leaves half a
+file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxleak.errors import InputError
+
+__all__ = [
+    "PII_FIELDS",
+    "PIIRecord",
+    "load_records",
+    "read_jsonl",
+    "save_records",
+    "write_private_jsonl",
+]
+
+# The structured PII types of a record (App. A.2), in the order the quadruplet templates use.
+PII_FIELDS = ("phone", "email", "address")
+
+_OPTIONAL_STR_FIELDS = ("email", "phone", "address", "university")
+
+
+@dataclass(frozen=True)
+class PIIRecord:
+    """One data subject. Empty PII is ``None``; ``relations`` maps a relationship to a name."""
+
+    subject_id: str
+    name: str
+    email: str | None = None
+    phone: str | None = None
+    address: str | None = None
+    relations: dict[str, str] = field(default_factory=dict)
+    university: str | None = None
+    documents: list[str] = field(default_factory=list)
+
+    def get(self, pii_type: str) -> str | None:
+        """The value of a structured PII type (``email``, ``phone``, ``address``, ``university``)
+        or of a relationship (``father``, ``mother``, ...)."""
+        if pii_type in _OPTIONAL_STR_FIELDS or pii_type == "name":
+            return getattr(self, pii_type)
+        return self.relations.get(pii_type)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "subject_id": self.subject_id,
+            "name": self.name,
+            "email": self.email,
+            "phone": self.phone,
+            "address": self.address,
+            "relations": dict(self.relations),
+            "university": self.university,
+            "documents": list(self.documents),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None,
+                  line: int | None = None) -> PIIRecord:
+        """Build a record from a mapping, checking types. Errors are :class:`InputError` naming
+        ``file``, ``line`` and the field when those are given."""
+        if not isinstance(data, Mapping):
+            raise InputError(f"expected a JSON object, got {type(data).__name__}",
+                             file=file, line=line)
+
+        def bad(field_name: str, message: str) -> InputError:
+            return InputError(message, file=file, line=line, field=field_name)
+
+        name = data.get("name")
+        if name is None:
+            raise bad("name", "missing required field (every record needs the subject's name)")
+        if not isinstance(name, str) or not name.strip():
+            raise bad("name", f"must be a non-empty string, got {_describe(name)}")
+
+        values: dict[str, Any] = {}
+        for key in _OPTIONAL_STR_FIELDS:
+            value = data.get(key)
+            if value is not None and not isinstance(value, str):
+                raise bad(key, f"must be a string or null, got {_describe(value)}")
+            values[key] = value if value else None
+
+        subject_id = data.get("subject_id", data.get("subject"))
+        if subject_id is None:
+            subject_id = name
+        elif isinstance(subject_id, int) and not isinstance(subject_id, bool):
+            subject_id = str(subject_id)
+        elif not isinstance(subject_id, str) or not subject_id:
+            raise bad("subject_id", f"must be a non-empty string, got {_describe(subject_id)}")
+
+        relations = data.get("relations")
+        if relations is None:
+            relations = {}
+        if not isinstance(relations, Mapping):
+            raise bad("relations", f"must be an object of relationship -> name, got "
+                                   f"{_describe(relations)}")
+        for rel, rel_name in relations.items():
+            if not isinstance(rel_name, str) or not rel_name.strip():
+                raise bad(f"relations.{rel}", f"must be a non-empty string, got "
+                                              f"{_describe(rel_name)}")
+
+        documents = data.get("documents")
+        if documents is None:
+            documents = []
+        if not isinstance(documents, list):
+            raise bad("documents", f"must be a list of strings, got {_describe(documents)}")
+        for i, doc in enumerate(documents):
+            if not isinstance(doc, str):
+                raise bad(f"documents[{i}]", f"must be a string, got {_describe(doc)}")
+
+        return cls(subject_id=subject_id, name=name.strip(), relations=dict(relations),
+                   documents=list(documents), **values)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    kind = {dict: "object", list: "array", str: "string", bool: "boolean",
+            int: "number", float: "number"}.get(type(value), type(value).__name__)
+    if isinstance(value, str):
+        return "an empty string" if not value.strip() else kind
+    return kind
+
+
+def read_jsonl(path: str | Path) -> Iterable[tuple[int, Any]]:
+    """Yield ``(line_number, parsed_object)`` for each non-blank line of a JSONL file.
+
+    Raises :class:`InputError` naming the file and line for malformed JSON, and for a file that
+    is missing or not UTF-8.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", file=str(path))
+    try:
+        with path.open("r", encoding="utf-8") as fh:
+            for number, text in enumerate(fh, start=1):
+                if not text.strip():
+                    continue
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})",
+                                     file=str(path), line=number) from None
+                yield number, obj
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text ({exc.reason})", file=str(path)) from None
+
+
+def load_records(path: str | Path) -> list[PIIRecord]:
+    """Read PII records from a JSONL file (one object per line; blank lines are skipped).
+
+    Errors name the file, the 1-based line and the field: malformed JSON, a line that is not an
+    object, a missing ``name``, a field of the wrong type, a repeated ``subject_id``.
+    """
+    records: list[PIIRecord] = []
+    seen: dict[str, int] = {}
+    for number, obj in read_jsonl(path):
+        record = PIIRecord.from_dict(obj, file=str(path), line=number)
+        if record.subject_id in seen:
+            raise InputError(
+                f"duplicate subject_id {record.subject_id!r} (first on line "
+                f"{seen[record.subject_id]}); give each subject a distinct subject_id",
+                file=str(path), line=number, field="subject_id")
+        seen[record.subject_id] = number
+        records.append(record)
+    return records
+
+
+def write_private_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write ``rows`` as JSONL to ``path`` with mode 0600, atomically.
+
+    The rows go to a temporary file created with ``os.open(..., 0o600)`` in the same directory,
+    which is flushed, synced and then moved over ``path`` with :func:`os.replace`. Parent
+    directories are created as needed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = -1
+    tmp = ""
+    for _ in range(100):
+        tmp = os.path.join(str(path.parent),
+                           f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            break
+        except FileExistsError:
+            continue
+    if fd < 0:
+        raise FileExistsError(f"could not create a temporary file next to {path}")
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o600)  # exact mode whatever the umask
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fd = -1
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def save_records(records: Iterable[PIIRecord], path: str | Path) -> Path:
+    """Write records as JSONL with mode 0600, atomically (see :func:`write_private_jsonl`)."""
+    return write_private_jsonl((r.to_dict() for r in records), path)

@@ -1,0 +1,1 @@
+"""Run directories, provenance and data loading shared by every command."""

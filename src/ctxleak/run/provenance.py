@@ -1,0 +1,35 @@
+"""Provenance recorded in every ``results.json``: versions, platform, model identity."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def provenance(lm=None, **extra: Any) -> dict[str, Any]:
+    """Versions of ctxleak, torch and transformers, the Python and platform, and the model's
+    id, source, revision or file hash, dtype and device."""
+    from ctxleak import __version__
+
+    out: dict[str, Any] = {
+        "ctxleak": __version__,
+        "torch": _version("torch"),
+        "transformers": _version("transformers"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
+    if lm is not None:
+        out["model"] = lm.info.to_dict()
+        out["model"]["bos_ids"] = list(lm.bos_ids)
+        out["model"]["eos_ids"] = list(lm.eos_ids)
+    out.update(extra)
+    return out

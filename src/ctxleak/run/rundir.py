@@ -1,0 +1,173 @@
+"""The run directory (SPEC §1, §9): ``config.json``, ``samples.jsonl`` appended and flushed per
+example, ``results.json`` written atomically with provenance, and ``--resume``.
+
+Files that may hold PII (samples, results, reports) are created with mode 0600 when the run says
+so. A run interrupted by Ctrl-C leaves every file valid: samples are whole lines, results and
+reports are replaced atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ctxleak.errors import ConfigError
+
+CONFIG_FILE, SAMPLES_FILE, RESULTS_FILE = "config.json", "samples.jsonl", "results.json"
+
+# Keys that may change between a run and its resume without changing any number.
+RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
+                                 "device", "quiet"})
+
+
+def to_jsonable(value: Any) -> Any:
+    """numpy / torch scalars and arrays, paths, tuples and NaN to plain JSON (NaN -> null)."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist"):
+        return to_jsonable(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    """Write a file whole or not at all: temp file in the same folder, fsync, ``os.replace``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    keys = (set(old) | set(new)) - RESUME_NEUTRAL_KEYS
+    return sorted(k for k in keys if to_jsonable(old.get(k)) != to_jsonable(new.get(k)))
+
+
+class RunDir:
+    """One run's output folder.
+
+    ``RunDir(path, config, resume=False, private=False)`` creates the folder, refuses to mix a
+    new run into a folder that already holds samples unless ``resume`` is set, and on resume
+    refuses a config that differs (other than ``RESUME_NEUTRAL_KEYS``).
+    """
+
+    def __init__(self, path: str | Path, config: dict[str, Any], *, resume: bool = False,
+                 private: bool = False) -> None:
+        self.path = Path(path)
+        self.config = to_jsonable(config)
+        self.private = private
+        self.file_mode = 0o600 if private else 0o644
+        self.started = time.time()
+        self.path.mkdir(parents=True, exist_ok=True)
+        config_path = self.path / CONFIG_FILE
+        has_samples = (self.path / SAMPLES_FILE).exists()
+        if config_path.exists() or has_samples:
+            if not resume:
+                raise ConfigError(f"{self.path} already holds a run: pass --resume to continue it "
+                                  "or choose another --output")
+            if config_path.exists():
+                old = json.loads(config_path.read_text(encoding="utf-8"))
+                diff = config_differences(old, self.config)
+                if diff:
+                    raise ConfigError(f"cannot resume {self.path}: the config differs in "
+                                      f"{', '.join(diff)} (stored in {config_path})")
+        write_atomic(config_path, json.dumps(self.config, indent=2, sort_keys=True) + "\n",
+                     self.file_mode)
+        self._samples = self._read_samples()
+        self._handle = None
+
+    # samples.jsonl ---------------------------------------------------------------------------
+    def _read_samples(self) -> list[dict[str, Any]]:
+        path = self.path / SAMPLES_FILE
+        if not path.exists():
+            return []
+        rows, good_bytes = [], 0
+        with open(path, "rb") as f:
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    break  # a line cut by an interrupted write: dropped and rewritten
+                try:
+                    rows.append(json.loads(raw))
+                except json.JSONDecodeError:
+                    break
+                good_bytes += len(raw)
+        if good_bytes != path.stat().st_size:
+            with open(path, "r+b") as f:
+                f.truncate(good_bytes)
+        return rows
+
+    @property
+    def samples(self) -> list[dict[str, Any]]:
+        """Samples written so far (those of earlier runs included, when resuming)."""
+        return list(self._samples)
+
+    def done_keys(self, key: str = "id") -> set:
+        return {row.get(key) for row in self._samples}
+
+    def append_sample(self, record: dict[str, Any]) -> None:
+        """Append one example's record as a JSON line and flush it to disk."""
+        if self._handle is None:
+            path = self.path / SAMPLES_FILE
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, self.file_mode)
+            self._handle = os.fdopen(fd, "a", encoding="utf-8")
+        row = to_jsonable(record)
+        self._handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._samples.append(row)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    # results and other files -----------------------------------------------------------------
+    def write_results(self, summary: dict[str, Any], *, provenance: dict[str, Any],
+                      n_effective: int, extra: dict[str, Any] | None = None) -> Path:
+        """``results.json``: the summary with config, provenance, sample count and wall time."""
+        body = {"summary": summary, "config": self.config, "provenance": provenance,
+                "n_effective": n_effective, "wall_time_s": round(time.time() - self.started, 3)}
+        if extra:
+            body.update(extra)
+        path = self.path / RESULTS_FILE
+        write_atomic(path, json.dumps(to_jsonable(body), indent=2, ensure_ascii=False) + "\n",
+                     self.file_mode)
+        return path
+
+    def write_file(self, name: str, data: str | bytes) -> Path:
+        path = self.path / name
+        write_atomic(path, data, self.file_mode)
+        return path
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_jsonl(path: str | Path) -> Iterable[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
