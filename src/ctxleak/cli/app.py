@@ -22,6 +22,10 @@ COMMAND_MODULES = [
     "ctxleak.cli.models_cmd",
     "ctxleak.cli.run_cmd",
     "ctxleak.cli.influence_cmd",
+    "ctxleak.cli.icl_cmd",
+    "ctxleak.cli.audit_cmd",
+    "ctxleak.cli.susceptibility_cmd",
+    "ctxleak.cli.probe_cmd",
     "ctxleak.cli.dp_cmd",
     "ctxleak.cli.pii_cmd",
 ]
@@ -31,7 +35,7 @@ app = typer.Typer(
     help=(
         "Measure how much a language model's output comes from, and leaks, the context in its "
         "prompt. Every model command writes a run directory (results.json, samples.jsonl, "
-        "report.html). Start with:  ctxleak models   then   ctxleak score --data demo"
+        "report.html). Start with:  ctxleak models   then   ctxleak influence --data demo --limit 3"
     ),
     no_args_is_help=True,
     add_completion=False,
