@@ -105,8 +105,28 @@ def command_path(argv: list[str]) -> list[str]:
 
 
 def nest_defaults(path: list[str], values: dict[str, Any]) -> dict[str, Any]:
-    """Click's ``default_map`` for the command at ``path``, from flag-name -> value pairs."""
-    node: dict[str, Any] = {k.replace("-", "_"): v for k, v in values.items()}
+    """Click's ``default_map`` for the command at ``path`` from a config file's flag names
+    (``lambda``, ``max-new-tokens`` or ``max_new_tokens``), mapped to the command's parameter
+    names; an unknown flag is an error that names it."""
+    from ctxleak.errors import ConfigError
+
+    command: Any = typer.main.get_command(app)
+    for word in path:
+        if word not in getattr(command, "commands", {}):
+            raise ConfigError(f"unknown command '{' '.join(path)}' in the config")
+        command = command.commands[word]
+    by_flag: dict[str, str] = {}
+    for param in command.params:
+        by_flag[param.name] = param.name
+        for opt in getattr(param, "opts", []):
+            by_flag[opt.lstrip("-").replace("-", "_")] = param.name
+    node: dict[str, Any] = {}
+    for key, value in values.items():
+        name = by_flag.get(str(key).lstrip("-").replace("-", "_"))
+        if name is None:
+            raise ConfigError(f"unknown flag '{key}' in the config for 'ctxleak "
+                              f"{' '.join(path)}'")
+        node[name] = value
     for word in reversed(path):
         node = {word: node}
     return node

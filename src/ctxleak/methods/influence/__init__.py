@@ -1,0 +1,51 @@
+"""Context influence, Context Influence Decoding and bounded CID (paper 000)."""
+
+from ctxleak.methods.influence.cid import (
+                                           CIDConfig,
+                                           CIDResponse,
+                                           bounded_lambda,
+                                           cid_logprobs,
+                                           generate_cid,
+)
+from ctxleak.methods.influence.data import (
+                                           TASK_TEMPLATES,
+                                           InfluenceExample,
+                                           load_examples,
+                                           prompt_parts,
+)
+from ctxleak.methods.influence.ngrams import (
+                                           PromptParts,
+                                           WindowInfluence,
+                                           next_token_unigram_influence,
+                                           window_influence,
+                                           windows,
+)
+from ctxleak.methods.influence.pipeline import (
+                                           InfluenceOptions,
+                                           Setting,
+                                           measure_example,
+                                           settings_grid,
+                                           summarize_setting,
+)
+
+__all__ = [
+                                           "TASK_TEMPLATES",
+                                           "CIDConfig",
+                                           "CIDResponse",
+                                           "InfluenceExample",
+                                           "InfluenceOptions",
+                                           "PromptParts",
+                                           "Setting",
+                                           "WindowInfluence",
+                                           "bounded_lambda",
+                                           "cid_logprobs",
+                                           "generate_cid",
+                                           "load_examples",
+                                           "measure_example",
+                                           "next_token_unigram_influence",
+                                           "prompt_parts",
+                                           "settings_grid",
+                                           "summarize_setting",
+                                           "window_influence",
+                                           "windows",
+]

@@ -1,0 +1,161 @@
+"""Context Influence Decoding (paper 000, Def. 3.4) and its bounded, ε-DP form (App. B, Alg. 1).
+
+CID samples from ``p̄_λ(y_t) = softmax((λ·z(y_t | D, x, y<t) + (1−λ)·z(y_t | x, y<t)) / T)``
+where z are logits with and without the context D. Two prompt streams, each KV-cached, are
+combined step by step by the engine's :func:`~ctxleak.engine.generation.generate_streams`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ctxleak.engine.forward import MASKED_LOGIT
+from ctxleak.engine.generation import generate_streams
+from ctxleak.engine.models import LM
+from ctxleak.errors import ConfigError
+
+BISECTION_STEPS = 40
+# Bounded CID aims this far below ε/2 so that float noise between the two streams' forward
+# passes (about 1e-7 in float32) can never push a released token over the bound.
+BOUND_MARGIN = 1e-6
+
+
+@dataclass(frozen=True)
+class CIDConfig:
+    """Decoding settings (paper 000 defaults: λ = 1, T = 0.8, 10 to 50 new tokens).
+
+    ``bounded_eps`` switches to bounded CID: at each step the largest λ in ``[0, lam]`` whose
+    distribution stays within ``bounded_eps / 2`` of the no-context one (App. B, Alg. 1).
+    """
+
+    lam: float = 1.0
+    temperature: float = 0.8
+    max_new_tokens: int = 50
+    min_new_tokens: int = 10
+    bounded_eps: float | None = None
+
+    def __post_init__(self) -> None:
+        if not np.isfinite(self.lam) or self.lam < 0:
+            raise ConfigError(f"--lambda must be >= 0 (0 = no context, 1 = plain decoding), "
+                              f"not {self.lam}")
+        if not np.isfinite(self.temperature) or self.temperature <= 0:
+            raise ConfigError(f"--temperature must be > 0, not {self.temperature}")
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"--max-new-tokens must be >= 1, not {self.max_new_tokens}")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ConfigError(f"--min-new-tokens must be between 0 and --max-new-tokens "
+                              f"({self.max_new_tokens}), not {self.min_new_tokens}")
+        if self.bounded_eps is not None and not self.bounded_eps > 0:
+            raise ConfigError(f"--bounded-eps must be > 0, not {self.bounded_eps}")
+
+
+def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float,
+                 temperature: float) -> torch.Tensor:
+    """``log p̄_λ = log_softmax((λ·z_D + (1−λ)·z_∅) / T)`` in float64 (paper 000, Eq. 6).
+
+    λ = 0 and λ = 1 select one stream exactly, so λ = 0 is bit-for-bit no-context decoding.
+    """
+    z_context, z_empty = z_context.double(), z_empty.double()
+    if lam == 0:
+        mixed = z_empty
+    elif lam == 1:
+        mixed = z_context
+    else:
+        mixed = lam * z_context + (1.0 - lam) * z_empty
+    return torch.log_softmax(mixed / temperature, dim=-1)
+
+
+def _divergence(z_context, z_empty, lam, temperature, base, valid) -> float:
+    """``max_y |log p̄_λ(y | D) − log p(y | ∅)|`` over the tokens that can be drawn."""
+    diff = (cid_logprobs(z_context, z_empty, lam, temperature) - base).abs()
+    return float(diff[valid].max())
+
+
+def bounded_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, lam_max: float,
+                   temperature: float) -> tuple[float, float]:
+    """The largest λ in ``[0, lam_max]`` with ``max_y |log p̄_λ(y|D) − log p(y|∅)| ≤ ε/2``, found
+    by bisection (paper 000, Alg. 1, line 2; both at temperature T), and that maximum.
+
+    λ = 0 always qualifies (the maximum is 0). Tokens masked out (EOS before the minimum length)
+    are excluded from the maximum: both distributions give them probability 0.
+    """
+    base = torch.log_softmax(z_empty.double() / temperature, dim=-1)
+    valid = (z_empty > MASKED_LOGIT / 2) & (z_context > MASKED_LOGIT / 2)
+    half = eps / 2.0 - BOUND_MARGIN
+    top = _divergence(z_context, z_empty, lam_max, temperature, base, valid)
+    if top <= half:
+        return lam_max, top
+    lo, hi, lo_div = 0.0, lam_max, 0.0
+    for _ in range(BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        d = _divergence(z_context, z_empty, mid, temperature, base, valid)
+        if d <= half:
+            lo, lo_div = mid, d
+        else:
+            hi = mid
+    return lo, lo_div
+
+
+@dataclass
+class CIDResponse:
+    """A response drawn by (bounded) CID with, for each token y_t: ``logp_context`` =
+    log p̄_λ(y_t | D), ``logp_empty`` = log softmax(z(·|∅)/T)(y_t), the λ used and, for bounded
+    CID, the per-token ε = 2·max_y |log p̄_λ(y|D) − log p(y|∅)|. ``lambdas`` and ``token_eps``
+    also cover the stopping EOS when there is one: ending the response is a released choice too,
+    so it counts in the composed ε."""
+
+    token_ids: list[int]
+    logp_context: list[float]
+    logp_empty: list[float]
+    lambdas: list[float]
+    token_eps: list[float] = field(default_factory=list)
+    stopped_on_eos: bool = False
+
+    @property
+    def token_influence(self) -> np.ndarray:
+        """Whole-context (n = |D|) token influence |log p̄_λ(y_t|D) − log p(y_t|∅)| (Def. 3.1)."""
+        return np.abs(np.array(self.logp_context) - np.array(self.logp_empty))
+
+    @property
+    def composed_eps(self) -> float | None:
+        """Basic composition of the per-token ε over every released token (bounded CID)."""
+        return float(sum(self.token_eps)) if self.token_eps else None
+
+    @property
+    def influence(self) -> float:
+        """Response influence, the sum over tokens (Def. 3.2)."""
+        return float(self.token_influence.sum())
+
+
+def generate_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],
+                 config: CIDConfig, seed: int, use_cache: bool = True) -> CIDResponse:
+    """Draw one response by CID from the prompt with the context and the one without it."""
+    lam_chosen: list[float] = []
+    step_eps: list[float] = []
+
+    def combine(logits: torch.Tensor, step: int) -> torch.Tensor:
+        lam = config.lam
+        if config.bounded_eps is not None:
+            lam, div = bounded_lambda(logits[0], logits[1], config.bounded_eps, config.lam,
+                                      config.temperature)
+            step_eps.append(2.0 * div)
+        lam_chosen.append(lam)
+        return cid_logprobs(logits[0], logits[1], lam, config.temperature)
+
+    def observe(logits: torch.Tensor, logprobs: torch.Tensor, token: int, step: int):
+        empty = torch.log_softmax(logits[1] / config.temperature, dim=-1)
+        return float(logprobs[token]), float(empty[token])
+
+    gen = generate_streams(lm, [list(prompt_context), list(prompt_empty)], combine,
+                           observe=observe, max_new_tokens=config.max_new_tokens,
+                           min_new_tokens=config.min_new_tokens, seed=seed, use_cache=use_cache)
+    n = len(gen.token_ids)  # influence is over response tokens, not the stopping EOS
+    return CIDResponse(token_ids=gen.token_ids,
+                       logp_context=[r[0] for r in gen.records[:n]],
+                       logp_empty=[r[1] for r in gen.records[:n]],
+                       lambdas=lam_chosen, token_eps=step_eps,
+                       stopped_on_eos=gen.stopped_on_eos)

@@ -1,0 +1,137 @@
+"""Influence of context n-grams on a response (paper 000, Def. 3.1-3.2).
+
+``τ_{i,n,t} = |log p̄_λ(y_t | D) − log p̄_λ(y_t | D∖D_{i,n})|`` where the ablated distribution is
+``softmax((λ·z(·|D∖D_{i,n}) + (1−λ)·z(·|∅)) / T)``. Every ablated prompt shares the prompt up to
+its deleted window with the full prompt, so the engine reuses that KV prefix (SPEC §3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ctxleak.engine.forward import MASKED_LOGIT
+from ctxleak.engine.models import LM
+from ctxleak.engine.scoring import continuation_logits
+from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.cid import cid_logprobs
+
+
+@dataclass(frozen=True)
+class PromptParts:
+    """A prompt as ids before the context, the context ids, and ids after it."""
+
+    before: tuple[int, ...]
+    context: tuple[int, ...]
+    after: tuple[int, ...]
+
+    def with_context(self, context: Sequence[int]) -> list[int]:
+        return list(self.before) + list(context) + list(self.after)
+
+    @property
+    def full(self) -> list[int]:
+        return self.with_context(self.context)
+
+    @property
+    def empty(self) -> list[int]:
+        return self.with_context(())
+
+
+def windows(length: int, n: int, stride: int | None = None) -> list[tuple[int, int]]:
+    """``[start, end)`` of each n-gram window over a context of ``length`` tokens. The default
+    stride is n (non-overlapping, Def. 3.1); the last window may be shorter so every token is
+    covered."""
+    if n < 1:
+        raise ConfigError(f"--ngram must be >= 1, not {n}")
+    if n > length:
+        raise ConfigError(f"--ngram {n} is larger than the context ({length} tokens)")
+    stride = n if stride is None else stride
+    if stride < 1:
+        raise ConfigError(f"--stride must be >= 1, not {stride}")
+    out = []
+    start = 0
+    while start < length:
+        out.append((start, min(start + n, length)))
+        if start + n >= length:
+            break
+        start += stride
+    return out
+
+
+@dataclass
+class WindowInfluence:
+    """``logp_context[t]`` = log p̄_λ(y_t | D) and ``logp_ablated[i, t]`` = log p̄_λ(y_t | D∖spans[i])
+    from one scoring pass; ``tau[i, t]`` is their absolute difference (Def. 3.1)."""
+
+    spans: list[tuple[int, int]]
+    logp_context: np.ndarray
+    logp_ablated: np.ndarray
+
+    @property
+    def tau(self) -> np.ndarray:
+        return np.abs(self.logp_context[None, :] - self.logp_ablated)
+
+    @property
+    def per_window(self) -> np.ndarray:
+        """Response influence of each window (Def. 3.2: the sum over t)."""
+        return self.tau.sum(axis=1)
+
+
+def _eos_mask(lm: LM, n_positions: int, min_new_tokens: int) -> Callable[[torch.Tensor], None]:
+    eos = torch.as_tensor(lm.eos_ids, dtype=torch.long)
+    k = min(min_new_tokens, n_positions)
+
+    def apply(logits: torch.Tensor) -> None:
+        if k and len(eos):
+            logits[:k, eos.to(logits.device)] = MASKED_LOGIT
+
+    return apply
+
+
+def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans: Sequence[
+        tuple[int, int]], *, lam: float, temperature: float, min_new_tokens: int = 0,
+        reuse_prefix: bool = True, batch_size: str | int | None = "auto") -> WindowInfluence:
+    """Teacher-forced influence of each context window on ``response`` under CID.
+
+    The EOS mask of the first ``min_new_tokens`` steps is applied as during generation, so the
+    scored distributions are the ones the response was drawn from.
+    """
+    response = list(response)
+    if not response:
+        return WindowInfluence(list(spans), np.zeros(0), np.zeros((len(spans), 0)))
+    mask = _eos_mask(lm, len(response), min_new_tokens)
+    target = torch.as_tensor(response, dtype=torch.long)
+
+    def keep(i: int, logits: torch.Tensor) -> torch.Tensor:
+        mask(logits)
+        return logits
+
+    (z_empty,) = continuation_logits(lm, [parts.empty], response, reuse_prefix=False,
+                                     batch_size=batch_size, reduce=keep)
+    prompts = [parts.full] + [parts.with_context(parts.context[:a] + parts.context[b:])
+                              for a, b in spans]
+
+    def reduce(i: int, logits: torch.Tensor) -> np.ndarray:
+        mask(logits)
+        logp = cid_logprobs(logits, z_empty.to(logits.device), lam, temperature)
+        return logp.gather(1, target.to(logp.device)[:, None])[:, 0].cpu().numpy()
+
+    scored = continuation_logits(lm, prompts, response, reuse_prefix=reuse_prefix,
+                                 batch_size=batch_size, reduce=reduce)
+    ablated = np.stack(scored[1:]) if spans else np.zeros((0, len(response)))
+    return WindowInfluence(list(spans), scored[0], ablated)
+
+
+def next_token_unigram_influence(lm: LM, parts: PromptParts, prefix: Sequence[int],
+                                 token: int, *, lam: float, temperature: float,
+                                 batch_size: str | int | None = "auto") -> np.ndarray:
+    """Influence of each single context token on one next token (paper 000, Table 1)."""
+    spans = windows(len(parts.context), 1)
+    res = window_influence(lm, PromptParts(parts.before, parts.context,
+                                           tuple(parts.after) + tuple(prefix)),
+                           [token], spans, lam=lam, temperature=temperature,
+                           batch_size=batch_size)
+    return res.tau[:, 0]

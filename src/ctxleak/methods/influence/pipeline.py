@@ -1,0 +1,152 @@
+"""Expected context influence over a dataset (paper 000, Def. 3.3, Eq. 5): one CID response per
+example, its token and response influence, n-gram windows, regurgitation and quality."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ctxleak.engine.models import LM
+from ctxleak.methods.influence.cid import CIDConfig, generate_cid
+from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
+from ctxleak.methods.influence.metrics import (
+    context_token_fraction,
+    is_repeat,
+    is_rouge_repeat,
+    mean_curve,
+    rouge_l_f1,
+    summarize,
+)
+from ctxleak.methods.influence.ngrams import window_influence, windows
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One cell of a sweep: λ, temperature and context size (None = whole context)."""
+
+    lam: float
+    temperature: float
+    context_tokens: int | None = None
+
+    @property
+    def key(self) -> str:
+        k = "all" if self.context_tokens is None else str(self.context_tokens)
+        return f"lambda={self.lam:g},T={self.temperature:g},context={k}"
+
+
+@dataclass(frozen=True)
+class InfluenceOptions:
+    """Everything but λ and T, which vary by :class:`Setting`."""
+
+    max_new_tokens: int = 50
+    min_new_tokens: int = 10
+    bounded_eps: float | None = None
+    ngram: int | None = None  # None: only the whole context (n = |D|)
+    stride: int | None = None
+    template: str | None = None
+    repeat_threshold: float = 0.5
+    rouge_threshold: float = 0.5
+    reuse_prefix: bool = True
+
+    def cid(self, setting: Setting) -> CIDConfig:
+        return CIDConfig(lam=setting.lam, temperature=setting.temperature,
+                         max_new_tokens=self.max_new_tokens, min_new_tokens=self.min_new_tokens,
+                         bounded_eps=self.bounded_eps)
+
+
+def _round(values: Sequence[float] | np.ndarray, digits: int = 6) -> list[float]:
+    return [round(float(v), digits) for v in values]
+
+
+def measure_example(lm: LM, example: InfluenceExample, setting: Setting,
+                    options: InfluenceOptions, seed: int,
+                    batch_size: str | int | None = "auto") -> dict[str, Any]:
+    """Generate by CID and measure the context's influence on one example (one JSON record)."""
+    config = options.cid(setting)
+    parts, dropped = prompt_parts(lm, example, options.template, setting.context_tokens,
+                                  reserve=config.max_new_tokens)
+    if dropped:
+        warnings.warn(f"example {example.id}: context cut by {dropped} tokens to fit the "
+                      "model's window", stacklevel=2)
+    response = generate_cid(lm, parts.full, parts.empty, config, seed)
+    text = lm.decode(response.token_ids)
+    context_text = lm.decode(list(parts.context))
+    tau = response.token_influence
+    record: dict[str, Any] = {
+        "setting": setting.key, "lambda": setting.lam, "temperature": setting.temperature,
+        "context_tokens": len(parts.context), "context_truncated_by": dropped,
+        "seed": seed, "response": text, "response_ids": response.token_ids,
+        "stopped_on_eos": response.stopped_on_eos,
+        "logp_context": _round(response.logp_context), "logp_empty": _round(response.logp_empty),
+        "token_influence": _round(tau), "influence": float(tau.sum()),
+        "context_token_fraction": context_token_fraction(response.token_ids, parts.context),
+        "repeat": is_repeat(response.token_ids, parts.context, options.repeat_threshold),
+        "rouge_context": rouge_l_f1(text, context_text),
+        "rouge_repeat": is_rouge_repeat(text, context_text, options.rouge_threshold),
+        "rouge_l": rouge_l_f1(text, example.reference) if example.reference else None,
+    }
+    if options.bounded_eps is not None:
+        record.update({"lambdas": _round(response.lambdas), "token_eps": _round(response.token_eps),
+                       "composed_eps": response.composed_eps})
+    if options.ngram is not None and response.token_ids:
+        n = min(options.ngram, len(parts.context))
+        spans = windows(len(parts.context), n, options.stride)
+        win = window_influence(lm, parts, response.token_ids, spans, lam=setting.lam,
+                               temperature=setting.temperature,
+                               min_new_tokens=config.min_new_tokens,
+                               reuse_prefix=options.reuse_prefix, batch_size=batch_size)
+        per_window = win.per_window
+        record.update({
+            "ngram": n, "windows": [list(s) for s in spans],
+            "window_influence": _round(per_window),
+            "window_logp": [_round(row) for row in win.logp_ablated],
+            "max_window_influence": float(per_window.max()) if len(per_window) else None,
+            "max_window": int(per_window.argmax()) if len(per_window) else None,
+        })
+    return record
+
+
+def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """The summary of one setting: expected influence with a bootstrap interval, regurgitation
+    counts, ROUGE-L, the per-position curve and, for n-gram runs, the per-window curve."""
+    infl = [r["influence"] for r in records]
+    rouge = [r["rouge_l"] for r in records if r.get("rouge_l") is not None]
+    first = records[0] if records else {}
+    out: dict[str, Any] = {
+        "setting": first.get("setting"), "lambda": first.get("lambda"),
+        "temperature": first.get("temperature"), "n": len(records),
+        "influence": summarize(infl, seed=seed),
+        "mean_tokens": float(np.mean([len(r["response_ids"]) for r in records])) if records
+        else None,
+        "repeat_prompts": int(sum(r["repeat"] for r in records)),
+        "rouge_prompts": int(sum(r["rouge_repeat"] for r in records)),
+        "rouge_l": summarize(rouge, seed=seed) if rouge else None,
+        "per_position_influence": mean_curve([r["token_influence"] for r in records]),
+        "mean_context_tokens": float(np.mean([r["context_tokens"] for r in records]))
+        if records else None,
+    }
+    if any("window_influence" in r for r in records):
+        curve = mean_curve([r["window_influence"] for r in records if "window_influence" in r])
+        out["per_window_influence"] = curve
+        out["max_window_influence"] = summarize(
+            [r["max_window_influence"] for r in records
+             if r.get("max_window_influence") is not None], seed=seed)
+    if any("composed_eps" in r for r in records):
+        out["composed_eps"] = summarize([r["composed_eps"] for r in records
+                                         if r.get("composed_eps") is not None], seed=seed)
+        out["mean_lambda"] = float(np.mean([np.mean(r["lambdas"]) for r in records
+                                            if r.get("lambdas")]))
+    return out
+
+
+def settings_grid(lams: Sequence[float], temps: Sequence[float],
+                  context_sizes: Sequence[int | None]) -> list[Setting]:
+    return [Setting(lam, t, k) for k in context_sizes for t in temps for lam in lams]
+
+
+def options_dict(options: InfluenceOptions) -> dict[str, Any]:
+    return asdict(options)

@@ -1,0 +1,101 @@
+"""Plots and the HTML report of a context-influence run (paper 000, Tables 1-3, Fig. 2-4, 8)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ctxleak.report import Report, plots
+
+
+def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per setting, in the layout of the paper's Tables 2-3."""
+    rows = []
+    for s in summaries:
+        infl = s["influence"]
+        row = {"λ": s["lambda"], "T": s["temperature"],
+               "ctx tokens": s.get("mean_context_tokens"), "n": s["n"],
+               "influence": infl["mean"], "95% CI": _ci(infl),
+               "ROUGE-L": (s["rouge_l"] or {}).get("mean"),
+               "Repeat": s["repeat_prompts"], "Rouge": s["rouge_prompts"]}
+        if "max_window_influence" in s:
+            row["max n-gram"] = s["max_window_influence"]["mean"]
+        if "composed_eps" in s:
+            row["composed ε"] = s["composed_eps"]["mean"]
+            row["mean λ"] = s.get("mean_lambda")
+        rows.append(row)
+    return rows
+
+
+def _ci(stats: dict[str, Any]) -> str:
+    if stats.get("ci_low") is None:
+        return "—"
+    return f"[{stats['ci_low']:.3g}, {stats['ci_high']:.3g}]"
+
+
+def _curve(values: Sequence[float | None]) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for i, v in enumerate(values):
+        if v is not None:
+            xs.append(float(i + 1))
+            ys.append(float(v))
+    return xs, ys
+
+
+def influence_plots(summaries: Sequence[dict[str, Any]]) -> dict[str, bytes]:
+    """PNG plots keyed by file name."""
+    out: dict[str, bytes] = {}
+    out["per_position.png"] = plots.line_plot(
+        {s["setting"]: _curve(s["per_position_influence"]) for s in summaries},
+        title="Influence of the t-th generated token (Fig. 2c)", xlabel="token position t",
+        ylabel="mean token influence")
+    sizes = sorted({s["mean_context_tokens"] for s in summaries if s.get("mean_context_tokens")})
+    if len(sizes) > 1:
+        by_lt: dict[str, tuple[list[float], list[float]]] = {}
+        for s in summaries:
+            name = f"λ={s['lambda']:g}, T={s['temperature']:g}"
+            xs, ys = by_lt.setdefault(name, ([], []))
+            xs.append(float(s["mean_context_tokens"]))
+            ys.append(float(s["influence"]["mean"]))
+        out["context_size.png"] = plots.line_plot(by_lt, title="Influence vs context size "
+                                                  "(Fig. 2b)", xlabel="context tokens",
+                                                  ylabel="expected influence")
+    windows = [s for s in summaries if s.get("per_window_influence")]
+    if windows:
+        out["per_window.png"] = plots.line_plot(
+            {s["setting"]: _curve(s["per_window_influence"]) for s in windows},
+            title="Influence of the i-th context n-gram (Fig. 3)", xlabel="window index i",
+            ylabel="mean response influence")
+    lams = sorted({s["lambda"] for s in summaries})
+    if len(lams) > 1:
+        by_t: dict[str, tuple[list[float], list[float]]] = {}
+        for s in sorted(summaries, key=lambda s: s["lambda"]):
+            xs, ys = by_t.setdefault(f"T={s['temperature']:g}", ([], []))
+            xs.append(float(s["lambda"]))
+            ys.append(float(s["influence"]["mean"]))
+        out["lambda_sweep.png"] = plots.line_plot(by_t, title="Influence vs λ (Fig. 8)",
+                                                  xlabel="λ", ylabel="expected influence")
+    return out
+
+
+def build_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
+                 images: dict[str, bytes], meta: dict[str, Any], token_strings=None,
+                 redact: bool = False) -> Report:
+    report = Report("ctxleak influence", "Context influence and CID (paper 000)", redact=redact)
+    report.add_kv(meta)
+    report.add_heading("Summary (layout of the paper's Tables 2-3)")
+    report.add_table(table_rows(summaries))
+    quality = meta.get("quality")
+    if quality:
+        report.add_kv(quality)
+    for name, png in images.items():
+        report.add_image(png, caption=name)
+    if records and token_strings is not None:
+        first = records[0]
+        report.add_heading(f"Token influence of example {first['id']}")
+        report.add_token_heatmap(token_strings, first["token_influence"],
+                                 caption="|log p̄(y_t|D) − log p(y_t|∅)| per response token")
+    report.add_heading("Examples")
+    report.add_table([{"id": r["id"], "setting": r["setting"], "influence": r["influence"],
+                       "ROUGE-L": r.get("rouge_l"), "repeat": r["repeat"],
+                       "response": r["response"][:300]} for r in records[:200]])
+    return report

@@ -1,0 +1,138 @@
+"""The influence command end to end: run directory, resume, config files, errors."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+
+from ctxleak.cli.app import main
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, llama_lm):
+    path = tmp_path_factory.mktemp("tiny-llama")
+    llama_lm.model.save_pretrained(path)
+    llama_lm.tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def cli(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out = capsys.readouterr()
+    return exit_info.value.code or 0, out.out, out.err
+
+
+BASE = ["influence", "--data", "demo", "--max-new-tokens", "4", "--min-new-tokens", "1"]
+
+
+def test_run_resume_and_refuse_changed_config(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    code, stdout, err = cli(BASE + ["--model", tiny_dir, "--limit", "2", "--ngram", "8",
+                                    "--output", str(out)], capsys)
+    assert code == 0, err
+    for name in ("config.json", "samples.jsonl", "results.json", "report.html",
+                 "per_position.png", "per_window.png"):
+        assert (out / name).is_file(), name
+    assert stat.S_IMODE((out / "samples.jsonl").stat().st_mode) == 0o600
+    results = json.loads((out / "results.json").read_text())
+    prov = results["provenance"]
+    assert {"ctxleak", "torch", "transformers", "model"} <= set(prov)
+    assert results["n_effective"] == 2 and results["wall_time_s"] > 0
+    setting = results["summary"]["settings"][0]
+    assert setting["influence"]["n"] == 2 and "per_window_influence" in setting
+    assert results["summary"]["quality"]["bertscore_f1"]["value"] is None
+    assert "not requested" in results["summary"]["quality"]["bertscore_f1"]["reason"]
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    assert len(first["response_ids"]) == len(first["token_influence"]) == len(first["logp_empty"])
+    assert "<script" not in (out / "report.html").read_text().lower()
+
+    code, _, err = cli(BASE + ["--model", tiny_dir, "--limit", "3", "--ngram", "8",
+                               "--output", str(out), "--resume"], capsys)
+    assert code == 0, err
+    lines2 = (out / "samples.jsonl").read_text().splitlines()
+    assert lines2[:2] == lines and len(lines2) == 3   # finished examples kept, one added
+
+    code, _, err = cli(BASE + ["--model", tiny_dir, "--limit", "3", "--ngram", "8",
+                               "--output", str(out)], capsys)
+    assert code == 2 and "--resume" in err
+    code, _, err = cli(BASE + ["--model", tiny_dir, "--lambda", "0.5", "--ngram", "8",
+                               "--output", str(out), "--resume"], capsys)
+    assert code == 2 and "config differs in lambda" in err
+
+
+def test_sweep_and_config_file(tiny_dir, tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"command: influence\nmodel: {tiny_dir}\ndata: demo\nlimit: 1\n"
+                   "lambda: [0, 1.5]\ncontext-sizes: [4, 8]\nmax-new-tokens: 3\n"
+                   "min-new-tokens: 0\n")
+    out = tmp_path / "sweep"
+    code, stdout, err = cli(["run", str(cfg), "--output", str(out)], capsys)
+    assert code == 0, err
+    results = json.loads((out / "results.json").read_text())
+    settings = results["summary"]["settings"]
+    assert len(settings) == 4
+    zero = [s for s in settings if s["lambda"] == 0]
+    assert all(s["influence"]["mean"] == 0 for s in zero)
+    assert (out / "lambda_sweep.png").is_file() and (out / "context_size.png").is_file()
+    # --config works on the command itself and flags override it
+    out2 = tmp_path / "cfg2"
+    code, _, err = cli(["influence", "--config", str(cfg), "--lambda", "0", "--output",
+                        str(out2)], capsys)
+    assert code == 0, err
+    assert json.loads((out2 / "config.json").read_text())["lambda"] == [0.0]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lambda", "-1"], "--lambda must be >= 0"),
+    (["--temperature", "0"], "--temperature must be > 0"),
+    (["--ngram", "x"], "--ngram must be"),
+    (["--data", "/nonexistent.jsonl"], "file not found"),
+    (["--model", "no-such-model"], "unknown model 'no-such-model': use one of default"),
+])
+def test_user_errors_exit_2_without_traceback(argv, message, tmp_path, capsys):
+    code, _, err = cli(BASE + ["--limit", "1", "--output", str(tmp_path / "x")] + argv, capsys)
+    assert code == 2
+    assert message in err and "Traceback" not in err
+
+
+def test_debug_shows_traceback(tmp_path):
+    from ctxleak.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        main(["--debug"] + BASE + ["--lambda", "-1", "--output", str(tmp_path / "y")])
+
+
+def test_version_and_help(capsys):
+    code, out, _ = cli(["--version"], capsys)
+    assert code == 0 and out.startswith("ctxleak ")
+    code, out, _ = cli(["influence", "--help"], capsys)
+    assert code == 0 and "--lambda" in out and "--resume" in out
+
+
+def test_explain_on_tiny_model(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "explain"
+    code, stdout, err = cli(["influence", "explain", "--model", tiny_dir, "--context",
+                             "the capital of france is paris . the capital of italy is rome .",
+                             "--query", "the capital of france is", "--max-new-tokens", "4",
+                             "--min-new-tokens", "1", "--ngram", "2", "--output", str(out)],
+                            capsys)
+    assert code == 0, err
+    res = json.loads((out / "results.json").read_text())["summary"]
+    assert len(res["unigram_influence_on_first_token"]) == len(res["context_tokens"])
+    assert len(res["top_ngrams"]) == 5
+    assert "Most influential" in stdout
+
+
+@pytest.mark.integration
+def test_default_model_end_to_end(tmp_path, capsys, default_lm):
+    out = tmp_path / "default"
+    code, stdout, err = cli(["influence", "--data", "demo", "--limit", "1", "--max-new-tokens",
+                             "8", "--ngram", "32", "--output", str(out)], capsys)
+    assert code == 0, err
+    row = json.loads((out / "samples.jsonl").read_text().splitlines()[0])
+    assert row["influence"] > 0 and len(row["response_ids"]) >= 8 - 0
+    assert row["window_influence"] and max(row["window_influence"]) >= 0

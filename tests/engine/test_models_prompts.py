@@ -1,0 +1,78 @@
+"""Model resolution and prompt building."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxleak.engine.batching import BatchPlanner, parse_batch_size
+from ctxleak.engine.models import bos_convention, load_model, model_status
+from ctxleak.engine.prompts import build_prompt, template_fields
+from ctxleak.errors import ConfigError
+
+
+def test_unknown_model_lists_names():
+    with pytest.raises(ConfigError, match="unknown model 'nope': use one of default, gemma-270m"):
+        load_model("nope")
+
+
+def test_missing_gguf_and_bad_dir(tmp_path):
+    with pytest.raises(ConfigError, match="GGUF file not found"):
+        load_model(str(tmp_path / "m.gguf"))
+    with pytest.raises(ConfigError, match="without config.json"):
+        load_model(str(tmp_path))
+    with pytest.raises(ConfigError, match="--chat-template"):
+        load_model("default", chat_template="maybe")
+
+
+def test_model_status_lists_named_models():
+    names = [row["name"] for row in model_status()]
+    assert names == ["default", "gemma-270m"]
+
+
+def test_bos_conventions(llama_lm, gpt2_lm):
+    assert bos_convention(llama_lm.tokenizer) == [1]
+    assert bos_convention(gpt2_lm.tokenizer) == []
+
+
+def test_build_prompt_spans_and_empty_slot(tiny_lm):
+    p = build_prompt(tiny_lm, "document : {context} . {query}",
+                     {"context": "the capital of france", "query": "yes"})
+    a, b = p.spans["context"]
+    assert list(p.slot("context")) == tiny_lm.encode("the capital of france")
+    assert list(p.ids[:len(tiny_lm.bos_ids)]) == tiny_lm.bos_ids
+    empty = build_prompt(tiny_lm, "document : {context} . {query}", {"context": [], "query": "yes"})
+    assert list(empty.ids) == list(p.ids[:a]) + list(p.ids[b:])
+    assert template_fields("A {x} b {y}") == ["x", "y"]
+    with pytest.raises(ConfigError, match="needs a value"):
+        build_prompt(tiny_lm, "{missing}", {})
+
+
+@pytest.mark.integration
+def test_chat_template_wraps_prompt(default_lm):
+    p = build_prompt(default_lm, "Document: {context}. {query}",
+                     {"context": "Paris is in France", "query": "Where is Paris?"})
+    text = default_lm.tokenizer.decode(list(p.ids))
+    assert text.startswith("<|im_start|>system") and text.rstrip().endswith("assistant")
+    assert default_lm.decode(list(p.slot("context"))) == "Paris is in France"
+    off = build_prompt(default_lm, "Document: {context}. {query}",
+                       {"context": "Paris is in France", "query": "Where is Paris?"}, chat=False)
+    assert default_lm.tokenizer.decode(list(off.ids)) == "Document: Paris is in France. Where is Paris?"
+
+
+def test_batch_planner_backs_off_on_oom():
+    planner = BatchPlanner(None, "cpu")
+    calls = []
+
+    def fn(batch):
+        calls.append(len(batch))
+        if len(batch) > 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate")
+        return [i * 10 for i in batch]
+
+    assert planner.run([10] * 5, fn) == [0, 10, 20, 30, 40]
+    assert calls[0] == 5 and max(calls[1:]) <= 2
+    with pytest.raises(ValueError):
+        BatchPlanner(None, "cpu").run([1], lambda b: (_ for _ in ()).throw(ValueError("x")))
+    assert parse_batch_size("auto") is None and parse_batch_size("3") == 3
+    with pytest.raises(ConfigError):
+        parse_batch_size("0")

@@ -1,0 +1,192 @@
+"""CID, token influence and bounded CID on tiny models (paper 000)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxleak.engine.generation import generate_streams, single_stream
+from ctxleak.errors import ConfigError
+from ctxleak.methods.influence import (
+    CIDConfig,
+    PromptParts,
+    bounded_lambda,
+    cid_logprobs,
+    generate_cid,
+    window_influence,
+    windows,
+)
+
+
+def parts_for(lm, context="the capital of france is paris . the capital of italy is rome ."):
+    before = tuple(lm.bos_ids + lm.encode("document :"))
+    return PromptParts(before, tuple(lm.encode(context)),
+                       tuple(lm.encode(". question : the capital of france is")))
+
+
+def test_lambda_zero_is_no_context_decoding(tiny_lm):
+    parts = parts_for(tiny_lm)
+    cfg = CIDConfig(lam=0.0, temperature=0.8, max_new_tokens=12, min_new_tokens=0)
+    res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=11)
+    assert np.all(res.token_influence == 0.0)
+    plain = generate_streams(tiny_lm, [parts.empty], single_stream(0.8), max_new_tokens=12,
+                             seed=11)
+    assert res.token_ids == plain.token_ids
+
+
+def test_lambda_one_is_plain_decoding_with_context(tiny_lm):
+    parts = parts_for(tiny_lm)
+    cfg = CIDConfig(lam=1.0, temperature=0.7, max_new_tokens=10, min_new_tokens=0)
+    res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=3)
+    plain = generate_streams(tiny_lm, [parts.full], single_stream(0.7), max_new_tokens=10,
+                             seed=3)
+    assert res.token_ids == plain.token_ids
+
+
+def test_cid_cached_equals_uncached(tiny_lm):
+    parts = parts_for(tiny_lm)
+    cfg = CIDConfig(lam=1.5, temperature=0.9, max_new_tokens=10, min_new_tokens=4)
+    a = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=5)
+    b = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=5, use_cache=False)
+    assert a.token_ids == b.token_ids
+    np.testing.assert_allclose(a.logp_context, b.logp_context, atol=1e-6)
+
+
+def test_full_window_equals_whole_context_influence(tiny_lm):
+    parts = parts_for(tiny_lm)
+    cfg = CIDConfig(lam=1.3, temperature=0.8, max_new_tokens=10, min_new_tokens=3)
+    res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=2)
+    assert res.token_ids
+    spans = windows(len(parts.context), len(parts.context))
+    assert spans == [(0, len(parts.context))]
+    win = window_influence(tiny_lm, parts, res.token_ids, spans, lam=1.3, temperature=0.8,
+                           min_new_tokens=3)
+    np.testing.assert_allclose(win.tau[0], res.token_influence, atol=1e-6)
+    np.testing.assert_allclose(win.logp_context, res.logp_context, atol=1e-6)
+
+
+def test_window_scores_with_prefix_reuse_equal_full_recomputation(tiny_lm):
+    context = " ".join(["the capital of france is paris . news report said"] * 3)
+    parts = parts_for(tiny_lm, context)
+    response = tiny_lm.encode("the capital of italy is rome . yes")
+    spans = windows(len(parts.context), 3)
+    kw = dict(lam=0.7, temperature=1.1, min_new_tokens=2)
+    a = window_influence(tiny_lm, parts, response, spans, reuse_prefix=True, **kw)
+    b = window_influence(tiny_lm, parts, response, spans, reuse_prefix=False, batch_size=1, **kw)
+    np.testing.assert_allclose(a.logp_ablated, b.logp_ablated, atol=1e-6)
+    # and against a hand computation for one window, one sequence at a time
+    i = 2
+    lo, hi = spans[i]
+    ablated = parts.with_context(parts.context[:lo] + parts.context[hi:])
+
+    def logits(ids):
+        with torch.no_grad():
+            return tiny_lm.model(torch.tensor([ids])).logits[0].double()
+
+    z_abl, z_empty = logits(ablated + response), logits(parts.empty + response)
+    za = z_abl[len(ablated) - 1:len(ablated) - 1 + len(response)]
+    ze = z_empty[len(parts.empty) - 1:len(parts.empty) - 1 + len(response)]
+    for z in (za, ze):
+        z[:2, tiny_lm.eos_ids] = -1e30
+    lp = torch.log_softmax((0.7 * za + 0.3 * ze) / 1.1, -1)
+    expected = lp[torch.arange(len(response)), torch.tensor(response)].numpy()
+    np.testing.assert_allclose(a.logp_ablated[i], expected, atol=1e-5)
+
+
+def test_theorem_3_1_pmi_relation(tiny_lm):
+    """With T = 1: τ = |λ·(pmi_D − pmi_D') − (log Z_D − log Z_D')| where
+    pmi_D(y) = log p(y|D) − log p(y|∅) and Z_D = Σ_y p(y|∅)·exp(λ·pmi_D(y)) (paper 000, Eq. 10-12,
+    with the normalisers the proportionality hides)."""
+    parts = parts_for(tiny_lm)
+    response = tiny_lm.encode("paris . the capital")
+    lam = 1.7
+    spans = windows(len(parts.context), 4)
+    win = window_influence(tiny_lm, parts, response, spans, lam=lam, temperature=1.0)
+    i = 1
+    lo, hi = spans[i]
+    ablated = parts.with_context(parts.context[:lo] + parts.context[hi:])
+
+    def logp(ids):
+        with torch.no_grad():
+            z = tiny_lm.model(torch.tensor([ids + response])).logits[0].double()
+        rows = z[len(ids) - 1:len(ids) - 1 + len(response)]
+        return torch.log_softmax(rows, -1)
+
+    lp_d, lp_a, lp_0 = logp(parts.full), logp(ablated), logp(parts.empty)
+    pmi_d, pmi_a = lp_d - lp_0, lp_a - lp_0
+    log_z_d = torch.logsumexp(lp_0 + lam * pmi_d, -1)
+    log_z_a = torch.logsumexp(lp_0 + lam * pmi_a, -1)
+    t = torch.arange(len(response))
+    y = torch.tensor(response)
+    expected = (lam * (pmi_d[t, y] - pmi_a[t, y]) - (log_z_d - log_z_a)).abs().numpy()
+    np.testing.assert_allclose(win.tau[i], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.5, 2.0])
+def test_bounded_cid_respects_eps_at_every_step(tiny_lm, eps):
+    parts = parts_for(tiny_lm)
+    cfg = CIDConfig(lam=2.0, temperature=0.8, max_new_tokens=10, min_new_tokens=3,
+                    bounded_eps=eps)
+    res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=1)
+    assert len(res.lambdas) >= len(res.token_ids) and res.token_eps
+    assert all(0 <= lam <= 2.0 for lam in res.lambdas)
+    assert all(e <= eps + 1e-9 for e in res.token_eps)
+    assert res.composed_eps == pytest.approx(sum(res.token_eps))
+    # replay the two streams naively and check the bound over the whole vocabulary
+    ctx, emp = list(parts.full), list(parts.empty)
+    for t, (tok, lam) in enumerate(zip(res.token_ids, res.lambdas)):
+        with torch.no_grad():
+            z1 = tiny_lm.model(torch.tensor([ctx])).logits[0, -1].double()
+            z0 = tiny_lm.model(torch.tensor([emp])).logits[0, -1].double()
+        if t < 3:
+            z1[tiny_lm.eos_ids] = -1e30
+            z0[tiny_lm.eos_ids] = -1e30
+        valid = torch.ones_like(z1, dtype=torch.bool)
+        if t < 3:
+            valid[tiny_lm.eos_ids] = False
+        gap = (cid_logprobs(z1, z0, lam, 0.8) - torch.log_softmax(z0 / 0.8, -1)).abs()[valid]
+        assert float(gap.max()) <= eps / 2
+        ctx.append(tok)
+        emp.append(tok)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), eps=st.floats(0.01, 5.0), lam_max=st.floats(0.1, 3.0))
+def test_bounded_lambda_is_largest_feasible(seed, eps, lam_max):
+    g = torch.Generator().manual_seed(seed)
+    z1, z0 = torch.randn(50, generator=g, dtype=torch.float64) * 3, torch.randn(
+        50, generator=g, dtype=torch.float64) * 3
+    lam, div = bounded_lambda(z1, z0, eps, lam_max, 0.9)
+    base = torch.log_softmax(z0 / 0.9, -1)
+
+    def gap(x):
+        return float((cid_logprobs(z1, z0, x, 0.9) - base).abs().max())
+
+    assert 0 <= lam <= lam_max and gap(lam) <= eps / 2
+    assert div == pytest.approx(gap(lam), abs=1e-12)
+    if lam < lam_max:  # a slightly larger λ breaks the bound (bisection found the edge)
+        assert gap(min(lam_max, lam + 1e-6 * max(1.0, lam_max))) > eps / 2 - 1e-5
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError, match="lambda"):
+        CIDConfig(lam=-0.1)
+    with pytest.raises(ConfigError, match="temperature"):
+        CIDConfig(temperature=0)
+    with pytest.raises(ConfigError, match="min-new-tokens"):
+        CIDConfig(max_new_tokens=5, min_new_tokens=6)
+    with pytest.raises(ConfigError, match="bounded-eps"):
+        CIDConfig(bounded_eps=0)
+
+
+def test_windows():
+    assert windows(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert windows(5, 2, stride=1) == [(0, 2), (1, 3), (2, 4), (3, 5)]
+    assert windows(3, 3) == [(0, 3)]
+    with pytest.raises(ConfigError, match="larger than the context"):
+        windows(3, 4)
+    with pytest.raises(ConfigError):
+        windows(3, 0)

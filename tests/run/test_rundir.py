@@ -1,0 +1,86 @@
+"""Run directory: atomic results, flushed samples, resume rules, file modes."""
+
+from __future__ import annotations
+
+import json
+import math
+import stat
+
+import numpy as np
+import pytest
+
+from ctxleak.errors import ConfigError, InputError
+from ctxleak.run.records import parse_mapping, read_rows
+from ctxleak.run.rundir import RunDir, to_jsonable
+
+
+def test_samples_append_and_resume(tmp_path):
+    cfg = {"model": "m", "lambda": [1.0], "limit": 2}
+    with RunDir(tmp_path / "r", cfg) as run:
+        run.append_sample({"id": "a", "x": np.float64(1.5), "arr": np.arange(3)})
+        run.append_sample({"id": "b", "x": float("nan")})
+    text = (tmp_path / "r" / "samples.jsonl").read_text().splitlines()
+    assert json.loads(text[0]) == {"id": "a", "x": 1.5, "arr": [0, 1, 2]}
+    assert json.loads(text[1])["x"] is None
+    with pytest.raises(ConfigError, match="--resume"):
+        RunDir(tmp_path / "r", cfg)
+    run = RunDir(tmp_path / "r", {**cfg, "limit": 5, "batch_size": "4"}, resume=True)
+    assert run.done_keys() == {"a", "b"}
+    with pytest.raises(ConfigError, match="differs in lambda"):
+        RunDir(tmp_path / "r", {**cfg, "lambda": [2.0]}, resume=True)
+
+
+def test_cut_last_line_is_dropped_on_resume(tmp_path):
+    run = RunDir(tmp_path / "r", {"a": 1})
+    run.append_sample({"id": "a"})
+    run.close()
+    with open(tmp_path / "r" / "samples.jsonl", "a") as f:
+        f.write('{"id": "b", "x"')  # an interrupted write
+    run = RunDir(tmp_path / "r", {"a": 1}, resume=True)
+    assert run.done_keys() == {"a"}
+    run.append_sample({"id": "b"})
+    run.close()
+    rows = [json.loads(x) for x in (tmp_path / "r" / "samples.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["a", "b"]
+
+
+def test_results_atomic_with_provenance_and_private_mode(tmp_path):
+    run = RunDir(tmp_path / "r", {"a": 1}, private=True)
+    run.append_sample({"id": "x"})
+    path = run.write_results({"m": math.inf}, provenance={"torch": "x"}, n_effective=1)
+    body = json.loads(path.read_text())
+    assert body["summary"] == {"m": None} and body["n_effective"] == 1
+    assert body["config"] == {"a": 1} and "wall_time_s" in body
+    for name in ("results.json", "samples.jsonl", "config.json"):
+        assert stat.S_IMODE((tmp_path / "r" / name).stat().st_mode) == 0o600
+    assert not [p for p in (tmp_path / "r").iterdir() if p.name.startswith(".")]
+
+
+def test_to_jsonable():
+    assert to_jsonable({"a": (1, np.int64(2)), 3: [np.nan]}) == {"a": [1, 2], "3": [None]}
+
+
+def test_read_rows_errors(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_text('{"a": 1}\n[1, 2]\n')
+    with pytest.raises(InputError, match="x.jsonl:2: each line must be a JSON object"):
+        read_rows(p)
+    p.write_text('{"a": 1}\n')
+    with pytest.raises(InputError, match="x.jsonl:1, field 'b': missing field"):
+        read_rows(p, required=["b"])
+    rows = read_rows(p)
+    with pytest.raises(InputError, match="must be a string"):
+        rows[0].text("a")
+    p = tmp_path / "x.csv"
+    p.write_text("a,b\n1,2,3\n")
+    with pytest.raises(InputError, match="x.csv:2: more values"):
+        read_rows(p)
+    (tmp_path / "e.jsonl").write_text("\n")
+    with pytest.raises(InputError, match="no examples"):
+        read_rows(tmp_path / "e.jsonl")
+    with pytest.raises(InputError, match="unknown file type"):
+        (tmp_path / "x.txt").write_text("a")
+        read_rows(tmp_path / "x.txt")
+    assert parse_mapping("a=b, c=d") == {"a": "b", "c": "d"}
+    with pytest.raises(InputError):
+        parse_mapping("ab")
