@@ -50,7 +50,8 @@ class Generation:
 
 def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine, *,
                      observe: Observe | None = None, max_new_tokens: int = 50,
-                     min_new_tokens: int = 0, seed: int = 0, sample: bool = True, stop_ids: Sequence[int] | None = None,
+                     min_new_tokens: int = 0, seed: int = 0, sample: bool = True,
+                     stop_ids: Sequence[int] | None = None,
                      use_cache: bool = True) -> Generation:
     """Generate one response from ``len(prompts)`` streams combined by ``combine``.
 
