@@ -71,8 +71,10 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
             if shared >= MIN_REUSE_TOKENS and ref_cache is not None:
                 cache = expand_cache(ref_cache, shared, len(batch))
                 ids, mask, pos = right_pad([seqs[i][shared:] for i in batch], pad, device, shared)
-                full_mask = torch.cat([torch.ones((len(batch), shared), dtype=mask.dtype,
-                                                  device=device), mask], dim=1)
+                full_mask = None  # no padding: let the attention take its unmasked path
+                if not bool(mask.all()):
+                    full_mask = torch.cat([torch.ones((len(batch), shared), dtype=mask.dtype,
+                                                      device=device), mask], dim=1)
                 hidden, _ = hidden_states(lm, ids, full_mask, pos, cache=cache, use_cache=True)
                 offsets = [-shared] * len(batch)
             else:

@@ -1,0 +1,61 @@
+"""Shared helpers for the benchmarks: the default model, a 512-token context, timing."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Callable
+
+import torch
+
+from ctxleak.engine.forward import hidden_states, left_pad, pad_id
+from ctxleak.run.records import demo_path
+
+
+def load_default():
+    from ctxleak.engine.models import load_model
+
+    torch.manual_seed(0)
+    return load_model("default", device="auto")
+
+
+def long_context(lm, n_tokens: int = 512) -> list[int]:
+    """The first n tokens of the bundled demo contexts, joined."""
+    texts = [json.loads(line)["context"] for line in open(demo_path("influence.jsonl"))]
+    ids = lm.encode("\n\n".join(texts))
+    if len(ids) < n_tokens:
+        raise SystemExit(f"demo contexts give only {len(ids)} tokens")
+    return ids[:n_tokens]
+
+
+def timed(fn: Callable[[], object], repeat: int = 1) -> tuple[float, object]:
+    """Best wall time of ``repeat`` runs (seconds) and the last result."""
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def throughput(lm, length: int = 512, batch: int = 4) -> float:
+    """Token positions per second of one large batch forward pass (the floor's speed)."""
+    seqs = [[(i * 7 + j) % 1000 + 100 for j in range(length)] for i in range(batch)]
+    ids, mask, pos = left_pad(seqs, pad_id(lm), lm.device)
+
+    def run():
+        with torch.inference_mode():
+            hidden_states(lm, ids, mask, pos)
+
+    run()
+    seconds, _ = timed(run, repeat=2)
+    return batch * length / seconds
+
+
+def device_line(lm) -> str:
+    import platform
+
+    dev = lm.info.device
+    if dev.startswith("cuda"):
+        dev += f" ({torch.cuda.get_device_name()})"
+    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, {dev}"
