@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ctxleak.cli.options import CommonOptions
-from ctxleak.cli.session import load_lm, open_run, run_examples
+from ctxleak.cli.session import is_main, load_lm, open_run, run_examples
 
 
 def run_influence(common: CommonOptions, config: dict[str, Any], examples: Sequence[Any],
@@ -32,6 +32,8 @@ def run_influence(common: CommonOptions, config: dict[str, Any], examples: Seque
     with run:
         records = run_examples(run, items, key=lambda it: f"{it[1].id}|{it[0].key}", work=work,
                                desc="influence")
+    if not is_main(run):
+        return
     summaries = []
     for setting in grid:
         rows = [r for r in records if r["setting"] == setting.key]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.cli.options import CommonOptions
+from ctxleak.run.distributed import barrier, current_world, init_distributed, local_device
 from ctxleak.run.rundir import RunDir
 
 
@@ -20,17 +21,27 @@ def default_output(command: str) -> str:
 
 def open_run(command: str, common: CommonOptions, config: dict[str, Any], *,
              private: bool = False) -> RunDir:
-    """The run directory with the full config (common flags included) stored for resume."""
+    """The run directory with the full config (common flags included) stored for resume.
+
+    Under ``torchrun``/``accelerate launch`` this joins the process group first; every process
+    must then be given the same ``--output`` (the default name is not shared between them).
+    """
+    world = init_distributed(local_device(common.device, current_world()))
+    if world.distributed and not common.output:
+        from ctxleak.errors import ConfigError
+
+        raise ConfigError("a data-parallel run needs --output (the same for every process)")
     output = common.output or default_output(command)
     full = {"command": command, **common.to_dict(), **config, "output": output}
-    return RunDir(output, full, resume=common.resume, private=private)
+    return RunDir(output, full, resume=common.resume, private=private, world=world)
 
 
 def load_lm(common: CommonOptions):
     from ctxleak.engine.models import load_model
 
     t0 = time.time()
-    lm = load_model(common.model, device=common.device, dtype=common.dtype,
+    device = local_device(common.device, current_world())
+    lm = load_model(common.model, device=device, dtype=common.dtype,
                     chat_template=common.chat_template,
                     trust_remote_code=common.trust_remote_code)
     say(f"model {lm.info.name} on {lm.info.device} ({lm.info.dtype}) in {time.time() - t0:.1f}s")
@@ -43,20 +54,39 @@ def say(message: str) -> None:
 
 def run_examples(run: RunDir, items: Sequence[Any], key: Callable[[Any], str],
                  work: Callable[[int, Any], dict[str, Any]], *, desc: str) -> list[dict]:
-    """Call ``work(index, item)`` for each item not yet in ``samples.jsonl`` and append its
-    record (with ``id``); return all records, earlier ones included, in item order."""
+    """Call ``work(index, item)`` for each item not yet in the samples and append its record
+    (with ``id``); return all records, earlier ones included, in item order.
+
+    In a data-parallel run each process takes the items ``index % size == rank``, then waits
+    for the others; every process returns the merged records and rank 0 writes the merged
+    ``samples.jsonl`` (callers let only rank 0 write results: see :func:`is_main`).
+    """
     from tqdm.auto import tqdm
 
+    world = run.world
     done = run.done_keys("id")
-    todo = [(i, item) for i, item in enumerate(items) if key(item) not in done]
-    if done:
-        say(f"resuming: {len(items) - len(todo)} of {len(items)} examples already done")
-    for i, item in tqdm(todo, desc=desc, unit="ex", file=sys.stderr, dynamic_ncols=True):
+    mine = [(i, item) for i, item in enumerate(items) if world.owns(i)]
+    todo = [(i, item) for i, item in mine if key(item) not in done]
+    if len(todo) < len(mine):
+        say(f"resuming: {len(mine) - len(todo)} of {len(mine)} examples already done")
+    label = desc if not world.distributed else f"{desc} [rank {world.rank}/{world.size}]"
+    for i, item in tqdm(todo, desc=label, unit="ex", file=sys.stderr, dynamic_ncols=True):
         record = work(i, item)
         record = {"id": key(item), **record}
         run.append_sample(record)
+    if world.distributed:
+        run.close()
+        barrier()
+        run.reload()
+        if world.is_main:
+            run.merge_shards([key(item) for item in items])
     by_id = {row["id"]: row for row in run.samples}
     return [by_id[key(item)] for item in items if key(item) in by_id]
+
+
+def is_main(run: RunDir) -> bool:
+    """Whether this process writes results and reports (always, outside data-parallel runs)."""
+    return run.world.is_main
 
 
 def iter_limit(rows: Iterable[Any], limit: int | None) -> list[Any]:

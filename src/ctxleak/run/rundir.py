@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.errors import ConfigError
+from ctxleak.run.distributed import World, barrier
 
 CONFIG_FILE, SAMPLES_FILE, RESULTS_FILE = "config.json", "samples.jsonl", "results.json"
 
@@ -72,15 +73,19 @@ class RunDir:
     """
 
     def __init__(self, path: str | Path, config: dict[str, Any], *, resume: bool = False,
-                 private: bool = False) -> None:
+                 private: bool = False, world: World | None = None) -> None:
         self.path = Path(path)
         self.config = to_jsonable(config)
         self.private = private
         self.file_mode = 0o600 if private else 0o644
         self.started = time.time()
+        self.world = world or World()
+        # each process of a data-parallel run appends to its own shard file
+        self.samples_name = (SAMPLES_FILE if not self.world.distributed
+                             else f"samples.rank{self.world.rank}.jsonl")
         self.path.mkdir(parents=True, exist_ok=True)
         config_path = self.path / CONFIG_FILE
-        has_samples = (self.path / SAMPLES_FILE).exists()
+        has_samples = any(self.path.glob("samples*.jsonl"))
         if config_path.exists() or has_samples:
             if not resume:
                 raise ConfigError(f"{self.path} already holds a run: pass --resume to continue it "
@@ -91,16 +96,32 @@ class RunDir:
                 if diff:
                     raise ConfigError(f"cannot resume {self.path}: the config differs in "
                                       f"{', '.join(diff)} (stored in {config_path})")
-        write_atomic(config_path, json.dumps(self.config, indent=2, sort_keys=True) + "\n",
-                     self.file_mode)
-        self._samples = self._read_samples()
+        barrier()  # every process has checked the folder before anything is written
+        if self.world.is_main:
+            write_atomic(config_path, json.dumps(self.config, indent=2, sort_keys=True) + "\n",
+                         self.file_mode)
         self._handle = None
+        self.reload()
 
     # samples.jsonl ---------------------------------------------------------------------------
-    def _read_samples(self) -> list[dict[str, Any]]:
-        path = self.path / SAMPLES_FILE
-        if not path.exists():
-            return []
+    def reload(self) -> None:
+        """Re-read the samples of every shard (after the other processes have finished)."""
+        rows: dict[Any, dict[str, Any]] = {}
+        for path in sorted(self.path.glob("samples*.jsonl")):
+            mine = path.name == self.samples_name
+            for row in self._read_samples(path, repair=mine):
+                rows.setdefault(row.get("id"), row)
+        self._samples = list(rows.values())
+
+    def merge_shards(self, order: list[Any] | None = None) -> None:
+        """Rank 0 of a data-parallel run: write all shards' samples as ``samples.jsonl``."""
+        rows = {row.get("id"): row for row in self._samples}
+        keys = [k for k in (order or list(rows)) if k in rows]
+        text = "".join(json.dumps(rows[k], ensure_ascii=False) + "\n" for k in keys)
+        write_atomic(self.path / SAMPLES_FILE, text, self.file_mode)
+
+    @staticmethod
+    def _read_samples(path: Path, repair: bool) -> list[dict[str, Any]]:
         rows, good_bytes = [], 0
         with open(path, "rb") as f:
             for raw in f:
@@ -111,7 +132,7 @@ class RunDir:
                 except json.JSONDecodeError:
                     break
                 good_bytes += len(raw)
-        if good_bytes != path.stat().st_size:
+        if repair and good_bytes != path.stat().st_size:
             with open(path, "r+b") as f:
                 f.truncate(good_bytes)
         return rows
@@ -127,7 +148,7 @@ class RunDir:
     def append_sample(self, record: dict[str, Any]) -> None:
         """Append one example's record as a JSON line and flush it to disk."""
         if self._handle is None:
-            path = self.path / SAMPLES_FILE
+            path = self.path / self.samples_name
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, self.file_mode)
             self._handle = os.fdopen(fd, "a", encoding="utf-8")
         row = to_jsonable(record)

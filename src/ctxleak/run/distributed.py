@@ -1,0 +1,70 @@
+"""Data-parallel runs on an existing launcher (SPEC §10): ``torchrun`` or ``accelerate launch``
+start N processes; each scores its shard of examples and appends its own samples file; rank 0
+merges them and writes the results. Example seeds come from (run seed, example index), so the
+merged numbers equal a single-process run whatever N is.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in a launch: global rank, number of processes, local rank."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    def owns(self, index: int) -> bool:
+        """Example ``index`` belongs to this process (round-robin sharding)."""
+        return index % self.size == self.rank
+
+
+def current_world() -> World:
+    """Read the launcher's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``)."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    return World(rank=rank, size=size, local_rank=local)
+
+
+def init_distributed(device: str = "cpu") -> World:
+    """Join the process group when launched with several processes (gloo on CPU, nccl on GPUs)."""
+    world = current_world()
+    if world.distributed:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            backend = "nccl" if device.startswith("cuda") else "gloo"
+            dist.init_process_group(backend=backend)
+    return world
+
+
+def barrier() -> None:
+    """Wait for every process (no-op in a single process)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def local_device(device: str, world: World) -> str:
+    """``cuda`` becomes ``cuda:LOCAL_RANK`` so that each process gets its own GPU."""
+    if world.distributed and device in ("auto", "cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            return f"cuda:{world.local_rank % torch.cuda.device_count()}"
+        return "cpu" if device == "auto" else device
+    return device
