@@ -24,6 +24,7 @@ class CommonOptions:
     resume: bool = False
     chat_template: str = "auto"
     trust_remote_code: bool = False
+    device_map: Optional[str] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,6 +45,9 @@ _COMMON: list[tuple[str, type, Any]] = [
     ("trust_remote_code", bool, typer.Option(False, "--trust-remote-code", help="Allow a hub "
                                              "model's own code to run (off by default).",
                                              rich_help_panel="Model")),
+    ("device_map", Optional[str], typer.Option(None, "--device-map", help="'auto' spreads a "
+                                               "large model over the GPUs (accelerate).",
+                                               rich_help_panel="Model")),
     ("batch_size", str, typer.Option("auto", "--batch-size", help="auto (largest that fits, "
                                      "backing off on out-of-memory) or a number.",
                                      rich_help_panel="Run")),

@@ -43,7 +43,7 @@ def load_lm(common: CommonOptions):
     device = local_device(common.device, current_world())
     lm = load_model(common.model, device=device, dtype=common.dtype,
                     chat_template=common.chat_template,
-                    trust_remote_code=common.trust_remote_code)
+                    trust_remote_code=common.trust_remote_code, device_map=common.device_map)
     say(f"model {lm.info.name} on {lm.info.device} ({lm.info.dtype}) in {time.time() - t0:.1f}s")
     return lm
 

@@ -103,7 +103,8 @@ class LM:
 
     @property
     def device(self):
-        return next(self.model.parameters()).device
+        """Where inputs go: the input embeddings' device (the first one under a device map)."""
+        return self.model.get_input_embeddings().weight.device
 
     @property
     def vocab_size(self) -> int:
@@ -257,12 +258,14 @@ def _resolve_source(name_or_path: str) -> tuple[str, str, Path | None, dict[str,
 
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
                chat_template: str = "auto", trust_remote_code: bool = False,
-               revision: str | None = None) -> LM:
+               revision: str | None = None, device_map: str | None = None) -> LM:
     """Load a causal LM and its tokenizer (SPEC §2).
 
     ``name_or_path``: ``default``, ``gemma-270m``, a Hugging Face id, a local directory or a
     ``.gguf`` file. ``chat_template``: ``auto`` (use the tokenizer's chat template when it has
     one), ``on`` or ``off``. ``trust_remote_code`` stays off unless asked for (SPEC §9).
+    ``device_map`` (e.g. ``auto``) spreads a large model over the available GPUs with
+    accelerate instead of placing it on ``device``.
     """
     if chat_template not in ("auto", "on", "off"):
         raise ConfigError(f"unknown --chat-template '{chat_template}': use auto, on or off")
@@ -286,12 +289,19 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if source == "hub" and revision:
         kwargs["revision"] = revision
+    model_kwargs = dict(kwargs)
+    if device_map:
+        model_kwargs["device_map"] = device_map
     try:
         tokenizer = AutoTokenizer.from_pretrained(load_from, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(load_from, dtype=torch_dtype, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(load_from, dtype=torch_dtype,
+                                                     **model_kwargs)
     except OSError as exc:
         raise ConfigError(f"could not load model '{name_or_path}': {exc}") from None
-    model.to(dev)
+    if not device_map:
+        model.to(dev)
+    else:
+        dev = str(model.get_input_embeddings().weight.device)
     model.eval()
     if source == "hub":
         rev = getattr(model.config, "_commit_hash", None) or revision

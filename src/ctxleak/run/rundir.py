@@ -24,7 +24,7 @@ CONFIG_FILE, SAMPLES_FILE, RESULTS_FILE = "config.json", "samples.jsonl", "resul
 
 # Keys that may change between a run and its resume without changing any number.
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
-                                 "device", "quiet"})
+                                 "device", "device_map", "quiet"})
 
 
 def to_jsonable(value: Any) -> Any:
