@@ -9,7 +9,10 @@ import typer
 from ctxleak.cli.options import CommonOptions, parse_float_list, parse_int_list, with_common_options
 
 influence_app = typer.Typer(help="Context influence (paper 000): how much of each response came "
-                            "from the context, under Context Influence Decoding (CID).",
+                            "from the context, under Context Influence Decoding (CID).\n\n"
+                            "Example: ctxleak influence --data demo --limit 5 --ngram 8 "
+                            "--output runs/demo\n\nAny flag can also come from "
+                            "--config FILE.yaml (flags on the command line win).",
                             no_args_is_help=False, invoke_without_command=True)
 
 
