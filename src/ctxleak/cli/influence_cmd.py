@@ -35,7 +35,8 @@ def _ngram(value: str | None) -> int | None:
 def influence(
     ctx: typer.Context,
     data: str = typer.Option("demo", "--data", "-d", help="JSONL/CSV with context, query and "
-                             "optional reference and id fields, or 'demo' (bundled set)."),
+                             "optional reference and id fields, 'demo' (bundled set), or "
+                             "cnn_dailymail / pubmedqa (needs the datasets package and network)."),
     task: str = typer.Option("auto", "--task", help="qa, summarization, custom (needs "
                              "--template) or auto (each example's 'task' field, else qa)."),
     template: Optional[str] = typer.Option(None, "--template", help="Prompt template with "
@@ -99,7 +100,8 @@ def influence(
             from ctxleak.errors import ConfigError
 
             raise ConfigError("--context-sizes must be positive integers")
-    examples = load_examples(data, task=task, rename=parse_mapping(fields), template=template)
+    examples = load_examples(data, task=task, rename=parse_mapping(fields), template=template,
+                             limit=common.limit)
     if common.limit is not None:
         examples = examples[:common.limit]
     config = {"data": data, "task": task, "template": template, "fields": fields,

@@ -28,10 +28,45 @@ class InfluenceExample:
     task: str
 
 
+HUB_DATASETS = ("cnn_dailymail", "pubmedqa")
+
+
+def load_hub_dataset(name: str, split: str = "test", limit: int | None = None
+                     ) -> list[InfluenceExample]:
+    """The paper's datasets through the ``datasets`` library (needs it and network, or a local
+    cache): CNN-DM 3.0.0 for summarisation, PubMedQA (pqa_labeled) for QA."""
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError(f"--data {name} needs the 'datasets' package (pip install datasets) "
+                          "and network access; or export it to JSONL and pass the file") from None
+    try:
+        if name == "cnn_dailymail":
+            ds = datasets.load_dataset("cnn_dailymail", "3.0.0", split=split)
+        else:
+            ds = datasets.load_dataset("pubmed_qa", "pqa_labeled", split="train")
+    except Exception as exc:  # noqa: BLE001 - offline, missing cache, renamed dataset
+        raise ConfigError(f"could not load dataset '{name}': {exc}") from None
+    out = []
+    for i, row in enumerate(ds):
+        if limit is not None and i >= limit:
+            break
+        if name == "cnn_dailymail":
+            out.append(InfluenceExample(str(row.get("id", i)), row["article"], "",
+                                        row["highlights"], "summarization"))
+        else:
+            context = " ".join(row["context"]["contexts"])
+            out.append(InfluenceExample(str(row.get("pubid", i)), context, row["question"],
+                                        row.get("long_answer"), "qa"))
+    return out
+
+
 def load_examples(data: str, *, task: str = "auto", rename: Mapping[str, str] | None = None,
-                  template: str | None = None) -> list[InfluenceExample]:
+                  template: str | None = None, limit: int | None = None
+                  ) -> list[InfluenceExample]:
     """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``
-    and ``id`` from JSONL/CSV, or the bundled demo set with ``data='demo'``."""
+    and ``id`` from JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
+    datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``)."""
     if task not in ("auto", "custom", *TASK_TEMPLATES):
         raise ConfigError(f"unknown --task '{task}': use auto, qa, summarization or custom")
     if task == "custom" and not template:
@@ -40,6 +75,8 @@ def load_examples(data: str, *, task: str = "auto", rename: Mapping[str, str] | 
         missing = {"context"} - set(template_fields(template))
         if missing:
             raise ConfigError("--template must contain the slot {context}")
+    if data in HUB_DATASETS and not Path(data).exists():
+        return load_hub_dataset(data, limit=limit)
     path = demo_path("influence.jsonl") if data == "demo" else Path(data)
     rows = read_rows(path, rename=rename, required=["context"])
     out, seen = [], set()
