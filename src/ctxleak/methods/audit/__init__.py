@@ -1,0 +1,66 @@
+"""Auditing DP synthetic-text generation (paper 001 §5, App. C; SPEC §5).
+
+Algorithm 1 (clip, average and sample over s one-shot prompts) runs on the engine's multi-stream
+generation at the parameters Algorithm 3 calibrates for each target ε; the data-dependent RDP of
+every released token is computed from the clipped rows already in hand and turned into
+``ε_empirical``. The accounting maths lives in :mod:`ctxleak.methods.accounting`, the mechanism
+maths in :mod:`ctxleak.methods.dp_mechanism`.
+"""
+
+from ctxleak.methods.audit.data import (
+    ALL_LABELS,
+    DEFAULT_LABEL,
+    TEMPLATE,
+    PrivateExample,
+    check_template,
+    load_private_data,
+    one_shot_prompt,
+    subset_prompts,
+)
+from ctxleak.methods.audit.mechanism import (
+    DPAggregator,
+    PrivateGeneration,
+    draw_subset,
+    generate_private,
+    leave_one_out_rdp,
+    sequence_seeds,
+)
+from ctxleak.methods.audit.pipeline import (
+    AuditConfig,
+    AuditJob,
+    AuditResult,
+    AuditSetting,
+    audit_jobs,
+    audit_sequence,
+    plan_audit,
+    run_audit,
+    summarise,
+    summarise_setting,
+)
+
+__all__ = [
+    "ALL_LABELS",
+    "DEFAULT_LABEL",
+    "TEMPLATE",
+    "AuditConfig",
+    "AuditJob",
+    "AuditResult",
+    "AuditSetting",
+    "DPAggregator",
+    "PrivateExample",
+    "PrivateGeneration",
+    "audit_jobs",
+    "audit_sequence",
+    "check_template",
+    "draw_subset",
+    "generate_private",
+    "leave_one_out_rdp",
+    "load_private_data",
+    "one_shot_prompt",
+    "plan_audit",
+    "run_audit",
+    "sequence_seeds",
+    "subset_prompts",
+    "summarise",
+    "summarise_setting",
+]

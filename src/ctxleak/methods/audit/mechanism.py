@@ -1,0 +1,140 @@
+"""Algorithm 1 of paper 001 (App. C.1) on the engine, with its data-dependent loss on the fly.
+
+:func:`generate_private` runs the s one-shot prompts as s KV-cached streams of
+:func:`ctxleak.engine.generation.generate_streams`. Its ``combine`` clips each stream's logits
+(``clip_c(z)_i = max(−c, z_i − max_j z_j + c)``), averages them and returns ``softmax(z̄/τ)``; its
+``observe`` takes the clipped rows of the same step (no extra forward pass) and computes, for
+every prompt p, the symmetric Rényi divergence at ``α*`` between the mechanism's distribution and
+the remove-one neighbour that averages the other s−1 rows (Theorem C.6, Eq. 7). The per-token
+loss is the max over p (App. C.3.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ctxleak.engine.generation import derive_seed, generate_streams
+from ctxleak.engine.models import LM
+from ctxleak.methods.dp_mechanism import (
+    aggregate,
+    clip_logits,
+    leave_one_out_logprobs,
+    renyi_divergence_torch,
+    sampling_logprobs,
+)
+
+
+class DPAggregator:
+    """``combine`` and ``observe`` callbacks of Algorithm 1 for :func:`generate_streams`.
+
+    ``alpha=None`` switches the data-dependent accounting off (``observe`` is then not needed).
+    After generation, :attr:`prompt_totals` holds, per prompt, the sum over steps of its
+    symmetric divergence (which private example moved the output most).
+    """
+
+    def __init__(self, clip: float, temperature: float, alpha: float | None = None) -> None:
+        if not clip > 0:
+            raise ValueError(f"clip must be > 0, got {clip}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if alpha is not None and not alpha > 1:
+            raise ValueError(f"alpha must be > 1, got {alpha}")
+        self.clip, self.temperature, self.alpha = float(clip), float(temperature), alpha
+        self._clipped: torch.Tensor | None = None
+        self._step = -1
+        self.prompt_totals: torch.Tensor | None = None
+
+    def combine(self, logits: torch.Tensor, step: int) -> torch.Tensor:
+        """Clip each row, average over the s rows, log-softmax at temperature τ (float64)."""
+        clipped = clip_logits(logits.double(), self.clip)
+        self._clipped, self._step = clipped, step
+        return sampling_logprobs(aggregate(clipped), self.temperature)
+
+    def observe(self, logits: torch.Tensor, logprobs: torch.Tensor, token: int,
+                step: int) -> tuple[float, int]:
+        """``(max_p D^↔_α(P‖Q_p), argmax p)`` for this step, from the rows ``combine`` clipped."""
+        if self.alpha is None:
+            raise RuntimeError("observe needs alpha")
+        if self._clipped is None or step != self._step:
+            raise RuntimeError("observe must follow combine for the same step")
+        divergences = leave_one_out_rdp(self._clipped, logprobs, self.temperature, self.alpha)
+        self.prompt_totals = divergences if self.prompt_totals is None \
+            else self.prompt_totals + divergences
+        p = int(torch.argmax(divergences))
+        return float(divergences[p]), p
+
+
+def leave_one_out_rdp(clipped: torch.Tensor, logprobs: torch.Tensor, temperature: float,
+                      alpha: float) -> torch.Tensor:
+    """``D^↔_α(P‖Q_p)`` (Eq. 6) for each prompt p: ``P`` is the mechanism's distribution (its
+    log-probs already computed by ``combine``) and ``Q_p`` averages the other s−1 clipped rows.
+    Equal to :func:`ctxleak.methods.dp_mechanism.leave_one_out_divergences` without recomputing P.
+    """
+    logq = leave_one_out_logprobs(clipped, temperature)
+    logp = logprobs.double().unsqueeze(0)
+    return torch.maximum(renyi_divergence_torch(logp, logq, alpha),
+                         renyi_divergence_torch(logq, logp, alpha))
+
+
+@dataclass
+class PrivateGeneration:
+    """One sequence of Algorithm 1: generated ids (EOS excluded), whether EOS ended it, and per
+    released token (the stopping EOS included) the data-dependent RDP and the prompt giving it."""
+
+    token_ids: list[int]
+    stopped_on_eos: bool
+    token_rdp: list[float] = field(default_factory=list)
+    token_argmax: list[int] = field(default_factory=list)
+    prompt_rdp: list[float] = field(default_factory=list)
+
+    @property
+    def n_released(self) -> int:
+        """Tokens the mechanism released (each costs one invocation of Algorithm 1)."""
+        return len(self.token_ids) + int(self.stopped_on_eos)
+
+    @property
+    def rdp_sum(self) -> float:
+        return float(np.sum(self.token_rdp))
+
+
+def generate_private(lm: LM, prompts: Sequence[Sequence[int]], *, clip: float,
+                     temperature: float, alpha: float | None = None, max_new_tokens: int = 40,
+                     min_new_tokens: int = 0, seed: int = 0,
+                     use_cache: bool = True) -> PrivateGeneration:
+    """Generate one synthetic sequence from the s one-shot ``prompts`` (Algorithm 1).
+
+    With ``alpha`` the data-dependent per-token RDP at that order is recorded (App. C.3.3);
+    ``alpha=None`` runs the mechanism alone. Needs at least two prompts for the accounting.
+    """
+    if alpha is not None and len(prompts) < 2:
+        raise ValueError("the leave-one-out accounting needs at least 2 prompts")
+    agg = DPAggregator(clip, temperature, alpha)
+    gen = generate_streams(lm, prompts, agg.combine,
+                           observe=agg.observe if alpha is not None else None,
+                           max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                           seed=seed, use_cache=use_cache)
+    out = PrivateGeneration(token_ids=list(gen.token_ids), stopped_on_eos=gen.stopped_on_eos)
+    if alpha is not None:
+        out.token_rdp = [r[0] for r in gen.records]
+        out.token_argmax = [r[1] for r in gen.records]
+        totals = agg.prompt_totals
+        out.prompt_rdp = [0.0] * len(prompts) if totals is None else totals.tolist()
+    return out
+
+
+def sequence_seeds(run_seed: int, index: int) -> tuple[int, int]:
+    """Seeds of sequence ``index``: one for its subset of private examples, one for sampling.
+    They do not depend on the target ε, so every target sees the same subsets and draws."""
+    return derive_seed(run_seed, 2 * index), derive_seed(run_seed, 2 * index + 1)
+
+
+def draw_subset(n_examples: int, subset_size: int, seed: int) -> list[int]:
+    """``subset_size`` distinct indices of ``range(n_examples)`` in random order (seeded)."""
+    if not 1 <= subset_size <= n_examples:
+        raise ValueError(f"subset size {subset_size} must be between 1 and {n_examples}")
+    rng = np.random.default_rng(seed)
+    return [int(i) for i in rng.choice(n_examples, size=subset_size, replace=False)]
