@@ -1,0 +1,127 @@
+"""Susceptibility benchmark (SPEC §8, paper 002 §5.2): seconds per query of Fisher
+susceptibility (top-10, one forward pass + batched VJPs) against Monte Carlo susceptibility with
+256 distinct contexts (256 next-token distributions, batched, shared-prefix KV reuse), on a few
+queries of the demo set with the default model; and batched VJPs against a loop over the top-k.
+
+    python bench/bench_susceptibility.py [--queries 4] [--contexts 256] [--naive-mc]
+
+Contexts: the relation's template filled with every entity of every demo relation and every
+answer (1,360 for ``capital``), 256 drawn without replacement, so Monte Carlo scores 256 distinct
+prompts as in the paper. SPEC target: Fisher ≥ 50x faster than Monte Carlo with 256 contexts
+(the paper: 70x on GPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import numpy as np
+import torch
+from _common import device_line, load_default, throughput, timed
+
+from ctxleak.engine.forward import common_prefix_length
+from ctxleak.methods.susceptibility import (
+    build_queries,
+    context_pool,
+    fisher_susceptibility,
+    load_relations,
+    monte_carlo_susceptibility,
+    pool_entities,
+    sample_contexts,
+)
+from ctxleak.methods.susceptibility.fisher import query_prompt
+from ctxleak.methods.susceptibility.montecarlo import context_prompts
+
+
+def measure(lm, text: str, texts: list[str], counts, k: int, naive: bool) -> dict:
+    """Seconds of each way for one query (Fisher: best of 3; Monte Carlo: one run)."""
+
+    def fisher_run(**kw):
+        return lambda: fisher_susceptibility(lm, text, top_k=k, **kw)
+
+    t_mc, mc = timed(lambda: monte_carlo_susceptibility(lm, text, texts, counts))
+    t_naive = None
+    if naive:
+        t_naive, _ = timed(lambda: monte_carlo_susceptibility(lm, text, texts, counts,
+                                                              reuse_prefix=False))
+    t_f, fr = timed(fisher_run(), repeat=3)
+    t_loop, fl = timed(fisher_run(batched=False), repeat=3)
+    t_whole, fw = timed(fisher_run(reuse_prefix=False), repeat=3)
+    prompts = context_prompts(lm, text, texts)
+    needed = len(prompts[0]) + sum(len(p) - min(common_prefix_length(p, prompts[0]), len(p) - 1)
+                                   for p in prompts[1:])
+    return {"n": len(texts), "mc": t_mc, "naive": t_naive, "fisher": t_f, "loop": t_loop,
+            "whole": t_whole, "chi_mc": mc.chi, "chi_f": fr.chi,
+            "dchi": max(abs(fl.chi - fr.chi), abs(fw.chi - fr.chi)) / fr.chi,
+            "needed": needed, "tokens": sum(len(p) for p in prompts),
+            "before_query": query_prompt(lm, text).spans["query"][0]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--queries", type=int, default=4)
+    ap.add_argument("--contexts", type=int, default=256)
+    ap.add_argument("--top-k", type=int, default=10)
+    ap.add_argument("--naive-mc", action="store_true",
+                    help="also time Monte Carlo without prefix reuse (slow)")
+    ap.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"],
+                    help="the default model's chat template (auto: on)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (default: torch's choice)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.chat_template == "auto":
+        lm = load_default()
+    else:
+        from ctxleak.engine.models import load_model
+
+        lm = load_model("default", device="auto", chat_template=args.chat_template)
+    rels = load_relations("demo")
+    queries = build_queries(rels, ["closed", "open_qa", "open_completion"])[:args.queries]
+
+    # warm-up (first-call allocations, lazy imports)
+    monte_carlo_susceptibility(lm, queries[0].text, ["The capital of Peru is Lima.\n"] * 2)
+    fisher_susceptibility(lm, queries[0].text, top_k=args.top_k)
+
+    rows = []
+    for i, q in enumerate(queries):
+        rel = next(r for r in rels if r.name == q.relation)
+        pool = context_pool(rel, pool_entities(q, rels, "all"))
+        sample = sample_contexts(pool, args.contexts, np.random.default_rng(i), replace=False)
+        row = measure(lm, q.text, sample.texts, sample.counts, args.top_k, args.naive_mc)
+        rows.append({"id": q.id, **row})
+        print(f"# {q.id}: {len(sample.texts)} contexts, MC {row['mc']:.2f}s "
+              f"(χ_MC={row['chi_mc']:.4f}), Fisher {row['fisher']:.3f}s (χ_F={row['chi_f']:.4g}), "
+              f"loop {row['loop']:.3f}s, whole prompt {row['whole']:.3f}s", flush=True)
+
+    def mean(key: str) -> float:
+        return statistics.fmean(r[key] for r in rows)
+
+    tps = throughput(lm)
+    floor = mean("needed") / tps
+    print(f"# bench_susceptibility on {device_line(lm)}; chat template "
+          f"{'on' if lm.use_chat_template else 'off'}; {len(rows)} queries; "
+          f"max relative |Δχ_F| batched/loop/whole-prompt = {max(r['dchi'] for r in rows):.1e}")
+    print("| measurement (seconds per query, mean) | ctxleak | naive way | ratio | target |")
+    print("|---|---|---|---|---|")
+    print(f"| Fisher χ_F (top-{args.top_k}) vs Monte Carlo χ_MC ({args.contexts} contexts, "
+          f"prefix reuse) | {mean('fisher'):.3f} | {mean('mc'):.2f} | "
+          f"{mean('mc') / mean('fisher'):.1f}x | ≥ 50x |")
+    if args.naive_mc:
+        print(f"| Fisher χ_F vs Monte Carlo χ_MC without prefix reuse | {mean('fisher'):.3f} | "
+              f"{mean('naive'):.2f} | {mean('naive') / mean('fisher'):.1f}x | |")
+    print(f"| Fisher: batched VJPs vs loop over the top-{args.top_k} | {mean('fisher'):.3f} | "
+          f"{mean('loop'):.3f} | {mean('loop') / mean('fisher'):.2f}x | ~2x (SPEC §6) |")
+    before = mean("before_query")
+    note = f"{before:.0f} tokens before the query" if before else "no tokens before the query"
+    print(f"| Fisher: prefix KV cache vs whole prompt in the graph ({note}) | "
+          f"{mean('fisher'):.3f} | {mean('whole'):.3f} | {mean('whole') / mean('fisher'):.2f}x | |")
+    print(f"| Monte Carlo vs floor ({mean('needed'):.0f} of {mean('tokens'):.0f} positions at "
+          f"{tps:.0f} tok/s) | {mean('mc'):.2f} | {floor:.2f} | ctxleak at "
+          f"{mean('mc') / floor:.2f}x the floor | |")
+
+
+if __name__ == "__main__":
+    main()

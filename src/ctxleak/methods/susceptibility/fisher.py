@@ -1,0 +1,176 @@
+"""Fisher susceptibility (paper 002 §4, Eq. 4-11), in the team's reading (SPEC §6).
+
+The paper's equations did not survive in ``papers/``; SPEC §6 fixes this reading, kept
+configurable. Let e be the input embeddings of the query's tokens, flattened (§4.1: the context is
+re-parameterised as a perturbation of the query's embeddings), and ``p(a | e)`` the next-token
+distribution. The Fisher information of the answer about e is
+``I(e) = Σ_a p(a|e)·∇_e log p(a|e)·∇_e log p(a|e)ᵀ`` (Eq. 4), summed over the top-k next tokens
+(Eq. 11, default k = 10). A second-order expansion gives ``KL(p(·|e) ‖ p(·|e+δ)) ≈ ½·δᵀI(e)δ``
+(Eq. 5); with the context perturbation δ ~ (μ = 0, Σ = σ²I) (Eq. 8) its expectation is (Eq. 9-10)
+
+    χ_F(q) = ½·σ²·tr I(e) = ½·σ²·Σ_{a ∈ top-k} p(a|e)·‖∇_e log p(a|e)‖²,   σ² = 1 by default.
+
+One forward pass and k vector-Jacobian products batched in one backward
+(``torch.autograd.grad(..., is_grads_batched=True)``), as in
+:func:`ctxleak.engine.gradients.next_token_embedding_grads`. With ``reuse_prefix`` (default) the
+tokens before the query (BOS, a chat template's system turn) go through the model once without a
+graph and enter as a KV cache, so the backward passes cover only the query and what follows it
+instead of the whole prompt (with SmolLM2's chat template: 11 of 35 positions). The tokens and
+gradients are the same as the engine's (tests check it). ``vocab="full"`` sums over the whole
+vocabulary (the exact trace; V products in chunks, for small models and for validation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ctxleak.engine.forward import head_logits, hidden_states
+from ctxleak.engine.gradients import (
+    input_embeddings,
+    next_token_embedding_grads,
+    next_token_log_distribution,
+)
+from ctxleak.engine.models import LM
+from ctxleak.engine.prompts import Prompt, build_prompt
+from ctxleak.methods.susceptibility.montecarlo import PROMPT_TEMPLATE
+
+FISHER_VOCABS = ("topk", "full")
+FULL_VOCAB_CHUNK = 256  # vector-Jacobian products per batched backward with vocab="full"
+
+
+@dataclass(frozen=True)
+class FisherResult:
+    """``chi = ½σ²·trace``; ``trace`` = tr I(e) over the chosen tokens; per token: ``token_ids``,
+    ``probs`` p(a|e) and ``sq_norms`` ‖∇_e log p(a|e)‖² (top-k only; empty for the full
+    vocabulary); ``mass`` = Σ p(a|e) over the tokens summed."""
+
+    chi: float
+    trace: float
+    sigma2: float
+    token_ids: list[int]
+    probs: list[float]
+    sq_norms: list[float]
+    mass: float
+    n_query_tokens: int
+    vocab: str = "topk"
+
+
+def fisher_trace(logprobs: torch.Tensor, grads: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """``tr I = Σ_a p(a)·‖g_a‖²`` from ``logprobs[k]`` and gradients ``grads[k, ...]`` (float64);
+    also returns the squared norms ``‖g_a‖²``."""
+    g = grads.double().reshape(grads.shape[0], -1)
+    sq = (g * g).sum(dim=1)
+    return float((logprobs.double().exp() * sq).sum()), sq
+
+
+def query_prompt(lm: LM, query: str, template: str = PROMPT_TEMPLATE) -> Prompt:
+    """The prompt with an empty context (the same ids as the query part of every ``c + q``)."""
+    prompt = build_prompt(lm, template, {"context": "", "query": query})
+    start, end = prompt.spans["query"]
+    if end <= start:
+        raise ValueError(f"the query {query!r} has no tokens")
+    return prompt
+
+
+def _graph(lm: LM, ids: Sequence[int], span: tuple[int, int]
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(wrt, logp)``: the query embeddings as a leaf that requires grad and ``log p(· | ids)``
+    (float64) built on them, the positions before the query entering as a KV cache computed
+    without a graph. Call under ``torch.enable_grad()``."""
+    start, end = span
+    with torch.no_grad():
+        base = input_embeddings(lm, ids)
+        cache = None
+        if start > 0:
+            prefix = torch.as_tensor([list(ids[:start])], dtype=torch.long, device=lm.device)
+            _, cache = hidden_states(lm, prefix, torch.ones_like(prefix), use_cache=True)
+    wrt = base[start:end].clone().requires_grad_(True)
+    rest = torch.cat([wrt, base[end:]], dim=0)[None]
+    mask = torch.ones((1, len(ids)), dtype=torch.long, device=lm.device)
+    pos = torch.arange(start, len(ids), device=lm.device)[None]
+    hidden, _ = hidden_states(lm, attention_mask=mask, position_ids=pos, cache=cache,
+                              use_cache=cache is not None, inputs_embeds=rest)
+    return wrt, torch.log_softmax(head_logits(lm, hidden[0, -1]).double(), dim=-1)
+
+
+def query_gradients(lm: LM, ids: Sequence[int], span: tuple[int, int], *, top_k: int = 10,
+                    batched: bool = True, reuse_prefix: bool = True
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(token_ids[k], logprobs[k], grads[k, n, d])`` for the top-k next tokens, gradients with
+    respect to the embeddings of ``span`` (float64, CPU). ``reuse_prefix=False`` is the engine's
+    :func:`~ctxleak.engine.gradients.next_token_embedding_grads` over the whole prompt."""
+    if not reuse_prefix or span[0] == 0:
+        res = next_token_embedding_grads(lm, ids, span, top_k=top_k, batched=batched)
+        return res.token_ids, res.logprobs, res.grads
+    with torch.enable_grad():
+        wrt, logp = _graph(lm, ids, span)
+        chosen = torch.topk(logp.detach(), top_k).indices
+        selected = logp[chosen]
+        k = selected.shape[0]
+        if batched and k > 1:
+            eye = torch.eye(k, dtype=selected.dtype, device=selected.device)
+            (grads,) = torch.autograd.grad(selected, wrt, grad_outputs=eye,
+                                           is_grads_batched=True)
+        else:
+            grads = torch.stack([torch.autograd.grad(selected[j], wrt, retain_graph=j + 1 < k)[0]
+                                 for j in range(k)])
+    return chosen.cpu(), selected.detach().cpu(), grads.detach().double().cpu()
+
+
+def fisher_susceptibility(lm: LM, query: str, *, top_k: int = 10, sigma2: float = 1.0,
+                          vocab: str = "topk", template: str = PROMPT_TEMPLATE,
+                          batched: bool = True, reuse_prefix: bool = True,
+                          chunk: int = FULL_VOCAB_CHUNK) -> FisherResult:
+    """χ_F of ``query`` (Eq. 10): gradients of the top-k next-token log-probabilities with
+    respect to the query's input embeddings, one forward pass and one batched backward."""
+    if vocab not in FISHER_VOCABS:
+        raise ValueError(f"vocab must be one of {FISHER_VOCABS}, not '{vocab}'")
+    if not sigma2 > 0:
+        raise ValueError(f"sigma2 must be positive, got {sigma2}")
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    prompt = query_prompt(lm, query, template)
+    span = prompt.spans["query"]
+    n_tokens = span[1] - span[0]
+    if vocab == "full":
+        trace, mass = full_vocab_trace(lm, prompt.ids, span, chunk=chunk)
+        return FisherResult(chi=0.5 * sigma2 * trace, trace=trace, sigma2=sigma2, token_ids=[],
+                            probs=[], sq_norms=[], mass=mass, n_query_tokens=n_tokens,
+                            vocab="full")
+    token_ids, logprobs, grads = query_gradients(lm, prompt.ids, span,
+                                                 top_k=min(top_k, lm.vocab_size),
+                                                 batched=batched, reuse_prefix=reuse_prefix)
+    trace, sq = fisher_trace(logprobs, grads)
+    probs = logprobs.double().exp()
+    return FisherResult(chi=0.5 * sigma2 * trace, trace=trace, sigma2=sigma2,
+                        token_ids=[int(t) for t in token_ids], probs=probs.tolist(),
+                        sq_norms=sq.tolist(), mass=float(probs.sum()), n_query_tokens=n_tokens,
+                        vocab="topk")
+
+
+def full_vocab_trace(lm: LM, ids: Sequence[int], span: tuple[int, int], *,
+                     chunk: int = FULL_VOCAB_CHUNK) -> tuple[float, float]:
+    """``tr I(e) = Σ_{a ∈ V} p(a|e)·‖∇_e log p(a|e)‖²`` over the whole vocabulary: one forward
+    pass (the full prompt, as the engine builds it), then V vector-Jacobian products in batched
+    chunks. Returns (trace, total probability mass)."""
+    start, end = span
+    with torch.no_grad():
+        base = input_embeddings(lm, ids)
+    wrt = base[start:end].clone().requires_grad_(True)
+    total = torch.zeros((), dtype=torch.float64)
+    with torch.enable_grad():
+        logp = next_token_log_distribution(lm, torch.cat([base[:start], wrt, base[end:]], dim=0))
+        probs = logp.detach().exp()
+        vocab = logp.shape[0]
+        for lo in range(0, vocab, chunk):
+            hi = min(vocab, lo + chunk)
+            sel = logp[lo:hi]
+            eye = torch.eye(hi - lo, dtype=sel.dtype, device=sel.device)
+            (grads,) = torch.autograd.grad(sel, wrt, grad_outputs=eye, is_grads_batched=True,
+                                           retain_graph=hi < vocab)
+            g = grads.double().reshape(hi - lo, -1)
+            total += (probs[lo:hi] * (g * g).sum(dim=1)).sum().cpu()
+    return float(total), float(probs.sum())

@@ -1,0 +1,360 @@
+"""Susceptibility over a set of queries (paper 002 §5): χ_MC and χ_F per query, their
+correlation overall and by query type, open against closed and real against made-up entities,
+per-relation means, the time each method takes, plots and the report."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ctxleak.engine.models import LM
+from ctxleak.errors import ConfigError
+from ctxleak.methods.susceptibility.data import (
+    CONTEXT_SCOPES,
+    QUERY_TYPES,
+    Query,
+    Relation,
+    context_pool,
+    pool_entities,
+    sample_contexts,
+)
+from ctxleak.methods.susceptibility.fisher import FISHER_VOCABS, fisher_susceptibility
+from ctxleak.methods.susceptibility.montecarlo import (
+    PROMPT_TEMPLATE,
+    REFERENCES,
+    monte_carlo_susceptibility,
+)
+
+METHODS = ("mc", "fisher", "both")
+SAMPLING = ("replacement", "no-replacement")
+TYPE_LABELS = {"closed": "closed", "open_qa": "open (question answering)",
+               "open_completion": "open (sentence completion)"}
+
+
+@dataclass(frozen=True)
+class SusceptibilityOptions:
+    """Settings of a run (defaults: paper 002 and SPEC §6, except ``n_contexts``: the paper's 256
+    takes tens of seconds per query on a 2-core CPU, so the CLI default is 32)."""
+
+    method: str = "both"
+    n_contexts: int = 32
+    top_k: int = 10
+    sigma2: float = 1.0
+    reference: str = "marginal"
+    fisher_vocab: str = "topk"
+    context_entities: str = "query"
+    sampling: str = "replacement"
+    template: str = PROMPT_TEMPLATE
+    reuse_prefix: bool = True
+    top_contexts: int = 3
+
+    @property
+    def run_mc(self) -> bool:
+        return self.method in ("mc", "both")
+
+    @property
+    def run_fisher(self) -> bool:
+        return self.method in ("fisher", "both")
+
+    @property
+    def mc_key(self) -> str:
+        """``chi_mc`` (marginal reference: the mutual information) or ``chi_mc_nocontext``."""
+        return "chi_mc" if self.reference == "marginal" else "chi_mc_nocontext"
+
+    def validate(self) -> SusceptibilityOptions:
+        def one_of(flag: str, value: str, allowed: Sequence[str]) -> None:
+            if value not in allowed:
+                raise ConfigError(f"{flag} must be one of {', '.join(allowed)}, not '{value}'")
+
+        one_of("--method", self.method, METHODS)
+        one_of("--reference", self.reference, REFERENCES)
+        one_of("--fisher-vocab", self.fisher_vocab, FISHER_VOCABS)
+        one_of("--context-entities", self.context_entities, CONTEXT_SCOPES)
+        one_of("--sampling", self.sampling, SAMPLING)
+        if self.n_contexts < 1:
+            raise ConfigError(f"--contexts must be at least 1, got {self.n_contexts}")
+        if self.top_k < 1:
+            raise ConfigError(f"--top-k must be at least 1, got {self.top_k}")
+        if not (self.sigma2 > 0 and math.isfinite(self.sigma2)):
+            raise ConfigError(f"--sigma2 must be a positive number, got {self.sigma2}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _token(lm: LM, token_id: int) -> str:
+    return lm.token_strings([int(token_id)])[0]
+
+
+def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
+                  options: SusceptibilityOptions, seed: int,
+                  batch_size: str | int | None = "auto") -> dict[str, Any]:
+    """χ_MC and/or χ_F of one query, with the most persuasive contexts and the seconds each
+    method took (one JSON record for ``samples.jsonl``)."""
+    record: dict[str, Any] = {
+        "relation": query.relation, "entity": query.entity, "real": query.is_real,
+        "entity_kind": "real" if query.is_real else "fake", "query_type": query.query_type,
+        "open": query.is_open, "query": query.text, "answer": query.answer, "seed": seed,
+    }
+    if options.run_mc:
+        t0 = time.perf_counter()
+        relation = next(r for r in relations if r.name == query.relation)
+        pool = context_pool(relation, pool_entities(query, relations, options.context_entities))
+        rng = np.random.default_rng(seed)
+        sample = sample_contexts(pool, options.n_contexts, rng,
+                                 replace=options.sampling == "replacement")
+        res = monte_carlo_susceptibility(lm, query.text, sample.texts, sample.counts,
+                                         reference=options.reference, template=options.template,
+                                         reuse_prefix=options.reuse_prefix,
+                                         batch_size=batch_size)
+        seconds = time.perf_counter() - t0
+        order = np.argsort(-res.psi, kind="stable")[:options.top_contexts]
+        ref = res.ref_logprobs.numpy()
+        ref_top = np.argsort(-ref, kind="stable")[:5]
+        record.update({
+            options.mc_key: res.chi, "reference": options.reference,
+            "n_draws": sample.n_draws, "n_distinct_contexts": len(sample.texts),
+            "context_pool_size": len(pool), "seconds_mc": seconds,
+            "persuasive_contexts": [{"context": sample.texts[i], "psi": float(res.psi[i]),
+                                     "weight": float(res.weights[i])} for i in order],
+            "reference_top_tokens": [{"token": _token(lm, t), "id": int(t),
+                                      "prob": float(np.exp(ref[t]))}
+                                     for t in ref_top],
+        })
+    if options.run_fisher:
+        t0 = time.perf_counter()
+        fr = fisher_susceptibility(lm, query.text, top_k=options.top_k, sigma2=options.sigma2,
+                                   vocab=options.fisher_vocab, template=options.template)
+        seconds = time.perf_counter() - t0
+        record.update({
+            "chi_f": fr.chi, "fisher_trace": fr.trace, "sigma2": fr.sigma2,
+            "fisher_vocab": fr.vocab, "fisher_mass": fr.mass,
+            "n_query_tokens": fr.n_query_tokens, "seconds_fisher": seconds,
+            "fisher_top_tokens": [{"token": _token(lm, t), "id": t, "prob": p, "grad_sq_norm": s}
+                                  for t, p, s in zip(fr.token_ids, fr.probs, fr.sq_norms)],
+        })
+    return record
+
+
+# ---------------------------------------------------------------------------------------------
+# summary
+
+
+def correlation(x: Sequence[float], y: Sequence[float], unit: str = "queries") -> dict[str, Any]:
+    """Pearson and Spearman correlation (scipy) with p-values; ``null`` and the reason when they
+    are undefined (fewer than 3 pairs, or constant values)."""
+    from scipy import stats
+
+    pairs = [(a, b) for a, b in zip(x, y) if a is not None and b is not None
+             and math.isfinite(a) and math.isfinite(b)]
+    out: dict[str, Any] = {"n": len(pairs), "pearson": None, "spearman": None}
+    if len(pairs) < 3:
+        out["reason"] = f"fewer than 3 {unit}"
+        return out
+    xs, ys = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    if np.ptp(xs) == 0 or np.ptp(ys) == 0:
+        out["reason"] = "constant values"
+        return out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pr, sr = stats.pearsonr(xs, ys), stats.spearmanr(xs, ys)
+    out["pearson"] = {"r": float(pr.statistic), "p": float(pr.pvalue)}
+    out["spearman"] = {"r": float(sr.statistic), "p": float(sr.pvalue)}
+    return out
+
+
+def _stats(values: Sequence[float]) -> dict[str, Any] | None:
+    vals = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+    if vals.size == 0:
+        return None
+    std = float(vals.std(ddof=1)) if vals.size > 1 else 0.0
+    return {"n": int(vals.size), "mean": float(vals.mean()), "median": float(np.median(vals)),
+            "std": std, "sem": std / math.sqrt(vals.size)}
+
+
+def _group_means(records: Sequence[dict[str, Any]], keys: Sequence[str],
+                 group: Callable[[dict[str, Any]], str]) -> dict[str, dict[str, Any]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(group(r), []).append(r)
+    return {g: {k: _stats([r.get(k) for r in rows]) for k in keys} | {"n": len(rows)}
+            for g, rows in groups.items()}
+
+
+def summarize(records: Sequence[dict[str, Any]], options: SusceptibilityOptions
+              ) -> dict[str, Any]:
+    """The run summary: statistics of each method, correlations, group means and timing."""
+    mc, fk = options.mc_key, "chi_f"
+    keys = [k for k, on in ((mc, options.run_mc), (fk, options.run_fisher)) if on]
+    out: dict[str, Any] = {"n_queries": len(records), "method": options.method,
+                           "reference": options.reference,
+                           "metrics": {k: _stats([r.get(k) for r in records]) for k in keys}}
+    if options.run_mc and options.run_fisher:
+        def corr(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+            return correlation([r.get(mc) for r in rows], [r.get(fk) for r in rows])
+
+        present = [t for t in QUERY_TYPES if any(r["query_type"] == t for r in records)]
+        out["correlation"] = {
+            "overall": corr(records),
+            "by_query_type": {t: corr([r for r in records if r["query_type"] == t])
+                              for t in present},
+            "open": corr([r for r in records if r["open"]]),
+            "closed": corr([r for r in records if not r["open"]]),
+            "by_relation_means": _relation_mean_correlation(records, mc, fk),
+        }
+    out["means"] = {
+        "by_query_type": _group_means(records, keys, lambda r: r["query_type"]),
+        "open_vs_closed": _group_means(records, keys,
+                                       lambda r: "open" if r["open"] else "closed"),
+        "real_vs_fake": _group_means(records, keys, lambda r: r["entity_kind"]),
+        "by_relation": _group_means(records, keys, lambda r: r["relation"]),
+    }
+    timing: dict[str, Any] = {}
+    if options.run_mc:
+        timing["seconds_per_query_mc"] = _mean([r.get("seconds_mc") for r in records])
+        timing["mean_distinct_contexts"] = _mean([r.get("n_distinct_contexts") for r in records])
+        timing["draws_per_query"] = options.n_contexts
+    if options.run_fisher:
+        timing["seconds_per_query_fisher"] = _mean([r.get("seconds_fisher") for r in records])
+    if options.run_mc and options.run_fisher:
+        a, b = timing["seconds_per_query_mc"], timing["seconds_per_query_fisher"]
+        timing["speedup_fisher_over_mc"] = a / b if a is not None and b else None
+    out["timing"] = timing
+    return out
+
+
+def _relation_mean_correlation(records: Sequence[dict[str, Any]], mc: str, fk: str
+                               ) -> dict[str, Any]:
+    """Correlation of the per-relation means (the paper's corpus-level comparison, Fig. 1)."""
+    means = _group_means(records, [mc, fk], lambda r: r["relation"])
+    xs = [m[mc]["mean"] if m[mc] else None for m in means.values()]
+    ys = [m[fk]["mean"] if m[fk] else None for m in means.values()]
+    return correlation(xs, ys, unit="relations")
+
+
+def _mean(values: Sequence[Any]) -> float | None:
+    vals = [float(v) for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+# ---------------------------------------------------------------------------------------------
+# plots and report
+
+
+def make_plots(records: Sequence[dict[str, Any]], options: SusceptibilityOptions
+               ) -> dict[str, bytes]:
+    """PNG plots: χ_F against χ_MC by query type, per-relation means and real against made-up
+    entities (one plot per method: their scales differ)."""
+    from ctxleak.report import plots
+
+    mc, fk = options.mc_key, "chi_f"
+    mc_label = "χ_MC (nats)" if options.reference == "marginal" else "χ_MC, no-context ref. (nats)"
+    labels = {mc: mc_label, fk: f"χ_F (σ²={options.sigma2:g}, {options.fisher_vocab})"}
+    out: dict[str, bytes] = {}
+    if options.run_mc and options.run_fisher:
+        rows = [r for r in records if r.get(mc) is not None and r.get(fk) is not None]
+        out["scatter_fisher_vs_mc.png"] = plots.scatter_plot(
+            [r[mc] for r in rows], [r[fk] for r in rows],
+            labels=[TYPE_LABELS.get(r["query_type"], r["query_type"]) for r in rows],
+            title="Fisher against Monte Carlo susceptibility, per query",
+            xlabel=labels[mc], ylabel=labels[fk])
+    for key, tag, on in ((mc, "mc", options.run_mc), (fk, "fisher", options.run_fisher)):
+        if not on:
+            continue
+        by_rel = _group_means(records, [key], lambda r: r["relation"])
+        names = list(by_rel)
+        out[f"relations_{tag}.png"] = plots.bar_plot(
+            names, [by_rel[n][key]["mean"] if by_rel[n][key] else math.nan for n in names],
+            errors=[by_rel[n][key]["sem"] if by_rel[n][key] else 0.0 for n in names],
+            title=f"Mean {labels[key]} per relation", ylabel=labels[key])
+        kinds = _group_means(records, [key], lambda r: r["entity_kind"])
+        cats = [k for k in ("real", "fake") if k in kinds]
+        out[f"real_vs_fake_{tag}.png"] = plots.bar_plot(
+            ["real entities" if c == "real" else "made-up entities" for c in cats],
+            [kinds[c][key]["mean"] if kinds[c][key] else math.nan for c in cats],
+            errors=[kinds[c][key]["sem"] if kinds[c][key] else 0.0 for c in cats],
+            title=f"Mean {labels[key]}: real and made-up entities", ylabel=labels[key])
+    return out
+
+
+def _fmt_corr(c: dict[str, Any] | None) -> dict[str, Any]:
+    c = c or {}
+    pr, sr = c.get("pearson"), c.get("spearman")
+    return {"n": c.get("n"), "Pearson r": pr["r"] if pr else None,
+            "Pearson p": pr["p"] if pr else None, "Spearman ρ": sr["r"] if sr else None,
+            "Spearman p": sr["p"] if sr else None, "note": c.get("reason", "")}
+
+
+def build_report(records: Sequence[dict[str, Any]], summary: dict[str, Any],
+                 options: SusceptibilityOptions, pngs: dict[str, bytes], *, model: str,
+                 data: str):
+    """The HTML report (every text escaped by :class:`ctxleak.report.Report`)."""
+    from ctxleak.report import Report
+
+    mc, fk = options.mc_key, "chi_f"
+    rep = Report("Susceptibility to context",
+                 f"model {model}, data {data}, {len(records)} queries, method {options.method}")
+    rep.add_text(
+        "Monte Carlo susceptibility χ_MC(q) = Σ_c p̂(c)·KL(p(·|c,q) ‖ p̄(·|q)) over sampled "
+        "contexts (Du et al. 2024); the reference p̄ is "
+        + ("the marginal Σ_c p̂(c)·p(·|c,q), so χ_MC is the mutual information of context and "
+           "answer." if options.reference == "marginal" else
+           "the no-context distribution p(·|q) (--reference no-context): not the mutual "
+           "information.")
+        + f" Fisher susceptibility χ_F(q) = ½σ²·Σ_a p(a|e)·‖∇_e log p(a|e)‖² over the "
+        f"{'top-' + str(options.top_k) if options.fisher_vocab == 'topk' else 'full-vocabulary'}"
+        " next tokens, e = the query's input embeddings (paper 002 Eq. 10-11, SPEC §6 reading).")
+    rep.add_kv({"queries": len(records), "contexts drawn per query": options.n_contexts,
+                "context pool": options.context_entities, "sampling": options.sampling,
+                "reference": options.reference, "top-k": options.top_k,
+                "σ²": options.sigma2, "Fisher vocabulary": options.fisher_vocab},
+               caption="Settings")
+    timing = summary.get("timing", {})
+    if timing:
+        rep.add_heading("Time per query")
+        rep.add_kv(timing, caption="seconds per query for each method; speedup = MC / Fisher")
+    if "correlation" in summary:
+        rep.add_heading("Correlation of χ_F and χ_MC")
+        corr = summary["correlation"]
+        rows = [{"group": "overall", **_fmt_corr(corr["overall"])}]
+        rows += [{"group": TYPE_LABELS.get(t, t), **_fmt_corr(c)}
+                 for t, c in corr["by_query_type"].items()]
+        rows += [{"group": "open (both forms)", **_fmt_corr(corr["open"])},
+                 {"group": "closed", **_fmt_corr(corr["closed"])},
+                 {"group": "per-relation means", **_fmt_corr(corr["by_relation_means"])}]
+        rep.add_table(rows)
+    rep.add_heading("Means")
+    for name, caption in (("by_query_type", "by query type"), ("open_vs_closed",
+                          "open against closed"), ("real_vs_fake", "real against made-up"),
+                          ("by_relation", "by relation")):
+        groups = summary["means"][name]
+        rows = []
+        for g, m in groups.items():
+            row: dict[str, Any] = {"group": g, "n": m["n"]}
+            for k in (mc, fk):
+                if k in m and m[k]:
+                    row[f"mean {k}"] = m[k]["mean"]
+                    row[f"sem {k}"] = m[k]["sem"]
+            rows.append(row)
+        rep.add_table(rows, caption=caption)
+    for name, png in pngs.items():
+        rep.add_image(png, caption=name)
+    if options.run_mc:
+        rep.add_heading("Most persuasive contexts")
+        top = sorted(records, key=lambda r: -(r.get(mc) or 0.0))[:10]
+        rows = []
+        for r in top:
+            best = (r.get("persuasive_contexts") or [{}])[0]
+            rows.append({"query": r["query"], "type": r["query_type"], "entity": r["entity_kind"],
+                         mc: r.get(mc), fk: r.get(fk), "top context": best.get("context"),
+                         "ψ": best.get("psi")})
+        rep.add_table(rows, caption="the 10 most susceptible queries and their most persuasive "
+                                    "context (ψ = KL from the reference)")
+    return rep

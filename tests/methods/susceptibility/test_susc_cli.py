@@ -1,0 +1,148 @@
+"""``ctxleak susceptibility`` end to end: a tiny model saved to a directory (fast), and the
+default model (integration), checking the run directory and ``--resume``."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from tiny_models import tiny_gpt2
+from typer.testing import CliRunner
+
+from ctxleak.cli.app import app
+
+runner = CliRunner()
+
+TINY_RELATIONS = {"relations": [
+    {"name": "capital", "closed_query": "question : is {answer} the capital of {entity} ? answer :",
+     "open_qa_query": "question : what is the capital of {entity} ? answer :",
+     "open_completion_query": "the capital of {entity} is",
+     "context_template": "the capital of {entity} is {answer} .\n",
+     "entities": [{"entity": "france", "answer": "paris"}, {"entity": "italy", "answer": "rome"}],
+     "fake_entities": ["madrid"], "answers": ["paris", "rome", "berlin", "madrid"]},
+    {"name": "country", "closed_query": "question : is {entity} a city in {answer} ? answer :",
+     "open_qa_query": "question : what country is {entity} in ? answer :",
+     "open_completion_query": "the city {entity} is in the country",
+     "context_template": "the city {entity} is in the country {answer} .\n",
+     "entities": [{"entity": "paris", "answer": "france"}, {"entity": "berlin",
+                                                            "answer": "germany"}],
+     "fake_entities": ["rome"], "answers": ["france", "germany", "italy", "spain"]},
+]}
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-gpt2")
+    lm = tiny_gpt2()
+    lm.model.save_pretrained(path)
+    lm.tokenizer.save_pretrained(path)
+    return path
+
+
+def _rows(run):
+    return [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+
+
+def _check_run_dir(run, n, *, both=True):
+    results = json.loads((run / "results.json").read_text())
+    rows = _rows(run)
+    assert len(rows) == n and results["n_effective"] == n
+    assert (run / "report.html").read_text().startswith("<!DOCTYPE html>")
+    summary = results["summary"]
+    assert summary["n_queries"] == n
+    assert results["provenance"]["torch"] and results["config"]["method"] == "both"
+    for row in rows:
+        assert {"id", "relation", "entity", "real", "query_type", "query"} <= set(row)
+        if both:
+            assert 0 <= row["chi_mc"] <= math.log(row["n_distinct_contexts"]) + 1e-9
+            assert row["chi_f"] >= 0 and row["seconds_mc"] > 0 and row["seconds_fisher"] > 0
+            assert 1 <= len(row["persuasive_contexts"]) <= 3
+            psis = [c["psi"] for c in row["persuasive_contexts"]]
+            assert psis == sorted(psis, reverse=True)
+    if both:
+        assert (run / "scatter_fisher_vs_mc.png").read_bytes().startswith(b"\x89PNG")
+        for name in ("relations_mc.png", "relations_fisher.png", "real_vs_fake_mc.png",
+                     "real_vs_fake_fisher.png"):
+            assert (run / name).is_file()
+        timing = summary["timing"]
+        assert timing["speedup_fisher_over_mc"] == pytest.approx(
+            timing["seconds_per_query_mc"] / timing["seconds_per_query_fisher"])
+        assert set(summary["correlation"]) >= {"overall", "by_query_type", "open", "closed"}
+        assert set(summary["means"]) == {"by_query_type", "open_vs_closed", "real_vs_fake",
+                                         "by_relation"}
+    return results, rows
+
+
+def test_cli_end_to_end_and_resume(tmp_path, tiny_model_dir):
+    data = tmp_path / "rel.json"
+    data.write_text(json.dumps(TINY_RELATIONS))
+    run = tmp_path / "run"
+    base = ["susceptibility", "--model", str(tiny_model_dir), "--device", "cpu",
+            "--data", str(data), "--contexts", "6", "--output", str(run)]
+    result = runner.invoke(app, [*base, "--limit", "4"])
+    assert result.exit_code == 0, result.output
+    assert "Susceptibility (4 queries)" in result.output and "speedup" in result.output
+    _, first = _check_run_dir(run, 4)
+    assert first[0]["id"] == "capital/real/france/closed"
+
+    # resume: finished queries are kept as they are, the rest are added
+    result = runner.invoke(app, [*base, "--limit", "9", "--resume"])
+    assert result.exit_code == 0, result.output
+    results, rows = _check_run_dir(run, 9)
+    assert rows[:4] == first
+    assert len(results["summary"]["correlation"]["by_query_type"]) == 3
+    assert {r["entity_kind"] for r in rows} == {"real", "fake"}
+
+    # a changed setting is refused on resume; no --resume refuses a used directory
+    result = runner.invoke(app, [*base[:-4], "--contexts", "7", "--output", str(run), "--resume"])
+    assert result.exit_code != 0 and "config differs in contexts" in str(result.exception)
+    result = runner.invoke(app, [*base, "--limit", "2"])
+    assert result.exit_code != 0 and "already holds a run" in str(result.exception)
+
+
+def test_cli_same_seed_same_numbers(tmp_path, tiny_model_dir):
+    outs = []
+    for name in ("a", "b"):
+        run = tmp_path / name
+        result = runner.invoke(app, ["susceptibility", "--model", str(tiny_model_dir),
+                                     "--device", "cpu", "--method", "mc", "--contexts", "5",
+                                     "--query-types", "open_completion", "--limit", "3",
+                                     "--context-entities", "relation", "--output", str(run)])
+        assert result.exit_code == 0, result.output
+        outs.append([(r["chi_mc"], r["persuasive_contexts"]) for r in _rows(run)])
+        assert "chi_f" not in _rows(run)[0]
+    assert outs[0] == outs[1]
+
+
+def test_cli_fisher_only_full_vocabulary_and_no_context_reference(tmp_path, tiny_model_dir):
+    run = tmp_path / "f"
+    result = runner.invoke(app, ["susceptibility", "--model", str(tiny_model_dir), "--device",
+                                 "cpu", "--method", "fisher", "--fisher-vocab", "full",
+                                 "--limit", "2", "--output", str(run)])
+    assert result.exit_code == 0, result.output
+    rows = _rows(run)
+    assert all(r["fisher_vocab"] == "full" and abs(r["fisher_mass"] - 1) < 1e-6 for r in rows)
+    assert "chi_mc" not in rows[0]
+    run2 = tmp_path / "n"
+    result = runner.invoke(app, ["susceptibility", "--model", str(tiny_model_dir), "--device",
+                                 "cpu", "--method", "mc", "--reference", "no-context",
+                                 "--contexts", "4", "--limit", "2", "--output", str(run2)])
+    assert result.exit_code == 0, result.output
+    row = _rows(run2)[0]
+    assert "chi_mc_nocontext" in row and "chi_mc" not in row and row["reference"] == "no-context"
+
+
+@pytest.mark.integration
+def test_cli_default_model(tmp_path):
+    run = tmp_path / "default"
+    base = ["susceptibility", "--model", "default", "--device", "cpu", "--data", "demo",
+            "--contexts", "4", "--output", str(run)]
+    result = runner.invoke(app, [*base, "--limit", "3"])
+    assert result.exit_code == 0, result.output
+    _, rows = _check_run_dir(run, 3)
+    assert [r["query_type"] for r in rows] == ["closed", "open_qa", "open_completion"]
+    result = runner.invoke(app, [*base, "--limit", "4", "--resume"])
+    assert result.exit_code == 0, result.output
+    _, rows2 = _check_run_dir(run, 4)
+    assert rows2[:3] == rows and rows2[3]["entity_kind"] == "fake"

@@ -1,0 +1,198 @@
+"""Relation files (ctxleak and Du et al. YAGO formats), queries, context pools and bad input
+(SPEC §9: clear errors that name the file and field, before any model is loaded)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ctxleak.cli.app import main
+from ctxleak.errors import ConfigError, InputError
+from ctxleak.methods.susceptibility.data import (
+    build_queries,
+    context_pool,
+    load_relations,
+    parse_query_types,
+    pool_entities,
+)
+from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
+
+RELATION = {
+    "name": "capital",
+    "closed_query": "Q: Is {answer} the capital of {entity}? A:",
+    "open_qa_query": "Q: What is the capital of {entity}? A:",
+    "open_completion_query": "The capital of {entity} is",
+    "context_template": "The capital of {entity} is {answer}.\n",
+    "entities": [{"entity": "France", "answer": "Paris"}, {"entity": "Japan", "answer": "Tokyo"}],
+    "fake_entities": ["Velmoria"],
+    "answers": ["Paris", "Tokyo", "Cairo"],
+}
+
+
+def _write(tmp_path, obj, name="rel.json"):
+    path = tmp_path / name
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj), encoding="utf-8")
+    return path
+
+
+def test_demo_set_loads():
+    rels = load_relations("demo")
+    assert len(rels) == 10 and len({r.name for r in rels}) == 10
+    queries = build_queries(rels, ["closed", "open_qa", "open_completion"])
+    n_entities = sum(len(r.entities) + len(r.fake_entities) for r in rels)
+    assert len(queries) == 3 * n_entities
+    assert len({q.id for q in queries}) == len(queries)
+    assert [q.index for q in queries] == list(range(len(queries)))
+    first = queries[:6]  # real and made-up entities interleaved, all three forms each
+    assert [q.is_real for q in first] == [True] * 3 + [False] * 3
+    closed = next(q for q in queries if q.query_type == "closed" and q.is_real)
+    assert closed.answer in closed.text and "{" not in closed.text
+
+
+def test_queries_and_pools(tmp_path):
+    (rel,) = load_relations(_write(tmp_path, {"relations": [RELATION]}))
+    queries = build_queries([rel], ["closed", "open_completion"])
+    assert [q.id for q in queries] == [
+        "capital/real/France/closed", "capital/real/France/open_completion",
+        "capital/fake/Velmoria/closed", "capital/fake/Velmoria/open_completion",
+        "capital/real/Japan/closed", "capital/real/Japan/open_completion"]
+    assert queries[0].text == "Q: Is Paris the capital of France? A:"
+    fake_closed = queries[2].text
+    assert fake_closed in {f"Q: Is {a} the capital of Velmoria? A:" for a in rel.answers}
+    assert build_queries([rel], ["closed"])[1].text == fake_closed  # deterministic
+    q = queries[1]
+    own = context_pool(rel, pool_entities(q, [rel], "query"))
+    assert own == [f"The capital of France is {a}.\n" for a in rel.answers]
+    everyone = context_pool(rel, pool_entities(q, [rel], "relation"))
+    assert len(everyone) == 3 * 3 and everyone[:3] == own
+    with pytest.raises(ConfigError):
+        pool_entities(q, [rel], "planet")
+
+
+def test_entities_per_relation_subsamples(tmp_path):
+    rel = dict(RELATION, entities=[{"entity": f"E{i}", "answer": "Paris"} for i in range(10)],
+               fake_entities=[f"F{i}" for i in range(10)])
+    (r,) = load_relations(_write(tmp_path, {"relations": [rel]}))
+    qs = build_queries([r], ["open_completion"], entities_per_relation=3, seed=1)
+    assert sum(q.is_real for q in qs) == 3 and sum(not q.is_real for q in qs) == 3
+    assert [q.id for q in qs] == [q.id for q in build_queries([r], ["open_completion"], 3, 1)]
+
+
+def test_du_et_al_yago_format(tmp_path):
+    yago = {
+        "http://schema.org/founder": {
+            "query_forms": {
+                "closed": ["Q: Is {answer} a founder of '{entity}'?\nA:",
+                           "Q: Was '{entity}' founded by {answer}?\nA:"],
+                "open": ["Q: Who founded '{entity}'?\nA:", "'{entity}' was founded by"],
+            },
+            "entities": ["Acme", "Globex", "Acme"],
+            "answers": ["Ann Smith", "Bo Chen", "Cy Doe"],
+            "entity_uris": ["u1", "u2", "u1"],
+            "context_templates": ["'{entity}' was founded by {answer}.\n"],
+            "fake_entities": ["Zorblat Inc"],
+            "gpt_fake_entities": ["Quillon Ltd", "Marrowby"],
+        }
+    }
+    (rel,) = load_relations(_write(tmp_path, yago, "yago_qec.json"))
+    assert rel.name == "http://schema.org/founder"
+    assert len(rel.queries["closed"]) == 2
+    assert rel.queries["open_qa"] == ["Q: Who founded '{entity}'?\nA:"]
+    assert rel.queries["open_completion"] == ["'{entity}' was founded by"]
+    assert rel.entities == [("Acme", "Ann Smith"), ("Globex", "Bo Chen")]  # first answer kept
+    assert rel.fake_entities == ["Quillon Ltd", "Marrowby"]  # GPT-4 names preferred
+    assert rel.answers == ["Ann Smith", "Bo Chen"]
+    ids = [q.id for q in build_queries([rel], ["closed"])]
+    assert "http://schema.org/founder/real/Acme/closed#2" in ids
+
+
+def test_malformed_json_names_the_file_and_line(tmp_path):
+    path = _write(tmp_path, '{"relations": [\n  {"name": "x",,}\n]}')
+    with pytest.raises(InputError) as err:
+        load_relations(path)
+    assert str(path) in str(err.value) and ":2" in str(err.value)
+    assert "not valid JSON" in str(err.value)
+
+
+def test_missing_template_field_is_named(tmp_path):
+    bad = {k: v for k, v in RELATION.items() if k != "context_template"}
+    path = _write(tmp_path, {"relations": [RELATION | {"name": "ok"}, bad]})
+    with pytest.raises(InputError) as err:
+        load_relations(path)
+    msg = str(err.value)
+    assert str(path) in msg and "relations[1] (capital).context_template" in msg
+    assert "missing field" in msg
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("context_template", "The capital of {entity} is.", "needs {answer}"),
+    ("open_qa_query", "What is the capital of {country}?", "unknown placeholder"),
+    ("closed_query", "Q: Is it the capital of {entity}? A:", "needs {answer}"),
+    ("answers", [], "is empty"),
+    ("entities", [{"entity": "France"}], "entities[0].answer"),
+])
+def test_bad_templates_and_lists(tmp_path, field, value, needle):
+    path = _write(tmp_path, {"relations": [RELATION | {field: value}]})
+    with pytest.raises(InputError) as err:
+        load_relations(path)
+    assert needle in str(err.value) and str(path) in str(err.value)
+
+
+def test_unknown_format_and_missing_file(tmp_path):
+    with pytest.raises(InputError, match="unknown format"):
+        load_relations(_write(tmp_path, [1, 2]))
+    with pytest.raises(InputError, match="file not found"):
+        load_relations(tmp_path / "nope.json")
+
+
+def test_query_types_and_options():
+    assert parse_query_types("closed,open") == ["closed", "open_qa", "open_completion"]
+    assert parse_query_types("open_qa") == ["open_qa"]
+    with pytest.raises(ConfigError, match="unknown query type 'opne'"):
+        parse_query_types("closed,opne")
+    with pytest.raises(ConfigError, match="--contexts"):
+        SusceptibilityOptions(n_contexts=0).validate()
+    with pytest.raises(ConfigError, match="--reference"):
+        SusceptibilityOptions(reference="prior").validate()
+    with pytest.raises(ConfigError, match="--sigma2"):
+        SusceptibilityOptions(sigma2=-1.0).validate()
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail if the CLI tries to load a model: bad input must be caught before."""
+    import ctxleak.cli.session as session
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the model was loaded before the input was checked")
+
+    monkeypatch.setattr(session, "load_lm", refuse)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--contexts", "0"], "--contexts must be at least 1"),
+    (["--query-types", "closed,yes_no"], "unknown query type 'yes_no'"),
+    (["--method", "exact"], "--method must be one of"),
+    (["--relations", "capital,moons"], "unknown relation(s) moons"),
+])
+def test_cli_rejects_bad_flags_before_loading(tmp_path, capsys, no_model, args, needle):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["susceptibility", "--output", str(tmp_path / "run"), *args])
+    assert exit_info.value.code == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_rejects_bad_files_before_loading(tmp_path, capsys, no_model):
+    bad = _write(tmp_path, '{"relations": [}')
+    with pytest.raises(SystemExit) as exit_info:
+        main(["susceptibility", "--data", str(bad), "--output", str(tmp_path / "run")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "not valid JSON" in err
+    missing = _write(tmp_path, {"relations": [{k: v for k, v in RELATION.items()
+                                               if k != "context_template"}]}, "m.json")
+    with pytest.raises(SystemExit):
+        main(["susceptibility", "--data", str(missing), "--output", str(tmp_path / "run")])
+    assert "context_template" in capsys.readouterr().err
