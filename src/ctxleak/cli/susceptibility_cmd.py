@@ -93,7 +93,7 @@ def susceptibility(
 
 def _run(common: CommonOptions, config: dict[str, Any], options: Any, rels: list, queries: list,
          data: str) -> None:
-    from ctxleak.cli.session import load_lm, open_run, run_examples
+    from ctxleak.cli.session import is_main, load_lm, open_run, run_examples
     from ctxleak.engine.generation import derive_seed
     from ctxleak.methods.susceptibility.pipeline import (
         build_report,
@@ -113,6 +113,8 @@ def _run(common: CommonOptions, config: dict[str, Any], options: Any, rels: list
     with run:
         records = run_examples(run, queries, key=lambda q: q.id, work=work,
                                desc="susceptibility")
+    if not is_main(run):
+        return
     summary = summarize(records, options)
     pngs = make_plots(records, options)
     for name, png in pngs.items():
