@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-
 from _common import device_line, load_default, long_context, throughput, timed
+
 from ctxleak.methods.influence import CIDConfig, PromptParts, generate_cid, window_influence, windows
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-
 from _common import device_line, load_default, long_context, throughput, timed
+
 from ctxleak.engine.forward import common_prefix_length
 from ctxleak.engine.scoring import continuation_logprobs
 
