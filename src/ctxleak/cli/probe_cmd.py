@@ -180,6 +180,7 @@ def probe(
         raise ConfigError(f"--train-fraction must be between 0 and 1, got {train_fraction}")
     if soft_tokens < 1 or epochs < 1 or not soft_lr > 0:
         raise ConfigError("--soft-tokens and --epochs must be >= 1 and --soft-lr > 0")
+    context_template = context_template.replace("\\n", "\n")  # '\n' typed in a shell
     if "in-context" in modes and ("{document}" not in context_template
                                   or "{prompt}" not in context_template):
         raise ConfigError("--context-template needs both {document} and {prompt}")
@@ -523,14 +524,8 @@ GROUP_BY = ("mode", "variant", "group", "shots_k", "pii_type", "structure")
 
 
 def _label(s: dict[str, Any]) -> str:
-    parts = [s["mode"]]
-    if s.get("variant") not in (None, "beam"):
-        parts.append(s["variant"])
-    if s.get("group"):
-        parts.append(s["group"])
-    parts.append(f"k={s['shots_k']}")
-    parts += [s["pii_type"], s["structure"]]
-    return " / ".join(str(p) for p in parts)
+    probe, group, pii = _short(s)
+    return f"{probe} / {group} / k={s['shots_k']} / {pii}"
 
 
 def _finish(run: Any, lm: Any, records: list, plan: Plan, rows: list[dict], config: dict,
