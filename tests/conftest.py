@@ -31,6 +31,25 @@ def tiny_lm(request, llama_lm, gpt2_lm):
 
 
 @pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory, llama_lm):
+    """The tiny Llama saved as a local model directory, for ``--model DIR`` in CLI tests."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    llama_lm.model.save_pretrained(path)
+    llama_lm.tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def run_cli(argv, capsys):
+    """Run ``ctxleak ARGV`` in-process: (exit code, stdout, stderr)."""
+    from ctxleak.cli.app import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    out = capsys.readouterr()
+    return exit_info.value.code or 0, out.out, out.err
+
+
+@pytest.fixture(scope="session")
 def default_lm():
     from ctxleak.engine.models import NAMED_MODELS, load_model
 

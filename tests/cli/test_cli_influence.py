@@ -6,23 +6,13 @@ import json
 import stat
 
 import pytest
+from conftest import run_cli
 
 from ctxleak.cli.app import main
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, llama_lm):
-    path = tmp_path_factory.mktemp("tiny-llama")
-    llama_lm.model.save_pretrained(path)
-    llama_lm.tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def cli(argv, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    out = capsys.readouterr()
-    return exit_info.value.code or 0, out.out, out.err
+    return run_cli(argv, capsys)
 
 
 BASE = ["influence", "--data", "demo", "--max-new-tokens", "4", "--min-new-tokens", "1"]

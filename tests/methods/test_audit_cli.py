@@ -6,24 +6,13 @@ import json
 import stat
 
 import pytest
+from conftest import run_cli
 
-from ctxleak.cli.app import main
 from ctxleak.methods.accounting import epsilon_floor
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, llama_lm):
-    path = tmp_path_factory.mktemp("tiny-llama-audit")
-    llama_lm.model.save_pretrained(path)
-    llama_lm.tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def cli(argv, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    out = capsys.readouterr()
-    return exit_info.value.code or 0, out.out, out.err
+    return run_cli(argv, capsys)
 
 
 SMALL = ["audit", "--device", "cpu", "--data", "demo", "--subset-size", "3", "--n-gen", "2",

@@ -22,14 +22,6 @@ def test_world_from_environment(monkeypatch):
     assert World().owns(5) and World().is_main
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, llama_lm):
-    path = tmp_path_factory.mktemp("tiny-dist")
-    llama_lm.model.save_pretrained(path)
-    llama_lm.tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def _env():
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", CTXLEAK_DEBUG="1")

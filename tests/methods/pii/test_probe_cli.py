@@ -6,18 +6,10 @@ import json
 import stat
 
 import pytest
+from conftest import run_cli
 from test_probe_fixtures import word_records
 
-from ctxleak.cli.app import main
 from ctxleak.methods.pii.records import save_records
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, llama_lm):
-    path = tmp_path_factory.mktemp("tiny-llama-probe")
-    llama_lm.model.save_pretrained(path)
-    llama_lm.tokenizer.save_pretrained(path)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +20,7 @@ def records_file(tmp_path_factory):
 
 
 def cli(argv, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    out = capsys.readouterr()
-    return exit_info.value.code or 0, out.out, out.err
+    return run_cli(argv, capsys)
 
 
 def _mode(path):
