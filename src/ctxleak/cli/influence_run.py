@@ -121,7 +121,8 @@ def run_explain(common: CommonOptions, *, context: str, query: str, task: str,
     parts, dropped = prompt_parts(lm, example, template, reserve=max_new_tokens)
     response = generate_cid(lm, parts.full, parts.empty, config, derive_seed(common.seed, 0))
     if not response.token_ids:
-        raise ConfigError("the model stopped at once; lower --min-new-tokens is 0? try a seed")
+        raise ConfigError("the model ended its response at once: raise --min-new-tokens "
+                          "or try another --seed")
     first = response.token_ids[0]
     unigram = next_token_unigram_influence(lm, parts, [], first, lam=lam,
                                            temperature=temperature)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -147,6 +147,3 @@ def settings_grid(lams: Sequence[float], temps: Sequence[float],
                   context_sizes: Sequence[int | None]) -> list[Setting]:
     return [Setting(lam, t, k) for k in context_sizes for t in temps for lam in lams]
 
-
-def options_dict(options: InfluenceOptions) -> dict[str, Any]:
-    return asdict(options)
