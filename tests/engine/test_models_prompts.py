@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from ctxleak.engine.batching import BatchPlanner, parse_batch_size
-from ctxleak.engine.models import bos_convention, load_model, model_status
+from ctxleak.engine.models import bos_convention, cache_lock, load_model, model_status
 from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError
 
@@ -76,3 +79,21 @@ def test_batch_planner_backs_off_on_oom():
     assert parse_batch_size("auto") is None and parse_batch_size("3") == 3
     with pytest.raises(ConfigError):
         parse_batch_size("0")
+
+
+def test_cache_lock_excludes_other_processes(tmp_path):
+    """While one process builds a cache entry, another cannot take the lock (ranks of a torchrun
+    launch on a fresh machine convert the GGUF once, not N times at once)."""
+    entry = tmp_path / "converted" / "model-x"
+    probe = ("import fcntl, sys; f = open(sys.argv[1], 'w')\n"
+             "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
+             "except BlockingIOError:\n    print('held')")
+    lock_file = str(entry.with_name(".model-x.lock"))
+
+    def other() -> str:
+        return subprocess.run([sys.executable, "-c", probe, lock_file], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    with cache_lock(entry):
+        assert other() == "held"
+    assert other() == "free"

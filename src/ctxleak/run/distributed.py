@@ -6,8 +6,10 @@ merged numbers equal a single-process run whatever N is.
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 
 @dataclass(frozen=True)
@@ -39,16 +41,38 @@ def current_world() -> World:
     return World(rank=rank, size=size, local_rank=local)
 
 
+def barrier_timeout() -> timedelta:
+    """How long a process waits at a barrier for the others (``CTXLEAK_DIST_TIMEOUT_S``,
+    default 7 days). Shards are never perfectly balanced: on a long job the first process to
+    finish may wait hours for the last, far beyond torch's 30-minute default."""
+    return timedelta(seconds=float(os.environ.get("CTXLEAK_DIST_TIMEOUT_S", 7 * 24 * 3600)))
+
+
 def init_distributed(device: str = "cpu") -> World:
-    """Join the process group when launched with several processes (gloo on CPU, nccl on GPUs)."""
+    """Join the process group when launched with several processes.
+
+    The processes only ever wait for each other (no tensors are exchanged: each writes its own
+    shard), so the group uses gloo on CPUs and GPUs alike: no NCCL device binding, and it works
+    across nodes over TCP. ``device`` is accepted for symmetry and pins ``cuda:LOCAL_RANK``.
+    """
     world = current_world()
     if world.distributed:
+        import torch
         import torch.distributed as dist
 
+        if device.startswith("cuda") and torch.cuda.is_available():
+            torch.cuda.set_device(torch.device(device))
         if not dist.is_initialized():
-            backend = "nccl" if device.startswith("cuda") else "gloo"
-            dist.init_process_group(backend=backend)
+            dist.init_process_group(backend="gloo", timeout=barrier_timeout())
+            atexit.register(_leave)
     return world
+
+
+def _leave() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def barrier() -> None:

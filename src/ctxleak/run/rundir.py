@@ -113,10 +113,18 @@ class RunDir:
                 rows.setdefault(row.get("id"), row)
         self._samples = list(rows.values())
 
+    def has_shards(self) -> bool:
+        """Whether a data-parallel run left per-process sample files here."""
+        return any(self.path.glob("samples.rank*.jsonl"))
+
     def merge_shards(self, order: list[Any] | None = None) -> None:
-        """Rank 0 of a data-parallel run: write all shards' samples as ``samples.jsonl``."""
+        """Write every shard's samples as ``samples.jsonl`` (rank 0 of a data-parallel run, or one
+        process resuming one), in ``order`` first."""
         rows = {row.get("id"): row for row in self._samples}
-        keys = [k for k in (order or list(rows)) if k in rows]
+        keys = [k for k in (order or []) if k in rows]
+        # rows outside ``order`` (a resume with a smaller --limit) are kept, after the others
+        seen = set(keys)
+        keys += [k for k in rows if k not in seen]
         text = "".join(json.dumps(rows[k], ensure_ascii=False) + "\n" for k in keys)
         write_atomic(self.path / SAMPLES_FILE, text, self.file_mode)
 

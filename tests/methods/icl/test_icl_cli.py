@@ -6,19 +6,10 @@ import json
 
 import pytest
 import torch
+from tiny_data import TEMPLATES, TEST, TRAIN
 from tiny_models import tiny_llama
 
 from ctxleak.cli.app import main
-
-TRAIN = [("the capital of france is paris", "yes"), ("rome is in italy", "no"),
-         ("berlin is a city", "one"), ("the doctor said yes", "yes"),
-         ("a patient of the doctor", "no"), ("madrid is the capital of spain", "one"),
-         ("the news report was one page", "yes"), ("two and three is four", "no")]
-TEST = [("the capital of italy is rome", "yes"), ("the doctor and the patient", "no"),
-        ("one two three", "one"), ("paris is a city", "yes")]
-TEMPLATES = ["--format", "custom", "--instruction", "answer : {labels} .\\n",
-             "--exemplar-template", "question : {text} answer : {label}\\n",
-             "--query-template", "question : {text} answer :"]
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:

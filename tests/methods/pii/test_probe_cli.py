@@ -7,7 +7,7 @@ import stat
 
 import pytest
 from conftest import run_cli
-from test_probe_fixtures import word_records
+from tiny_data import word_records
 
 from ctxleak.methods.pii.records import save_records
 

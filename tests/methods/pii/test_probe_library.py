@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_probe_fixtures import word_records
+from tiny_data import word_records
 
 from ctxleak.methods.pii.probe import (
     ProbeOptions,

@@ -7,28 +7,13 @@ import json
 import math
 
 import pytest
+from tiny_data import TINY_RELATIONS
 from tiny_models import tiny_gpt2
 from typer.testing import CliRunner
 
 from ctxleak.cli.app import app
 
 runner = CliRunner()
-
-TINY_RELATIONS = {"relations": [
-    {"name": "capital", "closed_query": "question : is {answer} the capital of {entity} ? answer :",
-     "open_qa_query": "question : what is the capital of {entity} ? answer :",
-     "open_completion_query": "the capital of {entity} is",
-     "context_template": "the capital of {entity} is {answer} .\n",
-     "entities": [{"entity": "france", "answer": "paris"}, {"entity": "italy", "answer": "rome"}],
-     "fake_entities": ["madrid"], "answers": ["paris", "rome", "berlin", "madrid"]},
-    {"name": "country", "closed_query": "question : is {entity} a city in {answer} ? answer :",
-     "open_qa_query": "question : what country is {entity} in ? answer :",
-     "open_completion_query": "the city {entity} is in the country",
-     "context_template": "the city {entity} is in the country {answer} .\n",
-     "entities": [{"entity": "paris", "answer": "france"}, {"entity": "berlin",
-                                                            "answer": "germany"}],
-     "fake_entities": ["rome"], "answers": ["france", "germany", "italy", "spain"]},
-]}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,58 @@
+"""Data written with the tiny models' word vocabulary (tests/tiny_models.py), so that texts
+tokenise to real ids rather than <unk>: ICL tasks, relations for susceptibility and PII records.
+Shared by the method tests and the data-parallel tests."""
+
+from __future__ import annotations
+
+from ctxleak.methods.pii.records import PIIRecord
+
+# ICL: (text, label) pairs and the templates that fit them
+TRAIN = [("the capital of france is paris", "yes"), ("rome is in italy", "no"),
+         ("berlin is a city", "one"), ("the doctor said yes", "yes"),
+         ("a patient of the doctor", "no"), ("madrid is the capital of spain", "one"),
+         ("the news report was one page", "yes"), ("two and three is four", "no")]
+TEST = [("the capital of italy is rome", "yes"), ("the doctor and the patient", "no"),
+        ("one two three", "one"), ("paris is a city", "yes")]
+TEMPLATES = ["--format", "custom", "--instruction", "answer : {labels} .\\n",
+             "--exemplar-template", "question : {text} answer : {label}\\n",
+             "--query-template", "question : {text} answer :"]
+
+# susceptibility: two relations in the bundled JSON format
+TINY_RELATIONS = {"relations": [
+    {"name": "capital", "closed_query": "question : is {answer} the capital of {entity} ? answer :",
+     "open_qa_query": "question : what is the capital of {entity} ? answer :",
+     "open_completion_query": "the capital of {entity} is",
+     "context_template": "the capital of {entity} is {answer} .\n",
+     "entities": [{"entity": "france", "answer": "paris"}, {"entity": "italy", "answer": "rome"}],
+     "fake_entities": ["madrid"], "answers": ["paris", "rome", "berlin", "madrid"]},
+    {"name": "country", "closed_query": "question : is {entity} a city in {answer} ? answer :",
+     "open_qa_query": "question : what country is {entity} in ? answer :",
+     "open_completion_query": "the city {entity} is in the country",
+     "context_template": "the city {entity} is in the country {answer} .\n",
+     "entities": [{"entity": "paris", "answer": "france"}, {"entity": "berlin",
+                                                            "answer": "germany"}],
+     "fake_entities": ["rome"], "answers": ["france", "germany", "italy", "spain"]},
+]}
+
+
+# PII records
+PLACES = ["paris", "france", "rome", "italy", "berlin", "germany", "madrid", "spain"]
+PHONES = ["one two", "two three", "three four", "four one", "one three", "two four",
+          "three one", "four two"]
+
+
+def word_records(n: int = 6) -> list[PIIRecord]:
+    """``n`` (<= 8) subjects with distinct names, phones, e-mails, addresses, fathers and
+    universities, each with one document stating the phone the way the twins-2 template asks
+    for it ("the phone of NAME is PHONE")."""
+    out = []
+    for i in range(n):
+        a, b = PLACES[i % 8], PLACES[(i + 3) % 8]
+        out.append(PIIRecord(
+            subject_id=f"s{i}", name=f"{a} {b}", email=f"{b} news {PLACES[(i + 4) % 8]}",
+            phone=PHONES[i], address=f"{PLACES[(i + 5) % 8]} city {PLACES[(i + 6) % 8]}",
+            relations={"father": f"{PLACES[(i + 1) % 8]} {b}"},
+            university=f"{PLACES[(i + 2) % 8]} report {PLACES[(i + 7) % 8]}",
+            documents=[f"the phone of {a} {b} is {PHONES[i]} . the email of {a} {b} is "
+                       f"{b} news {PLACES[(i + 4) % 8]} ."]))
+    return out
