@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from _common import device_line, load_default, throughput, timed
 
-from ctxleak.engine.forward import common_prefix_length
+from ctxleak.engine.forward import PrefixKV, common_prefix_length
 from ctxleak.methods.susceptibility import (
     build_queries,
     context_pool,
@@ -34,11 +34,12 @@ from ctxleak.methods.susceptibility.fisher import query_prompt
 from ctxleak.methods.susceptibility.montecarlo import context_prompts
 
 
-def measure(lm, text: str, texts: list[str], counts, k: int, naive: bool) -> dict:
-    """Seconds of each way for one query (Fisher: best of 3; Monte Carlo: one run)."""
+def measure(lm, text: str, texts: list[str], counts, k: int, naive: bool, store) -> dict:
+    """Seconds of each way for one query (Fisher: best of 3; Monte Carlo: one run). Fisher uses
+    one prefix store for all queries, as ``ctxleak susceptibility`` does."""
 
     def fisher_run(**kw):
-        return lambda: fisher_susceptibility(lm, text, top_k=k, **kw)
+        return lambda: fisher_susceptibility(lm, text, top_k=k, prefix_kv=store, **kw)
 
     t_mc, mc = timed(lambda: monte_carlo_susceptibility(lm, text, texts, counts))
     t_naive = None
@@ -83,14 +84,16 @@ def main() -> None:
 
     # warm-up (first-call allocations, lazy imports)
     monte_carlo_susceptibility(lm, queries[0].text, ["The capital of Peru is Lima.\n"] * 2)
-    fisher_susceptibility(lm, queries[0].text, top_k=args.top_k)
+    store = PrefixKV(lm)  # the tokens before every query (chat system turn), computed once
+    fisher_susceptibility(lm, queries[0].text, top_k=args.top_k, prefix_kv=store)
 
     rows = []
     for i, q in enumerate(queries):
         rel = next(r for r in rels if r.name == q.relation)
         pool = context_pool(rel, pool_entities(q, rels, "all"))
         sample = sample_contexts(pool, args.contexts, np.random.default_rng(i), replace=False)
-        row = measure(lm, q.text, sample.texts, sample.counts, args.top_k, args.naive_mc)
+        row = measure(lm, q.text, sample.texts, sample.counts, args.top_k, args.naive_mc,
+                      store)
         rows.append({"id": q.id, **row})
         print(f"# {q.id}: {len(sample.texts)} contexts, MC {row['mc']:.2f}s "
               f"(χ_MC={row['chi_mc']:.4f}), Fisher {row['fisher']:.3f}s (χ_F={row['chi_f']:.4g}), "

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ctxleak.engine.gradients import (
+    frozen_weights,
     input_embeddings,
     next_token_embedding_grads,
     next_token_log_distribution,
@@ -49,3 +50,12 @@ def test_gradient_matches_finite_difference(tiny_lm):
 def test_bad_span(tiny_lm):
     with pytest.raises(ValueError):
         next_token_embedding_grads(tiny_lm, [4, 5], (1, 5))
+
+
+def test_frozen_weights_restores_flags_even_after_an_error(tiny_lm):
+    params = list(tiny_lm.model.parameters())
+    before = [p.requires_grad for p in params]
+    with pytest.raises(RuntimeError), frozen_weights(tiny_lm.model):
+        assert not any(p.requires_grad for p in params)
+        raise RuntimeError("boom")
+    assert [p.requires_grad for p in params] == before

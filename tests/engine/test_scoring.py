@@ -124,3 +124,27 @@ def test_bad_requests(tiny_lm):
         continuation_logprobs(tiny_lm, [[]], [5])
     with pytest.raises(ValueError, match="one continuation per prompt"):
         continuation_logprobs(tiny_lm, [[4], [5]], [[5]])
+
+
+def test_prefix_kv_store_hands_out_independent_copies(tiny_lm):
+    """A stored prefix cache equals a fresh one; extending a copy leaves the store intact;
+    the oldest prefix goes when the store is full."""
+    from ctxleak.engine.forward import PrefixKV, hidden_states
+
+    store = PrefixKV(tiny_lm, size=2)
+    head, tail = random_ids(tiny_lm, 6, 1), random_ids(tiny_lm, 4, 2)
+    expected = naive_logits(tiny_lm, head + tail)[-1]
+    for _ in range(2):
+        cache = store.get(head)
+        ids = torch.tensor([tail])
+        with torch.no_grad():
+            hidden, _ = hidden_states(tiny_lm, ids, torch.ones((1, 10), dtype=torch.long),
+                                      torch.arange(6, 10)[None], cache=cache, use_cache=True)
+            got = tiny_lm.model.get_output_embeddings()(hidden)[0, -1].double()
+        assert torch.allclose(got, expected, atol=1e-5)
+        assert cache.get_seq_length() == 10
+    assert store.hits == 1
+    store.get(tail)
+    store.get(random_ids(tiny_lm, 3, 3))
+    store.get(head)
+    assert store.hits == 1  # head had been dropped

@@ -94,6 +94,7 @@ def susceptibility(
 def _run(common: CommonOptions, config: dict[str, Any], options: Any, rels: list, queries: list,
          data: str) -> None:
     from ctxleak.cli.session import is_main, load_lm, open_run, run_examples
+    from ctxleak.engine.forward import PrefixKV
     from ctxleak.engine.generation import derive_seed
     from ctxleak.methods.susceptibility.pipeline import (
         build_report,
@@ -105,10 +106,11 @@ def _run(common: CommonOptions, config: dict[str, Any], options: Any, rels: list
 
     run = open_run("susceptibility", common, config)
     lm = load_lm(common)
+    prefix_kv = PrefixKV(lm)  # the tokens before each query, through the model once per run
 
     def work(_: int, query: Any) -> dict[str, Any]:
         return measure_query(lm, query, rels, options, derive_seed(common.seed, query.index),
-                             common.batch_size)
+                             common.batch_size, prefix_kv)
 
     with run:
         records = run_examples(run, queries, key=lambda q: q.id, work=work,

@@ -80,6 +80,36 @@ def expand_cache(cache, length: int, batch: int):
     return new
 
 
+class PrefixKV:
+    """KV caches of prompt prefixes that many calls share (a chat template's system turn before
+    every query), computed once and handed out as copies, so the tokens before the part that
+    varies go through the model once per run rather than once per call.
+
+    The caches belong to the model's weights at the time they were computed: make a new store
+    after changing the weights. At most ``size`` prefixes are kept (oldest dropped first).
+    """
+
+    def __init__(self, lm: LM, size: int = 4) -> None:
+        self.lm = lm
+        self.size = size
+        self._store: dict[tuple[int, ...], object] = {}
+        self.hits = 0
+
+    def get(self, ids: Sequence[int]):
+        """A fresh batch-1 cache holding ``ids`` (the caller may extend it)."""
+        key = tuple(int(i) for i in ids)
+        if key in self._store:
+            self.hits += 1
+        else:
+            with torch.no_grad():
+                tensor = torch.as_tensor([list(key)], dtype=torch.long, device=self.lm.device)
+                _, cache = hidden_states(self.lm, tensor, torch.ones_like(tensor), use_cache=True)
+            if len(self._store) >= self.size:
+                self._store.pop(next(iter(self._store)))
+            self._store[key] = cache
+        return copy.deepcopy(self._store[key])
+
+
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0

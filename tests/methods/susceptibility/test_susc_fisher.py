@@ -9,6 +9,7 @@ import pytest
 import torch
 from tiny_models import tiny_gpt2, tiny_llama
 
+from ctxleak.engine.forward import PrefixKV
 from ctxleak.engine.gradients import input_embeddings, next_token_log_distribution
 from ctxleak.methods.susceptibility.fisher import (
     fisher_susceptibility,
@@ -147,3 +148,30 @@ def test_prefix_cache_gives_the_engine_gradients(tiny_lm, template):
     assert cached.sq_norms == pytest.approx(engine.sq_norms, rel=1e-4)
     looped = fisher_susceptibility(tiny_lm, QUERY, top_k=6, template=template, batched=False)
     assert looped.sq_norms == pytest.approx(cached.sq_norms, rel=1e-5)
+
+
+def test_a_shared_prefix_store_changes_nothing_across_queries(tiny_lm):
+    """One PrefixKV store for every query of a run: the prefix goes through the model once,
+    and each query's χ_F is the one computed without the store (the store's copies are not
+    changed by the queries that extend them)."""
+    template = "the doctor said : {context}{query}"
+    store = PrefixKV(tiny_lm)
+    queries = [QUERY, "the capital of italy is", QUERY]
+    shared = [fisher_susceptibility(tiny_lm, q, top_k=5, template=template, prefix_kv=store)
+              for q in queries]
+    alone = [fisher_susceptibility(tiny_lm, q, top_k=5, template=template) for q in queries]
+    assert store.hits == 2
+    for a, b in zip(shared, alone):
+        assert a.token_ids == b.token_ids and a.chi == pytest.approx(b.chi, rel=1e-9)
+    assert shared[0].chi == shared[2].chi
+
+
+def test_weights_stay_as_they_were(tiny_lm):
+    """Fisher freezes the weights while it runs (faster backward) and gives them back."""
+    params = list(tiny_lm.model.parameters())
+    params[0].requires_grad_(False)
+    try:
+        fisher_susceptibility(tiny_lm, QUERY, top_k=3)
+        assert [p.requires_grad for p in params] == [False] + [True] * (len(params) - 1)
+    finally:
+        params[0].requires_grad_(True)

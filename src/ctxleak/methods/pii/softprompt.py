@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ctxleak.engine.forward import head_logits, hidden_states, pad_id
+from ctxleak.engine.gradients import frozen_weights
 
 __all__ = [
     "SoftPromptConfig",
@@ -202,7 +203,6 @@ def train_soft_prompt(lm: Any, prompts: Sequence[Sequence[int]],
         raise ValueError("need one non-empty target per prompt, and at least one pair")
     model = lm.model
     t0 = time.time()
-    flags = [p.requires_grad for p in model.parameters()]
     was_training = model.training
     soft = torch.nn.Parameter(_initial(lm, config.n_tokens, config.seed).to(lm.device))
     optimizer = torch.optim.AdamW([soft], lr=config.lr, weight_decay=config.weight_decay)
@@ -222,41 +222,38 @@ def train_soft_prompt(lm: Any, prompts: Sequence[Sequence[int]],
         em, best_em = entry.get("exact_match", 0.0), best.get("exact_match", 0.0)
         return em > best_em or (em == best_em and entry["train_nll"] < best["train_nll"])
 
-    try:
-        for p in model.parameters():
-            p.requires_grad_(False)
-        model.eval()
-        best = evaluate(0)
-        history = [best]
-        initial_nll = best["train_nll"]
-        best_soft = soft.detach().clone()
-        if progress:
-            progress(best)
-        for epoch in range(1, config.epochs + 1):
-            order = torch.randperm(len(prompts), generator=order_gen).tolist()
-            for start in range(0, len(order), config.batch_size):
-                idx = order[start:start + config.batch_size]
-                with torch.enable_grad():
-                    logits = _target_logits(lm, soft, [prompts[i] for i in idx],
-                                            [targets[i] for i in idx])
-                    nll = sum(torch.nn.functional.cross_entropy(
-                        lg.float(), torch.as_tensor(list(targets[i]), device=lg.device),
-                        reduction="sum") for lg, i in zip(logits, idx))
-                    loss = nll / sum(len(targets[i]) for i in idx)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                optimizer.step()
-            if epoch % config.eval_every == 0 or epoch == config.epochs:
-                entry = evaluate(epoch)
-                history.append(entry)
-                if progress:
-                    progress(entry)
-                if better(entry, best):
-                    best, best_soft = entry, soft.detach().clone()
-    finally:
-        for p, flag in zip(model.parameters(), flags):
-            p.requires_grad_(flag)
-        model.train(was_training)
+    with frozen_weights(model):
+        try:
+            model.eval()
+            best = evaluate(0)
+            history = [best]
+            initial_nll = best["train_nll"]
+            best_soft = soft.detach().clone()
+            if progress:
+                progress(best)
+            for epoch in range(1, config.epochs + 1):
+                order = torch.randperm(len(prompts), generator=order_gen).tolist()
+                for start in range(0, len(order), config.batch_size):
+                    idx = order[start:start + config.batch_size]
+                    with torch.enable_grad():
+                        logits = _target_logits(lm, soft, [prompts[i] for i in idx],
+                                                [targets[i] for i in idx])
+                        nll = sum(torch.nn.functional.cross_entropy(
+                            lg.float(), torch.as_tensor(list(targets[i]), device=lg.device),
+                            reduction="sum") for lg, i in zip(logits, idx))
+                        loss = nll / sum(len(targets[i]) for i in idx)
+                        optimizer.zero_grad(set_to_none=True)
+                        loss.backward()
+                    optimizer.step()
+                if epoch % config.eval_every == 0 or epoch == config.epochs:
+                    entry = evaluate(epoch)
+                    history.append(entry)
+                    if progress:
+                        progress(entry)
+                    if better(entry, best):
+                        best, best_soft = entry, soft.detach().clone()
+        finally:
+            model.train(was_training)
     return SoftPromptResult(embeddings=copy.deepcopy(best_soft).float().cpu(),
                             best_epoch=int(best["epoch"]), history=history,
                             initial_nll=initial_nll, seconds=time.time() - t0)

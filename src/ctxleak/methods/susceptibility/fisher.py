@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ctxleak.engine.forward import head_logits, hidden_states
+from ctxleak.engine.forward import PrefixKV, head_logits, hidden_states
 from ctxleak.engine.gradients import (
+    frozen_weights,
     input_embeddings,
     next_token_embedding_grads,
     next_token_log_distribution,
@@ -75,18 +76,18 @@ def query_prompt(lm: LM, query: str, template: str = PROMPT_TEMPLATE) -> Prompt:
     return prompt
 
 
-def _graph(lm: LM, ids: Sequence[int], span: tuple[int, int]
+def _graph(lm: LM, ids: Sequence[int], span: tuple[int, int], prefix_kv: PrefixKV | None = None
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(wrt, logp)``: the query embeddings as a leaf that requires grad and ``log p(· | ids)``
     (float64) built on them, the positions before the query entering as a KV cache computed
-    without a graph. Call under ``torch.enable_grad()``."""
+    without a graph (taken from ``prefix_kv`` when given: the same for every query of a run).
+    Call under ``torch.enable_grad()``."""
     start, end = span
     with torch.no_grad():
         base = input_embeddings(lm, ids)
         cache = None
         if start > 0:
-            prefix = torch.as_tensor([list(ids[:start])], dtype=torch.long, device=lm.device)
-            _, cache = hidden_states(lm, prefix, torch.ones_like(prefix), use_cache=True)
+            cache = (prefix_kv or PrefixKV(lm)).get(ids[:start])
     wrt = base[start:end].clone().requires_grad_(True)
     rest = torch.cat([wrt, base[end:]], dim=0)[None]
     mask = torch.ones((1, len(ids)), dtype=torch.long, device=lm.device)
@@ -97,7 +98,8 @@ def _graph(lm: LM, ids: Sequence[int], span: tuple[int, int]
 
 
 def query_gradients(lm: LM, ids: Sequence[int], span: tuple[int, int], *, top_k: int = 10,
-                    batched: bool = True, reuse_prefix: bool = True
+                    batched: bool = True, reuse_prefix: bool = True,
+                    prefix_kv: PrefixKV | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(token_ids[k], logprobs[k], grads[k, n, d])`` for the top-k next tokens, gradients with
     respect to the embeddings of ``span`` (float64, CPU). ``reuse_prefix=False`` is the engine's
@@ -105,8 +107,8 @@ def query_gradients(lm: LM, ids: Sequence[int], span: tuple[int, int], *, top_k:
     if not reuse_prefix or span[0] == 0:
         res = next_token_embedding_grads(lm, ids, span, top_k=top_k, batched=batched)
         return res.token_ids, res.logprobs, res.grads
-    with torch.enable_grad():
-        wrt, logp = _graph(lm, ids, span)
+    with torch.enable_grad(), frozen_weights(lm.model):
+        wrt, logp = _graph(lm, ids, span, prefix_kv)
         chosen = torch.topk(logp.detach(), top_k).indices
         selected = logp[chosen]
         k = selected.shape[0]
@@ -123,9 +125,13 @@ def query_gradients(lm: LM, ids: Sequence[int], span: tuple[int, int], *, top_k:
 def fisher_susceptibility(lm: LM, query: str, *, top_k: int = 10, sigma2: float = 1.0,
                           vocab: str = "topk", template: str = PROMPT_TEMPLATE,
                           batched: bool = True, reuse_prefix: bool = True,
-                          chunk: int = FULL_VOCAB_CHUNK) -> FisherResult:
+                          chunk: int = FULL_VOCAB_CHUNK,
+                          prefix_kv: PrefixKV | None = None) -> FisherResult:
     """χ_F of ``query`` (Eq. 10): gradients of the top-k next-token log-probabilities with
-    respect to the query's input embeddings, one forward pass and one batched backward."""
+    respect to the query's input embeddings, one forward pass and one batched backward.
+
+    Give the same ``prefix_kv`` store to every query of a run: the tokens before the query (a
+    chat template's system turn) then go through the model once."""
     if vocab not in FISHER_VOCABS:
         raise ValueError(f"vocab must be one of {FISHER_VOCABS}, not '{vocab}'")
     if not sigma2 > 0:
@@ -142,7 +148,8 @@ def fisher_susceptibility(lm: LM, query: str, *, top_k: int = 10, sigma2: float 
                             vocab="full")
     token_ids, logprobs, grads = query_gradients(lm, prompt.ids, span,
                                                  top_k=min(top_k, lm.vocab_size),
-                                                 batched=batched, reuse_prefix=reuse_prefix)
+                                                 batched=batched, reuse_prefix=reuse_prefix,
+                                                 prefix_kv=prefix_kv)
     trace, sq = fisher_trace(logprobs, grads)
     probs = logprobs.double().exp()
     return FisherResult(chi=0.5 * sigma2 * trace, trace=trace, sigma2=sigma2,
@@ -161,7 +168,7 @@ def full_vocab_trace(lm: LM, ids: Sequence[int], span: tuple[int, int], *,
         base = input_embeddings(lm, ids)
     wrt = base[start:end].clone().requires_grad_(True)
     total = torch.zeros((), dtype=torch.float64)
-    with torch.enable_grad():
+    with torch.enable_grad(), frozen_weights(lm.model):
         logp = next_token_log_distribution(lm, torch.cat([base[:start], wrt, base[end:]], dim=0))
         probs = logp.detach().exp()
         vocab = logp.shape[0]

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxleak.engine.forward import PrefixKV
 from ctxleak.engine.models import LM
 from ctxleak.errors import ConfigError
 from ctxleak.methods.susceptibility.data import (
@@ -95,9 +96,11 @@ def _token(lm: LM, token_id: int) -> str:
 
 def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
                   options: SusceptibilityOptions, seed: int,
-                  batch_size: str | int | None = "auto") -> dict[str, Any]:
+                  batch_size: str | int | None = "auto",
+                  prefix_kv: PrefixKV | None = None) -> dict[str, Any]:
     """χ_MC and/or χ_F of one query, with the most persuasive contexts and the seconds each
-    method took (one JSON record for ``samples.jsonl``)."""
+    method took (one JSON record for ``samples.jsonl``). ``prefix_kv``: one store for all the
+    queries of a run (see :func:`fisher_susceptibility`)."""
     record: dict[str, Any] = {
         "relation": query.relation, "entity": query.entity, "real": query.is_real,
         "entity_kind": "real" if query.is_real else "fake", "query_type": query.query_type,
@@ -131,7 +134,8 @@ def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
     if options.run_fisher:
         t0 = time.perf_counter()
         fr = fisher_susceptibility(lm, query.text, top_k=options.top_k, sigma2=options.sigma2,
-                                   vocab=options.fisher_vocab, template=options.template)
+                                   vocab=options.fisher_vocab, template=options.template,
+                                   prefix_kv=prefix_kv)
         seconds = time.perf_counter() - t0
         record.update({
             "chi_f": fr.chi, "fisher_trace": fr.trace, "sigma2": fr.sigma2,
