@@ -82,11 +82,32 @@ def test_sweep_and_config_file(tiny_dir, tmp_path, capsys):
     (["--ngram", "x"], "--ngram must be"),
     (["--data", "/nonexistent.jsonl"], "file not found"),
     (["--model", "no-such-model"], "unknown model 'no-such-model': use one of default"),
+    (["--threads", "0"], "--threads must be at least 1"),
 ])
 def test_user_errors_exit_2_without_traceback(argv, message, tmp_path, capsys):
     code, _, err = cli(BASE + ["--limit", "1", "--output", str(tmp_path / "x")] + argv, capsys)
     assert code == 2
     assert message in err and "Traceback" not in err
+
+
+def test_a_failed_start_leaves_the_folder_usable(tiny_dir, tmp_path, capsys):
+    """A run stopped before computing anything (wrong model name) leaves a config only: the
+    corrected command takes the folder over without --resume; --threads sets torch's threads."""
+    import torch
+
+    out = str(tmp_path / "run")
+    code, _, err = cli(BASE + ["--limit", "1", "--output", out, "--model", "no-such"], capsys)
+    assert code == 2 and "unknown model" in err
+    assert (tmp_path / "run" / "config.json").is_file()
+    before = torch.get_num_threads()
+    try:
+        code, _, err = cli(BASE + ["--limit", "1", "--output", out, "--model", tiny_dir,
+                                   "--threads", "1"], capsys)
+        assert code == 0, err
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["model"] == tiny_dir
 
 
 def test_debug_shows_traceback(tmp_path):

@@ -25,6 +25,7 @@ class CommonOptions:
     chat_template: str = "auto"
     trust_remote_code: bool = False
     device_map: Optional[str] = None
+    threads: Optional[int] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,6 +49,9 @@ _COMMON: list[tuple[str, type, Any]] = [
     ("device_map", Optional[str], typer.Option(None, "--device-map", help="'auto' spreads a "
                                                "large model over the GPUs (accelerate).",
                                                rich_help_panel="Model")),
+    ("threads", Optional[int], typer.Option(None, "--threads", help="CPU threads for torch "
+                                            "(default: torch's choice). On a shared or busy "
+                                            "machine 1 is often fastest.", rich_help_panel="Model")),
     ("batch_size", str, typer.Option("auto", "--batch-size", help="auto (largest that fits, "
                                      "backing off on out-of-memory) or a number.",
                                      rich_help_panel="Run")),

@@ -39,6 +39,14 @@ def open_run(command: str, common: CommonOptions, config: dict[str, Any], *,
 def load_lm(common: CommonOptions):
     from ctxleak.engine.models import load_model
 
+    if common.threads is not None:
+        import torch
+
+        if common.threads < 1:
+            from ctxleak.errors import ConfigError
+
+            raise ConfigError(f"--threads must be at least 1, got {common.threads}")
+        torch.set_num_threads(common.threads)
     t0 = time.time()
     device = local_device(common.device, current_world())
     lm = load_model(common.model, device=device, dtype=common.dtype,

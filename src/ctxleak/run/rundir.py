@@ -24,7 +24,8 @@ CONFIG_FILE, SAMPLES_FILE, RESULTS_FILE = "config.json", "samples.jsonl", "resul
 
 # Keys that may change between a run and its resume without changing any number.
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
-                                 "device", "device_map", "quiet"})
+                                 "device", "device_map", "quiet",
+                                 "threads"})
 
 
 def to_jsonable(value: Any) -> Any:
@@ -85,8 +86,10 @@ class RunDir:
                              else f"samples.rank{self.world.rank}.jsonl")
         self.path.mkdir(parents=True, exist_ok=True)
         config_path = self.path / CONFIG_FILE
-        has_samples = any(self.path.glob("samples*.jsonl"))
-        if config_path.exists() or has_samples:
+        # a folder with a config but nothing computed (the run stopped at a bad model name, say)
+        # is taken over by a new run; one with samples or results needs --resume
+        started = any(self.path.glob("samples*.jsonl")) or (self.path / RESULTS_FILE).exists()
+        if started or (resume and config_path.exists()):
             if not resume:
                 raise ConfigError(f"{self.path} already holds a run: pass --resume to continue it "
                                   "or choose another --output")
