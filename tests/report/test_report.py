@@ -262,6 +262,7 @@ def test_plots_deterministic() -> None:
     assert a == b
     d1 = plots.density_plot({"a": [1, 2, 2, 3]}, title="t", xlabel="x")
     d2 = plots.density_plot({"a": [1, 2, 2, 3]}, title="t", xlabel="x")
+    assert plots.density_plot({"a": [1, 2, 2, 3]}, title="t", xlabel="x", means=False) != d1
     assert d1 == d2
 
 

@@ -175,10 +175,11 @@ def bar_plot(categories: Sequence[str], values: Sequence[float], *, title: str, 
         return _png(fig)
 
 
-def density_plot(samples: Mapping[str, Sequence[float]], *, title: str, xlabel: str) -> bytes:
+def density_plot(samples: Mapping[str, Sequence[float]], *, title: str, xlabel: str,
+                 means: bool = True) -> bytes:
     """Density of each named sample: Gaussian KDE (scipy.stats), or a histogram when a sample has
-    fewer than 2 distinct finite values (or its KDE is singular). Non-finite values are dropped.
-    Returns PNG bytes."""
+    fewer than 2 distinct finite values (or its KDE is singular), with each sample's mean as a
+    dashed line (as in paper 004, Fig. 3). Non-finite values are dropped. Returns PNG bytes."""
     clean = {str(k): [v for v in _floats(vs, f"samples {k!r}") if math.isfinite(v)]
              for k, vs in samples.items()}
     allv = [v for vs in clean.values() for v in vs]
@@ -203,6 +204,10 @@ def density_plot(samples: Mapping[str, Sequence[float]], *, title: str, xlabel: 
                     rng = (vs[0] - pad / 2, vs[0] + pad / 2) if len(set(vs)) < 2 else None
                     ax.hist(vs, bins=bins, range=rng, density=True, alpha=0.4, color=color,
                             label=_t(f"{name} (histogram)"))
+                if means:
+                    mean = sum(vs) / len(vs)
+                    ax.axvline(mean, color=color, linestyle="--", linewidth=1.2,
+                               label=_t(f"mean {name} = {mean:.3g}"))
             ax.set_xlim(lo, hi)
             ax.legend(loc="best", fontsize="small")
         _label(ax, title, xlabel, "density")
