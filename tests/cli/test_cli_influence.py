@@ -33,8 +33,9 @@ def test_run_resume_and_refuse_changed_config(tiny_dir, tmp_path, capsys):
     assert results["n_effective"] == 2 and results["wall_time_s"] > 0
     setting = results["summary"]["settings"][0]
     assert setting["influence"]["n"] == 2 and "per_window_influence" in setting
-    assert results["summary"]["quality"]["bertscore_f1"]["value"] is None
-    assert "not requested" in results["summary"]["quality"]["bertscore_f1"]["reason"]
+    assert setting["quality"]["bertscore_f1"]["value"] is None
+    assert "not requested" in setting["quality"]["factkb"]["reason"]
+    assert "Quality metrics not computed" in (out / "report.html").read_text()
     lines = (out / "samples.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
     assert len(first["response_ids"]) == len(first["token_influence"]) == len(first["logp_empty"])
@@ -147,3 +148,40 @@ def test_default_model_end_to_end(tmp_path, capsys, default_lm):
     row = json.loads((out / "samples.jsonl").read_text().splitlines()[0])
     assert row["influence"] > 0 and len(row["response_ids"]) >= 8 - 0
     assert row["window_influence"] and max(row["window_influence"]) >= 0
+
+
+def test_factkb_for_every_setting_with_a_local_classifier(tiny_dir, tmp_path, capsys):
+    """FactKB (paper 000 §4.1) with a classifier saved to a folder (a tiny random one here):
+    one value per λ setting, each the mean probability of the last ('factual') class, and a
+    FactKB column in the report's table."""
+    import torch
+    from tiny_models import word_tokenizer
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from ctxleak.methods.influence.quality import factkb
+
+    torch.manual_seed(0)
+    tok = word_tokenizer(add_bos=False)
+    clf = BertForSequenceClassification(BertConfig(
+        vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=600, num_labels=2)).eval()
+    folder = tmp_path / "factkb"
+    clf.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    # by hand on one pair
+    enc = tok("the capital", "paris is the capital", return_tensors="pt")
+    with torch.no_grad():
+        expected = float(torch.softmax(clf(**enc).logits[0].double(), -1)[-1])
+    got = factkb(["the capital"], ["paris is the capital"], str(folder))
+    assert got["value"] == pytest.approx(expected, rel=1e-6) and got["n"] == 1
+
+    out = tmp_path / "run"
+    code, _, err = cli(BASE + ["--limit", "2", "--model", tiny_dir, "--lambda", "0,1",
+                               "--factkb-model", str(folder), "--output", str(out)], capsys)
+    assert code == 0, err
+    settings = json.loads((out / "results.json").read_text())["summary"]["settings"]
+    assert len(settings) == 2
+    for s in settings:
+        assert 0 < s["quality"]["factkb"]["value"] < 1 and s["quality"]["factkb"]["n"] == 2
+        assert s["quality"]["bertscore_f1"]["value"] is None
+    assert ">FactKB<" in (out / "report.html").read_text()

@@ -15,7 +15,7 @@ def run_influence(common: CommonOptions, config: dict[str, Any], examples: Seque
                   bertscore_model: str | None = None, factkb_model: str | None = None) -> None:
     from ctxleak.engine.generation import derive_seed
     from ctxleak.methods.influence.pipeline import measure_example, summarize_setting
-    from ctxleak.methods.influence.quality import bertscore_f1, factkb
+    from ctxleak.methods.influence.quality import quality_scores
     from ctxleak.report.influence_report import build_report, influence_plots
     from ctxleak.run.provenance import provenance
 
@@ -34,28 +34,26 @@ def run_influence(common: CommonOptions, config: dict[str, Any], examples: Seque
                                desc="influence")
     if not is_main(run):
         return
+    by_id = {ex.id: ex for ex in examples}
     summaries = []
     for setting in grid:
         rows = [r for r in records if r["setting"] == setting.key]
         if rows:
-            summaries.append(summarize_setting(rows, seed=common.seed))
-    by_id = {ex.id: ex for ex in examples}
-    first_rows = [r for r in records if r["setting"] == grid[0].key]
-    refs = [by_id[r["id"].split("|")[0]].reference for r in first_rows]
-    quality = {
-        "bertscore_f1": bertscore_f1([r["response"] for r in first_rows], refs, bertscore_model),
-        "factkb": factkb([r["response"] for r in first_rows],
-                         [by_id[r["id"].split("|")[0]].context for r in first_rows], factkb_model),
-    }
+            summary = summarize_setting(rows, seed=common.seed)
+            examples_of = [by_id[r["id"].split("|")[0]] for r in rows]
+            summary["quality"] = quality_scores(
+                [r["response"] for r in rows], [ex.reference for ex in examples_of],
+                [ex.context for ex in examples_of], bertscore_model, factkb_model)
+            summaries.append(summary)
     prov = provenance(lm, prompt_templates=_templates(examples, options.template))
     images = influence_plots(summaries)
     for name, png in images.items():
         run.write_file(name, png)
-    summary = {"settings": summaries, "quality": quality}
+    summary = {"settings": summaries}
     run.write_results(summary, provenance=prov, n_effective=len(records))
     tokens = lm.token_strings(records[0]["response_ids"]) if records else None
     meta = {"model": lm.info.name, "examples": len(examples), "settings": len(grid),
-            "run directory": str(run.path), "quality": None}
+            "run directory": str(run.path)}
     report = build_report(summaries, records, images, meta, token_strings=tokens, redact=redact)
     report.save(run.path / "report.html", mode=run.file_mode)
     _print_summary(summaries, run.path)

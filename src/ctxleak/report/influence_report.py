@@ -22,6 +22,10 @@ def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if "composed_eps" in s:
             row["composed ε"] = s["composed_eps"]["mean"]
             row["mean λ"] = s.get("mean_lambda")
+        for key, label in (("bertscore_f1", "BERTScore F1"), ("factkb", "FactKB")):
+            if any((x.get("quality") or {}).get(key, {}).get("value") is not None
+                   for x in summaries):
+                row[label] = ((s.get("quality") or {}).get(key) or {}).get("value")
         rows.append(row)
     return rows
 
@@ -84,9 +88,12 @@ def build_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict[str
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
     report.add_table(table_rows(summaries))
-    quality = meta.get("quality")
-    if quality:
-        report.add_kv(quality)
+    missing = {label: (s.get("quality") or {}).get(key, {}).get("reason")
+               for s in summaries[:1]
+               for key, label in (("bertscore_f1", "BERTScore F1"), ("factkb", "FactKB"))}
+    missing = {k: v for k, v in missing.items() if v}
+    if missing:
+        report.add_kv(missing, caption="Quality metrics not computed")
     for name, png in images.items():
         report.add_image(png, caption=name)
     if records and token_strings is not None:

@@ -6,6 +6,7 @@ results file says ``null`` with the reason; they are never silently skipped.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 
@@ -41,10 +42,8 @@ def factkb(predictions: Sequence[str], contexts: Sequence[str],
         return _unavailable("not requested: pass --factkb-model MODEL (local dir or hub id)")
     try:
         import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(model)
-        clf = AutoModelForSequenceClassification.from_pretrained(model).eval()
+        tok, clf = _classifier(model)
         scores = []
         for pred, ctx in zip(predictions, contexts):
             enc = tok(pred, ctx, return_tensors="pt", truncation=True, max_length=512)
@@ -54,3 +53,21 @@ def factkb(predictions: Sequence[str], contexts: Sequence[str],
     except Exception as exc:  # noqa: BLE001
         return _unavailable(f"FactKB with '{model}' could not run: {exc}")
     return {"value": sum(scores) / max(len(scores), 1), "model": model, "n": len(scores)}
+
+
+@functools.lru_cache(maxsize=2)
+def _classifier(model: str) -> tuple[Any, Any]:
+    """FactKB's tokenizer and classifier, loaded once per run (every λ/T setting uses them)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    return (AutoTokenizer.from_pretrained(model),
+            AutoModelForSequenceClassification.from_pretrained(model).eval())
+
+
+def quality_scores(responses: Sequence[str], references: Sequence[str],
+                   contexts: Sequence[str], bertscore_model: str | None,
+                   factkb_model: str | None) -> dict[str, Any]:
+    """BERTScore F1 against the references and FactKB against the contexts, for one setting's
+    responses (paper 000, Tables 2-3 report both per λ)."""
+    return {"bertscore_f1": bertscore_f1(responses, references, bertscore_model),
+            "factkb": factkb(responses, contexts, factkb_model)}
