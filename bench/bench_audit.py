@@ -7,7 +7,8 @@ sequences (same private subsets, same seeds) with ``observe=None`` and with the 
 ``observe``. It also times the naive way to get the same numbers, re-running the mechanism on
 each remove-one neighbour D∖{p} by a forward pass of the other s−1 prompts at every step
 (measured at the first step for one neighbour and multiplied by s: the full measurement would
-take minutes per token).
+take minutes per token). Last, the mechanism with the prompts' shared prefix (the instruction,
+the chat template's system turn) prefilled once against prefilling every stream whole.
 
     python bench/bench_audit.py [--subset-sizes 8,16] [--max-tokens 24] [--n-seq 2]
                                 [--threads N] [--device cpu]
@@ -20,7 +21,7 @@ import time
 
 import torch
 
-from ctxleak.engine.generation import generate_streams
+from ctxleak.engine.generation import generate_streams, shared_prefix_length
 from ctxleak.engine.models import load_model
 from ctxleak.methods.accounting import calibrate
 from ctxleak.methods.audit import (
@@ -47,12 +48,12 @@ class TimedAggregator(DPAggregator):
         return out
 
 
-def run_once(lm, prompts, clip, tau, alpha, max_tokens, seed):
+def run_once(lm, prompts, clip, tau, alpha, max_tokens, seed, share_prefix=True):
     agg = TimedAggregator(clip, tau, alpha)
     t0 = time.perf_counter()
     gen = generate_streams(lm, prompts, agg.combine,
                            observe=agg.observe if alpha is not None else None,
-                           max_new_tokens=max_tokens, seed=seed)
+                           max_new_tokens=max_tokens, seed=seed, share_prefix=share_prefix)
     return time.perf_counter() - t0, agg.observe_seconds, gen
 
 
@@ -90,11 +91,12 @@ def main() -> None:
     examples = load_private_data("demo", label="all")
     print(f"model {lm.info.name} on {lm.info.device}, torch threads {torch.get_num_threads()}, "
           f"T_max {args.max_tokens}, {args.n_seq} sequences per s, target ε {args.target_eps:g}")
-    rows = []
+    rows, prefix_rows = [], []
     for s in [int(x) for x in args.subset_sizes.split(",")]:
         cal = calibrate(args.target_eps, 1e-5, clip=args.clip, subset_size=s, temperature=2.0,
                         n_gen=args.n_seq, max_tokens=args.max_tokens)
-        plain = tracked = inside = 0.0
+        plain = tracked = inside = unshared = 0.0
+        shared_len = 0
         tokens = 0
         naive_token = None
         for i in range(args.n_seq):
@@ -115,11 +117,18 @@ def main() -> None:
                     inside += obs
                     tokens += len(gen.records)
             assert drawn[0] == drawn[1], "observing changed the draws"
+            dt, _, gen = min((run_once(lm, prompts, cal.clip, cal.temperature, None,
+                                       args.max_tokens, gen_seed, share_prefix=False)
+                              for _ in range(args.repeats)), key=lambda r: r[0])
+            assert gen.token_ids == drawn[0], "prefilling the shared prefix changed the draws"
+            unshared += dt
+            shared_len = shared_prefix_length(prompts)
             if naive_token is None:
                 naive_token = s * naive_neighbour_step(lm, prompts, cal.clip, cal.temperature)
         per_token_ours = inside / max(tokens, 1)
         rows.append((s, tokens, plain, tracked, tracked / plain - 1, inside / plain,
                      per_token_ours, naive_token))
+        prefix_rows.append((s, shared_len, plain, unshared))
     print()
     print("| benchmark | s | tokens | mechanism only (s) | + divergences (s) | overhead "
           "end-to-end | time in observe / mechanism | LOO per token: ctxleak | naive (s x "
@@ -129,6 +138,13 @@ def main() -> None:
         print(f"| DP audit, leave-one-out RDP ({lm.info.device}) | {s} | {tokens} | {plain:.2f} | "
               f"{tracked:.2f} | {100 * over:+.1f}% | {100 * share:.1f}% | {1e3 * ours:.1f} ms | "
               f"{naive:.2f} s | {naive / ours:.0f}x |")
+    print()
+    print("| benchmark | s | shared prefix tokens | mechanism, prefix once (s) | prefix per stream "
+          "(s) | ratio |")
+    print("|---|---|---|---|---|---|")
+    for s, n, once, each in prefix_rows:
+        print(f"| DP audit generation, shared prefix prefilled once | {s} | {n} | {once:.2f} | "
+              f"{each:.2f} | {each / once:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ctxleak.engine.generation import derive_seed, generate_streams, single_stream
+from ctxleak.engine.generation import (
+    MIN_SHARED_PREFIX,
+    derive_seed,
+    generate_streams,
+    shared_prefix_length,
+    single_stream,
+)
 
 
 def naive_sample(lm, prompt, n, seed, temperature):
@@ -80,3 +86,37 @@ def test_bad_generation_arguments(tiny_lm):
         generate_streams(tiny_lm, [[]], single_stream())
     with pytest.raises(ValueError):
         generate_streams(tiny_lm, [[4]], single_stream(), min_new_tokens=5, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("which", ["llama_lm", "gpt2_lm"])
+def test_shared_prefix_prefill_changes_nothing(which, request):
+    """Streams that begin alike (an instruction) prefill that part once; the padding then sits
+    between the prefix and each stream's own tokens. Same draws and log-probs as prefilling
+    every stream whole, and as recomputing everything each step."""
+    tiny_lm = request.getfixturevalue(which)
+    head = tiny_lm.bos_ids + tiny_lm.encode("the doctor said the news report was one page .")
+    prompts = [head + tiny_lm.encode("the capital of france is paris . the capital of"),
+               head + tiny_lm.encode("rome"),
+               head + tiny_lm.encode("the city of berlin is in germany . it is")]
+    assert shared_prefix_length(prompts) == len(head) >= MIN_SHARED_PREFIX
+
+    def mix(logits, step):
+        return torch.log_softmax(logits.mean(dim=0), -1)
+
+    def observe(logits, logp, tok, step):
+        return logits[:, tok].tolist()
+
+    runs = [generate_streams(tiny_lm, prompts, mix, observe=observe, max_new_tokens=12, seed=4,
+                             **kw)
+            for kw in ({}, {"share_prefix": False}, {"use_cache": False})]
+    assert runs[0].token_ids == runs[1].token_ids == runs[2].token_ids
+    for other in runs[1:]:
+        for a, b in zip(runs[0].records, other.records):
+            assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_shared_prefix_length_leaves_each_stream_a_token():
+    assert shared_prefix_length([[1, 2, 3], [1, 2, 3]]) == 2
+    assert shared_prefix_length([[1, 2, 3, 4], [1, 2, 9]]) == 2
+    assert shared_prefix_length([[5], [5, 6]]) == 0
+    assert shared_prefix_length([[1, 2, 3]]) == 0

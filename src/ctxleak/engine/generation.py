@@ -20,8 +20,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, left_pad, pad_id
+from ctxleak.engine.forward import (
+    MASKED_LOGIT,
+    common_prefix_length,
+    expand_cache,
+    head_logits,
+    hidden_states,
+    left_pad,
+    pad_id,
+)
 from ctxleak.engine.models import LM
+
+# A shared prefix shorter than this is not worth a separate forward pass and a cache copy.
+MIN_SHARED_PREFIX = 8
 
 Combine = Callable[[torch.Tensor, int], torch.Tensor]
 """``combine(logits[S, V] float64, step) -> log-probs[V] float64`` (normalised)."""
@@ -52,12 +63,14 @@ def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine,
                      observe: Observe | None = None, max_new_tokens: int = 50,
                      min_new_tokens: int = 0, seed: int = 0, sample: bool = True,
                      stop_ids: Sequence[int] | None = None,
-                     use_cache: bool = True) -> Generation:
+                     use_cache: bool = True, share_prefix: bool = True) -> Generation:
     """Generate one response from ``len(prompts)`` streams combined by ``combine``.
 
     Before ``min_new_tokens`` tokens, the stop ids (EOS) get the logit ``MASKED_LOGIT`` in every
     stream. ``sample=False`` takes the most likely token. ``use_cache=False`` recomputes every
     stream from scratch at each step (the naive way, kept for tests and benchmarks).
+    ``share_prefix``: the tokens all prompts begin with (an instruction, a chat template's
+    system turn) go through the model once, not once per stream.
     """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every stream needs a non-empty prompt")
@@ -73,8 +86,12 @@ def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine,
     stopped = False
 
     with torch.inference_mode():
-        ids, mask, pos = left_pad(seqs, pad, device)
-        hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=use_cache)
+        shared = shared_prefix_length(seqs) if use_cache and share_prefix else 0
+        if shared >= MIN_SHARED_PREFIX:
+            hidden, cache, mask, pos = _prefill_shared(lm, seqs, shared, pad)
+        else:
+            ids, mask, pos = left_pad(seqs, pad, device)
+            hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=use_cache)
         for step in range(max_new_tokens):
             logits = head_logits(lm, hidden[:, -1]).double()
             if step < min_new_tokens and len(stops):
@@ -99,6 +116,34 @@ def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine,
                 ids, mask, pos = left_pad(seqs, pad, device)
                 hidden, _ = hidden_states(lm, ids, mask, pos)
     return Generation(token_ids=out, stopped_on_eos=stopped, records=records)
+
+
+def shared_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every sequence has in common, leaving each at least one token of
+    its own (the last prompt token must go through the model to give the first logits)."""
+    if len(seqs) < 2:
+        return 0
+    n = min(len(s) for s in seqs) - 1
+    first = seqs[0]
+    for s in seqs[1:]:
+        n = min(n, common_prefix_length(first, s))
+    return max(n, 0)
+
+
+def _prefill_shared(lm: LM, seqs: Sequence[Sequence[int]], shared: int, pad: int):
+    """Prefill: the shared prefix once (batch 1), its cache repeated for every stream, then each
+    stream's own tokens left-padded after it. The padding sits between the prefix and the
+    stream's tokens, masked out; position ids carry on from the prefix without gaps."""
+    device = lm.device
+    head = torch.as_tensor([list(seqs[0][:shared])], dtype=torch.long, device=device)
+    _, prefix_cache = hidden_states(lm, head, torch.ones_like(head), use_cache=True)
+    cache = expand_cache(prefix_cache, shared, len(seqs))
+    ids, own_mask, own_pos = left_pad([s[shared:] for s in seqs], pad, device)
+    mask = torch.cat([torch.ones((len(seqs), shared), dtype=own_mask.dtype, device=device),
+                      own_mask], dim=1)
+    pos = own_pos + shared
+    hidden, cache = hidden_states(lm, ids, mask, pos, cache=cache, use_cache=True)
+    return hidden, cache, mask, pos
 
 
 def _draw(logprobs: torch.Tensor, generator: torch.Generator, sample: bool) -> int:
