@@ -5,19 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import run_cli
 
-from ctxleak.cli.app import main
 from ctxleak.methods.accounting import theoretical_epsilon
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(args, capsys)
 
 
 def test_calibrate_temperature_json_reproduces_table_4(capsys):

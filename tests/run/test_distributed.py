@@ -125,6 +125,8 @@ COMMANDS = {
                                  "--contexts", "6", "--limit", "5"],
     "probe": lambda d: ["probe", "--data", str(d / "records.jsonl"), "--pii", "phone,relation",
                         "--shots", "1", "--beam", "2", "--limit", "6"],
+    "probe-white-box": lambda d: ["probe", "--data", str(d / "records.jsonl"), "--pii", "phone",
+                                  "--mode", "white-box", "--epochs", "2", "--soft-tokens", "2"],
     "audit": lambda d: ["audit", "--data", "demo", "--subset-size", "3", "--n-gen", "2",
                         "--max-tokens", "4", "--target-eps", "1,100", "--delta", "1e-5"],
 }
@@ -134,7 +136,7 @@ COMMANDS = {
 def test_every_model_command_runs_data_parallel(command, tiny_dir, data_files, tmp_path):
     argv = [*COMMANDS[command](data_files), "--model", tiny_dir, "--seed", "5"]
     _launch(argv, tmp_path / "single")
-    _launch(argv, tmp_path / "multi", nproc=2)
+    multi = _launch(argv, tmp_path / "multi", nproc=2)
     rows = {}
     for name in ("single", "multi"):
         out = tmp_path / name
@@ -145,6 +147,9 @@ def test_every_model_command_runs_data_parallel(command, tiny_dir, data_files, t
         {"samples.rank0.jsonl", "samples.rank1.jsonl"}
     assert _differences(rows["single"], rows["multi"]) == []
     assert _differences(rows["single/results"], rows["multi/results"]) == []
+    if command == "probe-white-box":  # trained once, by rank 0, and reused by rank 1
+        assert multi.stderr.count("white-box phone: training") == 1
+        assert "reusing the trained soft prompt" in multi.stderr
 
 
 def test_one_process_resumes_a_data_parallel_run(tiny_dir, tmp_path):

@@ -114,6 +114,8 @@ def run_explain(common: CommonOptions, *, context: str, query: str, task: str,
     run = open_run("influence-explain", common,
                    {"context": context, "query": query, "task": task, "template": template,
                     "lambda": lam, "temperature": temperature, "ngram": ngram}, private=True)
+    if not is_main(run):
+        return  # one prompt: under torchrun the other processes have nothing to do
     lm = load_lm(common)
     example = InfluenceExample("explain", context, query, None, task)
     parts, dropped = prompt_parts(lm, example, template, reserve=max_new_tokens)

@@ -307,6 +307,7 @@ def _run(common: CommonOptions, config: dict[str, Any], records: list, plan: Pla
 
     from ctxleak.cli.session import is_main, load_lm, open_run, run_examples, say
     from ctxleak.methods.pii.probe import ProbeOptions
+    from ctxleak.run.distributed import barrier
 
     run = open_run("probe", common, config, private=True)
     lm = load_lm(common)
@@ -320,8 +321,13 @@ def _run(common: CommonOptions, config: dict[str, Any], records: list, plan: Pla
     soft: dict[str, Any] = {}
     if plan.train_items:
         t0 = time.time()
+        # data-parallel: rank 0 trains and saves the soft prompts, the others then reload them
+        if not is_main(run):
+            barrier()
         soft, extras["white_box_training"] = _train_soft_prompts(lm, run, plan, config, options,
                                                                  common.seed)
+        if is_main(run):
+            barrier()
         timings["soft_prompt_training_s"] = time.time() - t0
     tuned = None
     work = _ChunkedWork(run, plan.tasks, {}, _chunk_size(common.batch_size))

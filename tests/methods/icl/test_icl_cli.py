@@ -6,20 +6,13 @@ import json
 
 import pytest
 import torch
+from conftest import run_cli
 from tiny_data import TEMPLATES, TEST, TRAIN
 from tiny_models import tiny_llama
 
-from ctxleak.cli.app import main
-
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(args, capsys)
 
 
 def write_jsonl(path, pairs):
