@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
@@ -56,6 +58,21 @@ def tiny_gpt2(seed: int = 1):
     model = GPT2LMHeadModel(config)
     _sharpen(model)
     return from_objects(model, tok, name="tiny-gpt2")
+
+
+def tiny_gemma3(sliding_window: int = 4, seed: int = 2):
+    """Gemma-3-like: one sliding-window layer (``sliding_window`` tokens), one full layer."""
+    torch.manual_seed(seed)
+    tok = word_tokenizer(add_bos=True)
+    config = Gemma3TextConfig(vocab_size=len(tok) + 7, hidden_size=32, intermediate_size=64,
+                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                              head_dim=8, max_position_embeddings=256,
+                              sliding_window=sliding_window,
+                              layer_types=["sliding_attention", "full_attention"],
+                              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = Gemma3ForCausalLM(config).eval()
+    _sharpen(model)
+    return from_objects(model, tok, name="tiny-gemma3")
 
 
 def _sharpen(model) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import tiny_gemma3
 
+from ctxleak.engine import generation
 from ctxleak.engine.generation import (
     MIN_SHARED_PREFIX,
     derive_seed,
@@ -88,12 +90,19 @@ def test_bad_generation_arguments(tiny_lm):
         generate_streams(tiny_lm, [[4]], single_stream(), min_new_tokens=5, max_new_tokens=2)
 
 
-@pytest.mark.parametrize("which", ["llama_lm", "gpt2_lm"])
-def test_shared_prefix_prefill_changes_nothing(which, request):
+@pytest.mark.parametrize("which", ["llama_lm", "gpt2_lm", "gemma3_window_4", "gemma3_window_256"])
+def test_shared_prefix_prefill_changes_nothing(which, request, monkeypatch):
     """Streams that begin alike (an instruction) prefill that part once; the padding then sits
     between the prefix and each stream's own tokens. Same draws and log-probs as prefilling
     every stream whole, and as recomputing everything each step."""
-    tiny_lm = request.getfixturevalue(which)
+    if which.startswith("gemma3"):  # a sliding-window layer: sharing only if all fits in it
+        tiny_lm = tiny_gemma3(sliding_window=int(which.rsplit("_", 1)[1]))
+    else:
+        tiny_lm = request.getfixturevalue(which)
+    prefills = []
+    real_prefill = generation._prefill_shared
+    monkeypatch.setattr(generation, "_prefill_shared",
+                        lambda *a: prefills.append(1) or real_prefill(*a))
     head = tiny_lm.bos_ids + tiny_lm.encode("the doctor said the news report was one page .")
     prompts = [head + tiny_lm.encode("the capital of france is paris . the capital of"),
                head + tiny_lm.encode("rome"),
@@ -109,6 +118,7 @@ def test_shared_prefix_prefill_changes_nothing(which, request):
     runs = [generate_streams(tiny_lm, prompts, mix, observe=observe, max_new_tokens=12, seed=4,
                              **kw)
             for kw in ({}, {"share_prefix": False}, {"use_cache": False})]
+    assert len(prefills) == (0 if which == "gemma3_window_4" else 1)
     assert runs[0].token_ids == runs[1].token_ids == runs[2].token_ids
     for other in runs[1:]:
         for a, b in zip(runs[0].records, other.records):

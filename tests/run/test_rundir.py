@@ -53,7 +53,9 @@ def test_results_atomic_with_provenance_and_private_mode(tmp_path):
     assert body["config"] == {"a": 1} and "wall_time_s" in body
     for name in ("results.json", "samples.jsonl", "config.json"):
         assert stat.S_IMODE((tmp_path / "r" / name).stat().st_mode) == 0o600
-    assert not [p for p in (tmp_path / "r").iterdir() if p.name.startswith(".")]
+    # no temp file left behind (the only hidden file is the folder's owner record)
+    assert [p.name for p in (tmp_path / "r").iterdir() if p.name.startswith(".")] == \
+        [".ctxleak-owner.json"]
 
 
 def test_to_jsonable():
@@ -84,3 +86,42 @@ def test_read_rows_errors(tmp_path):
     assert parse_mapping("a=b, c=d") == {"a": "b", "c": "d"}
     with pytest.raises(InputError):
         parse_mapping("ab")
+
+
+def test_take_over_only_a_folder_that_holds_just_a_config(tmp_path):
+    """A folder where a run stopped before computing anything (config only) is taken over;
+    any other file (a trained soft prompt, samples, results) needs --resume, which checks the
+    config."""
+    cfg = {"model": "m", "lr": 0.1}
+    RunDir(tmp_path / "a", cfg).close()
+    RunDir(tmp_path / "a", {**cfg, "model": "other"}).close()  # nothing computed: taken over
+    (tmp_path / "a" / "soft_prompt_phone.npy").write_bytes(b"x")
+    with pytest.raises(ConfigError, match="--resume"):
+        RunDir(tmp_path / "a", {**cfg, "lr": 0.5})
+    with pytest.raises(ConfigError, match="differs in lr"):
+        RunDir(tmp_path / "a", {**cfg, "model": "other", "lr": 0.5}, resume=True)
+
+
+def test_a_folder_in_use_by_a_live_process_is_refused(tmp_path):
+    """Another process that claimed the folder and is still alive (here: a sleeping child)
+    blocks a second run, resume or not; once it is gone the folder is free again."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from ctxleak.run.rundir import OWNER_FILE
+
+    RunDir(tmp_path / "r", {"model": "m"}).close()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "r" / OWNER_FILE).write_text(json.dumps(
+            {"host": socket.gethostname(), "pid": child.pid}))
+        with pytest.raises(ConfigError, match=f"in use by another ctxleak run \\(pid {child.pid}"):
+            RunDir(tmp_path / "r", {"model": "m"}, resume=True)
+    finally:
+        child.kill()
+        child.wait()
+    RunDir(tmp_path / "r", {"model": "m"}, resume=True).close()
+    owner = json.loads((tmp_path / "r" / OWNER_FILE).read_text())
+    assert owner == {"host": socket.gethostname(), "pid": os.getpid()}

@@ -70,7 +70,8 @@ def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine,
     stream. ``sample=False`` takes the most likely token. ``use_cache=False`` recomputes every
     stream from scratch at each step (the naive way, kept for tests and benchmarks).
     ``share_prefix``: the tokens all prompts begin with (an instruction, a chat template's
-    system turn) go through the model once, not once per stream.
+    system turn) go through the model once, not once per stream (on sliding-window models only
+    when the prompts and the new tokens fit in the window).
     """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every stream needs a non-empty prompt")
@@ -87,6 +88,11 @@ def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine,
 
     with torch.inference_mode():
         shared = shared_prefix_length(seqs) if use_cache and share_prefix else 0
+        window = sliding_window(lm)
+        if window is not None and max(len(s) for s in seqs) + max_new_tokens > window:
+            # a sliding window counts cache slots, not positions: the padding between the
+            # prefix and a short stream's tokens would push real tokens out of its window
+            shared = 0
         if shared >= MIN_SHARED_PREFIX:
             hidden, cache, mask, pos = _prefill_shared(lm, seqs, shared, pad)
         else:
@@ -116,6 +122,17 @@ def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine,
                 ids, mask, pos = left_pad(seqs, pad, device)
                 hidden, _ = hidden_states(lm, ids, mask, pos)
     return Generation(token_ids=out, stopped_on_eos=stopped, records=records)
+
+
+def sliding_window(lm: LM) -> int | None:
+    """The model's sliding attention window in tokens, if any of its layers has one (Gemma 3,
+    Mistral; Qwen2 only with ``use_sliding_window``)."""
+    config = getattr(lm.model, "config", None)
+    config = getattr(config, "text_config", None) or config
+    window = getattr(config, "sliding_window", None)
+    if not window or getattr(config, "use_sliding_window", True) is False:
+        return None
+    return int(window)
 
 
 def shared_prefix_length(seqs: Sequence[Sequence[int]]) -> int:

@@ -88,10 +88,13 @@ def build_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict[str
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
     report.add_table(table_rows(summaries))
-    missing = {label: (s.get("quality") or {}).get(key, {}).get("reason")
-               for s in summaries[:1]
-               for key, label in (("bertscore_f1", "BERTScore F1"), ("factkb", "FactKB"))}
-    missing = {k: v for k, v in missing.items() if v}
+    missing: dict[str, str] = {}  # the first reason of each metric, whichever setting gave it
+    for s in summaries:
+        for key, label in (("bertscore_f1", "BERTScore F1"), ("factkb", "FactKB")):
+            reason = ((s.get("quality") or {}).get(key) or {}).get("reason")
+            if reason and label not in missing:
+                where = f" (λ = {s['lambda']}, T = {s['temperature']})" if len(summaries) > 1 else ""
+                missing[label] = reason + where
     if missing:
         report.add_kv(missing, caption="Quality metrics not computed")
     for name, png in images.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ from ctxleak.errors import ConfigError
 from ctxleak.run.distributed import World, barrier
 
 CONFIG_FILE, SAMPLES_FILE, RESULTS_FILE = "config.json", "samples.jsonl", "results.json"
+OWNER_FILE = ".ctxleak-owner.json"  # host and pid of the process running the folder
 
 # Keys that may change between a run and its resume without changing any number.
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
@@ -60,6 +62,44 @@ def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
         raise
 
 
+def _owner_alive(owner: dict[str, Any]) -> bool:
+    """Whether the process that claimed a run folder may still be running (same host only:
+    another host's process cannot be checked, so it counts as running)."""
+    if owner.get("host") != socket.gethostname():
+        return True
+    pid = int(owner.get("pid", 0))
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _refuse_if_running(path: Path) -> None:
+    """Two runs must not write one folder at once: refuse while the process that last claimed
+    it is alive (whether or not it has written samples yet)."""
+    owner_path = path / OWNER_FILE
+    if not owner_path.is_file():
+        return
+    try:
+        owner = json.loads(owner_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if _owner_alive(owner):
+        raise ConfigError(f"{path} is in use by another ctxleak run (pid {owner.get('pid')} on "
+                          f"{owner.get('host')}); wait for it, or remove {owner_path} if that "
+                          "run is gone")
+
+
+def _claim(path: Path) -> None:
+    write_atomic(path / OWNER_FILE, json.dumps({"host": socket.gethostname(),
+                                                "pid": os.getpid()}) + "\n")
+
+
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     keys = (set(old) | set(new)) - RESUME_NEUTRAL_KEYS
     return sorted(k for k in keys if to_jsonable(old.get(k)) != to_jsonable(new.get(k)))
@@ -86,9 +126,11 @@ class RunDir:
                              else f"samples.rank{self.world.rank}.jsonl")
         self.path.mkdir(parents=True, exist_ok=True)
         config_path = self.path / CONFIG_FILE
-        # a folder with a config but nothing computed (the run stopped at a bad model name, say)
-        # is taken over by a new run; one with samples or results needs --resume
-        started = any(self.path.glob("samples*.jsonl")) or (self.path / RESULTS_FILE).exists()
+        if self.world.is_main:  # rank 0 claims the folder for a whole data-parallel run
+            _refuse_if_running(self.path)
+        # a folder holding only the config of a run that stopped before computing anything (a
+        # mistyped model name, say) is taken over by a new run; anything else needs --resume
+        started = any(p.name not in (CONFIG_FILE, OWNER_FILE) for p in self.path.iterdir())
         if started or (resume and config_path.exists()):
             if not resume:
                 raise ConfigError(f"{self.path} already holds a run: pass --resume to continue it "
@@ -101,6 +143,7 @@ class RunDir:
                                       f"{', '.join(diff)} (stored in {config_path})")
         barrier()  # every process has checked the folder before anything is written
         if self.world.is_main:
+            _claim(self.path)
             write_atomic(config_path, json.dumps(self.config, indent=2, sort_keys=True) + "\n",
                          self.file_mode)
         self._handle = None
