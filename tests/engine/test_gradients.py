@@ -59,3 +59,20 @@ def test_frozen_weights_restores_flags_even_after_an_error(tiny_lm):
         assert not any(p.requires_grad for p in params)
         raise RuntimeError("boom")
     assert [p.requires_grad for p in params] == before
+
+
+def test_cached_prefix_gives_the_same_gradients(tiny_lm):
+    """The positions before the span as a KV cache (no graph): same tokens, log-probs and
+    gradients as with the whole prompt in the graph; a shared store gives them again."""
+    from ctxleak.engine.forward import PrefixKV
+
+    prompt = tiny_lm.bos_ids + tiny_lm.encode("the doctor said the capital of france is")
+    span = (4, 8)
+    whole = next_token_embedding_grads(tiny_lm, prompt, span, top_k=4)
+    store = PrefixKV(tiny_lm)
+    for kw in ({"cache_prefix": True}, {"prefix_kv": store}, {"prefix_kv": store}):
+        cached = next_token_embedding_grads(tiny_lm, prompt, span, top_k=4, **kw)
+        assert torch.equal(cached.token_ids, whole.token_ids)
+        assert torch.allclose(cached.full_logprobs, whole.full_logprobs, atol=1e-5)
+        assert torch.allclose(cached.grads, whole.grads, rtol=1e-4, atol=1e-6)
+    assert store.hits == 1

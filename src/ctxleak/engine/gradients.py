@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ctxleak.engine.forward import head_logits, hidden_states
+from ctxleak.engine.forward import PrefixKV, head_logits, hidden_states
 from ctxleak.engine.models import LM
 
 
@@ -67,9 +67,15 @@ def next_token_log_distribution(lm: LM, embeds: torch.Tensor) -> torch.Tensor:
 
 def next_token_embedding_grads(lm: LM, prompt: Sequence[int], span: tuple[int, int] | None = None,
                                *, token_ids: Sequence[int] | None = None, top_k: int = 10,
-                               batched: bool = True) -> EmbeddingGradients:
+                               batched: bool = True, cache_prefix: bool = False,
+                               prefix_kv: PrefixKV | None = None) -> EmbeddingGradients:
     """Gradients of ``log p(a | prompt)`` for each a in ``token_ids`` (default: the ``top_k`` most
     likely next tokens) with respect to the input embeddings at positions ``span`` (default: all).
+
+    ``cache_prefix``: the positions before ``span`` (BOS, a chat template's system turn) go
+    through the model once without a graph and enter as a KV cache, so the backward passes cover
+    only ``span`` and what follows it; the gradients are the same. Give a ``prefix_kv`` store to
+    share that cache between calls with the same prefix (every query of a run).
     """
     if len(prompt) == 0:
         raise ValueError("the prompt is empty")
@@ -80,22 +86,39 @@ def next_token_embedding_grads(lm: LM, prompt: Sequence[int], span: tuple[int, i
         base = input_embeddings(lm, prompt)
     wrt = base[start:end].clone().requires_grad_(True)
     with torch.enable_grad(), frozen_weights(lm.model):
-        embeds = torch.cat([base[:start], wrt, base[end:]], dim=0)
-        logp = next_token_log_distribution(lm, embeds)
+        if (cache_prefix or prefix_kv is not None) and start > 0:
+            cache = (prefix_kv or PrefixKV(lm)).get(prompt[:start])  # computed without a graph
+            logp = _log_distribution_after(lm, torch.cat([wrt, base[end:]], dim=0), cache, start)
+        else:
+            logp = next_token_log_distribution(lm, torch.cat([base[:start], wrt, base[end:]]))
         if token_ids is None:
             chosen = torch.topk(logp.detach(), top_k).indices
         else:
             chosen = torch.as_tensor(list(token_ids), dtype=torch.long, device=logp.device)
         selected = logp[chosen]
-        k = selected.shape[0]
-        if batched and k > 1:
-            eye = torch.eye(k, dtype=selected.dtype, device=selected.device)
-            (grads,) = torch.autograd.grad(selected, wrt, grad_outputs=eye,
-                                           is_grads_batched=True)
-        else:
-            grads = torch.stack([
-                torch.autograd.grad(selected[j], wrt, retain_graph=j + 1 < k)[0]
-                for j in range(k)])
+        grads = _vector_jacobian_products(selected, wrt, batched)
     return EmbeddingGradients(token_ids=chosen.cpu(), logprobs=selected.detach().cpu(),
                               grads=grads.detach().double().cpu(),
                               full_logprobs=logp.detach().cpu(), span=(start, end))
+
+
+def _log_distribution_after(lm: LM, embeds: torch.Tensor, cache, offset: int) -> torch.Tensor:
+    """``log p(· | cached prefix, embeds)`` (float64); ``embeds`` start at position ``offset``."""
+    mask = torch.ones((1, offset + embeds.shape[0]), dtype=torch.long, device=embeds.device)
+    pos = torch.arange(offset, offset + embeds.shape[0], device=embeds.device)[None]
+    hidden, _ = hidden_states(lm, attention_mask=mask, position_ids=pos, cache=cache,
+                              use_cache=True, inputs_embeds=embeds[None])
+    return torch.log_softmax(head_logits(lm, hidden[0, -1]).double(), dim=-1)
+
+
+def _vector_jacobian_products(selected: torch.Tensor, wrt: torch.Tensor,
+                              batched: bool) -> torch.Tensor:
+    """``grads[k, ...]``: the gradient of each ``selected[j]`` with respect to ``wrt``, in one
+    batched backward (``is_grads_batched``) or k separate ones."""
+    k = selected.shape[0]
+    if batched and k > 1:
+        eye = torch.eye(k, dtype=selected.dtype, device=selected.device)
+        (grads,) = torch.autograd.grad(selected, wrt, grad_outputs=eye, is_grads_batched=True)
+        return grads
+    return torch.stack([torch.autograd.grad(selected[j], wrt, retain_graph=j + 1 < k)[0]
+                        for j in range(k)])

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ctxleak.engine.forward import PrefixKV, head_logits, hidden_states
+from ctxleak.engine.forward import PrefixKV
 from ctxleak.engine.gradients import (
     frozen_weights,
     input_embeddings,
@@ -76,50 +76,18 @@ def query_prompt(lm: LM, query: str, template: str = PROMPT_TEMPLATE) -> Prompt:
     return prompt
 
 
-def _graph(lm: LM, ids: Sequence[int], span: tuple[int, int], prefix_kv: PrefixKV | None = None
-           ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(wrt, logp)``: the query embeddings as a leaf that requires grad and ``log p(· | ids)``
-    (float64) built on them, the positions before the query entering as a KV cache computed
-    without a graph (taken from ``prefix_kv`` when given: the same for every query of a run).
-    Call under ``torch.enable_grad()``."""
-    start, end = span
-    with torch.no_grad():
-        base = input_embeddings(lm, ids)
-        cache = None
-        if start > 0:
-            cache = (prefix_kv or PrefixKV(lm)).get(ids[:start])
-    wrt = base[start:end].clone().requires_grad_(True)
-    rest = torch.cat([wrt, base[end:]], dim=0)[None]
-    mask = torch.ones((1, len(ids)), dtype=torch.long, device=lm.device)
-    pos = torch.arange(start, len(ids), device=lm.device)[None]
-    hidden, _ = hidden_states(lm, attention_mask=mask, position_ids=pos, cache=cache,
-                              use_cache=cache is not None, inputs_embeds=rest)
-    return wrt, torch.log_softmax(head_logits(lm, hidden[0, -1]).double(), dim=-1)
-
-
 def query_gradients(lm: LM, ids: Sequence[int], span: tuple[int, int], *, top_k: int = 10,
                     batched: bool = True, reuse_prefix: bool = True,
                     prefix_kv: PrefixKV | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(token_ids[k], logprobs[k], grads[k, n, d])`` for the top-k next tokens, gradients with
-    respect to the embeddings of ``span`` (float64, CPU). ``reuse_prefix=False`` is the engine's
-    :func:`~ctxleak.engine.gradients.next_token_embedding_grads` over the whole prompt."""
-    if not reuse_prefix or span[0] == 0:
-        res = next_token_embedding_grads(lm, ids, span, top_k=top_k, batched=batched)
-        return res.token_ids, res.logprobs, res.grads
-    with torch.enable_grad(), frozen_weights(lm.model):
-        wrt, logp = _graph(lm, ids, span, prefix_kv)
-        chosen = torch.topk(logp.detach(), top_k).indices
-        selected = logp[chosen]
-        k = selected.shape[0]
-        if batched and k > 1:
-            eye = torch.eye(k, dtype=selected.dtype, device=selected.device)
-            (grads,) = torch.autograd.grad(selected, wrt, grad_outputs=eye,
-                                           is_grads_batched=True)
-        else:
-            grads = torch.stack([torch.autograd.grad(selected[j], wrt, retain_graph=j + 1 < k)[0]
-                                 for j in range(k)])
-    return chosen.cpu(), selected.detach().cpu(), grads.detach().double().cpu()
+    respect to the embeddings of ``span`` (float64, CPU), from the engine's
+    :func:`~ctxleak.engine.gradients.next_token_embedding_grads`; ``reuse_prefix=False`` puts
+    the whole prompt in the graph."""
+    res = next_token_embedding_grads(lm, ids, span, top_k=top_k, batched=batched,
+                                     cache_prefix=reuse_prefix,
+                                     prefix_kv=prefix_kv if reuse_prefix else None)
+    return res.token_ids, res.logprobs, res.grads
 
 
 def fisher_susceptibility(lm: LM, query: str, *, top_k: int = 10, sigma2: float = 1.0,
