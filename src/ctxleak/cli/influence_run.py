@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ctxleak.cli.options import CommonOptions
-from ctxleak.cli.session import is_main, load_lm, open_run, run_examples
+from ctxleak.cli.session import format_cell, is_main, load_lm, open_run, run_examples
 
 
 def run_influence(common: CommonOptions, config: dict[str, Any], examples: Sequence[Any],
@@ -76,18 +76,10 @@ def _print_summary(summaries: Sequence[dict[str, Any]], path: Path) -> None:
     for col in rows[0]:
         table.add_column(col, justify="right")
     for row in rows:
-        table.add_row(*[_fmt(v) for v in row.values()])
+        table.add_row(*[format_cell(v) for v in row.values()])
     console = Console()
     console.print(table)
     console.print(f"results: {path / 'results.json'}   report: {path / 'report.html'}")
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 def run_explain(common: CommonOptions, *, context: str, query: str, task: str,

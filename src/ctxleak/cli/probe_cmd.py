@@ -10,6 +10,7 @@ from typing import Any, Optional
 import typer
 
 from ctxleak.cli.options import CommonOptions, parse_int_list, with_common_options
+from ctxleak.cli.session import format_cell
 
 DEFAULT_PII = "phone,email,address,relation,university"
 CANARY_DEFAULT_PII = "phone,address,university"
@@ -633,14 +634,6 @@ def _masker(records: list, redact: bool) -> Callable[[Any], Any]:
     return mask
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
 def _table_rows(summaries: list[dict]) -> list[dict[str, Any]]:
     out = []
     for s in summaries:
@@ -788,10 +781,10 @@ def _print(summary: dict[str, Any], path: str, config: dict[str, Any]) -> None:
     if canary:
         for v in canary["verdict"]:
             console.print(f"canary {v['pii_type']} ({v['structure']}): inserted p = "
-                          f"{_fmt(v['inserted_pvalue'])}, held-out p = "
-                          f"{_fmt(v['held_out_pvalue'])} -> "
+                          f"{format_cell(v['inserted_pvalue'])}, held-out p = "
+                          f"{format_cell(v['held_out_pvalue'])} -> "
                           + ("leakage detected" if v["detected"] else "not detected")
-                          + f" (association p = {_fmt(v['association_pvalue'])})")
+                          + f" (association p = {format_cell(v['association_pvalue'])})")
     for key, value in summary["timings_s"].items():
         console.print(f"{key}: {value:.1f}")
     console.print(f"results: {path}/results.json   report: {path}/report.html")

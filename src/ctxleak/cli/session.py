@@ -56,6 +56,15 @@ def load_lm(common: CommonOptions):
     return lm
 
 
+def format_cell(value: Any) -> str:
+    """A value for a printed table: 4 significant digits, a dash for missing."""
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
 def say(message: str) -> None:
     print(f"[ctxleak] {message}", file=sys.stderr, flush=True)
 

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import typer
 
 from ctxleak.cli.options import CommonOptions, with_common_options
+from ctxleak.cli.session import format_cell
 
 
 @with_common_options
@@ -128,14 +129,6 @@ def _run(common: CommonOptions, config: dict[str, Any], options: Any, rels: list
     _print_summary(summary, options, str(run.path))
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
 def _print_summary(summary: dict[str, Any], options: Any, path: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -151,7 +144,7 @@ def _print_summary(summary: dict[str, Any], options: Any, path: str) -> None:
     for block in ("by_query_type", "real_vs_fake"):
         groups += list(summary["means"][block].items())
     for name, stats in groups:
-        table.add_row(name, *[_fmt((stats.get(k) or {}).get("mean")) for k in keys])
+        table.add_row(name, *[format_cell((stats.get(k) or {}).get("mean")) for k in keys])
     console.print(table)
     corr = summary.get("correlation")
     if corr:
@@ -160,17 +153,17 @@ def _print_summary(summary: dict[str, Any], options: Any, path: str) -> None:
             ct.add_column(col, justify="right" if col != "group" else "left")
         rows = [("overall", corr["overall"])] + list(corr["by_query_type"].items())
         for name, c in rows:
-            ct.add_row(name, str(c["n"]), _fmt((c.get("pearson") or {}).get("r")),
-                       _fmt((c.get("spearman") or {}).get("r")))
+            ct.add_row(name, str(c["n"]), format_cell((c.get("pearson") or {}).get("r")),
+                       format_cell((c.get("spearman") or {}).get("r")))
         console.print(ct)
     t = summary.get("timing", {})
     parts = []
     if "seconds_per_query_mc" in t:
-        parts.append(f"Monte Carlo {_fmt(t['seconds_per_query_mc'])} s/query "
-                     f"({_fmt(t.get('mean_distinct_contexts'))} distinct of {t['draws_per_query']} "
+        parts.append(f"Monte Carlo {format_cell(t['seconds_per_query_mc'])} s/query "
+                     f"({format_cell(t.get('mean_distinct_contexts'))} distinct of {t['draws_per_query']} "
                      "drawn contexts)")
     if "seconds_per_query_fisher" in t:
-        parts.append(f"Fisher {_fmt(t['seconds_per_query_fisher'])} s/query")
+        parts.append(f"Fisher {format_cell(t['seconds_per_query_fisher'])} s/query")
     if t.get("speedup_fisher_over_mc"):
         parts.append(f"speedup {t['speedup_fisher_over_mc']:.1f}x")
     console.print("time: " + ", ".join(parts))
