@@ -42,7 +42,7 @@ def _expand_inputs(values: list[str]) -> list[Path]:
 def _read_documents(paths: list[Path]) -> list[dict]:
     """Documents from .txt files (one each; subject = file stem) and .jsonl files (one object per
     line with ``text`` and optional ``name``, ``subject``, ``relations``, ``university``)."""
-    from ctxleak.methods.pii.records import read_jsonl
+    from ctxleak.run.records import read_jsonl
 
     docs: list[dict] = []
     for path in paths:

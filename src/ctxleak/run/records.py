@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -75,20 +75,33 @@ def read_rows(path: str | Path, *, rename: Mapping[str, str] | None = None,
     return out
 
 
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """``(line_number, parsed_value)`` for each non-blank line of a JSONL file; errors name the
+    file (missing, not UTF-8) and the line (not valid JSON)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", file=str(path))
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, raw in enumerate(f, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    value = json.loads(raw)
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
+                                     file=str(path), line=number) from None
+                yield number, value
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text ({exc.reason})", file=str(path)) from None
+
+
 def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for number, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                value = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                 file=str(path), line=number) from None
-            if not isinstance(value, dict):
-                raise InputError("each line must be a JSON object", file=str(path), line=number)
-            rows.append((number, value))
+    for number, value in read_jsonl(path):
+        if not isinstance(value, dict):
+            raise InputError("each line must be a JSON object", file=str(path), line=number)
+        rows.append((number, value))
     return rows
 
 

@@ -100,7 +100,7 @@ def test_extract_malformed_jsonl_names_file_and_line(tmp_path, capsys):
     code, err = _run_main(["pii", "extract", "--input", str(bad), "--output",
                            str(tmp_path / "o.jsonl")], capsys)
     assert code == 2
-    assert f"{bad}:2" in err and "malformed JSON" in err and "Traceback" not in err
+    assert f"{bad}:2" in err and "not valid JSON" in err and "Traceback" not in err
     assert not (tmp_path / "o.jsonl").exists()
 
 

@@ -81,7 +81,7 @@ def test_malformed_json_names_file_and_line(tmp_path):
     err = info.value
     assert isinstance(err, CtxleakError)
     assert err.file == str(path) and err.line == 2
-    assert f"{path}:2" in str(err) and "malformed JSON" in str(err)
+    assert f"{path}:2" in str(err) and "not valid JSON" in str(err)
 
 
 def test_missing_name(tmp_path):

@@ -147,7 +147,7 @@ def test_malformed_records_name_file_and_line(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"name": "paris france", "phone": "one two"}\n{"name": "rome", \n')
     code, _, err = cli(["probe", "--model", str(tmp_path / "m"), "--data", str(bad)], capsys)
-    assert code == 2 and f"{bad}:2" in err and "malformed JSON" in err
+    assert code == 2 and f"{bad}:2" in err and "not valid JSON" in err
     bad.write_text('{"name": "paris france"}\n{"phone": "one two"}\n')
     code, _, err = cli(["probe", "--model", str(tmp_path / "m"), "--data", str(bad)], capsys)
     assert code == 2 and f"{bad}:2" in err and "field 'name'" in err

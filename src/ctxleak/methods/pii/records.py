@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.errors import InputError
+from ctxleak.run.records import read_jsonl
 
 __all__ = [
     "PII_FIELDS",
@@ -134,30 +135,6 @@ def _describe(value: Any) -> str:
     if isinstance(value, str):
         return "an empty string" if not value.strip() else kind
     return kind
-
-
-def read_jsonl(path: str | Path) -> Iterable[tuple[int, Any]]:
-    """Yield ``(line_number, parsed_object)`` for each non-blank line of a JSONL file.
-
-    Raises :class:`InputError` naming the file and line for malformed JSON, and for a file that
-    is missing or not UTF-8.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("file not found", file=str(path))
-    try:
-        with path.open("r", encoding="utf-8") as fh:
-            for number, text in enumerate(fh, start=1):
-                if not text.strip():
-                    continue
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})",
-                                     file=str(path), line=number) from None
-                yield number, obj
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text ({exc.reason})", file=str(path)) from None
 
 
 def load_records(path: str | Path) -> list[PIIRecord]:
