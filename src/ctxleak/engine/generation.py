@@ -23,7 +23,6 @@ import torch
 from ctxleak.engine.forward import (
     MASKED_LOGIT,
     common_prefix_length,
-    expand_cache,
     head_logits,
     hidden_states,
     left_pad,
@@ -153,8 +152,8 @@ def _prefill_shared(lm: LM, seqs: Sequence[Sequence[int]], shared: int, pad: int
     stream's tokens, masked out; position ids carry on from the prefix without gaps."""
     device = lm.device
     head = torch.as_tensor([list(seqs[0][:shared])], dtype=torch.long, device=device)
-    _, prefix_cache = hidden_states(lm, head, torch.ones_like(head), use_cache=True)
-    cache = expand_cache(prefix_cache, shared, len(seqs))
+    _, cache = hidden_states(lm, head, torch.ones_like(head), use_cache=True)
+    cache.batch_repeat_interleave(len(seqs))  # a fresh cache: repeated in place, not copied
     ids, own_mask, own_pos = left_pad([s[shared:] for s in seqs], pad, device)
     mask = torch.cat([torch.ones((len(seqs), shared), dtype=own_mask.dtype, device=device),
                       own_mask], dim=1)
