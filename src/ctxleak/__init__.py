@@ -1,19 +1,43 @@
 """ctxleak: how much of what a language model said came from the private context it was given.
 
-Library first: ``import ctxleak`` gives plain functions and result objects; the ``ctxleak`` CLI
-is a thin layer over them. See README.md and SPEC.md for the methods and the papers.
+Library first: ``ctxleak.influence``, ``ctxleak.iclinf``, ``ctxleak.audit``,
+``ctxleak.susceptibility`` and ``ctxleak.probe`` run a method over a dataset and return a Result
+(``.records``, ``.summary``, ``.to_pandas()``, ``.to_html()``, ``.show()``, ``.save()``);
+``ctxleak.load_result(dir)`` reads back any run directory; ``ctxleak.dp`` calibrates and accounts
+the DP mechanism; ``ctxleak.load_model`` loads a model once for several runs. The ``ctxleak`` CLI
+is a thin layer over these. Nothing heavy (torch) is imported until a function is called.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_model"]
+_API = {
+    "influence": ("ctxleak.api", "influence"),
+    "influence_explain": ("ctxleak.api", "influence_explain"),
+    "iclinf": ("ctxleak.api", "iclinf"),
+    "audit": ("ctxleak.api", "audit"),
+    "susceptibility": ("ctxleak.api", "susceptibility"),
+    "probe": ("ctxleak.api", "probe"),
+    "load_result": ("ctxleak.results", "load_result"),
+    "load_model": ("ctxleak.engine.models", "load_model"),
+    "run_method": ("ctxleak.run.runner", "run_method"),
+}
+
+__all__ = ["__version__", "dp", *_API]
 
 
-def __getattr__(name: str):  # lazy: keep ``import ctxleak`` light (no torch at import time)
-    if name == "load_model":
-        from ctxleak.engine.models import load_model
-
-        return load_model
+def __getattr__(name: str) -> Any:  # lazy: keep ``import ctxleak`` light (no torch at import)
+    if name == "dp":
+        return import_module("ctxleak.dp")
+    if name in _API:
+        module, attr = _API[name]
+        return getattr(import_module(module), attr)
     raise AttributeError(f"module 'ctxleak' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

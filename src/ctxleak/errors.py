@@ -22,4 +22,24 @@ class InputError(CtxleakError):
 
 
 class ConfigError(CtxleakError):
-    """A bad flag or config value, or a resume whose config differs from the stored one."""
+    """A bad option value, or a resume whose config differs from the stored one.
+
+    Library code names the Python parameter (``param="lam"``, message ``"lam must be >= 0"``);
+    the CLI rewrites that name into its flag (``--lambda``) with :func:`flag_message`.
+    """
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        self.param = param
+        super().__init__(message)
+
+
+def flag_message(exc: CtxleakError, flags: dict[str, str]) -> str:
+    """``exc``'s message with its parameter name replaced by the CLI flag in ``flags``
+    (``{"lam": "--lambda"}``); unchanged when it names no parameter or the flag is unknown."""
+    import re
+
+    message = str(exc)
+    param = getattr(exc, "param", None)
+    if not param or param not in flags:
+        return message
+    return re.sub(rf"(?<![\w-]){re.escape(param)}(?![\w-])", flags[param], message, count=1)

@@ -104,6 +104,29 @@ def command_path(argv: list[str]) -> list[str]:
     return words
 
 
+def _command(path: list[str]) -> Any:
+    """The click command at ``path`` (None when the words name no command)."""
+    command: Any = typer.main.get_command(app)
+    for word in path:
+        sub = getattr(command, "commands", {}).get(word)
+        if sub is None:
+            break
+        command = sub
+    return command
+
+
+def command_flags(path: list[str]) -> dict[str, str]:
+    """Parameter name -> its long flag, for the command at ``path`` (``{"lam": "--lambda"}``):
+    library errors name parameters, the CLI shows flags."""
+    flags: dict[str, str] = {}
+    command = _command(path)
+    for param in getattr(command, "params", []):
+        opts = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+        if opts and param.name:
+            flags[param.name] = opts[0]
+    return flags
+
+
 def nest_defaults(path: list[str], values: dict[str, Any]) -> dict[str, Any]:
     """Click's ``default_map`` for the command at ``path`` from a config file's flag names
     (``lambda``, ``max-new-tokens`` or ``max_new_tokens``), mapped to the command's parameter
@@ -149,7 +172,13 @@ def main(argv: list[str] | None = None) -> None:
     except CtxleakError as exc:
         if debug:
             raise
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        from ctxleak.errors import flag_message
+
+        try:
+            message = flag_message(exc, command_flags(command_path(argv)))
+        except Exception:  # noqa: BLE001 - never hide the error behind a lookup failure
+            message = str(exc)
+        typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         typer.secho("interrupted: finished examples are saved; rerun with --resume", err=True)

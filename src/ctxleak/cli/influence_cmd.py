@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ctxleak.cli.options import CommonOptions, parse_float_list, parse_int_list, with_common_options
+from ctxleak.cli.options import CommonOptions, api_options, with_common_options
 
 influence_app = typer.Typer(help="Context influence (paper 000): how much of each response came "
                             "from the context, under Context Influence Decoding (CID).\n\n"
@@ -14,20 +14,6 @@ influence_app = typer.Typer(help="Context influence (paper 000): how much of eac
                             "--output runs/demo\n\nAny flag can also come from "
                             "--config FILE.yaml (flags on the command line win).",
                             no_args_is_help=False, invoke_without_command=True)
-
-
-def _ngram(value: str | None) -> int | None:
-    from ctxleak.errors import ConfigError
-
-    if value is None or value == "full":
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        raise ConfigError(f"--ngram must be 'full' or a positive integer, not '{value}'") from None
-    if n < 1:
-        raise ConfigError(f"--ngram must be >= 1, not {n}")
-    return n
 
 
 @influence_app.callback()
@@ -78,40 +64,18 @@ def influence(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ctxleak.methods.influence.data import load_examples
-    from ctxleak.methods.influence.pipeline import InfluenceOptions, settings_grid
-    from ctxleak.run.records import parse_mapping
+    from ctxleak.api import influence as run_influence
+    from ctxleak.report.influence import print_influence
 
-    if min_new_tokens is None:
-        min_new_tokens = min(10, max_new_tokens)
-    lams = parse_float_list(lam, "--lambda")
-    temps = parse_float_list(temperature, "--temperature")
-    sizes: list[int | None] = [None]
-    if context_sizes:
-        sizes = list(parse_int_list(context_sizes, "--context-sizes"))
-    options = InfluenceOptions(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-                               bounded_eps=bounded_eps, ngram=_ngram(ngram), stride=stride,
-                               template=template, repeat_threshold=repeat_threshold,
-                               rouge_threshold=rouge_threshold)
-    grid = settings_grid(lams, temps, sizes)
-    for setting in grid:  # validate every setting before loading anything heavy
-        options.cid(setting)
-        if setting.context_tokens is not None and setting.context_tokens < 1:
-            from ctxleak.errors import ConfigError
-
-            raise ConfigError("--context-sizes must be positive integers")
-    examples = load_examples(data, task=task, rename=parse_mapping(fields), template=template,
-                             limit=common.limit)
-    if common.limit is not None:
-        examples = examples[:common.limit]
-    config = {"data": data, "task": task, "template": template, "fields": fields,
-              "lambda": lams, "temperature": temps, "context_sizes": sizes,
-              "bertscore_model": bertscore_model, "factkb_model": factkb_model,
-              **{k: v for k, v in options.__dict__.items() if k != "template"}}
-    from ctxleak.cli.influence_run import run_influence
-
-    run_influence(common, config, examples, grid, options, redact=redact,
-                  bertscore_model=bertscore_model, factkb_model=factkb_model)
+    result = run_influence(common.model, data, **api_options(common), task=task,
+                           template=template, fields=fields, lam=lam, temperature=temperature,
+                           max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                           ngram=ngram, stride=stride, context_sizes=context_sizes,
+                           bounded_eps=bounded_eps, repeat_threshold=repeat_threshold,
+                           rouge_threshold=rouge_threshold, bertscore_model=bertscore_model,
+                           factkb_model=factkb_model, redact=redact)
+    if result is not None:  # None on the other processes of a data-parallel run
+        print_influence(result.summary["settings"], result.path)
 
 
 @influence_app.command("explain")

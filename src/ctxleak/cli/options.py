@@ -6,29 +6,20 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 import typer
 
+from ctxleak.run.options import RunOptions
 
-@dataclass(frozen=True)
-class CommonOptions:
-    model: str = "default"
-    device: str = "auto"
-    dtype: str = "auto"
-    batch_size: str = "auto"
-    limit: int | None = None
-    seed: int = 0
-    output: str | None = None
-    resume: bool = False
-    chat_template: str = "auto"
-    trust_remote_code: bool = False
-    device_map: Optional[str] = None
-    threads: Optional[int] = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+#: The common flags' values: the library's run options (:class:`ctxleak.run.options.RunOptions`).
+CommonOptions = RunOptions
+
+
+def api_options(common: RunOptions) -> dict[str, Any]:
+    """The run options as keywords of a :mod:`ctxleak.api` function (``model`` apart)."""
+    return {k: v for k, v in common.to_dict().items() if k != "model"}
 
 
 _COMMON: list[tuple[str, type, Any]] = [
@@ -89,28 +80,12 @@ def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def parse_float_list(value: str | float | None, flag: str) -> list[float]:
     """``"0.5,1,1.5"`` -> ``[0.5, 1.0, 1.5]`` with an error naming the flag."""
-    from ctxleak.errors import ConfigError
+    from ctxleak.run.options import float_list
 
-    if value is None:
-        return []
-    if isinstance(value, (int, float)):
-        return [float(value)]
-    try:
-        return [float(v) for v in str(value).split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"{flag} must be a number or a comma list of numbers, not '{value}'"
-                          ) from None
+    return float_list(value, flag)
 
 
 def parse_int_list(value: str | int | None, flag: str) -> list[int]:
-    from ctxleak.errors import ConfigError
+    from ctxleak.run.options import int_list
 
-    if value is None:
-        return []
-    if isinstance(value, int):
-        return [value]
-    try:
-        return [int(v) for v in str(value).split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"{flag} must be an integer or a comma list of integers, not "
-                          f"'{value}'") from None
+    return int_list(value, flag)

@@ -303,6 +303,12 @@ class Report:
                 f"<title>{_esc(self.title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
                 f"<h1>{_esc(self.title)}</h1>\n{sub}\n{body}\n</body>\n</html>\n")
 
+    def fragment(self) -> str:
+        """The blocks without the page around them (for Jupyter's ``_repr_html_``)."""
+        sub = f'<p class="subtitle">{_esc(self.subtitle)}</p>' if self.subtitle else ""
+        return (f'<div class="ctxleak"><h3>{_esc(self.title)}</h3>{sub}'
+                + "\n".join(self._blocks) + "</div>")
+
     def save(self, path: str | os.PathLike[str], mode: int = 0o644) -> Path:
         """Write the page atomically (temp file in the same directory, fsync, ``os.replace``).
         Pass ``mode=0o600`` for reports that hold PII (SPEC §9). Returns the path."""

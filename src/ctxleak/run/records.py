@@ -45,33 +45,47 @@ def demo_path(name: str) -> Path:
     return Path(str(resources.files("ctxleak") / "data" / "demo" / name))
 
 
-def read_rows(path: str | Path, *, rename: Mapping[str, str] | None = None,
+def read_rows(path: Any, *, rename: Mapping[str, str] | None = None,
               required: Sequence[str] = ()) -> list[Row]:
-    """Read a ``.jsonl``/``.json`` (one object per line) or ``.csv`` file into rows.
+    """Read examples into rows: a ``.jsonl``/``.json`` (one object per line), ``.csv``/``.tsv``
+    or ``.parquet`` file, a ``datasets`` ``save_to_disk`` folder, or rows in memory (a list of
+    dicts, a pandas DataFrame, a ``datasets.Dataset``; see :mod:`ctxleak.run.inputs`).
 
     ``rename`` maps the file's field names to ctxleak's (e.g. ``{"article": "context"}``).
     ``required`` fields must be present (they may still be empty; see :meth:`Row.text`).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("file not found", file=str(path))
+    from ctxleak.run import inputs
+
     rename = dict(rename or {})
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".json", ".ndjson"):
-        rows = _read_jsonl(path)
-    elif suffix in (".csv", ".tsv"):
-        rows = _read_csv(path, "\t" if suffix == ".tsv" else ",")
+    if not inputs.is_path(path):
+        rows, where = inputs.memory_rows(path), inputs.IN_MEMORY
     else:
-        raise InputError("unknown file type: use .jsonl or .csv", file=str(path))
+        path = Path(path)
+        where = str(path)
+        suffix = path.suffix.lower()
+        if inputs.is_dataset_folder(path):
+            rows = inputs.dataset_folder_rows(path)
+        elif not path.is_file():
+            raise InputError("file not found", file=where)
+        elif suffix in (".jsonl", ".json", ".ndjson"):
+            rows = _read_jsonl(path)
+        elif suffix in (".csv", ".tsv"):
+            rows = _read_csv(path, "\t" if suffix == ".tsv" else ",")
+        elif suffix == ".parquet":
+            rows = inputs.parquet_rows(path)
+        else:
+            raise InputError("unknown file type: use .jsonl, .csv, .parquet or a datasets "
+                             "folder", file=where)
     out = []
     for line, fields in rows:
         fields = {rename.get(k, k): v for k, v in fields.items()}
         for name in required:
             if name not in fields:
-                raise InputError("missing field", file=str(path), line=line, field=name)
-        out.append(Row(fields=fields, file=str(path), line=line))
+                raise InputError("missing field", file=where, line=line, field=name)
+        out.append(Row(fields=fields, file=where, line=line))
     if not out:
-        raise InputError("no examples in the file", file=str(path))
+        raise InputError("no examples in the file" if where != inputs.IN_MEMORY
+                         else "no examples in the data", file=where)
     return out
 
 

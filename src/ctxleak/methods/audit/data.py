@@ -12,10 +12,12 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ctxleak.engine.models import LM
 from ctxleak.engine.prompts import Prompt, build_prompt, template_fields
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.records import demo_path, read_rows
 
 #: Table 3 of paper 001 (AG News synthetic generation), one private example per prompt.
@@ -37,12 +39,15 @@ class PrivateExample:
     line: int
 
 
-def data_path(data: str) -> Path:
-    """``demo`` is the bundled ICL training split (``icl_train.jsonl``); otherwise a file path."""
-    return demo_path("icl_train.jsonl") if data == "demo" else Path(data)
+def data_path(data: Any) -> Any:
+    """``demo`` is the bundled ICL training split (``icl_train.jsonl``); otherwise a file path,
+    or rows in memory (see :mod:`ctxleak.run.inputs`)."""
+    if is_named(data, "demo"):
+        return demo_path("icl_train.jsonl")
+    return Path(data) if isinstance(data, str) else data
 
 
-def load_private_data(data: str, *, text_field: str = "text", label_field: str = "label",
+def load_private_data(data: Any, *, text_field: str = "text", label_field: str = "label",
                       label: str = DEFAULT_LABEL) -> list[PrivateExample]:
     """Read the private examples from JSONL/CSV (or ``demo``), checking every line.
 
@@ -55,7 +60,7 @@ def load_private_data(data: str, *, text_field: str = "text", label_field: str =
     rows = read_rows(path, rename=rename)
     labelled = [row for row in rows if row.get("label") is not None]
     if label == ALL_LABELS and not labelled:
-        raise ConfigError(f"--label all needs a '{label_field}' field in {path}; name the label "
+        raise ConfigError(f"--label all needs a '{label_field}' field in {describe(path)}; name the label "
                           "to write in the prompts instead, e.g. --label Sports")
     out: list[PrivateExample] = []
     for row in rows:
@@ -72,7 +77,7 @@ def load_private_data(data: str, *, text_field: str = "text", label_field: str =
     if not out:
         found = sorted({str(r.get("label")).strip() for r in labelled})
         raise InputError(f"no example has the label '{label}' (labels found: "
-                         f"{', '.join(found)}; or use --label all)", file=str(path))
+                         f"{', '.join(found)}; or use --label all)", file=describe(path))
     return out
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.icl.prompts import FORMATS, PromptFormat, get_format
+from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.records import Row, demo_path, read_rows
 
 
@@ -105,12 +106,12 @@ def _from_rows(rows: Sequence[Row], text_field: str, label_field: str) -> list[_
     return out
 
 
-def read_split(path: str, *, text_field: str = "text", label_field: str = "label") -> list[_Raw]:
+def read_split(path: Any, *, text_field: str = "text", label_field: str = "label") -> list[_Raw]:
     """Examples of one JSONL/CSV file; a missing or empty text or label names file:line:field."""
     return _from_rows(read_rows(path), text_field, label_field)
 
 
-def split_by_field(path: str, split_field: str, *, text_field: str = "text",
+def split_by_field(path: Any, split_field: str, *, text_field: str = "text",
                    label_field: str = "label") -> tuple[list[_Raw], list[_Raw]]:
     """Train and test examples of one file whose ``split_field`` is ``train`` or ``test``."""
     rows = read_rows(path)
@@ -238,7 +239,7 @@ def load_hf(name: str) -> tuple[list[_Raw], list[_Raw], tuple[str, ...]]:
     return splits[0], splits[1], tuple(HF_LABEL_ORDER[name])
 
 
-def load_task(data: str = "demo", test_data: str | None = None, *, split_field: str = "split",
+def load_task(data: Any = "demo", test_data: Any = None, *, split_field: str = "split",
               text_field: str = "text", label_field: str = "label",
               labels: str | Sequence[str] | None = None, fmt: str = "auto",
               instruction: str | None = None, exemplar_template: str | None = None,
@@ -252,33 +253,36 @@ def load_task(data: str = "demo", test_data: str | None = None, *, split_field: 
     ``fmt``: ``auto`` (the dataset's own format for demo and hf data, else ``custom``),
     ``agnews``, ``dbpedia``, ``trec`` or ``custom``; the template flags override its pieces.
     """
-    source: dict[str, Any] = {"data": data, "test_data": test_data}
+    source: dict[str, Any] = {"data": describe(data), "test_data": describe(test_data)
+                              if test_data is not None else None}
     hf_labels: tuple[str, ...] | None = None
-    if data == "demo":
+    if is_named(data, "demo"):
         train_path = str(demo_path("icl_train.jsonl"))
-        test_path = test_data or str(demo_path("icl_test.jsonl"))
+        test_path = test_data if test_data is not None else str(demo_path("icl_test.jsonl"))
         train_raw = read_split(train_path, text_field="text", label_field="label")
         test_raw = read_split(test_path, text_field=text_field, label_field=label_field) \
-            if test_data else read_split(test_path)
+            if test_data is not None else read_split(test_path)
         auto_fmt = "agnews"
-        source.update(train=train_path, test=test_path)
-    elif data.startswith("hf:"):
+        source.update(train=train_path, test=describe(test_path))
+    elif isinstance(data, str) and data.startswith("hf:"):
         name = _hf_name(data)
         train_raw, test_raw, hf_labels = load_hf(name)
-        if test_data:
+        if test_data is not None:
             test_raw = read_split(test_data, text_field=text_field, label_field=label_field)
         auto_fmt = name
         source.update(train=f"hf:{HF_DATASETS[name][0]}[train]",
-                      test=test_data or f"hf:{HF_DATASETS[name][0]}[test]")
+                      test=describe(test_data) if test_data is not None
+                      else f"hf:{HF_DATASETS[name][0]}[test]")
     else:
-        if test_data:
+        if test_data is not None:
             train_raw = read_split(data, text_field=text_field, label_field=label_field)
             test_raw = read_split(test_data, text_field=text_field, label_field=label_field)
         else:
             train_raw, test_raw = split_by_field(data, split_field, text_field=text_field,
                                                  label_field=label_field)
         auto_fmt = "custom"
-        source.update(train=data, test=test_data or f"{data} ({split_field} = test)")
+        source.update(train=describe(data), test=describe(test_data) if test_data is not None
+                      else f"{describe(data)} ({split_field} = test)")
     fmt_name = auto_fmt if fmt == "auto" else fmt
     prompt_format = get_format(fmt_name, instruction=instruction, exemplar=exemplar_template,
                                query=query_template)

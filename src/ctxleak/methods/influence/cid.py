@@ -40,17 +40,21 @@ class CIDConfig:
 
     def __post_init__(self) -> None:
         if not np.isfinite(self.lam) or self.lam < 0:
-            raise ConfigError(f"--lambda must be >= 0 (0 = no context, 1 = plain decoding), "
-                              f"not {self.lam}")
+            raise ConfigError(f"lam must be >= 0 (0 = no context, 1 = plain decoding), "
+                              f"not {self.lam}", param="lam")
         if not np.isfinite(self.temperature) or self.temperature <= 0:
-            raise ConfigError(f"--temperature must be > 0, not {self.temperature}")
+            raise ConfigError(f"temperature must be > 0, not {self.temperature}",
+                              param="temperature")
         if self.max_new_tokens < 1:
-            raise ConfigError(f"--max-new-tokens must be >= 1, not {self.max_new_tokens}")
+            raise ConfigError(f"max_new_tokens must be >= 1, not {self.max_new_tokens}",
+                              param="max_new_tokens")
         if not 0 <= self.min_new_tokens <= self.max_new_tokens:
-            raise ConfigError(f"--min-new-tokens must be between 0 and --max-new-tokens "
-                              f"({self.max_new_tokens}), not {self.min_new_tokens}")
+            raise ConfigError(f"min_new_tokens must be between 0 and the maximum number of new "
+                              f"tokens ({self.max_new_tokens}), not {self.min_new_tokens}",
+                              param="min_new_tokens")
         if self.bounded_eps is not None and not self.bounded_eps > 0:
-            raise ConfigError(f"--bounded-eps must be > 0, not {self.bounded_eps}")
+            raise ConfigError(f"bounded_eps must be > 0, not {self.bounded_eps}",
+                              param="bounded_eps")
 
 
 def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float,

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ctxleak.engine.models import LM
 from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.influence.ngrams import PromptParts
+from ctxleak.run.inputs import is_named
 from ctxleak.run.records import demo_path, read_rows
 
 # The paper's formats: PubMedQA-style QA and CNN-DM summarisation (paper 000, Fig. 6).
@@ -61,7 +63,7 @@ def load_hub_dataset(name: str, split: str = "test", limit: int | None = None
     return out
 
 
-def load_examples(data: str, *, task: str = "auto", rename: Mapping[str, str] | None = None,
+def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | None = None,
                   template: str | None = None, limit: int | None = None
                   ) -> list[InfluenceExample]:
     """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``
@@ -75,9 +77,9 @@ def load_examples(data: str, *, task: str = "auto", rename: Mapping[str, str] | 
         missing = {"context"} - set(template_fields(template))
         if missing:
             raise ConfigError("--template must contain the slot {context}")
-    if data in HUB_DATASETS and not Path(data).exists():
+    if isinstance(data, str) and data in HUB_DATASETS and not Path(data).exists():
         return load_hub_dataset(data, limit=limit)
-    path = demo_path("influence.jsonl") if data == "demo" else Path(data)
+    path = demo_path("influence.jsonl") if is_named(data, "demo") else data
     rows = read_rows(path, rename=rename, required=["context"])
     out, seen = [], set()
     for k, row in enumerate(rows):

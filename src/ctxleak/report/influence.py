@@ -1,4 +1,5 @@
-"""Plots and the HTML report of a context-influence run (paper 000, Tables 1-3, Fig. 2-4, 8)."""
+"""Plots, console table and HTML reports of context influence (paper 000, Tables 1-3, Fig. 2-4,
+8): a dataset run and ``influence explain``."""
 
 from __future__ import annotations
 
@@ -81,9 +82,10 @@ def influence_plots(summaries: Sequence[dict[str, Any]]) -> dict[str, bytes]:
     return out
 
 
-def build_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
-                 images: dict[str, bytes], meta: dict[str, Any], token_strings=None,
-                 redact: bool = False) -> Report:
+def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
+                     images: dict[str, bytes], meta: dict[str, Any], token_strings=None,
+                     redact: bool = False) -> Report:
+    """The HTML report of an influence run: summary table, plots, a token heatmap, examples."""
     report = Report("ctxleak influence", "Context influence and CID (paper 000)", redact=redact)
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
@@ -109,3 +111,13 @@ def build_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict[str
                        "ROUGE-L": r.get("rouge_l"), "repeat": r["repeat"],
                        "response": r["response"][:300]} for r in records[:200]])
     return report
+
+
+def print_influence(summaries: Sequence[dict[str, Any]], path: Any) -> None:
+    """The console table of an influence run and where its files are."""
+    from rich.console import Console
+
+    from ctxleak.report.console import print_rows
+
+    print_rows(table_rows(summaries), title="Expected context influence (paper 000, Def. 3.3)")
+    Console().print(f"results: {path / 'results.json'}   report: {path / 'report.html'}")

@@ -1,0 +1,47 @@
+"""The Python API (SPEC §11): one function per method, each returning a typed Result.
+
+``model`` is a name (``"default"``, ``"gemma-270m"``), a Hugging Face id, a local directory, a
+``.gguf`` file or an LM loaded with :func:`ctxleak.load_model`. ``data`` is a path (JSONL, CSV,
+Parquet, a ``datasets`` save_to_disk folder), ``"demo"``, a list of dicts, a pandas DataFrame or a
+``datasets.Dataset``. Every CLI flag is a keyword with the same meaning (the run options
+``device``, ``dtype``, ``batch_size``, ``limit``, ``seed``, ``output``, ``resume``,
+``chat_template``, ``trust_remote_code``, ``device_map``, ``threads`` and each method's own),
+and the CLI and the API write the same run directory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxleak.run.options import RunOptions
+
+
+def _common(model: Any, options: dict[str, Any]) -> tuple[RunOptions, dict[str, Any], Any]:
+    """(run options, the method's keywords, the loaded LM or None)."""
+    from ctxleak.run.runner import is_lm
+
+    lm = model if is_lm(model) else None
+    name = lm.info.name if lm is not None else str(model)
+    common, own = RunOptions.split({**options, "model": name})
+    return common, own, lm
+
+
+def _run(method_class: type, model: Any, data: Any, progress: bool,
+         options: dict[str, Any]) -> Any:
+    from ctxleak.run.runner import run_method
+
+    common, own, lm = _common(model, options)
+    method = method_class(common, **own)
+    return run_method(method, lm, data, progress=progress)
+
+
+def influence(model: Any = "default", data: Any = "demo", *, progress: bool = True,
+              **options: Any) -> Any:
+    """Expected context influence of ``data`` under CID (paper 000, Def. 3.1-3.4):
+    ``ctxleak influence``. Options: ``lam``, ``temperature`` (lists sweep), ``max_new_tokens``,
+    ``min_new_tokens``, ``ngram``, ``stride``, ``context_sizes``, ``bounded_eps``, ``task``,
+    ``template``, ``fields``, ``repeat_threshold``, ``rouge_threshold``, ``bertscore_model``,
+    ``factkb_model``, ``redact`` and the run options. Returns an :class:`InfluenceResult`."""
+    from ctxleak.methods.influence.method import InfluenceMethod
+
+    return _run(InfluenceMethod, model, data, progress, options)

@@ -1,0 +1,156 @@
+"""The influence Method (paper 000, Def. 3.3): one CID response per (setting, example), its token,
+response and n-gram influence; summarised per setting. Run by :func:`ctxleak.run.run_method`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.pipeline import (
+    InfluenceOptions,
+    Setting,
+    measure_example,
+    settings_grid,
+    summarize_setting,
+)
+from ctxleak.run.method import Method
+from ctxleak.run.options import RunOptions, float_list, int_list
+
+
+def parse_ngram(value: Any) -> int | None:
+    """``"full"``/None (the whole context, n = |D|) or a positive window size."""
+    if value is None or value == "full":
+        return None
+    try:
+        n = int(value)
+        if isinstance(value, float) and value != n:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"ngram must be 'full' or a positive integer, not '{value}'",
+                          param="ngram") from None
+    if n < 1:
+        raise ConfigError(f"ngram must be >= 1, not {n}", param="ngram")
+    return n
+
+
+class InfluenceMethod(Method):
+    """Expected context influence of a dataset under CID (``ctxleak influence``).
+
+    Keywords are the CLI's flags: ``lam`` and ``temperature`` (a number, a list or a comma list:
+    lists sweep), ``context_sizes`` (Fig. 2b), ``ngram``/``stride`` (Def. 3.1 windows),
+    ``bounded_eps`` (App. B), ``task``/``template``/``fields``, quality models and thresholds.
+    """
+
+    name = "influence"
+    desc = "influence"
+    private = True
+
+    def __init__(self, common: RunOptions | None = None, *, task: str = "auto",
+                 template: str | None = None, fields: str | Mapping[str, str] | None = None,
+                 lam: Any = 1.0, temperature: Any = 0.8, max_new_tokens: int = 50,
+                 min_new_tokens: int | None = None, ngram: Any = "full",
+                 stride: int | None = None, context_sizes: Any = None,
+                 bounded_eps: float | None = None, repeat_threshold: float = 0.5,
+                 rouge_threshold: float = 0.5, bertscore_model: str | None = None,
+                 factkb_model: str | None = None, redact: bool = False) -> None:
+        from ctxleak.results import InfluenceResult
+
+        super().__init__(common)
+        self.result_class = InfluenceResult
+        if min_new_tokens is None:
+            min_new_tokens = min(10, max_new_tokens)
+        self.lams = float_list(lam, "lam")
+        self.temps = float_list(temperature, "temperature")
+        sizes: list[int | None] = [None]
+        if context_sizes:
+            sizes = list(int_list(context_sizes, "context_sizes"))
+        self.sizes = sizes
+        self.options = InfluenceOptions(max_new_tokens=max_new_tokens,
+                                        min_new_tokens=min_new_tokens, bounded_eps=bounded_eps,
+                                        ngram=parse_ngram(ngram), stride=stride,
+                                        template=template, repeat_threshold=repeat_threshold,
+                                        rouge_threshold=rouge_threshold)
+        self.grid = settings_grid(self.lams, self.temps, sizes)
+        for setting in self.grid:  # every setting checked before anything heavy
+            self.options.cid(setting)
+            if setting.context_tokens is not None and setting.context_tokens < 1:
+                raise ConfigError("context_sizes must be positive integers",
+                                  param="context_sizes")
+        self.task, self.template, self.fields = task, template, fields
+        self.bertscore_model, self.factkb_model, self.redact = bertscore_model, factkb_model, redact
+        self.data: Any = None
+        self.examples: list[Any] = []
+
+    def config(self) -> dict[str, Any]:
+        from ctxleak.run.inputs import describe
+
+        return {"data": describe(self.data), "task": self.task, "template": self.template,
+                "fields": self.fields, "lambda": self.lams, "temperature": self.temps,
+                "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
+                "factkb_model": self.factkb_model,
+                **{k: v for k, v in self.options.__dict__.items() if k != "template"}}
+
+    def items(self, data: Any) -> list[tuple[Setting, Any]]:
+        from ctxleak.methods.influence.data import load_examples
+        from ctxleak.run.records import parse_mapping
+
+        rename = self.fields if isinstance(self.fields, Mapping) else parse_mapping(self.fields)
+        limit = self.common.limit
+        examples = load_examples(data, task=self.task, rename=rename, template=self.template,
+                                 limit=limit)
+        self.data, self.examples = data, examples[:limit] if limit is not None else examples
+        self.index = {ex.id: i for i, ex in enumerate(self.examples)}
+        return [(setting, ex) for setting in self.grid for ex in self.examples]
+
+    def key(self, item: tuple[Setting, Any]) -> str:
+        setting, ex = item
+        return f"{ex.id}|{setting.key}"
+
+    def measure(self, lm: Any, items: Sequence[tuple[Setting, Any]]) -> list[dict[str, Any]]:
+        from ctxleak.engine.generation import derive_seed
+
+        out = []
+        for setting, ex in items:
+            seed = derive_seed(self.common.seed, self.index[ex.id])  # same draws across settings
+            out.append(measure_example(lm, ex, setting, self.options, seed,
+                                       self.common.batch_size))
+        return out
+
+    def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        from ctxleak.methods.influence.quality import quality_scores
+
+        by_id = {ex.id: ex for ex in self.examples}
+        summaries = []
+        for setting in self.grid:
+            rows = [r for r in records if r["setting"] == setting.key]
+            if rows:
+                summary = summarize_setting(rows, seed=self.common.seed)
+                examples_of = [by_id[r["id"].split("|")[0]] for r in rows]
+                summary["quality"] = quality_scores(
+                    [r["response"] for r in rows], [ex.reference for ex in examples_of],
+                    [ex.context for ex in examples_of], self.bertscore_model, self.factkb_model)
+                summaries.append(summary)
+        return {"settings": summaries}
+
+    def provenance_extra(self, lm: Any) -> dict[str, Any]:
+        from ctxleak.methods.influence.data import template_for
+
+        return {"prompt_templates": {ex.task: template_for(ex, self.options.template)
+                                     for ex in self.examples}}
+
+    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
+        from ctxleak.report.influence import influence_plots
+
+        return dict(influence_plots(result.summary["settings"]))
+
+    def report(self, result: Any, lm: Any = None) -> Any:
+        from ctxleak.report.influence import influence_report
+
+        records = result.records
+        tokens = lm.token_strings(records[0]["response_ids"]) if records and lm else None
+        meta = {"model": lm.info.name if lm else result.config.get("model"),
+                "examples": len(self.examples), "settings": len(self.grid),
+                "run directory": str(result.path)}
+        return influence_report(result.summary["settings"], records, result.images, meta,
+                                token_strings=tokens, redact=self.redact)

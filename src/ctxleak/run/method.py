@@ -1,0 +1,82 @@
+"""The Method protocol (SPEC §11, DESIGN): what a method tells :func:`ctxleak.run.run_method`.
+
+A method never opens files, prints or builds HTML itself; it says how to:
+
+- ``items(data)``: turn its data into work items (checked before any model is loaded);
+- ``key(item)``: name an item (the ``id`` of its line in ``samples.jsonl``, used by resume);
+- ``measure(lm, items)``: measure a *list* of items, one record per item, in order;
+- ``summarize(records)``: summarise all records into the ``summary`` of ``results.json``;
+- ``report(result)``: build the HTML report of a finished run from its :class:`Result`.
+
+Optional hooks have defaults here: ``setup(lm, run)`` once after the model is loaded (scorers,
+trained soft prompts), ``batches(items)`` to group the items measured together,
+``artifacts(result)`` for extra files (plots, texts), ``provenance_extra(lm)`` for prompt templates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+from ctxleak.run.options import RunOptions
+
+
+class Method:
+    """Base of every method object: the defaults of the optional hooks.
+
+    Subclasses set ``name`` (the command, stored as ``config["command"]``), ``result_class``
+    (the :class:`ctxleak.results.Result` subclass) and ``private`` (files with mode 0600).
+    """
+
+    name: ClassVar[str] = "method"
+    desc: ClassVar[str] = "examples"
+    private: ClassVar[bool] = False
+    result_class: ClassVar[Any] = None
+
+    def __init__(self, common: RunOptions | None = None) -> None:
+        self.common = (common or RunOptions()).check()
+
+    # ---- required ------------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """The method's part of ``config.json`` (checked on resume)."""
+        raise NotImplementedError
+
+    def items(self, data: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def key(self, item: Any) -> str:
+        return str(item.key)
+
+    def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def report(self, result: Any, lm: Any = None) -> Any:
+        """A :class:`ctxleak.report.Report` for ``result`` (``lm``: the model, when at hand)."""
+        raise NotImplementedError
+
+    # ---- optional ------------------------------------------------------------------------
+    def load_options(self) -> dict[str, Any]:
+        """Overrides of :class:`RunOptions` when loading the model (not stored in the config)."""
+        return {}
+
+    def setup(self, lm: Any, run: Any) -> None:
+        """Once, after the model is loaded and before any item is measured."""
+
+    def batches(self, todo: Sequence[Any]) -> Iterable[list[Any]]:
+        """The items still to measure, grouped into the lists given to :meth:`measure`."""
+        for item in todo:
+            yield [item]
+
+    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
+        """Extra files of the run directory (plots as PNG bytes, texts), by file name."""
+        return {}
+
+    def provenance_extra(self, lm: Any) -> dict[str, Any]:
+        return {}
+
+    def timings(self) -> dict[str, float]:
+        """Seconds spent outside :meth:`measure` that the summary reports (optional)."""
+        return {}

@@ -1,0 +1,167 @@
+"""``run_method``: the one loop under every method (SPEC §11). It owns the run directory
+(claim, ``config.json``, resume), the model load, data-parallel sharding and merging, the
+progress bar, ``results.json``, the extra files and the report; the method only measures.
+
+Data flows one way: data -> ``Method.items`` -> batches -> ``Method.measure`` -> records appended
+to ``samples.jsonl`` -> ``Method.summarize`` -> :class:`ctxleak.results.Result` -> report.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ctxleak.run.method import Method
+from ctxleak.run.options import RunOptions
+
+
+def say(message: str) -> None:
+    """A progress line on stderr (the console's stdout is for results)."""
+    print(f"[ctxleak] {message}", file=sys.stderr, flush=True)
+
+
+def default_output(command: str) -> str:
+    return str(Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
+             private: bool = False) -> Any:
+    """The run directory with the full config (run options included) stored for resume.
+
+    Under ``torchrun``/``accelerate launch`` this joins the process group first; every process
+    must then be given the same ``output`` (the default name is not shared between them).
+    """
+    from ctxleak.errors import ConfigError
+    from ctxleak.run.distributed import current_world, init_distributed, local_device
+    from ctxleak.run.rundir import RunDir
+
+    world = init_distributed(local_device(common.device, current_world()))
+    if world.distributed and not common.output:
+        raise ConfigError("a data-parallel run needs output (the same for every process)",
+                          param="output")
+    output = common.output or default_output(command)
+    full = {"command": command, **common.to_dict(), **config, "output": output}
+    return RunDir(output, full, resume=common.resume, private=private, world=world)
+
+
+def load_lm(common: RunOptions) -> Any:
+    """Load ``common.model`` on this process's device (torch threads set first)."""
+    from ctxleak.engine.models import load_model
+    from ctxleak.run.distributed import current_world, local_device
+
+    common.check()
+    if common.threads is not None:
+        import torch
+
+        torch.set_num_threads(common.threads)
+    t0 = time.time()
+    device = local_device(common.device, current_world())
+    lm = load_model(common.model, device=device, dtype=common.dtype,
+                    chat_template=common.chat_template,
+                    trust_remote_code=common.trust_remote_code, device_map=common.device_map)
+    say(f"model {lm.info.name} on {lm.info.device} ({lm.info.dtype}) in {time.time() - t0:.1f}s")
+    return lm
+
+
+def is_lm(model: Any) -> bool:
+    """Whether ``model`` is a loaded :class:`ctxleak.engine.models.LM` (not a name or path)."""
+    return hasattr(model, "info") and hasattr(model, "model") and hasattr(model, "tokenizer")
+
+
+def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
+                  progress: bool = True) -> list[dict[str, Any]]:
+    """Measure every item not yet in the samples, in the method's batches, appending each
+    record (with its ``id``) as it comes; return all records, earlier ones included, in item
+    order.
+
+    In a data-parallel run each process takes the items ``index % size == rank``, then waits
+    for the others; every process returns the merged records and rank 0 writes the merged
+    ``samples.jsonl``.
+    """
+    from tqdm.auto import tqdm
+
+    from ctxleak.run.distributed import barrier
+
+    world = run.world
+    done = run.done_keys("id")
+    mine = [item for i, item in enumerate(items) if world.owns(i)]
+    todo = [item for item in mine if method.key(item) not in done]
+    if len(todo) < len(mine):
+        say(f"resuming: {len(mine) - len(todo)} of {len(mine)} examples already done")
+    label = method.desc if not world.distributed else \
+        f"{method.desc} [rank {world.rank}/{world.size}]"
+    with tqdm(total=len(todo), desc=label, unit="ex", file=sys.stderr, dynamic_ncols=True,
+              disable=not progress) as bar:
+        for batch in method.batches(todo):
+            records = method.measure(lm, batch)
+            if len(records) != len(batch):
+                raise RuntimeError(f"{type(method).__name__}.measure returned {len(records)} "
+                                   f"records for {len(batch)} items")
+            for item, record in zip(batch, records):
+                run.append_sample({"id": method.key(item), **record})
+                bar.update(1)
+    if world.distributed:
+        run.close()
+        barrier()
+        run.reload()
+    if world.is_main and (world.distributed or run.has_shards()):
+        # also when one process resumes a data-parallel run: samples.jsonl gets every row
+        run.close()
+        run.merge_shards([method.key(item) for item in items])
+    by_id = {row["id"]: row for row in run.samples}
+    return [by_id[method.key(item)] for item in items if method.key(item) in by_id]
+
+
+def run_method(method: Method, lm: Any = None, data: Any = None, output: str | None = None,
+               resume: bool | None = None, progress: bool = True) -> Any:
+    """Run ``method`` on ``data`` with the model ``lm`` and return its Result.
+
+    ``lm``: a loaded LM, or None to load ``method.common.model`` (after the data are checked).
+    ``output``/``resume`` override the method's run options. Every process of a data-parallel
+    launch calls this; only rank 0 gets the Result (the others get None).
+    """
+    from ctxleak.run.provenance import provenance
+
+    common = method.common
+    if output is not None or resume is not None:
+        common = replace(common, output=output if output is not None else common.output,
+                         resume=bool(resume) if resume is not None else common.resume)
+    if lm is not None and is_lm(lm):
+        common = replace(common, model=lm.info.name)
+    method.common = common
+    items = method.items(data)  # checked before any model is loaded
+    run = open_run(method.name, common, method.config(), private=method.private)
+    with run:
+        if lm is None or not is_lm(lm):
+            lm = load_lm(replace(common, **method.load_options()))
+        method.setup(lm, run)
+        records = measure_items(run, method, lm, items, progress=progress)
+    if not run.world.is_main:
+        return None
+    summary = method.summarize(records)
+    prov = provenance(lm, **method.provenance_extra(lm))
+    result = method.result_class(records=records, summary=summary, config=run.config,
+                                 provenance=prov, path=run.path)
+    for name, content in method.artifacts(result, lm).items():
+        run.write_file(name, content)
+        if isinstance(content, bytes):
+            result.images[name] = content
+    body = run.write_results(summary, provenance=prov, n_effective=len(records))
+    result.n_effective, result.wall_time_s = len(records), _wall_time(body)
+    report = method.report(result, lm)
+    report.save(run.path / "report.html", mode=run.file_mode)
+    result.html = report.render()
+    return result
+
+
+def _wall_time(results_path: Path) -> float | None:
+    import json
+
+    try:
+        return json.loads(Path(results_path).read_text(encoding="utf-8")).get("wall_time_s")
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,55 @@
+"""Compare two run directories, ignoring wall-clock times and the directories' own paths:
+how the tests check that the CLI and the API (or the code before and after a refactor) write the
+same run folder."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+# keys whose values are wall-clock measurements
+TIME_KEY = re.compile(r"(^|_)(seconds?|time|timings?|wall|elapsed)(_|$)|_s$|^seconds|per_query_s|"
+                      r"speedup|^time_per")
+# numbers that follow a time word in HTML or console text
+TIME_TEXT = re.compile(r"((?:seconds?|time|_s|s/query|speedup)[^<>\d]{0,40})[-+0-9.e]+(?:x|s)?")
+
+
+def _drop_times(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_times(v) for k, v in value.items() if not TIME_KEY.search(str(k))}
+    if isinstance(value, list):
+        return [_drop_times(v) for v in value]
+    return value
+
+
+def _text(path: Path, root: Path) -> str:
+    text = path.read_text(encoding="utf-8").replace(str(root), "<RUN>")
+    return text
+
+
+def normalised(path: Path, root: Path) -> Any:
+    """A file's content with times and the run directory's path taken out."""
+    if path.suffix == ".json":
+        return _drop_times(json.loads(_text(path, root)))
+    if path.suffix == ".jsonl":
+        return [_drop_times(json.loads(line)) for line in _text(path, root).splitlines() if line]
+    if path.suffix == ".html":
+        return TIME_TEXT.sub(r"\1<T>", _text(path, root))
+    return path.read_bytes()
+
+
+def run_dir_differences(a: str | Path, b: str | Path, *, skip: tuple[str, ...] = ()) -> list[str]:
+    """Names of the files that differ (or exist in one folder only), times and paths aside.
+    PNG plots are compared byte for byte unless named in ``skip``."""
+    a, b = Path(a), Path(b)
+    names_a = {p.name for p in a.iterdir() if not p.name.startswith(".")}
+    names_b = {p.name for p in b.iterdir() if not p.name.startswith(".")}
+    out = sorted(f"only in {a if n in names_a else b}: {n}" for n in names_a ^ names_b)
+    for name in sorted(names_a & names_b):
+        if name in skip:
+            continue
+        if normalised(a / name, a) != normalised(b / name, b):
+            out.append(name)
+    return out
