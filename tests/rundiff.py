@@ -13,7 +13,7 @@ from typing import Any
 TIME_KEY = re.compile(r"(^|_)(seconds?|time|timings?|wall|elapsed)(_|$)|_s$|^seconds|per_query_s|"
                       r"speedup|^time_per")
 # numbers that follow a time word in HTML or console text
-TIME_TEXT = re.compile(r"((?:seconds?|time|_s|s/query|speedup)[^<>\d]{0,40})[-+0-9.e]+(?:x|s)?")
+TIME_TEXT = re.compile(r"((?:seconds?|time|_s\b|s/query|speedup)[^\d]{0,80}?)[-+]?\d[0-9.e+-]*(?:x|s)?")
 
 
 def _drop_times(value: Any) -> Any:

@@ -45,3 +45,16 @@ def influence(model: Any = "default", data: Any = "demo", *, progress: bool = Tr
     from ctxleak.methods.influence.method import InfluenceMethod
 
     return _run(InfluenceMethod, model, data, progress, options)
+
+
+def iclinf(model: Any = "default", data: Any = "demo", *, progress: bool = True,
+           **options: Any) -> Any:
+    """ICLInf, the privacy loss of in-context exemplars (paper 001 §3-4, Eq. 4):
+    ``ctxleak icl``. Options: ``shots`` (a list sweeps), ``queries``, ``test_data``, ``split``,
+    ``text_field``, ``label_field``, ``labels``, ``fmt``, ``instruction``,
+    ``exemplar_template``, ``query_template``, ``max_text_tokens``, ``calibrate``,
+    ``calibration``, ``calibration_eps``, ``output_space``, ``label_scoring`` and the run
+    options. Returns an :class:`ICLInfResult`."""
+    from ctxleak.methods.icl.method import ICLInfMethod
+
+    return _run(ICLInfMethod, model, data, progress, options)

@@ -64,14 +64,16 @@ class ICLConfig:
         if not self.calibration:
             raise ConfigError("calibration must list at least one of off/on")
         if self.label_scoring not in LABEL_SCORING:
-            raise ConfigError(f"unknown --label-scoring '{self.label_scoring}': use first-token "
-                              "or full")
+            raise ConfigError(f"unknown label_scoring '{self.label_scoring}': use first-token "
+                              "or full", param="label_scoring")
         if not self.calibration_eps >= 0:
-            raise ConfigError(f"--calibration-eps must be >= 0, got {self.calibration_eps}")
+            raise ConfigError(f"calibration_eps must be >= 0, got {self.calibration_eps}",
+                              param="calibration_eps")
         if any(self.calibration) and not self.content_free:
             raise ConfigError("calibration needs at least one content-free input")
         if self.max_text_tokens is not None and self.max_text_tokens < 1:
-            raise ConfigError(f"--max-text-tokens must be at least 1, got {self.max_text_tokens}")
+            raise ConfigError(f"max_text_tokens must be at least 1, got {self.max_text_tokens}",
+                              param="max_text_tokens")
 
     @property
     def variants(self) -> list[str]:

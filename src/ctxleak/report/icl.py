@@ -1,0 +1,137 @@
+"""Plots, console lines and the HTML report of ICLInf (paper 001 §3-4: Eq. 4, Fig. 1, 3, 4, 7)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def _fmt_pm(s: dict[str, Any]) -> str:
+    return f"{s['iclinf_mean']:.3f} ± {s['iclinf_std']:.3f}"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def summary_rows(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for n, by_variant in summary.items():
+        for variant, s in by_variant.items():
+            rows.append({"shots": int(n), "variant": variant, "queries": s["n"],
+                         "ICLInf mean": round(s["iclinf_mean"], 4),
+                         "ICLInf std": round(s["iclinf_std"], 4),
+                         "accuracy": _pct(s["accuracy"]),
+                         "mean loss by position": " ".join(
+                             f"{v:.3f}" for v in s["mean_loss_by_position"])})
+    return rows
+
+
+def icl_plots(summary: dict[str, dict[str, Any]], variants: Sequence[str]) -> dict[str, bytes]:
+    """Fig. 1 (loss by position), Fig. 3 (shots sweep), Fig. 4 (calibration on/off) and Fig. 7
+    (labels against vocabulary), the last three when the run has what they compare."""
+    from ctxleak.report import plots
+
+    out: dict[str, bytes] = {}
+    series = {}
+    for n, by_variant in summary.items():
+        for variant in variants:
+            curve = by_variant[variant]["mean_loss_by_position"]
+            name = f"{variant}, {n} shots" if len(variants) > 1 else f"{n} shots"
+            series[name] = (list(range(1, len(curve) + 1)), curve)
+    out["loss_by_position.png"] = plots.line_plot(
+        series, title="Mean privacy loss by position of the removed exemplar (paper Fig. 1)",
+        xlabel="exemplar position i", ylabel="mean loss_i")
+    shots = [int(n) for n in summary]
+    if len(shots) > 1:
+        sweep = {v: (shots, [summary[str(n)][v]["iclinf_mean"] for n in shots])
+                 for v in variants}
+        errors = {v: [summary[str(n)][v]["iclinf_std"] for n in shots] for v in variants}
+        out["shots_sweep.png"] = plots.line_plot(
+            sweep, errors=errors,
+            title="ICLInf against the number of exemplars (paper Fig. 3)",
+            xlabel="number of shots", ylabel="ICLInf (mean ± std)")
+
+    def compare(pairs: list[tuple[str, str]], title: str) -> bytes:
+        cats, vals, errs = [], [], []
+        for n in summary:
+            for label, variant in pairs:
+                s = summary[n][variant]
+                cats.append(f"{label}, {n} shots" if len(summary) > 1 else label)
+                vals.append(s["iclinf_mean"])
+                errs.append(s["iclinf_std"])
+        return plots.bar_plot(cats, vals, errors=errs, title=title, ylabel="ICLInf (mean ± std)")
+
+    spaces = [s for s in ("labels", "vocab") if any(v.startswith(s) for v in variants)]
+    if all(f"{s}_calibrated" in variants and s in variants for s in spaces) and spaces:
+        pairs = [(f"{s} {state}", f"{s}{suffix}") for s in spaces
+                 for state, suffix in (("uncalibrated", ""), ("calibrated", "_calibrated"))]
+        out["calibration.png"] = compare(pairs, "ICLInf with and without calibration "
+                                                "(paper Fig. 4)")
+    if len(spaces) == 2:
+        cal = [c for c in ("", "_calibrated") if f"labels{c}" in variants]
+        pairs = [(f"{s}{' calibrated' if c else ''}", f"{s}{c}") for c in cal
+                 for s in ("labels", "vocab")]
+        out["labels_vs_vocab.png"] = compare(pairs, "ICLInf on the label distribution and the "
+                                                    "full vocabulary (paper Fig. 7)")
+    return out
+
+
+def icl_report(summary: dict[str, dict[str, Any]], records: Sequence[dict[str, Any]],
+               images: dict[str, bytes], headline: dict[str, Any], info: dict[str, Any]) -> Any:
+    """The HTML report of an ICLInf run: headline, summary table, Fig. 1/3/4/7, queries."""
+    from ctxleak.report import Report
+
+    report = Report("ctxleak icl: privacy loss of in-context exemplars (ICLInf)",
+                    f"model {info['model']} · data {info['data']} · format {info['format']}")
+    report.add_text(
+        "ICLInf (paper 001, Eq. 4): for each query, the largest change over labels y and removed "
+        "exemplars i of log A(S, x)(y) − log A(S∖e_i, x)(y), averaged over queries. A is the "
+        "next-token distribution restricted to the labels and renormalised (output space "
+        "'labels'), or the full next-token distribution ('vocab'); 'calibrated' applies "
+        "contextual calibration to every prompt, each with its own content-free distribution.")
+    report.add_heading("Summary")
+    report.add_kv(headline, caption="headline")
+    report.add_table(summary_rows(summary), caption="ICLInf mean ± std over queries, accuracy, "
+                                                    "mean loss by exemplar position")
+    captions = {
+        "loss_by_position.png": "Mean loss by position of the removed exemplar (Fig. 1: the U "
+                                "shape of the paper).",
+        "shots_sweep.png": "ICLInf against the number of shots (Fig. 3).",
+        "calibration.png": "With and without contextual calibration (Fig. 4).",
+        "labels_vs_vocab.png": "Label distribution against full vocabulary (Fig. 7).",
+    }
+    report.add_heading("Plots")
+    for name, png in images.items():
+        report.add_image(png, captions.get(name, name))
+    report.add_heading("Queries")
+    first = next(iter(records[0]["variants"])) if records else None
+    rows = []
+    for r in records[:50]:
+        v = r["variants"][first]
+        rows.append({"id": r["id"], "label": r["label"], "prediction": v["prediction"],
+                     "ICLInf_j": round(v["iclinf"], 4),
+                     "loss by position": " ".join(f"{x:.3f}" for x in v["loss_by_position"]),
+                     "exemplar labels": ", ".join(r["exemplar_labels"]),
+                     "text": r["text"][:160]})
+    report.add_table(rows, caption=f"first {len(rows)} of {len(records)} queries, variant "
+                                   f"'{first}' (all in samples.jsonl)")
+    report.add_heading("Configuration")
+    report.add_kv(info, caption="run")
+    return report
+
+
+def print_icl(result: Any) -> None:
+    """What ``ctxleak icl`` prints: one line per (shots, variant), time per query, the folder."""
+    import typer
+
+    summary = result.summary
+    model = (result.provenance.get("model") or {}).get("name", result.config.get("model"))
+    typer.echo(f"ICLInf, {model}, {summary['n_queries']} queries "
+               f"(mean ± std over queries; loss by exemplar position 1..n):")
+    for row in summary_rows(summary["iclinf"]):
+        typer.echo(f"  {row['shots']:>2} shots  {row['variant']:<18} ICLInf "
+                   f"{row['ICLInf mean']:.3f} ± {row['ICLInf std']:.3f}  accuracy "
+                   f"{row['accuracy']:>6}  by position: {row['mean loss by position']}")
+    typer.echo(f"time per query: {summary['headline']['seconds per query']:.2f} s")
+    typer.echo(f"run directory: {result.path} (results.json, samples.jsonl, report.html)")
