@@ -15,6 +15,9 @@ TIME_KEY = re.compile(r"(^|_)(seconds?|time|timings?|wall|elapsed)(_|$)|_s$|^sec
 # numbers that follow a time word in HTML or console text
 TIME_TEXT = re.compile(r"((?:seconds?|time|_s\b|s/query|speedup)[^\d]{0,80}?)[-+]?\d[0-9.e+-]*(?:x|s)?")
 
+# "6.9 s": a duration in a subtitle or a sentence
+DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)? s(?=[<\s)])")
+
 
 def _drop_times(value: Any) -> Any:
     if isinstance(value, dict):
@@ -36,7 +39,7 @@ def normalised(path: Path, root: Path) -> Any:
     if path.suffix == ".jsonl":
         return [_drop_times(json.loads(line)) for line in _text(path, root).splitlines() if line]
     if path.suffix == ".html":
-        return TIME_TEXT.sub(r"\1<T>", _text(path, root))
+        return DURATION.sub("<T> s", TIME_TEXT.sub(r"\1<T>", _text(path, root)))
     return path.read_bytes()
 
 

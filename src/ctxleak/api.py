@@ -58,3 +58,15 @@ def iclinf(model: Any = "default", data: Any = "demo", *, progress: bool = True,
     from ctxleak.methods.icl.method import ICLInfMethod
 
     return _run(ICLInfMethod, model, data, progress, options)
+
+
+def audit(model: Any = "default", data: Any = "demo", *, progress: bool = True,
+          **options: Any) -> Any:
+    """Audit DP synthetic-text generation: ε_empirical against each target ε (paper 001 §5,
+    App. C): ``ctxleak audit``. Options: ``target_eps``, ``delta``, ``subset_size``, ``clip``,
+    ``temperature``, ``search``, ``n_gen``, ``max_tokens``, ``min_tokens``, ``orders``,
+    ``label``, ``template``, ``text_field``, ``label_field`` and the run options. Returns an
+    :class:`AuditResult`."""
+    from ctxleak.methods.audit.method import AuditMethod
+
+    return _run(AuditMethod, model, data, progress, options)

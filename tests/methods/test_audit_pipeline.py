@@ -19,11 +19,10 @@ from ctxleak.methods.audit import (
     load_private_data,
     one_shot_prompt,
     plan_audit,
-    run_audit,
-    summarise_setting,
+    setting_row,
 )
 from ctxleak.methods.audit.data import PrivateExample
-from ctxleak.methods.audit.report import figure6, table_rows, token_rdp_plot
+from ctxleak.report.audit import figure6, table_rows, token_rdp_plot
 from ctxleak.report.plots import PNG_SIGNATURE
 
 
@@ -122,7 +121,7 @@ def fake_records(setting, rdps):
                      max_size=4))
 def test_summary_sums_all_tokens_and_converts(rdps):
     setting = plan_audit(AuditConfig(target_eps=(10,), n_gen=4, max_tokens=6))[0]
-    row = summarise_setting(setting, fake_records(setting, rdps), 4, 6)
+    row = setting_row(setting, fake_records(setting, rdps), 4, 6)
     total = sum(sum(r) for r in rdps)
     cal = setting.calibration
     assert row["rdp_total"] == pytest.approx(total)
@@ -133,7 +132,7 @@ def test_summary_sums_all_tokens_and_converts(rdps):
     assert zero <= row["eps_empirical"] + 1e-12
     assert row["tokens"] == sum(len(r) for r in rdps)
     assert row["sequences"] == len(rdps) and row["complete"] == (len(rdps) >= 4)
-    bigger = summarise_setting(setting, fake_records(setting, rdps + [[0.5]]), 4, 6)
+    bigger = setting_row(setting, fake_records(setting, rdps + [[0.5]]), 4, 6)
     assert bigger["eps_empirical"] >= row["eps_empirical"]
 
 
@@ -143,12 +142,12 @@ def test_summary_reports_losses_over_the_paper_bound_unclamped():
     event = DPTokenEvent(cal.clip, cal.subset_size, cal.temperature)
     paper = event.rdp(np.array([cal.alpha]))[0]
     records = fake_records(setting, [[paper * 3, 0.0], [paper / 2]])
-    row = summarise_setting(setting, records, 2, 3)
+    row = setting_row(setting, records, 2, 3)
     assert row["tokens_over_paper_bound"] == 1
     assert row["token_rdp_max"] == pytest.approx(paper * 3)  # not clamped
     assert row["paper_token_bound"] == pytest.approx(paper)
     assert row["sure_token_bound"] > row["paper_token_bound"]
-    empty = summarise_setting(setting, [], 2, 3)
+    empty = setting_row(setting, [], 2, 3)
     assert math.isnan(empty["eps_empirical"]) and empty["sequences"] == 0
 
 
@@ -156,7 +155,7 @@ def test_table_rows_and_plots():
     config = AuditConfig(target_eps=(1, 100), deltas=(1e-5, 1e-6), n_gen=1, max_tokens=2)
     plan = plan_audit(config)
     records = [r for s in plan for r in fake_records(s, [[0.01, 0.02]])]
-    rows = [summarise_setting(s, records, 1, 2) for s in plan]
+    rows = [setting_row(s, records, 1, 2) for s in plan]
     headers, cells = table_rows(rows, "temperature")
     assert headers[:7] == ["δ", "ε_target", "Temperature", "α*", "ε_theoretical",
                            "ε_empirical", "Ratio"]
@@ -167,18 +166,22 @@ def test_table_rows_and_plots():
 
 # --- library end to end ------------------------------------------------------------------------
 
-def test_run_audit_on_tiny_model_is_seeded(llama_lm):
-    examples = [PrivateExample(t, "yes", "mem", i + 1) for i, t in enumerate(
-        ["the capital of france is paris", "rome is in italy", "the doctor said no",
-         "berlin is the capital of germany", "one two three", "the news report said yes"])]
-    config = AuditConfig(target_eps=(2, 50), deltas=(1e-5,), subset_size=3, n_gen=2,
-                         max_tokens=5, template="document : {text} . {label} :")
-    a = run_audit(llama_lm, examples, config, seed=3)
-    b = run_audit(llama_lm, examples, config, seed=3)
+def test_audit_api_on_tiny_model_is_seeded(llama_lm, tmp_path):
+    import ctxleak
+
+    rows = [{"text": t, "label": "yes"} for t in
+            ["the capital of france is paris", "rome is in italy", "the doctor said no",
+             "berlin is the capital of germany", "one two three", "the news report said yes"]]
+    kw = dict(target_eps=[2, 50], delta=1e-5, subset_size=3, n_gen=2, max_tokens=5,
+              label="yes", template="document : {text} . {label} :", seed=3, progress=False)
+    a = ctxleak.audit(llama_lm, rows, output=str(tmp_path / "a"), **kw)
+    b = ctxleak.audit(llama_lm, rows, output=str(tmp_path / "b"), **kw)
     assert [r["token_ids"] for r in a.records] == [r["token_ids"] for r in b.records]
-    assert json.dumps(a.rows) == json.dumps(b.rows)
-    assert len(a.records) == 4 and [r["target_eps"] for r in a.rows] == [2, 50]
+    assert json.dumps(a.summary["rows"]) == json.dumps(b.summary["rows"])
+    assert len(a.records) == 4 and [r["target_eps"] for r in a.summary["rows"]] == [2, 50]
     # the same sequence index draws the same private subset for every target
     assert a.records[0]["subset_lines"] == a.records[2]["subset_lines"]
     assert all(len(set(r["subset_lines"])) == 3 for r in a.records)
-    assert all(r["ratio"] > 0 for r in a.rows)
+    assert all(r["ratio"] > 0 for r in a.summary["rows"])
+    # rows in memory are numbered from 1 like file lines
+    assert set(a.records[0]["subset_lines"]) <= set(range(1, 7))

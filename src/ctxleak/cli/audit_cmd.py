@@ -1,83 +1,18 @@
 """``ctxleak audit``: audit DP synthetic-text generation (paper 001 §5, App. C; SPEC §5).
 
-Every input is checked and every target calibrated (Algorithm 3, pure maths) before the model is
-loaded. The run directory gets ``samples.jsonl`` (one line per generated sequence per target and
+Flags -> :func:`ctxleak.audit`, which checks every input and calibrates every target (Algorithm 3,
+pure maths) before the model is loaded -> the printed tables. The run directory gets ``samples.jsonl`` (one line per generated sequence per target and
 δ, with its per-token data-dependent RDP), ``synthetic.jsonl`` (the texts), ``results.json``,
 ``report.html`` and the plots.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import time
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
-from ctxleak.cli.options import CommonOptions, with_common_options
-
-_SEARCH = {"temperature": "temperature", "clip": "clip", "subset-size": "subset_size"}
-
-
-def _positive(flag: str, value: float) -> None:
-    from ctxleak.errors import ConfigError
-
-    if not (value > 0 and math.isfinite(value)):
-        raise ConfigError(f"{flag} must be a positive number, got {value:g}")
-
-
-def build_config(*, target_eps: str, delta: str, subset_size: int, clip: float,
-                 temperature: float, n_gen: int, max_tokens: int, min_tokens: int, search: str,
-                 orders: str, label: str, template: str | None):
-    """Parse and check the audit flags into an :class:`AuditConfig` (ConfigError on mistakes)."""
-    from ctxleak.cli.dp_cmd import parse_float_list, parse_orders
-    from ctxleak.errors import ConfigError
-    from ctxleak.methods.audit import TEMPLATE, AuditConfig, check_template
-
-    targets = parse_float_list(target_eps, "--target-eps")
-    deltas = parse_float_list(delta, "--delta")
-    for d in deltas:
-        if not d < 1:
-            raise ConfigError(f"--delta must be in (0, 1), got {d:g}")
-    for flag, values in (("--target-eps", targets), ("--delta", deltas)):
-        if len(set(values)) != len(values):
-            raise ConfigError(f"{flag} lists a value twice: {', '.join(f'{v:g}' for v in values)}")
-    _positive("--clip", clip)
-    _positive("--temperature", temperature)
-    if subset_size < 2:
-        raise ConfigError(f"--subset-size must be at least 2 (the leave-one-out neighbours need "
-                          f"s - 1 >= 1 prompts), got {subset_size}")
-    if n_gen < 1 or max_tokens < 1:
-        raise ConfigError(f"--n-gen and --max-tokens must be >= 1, got {n_gen} and {max_tokens}")
-    if not 0 <= min_tokens <= max_tokens:
-        raise ConfigError(f"--min-tokens must be between 0 and --max-tokens ({max_tokens}), "
-                          f"got {min_tokens}")
-    if search not in _SEARCH:
-        raise ConfigError(f"--search must be one of {', '.join(_SEARCH)}, got {search!r}")
-    if not label.strip():
-        raise ConfigError("--label is empty: name a label (e.g. Sports) or 'all'")
-    return AuditConfig(target_eps=tuple(targets), deltas=tuple(deltas), subset_size=subset_size,
-                       clip=clip, temperature=temperature, n_gen=n_gen, max_tokens=max_tokens,
-                       min_tokens=min_tokens, search=_SEARCH[search],
-                       orders=tuple(parse_orders(orders)), label=label.strip(),
-                       template=check_template(template) if template else TEMPLATE)
-
-
-def plan(config: Any, n_examples: int) -> list[Any]:
-    """Algorithm 3 for every (δ, target), with the data-size checks, as ConfigErrors."""
-    from ctxleak.errors import ConfigError
-    from ctxleak.methods.audit.pipeline import check_data_size, check_subset_sizes, plan_audit
-
-    try:
-        check_data_size(config, n_examples)
-        settings = plan_audit(config)
-        check_subset_sizes(settings, n_examples)
-    except ValueError as exc:
-        raise ConfigError(f"{exc} (see --subset-size, --label, --data)"
-                          if "subset size" in str(exc) else str(exc)) from None
-    return settings
-
+from ctxleak.cli.options import CommonOptions, api_options, with_common_options
 
 def register(app: typer.Typer) -> None:
     """Add the ``audit`` command to ``app``."""
@@ -130,90 +65,17 @@ def register(app: typer.Typer) -> None:
         --limit N generates only the first N sequences of each target (the
         accounting still plans for --n-gen); --resume finishes the run.
         """
-        from ctxleak.methods.audit import load_private_data
+        import time
 
-        config = build_config(target_eps=target_eps, delta=delta, subset_size=subset_size,
-                              clip=clip, temperature=temperature, n_gen=n_gen,
-                              max_tokens=max_tokens, min_tokens=min_tokens, search=search,
-                              orders=orders, label=label, template=template)
-        examples = load_private_data(data, text_field=text_field, label_field=label_field,
-                                     label=config.label)
-        settings = plan(config, len(examples))
-        run_config = {"data": data, "text_field": text_field, "label_field": label_field,
-                      **config.as_dict()}
-        _run(common, config, run_config, examples, settings, data)
+        from ctxleak.api import audit as run_audit
+        from ctxleak.report.audit import print_audit
 
-
-def _run(common: CommonOptions, config: Any, run_config: dict[str, Any], examples: list[Any],
-         settings: list[Any], data: str) -> None:
-    from ctxleak.cli.session import is_main, load_lm, open_run, run_examples, say
-    from ctxleak.methods.audit import audit_jobs, audit_sequence, summarise
-    from ctxleak.methods.audit.report import build_report, figure6, token_rdp_plot
-    from ctxleak.run.provenance import provenance
-
-    t0 = time.time()
-    run = open_run("audit", common, run_config, private=True)
-    lm = load_lm(common)
-    jobs = audit_jobs(settings, config.n_gen, common.limit)
-    per = len(jobs) // len(settings)
-    say(f"{len(examples)} private examples; {len(settings)} setting(s) x {per} sequence(s) of up "
-        f"to {config.max_tokens} tokens, each from {settings[0].subset_size} one-shot prompts"
-        if config.search != "subset_size" else
-        f"{len(examples)} private examples; {len(settings)} setting(s) x {per} sequence(s)")
-    with run:
-        records = run_examples(run, jobs, key=lambda job: job.key,
-                               work=lambda _, job: audit_sequence(lm, examples, job, config,
-                                                                  common.seed),
-                               desc="audit")
-    if not is_main(run):
-        return
-    rows = summarise(settings, records, config)
-    synthetic = [{"delta": r["delta"], "target_eps": r["target_eps"],
-                  "temperature": r["temperature"], "clip": r["clip"],
-                  "subset_size": r["subset_size"], "sequence": r["sequence"], "text": r["text"]}
-                 for r in records]
-    run.write_file("synthetic.jsonl", "".join(json.dumps(s, ensure_ascii=False) + "\n"
-                                              for s in synthetic))
-    plots = {"fig6_epsilon.png": figure6(rows), "token_rdp.png": token_rdp_plot(records, rows)}
-    for name, png in plots.items():
-        run.write_file(name, png)
-    seconds = time.time() - t0
-    summary = {"rows": rows, "search": config.search,
-               "complete": all(r["complete"] for r in rows)}
-    run.write_results(summary, provenance=provenance(lm, prompt_template=config.template),
-                      n_effective=len(records))
-    report = build_report(rows, records, config, plots, model=lm.info.name, data=data,
-                          seconds=seconds)
-    report.save(run.path / "report.html", mode=run.file_mode)
-    _print(rows, config.search, run.path, seconds)
-
-
-def _print(rows: list[dict[str, Any]], search: str, path: Any, seconds: float) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from ctxleak.methods.audit.report import table_rows
-
-    console = Console()
-    for delta in dict.fromkeys(r["delta"] for r in rows):
-        part = [r for r in rows if r["delta"] == delta]
-        headers, cells = table_rows(part, search, compact=True)
-        first = part[0]
-        fixed = {"temperature": f"s = {first['subset_size']}, c = {first['clip']:g}",
-                 "clip": f"s = {first['subset_size']}, τ = {first['temperature']:g}",
-                 "subset_size": f"c = {first['clip']:g}, τ = {first['temperature']:g}"}[search]
-        table = Table(title=f"Privacy audit ({fixed}, δ = {delta:g}, N_gen = {first['n_gen']})")
-        for h in headers:
-            table.add_column(h, justify="right")
-        for row in cells:
-            table.add_row(*row)
-        console.print(table)
-    console.print("ε_empirical: data-dependent RDP summed over all released tokens, Theorem C.8 "
-                  "at α*, x2 (App. C.3.3); '> bound': tokens whose loss exceeds the paper's "
-                  "per-token RDP at c/(sτ) (reported, not clamped); 'ε(0 loss)': ε_empirical "
-                  "if no loss were measured (the conversion term alone).")
-    if not all(r["complete"] for r in rows):
-        console.print("incomplete: fewer sequences than --n-gen (--limit); rerun with --resume "
-                      "to finish")
-    console.print(f"results: {path / 'results.json'}   report: {path / 'report.html'}   "
-                  f"texts: {path / 'synthetic.jsonl'}   ({seconds:.1f} s)")
+        t0 = time.time()
+        result = run_audit(common.model, data, **api_options(common), text_field=text_field,
+                           label_field=label_field, label=label, template=template,
+                           subset_size=subset_size, clip=clip, temperature=temperature,
+                           search=search, target_eps=target_eps, delta=delta, n_gen=n_gen,
+                           max_tokens=max_tokens, min_tokens=min_tokens, orders=orders)
+        if result is not None:  # None on the other processes of a data-parallel run
+            print_audit(result.summary["rows"], result.summary["search"], result.path,
+                        time.time() - t0)

@@ -7,64 +7,13 @@ Algorithm 2 (the ε of given parameters). No model is loaded.
 from __future__ import annotations
 
 import json
-import math
 
 import typer
-
-from ctxleak.errors import ConfigError
 
 _SEARCH = {"temperature": "temperature", "clip": "clip", "subset-size": "subset_size"}
 
 _ORDERS_HELP = "RDP orders: ranges and numbers, e.g. '2-99' (integers 2..99) or '1.5,2,4,8-16'."
 _DELTA_HELP = "δ of the (ε, δ)-DP guarantee, in (0, 1)."
-
-
-def parse_float_list(text: str, flag: str) -> list[float]:
-    """``"1,5,10"`` → ``[1.0, 5.0, 10.0]``; all values must be positive and finite."""
-    values = []
-    for part in str(text).split(","):
-        try:
-            value = float(part.strip())
-        except ValueError:
-            raise ConfigError(f"{flag}: cannot read {part.strip()!r} as a number in {text!r} "
-                              "(use a comma-separated list such as 1,5,10)") from None
-        if not (value > 0 and math.isfinite(value)):
-            raise ConfigError(f"{flag}: values must be positive numbers, got {part.strip()!r}")
-        values.append(value)
-    return values
-
-
-def parse_orders(text: str) -> list[float]:
-    """``"2-99"`` → integers 2..99; parts separated by commas; every order must exceed 1."""
-    orders: list[float] = []
-    for part in str(text).split(","):
-        part = part.strip()
-        lo, sep, hi = part.partition("-")
-        try:
-            if sep:
-                a, b = int(lo), int(hi)
-                if b < a:
-                    raise ValueError
-                orders.extend(float(x) for x in range(a, b + 1))
-            else:
-                orders.append(float(part))
-        except ValueError:
-            raise ConfigError(f"--orders: cannot read {part!r} in {text!r}; use integer "
-                              "ranges LO-HI and numbers, e.g. 2-99 or 1.5,2,4") from None
-    if not orders or any(not (o > 1 and math.isfinite(o)) for o in orders):
-        raise ConfigError(f"--orders: every Rényi order must be a finite number > 1, got {text!r}")
-    return orders
-
-
-def _check_params(delta: float, clip: float, subset_size: int, temperature: float,
-                  n_gen: int, max_tokens: int) -> None:
-    if not 0 < delta < 1:
-        raise ConfigError(f"--delta must be in (0, 1), got {delta:g}")
-    for flag, value in (("--clip", clip), ("--subset-size", subset_size),
-                        ("--temperature", temperature), ("--n-gen", n_gen),
-                        ("--max-tokens", max_tokens)):
-        if not (value > 0 and math.isfinite(value)):
-            raise ConfigError(f"{flag} must be positive, got {value:g}")
 
 
 def _fmt(x: float) -> str:
@@ -94,22 +43,11 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     ) -> None:
         """Find the temperature (or clip, or subset size) that meets each target ε (Algorithm 3)."""
-        from ctxleak.methods.accounting import calibrate
+        from ctxleak.dp import calibrate
 
-        targets = parse_float_list(target_eps, "--target-eps")
-        _check_params(delta, clip, subset_size, temperature, n_gen, max_tokens)
-        if search not in _SEARCH:
-            raise ConfigError(f"--search must be one of {', '.join(_SEARCH)}, got {search!r}")
-        order_list = parse_orders(orders)
-        results = []
-        for target in targets:
-            try:
-                results.append(calibrate(target, delta, clip=clip, subset_size=subset_size,
-                                         temperature=temperature, n_gen=n_gen,
-                                         max_tokens=max_tokens, search=_SEARCH[search],
-                                         orders=order_list))
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
+        results = calibrate(target_eps, delta, clip=clip, subset_size=subset_size,
+                            temperature=temperature, n_gen=n_gen, max_tokens=max_tokens,
+                            search=search, orders=orders)
         if as_json:
             typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
             return
@@ -140,17 +78,12 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Theoretical (ε, δ) of the given parameters and the optimal order α* (Algorithm 2)."""
-        from ctxleak.methods.accounting import theoretical_epsilon
+        from ctxleak.dp import epsilon
 
-        _check_params(delta, clip, subset_size, temperature, n_gen, max_tokens)
-        eps, alpha = theoretical_epsilon(clip, subset_size, temperature, n_gen, max_tokens,
-                                         delta, orders=parse_orders(orders))
+        result = epsilon(clip, subset_size, temperature, n_gen, max_tokens, delta, orders)
+        eps, alpha = result["eps"], float(result["alpha"])
         if as_json:
-            typer.echo(json.dumps({"clip": clip, "subset_size": subset_size,
-                                   "temperature": temperature, "n_gen": n_gen,
-                                   "max_tokens": max_tokens, "delta": delta,
-                                   "alpha": int(alpha) if alpha.is_integer() else alpha,
-                                   "eps": eps}, indent=2))
+            typer.echo(json.dumps(result, indent=2))
             return
         typer.echo(f"ε = {_fmt(eps)}  (δ = {delta:g}) at α* = {_fmt(alpha)}  "
                    f"[c={_fmt(clip)}, s={subset_size}, τ={_fmt(temperature)}, "

@@ -28,14 +28,12 @@ from ctxleak.methods.audit.mechanism import (
 from ctxleak.methods.audit.pipeline import (
     AuditConfig,
     AuditJob,
-    AuditResult,
     AuditSetting,
     audit_jobs,
     audit_sequence,
     plan_audit,
-    run_audit,
-    summarise,
-    summarise_setting,
+    setting_row,
+    setting_rows,
 )
 
 __all__ = [
@@ -44,7 +42,6 @@ __all__ = [
     "TEMPLATE",
     "AuditConfig",
     "AuditJob",
-    "AuditResult",
     "AuditSetting",
     "DPAggregator",
     "PrivateExample",
@@ -58,9 +55,8 @@ __all__ = [
     "load_private_data",
     "one_shot_prompt",
     "plan_audit",
-    "run_audit",
     "sequence_seeds",
     "subset_prompts",
-    "summarise",
-    "summarise_setting",
+    "setting_row",
+    "setting_rows",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -137,7 +137,7 @@ def audit_sequence(lm: LM, examples: Sequence[PrivateExample], job: AuditJob,
     }
 
 
-def summarise_setting(setting: AuditSetting, records: Iterable[dict[str, Any]],
+def setting_row(setting: AuditSetting, records: Iterable[dict[str, Any]],
                       n_gen: int, max_tokens: int) -> dict[str, Any]:
     """One table row: ``ε_empirical`` from the summed per-token RDP, its ratio to the target,
     and how the per-token losses compare with the per-token bounds at ``α*``.
@@ -174,32 +174,10 @@ def summarise_setting(setting: AuditSetting, records: Iterable[dict[str, Any]],
     }
 
 
-def summarise(settings: Sequence[AuditSetting], records: Sequence[dict[str, Any]],
+def setting_rows(settings: Sequence[AuditSetting], records: Sequence[dict[str, Any]],
               config: AuditConfig) -> list[dict[str, Any]]:
     """One row per setting (δ-major, targets in the given order)."""
-    return [summarise_setting(s, records, config.n_gen, config.max_tokens) for s in settings]
-
-
-@dataclass
-class AuditResult:
-    settings: list[AuditSetting]
-    records: list[dict[str, Any]]
-    rows: list[dict[str, Any]]
-
-
-def run_audit(lm: LM, examples: Sequence[PrivateExample], config: AuditConfig, *,
-              seed: int = 0, progress: Callable[[AuditJob], None] | None = None) -> AuditResult:
-    """Library entry point: calibrate, generate every sequence and summarise (no files)."""
-    check_data_size(config, len(examples))
-    settings = plan_audit(config)
-    check_subset_sizes(settings, len(examples))
-    records = []
-    for job in audit_jobs(settings, config.n_gen):
-        if progress is not None:
-            progress(job)
-        records.append({"id": job.key, **audit_sequence(lm, examples, job, config, seed)})
-    return AuditResult(settings=settings, records=records,
-                       rows=summarise(settings, records, config))
+    return [setting_row(s, records, config.n_gen, config.max_tokens) for s in settings]
 
 
 def check_data_size(config: AuditConfig, n_examples: int) -> None:

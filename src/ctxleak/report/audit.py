@@ -81,7 +81,7 @@ def token_rdp_plot(records: Sequence[dict[str, Any]], rows: Sequence[dict[str, A
                      xlabel="token position t", ylabel="mean max_p D↔_α* (log)", logy=True)
 
 
-def build_report(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
+def audit_report(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
                  config: AuditConfig, plots: dict[str, bytes], *, model: str, data: str,
                  seconds: float) -> Any:
     """The self-contained report: parameters, the table, the plots, the synthetic texts."""
@@ -115,3 +115,33 @@ def build_report(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any
                        r["sequence"], _num(r["rdp_sum"], 4), r["text"]] for r in records],
                      headers=["δ", "ε_target", "τ", "seq", "Σ_t RDP", "text"])
     return report
+
+
+def print_audit(rows: Sequence[dict[str, Any]], search: str, path: Any, seconds: float) -> None:
+    """The console tables of an audit (one per δ), the legend and where the files are."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for delta in dict.fromkeys(r["delta"] for r in rows):
+        part = [r for r in rows if r["delta"] == delta]
+        headers, cells = table_rows(part, search, compact=True)
+        first = part[0]
+        fixed = {"temperature": f"s = {first['subset_size']}, c = {first['clip']:g}",
+                 "clip": f"s = {first['subset_size']}, τ = {first['temperature']:g}",
+                 "subset_size": f"c = {first['clip']:g}, τ = {first['temperature']:g}"}[search]
+        table = Table(title=f"Privacy audit ({fixed}, δ = {delta:g}, N_gen = {first['n_gen']})")
+        for h in headers:
+            table.add_column(h, justify="right")
+        for row in cells:
+            table.add_row(*row)
+        console.print(table)
+    console.print("ε_empirical: data-dependent RDP summed over all released tokens, Theorem C.8 "
+                  "at α*, x2 (App. C.3.3); '> bound': tokens whose loss exceeds the paper's "
+                  "per-token RDP at c/(sτ) (reported, not clamped); 'ε(0 loss)': ε_empirical "
+                  "if no loss were measured (the conversion term alone).")
+    if not all(r["complete"] for r in rows):
+        console.print("incomplete: fewer sequences than --n-gen (--limit); rerun with --resume "
+                      "to finish")
+    console.print(f"results: {path / 'results.json'}   report: {path / 'report.html'}   "
+                  f"texts: {path / 'synthetic.jsonl'}   ({seconds:.1f} s)")
