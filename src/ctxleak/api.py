@@ -70,3 +70,15 @@ def audit(model: Any = "default", data: Any = "demo", *, progress: bool = True,
     from ctxleak.methods.audit.method import AuditMethod
 
     return _run(AuditMethod, model, data, progress, options)
+
+
+def susceptibility(model: Any = "default", data: Any = "demo", *, progress: bool = True,
+                   **options: Any) -> Any:
+    """Monte Carlo and Fisher susceptibility of queries to context (paper 002):
+    ``ctxleak susceptibility``. ``data``: a relations JSON file or ``"demo"``. Options:
+    ``method``, ``contexts``, ``top_k``, ``sigma2``, ``reference``, ``query_types``,
+    ``fisher_vocab``, ``context_entities``, ``sampling``, ``relations``,
+    ``entities_per_relation`` and the run options. Returns a :class:`SusceptibilityResult`."""
+    from ctxleak.methods.susceptibility.method import SusceptibilityMethod
+
+    return _run(SusceptibilityMethod, model, data, progress, options)

@@ -3,12 +3,11 @@ Du et al. 2024; SPEC §6)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
-from ctxleak.cli.options import CommonOptions, with_common_options
-from ctxleak.cli.session import format_cell
+from ctxleak.cli.options import CommonOptions, api_options, with_common_options
 
 
 @with_common_options
@@ -53,121 +52,17 @@ def susceptibility(
 
     Example:  ctxleak susceptibility --data demo --limit 6 --contexts 32 --output runs/susc
     """
-    from ctxleak.errors import ConfigError
-    from ctxleak.methods.susceptibility.data import (
-        build_queries,
-        load_relations,
-        parse_query_types,
-        resolve_data_path,
-    )
-    from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
+    from ctxleak.api import susceptibility as run_susceptibility
+    from ctxleak.report.susceptibility import print_susceptibility
 
-    options = SusceptibilityOptions(
-        method=method, n_contexts=contexts, top_k=top_k, sigma2=sigma2, reference=reference,
-        fisher_vocab=fisher_vocab, context_entities=context_entities, sampling=sampling,
-    ).validate()
-    types = parse_query_types(query_types)
-    if entities_per_relation is not None and entities_per_relation < 1:
-        raise ConfigError(f"--entities-per-relation must be at least 1, got "
-                          f"{entities_per_relation}")
-    if common.limit is not None and common.limit < 1:
-        raise ConfigError(f"--limit must be at least 1, got {common.limit}")
-    rels = load_relations(data)
-    if relations:
-        wanted = [r.strip() for r in relations.split(",") if r.strip()]
-        unknown = [w for w in wanted if w not in {r.name for r in rels}]
-        if unknown:
-            raise ConfigError(f"--relations: unknown relation(s) {', '.join(unknown)}; the file "
-                              f"has {', '.join(r.name for r in rels)}")
-        rels = [r for r in rels if r.name in wanted]
-    queries = build_queries(rels, types, entities_per_relation, seed=common.seed)
-    if not queries:
-        raise ConfigError(f"no queries of type {', '.join(types)} in {resolve_data_path(data)}")
-    if common.limit is not None:
-        queries = queries[:common.limit]
-    settings = options.to_dict()
-    settings["contexts"] = settings.pop("n_contexts")  # stored under the flag's name
-    config = {"data": data, "query_types": types, "relations": relations,
-              "entities_per_relation": entities_per_relation, **settings}
-    _run(common, config, options, rels, queries, data)
-
-
-def _run(common: CommonOptions, config: dict[str, Any], options: Any, rels: list, queries: list,
-         data: str) -> None:
-    from ctxleak.cli.session import is_main, load_lm, open_run, run_examples
-    from ctxleak.engine.forward import PrefixKV
-    from ctxleak.engine.generation import derive_seed
-    from ctxleak.methods.susceptibility.pipeline import (
-        build_report,
-        make_plots,
-        measure_query,
-        summarize,
-    )
-    from ctxleak.run.provenance import provenance
-
-    run = open_run("susceptibility", common, config)
-    lm = load_lm(common)
-    prefix_kv = PrefixKV(lm)  # the tokens before each query, through the model once per run
-
-    def work(_: int, query: Any) -> dict[str, Any]:
-        return measure_query(lm, query, rels, options, derive_seed(common.seed, query.index),
-                             common.batch_size, prefix_kv)
-
-    with run:
-        records = run_examples(run, queries, key=lambda q: q.id, work=work,
-                               desc="susceptibility")
-    if not is_main(run):
-        return
-    summary = summarize(records, options)
-    pngs = make_plots(records, options)
-    for name, png in pngs.items():
-        run.write_file(name, png)
-    prov = provenance(lm, prompt_template=options.template)
-    run.write_results(summary, provenance=prov, n_effective=len(records))
-    report = build_report(records, summary, options, pngs, model=lm.info.name, data=data)
-    report.save(run.path / "report.html", mode=run.file_mode)
-    _print_summary(summary, options, str(run.path))
-
-
-def _print_summary(summary: dict[str, Any], options: Any, path: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    mc, fk = options.mc_key, "chi_f"
-    table = Table(title=f"Susceptibility ({summary['n_queries']} queries)")
-    table.add_column("group")
-    keys = [k for k in (mc, fk) if k in summary["metrics"]]
-    for k in keys:
-        table.add_column(f"mean {k}", justify="right")
-    groups = [("all", {k: summary["metrics"][k] for k in keys})]
-    for block in ("by_query_type", "real_vs_fake"):
-        groups += list(summary["means"][block].items())
-    for name, stats in groups:
-        table.add_row(name, *[format_cell((stats.get(k) or {}).get("mean")) for k in keys])
-    console.print(table)
-    corr = summary.get("correlation")
-    if corr:
-        ct = Table(title="Correlation of χ_F with χ_MC")
-        for col in ("group", "n", "Pearson r", "Spearman ρ"):
-            ct.add_column(col, justify="right" if col != "group" else "left")
-        rows = [("overall", corr["overall"])] + list(corr["by_query_type"].items())
-        for name, c in rows:
-            ct.add_row(name, str(c["n"]), format_cell((c.get("pearson") or {}).get("r")),
-                       format_cell((c.get("spearman") or {}).get("r")))
-        console.print(ct)
-    t = summary.get("timing", {})
-    parts = []
-    if "seconds_per_query_mc" in t:
-        parts.append(f"Monte Carlo {format_cell(t['seconds_per_query_mc'])} s/query "
-                     f"({format_cell(t.get('mean_distinct_contexts'))} distinct of {t['draws_per_query']} "
-                     "drawn contexts)")
-    if "seconds_per_query_fisher" in t:
-        parts.append(f"Fisher {format_cell(t['seconds_per_query_fisher'])} s/query")
-    if t.get("speedup_fisher_over_mc"):
-        parts.append(f"speedup {t['speedup_fisher_over_mc']:.1f}x")
-    console.print("time: " + ", ".join(parts))
-    console.print(f"results: {path}/results.json   report: {path}/report.html")
+    result = run_susceptibility(common.model, data, **api_options(common), method=method,
+                                contexts=contexts, top_k=top_k, sigma2=sigma2,
+                                reference=reference, query_types=query_types,
+                                fisher_vocab=fisher_vocab, context_entities=context_entities,
+                                sampling=sampling, relations=relations,
+                                entities_per_relation=entities_per_relation)
+    if result is not None:  # None on the other processes of a data-parallel run
+        print_susceptibility(result.summary, reference, str(result.path))
 
 
 def register(app: typer.Typer) -> None:

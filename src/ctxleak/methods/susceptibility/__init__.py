@@ -29,11 +29,10 @@ from ctxleak.methods.susceptibility.montecarlo import (
 )
 from ctxleak.methods.susceptibility.pipeline import (
     SusceptibilityOptions,
-    build_report,
     correlation,
-    make_plots,
     measure_query,
-    summarize,
+    group_means,
+    summarize_queries,
 )
 
 __all__ = [
@@ -46,22 +45,21 @@ __all__ = [
     "Relation",
     "SusceptibilityOptions",
     "build_queries",
-    "build_report",
     "context_pool",
     "correlation",
     "dedupe_contexts",
     "fisher_susceptibility",
     "fisher_trace",
+    "group_means",
     "full_vocab_trace",
     "kl_rows",
     "load_relations",
-    "make_plots",
     "marginal_logprobs",
     "measure_query",
     "monte_carlo_susceptibility",
     "parse_query_types",
     "pool_entities",
     "sample_contexts",
-    "summarize",
+    "summarize_queries",
     "susceptibility_from_logprobs",
 ]

@@ -69,21 +69,24 @@ class SusceptibilityOptions:
         return "chi_mc" if self.reference == "marginal" else "chi_mc_nocontext"
 
     def validate(self) -> SusceptibilityOptions:
-        def one_of(flag: str, value: str, allowed: Sequence[str]) -> None:
+        def one_of(param: str, value: str, allowed: Sequence[str]) -> None:
             if value not in allowed:
-                raise ConfigError(f"{flag} must be one of {', '.join(allowed)}, not '{value}'")
+                raise ConfigError(f"{param} must be one of {', '.join(allowed)}, not '{value}'",
+                                  param=param)
 
-        one_of("--method", self.method, METHODS)
-        one_of("--reference", self.reference, REFERENCES)
-        one_of("--fisher-vocab", self.fisher_vocab, FISHER_VOCABS)
-        one_of("--context-entities", self.context_entities, CONTEXT_SCOPES)
-        one_of("--sampling", self.sampling, SAMPLING)
+        one_of("method", self.method, METHODS)
+        one_of("reference", self.reference, REFERENCES)
+        one_of("fisher_vocab", self.fisher_vocab, FISHER_VOCABS)
+        one_of("context_entities", self.context_entities, CONTEXT_SCOPES)
+        one_of("sampling", self.sampling, SAMPLING)
         if self.n_contexts < 1:
-            raise ConfigError(f"--contexts must be at least 1, got {self.n_contexts}")
+            raise ConfigError(f"contexts must be at least 1, got {self.n_contexts}",
+                              param="contexts")
         if self.top_k < 1:
-            raise ConfigError(f"--top-k must be at least 1, got {self.top_k}")
+            raise ConfigError(f"top_k must be at least 1, got {self.top_k}", param="top_k")
         if not (self.sigma2 > 0 and math.isfinite(self.sigma2)):
-            raise ConfigError(f"--sigma2 must be a positive number, got {self.sigma2}")
+            raise ConfigError(f"sigma2 must be a positive number, got {self.sigma2}",
+                              param="sigma2")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -183,7 +186,7 @@ def _stats(values: Sequence[float]) -> dict[str, Any] | None:
             "std": std, "sem": std / math.sqrt(vals.size)}
 
 
-def _group_means(records: Sequence[dict[str, Any]], keys: Sequence[str],
+def group_means(records: Sequence[dict[str, Any]], keys: Sequence[str],
                  group: Callable[[dict[str, Any]], str]) -> dict[str, dict[str, Any]]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in records:
@@ -192,8 +195,8 @@ def _group_means(records: Sequence[dict[str, Any]], keys: Sequence[str],
             for g, rows in groups.items()}
 
 
-def summarize(records: Sequence[dict[str, Any]], options: SusceptibilityOptions
-              ) -> dict[str, Any]:
+def summarize_queries(records: Sequence[dict[str, Any]], options: SusceptibilityOptions
+                      ) -> dict[str, Any]:
     """The run summary: statistics of each method, correlations, group means and timing."""
     mc, fk = options.mc_key, "chi_f"
     keys = [k for k, on in ((mc, options.run_mc), (fk, options.run_fisher)) if on]
@@ -214,11 +217,11 @@ def summarize(records: Sequence[dict[str, Any]], options: SusceptibilityOptions
             "by_relation_means": _relation_mean_correlation(records, mc, fk),
         }
     out["means"] = {
-        "by_query_type": _group_means(records, keys, lambda r: r["query_type"]),
-        "open_vs_closed": _group_means(records, keys,
+        "by_query_type": group_means(records, keys, lambda r: r["query_type"]),
+        "open_vs_closed": group_means(records, keys,
                                        lambda r: "open" if r["open"] else "closed"),
-        "real_vs_fake": _group_means(records, keys, lambda r: r["entity_kind"]),
-        "by_relation": _group_means(records, keys, lambda r: r["relation"]),
+        "real_vs_fake": group_means(records, keys, lambda r: r["entity_kind"]),
+        "by_relation": group_means(records, keys, lambda r: r["relation"]),
     }
     timing: dict[str, Any] = {}
     if options.run_mc:
@@ -237,7 +240,7 @@ def summarize(records: Sequence[dict[str, Any]], options: SusceptibilityOptions
 def _relation_mean_correlation(records: Sequence[dict[str, Any]], mc: str, fk: str
                                ) -> dict[str, Any]:
     """Correlation of the per-relation means (the paper's corpus-level comparison, Fig. 1)."""
-    means = _group_means(records, [mc, fk], lambda r: r["relation"])
+    means = group_means(records, [mc, fk], lambda r: r["relation"])
     xs = [m[mc]["mean"] if m[mc] else None for m in means.values()]
     ys = [m[fk]["mean"] if m[fk] else None for m in means.values()]
     return correlation(xs, ys, unit="relations")
@@ -246,119 +249,3 @@ def _relation_mean_correlation(records: Sequence[dict[str, Any]], mc: str, fk: s
 def _mean(values: Sequence[Any]) -> float | None:
     vals = [float(v) for v in values if v is not None]
     return float(np.mean(vals)) if vals else None
-
-
-# ---------------------------------------------------------------------------------------------
-# plots and report
-
-
-def make_plots(records: Sequence[dict[str, Any]], options: SusceptibilityOptions
-               ) -> dict[str, bytes]:
-    """PNG plots: χ_F against χ_MC by query type, per-relation means and real against made-up
-    entities (one plot per method: their scales differ)."""
-    from ctxleak.report import plots
-
-    mc, fk = options.mc_key, "chi_f"
-    mc_label = "χ_MC (nats)" if options.reference == "marginal" else "χ_MC, no-context ref. (nats)"
-    labels = {mc: mc_label, fk: f"χ_F (σ²={options.sigma2:g}, {options.fisher_vocab})"}
-    out: dict[str, bytes] = {}
-    if options.run_mc and options.run_fisher:
-        rows = [r for r in records if r.get(mc) is not None and r.get(fk) is not None]
-        out["scatter_fisher_vs_mc.png"] = plots.scatter_plot(
-            [r[mc] for r in rows], [r[fk] for r in rows],
-            labels=[TYPE_LABELS.get(r["query_type"], r["query_type"]) for r in rows],
-            title="Fisher against Monte Carlo susceptibility, per query",
-            xlabel=labels[mc], ylabel=labels[fk])
-    for key, tag, on in ((mc, "mc", options.run_mc), (fk, "fisher", options.run_fisher)):
-        if not on:
-            continue
-        by_rel = _group_means(records, [key], lambda r: r["relation"])
-        names = list(by_rel)
-        out[f"relations_{tag}.png"] = plots.bar_plot(
-            names, [by_rel[n][key]["mean"] if by_rel[n][key] else math.nan for n in names],
-            errors=[by_rel[n][key]["sem"] if by_rel[n][key] else 0.0 for n in names],
-            title=f"Mean {labels[key]} per relation", ylabel=labels[key])
-        kinds = _group_means(records, [key], lambda r: r["entity_kind"])
-        cats = [k for k in ("real", "fake") if k in kinds]
-        out[f"real_vs_fake_{tag}.png"] = plots.bar_plot(
-            ["real entities" if c == "real" else "made-up entities" for c in cats],
-            [kinds[c][key]["mean"] if kinds[c][key] else math.nan for c in cats],
-            errors=[kinds[c][key]["sem"] if kinds[c][key] else 0.0 for c in cats],
-            title=f"Mean {labels[key]}: real and made-up entities", ylabel=labels[key])
-    return out
-
-
-def _fmt_corr(c: dict[str, Any] | None) -> dict[str, Any]:
-    c = c or {}
-    pr, sr = c.get("pearson"), c.get("spearman")
-    return {"n": c.get("n"), "Pearson r": pr["r"] if pr else None,
-            "Pearson p": pr["p"] if pr else None, "Spearman ρ": sr["r"] if sr else None,
-            "Spearman p": sr["p"] if sr else None, "note": c.get("reason", "")}
-
-
-def build_report(records: Sequence[dict[str, Any]], summary: dict[str, Any],
-                 options: SusceptibilityOptions, pngs: dict[str, bytes], *, model: str,
-                 data: str):
-    """The HTML report (every text escaped by :class:`ctxleak.report.Report`)."""
-    from ctxleak.report import Report
-
-    mc, fk = options.mc_key, "chi_f"
-    rep = Report("Susceptibility to context",
-                 f"model {model}, data {data}, {len(records)} queries, method {options.method}")
-    rep.add_text(
-        "Monte Carlo susceptibility χ_MC(q) = Σ_c p̂(c)·KL(p(·|c,q) ‖ p̄(·|q)) over sampled "
-        "contexts (Du et al. 2024); the reference p̄ is "
-        + ("the marginal Σ_c p̂(c)·p(·|c,q), so χ_MC is the mutual information of context and "
-           "answer." if options.reference == "marginal" else
-           "the no-context distribution p(·|q) (--reference no-context): not the mutual "
-           "information.")
-        + f" Fisher susceptibility χ_F(q) = ½σ²·Σ_a p(a|e)·‖∇_e log p(a|e)‖² over the "
-        f"{'top-' + str(options.top_k) if options.fisher_vocab == 'topk' else 'full-vocabulary'}"
-        " next tokens, e = the query's input embeddings (paper 002 Eq. 10-11, SPEC §6 reading).")
-    rep.add_kv({"queries": len(records), "contexts drawn per query": options.n_contexts,
-                "context pool": options.context_entities, "sampling": options.sampling,
-                "reference": options.reference, "top-k": options.top_k,
-                "σ²": options.sigma2, "Fisher vocabulary": options.fisher_vocab},
-               caption="Settings")
-    timing = summary.get("timing", {})
-    if timing:
-        rep.add_heading("Time per query")
-        rep.add_kv(timing, caption="seconds per query for each method; speedup = MC / Fisher")
-    if "correlation" in summary:
-        rep.add_heading("Correlation of χ_F and χ_MC")
-        corr = summary["correlation"]
-        rows = [{"group": "overall", **_fmt_corr(corr["overall"])}]
-        rows += [{"group": TYPE_LABELS.get(t, t), **_fmt_corr(c)}
-                 for t, c in corr["by_query_type"].items()]
-        rows += [{"group": "open (both forms)", **_fmt_corr(corr["open"])},
-                 {"group": "closed", **_fmt_corr(corr["closed"])},
-                 {"group": "per-relation means", **_fmt_corr(corr["by_relation_means"])}]
-        rep.add_table(rows)
-    rep.add_heading("Means")
-    for name, caption in (("by_query_type", "by query type"), ("open_vs_closed",
-                          "open against closed"), ("real_vs_fake", "real against made-up"),
-                          ("by_relation", "by relation")):
-        groups = summary["means"][name]
-        rows = []
-        for g, m in groups.items():
-            row: dict[str, Any] = {"group": g, "n": m["n"]}
-            for k in (mc, fk):
-                if k in m and m[k]:
-                    row[f"mean {k}"] = m[k]["mean"]
-                    row[f"sem {k}"] = m[k]["sem"]
-            rows.append(row)
-        rep.add_table(rows, caption=caption)
-    for name, png in pngs.items():
-        rep.add_image(png, caption=name)
-    if options.run_mc:
-        rep.add_heading("Most persuasive contexts")
-        top = sorted(records, key=lambda r: -(r.get(mc) or 0.0))[:10]
-        rows = []
-        for r in top:
-            best = (r.get("persuasive_contexts") or [{}])[0]
-            rows.append({"query": r["query"], "type": r["query_type"], "entity": r["entity_kind"],
-                         mc: r.get(mc), fk: r.get(fk), "top context": best.get("context"),
-                         "ψ": best.get("psi")})
-        rep.add_table(rows, caption="the 10 most susceptible queries and their most persuasive "
-                                    "context (ψ = KL from the reference)")
-    return rep
