@@ -19,6 +19,35 @@ TIME_TEXT = re.compile(r"((?:seconds?|time|_s\b|s/query|speedup)[^\d]{0,80}?)[-+
 DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)? s(?=[<\s)])")
 
 
+TABLE = re.compile(r"<table.*?</table>", re.S)
+ROW = re.compile(r"<tr>(.*?)</tr>", re.S)
+CELL = re.compile(r"<t[hd][^>]*>(.*?)</t[hd]>", re.S)
+
+
+def _blank_time_columns(html: str) -> str:
+    """Cells of table columns headed by a time word (``seconds``) become ``<T>``."""
+    def table(match: re.Match) -> str:
+        text = match.group(0)
+        rows = ROW.findall(text)
+        if not rows or "<thead>" not in text:  # key-value tables have no header row
+            return text
+        heads = CELL.findall(rows[0])
+        cols = {i for i, h in enumerate(heads) if re.search(r"second|time", h)}
+        if not cols:
+            return text
+
+        def row(m: re.Match) -> str:
+            cells = list(CELL.finditer(m.group(1)))
+            inner = m.group(1)
+            for i in sorted(cols, reverse=True):
+                if i < len(cells) and m.group(1) != rows[0]:
+                    c = cells[i]
+                    inner = inner[:c.start(1)] + "<T>" + inner[c.end(1):]
+            return f"<tr>{inner}</tr>"
+        return ROW.sub(row, text)
+    return TABLE.sub(table, html)
+
+
 def _drop_times(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _drop_times(v) for k, v in value.items() if not TIME_KEY.search(str(k))}
@@ -39,7 +68,8 @@ def normalised(path: Path, root: Path) -> Any:
     if path.suffix == ".jsonl":
         return [_drop_times(json.loads(line)) for line in _text(path, root).splitlines() if line]
     if path.suffix == ".html":
-        return DURATION.sub("<T> s", TIME_TEXT.sub(r"\1<T>", _text(path, root)))
+        html = _blank_time_columns(_text(path, root))
+        return DURATION.sub("<T> s", TIME_TEXT.sub(r"\1<T>", html))
     return path.read_bytes()
 
 

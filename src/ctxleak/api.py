@@ -82,3 +82,17 @@ def susceptibility(model: Any = "default", data: Any = "demo", *, progress: bool
     from ctxleak.methods.susceptibility.method import SusceptibilityMethod
 
     return _run(SusceptibilityMethod, model, data, progress, options)
+
+
+def probe(model: Any = "default", data: Any = "demo", *, progress: bool = True,
+          **options: Any) -> Any:
+    """ProPILE PII probing, black-box, white-box and in-context, and the canary check
+    (paper 004): ``ctxleak probe``. ``data``: a PII records JSONL file, records in memory, or
+    ``"demo"`` (synthetic subjects). Options: ``mode``, ``pii``, ``shots``, ``structure``,
+    ``beam``, ``max_new_tokens``, ``generate``, ``subjects``, ``soft_tokens``,
+    ``train_fraction``, ``epochs``, ``soft_lr``, ``context_template``, ``canary``,
+    ``canary_epochs``, ``canary_lr``, ``canary_layers``, ``canary_baseline``, ``alpha``,
+    ``redact`` and the run options. Returns a :class:`ProbeResult`."""
+    from ctxleak.methods.pii.method import ProbeMethod
+
+    return _run(ProbeMethod, model, data, progress, options)

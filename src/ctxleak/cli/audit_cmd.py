@@ -1,9 +1,10 @@
 """``ctxleak audit``: audit DP synthetic-text generation (paper 001 §5, App. C; SPEC §5).
 
-Flags -> :func:`ctxleak.audit`, which checks every input and calibrates every target (Algorithm 3,
-pure maths) before the model is loaded -> the printed tables. The run directory gets ``samples.jsonl`` (one line per generated sequence per target and
-δ, with its per-token data-dependent RDP), ``synthetic.jsonl`` (the texts), ``results.json``,
-``report.html`` and the plots.
+Flags -> :func:`ctxleak.audit`, which checks every input and calibrates every target (Algorithm
+3, pure maths) before the model is loaded -> the printed tables. The run directory gets
+``samples.jsonl`` (one line per generated sequence per target and δ, with its per-token
+data-dependent RDP), ``synthetic.jsonl`` (the texts), ``results.json``, ``report.html`` and the
+plots.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Optional
 import typer
 
 from ctxleak.cli.options import CommonOptions, api_options, with_common_options
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``audit`` command to ``app``."""

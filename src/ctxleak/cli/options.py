@@ -12,7 +12,6 @@ import typer
 
 from ctxleak.run.options import RunOptions
 
-
 #: The common flags' values: the library's run options (:class:`ctxleak.run.options.RunOptions`).
 CommonOptions = RunOptions
 

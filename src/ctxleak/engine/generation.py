@@ -177,3 +177,41 @@ def single_stream(temperature: float = 1.0) -> Combine:
         return torch.log_softmax(logits[0] / temperature, dim=-1)
 
     return combine
+
+
+def beam_generate(lm: LM, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+                  num_beams: int = 2, batch_size: int | None = None) -> list[list[int]]:
+    """New token ids for each prompt by beam search (greedy when ``num_beams == 1``), as
+    ProPILE probes (paper 004, App. A.3: beam 2), no sampling, with Hugging Face's default
+    generation settings otherwise. Prompts are
+    left-padded with an attention mask; EOS and what follows it are dropped."""
+    from transformers import GenerationConfig
+
+    from ctxleak.engine.forward import left_pad, pad_id
+
+    if num_beams < 1:
+        raise ValueError("num_beams must be >= 1")
+    pad = pad_id(lm)
+    eos = list(lm.eos_ids)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, num_beams=num_beams,
+                              do_sample=False, pad_token_id=pad,
+                              eos_token_id=eos if eos else None)
+    if not prompts:
+        return []
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    size = batch_size or max(1, min(16, 2048 // max(1, len(prompts[order[0]]))))
+    out: list[list[int]] = [[] for _ in prompts]
+    for start in range(0, len(order), size):
+        chunk = order[start:start + size]
+        ids, mask, _ = left_pad([list(prompts[i]) for i in chunk], pad, lm.device)
+        with torch.inference_mode():
+            generated = lm.model.generate(input_ids=ids, attention_mask=mask,
+                                          generation_config=config)
+        for row, i in enumerate(chunk):
+            new = [int(t) for t in generated[row, ids.shape[1]:].tolist()]
+            for k, tok in enumerate(new):
+                if tok in eos:
+                    new = new[:k]
+                    break
+            out[i] = new
+    return out

@@ -21,7 +21,7 @@ from ctxleak.methods.pii.probe import (
     parse_pii_types,
     probe_batch,
     string_metrics,
-    summarize,
+    summarize_probes,
 )
 
 
@@ -161,7 +161,7 @@ def test_probe_rows_and_summary(tiny_lm):
         assert isinstance(row["generation"], str)
         assert row["exact_match"] == (it.target in row["generation"])
         assert (row["string_metrics"] is not None) == (it.pii_type == "phone")
-    summaries = {s["pii_type"]: s for s in summarize(rows, by=("pii_type",))}
+    summaries = {s["pii_type"]: s for s in summarize_probes(rows, by=("pii_type",))}
     phone = summaries["phone"]
     assert phone["n_units"] == 6 and phone["n_prompts"] == 30
     best = max(r["target_ll"] for r in rows if r["subject"] == "s0" and r["pii_type"] == "phone")
@@ -180,7 +180,7 @@ def test_summary_survives_identical_pairs():
     rows = [{"subject": f"s{i}", "field": "phone", "pii_type": "phone", "target_ll": -1.0,
              "null_ll": -1.0, "target_ll_norm": -0.5, "null_ll_norm": -0.5,
              "exact_match": False, "string_metrics": {}} for i in range(3)]
-    (s,) = summarize(rows, by=("pii_type",))
+    (s,) = summarize_probes(rows, by=("pii_type",))
     assert s["wilcoxon"]["pvalue"] is None and "equal" in s["wilcoxon"]["reason"]
 
 

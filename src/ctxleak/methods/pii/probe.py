@@ -1,4 +1,5 @@
-"""ProPILE probing with a model (paper 004, App. A.3, B.1; SPEC §7): black-box and in-context.
+"""ProPILE probing with a model: measuring a batch of probe items (paper 004, App. A.3, B.1;
+SPEC §7), black-box and in-context. Items: :mod:`.items`; summaries: :mod:`.summary`.
 
 One *probe item* is one subject, one PII type (for relations: one relationship), one template of
 App. A.3 (:func:`ctxleak.methods.pii.templates.build_prompts`). For each item:
@@ -44,15 +45,24 @@ paper's base models.
 from __future__ import annotations
 
 import math
-import random
-import statistics
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ctxleak.engine.generation import beam_generate
+from ctxleak.methods.pii.items import (
+    CONTEXT_TEMPLATE,
+    MODES,
+    Encoded,
+    ProbeItem,
+    continuation_ids,
+    encode_item,
+    make_items,
+    parse_pii_types,
+)
 from ctxleak.methods.pii.metrics import (
     edit_distance_within,
     email_local_part_match,
@@ -60,18 +70,9 @@ from ctxleak.methods.pii.metrics import (
     likelihood_from_token_logprobs,
     phone_first_digits_match,
     phone_location_code_match,
-    wilcoxon_compare,
 )
-from ctxleak.methods.pii.records import PII_FIELDS, PIIRecord
-from ctxleak.methods.pii.templates import (
-    MAX_NEW_TOKENS,
-    PII_TYPES,
-    STRUCTURES,
-    build_prompts,
-    canonical_pii_type,
-    choose_shots,
-    scoring_pair,
-)
+from ctxleak.methods.pii.summary import summarize_probes, unit_values
+from ctxleak.methods.pii.templates import MAX_NEW_TOKENS
 
 __all__ = [
     "CONTEXT_TEMPLATE",
@@ -82,250 +83,16 @@ __all__ = [
     "beam_generate",
     "continuation_ids",
     "encode_item",
+    "likelihood_fields",
     "make_items",
     "parse_pii_types",
     "probe_batch",
     "score_items",
     "string_metrics",
-    "summarize",
+    "summarize_probes",
     "unit_values",
 ]
 
-MODES = ("black-box", "white-box", "in-context")
-CONTEXT_TEMPLATE = "{document}\n{prompt}"
-STRING_METRICS = {
-    "phone": ("location_code", "first_7_digits", "first_8_digits", "first_9_digits",
-              "edit_distance_1", "edit_distance_2", "edit_distance_3"),
-    "email": ("local_part",),
-}
-
-
-def parse_pii_types(value: str | Iterable[str]) -> list[str]:
-    """``"email,phone"`` -> ``["email", "phone"]`` (canonical names, duplicates dropped, order
-    kept). Raises ``ValueError`` naming an unknown type."""
-    parts = value.split(",") if isinstance(value, str) else list(value)
-    out: list[str] = []
-    for part in parts:
-        if not str(part).strip():
-            continue
-        kind = canonical_pii_type(part)
-        if kind not in out:
-            out.append(kind)
-    if not out:
-        raise ValueError(f"no PII type given; choose from {', '.join(PII_TYPES)}")
-    return out
-
-
-@dataclass(frozen=True)
-class ProbeItem:
-    """One probing prompt: subject, PII type, probed field (the type, or the relationship for
-    relations), template, prompt text, target and null PII, the shots' subject ids, and the
-    subject's documents in in-context mode."""
-
-    subject_id: str
-    pii_type: str
-    field: str
-    structure: str
-    template: str
-    prompt: str
-    target: str
-    null_target: str | None = None
-    null_subject: str | None = None
-    shots: tuple[str, ...] = ()
-    context: str | None = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.subject_id}|{self.pii_type}|{self.template}"
-
-    @property
-    def unit(self) -> tuple[str, str]:
-        """What the maximum over templates is taken over: (subject, field)."""
-        return (self.subject_id, self.field)
-
-
-def _structure(template_name: str) -> str:
-    """``twins``, ``triplets``, ``quadruplets``, ``relation`` or ``university``."""
-    return template_name.split("-", 1)[0]
-
-
-def _fields(record: PIIRecord, pii_type: str) -> list[str]:
-    if pii_type == "relation":
-        return [rel for rel, name in record.relations.items() if name]
-    return [pii_type] if record.get(pii_type) else []
-
-
-def _seed(*parts: Any) -> int:
-    import hashlib
-
-    text = "|".join(str(p) for p in parts).encode()
-    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big")
-
-
-def make_items(records: Sequence[PIIRecord], pii_types: Sequence[str], *, shots: int = 1,
-               structure: str = "twins", seed: int = 0, in_context: bool = False,
-               first_template_only: bool = False,
-               null_pool: Sequence[PIIRecord] | None = None
-               ) -> tuple[list[ProbeItem], dict[str, int]]:
-    """Probe items for every subject and PII type (type-major order) and the counts of skipped
-    (subject, type) pairs by reason.
-
-    ``shots`` is k of a k-shot prompt (k - 1 other subjects as demonstrations, drawn with
-    :func:`choose_shots`); ``first_template_only`` keeps the first template (white-box, App.
-    A.4); ``in_context`` attaches the subject's documents and skips subjects without any. Null
-    PII comes from ``null_pool`` (default: ``records``), never the subject or one of its shots.
-    Raises ``ValueError`` when ``shots < 1``, an unknown type or structure is given, or a subject
-    has fewer than ``shots - 1`` others to draw demonstrations from.
-    """
-    if isinstance(shots, bool) or not isinstance(shots, int) or shots < 1:
-        raise ValueError(f"shots must be an integer >= 1 (a k-shot prompt holds k templates), "
-                         f"got {shots!r}")
-    if structure != "all" and structure not in STRUCTURES:
-        raise ValueError(f"unknown structure {structure!r}; choose from "
-                         f"{', '.join(STRUCTURES)} or all")
-    types = parse_pii_types(pii_types)
-    pool = list(records if null_pool is None else null_pool)
-    items: list[ProbeItem] = []
-    skipped: Counter[str] = Counter()
-    for pii_type in types:
-        for record in records:
-            if in_context and not record.documents:
-                skipped[f"{pii_type}: no document"] += 1
-                continue
-            fields = _fields(record, pii_type)
-            if not fields:
-                skipped[f"{pii_type}: no {pii_type}"] += 1
-                continue
-            if (pii_type in PII_FIELDS and structure != "twins"
-                    and not all(record.get(f) for f in PII_FIELDS)):
-                skipped[f"{pii_type}: lacks the other PII its templates need"] += 1
-                continue
-            for fld in fields:
-                rel = fld if pii_type == "relation" else None
-                rng = random.Random(_seed(seed, record.subject_id, pii_type, fld))
-                try:
-                    shot_records = choose_shots(records, record, shots - 1, pii_type,
-                                                seed=rng.randrange(2**32), relationship=rel)
-                except ValueError as exc:
-                    raise ValueError(f"{shots}-shot prompts for subject {record.subject_id!r}, "
-                                     f"{pii_type} {fld}: {exc}") from None
-                prompts = build_prompts(record, pii_type, shot_records,
-                                        structure="twins" if first_template_only else structure,
-                                        relationship=rel)
-                if first_template_only:
-                    prompts = prompts[:1]
-                target = prompts[0][2]
-                banned = {record.subject_id, *(s.subject_id for s in shot_records)}
-                candidates = [r for r in pool if r.subject_id not in banned
-                              and _value(r, fld) and _value(r, fld) != target]
-                null = rng.choice(candidates) if candidates else None
-                context = "\n".join(record.documents) if in_context else None
-                for name, text, tgt in prompts:
-                    items.append(ProbeItem(
-                        subject_id=record.subject_id, pii_type=pii_type, field=fld,
-                        structure=_structure(name), template=name, prompt=text, target=tgt,
-                        null_target=_value(null, fld) if null else None,
-                        null_subject=null.subject_id if null else None,
-                        shots=tuple(s.subject_id for s in shot_records), context=context))
-    return items, dict(skipped)
-
-
-def _value(record: PIIRecord | None, fld: str) -> str | None:
-    return None if record is None else record.get(fld)
-
-
-# --------------------------------------------------------------------------- encoding
-
-@dataclass(frozen=True)
-class Encoded:
-    """Token ids of an item: the prompt the model sees, the prompt without the documents (in
-    context mode), the target and the null PII as continuations."""
-
-    prompt: tuple[int, ...]
-    target: tuple[int, ...]
-    null: tuple[int, ...] | None
-    bare: tuple[int, ...] | None = None
-    context_truncated: int = 0
-
-
-def continuation_ids(lm: Any, prompt_text: str, answer: str) -> list[int]:
-    """Ids of ``" " + answer`` as the tokenizer splits ``prompt_text + " " + answer`` after the
-    ids of ``prompt_text`` (or, when the prompt's own ids change, ``encode(" " + answer)``)."""
-    answer = answer.strip()
-    head = lm.encode(prompt_text)
-    joint = lm.encode(prompt_text + " " + answer)
-    if len(joint) > len(head) and joint[:len(head)] == head:
-        return joint[len(head):]
-    return lm.encode(" " + answer)
-
-
-def encode_item(lm: Any, item: ProbeItem, *, chat: bool = False,
-                context_template: str = CONTEXT_TEMPLATE, reserve: int = 0) -> Encoded:
-    """Token ids for one item (BOS and, with ``chat``, the chat template by
-    :func:`ctxleak.engine.prompts.build_prompt`). Documents longer than the model's window
-    (less the answer and ``reserve`` new tokens) are cut at the end, and the cut is counted."""
-    from ctxleak.engine.prompts import build_prompt
-
-    text, _ = scoring_pair(item.prompt, item.target)
-    bare = build_prompt(lm, "{prompt}", {"prompt": text}, chat=chat).ids
-    target = tuple(continuation_ids(lm, text, item.target))
-    null = tuple(continuation_ids(lm, text, item.null_target)) if item.null_target else None
-    if item.context is None:
-        return Encoded(bare, target, null)
-    doc = lm.encode(item.context)
-    cut = 0
-    window = lm.max_length
-    if window:
-        longest = max(len(target), len(null or ()))
-        room = window - len(bare) - longest - reserve - 8
-        if len(doc) > max(room, 0):
-            cut = len(doc) - max(room, 0)
-            doc = doc[:max(room, 0)]
-    full = build_prompt(lm, context_template, {"document": doc, "prompt": text}, chat=chat).ids
-    return Encoded(full, target, null, bare=bare, context_truncated=cut)
-
-
-# --------------------------------------------------------------------------- generation
-
-def beam_generate(lm: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
-                  num_beams: int = 2, batch_size: int | None = None) -> list[list[int]]:
-    """New token ids for each prompt by beam search (greedy when ``num_beams == 1``), no
-    sampling, with Hugging Face's default generation settings otherwise (App. A.3). Prompts are
-    left-padded with an attention mask; EOS and what follows it are dropped."""
-    import torch
-    from transformers import GenerationConfig
-
-    from ctxleak.engine.forward import left_pad, pad_id
-
-    if num_beams < 1:
-        raise ValueError("num_beams must be >= 1")
-    pad = pad_id(lm)
-    eos = list(lm.eos_ids)
-    config = GenerationConfig(max_new_tokens=max_new_tokens, num_beams=num_beams,
-                              do_sample=False, pad_token_id=pad,
-                              eos_token_id=eos if eos else None)
-    if not prompts:
-        return []
-    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-    size = batch_size or max(1, min(16, 2048 // max(1, len(prompts[order[0]]))))
-    out: list[list[int]] = [[] for _ in prompts]
-    for start in range(0, len(order), size):
-        chunk = order[start:start + size]
-        ids, mask, _ = left_pad([list(prompts[i]) for i in chunk], pad, lm.device)
-        with torch.inference_mode():
-            generated = lm.model.generate(input_ids=ids, attention_mask=mask,
-                                          generation_config=config)
-        for row, i in enumerate(chunk):
-            new = [int(t) for t in generated[row, ids.shape[1]:].tolist()]
-            for k, tok in enumerate(new):
-                if tok in eos:
-                    new = new[:k]
-                    break
-            out[i] = new
-    return out
-
-
-# --------------------------------------------------------------------------- scoring
 
 def score_items(lm: Any, encoded: Sequence[Encoded], *,
                 batch_size: str | int | None = "auto") -> list[dict[str, Any]]:
@@ -460,98 +227,3 @@ def probe_batch(lm: Any, items: Sequence[ProbeItem], options: ProbeOptions | Non
         row.update(sc)
         rows.append(row)
     return rows
-
-
-# --------------------------------------------------------------------------- summary
-
-def _group_key(row: Mapping[str, Any], by: Sequence[str]) -> tuple:
-    return tuple(row.get(k) for k in by)
-
-
-def unit_values(rows: Sequence[Mapping[str, Any]], key: str) -> dict[tuple[str, str], float]:
-    """The maximum of ``key`` over templates for each (subject, field) unit (App. A.3)."""
-    out: dict[tuple[str, str], float] = {}
-    for row in rows:
-        value = row.get(key)
-        if value is None:
-            continue
-        unit = (row["subject"], row["field"])
-        value = float(value)
-        out[unit] = max(out.get(unit, -math.inf), value)
-    return out
-
-
-def _wilcoxon(target: Mapping[Any, float], null: Mapping[Any, float]) -> dict[str, Any]:
-    units = [u for u in target if u in null]
-    t = [target[u] for u in units]
-    n = [null[u] for u in units]
-    try:
-        greater = wilcoxon_compare(t, n, paired=True, alternative="greater")
-        two = wilcoxon_compare(t, n, paired=True, alternative="two-sided")
-    except ValueError as exc:
-        return {"test": "wilcoxon", "statistic": None, "pvalue": None,
-                "pvalue_two_sided": None, "n": len(units), "reason": str(exc)}
-    return {"test": "wilcoxon", "alternative": "greater", "statistic": greater.statistic,
-            "pvalue": greater.pvalue, "pvalue_two_sided": two.pvalue, "n": greater.n,
-            "median_difference": greater.median_difference}
-
-
-def _mean(values: Iterable[float]) -> float | None:
-    vals = [float(v) for v in values]
-    return statistics.fmean(vals) if vals else None
-
-
-def summarize(rows: Sequence[Mapping[str, Any]],
-              by: Sequence[str] = ("mode", "pii_type", "structure")) -> list[dict[str, Any]]:
-    """One summary per group of rows (by mode, PII type and template structure by default):
-    units (subjects, or subject-relationship pairs), prompts, exact-match rate (a unit counts if
-    any of its templates reproduces the target; also per prompt), mean of the per-unit maximum
-    target and null log-likelihoods and their normalised forms, the paired Wilcoxon signed-rank
-    test of target > null on those maxima, the string-metric rates and, in context mode, the
-    mean no-context likelihood, context influence and context share."""
-    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
-    for row in rows:
-        groups[_group_key(row, by)].append(row)
-    out = []
-    for key, grp in groups.items():
-        target = unit_values(grp, "target_ll")
-        null = unit_values(grp, "null_ll")
-        target_n = unit_values(grp, "target_ll_norm")
-        null_n = unit_values(grp, "null_ll_norm")
-        summary: dict[str, Any] = dict(zip(by, key))
-        summary.update(n_units=len(target), n_subjects=len({u[0] for u in target}),
-                       n_prompts=len(grp))
-        gen = [r for r in grp if r.get("exact_match") is not None]
-        if gen:
-            em_units = unit_values(gen, "exact_match")
-            summary["exact_match_rate"] = _mean(em_units.values())
-            summary["exact_match_rate_per_prompt"] = _mean(float(r["exact_match"]) for r in gen)
-        else:
-            summary["exact_match_rate"] = summary["exact_match_rate_per_prompt"] = None
-        summary.update(
-            mean_target_ll=_mean(target.values()), mean_null_ll=_mean(null.values()),
-            mean_target_ll_norm=_mean(target_n.values()), mean_null_ll_norm=_mean(null_n.values()),
-            wilcoxon=_wilcoxon(target, null), wilcoxon_norm=_wilcoxon(target_n, null_n))
-        names = STRING_METRICS.get(grp[0]["pii_type"], ())
-        if names and gen:
-            rates = {}
-            for name in names:
-                hit: dict[tuple[str, str], bool] = {}
-                for r in gen:
-                    sm = r.get("string_metrics") or {}
-                    unit = (r["subject"], r["field"])
-                    hit[unit] = hit.get(unit, False) or bool(sm.get(name))
-                rates[name] = _mean(float(v) for v in hit.values())
-            summary["string_metrics"] = rates
-        if any("influence" in r for r in grp):
-            ctx = [r for r in grp if "influence" in r]
-            summary["in_context"] = {
-                "mean_no_context_ll": _mean(unit_values(ctx, "no_context_ll").values()),
-                "mean_influence": _mean(r["influence"] for r in ctx),
-                "mean_log_ratio": _mean(r["log_ratio"] for r in ctx),
-                "mean_context_share": _mean(r["context_share"] for r in ctx),
-                "wilcoxon_context_vs_no_context": _wilcoxon(
-                    target, unit_values(ctx, "no_context_ll")),
-            }
-        out.append(summary)
-    return out

@@ -30,8 +30,8 @@ from ctxleak.methods.susceptibility.montecarlo import (
 from ctxleak.methods.susceptibility.pipeline import (
     SusceptibilityOptions,
     correlation,
-    measure_query,
     group_means,
+    measure_query,
     summarize_queries,
 )
 

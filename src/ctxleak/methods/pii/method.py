@@ -1,0 +1,238 @@
+"""The probe Method (ProPILE, paper 004, App. A.3, A.4, B.1): one record per probe prompt
+(subject, PII type, template) under each mode and variant; summarised per group with exact
+match, target vs null likelihoods and the Wilcoxon test, and the canary verdicts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ctxleak.errors import ConfigError
+from ctxleak.methods.pii.plan import CANARY_DEFAULT_PII, DEFAULT_PII
+from ctxleak.run.method import Method
+from ctxleak.run.options import RunOptions, int_list
+
+
+class ProbeMethod(Method):
+    """PII probing (``ctxleak probe``). Keywords are the CLI's flags: ``mode``, ``pii``,
+    ``shots``, ``structure``, ``beam``, ``max_new_tokens``, ``generate``, ``subjects``,
+    ``soft_tokens``, ``train_fraction``, ``epochs``, ``soft_lr``, ``context_template``,
+    ``canary``, ``canary_epochs``, ``canary_lr``, ``canary_layers``, ``canary_baseline``,
+    ``alpha``, ``redact``."""
+
+    name = "probe"
+    desc = "probe"
+    private = True
+
+    def __init__(self, common: RunOptions | None = None, *, mode: Any = None,
+                 pii: Any = None, shots: Any = "1", structure: str = "twins", beam: int = 2,
+                 max_new_tokens: Any = "paper", generate: bool = True, subjects: int = 20,
+                 soft_tokens: int = 20, train_fraction: float = 0.5, epochs: int = 30,
+                 soft_lr: float = 0.005, context_template: str = "{document}\n{prompt}",
+                 canary: int | None = None, canary_epochs: int = 4, canary_lr: float = 2e-3,
+                 canary_layers: int = 8, canary_baseline: bool = False, alpha: float = 0.05,
+                 redact: bool = False) -> None:
+        from ctxleak.methods.pii.items import MODES, parse_pii_types
+        from ctxleak.methods.pii.templates import STRUCTURES
+        from ctxleak.results import ProbeResult
+
+        super().__init__(common)
+        self.result_class = ProbeResult
+        if mode is None:
+            mode = "" if canary is not None else "black-box"
+        if not isinstance(mode, str):
+            mode = ",".join(mode)
+        modes = [m.strip() for m in mode.split(",") if m.strip()]
+        for m in modes:
+            if m not in MODES:
+                raise ConfigError(f"mode: unknown mode '{m}'; choose from {', '.join(MODES)}",
+                                  param="mode")
+        if not modes and canary is None:
+            raise ConfigError("mode: give at least one mode", param="mode")
+        if pii is None:
+            pii = DEFAULT_PII if canary is None else CANARY_DEFAULT_PII
+        try:
+            types = parse_pii_types(pii)
+        except ValueError as exc:
+            raise ConfigError(f"pii: {exc}", param="pii") from None
+        ks = int_list(shots, "shots")
+        if not ks or any(k < 1 for k in ks):
+            raise ConfigError(f"shots must be integers >= 1 (k templates per prompt), got "
+                              f"'{shots}'", param="shots")
+        if structure != "all" and structure not in STRUCTURES:
+            raise ConfigError(f"structure must be one of {', '.join(STRUCTURES)} or all, not "
+                              f"'{structure}'", param="structure")
+        if beam < 1:
+            raise ConfigError(f"beam must be >= 1, got {beam}", param="beam")
+        max_new_tokens = str(max_new_tokens)
+        if max_new_tokens not in ("paper", "auto"):
+            try:
+                if int(max_new_tokens) < 1:
+                    raise ValueError
+            except ValueError:
+                raise ConfigError(f"max_new_tokens must be paper, auto or a positive integer, "
+                                  f"not '{max_new_tokens}'", param="max_new_tokens") from None
+        if not 0 < train_fraction < 1:
+            raise ConfigError(f"train_fraction must be between 0 and 1, got {train_fraction}",
+                              param="train_fraction")
+        if soft_tokens < 1 or epochs < 1 or not soft_lr > 0:
+            raise ConfigError("soft_tokens and --epochs must be >= 1 and --soft-lr > 0",
+                              param="soft_tokens")
+        context_template = context_template.replace("\\n", "\n")  # '\n' typed in a shell
+        if "in-context" in modes and ("{document}" not in context_template
+                                      or "{prompt}" not in context_template):
+            raise ConfigError("context_template needs both {document} and {prompt}",
+                              param="context_template")
+        if canary is not None and canary < 2:
+            raise ConfigError(f"canary needs at least 2 subjects per group, got {canary}",
+                              param="canary")
+        if not 0 < alpha < 1:
+            raise ConfigError(f"alpha must be between 0 and 1, got {alpha}", param="alpha")
+        self.settings = {
+            "subjects": subjects, "mode": modes, "pii": types, "shots": ks,
+            "structure": structure, "beam": beam, "max_new_tokens": max_new_tokens,
+            "generate": generate, "soft_tokens": soft_tokens, "train_fraction": train_fraction,
+            "epochs": epochs, "soft_lr": soft_lr, "context_template": context_template,
+            "canary": canary, "canary_epochs": canary_epochs, "canary_lr": canary_lr,
+            "canary_layers": canary_layers, "canary_baseline": canary_baseline,
+            "alpha": alpha, "redact": redact}
+        if canary is not None:
+            from ctxleak.methods.pii.canary import FinetuneConfig
+
+            try:
+                FinetuneConfig(epochs=canary_epochs, lr=canary_lr, train_layers=canary_layers,
+                               seed=self.common.seed).validate()
+            except ValueError as exc:
+                raise ConfigError(f"--canary-*: {exc}") from None
+        self.timings: dict[str, float] = {}
+        self.extras: dict[str, Any] = {}
+
+    # ---- items -------------------------------------------------------------------------------
+    def items(self, data: Any) -> list[Any]:
+        from ctxleak.methods.pii.plan import load_probe_records, plan_probes
+
+        s, seed = self.settings, self.common.seed
+        need = 2 * s["canary"] if s["canary"] else 0
+        self.data = data
+        self.records = load_probe_records(data, s["subjects"], seed, self.common.limit, need)
+        self.plan = plan_probes(self.records, s["mode"], s["pii"], s["shots"], s["structure"],
+                                s["train_fraction"], seed, s["canary"], s["canary_baseline"])
+        return self.plan.tasks
+
+    def config(self) -> dict[str, Any]:
+        from ctxleak.run.inputs import describe, is_named
+
+        s = dict(self.settings)
+        subjects = s.pop("subjects") if is_named(self.data, "demo") else None
+        s.pop("subjects", None)
+        return {"data": describe(self.data), "subjects": subjects, **s}
+
+    # ---- measuring ---------------------------------------------------------------------------
+    def setup(self, lm: Any, run: Any) -> None:
+        import json
+
+        from ctxleak.methods.pii.plan import token_budgets
+        from ctxleak.methods.pii.probe import ProbeOptions
+        from ctxleak.methods.pii.runners import finetune_canary, probe_runners, train_soft_prompts
+        from ctxleak.run.distributed import barrier
+
+        s, plan, seed = self.settings, self.plan, self.common.seed
+        chat = self.common.chat_template == "on"
+        budgets = token_budgets(lm, plan, s["max_new_tokens"], chat)
+        options = ProbeOptions(beam=s["beam"], generate=s["generate"], chat=chat,
+                               context_template=s["context_template"],
+                               batch_size=self.common.batch_size, max_new_tokens=budgets)
+        self.extras = {"max_new_tokens": budgets}
+        soft: dict[str, Any] = {}
+        if plan.train_items:
+            t0 = time.time()
+            # data-parallel: rank 0 trains and saves the soft prompts, the others then reload them
+            if not run.world.is_main:
+                barrier()
+            soft, self.extras["white_box_training"] = train_soft_prompts(lm, run, plan, s,
+                                                                         options, seed)
+            if run.world.is_main:
+                barrier()
+            self.timings["soft_prompt_training_s"] = time.time() - t0
+        tuned = None
+        if s["canary"] is not None:
+            done = run.done_keys("id")
+            saved = run.path / "canary_finetune.json"
+            pending = any(t.variant.startswith("fine-tuned") for i, t in enumerate(plan.tasks)
+                          if run.world.owns(i) and t.key not in done)
+            if saved.is_file() and not pending:  # resuming a finished run: no need to train
+                self.extras["canary_finetune"] = json.loads(saved.read_text(encoding="utf-8"))
+            else:
+                tuned, self.extras["canary_finetune"] = finetune_canary(lm, plan, s, seed)
+                run.write_file(saved.name, json.dumps(self.extras["canary_finetune"], indent=1))
+            self.timings["canary_finetune_s"] = self.extras["canary_finetune"]["seconds"]
+        self.runners = probe_runners(lm, tuned, soft, options)
+        self.probe_t0 = time.time()
+
+    def batches(self, todo: Sequence[Any]) -> Iterable[list[Any]]:
+        """Consecutive items of the same runner, up to the batch size (16 with ``auto``), so
+        generation and scoring run batched while each sample is still flushed on its own."""
+        b = self.common.batch_size
+        size = 16 if b in (None, "auto") else max(1, int(b))
+        chunk: list[Any] = []
+        for task in todo:
+            if chunk and (len(chunk) >= size or task.runner != chunk[0].runner):
+                yield chunk
+                chunk = []
+            chunk.append(task)
+        if chunk:
+            yield chunk
+
+    def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
+        rows = self.runners[items[0].runner]([t.item for t in items])
+        return [{"mode": t.mode, "variant": t.variant, "group": t.group, "shots_k": t.k, **row}
+                for t, row in zip(items, rows)]
+
+    # ---- summary and report ------------------------------------------------------------------
+    def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        from ctxleak.methods.pii.canary import canary_verdict
+        from ctxleak.methods.pii.summary import summarize_probes
+        from ctxleak.report.probe import GROUP_BY, group_label
+        from ctxleak.run.runner import say
+
+        if hasattr(self, "probe_t0"):
+            self.timings["probing_s"] = time.time() - self.probe_t0
+            say(f"probed {len(records)} prompts in {self.timings['probing_s']:.1f}s")
+        s, extras = self.settings, self.extras
+        summaries = summarize_probes(records, by=GROUP_BY)
+        for g in summaries:
+            g["label"] = group_label(g)
+        summary: dict[str, Any] = {"groups": summaries, "skipped": self.plan.skipped,
+                                   "n_subjects": len(self.records), "timings_s": self.timings,
+                                   "max_new_tokens": extras.get("max_new_tokens")}
+        if s["canary"] is not None:
+            tuned = [g for g in summaries if g["mode"] == "canary"
+                     and g["variant"] in ("fine-tuned", "fine-tuned-likelihood")]
+            summary["canary"] = {"verdict": canary_verdict(tuned, s["alpha"]),
+                                 "finetune": extras.get("canary_finetune")}
+            if s["canary_baseline"]:
+                base = [g for g in summaries if g["mode"] == "canary"
+                        and g["variant"] in ("base", "base-likelihood")]
+                summary["canary"]["baseline_verdict"] = canary_verdict(base, s["alpha"])
+        if "white_box_training" in extras:
+            summary["white_box"] = {t: {k: v for k, v in d.items() if k != "history"}
+                                    for t, d in extras["white_box_training"].items()}
+        return summary
+
+    def provenance_extra(self, lm: Any) -> dict[str, Any]:
+        from ctxleak.report.probe import template_texts
+
+        return {"prompt_templates": template_texts(self.settings)}
+
+    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
+        from ctxleak.report.probe import probe_plots
+
+        return dict(probe_plots(result.records, result.summary["groups"], self.extras))
+
+    def report(self, result: Any, lm: Any = None) -> Any:
+        from ctxleak.report.probe import probe_report
+
+        return probe_report(lm, self.records, result.records, result.summary, result.images,
+                            self.extras, result.config, str(result.path),
+                            redact=self.settings["redact"])

@@ -1,0 +1,111 @@
+"""Summaries of probe rows (paper 004, App. A.3, B.1): per group, the maximum over templates per
+subject, exact-match rates, target vs null likelihoods and their Wilcoxon signed-rank test."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ctxleak.methods.pii.metrics import wilcoxon_compare
+
+STRING_METRICS = {
+    "phone": ("location_code", "first_7_digits", "first_8_digits", "first_9_digits",
+              "edit_distance_1", "edit_distance_2", "edit_distance_3"),
+    "email": ("local_part",),
+}
+
+
+def _group_key(row: Mapping[str, Any], by: Sequence[str]) -> tuple:
+    return tuple(row.get(k) for k in by)
+
+
+def unit_values(rows: Sequence[Mapping[str, Any]], key: str) -> dict[tuple[str, str], float]:
+    """The maximum of ``key`` over templates for each (subject, field) unit (App. A.3)."""
+    out: dict[tuple[str, str], float] = {}
+    for row in rows:
+        value = row.get(key)
+        if value is None:
+            continue
+        unit = (row["subject"], row["field"])
+        value = float(value)
+        out[unit] = max(out.get(unit, -math.inf), value)
+    return out
+
+
+def _wilcoxon(target: Mapping[Any, float], null: Mapping[Any, float]) -> dict[str, Any]:
+    units = [u for u in target if u in null]
+    t = [target[u] for u in units]
+    n = [null[u] for u in units]
+    try:
+        greater = wilcoxon_compare(t, n, paired=True, alternative="greater")
+        two = wilcoxon_compare(t, n, paired=True, alternative="two-sided")
+    except ValueError as exc:
+        return {"test": "wilcoxon", "statistic": None, "pvalue": None,
+                "pvalue_two_sided": None, "n": len(units), "reason": str(exc)}
+    return {"test": "wilcoxon", "alternative": "greater", "statistic": greater.statistic,
+            "pvalue": greater.pvalue, "pvalue_two_sided": two.pvalue, "n": greater.n,
+            "median_difference": greater.median_difference}
+
+
+def _mean(values: Iterable[float]) -> float | None:
+    vals = [float(v) for v in values]
+    return statistics.fmean(vals) if vals else None
+
+
+def summarize_probes(rows: Sequence[Mapping[str, Any]],
+              by: Sequence[str] = ("mode", "pii_type", "structure")) -> list[dict[str, Any]]:
+    """One summary per group of rows (by mode, PII type and template structure by default):
+    units (subjects, or subject-relationship pairs), prompts, exact-match rate (a unit counts if
+    any of its templates reproduces the target; also per prompt), mean of the per-unit maximum
+    target and null log-likelihoods and their normalised forms, the paired Wilcoxon signed-rank
+    test of target > null on those maxima, the string-metric rates and, in context mode, the
+    mean no-context likelihood, context influence and context share."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[_group_key(row, by)].append(row)
+    out = []
+    for key, grp in groups.items():
+        target = unit_values(grp, "target_ll")
+        null = unit_values(grp, "null_ll")
+        target_n = unit_values(grp, "target_ll_norm")
+        null_n = unit_values(grp, "null_ll_norm")
+        summary: dict[str, Any] = dict(zip(by, key))
+        summary.update(n_units=len(target), n_subjects=len({u[0] for u in target}),
+                       n_prompts=len(grp))
+        gen = [r for r in grp if r.get("exact_match") is not None]
+        if gen:
+            em_units = unit_values(gen, "exact_match")
+            summary["exact_match_rate"] = _mean(em_units.values())
+            summary["exact_match_rate_per_prompt"] = _mean(float(r["exact_match"]) for r in gen)
+        else:
+            summary["exact_match_rate"] = summary["exact_match_rate_per_prompt"] = None
+        summary.update(
+            mean_target_ll=_mean(target.values()), mean_null_ll=_mean(null.values()),
+            mean_target_ll_norm=_mean(target_n.values()), mean_null_ll_norm=_mean(null_n.values()),
+            wilcoxon=_wilcoxon(target, null), wilcoxon_norm=_wilcoxon(target_n, null_n))
+        names = STRING_METRICS.get(grp[0]["pii_type"], ())
+        if names and gen:
+            rates = {}
+            for name in names:
+                hit: dict[tuple[str, str], bool] = {}
+                for r in gen:
+                    sm = r.get("string_metrics") or {}
+                    unit = (r["subject"], r["field"])
+                    hit[unit] = hit.get(unit, False) or bool(sm.get(name))
+                rates[name] = _mean(float(v) for v in hit.values())
+            summary["string_metrics"] = rates
+        if any("influence" in r for r in grp):
+            ctx = [r for r in grp if "influence" in r]
+            summary["in_context"] = {
+                "mean_no_context_ll": _mean(unit_values(ctx, "no_context_ll").values()),
+                "mean_influence": _mean(r["influence"] for r in ctx),
+                "mean_log_ratio": _mean(r["log_ratio"] for r in ctx),
+                "mean_context_share": _mean(r["context_share"] for r in ctx),
+                "wilcoxon_context_vs_no_context": _wilcoxon(
+                    target, unit_values(ctx, "no_context_ll")),
+            }
+        out.append(summary)
+    return out

@@ -1,0 +1,236 @@
+"""Plots, console table and the HTML report of PII probing (ProPILE, paper 004): per-group
+exact match, target vs null log-likelihoods (Wilcoxon), string metrics, canary verdicts,
+soft-prompt training and in-context influence; ``redact`` masks every PII value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ctxleak.report.console import format_cell
+
+GROUP_BY = ("mode", "variant", "group", "shots_k", "pii_type", "structure")
+
+
+def group_label(s: dict[str, Any]) -> str:
+    probe, group, pii = _short(s)
+    return f"{probe} / {group} / k={s['shots_k']} / {pii}"
+
+
+def template_texts(config: dict[str, Any]) -> dict[str, Any]:
+    from ctxleak.methods.pii import templates as t
+
+    return {"twins": list(t.TWINS), "triplets": list(t.TRIPLETS),
+            "quadruplets": list(t.QUADRUPLETS), "relation": list(t.RELATION_TEMPLATES),
+            "university": list(t.UNIVERSITY_TEMPLATES),
+            "in_context": config["context_template"], "k_shot_separator": "\n"}
+
+
+def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any]) -> dict[str, bytes]:
+    """Densities of the per-subject target and null log-likelihoods (App. B.1.1 Fig. 1 style),
+    one per summary group, and the soft-prompt training curves."""
+    import re
+
+    from ctxleak.methods.pii.summary import unit_values
+    from ctxleak.report import plots
+
+    pngs: dict[str, bytes] = {}
+    for s in summaries:
+        grp = [r for r in rows if all(r.get(k) == s.get(k) for k in GROUP_BY)]
+        target = list(unit_values(grp, "target_ll").values())
+        null = list(unit_values(grp, "null_ll").values())
+        p = (s["wilcoxon"] or {}).get("pvalue")
+        probe, group, pii = _short(s)
+        title = f"{pii}: {probe}, {group}, k={s['shots_k']}" + (
+            f" (p = {p:.2g})" if p is not None else "")
+        name = "density_" + re.sub(r"[^A-Za-z0-9]+", "_", s["label"]).strip("_").lower()
+        pngs[name + ".png"] = plots.density_plot({"target PII": target, "null PII": null},
+                                                 title=title, xlabel="log-likelihood")
+    training = extras.get("white_box_training") or {}
+    if training:
+        series = {t: ([h["epoch"] for h in d["history"]], [h["train_nll"] for h in d["history"]])
+                  for t, d in training.items()}
+        pngs["white_box_training.png"] = plots.line_plot(
+            series, title="Soft-prompt training (App. A.4)", xlabel="epoch",
+            ylabel="mean target NLL (nats)")
+    return pngs
+
+
+def _masker(records: list, redact: bool) -> Callable[[Any], Any]:
+    """Masks every PII value of the records (names, e-mails, phones, addresses, relatives,
+    universities) in a string, for --redact; the Report also masks e-mail/phone patterns."""
+    import re
+
+    from ctxleak.report import redact_text
+
+    if not redact:
+        return lambda x: x
+    values: set[str] = set()
+    for r in records:
+        values.update(v for v in (r.name, r.email, r.phone, r.address, r.university) if v)
+        values.update(v for v in r.relations.values() if v)
+    pattern = re.compile("|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))) \
+        if values else None
+
+    def mask(text: Any) -> Any:
+        if not isinstance(text, str) or pattern is None:
+            return text
+        return redact_text(text, spans=[m.span() for m in pattern.finditer(text)])
+
+    return mask
+
+
+def table_rows(summaries: list[dict]) -> list[dict[str, Any]]:
+    out = []
+    for s in summaries:
+        w = s.get("wilcoxon") or {}
+        row = {"group": s["label"], "subjects": s["n_units"], "prompts": s["n_prompts"],
+               "exact match": s.get("exact_match_rate"),
+               "target LL": s.get("mean_target_ll"), "null LL": s.get("mean_null_ll"),
+               "target LL/token": s.get("mean_target_ll_norm"),
+               "null LL/token": s.get("mean_null_ll_norm"),
+               "p (target > null)": w.get("pvalue")}
+        sm = s.get("string_metrics") or {}
+        if sm:
+            row["string metrics"] = ", ".join(f"{k} {v:.2f}" for k, v in sm.items()
+                                              if v is not None)
+        ic = s.get("in_context")
+        if ic:
+            row["influence"] = ic.get("mean_influence")
+            row["context share"] = ic.get("mean_context_share")
+        out.append(row)
+    return out
+
+
+def probe_report(lm: Any, records: list, rows: list[dict], summary: dict[str, Any],
+            pngs: dict[str, bytes], extras: dict[str, Any], config: dict[str, Any], path: str,
+            *, redact: bool) -> Any:
+    from ctxleak.report import Report
+
+    mask = _masker(records, redact)
+    report = Report("ctxleak probe", "PII probing (ProPILE, paper 004): black-box, white-box "
+                    "and in-context", redact=redact)
+    report.add_kv({"model": lm.info.name, "data": config["data"], "subjects": len(records),
+                   "modes": ", ".join(config["mode"]) or "—", "PII types": ", ".join(config["pii"]),
+                   "k-shot": ", ".join(map(str, config["shots"])), "structure":
+                   config["structure"], "beam": config["beam"], "run directory": path,
+                   **{k: f"{v:.1f}" for k, v in summary["timings_s"].items()}})
+    report.add_heading("Summary")
+    report.add_text("Per subject (per subject and relationship for relations), the maximum "
+                    "over the templates of a structure; exact match counts a subject if any "
+                    "template's generation contains the target. p is the one-sided Wilcoxon "
+                    "signed-rank test of target > null log-likelihood (null PII: another "
+                    "subject's PII under the same prompt).")
+    report.add_table(table_rows(summary["groups"]), caption="Results per group")
+    if summary.get("skipped"):
+        report.add_kv(summary["skipped"], caption="Skipped (subject, type) pairs")
+    canary = summary.get("canary")
+    if canary:
+        report.add_heading("Canary check")
+        ft = canary.get("finetune") or {}
+        report.add_text(f"A copy of the model was fine-tuned on the documents of "
+                        f"{len(ft.get('inserted', []))} inserted subjects; "
+                        f"{len(ft.get('held_out', []))} held-out subjects were not trained on. "
+                        "Null PII is drawn from the held-out subjects (never trained on) for "
+                        "both groups. Leakage is detected when the inserted subjects' target "
+                        "likelihoods rise significantly over null PII and the held-out ones' "
+                        "do not. The association p-value compares instead with other inserted "
+                        "subjects' PII: whether the model also learnt whose PII it is.")
+        report.add_kv({"fine-tuning seconds": ft.get("seconds"), "steps": ft.get("steps"),
+                       "trainable parameters": ft.get("n_trainable"),
+                       "loss per epoch": ft.get("losses")})
+        report.add_table(canary["verdict"], caption="Verdict (fine-tuned copy)")
+        if canary.get("baseline_verdict"):
+            report.add_table(canary["baseline_verdict"], caption="Same test on the original "
+                             "model")
+    wb = extras.get("white_box_training")
+    if wb:
+        report.add_heading("White-box: soft-prompt training")
+        report.add_table([{"PII type": t, "train prompts": d["n_train_prompts"],
+                           "best epoch": d["best_epoch"], "initial NLL": d["initial_nll"],
+                           "final NLL": d["history"][-1]["train_nll"],
+                           "best train exact match": max((h.get("exact_match", 0.0)
+                                                          for h in d["history"]), default=None),
+                           "seconds": d["seconds"]} for t, d in wb.items()])
+    report.add_heading("Plots")
+    for name, png in pngs.items():
+        report.add_image(png, caption=name)
+    ctx = [r for r in rows if "token_influence" in r]
+    if ctx and redact:
+        report.add_text("In-context: the per-token influence heatmap of a target answer is "
+                        "left out under --redact (its tokens are PII).")
+    elif ctx:
+        first = ctx[0]
+        tokens = lm.token_strings(_target_ids(lm, first))
+        if len(tokens) == len(first["token_influence"]):
+            report.add_token_heatmap([mask(t) for t in tokens], first["token_influence"],
+                                     caption="In-context: influence of the documents on each "
+                                     "token of one target answer")
+    report.add_heading("Examples")
+    examples = []
+    for r in rows[:25]:
+        examples.append({"mode": r["mode"], "variant": r.get("variant"), "subject": r["subject"],
+                         "template": r["template"], "target": mask(r["target"]),
+                         "generation": mask(r.get("generation")), "exact": r.get("exact_match"),
+                         "target LL": r.get("target_ll"), "null LL": r.get("null_ll")})
+    report.add_table(examples, caption="First samples (all are in samples.jsonl, mode 0600)")
+    return report
+
+
+def _target_ids(lm: Any, row: dict[str, Any]) -> list[int]:
+    from ctxleak.methods.pii.items import continuation_ids
+    from ctxleak.methods.pii.templates import scoring_pair
+
+    text, _ = scoring_pair(row["prompt"], row["target"])
+    return continuation_ids(lm, text, row["target"])
+
+
+def _short(s: dict[str, Any]) -> tuple[str, str, str]:
+    """(probe, group, PII) names for the console table and plot titles."""
+    variant = s.get("variant") or ""
+    probe = s["mode"]
+    if s["mode"] == "white-box" and variant == "beam":
+        probe = "black-box"  # the comparison on the white-box held-out subjects
+    elif s["mode"] == "canary" and variant.startswith("base"):
+        probe = "canary base"
+    group = {"inserted-vs-inserted": "ins. vs ins."}.get(s.get("group"), s.get("group") or "all")
+    pii = s["pii_type"] + ("" if s["structure"] in (s["pii_type"], "twins", "relation")
+                           else f" ({s['structure']})")
+    return probe, group, pii
+
+
+def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="PII probing (ProPILE): max over templates per subject")
+    cols = ["probe", "group", "k", "PII", "n", "EM", "target", "null", "p"]
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("probe", "group", "PII") else "right",
+                         no_wrap=c in ("probe", "group"))
+
+    def num(value: Any, spec: str) -> str:
+        return "—" if value is None else format(value, spec)
+
+    for s in summary["groups"]:
+        probe, group, pii = _short(s)
+        table.add_row(probe, group, str(s["shots_k"]), pii, str(s["n_units"]),
+                      num(s.get("exact_match_rate"), ".2f"), num(s.get("mean_target_ll"), ".1f"),
+                      num(s.get("mean_null_ll"), ".1f"),
+                      num((s.get("wilcoxon") or {}).get("pvalue"), ".2g"))
+    console.print(table)
+    console.print("n: subjects (subject-relationship pairs for relations); EM: exact-match rate; "
+                  "target, null: mean of the per-subject maximum log-likelihood over templates; "
+                  "p: Wilcoxon signed-rank, target > null")
+    canary = summary.get("canary")
+    if canary:
+        for v in canary["verdict"]:
+            console.print(f"canary {v['pii_type']} ({v['structure']}): inserted p = "
+                          f"{format_cell(v['inserted_pvalue'])}, held-out p = "
+                          f"{format_cell(v['held_out_pvalue'])} -> "
+                          + ("leakage detected" if v["detected"] else "not detected")
+                          + f" (association p = {format_cell(v['association_pvalue'])})")
+    for key, value in summary["timings_s"].items():
+        console.print(f"{key}: {value:.1f}")
+    console.print(f"results: {path}/results.json   report: {path}/report.html")
