@@ -96,13 +96,15 @@ def explain(
 ) -> None:
     """One prompt: the response, the uni-gram influence of each context token on the first
     response token as a heatmap (paper 000, Table 1), and the most influential n-grams."""
-    from ctxleak.cli.influence_run import run_explain
+    from ctxleak.api import influence_explain
+    from ctxleak.report.influence import print_explain
 
-    if min_new_tokens is None:
-        min_new_tokens = min(10, max_new_tokens)
-    run_explain(common, context=context, query=query, task=task, template=template, lam=lam,
-                temperature=temperature, max_new_tokens=max_new_tokens,
-                min_new_tokens=min_new_tokens, ngram=ngram, top=top)
+    result = influence_explain(common.model, context, query, **api_options(common), task=task,
+                               template=template, lam=lam, temperature=temperature,
+                               max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                               ngram=ngram, top=top)
+    if result is not None:
+        print_explain(result.summary, result.curve["n"], result.path)
 
 
 def register(app: typer.Typer) -> None:

@@ -121,3 +121,43 @@ def print_influence(summaries: Sequence[dict[str, Any]], path: Any) -> None:
 
     print_rows(table_rows(summaries), title="Expected context influence (paper 000, Def. 3.3)")
     Console().print(f"results: {path / 'results.json'}   report: {path / 'report.html'}")
+
+
+def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -> Report:
+    """The report of ``influence explain``: the Table 1 heatmap, top n-grams, window curve."""
+    n = curve["n"]
+    report = Report("ctxleak influence explain", "Uni-gram influence on the next token "
+                    "(paper 000, Table 1)")
+    report.add_kv({"query": query, "response": summary["response"],
+                   "first response token": summary["first_token"],
+                   "response influence": summary["influence"]})
+    report.add_token_heatmap(summary["context_tokens"],
+                             summary["unigram_influence_on_first_token"],
+                             caption="influence of deleting each context token on the first "
+                             "response token")
+    report.add_table(summary["top_ngrams"], caption=f"top {n}-grams by influence on the whole "
+                                                    "response")
+    report.add_image(plots.line_plot({"window": (curve["starts"], curve["per_window"])},
+                                     title=f"Influence of each {n}-gram (stride 1)",
+                                     xlabel="window start (token)", ylabel="response influence"))
+    return report
+
+
+def print_explain(summary: dict[str, Any], n: int, path: Any) -> None:
+    """What ``influence explain`` prints: the response, its influence, the top n-grams."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]response[/bold]: {summary['response']}")
+    console.print(f"response influence: {summary['influence']:.4g}")
+    table = Table(title=f"Most influential context {n}-grams")
+    for col in ("rank", "tokens", "n-gram", "influence"):
+        table.add_column(col)
+    for row in summary["top_ngrams"]:
+        table.add_row(str(row["rank"]), row["tokens"], json.dumps(row["n-gram"]),
+                      f"{row['influence']:.4g}")
+    console.print(table)
+    console.print(f"report: {path / 'report.html'}")

@@ -14,7 +14,6 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -239,10 +238,3 @@ class RunDir:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def read_jsonl(path: str | Path) -> Iterable[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)

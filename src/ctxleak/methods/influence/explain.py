@@ -1,0 +1,68 @@
+"""One prompt explained (paper 000, Table 1): the CID response, the uni-gram influence of each
+context token on the first response token, and the context n-grams (stride 1) with the most
+influence on the whole response (Def. 3.1-3.2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ctxleak.errors import ConfigError
+
+
+def explain_inputs(context: str, task: str, template: str | None) -> str:
+    """The context text (``@FILE`` reads a file), checked before any model is loaded."""
+    if context.startswith("@"):
+        context = Path(context[1:]).read_text(encoding="utf-8")
+    if not context.strip():
+        raise ConfigError("context is empty", param="context")
+    if task == "custom" and not template:
+        raise ConfigError("task custom needs template", param="task")
+    return context
+
+
+def explain_prompt(lm: Any, context: str, query: str, *, task: str = "qa",
+                   template: str | None = None, config: Any, ngram: int = 4, top: int = 5,
+                   seed: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the ``results.json`` summary of one explained prompt, the per-window curve for its plot).
+
+    ``config``: a :class:`CIDConfig`. The summary holds the response and its ids, the response
+    influence and its per-token values, the uni-gram influence of each context token on the
+    first response token, the context tokens and the ``top`` n-grams by influence."""
+    import numpy as np
+
+    from ctxleak.engine.generation import derive_seed
+    from ctxleak.methods.influence.cid import generate_cid
+    from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
+    from ctxleak.methods.influence.ngrams import (
+        next_token_unigram_influence,
+        window_influence,
+        windows,
+    )
+
+    example = InfluenceExample("explain", context, query, None, task)
+    parts, dropped = prompt_parts(lm, example, template, reserve=config.max_new_tokens)
+    response = generate_cid(lm, parts.full, parts.empty, config, derive_seed(seed, 0))
+    if not response.token_ids:
+        raise ConfigError("the model ended its response at once: raise min_new_tokens or try "
+                          "another seed", param="min_new_tokens")
+    first = response.token_ids[0]
+    unigram = next_token_unigram_influence(lm, parts, [], first, lam=config.lam,
+                                           temperature=config.temperature)
+    n = min(ngram, len(parts.context))
+    spans = windows(len(parts.context), n, stride=1)
+    win = window_influence(lm, parts, response.token_ids, spans, lam=config.lam,
+                           temperature=config.temperature, min_new_tokens=config.min_new_tokens)
+    order = np.argsort(-win.per_window)[:top]
+    top_rows = [{"rank": k + 1, "tokens": f"{spans[i][0]}-{spans[i][1]}",
+                 "n-gram": lm.decode(list(parts.context[spans[i][0]:spans[i][1]])),
+                 "influence": float(win.per_window[i])} for k, i in enumerate(order)]
+    summary = {"response": lm.decode(response.token_ids), "response_ids": response.token_ids,
+               "first_token": lm.decode([first]), "influence": response.influence,
+               "token_influence": response.token_influence.tolist(),
+               "unigram_influence_on_first_token": unigram.tolist(),
+               "context_tokens": lm.token_strings(list(parts.context)), "top_ngrams": top_rows,
+               "context_truncated_by": dropped}
+    curve = {"n": n, "starts": [float(a) for a, _ in spans],
+             "per_window": win.per_window.tolist()}
+    return summary, curve
