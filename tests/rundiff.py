@@ -13,7 +13,8 @@ from typing import Any
 TIME_KEY = re.compile(r"(^|_)(seconds?|time|timings?|wall|elapsed)(_|$)|_s$|^seconds|per_query_s|"
                       r"speedup|^time_per")
 # numbers that follow a time word in HTML or console text
-TIME_TEXT = re.compile(r"((?:seconds?|time|_s\b|s/query|speedup)[^\d]{0,80}?)[-+]?\d[0-9.e+-]*(?:x|s)?")
+TIME_TEXT = re.compile(r"((?:seconds?|time|_s\b|s/query|speedup)[^\d<>]{0,40}"
+                       r"(?:</th><td[^>]*>)?)[-+]?\d[0-9.e+-]*(?:x|s)?")
 
 # "6.9 s": a duration in a subtitle or a sentence
 DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)? s(?=[<\s)])")
