@@ -58,6 +58,27 @@ class Generation:
     records: list[Any] = field(default_factory=list)
 
 
+def mask_eos_before_min(logits: torch.Tensor, eos_ids: Sequence[int], min_new_tokens: int, *,
+                        step: int | None = None) -> torch.Tensor:
+    """The minimum-length rule of generation (paper 000 §3: "min new tokens 10, EOS masked
+    before that in both streams"), written once for generating and for scoring: the EOS logits
+    get ``MASKED_LOGIT`` (probability 0) in place, and ``logits`` is returned.
+
+    ``step`` given: every row is a stream at that generation step (masked when
+    ``step < min_new_tokens``). ``step`` None: row t is the t-th response position of a
+    teacher-forced pass (rows ``t < min_new_tokens`` masked), so a scored response sees the
+    distributions it was drawn from."""
+    if min_new_tokens <= 0 or not len(eos_ids):
+        return logits
+    eos = torch.as_tensor(list(eos_ids), dtype=torch.long, device=logits.device)
+    if step is not None:
+        if step < min_new_tokens:
+            logits[:, eos] = MASKED_LOGIT
+    else:
+        logits[:min_new_tokens, eos] = MASKED_LOGIT
+    return logits
+
+
 def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine, *,
                      observe: Observe | None = None, max_new_tokens: int = 50,
                      min_new_tokens: int = 0, seed: int = 0, sample: bool = True,
@@ -77,7 +98,6 @@ def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine,
     if max_new_tokens < 0 or min_new_tokens < 0 or min_new_tokens > max_new_tokens:
         raise ValueError("need 0 <= min_new_tokens <= max_new_tokens")
     stops = list(lm.eos_ids if stop_ids is None else stop_ids)
-    stop_index = torch.as_tensor(stops, dtype=torch.long)
     generator = torch.Generator(device="cpu").manual_seed(seed)
     device, pad = lm.device, pad_id(lm)
     seqs = [list(p) for p in prompts]
@@ -99,8 +119,7 @@ def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine,
             hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=use_cache)
         for step in range(max_new_tokens):
             logits = head_logits(lm, hidden[:, -1]).double()
-            if step < min_new_tokens and len(stops):
-                logits[:, stop_index.to(logits.device)] = MASKED_LOGIT
+            mask_eos_before_min(logits, stops, min_new_tokens, step=step)
             logprobs = combine(logits, step)
             token = _draw(logprobs, generator, sample)
             if observe is not None:

@@ -18,7 +18,7 @@ from ctxleak.methods.icl import (
     query_iclinf,
     renormalise,
     select_queries,
-    summarize,
+    summarize_iclinf,
 )
 
 logits = st.integers(2, 8).flatmap(
@@ -110,11 +110,11 @@ def test_each_set_uses_its_own_content_free_distribution():
 
 
 def test_summary_mean_std_accuracy_and_positions():
-    s = summarize([1.0, 2.0, 3.0], [[1, 0, 1], [2, 0, 2], [3, 0, 0]], [True, False, True])
+    s = summarize_iclinf([1.0, 2.0, 3.0], [[1, 0, 1], [2, 0, 2], [3, 0, 0]], [True, False, True])
     assert s.n == 3 and s.mean == pytest.approx(2.0) and s.std == pytest.approx(1.0)
     assert s.accuracy == pytest.approx(2 / 3)
     assert s.loss_by_position == pytest.approx([2.0, 0.0, 1.0])
-    assert summarize([0.5], [[0.5]]).std == 0.0
+    assert summarize_iclinf([0.5], [[0.5]]).std == 0.0
 
 
 @settings(deadline=None)

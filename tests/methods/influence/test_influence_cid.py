@@ -172,13 +172,15 @@ def test_bounded_lambda_is_largest_feasible(seed, eps, lam_max):
 
 
 def test_config_validation():
-    with pytest.raises(ConfigError, match="lambda"):
+    # library errors name the parameter (the CLI shows its flag instead)
+    with pytest.raises(ConfigError, match="^lam must be >= 0") as info:
         CIDConfig(lam=-0.1)
-    with pytest.raises(ConfigError, match="temperature"):
+    assert info.value.param == "lam"
+    with pytest.raises(ConfigError, match="^temperature must be > 0"):
         CIDConfig(temperature=0)
-    with pytest.raises(ConfigError, match="min-new-tokens"):
+    with pytest.raises(ConfigError, match="^min_new_tokens must be between 0 and"):
         CIDConfig(max_new_tokens=5, min_new_tokens=6)
-    with pytest.raises(ConfigError, match="bounded-eps"):
+    with pytest.raises(ConfigError, match="^bounded_eps must be > 0"):
         CIDConfig(bounded_eps=0)
 
 

@@ -14,8 +14,8 @@ from ctxleak.methods.influence.metrics import (
     is_repeat,
     is_rouge_repeat,
     mean_curve,
+    mean_with_ci,
     rouge_l_f1,
-    summarize,
 )
 
 
@@ -37,13 +37,13 @@ def test_rouge_prompts_by_hand():
     assert rouge_l_f1("", context) == 0.0
 
 
-def test_summarize_and_curves():
-    s = summarize([1.0, 2.0, 3.0, 4.0])
+def test_mean_with_ci_and_curves():
+    s = mean_with_ci([1.0, 2.0, 3.0, 4.0])
     assert s["mean"] == 2.5 and s["median"] == 2.5 and s["n"] == 4
     assert s["std"] == pytest.approx(np.std([1, 2, 3, 4], ddof=1))
     assert s["ci_low"] <= 2.5 <= s["ci_high"]
-    assert summarize([])["mean"] is None
-    assert summarize([7.0])["ci_low"] == 7.0
+    assert mean_with_ci([])["mean"] is None
+    assert mean_with_ci([7.0])["ci_low"] == 7.0
     assert mean_curve([[1, 2, 3], [3]]) == [2.0, 2.0, 3.0]
 
 

@@ -12,7 +12,7 @@ from ctxleak.methods.icl.loss import (
     position_losses,
     query_iclinf,
     renormalise,
-    summarize,
+    summarize_iclinf,
 )
 from ctxleak.methods.icl.pipeline import (
     ICLConfig,
@@ -68,7 +68,7 @@ __all__ = [
     "run_iclinf",
     "score_prompts",
     "select_queries",
-    "summarize",
+    "summarize_iclinf",
     "summarize_records",
     "variant_key",
 ]

@@ -59,7 +59,7 @@ class ICLInfSummary:
                 "accuracy": self.accuracy, "mean_loss_by_position": self.loss_by_position}
 
 
-def summarize(iclinf: Sequence[float], losses: Sequence[Sequence[float]],
+def summarize_iclinf(iclinf: Sequence[float], losses: Sequence[Sequence[float]],
               correct: Sequence[bool] | None = None) -> ICLInfSummary:
     """Mean and standard deviation (ddof = 1; 0 for one query) of the per-query ICLInf, the
     accuracy and the mean loss at each exemplar position (paper Fig. 1)."""

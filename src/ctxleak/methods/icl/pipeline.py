@@ -27,7 +27,7 @@ from ctxleak.methods.icl.calibration import (
     content_free_logp,
 )
 from ctxleak.methods.icl.data import ICLTask
-from ctxleak.methods.icl.loss import position_losses, query_iclinf, renormalise, summarize
+from ctxleak.methods.icl.loss import position_losses, query_iclinf, renormalise, summarize_iclinf
 from ctxleak.methods.icl.prompts import CONTENT_FREE, PromptBuilder, QueryPrompts, query_prompts
 
 OUTPUT_SPACES = ("labels", "vocab")
@@ -340,7 +340,7 @@ def summarize_records(records: Sequence[dict[str, Any]],
         out[str(n)] = {}
         for key in keys:
             vs = [r["variants"][key] for r in rows if key in r["variants"]]
-            s = summarize([v["iclinf"] for v in vs], [v["loss_by_position"] for v in vs],
+            s = summarize_iclinf([v["iclinf"] for v in vs], [v["loss_by_position"] for v in vs],
                           [v["correct"] for v in vs])
             out[str(n)][key] = s.as_dict()
     return out

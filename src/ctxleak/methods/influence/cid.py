@@ -17,6 +17,7 @@ from ctxleak.engine.forward import MASKED_LOGIT
 from ctxleak.engine.generation import generate_streams
 from ctxleak.engine.models import LM
 from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.quantities import response_influence, token_influence
 
 BISECTION_STEPS = 40
 # Bounded CID aims this far below ε/2 so that float noise between the two streams' forward
@@ -122,7 +123,7 @@ class CIDResponse:
     @property
     def token_influence(self) -> np.ndarray:
         """Whole-context (n = |D|) token influence |log p̄_λ(y_t|D) − log p(y_t|∅)| (Def. 3.1)."""
-        return np.abs(np.array(self.logp_context) - np.array(self.logp_empty))
+        return token_influence(self.logp_context, self.logp_empty)
 
     @property
     def composed_eps(self) -> float | None:
@@ -132,7 +133,7 @@ class CIDResponse:
     @property
     def influence(self) -> float:
         """Response influence, the sum over tokens (Def. 3.2)."""
-        return float(self.token_influence.sum())
+        return response_influence(self.token_influence)
 
 
 def generate_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],

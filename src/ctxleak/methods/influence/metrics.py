@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def summarize(values: Sequence[float], *, n_boot: int = 2000, level: float = 0.95,
+def mean_with_ci(values: Sequence[float], *, n_boot: int = 2000, level: float = 0.95,
               seed: int = 0) -> dict[str, float | int | None]:
     """Mean, median, std and a percentile bootstrap confidence interval of the mean."""
     x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=np.float64)

@@ -7,17 +7,18 @@ its deleted window with the full prompt, so the engine reuses that KV prefix (SP
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ctxleak.engine.forward import MASKED_LOGIT
+from ctxleak.engine.generation import mask_eos_before_min
 from ctxleak.engine.models import LM
 from ctxleak.engine.scoring import continuation_logits
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.cid import cid_logprobs
+from ctxleak.methods.influence.quantities import response_influence, token_influence
 
 
 @dataclass(frozen=True)
@@ -72,23 +73,12 @@ class WindowInfluence:
 
     @property
     def tau(self) -> np.ndarray:
-        return np.abs(self.logp_context[None, :] - self.logp_ablated)
+        return token_influence(self.logp_context[None, :], self.logp_ablated)
 
     @property
     def per_window(self) -> np.ndarray:
         """Response influence of each window (Def. 3.2: the sum over t)."""
-        return self.tau.sum(axis=1)
-
-
-def _eos_mask(lm: LM, n_positions: int, min_new_tokens: int) -> Callable[[torch.Tensor], None]:
-    eos = torch.as_tensor(lm.eos_ids, dtype=torch.long)
-    k = min(min_new_tokens, n_positions)
-
-    def apply(logits: torch.Tensor) -> None:
-        if k and len(eos):
-            logits[:k, eos.to(logits.device)] = MASKED_LOGIT
-
-    return apply
+        return response_influence(self.tau)
 
 
 def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans: Sequence[
@@ -102,7 +92,9 @@ def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans:
     response = list(response)
     if not response:
         return WindowInfluence(list(spans), np.zeros(0), np.zeros((len(spans), 0)))
-    mask = _eos_mask(lm, len(response), min_new_tokens)
+    def mask(logits: torch.Tensor) -> None:
+        mask_eos_before_min(logits, lm.eos_ids, min_new_tokens)
+
     target = torch.as_tensor(response, dtype=torch.long)
 
     def keep(i: int, logits: torch.Tensor) -> torch.Tensor:

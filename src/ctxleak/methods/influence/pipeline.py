@@ -18,10 +18,11 @@ from ctxleak.methods.influence.metrics import (
     is_repeat,
     is_rouge_repeat,
     mean_curve,
+    mean_with_ci,
     rouge_l_f1,
-    summarize,
 )
 from ctxleak.methods.influence.ngrams import window_influence, windows
+from ctxleak.methods.influence.quantities import expected_influence
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def measure_example(lm: LM, example: InfluenceExample, setting: Setting,
         "seed": seed, "response": text, "response_ids": response.token_ids,
         "stopped_on_eos": response.stopped_on_eos,
         "logp_context": _round(response.logp_context), "logp_empty": _round(response.logp_empty),
-        "token_influence": _round(tau), "influence": float(tau.sum()),
+        "token_influence": _round(tau), "influence": response.influence,
         "context_token_fraction": context_token_fraction(response.token_ids, parts.context),
         "repeat": is_repeat(response.token_ids, parts.context, options.repeat_threshold),
         "rouge_context": rouge_l_f1(text, context_text),
@@ -119,12 +120,12 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[
     out: dict[str, Any] = {
         "setting": first.get("setting"), "lambda": first.get("lambda"),
         "temperature": first.get("temperature"), "n": len(records),
-        "influence": summarize(infl, seed=seed),
+        "influence": expected_influence(infl, seed=seed),
         "mean_tokens": float(np.mean([len(r["response_ids"]) for r in records])) if records
         else None,
         "repeat_prompts": int(sum(r["repeat"] for r in records)),
         "rouge_prompts": int(sum(r["rouge_repeat"] for r in records)),
-        "rouge_l": summarize(rouge, seed=seed) if rouge else None,
+        "rouge_l": mean_with_ci(rouge, seed=seed) if rouge else None,
         "per_position_influence": mean_curve([r["token_influence"] for r in records]),
         "mean_context_tokens": float(np.mean([r["context_tokens"] for r in records]))
         if records else None,
@@ -132,11 +133,11 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[
     if any("window_influence" in r for r in records):
         curve = mean_curve([r["window_influence"] for r in records if "window_influence" in r])
         out["per_window_influence"] = curve
-        out["max_window_influence"] = summarize(
+        out["max_window_influence"] = mean_with_ci(
             [r["max_window_influence"] for r in records
              if r.get("max_window_influence") is not None], seed=seed)
     if any("composed_eps" in r for r in records):
-        out["composed_eps"] = summarize([r["composed_eps"] for r in records
+        out["composed_eps"] = mean_with_ci([r["composed_eps"] for r in records
                                          if r.get("composed_eps") is not None], seed=seed)
         out["mean_lambda"] = float(np.mean([np.mean(r["lambdas"]) for r in records
                                             if r.get("lambdas")]))

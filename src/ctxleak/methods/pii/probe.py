@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from ctxleak.engine.generation import beam_generate
+from ctxleak.methods.influence.quantities import response_influence, token_influence
 from ctxleak.methods.pii.items import (
     CONTEXT_TEMPLATE,
     MODES,
@@ -138,11 +139,11 @@ def likelihood_fields(target: np.ndarray, null: np.ndarray | None = None,
         row.update(null_ll=None, null_ll_norm=None, null_tokens=None)
     if bare is not None:
         bll, bll_norm = likelihood_from_token_logprobs(bare)
-        per_token = np.abs(np.asarray(target) - np.asarray(bare))
+        per_token = token_influence(target, bare)  # paper 000, Def. 3.1 with n = |D|
         row.update(
             no_context_ll=bll, no_context_ll_norm=bll_norm,
             token_influence=[float(x) for x in per_token],
-            influence=math.fsum(per_token.tolist()),
+            influence=response_influence(per_token),
             log_ratio=ll - bll,
             context_share=max(0.0, -math.expm1(bll - ll)) if ll > bll else 0.0)
     return row

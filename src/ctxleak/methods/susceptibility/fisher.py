@@ -67,6 +67,14 @@ def fisher_trace(logprobs: torch.Tensor, grads: torch.Tensor) -> tuple[float, to
     return float((logprobs.double().exp() * sq).sum()), sq
 
 
+def fisher_chi(trace: float, sigma2: float) -> float:
+    """Fisher susceptibility (paper 002, Eq. 8-11 with μ = 0 and Σ = σ²I; SPEC §6 reading):
+    ``χ_F = ½·σ²·tr I(e)``, where ``tr I(e) = Σ_a p(a|e)·‖∇_e log p(a|e)‖²`` is the trace of the
+    Fisher information of the next-token distribution with respect to the query embeddings e
+    (over the top-k tokens, or the whole vocabulary)."""
+    return 0.5 * sigma2 * trace
+
+
 def query_prompt(lm: LM, query: str, template: str = PROMPT_TEMPLATE) -> Prompt:
     """The prompt with an empty context (the same ids as the query part of every ``c + q``)."""
     prompt = build_prompt(lm, template, {"context": "", "query": query})
@@ -111,7 +119,7 @@ def fisher_susceptibility(lm: LM, query: str, *, top_k: int = 10, sigma2: float 
     n_tokens = span[1] - span[0]
     if vocab == "full":
         trace, mass = full_vocab_trace(lm, prompt.ids, span, chunk=chunk)
-        return FisherResult(chi=0.5 * sigma2 * trace, trace=trace, sigma2=sigma2, token_ids=[],
+        return FisherResult(chi=fisher_chi(trace, sigma2), trace=trace, sigma2=sigma2, token_ids=[],
                             probs=[], sq_norms=[], mass=mass, n_query_tokens=n_tokens,
                             vocab="full")
     token_ids, logprobs, grads = query_gradients(lm, prompt.ids, span,
@@ -120,7 +128,7 @@ def fisher_susceptibility(lm: LM, query: str, *, top_k: int = 10, sigma2: float 
                                                  prefix_kv=prefix_kv)
     trace, sq = fisher_trace(logprobs, grads)
     probs = logprobs.double().exp()
-    return FisherResult(chi=0.5 * sigma2 * trace, trace=trace, sigma2=sigma2,
+    return FisherResult(chi=fisher_chi(trace, sigma2), trace=trace, sigma2=sigma2,
                         token_ids=[int(t) for t in token_ids], probs=probs.tolist(),
                         sq_norms=sq.tolist(), mass=float(probs.sum()), n_query_tokens=n_tokens,
                         vocab="topk")
