@@ -107,3 +107,59 @@ def planner_for(lm, batch_size: str | int | None = "auto") -> BatchPlanner:
         planner = BatchPlanner(None, str(lm.device.type))
         lm._auto_planner = planner
     return planner
+
+
+# Examples in flight for ``--batch-size auto`` (SPEC §8 "across examples"): at most this many
+# token slots in the batched KV caches of the examples measured together, and at most this many
+# examples. On this 2-core CPU plain batched sampling gains little past 32 streams (issue 13:
+# 22.5 tokens/s at 2 streams, 72.9 at 16, 74.0 at 32); GPUs keep gaining far longer, and the
+# out-of-memory back-off of :func:`ctxleak.run.runner.measure_items` halves a batch that does
+# not fit.
+IN_FLIGHT_TOKENS = {"cpu": 16384, "mps": 32768, "cuda": 524288}
+MAX_IN_FLIGHT = {"cpu": 16, "mps": 32, "cuda": 512}
+
+
+def device_kind(device: object) -> str:
+    """``cuda``, ``mps`` or ``cpu`` for a device or its name."""
+    name = str(getattr(device, "type", device))
+    return "cuda" if name.startswith("cuda") else name
+
+
+def next_example_batch(costs: Sequence[int | None], start: int,
+                       batch_size: str | int | None, device: object = "cpu",
+                       cap: int | None = None) -> int:
+    """The end of the batch of examples that begins at ``start``: consecutive examples (so
+    records are appended in item order), ``batch_size`` of them when it is a number; under
+    ``auto`` as many as fit in :data:`IN_FLIGHT_TOKENS` (``costs[i]``: the token slots example i
+    keeps in flight) and :data:`MAX_IN_FLIGHT` (and ``cap``, learnt from out-of-memory
+    back-off), balanced so that the batches left have about the same size. A cost of None means
+    the example is measured alone."""
+    n = len(costs)
+    if start >= n:
+        return n
+    if costs[start] is None:
+        return start + 1
+    fixed = parse_batch_size(batch_size)
+    kind = device_kind(device)
+    most = fixed if fixed is not None else min(MAX_IN_FLIGHT.get(kind, 16), cap or n)
+    budget = None if fixed is not None else IN_FLIGHT_TOKENS.get(kind, 16384)
+
+    def greedy(begin: int, limit: int) -> int:
+        end, used = begin, 0
+        while end < n and end - begin < limit and costs[end] is not None:
+            cost = int(costs[end])  # type: ignore[arg-type]
+            if budget is not None and end > begin and used + cost > budget:
+                break
+            used += cost
+            end += 1
+        return end
+
+    if fixed is not None:
+        return greedy(start, most)
+    # balance: as many batches as greedy filling needs, each about the same number of examples
+    count, i = 0, start
+    while i < n and costs[i] is not None:
+        i = greedy(i, most)
+        count += 1
+    even = -(-(i - start) // max(count, 1))
+    return greedy(start, max(1, even))

@@ -79,6 +79,26 @@ def mask_eos_before_min(logits: torch.Tensor, eos_ids: Sequence[int], min_new_to
     return logits
 
 
+@dataclass
+class StreamJob:
+    """One example's generation for :func:`generate_many`: its prompt streams, how they combine,
+    its own seed (drawn from by this example only) and its length limits."""
+
+    prompts: Sequence[Sequence[int]]
+    combine: Combine
+    observe: Observe | None = None
+    seed: int = 0
+    max_new_tokens: int = 50
+    min_new_tokens: int = 0
+
+    def check(self) -> None:
+        if not self.prompts or any(len(p) == 0 for p in self.prompts):
+            raise ValueError("every stream needs a non-empty prompt")
+        if (self.max_new_tokens < 0 or self.min_new_tokens < 0
+                or self.min_new_tokens > self.max_new_tokens):
+            raise ValueError("need 0 <= min_new_tokens <= max_new_tokens")
+
+
 def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine, *,
                      observe: Observe | None = None, max_new_tokens: int = 50,
                      min_new_tokens: int = 0, seed: int = 0, sample: bool = True,
@@ -93,22 +113,45 @@ def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine,
     system turn) go through the model once, not once per stream (on sliding-window models only
     when the prompts and the new tokens fit in the window).
     """
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("every stream needs a non-empty prompt")
-    if max_new_tokens < 0 or min_new_tokens < 0 or min_new_tokens > max_new_tokens:
-        raise ValueError("need 0 <= min_new_tokens <= max_new_tokens")
+    job = StreamJob(prompts, combine, observe, seed, max_new_tokens, min_new_tokens)
+    return generate_many(lm, [job], sample=sample, stop_ids=stop_ids, use_cache=use_cache,
+                         share_prefix=share_prefix)[0]
+
+
+def generate_many(lm: LM, jobs: Sequence[StreamJob], *, sample: bool = True,
+                  stop_ids: Sequence[int] | None = None, use_cache: bool = True,
+                  share_prefix: bool = True) -> list[Generation]:
+    """Generate one response per job, the streams of all jobs decoded in one batched KV cache.
+
+    Rows are the jobs' streams side by side, left-padded with an attention mask and position ids
+    from each row's first real token. At each step one forward pass extends every live row; each
+    job combines its own rows, masks EOS before its own minimum and draws from its own generator
+    (``torch.Generator`` seeded by ``job.seed``), so a job's tokens do not depend on which other
+    jobs share its batch (up to float noise in the logits). A job that stops (EOS or its maximum)
+    leaves the batch: its rows are dropped from the cache, so finished examples stop costing
+    compute. ``share_prefix``: the tokens every row begins with go through the model once.
+    """
+    for job in jobs:
+        job.check()
+    if not jobs:
+        return []
     stops = list(lm.eos_ids if stop_ids is None else stop_ids)
-    generator = torch.Generator(device="cpu").manual_seed(seed)
+    if not use_cache:
+        return [_generate_uncached(lm, job, stops, sample) for job in jobs]
     device, pad = lm.device, pad_id(lm)
-    seqs = [list(p) for p in prompts]
-    out: list[int] = []
-    records: list[Any] = []
-    stopped = False
+    seqs = [list(p) for job in jobs for p in job.prompts]
+    bounds = np.cumsum([0] + [len(job.prompts) for job in jobs]).tolist()
+    gens = [torch.Generator(device="cpu").manual_seed(job.seed) for job in jobs]
+    outs = [Generation(token_ids=[], stopped_on_eos=False) for _ in jobs]
+    live = [j for j, job in enumerate(jobs) if job.max_new_tokens > 0]
 
     with torch.inference_mode():
-        shared = shared_prefix_length(seqs) if use_cache and share_prefix else 0
+        if not live:
+            return outs
+        shared = shared_prefix_length(seqs) if share_prefix else 0
         window = sliding_window(lm)
-        if window is not None and max(len(s) for s in seqs) + max_new_tokens > window:
+        longest = max(job.max_new_tokens for job in jobs)
+        if window is not None and max(len(s) for s in seqs) + longest > window:
             # a sliding window counts cache slots, not positions: the padding between the
             # prefix and a short stream's tokens would push real tokens out of its window
             shared = 0
@@ -116,30 +159,68 @@ def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine,
             hidden, cache, mask, pos = _prefill_shared(lm, seqs, shared, pad)
         else:
             ids, mask, pos = left_pad(seqs, pad, device)
-            hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=use_cache)
-        for step in range(max_new_tokens):
+            hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=True)
+        rows = {j: (bounds[j], bounds[j + 1]) for j in live}  # each live job's rows, in order
+        step = 0
+        while True:
             logits = head_logits(lm, hidden[:, -1]).double()
-            mask_eos_before_min(logits, stops, min_new_tokens, step=step)
-            logprobs = combine(logits, step)
+            tokens: dict[int, int] = {}
+            for j in live:
+                job, (a, b) = jobs[j], rows[j]
+                own = logits[a:b]
+                mask_eos_before_min(own, stops, job.min_new_tokens, step=step)
+                logprobs = job.combine(own, step)
+                token = _draw(logprobs, gens[j], sample)
+                if job.observe is not None:
+                    outs[j].records.append(job.observe(own, logprobs, token, step))
+                if token in stops:
+                    outs[j].stopped_on_eos = True
+                    continue
+                outs[j].token_ids.append(token)
+                if step + 1 < job.max_new_tokens:
+                    tokens[j] = token
+            if not tokens:
+                break
+            if len(tokens) < len(live):  # drop the finished jobs' rows from the batch
+                keep = [r for j in live if j in tokens for r in range(*rows[j])]
+                index = torch.as_tensor(keep, dtype=torch.long, device=device)
+                cache.batch_select_indices(index)
+                mask, pos = mask[index], pos[index]
+            live = [j for j in live if j in tokens]
+            sizes = [rows[j][1] - rows[j][0] for j in live]
+            starts = np.cumsum([0] + sizes).tolist()
+            rows = {j: (starts[k], starts[k + 1]) for k, j in enumerate(live)}
+            new = torch.as_tensor([[tokens[j]] for j in live for _ in range(rows[j][1] - rows[j][0])],
+                                  dtype=torch.long, device=device)
+            mask = torch.cat([mask, torch.ones_like(new)], dim=1)
+            pos = pos[:, -1:] + 1
+            hidden, cache = hidden_states(lm, new, mask, pos, cache=cache, use_cache=True)
+            step += 1
+    return outs
+
+
+def _generate_uncached(lm: LM, job: StreamJob, stops: list[int], sample: bool) -> Generation:
+    """The naive way, for tests and benchmarks: every stream recomputed from scratch each step."""
+    generator = torch.Generator(device="cpu").manual_seed(job.seed)
+    pad = pad_id(lm)
+    seqs = [list(p) for p in job.prompts]
+    gen = Generation(token_ids=[], stopped_on_eos=False)
+    with torch.inference_mode():
+        for step in range(job.max_new_tokens):
+            ids, mask, pos = left_pad(seqs, pad, lm.device)
+            hidden, _ = hidden_states(lm, ids, mask, pos)
+            logits = head_logits(lm, hidden[:, -1]).double()
+            mask_eos_before_min(logits, stops, job.min_new_tokens, step=step)
+            logprobs = job.combine(logits, step)
             token = _draw(logprobs, generator, sample)
-            if observe is not None:
-                records.append(observe(logits, logprobs, token, step))
+            if job.observe is not None:
+                gen.records.append(job.observe(logits, logprobs, token, step))
             if token in stops:
-                stopped = True
+                gen.stopped_on_eos = True
                 break
-            out.append(token)
-            if step + 1 == max_new_tokens:
-                break
-            if use_cache:
-                new = torch.full((len(seqs), 1), token, dtype=torch.long, device=device)
-                mask = torch.cat([mask, torch.ones_like(new)], dim=1)
-                pos = pos[:, -1:] + 1
-                hidden, cache = hidden_states(lm, new, mask, pos, cache=cache, use_cache=True)
-            else:
-                seqs = [s + [token] for s in seqs]
-                ids, mask, pos = left_pad(seqs, pad, device)
-                hidden, _ = hidden_states(lm, ids, mask, pos)
-    return Generation(token_ids=out, stopped_on_eos=stopped, records=records)
+            gen.token_ids.append(token)
+            seqs = [s + [token] for s in seqs]
+    return gen
 
 
 def sliding_window(lm: LM) -> int | None:

@@ -42,9 +42,14 @@ logits (paper 000, Def. 3.4), applied before the log-softmax."""
 
 def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
                     consume: Callable[[int, torch.Tensor], object], *, reuse_prefix: bool,
-                    batch_size: str | int | None) -> list:
+                    batch_size: str | int | None, groups: Sequence[int] | None = None) -> list:
     """Hidden states of ``seqs[i]`` at positions ``starts[i] .. len(seqs[i]) - 1``, handed to
-    ``consume(i, hidden[n_i, d])``; returns the consumed results in request order."""
+    ``consume(i, hidden[n_i, d])``; returns the consumed results in request order.
+
+    ``groups[i]`` names the example request i belongs to (None: all one group). Prefix reuse
+    works within a group, against its first request; requests of several groups share the
+    planner, so the examples measured together fill its batches, and a batch that reuses a
+    cached prefix holds one group's requests."""
     for i, (seq, start) in enumerate(zip(seqs, starts)):
         if not 0 <= start < len(seq):
             raise ValueError(f"request {i}: position {start} outside a sequence of {len(seq)}")
@@ -52,21 +57,35 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
     device = lm.device
     pad = pad_id(lm)
 
+    group = list(groups) if groups is not None else [0] * len(seqs)
+    if len(group) != len(seqs):
+        raise ValueError("need one group per request")
+    first: dict[int, int] = {}
+    for i, g in enumerate(group):
+        first.setdefault(g, i)
     prefix = [0] * len(seqs)
-    ref_cache = None
-    if reuse_prefix and len(seqs) > 1:
-        ref = seqs[0]
-        prefix = [min(common_prefix_length(s, ref), st) for s, st in zip(seqs, starts)]
-        longest = max(prefix)
-        if longest >= MIN_REUSE_TOKENS:
-            with torch.inference_mode():
-                ids = torch.tensor([list(ref[:longest])], device=device)
-                _, ref_cache = hidden_states(lm, ids, torch.ones_like(ids), use_cache=True)
-        else:
-            prefix = [0] * len(seqs)
+    ref_caches: dict[int, object] = {}
+    if reuse_prefix:
+        for g, ref_index in first.items():
+            members = [i for i in range(len(seqs)) if group[i] == g]
+            if len(members) < 2:
+                continue
+            ref = seqs[ref_index]
+            for i in members:
+                prefix[i] = min(common_prefix_length(seqs[i], ref), starts[i])
+            longest = max(prefix[i] for i in members)
+            if longest >= MIN_REUSE_TOKENS:
+                with torch.inference_mode():
+                    ids = torch.tensor([list(ref[:longest])], device=device)
+                    _, ref_caches[g] = hidden_states(lm, ids, torch.ones_like(ids),
+                                                     use_cache=True)
+            else:
+                for i in members:
+                    prefix[i] = 0
 
     def run_batch(batch: list[int]) -> list:
         shared = min(prefix[i] for i in batch)
+        ref_cache = ref_caches.get(group[batch[0]])
         with torch.inference_mode():
             if shared >= MIN_REUSE_TOKENS and ref_cache is not None:
                 cache = expand_cache(ref_cache, shared, len(batch))
@@ -90,14 +109,20 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
             return out
 
     costs = [len(s) - p for s, p in zip(seqs, prefix)]
-    if not reuse_prefix or ref_cache is None:
+    if not reuse_prefix or not ref_caches:
         return planner.run([len(s) for s in seqs], run_batch)
-    # Longest shared prefix first, then longest suffix. A variant joins a batch only while the
+    # Requests without a cached prefix first (any group, longest first), then each group's:
+    # longest shared prefix first, then longest suffix. A variant joins a batch only while the
     # tokens the batch would recompute for it (its prefix beyond the batch's shortest) stay a
     # small part of its own work, so batching never undoes the prefix saving.
-    order = sorted(range(len(seqs)), key=lambda i: (-prefix[i], -costs[i]))
+    cached = [group[i] in ref_caches for i in range(len(seqs))]
+    order = sorted(range(len(seqs)), key=lambda i: (cached[i], group[i] if cached[i] else 0,
+                                                    -prefix[i], -costs[i]))
 
     def joins(batch: list[int], i: int) -> bool:
+        j0 = batch[0]
+        if cached[i] != cached[j0] or (cached[i] and group[i] != group[j0]):
+            return False
         return max(prefix[j] for j in batch) - prefix[i] <= REUSE_SLACK * costs[i]
 
     return planner.run(costs, run_batch, order=order, joins=joins)
@@ -172,20 +197,30 @@ def continuation_logprobs(lm: LM, prompts: Sequence[Sequence[int]],
 
 
 def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
-                        continuation: Sequence[int], *, reuse_prefix: bool = True,
-                        batch_size: str | int | None = "auto",
-                        reduce: Callable[[int, torch.Tensor], object]) -> list:
+                        continuation: Sequence[int] | Sequence[Sequence[int]], *,
+                        reuse_prefix: bool = True, batch_size: str | int | None = "auto",
+                        reduce: Callable[[int, torch.Tensor], object],
+                        groups: Sequence[int] | None = None) -> list:
     """Raw float64 logits ``[T, V]`` at each continuation position, reduced per prompt by
-    ``reduce(i, logits)`` so that full-vocabulary tensors never pile up."""
-    cont = list(continuation)
-    seqs = [list(p) + cont for p in prompts]
+    ``reduce(i, logits)`` so that full-vocabulary tensors never pile up.
+
+    ``continuation``: one id list for all prompts, or one per prompt. ``groups``: the example
+    each prompt belongs to, when several examples are scored together (prefix reuse stays
+    within an example, against its first prompt)."""
+    if continuation and not isinstance(continuation[0], (int, np.integer)):
+        conts = [list(c) for c in continuation]  # type: ignore[union-attr]
+    else:
+        conts = [list(continuation)] * len(prompts)  # type: ignore[list-item]
+    if len(conts) != len(prompts):
+        raise ValueError("need one continuation per prompt, or one shared continuation")
+    seqs = [list(p) + c for p, c in zip(prompts, conts)]
     starts = [len(p) - 1 for p in prompts]
 
     def consume(i: int, hidden: torch.Tensor):
-        hidden = hidden[:len(cont)]
+        hidden = hidden[:len(conts[i])]
         logits = torch.cat([head_logits(lm, hidden[k:k + HEAD_CHUNK]).double()
                             for k in range(0, hidden.shape[0], HEAD_CHUNK)])
         return reduce(i, logits)
 
     return _forward_ranges(lm, seqs, starts, consume, reuse_prefix=reuse_prefix,
-                           batch_size=batch_size)
+                           batch_size=batch_size, groups=groups)

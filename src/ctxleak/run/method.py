@@ -9,7 +9,7 @@ A method never opens files, prints or builds HTML itself; it says how to:
 - ``report(result)``: build the HTML report of a finished run from its :class:`Result`.
 
 Optional hooks have defaults here: ``setup(lm, run)`` once after the model is loaded (scorers,
-trained soft prompts), ``batches(items)`` to group the items measured together,
+trained soft prompts), ``batch_cost(item)`` and ``batches(items)`` to group the items measured together,
 ``artifacts(result)`` for extra files (plots, texts), ``provenance_extra(lm)`` for prompt templates.
 """
 
@@ -32,6 +32,8 @@ class Method:
     desc: ClassVar[str] = "examples"
     private: ClassVar[bool] = False
     result_class: ClassVar[Any] = None
+    device: str = "cpu"  # the model's device type, set by the run layer before batching
+    max_in_flight: int | None = None  # items per batch after an out-of-memory back-off
 
     def __init__(self, common: RunOptions | None = None) -> None:
         self.common = (common or RunOptions()).check()
@@ -65,10 +67,26 @@ class Method:
     def setup(self, lm: Any, run: Any) -> None:
         """Once, after the model is loaded and before any item is measured."""
 
+    def batch_cost(self, item: Any) -> int | None:
+        """Token slots ``item`` keeps in flight when measured together with other items (its
+        streams times their prompt and new tokens), or None to measure it alone (the default)."""
+        return None
+
     def batches(self, todo: Sequence[Any]) -> Iterable[list[Any]]:
-        """The items still to measure, grouped into the lists given to :meth:`measure`."""
-        for item in todo:
-            yield [item]
+        """The items still to measure, grouped into the lists given to :meth:`measure`:
+        consecutive items, as many as ``batch_size`` says (``auto``: as many as fit the token
+        budget of examples in flight on ``self.device``, see
+        :func:`ctxleak.engine.batching.next_example_batch`; ``self.max_in_flight``, lowered by
+        the run layer's out-of-memory back-off, caps it)."""
+        from ctxleak.engine.batching import next_example_batch
+
+        costs = [self.batch_cost(item) for item in todo]
+        start = 0
+        while start < len(todo):
+            end = next_example_batch(costs, start, self.common.batch_size, self.device,
+                                     self.max_in_flight)
+            yield list(todo[start:end])
+            start = end
 
     def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
         """Extra files of the run directory (plots as PNG bytes, texts), by file name."""

@@ -96,12 +96,9 @@ def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
         f"{method.desc} [rank {world.rank}/{world.size}]"
     with tqdm(total=len(todo), desc=label, unit="ex", file=sys.stderr, dynamic_ncols=True,
               disable=not progress) as bar:
+        method.device = str(getattr(lm.device, "type", lm.device)) if lm is not None else "cpu"
         for batch in method.batches(todo):
-            records = method.measure(lm, batch)
-            if len(records) != len(batch):
-                raise RuntimeError(f"{type(method).__name__}.measure returned {len(records)} "
-                                   f"records for {len(batch)} items")
-            for item, record in zip(batch, records):
+            for item, record in measure_batch(method, lm, batch):
                 run.append_sample({"id": method.key(item), **record})
                 bar.update(1)
     if world.distributed:
@@ -114,6 +111,36 @@ def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
         run.merge_shards([method.key(item) for item in items])
     by_id = {row["id"]: row for row in run.samples}
     return [by_id[method.key(item)] for item in items if method.key(item) in by_id]
+
+
+def measure_batch(method: Method, lm: Any, batch: list[Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """``(item, record)`` for each item of ``batch``, measured together. Under ``batch_size``
+    ``auto`` a batch that runs out of memory is halved (and later batches capped at that size
+    through ``method.max_in_flight``) until it fits, the engine's back-off one level up."""
+    from ctxleak.engine.batching import is_out_of_memory, parse_batch_size
+
+    try:
+        records = method.measure(lm, batch)
+    except Exception as exc:
+        if (not is_out_of_memory(exc) or len(batch) == 1
+                or parse_batch_size(method.common.batch_size) is not None):
+            raise
+        half = len(batch) // 2
+        method.max_in_flight = half
+        say(f"out of memory with {len(batch)} examples in flight; retrying with {half}")
+        _free_accelerator_memory()
+        return measure_batch(method, lm, batch[:half]) + measure_batch(method, lm, batch[half:])
+    if len(records) != len(batch):
+        raise RuntimeError(f"{type(method).__name__}.measure returned {len(records)} "
+                           f"records for {len(batch)} items")
+    return list(zip(batch, records))
+
+
+def _free_accelerator_memory() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def run_method(method: Method, lm: Any = None, data: Any = None, output: str | None = None,

@@ -2,19 +2,20 @@
 
 CID samples from ``p̄_λ(y_t) = softmax((λ·z(y_t | D, x, y<t) + (1−λ)·z(y_t | x, y<t)) / T)``
 where z are logits with and without the context D. Two prompt streams, each KV-cached, are
-combined step by step by the engine's :func:`~ctxleak.engine.generation.generate_streams`.
+combined step by step by the engine's :func:`~ctxleak.engine.generation.generate_many`, the
+streams of many examples in one batched KV cache.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ctxleak.engine.forward import MASKED_LOGIT
-from ctxleak.engine.generation import generate_streams
+from ctxleak.engine.generation import Generation, StreamJob, generate_many
 from ctxleak.engine.models import LM
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.quantities import response_influence, token_influence
@@ -139,6 +140,27 @@ class CIDResponse:
 def generate_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],
                  config: CIDConfig, seed: int, use_cache: bool = True) -> CIDResponse:
     """Draw one response by CID from the prompt with the context and the one without it."""
+    return generate_cid_many(lm, [(prompt_context, prompt_empty, config, seed)],
+                             use_cache=use_cache)[0]
+
+
+CIDJob = tuple[Sequence[int], Sequence[int], CIDConfig, int]
+"""(prompt with the context, prompt without it, decoding settings, seed) of one example."""
+
+
+def generate_cid_many(lm: LM, jobs: Sequence[CIDJob], use_cache: bool = True
+                      ) -> list[CIDResponse]:
+    """One CID response per job, the two streams of every job decoded in one batched KV cache
+    (:func:`~ctxleak.engine.generation.generate_many`); each job draws from its own seed, so its
+    response does not depend on the other jobs in the batch."""
+    parts = [_cid_job(full, empty, config, seed) for full, empty, config, seed in jobs]
+    gens = generate_many(lm, [job for job, _ in parts], use_cache=use_cache)
+    return [finish(gen) for (_, finish), gen in zip(parts, gens)]
+
+
+def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config: CIDConfig,
+             seed: int) -> tuple[StreamJob, Callable[[Generation], CIDResponse]]:
+    """The stream job of one CID response and the function that reads its result."""
     lam_chosen: list[float] = []
     step_eps: list[float] = []
 
@@ -155,12 +177,14 @@ def generate_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[i
         empty = torch.log_softmax(logits[1] / config.temperature, dim=-1)
         return float(logprobs[token]), float(empty[token])
 
-    gen = generate_streams(lm, [list(prompt_context), list(prompt_empty)], combine,
-                           observe=observe, max_new_tokens=config.max_new_tokens,
-                           min_new_tokens=config.min_new_tokens, seed=seed, use_cache=use_cache)
-    n = len(gen.token_ids)  # influence is over response tokens, not the stopping EOS
-    return CIDResponse(token_ids=gen.token_ids,
-                       logp_context=[r[0] for r in gen.records[:n]],
-                       logp_empty=[r[1] for r in gen.records[:n]],
-                       lambdas=lam_chosen, token_eps=step_eps,
-                       stopped_on_eos=gen.stopped_on_eos)
+    def finish(gen: Generation) -> CIDResponse:
+        n = len(gen.token_ids)  # influence is over response tokens, not the stopping EOS
+        return CIDResponse(token_ids=gen.token_ids,
+                           logp_context=[r[0] for r in gen.records[:n]],
+                           logp_empty=[r[1] for r in gen.records[:n]],
+                           lambdas=lam_chosen, token_eps=step_eps,
+                           stopped_on_eos=gen.stopped_on_eos)
+
+    job = StreamJob([list(prompt_context), list(prompt_empty)], combine, observe, seed,
+                    config.max_new_tokens, config.min_new_tokens)
+    return job, finish

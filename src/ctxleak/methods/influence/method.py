@@ -10,7 +10,8 @@ from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.pipeline import (
     InfluenceOptions,
     Setting,
-    measure_example,
+    example_parts,
+    measure_examples,
     settings_grid,
     summarize_setting,
 )
@@ -107,15 +108,27 @@ class InfluenceMethod(Method):
         setting, ex = item
         return f"{ex.id}|{setting.key}"
 
+    def setup(self, lm: Any, run: Any) -> None:
+        self.lm = lm  # to count the token slots of an item (batch_cost)
+
+    def batch_cost(self, item: tuple[Setting, Any]) -> int | None:
+        """Two CID streams, each its prompt plus the new tokens (the generation's KV cache)."""
+        setting, ex = item
+        lm = getattr(self, "lm", None)
+        if lm is None:
+            return None
+        parts, _ = example_parts(lm, ex, setting, self.options)
+        return len(parts.full) + len(parts.empty) + 2 * self.options.max_new_tokens
+
     def measure(self, lm: Any, items: Sequence[tuple[Setting, Any]]) -> list[dict[str, Any]]:
+        """CID responses and influence of the items, measured together (one batched KV cache for
+        generation, one planner for n-gram scoring); each item samples from its own seed,
+        (run seed, example index), the same across settings and batches."""
         from ctxleak.engine.generation import derive_seed
 
-        out = []
-        for setting, ex in items:
-            seed = derive_seed(self.common.seed, self.index[ex.id])  # same draws across settings
-            out.append(measure_example(lm, ex, setting, self.options, seed,
-                                       self.common.batch_size))
-        return out
+        jobs = [(ex, setting, derive_seed(self.common.seed, self.index[ex.id]))
+                for setting, ex in items]
+        return measure_examples(lm, jobs, self.options, self.common.batch_size)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         from ctxleak.methods.influence.quality import quality_scores

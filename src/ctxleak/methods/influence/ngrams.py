@@ -81,6 +81,18 @@ class WindowInfluence:
         return response_influence(self.tau)
 
 
+@dataclass(frozen=True)
+class WindowRequest:
+    """One example's n-gram scoring: its prompt parts, response, windows and CID settings."""
+
+    parts: PromptParts
+    response: Sequence[int]
+    spans: Sequence[tuple[int, int]]
+    lam: float = 1.0
+    temperature: float = 1.0
+    min_new_tokens: int = 0
+
+
 def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans: Sequence[
         tuple[int, int]], *, lam: float, temperature: float, min_new_tokens: int = 0,
         reuse_prefix: bool = True, batch_size: str | int | None = "auto") -> WindowInfluence:
@@ -89,32 +101,63 @@ def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans:
     The EOS mask of the first ``min_new_tokens`` steps is applied as during generation, so the
     scored distributions are the ones the response was drawn from.
     """
-    response = list(response)
-    if not response:
-        return WindowInfluence(list(spans), np.zeros(0), np.zeros((len(spans), 0)))
-    def mask(logits: torch.Tensor) -> None:
-        mask_eos_before_min(logits, lm.eos_ids, min_new_tokens)
+    request = WindowRequest(parts, list(response), list(spans), lam, temperature, min_new_tokens)
+    return window_influence_many(lm, [request], reuse_prefix=reuse_prefix,
+                                 batch_size=batch_size)[0]
 
-    target = torch.as_tensor(response, dtype=torch.long)
+
+def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
+                          reuse_prefix: bool = True, batch_size: str | int | None = "auto"
+                          ) -> list[WindowInfluence]:
+    """:func:`window_influence` of several examples scored together: the no-context prompts of
+    all of them in one planner run, then every example's full and ablated prompts in another,
+    each example reusing the KV cache of its own full prompt's prefix (SPEC §3)."""
+    out: list[WindowInfluence | None] = [None] * len(requests)
+    todo = []
+    for k, r in enumerate(requests):
+        if r.response:
+            todo.append(k)
+        else:
+            out[k] = WindowInfluence(list(r.spans), np.zeros(0), np.zeros((len(r.spans), 0)))
+    if not todo:
+        return out  # type: ignore[return-value]
+
+    def masked(k: int, logits: torch.Tensor) -> torch.Tensor:
+        return mask_eos_before_min(logits, lm.eos_ids, requests[k].min_new_tokens)
 
     def keep(i: int, logits: torch.Tensor) -> torch.Tensor:
-        mask(logits)
-        return logits
+        return masked(todo[i], logits).float()  # masked logits fit float32 exactly: half the memory
 
-    (z_empty,) = continuation_logits(lm, [parts.empty], response, reuse_prefix=False,
-                                     batch_size=batch_size, reduce=keep)
-    prompts = [parts.full] + [parts.with_context(parts.context[:a] + parts.context[b:])
-                              for a, b in spans]
+    z_empty = continuation_logits(lm, [requests[k].parts.empty for k in todo],
+                                  [list(requests[k].response) for k in todo],
+                                  reuse_prefix=False, batch_size=batch_size, reduce=keep)
+    prompts, conts, groups = [], [], []
+    for g, k in enumerate(todo):
+        r = requests[k]
+        variants = [r.parts.full] + [r.parts.with_context(r.parts.context[:a] + r.parts.context[b:])
+                                     for a, b in r.spans]
+        prompts += variants
+        conts += [list(r.response)] * len(variants)
+        groups += [g] * len(variants)
 
     def reduce(i: int, logits: torch.Tensor) -> np.ndarray:
-        mask(logits)
-        logp = cid_logprobs(logits, z_empty.to(logits.device), lam, temperature)
-        return logp.gather(1, target.to(logp.device)[:, None])[:, 0].cpu().numpy()
+        g = groups[i]
+        r = requests[todo[g]]
+        masked(todo[g], logits)
+        logp = cid_logprobs(logits, z_empty[g].to(logits.device).double(), r.lam, r.temperature)
+        target = torch.as_tensor(list(r.response), dtype=torch.long, device=logp.device)
+        return logp.gather(1, target[:, None])[:, 0].cpu().numpy()
 
-    scored = continuation_logits(lm, prompts, response, reuse_prefix=reuse_prefix,
-                                 batch_size=batch_size, reduce=reduce)
-    ablated = np.stack(scored[1:]) if spans else np.zeros((0, len(response)))
-    return WindowInfluence(list(spans), scored[0], ablated)
+    scored = continuation_logits(lm, prompts, conts, reuse_prefix=reuse_prefix,
+                                 batch_size=batch_size, reduce=reduce, groups=groups)
+    begin = 0
+    for g, k in enumerate(todo):
+        spans = list(requests[k].spans)
+        rows = scored[begin:begin + len(spans) + 1]
+        begin += len(spans) + 1
+        ablated = np.stack(rows[1:]) if spans else np.zeros((0, len(requests[k].response)))
+        out[k] = WindowInfluence(spans, rows[0], ablated)
+    return out  # type: ignore[return-value]
 
 
 def next_token_unigram_influence(lm: LM, parts: PromptParts, prefix: Sequence[int],

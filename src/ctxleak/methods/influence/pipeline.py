@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ctxleak.engine.models import LM
-from ctxleak.methods.influence.cid import CIDConfig, generate_cid
+from ctxleak.methods.influence.cid import CIDConfig, CIDResponse, generate_cid_many
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 from ctxleak.methods.influence.metrics import (
     context_token_fraction,
@@ -21,7 +21,12 @@ from ctxleak.methods.influence.metrics import (
     mean_with_ci,
     rouge_l_f1,
 )
-from ctxleak.methods.influence.ngrams import window_influence, windows
+from ctxleak.methods.influence.ngrams import (
+    PromptParts,
+    WindowRequest,
+    window_influence_many,
+    windows,
+)
 from ctxleak.methods.influence.quantities import expected_influence
 
 
@@ -67,23 +72,75 @@ def measure_example(lm: LM, example: InfluenceExample, setting: Setting,
                     options: InfluenceOptions, seed: int,
                     batch_size: str | int | None = "auto") -> dict[str, Any]:
     """Generate by CID and measure the context's influence on one example (one JSON record)."""
-    config = options.cid(setting)
-    parts, dropped = prompt_parts(lm, example, options.template, setting.context_tokens,
-                                  reserve=config.max_new_tokens)
-    if dropped:
-        warnings.warn(f"example {example.id}: context cut by {dropped} tokens to fit the "
-                      "model's window", stacklevel=2)
-    response = generate_cid(lm, parts.full, parts.empty, config, seed)
+    return measure_examples(lm, [(example, setting, seed)], options, batch_size)[0]
+
+
+def example_parts(lm: LM, example: InfluenceExample, setting: Setting,
+                  options: InfluenceOptions) -> tuple[PromptParts, int]:
+    """The example's prompt parts under ``setting`` (context cut to the window) and how many
+    context tokens the window forced out."""
+    return prompt_parts(lm, example, options.template, setting.context_tokens,
+                        reserve=options.max_new_tokens)
+
+
+def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                     options: InfluenceOptions, batch_size: str | int | None = "auto"
+                     ) -> list[dict[str, Any]]:
+    """Measure several (example, setting, seed) together, one JSON record each, in order: their
+    CID responses decoded in one batched KV cache (each from its own seed, so a record does not
+    depend on the batch), then the n-gram windows of all of them scored
+    (:func:`~ctxleak.methods.influence.ngrams.window_influence_many`)."""
+    parts = []
+    for example, setting, _ in jobs:
+        p, dropped = example_parts(lm, example, setting, options)
+        if dropped:
+            warnings.warn(f"example {example.id}: context cut by {dropped} tokens to fit the "
+                          "model's window", stacklevel=2)
+        parts.append((p, dropped))
+    responses = generate_cid_many(lm, [(p.full, p.empty, options.cid(setting), seed)
+                                       for (p, _), (_, setting, seed) in zip(parts, jobs)])
+    records = [_record(lm, ex, setting, options, seed, p, dropped, response)
+               for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
+    if options.ngram is None:
+        return records
+    todo = [k for k, r in enumerate(responses) if r.token_ids]
+    requests = []
+    for k in todo:
+        p, setting = parts[k][0], jobs[k][1]
+        n = min(options.ngram, len(p.context))
+        requests.append(WindowRequest(p, responses[k].token_ids,
+                                      windows(len(p.context), n, options.stride),
+                                      lam=setting.lam, temperature=setting.temperature,
+                                      min_new_tokens=options.min_new_tokens))
+    scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix,
+                                   batch_size=batch_size)
+    for k, request, win in zip(todo, requests, scored):
+        per_window = win.per_window
+        records[k].update({
+            "ngram": min(options.ngram, len(request.parts.context)),
+            "windows": [list(s) for s in request.spans],
+            "window_influence": _round(per_window),
+            "window_logp": [_round(row) for row in win.logp_ablated],
+            "max_window_influence": float(per_window.max()) if len(per_window) else None,
+            "max_window": int(per_window.argmax()) if len(per_window) else None,
+        })
+    return records
+
+
+def _record(lm: LM, example: InfluenceExample, setting: Setting, options: InfluenceOptions,
+            seed: int, parts: PromptParts, dropped: int, response: CIDResponse
+            ) -> dict[str, Any]:
+    """The record of one CID response: tokens, per-token log-probs and influence (Def. 3.1-3.2),
+    regurgitation and ROUGE-L, bounded-CID ε."""
     text = lm.decode(response.token_ids)
     context_text = lm.decode(list(parts.context))
-    tau = response.token_influence
     record: dict[str, Any] = {
         "setting": setting.key, "lambda": setting.lam, "temperature": setting.temperature,
         "context_tokens": len(parts.context), "context_truncated_by": dropped,
         "seed": seed, "response": text, "response_ids": response.token_ids,
         "stopped_on_eos": response.stopped_on_eos,
         "logp_context": _round(response.logp_context), "logp_empty": _round(response.logp_empty),
-        "token_influence": _round(tau), "influence": response.influence,
+        "token_influence": _round(response.token_influence), "influence": response.influence,
         "context_token_fraction": context_token_fraction(response.token_ids, parts.context),
         "repeat": is_repeat(response.token_ids, parts.context, options.repeat_threshold),
         "rouge_context": rouge_l_f1(text, context_text),
@@ -93,21 +150,6 @@ def measure_example(lm: LM, example: InfluenceExample, setting: Setting,
     if options.bounded_eps is not None:
         record.update({"lambdas": _round(response.lambdas), "token_eps": _round(response.token_eps),
                        "composed_eps": response.composed_eps})
-    if options.ngram is not None and response.token_ids:
-        n = min(options.ngram, len(parts.context))
-        spans = windows(len(parts.context), n, options.stride)
-        win = window_influence(lm, parts, response.token_ids, spans, lam=setting.lam,
-                               temperature=setting.temperature,
-                               min_new_tokens=config.min_new_tokens,
-                               reuse_prefix=options.reuse_prefix, batch_size=batch_size)
-        per_window = win.per_window
-        record.update({
-            "ngram": n, "windows": [list(s) for s in spans],
-            "window_influence": _round(per_window),
-            "window_logp": [_round(row) for row in win.logp_ablated],
-            "max_window_influence": float(per_window.max()) if len(per_window) else None,
-            "max_window": int(per_window.argmax()) if len(per_window) else None,
-        })
     return record
 
 
