@@ -126,11 +126,15 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
         return mask_eos_before_min(logits, lm.eos_ids, requests[k].min_new_tokens)
 
     def keep(i: int, logits: torch.Tensor) -> torch.Tensor:
-        return masked(todo[i], logits).float()  # masked logits fit float32 exactly: half the memory
+        return masked(todo[i], logits).float()  # the head gave float32: half the memory
 
-    z_empty = continuation_logits(lm, [requests[k].parts.empty for k in todo],
-                                  [list(requests[k].response) for k in todo],
-                                  reuse_prefix=False, batch_size=batch_size, reduce=keep)
+    # the no-context logits enter the CID mixture only when λ != 1 (cid_logprobs)
+    mixed = [g for g, k in enumerate(todo) if requests[k].lam != 1]
+    z_list = continuation_logits(lm, [requests[todo[g]].parts.empty for g in mixed],
+                                 [list(requests[todo[g]].response) for g in mixed],
+                                 reuse_prefix=False, batch_size=batch_size,
+                                 reduce=lambda i, z: keep(mixed[i], z)) if mixed else []
+    z_empty = dict(zip(mixed, z_list))
     prompts, conts, groups = [], [], []
     for g, k in enumerate(todo):
         r = requests[k]
@@ -144,7 +148,8 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
         g = groups[i]
         r = requests[todo[g]]
         masked(todo[g], logits)
-        logp = cid_logprobs(logits, z_empty[g].to(logits.device).double(), r.lam, r.temperature)
+        z_e = z_empty[g].to(logits.device).double() if g in z_empty else logits
+        logp = cid_logprobs(logits, z_e, r.lam, r.temperature)
         target = torch.as_tensor(list(r.response), dtype=torch.long, device=logp.device)
         return logp.gather(1, target[:, None])[:, 0].cpu().numpy()
 
