@@ -122,3 +122,76 @@ def _vector_jacobian_products(selected: torch.Tensor, wrt: torch.Tensor,
         return grads
     return torch.stack([torch.autograd.grad(selected[j], wrt, retain_graph=j + 1 < k)[0]
                         for j in range(k)])
+
+
+def next_token_embedding_grads_many(lm: LM, prompts: Sequence[Sequence[int]],
+                                    spans: Sequence[tuple[int, int]], *, top_k: int = 10,
+                                    prefix_kv: PrefixKV | None = None
+                                    ) -> list[EmbeddingGradients]:
+    """:func:`next_token_embedding_grads` (top-k, cached prefix) of several prompts at once:
+    one forward pass over all of them and k batched vector-Jacobian products.
+
+    Prompts are grouped by the ids before their span (a chat template's system turn, the same
+    for every query of a run), which enter as one KV cache repeated over the group. Each row's
+    own tokens are right-padded after it, with an attention mask and position ids that carry on
+    from the prefix; row q's next-token distribution is read at its last real token. Rows are
+    independent, so the gradient of ``Σ_q log p_q(a_qj)`` with respect to row q's embeddings is
+    that of ``log p_q(a_qj)`` alone: k backward products cover the whole batch (not k per row).
+    """
+    out: list[EmbeddingGradients | None] = [None] * len(prompts)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (prompt, (start, end)) in enumerate(zip(prompts, spans)):
+        if not 0 <= start < end <= len(prompt):
+            raise ValueError(f"span {(start, end)} is not inside a prompt of {len(prompt)} tokens")
+        groups.setdefault(tuple(int(t) for t in prompt[:start]), []).append(i)
+    store = prefix_kv or PrefixKV(lm)
+    for head, members in groups.items():
+        for i, res in zip(members, _grads_group(lm, [prompts[i] for i in members],
+                                                [spans[i] for i in members], head, top_k,
+                                                store)):
+            out[i] = res
+    return out  # type: ignore[return-value]
+
+
+def _grads_group(lm: LM, prompts: Sequence[Sequence[int]], spans: Sequence[tuple[int, int]],
+                 head: tuple[int, ...], top_k: int, store: PrefixKV) -> list[EmbeddingGradients]:
+    offset, rows = len(head), len(prompts)
+    with torch.no_grad():
+        bases = [input_embeddings(lm, p) for p in prompts]
+    wrts = [b[s:e].clone().requires_grad_(True) for b, (s, e) in zip(bases, spans)]
+    lengths = [len(p) - offset for p in prompts]
+    width = max(lengths)
+    with torch.enable_grad(), frozen_weights(lm.model):
+        own = []
+        for b, w, (s, e), n in zip(bases, wrts, spans, lengths):
+            seq = torch.cat([w, b[e:]], dim=0)
+            own.append(torch.cat([seq, seq.new_zeros((width - n, seq.shape[1]))], dim=0))
+        embeds = torch.stack(own)
+        device = embeds.device
+        mask = torch.zeros((rows, offset + width), dtype=torch.long, device=device)
+        mask[:, :offset] = 1
+        for r, n in enumerate(lengths):
+            mask[r, offset:offset + n] = 1
+        pos = (offset + torch.arange(width, device=device))[None].expand(rows, width)
+        cache = None
+        if offset:
+            cache = store.get(list(head))
+            if rows > 1:
+                cache.batch_repeat_interleave(rows)
+        hidden, _ = hidden_states(lm, attention_mask=mask if offset or rows > 1 else None,
+                                  position_ids=pos, cache=cache, use_cache=cache is not None,
+                                  inputs_embeds=embeds)
+        last = hidden[torch.arange(rows, device=device),
+                      torch.as_tensor(lengths, device=device) - 1]
+        logp = torch.log_softmax(head_logits(lm, last).double(), dim=-1)  # [rows, V]
+        chosen = torch.topk(logp.detach(), top_k, dim=-1).indices  # [rows, k]
+        selected = logp.gather(1, chosen)  # [rows, k]
+        eye = torch.eye(top_k, dtype=selected.dtype, device=device)
+        grad_out = eye[:, None, :].expand(top_k, rows, top_k)  # product j: column j of each row
+        grads = torch.autograd.grad(selected, wrts, grad_outputs=grad_out,
+                                    is_grads_batched=True) if top_k > 1 else \
+            [g[None] for g in torch.autograd.grad(selected[:, 0].sum(), wrts)]
+    return [EmbeddingGradients(token_ids=chosen[r].cpu(), logprobs=selected[r].detach().cpu(),
+                               grads=grads[r].detach().double().cpu(),
+                               full_logprobs=logp[r].detach().cpu(), span=tuple(spans[r]))
+            for r in range(rows)]

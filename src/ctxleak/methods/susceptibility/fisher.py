@@ -32,6 +32,7 @@ from ctxleak.engine.gradients import (
     frozen_weights,
     input_embeddings,
     next_token_embedding_grads,
+    next_token_embedding_grads_many,
     next_token_log_distribution,
 )
 from ctxleak.engine.models import LM
@@ -132,6 +133,31 @@ def fisher_susceptibility(lm: LM, query: str, *, top_k: int = 10, sigma2: float 
                         token_ids=[int(t) for t in token_ids], probs=probs.tolist(),
                         sq_norms=sq.tolist(), mass=float(probs.sum()), n_query_tokens=n_tokens,
                         vocab="topk")
+
+
+def fisher_susceptibility_many(lm: LM, queries: Sequence[str], *, top_k: int = 10,
+                               sigma2: float = 1.0, vocab: str = "topk",
+                               template: str = PROMPT_TEMPLATE,
+                               prefix_kv: PrefixKV | None = None) -> list[FisherResult]:
+    """:func:`fisher_susceptibility` of several queries: their forward passes and vector-Jacobian
+    products in one batch (:func:`~ctxleak.engine.gradients.next_token_embedding_grads_many`);
+    the full vocabulary goes one query at a time."""
+    if vocab != "topk" or top_k < 1 or not sigma2 > 0:
+        return [fisher_susceptibility(lm, q, top_k=top_k, sigma2=sigma2, vocab=vocab,
+                                      template=template, prefix_kv=prefix_kv) for q in queries]
+    prompts = [query_prompt(lm, q, template) for q in queries]
+    spans = [p.spans["query"] for p in prompts]
+    many = next_token_embedding_grads_many(lm, [p.ids for p in prompts], spans,
+                                           top_k=min(top_k, lm.vocab_size), prefix_kv=prefix_kv)
+    out = []
+    for res, (start, end) in zip(many, spans):
+        trace, sq = fisher_trace(res.logprobs, res.grads)
+        probs = res.logprobs.double().exp()
+        out.append(FisherResult(chi=fisher_chi(trace, sigma2), trace=trace, sigma2=sigma2,
+                                token_ids=[int(t) for t in res.token_ids], probs=probs.tolist(),
+                                sq_norms=sq.tolist(), mass=float(probs.sum()),
+                                n_query_tokens=end - start, vocab="topk"))
+    return out
 
 
 def full_vocab_trace(lm: LM, ids: Sequence[int], span: tuple[int, int], *,

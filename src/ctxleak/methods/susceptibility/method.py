@@ -91,13 +91,20 @@ class SusceptibilityMethod(Method):
 
         self.prefix_kv = PrefixKV(lm)  # the tokens before each query, once per run
 
-    def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
-        from ctxleak.engine.generation import derive_seed
-        from ctxleak.methods.susceptibility.pipeline import measure_query
+    def batch_cost(self, item: Any) -> int | None:
+        """The query's prompts in flight: its Monte Carlo contexts (about 32 tokens each with
+        the query) or, Fisher alone, its one prompt."""
+        per_prompt = 32 + len(item.text) // 3
+        return per_prompt * (self.options.n_contexts if self.options.run_mc else 1)
 
-        return [measure_query(lm, q, self.rels, self.options,
-                              derive_seed(self.common.seed, q.index), self.common.batch_size,
-                              self.prefix_kv) for q in items]
+    def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
+        """The queries measured together (Monte Carlo prompts in one planner run, Fisher in one
+        batched forward and backward), each with its own seed (run seed, query index)."""
+        from ctxleak.engine.generation import derive_seed
+        from ctxleak.methods.susceptibility.pipeline import measure_queries
+
+        return measure_queries(lm, [(q, derive_seed(self.common.seed, q.index)) for q in items],
+                               self.rels, self.options, self.common.batch_size, self.prefix_kv)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         from ctxleak.methods.susceptibility.pipeline import summarize_queries

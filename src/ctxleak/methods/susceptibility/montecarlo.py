@@ -105,15 +105,41 @@ def monte_carlo_susceptibility(lm: LM, query: str, contexts: Sequence[str],
     (default uniform): one next-token distribution per context, batched, the KV cache of their
     shared prefix (a chat template's system turn, the template start such as ``The capital of
     France is``) computed once when it is long enough to pay off."""
+    return monte_carlo_many(lm, [(query, contexts, weights)], reference=reference,
+                            template=template, reuse_prefix=reuse_prefix,
+                            batch_size=batch_size)[0]
+
+
+MCJob = tuple[str, Sequence[str], "Sequence[float] | np.ndarray | None"]
+"""(query, distinct contexts, their weights p̂ or None for uniform)."""
+
+
+def monte_carlo_many(lm: LM, jobs: Sequence[MCJob], *, reference: str = "marginal",
+                     template: str = PROMPT_TEMPLATE, reuse_prefix: bool = True,
+                     batch_size: str | int | None = "auto") -> list[MCResult]:
+    """:func:`monte_carlo_susceptibility` of several queries: the ``c + q`` prompts of all of
+    them scored in one planner run, so the queries measured together fill its batches (and the
+    prefix they share, such as a chat template's system turn, is computed once)."""
     if reference not in REFERENCES:
         raise ValueError(f"reference must be one of {REFERENCES}, not '{reference}'")
-    if not contexts:
-        raise ValueError("need at least one context")
-    w = np.ones(len(contexts)) if weights is None else np.asarray(weights, dtype=np.float64)
-    prompts = context_prompts(lm, query, contexts, template)
-    if reference == "no-context":
-        prompts.append(build_prompt(lm, template, {"context": "", "query": query}).ids)
+    prompts: list[tuple[int, ...]] = []
+    bounds = [0]
+    for query, contexts, _ in jobs:
+        if not contexts:
+            raise ValueError("need at least one context")
+        prompts += context_prompts(lm, query, contexts, template)
+        if reference == "no-context":
+            prompts.append(build_prompt(lm, template, {"context": "", "query": query}).ids)
+        bounds.append(len(prompts))
+    if not jobs:
+        return []
     logprobs = next_token_logprobs(lm, prompts, reuse_prefix=reuse_prefix, batch_size=batch_size)
-    if reference == "no-context":
-        return susceptibility_from_logprobs(logprobs[:-1], w, reference_logprobs=logprobs[-1])
-    return susceptibility_from_logprobs(logprobs, w)
+    out = []
+    for (query, contexts, weights), a, b in zip(jobs, bounds[:-1], bounds[1:]):
+        w = np.ones(len(contexts)) if weights is None else np.asarray(weights, dtype=np.float64)
+        rows = logprobs[a:b]
+        if reference == "no-context":
+            out.append(susceptibility_from_logprobs(rows[:-1], w, reference_logprobs=rows[-1]))
+        else:
+            out.append(susceptibility_from_logprobs(rows, w))
+    return out

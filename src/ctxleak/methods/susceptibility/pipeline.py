@@ -25,11 +25,11 @@ from ctxleak.methods.susceptibility.data import (
     pool_entities,
     sample_contexts,
 )
-from ctxleak.methods.susceptibility.fisher import FISHER_VOCABS, fisher_susceptibility
+from ctxleak.methods.susceptibility.fisher import FISHER_VOCABS, fisher_susceptibility_many
 from ctxleak.methods.susceptibility.montecarlo import (
     PROMPT_TEMPLATE,
     REFERENCES,
-    monte_carlo_susceptibility,
+    monte_carlo_many,
 )
 
 METHODS = ("mc", "fisher", "both")
@@ -104,50 +104,66 @@ def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
     """χ_MC and/or χ_F of one query, with the most persuasive contexts and the seconds each
     method took (one JSON record for ``samples.jsonl``). ``prefix_kv``: one store for all the
     queries of a run (see :func:`fisher_susceptibility`)."""
-    record: dict[str, Any] = {
-        "relation": query.relation, "entity": query.entity, "real": query.is_real,
-        "entity_kind": "real" if query.is_real else "fake", "query_type": query.query_type,
-        "open": query.is_open, "query": query.text, "answer": query.answer, "seed": seed,
-    }
+    return measure_queries(lm, [(query, seed)], relations, options, batch_size, prefix_kv)[0]
+
+
+def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Sequence[Relation],
+                    options: SusceptibilityOptions, batch_size: str | int | None = "auto",
+                    prefix_kv: PrefixKV | None = None) -> list[dict[str, Any]]:
+    """:func:`measure_query` of several (query, seed) together: the Monte Carlo prompts of all of
+    them in one planner run, their Fisher forward passes and vector-Jacobian products in one
+    batch. The seconds of each method are the batch's time divided by its queries."""
+    records: list[dict[str, Any]] = [{
+        "relation": q.relation, "entity": q.entity, "real": q.is_real,
+        "entity_kind": "real" if q.is_real else "fake", "query_type": q.query_type,
+        "open": q.is_open, "query": q.text, "answer": q.answer, "seed": seed,
+    } for q, seed in queries]
+    n = max(len(queries), 1)
     if options.run_mc:
         t0 = time.perf_counter()
-        relation = next(r for r in relations if r.name == query.relation)
-        pool = context_pool(relation, pool_entities(query, relations, options.context_entities))
-        rng = np.random.default_rng(seed)
-        sample = sample_contexts(pool, options.n_contexts, rng,
-                                 replace=options.sampling == "replacement")
-        res = monte_carlo_susceptibility(lm, query.text, sample.texts, sample.counts,
-                                         reference=options.reference, template=options.template,
-                                         reuse_prefix=options.reuse_prefix,
-                                         batch_size=batch_size)
-        seconds = time.perf_counter() - t0
-        order = np.argsort(-res.psi, kind="stable")[:options.top_contexts]
-        ref = res.ref_logprobs.numpy()
-        ref_top = np.argsort(-ref, kind="stable")[:5]
-        record.update({
-            options.mc_key: res.chi, "reference": options.reference,
-            "n_draws": sample.n_draws, "n_distinct_contexts": len(sample.texts),
-            "context_pool_size": len(pool), "seconds_mc": seconds,
-            "persuasive_contexts": [{"context": sample.texts[i], "psi": float(res.psi[i]),
-                                     "weight": float(res.weights[i])} for i in order],
-            "reference_top_tokens": [{"token": _token(lm, t), "id": int(t),
-                                      "prob": float(np.exp(ref[t]))}
-                                     for t in ref_top],
-        })
+        samples, pools = [], []
+        for q, seed in queries:
+            relation = next(r for r in relations if r.name == q.relation)
+            pool = context_pool(relation, pool_entities(q, relations, options.context_entities))
+            samples.append(sample_contexts(pool, options.n_contexts, np.random.default_rng(seed),
+                                           replace=options.sampling == "replacement"))
+            pools.append(pool)
+        results = monte_carlo_many(lm, [(q.text, smp.texts, smp.counts)
+                                        for (q, _), smp in zip(queries, samples)],
+                                   reference=options.reference, template=options.template,
+                                   reuse_prefix=options.reuse_prefix, batch_size=batch_size)
+        seconds = (time.perf_counter() - t0) / n
+        for record, res, sample, pool in zip(records, results, samples, pools):
+            order = np.argsort(-res.psi, kind="stable")[:options.top_contexts]
+            ref = res.ref_logprobs.numpy()
+            ref_top = np.argsort(-ref, kind="stable")[:5]
+            record.update({
+                options.mc_key: res.chi, "reference": options.reference,
+                "n_draws": sample.n_draws, "n_distinct_contexts": len(sample.texts),
+                "context_pool_size": len(pool), "seconds_mc": seconds,
+                "persuasive_contexts": [{"context": sample.texts[i], "psi": float(res.psi[i]),
+                                         "weight": float(res.weights[i])} for i in order],
+                "reference_top_tokens": [{"token": _token(lm, t), "id": int(t),
+                                          "prob": float(np.exp(ref[t]))}
+                                         for t in ref_top],
+            })
     if options.run_fisher:
         t0 = time.perf_counter()
-        fr = fisher_susceptibility(lm, query.text, top_k=options.top_k, sigma2=options.sigma2,
-                                   vocab=options.fisher_vocab, template=options.template,
-                                   prefix_kv=prefix_kv)
-        seconds = time.perf_counter() - t0
-        record.update({
-            "chi_f": fr.chi, "fisher_trace": fr.trace, "sigma2": fr.sigma2,
-            "fisher_vocab": fr.vocab, "fisher_mass": fr.mass,
-            "n_query_tokens": fr.n_query_tokens, "seconds_fisher": seconds,
-            "fisher_top_tokens": [{"token": _token(lm, t), "id": t, "prob": p, "grad_sq_norm": s}
-                                  for t, p, s in zip(fr.token_ids, fr.probs, fr.sq_norms)],
-        })
-    return record
+        fisher = fisher_susceptibility_many(lm, [q.text for q, _ in queries],
+                                            top_k=options.top_k, sigma2=options.sigma2,
+                                            vocab=options.fisher_vocab,
+                                            template=options.template, prefix_kv=prefix_kv)
+        seconds = (time.perf_counter() - t0) / n
+        for record, fr in zip(records, fisher):
+            record.update({
+                "chi_f": fr.chi, "fisher_trace": fr.trace, "sigma2": fr.sigma2,
+                "fisher_vocab": fr.vocab, "fisher_mass": fr.mass,
+                "n_query_tokens": fr.n_query_tokens, "seconds_fisher": seconds,
+                "fisher_top_tokens": [{"token": _token(lm, t), "id": t, "prob": p,
+                                       "grad_sq_norm": s}
+                                      for t, p, s in zip(fr.token_ids, fr.probs, fr.sq_norms)],
+            })
+    return records
 
 
 # ---------------------------------------------------------------------------------------------
