@@ -11,8 +11,11 @@ measured in the same run:
    streams: target <= 2.3x).
 3. ``memory``: peak resident memory (above the loaded model) while measuring a batch of 16
    examples of the main job.
+4. ``fisher``: Fisher susceptibility (top-10) against Monte Carlo with 256 contexts per query,
+   both batched across queries (target >= 50x), and each batched against one query at a time.
 
-    python bench/bench_batched.py [--only main|cid|memory] [--limit 20] [--examples 16]
+    python bench/bench_batched.py [--only main|cid|memory|fisher] [--limit 20] [--examples 16]
+        [--queries 8]
         [--threads 1]
 """
 
@@ -23,6 +26,7 @@ import resource
 import tempfile
 import time
 
+import numpy as np
 import torch
 from _common import device_line, load_default, timed
 
@@ -101,9 +105,53 @@ def memory(lm, n: int) -> list[str]:
             f"+{peak - base:.0f} MiB over the loaded model ({peak:.0f} MiB resident) | — | — |"]
 
 
+def fisher_mc(lm, n_queries: int, n_contexts: int = 256) -> list[str]:
+    """Fisher (top-10) against Monte Carlo with 256 distinct contexts per query, both batched
+    across ``n_queries`` queries, and each against itself one query at a time."""
+    from ctxleak.engine.forward import PrefixKV
+    from ctxleak.methods.susceptibility import (
+        build_queries,
+        context_pool,
+        fisher_susceptibility,
+        load_relations,
+        pool_entities,
+        sample_contexts,
+    )
+    from ctxleak.methods.susceptibility.fisher import fisher_susceptibility_many
+    from ctxleak.methods.susceptibility.montecarlo import monte_carlo_many
+
+    rels = load_relations("demo")
+    queries = build_queries(rels, ["closed", "open_qa", "open_completion"])[:n_queries]
+    jobs = []
+    for i, q in enumerate(queries):
+        rel = next(r for r in rels if r.name == q.relation)
+        sample = sample_contexts(context_pool(rel, pool_entities(q, rels, "all")), n_contexts,
+                                 np.random.default_rng(i), replace=False)
+        jobs.append((q.text, sample.texts, sample.counts))
+    texts = [q.text for q in queries]
+    store = PrefixKV(lm)
+    fisher_susceptibility_many(lm, texts[:2], prefix_kv=store)  # warm-up
+    t_fb, fb = timed(lambda: fisher_susceptibility_many(lm, texts, prefix_kv=store), repeat=3)
+    t_f1, f1 = timed(lambda: [fisher_susceptibility(lm, t, prefix_kv=store) for t in texts],
+                     repeat=3)
+    t_mb, _ = timed(lambda: monte_carlo_many(lm, jobs))
+    t_m1, _ = timed(lambda: [monte_carlo_many(lm, [j])[0] for j in jobs])
+    dchi = max(abs(a.chi - b.chi) / b.chi for a, b in zip(fb, f1))
+    n = len(queries)
+    return [f"| Fisher (top-10), {n} queries batched vs one at a time (max rel. Δχ_F "
+            f"{dchi:.0e}) | {t_f1 / n:.3f} s/query | {t_fb / n:.3f} s/query | "
+            f"{t_f1 / t_fb:.2f}x | — |",
+            f"| Monte Carlo ({n_contexts} contexts), {n} queries batched vs one at a time | "
+            f"{t_m1 / n:.2f} s/query | {t_mb / n:.2f} s/query | {t_m1 / t_mb:.2f}x | — |",
+            f"| Fisher vs Monte Carlo-{n_contexts}, both batched across {n} queries | "
+            f"MC {t_mb / n:.2f} s/query | Fisher {t_fb / n:.3f} s/query | "
+            f"{t_mb / t_fb:.1f}x | >= 50x |"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", choices=["main", "cid", "memory"], default=None)
+    ap.add_argument("--only", choices=["main", "cid", "memory", "fisher"], default=None)
+    ap.add_argument("--queries", type=int, default=8)
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--examples", type=int, default=16)
     ap.add_argument("--threads", type=int, default=None)
@@ -116,6 +164,8 @@ def main() -> None:
         rows += memory(lm, args.examples)
     if args.only in (None, "cid"):
         rows += cid(lm, args.examples)
+    if args.only in (None, "fisher"):
+        rows += fisher_mc(lm, args.queries)
     if args.only in (None, "main"):
         rows += main_job(lm, args.limit)
     print(f"# bench_batched on {device_line(lm)}")

@@ -140,9 +140,12 @@ def _log_softmax_rows(lm: LM, hidden: torch.Tensor, index: int,
 def next_token_logprobs(lm: LM, prompts: Sequence[Sequence[int]], *,
                         token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
                         batch_size: str | int | None = "auto",
-                        logit_transform: LogitTransform | None = None) -> torch.Tensor:
+                        logit_transform: LogitTransform | None = None,
+                        groups: Sequence[int] | None = None) -> torch.Tensor:
     """``log p(· | prompt)`` for each prompt: float64 ``[N, V]`` (CPU), or ``[N, len(token_ids)]``
-    when ``token_ids`` is given (log-softmax over the full vocabulary, then those columns)."""
+    when ``token_ids`` is given (log-softmax over the full vocabulary, then those columns).
+    ``groups``: the example of each prompt (prefix reuse within an example, see
+    :func:`_forward_ranges`)."""
     cols = None if token_ids is None else torch.as_tensor(list(token_ids), dtype=torch.long)
 
     def consume(i: int, hidden: torch.Tensor) -> torch.Tensor:
@@ -153,18 +156,20 @@ def next_token_logprobs(lm: LM, prompts: Sequence[Sequence[int]], *,
 
     starts = [len(p) - 1 for p in prompts]
     rows = _forward_ranges(lm, prompts, starts, consume, reuse_prefix=reuse_prefix,
-                           batch_size=batch_size)
+                           batch_size=batch_size, groups=groups)
     return torch.stack(rows)
 
 
 def continuation_logprobs(lm: LM, prompts: Sequence[Sequence[int]],
                           continuations: Sequence[int] | Sequence[Sequence[int]], *,
                           reuse_prefix: bool = True, batch_size: str | int | None = "auto",
-                          logit_transform: LogitTransform | None = None) -> list[np.ndarray]:
+                          logit_transform: LogitTransform | None = None,
+                          groups: Sequence[int] | None = None) -> list[np.ndarray]:
     """Teacher-forced ``log p(y_t | prompt_i, y_<t)`` of each continuation (float64 arrays).
 
     ``continuations`` is one id list shared by all prompts, or one list per prompt. Put the
-    prompt whose prefix the others share (e.g. the full context) first to reuse its KV cache.
+    prompt whose prefix the others share (e.g. the full context) first to reuse its KV cache
+    (first of its group, when ``groups`` names the example of each prompt).
     """
     if continuations and isinstance(continuations[0], (int, np.integer)):
         conts = [list(continuations)] * len(prompts)  # type: ignore[list-item]
@@ -190,7 +195,8 @@ def continuation_logprobs(lm: LM, prompts: Sequence[Sequence[int]],
         return logp.gather(1, target[:, None])[:, 0].cpu().numpy()
 
     scored = _forward_ranges(lm, seqs, starts, consume, reuse_prefix=reuse_prefix,
-                             batch_size=batch_size)
+                             batch_size=batch_size,
+                             groups=None if groups is None else [groups[i] for i in todo])
     for k, i in enumerate(todo):
         results[i] = scored[k]
     return results

@@ -252,3 +252,27 @@ def test_prompt_longer_than_the_window_is_refused(gpt2_lm):
     builder = PromptBuilder(gpt2_lm, FMT, task.labels, max_text_tokens=40)
     rec = measure_query(gpt2_lm, task, builder, scorer, ICLConfig(), 3, 0, 0)
     assert rec["truncated_texts"] == 3
+
+
+@pytest.mark.parametrize("mode", ["first-token", "full"])
+def test_queries_measured_together_equal_one_at_a_time(tiny_lm, mode):
+    """Issue 13: the full and leave-one-out prompts of several queries (different shots, their
+    own exemplars) in one engine call give each query's own record."""
+    from ctxleak.methods.icl.pipeline import measure_queries
+
+    labels = ("yes", "no", "one") if mode == "first-token" else ("capital city", "no", "one")
+    task = make_task(labels)
+    config = ICLConfig(output_spaces=("labels", "vocab"), calibration=(False, True),
+                       label_scoring=mode)
+    builder = PromptBuilder(tiny_lm, FMT, task.labels)
+    scorer = LabelScorer(tiny_lm, task.labels, mode, builder.label_prefix)
+    items = [(3, 0), (2, 1), (4, 2), (3, 1)]
+    together = measure_queries(tiny_lm, task, builder, scorer, config, items, 5, batch_size=3)
+    for (n, j), got in zip(items, together):
+        alone = measure_query(tiny_lm, task, builder, scorer, config, n, j, 5)
+        assert (got["shots"], got["query_index"]) == (n, j)
+        assert got["exemplar_indices"] == alone["exemplar_indices"]
+        for key, v in alone["variants"].items():
+            np.testing.assert_allclose(got["variants"][key]["loss_by_position"],
+                                       v["loss_by_position"], atol=1e-5)
+            assert got["variants"][key]["prediction"] == v["prediction"]

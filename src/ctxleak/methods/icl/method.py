@@ -133,12 +133,21 @@ class ICLInfMethod(Method):
             f"{', '.join(task.labels)}; shots {self.shots}; variants "
             f"{', '.join(self.icl.variants)} -> {run.path}")
 
-    def measure(self, lm: Any, items: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
-        from ctxleak.methods.icl import measure_query
+    def batch_cost(self, item: tuple[int, int]) -> int | None:
+        """The query's prompts in flight: the full one and one per left-out exemplar (plus the
+        content-free ones when calibrating), each about the shots' texts long."""
+        n_shots, _ = item
+        texts = self.icl.max_text_tokens or 128
+        prompts = (n_shots + 1) * (4 if self.icl.calibrated else 1)
+        return prompts * (n_shots + 1) * (texts + 8)
 
-        return [measure_query(lm, self.task, self.builder, self.scorer, self.icl, n, j,
-                              self.common.seed, batch_size=self.common.batch_size)
-                for n, j in items]
+    def measure(self, lm: Any, items: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+        """The queries measured together: their full and leave-one-out prompts in one engine
+        call, each query's prompts reusing its own full prompt's prefix."""
+        from ctxleak.methods.icl.pipeline import measure_queries
+
+        return measure_queries(lm, self.task, self.builder, self.scorer, self.icl, list(items),
+                               self.common.seed, batch_size=self.common.batch_size)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         from ctxleak.methods.icl import summarize_records

@@ -123,28 +123,33 @@ class LabelScorer:
         return max(len(s) for s in self.sequences) if self.mode == "full" else 1
 
     def score(self, prompts: Sequence[Sequence[int]], *, vocab: bool, reuse_prefix: bool = True,
-              batch_size: str | int | None = "auto") -> tuple[np.ndarray, np.ndarray | None]:
+              batch_size: str | int | None = "auto", groups: Sequence[int] | None = None
+              ) -> tuple[np.ndarray, np.ndarray | None]:
         """(label log-probabilities [P, k], not yet renormalised; full next-token log-probs
-        [P, V] when ``vocab``). The first prompt is the reference for prefix reuse."""
+        [P, V] when ``vocab``). The first prompt (of each of ``groups``, the queries scored
+        together) is the reference for prefix reuse."""
         full_rows = None
         if self.mode == "first-token":
             if vocab:
                 rows = next_token_logprobs(self.lm, prompts, reuse_prefix=reuse_prefix,
-                                           batch_size=batch_size)
+                                           batch_size=batch_size, groups=groups)
                 full_rows = rows.numpy()
                 return full_rows[:, self.first_ids], full_rows
             rows = next_token_logprobs(self.lm, prompts, token_ids=self.first_ids,
-                                       reuse_prefix=reuse_prefix, batch_size=batch_size)
+                                       reuse_prefix=reuse_prefix, batch_size=batch_size,
+                                       groups=groups)
             return rows.numpy(), None
         k = len(self.labels)
         seqs = [p for p in prompts for _ in range(k)]
         conts = [c for _ in prompts for c in self.sequences]
         scored = continuation_logprobs(self.lm, seqs, conts, reuse_prefix=reuse_prefix,
-                                       batch_size=batch_size)
+                                       batch_size=batch_size,
+                                       groups=None if groups is None else
+                                       [g for g in groups for _ in range(k)])
         label_logp = np.array([float(s.sum()) for s in scored]).reshape(len(prompts), k)
         if vocab:
             full_rows = next_token_logprobs(self.lm, prompts, reuse_prefix=reuse_prefix,
-                                            batch_size=batch_size).numpy()
+                                            batch_size=batch_size, groups=groups).numpy()
         return label_logp, full_rows
 
 
@@ -216,11 +221,33 @@ def score_prompts(scorer: LabelScorer, qp: QueryPrompts, config: ICLConfig, *,
                   batch_size: str | int | None = "auto",
                   reuse_prefix: bool | None = None) -> QueryScores:
     """Score every prompt of a query in one engine call (full prompt first)."""
-    prompts = qp.ordered()
+    return score_prompts_many(scorer, [qp], config, batch_size=batch_size,
+                              reuse_prefix=reuse_prefix)[0]
+
+
+def score_prompts_many(scorer: LabelScorer, qps: Sequence[QueryPrompts], config: ICLConfig, *,
+                       batch_size: str | int | None = "auto",
+                       reuse_prefix: bool | None = None) -> list[QueryScores]:
+    """Score the full and leave-one-out prompts of several queries in one engine call, each
+    query's prompts reusing the prefix of its own full prompt."""
+    ordered = [qp.ordered() for qp in qps]
+    prompts = [p for o in ordered for p in o]
+    groups = [g for g, o in enumerate(ordered) for _ in o]
     vocab = "vocab" in config.output_spaces
     reuse = config.reuse_prefix if reuse_prefix is None else reuse_prefix
     label_logp, vocab_logp = scorer.score(prompts, vocab=vocab, reuse_prefix=reuse,
-                                          batch_size=batch_size)
+                                          batch_size=batch_size, groups=groups)
+    out, begin = [], 0
+    for qp, o in zip(qps, ordered):
+        end = begin + len(o)
+        out.append(_query_scores(qp, label_logp[begin:end],
+                                 None if vocab_logp is None else vocab_logp[begin:end]))
+        begin = end
+    return out
+
+
+def _query_scores(qp: QueryPrompts, label_logp: np.ndarray, vocab_logp: np.ndarray | None
+                  ) -> QueryScores:
     s = 1 + len(qp.loo)
     c = len(qp.content_free[0]) if qp.content_free else 0
     labels = renormalise(label_logp)
@@ -275,31 +302,51 @@ def measure_query(lm: LM, task: ICLTask, builder: PromptBuilder, scorer: LabelSc
                   batch_size: str | int | None = "auto") -> dict[str, Any]:
     """One query's JSON record: exemplar indices, per-variant distributions and losses, ICLInf_j,
     prediction and correctness, prompt length and time."""
+    return measure_queries(lm, task, builder, scorer, config, [(n_shots, query_index)], seed,
+                           batch_size=batch_size)[0]
+
+
+def measure_queries(lm: LM, task: ICLTask, builder: PromptBuilder, scorer: LabelScorer,
+                    config: ICLConfig, items: Sequence[tuple[int, int]], seed: int, *,
+                    batch_size: str | int | None = "auto") -> list[dict[str, Any]]:
+    """:func:`measure_query` of several (shots, query index) together: all their prompts scored
+    in one engine call (:func:`score_prompts_many`). ``seconds`` is the batch's time divided by
+    its queries."""
     t0 = time.perf_counter()
-    query = task.test[query_index]
-    picked = draw_exemplars(len(task.train), n_shots, seed, query_index)
-    exemplars = [(i, task.train[i].text, task.train[i].label) for i in picked]
-    qp = query_prompts(builder, exemplars, query.text, calibrate=config.calibrated,
-                       content_free=config.content_free)
-    window = lm.max_length
-    need = len(qp.full) + scorer.max_label_tokens
-    if window is not None and need > window:
-        raise ConfigError(f"query {query_index}: the {n_shots}-shot prompt needs {need} tokens, "
-                          f"more than the model's window of {window}: use fewer --shots or a "
-                          "smaller --max-text-tokens")
-    scores = score_prompts(scorer, qp, config, batch_size=batch_size)
-    variants = query_record(scores, config, task.labels, query.label_index)
-    if "vocab" in config.output_spaces:
-        for v in variants.values():
-            if "top_token" in v:
-                v["top_token"]["text"] = lm.decode([v["top_token"]["id"]])
-    return {
-        "shots": n_shots, "query_index": query_index, "source": f"{query.file}:{query.line}",
-        "text": query.text, "label": query.label,
-        "exemplar_indices": picked, "exemplar_labels": [task.train[i].label for i in picked],
-        "prompt_tokens": len(qp.full), "truncated_texts": qp.truncated_texts,
-        "variants": variants, "seconds": round(time.perf_counter() - t0, 4),
-    }
+    built = []
+    for n_shots, query_index in items:
+        query = task.test[query_index]
+        picked = draw_exemplars(len(task.train), n_shots, seed, query_index)
+        exemplars = [(i, task.train[i].text, task.train[i].label) for i in picked]
+        qp = query_prompts(builder, exemplars, query.text, calibrate=config.calibrated,
+                           content_free=config.content_free)
+        window = lm.max_length
+        need = len(qp.full) + scorer.max_label_tokens
+        if window is not None and need > window:
+            raise ConfigError(f"query {query_index}: the {n_shots}-shot prompt needs {need} "
+                              f"tokens, more than the model's window of {window}: use fewer "
+                              "--shots or a smaller --max-text-tokens")
+        built.append((n_shots, query_index, query, picked, qp))
+    all_scores = score_prompts_many(scorer, [b[-1] for b in built], config,
+                                    batch_size=batch_size)
+    records = []
+    for (n_shots, query_index, query, picked, qp), scores in zip(built, all_scores):
+        variants = query_record(scores, config, task.labels, query.label_index)
+        if "vocab" in config.output_spaces:
+            for v in variants.values():
+                if "top_token" in v:
+                    v["top_token"]["text"] = lm.decode([v["top_token"]["id"]])
+        records.append({
+            "shots": n_shots, "query_index": query_index,
+            "source": f"{query.file}:{query.line}", "text": query.text, "label": query.label,
+            "exemplar_indices": picked, "exemplar_labels": [task.train[i].label for i in picked],
+            "prompt_tokens": len(qp.full), "truncated_texts": qp.truncated_texts,
+            "variants": variants,
+        })
+    seconds = round((time.perf_counter() - t0) / max(len(items), 1), 4)
+    for record in records:
+        record["seconds"] = seconds
+    return records
 
 
 def query_id(n_shots: int, query_index: int) -> str:
