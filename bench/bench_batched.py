@@ -13,8 +13,10 @@ measured in the same run:
    examples of the main job.
 4. ``fisher``: Fisher susceptibility (top-10) against Monte Carlo with 256 contexts per query,
    both batched across queries (target >= 50x), and each batched against one query at a time.
+5. ``icl``: ICLInf queries per second, several queries' prompts in one engine call against one
+   query at a time.
 
-    python bench/bench_batched.py [--only main|cid|memory|fisher] [--limit 20] [--examples 16]
+    python bench/bench_batched.py [--only main|cid|memory|fisher|icl] [--limit 20] [--examples 16]
         [--queries 8]
         [--threads 1]
 """
@@ -148,9 +150,43 @@ def fisher_mc(lm, n_queries: int, n_contexts: int = 256) -> list[str]:
             f"{t_mb / t_fb:.1f}x | >= 50x |"]
 
 
+def icl(lm, n_queries: int, shots: int = 4) -> list[str]:
+    """ICLInf queries per second: several queries' full and leave-one-out prompts in one engine
+    call against one query at a time (demo task, prefix reuse on both sides)."""
+    from ctxleak.methods.icl import (
+        ICLConfig,
+        LabelScorer,
+        PromptBuilder,
+        draw_exemplars,
+        load_task,
+        query_prompts,
+    )
+    from ctxleak.methods.icl.pipeline import score_prompts_many
+
+    chat, lm.use_chat_template = lm.use_chat_template, False  # the CLI's default for icl
+    task = load_task("demo")
+    config = ICLConfig(calibration=(False,))
+    builder = PromptBuilder(lm, task.fmt, task.labels)
+    scorer = LabelScorer(lm, task.labels)
+    qps = []
+    for j in range(n_queries):
+        picked = draw_exemplars(len(task.train), shots, 0, j)
+        qps.append(query_prompts(builder, [(i, task.train[i].text, task.train[i].label)
+                                           for i in picked], task.test[j].text))
+    score_prompts_many(scorer, qps[:1], config)  # warm-up
+    t_one, one = timed(lambda: [score_prompts_many(scorer, [q], config)[0] for q in qps],
+                       repeat=2)
+    t_many, many = timed(lambda: score_prompts_many(scorer, qps, config), repeat=2)
+    err = max(float(np.max(np.abs(a.labels - b.labels))) for a, b in zip(one, many))
+    lm.use_chat_template = chat
+    return [f"| ICLInf, {shots} shots, {n_queries} queries: queries/s batched vs one at a time "
+            f"(max |Δ log p| {err:.0e}) | {n_queries / t_one:.2f} q/s | "
+            f"{n_queries / t_many:.2f} q/s | {t_one / t_many:.2f}x | — |"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", choices=["main", "cid", "memory", "fisher"], default=None)
+    ap.add_argument("--only", choices=["main", "cid", "memory", "fisher", "icl"], default=None)
     ap.add_argument("--queries", type=int, default=8)
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--examples", type=int, default=16)
@@ -159,20 +195,17 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     lm = load_default()
-    rows = []
-    if args.only in (None, "memory"):  # first: the peak of the process so far is the model's
-        rows += memory(lm, args.examples)
-    if args.only in (None, "cid"):
-        rows += cid(lm, args.examples)
-    if args.only in (None, "fisher"):
-        rows += fisher_mc(lm, args.queries)
-    if args.only in (None, "main"):
-        rows += main_job(lm, args.limit)
     print(f"# bench_batched on {device_line(lm)}")
     print("| benchmark | one at a time / reference | batched | ratio | target |")
-    print("|---|---|---|---|---|")
-    print("\n".join(rows))
-
+    print("|---|---|---|---|---|", flush=True)
+    sections = [("memory", lambda: memory(lm, args.examples)),  # first: the model's own peak
+                ("cid", lambda: cid(lm, args.examples)),
+                ("fisher", lambda: fisher_mc(lm, args.queries)),
+                ("icl", lambda: icl(lm, args.queries)),
+                ("main", lambda: main_job(lm, args.limit))]
+    for name, run in sections:
+        if args.only in (None, name):
+            print("\n".join(run()), flush=True)
 
 if __name__ == "__main__":
     main()

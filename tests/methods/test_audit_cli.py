@@ -81,7 +81,19 @@ def test_limit_then_resume_completes_with_same_numbers(tiny_dir, tmp_path, capsy
     assert cli(argv + ["--output", str(part), "--resume"], capsys)[0] == 0
     a = json.loads((full / "results.json").read_text())["summary"]["rows"]
     b = json.loads((part / "results.json").read_text())["summary"]["rows"]
-    assert a == b  # same seed: the resumed run equals the one-go run
+    # same seed: the resumed run equals the one-go run; the sequences are generated in other
+    # batches (issue 13), so the measured losses agree to float noise, the tokens exactly
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b):
+        assert set(ra) == set(rb)
+        for key, value in ra.items():
+            if isinstance(value, float):
+                assert rb[key] == pytest.approx(value, rel=1e-4, abs=1e-12), key
+            else:
+                assert rb[key] == value, key
+    tokens = {json.loads(r)["id"]: json.loads(r)["token_ids"] for r in lines(full / "samples.jsonl")}
+    assert {json.loads(r)["id"]: json.loads(r)["token_ids"]
+            for r in lines(part / "samples.jsonl")} == tokens
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ctxleak.engine.generation import derive_seed, generate_streams
+from ctxleak.engine.generation import StreamJob, derive_seed, generate_many
 from ctxleak.engine.models import LM
 from ctxleak.methods.dp_mechanism import (
     aggregate,
@@ -110,20 +110,48 @@ def generate_private(lm: LM, prompts: Sequence[Sequence[int]], *, clip: float,
     With ``alpha`` the data-dependent per-token RDP at that order is recorded (App. C.3.3);
     ``alpha=None`` runs the mechanism alone. Needs at least two prompts for the accounting.
     """
-    if alpha is not None and len(prompts) < 2:
-        raise ValueError("the leave-one-out accounting needs at least 2 prompts")
-    agg = DPAggregator(clip, temperature, alpha)
-    gen = generate_streams(lm, prompts, agg.combine,
-                           observe=agg.observe if alpha is not None else None,
-                           max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-                           seed=seed, use_cache=use_cache)
-    out = PrivateGeneration(token_ids=list(gen.token_ids), stopped_on_eos=gen.stopped_on_eos)
-    if alpha is not None:
-        out.token_rdp = [r[0] for r in gen.records]
-        out.token_argmax = [r[1] for r in gen.records]
-        totals = agg.prompt_totals
-        out.prompt_rdp = [0.0] * len(prompts) if totals is None else totals.tolist()
-    return out
+    job = PrivateJob(prompts, clip, temperature, alpha, max_new_tokens, min_new_tokens, seed)
+    return generate_private_many(lm, [job], use_cache=use_cache)[0]
+
+
+@dataclass(frozen=True)
+class PrivateJob:
+    """One synthetic sequence for :func:`generate_private_many` (the arguments of
+    :func:`generate_private`)."""
+
+    prompts: Sequence[Sequence[int]]
+    clip: float
+    temperature: float
+    alpha: float | None = None
+    max_new_tokens: int = 40
+    min_new_tokens: int = 0
+    seed: int = 0
+
+
+def generate_private_many(lm: LM, jobs: Sequence[PrivateJob], use_cache: bool = True
+                          ) -> list[PrivateGeneration]:
+    """Several synthetic sequences, the s streams of each decoded in one batched KV cache
+    (:func:`~ctxleak.engine.generation.generate_many`), each sequence from its own seed and
+    aggregator, so it does not depend on the other sequences of the batch."""
+    aggs, stream_jobs = [], []
+    for job in jobs:
+        if job.alpha is not None and len(job.prompts) < 2:
+            raise ValueError("the leave-one-out accounting needs at least 2 prompts")
+        agg = DPAggregator(job.clip, job.temperature, job.alpha)
+        aggs.append(agg)
+        stream_jobs.append(StreamJob(job.prompts, agg.combine,
+                                     agg.observe if job.alpha is not None else None, job.seed,
+                                     job.max_new_tokens, job.min_new_tokens))
+    outs = []
+    for job, agg, gen in zip(jobs, aggs, generate_many(lm, stream_jobs, use_cache=use_cache)):
+        out = PrivateGeneration(token_ids=list(gen.token_ids), stopped_on_eos=gen.stopped_on_eos)
+        if job.alpha is not None:
+            out.token_rdp = [r[0] for r in gen.records]
+            out.token_argmax = [r[1] for r in gen.records]
+            totals = agg.prompt_totals
+            out.prompt_rdp = [0.0] * len(job.prompts) if totals is None else totals.tolist()
+        outs.append(out)
+    return outs
 
 
 def sequence_seeds(run_seed: int, index: int) -> tuple[int, int]:

@@ -116,11 +116,17 @@ class AuditMethod(Method):
             f"{len(self.examples)} private examples; {len(settings)} setting(s) x {per} "
             "sequence(s)")
 
-    def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
-        from ctxleak.methods.audit import audit_sequence
+    def batch_cost(self, item: Any) -> int | None:
+        """The sequence's s streams, each a one-shot prompt (about 160 tokens) plus its new
+        tokens, in flight in the generation's KV cache."""
+        return item.setting.subset_size * (160 + self.audit.max_tokens)
 
-        return [audit_sequence(lm, self.examples, job, self.audit, self.common.seed)
-                for job in items]
+    def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
+        """Synthetic sequences generated together (all their streams in one KV cache), each
+        from its own subset and seed."""
+        from ctxleak.methods.audit.pipeline import audit_sequences
+
+        return audit_sequences(lm, self.examples, list(items), self.audit, self.common.seed)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         from ctxleak.methods.audit.pipeline import setting_rows

@@ -27,7 +27,12 @@ from ctxleak.methods.accounting import (
     empirical_epsilon,
 )
 from ctxleak.methods.audit.data import DEFAULT_LABEL, TEMPLATE, PrivateExample, subset_prompts
-from ctxleak.methods.audit.mechanism import draw_subset, generate_private, sequence_seeds
+from ctxleak.methods.audit.mechanism import (
+    PrivateJob,
+    draw_subset,
+    generate_private_many,
+    sequence_seeds,
+)
 
 #: Column headers of the searched parameter, as in Tables 4, 5 and 6.
 SEARCH_COLUMNS = {"temperature": "Temperature", "clip": "Clip threshold",
@@ -114,27 +119,42 @@ def audit_jobs(settings: Sequence[AuditSetting], n_gen: int,
 def audit_sequence(lm: LM, examples: Sequence[PrivateExample], job: AuditJob,
                    config: AuditConfig, run_seed: int = 0) -> dict[str, Any]:
     """Generate one synthetic sequence of ``job`` and its data-dependent loss (one record)."""
-    cal = job.setting.calibration
-    subset_seed, gen_seed = sequence_seeds(run_seed, job.index)
-    subset = draw_subset(len(examples), job.setting.subset_size, subset_seed)
-    prompts, cut = subset_prompts(lm, examples, subset, label=config.label,
-                                  template=config.template, reserve=config.max_tokens)
+    return audit_sequences(lm, examples, [job], config, run_seed)[0]
+
+
+def audit_sequences(lm: LM, examples: Sequence[PrivateExample], jobs: Sequence[AuditJob],
+                    config: AuditConfig, run_seed: int = 0) -> list[dict[str, Any]]:
+    """:func:`audit_sequence` of several jobs, their s streams each decoded in one batched KV
+    cache; each sequence keeps its own subset and seed (so its record does not depend on the
+    batch). ``seconds`` is the batch's generation time divided by its sequences."""
+    built = []
+    for job in jobs:
+        cal = job.setting.calibration
+        subset_seed, gen_seed = sequence_seeds(run_seed, job.index)
+        subset = draw_subset(len(examples), job.setting.subset_size, subset_seed)
+        prompts, cut = subset_prompts(lm, examples, subset, label=config.label,
+                                      template=config.template, reserve=config.max_tokens)
+        built.append((job, subset, cut, PrivateJob(prompts, cal.clip, cal.temperature, cal.alpha,
+                                                   config.max_tokens, config.min_tokens,
+                                                   gen_seed)))
     t0 = time.perf_counter()
-    gen = generate_private(lm, prompts, clip=cal.clip, temperature=cal.temperature,
-                           alpha=cal.alpha, max_new_tokens=config.max_tokens,
-                           min_new_tokens=config.min_tokens, seed=gen_seed)
-    seconds = time.perf_counter() - t0
-    return {
-        "setting": job.setting.key, "delta": job.setting.delta, "target_eps": cal.target_eps,
-        "temperature": cal.temperature, "clip": cal.clip, "subset_size": job.setting.subset_size,
-        "alpha": cal.alpha, "sequence": job.index,
-        "subset_lines": [examples[i].line for i in subset],
-        "token_ids": gen.token_ids, "text": lm.decode(gen.token_ids),
-        "n_released": gen.n_released, "stopped_on_eos": gen.stopped_on_eos,
-        "token_rdp": gen.token_rdp, "token_argmax_prompt": gen.token_argmax,
-        "prompt_rdp": gen.prompt_rdp, "rdp_sum": gen.rdp_sum,
-        "text_tokens_cut": cut, "seconds": round(seconds, 4),
-    }
+    gens = generate_private_many(lm, [b[-1] for b in built])
+    seconds = (time.perf_counter() - t0) / max(len(jobs), 1)
+    records = []
+    for (job, subset, cut, _), gen in zip(built, gens):
+        cal = job.setting.calibration
+        records.append({
+            "setting": job.setting.key, "delta": job.setting.delta,
+            "target_eps": cal.target_eps, "temperature": cal.temperature, "clip": cal.clip,
+            "subset_size": job.setting.subset_size, "alpha": cal.alpha, "sequence": job.index,
+            "subset_lines": [examples[i].line for i in subset],
+            "token_ids": gen.token_ids, "text": lm.decode(gen.token_ids),
+            "n_released": gen.n_released, "stopped_on_eos": gen.stopped_on_eos,
+            "token_rdp": gen.token_rdp, "token_argmax_prompt": gen.token_argmax,
+            "prompt_rdp": gen.prompt_rdp, "rdp_sum": gen.rdp_sum,
+            "text_tokens_cut": cut, "seconds": round(seconds, 4),
+        })
+    return records
 
 
 def setting_row(setting: AuditSetting, records: Iterable[dict[str, Any]],
