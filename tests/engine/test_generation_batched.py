@@ -23,13 +23,14 @@ def _observe(logits, logp, tok, step):
 
 def _jobs(lm):
     enc = lm.encode
-    texts = [["the capital of france is paris . the capital of italy is", "the capital"],
+    texts = [["a job with no new tokens", "its rows leave at once"],
+             ["the capital of france is paris . the capital of italy is", "the capital"],
              ["rome is a city .", "rome"],
              ["the doctor said the news report was one page . it was", "it was",
               "the news"],
              ["paris", "berlin is in germany . the city of"],
              ["the city of berlin is in germany . it is", "it is"]]
-    limits = [(12, 3), (5, 5), (9, 0), (12, 12), (1, 0)]
+    limits = [(0, 0), (12, 3), (5, 5), (9, 0), (12, 12), (1, 0)]
     return [StreamJob([lm.bos_ids + enc(t) for t in streams], _mix([0.6] + [0.4 / (len(streams) - 1)]
                                                                   * (len(streams) - 1)),
                       _observe, seed=100 + k, max_new_tokens=mx, min_new_tokens=mn)
@@ -37,12 +38,13 @@ def _jobs(lm):
 
 
 def test_batched_jobs_match_each_job_alone(tiny_lm):
-    """Same tokens for every batch composition (1, 3, all 5 jobs), log-probs equal to float
-    noise; EOS ends a job early without touching the others."""
+    """Same tokens for every batch composition (1, 3, all 6 jobs), log-probs equal to float
+    noise; EOS ends a job early and a job with no new tokens gives none, without touching the
+    others."""
     alone = [generate_streams(tiny_lm, j.prompts, j.combine, observe=j.observe, seed=j.seed,
                               max_new_tokens=j.max_new_tokens, min_new_tokens=j.min_new_tokens)
              for j in _jobs(tiny_lm)]
-    for size in (1, 3, 5):
+    for size in (1, 3, 6):
         jobs = _jobs(tiny_lm)
         got = [g for k in range(0, len(jobs), size) for g in generate_many(tiny_lm, jobs[k:k + size])]
         for a, b in zip(alone, got):
@@ -52,7 +54,8 @@ def test_batched_jobs_match_each_job_alone(tiny_lm):
             for ra, rb in zip(a.records, b.records):
                 assert rb[0] == pytest.approx(ra[0], abs=1e-5)
                 assert rb[1] == pytest.approx(ra[1], abs=1e-4)
-    assert [len(g.token_ids) for g in alone][4] <= 1
+    assert len(alone[5].token_ids) <= 1
+    assert alone[0].token_ids == [] and alone[0].records == []
 
 
 def test_uncached_batch_matches_cached(llama_lm):

@@ -181,8 +181,8 @@ def generate_many(lm: LM, jobs: Sequence[StreamJob], *, sample: bool = True,
                     tokens[j] = token
             if not tokens:
                 break
-            if len(tokens) < len(live):  # drop the finished jobs' rows from the batch
-                keep = [r for j in live if j in tokens for r in range(*rows[j])]
+            keep = [r for j in live if j in tokens for r in range(*rows[j])]
+            if len(keep) < mask.shape[0]:  # drop the finished jobs' rows from the batch
                 index = torch.as_tensor(keep, dtype=torch.long, device=device)
                 cache.batch_select_indices(index)
                 mask, pos = mask[index], pos[index]
