@@ -71,7 +71,8 @@ def test_finished_jobs_leave_the_batch(llama_lm, monkeypatch):
     rows = []
     real = generation.hidden_states
     monkeypatch.setattr(generation, "hidden_states",
-                        lambda lm, ids, *a, **k: rows.append(ids.shape[0]) or real(lm, ids, *a, **k))
+                        lambda lm, ids, *a, **k: rows.append((ids.shape[0], k.get("cache") is None))
+                        or real(lm, ids, *a, **k))
     enc = llama_lm.encode
     jobs = [StreamJob([llama_lm.bos_ids + enc("the capital of"), llama_lm.bos_ids + enc("rome")],
                       _mix([0.5, 0.5]), seed=1, max_new_tokens=2, min_new_tokens=2),
@@ -79,8 +80,10 @@ def test_finished_jobs_leave_the_batch(llama_lm, monkeypatch):
                       max_new_tokens=6, min_new_tokens=6)]
     out = generate_many(llama_lm, jobs)
     assert [len(g.token_ids) for g in out] == [2, 6]
-    # prefill (3 rows), step 1 with both jobs (3), then only the second job's row (1)
-    assert rows == [3, 3, 1, 1, 1, 1]
+    # prefill (3 rows, in buckets of similar length), step 1 with both jobs (3 rows), then only
+    # the second job's row (1)
+    assert sum(n for n, prefill in rows if prefill) == 3
+    assert [n for n, prefill in rows if not prefill] == [3, 1, 1, 1, 1]
 
 
 def test_jobs_are_checked(llama_lm):
@@ -90,3 +93,26 @@ def test_jobs_are_checked(llama_lm):
         generate_many(llama_lm, [StreamJob([[3]], _mix([1.0]), max_new_tokens=1,
                                            min_new_tokens=2)])
     assert generate_many(llama_lm, []) == []
+
+
+def test_bucketed_prefill_equals_one_padded_prefill(tiny_lm, monkeypatch):
+    """Rows of very different lengths are prefilled in buckets and their caches merged with
+    left padding: the same tokens and log-probs as one prefill of all rows padded together."""
+    calls = []
+    real = generation.hidden_states
+    monkeypatch.setattr(generation, "hidden_states",
+                        lambda lm, ids, *a, **k: calls.append((ids.shape, k.get("cache")))
+                        or real(lm, ids, *a, **k))
+    bucketed = generate_many(tiny_lm, _jobs(tiny_lm))
+    prefill = [shape for shape, cache in calls if cache is None]
+    assert len(prefill) >= 2  # the rows went through the model in several buckets
+    rows = sum(len(j.prompts) for j in _jobs(tiny_lm))
+    assert sum(s[0] for s in prefill) == rows
+    monkeypatch.setattr(generation, "BUCKET_RATIO", 0.0)  # every row in one bucket
+    calls.clear()
+    single = generate_many(tiny_lm, _jobs(tiny_lm))
+    assert [shape[0] for shape, cache in calls if cache is None] == [rows]
+    for a, b in zip(single, bucketed):
+        assert a.token_ids == b.token_ids
+        for ra, rb in zip(a.records, b.records):
+            assert rb[0] == pytest.approx(ra[0], abs=1e-5)

@@ -32,6 +32,8 @@ from ctxleak.engine.models import LM
 
 # A shared prefix shorter than this is not worth a separate forward pass and a cache copy.
 MIN_SHARED_PREFIX = 8
+# Prefill rows go in one bucket while they are at least this share of its longest row.
+BUCKET_RATIO = 0.75
 
 Combine = Callable[[torch.Tensor, int], torch.Tensor]
 """``combine(logits[S, V] float64, step) -> log-probs[V] float64`` (normalised)."""
@@ -158,8 +160,7 @@ def generate_many(lm: LM, jobs: Sequence[StreamJob], *, sample: bool = True,
         if shared >= MIN_SHARED_PREFIX:
             hidden, cache, mask, pos = _prefill_shared(lm, seqs, shared, pad)
         else:
-            ids, mask, pos = left_pad(seqs, pad, device)
-            hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=True)
+            hidden, cache, mask, pos = _prefill_buckets(lm, seqs, pad)
         rows = {j: (bounds[j], bounds[j + 1]) for j in live}  # each live job's rows, in order
         step = 0
         while True:
@@ -260,6 +261,55 @@ def _prefill_shared(lm: LM, seqs: Sequence[Sequence[int]], shared: int, pad: int
     pos = own_pos + shared
     hidden, cache = hidden_states(lm, ids, mask, pos, cache=cache, use_cache=True)
     return hidden, cache, mask, pos
+
+
+def _prefill_buckets(lm: LM, seqs: Sequence[Sequence[int]], pad: int):
+    """Prefill of left-padded rows, rows of similar length together: CID's prompt without the
+    context is much shorter than the one with it, and padding it to the longest would compute
+    the padding (a third of the positions on the demo set). Each bucket is left-padded to its
+    own longest row and goes through the model alone; the caches are then left-padded with
+    zeros (masked out) to the longest row and put back in row order. Mask and position ids are
+    those of left-padding every row to the longest, so decoding goes on as after one prefill.
+    Models whose cache is not plain per-layer tensors (sliding windows) get one prefill."""
+    device = lm.device
+    ids, mask, pos = left_pad(seqs, pad, device)
+    order = sorted(range(len(seqs)), key=lambda r: -len(seqs[r]))
+    buckets: list[list[int]] = []
+    for r in order:
+        if buckets and len(seqs[r]) >= BUCKET_RATIO * len(seqs[buckets[-1][0]]):
+            buckets[-1].append(r)
+        else:
+            buckets.append([r])
+    if len(buckets) == 1 or sliding_window(lm) is not None:
+        hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=True)
+        return hidden[:, -1:], cache, mask, pos
+    width = ids.shape[1]
+    parts, caches = [], []
+    for bucket in buckets:
+        b_ids, b_mask, b_pos = left_pad([seqs[r] for r in bucket], pad, device)
+        hidden, cache = hidden_states(lm, b_ids, b_mask, b_pos, use_cache=True)
+        parts.append(hidden[:, -1:])
+        caches.append(cache)
+    merged = caches[0]
+    layers = [getattr(c, "layers", None) for c in caches]
+    if any(ls is None or any(not hasattr(layer, "keys") or getattr(layer, "is_sliding", False)
+                             for layer in ls) for ls in layers):
+        hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=True)  # unknown cache type
+        return hidden[:, -1:], cache, mask, pos
+    back = torch.as_tensor([k for k, _ in sorted(enumerate(r for b in buckets for r in b),
+                                                  key=lambda kr: kr[1])],
+                           dtype=torch.long, device=device)
+
+    def padded(t: torch.Tensor) -> torch.Tensor:
+        extra = width - t.shape[-2]
+        if extra == 0:
+            return t
+        return torch.cat([t.new_zeros((*t.shape[:-2], extra, t.shape[-1])), t], dim=-2)
+
+    for i, layer in enumerate(merged.layers):
+        layer.keys = torch.cat([padded(ls[i].keys) for ls in layers])[back]
+        layer.values = torch.cat([padded(ls[i].values) for ls in layers])[back]
+    return torch.cat(parts)[back], merged, mask, pos
 
 
 def _draw(logprobs: torch.Tensor, generator: torch.Generator, sample: bool) -> int:
