@@ -148,3 +148,59 @@ def test_prefix_kv_store_hands_out_independent_copies(tiny_lm):
     store.get(random_ids(tiny_lm, 3, 3))
     store.get(head)
     assert store.hits == 1  # head had been dropped
+
+
+def test_prefix_reuse_across_examples_in_one_batch(tiny_lm, monkeypatch):
+    """Issue 13: variants of several examples (groups) share a forward pass, each reusing its
+    own example's cached prefix at its own length (left-padded caches, right-padded suffixes):
+    the same log-probs as scoring every prompt in full."""
+    from ctxleak.engine import scoring
+
+    batches = []
+    real = scoring._forward_after_own_prefixes
+    monkeypatch.setattr(scoring, "_forward_after_own_prefixes",
+                        lambda lm, seqs, prefixes, refs, pad:
+                        batches.append((len({id(r) for r in refs}), len(set(prefixes))))
+                        or real(lm, seqs, prefixes, refs, pad))
+    enc = tiny_lm.encode
+    words = ("the capital of france is paris . rome is the capital of italy and a city . the "
+             "doctor said the news report was one page . berlin is in germany .").split()
+    prompts, conts, groups = [], [], []
+    for g, n in enumerate((26, 31, 22)):
+        ctx = enc(" ".join(words[g:g + n]))
+        full = tiny_lm.bos_ids + enc("document :") + ctx + enc("answer :")
+        variants = [full] + [full[:k] + full[k + 3:] for k in (18, 20, 24)]
+        prompts += variants
+        conts += [enc("paris is the capital")[:3 + g]] * len(variants)
+        groups += [g] * len(variants)
+    got = continuation_logprobs(tiny_lm, prompts, conts, groups=groups, batch_size="auto")
+    want = continuation_logprobs(tiny_lm, prompts, conts, reuse_prefix=False, batch_size=1)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, atol=2e-5)
+    assert any(n_groups > 1 and n_prefixes > 1 for n_groups, n_prefixes in batches)
+    nxt = next_token_logprobs(tiny_lm, prompts, groups=groups, reuse_prefix=True)
+    np.testing.assert_allclose(nxt, next_token_logprobs(tiny_lm, prompts, batch_size=1),
+                               atol=2e-5)
+
+
+def test_sliding_window_model_keeps_one_example_per_reuse_batch():
+    """A model with sliding-window layers cannot take padded caches: its variants reuse the
+    prefix one example at a time, with the same numbers as scoring in full."""
+    from tiny_models import tiny_gemma3
+
+    lm = tiny_gemma3(sliding_window=64)
+    enc = lm.encode
+    prompts, groups = [], []
+    for g, text in enumerate(["the capital of france is paris . rome is the capital of italy "
+                              "and a city . the doctor said", "berlin is in germany . the news "
+                              "report was one page . the city of rome is the capital"]):
+        full = lm.bos_ids + enc("document :") + enc(text) + enc("answer :")
+        prompts += [full, full[:17] + full[19:], full[:20] + full[22:]]
+        groups += [g] * 3
+    assert not scoring._plain_layers(lm.model(torch.tensor([prompts[0]]),
+                                              use_cache=True).past_key_values)
+    cont = enc("paris is")
+    got = continuation_logprobs(lm, prompts, cont, groups=groups)
+    want = continuation_logprobs(lm, prompts, cont, reuse_prefix=False, batch_size=1)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, atol=2e-5)

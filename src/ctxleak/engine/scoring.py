@@ -83,11 +83,20 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
                 for i in members:
                     prefix[i] = 0
 
+    mergeable = bool(ref_caches) and all(_plain_layers(c) for c in ref_caches.values())
+    cached = [group[i] in ref_caches and (prefix[i] >= MIN_REUSE_TOKENS or not mergeable)
+              for i in range(len(seqs))]
+
     def run_batch(batch: list[int]) -> list:
         shared = min(prefix[i] for i in batch)
         ref_cache = ref_caches.get(group[batch[0]])
         with torch.inference_mode():
-            if shared >= MIN_REUSE_TOKENS and ref_cache is not None:
+            if mergeable and cached[batch[0]]:
+                hidden = _forward_after_own_prefixes(lm, [seqs[i] for i in batch],
+                                                     [prefix[i] for i in batch],
+                                                     [ref_caches[group[i]] for i in batch], pad)
+                offsets = [-prefix[i] for i in batch]
+            elif shared >= MIN_REUSE_TOKENS and ref_cache is not None:
                 cache = expand_cache(ref_cache, shared, len(batch))
                 ids, mask, pos = right_pad([seqs[i][shared:] for i in batch], pad, device, shared)
                 full_mask = None  # no padding: let the attention take its unmasked path
@@ -111,11 +120,18 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
     costs = [len(s) - p for s, p in zip(seqs, prefix)]
     if not reuse_prefix or not ref_caches:
         return planner.run([len(s) for s in seqs], run_batch)
-    # Requests without a cached prefix first (any group, longest first), then each group's:
-    # longest shared prefix first, then longest suffix. A variant joins a batch only while the
-    # tokens the batch would recompute for it (its prefix beyond the batch's shortest) stay a
-    # small part of its own work, so batching never undoes the prefix saving.
-    cached = [group[i] in ref_caches for i in range(len(seqs))]
+    if mergeable:
+        # every request reuses exactly its own prefix (of its own group's cache), so requests of
+        # any group share a batch: those with a cached prefix by suffix length, the rest after
+        costs = [c if cached[i] else len(seqs[i]) for i, c in enumerate(costs)]
+        order = sorted(range(len(seqs)), key=lambda i: (not cached[i], -costs[i]))
+        return planner.run(costs, run_batch, order=order,
+                           joins=lambda batch, i: cached[i] == cached[batch[0]])
+    # A cache that cannot be padded (sliding-window layers): requests without a cached prefix
+    # first (any group, longest first), then each group's: longest shared prefix first, then
+    # longest suffix. A variant joins a batch only while the tokens the batch would recompute
+    # for it (its prefix beyond the batch's shortest) stay a small part of its own work, so
+    # batching never undoes the prefix saving.
     order = sorted(range(len(seqs)), key=lambda i: (cached[i], group[i] if cached[i] else 0,
                                                     -prefix[i], -costs[i]))
 
@@ -126,6 +142,45 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
         return max(prefix[j] for j in batch) - prefix[i] <= REUSE_SLACK * costs[i]
 
     return planner.run(costs, run_batch, order=order, joins=joins)
+
+
+def _plain_layers(cache) -> bool:
+    """Whether ``cache`` is per-layer key/value tensors ``[batch, heads, length, dim]`` that can
+    be cut and padded (no sliding-window layer, which counts slots rather than positions)."""
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(hasattr(layer, "keys") and not getattr(layer, "is_sliding", False)
+                                for layer in layers)
+
+
+def _forward_after_own_prefixes(lm: LM, seqs: Sequence[Sequence[int]], prefixes: Sequence[int],
+                                refs: Sequence[object], pad: int) -> torch.Tensor:
+    """Hidden states of ``seqs[r][prefixes[r]:]`` for each row r, its first ``prefixes[r]``
+    positions taken from the cache ``refs[r]`` (its example's reference prompt): the rows' cached
+    prefixes are left-padded with zeros to the longest (masked out), their own tokens
+    right-padded after it, with position ids that carry on from each row's own prefix."""
+    device = lm.device
+    longest = max(prefixes)
+    ids, own_mask, _ = right_pad([s[p:] for s, p in zip(seqs, prefixes)], pad, device)
+    width = ids.shape[1]
+    pos = (torch.as_tensor(list(prefixes), device=device)[:, None]
+           + torch.arange(width, device=device)[None])
+    mask = torch.zeros((len(seqs), longest), dtype=own_mask.dtype, device=device)
+    for r, p in enumerate(prefixes):
+        mask[r, longest - p:] = 1
+    mask = torch.cat([mask, own_mask], dim=1)
+    cache = expand_cache(refs[0], prefixes[0], 1)  # a fresh cache object to fill
+    for i, layer in enumerate(cache.layers):
+        for name in ("keys", "values"):
+            rows = []
+            for ref, p in zip(refs, prefixes):
+                t = getattr(ref.layers[i], name)[:, :, :p]
+                if p < longest:
+                    t = torch.cat([t.new_zeros((*t.shape[:2], longest - p, t.shape[3])), t], dim=2)
+                rows.append(t)
+            setattr(layer, name, torch.cat(rows))
+    full = None if bool(mask.all()) else mask
+    hidden, _ = hidden_states(lm, ids, full, pos, cache=cache, use_cache=True)
+    return hidden
 
 
 def _log_softmax_rows(lm: LM, hidden: torch.Tensor, index: int,
