@@ -5,10 +5,13 @@ All log-softmaxes are taken in float64 and tokens are indexed by their exact ids
 positions whose predictions are needed go through the LM head, in chunks, so no full
 ``[batch, length, vocab]`` tensor is ever built.
 
-Prefix reuse: the first sequence is the reference. Its KV cache is computed once; each variant
-keeps the part of it that matches its own ids (up to its first scored position) and recomputes
-only what follows. A batch shares the shortest such prefix among its members, so variants are
-ordered by prefix length before batching.
+Prefix reuse: the first sequence (of each group, when several examples are scored together) is
+the reference. Its KV cache is computed once; each variant keeps the part of it that matches its
+own ids (up to its first scored position) and recomputes only what follows. In a batch every
+variant takes its own prefix from its own reference (the caches cut and left-padded), so
+variants of several examples share forward passes. Models with sliding-window layers, whose
+caches cannot be padded, batch one example's variants together on the shortest prefix among
+them, ordered by prefix length.
 """
 
 from __future__ import annotations
@@ -48,8 +51,7 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
 
     ``groups[i]`` names the example request i belongs to (None: all one group). Prefix reuse
     works within a group, against its first request; requests of several groups share the
-    planner, so the examples measured together fill its batches, and a batch that reuses a
-    cached prefix holds one group's requests."""
+    planner and its batches, so the examples measured together fill them."""
     for i, (seq, start) in enumerate(zip(seqs, starts)):
         if not 0 <= start < len(seq):
             raise ValueError(f"request {i}: position {start} outside a sequence of {len(seq)}")
