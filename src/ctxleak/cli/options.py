@@ -42,8 +42,10 @@ _COMMON: list[tuple[str, type, Any]] = [
     ("threads", Optional[int], typer.Option(None, "--threads", help="CPU threads for torch "
                                             "(default: torch's choice). On a shared or busy "
                                             "machine 1 is often fastest.", rich_help_panel="Model")),
-    ("batch_size", str, typer.Option("auto", "--batch-size", help="auto (largest that fits, "
-                                     "backing off on out-of-memory) or a number.",
+    ("batch_size", str, typer.Option("auto", "--batch-size", help="Examples measured together: "
+                                     "auto (as many as fit a token budget, halving on "
+                                     "out-of-memory) or a number N (also N rows per scoring "
+                                     "pass). Same seed, same tokens whatever the size.",
                                      rich_help_panel="Run")),
     ("limit", Optional[int], typer.Option(None, "--limit", help="Use only the first N examples.",
                                           rich_help_panel="Run")),
