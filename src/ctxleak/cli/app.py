@@ -152,5 +152,17 @@ def main(argv: list[str] | None = None) -> None:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        typer.secho("interrupted: finished examples are saved; rerun with --resume", err=True)
+        typer.secho(_interrupted(), err=True)
         sys.exit(130)
+    except SystemExit as exc:
+        if exc.code == 130:  # Typer turns Ctrl-C into a silent exit 130
+            typer.secho(_interrupted(), err=True)
+        raise
+
+
+def _interrupted() -> str:
+    """The Ctrl-C message: which run folder kept how many finished examples, how to resume."""
+    session = sys.modules.get("ctxleak.cli.session")
+    if session is None:
+        return "interrupted before any run folder was written; nothing was kept"
+    return session.interrupted_message()

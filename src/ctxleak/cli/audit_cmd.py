@@ -152,7 +152,9 @@ def _run(common: CommonOptions, config: Any, run_config: dict[str, Any], example
     from ctxleak.run.provenance import provenance
 
     t0 = time.time()
-    run = open_run("audit", common, run_config, private=True)
+    from ctxleak.methods.audit.data import data_path
+
+    run = open_run("audit", common, run_config, inputs={"data": data_path(data)})
     lm = load_lm(common)
     jobs = audit_jobs(settings, config.n_gen, common.limit)
     per = len(jobs) // len(settings)

@@ -269,8 +269,6 @@ def register(app: typer.Typer) -> None:
                            max_text_tokens=max_text_tokens)
         if queries < 1:
             raise ConfigError(f"--queries must be at least 1, got {queries}")
-        if common.limit is not None and common.limit < 1:
-            raise ConfigError(f"--limit must be at least 1, got {common.limit}")
         task = load_task(data, test_data, split_field=split, text_field=text_field,
                          label_field=label_field, labels=labels, fmt=fmt,
                          instruction=instruction, exemplar_template=exemplar_template,
@@ -282,15 +280,7 @@ def register(app: typer.Typer) -> None:
         if common.limit is not None:
             chosen = chosen[:common.limit]
 
-        # 2. the model; ICL prompts are completions ending in 'Answer:', so the chat template
-        #    is used only when asked for (--chat-template on)
-        chat = common.chat_template == "on"
-        lm = load_lm(replace(common, chat_template="on" if chat else "off"))
-        builder = PromptBuilder(lm, task.fmt, task.labels, chat=chat,
-                                max_text_tokens=config.max_text_tokens)
-        scorer = LabelScorer(lm, task.labels, config.label_scoring, builder.label_prefix)
-
-        # 3. the run
+        # 2. the run folder (a --resume into another run is refused before the model loads)
         run_config = {
             "data": data, "test_data": test_data, "split": split, "text_field": text_field,
             "label_field": label_field, "labels": list(task.labels), "queries": queries,
@@ -298,7 +288,19 @@ def register(app: typer.Typer) -> None:
             "exemplar_template": task.fmt.exemplar, "query_template": task.fmt.query,
             "shots": shots_list, "icl": config.to_dict(),
         }
-        with open_run("icl", common, run_config) as run:
+        run = open_run("icl", common, run_config,
+                       inputs={"data": task.source.get("train"),
+                               "test_data": task.source.get("test")})
+
+        # 3. the model; ICL prompts are completions ending in 'Answer:', so the chat template
+        #    is used only when asked for (--chat-template on)
+        chat = common.chat_template == "on"
+        lm = load_lm(replace(common, chat_template="on" if chat else "off"))
+        builder = PromptBuilder(lm, task.fmt, task.labels, chat=chat,
+                                max_text_tokens=config.max_text_tokens)
+        scorer = LabelScorer(lm, task.labels, config.label_scoring, builder.label_prefix)
+
+        with run:
             say(f"{len(task.train)} training examples, {len(chosen)} queries, labels "
                 f"{', '.join(task.labels)}; shots {shots_list}; variants "
                 f"{', '.join(config.variants)} -> {run.path}")
@@ -344,6 +346,7 @@ def register(app: typer.Typer) -> None:
                     "output spaces": ", ".join(config.output_spaces),
                     "calibration": ", ".join("on" if c else "off" for c in config.calibration),
                     "shots": ", ".join(map(str, shots_list)), "seed": common.seed,
+                    "texts cut to --max-text-tokens": truncated,
                     "instruction": template["instruction"], "exemplar template":
                     task.fmt.exemplar, "query template": task.fmt.query}
             write_report(run, summary, records, images, headline, info)

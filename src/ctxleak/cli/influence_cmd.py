@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
 
@@ -80,15 +81,24 @@ def influence(
         return
     from ctxleak.methods.influence.data import load_examples
     from ctxleak.methods.influence.pipeline import InfluenceOptions, settings_grid
-    from ctxleak.run.records import parse_mapping
+    from ctxleak.run.records import demo_path, parse_mapping
+    from ctxleak.run.validate import check_limit, check_nonempty, check_number, check_template
 
     if min_new_tokens is None:
         min_new_tokens = min(10, max_new_tokens)
-    lams = parse_float_list(lam, "--lambda")
-    temps = parse_float_list(temperature, "--temperature")
+    lams = check_nonempty(parse_float_list(lam, "--lambda"), "--lambda", "1.0 or 0.5,1,1.5")
+    temps = check_nonempty(parse_float_list(temperature, "--temperature"), "--temperature",
+                           "0.8")
     sizes: list[int | None] = [None]
-    if context_sizes:
-        sizes = list(parse_int_list(context_sizes, "--context-sizes"))
+    if context_sizes is not None:
+        sizes = list(check_nonempty(parse_int_list(context_sizes, "--context-sizes"),
+                                    "--context-sizes", "32,64,128"))
+    for flag, threshold in (("--repeat-threshold", repeat_threshold),
+                            ("--rouge-threshold", rouge_threshold)):
+        check_number(threshold, flag, minimum=0.0, maximum=1.0)
+    if stride is not None:
+        check_limit(stride, "--stride")
+    check_template(template, "--template", ("context", "query"), required=("context",))
     options = InfluenceOptions(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                                bounded_eps=bounded_eps, ngram=_ngram(ngram), stride=stride,
                                template=template, repeat_threshold=repeat_threshold,
@@ -110,7 +120,8 @@ def influence(
               **{k: v for k, v in options.__dict__.items() if k != "template"}}
     from ctxleak.cli.influence_run import run_influence
 
-    run_influence(common, config, examples, grid, options, redact=redact,
+    data_file = demo_path("influence.jsonl") if data == "demo" else Path(data)
+    run_influence(common, config, examples, grid, options, data_file=data_file, redact=redact,
                   bertscore_model=bertscore_model, factkb_model=factkb_model)
 
 

@@ -11,7 +11,8 @@ from ctxleak.cli.session import format_cell, is_main, load_lm, open_run, run_exa
 
 
 def run_influence(common: CommonOptions, config: dict[str, Any], examples: Sequence[Any],
-                  grid: Sequence[Any], options: Any, *, redact: bool = False,
+                  grid: Sequence[Any], options: Any, *, data_file: Any = None,
+                  redact: bool = False,
                   bertscore_model: str | None = None, factkb_model: str | None = None) -> None:
     from ctxleak.engine.generation import derive_seed
     from ctxleak.methods.influence.pipeline import measure_example, summarize_setting
@@ -19,7 +20,7 @@ def run_influence(common: CommonOptions, config: dict[str, Any], examples: Seque
     from ctxleak.report.influence_report import build_report, influence_plots
     from ctxleak.run.provenance import provenance
 
-    run = open_run("influence", common, config, private=True)
+    run = open_run("influence", common, config, inputs={"data": data_file})
     lm = load_lm(common)
     index = {ex.id: i for i, ex in enumerate(examples)}
     items = [(setting, ex) for setting in grid for ex in examples]
@@ -53,7 +54,9 @@ def run_influence(common: CommonOptions, config: dict[str, Any], examples: Seque
     run.write_results(summary, provenance=prov, n_effective=len(records))
     tokens = lm.token_strings(records[0]["response_ids"]) if records else None
     meta = {"model": lm.info.name, "examples": len(examples), "settings": len(grid),
-            "run directory": str(run.path)}
+            "run directory": str(run.path),
+            "contexts cut to the window": sum(s["truncated_contexts"] for s in summaries),
+            "n-grams clipped to the context": sum(s["ngram_clipped"] for s in summaries)}
     report = build_report(summaries, records, images, meta, token_strings=tokens, redact=redact)
     report.save(run.path / "report.html", mode=run.file_mode)
     _print_summary(summaries, run.path)
@@ -95,8 +98,14 @@ def run_explain(common: CommonOptions, *, context: str, query: str, task: str,
     from ctxleak.report import Report, plots
     from ctxleak.run.provenance import provenance
 
+    from ctxleak.run.records import read_text_file
+    from ctxleak.run.validate import check_limit, check_template
+
+    check_limit(ngram, "--ngram")
+    check_limit(top, "--top")
+    check_template(template, "--template", ("context", "query"), required=("context",))
     if context.startswith("@"):
-        context = Path(context[1:]).read_text(encoding="utf-8")
+        context = read_text_file(context[1:])
     if not context.strip():
         raise ConfigError("--context is empty")
     if task == "custom" and not template:
@@ -105,7 +114,7 @@ def run_explain(common: CommonOptions, *, context: str, query: str, task: str,
                        min_new_tokens=min_new_tokens)
     run = open_run("influence-explain", common,
                    {"context": context, "query": query, "task": task, "template": template,
-                    "lambda": lam, "temperature": temperature, "ngram": ngram}, private=True)
+                    "lambda": lam, "temperature": temperature, "ngram": ngram})
     if not is_main(run):
         return  # one prompt: under torchrun the other processes have nothing to do
     lm = load_lm(common)

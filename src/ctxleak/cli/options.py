@@ -4,6 +4,7 @@ command's own signature lists only its own flags."""
 from __future__ import annotations
 
 import functools
+import math
 import inspect
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -78,7 +79,11 @@ def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ctxleak.run.validate import check_common
+
         common = CommonOptions(**{name: kwargs.pop(name) for name in COMMON_NAMES})
+        # checked before the command does anything, the model load included (SPEC §9)
+        check_common(limit=common.limit, batch_size=common.batch_size, threads=common.threads)
         return func(*args, common=common, **kwargs)
 
     positional = [p for p in own if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -96,10 +101,14 @@ def parse_float_list(value: str | float | None, flag: str) -> list[float]:
     if isinstance(value, (int, float)):
         return [float(value)]
     try:
-        return [float(v) for v in str(value).split(",") if v.strip()]
+        values = [float(v) for v in str(value).split(",") if v.strip()]
     except ValueError:
         raise ConfigError(f"{flag} must be a number or a comma list of numbers, not '{value}'"
                           ) from None
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise ConfigError(f"{flag} must be finite numbers, not {bad[0]}")
+    return values
 
 
 def parse_int_list(value: str | int | None, flag: str) -> list[int]:

@@ -51,9 +51,13 @@ def _load_records(data: str, subjects: int, seed: int, limit: int | None, need: 
     from ctxleak.methods.pii.synth import AREA_CODES, synth_records
 
     if data == "demo":
+        if subjects < 2 or subjects > len(AREA_CODES) * 100:
+            raise ConfigError(f"--subjects must be between 2 and {len(AREA_CODES) * 100}, "
+                              f"got {subjects}")
         n = max(subjects, need)
-        if n < 2 or n > len(AREA_CODES) * 100:
-            raise ConfigError(f"--subjects must be between 2 and {len(AREA_CODES) * 100}, got {n}")
+        if n > len(AREA_CODES) * 100:
+            raise ConfigError(f"--canary {need // 2} needs {n} demo subjects, more than the "
+                              f"{len(AREA_CODES) * 100} available")
         records = synth_records(n, seed)
     else:
         records = load_records(data)
@@ -182,9 +186,11 @@ def probe(
     if soft_tokens < 1 or epochs < 1 or not soft_lr > 0:
         raise ConfigError("--soft-tokens and --epochs must be >= 1 and --soft-lr > 0")
     context_template = context_template.replace("\\n", "\n")  # '\n' typed in a shell
-    if "in-context" in modes and ("{document}" not in context_template
-                                  or "{prompt}" not in context_template):
-        raise ConfigError("--context-template needs both {document} and {prompt}")
+    if "in-context" in modes:
+        from ctxleak.run.validate import check_template
+
+        check_template(context_template, "--context-template", ("document", "prompt"),
+                       required=("document", "prompt"))
     if canary is not None and canary < 2:
         raise ConfigError(f"--canary needs at least 2 subjects per group, got {canary}")
     if not 0 < alpha < 1:
@@ -298,7 +304,9 @@ def _plan(records: list, modes: list[str], types: list[str], ks: list[int], stru
 # --------------------------------------------------------------------------- the run
 
 def _chunk_size(batch_size: str) -> int:
-    return 16 if batch_size in (None, "auto") else max(1, int(batch_size))
+    from ctxleak.run.validate import check_batch_size
+
+    return check_batch_size(batch_size, "--batch-size") or 16
 
 
 def _run(common: CommonOptions, config: dict[str, Any], records: list, plan: Plan, *,
@@ -310,7 +318,8 @@ def _run(common: CommonOptions, config: dict[str, Any], records: list, plan: Pla
     from ctxleak.methods.pii.probe import ProbeOptions
     from ctxleak.run.distributed import barrier
 
-    run = open_run("probe", common, config, private=True)
+    data_file = None if config["data"] == "demo" else config["data"]
+    run = open_run("probe", common, config, inputs={"data": data_file})
     lm = load_lm(common)
     budgets = _budgets(lm, plan, config["max_new_tokens"], common.chat_template == "on")
     options = ProbeOptions(beam=config["beam"], generate=config["generate"],

@@ -12,7 +12,7 @@ from typing import Any
 
 from ctxleak.cli.options import CommonOptions
 from ctxleak.run.distributed import barrier, current_world, init_distributed, local_device
-from ctxleak.run.rundir import RunDir
+from ctxleak.run.rundir import INPUTS_KEY, RunDir, input_hashes
 
 
 def default_output(command: str) -> str:
@@ -20,8 +20,10 @@ def default_output(command: str) -> str:
 
 
 def open_run(command: str, common: CommonOptions, config: dict[str, Any], *,
-             private: bool = False) -> RunDir:
-    """The run directory with the full config (common flags included) stored for resume.
+             private: bool = True, inputs: dict[str, Any] | None = None) -> RunDir:
+    """The run directory with the full config (common flags included) stored for resume, and
+    the SHA-256 of each input file (``inputs``: ``{"data": path}``) that ``--resume`` checks.
+    Folders are 0700 and files 0600 unless ``private=False`` (commands that read no user text).
 
     Under ``torchrun``/``accelerate launch`` this joins the process group first; every process
     must then be given the same ``--output`` (the default name is not shared between them).
@@ -33,7 +35,24 @@ def open_run(command: str, common: CommonOptions, config: dict[str, Any], *,
         raise ConfigError("a data-parallel run needs --output (the same for every process)")
     output = common.output or default_output(command)
     full = {"command": command, **common.to_dict(), **config, "output": output}
-    return RunDir(output, full, resume=common.resume, private=private, world=world)
+    if inputs:
+        full[INPUTS_KEY] = input_hashes(inputs)
+    run = RunDir(output, full, resume=common.resume, private=private, world=world)
+    global _CURRENT_RUN
+    _CURRENT_RUN = run
+    return run
+
+
+_CURRENT_RUN: RunDir | None = None
+
+
+def interrupted_message() -> str:
+    """What Ctrl-C kept and how to go on: the run folder, its finished rows, the resume flags."""
+    run = _CURRENT_RUN
+    if run is None:
+        return "interrupted before any run folder was written; nothing was kept"
+    return (f"interrupted: {len(run.samples)} finished example(s) are saved in {run.path}; "
+            f"rerun the same command with --resume --output {run.path} to continue")
 
 
 def load_lm(common: CommonOptions):

@@ -70,8 +70,6 @@ def susceptibility(
     if entities_per_relation is not None and entities_per_relation < 1:
         raise ConfigError(f"--entities-per-relation must be at least 1, got "
                           f"{entities_per_relation}")
-    if common.limit is not None and common.limit < 1:
-        raise ConfigError(f"--limit must be at least 1, got {common.limit}")
     rels = load_relations(data)
     if relations:
         wanted = [r.strip() for r in relations.split(",") if r.strip()]
@@ -89,11 +87,11 @@ def susceptibility(
     settings["contexts"] = settings.pop("n_contexts")  # stored under the flag's name
     config = {"data": data, "query_types": types, "relations": relations,
               "entities_per_relation": entities_per_relation, **settings}
-    _run(common, config, options, rels, queries, data)
+    _run(common, config, options, rels, queries, data, resolve_data_path(data))
 
 
 def _run(common: CommonOptions, config: dict[str, Any], options: Any, rels: list, queries: list,
-         data: str) -> None:
+         data: str, data_file: Any) -> None:
     from ctxleak.cli.session import is_main, load_lm, open_run, run_examples
     from ctxleak.engine.forward import PrefixKV
     from ctxleak.engine.generation import derive_seed
@@ -105,7 +103,7 @@ def _run(common: CommonOptions, config: dict[str, Any], options: Any, rels: list
     )
     from ctxleak.run.provenance import provenance
 
-    run = open_run("susceptibility", common, config)
+    run = open_run("susceptibility", common, config, inputs={"data": data_file})
     lm = load_lm(common)
     prefix_kv = PrefixKV(lm)  # the tokens before each query, through the model once per run
 

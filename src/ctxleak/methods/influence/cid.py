@@ -39,16 +39,22 @@ class CIDConfig:
     bounded_eps: float | None = None
 
     def __post_init__(self) -> None:
-        if not np.isfinite(self.lam) or self.lam < 0:
+        if not np.isfinite(self.lam):
+            raise ConfigError(f"--lambda must be a finite number, not {self.lam}")
+        if self.lam < 0:
             raise ConfigError(f"--lambda must be >= 0 (0 = no context, 1 = plain decoding), "
                               f"not {self.lam}")
-        if not np.isfinite(self.temperature) or self.temperature <= 0:
+        if not np.isfinite(self.temperature):
+            raise ConfigError(f"--temperature must be a finite number, not {self.temperature}")
+        if self.temperature <= 0:
             raise ConfigError(f"--temperature must be > 0, not {self.temperature}")
         if self.max_new_tokens < 1:
             raise ConfigError(f"--max-new-tokens must be >= 1, not {self.max_new_tokens}")
         if not 0 <= self.min_new_tokens <= self.max_new_tokens:
             raise ConfigError(f"--min-new-tokens must be between 0 and --max-new-tokens "
                               f"({self.max_new_tokens}), not {self.min_new_tokens}")
+        if self.bounded_eps is not None and not np.isfinite(self.bounded_eps):
+            raise ConfigError(f"--bounded-eps must be a finite number, not {self.bounded_eps}")
         if self.bounded_eps is not None and not self.bounded_eps > 0:
             raise ConfigError(f"--bounded-eps must be > 0, not {self.bounded_eps}")
 

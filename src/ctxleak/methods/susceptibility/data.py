@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.run.records import demo_path
+from ctxleak.run.records import check_input_file, demo_path, json_error_message
 
 QUERY_TYPES = ("closed", "open_qa", "open_completion")
 CONTEXT_SCOPES = ("query", "relation", "all")
@@ -109,16 +109,15 @@ def resolve_data_path(data: str | Path) -> Path:
 def load_relations(data: str | Path) -> list[Relation]:
     """Read and check a relation file (ctxleak or Du et al. YAGO format); ``"demo"`` for the
     bundled set. Errors name the file and the field."""
-    path = resolve_data_path(data)
-    if not path.is_file():
-        raise InputError("file not found", file=str(path))
+    path = check_input_file(resolve_data_path(data))
+    blob = path.read_bytes()
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(blob.decode("utf-8"))
     except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})", file=str(path),
-                         line=exc.lineno) from None
+        raise InputError(json_error_message(exc), file=str(path), line=exc.lineno) from None
     except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text ({exc.reason})", file=str(path)) from None
+        raise InputError(f"not UTF-8 text ({exc.reason})", file=str(path),
+                         line=blob[:exc.start].count(b"\n") + 1) from None
     if isinstance(raw, dict) and "relations" in raw:
         items = raw["relations"]
         if not isinstance(items, list):
@@ -215,11 +214,24 @@ def _ctxleak_relation(item: Any, i: int, file: str) -> Relation:
                              field=w(f"entities[{j}]"))
         entities.append((_string(ent, "entity", w(f"entities[{j}].entity"), file),
                          _string(ent, "answer", w(f"entities[{j}].answer"), file)))
+    _no_repeats([e for e, _ in entities], w("entities"), ".entity", file)
     fakes = _string_list(item.get("fake_entities", []), w("fake_entities"), file,
                          allow_empty=True)
+    _no_repeats(fakes, w("fake_entities"), "", file)
     answers = _string_list(item.get("answers"), w("answers"), file)
     return Relation(name=name, queries=queries, context_templates=[context],
                     entities=entities, fake_entities=fakes, answers=_unique(answers))
+
+
+def _no_repeats(names: Sequence[str], where: str, suffix: str, file: str) -> None:
+    """Entities are query ids (``relation/real/entity/type``): one entity twice would put two
+    rows under one id, so it is refused, naming the second occurrence."""
+    first: dict[str, int] = {}
+    for j, name in enumerate(names):
+        if name in first:
+            raise InputError(f"duplicate entity {name!r} (also {where}[{first[name]}]); query "
+                             "ids must be unique", file=file, field=f"{where}[{j}]{suffix}")
+        first[name] = j
 
 
 def _yago_relation(name: str, item: dict[str, Any], file: str) -> Relation:

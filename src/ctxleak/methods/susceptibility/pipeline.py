@@ -118,6 +118,10 @@ def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
                                          reuse_prefix=options.reuse_prefix,
                                          batch_size=batch_size)
         seconds = time.perf_counter() - t0
+        cut = [c for c in res.context_tokens_cut if c]
+        if cut:
+            warnings.warn(f"query {query.id}: {len(cut)} context(s) cut by up to {max(cut)} "
+                          "tokens to fit the model's window", stacklevel=2)
         order = np.argsort(-res.psi, kind="stable")[:options.top_contexts]
         ref = res.ref_logprobs.numpy()
         ref_top = np.argsort(-ref, kind="stable")[:5]
@@ -125,6 +129,7 @@ def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
             options.mc_key: res.chi, "reference": options.reference,
             "n_draws": sample.n_draws, "n_distinct_contexts": len(sample.texts),
             "context_pool_size": len(pool), "seconds_mc": seconds,
+            "contexts_truncated": len(cut), "context_tokens_cut": int(sum(cut)),
             "persuasive_contexts": [{"context": sample.texts[i], "psi": float(res.psi[i]),
                                      "weight": float(res.weights[i])} for i in order],
             "reference_top_tokens": [{"token": _token(lm, t), "id": int(t),
@@ -231,7 +236,17 @@ def summarize(records: Sequence[dict[str, Any]], options: SusceptibilityOptions
         a, b = timing["seconds_per_query_mc"], timing["seconds_per_query_fisher"]
         timing["speedup_fisher_over_mc"] = a / b if a is not None and b else None
     out["timing"] = timing
+    if options.run_mc:  # contexts cut to the model's window (SPEC §9)
+        out["truncation"] = truncation_counts(records)
     return out
+
+
+def truncation_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """How many queries had contexts cut to fit the window, how many contexts, how many
+    tokens in all (from each record's ``contexts_truncated`` / ``context_tokens_cut``)."""
+    return {"queries": sum(1 for r in records if r.get("contexts_truncated")),
+            "contexts": int(sum(r.get("contexts_truncated") or 0 for r in records)),
+            "tokens": int(sum(r.get("context_tokens_cut") or 0 for r in records))}
 
 
 def _relation_mean_correlation(records: Sequence[dict[str, Any]], mc: str, fk: str
@@ -320,6 +335,10 @@ def build_report(records: Sequence[dict[str, Any]], summary: dict[str, Any],
                 "reference": options.reference, "top-k": options.top_k,
                 "σ²": options.sigma2, "Fisher vocabulary": options.fisher_vocab},
                caption="Settings")
+    cut = summary.get("truncation") or {}
+    if cut.get("contexts"):
+        rep.add_kv(cut, caption="contexts cut to fit the model's window: queries affected, "
+                                "contexts, tokens removed (per query in samples.jsonl)")
     timing = summary.get("timing", {})
     if timing:
         rep.add_heading("Time per query")
