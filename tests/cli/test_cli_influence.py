@@ -185,3 +185,46 @@ def test_factkb_for_every_setting_with_a_local_classifier(tiny_dir, tmp_path, ca
         assert 0 < s["quality"]["factkb"]["value"] < 1 and s["quality"]["factkb"]["n"] == 2
         assert s["quality"]["bertscore_f1"]["value"] is None
     assert ">FactKB<" in (out / "report.html").read_text()
+
+
+def test_resume_after_an_edited_data_file_is_refused(tiny_dir, tmp_path, capsys):
+    """config.json stores the SHA-256 of the data file; a --resume after a row's context changed
+    is refused (it would otherwise keep the stale result), and the finished rows stay."""
+    data = tmp_path / "d.jsonl"
+    rows = [{"id": "a", "context": "the capital of france is paris", "query": "what ?"},
+            {"id": "b", "context": "rome is in italy", "query": "where ?"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    args = ["influence", "--data", str(data), "--model", tiny_dir, "--max-new-tokens", "3",
+            "--min-new-tokens", "1", "--ngram", "1000", "--output", str(out)]
+    code, _, err = cli(args + ["--limit", "1"], capsys)
+    assert code == 0, err
+    config = json.loads((out / "config.json").read_text())
+    assert set(config["input_sha256"]) == {"data"}
+    # --ngram larger than the context: clipped to the whole context, recorded and counted
+    first = json.loads((out / "samples.jsonl").read_text().splitlines()[0])
+    assert first["ngram_clipped_from"] == 1000 and first["ngram"] == first["context_tokens"]
+    summary = json.loads((out / "results.json").read_text())["summary"]["settings"][0]
+    assert summary["ngram_clipped"] == 1 and summary["truncated_contexts"] == 0
+    before = (out / "samples.jsonl").read_text()
+
+    rows[0]["context"] = "berlin is a city"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, _, err = cli(args + ["--resume"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "content of the data file changed" in err and str(out) in err
+    assert (out / "samples.jsonl").read_text() == before
+
+
+def test_ctrl_c_says_what_was_kept_and_how_to_resume(tiny_dir, tmp_path, capsys, monkeypatch):
+    import ctxleak.cli.influence_run as influence_run
+
+    def interrupted(common):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(influence_run, "load_lm", interrupted)
+    out = tmp_path / "run"
+    code, _, err = cli(BASE + ["--model", tiny_dir, "--limit", "1", "--output", str(out)], capsys)
+    assert code == 130
+    assert f"0 finished example(s) are saved in {out}" in err
+    assert f"--resume --output {out}" in err

@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> None:
     from ctxleak.cli.config import load_config_file
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    session = sys.modules.get("ctxleak.cli.session")
+    if session is not None:  # a new command (tests run several in one process)
+        session._CURRENT_RUN = None
     debug = _pop_flag(argv, "--debug") or os.environ.get("CTXLEAK_DEBUG") == "1"
     try:
         default_map = None

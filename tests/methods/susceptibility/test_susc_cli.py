@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 
 import pytest
 from tiny_data import TINY_RELATIONS
@@ -45,6 +46,13 @@ def _check_run_dir(run, n, *, both=True):
             assert 1 <= len(row["persuasive_contexts"]) <= 3
             psis = [c["psi"] for c in row["persuasive_contexts"]]
             assert psis == sorted(psis, reverse=True)
+    # contexts cut to the window are counted per query and in results.json (none here)
+    assert summary["truncation"] == {"queries": 0, "contexts": 0, "tokens": 0}
+    assert all(row["contexts_truncated"] == 0 == row["context_tokens_cut"] for row in rows)
+    # the queries' texts are user data: the folder is 0700 and its files 0600
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700
+    for name in ("samples.jsonl", "results.json", "report.html", "config.json"):
+        assert stat.S_IMODE((run / name).stat().st_mode) == 0o600, name
     if both:
         assert (run / "scatter_fisher_vs_mc.png").read_bytes().startswith(b"\x89PNG")
         for name in ("relations_mc.png", "relations_fisher.png", "real_vs_fake_mc.png",
