@@ -97,7 +97,6 @@ def run_explain(common: CommonOptions, *, context: str, query: str, task: str,
     from ctxleak.methods.influence.ngrams import next_token_unigram_influence, window_influence, windows
     from ctxleak.report import Report, plots
     from ctxleak.run.provenance import provenance
-
     from ctxleak.run.records import read_text_file
     from ctxleak.run.validate import check_limit, check_template
 

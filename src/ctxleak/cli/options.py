@@ -4,8 +4,8 @@ command's own signature lists only its own flags."""
 from __future__ import annotations
 
 import functools
-import math
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Optional

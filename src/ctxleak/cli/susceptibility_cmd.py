@@ -71,8 +71,10 @@ def susceptibility(
         raise ConfigError(f"--entities-per-relation must be at least 1, got "
                           f"{entities_per_relation}")
     rels = load_relations(data)
-    if relations:
+    if relations is not None:
         wanted = [r.strip() for r in relations.split(",") if r.strip()]
+        if not wanted:
+            raise ConfigError("--relations needs at least one relation name")
         unknown = [w for w in wanted if w not in {r.name for r in rels}]
         if unknown:
             raise ConfigError(f"--relations: unknown relation(s) {', '.join(unknown)}; the file "

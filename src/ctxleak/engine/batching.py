@@ -10,8 +10,6 @@ from typing import TypeVar
 
 import torch
 
-from ctxleak.errors import ConfigError
-
 T = TypeVar("T")
 
 # Padded tokens per forward pass for --batch-size auto. On CPU a few thousand tokens already
