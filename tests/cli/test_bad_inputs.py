@@ -69,6 +69,7 @@ CASES = {
         (["--temperature", ","], ["--temperature needs at least one value"]),
         (["--lambda", "inf"], ["--lambda", "finite"]),
         (["--lambda", "-1"], ["--lambda must be >= 0"]),
+        (["--lambda", "1,0.5,1"], ["--lambda lists 1 twice"]),
         (["--batch-size", "0"], ["--batch-size", "at least 1"]),
         (["--batch-size", "-1"], ["--batch-size", "at least 1"]),
         (["--batch-size", "nan"], ["--batch-size", "'nan'"]),

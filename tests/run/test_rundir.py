@@ -196,3 +196,14 @@ def test_resume_refuses_changed_input_file_and_other_command(tmp_path):
         RunDir(tmp_path / "r", changed, resume=True)
     with pytest.raises(ConfigError, match="holds a 'influence' run, not 'icl'"):
         RunDir(tmp_path / "r", {**config, "command": "icl"}, resume=True)
+
+
+def test_run_examples_refuses_two_items_with_one_id_before_any_work(tmp_path):
+    from ctxleak.cli.session import run_examples
+
+    calls = []
+    with RunDir(tmp_path / "r", {"a": 1}) as run:
+        with pytest.raises(ConfigError, match="two examples have the id 'x'"):
+            run_examples(run, ["x", "y", "x"], key=str,
+                         work=lambda i, item: calls.append(item) or {}, desc="t")
+    assert calls == []

@@ -82,7 +82,13 @@ def influence(
     from ctxleak.methods.influence.data import load_examples
     from ctxleak.methods.influence.pipeline import InfluenceOptions, settings_grid
     from ctxleak.run.records import demo_path, parse_mapping
-    from ctxleak.run.validate import check_limit, check_nonempty, check_number, check_template
+    from ctxleak.run.validate import (
+        check_limit,
+        check_nonempty,
+        check_number,
+        check_template,
+        check_unique,
+    )
 
     if min_new_tokens is None:
         min_new_tokens = min(10, max_new_tokens)
@@ -93,6 +99,9 @@ def influence(
     if context_sizes is not None:
         sizes = list(check_nonempty(parse_int_list(context_sizes, "--context-sizes"),
                                     "--context-sizes", "32,64,128"))
+    for flag, values in (("--lambda", lams), ("--temperature", temps),
+                         ("--context-sizes", sizes)):
+        check_unique(values, flag)
     for flag, threshold in (("--repeat-threshold", repeat_threshold),
                             ("--rouge-threshold", rouge_threshold)):
         check_number(threshold, flag, minimum=0.0, maximum=1.0)

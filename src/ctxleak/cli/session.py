@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.cli.options import CommonOptions
+from ctxleak.errors import ConfigError
 from ctxleak.run.distributed import barrier, current_world, init_distributed, local_device
 from ctxleak.run.rundir import INPUTS_KEY, RunDir, input_hashes
 
@@ -100,6 +101,10 @@ def run_examples(run: RunDir, items: Sequence[Any], key: Callable[[Any], str],
     from tqdm.auto import tqdm
 
     world = run.world
+    keys = [key(item) for item in items]
+    if len(set(keys)) != len(keys):  # two items would be stored under one id
+        repeated = next(k for k in keys if keys.count(k) > 1)
+        raise ConfigError(f"two examples have the id {repeated!r}: ids must be unique")
     done = run.done_keys("id")
     mine = [(i, item) for i, item in enumerate(items) if world.owns(i)]
     todo = [(i, item) for i, item in mine if key(item) not in done]

@@ -74,6 +74,18 @@ def check_nonempty(values: Sequence[Any], name: str, example: str = "") -> Seque
     return values
 
 
+def check_unique(values: Sequence[Any], name: str) -> Sequence[Any]:
+    """A list parameter without repeats (``--lambda 1,1`` would run one setting twice under one
+    sample id)."""
+    seen: set = set()
+    for v in values:
+        if v in seen:
+            raise ConfigError(f"{name} lists {v:g} twice" if isinstance(v, float)
+                              else f"{name} lists {v} twice")
+        seen.add(v)
+    return values
+
+
 def check_template(template: str | None, name: str, allowed: Sequence[str],
                    required: Sequence[str] = ()) -> str | None:
     """A ``str.format`` template whose slots are among ``allowed`` and include ``required``
