@@ -166,6 +166,13 @@ def test_two_processes_claiming_one_folder_at_once_exactly_one_wins(tmp_path, tr
     # the lock ends with the winning process: the folder can be resumed afterwards
     run = RunDir(tmp_path / "r", {"command": "x"}, resume=True)
     assert len(run.samples) == 1
+    # while this process holds it, another process is refused; after release() it is not
+    probe = [sys.executable, "-c", _CLAIM, str(tmp_path / "r"), "0", "c"]
+    held = subprocess.run(probe, capture_output=True, text=True).stdout
+    assert held.startswith("refused") and "in use by another ctxleak run" in held
+    run.release()
+    freed = subprocess.run(probe, capture_output=True, text=True).stdout
+    assert "already holds a run" in freed and "in use" not in freed  # claimed; needs --resume
 
 
 def test_one_id_is_never_stored_twice(tmp_path):

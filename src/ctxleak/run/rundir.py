@@ -304,6 +304,17 @@ class RunDir:
             self._handle.close()
             self._handle = None
 
+    def release(self) -> None:
+        """Give up the claim on the folder before this process exits (a library caller that
+        goes on after the run; the CLI's claim simply ends with its process)."""
+        self.close()
+        owner = _read_owner(self.path)
+        if owner and owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
+            (self.path / OWNER_FILE).unlink(missing_ok=True)
+        fd = _LOCKS.pop(str(self.path.resolve()), None)
+        if fd is not None:
+            os.close(fd)
+
     # results and other files -----------------------------------------------------------------
     def write_results(self, summary: dict[str, Any], *, provenance: dict[str, Any],
                       n_effective: int, extra: dict[str, Any] | None = None) -> Path:
