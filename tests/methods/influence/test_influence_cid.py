@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hand_influence import hand_unigram_influence
 
 from ctxleak.engine.generation import generate_streams, single_stream
 from ctxleak.errors import ConfigError
@@ -16,6 +17,7 @@ from ctxleak.methods.influence import (
     bounded_lambda,
     cid_logprobs,
     generate_cid,
+    next_token_unigram_influence,
     window_influence,
     windows,
 )
@@ -215,3 +217,17 @@ def test_bounded_cid_windows_use_each_steps_lambda(tiny_lm, eps):
     np.testing.assert_allclose(tau, rec["token_influence"], atol=1e-5)
     assert np.all(tau <= eps / 2 + 1e-9)
     np.testing.assert_allclose(rec["window_logp"][0], rec["logp_empty"], atol=1e-5)
+
+
+@pytest.mark.parametrize("prefix_len, min_new", [(0, 0), (0, 2), (1, 2), (2, 2)])
+def test_next_token_unigram_influence_by_hand(tiny_lm, prefix_len, min_new):
+    parts = parts_for(tiny_lm)
+    prefix = tiny_lm.encode("paris .")[:prefix_len]
+    token = tiny_lm.encode("the")[0]
+    got = next_token_unigram_influence(tiny_lm, parts, prefix, token, lam=1.4,
+                                       temperature=0.9, min_new_tokens=min_new, batch_size=2)
+    want = hand_unigram_influence(tiny_lm, parts, prefix, token, 1.4, 0.9,
+                                  mask_eos=prefix_len < min_new)
+    assert got.shape == (len(parts.context),)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert got.max() > 1e-4  # some context token matters: the comparison has teeth

@@ -136,11 +136,19 @@ def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans:
 
 def next_token_unigram_influence(lm: LM, parts: PromptParts, prefix: Sequence[int],
                                  token: int, *, lam: float, temperature: float,
+                                 min_new_tokens: int = 0,
                                  batch_size: str | int | None = "auto") -> np.ndarray:
-    """Influence of each single context token on one next token (paper 000, Table 1)."""
+    """Influence of each single context token on one next token (paper 000, Table 1):
+    ``τ_i = |log p̄_λ(y | D, x, prefix) − log p̄_λ(y | D∖{d_i}, x, prefix)|``.
+
+    The token follows ``prefix`` (response tokens already generated), so it is scored with the
+    distribution it was sampled from: EOS masked when ``len(prefix) < min_new_tokens``, as in
+    :func:`~ctxleak.methods.influence.cid.generate_cid`, at the same λ and T.
+    """
     spans = windows(len(parts.context), 1)
     res = window_influence(lm, PromptParts(parts.before, parts.context,
                                            tuple(parts.after) + tuple(prefix)),
                            [token], spans, lam=lam, temperature=temperature,
+                           min_new_tokens=int(len(prefix) < min_new_tokens),
                            batch_size=batch_size)
     return res.tau[:, 0]
