@@ -177,7 +177,9 @@ def test_default_model_end_to_end(tmp_path, capsys, default_lm):
     for w, logp in zip(row["window_influence"], row["window_logp"]):
         assert w == pytest.approx(float(np.abs(np.array(row["logp_context"]) - logp).sum()),
                                   abs=1e-4)
-    assert row["max_window_influence"] == max(row["window_influence"]) > 0
+    assert row["max_window_influence"] == pytest.approx(max(row["window_influence"]), abs=1e-5)
+    assert row["max_window"] == int(np.argmax(row["window_influence"]))
+    assert max(row["window_influence"]) > 0
 
 
 def test_factkb_for_every_setting_with_a_local_classifier(tiny_dir, tmp_path, capsys):
