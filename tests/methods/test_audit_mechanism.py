@@ -195,6 +195,8 @@ def test_masked_eos_is_removed_after_aggregation():
                                 mechanism_logprobs(rows[:p] + rows[p + 1:], 5.0), 3.0,
                                 symmetric=True) for p in range(4))
     assert rdp == pytest.approx(want, rel=1e-9)
+    both = leave_one_out_divergences(agg._clipped, 5.0, 3.0, agg._excluded)
+    assert float(both.max()) == pytest.approx(want, rel=1e-9)
     # a token masked in only some rows is a real output (clipped to −c there), not removed
     logits[0, 5] = MASKED_LOGIT
     assert agg.combine(logits, 1)[5] > -np.inf
