@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hand_influence import hand_unigram_influence
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hand_influence import hand_unigram_influence
 
 from ctxleak.engine.generation import generate_streams, single_stream
 from ctxleak.errors import ConfigError

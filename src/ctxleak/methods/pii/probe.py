@@ -518,8 +518,9 @@ def summarize(rows: Sequence[Mapping[str, Any]],
     any of its templates reproduces the target; also per prompt), mean of the per-unit maximum
     target and null log-likelihoods and their normalised forms, the paired Wilcoxon signed-rank
     test of target > null on those maxima (``wilcoxon``/``wilcoxon_norm`` on the likelihoods, as
-    in App. B.2; ``wilcoxon_log``/``wilcoxon_norm_log`` on the log-likelihoods), the string-metric rates and, in context mode, the
-    mean no-context likelihood, context influence and context share."""
+    in App. B.2; ``wilcoxon_log``/``wilcoxon_norm_log`` on the log-likelihoods), the
+    string-metric rates and, in context mode, the mean no-context likelihood, context influence
+    and context share."""
     groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
         groups[_group_key(row, by)].append(row)
