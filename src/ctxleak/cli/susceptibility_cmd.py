@@ -22,10 +22,10 @@ def susceptibility(
                                  "Monte Carlo (paper 002 §5.1: 256; 128 for LLaMA-size models). "
                                  "256 takes tens of seconds per query on a 2-core CPU with the "
                                  "default model; 32 a few seconds."),
-    entity_contexts: int = typer.Option(8, "--entity-contexts", help="With --context-entities "
-                                        "mix: how many of the --contexts mention the queried "
-                                        "entity; the rest are the relation's contexts about "
-                                        "other entities (paper: 8 of 256, 4 of 128)."),
+    entity_contexts: Optional[int] = typer.Option(
+        None, "--entity-contexts", help="With --context-entities mix: how many of the --contexts "
+        "mention the queried entity; the rest are the relation's contexts about other entities. "
+        "Default: the paper's ratio, 1/32 of --contexts (8 of 256, 4 of 128), at least 1."),
     top_k: int = typer.Option(10, "--top-k", help="Next tokens in the Fisher trace (Eq. 11)."),
     sigma2: float = typer.Option(1.0, "--sigma2", help="Variance σ² of the context perturbation "
                                  "(χ_F = ½σ²·tr I)."),
@@ -59,8 +59,7 @@ def susceptibility(
     batched gradients; their correlation, open vs closed, real vs made-up, and the time each
     takes.
 
-    Example:  ctxleak susceptibility --data demo --limit 6 --contexts 32 --entity-contexts 2
-              --output runs/susc
+    Example:  ctxleak susceptibility --data demo --limit 6 --contexts 32 --output runs/susc
     """
     from ctxleak.errors import ConfigError
     from ctxleak.methods.susceptibility.data import (

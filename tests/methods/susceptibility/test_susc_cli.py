@@ -136,11 +136,13 @@ def test_cli_fisher_only_full_vocabulary_and_no_context_reference(tmp_path, tiny
     run2 = tmp_path / "n"
     result = runner.invoke(app, ["susceptibility", "--model", str(tiny_model_dir), "--device",
                                  "cpu", "--method", "mc", "--reference", "no-context",
-                                 "--contexts", "4", "--entity-contexts", "1", "--limit", "2",
-                                 "--output", str(run2)])
+                                 "--contexts", "4", "--limit", "2", "--output", str(run2)])
     assert result.exit_code == 0, result.output
     row = _rows(run2)[0]
     assert "chi_mc_nocontext" in row and "chi_mc" not in row and row["reference"] == "no-context"
+    # 4 contexts without --entity-contexts: the paper's ratio gives 1 about the entity
+    assert row["n_entity_draws"] == 1 and row["n_draws"] == 4
+    assert json.loads((run2 / "results.json").read_text())["config"]["entity_contexts"] == 1
 
 
 @pytest.mark.integration

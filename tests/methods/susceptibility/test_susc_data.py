@@ -155,14 +155,19 @@ def test_query_types_and_options():
         parse_query_types("closed,opne")
     with pytest.raises(ConfigError, match="--contexts"):
         SusceptibilityOptions(n_contexts=0).validate()
-    # paper 002 §5.1 is the default: 256 contexts per query, 8 about the queried entity
-    default = SusceptibilityOptions()
+    # paper 002 §5.1 is the default: 256 contexts per query, 8 about the queried entity; fewer
+    # contexts keep the paper's ratio (4 of 128, as for LLaMA), at least 1
+    default = SusceptibilityOptions().validate()
     assert (default.context_entities, default.n_contexts, default.entity_contexts) == \
         ("mix", 256, 8)
+    assert SusceptibilityOptions(n_contexts=128).validate().entity_contexts == 4
+    assert SusceptibilityOptions(n_contexts=6).validate().entity_contexts == 1
+    assert SusceptibilityOptions(n_contexts=6).entity_draws == 1
     with pytest.raises(ConfigError, match=r"--entity-contexts \(8\) must be between 0 and "
                        r"--contexts \(6\)"):
-        SusceptibilityOptions(n_contexts=6).validate()
-    SusceptibilityOptions(n_contexts=6, context_entities="query").validate()  # no mix, no limit
+        SusceptibilityOptions(n_contexts=6, entity_contexts=8).validate()
+    query = SusceptibilityOptions(n_contexts=6, context_entities="query").validate()
+    assert query.entity_contexts is None
     with pytest.raises(ConfigError, match="--reference"):
         SusceptibilityOptions(reference="prior").validate()
     with pytest.raises(ConfigError, match="--sigma2"):
@@ -182,7 +187,8 @@ def no_model(monkeypatch):
 
 @pytest.mark.parametrize("args,needle", [
     (["--contexts", "0"], "--contexts must be at least 1"),
-    (["--contexts", "4"], "--entity-contexts (8) must be between 0 and --contexts (4)"),
+    (["--contexts", "4", "--entity-contexts", "8"],
+     "--entity-contexts (8) must be between 0 and --contexts (4)"),
     (["--entity-contexts", "-1"], "--entity-contexts (-1) must be between 0"),
     (["--query-types", "closed,yes_no"], "unknown query type 'yes_no'"),
     (["--method", "exact"], "--method must be one of"),

@@ -8,7 +8,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -41,12 +41,18 @@ TYPE_LABELS = {"closed": "closed", "open_qa": "open (question answering)",
                "open_completion": "open (sentence completion)"}
 
 
+# paper 002 §5.1: 8 of the 256 contexts of a query mention its entity (4 of 128 for LLaMA)
+PAPER_CONTEXTS, PAPER_ENTITY_CONTEXTS = 256, 8
+
+
 @dataclass(frozen=True)
 class SusceptibilityOptions:
     """Settings of a run (defaults: paper 002 §5.1 and SPEC §6): 256 contexts per query, 8 of
     which mention the queried entity and the rest the relation's other entities
-    (``context_entities="mix"``; 128 and 4 for LLaMA-size models). ``context_entities="query"``
-    draws every context from the queried entity's own (ctxleak's default before the mix)."""
+    (``context_entities="mix"``; 128 and 4 for LLaMA-size models). ``entity_contexts=None``
+    takes the paper's ratio, 1/32 of ``n_contexts`` rounded, at least 1 (8 of 256, 4 of 128);
+    :meth:`validate` returns the options with it resolved. ``context_entities="query"`` draws
+    every context from the queried entity's own (ctxleak's default before the mix)."""
 
     method: str = "both"
     n_contexts: int = 256
@@ -55,7 +61,7 @@ class SusceptibilityOptions:
     reference: str = "marginal"
     fisher_vocab: str = "topk"
     context_entities: str = "mix"
-    entity_contexts: int = 8
+    entity_contexts: int | None = None
     sampling: str = "replacement"
     template: str = PROMPT_TEMPLATE
     reuse_prefix: bool = True
@@ -84,15 +90,23 @@ class SusceptibilityOptions:
         one_of("--fisher-vocab", self.fisher_vocab, FISHER_VOCABS)
         one_of("--context-entities", self.context_entities, CONTEXT_SCOPES)
         one_of("--sampling", self.sampling, SAMPLING)
-        if self.context_entities == "mix":
-            check_context_mix(self.n_contexts, self.entity_contexts)
-        elif self.n_contexts < 1:
+        if self.n_contexts < 1:
             raise ConfigError(f"--contexts must be at least 1, got {self.n_contexts}")
         if self.top_k < 1:
             raise ConfigError(f"--top-k must be at least 1, got {self.top_k}")
         if not (self.sigma2 > 0 and math.isfinite(self.sigma2)):
             raise ConfigError(f"--sigma2 must be a positive number, got {self.sigma2}")
-        return self
+        if self.context_entities != "mix":
+            return self
+        check_context_mix(self.n_contexts, self.entity_draws)
+        return replace(self, entity_contexts=self.entity_draws)
+
+    @property
+    def entity_draws(self) -> int:
+        """How many of a query's contexts mention its entity (``context_entities="mix"``)."""
+        if self.entity_contexts is not None:
+            return self.entity_contexts
+        return max(1, round(self.n_contexts * PAPER_ENTITY_CONTEXTS / PAPER_CONTEXTS))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,7 +139,7 @@ def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
             others = context_pool(relation, other_entities(query, relation))
             pool = entity_pool + others
             sample = sample_context_mix(entity_pool, others, options.n_contexts,
-                                        options.entity_contexts, rng, replace=replace)
+                                        options.entity_draws, rng, replace=replace)
         else:
             pool = context_pool(relation, pool_entities(query, relations,
                                                         options.context_entities))
@@ -261,8 +275,8 @@ def context_mix(records: Sequence[dict[str, Any]],
     mix: dict[str, Any] = {"scope": options.context_entities, "contexts": options.n_contexts,
                            "sampling": options.sampling}
     if options.context_entities == "mix":
-        mix.update(entity_contexts=options.entity_contexts,
-                   other_contexts=options.n_contexts - options.entity_contexts)
+        mix.update(entity_contexts=options.entity_draws,
+                   other_contexts=options.n_contexts - options.entity_draws)
     mix.update(mean_draws=_mean([r.get("n_draws") for r in records]),
                mean_entity_draws=_mean([r.get("n_entity_draws") for r in records]),
                mean_distinct_contexts=_mean([r.get("n_distinct_contexts") for r in records]))
@@ -352,7 +366,7 @@ def build_report(records: Sequence[dict[str, Any]], summary: dict[str, Any],
         " next tokens, e = the query's input embeddings (paper 002 Eq. 10-11, SPEC §6 reading).")
     rep.add_kv({"queries": len(records), "contexts drawn per query": options.n_contexts,
                 "context pool": options.context_entities
-                + (f" ({options.entity_contexts} mention the queried entity)"
+                + (f" ({options.entity_draws} mention the queried entity)"
                    if options.context_entities == "mix" else ""),
                 "sampling": options.sampling,
                 "reference": options.reference, "top-k": options.top_k,
