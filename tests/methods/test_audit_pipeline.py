@@ -182,3 +182,23 @@ def test_run_audit_on_tiny_model_is_seeded(llama_lm):
     assert a.records[0]["subset_lines"] == a.records[2]["subset_lines"]
     assert all(len(set(r["subset_lines"])) == 3 for r in a.records)
     assert all(r["ratio"] > 0 for r in a.rows)
+
+
+def test_min_tokens_keeps_sequences_long_and_names_the_output_set(llama_lm):
+    """--min-tokens (paper 001, App. C.1 mechanism): no sequence ends before it, and the
+    accounting rows say which output set the sampler and the per-token divergences share."""
+    examples = [PrivateExample(t, "yes", "mem", i + 1) for i, t in enumerate(
+        ["the capital of france is paris", "rome is in italy", "the doctor said no",
+         "berlin is the capital of germany"])]
+    config = AuditConfig(target_eps=(200,), deltas=(1e-5,), subset_size=3, n_gen=6,
+                         max_tokens=5, min_tokens=5, clip=0.5,
+                         template="document : {text} . {label} :")
+    res = run_audit(llama_lm, examples, config, seed=0)
+    assert all(len(r["token_ids"]) == 5 and not r["stopped_on_eos"] for r in res.records)
+    (row,) = res.rows
+    assert row["min_tokens"] == 5 and "without EOS for the first 5 tokens" in row["output_set"]
+    assert "same set" in row["output_set"]
+    plain = run_audit(llama_lm, examples, AuditConfig(
+        target_eps=(200,), subset_size=3, n_gen=1, max_tokens=2,
+        template="document : {text} . {label} :"), seed=0)
+    assert plain.rows[0]["output_set"] == "full vocabulary at every step"

@@ -125,7 +125,8 @@ def run_explain(common: CommonOptions, *, context: str, query: str, task: str,
                           "or try another --seed")
     first = response.token_ids[0]
     unigram = next_token_unigram_influence(lm, parts, [], first, lam=lam,
-                                           temperature=temperature)
+                                           temperature=temperature,
+                                           min_new_tokens=min_new_tokens)
     n = min(ngram, len(parts.context))
     spans = windows(len(parts.context), n, stride=1)
     win = window_influence(lm, parts, response.token_ids, spans, lam=lam,

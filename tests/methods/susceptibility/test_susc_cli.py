@@ -72,12 +72,24 @@ def test_cli_end_to_end_and_resume(tmp_path, tiny_model_dir):
     data.write_text(json.dumps(TINY_RELATIONS))
     run = tmp_path / "run"
     base = ["susceptibility", "--model", str(tiny_model_dir), "--device", "cpu",
-            "--data", str(data), "--contexts", "6", "--output", str(run)]
+            "--data", str(data), "--entity-contexts", "2", "--contexts", "6",
+            "--output", str(run)]
     result = runner.invoke(app, [*base, "--limit", "4"])
     assert result.exit_code == 0, result.output
     assert "Susceptibility (4 queries)" in result.output and "speedup" in result.output
-    _, first = _check_run_dir(run, 4)
+    results, first = _check_run_dir(run, 4)
     assert first[0]["id"] == "capital/real/france/closed"
+    # paper 002 §5.1 mix (the default): 2 of the 6 draws mention the queried entity, the other
+    # 4 are the relation's contexts about its other entities; recorded in results.json
+    for row in first:
+        assert row["n_draws"] == 6 and row["n_entity_draws"] == 2
+    mix = results["summary"]["context_mix"]
+    assert mix == {"scope": "mix", "contexts": 6, "sampling": "replacement",
+                   "entity_contexts": 2, "other_contexts": 4, "mean_draws": 6.0,
+                   "mean_entity_draws": 2.0, "mean_distinct_contexts": pytest.approx(
+                       sum(r["n_distinct_contexts"] for r in first) / 4)}
+    assert results["config"]["context_entities"] == "mix"
+    assert results["config"]["entity_contexts"] == 2
 
     # resume: finished queries are kept as they are, the rest are added
     result = runner.invoke(app, [*base, "--limit", "9", "--resume"])
@@ -106,6 +118,18 @@ def test_cli_same_seed_same_numbers(tmp_path, tiny_model_dir):
         outs.append([(r["chi_mc"], r["persuasive_contexts"]) for r in _rows(run)])
         assert "chi_f" not in _rows(run)[0]
     assert outs[0] == outs[1]
+    # the named options keep a single pool: 'query' (the default before the paper's mix)
+    # draws every context about the queried entity
+    run = tmp_path / "query"
+    result = runner.invoke(app, ["susceptibility", "--model", str(tiny_model_dir), "--device",
+                                 "cpu", "--method", "mc", "--contexts", "5", "--limit", "2",
+                                 "--context-entities", "query", "--output", str(run)])
+    assert result.exit_code == 0, result.output
+    assert all(r["n_entity_draws"] == r["n_draws"] == 5 for r in _rows(run))
+    for r in _rows(run):
+        assert all(r["entity"] in c["context"] for c in r["persuasive_contexts"])
+    mix = json.loads((run / "results.json").read_text())["summary"]["context_mix"]
+    assert mix["scope"] == "query" and "entity_contexts" not in mix
 
 
 def test_cli_fisher_only_full_vocabulary_and_no_context_reference(tmp_path, tiny_model_dir):
@@ -124,13 +148,16 @@ def test_cli_fisher_only_full_vocabulary_and_no_context_reference(tmp_path, tiny
     assert result.exit_code == 0, result.output
     row = _rows(run2)[0]
     assert "chi_mc_nocontext" in row and "chi_mc" not in row and row["reference"] == "no-context"
+    # 4 contexts without --entity-contexts: the paper's ratio gives 1 about the entity
+    assert row["n_entity_draws"] == 1 and row["n_draws"] == 4
+    assert json.loads((run2 / "results.json").read_text())["config"]["entity_contexts"] == 1
 
 
 @pytest.mark.integration
 def test_cli_default_model(tmp_path):
     run = tmp_path / "default"
     base = ["susceptibility", "--model", "default", "--device", "cpu", "--data", "demo",
-            "--contexts", "4", "--output", str(run)]
+            "--contexts", "4", "--entity-contexts", "1", "--output", str(run)]
     result = runner.invoke(app, [*base, "--limit", "3"])
     assert result.exit_code == 0, result.output
     _, rows = _check_run_dir(run, 3)

@@ -59,13 +59,18 @@ class CIDConfig:
             raise ConfigError(f"--bounded-eps must be > 0, not {self.bounded_eps}")
 
 
-def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float,
+def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float | torch.Tensor,
                  temperature: float) -> torch.Tensor:
     """``log p̄_λ = log_softmax((λ·z_D + (1−λ)·z_∅) / T)`` in float64 (paper 000, Eq. 6).
 
     λ = 0 and λ = 1 select one stream exactly, so λ = 0 is bit-for-bit no-context decoding.
+    ``lam`` may also be a tensor of one λ per row of ``[T, V]`` logits (bounded CID's λ_t,
+    App. B, Alg. 1); λ_t = 0 or 1 rows are then exact too (the other weight is an exact 0).
     """
     z_context, z_empty = z_context.double(), z_empty.double()
+    if isinstance(lam, torch.Tensor):
+        w = lam.to(z_context.device, torch.float64).reshape(-1, *([1] * (z_context.dim() - 1)))
+        return torch.log_softmax((w * z_context + (1.0 - w) * z_empty) / temperature, dim=-1)
     if lam == 0:
         mixed = z_empty
     elif lam == 1:

@@ -99,7 +99,10 @@ def measure_example(lm: LM, example: InfluenceExample, setting: Setting,
                           f"context ({len(parts.context)} tokens): using n = {n}", stacklevel=2)
             record["ngram_clipped_from"] = options.ngram
         spans = windows(len(parts.context), n, options.stride)
-        win = window_influence(lm, parts, response.token_ids, spans, lam=setting.lam,
+        # bounded CID drew y_t at its own λ_t (Alg. 1): score every window at that λ_t
+        lam = (response.lambdas[:len(response.token_ids)] if options.bounded_eps is not None
+               else setting.lam)
+        win = window_influence(lm, parts, response.token_ids, spans, lam=lam,
                                temperature=setting.temperature,
                                min_new_tokens=config.min_new_tokens,
                                reuse_prefix=options.reuse_prefix, batch_size=batch_size)
