@@ -234,7 +234,7 @@ def test_ledger_needs_the_observer(llama_lm):
     llama_lm.model.generate(torch.tensor([part.full]), do_sample=False, max_new_tokens=3,
                             pad_token_id=0, logits_processor=[proc])
     with pytest.raises(ConfigError, match="observer"):
-        proc.ledger
+        _ = proc.ledger
 
 
 @pytest.mark.parametrize("kwargs, match", [

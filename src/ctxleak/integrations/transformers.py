@@ -37,8 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria
-from transformers import StoppingCriteriaList
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, left_pad
 from ctxleak.engine.models import LM, ModelInfo
