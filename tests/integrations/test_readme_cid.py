@@ -37,6 +37,9 @@ def test_readme_example_on_a_tiny_model(monkeypatch, capsys, llama_lm):
     import ctxleak.engine.models as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: llama_lm)
+    monkeypatch.setattr(llama_lm.tokenizer, "chat_template",  # the example splits the template
+                        "{% for m in messages %}question : {{ m['content'] }}{% endfor %} answer :",
+                        raising=False)
     check_output(run_example(capsys))
 
 
