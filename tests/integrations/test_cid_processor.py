@@ -105,6 +105,19 @@ def test_each_step_is_cid_logprobs(llama_lm):
             assert entry.influence == pytest.approx(abs(entry.logp_context - entry.logp_empty))
 
 
+def test_top_k_and_top_p_apply_after_the_mixture(llama_lm):
+    """generate's truncation warpers run on the CID mixture: every drawn token is among the
+    top 3 of p̄_λ at its step (top_k=3), whatever its rank in either stream alone."""
+    rec = Recorder()
+    torch.manual_seed(7)
+    out = cid_generate(llama_lm, context=CONTEXTS[:2], query=QUERIES[:2], lam=1.5, top_k=3,
+                       top_p=0.95, temperature=1.3, max_new_tokens=8, logits_processor=[rec])
+    for r in range(2):
+        for step, (_, scores) in enumerate(rec.steps[:len(out.ledger[r].entries)]):
+            token = int(out.sequences[r, out.prompt_length + step])  # (pads after EOS skipped)
+            assert token in scores[r].topk(3).indices.tolist()
+
+
 def tiny_eos(lm):
     return list(lm.eos_ids)
 
