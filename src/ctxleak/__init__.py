@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_model"]
+__all__ = ["__version__", "cid_generate", "load_model"]
 
 
 def __getattr__(name: str):  # lazy: keep ``import ctxleak`` light (no torch at import time)
@@ -16,4 +16,8 @@ def __getattr__(name: str):  # lazy: keep ``import ctxleak`` light (no torch at 
         from ctxleak.engine.models import load_model
 
         return load_model
+    if name == "cid_generate":
+        from ctxleak.integrations.transformers import cid_generate
+
+        return cid_generate
     raise AttributeError(f"module 'ctxleak' has no attribute {name!r}")

@@ -143,8 +143,10 @@ class CIDResponse:
 
 
 def generate_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],
-                 config: CIDConfig, seed: int, use_cache: bool = True) -> CIDResponse:
-    """Draw one response by CID from the prompt with the context and the one without it."""
+                 config: CIDConfig, seed: int, use_cache: bool = True,
+                 sample: bool = True) -> CIDResponse:
+    """Draw one response by CID from the prompt with the context and the one without it
+    (``sample=False``: the most likely token of ``p̄_λ`` at each step, greedy CID)."""
     lam_chosen: list[float] = []
     step_eps: list[float] = []
 
@@ -163,7 +165,8 @@ def generate_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[i
 
     gen = generate_streams(lm, [list(prompt_context), list(prompt_empty)], combine,
                            observe=observe, max_new_tokens=config.max_new_tokens,
-                           min_new_tokens=config.min_new_tokens, seed=seed, use_cache=use_cache)
+                           min_new_tokens=config.min_new_tokens, seed=seed, use_cache=use_cache,
+                           sample=sample)
     n = len(gen.token_ids)  # influence is over response tokens, not the stopping EOS
     return CIDResponse(token_ids=gen.token_ids,
                        logp_context=[r[0] for r in gen.records[:n]],
