@@ -163,7 +163,7 @@ def _grads_group(lm: LM, prompts: Sequence[Sequence[int]], spans: Sequence[tuple
     width = max(lengths)
     with torch.enable_grad(), frozen_weights(lm.model):
         own = []
-        for b, w, (s, e), n in zip(bases, wrts, spans, lengths):
+        for b, w, (_, e), n in zip(bases, wrts, spans, lengths):
             seq = torch.cat([w, b[e:]], dim=0)
             own.append(torch.cat([seq, seq.new_zeros((width - n, seq.shape[1]))], dim=0))
         embeds = torch.stack(own)

@@ -88,20 +88,30 @@ class WindowRequest:
     parts: PromptParts
     response: Sequence[int]
     spans: Sequence[tuple[int, int]]
-    lam: float = 1.0
+    lam: float | Sequence[float] = 1.0  # or one λ_t per response token (bounded CID)
     temperature: float = 1.0
     min_new_tokens: int = 0
 
 
 def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans: Sequence[
-        tuple[int, int]], *, lam: float, temperature: float, min_new_tokens: int = 0,
-        reuse_prefix: bool = True, batch_size: str | int | None = "auto") -> WindowInfluence:
+        tuple[int, int]], *, lam: float | Sequence[float], temperature: float,
+        min_new_tokens: int = 0, reuse_prefix: bool = True,
+        batch_size: str | int | None = "auto") -> WindowInfluence:
     """Teacher-forced influence of each context window on ``response`` under CID.
 
     The EOS mask of the first ``min_new_tokens`` steps is applied as during generation, so the
-    scored distributions are the ones the response was drawn from.
+    scored distributions are the ones the response was drawn from. ``lam`` is one λ for every
+    token, or one λ_t per response token: bounded CID (paper 000, App. B, Alg. 1) draws y_t at
+    its own λ_t, and both the reference p̄_{λ_t}(y_t | D) and every ablated
+    p̄_{λ_t}(y_t | D∖D_{i,n}) are mixed with that λ_t.
     """
-    request = WindowRequest(parts, list(response), list(spans), lam, temperature, min_new_tokens)
+    response = list(response)
+    if not isinstance(lam, (int, float)):
+        if len(lam) != len(response):
+            raise ValueError(f"need one lambda per response token ({len(response)}), "
+                             f"got {len(lam)}")
+        lam = [float(x) for x in lam]
+    request = WindowRequest(parts, response, list(spans), lam, temperature, min_new_tokens)
     return window_influence_many(lm, [request], reuse_prefix=reuse_prefix,
                                  batch_size=batch_size)[0]
 
@@ -128,8 +138,14 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
     def keep(i: int, logits: torch.Tensor) -> torch.Tensor:
         return masked(todo[i], logits).float()  # the head gave float32: half the memory
 
-    # the no-context logits enter the CID mixture only when λ != 1 (cid_logprobs)
-    mixed = [g for g, k in enumerate(todo) if requests[k].lam != 1]
+    def weights(r: WindowRequest) -> float | torch.Tensor:
+        return r.lam if isinstance(r.lam, (int, float)) else \
+            torch.as_tensor(list(r.lam), dtype=torch.float64)
+
+    # the no-context logits enter the CID mixture only where λ != 1 (cid_logprobs)
+    mixed = [g for g, k in enumerate(todo)
+             if (requests[k].lam != 1 if isinstance(requests[k].lam, (int, float))
+                 else any(x != 1 for x in requests[k].lam))]
     z_list = continuation_logits(lm, [requests[todo[g]].parts.empty for g in mixed],
                                  [list(requests[todo[g]].response) for g in mixed],
                                  reuse_prefix=False, batch_size=batch_size,
@@ -149,14 +165,14 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
         r = requests[todo[g]]
         masked(todo[g], logits)
         z_e = z_empty[g].to(logits.device).double() if g in z_empty else logits
-        logp = cid_logprobs(logits, z_e, r.lam, r.temperature)
+        logp = cid_logprobs(logits, z_e, weights(r), r.temperature)
         target = torch.as_tensor(list(r.response), dtype=torch.long, device=logp.device)
         return logp.gather(1, target[:, None])[:, 0].cpu().numpy()
 
     scored = continuation_logits(lm, prompts, conts, reuse_prefix=reuse_prefix,
                                  batch_size=batch_size, reduce=reduce, groups=groups)
     begin = 0
-    for g, k in enumerate(todo):
+    for k in todo:
         spans = list(requests[k].spans)
         rows = scored[begin:begin + len(spans) + 1]
         begin += len(spans) + 1
@@ -167,11 +183,19 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
 
 def next_token_unigram_influence(lm: LM, parts: PromptParts, prefix: Sequence[int],
                                  token: int, *, lam: float, temperature: float,
+                                 min_new_tokens: int = 0,
                                  batch_size: str | int | None = "auto") -> np.ndarray:
-    """Influence of each single context token on one next token (paper 000, Table 1)."""
+    """Influence of each single context token on one next token (paper 000, Table 1):
+    ``τ_i = |log p̄_λ(y | D, x, prefix) − log p̄_λ(y | D∖{d_i}, x, prefix)|``.
+
+    The token follows ``prefix`` (response tokens already generated), so it is scored with the
+    distribution it was sampled from: EOS masked when ``len(prefix) < min_new_tokens``, as in
+    :func:`~ctxleak.methods.influence.cid.generate_cid`, at the same λ and T.
+    """
     spans = windows(len(parts.context), 1)
     res = window_influence(lm, PromptParts(parts.before, parts.context,
                                            tuple(parts.after) + tuple(prefix)),
                            [token], spans, lam=lam, temperature=temperature,
+                           min_new_tokens=int(len(prefix) < min_new_tokens),
                            batch_size=batch_size)
     return res.tau[:, 0]

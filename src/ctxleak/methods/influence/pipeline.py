@@ -106,11 +106,19 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     todo = [k for k, r in enumerate(responses) if r.token_ids]
     requests = []
     for k in todo:
-        p, setting = parts[k][0], jobs[k][1]
+        p, (example, setting, _) = parts[k][0], jobs[k]
         n = min(options.ngram, len(p.context))
-        requests.append(WindowRequest(p, responses[k].token_ids,
+        if n < options.ngram:  # documented choice: clip to the whole context, and record it
+            warnings.warn(f"example {example.id}: --ngram {options.ngram} is larger than its "
+                          f"context ({len(p.context)} tokens): using n = {n}", stacklevel=2)
+            records[k]["ngram_clipped_from"] = options.ngram
+        # bounded CID drew y_t at its own λ_t (Alg. 1): score every window at that λ_t
+        response = responses[k]
+        lam = (response.lambdas[:len(response.token_ids)] if options.bounded_eps is not None
+               else setting.lam)
+        requests.append(WindowRequest(p, response.token_ids,
                                       windows(len(p.context), n, options.stride),
-                                      lam=setting.lam, temperature=setting.temperature,
+                                      lam=lam, temperature=setting.temperature,
                                       min_new_tokens=options.min_new_tokens))
     scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix,
                                    batch_size=batch_size)
@@ -171,6 +179,10 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[
         "per_position_influence": mean_curve([r["token_influence"] for r in records]),
         "mean_context_tokens": float(np.mean([r["context_tokens"] for r in records]))
         if records else None,
+        # contexts cut to the model's window, and n-grams clipped to the context (SPEC §9)
+        "truncated_contexts": sum(1 for r in records if r.get("context_truncated_by")),
+        "context_tokens_cut": int(sum(r.get("context_truncated_by") or 0 for r in records)),
+        "ngram_clipped": sum(1 for r in records if r.get("ngram_clipped_from")),
     }
     if any("window_influence" in r for r in records):
         curve = mean_curve([r["window_influence"] for r in records if "window_influence" in r])

@@ -18,13 +18,13 @@ separately in every output. Everything is float64; zero probabilities contribute
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from ctxleak.engine.models import LM
-from ctxleak.engine.prompts import build_prompt
+from ctxleak.engine.prompts import build_prompt, fit_to_window
 from ctxleak.engine.scoring import next_token_logprobs
 
 REFERENCES = ("marginal", "no-context")
@@ -41,6 +41,7 @@ class MCResult:
     weights: np.ndarray
     ref_logprobs: torch.Tensor
     reference: str = "marginal"
+    context_tokens_cut: tuple[int, ...] = ()  # per context: tokens cut to fit the window
 
 
 def _weights(weights: Sequence[float] | np.ndarray, n: int) -> torch.Tensor:
@@ -92,8 +93,18 @@ def context_prompts(lm: LM, query: str, contexts: Sequence[str],
                     template: str = PROMPT_TEMPLATE) -> list[tuple[int, ...]]:
     """Token ids of ``context + query`` for each context: template pieces, context and query
     tokenised separately and concatenated (SPEC §3), so the query's ids are the same in every
-    prompt and in the no-context prompt."""
-    return [build_prompt(lm, template, {"context": c, "query": query}).ids for c in contexts]
+    prompt and in the no-context prompt. Contexts are cut to the model's window (see
+    :func:`fitted_context_prompts`)."""
+    return fitted_context_prompts(lm, query, contexts, template)[0]
+
+
+def fitted_context_prompts(lm: LM, query: str, contexts: Sequence[str],
+                           template: str = PROMPT_TEMPLATE
+                           ) -> tuple[list[tuple[int, ...]], list[int]]:
+    """The prompts of :func:`context_prompts` and, per context, how many of its tokens were cut
+    from its end so that the prompt fits the model's window (the query is always whole)."""
+    fitted = [fit_to_window(lm, template, {"context": c, "query": query}) for c in contexts]
+    return [p.ids for p, _ in fitted], [cut for _, cut in fitted]
 
 
 def monte_carlo_susceptibility(lm: LM, query: str, contexts: Sequence[str],
@@ -123,11 +134,13 @@ def monte_carlo_many(lm: LM, jobs: Sequence[MCJob], *, reference: str = "margina
     if reference not in REFERENCES:
         raise ValueError(f"reference must be one of {REFERENCES}, not '{reference}'")
     prompts: list[tuple[int, ...]] = []
-    bounds = [0]
+    bounds, cuts = [0], []
     for query, contexts, _ in jobs:
         if not contexts:
             raise ValueError("need at least one context")
-        prompts += context_prompts(lm, query, contexts, template)
+        fitted, cut = fitted_context_prompts(lm, query, contexts, template)
+        prompts += fitted
+        cuts.append(cut)
         if reference == "no-context":
             prompts.append(build_prompt(lm, template, {"context": "", "query": query}).ids)
         bounds.append(len(prompts))
@@ -135,11 +148,12 @@ def monte_carlo_many(lm: LM, jobs: Sequence[MCJob], *, reference: str = "margina
         return []
     logprobs = next_token_logprobs(lm, prompts, reuse_prefix=reuse_prefix, batch_size=batch_size)
     out = []
-    for (query, contexts, weights), a, b in zip(jobs, bounds[:-1], bounds[1:]):
+    for (_, contexts, weights), a, b, cut in zip(jobs, bounds[:-1], bounds[1:], cuts):
         w = np.ones(len(contexts)) if weights is None else np.asarray(weights, dtype=np.float64)
         rows = logprobs[a:b]
         if reference == "no-context":
-            out.append(susceptibility_from_logprobs(rows[:-1], w, reference_logprobs=rows[-1]))
+            result = susceptibility_from_logprobs(rows[:-1], w, reference_logprobs=rows[-1])
         else:
-            out.append(susceptibility_from_logprobs(rows, w))
+            result = susceptibility_from_logprobs(rows, w)
+        out.append(replace(result, context_tokens_cut=tuple(cut)))
     return out
