@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
             return
-        from rich.console import Console
+        from ctxleak.report.console import console as make_console
         from rich.table import Table
 
         table = Table(title=f"Algorithm 3: {search} for each target ε  (δ={delta:g}, "
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
             col = 1 + list(_SEARCH).index(search)
             cells[col] = f"[bold]{cells[col]}[/bold]"
             table.add_row(*cells)
-        Console().print(table)
+        make_console().print(table)
 
     @dp_app.command("epsilon")
     def epsilon_cmd(
