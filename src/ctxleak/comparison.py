@@ -86,8 +86,10 @@ def _load(run: Any, what: str) -> Result:
 
 
 def model_name(result: Result) -> str:
-    return str((result.provenance.get("model") or {}).get("name")
+    """The run's model: its name, or the last part of a local path."""
+    name = str((result.provenance.get("model") or {}).get("name")
                or result.config.get("model") or "model")
+    return Path(name).name if os.sep in name.rstrip(os.sep) else name
 
 
 def run_labels(results: Sequence[Result]) -> list[str]:
