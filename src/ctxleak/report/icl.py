@@ -99,8 +99,8 @@ def loss_heatmap(records: Sequence[dict[str, Any]], variant: str, max_rows: int 
     return plots.heatmap_plot([r["variants"][variant]["loss_by_position"] for r in rows],
                               row_labels=[str(r["id"]) for r in rows],
                               col_labels=[str(i) for i in range(1, n_max + 1)],
-                              title=f"Privacy loss by query and removed exemplar ({variant}, "
-                                    f"{n_max} shots)")
+                              title=f"Loss by query and exemplar ({variant}, {n_max} shots)",
+                              xlabel="removed exemplar position i", ylabel="query")
 
 
 def icl_report(summary: dict[str, dict[str, Any]], records: Sequence[dict[str, Any]],

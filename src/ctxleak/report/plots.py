@@ -287,7 +287,8 @@ def _kde(values: list[float], grid: list[float]) -> list[float] | None:
 
 
 def heatmap_plot(matrix: Sequence[Sequence[float]], *, row_labels: Sequence[str],
-                 col_labels: Sequence[str], title: str) -> bytes:
+                 col_labels: Sequence[str], title: str, xlabel: str | None = None,
+                 ylabel: str | None = None) -> bytes:
     """Matrix heatmap with a colour bar; cells are annotated when the matrix is small (≤ 15×15).
     NaN cells are left blank. Returns PNG bytes."""
     import numpy as np
@@ -297,7 +298,7 @@ def heatmap_plot(matrix: Sequence[Sequence[float]], *, row_labels: Sequence[str]
         raise ValueError(f"heatmap_plot: matrix shape does not match {len(row_labels)} row labels "
                          f"× {len(col_labels)} column labels")
     n_r, n_c = len(rows), len(col_labels)
-    size = (max(4.0, min(12.0, 1.5 + 0.45 * n_c)), max(3.0, min(10.0, 1.2 + 0.4 * n_r)))
+    size = (max(5.5, min(12.0, 1.5 + 0.45 * n_c)), max(3.0, min(10.0, 1.2 + 0.4 * n_r)))
     with _figure(size) as (fig, ax):
         if n_r == 0 or n_c == 0:
             _no_data(ax)
@@ -319,7 +320,7 @@ def heatmap_plot(matrix: Sequence[Sequence[float]], *, row_labels: Sequence[str]
                         if math.isfinite(v):
                             ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7,
                                     color="black" if v > mid else "white")
-        _label(ax, title)
+        _label(ax, title, xlabel, ylabel)
         return _png(fig)
 
 
