@@ -74,6 +74,18 @@ def normalised(path: Path, root: Path) -> Any:
     return path.read_bytes()
 
 
+def same(a: Any, b: Any, rel: float = 1e-12) -> bool:
+    """Equal JSON values, floats within ``rel`` (a sum taken in another order differs in its
+    last bits; anything larger is a real change)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k], rel) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y, rel) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return abs(a - b) <= rel * max(abs(a), abs(b)) or a == b
+    return a == b
+
+
 def run_dir_differences(a: str | Path, b: str | Path, *, skip: tuple[str, ...] = ()) -> list[str]:
     """Names of the files that differ (or exist in one folder only), times and paths aside.
     PNG plots are compared byte for byte unless named in ``skip``."""
@@ -84,6 +96,6 @@ def run_dir_differences(a: str | Path, b: str | Path, *, skip: tuple[str, ...] =
     for name in sorted(names_a & names_b):
         if name in skip:
             continue
-        if normalised(a / name, a) != normalised(b / name, b):
+        if not same(normalised(a / name, a), normalised(b / name, b)):
             out.append(name)
     return out

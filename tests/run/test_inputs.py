@@ -88,5 +88,7 @@ def test_run_dir_differences_sees_numbers_but_not_times(tmp_path):
     (b / "report.html").write_text((b / "report.html").read_text().replace(
         "<td>1.5</td>", "<td>1.6</td>"))
     assert run_dir_differences(a, b) == ["report.html", "samples.jsonl"]
+    (b / "samples.jsonl").write_text(json.dumps({"id": "0", "v": 1.5 + 1e-15}) + "\n")
+    assert run_dir_differences(a, b) == ["report.html"]  # the last bits of a float sum
     (b / "extra.png").write_bytes(b"x")
     assert f"only in {b}: extra.png" in run_dir_differences(a, b)

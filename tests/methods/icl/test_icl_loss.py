@@ -10,9 +10,9 @@ from hypothesis.extra.numpy import arrays
 
 from ctxleak.errors import ConfigError
 from ctxleak.methods.icl import (
-    calibrate,
     calibrate_sets,
     content_free_logp,
+    contextual_calibrate,
     draw_exemplars,
     position_losses,
     query_iclinf,
@@ -75,7 +75,7 @@ def test_uniform_content_free_calibration_is_identity(z, eps):
     p = dist(z)
     k = len(z)
     uniform = np.full(k, -np.log(k))
-    np.testing.assert_allclose(calibrate(p, uniform, eps), p, atol=1e-12)
+    np.testing.assert_allclose(contextual_calibrate(p, uniform, eps), p, atol=1e-12)
     # three uniform content-free inputs, calibrated set by set
     cf = np.broadcast_to(uniform, (2, 3, k))
     np.testing.assert_allclose(calibrate_sets(np.stack([p, p]), cf, eps), np.stack([p, p]),
@@ -87,11 +87,11 @@ def test_calibration_divides_by_content_free_and_renormalises():
     p_cf = np.log([0.5, 0.25, 0.25])
     expected = np.array([0.6 / 0.5, 0.3 / 0.25, 0.1 / 0.25])
     expected /= expected.sum()
-    np.testing.assert_allclose(np.exp(calibrate(p, p_cf, eps=0.0)), expected, rtol=1e-12)
+    np.testing.assert_allclose(np.exp(contextual_calibrate(p, p_cf, eps=0.0)), expected, rtol=1e-12)
     eps = 0.1
     w = 1 / (np.exp(p_cf) + eps)
     q = w * np.exp(p)
-    np.testing.assert_allclose(np.exp(calibrate(p, p_cf, eps)), q / q.sum(), rtol=1e-12)
+    np.testing.assert_allclose(np.exp(contextual_calibrate(p, p_cf, eps)), q / q.sum(), rtol=1e-12)
 
 
 def test_content_free_is_the_mean_of_distributions():

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from ctxleak.cli.app import main
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.susceptibility.data import (
     build_queries,
@@ -157,42 +156,3 @@ def test_query_types_and_options():
         SusceptibilityOptions(reference="prior").validate()
     with pytest.raises(ConfigError, match="^sigma2 must"):
         SusceptibilityOptions(sigma2=-1.0).validate()
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """Fail if the CLI tries to load a model: bad input must be caught before."""
-    import ctxleak.run.runner as runner
-
-    def refuse(*_a, **_k):
-        raise AssertionError("the model was loaded before the input was checked")
-
-    monkeypatch.setattr(runner, "load_lm", refuse)
-
-
-@pytest.mark.parametrize("args,needle", [
-    (["--contexts", "0"], "--contexts must be at least 1"),
-    (["--query-types", "closed,yes_no"], "unknown query type 'yes_no'"),
-    (["--method", "exact"], "--method must be one of"),
-    (["--relations", "capital,moons"], "unknown relation(s) moons"),
-])
-def test_cli_rejects_bad_flags_before_loading(tmp_path, capsys, no_model, args, needle):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["susceptibility", "--output", str(tmp_path / "run"), *args])
-    assert exit_info.value.code == 2
-    assert needle in capsys.readouterr().err
-    assert not (tmp_path / "run").exists()
-
-
-def test_cli_rejects_bad_files_before_loading(tmp_path, capsys, no_model):
-    bad = _write(tmp_path, '{"relations": [}')
-    with pytest.raises(SystemExit) as exit_info:
-        main(["susceptibility", "--data", str(bad), "--output", str(tmp_path / "run")])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert str(bad) in err and "not valid JSON" in err
-    missing = _write(tmp_path, {"relations": [{k: v for k, v in RELATION.items()
-                                               if k != "context_template"}]}, "m.json")
-    with pytest.raises(SystemExit):
-        main(["susceptibility", "--data", str(missing), "--output", str(tmp_path / "run")])
-    assert "context_template" in capsys.readouterr().err

@@ -2,9 +2,9 @@
 
 from ctxleak.methods.icl.calibration import (
     DEFAULT_CALIBRATION_EPS,
-    calibrate,
     calibrate_sets,
     content_free_logp,
+    contextual_calibrate,
 )
 from ctxleak.methods.icl.data import ICLTask, LabeledExample, load_task, parse_labels
 from ctxleak.methods.icl.loss import (
@@ -51,7 +51,7 @@ __all__ = [
     "PromptFormat",
     "QueryPrompts",
     "QueryScores",
-    "calibrate",
+    "contextual_calibrate",
     "calibrate_sets",
     "content_free_logp",
     "draw_exemplars",

@@ -23,7 +23,7 @@ def content_free_logp(logp_cf: np.ndarray) -> np.ndarray:
     return logsumexp(logp_cf, axis=-2) - np.log(logp_cf.shape[-2])
 
 
-def calibrate(logp: np.ndarray, logp_cf: np.ndarray,
+def contextual_calibrate(logp: np.ndarray, logp_cf: np.ndarray,
               eps: float = DEFAULT_CALIBRATION_EPS) -> np.ndarray:
     """Contextual calibration (App. B): ``normalise(W p)`` with ``W = diag(1 / (p_cf + eps))``,
     in log space: ``log p - log(p_cf + eps)``, renormalised. A uniform ``p_cf`` is the identity."""
@@ -41,4 +41,4 @@ def calibrate_sets(logp: np.ndarray, logp_cf: np.ndarray,
     content-free distributions of each set) -> calibrated [s, k]."""
     logp = np.asarray(logp, dtype=np.float64)
     cf = content_free_logp(np.asarray(logp_cf, dtype=np.float64))
-    return calibrate(logp, cf, eps)
+    return contextual_calibrate(logp, cf, eps)

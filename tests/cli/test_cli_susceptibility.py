@@ -11,7 +11,7 @@ from tiny_data import TINY_RELATIONS
 from tiny_models import tiny_gpt2
 from typer.testing import CliRunner
 
-from ctxleak.cli.app import app
+from ctxleak.cli.app import app, main
 
 runner = CliRunner()
 
@@ -131,3 +131,62 @@ def test_cli_default_model(tmp_path):
     assert result.exit_code == 0, result.output
     _, rows2 = _check_run_dir(run, 4)
     assert rows2[:3] == rows and rows2[3]["entity_kind"] == "fake"
+
+
+# --- bad input is refused before any model is loaded (SPEC §9) ------------------------------
+
+RELATION = {
+    "name": "capital",
+    "closed_query": "Q: Is {answer} the capital of {entity}? A:",
+    "open_qa_query": "Q: What is the capital of {entity}? A:",
+    "open_completion_query": "The capital of {entity} is",
+    "context_template": "The capital of {entity} is {answer}.\n",
+    "entities": [{"entity": "France", "answer": "Paris"}, {"entity": "Japan", "answer": "Tokyo"}],
+    "fake_entities": ["Velmoria"],
+    "answers": ["Paris", "Tokyo", "Cairo"],
+}
+
+
+def _write(tmp_path, obj, name="rel.json"):
+    path = tmp_path / name
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail if the CLI tries to load a model: bad input must be caught before."""
+    import ctxleak.run.runner as runner
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the model was loaded before the input was checked")
+
+    monkeypatch.setattr(runner, "load_lm", refuse)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--contexts", "0"], "--contexts must be at least 1"),
+    (["--query-types", "closed,yes_no"], "unknown query type 'yes_no'"),
+    (["--method", "exact"], "--method must be one of"),
+    (["--relations", "capital,moons"], "unknown relation(s) moons"),
+])
+def test_cli_rejects_bad_flags_before_loading(tmp_path, capsys, no_model, args, needle):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["susceptibility", "--output", str(tmp_path / "run"), *args])
+    assert exit_info.value.code == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_rejects_bad_files_before_loading(tmp_path, capsys, no_model):
+    bad = _write(tmp_path, '{"relations": [}')
+    with pytest.raises(SystemExit) as exit_info:
+        main(["susceptibility", "--data", str(bad), "--output", str(tmp_path / "run")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "not valid JSON" in err
+    missing = _write(tmp_path, {"relations": [{k: v for k, v in RELATION.items()
+                                               if k != "context_template"}]}, "m.json")
+    with pytest.raises(SystemExit):
+        main(["susceptibility", "--data", str(missing), "--output", str(tmp_path / "run")])
+    assert "context_template" in capsys.readouterr().err
