@@ -89,7 +89,8 @@ def reports(tmp_path_factory, tiny_dir, gpt2_lm) -> dict[str, Path]:
         "susceptibility": ctxleak.susceptibility(tiny_dir, str(root / "rel.json"), contexts=4,
                                                  limit=3, output=str(root / "susc"), **common),
         "probe": ctxleak.probe(tiny_dir, str(root / "records.jsonl"), pii="phone", limit=3,
-                               output=str(root / "probe"), **common),
+                               mode="black-box,in-context", output=str(root / "probe"),
+                               **common),
     }
     out = {name: r.path / "report.html" for name, r in runs.items()}
     comp = ctxleak.compare([runs["influence"], runs["influence-gpt2"]],
@@ -105,6 +106,7 @@ def _check_page(browser: Browser, page: Path) -> dict:
       const images = Array.from(document.images).map(
           i => ({ok: i.complete && i.naturalWidth > 0, data: i.src.startsWith('data:')}));
       return {pwned: typeof window.pwned, scripts, images,
+              maps: document.querySelectorAll('section.leakmap').length,
               js: document.documentElement.classList.contains('js'),
               tables: document.querySelectorAll('table.interactive').length};
     })()""")
@@ -140,6 +142,8 @@ def test_report_in_chromium(name, reports, browser, shots_dir):
     digest = base64.b64encode(hashlib.sha256(state["scripts"][0].encode()).digest()).decode()
     assert SCRIPT_HASH == f"sha256-{digest}"
     assert state["pwned"] == "undefined"
+    # the leak maps: one per example and setting, one in explain, up to 3 in-context probes
+    assert state["maps"] == {"influence": 4, "explain": 1, "probe": 3}.get(name, 0)
     # every image is an embedded PNG that decoded
     assert state["images"] and all(i["ok"] and i["data"] for i in state["images"])
     # clicking a header sorts: the order changes, ascending by the column's values

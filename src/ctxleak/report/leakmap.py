@@ -103,4 +103,34 @@ def explain_map(report: Report, context: list[str], starts: Sequence[float],
                                                         "stride 1")
 
 
-__all__ = ["add_leak_section", "anchor", "explain_map"]
+def probe_maps(report: Report, lm: Any, rows: Sequence[dict[str, Any]],
+               documents: dict[str, str], context_template: str, *, chat: bool = False,
+               max_maps: int = 3) -> None:
+    """Probe's in-context mode: the maps of the ``max_maps`` rows whose documents had the most
+    influence on the target answer (the subject's documents are the context)."""
+    from ctxleak.methods.pii.leakmap import in_context_map
+
+    top = sorted((r for r in rows if r.get("influence") is not None and documents.get(
+        r["subject"])), key=lambda r: -float(r["influence"]))[:max_maps]
+    if not top:
+        return
+    report.add_heading("In-context: where the documents leaked into the answer")
+    report.add_text("The subject's documents are the context. Each document token is coloured "
+                    "by the mean influence (paper 000, Def. 3.2) of the windows covering it on "
+                    "the teacher-forced target answer; the answer's tokens by their own "
+                    "influence τ_t (Def. 3.1). Hover a token for its value.")
+    for k, r in enumerate(top):
+        found = in_context_map(lm, r, documents[r["subject"]], context_template, chat=chat)
+        if found is None:
+            continue
+        scores = r["token_influence"]
+        answer = found["target_tokens"]
+        if len(answer) != len(scores):
+            answer = [""] * len(scores)
+        report.add_leak_map(f"probe-{k}", f"{r['subject']} · {r['pii_type']} · "
+                            f"{r['template']}: influence {r['influence']:.4g}",
+                            found["context_tokens"], found["scores"], answer, scores,
+                            note=f"{found['windows']} windows of {found['n']} tokens")
+
+
+__all__ = ["add_leak_section", "anchor", "explain_map", "probe_maps"]

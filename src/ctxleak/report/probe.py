@@ -177,12 +177,10 @@ def probe_report(lm: Any, records: list, rows: list[dict], summary: dict[str, An
         report.add_text("In-context: the per-token influence heatmap of a target answer is "
                         "left out under --redact (its tokens are PII).")
     elif ctx:
-        first = ctx[0]
-        tokens = lm.token_strings(_target_ids(lm, first))
-        if len(tokens) == len(first["token_influence"]):
-            report.add_token_heatmap([mask(t) for t in tokens], first["token_influence"],
-                                     caption="In-context: influence of the documents on each "
-                                     "token of one target answer")
+        from ctxleak.report.leakmap import probe_maps
+
+        probe_maps(report, lm, ctx, {r.subject_id: "\n".join(r.documents) for r in records},
+                   config["context_template"], chat=config.get("chat_template") == "on")
     report.add_heading("Examples")
     examples = []
     for r in rows[:25]:
@@ -192,14 +190,6 @@ def probe_report(lm: Any, records: list, rows: list[dict], summary: dict[str, An
                          "target LL": r.get("target_ll"), "null LL": r.get("null_ll")})
     report.add_table(examples, caption="First samples (all are in samples.jsonl, mode 0600)")
     return report
-
-
-def _target_ids(lm: Any, row: dict[str, Any]) -> list[int]:
-    from ctxleak.methods.pii.items import continuation_ids
-    from ctxleak.methods.pii.templates import scoring_pair
-
-    text, _ = scoring_pair(row["prompt"], row["target"])
-    return continuation_ids(lm, text, row["target"])
 
 
 def _short(s: dict[str, Any]) -> tuple[str, str, str]:
