@@ -98,7 +98,7 @@ def explain_map(report: Report, context: list[str], starts: Sequence[float],
     scores = context_token_scores(len(context), spans, per_window)
     if len(response) != len(token_influence):
         response = [""] * len(token_influence)
-    report.add_leak_map(anchor(0), "where the context leaked into the response", context, scores,
+    report.add_leak_map(anchor(0), "the context beside the response", context, scores,
                         response, token_influence, note=f"{len(spans)} windows of {n} tokens, "
                                                         "stride 1")
 
