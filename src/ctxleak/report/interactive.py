@@ -64,8 +64,7 @@ color:#06c;display:inline}
 .mapcol h4{margin:.2em 0;font-size:.95em;color:#444}
 """
 
-ID_COLUMNS = frozenset({"id", "example", "setting", "group", "subject", "run", "query id",
-                        "template"})
+ID_COLUMNS = frozenset({"id", "example", "setting", "group", "subject", "run", "query id"})
 LONG_TEXT = 200  # characters shown before "more"
 _ANCHOR_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
