@@ -51,8 +51,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
             return
-        from ctxleak.report.console import console as make_console
         from rich.table import Table
+
+        from ctxleak.report.console import console as make_console
 
         table = Table(title=f"Algorithm 3: {search} for each target ε  (δ={delta:g}, "
                             f"N_gen={n_gen}, T_max={max_tokens})")

@@ -11,10 +11,10 @@ def register(app: typer.Typer) -> None:
                                             "named models into the safetensors cache now.")
                ) -> None:
         """List the named models (use them with --model NAME) and whether each is ready."""
-        from ctxleak.report.console import console as make_console
         from rich.table import Table
 
         from ctxleak.engine.models import load_model, model_status
+        from ctxleak.report.console import console as make_console
 
         rows = model_status()
         if prepare:

@@ -120,8 +120,9 @@ def audit_report(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any
 
 def print_audit(rows: Sequence[dict[str, Any]], search: str, path: Any, seconds: float) -> None:
     """The console tables of an audit (one per δ), the legend and where the files are."""
-    from ctxleak.report.console import console as make_console
     from rich.table import Table
+
+    from ctxleak.report.console import console as make_console
 
     console = make_console()
     for delta in dict.fromkeys(r["delta"] for r in rows):

@@ -145,7 +145,6 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
 def print_influence(summaries: Sequence[dict[str, Any]], path: Any) -> None:
     """The console table of an influence run and where its files are."""
     from ctxleak.report.console import console as make_console
-
     from ctxleak.report.console import print_rows
 
     print_rows(table_rows(summaries), title="Expected context influence (paper 000, Def. 3.3)")
@@ -165,7 +164,7 @@ def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -
     report.add_heading("Where the context leaked")
     explain_map(report, summary["context_tokens"], curve["starts"], curve["per_window"], n,
                 summary.get("response_tokens") or [], summary["token_influence"])
-    report.add_heading(f"Influence of each context token on the first response token "
+    report.add_heading("Influence of each context token on the first response token "
                        "(Table 1)")
     report.add_token_heatmap(summary["context_tokens"],
                              summary["unigram_influence_on_first_token"],
@@ -184,8 +183,9 @@ def print_explain(summary: dict[str, Any], n: int, path: Any) -> None:
     """What ``influence explain`` prints: the response, its influence, the top n-grams."""
     import json
 
-    from ctxleak.report.console import console as make_console
     from rich.table import Table
+
+    from ctxleak.report.console import console as make_console
 
     console = make_console()
     console.print(f"[bold]response[/bold]: {summary['response']}")

@@ -324,5 +324,5 @@ def heatmap_plot(matrix: Sequence[Sequence[float]], *, row_labels: Sequence[str]
         return _png(fig)
 
 
-__all__ = ["PNG_SIGNATURE", "bar_plot", "correlation_title", "grouped_bar_plot", "density_plot", "heatmap_plot", "line_plot",
-           "scatter_plot"]
+__all__ = ["PNG_SIGNATURE", "bar_plot", "correlation_title", "density_plot", "grouped_bar_plot",
+           "heatmap_plot", "line_plot", "scatter_plot"]

@@ -207,8 +207,9 @@ def _short(s: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any]) -> None:
-    from ctxleak.report.console import console as make_console
     from rich.table import Table
+
+    from ctxleak.report.console import console as make_console
 
     console = make_console()
     table = Table(title="PII probing (ProPILE): max over templates per subject")

@@ -144,8 +144,9 @@ def group_rows(summary: dict[str, Any], reference: str = "marginal") -> list[dic
 
 def print_susceptibility(summary: dict[str, Any], reference: str, path: str) -> None:
     """The console tables of a susceptibility run (means, correlations, time per query)."""
-    from ctxleak.report.console import console as make_console
     from rich.table import Table
+
+    from ctxleak.report.console import console as make_console
 
     console = make_console()
     mc, fk = "chi_mc" if reference == "marginal" else "chi_mc_nocontext", "chi_f"
