@@ -204,3 +204,18 @@ def test_dp_calibrate_and_epsilon():
     assert eps["eps"] == pytest.approx(10, rel=1e-3) and eps["alpha"] == cal.alpha
     with pytest.raises(ConfigError, match="^delta must be in"):
         ctxleak.dp.epsilon(delta=2)
+
+
+def test_influence_explain_cli_and_api_agree(tiny_dir, tmp_path, capsys):
+    args = dict(context="the capital of france is paris . rome is a city .",
+                query="what is the capital ?", max_new_tokens=4, ngram=2, top=3)
+    code, out, err = run_cli(["influence", "explain", "--context", args["context"], "--query",
+                              args["query"], "--max-new-tokens", "4", "--ngram", "2", "--top",
+                              "3", "--model", tiny_dir, "--output", str(tmp_path / "cli")],
+                             capsys)
+    assert code == 0, err
+    result = ctxleak.influence_explain(tiny_dir, output=str(tmp_path / "api"), **args)
+    assert run_dir_differences(tmp_path / "cli", tmp_path / "api") == []
+    assert len(result.summary["top_ngrams"]) == 3 and result.table() == \
+        ctxleak.load_result(tmp_path / "cli").table()
+    assert result.summary["response"] in out
