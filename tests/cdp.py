@@ -115,6 +115,16 @@ class Browser:
             raise RuntimeError(f"evaluate failed: {out['exceptionDetails']}")
         return out["result"].get("value")
 
+    def click(self, selector: str) -> None:
+        """A real mouse click (press and release) at the centre of the first element matching
+        ``selector``, scrolled into view first."""
+        box = self.evaluate(f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
+          e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect();
+          return [r.x + r.width / 2, r.y + r.height / 2]; }})()""")
+        for kind in ("mousePressed", "mouseReleased"):
+            self.send("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1],
+                      button="left", clickCount=1)
+
     def errors(self) -> list[str]:
         """Console errors, uncaught exceptions and CSP violations since the page was opened."""
         self.send("Runtime.evaluate", expression="0")  # flush pending events

@@ -175,6 +175,16 @@ def test_influence_leak_map_links_and_filter(reports, browser, shots_dir):
     assert info["tokens"] > 0 and info["titled"]  # every context token has its value on hover
     browser.evaluate("document.getElementById('ex-0').scrollIntoView()")
     browser.screenshot(shots_dir / "influence_leakmap.png")
+    # a real mouse click on the ranked table's "influence" header sorts it ascending, a second
+    # click descending
+    column = """Array.from(document.querySelector('table.interactive').tBodies[0].rows)
+                .map(r => Number(r.cells[2].getAttribute('data-v')))"""
+    before = browser.evaluate(column)
+    assert before == sorted(before, reverse=True)  # ranked: most influence first
+    browser.click("table.interactive thead th:nth-child(3)")
+    assert browser.evaluate(column) == sorted(before)
+    browser.click("table.interactive thead th:nth-child(3)")
+    assert browser.evaluate(column) == sorted(before, reverse=True)
     # the filter box hides the rows without its text
     shown = browser.evaluate("""(() => {
       const box = document.querySelector('input.filter');
