@@ -89,3 +89,13 @@ def test_leak_map_colours_both_sides_and_escapes_tokens() -> None:
         r.add_leak_map('x"><script>', "t", ["a"], [1.0], ["b"], [1.0])
     with pytest.raises(ValueError):
         r.add_leak_map("ex-1", "t", ["a", "b"], [1.0], ["b"], [1.0])
+
+
+def test_leak_map_redacts_pii_on_both_sides() -> None:
+    r = Report("t", redact=True)
+    r.add_leak_map("ex-0", "mail bob@example.net", ["Mail", " bob", "@", "example", ".net"],
+                   [0.1] * 5, [" bob", "@example.net", " ok"], [0.2] * 3)
+    page = r.render()
+    assert "bob@" not in page and "example.net" not in page
+    assert page.count("[REDACTED]") == 3  # title, context, response
+    assert page.count('class="tok"') == 8  # token count kept: values stay aligned
