@@ -55,7 +55,7 @@ def test_long_text_folds_after_more_and_keeps_all_text_escaped() -> None:
     r = Report("t")
     r.add_table([{"text": text}, {"text": "short"}])
     page = r.render()
-    cell = re.search(r"<td>(.*?)</td>", page, flags=re.S).group(1)
+    cell = re.search(r'<td class="long">(.*?)</td>', page, flags=re.S).group(1)
     shown, rest = cell.split('<details class="more"><summary>more</summary>')
     assert len(shown) <= LONG_TEXT
     assert rest.endswith("</details>")

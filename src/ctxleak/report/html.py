@@ -188,7 +188,8 @@ class Report:
         text = self._clean(format_value(value))
         if str(column).lower() in interactive.ID_COLUMNS:
             return f'<td class="id">{_esc(text)}</td>'
-        return f"<td>{interactive.collapse(text)}</td>"
+        cls = ' class="long"' if len(text) > 40 else ""  # never squeezed to a word per line
+        return f"<td{cls}>{interactive.collapse(text)}</td>"
 
     def add_heading(self, text: str) -> None:
         """A section heading."""
