@@ -110,3 +110,40 @@ def test_compare_default_model_with_a_tiny_one(default_lm, llama_lm, tmp_path):
     assert "compare_model_size.png" in comp.images
     row = next(r for r in comp.rows if r["quantity"] == "influence")
     assert row[comp.labels[0]] == big.summary["settings"][0]["influence"]["mean"]
+
+
+@pytest.mark.parametrize("method", ["icl", "audit", "susceptibility", "probe"])
+def test_compare_every_method(method, runs, tiny_dir, gpt2_lm, tmp_path):
+    from tiny_data import TINY_RELATIONS, word_records
+
+    from ctxleak.methods.pii.records import save_records
+
+    root = runs["root"]
+    if method == "icl":
+        flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
+        kw = dict(test_data=str(root / "test.jsonl"), shots=[1, 2], queries=2,
+                  fmt=flags["--format"], instruction=flags["--instruction"],
+                  exemplar_template=flags["--exemplar-template"],
+                  query_template=flags["--query-template"])
+        call, data, figures = ctxleak.iclinf, str(root / "train.jsonl"), {
+            "compare_shots.png", "compare_loss_by_position.png"}
+    elif method == "audit":
+        kw = dict(subset_size=3, n_gen=1, max_tokens=3, target_eps=[1, 100])
+        call, data, figures = ctxleak.audit, "demo", {"compare_fig6.png"}
+    elif method == "susceptibility":
+        (tmp_path / "rel.json").write_text(json.dumps(TINY_RELATIONS))
+        kw = dict(contexts=3, limit=3)
+        call, data, figures = ctxleak.susceptibility, str(tmp_path / "rel.json"), {
+            "compare_chi_mc_by_relation.png", "compare_chi_f_by_query_type.png"}
+    else:
+        save_records(word_records(3), tmp_path / "records.jsonl")
+        kw = dict(pii="phone", limit=3)
+        call, data, figures = ctxleak.probe, str(tmp_path / "records.jsonl"), {
+            "compare_exact_match.png"}
+    a = call(tiny_dir, data, output=str(tmp_path / "a"), progress=False, seed=1, **kw)
+    b = call(gpt2_lm, data, output=str(tmp_path / "b"), progress=False, seed=1, **kw)
+    comp = ctxleak.compare([a, b])
+    assert comp.method == method and figures <= set(comp.images)
+    labels = comp.labels
+    assert comp.rows and all(set(labels) <= set(r) for r in comp.rows)
+    assert any(r[labels[0]] is not None and r[labels[1]] is not None for r in comp.rows)
