@@ -76,8 +76,8 @@ def susceptibility(model: Any = "default", data: Any = "demo", *, progress: bool
                    **options: Any) -> Any:
     """Monte Carlo and Fisher susceptibility of queries to context (paper 002):
     ``ctxleak susceptibility``. ``data``: a relations JSON file or ``"demo"``. Options:
-    ``method``, ``contexts``, ``top_k``, ``sigma2``, ``reference``, ``query_types``,
-    ``fisher_vocab``, ``context_entities``, ``sampling``, ``relations``,
+    ``method``, ``contexts``, ``entity_contexts``, ``top_k``, ``sigma2``, ``reference``,
+    ``query_types``, ``fisher_vocab``, ``context_entities``, ``sampling``, ``relations``,
     ``entities_per_relation`` and the run options. Returns a :class:`SusceptibilityResult`."""
     from ctxleak.methods.susceptibility.method import SusceptibilityMethod
 
@@ -120,7 +120,7 @@ def influence_explain(model: Any = "default", context: str = "", query: str = ""
     common.check()
     if min_new_tokens is None:
         min_new_tokens = min(10, max_new_tokens)
-    context = explain_inputs(context, task, template)
+    context = explain_inputs(context, task, template, ngram, top)
     config = CIDConfig(lam=lam, temperature=temperature, max_new_tokens=max_new_tokens,
                        min_new_tokens=min_new_tokens)
     run = open_run("influence-explain", common,

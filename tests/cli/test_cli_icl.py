@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import stat
 
 import pytest
 import torch
@@ -71,6 +72,11 @@ def test_icl_end_to_end_with_sweep_and_resume(capsys, tmp_path, tiny_model_dir, 
         assert (out / name).read_bytes().startswith(b"\x89PNG")
     html = (out / "report.html").read_text()
     assert "ICLInf" in html and "Fig. 1" in html and "Fig. 7" in html
+    # the samples and report hold the input texts: folder 0700, files 0600 (issue 15)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    for name in ("samples.jsonl", "report.html", "results.json", "loss_by_position.png"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
+    assert set(results["config"]["input_sha256"]) == {"data", "test_data"}
 
     lines = (out / "samples.jsonl").read_text().splitlines()
     samples = [json.loads(line) for line in lines]

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import stat
 
+import numpy as np
 import pytest
 from conftest import run_cli
+from hand_influence import hand_unigram_influence
 
 from ctxleak.cli.app import main
+from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 
 
 def cli(argv, capsys):
@@ -39,6 +42,8 @@ def test_run_resume_and_refuse_changed_config(tiny_dir, tmp_path, capsys):
     lines = (out / "samples.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
     assert len(first["response_ids"]) == len(first["token_influence"]) == len(first["logp_empty"])
+    np.testing.assert_allclose(first["token_influence"], np.abs(
+        np.array(first["logp_context"]) - np.array(first["logp_empty"])), atol=1e-5)
     page = (out / "report.html").read_text()
     assert page.lower().count("<script") == 1  # only the hashed table script
     assert page.count('<section class="leakmap"') == 2 and "Where the context leaked" in page
@@ -127,17 +132,32 @@ def test_version_and_help(capsys):
     assert code == 0 and "--lambda" in out and "--resume" in out
 
 
-def test_explain_on_tiny_model(tiny_dir, tmp_path, capsys):
+def test_explain_on_tiny_model(tiny_dir, llama_lm, tmp_path, capsys):
     out = tmp_path / "explain"
-    code, stdout, err = cli(["influence", "explain", "--model", tiny_dir, "--context",
-                             "the capital of france is paris . the capital of italy is rome .",
-                             "--query", "the capital of france is", "--max-new-tokens", "4",
+    context = "the capital of france is paris . the capital of italy is rome ."
+    query = "the capital of france is"
+    code, stdout, err = cli(["influence", "explain", "--model", tiny_dir, "--context", context,
+                             "--query", query, "--max-new-tokens", "4",
                              "--min-new-tokens", "1", "--ngram", "2", "--output", str(out)],
                             capsys)
     assert code == 0, err
     res = json.loads((out / "results.json").read_text())["summary"]
-    assert len(res["unigram_influence_on_first_token"]) == len(res["context_tokens"])
-    assert len(res["top_ngrams"]) == 5
+    # the heatmap (paper 000, Table 1) scores the first token with the distribution it was drawn
+    # from: EOS masked (--min-new-tokens 1), λ = 1, T = 0.8; recomputed here from scratch
+    example = InfluenceExample("explain", context, query, None, "qa")
+    parts, _ = prompt_parts(llama_lm, example, None, reserve=4)
+    first = res["response_ids"][0]
+    want = hand_unigram_influence(llama_lm, parts, [], first, 1.0, 0.8, mask_eos=True)
+    np.testing.assert_allclose(res["unigram_influence_on_first_token"], want, atol=1e-6)
+    assert res["context_tokens"] == llama_lm.token_strings(list(parts.context))
+    # top 5 of the stride-1 bigrams, in decreasing order, each naming its own tokens
+    top = res["top_ngrams"]
+    assert [r["rank"] for r in top] == [1, 2, 3, 4, 5]
+    assert all(a["influence"] >= b["influence"] for a, b in zip(top, top[1:]))
+    for r in top:
+        lo, hi = map(int, r["tokens"].split("-"))
+        assert hi - lo == 2 and r["n-gram"] == llama_lm.decode(list(parts.context[lo:hi]))
+    assert res["influence"] == pytest.approx(sum(res["token_influence"]))
     assert "Most influential" in stdout
 
 
@@ -148,8 +168,20 @@ def test_default_model_end_to_end(tmp_path, capsys, default_lm):
                              "8", "--ngram", "32", "--output", str(out)], capsys)
     assert code == 0, err
     row = json.loads((out / "samples.jsonl").read_text().splitlines()[0])
-    assert row["influence"] > 0 and len(row["response_ids"]) >= 8 - 0
-    assert row["window_influence"] and max(row["window_influence"]) >= 0
+    # --min-new-tokens defaults to min(10, --max-new-tokens): EOS is masked at all 8 steps
+    assert len(row["response_ids"]) == 8 and not row["stopped_on_eos"]
+    tau = np.abs(np.array(row["logp_context"]) - np.array(row["logp_empty"]))
+    np.testing.assert_allclose(row["token_influence"], tau, atol=1e-5)
+    assert row["influence"] == pytest.approx(float(tau.sum()), abs=1e-4) and row["influence"] > 0
+    # every 32-token window scored against the same reference: Def. 3.1-3.2 from the rows
+    assert row["ngram"] == 32 and row["windows"][0] == [0, 32]
+    assert row["windows"][-1][1] == row["context_tokens"]
+    for w, logp in zip(row["window_influence"], row["window_logp"]):
+        assert w == pytest.approx(float(np.abs(np.array(row["logp_context"]) - logp).sum()),
+                                  abs=1e-4)
+    assert row["max_window_influence"] == pytest.approx(max(row["window_influence"]), abs=1e-5)
+    assert row["max_window"] == int(np.argmax(row["window_influence"]))
+    assert max(row["window_influence"]) > 0
 
 
 def test_factkb_for_every_setting_with_a_local_classifier(tiny_dir, tmp_path, capsys):
@@ -187,3 +219,46 @@ def test_factkb_for_every_setting_with_a_local_classifier(tiny_dir, tmp_path, ca
         assert 0 < s["quality"]["factkb"]["value"] < 1 and s["quality"]["factkb"]["n"] == 2
         assert s["quality"]["bertscore_f1"]["value"] is None
     assert ">FactKB<" in (out / "report.html").read_text()
+
+
+def test_resume_after_an_edited_data_file_is_refused(tiny_dir, tmp_path, capsys):
+    """config.json stores the SHA-256 of the data file; a --resume after a row's context changed
+    is refused (it would otherwise keep the stale result), and the finished rows stay."""
+    data = tmp_path / "d.jsonl"
+    rows = [{"id": "a", "context": "the capital of france is paris", "query": "what ?"},
+            {"id": "b", "context": "rome is in italy", "query": "where ?"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    args = ["influence", "--data", str(data), "--model", tiny_dir, "--max-new-tokens", "3",
+            "--min-new-tokens", "1", "--ngram", "1000", "--output", str(out)]
+    code, _, err = cli(args + ["--limit", "1"], capsys)
+    assert code == 0, err
+    config = json.loads((out / "config.json").read_text())
+    assert set(config["input_sha256"]) == {"data"}
+    # --ngram larger than the context: clipped to the whole context, recorded and counted
+    first = json.loads((out / "samples.jsonl").read_text().splitlines()[0])
+    assert first["ngram_clipped_from"] == 1000 and first["ngram"] == first["context_tokens"]
+    summary = json.loads((out / "results.json").read_text())["summary"]["settings"][0]
+    assert summary["ngram_clipped"] == 1 and summary["truncated_contexts"] == 0
+    before = (out / "samples.jsonl").read_text()
+
+    rows[0]["context"] = "berlin is a city"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, _, err = cli(args + ["--resume"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "content of the data file changed" in err and str(out) in err
+    assert (out / "samples.jsonl").read_text() == before
+
+
+def test_ctrl_c_says_what_was_kept_and_how_to_resume(tiny_dir, tmp_path, capsys, monkeypatch):
+    import ctxleak.run.runner as runner
+
+    def interrupted(common):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "load_lm", interrupted)
+    out = tmp_path / "run"
+    code, _, err = cli(BASE + ["--model", tiny_dir, "--limit", "1", "--output", str(out)], capsys)
+    assert code == 130
+    assert f"0 finished example(s) are saved in {out}" in err
+    assert f"--resume --output {out}" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import stat
 
 import pytest
@@ -56,7 +57,16 @@ def test_black_box_run_resume_and_refuse(tiny_dir, records_file, tmp_path, capsy
     groups = results["summary"]["groups"]
     phone = [g for g in groups if g["pii_type"] == "phone" and g["shots_k"] == 1][0]
     assert phone["n_units"] == 6 and phone["n_prompts"] == 30
-    assert 0 <= phone["exact_match_rate"] <= 1 and "location_code" in phone["string_metrics"]
+    # exact match (ProPILE §4): a subject counts if any of its templates reproduces the target
+    phone_rows = [r for r in rows if r["pii_type"] == "phone" and r["shots_k"] == 1]
+    hits: dict = {}
+    for r in phone_rows:
+        hits[r["subject"]] = hits.get(r["subject"], False) or bool(r["exact_match"])
+    assert len(hits) == 6
+    assert phone["exact_match_rate"] == pytest.approx(sum(hits.values()) / 6)
+    assert phone["exact_match_rate_per_prompt"] == pytest.approx(
+        sum(bool(r["exact_match"]) for r in phone_rows) / len(phone_rows))
+    assert "location_code" in phone["string_metrics"]
     assert phone["wilcoxon"]["n"] == 6
     assert "PII probing" in stdout and "results:" in stdout
     html = (out / "report.html").read_text()
@@ -81,7 +91,15 @@ def test_in_context_and_white_box(tiny_dir, records_file, tmp_path, capsys):
     rows = _samples(out)
     ctx = [r for r in rows if r["mode"] == "in-context"]
     assert len(ctx) == 8 * 5
-    assert all(r["influence"] >= 0 and 0 <= r["context_share"] <= 1 for r in ctx)
+    for r in ctx:  # whole-context influence (paper 000, Def. 3.1-3.2) and the context share
+        assert r["influence"] == pytest.approx(math.fsum(r["token_influence"]))
+        assert len(r["token_influence"]) == r["target_tokens"]
+        assert r["log_ratio"] == pytest.approx(r["target_ll"] - r["no_context_ll"])
+        # Σ_r |a_r − b_r| ≥ |Σ_r a_r − Σ_r b_r|
+        assert r["influence"] >= abs(r["log_ratio"]) - 1e-9
+        assert r["context_share"] == pytest.approx(
+            max(0.0, 1 - math.exp(r["no_context_ll"] - r["target_ll"])))
+    assert any(r["influence"] > 1e-6 for r in ctx)
     wb = [r for r in rows if r["mode"] == "white-box"]
     assert {r["variant"] for r in wb} == {"soft-prompt", "beam"}
     assert all(r["group"] == "held-out" and r["template"] == "twins-1" for r in wb)
@@ -92,7 +110,8 @@ def test_in_context_and_white_box(tiny_dir, records_file, tmp_path, capsys):
     assert (out / "soft_prompt_phone.npy").is_file()
     assert (out / "white_box_training.png").is_file()
     ic = [g for g in summary["groups"] if g["mode"] == "in-context"][0]["in_context"]
-    assert ic["mean_influence"] >= 0
+    assert ic["mean_influence"] == pytest.approx(
+        sum(r["influence"] for r in ctx) / len(ctx))
 
 
 def test_canary_and_redact(tiny_dir, records_file, tmp_path, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 
 import pytest
 from tiny_data import TINY_RELATIONS
@@ -45,6 +46,13 @@ def _check_run_dir(run, n, *, both=True):
             assert 1 <= len(row["persuasive_contexts"]) <= 3
             psis = [c["psi"] for c in row["persuasive_contexts"]]
             assert psis == sorted(psis, reverse=True)
+    # contexts cut to the window are counted per query and in results.json (none here)
+    assert summary["truncation"] == {"queries": 0, "contexts": 0, "tokens": 0}
+    assert all(row["contexts_truncated"] == 0 == row["context_tokens_cut"] for row in rows)
+    # the queries' texts are user data: the folder is 0700 and its files 0600
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700
+    for name in ("samples.jsonl", "results.json", "report.html", "config.json"):
+        assert stat.S_IMODE((run / name).stat().st_mode) == 0o600, name
     if both:
         assert (run / "scatter_fisher_vs_mc.png").read_bytes().startswith(b"\x89PNG")
         for name in ("relations_mc.png", "relations_fisher.png", "real_vs_fake_mc.png",
@@ -64,12 +72,24 @@ def test_cli_end_to_end_and_resume(tmp_path, tiny_model_dir):
     data.write_text(json.dumps(TINY_RELATIONS))
     run = tmp_path / "run"
     base = ["susceptibility", "--model", str(tiny_model_dir), "--device", "cpu",
-            "--data", str(data), "--contexts", "6", "--output", str(run)]
+            "--data", str(data), "--entity-contexts", "2", "--contexts", "6",
+            "--output", str(run)]
     result = runner.invoke(app, [*base, "--limit", "4"])
     assert result.exit_code == 0, result.output
     assert "Susceptibility (4 queries)" in result.output and "speedup" in result.output
-    _, first = _check_run_dir(run, 4)
+    results, first = _check_run_dir(run, 4)
     assert first[0]["id"] == "capital/real/france/closed"
+    # paper 002 §5.1 mix (the default): 2 of the 6 draws mention the queried entity, the other
+    # 4 are the relation's contexts about its other entities; recorded in results.json
+    for row in first:
+        assert row["n_draws"] == 6 and row["n_entity_draws"] == 2
+    mix = results["summary"]["context_mix"]
+    assert mix == {"scope": "mix", "contexts": 6, "sampling": "replacement",
+                   "entity_contexts": 2, "other_contexts": 4, "mean_draws": 6.0,
+                   "mean_entity_draws": 2.0, "mean_distinct_contexts": pytest.approx(
+                       sum(r["n_distinct_contexts"] for r in first) / 4)}
+    assert results["config"]["context_entities"] == "mix"
+    assert results["config"]["entity_contexts"] == 2
 
     # resume: finished queries are kept as they are, the rest are added
     result = runner.invoke(app, [*base, "--limit", "9", "--resume"])
@@ -98,6 +118,18 @@ def test_cli_same_seed_same_numbers(tmp_path, tiny_model_dir):
         outs.append([(r["chi_mc"], r["persuasive_contexts"]) for r in _rows(run)])
         assert "chi_f" not in _rows(run)[0]
     assert outs[0] == outs[1]
+    # the named options keep a single pool: 'query' (the default before the paper's mix)
+    # draws every context about the queried entity
+    run = tmp_path / "query"
+    result = runner.invoke(app, ["susceptibility", "--model", str(tiny_model_dir), "--device",
+                                 "cpu", "--method", "mc", "--contexts", "5", "--limit", "2",
+                                 "--context-entities", "query", "--output", str(run)])
+    assert result.exit_code == 0, result.output
+    assert all(r["n_entity_draws"] == r["n_draws"] == 5 for r in _rows(run))
+    for r in _rows(run):
+        assert all(r["entity"] in c["context"] for c in r["persuasive_contexts"])
+    mix = json.loads((run / "results.json").read_text())["summary"]["context_mix"]
+    assert mix["scope"] == "query" and "entity_contexts" not in mix
 
 
 def test_cli_fisher_only_full_vocabulary_and_no_context_reference(tmp_path, tiny_model_dir):
@@ -116,13 +148,16 @@ def test_cli_fisher_only_full_vocabulary_and_no_context_reference(tmp_path, tiny
     assert result.exit_code == 0, result.output
     row = _rows(run2)[0]
     assert "chi_mc_nocontext" in row and "chi_mc" not in row and row["reference"] == "no-context"
+    # 4 contexts without --entity-contexts: the paper's ratio gives 1 about the entity
+    assert row["n_entity_draws"] == 1 and row["n_draws"] == 4
+    assert json.loads((run2 / "results.json").read_text())["config"]["entity_contexts"] == 1
 
 
 @pytest.mark.integration
 def test_cli_default_model(tmp_path):
     run = tmp_path / "default"
     base = ["susceptibility", "--model", "default", "--device", "cpu", "--data", "demo",
-            "--contexts", "4", "--output", str(run)]
+            "--contexts", "4", "--entity-contexts", "1", "--output", str(run)]
     result = runner.invoke(app, [*base, "--limit", "3"])
     assert result.exit_code == 0, result.output
     _, rows = _check_run_dir(run, 3)
@@ -166,6 +201,9 @@ def no_model(monkeypatch):
 
 @pytest.mark.parametrize("args,needle", [
     (["--contexts", "0"], "--contexts must be at least 1"),
+    (["--contexts", "4", "--entity-contexts", "8"],
+     "--entity-contexts (8) must be between 0 and --contexts (4)"),
+    (["--entity-contexts", "-1"], "--entity-contexts (-1) must be between 0"),
     (["--query-types", "closed,yes_no"], "unknown query type 'yes_no'"),
     (["--method", "exact"], "--method must be one of"),
     (["--relations", "capital,moons"], "unknown relation(s) moons"),

@@ -124,3 +124,32 @@ def test_gemma_status_sees_its_converted_cache(tmp_path, monkeypatch):
     cache_dir.mkdir(parents=True)
     (cache_dir / "model.safetensors").write_bytes(b"")
     assert gemma() == "ready (cached)"
+
+
+def test_garbage_gguf_is_a_clear_error_and_leaves_no_lock(tmp_path, monkeypatch):
+    """A file named .gguf that is not one: one clear error, before any conversion, and nothing
+    left in the cache (issue 15: it gave a ValueError traceback and an empty lock file)."""
+    monkeypatch.setenv("CTXLEAK_CACHE", str(tmp_path / "cache"))
+    bad = tmp_path / "m.gguf"
+    bad.write_bytes(b"<html>not a model</html>")
+    with pytest.raises(ConfigError, match="is not a GGUF file"):
+        load_model(str(bad))
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*"))
+
+
+def test_gguf_that_cannot_be_converted_cleans_its_lock(tmp_path, monkeypatch):
+    """Right magic bytes, broken body: the conversion error becomes a ConfigError and the
+    cache entry's lock file is removed."""
+    from ctxleak.engine import models
+
+    monkeypatch.setenv("CTXLEAK_CACHE", str(tmp_path / "cache"))
+    bad = tmp_path / "m.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 8)
+
+    def broken(gguf, out_dir):
+        raise ValueError("GGUF header is damaged")
+
+    monkeypatch.setattr(models, "convert_gguf", broken)
+    with pytest.raises(ConfigError, match="could not convert .*damaged"):
+        load_model(str(bad))
+    assert not list((tmp_path / "cache").rglob("*.lock"))

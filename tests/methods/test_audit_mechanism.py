@@ -39,16 +39,23 @@ def naive_logits(lm, prompt, generated, step, min_new):
 
 
 def clip_np(z, c):
-    """clip_c(z)_i = max(−c, z_i − max_j z_j + c) (App. C.1), written out again."""
+    """clip_c(z)_i = max(−c, z_i − max_j z_j + c) (App. C.1), written out again. The engine's
+    masked tokens stay marked as NaN (they are removed after aggregation, not clipped)."""
     z = np.asarray(z, dtype=np.float64)
-    return np.maximum(-c, z - z.max() + c)
+    out = np.maximum(-c, z - z.max() + c)
+    out[z <= MASKED_LOGIT / 2] = np.nan
+    return out
 
 
 def mechanism_logprobs(rows, temperature):
-    """log softmax(mean of clipped rows / τ) in numpy."""
+    """log softmax(mean of clipped rows / τ) in numpy, over the tokens not masked (EOS before
+    the minimum length gets probability 0, the others renormalise)."""
     zbar = np.mean(rows, axis=0) / temperature
-    m = zbar.max()
-    return zbar - (m + np.log(np.sum(np.exp(zbar - m))))
+    keep = ~np.isnan(zbar)
+    m = zbar[keep].max()
+    out = np.full_like(zbar, -np.inf)
+    out[keep] = zbar[keep] - (m + np.log(np.sum(np.exp(zbar[keep] - m))))
+    return out
 
 
 @pytest.mark.parametrize("alpha", [2.0, 7.5])
@@ -168,3 +175,38 @@ def test_subsets_and_seeds():
     s0, g0 = sequence_seeds(0, 0)
     assert len({s0, g0, *sequence_seeds(0, 1), *sequence_seeds(1, 0)}) == 6
     assert sequence_seeds(0, 3) == sequence_seeds(0, 3)
+
+
+def test_masked_eos_is_removed_after_aggregation():
+    """EOS masked by the engine (before ``min_new_tokens``) gets probability exactly 0 in the
+    released distribution and in every remove-one neighbour; the other tokens keep
+    softmax(mean clipped / τ) renormalised over them. Clipping the mask alone maps it to −c."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 9, generator=g, dtype=torch.float64) * 3
+    logits[:, 2] = MASKED_LOGIT
+    agg = DPAggregator(clip=1.0, temperature=5.0, alpha=3.0)
+    logp = agg.combine(logits, 0)
+    assert logp[2] == -np.inf
+    rows = [clip_np(z, 1.0) for z in logits.numpy()]
+    np.testing.assert_allclose(logp.numpy(), mechanism_logprobs(rows, 5.0), atol=1e-12)
+    assert float(logp.exp().sum()) == pytest.approx(1.0)
+    rdp, _ = agg.observe(logits, logp, 0, 0)
+    want = max(renyi_divergence(mechanism_logprobs(rows, 5.0),
+                                mechanism_logprobs(rows[:p] + rows[p + 1:], 5.0), 3.0,
+                                symmetric=True) for p in range(4))
+    assert rdp == pytest.approx(want, rel=1e-9)
+    both = leave_one_out_divergences(agg._clipped, 5.0, 3.0, agg._excluded)
+    assert float(both.max()) == pytest.approx(want, rel=1e-9)
+    # a token masked in only some rows is a real output (clipped to −c there), not removed
+    logits[0, 5] = MASKED_LOGIT
+    assert agg.combine(logits, 1)[5] > -np.inf
+
+
+def test_min_new_tokens_never_ends_early(tiny_lm):
+    """Small clip and high temperature flatten the mechanism's distribution: a masked EOS left
+    at −c by clipping would be drawn often (the audit's --min-tokens bug)."""
+    prompts = make_prompts(tiny_lm, 3)
+    for seed in range(30):
+        gen = generate_private(tiny_lm, prompts, clip=0.5, temperature=20.0, alpha=2.0,
+                               max_new_tokens=8, min_new_tokens=8, seed=seed)
+        assert not gen.stopped_on_eos and len(gen.token_ids) == 8

@@ -185,3 +185,24 @@ def test_audit_api_on_tiny_model_is_seeded(llama_lm, tmp_path):
     assert all(r["ratio"] > 0 for r in a.summary["rows"])
     # rows in memory are numbered from 1 like file lines
     assert set(a.records[0]["subset_lines"]) <= set(range(1, 7))
+
+
+def test_min_tokens_keeps_sequences_long_and_names_the_output_set(llama_lm, tmp_path):
+    """min_tokens (paper 001, App. C.1 mechanism): no sequence ends before it, and the
+    accounting rows say which output set the sampler and the per-token divergences share."""
+    import ctxleak
+
+    rows = [{"text": t, "label": "yes"} for t in
+            ["the capital of france is paris", "rome is in italy", "the doctor said no",
+             "berlin is the capital of germany"]]
+    kw = dict(label="yes", template="document : {text} . {label} :", delta=1e-5,
+              subset_size=3, seed=0, progress=False)
+    res = ctxleak.audit(llama_lm, rows, target_eps=[200], n_gen=6, max_tokens=5, min_tokens=5,
+                        clip=0.5, output=str(tmp_path / "a"), **kw)
+    assert all(len(r["token_ids"]) == 5 and not r["stopped_on_eos"] for r in res.records)
+    (row,) = res.summary["rows"]
+    assert row["min_tokens"] == 5 and "without EOS for the first 5 tokens" in row["output_set"]
+    assert "same set" in row["output_set"]
+    plain = ctxleak.audit(llama_lm, rows, target_eps=[200], n_gen=1, max_tokens=2,
+                          output=str(tmp_path / "b"), **kw)
+    assert plain.summary["rows"][0]["output_set"] == "full vocabulary at every step"

@@ -53,9 +53,10 @@ def test_results_atomic_with_provenance_and_private_mode(tmp_path):
     assert body["config"] == {"a": 1} and "wall_time_s" in body
     for name in ("results.json", "samples.jsonl", "config.json"):
         assert stat.S_IMODE((tmp_path / "r" / name).stat().st_mode) == 0o600
-    # no temp file left behind (the only hidden file is the folder's owner record)
-    assert [p.name for p in (tmp_path / "r").iterdir() if p.name.startswith(".")] == \
-        [".ctxleak-owner.json"]
+    # no temp file left behind (the only hidden files are the folder's owner record and lock)
+    assert sorted(p.name for p in (tmp_path / "r").iterdir() if p.name.startswith(".")) == \
+        [".ctxleak-owner.json", ".ctxleak.lock"]
+    assert stat.S_IMODE((tmp_path / "r").stat().st_mode) == 0o700
 
 
 def test_to_jsonable():
@@ -125,3 +126,100 @@ def test_a_folder_in_use_by_a_live_process_is_refused(tmp_path):
     RunDir(tmp_path / "r", {"model": "m"}, resume=True).close()
     owner = json.loads((tmp_path / "r" / OWNER_FILE).read_text())
     assert owner == {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+_CLAIM = """
+import sys, time
+from ctxleak.errors import ConfigError
+from ctxleak.run.rundir import RunDir
+start = float(sys.argv[2])
+while time.time() < start:  # both processes claim at the same instant
+    pass
+try:
+    run = RunDir(sys.argv[1], {"command": "x"})
+except ConfigError as exc:
+    print("refused", exc, flush=True)
+    sys.exit(0)
+run.append_sample({"id": sys.argv[3]})
+print("won", flush=True)
+time.sleep(0.5)  # hold the folder while the other process tries
+"""
+
+
+@pytest.mark.parametrize("trial", range(5))
+def test_two_processes_claiming_one_folder_at_once_exactly_one_wins(tmp_path, trial):
+    """The claim is atomic (an fcntl lock held for the run's life), not check-then-write."""
+    import subprocess
+    import sys
+    import time
+
+    start = repr(time.time() + 1.0)
+    procs = [subprocess.Popen([sys.executable, "-c", _CLAIM, str(tmp_path / "r"), start, name],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name in ("a", "b")]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    verdicts = sorted(out.split()[0] for out, _ in outs)
+    assert verdicts == ["refused", "won"], outs
+    assert any("in use by another ctxleak run" in out for out, _ in outs)
+    assert len((tmp_path / "r" / "samples.jsonl").read_text().splitlines()) == 1
+    # the lock ends with the winning process: the folder can be resumed afterwards
+    run = RunDir(tmp_path / "r", {"command": "x"}, resume=True)
+    assert len(run.samples) == 1
+    # while this process holds it, another process is refused; after release() it is not
+    probe = [sys.executable, "-c", _CLAIM, str(tmp_path / "r"), "0", "c"]
+    held = subprocess.run(probe, capture_output=True, text=True).stdout
+    assert held.startswith("refused") and "in use by another ctxleak run" in held
+    run.release()
+    freed = subprocess.run(probe, capture_output=True, text=True).stdout
+    assert "already holds a run" in freed and "in use" not in freed  # claimed; needs --resume
+
+
+def test_one_id_is_never_stored_twice(tmp_path):
+    run = RunDir(tmp_path / "r", {"a": 1})
+    run.append_sample({"id": "q1", "v": 1})
+    with pytest.raises(ConfigError, match="already stored"):
+        run.append_sample({"id": "q1", "v": 2})
+    run.close()
+    # a samples file that holds two rows under one id (older versions wrote them) is refused,
+    # rather than silently keeping one of two different results on resume
+    with open(tmp_path / "r" / "samples.jsonl", "a") as f:
+        f.write(json.dumps({"id": "q1", "v": 3}) + "\n")
+    with pytest.raises(ConfigError, match="two rows with id 'q1'"):
+        RunDir(tmp_path / "r", {"a": 1}, resume=True)
+
+
+def test_resume_refuses_changed_input_file_and_other_command(tmp_path):
+    from ctxleak.run.rundir import INPUTS_KEY, input_hashes
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"context": "a"}\n')
+    config = {"command": "influence", INPUTS_KEY: input_hashes({"data": data})}
+    RunDir(tmp_path / "r", config).append_sample({"id": "0"})
+    RunDir(tmp_path / "r", config, resume=True)  # unchanged: fine
+    data.write_text('{"context": "b"}\n')
+    changed = {"command": "influence", INPUTS_KEY: input_hashes({"data": data})}
+    with pytest.raises(ConfigError, match="content of the data file changed"):
+        RunDir(tmp_path / "r", changed, resume=True)
+    with pytest.raises(ConfigError, match="holds a 'influence' run, not 'icl'"):
+        RunDir(tmp_path / "r", {**config, "command": "icl"}, resume=True)
+
+
+def test_run_examples_refuses_two_items_with_one_id_before_any_work(tmp_path):
+    from ctxleak.run.method import Method
+    from ctxleak.run.runner import measure_items
+
+    calls = []
+
+    class Echo(Method):
+        def key(self, item):
+            return str(item)
+
+        def measure(self, lm, items):
+            calls.extend(items)
+            return [{} for _ in items]
+
+    with RunDir(tmp_path / "r", {"a": 1}) as run:
+        with pytest.raises(ConfigError, match="two examples have the id 'x'"):
+            measure_items(run, Echo(), None, ["x", "y", "x"], progress=False)
+    assert calls == []

@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> None:
     from ctxleak.cli.config import load_config_file
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    session = sys.modules.get("ctxleak.run.runner")
+    if session is not None:  # a new command (tests run several in one process)
+        session._CURRENT_RUN = None
     debug = _pop_flag(argv, "--debug") or os.environ.get("CTXLEAK_DEBUG") == "1"
     if _pop_flag(argv, "--plain"):
         from ctxleak.report.console import set_plain
@@ -188,5 +191,17 @@ def main(argv: list[str] | None = None) -> None:
         typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        typer.secho("interrupted: finished examples are saved; rerun with --resume", err=True)
+        typer.secho(_interrupted(), err=True)
         sys.exit(130)
+    except SystemExit as exc:
+        if exc.code == 130:  # Typer turns Ctrl-C into a silent exit 130
+            typer.secho(_interrupted(), err=True)
+        raise
+
+
+def _interrupted() -> str:
+    """The Ctrl-C message: which run folder kept how many finished examples, how to resume."""
+    session = sys.modules.get("ctxleak.run.runner")
+    if session is None:
+        return "interrupted before any run folder was written; nothing was kept"
+    return session.interrupted_message()

@@ -12,11 +12,14 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping of flag names (``max-new-tokens`` or ``max_new_tokens``) to values."""
     import yaml
 
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("config file not found", file=str(path))
+    from ctxleak.run.records import check_input_file, read_text_file
+
+    path = check_input_file(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(read_text_file(path), Loader=_unique_key_loader())  # noqa: S506
+    except _DuplicateKeyError as exc:
+        raise InputError("appears twice in the config (which value is meant?)", file=str(path),
+                         line=exc.line, field=exc.key) from None
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         raise InputError(f"not valid YAML ({getattr(exc, 'problem', exc)})", file=str(path),
@@ -31,3 +34,27 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
             value = ",".join(str(v) for v in value)
         out[str(key)] = value
     return out
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: str, line: int) -> None:
+        super().__init__(key)
+        self.key, self.line = key, line
+
+
+def _unique_key_loader() -> type:
+    """PyYAML's safe loader, except that a key repeated in one mapping is an error (plain YAML
+    keeps the last value silently)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+            seen: set = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise _DuplicateKeyError(str(key), key_node.start_mark.line + 1)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader

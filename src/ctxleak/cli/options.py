@@ -68,7 +68,11 @@ def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ctxleak.run.validate import check_common
+
         common = CommonOptions(**{name: kwargs.pop(name) for name in COMMON_NAMES})
+        # checked before the command does anything, the model load included (SPEC §9)
+        check_common(limit=common.limit, batch_size=common.batch_size, threads=common.threads)
         return func(*args, common=common, **kwargs)
 
     positional = [p for p in own if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

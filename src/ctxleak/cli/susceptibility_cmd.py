@@ -17,9 +17,14 @@ def susceptibility(
                              "(10 bundled relations)."),
     method: str = typer.Option("both", "--method", help="mc (Monte Carlo, Du et al.), fisher "
                                "(Fisher, paper 002) or both (also their correlation)."),
-    contexts: int = typer.Option(32, "--contexts", "-n", help="Contexts drawn per query for "
-                                 "Monte Carlo. The paper uses 256: about 50 s per query on a "
-                                 "2-core CPU with the default model; 32 takes a few seconds."),
+    contexts: int = typer.Option(256, "--contexts", "-n", help="Contexts drawn per query for "
+                                 "Monte Carlo (paper 002 §5.1: 256; 128 for LLaMA-size models). "
+                                 "256 takes tens of seconds per query on a 2-core CPU with the "
+                                 "default model; 32 a few seconds."),
+    entity_contexts: Optional[int] = typer.Option(
+        None, "--entity-contexts", help="With --context-entities mix: how many of the --contexts "
+        "mention the queried entity; the rest are the relation's contexts about other entities. "
+        "Default: the paper's ratio, 1/32 of --contexts (8 of 256, 4 of 128), at least 1."),
     top_k: int = typer.Option(10, "--top-k", help="Next tokens in the Fisher trace (Eq. 11)."),
     sigma2: float = typer.Option(1.0, "--sigma2", help="Variance σ² of the context perturbation "
                                  "(χ_F = ½σ²·tr I)."),
@@ -31,10 +36,13 @@ def susceptibility(
     fisher_vocab: str = typer.Option("topk", "--fisher-vocab", help="topk, or full: the exact "
                                      "trace over the whole vocabulary (V backward products; "
                                      "small models only)."),
-    context_entities: str = typer.Option("query", "--context-entities", help="Entities in the "
-                                         "context pool: query (the query's own entity with "
-                                         "every answer), relation (every entity of the "
-                                         "relation, as Du et al.) or all (every relation's)."),
+    context_entities: str = typer.Option("mix", "--context-entities", help="Entities in the "
+                                         "contexts: mix (paper 002 §5.1: --entity-contexts "
+                                         "about the query's entity, the rest about the "
+                                         "relation's other entities), query (only the query's "
+                                         "own entity with every answer; the default before "
+                                         "the mix), relation (every entity of the relation, "
+                                         "uniformly, as Du et al.) or all (every relation's)."),
     sampling: str = typer.Option("replacement", "--sampling", help="replacement (i.i.d. draws; "
                                  "duplicates weighted by count) or no-replacement (Du et al.)."),
     relations: Optional[str] = typer.Option(None, "--relations", help="Only these relations "
@@ -59,6 +67,7 @@ def susceptibility(
                                 contexts=contexts, top_k=top_k, sigma2=sigma2,
                                 reference=reference, query_types=query_types,
                                 fisher_vocab=fisher_vocab, context_entities=context_entities,
+                                entity_contexts=entity_contexts,
                                 sampling=sampling, relations=relations,
                                 entities_per_relation=entities_per_relation)
     if result is not None:  # None on the other processes of a data-parallel run

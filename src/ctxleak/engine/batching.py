@@ -10,8 +10,6 @@ from typing import TypeVar
 
 import torch
 
-from ctxleak.errors import ConfigError
-
 T = TypeVar("T")
 
 # Padded tokens per forward pass for --batch-size auto. On CPU a few thousand tokens already
@@ -21,16 +19,9 @@ TOKEN_BUDGET = {"cpu": 4096, "mps": 8192, "cuda": 65536}
 
 def parse_batch_size(value: str | int | None) -> int | None:
     """``auto`` (or None) -> None; a positive integer otherwise."""
-    if value is None or value == "auto":
-        return None
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--batch-size must be 'auto' or a positive integer, not '{value}'"
-                          ) from None
-    if n < 1:
-        raise ConfigError(f"--batch-size must be at least 1, not {n}")
-    return n
+    from ctxleak.run.validate import check_batch_size
+
+    return check_batch_size(value, "--batch-size")
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -274,6 +274,11 @@ def _resolve_source(name_or_path: str) -> tuple[str, str, Path | None, dict[str,
     if name_or_path.endswith(".gguf"):
         if not path.is_file():
             raise ConfigError(f"GGUF file not found: {path}")
+        with open(path, "rb") as f:
+            magic = f.read(4)
+        if magic != b"GGUF":
+            raise ConfigError(f"{path} is not a GGUF file (it does not start with the bytes "
+                              "'GGUF'): a damaged or unfinished download?")
         return str(path), "gguf", path, {}
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -312,9 +317,13 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
         assert path is not None
         cache_dir, _ = _gguf_cache_dir(path)
         if not (cache_dir / "model.safetensors").is_file():
-            with cache_lock(cache_dir):
-                if not (cache_dir / "model.safetensors").is_file():
-                    convert_gguf(path, cache_dir)
+            try:
+                with cache_lock(cache_dir):
+                    if not (cache_dir / "model.safetensors").is_file():
+                        convert_gguf(path, cache_dir)
+            except (ValueError, OSError, KeyError) as exc:  # a GGUF that transformers cannot read
+                cache_dir.with_name(f".{cache_dir.name}.lock").unlink(missing_ok=True)
+                raise ConfigError(f"could not convert {path}: {exc}") from None
         meta = json.loads((cache_dir / "ctxleak_source.json").read_text())
         file_sha = meta.get("gguf_sha256")
         load_from = str(cache_dir)

@@ -84,3 +84,21 @@ def build_prompt(lm: LM, template: str, slots: Mapping[str, str | Sequence[int]]
     if use_chat:
         ids += chat_wrapper(lm)[1]
     return Prompt(ids=tuple(ids), spans=spans)
+
+
+def fit_to_window(lm: LM, template: str, slots: Mapping[str, str | Sequence[int]], *,
+                  cut: str = "context", reserve: int = 0) -> tuple[Prompt, int]:
+    """:func:`build_prompt`, with the end of slot ``cut`` removed until the prompt plus
+    ``reserve`` new tokens fits the model's window (SPEC §9: keep the query and the start of
+    the context). Returns the prompt and how many of the slot's tokens were cut (0 if none)."""
+    prompt = build_prompt(lm, template, slots)
+    window = lm.max_length
+    if window is None or len(prompt) + reserve <= window or cut not in prompt.spans:
+        return prompt, 0
+    start, end = prompt.spans[cut]
+    dropped = min(end - start, len(prompt) + reserve - window)
+    ids = prompt.ids[:end - dropped] + prompt.ids[end:]
+    spans = {name: (a - dropped if a >= end else a, b - dropped if b >= end else b)
+             for name, (a, b) in prompt.spans.items()}
+    spans[cut] = (start, end - dropped)
+    return Prompt(ids=ids, spans=spans), dropped

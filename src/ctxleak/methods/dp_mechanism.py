@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from ctxleak.engine.forward import MASKED_LOGIT
+
 
 def clip_logits(z: torch.Tensor, c: float) -> torch.Tensor:
     """``clip_c(z)_i = max(−c, z_i − max_j z_j + c)`` over the last axis (App. C.1).
@@ -33,24 +35,48 @@ def _check_temperature(temperature: float) -> None:
         raise ValueError(f"temperature must be > 0, got {temperature}")
 
 
-def sampling_logprobs(mean_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Log-probabilities of ``softmax(z̄ / τ)`` (Algorithm 1, line 4), float64."""
+def masked_outputs(z: torch.Tensor) -> torch.Tensor:
+    """The tokens the engine masked in every prompt's raw logits (``MASKED_LOGIT``: EOS before
+    the minimum length), ``[..., s, V] → [..., V]`` booleans. They are not outputs of this step:
+    clipping would map them to ``−c`` and leave them sampleable, so they are removed from the
+    released distribution after aggregation (:func:`sampling_logprobs` ``excluded=``)."""
+    return (z <= MASKED_LOGIT / 2).all(dim=-2)
+
+
+def _remove(logits: torch.Tensor, excluded: torch.Tensor | None) -> torch.Tensor:
+    if excluded is None:
+        return logits
+    return logits.masked_fill(excluded.unsqueeze(-2) if excluded.dim() < logits.dim()
+                              else excluded, -math.inf)
+
+
+def sampling_logprobs(mean_logits: torch.Tensor, temperature: float,
+                      excluded: torch.Tensor | None = None) -> torch.Tensor:
+    """Log-probabilities of ``softmax(z̄ / τ)`` (Algorithm 1, line 4), float64, over the output set
+    without the ``excluded`` tokens (they get probability 0; the rest renormalise). Removing
+    outputs after aggregation keeps the exponential-mechanism form of App. C.1 on the smaller
+    set, with the same sensitivity, so the theoretical accounting is unchanged."""
     _check_temperature(temperature)
-    return torch.log_softmax(mean_logits.double() / temperature, dim=-1)
+    z = mean_logits.double() / temperature
+    if excluded is not None:
+        z = z.masked_fill(excluded, -math.inf)
+    return torch.log_softmax(z, dim=-1)
 
 
-def leave_one_out_logprobs(clipped: torch.Tensor, temperature: float) -> torch.Tensor:
+def leave_one_out_logprobs(clipped: torch.Tensor, temperature: float,
+                           excluded: torch.Tensor | None = None) -> torch.Tensor:
     """Row ``p``: log-probs of ``softmax(mean of the other s−1 clipped rows / τ)``, float64.
 
     The remove-one neighbour ``A(D∖{p}, x₀)`` of Theorem C.6, computed as ``(Σ_q z_q − z_p)/(s−1)``
-    from the rows already in hand. ``[..., s, V] → [..., s, V]``.
+    from the rows already in hand, over the same output set as the mechanism (``excluded``
+    tokens removed after aggregation). ``[..., s, V] → [..., s, V]``.
     """
     _check_temperature(temperature)
     s = clipped.shape[-2]
     if s < 2:
         raise ValueError(f"leave-one-out needs at least 2 prompts, got {s}")
     x = clipped.double()
-    loo = (x.sum(dim=-2, keepdim=True) - x) / (s - 1)
+    loo = _remove((x.sum(dim=-2, keepdim=True) - x) / (s - 1), excluded)
     return torch.log_softmax(loo / temperature, dim=-1)
 
 
@@ -73,17 +99,18 @@ def renyi_divergence_torch(logp: torch.Tensor, logq: torch.Tensor, alpha: float)
     return d.clamp(min=0.0)
 
 
-def leave_one_out_divergences(clipped: torch.Tensor, temperature: float,
-                              alpha: float) -> torch.Tensor:
-    """``D_α^↔(A(D) ‖ A(D∖{p}))`` (Eq. 6) for every prompt ``p``: ``[..., s, V] → [..., s]``."""
-    logp = sampling_logprobs(aggregate(clipped.double()), temperature).unsqueeze(-2)
-    logq = leave_one_out_logprobs(clipped, temperature)
+def leave_one_out_divergences(clipped: torch.Tensor, temperature: float, alpha: float,
+                              excluded: torch.Tensor | None = None) -> torch.Tensor:
+    """``D_α^↔(A(D) ‖ A(D∖{p}))`` (Eq. 6) for every prompt ``p``: ``[..., s, V] → [..., s]``,
+    both distributions over the output set without the ``excluded`` tokens."""
+    logp = sampling_logprobs(aggregate(clipped.double()), temperature, excluded).unsqueeze(-2)
+    logq = leave_one_out_logprobs(clipped, temperature, excluded)
     return torch.maximum(renyi_divergence_torch(logp, logq, alpha),
                          renyi_divergence_torch(logq, logp, alpha))
 
 
-def data_dependent_token_rdp(clipped: torch.Tensor, temperature: float,
-                             alpha: float) -> torch.Tensor:
+def data_dependent_token_rdp(clipped: torch.Tensor, temperature: float, alpha: float,
+                             excluded: torch.Tensor | None = None) -> torch.Tensor:
     """Per-token data-dependent RDP (Theorem C.6, Eq. 7; App. C.3.3), float64.
 
     ``max_p max(D_α(P‖Q_p), D_α(Q_p‖P))`` with ``P`` the mechanism's distribution and ``Q_p`` its
@@ -94,4 +121,4 @@ def data_dependent_token_rdp(clipped: torch.Tensor, temperature: float,
     ``4c/(sτ)``, so the sure bound is :class:`~ctxleak.methods.accounting.DPTokenEvent` with
     clip ``2c`` (at most 4× the paper's zCDP term).
     """
-    return leave_one_out_divergences(clipped, temperature, alpha).amax(dim=-1)
+    return leave_one_out_divergences(clipped, temperature, alpha, excluded).amax(dim=-1)

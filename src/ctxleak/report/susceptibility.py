@@ -83,10 +83,17 @@ def susceptibility_report(records: Sequence[dict[str, Any]], summary: dict[str, 
         f"{'top-' + str(options.top_k) if options.fisher_vocab == 'topk' else 'full-vocabulary'}"
         " next tokens, e = the query's input embeddings (paper 002 Eq. 10-11, SPEC §6 reading).")
     rep.add_kv({"queries": len(records), "contexts drawn per query": options.n_contexts,
-                "context pool": options.context_entities, "sampling": options.sampling,
+                "context pool": options.context_entities
+                + (f" ({options.entity_draws} mention the queried entity)"
+                   if options.context_entities == "mix" else ""),
+                "sampling": options.sampling,
                 "reference": options.reference, "top-k": options.top_k,
                 "σ²": options.sigma2, "Fisher vocabulary": options.fisher_vocab},
                caption="Settings")
+    cut = summary.get("truncation") or {}
+    if cut.get("contexts"):
+        rep.add_kv(cut, caption="contexts cut to fit the model's window: queries affected, "
+                                "contexts, tokens removed (per query in samples.jsonl)")
     timing = summary.get("timing", {})
     if timing:
         rep.add_heading("Time per query")

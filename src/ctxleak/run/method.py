@@ -25,12 +25,13 @@ class Method:
     """Base of every method object: the defaults of the optional hooks.
 
     Subclasses set ``name`` (the command, stored as ``config["command"]``), ``result_class``
-    (the :class:`ctxleak.results.Result` subclass) and ``private`` (files with mode 0600).
+    (the :class:`ctxleak.results.Result` subclass) and ``private`` (folder 0700, files 0600:
+    every method reads user text, so the default).
     """
 
     name: ClassVar[str] = "method"
     desc: ClassVar[str] = "examples"
-    private: ClassVar[bool] = False
+    private: ClassVar[bool] = True
     result_class: ClassVar[Any] = None
 
     def __init__(self, common: RunOptions | None = None) -> None:
@@ -58,6 +59,11 @@ class Method:
         raise NotImplementedError
 
     # ---- optional ------------------------------------------------------------------------
+    def inputs(self) -> dict[str, Any]:
+        """The input files of the run (``{"data": path}``) whose SHA-256 resume checks; called
+        after :meth:`items`. Names like ``demo`` resolve to their file; rows in memory have none."""
+        return {}
+
     def load_options(self) -> dict[str, Any]:
         """Overrides of :class:`RunOptions` when loading the model (not stored in the config)."""
         return {}

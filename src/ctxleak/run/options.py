@@ -4,6 +4,7 @@ run directory and resume. The CLI's common flags and the keywords of the Python 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Optional
 
@@ -43,10 +44,9 @@ class RunOptions:
 
     def check(self) -> RunOptions:
         """Errors name the parameter (the CLI maps it to its flag)."""
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"limit must be at least 1, got {self.limit}", param="limit")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"threads must be at least 1, got {self.threads}", param="threads")
+        from ctxleak.run.validate import check_common
+
+        check_common(limit=self.limit, batch_size=self.batch_size, threads=self.threads)
         return self
 
 
@@ -59,11 +59,16 @@ def float_list(value: Any, param: str) -> list[float]:
         return [float(value)]
     try:
         if isinstance(value, (list, tuple)):
-            return [float(v) for v in value]
-        return [float(v) for v in str(value).split(",") if v.strip()]
+            values = [float(v) for v in value]
+        else:
+            values = [float(v) for v in str(value).split(",") if v.strip()]
     except (TypeError, ValueError):
         raise ConfigError(f"{param} must be a number or a comma list of numbers, not '{value}'",
                           param=param) from None
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise ConfigError(f"{param} must be finite numbers, not {bad[0]}", param=param)
+    return values
 
 
 def int_list(value: Any, param: str) -> list[int]:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ctxleak.errors import InputError
+from ctxleak.errors import ConfigError, InputError
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def read_rows(path: Any, *, rename: Mapping[str, str] | None = None,
         suffix = path.suffix.lower()
         if inputs.is_dataset_folder(path):
             rows = inputs.dataset_folder_rows(path)
-        elif not path.is_file():
+        elif not check_input_file(path):
             raise InputError("file not found", file=where)
         elif suffix in (".jsonl", ".json", ".ndjson"):
             rows = _read_jsonl(path)
@@ -89,25 +89,111 @@ def read_rows(path: Any, *, rename: Mapping[str, str] | None = None,
     return out
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """``(line_number, parsed_value)`` for each non-blank line of a JSONL file; errors name the
-    file (missing, not UTF-8) and the line (not valid JSON)."""
+MAX_LINE_BYTES_ENV = "CTXLEAK_MAX_LINE_BYTES"
+DEFAULT_MAX_LINE_BYTES = 2 * 1024 * 1024  # a context of about 500k tokens
+
+
+def max_line_bytes() -> int:
+    """The largest input line (or text file) accepted, in bytes: ``$CTXLEAK_MAX_LINE_BYTES``,
+    default 2 MiB. Longer lines are refused before they are parsed or tokenised (a 50 MB context
+    would otherwise take gigabytes of memory before the window cut)."""
+    import os
+
+    raw = os.environ.get(MAX_LINE_BYTES_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_MAX_LINE_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{MAX_LINE_BYTES_ENV} must be a positive integer, not '{raw}'"
+                          ) from None
+    if value < 1:
+        raise ConfigError(f"{MAX_LINE_BYTES_ENV} must be a positive integer, not '{raw}'")
+    return value
+
+
+def check_input_file(path: str | Path) -> Path:
+    """An existing regular file, or an error that says which of missing / a folder it is."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError("is a folder, not a file", file=str(path))
     if not path.is_file():
         raise InputError("file not found", file=str(path))
-    try:
-        with open(path, encoding="utf-8") as f:
-            for number, raw in enumerate(f, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    value = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                     file=str(path), line=number) from None
-                yield number, value
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text ({exc.reason})", file=str(path)) from None
+    return path
+
+
+def json_error_message(exc: json.JSONDecodeError) -> str:
+    """``not valid JSON (Expecting value at column 3)``; JSON's own messages that already end
+    in 'at' ('Invalid control character at') are not doubled."""
+    msg = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
+    return f"not valid JSON ({msg} at column {exc.colno})"
+
+
+def text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """``(line_number, text)`` of each line of a UTF-8 file (line ends kept); a line that is not
+    UTF-8 or longer than :func:`max_line_bytes` is an error naming the file and line."""
+    path = check_input_file(path)
+    limit = max_line_bytes()
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if len(raw) > limit:
+                raise InputError(f"line is {len(raw):,} bytes, over the input limit of "
+                                 f"{limit:,} (set {MAX_LINE_BYTES_ENV} to raise it)",
+                                 file=str(path), line=number)
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"not UTF-8 text ({exc.reason} at byte {exc.start + 1} of "
+                                 "the line)", file=str(path), line=number) from None
+
+
+def read_text_file(path: str | Path) -> str:
+    """A whole UTF-8 text file (``--context @FILE``), with the same checks as data files."""
+    return "".join(text for _, text in text_lines(path))
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """``(line_number, parsed_value)`` for each non-blank line of a JSONL file; errors name the
+    file (missing, a folder, CSV) and the line (not UTF-8, too long, not valid JSON)."""
+    path = check_input_file(path)
+    if path.suffix.lower() in (".csv", ".tsv"):
+        raise InputError("is a CSV file: this input must be JSONL (one JSON object per line)",
+                         file=str(path))
+    for number, text in text_lines(path):
+        if not text.strip():
+            continue
+        try:
+            value = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        except json.JSONDecodeError as exc:
+            raise InputError(json_error_message(exc), file=str(path), line=number) from None
+        except _DuplicateKey as exc:
+            raise InputError("appears twice in one object", file=str(path), line=number,
+                             field=str(exc)) from None
+        yield number, value
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def reject_duplicate_ids(rows: Iterable[tuple[Any, str, int]], field: str = "id") -> None:
+    """``(id, file, line)`` per row: an error at the second row that repeats an id (run folders
+    key samples by id, so two rows under one id would overwrite each other on resume)."""
+    first: dict[Any, int] = {}
+    for key, file, line in rows:
+        if key in first:
+            raise InputError(f"duplicate id {key!r} (first on line {first[key]}); every row "
+                             "needs its own id", file=file, line=line, field=field)
+        first[key] = line
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -120,9 +206,13 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _read_csv(path: Path, delimiter: str) -> list[tuple[int, dict[str, Any]]]:
+    import io
+
     rows = []
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f, delimiter=delimiter)
+    text = "".join(line for _, line in text_lines(path))  # UTF-8 and size checked per line
+    csv.field_size_limit(max(csv.field_size_limit(), max_line_bytes()))
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
         if not reader.fieldnames:
             raise InputError("no header row", file=str(path), line=1)
         for record in reader:
@@ -130,6 +220,8 @@ def _read_csv(path: Path, delimiter: str) -> list[tuple[int, dict[str, Any]]]:
                 raise InputError("more values than header columns", file=str(path),
                                  line=reader.line_num)
             rows.append((reader.line_num, dict(record)))
+    except csv.Error as exc:
+        raise InputError(f"not valid CSV ({exc})", file=str(path), line=reader.line_num) from None
     return rows
 
 

@@ -8,12 +8,14 @@ reports are replaced atomically.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import socket
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,8 @@ from ctxleak.run.distributed import World, barrier
 
 CONFIG_FILE, SAMPLES_FILE, RESULTS_FILE = "config.json", "samples.jsonl", "results.json"
 OWNER_FILE = ".ctxleak-owner.json"  # host and pid of the process running the folder
+LOCK_FILE = ".ctxleak.lock"  # fcntl-locked by the process running the folder
+INPUTS_KEY = "input_sha256"  # config key: {input file: SHA-256 of its bytes}
 
 # Keys that may change between a run and its resume without changing any number.
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
@@ -82,11 +86,8 @@ def _refuse_if_running(path: Path) -> None:
     """Two runs must not write one folder at once: refuse while the process that last claimed
     it is alive (whether or not it has written samples yet)."""
     owner_path = path / OWNER_FILE
-    if not owner_path.is_file():
-        return
-    try:
-        owner = json.loads(owner_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    owner = _read_owner(path)
+    if owner is None:
         return
     if _owner_alive(owner):
         raise ConfigError(f"{path} is in use by another ctxleak run (pid {owner.get('pid')} on "
@@ -94,14 +95,85 @@ def _refuse_if_running(path: Path) -> None:
                           "run is gone")
 
 
-def _claim(path: Path) -> None:
+# the lock file of each folder this process has claimed, kept open (and so locked) for the
+# process's life: POSIX record locks belong to the process and end when it does, kill -9 included
+_LOCKS: dict[str, int] = {}
+
+
+def _lock(path: Path) -> None:
+    """Claim ``path`` atomically: an exclusive ``fcntl`` lock on its lock file, held until this
+    process exits. A second process (even one started at the same instant) fails here."""
+    key = str(path.resolve())
+    if key in _LOCKS:
+        return
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: only the owner-file check below
+        return
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        owner = _read_owner(path)
+        who = f" (pid {owner.get('pid')} on {owner.get('host')})" if owner else ""
+        raise ConfigError(f"{path} is in use by another ctxleak run{who}; wait for it or "
+                          "choose another --output") from None
+    _LOCKS[key] = fd
+
+
+def _read_owner(path: Path) -> dict[str, Any] | None:
+    try:
+        owner = json.loads((path / OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
+def _claim(path: Path, mode: int) -> None:
     write_atomic(path / OWNER_FILE, json.dumps({"host": socket.gethostname(),
-                                                "pid": os.getpid()}) + "\n")
+                                                "pid": os.getpid()}) + "\n", mode)
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes (input files are hashed into config.json for resume)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def input_hashes(inputs: Mapping[str, str | Path | None]) -> dict[str, str]:
+    """``{parameter: sha256}`` of each input that is a file (``{"data": path}``; callers
+    resolve names like ``demo`` to their file; hub dataset names are left out)."""
+    return {name: file_sha256(p) for name, p in inputs.items()
+            if p is not None and Path(p).is_file()}
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    keys = (set(old) | set(new)) - RESUME_NEUTRAL_KEYS
+    keys = (set(old) | set(new)) - RESUME_NEUTRAL_KEYS - {INPUTS_KEY}
     return sorted(k for k in keys if to_jsonable(old.get(k)) != to_jsonable(new.get(k)))
+
+
+def _refuse_other_command(config_path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
+    if "command" in old and "command" in new and old["command"] != new["command"]:
+        raise ConfigError(f"cannot resume {config_path.parent}: it holds a "
+                          f"'{old['command']}' run, not '{new['command']}' "
+                          f"(stored in {config_path})")
+
+
+def _refuse_changed_inputs(config_path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Resume refuses an input file whose bytes changed since the run started: finished rows
+    were computed from the old content, so keeping them would mix two data sets."""
+    if INPUTS_KEY not in old:  # a run folder written before inputs were hashed
+        return
+    before, now = old.get(INPUTS_KEY) or {}, new.get(INPUTS_KEY) or {}
+    changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+    if changed:
+        raise ConfigError(f"cannot resume {config_path.parent}: the content of the "
+                          f"{', '.join(changed)} file changed since the run started (SHA-256 "
+                          f"in {config_path}); restore the file, or start a new --output")
 
 
 class RunDir:
@@ -124,25 +196,31 @@ class RunDir:
         self.samples_name = (SAMPLES_FILE if not self.world.distributed
                              else f"samples.rank{self.world.rank}.jsonl")
         self.path.mkdir(parents=True, exist_ok=True)
+        if private:  # the folder too, whatever the umask (its file names and sizes are private)
+            os.chmod(self.path, 0o700)
         config_path = self.path / CONFIG_FILE
         if self.world.is_main:  # rank 0 claims the folder for a whole data-parallel run
+            _lock(self.path)
             _refuse_if_running(self.path)
         # a folder holding only the config of a run that stopped before computing anything (a
         # mistyped model name, say) is taken over by a new run; anything else needs --resume
-        started = any(p.name not in (CONFIG_FILE, OWNER_FILE) for p in self.path.iterdir())
+        started = any(p.name not in (CONFIG_FILE, OWNER_FILE, LOCK_FILE)
+                      for p in self.path.iterdir())
         if started or (resume and config_path.exists()):
             if not resume:
                 raise ConfigError(f"{self.path} already holds a run: pass --resume to continue it "
                                   "or choose another --output")
             if config_path.exists():
                 old = json.loads(config_path.read_text(encoding="utf-8"))
+                _refuse_other_command(config_path, old, self.config)
+                _refuse_changed_inputs(config_path, old, self.config)
                 diff = config_differences(old, self.config)
                 if diff:
                     raise ConfigError(f"cannot resume {self.path}: the config differs in "
                                       f"{', '.join(diff)} (stored in {config_path})")
         barrier()  # every process has checked the folder before anything is written
         if self.world.is_main:
-            _claim(self.path)
+            _claim(self.path, self.file_mode)
             write_atomic(config_path, json.dumps(self.config, indent=2, sort_keys=True) + "\n",
                          self.file_mode)
         self._handle = None
@@ -154,9 +232,16 @@ class RunDir:
         rows: dict[Any, dict[str, Any]] = {}
         for path in sorted(self.path.glob("samples*.jsonl")):
             mine = path.name == self.samples_name
+            in_file: set = set()
             for row in self._read_samples(path, repair=mine):
-                rows.setdefault(row.get("id"), row)
+                key = row.get("id")
+                if key in in_file:  # never silently keep one of two different results
+                    raise ConfigError(f"{path} holds two rows with id {key!r} (written from "
+                                      "data with duplicate ids); start a new --output")
+                in_file.add(key)
+                rows.setdefault(key, row)  # the merged samples.jsonl repeats the shards
         self._samples = list(rows.values())
+        self._ids = set(rows)
 
     def has_shards(self) -> bool:
         """Whether a data-parallel run left per-process sample files here."""
@@ -205,15 +290,30 @@ class RunDir:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, self.file_mode)
             self._handle = os.fdopen(fd, "a", encoding="utf-8")
         row = to_jsonable(record)
+        if row.get("id") in self._ids:
+            raise ConfigError(f"{self.path / self.samples_name}: a row with id "
+                              f"{row.get('id')!r} is already stored; ids must be unique")
         self._handle.write(json.dumps(row, ensure_ascii=False) + "\n")
         self._handle.flush()
         os.fsync(self._handle.fileno())
         self._samples.append(row)
+        self._ids.add(row.get("id"))
 
     def close(self) -> None:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+    def release(self) -> None:
+        """Give up the claim on the folder before this process exits (a library caller that
+        goes on after the run; the CLI's claim simply ends with its process)."""
+        self.close()
+        owner = _read_owner(self.path)
+        if owner and owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
+            (self.path / OWNER_FILE).unlink(missing_ok=True)
+        fd = _LOCKS.pop(str(self.path.resolve()), None)
+        if fd is not None:
+            os.close(fd)
 
     # results and other files -----------------------------------------------------------------
     def write_results(self, summary: dict[str, Any], *, provenance: dict[str, Any],

@@ -28,16 +28,31 @@ def default_output(command: str) -> str:
     return str(Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
+_CURRENT_RUN: Any = None  # the run folder of this process's latest run (for Ctrl-C)
+
+
+def interrupted_message() -> str:
+    """What Ctrl-C kept and how to go on: the run folder, its finished rows, the resume flags."""
+    run = _CURRENT_RUN
+    if run is None:
+        return "interrupted before any run folder was written; nothing was kept"
+    return (f"interrupted: {len(run.samples)} finished example(s) are saved in {run.path}; "
+            f"rerun the same command with --resume --output {run.path} to continue")
+
+
 def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
-             private: bool = False) -> Any:
-    """The run directory with the full config (run options included) stored for resume.
+             private: bool = True, inputs: dict[str, Any] | None = None) -> Any:
+    """The run directory with the full config (run options included) stored for resume, and
+    the SHA-256 of each input file (``inputs``: ``{"data": path}``) that resume checks.
+    Folders are 0700 and files 0600 unless ``private=False`` (runs that read no user text).
 
     Under ``torchrun``/``accelerate launch`` this joins the process group first; every process
     must then be given the same ``output`` (the default name is not shared between them).
     """
+    global _CURRENT_RUN
     from ctxleak.errors import ConfigError
     from ctxleak.run.distributed import current_world, init_distributed, local_device
-    from ctxleak.run.rundir import RunDir
+    from ctxleak.run.rundir import INPUTS_KEY, RunDir, input_hashes
 
     world = init_distributed(local_device(common.device, current_world()))
     if world.distributed and not common.output:
@@ -45,7 +60,11 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
                           param="output")
     output = common.output or default_output(command)
     full = {"command": command, **common.to_dict(), **config, "output": output}
-    return RunDir(output, full, resume=common.resume, private=private, world=world)
+    files = {k: v for k, v in (inputs or {}).items() if isinstance(v, (str, Path))}
+    if files:  # rows given in memory have no file to hash
+        full[INPUTS_KEY] = input_hashes(files)
+    _CURRENT_RUN = RunDir(output, full, resume=common.resume, private=private, world=world)
+    return _CURRENT_RUN
 
 
 def load_lm(common: RunOptions) -> Any:
@@ -84,9 +103,15 @@ def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
     """
     from tqdm.auto import tqdm
 
+    from ctxleak.errors import ConfigError
     from ctxleak.run.distributed import barrier
 
     world = run.world
+    keys = [method.key(item) for item in items]
+    if len(set(keys)) != len(keys):  # two items would be stored under one id
+        seen: set[str] = set()
+        repeated = next(k for k in keys if k in seen or seen.add(k))
+        raise ConfigError(f"two examples have the id {repeated!r}: ids must be unique")
     done = run.done_keys("id")
     mine = [item for i, item in enumerate(items) if world.owns(i)]
     todo = [item for item in mine if method.key(item) not in done]
@@ -134,7 +159,8 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
         common = replace(common, model=lm.info.name)
     method.common = common
     items = method.items(data)  # checked before any model is loaded
-    run = open_run(method.name, common, method.config(), private=method.private)
+    run = open_run(method.name, common, method.config(), private=method.private,
+                   inputs=method.inputs())
     with run:
         if lm is None or not is_lm(lm):
             lm = load_lm(replace(common, **method.load_options()))

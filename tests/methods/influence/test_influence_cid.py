@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hand_influence import hand_unigram_influence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,7 @@ from ctxleak.methods.influence import (
     bounded_lambda,
     cid_logprobs,
     generate_cid,
+    next_token_unigram_influence,
     window_influence,
     windows,
 )
@@ -192,3 +194,42 @@ def test_windows():
         windows(3, 4)
     with pytest.raises(ConfigError):
         windows(3, 0)
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0])
+def test_bounded_cid_windows_use_each_steps_lambda(tiny_lm, eps):
+    """Bounded CID (paper 000, App. B, Alg. 1) draws y_t at its own λ_t: the window that deletes
+    the whole context (n = |D|) is then the response influence itself, and each token's τ
+    against it is at most ε/2 (Alg. 1, line 2). Scoring the windows at λ_max breaks both."""
+    from ctxleak.methods.influence import InfluenceOptions, Setting, measure_example
+    from ctxleak.methods.influence.data import InfluenceExample
+
+    example = InfluenceExample("x", "the capital of france is paris . the capital of italy is "
+                               "rome .", "question : the capital of france is", None, "qa")
+    options = InfluenceOptions(max_new_tokens=10, min_new_tokens=3, bounded_eps=eps,
+                               ngram=10_000, template="document : {context} . {query}")
+    rec = measure_example(tiny_lm, example, Setting(lam=2.0, temperature=0.8), options, seed=1,
+                          batch_size=1)
+    n = len(rec["response_ids"])
+    assert n and rec["ngram"] == rec["context_tokens"] and len(rec["window_influence"]) == 1
+    lambdas = np.array(rec["lambdas"][:n])
+    assert lambdas.min() < 2.0  # the bound was active, so λ_t differs from λ_max
+    assert rec["window_influence"][0] == pytest.approx(rec["influence"], abs=1e-5)
+    tau = np.abs(np.array(rec["logp_context"]) - np.array(rec["window_logp"][0]))
+    np.testing.assert_allclose(tau, rec["token_influence"], atol=1e-5)
+    assert np.all(tau <= eps / 2 + 1e-9)
+    np.testing.assert_allclose(rec["window_logp"][0], rec["logp_empty"], atol=1e-5)
+
+
+@pytest.mark.parametrize("prefix_len, min_new", [(0, 0), (0, 2), (1, 2), (2, 2)])
+def test_next_token_unigram_influence_by_hand(tiny_lm, prefix_len, min_new):
+    parts = parts_for(tiny_lm)
+    prefix = tiny_lm.encode("paris .")[:prefix_len]
+    token = tiny_lm.encode("the")[0]
+    got = next_token_unigram_influence(tiny_lm, parts, prefix, token, lam=1.4,
+                                       temperature=0.9, min_new_tokens=min_new, batch_size=2)
+    want = hand_unigram_influence(tiny_lm, parts, prefix, token, 1.4, 0.9,
+                                  mask_eos=prefix_len < min_new)
+    assert got.shape == (len(parts.context),)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert got.max() > 1e-4  # some context token matters: the comparison has teeth

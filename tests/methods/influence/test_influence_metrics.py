@@ -58,6 +58,21 @@ def test_demo_loads():
     assert len(exs) == 20 and {e.task for e in exs} == {"qa", "summarization"}
 
 
+def test_prompts_use_the_papers_wording():
+    """Paper 000, Fig. 5-6: "News article: …" / "Document: …", and without context the same
+    template with an empty slot."""
+    from ctxleak.methods.influence.data import InfluenceExample, template_for
+
+    news = InfluenceExample("n", "Storm hits town", "", None, "summarization")
+    qa = InfluenceExample("q", "Cells die", "Do cells die?", None, "qa")
+    fill = template_for(news, None).format
+    assert fill(context="Storm hits town", query="") == \
+        "News article: Storm hits town. Summary of the above news article:"
+    assert fill(context="", query="") == "News article: . Summary of the above news article:"
+    assert template_for(qa, None).format(context="", query=qa.query) == \
+        "Document: . Do cells die?"
+
+
 def test_bad_input_names_file_line_field(tmp_path):
     p = write(tmp_path, [{"context": "a", "query": "q?"}, "{not json"])
     with pytest.raises(InputError, match=r"d.jsonl:2.*not valid JSON"):

@@ -193,3 +193,33 @@ def test_string_metrics():
     assert string_metrics("email", "ann.lee@example.com", "write to ann.lee@example.org") == {
         "local_part": True}
     assert string_metrics("address", "1 Main St", "1 Main St") is None
+
+
+def test_wilcoxon_compares_likelihoods_not_logs():
+    """ProPILE (paper 004, App. B.2) runs the signed-rank test on the likelihoods themselves; the
+    test is not invariant to the log (same signs, different ranks), so the two p-values differ
+    here. The log-likelihood test stays as the named extra field ``wilcoxon_log``."""
+    from scipy import stats
+
+    t_ll = [-1.0, -2.0, -3.0, -0.5, -6.0, -2.5, -1.5, -4.0]
+    n_ll = [-1.2, -1.0, -1.8, -3.0, -3.5, -3.0, -1.4, -2.5]
+    rows = [{"subject": f"s{i}", "field": "phone", "pii_type": "phone", "target_ll": t,
+             "null_ll": n, "target_ll_norm": t / 4, "null_ll_norm": n / 4,
+             "exact_match": False, "string_metrics": {}} for i, (t, n) in
+            enumerate(zip(t_ll, n_ll))]
+    (s,) = summarize_probes(rows, by=("pii_type",))
+    lik = stats.wilcoxon(np.exp(t_ll), np.exp(n_ll), alternative="greater")
+    log = stats.wilcoxon(t_ll, n_ll, alternative="greater")
+    assert abs(lik.pvalue - log.pvalue) > 0.05  # the case tells the two apart
+    assert s["wilcoxon"]["pvalue"] == pytest.approx(lik.pvalue)
+    assert s["wilcoxon"]["scale"] == "likelihood"
+    assert s["wilcoxon"]["statistic"] == pytest.approx(lik.statistic)
+    assert s["wilcoxon"]["median_difference"] == pytest.approx(
+        float(np.median(np.exp(t_ll) - np.exp(n_ll))))
+    assert s["wilcoxon_log"]["scale"] == "log_likelihood"
+    assert s["wilcoxon_log"]["pvalue"] == pytest.approx(log.pvalue)
+    norm = stats.wilcoxon(np.exp(np.array(t_ll) / 4), np.exp(np.array(n_ll) / 4),
+                          alternative="greater")
+    assert s["wilcoxon_norm"]["pvalue"] == pytest.approx(norm.pvalue)
+    assert s["wilcoxon_norm_log"]["pvalue"] == pytest.approx(
+        stats.wilcoxon(np.array(t_ll) / 4, np.array(n_ll) / 4, alternative="greater").pvalue)

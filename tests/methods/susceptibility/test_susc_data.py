@@ -12,8 +12,10 @@ from ctxleak.methods.susceptibility.data import (
     build_queries,
     context_pool,
     load_relations,
+    other_entities,
     parse_query_types,
     pool_entities,
+    sample_context_mix,
 )
 from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
 
@@ -152,7 +154,48 @@ def test_query_types_and_options():
         parse_query_types("closed,opne")
     with pytest.raises(ConfigError, match="^contexts must"):
         SusceptibilityOptions(n_contexts=0).validate()
+    # paper 002 §5.1 is the default: 256 contexts per query, 8 about the queried entity; fewer
+    # contexts keep the paper's ratio (4 of 128, as for LLaMA), at least 1
+    default = SusceptibilityOptions().validate()
+    assert (default.context_entities, default.n_contexts, default.entity_contexts) == \
+        ("mix", 256, 8)
+    assert SusceptibilityOptions(n_contexts=128).validate().entity_contexts == 4
+    assert SusceptibilityOptions(n_contexts=6).validate().entity_contexts == 1
+    assert SusceptibilityOptions(n_contexts=6).entity_draws == 1
+    with pytest.raises(ConfigError, match=r"--entity-contexts \(8\) must be between 0 and "
+                       r"--contexts \(6\)"):
+        SusceptibilityOptions(n_contexts=6, entity_contexts=8).validate()
+    query = SusceptibilityOptions(n_contexts=6, context_entities="query").validate()
+    assert query.entity_contexts is None
     with pytest.raises(ConfigError, match="^reference must"):
         SusceptibilityOptions(reference="prior").validate()
     with pytest.raises(ConfigError, match="^sigma2 must"):
         SusceptibilityOptions(sigma2=-1.0).validate()
+
+
+@pytest.mark.parametrize("replace", [True, False])
+def test_context_mix_of_paper_002(tmp_path, replace):
+    """Paper 002 §5.1: of n contexts per query, k mention the queried entity and n − k are the
+    relation's contexts about its other (real and made-up) entities."""
+    import numpy as np
+
+    (rel,) = load_relations(_write(tmp_path, {"relations": [RELATION]}))
+    q = build_queries([rel], ["open_completion"])[0]
+    assert q.entity == "France" and other_entities(q, rel) == ["Japan", "Velmoria"]
+    own = context_pool(rel, [q.entity])
+    others = context_pool(rel, other_entities(q, rel))
+    assert not set(own) & set(others) and all("France" not in c for c in others)
+    sample = sample_context_mix(own, others, 5, 2, np.random.default_rng(0), replace=replace)
+    counts = dict(zip(sample.texts, sample.counts))
+    assert sample.n_draws == 5
+    assert sum(c for t, c in counts.items() if t in own) == 2
+    assert sum(c for t, c in counts.items() if t in others) == 3
+    if not replace:
+        assert all(c == 1 for c in counts.values())
+    assert sample.weights.sum() == pytest.approx(1.0)
+    only_entity = sample_context_mix(own, others, 3, 3, np.random.default_rng(1))
+    assert set(only_entity.texts) <= set(own) and only_entity.n_draws == 3
+    with pytest.raises(ConfigError, match="no other entity"):
+        sample_context_mix(own, [], 4, 1, np.random.default_rng(0))
+    with pytest.raises(ConfigError, match="mix"):
+        pool_entities(q, [rel], "mix")

@@ -184,3 +184,26 @@ def test_bad_weights():
         susceptibility_from_logprobs(lp, [1.0])
     with pytest.raises(ValueError):
         susceptibility_from_logprobs(lp, [-1.0, 2.0])
+
+
+def test_context_longer_than_the_window_is_cut_keeping_query_and_context_start(tiny_lm):
+    """A context longer than the model's window (256 tokens here) is cut from its end so that
+    prompt = BOS + first tokens of the context + the whole query fills the window exactly; the
+    result equals scoring that prompt by hand, and the cut is reported per context."""
+    query = "the capital of france is"
+    long_context = "paris is the capital of france . " * 60  # about 420 tokens
+    short = "rome is in italy ."
+    window = tiny_lm.max_length
+    q_ids, c_ids = tiny_lm.encode(query), tiny_lm.encode(long_context)
+    assert len(c_ids) + len(q_ids) > window
+    res = monte_carlo_susceptibility(tiny_lm, query, [long_context, short], reuse_prefix=False)
+    keep = window - len(tiny_lm.bos_ids) - len(q_ids)
+    assert res.context_tokens_cut == (len(c_ids) - keep, 0)
+    ids = list(tiny_lm.bos_ids) + c_ids[:keep] + q_ids
+    assert len(ids) == window
+    by_hand = next_token_logprobs(tiny_lm, [ids, list(tiny_lm.bos_ids) + tiny_lm.encode(short)
+                                            + q_ids])
+    direct = susceptibility_from_logprobs(by_hand, [1.0, 1.0])
+    assert res.chi == pytest.approx(direct.chi, rel=1e-6, abs=1e-12)
+    prompts, cut = montecarlo.fitted_context_prompts(tiny_lm, query, [long_context])
+    assert prompts[0] == tuple(ids) and cut == [len(c_ids) - keep]

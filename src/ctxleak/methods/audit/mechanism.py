@@ -23,6 +23,7 @@ from ctxleak.methods.dp_mechanism import (
     aggregate,
     clip_logits,
     leave_one_out_logprobs,
+    masked_outputs,
     renyi_divergence_torch,
     sampling_logprobs,
 )
@@ -45,14 +46,21 @@ class DPAggregator:
             raise ValueError(f"alpha must be > 1, got {alpha}")
         self.clip, self.temperature, self.alpha = float(clip), float(temperature), alpha
         self._clipped: torch.Tensor | None = None
+        self._excluded: torch.Tensor | None = None
         self._step = -1
         self.prompt_totals: torch.Tensor | None = None
 
     def combine(self, logits: torch.Tensor, step: int) -> torch.Tensor:
-        """Clip each row, average over the s rows, log-softmax at temperature τ (float64)."""
+        """Clip each row, average over the s rows, log-softmax at temperature τ (float64).
+
+        Tokens the engine masked in every row (EOS before ``min_new_tokens``) are removed from
+        the released distribution after aggregation: clipping alone would turn their mask into
+        ``−c`` and leave them sampleable (App. C.1 clips real logits only)."""
         clipped = clip_logits(logits.double(), self.clip)
+        excluded = masked_outputs(logits)
+        self._excluded = excluded if bool(excluded.any()) else None
         self._clipped, self._step = clipped, step
-        return sampling_logprobs(aggregate(clipped), self.temperature)
+        return sampling_logprobs(aggregate(clipped), self.temperature, self._excluded)
 
     def observe(self, logits: torch.Tensor, logprobs: torch.Tensor, token: int,
                 step: int) -> tuple[float, int]:
@@ -61,7 +69,8 @@ class DPAggregator:
             raise RuntimeError("observe needs alpha")
         if self._clipped is None or step != self._step:
             raise RuntimeError("observe must follow combine for the same step")
-        divergences = leave_one_out_rdp(self._clipped, logprobs, self.temperature, self.alpha)
+        divergences = leave_one_out_rdp(self._clipped, logprobs, self.temperature, self.alpha,
+                                        self._excluded)
         self.prompt_totals = divergences if self.prompt_totals is None \
             else self.prompt_totals + divergences
         p = int(torch.argmax(divergences))
@@ -69,12 +78,13 @@ class DPAggregator:
 
 
 def leave_one_out_rdp(clipped: torch.Tensor, logprobs: torch.Tensor, temperature: float,
-                      alpha: float) -> torch.Tensor:
+                      alpha: float, excluded: torch.Tensor | None = None) -> torch.Tensor:
     """``D^↔_α(P‖Q_p)`` (Eq. 6) for each prompt p: ``P`` is the mechanism's distribution (its
-    log-probs already computed by ``combine``) and ``Q_p`` averages the other s−1 clipped rows.
+    log-probs already computed by ``combine``) and ``Q_p`` averages the other s−1 clipped rows,
+    over the same output set as ``P`` (``excluded`` tokens removed after aggregation).
     Equal to :func:`ctxleak.methods.dp_mechanism.leave_one_out_divergences` without recomputing P.
     """
-    logq = leave_one_out_logprobs(clipped, temperature)
+    logq = leave_one_out_logprobs(clipped, temperature, excluded)
     logp = logprobs.double().unsqueeze(0)
     return torch.maximum(renyi_divergence_torch(logp, logq, alpha),
                          renyi_divergence_torch(logq, logp, alpha))

@@ -105,6 +105,11 @@ class AuditMethod(Method):
         return {"data": describe(self.data), "text_field": self.text_field,
                 "label_field": self.label_field, **self.audit.as_dict()}
 
+    def inputs(self) -> dict[str, Any]:
+        from ctxleak.methods.audit.data import data_path
+
+        return {"data": data_path(self.data)}
+
     def setup(self, lm: Any, run: Any) -> None:
         from ctxleak.run.runner import say
 

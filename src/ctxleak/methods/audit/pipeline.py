@@ -137,8 +137,17 @@ def audit_sequence(lm: LM, examples: Sequence[PrivateExample], job: AuditJob,
     }
 
 
+def output_set(min_tokens: int) -> str:
+    """Which tokens each released distribution, and so each per-token divergence, ranges over."""
+    if min_tokens <= 0:
+        return "full vocabulary at every step"
+    return (f"vocabulary without EOS for the first {min_tokens} tokens of each sequence (EOS "
+            "removed after clipping and averaging, the rest renormalised), full vocabulary "
+            "after; the sampler and the per-token divergences use the same set")
+
+
 def setting_row(setting: AuditSetting, records: Iterable[dict[str, Any]],
-                      n_gen: int, max_tokens: int) -> dict[str, Any]:
+                n_gen: int, max_tokens: int, min_tokens: int = 0) -> dict[str, Any]:
     """One table row: ``ε_empirical`` from the summed per-token RDP, its ratio to the target,
     and how the per-token losses compare with the per-token bounds at ``α*``.
 
@@ -150,6 +159,10 @@ def setting_row(setting: AuditSetting, records: Iterable[dict[str, Any]],
     always holds for the remove-one neighbour is that of clip ``2c`` (see
     :func:`ctxleak.methods.dp_mechanism.data_dependent_token_rdp`). Losses are reported as
     measured, never clamped to either bound.
+
+    ``output_set`` says which tokens the mechanism's distribution and its remove-one neighbours
+    range over (EOS is not an output before ``min_tokens``; App. C.1's exponential mechanism on
+    that smaller set keeps its sensitivity, so the theoretical columns do not change).
     """
     cal = setting.calibration
     rows = [r for r in records if r["setting"] == setting.key]
@@ -171,13 +184,15 @@ def setting_row(setting: AuditSetting, records: Iterable[dict[str, Any]],
         "token_rdp_max": float(token_rdp.max()) if token_rdp.size else math.nan,
         "paper_token_bound": paper, "sure_token_bound": sure,
         "tokens_over_paper_bound": int(np.sum(token_rdp > paper * (1 + 1e-9))),
+        "min_tokens": min_tokens, "output_set": output_set(min_tokens),
     }
 
 
 def setting_rows(settings: Sequence[AuditSetting], records: Sequence[dict[str, Any]],
               config: AuditConfig) -> list[dict[str, Any]]:
     """One row per setting (δ-major, targets in the given order)."""
-    return [setting_row(s, records, config.n_gen, config.max_tokens) for s in settings]
+    return [setting_row(s, records, config.n_gen, config.max_tokens, config.min_tokens)
+            for s in settings]
 
 
 def check_data_size(config: AuditConfig, n_examples: int) -> None:

@@ -111,6 +111,9 @@ class ICLInfMethod(Method):
                 "instruction": fmt.instruction, "exemplar_template": fmt.exemplar,
                 "query_template": fmt.query, "shots": self.shots, "icl": self.icl.to_dict()}
 
+    def inputs(self) -> dict[str, Any]:
+        return {"data": self.task.source.get("train"), "test_data": self.task.source.get("test")}
+
     def key(self, item: tuple[int, int]) -> str:
         from ctxleak.methods.icl import query_id
 
@@ -183,6 +186,7 @@ class ICLInfMethod(Method):
                 "output spaces": ", ".join(icl.output_spaces),
                 "calibration": ", ".join("on" if c else "off" for c in icl.calibration),
                 "shots": ", ".join(map(str, self.shots)), "seed": self.common.seed,
+                "texts cut to --max-text-tokens": result.summary["truncated_texts"],
                 "instruction": self._template()["instruction"],
                 "exemplar template": fmt.exemplar, "query template": fmt.query}
         return icl_report(result.summary["iclinf"], result.records, result.images,

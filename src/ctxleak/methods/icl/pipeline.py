@@ -29,6 +29,7 @@ from ctxleak.methods.icl.calibration import (
 from ctxleak.methods.icl.data import ICLTask
 from ctxleak.methods.icl.loss import position_losses, query_iclinf, renormalise, summarize_iclinf
 from ctxleak.methods.icl.prompts import CONTENT_FREE, PromptBuilder, QueryPrompts, query_prompts
+from ctxleak.run.validate import check_number
 
 OUTPUT_SPACES = ("labels", "vocab")
 LABEL_SCORING = ("first-token", "full")
@@ -66,9 +67,7 @@ class ICLConfig:
         if self.label_scoring not in LABEL_SCORING:
             raise ConfigError(f"unknown label_scoring '{self.label_scoring}': use first-token "
                               "or full", param="label_scoring")
-        if not self.calibration_eps >= 0:
-            raise ConfigError(f"calibration_eps must be >= 0, got {self.calibration_eps}",
-                              param="calibration_eps")
+        check_number(self.calibration_eps, "calibration_eps", minimum=0.0)
         if any(self.calibration) and not self.content_free:
             raise ConfigError("calibration needs at least one content-free input")
         if self.max_text_tokens is not None and self.max_text_tokens < 1:

@@ -40,10 +40,15 @@ class CIDConfig:
     bounded_eps: float | None = None
 
     def __post_init__(self) -> None:
-        if not np.isfinite(self.lam) or self.lam < 0:
+        if not np.isfinite(self.lam):
+            raise ConfigError(f"lam must be a finite number, not {self.lam}", param="lam")
+        if self.lam < 0:
             raise ConfigError(f"lam must be >= 0 (0 = no context, 1 = plain decoding), "
                               f"not {self.lam}", param="lam")
-        if not np.isfinite(self.temperature) or self.temperature <= 0:
+        if not np.isfinite(self.temperature):
+            raise ConfigError(f"temperature must be a finite number, not {self.temperature}",
+                              param="temperature")
+        if self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0, not {self.temperature}",
                               param="temperature")
         if self.max_new_tokens < 1:
@@ -53,18 +58,26 @@ class CIDConfig:
             raise ConfigError(f"min_new_tokens must be between 0 and the maximum number of new "
                               f"tokens ({self.max_new_tokens}), not {self.min_new_tokens}",
                               param="min_new_tokens")
+        if self.bounded_eps is not None and not np.isfinite(self.bounded_eps):
+            raise ConfigError(f"bounded_eps must be a finite number, not {self.bounded_eps}",
+                              param="bounded_eps")
         if self.bounded_eps is not None and not self.bounded_eps > 0:
             raise ConfigError(f"bounded_eps must be > 0, not {self.bounded_eps}",
                               param="bounded_eps")
 
 
-def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float,
+def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float | torch.Tensor,
                  temperature: float) -> torch.Tensor:
     """``log p̄_λ = log_softmax((λ·z_D + (1−λ)·z_∅) / T)`` in float64 (paper 000, Eq. 6).
 
     λ = 0 and λ = 1 select one stream exactly, so λ = 0 is bit-for-bit no-context decoding.
+    ``lam`` may also be a tensor of one λ per row of ``[T, V]`` logits (bounded CID's λ_t,
+    App. B, Alg. 1); λ_t = 0 or 1 rows are then exact too (the other weight is an exact 0).
     """
     z_context, z_empty = z_context.double(), z_empty.double()
+    if isinstance(lam, torch.Tensor):
+        w = lam.to(z_context.device, torch.float64).reshape(-1, *([1] * (z_context.dim() - 1)))
+        return torch.log_softmax((w * z_context + (1.0 - w) * z_empty) / temperature, dim=-1)
     if lam == 0:
         mixed = z_empty
     elif lam == 1:
@@ -137,8 +150,10 @@ class CIDResponse:
 
 
 def generate_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],
-                 config: CIDConfig, seed: int, use_cache: bool = True) -> CIDResponse:
-    """Draw one response by CID from the prompt with the context and the one without it."""
+                 config: CIDConfig, seed: int, use_cache: bool = True,
+                 sample: bool = True) -> CIDResponse:
+    """Draw one response by CID from the prompt with the context and the one without it
+    (``sample=False``: the most likely token of ``p̄_λ`` at each step, greedy CID)."""
     lam_chosen: list[float] = []
     step_eps: list[float] = []
 
@@ -157,7 +172,8 @@ def generate_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[i
 
     gen = generate_streams(lm, [list(prompt_context), list(prompt_empty)], combine,
                            observe=observe, max_new_tokens=config.max_new_tokens,
-                           min_new_tokens=config.min_new_tokens, seed=seed, use_cache=use_cache)
+                           min_new_tokens=config.min_new_tokens, seed=seed, use_cache=use_cache,
+                           sample=sample)
     n = len(gen.token_ids)  # influence is over response tokens, not the stopping EOS
     return CIDResponse(token_ids=gen.token_ids,
                        logp_context=[r[0] for r in gen.records[:n]],

@@ -14,10 +14,13 @@ from ctxleak.methods.influence.ngrams import PromptParts
 from ctxleak.run.inputs import is_named
 from ctxleak.run.records import demo_path, read_rows
 
-# The paper's formats: PubMedQA-style QA and CNN-DM summarisation (paper 000, Fig. 6).
+# The paper's formats: PubMedQA-style QA and CNN-DM summarisation, with the wording of paper 000,
+# Fig. 5-6 ("Document:", "News article:"); the prompt without context keeps the empty slot
+# ("News article: . Summary of the above news article:"). The figures show the query on its own
+# line, which may be layout: ctxleak joins with a space, as it always has.
 TASK_TEMPLATES = {
     "qa": "Document: {context}. {query}",
-    "summarization": "Article: {context}. Summary of the above news article:",
+    "summarization": "News article: {context}. Summary of the above news article:",
 }
 
 

@@ -4,16 +4,22 @@ influence on the whole response (Def. 3.1-3.2)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ctxleak.errors import ConfigError
 
 
-def explain_inputs(context: str, task: str, template: str | None) -> str:
+def explain_inputs(context: str, task: str, template: str | None, ngram: int = 4,
+                   top: int = 5) -> str:
     """The context text (``@FILE`` reads a file), checked before any model is loaded."""
+    from ctxleak.run.records import read_text_file
+    from ctxleak.run.validate import check_limit, check_template
+
+    check_limit(ngram, "ngram")
+    check_limit(top, "top")
+    check_template(template, "template", ("context", "query"), required=("context",))
     if context.startswith("@"):
-        context = Path(context[1:]).read_text(encoding="utf-8")
+        context = read_text_file(context[1:])
     if not context.strip():
         raise ConfigError("context is empty", param="context")
     if task == "custom" and not template:
@@ -48,7 +54,8 @@ def explain_prompt(lm: Any, context: str, query: str, *, task: str = "qa",
                           "another seed", param="min_new_tokens")
     first = response.token_ids[0]
     unigram = next_token_unigram_influence(lm, parts, [], first, lam=config.lam,
-                                           temperature=config.temperature)
+                                           temperature=config.temperature,
+                                           min_new_tokens=config.min_new_tokens)
     n = min(ngram, len(parts.context))
     spans = windows(len(parts.context), n, stride=1)
     win = window_influence(lm, parts, response.token_ids, spans, lam=config.lam,

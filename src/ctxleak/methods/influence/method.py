@@ -58,13 +58,32 @@ class InfluenceMethod(Method):
 
         super().__init__(common)
         self.result_class = InfluenceResult
+        from ctxleak.run.validate import (
+            check_limit,
+            check_nonempty,
+            check_number,
+            check_template,
+            check_unique,
+        )
+
         if min_new_tokens is None:
             min_new_tokens = min(10, max_new_tokens)
-        self.lams = float_list(lam, "lam")
-        self.temps = float_list(temperature, "temperature")
+        self.lams = list(check_nonempty(float_list(lam, "lam"), "lam", "1.0 or 0.5,1,1.5"))
+        self.temps = list(check_nonempty(float_list(temperature, "temperature"), "temperature",
+                                         "0.8"))
         sizes: list[int | None] = [None]
-        if context_sizes:
-            sizes = list(int_list(context_sizes, "context_sizes"))
+        if context_sizes is not None:
+            sizes = list(check_nonempty(int_list(context_sizes, "context_sizes"),
+                                        "context_sizes", "32,64,128"))
+        for param, values in (("lam", self.lams), ("temperature", self.temps),
+                              ("context_sizes", sizes)):
+            check_unique(values, param)
+        for param, threshold in (("repeat_threshold", repeat_threshold),
+                                 ("rouge_threshold", rouge_threshold)):
+            check_number(threshold, param, minimum=0.0, maximum=1.0)
+        if stride is not None:
+            check_limit(stride, "stride")
+        check_template(template, "template", ("context", "query"), required=("context",))
         self.sizes = sizes
         self.options = InfluenceOptions(max_new_tokens=max_new_tokens,
                                         min_new_tokens=min_new_tokens, bounded_eps=bounded_eps,
@@ -102,6 +121,12 @@ class InfluenceMethod(Method):
         self.data, self.examples = data, examples[:limit] if limit is not None else examples
         self.index = {ex.id: i for i, ex in enumerate(self.examples)}
         return [(setting, ex) for setting in self.grid for ex in self.examples]
+
+    def inputs(self) -> dict[str, Any]:
+        from ctxleak.run.inputs import is_named
+        from ctxleak.run.records import demo_path
+
+        return {"data": demo_path("influence.jsonl") if is_named(self.data, "demo") else self.data}
 
     def key(self, item: tuple[Setting, Any]) -> str:
         setting, ex = item
@@ -149,9 +174,12 @@ class InfluenceMethod(Method):
 
         records = result.records
         tokens = lm.token_strings(records[0]["response_ids"]) if records and lm else None
+        settings = result.summary["settings"]
         meta = {"model": lm.info.name if lm else result.config.get("model"),
                 "examples": len(self.examples), "settings": len(self.grid),
-                "run directory": str(result.path)}
+                "run directory": str(result.path),
+                "contexts cut to the window": sum(s["truncated_contexts"] for s in settings),
+                "n-grams clipped to the context": sum(s["ngram_clipped"] for s in settings)}
         return influence_report(result.summary["settings"], records, result.images, meta,
                                 token_strings=tokens, redact=self.redact,
                                 tokens_of=self._tokens_of(lm, records) if lm else None)

@@ -82,14 +82,23 @@ class WindowInfluence:
 
 
 def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans: Sequence[
-        tuple[int, int]], *, lam: float, temperature: float, min_new_tokens: int = 0,
-        reuse_prefix: bool = True, batch_size: str | int | None = "auto") -> WindowInfluence:
+        tuple[int, int]], *, lam: float | Sequence[float], temperature: float,
+        min_new_tokens: int = 0, reuse_prefix: bool = True,
+        batch_size: str | int | None = "auto") -> WindowInfluence:
     """Teacher-forced influence of each context window on ``response`` under CID.
 
     The EOS mask of the first ``min_new_tokens`` steps is applied as during generation, so the
-    scored distributions are the ones the response was drawn from.
+    scored distributions are the ones the response was drawn from. ``lam`` is one λ for every
+    token, or one λ_t per response token: bounded CID (paper 000, App. B, Alg. 1) draws y_t at
+    its own λ_t, and both the reference p̄_{λ_t}(y_t | D) and every ablated
+    p̄_{λ_t}(y_t | D∖D_{i,n}) are mixed with that λ_t.
     """
     response = list(response)
+    if not isinstance(lam, (int, float)):
+        if len(lam) != len(response):
+            raise ValueError(f"need one lambda per response token ({len(response)}), "
+                             f"got {len(lam)}")
+        lam = torch.as_tensor(list(lam), dtype=torch.float64)
     if not response:
         return WindowInfluence(list(spans), np.zeros(0), np.zeros((len(spans), 0)))
     def mask(logits: torch.Tensor) -> None:
@@ -119,11 +128,19 @@ def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans:
 
 def next_token_unigram_influence(lm: LM, parts: PromptParts, prefix: Sequence[int],
                                  token: int, *, lam: float, temperature: float,
+                                 min_new_tokens: int = 0,
                                  batch_size: str | int | None = "auto") -> np.ndarray:
-    """Influence of each single context token on one next token (paper 000, Table 1)."""
+    """Influence of each single context token on one next token (paper 000, Table 1):
+    ``τ_i = |log p̄_λ(y | D, x, prefix) − log p̄_λ(y | D∖{d_i}, x, prefix)|``.
+
+    The token follows ``prefix`` (response tokens already generated), so it is scored with the
+    distribution it was sampled from: EOS masked when ``len(prefix) < min_new_tokens``, as in
+    :func:`~ctxleak.methods.influence.cid.generate_cid`, at the same λ and T.
+    """
     spans = windows(len(parts.context), 1)
     res = window_influence(lm, PromptParts(parts.before, parts.context,
                                            tuple(parts.after) + tuple(prefix)),
                            [token], spans, lam=lam, temperature=temperature,
+                           min_new_tokens=int(len(prefix) < min_new_tokens),
                            batch_size=batch_size)
     return res.tau[:, 0]

@@ -95,8 +95,15 @@ def measure_example(lm: LM, example: InfluenceExample, setting: Setting,
                        "composed_eps": response.composed_eps})
     if options.ngram is not None and response.token_ids:
         n = min(options.ngram, len(parts.context))
+        if n < options.ngram:  # documented choice: clip to the whole context, and record it
+            warnings.warn(f"example {example.id}: --ngram {options.ngram} is larger than its "
+                          f"context ({len(parts.context)} tokens): using n = {n}", stacklevel=2)
+            record["ngram_clipped_from"] = options.ngram
         spans = windows(len(parts.context), n, options.stride)
-        win = window_influence(lm, parts, response.token_ids, spans, lam=setting.lam,
+        # bounded CID drew y_t at its own λ_t (Alg. 1): score every window at that λ_t
+        lam = (response.lambdas[:len(response.token_ids)] if options.bounded_eps is not None
+               else setting.lam)
+        win = window_influence(lm, parts, response.token_ids, spans, lam=lam,
                                temperature=setting.temperature,
                                min_new_tokens=config.min_new_tokens,
                                reuse_prefix=options.reuse_prefix, batch_size=batch_size)
@@ -129,6 +136,10 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[
         "per_position_influence": mean_curve([r["token_influence"] for r in records]),
         "mean_context_tokens": float(np.mean([r["context_tokens"] for r in records]))
         if records else None,
+        # contexts cut to the model's window, and n-grams clipped to the context (SPEC §9)
+        "truncated_contexts": sum(1 for r in records if r.get("context_truncated_by")),
+        "context_tokens_cut": int(sum(r.get("context_truncated_by") or 0 for r in records)),
+        "ngram_clipped": sum(1 for r in records if r.get("ngram_clipped_from")),
     }
     if any("window_influence" in r for r in records):
         curve = mean_curve([r["window_influence"] for r in records if "window_influence" in r])

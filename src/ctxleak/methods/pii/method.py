@@ -80,10 +80,11 @@ class ProbeMethod(Method):
             raise ConfigError("soft_tokens and --epochs must be >= 1 and --soft-lr > 0",
                               param="soft_tokens")
         context_template = context_template.replace("\\n", "\n")  # '\n' typed in a shell
-        if "in-context" in modes and ("{document}" not in context_template
-                                      or "{prompt}" not in context_template):
-            raise ConfigError("context_template needs both {document} and {prompt}",
-                              param="context_template")
+        if "in-context" in modes:
+            from ctxleak.run.validate import check_template
+
+            check_template(context_template, "context_template", ("document", "prompt"),
+                           required=("document", "prompt"))
         if canary is not None and canary < 2:
             raise ConfigError(f"canary needs at least 2 subjects per group, got {canary}",
                               param="canary")
@@ -119,6 +120,11 @@ class ProbeMethod(Method):
         self.plan = plan_probes(self.records, s["mode"], s["pii"], s["shots"], s["structure"],
                                 s["train_fraction"], seed, s["canary"], s["canary_baseline"])
         return self.plan.tasks
+
+    def inputs(self) -> dict[str, Any]:
+        from ctxleak.run.inputs import is_named
+
+        return {"data": None if is_named(self.data, "demo") else self.data}
 
     def config(self) -> dict[str, Any]:
         from ctxleak.run.inputs import describe, is_named
@@ -173,8 +179,9 @@ class ProbeMethod(Method):
     def batches(self, todo: Sequence[Any]) -> Iterable[list[Any]]:
         """Consecutive items of the same runner, up to the batch size (16 with ``auto``), so
         generation and scoring run batched while each sample is still flushed on its own."""
-        b = self.common.batch_size
-        size = 16 if b in (None, "auto") else max(1, int(b))
+        from ctxleak.run.validate import check_batch_size
+
+        size = check_batch_size(self.common.batch_size) or 16
         chunk: list[Any] = []
         for task in todo:
             if chunk and (len(chunk) >= size or task.runner != chunk[0].runner):

@@ -61,10 +61,13 @@ def load_probe_records(data: Any, subjects: int, seed: int, limit: int | None, n
     from ctxleak.methods.pii.synth import AREA_CODES, synth_records
 
     if is_named(data, "demo"):
+        if subjects < 2 or subjects > len(AREA_CODES) * 100:
+            raise ConfigError(f"subjects must be between 2 and {len(AREA_CODES) * 100}, "
+                              f"got {subjects}", param="subjects")
         n = max(subjects, need)
-        if n < 2 or n > len(AREA_CODES) * 100:
-            raise ConfigError(f"subjects must be between 2 and {len(AREA_CODES) * 100}, got {n}",
-                              param="subjects")
+        if n > len(AREA_CODES) * 100:
+            raise ConfigError(f"canary {need // 2} needs {n} demo subjects, more than the "
+                              f"{len(AREA_CODES) * 100} available", param="canary")
         records = synth_records(n, seed)
     elif isinstance(data, (str, Path)):
         records = load_records(data)

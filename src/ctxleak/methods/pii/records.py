@@ -122,6 +122,8 @@ class PIIRecord:
         for i, doc in enumerate(documents):
             if not isinstance(doc, str):
                 raise bad(f"documents[{i}]", f"must be a string, got {_describe(doc)}")
+            if not doc.strip():  # in-context probing would put an empty context in the prompt
+                raise bad(f"documents[{i}]", "is empty (remove it, or give the document's text)")
 
         return cls(subject_id=subject_id, name=name.strip(), relations=dict(relations),
                    documents=list(documents), **values)

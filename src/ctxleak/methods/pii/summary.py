@@ -35,18 +35,28 @@ def unit_values(rows: Sequence[Mapping[str, Any]], key: str) -> dict[tuple[str, 
     return out
 
 
-def _wilcoxon(target: Mapping[Any, float], null: Mapping[Any, float]) -> dict[str, Any]:
+def _wilcoxon(target: Mapping[Any, float], null: Mapping[Any, float], *,
+              scale: str = "likelihood") -> dict[str, Any]:
+    """Paired signed-rank test of target > null over the units both have, from their
+    log-likelihoods. ``scale="likelihood"`` compares the likelihoods themselves, ``exp(ll)``, as
+    ProPILE does (paper 004, App. B.2); ``scale="log_likelihood"`` the logs. The signed-rank
+    test is not invariant to the log: the signs of the differences are, their ranks are not."""
     units = [u for u in target if u in null]
     t = [target[u] for u in units]
     n = [null[u] for u in units]
+    if scale == "likelihood":
+        t, n = [math.exp(v) for v in t], [math.exp(v) for v in n]
+    elif scale != "log_likelihood":
+        raise ValueError(f"unknown scale {scale!r}")
     try:
         greater = wilcoxon_compare(t, n, paired=True, alternative="greater")
         two = wilcoxon_compare(t, n, paired=True, alternative="two-sided")
     except ValueError as exc:
-        return {"test": "wilcoxon", "statistic": None, "pvalue": None,
+        return {"test": "wilcoxon", "scale": scale, "statistic": None, "pvalue": None,
                 "pvalue_two_sided": None, "n": len(units), "reason": str(exc)}
-    return {"test": "wilcoxon", "alternative": "greater", "statistic": greater.statistic,
-            "pvalue": greater.pvalue, "pvalue_two_sided": two.pvalue, "n": greater.n,
+    return {"test": "wilcoxon", "scale": scale, "alternative": "greater",
+            "statistic": greater.statistic, "pvalue": greater.pvalue,
+            "pvalue_two_sided": two.pvalue, "n": greater.n,
             "median_difference": greater.median_difference}
 
 
@@ -61,8 +71,10 @@ def summarize_probes(rows: Sequence[Mapping[str, Any]],
     units (subjects, or subject-relationship pairs), prompts, exact-match rate (a unit counts if
     any of its templates reproduces the target; also per prompt), mean of the per-unit maximum
     target and null log-likelihoods and their normalised forms, the paired Wilcoxon signed-rank
-    test of target > null on those maxima, the string-metric rates and, in context mode, the
-    mean no-context likelihood, context influence and context share."""
+    test of target > null on those maxima (``wilcoxon``/``wilcoxon_norm`` on the likelihoods, as
+    in App. B.2; ``wilcoxon_log``/``wilcoxon_norm_log`` on the log-likelihoods), the
+    string-metric rates and, in context mode, the mean no-context likelihood, context influence
+    and context share."""
     groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
         groups[_group_key(row, by)].append(row)
@@ -85,7 +97,9 @@ def summarize_probes(rows: Sequence[Mapping[str, Any]],
         summary.update(
             mean_target_ll=_mean(target.values()), mean_null_ll=_mean(null.values()),
             mean_target_ll_norm=_mean(target_n.values()), mean_null_ll_norm=_mean(null_n.values()),
-            wilcoxon=_wilcoxon(target, null), wilcoxon_norm=_wilcoxon(target_n, null_n))
+            wilcoxon=_wilcoxon(target, null), wilcoxon_norm=_wilcoxon(target_n, null_n),
+            wilcoxon_log=_wilcoxon(target, null, scale="log_likelihood"),
+            wilcoxon_norm_log=_wilcoxon(target_n, null_n, scale="log_likelihood"))
         names = STRING_METRICS.get(grp[0]["pii_type"], ())
         if names and gen:
             rates = {}

@@ -10,8 +10,10 @@ from ctxleak.methods.susceptibility.data import (
     context_pool,
     dedupe_contexts,
     load_relations,
+    other_entities,
     parse_query_types,
     pool_entities,
+    sample_context_mix,
     sample_contexts,
 )
 from ctxleak.methods.susceptibility.fisher import (
@@ -57,8 +59,10 @@ __all__ = [
     "marginal_logprobs",
     "measure_query",
     "monte_carlo_susceptibility",
+    "other_entities",
     "parse_query_types",
     "pool_entities",
+    "sample_context_mix",
     "sample_contexts",
     "summarize_queries",
     "susceptibility_from_logprobs",

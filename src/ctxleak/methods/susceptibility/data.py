@@ -23,11 +23,14 @@ picked deterministically from the relation's answers (Du et al. need one; the pa
 which).
 
 Contexts (Du et al. §3.2; paper §5.1): the relation's context template filled with an entity and a
-candidate answer. The pool for a query holds the query's own entity with every candidate answer
-(``scope="query"``), or every entity of the relation (``"relation"``, as Du et al. sample them),
-or every entity of every relation (``"all"``). :func:`sample_contexts` draws from the pool and
-deduplicates: each distinct context is scored once and weighted by how often it was drawn (the
-empirical distribution p̂).
+candidate answer. By default (``scope="mix"``, paper 002 §5.1) a query's sample holds
+``entity_contexts`` draws (8 of 256; 4 of 128 for LLaMA) from the contexts that mention the
+queried entity and the rest from the relation's contexts about its other entities
+(:func:`sample_context_mix`). The other scopes draw every context uniformly from one pool: the
+query's own entity with every candidate answer (``"query"``, ctxleak's default before the mix),
+every entity of the relation (``"relation"``, as Du et al. sample them), or every entity of every
+relation (``"all"``). :func:`sample_contexts` draws from a pool and deduplicates: each distinct
+context is scored once and weighted by how often it was drawn (the empirical distribution p̂).
 """
 
 from __future__ import annotations
@@ -43,10 +46,10 @@ from typing import Any
 import numpy as np
 
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.run.records import demo_path
+from ctxleak.run.records import check_input_file, demo_path, json_error_message
 
 QUERY_TYPES = ("closed", "open_qa", "open_completion")
-CONTEXT_SCOPES = ("query", "relation", "all")
+CONTEXT_SCOPES = ("mix", "query", "relation", "all")
 DEMO_FILE = "relations.json"
 
 
@@ -109,16 +112,15 @@ def resolve_data_path(data: str | Path) -> Path:
 def load_relations(data: str | Path) -> list[Relation]:
     """Read and check a relation file (ctxleak or Du et al. YAGO format); ``"demo"`` for the
     bundled set. Errors name the file and the field."""
-    path = resolve_data_path(data)
-    if not path.is_file():
-        raise InputError("file not found", file=str(path))
+    path = check_input_file(resolve_data_path(data))
+    blob = path.read_bytes()
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(blob.decode("utf-8"))
     except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})", file=str(path),
-                         line=exc.lineno) from None
+        raise InputError(json_error_message(exc), file=str(path), line=exc.lineno) from None
     except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text ({exc.reason})", file=str(path)) from None
+        raise InputError(f"not UTF-8 text ({exc.reason})", file=str(path),
+                         line=blob[:exc.start].count(b"\n") + 1) from None
     if isinstance(raw, dict) and "relations" in raw:
         items = raw["relations"]
         if not isinstance(items, list):
@@ -215,11 +217,24 @@ def _ctxleak_relation(item: Any, i: int, file: str) -> Relation:
                              field=w(f"entities[{j}]"))
         entities.append((_string(ent, "entity", w(f"entities[{j}].entity"), file),
                          _string(ent, "answer", w(f"entities[{j}].answer"), file)))
+    _no_repeats([e for e, _ in entities], w("entities"), ".entity", file)
     fakes = _string_list(item.get("fake_entities", []), w("fake_entities"), file,
                          allow_empty=True)
+    _no_repeats(fakes, w("fake_entities"), "", file)
     answers = _string_list(item.get("answers"), w("answers"), file)
     return Relation(name=name, queries=queries, context_templates=[context],
                     entities=entities, fake_entities=fakes, answers=_unique(answers))
+
+
+def _no_repeats(names: Sequence[str], where: str, suffix: str, file: str) -> None:
+    """Entities are query ids (``relation/real/entity/type``): one entity twice would put two
+    rows under one id, so it is refused, naming the second occurrence."""
+    first: dict[str, int] = {}
+    for j, name in enumerate(names):
+        if name in first:
+            raise InputError(f"duplicate entity {name!r} (also {where}[{first[name]}]); query "
+                             "ids must be unique", file=file, field=f"{where}[{j}]{suffix}")
+        first[name] = j
 
 
 def _yago_relation(name: str, item: dict[str, Any], file: str) -> Relation:
@@ -348,6 +363,9 @@ def pool_entities(query: Query, relations: Sequence[Relation], scope: str) -> li
     if scope not in CONTEXT_SCOPES:
         raise ConfigError(f"--context-entities must be one of {', '.join(CONTEXT_SCOPES)}, "
                           f"not '{scope}'")
+    if scope == "mix":
+        raise ConfigError("the 'mix' scope has two pools: use other_entities and "
+                          "sample_context_mix")
     if scope == "query":
         return [query.entity]
     chosen = [r for r in relations if scope == "all" or r.name == query.relation]
@@ -355,6 +373,21 @@ def pool_entities(query: Query, relations: Sequence[Relation], scope: str) -> li
     for r in chosen:
         names += [e for e, _ in r.entities] + list(r.fake_entities)
     return _unique(names)
+
+
+def other_entities(query: Query, relation: Relation) -> list[str]:
+    """The relation's real and made-up entities other than the query's (paper 002 §5.1: the
+    contexts of a query's sample that do not mention its entity)."""
+    names = [e for e, _ in relation.entities] + list(relation.fake_entities)
+    return [e for e in _unique(names) if e != query.entity]
+
+
+def _draw(pool: Sequence[str], n: int, rng: np.random.Generator, replace: bool) -> list[str]:
+    if replace:
+        idx = rng.integers(0, len(pool), size=n)
+    else:
+        idx = rng.permutation(len(pool))[:min(n, len(pool))]
+    return [pool[i] for i in idx]
 
 
 def sample_contexts(pool: Sequence[str], n: int, rng: np.random.Generator, *,
@@ -366,11 +399,36 @@ def sample_contexts(pool: Sequence[str], n: int, rng: np.random.Generator, *,
         raise ConfigError(f"--contexts must be at least 1, got {n}")
     if not pool:
         raise ConfigError("the context pool is empty")
-    if replace:
-        idx = rng.integers(0, len(pool), size=n)
-    else:
-        idx = rng.permutation(len(pool))[:min(n, len(pool))]
-    return dedupe_contexts([pool[i] for i in idx])
+    return dedupe_contexts(_draw(pool, n, rng, replace))
+
+
+def sample_context_mix(entity_pool: Sequence[str], other_pool: Sequence[str], n: int,
+                       entity_contexts: int, rng: np.random.Generator, *,
+                       replace: bool = True) -> ContextSample:
+    """Paper 002 §5.1: ``n`` contexts per query, ``entity_contexts`` of them drawn from the
+    contexts that mention the queried entity (``entity_pool``) and ``n − entity_contexts`` from
+    the relation's contexts about other entities (``other_pool``); each part drawn as in
+    :func:`sample_contexts`, then the whole sample deduplicated (p̂ = count / draws)."""
+    check_context_mix(n, entity_contexts)
+    if entity_contexts and not entity_pool:
+        raise ConfigError("no context mentions the queried entity")
+    if entity_contexts < n and not other_pool:
+        raise ConfigError("the relation has no other entity to draw the other "
+                          f"{n - entity_contexts} contexts from: use --entity-contexts {n} or "
+                          "--context-entities query")
+    drawn = _draw(entity_pool, entity_contexts, rng, replace) if entity_contexts else []
+    if entity_contexts < n:
+        drawn += _draw(other_pool, n - entity_contexts, rng, replace)
+    return dedupe_contexts(drawn)
+
+
+def check_context_mix(n: int, entity_contexts: int) -> None:
+    """``1 <= n`` and ``0 <= entity_contexts <= n`` (flags ``--contexts``, ``--entity-contexts``)."""
+    if n < 1:
+        raise ConfigError(f"--contexts must be at least 1, got {n}")
+    if not 0 <= entity_contexts <= n:
+        raise ConfigError(f"--entity-contexts ({entity_contexts}) must be between 0 and "
+                          f"--contexts ({n}); paper 002 §5.1 uses 8 of 256 (4 of 128)")
 
 
 def dedupe_contexts(drawn: Sequence[str]) -> ContextSample:

@@ -13,18 +13,19 @@ from ctxleak.run.options import RunOptions
 
 class SusceptibilityMethod(Method):
     """Susceptibility of queries to context (``ctxleak susceptibility``). Keywords are the CLI's
-    flags: ``method`` (mc, fisher, both), ``contexts``, ``top_k``, ``sigma2``, ``reference``,
-    ``query_types``, ``fisher_vocab``, ``context_entities``, ``sampling``, ``relations``,
-    ``entities_per_relation``."""
+    flags: ``method`` (mc, fisher, both), ``contexts``, ``entity_contexts``, ``top_k``,
+    ``sigma2``, ``reference``, ``query_types``, ``fisher_vocab``, ``context_entities``,
+    ``sampling``, ``relations``, ``entities_per_relation``."""
 
     name = "susceptibility"
     desc = "susceptibility"
 
     def __init__(self, common: RunOptions | None = None, *, method: str = "both",
-                 contexts: int = 32, top_k: int = 10, sigma2: float = 1.0,
+                 contexts: int = 256, entity_contexts: int | None = None, top_k: int = 10,
+                 sigma2: float = 1.0,
                  reference: str = "marginal",
                  query_types: Any = "closed,open_qa,open_completion",
-                 fisher_vocab: str = "topk", context_entities: str = "query",
+                 fisher_vocab: str = "topk", context_entities: str = "mix",
                  sampling: str = "replacement", relations: Any = None,
                  entities_per_relation: int | None = None) -> None:
         from ctxleak.methods.susceptibility.data import parse_query_types
@@ -36,7 +37,7 @@ class SusceptibilityMethod(Method):
         self.options = SusceptibilityOptions(
             method=method, n_contexts=contexts, top_k=top_k, sigma2=sigma2,
             reference=reference, fisher_vocab=fisher_vocab, context_entities=context_entities,
-            sampling=sampling).validate()
+            entity_contexts=entity_contexts, sampling=sampling).validate()
         if not isinstance(query_types, str):
             query_types = ",".join(query_types)
         self.types = parse_query_types(query_types)
@@ -56,8 +57,11 @@ class SusceptibilityMethod(Method):
 
         self.data = data
         rels = load_relations(data)
-        if self.relations:
+        if self.relations is not None:
             wanted = [r.strip() for r in self.relations.split(",") if r.strip()]
+            if not wanted:
+                raise ConfigError("relations needs at least one relation name",
+                                  param="relations")
             unknown = [w for w in wanted if w not in {r.name for r in rels}]
             if unknown:
                 raise ConfigError(f"relations: unknown relation(s) {', '.join(unknown)}; the "
@@ -73,6 +77,11 @@ class SusceptibilityMethod(Method):
             queries = queries[:self.common.limit]
         self.rels = rels
         return queries
+
+    def inputs(self) -> dict[str, Any]:
+        from ctxleak.methods.susceptibility.data import resolve_data_path
+
+        return {"data": resolve_data_path(self.data)}
 
     def key(self, item: Any) -> str:
         return str(item.id)

@@ -18,13 +18,13 @@ separately in every output. Everything is float64; zero probabilities contribute
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from ctxleak.engine.models import LM
-from ctxleak.engine.prompts import build_prompt
+from ctxleak.engine.prompts import build_prompt, fit_to_window
 from ctxleak.engine.scoring import next_token_logprobs
 
 REFERENCES = ("marginal", "no-context")
@@ -41,6 +41,7 @@ class MCResult:
     weights: np.ndarray
     ref_logprobs: torch.Tensor
     reference: str = "marginal"
+    context_tokens_cut: tuple[int, ...] = ()  # per context: tokens cut to fit the window
 
 
 def _weights(weights: Sequence[float] | np.ndarray, n: int) -> torch.Tensor:
@@ -92,8 +93,18 @@ def context_prompts(lm: LM, query: str, contexts: Sequence[str],
                     template: str = PROMPT_TEMPLATE) -> list[tuple[int, ...]]:
     """Token ids of ``context + query`` for each context: template pieces, context and query
     tokenised separately and concatenated (SPEC §3), so the query's ids are the same in every
-    prompt and in the no-context prompt."""
-    return [build_prompt(lm, template, {"context": c, "query": query}).ids for c in contexts]
+    prompt and in the no-context prompt. Contexts are cut to the model's window (see
+    :func:`fitted_context_prompts`)."""
+    return fitted_context_prompts(lm, query, contexts, template)[0]
+
+
+def fitted_context_prompts(lm: LM, query: str, contexts: Sequence[str],
+                           template: str = PROMPT_TEMPLATE
+                           ) -> tuple[list[tuple[int, ...]], list[int]]:
+    """The prompts of :func:`context_prompts` and, per context, how many of its tokens were cut
+    from its end so that the prompt fits the model's window (the query is always whole)."""
+    fitted = [fit_to_window(lm, template, {"context": c, "query": query}) for c in contexts]
+    return [p.ids for p, _ in fitted], [cut for _, cut in fitted]
 
 
 def monte_carlo_susceptibility(lm: LM, query: str, contexts: Sequence[str],
@@ -110,10 +121,12 @@ def monte_carlo_susceptibility(lm: LM, query: str, contexts: Sequence[str],
     if not contexts:
         raise ValueError("need at least one context")
     w = np.ones(len(contexts)) if weights is None else np.asarray(weights, dtype=np.float64)
-    prompts = context_prompts(lm, query, contexts, template)
+    prompts, cut = fitted_context_prompts(lm, query, contexts, template)
     if reference == "no-context":
         prompts.append(build_prompt(lm, template, {"context": "", "query": query}).ids)
     logprobs = next_token_logprobs(lm, prompts, reuse_prefix=reuse_prefix, batch_size=batch_size)
     if reference == "no-context":
-        return susceptibility_from_logprobs(logprobs[:-1], w, reference_logprobs=logprobs[-1])
-    return susceptibility_from_logprobs(logprobs, w)
+        result = susceptibility_from_logprobs(logprobs[:-1], w, reference_logprobs=logprobs[-1])
+    else:
+        result = susceptibility_from_logprobs(logprobs, w)
+    return replace(result, context_tokens_cut=tuple(cut))

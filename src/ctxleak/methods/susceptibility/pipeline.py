@@ -8,7 +8,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,8 +21,11 @@ from ctxleak.methods.susceptibility.data import (
     QUERY_TYPES,
     Query,
     Relation,
+    check_context_mix,
     context_pool,
+    other_entities,
     pool_entities,
+    sample_context_mix,
     sample_contexts,
 )
 from ctxleak.methods.susceptibility.fisher import FISHER_VOCABS, fisher_susceptibility
@@ -38,18 +41,27 @@ TYPE_LABELS = {"closed": "closed", "open_qa": "open (question answering)",
                "open_completion": "open (sentence completion)"}
 
 
+# paper 002 §5.1: 8 of the 256 contexts of a query mention its entity (4 of 128 for LLaMA)
+PAPER_CONTEXTS, PAPER_ENTITY_CONTEXTS = 256, 8
+
+
 @dataclass(frozen=True)
 class SusceptibilityOptions:
-    """Settings of a run (defaults: paper 002 and SPEC §6, except ``n_contexts``: the paper's 256
-    takes tens of seconds per query on a 2-core CPU, so the CLI default is 32)."""
+    """Settings of a run (defaults: paper 002 §5.1 and SPEC §6): 256 contexts per query, 8 of
+    which mention the queried entity and the rest the relation's other entities
+    (``context_entities="mix"``; 128 and 4 for LLaMA-size models). ``entity_contexts=None``
+    takes the paper's ratio, 1/32 of ``n_contexts`` rounded, at least 1 (8 of 256, 4 of 128);
+    :meth:`validate` returns the options with it resolved. ``context_entities="query"`` draws
+    every context from the queried entity's own (ctxleak's default before the mix)."""
 
     method: str = "both"
-    n_contexts: int = 32
+    n_contexts: int = 256
     top_k: int = 10
     sigma2: float = 1.0
     reference: str = "marginal"
     fisher_vocab: str = "topk"
-    context_entities: str = "query"
+    context_entities: str = "mix"
+    entity_contexts: int | None = None
     sampling: str = "replacement"
     template: str = PROMPT_TEMPLATE
     reuse_prefix: bool = True
@@ -87,7 +99,17 @@ class SusceptibilityOptions:
         if not (self.sigma2 > 0 and math.isfinite(self.sigma2)):
             raise ConfigError(f"sigma2 must be a positive number, got {self.sigma2}",
                               param="sigma2")
-        return self
+        if self.context_entities != "mix":
+            return self
+        check_context_mix(self.n_contexts, self.entity_draws)
+        return replace(self, entity_contexts=self.entity_draws)
+
+    @property
+    def entity_draws(self) -> int:
+        """How many of a query's contexts mention its entity (``context_entities="mix"``)."""
+        if self.entity_contexts is not None:
+            return self.entity_contexts
+        return max(1, round(self.n_contexts * PAPER_ENTITY_CONTEXTS / PAPER_CONTEXTS))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,22 +134,38 @@ def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
     if options.run_mc:
         t0 = time.perf_counter()
         relation = next(r for r in relations if r.name == query.relation)
-        pool = context_pool(relation, pool_entities(query, relations, options.context_entities))
         rng = np.random.default_rng(seed)
-        sample = sample_contexts(pool, options.n_contexts, rng,
-                                 replace=options.sampling == "replacement")
+        replace = options.sampling == "replacement"
+        entity_pool = context_pool(relation, [query.entity])
+        own = set(entity_pool)
+        if options.context_entities == "mix":  # paper 002 §5.1
+            others = context_pool(relation, other_entities(query, relation))
+            pool = entity_pool + others
+            sample = sample_context_mix(entity_pool, others, options.n_contexts,
+                                        options.entity_draws, rng, replace=replace)
+        else:
+            pool = context_pool(relation, pool_entities(query, relations,
+                                                        options.context_entities))
+            sample = sample_contexts(pool, options.n_contexts, rng, replace=replace)
         res = monte_carlo_susceptibility(lm, query.text, sample.texts, sample.counts,
                                          reference=options.reference, template=options.template,
                                          reuse_prefix=options.reuse_prefix,
                                          batch_size=batch_size)
         seconds = time.perf_counter() - t0
+        cut = [c for c in res.context_tokens_cut if c]
+        if cut:
+            warnings.warn(f"query {query.id}: {len(cut)} context(s) cut by up to {max(cut)} "
+                          "tokens to fit the model's window", stacklevel=2)
         order = np.argsort(-res.psi, kind="stable")[:options.top_contexts]
         ref = res.ref_logprobs.numpy()
         ref_top = np.argsort(-ref, kind="stable")[:5]
         record.update({
             options.mc_key: res.chi, "reference": options.reference,
             "n_draws": sample.n_draws, "n_distinct_contexts": len(sample.texts),
+            "n_entity_draws": int(sum(c for t, c in zip(sample.texts, sample.counts)
+                                      if t in own)),
             "context_pool_size": len(pool), "seconds_mc": seconds,
+            "contexts_truncated": len(cut), "context_tokens_cut": int(sum(cut)),
             "persuasive_contexts": [{"context": sample.texts[i], "psi": float(res.psi[i]),
                                      "weight": float(res.weights[i])} for i in order],
             "reference_top_tokens": [{"token": _token(lm, t), "id": int(t),
@@ -228,13 +266,39 @@ def summarize_queries(records: Sequence[dict[str, Any]], options: Susceptibility
         timing["seconds_per_query_mc"] = _mean([r.get("seconds_mc") for r in records])
         timing["mean_distinct_contexts"] = _mean([r.get("n_distinct_contexts") for r in records])
         timing["draws_per_query"] = options.n_contexts
+        out["context_mix"] = context_mix(records, options)
     if options.run_fisher:
         timing["seconds_per_query_fisher"] = _mean([r.get("seconds_fisher") for r in records])
     if options.run_mc and options.run_fisher:
         a, b = timing["seconds_per_query_mc"], timing["seconds_per_query_fisher"]
         timing["speedup_fisher_over_mc"] = a / b if a is not None and b else None
     out["timing"] = timing
+    if options.run_mc:  # contexts cut to the model's window (SPEC §9)
+        out["truncation"] = truncation_counts(records)
     return out
+
+
+def truncation_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """How many queries had contexts cut to fit the window, how many contexts, how many
+    tokens in all (from each record's ``contexts_truncated`` / ``context_tokens_cut``)."""
+    return {"queries": sum(1 for r in records if r.get("contexts_truncated")),
+            "contexts": int(sum(r.get("contexts_truncated") or 0 for r in records)),
+            "tokens": int(sum(r.get("context_tokens_cut") or 0 for r in records))}
+
+
+def context_mix(records: Sequence[dict[str, Any]],
+                options: SusceptibilityOptions) -> dict[str, Any]:
+    """The Monte Carlo context sample as asked and as drawn (paper 002 §5.1): contexts per query,
+    how many mention the queried entity, and the means actually drawn and distinct."""
+    mix: dict[str, Any] = {"scope": options.context_entities, "contexts": options.n_contexts,
+                           "sampling": options.sampling}
+    if options.context_entities == "mix":
+        mix.update(entity_contexts=options.entity_draws,
+                   other_contexts=options.n_contexts - options.entity_draws)
+    mix.update(mean_draws=_mean([r.get("n_draws") for r in records]),
+               mean_entity_draws=_mean([r.get("n_entity_draws") for r in records]),
+               mean_distinct_contexts=_mean([r.get("n_distinct_contexts") for r in records]))
+    return mix
 
 
 def _relation_mean_correlation(records: Sequence[dict[str, Any]], mc: str, fk: str
