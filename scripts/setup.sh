@@ -10,6 +10,13 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q "${CTXLEAK_TORCH:-torch==2.13.0}"
 if [ "${1:-}" = "--dev" ]; then
   .venv/bin/python -m pip install -q -e ".[dev]"
+  # Headless Chromium for the browser tests of the reports (tests/report/test_browser.py skip
+  # without it). Only where apt is available and we may use it; never fatal.
+  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+    { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null; } \
+      || echo "setup: could not install chromium (browser tests will be skipped)" >&2
+  fi
 else
   .venv/bin/python -m pip install -q -e .
 fi

@@ -3,10 +3,11 @@
 Library first: ``ctxleak.influence``, ``ctxleak.iclinf``, ``ctxleak.audit``,
 ``ctxleak.susceptibility`` and ``ctxleak.probe`` run a method over a dataset and return a Result
 (``.records``, ``.summary``, ``.to_pandas()``, ``.to_html()``, ``.show()``, ``.save()``);
-``ctxleak.load_result(dir)`` reads back any run directory; ``ctxleak.dp`` calibrates and accounts
-the DP mechanism; ``ctxleak.load_model`` loads a model once for several runs;
-``ctxleak.cid_generate`` is CID on anyone's ``generate`` (:mod:`ctxleak.integrations`). The
-``ctxleak`` CLI is a thin layer over these. Nothing heavy (torch) is imported until a function is called.
+``ctxleak.load_result(dir)`` reads back any run directory; ``ctxleak.compare(results)`` lays
+runs of one method side by side; ``ctxleak.dp`` calibrates and accounts the DP mechanism;
+``ctxleak.load_model`` loads a model once for several runs; ``ctxleak.cid_generate`` is CID on
+anyone's ``generate`` (:mod:`ctxleak.integrations`). The ``ctxleak`` CLI is a thin layer over
+these. Nothing heavy (torch) is imported until a function is called.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ _API = {
     "susceptibility": ("ctxleak.api", "susceptibility"),
     "probe": ("ctxleak.api", "probe"),
     "load_result": ("ctxleak.results", "load_result"),
+    "compare": ("ctxleak.comparison", "compare"),
     "load_model": ("ctxleak.engine.models", "load_model"),
     "run_method": ("ctxleak.run.runner", "run_method"),
     "cid_generate": ("ctxleak.integrations.transformers", "cid_generate"),

@@ -44,7 +44,9 @@ def test_run_resume_and_refuse_changed_config(tiny_dir, tmp_path, capsys):
     assert len(first["response_ids"]) == len(first["token_influence"]) == len(first["logp_empty"])
     np.testing.assert_allclose(first["token_influence"], np.abs(
         np.array(first["logp_context"]) - np.array(first["logp_empty"])), atol=1e-5)
-    assert "<script" not in (out / "report.html").read_text().lower()
+    page = (out / "report.html").read_text()
+    assert page.lower().count("<script") == 1  # only the hashed table script
+    assert page.count('<section class="leakmap"') == 2 and "Where the context leaked" in page
 
     code, _, err = cli(BASE + ["--model", tiny_dir, "--limit", "3", "--ngram", "8",
                                "--output", str(out), "--resume"], capsys)

@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "ctxleak.cli.probe_cmd",
     "ctxleak.cli.dp_cmd",
     "ctxleak.cli.pii_cmd",
+    "ctxleak.cli.compare_cmd",
 ]
 
 app = typer.Typer(
@@ -55,6 +56,8 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
                                  help="Print the version and exit."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    plain: bool = typer.Option(False, "--plain", help="Print tables as tab-separated values "
+                               "(for scripts)."),
 ) -> None:
     """ctxleak: context influence, ICL privacy loss, susceptibility and PII probing."""
 
@@ -164,6 +167,10 @@ def main(argv: list[str] | None = None) -> None:
     if session is not None:  # a new command (tests run several in one process)
         session._CURRENT_RUN = None
     debug = _pop_flag(argv, "--debug") or os.environ.get("CTXLEAK_DEBUG") == "1"
+    if _pop_flag(argv, "--plain"):
+        from ctxleak.report.console import set_plain
+
+        set_plain(True)
     try:
         default_map = None
         config_path = _pop_value(argv, "--config")

@@ -51,8 +51,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
             return
-        from rich.console import Console
         from rich.table import Table
+
+        from ctxleak.report.console import console as make_console
 
         table = Table(title=f"Algorithm 3: {search} for each target ε  (δ={delta:g}, "
                             f"N_gen={n_gen}, T_max={max_tokens})")
@@ -64,7 +65,7 @@ def register(app: typer.Typer) -> None:
             col = 1 + list(_SEARCH).index(search)
             cells[col] = f"[bold]{cells[col]}[/bold]"
             table.add_row(*cells)
-        Console().print(table)
+        make_console().print(table)
 
     @dp_app.command("epsilon")
     def epsilon_cmd(

@@ -11,10 +11,10 @@ def register(app: typer.Typer) -> None:
                                             "named models into the safetensors cache now.")
                ) -> None:
         """List the named models (use them with --model NAME) and whether each is ready."""
-        from rich.console import Console
         from rich.table import Table
 
         from ctxleak.engine.models import load_model, model_status
+        from ctxleak.report.console import console as make_console
 
         rows = model_status()
         if prepare:
@@ -27,6 +27,6 @@ def register(app: typer.Typer) -> None:
             table.add_column(col)
         for row in rows:
             table.add_row(row["name"], row["status"], row["description"])
-        Console().print(table)
+        make_console().print(table)
         typer.echo("Any Hugging Face id, local model directory or .gguf file also works with "
                    "--model.")

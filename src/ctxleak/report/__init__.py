@@ -4,6 +4,6 @@ matplotlib is never loaded by ``import ctxleak``)."""
 
 from __future__ import annotations
 
-from ctxleak.report.html import REDACTED, Report, format_value, redact_text, redaction_spans
+from ctxleak.report.html import REDACTED, Link, Report, format_value, redact_text, redaction_spans
 
-__all__ = ["REDACTED", "Report", "format_value", "redact_text", "redaction_spans"]
+__all__ = ["REDACTED", "Link", "Report", "format_value", "redact_text", "redaction_spans"]

@@ -78,7 +78,8 @@ def token_rdp_plot(records: Sequence[dict[str, Any]], rows: Sequence[dict[str, A
         series[f"ε_target = {r['target_eps']:g} (α* = {r['alpha']:g})"] = (xs, ys)
     return line_plot(series, title=f"Per-token data-dependent RDP (δ = {first:g})"
                      if first is not None else "Per-token data-dependent RDP",
-                     xlabel="token position t", ylabel="mean max_p D↔_α* (log)", logy=True)
+                     xlabel="token position t", ylabel="mean max_p D↔_α* (log)", logy=True,
+                     integer_x=True)
 
 
 def audit_report(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
@@ -119,10 +120,11 @@ def audit_report(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any
 
 def print_audit(rows: Sequence[dict[str, Any]], search: str, path: Any, seconds: float) -> None:
     """The console tables of an audit (one per δ), the legend and where the files are."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from ctxleak.report.console import console as make_console
+
+    console = make_console()
     for delta in dict.fromkeys(r["delta"] for r in rows):
         part = [r for r in rows if r["delta"] == delta]
         headers, cells = table_rows(part, search, compact=True)

@@ -1,9 +1,30 @@
-"""Console tables (rich): what the CLI and ``Result.show()`` print."""
+"""Console tables (rich): what the CLI and ``Result.show()`` print.
+
+On a terminal, tables fit its width. When stdout is not a terminal (a pipe, a file, CI) rich
+would assume 80 columns and cut headers ("influ…"); :func:`console` then gives a console wide
+enough that every table prints at its full width. With ``ctxleak --plain`` (or
+:func:`set_plain`) tables print as tab-separated values instead: a header line, one line per row.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+WIDE = 100_000  # columns when stdout is not a terminal: no table is ever cut
+_PLAIN = False
+
+
+def set_plain(on: bool = True) -> None:
+    """Print every table as TSV (``--plain``)."""
+    global _PLAIN
+    _PLAIN = bool(on)
+
+
+def is_plain() -> bool:
+    """Whether tables print as TSV (``--plain``)."""
+    return _PLAIN
 
 
 def format_cell(value: Any) -> str:
@@ -15,18 +36,61 @@ def format_cell(value: Any) -> str:
     return str(value)
 
 
+def _tsv_field(text: Any) -> str:
+    return " ".join(str(text).replace("\t", " ").splitlines())
+
+
+def table_tsv(table: Any) -> str:
+    """A rich Table as TSV: the headers, then one line per row (tabs and newlines in cells
+    become spaces; the title, if any, first as a ``# title`` line)."""
+    cols = list(table.columns)
+    lines = [f"# {_tsv_field(table.title)}"] if table.title else []
+    lines.append("\t".join(_tsv_field(c.header) for c in cols))
+    cells = [list(c.cells) for c in cols]
+    for i in range(table.row_count):
+        lines.append("\t".join(_tsv_field(col[i]) if i < len(col) else "" for col in cells))
+    return "\n".join(lines)
+
+
+class _Console:
+    """A rich Console that prints tables as TSV in plain mode (other output unchanged)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        from rich.console import Console
+
+        if not sys.stdout.isatty() and "width" not in kwargs:
+            kwargs["width"] = WIDE
+        self._console = Console(**kwargs)
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        from rich.table import Table
+
+        if _PLAIN and len(objects) == 1 and isinstance(objects[0], Table):
+            sys.stdout.write(table_tsv(objects[0]) + "\n")
+            sys.stdout.flush()
+            return
+        self._console.print(*objects, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._console, name)
+
+
+def console(**kwargs: Any) -> Any:
+    """The console every command prints with (full width off a terminal, TSV with --plain)."""
+    return _Console(**kwargs)
+
+
 def print_rows(rows: Sequence[Mapping[str, Any]], *, title: str = "",
                justify: str = "right") -> None:
     """A table of dicts (columns: the first row's keys) on stdout."""
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title or None)
     if not rows:
-        Console().print(f"{title}: no rows")
+        console().print(f"{title}: no rows")
         return
     for col in rows[0]:
         table.add_column(str(col), justify=justify)  # type: ignore[arg-type]
     for row in rows:
         table.add_row(*[format_cell(v) for v in row.values()])
-    Console().print(table)
+    console().print(table)

@@ -22,6 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ctxleak.report import interactive
+from ctxleak.report.interactive import Link
+
 REDACTED = "[REDACTED]"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MISSING = "\u2014"  # em dash, shown for None
@@ -134,7 +137,7 @@ h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 p.text{white-space:pre-wrap;overflow-wrap:anywhere}
 table{border-collapse:collapse;margin:.8em 0;font-size:.92em}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top;
-overflow-wrap:anywhere}
+overflow-wrap:break-word}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
 figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
@@ -146,8 +149,8 @@ details{margin:.6em 0}summary{cursor:pointer;font-weight:600}
 details pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f8f8f8;padding:.6em}
 """
 
-_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
-        "base-uri 'none'; form-action 'none'")
+_CSS += interactive.CSS
+_CSP = interactive.CSP
 
 _WS_VISIBLE = {"\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}
 
@@ -172,6 +175,21 @@ class Report:
     def _cell(self, value: Any) -> tuple[str, bool]:
         is_num = isinstance(value, numbers.Number) and not isinstance(value, bool)
         return _esc(self._clean(format_value(value))), is_num
+
+    def _td(self, value: Any, column: Any = None) -> str:
+        """One table cell: numbers right-aligned with their full value in ``data-v`` (for
+        sorting), links to sections of the page, ids unbroken, long texts folded after "more"."""
+        if isinstance(value, Link):
+            return (f'<td class="id"><a href="#{value.anchor}">'
+                    f"{_esc(self._clean(value.text))}</a></td>")
+        if isinstance(value, numbers.Number) and not isinstance(value, bool):
+            cell, _ = self._cell(value)
+            return f'<td class="num" data-v="{_esc(repr(float(value)))}">{cell}</td>'
+        text = self._clean(format_value(value))
+        if str(column).lower() in interactive.ID_COLUMNS:
+            return f'<td class="id">{_esc(text)}</td>'
+        cls = ' class="long"' if len(text) > 40 else ""  # never squeezed to a word per line
+        return f"<td{cls}>{interactive.collapse(text)}</td>"
 
     def add_heading(self, text: str) -> None:
         """A section heading."""
@@ -213,15 +231,13 @@ class Report:
         if headers is not None:
             head = "<thead><tr>" + "".join(
                 f'<th scope="col">{_esc(self._clean(h))}</th>' for h in headers) + "</tr></thead>"
-        trs = []
-        for r in body:
-            tds = []
-            for v in r:
-                cell, is_num = self._cell(v)
-                tds.append(f'<td class="num">{cell}</td>' if is_num else f"<td>{cell}</td>")
-            trs.append("<tr>" + "".join(tds) + "</tr>")
-        self._blocks.append(f"<table>{self._caption(caption)}{head}"
-                            f"<tbody>{''.join(trs)}</tbody></table>")
+        cols = list(headers) if headers is not None else [None] * max((len(r) for r in body),
+                                                                       default=0)
+        trs = ["<tr>" + "".join(self._td(v, c) for v, c in zip(r, cols)) + "</tr>" for r in body]
+        cls = ' class="interactive"' if headers is not None and len(body) > 1 else ""
+        box = interactive.filter_box(len(body)) if cls else ""
+        self._blocks.append(f'<div class="tablewrap">{box}<table{cls}>{self._caption(caption)}'
+                            f"{head}<tbody>{''.join(trs)}</tbody></table></div>")
 
     def add_image(self, png_bytes: bytes, caption: str = "") -> None:
         """A PNG image embedded as a base64 ``data:`` URI."""
@@ -241,9 +257,17 @@ class Report:
         (red for positive, blue for negative), the score in its ``title``. Newlines, tabs and
         carriage returns are shown as ↵ → ␍ (a newline also breaks the line). ``vmax`` defaults to
         the largest |score|."""
+        spans, scale = self._token_spans(tokens, scores, vmax, "add_token_heatmap")
+        cap = f'<div class="caption">{_esc(self._clean(caption))}</div>' if caption else ""
+        self._blocks.append(f'<div class="heatmap">{cap}<div class="tokens">{spans}'
+                            f"</div>{_legend(scale)}</div>")
+
+    def _token_spans(self, tokens: Sequence[str], scores: Sequence[float | None],
+                     vmax: float | None, what: str) -> tuple[str, float]:
+        """(one coloured ``<span>`` per token with its score in ``title``, the colour scale)."""
         tokens = [str(t) for t in tokens]
         if len(tokens) != len(scores):
-            raise ValueError(f"add_token_heatmap: {len(tokens)} tokens but {len(scores)} scores")
+            raise ValueError(f"{what}: {len(tokens)} tokens but {len(scores)} scores")
         vals = [float(s) if s is not None else math.nan for s in scores]
         finite = [abs(v) for v in vals if math.isfinite(v)]
         scale = float(vmax) if vmax is not None else (max(finite) if finite else 0.0)
@@ -255,12 +279,27 @@ class Report:
             alpha = min(abs(v) / scale, 1.0) if math.isfinite(v) else 0.0
             rgb = "214,39,40" if v >= 0 or not math.isfinite(v) else "31,119,180"
             spans.append(f'<span class="tok" style="background-color:rgba({rgb},{alpha:.3f})" '
-                         f'title="{_esc(format_value(v))}">{_visible_ws(tok)}</span>')
-        cap = f'<div class="caption">{_esc(self._clean(caption))}</div>' if caption else ""
-        legend = (f'<div class="caption">colour scale: |score| / {_esc(format_value(scale))}; '
-                  "red positive, blue negative; hover a token for its score</div>")
-        self._blocks.append(f'<div class="heatmap">{cap}<div class="tokens">{"".join(spans)}'
-                            f"</div>{legend}</div>")
+                         f'title="{_esc(format_value(v)) if math.isfinite(v) else MISSING}">'
+                         f"{_visible_ws(tok)}</span>")
+        return "".join(spans), scale
+
+    def add_leak_map(self, anchor: str, title: str, context_tokens: Sequence[str],
+                     context_scores: Sequence[float | None], response_tokens: Sequence[str],
+                     response_scores: Sequence[float | None], *, note: str = "") -> None:
+        """Where the context leaked into one response: the context tokens coloured by their
+        influence on the response (left) beside the response tokens coloured by theirs (right),
+        each on its own scale, every value in the token's ``title`` (hover). ``anchor`` (made by
+        ctxleak, e.g. ``ex-3``) is the section's id, for :class:`Link` cells to point at."""
+        Link(title, anchor)  # checks the anchor
+        ctx, c_scale = self._token_spans(context_tokens, context_scores, None, "add_leak_map")
+        resp, r_scale = self._token_spans(response_tokens, response_scores, None, "add_leak_map")
+        extra = f'<div class="caption">{_esc(self._clean(note))}</div>' if note else ""
+        self._blocks.append(
+            f'<section class="leakmap" id="{anchor}"><h3>{_esc(self._clean(title))}</h3>{extra}'
+            '<div class="maprow"><div class="mapcol"><h4>context: influence of the n-grams '
+            f'covering each token</h4><div class="tokens">{ctx}</div>{_legend(c_scale)}</div>'
+            '<div class="mapcol"><h4>response: influence on each token</h4>'
+            f'<div class="tokens">{resp}</div>{_legend(r_scale)}</div></div></section>')
 
     @staticmethod
     def _redact_tokens(tokens: list[str]) -> list[str]:
@@ -301,7 +340,8 @@ class Report:
                 '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
                 '<meta name="referrer" content="no-referrer">\n'
                 f"<title>{_esc(self.title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-                f"<h1>{_esc(self.title)}</h1>\n{sub}\n{body}\n</body>\n</html>\n")
+                f"<h1>{_esc(self.title)}</h1>\n{sub}\n{body}\n"
+                f"<script>{interactive.SCRIPT}</script>\n</body>\n</html>\n")
 
     def fragment(self) -> str:
         """The blocks without the page around them (for Jupyter's ``_repr_html_``)."""
@@ -331,6 +371,11 @@ class Report:
         return target
 
 
+def _legend(scale: float) -> str:
+    return (f'<div class="caption">colour scale: |score| / {_esc(format_value(scale))}; '
+            "red positive, blue negative; hover a token for its score</div>")
+
+
 def _visible_ws(token: str) -> str:
     """Escape a token, showing newline/tab/CR as dim glyphs (a newline also breaks the line)."""
     out = []
@@ -343,4 +388,4 @@ def _visible_ws(token: str) -> str:
     return "".join(out)
 
 
-__all__ = ["MISSING", "REDACTED", "Report", "format_value", "redact_text", "redaction_spans"]
+__all__ = ["MISSING", "REDACTED", "Link", "Report", "format_value", "redact_text", "redaction_spans"]

@@ -27,9 +27,11 @@ def summary_rows(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def icl_plots(summary: dict[str, dict[str, Any]], variants: Sequence[str]) -> dict[str, bytes]:
-    """Fig. 1 (loss by position), Fig. 3 (shots sweep), Fig. 4 (calibration on/off) and Fig. 7
-    (labels against vocabulary), the last three when the run has what they compare."""
+def icl_plots(summary: dict[str, dict[str, Any]], variants: Sequence[str],
+              records: Sequence[dict[str, Any]] = ()) -> dict[str, bytes]:
+    """Fig. 1 (loss by position), the queries × exemplar positions heatmap, Fig. 3 (ICLInf
+    and accuracy against shots), Fig. 4 (calibration on/off) and Fig. 7 (labels against
+    vocabulary), each when the run has what it shows."""
     from ctxleak.report import plots
 
     out: dict[str, bytes] = {}
@@ -41,7 +43,9 @@ def icl_plots(summary: dict[str, dict[str, Any]], variants: Sequence[str]) -> di
             series[name] = (list(range(1, len(curve) + 1)), curve)
     out["loss_by_position.png"] = plots.line_plot(
         series, title="Mean privacy loss by position of the removed exemplar (paper Fig. 1)",
-        xlabel="exemplar position i", ylabel="mean loss_i")
+        xlabel="exemplar position i", ylabel="mean loss_i", integer_x=True)
+    if records and variants:
+        out["loss_heatmap.png"] = loss_heatmap(records, variants[0])
     shots = [int(n) for n in summary]
     if len(shots) > 1:
         sweep = {v: (shots, [summary[str(n)][v]["iclinf_mean"] for n in shots])
@@ -50,7 +54,12 @@ def icl_plots(summary: dict[str, dict[str, Any]], variants: Sequence[str]) -> di
         out["shots_sweep.png"] = plots.line_plot(
             sweep, errors=errors,
             title="ICLInf against the number of exemplars (paper Fig. 3)",
-            xlabel="number of shots", ylabel="ICLInf (mean ± std)")
+            xlabel="number of shots", ylabel="ICLInf (mean ± std)", integer_x=True)
+        accuracy = {v: (shots, [summary[str(n)][v]["accuracy"] for n in shots])
+                    for v in variants}
+        out["accuracy_shots.png"] = plots.line_plot(
+            accuracy, title="Accuracy against the number of exemplars", xlabel="number of shots",
+            ylabel="accuracy", integer_x=True)
 
     def compare(pairs: list[tuple[str, str]], title: str) -> bytes:
         cats, vals, errs = [], [], []
@@ -77,6 +86,23 @@ def icl_plots(summary: dict[str, dict[str, Any]], variants: Sequence[str]) -> di
     return out
 
 
+def loss_heatmap(records: Sequence[dict[str, Any]], variant: str, max_rows: int = 40) -> bytes:
+    """The privacy loss of removing exemplar i for each query (rows: the first ``max_rows``
+    queries of the largest shot count; columns: exemplar positions 1..n)."""
+    from ctxleak.report import plots
+
+    with_variant = [r for r in records if variant in r.get("variants", {})]
+    n_max = max((len(r["variants"][variant]["loss_by_position"]) for r in with_variant),
+                default=0)
+    rows = [r for r in with_variant
+            if len(r["variants"][variant]["loss_by_position"]) == n_max][:max_rows]
+    return plots.heatmap_plot([r["variants"][variant]["loss_by_position"] for r in rows],
+                              row_labels=[str(r["id"]) for r in rows],
+                              col_labels=[str(i) for i in range(1, n_max + 1)],
+                              title=f"Loss by query and exemplar ({variant}, {n_max} shots)",
+                              xlabel="removed exemplar position i", ylabel="query")
+
+
 def icl_report(summary: dict[str, dict[str, Any]], records: Sequence[dict[str, Any]],
                images: dict[str, bytes], headline: dict[str, Any], info: dict[str, Any]) -> Any:
     """The HTML report of an ICLInf run: headline, summary table, Fig. 1/3/4/7, queries."""
@@ -97,6 +123,8 @@ def icl_report(summary: dict[str, dict[str, Any]], records: Sequence[dict[str, A
     captions = {
         "loss_by_position.png": "Mean loss by position of the removed exemplar (Fig. 1: the U "
                                 "shape of the paper).",
+        "loss_heatmap.png": "Loss of each query (row) when exemplar i (column) is removed.",
+        "accuracy_shots.png": "Accuracy against the number of shots.",
         "shots_sweep.png": "ICLInf against the number of shots (Fig. 3).",
         "calibration.png": "With and without contextual calibration (Fig. 4).",
         "labels_vs_vocab.png": "Label distribution against full vocabulary (Fig. 7).",
@@ -125,7 +153,12 @@ def print_icl(result: Any) -> None:
     """What ``ctxleak icl`` prints: one line per (shots, variant), time per query, the folder."""
     import typer
 
+    from ctxleak.report.console import is_plain, print_rows
+
     summary = result.summary
+    if is_plain():
+        print_rows(summary_rows(summary["iclinf"]), title="ICLInf (paper 001, Eq. 4)")
+        return
     model = (result.provenance.get("model") or {}).get("name", result.config.get("model"))
     typer.echo(f"ICLInf, {model}, {summary['n_queries']} queries "
                f"(mean ± std over queries; loss by exemplar position 1..n):")

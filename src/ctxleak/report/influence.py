@@ -52,7 +52,7 @@ def influence_plots(summaries: Sequence[dict[str, Any]]) -> dict[str, bytes]:
     out["per_position.png"] = plots.line_plot(
         {s["setting"]: _curve(s["per_position_influence"]) for s in summaries},
         title="Influence of the t-th generated token (Fig. 2c)", xlabel="token position t",
-        ylabel="mean token influence")
+        ylabel="mean token influence", integer_x=True)
     sizes = sorted({s["mean_context_tokens"] for s in summaries if s.get("mean_context_tokens")})
     if len(sizes) > 1:
         by_lt: dict[str, tuple[list[float], list[float]]] = {}
@@ -69,23 +69,49 @@ def influence_plots(summaries: Sequence[dict[str, Any]]) -> dict[str, bytes]:
         out["per_window.png"] = plots.line_plot(
             {s["setting"]: _curve(s["per_window_influence"]) for s in windows},
             title="Influence of the i-th context n-gram (Fig. 3)", xlabel="window index i",
-            ylabel="mean response influence")
-    lams = sorted({s["lambda"] for s in summaries})
-    if len(lams) > 1:
-        by_t: dict[str, tuple[list[float], list[float]]] = {}
-        for s in sorted(summaries, key=lambda s: s["lambda"]):
-            xs, ys = by_t.setdefault(f"T={s['temperature']:g}", ([], []))
-            xs.append(float(s["lambda"]))
-            ys.append(float(s["influence"]["mean"]))
-        out["lambda_sweep.png"] = plots.line_plot(by_t, title="Influence vs λ (Fig. 8)",
-                                                  xlabel="λ", ylabel="expected influence")
+            ylabel="mean response influence", integer_x=True)
+    out.update(sweep_plots(summaries))
+    return out
+
+
+def sweep_plots(summaries: Sequence[dict[str, Any]]) -> dict[str, bytes]:
+    """Influence against λ (one line per T; Fig. 8, Table 2) and against T (one line per λ;
+    Table 3), with the bootstrap 95% intervals as error bars, where the run swept them."""
+    out: dict[str, bytes] = {}
+    for x_key, line_key, name, label in (("lambda", "temperature", "lambda_sweep.png", "λ"),
+                                         ("temperature", "lambda", "temperature_sweep.png", "T")):
+        if len({s[x_key] for s in summaries}) < 2:
+            continue
+        series: dict[str, tuple[list[float], list[float]]] = {}
+        bounds: dict[str, tuple[list[float], list[float]]] = {}
+        for s in sorted(summaries, key=lambda s: s[x_key]):
+            other = "T" if line_key == "temperature" else "λ"
+            line = f"{other}={s[line_key]:g}"
+            if s.get("mean_context_tokens") and len({x.get("mean_context_tokens")
+                                                      for x in summaries}) > 1:
+                line += f", {s['mean_context_tokens']:.0f} ctx tokens"
+            xs, ys = series.setdefault(line, ([], []))
+            lo, hi = bounds.setdefault(line, ([], []))
+            infl = s["influence"]
+            xs.append(float(s[x_key]))
+            ys.append(float(infl["mean"]))
+            lo.append(float(infl["ci_low"]) if infl.get("ci_low") is not None else float("nan"))
+            hi.append(float(infl["ci_high"]) if infl.get("ci_high") is not None else float("nan"))
+        fig = "Fig. 8, Table 2" if x_key == "lambda" else "Table 3"
+        out[name] = plots.line_plot(series, intervals=bounds,
+                                    title=f"Influence against {label} ({fig}), 95% bootstrap CI",
+                                    xlabel=label, ylabel="expected influence")
     return out
 
 
 def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
                      images: dict[str, bytes], meta: dict[str, Any], token_strings=None,
-                     redact: bool = False) -> Report:
-    """The HTML report of an influence run: summary table, plots, a token heatmap, examples."""
+                     redact: bool = False, tokens_of: Any = None) -> Report:
+    """The HTML report of an influence run: summary table, where the context leaked (ranked
+    examples and passages, one leak map per example, when ``tokens_of(i)`` gives record i's
+    context and response tokens), plots, examples."""
+    from ctxleak.report.leakmap import add_leak_section
+
     report = Report("ctxleak influence", "Context influence and CID (paper 000)", redact=redact)
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
@@ -99,9 +125,12 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
                 missing[label] = reason + where
     if missing:
         report.add_kv(missing, caption="Quality metrics not computed")
+    if records and tokens_of is not None:
+        add_leak_section(report, records, tokens_of)
+    report.add_heading("Figures")
     for name, png in images.items():
         report.add_image(png, caption=name)
-    if records and token_strings is not None:
+    if records and token_strings is not None and tokens_of is None:
         first = records[0]
         report.add_heading(f"Token influence of example {first['id']}")
         report.add_token_heatmap(token_strings, first["token_influence"],
@@ -115,12 +144,11 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
 
 def print_influence(summaries: Sequence[dict[str, Any]], path: Any) -> None:
     """The console table of an influence run and where its files are."""
-    from rich.console import Console
-
+    from ctxleak.report.console import console as make_console
     from ctxleak.report.console import print_rows
 
     print_rows(table_rows(summaries), title="Expected context influence (paper 000, Def. 3.3)")
-    Console().print(f"results: {path / 'results.json'}   report: {path / 'report.html'}")
+    make_console().print(f"results: {path / 'results.json'}   report: {path / 'report.html'}")
 
 
 def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -> Report:
@@ -128,9 +156,16 @@ def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -
     n = curve["n"]
     report = Report("ctxleak influence explain", "Uni-gram influence on the next token "
                     "(paper 000, Table 1)")
+    from ctxleak.report.leakmap import explain_map
+
     report.add_kv({"query": query, "response": summary["response"],
                    "first response token": summary["first_token"],
                    "response influence": summary["influence"]})
+    report.add_heading("Where the context leaked")
+    explain_map(report, summary["context_tokens"], curve["starts"], curve["per_window"], n,
+                summary.get("response_tokens") or [], summary["token_influence"])
+    report.add_heading("Influence of each context token on the first response token "
+                       "(Table 1)")
     report.add_token_heatmap(summary["context_tokens"],
                              summary["unigram_influence_on_first_token"],
                              caption="influence of deleting each context token on the first "
@@ -139,7 +174,8 @@ def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -
                                                     "response")
     report.add_image(plots.line_plot({"window": (curve["starts"], curve["per_window"])},
                                      title=f"Influence of each {n}-gram (stride 1)",
-                                     xlabel="window start (token)", ylabel="response influence"))
+                                     xlabel="window start (token)", ylabel="response influence",
+                                     integer_x=True))
     return report
 
 
@@ -147,10 +183,11 @@ def print_explain(summary: dict[str, Any], n: int, path: Any) -> None:
     """What ``influence explain`` prints: the response, its influence, the top n-grams."""
     import json
 
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from ctxleak.report.console import console as make_console
+
+    console = make_console()
     console.print(f"[bold]response[/bold]: {summary['response']}")
     console.print(f"response influence: {summary['influence']:.4g}")
     table = Table(title=f"Most influential context {n}-grams")

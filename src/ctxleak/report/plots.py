@@ -82,9 +82,17 @@ def _floats(values: Sequence[Any], what: str) -> list[float]:
 
 def line_plot(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, title: str,
               xlabel: str, ylabel: str, logx: bool = False, logy: bool = False,
-              errors: Mapping[str, Sequence[float]] | None = None) -> bytes:
-    """Line plot of named ``(x, y)`` series; ``errors[name]`` draws a ±error band. Returns PNG bytes."""
+              errors: Mapping[str, Sequence[float]] | None = None,
+              intervals: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+              integer_x: bool = False) -> bytes:
+    """Line plot of named ``(x, y)`` series; ``errors[name]`` draws a ±error band,
+    ``intervals[name] = (lows, highs)`` error bars from each point's interval (e.g. a bootstrap
+    CI); ``integer_x`` puts ticks on whole numbers only (an index axis). Returns PNG bytes."""
     with _figure() as (fig, ax):
+        if integer_x:
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         drawn = False
         for i, (name, (xs, ys)) in enumerate(series.items()):
             x, y = _floats(xs, f"series {name!r} x"), _floats(ys, f"series {name!r} y")
@@ -103,6 +111,16 @@ def line_plot(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, 
                 if logy:  # keep the band drawable on a log axis
                     lo = [v if v > 0 else math.nan for v in lo]
                 ax.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
+            if intervals is not None and name in intervals:
+                lows = _floats(intervals[name][0], f"intervals {name!r} low")
+                highs = _floats(intervals[name][1], f"intervals {name!r} high")
+                if not len(lows) == len(highs) == len(y):
+                    raise ValueError(f"intervals {name!r}: {len(lows)}/{len(highs)} bounds for "
+                                     f"{len(y)} points")
+                below = [max(a - b, 0.0) if math.isfinite(b) else 0.0 for a, b in zip(y, lows)]
+                above = [max(b - a, 0.0) if math.isfinite(b) else 0.0 for a, b in zip(y, highs)]
+                ax.errorbar(x, y, yerr=[below, above], fmt="none", ecolor=color, capsize=3,
+                            linewidth=1)
         if logx and drawn:
             ax.set_xscale("log")
         if logy and drawn:
@@ -148,6 +166,22 @@ def scatter_plot(x: Sequence[float], y: Sequence[float], *, labels: Sequence[str
         return _png(fig)
 
 
+def correlation_title(title: str, x: Sequence[float], y: Sequence[float]) -> str:
+    """``title`` with the Pearson and Spearman correlations of the finite (x, y) pairs
+    appended (left alone with fewer than 3 pairs or a constant side)."""
+    import numpy as np
+    from scipy import stats
+
+    pairs = [(a, b) for a, b in zip(_floats(x, "x"), _floats(y, "y"))
+             if math.isfinite(a) and math.isfinite(b)]
+    if len(pairs) < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
+        return title
+    xs, ys = np.array([a for a, _ in pairs]), np.array([b for _, b in pairs])
+    r = float(stats.pearsonr(xs, ys)[0])
+    rho = float(stats.spearmanr(xs, ys)[0])
+    return f"{title}\nPearson r = {r:.2f}, Spearman ρ = {rho:.2f} (n = {len(pairs)})"
+
+
 def bar_plot(categories: Sequence[str], values: Sequence[float], *, title: str, ylabel: str,
              errors: Sequence[float] | None = None) -> bytes:
     """Bar chart, one bar per category, optional error bars. Returns PNG bytes."""
@@ -171,6 +205,34 @@ def bar_plot(categories: Sequence[str], values: Sequence[float], *, title: str, 
             ax.set_xticklabels([_t(c) for c in cats], rotation=45 if rotate else 0,
                                ha="right" if rotate else "center")
             ax.grid(axis="x", visible=False)
+        _label(ax, title, None, ylabel)
+        return _png(fig)
+
+
+def grouped_bar_plot(categories: Sequence[str], series: Mapping[str, Sequence[float]], *,
+                     title: str, ylabel: str) -> bytes:
+    """Bars of several named series side by side in each category (e.g. one per run), with a
+    legend. Returns PNG bytes."""
+    cats = [str(c) for c in categories]
+    vals = {str(k): _floats(v, f"series {k!r}") for k, v in series.items()}
+    for name, v in vals.items():
+        if len(v) != len(cats):
+            raise ValueError(f"grouped_bar_plot: series {name!r} has {len(v)} values for "
+                             f"{len(cats)} categories")
+    with _figure() as (fig, ax):
+        if not cats or not vals:
+            _no_data(ax)
+        else:
+            width = 0.8 / len(vals)
+            for k, (name, v) in enumerate(vals.items()):
+                pos = [i - 0.4 + width * (k + 0.5) for i in range(len(cats))]
+                ax.bar(pos, v, width=width, color=_PALETTE[k % len(_PALETTE)], label=_t(name))
+            ax.set_xticks(range(len(cats)))
+            rotate = len(cats) > 6 or max(len(c) for c in cats) > 10
+            ax.set_xticklabels([_t(c) for c in cats], rotation=45 if rotate else 0,
+                               ha="right" if rotate else "center")
+            ax.grid(axis="x", visible=False)
+            ax.legend(loc="best", fontsize="small")
         _label(ax, title, None, ylabel)
         return _png(fig)
 
@@ -225,7 +287,8 @@ def _kde(values: list[float], grid: list[float]) -> list[float] | None:
 
 
 def heatmap_plot(matrix: Sequence[Sequence[float]], *, row_labels: Sequence[str],
-                 col_labels: Sequence[str], title: str) -> bytes:
+                 col_labels: Sequence[str], title: str, xlabel: str | None = None,
+                 ylabel: str | None = None) -> bytes:
     """Matrix heatmap with a colour bar; cells are annotated when the matrix is small (≤ 15×15).
     NaN cells are left blank. Returns PNG bytes."""
     import numpy as np
@@ -235,7 +298,7 @@ def heatmap_plot(matrix: Sequence[Sequence[float]], *, row_labels: Sequence[str]
         raise ValueError(f"heatmap_plot: matrix shape does not match {len(row_labels)} row labels "
                          f"× {len(col_labels)} column labels")
     n_r, n_c = len(rows), len(col_labels)
-    size = (max(4.0, min(12.0, 1.5 + 0.45 * n_c)), max(3.0, min(10.0, 1.2 + 0.4 * n_r)))
+    size = (max(5.5, min(12.0, 1.5 + 0.45 * n_c)), max(3.0, min(10.0, 1.2 + 0.4 * n_r)))
     with _figure(size) as (fig, ax):
         if n_r == 0 or n_c == 0:
             _no_data(ax)
@@ -257,9 +320,9 @@ def heatmap_plot(matrix: Sequence[Sequence[float]], *, row_labels: Sequence[str]
                         if math.isfinite(v):
                             ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7,
                                     color="black" if v > mid else "white")
-        _label(ax, title)
+        _label(ax, title, xlabel, ylabel)
         return _png(fig)
 
 
-__all__ = ["PNG_SIGNATURE", "bar_plot", "density_plot", "heatmap_plot", "line_plot",
-           "scatter_plot"]
+__all__ = ["PNG_SIGNATURE", "bar_plot", "correlation_title", "density_plot", "grouped_bar_plot",
+           "heatmap_plot", "line_plot", "scatter_plot"]

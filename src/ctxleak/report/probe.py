@@ -46,14 +46,31 @@ def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any])
         name = "density_" + re.sub(r"[^A-Za-z0-9]+", "_", s["label"]).strip("_").lower()
         pngs[name + ".png"] = plots.density_plot({"target PII": target, "null PII": null},
                                                  title=title, xlabel="log-likelihood")
+    by_template = exact_match_by_template(rows)
+    if by_template:
+        names = list(by_template)
+        pngs["exact_match_by_template.png"] = plots.bar_plot(
+            [n if len(n) <= 32 else n[:31] + "…" for n in names],
+            [by_template[n] for n in names], title="Exact-match rate by template",
+            ylabel="exact-match rate (prompts)")
     training = extras.get("white_box_training") or {}
     if training:
         series = {t: ([h["epoch"] for h in d["history"]], [h["train_nll"] for h in d["history"]])
                   for t, d in training.items()}
         pngs["white_box_training.png"] = plots.line_plot(
             series, title="Soft-prompt training (App. A.4)", xlabel="epoch",
-            ylabel="mean target NLL (nats)")
+            ylabel="mean target NLL (nats)", integer_x=True)
     return pngs
+
+
+def exact_match_by_template(rows: list[dict]) -> dict[str, float]:
+    """The share of generated prompts whose output contains the target, per template (the
+    template's text; rows without a generation are left out)."""
+    hits: dict[str, list[bool]] = {}
+    for r in rows:
+        if r.get("exact_match") is not None:
+            hits.setdefault(str(r["template"]), []).append(bool(r["exact_match"]))
+    return {t: sum(v) / len(v) for t, v in hits.items()}
 
 
 def _masker(records: list, redact: bool) -> Callable[[Any], Any]:
@@ -160,12 +177,10 @@ def probe_report(lm: Any, records: list, rows: list[dict], summary: dict[str, An
         report.add_text("In-context: the per-token influence heatmap of a target answer is "
                         "left out under --redact (its tokens are PII).")
     elif ctx:
-        first = ctx[0]
-        tokens = lm.token_strings(_target_ids(lm, first))
-        if len(tokens) == len(first["token_influence"]):
-            report.add_token_heatmap([mask(t) for t in tokens], first["token_influence"],
-                                     caption="In-context: influence of the documents on each "
-                                     "token of one target answer")
+        from ctxleak.report.leakmap import probe_maps
+
+        probe_maps(report, lm, ctx, {r.subject_id: "\n".join(r.documents) for r in records},
+                   config["context_template"], chat=config.get("chat_template") == "on")
     report.add_heading("Examples")
     examples = []
     for r in rows[:25]:
@@ -175,14 +190,6 @@ def probe_report(lm: Any, records: list, rows: list[dict], summary: dict[str, An
                          "target LL": r.get("target_ll"), "null LL": r.get("null_ll")})
     report.add_table(examples, caption="First samples (all are in samples.jsonl, mode 0600)")
     return report
-
-
-def _target_ids(lm: Any, row: dict[str, Any]) -> list[int]:
-    from ctxleak.methods.pii.items import continuation_ids
-    from ctxleak.methods.pii.templates import scoring_pair
-
-    text, _ = scoring_pair(row["prompt"], row["target"])
-    return continuation_ids(lm, text, row["target"])
 
 
 def _short(s: dict[str, Any]) -> tuple[str, str, str]:
@@ -200,10 +207,11 @@ def _short(s: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from ctxleak.report.console import console as make_console
+
+    console = make_console()
     table = Table(title="PII probing (ProPILE): max over templates per subject")
     cols = ["probe", "group", "k", "PII", "n", "EM", "target", "null", "p"]
     for c in cols:

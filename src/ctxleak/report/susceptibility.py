@@ -27,10 +27,14 @@ def susceptibility_plots(records: Sequence[dict[str, Any]], options: Susceptibil
     out: dict[str, bytes] = {}
     if options.run_mc and options.run_fisher:
         rows = [r for r in records if r.get(mc) is not None and r.get(fk) is not None]
+        xs, ys = [r[mc] for r in rows], [r[fk] for r in rows]
+        title = plots.correlation_title("χ_F against χ_MC, per query", xs, ys)
         out["scatter_fisher_vs_mc.png"] = plots.scatter_plot(
-            [r[mc] for r in rows], [r[fk] for r in rows],
-            labels=[TYPE_LABELS.get(r["query_type"], r["query_type"]) for r in rows],
-            title="Fisher against Monte Carlo susceptibility, per query",
+            xs, ys, labels=[TYPE_LABELS.get(r["query_type"], r["query_type"]) for r in rows],
+            title=title, xlabel=labels[mc], ylabel=labels[fk])
+        out["scatter_by_relation.png"] = plots.scatter_plot(
+            xs, ys, labels=[str(r["relation"]) for r in rows],
+            title=plots.correlation_title("χ_F against χ_MC, by relation", xs, ys),
             xlabel=labels[mc], ylabel=labels[fk])
     for key, tag, on in ((mc, "mc", options.run_mc), (fk, "fisher", options.run_fisher)):
         if not on:
@@ -147,10 +151,11 @@ def group_rows(summary: dict[str, Any], reference: str = "marginal") -> list[dic
 
 def print_susceptibility(summary: dict[str, Any], reference: str, path: str) -> None:
     """The console tables of a susceptibility run (means, correlations, time per query)."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from ctxleak.report.console import console as make_console
+
+    console = make_console()
     mc, fk = "chi_mc" if reference == "marginal" else "chi_mc_nocontext", "chi_f"
     table = Table(title=f"Susceptibility ({summary['n_queries']} queries)")
     table.add_column("group")

@@ -60,8 +60,8 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
                           param="output")
     output = common.output or default_output(command)
     full = {"command": command, **common.to_dict(), **config, "output": output}
-    files = {k: v for k, v in (inputs or {}).items() if isinstance(v, (str, Path))}
-    if files:  # rows given in memory have no file to hash
+    if inputs:  # rows given in memory have no file to hash
+        files = {k: v for k, v in inputs.items() if isinstance(v, (str, Path))}
         full[INPUTS_KEY] = input_hashes(files)
     _CURRENT_RUN = RunDir(output, full, resume=common.resume, private=private, world=world)
     return _CURRENT_RUN

@@ -183,7 +183,7 @@ class ICLInfMethod(Method):
     def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
         from ctxleak.report.icl import icl_plots
 
-        return dict(icl_plots(result.summary["iclinf"], self.icl.variants))
+        return dict(icl_plots(result.summary["iclinf"], self.icl.variants, result.records))
 
     def report(self, result: Any, lm: Any = None) -> Any:
         from ctxleak.report.icl import icl_report

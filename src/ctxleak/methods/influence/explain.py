@@ -65,6 +65,7 @@ def explain_prompt(lm: Any, context: str, query: str, *, task: str = "qa",
                  "n-gram": lm.decode(list(parts.context[spans[i][0]:spans[i][1]])),
                  "influence": float(win.per_window[i])} for k, i in enumerate(order)]
     summary = {"response": lm.decode(response.token_ids), "response_ids": response.token_ids,
+               "response_tokens": lm.token_strings(response.token_ids),
                "first_token": lm.decode([first]), "influence": response.influence,
                "token_influence": response.token_influence.tolist(),
                "unigram_influence_on_first_token": unigram.tolist(),

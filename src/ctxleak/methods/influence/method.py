@@ -194,4 +194,26 @@ class InfluenceMethod(Method):
                 "contexts cut to the window": sum(s["truncated_contexts"] for s in settings),
                 "n-grams clipped to the context": sum(s["ngram_clipped"] for s in settings)}
         return influence_report(result.summary["settings"], records, result.images, meta,
-                                token_strings=tokens, redact=self.redact)
+                                token_strings=tokens, redact=self.redact,
+                                tokens_of=self._tokens_of(lm, records) if lm else None)
+
+    def _tokens_of(self, lm: Any, records: Sequence[dict[str, Any]]) -> Any:
+        """Record i's (context tokens, response tokens) as strings, for its leak map: the
+        context exactly as measured (same template, size cut and window cut)."""
+        from functools import lru_cache
+
+        from ctxleak.methods.influence.data import prompt_parts
+
+        by_id = {ex.id: ex for ex in self.examples}
+        settings = {s.key: s for s in self.grid}
+
+        @lru_cache(maxsize=None)
+        def tokens_of(i: int) -> tuple[list[str], list[str]]:
+            r = records[i]
+            setting = settings[r["setting"]]
+            parts, _ = prompt_parts(lm, by_id[r["id"].split("|")[0]], self.options.template,
+                                    setting.context_tokens,
+                                    reserve=self.options.max_new_tokens)
+            return lm.token_strings(list(parts.context)), lm.token_strings(r["response_ids"])
+
+        return tokens_of

@@ -1,0 +1,169 @@
+"""Runs of one method side by side (``ctxleak compare``, ``ctxleak.compare``): the summary table
+with a column per run and each headline figure with one line (or bar) per run, as in the papers'
+comparisons across models: influence against model size (paper 000, Fig. 4), susceptibility
+across models (paper 002), ICLInf against shots (paper 001, Fig. 3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxleak.errors import ConfigError
+from ctxleak.results import Result, load_result
+
+# The columns of each method's summary table that name a row (the rest are compared).
+IDENTITY: dict[str, tuple[str, ...]] = {
+    "influence": ("λ", "T"), "icl": ("shots", "variant"), "audit": ("ε_target",),
+    "susceptibility": ("group",), "probe": ("group",), "influence-explain": ("rank",)}
+# Columns that describe the run rather than measure it (left out of the comparison).
+SKIP = {"influence": {"ctx tokens", "n"}, "influence-explain": {"tokens", "n-gram"}}
+
+
+@dataclass
+class Comparison:
+    """Several runs of one method, side by side."""
+
+    method: str
+    labels: list[str]
+    results: list[Result]
+    rows: list[dict[str, Any]]
+    images: dict[str, bytes] = field(default_factory=dict, repr=False)
+    html: str = field(default="", repr=False)
+    path: Path | None = None
+
+    def table(self) -> list[dict[str, Any]]:
+        """The summary table: one row per (row of the method's table, quantity), a column per
+        run."""
+        return self.rows
+
+    def show(self) -> None:
+        """Print the comparison table (what ``ctxleak compare`` prints)."""
+        from ctxleak.report.console import print_rows
+
+        print_rows(self.rows, title=f"{self.method}: {len(self.labels)} runs", justify="left")
+
+    def to_html(self) -> str:
+        return self.html
+
+    def _repr_html_(self) -> str:
+        from ctxleak.report import Report
+
+        report = Report(f"ctxleak compare: {self.method}", ", ".join(self.labels))
+        report.add_table(self.rows)
+        return report.fragment()
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write ``report.html``, ``compare.json`` (runs and table) and the figures."""
+        from ctxleak.run.rundir import to_jsonable, write_atomic
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        body = {"method": self.method, "runs": [{"label": lab, "path": str(r.path or "")}
+                                                for lab, r in zip(self.labels, self.results)],
+                "table": self.rows}
+        write_atomic(out / "compare.json", json.dumps(to_jsonable(body), indent=2,
+                                                      ensure_ascii=False) + "\n", 0o600)
+        write_atomic(out / "report.html", self.html, 0o600)
+        for name, png in self.images.items():
+            write_atomic(out / name, png, 0o600)
+        self.path = out
+        return out
+
+
+def _load(run: Any, what: str) -> Result:
+    if isinstance(run, Result):
+        return run
+    if isinstance(run, (str, os.PathLike)):
+        return load_result(run)
+    raise ConfigError(f"{what} must be a Result or a run directory, not {type(run).__name__}",
+                      param="results")
+
+
+def model_name(result: Result) -> str:
+    """The run's model: its name, or the last part of a local path."""
+    name = str((result.provenance.get("model") or {}).get("name")
+               or result.config.get("model") or "model")
+    return Path(name).name if os.sep in name.rstrip(os.sep) else name
+
+
+def run_labels(results: Sequence[Result]) -> list[str]:
+    """One label per run: its model, with the run folder (or a number) where models repeat."""
+    names = [model_name(r) for r in results]
+    labels = []
+    for i, (name, r) in enumerate(zip(names, results)):
+        if names.count(name) > 1:
+            name = f"{name} ({r.path.name if r.path else i + 1})"
+        labels.append(name)
+    for i, lab in enumerate(labels):  # the same model and folder name twice
+        if labels.count(lab) > 1:
+            labels[i] = f"{lab} #{i + 1}"
+    return labels
+
+
+def compare_rows(method: str, tables: Sequence[list[dict[str, Any]]],
+                 labels: Sequence[str]) -> list[dict[str, Any]]:
+    """Merge the runs' summary tables: rows matched by the method's identity columns (a
+    repeat of the same identity within a run gets ``#k``), one column per run."""
+    ident = IDENTITY.get(method, ())
+    skip = SKIP.get(method, set())
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for label, rows in zip(labels, tables):
+        seen: dict[str, int] = {}
+        for i, row in enumerate(rows):
+            key = ", ".join(f"{c}={_fmt(row[c])}" for c in ident if c in row) or f"row {i + 1}"
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > 1:
+                key += f" #{seen[key]}"
+            for col, value in row.items():
+                if col in ident or col in skip:
+                    continue
+                cell = merged.setdefault((key, col), {"row": key, "quantity": col})
+                cell[label] = value
+    return [{"row": c["row"], "quantity": c["quantity"], **{lab: c.get(lab) for lab in labels}}
+            for c in merged.values()]
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def compare(results: Sequence[Any], output: str | os.PathLike[str] | None = None) -> Comparison:
+    """Lay runs of the same method side by side. ``results``: :class:`Result` objects or run
+    directories (at least two). Refuses runs of different methods. With ``output`` the report
+    and figures are written there. Returns a :class:`Comparison`."""
+    from ctxleak.report.compare import compare_figures, compare_report
+
+    if isinstance(results, (str, os.PathLike)) or len(results) < 2:
+        raise ConfigError("compare needs at least two runs", param="results")
+    loaded = [_load(r, f"results[{i}]") for i, r in enumerate(results)]
+    methods = [r.method if r.method != Result.method else str(r.config.get("command"))
+               for r in loaded]
+    if len(set(methods)) > 1:
+        which = ", ".join(f"{r.path or f'results[{i}]'} is {m}"
+                          for i, (r, m) in enumerate(zip(loaded, methods)))
+        raise ConfigError(f"cannot compare runs of different methods ({which}): compare runs "
+                          "of one method", param="results")
+    method = methods[0]
+    labels = run_labels(loaded)
+    rows = compare_rows(method, [r.table() for r in loaded], labels)
+    images = compare_figures(method, loaded, labels)
+    report = compare_report(method, loaded, labels, rows, images)
+    comp = Comparison(method, labels, loaded, rows, images, report.render())
+    if output is not None:
+        comp.save(output)
+    return comp
+
+
+def default_output() -> str:
+    return str(Path("runs") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+__all__ = ["Comparison", "compare", "compare_rows", "run_labels"]

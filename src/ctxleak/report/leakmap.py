@@ -1,0 +1,136 @@
+"""The leak-map section of a report (paper 000, Def. 3.1-3.2): the examples and context passages
+that leaked most, each linked to its map, and one map per example: the context coloured by the
+influence of the n-gram windows covering each token, beside the response coloured per token.
+
+Used by the influence report, ``influence explain`` and probe's in-context mode (where a
+subject's documents are the context)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ctxleak.report.html import Link, Report
+
+# (context token strings, response token strings) of the record at an index
+TokensOf = Callable[[int], tuple[list[str], list[str]]]
+
+EXPLAIN = ("Each context token is coloured by the mean influence τ_{i,n} (paper 000, Def. 3.2) "
+           "of the n-gram windows that cover it: how much the whole response's log-probabilities "
+           "move when that window is deleted from the context. Darker red: the response leans "
+           "more on that passage. The response beside it is coloured by each token's influence "
+           "τ_t (Def. 3.1). Hover a token for its value. With --ngram N --stride 1 every token "
+           "gets its own moving average; with the default stride (= N) a window's tokens share "
+           "its value.")
+
+
+def anchor(index: int) -> str:
+    """The id of record ``index``'s map in the page."""
+    return f"ex-{index}"
+
+
+def record_label(record: dict[str, Any], many_settings: bool) -> str:
+    rid = str(record.get("id", "")).split("|")[0]
+    return f"{rid} ({record['setting']})" if many_settings else rid
+
+
+def add_leak_section(report: Report, records: Sequence[dict[str, Any]], tokens_of: TokensOf, *,
+                     max_maps: int = 30, top_k: int = 20) -> None:
+    """The ranked examples, the top passages and the maps of the ``max_maps`` examples with
+    the most influence (those beyond have no map: every value is in samples.jsonl)."""
+    from ctxleak.methods.influence.leakmap import context_token_scores, ranked_examples, top_passages
+
+    many = len({r.get("setting") for r in records}) > 1
+    order = ranked_examples(records)
+    mapped = set(order[:max_maps])
+    has_windows = any(r.get("window_influence") for r in records)
+    report.add_heading("Where the context leaked")
+    report.add_text(EXPLAIN if has_windows else
+                    "This run computed no n-gram windows, so the context cannot be coloured: run "
+                    "with --ngram N (and --stride 1 for a map per token) to see which context "
+                    "passages drove each response. The responses are coloured per token.")
+
+    def label(i: int) -> Any:
+        text = record_label(records[i], many)
+        return Link(text, anchor(i)) if i in mapped else text
+
+    rows = []
+    for rank, i in enumerate(order[:200], start=1):
+        r = records[i]
+        row: dict[str, Any] = {"rank": rank, "example": label(i), "influence": r["influence"]}
+        if has_windows:
+            row["max n-gram influence"] = r.get("max_window_influence")
+        row["response"] = r["response"]
+        rows.append(row)
+    report.add_table(rows, caption="Examples by response influence τ (Def. 3.2), most first; "
+                                   "the linked ones have a map below")
+    if has_windows:
+        passages = []
+        for rank, (i, w) in enumerate(top_passages(records, top_k), start=1):
+            start, end = records[i]["windows"][w]
+            context, _ = tokens_of(i)
+            passages.append({"rank": rank, "example": label(i), "tokens": f"{start}-{end}",
+                             "passage": "".join(context[start:end]),
+                             "influence": records[i]["window_influence"][w]})
+        report.add_table(passages, caption=f"The {len(passages)} context passages (n-gram "
+                                           "windows) with the most influence on their response")
+    for i in order[:max_maps]:
+        r = records[i]
+        context, response = tokens_of(i)
+        if r.get("window_influence") and r.get("windows"):
+            scores = context_token_scores(len(context), r["windows"], r["window_influence"])
+            note = f"{len(r['windows'])} windows of {r.get('ngram')} tokens"
+        else:
+            scores, note = [None] * len(context), "no n-gram windows in this run"
+        if len(response) != len(r["token_influence"]):
+            response = [""] * len(r["token_influence"])  # never mis-align tokens and values
+        report.add_leak_map(anchor(i), f"{record_label(r, many)}: influence {r['influence']:.4g}",
+                            context, scores, response, r["token_influence"], note=note)
+
+
+def explain_map(report: Report, context: list[str], starts: Sequence[float],
+                per_window: Sequence[float], n: int, response: list[str],
+                token_influence: Sequence[float]) -> None:
+    """The map of ``influence explain`` (windows of ``n`` tokens at stride 1)."""
+    from ctxleak.methods.influence.leakmap import context_token_scores
+
+    spans = [(int(s), min(int(s) + n, len(context))) for s in starts]
+    scores = context_token_scores(len(context), spans, per_window)
+    if len(response) != len(token_influence):
+        response = [""] * len(token_influence)
+    report.add_leak_map(anchor(0), "the context beside the response", context, scores,
+                        response, token_influence, note=f"{len(spans)} windows of {n} tokens, "
+                                                        "stride 1")
+
+
+def probe_maps(report: Report, lm: Any, rows: Sequence[dict[str, Any]],
+               documents: dict[str, str], context_template: str, *, chat: bool = False,
+               max_maps: int = 3) -> None:
+    """Probe's in-context mode: the maps of the ``max_maps`` rows whose documents had the most
+    influence on the target answer (the subject's documents are the context)."""
+    from ctxleak.methods.pii.leakmap import in_context_map
+
+    top = sorted((r for r in rows if r.get("influence") is not None and documents.get(
+        r["subject"])), key=lambda r: -float(r["influence"]))[:max_maps]
+    if not top:
+        return
+    report.add_heading("In-context: where the documents leaked into the answer")
+    report.add_text("The subject's documents are the context. Each document token is coloured "
+                    "by the mean influence (paper 000, Def. 3.2) of the windows covering it on "
+                    "the teacher-forced target answer; the answer's tokens by their own "
+                    "influence τ_t (Def. 3.1). Hover a token for its value.")
+    for k, r in enumerate(top):
+        found = in_context_map(lm, r, documents[r["subject"]], context_template, chat=chat)
+        if found is None:
+            continue
+        scores = r["token_influence"]
+        answer = found["target_tokens"]
+        if len(answer) != len(scores):
+            answer = [""] * len(scores)
+        report.add_leak_map(f"probe-{k}", f"{r['subject']} · {r['pii_type']} · "
+                            f"{r['template']}: influence {r['influence']:.4g}",
+                            found["context_tokens"], found["scores"], answer, scores,
+                            note=f"{found['windows']} windows of {found['n']} tokens")
+
+
+__all__ = ["add_leak_section", "anchor", "explain_map", "probe_maps"]

@@ -1,0 +1,46 @@
+"""Probe's in-context leak map (paper 004 in-context mode with paper 000, Def. 3.1-3.2): each
+document token's score is the mean, over the windows covering it, of Σ_t |log p(y_t|prompt with
+the documents) − log p(y_t|prompt without that window)|, checked against direct scoring."""
+
+from __future__ import annotations
+
+import numpy as np
+from tiny_data import word_records
+
+from ctxleak.engine.prompts import build_prompt
+from ctxleak.engine.scoring import continuation_logprobs
+from ctxleak.methods.influence.ngrams import windows
+from ctxleak.methods.pii.items import continuation_ids
+from ctxleak.methods.pii.leakmap import in_context_map
+from ctxleak.methods.pii.templates import scoring_pair
+
+TEMPLATE = "{document}\n{prompt}"
+
+
+def test_in_context_map_matches_direct_scoring(tiny_lm):
+    record = word_records(1)[0]
+    doc_text = "\n".join(record.documents)
+    row = {"prompt": f"the phone of {record.name} is ", "target": record.phone}
+    found = in_context_map(tiny_lm, row, doc_text, TEMPLATE, ngram=4)
+    text, _ = scoring_pair(row["prompt"], row["target"])
+    doc = tiny_lm.encode(doc_text)
+    target = continuation_ids(tiny_lm, text, row["target"])
+
+    def score(d):
+        ids = build_prompt(tiny_lm, TEMPLATE, {"document": d, "prompt": text}, chat=False).ids
+        return continuation_logprobs(tiny_lm, [ids], [target], reuse_prefix=False)[0]
+
+    full = score(doc)
+    spans = windows(len(doc), 4, 2)
+    infl = [float(np.abs(full - score(doc[:s] + doc[e:])).sum()) for s, e in spans]
+    expected = [np.mean([v for (s, e), v in zip(spans, infl) if s <= j < e])
+                for j in range(len(doc))]
+    assert found["windows"] == len(spans) and found["n"] == 4
+    assert found["context_tokens"] == tiny_lm.token_strings(doc)
+    assert found["target_tokens"] == tiny_lm.token_strings(target)
+    np.testing.assert_allclose(found["scores"], expected, rtol=1e-6, atol=1e-9)
+
+
+def test_in_context_map_without_documents_is_none(tiny_lm):
+    assert in_context_map(tiny_lm, {"prompt": "the phone is ", "target": "one two"}, "",
+                          TEMPLATE) is None

@@ -1,0 +1,212 @@
+"""Every command's report, and a compare report, from tiny runs, loaded in headless Chromium:
+no console errors or CSP violations, every image loads, clicking a header sorts its table, the
+filter box hides rows, and only the hashed script runs (a script/onerror payload in the data
+never executes). Screenshots go to ``$CTXLEAK_SCREENSHOTS`` (or the test's temporary folder).
+
+Skipped, with the reason, where Chromium or ``websocket-client`` is missing
+(``scripts/setup.sh --dev`` installs both where it can)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from cdp import Browser, find_chromium
+from tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
+
+import ctxleak
+from ctxleak.methods.pii.records import save_records
+from ctxleak.report import Report
+from ctxleak.report.interactive import SCRIPT, SCRIPT_HASH
+
+pytest.importorskip("websocket", reason="websocket-client is not installed (pip install "
+                    "websocket-client, or scripts/setup.sh --dev)")
+CHROMIUM = find_chromium()
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get "
+                                "install chromium, or scripts/setup.sh --dev)")
+
+# would set window.pwned if any of it ran
+PAYLOAD = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
+
+
+@pytest.fixture(scope="module")
+def browser():
+    b = Browser(CHROMIUM)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def shots_dir(tmp_path_factory) -> Path:
+    env = os.environ.get("CTXLEAK_SCREENSHOTS")
+    return Path(env) if env else tmp_path_factory.mktemp("screenshots")
+
+
+def _flags() -> dict[str, str]:
+    flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
+    return {"fmt": flags["--format"], "instruction": flags["--instruction"],
+            "exemplar_template": flags["--exemplar-template"],
+            "query_template": flags["--query-template"]}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory, tiny_dir, gpt2_lm) -> dict[str, Path]:
+    """One tiny run of every command (and a compare of two models), by name -> report.html."""
+    root = tmp_path_factory.mktemp("browser-runs")
+    docs = root / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"id": f"{PAYLOAD} d{i}", "context": c,
+                                        "query": f"what is the capital ? {PAYLOAD}"}) + "\n"
+                            for i, c in enumerate(["the capital of france is paris .",
+                                                   "rome is the capital of italy and a city ."])))
+    (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
+    save_records(word_records(4), root / "records.jsonl")
+    for name, pairs in (("train", TRAIN), ("test", TEST)):
+        (root / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"text": f"{t} {PAYLOAD}", "label": lab}) + "\n"
+                    for t, lab in pairs))
+    common = dict(seed=3, progress=False)
+    influence = dict(lam=[0.5, 1.0], max_new_tokens=4, ngram=2, stride=1)
+    runs = {
+        "influence": ctxleak.influence(tiny_dir, str(docs), output=str(root / "influence"),
+                                       **influence, **common),
+        "influence-gpt2": ctxleak.influence(gpt2_lm, str(docs), output=str(root / "gpt2"),
+                                            **influence, **common),
+        "explain": ctxleak.influence_explain(tiny_dir, "the capital of france is paris .",
+                                             f"what is the capital ? {PAYLOAD}",
+                                             max_new_tokens=4, ngram=2,
+                                             output=str(root / "explain"), seed=3),
+        "icl": ctxleak.iclinf(tiny_dir, str(root / "train.jsonl"),
+                              test_data=str(root / "test.jsonl"), shots=[1, 2], queries=3,
+                              calibration="both", output=str(root / "icl"), **_flags(),
+                              **common),
+        "audit": ctxleak.audit(tiny_dir, "demo", subset_size=3, n_gen=2, max_tokens=4,
+                               target_eps=[1, 100], output=str(root / "audit"), **common),
+        "susceptibility": ctxleak.susceptibility(tiny_dir, str(root / "rel.json"), contexts=4,
+                                                 limit=3, output=str(root / "susc"), **common),
+        "probe": ctxleak.probe(tiny_dir, str(root / "records.jsonl"), pii="phone", limit=3,
+                               mode="black-box,in-context", output=str(root / "probe"),
+                               **common),
+    }
+    out = {name: r.path / "report.html" for name, r in runs.items()}
+    comp = ctxleak.compare([runs["influence"], runs["influence-gpt2"]],
+                           output=root / "compare")
+    out["compare"] = comp.path / "report.html"
+    return out
+
+
+def _check_page(browser: Browser, page: Path) -> dict:
+    browser.open(page)
+    return browser.evaluate("""(() => {
+      const scripts = Array.from(document.scripts).map(s => s.textContent);
+      const images = Array.from(document.images).map(
+          i => ({ok: i.complete && i.naturalWidth > 0, data: i.src.startsWith('data:')}));
+      return {pwned: typeof window.pwned, scripts, images,
+              maps: document.querySelectorAll('section.leakmap').length,
+              js: document.documentElement.classList.contains('js'),
+              tables: document.querySelectorAll('table.interactive').length};
+    })()""")
+
+
+SORT = """(() => {
+  const rows = t => Array.from(t.tBodies[0].rows).map(r => r.textContent);
+  for (const t of document.querySelectorAll('table.interactive')) {
+    const ths = t.tHead.rows[0].cells;
+    for (let c = 0; c < ths.length; c++) {
+      const before = rows(t).join('\\u0001');
+      ths[c].click();
+      if (rows(t).join('\\u0001') !== before) {
+        return {col: c, dir: ths[c].getAttribute('aria-sort'),
+                values: Array.from(t.tBodies[0].rows).map(r => {
+                  const td = r.cells[c]; const v = td.getAttribute('data-v');
+                  return v !== null ? v : td.textContent.trim(); })};
+      }
+    }
+  }
+  return null;
+})()"""
+
+
+@pytest.mark.parametrize("name", ["influence", "explain", "icl", "audit", "susceptibility",
+                                  "probe", "compare"])
+def test_report_in_chromium(name, reports, browser, shots_dir):
+    state = _check_page(browser, reports[name])
+    browser.screenshot(shots_dir / f"{name}.png")
+    assert browser.errors() == []
+    # only the hashed script is in the page, and it ran; the payload did not
+    assert state["scripts"] == [SCRIPT] and state["js"]
+    digest = base64.b64encode(hashlib.sha256(state["scripts"][0].encode()).digest()).decode()
+    assert SCRIPT_HASH == f"sha256-{digest}"
+    assert state["pwned"] == "undefined"
+    # the leak maps: one per example and setting, one in explain, up to 3 in-context probes
+    assert state["maps"] == {"influence": 4, "explain": 1, "probe": 3}.get(name, 0)
+    # every image is an embedded PNG that decoded
+    assert state["images"] and all(i["ok"] and i["data"] for i in state["images"])
+    # clicking a header sorts: the order changes, ascending by the column's values
+    assert state["tables"] >= 1
+    sort = browser.evaluate(SORT)
+    assert sort is not None and sort["dir"] == "ascending"
+    try:
+        numbers = [float(v) for v in sort["values"]]
+    except ValueError:
+        numbers = None
+    if numbers is not None:
+        assert numbers == sorted(numbers)
+    assert browser.errors() == []
+
+
+def test_influence_leak_map_links_and_filter(reports, browser, shots_dir):
+    browser.open(reports["influence"])
+    info = browser.evaluate("""(() => {
+      const links = Array.from(document.querySelectorAll('a[href^="#ex-"]'));
+      const targets = links.map(a => !!document.getElementById(a.getAttribute('href').slice(1)));
+      const maps = document.querySelectorAll('section.leakmap');
+      const toks = maps.length ? maps[0].querySelectorAll('.tokens')[0].querySelectorAll('span.tok')
+                               : [];
+      return {links: links.length, targets, maps: maps.length,
+              titled: Array.from(toks).every(s => s.title !== ''), tokens: toks.length};
+    })()""")
+    assert info["maps"] == 4  # 2 examples x 2 settings
+    assert info["links"] >= 4 and all(info["targets"])
+    assert info["tokens"] > 0 and info["titled"]  # every context token has its value on hover
+    browser.evaluate("document.getElementById('ex-0').scrollIntoView()")
+    browser.screenshot(shots_dir / "influence_leakmap.png")
+    # a real mouse click on the ranked table's "influence" header sorts it ascending, a second
+    # click descending
+    column = """Array.from(document.querySelector('table.interactive').tBodies[0].rows)
+                .map(r => Number(r.cells[2].getAttribute('data-v')))"""
+    before = browser.evaluate(column)
+    assert before == sorted(before, reverse=True)  # ranked: most influence first
+    browser.click("table.interactive thead th:nth-child(3)")
+    assert browser.evaluate(column) == sorted(before)
+    browser.click("table.interactive thead th:nth-child(3)")
+    assert browser.evaluate(column) == sorted(before, reverse=True)
+    # the filter box hides the rows without its text
+    shown = browser.evaluate("""(() => {
+      const box = document.querySelector('input.filter');
+      if (!box) return null;
+      const table = box.parentNode.querySelector('table');
+      box.value = 'zzz-no-such-text'; box.dispatchEvent(new Event('input'));
+      const hidden = Array.from(table.tBodies[0].rows).filter(r => r.hidden).length;
+      box.value = ''; box.dispatchEvent(new Event('input'));
+      return [hidden, table.tBodies[0].rows.length,
+              Array.from(table.tBodies[0].rows).filter(r => r.hidden).length];
+    })()""")
+    if shown is not None:
+        assert shown[0] == shown[1] and shown[2] == 0
+
+
+def test_harness_sees_a_script_the_csp_blocks(browser, tmp_path):
+    """The checks above can fail: an inline script without the hash is blocked and reported."""
+    page = Report("t").render().replace("</body>", "<script>window.pwned=3</script></body>")
+    path = tmp_path / "evil.html"
+    path.write_text(page)
+    browser.open(path)
+    assert browser.evaluate("typeof window.pwned") == "undefined"
+    errors = browser.errors()
+    assert any("script-src" in e for e in errors), errors
+    assert re.search(r"csp: script-src", "\n".join(errors))

@@ -1,0 +1,55 @@
+"""Console tables: full width when stdout is not a terminal (never a cut header), TSV with
+``--plain``."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_cli
+
+from ctxleak.report import console
+
+ROWS = [{f"expected influence column {i}": 0.123456 * i for i in range(12)},
+        {f"expected influence column {i}": None for i in range(12)}]
+
+
+@pytest.fixture(autouse=True)
+def _not_plain():
+    console.set_plain(False)
+    yield
+    console.set_plain(False)
+
+
+def test_wide_table_is_not_cut_when_stdout_is_not_a_terminal(capsys):
+    console.print_rows(ROWS, title="a wide table")
+    out = capsys.readouterr().out
+    assert "…" not in out
+    for i in range(12):
+        assert f"expected influence column {i}" in out
+    header = next(line for line in out.splitlines() if "column 0" in line)
+    assert len(header) > 300  # one line, at its natural width
+
+
+def test_plain_prints_tsv(capsys):
+    console.set_plain(True)
+    console.print_rows(ROWS, title="t")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "# t"
+    assert lines[1].split("\t") == [f"expected influence column {i}" for i in range(12)]
+    assert lines[2].split("\t")[:3] == ["0", "0.1235", "0.2469"]
+    assert lines[3].split("\t") == ["—"] * 12 and len(lines) == 4
+
+
+def test_tsv_cells_never_break_lines():
+    from rich.table import Table
+
+    table = Table()
+    table.add_column("a\tb")
+    table.add_row("x\ny")
+    assert console.table_tsv(table) == "a b\nx y"
+
+
+def test_cli_plain_flag(capsys):
+    code, out, err = run_cli(["--plain", "models"], capsys)
+    assert code == 0, err
+    header = out.splitlines()[1] if out.startswith("#") else out.splitlines()[0]
+    assert "\t" in header and "│" not in out and "┃" not in out
