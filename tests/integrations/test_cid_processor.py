@@ -306,3 +306,35 @@ def test_default_model_greedy_matches_generate_cid(default_lm):
     rec = out.ledger[0].to_record()
     assert rec["logp_context"] == pytest.approx(own.logp_context, abs=1e-5)
     assert rec["logp_empty"] == pytest.approx(own.logp_empty, abs=1e-5)
+
+
+def test_ledger_as_an_influence_result(llama_lm, tmp_path):
+    """The ledger read as an InfluenceResult: one record per row with the ledger's numbers,
+    expected influence = the mean of the rows' response influences (Def. 3.3), composed ε in
+    bounded mode, and a save/load round trip through a run folder."""
+    import ctxleak
+    from ctxleak.results import InfluenceResult
+
+    torch.manual_seed(3)
+    out = cid_generate(llama_lm, context=CONTEXTS[:2], query=QUERIES[:2], lam=1.5,
+                       bounded_eps=0.5, temperature=0.8, max_new_tokens=5)
+    result = out.to_result()
+    assert isinstance(result, InfluenceResult)
+    assert [r["response_ids"] for r in result.records] == [row.response_ids for row in out.ledger]
+    assert [r["response"] for r in result.records] == out.texts
+    setting = result.summary["settings"][0]
+    influences = [sum(row.token_influence) for row in out.ledger]
+    assert setting["influence"]["mean"] == pytest.approx(sum(influences) / 2, rel=1e-12)
+    assert setting["composed_eps"]["mean"] == pytest.approx(
+        sum(row.composed_eps for row in out.ledger) / 2, rel=1e-12)
+    assert all(row.composed_eps <= 0.5 * len(row.entries) + 1e-9 for row in out.ledger)
+    html = result.to_html()
+    assert "Content-Security-Policy" in html and "row-1" in html
+    loaded = ctxleak.load_result(result.save(tmp_path / "ledger"))
+    assert isinstance(loaded, InfluenceResult)
+    assert loaded.records == result.records
+    assert loaded.summary["settings"][0]["influence"]["mean"] == pytest.approx(
+        setting["influence"]["mean"])
+    with pytest.raises(ValueError, match="empty"):
+        from ctxleak.integrations.ledger import ledger_result
+        ledger_result([])

@@ -96,3 +96,57 @@ class RowLedger:
 def to_records(ledger: tuple[RowLedger, ...] | list[RowLedger]) -> list[dict[str, Any]]:
     """One plain dict per response (see :meth:`RowLedger.to_record`)."""
     return [row.to_record() for row in ledger]
+
+
+def ledger_result(ledger: tuple[RowLedger, ...] | list[RowLedger],
+                  texts: list[str] | None = None, *, seed: int = 0) -> Any:
+    """The ledger as an :class:`~ctxleak.results.InfluenceResult`: one record per response
+    (``samples.jsonl`` keys, ``id`` = ``row-<i>``), and a summary in the layout of
+    ``ctxleak influence`` with one setting: expected influence (paper 000, Def. 3.3, Eq. 5) with
+    its bootstrap interval, the per-position curve and, in bounded mode, the composed ε (App. B).
+    Regurgitation and quality need the context and a reference, which a ledger does not hold:
+    they are ``None``. ``.show()``, ``.to_pandas()``, ``.save(dir)`` and ``.to_html()`` work as
+    for any result."""
+    import numpy as np
+
+    from ctxleak.methods.influence.metrics import mean_curve, mean_with_ci
+    from ctxleak.methods.influence.quantities import expected_influence
+    from ctxleak.report.html import Report
+    from ctxleak.results import InfluenceResult
+
+    rows = list(ledger)
+    if not rows:
+        raise ValueError("the ledger is empty: nothing was generated")
+    if texts is not None and len(texts) != len(rows):
+        raise ValueError(f"texts: {len(texts)} for {len(rows)} ledger rows")
+    first = rows[0]
+    key = f"lam={first.lam}|T={first.temperature}"
+    records = []
+    for i, row in enumerate(rows):
+        record = {"id": f"row-{row.row}", "setting": key, **row.to_record()}
+        if texts is not None:
+            record["response"] = texts[i]
+        records.append(record)
+    setting: dict[str, Any] = {
+        "setting": key, "lambda": first.lam, "temperature": first.temperature, "n": len(rows),
+        "influence": expected_influence([r.influence for r in rows], seed=seed),
+        "mean_tokens": float(np.mean([len(r.response_ids) for r in rows])),
+        "repeat_prompts": None, "rouge_prompts": None, "rouge_l": None,
+        "per_position_influence": mean_curve([r.token_influence for r in rows]),
+    }
+    if first.bounded_eps is not None:
+        setting["composed_eps"] = mean_with_ci([float(r.composed_eps) for r in rows], seed=seed)
+        setting["mean_lambda"] = float(np.mean([np.mean(r.lambdas) for r in rows if r.lambdas]))
+    config = {"command": "influence", "source": "ContextInfluenceProcessor (generate)",
+              "lambda": first.lam, "temperature": first.temperature,
+              "bounded_eps": first.bounded_eps, "seed": seed}
+    result = InfluenceResult(records=records, summary={"settings": [setting]}, config=config,
+                             n_effective=len(records))
+    report = Report(InfluenceResult.title, "Context Influence Decoding inside generate(): "
+                    "the processor's ledger", redact=False)
+    report.add_table(result.table())
+    report.add_table([{"row": r["id"], "tokens": len(r["response_ids"]),
+                       "influence": r["influence"], "composed ε": r.get("composed_eps"),
+                       "response": r.get("response")} for r in records])
+    result.html = report.render()
+    return result

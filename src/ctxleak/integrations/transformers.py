@@ -42,7 +42,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, left_pad
 from ctxleak.engine.models import LM, ModelInfo
 from ctxleak.errors import ConfigError
-from ctxleak.integrations.ledger import LedgerEntry, RowLedger
+from ctxleak.integrations.ledger import LedgerEntry, RowLedger, ledger_result
 from ctxleak.methods.influence.cid import CIDConfig, bounded_lambda, cid_logprobs
 from ctxleak.methods.influence.quantities import token_influence
 
@@ -307,6 +307,11 @@ class ContextInfluenceProcessor(LogitsProcessor):
         """:attr:`ledger` as plain dicts (keys as in ``samples.jsonl``)."""
         return [row.to_record() for row in self.ledger]
 
+    def to_result(self, *, seed: int = 0) -> Any:
+        """:attr:`ledger` as an :class:`~ctxleak.results.InfluenceResult` (see
+        :func:`~ctxleak.integrations.ledger.ledger_result`)."""
+        return ledger_result(self.ledger, seed=seed)
+
 
 class _Observer(StoppingCriteria):
     """Shows the processor each token as soon as ``generate`` has drawn it; never stops."""
@@ -351,6 +356,11 @@ class CIDGeneration:
     def to_records(self) -> list[dict[str, Any]]:
         """One dict per row: its ledger record (``samples.jsonl`` keys) and ``response``."""
         return [{**row.to_record(), "response": text} for row, text in zip(self.ledger, self.texts)]
+
+    def to_result(self, *, seed: int = 0) -> Any:
+        """The ledger and texts as an :class:`~ctxleak.results.InfluenceResult` (``show``,
+        ``to_pandas``, ``save``, ``to_html``; see :func:`~ctxleak.integrations.ledger.ledger_result`)."""
+        return ledger_result(self.ledger, self.texts, seed=seed)
 
 
 def _check_generate_kwargs(kwargs: dict[str, Any], bounded: bool) -> None:
