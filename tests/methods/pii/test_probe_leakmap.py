@@ -38,7 +38,9 @@ def test_in_context_map_matches_direct_scoring(tiny_lm):
     assert found["windows"] == len(spans) and found["n"] == 4
     assert found["context_tokens"] == tiny_lm.token_strings(doc)
     assert found["target_tokens"] == tiny_lm.token_strings(target)
-    np.testing.assert_allclose(found["scores"], expected, rtol=1e-6, atol=1e-9)
+    # the map reuses the shared prefix's KV cache and scores windows in batches (float32
+    # forward passes; float64 from the log-softmax on): ~1e-7 apart from full recomputation
+    np.testing.assert_allclose(found["scores"], expected, rtol=1e-5, atol=1e-6)
 
 
 def test_in_context_map_without_documents_is_none(tiny_lm):
