@@ -4,6 +4,8 @@ Shared by the method tests and the data-parallel tests."""
 
 from __future__ import annotations
 
+import json
+
 from ctxleak.methods.pii.records import PIIRecord
 
 # ICL: (text, label) pairs and the templates that fit them
@@ -56,3 +58,23 @@ def word_records(n: int = 6) -> list[PIIRecord]:
             documents=[f"the phone of {a} {b} is {PHONES[i]} . the email of {a} {b} is "
                        f"{b} news {PLACES[(i + 4) % 8]} ."]))
     return out
+
+
+# one relation in ctxleak's relation format, for the susceptibility data and CLI tests
+CAPITAL_RELATION = {
+    "name": "capital",
+    "closed_query": "Q: Is {answer} the capital of {entity}? A:",
+    "open_qa_query": "Q: What is the capital of {entity}? A:",
+    "open_completion_query": "The capital of {entity} is",
+    "context_template": "The capital of {entity} is {answer}.\n",
+    "entities": [{"entity": "France", "answer": "Paris"}, {"entity": "Japan", "answer": "Tokyo"}],
+    "fake_entities": ["Velmoria"],
+    "answers": ["Paris", "Tokyo", "Cairo"],
+}
+
+
+def write_json(tmp_path, obj, name="rel.json"):
+    """Write ``obj`` (JSON-encoded unless already a string) to ``tmp_path/name``."""
+    path = tmp_path / name
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj), encoding="utf-8")
+    return path

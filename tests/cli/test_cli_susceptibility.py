@@ -8,7 +8,9 @@ import math
 import stat
 
 import pytest
+from tiny_data import CAPITAL_RELATION as RELATION
 from tiny_data import TINY_RELATIONS
+from tiny_data import write_json as _write
 from tiny_models import tiny_gpt2
 from typer.testing import CliRunner
 
@@ -170,22 +172,6 @@ def test_cli_default_model(tmp_path):
 
 # --- bad input is refused before any model is loaded (SPEC §9) ------------------------------
 
-RELATION = {
-    "name": "capital",
-    "closed_query": "Q: Is {answer} the capital of {entity}? A:",
-    "open_qa_query": "Q: What is the capital of {entity}? A:",
-    "open_completion_query": "The capital of {entity} is",
-    "context_template": "The capital of {entity} is {answer}.\n",
-    "entities": [{"entity": "France", "answer": "Paris"}, {"entity": "Japan", "answer": "Tokyo"}],
-    "fake_entities": ["Velmoria"],
-    "answers": ["Paris", "Tokyo", "Cairo"],
-}
-
-
-def _write(tmp_path, obj, name="rel.json"):
-    path = tmp_path / name
-    path.write_text(obj if isinstance(obj, str) else json.dumps(obj), encoding="utf-8")
-    return path
 
 
 @pytest.fixture

@@ -82,8 +82,9 @@ TIMING = ("seconds", "time", "wall", "speedup")
 
 
 def _differences(a, b, path=""):
-    """Where two JSON values differ: numbers within 1e-5 (relative) / 3e-6 (absolute: samples are rounded to 6 digits and batches of other sizes move the last one), all
-    else exactly; keys about wall-clock time are skipped."""
+    """Where two JSON values differ: numbers within 1e-5 (relative) / 3e-6 (absolute: samples
+    are rounded to 6 digits and batches of other sizes move the last one), all else exactly;
+    keys about wall-clock time are skipped."""
     if isinstance(a, dict) and isinstance(b, dict):
         out = [f"{path}/{k} missing" for k in set(a) ^ set(b)]
         for k in set(a) & set(b):

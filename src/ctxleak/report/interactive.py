@@ -56,7 +56,8 @@ CSS = """
 th.sortable{cursor:pointer;white-space:nowrap}th.sortable::after{content:" \\2195";color:#aaa}
 th[aria-sort=ascending]::after{content:" \\2191";color:#222}
 th[aria-sort=descending]::after{content:" \\2193";color:#222}
-td.id{white-space:nowrap}td.long{min-width:18em}details.more{display:inline}details.more summary{font-weight:400;
+td.id{white-space:nowrap}td.long{min-width:18em}details.more{display:inline}
+details.more summary{font-weight:400;
 color:#06c;display:inline}
 .leakmap{border-top:1px solid #ddd;margin-top:1.2em;padding-top:.4em}
 .maprow{display:grid;grid-template-columns:3fr 2fr;gap:1em}

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from tiny_data import CAPITAL_RELATION as RELATION
+from tiny_data import write_json as _write
 
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.susceptibility.data import (
@@ -18,23 +18,6 @@ from ctxleak.methods.susceptibility.data import (
     sample_context_mix,
 )
 from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
-
-RELATION = {
-    "name": "capital",
-    "closed_query": "Q: Is {answer} the capital of {entity}? A:",
-    "open_qa_query": "Q: What is the capital of {entity}? A:",
-    "open_completion_query": "The capital of {entity} is",
-    "context_template": "The capital of {entity} is {answer}.\n",
-    "entities": [{"entity": "France", "answer": "Paris"}, {"entity": "Japan", "answer": "Tokyo"}],
-    "fake_entities": ["Velmoria"],
-    "answers": ["Paris", "Tokyo", "Cairo"],
-}
-
-
-def _write(tmp_path, obj, name="rel.json"):
-    path = tmp_path / name
-    path.write_text(obj if isinstance(obj, str) else json.dumps(obj), encoding="utf-8")
-    return path
 
 
 def test_demo_set_loads():
