@@ -64,8 +64,14 @@ class Comparison:
 
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        body = {"method": self.method, "runs": [{"label": lab, "path": str(r.path or "")}
-                                                for lab, r in zip(self.labels, self.results)],
+        from ctxleak import __version__
+
+        # each run's own provenance (model, revision or file hash, library versions, seeds) rides
+        # along, so the comparison says what was compared even when the run folders are gone
+        body = {"method": self.method, "ctxleak": __version__,
+                "runs": [{"label": lab, "path": str(r.path or ""), "provenance": r.provenance,
+                          "config": r.config}
+                         for lab, r in zip(self.labels, self.results)],
                 "table": self.rows}
         write_atomic(out / "compare.json", json.dumps(to_jsonable(body), indent=2,
                                                       ensure_ascii=False) + "\n", 0o600)

@@ -58,6 +58,8 @@ def test_compare_lays_runs_side_by_side(runs, tmp_path):
     assert all(png.startswith(PNG_SIGNATURE) for png in comp.images.values())
     saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert saved["method"] == "influence" and saved["table"] == comp.rows
+    assert [r["provenance"]["model"] for r in saved["runs"]] == [
+        r.provenance["model"] for r in comp.results]  # what was compared is recorded
     page = (tmp_path / "cmp" / "report.html").read_text()
     assert page.count("<img ") == len(comp.images) and "tiny-gpt2" in page
 
