@@ -223,3 +223,23 @@ def test_wilcoxon_compares_likelihoods_not_logs():
     assert s["wilcoxon_norm"]["pvalue"] == pytest.approx(norm.pvalue)
     assert s["wilcoxon_norm_log"]["pvalue"] == pytest.approx(
         stats.wilcoxon(np.array(t_ll) / 4, np.array(n_ll) / 4, alternative="greater").pvalue)
+
+
+def test_wilcoxon_on_likelihoods_too_small_for_float64():
+    """Log-likelihoods near −900 (long targets, large vocabularies) have likelihoods below the
+    smallest float64: the test must still see their differences, and give the p-value of the same
+    data shifted by +900 nats (a common factor on every likelihood leaves ranks and signs)."""
+    t_ll = [-1.0, -2.0, -3.0, -0.5, -6.0, -2.5, -1.5, -4.0]
+    n_ll = [-1.2, -1.0, -1.8, -3.0, -3.5, -3.0, -1.4, -2.5]
+
+    def rows(shift):
+        return [{"subject": f"s{i}", "field": "phone", "pii_type": "phone",
+                 "target_ll": t + shift, "null_ll": n + shift, "target_ll_norm": t / 4,
+                 "null_ll_norm": n / 4, "exact_match": False, "string_metrics": {}}
+                for i, (t, n) in enumerate(zip(t_ll, n_ll))]
+
+    (near,) = summarize_probes(rows(0.0), by=("pii_type",))
+    (tiny,) = summarize_probes(rows(-900.0), by=("pii_type",))
+    assert tiny["wilcoxon"]["pvalue"] is not None
+    assert tiny["wilcoxon"]["pvalue"] == pytest.approx(near["wilcoxon"]["pvalue"], rel=1e-12)
+    assert tiny["wilcoxon"]["statistic"] == pytest.approx(near["wilcoxon"]["statistic"])

@@ -44,8 +44,13 @@ def _wilcoxon(target: Mapping[Any, float], null: Mapping[Any, float], *,
     units = [u for u in target if u in null]
     t = [target[u] for u in units]
     n = [null[u] for u in units]
+    shift = 0.0
     if scale == "likelihood":
-        t, n = [math.exp(v) for v in t], [math.exp(v) for v in n]
+        # The likelihoods scaled by one common factor exp(-shift): signs and ranks of the
+        # differences, hence the test, are unchanged, and likelihoods below exp(-745) no longer
+        # underflow to ties at 0 (only the spread between units must stay under ~745 nats).
+        shift = max(t + n, default=0.0)
+        t, n = [math.exp(v - shift) for v in t], [math.exp(v - shift) for v in n]
     elif scale != "log_likelihood":
         raise ValueError(f"unknown scale {scale!r}")
     try:
@@ -57,7 +62,7 @@ def _wilcoxon(target: Mapping[Any, float], null: Mapping[Any, float], *,
     return {"test": "wilcoxon", "scale": scale, "alternative": "greater",
             "statistic": greater.statistic, "pvalue": greater.pvalue,
             "pvalue_two_sided": two.pvalue, "n": greater.n,
-            "median_difference": greater.median_difference}
+            "median_difference": greater.median_difference * math.exp(shift)}
 
 
 def _mean(values: Iterable[float]) -> float | None:
