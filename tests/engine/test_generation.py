@@ -7,6 +7,7 @@ import torch
 from tiny_models import tiny_gemma3
 
 from ctxleak.engine import generation
+from ctxleak.engine.forward import MASKED_LOGIT
 from ctxleak.engine.generation import (
     MIN_SHARED_PREFIX,
     derive_seed,
@@ -43,7 +44,7 @@ def test_cached_equals_uncached_with_several_streams(tiny_lm):
     prompts = [tiny_lm.encode("the capital of france is paris . the capital of italy is"),
                tiny_lm.encode("the city")]
 
-    def mix(logits, step):
+    def mix(logits, step, excluded):
         return torch.log_softmax(0.5 * logits[0] + 0.5 * logits[1], -1)
 
     def observe(logits, logp, tok, step):
@@ -59,16 +60,25 @@ def test_cached_equals_uncached_with_several_streams(tiny_lm):
 def test_min_new_tokens_masks_eos_and_stop_ends(tiny_lm):
     eos = tiny_lm.eos_ids[0]
 
-    def eos_loving(logits, step):  # EOS is the only choice unless masked
+    seen = []
+
+    def eos_loving(logits, step, excluded):  # EOS is the only choice unless excluded
+        seen.append((step, excluded, float(logits[0, eos])))
         logp = torch.full_like(logits[0], -50.0)
         logp[eos] = 0.0
-        logp = logp + torch.where(logits[0] < -1e29, -1e30, 0.0)
+        logp[list(excluded)] = -torch.inf  # the engine names the masked ids explicitly
         logp[4] = max(float(logp[4]), -40.0)
         return torch.log_softmax(logp, -1)
 
     prompt = tiny_lm.encode("the")
-    out = generate_streams(tiny_lm, [prompt], eos_loving, min_new_tokens=5, max_new_tokens=9)
-    assert len(out.token_ids) == 5 and out.stopped_on_eos
+    for use_cache in (True, False):
+        seen.clear()
+        out = generate_streams(tiny_lm, [prompt], eos_loving, min_new_tokens=5, max_new_tokens=9,
+                               use_cache=use_cache)
+        assert len(out.token_ids) == 5 and out.stopped_on_eos
+        # steps 0-4 exclude EOS (and its logit is masked); step 5 excludes nothing
+        assert [(s, e) for s, e, _ in seen] == [(s, (eos,)) for s in range(5)] + [(5, ())]
+        assert all(z == MASKED_LOGIT for _, _, z in seen[:5]) and seen[5][2] > MASKED_LOGIT
     out = generate_streams(tiny_lm, [prompt], eos_loving, min_new_tokens=0, max_new_tokens=9)
     assert out.token_ids == [] and out.stopped_on_eos
 
@@ -109,7 +119,7 @@ def test_shared_prefix_prefill_changes_nothing(which, request, monkeypatch):
                head + tiny_lm.encode("the city of berlin is in germany . it is")]
     assert shared_prefix_length(prompts) == len(head) >= MIN_SHARED_PREFIX
 
-    def mix(logits, step):
+    def mix(logits, step, excluded):
         return torch.log_softmax(logits.mean(dim=0), -1)
 
     def observe(logits, logp, tok, step):

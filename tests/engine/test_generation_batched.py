@@ -11,7 +11,7 @@ from ctxleak.engine.generation import StreamJob, generate_many, generate_streams
 
 
 def _mix(weights):
-    def combine(logits, step):
+    def combine(logits, step, excluded):
         w = torch.as_tensor(weights, dtype=logits.dtype)[:, None]
         return torch.log_softmax((w * logits).sum(0) / 0.9, -1)
     return combine

@@ -185,7 +185,7 @@ def test_masked_eos_is_removed_after_aggregation():
     logits = torch.randn(4, 9, generator=g, dtype=torch.float64) * 3
     logits[:, 2] = MASKED_LOGIT
     agg = DPAggregator(clip=1.0, temperature=5.0, alpha=3.0)
-    logp = agg.combine(logits, 0)
+    logp = agg.combine(logits, 0, (2,))
     assert logp[2] == -np.inf
     rows = [clip_np(z, 1.0) for z in logits.numpy()]
     np.testing.assert_allclose(logp.numpy(), mechanism_logprobs(rows, 5.0), atol=1e-12)
@@ -197,9 +197,32 @@ def test_masked_eos_is_removed_after_aggregation():
     assert rdp == pytest.approx(want, rel=1e-9)
     both = leave_one_out_divergences(agg._clipped, 5.0, 3.0, agg._excluded)
     assert float(both.max()) == pytest.approx(want, rel=1e-9)
-    # a token masked in only some rows is a real output (clipped to −c there), not removed
+    # a token at MASKED_LOGIT in only some rows is a real output (clipped to −c there)
     logits[0, 5] = MASKED_LOGIT
-    assert agg.combine(logits, 1)[5] > -np.inf
+    assert agg.combine(logits, 1, (2,))[5] > -np.inf
+
+
+def test_excluded_set_comes_from_the_engine_not_from_logit_values():
+    """Which tokens leave the output set is what the engine says (``combine``'s ``excluded``),
+    never inferred from a logit's value: a genuine logit as low as MASKED_LOGIT in every row
+    is clipped to −c and stays sampleable (App. C.1); an excluded token whose logits are
+    ordinary gets probability 0, the rest softmax(mean clipped / τ) renormalised."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(3, 7, generator=g, dtype=torch.float64) * 2
+    logits[:, 4] = MASKED_LOGIT  # a genuine, very low logit in every prompt: not excluded
+    agg = DPAggregator(clip=2.0, temperature=3.0, alpha=2.0)
+    rows = [np.maximum(-2.0, z - z.max() + 2.0) for z in logits.numpy()]  # App. C.1, no marks
+    logp = agg.combine(logits, 0)
+    np.testing.assert_allclose(logp.numpy(), mechanism_logprobs(rows, 3.0), atol=1e-12)
+    assert logp[4] > -np.inf and agg._excluded is None
+    # token 1 excluded by the engine although its logits are ordinary values
+    logp = agg.combine(logits, 1, (1,))
+    assert logp[1] == -np.inf and float(logp.exp().sum()) == pytest.approx(1.0)
+    want = mechanism_logprobs(rows, 3.0)
+    want = np.delete(want, 1) - np.logaddexp.reduce(np.delete(want, 1))
+    np.testing.assert_allclose(np.delete(logp.numpy(), 1), want, atol=1e-12)
+    with pytest.raises(ValueError, match="excluded"):
+        agg.combine(logits, 2, (7,))
 
 
 def test_min_new_tokens_never_ends_early(tiny_lm):

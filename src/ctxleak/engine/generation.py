@@ -35,8 +35,11 @@ MIN_SHARED_PREFIX = 8
 # Prefill rows go in one bucket while they are at least this share of its longest row.
 BUCKET_RATIO = 0.75
 
-Combine = Callable[[torch.Tensor, int], torch.Tensor]
-"""``combine(logits[S, V] float64, step) -> log-probs[V] float64`` (normalised)."""
+Combine = Callable[[torch.Tensor, int, tuple[int, ...]], torch.Tensor]
+"""``combine(logits[S, V] float64, step, excluded) -> log-probs[V] float64`` (normalised).
+``excluded``: the token ids the engine masked at this step in every stream (EOS before the
+minimum length, :func:`masked_ids`), so a combiner that transforms the logits (the DP
+mechanism's clipping) can keep them out of its output set without guessing from values."""
 
 Observe = Callable[[torch.Tensor, torch.Tensor, int, int], Any]
 """``observe(logits[S, V], log-probs[V], token, step) -> record`` kept in ``Generation.records``
@@ -79,6 +82,12 @@ def mask_eos_before_min(logits: torch.Tensor, eos_ids: Sequence[int], min_new_to
     else:
         logits[:min_new_tokens, eos] = MASKED_LOGIT
     return logits
+
+
+def masked_ids(eos_ids: Sequence[int], min_new_tokens: int, step: int) -> tuple[int, ...]:
+    """The token ids :func:`mask_eos_before_min` masks at generation ``step`` (EOS while
+    ``step < min_new_tokens``), given to ``combine`` as its ``excluded`` argument."""
+    return tuple(int(t) for t in eos_ids) if step < min_new_tokens else ()
 
 
 @dataclass
@@ -170,7 +179,7 @@ def generate_many(lm: LM, jobs: Sequence[StreamJob], *, sample: bool = True,
                 job, (a, b) = jobs[j], rows[j]
                 own = logits[a:b]
                 mask_eos_before_min(own, stops, job.min_new_tokens, step=step)
-                logprobs = job.combine(own, step)
+                logprobs = job.combine(own, step, masked_ids(stops, job.min_new_tokens, step))
                 token = _draw(logprobs, gens[j], sample)
                 if job.observe is not None:
                     outs[j].records.append(job.observe(own, logprobs, token, step))
@@ -212,7 +221,7 @@ def _generate_uncached(lm: LM, job: StreamJob, stops: list[int], sample: bool) -
             hidden, _ = hidden_states(lm, ids, mask, pos)
             logits = head_logits(lm, hidden[:, -1]).double()
             mask_eos_before_min(logits, stops, job.min_new_tokens, step=step)
-            logprobs = job.combine(logits, step)
+            logprobs = job.combine(logits, step, masked_ids(stops, job.min_new_tokens, step))
             token = _draw(logprobs, generator, sample)
             if job.observe is not None:
                 gen.records.append(job.observe(logits, logprobs, token, step))
@@ -323,7 +332,7 @@ def _draw(logprobs: torch.Tensor, generator: torch.Generator, sample: bool) -> i
 def single_stream(temperature: float = 1.0) -> Combine:
     """Plain temperature sampling from one stream."""
 
-    def combine(logits: torch.Tensor, step: int) -> torch.Tensor:
+    def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()) -> torch.Tensor:
         return torch.log_softmax(logits[0] / temperature, dim=-1)
 
     return combine

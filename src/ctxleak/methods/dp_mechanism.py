@@ -9,10 +9,9 @@ the data-dependent per-token RDP of Theorem C.6 / App. C.3.3. Divergences are in
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
-
-from ctxleak.engine.forward import MASKED_LOGIT
 
 
 def clip_logits(z: torch.Tensor, c: float) -> torch.Tensor:
@@ -35,12 +34,22 @@ def _check_temperature(temperature: float) -> None:
         raise ValueError(f"temperature must be > 0, got {temperature}")
 
 
-def masked_outputs(z: torch.Tensor) -> torch.Tensor:
-    """The tokens the engine masked in every prompt's raw logits (``MASKED_LOGIT``: EOS before
-    the minimum length), ``[..., s, V] → [..., V]`` booleans. They are not outputs of this step:
-    clipping would map them to ``−c`` and leave them sampleable, so they are removed from the
-    released distribution after aggregation (:func:`sampling_logprobs` ``excluded=``)."""
-    return (z <= MASKED_LOGIT / 2).all(dim=-2)
+def excluded_mask(excluded: Sequence[int], vocab: int,
+                  device: torch.device | str | None = None) -> torch.Tensor | None:
+    """The ``[V]`` boolean mask of the token ids the engine excluded at this step (EOS before
+    the minimum length: ``combine``'s ``excluded`` argument), or None when there are none.
+    They are not outputs of this step: clipping would map their masked logits to ``−c`` and
+    leave them sampleable, so they are removed from the released distribution after
+    aggregation (:func:`sampling_logprobs` ``excluded=``). A token is never inferred to be
+    excluded from its logit value: a genuine logit, however low, clips to ``−c`` (App. C.1)."""
+    ids = [int(t) for t in excluded]
+    if not ids:
+        return None
+    if any(not 0 <= t < vocab for t in ids):
+        raise ValueError(f"excluded token ids must be in [0, {vocab}), got {ids}")
+    mask = torch.zeros(vocab, dtype=torch.bool, device=device)
+    mask[ids] = True
+    return mask
 
 
 def _remove(logits: torch.Tensor, excluded: torch.Tensor | None) -> torch.Tensor:

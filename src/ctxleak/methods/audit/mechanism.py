@@ -22,8 +22,8 @@ from ctxleak.engine.models import LM
 from ctxleak.methods.dp_mechanism import (
     aggregate,
     clip_logits,
+    excluded_mask,
     leave_one_out_logprobs,
-    masked_outputs,
     renyi_divergence_torch,
     sampling_logprobs,
 )
@@ -50,15 +50,16 @@ class DPAggregator:
         self._step = -1
         self.prompt_totals: torch.Tensor | None = None
 
-    def combine(self, logits: torch.Tensor, step: int) -> torch.Tensor:
+    def combine(self, logits: torch.Tensor, step: int,
+                excluded: Sequence[int] = ()) -> torch.Tensor:
         """Clip each row, average over the s rows, log-softmax at temperature τ (float64).
 
-        Tokens the engine masked in every row (EOS before ``min_new_tokens``) are removed from
-        the released distribution after aggregation: clipping alone would turn their mask into
-        ``−c`` and leave them sampleable (App. C.1 clips real logits only)."""
+        ``excluded``: the token ids the engine masked at this step (EOS before
+        ``min_new_tokens``), removed from the released distribution after aggregation:
+        clipping alone would turn their mask into ``−c`` and leave them sampleable (App. C.1
+        clips real logits only)."""
         clipped = clip_logits(logits.double(), self.clip)
-        excluded = masked_outputs(logits)
-        self._excluded = excluded if bool(excluded.any()) else None
+        self._excluded = excluded_mask(excluded, logits.shape[-1], logits.device)
         self._clipped, self._step = clipped, step
         return sampling_logprobs(aggregate(clipped), self.temperature, self._excluded)
 

@@ -179,7 +179,8 @@ def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config:
     lam_chosen: list[float] = []
     step_eps: list[float] = []
 
-    def combine(logits: torch.Tensor, step: int) -> torch.Tensor:
+    def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()) -> torch.Tensor:
+        # masked EOS (``excluded``) stays at MASKED_LOGIT in the λ-mix: probability 0
         lam = config.lam
         if config.bounded_eps is not None:
             lam, div = bounded_lambda(logits[0], logits[1], config.bounded_eps, config.lam,
