@@ -103,15 +103,12 @@ def explain_map(report: Report, context: list[str], starts: Sequence[float],
                                                         "stride 1")
 
 
-def probe_maps(report: Report, lm: Any, rows: Sequence[dict[str, Any]],
-               documents: dict[str, str], context_template: str, *, chat: bool = False,
-               max_maps: int = 3) -> None:
+def probe_maps(report: Report, rows: Sequence[dict[str, Any]], *, max_maps: int = 3) -> None:
     """Probe's in-context mode: the maps of the ``max_maps`` rows whose documents had the most
-    influence on the target answer (the subject's documents are the context)."""
-    from ctxleak.methods.pii.leakmap import in_context_map
-
-    top = sorted((r for r in rows if r.get("influence") is not None and documents.get(
-        r["subject"])), key=lambda r: -float(r["influence"]))[:max_maps]
+    influence on the target answer (the subject's documents are the context), rendered from
+    each record's ``leak_map`` (measured by :meth:`ProbeMethod.measure`)."""
+    top = sorted((r for r in rows if r.get("influence") is not None and r.get("leak_map")),
+                 key=lambda r: -float(r["influence"]))[:max_maps]
     if not top:
         return
     report.add_heading("In-context: where the documents leaked into the answer")
@@ -120,9 +117,7 @@ def probe_maps(report: Report, lm: Any, rows: Sequence[dict[str, Any]],
                     "the teacher-forced target answer; the answer's tokens by their own "
                     "influence τ_t (Def. 3.1). Hover a token for its value.")
     for k, r in enumerate(top):
-        found = in_context_map(lm, r, documents[r["subject"]], context_template, chat=chat)
-        if found is None:
-            continue
+        found = r["leak_map"]
         scores = r["token_influence"]
         answer = found["target_tokens"]
         if len(answer) != len(scores):

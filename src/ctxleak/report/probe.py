@@ -119,7 +119,7 @@ def table_rows(summaries: list[dict]) -> list[dict[str, Any]]:
     return out
 
 
-def probe_report(lm: Any, records: list, rows: list[dict], summary: dict[str, Any],
+def probe_report(model: str, records: list, rows: list[dict], summary: dict[str, Any],
             pngs: dict[str, bytes], extras: dict[str, Any], config: dict[str, Any], path: str,
             *, redact: bool) -> Any:
     from ctxleak.report import Report
@@ -127,7 +127,7 @@ def probe_report(lm: Any, records: list, rows: list[dict], summary: dict[str, An
     mask = _masker(records, redact)
     report = Report("ctxleak probe", "PII probing (ProPILE, paper 004): black-box, white-box "
                     "and in-context", redact=redact)
-    report.add_kv({"model": lm.info.name, "data": config["data"], "subjects": len(records),
+    report.add_kv({"model": model, "data": config["data"], "subjects": len(records),
                    "modes": ", ".join(config["mode"]) or "—", "PII types": ", ".join(config["pii"]),
                    "k-shot": ", ".join(map(str, config["shots"])), "structure":
                    config["structure"], "beam": config["beam"], "run directory": path,
@@ -179,8 +179,7 @@ def probe_report(lm: Any, records: list, rows: list[dict], summary: dict[str, An
     elif ctx:
         from ctxleak.report.leakmap import probe_maps
 
-        probe_maps(report, lm, ctx, {r.subject_id: "\n".join(r.documents) for r in records},
-                   config["context_template"], chat=config.get("chat_template") == "on")
+        probe_maps(report, ctx)
     report.add_heading("Examples")
     examples = []
     for r in rows[:25]:

@@ -46,3 +46,37 @@ def test_in_context_map_matches_direct_scoring(tiny_lm):
 def test_in_context_map_without_documents_is_none(tiny_lm):
     assert in_context_map(tiny_lm, {"prompt": "the phone is ", "target": "one two"}, "",
                           TEMPLATE) is None
+
+
+def test_leak_map_is_measured_into_the_records_and_rendered_from_them(llama_lm, tmp_path,
+                                                                      monkeypatch):
+    """The in-context map is a measurement: ``measure`` stores it in each in-context record
+    (equal to :func:`in_context_map` on that row), a loaded result carries it, and the report
+    renders it from the records alone (no model, no scoring at report time)."""
+    from ctxleak.methods.pii import leakmap
+    from ctxleak.methods.pii.method import ProbeMethod
+    from ctxleak.methods.pii.records import save_records
+    from ctxleak.results import load_result
+    from ctxleak.run.runner import run_method
+
+    records = word_records(3)
+    save_records(records, tmp_path / "records.jsonl")
+    method = ProbeMethod(mode="in-context", pii="phone", generate=False)
+    result = run_method(method, llama_lm, str(tmp_path / "records.jsonl"),
+                        output=str(tmp_path / "run"), progress=False)
+    docs = {r.subject_id: "\n".join(r.documents) for r in records}
+    rows = [r for r in result.records if r["mode"] == "in-context"]
+    assert rows and all(r["leak_map"] for r in rows)
+    for r in rows:
+        assert r["leak_map"] == in_context_map(llama_lm, r, docs[r["subject"]], TEMPLATE)
+    loaded = load_result(tmp_path / "run")
+    assert [r["leak_map"] for r in loaded.records] == [r["leak_map"] for r in rows]
+    assert 'id="probe-0"' in loaded.to_html()
+
+    def no_scoring(*args, **kwargs):
+        raise AssertionError("the report must not measure")
+
+    monkeypatch.setattr(leakmap, "in_context_map", no_scoring)
+    html = method.report(loaded, None).render()
+    top = max(rows, key=lambda r: r["influence"])
+    assert 'id="probe-0"' in html and f"{top['influence']:.4g}" in html

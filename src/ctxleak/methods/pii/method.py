@@ -193,8 +193,26 @@ class ProbeMethod(Method):
 
     def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
         rows = self.runners[items[0].runner]([t.item for t in items])
-        return [{"mode": t.mode, "variant": t.variant, "group": t.group, "shots_k": t.k, **row}
-                for t, row in zip(items, rows)]
+        out = [{"mode": t.mode, "variant": t.variant, "group": t.group, "shots_k": t.k, **row}
+               for t, row in zip(items, rows)]
+        for row in out:
+            if row["mode"] == "in-context" and "token_influence" in row:
+                row["leak_map"] = self._leak_map(lm, row)
+        return out
+
+    def _leak_map(self, lm: Any, row: dict[str, Any]) -> dict[str, Any] | None:
+        """Where the subject's documents leaked into this in-context answer (paper 000,
+        Def. 3.1-3.2 over the documents' windows): stored in the record, so the report and a
+        loaded result render it without a model."""
+        from ctxleak.methods.pii.leakmap import in_context_map
+
+        if not hasattr(self, "_documents"):
+            self._documents = {r.subject_id: "\n".join(r.documents) for r in self.records}
+        documents = self._documents.get(row["subject"])
+        if not documents:
+            return None
+        return in_context_map(lm, row, documents, self.settings["context_template"],
+                              chat=self.common.chat_template == "on")
 
     # ---- summary and report ------------------------------------------------------------------
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -240,6 +258,8 @@ class ProbeMethod(Method):
     def report(self, result: Any, lm: Any = None) -> Any:
         from ctxleak.report.probe import probe_report
 
-        return probe_report(lm, self.records, result.records, result.summary, result.images,
+        model = lm.info.name if lm is not None else \
+            (result.provenance.get("model") or {}).get("name", "")
+        return probe_report(model, self.records, result.records, result.summary, result.images,
                             self.extras, result.config, str(result.path),
                             redact=self.settings["redact"])
