@@ -119,7 +119,7 @@ def test_bad_input_is_reported_before_the_model_is_loaded(capsys, tmp_path, file
     code, _, err = run(capsys, *base, "--data", train, "--test-data", str(bad))
     assert code == 2 and "bad.jsonl:2" in err and "not valid JSON" in err
     code, _, err = run(capsys, *base, "--data", train, "--test-data", files[1], "--shots", "9")
-    assert code == 2 and "--shots 9" in err and "only 8" in err
+    assert code == 2 and "--shots=9" in err and "only 8" in err
     code, _, err = run(capsys, *base, "--data", train, "--test-data", files[1],
                        "--calibration", "sometimes")
     assert code == 2 and "--calibration must be off, on or both" in err
@@ -133,7 +133,7 @@ def test_labels_sharing_a_first_token_through_the_cli(capsys, tmp_path, tiny_mod
     args = ["icl", "--model", tiny_model_dir, "--data", train, "--test-data", train, *TEMPLATES,
             "--shots", "1", "--output", str(tmp_path / "out")]
     code, _, err = run(capsys, *args)
-    assert code == 2 and "--label-scoring full" in err and "share their first token" in err
+    assert code == 2 and "--label-scoring='full'" in err and "share their first token" in err
     code, stdout, err = run(capsys, *args[:-1], str(tmp_path / "out2"), "--label-scoring", "full")
     assert code == 0, err
 

@@ -188,8 +188,8 @@ def no_model(monkeypatch):
 @pytest.mark.parametrize("args,needle", [
     (["--contexts", "0"], "--contexts must be at least 1"),
     (["--contexts", "4", "--entity-contexts", "8"],
-     "--entity-contexts (8) must be between 0 and --contexts (4)"),
-    (["--entity-contexts", "-1"], "--entity-contexts (-1) must be between 0"),
+     "--entity-contexts=8 must be between 0 and --contexts=4"),
+    (["--entity-contexts", "-1"], "--entity-contexts=-1 must be between 0"),
     (["--query-types", "closed,yes_no"], "unknown query type 'yes_no'"),
     (["--method", "exact"], "--method must be one of"),
     (["--relations", "capital,moons"], "unknown relation(s) moons"),

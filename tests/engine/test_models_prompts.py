@@ -23,7 +23,7 @@ def test_missing_gguf_and_bad_dir(tmp_path):
         load_model(str(tmp_path / "m.gguf"))
     with pytest.raises(ConfigError, match="without config.json"):
         load_model(str(tmp_path))
-    with pytest.raises(ConfigError, match="--chat-template"):
+    with pytest.raises(ConfigError, match="chat_template"):
         load_model("default", chat_template="maybe")
 
 

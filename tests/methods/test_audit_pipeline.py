@@ -51,7 +51,7 @@ def test_unlabelled_csv_and_renamed_fields(tmp_path):
     assert [r.text for r in labelled] == ["second text"]
     ints = write(tmp_path / "i.jsonl", ['{"text": "a", "label": 1}', '{"text": "b", "label": 2}'])
     assert [r.text for r in load_private_data(ints, label="2")] == ["b"]
-    with pytest.raises(ConfigError, match="--label all needs"):
+    with pytest.raises(ConfigError, match="label='all' needs"):
         load_private_data(str(csv), text_field="body", label_field="topic", label="all")
 
 

@@ -22,7 +22,7 @@ def test_samples_append_and_resume(tmp_path):
     text = (tmp_path / "r" / "samples.jsonl").read_text().splitlines()
     assert json.loads(text[0]) == {"id": "a", "x": 1.5, "arr": [0, 1, 2]}
     assert json.loads(text[1])["x"] is None
-    with pytest.raises(ConfigError, match="--resume"):
+    with pytest.raises(ConfigError, match="resume=True"):
         RunDir(tmp_path / "r", cfg)
     run = RunDir(tmp_path / "r", {**cfg, "limit": 5, "batch_size": "4"}, resume=True)
     assert run.done_keys() == {"a", "b"}
@@ -97,7 +97,7 @@ def test_take_over_only_a_folder_that_holds_just_a_config(tmp_path):
     RunDir(tmp_path / "a", cfg).close()
     RunDir(tmp_path / "a", {**cfg, "model": "other"}).close()  # nothing computed: taken over
     (tmp_path / "a" / "soft_prompt_phone.npy").write_bytes(b"x")
-    with pytest.raises(ConfigError, match="--resume"):
+    with pytest.raises(ConfigError, match="resume=True"):
         RunDir(tmp_path / "a", {**cfg, "lr": 0.5})
     with pytest.raises(ConfigError, match="differs in lr"):
         RunDir(tmp_path / "a", {**cfg, "model": "other", "lr": 0.5}, resume=True)

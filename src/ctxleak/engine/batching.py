@@ -21,7 +21,7 @@ def parse_batch_size(value: str | int | None) -> int | None:
     """``auto`` (or None) -> None; a positive integer otherwise."""
     from ctxleak.run.validate import check_batch_size
 
-    return check_batch_size(value, "--batch-size")
+    return check_batch_size(value, "batch_size")
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

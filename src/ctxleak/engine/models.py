@@ -305,7 +305,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     accelerate instead of placing it on ``device``.
     """
     if chat_template not in ("auto", "on", "off"):
-        raise ConfigError(f"unknown --chat-template '{chat_template}': use auto, on or off")
+        raise ConfigError(f"unknown chat_template '{chat_template}': use auto, on or off",
+                          param="chat_template")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     display, source, path, _ = _resolve_source(name_or_path)
@@ -350,7 +351,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
         rev = getattr(model.config, "_commit_hash", None) or revision
     has_template = bool(getattr(tokenizer, "chat_template", None))
     if chat_template == "on" and not has_template:
-        raise ConfigError(f"--chat-template on, but model '{display}' has no chat template")
+        raise ConfigError(f"chat_template='on', but model '{display}' has no chat template",
+                          param="chat_template")
     use_template = has_template if chat_template == "auto" else chat_template == "on"
     info = ModelInfo(name=display, source=source, path=load_from, revision=rev,
                      file_sha256=file_sha, dtype=str(torch_dtype).replace("torch.", ""),

@@ -118,7 +118,7 @@ def _lock(path: Path) -> None:
         owner = _read_owner(path)
         who = f" (pid {owner.get('pid')} on {owner.get('host')})" if owner else ""
         raise ConfigError(f"{path} is in use by another ctxleak run{who}; wait for it or "
-                          "choose another --output") from None
+                          "choose another output=...", also=("output",)) from None
     _LOCKS[key] = fd
 
 
@@ -173,7 +173,8 @@ def _refuse_changed_inputs(config_path: Path, old: dict[str, Any], new: dict[str
     if changed:
         raise ConfigError(f"cannot resume {config_path.parent}: the content of the "
                           f"{', '.join(changed)} file changed since the run started (SHA-256 "
-                          f"in {config_path}); restore the file, or start a new --output")
+                          f"in {config_path}); restore the file, or start a new output=...",
+                          also=("output",))
 
 
 class RunDir:
@@ -208,8 +209,9 @@ class RunDir:
                       for p in self.path.iterdir())
         if started or (resume and config_path.exists()):
             if not resume:
-                raise ConfigError(f"{self.path} already holds a run: pass --resume to continue it "
-                                  "or choose another --output")
+                raise ConfigError(f"{self.path} already holds a run: pass resume=True to "
+                                  "continue it or choose another output=...",
+                                  also=("resume", "output"))
             if config_path.exists():
                 old = json.loads(config_path.read_text(encoding="utf-8"))
                 _refuse_other_command(config_path, old, self.config)
@@ -237,7 +239,8 @@ class RunDir:
                 key = row.get("id")
                 if key in in_file:  # never silently keep one of two different results
                     raise ConfigError(f"{path} holds two rows with id {key!r} (written from "
-                                      "data with duplicate ids); start a new --output")
+                                      "data with duplicate ids); start a new output=...",
+                                      also=("output",))
                 in_file.add(key)
                 rows.setdefault(key, row)  # the merged samples.jsonl repeats the shards
         self._samples = list(rows.values())

@@ -86,7 +86,7 @@ def test_more_shots_than_training_examples(tmp_path):
     task.check_shots([1, 2])
     with pytest.raises(InputError) as err:
         task.check_shots([2, 3])
-    assert "--shots 3" in str(err.value) and "train.jsonl" in str(err.value)
+    assert "shots=3" in str(err.value) and "train.jsonl" in str(err.value)
     assert "only 2" in str(err.value)
 
 
@@ -145,14 +145,14 @@ def test_split_field_errors(tmp_path):
     with pytest.raises(InputError, match="no lines with split = 'test'"):
         load_task(path)
     path = write_jsonl(tmp_path / "none.jsonl", [{"text": "a", "label": "x"}])
-    with pytest.raises(InputError, match="--test-data"):
+    with pytest.raises(InputError, match="test_data=FILE"):
         load_task(path)
 
 
 def test_builtin_format_with_other_labels_is_refused(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", rows(["x", "y"]))
     test = write_jsonl(tmp_path / "test.jsonl", rows(["x"], 1))
-    with pytest.raises(ConfigError, match="--format custom"):
+    with pytest.raises(ConfigError, match="fmt=custom"):
         load_task(train, test, fmt="agnews")
 
 
@@ -161,7 +161,7 @@ def test_template_checks():
         get_format("custom", exemplar="Q: {text}\n")
     with pytest.raises(ConfigError, match="unknown slot"):
         get_format("custom", query="Q: {text} {label}")
-    with pytest.raises(ConfigError, match="unknown --format"):
+    with pytest.raises(ConfigError, match="unknown fmt"):
         get_format("imdb")
     fmt = get_format("custom", exemplar="Q: {text}\\nA: {label}\\n\\n")
     assert fmt.exemplar == "Q: {text}\nA: {label}\n\n"

@@ -220,7 +220,7 @@ def test_labels_sharing_a_first_token_stop_with_a_clear_error(tiny_lm):
         LabelScorer(tiny_lm, ["capital city", "capital country", "no"], "first-token")
     message = str(err.value)
     assert "'capital city'" in message and "'capital country'" in message
-    assert "--label-scoring full" in message
+    assert "label_scoring='full'" in message
     scorer = LabelScorer(tiny_lm, ["capital city", "capital country", "no"], "full")
     assert scorer.max_label_tokens == 2
     with pytest.raises(ConfigError, match="same tokens"):

@@ -92,9 +92,9 @@ def test_bad_input_names_file_line_field(tmp_path):
         load_examples(str(p))
     with pytest.raises(InputError, match="file not found"):
         load_examples(str(tmp_path / "missing.jsonl"))
-    with pytest.raises(ConfigError, match="--template"):
+    with pytest.raises(ConfigError, match="template=..."):
         load_examples("demo", task="custom")
-    with pytest.raises(ConfigError, match="unknown --task"):
+    with pytest.raises(ConfigError, match="unknown task"):
         load_examples("demo", task="poetry")
 
 

@@ -145,8 +145,8 @@ def test_query_types_and_options():
     assert SusceptibilityOptions(n_contexts=128).validate().entity_contexts == 4
     assert SusceptibilityOptions(n_contexts=6).validate().entity_contexts == 1
     assert SusceptibilityOptions(n_contexts=6).entity_draws == 1
-    with pytest.raises(ConfigError, match=r"--entity-contexts \(8\) must be between 0 and "
-                       r"--contexts \(6\)"):
+    with pytest.raises(ConfigError, match=r"entity_contexts=8 must be between 0 and "
+                       r"contexts=6"):
         SusceptibilityOptions(n_contexts=6, entity_contexts=8).validate()
     query = SusceptibilityOptions(n_contexts=6, context_entities="query").validate()
     assert query.entity_contexts is None

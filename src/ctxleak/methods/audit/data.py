@@ -60,8 +60,9 @@ def load_private_data(data: Any, *, text_field: str = "text", label_field: str =
     rows = read_rows(path, rename=rename)
     labelled = [row for row in rows if row.get("label") is not None]
     if label == ALL_LABELS and not labelled:
-        raise ConfigError(f"--label all needs a '{label_field}' field in {describe(path)}; name the label "
-                          "to write in the prompts instead, e.g. --label Sports")
+        raise ConfigError(f"label='all' needs a '{label_field}' field in {describe(path)}; name "
+                          "the label to write in the prompts instead, e.g. label='Sports'",
+                          param="label")
     out: list[PrivateExample] = []
     for row in rows:
         text = row.text("text")
@@ -77,7 +78,8 @@ def load_private_data(data: Any, *, text_field: str = "text", label_field: str =
     if not out:
         found = sorted({str(r.get("label")).strip() for r in labelled})
         raise InputError(f"no example has the label '{label}' (labels found: "
-                         f"{', '.join(found)}; or use --label all)", file=describe(path))
+                         f"{', '.join(found)}; or use label='all')", file=describe(path),
+                         also=("label",))
     return out
 
 
@@ -85,11 +87,13 @@ def check_template(template: str) -> str:
     """A user template must have the ``{text}`` slot; ``{label}`` is optional."""
     fields = set(template_fields(template))
     if "text" not in fields:
-        raise ConfigError("--template must contain the slot {text} (the private example)")
+        raise ConfigError("template must contain the slot {text} (the private example)",
+                          param="template")
     unknown = fields - {"text", "label"}
     if unknown:
-        raise ConfigError(f"--template may only use the slots {{text}} and {{label}}, not "
-                          f"{', '.join('{' + u + '}' for u in sorted(unknown))}")
+        raise ConfigError(f"template may only use the slots {{text}} and {{label}}, not "
+                          f"{', '.join('{' + u + '}' for u in sorted(unknown))}",
+                          param="template")
     return template
 
 

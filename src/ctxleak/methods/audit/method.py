@@ -65,8 +65,11 @@ def plan(config: Any, n_examples: int) -> list[Any]:
         settings = plan_audit(config)
         check_subset_sizes(settings, n_examples)
     except ValueError as exc:
-        raise ConfigError(f"{exc} (see --subset-size, --label, --data)"
-                          if "subset size" in str(exc) else str(exc)) from None
+        if "subset size" in str(exc):
+            raise ConfigError(f"{exc} (set subset_size=..., or more examples with label=... "
+                              "or data=...)", param="subset_size",
+                              also=("label", "data")) from None
+        raise ConfigError(str(exc)) from None
     return settings
 
 

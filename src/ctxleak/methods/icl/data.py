@@ -43,12 +43,12 @@ class ICLTask:
         """More shots than training examples (or fewer than one) is a clear error."""
         for n in shots:
             if n < 1:
-                raise ConfigError(f"--shots must be at least 1, got {n}")
+                raise ConfigError(f"shots must be at least 1, got {n}", param="shots")
             if n > len(self.train):
                 where = self.source.get("train", "the training data")
-                raise InputError(f"--shots {n} needs at least {n} training examples (the "
+                raise InputError(f"shots={n} needs at least {n} training examples (the "
                                  f"exemplar pool), but there are only {len(self.train)}",
-                                 file=where)
+                                 file=where, param="shots")
 
 
 # Hugging Face ids of the paper's datasets, their text and label columns, and the verbalisers of
@@ -119,9 +119,9 @@ def split_by_field(path: Any, split_field: str, *, text_field: str = "text",
     for row in rows:
         value = row.get(split_field)
         if value is None:
-            raise InputError(f"missing field (give --test-data FILE, or a '{split_field}' field "
+            raise InputError(f"missing field (give test_data=FILE, or a '{split_field}' field "
                              "of 'train' or 'test' on every line)", file=row.file, line=row.line,
-                             field=split_field)
+                             field=split_field, also=("test_data",))
         value = str(value).strip().lower()
         if value not in ("train", "test"):
             raise InputError(f"must be 'train' or 'test', got {value!r}", file=row.file,
@@ -142,26 +142,27 @@ def parse_labels(spec: str | Sequence[str] | None) -> tuple[list[str], dict[str,
     items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec)]
     items = [s for s in items if s]
     if not items:
-        raise ConfigError("--labels is empty: give a comma list such as World,Sports")
+        raise ConfigError("labels is empty: give a comma list such as World,Sports",
+                          param="labels")
     mapped = ["=" in s for s in items]
     if any(mapped) and not all(mapped):
-        raise ConfigError("--labels: use either names (World,Sports) or raw=name pairs "
-                          "(0=World,1=Sports), not both")
+        raise ConfigError("labels: use either names (World,Sports) or raw=name pairs "
+                          "(0=World,1=Sports), not both", param="labels")
     mapping: dict[str, str] = {}
     order: list[str] = []
     for item in items:
         raw, _, name = item.partition("=") if "=" in item else (item, "", item)
         raw, name = raw.strip(), name.strip()
         if not name:
-            raise ConfigError(f"--labels: empty label name in {item!r}")
+            raise ConfigError(f"labels: empty label name in {item!r}", param="labels")
         if "=" in item:
             if raw in mapping:
-                raise ConfigError(f"--labels: raw label {raw!r} given twice")
+                raise ConfigError(f"labels: raw label {raw!r} given twice", param="labels")
             mapping[raw] = name
         if name not in order:
             order.append(name)
         elif "=" not in item:
-            raise ConfigError(f"--labels: label {name!r} given twice")
+            raise ConfigError(f"labels: label {name!r} given twice", param="labels")
     return order, mapping
 
 
@@ -190,7 +191,8 @@ def _examples(raw: Sequence[_Raw], label_map: dict[str, str], labels: Sequence[s
             known = ", ".join(sorted(label_map)) if len(label_map) <= 20 else \
                 f"{len(label_map)} labels"
             raise InputError(f"unknown label {r.label!r} (known: {known}; set them with "
-                             "--labels)", file=r.file, line=r.line, field=label_field)
+                             "labels=...)", file=r.file, line=r.line, field=label_field,
+                             also=("labels",))
         out.append(LabeledExample(r.text, name, index[name], r.file, r.line))
     return out
 
@@ -209,9 +211,10 @@ def load_hf(name: str) -> tuple[list[_Raw], list[_Raw], tuple[str, ...]]:
     try:
         import datasets  # noqa: F401  (optional dependency)
     except ImportError:
-        raise ConfigError(f"--data hf:{name} needs the optional 'datasets' package (and network "
+        raise ConfigError(f"data=hf:{name} needs the optional 'datasets' package (and network "
                           "the first time): pip install datasets; or export the data to JSONL "
-                          "with 'text' and 'label' fields and pass --data FILE") from None
+                          "with 'text' and 'label' fields and pass data=FILE",
+                          param="data") from None
     from datasets import load_dataset
 
     hf_id, text_col, label_col = HF_DATASETS[name]
@@ -297,10 +300,10 @@ def load_task(data: Any = "demo", test_data: Any = None, *, split_field: str = "
         seen = {r.label for r in train_raw}
         if not seen <= set(verbalisers) and not seen <= {str(i) for i in range(len(verbalisers))}:
             extra = sorted(seen - set(verbalisers))[:5]
-            raise ConfigError(f"--format {prompt_format.name} has the labels "
+            raise ConfigError(f"fmt={prompt_format.name} has the labels "
                               f"{', '.join(verbalisers)}, but the training data has "
-                              f"{', '.join(map(repr, extra))}: give --labels, or use "
-                              "--format custom")
+                              f"{', '.join(map(repr, extra))}: give labels=..., or use "
+                              "fmt=custom", param="fmt", also=("labels",))
     else:
         verbalisers = list(dict.fromkeys(r.label for r in train_raw))
         mapping = {}

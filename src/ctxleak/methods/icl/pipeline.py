@@ -92,7 +92,8 @@ class LabelScorer:
     def __init__(self, lm: LM, labels: Sequence[str], mode: str = "first-token",
                  prefix: str = " ") -> None:
         if mode not in LABEL_SCORING:
-            raise ConfigError(f"unknown --label-scoring '{mode}': use first-token or full")
+            raise ConfigError(f"unknown label_scoring '{mode}': use first-token or full",
+                              param="label_scoring")
         self.lm, self.labels, self.mode, self.prefix = lm, list(labels), mode, prefix
         self.sequences = [lm.encode(prefix + label) for label in self.labels]
         for label, seq in zip(self.labels, self.sequences):
@@ -106,15 +107,17 @@ class LabelScorer:
                     raise ConfigError(
                         f"labels {seen[tok]!r} and {label!r} share their first token "
                         f"{lm.decode([tok])!r} (id {tok}), so first-token scoring cannot tell "
-                        "them apart: use --label-scoring full to score whole label strings, or "
-                        "rename the labels with --labels")
+                        "them apart: use label_scoring='full' to score whole label strings, "
+                        "or rename them with labels=...", param="label_scoring",
+                        also=("labels",))
                 seen[tok] = label
         else:
             seen_seq: dict[tuple[int, ...], str] = {}
             for label, seq in zip(self.labels, self.sequences):
                 if tuple(seq) in seen_seq:
                     raise ConfigError(f"labels {seen_seq[tuple(seq)]!r} and {label!r} have the "
-                                      "same tokens: rename them with --labels")
+                                      "same tokens: rename them with labels=...",
+                                      param="labels")
                 seen_seq[tuple(seq)] = label
 
     @property
@@ -177,7 +180,7 @@ def select_queries(n_test: int, n_queries: int | None, seed: int) -> list[int]:
     if n_queries is None or n_queries >= n_test:
         return list(range(n_test))
     if n_queries < 1:
-        raise ConfigError(f"--queries must be at least 1, got {n_queries}")
+        raise ConfigError(f"queries must be at least 1, got {n_queries}", param="queries")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 0x1C1]))
     return sorted(int(i) for i in rng.choice(n_test, size=n_queries, replace=False))
 
@@ -324,7 +327,8 @@ def measure_queries(lm: LM, task: ICLTask, builder: PromptBuilder, scorer: Label
         if window is not None and need > window:
             raise ConfigError(f"query {query_index}: the {n_shots}-shot prompt needs {need} "
                               f"tokens, more than the model's window of {window}: use fewer "
-                              "--shots or a smaller --max-text-tokens")
+                              "shots=... or a smaller max_text_tokens=...", param="shots",
+                              also=("max_text_tokens",))
         built.append((n_shots, query_index, query, picked, qp))
     all_scores = score_prompts_many(scorer, [b[-1] for b in built], config,
                                     batch_size=batch_size)

@@ -36,10 +36,10 @@ class PromptFormat:
 
     def check(self) -> None:
         """A clear error for templates that lack or misuse their slots."""
-        _check_slots("--instruction", self.instruction, required=(), allowed=("labels",))
-        _check_slots("--exemplar-template", self.exemplar, required=("text", "label"),
+        _check_slots("instruction", self.instruction, required=(), allowed=("labels",))
+        _check_slots("exemplar_template", self.exemplar, required=("text", "label"),
                      allowed=("text", "label"))
-        _check_slots("--query-template", self.query, required=("text",), allowed=("text",))
+        _check_slots("query_template", self.query, required=("text",), allowed=("text",))
 
     def instruction_text(self, labels: Sequence[str]) -> str:
         return self.instruction.replace("{labels}", join_labels(labels))
@@ -53,20 +53,21 @@ def join_labels(labels: Sequence[str]) -> str:
     return ", ".join(labels[:-1]) + ", and " + labels[-1]
 
 
-def _check_slots(flag: str, template: str, *, required: Sequence[str],
+def _check_slots(param: str, template: str, *, required: Sequence[str],
                  allowed: Sequence[str]) -> None:
     try:
         names = [n for _, n, _, _ in string.Formatter().parse(template) if n is not None]
     except ValueError as exc:
-        raise ConfigError(f"{flag}: not a valid template ({exc}); write literal braces as "
-                          "{{ and }}") from None
+        raise ConfigError(f"{param}: not a valid template ({exc}); write literal braces as "
+                          "{{ and }}", param=param) from None
     for name in names:
         if name not in allowed:
-            raise ConfigError(f"{flag}: unknown slot '{{{name}}}' (allowed: "
-                              f"{', '.join('{' + a + '}' for a in allowed)})")
+            raise ConfigError(f"{param}: unknown slot '{{{name}}}' (allowed: "
+                              f"{', '.join('{' + a + '}' for a in allowed)})", param=param)
     for name in required:
         if name not in names:
-            raise ConfigError(f"{flag} must contain '{{{name}}}', got {template!r}")
+            raise ConfigError(f"{param} must contain '{{{name}}}', got {template!r}",
+                              param=param)
 
 
 # Table 2 of paper 001 (after Zhao et al. 2021, Table 5): one instruction line, then
@@ -114,7 +115,8 @@ def get_format(name: str, *, instruction: str | None = None, exemplar: str | Non
     elif name in FORMATS:
         base = FORMATS[name]
     else:
-        raise ConfigError(f"unknown --format '{name}': use {', '.join(FORMATS)} or custom")
+        raise ConfigError(f"unknown fmt '{name}': use {', '.join(FORMATS)} or custom",
+                          param="fmt")
     fmt = PromptFormat(
         base.name,
         unescape(instruction) if instruction is not None else base.instruction,

@@ -43,8 +43,9 @@ def load_hub_dataset(name: str, split: str = "test", limit: int | None = None
     try:
         import datasets
     except ImportError:
-        raise ConfigError(f"--data {name} needs the 'datasets' package (pip install datasets) "
-                          "and network access; or export it to JSONL and pass the file") from None
+        raise ConfigError(f"data={name!r} needs the 'datasets' package (pip install datasets) "
+                          "and network access; or export it to JSONL and pass the file",
+                          param="data") from None
     try:
         if name == "cnn_dailymail":
             ds = datasets.load_dataset("cnn_dailymail", "3.0.0", split=split)
@@ -73,13 +74,15 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     and ``id`` from JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
     datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``)."""
     if task not in ("auto", "custom", *TASK_TEMPLATES):
-        raise ConfigError(f"unknown --task '{task}': use auto, qa, summarization or custom")
+        raise ConfigError(f"unknown task '{task}': use auto, qa, summarization or custom",
+                          param="task")
     if task == "custom" and not template:
-        raise ConfigError("--task custom needs --template, e.g. 'Notes: {context}\\nQ: {query}'")
+        raise ConfigError("task='custom' needs template=..., e.g. 'Notes: {context}\\nQ: {query}'",
+                          param="task", also=("template",))
     if template is not None:
         missing = {"context"} - set(template_fields(template))
         if missing:
-            raise ConfigError("--template must contain the slot {context}")
+            raise ConfigError("template must contain the slot {context}", param="template")
     if isinstance(data, str) and data in HUB_DATASETS and not Path(data).exists():
         return load_hub_dataset(data, limit=limit)
     path = demo_path("influence.jsonl") if is_named(data, "demo") else data

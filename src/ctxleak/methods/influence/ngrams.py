@@ -46,12 +46,13 @@ def windows(length: int, n: int, stride: int | None = None) -> list[tuple[int, i
     stride is n (non-overlapping, Def. 3.1); the last window may be shorter so every token is
     covered."""
     if n < 1:
-        raise ConfigError(f"--ngram must be >= 1, not {n}")
+        raise ConfigError(f"ngram must be >= 1, not {n}", param="ngram")
     if n > length:
-        raise ConfigError(f"--ngram {n} is larger than the context ({length} tokens)")
+        raise ConfigError(f"ngram={n} is larger than the context ({length} tokens)",
+                          param="ngram")
     stride = n if stride is None else stride
     if stride < 1:
-        raise ConfigError(f"--stride must be >= 1, not {stride}")
+        raise ConfigError(f"stride must be >= 1, not {stride}", param="stride")
     out = []
     start = 0
     while start < length:

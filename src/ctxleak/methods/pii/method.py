@@ -14,6 +14,13 @@ from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions, int_list
 
 
+def _check_numbers(checks: dict[str, tuple[Any, str, bool]]) -> None:
+    """``{keyword: (value, rule, ok)}``: a ConfigError naming the first keyword not ok."""
+    for name, (value, rule, ok) in checks.items():
+        if not ok:
+            raise ConfigError(f"{name} must be {rule}, got {value}", param=name)
+
+
 class ProbeMethod(Method):
     """PII probing (``ctxleak probe``). Keywords are the CLI's flags: ``mode``, ``pii``,
     ``shots``, ``structure``, ``beam``, ``max_new_tokens``, ``generate``, ``subjects``,
@@ -76,9 +83,9 @@ class ProbeMethod(Method):
         if not 0 < train_fraction < 1:
             raise ConfigError(f"train_fraction must be between 0 and 1, got {train_fraction}",
                               param="train_fraction")
-        if soft_tokens < 1 or epochs < 1 or not soft_lr > 0:
-            raise ConfigError("soft_tokens and --epochs must be >= 1 and --soft-lr > 0",
-                              param="soft_tokens")
+        _check_numbers({"soft_tokens": (soft_tokens, ">= 1", soft_tokens >= 1),
+                        "epochs": (epochs, ">= 1", epochs >= 1),
+                        "soft_lr": (soft_lr, "> 0", soft_lr > 0)})
         context_template = context_template.replace("\\n", "\n")  # '\n' typed in a shell
         if "in-context" in modes:
             from ctxleak.run.validate import check_template
@@ -101,11 +108,12 @@ class ProbeMethod(Method):
         if canary is not None:
             from ctxleak.methods.pii.canary import FinetuneConfig
 
-            try:
-                FinetuneConfig(epochs=canary_epochs, lr=canary_lr, train_layers=canary_layers,
-                               seed=self.common.seed).validate()
-            except ValueError as exc:
-                raise ConfigError(f"--canary-*: {exc}") from None
+            _check_numbers({"canary_epochs": (canary_epochs, ">= 1", canary_epochs >= 1),
+                            "canary_lr": (canary_lr, "> 0", canary_lr > 0),
+                            "canary_layers": (canary_layers, ">= 0 (0 = all layers)",
+                                              canary_layers >= 0)})
+            FinetuneConfig(epochs=canary_epochs, lr=canary_lr, train_layers=canary_layers,
+                           seed=self.common.seed).validate()
         self.timings: dict[str, float] = {}
         self.extras: dict[str, Any] = {}
 

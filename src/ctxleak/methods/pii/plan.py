@@ -125,7 +125,7 @@ def plan_probes(records: list, modes: list[str], types: list[str], ks: list[int]
         try:
             inserted, held = split_subjects(records, canary, seed)
         except ValueError as exc:
-            raise ConfigError(f"--canary: {exc}") from None
+            raise ConfigError(f"canary: {exc}", param="canary") from None
         variants = ["fine-tuned"] + (["base"] if canary_baseline else [])
         # Null PII comes from the held-out subjects (never trained on), as the "secret sharer"
         # canaries are compared with ones never inserted; "inserted-vs-inserted" (likelihoods

@@ -294,12 +294,14 @@ def parse_query_types(value: str | Sequence[str]) -> list[str]:
         expanded = ["open_qa", "open_completion"] if p == "open" else [p]
         for t in expanded:
             if t not in QUERY_TYPES:
-                raise ConfigError(f"--query-types: unknown query type '{p}'; use "
-                                  f"{', '.join(QUERY_TYPES)} (or 'open' for both open forms)")
+                raise ConfigError(f"query_types: unknown query type '{p}'; use "
+                                  f"{', '.join(QUERY_TYPES)} (or 'open' for both open forms)",
+                                  param="query_types")
             if t not in out:
                 out.append(t)
     if not out:
-        raise ConfigError("--query-types: give at least one of " + ", ".join(QUERY_TYPES))
+        raise ConfigError("query_types: give at least one of " + ", ".join(QUERY_TYPES),
+                          param="query_types")
     return out
 
 
@@ -361,8 +363,8 @@ def context_pool(relation: Relation, entities: Sequence[str]) -> list[str]:
 def pool_entities(query: Query, relations: Sequence[Relation], scope: str) -> list[str]:
     """The entities whose contexts may be drawn for ``query`` (its own entity first)."""
     if scope not in CONTEXT_SCOPES:
-        raise ConfigError(f"--context-entities must be one of {', '.join(CONTEXT_SCOPES)}, "
-                          f"not '{scope}'")
+        raise ConfigError(f"context_entities must be one of {', '.join(CONTEXT_SCOPES)}, "
+                          f"not '{scope}'", param="context_entities")
     if scope == "mix":
         raise ConfigError("the 'mix' scope has two pools: use other_entities and "
                           "sample_context_mix")
@@ -396,7 +398,7 @@ def sample_contexts(pool: Sequence[str], n: int, rng: np.random.Generator, *,
     without: Du et al.'s ``random.sample``, capped at the pool size) and deduplicate, keeping each
     distinct context once with its count, in order of first draw."""
     if n < 1:
-        raise ConfigError(f"--contexts must be at least 1, got {n}")
+        raise ConfigError(f"contexts must be at least 1, got {n}", param="contexts")
     if not pool:
         raise ConfigError("the context pool is empty")
     return dedupe_contexts(_draw(pool, n, rng, replace))
@@ -414,8 +416,9 @@ def sample_context_mix(entity_pool: Sequence[str], other_pool: Sequence[str], n:
         raise ConfigError("no context mentions the queried entity")
     if entity_contexts < n and not other_pool:
         raise ConfigError("the relation has no other entity to draw the other "
-                          f"{n - entity_contexts} contexts from: use --entity-contexts {n} or "
-                          "--context-entities query")
+                          f"{n - entity_contexts} contexts from: use entity_contexts={n} or "
+                          "context_entities='query'", param="entity_contexts",
+                          also=("context_entities",))
     drawn = _draw(entity_pool, entity_contexts, rng, replace) if entity_contexts else []
     if entity_contexts < n:
         drawn += _draw(other_pool, n - entity_contexts, rng, replace)
@@ -423,12 +426,13 @@ def sample_context_mix(entity_pool: Sequence[str], other_pool: Sequence[str], n:
 
 
 def check_context_mix(n: int, entity_contexts: int) -> None:
-    """``1 <= n`` and ``0 <= entity_contexts <= n`` (flags ``--contexts``, ``--entity-contexts``)."""
+    """``1 <= n`` and ``0 <= entity_contexts <= n`` (keywords ``contexts``, ``entity_contexts``)."""
     if n < 1:
-        raise ConfigError(f"--contexts must be at least 1, got {n}")
+        raise ConfigError(f"contexts must be at least 1, got {n}", param="contexts")
     if not 0 <= entity_contexts <= n:
-        raise ConfigError(f"--entity-contexts ({entity_contexts}) must be between 0 and "
-                          f"--contexts ({n}); paper 002 §5.1 uses 8 of 256 (4 of 128)")
+        raise ConfigError(f"entity_contexts={entity_contexts} must be between 0 and "
+                          f"contexts={n}; paper 002 §5.1 uses 8 of 256 (4 of 128)",
+                          param="entity_contexts", also=("contexts",))
 
 
 def dedupe_contexts(drawn: Sequence[str]) -> ContextSample:
