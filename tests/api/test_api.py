@@ -219,3 +219,59 @@ def test_influence_explain_cli_and_api_agree(tiny_dir, tmp_path, capsys):
     assert len(result.summary["top_ngrams"]) == 3 and result.table() == \
         ctxleak.load_result(tmp_path / "cli").table()
     assert result.summary["response"] in out
+
+
+CAPITAL_ROWS = [{"context": f"the capital of {c} is {p} .", "query": "what ?", "n": i}
+                for i, (c, p) in enumerate((("france", "paris"), ("italy", "rome"),
+                                            ("spain", "madrid")))]
+
+
+def test_rows_in_memory_hash_as_canonical_json_lines(tmp_path):
+    """The same rows as a list, a DataFrame or a ``datasets.Dataset`` (keys in any order) hash
+    alike; an edited cell changes the hash; config.json stores it under input_sha256."""
+    import datasets
+    import pandas as pd
+
+    from ctxleak.run.inputs import rows_sha256
+    from ctxleak.run.options import RunOptions
+    from ctxleak.run.runner import open_run
+
+    frame = pd.DataFrame(CAPITAL_ROWS)
+    assert rows_sha256(frame) == rows_sha256(CAPITAL_ROWS) == \
+        rows_sha256(datasets.Dataset.from_list(CAPITAL_ROWS)) == \
+        rows_sha256([{k: r[k] for k in reversed(list(r))} for r in CAPITAL_ROWS])
+    edited = frame.copy()
+    edited.loc[2, "n"] = 7
+    assert rows_sha256(edited) != rows_sha256(frame)
+    with open_run("influence", RunOptions(output=str(tmp_path / "r")), {},
+                  inputs={"data": frame, "none": None}) as run:
+        assert run.config["input_sha256"] == {"data": rows_sha256(CAPITAL_ROWS)}
+
+
+def test_resume_notices_edited_rows_in_memory_as_it_does_an_edited_file(llama_lm, tmp_path):
+    """Rows given in memory are hashed (canonical JSON lines, keys sorted) like a file's bytes:
+    the same rows in another form or another object resume; an edited cell is refused with
+    the same error as an edited file."""
+    import pandas as pd
+
+    frame = pd.DataFrame(CAPITAL_ROWS)
+    edited = frame.copy()
+    edited.loc[0, "context"] = "berlin is a city ."
+    opts = {"max_new_tokens": 2, "progress": False}
+    out = str(tmp_path / "frame")
+    ctxleak.influence(llama_lm, frame, limit=2, output=out, **opts)
+    resumed = ctxleak.influence(llama_lm, frame.copy(), output=out, resume=True, **opts)
+    assert len(resumed.records) == 3
+    with pytest.raises(ConfigError) as by_frame:
+        ctxleak.influence(llama_lm, edited, output=out, resume=True, **opts)
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in CAPITAL_ROWS))
+    ctxleak.influence(llama_lm, str(path), limit=2, output=str(tmp_path / "file"), **opts)
+    path.write_text("".join(json.dumps(r) + "\n" for r in edited.to_dict(orient="records")))
+    with pytest.raises(ConfigError) as by_file:
+        ctxleak.influence(llama_lm, str(path), output=str(tmp_path / "file"), resume=True,
+                          **opts)
+    assert str(by_frame.value).replace(str(tmp_path / "frame"), "RUN") == \
+        str(by_file.value).replace(str(tmp_path / "file"), "RUN")
+    assert "content of the data input changed" in str(by_frame.value)

@@ -246,7 +246,7 @@ def test_resume_after_an_edited_data_file_is_refused(tiny_dir, tmp_path, capsys)
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     code, _, err = cli(args + ["--resume"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "content of the data file changed" in err and str(out) in err
+    assert "content of the data input changed" in err and str(out) in err
     assert (out / "samples.jsonl").read_text() == before
 
 

@@ -199,7 +199,7 @@ def test_resume_refuses_changed_input_file_and_other_command(tmp_path):
     RunDir(tmp_path / "r", config, resume=True)  # unchanged: fine
     data.write_text('{"context": "b"}\n')
     changed = {"command": "influence", INPUTS_KEY: input_hashes({"data": data})}
-    with pytest.raises(ConfigError, match="content of the data file changed"):
+    with pytest.raises(ConfigError, match="content of the data input changed"):
         RunDir(tmp_path / "r", changed, resume=True)
     with pytest.raises(ConfigError, match="holds a 'influence' run, not 'icl'"):
         RunDir(tmp_path / "r", {**config, "command": "icl"}, resume=True)

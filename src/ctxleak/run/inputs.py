@@ -72,6 +72,27 @@ def memory_rows(data: Any) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
+def rows_sha256(data: Any) -> str:
+    """SHA-256 of rows in memory (list of dicts, DataFrame, ``datasets.Dataset``): one JSON
+    line per row, keys sorted, after the same conversions as :func:`memory_rows` (numpy
+    scalars to Python, NaN to null; record objects by their ``to_dict()``), so equal rows give
+    the same hash whatever their form and an edited cell changes it. What resume checks for
+    data not read from a file."""
+    import hashlib
+    import json
+
+    from ctxleak.run.rundir import to_jsonable
+
+    if isinstance(data, (list, tuple)):  # record objects (PIIRecord) by their fields
+        data = [r if isinstance(r, Mapping) or not hasattr(r, "to_dict") else r.to_dict()
+                for r in data]
+    digest = hashlib.sha256()
+    for _, row in memory_rows(data):
+        line = json.dumps(to_jsonable(row), sort_keys=True, ensure_ascii=False, default=repr)
+        digest.update(line.encode("utf-8") + b"\n")
+    return digest.hexdigest()
+
+
 def parquet_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     try:
         import pyarrow.parquet as pq

@@ -164,16 +164,17 @@ def _refuse_other_command(config_path: Path, old: dict[str, Any], new: dict[str,
 
 
 def _refuse_changed_inputs(config_path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
-    """Resume refuses an input file whose bytes changed since the run started: finished rows
-    were computed from the old content, so keeping them would mix two data sets."""
+    """Resume refuses an input whose content changed since the run started (a file's bytes,
+    rows in memory by :func:`ctxleak.run.inputs.rows_sha256`): finished rows were computed
+    from the old content, so keeping them would mix two data sets."""
     if INPUTS_KEY not in old:  # a run folder written before inputs were hashed
         return
     before, now = old.get(INPUTS_KEY) or {}, new.get(INPUTS_KEY) or {}
     changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
     if changed:
         raise ConfigError(f"cannot resume {config_path.parent}: the content of the "
-                          f"{', '.join(changed)} file changed since the run started (SHA-256 "
-                          f"in {config_path}); restore the file, or start a new output=...",
+                          f"{', '.join(changed)} input changed since the run started (SHA-256 "
+                          f"in {config_path}); restore it, or start a new output=...",
                           also=("output",))
 
 

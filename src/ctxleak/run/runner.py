@@ -60,9 +60,13 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
                           param="output")
     output = common.output or default_output(command)
     full = {"command": command, **common.to_dict(), **config, "output": output}
-    if inputs:  # rows given in memory have no file to hash
+    if inputs:  # files by their bytes, rows given in memory by their canonical JSON lines
+        from ctxleak.run.inputs import rows_sha256
+
         files = {k: v for k, v in inputs.items() if isinstance(v, (str, Path))}
-        full[INPUTS_KEY] = input_hashes(files)
+        full[INPUTS_KEY] = {**input_hashes(files), **{
+            k: rows_sha256(v) for k, v in inputs.items()
+            if v is not None and not isinstance(v, (str, Path))}}
     _CURRENT_RUN = RunDir(output, full, resume=common.resume, private=private, world=world)
     return _CURRENT_RUN
 

@@ -112,7 +112,12 @@ class ICLInfMethod(Method):
                 "query_template": fmt.query, "shots": self.shots, "icl": self.icl.to_dict()}
 
     def inputs(self) -> dict[str, Any]:
-        return {"data": self.task.source.get("train"), "test_data": self.task.source.get("test")}
+        from ctxleak.run.inputs import is_path
+
+        def given(name: str, data: Any) -> Any:  # rows in memory are hashed as themselves
+            return self.task.source.get(name) if data is None or is_path(data) else data
+
+        return {"data": given("train", self.data), "test_data": given("test", self.test_data)}
 
     def key(self, item: tuple[int, int]) -> str:
         from ctxleak.methods.icl import query_id
