@@ -1,0 +1,144 @@
+"""Context pools and Monte Carlo context samples for susceptibility (paper 002 §5.1, Du et al.
+2024).
+
+Contexts (Du et al. §3.2; paper §5.1): the relation's context template filled with an entity and a
+candidate answer. By default (``scope="mix"``, paper 002 §5.1) a query's sample holds
+``entity_contexts`` draws (8 of 256; 4 of 128 for LLaMA) from the contexts that mention the
+queried entity and the rest from the relation's contexts about its other entities
+(:func:`sample_context_mix`). The other scopes draw every context uniformly from one pool: the
+query's own entity with every candidate answer (``"query"``, ctxleak's default before the mix),
+every entity of the relation (``"relation"``, as Du et al. sample them), or every entity of every
+relation (``"all"``). :func:`sample_contexts` draws from a pool and deduplicates: each distinct
+context is scored once and weighted by how often it was drawn (the empirical distribution p̂).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ctxleak.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ctxleak.methods.susceptibility.data import Query, Relation
+
+CONTEXT_SCOPES = ("mix", "query", "relation", "all")
+
+
+@dataclass(frozen=True)
+class ContextSample:
+    """Distinct contexts with the number of times each was drawn: ``p̂(c) = counts / total``."""
+
+    texts: list[str]
+    counts: np.ndarray = field(repr=False)
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self.counts / self.counts.sum()
+
+    @property
+    def n_draws(self) -> int:
+        return int(self.counts.sum())
+
+
+def unique(values: Sequence[str] | Any) -> list[str]:
+    """The values without repeats, in order of first appearance."""
+    return list(dict.fromkeys(values))
+
+
+# ---------------------------------------------------------------------------------------------
+# queries and contexts
+
+
+def context_pool(relation: Relation, entities: Sequence[str]) -> list[str]:
+    """Every context template filled with every given entity and every candidate answer,
+    without repeats, in a fixed order."""
+    return unique(t.format(entity=e, answer=a) for e in entities for a in relation.answers
+                   for t in relation.context_templates)
+
+
+def pool_entities(query: Query, relations: Sequence[Relation], scope: str) -> list[str]:
+    """The entities whose contexts may be drawn for ``query`` (its own entity first)."""
+    if scope not in CONTEXT_SCOPES:
+        raise ConfigError(f"context_entities must be one of {', '.join(CONTEXT_SCOPES)}, "
+                          f"not '{scope}'", param="context_entities")
+    if scope == "mix":
+        raise ConfigError("the 'mix' scope has two pools: use other_entities and "
+                          "sample_context_mix")
+    if scope == "query":
+        return [query.entity]
+    chosen = [r for r in relations if scope == "all" or r.name == query.relation]
+    names = [query.entity]
+    for r in chosen:
+        names += [e for e, _ in r.entities] + list(r.fake_entities)
+    return unique(names)
+
+
+def other_entities(query: Query, relation: Relation) -> list[str]:
+    """The relation's real and made-up entities other than the query's (paper 002 §5.1: the
+    contexts of a query's sample that do not mention its entity)."""
+    names = [e for e, _ in relation.entities] + list(relation.fake_entities)
+    return [e for e in unique(names) if e != query.entity]
+
+
+def _draw(pool: Sequence[str], n: int, rng: np.random.Generator, replace: bool) -> list[str]:
+    if replace:
+        idx = rng.integers(0, len(pool), size=n)
+    else:
+        idx = rng.permutation(len(pool))[:min(n, len(pool))]
+    return [pool[i] for i in idx]
+
+
+def sample_contexts(pool: Sequence[str], n: int, rng: np.random.Generator, *,
+                    replace: bool = True) -> ContextSample:
+    """Draw ``n`` contexts uniformly from ``pool`` (with replacement: i.i.d. Monte Carlo draws;
+    without: Du et al.'s ``random.sample``, capped at the pool size) and deduplicate, keeping each
+    distinct context once with its count, in order of first draw."""
+    if n < 1:
+        raise ConfigError(f"contexts must be at least 1, got {n}", param="contexts")
+    if not pool:
+        raise ConfigError("the context pool is empty")
+    return dedupe_contexts(_draw(pool, n, rng, replace))
+
+
+def sample_context_mix(entity_pool: Sequence[str], other_pool: Sequence[str], n: int,
+                       entity_contexts: int, rng: np.random.Generator, *,
+                       replace: bool = True) -> ContextSample:
+    """Paper 002 §5.1: ``n`` contexts per query, ``entity_contexts`` of them drawn from the
+    contexts that mention the queried entity (``entity_pool``) and ``n − entity_contexts`` from
+    the relation's contexts about other entities (``other_pool``); each part drawn as in
+    :func:`sample_contexts`, then the whole sample deduplicated (p̂ = count / draws)."""
+    check_context_mix(n, entity_contexts)
+    if entity_contexts and not entity_pool:
+        raise ConfigError("no context mentions the queried entity")
+    if entity_contexts < n and not other_pool:
+        raise ConfigError("the relation has no other entity to draw the other "
+                          f"{n - entity_contexts} contexts from: use entity_contexts={n} or "
+                          "context_entities='query'", param="entity_contexts",
+                          also=("context_entities",))
+    drawn = _draw(entity_pool, entity_contexts, rng, replace) if entity_contexts else []
+    if entity_contexts < n:
+        drawn += _draw(other_pool, n - entity_contexts, rng, replace)
+    return dedupe_contexts(drawn)
+
+
+def check_context_mix(n: int, entity_contexts: int) -> None:
+    """``1 <= n`` and ``0 <= entity_contexts <= n`` (keywords ``contexts``, ``entity_contexts``)."""
+    if n < 1:
+        raise ConfigError(f"contexts must be at least 1, got {n}", param="contexts")
+    if not 0 <= entity_contexts <= n:
+        raise ConfigError(f"entity_contexts={entity_contexts} must be between 0 and "
+                          f"contexts={n}; paper 002 §5.1 uses 8 of 256 (4 of 128)",
+                          param="entity_contexts", also=("contexts",))
+
+
+def dedupe_contexts(drawn: Sequence[str]) -> ContextSample:
+    """Distinct contexts of a list of draws, each with its count (p̂ = count / draws)."""
+    counts: dict[str, int] = {}
+    for text in drawn:
+        counts[text] = counts.get(text, 0) + 1
+    return ContextSample(texts=list(counts), counts=np.array(list(counts.values()),
+                                                              dtype=np.float64))
