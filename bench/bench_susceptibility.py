@@ -1,14 +1,17 @@
 """Susceptibility benchmark (SPEC §8, paper 002 §5.2): seconds per query of Fisher
 susceptibility (top-10, one forward pass + batched VJPs) against Monte Carlo susceptibility with
-256 distinct contexts (256 next-token distributions, batched, shared-prefix KV reuse), on a few
-queries of the demo set with the default model; and batched VJPs against a loop over the top-k.
+256 contexts (one next-token distribution per distinct context, batched, shared-prefix KV reuse),
+on a few queries of the demo set with the default model; and batched VJPs against a loop over
+the top-k.
 
     python bench/bench_susceptibility.py [--queries 4] [--contexts 256] [--naive-mc]
 
-Contexts: the relation's template filled with every entity of every demo relation and every
-answer (1,360 for ``capital``), 256 drawn without replacement, so Monte Carlo scores 256 distinct
-prompts as in the paper. SPEC target: Fisher ≥ 50x faster than Monte Carlo with 256 contexts
-(the paper: 70x on GPUs).
+Contexts: exactly those ``ctxleak susceptibility`` scores with its defaults
+(:func:`ctxleak.methods.susceptibility.query_contexts`, SPEC §6 / paper 002 §5.1): 256 draws
+per query, 8 from the contexts that mention the queried entity and the rest from the relation's
+contexts about its other entities, with replacement and deduplicated (each distinct context
+scored once, weighted by its count), seeded per query as the method seeds it. SPEC target:
+Fisher ≥ 50x faster than Monte Carlo with 256 contexts (the paper: 70x on GPUs).
 """
 
 from __future__ import annotations
@@ -21,14 +24,14 @@ import torch
 from _common import device_line, load_default, throughput, timed
 
 from ctxleak.engine.forward import PrefixKV, common_prefix_length
+from ctxleak.engine.generation import derive_seed
 from ctxleak.methods.susceptibility import (
+    SusceptibilityOptions,
     build_queries,
-    context_pool,
     fisher_susceptibility,
     load_relations,
     monte_carlo_susceptibility,
-    pool_entities,
-    sample_contexts,
+    query_contexts,
 )
 from ctxleak.methods.susceptibility.fisher import query_prompt
 from ctxleak.methods.susceptibility.montecarlo import context_prompts
@@ -70,7 +73,10 @@ def main() -> None:
                     help="the default model's chat template (auto: on)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: torch's choice)")
+    ap.add_argument("--seed", type=int, default=0, help="the run seed (as --seed of the method)")
     args = ap.parse_args()
+    # the method's defaults: the paper's mix (8 of 256 mention the entity), with replacement
+    options = SusceptibilityOptions(n_contexts=args.contexts).validate()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.chat_template == "auto":
@@ -88,14 +94,16 @@ def main() -> None:
     fisher_susceptibility(lm, queries[0].text, top_k=args.top_k, prefix_kv=store)
 
     rows = []
-    for i, q in enumerate(queries):
-        rel = next(r for r in rels if r.name == q.relation)
-        pool = context_pool(rel, pool_entities(q, rels, "all"))
-        sample = sample_contexts(pool, args.contexts, np.random.default_rng(i), replace=False)
+    for q in queries:
+        sample = query_contexts(q, rels, options.n_contexts,
+                                np.random.default_rng(derive_seed(args.seed, q.index)),
+                                scope=options.context_entities,
+                                entity_contexts=options.entity_draws,
+                                replace=options.sampling == "replacement").sample
         row = measure(lm, q.text, sample.texts, sample.counts, args.top_k, args.naive_mc,
                       store)
         rows.append({"id": q.id, **row})
-        print(f"# {q.id}: {len(sample.texts)} contexts, MC {row['mc']:.2f}s "
+        print(f"# {q.id}: {len(sample.texts)} distinct of {sample.n_draws} contexts, MC {row['mc']:.2f}s "
               f"(χ_MC={row['chi_mc']:.4f}), Fisher {row['fisher']:.3f}s (χ_F={row['chi_f']:.4g}), "
               f"loop {row['loop']:.3f}s, whole prompt {row['whole']:.3f}s", flush=True)
 
@@ -105,7 +113,9 @@ def main() -> None:
     tps = throughput(lm)
     floor = mean("needed") / tps
     print(f"# bench_susceptibility on {device_line(lm)}; chat template "
-          f"{'on' if lm.use_chat_template else 'off'}; {len(rows)} queries; "
+          f"{'on' if lm.use_chat_template else 'off'}; {len(rows)} queries; contexts: "
+          f"{options.entity_draws} of {options.n_contexts} draws mention the entity "
+          f"({options.context_entities}, {options.sampling}), {mean('n'):.0f} distinct; "
           f"max relative |Δχ_F| batched/loop/whole-prompt = {max(r['dchi'] for r in rows):.1e}")
     print("| measurement (seconds per query, mean) | ctxleak | naive way | ratio | target |")
     print("|---|---|---|---|---|")

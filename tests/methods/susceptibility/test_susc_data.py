@@ -182,3 +182,33 @@ def test_context_mix_of_paper_002(tmp_path, replace):
         sample_context_mix(own, [], 4, 1, np.random.default_rng(0))
     with pytest.raises(ConfigError, match="mix"):
         pool_entities(q, [rel], "mix")
+
+
+def test_query_contexts_is_the_methods_sample(llama_lm):
+    """``query_contexts`` (what the benchmark uses) draws the method's sample: under the
+    paper's mix, exactly ``entity_contexts`` of the ``n`` draws mention the queried entity and
+    the rest come from the relation's other entities; the same seed gives the same sample as
+    :func:`measure_queries` records (pool size, distinct contexts)."""
+    import numpy as np
+
+    from ctxleak.methods.susceptibility.contexts import query_contexts
+    from ctxleak.methods.susceptibility.pipeline import measure_queries
+
+    rels = load_relations("demo")
+    q = build_queries(rels, ["closed"])[0]
+    relation = next(r for r in rels if r.name == q.relation)
+    drawn = query_contexts(q, rels, 64, np.random.default_rng(5), entity_contexts=3)
+    own = set(context_pool(relation, [q.entity]))
+    assert set(drawn.entity_pool) == own and set(drawn.sample.texts) <= set(drawn.pool)
+    counts = dict(zip(drawn.sample.texts, drawn.sample.counts))
+    assert drawn.sample.n_draws == 64
+    assert sum(c for t, c in counts.items() if t in own) == 3
+    assert set(drawn.pool) - own == set(context_pool(relation, other_entities(q, relation)))
+    only = query_contexts(q, rels, 16, np.random.default_rng(5), scope="query")
+    assert set(only.sample.texts) <= own and only.sample.n_draws == 16
+
+    options = SusceptibilityOptions(method="mc", n_contexts=64, entity_contexts=3).validate()
+    (record,) = measure_queries(llama_lm, [(q, 5)], rels, options)
+    assert (record["n_draws"], record["n_entity_draws"], record["n_distinct_contexts"],
+            record["context_pool_size"]) == (64, 3, len(drawn.sample.texts), len(drawn.pool))
+    assert {c["context"] for c in record["persuasive_contexts"]} <= set(drawn.sample.texts)

@@ -1,5 +1,6 @@
 """Susceptibility to context: Monte Carlo (Du et al. 2024) and Fisher (paper 002), SPEC §6."""
 
+from ctxleak.methods.susceptibility.contexts import QueryContexts, query_contexts
 from ctxleak.methods.susceptibility.data import (
     CONTEXT_SCOPES,
     QUERY_TYPES,
@@ -47,6 +48,8 @@ __all__ = [
     "Relation",
     "SusceptibilityOptions",
     "build_queries",
+    "QueryContexts",
+    "query_contexts",
     "context_pool",
     "correlation",
     "dedupe_contexts",

@@ -142,3 +142,31 @@ def dedupe_contexts(drawn: Sequence[str]) -> ContextSample:
         counts[text] = counts.get(text, 0) + 1
     return ContextSample(texts=list(counts), counts=np.array(list(counts.values()),
                                                               dtype=np.float64))
+
+
+@dataclass(frozen=True)
+class QueryContexts:
+    """One query's Monte Carlo contexts: the ``sample`` (distinct texts and counts), the
+    ``pool`` it was drawn from and the contexts of that pool that mention the query's entity."""
+
+    sample: ContextSample
+    pool: list[str]
+    entity_pool: list[str]
+
+
+def query_contexts(query: Query, relations: Sequence[Relation], n: int, rng: np.random.Generator,
+                   *, scope: str = "mix", entity_contexts: int = 8,
+                   replace: bool = True) -> QueryContexts:
+    """The contexts ``ctxleak susceptibility`` scores for ``query`` (paper 002 §5.1): with
+    ``scope="mix"``, ``entity_contexts`` of the ``n`` draws from the contexts that mention the
+    queried entity and the rest from the relation's other entities
+    (:func:`sample_context_mix`); any other scope draws all ``n`` from one pool
+    (:func:`pool_entities`, :func:`sample_contexts`)."""
+    relation = next(r for r in relations if r.name == query.relation)
+    entity_pool = context_pool(relation, [query.entity])
+    if scope == "mix":
+        others = context_pool(relation, other_entities(query, relation))
+        sample = sample_context_mix(entity_pool, others, n, entity_contexts, rng, replace=replace)
+        return QueryContexts(sample, entity_pool + others, entity_pool)
+    pool = context_pool(relation, pool_entities(query, relations, scope))
+    return QueryContexts(sample_contexts(pool, n, rng, replace=replace), pool, entity_pool)

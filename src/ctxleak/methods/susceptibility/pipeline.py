@@ -16,17 +16,13 @@ import numpy as np
 from ctxleak.engine.forward import PrefixKV
 from ctxleak.engine.models import LM
 from ctxleak.errors import ConfigError
+from ctxleak.methods.susceptibility.contexts import query_contexts
 from ctxleak.methods.susceptibility.data import (
     CONTEXT_SCOPES,
     QUERY_TYPES,
     Query,
     Relation,
     check_context_mix,
-    context_pool,
-    other_entities,
-    pool_entities,
-    sample_context_mix,
-    sample_contexts,
 )
 from ctxleak.methods.susceptibility.fisher import FISHER_VOCABS, fisher_susceptibility_many
 from ctxleak.methods.susceptibility.montecarlo import (
@@ -146,21 +142,13 @@ def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Seq
         samples, pools, owns = [], [], []
         with_replacement = options.sampling == "replacement"
         for q, seed in queries:
-            relation = next(r for r in relations if r.name == q.relation)
-            rng = np.random.default_rng(seed)
-            entity_pool = context_pool(relation, [q.entity])
-            if options.context_entities == "mix":  # paper 002 §5.1
-                others = context_pool(relation, other_entities(q, relation))
-                pool = entity_pool + others
-                sample = sample_context_mix(entity_pool, others, options.n_contexts,
-                                            options.entity_draws, rng, replace=with_replacement)
-            else:
-                pool = context_pool(relation, pool_entities(q, relations,
-                                                            options.context_entities))
-                sample = sample_contexts(pool, options.n_contexts, rng, replace=with_replacement)
-            samples.append(sample)
-            pools.append(pool)
-            owns.append(set(entity_pool))
+            drawn = query_contexts(q, relations, options.n_contexts, np.random.default_rng(seed),
+                                   scope=options.context_entities,
+                                   entity_contexts=options.entity_draws,
+                                   replace=with_replacement)  # paper 002 §5.1
+            samples.append(drawn.sample)
+            pools.append(drawn.pool)
+            owns.append(set(drawn.entity_pool))
         results = monte_carlo_many(lm, [(q.text, smp.texts, smp.counts)
                                         for (q, _), smp in zip(queries, samples)],
                                    reference=options.reference, template=options.template,
