@@ -4,6 +4,7 @@ keys, values and hidden states equal those of Hugging Face's concatenating ``Dyn
 from __future__ import annotations
 
 import torch
+from tiny_models import tiny_gemma3
 
 from ctxleak.engine import generation
 from ctxleak.engine.forward import hidden_states, left_pad, pad_id
@@ -70,10 +71,16 @@ def test_decode_steps_write_in_place(llama_lm):
 
 
 def test_give_room_leaves_other_caches_alone(llama_lm):
+    """Only plain concatenating layers are converted: a sliding-window model's cache (which
+    drops old positions) and an already converted cache are left as they are."""
     assert not give_room(object(), 5)
     _, cache, _, _ = _prefill(llama_lm, ["rome"])
     assert not give_room(cache, 0)
     assert give_room(cache, 4) and not give_room(cache, 4)  # already roomy: not converted twice
+    _, sliding, _, _ = _prefill(tiny_gemma3(sliding_window=4), ["the capital of france is"])
+    kinds = [type(layer) for layer in sliding.layers]
+    assert not give_room(sliding, 4)
+    assert [type(layer) for layer in sliding.layers] == kinds
 
 
 def test_generation_identical_with_and_without_room(tiny_lm, monkeypatch):
