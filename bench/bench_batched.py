@@ -8,7 +8,8 @@ measured in the same run:
 2. ``cid``: CID generation of N examples in one batched KV cache, against the same N examples
    one at a time, and against Hugging Face's plain batched ``generate`` (pure sampling, 50
    tokens) of the N prompts with context and of the N prompts without it (CID decodes twice the
-   streams: target <= 2.3x).
+   streams: target <= 2.3x; floor: generate with / without context), each split into prefill
+   and per-step decode.
 3. ``memory``: peak resident memory (above the loaded model) while measuring a batch of 16
    examples of the main job.
 4. ``fisher``: Fisher susceptibility (top-10) against Monte Carlo with 256 contexts per query,
@@ -18,7 +19,7 @@ measured in the same run:
 
     python bench/bench_batched.py [--only main|cid|memory|fisher|icl] [--limit 20] [--examples 16]
         [--queries 8]
-        [--threads 1]
+        [--threads 1] [--cpu-time]
 """
 
 from __future__ import annotations
@@ -76,26 +77,59 @@ def main_job(lm, limit: int) -> list[str]:
             f"(target <= 20x, ~90 s) |"]
 
 
-def cid(lm, n: int) -> list[str]:
+def cid(lm, n: int, clock=time.perf_counter) -> list[str]:
+    """CID of ``n`` demo examples (50 tokens each) against Hugging Face's ``generate``. Each
+    side is also run for 1 token (its prefill and first draw), so its time splits into prefill
+    and decode, and the decode into a per-step time: CID's 2n rows against ``generate``'s n rows
+    with context and its 2n rows of both prompt sets. The floor of CID / generate(no context) on
+    a prefill-bound CPU is generate(with context) / generate(no context): CID must prefill the
+    prompts with context, which ``generate`` of the prompts without it does not."""
     examples = load_examples("demo", task="auto")[:n]
-    opts = InfluenceOptions(min_new_tokens=50)  # every response 50 tokens, as generate's
     setting = Setting(1.0, 0.8)
-    parts = [example_parts(lm, ex, setting, opts)[0] for ex in examples]
-    jobs = [(p.full, p.empty, opts.cid(setting), i) for i, p in enumerate(parts)]
-    generate_cid_many(lm, jobs[:2])  # warm-up
-    t_batch, batched = timed(lambda: generate_cid_many(lm, jobs))
-    t_one, alone = timed(lambda: [generate_cid_many(lm, [j])[0] for j in jobs])
+    parts = [example_parts(lm, ex, setting, InfluenceOptions())[0] for ex in examples]
+
+    def jobs(tokens: int):
+        opts = InfluenceOptions(max_new_tokens=tokens, min_new_tokens=tokens)  # as generate's
+        return [(p.full, p.empty, opts.cid(setting), i) for i, p in enumerate(parts)]
+
+    def t(fn):
+        return timed(fn, clock=clock)
+
+    full, empty = [p.full for p in parts], [p.empty for p in parts]
+    generate_cid_many(lm, jobs(2)[:2])  # warm-up
+    t_batch, batched = t(lambda: generate_cid_many(lm, jobs(50)))
+    t_one, alone = t(lambda: [generate_cid_many(lm, [j])[0] for j in jobs(50)])
     same = [r.token_ids for r in batched] == [r.token_ids for r in alone]
-    t_full, _ = timed(lambda: hf_sample(lm, [p.full for p in parts], 50))
-    t_empty, _ = timed(lambda: hf_sample(lm, [p.empty for p in parts], 50))
+    t_cid1, _ = t(lambda: generate_cid_many(lm, jobs(1)))
+    t_full, _ = t(lambda: hf_sample(lm, full, 50))
+    t_full1, _ = t(lambda: hf_sample(lm, full, 1))
+    t_empty, _ = t(lambda: hf_sample(lm, empty, 50))
+    t_empty1, _ = t(lambda: hf_sample(lm, empty, 1))
+    t_both, _ = t(lambda: hf_sample(lm, full + empty, 50))
+    t_both1, _ = t(lambda: hf_sample(lm, full + empty, 1))
+
+    def step(total, first):  # decode time per step after the prefill and first draw, in ms
+        return 1000 * (total - first) / 49
+
+    unit = "CPU s" if clock is time.process_time else "s"
     return [f"| CID generation, {n} examples x 50 tokens, batched vs one at a time (same tokens:"
-            f" {same}) | {t_one:.1f} s | {t_batch:.1f} s | {t_one / t_batch:.2f}x | — |",
+            f" {same}) | {t_one:.1f} {unit} | {t_batch:.1f} {unit} | {t_one / t_batch:.2f}x "
+            f"| — |",
             f"| CID generation ({n} examples, 2 streams each) vs `generate` of the {n} prompts "
-            f"with context | {t_full:.1f} s | {t_batch:.1f} s | CID / generate = "
-            f"{t_batch / t_full:.2f}x | <= 2.3x |",
-            f"| the same vs `generate` of the {n} prompts without context (shorter: the "
-            f"prefill differs) | {t_empty:.1f} s | {t_batch:.1f} s | CID / generate = "
-            f"{t_batch / t_empty:.2f}x | — |"]
+            f"with context | {t_full:.1f} {unit} | {t_batch:.1f} {unit} | CID / generate = "
+            f"{t_batch / t_full:.2f}x | — |",
+            f"| the same vs `generate` of the {n} prompts without context (the issue's target; "
+            f"floor: generate with / without context = {t_full / t_empty:.2f}x) | "
+            f"{t_empty:.1f} {unit} | {t_batch:.1f} {unit} | CID / generate = "
+            f"{t_batch / t_empty:.2f}x | <= 2.3x |",
+            f"| prefill + first token: CID ({2 * n} rows) vs `generate` with context + "
+            f"`generate` without | {t_full1:.1f} + {t_empty1:.1f} {unit} | {t_cid1:.1f} {unit} | "
+            f"{t_cid1 / (t_full1 + t_empty1):.2f}x | — |",
+            f"| decode per step: CID ({2 * n} rows) vs `generate` of the {n} prompts with "
+            f"context ({n} rows) / of both prompt sets ({2 * n} rows) | "
+            f"{step(t_full, t_full1):.0f} / {step(t_both, t_both1):.0f} ms | "
+            f"{step(t_batch, t_cid1):.0f} ms | {step(t_batch, t_cid1) / step(t_full, t_full1):.2f}x"
+            f" / {step(t_batch, t_cid1) / step(t_both, t_both1):.2f}x | — |"]
 
 
 def memory(lm, n: int) -> list[str]:
@@ -192,6 +226,9 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--examples", type=int, default=16)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="cid: CPU seconds of this process (with --threads 1 on a shared "
+                         "machine, less sensitive to other processes than wall time)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -200,7 +237,8 @@ def main() -> None:
     print("| benchmark | one at a time / reference | batched | ratio | target |")
     print("|---|---|---|---|---|", flush=True)
     sections = [("memory", lambda: memory(lm, args.examples)),  # first: the model's own peak
-                ("cid", lambda: cid(lm, args.examples)),
+                ("cid", lambda: cid(lm, args.examples,
+                                        time.process_time if args.cpu_time else time.perf_counter)),
                 ("fisher", lambda: fisher_mc(lm, args.queries)),
                 ("icl", lambda: icl(lm, args.queries)),
                 ("main", lambda: main_job(lm, args.limit))]

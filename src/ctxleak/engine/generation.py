@@ -28,6 +28,7 @@ from ctxleak.engine.forward import (
     left_pad,
     pad_id,
 )
+from ctxleak.engine.kvroom import give_room
 from ctxleak.engine.models import LM
 
 # A shared prefix shorter than this is not worth a separate forward pass and a cache copy.
@@ -170,6 +171,7 @@ def generate_many(lm: LM, jobs: Sequence[StreamJob], *, sample: bool = True,
             hidden, cache, mask, pos = _prefill_shared(lm, seqs, shared, pad)
         else:
             hidden, cache, mask, pos = _prefill_buckets(lm, seqs, pad)
+        give_room(cache, longest - 1)  # decode steps write in place, no torch.cat of the cache
         rows = {j: (bounds[j], bounds[j + 1]) for j in live}  # each live job's rows, in order
         step = 0
         while True:
