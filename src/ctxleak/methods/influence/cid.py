@@ -173,6 +173,18 @@ def generate_cid_many(lm: LM, jobs: Sequence[CIDJob], use_cache: bool = True,
     return [finish(gen) for (_, finish), gen in zip(parts, gens)]
 
 
+def replay_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],
+               config: CIDConfig, response: CIDResponse) -> CIDResponse:
+    """``response`` with its floats (log-probs, λ_t and ε of bounded CID) recomputed from this
+    example's two prompts alone (:func:`ctxleak.engine.replay.replay`, batch-invariant runs):
+    the same tokens, and numbers that do not depend on the examples decoded with it."""
+    from ctxleak.engine.replay import replay
+
+    job, finish = _cid_job(prompt_context, prompt_empty, config, 0)
+    gen = Generation(token_ids=list(response.token_ids), stopped_on_eos=response.stopped_on_eos)
+    return finish(replay(lm, job, gen))
+
+
 def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config: CIDConfig,
              seed: int) -> tuple[StreamJob, Callable[[Generation], CIDResponse]]:
     """The stream job of one CID response and the function that reads its result."""

@@ -11,7 +11,12 @@ from typing import Any
 import numpy as np
 
 from ctxleak.engine.models import LM
-from ctxleak.methods.influence.cid import CIDConfig, CIDResponse, generate_cid_many
+from ctxleak.methods.influence.cid import (
+    CIDConfig,
+    CIDResponse,
+    generate_cid_many,
+    replay_cid,
+)
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 from ctxleak.methods.influence.metrics import (
     context_token_fraction,
@@ -70,9 +75,11 @@ def _round(values: Sequence[float] | np.ndarray, digits: int = 6) -> list[float]
 
 def measure_example(lm: LM, example: InfluenceExample, setting: Setting,
                     options: InfluenceOptions, seed: int,
-                    batch_size: str | int | None = "auto") -> dict[str, Any]:
+                    batch_size: str | int | None = "auto", batch_invariant: bool = True
+                    ) -> dict[str, Any]:
     """Generate by CID and measure the context's influence on one example (one JSON record)."""
-    return measure_examples(lm, [(example, setting, seed)], options, batch_size)[0]
+    return measure_examples(lm, [(example, setting, seed)], options, batch_size,
+                            batch_invariant=batch_invariant)[0]
 
 
 def example_parts(lm: LM, example: InfluenceExample, setting: Setting,
@@ -84,12 +91,19 @@ def example_parts(lm: LM, example: InfluenceExample, setting: Setting,
 
 
 def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                     options: InfluenceOptions, batch_size: str | int | None = "auto"
-                     ) -> list[dict[str, Any]]:
+                     options: InfluenceOptions, batch_size: str | int | None = "auto", *,
+                     batch_invariant: bool = True) -> list[dict[str, Any]]:
     """Measure several (example, setting, seed) together, one JSON record each, in order: their
-    CID responses decoded in one batched KV cache (each from its own seed, so a record does not
-    depend on the batch), then the n-gram windows of all of them scored
-    (:func:`~ctxleak.methods.influence.ngrams.window_influence_many`)."""
+    CID responses decoded in one batched KV cache (each from its own seed, so its tokens do not
+    depend on the batch), then the n-gram windows scored
+    (:func:`~ctxleak.methods.influence.ngrams.window_influence_many`).
+
+    ``batch_invariant``: every float of a record comes from forward passes over its own example
+    only (issue 13): the response's log-probs, λ_t and ε recomputed by
+    :func:`~ctxleak.methods.influence.cid.replay_cid`, the windows of each example scored alone
+    with rows per pass from the token budget (``batch_size`` then only sets the examples
+    decoded together). Off: the generation's own floats and the windows of all the examples in
+    shared scoring passes (``batch_size`` N rows each), equal up to float noise (about 1e-5)."""
     parts = []
     for example, setting, _ in jobs:
         p, dropped = example_parts(lm, example, setting, options)
@@ -99,6 +113,9 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
         parts.append((p, dropped))
     responses = generate_cid_many(lm, [(p.full, p.empty, options.cid(setting), seed)
                                        for (p, _), (_, setting, seed) in zip(parts, jobs)])
+    if batch_invariant:
+        responses = [replay_cid(lm, p.full, p.empty, options.cid(setting), r)
+                     for (p, _), (_, setting, _), r in zip(parts, jobs, responses)]
     records = [_record(lm, ex, setting, options, seed, p, dropped, response)
                for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
     if options.ngram is None:
@@ -120,8 +137,12 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
                                       windows(len(p.context), n, options.stride),
                                       lam=lam, temperature=setting.temperature,
                                       min_new_tokens=options.min_new_tokens))
-    scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix,
-                                   batch_size=batch_size)
+    if batch_invariant:
+        scored = [window_influence_many(lm, [r], reuse_prefix=options.reuse_prefix,
+                                        batch_size="auto")[0] for r in requests]
+    else:
+        scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix,
+                                       batch_size=batch_size)
     for k, request, win in zip(todo, requests, scored):
         per_window = win.per_window
         records[k].update({
