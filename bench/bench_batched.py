@@ -62,18 +62,25 @@ def main_job(lm, limit: int) -> list[str]:
     hf_sample(lm, [parts.full] * 2, 2)  # warm-up
     t_ref, _ = timed(lambda: hf_sample(lm, [parts.full] * 2, 50), repeat=2)
     times = {}
-    for size in ("auto", 1, "auto"):  # auto twice (before and after): load drift favours neither
+    # auto before and after the others, so that load drift favours none; batch_invariant on
+    # (the default: each example's floats from its own passes) and off (scoring passes shared
+    # across examples, floats equal up to ~1e-5)
+    runs = [("auto", True), ("auto", False), (1, True), ("auto", False), ("auto", True)]
+    for size, invariant in runs:
         with tempfile.TemporaryDirectory() as out:
             t0 = time.perf_counter()
             ctxleak.influence(lm, "demo", ngram=32, limit=limit, batch_size=size, output=out,
-                              progress=False)
+                              progress=False, batch_invariant=invariant)
             t = time.perf_counter() - t0
-        times[size] = min(times.get(size, float("inf")), t)
-    batched, single = times["auto"], times[1]
+        times[size, invariant] = min(times.get((size, invariant), float("inf")), t)
+    batched, single, shared = times["auto", True], times[1, True], times["auto", False]
     return [f"| README main job, {limit} demo examples, --ngram 32 (measure + summary + report)"
             f" | {single:.1f} s | {batched:.1f} s | {single / batched:.2f}x | reference "
             f"(2 streams x 50 tokens) {t_ref:.2f} s: main job = {batched / t_ref:.1f}x of it "
-            f"(target <= 20x, ~90 s) |"]
+            f"(target <= 20x, ~90 s) |",
+            f"| README main job, batch-invariant (default) against --no-batch-invariant "
+            f"(scoring shared across examples) | {shared:.1f} s | {batched:.1f} s | "
+            f"{batched / shared:.2f}x | cost of byte-identical samples |"]
 
 
 def cid(lm, n: int) -> list[str]:
