@@ -147,3 +147,16 @@ def test_window_influence_many_equals_one_at_a_time(tiny_lm):
             np.testing.assert_allclose(got.logp_context, alone.logp_context, atol=2e-5)
             np.testing.assert_allclose(got.logp_ablated, alone.logp_ablated, atol=2e-5)
     assert many[-1].logp_ablated.shape == (len(requests[0].spans), 0)
+
+
+def test_resume_refuses_a_change_of_batch_invariance(llama_lm, tmp_path):
+    from ctxleak.errors import ConfigError
+
+    kw = dict(max_new_tokens=3, min_new_tokens=1, seed=1, progress=False, output=str(tmp_path))
+    ctxleak.influence(llama_lm, _docs(3), limit=2, **kw)
+    with pytest.raises(ConfigError, match="batch_invariant"):
+        ctxleak.influence(llama_lm, _docs(3), resume=True, batch_invariant=False, **kw)
+    ctxleak.influence(llama_lm, _docs(3), resume=True, batch_size=2, **kw)  # batch size: fine
+    assert len(_samples(tmp_path)) == 3
+    with pytest.raises(ConfigError, match="batch_invariant must be True or False"):
+        ctxleak.influence(llama_lm, _docs(3), batch_invariant="yes", output=str(tmp_path / "x"))
