@@ -66,10 +66,18 @@ def test_without_batch_invariance_tokens_still_match(llama_lm, tmp_path):
                                 progress=False, batch_invariant=False)
         assert res.config["batch_invariant"] is False
         runs[size] = _samples(out)
-    for a, b in zip(runs[1], runs[8]):
-        assert b["response_ids"] == a["response_ids"]
+    out = tmp_path / "invariant"
+    ctxleak.influence(llama_lm, _docs(), lam=0.5, max_new_tokens=8, min_new_tokens=2, ngram=3,
+                      batch_size=8, seed=5, output=str(out), progress=False)
+    invariant = _samples(out)
+    for a, b, c in zip(runs[1], runs[8], invariant):
+        assert b["response_ids"] == a["response_ids"] == c["response_ids"]
         np.testing.assert_allclose(b["window_influence"], a["window_influence"], atol=2e-5)
         assert b["influence"] == pytest.approx(a["influence"], abs=2e-5)
+        # the generation's own log-probs (option off) and those the invariant run takes from
+        # each example's window scoring describe the same distributions
+        for key in ("logp_context", "logp_empty", "token_influence", "window_influence"):
+            np.testing.assert_allclose(c[key], b[key], atol=2e-5)
 
 
 def test_replayed_cid_floats_equal_the_generation_ones(llama_lm):

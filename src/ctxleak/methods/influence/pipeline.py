@@ -113,22 +113,29 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
         parts.append((p, dropped))
     responses = generate_cid_many(lm, [(p.full, p.empty, options.cid(setting), seed)
                                        for (p, _), (_, setting, seed) in zip(parts, jobs)])
+    configs = [options.cid(setting) for _, setting, _ in jobs]
+    # batch-invariant: each response's floats from its own example's passes. At a fixed λ with
+    # n-gram windows, the example's window scoring gives them (its full-context row is
+    # log p̄_λ(y_t | D); with_empty adds the no-context row), so no separate replay is needed
+    from_windows: set[int] = set()
     if batch_invariant:
-        responses = [replay_cid(lm, p.full, p.empty, options.cid(setting), r)
-                     for (p, _), (_, setting, _), r in zip(parts, jobs, responses)]
-    records = [_record(lm, ex, setting, options, seed, p, dropped, response)
-               for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
+        if options.ngram is not None and options.bounded_eps is None:
+            from_windows = {k for k, r in enumerate(responses) if r.token_ids}
+        responses = [r if k in from_windows else
+                     replay_cid(lm, parts[k][0].full, parts[k][0].empty, configs[k], r)
+                     for k, r in enumerate(responses)]
     if options.ngram is None:
-        return records
+        return [_record(lm, ex, setting, options, seed, p, dropped, response) for
+                (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
     todo = [k for k, r in enumerate(responses) if r.token_ids]
-    requests = []
+    requests, clipped = [], set()
     for k in todo:
         p, (example, setting, _) = parts[k][0], jobs[k]
         n = min(options.ngram, len(p.context))
         if n < options.ngram:  # documented choice: clip to the whole context, and record it
             warnings.warn(f"example {example.id}: --ngram {options.ngram} is larger than its "
                           f"context ({len(p.context)} tokens): using n = {n}", stacklevel=2)
-            records[k]["ngram_clipped_from"] = options.ngram
+            clipped.add(k)
         # bounded CID drew y_t at its own λ_t (Alg. 1): score every window at that λ_t
         response = responses[k]
         lam = (response.lambdas[:len(response.token_ids)] if options.bounded_eps is not None
@@ -139,10 +146,21 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
                                       min_new_tokens=options.min_new_tokens))
     if batch_invariant:
         scored = [window_influence_many(lm, [r], reuse_prefix=options.reuse_prefix,
-                                        batch_size="auto")[0] for r in requests]
+                                        batch_size="auto", with_empty=k in from_windows)[0]
+                  for k, r in zip(todo, requests)]
     else:
         scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix,
                                        batch_size=batch_size)
+    for k, win in zip(todo, scored):
+        if k in from_windows:
+            r = responses[k]
+            responses[k] = CIDResponse(r.token_ids, [float(x) for x in win.logp_context],
+                                       [float(x) for x in win.logp_empty], r.lambdas,
+                                       stopped_on_eos=r.stopped_on_eos)
+    records = [_record(lm, ex, setting, options, seed, p, dropped, response)
+               for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
+    for k in clipped:
+        records[k]["ngram_clipped_from"] = options.ngram
     for k, request, win in zip(todo, requests, scored):
         per_window = win.per_window
         records[k].update({
