@@ -85,3 +85,21 @@ def test_samples_byte_identical_for_1_3_and_8_examples_per_batch(command, wide_d
     assert len(runs["1"]) >= 4
     assert runs["3"] == runs["1"]
     assert runs["8"] == runs["1"]
+
+
+def test_the_flag_turns_it_off_and_a_config_file_too(tiny_dir, tmp_path, capsys):
+    from conftest import run_cli
+
+    base = ["influence", "--model", tiny_dir, "--data", "demo", "--limit", "1",
+            "--max-new-tokens", "2", "--min-new-tokens", "1"]
+    code, _, err = run_cli([*base, "--no-batch-invariant", "--output", str(tmp_path / "a")],
+                           capsys)
+    assert code == 0, err[-2000:]
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["batch_invariant"] is False
+    (tmp_path / "c.yaml").write_text("batch_invariant: false\n")
+    code, _, err = run_cli([*base, "--config", str(tmp_path / "c.yaml"), "--output",
+                            str(tmp_path / "b")], capsys)
+    assert code == 0, err[-2000:]
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["batch_invariant"] is False
+    code, out, _ = run_cli(["influence", "--help"], capsys)
+    assert "--no-batch-invariant" in out
