@@ -168,3 +168,40 @@ def test_resume_refuses_a_change_of_batch_invariance(llama_lm, tmp_path):
     assert len(_samples(tmp_path)) == 3
     with pytest.raises(ConfigError, match="batch_invariant must be True or False"):
         ctxleak.influence(llama_lm, _docs(3), batch_invariant="yes", output=str(tmp_path / "x"))
+
+
+@pytest.mark.parametrize("invariant", [True, False])
+def test_prefill_handed_to_scoring_equals_recomputation(llama_lm, monkeypatch, invariant):
+    """Generation prefills each prompt with the context alone, in scoring's shape, and hands
+    its KV cache to the n-gram scoring: the records equal those of scoring that recomputes the
+    prefix, exactly, with one forward pass per example fewer in scoring."""
+    import ctxleak.engine.scoring as scoring
+    from ctxleak.methods.influence import pipeline
+    from ctxleak.methods.influence.data import InfluenceExample
+
+    jobs = [(InfluenceExample(**d, reference=None, task="qa"),
+             pipeline.Setting(lam, 0.8), 20 + k)
+            for k, d in enumerate(_docs(4)) for lam in (0.5, 1.0)]
+    options = pipeline.InfluenceOptions(max_new_tokens=6, min_new_tokens=2, ngram=3)
+    calls = []
+    real = scoring.hidden_states
+    monkeypatch.setattr(scoring, "hidden_states",
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    records, counts = {}, {}
+    for hand_over in (False, True):
+        monkeypatch.setattr(pipeline, "HAND_OVER_PREFILL", hand_over)
+        calls.clear()
+        records[hand_over] = pipeline.measure_examples(llama_lm, jobs, options, 3,
+                                                       batch_invariant=invariant)
+        counts[hand_over] = len(calls)
+    assert all(r["window_influence"] for r in records[True])
+    if invariant:
+        assert records[True] == records[False]
+    else:  # the generation's own log-probs come from a prefill of another shape
+        window = ("response_ids", "windows", "window_influence", "window_logp", "max_window")
+        assert [{k: r[k] for k in window} for r in records[True]] == \
+            [{k: r[k] for k in window} for r in records[False]]
+    long_enough = sum(1 for ex, setting, _ in jobs if len(
+        pipeline.example_parts(llama_lm, ex, setting, options)[0].full) - 1
+        >= scoring.MIN_REUSE_TOKENS)
+    assert long_enough >= 4 and counts[True] == counts[False] - long_enough

@@ -8,7 +8,8 @@ its deleted window with the full prompt, so the engine reuses that KV prefix (SP
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -92,6 +93,8 @@ class WindowRequest:
     lam: float | Sequence[float] = 1.0  # or one λ_t per response token (bounded CID)
     temperature: float = 1.0
     min_new_tokens: int = 0
+    # the full prompt's KV cache, already computed (generation's prefill_alone): not recomputed
+    prefix_cache: Any = field(default=None, repr=False, compare=False)
 
 
 def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans: Sequence[
@@ -174,8 +177,11 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
         target = torch.as_tensor(list(r.response), dtype=torch.long, device=logp.device)
         return logp.gather(1, target[:, None])[:, 0].cpu().numpy()
 
+    given = {g: requests[k].prefix_cache for g, k in enumerate(todo)
+             if requests[k].prefix_cache is not None}
     scored = continuation_logits(lm, prompts, conts, reuse_prefix=reuse_prefix,
-                                 batch_size=batch_size, reduce=reduce, groups=groups)
+                                 batch_size=batch_size, reduce=reduce, groups=groups,
+                                 prefix_caches=given)
     begin = 0
     for g, k in enumerate(todo):
         r = requests[k]

@@ -34,6 +34,10 @@ from ctxleak.methods.influence.ngrams import (
 )
 from ctxleak.methods.influence.quantities import expected_influence
 
+#: Hand each example's full-prompt KV cache from generation to its n-gram scoring (the same
+#: numbers: the prefill is computed in scoring's own shape); False recomputes it (benchmarks).
+HAND_OVER_PREFILL = True
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -111,8 +115,12 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
             warnings.warn(f"example {example.id}: context cut by {dropped} tokens to fit the "
                           "model's window", stacklevel=2)
         parts.append((p, dropped))
+    # with n-gram windows, each prompt with the context is prefilled alone and its KV cache
+    # handed to the scoring, which then does not compute that prefix again
     responses = generate_cid_many(lm, [(p.full, p.empty, options.cid(setting), seed)
-                                       for (p, _), (_, setting, seed) in zip(parts, jobs)])
+                                       for (p, _), (_, setting, seed) in zip(parts, jobs)],
+                                  keep_context_cache=HAND_OVER_PREFILL and options.ngram is not None
+                                  and options.reuse_prefix)
     configs = [options.cid(setting) for _, setting, _ in jobs]
     # batch-invariant: each response's floats from its own example's passes. At a fixed λ with
     # n-gram windows, the example's window scoring gives them (its full-context row is
@@ -143,7 +151,9 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
         requests.append(WindowRequest(p, response.token_ids,
                                       windows(len(p.context), n, options.stride),
                                       lam=lam, temperature=setting.temperature,
-                                      min_new_tokens=options.min_new_tokens))
+                                      min_new_tokens=options.min_new_tokens,
+                                      prefix_cache=response.context_cache))
+        response.context_cache = None  # the request holds it until scored
     if batch_invariant:
         scored = [window_influence_many(lm, [r], reuse_prefix=options.reuse_prefix,
                                         batch_size="auto", with_empty=k in from_windows)[0]
