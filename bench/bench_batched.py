@@ -15,8 +15,11 @@ measured in the same run:
    both batched across queries (target >= 50x), and each batched against one query at a time.
 5. ``icl``: ICLInf queries per second, several queries' prompts in one engine call against one
    query at a time.
+6. ``prefill``: the main job with generation's full-prompt KV cache handed to the n-gram
+   scoring against scoring that computes it again.
 
-    python bench/bench_batched.py [--only main|cid|memory|fisher|icl] [--limit 20] [--examples 16]
+    python bench/bench_batched.py [--only main|prefill|cid|memory|fisher|icl] [--limit 20]
+        [--examples 16]
         [--queries 8]
         [--threads 1]
 """
@@ -81,6 +84,25 @@ def main_job(lm, limit: int) -> list[str]:
             f"| README main job, batch-invariant (default) against --no-batch-invariant "
             f"(scoring shared across examples) | {shared:.1f} s | {batched:.1f} s | "
             f"{batched / shared:.2f}x | cost of byte-identical samples |"]
+
+
+def prefill(lm, limit: int) -> list[str]:
+    """The main job (batch-invariant, the default) with generation's full-prompt KV cache handed
+    to the n-gram scoring against scoring that computes the prompt again (same records)."""
+    from ctxleak.methods.influence import pipeline
+
+    times = {}
+    for hand_over in (True, False, True):
+        pipeline.HAND_OVER_PREFILL = hand_over
+        with tempfile.TemporaryDirectory() as out:
+            t0 = time.perf_counter()
+            ctxleak.influence(lm, "demo", ngram=32, limit=limit, output=out, progress=False)
+            t = time.perf_counter() - t0
+        times[hand_over] = min(times.get(hand_over, float("inf")), t)
+    pipeline.HAND_OVER_PREFILL = True
+    return [f"| README main job ({limit} examples): full-prompt KV cache handed from generation "
+            f"to n-gram scoring vs recomputed | {times[False]:.1f} s | {times[True]:.1f} s | "
+            f"{times[False] / times[True]:.2f}x | — |"]
 
 
 def cid(lm, n: int) -> list[str]:
@@ -194,7 +216,8 @@ def icl(lm, n_queries: int, shots: int = 4) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", choices=["main", "cid", "memory", "fisher", "icl"], default=None)
+    ap.add_argument("--only", choices=["main", "prefill", "cid", "memory", "fisher", "icl"],
+                    default=None)
     ap.add_argument("--queries", type=int, default=8)
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--examples", type=int, default=16)
@@ -210,7 +233,8 @@ def main() -> None:
                 ("cid", lambda: cid(lm, args.examples)),
                 ("fisher", lambda: fisher_mc(lm, args.queries)),
                 ("icl", lambda: icl(lm, args.queries)),
-                ("main", lambda: main_job(lm, args.limit))]
+                ("main", lambda: main_job(lm, args.limit)),
+                ("prefill", lambda: prefill(lm, args.limit))]
     for name, run in sections:
         if args.only in (None, name):
             print("\n".join(run()), flush=True)
