@@ -16,8 +16,11 @@ measured in the same run:
    both batched across queries (target >= 50x), and each batched against one query at a time.
 5. ``icl``: ICLInf queries per second, several queries' prompts in one engine call against one
    query at a time.
+6. ``prefill``: the main job with generation's full-prompt KV cache handed to the n-gram
+   scoring against scoring that computes it again.
 
-    python bench/bench_batched.py [--only main|cid|memory|fisher|icl] [--limit 20] [--examples 16]
+    python bench/bench_batched.py [--only main|prefill|cid|memory|fisher|icl] [--limit 20]
+        [--examples 16]
         [--queries 8]
         [--threads 1] [--cpu-time]
 """
@@ -63,18 +66,44 @@ def main_job(lm, limit: int) -> list[str]:
     hf_sample(lm, [parts.full] * 2, 2)  # warm-up
     t_ref, _ = timed(lambda: hf_sample(lm, [parts.full] * 2, 50), repeat=2)
     times = {}
-    for size in ("auto", 1, "auto"):  # auto twice (before and after): load drift favours neither
+    # auto before and after the others, so that load drift favours none; batch_invariant on
+    # (the default: each example's floats from its own passes) and off (scoring passes shared
+    # across examples, floats equal up to ~1e-5)
+    runs = [("auto", True), ("auto", False), (1, True), ("auto", False), ("auto", True)]
+    for size, invariant in runs:
         with tempfile.TemporaryDirectory() as out:
             t0 = time.perf_counter()
             ctxleak.influence(lm, "demo", ngram=32, limit=limit, batch_size=size, output=out,
-                              progress=False)
+                              progress=False, batch_invariant=invariant)
             t = time.perf_counter() - t0
-        times[size] = min(times.get(size, float("inf")), t)
-    batched, single = times["auto"], times[1]
+        times[size, invariant] = min(times.get((size, invariant), float("inf")), t)
+    batched, single, shared = times["auto", True], times[1, True], times["auto", False]
     return [f"| README main job, {limit} demo examples, --ngram 32 (measure + summary + report)"
             f" | {single:.1f} s | {batched:.1f} s | {single / batched:.2f}x | reference "
             f"(2 streams x 50 tokens) {t_ref:.2f} s: main job = {batched / t_ref:.1f}x of it "
-            f"(target <= 20x, ~90 s) |"]
+            f"(target <= 20x, ~90 s) |",
+            f"| README main job, batch-invariant (default) against --no-batch-invariant "
+            f"(scoring shared across examples) | {shared:.1f} s | {batched:.1f} s | "
+            f"{batched / shared:.2f}x | cost of byte-identical samples |"]
+
+
+def prefill(lm, limit: int) -> list[str]:
+    """The main job (batch-invariant, the default) with generation's full-prompt KV cache handed
+    to the n-gram scoring against scoring that computes the prompt again (same records)."""
+    from ctxleak.methods.influence import pipeline
+
+    times = {}
+    for hand_over in (True, False, True):
+        pipeline.HAND_OVER_PREFILL = hand_over
+        with tempfile.TemporaryDirectory() as out:
+            t0 = time.perf_counter()
+            ctxleak.influence(lm, "demo", ngram=32, limit=limit, output=out, progress=False)
+            t = time.perf_counter() - t0
+        times[hand_over] = min(times.get(hand_over, float("inf")), t)
+    pipeline.HAND_OVER_PREFILL = True
+    return [f"| README main job ({limit} examples): full-prompt KV cache handed from generation "
+            f"to n-gram scoring vs recomputed | {times[False]:.1f} s | {times[True]:.1f} s | "
+            f"{times[False] / times[True]:.2f}x | — |"]
 
 
 def cid(lm, n: int, clock=time.perf_counter) -> list[str]:
@@ -221,7 +250,8 @@ def icl(lm, n_queries: int, shots: int = 4) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", choices=["main", "cid", "memory", "fisher", "icl"], default=None)
+    ap.add_argument("--only", choices=["main", "prefill", "cid", "memory", "fisher", "icl"],
+                    default=None)
     ap.add_argument("--queries", type=int, default=8)
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--examples", type=int, default=16)
@@ -241,7 +271,8 @@ def main() -> None:
                                         time.process_time if args.cpu_time else time.perf_counter)),
                 ("fisher", lambda: fisher_mc(lm, args.queries)),
                 ("icl", lambda: icl(lm, args.queries)),
-                ("main", lambda: main_job(lm, args.limit))]
+                ("main", lambda: main_job(lm, args.limit)),
+                ("prefill", lambda: prefill(lm, args.limit))]
     for name, run in sections:
         if args.only in (None, name):
             print("\n".join(run()), flush=True)

@@ -38,10 +38,13 @@ def word_tokenizer(add_bos: bool) -> PreTrainedTokenizerFast:
                                    pad_token="<pad>", unk_token="<unk>")
 
 
-def tiny_llama(seed: int = 0, vocab_extra: int = 7):
+def tiny_llama(seed: int = 0, vocab_extra: int = 7, width: int = 32):
+    """``width``: the hidden size (the MLP twice that); 32 keeps the tests fast, a wider one
+    makes float32 matrix products depend on their row count, as real models' do."""
     torch.manual_seed(seed)
     tok = word_tokenizer(add_bos=True)
-    config = LlamaConfig(vocab_size=len(tok) + vocab_extra, hidden_size=32, intermediate_size=64,
+    config = LlamaConfig(vocab_size=len(tok) + vocab_extra, hidden_size=width,
+                         intermediate_size=2 * width,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
                          pad_token_id=0, tie_word_embeddings=False)

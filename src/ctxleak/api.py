@@ -4,9 +4,9 @@
 ``.gguf`` file or an LM loaded with :func:`ctxleak.load_model`. ``data`` is a path (JSONL, CSV,
 Parquet, a ``datasets`` save_to_disk folder), ``"demo"``, a list of dicts, a pandas DataFrame or a
 ``datasets.Dataset``. Every CLI flag is a keyword with the same meaning (the run options
-``device``, ``dtype``, ``batch_size``, ``limit``, ``seed``, ``output``, ``resume``,
-``chat_template``, ``trust_remote_code``, ``device_map``, ``threads`` and each method's own),
-and the CLI and the API write the same run directory.
+``device``, ``dtype``, ``batch_size``, ``batch_invariant``, ``limit``, ``seed``, ``output``,
+``resume``, ``chat_template``, ``trust_remote_code``, ``device_map``, ``threads`` and each
+method's own), and the CLI and the API write the same run directory.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def test_generation_identical_with_and_without_room(tiny_lm, monkeypatch):
     enc = tiny_lm.encode
     jobs = lambda: [generation.StreamJob(  # noqa: E731
         [tiny_lm.bos_ids + enc(a), tiny_lm.bos_ids + enc(b)],
-        lambda lg, step: torch.log_softmax((0.7 * lg[0] + 0.3 * lg[1]) / 0.9, -1),
+        lambda lg, step, excluded: torch.log_softmax((0.7 * lg[0] + 0.3 * lg[1]) / 0.9, -1),
         lambda lg, lp, tok, step: float(lp[tok]), seed=3 + k, max_new_tokens=9,
         min_new_tokens=mn)
         for k, (a, b, mn) in enumerate([("the capital of france is", "the capital", 9),

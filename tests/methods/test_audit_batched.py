@@ -32,3 +32,24 @@ def test_sequences_generated_together_equal_each_alone(tiny_lm):
     assert together[2].token_rdp == [] and len(together[2].token_ids) == 10
     with pytest.raises(ValueError, match="at least 2 prompts"):
         generate_private_many(tiny_lm, [PrivateJob([head], clip=1.0, temperature=1.0, alpha=2.0)])
+
+
+def test_replayed_losses_equal_the_generation_ones(tiny_lm):
+    """Batch-invariant runs recompute each sequence's per-token RDP from its own s prompts
+    (teacher-forced): the same tokens, and losses equal to those computed while decoding."""
+    from ctxleak.methods.audit.mechanism import replay_private
+
+    enc = tiny_lm.encode
+    head = tiny_lm.bos_ids + enc("the news report was one page .")
+    prompts = [head + enc(t) for t in ("the capital of france is paris .", "rome is a city .",
+                                       "the doctor said yes")]
+    for job in (PrivateJob(prompts, clip=2.0, temperature=1.5, alpha=4.0, max_new_tokens=8,
+                           min_new_tokens=3, seed=1),
+                PrivateJob(prompts[:2], clip=5.0, temperature=0.8, alpha=2.0, max_new_tokens=6,
+                           seed=4)):
+        gen = generate_private_many(tiny_lm, [job])[0]
+        again = replay_private(tiny_lm, job, gen)
+        assert again.token_ids == gen.token_ids and again.stopped_on_eos == gen.stopped_on_eos
+        assert len(again.token_rdp) == gen.n_released and again.token_argmax == gen.token_argmax
+        assert again.token_rdp == pytest.approx(gen.token_rdp, rel=1e-4, abs=1e-10)
+        assert again.prompt_rdp == pytest.approx(gen.prompt_rdp, rel=1e-4, abs=1e-10)

@@ -44,9 +44,16 @@ _COMMON: list[tuple[str, type, Any]] = [
                                             "machine 1 is often fastest.", rich_help_panel="Model")),
     ("batch_size", str, typer.Option("auto", "--batch-size", help="Examples measured together: "
                                      "auto (as many as fit a token budget, halving on "
-                                     "out-of-memory) or a number N (also N rows per scoring "
-                                     "pass). Same seed, same tokens whatever the size.",
+                                     "out-of-memory) or a number N. Same seed, same samples "
+                                     "whatever the size (see --batch-invariant).",
                                      rich_help_panel="Run")),
+    ("batch_invariant", bool, typer.Option(
+        True, "--batch-invariant/--no-batch-invariant", help="On (default): every number "
+        "written for an example comes from forward passes over that example alone, so "
+        "samples.jsonl is byte-identical whatever --batch-size, the examples in flight or "
+        "torchrun sharding (generation is still batched across examples). Off: scoring passes "
+        "mix examples (N rows each under --batch-size N; faster on GPUs) and floats move by "
+        "about 1e-5 between batch sizes; tokens stay the same.", rich_help_panel="Run")),
     ("limit", Optional[int], typer.Option(None, "--limit", help="Use only the first N examples.",
                                           rich_help_panel="Run")),
     ("seed", int, typer.Option(0, "--seed", help="Run seed; each example's sampling seed is "

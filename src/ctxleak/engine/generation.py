@@ -13,6 +13,7 @@ in float64, so it does not depend on the device's random number generator.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,8 @@ class Generation:
     token_ids: list[int]
     stopped_on_eos: bool
     records: list[Any] = field(default_factory=list)
+    # stream index -> the KV cache of its prompt prefilled alone (StreamJob.keep_prompt_cache)
+    prompt_caches: dict[int, Any] = field(default_factory=dict)
 
 
 def mask_eos_before_min(logits: torch.Tensor, eos_ids: Sequence[int], min_new_tokens: int, *,
@@ -102,6 +105,10 @@ class StreamJob:
     seed: int = 0
     max_new_tokens: int = 50
     min_new_tokens: int = 0
+    # streams whose prompt is prefilled alone (batch 1, no padding, all but its last token in
+    # one pass: what scoring computes for its reference prefix) and whose KV cache is handed
+    # back in ``Generation.prompt_caches`` (models with plain caches; no sliding window)
+    keep_prompt_cache: tuple[int, ...] = ()
 
     def check(self) -> None:
         if not self.prompts or any(len(p) == 0 for p in self.prompts):
@@ -167,7 +174,15 @@ def generate_many(lm: LM, jobs: Sequence[StreamJob], *, sample: bool = True,
             # a sliding window counts cache slots, not positions: the padding between the
             # prefix and a short stream's tokens would push real tokens out of its window
             shared = 0
-        if shared >= MIN_SHARED_PREFIX:
+        alone: dict[int, Any] = {bounds[j] + k: None for j, job in enumerate(jobs)
+                                 for k in job.keep_prompt_cache
+                                 if len(seqs[bounds[j] + k]) > 1} if window is None else {}
+        if alone:  # each kept prompt alone (see prefill_alone), no shared prefix
+            hidden, cache, mask, pos = _prefill_buckets(lm, seqs, pad, alone)
+            for j, job in enumerate(jobs):
+                outs[j].prompt_caches = {k: alone[bounds[j] + k] for k in job.keep_prompt_cache
+                                         if alone.get(bounds[j] + k) is not None}
+        elif shared >= MIN_SHARED_PREFIX:
             hidden, cache, mask, pos = _prefill_shared(lm, seqs, shared, pad)
         else:
             hidden, cache, mask, pos = _prefill_buckets(lm, seqs, pad)
@@ -274,34 +289,44 @@ def _prefill_shared(lm: LM, seqs: Sequence[Sequence[int]], shared: int, pad: int
     return hidden, cache, mask, pos
 
 
-def _prefill_buckets(lm: LM, seqs: Sequence[Sequence[int]], pad: int):
+def _prefill_buckets(lm: LM, seqs: Sequence[Sequence[int]], pad: int,
+                     alone: dict[int, Any] | None = None):
     """Prefill of left-padded rows, rows of similar length together: CID's prompt without the
     context is much shorter than the one with it, and padding it to the longest would compute
     the padding (a third of the positions on the demo set). Each bucket is left-padded to its
     own longest row and goes through the model alone; the caches are then left-padded with
     zeros (masked out) to the longest row and put back in row order. Mask and position ids are
     those of left-padding every row to the longest, so decoding goes on as after one prefill.
-    Models whose cache is not plain per-layer tensors (sliding windows) get one prefill."""
+    Models whose cache is not plain per-layer tensors (sliding windows) get one prefill.
+
+    ``alone``: rows prefilled each in its own bucket by :func:`prefill_alone`, whose caches are
+    stored in ``alone[row]`` (read-only from then on: the merged cache is a new object)."""
     device = lm.device
     ids, mask, pos = left_pad(seqs, pad, device)
-    order = sorted(range(len(seqs)), key=lambda r: -len(seqs[r]))
-    buckets: list[list[int]] = []
+    own = {} if alone is None else alone
+    order = sorted((r for r in range(len(seqs)) if r not in own), key=lambda r: -len(seqs[r]))
+    buckets: list[list[int]] = [[r] for r in sorted(own)]
     for r in order:
-        if buckets and len(seqs[r]) >= BUCKET_RATIO * len(seqs[buckets[-1][0]]):
+        if (buckets and buckets[-1][0] not in own
+                and len(seqs[r]) >= BUCKET_RATIO * len(seqs[buckets[-1][0]])):
             buckets[-1].append(r)
         else:
             buckets.append([r])
-    if len(buckets) == 1 or sliding_window(lm) is not None:
+    if (len(buckets) == 1 and not own) or sliding_window(lm) is not None:
         hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=True)
         return hidden[:, -1:], cache, mask, pos
     width = ids.shape[1]
     parts, caches = [], []
     for bucket in buckets:
-        b_ids, b_mask, b_pos = left_pad([seqs[r] for r in bucket], pad, device)
-        hidden, cache = hidden_states(lm, b_ids, b_mask, b_pos, use_cache=True)
+        if bucket[0] in own:
+            hidden, cache = prefill_alone(lm, seqs[bucket[0]])
+            own[bucket[0]] = cache
+        else:
+            b_ids, b_mask, b_pos = left_pad([seqs[r] for r in bucket], pad, device)
+            hidden, cache = hidden_states(lm, b_ids, b_mask, b_pos, use_cache=True)
         parts.append(hidden[:, -1:])
         caches.append(cache)
-    merged = caches[0]
+    merged = copy.deepcopy(caches[0]) if buckets[0][0] in own else caches[0]
     layers = [getattr(c, "layers", None) for c in caches]
     if any(ls is None or any(not hasattr(layer, "keys") or getattr(layer, "is_sliding", False)
                              for layer in ls) for ls in layers):
@@ -321,6 +346,23 @@ def _prefill_buckets(lm: LM, seqs: Sequence[Sequence[int]], pad: int):
         layer.keys = torch.cat([padded(ls[i].keys) for ls in layers])[back]
         layer.values = torch.cat([padded(ls[i].values) for ls in layers])[back]
     return torch.cat(parts)[back], merged, mask, pos
+
+
+def prefill_alone(lm: LM, prompt: Sequence[int]) -> tuple[torch.Tensor, Any]:
+    """One prompt's prefill in the canonical shape of scoring's reference prefix
+    (:func:`ctxleak.engine.scoring.continuation_logits`): all but its last token in one pass
+    (batch 1, no padding), then the last token on that cache. Returns the last token's hidden
+    state ``[1, 1, d]`` and the cache, whose first ``len(prompt) - 1`` positions are then the
+    very numbers scoring would compute for that prefix."""
+    device = lm.device
+    head = torch.as_tensor([list(prompt[:-1])], dtype=torch.long, device=device)
+    _, cache = hidden_states(lm, head, torch.ones_like(head), use_cache=True)
+    last = torch.as_tensor([[int(prompt[-1])]], dtype=torch.long, device=device)
+    hidden, cache = hidden_states(lm, last, torch.ones((1, len(prompt)), dtype=torch.long,
+                                                       device=device),
+                                  torch.as_tensor([[len(prompt) - 1]], device=device),
+                                  cache=cache, use_cache=True)
+    return hidden, cache
 
 
 def _draw(logprobs: torch.Tensor, generator: torch.Generator, sample: bool) -> int:

@@ -16,7 +16,8 @@ them, ordered by prefix length.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,13 +46,17 @@ logits (paper 000, Def. 3.4), applied before the log-softmax."""
 
 def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
                     consume: Callable[[int, torch.Tensor], object], *, reuse_prefix: bool,
-                    batch_size: str | int | None, groups: Sequence[int] | None = None) -> list:
+                    batch_size: str | int | None, groups: Sequence[int] | None = None,
+                    prefix_caches: Mapping[int, Any] | None = None) -> list:
     """Hidden states of ``seqs[i]`` at positions ``starts[i] .. len(seqs[i]) - 1``, handed to
     ``consume(i, hidden[n_i, d])``; returns the consumed results in request order.
 
     ``groups[i]`` names the example request i belongs to (None: all one group). Prefix reuse
     works within a group, against its first request; requests of several groups share the
-    planner and its batches, so the examples measured together fill them."""
+    planner and its batches, so the examples measured together fill them.
+    ``prefix_caches[g]``: a KV cache of group g's first sequence already computed (at least the
+    prefix that reuse needs, in one batch-1 pass as here, e.g. by generation's
+    :func:`~ctxleak.engine.generation.prefill_alone`), used instead of computing it again."""
     for i, (seq, start) in enumerate(zip(seqs, starts)):
         if not 0 <= start < len(seq):
             raise ValueError(f"request {i}: position {start} outside a sequence of {len(seq)}")
@@ -76,7 +81,11 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
             for i in members:
                 prefix[i] = min(common_prefix_length(seqs[i], ref), starts[i])
             longest = max(prefix[i] for i in members)
-            if longest >= MIN_REUSE_TOKENS:
+            given = (prefix_caches or {}).get(g)
+            if longest >= MIN_REUSE_TOKENS and given is not None \
+                    and given.get_seq_length() >= longest:
+                ref_caches[g] = given  # the positions past ``longest`` are never read
+            elif longest >= MIN_REUSE_TOKENS:
                 with torch.inference_mode():
                     ids = torch.tensor([list(ref[:longest])], device=device)
                     _, ref_caches[g] = hidden_states(lm, ids, torch.ones_like(ids),
@@ -263,13 +272,15 @@ def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
                         continuation: Sequence[int] | Sequence[Sequence[int]], *,
                         reuse_prefix: bool = True, batch_size: str | int | None = "auto",
                         reduce: Callable[[int, torch.Tensor], object],
-                        groups: Sequence[int] | None = None) -> list:
+                        groups: Sequence[int] | None = None,
+                        prefix_caches: Mapping[int, Any] | None = None) -> list:
     """Raw float64 logits ``[T, V]`` at each continuation position, reduced per prompt by
     ``reduce(i, logits)`` so that full-vocabulary tensors never pile up.
 
     ``continuation``: one id list for all prompts, or one per prompt. ``groups``: the example
     each prompt belongs to, when several examples are scored together (prefix reuse stays
-    within an example, against its first prompt)."""
+    within an example, against its first prompt). ``prefix_caches``: the first prompt's KV cache
+    of a group when already computed (see :func:`_forward_ranges`)."""
     if continuation and not isinstance(continuation[0], (int, np.integer)):
         conts = [list(c) for c in continuation]  # type: ignore[union-attr]
     else:
@@ -286,4 +297,4 @@ def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
         return reduce(i, logits)
 
     return _forward_ranges(lm, seqs, starts, consume, reuse_prefix=reuse_prefix,
-                           batch_size=batch_size, groups=groups)
+                           batch_size=batch_size, groups=groups, prefix_caches=prefix_caches)

@@ -15,7 +15,7 @@ trained soft prompts), ``batch_cost(item)`` and ``batches(items)`` to group the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from ctxleak.run.options import RunOptions
@@ -93,6 +93,17 @@ class Method:
                                      self.max_in_flight)
             yield list(todo[start:end])
             start = end
+
+    def each_alone(self, items: Sequence[Any],
+                   measure: Callable[[list[Any], str | int | None], list[dict[str, Any]]]
+                   ) -> list[dict[str, Any]]:
+        """``measure(items, scoring_batch_size)`` for a method that only scores. Batch-invariant
+        runs (``common.batch_invariant``, issue 13) measure each item alone, rows per pass from
+        the token budget, so that its floats never depend on the other items in flight nor on
+        ``batch_size``; otherwise all the items at once, in shared passes of ``batch_size``."""
+        if self.common.batch_invariant:
+            return [record for item in items for record in measure([item], "auto")]
+        return measure(list(items), self.common.batch_size)
 
     def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
         """Extra files of the run directory (plots as PNG bytes, texts), by file name."""

@@ -19,6 +19,7 @@ class RunOptions:
     device: str = "auto"
     dtype: str = "auto"
     batch_size: str = "auto"
+    batch_invariant: bool = True
     limit: int | None = None
     seed: int = 0
     output: str | None = None
@@ -27,6 +28,14 @@ class RunOptions:
     trust_remote_code: bool = False
     device_map: Optional[str] = None
     threads: Optional[int] = None
+
+    @property
+    def scoring_batch_size(self) -> str:
+        """Rows per scoring pass. Batch-invariant runs (the default) score each example alone, its
+        rows per pass set by the token budget alone (``auto``), so that a sample's floats never
+        depend on ``batch_size`` or on the other examples in flight; otherwise a fixed
+        ``batch_size`` N also sets the rows per scoring pass."""
+        return "auto" if self.batch_invariant else self.batch_size
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,6 +56,9 @@ class RunOptions:
         from ctxleak.run.validate import check_common
 
         check_common(limit=self.limit, batch_size=self.batch_size, threads=self.threads)
+        if not isinstance(self.batch_invariant, bool):
+            raise ConfigError(f"batch_invariant must be True or False, not "
+                              f"{self.batch_invariant!r}", param="batch_invariant")
         return self
 
 

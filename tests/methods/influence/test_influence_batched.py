@@ -28,40 +28,79 @@ def _docs(n: int = 8) -> list[dict]:
              "query": "what is the capital ?"} for i in range(n)]
 
 
-FLOATS = ("logp_context", "logp_empty", "token_influence", "influence", "window_influence",
-          "window_logp", "max_window_influence", "rouge_context", "rouge_l",
-          "context_token_fraction")
-
-
 def _samples(path) -> list[dict]:
     return [json.loads(line) for line in (path / "samples.jsonl").read_text().splitlines()]
 
 
-def test_same_samples_for_1_3_and_8_examples_per_batch(llama_lm, tmp_path):
-    """samples.jsonl: same ids in the same order, byte-identical responses and token ids, the
-    log-probs equal up to float noise of the batch shape (padding, row count)."""
+@pytest.mark.parametrize("settings", [
+    dict(lam=[0.5, 1.0], ngram=3),  # CID with λ < 1 and plain decoding, n-gram windows
+    dict(lam=1.5, bounded_eps=2.0, ngram=4, stride=2),  # bounded CID: λ_t, ε, sliding windows
+], ids=["cid", "bounded"])
+def test_same_samples_for_1_3_and_8_examples_per_batch(llama_lm, tmp_path, settings):
+    """Batch invariance (issue 13): samples.jsonl is byte-identical whatever the number of
+    examples measured together, floats included (log-probs, influences, λ_t, ε, windows)."""
     runs = {}
     for size in (1, 3, 8):
         out = tmp_path / f"b{size}"
-        ctxleak.influence(llama_lm, _docs(), lam=[0.5, 1.0], max_new_tokens=8,
-                          min_new_tokens=2, ngram=3, batch_size=size, seed=5,
-                          output=str(out), progress=False)
+        ctxleak.influence(llama_lm, _docs(), max_new_tokens=8, min_new_tokens=2, batch_size=size,
+                          seed=5, output=str(out), progress=False, **settings)
+        runs[size] = (out / "samples.jsonl").read_bytes()
+    rows = [json.loads(line) for line in runs[1].splitlines()]
+    assert len(rows) == 8 * (2 if isinstance(settings["lam"], list) else 1)
+    assert all(r["window_influence"] for r in rows)
+    if "bounded_eps" in settings:
+        assert all(r["token_eps"] and r["composed_eps"] is not None for r in rows)
+        assert any(0 < x < 1.5 for r in rows for x in r["lambdas"])  # the bound binds
+    assert runs[3] == runs[1]
+    assert runs[8] == runs[1]
+
+
+def test_without_batch_invariance_tokens_still_match(llama_lm, tmp_path):
+    """``batch_invariant=False`` (cross-example scoring passes): the same tokens, the floats
+    equal up to the float noise of the batch shape; the option is in the run config."""
+    runs = {}
+    for size in (1, 8):
+        out = tmp_path / f"b{size}"
+        res = ctxleak.influence(llama_lm, _docs(), lam=0.5, max_new_tokens=8, min_new_tokens=2,
+                                ngram=3, batch_size=size, seed=5, output=str(out),
+                                progress=False, batch_invariant=False)
+        assert res.config["batch_invariant"] is False
         runs[size] = _samples(out)
-    base = runs[1]
-    assert len(base) == 16
-    for size in (3, 8):
-        assert [r["id"] for r in runs[size]] == [r["id"] for r in base]
-        for a, b in zip(base, runs[size]):
-            assert b["response_ids"] == a["response_ids"] and b["response"] == a["response"]
-            assert b["seed"] == a["seed"] and b.get("windows") == a.get("windows")
-            for key in FLOATS:
-                if a.get(key) is None:
-                    assert b.get(key) is None
-                    continue
-                assert np.asarray(b[key], dtype=float) == pytest.approx(
-                    np.asarray(a[key], dtype=float), abs=2e-5), key
-            rest = {k: v for k, v in a.items() if k not in FLOATS}
-            assert {k: b[k] for k in rest} == rest
+    out = tmp_path / "invariant"
+    ctxleak.influence(llama_lm, _docs(), lam=0.5, max_new_tokens=8, min_new_tokens=2, ngram=3,
+                      batch_size=8, seed=5, output=str(out), progress=False)
+    invariant = _samples(out)
+    for a, b, c in zip(runs[1], runs[8], invariant):
+        assert b["response_ids"] == a["response_ids"] == c["response_ids"]
+        np.testing.assert_allclose(b["window_influence"], a["window_influence"], atol=2e-5)
+        assert b["influence"] == pytest.approx(a["influence"], abs=2e-5)
+        # the generation's own log-probs (option off) and those the invariant run takes from
+        # each example's window scoring describe the same distributions
+        for key in ("logp_context", "logp_empty", "token_influence", "window_influence"):
+            np.testing.assert_allclose(c[key], b[key], atol=2e-5)
+
+
+def test_replayed_cid_floats_equal_the_generation_ones(llama_lm):
+    """The recomputed (per-example, teacher-forced) log-probs, λ_t and ε describe the
+    distributions the response was drawn from: equal to the generation's own to float noise."""
+    from ctxleak.methods.influence.cid import CIDConfig, generate_cid_many, replay_cid
+    from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
+
+    parts = [prompt_parts(llama_lm, InfluenceExample(**d, reference=None, task="qa"))[0]
+             for d in _docs(4)]
+    for config in (CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=8, min_new_tokens=3),
+                   CIDConfig(lam=1.5, temperature=0.8, max_new_tokens=8, min_new_tokens=3,
+                             bounded_eps=2.0)):
+        gens = generate_cid_many(llama_lm, [(p.full, p.empty, config, 10 + k)
+                                            for k, p in enumerate(parts)])
+        for p, gen in zip(parts, gens):
+            again = replay_cid(llama_lm, p.full, p.empty, config, gen)
+            assert again.token_ids == gen.token_ids and again.stopped_on_eos == gen.stopped_on_eos
+            np.testing.assert_allclose(again.logp_context, gen.logp_context, atol=1e-5)
+            np.testing.assert_allclose(again.logp_empty, gen.logp_empty, atol=1e-5)
+            np.testing.assert_allclose(again.lambdas, gen.lambdas, atol=1e-5)
+            np.testing.assert_allclose(again.token_eps, gen.token_eps, atol=1e-5)
+            assert len(again.lambdas) == len(gen.token_ids) + int(gen.stopped_on_eos)
 
 
 def test_auto_batches_examples_and_resume_keeps_order(llama_lm, tmp_path, monkeypatch):
@@ -116,3 +155,53 @@ def test_window_influence_many_equals_one_at_a_time(tiny_lm):
             np.testing.assert_allclose(got.logp_context, alone.logp_context, atol=2e-5)
             np.testing.assert_allclose(got.logp_ablated, alone.logp_ablated, atol=2e-5)
     assert many[-1].logp_ablated.shape == (len(requests[0].spans), 0)
+
+
+def test_resume_refuses_a_change_of_batch_invariance(llama_lm, tmp_path):
+    from ctxleak.errors import ConfigError
+
+    kw = dict(max_new_tokens=3, min_new_tokens=1, seed=1, progress=False, output=str(tmp_path))
+    ctxleak.influence(llama_lm, _docs(3), limit=2, **kw)
+    with pytest.raises(ConfigError, match="batch_invariant"):
+        ctxleak.influence(llama_lm, _docs(3), resume=True, batch_invariant=False, **kw)
+    ctxleak.influence(llama_lm, _docs(3), resume=True, batch_size=2, **kw)  # batch size: fine
+    assert len(_samples(tmp_path)) == 3
+    with pytest.raises(ConfigError, match="batch_invariant must be True or False"):
+        ctxleak.influence(llama_lm, _docs(3), batch_invariant="yes", output=str(tmp_path / "x"))
+
+
+@pytest.mark.parametrize("invariant", [True, False])
+def test_prefill_handed_to_scoring_equals_recomputation(llama_lm, monkeypatch, invariant):
+    """Generation prefills each prompt with the context alone, in scoring's shape, and hands
+    its KV cache to the n-gram scoring: the records equal those of scoring that recomputes the
+    prefix, exactly, with one forward pass per example fewer in scoring."""
+    import ctxleak.engine.scoring as scoring
+    from ctxleak.methods.influence import pipeline
+    from ctxleak.methods.influence.data import InfluenceExample
+
+    jobs = [(InfluenceExample(**d, reference=None, task="qa"),
+             pipeline.Setting(lam, 0.8), 20 + k)
+            for k, d in enumerate(_docs(4)) for lam in (0.5, 1.0)]
+    options = pipeline.InfluenceOptions(max_new_tokens=6, min_new_tokens=2, ngram=3)
+    calls = []
+    real = scoring.hidden_states
+    monkeypatch.setattr(scoring, "hidden_states",
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    records, counts = {}, {}
+    for hand_over in (False, True):
+        monkeypatch.setattr(pipeline, "HAND_OVER_PREFILL", hand_over)
+        calls.clear()
+        records[hand_over] = pipeline.measure_examples(llama_lm, jobs, options, 3,
+                                                       batch_invariant=invariant)
+        counts[hand_over] = len(calls)
+    assert all(r["window_influence"] for r in records[True])
+    if invariant:
+        assert records[True] == records[False]
+    else:  # the generation's own log-probs come from a prefill of another shape
+        window = ("response_ids", "windows", "window_influence", "window_logp", "max_window")
+        assert [{k: r[k] for k in window} for r in records[True]] == \
+            [{k: r[k] for k in window} for r in records[False]]
+    long_enough = sum(1 for ex, setting, _ in jobs if len(
+        pipeline.example_parts(llama_lm, ex, setting, options)[0].full) - 1
+        >= scoring.MIN_REUSE_TOKENS)
+    assert long_enough >= 4 and counts[True] == counts[False] - long_enough

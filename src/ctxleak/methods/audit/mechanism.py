@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ctxleak.engine.generation import StreamJob, derive_seed, generate_many
+from ctxleak.engine.generation import Generation, StreamJob, derive_seed, generate_many
 from ctxleak.engine.models import LM
 from ctxleak.methods.dp_mechanism import (
     aggregate,
@@ -144,25 +144,40 @@ def generate_private_many(lm: LM, jobs: Sequence[PrivateJob], use_cache: bool = 
     """Several synthetic sequences, the s streams of each decoded in one batched KV cache
     (:func:`~ctxleak.engine.generation.generate_many`), each sequence from its own seed and
     aggregator, so it does not depend on the other sequences of the batch."""
-    aggs, stream_jobs = [], []
-    for job in jobs:
-        if job.alpha is not None and len(job.prompts) < 2:
-            raise ValueError("the leave-one-out accounting needs at least 2 prompts")
-        agg = DPAggregator(job.clip, job.temperature, job.alpha)
-        aggs.append(agg)
-        stream_jobs.append(StreamJob(job.prompts, agg.combine,
-                                     agg.observe if job.alpha is not None else None, job.seed,
-                                     job.max_new_tokens, job.min_new_tokens))
-    outs = []
-    for job, agg, gen in zip(jobs, aggs, generate_many(lm, stream_jobs, use_cache=use_cache)):
-        out = PrivateGeneration(token_ids=list(gen.token_ids), stopped_on_eos=gen.stopped_on_eos)
-        if job.alpha is not None:
-            out.token_rdp = [r[0] for r in gen.records]
-            out.token_argmax = [r[1] for r in gen.records]
-            totals = agg.prompt_totals
-            out.prompt_rdp = [0.0] * len(job.prompts) if totals is None else totals.tolist()
-        outs.append(out)
-    return outs
+    parts = [_stream_job(job) for job in jobs]
+    gens = generate_many(lm, [stream for _, stream in parts], use_cache=use_cache)
+    return [_finish(job, agg, gen) for job, (agg, _), gen in zip(jobs, parts, gens)]
+
+
+def replay_private(lm: LM, job: PrivateJob, generation: PrivateGeneration) -> PrivateGeneration:
+    """``generation`` (of ``job``) with its data-dependent losses recomputed from this sequence's
+    s prompts alone (:func:`ctxleak.engine.replay.replay`): the same tokens, and per-token RDP
+    that do not depend on the other sequences generated with it (batch-invariant runs)."""
+    from ctxleak.engine.replay import replay
+
+    agg, stream = _stream_job(job)
+    gen = Generation(token_ids=list(generation.token_ids),
+                     stopped_on_eos=generation.stopped_on_eos)
+    return _finish(job, agg, replay(lm, stream, gen))
+
+
+def _stream_job(job: PrivateJob) -> tuple[DPAggregator, StreamJob]:
+    """A fresh aggregator for ``job`` and the stream job that runs it."""
+    if job.alpha is not None and len(job.prompts) < 2:
+        raise ValueError("the leave-one-out accounting needs at least 2 prompts")
+    agg = DPAggregator(job.clip, job.temperature, job.alpha)
+    return agg, StreamJob(job.prompts, agg.combine, agg.observe if job.alpha is not None
+                          else None, job.seed, job.max_new_tokens, job.min_new_tokens)
+
+
+def _finish(job: PrivateJob, agg: DPAggregator, gen: Generation) -> PrivateGeneration:
+    out = PrivateGeneration(token_ids=list(gen.token_ids), stopped_on_eos=gen.stopped_on_eos)
+    if job.alpha is not None:
+        out.token_rdp = [r[0] for r in gen.records]
+        out.token_argmax = [r[1] for r in gen.records]
+        totals = agg.prompt_totals
+        out.prompt_rdp = [0.0] * len(job.prompts) if totals is None else totals.tolist()
+    return out
 
 
 def sequence_seeds(run_seed: int, index: int) -> tuple[int, int]:

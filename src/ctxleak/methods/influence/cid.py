@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -133,6 +134,9 @@ class CIDResponse:
     lambdas: list[float]
     token_eps: list[float] = field(default_factory=list)
     stopped_on_eos: bool = False
+    # the KV cache of the prompt with the context, prefilled alone (generate_cid_many's
+    # keep_context_cache), for n-gram scoring to reuse: never saved
+    context_cache: Any = field(default=None, repr=False, compare=False)
 
     @property
     def token_influence(self) -> np.ndarray:
@@ -164,17 +168,34 @@ CIDJob = tuple[Sequence[int], Sequence[int], CIDConfig, int]
 
 
 def generate_cid_many(lm: LM, jobs: Sequence[CIDJob], use_cache: bool = True,
-                      sample: bool = True) -> list[CIDResponse]:
+                      sample: bool = True, keep_context_cache: bool = False
+                      ) -> list[CIDResponse]:
     """One CID response per job, the two streams of every job decoded in one batched KV cache
     (:func:`~ctxleak.engine.generation.generate_many`); each job draws from its own seed, so its
-    response does not depend on the other jobs in the batch."""
-    parts = [_cid_job(full, empty, config, seed) for full, empty, config, seed in jobs]
+    response does not depend on the other jobs in the batch. ``keep_context_cache``: each
+    prompt with the context is prefilled alone and its KV cache kept in
+    ``CIDResponse.context_cache``, so that n-gram scoring need not compute it again."""
+    parts = [_cid_job(full, empty, config, seed, keep_context_cache)
+             for full, empty, config, seed in jobs]
     gens = generate_many(lm, [job for job, _ in parts], use_cache=use_cache, sample=sample)
     return [finish(gen) for (_, finish), gen in zip(parts, gens)]
 
 
+def replay_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],
+               config: CIDConfig, response: CIDResponse) -> CIDResponse:
+    """``response`` with its floats (log-probs, λ_t and ε of bounded CID) recomputed from this
+    example's two prompts alone (:func:`ctxleak.engine.replay.replay`, batch-invariant runs):
+    the same tokens, and numbers that do not depend on the examples decoded with it."""
+    from ctxleak.engine.replay import replay
+
+    job, finish = _cid_job(prompt_context, prompt_empty, config, 0)
+    gen = Generation(token_ids=list(response.token_ids), stopped_on_eos=response.stopped_on_eos)
+    return finish(replay(lm, job, gen))
+
+
 def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config: CIDConfig,
-             seed: int) -> tuple[StreamJob, Callable[[Generation], CIDResponse]]:
+             seed: int, keep_context_cache: bool = False
+             ) -> tuple[StreamJob, Callable[[Generation], CIDResponse]]:
     """The stream job of one CID response and the function that reads its result."""
     lam_chosen: list[float] = []
     step_eps: list[float] = []
@@ -199,8 +220,10 @@ def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config:
                            logp_context=[r[0] for r in gen.records[:n]],
                            logp_empty=[r[1] for r in gen.records[:n]],
                            lambdas=lam_chosen, token_eps=step_eps,
-                           stopped_on_eos=gen.stopped_on_eos)
+                           stopped_on_eos=gen.stopped_on_eos,
+                           context_cache=gen.prompt_caches.get(0))
 
     job = StreamJob([list(prompt_context), list(prompt_empty)], combine, observe, seed,
-                    config.max_new_tokens, config.min_new_tokens)
+                    config.max_new_tokens, config.min_new_tokens,
+                    keep_prompt_cache=(0,) if keep_context_cache else ())
     return job, finish

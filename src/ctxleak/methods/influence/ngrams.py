@@ -8,7 +8,8 @@ its deleted window with the full prompt, so the engine reuses that KV prefix (SP
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -71,6 +72,7 @@ class WindowInfluence:
     spans: list[tuple[int, int]]
     logp_context: np.ndarray
     logp_ablated: np.ndarray
+    logp_empty: np.ndarray | None = None  # log softmax(z(·|∅)/T)(y_t), when asked for
 
     @property
     def tau(self) -> np.ndarray:
@@ -92,6 +94,8 @@ class WindowRequest:
     lam: float | Sequence[float] = 1.0  # or one λ_t per response token (bounded CID)
     temperature: float = 1.0
     min_new_tokens: int = 0
+    # the full prompt's KV cache, already computed (generation's prefill_alone): not recomputed
+    prefix_cache: Any = field(default=None, repr=False, compare=False)
 
 
 def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans: Sequence[
@@ -118,11 +122,15 @@ def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans:
 
 
 def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
-                          reuse_prefix: bool = True, batch_size: str | int | None = "auto"
-                          ) -> list[WindowInfluence]:
+                          reuse_prefix: bool = True, batch_size: str | int | None = "auto",
+                          with_empty: bool = False) -> list[WindowInfluence]:
     """:func:`window_influence` of several examples scored together: the no-context prompts of
     all of them in one planner run, then every example's full and ablated prompts in another,
-    each example reusing the KV cache of its own full prompt's prefix (SPEC §3)."""
+    each example reusing the KV cache of its own full prompt's prefix (SPEC §3).
+
+    ``with_empty``: also ``logp_empty``, the response's log-probs without the context at
+    temperature T (the no-context pass then runs at λ = 1 too), so that with ``logp_context``
+    the scoring gives every float of the CID response (paper 000, Def. 3.1 with n = |D|)."""
     out: list[WindowInfluence | None] = [None] * len(requests)
     todo = []
     for k, r in enumerate(requests):
@@ -145,8 +153,8 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
 
     # the no-context logits enter the CID mixture only where λ != 1 (cid_logprobs)
     mixed = [g for g, k in enumerate(todo)
-             if (requests[k].lam != 1 if isinstance(requests[k].lam, (int, float))
-                 else any(x != 1 for x in requests[k].lam))]
+             if with_empty or (requests[k].lam != 1 if isinstance(requests[k].lam, (int, float))
+                               else any(x != 1 for x in requests[k].lam))]
     z_list = continuation_logits(lm, [requests[todo[g]].parts.empty for g in mixed],
                                  [list(requests[todo[g]].response) for g in mixed],
                                  reuse_prefix=False, batch_size=batch_size,
@@ -170,15 +178,24 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
         target = torch.as_tensor(list(r.response), dtype=torch.long, device=logp.device)
         return logp.gather(1, target[:, None])[:, 0].cpu().numpy()
 
+    given = {g: requests[k].prefix_cache for g, k in enumerate(todo)
+             if requests[k].prefix_cache is not None}
     scored = continuation_logits(lm, prompts, conts, reuse_prefix=reuse_prefix,
-                                 batch_size=batch_size, reduce=reduce, groups=groups)
+                                 batch_size=batch_size, reduce=reduce, groups=groups,
+                                 prefix_caches=given)
     begin = 0
-    for k in todo:
-        spans = list(requests[k].spans)
+    for g, k in enumerate(todo):
+        r = requests[k]
+        spans = list(r.spans)
         rows = scored[begin:begin + len(spans) + 1]
         begin += len(spans) + 1
-        ablated = np.stack(rows[1:]) if spans else np.zeros((0, len(requests[k].response)))
-        out[k] = WindowInfluence(spans, rows[0], ablated)
+        ablated = np.stack(rows[1:]) if spans else np.zeros((0, len(r.response)))
+        empty = None
+        if with_empty:
+            logp = torch.log_softmax(z_empty[g].double() / r.temperature, dim=-1)
+            target = torch.as_tensor(list(r.response), dtype=torch.long, device=logp.device)
+            empty = logp.gather(1, target[:, None])[:, 0].cpu().numpy()
+        out[k] = WindowInfluence(spans, rows[0], ablated, empty)
     return out  # type: ignore[return-value]
 
 

@@ -11,7 +11,12 @@ from typing import Any
 import numpy as np
 
 from ctxleak.engine.models import LM
-from ctxleak.methods.influence.cid import CIDConfig, CIDResponse, generate_cid_many
+from ctxleak.methods.influence.cid import (
+    CIDConfig,
+    CIDResponse,
+    generate_cid_many,
+    replay_cid,
+)
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 from ctxleak.methods.influence.metrics import (
     context_token_fraction,
@@ -28,6 +33,10 @@ from ctxleak.methods.influence.ngrams import (
     windows,
 )
 from ctxleak.methods.influence.quantities import expected_influence
+
+#: Hand each example's full-prompt KV cache from generation to its n-gram scoring (the same
+#: numbers: the prefill is computed in scoring's own shape); False recomputes it (benchmarks).
+HAND_OVER_PREFILL = True
 
 
 @dataclass(frozen=True)
@@ -70,9 +79,11 @@ def _round(values: Sequence[float] | np.ndarray, digits: int = 6) -> list[float]
 
 def measure_example(lm: LM, example: InfluenceExample, setting: Setting,
                     options: InfluenceOptions, seed: int,
-                    batch_size: str | int | None = "auto") -> dict[str, Any]:
+                    batch_size: str | int | None = "auto", batch_invariant: bool = True
+                    ) -> dict[str, Any]:
     """Generate by CID and measure the context's influence on one example (one JSON record)."""
-    return measure_examples(lm, [(example, setting, seed)], options, batch_size)[0]
+    return measure_examples(lm, [(example, setting, seed)], options, batch_size,
+                            batch_invariant=batch_invariant)[0]
 
 
 def example_parts(lm: LM, example: InfluenceExample, setting: Setting,
@@ -84,12 +95,19 @@ def example_parts(lm: LM, example: InfluenceExample, setting: Setting,
 
 
 def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                     options: InfluenceOptions, batch_size: str | int | None = "auto"
-                     ) -> list[dict[str, Any]]:
+                     options: InfluenceOptions, batch_size: str | int | None = "auto", *,
+                     batch_invariant: bool = True) -> list[dict[str, Any]]:
     """Measure several (example, setting, seed) together, one JSON record each, in order: their
-    CID responses decoded in one batched KV cache (each from its own seed, so a record does not
-    depend on the batch), then the n-gram windows of all of them scored
-    (:func:`~ctxleak.methods.influence.ngrams.window_influence_many`)."""
+    CID responses decoded in one batched KV cache (each from its own seed, so its tokens do not
+    depend on the batch), then the n-gram windows scored
+    (:func:`~ctxleak.methods.influence.ngrams.window_influence_many`).
+
+    ``batch_invariant``: every float of a record comes from forward passes over its own example
+    only (issue 13): the response's log-probs, λ_t and ε recomputed by
+    :func:`~ctxleak.methods.influence.cid.replay_cid`, the windows of each example scored alone
+    with rows per pass from the token budget (``batch_size`` then only sets the examples
+    decoded together). Off: the generation's own floats and the windows of all the examples in
+    shared scoring passes (``batch_size`` N rows each), equal up to float noise (about 1e-5)."""
     parts = []
     for example, setting, _ in jobs:
         p, dropped = example_parts(lm, example, setting, options)
@@ -97,21 +115,35 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
             warnings.warn(f"example {example.id}: context cut by {dropped} tokens to fit the "
                           "model's window", stacklevel=2)
         parts.append((p, dropped))
+    # with n-gram windows, each prompt with the context is prefilled alone and its KV cache
+    # handed to the scoring, which then does not compute that prefix again
     responses = generate_cid_many(lm, [(p.full, p.empty, options.cid(setting), seed)
-                                       for (p, _), (_, setting, seed) in zip(parts, jobs)])
-    records = [_record(lm, ex, setting, options, seed, p, dropped, response)
-               for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
+                                       for (p, _), (_, setting, seed) in zip(parts, jobs)],
+                                  keep_context_cache=HAND_OVER_PREFILL and options.ngram is not None
+                                  and options.reuse_prefix)
+    configs = [options.cid(setting) for _, setting, _ in jobs]
+    # batch-invariant: each response's floats from its own example's passes. At a fixed λ with
+    # n-gram windows, the example's window scoring gives them (its full-context row is
+    # log p̄_λ(y_t | D); with_empty adds the no-context row), so no separate replay is needed
+    from_windows: set[int] = set()
+    if batch_invariant:
+        if options.ngram is not None and options.bounded_eps is None:
+            from_windows = {k for k, r in enumerate(responses) if r.token_ids}
+        responses = [r if k in from_windows else
+                     replay_cid(lm, parts[k][0].full, parts[k][0].empty, configs[k], r)
+                     for k, r in enumerate(responses)]
     if options.ngram is None:
-        return records
+        return [_record(lm, ex, setting, options, seed, p, dropped, response) for
+                (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
     todo = [k for k, r in enumerate(responses) if r.token_ids]
-    requests = []
+    requests, clipped = [], set()
     for k in todo:
         p, (example, setting, _) = parts[k][0], jobs[k]
         n = min(options.ngram, len(p.context))
         if n < options.ngram:  # documented choice: clip to the whole context, and record it
-            warnings.warn(f"example {example.id}: --ngram {options.ngram} is larger than its "
+            warnings.warn(f"example {example.id}: the n-gram size {options.ngram} (ngram) is larger than its "
                           f"context ({len(p.context)} tokens): using n = {n}", stacklevel=2)
-            records[k]["ngram_clipped_from"] = options.ngram
+            clipped.add(k)
         # bounded CID drew y_t at its own λ_t (Alg. 1): score every window at that λ_t
         response = responses[k]
         lam = (response.lambdas[:len(response.token_ids)] if options.bounded_eps is not None
@@ -119,9 +151,26 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
         requests.append(WindowRequest(p, response.token_ids,
                                       windows(len(p.context), n, options.stride),
                                       lam=lam, temperature=setting.temperature,
-                                      min_new_tokens=options.min_new_tokens))
-    scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix,
-                                   batch_size=batch_size)
+                                      min_new_tokens=options.min_new_tokens,
+                                      prefix_cache=response.context_cache))
+        response.context_cache = None  # the request holds it until scored
+    if batch_invariant:
+        scored = [window_influence_many(lm, [r], reuse_prefix=options.reuse_prefix,
+                                        batch_size="auto", with_empty=k in from_windows)[0]
+                  for k, r in zip(todo, requests)]
+    else:
+        scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix,
+                                       batch_size=batch_size)
+    for k, win in zip(todo, scored):
+        if k in from_windows:
+            r = responses[k]
+            responses[k] = CIDResponse(r.token_ids, [float(x) for x in win.logp_context],
+                                       [float(x) for x in win.logp_empty], r.lambdas,
+                                       stopped_on_eos=r.stopped_on_eos)
+    records = [_record(lm, ex, setting, options, seed, p, dropped, response)
+               for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
+    for k in clipped:
+        records[k]["ngram_clipped_from"] = options.ngram
     for k, request, win in zip(todo, requests, scored):
         per_window = win.per_window
         records[k].update({

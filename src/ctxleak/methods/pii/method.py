@@ -156,7 +156,8 @@ class ProbeMethod(Method):
         budgets = token_budgets(lm, plan, s["max_new_tokens"], chat)
         options = ProbeOptions(beam=s["beam"], generate=s["generate"], chat=chat,
                                context_template=s["context_template"],
-                               batch_size=self.common.batch_size, max_new_tokens=budgets)
+                               batch_size=self.common.batch_size, max_new_tokens=budgets,
+                               batch_invariant=self.common.batch_invariant)
         self.extras = {"max_new_tokens": budgets}
         soft: dict[str, Any] = {}
         if plan.train_items:

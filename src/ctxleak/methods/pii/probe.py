@@ -174,6 +174,7 @@ class ProbeOptions:
     chat: bool = False
     context_template: str = CONTEXT_TEMPLATE
     batch_size: str | int | None = "auto"
+    batch_invariant: bool = True  # score each item alone (issue 13): floats whatever the batch
     max_new_tokens: Mapping[str, int] = field(default_factory=lambda: dict(MAX_NEW_TOKENS))
 
 
@@ -210,8 +211,14 @@ def probe_batch(lm: Any, items: Sequence[ProbeItem], options: ProbeOptions | Non
                                     batch_size=_gen_batch(options.batch_size))
             for i, ids in zip(idx, new):
                 texts[i] = lm.decode(ids)
-    scores = scorer(encoded) if scorer is not None else score_items(
-        lm, encoded, batch_size=options.batch_size)
+    if scorer is None:
+        size = "auto" if options.batch_invariant else options.batch_size
+
+        def scorer(some: Sequence[Encoded]) -> list[dict[str, Any]]:
+            return score_items(lm, some, batch_size=size)
+    # batch-invariant: each item's likelihoods from passes that hold its prompts only
+    scores = [row for enc in encoded for row in scorer([enc])] if options.batch_invariant \
+        else scorer(encoded)
     rows = []
     for it, enc, text, sc in zip(items, encoded, texts, scores):
         row: dict[str, Any] = {

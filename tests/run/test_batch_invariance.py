@@ -1,0 +1,105 @@
+"""Batch invariance (issue 13, "Done when"): the same seed gives byte-identical samples whatever
+the batch size. Every model command on the tiny model at 1, 3 and 8 examples per batch (the
+influence command, with its CID variants, is in tests/methods/influence/test_influence_batched.py);
+only wall-clock fields may differ."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rundiff import TIME_KEY
+from tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
+
+from ctxleak.methods.pii.records import save_records
+
+COMMANDS = {
+    "icl": lambda d: ["icl", "--data", str(d / "train.jsonl"), "--test-data",
+                      str(d / "test.jsonl"), "--shots", "1,3", "--queries", "4",
+                      "--calibration", "both", "--output-space", "both", *TEMPLATES],
+    "susceptibility": lambda d: ["susceptibility", "--data", str(d / "rel.json"),
+                                 "--contexts", "6", "--limit", "8"],
+    "probe": lambda d: ["probe", "--data", str(d / "records.jsonl"), "--pii", "phone,relation",
+                        "--shots", "1", "--beam", "2", "--limit", "8"],
+    "probe-white-box": lambda d: ["probe", "--data", str(d / "records.jsonl"), "--pii", "phone",
+                                  "--mode", "white-box", "--epochs", "2", "--soft-tokens", "2"],
+    "audit": lambda d: ["audit", "--data", "demo", "--subset-size", "3", "--n-gen", "4",
+                        "--max-tokens", "5", "--min-tokens", "2", "--target-eps", "1,100",
+                        "--delta", "1e-5"],
+}
+
+
+@pytest.fixture(scope="module")
+def wide_dir(tmp_path_factory):
+    """A tiny Llama of width 256 saved as a model directory: wide enough that float32 matrix
+    products change with the number of rows and attention with padding (on the width-32 model
+    they do not, and these tests could not fail)."""
+    from tiny_models import tiny_llama
+
+    lm = tiny_llama(width=256)
+    path = tmp_path_factory.mktemp("wide-llama")
+    lm.model.save_pretrained(path)
+    lm.tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inv-data")
+    (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
+    save_records(word_records(6), root / "records.jsonl")
+    for name, pairs in (("train", TRAIN), ("test", TEST)):
+        (root / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in pairs))
+    return root
+
+
+def _untimed(value):
+    """``value`` without its wall-clock fields (the only ones allowed to differ)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if not TIME_KEY.search(str(k))}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+def _samples(path) -> list[str]:
+    """samples.jsonl, each line re-serialised without its timing fields (key order kept)."""
+    return [json.dumps(_untimed(json.loads(line)))
+            for line in (path / "samples.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_samples_byte_identical_for_1_3_and_8_examples_per_batch(command, wide_dir, data_files,
+                                                                 tmp_path, capsys):
+    from conftest import run_cli
+
+    runs = {}
+    for size in ("1", "3", "8"):
+        out = tmp_path / f"b{size}"
+        code, _, err = run_cli([*COMMANDS[command](data_files), "--model", wide_dir, "--seed",
+                                "5", "--batch-size", size, "--output", str(out)], capsys)
+        assert code == 0, err[-2000:]
+        assert json.loads((out / "config.json").read_text())["batch_invariant"] is True
+        runs[size] = _samples(out)
+    assert len(runs["1"]) >= 4
+    assert runs["3"] == runs["1"]
+    assert runs["8"] == runs["1"]
+
+
+def test_the_flag_turns_it_off_and_a_config_file_too(tiny_dir, tmp_path, capsys):
+    from conftest import run_cli
+
+    base = ["influence", "--model", tiny_dir, "--data", "demo", "--limit", "1",
+            "--max-new-tokens", "2", "--min-new-tokens", "1"]
+    code, _, err = run_cli([*base, "--no-batch-invariant", "--output", str(tmp_path / "a")],
+                           capsys)
+    assert code == 0, err[-2000:]
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["batch_invariant"] is False
+    (tmp_path / "c.yaml").write_text("batch_invariant: false\n")
+    code, _, err = run_cli([*base, "--config", str(tmp_path / "c.yaml"), "--output",
+                            str(tmp_path / "b")], capsys)
+    assert code == 0, err[-2000:]
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["batch_invariant"] is False
+    code, out, _ = run_cli(["influence", "--help"], capsys)
+    assert "--no-batch-invariant" in out
