@@ -12,6 +12,7 @@ from ctxleak.engine.generation import (
     MIN_SHARED_PREFIX,
     derive_seed,
     generate_streams,
+    shared_prefill_pays,
     shared_prefix_length,
     single_stream,
 )
@@ -133,6 +134,18 @@ def test_shared_prefix_prefill_changes_nothing(which, request, monkeypatch):
     for other in runs[1:]:
         for a, b in zip(runs[0].records, other.records):
             assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_shared_prefill_only_where_it_saves_positions():
+    """Counted by hand. Four rows of 24 shared tokens: two long (200, 190) and two short (40,
+    38), CID's streams with and without the context. Shared: 24 + 4 x 176 = 728 positions;
+    buckets [200, 190] and [40, 38]: 2 x 200 + 2 x 40 = 480, so the buckets win. Rows of
+    similar length (100, 96, 90): shared 24 + 3 x 76 = 252 against one bucket of 3 x 100."""
+    head = list(range(24))
+    rows = [head + [30 + k] * (n - 24) for k, n in enumerate((200, 190, 40, 38))]
+    assert shared_prefix_length(rows) == 24 and not shared_prefill_pays(rows, 24)
+    similar = [head + [30 + k] * (n - 24) for k, n in enumerate((100, 96, 90))]
+    assert shared_prefill_pays(similar, 24)
 
 
 def test_shared_prefix_length_leaves_each_stream_a_token():
