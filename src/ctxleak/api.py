@@ -92,7 +92,7 @@ def probe(model: Any = "default", data: Any = "demo", *, progress: bool = True,
     ``beam``, ``max_new_tokens``, ``generate``, ``subjects``, ``soft_tokens``,
     ``train_fraction``, ``epochs``, ``soft_lr``, ``context_template``, ``canary``,
     ``canary_epochs``, ``canary_lr``, ``canary_layers``, ``canary_baseline``, ``alpha``,
-    ``redact`` and the run options. Returns a :class:`ProbeResult`."""
+    ``redact``, ``leak_maps`` and the run options. Returns a :class:`ProbeResult`."""
     from ctxleak.methods.pii.method import ProbeMethod
 
     return _run(ProbeMethod, model, data, progress, options)

@@ -58,6 +58,10 @@ def probe(
     context_template: str = typer.Option("{document}\n{prompt}", "--context-template",
                                          help="In-context: how the documents and the probe are "
                                          "joined.", rich_help_panel="In-context"),
+    leak_maps: bool = typer.Option(True, "--leak-maps/--no-leak-maps", help="In-context: "
+                                   "measure each answer's leak map (the influence of every "
+                                   "8-token window of the documents; costs a forward pass per "
+                                   "window).", rich_help_panel="In-context"),
     canary: Optional[int] = typer.Option(None, "--canary", help="Canary check: fine-tune a copy "
                                          "of the model on the documents of N subjects, hold out "
                                          "N others, probe both (black-box).",
@@ -96,7 +100,7 @@ def probe(
                        soft_lr=soft_lr, context_template=context_template, canary=canary,
                        canary_epochs=canary_epochs, canary_lr=canary_lr,
                        canary_layers=canary_layers, canary_baseline=canary_baseline,
-                       alpha=alpha, redact=redact)
+                       alpha=alpha, redact=redact, leak_maps=leak_maps)
     if result is not None:  # None on the other processes of a data-parallel run
         print_probe(result.summary, str(result.path), result.config)
 

@@ -80,3 +80,23 @@ def test_leak_map_is_measured_into_the_records_and_rendered_from_them(llama_lm, 
     html = method.report(loaded, None).render()
     top = max(rows, key=lambda r: r["influence"])
     assert 'id="probe-0"' in html and f"{top['influence']:.4g}" in html
+
+
+def test_no_leak_maps_skips_the_window_scoring(llama_lm, tmp_path, monkeypatch):
+    """``leak_maps=False`` (``--no-leak-maps``) measures no map and is recorded in the config."""
+    from ctxleak.methods.pii import leakmap
+    from ctxleak.methods.pii.method import ProbeMethod
+    from ctxleak.methods.pii.records import save_records
+    from ctxleak.run.runner import run_method
+
+    def no_scoring(*args, **kwargs):
+        raise AssertionError("leak_maps=False must not score windows")
+
+    monkeypatch.setattr(leakmap, "in_context_map", no_scoring)
+    save_records(word_records(2), tmp_path / "records.jsonl")
+    result = run_method(ProbeMethod(mode="in-context", pii="phone", generate=False,
+                                    leak_maps=False), llama_lm,
+                        str(tmp_path / "records.jsonl"), output=str(tmp_path / "run"),
+                        progress=False)
+    assert result.records and all("leak_map" not in r for r in result.records)
+    assert result.config["leak_maps"] is False and 'id="probe-0"' not in result.to_html()

@@ -26,7 +26,7 @@ class ProbeMethod(Method):
     ``shots``, ``structure``, ``beam``, ``max_new_tokens``, ``generate``, ``subjects``,
     ``soft_tokens``, ``train_fraction``, ``epochs``, ``soft_lr``, ``context_template``,
     ``canary``, ``canary_epochs``, ``canary_lr``, ``canary_layers``, ``canary_baseline``,
-    ``alpha``, ``redact``."""
+    ``alpha``, ``redact``, ``leak_maps``."""
 
     name = "probe"
     desc = "probe"
@@ -39,7 +39,7 @@ class ProbeMethod(Method):
                  soft_lr: float = 0.005, context_template: str = "{document}\n{prompt}",
                  canary: int | None = None, canary_epochs: int = 4, canary_lr: float = 2e-3,
                  canary_layers: int = 8, canary_baseline: bool = False, alpha: float = 0.05,
-                 redact: bool = False) -> None:
+                 redact: bool = False, leak_maps: bool = True) -> None:
         from ctxleak.methods.pii.items import MODES, parse_pii_types
         from ctxleak.methods.pii.templates import STRUCTURES
         from ctxleak.results import ProbeResult
@@ -104,7 +104,7 @@ class ProbeMethod(Method):
             "epochs": epochs, "soft_lr": soft_lr, "context_template": context_template,
             "canary": canary, "canary_epochs": canary_epochs, "canary_lr": canary_lr,
             "canary_layers": canary_layers, "canary_baseline": canary_baseline,
-            "alpha": alpha, "redact": redact}
+            "alpha": alpha, "redact": redact, "leak_maps": bool(leak_maps)}
         if canary is not None:
             from ctxleak.methods.pii.canary import FinetuneConfig
 
@@ -205,14 +205,16 @@ class ProbeMethod(Method):
         out = [{"mode": t.mode, "variant": t.variant, "group": t.group, "shots_k": t.k, **row}
                for t, row in zip(items, rows)]
         for row in out:
-            if row["mode"] == "in-context" and "token_influence" in row:
+            if row["mode"] == "in-context" and "token_influence" in row \
+                    and self.settings["leak_maps"]:
                 row["leak_map"] = self._leak_map(lm, row)
         return out
 
     def _leak_map(self, lm: Any, row: dict[str, Any]) -> dict[str, Any] | None:
         """Where the subject's documents leaked into this in-context answer (paper 000,
         Def. 3.1-3.2 over the documents' windows): stored in the record, so the report and a
-        loaded result render it without a model."""
+        loaded result render it without a model. It scores the answer under every window's
+        deletion (8-token windows, stride 4): ``leak_maps=False`` skips it."""
         from ctxleak.methods.pii.leakmap import in_context_map
 
         if not hasattr(self, "_documents"):
