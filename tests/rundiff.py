@@ -20,6 +20,23 @@ TIME_TEXT = re.compile(r"((?:seconds?|time|_s\b|s/query|speedup)[^\d<>]{0,40}"
 DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)? s(?=[<\s)])")
 
 
+
+def untimed(value: Any) -> Any:
+    """``value`` (parsed JSON) without the entries whose keys name wall-clock measurements."""
+    if isinstance(value, dict):
+        return {k: untimed(v) for k, v in value.items() if not TIME_KEY.search(str(k))}
+    if isinstance(value, list):
+        return [untimed(v) for v in value]
+    return value
+
+
+def untimed_samples(run_dir: Path) -> list[str]:
+    """A run's samples.jsonl, each line re-serialised without its timing fields (key order
+    kept): what must be byte-identical between two runs with the same seed."""
+    return [json.dumps(untimed(json.loads(line)))
+            for line in (Path(run_dir) / "samples.jsonl").read_text().splitlines()]
+
+
 TABLE = re.compile(r"<table.*?</table>", re.S)
 ROW = re.compile(r"<tr>(.*?)</tr>", re.S)
 CELL = re.compile(r"<t[hd][^>]*>(.*?)</t[hd]>", re.S)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from ctxleak.methods.pii.records import PIIRecord
+from ctxleak.methods.pii.records import PIIRecord, save_records
 
 # ICL: (text, label) pairs and the templates that fit them
 TRAIN = [("the capital of france is paris", "yes"), ("rome is in italy", "no"),
@@ -78,3 +78,15 @@ def write_json(tmp_path, obj, name="rel.json"):
     path = tmp_path / name
     path.write_text(obj if isinstance(obj, str) else json.dumps(obj), encoding="utf-8")
     return path
+
+
+def write_command_data(root, n_records: int = 6):
+    """The data files of every model command's tiny run, written into ``root``: ``rel.json``
+    (susceptibility), ``records.jsonl`` (probe, ``n_records`` word records), ``train.jsonl`` and
+    ``test.jsonl`` (ICL). Returns ``root``."""
+    (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
+    save_records(word_records(n_records), root / "records.jsonl")
+    for name, pairs in (("train", TRAIN), ("test", TEST)):
+        (root / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in pairs))
+    return root

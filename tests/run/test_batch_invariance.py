@@ -8,10 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from rundiff import TIME_KEY
-from tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
-
-from ctxleak.methods.pii.records import save_records
+from rundiff import untimed_samples
+from tiny_data import TEMPLATES, write_command_data
 
 COMMANDS = {
     "icl": lambda d: ["icl", "--data", str(d / "train.jsonl"), "--test-data",
@@ -31,9 +29,12 @@ COMMANDS = {
 
 @pytest.fixture(scope="module")
 def wide_dir(tmp_path_factory):
-    """A tiny Llama of width 256 saved as a model directory: wide enough that float32 matrix
-    products change with the number of rows and attention with padding (on the width-32 model
-    they do not, and these tests could not fail)."""
+    """A tiny Llama of width 256 saved as a model directory. These runs check that every
+    command's samples stay identical across batch sizes end to end (tokens, record order,
+    replayed floats); they do not prove the float invariance itself: this model's forward passes
+    happen to give the same bits padded or not, so the tests pass on the code before
+    ``batch_invariant`` too. The default model's tests in test_batch_invariance_default.py are
+    the ones that fail without the option."""
     from tiny_models import tiny_llama
 
     lm = tiny_llama(width=256)
@@ -45,28 +46,7 @@ def wide_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def data_files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("inv-data")
-    (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
-    save_records(word_records(6), root / "records.jsonl")
-    for name, pairs in (("train", TRAIN), ("test", TEST)):
-        (root / f"{name}.jsonl").write_text(
-            "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in pairs))
-    return root
-
-
-def _untimed(value):
-    """``value`` without its wall-clock fields (the only ones allowed to differ)."""
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items() if not TIME_KEY.search(str(k))}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
-
-
-def _samples(path) -> list[str]:
-    """samples.jsonl, each line re-serialised without its timing fields (key order kept)."""
-    return [json.dumps(_untimed(json.loads(line)))
-            for line in (path / "samples.jsonl").read_text().splitlines()]
+    return write_command_data(tmp_path_factory.mktemp("inv-data"), 6)
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
@@ -81,7 +61,7 @@ def test_samples_byte_identical_for_1_3_and_8_examples_per_batch(command, wide_d
                                 "5", "--batch-size", size, "--output", str(out)], capsys)
         assert code == 0, err[-2000:]
         assert json.loads((out / "config.json").read_text())["batch_invariant"] is True
-        runs[size] = _samples(out)
+        runs[size] = untimed_samples(out)
     assert len(runs["1"]) >= 4
     assert runs["3"] == runs["1"]
     assert runs["8"] == runs["1"]

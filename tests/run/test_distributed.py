@@ -9,9 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
+from tiny_data import TEMPLATES, write_command_data
 
-from ctxleak.methods.pii.records import save_records
 from ctxleak.run.distributed import World, barrier_timeout, current_world
 
 
@@ -105,13 +104,7 @@ def test_differences_sees_what_matters():
 
 @pytest.fixture(scope="module")
 def data_files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dp-data")
-    (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
-    save_records(word_records(4), root / "records.jsonl")
-    for name, pairs in (("train", TRAIN), ("test", TEST)):
-        (root / f"{name}.jsonl").write_text(
-            "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in pairs))
-    return root
+    return write_command_data(tmp_path_factory.mktemp("dp-data"), 4)
 
 
 COMMANDS = {
