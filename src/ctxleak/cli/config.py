@@ -20,6 +20,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     except _DuplicateKeyError as exc:
         raise InputError("appears twice in the config (which value is meant?)", file=str(path),
                          line=exc.line, field=exc.key) from None
+    except RecursionError:
+        raise InputError("not readable YAML (lists or mappings nested more deeply than the "
+                         "parser's limit of about 1,000 levels)", file=str(path)) from None
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         raise InputError(f"not valid YAML ({getattr(exc, 'problem', exc)})", file=str(path),

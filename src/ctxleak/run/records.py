@@ -6,7 +6,10 @@ Everything is checked before any model is loaded.
 from __future__ import annotations
 
 import csv
+import io
 import json
+import stat
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -113,13 +116,30 @@ def max_line_bytes() -> int:
 
 
 def check_input_file(path: str | Path) -> Path:
-    """An existing regular file, or an error that says which of missing / a folder it is."""
+    """An existing regular file, or an error that says what it is instead: missing, a folder, or
+    a device, pipe or socket (``/dev/zero`` would never end; a pipe can be read only once, and
+    resume hashes the input to check that it did not change)."""
     path = Path(path)
     if path.is_dir():
         raise InputError("is a folder, not a file", file=str(path))
-    if not path.is_file():
-        raise InputError("file not found", file=str(path))
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InputError("file not found", file=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot be read ({exc.strerror})", file=str(path)) from None
+    if not stat.S_ISREG(mode):
+        raise InputError(f"is {_file_kind(mode)}, not a regular file: save the data to a file "
+                         "and pass that", file=str(path))
     return path
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 def json_error_message(exc: json.JSONDecodeError) -> str:
@@ -129,22 +149,46 @@ def json_error_message(exc: json.JSONDecodeError) -> str:
     return f"not valid JSON ({msg} at column {exc.colno})"
 
 
+_BOMS = {b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16"}
+
+
 def text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """``(line_number, text)`` of each line of a UTF-8 file (line ends kept); a line that is not
-    UTF-8 or longer than :func:`max_line_bytes` is an error naming the file and line."""
+    """``(line_number, text)`` of each line of a UTF-8 file (line ends kept; a UTF-8 byte-order
+    mark, as Excel writes it, dropped); a line that is not UTF-8 or longer than
+    :func:`max_line_bytes` is an error naming the file and line. A line is never read past the
+    limit, so a file without line breaks costs no more memory than one line."""
     path = check_input_file(path)
     limit = max_line_bytes()
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot be read ({exc.strerror})", file=str(path)) from None
+    with f:
+        number = 0
+        while raw := f.readline(limit + 1):
+            number += 1
             if len(raw) > limit:
-                raise InputError(f"line is {len(raw):,} bytes, over the input limit of "
-                                 f"{limit:,} (set {MAX_LINE_BYTES_ENV} to raise it)",
-                                 file=str(path), line=number)
+                raise InputError(f"line is over the input limit of {limit:,} bytes (set "
+                                 f"{MAX_LINE_BYTES_ENV} to raise it)", file=str(path),
+                                 line=number)
+            if number == 1:
+                raw = _drop_bom(raw, path)
             try:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise InputError(f"not UTF-8 text ({exc.reason} at byte {exc.start + 1} of "
                                  "the line)", file=str(path), line=number) from None
+
+
+def _drop_bom(raw: bytes, path: Path) -> bytes:
+    """The first line without its UTF-8 byte-order mark; a UTF-16 file is a clear error."""
+    if raw.startswith(b"\xef\xbb\xbf"):
+        return raw[3:]
+    for bom, name in _BOMS.items():
+        if raw.startswith(bom):
+            raise InputError(f"is {name} text: save it as UTF-8 (in Excel: 'CSV UTF-8')",
+                             file=str(path), line=1)
+    return raw
 
 
 def read_text_file(path: str | Path) -> str:
@@ -162,18 +206,45 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
     for number, text in text_lines(path):
         if not text.strip():
             continue
-        try:
-            value = json.loads(text, object_pairs_hook=_no_duplicate_keys)
-        except json.JSONDecodeError as exc:
-            raise InputError(json_error_message(exc), file=str(path), line=number) from None
-        except _DuplicateKey as exc:
-            raise InputError("appears twice in one object", file=str(path), line=number,
-                             field=str(exc)) from None
-        yield number, value
+        yield number, parse_json(text, file=str(path), line=number)
+
+
+def parse_json(text: str, *, file: str, line: int | None = None,
+               allow_nan: bool = False) -> Any:
+    """``text`` parsed as JSON, every failure an :class:`InputError` naming ``file`` and the line
+    (``line``, or the one JSON reports for a text of several lines): invalid JSON, a key given
+    twice in one object, nesting deeper than the parser's recursion limit (about 1,000 levels),
+    an integer of more than 4,300 digits, and ``NaN``/``Infinity`` (not JSON; ctxleak writes
+    null) unless ``allow_nan``."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys,
+                          parse_constant=None if allow_nan else _no_constant)
+    except json.JSONDecodeError as exc:
+        where = line if line is not None else exc.lineno
+        raise InputError(json_error_message(exc), file=file, line=where) from None
+    except _DuplicateKey as exc:
+        raise InputError("appears twice in one object", file=file, line=line,
+                         field=str(exc)) from None
+    except _Constant as exc:
+        raise InputError(f"not valid JSON ({exc} is not a JSON value: write null or a number)",
+                         file=file, line=line) from None
+    except RecursionError:
+        raise InputError("not readable JSON (arrays or objects nested more deeply than the "
+                         "parser's limit of about 1,000 levels)", file=file, line=line) from None
+    except ValueError as exc:  # an integer longer than Python's 4,300-digit limit
+        raise InputError(f"not readable JSON ({exc})", file=file, line=line) from None
 
 
 class _DuplicateKey(ValueError):
     pass
+
+
+class _Constant(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _Constant(name)
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -185,44 +256,123 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def id_key(value: str) -> str:
+    """What two ids are compared by: their Unicode NFC form without surrounding spaces, so that
+    ``café`` typed precomposed and with a combining accent (which print identically) are one
+    id."""
+    return unicodedata.normalize("NFC", value).strip()
+
+
+def example_id(value: Any, *, file: str | None, line: int | None, field: str = "id") -> str:
+    """A row's id as text: a string or an integer, not empty, without control characters
+    (ids name samples in the run folder and in reports, where they must print as themselves)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InputError(f"must be a string or an integer, got {type(value).__name__}",
+                         file=file, line=line, field=field)
+    text = str(value)
+    if not text.strip():
+        raise InputError("is empty: give every row a non-empty id, or leave the field out to "
+                         "number the rows", file=file, line=line, field=field)
+    if any(unicodedata.category(c) == "Cc" for c in text):
+        raise InputError(f"contains a control character ({text!r})", file=file, line=line,
+                         field=field)
+    return text
+
+
 def reject_duplicate_ids(rows: Iterable[tuple[Any, str, int]], field: str = "id") -> None:
-    """``(id, file, line)`` per row: an error at the second row that repeats an id (run folders
-    key samples by id, so two rows under one id would overwrite each other on resume)."""
-    first: dict[Any, int] = {}
+    """``(id, file, line)`` per row: an error at the second row that repeats an id, ids compared
+    by :func:`id_key` (run folders key samples by id, so two rows under one id would overwrite
+    each other on resume)."""
+    first: dict[Any, tuple[Any, int]] = {}
     for key, file, line in rows:
-        if key in first:
-            raise InputError(f"duplicate id {key!r} (first on line {first[key]}); every row "
-                             "needs its own id", file=file, line=line, field=field)
-        first[key] = line
+        norm = id_key(key) if isinstance(key, str) else key
+        if norm in first:
+            same = "" if first[norm][0] == key else f", written {first[norm][0]!r} there"
+            raise InputError(f"duplicate id {key!r} (first on line {first[norm][1]}{same}); "
+                             "every row needs its own id", file=file, line=line, field=field)
+        first[norm] = (key, line)
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     rows = []
     for number, value in read_jsonl(path):
         if not isinstance(value, dict):
-            raise InputError("each line must be a JSON object", file=str(path), line=number)
+            raise InputError(f"each line must be a JSON object, got {_json_kind(value)}",
+                             file=str(path), line=number)
         rows.append((number, value))
     return rows
 
 
-def _read_csv(path: Path, delimiter: str) -> list[tuple[int, dict[str, Any]]]:
-    import io
+def _json_kind(value: Any) -> str:
+    kinds = {list: "an array", str: "a string", bool: "true/false", int: "a number",
+             float: "a number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
 
-    rows = []
+
+def _read_csv(path: Path, delimiter: str) -> list[tuple[int, dict[str, Any]]]:
+    """Rows of a CSV/TSV file as spreadsheets write it (UTF-8 with or without a byte-order mark,
+    CRLF or LF line ends, quoted values over several lines). Refused, naming the line: a header
+    that names a column twice (after trimming spaces and Unicode NFC), a value under a column
+    without a name, a row with more or fewer values than the header, a quote never closed."""
     text = "".join(line for _, line in text_lines(path))  # UTF-8 and size checked per line
     csv.field_size_limit(max(csv.field_size_limit(), max_line_bytes()))
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    where = str(path)
+    header: list[str] | None = None
+    rows = []
+    start = 1
     try:
-        if not reader.fieldnames:
-            raise InputError("no header row", file=str(path), line=1)
-        for record in reader:
-            if None in record:
-                raise InputError("more values than header columns", file=str(path),
-                                 line=reader.line_num)
-            rows.append((reader.line_num, dict(record)))
+        for values in reader:
+            line, start = start, reader.line_num + 1
+            if not values or (header is None and not any(v.strip() for v in values)):
+                continue  # a blank line
+            if header is None:
+                header = _csv_header(values, where, line, delimiter)
+                continue
+            rows.append((line, _csv_row(values, header, where, line)))
     except csv.Error as exc:
-        raise InputError(f"not valid CSV ({exc})", file=str(path), line=reader.line_num) from None
+        if "unexpected end of data" in str(exc):
+            raise InputError("a quoted value opened on this line is never closed (a \" missing)",
+                             file=where, line=start) from None
+        raise InputError(f"not valid CSV ({exc})", file=where, line=reader.line_num) from None
+    if header is None:
+        raise InputError("no header row", file=where, line=1)
     return rows
+
+
+def _csv_header(values: list[str], where: str, line: int, delimiter: str) -> list[str]:
+    names = [id_key(v) for v in values]
+    first: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name and name in first:
+            raise InputError(f"the header names this column twice (columns {first[name] + 1} "
+                             f"and {i + 1}): which one is meant?", file=where, line=line,
+                             field=name)
+        first.setdefault(name, i)
+    other = ";" if delimiter == "," else ","
+    if len(names) == 1 and other in names[0]:
+        raise InputError(f"the header has one column, {names[0]!r}: this file seems separated "
+                         f"by '{other}'; ctxleak reads comma-separated .csv and tab-separated "
+                         ".tsv files", file=where, line=line)
+    return names
+
+
+def _csv_row(values: list[str], header: list[str], where: str, line: int) -> dict[str, Any]:
+    if len(values) != len(header) and any(v.strip() for v in values[len(header):]):
+        raise InputError(f"more values than header columns ({len(values)} values, "
+                         f"{len(header)} columns)", file=where, line=line)
+    if len(values) < len(header):
+        raise InputError(f"fewer values than header columns ({len(values)} values, "
+                         f"{len(header)} columns): a value may be empty but not left out",
+                         file=where, line=line)
+    fields = {}
+    for name, value in zip(header, values):
+        if name:
+            fields[name] = value
+        elif value.strip():
+            raise InputError(f"a value ({value[:20]!r}) under a column without a name in the "
+                             "header", file=where, line=line)
+    return fields
 
 
 def parse_mapping(spec: str | None) -> dict[str, str]:

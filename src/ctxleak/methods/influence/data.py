@@ -12,7 +12,7 @@ from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.influence.ngrams import PromptParts
 from ctxleak.run.inputs import is_named
-from ctxleak.run.records import demo_path, read_rows
+from ctxleak.run.records import demo_path, example_id, read_rows, reject_duplicate_ids
 
 # The paper's formats: PubMedQA-style QA and CNN-DM summarisation, with the wording of paper 000,
 # Fig. 5-6 ("Document:", "News article:"); the prompt without context keeps the empty slot
@@ -87,7 +87,7 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         return load_hub_dataset(data, limit=limit)
     path = demo_path("influence.jsonl") if is_named(data, "demo") else data
     rows = read_rows(path, rename=rename, required=["context"])
-    out, seen = [], set()
+    out = []
     for k, row in enumerate(rows):
         ex_task = task if task != "auto" else str(row.get("task") or "qa")
         if ex_task not in ("custom", *TASK_TEMPLATES):
@@ -100,12 +100,11 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         reference = row.get("reference")
         if reference is not None and not isinstance(reference, str):
             raise InputError("must be a string", file=row.file, line=row.line, field="reference")
-        ex_id = str(row.get("id") if row.get("id") is not None else k)
-        if ex_id in seen:
-            raise InputError(f"duplicate id '{ex_id}'", file=row.file, line=row.line, field="id")
-        seen.add(ex_id)
+        raw_id = row.get("id")
+        ex_id = str(k) if raw_id is None else example_id(raw_id, file=row.file, line=row.line)
         out.append(InfluenceExample(id=ex_id, context=row.text("context"), query=query,
                                     reference=reference, task=ex_task))
+    reject_duplicate_ids((ex.id, row.file, row.line) for ex, row in zip(out, rows))
     return out
 
 

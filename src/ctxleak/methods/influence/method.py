@@ -165,7 +165,7 @@ class InfluenceMethod(Method):
             rows = [r for r in records if r["setting"] == setting.key]
             if rows:
                 summary = summarize_setting(rows, seed=self.common.seed)
-                examples_of = [by_id[r["id"].split("|")[0]] for r in rows]
+                examples_of = [by_id[r["id"].rsplit("|", 1)[0]] for r in rows]
                 summary["quality"] = quality_scores(
                     [r["response"] for r in rows], [ex.reference for ex in examples_of],
                     [ex.context for ex in examples_of], self.bertscore_model, self.factkb_model)
@@ -212,7 +212,7 @@ class InfluenceMethod(Method):
         def tokens_of(i: int) -> tuple[list[str], list[str]]:
             r = records[i]
             setting = settings[r["setting"]]
-            parts, _ = prompt_parts(lm, by_id[r["id"].split("|")[0]], self.options.template,
+            parts, _ = prompt_parts(lm, by_id[r["id"].rsplit("|", 1)[0]], self.options.template,
                                     setting.context_tokens,
                                     reserve=self.options.max_new_tokens)
             return lm.token_strings(list(parts.context)), lm.token_strings(r["response_ids"])

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.errors import InputError
-from ctxleak.run.records import read_jsonl
+from ctxleak.run.records import example_id, read_jsonl, reject_duplicate_ids
 
 __all__ = [
     "PII_FIELDS",
@@ -98,10 +98,9 @@ class PIIRecord:
         subject_id = data.get("subject_id", data.get("subject"))
         if subject_id is None:
             subject_id = name
-        elif isinstance(subject_id, int) and not isinstance(subject_id, bool):
-            subject_id = str(subject_id)
-        elif not isinstance(subject_id, str) or not subject_id:
-            raise bad("subject_id", f"must be a non-empty string, got {_describe(subject_id)}")
+        else:
+            subject_id = example_id(subject_id, file=file, line=line,
+                                    field="subject_id")
 
         relations = data.get("relations")
         if relations is None:
@@ -146,16 +145,12 @@ def load_records(path: str | Path) -> list[PIIRecord]:
     object, a missing ``name``, a field of the wrong type, a repeated ``subject_id``.
     """
     records: list[PIIRecord] = []
-    seen: dict[str, int] = {}
+    lines: list[int] = []
     for number, obj in read_jsonl(path):
-        record = PIIRecord.from_dict(obj, file=str(path), line=number)
-        if record.subject_id in seen:
-            raise InputError(
-                f"duplicate subject_id {record.subject_id!r} (first on line "
-                f"{seen[record.subject_id]}); give each subject a distinct subject_id",
-                file=str(path), line=number, field="subject_id")
-        seen[record.subject_id] = number
-        records.append(record)
+        records.append(PIIRecord.from_dict(obj, file=str(path), line=number))
+        lines.append(number)
+    reject_duplicate_ids(((r.subject_id, str(path), n) for r, n in zip(records, lines)),
+                         field="subject_id")
     return records
 
 

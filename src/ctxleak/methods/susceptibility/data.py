@@ -28,7 +28,6 @@ also importable from here).
 
 from __future__ import annotations
 
-import json
 import string
 import zlib
 from collections.abc import Sequence
@@ -51,7 +50,7 @@ from ctxleak.methods.susceptibility.contexts import (  # noqa: F401 - re-exporte
     sample_contexts,
 )
 from ctxleak.methods.susceptibility.contexts import unique as _unique
-from ctxleak.run.records import check_input_file, demo_path, json_error_message
+from ctxleak.run.records import check_input_file, demo_path, id_key, parse_json
 
 QUERY_TYPES = ("closed", "open_qa", "open_completion")
 DEMO_FILE = "relations.json"
@@ -101,14 +100,13 @@ def load_relations(data: str | Path) -> list[Relation]:
     """Read and check a relation file (ctxleak or Du et al. YAGO format); ``"demo"`` for the
     bundled set. Errors name the file and the field."""
     path = check_input_file(resolve_data_path(data))
-    blob = path.read_bytes()
+    blob = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
     try:
-        raw = json.loads(blob.decode("utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(json_error_message(exc), file=str(path), line=exc.lineno) from None
+        text = blob.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 text ({exc.reason})", file=str(path),
                          line=blob[:exc.start].count(b"\n") + 1) from None
+    raw = parse_json(text, file=str(path))
     if isinstance(raw, dict) and "relations" in raw:
         items = raw["relations"]
         if not isinstance(items, list):
@@ -124,7 +122,7 @@ def load_relations(data: str | Path) -> list[Relation]:
                          file=str(path))
     if not relations:
         raise InputError("no relations in the file", file=str(path))
-    names = [r.name for r in relations]
+    names = [id_key(r.name) for r in relations]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise InputError(f"relation names must be unique, repeated: {', '.join(dup)}",
@@ -219,10 +217,11 @@ def _no_repeats(names: Sequence[str], where: str, suffix: str, file: str) -> Non
     rows under one id, so it is refused, naming the second occurrence."""
     first: dict[str, int] = {}
     for j, name in enumerate(names):
-        if name in first:
-            raise InputError(f"duplicate entity {name!r} (also {where}[{first[name]}]); query "
+        key = id_key(name)  # NFC: two spellings that print alike are one entity
+        if key in first:
+            raise InputError(f"duplicate entity {name!r} (also {where}[{first[key]}]); query "
                              "ids must be unique", file=file, field=f"{where}[{j}]{suffix}")
-        first[name] = j
+        first[key] = j
 
 
 def _yago_relation(name: str, item: dict[str, Any], file: str) -> Relation:
@@ -250,10 +249,11 @@ def _yago_relation(name: str, item: dict[str, Any], file: str) -> Relation:
     if not isinstance(answers, list) or len(answers) != len(item["entities"]):
         raise InputError("must be a list parallel to 'entities' (entity i's answer)", file=file,
                          field=w("answers"))
-    seen: dict[str, str] = {}
+    first: dict[str, tuple[str, str]] = {}  # by NFC: spellings that print alike are one
     for e, a in zip(item["entities"], answers):
         if isinstance(e, str) and isinstance(a, str) and e.strip() and a.strip():
-            seen.setdefault(e, a)
+            first.setdefault(id_key(e), (e, a))
+    seen = dict(first.values())
     if not seen:
         raise InputError("no (entity, answer) pair with both non-empty", file=file,
                          field=w("entities"))

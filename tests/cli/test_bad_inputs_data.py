@@ -1,0 +1,138 @@
+"""Bad data files, command by command: CSV dialects, ids, pathological files (a device, a pipe, a
+line without end, nesting past the parser's limit) and tampered run folders. Each case exits with
+status 2 and one line on stderr naming the file, line and field (or the path), before any model
+is loaded (``no_model`` from test_bad_inputs fails the test on a model load)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import unicodedata
+
+import pytest
+from conftest import run_cli
+from test_bad_inputs import _fill, no_model  # noqa: F401 - the fixture is autouse
+from tiny_data import TINY_RELATIONS
+
+NFC, NFD = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
+OK = '{"id": "a", "context": "some text", "query": "q?"}\n'
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Bad data files, by name -> path (as a string)."""
+    out = {}
+
+    def put(name, data: bytes | str):
+        path = tmp_path / name
+        path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+        out[name] = str(path)
+
+    bom = b"\xef\xbb\xbf"
+    put("dup_col.csv", "id,context,query,context\r\na,x,q,y\r\n")
+    put("dup_col_bom.csv", bom + b"context,query,context\r\nx,q,y\r\n")
+    put("dup_col_space.csv", "id,context, context,query\na,x,y,q\n")
+    put("open_quote.csv", 'id,context,query\na,"some text,q\nb,more,q\n')
+    put("short_row.csv", "id,context,query\na,x,q\nb,only\n")
+    put("semicolon.csv", "id;context;query\na;x;q\n")
+    put("utf16.csv", "id,context,query\na,x,q\n".encode("utf-16"))
+    put("bom_empty_id.csv", bom + b"id,context,query\r\n,x,q\r\n")
+    put("empty_id.jsonl", OK + '{"id": "", "context": "x", "query": "q"}\n')
+    put("blank_id.jsonl", OK + '{"id": "  ", "context": "x", "query": "q"}\n')
+    put("list_id.jsonl", '{"id": ["a"], "context": "x", "query": "q"}\n')
+    put("nfc_id.jsonl", "".join(json.dumps({"id": i, "context": "x", "query": "q"}) + "\n"
+                                for i in (NFC, NFD)))
+    put("nfc_id.csv", f"id,context,query\n{NFC},x,q\n{NFD},y,q\n")
+    put("nfc_subject.jsonl", "".join(json.dumps({"subject_id": i, "name": "ann",
+                                                 "phone": "1 2"}) + "\n" for i in (NFC, NFD)))
+    put("empty_subject.jsonl", json.dumps({"subject_id": "", "name": "ann"}) + "\n")
+    relations = copy.deepcopy(TINY_RELATIONS)
+    entities = relations["relations"][0]["entities"]
+    entities[0]["entity"] = NFC
+    entities.append({"entity": NFD, "answer": "paris"})
+    put("nfc_entity.json", json.dumps(relations))
+    put("deep.jsonl", OK + "[" * 200_000 + "]" * 200_000 + "\n")
+    put("deep.json", "[" * 200_000 + "]" * 200_000)
+    put("no_end.jsonl", OK + "x" * 600_000)
+    put("array.jsonl", OK + '["a", "b"]\n')
+    put("nan.jsonl", OK + '{"id": "b", "context": "x", "query": "q", "n": NaN}\n')
+    put("digits.jsonl", OK + '{"id": ' + "1" * 5000 + ', "context": "x", "query": "q"}\n')
+    put("deep.yaml", "limit: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    out["fifo.jsonl"] = str(fifo)
+    return out
+
+
+# (argv, substrings the single error line must contain); {name} is a path from ``files``
+CASES = {
+    "influence": [
+        # CSV dialects: a repeated header, with and without an Excel byte-order mark, or
+        # repeated but for a space; a quote never closed; a short row; ';' and UTF-16 files
+        (["--data", "{dup_col.csv}"], ["{dup_col.csv}:1", "field 'context'", "twice",
+                                       "columns 2 and 4"]),
+        (["--data", "{dup_col_bom.csv}"], ["{dup_col_bom.csv}:1", "field 'context'", "twice"]),
+        (["--data", "{dup_col_space.csv}"], ["{dup_col_space.csv}:1", "field 'context'",
+                                             "twice"]),
+        (["--data", "{open_quote.csv}"], ["{open_quote.csv}:2", "never closed"]),
+        (["--data", "{short_row.csv}"], ["{short_row.csv}:3", "fewer values",
+                                         "2 values, 3 columns"]),
+        (["--data", "{semicolon.csv}"], ["{semicolon.csv}:1", "separated by ';'"]),
+        (["--data", "{utf16.csv}"], ["{utf16.csv}:1", "UTF-16", "UTF-8"]),
+        # ids: empty (the BOM no longer hides the id column), blank, not text, NFC-equal
+        (["--data", "{bom_empty_id.csv}"], ["{bom_empty_id.csv}:2", "field 'id'", "is empty"]),
+        (["--data", "{empty_id.jsonl}"], ["{empty_id.jsonl}:2", "field 'id'", "is empty"]),
+        (["--data", "{blank_id.jsonl}"], ["{blank_id.jsonl}:2", "field 'id'", "is empty"]),
+        (["--data", "{list_id.jsonl}"], ["{list_id.jsonl}:1", "field 'id'", "got list"]),
+        (["--data", "{nfc_id.jsonl}"], ["{nfc_id.jsonl}:2", "field 'id'", "duplicate id",
+                                        "first on line 1"]),
+        (["--data", "{nfc_id.csv}"], ["{nfc_id.csv}:3", "field 'id'", "duplicate id"]),
+        # pathological files
+        (["--data", "/dev/zero"], ["/dev/zero", "character device", "not a regular file"]),
+        (["--data", "{fifo.jsonl}"], ["{fifo.jsonl}", "pipe", "not a regular file"]),
+        (["--data", "{deep.jsonl}"], ["{deep.jsonl}:2", "nested", "1,000 levels"]),
+        (["--data", "{no_end.jsonl}"], ["{no_end.jsonl}:2", "input limit of 500,000 bytes"]),
+        (["--data", "{array.jsonl}"], ["{array.jsonl}:2", "JSON object, got an array"]),
+        (["--data", "{nan.jsonl}"], ["{nan.jsonl}:2", "NaN is not a JSON value"]),
+        (["--data", "{digits.jsonl}"], ["{digits.jsonl}:2", "not readable JSON", "digits"]),
+        (["--config", "{deep.yaml}"], ["{deep.yaml}", "nested"]),
+    ],
+    "probe": [
+        (["--data", "{nfc_subject.jsonl}"], ["{nfc_subject.jsonl}:2", "field 'subject_id'",
+                                             "duplicate id"]),
+        (["--data", "{empty_subject.jsonl}"], ["{empty_subject.jsonl}:1",
+                                               "field 'subject_id'", "is empty"]),
+        (["--data", "/dev/zero"], ["/dev/zero", "character device"]),
+    ],
+    "susceptibility": [
+        (["--data", "{nfc_entity.json}"], ["{nfc_entity.json}", "entities[2].entity",
+                                           "duplicate entity"]),
+        (["--data", "{deep.json}"], ["{deep.json}", "nested"]),
+        (["--data", "{fifo.jsonl}"], ["{fifo.jsonl}", "pipe"]),
+    ],
+    "icl": [
+        (["--data", "{array.jsonl}"], ["{array.jsonl}:2", "JSON object, got an array"]),
+    ],
+    "audit": [
+        (["--data", "/dev/zero"], ["/dev/zero", "character device"]),
+    ],
+}
+
+
+@pytest.mark.parametrize("command,argv,expected",
+                         [(c, a, e) for c, cases in CASES.items() for a, e in cases],
+                         ids=[f"{c}:{' '.join(a)}" for c, cases in CASES.items()
+                              for a, _ in cases])
+def test_bad_data_is_one_line_before_any_model(command, argv, expected, files, tmp_path,
+                                               capsys, monkeypatch):
+    monkeypatch.setenv("CTXLEAK_MAX_LINE_BYTES", "500000")
+    argv = [_fill(a, files) for a in argv]
+    if "--output" not in argv:
+        argv += ["--output", str(tmp_path / "out")]
+    code, _, err = run_cli(command.split() + argv, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1, err
+    for text in expected:
+        assert _fill(text, files) in lines[0], lines[0]
