@@ -10,11 +10,22 @@ a run directory, and ``_repr_html_`` renders a compact summary in Jupyter.
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ctxleak.errors import InputError
+from ctxleak.run.rundir import (
+    CONFIG_FILE,
+    RESULTS_FILE,
+    SAMPLES_FILE,
+    read_json_file,
+    read_samples,
+    to_jsonable,
+    write_atomic,
+)
 
 
 @dataclass
@@ -33,6 +44,9 @@ class Result:
 
     method: ClassVar[str] = "result"
     title: ClassVar[str] = "ctxleak result"
+    #: Paths in ``summary`` that hold numbers (or null), ``*`` for any key or list position;
+    #: :func:`load_result` refuses anything else there, naming the path.
+    numeric_fields: ClassVar[tuple[str, ...]] = ()
 
     def __repr__(self) -> str:
         where = f", path={str(self.path)!r}" if self.path else ""
@@ -81,8 +95,6 @@ class Result:
     def save(self, directory: str | Path) -> Path:
         """Write ``config.json``, ``samples.jsonl``, ``results.json``, ``report.html`` and the
         plots into ``directory`` (created; files that may hold PII get mode 0600)."""
-        from ctxleak.run.rundir import CONFIG_FILE, RESULTS_FILE, SAMPLES_FILE, to_jsonable, write_atomic
-
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         mode = 0o600
@@ -93,6 +105,8 @@ class Result:
         body = {"summary": self.summary, "config": self.config, "provenance": self.provenance,
                 "n_effective": self.n_effective if self.n_effective is not None
                 else len(self.records), "wall_time_s": self.wall_time_s}
+        if all(isinstance(r, dict) and "id" in r for r in self.records):
+            body["sample_ids"] = [r["id"] for r in self.records]
         write_atomic(out / RESULTS_FILE, json.dumps(to_jsonable(body), indent=2,
                                                     ensure_ascii=False) + "\n", mode)
         try:
@@ -110,6 +124,13 @@ class InfluenceResult(Result):
 
     method = "influence"
     title = "Expected context influence (paper 000, Def. 3.3)"
+    numeric_fields = (
+        "settings.*.lambda", "settings.*.temperature", "settings.*.n",
+        "settings.*.mean_context_tokens", "settings.*.repeat_prompts", "settings.*.rouge_prompts",
+        "settings.*.mean_lambda", "settings.*.influence.*", "settings.*.rouge_l.mean",
+        "settings.*.max_window_influence.mean", "settings.*.composed_eps.mean",
+        "settings.*.quality.*.value", "settings.*.per_position_influence.*",
+        "settings.*.per_window_influence.*")
 
     def table(self) -> list[dict[str, Any]]:
         from ctxleak.report.influence import table_rows
@@ -122,6 +143,8 @@ class ICLInfResult(Result):
 
     method = "icl"
     title = "ICLInf (paper 001, Eq. 4)"
+    numeric_fields = ("iclinf.*.*.n", "iclinf.*.*.iclinf_mean", "iclinf.*.*.iclinf_std",
+                      "iclinf.*.*.accuracy", "iclinf.*.*.mean_loss_by_position.*")
 
     def table(self) -> list[dict[str, Any]]:
         from ctxleak.report.icl import summary_rows
@@ -135,6 +158,10 @@ class AuditResult(Result):
 
     method = "audit"
     title = "Privacy audit of DP synthetic text (paper 001 §5)"
+    numeric_fields = tuple(f"rows.*.{k}" for k in (
+        "delta", "target_eps", "temperature", "clip", "subset_size", "alpha", "eps_theoretical",
+        "eps_empirical", "ratio", "sequences", "n_gen", "tokens", "tokens_over_paper_bound",
+        "eps_empirical_zero_loss"))
 
     def table(self) -> list[dict[str, Any]]:
         from ctxleak.report.audit import table_rows
@@ -150,6 +177,7 @@ class SusceptibilityResult(Result):
 
     method = "susceptibility"
     title = "Susceptibility to context (paper 002)"
+    numeric_fields = ("n_queries", "metrics.*.mean", "means.*.*.*.mean")
 
     def table(self) -> list[dict[str, Any]]:
         from ctxleak.report.susceptibility import group_rows
@@ -163,6 +191,10 @@ class ProbeResult(Result):
 
     method = "probe"
     title = "PII probing (ProPILE, paper 004)"
+    numeric_fields = tuple(f"groups.*.{k}" for k in (
+        "n_units", "n_prompts", "exact_match_rate", "mean_target_ll", "mean_null_ll",
+        "mean_target_ll_norm", "mean_null_ll_norm", "wilcoxon.pvalue", "string_metrics.*",
+        "in_context.mean_influence", "in_context.mean_context_share")) + ("timings_s.*",)
 
     def table(self) -> list[dict[str, Any]]:
         from ctxleak.report.probe import table_rows
@@ -187,29 +219,119 @@ RESULT_CLASSES: dict[str, type[Result]] = {
 
 
 def load_result(directory: str | Path) -> Result:
-    """Read back any run directory (written by the CLI or the API) as its typed Result."""
-    from ctxleak.run.rundir import CONFIG_FILE, RESULTS_FILE, SAMPLES_FILE
+    """Read back any run directory (written by the CLI or the API) as its typed Result.
 
+    What is loaded is checked, each problem an :class:`InputError` naming the file, line and
+    field: ``results.json`` and ``config.json`` must be the JSON objects ctxleak writes, with
+    numbers where the summary holds numbers; ``samples.jsonl`` is read as ``resume`` reads it
+    (every line an object with an id, no id twice) and must hold the samples that
+    ``results.json`` says it summarised (``sample_ids``, or for run folders written before
+    them, ``n_effective`` rows); rows beyond those (kept from a run with a larger ``limit``)
+    are left out with a warning."""
     path = Path(directory)
     results_path = path / RESULTS_FILE
     if not results_path.is_file():
         raise InputError("not a finished run directory (no results.json)", file=str(path))
-    try:
-        body = json.loads(results_path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise InputError(f"not valid JSON ({exc})", file=str(results_path)) from None
+    body = _json_object(results_path, read_json_file(results_path), "")
+    for key in ("summary", "config", "provenance"):
+        _json_object(results_path, body.get(key) or {}, key)
     config = body.get("config") or {}
     if not config and (path / CONFIG_FILE).is_file():
-        config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    records: list[dict[str, Any]] = []
-    samples = path / SAMPLES_FILE
-    if samples.is_file():
-        from ctxleak.run.records import read_jsonl
-
-        records = [row for _, row in read_jsonl(samples)]
+        config = _json_object(path / CONFIG_FILE, read_json_file(path / CONFIG_FILE), "")
     cls = RESULT_CLASSES.get(str(config.get("command")), Result)
+    summary = body.get("summary") or {}
+    _check_numbers(results_path, summary, cls.numeric_fields)
+    n_effective = _count(results_path, body.get("n_effective"), "n_effective")
+    wall = body.get("wall_time_s")
+    if wall is not None and not _is_number(wall):
+        raise InputError(f"must be a number, got {wall!r}", file=str(results_path),
+                         field="wall_time_s")
+    samples = path / SAMPLES_FILE
+    rows = read_samples(samples) if samples.is_file() else []
+    records = _summarised(path, rows, body, n_effective, config)
     images = {p.name: p.read_bytes() for p in sorted(path.glob("*.png"))}
-    return cls(records=records, summary=body.get("summary") or {}, config=config,
-               provenance=body.get("provenance") or {}, path=path,
-               n_effective=body.get("n_effective"), wall_time_s=body.get("wall_time_s"),
-               images=images)
+    result = cls(records=records, summary=summary, config=config,
+                 provenance=body.get("provenance") or {}, path=path, n_effective=n_effective,
+                 wall_time_s=wall, images=images)
+    try:
+        result.table()
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise InputError(f"the summary is not as ctxleak writes it ({type(exc).__name__}: "
+                         f"{exc})", file=str(results_path), field="summary") from None
+    return result
+
+
+def _json_object(file: Path, value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"must be a JSON object, got {type(value).__name__}", file=str(file),
+                         field=field or None)
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _count(file: Path, value: Any, field: str) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                              or value < 0):
+        raise InputError(f"must be a count (an integer >= 0), got {value!r}", file=str(file),
+                         field=field)
+    return value
+
+
+def _check_numbers(file: Path, summary: dict[str, Any], patterns: tuple[str, ...]) -> None:
+    """Every value at one of ``patterns`` (``settings.*.n``) is a number or null."""
+    for pattern in patterns:
+        for where, value in _find(summary, pattern.split("."), "summary"):
+            if value is not None and not _is_number(value):
+                raise InputError(f"must be a number, got {value!r}", file=str(file),
+                                 field=where)
+
+
+def _find(value: Any, parts: list[str], where: str) -> Iterator[tuple[str, Any]]:
+    """``(path, value)`` of everything under ``value`` at ``parts`` (``*`` any key or index)."""
+    if not parts:
+        yield where, value
+        return
+    head, rest = parts[0], parts[1:]
+    if isinstance(value, dict):
+        keys = list(value) if head == "*" else [head] if head in value else []
+        for k in keys:
+            yield from _find(value[k], rest, f"{where}.{k}")
+    elif isinstance(value, list) and head == "*":
+        for i, item in enumerate(value):
+            yield from _find(item, rest, f"{where}[{i}]")
+
+
+def _summarised(path: Path, rows: list[dict[str, Any]], body: dict[str, Any],
+                n_effective: int | None, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of ``samples.jsonl`` the summary was computed from, in their order."""
+    samples, results = path / SAMPLES_FILE, path / RESULTS_FILE
+    ids = body.get("sample_ids")
+    if ids is None:  # a run folder written before results.json listed its samples
+        if n_effective is not None and config.get("command") != "influence-explain" \
+                and len(rows) != n_effective:
+            raise InputError(f"holds {len(rows)} sample rows, but results.json summarised "
+                             f"n_effective = {n_effective}", file=str(samples))
+        return rows
+    if not isinstance(ids, list) or any(not isinstance(i, (str, int)) or isinstance(i, bool)
+                                        for i in ids):
+        raise InputError("must be a list of sample ids", file=str(results), field="sample_ids")
+    if n_effective is not None and len(ids) != n_effective:
+        raise InputError(f"lists {len(ids)} ids, but n_effective = {n_effective}",
+                         file=str(results), field="sample_ids")
+    by_id = {row["id"]: row for row in rows}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise InputError(f"has no row with id {missing[0]!r} ({len(missing)} of the "
+                         f"{len(ids)} samples results.json summarised are missing)",
+                         file=str(samples))
+    if len(set(ids)) != len(ids):
+        raise InputError("lists an id twice", file=str(results), field="sample_ids")
+    extra = len(rows) - len(ids)
+    if extra:
+        warnings.warn(f"{samples}: {extra} row(s) that results.json did not summarise (kept "
+                      "from an earlier run with a larger limit, or added since) are left out",
+                      stacklevel=3)
+    return [by_id[i] for i in ids]

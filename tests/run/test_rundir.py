@@ -185,7 +185,8 @@ def test_one_id_is_never_stored_twice(tmp_path):
     # rather than silently keeping one of two different results on resume
     with open(tmp_path / "r" / "samples.jsonl", "a") as f:
         f.write(json.dumps({"id": "q1", "v": 3}) + "\n")
-    with pytest.raises(ConfigError, match="two rows with id 'q1'"):
+    with pytest.raises(InputError, match=r"samples.jsonl:2, field 'id': two rows with id "
+                                         r"'q1' \(first on line 1\)"):
         RunDir(tmp_path / "r", {"a": 1}, resume=True)
 
 

@@ -19,8 +19,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ctxleak.errors import ConfigError
+from ctxleak.errors import ConfigError, InputError
 from ctxleak.run.distributed import World, barrier
+from ctxleak.run.records import parse_json
 
 CONFIG_FILE, SAMPLES_FILE, RESULTS_FILE = "config.json", "samples.jsonl", "results.json"
 OWNER_FILE = ".ctxleak-owner.json"  # host and pid of the process running the folder
@@ -135,6 +136,18 @@ def _claim(path: Path, mode: int) -> None:
                                                 "pid": os.getpid()}) + "\n", mode)
 
 
+def read_json_file(path: Path) -> Any:
+    """A run folder's JSON file (``config.json``, ``results.json``), every problem an
+    :class:`InputError` naming the file and line."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text ({exc.reason})", file=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot be read ({exc.strerror})", file=str(path)) from None
+    return parse_json(text, file=str(path), allow_nan=True)
+
+
 def file_sha256(path: str | Path) -> str:
     """Hex SHA-256 of a file's bytes (input files are hashed into config.json for resume)."""
     digest = hashlib.sha256()
@@ -178,6 +191,47 @@ def _refuse_changed_inputs(config_path: Path, old: dict[str, Any], new: dict[str
                           also=("output",))
 
 
+def read_samples(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
+    """The rows of a run folder's ``samples.jsonl`` (or a shard), checked the same way for
+    ``resume`` and :func:`ctxleak.load_result`: every line a JSON object with an ``id``, no id
+    twice (two different results under one id, one of which would be silently kept). A last
+    line without its line end was cut by an interrupted write: it is dropped, and with
+    ``repair`` cut from the file (resume rewrites it); any other bad line is an error naming
+    the file and line, and nothing is cut."""
+    rows: list[dict[str, Any]] = []
+    first: dict[Any, int] = {}
+    good_bytes = 0
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if not raw.endswith(b"\n"):
+                break  # a line cut by an interrupted write: dropped and rewritten
+            good_bytes += len(raw)
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError("not UTF-8 text", file=str(path), line=number) from None
+            row = parse_json(text, file=str(path), line=number, allow_nan=True)
+            if not isinstance(row, dict) or "id" not in row:
+                raise InputError("not a sample row (a JSON object with an id)", file=str(path),
+                                 line=number)
+            key = row["id"]
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                raise InputError(f"must be a string or an integer, got {type(key).__name__}",
+                                 file=str(path), line=number, field="id")
+            if key in first:  # never silently keep one of two different results
+                raise InputError(f"two rows with id {key!r} (first on line {first[key]}); "
+                                 "start a new run folder", file=str(path), line=number,
+                                 field="id")
+            first[key] = number
+            rows.append(row)
+    if repair and good_bytes != path.stat().st_size:
+        with open(path, "r+b") as f:
+            f.truncate(good_bytes)
+    return rows
+
+
 class RunDir:
     """One run's output folder.
 
@@ -214,7 +268,7 @@ class RunDir:
                                   "continue it or choose another output=...",
                                   also=("resume", "output"))
             if config_path.exists():
-                old = json.loads(config_path.read_text(encoding="utf-8"))
+                old = read_json_file(config_path)
                 _refuse_other_command(config_path, old, self.config)
                 _refuse_changed_inputs(config_path, old, self.config)
                 diff = config_differences(old, self.config)
@@ -234,16 +288,8 @@ class RunDir:
         """Re-read the samples of every shard (after the other processes have finished)."""
         rows: dict[Any, dict[str, Any]] = {}
         for path in sorted(self.path.glob("samples*.jsonl")):
-            mine = path.name == self.samples_name
-            in_file: set = set()
-            for row in self._read_samples(path, repair=mine):
-                key = row.get("id")
-                if key in in_file:  # never silently keep one of two different results
-                    raise ConfigError(f"{path} holds two rows with id {key!r} (written from "
-                                      "data with duplicate ids); start a new output=...",
-                                      also=("output",))
-                in_file.add(key)
-                rows.setdefault(key, row)  # the merged samples.jsonl repeats the shards
+            for row in self._read_samples(path, repair=path.name == self.samples_name):
+                rows.setdefault(row["id"], row)  # the merged samples.jsonl repeats the shards
         self._samples = list(rows.values())
         self._ids = set(rows)
 
@@ -264,20 +310,7 @@ class RunDir:
 
     @staticmethod
     def _read_samples(path: Path, repair: bool) -> list[dict[str, Any]]:
-        rows, good_bytes = [], 0
-        with open(path, "rb") as f:
-            for raw in f:
-                if not raw.endswith(b"\n"):
-                    break  # a line cut by an interrupted write: dropped and rewritten
-                try:
-                    rows.append(json.loads(raw))
-                except json.JSONDecodeError:
-                    break
-                good_bytes += len(raw)
-        if repair and good_bytes != path.stat().st_size:
-            with open(path, "r+b") as f:
-                f.truncate(good_bytes)
-        return rows
+        return read_samples(path, repair=repair)
 
     @property
     def samples(self) -> list[dict[str, Any]]:
@@ -321,10 +354,15 @@ class RunDir:
 
     # results and other files -----------------------------------------------------------------
     def write_results(self, summary: dict[str, Any], *, provenance: dict[str, Any],
-                      n_effective: int, extra: dict[str, Any] | None = None) -> Path:
-        """``results.json``: the summary with config, provenance, sample count and wall time."""
+                      n_effective: int, sample_ids: list[Any] | None = None,
+                      extra: dict[str, Any] | None = None) -> Path:
+        """``results.json``: the summary with config, provenance, sample count and wall time,
+        and ``sample_ids``, the ids of the samples the summary was computed from (in order;
+        :func:`ctxleak.load_result` checks ``samples.jsonl`` against them)."""
         body = {"summary": summary, "config": self.config, "provenance": provenance,
                 "n_effective": n_effective, "wall_time_s": round(time.time() - self.started, 3)}
+        if sample_ids is not None:
+            body["sample_ids"] = list(sample_ids)
         if extra:
             body.update(extra)
         path = self.path / RESULTS_FILE

@@ -207,7 +207,8 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
         run.write_file(name, content)
         if isinstance(content, bytes):
             result.images[name] = content
-    body = run.write_results(summary, provenance=prov, n_effective=len(records))
+    body = run.write_results(summary, provenance=prov, n_effective=len(records),
+                             sample_ids=[r["id"] for r in records])
     result.n_effective, result.wall_time_s = len(records), _wall_time(body)
     report = method.report(result, lm)
     report.save(run.path / "report.html", mode=run.file_mode)
