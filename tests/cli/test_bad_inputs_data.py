@@ -15,6 +15,8 @@ from conftest import run_cli
 from test_bad_inputs import _fill, no_model  # noqa: F401 - the fixture is autouse
 from tiny_data import TINY_RELATIONS
 
+from ctxleak.results import ICLInfResult
+
 NFC, NFD = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
 OK = '{"id": "a", "context": "some text", "query": "q?"}\n'
 
@@ -59,6 +61,11 @@ def files(tmp_path):
     put("nan.jsonl", OK + '{"id": "b", "context": "x", "query": "q", "n": NaN}\n')
     put("digits.jsonl", OK + '{"id": ' + "1" * 5000 + ', "context": "x", "query": "q"}\n')
     put("deep.yaml", "limit: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    for name, mean in (("good-run", 0.5), ("tampered-run", "0.5")):
+        summary = {"iclinf": {"1": {"full": {"n": 1, "iclinf_mean": mean, "iclinf_std": 0.0,
+                                             "accuracy": 1.0, "mean_loss_by_position": [0.5]}}}}
+        out[name] = str(ICLInfResult(records=[{"id": "n=1,q=0"}], summary=summary,
+                                     config={"command": "icl"}).save(tmp_path / name))
     fifo = tmp_path / "fifo.jsonl"
     os.mkfifo(fifo)
     out["fifo.jsonl"] = str(fifo)
@@ -116,6 +123,11 @@ CASES = {
     ],
     "audit": [
         (["--data", "/dev/zero"], ["/dev/zero", "character device"]),
+    ],
+    "compare": [  # a run folder edited by hand: a number became a string
+        (["{tampered-run}", "{good-run}"], ["{tampered-run}/results.json",
+                                            "field 'summary.iclinf.1.full.iclinf_mean'",
+                                            "must be a number, got '0.5'"]),
     ],
 }
 
