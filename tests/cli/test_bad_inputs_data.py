@@ -1,5 +1,6 @@
 """Bad data files, command by command: CSV dialects, ids, pathological files (a device, a pipe, a
-line without end, nesting past the parser's limit) and tampered run folders. Each case exits with
+line without end, nesting past the parser's limit), tampered run folders and values outside a
+documented range. Each case exits with
 status 2 and one line on stderr naming the file, line and field (or the path), before any model
 is loaded (``no_model`` from test_bad_inputs fails the test on a model load)."""
 
@@ -106,6 +107,11 @@ CASES = {
         (["--config", "{deep.yaml}"], ["{deep.yaml}", "nested"]),
     ],
     "probe": [
+        # documented ranges: --shots 1..5, learning rates finite
+        (["--shots", "9"], ["--shots must be integers from 1 to 5", "'9'"]),
+        (["--shots", "1,6"], ["--shots must be integers from 1 to 5", "'1,6'"]),
+        (["--soft-lr", "inf"], ["--soft-lr must be a finite number > 0", "inf"]),
+        (["--canary", "4", "--canary-lr", "inf"], ["--canary-lr must be a finite number > 0"]),
         (["--data", "{nfc_subject.jsonl}"], ["{nfc_subject.jsonl}:2", "field 'subject_id'",
                                              "duplicate id"]),
         (["--data", "{empty_subject.jsonl}"], ["{empty_subject.jsonl}:1",
@@ -123,6 +129,11 @@ CASES = {
     ],
     "audit": [
         (["--data", "/dev/zero"], ["/dev/zero", "character device"]),
+        (["--max-tokens", "0"], ["--max-tokens must be >= 1, got 0"]),
+    ],
+    "influence explain": [
+        (["--context", "a b", "--task", "bogus"], ["unknown --task 'bogus'",
+                                                   "qa, summarization, custom"]),
     ],
     "compare": [  # a run folder edited by hand: a number became a string
         (["{tampered-run}", "{good-run}"], ["{tampered-run}/results.json",
@@ -148,3 +159,13 @@ def test_bad_data_is_one_line_before_any_model(command, argv, expected, files, t
     assert len(lines) == 1, err
     for text in expected:
         assert _fill(text, files) in lines[0], lines[0]
+
+
+def test_probe_shots_range_in_the_library():
+    """The range is the library's: Python callers get it too, naming the keyword."""
+    from ctxleak.errors import ConfigError
+    from ctxleak.methods.pii.method import ProbeMethod
+
+    with pytest.raises(ConfigError, match=r"^shots must be integers from 1 to 5") as info:
+        ProbeMethod(shots=[1, 9])
+    assert info.value.param == "shots"

@@ -147,8 +147,9 @@ def test_canary_and_redact(tiny_dir, records_file, tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--pii", "phone,ssn"], "unknown PII type 'ssn'"),
-    (["--shots", "0"], "--shots must be integers >= 1"),
-    (["--shots", "9"], "asked for 8 shots but only 7"),
+    (["--shots", "0"], "--shots must be integers from 1 to 5"),
+    (["--shots", "9"], "--shots must be integers from 1 to 5"),
+    (["--shots", "5", "--limit", "3"], "asked for 4 shots but only 2"),
     (["--mode", "grey-box"], "unknown mode 'grey-box'"),
     (["--beam", "0"], "--beam must be >= 1"),
     (["--structure", "pairs"], "--structure must be one of"),

@@ -95,6 +95,19 @@ def is_lm(model: Any) -> bool:
     return hasattr(model, "info") and hasattr(model, "model") and hasattr(model, "tokenizer")
 
 
+def check_unique_keys(method: Method, items: Sequence[Any]) -> None:
+    """Two items stored under one id would overwrite each other: refused (before any model is
+    loaded, when :func:`run_method` calls it)."""
+    from ctxleak.errors import ConfigError
+
+    seen: set[Any] = set()
+    for item in items:
+        key = method.key(item)
+        if key in seen:
+            raise ConfigError(f"two examples have the id {key!r}: ids must be unique")
+        seen.add(key)
+
+
 def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
                   progress: bool = True) -> list[dict[str, Any]]:
     """Measure every item not yet in the samples, in the method's batches, appending each
@@ -107,15 +120,10 @@ def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
     """
     from tqdm.auto import tqdm
 
-    from ctxleak.errors import ConfigError
     from ctxleak.run.distributed import barrier
 
     world = run.world
-    keys = [method.key(item) for item in items]
-    if len(set(keys)) != len(keys):  # two items would be stored under one id
-        seen: set[str] = set()
-        repeated = next(k for k in keys if k in seen or seen.add(k))
-        raise ConfigError(f"two examples have the id {repeated!r}: ids must be unique")
+    check_unique_keys(method, items)
     done = run.done_keys("id")
     mine = [item for i, item in enumerate(items) if world.owns(i)]
     todo = [item for item in mine if method.key(item) not in done]
@@ -190,6 +198,7 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
         common = replace(common, model=lm.info.name)
     method.common = common
     items = method.items(data)  # checked before any model is loaded
+    check_unique_keys(method, items)
     run = open_run(method.name, common, method.config(), private=method.private,
                    inputs=method.inputs())
     with run:

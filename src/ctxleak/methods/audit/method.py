@@ -41,9 +41,9 @@ def audit_config(*, target_eps: Any = "1,10,100", delta: Any = "1e-5", subset_si
     if subset_size < 2:
         raise ConfigError(f"subset_size must be at least 2 (the leave-one-out neighbours need "
                           f"s - 1 >= 1 prompts), got {subset_size}", param="subset_size")
-    if n_gen < 1 or max_tokens < 1:
-        raise ConfigError(f"n_gen and max_tokens must be >= 1, got {n_gen} and {max_tokens}",
-                          param="n_gen")
+    for name, value in (("n_gen", n_gen), ("max_tokens", max_tokens)):
+        if value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}", param=name)
     if not 0 <= min_tokens <= max_tokens:
         raise ConfigError(f"min_tokens must be between 0 and max_tokens ({max_tokens}), "
                           f"got {min_tokens}", param="min_tokens")

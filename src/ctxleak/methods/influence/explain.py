@@ -8,6 +8,9 @@ from typing import Any
 
 from ctxleak.errors import ConfigError
 
+#: The prompt formats of ``task`` (paper 000, Fig. 5-6, and a user template).
+EXPLAIN_TASKS = ("qa", "summarization", "custom")
+
 
 def explain_inputs(context: str, task: str, template: str | None, ngram: int = 4,
                    top: int = 5) -> str:
@@ -22,6 +25,8 @@ def explain_inputs(context: str, task: str, template: str | None, ngram: int = 4
         context = read_text_file(context[1:])
     if not context.strip():
         raise ConfigError("context is empty", param="context")
+    if task not in EXPLAIN_TASKS:
+        raise ConfigError(f"unknown task '{task}': use {', '.join(EXPLAIN_TASKS)}", param="task")
     if task == "custom" and not template:
         raise ConfigError("task custom needs template", param="task")
     return context

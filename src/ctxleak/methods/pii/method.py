@@ -4,6 +4,7 @@ match, target vs null likelihoods and the Wilcoxon test, and the canary verdicts
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -19,6 +20,16 @@ def _check_numbers(checks: dict[str, tuple[Any, str, bool]]) -> None:
     for name, (value, rule, ok) in checks.items():
         if not ok:
             raise ConfigError(f"{name} must be {rule}, got {value}", param=name)
+
+
+def _positive(value: float) -> bool:
+    """A finite number > 0 (a learning rate: inf and NaN are refused)."""
+    return math.isfinite(value) and value > 0
+
+
+#: The largest k of a k-shot probe: ProPILE's k-shot prompts add one template at a time, up to
+#: five (the help of ``--shots`` says 1..5).
+MAX_SHOTS = 5
 
 
 class ProbeMethod(Method):
@@ -64,9 +75,10 @@ class ProbeMethod(Method):
         except ValueError as exc:
             raise ConfigError(f"pii: {exc}", param="pii") from None
         ks = int_list(shots, "shots")
-        if not ks or any(k < 1 for k in ks):
-            raise ConfigError(f"shots must be integers >= 1 (k templates per prompt), got "
-                              f"'{shots}'", param="shots")
+        if not ks or any(not 1 <= k <= MAX_SHOTS for k in ks):
+            raise ConfigError(f"shots must be integers from 1 to {MAX_SHOTS} (k templates per "
+                              f"prompt, as in ProPILE's k-shot probing), got '{shots}'",
+                              param="shots")
         if structure != "all" and structure not in STRUCTURES:
             raise ConfigError(f"structure must be one of {', '.join(STRUCTURES)} or all, not "
                               f"'{structure}'", param="structure")
@@ -85,7 +97,7 @@ class ProbeMethod(Method):
                               param="train_fraction")
         _check_numbers({"soft_tokens": (soft_tokens, ">= 1", soft_tokens >= 1),
                         "epochs": (epochs, ">= 1", epochs >= 1),
-                        "soft_lr": (soft_lr, "> 0", soft_lr > 0)})
+                        "soft_lr": (soft_lr, "a finite number > 0", _positive(soft_lr))})
         context_template = context_template.replace("\\n", "\n")  # '\n' typed in a shell
         if "in-context" in modes:
             from ctxleak.run.validate import check_template
@@ -109,7 +121,8 @@ class ProbeMethod(Method):
             from ctxleak.methods.pii.canary import FinetuneConfig
 
             _check_numbers({"canary_epochs": (canary_epochs, ">= 1", canary_epochs >= 1),
-                            "canary_lr": (canary_lr, "> 0", canary_lr > 0),
+                            "canary_lr": (canary_lr, "a finite number > 0",
+                                          _positive(canary_lr)),
                             "canary_layers": (canary_layers, ">= 0 (0 = all layers)",
                                               canary_layers >= 0)})
             FinetuneConfig(epochs=canary_epochs, lr=canary_lr, train_layers=canary_layers,
