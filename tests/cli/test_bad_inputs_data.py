@@ -61,6 +61,7 @@ def files(tmp_path):
     put("array.jsonl", OK + '["a", "b"]\n')
     put("nan.jsonl", OK + '{"id": "b", "context": "x", "query": "q", "n": NaN}\n')
     put("digits.jsonl", OK + '{"id": ' + "1" * 5000 + ', "context": "x", "query": "q"}\n')
+    put("bad_utf8.txt", b"first line\nsecond caf\xe9\n")
     put("deep.yaml", "limit: " + "[" * 50_000 + "]" * 50_000 + "\n")
     for name, mean in (("good-run", 0.5), ("tampered-run", "0.5")):
         summary = {"iclinf": {"1": {"full": {"n": 1, "iclinf_mean": mean, "iclinf_std": 0.0,
@@ -134,6 +135,9 @@ CASES = {
     "influence explain": [
         (["--context", "a b", "--task", "bogus"], ["unknown --task 'bogus'",
                                                    "qa, summarization, custom"]),
+    ],
+    "pii extract": [
+        (["--input", "{bad_utf8.txt}"], ["{bad_utf8.txt}:2", "not UTF-8"]),
     ],
     "compare": [  # a run folder edited by hand: a number became a string
         (["{tampered-run}", "{good-run}"], ["{tampered-run}/results.json",

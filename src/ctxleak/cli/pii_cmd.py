@@ -42,17 +42,13 @@ def _expand_inputs(values: list[str]) -> list[Path]:
 def _read_documents(paths: list[Path]) -> list[dict]:
     """Documents from .txt files (one each; subject = file stem) and .jsonl files (one object per
     line with ``text`` and optional ``name``, ``subject``, ``relations``, ``university``)."""
-    from ctxleak.run.records import read_jsonl
+    from ctxleak.run.records import read_jsonl, read_text_file
 
     docs: list[dict] = []
     for path in paths:
         suffix = path.suffix.lower()
-        if suffix == ".txt":
-            try:
-                text = path.read_text(encoding="utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"not UTF-8 text ({exc.reason})", file=str(path)) from None
-            docs.append({"text": text, "subject": path.stem})
+        if suffix == ".txt":  # the checks of every data file: regular, UTF-8, line size
+            docs.append({"text": read_text_file(path), "subject": path.stem})
         elif suffix == ".jsonl":
             for number, obj in read_jsonl(path):
                 if not isinstance(obj, dict):
