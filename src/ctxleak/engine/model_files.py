@@ -6,8 +6,9 @@ whose files changed between a kill and ``resume=True``. The fingerprint is the S
 file that decides the numbers (weights, config, tokenizer, chat template), by file name. A file
 is streamed once per version: its digest is remembered under its path, size, inode, mtime and
 ctime (ctime cannot be set back by ``touch`` or ``cp -p``, so any rewrite is hashed again), so a
-later run of the same folder reads only ``stat`` results. Measured on this machine: 0.26 s to
-hash the default model's 105 MB GGUF the first time, under 1 ms for each later run.
+later run of the same folder reads only ``stat`` results. Measured on this machine (2 shared
+cores, under load): 0.20 s to hash the default model's 98 MB GGUF the first time, 0.5 ms for
+each later run.
 
 Folder checks. A folder that transformers would reject with a traceback (no weights, a
 truncated or corrupt ``.safetensors``, a config that is not JSON or names an architecture this
