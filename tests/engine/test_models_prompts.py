@@ -336,3 +336,27 @@ def test_resume_refuses_a_model_folder_whose_weights_were_replaced(good_dir, tmp
     (folder / "model.safetensors").write_bytes(original)
     resumed = ctxleak.influence(str(folder), rows, output=out, resume=True, **opts)
     assert len(resumed.records) == 2
+
+
+def test_damaged_converted_cache_is_converted_again(good_dir, tmp_path, monkeypatch, capsys):
+    """A converted cache whose model.safetensors was cut short on disk gave a SafetensorError
+    on every later load; it is now converted again, with a message."""
+    monkeypatch.setenv("CTXLEAK_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(8))
+    calls = []
+
+    def fake_convert(source, out_dir):  # a tiny model in place of a real dequantisation
+        calls.append(out_dir)
+        shutil.copytree(good_dir, out_dir, dirs_exist_ok=True)
+        (out_dir / "ctxleak_source.json").write_text(json.dumps({"gguf_sha256": "x"}))
+
+    monkeypatch.setattr(models, "convert_gguf", fake_convert)
+    first = load_model(str(gguf), device="cpu")
+    weights = calls[0] / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:4000])
+    again = load_model(str(gguf), device="cpu")
+    assert len(calls) == 2 and "is cut short" in capsys.readouterr().err
+    ids = torch.tensor([[1, 5, 9]])
+    with torch.no_grad():
+        assert torch.equal(first.model(ids).logits, again.model(ids).logits)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxleak.engine.model_files import check_model_dir, fingerprint
+from ctxleak.engine.model_files import check_model_dir, fingerprint, safetensors_header
 from ctxleak.errors import ConfigError
 
 DEFAULT_MODEL = "default"
@@ -438,19 +438,33 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
 
 
 def _converted(gguf: Path) -> tuple[Path, str | None]:
-    """The safetensors cache folder of ``gguf`` (converted now if missing) and the GGUF's
-    SHA-256."""
+    """The safetensors cache folder of ``gguf`` (converted now if missing or damaged) and the
+    GGUF's SHA-256."""
     cache_dir, _ = _gguf_cache_dir(gguf)
-    if not (cache_dir / "model.safetensors").is_file():
+    if not _cache_ready(cache_dir):
         try:
             with cache_lock(cache_dir):
-                if not (cache_dir / "model.safetensors").is_file():
+                if not _cache_ready(cache_dir):
                     convert_gguf(gguf, cache_dir)
         except (ValueError, OSError, KeyError) as exc:  # a GGUF that transformers cannot read
             cache_dir.with_name(f".{cache_dir.name}.lock").unlink(missing_ok=True)
             raise ConfigError(f"could not convert {gguf}: {_one_line(exc)}") from None
     meta = json.loads((cache_dir / "ctxleak_source.json").read_text())
     return cache_dir, meta.get("gguf_sha256")
+
+
+def _cache_ready(cache_dir: Path) -> bool:
+    """Whether a converted cache folder is whole: its provenance file and a model.safetensors
+    whose header matches its size (one damaged on disk is converted again, with a message)."""
+    weights = cache_dir / "model.safetensors"
+    if not weights.is_file() or not (cache_dir / "ctxleak_source.json").is_file():
+        return False
+    try:
+        safetensors_header(weights)
+    except ConfigError as exc:
+        _say(f"{exc}; converting again")
+        return False
+    return True
 
 
 def _one_line(exc: BaseException) -> str:
