@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 import subprocess
 import sys
 
 import pytest
+import torch
+from huggingface_hub import constants
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tiny_model_dirs import broken_dir, tiny_llama_dir
+from transformers import AutoModelForCausalLM
 
+import ctxleak
+from ctxleak.engine import models
 from ctxleak.engine.batching import BatchPlanner, parse_batch_size
-from ctxleak.engine.models import bos_convention, cache_lock, load_model, model_status
+from ctxleak.engine.model_files import fingerprint, fingerprint_changes
+from ctxleak.engine.models import (
+    _place,
+    bos_convention,
+    cache_lock,
+    hf_state_dict,
+    load_model,
+    model_status,
+)
 from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError
 
@@ -153,3 +172,191 @@ def test_gguf_that_cannot_be_converted_cleans_its_lock(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="could not convert .*damaged"):
         load_model(str(bad))
     assert not list((tmp_path / "cache").rglob("*.lock"))
+
+
+# Model load failures: one ConfigError line naming the file, never a library traceback -------
+
+BROKEN_MESSAGES = {  # kind -> (file named, words of the message)
+    "corrupt weights": ("model.safetensors", "not a safetensors file, or is cut short"),
+    "truncated weights": ("model.safetensors", "is cut short"),
+    "no config": ("", "without config.json"),
+    "config not JSON": ("config.json", "is not valid JSON"),
+    "unknown architecture": ("config.json", "model_type 'foobar' is not known"),
+    "no tokenizer": ("", "has no tokenizer files"),
+    "no weights": ("", "has no weight files"),
+}
+
+
+@pytest.fixture(scope="module")
+def good_dir(tmp_path_factory):
+    return tiny_llama_dir(tmp_path_factory.mktemp("models") / "good")
+
+
+@pytest.mark.parametrize("kind", list(BROKEN_MESSAGES))
+def test_broken_model_folder_is_one_line_naming_the_file(kind, good_dir, tmp_path):
+    """Each way a model folder goes wrong (a corrupt or truncated model.safetensors gave a
+    SafetensorError traceback, an unknown architecture or missing tokenizer a several-line
+    ValueError) is a ConfigError of one line that names the file at fault."""
+    folder = broken_dir(good_dir, kind, tmp_path / "m")
+    named, words = BROKEN_MESSAGES[kind]
+    with pytest.raises(ConfigError) as info:
+        load_model(str(folder), device="cpu")
+    message = str(info.value)
+    assert str(folder / named).rstrip("/") in message and words in message, message
+    assert len(message.splitlines()) == 1, message
+
+
+def test_good_model_folder_loads_and_records_its_file_hashes(good_dir):
+    """The folder the broken ones are copied from loads; provenance has each file's SHA-256."""
+    lm = load_model(str(good_dir), device="cpu")
+    weights = (good_dir / "model.safetensors").read_bytes()
+    assert lm.info.files_sha256["model.safetensors"] == hashlib.sha256(weights).hexdigest()
+    assert set(lm.info.files_sha256) == {"config.json", "generation_config.json",
+                                         "model.safetensors", "tokenizer.json",
+                                         "tokenizer_config.json"}
+
+
+def test_device_this_torch_lacks_is_a_config_error(monkeypatch):
+    """device='cuda' on a torch built without CUDA raised torch's AssertionError ('Torch not
+    compiled with CUDA enabled'); mps likewise. Now a ConfigError naming ``device``, raised
+    before anything is loaded; cuda:N past the GPUs seen likewise."""
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", None)
+    with pytest.raises(ConfigError, match="a build without CUDA") as info:
+        load_model("default", device="cuda")
+    assert info.value.param == "device"
+    monkeypatch.setattr(models, "_mps_available", lambda: False)
+    with pytest.raises(ConfigError, match="no Apple GPU") as info:
+        load_model("default", device="mps")
+    assert info.value.param == "device"
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ConfigError, match="sees 2 CUDA GPU.*numbered 0 to 1"):
+        models.resolve_device("cuda:2")
+    assert models.resolve_device("cuda:1") == "cuda:1"
+    with pytest.raises(ConfigError, match="unknown device 'cuda:x'"):
+        models.resolve_device("cuda:x")
+
+
+def test_dtype_the_device_cannot_hold_is_a_config_error():
+    """Moving weights to a device that lacks their dtype (bfloat16 on an older Apple GPU raises
+    a TypeError in torch) is a ConfigError naming ``dtype``."""
+    class NoBfloat16:
+        def to(self, device):
+            raise TypeError("Trying to convert BFloat16 to the MPS backend but it does not "
+                            "have support for that dtype.\nsecond line")
+
+    with pytest.raises(ConfigError, match="could not put the model on mps in "
+                       "dtype='bfloat16': Trying to convert BFloat16") as info:
+        _place(NoBfloat16(), "mps", torch.bfloat16)
+    assert info.value.param == "dtype" and "second line" not in str(info.value)
+
+
+def test_hub_id_offline_and_not_cached_fails_at_once(tmp_path, monkeypatch):
+    """With HF_HUB_OFFLINE set, a Hub id missing from the local cache is one line at once
+    (transformers printed a two-line connection error); nothing is contacted."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(ConfigError) as info:
+        load_model("someorg/somemodel", device="cpu")
+    message = str(info.value)
+    assert "'someorg/somemodel' is not in the Hugging Face cache" in message
+    assert str(tmp_path / "hub") in message and "HF_HUB_OFFLINE" in message
+    assert len(message.splitlines()) == 1
+
+
+def test_fingerprint_sees_replaced_weights_and_remembers_hashes(good_dir, tmp_path):
+    """The fingerprint names the file that changed; an unchanged file is hashed once (its
+    digest comes from the memo), a rewritten one again."""
+    folder = tmp_path / "m"
+    shutil.copytree(good_dir, folder)
+    memo = tmp_path / "memo"
+    assert fingerprint(folder, memo) and not memo.exists()  # small files: no memo
+    before = fingerprint(folder, memo, memo_min_bytes=0)
+    assert len(list(memo.iterdir())) == len(before) == 5
+    for entry in memo.iterdir():  # the digest now comes from the memo, not the bytes
+        entry.write_text("f" * 64)
+    assert set(fingerprint(folder, memo, memo_min_bytes=0).values()) == {"f" * 64}
+    for entry in memo.iterdir():
+        entry.unlink()
+    before = fingerprint(folder, memo, memo_min_bytes=0)
+    other = tiny_llama_dir(tmp_path / "other", seed=5)
+    shutil.copy(other / "model.safetensors", folder / "model.safetensors")
+    (folder / "extra.json").write_text("{}")
+    (folder / "tokenizer_config.json").unlink()
+    after = fingerprint(folder, memo, memo_min_bytes=0)
+    assert after["model.safetensors"] != before["model.safetensors"]  # rewritten: hashed again
+    assert fingerprint_changes(before, after) == [
+        "model.safetensors changed", "tokenizer_config.json is gone", "extra.json is new"]
+
+
+def test_hf_state_dict_stores_a_tied_head_under_the_embedding(gpt2_lm, tmp_path):
+    """The converted cache's layout: a tied output head is stored once, under the input
+    embedding's name (a reader that fills the embedding from the file, as vLLM does, got zeros
+    from a file holding only lm_head.weight); a plain from_pretrained of the folder gives the
+    same logits."""
+    model = gpt2_lm.model
+    assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
+    gpt2_lm.model.config.save_pretrained(tmp_path)
+    save_file(hf_state_dict(model), str(tmp_path / "model.safetensors"),
+              metadata={"format": "pt"})
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+        assert "transformer.wte.weight" in keys and "lm_head.weight" not in keys
+        assert f.get_tensor("transformer.wte.weight").shape == model.transformer.wte.weight.shape
+    assert keys == set(model.state_dict()) - {"lm_head.weight"}
+    again = AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+    ids = torch.tensor([[1, 5, 9, 12, 7]])
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model(ids).logits)
+
+
+def test_resume_refuses_a_model_folder_whose_weights_were_replaced(good_dir, tmp_path):
+    """config.json stored only the folder's path, so weights replaced between a kill and a
+    resume were accepted and one run mixed two models' rows. Now it stores each file's SHA-256
+    and resume refuses a change, naming the file; the same bytes put back resume."""
+    folder = tmp_path / "m"
+    shutil.copytree(good_dir, folder)
+    rows = [{"id": str(i), "context": f"the capital of {c} is {p} .", "query": "capital ?"}
+            for i, (c, p) in enumerate((("france", "paris"), ("italy", "rome")))]
+    out = str(tmp_path / "run")
+    opts = {"max_new_tokens": 2, "progress": False, "device": "cpu"}
+    ctxleak.influence(str(folder), rows, limit=1, output=out, **opts)
+    stored = json.loads((tmp_path / "run" / "config.json").read_text())["model_sha256"]
+    assert set(stored) >= {"model.safetensors", "config.json", "tokenizer.json"}
+    original = (folder / "model.safetensors").read_bytes()
+    shutil.copy(tiny_llama_dir(tmp_path / "other", seed=5) / "model.safetensors",
+                folder / "model.safetensors")
+    with pytest.raises(ConfigError) as info:
+        ctxleak.influence(str(folder), rows, output=out, resume=True, **opts)
+    message = str(info.value)
+    assert f"the files of model '{folder}' changed since the run started" in message
+    assert "(model.safetensors changed;" in message and "restore them" in message
+    (folder / "model.safetensors").write_bytes(original)
+    resumed = ctxleak.influence(str(folder), rows, output=out, resume=True, **opts)
+    assert len(resumed.records) == 2
+
+
+def test_damaged_converted_cache_is_converted_again(good_dir, tmp_path, monkeypatch, capsys):
+    """A converted cache whose model.safetensors was cut short on disk gave a SafetensorError
+    on every later load; it is now converted again, with a message."""
+    monkeypatch.setenv("CTXLEAK_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(8))
+    calls = []
+
+    def fake_convert(source, out_dir):  # a tiny model in place of a real dequantisation
+        calls.append(out_dir)
+        shutil.copytree(good_dir, out_dir, dirs_exist_ok=True)
+        (out_dir / "ctxleak_source.json").write_text(json.dumps({"gguf_sha256": "x"}))
+
+    monkeypatch.setattr(models, "convert_gguf", fake_convert)
+    first = load_model(str(gguf), device="cpu")
+    weights = calls[0] / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:4000])
+    again = load_model(str(gguf), device="cpu")
+    assert len(calls) == 2 and "is cut short" in capsys.readouterr().err
+    ids = torch.tensor([[1, 5, 9]])
+    with torch.no_grad():
+        assert torch.equal(first.model(ids).logits, again.model(ids).logits)

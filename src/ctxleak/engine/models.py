@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxleak.engine.model_files import check_model_dir, fingerprint, safetensors_header
 from ctxleak.errors import ConfigError
 
 DEFAULT_MODEL = "default"
@@ -116,6 +117,7 @@ class ModelInfo:
     dtype: str = "float32"
     device: str = "cpu"
     chat_template: bool = False
+    files_sha256: dict[str, str] | None = None  # model_fingerprint: file name -> SHA-256
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -169,18 +171,47 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _mps_available() -> bool:
+    import torch
+
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
 def resolve_device(device: str = "auto") -> str:
+    """``auto`` -> cuda, mps or cpu, whichever this machine has; a named device that this torch
+    build or machine lacks is a ConfigError naming ``device`` (not torch's AssertionError)."""
     import torch
 
     if device == "auto":
         if torch.cuda.is_available():
             return "cuda"
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    if device not in ("cpu", "cuda", "mps") and not device.startswith("cuda:"):
-        raise ConfigError(f"unknown device '{device}': use auto, cpu, cuda, cuda:N or mps")
+        return "mps" if _mps_available() else "cpu"
+    index = device[5:] if device.startswith("cuda:") else None
+    if device not in ("cpu", "cuda", "mps") and not (index and index.isdigit()):
+        raise ConfigError(f"unknown device '{device}': use auto, cpu, cuda, cuda:N or mps",
+                          param="device")
+    if device.startswith("cuda"):
+        _check_cuda(device, index)
+    if device == "mps" and not _mps_available():
+        raise ConfigError("device='mps', but this machine or torch build has no Apple GPU "
+                          "(MPS) backend: use device='cpu' or 'auto'", param="device")
     return device
+
+
+def _check_cuda(device: str, index: str | None) -> None:
+    import torch
+
+    if torch.version.cuda is None and torch.version.hip is None:
+        raise ConfigError(f"device='{device}', but this torch ({torch.__version__}) is a build "
+                          "without CUDA: install a CUDA build of torch, or use device='cpu'",
+                          param="device")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ConfigError(f"device='{device}', but torch sees no CUDA GPU (check the driver "
+                          "and CUDA_VISIBLE_DEVICES), or use device='cpu'", param="device")
+    if index is not None and int(index) >= count:
+        raise ConfigError(f"device='{device}', but torch sees {count} CUDA GPU(s), numbered "
+                          f"0 to {count - 1}", param="device")
 
 
 def resolve_dtype(dtype: str, device: str):
@@ -192,7 +223,12 @@ def resolve_dtype(dtype: str, device: str):
         return torch.float32
     table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if dtype not in table:
-        raise ConfigError(f"unknown dtype '{dtype}': use auto, float32, bfloat16 or float16")
+        raise ConfigError(f"unknown dtype '{dtype}': use auto, float32, bfloat16 or float16",
+                          param="dtype")
+    if dtype == "bfloat16" and device.startswith("cuda") and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"dtype='bfloat16', but the GPU of device='{device}' does not "
+                          "support it: use dtype='float16' or 'float32'", param="dtype",
+                          also=("device",))
     return table[dtype]
 
 
@@ -200,20 +236,51 @@ def _say(message: str) -> None:
     print(f"[ctxleak] {message}", file=sys.stderr, flush=True)
 
 
+# Version of the converted-cache layout, part of each cache folder's name: a change of layout
+# gets new folders, so old and new ctxleak versions can share one cache. 2: the Hugging Face
+# layout (``architectures`` in config.json, the tied embedding stored under the input
+# embedding's name), which other readers (vLLM, a plain from_pretrained) load correctly.
+CACHE_FORMAT = 2
+
+
 def _gguf_cache_dir(gguf: Path) -> tuple[Path, dict[str, Any]]:
-    """The safetensors cache for a GGUF file, keyed by its path, size and mtime."""
+    """The safetensors cache for a GGUF file, keyed by its path, size and mtime, and by the
+    cache layout (:data:`CACHE_FORMAT`)."""
     st = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
-    return cache_root() / "converted" / f"{gguf.stem}-{key[:16]}", {"size": st.st_size}
+    name = f"{gguf.stem}-{key[:16]}-v{CACHE_FORMAT}"
+    return cache_root() / "converted" / name, {"size": st.st_size}
+
+
+def hf_state_dict(model) -> dict[str, Any]:
+    """``model``'s tensors as the Hugging Face layout stores them: each tensor once, a tied
+    output head under the input embedding's name (``model.embed_tokens.weight``, not
+    ``lm_head.weight``), contiguous, on the CPU."""
+    embeddings = model.get_input_embeddings()
+    embed_name = next(f"{name}.weight" for name, module in model.named_modules()
+                      if module is embeddings)
+    kept: dict[tuple[int, tuple[int, ...]], str] = {}  # storage -> the name it is kept under
+    out: dict[str, Any] = {}
+    for name, tensor in model.state_dict().items():
+        storage = (tensor.data_ptr(), tuple(tensor.shape))
+        if storage in kept:  # a tied alias of a tensor already kept
+            if name != embed_name:
+                continue
+            out.pop(kept[storage])
+        kept[storage] = name
+        out[name] = tensor.detach().to("cpu").contiguous()
+    return out
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> dict[str, Any]:
-    """Dequantise a GGUF file once and save it as safetensors with its tokenizer.
+    """Dequantise a GGUF file once and save it in the Hugging Face layout: config.json with
+    ``architectures``, generation_config.json, model.safetensors (:func:`hf_state_dict`) and
+    the tokenizer files, so any reader of that layout loads the same model.
 
-    transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the state dict is written
-    with ``safetensors.torch.save_model`` (which handles tied weights) next to the config.
+    transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the tensors are written
+    with ``safetensors.torch.save_file`` next to the config.
     """
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _say(f"converting {gguf.name} to a safetensors cache in {out_dir} (once; about 20 s)")
@@ -225,12 +292,15 @@ def convert_gguf(gguf: Path, out_dir: Path) -> dict[str, Any]:
         config = model.config
         if hasattr(config, "quantization_config"):
             delattr(config, "quantization_config")
+        config.architectures = [type(model).__name__]
         config.save_pretrained(tmp)
         if getattr(model, "generation_config", None) is not None:
             model.generation_config.save_pretrained(tmp)
-        save_model(model, str(tmp / "model.safetensors"))
+        save_file(hf_state_dict(model), str(tmp / "model.safetensors"),
+                  metadata={"format": "pt"})
         tokenizer.save_pretrained(tmp)
-        meta = {"gguf": str(gguf.resolve()), "gguf_sha256": _sha256(gguf)}
+        meta = {"gguf": str(gguf.resolve()), "gguf_sha256": _sha256(gguf),
+                "cache_format": CACHE_FORMAT}
         (tmp / "ctxleak_source.json").write_text(json.dumps(meta, indent=1))
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -293,6 +363,24 @@ def _resolve_source(name_or_path: str) -> tuple[str, str, Path | None, dict[str,
                       "(org/name), a local model directory or a .gguf file")
 
 
+def model_fingerprint(name_or_path: str) -> dict[str, str] | None:
+    """``{file name: SHA-256}`` of the files a model is loaded from (a ``.gguf`` file, or a
+    model folder's weights, configs and tokenizer; see :mod:`ctxleak.engine.model_files`),
+    checked on resume so one run never mixes two sets of weights. None for a Hugging Face id
+    (its revision is recorded at load), an in-memory model, or a name that does not resolve
+    (:func:`load_model` reports that)."""
+    try:
+        _, _, path, _ = _resolve_source(name_or_path)
+    except ConfigError:
+        return None
+    if path is None:
+        return None
+    try:
+        return fingerprint(path, cache_root() / "sha256")
+    except OSError:
+        return None
+
+
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
                chat_template: str = "auto", trust_remote_code: bool = False,
                revision: str | None = None, device_map: str | None = None) -> LM:
@@ -302,51 +390,38 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     ``.gguf`` file. ``chat_template``: ``auto`` (use the tokenizer's chat template when it has
     one), ``on`` or ``off``. ``trust_remote_code`` stays off unless asked for (SPEC §9).
     ``device_map`` (e.g. ``auto``) spreads a large model over the available GPUs with
-    accelerate instead of placing it on ``device``.
+    accelerate instead of placing it on ``device``. A model that cannot be loaded (a device
+    this torch lacks, a broken folder or file, a Hub id not cached while offline) is a
+    ConfigError of one line naming it.
     """
     if chat_template not in ("auto", "on", "off"):
         raise ConfigError(f"unknown chat_template '{chat_template}': use auto, on or off",
                           param="chat_template")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     display, source, path, _ = _resolve_source(name_or_path)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     file_sha = None
-    rev = revision
     if source == "gguf":
         assert path is not None
-        cache_dir, _ = _gguf_cache_dir(path)
-        if not (cache_dir / "model.safetensors").is_file():
-            try:
-                with cache_lock(cache_dir):
-                    if not (cache_dir / "model.safetensors").is_file():
-                        convert_gguf(path, cache_dir)
-            except (ValueError, OSError, KeyError) as exc:  # a GGUF that transformers cannot read
-                cache_dir.with_name(f".{cache_dir.name}.lock").unlink(missing_ok=True)
-                raise ConfigError(f"could not convert {path}: {exc}") from None
-        meta = json.loads((cache_dir / "ctxleak_source.json").read_text())
-        file_sha = meta.get("gguf_sha256")
+        cache_dir, file_sha = _converted(path)
         load_from = str(cache_dir)
+    elif source == "local":
+        assert path is not None
+        check_model_dir(path, trust_remote_code=trust_remote_code)
+        load_from = str(path)
     else:
-        load_from = str(path) if path is not None else name_or_path
+        _check_hub_offline(name_or_path, revision)
+        load_from = name_or_path
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if source == "hub" and revision:
         kwargs["revision"] = revision
-    model_kwargs = dict(kwargs)
-    if device_map:
-        model_kwargs["device_map"] = device_map
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(load_from, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(load_from, dtype=torch_dtype,
-                                                     **model_kwargs)
-    except OSError as exc:
-        raise ConfigError(f"could not load model '{name_or_path}': {exc}") from None
+    tokenizer, model = _from_pretrained(name_or_path, load_from, kwargs, torch_dtype, device_map)
     if not device_map:
-        model.to(dev)
+        _place(model, dev, torch_dtype)
     else:
         dev = str(model.get_input_embeddings().weight.device)
     model.eval()
+    rev = revision
     if source == "hub":
         rev = getattr(model.config, "_commit_hash", None) or revision
     has_template = bool(getattr(tokenizer, "chat_template", None))
@@ -356,9 +431,102 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     use_template = has_template if chat_template == "auto" else chat_template == "on"
     info = ModelInfo(name=display, source=source, path=load_from, revision=rev,
                      file_sha256=file_sha, dtype=str(torch_dtype).replace("torch.", ""),
-                     device=dev, chat_template=use_template)
+                     device=dev, chat_template=use_template,
+                     files_sha256=model_fingerprint(name_or_path))
     return LM(model=model, tokenizer=tokenizer, info=info, use_chat_template=use_template,
               bos_ids=bos_convention(tokenizer), eos_ids=eos_ids(tokenizer, model))
+
+
+def _converted(gguf: Path) -> tuple[Path, str | None]:
+    """The safetensors cache folder of ``gguf`` (converted now if missing or damaged) and the
+    GGUF's SHA-256."""
+    cache_dir, _ = _gguf_cache_dir(gguf)
+    if not _cache_ready(cache_dir):
+        try:
+            with cache_lock(cache_dir):
+                if not _cache_ready(cache_dir):
+                    convert_gguf(gguf, cache_dir)
+        except (ValueError, OSError, KeyError) as exc:  # a GGUF that transformers cannot read
+            cache_dir.with_name(f".{cache_dir.name}.lock").unlink(missing_ok=True)
+            raise ConfigError(f"could not convert {gguf}: {_one_line(exc)}") from None
+    meta = json.loads((cache_dir / "ctxleak_source.json").read_text())
+    return cache_dir, meta.get("gguf_sha256")
+
+
+def _cache_ready(cache_dir: Path) -> bool:
+    """Whether a converted cache folder is whole: its provenance file and a model.safetensors
+    whose header matches its size (one damaged on disk is converted again, with a message)."""
+    weights = cache_dir / "model.safetensors"
+    if not weights.is_file() or not (cache_dir / "ctxleak_source.json").is_file():
+        return False
+    try:
+        safetensors_header(weights)
+    except ConfigError as exc:
+        _say(f"{exc}; converting again")
+        return False
+    return True
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an exception's message (library messages run over several)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _hub_offline() -> bool:
+    """Whether the Hugging Face Hub may not be contacted (``HF_HUB_OFFLINE`` or
+    ``TRANSFORMERS_OFFLINE``, as set now or when huggingface_hub was imported)."""
+    from huggingface_hub import constants
+
+    now = (os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or "")
+    return bool(constants.HF_HUB_OFFLINE) or now.strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _check_hub_offline(model_id: str, revision: str | None) -> None:
+    """Offline, a Hub id must already be in the local Hugging Face cache: say so at once
+    instead of transformers' several-line connection error."""
+    if not _hub_offline():
+        return
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(model_id, "config.json", revision=revision)
+    except ValueError:  # not a valid repo id
+        cached = None
+    if not isinstance(cached, str):
+        raise ConfigError(f"model '{model_id}' is not in the Hugging Face cache "
+                          f"({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE is set: download it "
+                          "once with network, or give a local model folder")
+
+
+def _from_pretrained(name_or_path: str, load_from: str, kwargs: dict[str, Any], torch_dtype,
+                     device_map: str | None) -> tuple[Any, Any]:
+    """transformers' tokenizer and model from ``load_from``; its many failure types (a
+    corrupt file, an unknown architecture, a missing tokenizer, no network) become one line."""
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_kwargs = dict(kwargs, **({"device_map": device_map} if device_map else {}))
+    part = "tokenizer"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(load_from, **kwargs)
+        part = "weights"
+        model = AutoModelForCausalLM.from_pretrained(load_from, dtype=torch_dtype,
+                                                     **model_kwargs)
+    except (OSError, ValueError, KeyError, ImportError, RuntimeError, SafetensorError) as exc:
+        raise ConfigError(f"could not load the {part} of model '{name_or_path}': "
+                          f"{_one_line(exc)}") from None
+    return tokenizer, model
+
+
+def _place(model, device: str, torch_dtype) -> None:
+    """Move ``model`` to ``device``; a dtype the device cannot hold is a ConfigError."""
+    try:
+        model.to(device)
+    except (RuntimeError, TypeError) as exc:
+        dtype = str(torch_dtype).replace("torch.", "")
+        raise ConfigError(f"could not put the model on {device} in dtype='{dtype}': "
+                          f"{_one_line(exc)}; try dtype='float32'", param="dtype") from None
 
 
 def bos_convention(tokenizer) -> list[int]:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ctxleak.engine.model_files import fingerprint_changes
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.run.distributed import World, barrier
 from ctxleak.run.records import parse_json
@@ -27,6 +28,7 @@ CONFIG_FILE, SAMPLES_FILE, RESULTS_FILE = "config.json", "samples.jsonl", "resul
 OWNER_FILE = ".ctxleak-owner.json"  # host and pid of the process running the folder
 LOCK_FILE = ".ctxleak.lock"  # fcntl-locked by the process running the folder
 INPUTS_KEY = "input_sha256"  # config key: {input file: SHA-256 of its bytes}
+MODEL_KEY = "model_sha256"  # config key: {model file: SHA-256}, engine.models.model_fingerprint
 
 # Keys that may change between a run and its resume without changing any number.
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
@@ -165,7 +167,7 @@ def input_hashes(inputs: Mapping[str, str | Path | None]) -> dict[str, str]:
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    keys = (set(old) | set(new)) - RESUME_NEUTRAL_KEYS - {INPUTS_KEY}
+    keys = (set(old) | set(new)) - RESUME_NEUTRAL_KEYS - {INPUTS_KEY, MODEL_KEY}
     return sorted(k for k in keys if to_jsonable(old.get(k)) != to_jsonable(new.get(k)))
 
 
@@ -232,6 +234,19 @@ def read_samples(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
+def _refuse_changed_model(config_path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Resume refuses a model whose files changed since the run started (weights replaced
+    between a kill and the resume): the finished rows came from the old weights."""
+    if not old.get(MODEL_KEY):  # a run folder written before models were fingerprinted
+        return
+    changes = fingerprint_changes(old[MODEL_KEY], new.get(MODEL_KEY) or {})
+    if changes:
+        raise ConfigError(f"cannot resume {config_path.parent}: the files of model "
+                          f"'{old.get('model')}' changed since the run started "
+                          f"({'; '.join(changes)}; SHA-256 in {config_path}); restore them, "
+                          "or start a new output=...", also=("output",))
+
+
 class RunDir:
     """One run's output folder.
 
@@ -271,6 +286,7 @@ class RunDir:
                 old = read_json_file(config_path)
                 _refuse_other_command(config_path, old, self.config)
                 _refuse_changed_inputs(config_path, old, self.config)
+                _refuse_changed_model(config_path, old, self.config)
                 diff = config_differences(old, self.config)
                 if diff:
                     raise ConfigError(f"cannot resume {self.path}: the config differs in "

@@ -50,9 +50,10 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
     must then be given the same ``output`` (the default name is not shared between them).
     """
     global _CURRENT_RUN
+    from ctxleak.engine.models import model_fingerprint
     from ctxleak.errors import ConfigError
     from ctxleak.run.distributed import current_world, init_distributed, local_device
-    from ctxleak.run.rundir import INPUTS_KEY, RunDir, input_hashes
+    from ctxleak.run.rundir import INPUTS_KEY, MODEL_KEY, RunDir, input_hashes
 
     world = init_distributed(local_device(common.device, current_world()))
     if world.distributed and not common.output:
@@ -67,6 +68,9 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
         full[INPUTS_KEY] = {**input_hashes(files), **{
             k: rows_sha256(v) for k, v in inputs.items()
             if v is not None and not isinstance(v, (str, Path))}}
+    model_files = model_fingerprint(common.model)  # resume refuses other weights
+    if model_files:
+        full[MODEL_KEY] = model_files
     _CURRENT_RUN = RunDir(output, full, resume=common.resume, private=private, world=world)
     return _CURRENT_RUN
 
