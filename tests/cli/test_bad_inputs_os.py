@@ -49,10 +49,13 @@ def places(tmp_path):
     (other / "results.json").write_text(json.dumps({"summary": {}}) + "\n")
     file = tmp_path / "file.txt"
     file.write_text("not a folder\n")
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text(json.dumps({"name": "Ann Lee", "text": "Ann Lee, ann@example.com, phone "
+                                "202-555-0101, 1 Main St, Springfield, IL 62701"}) + "\n")
     for folder in (notes, finished, other):
         os.chmod(folder, 0o755)
     return {"notes": str(notes), "finished": str(finished), "other": str(other),
-            "file": str(file)}
+            "file": str(file), "docs": str(docs)}
 
 
 def snapshot(paths):
@@ -83,6 +86,10 @@ CASES = [
     (["compare", "{other}", "{finished}", "--output", "{notes}"],
      ["{notes} is not empty", "no earlier comparison", "--output"]),
     (["compare", "{other}", "{finished}", "--output", "{file}"], ["{file} is a file"]),
+    (["pii", "synth", "--n", "3", "--output", "{finished}"], ["{finished} holds a ctxleak run"]),
+    (["pii", "extract", "--input", "{docs}", "--output", "{finished}/extracted.jsonl"],
+     ["{finished} holds a ctxleak run"]),
+    (["pii", "extract", "--input", "{docs}", "--output", "{notes}"], ["{notes} is a folder"]),
     (["dp", "calibrate", "--target-eps", "1e300"], ["--target-eps", "at most 709.78", "1e+300"]),
     (["dp", "calibrate", "--target-eps", "1,800"], ["--target-eps", "at most 709.78", "800"]),
     (["dp", "calibrate", "--temperature", "1e-300"], ["--temperature", "from 1e-100 to 1e+100"]),
@@ -261,3 +268,15 @@ def test_warnings_in_python_are_ctxleak_warnings_at_the_callers_line(llama_lm, t
     (warning,) = [w for w in caught if issubclass(w.category, CtxleakWarning)]
     assert warning.filename == __file__  # the caller's line, not a ctxleak source line
     assert warning.message.param == "ngram"
+
+
+def test_compare_replaces_an_earlier_comparison_and_its_figures(tmp_path):
+    from ctxleak.comparison import Comparison
+
+    out = tmp_path / "cmp"
+    Comparison("influence", ["a", "b"], [], [], {"compare_lambda.png": b"old"}, "<p>1</p>").save(out)
+    Comparison("influence", ["a", "b"], [], [], {"compare_shots.png": b"new"}, "<p>2</p>").save(out)
+    assert sorted(p.name for p in out.iterdir()) == ["compare.json", "compare_shots.png",
+                                                     "report.html"]
+    assert json.loads((out / "compare.json").read_text())["figures"] == ["compare_shots.png"]
+    assert (out / "report.html").read_text() == "<p>2</p>"
