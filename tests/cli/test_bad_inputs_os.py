@@ -76,6 +76,8 @@ def snapshot(paths):
 # (argv, substrings the single error line must contain); {name} is a path from ``places``
 CASES = [
     (BASE + ["--output", "{file}"], ["{file} is a file, not a folder", "--output"]),
+    (BASE + ["--output", "{file}/run"], ["cannot create the run folder {file}/run",
+                                         "a part of that path is a file", "--output"]),
     (BASE + ["--output", "{notes}"], ["{notes} is not empty", "no ctxleak run", "--output"]),
     (BASE + ["--resume", "--output", "{notes}"], ["{notes} is not empty", "no ctxleak run"]),
     (BASE + ["--output", "{finished}"], ["{finished} already holds a run", "--resume"]),
