@@ -235,9 +235,10 @@ def refuse_foreign_output(path: Path, resume: bool, main: bool = True) -> None:
     with os_errors(path, "read the folder"):
         names = {p.name for p in path.iterdir()}
     ours = {CONFIG_FILE, OWNER_FILE, LOCK_FILE}
-    if names - ours and CONFIG_FILE not in names:
-        raise ConfigError(f"{path} is not empty and holds no ctxleak run (no {CONFIG_FILE}): "
-                          "choose a new or empty folder for output=...", param="output")
+    if names - ours and not names & set(RUN_MARKERS):
+        raise ConfigError(f"{path} is not empty and holds no ctxleak run (no "
+                          f"{', '.join(RUN_MARKERS)}): choose a new or empty folder for "
+                          "output=...", param="output")
     if main:
         _refuse_if_running(path)
     if names - ours and not resume:
