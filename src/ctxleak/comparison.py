@@ -6,6 +6,7 @@ across models (paper 002), ICLInf against shots (paper 001, Fig. 3).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -14,8 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxleak.errors import ConfigError
+from ctxleak.errors import ConfigError, OutputError
 from ctxleak.results import Result, load_result
+from ctxleak.run.rundir import is_run_folder, os_errors, to_jsonable, write_atomic
+
+COMPARE_FILE = "compare.json"
 
 # The columns of each method's summary table that name a row (the rest are compared).
 IDENTITY: dict[str, tuple[str, ...]] = {
@@ -59,12 +63,20 @@ class Comparison:
         return report.fragment()
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
-        """Write ``report.html``, ``compare.json`` (runs and table) and the figures."""
-        from ctxleak.run.rundir import to_jsonable, write_atomic
-
+        """Write ``report.html``, ``compare.json`` (runs and table) and the figures into a new
+        or empty folder, or over an earlier comparison (its figures replaced); a run's folder
+        or any other non-empty folder is refused before anything is written."""
         out = Path(directory)
+        check_output(out)
+        with os_errors(out, "write the comparison in"):
+            self._write(out)
+        self.path = out
+        return out
+
+    def _write(self, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
-        from ctxleak import __version__
+        old = _old_figures(out)
+        from ctxleak import __version__  # the package imports this module
 
         # each run's own provenance (model, revision or file hash, library versions, seeds) rides
         # along, so the comparison says what was compared even when the run folders are gone
@@ -72,14 +84,43 @@ class Comparison:
                 "runs": [{"label": lab, "path": str(r.path or ""), "provenance": r.provenance,
                           "config": r.config}
                          for lab, r in zip(self.labels, self.results)],
-                "table": self.rows}
-        write_atomic(out / "compare.json", json.dumps(to_jsonable(body), indent=2,
-                                                      ensure_ascii=False) + "\n", 0o600)
+                "table": self.rows, "figures": sorted(self.images)}
         write_atomic(out / "report.html", self.html, 0o600)
         for name, png in self.images.items():
             write_atomic(out / name, png, 0o600)
-        self.path = out
-        return out
+        for name in old - set(self.images):  # an earlier comparison's figures not redrawn
+            (out / name).unlink(missing_ok=True)
+        write_atomic(out / COMPARE_FILE, json.dumps(to_jsonable(body), indent=2,
+                                                    ensure_ascii=False) + "\n", 0o600)
+
+
+def check_output(out: Path) -> None:
+    """Refuse, before anything is written, an ``output`` that is a file, a folder holding a
+    ctxleak run (the report there is the run's own) or a non-empty folder that holds no earlier
+    comparison (``compare.json``)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise OutputError(f"output {out} is a file, not a folder: choose a new or empty folder "
+                          "for output=...", path=str(out), errno=errno.ENOTDIR)
+    if is_run_folder(out):
+        raise ConfigError(f"{out} holds a ctxleak run: the comparison would overwrite its own "
+                          "report; choose a new or empty folder for output=...", param="output")
+    with os_errors(out, "read the folder"):
+        empty = next(out.iterdir(), None) is None
+    if not empty and not (out / COMPARE_FILE).is_file():
+        raise ConfigError(f"{out} is not empty and holds no earlier comparison ({COMPARE_FILE}): "
+                          "choose a new or empty folder for output=...", param="output")
+
+
+def _old_figures(out: Path) -> set[str]:
+    """The figure files an earlier comparison in ``out`` listed (plain names only)."""
+    try:
+        names = json.loads((out / COMPARE_FILE).read_text(encoding="utf-8")).get("figures")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {n for n in names or [] if isinstance(n, str) and n == Path(n).name
+            and n.endswith(".png")}
 
 
 def _load(run: Any, what: str) -> Result:
@@ -149,6 +190,8 @@ def compare(results: Sequence[Any], output: str | os.PathLike[str] | None = None
 
     if isinstance(results, (str, os.PathLike)) or len(results) < 2:
         raise ConfigError("compare needs at least two runs", param="results")
+    if output is not None:  # refused before the runs are read and the figures drawn
+        check_output(Path(output))
     loaded = [_load(r, f"results[{i}]") for i, r in enumerate(results)]
     methods = [r.method if r.method != Result.method else str(r.config.get("command"))
                for r in loaded]

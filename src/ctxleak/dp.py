@@ -8,10 +8,21 @@ Example: ``[c.temperature for c in ctxleak.dp.calibrate([1, 10])]`` gives Table 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from ctxleak.errors import ConfigError
+
+#: The largest meaningful ε: (ε, δ)-DP bounds a probability by e^ε·p + δ, and beyond
+#: ln(largest float64) ≈ 709.78 e^ε is not even a number (the guarantee says nothing long before).
+EPS_MAX = math.log(sys.float_info.max)
+#: The range of the clip bound c and the temperature τ (and the top of the subset size s):
+#: far wider than any useful setting (logits are tens, τ near 1), and narrow enough that the
+#: per-token sensitivity c/(sτ) and ε over a billion tokens stay finite float64 numbers.
+PARAM_RANGE = (1e-100, 1e100)
+#: The largest number of sequences N_gen and of tokens per sequence T_max.
+COUNT_MAX = 10**9
 
 #: ``search`` values: the CLI's spelling -> the accounting's parameter name.
 SEARCH = {"temperature": "temperature", "clip": "clip", "subset-size": "subset_size",
@@ -64,14 +75,31 @@ def parse_orders(value: Any) -> list[float]:
 
 def check_params(delta: float, clip: float, subset_size: float, temperature: float,
                  n_gen: int, max_tokens: int) -> None:
-    """The mechanism's parameters must be positive, δ in (0, 1); errors name the parameter."""
+    """The mechanism's parameters in their meaningful ranges (δ in (0, 1), c and τ in
+    ``PARAM_RANGE``, s from 1 to its top, N_gen and T_max whole numbers from 1 to ``COUNT_MAX``);
+    errors name the parameter and its range."""
     if not 0 < delta < 1:
         raise ConfigError(f"delta must be in (0, 1), got {delta:g}", param="delta")
-    for name, value in (("clip", clip), ("subset_size", subset_size),
-                        ("temperature", temperature), ("n_gen", n_gen),
-                        ("max_tokens", max_tokens)):
-        if not (value > 0 and math.isfinite(value)):
-            raise ConfigError(f"{name} must be positive, got {value:g}", param=name)
+    low, high = PARAM_RANGE
+    for name, value, lowest in (("clip", clip, low), ("temperature", temperature, low),
+                                ("subset_size", subset_size, 1)):
+        if not lowest <= value <= high:
+            raise ConfigError(f"{name} must be a number from {lowest:g} to {high:g}, got "
+                              f"{value:g}", param=name)
+    for name, count in (("n_gen", n_gen), ("max_tokens", max_tokens)):
+        if not (1 <= count <= COUNT_MAX and float(count).is_integer()):
+            raise ConfigError(f"{name} must be a whole number from 1 to {COUNT_MAX:.0e}, got "
+                              f"{count:g}", param=name)
+
+
+def check_targets(targets: Sequence[float], param: str = "target_eps") -> None:
+    """Each target ε at most ``EPS_MAX`` (the error says why); the lower end, the ε of no
+    privacy loss at the given δ, is checked by Algorithm 3 itself."""
+    for target in targets:
+        if not target <= EPS_MAX:
+            raise ConfigError(f"{param} must be at most {EPS_MAX:.2f} (above it e^ε overflows "
+                              f"float64 and the (ε, δ) guarantee bounds nothing), got "
+                              f"{target:g}", param=param)
 
 
 def search_name(search: str) -> str:
@@ -91,6 +119,7 @@ def calibrate(target_eps: Any = "0.5,1,5,10,20,50,100", delta: float = 1e-5, *,
     from ctxleak.methods.accounting import calibrate as calibrate_mechanism
 
     targets = positive_floats(target_eps, "target_eps")
+    check_targets(targets)
     check_params(delta, clip, subset_size, temperature, n_gen, max_tokens)
     name = search_name(search)
     order_list = parse_orders(orders)
@@ -102,7 +131,7 @@ def calibrate(target_eps: Any = "0.5,1,5,10,20,50,100", delta: float = 1e-5, *,
                                            max_tokens=max_tokens, search=name,
                                            orders=order_list))
         except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+            raise ConfigError(str(exc), param="target_eps") from None
     return out
 
 
@@ -121,5 +150,5 @@ def epsilon(clip: float = 10.0, subset_size: int = 50, temperature: float = 2.0,
             "alpha": int(alpha) if float(alpha).is_integer() else alpha, "eps": eps}
 
 
-__all__: Sequence[str] = ["calibrate", "check_params", "epsilon", "parse_orders",
-                          "positive_floats"]
+__all__: Sequence[str] = ["EPS_MAX", "calibrate", "check_params", "check_targets", "epsilon",
+                          "parse_orders", "positive_floats"]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+from pathlib import Path
+
 
 class CtxleakError(Exception):
     """A mistake in the user's input, flags or environment, with a message that says how to fix it.
@@ -62,3 +67,42 @@ def flag_message(exc: CtxleakError, flags: dict[str, str]) -> str:
                              message)
             message = re.sub(rf"(?<![\w-]){re.escape(name)}=", flags[name] + "=", message)
     return message
+
+
+class OutputError(CtxleakError, OSError):
+    """The operating system refused to create or write a run's files (a full disk, a read-only
+    folder, ``output`` naming a file). Also an :class:`OSError` with the original ``errno`` and
+    ``filename``, so code that catches OS errors still does; the message names the path and
+    what to do, and ``param`` is ``"output"``."""
+
+    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None,
+                 param: str | None = "output", also: tuple[str, ...] = ()) -> None:
+        if errno is not None:
+            OSError.__init__(self, errno, message, path)
+        else:
+            OSError.__init__(self, message)
+        self.message, self.param, self.also = message, param, tuple(also)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class CtxleakWarning(UserWarning):
+    """A ctxleak warning (a context cut to the model's window, an n-gram clipped to the
+    context): the run goes on. ``param`` is the keyword the message names, if any; the CLI
+    prints ``warning: ...`` with the flag instead."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def warn(message: str, param: str | None = None) -> None:
+    """Issue a :class:`CtxleakWarning` attributed to the first caller outside the ctxleak
+    package (the user's own line), never to an internal source line."""
+    package = str(Path(__file__).resolve().parent) + os.sep
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(
+            package):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(CtxleakWarning(message, param), stacklevel=level)

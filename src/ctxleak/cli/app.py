@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import typer
+from tqdm.auto import tqdm
 
 from ctxleak import __version__
-from ctxleak.errors import CtxleakError
+from ctxleak.errors import CtxleakError, CtxleakWarning, flag_message
 
 # Each module defines ``register(app)``; heavy imports stay inside the command functions so that
 # ``ctxleak --help`` is fast.
@@ -158,10 +164,54 @@ def nest_defaults(path: list[str], values: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, a scheduler, ``kill``), raised where the program is, as Ctrl-C is:
+    the same clean-up, the same message, exit status 143 (128 + 15)."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Within: SIGTERM raises :class:`Terminated` (main thread only; the old handler is put
+    back after, so in-process callers are left as they were)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _warning_printer(argv: list[str]) -> Callable[..., None]:
+    """``warnings.showwarning`` for the CLI: a :class:`CtxleakWarning` is one line
+    ``warning: ...`` naming flags, not parameters; other warnings print as Python prints them."""
+    show = warnings.showwarning
+
+    def printer(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if not issubclass(category, CtxleakWarning):
+            show(message, category, *args, **kwargs)
+            return
+        text = str(message)
+        if isinstance(message, CtxleakWarning):
+            try:
+                text = flag_message(message, command_flags(command_path(argv)))
+            except Exception:  # noqa: BLE001 - never hide a warning behind a lookup failure
+                pass
+        line = f"warning: {text}"
+        if sys.stderr.isatty():
+            line = typer.style(line, fg=typer.colors.YELLOW)
+        tqdm.write(line, file=sys.stderr)  # on its own line, the progress bar redrawn below
+
+    return printer
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. ``--config FILE.yaml`` supplies defaults for any flag of the command."""
-    from ctxleak.cli.config import load_config_file
-
     argv = list(sys.argv[1:] if argv is None else argv)
     session = sys.modules.get("ctxleak.run.runner")
     if session is not None:  # a new command (tests run several in one process)
@@ -171,6 +221,16 @@ def main(argv: list[str] | None = None) -> None:
         from ctxleak.report.console import set_plain
 
         set_plain(True)
+    with warnings.catch_warnings(), _sigterm_as_interrupt():
+        warnings.showwarning = _warning_printer(argv)
+        _run(argv, debug)
+
+
+def _run(argv: list[str], debug: bool) -> None:
+    """The command in ``argv``; user errors as one line (exit 2), Ctrl-C and SIGTERM with the
+    interrupted message (exit 130 and 143)."""
+    from ctxleak.cli.config import load_config_file
+
     try:
         default_map = None
         config_path = _pop_value(argv, "--config")
@@ -182,21 +242,34 @@ def main(argv: list[str] | None = None) -> None:
     except CtxleakError as exc:
         if debug:
             raise
-        from ctxleak.errors import flag_message
-
         try:
             message = flag_message(exc, command_flags(command_path(argv)))
         except Exception:  # noqa: BLE001 - never hide the error behind a lookup failure
             message = str(exc)
         typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
         sys.exit(2)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         typer.secho(_interrupted(), err=True)
-        sys.exit(130)
+        sys.exit(143 if isinstance(exc, Terminated) else 130)
     except SystemExit as exc:
-        if exc.code == 130:  # Typer turns Ctrl-C into a silent exit 130
+        if exc.code == 130:  # Typer turns Ctrl-C (and so SIGTERM) into a silent exit 130
             typer.secho(_interrupted(), err=True)
+            if _by_sigterm(exc):
+                raise SystemExit(143) from None
         raise
+
+
+def _by_sigterm(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while handling :class:`Terminated` (Typer's exit 130 wraps
+    the interrupt it caught)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, Terminated):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
 
 
 def _interrupted() -> str:

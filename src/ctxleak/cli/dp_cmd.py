@@ -29,13 +29,15 @@ def register(app: typer.Typer) -> None:
     @dp_app.command("calibrate")
     def calibrate_cmd(
         target_eps: str = typer.Option("0.5,1,5,10,20,50,100", "--target-eps",
-                                       help="Target ε values, comma-separated."),
+                                       help="Target ε values, comma-separated (each at most "
+                                            "709.78: beyond it e^ε overflows float64)."),
         delta: float = typer.Option(1e-5, "--delta", help=_DELTA_HELP),
-        clip: float = typer.Option(10.0, "--clip", help="Logit clip bound c."),
-        subset_size: int = typer.Option(50, "--subset-size", help="Prompts per batch s."),
-        temperature: float = typer.Option(2.0, "--temperature", help="Sampling temperature τ."),
-        n_gen: int = typer.Option(50, "--n-gen", help="Number of generated sequences N_gen."),
-        max_tokens: int = typer.Option(40, "--max-tokens", help="Max new tokens per sequence."),
+        clip: float = typer.Option(10.0, "--clip", help="Logit clip bound c (1e-100 to 1e100)."),
+        subset_size: int = typer.Option(50, "--subset-size", help="Prompts per batch s (at least 1)."),
+        temperature: float = typer.Option(2.0, "--temperature",
+                                          help="Sampling temperature τ (1e-100 to 1e100)."),
+        n_gen: int = typer.Option(50, "--n-gen", help="Number of generated sequences N_gen (1 to 1e9)."),
+        max_tokens: int = typer.Option(40, "--max-tokens", help="Max new tokens per sequence (1 to 1e9)."),
         search: str = typer.Option("temperature", "--search",
                                    help="Parameter to solve for: temperature, clip or subset-size "
                                         "(the others stay fixed)."),
@@ -69,11 +71,12 @@ def register(app: typer.Typer) -> None:
 
     @dp_app.command("epsilon")
     def epsilon_cmd(
-        clip: float = typer.Option(10.0, "--clip", help="Logit clip bound c."),
-        subset_size: int = typer.Option(50, "--subset-size", help="Prompts per batch s."),
-        temperature: float = typer.Option(2.0, "--temperature", help="Sampling temperature τ."),
-        n_gen: int = typer.Option(50, "--n-gen", help="Number of generated sequences N_gen."),
-        max_tokens: int = typer.Option(40, "--max-tokens", help="Max new tokens per sequence."),
+        clip: float = typer.Option(10.0, "--clip", help="Logit clip bound c (1e-100 to 1e100)."),
+        subset_size: int = typer.Option(50, "--subset-size", help="Prompts per batch s (at least 1)."),
+        temperature: float = typer.Option(2.0, "--temperature",
+                                          help="Sampling temperature τ (1e-100 to 1e100)."),
+        n_gen: int = typer.Option(50, "--n-gen", help="Number of generated sequences N_gen (1 to 1e9)."),
+        max_tokens: int = typer.Option(40, "--max-tokens", help="Max new tokens per sequence (1 to 1e9)."),
         delta: float = typer.Option(1e-5, "--delta", help=_DELTA_HELP),
         orders: str = typer.Option("2-99", "--orders", help=_ORDERS_HELP),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),

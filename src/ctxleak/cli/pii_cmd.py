@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.run.rundir import is_run_folder, os_errors
 
 
 def _expand_inputs(values: list[str]) -> list[Path]:
@@ -78,6 +79,13 @@ def _read_documents(paths: list[Path]) -> list[dict]:
     return docs
 
 
+def _refuse_run_folder(folder: Path, output: Path) -> None:
+    """PII files are never written into a ctxleak run's folder (its files are the run's)."""
+    if folder.is_dir() and is_run_folder(folder):
+        raise ConfigError(f"--output {output}: {folder} holds a ctxleak run; write the PII "
+                          "files elsewhere")
+
+
 def extract_cmd(
     output: Annotated[Path, typer.Option(
         "--output", "-o", help="Records file to write (JSONL, mode 0600).")],
@@ -102,11 +110,16 @@ def extract_cmd(
     from ctxleak.methods.pii.extract import SPAN_TYPES, check_region, extract
     from ctxleak.methods.pii.records import save_records
 
+    _refuse_run_folder(output.parent, output)
+    if output.is_dir():
+        raise ConfigError(f"--output {output} is a folder: name the records file to write "
+                          "(e.g. extracted.jsonl)")
     region = check_region(region)
     paths = _expand_inputs(([input] if input else []) + list(files or []))
     documents = _read_documents(paths)
     result = extract(documents, require_all=not relax, region=region)
-    save_records(result.records, output)
+    with os_errors(output, "write"):
+        save_records(result.records, output)
     spans = ", ".join(f"{t} {result.span_counts[t]}" for t in SPAN_TYPES)
     typer.echo(f"read {result.documents_read} documents from {len(paths)} file(s)")
     typer.echo(f"PII spans found: {spans}")
@@ -133,11 +146,13 @@ def synth_cmd(
         raise ConfigError(f"--n must be between 1 and {capacity}, got {n}")
     if output.exists() and not output.is_dir():
         raise ConfigError(f"--output must be a directory, but {output} is a file")
-    output.mkdir(parents=True, exist_ok=True)
+    _refuse_run_folder(output, output)
     records = synth_records(n, seed)
     documents = synth_documents(records)
-    save_records(records, output / "records.jsonl")
-    write_private_jsonl(documents, output / "documents.jsonl")
+    with os_errors(output, "write in"):
+        output.mkdir(parents=True, exist_ok=True)
+        save_records(records, output / "records.jsonl")
+        write_private_jsonl(documents, output / "documents.jsonl")
     n_spouse = sum(1 for r in records if "spouse" in r.relations)
     typer.echo(f"wrote {len(records)} synthetic records (seed {seed}) -> "
                f"{output / 'records.jsonl'} (mode 0600)")

@@ -8,7 +8,6 @@ Also importable from :mod:`ctxleak.integrations.transformers` (``cid_generate``,
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,7 @@ import torch
 
 from ctxleak.engine.forward import left_pad
 from ctxleak.engine.models import LM
-from ctxleak.errors import ConfigError
+from ctxleak.errors import ConfigError, warn
 from ctxleak.integrations.ledger import RowLedger, ledger_result
 from ctxleak.integrations.transformers import ContextInfluenceProcessor
 
@@ -126,8 +125,7 @@ def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[s
         example = InfluenceExample(id=str(i), context=ctx, query=q, reference=None, task="qa")
         part, dropped = prompt_parts(lm, example, tmpl, reserve=int(kwargs["max_new_tokens"]))
         if dropped:
-            warnings.warn(f"context {i} cut by {dropped} tokens to fit the model's window",
-                          stacklevel=2)
+            warn(f"context {i} cut by {dropped} tokens to fit the model's window")
         parts.append(part)
     processor = ContextInfluenceProcessor(
         lm, [p.empty for p in parts], full_ids=[p.full for p in parts], lam=lam,

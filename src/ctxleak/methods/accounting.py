@@ -35,6 +35,14 @@ def _orders_array(orders: Iterable[float]) -> np.ndarray:
     return arr
 
 
+def _finite(x: float) -> bool:
+    """Whether ``x`` is a finite float64 number (an int too large for a float is not)."""
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
+
+
 def _log_cosh(x: np.ndarray) -> np.ndarray:
     """``log cosh x`` without overflow, and accurate near 0 (``cosh x = 1 + 2 sinh²(x/2)``)."""
     ax = np.abs(np.asarray(x, dtype=np.float64))
@@ -67,7 +75,8 @@ class ZCDPEvent(PrivacyEvent):
             raise ValueError(f"rho must be >= 0, got {self.rho}")
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
-        return self.rho * np.asarray(orders, dtype=np.float64)
+        with np.errstate(over="ignore"):  # an infinite ρ (no guarantee) stays infinite
+            return np.float64(self.rho) * np.asarray(orders, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -77,11 +86,14 @@ class GaussianEvent(PrivacyEvent):
     noise_multiplier: float
 
     def __post_init__(self) -> None:
-        if not self.noise_multiplier > 0:
-            raise ValueError(f"noise_multiplier must be > 0, got {self.noise_multiplier}")
+        if not (self.noise_multiplier > 0 and math.isfinite(self.noise_multiplier)):
+            raise ValueError(f"noise_multiplier must be a finite number > 0, got "
+                             f"{self.noise_multiplier}")
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
-        return ZCDPEvent(0.5 / self.noise_multiplier**2).rdp(orders)
+        with np.errstate(over="ignore", divide="ignore"):  # tiny σ: ρ = inf, no guarantee
+            rho = 0.5 / np.float64(self.noise_multiplier) ** 2
+        return ZCDPEvent(float(rho)).rdp(orders)
 
 
 @dataclass(frozen=True)
@@ -101,10 +113,14 @@ class ExponentialMechanismEvent(PrivacyEvent):
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         a = np.asarray(orders, dtype=np.float64)
-        eps = float(self.epsilon)
-        sinh_term = (_log_cosh((2 * a - 1) * eps / 2) - _log_cosh(np.asarray(eps / 2))) / (a - 1)
+        eps = np.float64(self.epsilon)
+        if math.isinf(eps):  # no pure-DP guarantee: no RDP bound either
+            return np.full_like(a, np.inf)
+        with np.errstate(over="ignore"):  # huge αε: both terms overflow to inf, the min is ε
+            sinh_term = (_log_cosh((2 * a - 1) * eps / 2) - _log_cosh(eps / 2)) / (a - 1)
+            zcdp_term = a * eps**2 / 2
         # clipping to [0, ε] (D_α ≤ D_∞ ≤ ε) only removes rounding
-        return np.clip(np.minimum(a * eps**2 / 2, sinh_term), 0.0, eps)
+        return np.clip(np.minimum(zcdp_term, sinh_term), 0.0, eps)
 
 
 @dataclass(frozen=True)
@@ -140,14 +156,23 @@ class DPTokenEvent(PrivacyEvent):
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive number, got {value}")
 
+        if not math.isfinite(self.sensitivity):
+            raise ValueError(f"the sensitivity c/(sτ) = {self.clip}/({self.subset_size}·"
+                             f"{self.temperature}) is not a finite float64 number: raise "
+                             "subset_size or temperature, or lower clip")
+
     @property
     def sensitivity(self) -> float:
         """``Δ = c / (sτ)``."""
-        return self.clip / (self.subset_size * self.temperature)
+        with np.errstate(over="ignore", under="ignore", divide="ignore"):
+            return float(np.float64(self.clip) / (np.float64(self.subset_size)
+                                                  * np.float64(self.temperature)))
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
-        delta = self.sensitivity
-        return MinEvent((ZCDPEvent(delta**2 / 2), ExponentialMechanismEvent(2 * delta))).rdp(orders)
+        delta = np.float64(self.sensitivity)
+        with np.errstate(over="ignore", under="ignore"):  # Δ² beyond float64: ρ = inf
+            rho = float(delta**2 / 2)
+        return MinEvent((ZCDPEvent(rho), ExponentialMechanismEvent(float(2 * delta)))).rdp(orders)
 
 
 @dataclass(frozen=True)
@@ -158,11 +183,13 @@ class ComposedEvent(PrivacyEvent):
     count: int
 
     def __post_init__(self) -> None:
-        if self.count < 0:
-            raise ValueError(f"count must be >= 0, got {self.count}")
+        if not (self.count >= 0 and _finite(self.count)):
+            shown = self.count if _finite(self.count) else "a number beyond float64"
+            raise ValueError(f"count must be a finite number >= 0, got {shown}")
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
-        return self.count * self.event.rdp(orders)
+        with np.errstate(over="ignore"):  # a sum beyond float64 is inf: no guarantee
+            return float(self.count) * self.event.rdp(orders)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,6 +210,8 @@ def rdp_to_approx_dp(orders: Sequence[float], rdp: Sequence[float],
     r = np.asarray(rdp, dtype=np.float64)
     if r.shape != a.shape:
         raise ValueError("orders and rdp must have the same length")
+    if np.any(np.isnan(r)) or np.any(r < 0):
+        raise ValueError(f"rdp must be numbers >= 0 (inf: no guarantee), got {r.tolist()}")
     eps = r + np.log1p(-1.0 / a) - (math.log(delta) + np.log(a)) / (a - 1)
     i = int(np.argmin(eps))
     return max(0.0, float(eps[i])), float(a[i])
@@ -301,7 +330,7 @@ class Calibration:
 def theoretical_rdp(clip: float, subset_size: float, temperature: float, n_gen: int,
                     max_tokens: int, orders: Iterable[float] = DEFAULT_ORDERS) -> np.ndarray:
     """``ε_theoretical(α) = N_gen · T_max · ε_RDP(α)`` (App. C.3.1) at each order."""
-    if n_gen < 1 or max_tokens < 1:
+    if not (n_gen >= 1 and max_tokens >= 1):
         raise ValueError(f"n_gen and max_tokens must be >= 1, got {n_gen} and {max_tokens}")
     event = DPTokenEvent(clip, subset_size, temperature)
     return RDPAccountant(orders).compose(event, n_gen * max_tokens).get_rdp()
@@ -340,6 +369,8 @@ def calibrate(target_eps: float, delta: float, *, clip: float, subset_size: floa
     params = {"clip": float(clip), "subset_size": float(subset_size),
               "temperature": float(temperature)}
     floor = epsilon_floor(delta, orders)
+    if not math.isfinite(target_eps):
+        raise ValueError(f"target ε must be a finite number, got {target_eps}")
     if not target_eps > floor:
         raise ValueError(f"target ε = {target_eps:g} cannot be reached: with δ = {delta:g} and "
                          f"these orders ε is at least {floor:.4g} even with no privacy loss")
@@ -357,13 +388,16 @@ def calibrate(target_eps: float, delta: float, *, clip: float, subset_size: floa
     prev = x
     for _ in range(2100):  # doubling covers every positive float
         prev, x = x, x * step
+        if not 0 < x < math.inf:
+            raise ValueError(f"no {search} in float64 meets target ε = {target_eps:g} with "
+                             "the other parameters as given")
         if ok(x) != ok(prev):
             break
     else:  # pragma: no cover - unreachable for target above the floor
         raise ValueError(f"could not bracket {search} for target ε = {target_eps:g}")
     safe, unsafe = (x, prev) if ok(x) else (prev, x)
     for _ in range(iterations):
-        mid = math.sqrt(safe * unsafe)
+        mid = math.sqrt(safe) * math.sqrt(unsafe)  # the product may leave float64
         if mid in (safe, unsafe):
             break
         if ok(mid):

@@ -19,8 +19,8 @@ def clip_logits(z: torch.Tensor, c: float) -> torch.Tensor:
 
     The top token maps to ``c``, everything lies in ``[−c, c]``; ``-inf`` logits map to ``−c``.
     """
-    if not c > 0:
-        raise ValueError(f"clip c must be > 0, got {c}")
+    if not (c > 0 and math.isfinite(c)):
+        raise ValueError(f"clip c must be a finite number > 0, got {c}")
     return torch.clamp(z - z.amax(dim=-1, keepdim=True) + c, min=-c)
 
 
@@ -30,8 +30,19 @@ def aggregate(clipped: torch.Tensor) -> torch.Tensor:
 
 
 def _check_temperature(temperature: float) -> None:
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not (temperature > 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
+
+
+def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / τ`` in float64; a τ so small that a finite logit overflows is refused (the
+    softmax of infinities is not a distribution)."""
+    _check_temperature(temperature)
+    z = logits.double() / temperature
+    if bool(torch.isinf(z[torch.isfinite(logits)]).any()):
+        raise ValueError(f"temperature {temperature:g} is too small: logits / temperature "
+                         "overflow float64 (use a temperature of at least 1e-100)")
+    return z
 
 
 def excluded_mask(excluded: Sequence[int], vocab: int,
@@ -65,8 +76,7 @@ def sampling_logprobs(mean_logits: torch.Tensor, temperature: float,
     without the ``excluded`` tokens (they get probability 0; the rest renormalise). Removing
     outputs after aggregation keeps the exponential-mechanism form of App. C.1 on the smaller
     set, with the same sensitivity, so the theoretical accounting is unchanged."""
-    _check_temperature(temperature)
-    z = mean_logits.double() / temperature
+    z = _scaled(mean_logits, temperature)
     if excluded is not None:
         z = z.masked_fill(excluded, -math.inf)
     return torch.log_softmax(z, dim=-1)
@@ -86,7 +96,7 @@ def leave_one_out_logprobs(clipped: torch.Tensor, temperature: float,
         raise ValueError(f"leave-one-out needs at least 2 prompts, got {s}")
     x = clipped.double()
     loo = _remove((x.sum(dim=-2, keepdim=True) - x) / (s - 1), excluded)
-    return torch.log_softmax(loo / temperature, dim=-1)
+    return torch.log_softmax(_scaled(loo, temperature), dim=-1)
 
 
 def renyi_divergence_torch(logp: torch.Tensor, logq: torch.Tensor, alpha: float) -> torch.Tensor:

@@ -8,6 +8,7 @@ reports are replaced atomically.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -15,12 +16,13 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ctxleak.engine.model_files import fingerprint_changes
-from ctxleak.errors import ConfigError, InputError
+from ctxleak.errors import ConfigError, CtxleakError, InputError, OutputError
 from ctxleak.run.distributed import World, barrier
 from ctxleak.run.records import parse_json
 
@@ -29,6 +31,9 @@ OWNER_FILE = ".ctxleak-owner.json"  # host and pid of the process running the fo
 LOCK_FILE = ".ctxleak.lock"  # fcntl-locked by the process running the folder
 INPUTS_KEY = "input_sha256"  # config key: {input file: SHA-256 of its bytes}
 MODEL_KEY = "model_sha256"  # config key: {model file: SHA-256}, engine.models.model_fingerprint
+
+# Files that mark a folder as holding a ctxleak run (never written over by anything else).
+RUN_MARKERS = (RESULTS_FILE, SAMPLES_FILE, CONFIG_FILE)
 
 # Keys that may change between a run and its resume without changing any number.
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
@@ -247,6 +252,86 @@ def _refuse_changed_model(config_path: Path, old: dict[str, Any], new: dict[str,
                           "or start a new output=...", also=("output",))
 
 
+def os_advice(code: int | None) -> str:
+    """What to do about an OS error while writing a run, by its ``errno``."""
+    if code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return "the disk (or quota) is full: free some space"
+    if code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return "the folder is read-only or not writable here: choose a writable output=..."
+    if code in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
+        return "a part of that path is a file, not a folder: choose a folder for output=..."
+    return "fix the cause or choose another output=..."
+
+
+def output_error(exc: OSError, path: Path | str, what: str, *, kept: str = "") -> OutputError:
+    """``exc`` as a one-line :class:`OutputError`: the path, the system's reason, what to do
+    and (``kept``) what is saved and how to go on."""
+    reason = exc.strerror or str(exc)
+    advice = os_advice(exc.errno)
+    if not kept and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        advice += " and run the command again"
+    message = f"cannot {what} {path}: {reason}; {advice}"
+    return OutputError(message + (f"; {kept}" if kept else ""), path=str(path),
+                       errno=exc.errno, also=("output", "resume"))
+
+
+@contextmanager
+def os_errors(path: Path | str, what: str, kept: str = "") -> Iterator[None]:
+    """Turn an :class:`OSError` raised inside into :func:`output_error` (ctxleak's own errors
+    pass through)."""
+    try:
+        yield
+    except CtxleakError:
+        raise
+    except OSError as exc:
+        raise output_error(exc, path, what, kept=kept) from exc
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` holds a ctxleak run (any of ``RUN_MARKERS``)."""
+    return any((path / name).exists() for name in RUN_MARKERS)
+
+
+def refuse_foreign_output(path: Path, resume: bool, main: bool = True) -> None:
+    """Refuse, before anything is created, changed or locked, an ``output`` that names a file,
+    a non-empty folder that holds no ctxleak run, or (without ``resume``) a run that has
+    started; a folder whose owner is still running is refused too."""
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise OutputError(f"output {path} is a file, not a folder: choose a new or empty folder "
+                          "for output=...", path=str(path), errno=errno.ENOTDIR)
+    with os_errors(path, "read the folder"):
+        names = {p.name for p in path.iterdir()}
+    ours = {CONFIG_FILE, OWNER_FILE, LOCK_FILE}
+    if names - ours and not names & set(RUN_MARKERS):
+        raise ConfigError(f"{path} is not empty and holds no ctxleak run (no "
+                          f"{', '.join(RUN_MARKERS)}): choose a new or empty folder for "
+                          "output=...", param="output")
+    if main:
+        _refuse_if_running(path)
+    if names - ours and not resume:
+        raise ConfigError(f"{path} already holds a run: pass resume=True to continue it or "
+                          "choose another output=...", also=("resume", "output"))
+
+
+def _append_whole(fd: int, data: bytes) -> None:
+    """Append ``data`` to the open file ``fd`` and fsync it; if the system refuses part of it,
+    truncate the file back to its size before, so it ends with a whole line, and re-raise."""
+    start = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except OSError:
+        try:
+            os.ftruncate(fd, start)
+        except OSError:
+            pass  # the next load drops the cut line (read_samples)
+        raise
+
+
 class RunDir:
     """One run's output folder.
 
@@ -266,12 +351,13 @@ class RunDir:
         # each process of a data-parallel run appends to its own shard file
         self.samples_name = (SAMPLES_FILE if not self.world.distributed
                              else f"samples.rank{self.world.rank}.jsonl")
-        self.path.mkdir(parents=True, exist_ok=True)
-        if private:  # the folder too, whatever the umask (its file names and sizes are private)
-            os.chmod(self.path, 0o700)
+        refuse_foreign_output(self.path, resume, self.world.is_main)  # before anything is touched
+        with os_errors(self.path, "create the run folder"):
+            self.path.mkdir(parents=True, exist_ok=True)
         config_path = self.path / CONFIG_FILE
         if self.world.is_main:  # rank 0 claims the folder for a whole data-parallel run
-            _lock(self.path)
+            with os_errors(self.path, "create the run folder"):
+                _lock(self.path)
             _refuse_if_running(self.path)
         # a folder holding only the config of a run that stopped before computing anything (a
         # mistyped model name, say) is taken over by a new run; anything else needs --resume
@@ -292,12 +378,16 @@ class RunDir:
                     raise ConfigError(f"cannot resume {self.path}: the config differs in "
                                       f"{', '.join(diff)} (stored in {config_path})")
         barrier()  # every process has checked the folder before anything is written
-        if self.world.is_main:
-            _claim(self.path, self.file_mode)
-            write_atomic(config_path, json.dumps(self.config, indent=2, sort_keys=True) + "\n",
-                         self.file_mode)
-        self._handle = None
-        self.reload()
+        with os_errors(self.path, "write the run folder"):
+            if private:  # the folder too, whatever the umask (file names and sizes are private)
+                os.chmod(self.path, 0o700)
+            if self.world.is_main:
+                _claim(self.path, self.file_mode)
+                write_atomic(config_path, json.dumps(self.config, indent=2, sort_keys=True)
+                             + "\n", self.file_mode)
+        self._handle: int | None = None
+        with os_errors(self.path, "read the run folder"):
+            self.reload()
 
     # samples.jsonl ---------------------------------------------------------------------------
     def reload(self) -> None:
@@ -322,7 +412,7 @@ class RunDir:
         seen = set(keys)
         keys += [k for k in rows if k not in seen]
         text = "".join(json.dumps(rows[k], ensure_ascii=False) + "\n" for k in keys)
-        write_atomic(self.path / SAMPLES_FILE, text, self.file_mode)
+        self.write_file(SAMPLES_FILE, text)
 
     @staticmethod
     def _read_samples(path: Path, repair: bool) -> list[dict[str, Any]]:
@@ -336,25 +426,32 @@ class RunDir:
     def done_keys(self, key: str = "id") -> set:
         return {row.get(key) for row in self._samples}
 
+    def kept(self) -> str:
+        """What a failed write leaves and how to go on (for :func:`output_error`)."""
+        return (f"{len(self._samples)} finished example(s) are kept in {self.path}: rerun the "
+                f"same command with resume=True output={self.path} to continue")
+
     def append_sample(self, record: dict[str, Any]) -> None:
-        """Append one example's record as a JSON line and flush it to disk."""
-        if self._handle is None:
-            path = self.path / self.samples_name
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, self.file_mode)
-            self._handle = os.fdopen(fd, "a", encoding="utf-8")
+        """Append one example's record as a JSON line and flush it to disk. A write the system
+        refuses (a full disk) is cut back to the last whole line and raised as an
+        :class:`~ctxleak.errors.OutputError` that says how to resume."""
+        path = self.path / self.samples_name
         row = to_jsonable(record)
         if row.get("id") in self._ids:
-            raise ConfigError(f"{self.path / self.samples_name}: a row with id "
-                              f"{row.get('id')!r} is already stored; ids must be unique")
-        self._handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+            raise ConfigError(f"{path}: a row with id {row.get('id')!r} is already stored; ids "
+                              "must be unique")
+        data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+        with os_errors(path, "write", kept=self.kept()):
+            if self._handle is None:
+                self._handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                                       self.file_mode)
+            _append_whole(self._handle, data)
         self._samples.append(row)
         self._ids.add(row.get("id"))
 
     def close(self) -> None:
         if self._handle is not None:
-            self._handle.close()
+            os.close(self._handle)
             self._handle = None
 
     def release(self) -> None:
@@ -382,13 +479,16 @@ class RunDir:
         if extra:
             body.update(extra)
         path = self.path / RESULTS_FILE
-        write_atomic(path, json.dumps(to_jsonable(body), indent=2, ensure_ascii=False) + "\n",
-                     self.file_mode)
+        with os_errors(path, "write", kept=self.kept()):
+            write_atomic(path, json.dumps(to_jsonable(body), indent=2, ensure_ascii=False)
+                         + "\n", self.file_mode)
         return path
 
     def write_file(self, name: str, data: str | bytes) -> Path:
+        """Write ``name`` in the run folder atomically (OS errors as in :meth:`append_sample`)."""
         path = self.path / name
-        write_atomic(path, data, self.file_mode)
+        with os_errors(path, "write", kept=self.kept()):
+            write_atomic(path, data, self.file_mode)
         return path
 
     def __enter__(self) -> RunDir:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
+from ctxleak.run.rundir import os_errors
 
 
 def say(message: str) -> None:
@@ -224,7 +225,8 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
                              sample_ids=[r["id"] for r in records])
     result.n_effective, result.wall_time_s = len(records), _wall_time(body)
     report = method.report(result, lm)
-    report.save(run.path / "report.html", mode=run.file_mode)
+    with os_errors(run.path / "report.html", "write", kept=run.kept()):
+        report.save(run.path / "report.html", mode=run.file_mode)
     result.html = report.render()
     return result
 

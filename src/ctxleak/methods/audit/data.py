@@ -8,7 +8,6 @@ the paper fixes it to ``Sports``.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 from ctxleak.engine.models import LM
 from ctxleak.engine.prompts import Prompt, build_prompt, template_fields
-from ctxleak.errors import ConfigError, InputError
+from ctxleak.errors import ConfigError, InputError, warn
 from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.records import demo_path, read_rows
 
@@ -110,8 +109,8 @@ def one_shot_prompt(lm: LM, example: PrivateExample, *, label: str = DEFAULT_LAB
         dropped = min(len(text_ids), len(prompt) + reserve - window)
         prompt = build_prompt(lm, template, {"text": text_ids[:len(text_ids) - dropped],
                                              "label": prompt_label})
-        warnings.warn(f"{example.file}:{example.line}: private text cut by {dropped} tokens to "
-                      "fit the model's window", stacklevel=2)
+        warn(f"{example.file}:{example.line}: private text cut by {dropped} tokens to "
+             "fit the model's window")
     return prompt, dropped
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -15,8 +14,13 @@ from ctxleak.run.options import RunOptions
 
 
 def _positive(param: str, value: float) -> None:
-    if not (value > 0 and math.isfinite(value)):
-        raise ConfigError(f"{param} must be a positive number, got {value:g}", param=param)
+    """``value`` in the dp accounting's meaningful range (:data:`ctxleak.dp.PARAM_RANGE`)."""
+    from ctxleak.dp import PARAM_RANGE
+
+    low, high = PARAM_RANGE
+    if not low <= value <= high:
+        raise ConfigError(f"{param} must be a number from {low:g} to {high:g}, got {value:g}",
+                          param=param)
 
 
 def audit_config(*, target_eps: Any = "1,10,100", delta: Any = "1e-5", subset_size: int = 8,
@@ -24,10 +28,11 @@ def audit_config(*, target_eps: Any = "1,10,100", delta: Any = "1e-5", subset_si
                  max_tokens: int = 24, min_tokens: int = 0, search: str = "temperature",
                  orders: Any = "2-99", label: str = "Sports", template: str | None = None) -> Any:
     """Check the audit's parameters into an :class:`AuditConfig` (errors name the parameter)."""
-    from ctxleak.dp import parse_orders, positive_floats, search_name
+    from ctxleak.dp import check_targets, parse_orders, positive_floats, search_name
     from ctxleak.methods.audit import TEMPLATE, AuditConfig, check_template
 
     targets = positive_floats(target_eps, "target_eps")
+    check_targets(targets)
     deltas = positive_floats(delta, "delta")
     for d in deltas:
         if not d < 1:

@@ -3,7 +3,6 @@ example, its token and response influence, n-gram windows, regurgitation and qua
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ctxleak.engine.models import LM
+from ctxleak.errors import warn
 from ctxleak.methods.influence.cid import (
     CIDConfig,
     CIDResponse,
@@ -112,8 +112,8 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     for example, setting, _ in jobs:
         p, dropped = example_parts(lm, example, setting, options)
         if dropped:
-            warnings.warn(f"example {example.id}: context cut by {dropped} tokens to fit the "
-                          "model's window", stacklevel=2)
+            warn(f"example {example.id}: context cut by {dropped} tokens to fit the "
+                 "model's window")
         parts.append((p, dropped))
     # with n-gram windows, each prompt with the context is prefilled alone and its KV cache
     # handed to the scoring, which then does not compute that prefix again
@@ -141,8 +141,8 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
         p, (example, setting, _) = parts[k][0], jobs[k]
         n = min(options.ngram, len(p.context))
         if n < options.ngram:  # documented choice: clip to the whole context, and record it
-            warnings.warn(f"example {example.id}: the n-gram size {options.ngram} (ngram) is larger than its "
-                          f"context ({len(p.context)} tokens): using n = {n}", stacklevel=2)
+            warn(f"example {example.id}: the n-gram size {options.ngram} (ngram) is larger "
+                 f"than its context ({len(p.context)} tokens): using n = {n}", param="ngram")
             clipped.add(k)
         # bounded CID drew y_t at its own λ_t (Alg. 1): score every window at that λ_t
         response = responses[k]

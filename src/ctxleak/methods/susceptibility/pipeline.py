@@ -15,7 +15,7 @@ import numpy as np
 
 from ctxleak.engine.forward import PrefixKV
 from ctxleak.engine.models import LM
-from ctxleak.errors import ConfigError
+from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.susceptibility.contexts import query_contexts
 from ctxleak.methods.susceptibility.data import (
     CONTEXT_SCOPES,
@@ -158,8 +158,8 @@ def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Seq
                                                           pools, owns):
             cut = [c for c in res.context_tokens_cut if c]
             if cut:
-                warnings.warn(f"query {q.id}: {len(cut)} context(s) cut by up to {max(cut)} "
-                              "tokens to fit the model's window", stacklevel=2)
+                warn(f"query {q.id}: {len(cut)} context(s) cut by up to {max(cut)} "
+                     "tokens to fit the model's window")
             order = np.argsort(-res.psi, kind="stable")[:options.top_contexts]
             ref = res.ref_logprobs.numpy()
             ref_top = np.argsort(-ref, kind="stable")[:5]
