@@ -162,9 +162,31 @@ def test_bounded_every_step_within_half_eps(llama_lm):
     lambdas = [lam for row in out.ledger for lam in row.lambdas]
     assert all(0 <= lam <= lam_max for lam in lambdas) and min(lambdas) < lam_max  # it binds
     for row in out.ledger:
-        assert all(e <= eps for e in row.token_eps)
-        assert row.composed_eps == pytest.approx(sum(row.token_eps))
+        assert all(e <= eps for e in row.token_eps_ex_post)
+        assert row.composed_eps_ex_post == pytest.approx(sum(row.token_eps_ex_post))
         assert row.to_record()["composed_eps"] == row.composed_eps
+
+
+def test_bounded_ledger_reports_the_guarantee(llama_lm):
+    """The ledger's ε is Theorem B.1's (paper 000, App. B): ε per released token and
+    (released tokens)·ε composed, also where λ_t = λ_max left the bound slack; the per-instance
+    2·max_y |log p̄_λ(y|D) − log p(y|∅)| is kept as the ex-post figure, and differs here."""
+    eps = 8.0
+    torch.manual_seed(5)
+    out = cid_generate(llama_lm, context=CONTEXTS[:2], query=QUERIES[:2], lam=0.3,
+                       bounded_eps=eps, temperature=0.8, max_new_tokens=6)
+    for row in out.ledger:
+        assert all(e.lam == 0.3 and e.eps == eps for e in row.entries)  # λ_max: slack bound
+        assert row.composed_eps == pytest.approx(eps * len(row.entries), rel=1e-12)
+        assert row.composed_eps_ex_post == pytest.approx(
+            sum(e.eps_ex_post for e in row.entries), rel=1e-12)
+        assert row.composed_eps_ex_post < row.composed_eps / 2
+        rec = row.to_record()
+        assert rec["eps"] == eps and rec["composed_eps"] == row.composed_eps
+        assert rec["composed_eps_ex_post"] == row.composed_eps_ex_post
+    setting = out.to_result().summary["settings"][0]
+    assert setting["composed_eps"]["mean"] == pytest.approx(
+        sum(eps * len(row.entries) for row in out.ledger) / 2, rel=1e-12)
 
 
 def test_batched_rows_equal_one_at_a_time(tiny_lm):
@@ -193,7 +215,7 @@ def test_bounded_batched_rows_equal_one_at_a_time(llama_lm):
             z_emp = last_logits(llama_lm, part.empty + gen[:t])
             lam, div = bounded_lambda(z_ctx, z_emp, eps, lam_max, temp)
             assert entry.lam == pytest.approx(lam, abs=1e-6)
-            assert entry.eps == pytest.approx(2 * div, abs=1e-5)
+            assert entry.eps_ex_post == pytest.approx(2 * div, abs=1e-5)
 
 
 def test_beam_search_follows_the_beams(llama_lm):
@@ -327,7 +349,7 @@ def test_ledger_as_an_influence_result(llama_lm, tmp_path):
     assert setting["influence"]["mean"] == pytest.approx(sum(influences) / 2, rel=1e-12)
     assert setting["composed_eps"]["mean"] == pytest.approx(
         sum(row.composed_eps for row in out.ledger) / 2, rel=1e-12)
-    assert all(row.composed_eps <= 0.5 * len(row.entries) + 1e-9 for row in out.ledger)
+    assert all(row.composed_eps_ex_post <= 0.5 * len(row.entries) + 1e-9 for row in out.ledger)
     html = result.to_html()
     assert "Content-Security-Policy" in html and "row-1" in html
     loaded = ctxleak.load_result(result.save(tmp_path / "ledger"))
@@ -338,3 +360,102 @@ def test_ledger_as_an_influence_result(llama_lm, tmp_path):
     with pytest.raises(ValueError, match="empty"):
         from ctxleak.integrations.ledger import ledger_result
         ledger_result([])
+
+
+# what instruction-tuned models ship in generation_config.json: truncation, masks, penalties
+SHIPPED = {"top_p": 0.01, "top_k": 3, "min_p": 0.5, "typical_p": 0.2, "epsilon_cutoff": 0.1,
+           "eta_cutoff": 0.1, "repetition_penalty": 1.5, "no_repeat_ngram_size": 2,
+           "bad_words_ids": [[5]], "suppress_tokens": [6], "sequence_bias": {(7,): -5.0}}
+
+
+@pytest.fixture
+def shipped_lm(monkeypatch):
+    """A tiny Llama whose own generation_config truncates and penalises (SHIPPED), with the
+    logits processors that generate builds recorded in ``lm.built``."""
+    from tiny_models import tiny_llama
+
+    lm = tiny_llama(seed=4)
+    for key, value in SHIPPED.items():
+        setattr(lm.model.generation_config, key, value)
+    lm.built = []
+    original = lm.model._get_logits_processor
+
+    def spy(*args, **kwargs):
+        processors = original(*args, **kwargs)
+        lm.built.append([type(p).__name__ for p in processors])
+        return processors
+
+    monkeypatch.setattr(lm.model, "_get_logits_processor", spy)
+    return lm
+
+
+@pytest.mark.parametrize("bounded_eps", [None, 2.0])
+def test_model_generation_config_does_not_truncate_cid(shipped_lm, bounded_eps):
+    """CID samples at temperature only (paper 000 §3; App. B's bound needs it): whatever the
+    model's generation_config ships, generate builds no truncation warper, mask or penalty, so
+    what is sampled is the p̄_λ the ledger records; each neutralised setting is named once."""
+    with pytest.warns(UserWarning, match="generation_config") as caught:
+        out = cid_generate(shipped_lm, context=CONTEXTS[0], query=QUERIES[0], lam=1.5,
+                           bounded_eps=bounded_eps, temperature=0.8, max_new_tokens=4)
+    message = " ".join(str(w.message) for w in caught)
+    for key in SHIPPED:
+        assert key in message
+    assert len(shipped_lm.built) == 1
+    built = set(shipped_lm.built[0])
+    assert built <= {"ContextInfluenceProcessor", "TemperatureLogitsWarper"}, built
+    assert "ContextInfluenceProcessor" in built
+    assert len(out.ledger[0].entries) >= 1
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"repetition_penalty": 1.3}, "^repetition_penalty: generate applies it"),
+    ({"sequence_bias": {(5,): 2.0}}, "^sequence_bias"),
+    ({"bounded_eps": 1.0, "min_p": 0.1}, "min_p"),
+    ({"bounded_eps": 1.0, "no_repeat_ngram_size": 2}, "no_repeat_ngram_size"),
+    ({"bounded_eps": 1.0, "typical_p": 0.5}, "typical_p"),
+])
+def test_explicit_penalties_and_bounded_truncation_are_refused(llama_lm, kwargs, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        cid_generate(llama_lm, context=CONTEXTS[0], query=QUERIES[0], max_new_tokens=3, **kwargs)
+    assert info.value.param in kwargs
+
+
+@pytest.mark.parametrize("kwargs, param, match", [
+    ({"context": 123}, "context", "^context must be a string or a list of strings"),
+    ({"context": ["a b", 7]}, "context", "item 1 is int"),
+    ({"query": 4.5}, "query", "^query must be a string or a list of strings"),
+    ({"lam": "0.5"}, "lam", "^lam must be a number, not str"),
+    ({"bounded_eps": [1.0]}, "bounded_eps", "^bounded_eps must be a number"),
+    ({"temperature": None}, "temperature", "^temperature must be a number"),
+    ({"template": 3}, "template", "^template must be a string"),
+    ({"chat": "yes"}, "chat", "^chat must be True, False or None"),
+])
+def test_cid_generate_argument_types(llama_lm, kwargs, param, match):
+    """Wrong types are a ConfigError naming the parameter and what it accepts, not a
+    TypeError from deep inside."""
+    args = {"context": CONTEXTS[0], "query": QUERIES[0], "max_new_tokens": 3, **kwargs}
+    with pytest.raises(ConfigError, match=match) as info:
+        cid_generate(llama_lm, **args)
+    assert info.value.param == param
+
+
+@pytest.mark.parametrize("args, kwargs, param", [
+    ((123,), {}, "empty_ids"),
+    (("some text",), {}, "empty_ids"),
+    (([1, 2.5],), {}, "empty_ids"),
+    (([[1, 2], None],), {}, "empty_ids"),
+    (([1, 2],), {"full_ids": 7}, "full_ids"),
+    (([1, 2],), {"lam": None}, "lam"),
+    (([1, 2],), {"temperature": "hot"}, "temperature"),
+    (([1, 2],), {"bounded_eps": "1"}, "bounded_eps"),
+    (([1, 2],), {"eos_token_id": "2"}, "eos_token_id"),
+])
+def test_processor_argument_types(llama_lm, args, kwargs, param):
+    with pytest.raises(ConfigError, match=param) as info:
+        ContextInfluenceProcessor(llama_lm, *args, **kwargs)
+    assert info.value.param == param
+    with pytest.raises(ConfigError, match="model must be a transformers causal LM"):
+        ContextInfluenceProcessor(object(), [1, 2])
+    with pytest.raises(ConfigError, match="span must be") as info:
+        ContextInfluenceProcessor.from_context_span(llama_lm, [1, 2, 3], "ab")
+    assert info.value.param == "span"

@@ -18,7 +18,8 @@ from ctxleak.engine.forward import left_pad
 from ctxleak.engine.models import LM
 from ctxleak.errors import ConfigError, warn
 from ctxleak.integrations.ledger import RowLedger, ledger_result
-from ctxleak.integrations.transformers import ContextInfluenceProcessor
+from ctxleak.integrations.transformers import ContextInfluenceProcessor, number_param
+from ctxleak.methods.influence.cid import CIDConfig
 
 # generate() settings the processor cannot follow: their steps do not extend one sequence by
 # one drawn token (assisted decoding checks several candidate tokens at once; group, constrained
@@ -30,8 +31,19 @@ UNSUPPORTED = {
     "constraints": "constrained beam search", "force_words_ids": "constrained beam search",
     "dola_layers": "DoLa decoding", "custom_generate": "a custom generation loop",
 }
-TRUNCATION = ("top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
-_NEUTRAL = {"top_k": 0, "top_p": 1.0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0}
+# generate() settings under which the sampled distribution is not p̄_λ at temperature T (paper
+# 000 §3 samples at temperature only; App. B's ε-DP bound needs it), with their neutral value.
+# Warpers run after the processor, on p̄_λ; masks forbid tokens before it (then forbidden in both
+# streams); penalties rescale the context stream's logits before it, but not the no-context one's.
+WARPERS = {"top_k": 0, "top_p": 1.0, "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0,
+           "eta_cutoff": 0.0, "top_h": None}
+MASKS = {"no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None,
+         "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
+         "forced_eos_token_id": None}
+PENALTIES = {"repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "sequence_bias": None,
+             "exponential_decay_length_penalty": None, "guidance_scale": None,
+             "watermarking_config": None}
+NEUTRAL = {**WARPERS, **MASKS, **PENALTIES}
 
 
 @dataclass(frozen=True)
@@ -55,19 +67,80 @@ class CIDGeneration:
         return ledger_result(self.ledger, self.texts, seed=seed)
 
 
+def _texts(value: Any, name: str) -> list[str]:
+    """One string or a list of strings (one per prompt), or a :class:`ConfigError` naming
+    ``name`` and the types accepted."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{name} must be a string or a list of strings (one per prompt), not "
+                          f"{type(value).__name__}", param=name)
+    for i, text in enumerate(value):
+        if not isinstance(text, str):
+            raise ConfigError(f"{name} must be a string or a list of strings (one per prompt): "
+                              f"item {i} is {type(text).__name__}", param=name)
+    return list(value)
+
+
+def _is_neutral(key: str, value: Any) -> bool:
+    """Whether ``generate`` leaves the distribution alone with ``key=value`` (as its own
+    ``_get_logits_processor`` decides which processors to build)."""
+    if value is None or value == NEUTRAL[key] or (isinstance(value, (list, tuple, dict))
+                                                  and not value):
+        return True
+    if key in ("top_p", "typical_p"):
+        return value >= 1.0
+    if key in ("epsilon_cutoff", "eta_cutoff"):
+        return not 0.0 < value < 1.0
+    return (key == "min_p" and value == 0) or (key == "guidance_scale" and value == 1)
+
+
 def _check_generate_kwargs(kwargs: dict[str, Any], bounded: bool) -> None:
+    """Refuse the decoding modes the processor cannot follow, penalties (they would rescale one
+    stream only) and, with ``bounded_eps``, anything but pure temperature sampling."""
     for key, mode in UNSUPPORTED.items():
         value = kwargs.get(key)
         if value is not None and not (key == "num_beam_groups" and value == 1):
             raise ConfigError(f"{key}: {mode} is not supported with Context Influence Decoding "
-                              "(greedy, sampling and beam search are)")
+                              "(greedy, sampling and beam search are)", param=key)
+    for key in PENALTIES:
+        if not _is_neutral(key, kwargs.get(key)):
+            raise ConfigError(f"{key}: generate applies it to the logits with the context only, "
+                              "before the CID mixture, so the mixture would not be Context "
+                              "Influence Decoding's; drop it", param=key)
     if bounded:
-        truncated = [k for k in TRUNCATION if kwargs.get(k) not in (None, _NEUTRAL.get(k))]
-        if not kwargs.get("do_sample", True) or kwargs.get("num_beams", 1) != 1 or truncated:
+        changed = [k for k in {**WARPERS, **MASKS} if not _is_neutral(k, kwargs.get(k))]
+        if not kwargs.get("do_sample", True) or kwargs.get("num_beams", 1) != 1 or changed:
             raise ConfigError(
                 "bounded_eps: the ε-DP bound holds for pure temperature sampling from p̄_λ "
                 "(paper 000, App. B); drop do_sample=False, num_beams and "
-                f"{', '.join(truncated) or 'truncation (top_k, top_p, ...)'}")
+                f"{', '.join(changed) or 'truncation (top_k, top_p, ...)'}", param="bounded_eps")
+
+
+def _neutralise_model_config(model: Any, kwargs: dict[str, Any]) -> None:
+    """Set in ``kwargs`` the neutral value of every truncation, mask and penalty that the
+    model's own ``generation_config`` sets and ``kwargs`` does not (``generate`` would apply it:
+    many instruction-tuned models ship top_p or repetition_penalty), and say so once."""
+    config = getattr(model, "generation_config", None)
+    sampling = bool(kwargs.get("do_sample", True))
+    dropped = []
+    for key in NEUTRAL:
+        if key in kwargs or (key in WARPERS and not sampling):
+            continue
+        value = getattr(config, key, None)
+        if not _is_neutral(key, value):
+            kwargs[key] = NEUTRAL[key]
+            dropped.append(f"{key}={value!r}")
+    beams = getattr(config, "num_beams", None)
+    if "num_beams" not in kwargs and beams not in (None, 1):
+        kwargs["num_beams"] = 1
+        dropped.append(f"num_beams={beams!r}")
+    if sampling:
+        kwargs.setdefault("top_k", 0)  # generate's own default is top_k=50
+    if dropped:
+        warnings.warn("cid_generate samples at temperature only (Context Influence Decoding); "
+                      f"ignored the model's generation_config settings {', '.join(dropped)}",
+                      stacklevel=3)
 
 
 def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[str],
@@ -83,41 +156,57 @@ def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[s
     :func:`ctxleak.load_model`. ``context`` and ``query``: one string or one per row. ``chat``:
     wrap the prompt in the model's chat template (default: when the tokenizer has one).
     ``generate_kwargs`` go to ``generate``; the defaults are CID's: ``do_sample=True``,
-    ``temperature=0.8``, ``max_new_tokens=50``, no top-k/top-p (the ledger's temperature is
-    ``temperature``, also with ``do_sample=False``).
+    ``temperature=0.8``, ``max_new_tokens=50`` and pure temperature sampling (the ledger's
+    temperature is ``temperature``, also with ``do_sample=False``): the truncation (top-k,
+    top-p, min-p, ...), masks (no-repeat n-grams, bad words, ...) and penalties that the model's
+    own ``generation_config`` sets are neutralised, with a warning naming them. Penalties passed
+    here are refused (``generate`` would apply them to the context stream only), and with
+    ``bounded_eps`` so is anything but temperature sampling (paper 000, App. B).
+    Bad arguments raise :class:`~ctxleak.errors.ConfigError` naming the parameter.
     """
     from ctxleak.engine.forward import pad_id
     from ctxleak.engine.models import from_objects, load_model
     from ctxleak.engine.prompts import template_fields
     from ctxleak.methods.influence.data import TASK_TEMPLATES, InfluenceExample, prompt_parts
 
+    contexts = _texts(context, "context")
+    queries = [query] * len(contexts) if isinstance(query, str) else _texts(query, "query")
+    if len(queries) != len(contexts) or not contexts:
+        raise ConfigError(f"{len(contexts)} contexts and {len(queries)} queries: give one each",
+                          param="query")
+    for i, text in enumerate(contexts):
+        if not text.strip():
+            raise ConfigError(f"context {i} is empty: CID needs a context to decode against",
+                              param="context")
+    if template is not None and not isinstance(template, str):
+        raise ConfigError(f"template must be a string with the slot {{context}}, not "
+                          f"{type(template).__name__}", param="template")
+    if chat is not None and not isinstance(chat, bool):
+        raise ConfigError(f"chat must be True, False or None, not {chat!r}", param="chat")
+    lam = number_param(lam, "lam")
+    bounded_eps = None if bounded_eps is None else number_param(bounded_eps, "bounded_eps")
+    tmpl = template or TASK_TEMPLATES["qa"]
+    if "context" not in template_fields(tmpl):
+        raise ConfigError("template must contain the slot {context}", param="template")
+    kwargs = dict(generate_kwargs)
+    _check_generate_kwargs(kwargs, bounded_eps is not None)
+    temperature = number_param(kwargs.pop("temperature", 0.8), "temperature")
+    CIDConfig(lam=lam, temperature=temperature, bounded_eps=bounded_eps, min_new_tokens=0)
+    # every argument checked before the model loads
     if isinstance(model, str):
         lm = load_model(model)
     elif isinstance(model, LM):
         lm = model
     else:
         if tokenizer is None:
-            raise ConfigError("cid_generate needs the model's tokenizer")
+            raise ConfigError("cid_generate needs the model's tokenizer", param="tokenizer")
         lm = from_objects(model, tokenizer, chat_template=bool(
             getattr(tokenizer, "chat_template", None)) if chat is None else chat)
-    contexts = [context] if isinstance(context, str) else list(context)
-    queries = [query] * len(contexts) if isinstance(query, str) else list(query)
-    if len(queries) != len(contexts) or not contexts:
-        raise ConfigError(f"{len(contexts)} contexts and {len(queries)} queries: give one each")
-    for i, text in enumerate(contexts):
-        if not isinstance(text, str) or not text.strip():
-            raise ConfigError(f"context {i} is empty: CID needs a context to decode against")
-    tmpl = template or TASK_TEMPLATES["qa"]
-    if "context" not in template_fields(tmpl):
-        raise ConfigError("template must contain the slot {context}")
-    kwargs = dict(generate_kwargs)
-    _check_generate_kwargs(kwargs, bounded_eps is not None)
-    temperature = float(kwargs.pop("temperature", 0.8))
     kwargs.setdefault("do_sample", True)
     kwargs.setdefault("max_new_tokens", 50)
+    _neutralise_model_config(lm.model, kwargs)
     if kwargs["do_sample"]:
         kwargs["temperature"] = temperature
-        kwargs.setdefault("top_k", 0)
     eos = kwargs.setdefault("eos_token_id", list(lm.eos_ids) or None)
     pad = kwargs.setdefault("pad_token_id", pad_id(lm))
     parts = []

@@ -3,8 +3,14 @@
 One :class:`LedgerEntry` per released token: the λ_t used at that step, the token id, its
 log-probabilities ``log p̄_λ(y_t | D)`` and ``log p(y_t | ∅)`` at the ledger's temperature, the
 whole-context token influence ``|log p̄_λ(y_t|D) − log p(y_t|∅)|`` (Def. 3.1 with n = |D|) and, for
-bounded CID (App. B, Alg. 1), the per-token ε = 2·max_y |log p̄_λ(y|D) − log p(y|∅)|. A
-:class:`RowLedger` holds one response's entries; its composed ε is their sum (basic composition).
+bounded CID (App. B, Alg. 1), the token's ε. A :class:`RowLedger` holds one response's entries.
+
+Bounded CID's guarantee (Thm B.1): Alg. 1 keeps every neighbouring context's distribution within
+ε/2 of p(·|∅), so each released token is ε-DP and a response of T tokens is (T·ε)-DP by basic
+composition: that is ``eps`` and ``composed_eps``. ``eps_ex_post`` =
+2·max_y |log p̄_λ(y|D) − log p(y|∅)| (and its sum, ``composed_eps_ex_post``) is a per-instance
+figure about this context D alone, not a guarantee: a neighbour's divergence is only known to be
+at most ε/2.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ class LedgerEntry:
     logp_context: float
     logp_empty: float
     influence: float
-    eps: float | None = None
+    eps: float | None = None  # bounded CID: the token's ε-DP guarantee (Thm B.1)
+    eps_ex_post: float | None = None  # 2·max_y |log p̄_λ(y|D) − log p(y|∅)|, about D alone
 
 
 @dataclass(frozen=True)
@@ -67,19 +74,29 @@ class RowLedger:
         return response_influence(self.token_influence)
 
     @property
-    def token_eps(self) -> list[float] | None:
-        return [float(e.eps) for e in self.entries] if self.bounded_eps is not None else None
+    def token_eps_ex_post(self) -> list[float] | None:
+        """Each released token's 2·max_y |log p̄_λ(y|D) − log p(y|∅)| (bounded CID): about this
+        context alone, not a DP guarantee."""
+        if self.bounded_eps is None:
+            return None
+        return [float(e.eps_ex_post) for e in self.entries]
 
     @property
     def composed_eps(self) -> float | None:
-        """Basic composition of the per-token ε over every released token (bounded CID)."""
-        eps = self.token_eps
+        """The response's ε-DP guarantee (bounded CID, paper 000, Thm B.1): ε per released
+        token, the stopping EOS included, summed by basic composition."""
+        return None if self.bounded_eps is None else float(self.bounded_eps) * len(self.entries)
+
+    @property
+    def composed_eps_ex_post(self) -> float | None:
+        """The sum of :attr:`token_eps_ex_post`: a per-instance figure, not the guarantee."""
+        eps = self.token_eps_ex_post
         return float(sum(eps)) if eps is not None else None
 
     def to_record(self) -> dict[str, Any]:
         """A plain dict whose keys are those of the influence samples in ``samples.jsonl``
-        where the meaning is the same (``lambdas``, ``token_eps`` and ``composed_eps`` only in
-        bounded mode, as there)."""
+        where the meaning is the same (``eps``, ``lambdas``, ``composed_eps`` and the ex-post
+        figures only in bounded mode, as there)."""
         record: dict[str, Any] = {
             "row": self.row, "lambda": self.lam, "temperature": self.temperature,
             "response_ids": self.response_ids, "stopped_on_eos": self.stopped_on_eos,
@@ -88,8 +105,10 @@ class RowLedger:
             "token_influence": self.token_influence, "influence": self.influence,
         }
         if self.bounded_eps is not None:
-            record.update({"bounded_eps": self.bounded_eps, "lambdas": self.lambdas,
-                           "token_eps": self.token_eps, "composed_eps": self.composed_eps})
+            record.update({"bounded_eps": self.bounded_eps, "eps": self.bounded_eps,
+                           "lambdas": self.lambdas, "composed_eps": self.composed_eps,
+                           "token_eps_ex_post": self.token_eps_ex_post,
+                           "composed_eps_ex_post": self.composed_eps_ex_post})
         return record
 
 
@@ -136,6 +155,8 @@ def ledger_result(ledger: tuple[RowLedger, ...] | list[RowLedger],
     }
     if first.bounded_eps is not None:
         setting["composed_eps"] = mean_with_ci([float(r.composed_eps) for r in rows], seed=seed)
+        setting["composed_eps_ex_post"] = mean_with_ci(
+            [float(r.composed_eps_ex_post) for r in rows], seed=seed)
         setting["mean_lambda"] = float(np.mean([np.mean(r.lambdas) for r in rows if r.lambdas]))
     config = {"command": "influence", "source": "ContextInfluenceProcessor (generate)",
               "lambda": first.lam, "temperature": first.temperature,
@@ -147,6 +168,7 @@ def ledger_result(ledger: tuple[RowLedger, ...] | list[RowLedger],
     report.add_table(result.table())
     report.add_table([{"row": r["id"], "tokens": len(r["response_ids"]),
                        "influence": r["influence"], "composed ε": r.get("composed_eps"),
+                       "ex-post ε": r.get("composed_eps_ex_post"),
                        "response": r.get("response")} for r in records])
     result.html = report.render()
     return result

@@ -32,6 +32,7 @@ The processor sees a step's token only at the next step; ``observer`` (a never-s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from numbers import Integral, Real
 from typing import Any
 
 import torch
@@ -52,7 +53,8 @@ def as_lm(model: Any) -> LM:
     if isinstance(model, LM):
         return model
     if not hasattr(model, "get_output_embeddings") or not hasattr(model, "base_model"):
-        raise ConfigError("model must be a transformers causal LM or a ctxleak LM")
+        raise ConfigError("model must be a transformers causal LM or a ctxleak LM, not "
+                          f"{type(model).__name__}", param="model")
     gen = getattr(model, "generation_config", None)
     eos = getattr(gen, "eos_token_id", None) if gen is not None else None
     eos = [] if eos is None else ([int(eos)] if isinstance(eos, int) else [int(i) for i in eos])
@@ -60,16 +62,47 @@ def as_lm(model: Any) -> LM:
     return LM(model=model, tokenizer=None, info=info, eos_ids=eos)
 
 
+def _is_id(value: Any) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
 def _rows(ids: Ids | Sequence[Ids], name: str) -> list[list[int]]:
     """One prompt or a list of prompts (one per batch row) as lists of ints."""
     if isinstance(ids, torch.Tensor):
         ids = ids.tolist()
-    ids = list(ids)
-    rows = [list(map(int, r)) for r in ids] if ids and not isinstance(ids[0], int) \
-        else [list(map(int, ids))]
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise ConfigError(f"{name} must be a list of token ids (ints), or one such list per "
+                          f"prompt, not {type(ids).__name__}", param=name)
+    rows = [list(ids)] if not ids or _is_id(ids[0]) else [
+        r.tolist() if isinstance(r, torch.Tensor) else r for r in ids]
+    for i, row in enumerate(rows):
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) \
+                or not all(_is_id(t) for t in row):
+            raise ConfigError(f"{name} must be a list of token ids (ints), or one such list per "
+                              f"prompt: prompt {i} is not", param=name)
     if not rows or any(len(r) == 0 for r in rows):
-        raise ConfigError(f"{name}: every prompt needs at least one token id")
-    return rows
+        raise ConfigError(f"{name}: every prompt needs at least one token id", param=name)
+    return [[int(t) for t in r] for r in rows]
+
+
+def number_param(value: Any, name: str) -> float:
+    """``value`` as a float, or a :class:`ConfigError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ConfigError(f"{name} must be a number, not {type(value).__name__}", param=name)
+    return float(value)
+
+
+def _eos_ids(value: Any, name: str = "eos_token_id") -> set[int]:
+    """An EOS id or a list of them."""
+    if _is_id(value):
+        return {int(value)}
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, set, frozenset)) \
+            or not all(_is_id(t) for t in value):
+        raise ConfigError(f"{name} must be a token id (int) or a list of them, not "
+                          f"{type(value).__name__}", param=name)
+    return {int(t) for t in value}
 
 
 class ContextInfluenceProcessor(LogitsProcessor):
@@ -88,16 +121,17 @@ class ContextInfluenceProcessor(LogitsProcessor):
                  temperature: float = 1.0, bounded_eps: float | None = None,
                  full_ids: Ids | Sequence[Ids] | None = None,
                  eos_token_id: int | Sequence[int] | None = None) -> None:
-        self.config = CIDConfig(lam=float(lam), temperature=float(temperature),
-                                bounded_eps=bounded_eps, min_new_tokens=0)
+        self.config = CIDConfig(
+            lam=number_param(lam, "lam"), temperature=number_param(temperature, "temperature"),
+            bounded_eps=None if bounded_eps is None else number_param(bounded_eps, "bounded_eps"),
+            min_new_tokens=0)
         self.lm = as_lm(model)
         self.empty_ids = _rows(empty_ids, "empty_ids")
         self.full_ids = _rows(full_ids, "full_ids") if full_ids is not None else None
         if self.full_ids is not None and len(self.full_ids) != len(self.empty_ids):
             raise ConfigError(f"full_ids has {len(self.full_ids)} prompts, empty_ids "
                               f"{len(self.empty_ids)}: give one of each per batch row")
-        eos = self.lm.eos_ids if eos_token_id is None else eos_token_id
-        self.eos_ids = {int(eos)} if isinstance(eos, int) else {int(i) for i in eos}
+        self.eos_ids = _eos_ids(self.lm.eos_ids if eos_token_id is None else eos_token_id)
         self.observer = _Observer(self)
         self.reset()
 
@@ -108,7 +142,7 @@ class ContextInfluenceProcessor(LogitsProcessor):
         """The processor for prompts whose context is ``prompt_ids[start:end]`` (one span for
         all prompts or one per prompt): the no-context prompt is the rest of the ids."""
         full = _rows(prompt_ids, "prompt_ids")
-        spans = [tuple(span)] * len(full) if isinstance(span[0], int) else [tuple(s) for s in span]
+        spans = _spans(span, len(full))
         if len(spans) != len(full):
             raise ConfigError(f"{len(spans)} context spans for {len(full)} prompts")
         empty = []
@@ -244,7 +278,8 @@ class ContextInfluenceProcessor(LogitsProcessor):
             self._entries[(self._row_of_group(p), g)] = LedgerEntry(
                 step=len(g) - 1, token_id=g[-1], lam=float(self._step["lam"][p]),
                 logp_context=lc, logp_empty=le, influence=float(token_influence(lc, le)),
-                eps=None if eps is None else float(eps[p]))
+                eps=None if eps is None else float(self.config.bounded_eps),
+                eps_ex_post=None if eps is None else float(eps[p]))
 
     def _row_of_group(self, row: int) -> int:
         return row // self._group
@@ -309,6 +344,25 @@ class ContextInfluenceProcessor(LogitsProcessor):
         """:attr:`ledger` as an :class:`~ctxleak.results.InfluenceResult` (see
         :func:`~ctxleak.integrations.ledger.ledger_result`)."""
         return ledger_result(self.ledger, seed=seed)
+
+
+def _spans(span: Any, n: int) -> list[tuple[int, int]]:
+    """One ``(start, end)`` for all ``n`` prompts, or a list of them (one per prompt)."""
+    def pair(x: Any) -> tuple[int, int] | None:
+        ok = isinstance(x, (Sequence, torch.Tensor)) and not isinstance(x, (str, bytes)) \
+            and len(x) == 2 and all(_is_id(int(v) if isinstance(v, torch.Tensor) else v)
+                                    for v in x)
+        return (int(x[0]), int(x[1])) if ok else None
+
+    one = pair(span)
+    if one is not None:
+        return [one] * n
+    many = [pair(x) for x in span] if isinstance(span, Sequence) \
+        and not isinstance(span, (str, bytes)) else [None]
+    if not many or any(p is None for p in many):
+        raise ConfigError("span must be (start, end) token positions of the context, or one "
+                          "such pair per prompt", param="span")
+    return many  # type: ignore[return-value]
 
 
 class _Observer(StoppingCriteria):

@@ -7,6 +7,14 @@ from typing import Any, Sequence
 
 from ctxleak.report import Report, plots
 
+EPS_NOTE = (
+    "Bounded CID: \"composed ε\" is the guarantee of Theorem B.1 of \"Estimating Privacy "
+    "Leakage of Augmented Contextual Knowledge in Language Models\" (App. B, Alg. 1): ε per "
+    "released token summed by basic composition (mean over responses, nats). \"ex-post ε\" "
+    "sums 2·max_y |log p̄_λ(y|D) − log p(y|∅)| per token (nats): a figure about this context "
+    "alone, not a privacy guarantee, as a neighbouring context is only known to stay within "
+    "ε/2 of the no-context distribution.")
+
 
 def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per setting, in the layout of the paper's Tables 2-3."""
@@ -22,6 +30,8 @@ def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             row["max n-gram"] = s["max_window_influence"]["mean"]
         if "composed_eps" in s:
             row["composed ε"] = s["composed_eps"]["mean"]
+            if s.get("composed_eps_ex_post"):
+                row["ex-post ε"] = s["composed_eps_ex_post"]["mean"]
             row["mean λ"] = s.get("mean_lambda")
         for key, label in (("bertscore_f1", "BERTScore F1"), ("factkb", "FactKB")):
             if any((x.get("quality") or {}).get(key, {}).get("value") is not None
@@ -116,6 +126,8 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
     report.add_table(table_rows(summaries))
+    if any("composed_eps" in s for s in summaries):
+        report.add_text(EPS_NOTE)
     missing: dict[str, str] = {}  # the first reason of each metric, whichever setting gave it
     for s in summaries:
         for key, label in (("bertscore_f1", "BERTScore F1"), ("factkb", "FactKB")):

@@ -49,7 +49,7 @@ def test_same_samples_for_1_3_and_8_examples_per_batch(llama_lm, tmp_path, setti
     assert len(rows) == 8 * (2 if isinstance(settings["lam"], list) else 1)
     assert all(r["window_influence"] for r in rows)
     if "bounded_eps" in settings:
-        assert all(r["token_eps"] and r["composed_eps"] is not None for r in rows)
+        assert all(r["token_eps_ex_post"] and r["composed_eps"] is not None for r in rows)
         assert any(0 < x < 1.5 for r in rows for x in r["lambdas"])  # the bound binds
     assert runs[3] == runs[1]
     assert runs[8] == runs[1]
@@ -99,7 +99,7 @@ def test_replayed_cid_floats_equal_the_generation_ones(llama_lm):
             np.testing.assert_allclose(again.logp_context, gen.logp_context, atol=1e-5)
             np.testing.assert_allclose(again.logp_empty, gen.logp_empty, atol=1e-5)
             np.testing.assert_allclose(again.lambdas, gen.lambdas, atol=1e-5)
-            np.testing.assert_allclose(again.token_eps, gen.token_eps, atol=1e-5)
+            np.testing.assert_allclose(again.token_eps_ex_post, gen.token_eps_ex_post, atol=1e-5)
             assert len(again.lambdas) == len(gen.token_ids) + int(gen.stopped_on_eos)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hand_influence import hand_unigram_influence
+from hand_influence import hand_bounded_window_logp, hand_unigram_influence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -133,10 +133,10 @@ def test_bounded_cid_respects_eps_at_every_step(tiny_lm, eps):
     cfg = CIDConfig(lam=2.0, temperature=0.8, max_new_tokens=10, min_new_tokens=3,
                     bounded_eps=eps)
     res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=1)
-    assert len(res.lambdas) >= len(res.token_ids) and res.token_eps
+    assert len(res.lambdas) >= len(res.token_ids) and res.token_eps_ex_post
     assert all(0 <= lam <= 2.0 for lam in res.lambdas)
-    assert all(e <= eps + 1e-9 for e in res.token_eps)
-    assert res.composed_eps == pytest.approx(sum(res.token_eps))
+    assert all(e <= eps + 1e-9 for e in res.token_eps_ex_post)
+    assert res.composed_eps_ex_post == pytest.approx(sum(res.token_eps_ex_post))
     # replay the two streams naively and check the bound over the whole vocabulary
     ctx, emp = list(parts.full), list(parts.empty)
     for t, (tok, lam) in enumerate(zip(res.token_ids, res.lambdas)):
@@ -153,6 +153,25 @@ def test_bounded_cid_respects_eps_at_every_step(tiny_lm, eps):
         assert float(gap.max()) <= eps / 2
         ctx.append(tok)
         emp.append(tok)
+
+
+def test_bounded_cid_composed_eps_is_the_guarantee(tiny_lm):
+    """Paper 000, Thm B.1: Alg. 1 makes each released token ε-DP, so the response's guarantee is
+    (released tokens)·ε by basic composition, also where λ reached λ_max before the bound bound.
+    The per-instance 2·max_y |log p̄_λ(y|D) − log p(y|∅)| is kept apart, as the ex-post figure."""
+    parts = parts_for(tiny_lm)
+    eps = 8.0
+    cfg = CIDConfig(lam=0.3, temperature=0.8, max_new_tokens=10, min_new_tokens=3,
+                    bounded_eps=eps)
+    res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=1)
+    released = len(res.token_ids) + int(res.stopped_on_eos)
+    assert res.eps == eps and len(res.lambdas) == released
+    assert all(lam == 0.3 for lam in res.lambdas)  # λ_max everywhere: the bound never bound
+    assert res.composed_eps == pytest.approx(eps * released, rel=1e-12)
+    assert res.composed_eps_ex_post == pytest.approx(sum(res.token_eps_ex_post), rel=1e-12)
+    assert res.composed_eps_ex_post < res.composed_eps / 2  # the two differ on this case
+    plain = generate_cid(tiny_lm, parts.full, parts.empty, CIDConfig(lam=0.3), seed=1)
+    assert plain.composed_eps is None and plain.composed_eps_ex_post is None
 
 
 @settings(max_examples=30, deadline=None)
@@ -219,6 +238,61 @@ def test_bounded_cid_windows_use_each_steps_lambda(tiny_lm, eps):
     np.testing.assert_allclose(tau, rec["token_influence"], atol=1e-5)
     assert np.all(tau <= eps / 2 + 1e-9)
     np.testing.assert_allclose(rec["window_logp"][0], rec["logp_empty"], atol=1e-5)
+
+
+@pytest.mark.parametrize("batch_invariant", [True, False])
+def test_bounded_cid_windows_score_each_neighbour_at_its_own_lambda(tiny_lm, batch_invariant):
+    """Bounded CID's window influence is the mechanism's privacy loss (paper 000, Def. 3.1 with
+    Thm B.1): p̄(y_t | D) at D's λ_t against p̄(y_t | D∖D_i) at the λ'_t that Alg. 1 picks on
+    the neighbour's own logits, checked against a from-scratch recomputation of every prompt,
+    step and bisection, in the batch-invariant and the shared-batch paths alike."""
+    from ctxleak.methods.influence import InfluenceOptions, Setting, measure_example
+    from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
+
+    eps, lam_max, temp, min_new = 0.5, 2.0, 0.8, 3
+    template = "document : {context} . {query}"
+    example = InfluenceExample("x", "the capital of france is paris . the capital of italy is "
+                               "rome .", "question : the capital of france is", None, "qa")
+    options = InfluenceOptions(max_new_tokens=8, min_new_tokens=min_new, bounded_eps=eps,
+                               ngram=4, stride=3, template=template)
+    rec = measure_example(tiny_lm, example, Setting(lam=lam_max, temperature=temp), options,
+                          seed=1, batch_size=2, batch_invariant=batch_invariant)
+    parts = prompt_parts(tiny_lm, example, template)[0]
+    response, spans = rec["response_ids"], [tuple(s) for s in rec["windows"]]
+    assert len(response) >= 3 and len(spans) >= 3
+    full, ablated = hand_bounded_window_logp(tiny_lm, parts, response, spans, eps, lam_max,
+                                             temp, min_new)
+    np.testing.assert_allclose(rec["window_logp"], ablated, atol=1e-4)
+    np.testing.assert_allclose(rec["window_influence"], np.abs(full - ablated).sum(1),
+                               atol=1e-3)
+    # the teeth: mixing every neighbour at D's own λ_t gives other numbers on this example
+    lams = np.array(rec["lambdas"][:len(response)])
+    assert lams.min() < lam_max
+    z = [[float(x) for x in row] for row in ablated]
+    at_d = _neighbours_at_lambdas(tiny_lm, parts, response, spans, lams, temp, min_new)
+    assert np.abs(at_d - np.array(z)).max() > 1e-2
+
+
+def _neighbours_at_lambdas(lm, parts, response, spans, lams, temp, min_new):
+    """log p̄_{λ_t}(y_t | D∖D_i) with D's λ_t (what scoring did before neighbours got theirs)."""
+    ctx = list(parts.context)
+    out = []
+    for a, b in spans:
+        row = []
+        for t, token in enumerate(response):
+            prefix = list(parts.after) + list(response[:t])
+            with torch.no_grad():
+                z = tiny_lm_logits(lm, list(parts.before) + ctx[:a] + ctx[b:] + prefix)
+                z0 = tiny_lm_logits(lm, list(parts.before) + prefix)
+            if t < min_new:
+                z[lm.eos_ids] = z0[lm.eos_ids] = -1e30
+            row.append(float(cid_logprobs(z, z0, float(lams[t]), temp)[token]))
+        out.append(row)
+    return np.array(out)
+
+
+def tiny_lm_logits(lm, ids):
+    return lm.model(torch.tensor([ids])).logits[0, -1].double()
 
 
 @pytest.mark.parametrize("prefix_len, min_new", [(0, 0), (0, 2), (1, 2), (2, 2)])

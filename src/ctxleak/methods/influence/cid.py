@@ -120,20 +120,58 @@ def bounded_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, l
     return lo, lo_div
 
 
+def bounded_lambdas(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, lam_max: float,
+                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`bounded_lambda` of every row of ``[T, V]`` logits at once: for each step t the λ_t
+    of paper 000, Alg. 1 (the same bisection, float64) and its divergence from ``p(·|∅)``.
+
+    Used to score a neighbour context D' = D∖D_i as bounded CID would run on it: Thm B.1
+    compares the mechanism on D with the mechanism on D', which picks its own λ'_t on
+    z(·|D') and z(·|∅)."""
+    zc, ze = z_context.double(), z_empty.double()
+    base = torch.log_softmax(ze / temperature, dim=-1)
+    invalid = (ze <= MASKED_LOGIT / 2) | (zc <= MASKED_LOGIT / 2)
+    half = eps / 2.0 - BOUND_MARGIN
+
+    def divergence(lam: torch.Tensor) -> torch.Tensor:
+        diff = (cid_logprobs(zc, ze, lam, temperature) - base).abs()
+        return diff.masked_fill(invalid, 0.0).amax(dim=-1)
+
+    cap = torch.full((zc.shape[0],), float(lam_max), dtype=torch.float64, device=zc.device)
+    top = divergence(cap)
+    binds = top > half
+    if not bool(binds.any()):
+        return cap, top
+    lo, hi, lo_div = torch.zeros_like(cap), cap.clone(), torch.zeros_like(cap)
+    for _ in range(BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        d = divergence(mid)
+        ok = d <= half
+        lo, lo_div = torch.where(ok, mid, lo), torch.where(ok, d, lo_div)
+        hi = torch.where(ok, hi, mid)
+    return torch.where(binds, lo, cap), torch.where(binds, lo_div, top)
+
+
 @dataclass
 class CIDResponse:
     """A response drawn by (bounded) CID with, for each token y_t: ``logp_context`` =
-    log p̄_λ(y_t | D), ``logp_empty`` = log softmax(z(·|∅)/T)(y_t), the λ used and, for bounded
-    CID, the per-token ε = 2·max_y |log p̄_λ(y|D) − log p(y|∅)|. ``lambdas`` and ``token_eps``
-    also cover the stopping EOS when there is one: ending the response is a released choice too,
-    so it counts in the composed ε."""
+    log p̄_λ(y_t | D), ``logp_empty`` = log softmax(z(·|∅)/T)(y_t) and the λ used.
+
+    Bounded CID (paper 000, App. B, Alg. 1) adds ``eps``, the ε of each released token: Alg. 1
+    keeps every neighbouring context's distribution within ε/2 of p(·|∅), so each token is
+    ε-DP (Thm B.1) and ``composed_eps`` = (number of released tokens)·ε by basic composition.
+    ``token_eps_ex_post`` = 2·max_y |log p̄_λ(y|D) − log p(y|∅)| per token is a different,
+    per-instance figure about this context D alone (at most ε): it is not a DP guarantee, as a
+    neighbour's divergence is only known to be at most ε/2. ``lambdas`` and the ε figures also
+    cover the stopping EOS when there is one: ending the response is a released choice too."""
 
     token_ids: list[int]
     logp_context: list[float]
     logp_empty: list[float]
     lambdas: list[float]
-    token_eps: list[float] = field(default_factory=list)
+    token_eps_ex_post: list[float] = field(default_factory=list)
     stopped_on_eos: bool = False
+    eps: float | None = None
     # the KV cache of the prompt with the context, prefilled alone (generate_cid_many's
     # keep_context_cache), for n-gram scoring to reuse: never saved
     context_cache: Any = field(default=None, repr=False, compare=False)
@@ -145,8 +183,15 @@ class CIDResponse:
 
     @property
     def composed_eps(self) -> float | None:
-        """Basic composition of the per-token ε over every released token (bounded CID)."""
-        return float(sum(self.token_eps)) if self.token_eps else None
+        """The ε-DP guarantee of the whole response (bounded CID): ε per released token, summed
+        by basic composition (paper 000, Thm B.1), the stopping EOS included."""
+        return None if self.eps is None else float(self.eps) * len(self.lambdas)
+
+    @property
+    def composed_eps_ex_post(self) -> float | None:
+        """The sum of ``token_eps_ex_post`` (bounded CID): a per-instance figure about D, not
+        the guarantee (see the class docstring)."""
+        return None if self.eps is None else float(sum(self.token_eps_ex_post))
 
     @property
     def influence(self) -> float:
@@ -219,8 +264,8 @@ def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config:
         return CIDResponse(token_ids=gen.token_ids,
                            logp_context=[r[0] for r in gen.records[:n]],
                            logp_empty=[r[1] for r in gen.records[:n]],
-                           lambdas=lam_chosen, token_eps=step_eps,
-                           stopped_on_eos=gen.stopped_on_eos,
+                           lambdas=lam_chosen, token_eps_ex_post=step_eps,
+                           stopped_on_eos=gen.stopped_on_eos, eps=config.bounded_eps,
                            context_cache=gen.prompt_caches.get(0))
 
     job = StreamJob([list(prompt_context), list(prompt_empty)], combine, observe, seed,

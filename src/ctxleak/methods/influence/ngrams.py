@@ -18,7 +18,7 @@ from ctxleak.engine.generation import mask_eos_before_min
 from ctxleak.engine.models import LM
 from ctxleak.engine.scoring import continuation_logits
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.cid import cid_logprobs
+from ctxleak.methods.influence.cid import bounded_lambdas, cid_logprobs
 from ctxleak.methods.influence.quantities import response_influence, token_influence
 
 
@@ -96,19 +96,26 @@ class WindowRequest:
     min_new_tokens: int = 0
     # the full prompt's KV cache, already computed (generation's prefill_alone): not recomputed
     prefix_cache: Any = field(default=None, repr=False, compare=False)
+    # bounded CID (paper 000, App. B, Alg. 1): ``lam`` is λ_max, and the full prompt and every
+    # ablated one each get their own λ_t by Alg. 1's bisection on their own logits
+    bounded_eps: float | None = None
 
 
 def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans: Sequence[
         tuple[int, int]], *, lam: float | Sequence[float], temperature: float,
         min_new_tokens: int = 0, reuse_prefix: bool = True,
-        batch_size: str | int | None = "auto") -> WindowInfluence:
+        batch_size: str | int | None = "auto", bounded_eps: float | None = None
+        ) -> WindowInfluence:
     """Teacher-forced influence of each context window on ``response`` under CID.
 
     The EOS mask of the first ``min_new_tokens`` steps is applied as during generation, so the
     scored distributions are the ones the response was drawn from. ``lam`` is one λ for every
-    token, or one λ_t per response token: bounded CID (paper 000, App. B, Alg. 1) draws y_t at
-    its own λ_t, and both the reference p̄_{λ_t}(y_t | D) and every ablated
-    p̄_{λ_t}(y_t | D∖D_{i,n}) are mixed with that λ_t.
+    token, or one λ_t per response token (each context mixed with that λ_t).
+
+    ``bounded_eps``: bounded CID (paper 000, App. B, Alg. 1; ``lam`` is then λ_max). Its privacy
+    loss (Thm B.1) compares the mechanism on D with the mechanism on D∖D_{i,n}, which picks its
+    own λ'_t: so p̄(y_t | D) is mixed with the λ_t that Alg. 1 picks on z(·|D) and z(·|∅), and
+    each p̄(y_t | D∖D_{i,n}) with the λ'_t it picks on z(·|D∖D_{i,n}) and z(·|∅).
     """
     response = list(response)
     if not isinstance(lam, (int, float)):
@@ -116,7 +123,10 @@ def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans:
             raise ValueError(f"need one lambda per response token ({len(response)}), "
                              f"got {len(lam)}")
         lam = [float(x) for x in lam]
-    request = WindowRequest(parts, response, list(spans), lam, temperature, min_new_tokens)
+    if bounded_eps is not None and not isinstance(lam, (int, float)):
+        raise ValueError("with bounded_eps, lam is λ_max: one number, not one per token")
+    request = WindowRequest(parts, response, list(spans), lam, temperature, min_new_tokens,
+                            bounded_eps=bounded_eps)
     return window_influence_many(lm, [request], reuse_prefix=reuse_prefix,
                                  batch_size=batch_size)[0]
 
@@ -147,14 +157,19 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
     def keep(i: int, logits: torch.Tensor) -> torch.Tensor:
         return masked(todo[i], logits).float()  # the head gave float32: half the memory
 
-    def weights(r: WindowRequest) -> float | torch.Tensor:
+    def weights(r: WindowRequest, z: torch.Tensor, z_e: torch.Tensor) -> float | torch.Tensor:
+        if r.bounded_eps is not None:  # this context's own λ_t (Alg. 1)
+            return bounded_lambdas(z, z_e, r.bounded_eps, float(r.lam), r.temperature)[0]
         return r.lam if isinstance(r.lam, (int, float)) else \
             torch.as_tensor(list(r.lam), dtype=torch.float64)
 
-    # the no-context logits enter the CID mixture only where λ != 1 (cid_logprobs)
-    mixed = [g for g, k in enumerate(todo)
-             if with_empty or (requests[k].lam != 1 if isinstance(requests[k].lam, (int, float))
-                               else any(x != 1 for x in requests[k].lam))]
+    def uses_empty(r: WindowRequest) -> bool:
+        # the no-context logits enter the CID mixture only where λ != 1 (cid_logprobs)
+        if r.bounded_eps is not None:
+            return True
+        return r.lam != 1 if isinstance(r.lam, (int, float)) else any(x != 1 for x in r.lam)
+
+    mixed = [g for g, k in enumerate(todo) if with_empty or uses_empty(requests[k])]
     z_list = continuation_logits(lm, [requests[todo[g]].parts.empty for g in mixed],
                                  [list(requests[todo[g]].response) for g in mixed],
                                  reuse_prefix=False, batch_size=batch_size,
@@ -174,7 +189,7 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
         r = requests[todo[g]]
         masked(todo[g], logits)
         z_e = z_empty[g].to(logits.device).double() if g in z_empty else logits
-        logp = cid_logprobs(logits, z_e, weights(r), r.temperature)
+        logp = cid_logprobs(logits, z_e, weights(r, logits, z_e), r.temperature)
         target = torch.as_tensor(list(r.response), dtype=torch.long, device=logp.device)
         return logp.gather(1, target[:, None])[:, 0].cpu().numpy()
 

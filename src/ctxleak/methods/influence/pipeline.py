@@ -144,15 +144,15 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
             warn(f"example {example.id}: the n-gram size {options.ngram} (ngram) is larger "
                  f"than its context ({len(p.context)} tokens): using n = {n}", param="ngram")
             clipped.add(k)
-        # bounded CID drew y_t at its own λ_t (Alg. 1): score every window at that λ_t
+        # bounded CID: D and every D∖D_i are scored as the mechanism runs on them, each with
+        # its own λ_t by Alg. 1 (paper 000, Def. 3.1 with Thm B.1)
         response = responses[k]
-        lam = (response.lambdas[:len(response.token_ids)] if options.bounded_eps is not None
-               else setting.lam)
         requests.append(WindowRequest(p, response.token_ids,
                                       windows(len(p.context), n, options.stride),
-                                      lam=lam, temperature=setting.temperature,
+                                      lam=setting.lam, temperature=setting.temperature,
                                       min_new_tokens=options.min_new_tokens,
-                                      prefix_cache=response.context_cache))
+                                      prefix_cache=response.context_cache,
+                                      bounded_eps=options.bounded_eps))
         response.context_cache = None  # the request holds it until scored
     if batch_invariant:
         scored = [window_influence_many(lm, [r], reuse_prefix=options.reuse_prefix,
@@ -205,8 +205,12 @@ def _record(lm: LM, example: InfluenceExample, setting: Setting, options: Influe
         "rouge_l": rouge_l_f1(text, example.reference) if example.reference else None,
     }
     if options.bounded_eps is not None:
-        record.update({"lambdas": _round(response.lambdas), "token_eps": _round(response.token_eps),
-                       "composed_eps": response.composed_eps})
+        # eps, composed_eps: the guarantee (ε per released token, basic composition, paper 000
+        # Thm B.1); the ex-post figures are about this context alone, not a DP guarantee
+        record.update({"eps": options.bounded_eps, "lambdas": _round(response.lambdas),
+                       "composed_eps": response.composed_eps,
+                       "token_eps_ex_post": _round(response.token_eps_ex_post),
+                       "composed_eps_ex_post": response.composed_eps_ex_post})
     return record
 
 
@@ -240,8 +244,9 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[
             [r["max_window_influence"] for r in records
              if r.get("max_window_influence") is not None], seed=seed)
     if any("composed_eps" in r for r in records):
-        out["composed_eps"] = mean_with_ci([r["composed_eps"] for r in records
-                                         if r.get("composed_eps") is not None], seed=seed)
+        for key in ("composed_eps", "composed_eps_ex_post"):
+            out[key] = mean_with_ci([r[key] for r in records if r.get(key) is not None],
+                                    seed=seed)
         out["mean_lambda"] = float(np.mean([np.mean(r["lambdas"]) for r in records
                                             if r.get("lambdas")]))
     return out
