@@ -133,7 +133,7 @@ def influence_explain(model: Any = "default", context: str = "", query: str = ""
         summary, curve = explain_prompt(lm, context, query, task=task, template=template,
                                         config=config, ngram=ngram, top=top, seed=common.seed)
         prov = provenance(lm)
-        run.write_results(summary, provenance=prov, n_effective=1, sample_ids=[])
+        run.write_results(summary, provenance=prov, n_effective=1)
         report = explain_report(summary, query, curve)
         report.save(run.path / "report.html", mode=run.file_mode)
     result = ExplainResult(records=[], summary=summary, config=run.config, provenance=prov,

@@ -105,7 +105,8 @@ class Result:
         body = {"summary": self.summary, "config": self.config, "provenance": self.provenance,
                 "n_effective": self.n_effective if self.n_effective is not None
                 else len(self.records), "wall_time_s": self.wall_time_s}
-        if all(isinstance(r, dict) and "id" in r for r in self.records):
+        if self.n_effective in (None, len(self.records)) and all(
+                isinstance(r, dict) and "id" in r for r in self.records):
             body["sample_ids"] = [r["id"] for r in self.records]
         write_atomic(out / RESULTS_FILE, json.dumps(to_jsonable(body), indent=2,
                                                     ensure_ascii=False) + "\n", mode)

@@ -59,6 +59,7 @@ def files(tmp_path):
     put("deep.json", "[" * 200_000 + "]" * 200_000)
     put("no_end.jsonl", OK + "x" * 600_000)
     put("array.jsonl", OK + '["a", "b"]\n')
+    put("array.json", '[\n  {"id": "a", "context": "x", "query": "q"}\n]\n')
     put("nan.jsonl", OK + '{"id": "b", "context": "x", "query": "q", "n": NaN}\n')
     put("digits.jsonl", OK + '{"id": ' + "1" * 5000 + ', "context": "x", "query": "q"}\n')
     put("bad_utf8.txt", b"first line\nsecond caf\xe9\n")
@@ -103,6 +104,8 @@ CASES = {
         (["--data", "{deep.jsonl}"], ["{deep.jsonl}:2", "nested", "1,000 levels"]),
         (["--data", "{no_end.jsonl}"], ["{no_end.jsonl}:2", "input limit of 500,000 bytes"]),
         (["--data", "{array.jsonl}"], ["{array.jsonl}:2", "JSON object, got an array"]),
+        (["--data", "{array.json}"], ["{array.json}:1", "JSON array over several lines",
+                                      "one JSON object per line"]),
         (["--data", "{nan.jsonl}"], ["{nan.jsonl}:2", "NaN is not a JSON value"]),
         (["--data", "{digits.jsonl}"], ["{digits.jsonl}:2", "not readable JSON", "digits"]),
         (["--config", "{deep.yaml}"], ["{deep.yaml}", "nested"]),

@@ -203,9 +203,15 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
     if path.suffix.lower() in (".csv", ".tsv"):
         raise InputError("is a CSV file: this input must be JSONL (one JSON object per line)",
                          file=str(path))
+    first = True
     for number, text in text_lines(path):
         if not text.strip():
             continue
+        if first and text.lstrip().startswith("[") and not text.rstrip().endswith("]"):
+            raise InputError("starts a JSON array over several lines: this input is JSONL, one "
+                             "JSON object per line (convert with: jq -c '.[]' FILE)",
+                             file=str(path), line=number)
+        first = False
         yield number, parse_json(text, file=str(path), line=number)
 
 
