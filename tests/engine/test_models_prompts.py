@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM
 import ctxleak
 from ctxleak.engine import models
 from ctxleak.engine.batching import BatchPlanner, parse_batch_size
-from ctxleak.engine.model_files import fingerprint, fingerprint_changes
+from ctxleak.engine.model_files import check_model_dir, fingerprint, fingerprint_changes
 from ctxleak.engine.models import (
     _place,
     bos_convention,
@@ -336,6 +336,21 @@ def test_resume_refuses_a_model_folder_whose_weights_were_replaced(good_dir, tmp
     (folder / "model.safetensors").write_bytes(original)
     resumed = ctxleak.influence(str(folder), rows, output=out, resume=True, **opts)
     assert len(resumed.records) == 2
+    config_path = tmp_path / "run" / "config.json"  # a run folder from before fingerprints
+    config = json.loads(config_path.read_text())
+    del config["model_sha256"]
+    config_path.write_text(json.dumps(config))
+    assert len(ctxleak.influence(str(folder), rows, output=out, resume=True, **opts).records) == 2
+
+
+def test_tokenizer_by_the_folders_own_code_is_accepted_when_trusted(good_dir, tmp_path):
+    """A folder whose tokenizer comes from its own code (tokenizer_config.json, no
+    tokenizer.json) passes the folder check only with trust_remote_code."""
+    folder = broken_dir(good_dir, "no tokenizer", tmp_path / "m")
+    (folder / "tokenizer_config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="has no tokenizer files"):
+        check_model_dir(folder)
+    check_model_dir(folder, trust_remote_code=True)
 
 
 def test_damaged_converted_cache_is_converted_again(good_dir, tmp_path, monkeypatch, capsys):

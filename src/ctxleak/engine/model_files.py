@@ -135,9 +135,17 @@ def check_model_dir(path: Path, *, trust_remote_code: bool = False) -> None:
     for weight in weights:
         if weight.suffix == ".safetensors":
             safetensors_header(weight)
-    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+    if not _has_tokenizer(path, trust_remote_code):
         raise ConfigError(f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES)}): "
                           "save the tokenizer next to the model (tokenizer.save_pretrained)")
+
+
+def _has_tokenizer(path: Path, trust_remote_code: bool) -> bool:
+    """Whether the folder holds a tokenizer: one of :data:`TOKENIZER_FILES`, a ``*.tiktoken``
+    vocabulary, or (with the folder's own code trusted) a tokenizer_config.json."""
+    if any((path / name).is_file() for name in TOKENIZER_FILES) or any(path.glob("*.tiktoken")):
+        return True
+    return trust_remote_code and (path / "tokenizer_config.json").is_file()
 
 
 def _read_config(config_path: Path) -> dict[str, Any]:

@@ -44,7 +44,8 @@ def interrupted_message() -> str:
 def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
              private: bool = True, inputs: dict[str, Any] | None = None) -> Any:
     """The run directory with the full config (run options included) stored for resume, and
-    the SHA-256 of each input file (``inputs``: ``{"data": path}``) that resume checks.
+    the SHA-256 of each input file (``inputs``: ``{"data": path}``) and of each model file
+    (:func:`ctxleak.engine.models.model_fingerprint`) that resume checks.
     Folders are 0700 and files 0600 unless ``private=False`` (runs that read no user text).
 
     Under ``torchrun``/``accelerate launch`` this joins the process group first; every process
