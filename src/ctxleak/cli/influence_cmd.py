@@ -47,8 +47,9 @@ def influence(
                                                 "contexts to their first k tokens, e.g. "
                                                 "32,64,128,256 (Fig. 2b)."),
     bounded_eps: Optional[float] = typer.Option(None, "--bounded-eps", help="Bounded CID: "
-                                                "ε-DP per token for any n-gram (App. B); λ "
-                                                "becomes the upper bound λ_max."),
+                                                "ε-DP per token for any n-gram (App. B), so "
+                                                "ε × tokens for a response (basic composition); "
+                                                "λ becomes the upper bound λ_max."),
     repeat_threshold: float = typer.Option(0.5, "--repeat-threshold"),
     rouge_threshold: float = typer.Option(0.5, "--rouge-threshold"),
     bertscore_model: Optional[str] = typer.Option(None, "--bertscore-model"),

@@ -10,13 +10,15 @@ the scores by the CID mixture of the two streams' logits::
 
 How it composes with ``generate``'s own settings:
 
-- Processors that ``generate`` builds from its config (``min_new_tokens``, ``repetition_penalty``,
-  ``bad_words_ids``, ...) run *before* custom processors, on the context stream only. Tokens they
-  forbid (score −inf) are forbidden in both streams, as ctxleak's own loop masks EOS in both.
+- Processors that ``generate`` builds from its config (``min_new_tokens``, ``bad_words_ids``,
+  ``repetition_penalty``, ...) run *before* custom processors, on the context stream only. Tokens
+  they forbid (score −inf) are forbidden in both streams, as ctxleak's own loop masks EOS in both;
+  penalties rescale the context stream only (:func:`cid_generate` refuses them and neutralises
+  those the model's ``generation_config`` sets).
 - The warpers (``temperature``, ``top_k``, ``top_p``, ``min_p``, ...) run *after* it. Dividing the
   returned log-probabilities by T gives ``softmax((λ·z_D + (1−λ)·z_∅) / T)``, exactly CID at
   temperature T. ``generate`` samples with ``top_k=50`` unless told otherwise: pass ``top_k=0``
-  for pure CID (SPEC §3; :func:`cid_generate` does). Truncation changes the sampled distribution,
+  for pure CID (paper 000 §3; :func:`cid_generate` does). Truncation changes the sampled distribution,
   so the ledger (always the untruncated ``p̄_λ``) and bounded CID's ε-DP guarantee hold only for
   pure temperature sampling at the processor's ``temperature``.
 - Greedy decoding takes the argmax of ``p̄_λ`` (the same at every T). Beam search sums the
