@@ -356,7 +356,7 @@ class RunDir:
             self.path.mkdir(parents=True, exist_ok=True)
         config_path = self.path / CONFIG_FILE
         if self.world.is_main:  # rank 0 claims the folder for a whole data-parallel run
-            with os_errors(self.path, "create the run folder"):
+            with os_errors(self.path, "claim the run folder"):
                 _lock(self.path)
             _refuse_if_running(self.path)
         # a folder holding only the config of a run that stopped before computing anything (a
