@@ -26,7 +26,7 @@ class SusceptibilityMethod(Method):
                  reference: str = "marginal",
                  query_types: Any = "closed,open_qa,open_completion",
                  fisher_vocab: str = "topk", context_entities: str = "mix",
-                 sampling: str = "replacement", relations: Any = None,
+                 sampling: str = "no-replacement", relations: Any = None,
                  entities_per_relation: int | None = None) -> None:
         from ctxleak.methods.susceptibility.data import parse_query_types
         from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
