@@ -88,7 +88,8 @@ def susceptibility_report(records: Sequence[dict[str, Any]], summary: dict[str, 
                    if options.context_entities == "mix" else ""),
                 "sampling": options.sampling,
                 "reference": options.reference, "top-k": options.top_k,
-                "σ²": options.sigma2, "Fisher vocabulary": options.fisher_vocab},
+                "σ²": options.sigma2, "Fisher vocabulary": options.fisher_vocab,
+                "Fisher top-k truncation": options.fisher_truncation},
                caption="Settings")
     cut = summary.get("truncation") or {}
     if cut.get("contexts"):

@@ -24,7 +24,11 @@ from ctxleak.methods.susceptibility.data import (
     Relation,
     check_context_mix,
 )
-from ctxleak.methods.susceptibility.fisher import FISHER_VOCABS, fisher_susceptibility_many
+from ctxleak.methods.susceptibility.fisher import (
+    FISHER_TRUNCATIONS,
+    FISHER_VOCABS,
+    fisher_susceptibility_many,
+)
 from ctxleak.methods.susceptibility.montecarlo import (
     PROMPT_TEMPLATE,
     REFERENCES,
@@ -64,6 +68,7 @@ class SusceptibilityOptions:
     sigma2: float = 1.0
     reference: str = "marginal"
     fisher_vocab: str = "topk"
+    fisher_truncation: str = "renormalised"
     context_entities: str = "mix"
     entity_contexts: int | None = None
     sampling: str = "no-replacement"
@@ -93,6 +98,7 @@ class SusceptibilityOptions:
         one_of("method", self.method, METHODS)
         one_of("reference", self.reference, REFERENCES)
         one_of("fisher_vocab", self.fisher_vocab, FISHER_VOCABS)
+        one_of("fisher_truncation", self.fisher_truncation, FISHER_TRUNCATIONS)
         one_of("context_entities", self.context_entities, CONTEXT_SCOPES)
         one_of("sampling", self.sampling, SAMPLING)
         if self.n_contexts < 1:
@@ -198,12 +204,14 @@ def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Seq
         fisher = fisher_susceptibility_many(lm, [q.text for q, _ in queries],
                                             top_k=options.top_k, sigma2=options.sigma2,
                                             vocab=options.fisher_vocab,
-                                            template=options.template, prefix_kv=prefix_kv)
+                                            template=options.template, prefix_kv=prefix_kv,
+                                            truncation=options.fisher_truncation)
         seconds = (time.perf_counter() - t0) / n
         for record, fr in zip(records, fisher):
             record.update({
                 "chi_f": fr.chi, "fisher_trace": fr.trace, "sigma2": fr.sigma2,
-                "fisher_vocab": fr.vocab, "fisher_mass": fr.mass,
+                "fisher_vocab": fr.vocab, "fisher_truncation": fr.truncation,
+                "fisher_mass": fr.mass,
                 "n_query_tokens": fr.n_query_tokens, "seconds_fisher": seconds,
                 "fisher_top_tokens": [{"token": _token(lm, t), "id": t, "prob": p,
                                        "grad_sq_norm": s}
