@@ -328,7 +328,9 @@ def fisher_agreement(overall: dict[str, Any]) -> dict[str, Any]:
         out["warning"] = (f"Fisher susceptibility does not track Monte Carlo susceptibility in "
                           f"this run: Spearman ρ = {rho:.2f} over {overall['n']} queries, below "
                           f"{AGREEMENT_SPEARMAN} (the paper reports 0.56-0.77); read χ_F as a "
-                          "gradient-size score, not an estimate of χ_MC.")
+                          "gradient-size score, not an estimate of χ_MC (with a chat model, "
+                          "chat_template='off' / --chat-template off is the setting where they "
+                          "agree best: see the README).")
     return out
 
 
