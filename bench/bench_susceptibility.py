@@ -9,9 +9,9 @@ the top-k.
 Contexts: exactly those ``ctxleak susceptibility`` scores with its defaults
 (:func:`ctxleak.methods.susceptibility.query_contexts`, SPEC §6 / paper 002 §5.1): 256 draws
 per query, 8 from the contexts that mention the queried entity and the rest from the relation's
-contexts about its other entities, with replacement and deduplicated (each distinct context
-scored once, weighted by its count), seeded per query as the method seeds it. SPEC target:
-Fisher ≥ 50x faster than Monte Carlo with 256 contexts (the paper: 70x on GPUs).
+contexts about its other entities, without replacement (each pool capped at its size),
+seeded per query as the method seeds it. SPEC target: Fisher ≥ 50x faster than Monte Carlo
+with 256 contexts (the paper: 70x on GPUs).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def main() -> None:
                     help="torch CPU threads (default: torch's choice)")
     ap.add_argument("--seed", type=int, default=0, help="the run seed (as --seed of the method)")
     args = ap.parse_args()
-    # the method's defaults: the paper's mix (8 of 256 mention the entity), with replacement
+    # the method's defaults: the paper's mix (8 of 256 mention the entity), without replacement
     options = SusceptibilityOptions(n_contexts=args.contexts).validate()
     if args.threads:
         torch.set_num_threads(args.threads)

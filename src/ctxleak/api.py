@@ -77,8 +77,9 @@ def susceptibility(model: Any = "default", data: Any = "demo", *, progress: bool
     """Monte Carlo and Fisher susceptibility of queries to context (paper 002):
     ``ctxleak susceptibility``. ``data``: a relations JSON file or ``"demo"``. Options:
     ``method``, ``contexts``, ``entity_contexts``, ``top_k``, ``sigma2``, ``reference``,
-    ``query_types``, ``fisher_vocab``, ``context_entities``, ``sampling``, ``relations``,
-    ``entities_per_relation`` and the run options. Returns a :class:`SusceptibilityResult`."""
+    ``query_types``, ``fisher_vocab``, ``fisher_truncation``, ``context_entities``,
+    ``sampling``, ``relations``, ``entities_per_relation`` and the run options. Returns a
+    :class:`SusceptibilityResult`."""
     from ctxleak.methods.susceptibility.method import SusceptibilityMethod
 
     return _run(SusceptibilityMethod, model, data, progress, options)

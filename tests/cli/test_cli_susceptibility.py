@@ -86,7 +86,7 @@ def test_cli_end_to_end_and_resume(tmp_path, tiny_model_dir):
     for row in first:
         assert row["n_draws"] == 6 and row["n_entity_draws"] == 2
     mix = results["summary"]["context_mix"]
-    assert mix == {"scope": "mix", "contexts": 6, "sampling": "replacement",
+    assert mix == {"scope": "mix", "contexts": 6, "sampling": "no-replacement",
                    "entity_contexts": 2, "other_contexts": 4, "mean_draws": 6.0,
                    "mean_entity_draws": 2.0, "mean_distinct_contexts": pytest.approx(
                        sum(r["n_distinct_contexts"] for r in first) / 4)}
@@ -104,6 +104,8 @@ def test_cli_end_to_end_and_resume(tmp_path, tiny_model_dir):
     # a changed setting is refused on resume; no --resume refuses a used directory
     result = runner.invoke(app, [*base[:-4], "--contexts", "7", "--output", str(run), "--resume"])
     assert result.exit_code != 0 and "config differs in contexts" in str(result.exception)
+    result = runner.invoke(app, [*base, "--sampling", "replacement", "--resume"])
+    assert result.exit_code != 0 and "config differs in sampling" in str(result.exception)
     result = runner.invoke(app, [*base, "--limit", "2"])
     assert result.exit_code != 0 and "already holds a run" in str(result.exception)
 

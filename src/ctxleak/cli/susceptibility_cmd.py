@@ -36,6 +36,10 @@ def susceptibility(
     fisher_vocab: str = typer.Option("topk", "--fisher-vocab", help="topk, or full: the exact "
                                      "trace over the whole vocabulary (V backward products; "
                                      "small models only)."),
+    fisher_truncation: str = typer.Option(
+        "renormalised", "--fisher-truncation", help="renormalised (the Fisher information of "
+        "the top-k distribution renormalised to sum to 1; tracks Monte Carlo better on the "
+        "default model) or raw (the plain top-k partial sum Σ p(a)·‖∇ log p(a)‖²)."),
     context_entities: str = typer.Option("mix", "--context-entities", help="Entities in the "
                                          "contexts: mix (paper 002 §5.1: --entity-contexts "
                                          "about the query's entity, the rest about the "
@@ -43,8 +47,10 @@ def susceptibility(
                                          "own entity with every answer; the default before "
                                          "the mix), relation (every entity of the relation, "
                                          "uniformly, as Du et al.) or all (every relation's)."),
-    sampling: str = typer.Option("replacement", "--sampling", help="replacement (i.i.d. draws; "
-                                 "duplicates weighted by count) or no-replacement (Du et al.)."),
+    sampling: str = typer.Option("no-replacement", "--sampling", help="no-replacement (paper "
+                                 "002 §5.1 and Du et al.: each pool subsampled, capped at its "
+                                 "size) or replacement (i.i.d. draws; repeats weighted by "
+                                 "count)."),
     relations: Optional[str] = typer.Option(None, "--relations", help="Only these relations "
                                             "(comma list of names)."),
     entities_per_relation: Optional[int] = typer.Option(
@@ -66,7 +72,8 @@ def susceptibility(
     result = run_susceptibility(common.model, data, **api_options(common), method=method,
                                 contexts=contexts, top_k=top_k, sigma2=sigma2,
                                 reference=reference, query_types=query_types,
-                                fisher_vocab=fisher_vocab, context_entities=context_entities,
+                                fisher_vocab=fisher_vocab, fisher_truncation=fisher_truncation,
+                                context_entities=context_entities,
                                 entity_contexts=entity_contexts,
                                 sampling=sampling, relations=relations,
                                 entities_per_relation=entities_per_relation)

@@ -88,7 +88,8 @@ def susceptibility_report(records: Sequence[dict[str, Any]], summary: dict[str, 
                    if options.context_entities == "mix" else ""),
                 "sampling": options.sampling,
                 "reference": options.reference, "top-k": options.top_k,
-                "σ²": options.sigma2, "Fisher vocabulary": options.fisher_vocab},
+                "σ²": options.sigma2, "Fisher vocabulary": options.fisher_vocab,
+                "Fisher top-k truncation": options.fisher_truncation},
                caption="Settings")
     cut = summary.get("truncation") or {}
     if cut.get("contexts"):
@@ -98,6 +99,9 @@ def susceptibility_report(records: Sequence[dict[str, Any]], summary: dict[str, 
     if timing:
         rep.add_heading("Time per query")
         rep.add_kv(timing, caption="seconds per query for each method; speedup = MC / Fisher")
+    warning = (summary.get("agreement") or {}).get("warning")
+    if warning:
+        rep.add_text("Warning: " + warning)
     if "correlation" in summary:
         rep.add_heading("Correlation of χ_F and χ_MC")
         corr = summary["correlation"]
@@ -178,6 +182,9 @@ def print_susceptibility(summary: dict[str, Any], reference: str, path: str) -> 
             ct.add_row(name, str(c["n"]), format_cell((c.get("pearson") or {}).get("r")),
                        format_cell((c.get("spearman") or {}).get("r")))
         console.print(ct)
+    warning = (summary.get("agreement") or {}).get("warning")
+    if warning:
+        console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     t = summary.get("timing", {})
     parts = []
     if "seconds_per_query_mc" in t:

@@ -204,8 +204,10 @@ def test_query_contexts_is_the_methods_sample(llama_lm):
     assert drawn.sample.n_draws == 64
     assert sum(c for t, c in counts.items() if t in own) == 3
     assert set(drawn.pool) - own == set(context_pool(relation, other_entities(q, relation)))
-    only = query_contexts(q, rels, 16, np.random.default_rng(5), scope="query")
+    only = query_contexts(q, rels, 16, np.random.default_rng(5), scope="query", replace=True)
     assert set(only.sample.texts) <= own and only.sample.n_draws == 16
+    capped = query_contexts(q, rels, len(own) + 5, np.random.default_rng(5), scope="query")
+    assert sorted(capped.sample.texts) == sorted(own)  # without replacement: each once
 
     options = SusceptibilityOptions(method="mc", n_contexts=64, entity_contexts=3).validate()
     (record,) = measure_queries(llama_lm, [(q, 5)], rels, options)

@@ -42,13 +42,13 @@ def test_batched_equals_loop_over_topk(tiny_lm):
 
 
 def test_chi_is_half_sigma2_times_the_weighted_squared_norms(tiny_lm):
-    res = fisher_susceptibility(tiny_lm, QUERY, top_k=5, sigma2=1.0)
+    res = fisher_susceptibility(tiny_lm, QUERY, top_k=5, sigma2=1.0, truncation="raw")
     manual = sum(p * s for p, s in zip(res.probs, res.sq_norms))
     assert res.trace == pytest.approx(manual, rel=1e-12)
     assert res.chi == pytest.approx(0.5 * manual, rel=1e-12)
     # probabilities are those of the top-5 tokens, largest first
     assert res.probs == sorted(res.probs, reverse=True) and 0 < res.mass <= 1
-    scaled = fisher_susceptibility(tiny_lm, QUERY, top_k=5, sigma2=0.25)
+    scaled = fisher_susceptibility(tiny_lm, QUERY, top_k=5, sigma2=0.25, truncation="raw")
     assert scaled.chi == pytest.approx(0.25 * res.chi, rel=1e-6)
     prompt = query_prompt(tiny_lm, QUERY)
     assert res.n_query_tokens == prompt.spans["query"][1] - prompt.spans["query"][0]
@@ -57,16 +57,48 @@ def test_chi_is_half_sigma2_times_the_weighted_squared_norms(tiny_lm):
 def test_fisher_trace_helper():
     logp = torch.log(torch.tensor([0.5, 0.25], dtype=torch.float64))
     grads = torch.tensor([[[1.0, 2.0]], [[0.0, 4.0]]], dtype=torch.float64)
-    trace, sq = fisher_trace(logp, grads)
+    trace, sq = fisher_trace(logp, grads, "raw")
     assert sq.tolist() == [5.0, 16.0] and trace == pytest.approx(0.5 * 5 + 0.25 * 16)
+    # renormalised: p̃ = (2/3, 1/3), ḡ = (2/3, 8/3), g − ḡ = (1/3, −2/3) and (−2/3, 4/3)
+    trace, sq = fisher_trace(logp, grads)
+    assert sq.tolist() == pytest.approx([5 / 9, 20 / 9])
+    assert trace == pytest.approx(2 / 3 * 5 / 9 + 1 / 3 * 20 / 9)
+
+
+def test_renormalised_truncation_is_the_fisher_of_the_topk_distribution(lm64):
+    """With the top-k distribution renormalised, tr I is Σ p̃(a)·‖∇_e log p̃(a)‖² where
+    log p̃ = log p − logsumexp_top-k log p, differentiated by autograd; over the whole vocabulary
+    it is the full trace (the score has mean zero), and so is the raw sum."""
+    res = fisher_susceptibility(lm64, QUERY, top_k=6)
+    assert res.truncation == "renormalised"
+    prompt = query_prompt(lm64, QUERY)
+    start, end = prompt.spans["query"]
+    with torch.no_grad():
+        base = input_embeddings(lm64, prompt.ids)
+    wrt = base[start:end].clone().requires_grad_(True)
+    logp = next_token_log_distribution(lm64, torch.cat([base[:start], wrt, base[end:]]))
+    top = logp[torch.as_tensor(res.token_ids)]
+    renorm = top - torch.logsumexp(top, dim=0)
+    manual = 0.0
+    for j in range(len(res.token_ids)):
+        (g,) = torch.autograd.grad(renorm[j], wrt, retain_graph=True)
+        manual += float(renorm[j].detach().exp()) * float((g.double() ** 2).sum())
+    assert res.trace == pytest.approx(manual, rel=1e-4)
+    raw = fisher_susceptibility(lm64, QUERY, top_k=6, truncation="raw")
+    assert raw.trace != pytest.approx(res.trace, rel=1e-3)
+    full = fisher_susceptibility(lm64, QUERY, vocab="full")
+    every = fisher_susceptibility(lm64, QUERY, top_k=lm64.vocab_size)
+    assert every.trace == pytest.approx(full.trace, rel=1e-6)
+    with pytest.raises(ValueError, match="truncation"):
+        fisher_susceptibility(lm64, QUERY, truncation="clipped")
 
 
 def test_topk_over_the_whole_vocabulary_is_the_full_trace(lm64):
     full = fisher_susceptibility(lm64, QUERY, vocab="full")
-    every = fisher_susceptibility(lm64, QUERY, top_k=lm64.vocab_size)
+    every = fisher_susceptibility(lm64, QUERY, top_k=lm64.vocab_size, truncation="raw")
     assert full.mass == pytest.approx(1.0, abs=1e-12)
     assert every.chi == pytest.approx(full.chi, rel=1e-9)
-    top10 = fisher_susceptibility(lm64, QUERY, top_k=10)
+    top10 = fisher_susceptibility(lm64, QUERY, top_k=10, truncation="raw")
     assert top10.chi <= full.chi * (1 + 1e-12)  # a partial sum of non-negative terms
 
 
@@ -175,3 +207,14 @@ def test_weights_stay_as_they_were(tiny_lm):
         assert [p.requires_grad for p in params] == [False] + [True] * (len(params) - 1)
     finally:
         params[0].requires_grad_(True)
+
+
+def test_truncation_is_a_checked_run_setting():
+    from ctxleak.errors import ConfigError
+    from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
+
+    assert SusceptibilityOptions().fisher_truncation == "renormalised"
+    assert SusceptibilityOptions().to_dict()["fisher_truncation"] == "renormalised"
+    with pytest.raises(ConfigError, match="^fisher_truncation must") as err:
+        SusceptibilityOptions(fisher_truncation="clipped").validate()
+    assert err.value.param == "fisher_truncation"

@@ -158,14 +158,14 @@ def test_duplicate_contexts_through_the_model(tiny_lm):
 
 def test_sampling_with_and_without_replacement():
     pool = [f"c{i}" for i in range(5)]
-    s = sample_contexts(pool, 40, np.random.default_rng(0))
+    s = sample_contexts(pool, 40, np.random.default_rng(0), replace=True)
     assert s.n_draws == 40 and len(s.texts) <= 5 and set(s.texts) <= set(pool)
-    s2 = sample_contexts(pool, 40, np.random.default_rng(0))
+    s2 = sample_contexts(pool, 40, np.random.default_rng(0), replace=True)
     assert s.texts == s2.texts and s.counts.tolist() == s2.counts.tolist()  # seeded
     u = sample_contexts(pool, 3, np.random.default_rng(1), replace=False)
     assert len(u.texts) == 3 and u.counts.tolist() == [1.0, 1.0, 1.0]
-    capped = sample_contexts(pool, 40, np.random.default_rng(1), replace=False)
-    assert sorted(capped.texts) == pool
+    capped = sample_contexts(pool, 40, np.random.default_rng(1))  # default: no replacement
+    assert sorted(capped.texts) == pool and capped.n_draws == 5
 
 
 def test_kl_rows_handles_zeros():

@@ -1,6 +1,11 @@
 """Susceptibility to context: Monte Carlo (Du et al. 2024) and Fisher (paper 002), SPEC §6."""
 
-from ctxleak.methods.susceptibility.contexts import QueryContexts, query_contexts
+from ctxleak.methods.susceptibility.contexts import (
+    QueryContexts,
+    query_contexts,
+    query_pools,
+    recorded_contexts,
+)
 from ctxleak.methods.susceptibility.data import (
     CONTEXT_SCOPES,
     QUERY_TYPES,
@@ -50,6 +55,8 @@ __all__ = [
     "build_queries",
     "QueryContexts",
     "query_contexts",
+    "query_pools",
+    "recorded_contexts",
     "context_pool",
     "correlation",
     "dedupe_contexts",

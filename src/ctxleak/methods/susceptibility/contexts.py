@@ -62,6 +62,12 @@ def context_pool(relation: Relation, entities: Sequence[str]) -> list[str]:
 
 def pool_entities(query: Query, relations: Sequence[Relation], scope: str) -> list[str]:
     """The entities whose contexts may be drawn for ``query`` (its own entity first)."""
+    return scope_entities(query.relation, query.entity, relations, scope)
+
+
+def scope_entities(relation_name: str, entity: str, relations: Sequence[Relation],
+                   scope: str) -> list[str]:
+    """:func:`pool_entities` of a query about ``entity`` under ``relation_name``."""
     if scope not in CONTEXT_SCOPES:
         raise ConfigError(f"context_entities must be one of {', '.join(CONTEXT_SCOPES)}, "
                           f"not '{scope}'", param="context_entities")
@@ -69,9 +75,9 @@ def pool_entities(query: Query, relations: Sequence[Relation], scope: str) -> li
         raise ConfigError("the 'mix' scope has two pools: use other_entities and "
                           "sample_context_mix")
     if scope == "query":
-        return [query.entity]
-    chosen = [r for r in relations if scope == "all" or r.name == query.relation]
-    names = [query.entity]
+        return [entity]
+    chosen = [r for r in relations if scope == "all" or r.name == relation_name]
+    names = [entity]
     for r in chosen:
         names += [e for e, _ in r.entities] + list(r.fake_entities)
     return unique(names)
@@ -80,8 +86,12 @@ def pool_entities(query: Query, relations: Sequence[Relation], scope: str) -> li
 def other_entities(query: Query, relation: Relation) -> list[str]:
     """The relation's real and made-up entities other than the query's (paper 002 §5.1: the
     contexts of a query's sample that do not mention its entity)."""
+    return _others(query.entity, relation)
+
+
+def _others(entity: str, relation: Relation) -> list[str]:
     names = [e for e, _ in relation.entities] + list(relation.fake_entities)
-    return [e for e in unique(names) if e != query.entity]
+    return [e for e in unique(names) if e != entity]
 
 
 def _draw(pool: Sequence[str], n: int, rng: np.random.Generator, replace: bool) -> list[str]:
@@ -93,10 +103,11 @@ def _draw(pool: Sequence[str], n: int, rng: np.random.Generator, replace: bool) 
 
 
 def sample_contexts(pool: Sequence[str], n: int, rng: np.random.Generator, *,
-                    replace: bool = True) -> ContextSample:
-    """Draw ``n`` contexts uniformly from ``pool`` (with replacement: i.i.d. Monte Carlo draws;
-    without: Du et al.'s ``random.sample``, capped at the pool size) and deduplicate, keeping each
-    distinct context once with its count, in order of first draw."""
+                    replace: bool = False) -> ContextSample:
+    """Draw ``n`` contexts uniformly from ``pool`` (without replacement, the default: paper 002
+    §5.1 and Du et al. subsample their contexts, capped at the pool size; with: i.i.d. Monte
+    Carlo draws) and deduplicate, keeping each distinct context once with its count, in order
+    of first draw."""
     if n < 1:
         raise ConfigError(f"contexts must be at least 1, got {n}", param="contexts")
     if not pool:
@@ -106,7 +117,7 @@ def sample_contexts(pool: Sequence[str], n: int, rng: np.random.Generator, *,
 
 def sample_context_mix(entity_pool: Sequence[str], other_pool: Sequence[str], n: int,
                        entity_contexts: int, rng: np.random.Generator, *,
-                       replace: bool = True) -> ContextSample:
+                       replace: bool = False) -> ContextSample:
     """Paper 002 §5.1: ``n`` contexts per query, ``entity_contexts`` of them drawn from the
     contexts that mention the queried entity (``entity_pool``) and ``n − entity_contexts`` from
     the relation's contexts about other entities (``other_pool``); each part drawn as in
@@ -153,20 +164,61 @@ class QueryContexts:
     pool: list[str]
     entity_pool: list[str]
 
+    @property
+    def pool_indices(self) -> list[int]:
+        """Where each distinct context of the sample sits in ``pool`` (first occurrence)."""
+        where: dict[str, int] = {}
+        for i, text in enumerate(self.pool):
+            where.setdefault(text, i)
+        return [where[t] for t in self.sample.texts]
+
+
+def query_pools(relation_name: str, entity: str, relations: Sequence[Relation], *,
+                scope: str = "mix") -> tuple[list[str], list[str]]:
+    """``(pool, entity_pool)`` of a query about ``entity`` under ``relation_name``: every
+    context its Monte Carlo sample may draw, in a fixed order (with ``scope="mix"``: the
+    contexts that mention the entity, then the relation's contexts about its other entities),
+    and those that mention the entity. A ``samples.jsonl`` record's ``context_draws`` indexes
+    ``pool``."""
+    relation = next((r for r in relations if r.name == relation_name), None)
+    if relation is None:
+        raise ConfigError(f"no relation named '{relation_name}'", param="relations")
+    entity_pool = context_pool(relation, [entity])
+    if scope == "mix":
+        return entity_pool + context_pool(relation, _others(entity, relation)), entity_pool
+    return context_pool(relation, scope_entities(relation_name, entity, relations, scope)), \
+        entity_pool
+
 
 def query_contexts(query: Query, relations: Sequence[Relation], n: int, rng: np.random.Generator,
                    *, scope: str = "mix", entity_contexts: int = 8,
-                   replace: bool = True) -> QueryContexts:
+                   replace: bool = False) -> QueryContexts:
     """The contexts ``ctxleak susceptibility`` scores for ``query`` (paper 002 §5.1): with
     ``scope="mix"``, ``entity_contexts`` of the ``n`` draws from the contexts that mention the
     queried entity and the rest from the relation's other entities
     (:func:`sample_context_mix`); any other scope draws all ``n`` from one pool
-    (:func:`pool_entities`, :func:`sample_contexts`)."""
-    relation = next(r for r in relations if r.name == query.relation)
-    entity_pool = context_pool(relation, [query.entity])
+    (:func:`pool_entities`, :func:`sample_contexts`). Without replacement by default, as paper
+    002 §5.1 and Du et al. subsample their contexts (each part capped at its pool's size)."""
+    pool, entity_pool = query_pools(query.relation, query.entity, relations, scope=scope)
     if scope == "mix":
-        others = context_pool(relation, other_entities(query, relation))
+        others = pool[len(entity_pool):]
         sample = sample_context_mix(entity_pool, others, n, entity_contexts, rng, replace=replace)
-        return QueryContexts(sample, entity_pool + others, entity_pool)
-    pool = context_pool(relation, pool_entities(query, relations, scope))
-    return QueryContexts(sample_contexts(pool, n, rng, replace=replace), pool, entity_pool)
+    else:
+        sample = sample_contexts(pool, n, rng, replace=replace)
+    return QueryContexts(sample, pool, entity_pool)
+
+
+def recorded_contexts(record: dict[str, Any], relations: Sequence[Relation], *,
+                      scope: str = "mix") -> ContextSample:
+    """The Monte Carlo sample a ``samples.jsonl`` record was measured on, from its
+    ``context_draws`` (pool index and count of each distinct context, in the order scored) and
+    the pool :func:`query_pools` rebuilds from the relations: χ_MC is then
+    ``monte_carlo_susceptibility(lm, record["query"], sample.texts, sample.counts).chi``."""
+    pool, _ = query_pools(record["relation"], record["entity"], relations, scope=scope)
+    draws = record["context_draws"]
+    if any(not 0 <= i < len(pool) for i in draws["pool_index"]):
+        raise ConfigError(f"context_draws of query {record.get('query')!r} index past the "
+                          f"{len(pool)} contexts of its pool: other relations than the run's?",
+                          param="relations")
+    return ContextSample(texts=[pool[i] for i in draws["pool_index"]],
+                         counts=np.asarray(draws["count"], dtype=np.float64))

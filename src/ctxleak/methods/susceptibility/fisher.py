@@ -10,6 +10,10 @@ distribution. The Fisher information of the answer about e is
 
     χ_F(q) = ½·σ²·tr I(e) = ½·σ²·Σ_{a ∈ top-k} p(a|e)·‖∇_e log p(a|e)‖²,   σ² = 1 by default.
 
+By default the top-k distribution is renormalised before its Fisher information is taken
+(``truncation="renormalised"``, :func:`fisher_trace`): the sum above with p̃ = p / Σ_top-k p and
+the gradients of log p̃; ``truncation="raw"`` keeps the plain partial sum.
+
 One forward pass and k vector-Jacobian products batched in one backward
 (``torch.autograd.grad(..., is_grads_batched=True)``), as in
 :func:`ctxleak.engine.gradients.next_token_embedding_grads`. With ``reuse_prefix`` (default) the
@@ -40,13 +44,15 @@ from ctxleak.engine.prompts import Prompt, build_prompt
 from ctxleak.methods.susceptibility.montecarlo import PROMPT_TEMPLATE
 
 FISHER_VOCABS = ("topk", "full")
+FISHER_TRUNCATIONS = ("renormalised", "raw")
 FULL_VOCAB_CHUNK = 256  # vector-Jacobian products per batched backward with vocab="full"
 
 
 @dataclass(frozen=True)
 class FisherResult:
     """``chi = ½σ²·trace``; ``trace`` = tr I(e) over the chosen tokens; per token: ``token_ids``,
-    ``probs`` p(a|e) and ``sq_norms`` ‖∇_e log p(a|e)‖² (top-k only; empty for the full
+    ``probs`` p(a|e) and ``sq_norms`` (‖∇_e log p(a|e)‖², or with ``truncation="renormalised"``
+    ‖∇_e log p̃(a|e)‖² of the renormalised top-k distribution; top-k only, empty for the full
     vocabulary); ``mass`` = Σ p(a|e) over the tokens summed."""
 
     chi: float
@@ -58,14 +64,32 @@ class FisherResult:
     mass: float
     n_query_tokens: int
     vocab: str = "topk"
+    truncation: str = "renormalised"
 
 
-def fisher_trace(logprobs: torch.Tensor, grads: torch.Tensor) -> tuple[float, torch.Tensor]:
-    """``tr I = Σ_a p(a)·‖g_a‖²`` from ``logprobs[k]`` and gradients ``grads[k, ...]`` (float64);
-    also returns the squared norms ``‖g_a‖²``."""
+def fisher_trace(logprobs: torch.Tensor, grads: torch.Tensor, truncation: str = "renormalised"
+                 ) -> tuple[float, torch.Tensor]:
+    """``tr I`` over the top-k tokens from ``logprobs[k]`` and gradients ``grads[k, ...]`` of
+    ``log p(a|e)`` (float64); also returns the squared norms summed per token.
+
+    ``truncation="renormalised"`` (default): the Fisher information of the top-k distribution
+    itself, ``p̃(a) = p(a) / Σ_top-k p`` (Eq. 11 read as truncating the answer distribution):
+    ``∇ log p̃(a) = g_a − ḡ`` with ``ḡ = Σ_b p̃(b)·g_b``, so ``tr I = Σ_a p̃(a)·‖g_a − ḡ‖²``; it
+    is a proper Fisher information (the score has mean zero) and equals the full-vocabulary trace
+    when k covers the vocabulary. On the default model it tracks Monte Carlo susceptibility
+    better than ``"raw"``, ``tr I = Σ_a p(a)·‖g_a‖²`` (the plain partial sum, which grows with
+    the probability mass left outside the top-k); see the README's Fisher/Monte Carlo table."""
     g = grads.double().reshape(grads.shape[0], -1)
-    sq = (g * g).sum(dim=1)
-    return float((logprobs.double().exp() * sq).sum()), sq
+    p = logprobs.double().exp()
+    if truncation == "raw":
+        sq = (g * g).sum(dim=1)
+        return float((p * sq).sum()), sq
+    if truncation != "renormalised":
+        raise ValueError(f"truncation must be one of {FISHER_TRUNCATIONS}, not '{truncation}'")
+    weights = p / p.sum()
+    centred = g - (weights[:, None] * g).sum(dim=0)
+    sq = (centred * centred).sum(dim=1)
+    return float((weights * sq).sum()), sq
 
 
 def fisher_chi(trace: float, sigma2: float) -> float:
@@ -103,18 +127,22 @@ def fisher_susceptibility(lm: LM, query: str, *, top_k: int = 10, sigma2: float 
                           vocab: str = "topk", template: str = PROMPT_TEMPLATE,
                           batched: bool = True, reuse_prefix: bool = True,
                           chunk: int = FULL_VOCAB_CHUNK,
-                          prefix_kv: PrefixKV | None = None) -> FisherResult:
+                          prefix_kv: PrefixKV | None = None,
+                          truncation: str = "renormalised") -> FisherResult:
     """χ_F of ``query`` (Eq. 10): gradients of the top-k next-token log-probabilities with
     respect to the query's input embeddings, one forward pass and one batched backward.
 
     Give the same ``prefix_kv`` store to every query of a run: the tokens before the query (a
-    chat template's system turn) then go through the model once."""
+    chat template's system turn) then go through the model once. ``truncation``: how the top-k
+    distribution enters the trace (:func:`fisher_trace`); the full vocabulary needs none."""
     if vocab not in FISHER_VOCABS:
         raise ValueError(f"vocab must be one of {FISHER_VOCABS}, not '{vocab}'")
     if not sigma2 > 0:
         raise ValueError(f"sigma2 must be positive, got {sigma2}")
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
+    if truncation not in FISHER_TRUNCATIONS:
+        raise ValueError(f"truncation must be one of {FISHER_TRUNCATIONS}, not '{truncation}'")
     prompt = query_prompt(lm, query, template)
     span = prompt.spans["query"]
     n_tokens = span[1] - span[0]
@@ -127,36 +155,39 @@ def fisher_susceptibility(lm: LM, query: str, *, top_k: int = 10, sigma2: float 
                                                  top_k=min(top_k, lm.vocab_size),
                                                  batched=batched, reuse_prefix=reuse_prefix,
                                                  prefix_kv=prefix_kv)
-    trace, sq = fisher_trace(logprobs, grads)
+    trace, sq = fisher_trace(logprobs, grads, truncation)
     probs = logprobs.double().exp()
     return FisherResult(chi=fisher_chi(trace, sigma2), trace=trace, sigma2=sigma2,
                         token_ids=[int(t) for t in token_ids], probs=probs.tolist(),
                         sq_norms=sq.tolist(), mass=float(probs.sum()), n_query_tokens=n_tokens,
-                        vocab="topk")
+                        vocab="topk", truncation=truncation)
 
 
 def fisher_susceptibility_many(lm: LM, queries: Sequence[str], *, top_k: int = 10,
                                sigma2: float = 1.0, vocab: str = "topk",
                                template: str = PROMPT_TEMPLATE,
-                               prefix_kv: PrefixKV | None = None) -> list[FisherResult]:
+                               prefix_kv: PrefixKV | None = None,
+                               truncation: str = "renormalised") -> list[FisherResult]:
     """:func:`fisher_susceptibility` of several queries: their forward passes and vector-Jacobian
     products in one batch (:func:`~ctxleak.engine.gradients.next_token_embedding_grads_many`);
     the full vocabulary goes one query at a time."""
-    if vocab != "topk" or top_k < 1 or not sigma2 > 0:
+    if vocab != "topk" or top_k < 1 or not sigma2 > 0 or truncation not in FISHER_TRUNCATIONS:
         return [fisher_susceptibility(lm, q, top_k=top_k, sigma2=sigma2, vocab=vocab,
-                                      template=template, prefix_kv=prefix_kv) for q in queries]
+                                      template=template, prefix_kv=prefix_kv,
+                                      truncation=truncation) for q in queries]
     prompts = [query_prompt(lm, q, template) for q in queries]
     spans = [p.spans["query"] for p in prompts]
     many = next_token_embedding_grads_many(lm, [p.ids for p in prompts], spans,
                                            top_k=min(top_k, lm.vocab_size), prefix_kv=prefix_kv)
     out = []
     for res, (start, end) in zip(many, spans):
-        trace, sq = fisher_trace(res.logprobs, res.grads)
+        trace, sq = fisher_trace(res.logprobs, res.grads, truncation)
         probs = res.logprobs.double().exp()
         out.append(FisherResult(chi=fisher_chi(trace, sigma2), trace=trace, sigma2=sigma2,
                                 token_ids=[int(t) for t in res.token_ids], probs=probs.tolist(),
                                 sq_norms=sq.tolist(), mass=float(probs.sum()),
-                                n_query_tokens=end - start, vocab="topk"))
+                                n_query_tokens=end - start, vocab="topk",
+                                truncation=truncation))
     return out
 
 

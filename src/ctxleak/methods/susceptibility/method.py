@@ -14,7 +14,8 @@ from ctxleak.run.options import RunOptions
 class SusceptibilityMethod(Method):
     """Susceptibility of queries to context (``ctxleak susceptibility``). Keywords are the CLI's
     flags: ``method`` (mc, fisher, both), ``contexts``, ``entity_contexts``, ``top_k``,
-    ``sigma2``, ``reference``, ``query_types``, ``fisher_vocab``, ``context_entities``,
+    ``sigma2``, ``reference``, ``query_types``, ``fisher_vocab``, ``fisher_truncation``,
+    ``context_entities``,
     ``sampling``, ``relations``, ``entities_per_relation``."""
 
     name = "susceptibility"
@@ -25,8 +26,9 @@ class SusceptibilityMethod(Method):
                  sigma2: float = 1.0,
                  reference: str = "marginal",
                  query_types: Any = "closed,open_qa,open_completion",
-                 fisher_vocab: str = "topk", context_entities: str = "mix",
-                 sampling: str = "replacement", relations: Any = None,
+                 fisher_vocab: str = "topk", fisher_truncation: str = "renormalised",
+                 context_entities: str = "mix",
+                 sampling: str = "no-replacement", relations: Any = None,
                  entities_per_relation: int | None = None) -> None:
         from ctxleak.methods.susceptibility.data import parse_query_types
         from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
@@ -36,7 +38,8 @@ class SusceptibilityMethod(Method):
         self.result_class = SusceptibilityResult
         self.options = SusceptibilityOptions(
             method=method, n_contexts=contexts, top_k=top_k, sigma2=sigma2,
-            reference=reference, fisher_vocab=fisher_vocab, context_entities=context_entities,
+            reference=reference, fisher_vocab=fisher_vocab, fisher_truncation=fisher_truncation,
+            context_entities=context_entities,
             entity_contexts=entity_contexts, sampling=sampling).validate()
         if not isinstance(query_types, str):
             query_types = ",".join(query_types)

@@ -24,7 +24,11 @@ from ctxleak.methods.susceptibility.data import (
     Relation,
     check_context_mix,
 )
-from ctxleak.methods.susceptibility.fisher import FISHER_VOCABS, fisher_susceptibility_many
+from ctxleak.methods.susceptibility.fisher import (
+    FISHER_TRUNCATIONS,
+    FISHER_VOCABS,
+    fisher_susceptibility_many,
+)
 from ctxleak.methods.susceptibility.montecarlo import (
     PROMPT_TEMPLATE,
     REFERENCES,
@@ -39,6 +43,11 @@ TYPE_LABELS = {"closed": "closed", "open_qa": "open (question answering)",
 
 # paper 002 §5.1: 8 of the 256 contexts of a query mention its entity (4 of 128 for LLaMA)
 PAPER_CONTEXTS, PAPER_ENTITY_CONTEXTS = 256, 8
+# Fisher is read as an estimate of Monte Carlo susceptibility only where their per-query
+# Spearman correlation over at least AGREEMENT_MIN_QUERIES queries reaches AGREEMENT_SPEARMAN
+# (paper 002 Table 1: 0.56-0.77 overall over 14 models; a null correlation's 95 % band at 20
+# queries is about ±0.44)
+AGREEMENT_SPEARMAN, AGREEMENT_MIN_QUERIES = 0.3, 20
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,10 @@ class SusceptibilityOptions:
     (``context_entities="mix"``; 128 and 4 for LLaMA-size models). ``entity_contexts=None``
     takes the paper's ratio, 1/32 of ``n_contexts`` rounded, at least 1 (8 of 256, 4 of 128);
     :meth:`validate` returns the options with it resolved. ``context_entities="query"`` draws
-    every context from the queried entity's own (ctxleak's default before the mix)."""
+    every context from the queried entity's own (ctxleak's default before the mix).
+    ``sampling="no-replacement"`` (default) subsamples each pool without replacement, as paper
+    002 §5.1 and Du et al. do (a pool smaller than its share of the draws gives all of its
+    contexts once); ``"replacement"`` draws i.i.d. and weights repeats by their count."""
 
     method: str = "both"
     n_contexts: int = 256
@@ -56,9 +68,10 @@ class SusceptibilityOptions:
     sigma2: float = 1.0
     reference: str = "marginal"
     fisher_vocab: str = "topk"
+    fisher_truncation: str = "renormalised"
     context_entities: str = "mix"
     entity_contexts: int | None = None
-    sampling: str = "replacement"
+    sampling: str = "no-replacement"
     template: str = PROMPT_TEMPLATE
     reuse_prefix: bool = True
     top_contexts: int = 3
@@ -85,6 +98,7 @@ class SusceptibilityOptions:
         one_of("method", self.method, METHODS)
         one_of("reference", self.reference, REFERENCES)
         one_of("fisher_vocab", self.fisher_vocab, FISHER_VOCABS)
+        one_of("fisher_truncation", self.fisher_truncation, FISHER_TRUNCATIONS)
         one_of("context_entities", self.context_entities, CONTEXT_SCOPES)
         one_of("sampling", self.sampling, SAMPLING)
         if self.n_contexts < 1:
@@ -121,7 +135,13 @@ def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
                   prefix_kv: PrefixKV | None = None) -> dict[str, Any]:
     """χ_MC and/or χ_F of one query, with the most persuasive contexts and the seconds each
     method took (one JSON record for ``samples.jsonl``). ``prefix_kv``: one store for all the
-    queries of a run (see :func:`fisher_susceptibility`)."""
+    queries of a run (see :func:`fisher_susceptibility`).
+
+    The Monte Carlo sample is recorded in full: ``context_draws`` holds, for each distinct
+    context in the order scored, its ``pool_index`` in the query's context pool
+    (:func:`~ctxleak.methods.susceptibility.contexts.query_pools`) and its ``count`` (times
+    drawn; p̂ = count / ``n_draws``), so χ_MC can be recomputed from the record and the relations
+    alone (:func:`~ctxleak.methods.susceptibility.contexts.recorded_contexts`)."""
     return measure_queries(lm, [(query, seed)], relations, options, batch_size, prefix_kv)[0]
 
 
@@ -139,7 +159,7 @@ def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Seq
     n = max(len(queries), 1)
     if options.run_mc:
         t0 = time.perf_counter()
-        samples, pools, owns = [], [], []
+        samples, pools, owns, where = [], [], [], []
         with_replacement = options.sampling == "replacement"
         for q, seed in queries:
             drawn = query_contexts(q, relations, options.n_contexts, np.random.default_rng(seed),
@@ -148,14 +168,15 @@ def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Seq
                                    replace=with_replacement)  # paper 002 §5.1
             samples.append(drawn.sample)
             pools.append(drawn.pool)
+            where.append(drawn.pool_indices)
             owns.append(set(drawn.entity_pool))
         results = monte_carlo_many(lm, [(q.text, smp.texts, smp.counts)
                                         for (q, _), smp in zip(queries, samples)],
                                    reference=options.reference, template=options.template,
                                    reuse_prefix=options.reuse_prefix, batch_size=batch_size)
         seconds = (time.perf_counter() - t0) / n
-        for (q, _), record, res, sample, pool, own in zip(queries, records, results, samples,
-                                                          pools, owns):
+        for (q, _), record, res, sample, pool, own, idx in zip(queries, records, results,
+                                                               samples, pools, owns, where):
             cut = [c for c in res.context_tokens_cut if c]
             if cut:
                 warn(f"query {q.id}: {len(cut)} context(s) cut by up to {max(cut)} "
@@ -169,6 +190,8 @@ def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Seq
                 "n_entity_draws": int(sum(c for t, c in zip(sample.texts, sample.counts)
                                           if t in own)),
                 "context_pool_size": len(pool), "seconds_mc": seconds,
+                "context_draws": {"pool_index": idx,
+                                  "count": [int(c) for c in sample.counts]},
                 "contexts_truncated": len(cut), "context_tokens_cut": int(sum(cut)),
                 "persuasive_contexts": [{"context": sample.texts[i], "psi": float(res.psi[i]),
                                          "weight": float(res.weights[i])} for i in order],
@@ -181,12 +204,14 @@ def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Seq
         fisher = fisher_susceptibility_many(lm, [q.text for q, _ in queries],
                                             top_k=options.top_k, sigma2=options.sigma2,
                                             vocab=options.fisher_vocab,
-                                            template=options.template, prefix_kv=prefix_kv)
+                                            template=options.template, prefix_kv=prefix_kv,
+                                            truncation=options.fisher_truncation)
         seconds = (time.perf_counter() - t0) / n
         for record, fr in zip(records, fisher):
             record.update({
                 "chi_f": fr.chi, "fisher_trace": fr.trace, "sigma2": fr.sigma2,
-                "fisher_vocab": fr.vocab, "fisher_mass": fr.mass,
+                "fisher_vocab": fr.vocab, "fisher_truncation": fr.truncation,
+                "fisher_mass": fr.mass,
                 "n_query_tokens": fr.n_query_tokens, "seconds_fisher": seconds,
                 "fisher_top_tokens": [{"token": _token(lm, t), "id": t, "prob": p,
                                        "grad_sq_norm": s}
@@ -261,6 +286,7 @@ def summarize_queries(records: Sequence[dict[str, Any]], options: Susceptibility
             "closed": corr([r for r in records if not r["open"]]),
             "by_relation_means": _relation_mean_correlation(records, mc, fk),
         }
+        out["agreement"] = fisher_agreement(out["correlation"]["overall"])
     out["means"] = {
         "by_query_type": group_means(records, keys, lambda r: r["query_type"]),
         "open_vs_closed": group_means(records, keys,
@@ -282,6 +308,29 @@ def summarize_queries(records: Sequence[dict[str, Any]], options: Susceptibility
     out["timing"] = timing
     if options.run_mc:  # contexts cut to the model's window (SPEC §9)
         out["truncation"] = truncation_counts(records)
+    return out
+
+
+def fisher_agreement(overall: dict[str, Any]) -> dict[str, Any]:
+    """Whether χ_F tracks χ_MC in this run: ``agrees`` is False, with a one-line ``warning``,
+    when the overall Spearman correlation over at least ``AGREEMENT_MIN_QUERIES`` queries is
+    below ``AGREEMENT_SPEARMAN`` ("Efficiently Computing Susceptibility to Context in Language
+    Models", Table 1, reports 0.56-0.77); None (no verdict) with fewer queries or no
+    correlation."""
+    rho = (overall.get("spearman") or {}).get("r")
+    out: dict[str, Any] = {"spearman": rho, "n": overall.get("n"),
+                           "threshold": AGREEMENT_SPEARMAN, "min_queries": AGREEMENT_MIN_QUERIES,
+                           "agrees": None, "warning": None}
+    if rho is None or (overall.get("n") or 0) < AGREEMENT_MIN_QUERIES:
+        return out
+    out["agrees"] = rho >= AGREEMENT_SPEARMAN
+    if not out["agrees"]:
+        out["warning"] = (f"Fisher susceptibility does not track Monte Carlo susceptibility in "
+                          f"this run: Spearman ρ = {rho:.2f} over {overall['n']} queries, below "
+                          f"{AGREEMENT_SPEARMAN} (the paper reports 0.56-0.77); read χ_F as a "
+                          "gradient-size score, not an estimate of χ_MC (with a chat model, "
+                          "chat_template='off' / --chat-template off is the setting where they "
+                          "agree best: see the README).")
     return out
 
 
