@@ -10,13 +10,12 @@ a run directory, and ``_repr_html_`` renders a compact summary in Jupyter.
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ctxleak.errors import InputError
+from ctxleak.errors import InputError, warn
 from ctxleak.run.rundir import (
     CONFIG_FILE,
     RESULTS_FILE,
@@ -332,7 +331,6 @@ def _summarised(path: Path, rows: list[dict[str, Any]], body: dict[str, Any],
         raise InputError("lists an id twice", file=str(results), field="sample_ids")
     extra = len(rows) - len(ids)
     if extra:
-        warnings.warn(f"{samples}: {extra} row(s) that results.json did not summarise (kept "
-                      "from an earlier run with a larger limit, or added since) are left out",
-                      stacklevel=3)
+        warn(f"{samples}: {extra} row(s) that results.json did not summarise (kept "
+             "from an earlier run with a larger limit, or added since) are left out")
     return [by_id[i] for i in ids]

@@ -138,9 +138,8 @@ def _neutralise_model_config(model: Any, kwargs: dict[str, Any]) -> None:
     if sampling:
         kwargs.setdefault("top_k", 0)  # generate's own default is top_k=50
     if dropped:
-        warnings.warn("cid_generate samples at temperature only (Context Influence Decoding); "
-                      f"ignored the model's generation_config settings {', '.join(dropped)}",
-                      stacklevel=3)
+        warn("cid_generate samples at temperature only (Context Influence Decoding); "
+             f"ignored the model's generation_config settings {', '.join(dropped)}")
 
 
 def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[str],
