@@ -141,13 +141,10 @@ def _fill(text: str, files: dict[str, str]) -> str:
     return text
 
 
-@pytest.mark.parametrize("command,argv,expected",
-                         [(c, a, e) for c, cases in CASES.items() for a, e in cases],
-                         ids=[f"{c}:{' '.join(a)}" for c, cases in CASES.items()
-                              for a, _ in cases])
-def test_bad_input_is_one_line_before_any_model(command, argv, expected, files, tmp_path,
-                                                capsys, monkeypatch):
-    monkeypatch.setenv("CTXLEAK_MAX_LINE_BYTES", "200")
+def one_line_error(command: str, argv: list[str], expected: list[str], files: dict[str, str],
+                   tmp_path, capsys) -> str:
+    """Run ``ctxleak COMMAND ARGV`` (paths filled in, ``--output`` added if missing) and check
+    it exits with status 2 and one stderr line holding every ``expected`` text; return it."""
     argv = [_fill(a, files) for a in argv]
     if "--output" not in argv:
         argv += ["--output", str(tmp_path / "out")]
@@ -157,4 +154,15 @@ def test_bad_input_is_one_line_before_any_model(command, argv, expected, files, 
     assert len(lines) == 1, err
     for text in expected:
         assert _fill(text, files) in lines[0], lines[0]
-    assert "at at" not in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("command,argv,expected",
+                         [(c, a, e) for c, cases in CASES.items() for a, e in cases],
+                         ids=[f"{c}:{' '.join(a)}" for c, cases in CASES.items()
+                              for a, _ in cases])
+def test_bad_input_is_one_line_before_any_model(command, argv, expected, files, tmp_path,
+                                                capsys, monkeypatch):
+    monkeypatch.setenv("CTXLEAK_MAX_LINE_BYTES", "200")
+    line = one_line_error(command, argv, expected, files, tmp_path, capsys)
+    assert "at at" not in line

@@ -12,8 +12,7 @@ import os
 import unicodedata
 
 import pytest
-from conftest import run_cli
-from test_bad_inputs import _fill, no_model  # noqa: F401 - the fixture is autouse
+from test_bad_inputs import no_model, one_line_error  # noqa: F401 - the fixture is autouse
 from tiny_data import TINY_RELATIONS
 
 from ctxleak.results import ICLInfResult
@@ -157,15 +156,7 @@ CASES = {
 def test_bad_data_is_one_line_before_any_model(command, argv, expected, files, tmp_path,
                                                capsys, monkeypatch):
     monkeypatch.setenv("CTXLEAK_MAX_LINE_BYTES", "500000")
-    argv = [_fill(a, files) for a in argv]
-    if "--output" not in argv:
-        argv += ["--output", str(tmp_path / "out")]
-    code, _, err = run_cli(command.split() + argv, capsys)
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1, err
-    for text in expected:
-        assert _fill(text, files) in lines[0], lines[0]
+    one_line_error(command, argv, expected, files, tmp_path, capsys)
 
 
 def test_probe_shots_range_in_the_library():
