@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ctxleak.engine.forward import MASKED_LOGIT
-from ctxleak.engine.generation import Generation, StreamJob, generate_many
+from ctxleak.engine.generation import Generation, StreamJob, generate_many, replay
 from ctxleak.engine.models import LM
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.quantities import response_influence, token_influence
@@ -213,14 +213,16 @@ CIDJob = tuple[Sequence[int], Sequence[int], CIDConfig, int]
 
 
 def generate_cid_many(lm: LM, jobs: Sequence[CIDJob], use_cache: bool = True,
-                      sample: bool = True, keep_context_cache: bool = False
-                      ) -> list[CIDResponse]:
+                      sample: bool = True, keep_context_cache: bool = False,
+                      rescored: bool = False) -> list[CIDResponse]:
     """One CID response per job, the two streams of every job decoded in one batched KV cache
     (:func:`~ctxleak.engine.generation.generate_many`); each job draws from its own seed, so its
-    response does not depend on the other jobs in the batch. ``keep_context_cache``: each
-    prompt with the context is prefilled alone and its KV cache kept in
-    ``CIDResponse.context_cache``, so that n-gram scoring need not compute it again."""
-    parts = [_cid_job(full, empty, config, seed, keep_context_cache)
+    response does not depend on the other jobs in the batch (nor, under a batch-invariant
+    policy, do its floats). ``keep_context_cache``: each prompt with the context is prefilled
+    alone and its KV cache kept in ``CIDResponse.context_cache``, so that n-gram scoring need not
+    compute it again. ``rescored``: the caller recomputes the floats by scoring each example's
+    streams itself, so the engine need not replay them."""
+    parts = [_cid_job(full, empty, config, seed, keep_context_cache, replay_floats=not rescored)
              for full, empty, config, seed in jobs]
     gens = generate_many(lm, [job for job, _ in parts], use_cache=use_cache, sample=sample)
     return [finish(gen) for (_, finish), gen in zip(parts, gens)]
@@ -229,46 +231,47 @@ def generate_cid_many(lm: LM, jobs: Sequence[CIDJob], use_cache: bool = True,
 def replay_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],
                config: CIDConfig, response: CIDResponse) -> CIDResponse:
     """``response`` with its floats (log-probs, λ_t and ε of bounded CID) recomputed from this
-    example's two prompts alone (:func:`ctxleak.engine.replay.replay`, batch-invariant runs):
-    the same tokens, and numbers that do not depend on the examples decoded with it."""
-    from ctxleak.engine.replay import replay
-
+    example's two prompts alone (:func:`ctxleak.engine.generation.replay`, what a
+    batch-invariant run does): the same tokens, and numbers that do not depend on the examples
+    decoded with it."""
     job, finish = _cid_job(prompt_context, prompt_empty, config, 0)
     gen = Generation(token_ids=list(response.token_ids), stopped_on_eos=response.stopped_on_eos)
     return finish(replay(lm, job, gen))
 
 
 def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config: CIDConfig,
-             seed: int, keep_context_cache: bool = False
+             seed: int, keep_context_cache: bool = False, replay_floats: bool = True
              ) -> tuple[StreamJob, Callable[[Generation], CIDResponse]]:
-    """The stream job of one CID response and the function that reads its result."""
-    lam_chosen: list[float] = []
-    step_eps: list[float] = []
+    """The stream job of one CID response and the function that reads its result. Each step's
+    record is ``(log p̄_λ(y_t), log p(y_t | no context), λ_t, ε_t)`` (ε_t None unless bounded)."""
+    chosen: dict[str, Any] = {}  # λ_t and ε_t of the current step, from combine to observe
 
     def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()) -> torch.Tensor:
         # masked EOS (``excluded``) stays at MASKED_LOGIT in the λ-mix: probability 0
-        lam = config.lam
+        lam, eps = config.lam, None
         if config.bounded_eps is not None:
             lam, div = bounded_lambda(logits[0], logits[1], config.bounded_eps, config.lam,
                                       config.temperature)
-            step_eps.append(2.0 * div)
-        lam_chosen.append(lam)
+            eps = 2.0 * div
+        chosen["lam"], chosen["eps"] = lam, eps
         return cid_logprobs(logits[0], logits[1], lam, config.temperature)
 
     def observe(logits: torch.Tensor, logprobs: torch.Tensor, token: int, step: int):
         empty = torch.log_softmax(logits[1] / config.temperature, dim=-1)
-        return float(logprobs[token]), float(empty[token])
+        return float(logprobs[token]), float(empty[token]), chosen["lam"], chosen["eps"]
 
     def finish(gen: Generation) -> CIDResponse:
         n = len(gen.token_ids)  # influence is over response tokens, not the stopping EOS
         return CIDResponse(token_ids=gen.token_ids,
                            logp_context=[r[0] for r in gen.records[:n]],
                            logp_empty=[r[1] for r in gen.records[:n]],
-                           lambdas=lam_chosen, token_eps_ex_post=step_eps,
+                           lambdas=[r[2] for r in gen.records],
+                           token_eps_ex_post=[r[3] for r in gen.records
+                                              if config.bounded_eps is not None],
                            stopped_on_eos=gen.stopped_on_eos, eps=config.bounded_eps,
                            context_cache=gen.prompt_caches.get(0))
 
     job = StreamJob([list(prompt_context), list(prompt_empty)], combine, observe, seed,
                     config.max_new_tokens, config.min_new_tokens,
-                    keep_prompt_cache=(0,) if keep_context_cache else ())
+                    keep_prompt_cache=(0,) if keep_context_cache else (), replay=replay_floats)
     return job, finish
