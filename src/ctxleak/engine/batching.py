@@ -5,9 +5,9 @@ The run layer builds one :class:`BatchPolicy` from its options and hands it to t
 (:func:`using`); every engine call then reads it from the model (:func:`policy_of`), so no method
 chooses batch sizes or branches on batch invariance. Under a batch-invariant policy scoring keeps
 each example's rows in forward passes of their own (:func:`example_passes`) and generation
-recomputes each example's floats alone (:mod:`ctxleak.engine.replay`): a sample's bytes then do
-not depend on the batch size nor on the examples in flight. Otherwise results depend on the batch
-only by float noise (tests check this), so the planner is free to choose.
+recomputes each example's floats alone (:func:`ctxleak.engine.generation.replay`): a sample's
+bytes then do not depend on the batch size nor on the examples in flight. Otherwise results
+depend on the batch only by float noise (tests check this), so the planner is free to choose.
 """
 
 from __future__ import annotations
