@@ -213,9 +213,6 @@ def _warning_printer(argv: list[str]) -> Callable[..., None]:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. ``--config FILE.yaml`` supplies defaults for any flag of the command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    session = sys.modules.get("ctxleak.run.runner")
-    if session is not None:  # a new command (tests run several in one process)
-        session._CURRENT_RUN = None
     debug = _pop_flag(argv, "--debug") or os.environ.get("CTXLEAK_DEBUG") == "1"
     if _pop_flag(argv, "--plain"):
         from ctxleak.report.console import set_plain
@@ -249,11 +246,11 @@ def _run(argv: list[str], debug: bool) -> None:
         typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
         sys.exit(2)
     except KeyboardInterrupt as exc:
-        typer.secho(_interrupted(), err=True)
+        typer.secho(_interrupted(exc), err=True)
         sys.exit(143 if isinstance(exc, Terminated) else 130)
     except SystemExit as exc:
         if exc.code == 130:  # Typer turns Ctrl-C (and so SIGTERM) into a silent exit 130
-            typer.secho(_interrupted(), err=True)
+            typer.secho(_interrupted(exc), err=True)
             if _by_sigterm(exc):
                 raise SystemExit(143) from None
         raise
@@ -272,9 +269,10 @@ def _by_sigterm(exc: BaseException) -> bool:
     return False
 
 
-def _interrupted() -> str:
-    """The Ctrl-C message: which run folder kept how many finished examples, how to resume."""
+def _interrupted(exc: BaseException) -> str:
+    """The Ctrl-C message: which run folder kept how many finished examples (the folder the
+    interrupt carries), how to resume."""
     session = sys.modules.get("ctxleak.run.runner")
     if session is None:
         return "interrupted before any run folder was written; nothing was kept"
-    return session.interrupted_message()
+    return session.interrupted_message(exc)
