@@ -139,8 +139,9 @@ def command_flags(path: list[str]) -> dict[str, str]:
 def nest_defaults(path: list[str], values: dict[str, Any]) -> dict[str, Any]:
     """Click's ``default_map`` for the command at ``path`` from a config file's flag names
     (``lambda``, ``max-new-tokens`` or ``max_new_tokens``), mapped to the command's parameter
-    names; an unknown flag is an error that names it."""
+    names; an unknown flag is an error that names it and suggests the closest known one."""
     from ctxleak.errors import ConfigError
+    from ctxleak.run.params import did_you_mean
 
     command: Any = typer.main.get_command(app)
     for word in path:
@@ -154,10 +155,14 @@ def nest_defaults(path: list[str], values: dict[str, Any]) -> dict[str, Any]:
             by_flag[opt.lstrip("-").replace("-", "_")] = param.name
     node: dict[str, Any] = {}
     for key, value in values.items():
-        name = by_flag.get(str(key).lstrip("-").replace("-", "_"))
+        typed = str(key).lstrip("-").replace("-", "_")
+        name = by_flag.get(typed)
         if name is None:
+            hint = did_you_mean(typed, by_flag)
+            if "-" in str(key):  # suggested in the spelling the file uses
+                hint = hint.replace("_", "-")
             raise ConfigError(f"unknown flag '{key}' in the config for 'ctxleak "
-                              f"{' '.join(path)}'")
+                              f"{' '.join(path)}'{hint}")
         node[name] = value
     for word in reversed(path):
         node = {word: node}
