@@ -55,13 +55,6 @@ class RunOptions:
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
 
-    @classmethod
-    def split(cls, options: dict[str, Any]) -> tuple[RunOptions, dict[str, Any]]:
-        """(the run options among ``options``, the rest: the method's own keywords)."""
-        names = set(cls.names())
-        common = cls(**{k: v for k, v in options.items() if k in names})
-        return common, {k: v for k, v in options.items() if k not in names}
-
     def check(self) -> RunOptions:
         """Errors name the parameter (the CLI maps it to its flag)."""
         from ctxleak.run.validate import check_common
