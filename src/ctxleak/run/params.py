@@ -5,20 +5,17 @@ dataclass validates every field in ``__post_init__``, raising
 :class:`ctxleak.errors.ConfigError` with ``param=`` set to the field's name, the way
 :class:`ctxleak.methods.influence.cid.CIDConfig` does. The same fields are the keyword
 parameters of :mod:`ctxleak.api` (whose docstrings read :func:`option_docs`) and of the CLI's
-commands; :func:`build` turns a mapping of keywords into the dataclass, refusing an unknown
-keyword with a did-you-mean.
+commands; :func:`check_keywords` refuses an unknown keyword with a did-you-mean.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
-from dataclasses import MISSING, Field, field, fields, is_dataclass
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from dataclasses import field, fields
+from typing import Any
 
 from ctxleak.errors import ConfigError
-
-T = TypeVar("T")
 
 #: The metadata key holding an option's documentation.
 DOC = "doc"
@@ -33,11 +30,6 @@ def option(default: Any, doc: str) -> Any:
 def option_docs(cls: type) -> dict[str, str]:
     """``{field name: documentation}`` of a dataclass declared with :func:`option`."""
     return {f.name: f.metadata.get(DOC, "") for f in fields(cls)}
-
-
-def option_defaults(cls: type) -> dict[str, Any]:
-    """``{field name: default}`` of a dataclass (every field has a default)."""
-    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
@@ -57,15 +49,3 @@ def check_keywords(given: Iterable[str], choices: Iterable[str], where: str) -> 
     for name in given:
         if name not in allowed:
             raise unknown_keyword(name, allowed, where)
-
-
-def build(cls: type[T], values: Mapping[str, Any], where: str | None = None) -> T:
-    """``cls(**values)``, an unknown keyword refused with a did-you-mean."""
-    assert is_dataclass(cls)
-    check_keywords(values, [f.name for f in fields(cls)], where or cls.__name__)
-    return cls(**values)
-
-
-def params_fields(cls: type) -> list[Field[Any]]:
-    """The fields of an options dataclass, in order."""
-    return list(fields(cls))
