@@ -108,7 +108,7 @@ class InfluenceParams:
     @property
     def sizes(self) -> list[int | None]:
         """The context sizes measured: None is the whole context."""
-        return [None] if self.context_sizes is None else list(self.context_sizes)
+        return [None] if self.context_sizes is None else list(self.context_sizes)  # type: ignore[arg-type]
 
     def options(self) -> InfluenceOptions:
         """What the pipeline needs besides λ and T."""
