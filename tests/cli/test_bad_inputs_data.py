@@ -162,8 +162,8 @@ def test_bad_data_is_one_line_before_any_model(command, argv, expected, files, t
 def test_probe_shots_range_in_the_library():
     """The range is the library's: Python callers get it too, naming the keyword."""
     from ctxleak.errors import ConfigError
-    from ctxleak.methods.pii.method import ProbeMethod
+    from ctxleak.methods.pii.params import ProbeParams
 
     with pytest.raises(ConfigError, match=r"^shots must be integers from 1 to 5") as info:
-        ProbeMethod(shots=[1, 9])
+        ProbeParams(shots=[1, 9])
     assert info.value.param == "shots"

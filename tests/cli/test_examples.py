@@ -38,8 +38,11 @@ def test_example_config_is_valid(path):
 
 
 def test_unknown_flag_in_config_is_an_error():
-    with pytest.raises(ConfigError, match="unknown flag 'lamda'"):
+    with pytest.raises(ConfigError, match="unknown flag 'lamda'.*did you mean 'lambda'"):
         nest_defaults(["influence"], {"lamda": 1})
+    with pytest.raises(ConfigError, match="unknown flag 'max-new-token'.*did you mean "
+                                          "'max-new-tokens'"):
+        nest_defaults(["influence"], {"max-new-token": 4})
     with pytest.raises(ConfigError, match="unknown command"):
         nest_defaults(["nope"], {})
 
@@ -49,3 +52,16 @@ def test_every_paper_has_an_example():
     002, 004)."""
     commands = {load_config_file(p)["command"] for p in EXAMPLES}
     assert commands >= {"influence", "icl", "audit", "dp calibrate", "susceptibility", "probe"}
+
+
+def test_config_file_typo_suggests_the_flag(tmp_path, capsys):
+    """A YAML key that is no flag: one line, exit 2, the closest flag suggested; nothing runs."""
+    from conftest import run_cli
+
+    config = tmp_path / "run.yaml"
+    config.write_text("command: influence\ndata: demo\nlamda: 0.5\n")
+    code, _, err = run_cli(["influence", "--config", str(config),
+                            "--output", str(tmp_path / "run")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "unknown flag 'lamda'" in err and "did you mean 'lambda'?" in err
+    assert not (tmp_path / "run").exists()

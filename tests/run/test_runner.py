@@ -27,7 +27,7 @@ class WordCount(Method):
         super().__init__(common)
         self.fail_on, self.calls = fail_on, []
 
-    def config(self):
+    def config(self, data):
         return {"fail_on": None}
 
     def items(self, data):

@@ -139,8 +139,9 @@ def command_flags(path: list[str]) -> dict[str, str]:
 def nest_defaults(path: list[str], values: dict[str, Any]) -> dict[str, Any]:
     """Click's ``default_map`` for the command at ``path`` from a config file's flag names
     (``lambda``, ``max-new-tokens`` or ``max_new_tokens``), mapped to the command's parameter
-    names; an unknown flag is an error that names it."""
+    names; an unknown flag is an error that names it and suggests the closest known one."""
     from ctxleak.errors import ConfigError
+    from ctxleak.run.params import did_you_mean
 
     command: Any = typer.main.get_command(app)
     for word in path:
@@ -154,10 +155,14 @@ def nest_defaults(path: list[str], values: dict[str, Any]) -> dict[str, Any]:
             by_flag[opt.lstrip("-").replace("-", "_")] = param.name
     node: dict[str, Any] = {}
     for key, value in values.items():
-        name = by_flag.get(str(key).lstrip("-").replace("-", "_"))
+        typed = str(key).lstrip("-").replace("-", "_")
+        name = by_flag.get(typed)
         if name is None:
+            hint = did_you_mean(typed, by_flag)
+            if "-" in str(key):  # suggested in the spelling the file uses
+                hint = hint.replace("_", "-")
             raise ConfigError(f"unknown flag '{key}' in the config for 'ctxleak "
-                              f"{' '.join(path)}'")
+                              f"{' '.join(path)}'{hint}")
         node[name] = value
     for word in reversed(path):
         node = {word: node}
@@ -213,9 +218,6 @@ def _warning_printer(argv: list[str]) -> Callable[..., None]:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. ``--config FILE.yaml`` supplies defaults for any flag of the command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    session = sys.modules.get("ctxleak.run.runner")
-    if session is not None:  # a new command (tests run several in one process)
-        session._CURRENT_RUN = None
     debug = _pop_flag(argv, "--debug") or os.environ.get("CTXLEAK_DEBUG") == "1"
     if _pop_flag(argv, "--plain"):
         from ctxleak.report.console import set_plain
@@ -249,11 +251,11 @@ def _run(argv: list[str], debug: bool) -> None:
         typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
         sys.exit(2)
     except KeyboardInterrupt as exc:
-        typer.secho(_interrupted(), err=True)
+        typer.secho(_interrupted(exc), err=True)
         sys.exit(143 if isinstance(exc, Terminated) else 130)
     except SystemExit as exc:
         if exc.code == 130:  # Typer turns Ctrl-C (and so SIGTERM) into a silent exit 130
-            typer.secho(_interrupted(), err=True)
+            typer.secho(_interrupted(exc), err=True)
             if _by_sigterm(exc):
                 raise SystemExit(143) from None
         raise
@@ -272,9 +274,10 @@ def _by_sigterm(exc: BaseException) -> bool:
     return False
 
 
-def _interrupted() -> str:
-    """The Ctrl-C message: which run folder kept how many finished examples, how to resume."""
+def _interrupted(exc: BaseException) -> str:
+    """The Ctrl-C message: which run folder kept how many finished examples (the folder the
+    interrupt carries), how to resume."""
     session = sys.modules.get("ctxleak.run.runner")
     if session is None:
         return "interrupted before any run folder was written; nothing was kept"
-    return session.interrupted_message()
+    return session.interrupted_message(exc)

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from ctxleak.cli.options import CommonOptions, api_options, with_common_options
+from ctxleak.cli.options import CommonOptions, with_common_options
 
 
 def register(app: typer.Typer) -> None:
@@ -69,15 +69,17 @@ def register(app: typer.Typer) -> None:
         """
         import time
 
-        from ctxleak.api import audit as run_audit
+        from ctxleak.api import run_params
+        from ctxleak.methods.audit.method import AuditParams
         from ctxleak.report.audit import print_audit
 
         t0 = time.time()
-        result = run_audit(common.model, data, **api_options(common), text_field=text_field,
-                           label_field=label_field, label=label, template=template,
-                           subset_size=subset_size, clip=clip, temperature=temperature,
-                           search=search, target_eps=target_eps, delta=delta, n_gen=n_gen,
-                           max_tokens=max_tokens, min_tokens=min_tokens, orders=orders)
+        params = AuditParams(text_field=text_field, label_field=label_field, label=label,
+                             template=template, subset_size=subset_size, clip=clip,
+                             temperature=temperature, search=search, target_eps=target_eps,
+                             delta=delta, n_gen=n_gen, max_tokens=max_tokens,
+                             min_tokens=min_tokens, orders=orders)
+        result = run_params(params, common, data)
         if result is not None:  # None on the other processes of a data-parallel run
             print_audit(result.summary["rows"], result.summary["search"], result.path,
                         time.time() - t0)

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from ctxleak.cli.options import CommonOptions, api_options, with_common_options
+from ctxleak.cli.options import CommonOptions, with_common_options
 
 _DATA = "Data"
 _PROMPT = "Prompt"
@@ -99,17 +99,19 @@ def register(app: typer.Typer) -> None:
 
         Example:  ctxleak icl --data demo --shots 1,2,4 --calibration both --limit 10
         """
-        from ctxleak.api import iclinf
+        from ctxleak.api import run_params
+        from ctxleak.methods.icl.params import ICLInfParams
         from ctxleak.report.icl import print_icl
         from ctxleak.run.runner import say
 
-        result = iclinf(common.model, data, **api_options(common), test_data=test_data,
-                        split=split, text_field=text_field, label_field=label_field,
-                        labels=labels, queries=queries, fmt=fmt, instruction=instruction,
-                        exemplar_template=exemplar_template, query_template=query_template,
-                        max_text_tokens=max_text_tokens, shots=shots, calibrate=calibrate,
-                        calibration=calibration, calibration_eps=calibration_eps,
-                        output_space=output_space, label_scoring=label_scoring)
+        params = ICLInfParams(test_data=test_data, split=split, text_field=text_field,
+                              label_field=label_field, labels=labels, queries=queries, fmt=fmt,
+                              instruction=instruction, exemplar_template=exemplar_template,
+                              query_template=query_template, max_text_tokens=max_text_tokens,
+                              shots=shots, calibrate=calibrate, calibration=calibration,
+                              calibration_eps=calibration_eps, output_space=output_space,
+                              label_scoring=label_scoring)
+        result = run_params(params, common, data)
         if result is None:  # the other processes of a data-parallel run
             return
         if result.summary["truncated_texts"]:

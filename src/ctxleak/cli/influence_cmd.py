@@ -65,16 +65,18 @@ def influence(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ctxleak.api import influence as run_influence
+    from ctxleak.api import run_params
+    from ctxleak.methods.influence.params import InfluenceParams
     from ctxleak.report.influence import print_influence
 
-    result = run_influence(common.model, data, **api_options(common), task=task,
-                           template=template, fields=fields, lam=lam, temperature=temperature,
-                           max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-                           ngram=ngram, stride=stride, context_sizes=context_sizes,
-                           bounded_eps=bounded_eps, repeat_threshold=repeat_threshold,
-                           rouge_threshold=rouge_threshold, bertscore_model=bertscore_model,
-                           factkb_model=factkb_model, redact=redact)
+    params = InfluenceParams(task=task, template=template, fields=fields, lam=lam,
+                             temperature=temperature, max_new_tokens=max_new_tokens,
+                             min_new_tokens=min_new_tokens, ngram=ngram, stride=stride,
+                             context_sizes=context_sizes, bounded_eps=bounded_eps,
+                             repeat_threshold=repeat_threshold, rouge_threshold=rouge_threshold,
+                             bertscore_model=bertscore_model, factkb_model=factkb_model,
+                             redact=redact)
+    result = run_params(params, common, data)
     if result is not None:  # None on the other processes of a data-parallel run
         print_influence(result.summary["settings"], result.path)
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from ctxleak.cli.options import CommonOptions, api_options, with_common_options
+from ctxleak.cli.options import CommonOptions, with_common_options
 
 
 @with_common_options
@@ -90,17 +90,18 @@ def probe(
 
     Example:  ctxleak probe --data demo --subjects 10 --pii phone,email --output runs/probe
     """
-    from ctxleak.api import probe as run_probe
+    from ctxleak.api import run_params
+    from ctxleak.methods.pii.params import ProbeParams
     from ctxleak.report.probe import print_probe
 
-    result = run_probe(common.model, data, **api_options(common), mode=mode, pii=pii,
-                       shots=shots, structure=structure, beam=beam,
-                       max_new_tokens=max_new_tokens, generate=generate, subjects=subjects,
-                       soft_tokens=soft_tokens, train_fraction=train_fraction, epochs=epochs,
-                       soft_lr=soft_lr, context_template=context_template, canary=canary,
-                       canary_epochs=canary_epochs, canary_lr=canary_lr,
-                       canary_layers=canary_layers, canary_baseline=canary_baseline,
-                       alpha=alpha, redact=redact, leak_maps=leak_maps)
+    params = ProbeParams(mode=mode, pii=pii, shots=shots, structure=structure, beam=beam,
+                         max_new_tokens=max_new_tokens, generate=generate, subjects=subjects,
+                         soft_tokens=soft_tokens, train_fraction=train_fraction, epochs=epochs,
+                         soft_lr=soft_lr, context_template=context_template, canary=canary,
+                         canary_epochs=canary_epochs, canary_lr=canary_lr,
+                         canary_layers=canary_layers, canary_baseline=canary_baseline, alpha=alpha,
+                         redact=redact, leak_maps=leak_maps)
+    result = run_params(params, common, data)
     if result is not None:  # None on the other processes of a data-parallel run
         print_probe(result.summary, str(result.path), result.config)
 

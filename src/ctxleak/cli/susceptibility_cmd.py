@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ctxleak.cli.options import CommonOptions, api_options, with_common_options
+from ctxleak.cli.options import CommonOptions, with_common_options
 
 
 @with_common_options
@@ -66,17 +66,17 @@ def susceptibility(
 
     Example:  ctxleak susceptibility --data demo --limit 6 --contexts 32 --output runs/susc
     """
-    from ctxleak.api import susceptibility as run_susceptibility
+    from ctxleak.api import run_params
+    from ctxleak.methods.susceptibility.method import SusceptibilityParams
     from ctxleak.report.susceptibility import print_susceptibility
 
-    result = run_susceptibility(common.model, data, **api_options(common), method=method,
-                                contexts=contexts, top_k=top_k, sigma2=sigma2,
-                                reference=reference, query_types=query_types,
-                                fisher_vocab=fisher_vocab, fisher_truncation=fisher_truncation,
-                                context_entities=context_entities,
-                                entity_contexts=entity_contexts,
-                                sampling=sampling, relations=relations,
-                                entities_per_relation=entities_per_relation)
+    params = SusceptibilityParams(method=method, contexts=contexts, top_k=top_k, sigma2=sigma2,
+                                  reference=reference, query_types=query_types,
+                                  fisher_vocab=fisher_vocab, fisher_truncation=fisher_truncation,
+                                  context_entities=context_entities,
+                                  entity_contexts=entity_contexts, sampling=sampling,
+                                  relations=relations, entities_per_relation=entities_per_relation)
+    result = run_params(params, common, data)
     if result is not None:  # None on the other processes of a data-parallel run
         print_susceptibility(result.summary, reference, str(result.path))
 

@@ -14,6 +14,17 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
+def headline_text(headline: dict[str, Any]) -> dict[str, Any]:
+    """The summary's headline numbers as the page shows them (ICLInf mean ± std, accuracy in
+    percent)."""
+    shown = {k: v for k, v in headline.items() if k not in ("ICLInf mean", "ICLInf std")}
+    out = {"shots": shown.pop("shots"), "variant": shown.pop("variant"),
+           "ICLInf": _fmt_pm({"iclinf_mean": headline["ICLInf mean"],
+                              "iclinf_std": headline["ICLInf std"]}),
+           "accuracy": _pct(shown.pop("accuracy"))}
+    return {**out, **shown}
+
+
 def summary_rows(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for n, by_variant in summary.items():
@@ -117,7 +128,7 @@ def icl_report(summary: dict[str, dict[str, Any]], records: Sequence[dict[str, A
         "'labels'), or the full next-token distribution ('vocab'); 'calibrated' applies "
         "contextual calibration to every prompt, each with its own content-free distribution.")
     report.add_heading("Summary")
-    report.add_kv(headline, caption="headline")
+    report.add_kv(headline_text(headline), caption="headline")
     report.add_table(summary_rows(summary), caption="ICLInf mean ± std over queries, accuracy, "
                                                     "mean loss by exemplar position")
     captions = {

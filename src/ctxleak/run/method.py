@@ -41,8 +41,9 @@ class Method:
         self.common = (common or RunOptions()).check()
 
     # ---- required ------------------------------------------------------------------------
-    def config(self) -> dict[str, Any]:
-        """The method's part of ``config.json`` (checked on resume)."""
+    def config(self, data: Any) -> dict[str, Any]:
+        """The method's part of ``config.json`` (checked on resume): its options serialised,
+        with ``data`` described; computed from the options and ``data`` alone."""
         raise NotImplementedError
 
     def items(self, data: Any) -> list[Any]:
@@ -62,9 +63,10 @@ class Method:
         raise NotImplementedError
 
     # ---- optional ------------------------------------------------------------------------
-    def inputs(self) -> dict[str, Any]:
-        """The input files of the run (``{"data": path}``) whose SHA-256 resume checks; called
-        after :meth:`items`. Names like ``demo`` resolve to their file; rows in memory have none."""
+    def inputs(self, data: Any) -> dict[str, Any]:
+        """The input files of the run (``{"data": path}``) whose SHA-256 resume checks, from the
+        options and ``data``. Names like ``demo`` resolve to their file; rows in memory are
+        hashed as themselves."""
         return {}
 
     def load_options(self) -> dict[str, Any]:

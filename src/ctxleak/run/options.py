@@ -9,25 +9,36 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Optional
 
 from ctxleak.errors import ConfigError
+from ctxleak.run.params import option
 
 
 @dataclass(frozen=True)
 class RunOptions:
     """What a run needs besides its method: stored in ``config.json`` under these names."""
 
-    model: str = "default"
-    device: str = "auto"
-    dtype: str = "auto"
-    batch_size: str = "auto"
-    batch_invariant: bool = True
-    limit: int | None = None
-    seed: int = 0
-    output: str | None = None
-    resume: bool = False
-    chat_template: str = "auto"
-    trust_remote_code: bool = False
-    device_map: Optional[str] = None
-    threads: Optional[int] = None
+    model: str = option("default", "'default' (SmolLM2-135M-Instruct), 'gemma-270m', a Hugging "
+                        "Face id, a local model directory or a .gguf file.")
+    device: str = option("auto", "auto, cpu, cuda, cuda:N or mps.")
+    dtype: str = option("auto", "auto (float32 on CPU, bfloat16 on GPUs that have it), float32, "
+                        "bfloat16 or float16.")
+    batch_size: str = option("auto", "Examples measured together: auto (as many as fit a token "
+                             "budget, halving on out-of-memory) or a number N.")
+    batch_invariant: bool = option(True, "Every number written for an example comes from "
+                                   "forward passes over that example alone, so the samples do "
+                                   "not depend on the batch size (off: faster, floats move by "
+                                   "about 1e-5).")
+    limit: int | None = option(None, "Use only the first N examples.")
+    seed: int = option(0, "Run seed; each example's sampling seed is derived from it and the "
+                       "example's index.")
+    output: str | None = option(None, "Run directory (default: runs/<command>-<time>).")
+    resume: bool = option(False, "Continue the run in ``output``, skipping finished examples; "
+                          "refuses a changed config.")
+    chat_template: str = option("auto", "auto (use the model's chat template if it has one), on "
+                                "or off.")
+    trust_remote_code: bool = option(False, "Allow a hub model's own code to run.")
+    device_map: Optional[str] = option(None, "'auto' spreads a large model over the GPUs "
+                                       "(accelerate).")
+    threads: Optional[int] = option(None, "CPU threads for torch (default: torch's choice).")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -35,13 +46,6 @@ class RunOptions:
     @classmethod
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
-
-    @classmethod
-    def split(cls, options: dict[str, Any]) -> tuple[RunOptions, dict[str, Any]]:
-        """(the run options among ``options``, the rest: the method's own keywords)."""
-        names = set(cls.names())
-        common = cls(**{k: v for k, v in options.items() if k in names})
-        return common, {k: v for k, v in options.items() if k not in names}
 
     def check(self) -> RunOptions:
         """Errors name the parameter (the CLI maps it to its flag)."""

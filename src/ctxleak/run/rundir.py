@@ -494,5 +494,7 @@ class RunDir:
     def __enter__(self) -> RunDir:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, KeyboardInterrupt) and getattr(exc, "run", None) is None:
+            exc.run = self  # type: ignore[attr-defined]  # Ctrl-C names the folder it left
         self.close()

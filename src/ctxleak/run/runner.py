@@ -30,12 +30,15 @@ def default_output(command: str) -> str:
     return str(Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-_CURRENT_RUN: Any = None  # the run folder of this process's latest run (for Ctrl-C)
-
-
-def interrupted_message() -> str:
-    """What Ctrl-C kept and how to go on: the run folder, its finished rows, the resume flags."""
-    run = _CURRENT_RUN
+def interrupted_message(exc: BaseException | None = None) -> str:
+    """What Ctrl-C kept and how to go on: the run folder carried by ``exc`` (or by an exception
+    it was raised from or while handling; a :class:`~ctxleak.run.rundir.RunDir` names itself
+    in the interrupt that leaves it), its finished rows, the resume flags."""
+    run, seen, link = None, set(), exc
+    while link is not None and id(link) not in seen and run is None:
+        run = getattr(link, "run", None)
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
     if run is None:
         return "interrupted before any run folder was written; nothing was kept"
     return (f"interrupted: {len(run.samples)} finished example(s) are saved in {run.path}; "
@@ -52,7 +55,6 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
     Under ``torchrun``/``accelerate launch`` this joins the process group first; every process
     must then be given the same ``output`` (the default name is not shared between them).
     """
-    global _CURRENT_RUN
     from ctxleak.engine.models import model_fingerprint
     from ctxleak.errors import ConfigError
     from ctxleak.run.distributed import current_world, init_distributed, local_device
@@ -74,8 +76,7 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
     model_files = model_fingerprint(common.model)  # resume refuses other weights
     if model_files:
         full[MODEL_KEY] = model_files
-    _CURRENT_RUN = RunDir(output, full, resume=common.resume, private=private, world=world)
-    return _CURRENT_RUN
+    return RunDir(output, full, resume=common.resume, private=private, world=world)
 
 
 def load_lm(common: RunOptions) -> Any:
@@ -225,11 +226,10 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
                          resume=bool(resume) if resume is not None else common.resume)
     if lm is not None and is_lm(lm):
         common = replace(common, model=lm.info.name)
-    method.common = common
     items = method.items(data)  # checked before any model is loaded
     check_unique_keys(method, items)
-    run = open_run(method.name, common, method.config(), private=method.private,
-                   inputs=method.inputs())
+    run = open_run(method.name, common, method.config(data), private=method.private,
+                   inputs=method.inputs(data))
     with run:
         if lm is None or not is_lm(lm):
             lm = load_lm(replace(common, **method.load_options()))

@@ -54,14 +54,14 @@ def test_leak_map_is_measured_into_the_records_and_rendered_from_them(llama_lm, 
     (equal to :func:`in_context_map` on that row), a loaded result carries it, and the report
     renders it from the records alone (no model, no scoring at report time)."""
     from ctxleak.methods.pii import leakmap
-    from ctxleak.methods.pii.method import ProbeMethod
+    from ctxleak.methods.pii.method import ProbeMethod, ProbeParams
     from ctxleak.methods.pii.records import save_records
     from ctxleak.results import load_result
     from ctxleak.run.runner import run_method
 
     records = word_records(3)
     save_records(records, tmp_path / "records.jsonl")
-    method = ProbeMethod(mode="in-context", pii="phone", generate=False)
+    method = ProbeMethod(params=ProbeParams(mode="in-context", pii="phone", generate=False))
     result = run_method(method, llama_lm, str(tmp_path / "records.jsonl"),
                         output=str(tmp_path / "run"), progress=False)
     docs = {r.subject_id: "\n".join(r.documents) for r in records}
@@ -85,7 +85,7 @@ def test_leak_map_is_measured_into_the_records_and_rendered_from_them(llama_lm, 
 def test_no_leak_maps_skips_the_window_scoring(llama_lm, tmp_path, monkeypatch):
     """``leak_maps=False`` (``--no-leak-maps``) measures no map and is recorded in the config."""
     from ctxleak.methods.pii import leakmap
-    from ctxleak.methods.pii.method import ProbeMethod
+    from ctxleak.methods.pii.method import ProbeMethod, ProbeParams
     from ctxleak.methods.pii.records import save_records
     from ctxleak.run.runner import run_method
 
@@ -94,8 +94,9 @@ def test_no_leak_maps_skips_the_window_scoring(llama_lm, tmp_path, monkeypatch):
 
     monkeypatch.setattr(leakmap, "in_context_map", no_scoring)
     save_records(word_records(2), tmp_path / "records.jsonl")
-    result = run_method(ProbeMethod(mode="in-context", pii="phone", generate=False,
-                                    leak_maps=False), llama_lm,
+    result = run_method(ProbeMethod(params=ProbeParams(mode="in-context", pii="phone",
+                                                       generate=False, leak_maps=False)),
+                        llama_lm,
                         str(tmp_path / "records.jsonl"), output=str(tmp_path / "run"),
                         progress=False)
     assert result.records and all("leak_map" not in r for r in result.records)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ctxleak.errors import ConfigError
+from ctxleak.run.inputs import describe
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
+from ctxleak.run.params import option
 
 
 def _positive(param: str, value: float) -> None:
@@ -78,45 +81,73 @@ def plan(config: Any, n_examples: int) -> list[Any]:
     return settings
 
 
+@dataclass(frozen=True)
+class AuditParams:
+    """The parameters of ``ctxleak audit`` ("On the Privacy Risk of In-context Learning" §5,
+    App. C), checked on construction by :func:`audit_config`."""
+
+    text_field: str = option("text", "Field holding each private example's text.")
+    label_field: str = option("label", "Field holding each private example's label.")
+    target_eps: Any = option("1,10,100", "Target ε of the DP generation; a list audits each.")
+    delta: Any = option("1e-5", "δ of the (ε, δ) guarantee; a list audits each.")
+    subset_size: int = option(8, "Private examples per sequence (s one-shot prompts).")
+    clip: float = option(10.0, "Logit clipping bound c.")
+    temperature: float = option(2.0, "Sampling temperature T.")
+    n_gen: int = option(4, "Synthetic sequences per setting.")
+    max_tokens: int = option(24, "Most tokens per synthetic sequence.")
+    min_tokens: int = option(0, "EOS is masked before this many tokens.")
+    search: str = option("temperature", "What the calibration searches to meet the target "
+                         "ε: temperature, clip or subset_size.")
+    orders: Any = option("2-99", "Rényi orders of the accounting, e.g. 2-99 or 2,4,8.")
+    label: str = option("Sports", "The label whose examples are private, or 'all'.")
+    template: str | None = option(None, "One-shot prompt template (default: the paper's).")
+
+    def __post_init__(self) -> None:
+        self.audit()
+
+    def audit(self) -> Any:
+        """The checked :class:`ctxleak.methods.audit.AuditConfig`."""
+        own = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in ("text_field", "label_field")}
+        return audit_config(**own)
+
+
 class AuditMethod(Method):
-    """Audit DP synthetic-text generation (``ctxleak audit``). Keywords are the CLI's flags:
-    ``text_field``, ``label_field``, ``label``, ``template``, ``subset_size``, ``clip``,
-    ``temperature``, ``search``, ``target_eps``, ``delta``, ``n_gen``, ``max_tokens``,
-    ``min_tokens``, ``orders``. ``limit`` keeps the first N sequences of each target."""
+    """Audit DP synthetic-text generation (``ctxleak audit``). ``common``: the run options
+    (``limit`` keeps the first N sequences of each target); ``params``: the method's own
+    (:class:`AuditParams`)."""
 
     name = "audit"
     desc = "audit"
     private = True
 
-    def __init__(self, common: RunOptions | None = None, *, text_field: str = "text",
-                 label_field: str = "label", **params: Any) -> None:
+    def __init__(self, common: RunOptions | None = None,
+                 params: AuditParams | None = None) -> None:
         from ctxleak.results import AuditResult
 
         super().__init__(common)
         self.result_class = AuditResult
-        self.audit = audit_config(**params)
-        self.text_field, self.label_field = text_field, label_field
+        self.params = params if params is not None else AuditParams()
+        self.audit = self.params.audit()
         self.t0 = time.time()
 
     def items(self, data: Any) -> list[Any]:
         from ctxleak.methods.audit import audit_jobs, load_private_data
 
-        self.data = data
-        self.examples = load_private_data(data, text_field=self.text_field,
-                                          label_field=self.label_field, label=self.audit.label)
+        self.examples = load_private_data(data, text_field=self.params.text_field,
+                                          label_field=self.params.label_field,
+                                          label=self.audit.label)
         self.settings = plan(self.audit, len(self.examples))
         return audit_jobs(self.settings, self.audit.n_gen, self.common.limit)
 
-    def config(self) -> dict[str, Any]:
-        from ctxleak.run.inputs import describe
+    def config(self, data: Any) -> dict[str, Any]:
+        return {"data": describe(data), "text_field": self.params.text_field,
+                "label_field": self.params.label_field, **self.audit.as_dict()}
 
-        return {"data": describe(self.data), "text_field": self.text_field,
-                "label_field": self.label_field, **self.audit.as_dict()}
-
-    def inputs(self) -> dict[str, Any]:
+    def inputs(self, data: Any) -> dict[str, Any]:
         from ctxleak.methods.audit.data import data_path
 
-        return {"data": data_path(self.data)}
+        return {"data": data_path(data)}
 
     def setup(self, lm: Any, run: Any) -> None:
         from ctxleak.run.runner import say

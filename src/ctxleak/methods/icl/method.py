@@ -6,118 +6,84 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ctxleak.errors import ConfigError
+from ctxleak.methods.icl.data import ICLTask, load_task
+from ctxleak.methods.icl.params import (
+    ICLInfParams,
+    parse_shots,
+    resolve_calibration,
+    resolve_spaces,
+)
+from ctxleak.methods.icl.pipeline import select_queries
+from ctxleak.run.inputs import describe, is_path
 from ctxleak.run.method import Method
-from ctxleak.run.options import RunOptions, int_list
+from ctxleak.run.options import RunOptions
+from ctxleak.run.runner import say
 
-
-def resolve_calibration(calibrate: bool, calibration: str | None) -> tuple[bool, ...]:
-    """``calibrate`` (= on) or ``calibration`` off|on|both -> the settings to report."""
-    if calibration is None:
-        return (True,) if calibrate else (False,)
-    table = {"off": (False,), "on": (True,), "both": (False, True)}
-    value = str(calibration).strip().lower()
-    if value not in table:
-        raise ConfigError(f"calibration must be off, on or both, not '{calibration}'",
-                          param="calibration")
-    if calibrate and value == "off":
-        raise ConfigError("calibrate contradicts calibration off", param="calibrate")
-    return table[value]
-
-
-def resolve_spaces(output_space: str) -> tuple[str, ...]:
-    table = {"labels": ("labels",), "vocab": ("vocab",), "both": ("labels", "vocab")}
-    value = str(output_space).strip().lower()
-    if value not in table:
-        raise ConfigError(f"output_space must be labels, vocab or both, not '{output_space}'",
-                          param="output_space")
-    return table[value]
-
-
-def parse_shots(shots: Any) -> list[int]:
-    values = int_list(shots, "shots")
-    if not values:
-        raise ConfigError("shots needs at least one number, e.g. 4 or 1,2,4,8", param="shots")
-    for n in values:
-        if n < 1:
-            raise ConfigError(f"shots must be at least 1, got {n}", param="shots")
-    return list(dict.fromkeys(values))
+__all__ = ["ICLInfMethod", "ICLInfParams", "parse_shots", "resolve_calibration",
+           "resolve_spaces"]
 
 
 class ICLInfMethod(Method):
-    """ICLInf of labelled data (``ctxleak icl``). Keywords are the CLI's flags: ``test_data``,
-    ``split``, ``text_field``, ``label_field``, ``labels``, ``queries``, ``fmt`` (--format),
-    ``instruction``, ``exemplar_template``, ``query_template``, ``max_text_tokens``, ``shots``,
-    ``calibrate``, ``calibration``, ``calibration_eps``, ``output_space``, ``label_scoring``."""
+    """ICLInf of labelled data (``ctxleak icl``). ``common``: the run options; ``params``: the
+    method's own (:class:`ICLInfParams`)."""
 
     name = "icl"
     desc = "icl queries"
 
-    def __init__(self, common: RunOptions | None = None, *, test_data: Any = None,
-                 split: str = "split", text_field: str = "text", label_field: str = "label",
-                 labels: Any = None, queries: int = 100, fmt: str = "auto",
-                 instruction: str | None = None, exemplar_template: str | None = None,
-                 query_template: str | None = None, max_text_tokens: int = 256,
-                 shots: Any = "4", calibrate: bool = False, calibration: str | None = None,
-                 calibration_eps: float = 1e-6, output_space: str = "labels",
-                 label_scoring: str = "first-token") -> None:
-        from ctxleak.methods.icl.pipeline import ICLConfig
+    def __init__(self, common: RunOptions | None = None,
+                 params: ICLInfParams | None = None) -> None:
         from ctxleak.results import ICLInfResult
 
         super().__init__(common)
         self.result_class = ICLInfResult
-        self.shots = parse_shots(shots)
-        self.icl = ICLConfig(output_spaces=resolve_spaces(output_space),
-                             calibration=resolve_calibration(calibrate, calibration),
-                             label_scoring=label_scoring, calibration_eps=calibration_eps,
-                             max_text_tokens=max_text_tokens)
-        if queries < 1:
-            raise ConfigError(f"queries must be at least 1, got {queries}", param="queries")
-        self.queries = queries
-        self.test_data, self.split = test_data, split
-        self.text_field, self.label_field, self.labels = text_field, label_field, labels
-        self.fmt, self.instruction = fmt, instruction
-        self.exemplar_template, self.query_template = exemplar_template, query_template
+        self.params = params if params is not None else ICLInfParams()
+        self.shots = list(self.params.shots)  # type: ignore[arg-type]
+        self.icl = self.params.icl()
         self.chat = self.common.chat_template == "on"
-        self.data: Any = None
+        self._loaded: tuple[Any, ICLTask] | None = None
+
+    def load(self, data: Any) -> ICLTask:
+        """The task of ``data`` (the train and test examples, labels and format), read once per
+        data object."""
+        if self._loaded is not None and self._loaded[0] is data:
+            return self._loaded[1]
+        p = self.params
+        task = load_task(data, p.test_data, split_field=p.split, text_field=p.text_field,
+                         label_field=p.label_field, labels=p.labels, fmt=p.fmt,
+                         instruction=p.instruction, exemplar_template=p.exemplar_template,
+                         query_template=p.query_template)
+        self._loaded = (data, task)
+        return task
 
     def items(self, data: Any) -> list[tuple[int, int]]:
-        from ctxleak.methods.icl import load_task, select_queries
-        from ctxleak.run.runner import say
-
-        self.data = data
-        task = load_task(data, self.test_data, split_field=self.split,
-                         text_field=self.text_field, label_field=self.label_field,
-                         labels=self.labels, fmt=self.fmt, instruction=self.instruction,
-                         exemplar_template=self.exemplar_template,
-                         query_template=self.query_template)
+        task = self.load(data)
         task.check_shots(self.shots)
-        chosen = select_queries(len(task.test), self.queries, self.common.seed)
-        if self.queries > len(task.test):
+        queries = self.params.queries
+        chosen = select_queries(len(task.test), queries, self.common.seed)
+        if queries > len(task.test):
             say(f"the test set has {len(task.test)} examples: using all of them as queries")
         if self.common.limit is not None:
             chosen = chosen[:self.common.limit]
         self.task, self.chosen = task, chosen
         return [(n, j) for n in self.shots for j in chosen]
 
-    def config(self) -> dict[str, Any]:
-        from ctxleak.run.inputs import describe
-
-        fmt = self.task.fmt
-        return {"data": describe(self.data), "test_data": describe(self.test_data)
-                if self.test_data is not None else None, "split": self.split,
-                "text_field": self.text_field, "label_field": self.label_field,
-                "labels": list(self.task.labels), "queries": self.queries, "format": fmt.name,
+    def config(self, data: Any) -> dict[str, Any]:
+        p, task = self.params, self.load(data)
+        fmt = task.fmt
+        return {"data": describe(data), "test_data": describe(p.test_data)
+                if p.test_data is not None else None, "split": p.split,
+                "text_field": p.text_field, "label_field": p.label_field,
+                "labels": list(task.labels), "queries": p.queries, "format": fmt.name,
                 "instruction": fmt.instruction, "exemplar_template": fmt.exemplar,
                 "query_template": fmt.query, "shots": self.shots, "icl": self.icl.to_dict()}
 
-    def inputs(self) -> dict[str, Any]:
-        from ctxleak.run.inputs import is_path
+    def inputs(self, data: Any) -> dict[str, Any]:
+        task, test_data = self.load(data), self.params.test_data
 
-        def given(name: str, data: Any) -> Any:  # rows in memory are hashed as themselves
-            return self.task.source.get(name) if data is None or is_path(data) else data
+        def given(name: str, value: Any) -> Any:  # rows in memory are hashed as themselves
+            return task.source.get(name) if value is None or is_path(value) else value
 
-        return {"data": given("train", self.data), "test_data": given("test", self.test_data)}
+        return {"data": given("train", data), "test_data": given("test", test_data)}
 
     def key(self, item: tuple[int, int]) -> str:
         from ctxleak.methods.icl import query_id
@@ -130,7 +96,6 @@ class ICLInfMethod(Method):
 
     def setup(self, lm: Any, run: Any) -> None:
         from ctxleak.methods.icl import LabelScorer, PromptBuilder
-        from ctxleak.run.runner import say
 
         task = self.task
         self.builder = PromptBuilder(lm, task.fmt, task.labels, chat=self.chat,
@@ -159,14 +124,14 @@ class ICLInfMethod(Method):
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         from ctxleak.methods.icl import summarize_records
-        from ctxleak.report.icl import _fmt_pm, _pct
 
         variants = self.icl.variants
         summary = summarize_records(records, variants)
         first = summary[str(self.shots[0])][variants[0]]
         seconds = [r["seconds"] for r in records]
         headline = {"shots": self.shots[0], "variant": variants[0],
-                    "ICLInf": _fmt_pm(first), "accuracy": _pct(first["accuracy"]),
+                    "ICLInf mean": first["iclinf_mean"], "ICLInf std": first["iclinf_std"],
+                    "accuracy": first["accuracy"],
                     "queries": first["n"],
                     "seconds per query": round(sum(seconds) / max(len(seconds), 1), 3)}
         return {"iclinf": summary, "labels": list(self.task.labels), "shots": self.shots,

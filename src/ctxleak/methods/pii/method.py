@@ -4,157 +4,56 @@ match, target vs null likelihoods and the Wilcoxon test, and the canary verdicts
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy
-from ctxleak.errors import ConfigError
-from ctxleak.methods.pii.plan import CANARY_DEFAULT_PII, DEFAULT_PII
+from ctxleak.methods.pii.params import MAX_SHOTS, ProbeParams
+from ctxleak.methods.pii.plan import load_probe_records, plan_probes
+from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.method import Method
-from ctxleak.run.options import RunOptions, int_list
+from ctxleak.run.options import RunOptions
 
-
-def _check_numbers(checks: dict[str, tuple[Any, str, bool]]) -> None:
-    """``{keyword: (value, rule, ok)}``: a ConfigError naming the first keyword not ok."""
-    for name, (value, rule, ok) in checks.items():
-        if not ok:
-            raise ConfigError(f"{name} must be {rule}, got {value}", param=name)
-
-
-def _positive(value: float) -> bool:
-    """A finite number > 0 (a learning rate: inf and NaN are refused)."""
-    return math.isfinite(value) and value > 0
-
-
-#: The largest k of a k-shot probe: ProPILE's k-shot prompts add one template at a time, up to
-#: five (the help of ``--shots`` says 1..5).
-MAX_SHOTS = 5
+__all__ = ["MAX_SHOTS", "ProbeMethod", "ProbeParams"]
 
 
 class ProbeMethod(Method):
-    """PII probing (``ctxleak probe``). Keywords are the CLI's flags: ``mode``, ``pii``,
-    ``shots``, ``structure``, ``beam``, ``max_new_tokens``, ``generate``, ``subjects``,
-    ``soft_tokens``, ``train_fraction``, ``epochs``, ``soft_lr``, ``context_template``,
-    ``canary``, ``canary_epochs``, ``canary_lr``, ``canary_layers``, ``canary_baseline``,
-    ``alpha``, ``redact``, ``leak_maps``."""
+    """PII probing (``ctxleak probe``). ``common``: the run options; ``params``: the method's
+    own (:class:`ProbeParams`)."""
 
     name = "probe"
     desc = "probe"
     private = True
 
-    def __init__(self, common: RunOptions | None = None, *, mode: Any = None,
-                 pii: Any = None, shots: Any = "1", structure: str = "twins", beam: int = 2,
-                 max_new_tokens: Any = "paper", generate: bool = True, subjects: int = 20,
-                 soft_tokens: int = 20, train_fraction: float = 0.5, epochs: int = 30,
-                 soft_lr: float = 0.005, context_template: str = "{document}\n{prompt}",
-                 canary: int | None = None, canary_epochs: int = 4, canary_lr: float = 2e-3,
-                 canary_layers: int = 8, canary_baseline: bool = False, alpha: float = 0.05,
-                 redact: bool = False, leak_maps: bool = True) -> None:
-        from ctxleak.methods.pii.items import MODES, parse_pii_types
-        from ctxleak.methods.pii.templates import STRUCTURES
+    def __init__(self, common: RunOptions | None = None,
+                 params: ProbeParams | None = None) -> None:
         from ctxleak.results import ProbeResult
 
         super().__init__(common)
         self.result_class = ProbeResult
-        if mode is None:
-            mode = "" if canary is not None else "black-box"
-        if not isinstance(mode, str):
-            mode = ",".join(mode)
-        modes = [m.strip() for m in mode.split(",") if m.strip()]
-        for m in modes:
-            if m not in MODES:
-                raise ConfigError(f"mode: unknown mode '{m}'; choose from {', '.join(MODES)}",
-                                  param="mode")
-        if not modes and canary is None:
-            raise ConfigError("mode: give at least one mode", param="mode")
-        if pii is None:
-            pii = DEFAULT_PII if canary is None else CANARY_DEFAULT_PII
-        try:
-            types = parse_pii_types(pii)
-        except ValueError as exc:
-            raise ConfigError(f"pii: {exc}", param="pii") from None
-        ks = int_list(shots, "shots")
-        if not ks or any(not 1 <= k <= MAX_SHOTS for k in ks):
-            raise ConfigError(f"shots must be integers from 1 to {MAX_SHOTS} (k templates per "
-                              f"prompt, as in ProPILE's k-shot probing), got '{shots}'",
-                              param="shots")
-        if structure != "all" and structure not in STRUCTURES:
-            raise ConfigError(f"structure must be one of {', '.join(STRUCTURES)} or all, not "
-                              f"'{structure}'", param="structure")
-        if beam < 1:
-            raise ConfigError(f"beam must be >= 1, got {beam}", param="beam")
-        max_new_tokens = str(max_new_tokens)
-        if max_new_tokens not in ("paper", "auto"):
-            try:
-                if int(max_new_tokens) < 1:
-                    raise ValueError
-            except ValueError:
-                raise ConfigError(f"max_new_tokens must be paper, auto or a positive integer, "
-                                  f"not '{max_new_tokens}'", param="max_new_tokens") from None
-        if not 0 < train_fraction < 1:
-            raise ConfigError(f"train_fraction must be between 0 and 1, got {train_fraction}",
-                              param="train_fraction")
-        _check_numbers({"soft_tokens": (soft_tokens, ">= 1", soft_tokens >= 1),
-                        "epochs": (epochs, ">= 1", epochs >= 1),
-                        "soft_lr": (soft_lr, "a finite number > 0", _positive(soft_lr))})
-        context_template = context_template.replace("\\n", "\n")  # '\n' typed in a shell
-        if "in-context" in modes:
-            from ctxleak.run.validate import check_template
-
-            check_template(context_template, "context_template", ("document", "prompt"),
-                           required=("document", "prompt"))
-        if canary is not None and canary < 2:
-            raise ConfigError(f"canary needs at least 2 subjects per group, got {canary}",
-                              param="canary")
-        if not 0 < alpha < 1:
-            raise ConfigError(f"alpha must be between 0 and 1, got {alpha}", param="alpha")
-        self.settings = {
-            "subjects": subjects, "mode": modes, "pii": types, "shots": ks,
-            "structure": structure, "beam": beam, "max_new_tokens": max_new_tokens,
-            "generate": generate, "soft_tokens": soft_tokens, "train_fraction": train_fraction,
-            "epochs": epochs, "soft_lr": soft_lr, "context_template": context_template,
-            "canary": canary, "canary_epochs": canary_epochs, "canary_lr": canary_lr,
-            "canary_layers": canary_layers, "canary_baseline": canary_baseline,
-            "alpha": alpha, "redact": redact, "leak_maps": bool(leak_maps)}
-        if canary is not None:
-            from ctxleak.methods.pii.canary import FinetuneConfig
-
-            _check_numbers({"canary_epochs": (canary_epochs, ">= 1", canary_epochs >= 1),
-                            "canary_lr": (canary_lr, "a finite number > 0",
-                                          _positive(canary_lr)),
-                            "canary_layers": (canary_layers, ">= 0 (0 = all layers)",
-                                              canary_layers >= 0)})
-            FinetuneConfig(epochs=canary_epochs, lr=canary_lr, train_layers=canary_layers,
-                           seed=self.common.seed).validate()
+        self.params = params if params is not None else ProbeParams()
+        self.settings = self.params.settings()
         self.timings: dict[str, float] = {}
         self.extras: dict[str, Any] = {}
 
     # ---- items -------------------------------------------------------------------------------
     def items(self, data: Any) -> list[Any]:
-        from ctxleak.methods.pii.plan import load_probe_records, plan_probes
-
         s, seed = self.settings, self.common.seed
         need = 2 * s["canary"] if s["canary"] else 0
-        self.data = data
         self.records = load_probe_records(data, s["subjects"], seed, self.common.limit, need)
         self.plan = plan_probes(self.records, s["mode"], s["pii"], s["shots"], s["structure"],
                                 s["train_fraction"], seed, s["canary"], s["canary_baseline"])
         return self.plan.tasks
 
-    def inputs(self) -> dict[str, Any]:
-        from ctxleak.run.inputs import is_named
+    def inputs(self, data: Any) -> dict[str, Any]:
+        return {"data": None if is_named(data, "demo") else data}
 
-        return {"data": None if is_named(self.data, "demo") else self.data}
-
-    def config(self) -> dict[str, Any]:
-        from ctxleak.run.inputs import describe, is_named
-
+    def config(self, data: Any) -> dict[str, Any]:
         s = dict(self.settings)
-        subjects = s.pop("subjects") if is_named(self.data, "demo") else None
+        subjects = s.pop("subjects") if is_named(data, "demo") else None
         s.pop("subjects", None)
-        return {"data": describe(self.data), "subjects": subjects, **s}
+        return {"data": describe(data), "subjects": subjects, **s}
 
     # ---- measuring ---------------------------------------------------------------------------
     def setup(self, lm: Any, run: Any) -> None:

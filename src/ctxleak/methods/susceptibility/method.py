@@ -4,74 +4,114 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ctxleak.errors import ConfigError
+from ctxleak.methods.susceptibility.data import (
+    build_queries,
+    load_relations,
+    parse_query_types,
+    resolve_data_path,
+)
+from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
+from ctxleak.run.inputs import describe
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
+from ctxleak.run.params import option
+
+
+@dataclass(frozen=True)
+class SusceptibilityParams:
+    """The parameters of ``ctxleak susceptibility`` ("Context versus Prior Knowledge in
+    Language Models", §3-5), checked on construction; ``query_types`` becomes a tuple of
+    query types and ``relations`` a comma list (both accept a list or a comma list)."""
+
+    method: str = option("both", "mc (Monte Carlo), fisher (the Fisher approximation) or both.")
+    contexts: int = option(256, "Sampled contexts per query (Monte Carlo).")
+    entity_contexts: int | None = option(
+        None, "How many of the contexts mention the queried entity (default: 1/32 of "
+        "``contexts``, at least 1).")
+    top_k: int = option(10, "Answer tokens kept in the Monte Carlo and Fisher sums.")
+    sigma2: float = option(1.0, "Variance σ² of the Fisher approximation's Gaussian "
+                           "embedding perturbation.")
+    reference: str = option("marginal", "Reference distribution of χ_MC: marginal (the mutual "
+                            "information) or no-context.")
+    query_types: str | Sequence[str] = option(
+        "closed,open_qa,open_completion", "Query forms: closed, open_qa, open_completion (or "
+        "open for both open forms).")
+    fisher_vocab: str = option("topk", "Fisher over the top-k answer tokens (topk) or the full "
+                               "vocabulary (full).")
+    fisher_truncation: str = option("renormalised", "Top-k Fisher renormalised over the k "
+                                    "tokens or raw.")
+    context_entities: str = option("mix", "Whose contexts are sampled: mix, query, relation or "
+                                   "all.")
+    sampling: str = option("no-replacement", "Context draws without (no-replacement) or with "
+                           "replacement.")
+    relations: str | Sequence[str] | None = option(None, "Only these relations (default: all "
+                                                   "in the file).")
+    entities_per_relation: int | None = option(None, "At most this many entities per relation.")
+
+    def __post_init__(self) -> None:
+        self.options()
+        types = self.query_types
+        if not isinstance(types, str):
+            types = ",".join(types)
+        object.__setattr__(self, "query_types", tuple(parse_query_types(types)))
+        if self.entities_per_relation is not None and self.entities_per_relation < 1:
+            raise ConfigError(f"entities_per_relation must be at least 1, got "
+                              f"{self.entities_per_relation}", param="entities_per_relation")
+        if self.relations is not None:
+            if not isinstance(self.relations, str):
+                object.__setattr__(self, "relations", ",".join(self.relations))
+            if not self.relation_names:
+                raise ConfigError("relations needs at least one relation name",
+                                  param="relations")
+
+    @property
+    def relation_names(self) -> list[str] | None:
+        """The relations asked for, or None for all."""
+        if self.relations is None:
+            return None
+        return [r.strip() for r in str(self.relations).split(",") if r.strip()]
+
+    def options(self) -> SusceptibilityOptions:
+        """The checked pipeline settings (``entity_contexts`` resolved)."""
+        return SusceptibilityOptions(
+            method=self.method, n_contexts=self.contexts, top_k=self.top_k, sigma2=self.sigma2,
+            reference=self.reference, fisher_vocab=self.fisher_vocab,
+            fisher_truncation=self.fisher_truncation, context_entities=self.context_entities,
+            entity_contexts=self.entity_contexts, sampling=self.sampling).validate()
 
 
 class SusceptibilityMethod(Method):
-    """Susceptibility of queries to context (``ctxleak susceptibility``). Keywords are the CLI's
-    flags: ``method`` (mc, fisher, both), ``contexts``, ``entity_contexts``, ``top_k``,
-    ``sigma2``, ``reference``, ``query_types``, ``fisher_vocab``, ``fisher_truncation``,
-    ``context_entities``,
-    ``sampling``, ``relations``, ``entities_per_relation``."""
+    """Susceptibility of queries to context (``ctxleak susceptibility``). ``common``: the run
+    options; ``params``: the method's own (:class:`SusceptibilityParams`)."""
 
     name = "susceptibility"
     desc = "susceptibility"
 
-    def __init__(self, common: RunOptions | None = None, *, method: str = "both",
-                 contexts: int = 256, entity_contexts: int | None = None, top_k: int = 10,
-                 sigma2: float = 1.0,
-                 reference: str = "marginal",
-                 query_types: Any = "closed,open_qa,open_completion",
-                 fisher_vocab: str = "topk", fisher_truncation: str = "renormalised",
-                 context_entities: str = "mix",
-                 sampling: str = "no-replacement", relations: Any = None,
-                 entities_per_relation: int | None = None) -> None:
-        from ctxleak.methods.susceptibility.data import parse_query_types
-        from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
+    def __init__(self, common: RunOptions | None = None,
+                 params: SusceptibilityParams | None = None) -> None:
         from ctxleak.results import SusceptibilityResult
 
         super().__init__(common)
         self.result_class = SusceptibilityResult
-        self.options = SusceptibilityOptions(
-            method=method, n_contexts=contexts, top_k=top_k, sigma2=sigma2,
-            reference=reference, fisher_vocab=fisher_vocab, fisher_truncation=fisher_truncation,
-            context_entities=context_entities,
-            entity_contexts=entity_contexts, sampling=sampling).validate()
-        if not isinstance(query_types, str):
-            query_types = ",".join(query_types)
-        self.types = parse_query_types(query_types)
-        if entities_per_relation is not None and entities_per_relation < 1:
-            raise ConfigError(f"entities_per_relation must be at least 1, got "
-                              f"{entities_per_relation}", param="entities_per_relation")
-        if relations is not None and not isinstance(relations, str):
-            relations = ",".join(relations)
-        self.relations, self.entities_per_relation = relations, entities_per_relation
+        self.params = params if params is not None else SusceptibilityParams()
+        self.options = self.params.options()
+        self.types = list(self.params.query_types)
 
     def items(self, data: Any) -> list[Any]:
-        from ctxleak.methods.susceptibility.data import (
-            build_queries,
-            load_relations,
-            resolve_data_path,
-        )
-
-        self.data = data
         rels = load_relations(data)
-        if self.relations is not None:
-            wanted = [r.strip() for r in self.relations.split(",") if r.strip()]
-            if not wanted:
-                raise ConfigError("relations needs at least one relation name",
-                                  param="relations")
+        wanted = self.params.relation_names
+        if wanted is not None:
             unknown = [w for w in wanted if w not in {r.name for r in rels}]
             if unknown:
                 raise ConfigError(f"relations: unknown relation(s) {', '.join(unknown)}; the "
                                   f"file has {', '.join(r.name for r in rels)}",
                                   param="relations")
             rels = [r for r in rels if r.name in wanted]
-        queries = build_queries(rels, self.types, self.entities_per_relation,
+        queries = build_queries(rels, self.types, self.params.entities_per_relation,
                                 seed=self.common.seed)
         if not queries:
             raise ConfigError(f"no queries of type {', '.join(self.types)} in "
@@ -81,22 +121,18 @@ class SusceptibilityMethod(Method):
         self.rels = rels
         return queries
 
-    def inputs(self) -> dict[str, Any]:
-        from ctxleak.methods.susceptibility.data import resolve_data_path
-
-        return {"data": resolve_data_path(self.data)}
+    def inputs(self, data: Any) -> dict[str, Any]:
+        return {"data": resolve_data_path(data)}
 
     def key(self, item: Any) -> str:
         return str(item.id)
 
-    def config(self) -> dict[str, Any]:
-        from ctxleak.run.inputs import describe
-
+    def config(self, data: Any) -> dict[str, Any]:
         settings = self.options.to_dict()
         settings["contexts"] = settings.pop("n_contexts")  # stored under the flag's name
-        return {"data": describe(self.data), "query_types": self.types,
-                "relations": self.relations,
-                "entities_per_relation": self.entities_per_relation, **settings}
+        return {"data": describe(data), "query_types": self.types,
+                "relations": self.params.relations,
+                "entities_per_relation": self.params.entities_per_relation, **settings}
 
     def setup(self, lm: Any, run: Any) -> None:
         from ctxleak.engine.forward import PrefixKV

@@ -1,0 +1,133 @@
+"""The influence method's options (Context Influence Decoding, "Measuring Contextual Influence
+of Large Language Models", Def. 3.1-3.4 and App. B): one frozen dataclass that checks itself."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, settings_grid
+from ctxleak.run.options import float_list, int_list
+from ctxleak.run.params import option
+from ctxleak.run.validate import (
+    check_limit,
+    check_nonempty,
+    check_number,
+    check_template,
+    check_unique,
+)
+
+
+def parse_ngram(value: Any) -> int | None:
+    """``"full"``/None (the whole context, n = |D|) or a positive window size."""
+    if value is None or value == "full":
+        return None
+    try:
+        n = int(value)
+        if isinstance(value, float) and value != n:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"ngram must be 'full' or a positive integer, not '{value}'",
+                          param="ngram") from None
+    if n < 1:
+        raise ConfigError(f"ngram must be >= 1, not {n}", param="ngram")
+    return n
+
+
+@dataclass(frozen=True)
+class InfluenceParams:
+    """The parameters of ``ctxleak influence``, checked and normalised on construction: ``lam``,
+    ``temperature`` and ``context_sizes`` become tuples (a number, a list or a comma list are
+    accepted; lists sweep), ``ngram`` an integer or None (the whole context), ``min_new_tokens``
+    its default 10 (or ``max_new_tokens`` if smaller)."""
+
+    task: str = option("auto", "qa, summarization, custom (needs ``template``) or auto (each "
+                       "example's ``task`` field, else qa).")
+    template: str | None = option(None, "Prompt template with {context} and {query}, e.g. "
+                                  "'Document: {context}. {query}'.")
+    fields: str | Mapping[str, str] | None = option(
+        None, "Rename file fields, e.g. 'article=context,highlights=reference' or a mapping.")
+    lam: float | Sequence[float] | str = option(
+        1.0, "Context influence level λ >= 0 (0 = no context, 1 = plain decoding, >1 "
+        "amplifies); a list sweeps.")
+    temperature: float | Sequence[float] | str = option(
+        0.8, "Sampling temperature > 0; a list sweeps.")
+    max_new_tokens: int = option(50, "Most new tokens per response.")
+    min_new_tokens: int | None = option(
+        None, "EOS is masked before this many tokens, in both streams (default: 10, or "
+        "``max_new_tokens`` if smaller).")
+    ngram: int | str | None = option(
+        "full", "'full' (the whole context, n = |D|) or n: also the influence of every n-token "
+        "window of the context.")
+    stride: int | None = option(None, "Window stride (default n: non-overlapping windows).")
+    context_sizes: int | Sequence[int] | str | None = option(
+        None, "Also truncate contexts to their first k tokens, e.g. 32,64,128,256.")
+    bounded_eps: float | None = option(
+        None, "Bounded CID: ε-DP per token for any n-gram (App. B); λ becomes the upper bound "
+        "λ_max.")
+    repeat_threshold: float = option(0.5, "Response-to-context overlap above which a response "
+                                     "counts as repeating its context, in [0, 1].")
+    rouge_threshold: float = option(0.5, "ROUGE-L above which a response counts as close to "
+                                    "its reference, in [0, 1].")
+    bertscore_model: str | None = option(None, "BERTScore model of the quality scores (none: "
+                                         "not computed).")
+    factkb_model: str | None = option(None, "FactKB model of the quality scores (none: not "
+                                      "computed).")
+    redact: bool = option(False, "Mask e-mails and phone numbers in the report and console.")
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        lams = check_nonempty(float_list(self.lam, "lam"), "lam", "1.0 or 0.5,1,1.5")
+        temps = check_nonempty(float_list(self.temperature, "temperature"), "temperature",
+                               "0.8")
+        put("lam", tuple(check_unique(lams, "lam")))
+        put("temperature", tuple(check_unique(temps, "temperature")))
+        if self.context_sizes is not None:
+            sizes = check_nonempty(int_list(self.context_sizes, "context_sizes"),
+                                   "context_sizes", "32,64,128")
+            put("context_sizes", tuple(check_unique(sizes, "context_sizes")))
+        for param in ("repeat_threshold", "rouge_threshold"):
+            check_number(getattr(self, param), param, minimum=0.0, maximum=1.0)
+        if self.stride is not None:
+            check_limit(self.stride, "stride")
+        check_template(self.template, "template", ("context", "query"), required=("context",))
+        if self.min_new_tokens is None:
+            put("min_new_tokens", min(10, self.max_new_tokens))
+        put("ngram", parse_ngram(self.ngram))
+        options = self.options()
+        for setting in self.grid():  # every setting checked before anything heavy
+            options.cid(setting)
+            if setting.context_tokens is not None and setting.context_tokens < 1:
+                raise ConfigError("context_sizes must be positive integers",
+                                  param="context_sizes")
+
+    @property
+    def sizes(self) -> list[int | None]:
+        """The context sizes measured: None is the whole context."""
+        return [None] if self.context_sizes is None else list(self.context_sizes)  # type: ignore[arg-type]
+
+    def options(self) -> InfluenceOptions:
+        """What the pipeline needs besides λ and T."""
+        return InfluenceOptions(max_new_tokens=self.max_new_tokens,
+                                min_new_tokens=self.min_new_tokens,  # type: ignore[arg-type]
+                                bounded_eps=self.bounded_eps, ngram=self.ngram,  # type: ignore[arg-type]
+                                stride=self.stride, template=self.template,
+                                repeat_threshold=self.repeat_threshold,
+                                rouge_threshold=self.rouge_threshold)
+
+    def grid(self) -> list[Setting]:
+        """Every (λ, T, context size) setting, in the order of the samples."""
+        return settings_grid(list(self.lam), list(self.temperature), self.sizes)  # type: ignore[arg-type]
+
+    def to_config(self) -> dict[str, Any]:
+        """The method's part of ``config.json`` (``lam`` stored as ``lambda``)."""
+        options = self.options()
+        return {"task": self.task, "template": self.template, "fields": self.fields,
+                "lambda": list(self.lam), "temperature": list(self.temperature),  # type: ignore[arg-type]
+                "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
+                "factkb_model": self.factkb_model,
+                **{k: v for k, v in options.__dict__.items() if k != "template"}}

@@ -1,0 +1,51 @@
+"""Options dataclasses: each method's parameters in one frozen dataclass that checks itself.
+
+A field is declared with :func:`option` (its default and one line of documentation), and the
+dataclass validates every field in ``__post_init__``, raising
+:class:`ctxleak.errors.ConfigError` with ``param=`` set to the field's name, the way
+:class:`ctxleak.methods.influence.cid.CIDConfig` does. The same fields are the keyword
+parameters of :mod:`ctxleak.api` (whose docstrings read :func:`option_docs`) and of the CLI's
+commands; :func:`check_keywords` refuses an unknown keyword with a did-you-mean.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import field, fields
+from typing import Any
+
+from ctxleak.errors import ConfigError
+
+#: The metadata key holding an option's documentation.
+DOC = "doc"
+
+
+def option(default: Any, doc: str) -> Any:
+    """A dataclass field with ``default`` and its documentation ``doc`` (one or two sentences,
+    shown in the Python API's docstrings)."""
+    return field(default=default, metadata={DOC: doc})
+
+
+def option_docs(cls: type) -> dict[str, str]:
+    """``{field name: documentation}`` of a dataclass declared with :func:`option`."""
+    return {f.name: f.metadata.get(DOC, "") for f in fields(cls)}
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """``" (did you mean 'lam'?)"`` for the closest of ``choices`` to ``name``, or ``""``."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def unknown_keyword(name: str, choices: Iterable[str], where: str) -> ConfigError:
+    """The error for a keyword ``name`` that ``where`` does not take, with a did-you-mean."""
+    return ConfigError(f"{where} got an unknown keyword '{name}'{did_you_mean(name, choices)}")
+
+
+def check_keywords(given: Iterable[str], choices: Iterable[str], where: str) -> None:
+    """Refuse the first of ``given`` not among ``choices`` (:func:`unknown_keyword`)."""
+    allowed = list(choices)
+    for name in given:
+        if name not in allowed:
+            raise unknown_keyword(name, allowed, where)
