@@ -16,18 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.errors import ConfigError, OutputError
+from ctxleak.registry import REPORTS
 from ctxleak.results import Result, load_result
 from ctxleak.run.rundir import is_run_folder, os_errors, to_jsonable, write_atomic
 
 COMPARE_FILE = "compare.json"
-
-# The columns of each method's summary table that name a row (the rest are compared).
-IDENTITY: dict[str, tuple[str, ...]] = {
-    "influence": ("λ", "T"), "icl": ("shots", "variant"), "audit": ("ε_target",),
-    "susceptibility": ("group",), "probe": ("group",), "influence-explain": ("rank",)}
-# Columns that describe the run rather than measure it (left out of the comparison).
-SKIP = {"influence": {"ctx tokens", "n"}, "influence-explain": {"tokens", "n-gram"}}
-
 
 @dataclass
 class Comparison:
@@ -46,11 +39,13 @@ class Comparison:
         run."""
         return self.rows
 
-    def show(self) -> None:
-        """Print the comparison table (what ``ctxleak compare`` prints)."""
+    def show(self, *, plain: bool = False) -> None:
+        """Print the comparison table (what ``ctxleak compare`` prints; ``plain``: as
+        tab-separated values)."""
         from ctxleak.report.console import print_rows
 
-        print_rows(self.rows, title=f"{self.method}: {len(self.labels)} runs", justify="left")
+        print_rows(self.rows, title=f"{self.method}: {len(self.labels)} runs", justify="left",
+                   plain=plain)
 
     def to_html(self) -> str:
         return self.html
@@ -157,8 +152,9 @@ def compare_rows(method: str, tables: Sequence[list[dict[str, Any]]],
                  labels: Sequence[str]) -> list[dict[str, Any]]:
     """Merge the runs' summary tables: rows matched by the method's identity columns (a
     repeat of the same identity within a run gets ``#k``), one column per run."""
-    ident = IDENTITY.get(method, ())
-    skip = SKIP.get(method, set())
+    view = REPORTS.get(method, None)  # its report view says which columns name a row
+    ident = view.identity if view is not None else ()
+    skip = view.skip if view is not None else frozenset()
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for label, rows in zip(labels, tables):
         seen: dict[str, int] = {}

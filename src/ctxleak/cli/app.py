@@ -217,16 +217,13 @@ def main(argv: list[str] | None = None) -> None:
     if session is not None:  # a new command (tests run several in one process)
         session._CURRENT_RUN = None
     debug = _pop_flag(argv, "--debug") or os.environ.get("CTXLEAK_DEBUG") == "1"
-    if _pop_flag(argv, "--plain"):
-        from ctxleak.report.console import set_plain
-
-        set_plain(True)
+    plain = _pop_flag(argv, "--plain")
     with warnings.catch_warnings(), _sigterm_as_interrupt():
         warnings.showwarning = _warning_printer(argv)
-        _run(argv, debug)
+        _run(argv, debug, plain)
 
 
-def _run(argv: list[str], debug: bool) -> None:
+def _run(argv: list[str], debug: bool, plain: bool = False) -> None:
     """The command in ``argv``; user errors as one line (exit 2), Ctrl-C and SIGTERM with the
     interrupted message (exit 130 and 143)."""
     from ctxleak.cli.config import load_config_file
@@ -238,7 +235,8 @@ def _run(argv: list[str], debug: bool) -> None:
             values = load_config_file(config_path)
             values.pop("command", None)
             default_map = nest_defaults(command_path(argv), values)
-        app(args=argv, prog_name="ctxleak", default_map=default_map, standalone_mode=True)
+        app(args=argv, prog_name="ctxleak", default_map=default_map, standalone_mode=True,
+            obj={"plain": plain})
     except CtxleakError as exc:
         if debug:
             raise

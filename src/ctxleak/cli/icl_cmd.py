@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
         Example:  ctxleak icl --data demo --shots 1,2,4 --calibration both --limit 10
         """
         from ctxleak.api import iclinf
-        from ctxleak.report.icl import print_icl
+        from ctxleak.cli.output import show
         from ctxleak.run.runner import say
 
         result = iclinf(common.model, data, **api_options(common), test_data=test_data,
@@ -115,4 +115,4 @@ def register(app: typer.Typer) -> None:
         if result.summary["truncated_texts"]:
             say(f"{result.summary['truncated_texts']} text(s) were cut to {max_text_tokens} "
                 "tokens (--max-text-tokens)")
-        print_icl(result)
+        show(result)

@@ -66,7 +66,7 @@ def influence(
     if ctx.invoked_subcommand is not None:
         return
     from ctxleak.api import influence as run_influence
-    from ctxleak.report.influence import print_influence
+    from ctxleak.cli.output import show
 
     result = run_influence(common.model, data, **api_options(common), task=task,
                            template=template, fields=fields, lam=lam, temperature=temperature,
@@ -75,8 +75,7 @@ def influence(
                            bounded_eps=bounded_eps, repeat_threshold=repeat_threshold,
                            rouge_threshold=rouge_threshold, bertscore_model=bertscore_model,
                            factkb_model=factkb_model, redact=redact)
-    if result is not None:  # None on the other processes of a data-parallel run
-        print_influence(result.summary["settings"], result.path)
+    show(result)
 
 
 @influence_app.command("explain")
@@ -98,14 +97,13 @@ def explain(
     """One prompt: the response, the uni-gram influence of each context token on the first
     response token as a heatmap (paper 000, Table 1), and the most influential n-grams."""
     from ctxleak.api import influence_explain
-    from ctxleak.report.influence import print_explain
+    from ctxleak.cli.output import show
 
     result = influence_explain(common.model, context, query, **api_options(common), task=task,
                                template=template, lam=lam, temperature=temperature,
                                max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                                ngram=ngram, top=top)
-    if result is not None:
-        print_explain(result.summary, result.curve["n"], result.path)
+    show(result)
 
 
 def register(app: typer.Typer) -> None:

@@ -91,7 +91,7 @@ def probe(
     Example:  ctxleak probe --data demo --subjects 10 --pii phone,email --output runs/probe
     """
     from ctxleak.api import probe as run_probe
-    from ctxleak.report.probe import print_probe
+    from ctxleak.cli.output import show
 
     result = run_probe(common.model, data, **api_options(common), mode=mode, pii=pii,
                        shots=shots, structure=structure, beam=beam,
@@ -101,8 +101,7 @@ def probe(
                        canary_epochs=canary_epochs, canary_lr=canary_lr,
                        canary_layers=canary_layers, canary_baseline=canary_baseline,
                        alpha=alpha, redact=redact, leak_maps=leak_maps)
-    if result is not None:  # None on the other processes of a data-parallel run
-        print_probe(result.summary, str(result.path), result.config)
+    show(result)
 
 
 def register(app: typer.Typer) -> None:

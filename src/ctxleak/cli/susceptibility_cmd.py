@@ -67,7 +67,7 @@ def susceptibility(
     Example:  ctxleak susceptibility --data demo --limit 6 --contexts 32 --output runs/susc
     """
     from ctxleak.api import susceptibility as run_susceptibility
-    from ctxleak.report.susceptibility import print_susceptibility
+    from ctxleak.cli.output import show
 
     result = run_susceptibility(common.model, data, **api_options(common), method=method,
                                 contexts=contexts, top_k=top_k, sigma2=sigma2,
@@ -77,8 +77,7 @@ def susceptibility(
                                 entity_contexts=entity_contexts,
                                 sampling=sampling, relations=relations,
                                 entities_per_relation=entities_per_relation)
-    if result is not None:  # None on the other processes of a data-parallel run
-        print_susceptibility(result.summary, reference, str(result.path))
+    show(result)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,15 +17,6 @@ def group_label(s: dict[str, Any]) -> str:
     return f"{probe} / {group} / k={s['shots_k']} / {pii}"
 
 
-def template_texts(config: dict[str, Any]) -> dict[str, Any]:
-    from ctxleak.methods.pii import templates as t
-
-    return {"twins": list(t.TWINS), "triplets": list(t.TRIPLETS),
-            "quadruplets": list(t.QUADRUPLETS), "relation": list(t.RELATION_TEMPLATES),
-            "university": list(t.UNIVERSITY_TEMPLATES),
-            "in_context": config["context_template"], "k_shot_separator": "\n"}
-
-
 def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any]) -> dict[str, bytes]:
     """Densities of the per-subject target and null log-likelihoods (App. B.1.1 Fig. 1 style),
     one per summary group, and the soft-prompt training curves."""
@@ -205,12 +196,13 @@ def _short(s: dict[str, Any]) -> tuple[str, str, str]:
     return probe, group, pii
 
 
-def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any]) -> None:
+def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any], *,
+                plain: bool = False) -> None:
     from rich.table import Table
 
     from ctxleak.report.console import console as make_console
 
-    console = make_console()
+    console = make_console(plain)
     table = Table(title="PII probing (ProPILE): max over templates per subject")
     cols = ["probe", "group", "k", "PII", "n", "EM", "target", "null", "p"]
     for c in cols:

@@ -5,12 +5,14 @@ A method never opens files, prints or builds HTML itself; it says how to:
 - ``items(data)``: turn its data into work items (checked before any model is loaded);
 - ``key(item)``: name an item (the ``id`` of its line in ``samples.jsonl``, used by resume);
 - ``measure(lm, items)``: measure a *list* of items, one record per item, in order;
-- ``summarize(records)``: summarise all records into the ``summary`` of ``results.json``;
-- ``report(result)``: build the HTML report of a finished run from its :class:`Result`.
+- ``summarize(records)``: summarise all records into the ``summary`` of ``results.json``.
+
+What is shown of a finished run (page, figures, console table) is built from its Result alone
+by the method's report view (:data:`ctxleak.registry.REPORTS`, by ``name``), not here.
 
 Optional hooks have defaults here: ``setup(lm, run)`` once after the model is loaded (scorers,
 trained soft prompts), ``batch_cost(item)`` and ``batches(items)`` to group the items measured together,
-``artifacts(result)`` for extra files (plots, texts), ``provenance_extra(lm)`` for prompt templates.
+``provenance_extra(lm)`` for prompt templates.
 """
 
 from __future__ import annotations
@@ -24,15 +26,14 @@ from ctxleak.run.options import RunOptions
 class Method:
     """Base of every method object: the defaults of the optional hooks.
 
-    Subclasses set ``name`` (the command, stored as ``config["command"]``), ``result_class``
-    (the :class:`ctxleak.results.Result` subclass) and ``private`` (folder 0700, files 0600:
-    every method reads user text, so the default).
+    Subclasses set ``name`` (the command, stored as ``config["command"]``; its Result class and
+    report view are registered under it in :mod:`ctxleak.registry`) and ``private`` (folder
+    0700, files 0600: every method reads user text, so the default).
     """
 
     name: ClassVar[str] = "method"
     desc: ClassVar[str] = "examples"
     private: ClassVar[bool] = True
-    result_class: ClassVar[Any] = None
     device: str = "cpu"  # the model's device type, set by the run layer before batching
     max_in_flight: int | None = None  # items per batch after an out-of-memory back-off
 
@@ -54,10 +55,6 @@ class Method:
         raise NotImplementedError
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def report(self, result: Any, lm: Any = None) -> Any:
-        """A :class:`ctxleak.report.Report` for ``result`` (``lm``: the model, when at hand)."""
         raise NotImplementedError
 
     # ---- optional ------------------------------------------------------------------------
@@ -104,10 +101,6 @@ class Method:
         if self.common.batch_invariant:
             return [record for item in items for record in measure([item], "auto")]
         return measure(list(items), self.common.batch_size)
-
-    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
-        """Extra files of the run directory (plots as PNG bytes, texts), by file name."""
-        return {}
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
         return {}

@@ -55,10 +55,8 @@ class InfluenceMethod(Method):
                  bounded_eps: float | None = None, repeat_threshold: float = 0.5,
                  rouge_threshold: float = 0.5, bertscore_model: str | None = None,
                  factkb_model: str | None = None, redact: bool = False) -> None:
-        from ctxleak.results import InfluenceResult
 
         super().__init__(common)
-        self.result_class = InfluenceResult
         from ctxleak.run.validate import (
             check_limit,
             check_nonempty,
@@ -108,7 +106,7 @@ class InfluenceMethod(Method):
         return {"data": describe(self.data), "task": self.task, "template": self.template,
                 "fields": self.fields, "lambda": self.lams, "temperature": self.temps,
                 "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
-                "factkb_model": self.factkb_model,
+                "factkb_model": self.factkb_model, "redact": self.redact,
                 **{k: v for k, v in self.options.__dict__.items() if k != "template"}}
 
     def items(self, data: Any) -> list[tuple[Setting, Any]]:
@@ -177,44 +175,3 @@ class InfluenceMethod(Method):
 
         return {"prompt_templates": {ex.task: template_for(ex, self.options.template)
                                      for ex in self.examples}}
-
-    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
-        from ctxleak.report.influence import influence_plots
-
-        return dict(influence_plots(result.summary["settings"]))
-
-    def report(self, result: Any, lm: Any = None) -> Any:
-        from ctxleak.report.influence import influence_report
-
-        records = result.records
-        tokens = lm.token_strings(records[0]["response_ids"]) if records and lm else None
-        settings = result.summary["settings"]
-        meta = {"model": lm.info.name if lm else result.config.get("model"),
-                "examples": len(self.examples), "settings": len(self.grid),
-                "run directory": str(result.path),
-                "contexts cut to the window": sum(s["truncated_contexts"] for s in settings),
-                "n-grams clipped to the context": sum(s["ngram_clipped"] for s in settings)}
-        return influence_report(result.summary["settings"], records, result.images, meta,
-                                token_strings=tokens, redact=self.redact,
-                                tokens_of=self._tokens_of(lm, records) if lm else None)
-
-    def _tokens_of(self, lm: Any, records: Sequence[dict[str, Any]]) -> Any:
-        """Record i's (context tokens, response tokens) as strings, for its leak map: the
-        context exactly as measured (same template, size cut and window cut)."""
-        from functools import lru_cache
-
-        from ctxleak.methods.influence.data import prompt_parts
-
-        by_id = {ex.id: ex for ex in self.examples}
-        settings = {s.key: s for s in self.grid}
-
-        @lru_cache(maxsize=None)
-        def tokens_of(i: int) -> tuple[list[str], list[str]]:
-            r = records[i]
-            setting = settings[r["setting"]]
-            parts, _ = prompt_parts(lm, by_id[r["id"].rsplit("|", 1)[0]], self.options.template,
-                                    setting.context_tokens,
-                                    reserve=self.options.max_new_tokens)
-            return lm.token_strings(list(parts.context)), lm.token_strings(r["response_ids"])
-
-        return tokens_of

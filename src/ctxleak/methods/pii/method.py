@@ -53,10 +53,8 @@ class ProbeMethod(Method):
                  redact: bool = False, leak_maps: bool = True) -> None:
         from ctxleak.methods.pii.items import MODES, parse_pii_types
         from ctxleak.methods.pii.templates import STRUCTURES
-        from ctxleak.results import ProbeResult
 
         super().__init__(common)
-        self.result_class = ProbeResult
         if mode is None:
             mode = "" if canary is not None else "black-box"
         if not isinstance(mode, str):
@@ -270,20 +268,6 @@ class ProbeMethod(Method):
         return summary
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
-        from ctxleak.report.probe import template_texts
+        from ctxleak.methods.pii.templates import template_texts
 
         return {"prompt_templates": template_texts(self.settings)}
-
-    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
-        from ctxleak.report.probe import probe_plots
-
-        return dict(probe_plots(result.records, result.summary["groups"], self.extras))
-
-    def report(self, result: Any, lm: Any = None) -> Any:
-        from ctxleak.report.probe import probe_report
-
-        model = lm.info.name if lm is not None else \
-            (result.provenance.get("model") or {}).get("name", "")
-        return probe_report(model, self.records, result.records, result.summary, result.images,
-                            self.extras, result.config, str(result.path),
-                            redact=self.settings["redact"])

@@ -32,10 +32,8 @@ class SusceptibilityMethod(Method):
                  entities_per_relation: int | None = None) -> None:
         from ctxleak.methods.susceptibility.data import parse_query_types
         from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
-        from ctxleak.results import SusceptibilityResult
 
         super().__init__(common)
-        self.result_class = SusceptibilityResult
         self.options = SusceptibilityOptions(
             method=method, n_contexts=contexts, top_k=top_k, sigma2=sigma2,
             reference=reference, fisher_vocab=fisher_vocab, fisher_truncation=fisher_truncation,
@@ -126,16 +124,3 @@ class SusceptibilityMethod(Method):
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
         return {"prompt_template": self.options.template}
-
-    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
-        from ctxleak.report.susceptibility import susceptibility_plots
-
-        return dict(susceptibility_plots(result.records, self.options))
-
-    def report(self, result: Any, lm: Any = None) -> Any:
-        from ctxleak.report.susceptibility import susceptibility_report
-
-        return susceptibility_report(result.records, result.summary, self.options,
-                                     result.images,
-                                     model=lm.info.name if lm else result.config.get("model"),
-                                     data=result.config.get("data"))
