@@ -54,8 +54,10 @@ class Result:
 
     # ---- tables ----------------------------------------------------------------------------
     def view(self) -> Any:
-        """This method's report view (:data:`ctxleak.registry.REPORTS`, by method name)."""
-        return REPORTS.get(self.method, None) or REPORTS.get("result")
+        """This method's report view (:data:`ctxleak.registry.REPORTS`, by method name; a
+        plain Result goes by the command of its config)."""
+        name = self.method if self.method != Result.method else self.config.get("command")
+        return REPORTS.get(str(name), None) or REPORTS.get(Result.method)
 
     def table(self) -> list[dict[str, Any]]:
         """The summary as rows (the console table); the method's report view says which."""
@@ -85,7 +87,11 @@ class Result:
         if self.html is None and self.path is not None and (self.path / "report.html").is_file():
             self.html = (self.path / "report.html").read_text(encoding="utf-8")
         if self.html is None:
-            self.html = self.render()
+            try:
+                self.html = self.render()
+            except (KeyError, TypeError, IndexError) as exc:
+                raise ValueError(f"this result has no report and lacks what its report needs "
+                                 f"({type(exc).__name__}: {exc})") from exc
         return self.html
 
     def _repr_html_(self) -> str:
@@ -103,7 +109,10 @@ class Result:
         write_atomic(out / SAMPLES_FILE, "".join(json.dumps(to_jsonable(r), ensure_ascii=False)
                                                  + "\n" for r in self.records), mode)
         self.save_results(out, mode)
-        write_atomic(out / "report.html", self.to_html(), mode)
+        try:
+            write_atomic(out / "report.html", self.to_html(), mode)
+        except ValueError:  # a result built by hand, without what its page needs
+            pass
         for name, png in self.images.items():
             write_atomic(out / name, png, mode)
         return out

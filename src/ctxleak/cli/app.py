@@ -217,13 +217,15 @@ def main(argv: list[str] | None = None) -> None:
     if session is not None:  # a new command (tests run several in one process)
         session._CURRENT_RUN = None
     debug = _pop_flag(argv, "--debug") or os.environ.get("CTXLEAK_DEBUG") == "1"
+    from ctxleak.cli.output import plain_tables
+
     plain = _pop_flag(argv, "--plain")
-    with warnings.catch_warnings(), _sigterm_as_interrupt():
+    with warnings.catch_warnings(), _sigterm_as_interrupt(), plain_tables(plain):
         warnings.showwarning = _warning_printer(argv)
-        _run(argv, debug, plain)
+        _run(argv, debug)
 
 
-def _run(argv: list[str], debug: bool, plain: bool = False) -> None:
+def _run(argv: list[str], debug: bool) -> None:
     """The command in ``argv``; user errors as one line (exit 2), Ctrl-C and SIGTERM with the
     interrupted message (exit 130 and 143)."""
     from ctxleak.cli.config import load_config_file
@@ -235,8 +237,7 @@ def _run(argv: list[str], debug: bool, plain: bool = False) -> None:
             values = load_config_file(config_path)
             values.pop("command", None)
             default_map = nest_defaults(command_path(argv), values)
-        app(args=argv, prog_name="ctxleak", default_map=default_map, standalone_mode=True,
-            obj={"plain": plain})
+        app(args=argv, prog_name="ctxleak", default_map=default_map, standalone_mode=True)
     except CtxleakError as exc:
         if debug:
             raise

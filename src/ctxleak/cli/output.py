@@ -1,19 +1,34 @@
 """What a command prints: its Result's console table, through ``result.show()``, as
-tab-separated values under ``ctxleak --plain`` (the flag rides in the click context's ``obj``,
-set by :func:`ctxleak.cli.app.main`)."""
+tab-separated values under ``ctxleak --plain``.
+
+The flag is read once by :func:`ctxleak.cli.app.main` and holds for that one call (a context
+variable, set and reset around the command), so the report layer takes ``plain`` as an argument
+and nothing stays switched after the command returns.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
-import click
+_PLAIN_OUTPUT: ContextVar[bool] = ContextVar("ctxleak_plain_output", default=False)
+
+
+@contextmanager
+def plain_tables(on: bool) -> Iterator[None]:
+    """Within the block, commands print tables as TSV when ``on`` (``ctxleak --plain``)."""
+    token = _PLAIN_OUTPUT.set(bool(on))
+    try:
+        yield
+    finally:
+        _PLAIN_OUTPUT.reset(token)
 
 
 def plain_output() -> bool:
-    """Whether this command was run with ``ctxleak --plain``."""
-    ctx = click.get_current_context(silent=True)
-    obj = ctx.find_root().obj if ctx is not None else None
-    return bool(isinstance(obj, dict) and obj.get("plain"))
+    """Whether the running command was given ``ctxleak --plain``."""
+    return _PLAIN_OUTPUT.get()
 
 
 def show(result: Any) -> None:
