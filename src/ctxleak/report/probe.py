@@ -4,6 +4,7 @@ soft-prompt training and in-context influence; ``redact`` masks every PII value.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,8 +21,6 @@ def group_label(s: dict[str, Any]) -> str:
 def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any]) -> dict[str, bytes]:
     """Densities of the per-subject target and null log-likelihoods (App. B.1.1 Fig. 1 style),
     one per summary group, and the soft-prompt training curves."""
-    import re
-
     from ctxleak.methods.pii.summary import unit_values
     from ctxleak.report import plots
 
@@ -34,8 +33,7 @@ def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any])
         probe, group, pii = _short(s)
         title = f"{pii}: {probe}, {group}, k={s['shots_k']}" + (
             f" (p = {p:.2g})" if p is not None else "")
-        name = "density_" + re.sub(r"[^A-Za-z0-9]+", "_", s["label"]).strip("_").lower()
-        pngs[name + ".png"] = plots.density_plot({"target PII": target, "null PII": null},
+        pngs[density_name(s)] = plots.density_plot({"target PII": target, "null PII": null},
                                                  title=title, xlabel="log-likelihood")
     by_template = exact_match_by_template(rows)
     if by_template:
@@ -54,6 +52,12 @@ def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any])
     return pngs
 
 
+def density_name(summary: dict[str, Any]) -> str:
+    """The file name of a summary group's likelihood density plot."""
+    return "density_" + re.sub(r"[^A-Za-z0-9]+", "_", summary["label"]).strip("_").lower() \
+        + ".png"
+
+
 def exact_match_by_template(rows: list[dict]) -> dict[str, float]:
     """The share of generated prompts whose output contains the target, per template (the
     template's text; rows without a generation are left out)."""
@@ -67,8 +71,6 @@ def exact_match_by_template(rows: list[dict]) -> dict[str, float]:
 def _masker(records: list, redact: bool) -> Callable[[Any], Any]:
     """Masks every PII value of the records (names, e-mails, phones, addresses, relatives,
     universities) in a string, for --redact; the Report also masks e-mail/phone patterns."""
-    import re
-
     from ctxleak.report import redact_text
 
     if not redact:

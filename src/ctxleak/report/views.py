@@ -47,6 +47,18 @@ class View:
         """Extra files of the run folder by name: the figures (PNG bytes) and texts."""
         return {}
 
+    def figure_names(self, result: Any) -> list[str]:
+        """The figures' file names in the order :meth:`files` draws them (the page shows them
+        so, for a loaded run too, whose figures come back in file-name order)."""
+        return []
+
+    def figures(self, result: Any) -> dict[str, bytes]:
+        """The result's figures in page order: those :meth:`figure_names` lists, then any
+        other by name."""
+        images = result.images
+        names = [n for n in self.figure_names(result) if n in images]
+        return {n: images[n] for n in [*names, *sorted(set(images) - set(names))]}
+
     def page(self, result: Any) -> Report:
         """The self-contained HTML report (``report.html``)."""
         report = Report(self.title, f"{len(result.records)} samples")
@@ -88,6 +100,10 @@ class InfluenceView(View):
     def files(self, result: Any) -> dict[str, bytes | str]:
         return dict(influence_view.influence_plots(result.summary["settings"]))
 
+    def figure_names(self, result: Any) -> list[str]:
+        return ["per_position.png", "context_size.png", "per_window.png", "lambda_sweep.png",
+                "temperature_sweep.png"]
+
     def page(self, result: Any) -> Report:
         records, settings, config = result.records, result.summary["settings"], result.config
         grid = 1
@@ -105,7 +121,7 @@ class InfluenceView(View):
                 return records[i]["context_token_strings"], records[i]["response_token_strings"]
         first = records[0].get("response_token_strings") if records else None
         return influence_view.influence_report(
-            settings, records, result.images, meta, token_strings=first,
+            settings, records, self.figures(result), meta, token_strings=first,
             redact=bool(config.get("redact", False)), tokens_of=tokens_of)
 
     def show(self, result: Any, *, plain: bool = False) -> None:
@@ -144,6 +160,10 @@ class ICLView(View):
         return dict(icl_view.icl_plots(result.summary["iclinf"], result.summary["variants"],
                                        result.records))
 
+    def figure_names(self, result: Any) -> list[str]:
+        return ["loss_by_position.png", "loss_heatmap.png", "shots_sweep.png",
+                "accuracy_shots.png", "calibration.png", "labels_vs_vocab.png"]
+
     def page(self, result: Any) -> Report:
         config, summary = result.config, result.summary
         icl = config["icl"]
@@ -158,7 +178,7 @@ class ICLView(View):
                 "instruction": template.get("instruction"),
                 "exemplar template": config["exemplar_template"],
                 "query template": config["query_template"]}
-        return icl_view.icl_report(summary["iclinf"], result.records, result.images,
+        return icl_view.icl_report(summary["iclinf"], result.records, self.figures(result),
                                    summary["headline"], info)
 
     def show(self, result: Any, *, plain: bool = False) -> None:
@@ -201,9 +221,12 @@ class AuditView(View):
         return {"synthetic.jsonl": synthetic, "fig6_epsilon.png": audit_view.figure6(rows),
                 "token_rdp.png": audit_view.token_rdp_plot(result.records, rows)}
 
+    def figure_names(self, result: Any) -> list[str]:
+        return ["fig6_epsilon.png", "token_rdp.png"]
+
     def page(self, result: Any) -> Report:
         return audit_view.audit_report(result.summary["rows"], result.records,
-                                       _audit_config(result.config), result.images,
+                                       _audit_config(result.config), self.figures(result),
                                        model=_model(result), data=result.config.get("data"),
                                        seconds=result.wall_time_s or 0.0)
 
@@ -236,10 +259,15 @@ class SusceptibilityView(View):
         return dict(susceptibility_view.susceptibility_plots(
             result.records, _susceptibility_options(result.config)))
 
+    def figure_names(self, result: Any) -> list[str]:
+        return ["scatter_fisher_vs_mc.png", "scatter_by_relation.png",
+                *(f"{kind}_{tag}.png" for tag in ("mc", "fisher")
+                  for kind in ("relations", "real_vs_fake"))]
+
     def page(self, result: Any) -> Report:
         return susceptibility_view.susceptibility_report(
             result.records, result.summary, _susceptibility_options(result.config),
-            result.images, model=_model(result), data=result.config.get("data"))
+            self.figures(result), model=_model(result), data=result.config.get("data"))
 
     def show(self, result: Any, *, plain: bool = False) -> None:
         susceptibility_view.print_susceptibility(
@@ -293,10 +321,14 @@ class ProbeView(View):
         return dict(probe_view.probe_plots(result.records, result.summary["groups"],
                                            _probe_extras(result)))
 
+    def figure_names(self, result: Any) -> list[str]:
+        return [*(probe_view.density_name(s) for s in result.summary.get("groups", [])),
+                "exact_match_by_template.png", "white_box_training.png"]
+
     def page(self, result: Any) -> Report:
         model = (result.provenance.get("model") or {}).get("name", "")
         return probe_view.probe_report(model, _probe_subjects(result), result.records,
-                                       result.summary, result.images, _probe_extras(result),
+                                       result.summary, self.figures(result), _probe_extras(result),
                                        result.config, str(result.path),
                                        redact=bool(result.config.get("redact", False)))
 

@@ -20,7 +20,7 @@ from typing import Any
 from ctxleak.registry import REPORTS, RESULTS
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
-from ctxleak.run.rundir import RESULTS_FILE, os_errors, write_atomic
+from ctxleak.run.rundir import os_errors, write_atomic
 
 
 def say(message: str) -> None:
@@ -229,8 +229,7 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
         if isinstance(content, bytes):
             result.images[name] = content
     result.wall_time_s = round(time.time() - run.started, 3)
-    with os_errors(run.path / RESULTS_FILE, "write", kept=run.kept()):
-        result.save_results(run.path, run.file_mode)
+    run.write_results(result)
     html = result.render()
     with os_errors(run.path / "report.html", "write", kept=run.kept()):
         write_atomic(run.path / "report.html", html, run.file_mode)
