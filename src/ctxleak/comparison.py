@@ -42,20 +42,13 @@ class Comparison:
     def show(self, *, plain: bool = False) -> None:
         """Print the comparison table (what ``ctxleak compare`` prints; ``plain``: as
         tab-separated values)."""
-        from ctxleak.report.console import print_rows
-
-        print_rows(self.rows, title=f"{self.method}: {len(self.labels)} runs", justify="left",
-                   plain=plain)
+        REPORTS.get("compare").show(self, plain=plain)
 
     def to_html(self) -> str:
         return self.html
 
     def _repr_html_(self) -> str:
-        from ctxleak.report import Report
-
-        report = Report(f"ctxleak compare: {self.method}", ", ".join(self.labels))
-        report.add_table(self.rows)
-        return report.fragment()
+        return str(REPORTS.get("compare").fragment(self))
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write ``report.html``, ``compare.json`` (runs and table) and the figures into a new
@@ -182,8 +175,6 @@ def compare(results: Sequence[Any], output: str | os.PathLike[str] | None = None
     """Lay runs of the same method side by side. ``results``: :class:`Result` objects or run
     directories (at least two). Refuses runs of different methods. With ``output`` the report
     and figures are written there. Returns a :class:`Comparison`."""
-    from ctxleak.report.compare import compare_figures, compare_report
-
     if isinstance(results, (str, os.PathLike)) or len(results) < 2:
         raise ConfigError("compare needs at least two runs", param="results")
     if output is not None:  # refused before the runs are read and the figures drawn
@@ -199,9 +190,9 @@ def compare(results: Sequence[Any], output: str | os.PathLike[str] | None = None
     method = methods[0]
     labels = run_labels(loaded)
     rows = compare_rows(method, [r.table() for r in loaded], labels)
-    images = compare_figures(method, loaded, labels)
-    report = compare_report(method, loaded, labels, rows, images)
-    comp = Comparison(method, labels, loaded, rows, images, report.render())
+    view = REPORTS.get("compare")  # the report layer, late bound by name
+    comp = Comparison(method, labels, loaded, rows, view.figures(method, loaded, labels))
+    comp.html = view.page(comp).render()
     if output is not None:
         comp.save(output)
     return comp

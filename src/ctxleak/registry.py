@@ -98,7 +98,8 @@ RESULTS = Registry("result class", {
 })
 
 #: Method -> its report view (:class:`ctxleak.report.views.View`): page, figures, console
-#: table, and how ``ctxleak compare`` lines up and draws runs of it.
+#: table, and how ``ctxleak compare`` lines up and draws runs of it; ``compare``: the view of
+#: a :class:`ctxleak.comparison.Comparison`; ``result``: of a Result of no registered method.
 REPORTS = Registry("report view", {
     "result": "ctxleak.report.views:GENERIC",
     "influence": "ctxleak.report.views:INFLUENCE",
@@ -107,6 +108,7 @@ REPORTS = Registry("report view", {
     "audit": "ctxleak.report.views:AUDIT",
     "susceptibility": "ctxleak.report.views:SUSCEPTIBILITY",
     "probe": "ctxleak.report.views:PROBE",
+    "compare": "ctxleak.report.compare:COMPARE",
 })
 
 #: The lazy public names of the ``ctxleak`` package (``ctxleak.influence`` ...).

@@ -9,6 +9,7 @@ from typing import Any
 
 from ctxleak.registry import REPORTS
 from ctxleak.report import Report, plots
+from ctxleak.report.console import print_rows
 
 
 def influence_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
@@ -169,4 +170,28 @@ def _mean(result: Any, block: str, group: str, key: str) -> float:
     return float(stats["mean"]) if stats and stats.get("mean") is not None else float("nan")
 
 
-__all__ = ["compare_figures", "compare_report"]
+class CompareView:
+    """How a :class:`ctxleak.comparison.Comparison` is shown (registered as ``compare`` in
+    :data:`ctxleak.registry.REPORTS`): its figures, page, console table and Jupyter summary."""
+
+    def figures(self, method: str, results: Sequence[Any], labels: Sequence[str]
+                ) -> dict[str, bytes]:
+        return compare_figures(method, results, labels)
+
+    def page(self, comparison: Any) -> Report:
+        return compare_report(comparison.method, comparison.results, comparison.labels,
+                              comparison.rows, comparison.images)
+
+    def show(self, comparison: Any, *, plain: bool = False) -> None:
+        print_rows(comparison.rows, title=f"{comparison.method}: {len(comparison.labels)} runs",
+                   justify="left", plain=plain)
+
+    def fragment(self, comparison: Any) -> str:
+        report = Report(f"ctxleak compare: {comparison.method}", ", ".join(comparison.labels))
+        report.add_table(comparison.rows)
+        return report.fragment()
+
+
+COMPARE = CompareView()
+
+__all__ = ["COMPARE", "CompareView", "compare_figures", "compare_report"]

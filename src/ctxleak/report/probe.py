@@ -8,14 +8,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ctxleak.methods.pii.summary import GROUP_BY, short_names
 from ctxleak.report.console import format_cell
-
-GROUP_BY = ("mode", "variant", "group", "shots_k", "pii_type", "structure")
-
-
-def group_label(s: dict[str, Any]) -> str:
-    probe, group, pii = _short(s)
-    return f"{probe} / {group} / k={s['shots_k']} / {pii}"
 
 
 def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any]) -> dict[str, bytes]:
@@ -30,7 +24,7 @@ def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any])
         target = list(unit_values(grp, "target_ll").values())
         null = list(unit_values(grp, "null_ll").values())
         p = (s["wilcoxon"] or {}).get("pvalue")
-        probe, group, pii = _short(s)
+        probe, group, pii = short_names(s)
         title = f"{pii}: {probe}, {group}, k={s['shots_k']}" + (
             f" (p = {p:.2g})" if p is not None else "")
         pngs[density_name(s)] = plots.density_plot({"target PII": target, "null PII": null},
@@ -184,20 +178,6 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
     return report
 
 
-def _short(s: dict[str, Any]) -> tuple[str, str, str]:
-    """(probe, group, PII) names for the console table and plot titles."""
-    variant = s.get("variant") or ""
-    probe = s["mode"]
-    if s["mode"] == "white-box" and variant == "beam":
-        probe = "black-box"  # the comparison on the white-box held-out subjects
-    elif s["mode"] == "canary" and variant.startswith("base"):
-        probe = "canary base"
-    group = {"inserted-vs-inserted": "ins. vs ins."}.get(s.get("group"), s.get("group") or "all")
-    pii = s["pii_type"] + ("" if s["structure"] in (s["pii_type"], "twins", "relation")
-                           else f" ({s['structure']})")
-    return probe, group, pii
-
-
 def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any], *,
                 plain: bool = False) -> None:
     from rich.table import Table
@@ -215,7 +195,7 @@ def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any], *,
         return "—" if value is None else format(value, spec)
 
     for s in summary["groups"]:
-        probe, group, pii = _short(s)
+        probe, group, pii = short_names(s)
         table.add_row(probe, group, str(s["shots_k"]), pii, str(s["n_units"]),
                       num(s.get("exact_match_rate"), ".2f"), num(s.get("mean_target_ll"), ".1f"),
                       num(s.get("mean_null_ll"), ".1f"),

@@ -239,8 +239,7 @@ class ProbeMethod(Method):
     # ---- summary and report ------------------------------------------------------------------
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         from ctxleak.methods.pii.canary import canary_verdict
-        from ctxleak.methods.pii.summary import summarize_probes
-        from ctxleak.report.probe import GROUP_BY, group_label
+        from ctxleak.methods.pii.summary import GROUP_BY, group_label, summarize_probes
         from ctxleak.run.runner import say
 
         if hasattr(self, "probe_t0"):
