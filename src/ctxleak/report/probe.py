@@ -108,13 +108,14 @@ def table_rows(summaries: list[dict]) -> list[dict[str, Any]]:
 
 def probe_report(model: str, records: list, rows: list[dict], summary: dict[str, Any],
             pngs: dict[str, bytes], extras: dict[str, Any], config: dict[str, Any], path: str,
-            *, redact: bool) -> Any:
+            *, redact: bool, subjects: int | None = None) -> Any:
     from ctxleak.report import Report
 
     mask = _masker(records, redact)
     report = Report("ctxleak probe", "PII probing (ProPILE, paper 004): black-box, white-box "
                     "and in-context", redact=redact)
-    report.add_kv({"model": model, "data": config["data"], "subjects": len(records),
+    report.add_kv({"model": model, "data": config["data"],
+                   "subjects": len(records) if subjects is None else subjects,
                    "modes": ", ".join(config["mode"]) or "—", "PII types": ", ".join(config["pii"]),
                    "k-shot": ", ".join(map(str, config["shots"])), "structure":
                    config["structure"], "beam": config["beam"], "run directory": path,

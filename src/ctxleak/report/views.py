@@ -327,10 +327,13 @@ class ProbeView(View):
 
     def page(self, result: Any) -> Report:
         model = (result.provenance.get("model") or {}).get("name", "")
-        return probe_view.probe_report(model, _probe_subjects(result), result.records,
-                                       result.summary, self.figures(result), _probe_extras(result),
-                                       result.config, str(result.path),
-                                       redact=bool(result.config.get("redact", False)))
+        subjects = _probe_subjects(result)
+        return probe_view.probe_report(
+            model, subjects, result.records, result.summary, self.figures(result),
+            _probe_extras(result), result.config, str(result.path),
+            redact=bool(result.config.get("redact", False)),
+            # rows given in memory cannot be read again: the subjects the samples name
+            subjects=None if subjects else len({r.get("subject") for r in result.records}))
 
     def show(self, result: Any, *, plain: bool = False) -> None:
         probe_view.print_probe(result.summary, str(result.path), result.config, plain=plain)
