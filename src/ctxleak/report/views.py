@@ -145,8 +145,9 @@ class ExplainView(View):
                                              result.summary["curve"])
 
     def show(self, result: Any, *, plain: bool = False) -> None:
-        influence_view.print_explain(result.summary, result.summary["curve"]["n"], result.path,
-                                     plain=plain)
+        # run folders written before the curve was kept: the window size asked for
+        n = (result.summary.get("curve") or {}).get("n", result.config.get("ngram"))
+        influence_view.print_explain(result.summary, n, result.path, plain=plain)
 
 
 class ICLView(View):
