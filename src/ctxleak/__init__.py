@@ -15,31 +15,18 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from ctxleak.registry import API
+
 __version__ = "0.1.0"
 
-_API = {
-    "influence": ("ctxleak.api", "influence"),
-    "influence_explain": ("ctxleak.api", "influence_explain"),
-    "iclinf": ("ctxleak.api", "iclinf"),
-    "audit": ("ctxleak.api", "audit"),
-    "susceptibility": ("ctxleak.api", "susceptibility"),
-    "probe": ("ctxleak.api", "probe"),
-    "load_result": ("ctxleak.results", "load_result"),
-    "compare": ("ctxleak.comparison", "compare"),
-    "load_model": ("ctxleak.engine.models", "load_model"),
-    "run_method": ("ctxleak.run.runner", "run_method"),
-    "cid_generate": ("ctxleak.integrations.transformers", "cid_generate"),
-}
-
-__all__ = ["__version__", "dp", *_API]
+__all__ = ["__version__", "dp", *API]
 
 
 def __getattr__(name: str) -> Any:  # lazy: keep ``import ctxleak`` light (no torch at import)
     if name == "dp":
         return import_module("ctxleak.dp")
-    if name in _API:
-        module, attr = _API[name]
-        return getattr(import_module(module), attr)
+    if name in API:
+        return API.get(name)
     raise AttributeError(f"module 'ctxleak' has no attribute {name!r}")
 
 

@@ -639,36 +639,15 @@ def influence_explain(model: str | LM = "default", context: str = "", query: str
     Returns
     -------
     ExplainResult or None
-        Its run directory has ``results.json`` and ``report.html``; None on the other processes
-        of a data-parallel launch.
+        ``summary["curve"]`` holds the influence of each ``ngram``-window (for the plot); its run
+        directory has ``samples.jsonl``, ``results.json`` and ``report.html``. None on the other
+        processes of a data-parallel launch.
     """
-    from ctxleak.methods.influence.cid import CIDConfig
-    from ctxleak.methods.influence.explain import explain_inputs, explain_prompt
-    from ctxleak.report.influence import explain_report
-    from ctxleak.results import ExplainResult
-    from ctxleak.run.provenance import provenance
-    from ctxleak.run.runner import load_lm, open_run
+    from ctxleak.methods.influence.explain import ExplainMethod
+    from ctxleak.run.runner import run_method
 
     common, lm = _common(model, locals())
-    if min_new_tokens is None:
-        min_new_tokens = min(10, max_new_tokens)
-    context = explain_inputs(context, task, template, ngram, top)
-    config = CIDConfig(lam=lam, temperature=temperature, max_new_tokens=max_new_tokens,
-                       min_new_tokens=min_new_tokens)
-    run = open_run("influence-explain", common,
-                   {"context": context, "query": query, "task": task, "template": template,
-                    "lambda": lam, "temperature": temperature, "ngram": ngram}, private=True)
-    if not run.world.is_main:
-        return None  # one prompt: under torchrun the other processes have nothing to do
-    with run:
-        lm = lm if lm is not None else load_lm(common)
-        summary, curve = explain_prompt(lm, context, query, task=task, template=template,
-                                        config=config, ngram=ngram, top=top, seed=common.seed)
-        prov = provenance(lm)
-        run.write_results(summary, provenance=prov, n_effective=1)
-        report = explain_report(summary, query, curve)
-        report.save(run.path / "report.html", mode=run.file_mode)
-    result = ExplainResult(records=[], summary=summary, config=run.config, provenance=prov,
-                           path=run.path, n_effective=1, html=report.render())
-    result.curve = curve
-    return result
+    method = ExplainMethod(common, context=context, query=query, task=task, template=template,
+                           lam=lam, temperature=temperature, max_new_tokens=max_new_tokens,
+                           min_new_tokens=min_new_tokens, ngram=ngram, top=top)
+    return run_method(method, lm, None, progress=False)

@@ -16,18 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.errors import ConfigError, OutputError
+from ctxleak.registry import REPORTS
 from ctxleak.results import Result, load_result
 from ctxleak.run.rundir import is_run_folder, os_errors, to_jsonable, write_atomic
 
 COMPARE_FILE = "compare.json"
-
-# The columns of each method's summary table that name a row (the rest are compared).
-IDENTITY: dict[str, tuple[str, ...]] = {
-    "influence": ("λ", "T"), "icl": ("shots", "variant"), "audit": ("ε_target",),
-    "susceptibility": ("group",), "probe": ("group",), "influence-explain": ("rank",)}
-# Columns that describe the run rather than measure it (left out of the comparison).
-SKIP = {"influence": {"ctx tokens", "n"}, "influence-explain": {"tokens", "n-gram"}}
-
 
 @dataclass
 class Comparison:
@@ -46,21 +39,16 @@ class Comparison:
         run."""
         return self.rows
 
-    def show(self) -> None:
-        """Print the comparison table (what ``ctxleak compare`` prints)."""
-        from ctxleak.report.console import print_rows
-
-        print_rows(self.rows, title=f"{self.method}: {len(self.labels)} runs", justify="left")
+    def show(self, *, plain: bool = False) -> None:
+        """Print the comparison table (what ``ctxleak compare`` prints; ``plain``: as
+        tab-separated values)."""
+        REPORTS.get("compare").show(self, plain=plain)
 
     def to_html(self) -> str:
         return self.html
 
     def _repr_html_(self) -> str:
-        from ctxleak.report import Report
-
-        report = Report(f"ctxleak compare: {self.method}", ", ".join(self.labels))
-        report.add_table(self.rows)
-        return report.fragment()
+        return str(REPORTS.get("compare").fragment(self))
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write ``report.html``, ``compare.json`` (runs and table) and the figures into a new
@@ -157,8 +145,9 @@ def compare_rows(method: str, tables: Sequence[list[dict[str, Any]]],
                  labels: Sequence[str]) -> list[dict[str, Any]]:
     """Merge the runs' summary tables: rows matched by the method's identity columns (a
     repeat of the same identity within a run gets ``#k``), one column per run."""
-    ident = IDENTITY.get(method, ())
-    skip = SKIP.get(method, set())
+    view = REPORTS.get(method, None)  # its report view says which columns name a row
+    ident = view.identity if view is not None else ()
+    skip = view.skip if view is not None else frozenset()
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for label, rows in zip(labels, tables):
         seen: dict[str, int] = {}
@@ -186,8 +175,6 @@ def compare(results: Sequence[Any], output: str | os.PathLike[str] | None = None
     """Lay runs of the same method side by side. ``results``: :class:`Result` objects or run
     directories (at least two). Refuses runs of different methods. With ``output`` the report
     and figures are written there. Returns a :class:`Comparison`."""
-    from ctxleak.report.compare import compare_figures, compare_report
-
     if isinstance(results, (str, os.PathLike)) or len(results) < 2:
         raise ConfigError("compare needs at least two runs", param="results")
     if output is not None:  # refused before the runs are read and the figures drawn
@@ -203,9 +190,9 @@ def compare(results: Sequence[Any], output: str | os.PathLike[str] | None = None
     method = methods[0]
     labels = run_labels(loaded)
     rows = compare_rows(method, [r.table() for r in loaded], labels)
-    images = compare_figures(method, loaded, labels)
-    report = compare_report(method, loaded, labels, rows, images)
-    comp = Comparison(method, labels, loaded, rows, images, report.render())
+    view = REPORTS.get("compare")  # the report layer, late bound by name
+    comp = Comparison(method, labels, loaded, rows, view.figures(method, loaded, labels))
+    comp.html = view.page(comp).render()
     if output is not None:
         comp.save(output)
     return comp

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ctxleak.errors import InputError, warn
+from ctxleak.registry import REPORTS, RESULTS
 from ctxleak.run.rundir import (
     CONFIG_FILE,
     RESULTS_FILE,
@@ -51,11 +52,16 @@ class Result:
         where = f", path={str(self.path)!r}" if self.path else ""
         return f"{type(self).__name__}({len(self.records)} records{where})"
 
-    # ---- tables -----------------------------------------------------------------------------
+    # ---- tables ----------------------------------------------------------------------------
+    def view(self) -> Any:
+        """This method's report view (:data:`ctxleak.registry.REPORTS`, by method name; a
+        plain Result goes by the command of its config)."""
+        name = self.method if self.method != Result.method else self.config.get("command")
+        return REPORTS.get(str(name), None) or REPORTS.get(Result.method)
+
     def table(self) -> list[dict[str, Any]]:
-        """The summary as rows (the console table); one subclass per method says which."""
-        return [{"key": k, "value": v} for k, v in self.summary.items()
-                if not isinstance(v, (dict, list))]
+        """The summary as rows (the console table); the method's report view says which."""
+        return list(self.view().table(self))
 
     def to_pandas(self) -> Any:
         """One row per sample (``records``); nested fields stay Python objects in their cells."""
@@ -65,30 +71,31 @@ class Result:
             raise ImportError("to_pandas() needs pandas: pip install pandas") from None
         return pd.DataFrame.from_records(self.records)
 
-    def show(self) -> None:
-        """Print the console table of this result (what the CLI prints)."""
-        from ctxleak.report.console import print_rows
-
-        print_rows(self.table(), title=self.title)
+    def show(self, *, plain: bool = False) -> None:
+        """Print the console table of this result and where its files are (what the CLI
+        prints); ``plain``: tables as tab-separated values."""
+        self.view().show(self, plain=plain)
 
     # ---- HTML -------------------------------------------------------------------------------
+    def render(self) -> str:
+        """Build the HTML report from this result alone (records, summary, config; no model)."""
+        return self.view().page(self).render()
+
     def to_html(self) -> str:
-        """The self-contained HTML report (the run's ``report.html``)."""
+        """The self-contained HTML report (the run's ``report.html``; rendered from the result
+        when the run folder has none)."""
         if self.html is None and self.path is not None and (self.path / "report.html").is_file():
             self.html = (self.path / "report.html").read_text(encoding="utf-8")
         if self.html is None:
-            raise ValueError("this result has no report (its run directory has no report.html)")
+            try:
+                self.html = self.render()
+            except (KeyError, TypeError, IndexError) as exc:
+                raise ValueError(f"this result has no report and lacks what its report needs "
+                                 f"({type(exc).__name__}: {exc})") from exc
         return self.html
 
     def _repr_html_(self) -> str:
-        from ctxleak.report.html import Report
-
-        report = Report(self.title, f"{len(self.records)} samples"
-                        + (f" · {self.path}" if self.path else ""))
-        rows = self.table()
-        if rows:
-            report.add_table(rows)
-        return report.fragment()
+        return str(self.view().fragment(self))
 
     # ---- files ------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
@@ -101,21 +108,30 @@ class Result:
                                                    sort_keys=True) + "\n", mode)
         write_atomic(out / SAMPLES_FILE, "".join(json.dumps(to_jsonable(r), ensure_ascii=False)
                                                  + "\n" for r in self.records), mode)
+        self.save_results(out, mode)
+        try:
+            write_atomic(out / "report.html", self.to_html(), mode)
+        except ValueError:  # a result built by hand, without what its page needs
+            pass
+        for name, png in self.images.items():
+            write_atomic(out / name, png, mode)
+        return out
+
+    def save_results(self, directory: str | Path, mode: int = 0o600) -> Path:
+        """Write ``results.json``: the summary with config, provenance, sample count, wall time
+        and ``sample_ids``, the ids of the samples the summary was computed from (in order;
+        :func:`load_result` checks ``samples.jsonl`` against them). The one writer of that file,
+        for :meth:`save` and for :func:`ctxleak.run.run_method`."""
         body = {"summary": self.summary, "config": self.config, "provenance": self.provenance,
                 "n_effective": self.n_effective if self.n_effective is not None
                 else len(self.records), "wall_time_s": self.wall_time_s}
         if self.n_effective in (None, len(self.records)) and all(
                 isinstance(r, dict) and "id" in r for r in self.records):
             body["sample_ids"] = [r["id"] for r in self.records]
-        write_atomic(out / RESULTS_FILE, json.dumps(to_jsonable(body), indent=2,
-                                                    ensure_ascii=False) + "\n", mode)
-        try:
-            write_atomic(out / "report.html", self.to_html(), mode)
-        except ValueError:
-            pass
-        for name, png in self.images.items():
-            write_atomic(out / name, png, mode)
-        return out
+        path = Path(directory) / RESULTS_FILE
+        write_atomic(path, json.dumps(to_jsonable(body), indent=2, ensure_ascii=False) + "\n",
+                     mode)
+        return path
 
 
 class InfluenceResult(Result):
@@ -132,11 +148,6 @@ class InfluenceResult(Result):
         "settings.*.quality.*.value", "settings.*.per_position_influence.*",
         "settings.*.per_window_influence.*")
 
-    def table(self) -> list[dict[str, Any]]:
-        from ctxleak.report.influence import table_rows
-
-        return table_rows(self.summary.get("settings", []))
-
 
 class ICLInfResult(Result):
     """``ctxleak.iclinf``: one record per (shots, query); ICLInf mean ± std (paper 001, Eq. 4)."""
@@ -145,11 +156,6 @@ class ICLInfResult(Result):
     title = "ICLInf (paper 001, Eq. 4)"
     numeric_fields = ("iclinf.*.*.n", "iclinf.*.*.iclinf_mean", "iclinf.*.*.iclinf_std",
                       "iclinf.*.*.accuracy", "iclinf.*.*.mean_loss_by_position.*")
-
-    def table(self) -> list[dict[str, Any]]:
-        from ctxleak.report.icl import summary_rows
-
-        return summary_rows(self.summary.get("iclinf", {}))
 
 
 class AuditResult(Result):
@@ -163,14 +169,6 @@ class AuditResult(Result):
         "eps_empirical", "ratio", "sequences", "n_gen", "tokens", "tokens_over_paper_bound",
         "eps_empirical_zero_loss"))
 
-    def table(self) -> list[dict[str, Any]]:
-        from ctxleak.report.audit import table_rows
-
-        rows = self.summary.get("rows", [])
-        headers, cells = table_rows(rows, self.summary.get("search", "temperature"),
-                                    compact=True)
-        return [dict(zip(headers, row)) for row in cells]
-
 
 class SusceptibilityResult(Result):
     """``ctxleak.susceptibility``: one record per query, χ_MC and χ_F (paper 002)."""
@@ -178,11 +176,6 @@ class SusceptibilityResult(Result):
     method = "susceptibility"
     title = "Susceptibility to context (paper 002)"
     numeric_fields = ("n_queries", "metrics.*.mean", "means.*.*.*.mean")
-
-    def table(self) -> list[dict[str, Any]]:
-        from ctxleak.report.susceptibility import group_rows
-
-        return group_rows(self.summary, self.config.get("reference", "marginal"))
 
 
 class ProbeResult(Result):
@@ -196,11 +189,6 @@ class ProbeResult(Result):
         "mean_target_ll_norm", "mean_null_ll_norm", "wilcoxon.pvalue", "string_metrics.*",
         "in_context.mean_influence", "in_context.mean_context_share")) + ("timings_s.*",)
 
-    def table(self) -> list[dict[str, Any]]:
-        from ctxleak.report.probe import table_rows
-
-        return table_rows(self.summary.get("groups", []))
-
 
 class ExplainResult(Result):
     """``ctxleak.influence_explain``: one prompt's response, the uni-gram influence of each
@@ -208,14 +196,6 @@ class ExplainResult(Result):
 
     method = "influence-explain"
     title = "Most influential context n-grams"
-
-    def table(self) -> list[dict[str, Any]]:
-        return list(self.summary.get("top_ngrams", []))
-
-
-RESULT_CLASSES: dict[str, type[Result]] = {
-    cls.method: cls for cls in (InfluenceResult, ICLInfResult, AuditResult,
-                                SusceptibilityResult, ProbeResult, ExplainResult)}
 
 
 def load_result(directory: str | Path) -> Result:
@@ -238,7 +218,7 @@ def load_result(directory: str | Path) -> Result:
     config = body.get("config") or {}
     if not config and (path / CONFIG_FILE).is_file():
         config = _json_object(path / CONFIG_FILE, read_json_file(path / CONFIG_FILE), "")
-    cls = RESULT_CLASSES.get(str(config.get("command")), Result)
+    cls = RESULTS.get(str(config.get("command")), Result)
     summary = body.get("summary") or {}
     _check_numbers(results_path, summary, cls.numeric_fields)
     n_effective = _count(results_path, body.get("n_effective"), "n_effective")

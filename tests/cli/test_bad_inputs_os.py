@@ -17,6 +17,7 @@ from conftest import run_cli
 
 import ctxleak
 from ctxleak.errors import ConfigError, CtxleakWarning, OutputError
+from ctxleak.results import Result
 from ctxleak.run.rundir import RunDir
 
 BASE = ["influence", "--data", "demo", "--max-new-tokens", "3", "--min-new-tokens", "1"]
@@ -225,7 +226,7 @@ def test_full_disk_on_results_json_leaves_no_half_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", fsync)
     with pytest.raises(OutputError, match="1 finished example") as info:
-        run.write_results({}, provenance={}, n_effective=1)
+        run.write_results(Result(records=[{"id": "a"}], summary={}, n_effective=1))
     assert info.value.errno == errno.ENOSPC
     assert sorted(p.name for p in run.path.iterdir() if "results" in p.name) == []
     run.release()

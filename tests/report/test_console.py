@@ -3,20 +3,12 @@
 
 from __future__ import annotations
 
-import pytest
 from conftest import run_cli
 
 from ctxleak.report import console
 
 ROWS = [{f"expected influence column {i}": 0.123456 * i for i in range(12)},
         {f"expected influence column {i}": None for i in range(12)}]
-
-
-@pytest.fixture(autouse=True)
-def _not_plain():
-    console.set_plain(False)
-    yield
-    console.set_plain(False)
 
 
 def test_wide_table_is_not_cut_when_stdout_is_not_a_terminal(capsys):
@@ -30,8 +22,7 @@ def test_wide_table_is_not_cut_when_stdout_is_not_a_terminal(capsys):
 
 
 def test_plain_prints_tsv(capsys):
-    console.set_plain(True)
-    console.print_rows(ROWS, title="t")
+    console.print_rows(ROWS, title="t", plain=True)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "# t"
     assert lines[1].split("\t") == [f"expected influence column {i}" for i in range(12)]

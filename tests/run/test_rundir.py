@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.results import Result
 from ctxleak.run.records import parse_mapping, read_rows
 from ctxleak.run.rundir import RunDir, to_jsonable
 
@@ -47,7 +48,9 @@ def test_cut_last_line_is_dropped_on_resume(tmp_path):
 def test_results_atomic_with_provenance_and_private_mode(tmp_path):
     run = RunDir(tmp_path / "r", {"a": 1}, private=True)
     run.append_sample({"id": "x"})
-    path = run.write_results({"m": math.inf}, provenance={"torch": "x"}, n_effective=1)
+    path = run.write_results(Result(records=[{"id": "x"}], summary={"m": math.inf},
+                                    config=run.config, provenance={"torch": "x"},
+                                    n_effective=1, wall_time_s=0.5))
     body = json.loads(path.read_text())
     assert body["summary"] == {"m": None} and body["n_effective"] == 1
     assert body["config"] == {"a": 1} and "wall_time_s" in body

@@ -9,8 +9,9 @@ import json
 import pytest
 
 from ctxleak.errors import ConfigError
+from ctxleak.registry import REPORTS
 from ctxleak.report import Report
-from ctxleak.results import Result
+from ctxleak.report.views import View
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
 from ctxleak.run.runner import run_method
@@ -21,7 +22,6 @@ class WordCount(Method):
 
     name = "wordcount"
     desc = "words"
-    result_class = Result
 
     def __init__(self, common=None, *, fail_on=None):
         super().__init__(common)
@@ -51,13 +51,22 @@ class WordCount(Method):
     def summarize(self, records):
         return {"total": sum(r["words"] for r in records)}
 
-    def artifacts(self, result, lm=None):
+
+
+class WordCountView(View):
+    """Its report view: the files and the page, from the Result alone."""
+
+    def files(self, result):
         return {"counts.txt": " ".join(str(r["words"]) for r in result.records)}
 
-    def report(self, result, lm=None):
+    def page(self, result):
         report = Report("word count")
         report.add_kv(result.summary)
         return report
+
+
+if "wordcount" not in REPORTS:
+    REPORTS.add("wordcount", WordCountView())
 
 
 TEXTS = ["one", "one two", "one two three", "a b c d", "e"]

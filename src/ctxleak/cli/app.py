@@ -219,11 +219,10 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI. ``--config FILE.yaml`` supplies defaults for any flag of the command."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = _pop_flag(argv, "--debug") or os.environ.get("CTXLEAK_DEBUG") == "1"
-    if _pop_flag(argv, "--plain"):
-        from ctxleak.report.console import set_plain
+    from ctxleak.cli.output import plain_tables
 
-        set_plain(True)
-    with warnings.catch_warnings(), _sigterm_as_interrupt():
+    plain = _pop_flag(argv, "--plain")
+    with warnings.catch_warnings(), _sigterm_as_interrupt(), plain_tables(plain):
         warnings.showwarning = _warning_printer(argv)
         _run(argv, debug)
 

@@ -67,19 +67,14 @@ def register(app: typer.Typer) -> None:
         --limit N generates only the first N sequences of each target (the
         accounting still plans for --n-gen); --resume finishes the run.
         """
-        import time
-
         from ctxleak.api import run_params
+        from ctxleak.cli.output import show
         from ctxleak.methods.audit.method import AuditParams
-        from ctxleak.report.audit import print_audit
 
-        t0 = time.time()
         params = AuditParams(text_field=text_field, label_field=label_field, label=label,
                              template=template, subset_size=subset_size, clip=clip,
                              temperature=temperature, search=search, target_eps=target_eps,
                              delta=delta, n_gen=n_gen, max_tokens=max_tokens,
                              min_tokens=min_tokens, orders=orders)
         result = run_params(params, common, data)
-        if result is not None:  # None on the other processes of a data-parallel run
-            print_audit(result.summary["rows"], result.summary["search"], result.path,
-                        time.time() - t0)
+        show(result)

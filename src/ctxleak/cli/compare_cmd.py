@@ -19,8 +19,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Lay runs of the same method side by side: the summary table with a column per run
         and each headline figure with one line per run (e.g. influence against model size)."""
+        from ctxleak.cli.output import plain_output
         from ctxleak.comparison import compare, default_output
 
         result = compare(runs, output=output or default_output())
-        result.show()
+        result.show(plain=plain_output())
         typer.echo(f"report: {result.path / 'report.html'}")

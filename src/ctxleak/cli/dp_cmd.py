@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
             return
         from rich.table import Table
 
+        from ctxleak.cli.output import plain_output
         from ctxleak.report.console import console as make_console
 
         table = Table(title=f"Algorithm 3: {search} for each target ε  (δ={delta:g}, "
@@ -67,7 +68,7 @@ def register(app: typer.Typer) -> None:
             col = 1 + list(_SEARCH).index(search)
             cells[col] = f"[bold]{cells[col]}[/bold]"
             table.add_row(*cells)
-        make_console().print(table)
+        make_console(plain_output()).print(table)
 
     @dp_app.command("epsilon")
     def epsilon_cmd(

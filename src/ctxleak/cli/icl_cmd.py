@@ -100,8 +100,8 @@ def register(app: typer.Typer) -> None:
         Example:  ctxleak icl --data demo --shots 1,2,4 --calibration both --limit 10
         """
         from ctxleak.api import run_params
+        from ctxleak.cli.output import show
         from ctxleak.methods.icl.params import ICLInfParams
-        from ctxleak.report.icl import print_icl
         from ctxleak.run.runner import say
 
         params = ICLInfParams(test_data=test_data, split=split, text_field=text_field,
@@ -117,4 +117,4 @@ def register(app: typer.Typer) -> None:
         if result.summary["truncated_texts"]:
             say(f"{result.summary['truncated_texts']} text(s) were cut to {max_text_tokens} "
                 "tokens (--max-text-tokens)")
-        print_icl(result)
+        show(result)

@@ -66,8 +66,8 @@ def influence(
     if ctx.invoked_subcommand is not None:
         return
     from ctxleak.api import run_params
+    from ctxleak.cli.output import show
     from ctxleak.methods.influence.params import InfluenceParams
-    from ctxleak.report.influence import print_influence
 
     params = InfluenceParams(task=task, template=template, fields=fields, lam=lam,
                              temperature=temperature, max_new_tokens=max_new_tokens,
@@ -77,8 +77,7 @@ def influence(
                              bertscore_model=bertscore_model, factkb_model=factkb_model,
                              redact=redact)
     result = run_params(params, common, data)
-    if result is not None:  # None on the other processes of a data-parallel run
-        print_influence(result.summary["settings"], result.path)
+    show(result)
 
 
 @influence_app.command("explain")
@@ -100,14 +99,13 @@ def explain(
     """One prompt: the response, the uni-gram influence of each context token on the first
     response token as a heatmap (paper 000, Table 1), and the most influential n-grams."""
     from ctxleak.api import influence_explain
-    from ctxleak.report.influence import print_explain
+    from ctxleak.cli.output import show
 
     result = influence_explain(common.model, context, query, **api_options(common), task=task,
                                template=template, lam=lam, temperature=temperature,
                                max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                                ngram=ngram, top=top)
-    if result is not None:
-        print_explain(result.summary, result.curve["n"], result.path)
+    show(result)
 
 
 def register(app: typer.Typer) -> None:

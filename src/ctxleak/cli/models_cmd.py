@@ -13,6 +13,7 @@ def register(app: typer.Typer) -> None:
         """List the named models (use them with --model NAME) and whether each is ready."""
         from rich.table import Table
 
+        from ctxleak.cli.output import plain_output
         from ctxleak.engine.models import load_model, model_status
         from ctxleak.report.console import console as make_console
 
@@ -27,6 +28,6 @@ def register(app: typer.Typer) -> None:
             table.add_column(col)
         for row in rows:
             table.add_row(row["name"], row["status"], row["description"])
-        make_console().print(table)
+        make_console(plain_output()).print(table)
         typer.echo("Any Hugging Face id, local model directory or .gguf file also works with "
                    "--model.")

@@ -91,8 +91,8 @@ def probe(
     Example:  ctxleak probe --data demo --subjects 10 --pii phone,email --output runs/probe
     """
     from ctxleak.api import run_params
+    from ctxleak.cli.output import show
     from ctxleak.methods.pii.params import ProbeParams
-    from ctxleak.report.probe import print_probe
 
     params = ProbeParams(mode=mode, pii=pii, shots=shots, structure=structure, beam=beam,
                          max_new_tokens=max_new_tokens, generate=generate, subjects=subjects,
@@ -102,8 +102,7 @@ def probe(
                          canary_layers=canary_layers, canary_baseline=canary_baseline, alpha=alpha,
                          redact=redact, leak_maps=leak_maps)
     result = run_params(params, common, data)
-    if result is not None:  # None on the other processes of a data-parallel run
-        print_probe(result.summary, str(result.path), result.config)
+    show(result)
 
 
 def register(app: typer.Typer) -> None:

@@ -67,8 +67,8 @@ def susceptibility(
     Example:  ctxleak susceptibility --data demo --limit 6 --contexts 32 --output runs/susc
     """
     from ctxleak.api import run_params
+    from ctxleak.cli.output import show
     from ctxleak.methods.susceptibility.method import SusceptibilityParams
-    from ctxleak.report.susceptibility import print_susceptibility
 
     params = SusceptibilityParams(method=method, contexts=contexts, top_k=top_k, sigma2=sigma2,
                                   reference=reference, query_types=query_types,
@@ -77,8 +77,7 @@ def susceptibility(
                                   entity_contexts=entity_contexts, sampling=sampling,
                                   relations=relations, entities_per_relation=entities_per_relation)
     result = run_params(params, common, data)
-    if result is not None:  # None on the other processes of a data-parallel run
-        print_susceptibility(result.summary, reference, str(result.path))
+    show(result)
 
 
 def register(app: typer.Typer) -> None:

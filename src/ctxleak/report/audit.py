@@ -118,13 +118,14 @@ def audit_report(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any
     return report
 
 
-def print_audit(rows: Sequence[dict[str, Any]], search: str, path: Any, seconds: float) -> None:
+def print_audit(rows: Sequence[dict[str, Any]], search: str, path: Any, seconds: float, *,
+                plain: bool = False) -> None:
     """The console tables of an audit (one per δ), the legend and where the files are."""
     from rich.table import Table
 
     from ctxleak.report.console import console as make_console
 
-    console = make_console()
+    console = make_console(plain)
     for delta in dict.fromkeys(r["delta"] for r in rows):
         part = [r for r in rows if r["delta"] == delta]
         headers, cells = table_rows(part, search, compact=True)

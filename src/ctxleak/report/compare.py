@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ctxleak.registry import REPORTS
 from ctxleak.report import Report, plots
+from ctxleak.report.console import print_rows
 
 
-def _influence(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
+def influence_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     first = [(lab, (r.summary.get("settings") or [None])[0]) for lab, r in zip(labels, results)]
     first = [(lab, s) for lab, s in first if s]
@@ -56,7 +58,7 @@ def _influence(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes
     return out
 
 
-def _icl(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
+def icl_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     shots, by_pos, errors = {}, {}, {}
     for lab, r in zip(labels, results):
@@ -78,7 +80,7 @@ def _icl(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
     return out
 
 
-def _audit(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
+def audit_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
     series: dict[str, tuple[list[float], list[float]]] = {}
     targets: set[float] = set()
     for lab, r in zip(labels, results):
@@ -94,7 +96,7 @@ def _audit(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
         ylabel="ε_empirical", logx=True, logy=True)}
 
 
-def _susceptibility(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
+def susceptibility_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     for key, name in (("chi_mc", "χ_MC"), ("chi_mc_nocontext", "χ_MC (no-context ref.)"),
                       ("chi_f", "χ_F")):
@@ -111,7 +113,7 @@ def _susceptibility(results: Sequence[Any], labels: Sequence[str]) -> dict[str, 
     return out
 
 
-def _probe(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
+def probe_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
     groups: list[str] = []
     for r in results:
         groups += [g["label"] for g in r.summary.get("groups") or [] if g["label"] not in groups]
@@ -123,15 +125,12 @@ def _probe(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
         groups, values, title="Exact-match rate by group, per model", ylabel="exact-match rate")}
 
 
-FIGURES = {"influence": _influence, "icl": _icl, "audit": _audit,
-           "susceptibility": _susceptibility, "probe": _probe}
-
-
 def compare_figures(method: str, results: Sequence[Any], labels: Sequence[str]
                     ) -> dict[str, bytes]:
-    """The method's headline figures, one line or bar per run (none for other methods)."""
-    make = FIGURES.get(method)
-    return make(results, labels) if make else {}
+    """The method's headline figures, one line or bar per run (its report view's; none for a
+    method without one)."""
+    view = REPORTS.get(method, None)
+    return view.compare_figures(results, labels) if view is not None else {}
 
 
 def compare_report(method: str, results: Sequence[Any], labels: Sequence[str],
@@ -171,4 +170,28 @@ def _mean(result: Any, block: str, group: str, key: str) -> float:
     return float(stats["mean"]) if stats and stats.get("mean") is not None else float("nan")
 
 
-__all__ = ["compare_figures", "compare_report"]
+class CompareView:
+    """How a :class:`ctxleak.comparison.Comparison` is shown (registered as ``compare`` in
+    :data:`ctxleak.registry.REPORTS`): its figures, page, console table and Jupyter summary."""
+
+    def figures(self, method: str, results: Sequence[Any], labels: Sequence[str]
+                ) -> dict[str, bytes]:
+        return compare_figures(method, results, labels)
+
+    def page(self, comparison: Any) -> Report:
+        return compare_report(comparison.method, comparison.results, comparison.labels,
+                              comparison.rows, comparison.images)
+
+    def show(self, comparison: Any, *, plain: bool = False) -> None:
+        print_rows(comparison.rows, title=f"{comparison.method}: {len(comparison.labels)} runs",
+                   justify="left", plain=plain)
+
+    def fragment(self, comparison: Any) -> str:
+        report = Report(f"ctxleak compare: {comparison.method}", ", ".join(comparison.labels))
+        report.add_table(comparison.rows)
+        return report.fragment()
+
+
+COMPARE = CompareView()
+
+__all__ = ["COMPARE", "CompareView", "compare_figures", "compare_report"]

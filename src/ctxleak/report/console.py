@@ -2,8 +2,8 @@
 
 On a terminal, tables fit its width. When stdout is not a terminal (a pipe, a file, CI) rich
 would assume 80 columns and cut headers ("influ…"); :func:`console` then gives a console wide
-enough that every table prints at its full width. With ``ctxleak --plain`` (or
-:func:`set_plain`) tables print as tab-separated values instead: a header line, one line per row.
+enough that every table prints at its full width. With ``plain=True`` (``ctxleak --plain``)
+tables print as tab-separated values instead: a header line, one line per row.
 """
 
 from __future__ import annotations
@@ -13,18 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 WIDE = 100_000  # columns when stdout is not a terminal: no table is ever cut
-_PLAIN = False
-
-
-def set_plain(on: bool = True) -> None:
-    """Print every table as TSV (``--plain``)."""
-    global _PLAIN
-    _PLAIN = bool(on)
-
-
-def is_plain() -> bool:
-    """Whether tables print as TSV (``--plain``)."""
-    return _PLAIN
 
 
 def format_cell(value: Any) -> str:
@@ -55,9 +43,10 @@ def table_tsv(table: Any) -> str:
 class _Console:
     """A rich Console that prints tables as TSV in plain mode (other output unchanged)."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, plain: bool = False, **kwargs: Any) -> None:
         from rich.console import Console
 
+        self.plain = plain
         if not sys.stdout.isatty() and "width" not in kwargs:
             kwargs["width"] = WIDE
         self._console = Console(**kwargs)
@@ -65,7 +54,7 @@ class _Console:
     def print(self, *objects: Any, **kwargs: Any) -> None:
         from rich.table import Table
 
-        if _PLAIN and len(objects) == 1 and isinstance(objects[0], Table):
+        if self.plain and len(objects) == 1 and isinstance(objects[0], Table):
             sys.stdout.write(table_tsv(objects[0]) + "\n")
             sys.stdout.flush()
             return
@@ -75,22 +64,23 @@ class _Console:
         return getattr(self._console, name)
 
 
-def console(**kwargs: Any) -> Any:
-    """The console every command prints with (full width off a terminal, TSV with --plain)."""
-    return _Console(**kwargs)
+def console(plain: bool = False, **kwargs: Any) -> Any:
+    """The console every command prints with (full width off a terminal; tables as TSV when
+    ``plain``, ``ctxleak --plain``)."""
+    return _Console(plain, **kwargs)
 
 
 def print_rows(rows: Sequence[Mapping[str, Any]], *, title: str = "",
-               justify: str = "right") -> None:
+               justify: str = "right", plain: bool = False) -> None:
     """A table of dicts (columns: the first row's keys) on stdout."""
     from rich.table import Table
 
     table = Table(title=title or None)
     if not rows:
-        console().print(f"{title}: no rows")
+        console(plain).print(f"{title}: no rows")
         return
     for col in rows[0]:
         table.add_column(str(col), justify=justify)  # type: ignore[arg-type]
     for row in rows:
         table.add_row(*[format_cell(v) for v in row.values()])
-    console().print(table)
+    console(plain).print(table)

@@ -158,24 +158,3 @@ def icl_report(summary: dict[str, dict[str, Any]], records: Sequence[dict[str, A
     report.add_heading("Configuration")
     report.add_kv(info, caption="run")
     return report
-
-
-def print_icl(result: Any) -> None:
-    """What ``ctxleak icl`` prints: one line per (shots, variant), time per query, the folder."""
-    import typer
-
-    from ctxleak.report.console import is_plain, print_rows
-
-    summary = result.summary
-    if is_plain():
-        print_rows(summary_rows(summary["iclinf"]), title="ICLInf (paper 001, Eq. 4)")
-        return
-    model = (result.provenance.get("model") or {}).get("name", result.config.get("model"))
-    typer.echo(f"ICLInf, {model}, {summary['n_queries']} queries "
-               f"(mean ± std over queries; loss by exemplar position 1..n):")
-    for row in summary_rows(summary["iclinf"]):
-        typer.echo(f"  {row['shots']:>2} shots  {row['variant']:<18} ICLInf "
-                   f"{row['ICLInf mean']:.3f} ± {row['ICLInf std']:.3f}  accuracy "
-                   f"{row['accuracy']:>6}  by position: {row['mean loss by position']}")
-    typer.echo(f"time per query: {summary['headline']['seconds per query']:.2f} s")
-    typer.echo(f"run directory: {result.path} (results.json, samples.jsonl, report.html)")

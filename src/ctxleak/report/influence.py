@@ -154,13 +154,14 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     return report
 
 
-def print_influence(summaries: Sequence[dict[str, Any]], path: Any) -> None:
+def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bool = False) -> None:
     """The console table of an influence run and where its files are."""
     from ctxleak.report.console import console as make_console
     from ctxleak.report.console import print_rows
 
-    print_rows(table_rows(summaries), title="Expected context influence (paper 000, Def. 3.3)")
-    make_console().print(f"results: {path / 'results.json'}   report: {path / 'report.html'}")
+    print_rows(table_rows(summaries), title="Expected context influence (paper 000, Def. 3.3)",
+               plain=plain)
+    make_console(plain).print(f"results: {path / 'results.json'}   report: {path / 'report.html'}")
 
 
 def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -> Report:
@@ -191,7 +192,7 @@ def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -
     return report
 
 
-def print_explain(summary: dict[str, Any], n: int, path: Any) -> None:
+def print_explain(summary: dict[str, Any], n: int, path: Any, *, plain: bool = False) -> None:
     """What ``influence explain`` prints: the response, its influence, the top n-grams."""
     import json
 
@@ -199,7 +200,7 @@ def print_explain(summary: dict[str, Any], n: int, path: Any) -> None:
 
     from ctxleak.report.console import console as make_console
 
-    console = make_console()
+    console = make_console(plain)
     console.print(f"[bold]response[/bold]: {summary['response']}")
     console.print(f"response influence: {summary['influence']:.4g}")
     table = Table(title=f"Most influential context {n}-grams")

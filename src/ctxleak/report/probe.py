@@ -4,33 +4,17 @@ soft-prompt training and in-context influence; ``redact`` masks every PII value.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
+from ctxleak.methods.pii.summary import GROUP_BY, short_names
 from ctxleak.report.console import format_cell
-
-GROUP_BY = ("mode", "variant", "group", "shots_k", "pii_type", "structure")
-
-
-def group_label(s: dict[str, Any]) -> str:
-    probe, group, pii = _short(s)
-    return f"{probe} / {group} / k={s['shots_k']} / {pii}"
-
-
-def template_texts(config: dict[str, Any]) -> dict[str, Any]:
-    from ctxleak.methods.pii import templates as t
-
-    return {"twins": list(t.TWINS), "triplets": list(t.TRIPLETS),
-            "quadruplets": list(t.QUADRUPLETS), "relation": list(t.RELATION_TEMPLATES),
-            "university": list(t.UNIVERSITY_TEMPLATES),
-            "in_context": config["context_template"], "k_shot_separator": "\n"}
 
 
 def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any]) -> dict[str, bytes]:
     """Densities of the per-subject target and null log-likelihoods (App. B.1.1 Fig. 1 style),
     one per summary group, and the soft-prompt training curves."""
-    import re
-
     from ctxleak.methods.pii.summary import unit_values
     from ctxleak.report import plots
 
@@ -40,11 +24,10 @@ def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any])
         target = list(unit_values(grp, "target_ll").values())
         null = list(unit_values(grp, "null_ll").values())
         p = (s["wilcoxon"] or {}).get("pvalue")
-        probe, group, pii = _short(s)
+        probe, group, pii = short_names(s)
         title = f"{pii}: {probe}, {group}, k={s['shots_k']}" + (
             f" (p = {p:.2g})" if p is not None else "")
-        name = "density_" + re.sub(r"[^A-Za-z0-9]+", "_", s["label"]).strip("_").lower()
-        pngs[name + ".png"] = plots.density_plot({"target PII": target, "null PII": null},
+        pngs[density_name(s)] = plots.density_plot({"target PII": target, "null PII": null},
                                                  title=title, xlabel="log-likelihood")
     by_template = exact_match_by_template(rows)
     if by_template:
@@ -63,6 +46,12 @@ def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any])
     return pngs
 
 
+def density_name(summary: dict[str, Any]) -> str:
+    """The file name of a summary group's likelihood density plot."""
+    return "density_" + re.sub(r"[^A-Za-z0-9]+", "_", summary["label"]).strip("_").lower() \
+        + ".png"
+
+
 def exact_match_by_template(rows: list[dict]) -> dict[str, float]:
     """The share of generated prompts whose output contains the target, per template (the
     template's text; rows without a generation are left out)."""
@@ -76,8 +65,6 @@ def exact_match_by_template(rows: list[dict]) -> dict[str, float]:
 def _masker(records: list, redact: bool) -> Callable[[Any], Any]:
     """Masks every PII value of the records (names, e-mails, phones, addresses, relatives,
     universities) in a string, for --redact; the Report also masks e-mail/phone patterns."""
-    import re
-
     from ctxleak.report import redact_text
 
     if not redact:
@@ -121,13 +108,14 @@ def table_rows(summaries: list[dict]) -> list[dict[str, Any]]:
 
 def probe_report(model: str, records: list, rows: list[dict], summary: dict[str, Any],
             pngs: dict[str, bytes], extras: dict[str, Any], config: dict[str, Any], path: str,
-            *, redact: bool) -> Any:
+            *, redact: bool, subjects: int | None = None) -> Any:
     from ctxleak.report import Report
 
     mask = _masker(records, redact)
     report = Report("ctxleak probe", "PII probing (ProPILE, paper 004): black-box, white-box "
                     "and in-context", redact=redact)
-    report.add_kv({"model": model, "data": config["data"], "subjects": len(records),
+    report.add_kv({"model": model, "data": config["data"],
+                   "subjects": len(records) if subjects is None else subjects,
                    "modes": ", ".join(config["mode"]) or "—", "PII types": ", ".join(config["pii"]),
                    "k-shot": ", ".join(map(str, config["shots"])), "structure":
                    config["structure"], "beam": config["beam"], "run directory": path,
@@ -191,26 +179,13 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
     return report
 
 
-def _short(s: dict[str, Any]) -> tuple[str, str, str]:
-    """(probe, group, PII) names for the console table and plot titles."""
-    variant = s.get("variant") or ""
-    probe = s["mode"]
-    if s["mode"] == "white-box" and variant == "beam":
-        probe = "black-box"  # the comparison on the white-box held-out subjects
-    elif s["mode"] == "canary" and variant.startswith("base"):
-        probe = "canary base"
-    group = {"inserted-vs-inserted": "ins. vs ins."}.get(s.get("group"), s.get("group") or "all")
-    pii = s["pii_type"] + ("" if s["structure"] in (s["pii_type"], "twins", "relation")
-                           else f" ({s['structure']})")
-    return probe, group, pii
-
-
-def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any]) -> None:
+def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any], *,
+                plain: bool = False) -> None:
     from rich.table import Table
 
     from ctxleak.report.console import console as make_console
 
-    console = make_console()
+    console = make_console(plain)
     table = Table(title="PII probing (ProPILE): max over templates per subject")
     cols = ["probe", "group", "k", "PII", "n", "EM", "target", "null", "p"]
     for c in cols:
@@ -221,7 +196,7 @@ def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any]) -> N
         return "—" if value is None else format(value, spec)
 
     for s in summary["groups"]:
-        probe, group, pii = _short(s)
+        probe, group, pii = short_names(s)
         table.add_row(probe, group, str(s["shots_k"]), pii, str(s["n_units"]),
                       num(s.get("exact_match_rate"), ".2f"), num(s.get("mean_target_ll"), ".1f"),
                       num(s.get("mean_null_ll"), ".1f"),

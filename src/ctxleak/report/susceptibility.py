@@ -153,13 +153,14 @@ def group_rows(summary: dict[str, Any], reference: str = "marginal") -> list[dic
             for name, stats in groups]
 
 
-def print_susceptibility(summary: dict[str, Any], reference: str, path: str) -> None:
+def print_susceptibility(summary: dict[str, Any], reference: str, path: str, *,
+                         plain: bool = False) -> None:
     """The console tables of a susceptibility run (means, correlations, time per query)."""
     from rich.table import Table
 
     from ctxleak.report.console import console as make_console
 
-    console = make_console()
+    console = make_console(plain)
     mc, fk = "chi_mc" if reference == "marginal" else "chi_mc_nocontext", "chi_f"
     table = Table(title=f"Susceptibility ({summary['n_queries']} queries)")
     table.add_column("group")

@@ -5,14 +5,15 @@ A method never opens files, prints or builds HTML itself; it says how to:
 - ``items(data)``: turn its data into work items (checked before any model is loaded);
 - ``key(item)``: name an item (the ``id`` of its line in ``samples.jsonl``, used by resume);
 - ``measure(lm, items)``: measure a *list* of items, one record per item, in order;
-- ``summarize(records)``: summarise all records into the ``summary`` of ``results.json``;
-- ``report(result)``: build the HTML report of a finished run from its :class:`Result`.
+- ``summarize(records)``: summarise all records into the ``summary`` of ``results.json``.
+
+What is shown of a finished run (page, figures, console table) is built from its Result alone
+by the method's report view (:data:`ctxleak.registry.REPORTS`, by ``name``), not here.
 
 Optional hooks have defaults here: ``setup(lm, run)`` once after the model is loaded (scorers,
 trained soft prompts), ``batch_cost(item)`` and ``batches(items, policy)`` to group the items
 measured together (the run's :class:`~ctxleak.engine.batching.BatchPolicy`, which the engine also
-keeps: a method never branches on it),
-``artifacts(result)`` for extra files (plots, texts), ``provenance_extra(lm)`` for prompt templates.
+keeps: a method never branches on it), ``provenance_extra(lm)`` for prompt templates.
 """
 
 from __future__ import annotations
@@ -27,15 +28,14 @@ from ctxleak.run.options import RunOptions
 class Method:
     """Base of every method object: the defaults of the optional hooks.
 
-    Subclasses set ``name`` (the command, stored as ``config["command"]``), ``result_class``
-    (the :class:`ctxleak.results.Result` subclass) and ``private`` (folder 0700, files 0600:
-    every method reads user text, so the default).
+    Subclasses set ``name`` (the command, stored as ``config["command"]``; its Result class and
+    report view are registered under it in :mod:`ctxleak.registry`) and ``private`` (folder
+    0700, files 0600: every method reads user text, so the default).
     """
 
     name: ClassVar[str] = "method"
     desc: ClassVar[str] = "examples"
     private: ClassVar[bool] = True
-    result_class: ClassVar[Any] = None
 
     def __init__(self, common: RunOptions | None = None) -> None:
         self.common = (common or RunOptions()).check()
@@ -56,10 +56,6 @@ class Method:
         raise NotImplementedError
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def report(self, result: Any, lm: Any = None) -> Any:
-        """A :class:`ctxleak.report.Report` for ``result`` (``lm``: the model, when at hand)."""
         raise NotImplementedError
 
     # ---- optional ------------------------------------------------------------------------
@@ -94,9 +90,6 @@ class Method:
             yield list(todo[start:end])
             start = end
 
-    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
-        """Extra files of the run directory (plots as PNG bytes, texts), by file name."""
-        return {}
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
         return {}

@@ -466,23 +466,13 @@ class RunDir:
             os.close(fd)
 
     # results and other files -----------------------------------------------------------------
-    def write_results(self, summary: dict[str, Any], *, provenance: dict[str, Any],
-                      n_effective: int, sample_ids: list[Any] | None = None,
-                      extra: dict[str, Any] | None = None) -> Path:
-        """``results.json``: the summary with config, provenance, sample count and wall time,
-        and ``sample_ids``, the ids of the samples the summary was computed from (in order;
-        :func:`ctxleak.load_result` checks ``samples.jsonl`` against them)."""
-        body = {"summary": summary, "config": self.config, "provenance": provenance,
-                "n_effective": n_effective, "wall_time_s": round(time.time() - self.started, 3)}
-        if sample_ids is not None:
-            body["sample_ids"] = list(sample_ids)
-        if extra:
-            body.update(extra)
+    def write_results(self, result: Any) -> Path:
+        """``results.json`` of ``result`` (a :class:`ctxleak.results.Result`), written by its
+        one writer, ``result.save_results``, with this folder's file mode; OS errors as in
+        :meth:`append_sample`."""
         path = self.path / RESULTS_FILE
         with os_errors(path, "write", kept=self.kept()):
-            write_atomic(path, json.dumps(to_jsonable(body), indent=2, ensure_ascii=False)
-                         + "\n", self.file_mode)
-        return path
+            return Path(result.save_results(self.path, self.file_mode))
 
     def write_file(self, name: str, data: str | bytes) -> Path:
         """Write ``name`` in the run folder atomically (OS errors as in :meth:`append_sample`)."""

@@ -1,6 +1,8 @@
 """``run_method``: the one loop under every method (SPEC §11). It owns the run directory
 (claim, ``config.json``, resume), the model load, data-parallel sharding and merging, the
-progress bar, ``results.json``, the extra files and the report; the method only measures.
+progress bar, the Result (written once, through :meth:`ctxleak.results.Result.save_results`),
+the extra files and the report (both from the method's report view, found by name in
+:data:`ctxleak.registry.REPORTS`); the method only measures.
 
 Data flows one way: data -> ``Method.items`` -> batches -> ``Method.measure`` -> records appended
 to ``samples.jsonl`` -> ``Method.summarize`` -> :class:`ctxleak.results.Result` -> report.
@@ -16,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy, is_out_of_memory, policy_of, using
+from ctxleak.registry import REPORTS, RESULTS
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
-from ctxleak.run.rundir import os_errors
+from ctxleak.run.rundir import os_errors, write_atomic
 
 
 def say(message: str) -> None:
@@ -241,26 +244,19 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
         return None
     summary = method.summarize(records)
     prov = provenance(lm, **method.provenance_extra(lm))
-    result = method.result_class(records=records, summary=summary, config=run.config,
-                                 provenance=prov, path=run.path)
-    for name, content in method.artifacts(result, lm).items():
+    # the Result class and the report view, late bound by the method's name
+    result_class = RESULTS.get(method.name, None) or RESULTS.get("result")
+    view = REPORTS.get(method.name, None) or REPORTS.get("result")
+    result = result_class(records=records, summary=summary, config=run.config,
+                          provenance=prov, path=run.path, n_effective=len(records))
+    for name, content in view.files(result).items():
         run.write_file(name, content)
         if isinstance(content, bytes):
             result.images[name] = content
-    body = run.write_results(summary, provenance=prov, n_effective=len(records),
-                             sample_ids=[r["id"] for r in records])
-    result.n_effective, result.wall_time_s = len(records), _wall_time(body)
-    report = method.report(result, lm)
+    result.wall_time_s = round(time.time() - run.started, 3)
+    run.write_results(result)
+    html = result.render()
     with os_errors(run.path / "report.html", "write", kept=run.kept()):
-        report.save(run.path / "report.html", mode=run.file_mode)
-    result.html = report.render()
+        write_atomic(run.path / "report.html", html, run.file_mode)
+    result.html = html
     return result
-
-
-def _wall_time(results_path: Path) -> float | None:
-    import json
-
-    try:
-        return json.loads(Path(results_path).read_text(encoding="utf-8")).get("wall_time_s")
-    except (OSError, ValueError):
-        return None

@@ -77,7 +77,7 @@ def test_leak_map_is_measured_into_the_records_and_rendered_from_them(llama_lm, 
         raise AssertionError("the report must not measure")
 
     monkeypatch.setattr(leakmap, "in_context_map", no_scoring)
-    html = method.report(loaded, None).render()
+    html = loaded.render()  # the report view, from the loaded Result alone
     top = max(rows, key=lambda r: r["influence"])
     assert 'id="probe-0"' in html and f"{top['influence']:.4g}" in html
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -123,10 +122,7 @@ class AuditMethod(Method):
 
     def __init__(self, common: RunOptions | None = None,
                  params: AuditParams | None = None) -> None:
-        from ctxleak.results import AuditResult
-
         super().__init__(common)
-        self.result_class = AuditResult
         self.params = params if params is not None else AuditParams()
         self.audit = self.params.audit()
         self.t0 = time.time()
@@ -181,21 +177,3 @@ class AuditMethod(Method):
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
         return {"prompt_template": self.audit.template}
-
-    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
-        from ctxleak.report.audit import figure6, token_rdp_plot
-
-        keys = ("delta", "target_eps", "temperature", "clip", "subset_size", "sequence", "text")
-        synthetic = "".join(json.dumps({k: r[k] for k in keys}, ensure_ascii=False) + "\n"
-                            for r in result.records)
-        rows = result.summary["rows"]
-        return {"synthetic.jsonl": synthetic, "fig6_epsilon.png": figure6(rows),
-                "token_rdp.png": token_rdp_plot(result.records, rows)}
-
-    def report(self, result: Any, lm: Any = None) -> Any:
-        from ctxleak.report.audit import audit_report
-
-        self.seconds = time.time() - self.t0
-        return audit_report(result.summary["rows"], result.records, self.audit, result.images,
-                            model=lm.info.name if lm else result.config.get("model"),
-                            data=result.config.get("data"), seconds=self.seconds)

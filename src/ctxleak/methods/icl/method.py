@@ -32,10 +32,7 @@ class ICLInfMethod(Method):
 
     def __init__(self, common: RunOptions | None = None,
                  params: ICLInfParams | None = None) -> None:
-        from ctxleak.results import ICLInfResult
-
         super().__init__(common)
-        self.result_class = ICLInfResult
         self.params = params if params is not None else ICLInfParams()
         self.shots = list(self.params.shots)  # type: ignore[arg-type]
         self.icl = self.params.icl()
@@ -149,24 +146,3 @@ class ICLInfMethod(Method):
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
         label_tokens = {lab: seq for lab, seq in zip(self.task.labels, self.scorer.sequences)}
         return {"prompt_template": self._template(), "label_tokens": label_tokens}
-
-    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
-        from ctxleak.report.icl import icl_plots
-
-        return dict(icl_plots(result.summary["iclinf"], self.icl.variants, result.records))
-
-    def report(self, result: Any, lm: Any = None) -> Any:
-        from ctxleak.report.icl import icl_report
-
-        fmt, icl = self.task.fmt, self.icl
-        info = {"model": lm.info.name if lm else result.config.get("model"),
-                "data": result.config.get("data"), "format": fmt.name,
-                "labels": ", ".join(self.task.labels), "label scoring": icl.label_scoring,
-                "output spaces": ", ".join(icl.output_spaces),
-                "calibration": ", ".join("on" if c else "off" for c in icl.calibration),
-                "shots": ", ".join(map(str, self.shots)), "seed": self.common.seed,
-                "texts cut to --max-text-tokens": result.summary["truncated_texts"],
-                "instruction": self._template()["instruction"],
-                "exemplar template": fmt.exemplar, "query template": fmt.query}
-        return icl_report(result.summary["iclinf"], result.records, result.images,
-                          result.summary["headline"], info)

@@ -1,12 +1,17 @@
 """One prompt explained (paper 000, Table 1): the CID response, the uni-gram influence of each
 context token on the first response token, and the context n-grams (stride 1) with the most
-influence on the whole response (Def. 3.1-3.2)."""
+influence on the whole response (Def. 3.1-3.2). :class:`ExplainMethod` makes it a one-item
+Method, run by :func:`ctxleak.run.run_method` like every other."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.cid import CIDConfig
+from ctxleak.run.method import Method
+from ctxleak.run.options import RunOptions
 
 #: The prompt formats of ``task`` (paper 000, Fig. 5-6, and a user template).
 EXPLAIN_TASKS = ("qa", "summarization", "custom")
@@ -79,3 +84,47 @@ def explain_prompt(lm: Any, context: str, query: str, *, task: str = "qa",
     curve = {"n": n, "starts": [float(a) for a, _ in spans],
              "per_window": win.per_window.tolist()}
     return summary, curve
+
+
+class ExplainMethod(Method):
+    """``influence explain``: one item, the prompt (``context`` and ``query``); its record and
+    the summary are the explanation of :func:`explain_prompt`, the per-window ``curve``
+    (window size ``n``, window ``starts`` and ``per_window`` influence) included."""
+
+    name = "influence-explain"
+    desc = "explain"
+    private = True
+
+    def __init__(self, common: RunOptions | None = None, *, context: str = "", query: str = "",
+                 task: str = "qa", template: str | None = None, lam: float = 1.0,
+                 temperature: float = 0.8, max_new_tokens: int = 50,
+                 min_new_tokens: int | None = None, ngram: int = 4, top: int = 5) -> None:
+        super().__init__(common)
+        if min_new_tokens is None:
+            min_new_tokens = min(10, max_new_tokens)
+        self.context = explain_inputs(context, task, template, ngram, top)
+        self.query, self.task, self.template = query, task, template
+        self.ngram, self.top, self.lam, self.temperature = ngram, top, lam, temperature
+        self.cid = CIDConfig(lam=lam, temperature=temperature, max_new_tokens=max_new_tokens,
+                             min_new_tokens=min_new_tokens)
+
+    def config(self) -> dict[str, Any]:
+        return {"context": self.context, "query": self.query, "task": self.task,
+                "template": self.template, "lambda": self.lam,
+                "temperature": self.temperature, "ngram": self.ngram}
+
+    def items(self, data: Any) -> list[str]:
+        return ["explain"]
+
+    def key(self, item: str) -> str:
+        return item
+
+    def measure(self, lm: Any, items: Sequence[str]) -> list[dict[str, Any]]:
+        summary, curve = explain_prompt(lm, self.context, self.query, task=self.task,
+                                        template=self.template, config=self.cid,
+                                        ngram=self.ngram, top=self.top, seed=self.common.seed)
+        return [{**summary, "curve": curve} for _ in items]
+
+    def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The one prompt's explanation (its record without the id)."""
+        return {k: v for k, v in records[0].items() if k != "id"}

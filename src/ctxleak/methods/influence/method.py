@@ -34,10 +34,7 @@ class InfluenceMethod(Method):
 
     def __init__(self, common: RunOptions | None = None,
                  params: InfluenceParams | None = None) -> None:
-        from ctxleak.results import InfluenceResult
-
         super().__init__(common)
-        self.result_class = InfluenceResult
         self.params = params if params is not None else InfluenceParams()
         self.options = self.params.options()
         self.grid = self.params.grid()
@@ -107,44 +104,3 @@ class InfluenceMethod(Method):
 
         return {"prompt_templates": {ex.task: template_for(ex, self.options.template)
                                      for ex in self.examples}}
-
-    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
-        from ctxleak.report.influence import influence_plots
-
-        return dict(influence_plots(result.summary["settings"]))
-
-    def report(self, result: Any, lm: Any = None) -> Any:
-        from ctxleak.report.influence import influence_report
-
-        records = result.records
-        tokens = lm.token_strings(records[0]["response_ids"]) if records and lm else None
-        settings = result.summary["settings"]
-        meta = {"model": lm.info.name if lm else result.config.get("model"),
-                "examples": len(self.examples), "settings": len(self.grid),
-                "run directory": str(result.path),
-                "contexts cut to the window": sum(s["truncated_contexts"] for s in settings),
-                "n-grams clipped to the context": sum(s["ngram_clipped"] for s in settings)}
-        return influence_report(result.summary["settings"], records, result.images, meta,
-                                token_strings=tokens, redact=self.params.redact,
-                                tokens_of=self._tokens_of(lm, records) if lm else None)
-
-    def _tokens_of(self, lm: Any, records: Sequence[dict[str, Any]]) -> Any:
-        """Record i's (context tokens, response tokens) as strings, for its leak map: the
-        context exactly as measured (same template, size cut and window cut)."""
-        from functools import lru_cache
-
-        from ctxleak.methods.influence.data import prompt_parts
-
-        by_id = {ex.id: ex for ex in self.examples}
-        settings = {s.key: s for s in self.grid}
-
-        @lru_cache(maxsize=None)
-        def tokens_of(i: int) -> tuple[list[str], list[str]]:
-            r = records[i]
-            setting = settings[r["setting"]]
-            parts, _ = prompt_parts(lm, by_id[r["id"].rsplit("|", 1)[0]], self.options.template,
-                                    setting.context_tokens,
-                                    reserve=self.options.max_new_tokens)
-            return lm.token_strings(list(parts.context)), lm.token_strings(r["response_ids"])
-
-        return tokens_of

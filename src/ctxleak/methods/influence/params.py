@@ -129,5 +129,5 @@ class InfluenceParams:
         return {"task": self.task, "template": self.template, "fields": self.fields,
                 "lambda": list(self.lam), "temperature": list(self.temperature),  # type: ignore[arg-type]
                 "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
-                "factkb_model": self.factkb_model,
+                "factkb_model": self.factkb_model, "redact": self.redact,
                 **{k: v for k, v in options.__dict__.items() if k != "template"}}

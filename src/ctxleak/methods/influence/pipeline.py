@@ -203,6 +203,9 @@ def _record(lm: LM, example: InfluenceExample, setting: Setting, options: Influe
         "rouge_context": rouge_l_f1(text, context_text),
         "rouge_repeat": is_rouge_repeat(text, context_text, options.rouge_threshold),
         "rouge_l": rouge_l_f1(text, example.reference) if example.reference else None,
+        # the tokens as text, so that a loaded run draws its leak map without the model
+        "context_token_strings": lm.token_strings(list(parts.context)),
+        "response_token_strings": lm.token_strings(response.token_ids),
     }
     if options.bounded_eps is not None:
         # eps, composed_eps: the guarantee (ε per released token, basic composition, paper 000

@@ -28,10 +28,7 @@ class ProbeMethod(Method):
 
     def __init__(self, common: RunOptions | None = None,
                  params: ProbeParams | None = None) -> None:
-        from ctxleak.results import ProbeResult
-
         super().__init__(common)
-        self.result_class = ProbeResult
         self.params = params if params is not None else ProbeParams()
         self.settings = self.params.settings()
         self.timings: dict[str, float] = {}
@@ -138,8 +135,7 @@ class ProbeMethod(Method):
     # ---- summary and report ------------------------------------------------------------------
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         from ctxleak.methods.pii.canary import canary_verdict
-        from ctxleak.methods.pii.summary import summarize_probes
-        from ctxleak.report.probe import GROUP_BY, group_label
+        from ctxleak.methods.pii.summary import GROUP_BY, group_label, summarize_probes
         from ctxleak.run.runner import say
 
         if hasattr(self, "probe_t0"):
@@ -167,20 +163,6 @@ class ProbeMethod(Method):
         return summary
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
-        from ctxleak.report.probe import template_texts
+        from ctxleak.methods.pii.templates import template_texts
 
         return {"prompt_templates": template_texts(self.settings)}
-
-    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
-        from ctxleak.report.probe import probe_plots
-
-        return dict(probe_plots(result.records, result.summary["groups"], self.extras))
-
-    def report(self, result: Any, lm: Any = None) -> Any:
-        from ctxleak.report.probe import probe_report
-
-        model = lm.info.name if lm is not None else \
-            (result.provenance.get("model") or {}).get("name", "")
-        return probe_report(model, self.records, result.records, result.summary, result.images,
-                            self.extras, result.config, str(result.path),
-                            redact=self.settings["redact"])

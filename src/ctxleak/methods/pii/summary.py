@@ -128,3 +128,27 @@ def summarize_probes(rows: Sequence[Mapping[str, Any]],
             }
         out.append(summary)
     return out
+
+
+#: The record fields that make a summary group (one row of the results table).
+GROUP_BY = ("mode", "variant", "group", "shots_k", "pii_type", "structure")
+
+
+def group_label(s: dict[str, Any]) -> str:
+    """A summary group's name: probe / group / k / PII."""
+    probe, group, pii = short_names(s)
+    return f"{probe} / {group} / k={s['shots_k']} / {pii}"
+
+
+def short_names(s: dict[str, Any]) -> tuple[str, str, str]:
+    """(probe, group, PII) names for the console table and plot titles."""
+    variant = s.get("variant") or ""
+    probe = s["mode"]
+    if s["mode"] == "white-box" and variant == "beam":
+        probe = "black-box"  # the comparison on the white-box held-out subjects
+    elif s["mode"] == "canary" and variant.startswith("base"):
+        probe = "canary base"
+    group = {"inserted-vs-inserted": "ins. vs ins."}.get(s.get("group"), s.get("group") or "all")
+    pii = s["pii_type"] + ("" if s["structure"] in (s["pii_type"], "twins", "relation")
+                           else f" ({s['structure']})")
+    return probe, group, pii

@@ -248,3 +248,10 @@ def choose_shots(records: Sequence[PIIRecord], record: PIIRecord, k: int, pii_ty
         raise ValueError(f"asked for {k} shots but only {len(pool)} other subjects have the "
                          f"fields that {pii_type} prompts need")
     return random.Random(seed).sample(pool, k)
+
+
+def template_texts(config: dict[str, Any]) -> dict[str, Any]:
+    """Every prompt template of a probe run (the provenance's ``prompt_templates``)."""
+    return {"twins": list(TWINS), "triplets": list(TRIPLETS), "quadruplets": list(QUADRUPLETS),
+            "relation": list(RELATION_TEMPLATES), "university": list(UNIVERSITY_TEMPLATES),
+            "in_context": config["context_template"], "k_shot_separator": "\n"}

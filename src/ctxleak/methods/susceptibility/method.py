@@ -93,10 +93,7 @@ class SusceptibilityMethod(Method):
 
     def __init__(self, common: RunOptions | None = None,
                  params: SusceptibilityParams | None = None) -> None:
-        from ctxleak.results import SusceptibilityResult
-
         super().__init__(common)
-        self.result_class = SusceptibilityResult
         self.params = params if params is not None else SusceptibilityParams()
         self.options = self.params.options()
         self.types = list(self.params.query_types)
@@ -161,16 +158,3 @@ class SusceptibilityMethod(Method):
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
         return {"prompt_template": self.options.template}
-
-    def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
-        from ctxleak.report.susceptibility import susceptibility_plots
-
-        return dict(susceptibility_plots(result.records, self.options))
-
-    def report(self, result: Any, lm: Any = None) -> Any:
-        from ctxleak.report.susceptibility import susceptibility_report
-
-        return susceptibility_report(result.records, result.summary, self.options,
-                                     result.images,
-                                     model=lm.info.name if lm else result.config.get("model"),
-                                     data=result.config.get("data"))

@@ -1,0 +1,127 @@
+"""Registries: things keyed by a name (a method's Result class, its report view, the lazy names
+of the ``ctxleak`` package), each entry a ``"module:object"`` string imported on first use.
+
+The bottom layer: this module imports nothing of ctxleak, so any
+layer may look a name up, and a lower layer reaches a higher one only by name (``results.py``
+finds its report view through :data:`REPORTS`, late bound by method name), never by import.
+
+The shape follows lm-evaluation-harness's ``lm_eval/api/registry.py``: lazy entries, and an
+unknown name is a :class:`KeyError` that lists the names there are. To add a method: one entry
+in :data:`RESULTS` and one in :data:`REPORTS`, under the method's command name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from importlib import import_module
+from typing import Any
+
+
+class UnknownName(KeyError):
+    """A name no registry entry has; the message lists the names there are."""
+
+    def __init__(self, registry: str, name: str, choices: list[str]) -> None:
+        self.registry, self.name, self.choices = registry, name, choices
+        super().__init__(name)
+
+    def __str__(self) -> str:
+        return (f"no {self.registry} named {self.name!r}; choose one of: "
+                f"{', '.join(self.choices) or '(none registered)'}")
+
+
+class Registry(Mapping[str, Any]):
+    """Name -> object, each given as ``"package.module:attribute"`` and imported on first
+    :meth:`get` (then kept); objects may also be registered directly."""
+
+    def __init__(self, kind: str, entries: Mapping[str, str] | None = None) -> None:
+        self.kind = kind
+        self._targets: dict[str, str] = {}
+        self._loaded: dict[str, Any] = {}
+        for name, target in (entries or {}).items():
+            self.add(name, target)
+
+    def add(self, name: str, target: Any) -> None:
+        """Register ``target`` (a ``"module:object"`` string, or the object itself) as ``name``;
+        a name registered twice is refused."""
+        if name in self._targets or name in self._loaded:
+            raise ValueError(f"{self.kind} {name!r} is registered already")
+        if isinstance(target, str):
+            if ":" not in target:
+                raise ValueError(f"{self.kind} {name!r}: expected 'module:object', got "
+                                 f"{target!r}")
+            self._targets[name] = target
+        else:
+            self._loaded[name] = target
+
+    def get(self, name: str, default: Any = ...) -> Any:  # type: ignore[override]
+        """The object registered as ``name`` (imported now if it was not yet). An unknown name
+        raises :class:`UnknownName`, unless a ``default`` is given."""
+        if name in self._loaded:
+            return self._loaded[name]
+        target = self._targets.get(name)
+        if target is None:
+            if default is not ...:
+                return default
+            raise UnknownName(self.kind, name, sorted(self))
+        module, _, attr = target.partition(":")
+        obj: Any = import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        self._loaded[name] = obj
+        return obj
+
+    def __getitem__(self, name: str) -> Any:
+        return self.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._targets or name in self._loaded
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*self._targets, *self._loaded]))
+
+    def __len__(self) -> int:
+        return len(set(self._targets) | set(self._loaded))
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {sorted(self)})"
+
+
+#: Method (the ``command`` of ``config.json``) -> its :class:`ctxleak.results.Result` subclass.
+RESULTS = Registry("result class", {
+    "result": "ctxleak.results:Result",
+    "influence": "ctxleak.results:InfluenceResult",
+    "influence-explain": "ctxleak.results:ExplainResult",
+    "icl": "ctxleak.results:ICLInfResult",
+    "audit": "ctxleak.results:AuditResult",
+    "susceptibility": "ctxleak.results:SusceptibilityResult",
+    "probe": "ctxleak.results:ProbeResult",
+})
+
+#: Method -> its report view (:class:`ctxleak.report.views.View`): page, figures, console
+#: table, and how ``ctxleak compare`` lines up and draws runs of it; ``compare``: the view of
+#: a :class:`ctxleak.comparison.Comparison`; ``result``: of a Result of no registered method.
+REPORTS = Registry("report view", {
+    "result": "ctxleak.report.views:GENERIC",
+    "influence": "ctxleak.report.views:INFLUENCE",
+    "influence-explain": "ctxleak.report.views:EXPLAIN",
+    "icl": "ctxleak.report.views:ICL",
+    "audit": "ctxleak.report.views:AUDIT",
+    "susceptibility": "ctxleak.report.views:SUSCEPTIBILITY",
+    "probe": "ctxleak.report.views:PROBE",
+    "compare": "ctxleak.report.compare:COMPARE",
+})
+
+#: The lazy public names of the ``ctxleak`` package (``ctxleak.influence`` ...).
+API = Registry("ctxleak function", {
+    "influence": "ctxleak.api:influence",
+    "influence_explain": "ctxleak.api:influence_explain",
+    "iclinf": "ctxleak.api:iclinf",
+    "audit": "ctxleak.api:audit",
+    "susceptibility": "ctxleak.api:susceptibility",
+    "probe": "ctxleak.api:probe",
+    "load_result": "ctxleak.results:load_result",
+    "compare": "ctxleak.comparison:compare",
+    "load_model": "ctxleak.engine.models:load_model",
+    "run_method": "ctxleak.run.runner:run_method",
+    "cid_generate": "ctxleak.integrations.transformers:cid_generate",
+})

@@ -1,0 +1,354 @@
+"""One report view per method, registered in :data:`ctxleak.registry.REPORTS` under the method's
+name: everything shown of a Result (the HTML page, the figures and other files of its run
+folder, the console table, how ``ctxleak compare`` lines runs up and draws them) is built from
+the Result alone (records, summary, config, provenance, its run folder), so a run loaded with
+:func:`ctxleak.load_result` renders the same page without the model.
+
+A view never measures: what a page needs is in the run's records (token strings of the influence
+leak maps) or its config.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from ctxleak.methods.audit.pipeline import AuditConfig
+from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
+from ctxleak.report import Report
+from ctxleak.report import audit as audit_view
+from ctxleak.report import compare as compare_view
+from ctxleak.report import icl as icl_view
+from ctxleak.report import influence as influence_view
+from ctxleak.report import probe as probe_view
+from ctxleak.report import susceptibility as susceptibility_view
+from ctxleak.report.console import console, print_rows
+
+
+class View:
+    """How a method's Result is shown; subclasses override what their method has."""
+
+    #: The console table's title.
+    title: str = "ctxleak result"
+    #: Columns of :meth:`table` that name a row in ``ctxleak compare`` (the rest are compared).
+    identity: tuple[str, ...] = ()
+    #: Columns of :meth:`table` that describe a run rather than measure it (not compared).
+    skip: frozenset[str] = frozenset()
+
+    def table(self, result: Any) -> list[dict[str, Any]]:
+        """The summary as rows (the console table)."""
+        return [{"key": k, "value": v} for k, v in result.summary.items()
+                if not isinstance(v, (dict, list))]
+
+    def files(self, result: Any) -> dict[str, bytes | str]:
+        """Extra files of the run folder by name: the figures (PNG bytes) and texts."""
+        return {}
+
+    def figure_names(self, result: Any) -> list[str]:
+        """The figures' file names in the order :meth:`files` draws them (the page shows them
+        so, for a loaded run too, whose figures come back in file-name order)."""
+        return []
+
+    def figures(self, result: Any) -> dict[str, bytes]:
+        """The result's figures in page order: those :meth:`figure_names` lists, then any
+        other by name."""
+        images = result.images
+        names = [n for n in self.figure_names(result) if n in images]
+        return {n: images[n] for n in [*names, *sorted(set(images) - set(names))]}
+
+    def page(self, result: Any) -> Report:
+        """The self-contained HTML report (``report.html``)."""
+        report = Report(self.title, f"{len(result.records)} samples")
+        report.add_table(self.table(result))
+        return report
+
+    def show(self, result: Any, *, plain: bool = False) -> None:
+        """Print the console table (and where the run's files are)."""
+        print_rows(self.table(result), title=self.title, plain=plain)
+
+    def fragment(self, result: Any) -> str:
+        """A compact HTML summary (Jupyter's ``_repr_html_``): the console table."""
+        report = Report(result.title, f"{len(result.records)} samples"
+                        + (f" · {result.path}" if result.path else ""))
+        rows = self.table(result)
+        if rows:
+            report.add_table(rows)
+        return report.fragment()
+
+    def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
+                        ) -> dict[str, bytes]:
+        """The headline figures of several runs, one line or bar per run."""
+        return {}
+
+
+def _model(result: Any) -> Any:
+    """The run's model as the run named it (the config), else as provenance recorded it."""
+    return result.config.get("model") or (result.provenance.get("model") or {}).get("name", "")
+
+
+class InfluenceView(View):
+    title = "Expected context influence (paper 000, Def. 3.3)"
+    identity = ("λ", "T")
+    skip = frozenset({"ctx tokens", "n"})
+
+    def table(self, result: Any) -> list[dict[str, Any]]:
+        return influence_view.table_rows(result.summary.get("settings", []))
+
+    def files(self, result: Any) -> dict[str, bytes | str]:
+        return dict(influence_view.influence_plots(result.summary["settings"]))
+
+    def figure_names(self, result: Any) -> list[str]:
+        return ["per_position.png", "context_size.png", "per_window.png", "lambda_sweep.png",
+                "temperature_sweep.png"]
+
+    def page(self, result: Any) -> Report:
+        records, settings, config = result.records, result.summary["settings"], result.config
+        grid = 1
+        for key in ("lambda", "temperature", "context_sizes"):
+            grid *= len(config.get(key) or [None])
+        meta = {"model": _model(result),
+                "examples": len({str(r["id"]).rsplit("|", 1)[0] for r in records}),
+                "settings": grid, "run directory": str(result.path),
+                "contexts cut to the window": sum(s["truncated_contexts"] for s in settings),
+                "n-grams clipped to the context": sum(s["ngram_clipped"] for s in settings)}
+        tokens_of = None
+        if records and all("context_token_strings" in r and "response_token_strings" in r
+                           for r in records):
+            def tokens_of(i: int) -> tuple[list[str], list[str]]:
+                return records[i]["context_token_strings"], records[i]["response_token_strings"]
+        first = records[0].get("response_token_strings") if records else None
+        return influence_view.influence_report(
+            settings, records, self.figures(result), meta, token_strings=first,
+            redact=bool(config.get("redact", False)), tokens_of=tokens_of)
+
+    def show(self, result: Any, *, plain: bool = False) -> None:
+        influence_view.print_influence(result.summary["settings"], result.path, plain=plain)
+
+    def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
+                        ) -> dict[str, bytes]:
+        return compare_view.influence_figures(results, labels)
+
+
+class ExplainView(View):
+    title = "Most influential context n-grams"
+    identity = ("rank",)
+    skip = frozenset({"tokens", "n-gram"})
+
+    def table(self, result: Any) -> list[dict[str, Any]]:
+        return list(result.summary.get("top_ngrams", []))
+
+    def page(self, result: Any) -> Report:
+        return influence_view.explain_report(result.summary, result.config.get("query", ""),
+                                             result.summary["curve"])
+
+    def show(self, result: Any, *, plain: bool = False) -> None:
+        # run folders written before the curve was kept: the window size asked for
+        n = (result.summary.get("curve") or {}).get("n", result.config.get("ngram"))
+        influence_view.print_explain(result.summary, n, result.path, plain=plain)
+
+
+class ICLView(View):
+    title = "ICLInf (paper 001, Eq. 4)"
+    identity = ("shots", "variant")
+
+    def table(self, result: Any) -> list[dict[str, Any]]:
+        return icl_view.summary_rows(result.summary.get("iclinf", {}))
+
+    def files(self, result: Any) -> dict[str, bytes | str]:
+        return dict(icl_view.icl_plots(result.summary["iclinf"], result.summary["variants"],
+                                       result.records))
+
+    def figure_names(self, result: Any) -> list[str]:
+        return ["loss_by_position.png", "loss_heatmap.png", "shots_sweep.png",
+                "accuracy_shots.png", "calibration.png", "labels_vs_vocab.png"]
+
+    def page(self, result: Any) -> Report:
+        config, summary = result.config, result.summary
+        icl = config["icl"]
+        template = result.provenance.get("prompt_template") or {}
+        info = {"model": _model(result), "data": config.get("data"),
+                "format": config["format"], "labels": ", ".join(config["labels"]),
+                "label scoring": icl["label_scoring"],
+                "output spaces": ", ".join(icl["output_spaces"]),
+                "calibration": ", ".join("on" if c else "off" for c in icl["calibration"]),
+                "shots": ", ".join(map(str, config["shots"])), "seed": config.get("seed"),
+                "texts cut to --max-text-tokens": summary["truncated_texts"],
+                "instruction": template.get("instruction"),
+                "exemplar template": config["exemplar_template"],
+                "query template": config["query_template"]}
+        return icl_view.icl_report(summary["iclinf"], result.records, self.figures(result),
+                                   summary["headline"], info)
+
+    def show(self, result: Any, *, plain: bool = False) -> None:
+        summary = result.summary
+        print_rows(self.table(result), title=f"{self.title}, {_model(result)}, "
+                   f"{summary['n_queries']} queries (mean ± std over queries)", plain=plain)
+        out = console(plain)
+        out.print(f"time per query: {summary['time_per_query_s']:.2f} s")
+        out.print(f"run directory: {result.path} (results.json, samples.jsonl, report.html)")
+
+    def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
+                        ) -> dict[str, bytes]:
+        return compare_view.icl_figures(results, labels)
+
+
+def _audit_config(config: dict[str, Any]) -> AuditConfig:
+    """The audit's parameters as the run stored them in ``config.json``."""
+    values = {f.name: config[f.name] for f in fields(AuditConfig) if f.name in config}
+    for key in ("target_eps", "deltas", "orders"):
+        if isinstance(values.get(key), list):
+            values[key] = tuple(values[key])
+    return AuditConfig(**values)
+
+
+class AuditView(View):
+    title = "Privacy audit of DP synthetic text (paper 001 §5)"
+    identity = ("ε_target",)
+
+    def table(self, result: Any) -> list[dict[str, Any]]:
+        headers, cells = audit_view.table_rows(result.summary.get("rows", []),
+                                               result.summary.get("search", "temperature"),
+                                               compact=True)
+        return [dict(zip(headers, row)) for row in cells]
+
+    def files(self, result: Any) -> dict[str, bytes | str]:
+        keys = ("delta", "target_eps", "temperature", "clip", "subset_size", "sequence", "text")
+        synthetic = "".join(json.dumps({k: r[k] for k in keys}, ensure_ascii=False) + "\n"
+                            for r in result.records)
+        rows = result.summary["rows"]
+        return {"synthetic.jsonl": synthetic, "fig6_epsilon.png": audit_view.figure6(rows),
+                "token_rdp.png": audit_view.token_rdp_plot(result.records, rows)}
+
+    def figure_names(self, result: Any) -> list[str]:
+        return ["fig6_epsilon.png", "token_rdp.png"]
+
+    def page(self, result: Any) -> Report:
+        return audit_view.audit_report(result.summary["rows"], result.records,
+                                       _audit_config(result.config), self.figures(result),
+                                       model=_model(result), data=result.config.get("data"),
+                                       seconds=result.wall_time_s or 0.0)
+
+    def show(self, result: Any, *, plain: bool = False) -> None:
+        audit_view.print_audit(result.summary["rows"], result.summary["search"], result.path,
+                               result.wall_time_s or 0.0, plain=plain)
+
+    def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
+                        ) -> dict[str, bytes]:
+        return compare_view.audit_figures(results, labels)
+
+
+def _susceptibility_options(config: dict[str, Any]) -> SusceptibilityOptions:
+    """The run's options as stored in ``config.json`` (``contexts`` is ``n_contexts``)."""
+    stored = {**config, "n_contexts": config.get("contexts")}
+    return SusceptibilityOptions(**{f.name: stored[f.name]
+                                    for f in fields(SusceptibilityOptions)
+                                    if stored.get(f.name) is not None})
+
+
+class SusceptibilityView(View):
+    title = "Susceptibility to context (paper 002)"
+    identity = ("group",)
+
+    def table(self, result: Any) -> list[dict[str, Any]]:
+        return susceptibility_view.group_rows(result.summary,
+                                              result.config.get("reference", "marginal"))
+
+    def files(self, result: Any) -> dict[str, bytes | str]:
+        return dict(susceptibility_view.susceptibility_plots(
+            result.records, _susceptibility_options(result.config)))
+
+    def figure_names(self, result: Any) -> list[str]:
+        return ["scatter_fisher_vs_mc.png", "scatter_by_relation.png",
+                *(f"{kind}_{tag}.png" for tag in ("mc", "fisher")
+                  for kind in ("relations", "real_vs_fake"))]
+
+    def page(self, result: Any) -> Report:
+        return susceptibility_view.susceptibility_report(
+            result.records, result.summary, _susceptibility_options(result.config),
+            self.figures(result), model=_model(result), data=result.config.get("data"))
+
+    def show(self, result: Any, *, plain: bool = False) -> None:
+        susceptibility_view.print_susceptibility(
+            result.summary, result.config.get("reference", "marginal"), str(result.path),
+            plain=plain)
+
+    def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
+                        ) -> dict[str, bytes]:
+        return compare_view.susceptibility_figures(results, labels)
+
+
+def _probe_extras(result: Any) -> dict[str, Any]:
+    """What the probe run kept beside its samples: the white-box soft-prompt training (with
+    its per-epoch history, ``soft_prompt_<type>.json``)."""
+    extras: dict[str, Any] = {}
+    white_box = result.summary.get("white_box") or {}
+    if white_box and result.path is not None:
+        training = {}
+        for pii_type in white_box:
+            meta = Path(result.path) / f"soft_prompt_{pii_type}.json"
+            if meta.is_file():
+                training[pii_type] = json.loads(meta.read_text(encoding="utf-8"))
+        if training:
+            extras["white_box_training"] = training
+    return extras
+
+
+def _probe_subjects(result: Any) -> list[Any]:
+    """The PII records the run probed, read again from its data (no model needed); none when
+    the data were rows in memory or are gone."""
+    from ctxleak.methods.pii.plan import load_probe_records
+
+    config = result.config
+    canary = config.get("canary")
+    try:
+        return load_probe_records(config.get("data"), config.get("subjects"),
+                                  config.get("seed", 0), config.get("limit"),
+                                  2 * canary if canary else 0)
+    except Exception:  # noqa: BLE001 - the page then counts the subjects of the samples
+        return []
+
+
+class ProbeView(View):
+    title = "PII probing (ProPILE, paper 004)"
+    identity = ("group",)
+
+    def table(self, result: Any) -> list[dict[str, Any]]:
+        return probe_view.table_rows(result.summary.get("groups", []))
+
+    def files(self, result: Any) -> dict[str, bytes | str]:
+        return dict(probe_view.probe_plots(result.records, result.summary["groups"],
+                                           _probe_extras(result)))
+
+    def figure_names(self, result: Any) -> list[str]:
+        return [*(probe_view.density_name(s) for s in result.summary.get("groups", [])),
+                "exact_match_by_template.png", "white_box_training.png"]
+
+    def page(self, result: Any) -> Report:
+        model = (result.provenance.get("model") or {}).get("name", "")
+        subjects = _probe_subjects(result)
+        return probe_view.probe_report(
+            model, subjects, result.records, result.summary, self.figures(result),
+            _probe_extras(result), result.config, str(result.path),
+            redact=bool(result.config.get("redact", False)),
+            # rows given in memory cannot be read again: the subjects the samples name
+            subjects=None if subjects else len({r.get("subject") for r in result.records}))
+
+    def show(self, result: Any, *, plain: bool = False) -> None:
+        probe_view.print_probe(result.summary, str(result.path), result.config, plain=plain)
+
+    def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
+                        ) -> dict[str, bytes]:
+        return compare_view.probe_figures(results, labels)
+
+
+INFLUENCE = InfluenceView()
+EXPLAIN = ExplainView()
+ICL = ICLView()
+AUDIT = AuditView()
+SUSCEPTIBILITY = SusceptibilityView()
+PROBE = ProbeView()
+#: A Result of no registered method (its summary's scalar fields).
+GENERIC = View()

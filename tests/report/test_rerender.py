@@ -1,0 +1,121 @@
+"""A loaded run renders its report again without the model: the report views build the page, the
+figures and the console table from the Result alone (records, summary, config, the run folder),
+so deleting ``report.html`` and rendering the loaded run gives the page the run wrote."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
+
+import ctxleak
+from ctxleak.methods.pii.records import save_records
+from ctxleak.registry import REPORTS, RESULTS, Registry, UnknownName
+
+
+def _flags() -> dict[str, str]:
+    flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
+    return {"fmt": flags["--format"], "instruction": flags["--instruction"],
+            "exemplar_template": flags["--exemplar-template"],
+            "query_template": flags["--query-template"]}
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("rerender")
+    docs = root / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"id": f"d{i}", "context": c,
+                                        "query": "what is the capital ?"}) + "\n"
+                            for i, c in enumerate(["the capital of france is paris .",
+                                                   "rome is the capital of italy ."])))
+    (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
+    save_records(word_records(4), root / "records.jsonl")
+    for name, pairs in (("train", TRAIN), ("test", TEST)):
+        (root / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in pairs))
+    common = dict(seed=5, progress=False)
+    return {
+        "influence": ctxleak.influence(tiny_dir, str(docs), lam=[0.5, 1.0], max_new_tokens=4,
+                                       ngram=2, stride=1, output=str(root / "influence"),
+                                       **common),
+        "explain": ctxleak.influence_explain(tiny_dir, "the capital of france is paris .",
+                                             "what is the capital ?", max_new_tokens=4,
+                                             ngram=2, output=str(root / "explain"), seed=5),
+        "icl": ctxleak.iclinf(tiny_dir, str(root / "train.jsonl"),
+                              test_data=str(root / "test.jsonl"), shots=[1, 2], queries=3,
+                              calibration="both", output=str(root / "icl"), **_flags(),
+                              **common),
+        "audit": ctxleak.audit(tiny_dir, "demo", subset_size=3, n_gen=2, max_tokens=4,
+                               target_eps=[1, 100], output=str(root / "audit"), **common),
+        "susceptibility": ctxleak.susceptibility(tiny_dir, str(root / "rel.json"), contexts=4,
+                                                 limit=3, output=str(root / "susc"), **common),
+        "probe": ctxleak.probe(tiny_dir, str(root / "records.jsonl"), pii="phone", limit=3,
+                               mode="black-box,in-context", output=str(root / "probe"),
+                               **common),
+    }
+
+
+@pytest.mark.parametrize("name", ["influence", "explain", "icl", "audit", "susceptibility",
+                                  "probe"])
+def test_a_loaded_run_renders_its_page_again_without_the_model(name, runs, monkeypatch):
+    from ctxleak.engine import models
+
+    result = runs[name]
+    page = (result.path / "report.html").read_text(encoding="utf-8")
+    assert page == result.to_html()
+    (result.path / "report.html").unlink()
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("rendering a loaded run must not need the model")
+
+    monkeypatch.setattr(models, "load_model", no_model)
+    monkeypatch.setattr(models.LM, "token_strings", no_model)
+    loaded = ctxleak.load_result(result.path)
+    assert loaded.html is None
+    assert loaded.render() == page
+    assert loaded.to_html() == page  # no report.html: rendered from the loaded Result
+    assert loaded.table() == result.table()
+    # the figures too: each of the view's files is the run's
+    for file, content in REPORTS.get(loaded.method).files(loaded).items():
+        on_disk = (result.path / file).read_bytes()
+        assert on_disk == (content if isinstance(content, bytes) else content.encode()), file
+
+
+def test_influence_records_carry_the_token_strings_of_the_leak_map(runs):
+    for record in runs["influence"].records:
+        assert len(record["response_token_strings"]) == len(record["response_ids"])
+        assert len(record["context_token_strings"]) == record["context_tokens"]
+
+
+def test_explain_is_a_run_like_the_others(runs):
+    result = runs["explain"]
+    assert type(result).__name__ == "ExplainResult" and len(result.records) == 1
+    curve = result.summary["curve"]
+    assert len(curve["starts"]) == len(curve["per_window"]) and curve["n"] == 2
+    body = json.loads((result.path / "results.json").read_text())
+    assert body["summary"] == json.loads(json.dumps(result.summary))
+    assert body["sample_ids"] == ["explain"]
+    assert result.wall_time_s == body["wall_time_s"]
+
+
+def test_show_prints_each_method_through_its_view(runs, capsys):
+    for name, result in runs.items():
+        result.show(plain=True)
+        out = capsys.readouterr().out
+        assert "\t" in out and "│" not in out, name
+
+
+def test_registry_is_lazy_and_names_the_choices():
+    registry = Registry("widget", {"json": "json:dumps"})
+    assert "json" in registry and registry.get("json") is json.dumps
+    with pytest.raises(UnknownName, match=r"no widget named 'jsn'; choose one of: json"):
+        registry.get("jsn")
+    with pytest.raises(KeyError):
+        registry["jsn"]
+    assert registry.get("jsn", None) is None
+    with pytest.raises(ValueError, match="registered already"):
+        registry.add("json", "json:loads")
+    assert set(RESULTS) >= {"influence", "icl", "audit", "susceptibility", "probe",
+                            "influence-explain"}
+    assert set(REPORTS) >= set(RESULTS)
