@@ -9,7 +9,8 @@ import torch
 from transformers import LogitsProcessor
 
 from ctxleak.errors import ConfigError
-from ctxleak.integrations.transformers import ContextInfluenceProcessor, cid_generate
+from ctxleak.integrations.generate import cid_generate
+from ctxleak.integrations.transformers import ContextInfluenceProcessor
 from ctxleak.methods.influence.cid import CIDConfig, bounded_lambda, cid_logprobs, generate_cid
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 
