@@ -43,11 +43,11 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, left_pad
 from ctxleak.engine.models import LM, ModelInfo
 from ctxleak.errors import ConfigError
-from ctxleak.results import InfluenceResult
 from ctxleak.integrations.ledger import ledger_result
 from ctxleak.methods.influence.cid import CIDConfig, cid_combine
 from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger, to_records
 from ctxleak.methods.influence.quantities import token_influence
+from ctxleak.results import InfluenceResult
 
 Ids = Sequence[int]
 

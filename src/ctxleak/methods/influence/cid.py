@@ -226,27 +226,26 @@ def replay_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int
 def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config: CIDConfig,
              seed: int, keep_context_cache: bool = False, row: int = 0
              ) -> tuple[StreamJob, Callable[[Generation], RowLedger]]:
-    """The stream job of one CID response and the function that reads its ledger."""
-    chosen: list[tuple[float, float | None]] = []  # each step's λ and ex-post ε
+    """The stream job of one CID response and the function that reads its ledger. Each step's
+    record is its :class:`LedgerEntry`: the drawn token, λ_t, log p̄_λ(y_t), log p(y_t | ∅) and,
+    for bounded CID, ε and the ex-post ε_t."""
+    chosen: dict[str, Any] = {}  # λ_t and ex-post ε_t of the current step, combine to observe
 
     def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()) -> torch.Tensor:
         # masked EOS (``excluded``) stays at MASKED_LOGIT in the λ-mix: probability 0
-        logprobs, lam, eps_ex_post = cid_combine(logits[0], logits[1], config)
-        chosen.append((lam, eps_ex_post))
+        logprobs, chosen["lam"], chosen["eps"] = cid_combine(logits[0], logits[1], config)
         return logprobs
 
     def observe(logits: torch.Tensor, logprobs: torch.Tensor, token: int, step: int
-                ) -> tuple[float, float, int]:
+                ) -> LedgerEntry:
         empty = torch.log_softmax(logits[1] / config.temperature, dim=-1)
-        return float(logprobs[token]), float(empty[token]), int(token)
+        lc, le = float(logprobs[token]), float(empty[token])
+        return LedgerEntry(step=step, token_id=int(token), lam=chosen["lam"], logp_context=lc,
+                           logp_empty=le, influence=float(token_influence(lc, le)),
+                           eps=config.bounded_eps, eps_ex_post=chosen["eps"])
 
     def finish(gen: Generation) -> RowLedger:
-        entries = tuple(
-            LedgerEntry(step=t, token_id=token, lam=lam, logp_context=lc, logp_empty=le,
-                        influence=float(token_influence(lc, le)), eps=config.bounded_eps,
-                        eps_ex_post=eps_ex_post)
-            for t, ((lc, le, token), (lam, eps_ex_post)) in enumerate(zip(gen.records, chosen)))
-        return RowLedger(row=row, entries=entries, stopped_on_eos=gen.stopped_on_eos,
+        return RowLedger(row=row, entries=tuple(gen.records), stopped_on_eos=gen.stopped_on_eos,
                          lam=config.lam, temperature=config.temperature,
                          bounded_eps=config.bounded_eps)
 
