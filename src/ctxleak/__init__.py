@@ -15,7 +15,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-__version__ = "0.1.0"
+from ctxleak._version import __version__
 
 _API = {
     "influence": ("ctxleak.api", "influence"),

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ctxleak.errors import InputError, warn
+from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.rundir import (
     CONFIG_FILE,
     RESULTS_FILE,
     SAMPLES_FILE,
     read_json_file,
     read_samples,
-    to_jsonable,
     write_atomic,
 )
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.records import parse_mapping, read_rows
-from ctxleak.run.rundir import RunDir, to_jsonable
+from ctxleak.run.rundir import RunDir
 
 
 def test_samples_append_and_resume(tmp_path):
