@@ -33,10 +33,10 @@ def test_lambda_zero_is_no_context_decoding(tiny_lm):
     parts = parts_for(tiny_lm)
     cfg = CIDConfig(lam=0.0, temperature=0.8, max_new_tokens=12, min_new_tokens=0)
     res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=11)
-    assert np.all(res.token_influence == 0.0)
+    assert np.all(np.asarray(res.token_influence) == 0.0)
     plain = generate_streams(tiny_lm, [parts.empty], single_stream(0.8), max_new_tokens=12,
                              seed=11)
-    assert res.response_ids == plain.response_ids
+    assert res.response_ids == plain.token_ids
 
 
 def test_lambda_one_is_plain_decoding_with_context(tiny_lm):
@@ -45,7 +45,7 @@ def test_lambda_one_is_plain_decoding_with_context(tiny_lm):
     res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=3)
     plain = generate_streams(tiny_lm, [parts.full], single_stream(0.7), max_new_tokens=10,
                              seed=3)
-    assert res.response_ids == plain.response_ids
+    assert res.response_ids == plain.token_ids
 
 
 def test_cid_cached_equals_uncached(tiny_lm):
