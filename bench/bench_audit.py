@@ -21,8 +21,9 @@ import time
 
 import torch
 
-from ctxleak.engine.generation import generate_streams, shared_prefix_length
+from ctxleak.engine.generation import generate_streams
 from ctxleak.engine.models import load_model
+from ctxleak.engine.prefill import shared_prefix_length
 from ctxleak.methods.accounting import calibrate
 from ctxleak.methods.audit import (
     DPAggregator,

@@ -37,6 +37,7 @@ import torch
 from _common import device_line, load_default, timed
 
 import ctxleak
+from ctxleak.engine.batching import BatchPolicy, using
 from ctxleak.engine.forward import left_pad, pad_id
 from ctxleak.methods.influence.cid import generate_cid_many
 from ctxleak.methods.influence.data import load_examples
@@ -88,22 +89,24 @@ def main_job(lm, limit: int) -> list[str]:
 
 
 def prefill(lm, limit: int) -> list[str]:
-    """The main job (batch-invariant, the default) with generation's full-prompt KV cache handed
-    to the n-gram scoring against scoring that computes the prompt again (same records)."""
-    from ctxleak.methods.influence import pipeline
-
+    """The main job's measurement (batch-invariant, the default) with generation's full-prompt
+    KV cache handed to the n-gram scoring against scoring that computes the prompt again (same
+    records): ``measure_examples(..., hand_over_prefill=...)``, examples 8 at a time."""
+    examples = load_examples("demo", task="auto")[:limit]
+    options = InfluenceOptions(ngram=32)
+    jobs = [(ex, Setting(1.0, 0.8), k) for k, ex in enumerate(examples)]
     times = {}
-    for hand_over in (True, False, True):
-        pipeline.HAND_OVER_PREFILL = hand_over
-        with tempfile.TemporaryDirectory() as out:
+    with using(lm, BatchPolicy.of("auto", invariant=True, device=lm.device)):
+        for hand_over in (True, False, True):
             t0 = time.perf_counter()
-            ctxleak.influence(lm, "demo", ngram=32, limit=limit, output=out, progress=False)
+            for start in range(0, len(jobs), 8):
+                measure_examples(lm, jobs[start:start + 8], options,
+                                 hand_over_prefill=hand_over)
             t = time.perf_counter() - t0
-        times[hand_over] = min(times.get(hand_over, float("inf")), t)
-    pipeline.HAND_OVER_PREFILL = True
-    return [f"| README main job ({limit} examples): full-prompt KV cache handed from generation "
-            f"to n-gram scoring vs recomputed | {times[False]:.1f} s | {times[True]:.1f} s | "
-            f"{times[False] / times[True]:.2f}x | — |"]
+            times[hand_over] = min(times.get(hand_over, float("inf")), t)
+    return [f"| README main job's measurement ({limit} examples): full-prompt KV cache handed "
+            f"from generation to n-gram scoring vs recomputed | {times[False]:.1f} s | "
+            f"{times[True]:.1f} s | {times[False] / times[True]:.2f}x | — |"]
 
 
 def cid(lm, n: int, clock=time.perf_counter) -> list[str]:

@@ -6,16 +6,10 @@ import pytest
 import torch
 from tiny_models import tiny_gemma3
 
-from ctxleak.engine import generation
+from ctxleak.engine import prefill
 from ctxleak.engine.forward import MASKED_LOGIT
-from ctxleak.engine.generation import (
-    MIN_SHARED_PREFIX,
-    derive_seed,
-    generate_streams,
-    shared_prefill_pays,
-    shared_prefix_length,
-    single_stream,
-)
+from ctxleak.engine.generation import derive_seed, generate_streams, single_stream
+from ctxleak.engine.prefill import MIN_SHARED_PREFIX, shared_prefill_pays, shared_prefix_length
 
 
 def naive_sample(lm, prompt, n, seed, temperature):
@@ -111,8 +105,8 @@ def test_shared_prefix_prefill_changes_nothing(which, request, monkeypatch):
     else:
         tiny_lm = request.getfixturevalue(which)
     prefills = []
-    real_prefill = generation._prefill_shared
-    monkeypatch.setattr(generation, "_prefill_shared",
+    real_prefill = prefill.prefill_shared
+    monkeypatch.setattr(prefill, "prefill_shared",
                         lambda *a: prefills.append(1) or real_prefill(*a))
     head = tiny_lm.bos_ids + tiny_lm.encode("the doctor said the news report was one page .")
     prompts = [head + tiny_lm.encode("the capital of france is paris . the capital of"),

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from ctxleak.engine import generation
+from ctxleak.engine import prefill as prefilling
 from ctxleak.engine.generation import StreamJob, generate_many, generate_streams
 
 
@@ -70,9 +71,11 @@ def test_finished_jobs_leave_the_batch(llama_lm, monkeypatch):
     the live jobs' rows."""
     rows = []
     real = generation.hidden_states
-    monkeypatch.setattr(generation, "hidden_states",
-                        lambda lm, ids, *a, **k: rows.append((ids.shape[0], k.get("cache") is None))
-                        or real(lm, ids, *a, **k))
+    for module in (generation, prefilling):  # decode steps, and the prefill (engine/prefill.py)
+        monkeypatch.setattr(module, "hidden_states",
+                            lambda lm, ids, *a, **k: rows.append((ids.shape[0],
+                                                                  k.get("cache") is None))
+                            or real(lm, ids, *a, **k))
     enc = llama_lm.encode
     jobs = [StreamJob([llama_lm.bos_ids + enc("the capital of"), llama_lm.bos_ids + enc("rome")],
                       _mix([0.5, 0.5]), seed=1, max_new_tokens=2, min_new_tokens=2),
@@ -99,8 +102,8 @@ def test_bucketed_prefill_equals_one_padded_prefill(tiny_lm, monkeypatch):
     """Rows of very different lengths are prefilled in buckets and their caches merged with
     left padding: the same tokens and log-probs as one prefill of all rows padded together."""
     calls = []
-    real = generation.hidden_states
-    monkeypatch.setattr(generation, "hidden_states",
+    real = prefilling.hidden_states
+    monkeypatch.setattr(prefilling, "hidden_states",
                         lambda lm, ids, *a, **k: calls.append((ids.shape, k.get("cache")))
                         or real(lm, ids, *a, **k))
     bucketed = generate_many(tiny_lm, _jobs(tiny_lm))
@@ -108,7 +111,7 @@ def test_bucketed_prefill_equals_one_padded_prefill(tiny_lm, monkeypatch):
     assert len(prefill) >= 2  # the rows went through the model in several buckets
     rows = sum(len(j.prompts) for j in _jobs(tiny_lm))
     assert sum(s[0] for s in prefill) == rows
-    monkeypatch.setattr(generation, "BUCKET_RATIO", 0.0)  # every row in one bucket
+    monkeypatch.setattr(prefilling, "BUCKET_RATIO", 0.0)  # every row in one bucket
     calls.clear()
     single = generate_many(tiny_lm, _jobs(tiny_lm))
     assert [shape[0] for shape, cache in calls if cache is None] == [rows]

@@ -5,17 +5,25 @@ from __future__ import annotations
 
 import pytest
 
-from ctxleak.engine.batching import IN_FLIGHT_TOKENS, MAX_IN_FLIGHT, next_example_batch
+from ctxleak.engine.batching import (
+    IN_FLIGHT_TOKENS,
+    MAX_IN_FLIGHT,
+    BatchPolicy,
+    next_example_batch,
+)
 from ctxleak.errors import ConfigError
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
-from ctxleak.run.runner import measure_batch
+from ctxleak.run.runner import measure_batch, measure_todo
 
 
 def _groups(costs, batch_size, device="cpu", cap=None):
     out, start = [], 0
+    policy = BatchPolicy.of(batch_size, device=device)
+    if cap is not None:
+        policy = policy.capped(cap)
     while start < len(costs):
-        end = next_example_batch(costs, start, batch_size, device, cap)
+        end = next_example_batch(costs, start, policy)
         out.append(list(range(start, end)))
         start = end
     return out
@@ -25,7 +33,7 @@ def test_fixed_batch_size_takes_n_consecutive_examples():
     assert _groups([10] * 7, 3) == [[0, 1, 2], [3, 4, 5], [6]]
     assert _groups([10] * 7, "1") == [[i] for i in range(7)]
     with pytest.raises(ConfigError):
-        next_example_batch([1], 0, 0)
+        next_example_batch([1], 0, BatchPolicy.of(0))
 
 
 def test_auto_fills_the_token_budget_and_balances():
@@ -66,20 +74,21 @@ class Fake(Method):
 def test_out_of_memory_halves_the_batch_and_caps_later_ones():
     method = Fake(fits=3)
     method.batch_cost = lambda item: IN_FLIGHT_TOKENS["cpu"] // 6  # 6 examples per batch
-    got = [measure_batch(method, None, b) for b in method.batches(list(range(12)))]
-    flat = [pair for batch in got for pair in batch]
+    flat = []
+    policy = measure_todo(method, None, list(range(12)), BatchPolicy(),
+                          lambda item, record: flat.append((item, record)))
     assert flat == [(i, {"value": 10 * i}) for i in range(12)]
-    assert method.max_in_flight == 3
+    assert policy.max_in_flight == 3
     assert method.calls == [[0, 1, 2, 3, 4, 5], [0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
 
 
 def test_no_back_off_with_a_fixed_batch_size_or_other_errors():
     with pytest.raises(RuntimeError, match="out of memory"):
-        measure_batch(Fake(batch_size=4), None, [1, 2, 3, 4])
+        measure_batch(Fake(batch_size=4), None, [1, 2, 3, 4], BatchPolicy.of(4))
 
     class Broken(Fake):
         def measure(self, lm, items):
             raise RuntimeError("shape mismatch")
 
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        measure_batch(Broken(), None, [1, 2, 3])
+        measure_batch(Broken(), None, [1, 2, 3], BatchPolicy())

@@ -1,12 +1,22 @@
-"""Batch planning: longest-first batches under a token budget, and ``--batch-size auto`` that
-backs off on out-of-memory errors. Results never depend on the batch size beyond float noise
-(tests check this), so the planner is free to choose."""
+"""Batching, decided once: the run's :class:`BatchPolicy`, longest-first batches under a token
+budget, and ``--batch-size auto`` that backs off on out-of-memory errors.
+
+The run layer builds one :class:`BatchPolicy` from its options and hands it to the model
+(:func:`using`); every engine call then reads it from the model (:func:`policy_of`), so no method
+chooses batch sizes or branches on batch invariance. Under a batch-invariant policy scoring keeps
+each example's rows in forward passes of their own (:func:`example_passes`) and generation
+recomputes each example's floats alone (:func:`ctxleak.engine.generation.replay`): a sample's
+bytes then do not depend on the batch size nor on the examples in flight. Otherwise results
+depend on the batch only by float noise (tests check this), so the planner is free to choose.
+"""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import torch
 
@@ -22,6 +32,75 @@ TOKEN_BUDGET = {"cpu": 4096, "mps": 8192, "cuda": 65536}
 def parse_batch_size(value: str | int | None) -> int | None:
     """``auto`` (or None) -> None; a positive integer otherwise."""
     return check_batch_size(value, "batch_size")
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How a run batches, decided once from its options and kept by the engine.
+
+    ``batch_size``: a fixed number (rows per scoring pass, examples in flight) or None for
+    ``auto`` (token budgets, halved on out-of-memory). ``invariant``: every float of a sample
+    comes from forward passes over its own example only, so samples are byte-identical whatever
+    the batch size or the examples measured with them (scoring passes hold one example's rows,
+    generation's floats are replayed per example). ``device``: the model's device type, which
+    sets the ``auto`` budgets. ``max_in_flight``: a cap on the examples measured together,
+    learnt by the run layer's out-of-memory back-off.
+
+    The default is what a bare engine call does outside a run: ``auto``, passes shared across
+    examples."""
+
+    batch_size: int | None = None
+    invariant: bool = False
+    device: str = "cpu"
+    max_in_flight: int | None = None
+
+    @classmethod
+    def of(cls, batch_size: str | int | None = "auto", invariant: bool = False,
+           device: object = "cpu") -> BatchPolicy:
+        """The policy of a run's ``batch_size`` (``auto`` or N), ``batch_invariant`` and the
+        model's device (a ``torch.device`` or its name)."""
+        return cls(parse_batch_size(batch_size), bool(invariant), device_kind(device))
+
+    @property
+    def scoring_batch_size(self) -> int | None:
+        """Rows per scoring pass: the token budget alone (``auto``, None) when invariant, so a
+        sample's floats never depend on ``batch_size``; otherwise ``batch_size``."""
+        return None if self.invariant else self.batch_size
+
+    def capped(self, max_in_flight: int) -> BatchPolicy:
+        """This policy with at most ``max_in_flight`` examples measured together."""
+        return replace(self, max_in_flight=max_in_flight)
+
+
+def policy_of(lm: Any) -> BatchPolicy:
+    """The batching policy the model was handed (:func:`using`), or the default one."""
+    policy = getattr(lm, "batching", None)
+    return policy if isinstance(policy, BatchPolicy) else BatchPolicy()
+
+
+@contextmanager
+def using(lm: Any, policy: BatchPolicy) -> Iterator[Any]:
+    """Hand ``policy`` to the model for the duration of the block (a run), then restore the
+    previous one; copies of the model made inside (a fine-tuned canary) keep it."""
+    before = getattr(lm, "batching", None)
+    lm.batching = policy
+    try:
+        yield lm
+    finally:
+        lm.batching = before
+
+
+def example_passes(policy: BatchPolicy, examples: Sequence[Hashable]) -> list[list[int]]:
+    """The request indices that may share forward passes, given the example each request belongs
+    to: one list per example (in order of first appearance) under a batch-invariant policy, so
+    that an example's floats come from passes that hold its rows only; otherwise one list of
+    them all."""
+    if not policy.invariant:
+        return [list(range(len(examples)))] if len(examples) else []
+    parts: dict[Hashable, list[int]] = {}
+    for i, example in enumerate(examples):
+        parts.setdefault(example, []).append(i)
+    return list(parts.values())
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -116,23 +195,22 @@ def device_kind(device: object) -> str:
     return "cuda" if name.startswith("cuda") else name
 
 
-def next_example_batch(costs: Sequence[int | None], start: int,
-                       batch_size: str | int | None, device: object = "cpu",
-                       cap: int | None = None) -> int:
+def next_example_batch(costs: Sequence[int | None], start: int, policy: BatchPolicy) -> int:
     """The end of the batch of examples that begins at ``start``: consecutive examples (so
-    records are appended in item order), ``batch_size`` of them when it is a number; under
-    ``auto`` as many as fit in :data:`IN_FLIGHT_TOKENS` (``costs[i]``: the token slots example i
-    keeps in flight) and :data:`MAX_IN_FLIGHT` (and ``cap``, learnt from out-of-memory
-    back-off), balanced so that the batches left have about the same size. A cost of None means
-    the example is measured alone."""
+    records are appended in item order), ``policy.batch_size`` of them when it is a number;
+    under ``auto`` as many as fit in :data:`IN_FLIGHT_TOKENS` of ``policy.device``
+    (``costs[i]``: the token slots example i keeps in flight) and :data:`MAX_IN_FLIGHT` (and
+    ``policy.max_in_flight``, learnt from out-of-memory back-off), balanced so that the batches
+    left have about the same size. A cost of None means the example is measured alone."""
     n = len(costs)
     if start >= n:
         return n
     if costs[start] is None:
         return start + 1
-    fixed = parse_batch_size(batch_size)
-    kind = device_kind(device)
-    most = fixed if fixed is not None else min(MAX_IN_FLIGHT.get(kind, 16), cap or n)
+    fixed = policy.batch_size
+    kind = device_kind(policy.device)
+    most = fixed if fixed is not None else min(MAX_IN_FLIGHT.get(kind, 16),
+                                               policy.max_in_flight or n)
     budget = None if fixed is not None else IN_FLIGHT_TOKENS.get(kind, 16384)
 
     def greedy(begin: int, limit: int) -> int:

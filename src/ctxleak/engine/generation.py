@@ -9,33 +9,36 @@ the DP synthetic-text mechanism (paper 001, App. C.1) combines s one-shot prompt
 Sampling is seeded by (run seed, example index) through :func:`derive_seed`, so the same example
 gets the same draws whatever the sharding or order of a run. The draw itself happens on the CPU
 in float64, so it does not depend on the device's random number generator.
+
+Batch-invariant numerics: the tokens of a job do not depend on the jobs decoded with it, but the
+logits do, by float noise (float32 matrix products change with the number of rows, attention
+with the padding). Under the model's batch-invariant policy (:mod:`ctxleak.engine.batching`)
+every float a job records (CID's log-probs, λ_t and ε, the DP mechanism's divergences) is
+therefore recomputed after generation by :func:`replay`: the job's own prompt streams scored
+teacher-forced with the generated tokens, in forward passes that hold this job only and whose
+shapes depend only on it, and ``combine`` and ``observe`` run again over those logits, step by
+step, exactly as during generation (EOS masked before the minimum length, float64). The records
+are then byte-identical whatever the batch size, the number of examples in flight or the
+data-parallel sharding, and describe the same distributions as the generation's own up to float
+noise (about 1e-6). The prefill code lives in :mod:`ctxleak.engine.prefill`.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from transformers import GenerationConfig
 
-from ctxleak.engine.forward import (
-    MASKED_LOGIT,
-    common_prefix_length,
-    head_logits,
-    hidden_states,
-    left_pad,
-    pad_id,
-)
+from ctxleak.engine.batching import policy_of
+from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, left_pad, pad_id
 from ctxleak.engine.kvroom import give_room
 from ctxleak.engine.models import LM
-
-# A shared prefix shorter than this is not worth a separate forward pass and a cache copy.
-MIN_SHARED_PREFIX = 8
-# Prefill rows go in one bucket while they are at least this share of its longest row.
-BUCKET_RATIO = 0.75
+from ctxleak.engine.prefill import prefill, sliding_window
+from ctxleak.engine.scoring import continuation_logits
 
 Combine = Callable[[torch.Tensor, int, tuple[int, ...]], torch.Tensor]
 """``combine(logits[S, V] float64, step, excluded) -> log-probs[V] float64`` (normalised).
@@ -97,7 +100,11 @@ def masked_ids(eos_ids: Sequence[int], min_new_tokens: int, step: int) -> tuple[
 @dataclass
 class StreamJob:
     """One example's generation for :func:`generate_many`: its prompt streams, how they combine,
-    its own seed (drawn from by this example only) and its length limits."""
+    its own seed (drawn from by this example only) and its length limits.
+
+    ``combine`` and ``observe`` may pass state within a step (``observe`` follows ``combine``
+    of the same step) but keep none across steps: everything read after generation comes from
+    the records, since the engine may run a job's steps again (:func:`replay`)."""
 
     prompts: Sequence[Sequence[int]]
     combine: Combine
@@ -109,6 +116,9 @@ class StreamJob:
     # one pass: what scoring computes for its reference prefix) and whose KV cache is handed
     # back in ``Generation.prompt_caches`` (models with plain caches; no sliding window)
     keep_prompt_cache: tuple[int, ...] = ()
+    # batch-invariant policy: recompute the records from this job alone (:func:`replay`);
+    # False when the caller takes these floats from passes of its own example instead
+    replay: bool = True
 
     def check(self) -> None:
         if not self.prompts or any(len(p) == 0 for p in self.prompts):
@@ -149,6 +159,11 @@ def generate_many(lm: LM, jobs: Sequence[StreamJob], *, sample: bool = True,
     jobs share its batch (up to float noise in the logits). A job that stops (EOS or its maximum)
     leaves the batch: its rows are dropped from the cache, so finished examples stop costing
     compute. ``share_prefix``: the tokens every row begins with go through the model once.
+
+    Under the model's batch-invariant policy (:mod:`ctxleak.engine.batching`) each job's records
+    are then recomputed from its own streams alone (:func:`replay`; not for a job with
+    ``replay=False``, whose caller takes its floats from passes of its own example), so they do
+    not depend on the batch either.
     """
     for job in jobs:
         job.check()
@@ -156,36 +171,37 @@ def generate_many(lm: LM, jobs: Sequence[StreamJob], *, sample: bool = True,
         return []
     stops = list(lm.eos_ids if stop_ids is None else stop_ids)
     if not use_cache:
-        return [_generate_uncached(lm, job, stops, sample) for job in jobs]
-    device, pad = lm.device, pad_id(lm)
+        outs = [_generate_uncached(lm, job, stops, sample) for job in jobs]
+    else:
+        outs = _decode_together(lm, jobs, stops, sample, share_prefix)
+    if not policy_of(lm).invariant:
+        return outs
+    return [replay(lm, job, gen, stop_ids=stops) if job.replay else gen
+            for job, gen in zip(jobs, outs)]
+
+
+def _decode_together(lm: LM, jobs: Sequence[StreamJob], stops: list[int], sample: bool,
+                     share_prefix: bool) -> list[Generation]:
+    """:func:`generate_many`'s cached decoding: one prefill of every job's streams, then one
+    forward pass per step over the rows of the jobs still running."""
     seqs = [list(p) for job in jobs for p in job.prompts]
     bounds = np.cumsum([0] + [len(job.prompts) for job in jobs]).tolist()
     gens = [torch.Generator(device="cpu").manual_seed(job.seed) for job in jobs]
     outs = [Generation(token_ids=[], stopped_on_eos=False) for _ in jobs]
     live = [j for j, job in enumerate(jobs) if job.max_new_tokens > 0]
-
+    if not live:
+        return outs
     with torch.inference_mode():
-        if not live:
-            return outs
-        shared = shared_prefix_length(seqs) if share_prefix else 0
-        window = sliding_window(lm)
         longest = max(job.max_new_tokens for job in jobs)
-        if window is not None and max(len(s) for s in seqs) + longest > window:
-            # a sliding window counts cache slots, not positions: the padding between the
-            # prefix and a short stream's tokens would push real tokens out of its window
-            shared = 0
         alone: dict[int, Any] = {bounds[j] + k: None for j, job in enumerate(jobs)
                                  for k in job.keep_prompt_cache
-                                 if len(seqs[bounds[j] + k]) > 1} if window is None else {}
-        if alone:  # each kept prompt alone (see prefill_alone), no shared prefix
-            hidden, cache, mask, pos = _prefill_buckets(lm, seqs, pad, alone)
-            for j, job in enumerate(jobs):
-                outs[j].prompt_caches = {k: alone[bounds[j] + k] for k in job.keep_prompt_cache
-                                         if alone.get(bounds[j] + k) is not None}
-        elif shared >= MIN_SHARED_PREFIX and shared_prefill_pays(seqs, shared):
-            hidden, cache, mask, pos = _prefill_shared(lm, seqs, shared, pad)
-        else:
-            hidden, cache, mask, pos = _prefill_buckets(lm, seqs, pad)
+                                 if len(seqs[bounds[j] + k]) > 1} \
+            if sliding_window(lm) is None else {}
+        hidden, cache, mask, pos = prefill(lm, seqs, pad_id(lm), share_prefix=share_prefix,
+                                           longest_new=longest, alone=alone)
+        for j, job in enumerate(jobs):  # each kept prompt's cache, prefilled alone
+            outs[j].prompt_caches = {k: alone[bounds[j] + k] for k in job.keep_prompt_cache
+                                     if alone.get(bounds[j] + k) is not None}
         give_room(cache, longest - 1)  # decode steps write in place, no torch.cat of the cache
         rows = {j: (bounds[j], bounds[j + 1]) for j in live}  # each live job's rows, in order
         step = 0
@@ -193,37 +209,44 @@ def generate_many(lm: LM, jobs: Sequence[StreamJob], *, sample: bool = True,
             logits = head_logits(lm, hidden[:, -1]).double()
             tokens: dict[int, int] = {}
             for j in live:
-                job, (a, b) = jobs[j], rows[j]
-                own = logits[a:b]
-                mask_eos_before_min(own, stops, job.min_new_tokens, step=step)
-                logprobs = job.combine(own, step, masked_ids(stops, job.min_new_tokens, step))
-                token = _draw(logprobs, gens[j], sample)
-                if job.observe is not None:
-                    outs[j].records.append(job.observe(own, logprobs, token, step))
-                if token in stops:
-                    outs[j].stopped_on_eos = True
-                    continue
-                outs[j].token_ids.append(token)
-                if step + 1 < job.max_new_tokens:
+                token = _step(jobs[j], outs[j], logits[slice(*rows[j])], step, stops, gens[j],
+                              sample)
+                if token is not None:
                     tokens[j] = token
             if not tokens:
                 break
             keep = [r for j in live if j in tokens for r in range(*rows[j])]
             if len(keep) < mask.shape[0]:  # drop the finished jobs' rows from the batch
-                index = torch.as_tensor(keep, dtype=torch.long, device=device)
+                index = torch.as_tensor(keep, dtype=torch.long, device=lm.device)
                 cache.batch_select_indices(index)
                 mask, pos = mask[index], pos[index]
             live = [j for j in live if j in tokens]
             sizes = [rows[j][1] - rows[j][0] for j in live]
             starts = np.cumsum([0] + sizes).tolist()
             rows = {j: (starts[k], starts[k + 1]) for k, j in enumerate(live)}
-            new = torch.as_tensor([[tokens[j]] for j in live for _ in range(rows[j][1] - rows[j][0])],
-                                  dtype=torch.long, device=device)
+            new = torch.as_tensor([[tokens[j]] for j in live for _ in range(*rows[j])],
+                                  dtype=torch.long, device=lm.device)
             mask = torch.cat([mask, torch.ones_like(new)], dim=1)
             pos = pos[:, -1:] + 1
             hidden, cache = hidden_states(lm, new, mask, pos, cache=cache, use_cache=True)
             step += 1
     return outs
+
+
+def _step(job: StreamJob, out: Generation, own: torch.Tensor, step: int, stops: list[int],
+          generator: torch.Generator, sample: bool) -> int | None:
+    """One step of one job on its rows' logits ``own`` (masked in place): combine, draw,
+    observe, append. Returns the token to feed back, or None when the job stops here."""
+    mask_eos_before_min(own, stops, job.min_new_tokens, step=step)
+    logprobs = job.combine(own, step, masked_ids(stops, job.min_new_tokens, step))
+    token = _draw(logprobs, generator, sample)
+    if job.observe is not None:
+        out.records.append(job.observe(own, logprobs, token, step))
+    if token in stops:
+        out.stopped_on_eos = True
+        return None
+    out.token_ids.append(token)
+    return token if step + 1 < job.max_new_tokens else None
 
 
 def _generate_uncached(lm: LM, job: StreamJob, stops: list[int], sample: bool) -> Generation:
@@ -250,140 +273,6 @@ def _generate_uncached(lm: LM, job: StreamJob, stops: list[int], sample: bool) -
     return gen
 
 
-def sliding_window(lm: LM) -> int | None:
-    """The model's sliding attention window in tokens, if any of its layers has one (Gemma 3,
-    Mistral; Qwen2 only with ``use_sliding_window``)."""
-    config = getattr(lm.model, "config", None)
-    config = getattr(config, "text_config", None) or config
-    window = getattr(config, "sliding_window", None)
-    if not window or getattr(config, "use_sliding_window", True) is False:
-        return None
-    return int(window)
-
-
-def shared_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
-    """How many leading tokens every sequence has in common, leaving each at least one token of
-    its own (the last prompt token must go through the model to give the first logits)."""
-    if len(seqs) < 2:
-        return 0
-    n = min(len(s) for s in seqs) - 1
-    first = seqs[0]
-    for s in seqs[1:]:
-        n = min(n, common_prefix_length(first, s))
-    return max(n, 0)
-
-
-def _prefill_shared(lm: LM, seqs: Sequence[Sequence[int]], shared: int, pad: int):
-    """Prefill: the shared prefix once (batch 1), its cache repeated for every stream, then each
-    stream's own tokens left-padded after it. The padding sits between the prefix and the
-    stream's tokens, masked out; position ids carry on from the prefix without gaps."""
-    device = lm.device
-    head = torch.as_tensor([list(seqs[0][:shared])], dtype=torch.long, device=device)
-    _, cache = hidden_states(lm, head, torch.ones_like(head), use_cache=True)
-    cache.batch_repeat_interleave(len(seqs))  # a fresh cache: repeated in place, not copied
-    ids, own_mask, own_pos = left_pad([s[shared:] for s in seqs], pad, device)
-    mask = torch.cat([torch.ones((len(seqs), shared), dtype=own_mask.dtype, device=device),
-                      own_mask], dim=1)
-    pos = own_pos + shared
-    hidden, cache = hidden_states(lm, ids, mask, pos, cache=cache, use_cache=True)
-    return hidden, cache, mask, pos
-
-
-def _buckets(seqs: Sequence[Sequence[int]], alone: Collection[int] = ()) -> list[list[int]]:
-    """The prefill buckets of :func:`_prefill_buckets`: each row of ``alone`` by itself, the
-    others longest first, a row joining the open bucket while it is at least ``BUCKET_RATIO`` of
-    that bucket's longest row."""
-    order = sorted((r for r in range(len(seqs)) if r not in alone), key=lambda r: -len(seqs[r]))
-    buckets: list[list[int]] = [[r] for r in sorted(alone)]
-    for r in order:
-        if (buckets and buckets[-1][0] not in alone
-                and len(seqs[r]) >= BUCKET_RATIO * len(seqs[buckets[-1][0]])):
-            buckets[-1].append(r)
-        else:
-            buckets.append([r])
-    return buckets
-
-
-def shared_prefill_pays(seqs: Sequence[Sequence[int]], shared: int) -> bool:
-    """Whether prefilling the ``shared`` leading tokens once (:func:`_prefill_shared`, every
-    row's own tokens then padded to the longest) computes fewer positions than the bucketed
-    prefill: a chat template's 24 shared tokens do not pay for padding CID's short no-context
-    prompts to the long ones (5,528 positions against about 3,700 on 16 demo examples)."""
-    longest = max(len(s) for s in seqs)
-    with_shared = shared + len(seqs) * (longest - shared)
-    bucketed = sum(len(b) * max(len(seqs[r]) for r in b) for b in _buckets(seqs))
-    return with_shared < bucketed
-
-
-def _prefill_buckets(lm: LM, seqs: Sequence[Sequence[int]], pad: int,
-                     alone: dict[int, Any] | None = None):
-    """Prefill of left-padded rows, rows of similar length together: CID's prompt without the
-    context is much shorter than the one with it, and padding it to the longest would compute
-    the padding (a third of the positions on the demo set). Each bucket is left-padded to its
-    own longest row and goes through the model alone; the caches are then left-padded with
-    zeros (masked out) to the longest row and put back in row order. Mask and position ids are
-    those of left-padding every row to the longest, so decoding goes on as after one prefill.
-    Models whose cache is not plain per-layer tensors (sliding windows) get one prefill.
-
-    ``alone``: rows prefilled each in its own bucket by :func:`prefill_alone`, whose caches are
-    stored in ``alone[row]`` (read-only from then on: the merged cache is a new object)."""
-    device = lm.device
-    ids, mask, pos = left_pad(seqs, pad, device)
-    own = {} if alone is None else alone
-    buckets = _buckets(seqs, own)
-    if (len(buckets) == 1 and not own) or sliding_window(lm) is not None:
-        hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=True)
-        return hidden[:, -1:], cache, mask, pos
-    width = ids.shape[1]
-    parts, caches = [], []
-    for bucket in buckets:
-        if bucket[0] in own:
-            hidden, cache = prefill_alone(lm, seqs[bucket[0]])
-            own[bucket[0]] = cache
-        else:
-            b_ids, b_mask, b_pos = left_pad([seqs[r] for r in bucket], pad, device)
-            hidden, cache = hidden_states(lm, b_ids, b_mask, b_pos, use_cache=True)
-        parts.append(hidden[:, -1:])
-        caches.append(cache)
-    merged = copy.deepcopy(caches[0]) if buckets[0][0] in own else caches[0]
-    layers = [getattr(c, "layers", None) for c in caches]
-    if any(ls is None or any(not hasattr(layer, "keys") or getattr(layer, "is_sliding", False)
-                             for layer in ls) for ls in layers):
-        hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=True)  # unknown cache type
-        return hidden[:, -1:], cache, mask, pos
-    back = torch.as_tensor([k for k, _ in sorted(enumerate(r for b in buckets for r in b),
-                                                  key=lambda kr: kr[1])],
-                           dtype=torch.long, device=device)
-
-    def padded(t: torch.Tensor) -> torch.Tensor:
-        extra = width - t.shape[-2]
-        if extra == 0:
-            return t
-        return torch.cat([t.new_zeros((*t.shape[:-2], extra, t.shape[-1])), t], dim=-2)
-
-    for i, layer in enumerate(merged.layers):
-        layer.keys = torch.cat([padded(ls[i].keys) for ls in layers])[back]
-        layer.values = torch.cat([padded(ls[i].values) for ls in layers])[back]
-    return torch.cat(parts)[back], merged, mask, pos
-
-
-def prefill_alone(lm: LM, prompt: Sequence[int]) -> tuple[torch.Tensor, Any]:
-    """One prompt's prefill in the canonical shape of scoring's reference prefix
-    (:func:`ctxleak.engine.scoring.continuation_logits`): all but its last token in one pass
-    (batch 1, no padding), then the last token on that cache. Returns the last token's hidden
-    state ``[1, 1, d]`` and the cache, whose first ``len(prompt) - 1`` positions are then the
-    very numbers scoring would compute for that prefix."""
-    device = lm.device
-    head = torch.as_tensor([list(prompt[:-1])], dtype=torch.long, device=device)
-    _, cache = hidden_states(lm, head, torch.ones_like(head), use_cache=True)
-    last = torch.as_tensor([[int(prompt[-1])]], dtype=torch.long, device=device)
-    hidden, cache = hidden_states(lm, last, torch.ones((1, len(prompt)), dtype=torch.long,
-                                                       device=device),
-                                  torch.as_tensor([[len(prompt) - 1]], device=device),
-                                  cache=cache, use_cache=True)
-    return hidden, cache
-
-
 def _draw(logprobs: torch.Tensor, generator: torch.Generator, sample: bool) -> int:
     logprobs = logprobs.detach().to("cpu", torch.float64)
     if not sample:
@@ -405,12 +294,9 @@ def beam_generate(lm: LM, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
                   num_beams: int = 2, batch_size: int | None = None) -> list[list[int]]:
     """New token ids for each prompt by beam search (greedy when ``num_beams == 1``), as
     ProPILE probes (paper 004, App. A.3: beam 2), no sampling, with Hugging Face's default
-    generation settings otherwise. Prompts are
-    left-padded with an attention mask; EOS and what follows it are dropped."""
-    from transformers import GenerationConfig
-
-    from ctxleak.engine.forward import left_pad, pad_id
-
+    generation settings otherwise. Prompts are left-padded with an attention mask, longest
+    first, ``batch_size`` at a time (None: the model's batching policy's, or as many as fit 2048
+    tokens, at most 16); EOS and what follows it are dropped."""
     if num_beams < 1:
         raise ValueError("num_beams must be >= 1")
     pad = pad_id(lm)
@@ -421,7 +307,8 @@ def beam_generate(lm: LM, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
     if not prompts:
         return []
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-    size = batch_size or max(1, min(16, 2048 // max(1, len(prompts[order[0]]))))
+    size = batch_size or policy_of(lm).batch_size \
+        or max(1, min(16, 2048 // max(1, len(prompts[order[0]]))))
     out: list[list[int]] = [[] for _ in prompts]
     for start in range(0, len(order), size):
         chunk = order[start:start + size]
@@ -436,4 +323,44 @@ def beam_generate(lm: LM, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
                     new = new[:k]
                     break
             out[i] = new
+    return out
+
+
+def stream_logits(lm: LM, prompts: Sequence[Sequence[int]], token_ids: Sequence[int],
+                  stopped_on_eos: bool, *, reuse_prefix: bool = True) -> list[torch.Tensor]:
+    """Raw next-token logits (float32 ``[steps, V]``, no EOS mask) of each prompt stream at every
+    step of a finished generation: row t follows ``prompt + token_ids[:t]``. ``steps`` is
+    ``len(token_ids)``, plus one when EOS ended the generation (the step that drew it).
+
+    Computed teacher-forced from these prompts only (one planner run, rows per pass from the
+    token budget; ``reuse_prefix``: the streams share the KV cache of the first one's prefix)."""
+    steps = len(token_ids) + int(stopped_on_eos)
+    if steps == 0:
+        return [torch.zeros((0, 0)) for _ in prompts]
+    # the token after the last scored step is never read: any id completes the sequence
+    filler = list(lm.eos_ids[:1]) or [int(prompts[0][-1])]
+    cont = list(token_ids) + (filler if stopped_on_eos else [])
+    return continuation_logits(lm, [list(p) for p in prompts], cont, reuse_prefix=reuse_prefix,
+                               batch_size="auto", reduce=lambda i, z: z.float())
+
+
+def replay(lm: LM, job: StreamJob, generation: Generation, *,
+           stop_ids: Sequence[int] | None = None, reuse_prefix: bool = True) -> Generation:
+    """``generation`` (of ``job``) with its per-step records recomputed by :func:`stream_logits`:
+    at step t the streams' logits get the EOS mask of step t, ``job.combine`` gives the
+    distribution and ``job.observe`` the record of the token drawn then (the generated token, or
+    the stopping EOS: ``stop_ids[0]``, as which EOS id was drawn is not kept). Same tokens, new
+    records (and no prompt caches)."""
+    stops = list(lm.eos_ids if stop_ids is None else stop_ids)
+    tokens = list(generation.token_ids)
+    logits = stream_logits(lm, job.prompts, tokens, generation.stopped_on_eos,
+                           reuse_prefix=reuse_prefix)
+    out = Generation(token_ids=tokens, stopped_on_eos=generation.stopped_on_eos)
+    drawn = tokens + (stops[:1] if generation.stopped_on_eos else [])
+    for step, token in enumerate(drawn):
+        own = torch.stack([z[step] for z in logits]).double()
+        mask_eos_before_min(own, stops, job.min_new_tokens, step=step)
+        logprobs = job.combine(own, step, masked_ids(stops, job.min_new_tokens, step))
+        if job.observe is not None:
+            out.records.append(job.observe(own, logprobs, token, step))
     return out

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ctxleak.engine.batching import example_passes, policy_of
 from ctxleak.engine.forward import PrefixKV, head_logits, hidden_states
 from ctxleak.engine.models import LM
 
@@ -137,6 +138,8 @@ def next_token_embedding_grads_many(lm: LM, prompts: Sequence[Sequence[int]],
     from the prefix; row q's next-token distribution is read at its last real token. Rows are
     independent, so the gradient of ``Σ_q log p_q(a_qj)`` with respect to row q's embeddings is
     that of ``log p_q(a_qj)`` alone: k backward products cover the whole batch (not k per row).
+    Under the model's batch-invariant policy (:mod:`ctxleak.engine.batching`) each prompt, one
+    example, goes through passes of its own.
     """
     out: list[EmbeddingGradients | None] = [None] * len(prompts)
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -145,11 +148,14 @@ def next_token_embedding_grads_many(lm: LM, prompts: Sequence[Sequence[int]],
             raise ValueError(f"span {(start, end)} is not inside a prompt of {len(prompt)} tokens")
         groups.setdefault(tuple(int(t) for t in prompt[:start]), []).append(i)
     store = prefix_kv or PrefixKV(lm)
+    policy = policy_of(lm)
     for head, members in groups.items():
-        for i, res in zip(members, _grads_group(lm, [prompts[i] for i in members],
-                                                [spans[i] for i in members], head, top_k,
-                                                store)):
-            out[i] = res
+        for part in example_passes(policy, members):
+            chunk = [members[k] for k in part]
+            for i, res in zip(chunk, _grads_group(lm, [prompts[i] for i in chunk],
+                                                  [spans[i] for i in chunk], head, top_k,
+                                                  store)):
+                out[i] = res
     return out  # type: ignore[return-value]
 
 

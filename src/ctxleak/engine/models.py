@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.model_files import check_model_dir, fingerprint, safetensors_header
 from ctxleak.errors import ConfigError
 
@@ -133,6 +134,8 @@ class LM:
     use_chat_template: bool = False
     bos_ids: list[int] = field(default_factory=list)
     eos_ids: list[int] = field(default_factory=list)
+    # how engine calls batch (ctxleak.engine.batching.using hands a run's policy to the model)
+    batching: BatchPolicy = field(default_factory=BatchPolicy, repr=False, compare=False)
 
     @property
     def device(self):

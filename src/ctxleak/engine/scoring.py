@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxleak.engine.batching import planner_for
+from ctxleak.engine.batching import BatchPlanner, example_passes, planner_for, policy_of
 from ctxleak.engine.forward import (
     common_prefix_length,
     expand_cache,
@@ -46,81 +46,95 @@ logits (paper 000, Def. 3.4), applied before the log-softmax."""
 
 def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
                     consume: Callable[[int, torch.Tensor], object], *, reuse_prefix: bool,
-                    batch_size: str | int | None, groups: Sequence[int] | None = None,
+                    batch_size: str | int | None = None, groups: Sequence[int] | None = None,
+                    examples: Sequence[int] | None = None,
                     prefix_caches: Mapping[int, Any] | None = None) -> list:
     """Hidden states of ``seqs[i]`` at positions ``starts[i] .. len(seqs[i]) - 1``, handed to
     ``consume(i, hidden[n_i, d])``; returns the consumed results in request order.
 
-    ``groups[i]`` names the example request i belongs to (None: all one group). Prefix reuse
-    works within a group, against its first request; requests of several groups share the
+    ``groups[i]`` names the prompt group request i belongs to (None: all one group). Prefix
+    reuse works within a group, against its first request; requests of several groups share the
     planner and its batches, so the examples measured together fill them.
+    ``examples[i]`` names the example request i belongs to (default: its group): under the
+    model's batch-invariant policy (:mod:`ctxleak.engine.batching`) each example's requests go
+    through forward passes of their own, rows per pass from the token budget, so its floats do
+    not depend on the other examples scored with it. ``batch_size``: rows per pass for this call
+    only (None: the policy's).
     ``prefix_caches[g]``: a KV cache of group g's first sequence already computed (at least the
-    prefix that reuse needs, in one batch-1 pass as here, e.g. by generation's
-    :func:`~ctxleak.engine.generation.prefill_alone`), used instead of computing it again."""
+    prefix that reuse needs, in one batch-1 pass as here, e.g. by
+    :func:`~ctxleak.engine.prefill.prefill_alone`), used instead of computing it again."""
     for i, (seq, start) in enumerate(zip(seqs, starts)):
         if not 0 <= start < len(seq):
             raise ValueError(f"request {i}: position {start} outside a sequence of {len(seq)}")
-    planner = planner_for(lm, batch_size)
-    device = lm.device
-    pad = pad_id(lm)
-
     group = list(groups) if groups is not None else [0] * len(seqs)
     if len(group) != len(seqs):
         raise ValueError("need one group per request")
+    policy = policy_of(lm)
+    planner = planner_for(lm, policy.scoring_batch_size if batch_size is None else batch_size)
+    parts = example_passes(policy, group if examples is None else list(examples))
+    if len(parts) <= 1:
+        return _forward_part(lm, seqs, starts, consume, reuse_prefix, planner, group,
+                             prefix_caches)
+    out: list = [None] * len(seqs)
+    for part in parts:
+        got = _forward_part(lm, [seqs[i] for i in part], [starts[i] for i in part],
+                            lambda k, hidden, part=part: consume(part[k], hidden), reuse_prefix,
+                            planner, [group[i] for i in part], prefix_caches)
+        for i, result in zip(part, got):
+            out[i] = result
+    return out
+
+
+def _reference_caches(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
+                      group: Sequence[int], prefix_caches: Mapping[int, Any] | None
+                      ) -> tuple[list[int], dict[int, Any]]:
+    """Prefix reuse: each request's reusable prefix (its common prefix with its group's first
+    sequence, up to its first scored position; 0 where the group's longest is under
+    ``MIN_REUSE_TOKENS``) and each group's reference KV cache (given, or computed here in one
+    batch-1 pass)."""
     first: dict[int, int] = {}
     for i, g in enumerate(group):
         first.setdefault(g, i)
     prefix = [0] * len(seqs)
-    ref_caches: dict[int, object] = {}
-    if reuse_prefix:
-        for g, ref_index in first.items():
-            members = [i for i in range(len(seqs)) if group[i] == g]
-            if len(members) < 2:
-                continue
-            ref = seqs[ref_index]
+    ref_caches: dict[int, Any] = {}
+    for g, ref_index in first.items():
+        members = [i for i in range(len(seqs)) if group[i] == g]
+        if len(members) < 2:
+            continue
+        ref = seqs[ref_index]
+        for i in members:
+            prefix[i] = min(common_prefix_length(seqs[i], ref), starts[i])
+        longest = max(prefix[i] for i in members)
+        given = (prefix_caches or {}).get(g)
+        if longest >= MIN_REUSE_TOKENS and given is not None \
+                and given.get_seq_length() >= longest:
+            ref_caches[g] = given  # the positions past ``longest`` are never read
+        elif longest >= MIN_REUSE_TOKENS:
+            with torch.inference_mode():
+                ids = torch.tensor([list(ref[:longest])], device=lm.device)
+                _, ref_caches[g] = hidden_states(lm, ids, torch.ones_like(ids), use_cache=True)
+        else:
             for i in members:
-                prefix[i] = min(common_prefix_length(seqs[i], ref), starts[i])
-            longest = max(prefix[i] for i in members)
-            given = (prefix_caches or {}).get(g)
-            if longest >= MIN_REUSE_TOKENS and given is not None \
-                    and given.get_seq_length() >= longest:
-                ref_caches[g] = given  # the positions past ``longest`` are never read
-            elif longest >= MIN_REUSE_TOKENS:
-                with torch.inference_mode():
-                    ids = torch.tensor([list(ref[:longest])], device=device)
-                    _, ref_caches[g] = hidden_states(lm, ids, torch.ones_like(ids),
-                                                     use_cache=True)
-            else:
-                for i in members:
-                    prefix[i] = 0
+                prefix[i] = 0
+    return prefix, ref_caches
 
+
+def _forward_part(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
+                  consume: Callable[[int, torch.Tensor], object], reuse_prefix: bool,
+                  planner: BatchPlanner, group: Sequence[int],
+                  prefix_caches: Mapping[int, Any] | None) -> list:
+    """:func:`_forward_ranges` of requests that may share forward passes: prefix reuse planned,
+    then the planner's batches, ordered so that batching never undoes the prefix saving."""
+    prefix, ref_caches = _reference_caches(lm, seqs, starts, group, prefix_caches) \
+        if reuse_prefix else ([0] * len(seqs), {})
     mergeable = bool(ref_caches) and all(_plain_layers(c) for c in ref_caches.values())
     cached = [group[i] in ref_caches and (prefix[i] >= MIN_REUSE_TOKENS or not mergeable)
               for i in range(len(seqs))]
 
     def run_batch(batch: list[int]) -> list:
-        shared = min(prefix[i] for i in batch)
-        ref_cache = ref_caches.get(group[batch[0]])
         with torch.inference_mode():
-            if mergeable and cached[batch[0]]:
-                hidden = _forward_after_own_prefixes(lm, [seqs[i] for i in batch],
-                                                     [prefix[i] for i in batch],
-                                                     [ref_caches[group[i]] for i in batch], pad)
-                offsets = [-prefix[i] for i in batch]
-            elif shared >= MIN_REUSE_TOKENS and ref_cache is not None:
-                cache = expand_cache(ref_cache, shared, len(batch))
-                ids, mask, pos = right_pad([seqs[i][shared:] for i in batch], pad, device, shared)
-                full_mask = None  # no padding: let the attention take its unmasked path
-                if not bool(mask.all()):
-                    full_mask = torch.cat([torch.ones((len(batch), shared), dtype=mask.dtype,
-                                                      device=device), mask], dim=1)
-                hidden, _ = hidden_states(lm, ids, full_mask, pos, cache=cache, use_cache=True)
-                offsets = [-shared] * len(batch)
-            else:
-                ids, mask, pos = left_pad([seqs[i] for i in batch], pad, device)
-                hidden, _ = hidden_states(lm, ids, mask, pos)
-                width = ids.shape[1]
-                offsets = [width - len(seqs[i]) for i in batch]
+            hidden, offsets = _batch_hidden(lm, seqs, batch, prefix, ref_caches, group,
+                                            mergeable and cached[batch[0]])
             out = []
             for row, i in enumerate(batch):
                 a = starts[i] + offsets[row]
@@ -153,6 +167,35 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
         return max(prefix[j] for j in batch) - prefix[i] <= REUSE_SLACK * costs[i]
 
     return planner.run(costs, run_batch, order=order, joins=joins)
+
+
+def _batch_hidden(lm: LM, seqs: Sequence[Sequence[int]], batch: list[int], prefix: list[int],
+                  ref_caches: Mapping[int, Any], group: Sequence[int], own_prefixes: bool
+                  ) -> tuple[torch.Tensor, list[int]]:
+    """Hidden states of one batch of requests and, per row, the offset from a sequence position
+    to its column: each row after its own cached prefix (``own_prefixes``), all rows after the
+    batch's shortest shared prefix, or whole left-padded sequences."""
+    pad, device = pad_id(lm), lm.device
+    shared = min(prefix[i] for i in batch)
+    ref_cache = ref_caches.get(group[batch[0]])
+    if own_prefixes:
+        hidden = _forward_after_own_prefixes(lm, [seqs[i] for i in batch],
+                                             [prefix[i] for i in batch],
+                                             [ref_caches[group[i]] for i in batch], pad)
+        return hidden, [-prefix[i] for i in batch]
+    if shared >= MIN_REUSE_TOKENS and ref_cache is not None:
+        cache = expand_cache(ref_cache, shared, len(batch))
+        ids, mask, pos = right_pad([seqs[i][shared:] for i in batch], pad, device, shared)
+        full_mask = None  # no padding: let the attention take its unmasked path
+        if not bool(mask.all()):
+            full_mask = torch.cat([torch.ones((len(batch), shared), dtype=mask.dtype,
+                                              device=device), mask], dim=1)
+        hidden, _ = hidden_states(lm, ids, full_mask, pos, cache=cache, use_cache=True)
+        return hidden, [-shared] * len(batch)
+    ids, mask, pos = left_pad([seqs[i] for i in batch], pad, device)
+    hidden, _ = hidden_states(lm, ids, mask, pos)
+    width = ids.shape[1]
+    return hidden, [width - len(seqs[i]) for i in batch]
 
 
 def _plain_layers(cache) -> bool:
@@ -205,13 +248,15 @@ def _log_softmax_rows(lm: LM, hidden: torch.Tensor, index: int,
 
 def next_token_logprobs(lm: LM, prompts: Sequence[Sequence[int]], *,
                         token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
-                        batch_size: str | int | None = "auto",
+                        batch_size: str | int | None = None,
                         logit_transform: LogitTransform | None = None,
-                        groups: Sequence[int] | None = None) -> torch.Tensor:
+                        groups: Sequence[int] | None = None,
+                        examples: Sequence[int] | None = None) -> torch.Tensor:
     """``log p(· | prompt)`` for each prompt: float64 ``[N, V]`` (CPU), or ``[N, len(token_ids)]``
     when ``token_ids`` is given (log-softmax over the full vocabulary, then those columns).
-    ``groups``: the example of each prompt (prefix reuse within an example, see
-    :func:`_forward_ranges`)."""
+    ``groups``: the prompt group of each prompt (prefix reuse within a group), ``examples``:
+    its example (default: its group), ``batch_size``: rows per pass for this call only (None:
+    the model's batching policy); see :func:`_forward_ranges`."""
     cols = None if token_ids is None else torch.as_tensor(list(token_ids), dtype=torch.long)
 
     def consume(i: int, hidden: torch.Tensor) -> torch.Tensor:
@@ -222,20 +267,22 @@ def next_token_logprobs(lm: LM, prompts: Sequence[Sequence[int]], *,
 
     starts = [len(p) - 1 for p in prompts]
     rows = _forward_ranges(lm, prompts, starts, consume, reuse_prefix=reuse_prefix,
-                           batch_size=batch_size, groups=groups)
+                           batch_size=batch_size, groups=groups, examples=examples)
     return torch.stack(rows)
 
 
 def continuation_logprobs(lm: LM, prompts: Sequence[Sequence[int]],
                           continuations: Sequence[int] | Sequence[Sequence[int]], *,
-                          reuse_prefix: bool = True, batch_size: str | int | None = "auto",
+                          reuse_prefix: bool = True, batch_size: str | int | None = None,
                           logit_transform: LogitTransform | None = None,
-                          groups: Sequence[int] | None = None) -> list[np.ndarray]:
+                          groups: Sequence[int] | None = None,
+                          examples: Sequence[int] | None = None) -> list[np.ndarray]:
     """Teacher-forced ``log p(y_t | prompt_i, y_<t)`` of each continuation (float64 arrays).
 
     ``continuations`` is one id list shared by all prompts, or one list per prompt. Put the
     prompt whose prefix the others share (e.g. the full context) first to reuse its KV cache
-    (first of its group, when ``groups`` names the example of each prompt).
+    (first of its group, when ``groups`` names the prompt group of each prompt). ``examples``
+    and ``batch_size``: see :func:`_forward_ranges`.
     """
     if continuations and isinstance(continuations[0], (int, np.integer)):
         conts = [list(continuations)] * len(prompts)  # type: ignore[list-item]
@@ -262,7 +309,8 @@ def continuation_logprobs(lm: LM, prompts: Sequence[Sequence[int]],
 
     scored = _forward_ranges(lm, seqs, starts, consume, reuse_prefix=reuse_prefix,
                              batch_size=batch_size,
-                             groups=None if groups is None else [groups[i] for i in todo])
+                             groups=None if groups is None else [groups[i] for i in todo],
+                             examples=None if examples is None else [examples[i] for i in todo])
     for k, i in enumerate(todo):
         results[i] = scored[k]
     return results
@@ -270,9 +318,10 @@ def continuation_logprobs(lm: LM, prompts: Sequence[Sequence[int]],
 
 def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
                         continuation: Sequence[int] | Sequence[Sequence[int]], *,
-                        reuse_prefix: bool = True, batch_size: str | int | None = "auto",
+                        reuse_prefix: bool = True, batch_size: str | int | None = None,
                         reduce: Callable[[int, torch.Tensor], object],
                         groups: Sequence[int] | None = None,
+                        examples: Sequence[int] | None = None,
                         prefix_caches: Mapping[int, Any] | None = None) -> list:
     """Raw float64 logits ``[T, V]`` at each continuation position, reduced per prompt by
     ``reduce(i, logits)`` so that full-vocabulary tensors never pile up.
@@ -280,7 +329,8 @@ def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
     ``continuation``: one id list for all prompts, or one per prompt. ``groups``: the example
     each prompt belongs to, when several examples are scored together (prefix reuse stays
     within an example, against its first prompt). ``prefix_caches``: the first prompt's KV cache
-    of a group when already computed (see :func:`_forward_ranges`)."""
+    of a group when already computed; ``examples`` and ``batch_size``: see
+    :func:`_forward_ranges`."""
     if continuation and not isinstance(continuation[0], (int, np.integer)):
         conts = [list(c) for c in continuation]  # type: ignore[union-attr]
     else:
@@ -297,4 +347,5 @@ def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
         return reduce(i, logits)
 
     return _forward_ranges(lm, seqs, starts, consume, reuse_prefix=reuse_prefix,
-                           batch_size=batch_size, groups=groups, prefix_caches=prefix_caches)
+                           batch_size=batch_size, groups=groups, examples=examples,
+                           prefix_caches=prefix_caches)

@@ -9,15 +9,18 @@ A method never opens files, prints or builds HTML itself; it says how to:
 - ``report(result)``: build the HTML report of a finished run from its :class:`Result`.
 
 Optional hooks have defaults here: ``setup(lm, run)`` once after the model is loaded (scorers,
-trained soft prompts), ``batch_cost(item)`` and ``batches(items)`` to group the items measured together,
+trained soft prompts), ``batch_cost(item)`` and ``batches(items, policy)`` to group the items
+measured together (the run's :class:`~ctxleak.engine.batching.BatchPolicy`, which the engine also
+keeps: a method never branches on it),
 ``artifacts(result)`` for extra files (plots, texts), ``provenance_extra(lm)`` for prompt templates.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
+from ctxleak.engine.batching import BatchPolicy, next_example_batch
 from ctxleak.run.options import RunOptions
 
 
@@ -33,8 +36,6 @@ class Method:
     desc: ClassVar[str] = "examples"
     private: ClassVar[bool] = True
     result_class: ClassVar[Any] = None
-    device: str = "cpu"  # the model's device type, set by the run layer before batching
-    max_in_flight: int | None = None  # items per batch after an out-of-memory back-off
 
     def __init__(self, common: RunOptions | None = None) -> None:
         self.common = (common or RunOptions()).check()
@@ -78,32 +79,18 @@ class Method:
         streams times their prompt and new tokens), or None to measure it alone (the default)."""
         return None
 
-    def batches(self, todo: Sequence[Any]) -> Iterable[list[Any]]:
+    def batches(self, todo: Sequence[Any], policy: BatchPolicy) -> Iterable[list[Any]]:
         """The items still to measure, grouped into the lists given to :meth:`measure`:
-        consecutive items, as many as ``batch_size`` says (``auto``: as many as fit the token
-        budget of examples in flight on ``self.device``, see
-        :func:`ctxleak.engine.batching.next_example_batch`; ``self.max_in_flight``, lowered by
-        the run layer's out-of-memory back-off, caps it)."""
-        from ctxleak.engine.batching import next_example_batch
-
+        consecutive items, as many as ``policy.batch_size`` says (``auto``: as many as fit the
+        token budget of examples in flight on ``policy.device``, capped by
+        ``policy.max_in_flight`` after an out-of-memory back-off; see
+        :func:`ctxleak.engine.batching.next_example_batch`)."""
         costs = [self.batch_cost(item) for item in todo]
         start = 0
         while start < len(todo):
-            end = next_example_batch(costs, start, self.common.batch_size, self.device,
-                                     self.max_in_flight)
+            end = next_example_batch(costs, start, policy)
             yield list(todo[start:end])
             start = end
-
-    def each_alone(self, items: Sequence[Any],
-                   measure: Callable[[list[Any], str | int | None], list[dict[str, Any]]]
-                   ) -> list[dict[str, Any]]:
-        """``measure(items, scoring_batch_size)`` for a method that only scores. Batch-invariant
-        runs (``common.batch_invariant``, issue 13) measure each item alone, rows per pass from
-        the token budget, so that its floats never depend on the other items in flight nor on
-        ``batch_size``; otherwise all the items at once, in shared passes of ``batch_size``."""
-        if self.common.batch_invariant:
-            return [record for item in items for record in measure([item], "auto")]
-        return measure(list(items), self.common.batch_size)
 
     def artifacts(self, result: Any, lm: Any = None) -> dict[str, bytes | str]:
         """Extra files of the run directory (plots as PNG bytes, texts), by file name."""

@@ -29,14 +29,6 @@ class RunOptions:
     device_map: Optional[str] = None
     threads: Optional[int] = None
 
-    @property
-    def scoring_batch_size(self) -> str:
-        """Rows per scoring pass. Batch-invariant runs (the default) score each example alone, its
-        rows per pass set by the token budget alone (``auto``), so that a sample's floats never
-        depend on ``batch_size`` or on the other examples in flight; otherwise a fixed
-        ``batch_size`` N also sets the rows per scoring pass."""
-        return "auto" if self.batch_invariant else self.batch_size
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

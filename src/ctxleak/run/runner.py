@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ctxleak.engine.batching import BatchPolicy, is_out_of_memory, policy_of, using
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
 from ctxleak.run.rundir import os_errors
@@ -115,10 +116,11 @@ def check_unique_keys(method: Method, items: Sequence[Any]) -> None:
 
 
 def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
-                  progress: bool = True) -> list[dict[str, Any]]:
-    """Measure every item not yet in the samples, in the method's batches, appending each
-    record (with its ``id``) as it comes; return all records, earlier ones included, in item
-    order.
+                  progress: bool = True, policy: BatchPolicy | None = None
+                  ) -> list[dict[str, Any]]:
+    """Measure every item not yet in the samples, in the method's batches under ``policy``
+    (default: the one the model was handed), appending each record (with its ``id``) as it
+    comes; return all records, earlier ones included, in item order.
 
     In a data-parallel run each process takes the items ``index % size == rank``, then waits
     for the others; every process returns the merged records and rank 0 writes the merged
@@ -139,11 +141,12 @@ def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
         f"{method.desc} [rank {world.rank}/{world.size}]"
     with tqdm(total=len(todo), desc=label, unit="ex", file=sys.stderr, dynamic_ncols=True,
               disable=not progress) as bar:
-        method.device = str(getattr(lm.device, "type", lm.device)) if lm is not None else "cpu"
-        for batch in method.batches(todo):
-            for item, record in measure_batch(method, lm, batch):
-                run.append_sample({"id": method.key(item), **record})
-                bar.update(1)
+
+        def append(item: Any, record: dict[str, Any]) -> None:
+            run.append_sample({"id": method.key(item), **record})
+            bar.update(1)
+
+        measure_todo(method, lm, todo, policy or policy_of(lm), append)
     if world.distributed:
         run.close()
         barrier()
@@ -156,27 +159,47 @@ def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
     return [by_id[method.key(item)] for item in items if method.key(item) in by_id]
 
 
-def measure_batch(method: Method, lm: Any, batch: list[Any]) -> list[tuple[Any, dict[str, Any]]]:
-    """``(item, record)`` for each item of ``batch``, measured together. Under ``batch_size``
-    ``auto`` a batch that runs out of memory is halved (and later batches capped at that size
-    through ``method.max_in_flight``) until it fits, the engine's back-off one level up."""
-    from ctxleak.engine.batching import is_out_of_memory, parse_batch_size
+def measure_todo(method: Method, lm: Any, todo: Sequence[Any], policy: BatchPolicy,
+                 emit: Callable[[Any, dict[str, Any]], None]) -> BatchPolicy:
+    """Measure ``todo`` in the method's batches under ``policy``, handing each ``(item,
+    record)`` to ``emit`` in item order. An out-of-memory back-off lowers the policy's
+    ``max_in_flight`` (:func:`measure_batch`): the items left are then grouped again under the
+    lowered cap. Returns the policy in force at the end."""
+    start = 0
+    while start < len(todo):
+        for batch in method.batches(todo[start:], policy):
+            pairs, after = measure_batch(method, lm, batch, policy)
+            for item, record in pairs:
+                emit(item, record)
+            start += len(batch)
+            if after != policy:
+                policy = after
+                break
+    return policy
 
+
+def measure_batch(method: Method, lm: Any, batch: list[Any], policy: BatchPolicy
+                  ) -> tuple[list[tuple[Any, dict[str, Any]]], BatchPolicy]:
+    """``(item, record)`` for each item of ``batch``, measured together, and the policy for
+    the batches after it. Under ``batch_size`` ``auto`` a batch that runs out of memory is halved
+    (and later batches capped at that size through the returned policy's ``max_in_flight``)
+    until it fits, the engine's back-off one level up."""
     try:
         records = method.measure(lm, batch)
     except Exception as exc:
-        if (not is_out_of_memory(exc) or len(batch) == 1
-                or parse_batch_size(method.common.batch_size) is not None):
+        if not is_out_of_memory(exc) or len(batch) == 1 or policy.batch_size is not None:
             raise
         half = len(batch) // 2
-        method.max_in_flight = half
+        policy = policy.capped(half)
         say(f"out of memory with {len(batch)} examples in flight; retrying with {half}")
         _free_accelerator_memory()
-        return measure_batch(method, lm, batch[:half]) + measure_batch(method, lm, batch[half:])
+        first, policy = measure_batch(method, lm, batch[:half], policy)
+        second, policy = measure_batch(method, lm, batch[half:], policy)
+        return first + second, policy
     if len(records) != len(batch):
         raise RuntimeError(f"{type(method).__name__}.measure returned {len(records)} "
                            f"records for {len(batch)} items")
-    return list(zip(batch, records))
+    return list(zip(batch, records)), policy
 
 
 def _free_accelerator_memory() -> None:
@@ -210,8 +233,10 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
     with run:
         if lm is None or not is_lm(lm):
             lm = load_lm(replace(common, **method.load_options()))
-        method.setup(lm, run)
-        records = measure_items(run, method, lm, items, progress=progress)
+        policy = BatchPolicy.of(common.batch_size, common.batch_invariant, lm.device)
+        with using(lm, policy):  # the engine decides batching from here on
+            method.setup(lm, run)
+            records = measure_items(run, method, lm, items, progress=progress, policy=policy)
     if not run.world.is_main:
         return None
     summary = method.summarize(records)

@@ -10,6 +10,7 @@ import pytest
 import torch
 from tiny_models import tiny_llama
 
+from ctxleak.engine.batching import BatchPolicy, using
 from ctxleak.errors import ConfigError
 from ctxleak.methods.icl import (
     ICLConfig,
@@ -267,7 +268,8 @@ def test_queries_measured_together_equal_one_at_a_time(tiny_lm, mode):
     builder = PromptBuilder(tiny_lm, FMT, task.labels)
     scorer = LabelScorer(tiny_lm, task.labels, mode, builder.label_prefix)
     items = [(3, 0), (2, 1), (4, 2), (3, 1)]
-    together = measure_queries(tiny_lm, task, builder, scorer, config, items, 5, batch_size=3)
+    with using(tiny_lm, BatchPolicy(batch_size=3)):
+        together = measure_queries(tiny_lm, task, builder, scorer, config, items, 5)
     for (n, j), got in zip(items, together):
         alone = measure_query(tiny_lm, task, builder, scorer, config, n, j, 5)
         assert (got["shots"], got["query_index"]) == (n, j)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import ctxleak
+from ctxleak.engine.batching import BatchPolicy, using
 from ctxleak.methods.influence.ngrams import (
     PromptParts,
     WindowRequest,
@@ -150,11 +151,13 @@ def test_window_influence_many_equals_one_at_a_time(tiny_lm):
                                       lam=lam, temperature=0.8, min_new_tokens=mn))
     requests.append(WindowRequest(requests[0].parts, [], requests[0].spans))  # empty response
     for size in ("auto", 2):
-        many = window_influence_many(tiny_lm, requests, batch_size=size)
+        with using(tiny_lm, BatchPolicy.of(size)):
+            many = window_influence_many(tiny_lm, requests)
         for r, got in zip(requests, many):
-            alone = window_influence(tiny_lm, r.parts, r.response, r.spans, lam=r.lam,
-                                     temperature=r.temperature, min_new_tokens=r.min_new_tokens,
-                                     reuse_prefix=False, batch_size=1)
+            with using(tiny_lm, BatchPolicy(batch_size=1)):
+                alone = window_influence(tiny_lm, r.parts, r.response, r.spans, lam=r.lam,
+                                         temperature=r.temperature,
+                                         min_new_tokens=r.min_new_tokens, reuse_prefix=False)
             assert got.spans == list(r.spans)
             np.testing.assert_allclose(got.logp_context, alone.logp_context, atol=2e-5)
             np.testing.assert_allclose(got.logp_ablated, alone.logp_ablated, atol=2e-5)
@@ -193,10 +196,10 @@ def test_prefill_handed_to_scoring_equals_recomputation(llama_lm, monkeypatch, i
                         lambda *a, **kw: calls.append(1) or real(*a, **kw))
     records, counts = {}, {}
     for hand_over in (False, True):
-        monkeypatch.setattr(pipeline, "HAND_OVER_PREFILL", hand_over)
         calls.clear()
-        records[hand_over] = pipeline.measure_examples(llama_lm, jobs, options, 3,
-                                                       batch_invariant=invariant)
+        with using(llama_lm, BatchPolicy(batch_size=3, invariant=invariant)):
+            records[hand_over] = pipeline.measure_examples(llama_lm, jobs, options,
+                                                           hand_over_prefill=hand_over)
         counts[hand_over] = len(calls)
     assert all(r["window_influence"] for r in records[True])
     if invariant:

@@ -9,6 +9,7 @@ from hand_influence import hand_bounded_window_logp, hand_unigram_influence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxleak.engine.batching import BatchPolicy, using
 from ctxleak.engine.generation import generate_streams, single_stream
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence import (
@@ -77,7 +78,8 @@ def test_window_scores_with_prefix_reuse_equal_full_recomputation(tiny_lm):
     spans = windows(len(parts.context), 3)
     kw = dict(lam=0.7, temperature=1.1, min_new_tokens=2)
     a = window_influence(tiny_lm, parts, response, spans, reuse_prefix=True, **kw)
-    b = window_influence(tiny_lm, parts, response, spans, reuse_prefix=False, batch_size=1, **kw)
+    with using(tiny_lm, BatchPolicy(batch_size=1)):
+        b = window_influence(tiny_lm, parts, response, spans, reuse_prefix=False, **kw)
     np.testing.assert_allclose(a.logp_ablated, b.logp_ablated, atol=1e-6)
     # and against a hand computation for one window, one sequence at a time
     i = 2
@@ -227,8 +229,9 @@ def test_bounded_cid_windows_use_each_steps_lambda(tiny_lm, eps):
                                "rome .", "question : the capital of france is", None, "qa")
     options = InfluenceOptions(max_new_tokens=10, min_new_tokens=3, bounded_eps=eps,
                                ngram=10_000, template="document : {context} . {query}")
-    rec = measure_example(tiny_lm, example, Setting(lam=2.0, temperature=0.8), options, seed=1,
-                          batch_size=1)
+    with using(tiny_lm, BatchPolicy(batch_size=1)):
+        rec = measure_example(tiny_lm, example, Setting(lam=2.0, temperature=0.8), options,
+                              seed=1)
     n = len(rec["response_ids"])
     assert n and rec["ngram"] == rec["context_tokens"] and len(rec["window_influence"]) == 1
     lambdas = np.array(rec["lambdas"][:n])
@@ -255,8 +258,9 @@ def test_bounded_cid_windows_score_each_neighbour_at_its_own_lambda(tiny_lm, bat
                                "rome .", "question : the capital of france is", None, "qa")
     options = InfluenceOptions(max_new_tokens=8, min_new_tokens=min_new, bounded_eps=eps,
                                ngram=4, stride=3, template=template)
-    rec = measure_example(tiny_lm, example, Setting(lam=lam_max, temperature=temp), options,
-                          seed=1, batch_size=2, batch_invariant=batch_invariant)
+    with using(tiny_lm, BatchPolicy(batch_size=2, invariant=batch_invariant)):
+        rec = measure_example(tiny_lm, example, Setting(lam=lam_max, temperature=temp), options,
+                              seed=1)
     parts = prompt_parts(tiny_lm, example, template)[0]
     response, spans = rec["response_ids"], [tuple(s) for s in rec["windows"]]
     assert len(response) >= 3 and len(spans) >= 3
@@ -300,8 +304,9 @@ def test_next_token_unigram_influence_by_hand(tiny_lm, prefix_len, min_new):
     parts = parts_for(tiny_lm)
     prefix = tiny_lm.encode("paris .")[:prefix_len]
     token = tiny_lm.encode("the")[0]
-    got = next_token_unigram_influence(tiny_lm, parts, prefix, token, lam=1.4,
-                                       temperature=0.9, min_new_tokens=min_new, batch_size=2)
+    with using(tiny_lm, BatchPolicy(batch_size=2)):
+        got = next_token_unigram_influence(tiny_lm, parts, prefix, token, lam=1.4,
+                                           temperature=0.9, min_new_tokens=min_new)
     want = hand_unigram_influence(tiny_lm, parts, prefix, token, 1.4, 0.9,
                                   mask_eos=prefix_len < min_new)
     assert got.shape == (len(parts.context),)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_data import word_records
 
+from ctxleak.engine.batching import BatchPolicy, using
 from ctxleak.methods.pii.probe import (
     ProbeOptions,
     beam_generate,
@@ -38,7 +39,8 @@ def _naive_logprobs(lm, prompt_ids, target_ids):
 def test_likelihood_is_the_sum_of_naive_token_logprobs(tiny_lm):
     records = word_records(5)
     items, _ = make_items(records, ["phone", "email"], shots=2, seed=3)
-    rows = probe_batch(tiny_lm, items[:8], ProbeOptions(generate=False, batch_size=3))
+    with using(tiny_lm, BatchPolicy(batch_size=3)):
+        rows = probe_batch(tiny_lm, items[:8], ProbeOptions(generate=False))
     for item, row in zip(items[:8], rows):
         enc = encode_item(tiny_lm, item)
         naive = _naive_logprobs(tiny_lm, enc.prompt, enc.target)

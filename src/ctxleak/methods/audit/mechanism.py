@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ctxleak.engine.generation import Generation, StreamJob, derive_seed, generate_many
+from ctxleak.engine.generation import Generation, StreamJob, derive_seed, generate_many, replay
 from ctxleak.engine.models import LM
 from ctxleak.methods.dp_mechanism import (
     aggregate,
@@ -33,8 +33,8 @@ class DPAggregator:
     """``combine`` and ``observe`` callbacks of Algorithm 1 for :func:`generate_streams`.
 
     ``alpha=None`` switches the data-dependent accounting off (``observe`` is then not needed).
-    After generation, :attr:`prompt_totals` holds, per prompt, the sum over steps of its
-    symmetric divergence (which private example moved the output most).
+    After each ``observe``, :attr:`divergences` holds that step's symmetric divergence per
+    prompt; the aggregator keeps no state across steps, so the engine may replay a sequence.
     """
 
     def __init__(self, clip: float, temperature: float, alpha: float | None = None) -> None:
@@ -48,7 +48,7 @@ class DPAggregator:
         self._clipped: torch.Tensor | None = None
         self._excluded: torch.Tensor | None = None
         self._step = -1
-        self.prompt_totals: torch.Tensor | None = None
+        self.divergences: torch.Tensor | None = None
 
     def combine(self, logits: torch.Tensor, step: int,
                 excluded: Sequence[int] = ()) -> torch.Tensor:
@@ -72,8 +72,7 @@ class DPAggregator:
             raise RuntimeError("observe must follow combine for the same step")
         divergences = leave_one_out_rdp(self._clipped, logprobs, self.temperature, self.alpha,
                                         self._excluded)
-        self.prompt_totals = divergences if self.prompt_totals is None \
-            else self.prompt_totals + divergences
+        self.divergences = divergences
         p = int(torch.argmax(divergences))
         return float(divergences[p]), p
 
@@ -143,22 +142,22 @@ def generate_private_many(lm: LM, jobs: Sequence[PrivateJob], use_cache: bool = 
                           ) -> list[PrivateGeneration]:
     """Several synthetic sequences, the s streams of each decoded in one batched KV cache
     (:func:`~ctxleak.engine.generation.generate_many`), each sequence from its own seed and
-    aggregator, so it does not depend on the other sequences of the batch."""
+    aggregator, so it does not depend on the other sequences of the batch (nor, under a
+    batch-invariant policy, do its losses)."""
     parts = [_stream_job(job) for job in jobs]
     gens = generate_many(lm, [stream for _, stream in parts], use_cache=use_cache)
-    return [_finish(job, agg, gen) for job, (agg, _), gen in zip(jobs, parts, gens)]
+    return [_finish(job, gen) for job, gen in zip(jobs, gens)]
 
 
 def replay_private(lm: LM, job: PrivateJob, generation: PrivateGeneration) -> PrivateGeneration:
     """``generation`` (of ``job``) with its data-dependent losses recomputed from this sequence's
-    s prompts alone (:func:`ctxleak.engine.replay.replay`): the same tokens, and per-token RDP
-    that do not depend on the other sequences generated with it (batch-invariant runs)."""
-    from ctxleak.engine.replay import replay
-
-    agg, stream = _stream_job(job)
+    s prompts alone (:func:`ctxleak.engine.generation.replay`, what a batch-invariant run does):
+    the same tokens, and per-token RDP that do not depend on the other sequences generated with
+    it."""
+    _, stream = _stream_job(job)
     gen = Generation(token_ids=list(generation.token_ids),
                      stopped_on_eos=generation.stopped_on_eos)
-    return _finish(job, agg, replay(lm, stream, gen))
+    return _finish(job, replay(lm, stream, gen))
 
 
 def _stream_job(job: PrivateJob) -> tuple[DPAggregator, StreamJob]:
@@ -166,16 +165,24 @@ def _stream_job(job: PrivateJob) -> tuple[DPAggregator, StreamJob]:
     if job.alpha is not None and len(job.prompts) < 2:
         raise ValueError("the leave-one-out accounting needs at least 2 prompts")
     agg = DPAggregator(job.clip, job.temperature, job.alpha)
-    return agg, StreamJob(job.prompts, agg.combine, agg.observe if job.alpha is not None
+
+    def observe(logits: torch.Tensor, logprobs: torch.Tensor, token: int,
+                step: int) -> tuple[float, int, torch.Tensor]:
+        rdp, p = agg.observe(logits, logprobs, token, step)
+        return rdp, p, agg.divergences  # type: ignore[return-value]
+
+    return agg, StreamJob(job.prompts, agg.combine, observe if job.alpha is not None
                           else None, job.seed, job.max_new_tokens, job.min_new_tokens)
 
 
-def _finish(job: PrivateJob, agg: DPAggregator, gen: Generation) -> PrivateGeneration:
+def _finish(job: PrivateJob, gen: Generation) -> PrivateGeneration:
     out = PrivateGeneration(token_ids=list(gen.token_ids), stopped_on_eos=gen.stopped_on_eos)
     if job.alpha is not None:
         out.token_rdp = [r[0] for r in gen.records]
         out.token_argmax = [r[1] for r in gen.records]
-        totals = agg.prompt_totals
+        totals = None  # per prompt, the sum over steps of its divergence
+        for r in gen.records:
+            totals = r[2] if totals is None else totals + r[2]
         out.prompt_rdp = [0.0] * len(job.prompts) if totals is None else totals.tolist()
     return out
 

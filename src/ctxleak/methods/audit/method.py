@@ -144,8 +144,7 @@ class AuditMethod(Method):
         from its own subset and seed."""
         from ctxleak.methods.audit.pipeline import audit_sequences
 
-        return audit_sequences(lm, self.examples, list(items), self.audit, self.common.seed,
-                               batch_invariant=self.common.batch_invariant)
+        return audit_sequences(lm, self.examples, list(items), self.audit, self.common.seed)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         from ctxleak.methods.audit.pipeline import setting_rows

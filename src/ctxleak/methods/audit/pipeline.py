@@ -31,7 +31,6 @@ from ctxleak.methods.audit.mechanism import (
     PrivateJob,
     draw_subset,
     generate_private_many,
-    replay_private,
     sequence_seeds,
 )
 
@@ -118,22 +117,18 @@ def audit_jobs(settings: Sequence[AuditSetting], n_gen: int,
 
 
 def audit_sequence(lm: LM, examples: Sequence[PrivateExample], job: AuditJob,
-                   config: AuditConfig, run_seed: int = 0, *,
-                   batch_invariant: bool = True) -> dict[str, Any]:
+                   config: AuditConfig, run_seed: int = 0) -> dict[str, Any]:
     """Generate one synthetic sequence of ``job`` and its data-dependent loss (one record)."""
-    return audit_sequences(lm, examples, [job], config, run_seed,
-                           batch_invariant=batch_invariant)[0]
+    return audit_sequences(lm, examples, [job], config, run_seed)[0]
 
 
 def audit_sequences(lm: LM, examples: Sequence[PrivateExample], jobs: Sequence[AuditJob],
-                    config: AuditConfig, run_seed: int = 0, *,
-                    batch_invariant: bool = True) -> list[dict[str, Any]]:
+                    config: AuditConfig, run_seed: int = 0) -> list[dict[str, Any]]:
     """:func:`audit_sequence` of several jobs, their s streams each decoded in one batched KV
     cache; each sequence keeps its own subset and seed (so its tokens do not depend on the
-    batch). ``batch_invariant``: the per-token losses are then recomputed from each sequence's
-    own prompts (:func:`~ctxleak.methods.audit.mechanism.replay_private`), so they do not depend
-    on the batch either (issue 13); off, they are the generation's own, equal up to float noise.
-    ``seconds`` is the batch's generation time divided by its sequences."""
+    batch; under the model's batch-invariant policy its per-token losses are recomputed from its
+    own prompts, so they do not either). ``seconds`` is the batch's generation time divided by
+    its sequences."""
     built = []
     for job in jobs:
         cal = job.setting.calibration
@@ -146,8 +141,6 @@ def audit_sequences(lm: LM, examples: Sequence[PrivateExample], jobs: Sequence[A
                                                    gen_seed)))
     t0 = time.perf_counter()
     gens = generate_private_many(lm, [b[-1] for b in built])
-    if batch_invariant:
-        gens = [replay_private(lm, b[-1], gen) for b, gen in zip(built, gens)]
     seconds = (time.perf_counter() - t0) / max(len(jobs), 1)
     records = []
     for (job, subset, cut, _), gen in zip(built, gens):

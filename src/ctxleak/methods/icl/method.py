@@ -154,9 +154,8 @@ class ICLInfMethod(Method):
         call, each query's prompts reusing its own full prompt's prefix."""
         from ctxleak.methods.icl.pipeline import measure_queries
 
-        return self.each_alone(items, lambda some, size: measure_queries(
-            lm, self.task, self.builder, self.scorer, self.icl, some, self.common.seed,
-            batch_size=size))
+        return measure_queries(lm, self.task, self.builder, self.scorer, self.icl, list(items),
+                               self.common.seed)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         from ctxleak.methods.icl import summarize_records

@@ -125,33 +125,31 @@ class LabelScorer:
         return max(len(s) for s in self.sequences) if self.mode == "full" else 1
 
     def score(self, prompts: Sequence[Sequence[int]], *, vocab: bool, reuse_prefix: bool = True,
-              batch_size: str | int | None = "auto", groups: Sequence[int] | None = None
-              ) -> tuple[np.ndarray, np.ndarray | None]:
+              groups: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """(label log-probabilities [P, k], not yet renormalised; full next-token log-probs
         [P, V] when ``vocab``). The first prompt (of each of ``groups``, the queries scored
-        together) is the reference for prefix reuse."""
+        together) is the reference for prefix reuse; each group is one example for the model's
+        batching policy."""
         full_rows = None
         if self.mode == "first-token":
             if vocab:
                 rows = next_token_logprobs(self.lm, prompts, reuse_prefix=reuse_prefix,
-                                           batch_size=batch_size, groups=groups)
+                                           groups=groups)
                 full_rows = rows.numpy()
                 return full_rows[:, self.first_ids], full_rows
             rows = next_token_logprobs(self.lm, prompts, token_ids=self.first_ids,
-                                       reuse_prefix=reuse_prefix, batch_size=batch_size,
-                                       groups=groups)
+                                       reuse_prefix=reuse_prefix, groups=groups)
             return rows.numpy(), None
         k = len(self.labels)
         seqs = [p for p in prompts for _ in range(k)]
         conts = [c for _ in prompts for c in self.sequences]
         scored = continuation_logprobs(self.lm, seqs, conts, reuse_prefix=reuse_prefix,
-                                       batch_size=batch_size,
                                        groups=None if groups is None else
                                        [g for g in groups for _ in range(k)])
         label_logp = np.array([float(s.sum()) for s in scored]).reshape(len(prompts), k)
         if vocab:
             full_rows = next_token_logprobs(self.lm, prompts, reuse_prefix=reuse_prefix,
-                                            batch_size=batch_size, groups=groups).numpy()
+                                            groups=groups).numpy()
         return label_logp, full_rows
 
 
@@ -220,15 +218,12 @@ class QueryScores:
 
 
 def score_prompts(scorer: LabelScorer, qp: QueryPrompts, config: ICLConfig, *,
-                  batch_size: str | int | None = "auto",
                   reuse_prefix: bool | None = None) -> QueryScores:
     """Score every prompt of a query in one engine call (full prompt first)."""
-    return score_prompts_many(scorer, [qp], config, batch_size=batch_size,
-                              reuse_prefix=reuse_prefix)[0]
+    return score_prompts_many(scorer, [qp], config, reuse_prefix=reuse_prefix)[0]
 
 
 def score_prompts_many(scorer: LabelScorer, qps: Sequence[QueryPrompts], config: ICLConfig, *,
-                       batch_size: str | int | None = "auto",
                        reuse_prefix: bool | None = None) -> list[QueryScores]:
     """Score the full and leave-one-out prompts of several queries in one engine call, each
     query's prompts reusing the prefix of its own full prompt."""
@@ -238,7 +233,7 @@ def score_prompts_many(scorer: LabelScorer, qps: Sequence[QueryPrompts], config:
     vocab = "vocab" in config.output_spaces
     reuse = config.reuse_prefix if reuse_prefix is None else reuse_prefix
     label_logp, vocab_logp = scorer.score(prompts, vocab=vocab, reuse_prefix=reuse,
-                                          batch_size=batch_size, groups=groups)
+                                          groups=groups)
     out, begin = [], 0
     for qp, o in zip(qps, ordered):
         end = begin + len(o)
@@ -300,17 +295,16 @@ def query_record(scores: QueryScores, config: ICLConfig, labels: Sequence[str],
 
 
 def measure_query(lm: LM, task: ICLTask, builder: PromptBuilder, scorer: LabelScorer,
-                  config: ICLConfig, n_shots: int, query_index: int, seed: int, *,
-                  batch_size: str | int | None = "auto") -> dict[str, Any]:
+                  config: ICLConfig, n_shots: int, query_index: int, seed: int
+                  ) -> dict[str, Any]:
     """One query's JSON record: exemplar indices, per-variant distributions and losses, ICLInf_j,
     prediction and correctness, prompt length and time."""
-    return measure_queries(lm, task, builder, scorer, config, [(n_shots, query_index)], seed,
-                           batch_size=batch_size)[0]
+    return measure_queries(lm, task, builder, scorer, config, [(n_shots, query_index)], seed)[0]
 
 
 def measure_queries(lm: LM, task: ICLTask, builder: PromptBuilder, scorer: LabelScorer,
-                    config: ICLConfig, items: Sequence[tuple[int, int]], seed: int, *,
-                    batch_size: str | int | None = "auto") -> list[dict[str, Any]]:
+                    config: ICLConfig, items: Sequence[tuple[int, int]], seed: int
+                    ) -> list[dict[str, Any]]:
     """:func:`measure_query` of several (shots, query index) together: all their prompts scored
     in one engine call (:func:`score_prompts_many`). ``seconds`` is the batch's time divided by
     its queries."""
@@ -330,8 +324,7 @@ def measure_queries(lm: LM, task: ICLTask, builder: PromptBuilder, scorer: Label
                               "shots=... or a smaller max_text_tokens=...", param="shots",
                               also=("max_text_tokens",))
         built.append((n_shots, query_index, query, picked, qp))
-    all_scores = score_prompts_many(scorer, [b[-1] for b in built], config,
-                                    batch_size=batch_size)
+    all_scores = score_prompts_many(scorer, [b[-1] for b in built], config)
     records = []
     for (n_shots, query_index, query, picked, qp), scores in zip(built, all_scores):
         variants = query_record(scores, config, task.labels, query.label_index)
@@ -358,7 +351,7 @@ def query_id(n_shots: int, query_index: int) -> str:
 
 def run_iclinf(lm: LM, task: ICLTask, shots: Iterable[int] = (4,), *,
                config: ICLConfig | None = None, queries: int | None = 100, seed: int = 0,
-               chat: bool = False, batch_size: str | int | None = "auto",
+               chat: bool = False,
                on_record: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """ICLInf of ``task`` for each number of shots (library entry point; the CLI adds run
     directories, resume and reports). Returns one record per (shots, query)."""
@@ -372,7 +365,7 @@ def run_iclinf(lm: LM, task: ICLTask, shots: Iterable[int] = (4,), *,
     for n in shots:
         for j in select_queries(len(task.test), queries, seed):
             rec = {"id": query_id(n, j), **measure_query(lm, task, builder, scorer, config, n, j,
-                                                         seed, batch_size=batch_size)}
+                                                         seed)}
             records.append(rec)
             if on_record is not None:
                 on_record(rec)

@@ -16,9 +16,8 @@ import numpy as np
 import torch
 
 from ctxleak.engine.forward import MASKED_LOGIT
-from ctxleak.engine.generation import Generation, StreamJob, generate_many
+from ctxleak.engine.generation import Generation, StreamJob, generate_many, replay
 from ctxleak.engine.models import LM
-from ctxleak.engine.replay import replay
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
 from ctxleak.methods.influence.quantities import token_influence
@@ -192,15 +191,17 @@ CIDJob = tuple[Sequence[int], Sequence[int], CIDConfig, int]
 
 
 def generate_cid_many(lm: LM, jobs: Sequence[CIDJob], use_cache: bool = True,
-                      sample: bool = True, context_caches: list[Any] | None = None
-                      ) -> list[RowLedger]:
+                      sample: bool = True, context_caches: list[Any] | None = None,
+                      rescored: bool = False) -> list[RowLedger]:
     """One CID response (its ledger, row k for job k) per job, the two streams of every job
     decoded in one batched KV cache (:func:`~ctxleak.engine.generation.generate_many`); each
     job draws from its own seed, so its response does not depend on the other jobs in the
-    batch. ``context_caches``: a list to fill with each job's KV cache of the prompt with the
-    context, prefilled alone, so that n-gram scoring need not compute it again."""
+    batch (nor, under a batch-invariant policy, do its floats). ``context_caches``: a list to
+    fill with each job's KV cache of the prompt with the context, prefilled alone, so that
+    n-gram scoring need not compute it again. ``rescored``: the caller recomputes the floats by
+    scoring each example's streams itself, so the engine need not replay them."""
     keep = context_caches is not None
-    parts = [_cid_job(full, empty, config, seed, keep, row=k)
+    parts = [_cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored)
              for k, (full, empty, config, seed) in enumerate(jobs)]
     gens = generate_many(lm, [job for job, _ in parts], use_cache=use_cache, sample=sample)
     if context_caches is not None:
@@ -211,8 +212,9 @@ def generate_cid_many(lm: LM, jobs: Sequence[CIDJob], use_cache: bool = True,
 def replay_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],
                config: CIDConfig, response: RowLedger) -> RowLedger:
     """``response`` with its floats (log-probs, λ_t and ε of bounded CID) recomputed from this
-    example's two prompts alone (:func:`ctxleak.engine.replay.replay`, batch-invariant runs):
-    the same tokens, and numbers that do not depend on the examples decoded with it."""
+    example's two prompts alone (:func:`ctxleak.engine.generation.replay`, what a
+    batch-invariant run does): the same tokens, and numbers that do not depend on the examples
+    decoded with it."""
     job, finish = _cid_job(prompt_context, prompt_empty, config, 0, row=response.row)
     gen = Generation(token_ids=response.response_ids, stopped_on_eos=response.stopped_on_eos)
     again = finish(replay(lm, job, gen))
@@ -224,7 +226,8 @@ def replay_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int
 
 
 def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config: CIDConfig,
-             seed: int, keep_context_cache: bool = False, row: int = 0
+             seed: int, keep_context_cache: bool = False, row: int = 0,
+             replay_floats: bool = True
              ) -> tuple[StreamJob, Callable[[Generation], RowLedger]]:
     """The stream job of one CID response and the function that reads its ledger. Each step's
     record is its :class:`LedgerEntry`: the drawn token, λ_t, log p̄_λ(y_t), log p(y_t | ∅) and,
@@ -251,5 +254,5 @@ def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config:
 
     job = StreamJob([list(prompt_context), list(prompt_empty)], combine, observe, seed,
                     config.max_new_tokens, config.min_new_tokens,
-                    keep_prompt_cache=(0,) if keep_context_cache else ())
+                    keep_prompt_cache=(0,) if keep_context_cache else (), replay=replay_floats)
     return job, finish

@@ -153,8 +153,7 @@ class InfluenceMethod(Method):
 
         jobs = [(ex, setting, derive_seed(self.common.seed, self.index[ex.id]))
                 for setting, ex in items]
-        return measure_examples(lm, jobs, self.options, self.common.batch_size,
-                                batch_invariant=self.common.batch_invariant)
+        return measure_examples(lm, jobs, self.options)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         from ctxleak.methods.influence.quality import quality_scores

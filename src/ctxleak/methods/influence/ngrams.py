@@ -94,17 +94,20 @@ class WindowRequest:
     lam: float | Sequence[float] = 1.0  # or one λ_t per response token (bounded CID)
     temperature: float = 1.0
     min_new_tokens: int = 0
-    # the full prompt's KV cache, already computed (generation's prefill_alone): not recomputed
+    # the full prompt's KV cache, already computed (engine.prefill.prefill_alone): not recomputed
     prefix_cache: Any = field(default=None, repr=False, compare=False)
     # bounded CID (paper 000, App. B, Alg. 1): ``lam`` is λ_max, and the full prompt and every
     # ablated one each get their own λ_t by Alg. 1's bisection on their own logits
     bounded_eps: float | None = None
+    # also ``logp_empty``, the response's log-probs without the context at temperature T (the
+    # no-context pass then runs at λ = 1 too), so that with ``logp_context`` the scoring gives
+    # every float of the CID response (paper 000, Def. 3.1 with n = |D|)
+    with_empty: bool = False
 
 
 def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans: Sequence[
         tuple[int, int]], *, lam: float | Sequence[float], temperature: float,
-        min_new_tokens: int = 0, reuse_prefix: bool = True,
-        batch_size: str | int | None = "auto", bounded_eps: float | None = None
+        min_new_tokens: int = 0, reuse_prefix: bool = True, bounded_eps: float | None = None
         ) -> WindowInfluence:
     """Teacher-forced influence of each context window on ``response`` under CID.
 
@@ -127,20 +130,15 @@ def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans:
         raise ValueError("with bounded_eps, lam is λ_max: one number, not one per token")
     request = WindowRequest(parts, response, list(spans), lam, temperature, min_new_tokens,
                             bounded_eps=bounded_eps)
-    return window_influence_many(lm, [request], reuse_prefix=reuse_prefix,
-                                 batch_size=batch_size)[0]
+    return window_influence_many(lm, [request], reuse_prefix=reuse_prefix)[0]
 
 
 def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
-                          reuse_prefix: bool = True, batch_size: str | int | None = "auto",
-                          with_empty: bool = False) -> list[WindowInfluence]:
+                          reuse_prefix: bool = True) -> list[WindowInfluence]:
     """:func:`window_influence` of several examples scored together: the no-context prompts of
     all of them in one planner run, then every example's full and ablated prompts in another,
-    each example reusing the KV cache of its own full prompt's prefix (SPEC §3).
-
-    ``with_empty``: also ``logp_empty``, the response's log-probs without the context at
-    temperature T (the no-context pass then runs at λ = 1 too), so that with ``logp_context``
-    the scoring gives every float of the CID response (paper 000, Def. 3.1 with n = |D|)."""
+    each example reusing the KV cache of its own full prompt's prefix (under a batch-invariant
+    policy each example in passes of its own, see :mod:`ctxleak.engine.batching`)."""
     out: list[WindowInfluence | None] = [None] * len(requests)
     todo = []
     for k, r in enumerate(requests):
@@ -169,10 +167,10 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
             return True
         return r.lam != 1 if isinstance(r.lam, (int, float)) else any(x != 1 for x in r.lam)
 
-    mixed = [g for g, k in enumerate(todo) if with_empty or uses_empty(requests[k])]
+    mixed = [g for g, k in enumerate(todo) if requests[k].with_empty or uses_empty(requests[k])]
     z_list = continuation_logits(lm, [requests[todo[g]].parts.empty for g in mixed],
                                  [list(requests[todo[g]].response) for g in mixed],
-                                 reuse_prefix=False, batch_size=batch_size,
+                                 reuse_prefix=False, examples=mixed,
                                  reduce=lambda i, z: keep(mixed[i], z)) if mixed else []
     z_empty = dict(zip(mixed, z_list))
     prompts, conts, groups = [], [], []
@@ -196,8 +194,7 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
     given = {g: requests[k].prefix_cache for g, k in enumerate(todo)
              if requests[k].prefix_cache is not None}
     scored = continuation_logits(lm, prompts, conts, reuse_prefix=reuse_prefix,
-                                 batch_size=batch_size, reduce=reduce, groups=groups,
-                                 prefix_caches=given)
+                                 reduce=reduce, groups=groups, prefix_caches=given)
     begin = 0
     for g, k in enumerate(todo):
         r = requests[k]
@@ -206,7 +203,7 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
         begin += len(spans) + 1
         ablated = np.stack(rows[1:]) if spans else np.zeros((0, len(r.response)))
         empty = None
-        if with_empty:
+        if r.with_empty:
             logp = torch.log_softmax(z_empty[g].double() / r.temperature, dim=-1)
             target = torch.as_tensor(list(r.response), dtype=torch.long, device=logp.device)
             empty = logp.gather(1, target[:, None])[:, 0].cpu().numpy()
@@ -216,8 +213,7 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
 
 def next_token_unigram_influence(lm: LM, parts: PromptParts, prefix: Sequence[int],
                                  token: int, *, lam: float, temperature: float,
-                                 min_new_tokens: int = 0,
-                                 batch_size: str | int | None = "auto") -> np.ndarray:
+                                 min_new_tokens: int = 0) -> np.ndarray:
     """Influence of each single context token on one next token (paper 000, Table 1):
     ``τ_i = |log p̄_λ(y | D, x, prefix) − log p̄_λ(y | D∖{d_i}, x, prefix)|``.
 
@@ -229,6 +225,5 @@ def next_token_unigram_influence(lm: LM, parts: PromptParts, prefix: Sequence[in
     res = window_influence(lm, PromptParts(parts.before, parts.context,
                                            tuple(parts.after) + tuple(prefix)),
                            [token], spans, lam=lam, temperature=temperature,
-                           min_new_tokens=int(len(prefix) < min_new_tokens),
-                           batch_size=batch_size)
+                           min_new_tokens=int(len(prefix) < min_new_tokens))
     return res.tau[:, 0]

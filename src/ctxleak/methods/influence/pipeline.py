@@ -14,7 +14,6 @@ from ctxleak.errors import warn
 from ctxleak.methods.influence.cid import (
     CIDConfig,
     generate_cid_many,
-    replay_cid,
 )
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 from ctxleak.methods.influence.ledger import RowLedger
@@ -28,15 +27,12 @@ from ctxleak.methods.influence.metrics import (
 )
 from ctxleak.methods.influence.ngrams import (
     PromptParts,
+    WindowInfluence,
     WindowRequest,
     window_influence_many,
     windows,
 )
 from ctxleak.methods.influence.quantities import expected_influence, token_influence
-
-#: Hand each example's full-prompt KV cache from generation to its n-gram scoring (the same
-#: numbers: the prefill is computed in scoring's own shape); False recomputes it (benchmarks).
-HAND_OVER_PREFILL = True
 
 
 @dataclass(frozen=True)
@@ -78,12 +74,9 @@ def _round(values: Sequence[float] | np.ndarray, digits: int = 6) -> list[float]
 
 
 def measure_example(lm: LM, example: InfluenceExample, setting: Setting,
-                    options: InfluenceOptions, seed: int,
-                    batch_size: str | int | None = "auto", batch_invariant: bool = True
-                    ) -> dict[str, Any]:
+                    options: InfluenceOptions, seed: int) -> dict[str, Any]:
     """Generate by CID and measure the context's influence on one example (one JSON record)."""
-    return measure_examples(lm, [(example, setting, seed)], options, batch_size,
-                            batch_invariant=batch_invariant)[0]
+    return measure_examples(lm, [(example, setting, seed)], options)[0]
 
 
 def example_parts(lm: LM, example: InfluenceExample, setting: Setting,
@@ -95,19 +88,48 @@ def example_parts(lm: LM, example: InfluenceExample, setting: Setting,
 
 
 def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                     options: InfluenceOptions, batch_size: str | int | None = "auto", *,
-                     batch_invariant: bool = True) -> list[dict[str, Any]]:
+                     options: InfluenceOptions, *, hand_over_prefill: bool = True
+                     ) -> list[dict[str, Any]]:
     """Measure several (example, setting, seed) together, one JSON record each, in order: their
     CID responses decoded in one batched KV cache (each from its own seed, so its tokens do not
     depend on the batch), then the n-gram windows scored
-    (:func:`~ctxleak.methods.influence.ngrams.window_influence_many`).
+    (:func:`~ctxleak.methods.influence.ngrams.window_influence_many`). The model's batching
+    policy decides which floats may share forward passes (:mod:`ctxleak.engine.batching`).
 
-    ``batch_invariant``: every float of a record comes from forward passes over its own example
-    only (issue 13): the response's log-probs, λ_t and ε recomputed by
-    :func:`~ctxleak.methods.influence.cid.replay_cid`, the windows of each example scored alone
-    with rows per pass from the token budget (``batch_size`` then only sets the examples
-    decoded together). Off: the generation's own floats and the windows of all the examples in
-    shared scoring passes (``batch_size`` N rows each), equal up to float noise (about 1e-5)."""
+    At a fixed λ with n-gram windows the response's floats come from the example's window
+    scoring (its full-context row is log p̄_λ(y_t | D); the no-context row is added), so the
+    generation's floats need no replay. ``hand_over_prefill``: with n-gram windows, each prompt
+    with the context is prefilled alone and its KV cache handed to the scoring, which then does
+    not compute that prefix again (the same numbers; False recomputes it, for benchmarks)."""
+    parts = _example_parts(lm, jobs, options)
+    rescored = options.ngram is not None and options.bounded_eps is None
+    caches: list[Any] | None = [] if hand_over_prefill and options.ngram is not None \
+        and options.reuse_prefix else None
+    responses = generate_cid_many(lm, [(p.full, p.empty, options.cid(setting), seed)
+                                       for (p, _), (_, setting, seed) in zip(parts, jobs)],
+                                  context_caches=caches, rescored=rescored)
+    if options.ngram is None:
+        return [_record(lm, ex, setting, options, seed, p, dropped, response) for
+                (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
+    todo = [k for k, r in enumerate(responses) if r.response_ids]
+    requests, clipped = _window_requests(jobs, parts, responses, caches, todo, options,
+                                         rescored)
+    scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
+    if rescored:  # every float of these responses from their own window scoring
+        for k, win in zip(todo, scored):
+            responses[k] = _with_logprobs(responses[k], win.logp_context, win.logp_empty)
+    records = [_record(lm, ex, setting, options, seed, p, dropped, response)
+               for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
+    for k in clipped:
+        records[k]["ngram_clipped_from"] = options.ngram
+    for k, request, win in zip(todo, requests, scored):
+        records[k].update(_window_fields(request, win, options))
+    return records
+
+
+def _example_parts(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                   options: InfluenceOptions) -> list[tuple[PromptParts, int]]:
+    """Each job's prompt parts and the context tokens cut to fit the window (warned)."""
     parts = []
     for example, setting, _ in jobs:
         p, dropped = example_parts(lm, example, setting, options)
@@ -115,30 +137,17 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
             warn(f"example {example.id}: context cut by {dropped} tokens to fit the "
                  "model's window")
         parts.append((p, dropped))
-    # with n-gram windows, each prompt with the context is prefilled alone and its KV cache
-    # handed to the scoring, which then does not compute that prefix again
-    caches: list[Any] | None = [] if HAND_OVER_PREFILL and options.ngram is not None \
-        and options.reuse_prefix else None
-    responses = generate_cid_many(lm, [(p.full, p.empty, options.cid(setting), seed)
-                                       for (p, _), (_, setting, seed) in zip(parts, jobs)],
-                                  context_caches=caches)
-    configs = [options.cid(setting) for _, setting, _ in jobs]
-    # batch-invariant: each response's floats from its own example's passes. At a fixed λ with
-    # n-gram windows, the example's window scoring gives them (its full-context row is
-    # log p̄_λ(y_t | D); with_empty adds the no-context row), so no separate replay is needed
-    from_windows: set[int] = set()
-    if batch_invariant:
-        if options.ngram is not None and options.bounded_eps is None:
-            from_windows = {k for k, r in enumerate(responses) if r.response_ids}
-        responses = [r if k in from_windows else
-                     replay_cid(lm, parts[k][0].full, parts[k][0].empty, configs[k], r)
-                     for k, r in enumerate(responses)]
-        if caches:  # a replayed response scores its windows without the generation's cache
-            caches = [c if k in from_windows else None for k, c in enumerate(caches)]
-    if options.ngram is None:
-        return [_record(lm, ex, setting, options, seed, p, dropped, response) for
-                (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
-    todo = [k for k, r in enumerate(responses) if r.response_ids]
+    return parts
+
+
+def _window_requests(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                     parts: Sequence[tuple[PromptParts, int]], responses: Sequence[RowLedger],
+                     caches: list[Any] | None, todo: Sequence[int], options: InfluenceOptions,
+                     with_empty: bool) -> tuple[list[WindowRequest], set[int]]:
+    """The n-gram scoring request of each response in ``todo`` (n clipped to the context, and
+    which were clipped). Each request takes over its response's handed-over KV cache
+    (``caches[k]``, when kept)."""
+    assert options.ngram is not None
     requests, clipped = [], set()
     for k in todo:
         p, (example, setting, _) = parts[k][0], jobs[k]
@@ -155,34 +164,25 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
                                       lam=setting.lam, temperature=setting.temperature,
                                       min_new_tokens=options.min_new_tokens,
                                       prefix_cache=caches[k] if caches else None,
-                                      bounded_eps=options.bounded_eps))
+                                      bounded_eps=options.bounded_eps, with_empty=with_empty))
         if caches:
             caches[k] = None  # the request holds it until scored
-    if batch_invariant:
-        scored = [window_influence_many(lm, [r], reuse_prefix=options.reuse_prefix,
-                                        batch_size="auto", with_empty=k in from_windows)[0]
-                  for k, r in zip(todo, requests)]
-    else:
-        scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix,
-                                       batch_size=batch_size)
-    for k, win in zip(todo, scored):
-        if k in from_windows:
-            responses[k] = _with_logprobs(responses[k], win.logp_context, win.logp_empty)
-    records = [_record(lm, ex, setting, options, seed, p, dropped, response)
-               for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
-    for k in clipped:
-        records[k]["ngram_clipped_from"] = options.ngram
-    for k, request, win in zip(todo, requests, scored):
-        per_window = win.per_window
-        records[k].update({
-            "ngram": min(options.ngram, len(request.parts.context)),
-            "windows": [list(s) for s in request.spans],
-            "window_influence": _round(per_window),
-            "window_logp": [_round(row) for row in win.logp_ablated],
-            "max_window_influence": float(per_window.max()) if len(per_window) else None,
-            "max_window": int(per_window.argmax()) if len(per_window) else None,
-        })
-    return records
+    return requests, clipped
+
+
+def _window_fields(request: WindowRequest, win: WindowInfluence, options: InfluenceOptions
+                   ) -> dict[str, Any]:
+    """The n-gram fields of a record: windows, per-window influence and log-probs, the max."""
+    assert options.ngram is not None
+    per_window = win.per_window
+    return {
+        "ngram": min(options.ngram, len(request.parts.context)),
+        "windows": [list(s) for s in request.spans],
+        "window_influence": _round(per_window),
+        "window_logp": [_round(row) for row in win.logp_ablated],
+        "max_window_influence": float(per_window.max()) if len(per_window) else None,
+        "max_window": int(per_window.argmax()) if len(per_window) else None,
+    }
 
 
 def _record(lm: LM, example: InfluenceExample, setting: Setting, options: InfluenceOptions,

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ctxleak.engine.batching import BatchPolicy
 from ctxleak.errors import ConfigError
 from ctxleak.methods.pii.plan import CANARY_DEFAULT_PII, DEFAULT_PII
 from ctxleak.run.method import Method
@@ -168,9 +169,7 @@ class ProbeMethod(Method):
         chat = self.common.chat_template == "on"
         budgets = token_budgets(lm, plan, s["max_new_tokens"], chat)
         options = ProbeOptions(beam=s["beam"], generate=s["generate"], chat=chat,
-                               context_template=s["context_template"],
-                               batch_size=self.common.batch_size, max_new_tokens=budgets,
-                               batch_invariant=self.common.batch_invariant)
+                               context_template=s["context_template"], max_new_tokens=budgets)
         self.extras = {"max_new_tokens": budgets}
         soft: dict[str, Any] = {}
         if plan.train_items:
@@ -198,12 +197,11 @@ class ProbeMethod(Method):
         self.runners = probe_runners(lm, tuned, soft, options)
         self.probe_t0 = time.time()
 
-    def batches(self, todo: Sequence[Any]) -> Iterable[list[Any]]:
-        """Consecutive items of the same runner, up to the batch size (16 with ``auto``), so
-        generation and scoring run batched while each sample is still flushed on its own."""
-        from ctxleak.run.validate import check_batch_size
-
-        size = check_batch_size(self.common.batch_size) or 16
+    def batches(self, todo: Sequence[Any], policy: BatchPolicy) -> Iterable[list[Any]]:
+        """Consecutive items of the same runner, up to the batch size (16 with ``auto``, fewer
+        after an out-of-memory back-off), so generation and scoring run batched while each
+        sample is still flushed on its own."""
+        size = policy.batch_size or min(16, policy.max_in_flight or 16)
         chunk: list[Any] = []
         for task in todo:
             if chunk and (len(chunk) >= size or task.runner != chunk[0].runner):

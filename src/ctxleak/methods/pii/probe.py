@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from ctxleak.engine.generation import beam_generate
+from ctxleak.engine.scoring import continuation_logprobs
 from ctxleak.methods.influence.quantities import response_influence, token_influence
 from ctxleak.methods.pii.items import (
     CONTEXT_TEMPLATE,
@@ -95,12 +96,10 @@ __all__ = [
 ]
 
 
-def score_items(lm: Any, encoded: Sequence[Encoded], *,
-                batch_size: str | int | None = "auto") -> list[dict[str, Any]]:
+def score_items(lm: Any, encoded: Sequence[Encoded]) -> list[dict[str, Any]]:
     """Teacher-forced log-probabilities of the target and null PII (and, in context mode, of the
-    target without the documents) for each encoded item, with the likelihood summaries."""
-    from ctxleak.engine.scoring import continuation_logprobs
-
+    target without the documents) for each encoded item, with the likelihood summaries. Each
+    item is one example for the model's batching policy."""
     prompts: list[tuple[int, ...]] = []
     conts: list[tuple[int, ...]] = []
     slots: list[tuple[int, str]] = []
@@ -117,7 +116,7 @@ def score_items(lm: Any, encoded: Sequence[Encoded], *,
             conts.append(enc.target)
             slots.append((i, "bare"))
     logprobs = continuation_logprobs(lm, prompts, conts, reuse_prefix=False,
-                                     batch_size=batch_size) if prompts else []
+                                     examples=[i for i, _ in slots]) if prompts else []
     found: list[dict[str, np.ndarray]] = [{} for _ in encoded]
     for (i, what), lp in zip(slots, logprobs):
         found[i][what] = np.asarray(lp, dtype=np.float64)
@@ -173,15 +172,7 @@ class ProbeOptions:
     generate: bool = True
     chat: bool = False
     context_template: str = CONTEXT_TEMPLATE
-    batch_size: str | int | None = "auto"
-    batch_invariant: bool = True  # score each item alone (issue 13): floats whatever the batch
     max_new_tokens: Mapping[str, int] = field(default_factory=lambda: dict(MAX_NEW_TOKENS))
-
-
-def _gen_batch(batch_size: str | int | None) -> int | None:
-    if batch_size is None or batch_size == "auto":
-        return None
-    return int(batch_size)
 
 
 def probe_batch(lm: Any, items: Sequence[ProbeItem], options: ProbeOptions | None = None, *,
@@ -207,18 +198,10 @@ def probe_batch(lm: Any, items: Sequence[ProbeItem], options: ProbeOptions | Non
             if generator is not None:
                 new = generator(prompts, max_new)
             else:
-                new = beam_generate(lm, prompts, max_new_tokens=max_new, num_beams=options.beam,
-                                    batch_size=_gen_batch(options.batch_size))
+                new = beam_generate(lm, prompts, max_new_tokens=max_new, num_beams=options.beam)
             for i, ids in zip(idx, new):
                 texts[i] = lm.decode(ids)
-    if scorer is None:
-        size = "auto" if options.batch_invariant else options.batch_size
-
-        def scorer(some: Sequence[Encoded]) -> list[dict[str, Any]]:
-            return score_items(lm, some, batch_size=size)
-    # batch-invariant: each item's likelihoods from passes that hold its prompts only
-    scores = [row for enc in encoded for row in scorer([enc])] if options.batch_invariant \
-        else scorer(encoded)
+    scores = score_items(lm, encoded) if scorer is None else scorer(encoded)
     rows = []
     for it, enc, text, sc in zip(items, encoded, texts, scores):
         row: dict[str, Any] = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ctxleak.engine.batching import example_passes, policy_of
 from ctxleak.methods.pii.plan import Plan
 
 
@@ -40,6 +41,14 @@ def soft_prompt_runner(lm: Any, embeddings: Any, options: Any) -> Callable:
         return soft_prompt_greedy(lm, embeddings, prompts, max_new_tokens=max_new)
 
     def scorer(encoded: Sequence[Any]) -> list[dict[str, Any]]:
+        # the items that may share forward passes (each alone under a batch-invariant policy)
+        rows: list[dict[str, Any]] = [{} for _ in encoded]
+        for part in example_passes(policy_of(lm), range(len(encoded))):
+            for i, row in zip(part, score_together([encoded[i] for i in part])):
+                rows[i] = row
+        return rows
+
+    def score_together(encoded: Sequence[Any]) -> list[dict[str, Any]]:
         prompts = [e.prompt for e in encoded]
         targets = soft_prompt_logprobs(lm, embeddings, prompts, [e.target for e in encoded])
         has_null = [i for i, e in enumerate(encoded) if e.null]

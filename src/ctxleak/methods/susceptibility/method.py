@@ -115,9 +115,8 @@ class SusceptibilityMethod(Method):
         from ctxleak.engine.generation import derive_seed
         from ctxleak.methods.susceptibility.pipeline import measure_queries
 
-        return self.each_alone(items, lambda some, size: measure_queries(
-            lm, [(q, derive_seed(self.common.seed, q.index)) for q in some], self.rels,
-            self.options, size, self.prefix_kv))
+        return measure_queries(lm, [(q, derive_seed(self.common.seed, q.index)) for q in items],
+                               self.rels, self.options, self.prefix_kv)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         from ctxleak.methods.susceptibility.pipeline import summarize_queries

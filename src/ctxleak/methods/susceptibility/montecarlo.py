@@ -110,15 +110,13 @@ def fitted_context_prompts(lm: LM, query: str, contexts: Sequence[str],
 def monte_carlo_susceptibility(lm: LM, query: str, contexts: Sequence[str],
                                weights: Sequence[float] | np.ndarray | None = None, *,
                                reference: str = "marginal", template: str = PROMPT_TEMPLATE,
-                               reuse_prefix: bool = True,
-                               batch_size: str | int | None = "auto") -> MCResult:
+                               reuse_prefix: bool = True) -> MCResult:
     """Monte Carlo susceptibility of ``query`` over the distinct ``contexts`` with weights p̂
     (default uniform): one next-token distribution per context, batched, the KV cache of their
     shared prefix (a chat template's system turn, the template start such as ``The capital of
     France is``) computed once when it is long enough to pay off."""
     return monte_carlo_many(lm, [(query, contexts, weights)], reference=reference,
-                            template=template, reuse_prefix=reuse_prefix,
-                            batch_size=batch_size)[0]
+                            template=template, reuse_prefix=reuse_prefix)[0]
 
 
 MCJob = tuple[str, Sequence[str], "Sequence[float] | np.ndarray | None"]
@@ -126,15 +124,15 @@ MCJob = tuple[str, Sequence[str], "Sequence[float] | np.ndarray | None"]
 
 
 def monte_carlo_many(lm: LM, jobs: Sequence[MCJob], *, reference: str = "marginal",
-                     template: str = PROMPT_TEMPLATE, reuse_prefix: bool = True,
-                     batch_size: str | int | None = "auto") -> list[MCResult]:
+                     template: str = PROMPT_TEMPLATE, reuse_prefix: bool = True
+                     ) -> list[MCResult]:
     """:func:`monte_carlo_susceptibility` of several queries: the ``c + q`` prompts of all of
     them scored in one planner run, so the queries measured together fill its batches (and the
     prefix they share, such as a chat template's system turn, is computed once)."""
     if reference not in REFERENCES:
         raise ValueError(f"reference must be one of {REFERENCES}, not '{reference}'")
     prompts: list[tuple[int, ...]] = []
-    bounds, cuts = [0], []
+    bounds, cuts, owner = [0], [], []
     for query, contexts, _ in jobs:
         if not contexts:
             raise ValueError("need at least one context")
@@ -143,10 +141,13 @@ def monte_carlo_many(lm: LM, jobs: Sequence[MCJob], *, reference: str = "margina
         cuts.append(cut)
         if reference == "no-context":
             prompts.append(build_prompt(lm, template, {"context": "", "query": query}).ids)
+        owner += [len(bounds) - 1] * (len(prompts) - bounds[-1])
         bounds.append(len(prompts))
     if not jobs:
         return []
-    logprobs = next_token_logprobs(lm, prompts, reuse_prefix=reuse_prefix, batch_size=batch_size)
+    # one prefix reference for all (a shared system turn computed once); under a
+    # batch-invariant policy each query's prompts in passes of their own
+    logprobs = next_token_logprobs(lm, prompts, reuse_prefix=reuse_prefix, examples=owner)
     out = []
     for (_, contexts, weights), a, b, cut in zip(jobs, bounds[:-1], bounds[1:], cuts):
         w = np.ones(len(contexts)) if weights is None else np.asarray(weights, dtype=np.float64)

@@ -133,7 +133,6 @@ def _token(lm: LM, token_id: int) -> str:
 
 def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
                   options: SusceptibilityOptions, seed: int,
-                  batch_size: str | int | None = "auto",
                   prefix_kv: PrefixKV | None = None) -> dict[str, Any]:
     """χ_MC and/or χ_F of one query, with the most persuasive contexts and the seconds each
     method took (one JSON record for ``samples.jsonl``). ``prefix_kv``: one store for all the
@@ -144,12 +143,12 @@ def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
     (:func:`~ctxleak.methods.susceptibility.contexts.query_pools`) and its ``count`` (times
     drawn; p̂ = count / ``n_draws``), so χ_MC can be recomputed from the record and the relations
     alone (:func:`~ctxleak.methods.susceptibility.contexts.recorded_contexts`)."""
-    return measure_queries(lm, [(query, seed)], relations, options, batch_size, prefix_kv)[0]
+    return measure_queries(lm, [(query, seed)], relations, options, prefix_kv)[0]
 
 
 def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Sequence[Relation],
-                    options: SusceptibilityOptions, batch_size: str | int | None = "auto",
-                    prefix_kv: PrefixKV | None = None) -> list[dict[str, Any]]:
+                    options: SusceptibilityOptions, prefix_kv: PrefixKV | None = None
+                    ) -> list[dict[str, Any]]:
     """:func:`measure_query` of several (query, seed) together: the Monte Carlo prompts of all of
     them in one planner run, their Fisher forward passes and vector-Jacobian products in one
     batch. The seconds of each method are the batch's time divided by its queries."""
@@ -175,7 +174,7 @@ def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Seq
         results = monte_carlo_many(lm, [(q.text, smp.texts, smp.counts)
                                         for (q, _), smp in zip(queries, samples)],
                                    reference=options.reference, template=options.template,
-                                   reuse_prefix=options.reuse_prefix, batch_size=batch_size)
+                                   reuse_prefix=options.reuse_prefix)
         seconds = (time.perf_counter() - t0) / n
         for (q, _), record, res, sample, pool, own, idx in zip(queries, records, results,
                                                                samples, pools, owns, where):
