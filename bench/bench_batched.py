@@ -131,7 +131,7 @@ def cid(lm, n: int, clock=time.perf_counter) -> list[str]:
     generate_cid_many(lm, jobs(2)[:2])  # warm-up
     t_batch, batched = t(lambda: generate_cid_many(lm, jobs(50)))
     t_one, alone = t(lambda: [generate_cid_many(lm, [j])[0] for j in jobs(50)])
-    same = [r.token_ids for r in batched] == [r.token_ids for r in alone]
+    same = [r.response_ids for r in batched] == [r.response_ids for r in alone]
     t_cid1, _ = t(lambda: generate_cid_many(lm, jobs(1)))
     t_full, _ = t(lambda: hf_sample(lm, full, 50))
     t_full1, _ = t(lambda: hf_sample(lm, full, 1))

@@ -37,13 +37,13 @@ def main() -> None:
     if args.only != "ngram":
         t_naive, slow = timed(lambda: generate_cid(lm, parts.full, parts.empty, cfg, seed=0,
                                                    use_cache=False))
-        same = fast.token_ids == slow.token_ids
+        same = fast.response_ids == slow.response_ids
     tps = throughput(lm)
     # floor of generation: both prompts once, then one position per stream per step
     gen_floor = (len(parts.full) + len(parts.empty) + 2 * args.tokens) / tps
 
     spans = windows(len(parts.context), args.ngram)
-    response = fast.token_ids
+    response = fast.response_ids
     kw = dict(lam=1.0, temperature=0.8, min_new_tokens=args.tokens)
     t_full = t_reuse = err = float("nan")
     if args.only != "cid":

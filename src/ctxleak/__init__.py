@@ -15,9 +15,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from ctxleak._version import __version__
 from ctxleak.registry import API
-
-__version__ = "0.1.0"
 
 __all__ = ["__version__", "dp", *API]
 

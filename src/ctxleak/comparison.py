@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxleak._version import __version__
 from ctxleak.errors import ConfigError, OutputError
 from ctxleak.registry import REPORTS
 from ctxleak.results import Result, load_result
-from ctxleak.run.rundir import is_run_folder, os_errors, to_jsonable, write_atomic
+from ctxleak.run.inputs import to_jsonable
+from ctxleak.run.rundir import is_run_folder, os_errors, write_atomic
 
 COMPARE_FILE = "compare.json"
 
@@ -64,8 +66,6 @@ class Comparison:
     def _write(self, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
         old = _old_figures(out)
-        from ctxleak import __version__  # the package imports this module
-
         # each run's own provenance (model, revision or file hash, library versions, seeds) rides
         # along, so the comparison says what was compared even when the run folders are gone
         body = {"method": self.method, "ctxleak": __version__,

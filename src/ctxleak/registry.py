@@ -123,5 +123,5 @@ API = Registry("ctxleak function", {
     "compare": "ctxleak.comparison:compare",
     "load_model": "ctxleak.engine.models:load_model",
     "run_method": "ctxleak.run.runner:run_method",
-    "cid_generate": "ctxleak.integrations.transformers:cid_generate",
+    "cid_generate": "ctxleak.integrations.generate:cid_generate",
 })

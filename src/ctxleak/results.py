@@ -17,13 +17,13 @@ from typing import Any, ClassVar
 
 from ctxleak.errors import InputError, warn
 from ctxleak.registry import REPORTS, RESULTS
+from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.rundir import (
     CONFIG_FILE,
     RESULTS_FILE,
     SAMPLES_FILE,
     read_json_file,
     read_samples,
-    to_jsonable,
     write_atomic,
 )
 

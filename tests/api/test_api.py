@@ -16,7 +16,7 @@ from tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
 import ctxleak
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.pii.records import save_records
-from ctxleak.run.rundir import to_jsonable
+from ctxleak.run.inputs import to_jsonable
 
 
 @pytest.fixture(scope="module")

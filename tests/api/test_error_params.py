@@ -21,13 +21,13 @@ def _label_scoring(lm):
 
 
 def _entity_contexts(lm):
-    from ctxleak.methods.susceptibility.data import sample_context_mix
+    from ctxleak.methods.susceptibility.contexts import sample_context_mix
 
     sample_context_mix(["a"], [], 4, 1, np.random.default_rng(0))
 
 
 def _context_mix(lm):
-    from ctxleak.methods.susceptibility.data import check_context_mix
+    from ctxleak.methods.susceptibility.contexts import check_context_mix
 
     check_context_mix(6, 8)
 

@@ -9,7 +9,8 @@ import torch
 from transformers import LogitsProcessor
 
 from ctxleak.errors import ConfigError
-from ctxleak.integrations.transformers import ContextInfluenceProcessor, cid_generate
+from ctxleak.integrations.generate import cid_generate
+from ctxleak.integrations.transformers import ContextInfluenceProcessor
 from ctxleak.methods.influence.cid import CIDConfig, bounded_lambda, cid_logprobs, generate_cid
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 
@@ -68,7 +69,7 @@ def test_greedy_matches_generate_cid(tiny_lm, lam):
     out = cid_generate(tiny_lm, context=CONTEXTS[0], query=QUERIES[0], lam=lam, do_sample=False,
                        temperature=0.8, max_new_tokens=8, min_new_tokens=3)
     row = out.ledger[0]
-    assert out.response_ids[0] == own.token_ids
+    assert out.response_ids[0] == own.response_ids
     assert row.stopped_on_eos == own.stopped_on_eos
     assert row.to_record()["logp_context"] == pytest.approx(own.logp_context, abs=1e-5)
     assert row.to_record()["logp_empty"] == pytest.approx(own.logp_empty, abs=1e-5)
@@ -324,7 +325,7 @@ def test_default_model_greedy_matches_generate_cid(default_lm):
                        seed=0, sample=False)
     out = cid_generate(default_lm, context=ex.context, query=ex.query, lam=0.5, do_sample=False,
                        temperature=0.8, max_new_tokens=8, min_new_tokens=2)
-    assert out.response_ids[0] == own.token_ids
+    assert out.response_ids[0] == own.response_ids
     rec = out.ledger[0].to_record()
     assert rec["logp_context"] == pytest.approx(own.logp_context, abs=1e-5)
     assert rec["logp_empty"] == pytest.approx(own.logp_empty, abs=1e-5)

@@ -11,8 +11,9 @@ import pytest
 
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.results import Result
+from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.records import parse_mapping, read_rows
-from ctxleak.run.rundir import RunDir, to_jsonable
+from ctxleak.run.rundir import RunDir
 
 
 def test_samples_append_and_resume(tmp_path):

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from ctxleak.engine.batch_size import check_batch_size
+
 T = TypeVar("T")
 
 # Padded tokens per forward pass for --batch-size auto. On CPU a few thousand tokens already
@@ -29,8 +31,6 @@ TOKEN_BUDGET = {"cpu": 4096, "mps": 8192, "cuda": 65536}
 
 def parse_batch_size(value: str | int | None) -> int | None:
     """``auto`` (or None) -> None; a positive integer otherwise."""
-    from ctxleak.run.validate import check_batch_size
-
     return check_batch_size(value, "batch_size")
 
 

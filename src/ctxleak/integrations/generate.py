@@ -1,9 +1,6 @@
 """``cid_generate``: Context Influence Decoding (paper 000, Def. 3.4; bounded CID: App. B,
 Alg. 1) through ``model.generate`` in one call, with ctxleak's exact-ids prompts and the
 per-token ledger of :class:`~ctxleak.integrations.transformers.ContextInfluenceProcessor`.
-
-Also importable from :mod:`ctxleak.integrations.transformers` (``cid_generate``,
-``CIDGeneration``).
 """
 
 from __future__ import annotations
@@ -17,9 +14,11 @@ import torch
 from ctxleak.engine.forward import left_pad
 from ctxleak.engine.models import LM
 from ctxleak.errors import ConfigError, warn
-from ctxleak.integrations.ledger import RowLedger, ledger_result
+from ctxleak.integrations.ledger import ledger_result
 from ctxleak.integrations.transformers import ContextInfluenceProcessor, number_param
 from ctxleak.methods.influence.cid import CIDConfig
+from ctxleak.methods.influence.ledger import RowLedger, to_records
+from ctxleak.results import InfluenceResult
 
 # generate() settings the processor cannot follow: their steps do not extend one sequence by
 # one drawn token (assisted decoding checks several candidate tokens at once; group, constrained
@@ -59,9 +58,9 @@ class CIDGeneration:
 
     def to_records(self) -> list[dict[str, Any]]:
         """One dict per row: its ledger record (``samples.jsonl`` keys) and ``response``."""
-        return [{**row.to_record(), "response": text} for row, text in zip(self.ledger, self.texts)]
+        return to_records(self.ledger, self.texts)
 
-    def to_result(self, *, seed: int = 0) -> Any:
+    def to_result(self, *, seed: int = 0) -> InfluenceResult:
         """The ledger and texts as an :class:`~ctxleak.results.InfluenceResult` (``show``,
         ``to_pandas``, ``save``, ``to_html``; see :func:`~ctxleak.integrations.ledger.ledger_result`)."""
         return ledger_result(self.ledger, self.texts, seed=seed)

@@ -43,9 +43,11 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, left_pad
 from ctxleak.engine.models import LM, ModelInfo
 from ctxleak.errors import ConfigError
-from ctxleak.integrations.ledger import LedgerEntry, RowLedger, ledger_result
-from ctxleak.methods.influence.cid import CIDConfig, bounded_lambda, cid_logprobs
+from ctxleak.integrations.ledger import ledger_result
+from ctxleak.methods.influence.cid import CIDConfig, cid_combine
+from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger, to_records
 from ctxleak.methods.influence.quantities import token_influence
+from ctxleak.results import InfluenceResult
 
 Ids = Sequence[int]
 
@@ -249,14 +251,16 @@ class ContextInfluenceProcessor(LogitsProcessor):
         forbidden = torch.isneginf(scores) | torch.isnan(scores)
         z_ctx = scores.double().masked_fill(forbidden, MASKED_LOGIT)
         z_emp = z_empty.to(scores.device).double().masked_fill(forbidden, MASKED_LOGIT)
-        lams, eps = [cfg.lam] * len(scores), None
-        if cfg.bounded_eps is not None:
-            chosen = [bounded_lambda(z_ctx[r], z_emp[r], cfg.bounded_eps, cfg.lam,
-                                     cfg.temperature) for r in range(len(scores))]
-            lams, eps = [c[0] for c in chosen], [2.0 * c[1] for c in chosen]
-        rows = [cid_logprobs(z_ctx[r], z_emp[r], lams[r], 1.0) for r in range(len(scores))] \
-            if eps is not None else [cid_logprobs(z_ctx, z_emp, cfg.lam, 1.0)]
-        out = torch.stack(rows) if eps is not None else rows[0]
+        # CID's own step at T = 1 (the warpers divide by T): one λ for all rows, or Alg. 1's
+        # λ_t row by row at the ledger temperature
+        if cfg.bounded_eps is None:
+            out, lam, _ = cid_combine(z_ctx, z_emp, cfg, temperature=1.0)
+            lams, eps = [lam] * len(scores), None
+        else:
+            steps = [cid_combine(z_ctx[r], z_emp[r], cfg, temperature=1.0)
+                     for r in range(len(scores))]
+            out = torch.stack([s[0] for s in steps])
+            lams, eps = [s[1] for s in steps], [s[2] for s in steps]
         t = cfg.temperature
         self._step = {"mix": out if t == 1 else torch.log_softmax(out / t, dim=-1),
                       "empty": torch.log_softmax(z_emp / t, dim=-1), "lam": lams, "eps": eps}
@@ -340,9 +344,9 @@ class ContextInfluenceProcessor(LogitsProcessor):
 
     def to_records(self) -> list[dict[str, Any]]:
         """:attr:`ledger` as plain dicts (keys as in ``samples.jsonl``)."""
-        return [row.to_record() for row in self.ledger]
+        return to_records(self.ledger)
 
-    def to_result(self, *, seed: int = 0) -> Any:
+    def to_result(self, *, seed: int = 0) -> InfluenceResult:
         """:attr:`ledger` as an :class:`~ctxleak.results.InfluenceResult` (see
         :func:`~ctxleak.integrations.ledger.ledger_result`)."""
         return ledger_result(self.ledger, seed=seed)
@@ -379,12 +383,3 @@ class _Observer(StoppingCriteria):
             self.processor._observe(input_ids)
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
-
-def __getattr__(name: str) -> Any:
-    """``cid_generate`` and ``CIDGeneration`` live in :mod:`ctxleak.integrations.generate`
-    (imported on first use: that module imports this one)."""
-    if name in ("cid_generate", "CIDGeneration"):
-        from ctxleak.integrations import generate
-
-        return getattr(generate, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,6 +8,7 @@ optional: only the form that needs one imports it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,21 @@ from ctxleak.errors import ConfigError, InputError
 
 #: What errors about in-memory rows call their "file" (rows are numbered from 1).
 IN_MEMORY = "<data>"
+
+
+def to_jsonable(value: Any) -> Any:
+    """numpy / torch scalars and arrays, paths, tuples and NaN to plain JSON (NaN -> null)."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist"):
+        return to_jsonable(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def is_path(data: Any) -> bool:
@@ -80,8 +96,6 @@ def rows_sha256(data: Any) -> str:
     data not read from a file."""
     import hashlib
     import json
-
-    from ctxleak.run.rundir import to_jsonable
 
     if isinstance(data, (list, tuple)):  # record objects (PIIRecord) by their fields
         data = [r if isinstance(r, Mapping) or not hasattr(r, "to_dict") else r.to_dict()

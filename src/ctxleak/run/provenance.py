@@ -7,6 +7,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from ctxleak._version import __version__
+
 
 def _version(dist: str) -> str | None:
     try:
@@ -18,8 +20,6 @@ def _version(dist: str) -> str | None:
 def provenance(lm=None, **extra: Any) -> dict[str, Any]:
     """Versions of ctxleak, torch and transformers, the Python and platform, and the model's
     id, source, revision or file hash, dtype and device."""
-    from ctxleak import __version__
-
     out: dict[str, Any] = {
         "ctxleak": __version__,
         "torch": _version("torch"),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.run import inputs
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,6 @@ def read_rows(path: Any, *, rename: Mapping[str, str] | None = None,
     ``rename`` maps the file's field names to ctxleak's (e.g. ``{"article": "context"}``).
     ``required`` fields must be present (they may still be empty; see :meth:`Row.text`).
     """
-    from ctxleak.run import inputs
-
     rename = dict(rename or {})
     if not inputs.is_path(path):
         rows, where = inputs.memory_rows(path), inputs.IN_MEMORY

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import math
 import os
 import socket
 import tempfile
@@ -24,6 +23,7 @@ from typing import Any
 from ctxleak.engine.model_files import fingerprint_changes
 from ctxleak.errors import ConfigError, CtxleakError, InputError, OutputError
 from ctxleak.run.distributed import World, barrier
+from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.records import parse_json
 
 CONFIG_FILE, SAMPLES_FILE, RESULTS_FILE = "config.json", "samples.jsonl", "results.json"
@@ -39,21 +39,6 @@ RUN_MARKERS = (RESULTS_FILE, SAMPLES_FILE, CONFIG_FILE)
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
                                  "device", "device_map", "quiet",
                                  "threads"})
-
-
-def to_jsonable(value: Any) -> Any:
-    """numpy / torch scalars and arrays, paths, tuples and NaN to plain JSON (NaN -> null)."""
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "tolist"):
-        return to_jsonable(value.tolist())
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ctxleak.engine.batch_size import check_batch_size
 from ctxleak.errors import ConfigError
 
 
@@ -29,25 +30,6 @@ def check_limit(limit: int | None, name: str = "limit", minimum: int = 1) -> int
     if limit < minimum:
         raise _named(name, f"{name} must be at least {minimum}, got {limit}")
     return limit
-
-
-def check_batch_size(value: str | int | None, name: str = "batch_size") -> int | None:
-    """``'auto'`` (or None) -> None; otherwise a positive integer written as one (``1.5``,
-    ``nan``, ``inf`` and ``abc`` are refused)."""
-    if value is None or value == "auto":
-        return None
-    if isinstance(value, bool):
-        raise _named(name, f"{name} must be 'auto' or a positive integer, not '{value}'")
-    if isinstance(value, int):
-        n = value
-    else:
-        text = str(value).strip()
-        if not text.lstrip("+-").isdigit():
-            raise _named(name, f"{name} must be 'auto' or a positive integer, not '{value}'")
-        n = int(text)
-    if n < 1:
-        raise _named(name, f"{name} must be at least 1, got {n}")
-    return n
 
 
 def check_number(value: float | None, name: str, *, minimum: float | None = None,

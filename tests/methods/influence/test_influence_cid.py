@@ -34,10 +34,10 @@ def test_lambda_zero_is_no_context_decoding(tiny_lm):
     parts = parts_for(tiny_lm)
     cfg = CIDConfig(lam=0.0, temperature=0.8, max_new_tokens=12, min_new_tokens=0)
     res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=11)
-    assert np.all(res.token_influence == 0.0)
+    assert np.all(np.asarray(res.token_influence) == 0.0)
     plain = generate_streams(tiny_lm, [parts.empty], single_stream(0.8), max_new_tokens=12,
                              seed=11)
-    assert res.token_ids == plain.token_ids
+    assert res.response_ids == plain.token_ids
 
 
 def test_lambda_one_is_plain_decoding_with_context(tiny_lm):
@@ -46,7 +46,7 @@ def test_lambda_one_is_plain_decoding_with_context(tiny_lm):
     res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=3)
     plain = generate_streams(tiny_lm, [parts.full], single_stream(0.7), max_new_tokens=10,
                              seed=3)
-    assert res.token_ids == plain.token_ids
+    assert res.response_ids == plain.token_ids
 
 
 def test_cid_cached_equals_uncached(tiny_lm):
@@ -54,7 +54,7 @@ def test_cid_cached_equals_uncached(tiny_lm):
     cfg = CIDConfig(lam=1.5, temperature=0.9, max_new_tokens=10, min_new_tokens=4)
     a = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=5)
     b = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=5, use_cache=False)
-    assert a.token_ids == b.token_ids
+    assert a.response_ids == b.response_ids
     np.testing.assert_allclose(a.logp_context, b.logp_context, atol=1e-6)
 
 
@@ -62,10 +62,10 @@ def test_full_window_equals_whole_context_influence(tiny_lm):
     parts = parts_for(tiny_lm)
     cfg = CIDConfig(lam=1.3, temperature=0.8, max_new_tokens=10, min_new_tokens=3)
     res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=2)
-    assert res.token_ids
+    assert res.response_ids
     spans = windows(len(parts.context), len(parts.context))
     assert spans == [(0, len(parts.context))]
-    win = window_influence(tiny_lm, parts, res.token_ids, spans, lam=1.3, temperature=0.8,
+    win = window_influence(tiny_lm, parts, res.response_ids, spans, lam=1.3, temperature=0.8,
                            min_new_tokens=3)
     np.testing.assert_allclose(win.tau[0], res.token_influence, atol=1e-6)
     np.testing.assert_allclose(win.logp_context, res.logp_context, atol=1e-6)
@@ -135,13 +135,13 @@ def test_bounded_cid_respects_eps_at_every_step(tiny_lm, eps):
     cfg = CIDConfig(lam=2.0, temperature=0.8, max_new_tokens=10, min_new_tokens=3,
                     bounded_eps=eps)
     res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=1)
-    assert len(res.lambdas) >= len(res.token_ids) and res.token_eps_ex_post
+    assert len(res.lambdas) >= len(res.response_ids) and res.token_eps_ex_post
     assert all(0 <= lam <= 2.0 for lam in res.lambdas)
     assert all(e <= eps + 1e-9 for e in res.token_eps_ex_post)
     assert res.composed_eps_ex_post == pytest.approx(sum(res.token_eps_ex_post))
     # replay the two streams naively and check the bound over the whole vocabulary
     ctx, emp = list(parts.full), list(parts.empty)
-    for t, (tok, lam) in enumerate(zip(res.token_ids, res.lambdas)):
+    for t, (tok, lam) in enumerate(zip(res.response_ids, res.lambdas)):
         with torch.no_grad():
             z1 = tiny_lm.model(torch.tensor([ctx])).logits[0, -1].double()
             z0 = tiny_lm.model(torch.tensor([emp])).logits[0, -1].double()
@@ -166,8 +166,8 @@ def test_bounded_cid_composed_eps_is_the_guarantee(tiny_lm):
     cfg = CIDConfig(lam=0.3, temperature=0.8, max_new_tokens=10, min_new_tokens=3,
                     bounded_eps=eps)
     res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=1)
-    released = len(res.token_ids) + int(res.stopped_on_eos)
-    assert res.eps == eps and len(res.lambdas) == released
+    released = len(res.response_ids) + int(res.stopped_on_eos)
+    assert res.bounded_eps == eps and len(res.lambdas) == released
     assert all(lam == 0.3 for lam in res.lambdas)  # λ_max everywhere: the bound never bound
     assert res.composed_eps == pytest.approx(eps * released, rel=1e-12)
     assert res.composed_eps_ex_post == pytest.approx(sum(res.token_eps_ex_post), rel=1e-12)

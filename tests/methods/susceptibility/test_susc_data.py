@@ -8,14 +8,16 @@ from tiny_data import CAPITAL_RELATION as RELATION
 from tiny_data import write_json as _write
 
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.methods.susceptibility.data import (
-    build_queries,
+from ctxleak.methods.susceptibility.contexts import (
     context_pool,
-    load_relations,
     other_entities,
-    parse_query_types,
     pool_entities,
     sample_context_mix,
+)
+from ctxleak.methods.susceptibility.data import (
+    build_queries,
+    load_relations,
+    parse_query_types,
 )
 from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ctxleak.engine.prompts import build_prompt
 from ctxleak.engine.scoring import next_token_logprobs
 from ctxleak.methods.susceptibility import montecarlo
-from ctxleak.methods.susceptibility.data import dedupe_contexts, sample_contexts
+from ctxleak.methods.susceptibility.contexts import dedupe_contexts, sample_contexts
 from ctxleak.methods.susceptibility.montecarlo import (
     kl_rows,
     marginal_logprobs,

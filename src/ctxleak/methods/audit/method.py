@@ -9,6 +9,13 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ctxleak.errors import ConfigError
+from ctxleak.methods.accounting_params import (
+    PARAM_RANGE,
+    check_targets,
+    parse_orders,
+    positive_floats,
+    search_name,
+)
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -16,9 +23,8 @@ from ctxleak.run.params import option
 
 
 def _positive(param: str, value: float) -> None:
-    """``value`` in the dp accounting's meaningful range (:data:`ctxleak.dp.PARAM_RANGE`)."""
-    from ctxleak.dp import PARAM_RANGE
-
+    """``value`` in the dp accounting's meaningful range
+    (:data:`~ctxleak.methods.accounting_params.PARAM_RANGE`)."""
     low, high = PARAM_RANGE
     if not low <= value <= high:
         raise ConfigError(f"{param} must be a number from {low:g} to {high:g}, got {value:g}",
@@ -30,7 +36,6 @@ def audit_config(*, target_eps: Any = "1,10,100", delta: Any = "1e-5", subset_si
                  max_tokens: int = 24, min_tokens: int = 0, search: str = "temperature",
                  orders: Any = "2-99", label: str = "Sports", template: str | None = None) -> Any:
     """Check the audit's parameters into an :class:`AuditConfig` (errors name the parameter)."""
-    from ctxleak.dp import check_targets, parse_orders, positive_floats, search_name
     from ctxleak.methods.audit import TEMPLATE, AuditConfig, check_template
 
     targets = positive_floats(target_eps, "target_eps")

@@ -2,8 +2,8 @@
 
 from ctxleak.methods.influence.cid import (
                                            CIDConfig,
-                                           CIDResponse,
                                            bounded_lambda,
+                                           cid_combine,
                                            cid_logprobs,
                                            generate_cid,
 )
@@ -13,6 +13,7 @@ from ctxleak.methods.influence.data import (
                                            load_examples,
                                            prompt_parts,
 )
+from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
 from ctxleak.methods.influence.ngrams import (
                                            PromptParts,
                                            WindowInfluence,
@@ -31,13 +32,15 @@ from ctxleak.methods.influence.pipeline import (
 __all__ = [
                                            "TASK_TEMPLATES",
                                            "CIDConfig",
-                                           "CIDResponse",
                                            "InfluenceExample",
                                            "InfluenceOptions",
+                                           "LedgerEntry",
                                            "PromptParts",
+                                           "RowLedger",
                                            "Setting",
                                            "WindowInfluence",
                                            "bounded_lambda",
+                                           "cid_combine",
                                            "cid_logprobs",
                                            "generate_cid",
                                            "load_examples",

@@ -9,7 +9,7 @@ streams of many examples in one batched KV cache.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,8 @@ from ctxleak.engine.forward import MASKED_LOGIT
 from ctxleak.engine.generation import Generation, StreamJob, generate_many, replay
 from ctxleak.engine.models import LM
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.quantities import response_influence, token_influence
+from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
+from ctxleak.methods.influence.quantities import token_influence
 
 BISECTION_STEPS = 40
 # Bounded CID aims this far below ε/2 so that float noise between the two streams' forward
@@ -152,56 +153,33 @@ def bounded_lambdas(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, 
     return torch.where(binds, lo, cap), torch.where(binds, lo_div, top)
 
 
-@dataclass
-class CIDResponse:
-    """A response drawn by (bounded) CID with, for each token y_t: ``logp_context`` =
-    log p̄_λ(y_t | D), ``logp_empty`` = log softmax(z(·|∅)/T)(y_t) and the λ used.
+def cid_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDConfig
+               ) -> tuple[float, float | None]:
+    """The λ of one decoding step and, for bounded CID, its ex-post ε: ``config.lam`` (plain
+    CID), or Alg. 1's λ_t (:func:`bounded_lambda` at ``config.temperature``, paper 000, App. B)
+    with 2·max_y |log p̄_λ(y|D) − log p(y|∅)|, a figure about this context alone."""
+    if config.bounded_eps is None:
+        return config.lam, None
+    lam, div = bounded_lambda(z_context, z_empty, config.bounded_eps, config.lam,
+                              config.temperature)
+    return lam, 2.0 * div
 
-    Bounded CID (paper 000, App. B, Alg. 1) adds ``eps``, the ε of each released token: Alg. 1
-    keeps every neighbouring context's distribution within ε/2 of p(·|∅), so each token is
-    ε-DP (Thm B.1) and ``composed_eps`` = (number of released tokens)·ε by basic composition.
-    ``token_eps_ex_post`` = 2·max_y |log p̄_λ(y|D) − log p(y|∅)| per token is a different,
-    per-instance figure about this context D alone (at most ε): it is not a DP guarantee, as a
-    neighbour's divergence is only known to be at most ε/2. ``lambdas`` and the ε figures also
-    cover the stopping EOS when there is one: ending the response is a released choice too."""
 
-    token_ids: list[int]
-    logp_context: list[float]
-    logp_empty: list[float]
-    lambdas: list[float]
-    token_eps_ex_post: list[float] = field(default_factory=list)
-    stopped_on_eos: bool = False
-    eps: float | None = None
-    # the KV cache of the prompt with the context, prefilled alone (generate_cid_many's
-    # keep_context_cache), for n-gram scoring to reuse: never saved
-    context_cache: Any = field(default=None, repr=False, compare=False)
-
-    @property
-    def token_influence(self) -> np.ndarray:
-        """Whole-context (n = |D|) token influence |log p̄_λ(y_t|D) − log p(y_t|∅)| (Def. 3.1)."""
-        return token_influence(self.logp_context, self.logp_empty)
-
-    @property
-    def composed_eps(self) -> float | None:
-        """The ε-DP guarantee of the whole response (bounded CID): ε per released token, summed
-        by basic composition (paper 000, Thm B.1), the stopping EOS included."""
-        return None if self.eps is None else float(self.eps) * len(self.lambdas)
-
-    @property
-    def composed_eps_ex_post(self) -> float | None:
-        """The sum of ``token_eps_ex_post`` (bounded CID): a per-instance figure about D, not
-        the guarantee (see the class docstring)."""
-        return None if self.eps is None else float(sum(self.token_eps_ex_post))
-
-    @property
-    def influence(self) -> float:
-        """Response influence, the sum over tokens (Def. 3.2)."""
-        return response_influence(self.token_influence)
+def cid_combine(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDConfig, *,
+                temperature: float | None = None) -> tuple[torch.Tensor, float, float | None]:
+    """One step of CID (paper 000, Def. 3.4; bounded: App. B, Alg. 1): the step's λ and ex-post
+    ε (:func:`cid_lambda`) and the mixture ``log p̄_λ`` (:func:`cid_logprobs`) at
+    ``temperature`` (default ``config.temperature``; a logits processor returns T = 1 and
+    leaves T to ``generate``'s warper). ``z_context``/``z_empty`` are one step's logits, ``[V]``;
+    plain CID also takes ``[rows, V]`` (one λ for all rows)."""
+    lam, eps_ex_post = cid_lambda(z_context, z_empty, config)
+    t = config.temperature if temperature is None else temperature
+    return cid_logprobs(z_context, z_empty, lam, t), lam, eps_ex_post
 
 
 def generate_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],
                  config: CIDConfig, seed: int, use_cache: bool = True,
-                 sample: bool = True) -> CIDResponse:
+                 sample: bool = True) -> RowLedger:
     """Draw one response by CID from the prompt with the context and the one without it
     (``sample=False``: the most likely token of ``p̄_λ`` at each step, greedy CID)."""
     return generate_cid_many(lm, [(prompt_context, prompt_empty, config, seed)],
@@ -213,63 +191,66 @@ CIDJob = tuple[Sequence[int], Sequence[int], CIDConfig, int]
 
 
 def generate_cid_many(lm: LM, jobs: Sequence[CIDJob], use_cache: bool = True,
-                      sample: bool = True, keep_context_cache: bool = False,
-                      rescored: bool = False) -> list[CIDResponse]:
-    """One CID response per job, the two streams of every job decoded in one batched KV cache
-    (:func:`~ctxleak.engine.generation.generate_many`); each job draws from its own seed, so its
-    response does not depend on the other jobs in the batch (nor, under a batch-invariant
-    policy, do its floats). ``keep_context_cache``: each prompt with the context is prefilled
-    alone and its KV cache kept in ``CIDResponse.context_cache``, so that n-gram scoring need not
-    compute it again. ``rescored``: the caller recomputes the floats by scoring each example's
-    streams itself, so the engine need not replay them."""
-    parts = [_cid_job(full, empty, config, seed, keep_context_cache, replay_floats=not rescored)
-             for full, empty, config, seed in jobs]
+                      sample: bool = True, context_caches: list[Any] | None = None,
+                      rescored: bool = False) -> list[RowLedger]:
+    """One CID response (its ledger, row k for job k) per job, the two streams of every job
+    decoded in one batched KV cache (:func:`~ctxleak.engine.generation.generate_many`); each
+    job draws from its own seed, so its response does not depend on the other jobs in the
+    batch (nor, under a batch-invariant policy, do its floats). ``context_caches``: a list to
+    fill with each job's KV cache of the prompt with the context, prefilled alone, so that
+    n-gram scoring need not compute it again. ``rescored``: the caller recomputes the floats by
+    scoring each example's streams itself, so the engine need not replay them."""
+    keep = context_caches is not None
+    parts = [_cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored)
+             for k, (full, empty, config, seed) in enumerate(jobs)]
     gens = generate_many(lm, [job for job, _ in parts], use_cache=use_cache, sample=sample)
+    if context_caches is not None:
+        context_caches.extend(gen.prompt_caches.get(0) for gen in gens)
     return [finish(gen) for (_, finish), gen in zip(parts, gens)]
 
 
 def replay_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],
-               config: CIDConfig, response: CIDResponse) -> CIDResponse:
+               config: CIDConfig, response: RowLedger) -> RowLedger:
     """``response`` with its floats (log-probs, λ_t and ε of bounded CID) recomputed from this
     example's two prompts alone (:func:`ctxleak.engine.generation.replay`, what a
     batch-invariant run does): the same tokens, and numbers that do not depend on the examples
     decoded with it."""
-    job, finish = _cid_job(prompt_context, prompt_empty, config, 0)
-    gen = Generation(token_ids=list(response.token_ids), stopped_on_eos=response.stopped_on_eos)
-    return finish(replay(lm, job, gen))
+    job, finish = _cid_job(prompt_context, prompt_empty, config, 0, row=response.row)
+    gen = Generation(token_ids=response.response_ids, stopped_on_eos=response.stopped_on_eos)
+    again = finish(replay(lm, job, gen))
+    if not response.stopped_on_eos:
+        return again
+    # the replay draws the first EOS id: the ledger keeps the one the generation drew
+    eos = replace(again.entries[-1], token_id=response.entries[-1].token_id)
+    return replace(again, entries=again.entries[:-1] + (eos,))
 
 
 def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config: CIDConfig,
-             seed: int, keep_context_cache: bool = False, replay_floats: bool = True
-             ) -> tuple[StreamJob, Callable[[Generation], CIDResponse]]:
-    """The stream job of one CID response and the function that reads its result. Each step's
-    record is ``(log p̄_λ(y_t), log p(y_t | no context), λ_t, ε_t)`` (ε_t None unless bounded)."""
-    chosen: dict[str, Any] = {}  # λ_t and ε_t of the current step, from combine to observe
+             seed: int, keep_context_cache: bool = False, row: int = 0,
+             replay_floats: bool = True
+             ) -> tuple[StreamJob, Callable[[Generation], RowLedger]]:
+    """The stream job of one CID response and the function that reads its ledger. Each step's
+    record is its :class:`LedgerEntry`: the drawn token, λ_t, log p̄_λ(y_t), log p(y_t | ∅) and,
+    for bounded CID, ε and the ex-post ε_t."""
+    chosen: dict[str, Any] = {}  # λ_t and ex-post ε_t of the current step, combine to observe
 
     def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()) -> torch.Tensor:
         # masked EOS (``excluded``) stays at MASKED_LOGIT in the λ-mix: probability 0
-        lam, eps = config.lam, None
-        if config.bounded_eps is not None:
-            lam, div = bounded_lambda(logits[0], logits[1], config.bounded_eps, config.lam,
-                                      config.temperature)
-            eps = 2.0 * div
-        chosen["lam"], chosen["eps"] = lam, eps
-        return cid_logprobs(logits[0], logits[1], lam, config.temperature)
+        logprobs, chosen["lam"], chosen["eps"] = cid_combine(logits[0], logits[1], config)
+        return logprobs
 
-    def observe(logits: torch.Tensor, logprobs: torch.Tensor, token: int, step: int):
+    def observe(logits: torch.Tensor, logprobs: torch.Tensor, token: int, step: int
+                ) -> LedgerEntry:
         empty = torch.log_softmax(logits[1] / config.temperature, dim=-1)
-        return float(logprobs[token]), float(empty[token]), chosen["lam"], chosen["eps"]
+        lc, le = float(logprobs[token]), float(empty[token])
+        return LedgerEntry(step=step, token_id=int(token), lam=chosen["lam"], logp_context=lc,
+                           logp_empty=le, influence=float(token_influence(lc, le)),
+                           eps=config.bounded_eps, eps_ex_post=chosen["eps"])
 
-    def finish(gen: Generation) -> CIDResponse:
-        n = len(gen.token_ids)  # influence is over response tokens, not the stopping EOS
-        return CIDResponse(token_ids=gen.token_ids,
-                           logp_context=[r[0] for r in gen.records[:n]],
-                           logp_empty=[r[1] for r in gen.records[:n]],
-                           lambdas=[r[2] for r in gen.records],
-                           token_eps_ex_post=[r[3] for r in gen.records
-                                              if config.bounded_eps is not None],
-                           stopped_on_eos=gen.stopped_on_eos, eps=config.bounded_eps,
-                           context_cache=gen.prompt_caches.get(0))
+    def finish(gen: Generation) -> RowLedger:
+        return RowLedger(row=row, entries=tuple(gen.records), stopped_on_eos=gen.stopped_on_eos,
+                         lam=config.lam, temperature=config.temperature,
+                         bounded_eps=config.bounded_eps)
 
     job = StreamJob([list(prompt_context), list(prompt_empty)], combine, observe, seed,
                     config.max_new_tokens, config.min_new_tokens,

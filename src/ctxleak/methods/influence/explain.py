@@ -59,25 +59,25 @@ def explain_prompt(lm: Any, context: str, query: str, *, task: str = "qa",
     example = InfluenceExample("explain", context, query, None, task)
     parts, dropped = prompt_parts(lm, example, template, reserve=config.max_new_tokens)
     response = generate_cid(lm, parts.full, parts.empty, config, derive_seed(seed, 0))
-    if not response.token_ids:
+    if not response.response_ids:
         raise ConfigError("the model ended its response at once: raise min_new_tokens or try "
                           "another seed", param="min_new_tokens")
-    first = response.token_ids[0]
+    first = response.response_ids[0]
     unigram = next_token_unigram_influence(lm, parts, [], first, lam=config.lam,
                                            temperature=config.temperature,
                                            min_new_tokens=config.min_new_tokens)
     n = min(ngram, len(parts.context))
     spans = windows(len(parts.context), n, stride=1)
-    win = window_influence(lm, parts, response.token_ids, spans, lam=config.lam,
+    win = window_influence(lm, parts, response.response_ids, spans, lam=config.lam,
                            temperature=config.temperature, min_new_tokens=config.min_new_tokens)
     order = np.argsort(-win.per_window)[:top]
     top_rows = [{"rank": k + 1, "tokens": f"{spans[i][0]}-{spans[i][1]}",
                  "n-gram": lm.decode(list(parts.context[spans[i][0]:spans[i][1]])),
                  "influence": float(win.per_window[i])} for k, i in enumerate(order)]
-    summary = {"response": lm.decode(response.token_ids), "response_ids": response.token_ids,
-               "response_tokens": lm.token_strings(response.token_ids),
+    summary = {"response": lm.decode(response.response_ids), "response_ids": response.response_ids,
+               "response_tokens": lm.token_strings(response.response_ids),
                "first_token": lm.decode([first]), "influence": response.influence,
-               "token_influence": response.token_influence.tolist(),
+               "token_influence": response.token_influence,
                "unigram_influence_on_first_token": unigram.tolist(),
                "context_tokens": lm.token_strings(list(parts.context)), "top_ngrams": top_rows,
                "context_truncated_by": dropped}

@@ -4,7 +4,7 @@ example, its token and response influence, n-gram windows, regurgitation and qua
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -13,10 +13,10 @@ from ctxleak.engine.models import LM
 from ctxleak.errors import warn
 from ctxleak.methods.influence.cid import (
     CIDConfig,
-    CIDResponse,
     generate_cid_many,
 )
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
+from ctxleak.methods.influence.ledger import RowLedger
 from ctxleak.methods.influence.metrics import (
     context_token_fraction,
     is_repeat,
@@ -32,7 +32,7 @@ from ctxleak.methods.influence.ngrams import (
     window_influence_many,
     windows,
 )
-from ctxleak.methods.influence.quantities import expected_influence
+from ctxleak.methods.influence.quantities import expected_influence, token_influence
 
 
 @dataclass(frozen=True)
@@ -103,22 +103,21 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     not compute that prefix again (the same numbers; False recomputes it, for benchmarks)."""
     parts = _example_parts(lm, jobs, options)
     rescored = options.ngram is not None and options.bounded_eps is None
+    caches: list[Any] | None = [] if hand_over_prefill and options.ngram is not None \
+        and options.reuse_prefix else None
     responses = generate_cid_many(lm, [(p.full, p.empty, options.cid(setting), seed)
                                        for (p, _), (_, setting, seed) in zip(parts, jobs)],
-                                  keep_context_cache=hand_over_prefill and options.ngram is not None
-                                  and options.reuse_prefix, rescored=rescored)
+                                  context_caches=caches, rescored=rescored)
     if options.ngram is None:
         return [_record(lm, ex, setting, options, seed, p, dropped, response) for
                 (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
-    todo = [k for k, r in enumerate(responses) if r.token_ids]
-    requests, clipped = _window_requests(jobs, parts, responses, todo, options, rescored)
+    todo = [k for k, r in enumerate(responses) if r.response_ids]
+    requests, clipped = _window_requests(jobs, parts, responses, caches, todo, options,
+                                         rescored)
     scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
     if rescored:  # every float of these responses from their own window scoring
         for k, win in zip(todo, scored):
-            r = responses[k]
-            responses[k] = CIDResponse(r.token_ids, [float(x) for x in win.logp_context],
-                                       [float(x) for x in win.logp_empty], r.lambdas,
-                                       stopped_on_eos=r.stopped_on_eos)
+            responses[k] = _with_logprobs(responses[k], win.logp_context, win.logp_empty)
     records = [_record(lm, ex, setting, options, seed, p, dropped, response)
                for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
     for k in clipped:
@@ -142,11 +141,12 @@ def _example_parts(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]]
 
 
 def _window_requests(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                     parts: Sequence[tuple[PromptParts, int]], responses: list[CIDResponse],
-                     todo: Sequence[int], options: InfluenceOptions, with_empty: bool
-                     ) -> tuple[list[WindowRequest], set[int]]:
+                     parts: Sequence[tuple[PromptParts, int]], responses: Sequence[RowLedger],
+                     caches: list[Any] | None, todo: Sequence[int], options: InfluenceOptions,
+                     with_empty: bool) -> tuple[list[WindowRequest], set[int]]:
     """The n-gram scoring request of each response in ``todo`` (n clipped to the context, and
-    which were clipped). Each request takes over its response's handed-over KV cache."""
+    which were clipped). Each request takes over its response's handed-over KV cache
+    (``caches[k]``, when kept)."""
     assert options.ngram is not None
     requests, clipped = [], set()
     for k in todo:
@@ -159,13 +159,14 @@ def _window_requests(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
         # bounded CID: D and every D∖D_i are scored as the mechanism runs on them, each with
         # its own λ_t by Alg. 1 (paper 000, Def. 3.1 with Thm B.1)
         response = responses[k]
-        requests.append(WindowRequest(p, response.token_ids,
+        requests.append(WindowRequest(p, response.response_ids,
                                       windows(len(p.context), n, options.stride),
                                       lam=setting.lam, temperature=setting.temperature,
                                       min_new_tokens=options.min_new_tokens,
-                                      prefix_cache=response.context_cache,
+                                      prefix_cache=caches[k] if caches else None,
                                       bounded_eps=options.bounded_eps, with_empty=with_empty))
-        response.context_cache = None  # the request holds it until scored
+        if caches:
+            caches[k] = None  # the request holds it until scored
     return requests, clipped
 
 
@@ -185,21 +186,19 @@ def _window_fields(request: WindowRequest, win: WindowInfluence, options: Influe
 
 
 def _record(lm: LM, example: InfluenceExample, setting: Setting, options: InfluenceOptions,
-            seed: int, parts: PromptParts, dropped: int, response: CIDResponse
+            seed: int, parts: PromptParts, dropped: int, response: RowLedger
             ) -> dict[str, Any]:
     """The record of one CID response: tokens, per-token log-probs and influence (Def. 3.1-3.2),
     regurgitation and ROUGE-L, bounded-CID ε."""
-    text = lm.decode(response.token_ids)
+    ids = response.response_ids
+    text = lm.decode(ids)
     context_text = lm.decode(list(parts.context))
     record: dict[str, Any] = {
         "setting": setting.key, "lambda": setting.lam, "temperature": setting.temperature,
         "context_tokens": len(parts.context), "context_truncated_by": dropped,
-        "seed": seed, "response": text, "response_ids": response.token_ids,
-        "stopped_on_eos": response.stopped_on_eos,
-        "logp_context": _round(response.logp_context), "logp_empty": _round(response.logp_empty),
-        "token_influence": _round(response.token_influence), "influence": response.influence,
-        "context_token_fraction": context_token_fraction(response.token_ids, parts.context),
-        "repeat": is_repeat(response.token_ids, parts.context, options.repeat_threshold),
+        "seed": seed, "response": text, **response.response_fields(digits=6),
+        "context_token_fraction": context_token_fraction(ids, parts.context),
+        "repeat": is_repeat(ids, parts.context, options.repeat_threshold),
         "rouge_context": rouge_l_f1(text, context_text),
         "rouge_repeat": is_rouge_repeat(text, context_text, options.rouge_threshold),
         "rouge_l": rouge_l_f1(text, example.reference) if example.reference else None,
@@ -207,34 +206,48 @@ def _record(lm: LM, example: InfluenceExample, setting: Setting, options: Influe
         "context_token_strings": lm.token_strings(list(parts.context)),
         "response_token_strings": lm.token_strings(response.token_ids),
     }
-    if options.bounded_eps is not None:
-        # eps, composed_eps: the guarantee (ε per released token, basic composition, paper 000
-        # Thm B.1); the ex-post figures are about this context alone, not a DP guarantee
-        record.update({"eps": options.bounded_eps, "lambdas": _round(response.lambdas),
-                       "composed_eps": response.composed_eps,
-                       "token_eps_ex_post": _round(response.token_eps_ex_post),
-                       "composed_eps_ex_post": response.composed_eps_ex_post})
+    # bounded CID: eps, composed_eps are the guarantee (ε per released token, basic
+    # composition, paper 000 Thm B.1); the ex-post figures are about this context alone
+    record.update(response.eps_fields(digits=6))
     return record
+
+
+def _with_logprobs(response: RowLedger, logp_context: Sequence[float],
+                   logp_empty: Sequence[float]) -> RowLedger:
+    """``response`` with its response tokens' log-probabilities (and so their influence) taken
+    from the example's own scoring passes; the stopping EOS's entry is kept as drawn."""
+    entries = list(response.entries)
+    for t, (lc, le) in enumerate(zip(logp_context, logp_empty)):
+        lc, le = float(lc), float(le)
+        entries[t] = replace(entries[t], logp_context=lc, logp_empty=le,
+                             influence=float(token_influence(lc, le)))
+    return replace(response, entries=tuple(entries))
 
 
 def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
     """The summary of one setting: expected influence with a bootstrap interval, regurgitation
-    counts, ROUGE-L, the per-position curve and, for n-gram runs, the per-window curve."""
+    counts, ROUGE-L, the per-position curve and, for n-gram runs, the per-window curve.
+
+    Records that do not know their context (a ledger's, :meth:`RowLedger.to_record
+    <ctxleak.methods.influence.ledger.RowLedger.to_record>`) give ``None`` for the
+    regurgitation counts and the mean context size."""
     infl = [r["influence"] for r in records]
     rouge = [r["rouge_l"] for r in records if r.get("rouge_l") is not None]
     first = records[0] if records else {}
+    knows_context = all("context_tokens" in r for r in records)
     out: dict[str, Any] = {
         "setting": first.get("setting"), "lambda": first.get("lambda"),
         "temperature": first.get("temperature"), "n": len(records),
         "influence": expected_influence(infl, seed=seed),
         "mean_tokens": float(np.mean([len(r["response_ids"]) for r in records])) if records
         else None,
-        "repeat_prompts": int(sum(r["repeat"] for r in records)),
-        "rouge_prompts": int(sum(r["rouge_repeat"] for r in records)),
+        "repeat_prompts": int(sum(r["repeat"] for r in records)) if knows_context else None,
+        "rouge_prompts": int(sum(r["rouge_repeat"] for r in records)) if knows_context
+        else None,
         "rouge_l": mean_with_ci(rouge, seed=seed) if rouge else None,
         "per_position_influence": mean_curve([r["token_influence"] for r in records]),
         "mean_context_tokens": float(np.mean([r["context_tokens"] for r in records]))
-        if records else None,
+        if records and knows_context else None,
         # contexts cut to the model's window, and n-grams clipped to the context (SPEC §9)
         "truncated_contexts": sum(1 for r in records if r.get("context_truncated_by")),
         "context_tokens_cut": int(sum(r.get("context_truncated_by") or 0 for r in records)),

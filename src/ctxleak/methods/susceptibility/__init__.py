@@ -1,26 +1,26 @@
 """Susceptibility to context: Monte Carlo (Du et al. 2024) and Fisher (paper 002), SPEC §6."""
 
 from ctxleak.methods.susceptibility.contexts import (
+    CONTEXT_SCOPES,
+    ContextSample,
     QueryContexts,
+    context_pool,
+    dedupe_contexts,
+    other_entities,
+    pool_entities,
     query_contexts,
     query_pools,
     recorded_contexts,
+    sample_context_mix,
+    sample_contexts,
 )
 from ctxleak.methods.susceptibility.data import (
-    CONTEXT_SCOPES,
     QUERY_TYPES,
-    ContextSample,
     Query,
     Relation,
     build_queries,
-    context_pool,
-    dedupe_contexts,
     load_relations,
-    other_entities,
     parse_query_types,
-    pool_entities,
-    sample_context_mix,
-    sample_contexts,
 )
 from ctxleak.methods.susceptibility.fisher import (
     FisherResult,

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ctxleak.errors import ConfigError
-
-if TYPE_CHECKING:
-    from ctxleak.methods.susceptibility.data import Query, Relation
+from ctxleak.methods.susceptibility.data import Query, Relation, unique
 
 CONTEXT_SCOPES = ("mix", "query", "relation", "all")
 
@@ -42,11 +40,6 @@ class ContextSample:
     @property
     def n_draws(self) -> int:
         return int(self.counts.sum())
-
-
-def unique(values: Sequence[str] | Any) -> list[str]:
-    """The values without repeats, in order of first appearance."""
-    return list(dict.fromkeys(values))
 
 
 # ---------------------------------------------------------------------------------------------

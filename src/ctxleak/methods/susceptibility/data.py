@@ -22,8 +22,7 @@ real entity asks about its true answer; one about a made-up entity asks about a 
 picked deterministically from the relation's answers (Du et al. need one; the paper does not say
 which).
 
-Contexts and their sampling: :mod:`ctxleak.methods.susceptibility.contexts` (its names are
-also importable from here).
+Contexts and their sampling: :mod:`ctxleak.methods.susceptibility.contexts`.
 """
 
 from __future__ import annotations
@@ -38,21 +37,14 @@ from typing import Any
 import numpy as np
 
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.methods.susceptibility.contexts import (  # noqa: F401 - re-exported
-    CONTEXT_SCOPES,
-    ContextSample,
-    check_context_mix,
-    context_pool,
-    dedupe_contexts,
-    other_entities,
-    pool_entities,
-    sample_context_mix,
-    sample_contexts,
-)
-from ctxleak.methods.susceptibility.contexts import unique as _unique
 from ctxleak.run.records import check_input_file, demo_path, id_key, parse_json
 
 QUERY_TYPES = ("closed", "open_qa", "open_completion")
+
+
+def unique(values: Sequence[str] | Any) -> list[str]:
+    """The values without repeats, in order of first appearance."""
+    return list(dict.fromkeys(values))
 DEMO_FILE = "relations.json"
 
 
@@ -209,7 +201,7 @@ def _ctxleak_relation(item: Any, i: int, file: str) -> Relation:
     _no_repeats(fakes, w("fake_entities"), "", file)
     answers = _string_list(item.get("answers"), w("answers"), file)
     return Relation(name=name, queries=queries, context_templates=[context],
-                    entities=entities, fake_entities=fakes, answers=_unique(answers))
+                    entities=entities, fake_entities=fakes, answers=unique(answers))
 
 
 def _no_repeats(names: Sequence[str], where: str, suffix: str, file: str) -> None:
@@ -260,8 +252,8 @@ def _yago_relation(name: str, item: dict[str, Any], file: str) -> Relation:
     key = "gpt_fake_entities" if item.get("gpt_fake_entities") else "fake_entities"
     fakes = _string_list(item.get(key, []), w(key), file, allow_empty=True)
     return Relation(name=name, queries=queries, context_templates=templates,
-                    entities=list(seen.items()), fake_entities=_unique(fakes),
-                    answers=_unique(seen.values()))
+                    entities=list(seen.items()), fake_entities=unique(fakes),
+                    answers=unique(seen.values()))
 
 
 # ---------------------------------------------------------------------------------------------

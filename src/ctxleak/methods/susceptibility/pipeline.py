@@ -16,13 +16,15 @@ import numpy as np
 from ctxleak.engine.forward import PrefixKV
 from ctxleak.engine.models import LM
 from ctxleak.errors import ConfigError, warn
-from ctxleak.methods.susceptibility.contexts import query_contexts
-from ctxleak.methods.susceptibility.data import (
+from ctxleak.methods.susceptibility.contexts import (
     CONTEXT_SCOPES,
+    check_context_mix,
+    query_contexts,
+)
+from ctxleak.methods.susceptibility.data import (
     QUERY_TYPES,
     Query,
     Relation,
-    check_context_mix,
 )
 from ctxleak.methods.susceptibility.fisher import (
     FISHER_TRUNCATIONS,
