@@ -273,7 +273,8 @@ def shared_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
     return max(n, 0)
 
 
-def _prefill_shared(lm: LM, seqs: Sequence[Sequence[int]], shared: int, pad: int):
+def _prefill_shared(lm: LM, seqs: Sequence[Sequence[int]], shared: int, pad: int
+                    ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
     """Prefill: the shared prefix once (batch 1), its cache repeated for every stream, then each
     stream's own tokens left-padded after it. The padding sits between the prefix and the
     stream's tokens, masked out; position ids carry on from the prefix without gaps."""
@@ -316,7 +317,8 @@ def shared_prefill_pays(seqs: Sequence[Sequence[int]], shared: int) -> bool:
 
 
 def _prefill_buckets(lm: LM, seqs: Sequence[Sequence[int]], pad: int,
-                     alone: dict[int, Any] | None = None):
+                     alone: dict[int, Any] | None = None
+                     ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
     """Prefill of left-padded rows, rows of similar length together: CID's prompt without the
     context is much shorter than the one with it, and padding it to the longest would compute
     the padding (a third of the positions on the demo set). Each bucket is left-padded to its
@@ -346,7 +348,7 @@ def _prefill_buckets(lm: LM, seqs: Sequence[Sequence[int]], pad: int,
         parts.append(hidden[:, -1:])
         caches.append(cache)
     merged = copy.deepcopy(caches[0]) if buckets[0][0] in own else caches[0]
-    layers = [getattr(c, "layers", None) for c in caches]
+    layers: list[Any] = [getattr(c, "layers", None) for c in caches]
     if any(ls is None or any(not hasattr(layer, "keys") or getattr(layer, "is_sliding", False)
                              for layer in ls) for ls in layers):
         hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=True)  # unknown cache type

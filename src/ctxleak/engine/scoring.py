@@ -17,7 +17,7 @@ them, ordered by prefix length.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -47,7 +47,7 @@ logits (paper 000, Def. 3.4), applied before the log-softmax."""
 def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
                     consume: Callable[[int, torch.Tensor], object], *, reuse_prefix: bool,
                     batch_size: str | int | None, groups: Sequence[int] | None = None,
-                    prefix_caches: Mapping[int, Any] | None = None) -> list:
+                    prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
     """Hidden states of ``seqs[i]`` at positions ``starts[i] .. len(seqs[i]) - 1``, handed to
     ``consume(i, hidden[n_i, d])``; returns the consumed results in request order.
 
@@ -98,7 +98,7 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
     cached = [group[i] in ref_caches and (prefix[i] >= MIN_REUSE_TOKENS or not mergeable)
               for i in range(len(seqs))]
 
-    def run_batch(batch: list[int]) -> list:
+    def run_batch(batch: list[int]) -> list[Any]:
         shared = min(prefix[i] for i in batch)
         ref_cache = ref_caches.get(group[batch[0]])
         with torch.inference_mode():
@@ -155,16 +155,16 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
     return planner.run(costs, run_batch, order=order, joins=joins)
 
 
-def _plain_layers(cache) -> bool:
+def _plain_layers(cache: Any) -> bool:
     """Whether ``cache`` is per-layer key/value tensors ``[batch, heads, length, dim]`` that can
     be cut and padded (no sliding-window layer, which counts slots rather than positions)."""
-    layers = getattr(cache, "layers", None)
+    layers: Any = getattr(cache, "layers", None)
     return bool(layers) and all(hasattr(layer, "keys") and not getattr(layer, "is_sliding", False)
                                 for layer in layers)
 
 
 def _forward_after_own_prefixes(lm: LM, seqs: Sequence[Sequence[int]], prefixes: Sequence[int],
-                                refs: Sequence[object], pad: int) -> torch.Tensor:
+                                refs: Sequence[Any], pad: int) -> torch.Tensor:
     """Hidden states of ``seqs[r][prefixes[r]:]`` for each row r, its first ``prefixes[r]``
     positions taken from the cache ``refs[r]`` (its example's reference prompt): the rows' cached
     prefixes are left-padded with zeros to the longest (masked out), their own tokens
@@ -238,9 +238,9 @@ def continuation_logprobs(lm: LM, prompts: Sequence[Sequence[int]],
     (first of its group, when ``groups`` names the example of each prompt).
     """
     if continuations and isinstance(continuations[0], (int, np.integer)):
-        conts = [list(continuations)] * len(prompts)  # type: ignore[list-item]
+        conts = [list(cast(Sequence[int], continuations))] * len(prompts)
     else:
-        conts = [list(c) for c in continuations]  # type: ignore[union-attr]
+        conts = [list(c) for c in cast(Sequence[Sequence[int]], continuations)]
     if len(conts) != len(prompts):
         raise ValueError("need one continuation per prompt, or one shared continuation")
     for i, p in enumerate(prompts):
@@ -273,7 +273,7 @@ def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
                         reuse_prefix: bool = True, batch_size: str | int | None = "auto",
                         reduce: Callable[[int, torch.Tensor], object],
                         groups: Sequence[int] | None = None,
-                        prefix_caches: Mapping[int, Any] | None = None) -> list:
+                        prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
     """Raw float64 logits ``[T, V]`` at each continuation position, reduced per prompt by
     ``reduce(i, logits)`` so that full-vocabulary tensors never pile up.
 
@@ -282,15 +282,15 @@ def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
     within an example, against its first prompt). ``prefix_caches``: the first prompt's KV cache
     of a group when already computed (see :func:`_forward_ranges`)."""
     if continuation and not isinstance(continuation[0], (int, np.integer)):
-        conts = [list(c) for c in continuation]  # type: ignore[union-attr]
+        conts = [list(c) for c in cast(Sequence[Sequence[int]], continuation)]
     else:
-        conts = [list(continuation)] * len(prompts)  # type: ignore[list-item]
+        conts = [list(cast(Sequence[int], continuation))] * len(prompts)
     if len(conts) != len(prompts):
         raise ValueError("need one continuation per prompt, or one shared continuation")
     seqs = [list(p) + c for p, c in zip(prompts, conts)]
     starts = [len(p) - 1 for p in prompts]
 
-    def consume(i: int, hidden: torch.Tensor):
+    def consume(i: int, hidden: torch.Tensor) -> object:
         hidden = hidden[:len(conts[i])]
         logits = torch.cat([head_logits(lm, hidden[k:k + HEAD_CHUNK]).double()
                             for k in range(0, hidden.shape[0], HEAD_CHUNK)])

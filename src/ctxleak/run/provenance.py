@@ -7,6 +7,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from ctxleak.engine.models import LM
+
 
 def _version(dist: str) -> str | None:
     try:
@@ -15,7 +17,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def provenance(lm=None, **extra: Any) -> dict[str, Any]:
+def provenance(lm: LM | None = None, **extra: Any) -> dict[str, Any]:
     """Versions of ctxleak, torch and transformers, the Python and platform, and the model's
     id, source, revision or file hash, dtype and device."""
     from ctxleak import __version__

@@ -236,6 +236,8 @@ def _wall_time(results_path: Path) -> float | None:
     import json
 
     try:
-        return json.loads(Path(results_path).read_text(encoding="utf-8")).get("wall_time_s")
+        wall: float | None = json.loads(Path(results_path).read_text(encoding="utf-8")
+                                        ).get("wall_time_s")
+        return wall
     except (OSError, ValueError):
         return None
