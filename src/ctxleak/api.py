@@ -139,5 +139,5 @@ def influence_explain(model: Any = "default", context: str = "", query: str = ""
         report.save(run.path / "report.html", mode=run.file_mode)
     result = ExplainResult(records=[], summary=summary, config=run.config, provenance=prov,
                            path=run.path, n_effective=1, html=report.render())
-    result.curve = curve
+    result.curve = curve  # type: ignore[attr-defined]  # explain's extra (not a Result field)
     return result

@@ -213,7 +213,7 @@ def _warning_printer(argv: list[str]) -> Callable[..., None]:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. ``--config FILE.yaml`` supplies defaults for any flag of the command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    session = sys.modules.get("ctxleak.run.runner")
+    session: Any = sys.modules.get("ctxleak.run.runner")
     if session is not None:  # a new command (tests run several in one process)
         session._CURRENT_RUN = None
     debug = _pop_flag(argv, "--debug") or os.environ.get("CTXLEAK_DEBUG") == "1"

@@ -23,4 +23,4 @@ def register(app: typer.Typer) -> None:
 
         result = compare(runs, output=output or default_output())
         result.show()
-        typer.echo(f"report: {result.path / 'report.html'}")
+        typer.echo(f"report: {result.path / 'report.html'}")  # type: ignore[operator]  # saved

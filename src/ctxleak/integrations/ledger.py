@@ -79,7 +79,7 @@ class RowLedger:
         context alone, not a DP guarantee."""
         if self.bounded_eps is None:
             return None
-        return [float(e.eps_ex_post) for e in self.entries]
+        return [float(e.eps_ex_post) for e in self.entries]  # type: ignore[arg-type]  # bounded
 
     @property
     def composed_eps(self) -> float | None:
@@ -154,9 +154,11 @@ def ledger_result(ledger: tuple[RowLedger, ...] | list[RowLedger],
         "per_position_influence": mean_curve([r.token_influence for r in rows]),
     }
     if first.bounded_eps is not None:
-        setting["composed_eps"] = mean_with_ci([float(r.composed_eps) for r in rows], seed=seed)
+        setting["composed_eps"] = mean_with_ci([float(r.composed_eps)  # type: ignore[arg-type]
+                                                for r in rows], seed=seed)
         setting["composed_eps_ex_post"] = mean_with_ci(
-            [float(r.composed_eps_ex_post) for r in rows], seed=seed)
+            [float(r.composed_eps_ex_post) for r in rows],  # type: ignore[arg-type]  # bounded
+            seed=seed)
         setting["mean_lambda"] = float(np.mean([np.mean(r.lambdas) for r in rows if r.lambdas]))
     config = {"command": "influence", "source": "ContextInfluenceProcessor (generate)",
               "lambda": first.lam, "temperature": first.temperature,

@@ -199,7 +199,8 @@ def _short(s: dict[str, Any]) -> tuple[str, str, str]:
         probe = "black-box"  # the comparison on the white-box held-out subjects
     elif s["mode"] == "canary" and variant.startswith("base"):
         probe = "canary base"
-    group = {"inserted-vs-inserted": "ins. vs ins."}.get(s.get("group"), s.get("group") or "all")
+    short: dict[Any, str] = {"inserted-vs-inserted": "ins. vs ins."}
+    group = short.get(s.get("group"), s.get("group") or "all")
     pii = s["pii_type"] + ("" if s["structure"] in (s["pii_type"], "twins", "relation")
                            else f" ({s['structure']})")
     return probe, group, pii

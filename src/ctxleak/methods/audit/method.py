@@ -93,7 +93,7 @@ class AuditMethod(Method):
         from ctxleak.results import AuditResult
 
         super().__init__(common)
-        self.result_class = AuditResult
+        self.result_class = AuditResult  # type: ignore[misc]  # set here to dodge an import loop
         self.audit = audit_config(**params)
         self.text_field, self.label_field = text_field, label_field
         self.t0 = time.time()

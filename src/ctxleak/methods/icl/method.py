@@ -65,7 +65,7 @@ class ICLInfMethod(Method):
         from ctxleak.results import ICLInfResult
 
         super().__init__(common)
-        self.result_class = ICLInfResult
+        self.result_class = ICLInfResult  # type: ignore[misc]  # set here to dodge an import loop
         self.shots = parse_shots(shots)
         self.icl = ICLConfig(output_spaces=resolve_spaces(output_space),
                              calibration=resolve_calibration(calibrate, calibration),

@@ -58,7 +58,7 @@ class InfluenceMethod(Method):
         from ctxleak.results import InfluenceResult
 
         super().__init__(common)
-        self.result_class = InfluenceResult
+        self.result_class = InfluenceResult  # type: ignore[misc]  # set here to dodge an import loop
         from ctxleak.run.validate import (
             check_limit,
             check_nonempty,

@@ -165,7 +165,8 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
         if k in from_windows:
             r = responses[k]
             responses[k] = CIDResponse(r.token_ids, [float(x) for x in win.logp_context],
-                                       [float(x) for x in win.logp_empty], r.lambdas,
+                                       [float(x) for x in win.logp_empty],  # type: ignore[union-attr]
+                                       r.lambdas,
                                        stopped_on_eos=r.stopped_on_eos)
     records = [_record(lm, ex, setting, options, seed, p, dropped, response)
                for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]

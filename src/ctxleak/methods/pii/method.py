@@ -56,7 +56,7 @@ class ProbeMethod(Method):
         from ctxleak.results import ProbeResult
 
         super().__init__(common)
-        self.result_class = ProbeResult
+        self.result_class = ProbeResult  # type: ignore[misc]  # set here to dodge an import loop
         if mode is None:
             mode = "" if canary is not None else "black-box"
         if not isinstance(mode, str):

@@ -35,7 +35,7 @@ class SusceptibilityMethod(Method):
         from ctxleak.results import SusceptibilityResult
 
         super().__init__(common)
-        self.result_class = SusceptibilityResult
+        self.result_class = SusceptibilityResult  # type: ignore[misc]  # set here to dodge an import loop
         self.options = SusceptibilityOptions(
             method=method, n_contexts=contexts, top_k=top_k, sigma2=sigma2,
             reference=reference, fisher_vocab=fisher_vocab, fisher_truncation=fisher_truncation,
