@@ -6,6 +6,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from types import FrameType
 
 
 class CtxleakError(Exception):
@@ -48,7 +49,7 @@ class ConfigError(CtxleakError):
         super().__init__(message)
 
 
-def flag_message(exc: CtxleakError, flags: dict[str, str]) -> str:
+def flag_message(exc: CtxleakError | CtxleakWarning, flags: dict[str, str]) -> str:
     """``exc``'s message with parameter names replaced by the CLI flags in ``flags``
     (``{"lam": "--lambda"}``): the first mention of ``exc.param`` and every ``name=`` of
     ``exc.param`` and ``exc.also`` (``label_scoring='full'`` -> ``--label-scoring='full'``;
@@ -101,7 +102,8 @@ def warn(message: str, param: str | None = None) -> None:
     """Issue a :class:`CtxleakWarning` attributed to the first caller outside the ctxleak
     package (the user's own line), never to an internal source line."""
     package = str(Path(__file__).resolve().parent) + os.sep
-    level, frame = 2, sys._getframe(1)
+    level = 2
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(
             package):
         level, frame = level + 1, frame.f_back

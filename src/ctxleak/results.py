@@ -10,6 +10,7 @@ a run directory, and ``_repr_html_`` renders a compact summary in Jupyter.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,7 +199,7 @@ class ExplainResult(Result):
     title = "Most influential context n-grams"
 
 
-def load_result(directory: str | Path) -> Result:
+def load_result(directory: str | os.PathLike[str]) -> Result:
     """Read back any run directory (written by the CLI or the API) as its typed Result.
 
     What is loaded is checked, each problem an :class:`InputError` naming the file, line and

@@ -21,7 +21,7 @@ def api_options(common: RunOptions) -> dict[str, Any]:
     return {k: v for k, v in common.to_dict().items() if k != "model"}
 
 
-_COMMON: list[tuple[str, type, Any]] = [
+_COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
     ("model", str, typer.Option(
         "default", "--model", "-m", help="'default' (SmolLM2-135M-Instruct), 'gemma-270m', a "
         "Hugging Face id, a local model directory or a .gguf file.", rich_help_panel="Model")),
@@ -89,15 +89,3 @@ def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     wrapper.__signature__ = sig.replace(parameters=positional + keyword + extra)  # type: ignore
     return wrapper
 
-
-def parse_float_list(value: str | float | None, flag: str) -> list[float]:
-    """``"0.5,1,1.5"`` -> ``[0.5, 1.0, 1.5]`` with an error naming the flag."""
-    from ctxleak.run.options import float_list
-
-    return float_list(value, flag)
-
-
-def parse_int_list(value: str | int | None, flag: str) -> list[int]:
-    from ctxleak.run.options import int_list
-
-    return int_list(value, flag)

@@ -16,11 +16,14 @@ import sys
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
 from ctxleak.engine.batch_size import check_batch_size
+
+if TYPE_CHECKING:  # models imports this module (BatchPolicy)
+    from ctxleak.engine.models import LM
 
 T = TypeVar("T")
 
@@ -129,7 +132,7 @@ class BatchPlanner:
         """
         n = len(costs)
         order = list(order) if order is not None else sorted(range(n), key=lambda i: -costs[i])
-        results: list = [None] * n
+        results: list[Any] = [None] * n
         start = 0
         while start < n:
             batch = self._take(order, start, costs, joins)
@@ -167,7 +170,7 @@ class BatchPlanner:
         return batch
 
 
-def planner_for(lm, batch_size: str | int | None = "auto") -> BatchPlanner:
+def planner_for(lm: LM, batch_size: str | int | None = "auto") -> BatchPlanner:
     """The model's shared planner for ``auto`` (so back-off is remembered), or a fixed one."""
     fixed = parse_batch_size(batch_size)
     if fixed is not None:
@@ -175,7 +178,7 @@ def planner_for(lm, batch_size: str | int | None = "auto") -> BatchPlanner:
     planner = getattr(lm, "_auto_planner", None)
     if planner is None:
         planner = BatchPlanner(None, str(lm.device.type))
-        lm._auto_planner = planner
+        lm._auto_planner = planner  # type: ignore[attr-defined]  # kept with the model it sized
     return planner
 
 

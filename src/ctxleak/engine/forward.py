@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -23,7 +24,8 @@ def pad_id(lm: LM) -> int:
     return 0
 
 
-def left_pad(seqs: Sequence[Sequence[int]], pad: int, device) -> tuple[torch.Tensor, ...]:
+def left_pad(seqs: Sequence[Sequence[int]], pad: int, device: torch.device | str
+             ) -> tuple[torch.Tensor, ...]:
     """Left-padded ids, attention mask and position ids (0 at each sequence's first real token)."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad, dtype=torch.long)
@@ -36,8 +38,8 @@ def left_pad(seqs: Sequence[Sequence[int]], pad: int, device) -> tuple[torch.Ten
     return ids.to(device), mask.to(device), positions.to(device)
 
 
-def right_pad(seqs: Sequence[Sequence[int]], pad: int, device, offset: int = 0
-              ) -> tuple[torch.Tensor, ...]:
+def right_pad(seqs: Sequence[Sequence[int]], pad: int, device: torch.device | str,
+              offset: int = 0) -> tuple[torch.Tensor, ...]:
     """Right-padded ids, their mask and position ids starting at ``offset`` (a cached prefix)."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad, dtype=torch.long)
@@ -50,8 +52,11 @@ def right_pad(seqs: Sequence[Sequence[int]], pad: int, device, offset: int = 0
     return ids.to(device), mask.to(device), positions.contiguous().to(device)
 
 
-def hidden_states(lm: LM, input_ids=None, attention_mask=None, position_ids=None, cache=None,
-                  use_cache: bool = False, inputs_embeds=None):
+def hidden_states(lm: LM, input_ids: torch.Tensor | None = None,
+                  attention_mask: torch.Tensor | None = None,
+                  position_ids: torch.Tensor | None = None, cache: Any = None,
+                  use_cache: bool = False, inputs_embeds: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, Any]:
     """Last hidden states of the base model (no LM head) and the updated KV cache."""
     out = lm.model.base_model(input_ids=input_ids, inputs_embeds=inputs_embeds,
                               attention_mask=attention_mask, position_ids=position_ids,
@@ -61,14 +66,14 @@ def hidden_states(lm: LM, input_ids=None, attention_mask=None, position_ids=None
 
 def head_logits(lm: LM, hidden: torch.Tensor) -> torch.Tensor:
     """LM-head logits for the given hidden states, with the model's final soft-capping if any."""
-    logits = lm.model.get_output_embeddings()(hidden)
+    logits: torch.Tensor = lm.model.get_output_embeddings()(hidden)
     cap = getattr(lm.model.config, "final_logit_softcapping", None)
     if cap:
         logits = torch.tanh(logits / cap) * cap
     return logits
 
 
-def expand_cache(cache, length: int, batch: int):
+def expand_cache(cache: Any, length: int, batch: int) -> Any:
     """A copy of a batch-1 KV cache cut to its first ``length`` positions and repeated ``batch``
     times (the shared prefix of a batch of prompt variants)."""
     new = copy.deepcopy(cache)
@@ -92,10 +97,10 @@ class PrefixKV:
     def __init__(self, lm: LM, size: int = 4) -> None:
         self.lm = lm
         self.size = size
-        self._store: dict[tuple[int, ...], object] = {}
+        self._store: dict[tuple[int, ...], Any] = {}
         self.hits = 0
 
-    def get(self, ids: Sequence[int]):
+    def get(self, ids: Sequence[int]) -> Any:
         """A fresh batch-1 cache holding ``ids`` (the caller may extend it)."""
         key = tuple(int(i) for i in ids)
         if key in self._store:

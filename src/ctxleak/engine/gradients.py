@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -54,7 +55,8 @@ def input_embeddings(lm: LM, ids: Sequence[int]) -> torch.Tensor:
     """The embeddings the model itself feeds its first layer (with any embedding scale it
     applies inside its embedding module, as Gemma does)."""
     tensor = torch.as_tensor([list(ids)], dtype=torch.long, device=lm.device)
-    return lm.model.get_input_embeddings()(tensor)[0]
+    embeds: torch.Tensor = lm.model.get_input_embeddings()(tensor)[0]
+    return embeds
 
 
 def next_token_log_distribution(lm: LM, embeds: torch.Tensor) -> torch.Tensor:
@@ -103,7 +105,7 @@ def next_token_embedding_grads(lm: LM, prompt: Sequence[int], span: tuple[int, i
                               full_logprobs=logp.detach().cpu(), span=(start, end))
 
 
-def _log_distribution_after(lm: LM, embeds: torch.Tensor, cache, offset: int) -> torch.Tensor:
+def _log_distribution_after(lm: LM, embeds: torch.Tensor, cache: Any, offset: int) -> torch.Tensor:
     """``log p(· | cached prefix, embeds)`` (float64); ``embeds`` start at position ``offset``."""
     mask = torch.ones((1, offset + embeds.shape[0]), dtype=torch.long, device=embeds.device)
     pos = torch.arange(offset, offset + embeds.shape[0], device=embeds.device)[None]
@@ -199,5 +201,5 @@ def _grads_group(lm: LM, prompts: Sequence[Sequence[int]], spans: Sequence[tuple
             [g[None] for g in torch.autograd.grad(selected[:, 0].sum(), wrts)]
     return [EmbeddingGradients(token_ids=chosen[r].cpu(), logprobs=selected[r].detach().cpu(),
                                grads=grads[r].detach().double().cpu(),
-                               full_logprobs=logp[r].detach().cpu(), span=tuple(spans[r]))
+                               full_logprobs=logp[r].detach().cpu(), span=(spans[r][0], spans[r][1]))
             for r in range(rows)]

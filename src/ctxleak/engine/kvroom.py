@@ -11,6 +11,8 @@ with ``torch.cat``: only where they live in memory changes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 try:  # transformers >= 4.56: caches made of per-layer objects
@@ -21,16 +23,20 @@ except ImportError:  # pragma: no cover - older transformers keep plain per-laye
 
 if DynamicLayer is not None:
 
-    class RoomyLayer(DynamicLayer):  # type: ignore[misc,valid-type]
+    class RoomyLayer(DynamicLayer):
         """A ``DynamicLayer`` whose ``keys``/``values`` are the first positions of preallocated
         buffers ``[batch, heads, capacity, head_dim]``. Out of room (or after anything replaced
         ``keys``), the next update moves the cache into a new buffer with room again."""
+
+        keys: torch.Tensor  # set from the first update on (give_room takes initialised layers)
+        values: torch.Tensor
 
         def __init__(self, layer: DynamicLayer, room: int) -> None:
             super().__init__()
             self.__dict__.update({k: v for k, v in vars(layer).items()
                                   if k not in ("keys", "values")})
             self.room = max(int(room), 1)
+            assert layer.keys is not None and layer.values is not None  # give_room checked
             self._seat(layer.keys, layer.values, self.room)
 
         def _seat(self, keys: torch.Tensor, values: torch.Tensor, room: int) -> None:
@@ -46,8 +52,8 @@ if DynamicLayer is not None:
             self.values = self._vbuf[..., :n, :]
             self._seen = (self.keys, self.values)
 
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
             n, q = self.keys.shape[-2], key_states.shape[-2]
             if (self.keys is not self._seen[0] or self.values is not self._seen[1]
                     or n + q > self._kbuf.shape[-2]):
@@ -66,7 +72,7 @@ if DynamicLayer is not None:
             self._set(n)
 
 
-def give_room(cache, room: int) -> bool:
+def give_room(cache: Any, room: int) -> bool:
     """Give every layer of a prefilled ``DynamicCache`` room for ``room`` more positions, in
     place. Caches of other kinds (sliding windows, quantised, older transformers) are left as
     they are; returns whether the cache was changed."""

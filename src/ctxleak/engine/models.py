@@ -18,11 +18,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.model_files import check_model_dir, fingerprint, safetensors_header
 from ctxleak.errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported where a model loads (``ctxleak --help`` stays quick)
+    import torch
 
 DEFAULT_MODEL = "default"
 
@@ -138,9 +141,10 @@ class LM:
     batching: BatchPolicy = field(default_factory=BatchPolicy, repr=False, compare=False)
 
     @property
-    def device(self):
+    def device(self) -> torch.device:
         """Where inputs go: the input embeddings' device (the first one under a device map)."""
-        return self.model.get_input_embeddings().weight.device
+        device: torch.device = self.model.get_input_embeddings().weight.device
+        return device
 
     @property
     def vocab_size(self) -> int:
@@ -159,7 +163,7 @@ class LM:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def token_strings(self, ids: list[int]) -> list[str]:
         """Each id decoded on its own (for heatmaps)."""
@@ -217,7 +221,7 @@ def _check_cuda(device: str, index: str | None) -> None:
                           f"0 to {count - 1}", param="device")
 
 
-def resolve_dtype(dtype: str, device: str):
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
     import torch
 
     if dtype == "auto":
@@ -255,7 +259,7 @@ def _gguf_cache_dir(gguf: Path) -> tuple[Path, dict[str, Any]]:
     return cache_root() / "converted" / name, {"size": st.st_size}
 
 
-def hf_state_dict(model) -> dict[str, Any]:
+def hf_state_dict(model: Any) -> dict[str, Any]:
     """``model``'s tensors as the Hugging Face layout stores them: each tensor once, a tied
     output head under the input embedding's name (``model.embed_tokens.weight``, not
     ``lm_head.weight``), contiguous, on the CPU."""
@@ -502,7 +506,7 @@ def _check_hub_offline(model_id: str, revision: str | None) -> None:
                           "once with network, or give a local model folder")
 
 
-def _from_pretrained(name_or_path: str, load_from: str, kwargs: dict[str, Any], torch_dtype,
+def _from_pretrained(name_or_path: str, load_from: str, kwargs: dict[str, Any], torch_dtype: torch.dtype,
                      device_map: str | None) -> tuple[Any, Any]:
     """transformers' tokenizer and model from ``load_from``; its many failure types (a
     corrupt file, an unknown architecture, a missing tokenizer, no network) become one line."""
@@ -522,7 +526,7 @@ def _from_pretrained(name_or_path: str, load_from: str, kwargs: dict[str, Any], 
     return tokenizer, model
 
 
-def _place(model, device: str, torch_dtype) -> None:
+def _place(model: Any, device: str, torch_dtype: torch.dtype) -> None:
     """Move ``model`` to ``device``; a dtype the device cannot hold is a ConfigError."""
     try:
         model.to(device)
@@ -532,7 +536,7 @@ def _place(model, device: str, torch_dtype) -> None:
                           f"{_one_line(exc)}; try dtype='float32'", param="dtype") from None
 
 
-def bos_convention(tokenizer) -> list[int]:
+def bos_convention(tokenizer: Any) -> list[int]:
     """The ids the tokenizer itself puts before a text (its BOS convention), usually [] or [bos]."""
     with_special = list(tokenizer("a", add_special_tokens=True)["input_ids"])
     without = list(tokenizer("a", add_special_tokens=False)["input_ids"])
@@ -541,7 +545,7 @@ def bos_convention(tokenizer) -> list[int]:
     return []
 
 
-def eos_ids(tokenizer, model) -> list[int]:
+def eos_ids(tokenizer: Any, model: Any) -> list[int]:
     """All ids that end a response: the tokenizer's EOS and the generation config's."""
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:
@@ -555,7 +559,7 @@ def eos_ids(tokenizer, model) -> list[int]:
     return sorted(ids)
 
 
-def from_objects(model, tokenizer, name: str = "in-memory", chat_template: bool = False) -> LM:
+def from_objects(model: Any, tokenizer: Any, name: str = "in-memory", chat_template: bool = False) -> LM:
     """Wrap an already built model and tokenizer (tests, notebooks) as an :class:`LM`."""
     model.eval()
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")

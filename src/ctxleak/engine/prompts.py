@@ -38,7 +38,7 @@ def template_fields(template: str) -> list[str]:
 def chat_wrapper(lm: LM) -> tuple[list[int], list[int]]:
     """Ids before and after a single user message in the model's chat template (with the
     assistant header after it), found by rendering the template around a sentinel."""
-    cached = getattr(lm, "_chat_wrapper", None)
+    cached: tuple[list[int], list[int]] | None = getattr(lm, "_chat_wrapper", None)
     if cached is not None:
         return cached
     text = lm.tokenizer.apply_chat_template(

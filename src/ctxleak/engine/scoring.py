@@ -17,7 +17,7 @@ them, ordered by prefix length.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -201,13 +201,13 @@ def _batch_hidden(lm: LM, seqs: Sequence[Sequence[int]], batch: list[int], prefi
 def _plain_layers(cache) -> bool:
     """Whether ``cache`` is per-layer key/value tensors ``[batch, heads, length, dim]`` that can
     be cut and padded (no sliding-window layer, which counts slots rather than positions)."""
-    layers = getattr(cache, "layers", None)
+    layers: Any = getattr(cache, "layers", None)
     return bool(layers) and all(hasattr(layer, "keys") and not getattr(layer, "is_sliding", False)
                                 for layer in layers)
 
 
 def _forward_after_own_prefixes(lm: LM, seqs: Sequence[Sequence[int]], prefixes: Sequence[int],
-                                refs: Sequence[object], pad: int) -> torch.Tensor:
+                                refs: Sequence[Any], pad: int) -> torch.Tensor:
     """Hidden states of ``seqs[r][prefixes[r]:]`` for each row r, its first ``prefixes[r]``
     positions taken from the cache ``refs[r]`` (its example's reference prompt): the rows' cached
     prefixes are left-padded with zeros to the longest (masked out), their own tokens
@@ -285,9 +285,9 @@ def continuation_logprobs(lm: LM, prompts: Sequence[Sequence[int]],
     and ``batch_size``: see :func:`_forward_ranges`.
     """
     if continuations and isinstance(continuations[0], (int, np.integer)):
-        conts = [list(continuations)] * len(prompts)  # type: ignore[list-item]
+        conts = [list(cast(Sequence[int], continuations))] * len(prompts)
     else:
-        conts = [list(c) for c in continuations]  # type: ignore[union-attr]
+        conts = [list(c) for c in cast(Sequence[Sequence[int]], continuations)]
     if len(conts) != len(prompts):
         raise ValueError("need one continuation per prompt, or one shared continuation")
     for i, p in enumerate(prompts):
@@ -332,15 +332,15 @@ def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
     of a group when already computed; ``examples`` and ``batch_size``: see
     :func:`_forward_ranges`."""
     if continuation and not isinstance(continuation[0], (int, np.integer)):
-        conts = [list(c) for c in continuation]  # type: ignore[union-attr]
+        conts = [list(c) for c in cast(Sequence[Sequence[int]], continuation)]
     else:
-        conts = [list(continuation)] * len(prompts)  # type: ignore[list-item]
+        conts = [list(cast(Sequence[int], continuation))] * len(prompts)
     if len(conts) != len(prompts):
         raise ValueError("need one continuation per prompt, or one shared continuation")
     seqs = [list(p) + c for p, c in zip(prompts, conts)]
     starts = [len(p) - 1 for p in prompts]
 
-    def consume(i: int, hidden: torch.Tensor):
+    def consume(i: int, hidden: torch.Tensor) -> object:
         hidden = hidden[:len(conts[i])]
         logits = torch.cat([head_logits(lm, hidden[k:k + HEAD_CHUNK]).double()
                             for k in range(0, hidden.shape[0], HEAD_CHUNK)])

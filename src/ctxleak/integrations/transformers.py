@@ -77,7 +77,7 @@ def _rows(ids: Ids | Sequence[Ids], name: str) -> list[list[int]]:
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
         raise ConfigError(f"{name} must be a list of token ids (ints), or one such list per "
                           f"prompt, not {type(ids).__name__}", param=name)
-    rows = [list(ids)] if not ids or _is_id(ids[0]) else [
+    rows: list[Any] = [list(ids)] if not ids or _is_id(ids[0]) else [
         r.tolist() if isinstance(r, torch.Tensor) else r for r in ids]
     for i, row in enumerate(rows):
         if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) \
@@ -162,7 +162,7 @@ class ContextInfluenceProcessor(LogitsProcessor):
         self._prompt_len = 0
         self._group = 0
         self._gen_len = 0
-        self._cache = None
+        self._cache: Any = None
         self._row_of: dict[tuple[int, tuple[int, ...]], int] = {}
         self._entries: dict[tuple[int, tuple[int, ...]], LedgerEntry] = {}
         self._step: dict[str, Any] = {}
@@ -183,7 +183,7 @@ class ContextInfluenceProcessor(LogitsProcessor):
                 z_empty = self._start(input_ids)
             else:
                 z_empty = self._advance(input_ids)
-            return self._mix(scores, z_empty)
+            return self._mix(scores, z_empty)  # type: ignore[return-value]  # float logits
 
     def _start(self, input_ids: torch.Tensor) -> torch.Tensor:
         n, length = input_ids.shape
@@ -284,7 +284,7 @@ class ContextInfluenceProcessor(LogitsProcessor):
             self._entries[(self._row_of_group(p), g)] = LedgerEntry(
                 step=len(g) - 1, token_id=g[-1], lam=float(self._step["lam"][p]),
                 logp_context=lc, logp_empty=le, influence=float(token_influence(lc, le)),
-                eps=None if eps is None else float(self.config.bounded_eps),
+                eps=None if eps is None else float(self.config.bounded_eps),  # type: ignore[arg-type]
                 eps_ex_post=None if eps is None else float(eps[p]))
 
     def _row_of_group(self, row: int) -> int:
@@ -314,7 +314,8 @@ class ContextInfluenceProcessor(LogitsProcessor):
                               "[processor] and stopping_criteria=[processor.observer]")
         return self.ledger_for(self._last)
 
-    def ledger_for(self, sequences: torch.Tensor) -> tuple[RowLedger, ...]:
+    def ledger_for(self, sequences: torch.Tensor | Sequence[Sequence[int]]
+                   ) -> tuple[RowLedger, ...]:
         """The ledger of each row of ``sequences`` (``generate``'s output: prompt then new
         tokens), up to and including its first EOS."""
         if isinstance(sequences, torch.Tensor):
@@ -381,5 +382,6 @@ class _Observer(StoppingCriteria):
                  ) -> torch.BoolTensor:
         with torch.inference_mode():
             self.processor._observe(input_ids)
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool,  # type: ignore[return-value]
+                           device=input_ids.device)  # transformers' signature says BoolTensor
 

@@ -197,7 +197,7 @@ class ComposedEvent(PrivacyEvent):
 # ---------------------------------------------------------------------------------------------
 
 
-def rdp_to_approx_dp(orders: Sequence[float], rdp: Sequence[float],
+def rdp_to_approx_dp(orders: Iterable[float], rdp: Sequence[float] | np.ndarray,
                      delta: float) -> tuple[float, float]:
     """Algorithm 2 (RDP_TO_APPROXDP): the best ``(ε*, α*)`` over the orders.
 

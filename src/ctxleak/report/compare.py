@@ -37,7 +37,7 @@ def influence_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str
         out["compare_lambda.png"] = plots.line_plot(
             series, intervals=bounds, title="Influence against λ (Fig. 8), 95% bootstrap CI",
             xlabel="λ", ylabel="expected influence")
-    sizes = [((r.provenance.get("model") or {}).get("parameters")) for r in results]
+    sizes: list[Any] = [((r.provenance.get("model") or {}).get("parameters")) for r in results]
     if all(sizes) and len(set(sizes)) == len(sizes):
         order = sorted(range(len(results)), key=lambda i: sizes[i])
         by_setting: dict[str, tuple[list[float], list[float]]] = {}
@@ -117,7 +117,7 @@ def probe_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str, by
     groups: list[str] = []
     for r in results:
         groups += [g["label"] for g in r.summary.get("groups") or [] if g["label"] not in groups]
-    values = {}
+    values: dict[str, list[Any]] = {}
     for lab, r in zip(labels, results):
         by = {g["label"]: g.get("exact_match_rate") for g in r.summary.get("groups") or []}
         values[lab] = [by.get(g) for g in groups]

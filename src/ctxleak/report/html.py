@@ -184,7 +184,8 @@ class Report:
                     f"{_esc(self._clean(value.text))}</a></td>")
         if isinstance(value, numbers.Number) and not isinstance(value, bool):
             cell, _ = self._cell(value)
-            return f'<td class="num" data-v="{_esc(repr(float(value)))}">{cell}</td>'
+            number = float(value)  # type: ignore[arg-type]  # Number: int, float, numpy, Decimal
+            return f'<td class="num" data-v="{_esc(repr(number))}">{cell}</td>'
         text = self._clean(format_value(value))
         if str(column).lower() in interactive.ID_COLUMNS:
             return f'<td class="id">{_esc(text)}</td>'
@@ -213,7 +214,7 @@ class Report:
                   headers: Sequence[str] | None = None, caption: str = "") -> None:
         """A table from a list of dicts (columns: ``headers`` or the keys in first-seen order;
         missing keys show "—") or from ``headers`` plus a list of row sequences."""
-        rows = list(rows)
+        rows = list(rows)  # type: ignore[assignment]  # a list of one of the two kinds
         if rows and all(isinstance(r, Mapping) for r in rows):
             if headers is None:
                 cols: dict[Any, None] = {}
@@ -224,16 +225,17 @@ class Report:
         elif any(isinstance(r, Mapping) for r in rows):
             raise TypeError("add_table: rows must be all dicts or all sequences")
         else:
-            body = [list(r) for r in rows]  # type: ignore[arg-type]
+            body = [list(r) for r in rows]
             if headers is not None and any(len(r) != len(headers) for r in body):
                 raise ValueError(f"add_table: every row must have {len(headers)} cells")
         head = ""
         if headers is not None:
             head = "<thead><tr>" + "".join(
                 f'<th scope="col">{_esc(self._clean(h))}</th>' for h in headers) + "</tr></thead>"
-        cols = list(headers) if headers is not None else [None] * max((len(r) for r in body),
-                                                                       default=0)
-        trs = ["<tr>" + "".join(self._td(v, c) for v, c in zip(r, cols)) + "</tr>" for r in body]
+        columns = list(headers) if headers is not None else [None] * max(
+            (len(r) for r in body), default=0)
+        trs = ["<tr>" + "".join(self._td(v, c) for v, c in zip(r, columns)) + "</tr>"
+               for r in body]
         cls = ' class="interactive"' if headers is not None and len(body) > 1 else ""
         box = interactive.filter_box(len(body)) if cls else ""
         self._blocks.append(f'<div class="tablewrap">{box}<table{cls}>{self._caption(caption)}'

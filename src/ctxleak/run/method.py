@@ -94,6 +94,3 @@ class Method:
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
         return {}
 
-    def timings(self) -> dict[str, float]:
-        """Seconds spent outside :meth:`measure` that the summary reports (optional)."""
-        return {}

@@ -8,6 +8,7 @@ from importlib import metadata
 from typing import Any
 
 from ctxleak._version import __version__
+from ctxleak.engine.models import LM
 
 
 def _version(dist: str) -> str | None:
@@ -17,7 +18,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def provenance(lm=None, **extra: Any) -> dict[str, Any]:
+def provenance(lm: LM | None = None, **extra: Any) -> dict[str, Any]:
     """Versions of ctxleak, torch and transformers, the Python and platform, and the model's
     id, source, revision or file hash, dtype and device."""
     out: dict[str, Any] = {

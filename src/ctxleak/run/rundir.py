@@ -408,7 +408,7 @@ class RunDir:
         """Samples written so far (those of earlier runs included, when resuming)."""
         return list(self._samples)
 
-    def done_keys(self, key: str = "id") -> set:
+    def done_keys(self, key: str = "id") -> set[Any]:
         return {row.get(key) for row in self._samples}
 
     def kept(self) -> str:

@@ -65,7 +65,7 @@ def check_nonempty(values: Sequence[Any], name: str, example: str = "") -> Seque
 def check_unique(values: Sequence[Any], name: str) -> Sequence[Any]:
     """A list parameter without repeats (``--lambda 1,1`` would run one setting twice under one
     sample id)."""
-    seen: set = set()
+    seen: set[Any] = set()
     for v in values:
         if v in seen:
             raise _named(name, f"{name} lists {v:g} twice" if isinstance(v, float)

@@ -115,7 +115,8 @@ def split_by_field(path: Any, split_field: str, *, text_field: str = "text",
                    label_field: str = "label") -> tuple[list[_Raw], list[_Raw]]:
     """Train and test examples of one file whose ``split_field`` is ``train`` or ``test``."""
     rows = read_rows(path)
-    train, test = [], []
+    train: list[Row] = []
+    test: list[Row] = []
     for row in rows:
         value = row.get(split_field)
         if value is None:

@@ -279,6 +279,7 @@ def query_record(scores: QueryScores, config: ICLConfig, labels: Sequence[str],
                 v = _variant(lab, labels)
                 v.update({"dist": _probs(lab[0]), "loo_dists": _probs(lab[1:])})
                 if calibrated:
+                    assert scores.labels_cf is not None
                     v["content_free"] = _probs(content_free_logp(scores.labels_cf))
             else:
                 assert scores.vocab is not None

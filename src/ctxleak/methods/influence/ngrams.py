@@ -157,7 +157,8 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
 
     def weights(r: WindowRequest, z: torch.Tensor, z_e: torch.Tensor) -> float | torch.Tensor:
         if r.bounded_eps is not None:  # this context's own λ_t (Alg. 1)
-            return bounded_lambdas(z, z_e, r.bounded_eps, float(r.lam), r.temperature)[0]
+            return bounded_lambdas(z, z_e, r.bounded_eps, float(r.lam),  # type: ignore[arg-type]
+                                   r.temperature)[0]  # bounded CID has one λ (checked upstream)
         return r.lam if isinstance(r.lam, (int, float)) else \
             torch.as_tensor(list(r.lam), dtype=torch.float64)
 

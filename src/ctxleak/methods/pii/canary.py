@@ -195,7 +195,7 @@ def canary_verdict(summaries: Sequence[dict[str, Any]], alpha: float = 0.05
     inserted and held-out groups, and ``detected`` = inserted p < alpha and held-out p >= alpha
     (a held-out p-value that is undefined counts as no shift). A group ``inserted-vs-inserted``
     (null PII from other inserted subjects), when given, adds ``association_pvalue``."""
-    by: dict[tuple, dict[str, Any]] = {}
+    by: dict[tuple[Any, Any], dict[Any, Any]] = {}
     for s in summaries:
         key = (s.get("pii_type"), s.get("structure"))
         by.setdefault(key, {})[s.get("group")] = s

@@ -201,7 +201,7 @@ def find_addresses(text: str, country: str = "US", *, _masked: str | None = None
     masked = _masked if _masked is not None else _mask(text, _noise_spans(text))
     norm, starts, ends = _normalize_with_offsets(masked)
     spans = []
-    for addr in pyap.parse(norm, country=country):
+    for addr in pyap.parse(norm, country=country):  # type: ignore[arg-type]  # checked above
         ms, me = int(addr.match_start), int(addr.match_end)
         if not 0 <= ms < me <= len(norm):
             continue

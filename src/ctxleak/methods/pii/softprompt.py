@@ -243,7 +243,7 @@ def train_soft_prompt(lm: Any, prompts: Sequence[Sequence[int]],
                             reduction="sum") for lg, i in zip(logits, idx))
                         loss = nll / sum(len(targets[i]) for i in idx)
                         optimizer.zero_grad(set_to_none=True)
-                        loss.backward()
+                        loss.backward()  # type: ignore[union-attr]  # a sum of tensors
                     optimizer.step()
                 if epoch % config.eval_every == 0 or epoch == config.epochs:
                     entry = evaluate(epoch)

@@ -167,7 +167,7 @@ def synth_records(n: int, seed: int = 0) -> list[PIIRecord]:
 
     names: set[str] = set()
     emails: set[str] = set()
-    phones: set[str] = set()
+    phones: set[tuple[int, int]] = set()
     records: list[PIIRecord] = []
     for i in range(n):
         female = rnd.random() < 0.5

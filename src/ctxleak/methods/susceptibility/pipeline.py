@@ -225,7 +225,8 @@ def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Seq
 # summary
 
 
-def correlation(x: Sequence[float], y: Sequence[float], unit: str = "queries") -> dict[str, Any]:
+def correlation(x: Sequence[float | None], y: Sequence[float | None], unit: str = "queries"
+                ) -> dict[str, Any]:
     """Pearson and Spearman correlation (scipy) with p-values; ``null`` and the reason when they
     are undefined (fewer than 3 pairs, or constant values)."""
     from scipy import stats
@@ -248,7 +249,7 @@ def correlation(x: Sequence[float], y: Sequence[float], unit: str = "queries") -
     return out
 
 
-def _stats(values: Sequence[float]) -> dict[str, Any] | None:
+def _stats(values: Sequence[float | None]) -> dict[str, Any] | None:
     vals = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
     if vals.size == 0:
         return None
