@@ -16,14 +16,11 @@ import sys
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 
 from ctxleak.engine.batch_size import check_batch_size
-
-if TYPE_CHECKING:  # models imports this module (BatchPolicy)
-    from ctxleak.engine.models import LM
 
 T = TypeVar("T")
 
@@ -170,7 +167,14 @@ class BatchPlanner:
         return batch
 
 
-def planner_for(lm: LM, batch_size: str | int | None = "auto") -> BatchPlanner:
+class OnDevice(Protocol):
+    """What :func:`planner_for` reads of a model (engine/models.py's LM; not imported here, as
+    models imports this module for :class:`BatchPolicy`)."""
+
+    device: torch.device
+
+
+def planner_for(lm: OnDevice, batch_size: str | int | None = "auto") -> BatchPlanner:
     """The model's shared planner for ``auto`` (so back-off is remembered), or a fixed one."""
     fixed = parse_batch_size(batch_size)
     if fixed is not None:
