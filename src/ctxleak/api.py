@@ -84,16 +84,13 @@ def run_params(params: Any, common: RunOptions, data: Any, *, lm: Any = None,
     return run_method(method, lm, data, progress=progress)
 
 
-def _run(method_class: type, params_class: type, options: dict[str, Any]) -> Any:
+def _run(params_class: type, options: dict[str, Any]) -> Any:
     """Build the run options and the method's parameters from an API function's keywords and
-    run the method (:func:`ctxleak.run.run_method`)."""
-    from ctxleak.run.runner import run_method
-
+    run the method (:func:`run_params`)."""
     common, lm = _common(options["model"], options)
     skip = set(RunOptions.names()) | set(FACE)
     params = params_class(**{k: v for k, v in options.items() if k not in skip})
-    method = method_class(common, params)
-    return run_method(method, lm, options["data"], progress=options["progress"])
+    return run_params(params, common, options["data"], lm=lm, progress=options["progress"])
 
 
 @_keywords
@@ -194,10 +191,9 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
         The run's records, summary, config and provenance; its folder holds the same.
     """
     options = dict(locals())
-    from ctxleak.methods.influence.method import InfluenceMethod
     from ctxleak.methods.influence.params import InfluenceParams
 
-    return _run(InfluenceMethod, InfluenceParams, options)
+    return _run(InfluenceParams, options)
 
 
 @_keywords
@@ -293,10 +289,9 @@ def iclinf(model: str | LM = "default", data: Any = "demo", *, progress: bool = 
         The run's records, summary, config and provenance; its folder holds the same.
     """
     options = dict(locals())
-    from ctxleak.methods.icl.method import ICLInfMethod
     from ctxleak.methods.icl.params import ICLInfParams
 
-    return _run(ICLInfMethod, ICLInfParams, options)
+    return _run(ICLInfParams, options)
 
 
 @_keywords
@@ -383,9 +378,9 @@ def audit(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
         The run's records, summary, config and provenance; its folder holds the same.
     """
     options = dict(locals())
-    from ctxleak.methods.audit.method import AuditMethod, AuditParams
+    from ctxleak.methods.audit.method import AuditParams
 
-    return _run(AuditMethod, AuditParams, options)
+    return _run(AuditParams, options)
 
 
 @_keywords
@@ -475,9 +470,9 @@ def susceptibility(model: str | LM = "default", data: Any = "demo", *, progress:
         The run's records, summary, config and provenance; its folder holds the same.
     """
     options = dict(locals())
-    from ctxleak.methods.susceptibility.method import SusceptibilityMethod, SusceptibilityParams
+    from ctxleak.methods.susceptibility.method import SusceptibilityParams
 
-    return _run(SusceptibilityMethod, SusceptibilityParams, options)
+    return _run(SusceptibilityParams, options)
 
 
 @_keywords
@@ -584,10 +579,9 @@ def probe(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
         The run's records, summary, config and provenance; its folder holds the same.
     """
     options = dict(locals())
-    from ctxleak.methods.pii.method import ProbeMethod
     from ctxleak.methods.pii.params import ProbeParams
 
-    return _run(ProbeMethod, ProbeParams, options)
+    return _run(ProbeParams, options)
 
 
 
