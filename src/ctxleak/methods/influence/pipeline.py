@@ -204,7 +204,7 @@ def _record(lm: LM, example: InfluenceExample, setting: Setting, options: Influe
         "rouge_l": rouge_l_f1(text, example.reference) if example.reference else None,
         # the tokens as text, so that a loaded run draws its leak map without the model
         "context_token_strings": lm.token_strings(list(parts.context)),
-        "response_token_strings": lm.token_strings(response.token_ids),
+        "response_token_strings": lm.token_strings(ids),
     }
     # bounded CID: eps, composed_eps are the guarantee (ε per released token, basic
     # composition, paper 000 Thm B.1); the ex-post figures are about this context alone
