@@ -53,7 +53,7 @@ class Registry(Mapping[str, Any]):
         else:
             self._loaded[name] = target
 
-    def get(self, name: str, default: Any = ...) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Any = ...) -> Any:
         """The object registered as ``name`` (imported now if it was not yet). An unknown name
         raises :class:`UnknownName`, unless a ``default`` is given."""
         if name in self._loaded:

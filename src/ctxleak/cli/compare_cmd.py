@@ -24,4 +24,5 @@ def register(app: typer.Typer) -> None:
 
         result = compare(runs, output=output or default_output())
         result.show(plain=plain_output())
-        typer.echo(f"report: {result.path / 'report.html'}")
+        if result.path is not None:
+            typer.echo(f"report: {result.path / 'report.html'}")

@@ -34,7 +34,7 @@ class ICLInfMethod(Method):
                  params: ICLInfParams | None = None) -> None:
         super().__init__(common)
         self.params = params if params is not None else ICLInfParams()
-        self.shots = list(self.params.shots)  # type: ignore[arg-type]
+        self.shots = parse_shots(self.params.shots)
         self.icl = self.params.icl()
         self.chat = self.common.chat_template == "on"
         self._loaded: tuple[Any, ICLTask] | None = None

@@ -108,7 +108,7 @@ class ExplainMethod(Method):
         self.cid = CIDConfig(lam=lam, temperature=temperature, max_new_tokens=max_new_tokens,
                              min_new_tokens=min_new_tokens)
 
-    def config(self) -> dict[str, Any]:
+    def config(self, data: Any = None) -> dict[str, Any]:
         return {"context": self.context, "query": self.query, "task": self.task,
                 "template": self.template, "lambda": self.lam,
                 "temperature": self.temperature, "ngram": self.ngram}

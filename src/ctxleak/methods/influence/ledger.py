@@ -89,7 +89,8 @@ class RowLedger:
         context alone, not a DP guarantee."""
         if self.bounded_eps is None:
             return None
-        return [float(e.eps_ex_post) for e in self.entries]
+        # every entry of a bounded run records it (the bisection of Alg. 1 sets it per step)
+        return [float(e.eps_ex_post) for e in self.entries if e.eps_ex_post is not None]
 
     @property
     def composed_eps(self) -> float | None:

@@ -3,7 +3,7 @@ example, its token and response influence, n-gram windows, regurgitation and qua
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -212,8 +212,8 @@ def _record(lm: LM, example: InfluenceExample, setting: Setting, options: Influe
     return record
 
 
-def _with_logprobs(response: RowLedger, logp_context: Sequence[float],
-                   logp_empty: Sequence[float]) -> RowLedger:
+def _with_logprobs(response: RowLedger, logp_context: Iterable[float],
+                   logp_empty: Iterable[float]) -> RowLedger:
     """``response`` with its response tokens' log-probabilities (and so their influence) taken
     from the example's own scoring passes; the stopping EOS's entry is kept as drawn."""
     entries = list(response.entries)

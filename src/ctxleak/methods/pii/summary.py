@@ -148,7 +148,8 @@ def short_names(s: dict[str, Any]) -> tuple[str, str, str]:
         probe = "black-box"  # the comparison on the white-box held-out subjects
     elif s["mode"] == "canary" and variant.startswith("base"):
         probe = "canary base"
-    group = {"inserted-vs-inserted": "ins. vs ins."}.get(s.get("group"), s.get("group") or "all")
+    raw_group = str(s.get("group") or "all")
+    group = {"inserted-vs-inserted": "ins. vs ins."}.get(raw_group, raw_group)
     pii = s["pii_type"] + ("" if s["structure"] in (s["pii_type"], "twins", "relation")
                            else f" ({s['structure']})")
-    return probe, group, pii
+    return str(probe), group, str(pii)
