@@ -171,7 +171,8 @@ class OnDevice(Protocol):
     """What :func:`planner_for` reads of a model (engine/models.py's LM; not imported here, as
     models imports this module for :class:`BatchPolicy`)."""
 
-    device: torch.device
+    @property
+    def device(self) -> torch.device: ...
 
 
 def planner_for(lm: OnDevice, batch_size: str | int | None = "auto") -> BatchPlanner:

@@ -150,7 +150,7 @@ def prefill_buckets(lm: LM, seqs: Sequence[Sequence[int]], pad: int,
         parts.append(hidden[:, -1:])
         caches.append(cache)
     merged = copy.deepcopy(caches[0]) if groups[0][0] in own else caches[0]
-    layers = [getattr(c, "layers", None) for c in caches]
+    layers: list[Any] = [getattr(c, "layers", None) for c in caches]
     if any(ls is None or any(not hasattr(layer, "keys") or getattr(layer, "is_sliding", False)
                              for layer in ls) for ls in layers):
         hidden, cache = hidden_states(lm, ids, mask, pos, use_cache=True)  # unknown cache type

@@ -48,7 +48,7 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
                     consume: Callable[[int, torch.Tensor], object], *, reuse_prefix: bool,
                     batch_size: str | int | None = None, groups: Sequence[int] | None = None,
                     examples: Sequence[int] | None = None,
-                    prefix_caches: Mapping[int, Any] | None = None) -> list:
+                    prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
     """Hidden states of ``seqs[i]`` at positions ``starts[i] .. len(seqs[i]) - 1``, handed to
     ``consume(i, hidden[n_i, d])``; returns the consumed results in request order.
 
@@ -75,11 +75,14 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
     if len(parts) <= 1:
         return _forward_part(lm, seqs, starts, consume, reuse_prefix, planner, group,
                              prefix_caches)
-    out: list = [None] * len(seqs)
+    out: list[Any] = [None] * len(seqs)
     for part in parts:
+        def consume_part(k: int, hidden: torch.Tensor, part: list[int] = part) -> object:
+            return consume(part[k], hidden)
+
         got = _forward_part(lm, [seqs[i] for i in part], [starts[i] for i in part],
-                            lambda k, hidden, part=part: consume(part[k], hidden), reuse_prefix,
-                            planner, [group[i] for i in part], prefix_caches)
+                            consume_part, reuse_prefix, planner, [group[i] for i in part],
+                            prefix_caches)
         for i, result in zip(part, got):
             out[i] = result
     return out
@@ -122,7 +125,7 @@ def _reference_caches(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[in
 def _forward_part(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
                   consume: Callable[[int, torch.Tensor], object], reuse_prefix: bool,
                   planner: BatchPlanner, group: Sequence[int],
-                  prefix_caches: Mapping[int, Any] | None) -> list:
+                  prefix_caches: Mapping[int, Any] | None) -> list[Any]:
     """:func:`_forward_ranges` of requests that may share forward passes: prefix reuse planned,
     then the planner's batches, ordered so that batching never undoes the prefix saving."""
     prefix, ref_caches = _reference_caches(lm, seqs, starts, group, prefix_caches) \
@@ -131,7 +134,7 @@ def _forward_part(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
     cached = [group[i] in ref_caches and (prefix[i] >= MIN_REUSE_TOKENS or not mergeable)
               for i in range(len(seqs))]
 
-    def run_batch(batch: list[int]) -> list:
+    def run_batch(batch: list[int]) -> list[Any]:
         with torch.inference_mode():
             hidden, offsets = _batch_hidden(lm, seqs, batch, prefix, ref_caches, group,
                                             mergeable and cached[batch[0]])
@@ -198,7 +201,7 @@ def _batch_hidden(lm: LM, seqs: Sequence[Sequence[int]], batch: list[int], prefi
     return hidden, [width - len(seqs[i]) for i in batch]
 
 
-def _plain_layers(cache) -> bool:
+def _plain_layers(cache: Any) -> bool:
     """Whether ``cache`` is per-layer key/value tensors ``[batch, heads, length, dim]`` that can
     be cut and padded (no sliding-window layer, which counts slots rather than positions)."""
     layers: Any = getattr(cache, "layers", None)
@@ -322,7 +325,7 @@ def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
                         reduce: Callable[[int, torch.Tensor], object],
                         groups: Sequence[int] | None = None,
                         examples: Sequence[int] | None = None,
-                        prefix_caches: Mapping[int, Any] | None = None) -> list:
+                        prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
     """Raw float64 logits ``[T, V]`` at each continuation position, reduced per prompt by
     ``reduce(i, logits)`` so that full-vocabulary tensors never pile up.
 

@@ -117,6 +117,7 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
     if rescored:  # every float of these responses from their own window scoring
         for k, win in zip(todo, scored):
+            assert win.logp_empty is not None  # rescored window requests ask for it
             responses[k] = _with_logprobs(responses[k], win.logp_context, win.logp_empty)
     records = [_record(lm, ex, setting, options, seed, p, dropped, response)
                for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
