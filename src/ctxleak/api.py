@@ -177,7 +177,7 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
     resume : bool, default False
         Continue the run in ``output``, skipping finished examples; refuses a changed config.
     chat_template : str, default "auto"
-        auto (use the model's chat template if it has one), on or off.
+        auto (the model's chat template if it has one; icl and susceptibility: off), on or off.
     trust_remote_code : bool, default False
         Allow a hub model's own code to run.
     device_map : str or None, default None
@@ -275,7 +275,7 @@ def iclinf(model: str | LM = "default", data: Any = "demo", *, progress: bool = 
     resume : bool, default False
         Continue the run in ``output``, skipping finished examples; refuses a changed config.
     chat_template : str, default "auto"
-        auto (use the model's chat template if it has one), on or off.
+        auto (the model's chat template if it has one; icl and susceptibility: off), on or off.
     trust_remote_code : bool, default False
         Allow a hub model's own code to run.
     device_map : str or None, default None
@@ -364,7 +364,7 @@ def audit(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
     resume : bool, default False
         Continue the run in ``output``, skipping finished examples; refuses a changed config.
     chat_template : str, default "auto"
-        auto (use the model's chat template if it has one), on or off.
+        auto (the model's chat template if it has one; icl and susceptibility: off), on or off.
     trust_remote_code : bool, default False
         Allow a hub model's own code to run.
     device_map : str or None, default None
@@ -456,7 +456,7 @@ def susceptibility(model: str | LM = "default", data: Any = "demo", *, progress:
     resume : bool, default False
         Continue the run in ``output``, skipping finished examples; refuses a changed config.
     chat_template : str, default "auto"
-        auto (use the model's chat template if it has one), on or off.
+        auto (the model's chat template if it has one; icl and susceptibility: off), on or off.
     trust_remote_code : bool, default False
         Allow a hub model's own code to run.
     device_map : str or None, default None
@@ -565,7 +565,7 @@ def probe(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
     resume : bool, default False
         Continue the run in ``output``, skipping finished examples; refuses a changed config.
     chat_template : str, default "auto"
-        auto (use the model's chat template if it has one), on or off.
+        auto (the model's chat template if it has one; icl and susceptibility: off), on or off.
     trust_remote_code : bool, default False
         Allow a hub model's own code to run.
     device_map : str or None, default None

@@ -164,8 +164,10 @@ def test_cli_default_model(tmp_path):
             "--contexts", "4", "--entity-contexts", "1", "--output", str(run)]
     result = runner.invoke(app, [*base, "--limit", "3"])
     assert result.exit_code == 0, result.output
-    _, rows = _check_run_dir(run, 3)
+    results, rows = _check_run_dir(run, 3)
     assert [r["query_type"] for r in rows] == ["closed", "open_qa", "open_completion"]
+    # the default model has a chat template; susceptibility prompts go without it by default
+    assert results["provenance"]["model"]["chat_template"] is False
     result = runner.invoke(app, [*base, "--limit", "4", "--resume"])
     assert result.exit_code == 0, result.output
     _, rows2 = _check_run_dir(run, 4)
@@ -216,3 +218,28 @@ def test_cli_rejects_bad_files_before_loading(tmp_path, capsys, no_model):
     with pytest.raises(SystemExit):
         main(["susceptibility", "--data", str(missing), "--output", str(tmp_path / "run")])
     assert "context_template" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag,loaded", [(None, "off"), ("auto", "off"), ("off", "off"),
+                                         ("on", "on")])
+def test_cli_loads_the_model_without_its_chat_template_unless_asked(tmp_path, monkeypatch,
+                                                                    tiny_model_dir, flag, loaded):
+    """Susceptibility's prompts end in the query (no chat turn) unless --chat-template on."""
+    import ctxleak.run.runner as run_layer
+
+    seen = []
+    real_load = run_layer.load_lm
+
+    def record(common):
+        seen.append(common.chat_template)
+        return real_load(type(common)(**{**common.to_dict(), "chat_template": "off"}))
+
+    monkeypatch.setattr(run_layer, "load_lm", record)
+    data = _write(tmp_path, TINY_RELATIONS)
+    args = ["susceptibility", "--model", str(tiny_model_dir), "--data", str(data),
+            "--contexts", "2", "--method", "mc", "--limit", "1", "--output", str(tmp_path / "r")]
+    if flag is not None:
+        args += ["--chat-template", flag]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert seen == [loaded]

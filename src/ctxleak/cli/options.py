@@ -30,8 +30,9 @@ _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
     ("dtype", str, typer.Option("auto", "--dtype", help="auto (float32 on CPU, bfloat16 on "
                                 "GPUs that have it), float32, bfloat16 or float16.",
                                 rich_help_panel="Model")),
-    ("chat_template", str, typer.Option("auto", "--chat-template", help="auto (use the model's "
-                                        "chat template if it has one), on or off.",
+    ("chat_template", str, typer.Option("auto", "--chat-template", help="auto (the model's chat "
+                                        "template if it has one; icl and susceptibility: off), "
+                                        "on or off.",
                                         rich_help_panel="Model")),
     ("trust_remote_code", bool, typer.Option(False, "--trust-remote-code", help="Allow a hub "
                                              "model's own code to run (off by default).",

@@ -33,8 +33,8 @@ class RunOptions:
     output: str | None = option(None, "Run directory (default: runs/<command>-<time>).")
     resume: bool = option(False, "Continue the run in ``output``, skipping finished examples; "
                           "refuses a changed config.")
-    chat_template: str = option("auto", "auto (use the model's chat template if it has one), on "
-                                "or off.")
+    chat_template: str = option("auto", "auto (the model's chat template if it has one; icl "
+                                "and susceptibility: off), on or off.")
     trust_remote_code: bool = option(False, "Allow a hub model's own code to run.")
     device_map: Optional[str] = option(None, "'auto' spreads a large model over the GPUs "
                                        "(accelerate).")

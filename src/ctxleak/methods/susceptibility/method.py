@@ -131,6 +131,13 @@ class SusceptibilityMethod(Method):
                 "relations": self.params.relations,
                 "entities_per_relation": self.params.entities_per_relation, **settings}
 
+    def load_options(self) -> dict[str, Any]:
+        """The chat template only when asked for (``chat_template="on"``): "Efficiently
+        Computing Susceptibility to Context in Language Models" prompts a model with text that
+        ends in the query, and wrapped in a chat turn χ_F stops tracking χ_MC on the default
+        model (Spearman -0.04 with the template, +0.37 without, 60 demo queries: README)."""
+        return {"chat_template": "on" if self.common.chat_template == "on" else "off"}
+
     def setup(self, lm: Any, run: Any) -> None:
         from ctxleak.engine.forward import PrefixKV
 

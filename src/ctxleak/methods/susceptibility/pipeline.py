@@ -331,7 +331,7 @@ def fisher_agreement(overall: dict[str, Any]) -> dict[str, Any]:
                           f"this run: Spearman ρ = {rho:.2f} over {overall['n']} queries, below "
                           f"{AGREEMENT_SPEARMAN} (the paper reports 0.56-0.77); read χ_F as a "
                           "gradient-size score, not an estimate of χ_MC (with a chat model, "
-                          "chat_template='off' / --chat-template off is the setting where they "
+                          "chat_template='off', the default here, is the setting where they "
                           "agree best: see the README).")
     return out
 
