@@ -5,7 +5,7 @@ the documents) − log p(y_t|prompt without that window)|, checked against direc
 from __future__ import annotations
 
 import numpy as np
-from tiny_data import word_records
+from helpers.tiny_data import word_records
 
 from ctxleak.engine.prompts import build_prompt
 from ctxleak.engine.scoring import continuation_logprobs
