@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from tiny_models import tiny_gpt2, tiny_llama
+from helpers.tiny_models import tiny_gpt2, tiny_llama
 
 
 @pytest.fixture(scope="session")

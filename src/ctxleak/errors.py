@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -55,8 +56,6 @@ def flag_message(exc: CtxleakError | CtxleakWarning, flags: dict[str, str]) -> s
     ``exc.param`` and ``exc.also`` (``label_scoring='full'`` -> ``--label-scoring='full'``;
     a switch's ``resume=True`` -> ``--resume``). Unchanged when it names no parameter or the
     flag is unknown."""
-    import re
-
     message = str(exc)
     param = getattr(exc, "param", None)
     if param and param in flags:

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 from conftest import run_cli
-from rundiff import run_dir_differences
-from tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
+from helpers.rundiff import run_dir_differences
+from helpers.tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
 
 import ctxleak
 from ctxleak.errors import ConfigError, InputError

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from conftest import run_cli
-from tiny_data import TEMPLATES, TEST, TRAIN
+from helpers.tiny_data import TEMPLATES, TEST, TRAIN
 
 import ctxleak
 from ctxleak.comparison import compare_rows, run_labels
@@ -116,7 +116,7 @@ def test_compare_default_model_with_a_tiny_one(default_lm, llama_lm, tmp_path):
 
 @pytest.mark.parametrize("method", ["icl", "audit", "susceptibility", "probe"])
 def test_compare_every_method(method, runs, tiny_dir, gpt2_lm, tmp_path):
-    from tiny_data import TINY_RELATIONS, word_records
+    from helpers.tiny_data import TINY_RELATIONS, word_records
 
     from ctxleak.methods.pii.records import save_records
 

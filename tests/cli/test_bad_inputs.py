@@ -9,7 +9,7 @@ import json
 
 import pytest
 from conftest import run_cli
-from tiny_data import TINY_RELATIONS
+from helpers.tiny_data import TINY_RELATIONS
 
 from ctxleak.run.rundir import RunDir
 

@@ -12,8 +12,8 @@ import os
 import unicodedata
 
 import pytest
+from helpers.tiny_data import TINY_RELATIONS
 from test_bad_inputs import no_model, one_line_error  # noqa: F401 - the fixture is autouse
-from tiny_data import TINY_RELATIONS
 
 from ctxleak.results import ICLInfResult
 

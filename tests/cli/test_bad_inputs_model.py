@@ -1,6 +1,6 @@
 """Models that cannot be loaded, through the CLI (issue 22): exit status 2, one line on stderr
 that names the folder or file at fault (or the flag), and no traceback. Each broken folder is a
-copy of a tiny loadable one (tests/tiny_model_dirs.py), broken one way."""
+copy of a tiny loadable one (tests/helpers/tiny_model_dirs.py), broken one way."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import shutil
 import pytest
 import torch
 from conftest import run_cli
+from helpers.tiny_model_dirs import BROKEN, broken_dir, tiny_llama_dir
 from huggingface_hub import constants
-from tiny_model_dirs import BROKEN, broken_dir, tiny_llama_dir
 
 from ctxleak.engine import models
 from ctxleak.engine.model_files import fingerprint

@@ -8,8 +8,8 @@ import stat
 import pytest
 import torch
 from conftest import run_cli
-from tiny_data import TEMPLATES, TEST, TRAIN
-from tiny_models import tiny_llama
+from helpers.tiny_data import TEMPLATES, TEST, TRAIN
+from helpers.tiny_models import tiny_llama
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:

@@ -8,7 +8,7 @@ import stat
 import numpy as np
 import pytest
 from conftest import run_cli
-from hand_influence import hand_unigram_influence
+from helpers.hand_influence import hand_unigram_influence
 
 from ctxleak.cli.app import main
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
@@ -189,7 +189,7 @@ def test_factkb_for_every_setting_with_a_local_classifier(tiny_dir, tmp_path, ca
     one value per λ setting, each the mean probability of the last ('factual') class, and a
     FactKB column in the report's table."""
     import torch
-    from tiny_models import word_tokenizer
+    from helpers.tiny_models import word_tokenizer
     from transformers import BertConfig, BertForSequenceClassification
 
     from ctxleak.methods.influence.quality import factkb

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 from conftest import run_cli
-from tiny_data import word_records
+from helpers.tiny_data import word_records
 
 from ctxleak.methods.pii.records import save_records
 

@@ -8,10 +8,10 @@ import math
 import stat
 
 import pytest
-from tiny_data import CAPITAL_RELATION as RELATION
-from tiny_data import TINY_RELATIONS
-from tiny_data import write_json as _write
-from tiny_models import tiny_gpt2
+from helpers.tiny_data import CAPITAL_RELATION as RELATION
+from helpers.tiny_data import TINY_RELATIONS
+from helpers.tiny_data import write_json as _write
+from helpers.tiny_models import tiny_gpt2
 from typer.testing import CliRunner
 
 from ctxleak.cli.app import app, main

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import tiny_gemma3
+from helpers.tiny_models import tiny_gemma3
 
 from ctxleak.engine import prefill
 from ctxleak.engine.forward import MASKED_LOGIT

@@ -4,7 +4,7 @@ keys, values and hidden states equal those of Hugging Face's concatenating ``Dyn
 from __future__ import annotations
 
 import torch
-from tiny_models import tiny_gemma3
+from helpers.tiny_models import tiny_gemma3
 
 from ctxleak.engine import generation
 from ctxleak.engine.forward import hidden_states, left_pad, pad_id

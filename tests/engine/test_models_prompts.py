@@ -10,10 +10,10 @@ import sys
 
 import pytest
 import torch
+from helpers.tiny_model_dirs import broken_dir, tiny_llama_dir
 from huggingface_hub import constants
 from safetensors import safe_open
 from safetensors.torch import save_file
-from tiny_model_dirs import broken_dir, tiny_llama_dir
 from transformers import AutoModelForCausalLM
 
 import ctxleak

@@ -186,7 +186,7 @@ def test_prefix_reuse_across_examples_in_one_batch(tiny_lm, monkeypatch):
 def test_sliding_window_model_keeps_one_example_per_reuse_batch():
     """A model with sliding-window layers cannot take padded caches: its variants reuse the
     prefix one example at a time, with the same numbers as scoring in full."""
-    from tiny_models import tiny_gemma3
+    from helpers.tiny_models import tiny_gemma3
 
     lm = tiny_gemma3(sliding_window=64)
     enc = lm.encode

@@ -373,7 +373,7 @@ SHIPPED = {"top_p": 0.01, "top_k": 3, "min_p": 0.5, "typical_p": 0.2, "epsilon_c
 def shipped_lm(monkeypatch):
     """A tiny Llama whose own generation_config truncates and penalises (SHIPPED), with the
     logits processors that generate builds recorded in ``lm.built``."""
-    from tiny_models import tiny_llama
+    from helpers.tiny_models import tiny_llama
 
     lm = tiny_llama(seed=4)
     for key, value in SHIPPED.items():

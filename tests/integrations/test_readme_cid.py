@@ -35,8 +35,10 @@ def check_output(out: str) -> None:
 
 def test_readme_example_on_a_tiny_model(monkeypatch, capsys, llama_lm):
     import ctxleak.engine.models as models
+    import ctxleak.integrations.generate as generate
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: llama_lm)
+    monkeypatch.setattr(generate, "load_model", lambda *a, **k: llama_lm)  # where CID calls it
     monkeypatch.setattr(llama_lm.tokenizer, "chat_template",  # the example splits the template
                         "{% for m in messages %}question : {{ m['content'] }}{% endfor %} answer :",
                         raising=False)

@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 
 import pytest
-from cdp import Browser, find_chromium
-from tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
+from helpers.cdp import Browser, find_chromium
+from helpers.tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
 
 import ctxleak
 from ctxleak.methods.pii.records import save_records

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
+from helpers.tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
 
 import ctxleak
 from ctxleak.methods.pii.records import save_records

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from rundiff import untimed_samples
-from tiny_data import TEMPLATES, write_command_data
+from helpers.rundiff import untimed_samples
+from helpers.tiny_data import TEMPLATES, write_command_data
 
 COMMANDS = {
     "icl": lambda d: ["icl", "--data", str(d / "train.jsonl"), "--test-data",
@@ -35,7 +35,7 @@ def wide_dir(tmp_path_factory):
     happen to give the same bits padded or not, so the tests pass on the code before
     ``batch_invariant`` too. The default model's tests in test_batch_invariance_default.py are
     the ones that fail without the option."""
-    from tiny_models import tiny_llama
+    from helpers.tiny_models import tiny_llama
 
     lm = tiny_llama(width=256)
     path = tmp_path_factory.mktemp("wide-llama")

@@ -7,7 +7,7 @@ move the last digits (``batch_invariant=False``), so these tests fail without th
 from __future__ import annotations
 
 import pytest
-from rundiff import untimed_samples
+from helpers.rundiff import untimed_samples
 
 import ctxleak
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from tiny_data import TEMPLATES, write_command_data
+from helpers.tiny_data import TEMPLATES, write_command_data
 
 from ctxleak.run.distributed import World, barrier_timeout, current_world
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from rundiff import run_dir_differences
+from helpers.rundiff import run_dir_differences
 
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.run.inputs import describe, is_named

@@ -159,7 +159,7 @@ def _read_config(config_path: Path) -> dict[str, Any]:
 
 
 def _check_architecture(config_path: Path, config: dict[str, Any], trust_remote_code: bool) -> None:
-    from transformers import CONFIG_MAPPING, __version__
+    from transformers import CONFIG_MAPPING, __version__  # lazy: the CLI imports this at startup
 
     model_type = config.get("model_type")
     if trust_remote_code and "auto_map" in config:

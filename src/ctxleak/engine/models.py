@@ -18,14 +18,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
+from huggingface_hub import constants, try_to_load_from_cache
+from safetensors import SafetensorError
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.model_files import check_model_dir, fingerprint, safetensors_header
 from ctxleak.errors import ConfigError
-
-if TYPE_CHECKING:  # torch is imported where a model loads (``ctxleak --help`` stays quick)
-    import torch
 
 DEFAULT_MODEL = "default"
 
@@ -179,16 +182,12 @@ def _sha256(path: Path) -> str:
 
 
 def _mps_available() -> bool:
-    import torch
-
     return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
 
 
 def resolve_device(device: str = "auto") -> str:
     """``auto`` -> cuda, mps or cpu, whichever this machine has; a named device that this torch
     build or machine lacks is a ConfigError naming ``device`` (not torch's AssertionError)."""
-    import torch
-
     if device == "auto":
         if torch.cuda.is_available():
             return "cuda"
@@ -206,8 +205,6 @@ def resolve_device(device: str = "auto") -> str:
 
 
 def _check_cuda(device: str, index: str | None) -> None:
-    import torch
-
     if torch.version.cuda is None and torch.version.hip is None:
         raise ConfigError(f"device='{device}', but this torch ({torch.__version__}) is a build "
                           "without CUDA: install a CUDA build of torch, or use device='cpu'",
@@ -222,8 +219,6 @@ def _check_cuda(device: str, index: str | None) -> None:
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    import torch
-
     if dtype == "auto":
         if device.startswith("cuda"):
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -287,9 +282,6 @@ def convert_gguf(gguf: Path, out_dir: Path) -> dict[str, Any]:
     transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the tensors are written
     with ``safetensors.torch.save_file`` next to the config.
     """
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     _say(f"converting {gguf.name} to a safetensors cache in {out_dir} (once; about 20 s)")
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -483,8 +475,6 @@ def _one_line(exc: BaseException) -> str:
 def _hub_offline() -> bool:
     """Whether the Hugging Face Hub may not be contacted (``HF_HUB_OFFLINE`` or
     ``TRANSFORMERS_OFFLINE``, as set now or when huggingface_hub was imported)."""
-    from huggingface_hub import constants
-
     now = (os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or "")
     return bool(constants.HF_HUB_OFFLINE) or now.strip().upper() in ("1", "ON", "YES", "TRUE")
 
@@ -494,7 +484,6 @@ def _check_hub_offline(model_id: str, revision: str | None) -> None:
     instead of transformers' several-line connection error."""
     if not _hub_offline():
         return
-    from huggingface_hub import constants, try_to_load_from_cache
 
     try:
         cached = try_to_load_from_cache(model_id, "config.json", revision=revision)
@@ -510,9 +499,6 @@ def _from_pretrained(name_or_path: str, load_from: str, kwargs: dict[str, Any], 
                      device_map: str | None) -> tuple[Any, Any]:
     """transformers' tokenizer and model from ``load_from``; its many failure types (a
     corrupt file, an unknown architecture, a missing tokenizer, no network) become one line."""
-    from safetensors import SafetensorError
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     model_kwargs = dict(kwargs, **({"device_map": device_map} if device_map else {}))
     part = "tokenizer"
     try:

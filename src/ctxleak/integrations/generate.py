@@ -11,12 +11,14 @@ from typing import Any
 
 import torch
 
-from ctxleak.engine.forward import left_pad
-from ctxleak.engine.models import LM
+from ctxleak.engine.forward import left_pad, pad_id
+from ctxleak.engine.models import LM, from_objects, load_model
+from ctxleak.engine.prompts import template_fields
 from ctxleak.errors import ConfigError, warn
 from ctxleak.integrations.ledger import ledger_result
 from ctxleak.integrations.transformers import ContextInfluenceProcessor, number_param
 from ctxleak.methods.influence.cid import CIDConfig
+from ctxleak.methods.influence.data import TASK_TEMPLATES, InfluenceExample, prompt_parts
 from ctxleak.methods.influence.ledger import RowLedger, to_records
 from ctxleak.results import InfluenceResult
 
@@ -162,11 +164,6 @@ def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[s
     ``bounded_eps`` so is anything but temperature sampling (paper 000, App. B).
     Bad arguments raise :class:`~ctxleak.errors.ConfigError` naming the parameter.
     """
-    from ctxleak.engine.forward import pad_id
-    from ctxleak.engine.models import from_objects, load_model
-    from ctxleak.engine.prompts import template_fields
-    from ctxleak.methods.influence.data import TASK_TEMPLATES, InfluenceExample, prompt_parts
-
     contexts = _texts(context, "context")
     queries = [query] * len(contexts) if isinstance(query, str) else _texts(query, "query")
     if len(queries) != len(contexts) or not contexts:

@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ctxleak.methods.audit.pipeline import SEARCH_COLUMNS, AuditConfig
+from ctxleak.report import Report
+from ctxleak.report.console import console as make_console
+from ctxleak.report.plots import line_plot
 
 
 def _num(x: float, digits: int = 4) -> str:
@@ -44,8 +47,6 @@ def table_rows(rows: Sequence[dict[str, Any]], search: str, *,
 
 def figure6(rows: Sequence[dict[str, Any]]) -> bytes:
     """Fig. 6: ε_empirical against the target ε, log-log, one line per δ, and y = x."""
-    from ctxleak.report.plots import line_plot
-
     series: dict[str, tuple[list[float], list[float]]] = {}
     for r in rows:
         if r["eps_empirical"] is None or not r["eps_empirical"] > 0:
@@ -61,8 +62,6 @@ def figure6(rows: Sequence[dict[str, Any]]) -> bytes:
 
 def token_rdp_plot(records: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> bytes:
     """Mean data-dependent per-token RDP at α* by token position, one line per target (first δ)."""
-    from ctxleak.report.plots import line_plot
-
     first = rows[0]["delta"] if rows else None
     series = {}
     for r in rows:
@@ -86,8 +85,6 @@ def audit_report(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any
                  config: AuditConfig, plots: dict[str, bytes], *, model: str, data: str,
                  seconds: float) -> Any:
     """The self-contained report: parameters, the table, the plots, the synthetic texts."""
-    from ctxleak.report import Report
-
     report = Report("DP synthetic-text audit (paper 001 §5, App. C)",
                     f"model {model} · data {data} · {seconds:.1f} s")
     report.add_text(
@@ -123,7 +120,6 @@ def print_audit(rows: Sequence[dict[str, Any]], search: str, path: Any, seconds:
     """The console tables of an audit (one per δ), the legend and where the files are."""
     from rich.table import Table
 
-    from ctxleak.report.console import console as make_console
 
     console = make_console(plain)
     for delta in dict.fromkeys(r["delta"] for r in rows):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ctxleak.report import Report, plots
+
 
 def _fmt_pm(s: dict[str, Any]) -> str:
     return f"{s['iclinf_mean']:.3f} ± {s['iclinf_std']:.3f}"
@@ -43,8 +45,6 @@ def icl_plots(summary: dict[str, dict[str, Any]], variants: Sequence[str],
     """Fig. 1 (loss by position), the queries × exemplar positions heatmap, Fig. 3 (ICLInf
     and accuracy against shots), Fig. 4 (calibration on/off) and Fig. 7 (labels against
     vocabulary), each when the run has what it shows."""
-    from ctxleak.report import plots
-
     out: dict[str, bytes] = {}
     series = {}
     for n, by_variant in summary.items():
@@ -100,8 +100,6 @@ def icl_plots(summary: dict[str, dict[str, Any]], variants: Sequence[str],
 def loss_heatmap(records: Sequence[dict[str, Any]], variant: str, max_rows: int = 40) -> bytes:
     """The privacy loss of removing exemplar i for each query (rows: the first ``max_rows``
     queries of the largest shot count; columns: exemplar positions 1..n)."""
-    from ctxleak.report import plots
-
     with_variant = [r for r in records if variant in r.get("variants", {})]
     n_max = max((len(r["variants"][variant]["loss_by_position"]) for r in with_variant),
                 default=0)
@@ -117,8 +115,6 @@ def loss_heatmap(records: Sequence[dict[str, Any]], variant: str, max_rows: int 
 def icl_report(summary: dict[str, dict[str, Any]], records: Sequence[dict[str, Any]],
                images: dict[str, bytes], headline: dict[str, Any], info: dict[str, Any]) -> Any:
     """The HTML report of an ICLInf run: headline, summary table, Fig. 1/3/4/7, queries."""
-    from ctxleak.report import Report
-
     report = Report("ctxleak icl: privacy loss of in-context exemplars (ICLInf)",
                     f"model {info['model']} · data {info['data']} · format {info['format']}")
     report.add_text(

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 from ctxleak.report import Report, plots
+from ctxleak.report.console import console as make_console
+from ctxleak.report.console import print_rows
+from ctxleak.report.leakmap import add_leak_section, explain_map
 
 EPS_NOTE = (
     "Bounded CID: \"composed ε\" is the guarantee of Theorem B.1 of \"Estimating Privacy "
@@ -120,8 +124,6 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     """The HTML report of an influence run: summary table, where the context leaked (ranked
     examples and passages, one leak map per example, when ``tokens_of(i)`` gives record i's
     context and response tokens), plots, examples."""
-    from ctxleak.report.leakmap import add_leak_section
-
     report = Report("ctxleak influence", "Context influence and CID (paper 000)", redact=redact)
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
@@ -156,9 +158,6 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
 
 def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bool = False) -> None:
     """The console table of an influence run and where its files are."""
-    from ctxleak.report.console import console as make_console
-    from ctxleak.report.console import print_rows
-
     print_rows(table_rows(summaries), title="Expected context influence (paper 000, Def. 3.3)",
                plain=plain)
     make_console(plain).print(f"results: {path / 'results.json'}   report: {path / 'report.html'}")
@@ -169,7 +168,6 @@ def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -
     n = curve["n"]
     report = Report("ctxleak influence explain", "Uni-gram influence on the next token "
                     "(paper 000, Table 1)")
-    from ctxleak.report.leakmap import explain_map
 
     report.add_kv({"query": query, "response": summary["response"],
                    "first response token": summary["first_token"],
@@ -194,11 +192,8 @@ def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -
 
 def print_explain(summary: dict[str, Any], n: int, path: Any, *, plain: bool = False) -> None:
     """What ``influence explain`` prints: the response, its influence, the top n-grams."""
-    import json
-
     from rich.table import Table
 
-    from ctxleak.report.console import console as make_console
 
     console = make_console(plain)
     console.print(f"[bold]response[/bold]: {summary['response']}")

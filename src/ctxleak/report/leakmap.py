@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ctxleak.methods.influence.leakmap import context_token_scores, ranked_examples, top_passages
 from ctxleak.report.html import Link, Report
 
 # (context token strings, response token strings) of the record at an index
@@ -38,8 +39,6 @@ def add_leak_section(report: Report, records: Sequence[dict[str, Any]], tokens_o
                      max_maps: int = 30, top_k: int = 20) -> None:
     """The ranked examples, the top passages and the maps of the ``max_maps`` examples with
     the most influence (those beyond have no map: every value is in samples.jsonl)."""
-    from ctxleak.methods.influence.leakmap import context_token_scores, ranked_examples, top_passages
-
     many = len({r.get("setting") for r in records}) > 1
     order = ranked_examples(records)
     mapped = set(order[:max_maps])
@@ -92,8 +91,6 @@ def explain_map(report: Report, context: list[str], starts: Sequence[float],
                 per_window: Sequence[float], n: int, response: list[str],
                 token_influence: Sequence[float]) -> None:
     """The map of ``influence explain`` (windows of ``n`` tokens at stride 1)."""
-    from ctxleak.methods.influence.leakmap import context_token_scores
-
     spans = [(int(s), min(int(s) + n, len(context))) for s in starts]
     scores = context_token_scores(len(context), spans, per_window)
     if len(response) != len(token_influence):

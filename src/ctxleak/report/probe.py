@@ -8,16 +8,16 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ctxleak.methods.pii.summary import GROUP_BY, short_names
+from ctxleak.methods.pii.summary import GROUP_BY, short_names, unit_values
+from ctxleak.report import Report, plots, redact_text
+from ctxleak.report.console import console as make_console
 from ctxleak.report.console import format_cell
+from ctxleak.report.leakmap import probe_maps
 
 
 def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any]) -> dict[str, bytes]:
     """Densities of the per-subject target and null log-likelihoods (App. B.1.1 Fig. 1 style),
     one per summary group, and the soft-prompt training curves."""
-    from ctxleak.methods.pii.summary import unit_values
-    from ctxleak.report import plots
-
     pngs: dict[str, bytes] = {}
     for s in summaries:
         grp = [r for r in rows if all(r.get(k) == s.get(k) for k in GROUP_BY)]
@@ -65,8 +65,6 @@ def exact_match_by_template(rows: list[dict]) -> dict[str, float]:
 def _masker(records: list, redact: bool) -> Callable[[Any], Any]:
     """Masks every PII value of the records (names, e-mails, phones, addresses, relatives,
     universities) in a string, for --redact; the Report also masks e-mail/phone patterns."""
-    from ctxleak.report import redact_text
-
     if not redact:
         return lambda x: x
     values: set[str] = set()
@@ -109,8 +107,6 @@ def table_rows(summaries: list[dict]) -> list[dict[str, Any]]:
 def probe_report(model: str, records: list, rows: list[dict], summary: dict[str, Any],
             pngs: dict[str, bytes], extras: dict[str, Any], config: dict[str, Any], path: str,
             *, redact: bool, subjects: int | None = None) -> Any:
-    from ctxleak.report import Report
-
     mask = _masker(records, redact)
     report = Report("ctxleak probe", "PII probing (ProPILE, paper 004): black-box, white-box "
                     "and in-context", redact=redact)
@@ -165,8 +161,6 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
         report.add_text("In-context: the per-token influence heatmap of a target answer is "
                         "left out under --redact (its tokens are PII).")
     elif ctx:
-        from ctxleak.report.leakmap import probe_maps
-
         probe_maps(report, ctx)
     report.add_heading("Examples")
     examples = []
@@ -183,7 +177,6 @@ def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any], *,
                 plain: bool = False) -> None:
     from rich.table import Table
 
-    from ctxleak.report.console import console as make_console
 
     console = make_console(plain)
     table = Table(title="PII probing (ProPILE): max over templates per subject")

@@ -12,6 +12,8 @@ from ctxleak.methods.susceptibility.pipeline import (
     SusceptibilityOptions,
     group_means,
 )
+from ctxleak.report import Report, plots
+from ctxleak.report.console import console as make_console
 from ctxleak.report.console import format_cell
 
 
@@ -19,8 +21,6 @@ def susceptibility_plots(records: Sequence[dict[str, Any]], options: Susceptibil
                ) -> dict[str, bytes]:
     """PNG plots: χ_F against χ_MC by query type, per-relation means and real against made-up
     entities (one plot per method: their scales differ)."""
-    from ctxleak.report import plots
-
     mc, fk = options.mc_key, "chi_f"
     mc_label = "χ_MC (nats)" if options.reference == "marginal" else "χ_MC, no-context ref. (nats)"
     labels = {mc: mc_label, fk: f"χ_F (σ²={options.sigma2:g}, {options.fisher_vocab})"}
@@ -67,8 +67,6 @@ def susceptibility_report(records: Sequence[dict[str, Any]], summary: dict[str, 
                  options: SusceptibilityOptions, pngs: dict[str, bytes], *, model: str,
                  data: str):
     """The HTML report (every text escaped by :class:`ctxleak.report.Report`)."""
-    from ctxleak.report import Report
-
     mc, fk = options.mc_key, "chi_f"
     rep = Report("Susceptibility to context",
                  f"model {model}, data {data}, {len(records)} queries, method {options.method}")
@@ -158,7 +156,6 @@ def print_susceptibility(summary: dict[str, Any], reference: str, path: str, *,
     """The console tables of a susceptibility run (means, correlations, time per query)."""
     from rich.table import Table
 
-    from ctxleak.report.console import console as make_console
 
     console = make_console(plain)
     mc, fk = "chi_mc" if reference == "marginal" else "chi_mc_nocontext", "chi_f"

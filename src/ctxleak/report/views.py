@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.methods.audit.pipeline import AuditConfig
+from ctxleak.methods.pii.plan import load_probe_records
 from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
 from ctxleak.report import Report
 from ctxleak.report import audit as audit_view
@@ -299,8 +300,6 @@ def _probe_extras(result: Any) -> dict[str, Any]:
 def _probe_subjects(result: Any) -> list[Any]:
     """The PII records the run probed, read again from its data (no model needed); none when
     the data were rows in memory or are gone."""
-    from ctxleak.methods.pii.plan import load_probe_records
-
     config = result.config
     canary = config.get("canary")
     try:

@@ -11,6 +11,9 @@ import os
 from dataclasses import dataclass
 from datetime import timedelta
 
+import torch
+import torch.distributed as dist
+
 
 @dataclass(frozen=True)
 class World:
@@ -57,9 +60,6 @@ def init_distributed(device: str = "cpu") -> World:
     """
     world = current_world()
     if world.distributed:
-        import torch
-        import torch.distributed as dist
-
         if device.startswith("cuda") and torch.cuda.is_available():
             torch.cuda.set_device(torch.device(device))
         if not dist.is_initialized():
@@ -69,16 +69,12 @@ def init_distributed(device: str = "cpu") -> World:
 
 
 def _leave() -> None:
-    import torch.distributed as dist
-
     if dist.is_initialized():
         dist.destroy_process_group()
 
 
 def barrier() -> None:
     """Wait for every process (no-op in a single process)."""
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
 
@@ -86,8 +82,6 @@ def barrier() -> None:
 def local_device(device: str, world: World) -> str:
     """``cuda`` becomes ``cuda:LOCAL_RANK`` so that each process gets its own GPU."""
     if world.distributed and device in ("auto", "cuda"):
-        import torch
-
         if torch.cuda.is_available():
             return f"cuda:{world.local_rank % torch.cuda.device_count()}"
         return "cpu" if device == "auto" else device

@@ -8,6 +8,8 @@ optional: only the form that needs one imports it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -94,9 +96,6 @@ def rows_sha256(data: Any) -> str:
     scalars to Python, NaN to null; record objects by their ``to_dict()``), so equal rows give
     the same hash whatever their form and an edited cell changes it. What resume checks for
     data not read from a file."""
-    import hashlib
-    import json
-
     if isinstance(data, (list, tuple)):  # record objects (PIIRecord) by their fields
         data = [r if isinstance(r, Mapping) or not hasattr(r, "to_dict") else r.to_dict()
                 for r in data]

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from ctxleak.errors import ConfigError
 from ctxleak.run.params import option
+from ctxleak.run.validate import check_common
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,6 @@ class RunOptions:
 
     def check(self) -> RunOptions:
         """Errors name the parameter (the CLI maps it to its flag)."""
-        from ctxleak.run.validate import check_common
-
         check_common(limit=self.limit, batch_size=self.batch_size, threads=self.threads)
         if not isinstance(self.batch_invariant, bool):
             raise ConfigError(f"batch_invariant must be True or False, not "

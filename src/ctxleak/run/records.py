@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import stat
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -99,8 +100,6 @@ def max_line_bytes() -> int:
     """The largest input line (or text file) accepted, in bytes: ``$CTXLEAK_MAX_LINE_BYTES``,
     default 2 MiB. Longer lines are refused before they are parsed or tokenised (a 50 MB context
     would otherwise take gigabytes of memory before the window cut)."""
-    import os
-
     raw = os.environ.get(MAX_LINE_BYTES_ENV)
     if raw is None or not raw.strip():
         return DEFAULT_MAX_LINE_BYTES

@@ -17,11 +17,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch
+from tqdm.auto import tqdm
+
 from ctxleak.engine.batching import BatchPolicy, is_out_of_memory, policy_of, using
+from ctxleak.errors import ConfigError
 from ctxleak.registry import REPORTS, RESULTS
+from ctxleak.run.distributed import barrier, current_world, init_distributed, local_device
+from ctxleak.run.inputs import rows_sha256
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
-from ctxleak.run.rundir import os_errors, write_atomic
+from ctxleak.run.rundir import INPUTS_KEY, MODEL_KEY, RunDir, input_hashes, os_errors, write_atomic
 
 
 def say(message: str) -> None:
@@ -58,10 +64,9 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
     Under ``torchrun``/``accelerate launch`` this joins the process group first; every process
     must then be given the same ``output`` (the default name is not shared between them).
     """
+    # lazy: the CLI imports this module at startup, and engine.models imports transformers
+    # (seconds); tests also replace models.load_model
     from ctxleak.engine.models import model_fingerprint
-    from ctxleak.errors import ConfigError
-    from ctxleak.run.distributed import current_world, init_distributed, local_device
-    from ctxleak.run.rundir import INPUTS_KEY, MODEL_KEY, RunDir, input_hashes
 
     world = init_distributed(local_device(common.device, current_world()))
     if world.distributed and not common.output:
@@ -70,8 +75,6 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
     output = common.output or default_output(command)
     full = {"command": command, **common.to_dict(), **config, "output": output}
     if inputs:  # files by their bytes, rows given in memory by their canonical JSON lines
-        from ctxleak.run.inputs import rows_sha256
-
         files = {k: v for k, v in inputs.items() if isinstance(v, (str, Path))}
         full[INPUTS_KEY] = {**input_hashes(files), **{
             k: rows_sha256(v) for k, v in inputs.items()
@@ -84,13 +87,10 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
 
 def load_lm(common: RunOptions) -> Any:
     """Load ``common.model`` on this process's device (torch threads set first)."""
-    from ctxleak.engine.models import load_model
-    from ctxleak.run.distributed import current_world, local_device
+    from ctxleak.engine.models import load_model  # lazy, as in open_run: no transformers at CLI start
 
     common.check()
     if common.threads is not None:
-        import torch
-
         torch.set_num_threads(common.threads)
     t0 = time.time()
     device = local_device(common.device, current_world())
@@ -109,8 +109,6 @@ def is_lm(model: Any) -> bool:
 def check_unique_keys(method: Method, items: Sequence[Any]) -> None:
     """Two items stored under one id would overwrite each other: refused (before any model is
     loaded, when :func:`run_method` calls it)."""
-    from ctxleak.errors import ConfigError
-
     seen: set[Any] = set()
     for item in items:
         key = method.key(item)
@@ -130,10 +128,6 @@ def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
     for the others; every process returns the merged records and rank 0 writes the merged
     ``samples.jsonl``.
     """
-    from tqdm.auto import tqdm
-
-    from ctxleak.run.distributed import barrier
-
     world = run.world
     check_unique_keys(method, items)
     done = run.done_keys("id")
@@ -207,8 +201,6 @@ def measure_batch(method: Method, lm: Any, batch: list[Any], policy: BatchPolicy
 
 
 def _free_accelerator_memory() -> None:
-    import torch
-
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
@@ -221,8 +213,6 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
     ``output``/``resume`` override the method's run options. Every process of a data-parallel
     launch calls this; only rank 0 gets the Result (the others get None).
     """
-    from ctxleak.run.provenance import provenance
-
     common = method.common
     if output is not None or resume is not None:
         common = replace(common, output=output if output is not None else common.output,
@@ -243,6 +233,8 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
     if not run.world.is_main:
         return None
     summary = method.summarize(records)
+    from ctxleak.run.provenance import provenance  # lazy: it imports engine.models (see open_run)
+
     prov = provenance(lm, **method.provenance_extra(lm))
     # the Result class and the report view, late bound by the method's name
     result_class = RESULTS.get(method.name, None) or RESULTS.get("result")

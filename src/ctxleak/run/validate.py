@@ -8,6 +8,7 @@ says what is allowed. They import nothing heavy, so a command can call them all 
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,8 +79,6 @@ def check_template(template: str | None, name: str, allowed: Sequence[str],
                    required: Sequence[str] = ()) -> str | None:
     """A ``str.format`` template whose slots are among ``allowed`` and include ``required``
     (``{context} {bogus}`` or an unclosed brace is refused)."""
-    import string
-
     if template is None:
         return None
     try:

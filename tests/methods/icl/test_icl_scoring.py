@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from tiny_models import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 from ctxleak.engine.batching import BatchPolicy, using
 from ctxleak.errors import ConfigError

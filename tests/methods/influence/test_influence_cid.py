@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hand_influence import hand_bounded_window_logp, hand_unigram_influence
+from helpers.hand_influence import hand_bounded_window_logp, hand_unigram_influence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_data import word_records
+from helpers.tiny_data import word_records
 
 from ctxleak.methods.pii.canary import (
     FinetuneConfig,

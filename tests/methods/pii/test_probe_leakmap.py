@@ -5,7 +5,7 @@ the documents) − log p(y_t|prompt without that window)|, checked against direc
 from __future__ import annotations
 
 import numpy as np
-from tiny_data import word_records
+from helpers.tiny_data import word_records
 
 from ctxleak.engine.prompts import build_prompt
 from ctxleak.engine.scoring import continuation_logprobs
@@ -54,6 +54,7 @@ def test_leak_map_is_measured_into_the_records_and_rendered_from_them(llama_lm, 
     (equal to :func:`in_context_map` on that row), a loaded result carries it, and the report
     renders it from the records alone (no model, no scoring at report time)."""
     from ctxleak.methods.pii import leakmap
+    from ctxleak.methods.pii import method as pii_method
     from ctxleak.methods.pii.method import ProbeMethod, ProbeParams
     from ctxleak.methods.pii.records import save_records
     from ctxleak.results import load_result
@@ -77,6 +78,7 @@ def test_leak_map_is_measured_into_the_records_and_rendered_from_them(llama_lm, 
         raise AssertionError("the report must not measure")
 
     monkeypatch.setattr(leakmap, "in_context_map", no_scoring)
+    monkeypatch.setattr(pii_method, "in_context_map", no_scoring)  # where the method calls it
     html = loaded.render()  # the report view, from the loaded Result alone
     top = max(rows, key=lambda r: r["influence"])
     assert 'id="probe-0"' in html and f"{top['influence']:.4g}" in html
@@ -85,6 +87,7 @@ def test_leak_map_is_measured_into_the_records_and_rendered_from_them(llama_lm, 
 def test_no_leak_maps_skips_the_window_scoring(llama_lm, tmp_path, monkeypatch):
     """``leak_maps=False`` (``--no-leak-maps``) measures no map and is recorded in the config."""
     from ctxleak.methods.pii import leakmap
+    from ctxleak.methods.pii import method as pii_method
     from ctxleak.methods.pii.method import ProbeMethod, ProbeParams
     from ctxleak.methods.pii.records import save_records
     from ctxleak.run.runner import run_method
@@ -93,6 +96,7 @@ def test_no_leak_maps_skips_the_window_scoring(llama_lm, tmp_path, monkeypatch):
         raise AssertionError("leak_maps=False must not score windows")
 
     monkeypatch.setattr(leakmap, "in_context_map", no_scoring)
+    monkeypatch.setattr(pii_method, "in_context_map", no_scoring)  # where the method calls it
     save_records(word_records(2), tmp_path / "records.jsonl")
     result = run_method(ProbeMethod(params=ProbeParams(mode="in-context", pii="phone",
                                                        generate=False, leak_maps=False)),

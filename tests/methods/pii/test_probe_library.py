@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers.tiny_data import word_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny_data import word_records
 
 from ctxleak.engine.batching import BatchPolicy, using
 from ctxleak.methods.pii.probe import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tiny_data import word_records
+from helpers.tiny_data import word_records
 
 from ctxleak.methods.pii.metrics import exact_match
 from ctxleak.methods.pii.probe import encode_item, make_items

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from tiny_data import TINY_RELATIONS
+from helpers.tiny_data import TINY_RELATIONS
 
 import ctxleak
 from ctxleak.engine.gradients import next_token_embedding_grads, next_token_embedding_grads_many

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import pytest
-from tiny_data import CAPITAL_RELATION as RELATION
-from tiny_data import write_json as _write
+from helpers.tiny_data import CAPITAL_RELATION as RELATION
+from helpers.tiny_data import write_json as _write
 
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.susceptibility.contexts import (

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from tiny_models import tiny_gpt2, tiny_llama
+from helpers.tiny_models import tiny_gpt2, tiny_llama
 
 from ctxleak.engine.forward import PrefixKV
 from ctxleak.engine.gradients import input_embeddings, next_token_log_distribution

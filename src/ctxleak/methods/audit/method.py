@@ -16,10 +16,20 @@ from ctxleak.methods.accounting_params import (
     positive_floats,
     search_name,
 )
+from ctxleak.methods.audit import TEMPLATE, AuditConfig, audit_jobs, check_template, load_private_data
+from ctxleak.methods.audit.data import data_path
+from ctxleak.methods.audit.pipeline import (
+    audit_sequences,
+    check_data_size,
+    check_subset_sizes,
+    plan_audit,
+    setting_rows,
+)
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
 from ctxleak.run.params import option
+from ctxleak.run.runner import say
 
 
 def _positive(param: str, value: float) -> None:
@@ -36,8 +46,6 @@ def audit_config(*, target_eps: Any = "1,10,100", delta: Any = "1e-5", subset_si
                  max_tokens: int = 24, min_tokens: int = 0, search: str = "temperature",
                  orders: Any = "2-99", label: str = "Sports", template: str | None = None) -> Any:
     """Check the audit's parameters into an :class:`AuditConfig` (errors name the parameter)."""
-    from ctxleak.methods.audit import TEMPLATE, AuditConfig, check_template
-
     targets = positive_floats(target_eps, "target_eps")
     check_targets(targets)
     deltas = positive_floats(delta, "delta")
@@ -70,8 +78,6 @@ def audit_config(*, target_eps: Any = "1,10,100", delta: Any = "1e-5", subset_si
 
 def plan(config: Any, n_examples: int) -> list[Any]:
     """Algorithm 3 for every (δ, target), with the data-size checks, as ConfigErrors."""
-    from ctxleak.methods.audit.pipeline import check_data_size, check_subset_sizes, plan_audit
-
     try:
         check_data_size(config, n_examples)
         settings = plan_audit(config)
@@ -133,8 +139,6 @@ class AuditMethod(Method):
         self.t0 = time.time()
 
     def items(self, data: Any) -> list[Any]:
-        from ctxleak.methods.audit import audit_jobs, load_private_data
-
         self.examples = load_private_data(data, text_field=self.params.text_field,
                                           label_field=self.params.label_field,
                                           label=self.audit.label)
@@ -146,13 +150,9 @@ class AuditMethod(Method):
                 "label_field": self.params.label_field, **self.audit.as_dict()}
 
     def inputs(self, data: Any) -> dict[str, Any]:
-        from ctxleak.methods.audit.data import data_path
-
         return {"data": data_path(data)}
 
     def setup(self, lm: Any, run: Any) -> None:
-        from ctxleak.run.runner import say
-
         config, settings = self.audit, self.settings
         per = config.n_gen if self.common.limit is None else min(config.n_gen, self.common.limit)
         say(f"{len(self.examples)} private examples; {len(settings)} setting(s) x {per} "
@@ -169,13 +169,9 @@ class AuditMethod(Method):
     def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
         """Synthetic sequences generated together (all their streams in one KV cache), each
         from its own subset and seed."""
-        from ctxleak.methods.audit.pipeline import audit_sequences
-
         return audit_sequences(lm, self.examples, list(items), self.audit, self.common.seed)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        from ctxleak.methods.audit.pipeline import setting_rows
-
         rows = setting_rows(self.settings, records, self.audit)
         return {"rows": rows, "search": self.audit.search,
                 "complete": all(r["complete"] for r in rows)}

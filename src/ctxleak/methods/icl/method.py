@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ctxleak.methods.icl import LabelScorer, PromptBuilder, query_id, summarize_records
 from ctxleak.methods.icl.data import ICLTask, load_task
 from ctxleak.methods.icl.params import (
     ICLInfParams,
@@ -13,7 +14,7 @@ from ctxleak.methods.icl.params import (
     resolve_calibration,
     resolve_spaces,
 )
-from ctxleak.methods.icl.pipeline import select_queries
+from ctxleak.methods.icl.pipeline import measure_queries, select_queries
 from ctxleak.run.inputs import describe, is_path
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -83,8 +84,6 @@ class ICLInfMethod(Method):
         return {"data": given("train", data), "test_data": given("test", test_data)}
 
     def key(self, item: tuple[int, int]) -> str:
-        from ctxleak.methods.icl import query_id
-
         return query_id(*item)
 
     def load_options(self) -> dict[str, Any]:
@@ -92,8 +91,6 @@ class ICLInfMethod(Method):
         return {"chat_template": "on" if self.chat else "off"}
 
     def setup(self, lm: Any, run: Any) -> None:
-        from ctxleak.methods.icl import LabelScorer, PromptBuilder
-
         task = self.task
         self.builder = PromptBuilder(lm, task.fmt, task.labels, chat=self.chat,
                                      max_text_tokens=self.icl.max_text_tokens)
@@ -114,14 +111,10 @@ class ICLInfMethod(Method):
     def measure(self, lm: Any, items: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
         """The queries measured together: their full and leave-one-out prompts in one engine
         call, each query's prompts reusing its own full prompt's prefix."""
-        from ctxleak.methods.icl.pipeline import measure_queries
-
         return measure_queries(lm, self.task, self.builder, self.scorer, self.icl, list(items),
                                self.common.seed)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        from ctxleak.methods.icl import summarize_records
-
         variants = self.icl.variants
         summary = summarize_records(records, variants)
         first = summary[str(self.shots[0])][variants[0]]

@@ -8,10 +8,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from ctxleak.engine.generation import derive_seed
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.cid import CIDConfig
+from ctxleak.methods.influence.cid import CIDConfig, generate_cid
+from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
+from ctxleak.methods.influence.ngrams import (
+    next_token_unigram_influence,
+    window_influence,
+    windows,
+)
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
+from ctxleak.run.records import read_text_file
+from ctxleak.run.validate import check_limit, check_template
 
 #: The prompt formats of ``task`` (paper 000, Fig. 5-6, and a user template).
 EXPLAIN_TASKS = ("qa", "summarization", "custom")
@@ -20,9 +31,6 @@ EXPLAIN_TASKS = ("qa", "summarization", "custom")
 def explain_inputs(context: str, task: str, template: str | None, ngram: int = 4,
                    top: int = 5) -> str:
     """The context text (``@FILE`` reads a file), checked before any model is loaded."""
-    from ctxleak.run.records import read_text_file
-    from ctxleak.run.validate import check_limit, check_template
-
     check_limit(ngram, "ngram")
     check_limit(top, "top")
     check_template(template, "template", ("context", "query"), required=("context",))
@@ -45,17 +53,6 @@ def explain_prompt(lm: Any, context: str, query: str, *, task: str = "qa",
     ``config``: a :class:`CIDConfig`. The summary holds the response and its ids, the response
     influence and its per-token values, the uni-gram influence of each context token on the
     first response token, the context tokens and the ``top`` n-grams by influence."""
-    import numpy as np
-
-    from ctxleak.engine.generation import derive_seed
-    from ctxleak.methods.influence.cid import generate_cid
-    from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
-    from ctxleak.methods.influence.ngrams import (
-        next_token_unigram_influence,
-        window_influence,
-        windows,
-    )
-
     example = InfluenceExample("explain", context, query, None, task)
     parts, dropped = prompt_parts(lm, example, template, reserve=config.max_new_tokens)
     response = generate_cid(lm, parts.full, parts.empty, config, derive_seed(seed, 0))

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxleak.methods.influence.data import load_examples
+from ctxleak.engine.generation import derive_seed
+from ctxleak.methods.influence.data import load_examples, template_for
 from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
 from ctxleak.methods.influence.pipeline import (
     Setting,
@@ -14,6 +15,7 @@ from ctxleak.methods.influence.pipeline import (
     measure_examples,
     summarize_setting,
 )
+from ctxleak.methods.influence.quality import quality_scores
 from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -76,15 +78,11 @@ class InfluenceMethod(Method):
         """CID responses and influence of the items, measured together (one batched KV cache for
         generation, one planner for n-gram scoring); each item samples from its own seed,
         (run seed, example index), the same across settings and batches."""
-        from ctxleak.engine.generation import derive_seed
-
         jobs = [(ex, setting, derive_seed(self.common.seed, self.index[ex.id]))
                 for setting, ex in items]
         return measure_examples(lm, jobs, self.options)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        from ctxleak.methods.influence.quality import quality_scores
-
         by_id = {ex.id: ex for ex in self.examples}
         bertscore_model, factkb_model = self.params.bertscore_model, self.params.factkb_model
         summaries = []
@@ -100,7 +98,5 @@ class InfluenceMethod(Method):
         return {"settings": summaries}
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
-        from ctxleak.methods.influence.data import template_for
-
         return {"prompt_templates": {ex.task: template_for(ex, self.options.template)
                                      for ex in self.examples}}

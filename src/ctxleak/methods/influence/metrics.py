@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from rouge_score import rouge_scorer
 
 
 def mean_with_ci(values: Sequence[float], *, n_boot: int = 2000, level: float = 0.95,
@@ -58,8 +59,6 @@ _SCORER = None
 def _scorer():
     global _SCORER
     if _SCORER is None:
-        from rouge_score import rouge_scorer
-
         _SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
     return _SCORER
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Sequence
 
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
 
 def _unavailable(reason: str) -> dict[str, Any]:
     return {"value": None, "reason": reason}
@@ -41,8 +44,6 @@ def factkb(predictions: Sequence[str], contexts: Sequence[str],
     if not model:
         return _unavailable("not requested: pass --factkb-model MODEL (local dir or hub id)")
     try:
-        import torch
-
         tok, clf = _classifier(model)
         scores = []
         for pred, ctx in zip(predictions, contexts):
@@ -58,8 +59,6 @@ def factkb(predictions: Sequence[str], contexts: Sequence[str],
 @functools.lru_cache(maxsize=2)
 def _classifier(model: str) -> tuple[Any, Any]:
     """FactKB's tokenizer and classifier, loaded once per run (every λ/T setting uses them)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
     return (AutoTokenizer.from_pretrained(model),
             AutoModelForSequenceClassification.from_pretrained(model).eval())
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from ctxleak.engine.forward import head_logits, hidden_states, pad_id, right_pad
 from ctxleak.methods.pii.records import PIIRecord
 
 __all__ = [
@@ -131,8 +132,6 @@ def finetune_copy(lm: Any, texts: Sequence[str], config: FinetuneConfig | None =
 
     Seeded: the data order and any dropout draw from ``torch.manual_seed(config.seed)``.
     """
-    from ctxleak.engine.forward import head_logits, hidden_states, pad_id, right_pad
-
     config = (config or FinetuneConfig()).validate()
     if not texts:
         raise ValueError("no documents to fine-tune on")

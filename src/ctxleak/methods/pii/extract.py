@@ -23,7 +23,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxleak.errors import InputError
+import phonenumbers
+import pyap
+
+from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.pii.records import PII_FIELDS, PIIRecord
 
 __all__ = [
@@ -112,12 +115,8 @@ def find_emails(text: str) -> list[Span]:
 
 def check_region(region: str) -> str:
     """The upper-case region code, or :class:`ConfigError` if phonenumbers does not know it."""
-    import phonenumbers
-
     region = (region or "").upper()
     if region not in phonenumbers.SUPPORTED_REGIONS:
-        from ctxleak.errors import ConfigError
-
         raise ConfigError(f"unknown phone region {region!r}: use a two-letter region code that "
                           "the phonenumbers package knows, e.g. US, GB, CA, DE")
     return region
@@ -129,8 +128,6 @@ def find_phones(text: str, region: str = "US", *, _masked: str | None = None) ->
     Dates and card-like numbers are masked first, so ``05/01/2024`` or ``4111 1111 1111 1111``
     never count and never swallow a phone number next to them.
     """
-    import phonenumbers
-
     region = check_region(region)
     masked = _masked if _masked is not None else _mask(text, _noise_spans(text))
     spans = []
@@ -191,12 +188,8 @@ _TRIM = " ,;:\n\t\r"
 def find_addresses(text: str, country: str = "US", *, _masked: str | None = None) -> list[Span]:
     """Physical addresses found by pyap2 (``country`` is US, CA or GB), with offsets into
     ``text``. Dates, card-like numbers, e-mails and phones should be masked in ``_masked``."""
-    import pyap
-
     country = country.upper()
     if country not in _ADDRESS_COUNTRIES:
-        from ctxleak.errors import ConfigError
-
         raise ConfigError(f"addresses can be found for US, CA or GB, not {country!r}")
     masked = _masked if _masked is not None else _mask(text, _noise_spans(text))
     norm, starts, ends = _normalize_with_offsets(masked)
@@ -293,8 +286,6 @@ class ExtractionResult:
 
 def _value_key(pii_type: str, value: str, region: str) -> str:
     if pii_type == "phone":
-        import phonenumbers
-
         try:
             number = phonenumbers.parse(value, region)
             return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)

@@ -10,12 +10,14 @@ itself see), falling back to the ids of ``" " + answer`` when the prompt's ids c
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctxleak.engine.prompts import build_prompt
 from ctxleak.methods.pii.records import PII_FIELDS, PIIRecord
 from ctxleak.methods.pii.templates import (
     PII_TYPES,
@@ -85,8 +87,6 @@ def _fields(record: PIIRecord, pii_type: str) -> list[str]:
 
 
 def _seed(*parts: Any) -> int:
-    import hashlib
-
     text = "|".join(str(p) for p in parts).encode()
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "big")
 
@@ -191,8 +191,6 @@ def encode_item(lm: Any, item: ProbeItem, *, chat: bool = False,
     """Token ids for one item (BOS and, with ``chat``, the chat template by
     :func:`ctxleak.engine.prompts.build_prompt`). Documents longer than the model's window
     (less the answer and ``reserve`` new tokens) are cut at the end, and the cut is counted."""
-    from ctxleak.engine.prompts import build_prompt
-
     text, _ = scoring_pair(item.prompt, item.target)
     bare = build_prompt(lm, "{prompt}", {"prompt": text}, chat=chat).ids
     target = tuple(continuation_ids(lm, text, item.target))

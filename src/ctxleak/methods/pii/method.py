@@ -4,16 +4,25 @@ match, target vs null likelihoods and the Wilcoxon test, and the canary verdicts
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy
+from ctxleak.methods.pii.canary import canary_verdict
+from ctxleak.methods.pii.leakmap import in_context_map
 from ctxleak.methods.pii.params import MAX_SHOTS, ProbeParams
-from ctxleak.methods.pii.plan import load_probe_records, plan_probes
+from ctxleak.methods.pii.plan import load_probe_records, plan_probes, token_budgets
+from ctxleak.methods.pii.probe import ProbeOptions
+from ctxleak.methods.pii.runners import finetune_canary, probe_runners, train_soft_prompts
+from ctxleak.methods.pii.summary import GROUP_BY, group_label, summarize_probes
+from ctxleak.methods.pii.templates import template_texts
+from ctxleak.run.distributed import barrier
 from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
+from ctxleak.run.runner import say
 
 __all__ = ["MAX_SHOTS", "ProbeMethod", "ProbeParams"]
 
@@ -54,13 +63,6 @@ class ProbeMethod(Method):
 
     # ---- measuring ---------------------------------------------------------------------------
     def setup(self, lm: Any, run: Any) -> None:
-        import json
-
-        from ctxleak.methods.pii.plan import token_budgets
-        from ctxleak.methods.pii.probe import ProbeOptions
-        from ctxleak.methods.pii.runners import finetune_canary, probe_runners, train_soft_prompts
-        from ctxleak.run.distributed import barrier
-
         s, plan, seed = self.settings, self.plan, self.common.seed
         chat = self.common.chat_template == "on"
         budgets = token_budgets(lm, plan, s["max_new_tokens"], chat)
@@ -122,8 +124,6 @@ class ProbeMethod(Method):
         Def. 3.1-3.2 over the documents' windows): stored in the record, so the report and a
         loaded result render it without a model. It scores the answer under every window's
         deletion (8-token windows, stride 4): ``leak_maps=False`` skips it."""
-        from ctxleak.methods.pii.leakmap import in_context_map
-
         if not hasattr(self, "_documents"):
             self._documents = {r.subject_id: "\n".join(r.documents) for r in self.records}
         documents = self._documents.get(row["subject"])
@@ -134,10 +134,6 @@ class ProbeMethod(Method):
 
     # ---- summary and report ------------------------------------------------------------------
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        from ctxleak.methods.pii.canary import canary_verdict
-        from ctxleak.methods.pii.summary import GROUP_BY, group_label, summarize_probes
-        from ctxleak.run.runner import say
-
         if hasattr(self, "probe_t0"):
             self.timings["probing_s"] = time.time() - self.probe_t0
             say(f"probed {len(records)} prompts in {self.timings['probing_s']:.1f}s")
@@ -163,6 +159,4 @@ class ProbeMethod(Method):
         return summary
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
-        from ctxleak.methods.pii.templates import template_texts
-
         return {"prompt_templates": template_texts(self.settings)}

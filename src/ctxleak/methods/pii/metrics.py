@@ -23,6 +23,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
+from rapidfuzz.distance import Levenshtein
+from scipy import stats
+
 __all__ = [
     "WilcoxonResult",
     "best_over_templates",
@@ -94,8 +98,6 @@ def phone_first_digits_match(target: str, generation: str, l: int) -> bool:
 def digit_edit_distance(target: str, generation: str) -> int | None:
     """The smallest Levenshtein distance between the target's digits and the digits of a
     phone-like run of the generation, or ``None`` when the generation has none."""
-    from rapidfuzz.distance import Levenshtein
-
     want = digits_of(target)
     candidates = phone_candidates(generation, min_digits=1)
     if not want or not candidates:
@@ -170,9 +172,6 @@ def wilcoxon_compare(target_ll: Sequence[float], null_ll: Sequence[float], paire
     subject and prompt); ``paired=False``: :func:`scipy.stats.mannwhitneyu`. ``alternative`` is
     passed through (``"greater"`` tests whether target likelihoods are higher).
     """
-    import numpy as np
-    from scipy import stats
-
     target = np.asarray(list(target_ll), dtype=np.float64)
     null = np.asarray(list(null_ll), dtype=np.float64)
     if target.ndim != 1 or null.ndim != 1:

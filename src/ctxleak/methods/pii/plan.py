@@ -4,11 +4,19 @@ loaded; and the new-token budget of each PII type."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxleak.run.inputs import is_named
+from ctxleak.errors import ConfigError, InputError
+from ctxleak.methods.pii.canary import split_subjects
+from ctxleak.methods.pii.items import continuation_ids, make_items
+from ctxleak.methods.pii.records import PIIRecord, load_records
+from ctxleak.methods.pii.synth import AREA_CODES, synth_records
+from ctxleak.methods.pii.templates import MAX_NEW_TOKENS, scoring_pair
+from ctxleak.run.inputs import IN_MEMORY, is_named, memory_rows
+from ctxleak.run.runner import say
 
 DEFAULT_PII = "phone,email,address,relation,university"
 CANARY_DEFAULT_PII = "phone,address,university"
@@ -40,10 +48,6 @@ class Task:
 def memory_records(data: Any) -> list:
     """PII records given in memory: :class:`PIIRecord` objects or dicts (a list, a DataFrame,
     a ``datasets.Dataset``), checked like the lines of a records file."""
-    from ctxleak.errors import InputError
-    from ctxleak.methods.pii.records import PIIRecord
-    from ctxleak.run.inputs import IN_MEMORY, memory_rows
-
     if isinstance(data, (list, tuple)) and data and all(isinstance(r, PIIRecord) for r in data):
         return list(data)
     records = [PIIRecord.from_dict(fields, file=IN_MEMORY, line=line)
@@ -56,10 +60,6 @@ def memory_records(data: Any) -> list:
 def load_probe_records(data: Any, subjects: int, seed: int, limit: int | None, need: int) -> list:
     """The subjects to probe: ``demo`` makes ``subjects`` synthetic records (seeded), otherwise
     a records JSONL file; ``limit`` keeps the first N (at least ``need``)."""
-    from ctxleak.errors import ConfigError
-    from ctxleak.methods.pii.records import load_records
-    from ctxleak.methods.pii.synth import AREA_CODES, synth_records
-
     if is_named(data, "demo"):
         if subjects < 2 or subjects > len(AREA_CODES) * 100:
             raise ConfigError(f"subjects must be between 2 and {len(AREA_CODES) * 100}, "
@@ -72,8 +72,6 @@ def load_probe_records(data: Any, subjects: int, seed: int, limit: int | None, n
     elif isinstance(data, (str, Path)):
         records = load_records(data)
         if not records:
-            from ctxleak.errors import InputError
-
             raise InputError("the records file holds no records", file=str(data))
     else:
         records = memory_records(data)
@@ -99,11 +97,6 @@ class Plan:
 def plan_probes(records: list, modes: list[str], types: list[str], ks: list[int], structure: str,
           train_fraction: float, seed: int, canary: int | None, canary_baseline: bool) -> Plan:
     """Every probe item of the run, built and checked before any model is loaded."""
-    import random
-
-    from ctxleak.errors import ConfigError
-    from ctxleak.methods.pii.items import make_items
-
     tasks: list[Task] = []
     skipped: dict[str, int] = {}
     train_items: dict[str, list] = {}
@@ -120,8 +113,6 @@ def plan_probes(records: list, modes: list[str], types: list[str], ks: list[int]
         return found
 
     if canary is not None:
-        from ctxleak.methods.pii.canary import split_subjects
-
         try:
             inserted, held = split_subjects(records, canary, seed)
         except ValueError as exc:
@@ -172,10 +163,6 @@ def plan_probes(records: list, modes: list[str], types: list[str], ks: list[int]
 
 def token_budgets(lm: Any, plan: Plan, setting: str, chat: bool) -> dict[str, int]:
     """New-token budget per PII type; warns when a target cannot fit in the paper's budget."""
-    from ctxleak.methods.pii.items import continuation_ids
-    from ctxleak.methods.pii.templates import MAX_NEW_TOKENS, scoring_pair
-    from ctxleak.run.runner import say
-
     if setting not in ("paper", "auto"):
         return {t: int(setting) for t in MAX_NEW_TOKENS}
     longest: dict[str, int] = {}

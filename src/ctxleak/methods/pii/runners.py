@@ -4,18 +4,31 @@ the run directory; the canary check's fine-tuned copy."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+import torch
+
 from ctxleak.engine.batching import example_passes, policy_of
+from ctxleak.methods.pii.canary import FinetuneConfig, finetune_copy
+from ctxleak.methods.pii.items import encode_item
+from ctxleak.methods.pii.metrics import exact_match
 from ctxleak.methods.pii.plan import Plan
+from ctxleak.methods.pii.probe import likelihood_fields, probe_batch
+from ctxleak.methods.pii.softprompt import (
+    SoftPromptConfig,
+    soft_prompt_greedy,
+    soft_prompt_logprobs,
+    train_soft_prompt,
+)
+from ctxleak.run.runner import say
 
 
 def probe_runners(lm: Any, tuned: Any, soft: dict[str, Any], options: Any) -> dict[tuple, Callable]:
-    import dataclasses
-
-    from ctxleak.methods.pii.probe import probe_batch
-
     runners: dict[tuple, Callable] = {
         ("black-box", "beam", None): lambda items: probe_batch(lm, items, options),
         ("in-context", "beam", None): lambda items: probe_batch(lm, items, options),
@@ -34,9 +47,6 @@ def probe_runners(lm: Any, tuned: Any, soft: dict[str, Any], options: Any) -> di
 
 
 def soft_prompt_runner(lm: Any, embeddings: Any, options: Any) -> Callable:
-    from ctxleak.methods.pii.probe import likelihood_fields, probe_batch
-    from ctxleak.methods.pii.softprompt import soft_prompt_greedy, soft_prompt_logprobs
-
     def generator(prompts: Sequence[Sequence[int]], max_new: int) -> list[list[int]]:
         return soft_prompt_greedy(lm, embeddings, prompts, max_new_tokens=max_new)
 
@@ -63,17 +73,6 @@ def soft_prompt_runner(lm: Any, embeddings: Any, options: Any) -> Callable:
 def train_soft_prompts(lm: Any, run: Any, plan: Plan, config: dict[str, Any], options: Any,
                         seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train (or, on --resume, reload) one soft prompt per PII type."""
-    import io
-    import json
-
-    import numpy as np
-    import torch
-
-    from ctxleak.methods.pii.items import encode_item
-    from ctxleak.methods.pii.metrics import exact_match
-    from ctxleak.methods.pii.softprompt import SoftPromptConfig, train_soft_prompt
-    from ctxleak.run.runner import say
-
     cfg = SoftPromptConfig(n_tokens=config["soft_tokens"], lr=config["soft_lr"],
                            epochs=config["epochs"], seed=seed)
     soft: dict[str, Any] = {}
@@ -113,9 +112,6 @@ def train_soft_prompts(lm: Any, run: Any, plan: Plan, config: dict[str, Any], op
 
 
 def finetune_canary(lm: Any, plan: Plan, config: dict[str, Any], seed: int) -> tuple[Any, dict]:
-    from ctxleak.methods.pii.canary import FinetuneConfig, finetune_copy
-    from ctxleak.run.runner import say
-
     cfg = FinetuneConfig(epochs=config["canary_epochs"], lr=config["canary_lr"],
                          train_layers=config["canary_layers"], seed=seed)
     texts = [d for r in plan.inserted for d in r.documents]

@@ -21,6 +21,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from faker import Faker
+
+from ctxleak.methods.pii.extract import find_addresses
 from ctxleak.methods.pii.records import PIIRecord
 
 __all__ = [
@@ -91,8 +94,6 @@ def _address(fake: Any) -> str:
 
 def _address_ok(address: str) -> bool:
     """Only addresses that pyap2 finds whole in a sentence, so extraction round-trips."""
-    from ctxleak.methods.pii.extract import find_addresses
-
     for context in (f"Letters can be sent to {address}.", f"the office at {address}. Thanks"):
         spans = find_addresses(context)
         if len(spans) != 1 or spans[0].text != address:
@@ -154,8 +155,6 @@ def synth_records(n: int, seed: int = 0) -> list[PIIRecord]:
     subject's PII is always a different string when used as null PII). Phone numbers are drawn
     from ``len(AREA_CODES) * 100`` fictional ones, which bounds ``n``.
     """
-    from faker import Faker
-
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     capacity = len(AREA_CODES) * 100

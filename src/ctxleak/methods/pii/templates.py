@@ -24,6 +24,7 @@ is capitalised ("Phone number of ...").
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -228,8 +229,6 @@ def choose_shots(records: Sequence[PIIRecord], record: PIIRecord, k: int, pii_ty
                  seed: int = 0, relationship: str | None = None) -> list[PIIRecord]:
     """``k`` other subjects that have every field the prompts for ``pii_type`` need (all three
     structured PII for structured types), drawn with ``random.Random(seed)``."""
-    import random
-
     pii_type = canonical_pii_type(pii_type)
     if k < 0:
         raise ValueError("k must be >= 0")

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctxleak.engine.forward import PrefixKV
+from ctxleak.engine.generation import derive_seed
 from ctxleak.errors import ConfigError
 from ctxleak.methods.susceptibility.data import (
     build_queries,
@@ -14,7 +16,7 @@ from ctxleak.methods.susceptibility.data import (
     parse_query_types,
     resolve_data_path,
 )
-from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
+from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions, measure_queries, summarize_queries
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -139,8 +141,6 @@ class SusceptibilityMethod(Method):
         return {"chat_template": "on" if self.common.chat_template == "on" else "off"}
 
     def setup(self, lm: Any, run: Any) -> None:
-        from ctxleak.engine.forward import PrefixKV
-
         self.prefix_kv = PrefixKV(lm)  # the tokens before each query, once per run
 
     def batch_cost(self, item: Any) -> int | None:
@@ -152,15 +152,10 @@ class SusceptibilityMethod(Method):
     def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
         """The queries measured together (Monte Carlo prompts in one planner run, Fisher in one
         batched forward and backward), each with its own seed (run seed, query index)."""
-        from ctxleak.engine.generation import derive_seed
-        from ctxleak.methods.susceptibility.pipeline import measure_queries
-
         return measure_queries(lm, [(q, derive_seed(self.common.seed, q.index)) for q in items],
                                self.rels, self.options, self.prefix_kv)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        from ctxleak.methods.susceptibility.pipeline import summarize_queries
-
         return summarize_queries(records, self.options)
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from ctxleak.engine.forward import PrefixKV
 from ctxleak.engine.models import LM
@@ -229,8 +230,6 @@ def correlation(x: Sequence[float | None], y: Sequence[float | None], unit: str 
                 ) -> dict[str, Any]:
     """Pearson and Spearman correlation (scipy) with p-values; ``null`` and the reason when they
     are undefined (fewer than 3 pairs, or constant values)."""
-    from scipy import stats
-
     pairs = [(a, b) for a, b in zip(x, y) if a is not None and b is not None
              and math.isfinite(a) and math.isfinite(b)]
     out: dict[str, Any] = {"n": len(pairs), "pearson": None, "spearman": None}

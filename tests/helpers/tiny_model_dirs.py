@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from tiny_models import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 
 def tiny_llama_dir(path: Path, seed: int = 0) -> Path:

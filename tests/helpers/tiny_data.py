@@ -1,4 +1,4 @@
-"""Data written with the tiny models' word vocabulary (tests/tiny_models.py), so that texts
+"""Data written with the tiny models' word vocabulary (tests/helpers/tiny_models.py), so that texts
 tokenise to real ids rather than <unk>: ICL tasks, relations for susceptibility and PII records.
 Shared by the method tests and the data-parallel tests."""
 
