@@ -30,8 +30,11 @@ class UnknownName(KeyError):
 
 
 class Registry(Mapping[str, Any]):
-    """Name -> object, each given as ``"package.module:attribute"`` and imported on first
-    :meth:`get` (then kept); objects may also be registered directly."""
+    """Name -> object, each given as ``"package.module:attribute"`` and looked up at each
+    :meth:`get` (the module imported on first use): late binding, so the registry always
+    answers what the module holds now (a test that replaces ``ctxleak.engine.models.load_model``
+    replaces ``ctxleak.load_model`` too, and only while it does). Objects may also be
+    registered directly."""
 
     def __init__(self, kind: str, entries: Mapping[str, str] | None = None) -> None:
         self.kind = kind
@@ -54,8 +57,8 @@ class Registry(Mapping[str, Any]):
             self._loaded[name] = target
 
     def get(self, name: str, default: Any = ...) -> Any:
-        """The object registered as ``name`` (imported now if it was not yet). An unknown name
-        raises :class:`UnknownName`, unless a ``default`` is given."""
+        """The object registered as ``name``, read from its module now (imported if it was not
+        yet). An unknown name raises :class:`UnknownName`, unless a ``default`` is given."""
         if name in self._loaded:
             return self._loaded[name]
         target = self._targets.get(name)
@@ -67,7 +70,6 @@ class Registry(Mapping[str, Any]):
         obj: Any = import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
-        self._loaded[name] = obj
         return obj
 
     def __getitem__(self, name: str) -> Any:

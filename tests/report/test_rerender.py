@@ -119,3 +119,17 @@ def test_registry_is_lazy_and_names_the_choices():
     assert set(RESULTS) >= {"influence", "icl", "audit", "susceptibility", "probe",
                             "influence-explain"}
     assert set(REPORTS) >= set(RESULTS)
+
+
+def test_registry_answers_what_the_module_holds_now(monkeypatch):
+    """Late binding: a name replaced in its module is replaced in the registry, and only for as
+    long as it is (a looked-up object is not kept past the replacement)."""
+    import ctxleak
+    import ctxleak.engine.models as models
+
+    real = models.load_model
+    assert ctxleak.load_model is real
+    with monkeypatch.context() as patch:
+        patch.setattr(models, "load_model", lambda *a, **k: "stand-in")
+        assert ctxleak.load_model() == "stand-in"
+    assert ctxleak.load_model is real
