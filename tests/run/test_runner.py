@@ -38,7 +38,7 @@ class WordCount(Method):
     def key(self, item):
         return item["key"]
 
-    def batches(self, todo):
+    def batches(self, todo, policy):
         for i in range(0, len(todo), 2):
             yield list(todo[i:i + 2])
 
