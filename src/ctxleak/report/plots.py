@@ -17,9 +17,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
-from scipy import stats
-
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 _FIGSIZE = (6.4, 4.0)  # inches
@@ -172,6 +169,9 @@ def scatter_plot(x: Sequence[float], y: Sequence[float], *, labels: Sequence[str
 def correlation_title(title: str, x: Sequence[float], y: Sequence[float]) -> str:
     """``title`` with the Pearson and Spearman correlations of the finite (x, y) pairs
     appended (left alone with fewer than 3 pairs or a constant side)."""
+    import numpy as np
+    from scipy import stats
+
     pairs = [(a, b) for a, b in zip(_floats(x, "x"), _floats(y, "y"))
              if math.isfinite(a) and math.isfinite(b)]
     if len(pairs) < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
@@ -277,6 +277,9 @@ def density_plot(samples: Mapping[str, Sequence[float]], *, title: str, xlabel: 
 
 
 def _kde(values: list[float], grid: list[float]) -> list[float] | None:
+    import numpy as np
+    from scipy import stats
+
     try:
         return stats.gaussian_kde(np.asarray(values, dtype=float))(np.asarray(grid)).tolist()
     except (np.linalg.LinAlgError, ValueError):
@@ -288,6 +291,8 @@ def heatmap_plot(matrix: Sequence[Sequence[float]], *, row_labels: Sequence[str]
                  ylabel: str | None = None) -> bytes:
     """Matrix heatmap with a colour bar; cells are annotated when the matrix is small (≤ 15×15).
     NaN cells are left blank. Returns PNG bytes."""
+    import numpy as np
+
     rows = [_floats(r, f"matrix row {i}") for i, r in enumerate(matrix)]
     if any(len(r) != len(col_labels) for r in rows) or len(rows) != len(row_labels):
         raise ValueError(f"heatmap_plot: matrix shape does not match {len(row_labels)} row labels "
