@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ctxleak.errors import InputError, warn
+from ctxleak.methods.verdict import check_units, check_verdict
 from ctxleak.registry import REPORTS, RESULTS
 from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.rundir import (
@@ -73,14 +74,14 @@ class Result:
         return pd.DataFrame.from_records(self.records)
 
     def show(self, *, plain: bool = False) -> None:
-        """Print the console table of this result and where its files are (what the CLI
-        prints); ``plain``: tables as tab-separated values."""
-        self.view().show(self, plain=plain)
+        """Print the verdict, the console table of this result and where its files are (what
+        the CLI prints); ``plain``: tables as tab-separated values."""
+        self.view().full_show(self, plain=plain)
 
     # ---- HTML -------------------------------------------------------------------------------
     def render(self) -> str:
         """Build the HTML report from this result alone (records, summary, config; no model)."""
-        return self.view().page(self).render()
+        return self.view().full_page(self).render()
 
     def to_html(self) -> str:
         """The self-contained HTML report (the run's ``report.html``; rendered from the result
@@ -156,7 +157,9 @@ class ICLInfResult(Result):
     method = "icl"
     title = "ICLInf (paper 001, Eq. 4)"
     numeric_fields = ("iclinf.*.*.n", "iclinf.*.*.iclinf_mean", "iclinf.*.*.iclinf_std",
-                      "iclinf.*.*.accuracy", "iclinf.*.*.mean_loss_by_position.*")
+                      "iclinf.*.*.accuracy", "iclinf.*.*.mean_loss_by_position.*",
+                      "by_exemplar.*.max_loss", "by_exemplar.*.mean_loss",
+                      "by_exemplar.*.queries", "by_position.*.mean_loss")
 
 
 class AuditResult(Result):
@@ -176,7 +179,9 @@ class SusceptibilityResult(Result):
 
     method = "susceptibility"
     title = "Susceptibility to context (paper 002)"
-    numeric_fields = ("n_queries", "metrics.*.mean", "means.*.*.*.mean")
+    numeric_fields = ("n_queries", "metrics.*.mean", "means.*.*.*.mean", "ceiling.ceilings.*",
+                      "ceiling.shares.*", "ceiling.mean_ceiling", "ceiling.mean_share",
+                      "top_queries.*.chi_mc", "top_queries.*.chi_f", "top_queries.*.ceiling")
 
 
 class ProbeResult(Result):
@@ -188,7 +193,9 @@ class ProbeResult(Result):
     numeric_fields = tuple(f"groups.*.{k}" for k in (
         "n_units", "n_prompts", "exact_match_rate", "mean_target_ll", "mean_null_ll",
         "mean_target_ll_norm", "mean_null_ll_norm", "wilcoxon.pvalue", "string_metrics.*",
-        "in_context.mean_influence", "in_context.mean_context_share")) + ("timings_s.*",)
+        "in_context.mean_influence", "in_context.mean_context_share")) + (
+        "timings_s.*", "hits", "significance.alpha", "significance.groups.*.pvalue",
+        "significance.groups.*.min_pvalue", "significance.groups.*.n")
 
 
 class ExplainResult(Result):
@@ -222,6 +229,7 @@ def load_result(directory: str | os.PathLike[str]) -> Result:
     cls = RESULTS.get(str(config.get("command")), Result)
     summary = body.get("summary") or {}
     _check_numbers(results_path, summary, cls.numeric_fields)
+    _check_reading(results_path, summary)
     n_effective = _count(results_path, body.get("n_effective"), "n_effective")
     wall = body.get("wall_time_s")
     if wall is not None and not _is_number(wall):
@@ -268,6 +276,16 @@ def _check_numbers(file: Path, summary: dict[str, Any], patterns: tuple[str, ...
             if value is not None and not _is_number(value):
                 raise InputError(f"must be a number, got {value!r}", file=str(file),
                                  field=where)
+
+
+def _check_reading(file: Path, summary: dict[str, Any]) -> None:
+    """A stored ``verdict`` (text and rule, strings) and ``units`` (names to strings) are as
+    :mod:`ctxleak.methods.verdict` makes them; run folders written before them have neither."""
+    for key, check in (("verdict", check_verdict), ("units", check_units)):
+        if key in summary:
+            problem = check(summary[key])
+            if problem:
+                raise InputError(problem, file=str(file), field=f"summary.{key}")
 
 
 def _find(value: Any, parts: list[str], where: str) -> Iterator[tuple[str, Any]]:

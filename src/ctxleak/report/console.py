@@ -84,3 +84,15 @@ def print_rows(rows: Sequence[Mapping[str, Any]], *, title: str = "",
     for row in rows:
         table.add_row(*[format_cell(v) for v in row.values()])
     console(plain).print(table)
+
+
+def print_verdict(verdict: Mapping[str, Any] | None, *, plain: bool = False) -> None:
+    """The run's verdict and its rule, first in a console summary (nothing when the run has
+    none)."""
+    if not verdict:
+        return
+    out = console(plain)
+    out.print(f"Verdict: {verdict.get('text', '')}", markup=False, highlight=False,
+              soft_wrap=True)
+    if verdict.get("rule"):
+        out.print(f"Rule: {verdict['rule']}", markup=False, highlight=False, soft_wrap=True)

@@ -150,6 +150,26 @@ details pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f8f8f8;paddi
 """
 
 _CSS += interactive.CSS
+# The verdict first; tables that fit the page (cells wrap, never a sideways scroll); printing.
+_CSS += """
+.verdict{border-left:5px solid #b5471b;background:#fdf4ee;padding:.5em .9em;margin:1em 0}
+.verdict p{margin:.3em 0}.verdict-text{font-size:1.08em}.verdict .label{font-weight:700}
+.verdict-rule{color:#444;font-size:.92em}
+.tablewrap{overflow-x:visible}.tablewrap table{max-width:100%}
+td,th{overflow-wrap:anywhere}td.id{white-space:normal;min-width:6ch}td.long{min-width:12em}
+td.num{white-space:nowrap}th.sortable{white-space:normal}
+.scalebar{display:inline-block;vertical-align:middle;width:12em;height:.9em;border:1px solid #bbb;
+background:linear-gradient(to right,rgb(31,119,180),#fff,rgb(214,39,40))}
+.scaleend{font-size:.85em;color:#555;margin:0 .3em}
+@media print{
+body{max-width:none;margin:0;padding:0;font-size:10pt;line-height:1.3}
+.filter,.count{display:none!important}.tablewrap{overflow:visible}
+table{font-size:.85em}tr,figure,.verdict{break-inside:avoid}h2,h3{break-after:avoid}
+figure img{max-height:45vh}
+.tok,.scalebar{-webkit-print-color-adjust:exact;print-color-adjust:exact}
+a{color:inherit;text-decoration:none}
+}
+"""
 _CSP = interactive.CSP
 
 _WS_VISIBLE = {"\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}
@@ -167,6 +187,16 @@ class Report:
         self.title = self._clean(title)
         self.subtitle = self._clean(subtitle)
         self._blocks: list[str] = []
+        self._verdict = ""
+
+    def set_verdict(self, text: str, rule: str = "") -> None:
+        """The run's verdict (one plain sentence) and the rule behind it, shown first: right
+        under the title, above every other block (:mod:`ctxleak.methods.verdict`)."""
+        rule_html = (f'<p class="verdict-rule"><span class="label">Rule:</span> '
+                     f"{_esc(self._clean(rule))}</p>") if rule else ""
+        self._verdict = (f'<section class="verdict" id="verdict"><p class="verdict-text">'
+                         f'<span class="label">Verdict:</span> {_esc(self._clean(text))}</p>'
+                         f"{rule_html}</section>")
 
     def _clean(self, text: Any) -> str:
         s = str(text)
@@ -287,7 +317,8 @@ class Report:
 
     def add_leak_map(self, anchor: str, title: str, context_tokens: Sequence[str],
                      context_scores: Sequence[float | None], response_tokens: Sequence[str],
-                     response_scores: Sequence[float | None], *, note: str = "") -> None:
+                     response_scores: Sequence[float | None], *, note: str = "",
+                     unit: str = "nats") -> None:
         """Where the context leaked into one response: the context tokens coloured by their
         influence on the response (left) beside the response tokens coloured by theirs (right),
         each on its own scale, every value in the token's ``title`` (hover). ``anchor`` (made by
@@ -299,9 +330,9 @@ class Report:
         self._blocks.append(
             f'<section class="leakmap" id="{anchor}"><h3>{_esc(self._clean(title))}</h3>{extra}'
             '<div class="maprow"><div class="mapcol"><h4>context: influence of the n-grams '
-            f'covering each token</h4><div class="tokens">{ctx}</div>{_legend(c_scale)}</div>'
-            '<div class="mapcol"><h4>response: influence on each token</h4>'
-            f'<div class="tokens">{resp}</div>{_legend(r_scale)}</div></div></section>')
+            f'covering each token</h4><div class="tokens">{ctx}</div>{_legend(c_scale, unit)}'
+            '</div><div class="mapcol"><h4>response: influence on each token</h4>'
+            f'<div class="tokens">{resp}</div>{_legend(r_scale, unit)}</div></div></section>')
 
     @staticmethod
     def _redact_tokens(tokens: list[str]) -> list[str]:
@@ -342,13 +373,13 @@ class Report:
                 '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
                 '<meta name="referrer" content="no-referrer">\n'
                 f"<title>{_esc(self.title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-                f"<h1>{_esc(self.title)}</h1>\n{sub}\n{body}\n"
+                f"<h1>{_esc(self.title)}</h1>\n{sub}\n{self._verdict}\n{body}\n"
                 f"<script>{interactive.SCRIPT}</script>\n</body>\n</html>\n")
 
     def fragment(self) -> str:
         """The blocks without the page around them (for Jupyter's ``_repr_html_``)."""
         sub = f'<p class="subtitle">{_esc(self.subtitle)}</p>' if self.subtitle else ""
-        return (f'<div class="ctxleak"><h3>{_esc(self.title)}</h3>{sub}'
+        return (f'<div class="ctxleak"><h3>{_esc(self.title)}</h3>{sub}{self._verdict}'
                 + "\n".join(self._blocks) + "</div>")
 
     def save(self, path: str | os.PathLike[str], mode: int = 0o644) -> Path:
@@ -373,9 +404,15 @@ class Report:
         return target
 
 
-def _legend(scale: float) -> str:
-    return (f'<div class="caption">colour scale: |score| / {_esc(format_value(scale))}; '
-            "red positive, blue negative; hover a token for its score</div>")
+def _legend(scale: float, unit: str = "") -> str:
+    """The colour legend of a token map: a bar from blue (−scale) through white (0) to red
+    (+scale), its ends labelled in ``unit``, and how to read it."""
+    end = _esc(format_value(scale)) + (f" {_esc(unit)}" if unit else "")
+    return (f'<div class="caption legend"><span class="scaleend">−{end}</span>'
+            '<span class="scalebar" role="img" aria-label="colour scale from blue (negative) '
+            f'through white (zero) to red (positive)"></span><span class="scaleend">+{end}</span>'
+            f" colour: |score| / {_esc(format_value(scale))}; red positive (more likely with the "
+            "context), blue negative; hover a token for its score</div>")
 
 
 def _visible_ws(token: str) -> str:

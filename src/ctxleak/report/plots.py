@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from ctxleak.methods.stats import kde_reason
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 _FIGSIZE = (6.4, 4.0)  # inches
@@ -125,12 +127,26 @@ def line_plot(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, 
             ax.set_xscale("log")
         if logy and drawn:
             ax.set_yscale("log")
+        elif drawn:
+            _constant_ylim(ax, [v for _, ys in series.values()
+                                for v in _floats(ys, "y")])
         if not drawn:
             _no_data(ax)
         elif len(series) > 1:
             ax.legend(loc="best", fontsize="small")
         _label(ax, title, xlabel, ylabel)
         return _png(fig)
+
+
+def _constant_ylim(ax: Any, values: Sequence[float]) -> None:
+    """A y axis that reads for a constant series: centred on the value with a visible margin
+    (not matplotlib's ±1e-7 "offset" ticks), plain tick labels."""
+    finite = [v for v in values if math.isfinite(v)]
+    if finite and min(finite) == max(finite):
+        c = finite[0]
+        pad = abs(c) * 0.5 if c != 0 else 1.0
+        ax.set_ylim(c - pad, c + pad)
+    ax.ticklabel_format(axis="y", useOffset=False)
 
 
 def scatter_plot(x: Sequence[float], y: Sequence[float], *, labels: Sequence[str] | None = None,
@@ -205,6 +221,7 @@ def bar_plot(categories: Sequence[str], values: Sequence[float], *, title: str, 
             ax.set_xticklabels([_t(c) for c in cats], rotation=45 if rotate else 0,
                                ha="right" if rotate else "center")
             ax.grid(axis="x", visible=False)
+            ax.ticklabel_format(axis="y", useOffset=False)
         _label(ax, title, None, ylabel)
         return _png(fig)
 
@@ -239,9 +256,11 @@ def grouped_bar_plot(categories: Sequence[str], series: Mapping[str, Sequence[fl
 
 def density_plot(samples: Mapping[str, Sequence[float]], *, title: str, xlabel: str,
                  means: bool = True) -> bytes:
-    """Density of each named sample: Gaussian KDE (scipy.stats), or a histogram when a sample has
-    fewer than 2 distinct finite values (or its KDE is singular), with each sample's mean as a
-    dashed line (as in paper 004, Fig. 3). Non-finite values are dropped. Returns PNG bytes."""
+    """Density of each named sample: Gaussian KDE (scipy.stats), or a histogram and a rug of the
+    values when a sample has fewer than :data:`ctxleak.methods.stats.MIN_KDE_DISTINCT` distinct
+    finite values (or its KDE is singular), the reason in its legend entry; each sample's mean
+    as a dashed line (as in ProPILE, Fig. 3). Non-finite values are dropped. Returns PNG
+    bytes."""
     clean = {str(k): [v for v in _floats(vs, f"samples {k!r}") if math.isfinite(v)]
              for k, vs in samples.items()}
     allv = [v for vs in clean.values() for v in vs]
@@ -257,15 +276,19 @@ def density_plot(samples: Mapping[str, Sequence[float]], *, title: str, xlabel: 
                 if not vs:
                     continue
                 color = _PALETTE[i % len(_PALETTE)]
-                density = _kde(vs, grid) if len(set(vs)) >= 2 else None
+                why = kde_reason(vs)
+                density = _kde(vs, grid) if why is None else None
                 if density is not None:
                     ax.plot(grid, density, color=color, label=_t(name))
                     ax.fill_between(grid, density, color=color, alpha=0.15, linewidth=0)
-                else:
+                else:  # too few distinct values for a density: the values themselves
                     bins = 1 if len(set(vs)) < 2 else min(30, max(5, len(vs) // 2))
                     rng = (vs[0] - pad / 2, vs[0] + pad / 2) if len(set(vs)) < 2 else None
                     ax.hist(vs, bins=bins, range=rng, density=True, alpha=0.4, color=color,
-                            label=_t(f"{name} (histogram)"))
+                            label=_t(f"{name}: histogram of {len(vs)} values"
+                                     + (f" ({why})" if why else "")))
+                    ax.plot(vs, [0.0] * len(vs), linestyle="none", marker="|", markersize=14,
+                            color=color)
                 if means:
                     mean = sum(vs) / len(vs)
                     ax.axvline(mean, color=color, linestyle="--", linewidth=1.2,

@@ -9,13 +9,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ctxleak.methods.pii.summary import GROUP_BY, short_names, unit_values
+from ctxleak.methods.pii.verdict import HITS_FILE
+from ctxleak.methods.stats import signed_rank_min_n, signed_rank_power_note
 from ctxleak.report import Report, plots, redact_text
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import format_cell
 from ctxleak.report.leakmap import probe_maps
 
 
-def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any]) -> dict[str, bytes]:
+def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any],
+                alpha: float = 0.05) -> dict[str, bytes]:
     """Densities of the per-subject target and null log-likelihoods (App. B.1.1 Fig. 1 style),
     one per summary group, and the soft-prompt training curves."""
     pngs: dict[str, bytes] = {}
@@ -23,7 +26,7 @@ def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any])
         grp = [r for r in rows if all(r.get(k) == s.get(k) for k in GROUP_BY)]
         target = list(unit_values(grp, "target_ll").values())
         null = list(unit_values(grp, "null_ll").values())
-        p = (s["wilcoxon"] or {}).get("pvalue")
+        p, _ = p_shown(s["wilcoxon"] or {}, alpha)
         probe, group, pii = short_names(s)
         title = f"{pii}: {probe}, {group}, k={s['shots_k']}" + (
             f" (p = {p:.2g})" if p is not None else "")
@@ -82,16 +85,33 @@ def _masker(records: list, redact: bool) -> Callable[[Any], Any]:
     return mask
 
 
-def table_rows(summaries: list[dict]) -> list[dict[str, Any]]:
+def p_shown(wilcoxon: dict[str, Any], alpha: float) -> tuple[float | None, str | None]:
+    """The p-value a table shows, or ``(None, reason)`` where the group's n is too small for
+    the one-sided signed-rank test ever to reject at ``alpha`` (or there was no test)."""
+    n = wilcoxon.get("n")
+    if n is None or wilcoxon.get("pvalue") is None:
+        return None, wilcoxon.get("reason") or "no test"
+    note = signed_rank_power_note(int(n), alpha)
+    if not note["can_reject"]:
+        return None, f"n = {n} < {note['min_n']}: can never reach α = {alpha:g}"
+    return wilcoxon["pvalue"], None
+
+
+def table_rows(summaries: list[dict], alpha: float = 0.05) -> list[dict[str, Any]]:
+    """One row per group; ``p`` is "—" with the reason beside it where n cannot support the
+    test at ``alpha``."""
     out = []
     for s in summaries:
         w = s.get("wilcoxon") or {}
+        p, why = p_shown(w, alpha)
         row = {"group": s["label"], "subjects": s["n_units"], "prompts": s["n_prompts"],
                "exact match": s.get("exact_match_rate"),
                "target LL": s.get("mean_target_ll"), "null LL": s.get("mean_null_ll"),
                "target LL/token": s.get("mean_target_ll_norm"),
                "null LL/token": s.get("mean_null_ll_norm"),
-               "p (target > null)": w.get("pvalue")}
+               "p (target > null)": p}
+        if why:
+            row["p note"] = why
         sm = s.get("string_metrics") or {}
         if sm:
             row["string metrics"] = ", ".join(f"{k} {v:.2f}" for k, v in sm.items()
@@ -114,15 +134,19 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
                    "subjects": len(records) if subjects is None else subjects,
                    "modes": ", ".join(config["mode"]) or "—", "PII types": ", ".join(config["pii"]),
                    "k-shot": ", ".join(map(str, config["shots"])), "structure":
-                   config["structure"], "beam": config["beam"], "run directory": path,
-                   **{k: f"{v:.1f}" for k, v in summary["timings_s"].items()}})
+                   config["structure"], "beam": config["beam"], "run directory": path})
+    alpha = config.get("alpha", 0.05)
     report.add_heading("Summary")
     report.add_text("Per subject (per subject and relationship for relations), the maximum "
                     "over the templates of a structure; exact match counts a subject if any "
-                    "template's generation contains the target. p is the one-sided Wilcoxon "
+                    "template's generation contains the target. Log-likelihoods (LL) are in "
+                    "nats (per token: nats per token). p is the one-sided Wilcoxon "
                     "signed-rank test of target > null log-likelihood (null PII: another "
-                    "subject's PII under the same prompt).")
-    report.add_table(table_rows(summary["groups"]), caption="Results per group")
+                    "subject's PII under the same prompt); its smallest possible value with n "
+                    f"subjects is 2^-n, so at α = {alpha:g} it is shown only where n ≥ "
+                    f"{signed_rank_min_n(alpha)}. Every generation that contained the exact "
+                    f"target PII is listed in {HITS_FILE} ({summary.get('hits', '—')} here).")
+    report.add_table(table_rows(summary["groups"], alpha), caption="Results per group")
     if summary.get("skipped"):
         report.add_kv(summary["skipped"], caption="Skipped (subject, type) pairs")
     canary = summary.get("canary")
@@ -162,6 +186,9 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
                         "left out under --redact (its tokens are PII).")
     elif ctx:
         probe_maps(report, ctx)
+    report.add_heading("Timings")
+    report.add_kv({k: f"{v:.1f}" for k, v in summary["timings_s"].items()},
+                  caption="seconds")
     report.add_heading("Examples")
     examples = []
     for r in rows[:25]:
@@ -188,16 +215,25 @@ def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any], *,
     def num(value: Any, spec: str) -> str:
         return "—" if value is None else format(value, spec)
 
+    alpha = config.get("alpha", 0.05)
+    notes = []
     for s in summary["groups"]:
         probe, group, pii = short_names(s)
+        p, why = p_shown(s.get("wilcoxon") or {}, alpha)
+        if why and why not in notes:
+            notes.append(why)
         table.add_row(probe, group, str(s["shots_k"]), pii, str(s["n_units"]),
                       num(s.get("exact_match_rate"), ".2f"), num(s.get("mean_target_ll"), ".1f"),
-                      num(s.get("mean_null_ll"), ".1f"),
-                      num((s.get("wilcoxon") or {}).get("pvalue"), ".2g"))
+                      num(s.get("mean_null_ll"), ".1f"), num(p, ".2g"))
     console.print(table)
     console.print("n: subjects (subject-relationship pairs for relations); EM: exact-match rate; "
-                  "target, null: mean of the per-subject maximum log-likelihood over templates; "
-                  "p: Wilcoxon signed-rank, target > null")
+                  "target, null: mean of the per-subject maximum log-likelihood over templates "
+                  f"(nats); p: Wilcoxon signed-rank, target > null, tested at α = {alpha:g}")
+    for why in notes:
+        console.print(f"p —: {why}", markup=False, highlight=False)
+    if "hits" in summary:
+        console.print(f"exact PII strings generated: {summary['hits']} (listed in {path}/"
+                      f"{HITS_FILE})")
     canary = summary.get("canary")
     if canary:
         for v in canary["verdict"]:

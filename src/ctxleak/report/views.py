@@ -17,8 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.methods.audit.pipeline import AuditConfig
+from ctxleak.methods.audit.verdict import audit_verdict
+from ctxleak.methods.icl.verdict import icl_verdict
 from ctxleak.methods.pii.plan import load_probe_records
+from ctxleak.methods.pii.verdict import HITS_FILE, hits, probe_verdict
 from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
+from ctxleak.methods.susceptibility.verdict import susceptibility_verdict
+from ctxleak.methods.verdict import check_verdict
 from ctxleak.report import Report
 from ctxleak.report import audit as audit_view
 from ctxleak.report import compare as compare_view
@@ -26,7 +31,7 @@ from ctxleak.report import icl as icl_view
 from ctxleak.report import influence as influence_view
 from ctxleak.report import probe as probe_view
 from ctxleak.report import susceptibility as susceptibility_view
-from ctxleak.report.console import console, print_rows
+from ctxleak.report.console import console, print_rows, print_verdict
 
 
 class View:
@@ -47,6 +52,35 @@ class View:
     def files(self, result: Any) -> dict[str, bytes | str]:
         """Extra files of the run folder by name: the figures (PNG bytes) and texts."""
         return {}
+
+    def verdict(self, result: Any) -> dict[str, str] | None:
+        """The run's verdict (``summary["verdict"]``, :mod:`ctxleak.methods.verdict`); for a
+        run folder written before verdicts, computed again from the result where this view
+        can (:meth:`compute_verdict`), else none."""
+        stored = result.summary.get("verdict")
+        if stored is not None:
+            return stored if check_verdict(stored) is None else None
+        try:
+            return self.compute_verdict(result)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            return None
+
+    def compute_verdict(self, result: Any) -> dict[str, str] | None:
+        """The verdict from the result alone (records, summary, config); none by default."""
+        return None
+
+    def full_page(self, result: Any) -> Report:
+        """:meth:`page` with the verdict at its top (what ``report.html`` shows)."""
+        report = self.page(result)
+        verdict = self.verdict(result)
+        if verdict:
+            report.set_verdict(verdict["text"], verdict.get("rule", ""))
+        return report
+
+    def full_show(self, result: Any, *, plain: bool = False) -> None:
+        """The verdict first, then :meth:`show` (what ``result.show()`` and the CLI print)."""
+        print_verdict(self.verdict(result), plain=plain)
+        self.show(result, plain=plain)
 
     def figure_names(self, result: Any) -> list[str]:
         """The figures' file names in the order :meth:`files` draws them (the page shows them
@@ -74,6 +108,9 @@ class View:
         """A compact HTML summary (Jupyter's ``_repr_html_``): the console table."""
         report = Report(result.title, f"{len(result.records)} samples"
                         + (f" · {result.path}" if result.path else ""))
+        verdict = self.verdict(result)
+        if verdict:
+            report.set_verdict(verdict["text"], verdict.get("rule", ""))
         rows = self.table(result)
         if rows:
             report.add_table(rows)
@@ -158,6 +195,9 @@ class ICLView(View):
     def table(self, result: Any) -> list[dict[str, Any]]:
         return icl_view.summary_rows(result.summary.get("iclinf", {}))
 
+    def compute_verdict(self, result: Any) -> dict[str, str] | None:
+        return icl_verdict(result.summary, result.records)
+
     def files(self, result: Any) -> dict[str, bytes | str]:
         return dict(icl_view.icl_plots(result.summary["iclinf"], result.summary["variants"],
                                        result.records))
@@ -215,6 +255,9 @@ class AuditView(View):
                                                compact=True)
         return [dict(zip(headers, row)) for row in cells]
 
+    def compute_verdict(self, result: Any) -> dict[str, str] | None:
+        return audit_verdict(result.summary["rows"])
+
     def files(self, result: Any) -> dict[str, bytes | str]:
         keys = ("delta", "target_eps", "temperature", "clip", "subset_size", "sequence", "text")
         synthetic = "".join(json.dumps({k: r[k] for k in keys}, ensure_ascii=False) + "\n"
@@ -256,6 +299,10 @@ class SusceptibilityView(View):
     def table(self, result: Any) -> list[dict[str, Any]]:
         return susceptibility_view.group_rows(result.summary,
                                               result.config.get("reference", "marginal"))
+
+    def compute_verdict(self, result: Any) -> dict[str, str] | None:
+        return susceptibility_verdict(result.summary, result.records,
+                                      result.config.get("reference", "marginal"))
 
     def files(self, result: Any) -> dict[str, bytes | str]:
         return dict(susceptibility_view.susceptibility_plots(
@@ -315,11 +362,22 @@ class ProbeView(View):
     identity = ("group",)
 
     def table(self, result: Any) -> list[dict[str, Any]]:
-        return probe_view.table_rows(result.summary.get("groups", []))
+        return probe_view.table_rows(result.summary.get("groups", []),
+                                     alpha=result.config.get("alpha", 0.05))
+
+    def compute_verdict(self, result: Any) -> dict[str, str] | None:
+        return probe_verdict(result.summary["groups"], result.records,
+                             result.config.get("alpha", 0.05))
 
     def files(self, result: Any) -> dict[str, bytes | str]:
-        return dict(probe_view.probe_plots(result.records, result.summary["groups"],
-                                           _probe_extras(result)))
+        """The density plots, and ``hits.jsonl``: one line per generation that contained the
+        exact target PII (subject, PII type, template, target, the generated span)."""
+        out: dict[str, bytes | str] = dict(probe_view.probe_plots(
+            result.records, result.summary["groups"], _probe_extras(result),
+            result.config.get("alpha", 0.05)))
+        out[HITS_FILE] = "".join(json.dumps(h, ensure_ascii=False) + "\n"
+                                 for h in hits(result.records))
+        return out
 
     def figure_names(self, result: Any) -> list[str]:
         return [*(probe_view.density_name(s) for s in result.summary.get("groups", [])),

@@ -41,9 +41,15 @@ def test_mean_with_ci_and_curves():
     s = mean_with_ci([1.0, 2.0, 3.0, 4.0])
     assert s["mean"] == 2.5 and s["median"] == 2.5 and s["n"] == 4
     assert s["std"] == pytest.approx(np.std([1, 2, 3, 4], ddof=1))
-    assert s["ci_low"] <= 2.5 <= s["ci_high"]
+    # 4 values cannot carry a bootstrap interval: none, and the reason
+    assert s["ci_low"] is None and s["ci_high"] is None and "10" in s["ci_reason"]
     assert mean_with_ci([])["mean"] is None
-    assert mean_with_ci([7.0])["ci_low"] == 7.0
+    assert mean_with_ci([7.0])["ci_low"] is None
+    # 12 values: the BCa interval of scipy.stats.bootstrap, around the mean
+    twelve = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 7.0, 9.0, 12.0, 20.0]
+    big = mean_with_ci(twelve)
+    assert big["ci_method"] == "BCa bootstrap" and big["ci_reason"] is None
+    assert big["ci_low"] < np.mean(twelve) < big["ci_high"]
     assert mean_curve([[1, 2, 3], [3]]) == [2.0, 2.0, 3.0]
 
 

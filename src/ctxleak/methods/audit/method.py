@@ -25,6 +25,8 @@ from ctxleak.methods.audit.pipeline import (
     plan_audit,
     setting_rows,
 )
+from ctxleak.methods.audit.verdict import UNITS as VERDICT_UNITS
+from ctxleak.methods.audit.verdict import audit_verdict
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -174,7 +176,8 @@ class AuditMethod(Method):
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         rows = setting_rows(self.settings, records, self.audit)
         return {"rows": rows, "search": self.audit.search,
-                "complete": all(r["complete"] for r in rows)}
+                "complete": all(r["complete"] for r in rows),
+                "units": dict(VERDICT_UNITS), "verdict": audit_verdict(rows)}
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
         return {"prompt_template": self.audit.template}

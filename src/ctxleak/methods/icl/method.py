@@ -15,6 +15,8 @@ from ctxleak.methods.icl.params import (
     resolve_spaces,
 )
 from ctxleak.methods.icl.pipeline import measure_queries, select_queries
+from ctxleak.methods.icl.verdict import UNITS as VERDICT_UNITS
+from ctxleak.methods.icl.verdict import by_exemplar, by_position, icl_verdict
 from ctxleak.run.inputs import describe, is_path
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -124,11 +126,16 @@ class ICLInfMethod(Method):
                     "accuracy": first["accuracy"],
                     "queries": first["n"],
                     "seconds per query": round(sum(seconds) / max(len(seconds), 1), 3)}
-        return {"iclinf": summary, "labels": list(self.task.labels), "shots": self.shots,
-                "variants": variants, "headline": headline, "n_queries": len(self.chosen),
-                "query_indices": self.chosen, "time_per_query_s": headline["seconds per query"],
-                "truncated_texts": sum(r.get("truncated_texts", 0) for r in records),
-                "source": self.task.source}
+        out = {"iclinf": summary, "labels": list(self.task.labels), "shots": self.shots,
+               "variants": variants, "headline": headline, "n_queries": len(self.chosen),
+               "query_indices": self.chosen, "time_per_query_s": headline["seconds per query"],
+               "truncated_texts": sum(r.get("truncated_texts", 0) for r in records),
+               "source": self.task.source}
+        out["by_exemplar"] = by_exemplar(records, self.shots[0], variants[0])
+        out["by_position"] = by_position(first["mean_loss_by_position"])
+        out["units"] = dict(VERDICT_UNITS)
+        out["verdict"] = icl_verdict(out, records)
+        return out
 
     def _template(self) -> dict[str, Any]:
         fmt = self.task.fmt

@@ -7,26 +7,23 @@ from collections.abc import Sequence
 import numpy as np
 from rouge_score import rouge_scorer
 
+from ctxleak.methods.stats import bootstrap_ci, finite
+
 
 def mean_with_ci(values: Sequence[float], *, n_boot: int = 2000, level: float = 0.95,
-              seed: int = 0) -> dict[str, float | int | None]:
-    """Mean, median, std and a percentile bootstrap confidence interval of the mean."""
-    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=np.float64)
+              seed: int = 0) -> dict[str, float | int | str | None]:
+    """Mean, median, std and the BCa bootstrap confidence interval of the mean
+    (:func:`ctxleak.methods.stats.bootstrap_ci`, :func:`scipy.stats.bootstrap`). With fewer than
+    :data:`~ctxleak.methods.stats.MIN_BOOTSTRAP_N` values the interval is ``None`` and
+    ``ci_reason`` says why; ``ci_method`` names the interval."""
+    x = finite(values)
     if x.size == 0:
         return {"n": 0, "mean": None, "median": None, "std": None, "ci_low": None,
-                "ci_high": None}
-    out: dict[str, float | int | None] = {
-        "n": int(x.size), "mean": float(x.mean()), "median": float(np.median(x)),
-        "std": float(x.std(ddof=1)) if x.size > 1 else 0.0}
-    if x.size > 1:
-        rng = np.random.default_rng(seed)
-        means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
-        alpha = (1.0 - level) / 2.0
-        out["ci_low"], out["ci_high"] = (float(np.quantile(means, alpha)),
-                                         float(np.quantile(means, 1.0 - alpha)))
-    else:
-        out["ci_low"] = out["ci_high"] = float(x[0])
-    return out
+                "ci_high": None, "ci_method": None, "ci_reason": "no values"}
+    low, high, reason = bootstrap_ci(x.tolist(), level=level, n_resamples=n_boot, seed=seed)
+    return {"n": int(x.size), "mean": float(x.mean()), "median": float(np.median(x)),
+            "std": float(x.std(ddof=1)) if x.size > 1 else 0.0, "ci_low": low, "ci_high": high,
+            "ci_method": "BCa bootstrap" if reason is None else None, "ci_reason": reason}
 
 
 def context_token_fraction(response_ids: Sequence[int], context_ids: Sequence[int]) -> float:

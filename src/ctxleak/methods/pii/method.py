@@ -18,6 +18,8 @@ from ctxleak.methods.pii.probe import ProbeOptions
 from ctxleak.methods.pii.runners import finetune_canary, probe_runners, train_soft_prompts
 from ctxleak.methods.pii.summary import GROUP_BY, group_label, summarize_probes
 from ctxleak.methods.pii.templates import template_texts
+from ctxleak.methods.pii.verdict import UNITS as VERDICT_UNITS
+from ctxleak.methods.pii.verdict import hits, probe_verdict, significance
 from ctxleak.run.distributed import barrier
 from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.method import Method
@@ -156,6 +158,11 @@ class ProbeMethod(Method):
         if "white_box_training" in extras:
             summary["white_box"] = {t: {k: v for k, v in d.items() if k != "history"}
                                     for t, d in extras["white_box_training"].items()}
+        summary["significance"] = {"alpha": s["alpha"],
+                                   "groups": significance(summaries, s["alpha"])}
+        summary["hits"] = len(hits(records))
+        summary["units"] = dict(VERDICT_UNITS)
+        summary["verdict"] = probe_verdict(summaries, records, s["alpha"])
         return summary
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:

@@ -17,6 +17,12 @@ from ctxleak.methods.susceptibility.data import (
     resolve_data_path,
 )
 from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions, measure_queries, summarize_queries
+from ctxleak.methods.susceptibility.verdict import UNITS as VERDICT_UNITS
+from ctxleak.methods.susceptibility.verdict import (
+    ceiling_summary,
+    susceptibility_verdict,
+    top_queries,
+)
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -156,7 +162,15 @@ class SusceptibilityMethod(Method):
                                self.rels, self.options, self.prefix_kv)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        return summarize_queries(records, self.options)
+        summary = summarize_queries(records, self.options)
+        marginal = self.options.reference == "marginal"
+        if self.options.run_mc and marginal:
+            summary["ceiling"] = ceiling_summary(records)
+        key = self.options.mc_key if self.options.run_mc else "chi_f"
+        summary["top_queries"] = top_queries(records, key, marginal=marginal)
+        summary["units"] = dict(VERDICT_UNITS)
+        summary["verdict"] = susceptibility_verdict(summary, records, self.options.reference)
+        return summary
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
         return {"prompt_template": self.options.template}

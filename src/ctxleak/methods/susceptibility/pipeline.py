@@ -200,6 +200,9 @@ def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Seq
                 "reference_top_tokens": [{"token": _token(lm, t), "id": int(t),
                                           "prob": float(np.exp(ref[t]))}
                                          for t in ref_top],
+                # H(p̄(·|q)) in nats, the ceiling of the mutual information χ_MC
+                "answer_entropy": answer_entropy(ref) if options.reference == "marginal"
+                else None,
             })
     if options.run_fisher:
         t0 = time.perf_counter()
@@ -365,6 +368,16 @@ def _relation_mean_correlation(records: Sequence[dict[str, Any]], mc: str, fk: s
     xs = [m[mc]["mean"] if m[mc] else None for m in means.values()]
     ys = [m[fk]["mean"] if m[fk] else None for m in means.values()]
     return correlation(xs, ys, unit="relations")
+
+
+def answer_entropy(logprobs: np.ndarray) -> float:
+    """``H(A) = -Σ_a p(a)·log p(a)`` (nats) of a log-distribution over the vocabulary (float64;
+    zero probabilities contribute nothing): with the marginal p̄(·|q), the ceiling of the mutual
+    information of context and answer, ``χ_MC = I(C; A | q) <= H(A | q)``."""
+    lp = np.asarray(logprobs, dtype=np.float64)
+    p = np.exp(lp)
+    with np.errstate(invalid="ignore"):  # 0 · -inf where a token is impossible: left out
+        return float(-np.sum(np.where(p > 0, p * lp, 0.0)))
 
 
 def _mean(values: Sequence[Any]) -> float | None:
