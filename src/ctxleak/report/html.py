@@ -160,7 +160,7 @@ td,th{overflow-wrap:anywhere}td.id{white-space:normal;min-width:6ch}td.long{min-
 td.num{white-space:nowrap}th.sortable{white-space:normal}
 .scalebar{display:inline-block;vertical-align:middle;width:12em;height:.9em;border:1px solid #bbb;
 background:linear-gradient(to right,rgb(31,119,180),#fff,rgb(214,39,40))}
-.scaleend{font-size:.85em;color:#555;margin:0 .3em}
+.scaleend{font-size:.85em;color:#555;margin:0 .3em;font-style:normal}
 @media print{
 body{max-width:none;margin:0;padding:0;font-size:10pt;line-height:1.3}
 .filter,.count{display:none!important}.tablewrap{overflow:visible}
@@ -408,9 +408,9 @@ def _legend(scale: float, unit: str = "") -> str:
     """The colour legend of a token map: a bar from blue (−scale) through white (0) to red
     (+scale), its ends labelled in ``unit``, and how to read it."""
     end = _esc(format_value(scale)) + (f" {_esc(unit)}" if unit else "")
-    return (f'<div class="caption legend"><span class="scaleend">−{end}</span>'
-            '<span class="scalebar" role="img" aria-label="colour scale from blue (negative) '
-            f'through white (zero) to red (positive)"></span><span class="scaleend">+{end}</span>'
+    return (f'<div class="caption legend"><em class="scaleend">−{end}</em>'
+            '<div class="scalebar" role="img" aria-label="colour scale from blue (negative) '
+            f'through white (zero) to red (positive)"></div><em class="scaleend">+{end}</em>'
             f" colour: |score| / {_esc(format_value(scale))}; red positive (more likely with the "
             "context), blue negative; hover a token for its score</div>")
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
+from ctxleak.methods.icl.verdict import by_exemplar
 from ctxleak.report import Report, plots
 
 
@@ -21,8 +23,8 @@ def headline_text(headline: dict[str, Any]) -> dict[str, Any]:
     percent)."""
     shown = {k: v for k, v in headline.items() if k not in ("ICLInf mean", "ICLInf std")}
     out = {"shots": shown.pop("shots"), "variant": shown.pop("variant"),
-           "ICLInf": _fmt_pm({"iclinf_mean": headline["ICLInf mean"],
-                              "iclinf_std": headline["ICLInf std"]}),
+           "ICLInf (nats)": _fmt_pm({"iclinf_mean": headline["ICLInf mean"],
+                                     "iclinf_std": headline["ICLInf std"]}),
            "accuracy": _pct(shown.pop("accuracy"))}
     return {**out, **shown}
 
@@ -32,10 +34,10 @@ def summary_rows(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     for n, by_variant in summary.items():
         for variant, s in by_variant.items():
             rows.append({"shots": int(n), "variant": variant, "queries": s["n"],
-                         "ICLInf mean": round(s["iclinf_mean"], 4),
-                         "ICLInf std": round(s["iclinf_std"], 4),
+                         "ICLInf mean (nats)": round(s["iclinf_mean"], 4),
+                         "ICLInf std (nats)": round(s["iclinf_std"], 4),
                          "accuracy": _pct(s["accuracy"]),
-                         "mean loss by position": " ".join(
+                         "mean loss by position (nats)": " ".join(
                              f"{v:.3f}" for v in s["mean_loss_by_position"])})
     return rows
 
@@ -54,7 +56,7 @@ def icl_plots(summary: dict[str, dict[str, Any]], variants: Sequence[str],
             series[name] = (list(range(1, len(curve) + 1)), curve)
     out["loss_by_position.png"] = plots.line_plot(
         series, title="Mean privacy loss by position of the removed exemplar (paper Fig. 1)",
-        xlabel="exemplar position i", ylabel="mean loss_i", integer_x=True)
+        xlabel="exemplar position i", ylabel="mean loss_i (nats)", integer_x=True)
     if records and variants:
         out["loss_heatmap.png"] = loss_heatmap(records, variants[0])
     shots = [int(n) for n in summary]
@@ -65,7 +67,7 @@ def icl_plots(summary: dict[str, dict[str, Any]], variants: Sequence[str],
         out["shots_sweep.png"] = plots.line_plot(
             sweep, errors=errors,
             title="ICLInf against the number of exemplars (paper Fig. 3)",
-            xlabel="number of shots", ylabel="ICLInf (mean ± std)", integer_x=True)
+            xlabel="number of shots", ylabel="ICLInf (nats, mean ± std)", integer_x=True)
         accuracy = {v: (shots, [summary[str(n)][v]["accuracy"] for n in shots])
                     for v in variants}
         out["accuracy_shots.png"] = plots.line_plot(
@@ -80,7 +82,7 @@ def icl_plots(summary: dict[str, dict[str, Any]], variants: Sequence[str],
                 cats.append(f"{label}, {n} shots" if len(summary) > 1 else label)
                 vals.append(s["iclinf_mean"])
                 errs.append(s["iclinf_std"])
-        return plots.bar_plot(cats, vals, errors=errs, title=title, ylabel="ICLInf (mean ± std)")
+        return plots.bar_plot(cats, vals, errors=errs, title=title, ylabel="ICLInf (nats, mean ± std)")
 
     spaces = [s for s in ("labels", "vocab") if any(v.startswith(s) for v in variants)]
     if all(f"{s}_calibrated" in variants and s in variants for s in spaces) and spaces:
@@ -127,6 +129,20 @@ def icl_report(summary: dict[str, dict[str, Any]], records: Sequence[dict[str, A
     report.add_kv(headline_text(headline), caption="headline")
     report.add_table(summary_rows(summary), caption="ICLInf mean ± std over queries, accuracy, "
                                                     "mean loss by exemplar position")
+    ranked = by_exemplar(records, int(headline["shots"]), str(headline["variant"]))
+    if ranked:
+        report.add_heading("Exemplars that leak most")
+        report.add_text("Each training exemplar's largest loss over the queries it served: the "
+                        "ε of ex-post per-instance DP of that exemplar, in nats; the query's "
+                        "output is up to e^x times more (or less) likely with it than without.")
+        report.add_table([{"training row": e["exemplar"], "largest loss (nats)": e["max_loss"],
+                           "likelihood ratio e^x": math.exp(min(e["max_loss"], 700.0)),
+                           "on query": e["query"], "at position": e["position"],
+                           "mean loss (nats)": e["mean_loss"], "queries": e["queries"]}
+                          for e in ranked[:10]],
+                         caption=f"the {min(len(ranked), 10)} of {len(ranked)} exemplars with "
+                                 f"the largest loss ({headline['shots']} shots, "
+                                 f"{headline['variant']})")
     captions = {
         "loss_by_position.png": "Mean loss by position of the removed exemplar (Fig. 1: the U "
                                 "shape of the paper).",

@@ -93,10 +93,14 @@ def susceptibility_report(records: Sequence[dict[str, Any]], summary: dict[str, 
     if cut.get("contexts"):
         rep.add_kv(cut, caption="contexts cut to fit the model's window: queries affected, "
                                 "contexts, tokens removed (per query in samples.jsonl)")
-    timing = summary.get("timing", {})
-    if timing:
-        rep.add_heading("Time per query")
-        rep.add_kv(timing, caption="seconds per query for each method; speedup = MC / Fisher")
+    rep.add_text("Units: χ_MC is a mutual information in nats, never above its ceiling "
+                 "min(H(A|q), H(C)), the entropy of the answer distribution over the sampled "
+                 "contexts (and of the contexts drawn); χ_F is on another scale (½σ² times a "
+                 "Fisher-information trace): it ranks queries and is never read as nats.")
+    top = top_rows(summary)
+    if top:
+        rep.add_heading("Most susceptible queries")
+        rep.add_table(top, caption="ranked by " + ("χ_MC" if options.run_mc else "χ_F"))
     warning = (summary.get("agreement") or {}).get("warning")
     if warning:
         rep.add_text("Warning: " + warning)
@@ -137,6 +141,10 @@ def susceptibility_report(records: Sequence[dict[str, Any]], summary: dict[str, 
                          "ψ": best.get("psi")})
         rep.add_table(rows, caption="the 10 most susceptible queries and their most persuasive "
                                     "context (ψ = KL from the reference)")
+    timing = summary.get("timing", {})
+    if timing:
+        rep.add_heading("Time per query")
+        rep.add_kv(timing, caption="seconds per query for each method; speedup = MC / Fisher")
     return rep
 
 
@@ -147,8 +155,33 @@ def group_rows(summary: dict[str, Any], reference: str = "marginal") -> list[dic
     groups = [("all", {k: summary["metrics"][k] for k in keys})]
     for block in ("by_query_type", "real_vs_fake"):
         groups += list(summary["means"][block].items())
-    return [{"group": name, **{f"mean {k}": (stats.get(k) or {}).get("mean") for k in keys}}
+    return [{"group": name, **{column(k): (stats.get(k) or {}).get("mean") for k in keys}}
             for name, stats in groups]
+
+
+#: The unit of each susceptibility in a column header.
+UNIT_OF = {"chi_mc": "nats, MI", "chi_mc_nocontext": "nats", "chi_f": "rank scale, not nats"}
+
+
+def column(key: str) -> str:
+    """A table header with its unit: ``mean chi_mc (nats, MI)``."""
+    return f"mean {key} ({UNIT_OF.get(key, '')})" if key in UNIT_OF else f"mean {key}"
+
+
+def top_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The most susceptible queries (``summary["top_queries"]``) with their ceilings."""
+    out = []
+    for q in summary.get("top_queries") or []:
+        row: dict[str, Any] = {"query id": q.get("id"), "query": q.get("query")}
+        for key in ("chi_mc", "chi_mc_nocontext", "chi_f"):
+            if key in q:
+                row[f"{key} ({UNIT_OF[key]})"] = q[key]
+        if "ceiling" in q:
+            row["ceiling (nats)"] = q["ceiling"]
+            share = q.get("share_of_ceiling")
+            row["share of ceiling"] = None if share is None else f"{100 * share:.3g}%"
+        out.append(row)
+    return out
 
 
 def print_susceptibility(summary: dict[str, Any], reference: str, path: str, *,
@@ -163,13 +196,21 @@ def print_susceptibility(summary: dict[str, Any], reference: str, path: str, *,
     table.add_column("group")
     keys = [k for k in (mc, fk) if k in summary["metrics"]]
     for k in keys:
-        table.add_column(f"mean {k}", justify="right")
+        table.add_column(column(k), justify="right")
     groups = [("all", {k: summary["metrics"][k] for k in keys})]
     for block in ("by_query_type", "real_vs_fake"):
         groups += list(summary["means"][block].items())
     for name, stats in groups:
         table.add_row(name, *[format_cell((stats.get(k) or {}).get("mean")) for k in keys])
     console.print(table)
+    top = top_rows(summary)
+    if top:
+        tt = Table(title="Most susceptible queries")
+        for col in top[0]:
+            tt.add_column(col, justify="left" if col in ("query id", "query") else "right")
+        for row in top:
+            tt.add_row(*[format_cell(v) for v in row.values()])
+        console.print(tt)
     corr = summary.get("correlation")
     if corr:
         ct = Table(title="Correlation of χ_F with χ_MC")
