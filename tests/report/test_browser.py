@@ -210,3 +210,107 @@ def test_harness_sees_a_script_the_csp_blocks(browser, tmp_path):
     errors = browser.errors()
     assert any("script-src" in e for e in errors), errors
     assert re.search(r"csp: script-src", "\n".join(errors))
+
+
+VERDICT = """(() => {
+  const v = document.getElementById('verdict');
+  if (!v) return null;
+  const r = v.getBoundingClientRect();
+  const h2 = document.querySelector('h2');
+  const tables = Array.from(document.querySelectorAll('table'));
+  return {top: r.top, height: r.height, inner: window.innerHeight,
+          text: v.querySelector('.verdict-text').textContent,
+          rule: (v.querySelector('.verdict-rule') || {}).textContent || '',
+          beforeSections: !h2 || r.bottom <= h2.getBoundingClientRect().top,
+          beforeTables: tables.every(t => r.bottom <= t.getBoundingClientRect().top)};
+})()"""
+
+
+@pytest.mark.parametrize("name", ["icl", "audit", "susceptibility", "probe"])
+def test_verdict_is_visible_at_the_top(name, reports, browser, shots_dir):
+    browser.open(reports[name])
+    v = browser.evaluate(VERDICT)
+    browser.screenshot(shots_dir / f"{name}_verdict.png")
+    assert v is not None, "no verdict on the page"
+    # in the first screen, above every section and table, with its sentence and its rule
+    assert 0 <= v["top"] and v["top"] + v["height"] <= v["inner"] and v["height"] > 0
+    assert v["beforeSections"] and v["beforeTables"]
+    assert v["text"].startswith("Verdict: ") and len(v["text"]) > 20
+    assert v["rule"].startswith("Rule: ")
+
+
+FITS = """(() => {
+  const root = document.documentElement;
+  const wide = Array.from(document.querySelectorAll('table')).filter(
+      t => t.getBoundingClientRect().right > root.clientWidth + 0.5).map(
+      t => (t.tHead ? t.tHead.textContent : t.textContent).slice(0, 80));
+  const scrolls = Array.from(document.querySelectorAll('.tablewrap')).filter(
+      w => w.scrollWidth > w.clientWidth + 1).length;
+  return {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, wide, scrolls};
+})()"""
+
+
+@pytest.mark.parametrize("name", ["influence", "explain", "icl", "audit", "susceptibility",
+                                  "probe", "compare"])
+def test_no_sideways_scroll_at_1400_px(name, reports, browser, shots_dir):
+    browser.send("Emulation.setDeviceMetricsOverride", width=1400, height=900,
+                 deviceScaleFactor=1, mobile=False)
+    try:
+        browser.open(reports[name])
+        fit = browser.evaluate(FITS)
+        browser.screenshot(shots_dir / f"{name}_1400.png", full_page=True)
+    finally:
+        browser.send("Emulation.setDeviceMetricsOverride", width=1280, height=900,
+                     deviceScaleFactor=1, mobile=False)
+    assert fit["scrollWidth"] <= fit["clientWidth"], fit
+    assert fit["wide"] == [] and fit["scrolls"] == 0, fit  # every table (and column) on screen
+
+
+def test_the_harness_sees_a_table_too_wide(browser, tmp_path):
+    """The width check above can fail: an unbreakable cell wider than the page is caught."""
+    page = Report("t")
+    page.add_table([{"a": 1, "b": 2}, {"a": 3, "b": 4}])
+    html = page.render().replace("</body>", '<div style="width:3000px">x</div></body>')
+    (tmp_path / "wide.html").write_text(html)
+    browser.send("Emulation.setDeviceMetricsOverride", width=1400, height=900,
+                 deviceScaleFactor=1, mobile=False)
+    try:
+        browser.open(tmp_path / "wide.html")
+        fit = browser.evaluate(FITS)
+    finally:
+        browser.send("Emulation.setDeviceMetricsOverride", width=1280, height=900,
+                     deviceScaleFactor=1, mobile=False)
+    assert fit["scrollWidth"] > fit["clientWidth"]
+
+
+@pytest.mark.parametrize("name", ["influence", "probe"])
+def test_report_prints_to_pdf(name, reports, browser, tmp_path):
+    """``chromium --print-to-pdf`` gives a non-empty PDF; under print media the filter boxes
+    are hidden and the page fits an A4 width."""
+    pdf = tmp_path / f"{name}.pdf"
+    import subprocess
+
+    subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
+                    "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
+                    "--no-pdf-header-footer", f"--print-to-pdf={pdf}",
+                    reports[name].resolve().as_uri()], check=True, timeout=120,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF-") and len(data) > 10_000
+    assert re.search(rb"/Type\s*/Page\b", data)
+    browser.send("Emulation.setEmulatedMedia", media="print")
+    browser.send("Emulation.setDeviceMetricsOverride", width=794, height=1123,
+                 deviceScaleFactor=1, mobile=False)  # A4 at 96 dpi
+    try:
+        browser.open(reports[name])
+        state = browser.evaluate("""(() => ({
+          filters: Array.from(document.querySelectorAll('input.filter')).filter(
+              e => getComputedStyle(e).display !== 'none').length,
+          scrollWidth: document.documentElement.scrollWidth,
+          clientWidth: document.documentElement.clientWidth}))()""")
+    finally:
+        browser.send("Emulation.setEmulatedMedia", media="")
+        browser.send("Emulation.setDeviceMetricsOverride", width=1280, height=900,
+                     deviceScaleFactor=1, mobile=False)
+    assert state["filters"] == 0
+    assert state["scrollWidth"] <= state["clientWidth"], state
