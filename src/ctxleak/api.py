@@ -103,7 +103,8 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
               stride: int | None = None, context_sizes: int | Sequence[int] | str | None = None,
               bounded_eps: float | None = None, repeat_threshold: float = 0.5,
               rouge_threshold: float = 0.5, bertscore_model: str | None = None,
-              factkb_model: str | None = None, redact: bool = False, device: str = "auto",
+              factkb_model: str | None = None, redact: bool = False, control: bool = True,
+              passages: str | None = None, device: str = "auto",
               dtype: str = "auto", batch_size: str = "auto", batch_invariant: bool = True,
               limit: int | None = None, seed: int = 0, output: str | None = None,
               resume: bool = False, chat_template: str = "auto", trust_remote_code: bool = False,
@@ -158,6 +159,13 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
         FactKB model of the quality scores (none: not computed).
     redact : bool, default False
         Mask e-mails and phone numbers in the report and console.
+    control : bool, default True
+        Also score each response with another example's context (the next one's, in a fixed
+        rotation): what any context does to the query; each example is reported above it.
+        False: no control.
+    passages : str or None, default None
+        Split each context into passages, 'sentence' or 'paragraph', and measure each passage's
+        influence (left out, response scored); a row's own 'passages' list is used as it is.
     device : str, default "auto"
         auto, cpu, cuda, cuda:N or mps.
     dtype : str, default "auto"
@@ -188,7 +196,13 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
     Returns
     -------
     InfluenceResult
-        The run's records, summary, config and provenance; its folder holds the same.
+        The run's records, summary, config and provenance; its folder holds the same. Influence
+        is in nats (natural logarithms), summed over the response's tokens, and read as the ε
+        of ex-post per-instance DP (Def. 2.2 of "Estimating Privacy Leakage of Augmented
+        Contextual Knowledge in Language Models"): e^ε is how many times more likely the
+        response is with the context than without. ``summary["verdict"]`` says which examples
+        leak beyond the control; ``result.tokens()``, ``.windows()``, ``.passages()`` are tidy
+        frames, ``result.example(id).show()`` one example's leak map.
     """
     options = dict(locals())
     from ctxleak.methods.influence.params import InfluenceParams

@@ -56,6 +56,14 @@ def influence(
     factkb_model: Optional[str] = typer.Option(None, "--factkb-model"),
     redact: bool = typer.Option(False, "--redact", help="Mask e-mails and phone numbers in the "
                                 "report and console."),
+    control: bool = typer.Option(True, "--control/--no-control", help="Also score each "
+                                 "response with another example's context (the next one's): "
+                                 "what any context does to the query; each example is "
+                                 "reported above it (on by default)."),
+    passages: Optional[str] = typer.Option(None, "--passages", help="Split each context into "
+                                           "passages, sentence or paragraph, and measure each "
+                                           "passage's influence (left out, response scored); a "
+                                           "row's own 'passages' list is used as it is."),
     *,
     common: CommonOptions,
 ) -> None:
@@ -75,7 +83,7 @@ def influence(
                              context_sizes=context_sizes, bounded_eps=bounded_eps,
                              repeat_threshold=repeat_threshold, rouge_threshold=rouge_threshold,
                              bertscore_model=bertscore_model, factkb_model=factkb_model,
-                             redact=redact)
+                             redact=redact, control=control, passages=passages)
     result = run_params(params, common, data)
     show(result)
 

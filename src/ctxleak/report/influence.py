@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from ctxleak.methods.influence.control import leak_where, user_id
+from ctxleak.methods.influence.units import reading
 from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import print_rows
-from ctxleak.report.leakmap import add_leak_section, explain_map
+from ctxleak.report.leakmap import add_leak_section, add_record_map, explain_map
 
 EPS_NOTE = (
     "Bounded CID: \"composed ε\" is the guarantee of Theorem B.1 of \"Estimating Privacy "
@@ -20,16 +22,34 @@ EPS_NOTE = (
     "ε/2 of the no-context distribution.")
 
 
+UNITS_NOTE = (
+    "Units: influence is in nats (natural logarithms), summed over the response's tokens, so it "
+    "grows with the response's length; \"per token\" divides by it. Read e^x as a likelihood "
+    "ratio: the response is e^x times more (or less) likely with the context than without it. "
+    "It is the ε of ex-post per-instance differential privacy (Def. 2.2 of \"Estimating "
+    "Privacy Leakage of Augmented Contextual Knowledge in Language Models\") at this response, "
+    "per-token losses added by basic composition (Def. 3.2); DP budgets are called strong at "
+    "ε ≤ 1 and loose at ε ≈ 8. \"above control\" is the influence minus that of another "
+    "example's context on the same response (what any context does).")
+
+
 def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per setting, in the layout of the paper's Tables 2-3."""
+    """One row per setting, in the layout of the paper's Tables 2-3, influence in nats per
+    response and per token, above the control, and how many examples leak beyond it."""
     rows = []
     for s in summaries:
         infl = s["influence"]
         row = {"λ": s["lambda"], "T": s["temperature"],
                "ctx tokens": s.get("mean_context_tokens"), "n": s["n"],
-               "influence": infl["mean"], "95% CI": _ci(infl),
-               "ROUGE-L": (s["rouge_l"] or {}).get("mean"),
-               "Repeat": s["repeat_prompts"], "Rouge": s["rouge_prompts"]}
+               "influence": infl["mean"], "95% CI": _ci(infl)}
+        if s.get("influence_per_token"):
+            row["per token"] = s["influence_per_token"].get("mean")
+        control = s.get("control") or {}
+        if control.get("enabled"):
+            row["above control"] = (control.get("above_control") or {}).get("mean")
+            row["leak beyond control"] = f"{len(control.get('flagged') or [])}/{control['n']}"
+        row.update({"ROUGE-L": (s["rouge_l"] or {}).get("mean"),
+                    "Repeat": s["repeat_prompts"], "Rouge": s["rouge_prompts"]})
         if "max_window_influence" in s:
             row["max n-gram"] = s["max_window_influence"]["mean"]
         if "composed_eps" in s:
@@ -128,6 +148,10 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
     report.add_table(table_rows(summaries))
+    report.add_text(UNITS_NOTE)
+    control_section(report, summaries, records)
+    passages_section(report, summaries)
+    tokens_section(report, summaries, records)
     if any("composed_eps" in s for s in summaries):
         report.add_text(EPS_NOTE)
     missing: dict[str, str] = {}  # the first reason of each metric, whichever setting gave it
@@ -156,11 +180,168 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     return report
 
 
+def _label(summaries: Sequence[dict[str, Any]], s: dict[str, Any]) -> str:
+    return f" ({s.get('setting')})" if len(summaries) > 1 else ""
+
+
+def control_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per setting on the control: the rule, the paired test and the flagged
+    examples, or why there is no control; then what the control cost."""
+    lines = []
+    for s in summaries:
+        c = s.get("control") or {}
+        where = _label(summaries, s)
+        if not c:
+            continue
+        if not c.get("enabled"):
+            lines.append(f"control{where}: none ({c.get('reason')})")
+            continue
+        test = c.get("test") or {}
+        p = (f"p = {test['pvalue']:.3g}" if test.get("pvalue") is not None
+             else f"— ({test.get('reason')})")
+        above = c.get("above_control") or {}
+        mean = above.get("mean")
+        flagged = ", ".join(c.get("flagged_labels") or []) or "none"
+        lines.append(f"control{where}: mean control influence "
+                     f"{(c.get('influence') or {}).get('mean', 0):.4g} nats; influence above it "
+                     f"{mean:.4g} nats per response "
+                     f"({(c.get('above_control_per_token') or {}).get('mean') or 0:.3g} per "
+                     f"token); one-sided Wilcoxon signed-rank {p}; flagged when {c.get('rule')}: "
+                     f"{flagged}")
+    cost = next(((s.get("control") or {}).get("cost") for s in summaries
+                 if (s.get("control") or {}).get("cost")), None)
+    if cost:
+        share = cost.get("share_of_measure_time")
+        pct = f", {100 * share:.1f}% of the measuring time" if share is not None else ""
+        lines.append(f"control cost: {cost['forward_passes']} extra forward passes for "
+                     f"{cost['examples']} responses, {cost['seconds']:.3g} s{pct}")
+    return lines
+
+
+def control_section(report: Report, summaries: Sequence[dict[str, Any]],
+                    records: Sequence[dict[str, Any]]) -> None:
+    """The control: its rule, test and cost, and per example its influence against its
+    control's (nats), flagged examples first."""
+    lines = control_lines(summaries)
+    if not lines:
+        return
+    report.add_heading("Against a control: what any context does")
+    report.add_text("Each response is also scored with another example's context (the next "
+                    "example's, in a fixed rotation) under the same query: its influence is what "
+                    "any context does to this query, and the example's influence above it is "
+                    "what its own context added.\n" + "\n".join(lines))
+    rows = []
+    flagged = {(s.get("setting"), i) for s in summaries
+               for i in (s.get("control") or {}).get("flagged") or []}
+    for r in records:
+        if r.get("control_influence") is None:
+            continue
+        rid = user_id(r)
+        rows.append({"id": rid, "setting": r.get("setting"),
+                     "influence (nats)": r["influence"],
+                     "per token": r.get("influence_per_token"),
+                     "control": r.get("control_id"),
+                     "control influence": r["control_influence"],
+                     "above control": r.get("influence_above_control"),
+                     "leaks beyond control": (r.get("setting"), rid) in flagged,
+                     "most influential": leak_where(r) or "—"})
+    if len({r["setting"] for r in rows}) < 2:
+        for row in rows:
+            row.pop("setting")
+    rows.sort(key=lambda row: (not row["leaks beyond control"], -row["above control"]))
+    if rows:
+        report.add_table(rows[:200], caption="Examples against their control, those leaking "
+                                             "beyond it first (influence in nats)")
+
+
+def passages_section(report: Report, summaries: Sequence[dict[str, Any]]) -> None:
+    """The passages with the most influence (Def. 3.1-3.2 with S = the passage)."""
+    rows = [{**({"setting": s.get("setting")} if len(summaries) > 1 else {}), **row}
+            for s in summaries for row in s.get("top_passages") or []]
+    if not rows:
+        return
+    report.add_heading("Passages by influence")
+    report.add_table(rows, caption="Each passage left out of the context and the response "
+                     "scored (Def. 3.1-3.2 with S = the passage): influence in nats, passages "
+                     "numbered from 1, most first")
+
+
+def _shown(strings: Sequence[str], positions: Sequence[int]) -> str:
+    """The response tokens at ``positions``, quoted (their position where no string is kept)."""
+    return " ".join(repr(strings[t]) if t < len(strings) else str(t) for t in positions)
+
+
+def tokens_section(report: Report, summaries: Sequence[dict[str, Any]],
+                   records: Sequence[dict[str, Any]]) -> None:
+    """Response tokens found in the context: known to the model already, or copied."""
+    rule = next((s.get("token_rule") for s in summaries if s.get("token_rule")), None)
+    if rule is None:
+        return
+    rows = []
+    for r in records:
+        strings = r.get("response_token_strings") or []
+        known = r.get("known_tokens") or []
+        copied = r.get("copied_tokens") or []
+        if not (known or copied):
+            continue
+        rows.append({"id": user_id(r), "known (already in the model)": _shown(strings, known),
+                     "copied (high influence)": _shown(strings, copied)})
+    report.add_heading("Context tokens in the response: known or copied")
+    report.add_text("Repeat/Rouge Prompts count a response token that appears in the context "
+                    "as leaked; context influence separates the tokens the model predicts as "
+                    f"well without the context from those it copied: {rule}.")
+    if rows:
+        report.add_table(rows[:200])
+
+
+def example_fragment(record: dict[str, Any], *, redact: bool = False) -> str:
+    """One example's leak map (its passages' or windows' influence on the context, its tokens'
+    on the response), its influence read in nats, per token, as a likelihood ratio and as ε,
+    its control and its passages: an HTML fragment for Jupyter."""
+    rid = user_id(record)
+    report = Report(f"ctxleak influence: {rid}", str(record.get("setting") or ""),
+                    redact=redact)
+    tokens = len(record.get("response_ids") or []) or None
+    facts: dict[str, Any] = {"response": record.get("response"),
+                             "influence": reading(float(record["influence"]), tokens)}
+    if record.get("control_influence") is not None:
+        facts["control"] = (f"{record['control_influence']:.4g} nats with the context of "
+                            f"{record.get('control_id')}; this example's influence is "
+                            f"{record['influence_above_control']:.4g} nats above it")
+    report.add_kv(facts)
+    context = list(record.get("context_token_strings") or [])
+    response = list(record.get("response_token_strings") or [])
+    add_record_map(report, record, "ex-0", rid, context, response)
+    if record.get("passage_influence"):
+        ranks = sorted(((v, j) for j, v in enumerate(record["passage_influence"])
+                        if v is not None), key=lambda p: -p[0])
+        report.add_table([{"rank": k + 1, "passage": j + 1, "text": record["passages"][j],
+                           "influence (nats)": v} for k, (v, j) in enumerate(ranks)],
+                         caption="Passages by influence (each left out, response scored)")
+    return report.fragment()
+
+
 def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bool = False) -> None:
-    """The console table of an influence run and where its files are."""
-    print_rows(table_rows(summaries), title="Expected context influence (paper 000, Def. 3.3)",
-               plain=plain)
-    make_console(plain).print(f"results: {path / 'results.json'}   report: {path / 'report.html'}")
+    """The console table of an influence run (nats), the control and the top passages, and
+    where its files are."""
+    print_rows(table_rows(summaries), title="Expected context influence, nats per response "
+               "(paper 000, Def. 3.3)", plain=plain)
+    console = make_console(plain)
+    console.print("influence: nats summed over the response (per token: divided by its length); "
+                  "e^x = likelihood ratio with vs without the context; x = the ε of ex-post "
+                  "per-instance DP at this response (strong DP: ε ≤ 1, loose: ε ≈ 8)",
+                  markup=False)
+    for line in control_lines(summaries):
+        console.print(line, markup=False)
+    for s in summaries:
+        top = (s.get("top_passages") or [])[:3]
+        if top:
+            listed = "; ".join(f"{p['id']} passage {p['passage']} {p['influence']:.3g} nats"
+                               for p in top)
+            console.print(f"top passages{_label(summaries, s)}: {listed}", markup=False)
+    if path is not None:
+        console.print(f"results: {path / 'results.json'}   report: {path / 'report.html'}",
+                      markup=False)
 
 
 def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -> Report:

@@ -43,11 +43,15 @@ def add_leak_section(report: Report, records: Sequence[dict[str, Any]], tokens_o
     order = ranked_examples(records)
     mapped = set(order[:max_maps])
     has_windows = any(r.get("window_influence") for r in records)
+    has_passages = any(r.get("passage_influence") for r in records)
     report.add_heading("Where the context leaked")
     report.add_text(EXPLAIN if has_windows else
                     "This run computed no n-gram windows, so the context cannot be coloured: run "
                     "with --ngram N (and --stride 1 for a map per token) to see which context "
                     "passages drove each response. The responses are coloured per token.")
+    if has_passages:
+        report.add_text("Examples with passages colour each passage's tokens by the passage's "
+                        "influence (Def. 3.1-3.2 with S = the passage, nats).")
 
     def label(i: int) -> Any:
         text = record_label(records[i], many)
@@ -59,6 +63,10 @@ def add_leak_section(report: Report, records: Sequence[dict[str, Any]], tokens_o
         row: dict[str, Any] = {"rank": rank, "example": label(i), "influence": r["influence"]}
         if has_windows:
             row["max n-gram influence"] = r.get("max_window_influence")
+        if has_passages:
+            top = r.get("max_passage")
+            row["top passage"] = None if top is None else top + 1
+            row["top passage influence"] = r.get("max_passage_influence")
         row["response"] = r["response"]
         rows.append(row)
     report.add_table(rows, caption="Examples by response influence τ (Def. 3.2), most first; "
@@ -74,17 +82,30 @@ def add_leak_section(report: Report, records: Sequence[dict[str, Any]], tokens_o
         report.add_table(passages, caption=f"The {len(passages)} context passages (n-gram "
                                            "windows) with the most influence on their response")
     for i in order[:max_maps]:
-        r = records[i]
         context, response = tokens_of(i)
-        if r.get("window_influence") and r.get("windows"):
-            scores = context_token_scores(len(context), r["windows"], r["window_influence"])
-            note = f"{len(r['windows'])} windows of {r.get('ngram')} tokens"
-        else:
-            scores, note = [None] * len(context), "no n-gram windows in this run"
-        if len(response) != len(r["token_influence"]):
-            response = [""] * len(r["token_influence"])  # never mis-align tokens and values
-        report.add_leak_map(anchor(i), f"{record_label(r, many)}: influence {r['influence']:.4g}",
-                            context, scores, response, r["token_influence"], note=note)
+        add_record_map(report, records[i], anchor(i), record_label(records[i], many), context,
+                       response)
+
+
+def add_record_map(report: Report, r: dict[str, Any], section: str, label: str,
+                   context: list[str], response: list[str]) -> None:
+    """One record's map: its context coloured by its passages' influence (when it has
+    passages), else by its n-gram windows', beside its response coloured per token."""
+    if r.get("passage_influence") and r.get("passage_spans"):  # passages: the user's unit
+        kept = [(span, v) for span, v in zip(r["passage_spans"], r["passage_influence"])
+                if span is not None and v is not None]
+        scores = context_token_scores(len(context), [s for s, _ in kept], [v for _, v in kept])
+        note = (f"{len(kept)} passages, each coloured by its influence (nats; the passage left "
+                "out and the response scored)")
+    elif r.get("window_influence") and r.get("windows"):
+        scores = context_token_scores(len(context), r["windows"], r["window_influence"])
+        note = f"{len(r['windows'])} windows of {r.get('ngram')} tokens"
+    else:
+        scores, note = [None] * len(context), "no n-gram windows in this run"
+    if len(response) != len(r["token_influence"]):
+        response = [""] * len(r["token_influence"])  # never mis-align tokens and values
+    report.add_leak_map(section, f"{label}: influence {r['influence']:.4g} nats", context,
+                        scores, response, r["token_influence"], note=note)
 
 
 def explain_map(report: Report, context: list[str], starts: Sequence[float],
@@ -125,4 +146,4 @@ def probe_maps(report: Report, rows: Sequence[dict[str, Any]], *, max_maps: int 
                             note=f"{found['windows']} windows of {found['n']} tokens")
 
 
-__all__ = ["add_leak_section", "anchor", "explain_map", "probe_maps"]
+__all__ = ["add_leak_section", "add_record_map", "anchor", "explain_map", "probe_maps"]

@@ -165,6 +165,10 @@ class InfluenceView(View):
     def show(self, result: Any, *, plain: bool = False) -> None:
         influence_view.print_influence(result.summary["settings"], result.path, plain=plain)
 
+    def example_html(self, result: Any, record: dict[str, Any]) -> str:
+        """One example's leak map and reading, for Jupyter (``result.example(id).show()``)."""
+        return influence_view.example_fragment(record, redact=bool(result.config.get("redact")))
+
     def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
                         ) -> dict[str, bytes]:
         return compare_view.influence_figures(results, labels)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,13 @@ from ctxleak.engine.models import LM
 from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.influence.ngrams import PromptParts
+from ctxleak.methods.influence.passages import (
+    SPLITS,
+    clip_spans,
+    list_pieces,
+    piece_spans,
+    split_context,
+)
 from ctxleak.run.inputs import is_named
 from ctxleak.run.records import demo_path, example_id, read_rows, reject_duplicate_ids
 
@@ -31,6 +38,14 @@ class InfluenceExample:
     query: str
     reference: str | None
     task: str
+    # the context as passages (a retriever's list, or the context split by sentence or
+    # paragraph): pieces whose concatenation is ``context`` (:mod:`.passages`); None: one piece
+    passages: tuple[str, ...] | None = None
+
+    @property
+    def passage_texts(self) -> list[str]:
+        """Each passage without the whitespace that joins it to the one before."""
+        return [p.strip() for p in self.passages or ()]
 
 
 HUB_DATASETS = ("cnn_dailymail", "pubmedqa")
@@ -68,11 +83,18 @@ def load_hub_dataset(name: str, split: str = "test", limit: int | None = None
 
 
 def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | None = None,
-                  template: str | None = None, limit: int | None = None
-                  ) -> list[InfluenceExample]:
+                  template: str | None = None, limit: int | None = None,
+                  passages: str | None = None) -> list[InfluenceExample]:
     """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``
     and ``id`` from JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
-    datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``)."""
+    datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``).
+
+    A row may give its context as ``passages``, a list of strings (joined by a blank line; it
+    then needs no ``context``, and wins over one). ``passages='sentence'`` or ``'paragraph'``
+    splits every other row's context into passages (:mod:`.passages`)."""
+    if passages is not None and passages not in SPLITS:
+        raise ConfigError(f"passages must be {' or '.join(SPLITS)}, not '{passages}'",
+                          param="passages")
     if task not in ("auto", "custom", *TASK_TEMPLATES):
         raise ConfigError(f"unknown task '{task}': use auto, qa, summarization or custom",
                           param="task")
@@ -84,9 +106,9 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         if missing:
             raise ConfigError("template must contain the slot {context}", param="template")
     if isinstance(data, str) and data in HUB_DATASETS and not Path(data).exists():
-        return load_hub_dataset(data, limit=limit)
+        return [_split(ex, passages) for ex in load_hub_dataset(data, limit=limit)]
     path = demo_path("influence.jsonl") if is_named(data, "demo") else data
-    rows = read_rows(path, rename=rename, required=["context"])
+    rows = read_rows(path, rename=rename)
     out = []
     for k, row in enumerate(rows):
         ex_task = task if task != "auto" else str(row.get("task") or "qa")
@@ -102,10 +124,62 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
             raise InputError("must be a string", file=row.file, line=row.line, field="reference")
         raw_id = row.get("id")
         ex_id = str(k) if raw_id is None else example_id(raw_id, file=row.file, line=row.line)
-        out.append(InfluenceExample(id=ex_id, context=row.text("context"), query=query,
-                                    reference=reference, task=ex_task))
+        pieces = _row_passages(row)
+        context = "".join(pieces) if pieces else row.text("context")
+        example = InfluenceExample(id=ex_id, context=context, query=query, reference=reference,
+                                   task=ex_task, passages=tuple(pieces) if pieces else None)
+        out.append(example if pieces else _split(example, passages))
     reject_duplicate_ids((ex.id, row.file, row.line) for ex, row in zip(out, rows))
     return out
+
+
+def _row_passages(row: Any) -> list[str] | None:
+    """The row's ``passages`` field as context pieces (None when it has none), checked: a
+    non-empty list of non-empty strings, else an error naming the file, line and field."""
+    value = row.get("passages")
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        raise InputError(f"must be a list of strings (the context's passages), got "
+                         f"{type(value).__name__}", file=row.file, line=row.line,
+                         field="passages")
+    if not value:
+        raise InputError("is an empty list: give at least one passage", file=row.file,
+                         line=row.line, field="passages")
+    for j, item in enumerate(value):
+        if not isinstance(item, str):
+            raise InputError(f"item {j} must be a string, got {type(item).__name__}",
+                             file=row.file, line=row.line, field="passages")
+        if not item.strip():
+            raise InputError(f"item {j} is empty", file=row.file, line=row.line,
+                             field="passages")
+    return list_pieces(value)
+
+
+def _split(example: InfluenceExample, mode: str | None) -> InfluenceExample:
+    """``example`` with its context split into passages by ``mode`` (unchanged for None)."""
+    if mode is None:
+        return example
+    return replace(example, passages=tuple(split_context(example.context, mode)))
+
+
+def context_ids(lm: LM, example: InfluenceExample) -> tuple[list[int], list[tuple[int, int]]]:
+    """The context's token ids and the ``[start, end)`` span of each passage in them: the whole
+    string tokenised at once (one span) without passages, each passage on its own with them."""
+    if not example.passages:
+        ids = lm.encode(example.context)
+        return ids, [(0, len(ids))]
+    encoded = [lm.encode(piece) for piece in example.passages]
+    return [t for ids in encoded for t in ids], piece_spans([len(ids) for ids in encoded])
+
+
+def passage_spans(lm: LM, example: InfluenceExample, n_context: int
+                  ) -> list[tuple[int, int] | None]:
+    """Each passage's span in a context kept to its first ``n_context`` tokens (None for a
+    passage cut out entirely); [] for an example without passages."""
+    if not example.passages:
+        return []
+    return clip_spans(context_ids(lm, example)[1], n_context)
 
 
 def template_for(example: InfluenceExample, template: str | None) -> str:
@@ -120,10 +194,10 @@ def prompt_parts(lm: LM, example: InfluenceExample, template: str | None = None,
     ``context_tokens`` tokens (Fig. 2b) and to the model's window minus ``reserve`` new tokens.
     Returns the parts and how many context tokens the window forced out (0 if none)."""
     tmpl = template_for(example, template)
-    context_ids = lm.encode(example.context)
+    ids_of_context = context_ids(lm, example)[0]
     if context_tokens is not None:
-        context_ids = context_ids[:context_tokens]
-    prompt = build_prompt(lm, tmpl, {"context": context_ids, "query": example.query})
+        ids_of_context = ids_of_context[:context_tokens]
+    prompt = build_prompt(lm, tmpl, {"context": ids_of_context, "query": example.query})
     start, end = prompt.spans["context"]
     ids = list(prompt.ids)
     dropped = 0

@@ -3,11 +3,14 @@ response and n-gram influence; summarised per setting. Run by :func:`ctxleak.run
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ctxleak.engine.generation import derive_seed
-from ctxleak.methods.influence.data import load_examples, template_for
+from ctxleak.methods.influence.control import ControlCost, control_indices
+from ctxleak.methods.influence.data import InfluenceExample, load_examples, template_for
 from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
 from ctxleak.methods.influence.pipeline import (
     Setting,
@@ -16,6 +19,7 @@ from ctxleak.methods.influence.pipeline import (
     summarize_setting,
 )
 from ctxleak.methods.influence.quality import quality_scores
+from ctxleak.methods.influence.verdict import run_verdict
 from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -41,6 +45,7 @@ class InfluenceMethod(Method):
         self.options = self.params.options()
         self.grid = self.params.grid()
         self.examples: list[Any] = []
+        self.cost = ControlCost()  # the control's forward passes and seconds (this process)
 
     def config(self, data: Any) -> dict[str, Any]:
         return {"data": describe(data), **self.params.to_config()}
@@ -50,9 +55,13 @@ class InfluenceMethod(Method):
         rename = fields if isinstance(fields, Mapping) else parse_mapping(fields)
         limit = self.common.limit
         examples = load_examples(data, task=self.params.task, rename=rename,
-                                 template=self.params.template, limit=limit)
+                                 template=self.params.template, limit=limit,
+                                 passages=self.params.passages)
         self.examples = examples[:limit] if limit is not None else examples
         self.index = {ex.id: i for i, ex in enumerate(self.examples)}
+        # the control of example k: example k+1's context under k's query (control.py)
+        self.controls = [None if c is None else self.examples[c]
+                         for c in control_indices(len(self.examples))]
         return [(setting, ex) for setting in self.grid for ex in self.examples]
 
     def inputs(self, data: Any) -> dict[str, Any]:
@@ -78,9 +87,23 @@ class InfluenceMethod(Method):
         """CID responses and influence of the items, measured together (one batched KV cache for
         generation, one planner for n-gram scoring); each item samples from its own seed,
         (run seed, example index), the same across settings and batches."""
+        start = time.perf_counter()
         jobs = [(ex, setting, derive_seed(self.common.seed, self.index[ex.id]))
                 for setting, ex in items]
-        return measure_examples(lm, jobs, self.options)
+        controls = [self._control(ex) for _, ex in items] if self.options.control else None
+        records = measure_examples(lm, jobs, self.options, controls=controls,
+                                   cost=self.cost)
+        self.cost.measure_seconds += time.perf_counter() - start
+        return records
+
+    def _control(self, ex: InfluenceExample) -> InfluenceExample | None:
+        """The control example of ``ex``: the next example's context (and passages) with
+        ``ex``'s query and task; None with a single example."""
+        other = self.controls[self.index[ex.id]]
+        if other is None:
+            return None
+        return replace(ex, context=other.context, passages=other.passages, reference=None,
+                       id=other.id)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         by_id = {ex.id: ex for ex in self.examples}
@@ -89,13 +112,14 @@ class InfluenceMethod(Method):
         for setting in self.grid:
             rows = [r for r in records if r["setting"] == setting.key]
             if rows:
-                summary = summarize_setting(rows, seed=self.common.seed)
+                cost = self.cost.to_dict() if self.cost.examples else None
+                summary = summarize_setting(rows, seed=self.common.seed, control_cost=cost)
                 examples_of = [by_id[r["id"].rsplit("|", 1)[0]] for r in rows]
                 summary["quality"] = quality_scores(
                     [r["response"] for r in rows], [ex.reference for ex in examples_of],
                     [ex.context for ex in examples_of], bertscore_model, factkb_model)
                 summaries.append(summary)
-        return {"settings": summaries}
+        return {"verdict": run_verdict(summaries), "settings": summaries}
 
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
         return {"prompt_templates": {ex.task: template_for(ex, self.options.template)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.passages import SPLITS
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, settings_grid
 from ctxleak.run.options import float_list, int_list
 from ctxleak.run.params import option
@@ -76,6 +77,13 @@ class InfluenceParams:
     factkb_model: str | None = option(None, "FactKB model of the quality scores (none: not "
                                       "computed).")
     redact: bool = option(False, "Mask e-mails and phone numbers in the report and console.")
+    control: bool = option(True, "Also score each response with another example's context "
+                           "(the next one's, in a fixed rotation): what any context does to "
+                           "the query; each example is reported above it. False: no control.")
+    passages: str | None = option(None, "Split each context into passages, 'sentence' or "
+                                  "'paragraph', and measure each passage's influence (left "
+                                  "out, response scored); a row's own 'passages' list is used "
+                                  "as it is.")
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -98,6 +106,12 @@ class InfluenceParams:
         if self.min_new_tokens is None:
             put("min_new_tokens", min(10, self.max_new_tokens))
         put("ngram", parse_ngram(self.ngram))
+        if self.passages is not None and self.passages not in SPLITS:
+            raise ConfigError(f"passages must be {' or '.join(SPLITS)}, not "
+                              f"'{self.passages}'", param="passages")
+        if not isinstance(self.control, bool):
+            raise ConfigError(f"control must be True or False, not {self.control!r}",
+                              param="control")
         options = self.options()
         for setting in self.grid():  # every setting checked before anything heavy
             options.cid(setting)
@@ -117,7 +131,7 @@ class InfluenceParams:
                                 bounded_eps=self.bounded_eps, ngram=self.ngram,  # type: ignore[arg-type]
                                 stride=self.stride, template=self.template,
                                 repeat_threshold=self.repeat_threshold,
-                                rouge_threshold=self.rouge_threshold)
+                                rouge_threshold=self.rouge_threshold, control=self.control)
 
     def grid(self) -> list[Setting]:
         """Every (λ, T, context size) setting, in the order of the samples."""
@@ -130,4 +144,5 @@ class InfluenceParams:
                 "lambda": list(self.lam), "temperature": list(self.temperature),  # type: ignore[arg-type]
                 "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
                 "factkb_model": self.factkb_model, "redact": self.redact,
+                "passages": self.passages,
                 **{k: v for k, v in options.__dict__.items() if k != "template"}}

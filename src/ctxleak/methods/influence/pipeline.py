@@ -3,6 +3,7 @@ example, its token and response influence, n-gram windows, regurgitation and qua
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -15,7 +16,16 @@ from ctxleak.methods.influence.cid import (
     CIDConfig,
     generate_cid_many,
 )
-from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
+from ctxleak.methods.influence.control import (
+    TOKEN_RULE,
+    ControlCost,
+    context_token_kinds,
+    control_fields,
+    control_summary,
+    per_token_fields,
+    user_id,
+)
+from ctxleak.methods.influence.data import InfluenceExample, passage_spans, prompt_parts
 from ctxleak.methods.influence.ledger import RowLedger
 from ctxleak.methods.influence.metrics import (
     context_token_fraction,
@@ -33,6 +43,7 @@ from ctxleak.methods.influence.ngrams import (
     windows,
 )
 from ctxleak.methods.influence.quantities import expected_influence, token_influence
+from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,7 @@ class InfluenceOptions:
     repeat_threshold: float = 0.5
     rouge_threshold: float = 0.5
     reuse_prefix: bool = True
+    control: bool = True  # also score each response with another example's context
 
     def cid(self, setting: Setting) -> CIDConfig:
         return CIDConfig(lam=setting.lam, temperature=setting.temperature,
@@ -88,8 +100,9 @@ def example_parts(lm: LM, example: InfluenceExample, setting: Setting,
 
 
 def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                     options: InfluenceOptions, *, hand_over_prefill: bool = True
-                     ) -> list[dict[str, Any]]:
+                     options: InfluenceOptions, *, hand_over_prefill: bool = True,
+                     controls: Sequence[InfluenceExample | None] | None = None,
+                     cost: ControlCost | None = None) -> list[dict[str, Any]]:
     """Measure several (example, setting, seed) together, one JSON record each, in order: their
     CID responses decoded in one batched KV cache (each from its own seed, so its tokens do not
     depend on the batch), then the n-gram windows scored
@@ -100,7 +113,13 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     scoring (its full-context row is log p̄_λ(y_t | D); the no-context row is added), so the
     generation's floats need no replay. ``hand_over_prefill``: with n-gram windows, each prompt
     with the context is prefilled alone and its KV cache handed to the scoring, which then does
-    not compute that prefix again (the same numbers; False recomputes it, for benchmarks)."""
+    not compute that prefix again (the same numbers; False recomputes it, for benchmarks).
+
+    Passages (an example with ``passages``): each passage left out and the response scored,
+    Def. 3.1 with S = that passage, in the same scoring run as the n-gram windows
+    (:mod:`.passages`). ``controls``: one control example per job (None: no control), whose
+    context replaces the job's to score the same response (:mod:`.control`); ``cost`` adds up
+    the control's forward passes and seconds."""
     parts = _example_parts(lm, jobs, options)
     rescored = options.ngram is not None and options.bounded_eps is None
     caches: list[Any] | None = [] if hand_over_prefill and options.ngram is not None \
@@ -108,12 +127,22 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     responses = generate_cid_many(lm, [(p.full, p.empty, options.cid(setting), seed)
                                        for (p, _), (_, setting, seed) in zip(parts, jobs)],
                                   context_caches=caches, rescored=rescored)
-    if options.ngram is None:
-        return [_record(lm, ex, setting, options, seed, p, dropped, response) for
-                (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
     todo = [k for k, r in enumerate(responses) if r.response_ids]
+    spans_of = [passage_spans(lm, ex, len(p.context)) for (ex, _, _), (p, _) in zip(jobs, parts)]
+    if options.ngram is None:
+        records = [_record(lm, ex, setting, options, seed, p, dropped, response) for
+                   (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
+        with_passages = [k for k in todo if spans_of[k]]
+        requests = [_request(jobs[k], parts[k][0], responses[k], _kept(spans_of[k]), options)
+                    for k in with_passages]
+        scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
+        for k, win in zip(with_passages, scored):
+            records[k].update(_passage_fields(jobs[k][0], spans_of[k], win.per_window))
+        _add_token_fields(records, parts, responses)
+        _add_control(lm, records, jobs, responses, controls, options, cost)
+        return records
     requests, clipped = _window_requests(jobs, parts, responses, caches, todo, options,
-                                         rescored)
+                                         rescored, [_kept(spans_of[k]) for k in todo])
     scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
     if rescored:  # every float of these responses from their own window scoring
         for k, win in zip(todo, scored):
@@ -124,8 +153,87 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     for k in clipped:
         records[k]["ngram_clipped_from"] = options.ngram
     for k, request, win in zip(todo, requests, scored):
-        records[k].update(_window_fields(request, win, options))
+        n_passages = len(_kept(spans_of[k]))
+        n_windows = len(request.spans) - n_passages
+        records[k].update(_window_fields(request, win, options, n_windows))
+        if spans_of[k]:
+            records[k].update(_passage_fields(jobs[k][0], spans_of[k],
+                                              win.per_window[n_windows:]))
+    _add_token_fields(records, parts, responses)
+    _add_control(lm, records, jobs, responses, controls, options, cost)
     return records
+
+
+def _kept(spans: Sequence[tuple[int, int] | None]) -> list[tuple[int, int]]:
+    """The spans of the passages still in the context (those cut out are not scored)."""
+    return [s for s in spans if s is not None]
+
+
+def _request(job: tuple[InfluenceExample, Setting, int], parts: PromptParts,
+             response: RowLedger, spans: Sequence[tuple[int, int]],
+             options: InfluenceOptions) -> WindowRequest:
+    """The scoring request of ``response`` under ``parts`` leaving out each of ``spans``, at
+    the job's λ and T (bounded CID: each context its own λ_t, Alg. 1)."""
+    _, setting, _ = job
+    return WindowRequest(parts, response.response_ids, list(spans), lam=setting.lam,
+                         temperature=setting.temperature,
+                         min_new_tokens=options.min_new_tokens,
+                         bounded_eps=options.bounded_eps)
+
+
+def _passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] | None],
+                    values: Any) -> dict[str, Any]:
+    """The passage fields of a record: each passage's text, token span and influence
+    (Def. 3.1-3.2 with S = the passage, nats; None for a passage cut out of the context), and
+    the most influential one."""
+    it = iter(_round(values))
+    influence = [None if s is None else next(it) for s in spans]
+    known = [(v, j) for j, v in enumerate(influence) if v is not None]
+    top = max(known, key=lambda p: (p[0], -p[1])) if known else None
+    return {"passages": example.passage_texts,
+            "passage_spans": [None if s is None else list(s) for s in spans],
+            "passage_influence": influence,
+            "max_passage": top[1] if top else None,
+            "max_passage_influence": top[0] if top else None}
+
+
+def _add_token_fields(records: list[dict[str, Any]], parts: Sequence[tuple[PromptParts, int]],
+                      responses: Sequence[RowLedger]) -> None:
+    """Per-token units and the tokens of the context the response carries: those the model
+    already knew (little influence) and those copied with much (:mod:`.control`)."""
+    for record, (p, _), response in zip(records, parts, responses):
+        record.update(per_token_fields(record["influence"], len(response.response_ids)))
+        record.update(context_token_kinds(response.response_ids, p.context,
+                                          record["token_influence"]))
+
+
+def _add_control(lm: LM, records: list[dict[str, Any]],
+                 jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                 responses: Sequence[RowLedger],
+                 controls: Sequence[InfluenceExample | None] | None, options: InfluenceOptions,
+                 cost: ControlCost | None) -> None:
+    """Score each response with its control context (the same query and template, another
+    example's context) and add the control fields to its record."""
+    if not options.control or controls is None:
+        return
+    start = time.perf_counter()
+    todo = [k for k, c in enumerate(controls) if c is not None and responses[k].response_ids]
+    requests = []
+    for k in todo:
+        control = controls[k]
+        assert control is not None
+        c_parts, _ = example_parts(lm, control, jobs[k][1], options)
+        requests.append(_request(jobs[k], c_parts, responses[k], [], options))
+    scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
+    logp_control = {k: win.logp_context for k, win in zip(todo, scored)}
+    for k, control in enumerate(controls):
+        if control is None:
+            records[k].update(control_fields(None, None, records[k]))
+        else:
+            records[k].update(control_fields(control.id, logp_control.get(k, np.zeros(0)),
+                                             records[k]))
+    if cost is not None:
+        cost.add(requests, time.perf_counter() - start)
 
 
 def _example_parts(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
@@ -144,13 +252,15 @@ def _example_parts(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]]
 def _window_requests(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                      parts: Sequence[tuple[PromptParts, int]], responses: Sequence[RowLedger],
                      caches: list[Any] | None, todo: Sequence[int], options: InfluenceOptions,
-                     with_empty: bool) -> tuple[list[WindowRequest], set[int]]:
+                     with_empty: bool, extra_spans: Sequence[Sequence[tuple[int, int]]]
+                     ) -> tuple[list[WindowRequest], set[int]]:
     """The n-gram scoring request of each response in ``todo`` (n clipped to the context, and
-    which were clipped). Each request takes over its response's handed-over KV cache
-    (``caches[k]``, when kept)."""
+    which were clipped), its passages' spans (``extra_spans``, one list per item of
+    ``todo``) scored after its windows in the same request. Each request takes over its
+    response's handed-over KV cache (``caches[k]``, when kept)."""
     assert options.ngram is not None
     requests, clipped = [], set()
-    for k in todo:
+    for k, extra in zip(todo, extra_spans):
         p, (example, setting, _) = parts[k][0], jobs[k]
         n = min(options.ngram, len(p.context))
         if n < options.ngram:  # documented choice: clip to the whole context, and record it
@@ -161,7 +271,7 @@ def _window_requests(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
         # its own λ_t by Alg. 1 (paper 000, Def. 3.1 with Thm B.1)
         response = responses[k]
         requests.append(WindowRequest(p, response.response_ids,
-                                      windows(len(p.context), n, options.stride),
+                                      windows(len(p.context), n, options.stride) + list(extra),
                                       lam=setting.lam, temperature=setting.temperature,
                                       min_new_tokens=options.min_new_tokens,
                                       prefix_cache=caches[k] if caches else None,
@@ -171,16 +281,17 @@ def _window_requests(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
     return requests, clipped
 
 
-def _window_fields(request: WindowRequest, win: WindowInfluence, options: InfluenceOptions
-                   ) -> dict[str, Any]:
-    """The n-gram fields of a record: windows, per-window influence and log-probs, the max."""
+def _window_fields(request: WindowRequest, win: WindowInfluence, options: InfluenceOptions,
+                   n_windows: int) -> dict[str, Any]:
+    """The n-gram fields of a record: windows, per-window influence and log-probs, the max
+    (the request's first ``n_windows`` spans; passages follow them)."""
     assert options.ngram is not None
-    per_window = win.per_window
+    per_window = win.per_window[:n_windows]
     return {
         "ngram": min(options.ngram, len(request.parts.context)),
-        "windows": [list(s) for s in request.spans],
+        "windows": [list(s) for s in request.spans[:n_windows]],
         "window_influence": _round(per_window),
-        "window_logp": [_round(row) for row in win.logp_ablated],
+        "window_logp": [_round(row) for row in win.logp_ablated[:n_windows]],
         "max_window_influence": float(per_window.max()) if len(per_window) else None,
         "max_window": int(per_window.argmax()) if len(per_window) else None,
     }
@@ -225,9 +336,13 @@ def _with_logprobs(response: RowLedger, logp_context: Iterable[float],
     return replace(response, entries=tuple(entries))
 
 
-def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
-    """The summary of one setting: expected influence with a bootstrap interval, regurgitation
-    counts, ROUGE-L, the per-position curve and, for n-gram runs, the per-window curve.
+def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
+                      control_cost: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The summary of one setting: expected influence (nats per response, with a bootstrap
+    interval) and per token, its reading as a likelihood ratio and as an ex-post ε
+    (:mod:`.units`), the control (:func:`~.control.control_summary`, with ``control_cost``),
+    regurgitation counts, ROUGE-L, the per-position curve and, for n-gram runs, the per-window
+    curve; for runs with passages the most influential passages.
 
     Records that do not know their context (a ledger's, :meth:`RowLedger.to_record
     <ctxleak.methods.influence.ledger.RowLedger.to_record>`) give ``None`` for the
@@ -253,7 +368,22 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[
         "truncated_contexts": sum(1 for r in records if r.get("context_truncated_by")),
         "context_tokens_cut": int(sum(r.get("context_truncated_by") or 0 for r in records)),
         "ngram_clipped": sum(1 for r in records if r.get("ngram_clipped_from")),
+        "units": UNITS,
     }
+    per_token = [r["influence"] / len(r["response_ids"]) for r in records if r["response_ids"]]
+    out["influence_per_token"] = mean_with_ci(per_token, seed=seed)
+    mean = out["influence"].get("mean")
+    out["likelihood_ratio"] = likelihood_ratio(mean) if mean is not None else None
+    out["dp_reading"] = dp_scale(mean) if mean is not None else None
+    out["control"] = control_summary(records, control_cost)
+    if knows_context and any("known_tokens" in r for r in records):
+        out["context_tokens_known"] = int(sum(len(r.get("known_tokens") or [])
+                                              for r in records))
+        out["context_tokens_copied"] = int(sum(len(r.get("copied_tokens") or [])
+                                               for r in records))
+        out["token_rule"] = TOKEN_RULE
+    if any(r.get("passage_influence") for r in records):
+        out["top_passages"] = top_passage_rows(records)
     if any("window_influence" in r for r in records):
         curve = mean_curve([r["window_influence"] for r in records if "window_influence" in r])
         out["per_window_influence"] = curve
@@ -267,6 +397,16 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[
         out["mean_lambda"] = float(np.mean([np.mean(r["lambdas"]) for r in records
                                             if r.get("lambdas")]))
     return out
+
+
+def top_passage_rows(records: Sequence[dict[str, Any]], k: int = 20) -> list[dict[str, Any]]:
+    """The ``k`` passages with the most influence over the setting's records, most first:
+    example id, passage number (from 1), its text and influence (nats)."""
+    rows = [(float(v), i, j) for i, r in enumerate(records)
+            for j, v in enumerate(r.get("passage_influence") or []) if v is not None]
+    rows.sort(key=lambda p: (-p[0], p[1], p[2]))
+    return [{"id": user_id(records[i]), "passage": j + 1,
+             "text": records[i]["passages"][j], "influence": v} for v, i, j in rows[:k]]
 
 
 def settings_grid(lams: Sequence[float], temps: Sequence[float],

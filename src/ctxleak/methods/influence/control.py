@@ -1,0 +1,230 @@
+"""A control for context influence: how much *any* context moves the model on this query.
+
+Context influence ("Estimating Privacy Leakage of Augmented Contextual Knowledge in Language
+Models", Def. 3.1-3.2) compares the response's log-probabilities with the context D and without
+it. Part of that is what any document in the prompt does (format, length, topic). The control
+scores the same response, with the same query and template, under another example's context C,
+which cannot hold this example's private facts: ``control influence = Σ_t |log p̄_λ(y_t | C, x,
+y<t) − log p(y_t | x, y<t)|`` (nats, the same definition and λ, T as the example's own). The
+example's influence above it is what its own context added.
+
+The control context is the next example's in the run's order (a fixed rotation: example k gets
+example k+1's, the last gets the first's), so it is the same whatever the batch size; with one
+example there is none. Across a setting, a one-sided Wilcoxon signed-rank test asks whether the
+examples' influence exceeds their controls' (:func:`paired_test`), and an example is flagged
+when its influence exceeds the control distribution (:func:`flag_rule`).
+
+Per response token, the paper's point against Repeat/Rouge Prompts: a token that appears in the
+context may carry little influence (the model already knew it, :data:`KNOWN_BELOW`) or much
+(copied from the context, :data:`COPIED_ABOVE`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from ctxleak.methods.influence.metrics import mean_with_ci
+from ctxleak.methods.influence.quantities import response_influence, token_influence
+
+#: A response token found in the context with influence below this (nats; likelihood ratio
+#: below e^0.1 ≈ 1.105) is one the model already knew.
+KNOWN_BELOW = 0.1
+#: A response token found in the context with influence at or above this (nats; likelihood
+#: ratio at least e ≈ 2.72) was copied from it.
+COPIED_ABOVE = 1.0
+#: The test's level, and the fewest examples for which a percentile of the controls is used.
+ALPHA = 0.05
+PERCENTILE = 95.0
+MIN_FOR_PERCENTILE = 20
+
+TOKEN_RULE = (f"a response token that also appears in the context (same token id) is 'known' "
+              f"when its influence is below {KNOWN_BELOW:g} nats (likelihood ratio < "
+              f"{math.exp(KNOWN_BELOW):.3g}: the model predicted it as well without the "
+              f"context) and 'copied' when it is at least {COPIED_ABOVE:g} nat (ratio ≥ "
+              f"{math.exp(COPIED_ABOVE):.3g})")
+
+
+def control_indices(n: int) -> list[int | None]:
+    """The control of each of ``n`` examples: the next one's index (the last gets the first);
+    None for all when there is only one example."""
+    return [None] * n if n < 2 else [(k + 1) % n for k in range(n)]
+
+
+def per_token_fields(influence: float, tokens: int) -> dict[str, Any]:
+    """The response's length and its influence per token (nats/token; None when empty)."""
+    return {"response_tokens": tokens,
+            "influence_per_token": influence / tokens if tokens else None}
+
+
+def context_token_kinds(response_ids: Sequence[int], context_ids: Sequence[int],
+                        token_influence_: Sequence[float]) -> dict[str, list[int]]:
+    """Positions of the response tokens found in the context that the model already knew
+    (influence < :data:`KNOWN_BELOW`) and those copied (≥ :data:`COPIED_ABOVE`)."""
+    ctx = set(context_ids)
+    known, copied = [], []
+    for t, (token, tau) in enumerate(zip(response_ids, token_influence_)):
+        if token in ctx:
+            if tau < KNOWN_BELOW:
+                known.append(t)
+            elif tau >= COPIED_ABOVE:
+                copied.append(t)
+    return {"known_tokens": known, "copied_tokens": copied}
+
+
+def control_fields(control_id: str | None, logp_control: Any, record: dict[str, Any]
+                   ) -> dict[str, Any]:
+    """The control fields of a record: the control example's id, the response's token
+    influence under the control context (against the record's own no-context log-probs), its
+    sum, and the record's influence above it (total and per token). All None without one."""
+    if control_id is None:
+        return {"control_id": None, "control_token_influence": None, "control_influence": None,
+                "influence_above_control": None, "influence_above_control_per_token": None}
+    tau = token_influence(np.asarray(logp_control, dtype=np.float64),
+                          np.asarray(record["logp_empty"], dtype=np.float64))
+    control = response_influence(tau) if len(tau) else 0.0
+    above = float(record["influence"]) - control
+    tokens = len(record["response_ids"])
+    return {"control_id": control_id,
+            "control_token_influence": [round(float(v), 6) for v in tau],
+            "control_influence": control, "influence_above_control": above,
+            "influence_above_control_per_token": above / tokens if tokens else None}
+
+
+@dataclass
+class ControlCost:
+    """What the control cost in this process: forward passes (one per response with its
+    control context, one more for the no-context logits where λ ≠ 1 or CID is bounded) and
+    wall-clock seconds, beside the seconds of the whole measurement."""
+
+    forward_passes: int = 0
+    seconds: float = 0.0
+    measure_seconds: float = 0.0
+    examples: int = 0
+
+    def add(self, requests: Sequence[Any], seconds: float) -> None:
+        for r in requests:
+            mixed = r.bounded_eps is not None or r.lam != 1
+            self.forward_passes += 2 if mixed else 1
+        self.examples += len(requests)
+        self.seconds += seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        share = self.seconds / self.measure_seconds if self.measure_seconds else None
+        return {"forward_passes": self.forward_passes, "examples": self.examples,
+                "seconds": round(self.seconds, 3),
+                "measure_seconds": round(self.measure_seconds, 3),
+                "share_of_measure_time": round(share, 4) if share is not None else None}
+
+
+def min_n_for(alpha: float = ALPHA) -> int:
+    """The fewest pairs for which an exact one-sided signed-rank test can give p < ``alpha``:
+    its smallest p-value is 1/2^n (every difference positive)."""
+    return max(1, math.ceil(math.log2(1.0 / alpha) + 1e-12))
+
+
+def paired_test(differences: Sequence[float], alpha: float = ALPHA) -> dict[str, Any]:
+    """One-sided Wilcoxon signed-rank test that the examples' influence exceeds their
+    controls' (``scipy.stats.wilcoxon``, alternative 'greater'); p is None with the reason when
+    n cannot support it."""
+    d = np.asarray([x for x in differences if x is not None], dtype=np.float64)
+    out: dict[str, Any] = {"name": "Wilcoxon signed-rank, one-sided (influence > control)",
+                           "n": int(d.size), "alpha": alpha, "statistic": None, "pvalue": None,
+                           "reason": None}
+    need = min_n_for(alpha)
+    if d.size < need:
+        low = 0.5 ** d.size if d.size else 1.0
+        out["reason"] = (f"n = {d.size} pairs: the one-sided signed-rank test cannot go below "
+                         f"p = 1/2^{d.size} = {low:.3g}, so it can never reject at α = "
+                         f"{alpha:g}; it needs n ≥ {need}")
+        return out
+    if not np.any(d != 0):
+        out["reason"] = "every difference is zero: nothing to test"
+        return out
+    res = stats.wilcoxon(d, alternative="greater")
+    out["statistic"], out["pvalue"] = float(res.statistic), float(res.pvalue)
+    return out
+
+
+def flag_rule(controls: Sequence[float]) -> tuple[float | None, str]:
+    """The threshold an example's influence must exceed to be flagged, and the rule in words:
+    the 95th percentile of the control influences with at least 20 of them, else their
+    largest."""
+    c = np.asarray([x for x in controls if x is not None], dtype=np.float64)
+    if c.size == 0:
+        return None, "no control influences: no example is flagged"
+    if c.size >= MIN_FOR_PERCENTILE:
+        return (float(np.percentile(c, PERCENTILE)),
+                f"influence is above the {PERCENTILE:g}th percentile of the {c.size} control "
+                f"influences (each response scored with another example's context)")
+    return (float(c.max()),
+            f"influence is above the largest of the {c.size} control influences (each response "
+            f"scored with another example's context; fewer than {MIN_FOR_PERCENTILE} "
+            f"examples, too few for a {PERCENTILE:g}th percentile)")
+
+
+def user_id(record: dict[str, Any]) -> str:
+    """The example's own id: the record id without the setting it may carry (``id|setting``)."""
+    rid, setting = str(record.get("id", "")), record.get("setting")
+    if setting and rid.endswith(f"|{setting}"):
+        return rid[: -len(setting) - 1]
+    return rid
+
+
+def leak_where(record: dict[str, Any]) -> str | None:
+    """Where the example leaked most: ``passage 2`` (numbered from 1), else its n-gram window's
+    context tokens ``tokens 32-40``; None without either."""
+    if record.get("max_passage") is not None:
+        return f"passage {record['max_passage'] + 1}"
+    if record.get("max_window") is not None and record.get("windows"):
+        a, b = record["windows"][record["max_window"]]
+        return f"tokens {a}-{b}"
+    return None
+
+
+def leak_label(record: dict[str, Any]) -> str:
+    """``news-04 (passage 2)``: the example and where it leaked most (:func:`leak_where`)."""
+    where = leak_where(record)
+    return f"{user_id(record)} ({where})" if where else user_id(record)
+
+
+def control_summary(records: Sequence[dict[str, Any]], cost: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
+    """A setting's control: whether it ran (and why not), the control influences, the paired
+    test, the flag rule and the flagged examples (most influence above the control first), and
+    what the control cost."""
+    with_control = [r for r in records if r.get("control_influence") is not None]
+    if not with_control:
+        ran = any("control_id" in r for r in records)
+        reason = ("one example: there is no other example's context to use as a control"
+                  if ran else "the control was turned off (control=False, --no-control)")
+        return {"enabled": False, "reason": reason}
+    controls = [float(r["control_influence"]) for r in with_control]
+    above = [float(r["influence_above_control"]) for r in with_control]
+    per_token = [r["influence_above_control_per_token"] for r in with_control
+                 if r.get("influence_above_control_per_token") is not None]
+    threshold, rule = flag_rule(controls)
+    flagged = [r for r in with_control if threshold is not None
+               and float(r["influence"]) > threshold]
+    flagged.sort(key=lambda r: -float(r["influence_above_control"]))
+    return {"enabled": True, "n": len(with_control),
+            "influence": mean_with_ci(controls),
+            "above_control": mean_with_ci(above),
+            "above_control_per_token": mean_with_ci(per_token),
+            "test": paired_test(above), "threshold": threshold, "rule": rule,
+            "flagged": [user_id(r) for r in flagged],
+            "flagged_labels": [leak_label(r) for r in flagged],
+            "flagged_where": [leak_where(r) for r in flagged],
+            "flagged_above_control": [float(r["influence_above_control"]) for r in flagged],
+            "cost": cost}
+
+
+__all__ = ["ALPHA", "COPIED_ABOVE", "KNOWN_BELOW", "TOKEN_RULE", "ControlCost",
+           "context_token_kinds", "control_fields", "control_indices", "control_summary",
+           "flag_rule", "leak_label", "leak_where", "min_n_for", "paired_test", "per_token_fields",
+           "user_id"]

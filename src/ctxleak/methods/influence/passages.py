@@ -1,0 +1,69 @@
+"""Passages as the unit of context influence ("Estimating Privacy Leakage of Augmented Contextual
+Knowledge in Language Models", Def. 3.1 with the subset S = one passage).
+
+A retriever hands a model a list of passages; ContextCite attributes to sentences or any
+partition of the context. Here the context is the concatenation of its passages, each tokenised
+on its own (the separator goes to the front of the passage it precedes, so a word keeps its
+leading-space token), which makes every passage an exact ``[start, end)`` span of the context's
+token ids. The influence of passage j on a response y is Def. 3.2 with D_{i,n} = passage j:
+``Σ_t |log p̄_λ(y_t | D) − log p̄_λ(y_t | D∖passage_j)|`` (nats), scored by the n-gram engine
+(:func:`~ctxleak.methods.influence.ngrams.window_influence_many`, prefix reuse), so a passage
+costs what one n-gram window costs: one ablated forward pass of the prompt and response.
+
+What stays equal: an example without passages is tokenised exactly as before (the whole context
+string at once).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+#: How one context string may be split into passages.
+SPLITS = ("sentence", "paragraph")
+#: The separator between passages given as a list (it starts every passage but the first).
+LIST_SEPARATOR = "\n\n"
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+_PARAGRAPH_END = re.compile(r"\n[ \t]*\n\s*(?=\S)")
+
+
+def split_context(text: str, mode: str) -> list[str]:
+    """``text`` cut into pieces whose concatenation is ``text`` exactly: after each sentence end
+    (``.``, ``!``, ``?`` then whitespace) for ``sentence``, at blank lines for ``paragraph``. The
+    whitespace between two pieces starts the second one."""
+    if mode not in SPLITS:
+        raise ValueError(f"unknown passage split '{mode}': use {' or '.join(SPLITS)}")
+    pattern = _SENTENCE_END if mode == "sentence" else _PARAGRAPH_END
+    cuts = [m.start() for m in pattern.finditer(text)]
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:]) if text[a:b]]
+
+
+def list_pieces(passages: Sequence[str]) -> list[str]:
+    """Passages given as a list, as the pieces of one context: the separator starts every
+    passage but the first."""
+    return [p if j == 0 else LIST_SEPARATOR + p for j, p in enumerate(passages)]
+
+
+def piece_spans(lengths: Sequence[int]) -> list[tuple[int, int]]:
+    """``[start, end)`` token spans of consecutive pieces of ``lengths`` tokens."""
+    out, start = [], 0
+    for n in lengths:
+        out.append((start, start + n))
+        start += n
+    return out
+
+
+def clip_spans(spans: Sequence[tuple[int, int]], length: int) -> list[tuple[int, int] | None]:
+    """Each span cut to the first ``length`` context tokens (a context cut to fit the window or
+    to a context size); None for a passage cut out entirely."""
+    out: list[tuple[int, int] | None] = []
+    for a, b in spans:
+        a, b = min(a, length), min(b, length)
+        out.append((a, b) if b > a else None)
+    return out
+
+
+__all__ = ["LIST_SEPARATOR", "SPLITS", "clip_spans", "list_pieces", "piece_spans",
+           "split_context"]
