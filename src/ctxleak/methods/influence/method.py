@@ -62,6 +62,11 @@ class InfluenceMethod(Method):
         setting, ex = item
         return f"{ex.id}|{setting.key}"
 
+    def example_id(self, item: tuple[Setting, Any]) -> str | int:
+        """The example's own id (its setting is in the columns ``setting``, ``lambda``,
+        ``temperature`` and ``context_limit``)."""
+        return item[1].id
+
     def setup(self, lm: Any, run: Any) -> None:
         self.lm = lm  # to count the token slots of an item (batch_cost)
 
@@ -80,7 +85,10 @@ class InfluenceMethod(Method):
         (run seed, example index), the same across settings and batches."""
         jobs = [(ex, setting, derive_seed(self.common.seed, self.index[ex.id]))
                 for setting, ex in items]
-        return measure_examples(lm, jobs, self.options)
+        records = measure_examples(lm, jobs, self.options)
+        for (setting, _), record in zip(items, records):  # the sweep's context size, None: all
+            record.setdefault("context_limit", setting.context_tokens)
+        return records
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         by_id = {ex.id: ex for ex in self.examples}
@@ -90,7 +98,7 @@ class InfluenceMethod(Method):
             rows = [r for r in records if r["setting"] == setting.key]
             if rows:
                 summary = summarize_setting(rows, seed=self.common.seed)
-                examples_of = [by_id[r["id"].rsplit("|", 1)[0]] for r in rows]
+                examples_of = [by_id[r["id"]] for r in rows]
                 summary["quality"] = quality_scores(
                     [r["response"] for r in rows], [ex.reference for ex in examples_of],
                     [ex.context for ex in examples_of], bertscore_model, factkb_model)
