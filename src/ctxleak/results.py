@@ -26,8 +26,10 @@ from ctxleak.run.rundir import (
     CONFIG_FILE,
     RESULTS_FILE,
     SAMPLES_FILE,
+    KEY_FIELD,
     read_json_file,
     read_samples,
+    row_key,
     write_atomic,
 )
 
@@ -123,15 +125,16 @@ class Result:
 
     def save_results(self, directory: str | Path, mode: int = 0o600) -> Path:
         """Write ``results.json``: the summary with config, provenance, sample count, wall time
-        and ``sample_ids``, the ids of the samples the summary was computed from (in order;
-        :func:`load_result` checks ``samples.jsonl`` against them). The one writer of that file,
+        and ``sample_ids``, the names of the samples the summary was computed from (their
+        ``key``, else their ``id``, in order; :func:`load_result` checks ``samples.jsonl`` against
+        them). The one writer of that file,
         for :meth:`save` and for :func:`ctxleak.run.run_method`."""
         body = {"summary": self.summary, "config": self.config, "provenance": self.provenance,
                 "n_effective": self.n_effective if self.n_effective is not None
                 else len(self.records), "wall_time_s": self.wall_time_s}
         if self.n_effective in (None, len(self.records)) and all(
                 isinstance(r, dict) and "id" in r for r in self.records):
-            body["sample_ids"] = [r["id"] for r in self.records]
+            body["sample_ids"] = [row_key(r) for r in self.records]
         path = Path(directory) / RESULTS_FILE
         write_atomic(path, json.dumps(to_jsonable(body), indent=2, ensure_ascii=False) + "\n",
                      mode)
@@ -393,6 +396,7 @@ def load_result(directory: str | os.PathLike[str]) -> Result:
                          field="wall_time_s")
     samples = path / SAMPLES_FILE
     rows = read_samples(samples) if samples.is_file() else []
+    rows = [user_id_row(str(config.get("command")), row) for row in rows]
     records = _summarised(path, rows, body, n_effective, config)
     images = {p.name: p.read_bytes() for p in sorted(path.glob("*.png"))}
     result = cls(records=records, summary=summary, config=config,
@@ -404,6 +408,28 @@ def load_result(directory: str | os.PathLike[str]) -> Result:
         raise InputError(f"the summary is not as ctxleak writes it ({type(exc).__name__}: "
                          f"{exc})", file=str(results_path), field="summary") from None
     return result
+
+
+def user_id_row(command: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A sample row of a run folder written before rows kept the user's ``id`` apart from their
+    ``key``, as rows are written now: the old ``id`` (``hr|lambda=1,T=0.8,context=all``,
+    ``shots=4/q=17``, ``mode|variant|group|k1|subject|type|template``) becomes the ``key`` and
+    the user's id, read back from the row's own columns, the ``id``. Other rows are returned
+    as they are."""
+    old = row.get("id")
+    if KEY_FIELD in row or not isinstance(old, str):
+        return row
+    user: Any = None
+    if command == "influence" and isinstance(row.get("setting"), str) \
+            and old.endswith("|" + row["setting"]):
+        user = old[:-len(row["setting"]) - 1]
+    elif command == "icl" and old.startswith("shots=") and "query_index" in row:
+        user = str(row["query_index"])
+    elif command == "probe" and "|" in old and "subject" in row:
+        user = row["subject"]
+    if user is None:
+        return row
+    return {"id": user, KEY_FIELD: old, **{k: v for k, v in row.items() if k != "id"}}
 
 
 def _json_object(file: Path, value: Any, field: str) -> dict[str, Any]:
@@ -476,7 +502,7 @@ def _summarised(path: Path, rows: list[dict[str, Any]], body: dict[str, Any],
     if n_effective is not None and len(ids) != n_effective:
         raise InputError(f"lists {len(ids)} ids, but n_effective = {n_effective}",
                          file=str(results), field="sample_ids")
-    by_id = {row["id"]: row for row in rows}
+    by_id = {row_key(row): row for row in rows}
     missing = [i for i in ids if i not in by_id]
     if missing:
         raise InputError(f"has no row with id {missing[0]!r} ({len(missing)} of the "

@@ -120,8 +120,9 @@ def test_a_loaded_model_and_data_in_memory(llama_lm, tmp_path):
                                  progress=False, output=str(tmp_path / "frame"))
     assert [r["response_ids"] for r in by_frame.records] == \
         [r["response_ids"] for r in by_list.records]
-    assert [r["id"] for r in by_frame.records] == ["a|lambda=1,T=0.8,context=all",
-                                                   "b|lambda=1,T=0.8,context=all"]
+    assert [r["id"] for r in by_frame.records] == ["a", "b"]  # the user's ids, untouched
+    assert [r["key"] for r in by_frame.records] == ["a|lambda=1,T=0.8,context=all",
+                                                    "b|lambda=1,T=0.8,context=all"]
 
 
 def test_resume_through_the_api(llama_lm, tmp_path):

@@ -80,8 +80,10 @@ def test_icl_end_to_end_with_sweep_and_resume(capsys, tmp_path, tiny_model_dir, 
 
     lines = (out / "samples.jsonl").read_text().splitlines()
     samples = [json.loads(line) for line in lines]
-    assert [s["id"] for s in samples] == ["shots=1/q=0", "shots=1/q=1", "shots=2/q=0",
-                                          "shots=2/q=1"]
+    assert [s["key"] for s in samples] == ["shots=1/q=0", "shots=1/q=1", "shots=2/q=0",
+                                           "shots=2/q=1"]
+    # the query's row in the test set is its id; the number of shots has its own column
+    assert [(s["id"], s["shots"]) for s in samples] == [("0", 1), ("1", 1), ("0", 2), ("1", 2)]
     s = samples[2]
     assert len(s["exemplar_indices"]) == 2 and s["shots"] == 2
     v = s["variants"]["labels"]

@@ -46,7 +46,8 @@ def test_black_box_run_resume_and_refuse(tiny_dir, records_file, tmp_path, capsy
     rows = _samples(out)
     # 6 subjects x (5 phone twins + 5 father templates) x 2 shot settings
     assert len(rows) == 6 * 10 * 2
-    assert len({r["id"] for r in rows}) == len(rows)
+    assert len({r["key"] for r in rows}) == len(rows)
+    assert all(r["id"] == r["subject"] for r in rows)  # the subject's own id, untouched
     first = rows[0]
     assert first["mode"] == "black-box" and first["shots_k"] in (1, 2)
     assert isinstance(first["generation"], str) and "target_ll" in first and "null_ll" in first

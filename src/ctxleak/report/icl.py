@@ -160,7 +160,8 @@ def icl_report(summary: dict[str, dict[str, Any]], records: Sequence[dict[str, A
     rows = []
     for r in records[:50]:
         v = r["variants"][first]
-        rows.append({"id": r["id"], "label": r["label"], "prediction": v["prediction"],
+        rows.append({"id": r["id"], "shots": r["shots"], "label": r["label"],
+                     "prediction": v["prediction"],
                      "ICLInf_j": round(v["iclinf"], 4),
                      "loss by position": " ".join(f"{x:.3f}" for x in v["loss_by_position"]),
                      "exemplar labels": ", ".join(r["exemplar_labels"]),

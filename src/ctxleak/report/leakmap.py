@@ -31,7 +31,7 @@ def anchor(index: int) -> str:
 
 
 def record_label(record: dict[str, Any], many_settings: bool) -> str:
-    rid = str(record.get("id", "")).split("|")[0]
+    rid = str(record.get("id", ""))
     return f"{rid} ({record['setting']})" if many_settings else rid
 
 

@@ -148,7 +148,7 @@ class InfluenceView(View):
         for key in ("lambda", "temperature", "context_sizes"):
             grid *= len(config.get(key) or [None])
         meta = {"model": _model(result),
-                "examples": len({str(r["id"]).rsplit("|", 1)[0] for r in records}),
+                "examples": len({r["id"] for r in records}),
                 "settings": grid, "run directory": str(result.path),
                 "contexts cut to the window": sum(s["truncated_contexts"] for s in settings),
                 "n-grams clipped to the context": sum(s["ngram_clipped"] for s in settings)}

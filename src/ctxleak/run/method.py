@@ -3,7 +3,9 @@
 A method never opens files, prints or builds HTML itself; it says how to:
 
 - ``items(data)``: turn its data into work items (checked before any model is loaded);
-- ``key(item)``: name an item (the ``id`` of its line in ``samples.jsonl``, used by resume);
+- ``key(item)``: name an item (the ``key`` of its line in ``samples.jsonl``, used by resume);
+  ``example_id(item)`` gives the user's own id of the example, the row's ``id`` (by default
+  the key: items that are one example each), so that results merge back onto the user's table;
 - ``measure(lm, items)``: measure a *list* of items, one record per item, in order;
 - ``summarize(records)``: summarise all records into the ``summary`` of ``results.json``.
 
@@ -51,6 +53,11 @@ class Method:
 
     def key(self, item: Any) -> str:
         return str(item.key)
+
+    def example_id(self, item: Any) -> str | int:
+        """The user's id of the example ``item`` measures, returned untouched as the row's
+        ``id`` (its setting goes in columns of its own); the key by default."""
+        return self.key(item)
 
     def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
         raise NotImplementedError

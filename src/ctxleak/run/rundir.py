@@ -183,6 +183,17 @@ def _refuse_changed_inputs(config_path: Path, old: dict[str, Any], new: dict[str
                           also=("output",))
 
 
+KEY_FIELD = "key"
+
+
+def row_key(row: Mapping[str, Any]) -> Any:
+    """The name a sample row is stored under in its run folder, what resume, shard merging and
+    ``sample_ids`` go by: its ``key`` where the method names the item apart from the user's
+    ``id`` (one example measured under several settings: ``hr|lambda=1,T=0.8,context=all``),
+    else its ``id`` (rows of older run folders, whose ``id`` was that name)."""
+    return row[KEY_FIELD] if KEY_FIELD in row else row.get("id")
+
+
 def read_samples(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
     """The rows of a run folder's ``samples.jsonl`` (or a shard), checked the same way for
     ``resume`` and :func:`ctxleak.load_result`: every line a JSON object with an ``id``, no id
@@ -208,14 +219,18 @@ def read_samples(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
             if not isinstance(row, dict) or "id" not in row:
                 raise InputError("not a sample row (a JSON object with an id)", file=str(path),
                                  line=number)
-            key = row["id"]
-            if not isinstance(key, (str, int)) or isinstance(key, bool):
-                raise InputError(f"must be a string or an integer, got {type(key).__name__}",
-                                 file=str(path), line=number, field="id")
+            for name in ("id", KEY_FIELD) if KEY_FIELD in row else ("id",):
+                value = row[name]
+                if not isinstance(value, (str, int)) or isinstance(value, bool):
+                    raise InputError(f"must be a string or an integer, got "
+                                     f"{type(value).__name__}", file=str(path), line=number,
+                                     field=name)
+            key = row_key(row)
             if key in first:  # never silently keep one of two different results
-                raise InputError(f"two rows with id {key!r} (first on line {first[key]}); "
-                                 "start a new run folder", file=str(path), line=number,
-                                 field="id")
+                raise InputError(f"two rows with {KEY_FIELD if KEY_FIELD in row else 'id'} "
+                                 f"{key!r} (first on line {first[key]}); start a new run folder",
+                                 file=str(path), line=number,
+                                 field=KEY_FIELD if KEY_FIELD in row else "id")
             first[key] = number
             rows.append(row)
     if repair and good_bytes != path.stat().st_size:
@@ -380,7 +395,7 @@ class RunDir:
         rows: dict[Any, dict[str, Any]] = {}
         for path in sorted(self.path.glob("samples*.jsonl")):
             for row in self._read_samples(path, repair=path.name == self.samples_name):
-                rows.setdefault(row["id"], row)  # the merged samples.jsonl repeats the shards
+                rows.setdefault(row_key(row), row)  # the merged samples.jsonl repeats shards
         self._samples = list(rows.values())
         self._ids = set(rows)
 
@@ -391,7 +406,7 @@ class RunDir:
     def merge_shards(self, order: list[Any] | None = None) -> None:
         """Write every shard's samples as ``samples.jsonl`` (rank 0 of a data-parallel run, or one
         process resuming one), in ``order`` first."""
-        rows = {row.get("id"): row for row in self._samples}
+        rows = {row_key(row): row for row in self._samples}
         keys = [k for k in (order or []) if k in rows]
         # rows outside ``order`` (a resume with a smaller --limit) are kept, after the others
         seen = set(keys)
@@ -408,7 +423,11 @@ class RunDir:
         """Samples written so far (those of earlier runs included, when resuming)."""
         return list(self._samples)
 
-    def done_keys(self, key: str = "id") -> set[Any]:
+    def done_keys(self, key: str | None = None) -> set[Any]:
+        """The stored rows' names (:func:`row_key`: what resume matches ``Method.key`` to), or
+        their values of the field ``key``."""
+        if key is None:
+            return {row_key(row) for row in self._samples}
         return {row.get(key) for row in self._samples}
 
     def kept(self) -> str:
@@ -422,8 +441,8 @@ class RunDir:
         :class:`~ctxleak.errors.OutputError` that says how to resume."""
         path = self.path / self.samples_name
         row = to_jsonable(record)
-        if row.get("id") in self._ids:
-            raise ConfigError(f"{path}: a row with id {row.get('id')!r} is already stored; ids "
+        if row_key(row) in self._ids:
+            raise ConfigError(f"{path}: a row named {row_key(row)!r} is already stored; ids "
                               "must be unique")
         data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
         with os_errors(path, "write", kept=self.kept()):
@@ -432,7 +451,7 @@ class RunDir:
                                        self.file_mode)
             _append_whole(self._handle, data)
         self._samples.append(row)
-        self._ids.add(row.get("id"))
+        self._ids.add(row_key(row))
 
     def close(self) -> None:
         if self._handle is not None:

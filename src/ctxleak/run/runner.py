@@ -27,7 +27,16 @@ from ctxleak.run.distributed import barrier, current_world, init_distributed, lo
 from ctxleak.run.inputs import rows_sha256
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
-from ctxleak.run.rundir import INPUTS_KEY, MODEL_KEY, RunDir, input_hashes, os_errors, write_atomic
+from ctxleak.run.rundir import (
+    INPUTS_KEY,
+    KEY_FIELD,
+    MODEL_KEY,
+    RunDir,
+    input_hashes,
+    os_errors,
+    row_key,
+    write_atomic,
+)
 
 
 def say(message: str) -> None:
@@ -117,6 +126,23 @@ def check_unique_keys(method: Method, items: Sequence[Any]) -> None:
         seen.add(key)
 
 
+def sample_row(method: Method, item: Any, record: dict[str, Any]) -> dict[str, Any]:
+    """The ``samples.jsonl`` row of ``item``: the user's ``id`` (:meth:`Method.example_id`),
+    then, where the method names the item apart from it (one example under several settings),
+    that name as ``key`` (what resume goes by), then the record."""
+    ex_id, key = method.example_id(item), method.key(item)
+    head = {"id": ex_id} if ex_id == key else {"id": ex_id, KEY_FIELD: key}
+    return {**head, **{k: v for k, v in record.items() if k not in head}}
+
+
+def stored_row(method: Method, item: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """A stored row as :func:`sample_row` writes it: a row of an older run folder, whose ``id``
+    was the item's key, gets the user's id back (resumed runs return one shape)."""
+    if KEY_FIELD in row or method.example_id(item) == row.get("id"):
+        return row
+    return sample_row(method, item, {k: v for k, v in row.items() if k != "id"})
+
+
 def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
                   progress: bool = True, policy: BatchPolicy | None = None
                   ) -> list[dict[str, Any]]:
@@ -130,7 +156,7 @@ def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
     """
     world = run.world
     check_unique_keys(method, items)
-    done = run.done_keys("id")
+    done = run.done_keys()
     mine = [item for i, item in enumerate(items) if world.owns(i)]
     todo = [item for item in mine if method.key(item) not in done]
     if len(todo) < len(mine):
@@ -141,7 +167,7 @@ def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
               disable=not progress) as bar:
 
         def append(item: Any, record: dict[str, Any]) -> None:
-            run.append_sample({"id": method.key(item), **record})
+            run.append_sample(sample_row(method, item, record))
             bar.update(1)
 
         measure_todo(method, lm, todo, policy or policy_of(lm), append)
@@ -153,8 +179,9 @@ def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
         # also when one process resumes a data-parallel run: samples.jsonl gets every row
         run.close()
         run.merge_shards([method.key(item) for item in items])
-    by_id = {row["id"]: row for row in run.samples}
-    return [by_id[method.key(item)] for item in items if method.key(item) in by_id]
+    by_key = {row_key(row): row for row in run.samples}
+    return [stored_row(method, item, by_key[method.key(item)]) for item in items
+            if method.key(item) in by_key]
 
 
 def measure_todo(method: Method, lm: Any, todo: Sequence[Any], policy: BatchPolicy,

@@ -88,6 +88,11 @@ class ICLInfMethod(Method):
     def key(self, item: tuple[int, int]) -> str:
         return query_id(*item)
 
+    def example_id(self, item: tuple[int, int]) -> str | int:
+        """The query's row in the test set, numbered from 0 as rows without an id are (the
+        number of shots is in ``shots``, the row's ``key`` names the item)."""
+        return str(item[1])
+
     def load_options(self) -> dict[str, Any]:
         # ICL prompts are completions ending in 'Answer:': the chat template only when asked for
         return {"chat_template": "on" if self.chat else "off"}

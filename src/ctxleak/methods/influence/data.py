@@ -33,7 +33,7 @@ TASK_TEMPLATES = {
 
 @dataclass(frozen=True)
 class InfluenceExample:
-    id: str
+    id: str | int
     context: str
     query: str
     reference: str | None
@@ -123,7 +123,10 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         if reference is not None and not isinstance(reference, str):
             raise InputError("must be a string", file=row.file, line=row.line, field="reference")
         raw_id = row.get("id")
-        ex_id = str(k) if raw_id is None else example_id(raw_id, file=row.file, line=row.line)
+        ex_id: str | int = str(k) if raw_id is None else example_id(raw_id, file=row.file,
+                                                                   line=row.line)
+        if isinstance(raw_id, int) and not isinstance(raw_id, bool):
+            ex_id = raw_id  # the user's id as given: an integer id merges back as one
         pieces = _row_passages(row)
         context = "".join(pieces) if pieces else row.text("context")
         example = InfluenceExample(id=ex_id, context=context, query=query, reference=reference,

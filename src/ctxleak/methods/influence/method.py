@@ -71,6 +71,11 @@ class InfluenceMethod(Method):
         setting, ex = item
         return f"{ex.id}|{setting.key}"
 
+    def example_id(self, item: tuple[Setting, Any]) -> str | int:
+        """The example's own id (its setting is in the columns ``setting``, ``lambda``,
+        ``temperature`` and ``context_limit``)."""
+        return item[1].id
+
     def setup(self, lm: Any, run: Any) -> None:
         self.lm = lm  # to count the token slots of an item (batch_cost)
 
@@ -93,6 +98,8 @@ class InfluenceMethod(Method):
         controls = [self._control(ex) for _, ex in items] if self.options.control else None
         records = measure_examples(lm, jobs, self.options, controls=controls,
                                    cost=self.cost)
+        for (setting, _), record in zip(items, records):  # the sweep's context size, None: all
+            record.setdefault("context_limit", setting.context_tokens)
         self.cost.measure_seconds += time.perf_counter() - start
         return records
 
@@ -114,7 +121,7 @@ class InfluenceMethod(Method):
             if rows:
                 cost = self.cost.to_dict() if self.cost.examples else None
                 summary = summarize_setting(rows, seed=self.common.seed, control_cost=cost)
-                examples_of = [by_id[r["id"].rsplit("|", 1)[0]] for r in rows]
+                examples_of = [by_id[r["id"]] for r in rows]
                 summary["quality"] = quality_scores(
                     [r["response"] for r in rows], [ex.reference for ex in examples_of],
                     [ex.context for ex in examples_of], bertscore_model, factkb_model)

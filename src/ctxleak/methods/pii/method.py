@@ -54,6 +54,11 @@ class ProbeMethod(Method):
                                 s["train_fraction"], seed, s["canary"], s["canary_baseline"])
         return self.plan.tasks
 
+    def example_id(self, item: Any) -> str | int:
+        """The subject's own id (how it is probed is in ``mode``, ``variant``, ``group``,
+        ``shots_k``, ``pii_type`` and ``template``; the row's ``key`` names the prompt)."""
+        return str(item.item.subject_id)
+
     def inputs(self, data: Any) -> dict[str, Any]:
         return {"data": None if is_named(data, "demo") else data}
 
@@ -84,7 +89,7 @@ class ProbeMethod(Method):
             self.timings["soft_prompt_training_s"] = time.time() - t0
         tuned = None
         if s["canary"] is not None:
-            done = run.done_keys("id")
+            done = run.done_keys()
             saved = run.path / "canary_finetune.json"
             pending = any(t.variant.startswith("fine-tuned") for i, t in enumerate(plan.tasks)
                           if run.world.owns(i) and t.key not in done)
