@@ -149,25 +149,25 @@ PROPILE = Paper(
   archivePrefix = {arXiv}
 }""")
 
-DP_FEW_SHOT = Paper(
-    key="tang2024privacy",
-    title="Privacy-Preserving In-Context Learning with Differentially Private Few-Shot "
-          "Generation",
-    authors=("Xinyu Tang", "Richard Shin", "Huseyin A. Inan", "Andre Manoel",
-             "Fatemehsadat Mireshghallah", "Zinan Lin", "Sivakanth Gopi", "Janardhan Kulkarni",
-             "Robert Sim"),
-    venue="ICLR 2024 (The Twelfth International Conference on Learning Representations)",
+PRIVATE_PREDICTION = Paper(
+    key="amin2024private",
+    title="Private Prediction for Large-Scale Synthetic Text Generation",
+    authors=("Kareem Amin", "Alex Bie", "Weiwei Kong", "Alexey Kurakin", "Natalia Ponomareva",
+             "Umar Syed", "Andreas Terzis", "Sergei Vassilvitskii"),
+    venue="Findings of the Association for Computational Linguistics: EMNLP 2024, "
+          "pages 7244-7262",
     year=2024,
     arxiv=None,
     url=None,
-    bibtex="""@inproceedings{tang2024privacy,
-  title     = {Privacy-Preserving In-Context Learning with Differentially Private Few-Shot
-               Generation},
-  author    = {Tang, Xinyu and Shin, Richard and Inan, Huseyin A. and Manoel, Andre and
-               Mireshghallah, Fatemehsadat and Lin, Zinan and Gopi, Sivakanth and
-               Kulkarni, Janardhan and Sim, Robert},
-  booktitle = {International Conference on Learning Representations (ICLR)},
-  year      = {2024}
+    bibtex="""@inproceedings{amin2024private,
+  title     = {Private Prediction for Large-Scale Synthetic Text Generation},
+  author    = {Amin, Kareem and Bie, Alex and Kong, Weiwei and Kurakin, Alexey and
+               Ponomareva, Natalia and Syed, Umar and Terzis, Andreas and
+               Vassilvitskii, Sergei},
+  booktitle = {Findings of the Association for Computational Linguistics: EMNLP 2024},
+  pages     = {7244--7262},
+  year      = {2024},
+  publisher = {Association for Computational Linguistics}
 }""")
 
 CALIBRATE = Paper(
@@ -202,15 +202,15 @@ CTXLEAK_BIBTEX = """@software{ctxleak,
 #: Every paper by key.
 PAPERS: dict[str, Paper] = {p.key: p for p in (
     CONTEXT_INFLUENCE, ICL_LEAKAGE, FISHER_SUSCEPTIBILITY, CONTEXT_VS_PRIOR, PROPILE,
-    DP_FEW_SHOT, CALIBRATE)}
+    PRIVATE_PREDICTION, CALIBRATE)}
 
 #: The papers behind each method, by command name; the first defines what the method measures.
 METHOD_PAPERS: dict[str, tuple[str, ...]] = {
     "influence": (CONTEXT_INFLUENCE.key,),
     "influence-explain": (CONTEXT_INFLUENCE.key,),
     "icl": (ICL_LEAKAGE.key, CALIBRATE.key),
-    "audit": (ICL_LEAKAGE.key, DP_FEW_SHOT.key),
-    "dp": (ICL_LEAKAGE.key, DP_FEW_SHOT.key),
+    "audit": (ICL_LEAKAGE.key, PRIVATE_PREDICTION.key),
+    "dp": (ICL_LEAKAGE.key, PRIVATE_PREDICTION.key),
     "susceptibility": (FISHER_SUSCEPTIBILITY.key, CONTEXT_VS_PRIOR.key),
     "probe": (PROPILE.key, CONTEXT_INFLUENCE.key),
     "pii": (PROPILE.key,),
