@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak._version import __version__
+from ctxleak.citations import bibtex, papers_for
 from ctxleak.errors import ConfigError, OutputError
 from ctxleak.registry import REPORTS
 from ctxleak.results import Result, load_result
@@ -192,7 +193,9 @@ def compare(results: Sequence[Any], output: str | os.PathLike[str] | None = None
     rows = compare_rows(method, [r.table() for r in loaded], labels)
     view = REPORTS.get("compare")  # the report layer, late bound by name
     comp = Comparison(method, labels, loaded, rows, view.figures(method, loaded, labels))
-    comp.html = view.page(comp).render()
+    page = view.page(comp)
+    page.add_citations(papers_for(method), bibtex(method))
+    comp.html = page.render()
     if output is not None:
         comp.save(output)
     return comp

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ctxleak.citations import bibtex, cite_block, papers_for
 from ctxleak.errors import InputError, warn
 from ctxleak.methods.verdict import check_units, check_verdict
 from ctxleak.methods.influence.control import user_id
@@ -59,11 +60,14 @@ class Result:
         return f"{type(self).__name__}({len(self.records)} records{where})"
 
     # ---- tables ----------------------------------------------------------------------------
+    def method_name(self) -> str:
+        """The method's command name (a plain Result goes by the command of its config)."""
+        return self.method if self.method != Result.method else str(self.config.get("command"))
+
     def view(self) -> Any:
         """This method's report view (:data:`ctxleak.registry.REPORTS`, by method name; a
         plain Result goes by the command of its config)."""
-        name = self.method if self.method != Result.method else self.config.get("command")
-        return REPORTS.get(str(name), None) or REPORTS.get(Result.method)
+        return REPORTS.get(self.method_name(), None) or REPORTS.get(Result.method)
 
     def table(self) -> list[dict[str, Any]]:
         """The summary as rows (the console table); the method's report view says which."""
@@ -84,8 +88,11 @@ class Result:
 
     # ---- HTML -------------------------------------------------------------------------------
     def render(self) -> str:
-        """Build the HTML report from this result alone (records, summary, config; no model)."""
-        return self.view().full_page(self).render()
+        """Build the HTML report from this result alone (records, summary, config; no model),
+        ending with the papers to cite (:mod:`ctxleak.citations`)."""
+        page = self.view().full_page(self)
+        page.add_citations(papers_for(self.method_name()), bibtex(self.method_name()))
+        return page.render()
 
     def to_html(self) -> str:
         """The self-contained HTML report (the run's ``report.html``; rendered from the result
@@ -127,14 +134,16 @@ class Result:
         """Write ``results.json``: the summary with config, provenance, sample count, wall time
         and ``sample_ids``, the names of the samples the summary was computed from (their
         ``key``, else their ``id``, in order; :func:`load_result` checks ``samples.jsonl`` against
-        them). The one writer of that file,
-        for :meth:`save` and for :func:`ctxleak.run.run_method`."""
+        them), and ``cite``: the papers of the method with their BibTeX
+        (:func:`ctxleak.citations.cite_block`). The one writer of that file, for :meth:`save` and
+        for :func:`ctxleak.run.run_method`."""
         body = {"summary": self.summary, "config": self.config, "provenance": self.provenance,
                 "n_effective": self.n_effective if self.n_effective is not None
                 else len(self.records), "wall_time_s": self.wall_time_s}
         if self.n_effective in (None, len(self.records)) and all(
                 isinstance(r, dict) and "id" in r for r in self.records):
             body["sample_ids"] = [row_key(r) for r in self.records]
+        body["cite"] = cite_block(self.method_name())
         path = Path(directory) / RESULTS_FILE
         write_atomic(path, json.dumps(to_jsonable(body), indent=2, ensure_ascii=False) + "\n",
                      mode)

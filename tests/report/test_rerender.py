@@ -133,3 +133,26 @@ def test_registry_answers_what_the_module_holds_now(monkeypatch):
         patch.setattr(models, "load_model", lambda *a, **k: "stand-in")
         assert ctxleak.load_model() == "stand-in"
     assert ctxleak.load_model is real
+
+
+@pytest.mark.parametrize("name", ["influence", "explain", "icl", "audit", "susceptibility",
+                                  "probe"])
+def test_results_json_and_the_report_footer_cite_the_papers(name, runs):
+    from ctxleak.citations import CTXLEAK_BIBTEX, papers_for
+
+    result = runs[name]
+    papers = papers_for(result.method_name())
+    assert papers, result.method_name()
+    body = json.loads((result.path / "results.json").read_text(encoding="utf-8"))
+    cite = body["cite"]
+    assert list(cite["papers"]) == [p.key for p in papers]
+    assert cite["ctxleak"] == CTXLEAK_BIBTEX
+    loaded = ctxleak.load_result(result.path)  # results.json's checks pass with "cite"
+    assert loaded.summary == result.summary
+    footer = loaded.render().split('<footer class="cite">', 1)[1]
+    for p in papers:
+        entry = cite["papers"][p.key]
+        assert entry["title"] == p.title and entry["bibtex"].startswith("@")
+        assert "{" + p.key + "," in entry["bibtex"]
+        assert f"<cite>{p.title}</cite>" in footer
+        assert "{" + p.key + "," in footer  # the BibTeX block (escaping keeps braces)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ctxleak.citations import bibtex, papers_for
 from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger, to_records
 from ctxleak.methods.influence.pipeline import summarize_setting
 from ctxleak.report.html import Report
@@ -51,5 +52,6 @@ def ledger_result(ledger: Sequence[RowLedger], texts: Sequence[str] | None = Non
                        "influence": r["influence"], "composed ε": r.get("composed_eps"),
                        "ex-post ε": r.get("composed_eps_ex_post"),
                        "response": r.get("response")} for r in records])
+    report.add_citations(papers_for("influence"), bibtex("influence"))
     result.html = report.render()
     return result

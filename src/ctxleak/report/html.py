@@ -147,6 +147,7 @@ white-space:pre-wrap;overflow-wrap:anywhere;line-height:1.9;border:1px solid #ee
 .tok{border-radius:2px}.ws{color:#999;font-style:normal}
 details{margin:.6em 0}summary{cursor:pointer;font-weight:600}
 details pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f8f8f8;padding:.6em}
+footer.cite{margin-top:2.5em;border-top:1px solid #ddd;color:#444;font-size:.92em}
 """
 
 _CSS += interactive.CSS
@@ -188,6 +189,7 @@ class Report:
         self.subtitle = self._clean(subtitle)
         self._blocks: list[str] = []
         self._verdict = ""
+        self._footer = ""
 
     def set_verdict(self, text: str, rule: str = "") -> None:
         """The run's verdict (one plain sentence) and the rule behind it, shown first: right
@@ -361,6 +363,21 @@ class Report:
         self._blocks.append(f"<details><summary>{_esc(self._clean(summary))}</summary>"
                             f"<pre>{_esc(self._clean(text))}</pre></details>")
 
+    def add_citations(self, papers: Iterable[Any], bibtex: str) -> None:
+        """The page's footer: each paper (a :class:`ctxleak.citations.Paper`) by title, authors,
+        venue and link, and the BibTeX to cite them. Constant text of ctxleak's own, so it is
+        escaped but never redacted."""
+        items = []
+        for p in papers:
+            link = f' <a href="{_esc(p.url)}">{_esc(p.url)}</a>' if p.url else ""
+            arxiv = f" arXiv:{_esc(p.arxiv)}." if p.arxiv else ""
+            items.append(f"<li><cite>{_esc(p.title)}</cite>. {_esc(', '.join(p.authors))}. "
+                         f"{_esc(p.venue)}, {p.year}.{arxiv}{link}</li>")
+        self._footer = ('<footer class="cite"><h2>How to cite</h2><p>The quantities on this page '
+                        "are defined in:</p><ul>" + "".join(items) + "</ul>"
+                        '<details><summary>BibTeX</summary><pre class="bibtex">'
+                        f"{_esc(bibtex)}</pre></details></footer>")
+
     def _caption(self, caption: str) -> str:
         return f"<caption>{_esc(self._clean(caption))}</caption>" if caption else ""
 
@@ -373,7 +390,7 @@ class Report:
                 '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
                 '<meta name="referrer" content="no-referrer">\n'
                 f"<title>{_esc(self.title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-                f"<h1>{_esc(self.title)}</h1>\n{sub}\n{self._verdict}\n{body}\n"
+                f"<h1>{_esc(self.title)}</h1>\n{sub}\n{self._verdict}\n{body}\n{self._footer}\n"
                 f"<script>{interactive.SCRIPT}</script>\n</body>\n</html>\n")
 
     def fragment(self) -> str:

@@ -1,0 +1,43 @@
+"""The papers by title: the citation data is complete and consistent, every method has its
+papers, and no internal reference (a spec section, an issue number, a paper's file number) is
+left in the source that users read (help, docstrings, reports)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ctxleak.citations import CTXLEAK_BIBTEX, METHOD_PAPERS, PAPERS, bibtex, cite_block
+from ctxleak.registry import RESULTS
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "ctxleak"
+
+
+def test_every_paper_has_a_title_authors_venue_and_a_bibtex_entry_under_its_key():
+    for key, paper in PAPERS.items():
+        assert paper.key == key and paper.title and paper.authors and paper.venue
+        assert paper.bibtex.startswith("@") and paper.bibtex.split("{", 1)[1].startswith(f"{key},\n")
+        assert paper.bibtex.count("{") == paper.bibtex.count("}"), key
+        assert 2000 < paper.year < 2100
+        if paper.arxiv:
+            assert re.fullmatch(r"\d{4}\.\d{4,5}", paper.arxiv)
+            assert paper.arxiv in paper.bibtex
+        # the title is in the entry (BibTeX may brace a word and break the line)
+        flat = re.sub(r"\s+", " ", paper.bibtex.replace("{", "").replace("}", ""))
+        assert paper.title in flat, key
+
+
+def test_every_method_cites_papers_that_exist():
+    for name in RESULTS:
+        if name == "result":
+            continue
+        assert METHOD_PAPERS.get(name), f"method {name!r} cites no paper"
+    for name, keys in METHOD_PAPERS.items():
+        assert keys and all(k in PAPERS for k in keys), name
+        block = cite_block(name)
+        assert list(block["papers"]) == list(keys) and block["ctxleak"] == CTXLEAK_BIBTEX
+        assert bibtex(name).count("\n@") == len(keys)
+
+
+def test_an_unknown_method_cites_ctxleak_only():
+    assert cite_block("no-such-method") == {"papers": {}, "ctxleak": CTXLEAK_BIBTEX}
