@@ -20,6 +20,7 @@ from ctxleak.methods.influence.pipeline import (
 )
 from ctxleak.methods.influence.quality import quality_scores
 from ctxleak.methods.influence.verdict import run_verdict
+from ctxleak.methods.needs import influence as influence_needs
 from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -111,6 +112,10 @@ class InfluenceMethod(Method):
             return None
         return replace(ex, context=other.context, passages=other.passages, reference=None,
                        id=other.id)
+
+    def requires(self) -> dict[str, str]:
+        return influence_needs([s.lam for s in self.grid], [s.temperature for s in self.grid],
+                               self.options.bounded_eps)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         by_id = {ex.id: ex for ex in self.examples}

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxleak.engine.capabilities import NEXT_TOKEN_LOGITS, capabilities_of
 from ctxleak.engine.models import LM
 from ctxleak.errors import warn
 from ctxleak.methods.influence.cid import (
@@ -44,6 +45,7 @@ from ctxleak.methods.influence.ngrams import (
 )
 from ctxleak.methods.influence.quantities import expected_influence, token_influence
 from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
+from ctxleak.methods.influence.served import score_responses, served_responses
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,8 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     (:mod:`.passages`). ``controls``: one control example per job (None: no control), whose
     context replaces the job's to score the same response (:mod:`.control`); ``cost`` adds up
     the control's forward passes and seconds."""
+    if NEXT_TOKEN_LOGITS not in capabilities_of(lm):  # a served model: its own answers, λ = 1
+        return _measure_served(lm, jobs, options)
     parts = _example_parts(lm, jobs, options)
     rescored = options.ngram is not None and options.bounded_eps is None
     caches: list[Any] | None = [] if hand_over_prefill and options.ngram is not None \
@@ -234,6 +238,34 @@ def _add_control(lm: LM, records: list[dict[str, Any]],
                                              records[k]))
     if cost is not None:
         cost.add(requests, time.perf_counter() - start)
+
+
+def _measure_served(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                    options: InfluenceOptions) -> list[dict[str, Any]]:
+    """:func:`measure_examples` on a served model (λ = 1, T = 1, checked before the run): each
+    answer sampled by the server from its own seed, then scored there
+    (:mod:`ctxleak.methods.influence.served`)."""
+    parts = _example_parts(lm, jobs, options)
+    responses: list[tuple[list[int], bool]] = [([], False)] * len(jobs)
+    for temperature in sorted({setting.temperature for _, setting, _ in jobs}):
+        ks = [k for k, (_, setting, _) in enumerate(jobs) if setting.temperature == temperature]
+        drawn = served_responses(lm, [parts[k][0] for k in ks], [jobs[k][2] for k in ks],
+                                 temperature, options.max_new_tokens, options.min_new_tokens)
+        for k, answer in zip(ks, drawn):
+            responses[k] = answer
+    ledgers, requests, wins, clipped = score_responses(
+        lm, [p for p, _ in parts], responses, lam=[s.lam for _, s, _ in jobs],
+        temperature=[s.temperature for _, s, _ in jobs],
+        min_new_tokens=options.min_new_tokens, ngram=options.ngram, stride=options.stride,
+        ids=[ex.id for ex, _, _ in jobs])
+    records = [_record(lm, ex, setting, options, seed, p, dropped, ledger)
+               for (ex, setting, seed), (p, dropped), ledger in zip(jobs, parts, ledgers)]
+    for k, (request, win) in enumerate(zip(requests, wins)):
+        if k in clipped:
+            records[k]["ngram_clipped_from"] = options.ngram
+        if request is not None and win is not None:
+            records[k].update(_window_fields(request, win, options))
+    return records
 
 
 def _example_parts(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
