@@ -320,7 +320,10 @@ class ExampleView:
 
 
 class ICLInfResult(Result):
-    """``ctxleak.iclinf``: one record per (shots, query); ICLInf mean ± std (paper 001, Eq. 4)."""
+    """``ctxleak.iclinf``: one record per (shots, query); ICLInf mean ± std (paper 001, Eq. 4),
+    in nats: an ex-post per-instance ε, the output up to e^x times more likely with an
+    exemplar than without it; ``summary["by_exemplar"]`` and ``["by_position"]`` rank the
+    exemplars and positions by their loss (nats)."""
 
     method = "icl"
     title = "ICLInf (paper 001, Eq. 4)"
@@ -343,7 +346,9 @@ class AuditResult(Result):
 
 
 class SusceptibilityResult(Result):
-    """``ctxleak.susceptibility``: one record per query, χ_MC and χ_F (paper 002)."""
+    """``ctxleak.susceptibility``: one record per query, χ_MC and χ_F (paper 002). χ_MC is a
+    mutual information in nats, at most its ceiling min(H(A|q), H(C)) (``summary["ceiling"]``);
+    χ_F is on another scale and only ranks queries."""
 
     method = "susceptibility"
     title = "Susceptibility to context (paper 002)"
@@ -353,8 +358,10 @@ class SusceptibilityResult(Result):
 
 
 class ProbeResult(Result):
-    """``ctxleak.probe``: one record per probe prompt; per-group exact match, likelihoods and
-    Wilcoxon tests (paper 004, ProPILE)."""
+    """``ctxleak.probe``: one record per probe prompt; per-group exact match, likelihoods (nats)
+    and Wilcoxon tests (paper 004, ProPILE); ``summary["significance"]`` says, per group, whether
+    its n lets the test reject at α, and the run folder's ``hits.jsonl`` lists every exact
+    PII string generated."""
 
     method = "probe"
     title = "PII probing (ProPILE, paper 004)"
