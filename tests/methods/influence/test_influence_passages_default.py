@@ -15,7 +15,7 @@ def test_the_passage_holding_the_copied_fact_ranks_first(default_lm, tmp_path):
              "passages": ["The museum opens at nine in the morning and closes at five.",
                           "Zorvath Quillby's bank account number is 88-4412-9071.",
                           "The weather in spring is mild and often rainy."]}]
-    res = ctxleak.influence(default_lm, data, max_new_tokens=8, min_new_tokens=4,
+    res = ctxleak.influence(default_lm, data, max_new_tokens=12, min_new_tokens=4,
                             temperature=0.3, progress=False, output=str(tmp_path / "run"))
     record = res.records[0]
     assert "Quillby" in record["response"]  # the response copies from passage 2
