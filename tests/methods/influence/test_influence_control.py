@@ -258,3 +258,32 @@ def test_tidy_frames_and_one_example_inline(llama_lm, tmp_path):
     assert 'class="leakmap"' in html and "d1" in html and "nats" in html
     with pytest.raises(KeyError, match="no example 'nope'"):
         loaded.example("nope")
+
+
+def test_a_run_folder_without_the_new_fields_still_loads_and_renders(llama_lm, tmp_path):
+    """Run folders written before units, the control and passages: their records and summary
+    lack those keys; the result loads, renders, prints and gives its frames."""
+    out = tmp_path / "run"
+    ctxleak.influence(llama_lm, _docs(2), max_new_tokens=3, min_new_tokens=0, ngram=2,
+                      progress=False, output=str(out))
+    new = ("response_tokens", "influence_per_token", "known_tokens", "copied_tokens",
+           "control_id", "control_token_influence", "control_influence",
+           "influence_above_control", "influence_above_control_per_token")
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    (out / "samples.jsonl").write_text("".join(
+        json.dumps({k: v for k, v in r.items() if k not in new}) + "\n" for r in rows))
+    body = json.loads((out / "results.json").read_text())
+    body["summary"].pop("verdict")
+    for s in body["summary"]["settings"]:
+        for key in ("units", "influence_per_token", "likelihood_ratio", "dp_reading", "control",
+                    "context_tokens_known", "context_tokens_copied", "token_rule"):
+            s.pop(key, None)
+    (out / "results.json").write_text(json.dumps(body))
+    (out / "report.html").unlink()
+    old = ctxleak.load_result(out)
+    assert "Summary" in old.to_html()
+    old.show(plain=True)
+    assert len(old.tokens()) == sum(len(r["response_ids"]) for r in rows)
+    assert old.tokens()["control_influence"].isna().all()
+    assert len(old.passages()) == 0 and len(old.windows()) > 0
+    assert "influence_per_token" in old.to_pandas()
