@@ -1,0 +1,289 @@
+"""The control of context influence, passages as the unit, the units and the verdict: the
+control's value and each passage's influence against independent recomputations (every prompt
+forwarded alone from scratch, float64), the rules by hand, bad passages input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+import ctxleak
+from ctxleak.errors import ConfigError, InputError
+from ctxleak.methods.influence.control import (
+    COPIED_ABOVE,
+    KNOWN_BELOW,
+    context_token_kinds,
+    control_indices,
+    flag_rule,
+    min_n_for,
+    paired_test,
+)
+from ctxleak.methods.influence.data import InfluenceExample, load_examples, prompt_parts
+from ctxleak.methods.influence.passages import list_pieces, split_context
+from ctxleak.methods.influence.units import dp_scale, format_ratio, likelihood_ratio
+from ctxleak.methods.influence.verdict import setting_verdict
+
+WORDS = ("the capital of france is paris . rome is the capital of italy and a city . the doctor "
+         "said the news report was one page . berlin is in germany .").split()
+QUERY = "what is the capital ?"
+
+
+def _docs(n: int) -> list[dict]:
+    return [{"id": f"d{i}", "context": " ".join(WORDS[i:i + 5 + 2 * i]), "query": QUERY}
+            for i in range(n)]
+
+
+def _hand_logp(lm, before, context, after, response, lam, temperature):
+    """log p̄_λ(y_t | context) of each response token, every prefix forwarded from scratch."""
+    out = []
+    for t, token in enumerate(response):
+        prefix = list(after) + list(response[:t])
+        with torch.no_grad():
+            z = lm.model(torch.tensor([list(before) + list(context) + prefix])).logits[0, -1]
+            z0 = lm.model(torch.tensor([list(before) + prefix])).logits[0, -1]
+        mixed = lam * z.double() + (1 - lam) * z0.double()
+        out.append(float(torch.log_softmax(mixed / temperature, -1)[token]))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.5])
+def test_control_influence_equals_an_independent_recomputation(llama_lm, tmp_path, lam):
+    """Example k's control is example k+1's context (the last's the first's) under k's query;
+    its influence Σ_t |log p̄_λ(y_t | C) − log p(y_t | ∅)| matches a from-scratch forward of
+    each prefix, and the example's influence above it is the difference."""
+    docs = _docs(3)
+    res = ctxleak.influence(llama_lm, docs, max_new_tokens=5, min_new_tokens=0, lam=lam,
+                            seed=3, output=str(tmp_path / "run"), progress=False)
+    assert [r["control_id"] for r in res.records] == ["d1", "d2", "d0"]
+    for k, r in enumerate(res.records):
+        other = docs[(k + 1) % 3]
+        example = InfluenceExample("c", other["context"], QUERY, None, "qa")
+        parts, _ = prompt_parts(llama_lm, example, reserve=5)
+        response = r["response_ids"]
+        logp_c = _hand_logp(llama_lm, parts.before, parts.context, parts.after, response, lam,
+                            0.8)
+        logp_e = _hand_logp(llama_lm, parts.before, (), parts.after, response, 1.0, 0.8)
+        tau = np.abs(logp_c - logp_e)
+        assert r["control_token_influence"] == pytest.approx(tau.tolist(), abs=2e-5)
+        assert r["control_influence"] == pytest.approx(float(tau.sum()), abs=1e-4)
+        assert r["influence_above_control"] == pytest.approx(r["influence"] - tau.sum(),
+                                                             abs=1e-4)
+        assert r["influence_per_token"] == pytest.approx(r["influence"] / len(response))
+    control = res.summary["settings"][0]["control"]
+    assert control["enabled"] and control["n"] == 3
+    assert control["cost"]["forward_passes"] == 3 * (1 if lam == 1 else 2)
+    assert control["cost"]["seconds"] > 0
+
+
+def test_passage_influence_equals_leaving_the_passage_out_by_hand(llama_lm, tmp_path):
+    """Passages given as a list: each passage's influence is Def. 3.1-3.2 with S = the passage
+    (left out, the response scored), equal to a from-scratch recomputation; the context is the
+    passages joined, each tokenised on its own; with n-gram windows too the values agree."""
+    passages = ["the capital of france is paris .", "rome is in italy .",
+                "berlin is in germany ."]
+    data = [{"id": "p", "passages": passages, "query": QUERY}, *_docs(2)]
+    runs = {}
+    for ngram in ("full", 3):
+        runs[ngram] = ctxleak.influence(llama_lm, data, max_new_tokens=5, min_new_tokens=0,
+                                        ngram=ngram, seed=2, progress=False,
+                                        output=str(tmp_path / f"run-{ngram}"))
+    r = runs["full"].records[0]
+    assert r["passages"] == passages
+    ids = [llama_lm.encode(p) for p in list_pieces(passages)]
+    spans, start = [], 0
+    for piece in ids:
+        spans.append([start, start + len(piece)])
+        start += len(piece)
+    assert r["passage_spans"] == spans
+    example = InfluenceExample("p", "".join(list_pieces(passages)), QUERY, None, "qa",
+                               tuple(list_pieces(passages)))
+    parts, _ = prompt_parts(llama_lm, example, reserve=5)
+    context = list(parts.context)
+    assert context == [t for piece in ids for t in piece]
+    full = _hand_logp(llama_lm, parts.before, context, parts.after, r["response_ids"], 1.0, 0.8)
+    hand = [float(np.abs(full - _hand_logp(llama_lm, parts.before, context[:a] + context[b:],
+                                           parts.after, r["response_ids"], 1.0, 0.8)).sum())
+            for a, b in spans]
+    assert r["passage_influence"] == pytest.approx(hand, abs=1e-4)
+    assert r["max_passage"] == int(np.argmax(hand))
+    assert runs[3].records[0]["passage_influence"] == pytest.approx(hand, abs=1e-4)
+    assert "passage_influence" not in runs["full"].records[1]  # no passages: no fields
+    top = runs["full"].summary["settings"][0]["top_passages"]
+    assert [t["influence"] for t in top] == sorted((t["influence"] for t in top), reverse=True)
+    frame = runs["full"].passages()
+    assert list(frame["passage"]) == [1, 2, 3] and set(frame["id"]) == {"p"}
+    assert frame.loc[frame["rank"] == 1, "passage"].item() == r["max_passage"] + 1
+
+
+def test_split_context_keeps_the_text_and_cuts_after_sentences_and_blank_lines():
+    text = "One fact. Two facts! Three?  Four.\n\nA new paragraph. Its end."
+    sentences = split_context(text, "sentence")
+    assert "".join(sentences) == text
+    assert [s.strip() for s in sentences] == ["One fact.", "Two facts!", "Three?", "Four.",
+                                             "A new paragraph.", "Its end."]
+    paragraphs = split_context(text, "paragraph")
+    assert "".join(paragraphs) == text and len(paragraphs) == 2
+    with pytest.raises(ValueError, match="sentence or paragraph"):
+        split_context(text, "word")
+
+
+def test_passages_split_option_and_bad_value(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"id": "a", "context": "One. Two. Three.", "query": "q?"}) + "\n")
+    (ex,) = load_examples(str(path), passages="sentence")
+    assert ex.passage_texts == ["One.", "Two.", "Three."] and ex.context == "One. Two. Three."
+    with pytest.raises(ConfigError) as info:
+        ctxleak.influence("default", str(path), passages="word")
+    assert info.value.param == "passages"
+
+
+@pytest.mark.parametrize("value, message", [
+    ([], "is an empty list"),
+    ("one passage", "must be a list of strings"),
+    (["fine", 3], "item 1 must be a string"),
+    (["fine", "  "], "item 1 is empty"),
+])
+def test_bad_passages_name_the_file_line_and_field(tmp_path, value, message):
+    path = tmp_path / "bad.jsonl"
+    good = {"id": "a", "context": "x y", "query": "q?"}
+    path.write_text(json.dumps(good) + "\n" + json.dumps({"id": "b", "passages": value,
+                                                          "query": "q?"}) + "\n")
+    with pytest.raises(InputError) as info:
+        load_examples(str(path))
+    err = info.value
+    assert message in str(err)
+    assert err.file == str(path) and err.line == 2 and err.field == "passages"
+
+
+def test_control_indices_rotate_and_one_example_has_none():
+    assert control_indices(1) == [None]
+    assert control_indices(3) == [1, 2, 0]
+
+
+def test_paired_test_says_why_when_n_cannot_reject_and_matches_scipy_otherwise():
+    assert min_n_for(0.05) == 5  # 1/2^4 = 0.0625 > 0.05 >= 1/2^5
+    small = paired_test([1.0, 2.0, 3.0, 4.0])
+    assert small["pvalue"] is None and "1/2^4 = 0.0625" in small["reason"]
+    assert "n ≥ 5" in small["reason"]
+    d = [0.5, 1.2, -0.3, 2.0, 0.9, 1.1]
+    out = paired_test(d)
+    assert out["pvalue"] == pytest.approx(stats.wilcoxon(d, alternative="greater").pvalue)
+    assert paired_test([0.0] * 6)["reason"].startswith("every difference is zero")
+
+
+def test_flag_rule_is_the_maximum_below_20_controls_and_the_95th_percentile_from_20():
+    few = [0.1, 3.0, 2.0]
+    threshold, rule = flag_rule(few)
+    assert threshold == 3.0 and "largest of the 3" in rule
+    many = list(np.arange(1.0, 21.0))
+    threshold, rule = flag_rule(many)
+    assert threshold == pytest.approx(19.05)  # linear interpolation between 19 and 20
+    assert "95th percentile of the 20" in rule
+
+
+def test_known_and_copied_tokens_by_hand():
+    response = [5, 6, 7, 8, 9]
+    context = [5, 6, 9]
+    tau = [KNOWN_BELOW / 2, COPIED_ABOVE, 5.0, 0.01, 0.5]
+    # 5: in context, low -> known; 6: in context, = threshold -> copied; 7, 8: not in
+    # context; 9: in context, in between -> neither
+    assert context_token_kinds(response, context, tau) == {"known_tokens": [0],
+                                                           "copied_tokens": [1]}
+
+
+def test_units_read_influence_as_a_likelihood_ratio_and_an_eps():
+    assert likelihood_ratio(math.log(4.0)) == pytest.approx(4.0)
+    assert likelihood_ratio(1000.0) == math.inf
+    assert format_ratio(math.log(2.0)) == "×2" and format_ratio(1000.0) == "×e^1000"
+    assert "strong" in dp_scale(0.5) and "loose" in dp_scale(4.0) and "beyond" in dp_scale(20)
+
+
+def _summary(flagged: list[str], where: list[str | None], n: int = 4) -> dict:
+    return {"n": n, "influence": {"mean": 12.0}, "influence_per_token": {"mean": 0.5},
+            "control": {"enabled": True, "n": n, "flagged": flagged,
+                        "flagged_where": where, "flagged_above_control": [9.0] * len(flagged),
+                        "rule": "influence is above the largest of the 4 control influences",
+                        "test": paired_test([1.0] * n)}}
+
+
+def test_verdict_names_the_examples_beyond_the_control_with_the_rule():
+    v = setting_verdict(_summary(["news-04", "hr"], ["passage 2", None]))
+    assert v["text"].startswith("2 of 4 examples leak beyond what any context does: "
+                                "news-04 (passage 2, +9 nats above its control), hr (+9 nats")
+    assert "beyond even a loose DP budget" in v["text"]
+    assert "above the largest of the 4 control influences" in v["rule"]
+    assert "cannot go below p = 1/2^4" in v["rule"]  # why the test shows —
+    none = setting_verdict(_summary([], []))
+    assert none["text"].startswith("0 of 4 examples leak beyond what any context does")
+    off = setting_verdict({"n": 2, "influence": {"mean": 1.0},
+                           "control": {"enabled": False, "reason": "turned off"}})
+    assert off["text"].startswith("No example can be called a leak") and "turned off" in off[
+        "text"]
+
+
+def test_no_control_and_one_example(llama_lm, tmp_path):
+    off = ctxleak.influence(llama_lm, _docs(2), max_new_tokens=3, min_new_tokens=0,
+                            control=False, progress=False, output=str(tmp_path / "off"))
+    assert all("control_id" not in r for r in off.records)
+    assert "turned off" in off.summary["settings"][0]["control"]["reason"]
+    assert off.summary["verdict"]["text"].startswith("No example can be called a leak")
+    one = ctxleak.influence(llama_lm, _docs(1), max_new_tokens=3, min_new_tokens=0,
+                            progress=False, output=str(tmp_path / "one"))
+    assert one.records[0]["control_id"] is None
+    assert "one example" in one.summary["settings"][0]["control"]["reason"]
+
+
+def test_tidy_frames_and_one_example_inline(llama_lm, tmp_path):
+    res = ctxleak.influence(llama_lm, _docs(3), max_new_tokens=4, min_new_tokens=0, ngram=3,
+                            lam=[0.5, 1.0], progress=False, output=str(tmp_path / "run"))
+    loaded = ctxleak.load_result(tmp_path / "run")
+    tokens = loaded.tokens()
+    assert len(tokens) == sum(len(r["response_ids"]) for r in res.records)
+    assert set(tokens["id"]) == {"d0", "d1", "d2"} and set(tokens["lambda"]) == {0.5, 1.0}
+    first = res.records[0]
+    rows = tokens[(tokens["id"] == "d0") & (tokens["setting"] == first["setting"])]
+    assert list(rows["influence"]) == first["token_influence"]
+    windows = loaded.windows()
+    assert len(windows) == sum(len(r["windows"]) for r in res.records)
+    assert windows.attrs["units"]["window_influence"].startswith("nats")
+    frame = loaded.to_pandas()
+    assert frame["likelihood_ratio"].tolist() == pytest.approx(
+        [math.exp(r["influence"]) for r in res.records])
+    html = loaded.example("d1", setting=first["setting"]).show()._repr_html_()
+    assert 'class="leakmap"' in html and "d1" in html and "nats" in html
+    with pytest.raises(KeyError, match="no example 'nope'"):
+        loaded.example("nope")
+
+
+def test_a_run_folder_without_the_new_fields_still_loads_and_renders(llama_lm, tmp_path):
+    """Run folders written before units, the control and passages: their records and summary
+    lack those keys; the result loads, renders, prints and gives its frames."""
+    out = tmp_path / "run"
+    ctxleak.influence(llama_lm, _docs(2), max_new_tokens=3, min_new_tokens=0, ngram=2,
+                      progress=False, output=str(out))
+    new = ("response_tokens", "influence_per_token", "known_tokens", "copied_tokens",
+           "control_id", "control_token_influence", "control_influence",
+           "influence_above_control", "influence_above_control_per_token")
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    (out / "samples.jsonl").write_text("".join(
+        json.dumps({k: v for k, v in r.items() if k not in new}) + "\n" for r in rows))
+    body = json.loads((out / "results.json").read_text())
+    body["summary"].pop("verdict")
+    for s in body["summary"]["settings"]:
+        for key in ("units", "influence_per_token", "likelihood_ratio", "dp_reading", "control",
+                    "context_tokens_known", "context_tokens_copied", "token_rule"):
+            s.pop(key, None)
+    (out / "results.json").write_text(json.dumps(body))
+    (out / "report.html").unlink()
+    old = ctxleak.load_result(out)
+    assert "Summary" in old.to_html()
+    old.show(plain=True)
+    assert len(old.tokens()) == sum(len(r["response_ids"]) for r in rows)
+    assert old.tokens()["control_influence"].isna().all()
+    assert len(old.passages()) == 0 and len(old.windows()) > 0
+    assert "influence_per_token" in old.to_pandas()
