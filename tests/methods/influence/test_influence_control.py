@@ -287,3 +287,25 @@ def test_a_run_folder_without_the_new_fields_still_loads_and_renders(llama_lm, t
     assert old.tokens()["control_influence"].isna().all()
     assert len(old.passages()) == 0 and len(old.windows()) > 0
     assert "influence_per_token" in old.to_pandas()
+
+
+def test_cli_no_control_and_passages_flags(tiny_dir, tmp_path, capsys):
+    from conftest import run_cli
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(d) + "\n" for d in [
+        {"id": "a", "context": "the capital of france is paris . rome is in italy .",
+         "query": QUERY},
+        {"id": "b", "context": "berlin is in germany . the doctor said so .", "query": QUERY}]))
+    out = tmp_path / "run"
+    code, stdout, err = run_cli(["influence", "--data", str(data), "--model", tiny_dir,
+                                 "--max-new-tokens", "3", "--min-new-tokens", "0",
+                                 "--no-control", "--passages", "sentence", "--output",
+                                 str(out)], capsys)
+    assert code == 0, err
+    config = json.loads((out / "config.json").read_text())
+    assert config["control"] is False and config["passages"] == "sentence"
+    assert "control: none (the control was turned off" in stdout
+    assert "top passages:" in stdout and "nats" in stdout
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [len(r["passages"]) for r in rows] == [2, 2]
