@@ -270,7 +270,9 @@ class InfluenceResult(Result):
     numeric_fields = (
         "settings.*.lambda", "settings.*.temperature", "settings.*.n",
         "settings.*.mean_context_tokens", "settings.*.repeat_prompts", "settings.*.rouge_prompts",
-        "settings.*.mean_lambda", "settings.*.influence.*", "settings.*.rouge_l.mean",
+        "settings.*.mean_lambda",
+        *(f"settings.*.influence.{k}" for k in ("n", "mean", "median", "std", "ci_low",
+                                                 "ci_high")), "settings.*.rouge_l.mean",
         "settings.*.max_window_influence.mean", "settings.*.composed_eps.mean",
         "settings.*.quality.*.value", "settings.*.per_position_influence.*",
         "settings.*.per_window_influence.*", "settings.*.influence_per_token.*",
