@@ -55,7 +55,7 @@ def test_too_few_pairs_give_a_dash_and_the_reason():
     assert smallest_signed_rank_n(0.05) == 6  # 2/2^5 = 0.0625 > 0.05 >= 2/2^6
     five = paired_stats(LEFT[:5], RIGHT[:5])
     assert five["wilcoxon p"] is None and five["ci low"] is not None
-    assert "cannot reach p < 0.05 below 6" in five["note"] and "0.0625" in five["note"]
+    assert "needs 6 to reach p < 0.05" in five["note"] and "0.0625" in five["note"]
     one = paired_stats([1.0], [0.0])
     assert one["ci low"] is None and "at least 2" in one["note"]
     same = paired_stats([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])

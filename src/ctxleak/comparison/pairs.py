@@ -215,8 +215,8 @@ def paired_stats(left: Sequence[float], right: Sequence[float]) -> dict[str, Any
     if n and nonzero == 0:
         notes.append("no test: every difference is 0")
     elif nonzero < need:
-        notes.append(f"no test: {nonzero} non-zero difference(s); a two-sided signed-rank "
-                     f"test cannot reach p < {ALPHA:g} below {need} (its smallest p is "
+        notes.append(f"no test: {nonzero} non-zero difference(s), the signed-rank test "
+                     f"needs {need} to reach p < {ALPHA:g} (smallest p here "
                      f"{2.0 ** (1 - max(nonzero, 1)):.3g})")
     else:
         out["wilcoxon p"] = float(stats.wilcoxon(d).pvalue)

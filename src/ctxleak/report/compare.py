@@ -141,8 +141,10 @@ def paired_rows(comparison: Any) -> list[dict[str, Any]]:
     for c in comparison.contrasts:
         for s in c.stats:
             ci = "—" if s["ci low"] is None else f"[{_g(s['ci low'])}, {_g(s['ci high'])}]"
-            out.append({"comparison": s["comparison"], "quantity": s["quantity"],
-                        "unit": s["unit"], "examples": c.matched,
+            sizes = len(c.units) + c.only_left, len(c.units) + c.only_right
+            out.append({"comparison": s["comparison"],
+                        "quantity": f"{s['quantity']} ({s['unit']})",
+                        "pairs": f"{len(c.units)} (of {sizes[0]} and {sizes[1]})",
                         "left mean": _g(s["left mean"]), "right mean": _g(s["right mean"]),
                         "mean difference (left − right)": _g(s["mean difference"]),
                         "95% CI (t)": ci,
