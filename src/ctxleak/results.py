@@ -25,9 +25,9 @@ from ctxleak.registry import REPORTS, RESULTS
 from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.rundir import (
     CONFIG_FILE,
+    KEY_FIELD,
     RESULTS_FILE,
     SAMPLES_FILE,
-    KEY_FIELD,
     read_json_file,
     read_samples,
     row_key,

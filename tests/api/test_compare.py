@@ -67,10 +67,14 @@ def test_compare_lays_runs_side_by_side(runs, tmp_path):
 def test_compare_refuses_different_methods_and_single_runs(runs):
     with pytest.raises(ConfigError, match="different methods"):
         ctxleak.compare([runs["llama"], runs["icl"]])
+    with pytest.raises(ConfigError, match="at least two runs, or one run with several "
+                                          "settings"):
+        ctxleak.compare([runs["icl"]])  # one run, one number of shots: nothing to pair
     with pytest.raises(ConfigError, match="at least two"):
-        ctxleak.compare([runs["llama"]])
-    with pytest.raises(ConfigError, match="at least two"):
-        ctxleak.compare(str(runs["llama"].path))
+        ctxleak.compare([])
+    # one run at two λ is paired with itself, setting against setting
+    one = ctxleak.compare(str(runs["llama"].path))
+    assert [c.label for c in one.contrasts] == ["λ = 0.5 vs λ = 1"]
 
 
 def test_cli_compare(runs, tmp_path, capsys):

@@ -1,5 +1,5 @@
-"""``ctxleak compare RUN_DIR... [--output DIR]``: runs of one method side by side, through
-:func:`ctxleak.compare.compare`."""
+"""``ctxleak compare RUN_DIR... [--output DIR]``: runs of one method paired per example and
+side by side, through :func:`ctxleak.comparison.compare`; printed only, unless ``--output``."""
 
 from __future__ import annotations
 
@@ -11,18 +11,25 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare_cmd(
-        runs: list[str] = typer.Argument(..., help="Two or more run directories of one method "
-                                         "(e.g. the same job on two models)."),
+        runs: list[str] = typer.Argument(..., help="Run directories of one method over the "
+                                         "same data: two or more (e.g. the same job on two "
+                                         "models, or at λ = 1 and λ = 0.5), or one run with "
+                                         "several settings."),
         output: Optional[str] = typer.Option(None, "--output", "-o",
                                              help="Folder for report.html, compare.json and "
-                                             "the figures [default: runs/compare-TIME]."),
+                                             "the figures [default: none, the comparison is "
+                                             "printed only]."),
     ) -> None:
-        """Lay runs of the same method side by side: the summary table with a column per run
-        and each headline figure with one line per run (e.g. influence against model size)."""
+        """Pair runs of one method per example (differences with a paired interval and the
+        Wilcoxon signed-rank test, columns named by what differs between the runs) and lay
+        their summaries side by side, each headline figure with one line per run."""
         from ctxleak.cli.output import plain_output
-        from ctxleak.comparison import compare, default_output
+        from ctxleak.comparison import compare
 
-        result = compare(runs, output=output or default_output())
+        result = compare(runs, output=output)
         result.show(plain=plain_output())
         if result.path is not None:
             typer.echo(f"report: {result.path / 'report.html'}")
+        else:
+            typer.echo("not saved: pass --output DIR to write report.html, compare.json and "
+                       "the figures")

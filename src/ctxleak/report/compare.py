@@ -9,7 +9,7 @@ from typing import Any
 
 from ctxleak.registry import REPORTS
 from ctxleak.report import Report, plots
-from ctxleak.report.console import print_rows
+from ctxleak.report.console import console, print_rows
 
 
 def influence_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
@@ -133,15 +133,53 @@ def compare_figures(method: str, results: Sequence[Any], labels: Sequence[str]
     return view.compare_figures(results, labels) if view is not None else {}
 
 
+def paired_rows(comparison: Any) -> list[dict[str, Any]]:
+    """The paired table as shown: per comparison and quantity, the examples paired, each
+    side's mean, the mean difference left − right with its 95% t interval, the two-sided
+    Wilcoxon signed-rank p, "—" and the reason where n cannot support a figure."""
+    out = []
+    for c in comparison.contrasts:
+        for s in c.stats:
+            ci = "—" if s["ci low"] is None else f"[{_g(s['ci low'])}, {_g(s['ci high'])}]"
+            sizes = len(c.units) + c.only_left, len(c.units) + c.only_right
+            out.append({"comparison": s["comparison"],
+                        "quantity": f"{s['quantity']} ({s['unit']})",
+                        "pairs": f"{len(c.units)} (of {sizes[0]} and {sizes[1]})",
+                        "left mean": _g(s["left mean"]), "right mean": _g(s["right mean"]),
+                        "mean difference (left − right)": _g(s["mean difference"]),
+                        "95% CI (t)": ci,
+                        "Wilcoxon p (two-sided)": "—" if s["wilcoxon p"] is None
+                        else f"{s['wilcoxon p']:.3g}",
+                        "why —": s["note"] or ""})
+    return out
+
+
+PAIRED_TEXT = ("Each example is paired across the two sides by its id (and setting): "
+               "the difference is left − right per example; the interval is the mean "
+               "difference ± t × its standard error (95%); the Wilcoxon signed-rank test asks "
+               "whether the differences are centred on 0. A figure n cannot support is "
+               "shown as —, with the reason.")
+
+
 def compare_report(method: str, results: Sequence[Any], labels: Sequence[str],
-                   rows: list[dict[str, Any]], images: dict[str, bytes]) -> Report:
-    """The HTML report: the runs, the summary table with a column per run, the figures."""
-    report = Report(f"ctxleak compare: {method}", f"{len(results)} runs side by side")
+                   rows: list[dict[str, Any]], images: dict[str, bytes],
+                   comparison: Any = None) -> Report:
+    """The HTML report: the runs, the paired table (what differs between the runs, per
+    example), the summary table with a column per run, the figures."""
+    report = Report(f"ctxleak compare: {method}", f"{len(results)} run(s) compared")
     report.add_table([{"run": lab, "model": (r.provenance.get("model") or {}).get("name"),
                        "parameters": (r.provenance.get("model") or {}).get("parameters"),
                        "samples": len(r.records), "data": _data(r.config),
                        "seconds": r.wall_time_s, "folder": str(r.path or "")}
                       for lab, r in zip(labels, results)], caption="Runs")
+    if comparison is not None:
+        report.add_heading("Paired per example")
+        paired = paired_rows(comparison)
+        if paired:
+            report.add_text(PAIRED_TEXT)
+            report.add_table(paired)
+        else:
+            report.add_text(f"Not paired: {comparison.unpaired}.")
     report.add_heading("Summary, a column per run")
     report.add_table(rows)
     if images:
@@ -149,6 +187,10 @@ def compare_report(method: str, results: Sequence[Any], labels: Sequence[str],
         for name, png in images.items():
             report.add_image(png, caption=name)
     return report
+
+
+def _g(value: Any) -> str:
+    return "—" if value is None else f"{value:.4g}"
 
 
 def _data(config: dict[str, Any]) -> str:
@@ -180,14 +222,23 @@ class CompareView:
 
     def page(self, comparison: Any) -> Report:
         return compare_report(comparison.method, comparison.results, comparison.labels,
-                              comparison.rows, comparison.images)
+                              comparison.rows, comparison.images, comparison)
 
     def show(self, comparison: Any, *, plain: bool = False) -> None:
-        print_rows(comparison.rows, title=f"{comparison.method}: {len(comparison.labels)} runs",
-                   justify="left", plain=plain)
+        paired = paired_rows(comparison)
+        if paired:
+            print_rows(paired, title=f"{comparison.method}: paired per example (left − right)",
+                       justify="left", plain=plain)
+        else:
+            console(plain).print(f"not paired: {comparison.unpaired}")
+        print_rows(comparison.rows, title=f"{comparison.method}: {len(comparison.labels)} "
+                   "run(s), a column per run", justify="left", plain=plain)
 
     def fragment(self, comparison: Any) -> str:
         report = Report(f"ctxleak compare: {comparison.method}", ", ".join(comparison.labels))
+        paired = paired_rows(comparison)
+        if paired:
+            report.add_table(paired)
         report.add_table(comparison.rows)
         return report.fragment()
 
