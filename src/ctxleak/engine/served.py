@@ -155,11 +155,42 @@ class ServedLM:
 
     def candidate_logprobs(self, prompts: Sequence[Sequence[int]],
                            token_ids: Sequence[int]) -> np.ndarray:
-        """``log p(c | prompt)`` of each candidate ``c``: float64 ``[N, len(token_ids)]``."""
+        """``log p(c | prompt)`` of each candidate ``c``: float64 ``[N, len(token_ids)]``.
+
+        vLLM: one next token per prompt restricted to the candidate (``allowed_token_ids``),
+        whose returned log-prob is the raw, unrestricted one (its default ``raw_logprobs``);
+        such requests use the server's prefix cache, unlike ``prompt_logprobs``. Other
+        servers: the candidate appended to the prompt and scored."""
+        if self.info.api == "vllm":
+            return self._allowed_logprobs(prompts, [int(c) for c in token_ids])
         seqs = [list(p) + [int(c)] for p in prompts for c in token_ids]
         rows = self.sequence_logprobs(seqs, [len(s) - 1 for s in seqs])
         return np.asarray([r[0] for r in rows], dtype=np.float64).reshape(len(prompts),
                                                                            len(token_ids))
+
+    def _allowed_logprobs(self, prompts: Sequence[Sequence[int]], cands: list[int]
+                          ) -> np.ndarray:
+        per = max(1, self.client.options.prompts_per_request)
+        jobs = [(c, k) for c in range(len(cands)) for k in range(0, len(prompts), per)]
+        bodies = [{"model": self.info.served_model,
+                   "prompt": [list(p) for p in prompts[k:k + per]], "max_tokens": 1,
+                   "temperature": 0.0, "logprobs": 0, "allowed_token_ids": [cands[c]],
+                   "return_tokens_as_token_ids": True} for c, k in jobs]
+        answers = self.client.post_many("/v1/completions", bodies)
+        out = np.full((len(prompts), len(cands)), np.nan)
+        for (c, k), answer in zip(jobs, answers):
+            for choice in answer.get("choices", []):
+                i = k + int(choice.get("index", 0))
+                logprobs = choice.get("logprobs") or {}
+                tokens = logprobs.get("tokens") or []
+                if len(tokens) != 1 or _token_id(tokens[0]) != cands[c]:
+                    raise ServerError(f"the server at {self.info.base_url} did not keep to the "
+                                      f"allowed token {cands[c]} (allowed_token_ids)")
+                out[i, c] = float(logprobs["token_logprobs"][0])
+        if np.isnan(out).any():
+            raise ServerError(f"the server at {self.info.base_url} answered fewer choices than "
+                              "prompts")
+        return out
 
     def vocab_logprobs(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:
         """The whole next-token distribution ``log p(· | prompt)``: float64 ``[N, V]``, from the

@@ -31,6 +31,8 @@ class InfluenceExample:
     query: str
     reference: str | None
     task: str
+    # a logged answer to audit (the ``response`` field): scored instead of one generated
+    response: str | None = None
 
 
 HUB_DATASETS = ("cnn_dailymail", "pubmedqa")
@@ -70,8 +72,9 @@ def load_hub_dataset(name: str, split: str = "test", limit: int | None = None
 def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | None = None,
                   template: str | None = None, limit: int | None = None
                   ) -> list[InfluenceExample]:
-    """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``
-    and ``id`` from JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
+    """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``,
+    ``response`` (a logged answer, scored instead of generating one) and ``id`` from
+    JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
     datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``)."""
     if task not in ("auto", "custom", *TASK_TEMPLATES):
         raise ConfigError(f"unknown task '{task}': use auto, qa, summarization or custom",
@@ -100,10 +103,13 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         reference = row.get("reference")
         if reference is not None and not isinstance(reference, str):
             raise InputError("must be a string", file=row.file, line=row.line, field="reference")
+        response = row.get("response")
+        if response is not None and not isinstance(response, str):
+            raise InputError("must be a string", file=row.file, line=row.line, field="response")
         raw_id = row.get("id")
         ex_id = str(k) if raw_id is None else example_id(raw_id, file=row.file, line=row.line)
         out.append(InfluenceExample(id=ex_id, context=row.text("context"), query=query,
-                                    reference=reference, task=ex_task))
+                                    reference=reference, task=ex_task, response=response))
     reject_duplicate_ids((ex.id, row.file, row.line) for ex, row in zip(out, rows))
     return out
 

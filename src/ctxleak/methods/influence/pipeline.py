@@ -11,13 +11,13 @@ import numpy as np
 
 from ctxleak.engine.capabilities import NEXT_TOKEN_LOGITS, capabilities_of
 from ctxleak.engine.models import LM
-from ctxleak.errors import warn
+from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.influence.cid import (
     CIDConfig,
     generate_cid_many,
 )
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
-from ctxleak.methods.influence.ledger import RowLedger
+from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
 from ctxleak.methods.influence.metrics import (
     context_token_fraction,
     is_repeat,
@@ -103,6 +103,9 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     generation's floats need no replay. ``hand_over_prefill``: with n-gram windows, each prompt
     with the context is prefilled alone and its KV cache handed to the scoring, which then does
     not compute that prefix again (the same numbers; False recomputes it, for benchmarks)."""
+    given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response is not None]
+    if given:  # logged answers are scored, the others generated
+        return _with_given(lm, jobs, options, given, hand_over_prefill)
     if NEXT_TOKEN_LOGITS not in capabilities_of(lm):  # a served model: its own answers, λ = 1
         return _measure_served(lm, jobs, options)
     parts = _example_parts(lm, jobs, options)
@@ -132,6 +135,94 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     return records
 
 
+def _with_given(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                options: InfluenceOptions, given: Sequence[int], hand_over_prefill: bool
+                ) -> list[dict[str, Any]]:
+    """:func:`measure_examples` where the jobs in ``given`` carry a logged answer (the
+    ``response`` field): those answers are scored as CID at the setting's λ and T would have
+    produced them (no EOS after them: a logged answer's end is not known to be one), the other
+    jobs generated as usual."""
+    if options.bounded_eps is not None:
+        raise ConfigError("a logged response (the data's 'response' field) cannot be scored "
+                          "under bounded CID, which picks its λ_t while generating: leave "
+                          "bounded_eps unset, or drop the response field",
+                          param="bounded_eps")
+    mine = [jobs[k] for k in given]
+    parts = _example_parts(lm, mine, options)
+    answers = [(lm.encode(ex.response or ""), False) for ex, _, _ in mine]
+    scored = score_responses if NEXT_TOKEN_LOGITS not in capabilities_of(lm) \
+        else _score_in_process
+    ledgers, requests, wins, clipped = scored(
+        lm, [p for p, _ in parts], answers, lam=[s.lam for _, s, _ in mine],
+        temperature=[s.temperature for _, s, _ in mine],
+        min_new_tokens=options.min_new_tokens, ngram=options.ngram, stride=options.stride,
+        ids=[ex.id for ex, _, _ in mine])
+    out: list[dict[str, Any] | None] = [None] * len(jobs)
+    for k, record in zip(given, _records(lm, mine, parts, options, ledgers, requests, wins,
+                                         clipped)):
+        out[k] = record
+    others = [k for k in range(len(jobs)) if out[k] is None]
+    if others:
+        for k, record in zip(others, measure_examples(lm, [jobs[k] for k in others], options,
+                                                      hand_over_prefill=hand_over_prefill)):
+            out[k] = record
+    return out  # type: ignore[return-value]
+
+
+def _score_in_process(lm: LM, parts: Sequence[PromptParts],
+                      responses: Sequence[tuple[list[int], bool]], *, lam: Sequence[float],
+                      temperature: Sequence[float], min_new_tokens: int, ngram: int | None,
+                      stride: int | None, ids: Sequence[str]
+                      ) -> tuple[list[RowLedger], list[WindowRequest | None],
+                                 list[WindowInfluence | None], set[int]]:
+    """:func:`~ctxleak.methods.influence.served.score_responses` in-process: each answer
+    scored teacher-forced under CID at its λ and T, with and without the context and each
+    n-gram window (:func:`window_influence_many`), EOS masked before ``min_new_tokens``."""
+    requests: list[WindowRequest] = []
+    clipped: set[int] = set()
+    for k, (p, (resp, _)) in enumerate(zip(parts, responses)):
+        spans: list[tuple[int, int]] = []
+        if ngram is not None and resp:
+            n = min(ngram, len(p.context))
+            if n < ngram:
+                warn(f"example {ids[k]}: the n-gram size {ngram} (ngram) is larger than its "
+                     f"context ({len(p.context)} tokens): using n = {n}", param="ngram")
+                clipped.add(k)
+            spans = windows(len(p.context), n, stride)
+        requests.append(WindowRequest(p, list(resp), spans, lam=float(lam[k]),
+                                      temperature=float(temperature[k]),
+                                      min_new_tokens=min_new_tokens, with_empty=True))
+    wins = window_influence_many(lm, requests)
+    ledgers = []
+    for k, (win, (resp, _)) in enumerate(zip(wins, responses)):
+        full = win.logp_context
+        empty = win.logp_empty if win.logp_empty is not None else np.zeros(0)
+        entries = tuple(LedgerEntry(step=t, token_id=int(tok), lam=float(lam[k]),
+                                    logp_context=float(full[t]), logp_empty=float(empty[t]),
+                                    influence=float(token_influence(full[t], empty[t])))
+                        for t, tok in enumerate(resp))
+        ledgers.append(RowLedger(row=k, entries=entries, stopped_on_eos=False,
+                                 lam=float(lam[k]), temperature=float(temperature[k])))
+    return (ledgers, [r if ngram is not None and r.response else None for r in requests],
+            [w if ngram is not None and r.response else None for r, w in zip(requests, wins)],
+            clipped)
+
+
+def _records(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+             parts: Sequence[tuple[PromptParts, int]], options: InfluenceOptions,
+             ledgers: Sequence[RowLedger], requests: Sequence[WindowRequest | None],
+             wins: Sequence[WindowInfluence | None], clipped: set[int]) -> list[dict[str, Any]]:
+    """The records of scored answers, with their n-gram window fields."""
+    records = [_record(lm, ex, setting, options, seed, p, dropped, ledger)
+               for (ex, setting, seed), (p, dropped), ledger in zip(jobs, parts, ledgers)]
+    for k, (request, win) in enumerate(zip(requests, wins)):
+        if k in clipped:
+            records[k]["ngram_clipped_from"] = options.ngram
+        if request is not None and win is not None:
+            records[k].update(_window_fields(request, win, options))
+    return records
+
+
 def _measure_served(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                     options: InfluenceOptions) -> list[dict[str, Any]]:
     """:func:`measure_examples` on a served model (λ = 1, T = 1, checked before the run): each
@@ -150,14 +241,7 @@ def _measure_served(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int
         temperature=[s.temperature for _, s, _ in jobs],
         min_new_tokens=options.min_new_tokens, ngram=options.ngram, stride=options.stride,
         ids=[ex.id for ex, _, _ in jobs])
-    records = [_record(lm, ex, setting, options, seed, p, dropped, ledger)
-               for (ex, setting, seed), (p, dropped), ledger in zip(jobs, parts, ledgers)]
-    for k, (request, win) in enumerate(zip(requests, wins)):
-        if k in clipped:
-            records[k]["ngram_clipped_from"] = options.ngram
-        if request is not None and win is not None:
-            records[k].update(_window_fields(request, win, options))
-    return records
+    return _records(lm, jobs, parts, options, ledgers, requests, wins, clipped)
 
 
 def _example_parts(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
