@@ -98,3 +98,21 @@ def test_a_method_that_states_nothing_needs_everything():
     needs = Method().requires()
     assert set(needs) == caps.IN_PROCESS
     assert all("in-process" in why for why in needs.values())
+
+
+def test_a_served_model_named_by_url_is_refused_before_it_is_contacted(tmp_path):
+    common = RunOptions(server_url=DEAD, output=str(tmp_path / "run"))
+    method = InfluenceMethod(common, InfluenceParams(lam=1.0, temperature=0.8))
+    with pytest.raises(MissingCapability, match="temperature=1") as info:
+        run_method(method, None, "demo", progress=False)
+    assert DEAD in str(info.value)  # not a ServerError: nothing was sent to the dead port
+    assert not (tmp_path / "run").exists()
+
+
+def test_server_url_with_credentials_is_refused():
+    from ctxleak.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="CTXLEAK_API_KEY"):
+        RunOptions(server_url="http://user:secret@127.0.0.1:8000").check()
+    with pytest.raises(ConfigError, match="http://HOST:PORT"):
+        RunOptions(server_url="127.0.0.1:8000").check()
