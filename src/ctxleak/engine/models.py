@@ -29,6 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.model_files import check_model_dir, fingerprint, safetensors_header
 from ctxleak.errors import ConfigError
+from ctxleak.registry import API
 
 DEFAULT_MODEL = "default"
 
@@ -401,11 +402,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     this torch lacks, a broken folder or file, a Hub id not cached while offline) is a
     ConfigError of one line naming it.
     """
-    if server_url is not None:
-        from ctxleak.engine.served import serve  # here: served imports this module
-
-        return serve(name_or_path, server_url, served_model=served_model, tokenizer=tokenizer,
-                     chat_template=chat_template)
+    if server_url is not None:  # late bound by the registry: engine.served imports this module
+        return API.get("serve")(name_or_path, server_url, served_model=served_model,
+                                tokenizer=tokenizer, chat_template=chat_template)
     if chat_template not in ("auto", "on", "off"):
         raise ConfigError(f"unknown chat_template '{chat_template}': use auto, on or off",
                           param="chat_template")
