@@ -453,7 +453,8 @@ def _eos_ids(tokenizer: Any, folder: str) -> list[int]:
 
 def _server_facts(client: ServedClient, served_model: str | None) -> tuple[str, dict[str, Any]]:
     """The served model's id (``served_model``, or the server's only one) and what the server
-    says about it: ``/v1/models``'s entry (id, max_model_len, root, owned_by) and ``/version``."""
+    says about it: ``/v1/models``'s entry (id, max_model_len, root, owned_by; not its
+    ``created``, the time of asking) and ``/version``."""
     listing = client.get("/v1/models")
     models = [m for m in listing.get("data", []) if isinstance(m, dict)]
     ids = [str(m.get("id")) for m in models]
@@ -466,7 +467,7 @@ def _server_facts(client: ServedClient, served_model: str | None) -> tuple[str, 
         raise ConfigError(f"the server at {client.url} does not serve '{served_model}' (it "
                           f"serves {ids})", param="served_model")
     entry = models[ids.index(served_model)]
-    facts = {k: entry[k] for k in ("id", "max_model_len", "root", "owned_by", "created")
+    facts = {k: entry[k] for k in ("id", "max_model_len", "root", "owned_by")
              if k in entry}
     try:
         version = client.get("/version")
