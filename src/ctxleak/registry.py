@@ -124,6 +124,7 @@ API = Registry("ctxleak function", {
     "load_result": "ctxleak.results:load_result",
     "compare": "ctxleak.comparison:compare",
     "load_model": "ctxleak.engine.models:load_model",
+    "serve": "ctxleak.engine.served:serve",
     "run_method": "ctxleak.run.runner:run_method",
     "cid_generate": "ctxleak.integrations.generate:cid_generate",
 })

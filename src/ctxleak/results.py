@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 
 from ctxleak.citations import bibtex, cite_block, papers_for
 from ctxleak.errors import InputError, warn
-from ctxleak.methods.verdict import check_units, check_verdict
 from ctxleak.methods.influence.control import user_id
 from ctxleak.methods.influence.units import UNITS, likelihood_ratio
+from ctxleak.methods.verdict import check_units, check_verdict
 from ctxleak.registry import REPORTS, RESULTS
 from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.rundir import (

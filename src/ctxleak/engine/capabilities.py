@@ -24,6 +24,7 @@ that have it (``capabilities`` attribute), and name it in the methods that need 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ctxleak.errors import ConfigError
 
@@ -61,6 +62,15 @@ class MissingCapability(ConfigError):
         super().__init__(message, param=param, also=also)
 
 
+@dataclass(frozen=True)
+class Backend:
+    """A backend described before it is contacted (a served model named by its URL), so that a
+    run is refused before any request, the server's own checks included."""
+
+    capabilities: frozenset[str]
+    description: str
+
+
 def capabilities_of(lm: object) -> frozenset[str]:
     """The capabilities of a model object: its ``capabilities`` attribute (a served model's),
     else all of them (a model loaded in-process)."""
@@ -70,6 +80,8 @@ def capabilities_of(lm: object) -> frozenset[str]:
 
 def backend_name(lm: object) -> str:
     """How a refusal names the backend: ``the served model 'NAME' at URL`` or ``model 'NAME'``."""
+    if isinstance(lm, Backend):
+        return lm.description
     info = getattr(lm, "info", None)
     name = getattr(info, "name", "?")
     url = getattr(info, "base_url", None)

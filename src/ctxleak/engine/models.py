@@ -29,6 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.model_files import check_model_dir, fingerprint, safetensors_header
 from ctxleak.errors import ConfigError
+from ctxleak.registry import API
 
 DEFAULT_MODEL = "default"
 
@@ -382,8 +383,16 @@ def model_fingerprint(name_or_path: str) -> dict[str, str] | None:
 
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
                chat_template: str = "auto", trust_remote_code: bool = False,
-               revision: str | None = None, device_map: str | None = None) -> LM:
+               revision: str | None = None, device_map: str | None = None, *,
+               server_url: str | None = None, served_model: str | None = None,
+               tokenizer: str | None = None) -> Any:
     """Load a causal LM and its tokenizer (SPEC §2).
+
+    ``server_url``: the model is not loaded but measured on a server that serves it over an
+    OpenAI-compatible API (vLLM for exact log-probs), ``served_model`` naming it there and
+    ``tokenizer`` (default: ``name_or_path``'s own) its local tokenizer: returns a
+    :class:`ctxleak.engine.served.ServedLM` (:func:`ctxleak.engine.served.serve`), which every
+    method that needs only log-probs and samples accepts.
 
     ``name_or_path``: ``default``, ``gemma-270m``, a Hugging Face id, a local directory or a
     ``.gguf`` file. ``chat_template``: ``auto`` (use the tokenizer's chat template when it has
@@ -393,6 +402,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     this torch lacks, a broken folder or file, a Hub id not cached while offline) is a
     ConfigError of one line naming it.
     """
+    if server_url is not None:  # late bound by the registry: engine.served imports this module
+        return API.get("serve")(name_or_path, server_url, served_model=served_model,
+                                tokenizer=tokenizer, chat_template=chat_template)
     if chat_template not in ("auto", "on", "off"):
         raise ConfigError(f"unknown chat_template '{chat_template}': use auto, on or off",
                           param="chat_template")

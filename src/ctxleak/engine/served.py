@@ -61,6 +61,9 @@ PROBE_TEXT = ("The quick brown fox jumps over the lazy dog. Privacy matters: a m
 # distribution's -log V is refused as uniform (a trained model scores English far better).
 UNIFORM_MARGIN_NATS = 1.0
 LOGPROB_SLACK = 1e-4  # float noise above 0 that a log-prob may show
+# Continuations this short are scored token by token through allowed_token_ids requests, which
+# the server's prefix cache serves (prompt_logprobs requests recompute the whole prompt).
+SHORT_CONTINUATION = 4
 
 
 @dataclass(frozen=True)
@@ -149,17 +152,81 @@ class ServedLM:
 
     def continuation_logprobs(self, prompts: Sequence[Sequence[int]],
                               continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """Teacher-forced ``log p(y_t | prompt_i, y_<t)`` of each continuation (float64)."""
-        seqs = [list(p) + list(c) for p, c in zip(prompts, continuations)]
-        return self.sequence_logprobs(seqs, [len(p) for p in prompts])
+        """Teacher-forced ``log p(y_t | prompt_i, y_<t)`` of each continuation (float64).
+
+        vLLM: continuations of at most :data:`SHORT_CONTINUATION` tokens (labels, PII values)
+        token by token through :meth:`_allowed`, which the server's prefix cache serves; longer
+        ones with ``prompt_logprobs`` (the same numbers, one pass, no prefix cache)."""
+        out: list[np.ndarray] = [np.zeros(0)] * len(prompts)
+        short = [i for i, c in enumerate(continuations)
+                 if self.info.api == "vllm" and 0 < len(c) <= SHORT_CONTINUATION]
+        if short:
+            pairs = [(list(prompts[i]) + list(continuations[i][:t]), int(continuations[i][t]))
+                     for i in short for t in range(len(continuations[i]))]
+            for i in short:
+                if not prompts[i]:
+                    raise ValueError(f"prompt {i} is empty: a continuation needs at least one "
+                                     "prompt token")
+            flat = self._allowed(pairs)
+            at = 0
+            for i in short:
+                n = len(continuations[i])
+                out[i] = np.asarray(flat[at:at + n], dtype=np.float64)
+                at += n
+        rest = [i for i in range(len(prompts)) if i not in set(short)]
+        seqs = [list(prompts[i]) + list(continuations[i]) for i in rest]
+        for i, row in zip(rest, self.sequence_logprobs(seqs, [len(prompts[i]) for i in rest])):
+            out[i] = row
+        return out
 
     def candidate_logprobs(self, prompts: Sequence[Sequence[int]],
                            token_ids: Sequence[int]) -> np.ndarray:
-        """``log p(c | prompt)`` of each candidate ``c``: float64 ``[N, len(token_ids)]``."""
+        """``log p(c | prompt)`` of each candidate ``c``: float64 ``[N, len(token_ids)]``.
+
+        vLLM: one next token per prompt restricted to the candidate (``allowed_token_ids``),
+        whose returned log-prob is the raw, unrestricted one (its default ``raw_logprobs``);
+        such requests use the server's prefix cache, unlike ``prompt_logprobs``. Other
+        servers: the candidate appended to the prompt and scored."""
+        if self.info.api == "vllm":
+            return self._allowed_logprobs(prompts, [int(c) for c in token_ids])
         seqs = [list(p) + [int(c)] for p in prompts for c in token_ids]
         rows = self.sequence_logprobs(seqs, [len(s) - 1 for s in seqs])
         return np.asarray([r[0] for r in rows], dtype=np.float64).reshape(len(prompts),
                                                                            len(token_ids))
+
+    def _allowed_logprobs(self, prompts: Sequence[Sequence[int]], cands: list[int]
+                          ) -> np.ndarray:
+        pairs = [(list(p), c) for p in prompts for c in cands]
+        return self._allowed(pairs).reshape(len(prompts), len(cands))
+
+    def _allowed(self, pairs: Sequence[tuple[list[int], int]]) -> np.ndarray:
+        """``log p(c | prefix)`` of each (prefix, c): one token per prefix restricted to ``c``
+        (``allowed_token_ids``), its raw log-prob; prefixes of one candidate share requests."""
+        per = max(1, self.client.options.prompts_per_request)
+        by_cand: dict[int, list[int]] = {}
+        for i, (_, c) in enumerate(pairs):
+            by_cand.setdefault(int(c), []).append(i)
+        jobs = [(c, rows[k:k + per]) for c, rows in by_cand.items()
+                for k in range(0, len(rows), per)]
+        bodies = [{"model": self.info.served_model, "prompt": [pairs[i][0] for i in rows],
+                   "max_tokens": 1, "temperature": 0.0, "logprobs": 0,
+                   "allowed_token_ids": [c], "return_tokens_as_token_ids": True}
+                  for c, rows in jobs]
+        answers = self.client.post_many("/v1/completions", bodies)
+        out = np.full(len(pairs), np.nan)
+        for (c, rows), answer in zip(jobs, answers):
+            for choice in answer.get("choices", []):
+                i = rows[int(choice.get("index", 0))]
+                logprobs = choice.get("logprobs") or {}
+                tokens = logprobs.get("tokens") or []
+                if len(tokens) != 1 or _token_id(tokens[0]) != c:
+                    raise ServerError(f"the server at {self.info.base_url} did not keep to the "
+                                      f"allowed token {c} (allowed_token_ids)")
+                out[i] = float(logprobs["token_logprobs"][0])
+        if np.isnan(out).any():
+            raise ServerError(f"the server at {self.info.base_url} answered fewer choices than "
+                              "prompts")
+        return out
 
     def vocab_logprobs(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:
         """The whole next-token distribution ``log p(· | prompt)``: float64 ``[N, V]``, from the
@@ -386,7 +453,8 @@ def _eos_ids(tokenizer: Any, folder: str) -> list[int]:
 
 def _server_facts(client: ServedClient, served_model: str | None) -> tuple[str, dict[str, Any]]:
     """The served model's id (``served_model``, or the server's only one) and what the server
-    says about it: ``/v1/models``'s entry (id, max_model_len, root, owned_by) and ``/version``."""
+    says about it: ``/v1/models``'s entry (id, max_model_len, root, owned_by; not its
+    ``created``, the time of asking) and ``/version``."""
     listing = client.get("/v1/models")
     models = [m for m in listing.get("data", []) if isinstance(m, dict)]
     ids = [str(m.get("id")) for m in models]
@@ -399,7 +467,7 @@ def _server_facts(client: ServedClient, served_model: str | None) -> tuple[str, 
         raise ConfigError(f"the server at {client.url} does not serve '{served_model}' (it "
                           f"serves {ids})", param="served_model")
     entry = models[ids.index(served_model)]
-    facts = {k: entry[k] for k in ("id", "max_model_len", "root", "owned_by", "created")
+    facts = {k: entry[k] for k in ("id", "max_model_len", "root", "owned_by")
              if k in entry}
     try:
         version = client.get("/version")

@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ctxleak.engine.batching import BatchPolicy, is_out_of_memory, policy_of, using
-from ctxleak.engine.capabilities import check_capabilities
+from ctxleak.engine.capabilities import SERVED, Backend, check_capabilities
 from ctxleak.errors import ConfigError
 from ctxleak.registry import REPORTS, RESULTS
 from ctxleak.run.distributed import barrier, current_world, init_distributed, local_device
@@ -263,8 +263,11 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
                              served_model=lm.info.served_model, tokenizer=lm.info.tokenizer)
     items = method.items(data)  # checked before any model is loaded
     check_unique_keys(method, items)
-    if lm is None and common.server_url:
-        lm = load_lm(replace(common, **method.load_options()))  # a served model: no weights
+    if lm is None and common.server_url:  # a served model: refused before it is contacted
+        check_capabilities(Backend(SERVED, f"the served model '{common.model}' at "
+                                   f"{common.server_url}"), method.requires(),
+                           what=f"this {method.name} run")
+        lm = load_lm(replace(common, **method.load_options()))
     if is_lm(lm):  # a backend that lacks an operation is refused before any request
         check_capabilities(lm, method.requires(), what=f"this {method.name} run")
     run = open_run(method.name, common, method.config(data), private=method.private,

@@ -38,6 +38,8 @@ class InfluenceExample:
     query: str
     reference: str | None
     task: str
+    # a logged answer to audit (the ``response`` field): scored instead of one generated
+    response: str | None = None
     # the context as passages (a retriever's list, or the context split by sentence or
     # paragraph): pieces whose concatenation is ``context`` (:mod:`.passages`); None: one piece
     passages: tuple[str, ...] | None = None
@@ -85,8 +87,9 @@ def load_hub_dataset(name: str, split: str = "test", limit: int | None = None
 def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | None = None,
                   template: str | None = None, limit: int | None = None,
                   passages: str | None = None) -> list[InfluenceExample]:
-    """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``
-    and ``id`` from JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
+    """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``,
+    ``response`` (a logged answer, scored instead of generating one) and ``id`` from
+    JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
     datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``).
 
     A row may give its context as ``passages``, a list of strings (joined by a blank line; it
@@ -122,6 +125,9 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         reference = row.get("reference")
         if reference is not None and not isinstance(reference, str):
             raise InputError("must be a string", file=row.file, line=row.line, field="reference")
+        response = row.get("response")
+        if response is not None and not isinstance(response, str):
+            raise InputError("must be a string", file=row.file, line=row.line, field="response")
         raw_id = row.get("id")
         ex_id: str | int = str(k) if raw_id is None else example_id(raw_id, file=row.file,
                                                                    line=row.line)
@@ -130,7 +136,8 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         pieces = _row_passages(row)
         context = "".join(pieces) if pieces else row.text("context")
         example = InfluenceExample(id=ex_id, context=context, query=query, reference=reference,
-                                   task=ex_task, passages=tuple(pieces) if pieces else None)
+                                   task=ex_task, passages=tuple(pieces) if pieces else None,
+                                   response=response)
         out.append(example if pieces else _split(example, passages))
     reject_duplicate_ids((ex.id, row.file, row.line) for ex, row in zip(out, rows))
     return out

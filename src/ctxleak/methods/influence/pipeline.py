@@ -12,7 +12,7 @@ import numpy as np
 
 from ctxleak.engine.capabilities import NEXT_TOKEN_LOGITS, capabilities_of
 from ctxleak.engine.models import LM
-from ctxleak.errors import warn
+from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.influence.cid import (
     CIDConfig,
     generate_cid_many,
@@ -27,7 +27,7 @@ from ctxleak.methods.influence.control import (
     user_id,
 )
 from ctxleak.methods.influence.data import InfluenceExample, passage_spans, prompt_parts
-from ctxleak.methods.influence.ledger import RowLedger
+from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
 from ctxleak.methods.influence.metrics import (
     context_token_fraction,
     is_repeat,
@@ -44,8 +44,8 @@ from ctxleak.methods.influence.ngrams import (
     windows,
 )
 from ctxleak.methods.influence.quantities import expected_influence, token_influence
-from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
 from ctxleak.methods.influence.served import score_responses, served_responses
+from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
 
 
 @dataclass(frozen=True)
@@ -122,8 +122,11 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     (:mod:`.passages`). ``controls``: one control example per job (None: no control), whose
     context replaces the job's to score the same response (:mod:`.control`); ``cost`` adds up
     the control's forward passes and seconds."""
+    given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response is not None]
+    if given:  # logged answers are scored, the others generated
+        return _with_given(lm, jobs, options, given, hand_over_prefill, controls, cost)
     if NEXT_TOKEN_LOGITS not in capabilities_of(lm):  # a served model: its own answers, λ = 1
-        return _measure_served(lm, jobs, options)
+        return _measure_served(lm, jobs, options, controls, cost)
     parts = _example_parts(lm, jobs, options)
     rescored = options.ngram is not None and options.bounded_eps is None
     caches: list[Any] | None = [] if hand_over_prefill and options.ngram is not None \
@@ -238,13 +241,152 @@ def _add_control(lm: LM, records: list[dict[str, Any]],
                                              records[k]))
     if cost is not None:
         cost.add(requests, time.perf_counter() - start)
+def _with_given(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                options: InfluenceOptions, given: Sequence[int], hand_over_prefill: bool,
+                controls: Sequence[InfluenceExample | None] | None = None,
+                cost: ControlCost | None = None) -> list[dict[str, Any]]:
+    """:func:`measure_examples` where the jobs in ``given`` carry a logged answer (the
+    ``response`` field): those answers are scored as CID at the setting's λ and T would have
+    produced them (no EOS after them: a logged answer's end is not known to be one), the other
+    jobs generated as usual."""
+    if options.bounded_eps is not None:
+        raise ConfigError("a logged response (the data's 'response' field) cannot be scored "
+                          "under bounded CID, which picks its λ_t while generating: leave "
+                          "bounded_eps unset, or drop the response field",
+                          param="bounded_eps")
+    mine = [jobs[k] for k in given]
+    _refuse_passages(mine, "a logged response (the data's 'response' field)")
+    parts = _example_parts(lm, mine, options)
+    answers = [(lm.encode(ex.response or ""), False) for ex, _, _ in mine]
+    scored = score_responses if NEXT_TOKEN_LOGITS not in capabilities_of(lm) \
+        else _score_in_process
+    ledgers, requests, wins, clipped = scored(
+        lm, [p for p, _ in parts], answers, lam=[s.lam for _, s, _ in mine],
+        temperature=[s.temperature for _, s, _ in mine],
+        min_new_tokens=options.min_new_tokens, ngram=options.ngram, stride=options.stride,
+        ids=[ex.id for ex, _, _ in mine])
+    out: list[dict[str, Any] | None] = [None] * len(jobs)
+    records = _records(lm, mine, parts, options, ledgers, requests, wins, clipped)
+    _add_scored_control(lm, records, mine, ledgers, None if controls is None
+                        else [controls[k] for k in given], options, cost, scored)
+    for k, record in zip(given, records):
+        out[k] = record
+    others = [k for k in range(len(jobs)) if out[k] is None]
+    if others:
+        rest = measure_examples(lm, [jobs[k] for k in others], options,
+                                hand_over_prefill=hand_over_prefill,
+                                controls=None if controls is None
+                                else [controls[k] for k in others], cost=cost)
+        for k, record in zip(others, rest):
+            out[k] = record
+    return out  # type: ignore[return-value]
+
+
+def _score_in_process(lm: LM, parts: Sequence[PromptParts],
+                      responses: Sequence[tuple[list[int], bool]], *, lam: Sequence[float],
+                      temperature: Sequence[float], min_new_tokens: int, ngram: int | None,
+                      stride: int | None, ids: Sequence[str]
+                      ) -> tuple[list[RowLedger], list[WindowRequest | None],
+                                 list[WindowInfluence | None], set[int]]:
+    """:func:`~ctxleak.methods.influence.served.score_responses` in-process: each answer
+    scored teacher-forced under CID at its λ and T, with and without the context and each
+    n-gram window (:func:`window_influence_many`), EOS masked before ``min_new_tokens``."""
+    requests: list[WindowRequest] = []
+    clipped: set[int] = set()
+    for k, (p, (resp, _)) in enumerate(zip(parts, responses)):
+        spans: list[tuple[int, int]] = []
+        if ngram is not None and resp:
+            n = min(ngram, len(p.context))
+            if n < ngram:
+                warn(f"example {ids[k]}: the n-gram size {ngram} (ngram) is larger than its "
+                     f"context ({len(p.context)} tokens): using n = {n}", param="ngram")
+                clipped.add(k)
+            spans = windows(len(p.context), n, stride)
+        requests.append(WindowRequest(p, list(resp), spans, lam=float(lam[k]),
+                                      temperature=float(temperature[k]),
+                                      min_new_tokens=min_new_tokens, with_empty=True))
+    wins = window_influence_many(lm, requests)
+    ledgers = []
+    for k, (win, (resp, _)) in enumerate(zip(wins, responses)):
+        full = win.logp_context
+        empty = win.logp_empty if win.logp_empty is not None else np.zeros(0)
+        entries = tuple(LedgerEntry(step=t, token_id=int(tok), lam=float(lam[k]),
+                                    logp_context=float(full[t]), logp_empty=float(empty[t]),
+                                    influence=float(token_influence(full[t], empty[t])))
+                        for t, tok in enumerate(resp))
+        ledgers.append(RowLedger(row=k, entries=entries, stopped_on_eos=False,
+                                 lam=float(lam[k]), temperature=float(temperature[k])))
+    return (ledgers, [r if ngram is not None and r.response else None for r in requests],
+            [w if ngram is not None and r.response else None for r, w in zip(requests, wins)],
+            clipped)
+
+
+def _records(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+             parts: Sequence[tuple[PromptParts, int]], options: InfluenceOptions,
+             ledgers: Sequence[RowLedger], requests: Sequence[WindowRequest | None],
+             wins: Sequence[WindowInfluence | None], clipped: set[int]) -> list[dict[str, Any]]:
+    """The records of scored answers, with their n-gram window fields."""
+    records = [_record(lm, ex, setting, options, seed, p, dropped, ledger)
+               for (ex, setting, seed), (p, dropped), ledger in zip(jobs, parts, ledgers)]
+    for k, (request, win) in enumerate(zip(requests, wins)):
+        if k in clipped:
+            records[k]["ngram_clipped_from"] = options.ngram
+        if request is not None and win is not None:
+            records[k].update(_window_fields(request, win, options))
+    _add_token_fields(records, parts, ledgers)
+    return records
+
+
+def _refuse_passages(jobs: Sequence[tuple[InfluenceExample, Setting, int]], what: str) -> None:
+    """Passages are scored with the model loaded in-process only (for now)."""
+    if any(ex.passages for ex, _, _ in jobs):
+        raise ConfigError(f"{what} is scored without passages: per-passage influence runs with "
+                          "the model loaded in-process and its own answers; drop 'passages' or "
+                          "the passages split", param="passages")
+
+
+def _add_scored_control(lm: Any, records: list[dict[str, Any]],
+                        jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                        ledgers: Sequence[RowLedger],
+                        controls: Sequence[InfluenceExample | None] | None,
+                        options: InfluenceOptions, cost: ControlCost | None,
+                        scorer: Any) -> None:
+    """The control of answers scored by ``scorer`` (a served model, or logged answers): each
+    answer scored again with its control context at the same λ and T, and the control fields
+    added to its record (as :func:`_add_control` does for generated answers)."""
+    if not options.control or controls is None:
+        return
+    start = time.perf_counter()
+    todo = [k for k, c in enumerate(controls) if c is not None and ledgers[k].response_ids]
+    c_parts = [example_parts(lm, controls[k], jobs[k][1], options)[0]  # type: ignore[arg-type]
+               for k in todo]
+    scored, _, _, _ = scorer(
+        lm, c_parts, [(list(ledgers[k].response_ids), False) for k in todo],
+        lam=[jobs[k][1].lam for k in todo], temperature=[jobs[k][1].temperature for k in todo],
+        min_new_tokens=options.min_new_tokens, ngram=None, stride=None,
+        ids=[jobs[k][0].id for k in todo])
+    logp_control = {k: np.array([e.logp_context for e in led.entries], dtype=np.float64)
+                    for k, led in zip(todo, scored)}
+    for k, control in enumerate(controls):
+        if control is None:
+            records[k].update(control_fields(None, None, records[k]))
+        else:
+            records[k].update(control_fields(control.id, logp_control.get(k, np.zeros(0)),
+                                             records[k]))
+    if cost is not None:
+        cost.forward_passes += 2 * len(todo)
+        cost.examples += len(todo)
+        cost.seconds += time.perf_counter() - start
 
 
 def _measure_served(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                    options: InfluenceOptions) -> list[dict[str, Any]]:
+                    options: InfluenceOptions,
+                    controls: Sequence[InfluenceExample | None] | None = None,
+                    cost: ControlCost | None = None) -> list[dict[str, Any]]:
     """:func:`measure_examples` on a served model (λ = 1, T = 1, checked before the run): each
     answer sampled by the server from its own seed, then scored there
     (:mod:`ctxleak.methods.influence.served`)."""
+    _refuse_passages(jobs, "a served model's answer")
     parts = _example_parts(lm, jobs, options)
     responses: list[tuple[list[int], bool]] = [([], False)] * len(jobs)
     for temperature in sorted({setting.temperature for _, setting, _ in jobs}):
@@ -258,13 +400,8 @@ def _measure_served(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int
         temperature=[s.temperature for _, s, _ in jobs],
         min_new_tokens=options.min_new_tokens, ngram=options.ngram, stride=options.stride,
         ids=[ex.id for ex, _, _ in jobs])
-    records = [_record(lm, ex, setting, options, seed, p, dropped, ledger)
-               for (ex, setting, seed), (p, dropped), ledger in zip(jobs, parts, ledgers)]
-    for k, (request, win) in enumerate(zip(requests, wins)):
-        if k in clipped:
-            records[k]["ngram_clipped_from"] = options.ngram
-        if request is not None and win is not None:
-            records[k].update(_window_fields(request, win, options))
+    records = _records(lm, jobs, parts, options, ledgers, requests, wins, clipped)
+    _add_scored_control(lm, records, jobs, ledgers, controls, options, cost, score_responses)
     return records
 
 

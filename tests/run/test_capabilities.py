@@ -1,0 +1,118 @@
+"""Model capabilities: each method states what it needs given its options, and a backend that
+lacks one is refused before the first request, naming what is missing and what to do instead.
+
+The served model here points at a closed port: a refusal that came after a request would be a
+ServerError (connection refused), not the MissingCapability these tests expect."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+
+from ctxleak.engine import capabilities as caps
+from ctxleak.engine.capabilities import MissingCapability, capabilities_of, check_capabilities
+from ctxleak.engine.served import ServedInfo, ServedLM, tokenizer_source
+from ctxleak.engine.served_client import ClientOptions, ServedClient
+from ctxleak.methods.audit.method import AuditMethod
+from ctxleak.methods.icl.method import ICLInfMethod
+from ctxleak.methods.influence.method import InfluenceMethod
+from ctxleak.methods.influence.params import InfluenceParams
+from ctxleak.methods.pii.method import ProbeMethod
+from ctxleak.methods.pii.params import ProbeParams
+from ctxleak.methods.susceptibility.method import SusceptibilityMethod, SusceptibilityParams
+from ctxleak.run.method import Method
+from ctxleak.run.options import RunOptions
+from ctxleak.run.runner import run_method
+
+DEAD = "http://127.0.0.1:9"
+
+
+@pytest.fixture(scope="module")
+def served() -> ServedLM:
+    source = tokenizer_source("default", None)
+    info = ServedInfo(name="default", served_model="m", base_url=DEAD, tokenizer=source)
+    return ServedLM(client=ServedClient(DEAD, options=ClientOptions(retries=1)),
+                    tokenizer=AutoTokenizer.from_pretrained(source), info=info, eos_ids=[2])
+
+
+def test_in_process_has_everything_served_three():
+    class InProcess:
+        pass
+
+    assert capabilities_of(InProcess()) == caps.IN_PROCESS
+    assert caps.SERVED == {caps.CONTINUATION_LOGPROBS, caps.NEXT_TOKEN_LOGPROBS, caps.SAMPLING}
+    assert caps.SERVED < caps.IN_PROCESS
+
+
+def test_check_names_each_missing_capability(served):
+    needs = {caps.SAMPLING: "drawn", caps.WEIGHTS: "fine-tuned: do X",
+             caps.EMBEDDING_GRADIENTS: "soft prompt: do Y"}
+    with pytest.raises(MissingCapability) as info:
+        check_capabilities(served, needs)
+    assert set(info.value.missing) == {caps.WEIGHTS, caps.EMBEDDING_GRADIENTS}
+    message = str(info.value)
+    assert "fine-tuned: do X" in message and "soft prompt: do Y" in message
+    assert DEAD in message and "drawn" not in message
+    check_capabilities(served, {caps.SAMPLING: "drawn"})  # has it: no error
+
+
+def influence(**params):
+    return InfluenceMethod(RunOptions(), InfluenceParams(**params))
+
+
+@pytest.mark.parametrize("method, expect", [
+    (influence(lam=0.5, temperature=1.0), "CID at λ ≠ 1 mixes the full next-token"),
+    (influence(lam="1,2", temperature=1.0), "CID at λ ≠ 1"),
+    (influence(lam=1.0, temperature=1.0, bounded_eps=2.0), "bounded CID"),
+    (influence(lam=1.0, temperature=0.8), "temperature T ≠ 1"),
+    (AuditMethod(RunOptions()), "DP mechanism"),
+    (SusceptibilityMethod(RunOptions(), SusceptibilityParams(method="fisher")),
+     "Fisher susceptibility"),
+    (SusceptibilityMethod(RunOptions(), SusceptibilityParams(method="both")),
+     "method='mc'"),
+    (ProbeMethod(RunOptions(), ProbeParams(mode="white-box")), "white-box probing"),
+    (ProbeMethod(RunOptions(), ProbeParams(canary=3)), "canary check"),
+])
+def test_refused_on_a_served_model_before_any_request(served, method, expect, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(MissingCapability, match=expect) as info:
+        run_method(method, served, "demo", output=str(out), progress=False)
+    assert "in-process" in str(info.value) or "method='mc'" in str(info.value)
+    assert not out.exists()  # refused before the run folder, and before any request
+
+
+@pytest.mark.parametrize("method", [
+    influence(lam=1.0, temperature=1.0),
+    influence(lam=1.0, temperature=1.0, ngram=8),
+    ICLInfMethod(RunOptions()),
+    SusceptibilityMethod(RunOptions(), SusceptibilityParams(method="mc")),
+    ProbeMethod(RunOptions(), ProbeParams(mode="black-box")),
+    ProbeMethod(RunOptions(), ProbeParams(mode="in-context")),
+])
+def test_what_a_served_model_can_run(served, method):
+    assert set(method.requires()) <= caps.SERVED
+    check_capabilities(served, method.requires())
+
+
+def test_a_method_that_states_nothing_needs_everything():
+    needs = Method().requires()
+    assert set(needs) == caps.IN_PROCESS
+    assert all("in-process" in why for why in needs.values())
+
+
+def test_a_served_model_named_by_url_is_refused_before_it_is_contacted(tmp_path):
+    common = RunOptions(server_url=DEAD, output=str(tmp_path / "run"))
+    method = InfluenceMethod(common, InfluenceParams(lam=1.0, temperature=0.8))
+    with pytest.raises(MissingCapability, match="temperature=1") as info:
+        run_method(method, None, "demo", progress=False)
+    assert DEAD in str(info.value)  # not a ServerError: nothing was sent to the dead port
+    assert not (tmp_path / "run").exists()
+
+
+def test_server_url_with_credentials_is_refused():
+    from ctxleak.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="CTXLEAK_API_KEY"):
+        RunOptions(server_url="http://user:secret@127.0.0.1:8000").check()
+    with pytest.raises(ConfigError, match="http://HOST:PORT"):
+        RunOptions(server_url="127.0.0.1:8000").check()
