@@ -21,6 +21,12 @@ def api_options(common: RunOptions) -> dict[str, Any]:
     return {k: v for k, v in common.to_dict().items() if k != "model"}
 
 
+#: How count flags are named, said in --limit's help.
+COUNT_RULE = ("Counts are named by what they count: --limit N is how many items of the data "
+              "run; --queries, --subjects and --sequences set how many a command draws or makes, "
+              "--contexts and --shots how many go with each item, --max-new-tokens how many "
+              "tokens each generation may add.")
+
 _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
     ("model", str, typer.Option(
         "default", "--model", "-m", help="'default' (SmolLM2-135M-Instruct), 'gemma-270m', a "
@@ -43,6 +49,15 @@ _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
     ("threads", Optional[int], typer.Option(None, "--threads", help="CPU threads for torch "
                                             "(default: torch's choice). On a shared or busy "
                                             "machine 1 is often fastest.", rich_help_panel="Model")),
+    ("revision", Optional[str], typer.Option(None, "--revision", help="Hub model revision: a "
+                                             "branch, tag or commit hash (default: the main "
+                                             "branch; the commit used is recorded in "
+                                             "results.json).", rich_help_panel="Model")),
+    ("model_args", Optional[str], typer.Option(None, "--model-args", help="More arguments of "
+                                               "transformers' from_pretrained, "
+                                               "'key=value,key2=value2', e.g. "
+                                               "'attn_implementation=eager' (recorded in "
+                                               "results.json).", rich_help_panel="Model")),
     ("batch_size", str, typer.Option("auto", "--batch-size", help="Examples measured together: "
                                      "auto (as many as fit a token budget, halving on "
                                      "out-of-memory) or a number N. Same seed, same samples "
@@ -55,7 +70,9 @@ _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
         "torchrun sharding (generation is still batched across examples). Off: scoring passes "
         "mix examples (N rows each under --batch-size N; faster on GPUs) and floats move by "
         "about 1e-5 between batch sizes; tokens stay the same.", rich_help_panel="Run")),
-    ("limit", Optional[int], typer.Option(None, "--limit", help="Use only the first N examples.",
+    ("limit", Optional[int], typer.Option(None, "--limit", help="Run only the first N items of "
+                                          "the data (examples, queries, relations, subjects "
+                                          "or sequences per target). " + COUNT_RULE,
                                           rich_help_panel="Run")),
     ("seed", int, typer.Option(0, "--seed", help="Run seed; each example's sampling seed is "
                                "derived from it and the example's index.", rich_help_panel="Run")),
@@ -65,8 +82,11 @@ _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
     ("resume", bool, typer.Option(False, "--resume", help="Continue the run in --output, "
                                   "skipping finished examples; refuses a changed config.",
                                   rich_help_panel="Run")),
+    ("config", Optional[str], typer.Option(None, "--config", help="YAML file of flag defaults "
+                                           "(max-new-tokens: 20, ...); flags on the command "
+                                           "line win.", rich_help_panel="Run")),
 ]
-COMMON_NAMES = [name for name, _, _ in _COMMON]
+COMMON_NAMES = [name for name, _, _ in _COMMON if name != "config"]
 
 
 def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -78,11 +98,10 @@ def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from ctxleak.run.validate import check_common
-
+        kwargs.pop("config", None)  # read by ctxleak.cli.app.main before the command runs
         common = CommonOptions(**{name: kwargs.pop(name) for name in COMMON_NAMES})
         # checked before the command does anything, the model load included (SPEC §9)
-        check_common(limit=common.limit, batch_size=common.batch_size, threads=common.threads)
+        common.check()
         return func(*args, common=common, **kwargs)
 
     positional = [p for p in own if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

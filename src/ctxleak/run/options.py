@@ -8,6 +8,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Optional
 
+from ctxleak.engine.model_args import parse_model_args
 from ctxleak.errors import ConfigError
 from ctxleak.run.params import option
 from ctxleak.run.validate import check_common
@@ -40,6 +41,11 @@ class RunOptions:
     device_map: Optional[str] = option(None, "'auto' spreads a large model over the GPUs "
                                        "(accelerate).")
     threads: Optional[int] = option(None, "CPU threads for torch (default: torch's choice).")
+    revision: Optional[str] = option(None, "Hub model revision: a branch, tag or commit hash "
+                                     "(default: the main branch; the commit used is recorded).")
+    model_args: Any = option(None, "More keyword arguments of transformers' from_pretrained, "
+                             "'key=value,key2=value2' or a mapping, e.g. "
+                             "'attn_implementation=eager' (recorded in the provenance).")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,6 +57,7 @@ class RunOptions:
     def check(self) -> RunOptions:
         """Errors name the parameter (the CLI maps it to its flag)."""
         check_common(limit=self.limit, batch_size=self.batch_size, threads=self.threads)
+        parse_model_args(self.model_args)
         if not isinstance(self.batch_invariant, bool):
             raise ConfigError(f"batch_invariant must be True or False, not "
                               f"{self.batch_invariant!r}", param="batch_invariant")
