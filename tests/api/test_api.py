@@ -16,6 +16,7 @@ from helpers.tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_recor
 import ctxleak
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.pii.records import save_records
+from ctxleak.report.console import closing_line
 from ctxleak.run.inputs import to_jsonable
 
 
@@ -36,7 +37,7 @@ def data_files(tmp_path_factory):
 
 def _templates() -> dict[str, str]:
     flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
-    return {"fmt": flags["--format"], "instruction": flags["--instruction"],
+    return {"format": flags["--format"], "instruction": flags["--instruction"],
             "exemplar_template": flags["--exemplar-template"],
             "query_template": flags["--query-template"]}
 
@@ -74,6 +75,11 @@ def test_cli_and_api_write_the_same_run_directory(name, tiny_dir, data_files, tm
     code, out, err = run_cli([*argv(data_files), "--model", tiny_dir, "--seed", "4",
                               "--output", str(cli_dir)], capsys)
     assert code == 0, err
+    # every command: a table (no box drawing, no ANSI codes off a terminal), then the same
+    # closing line
+    assert out.rstrip().splitlines()[-1] == closing_line(cli_dir)
+    assert "\x1b[" not in out and not any(c in out for c in "│┃━╭")
+    assert str(next(iter(ctxleak.load_result(cli_dir).table()[0]))) in out
     kw = keywords(data_files) if callable(keywords) else keywords
     result = getattr(ctxleak, function)(tiny_dir, data(data_files), seed=4,
                                         output=str(api_dir), progress=False, **kw)

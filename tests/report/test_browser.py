@@ -49,7 +49,7 @@ def shots_dir(tmp_path_factory) -> Path:
 
 def _flags() -> dict[str, str]:
     flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
-    return {"fmt": flags["--format"], "instruction": flags["--instruction"],
+    return {"format": flags["--format"], "instruction": flags["--instruction"],
             "exemplar_template": flags["--exemplar-template"],
             "query_template": flags["--query-template"]}
 

@@ -33,6 +33,7 @@ class RunProgress:
     def __init__(self, total: int, desc: str, *, disable: bool = False) -> None:
         self.total, self.done, self.tokens = total, 0, 0
         self.by_examples = False
+        self._estimate_due = False
         self.bar = tqdm_class()(total=None, desc=desc, unit="tok", unit_scale=True,
                                 file=sys.stderr, dynamic_ncols=True, disable=disable)
         self._postfix()
@@ -43,12 +44,22 @@ class RunProgress:
 
     def add_tokens(self, n: int) -> None:
         """``n`` token positions computed (the engine's forward passes)."""
+        if self._estimate_due:  # the examples of the last batch are all in: estimate now
+            self._estimate()
         self.tokens += n
         if not self.by_examples:
             self.bar.update(n)
 
+    def _estimate(self) -> None:
+        """The total from the tokens per finished example (a batch's examples finish
+        together, so this waits until all of them are in)."""
+        self._estimate_due = False
+        estimate = math.ceil(self.tokens / self.done * self.total)
+        self.bar.total = self.tokens if self.done >= self.total else max(estimate, self.bar.n)
+        self.bar.refresh()
+
     def example_done(self) -> None:
-        """One example finished: the total re-estimated from the tokens per example so far."""
+        """One example finished; the total is re-estimated before the next tokens come."""
         self.done += 1
         if self.tokens == 0 and not self.by_examples:  # nothing reports tokens: count examples
             self.by_examples = True
@@ -59,10 +70,12 @@ class RunProgress:
         if self.by_examples:
             self.bar.update(1)
             return
-        estimate = math.ceil(self.tokens / self.done * self.total)
-        self.bar.total = self.tokens if self.done >= self.total else max(estimate, self.bar.n)
+        self._estimate_due = True
         self._postfix()
-        self.bar.refresh()
+        if self.done >= self.total:
+            self._estimate()
+        else:
+            self.bar.refresh()
 
     def close(self) -> None:
         if not self.by_examples and self.done >= self.total:
