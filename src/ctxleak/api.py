@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ctxleak.run.options import RunOptions
-from ctxleak.run.params import check_keywords
+from ctxleak.run.params import Renamed, check_keywords, rename_keywords
 
 if TYPE_CHECKING:
     from ctxleak.engine.models import LM
@@ -36,13 +36,32 @@ F = TypeVar("F", bound=Callable[..., Any])
 FACE = ("model", "data", "progress")
 
 
+def _calibrate_on(value: Any) -> str | None:
+    """The old ``calibrate=True`` as ``calibration='on'`` (False: the default, off)."""
+    return "on" if value else None
+
+
+#: Keywords renamed to match the CLI's flags, by API function: old -> (new, value converter).
+#: The old ones keep working for one release, with a deprecation warning.
+RENAMED: dict[str, dict[str, Renamed]] = {
+    "influence": {"lam": ("lambda_", None)},
+    "influence_explain": {"lam": ("lambda_", None)},
+    "iclinf": {"fmt": ("format", None), "calibrate": ("calibration", _calibrate_on)},
+    "audit": {"max_tokens": ("max_new_tokens", None), "min_tokens": ("min_new_tokens", None),
+              "n_gen": ("sequences", None)},
+}
+
+
 def _keywords(func: F) -> F:
     """``func`` refusing an unknown keyword with a :class:`ConfigError` that suggests the
-    closest known one (``lamda`` -> ``lam``), before anything runs."""
+    closest known one (``lamda`` -> ``lambda_``), before anything runs; a renamed keyword
+    (:data:`RENAMED`) still works, with a deprecation warning."""
     names = list(inspect.signature(func).parameters)
+    renamed = RENAMED.get(func.__name__, {})
 
     @functools.wraps(func)
     def checked(*args: Any, **kwargs: Any) -> Any:
+        kwargs = rename_keywords(kwargs, renamed, f"{func.__name__}()")
         check_keywords(kwargs, names, f"{func.__name__}()")
         return func(*args, **kwargs)
 
@@ -97,7 +116,7 @@ def _run(params_class: type, options: dict[str, Any]) -> Any:
 def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool = True,
               task: str = "auto", template: str | None = None,
               fields: str | Mapping[str, str] | None = None,
-              lam: float | Sequence[float] | str = 1.0,
+              lambda_: float | Sequence[float] | str = 1.0,
               temperature: float | Sequence[float] | str = 0.8, max_new_tokens: int = 50,
               min_new_tokens: int | None = None, ngram: int | str | None = "full",
               stride: int | None = None, context_sizes: int | Sequence[int] | str | None = None,
@@ -110,7 +129,8 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
               resume: bool = False, chat_template: str = "auto", trust_remote_code: bool = False,
               device_map: str | None = None, threads: int | None = None,
               server_url: str | None = None, served_model: str | None = None,
-              tokenizer: str | None = None) -> InfluenceResult:
+              tokenizer: str | None = None,
+              revision: str | None = None, model_args: Any = None) -> InfluenceResult:
     """Expected context influence of ``data`` under Context Influence Decoding ("Measuring
     Contextual Influence of Large Language Models", Def. 3.1-3.4): ``ctxleak influence``.
 
@@ -131,7 +151,7 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
         Prompt template with {context} and {query}, e.g. 'Document: {context}. {query}'.
     fields : str or Mapping[str, str] or None, default None
         Rename file fields, e.g. 'article=context,highlights=reference' or a mapping.
-    lam : float or Sequence[float] or str, default 1.0
+    lambda_ : float or Sequence[float] or str, default 1.0
         Context influence level λ >= 0 (0 = no context, 1 = plain decoding, >1 amplifies); a list
         sweeps.
     temperature : float or Sequence[float] or str, default 0.8
@@ -203,6 +223,12 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
     tokenizer : str or None, default None
         The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
         checked against the server's).
+    revision : str or None, default None
+        Hub model revision: a branch, tag or commit hash (default: the main branch; the commit
+        used is recorded).
+    model_args : Any, default None
+        More keyword arguments of transformers' from_pretrained, 'key=value,key2=value2' or a
+        mapping, e.g. 'attn_implementation=eager' (recorded in the provenance).
 
     Returns
     -------
@@ -225,17 +251,18 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
 def iclinf(model: str | LM = "default", data: Any = "demo", *, progress: bool = True,
            test_data: Any = None, split: str = "split", text_field: str = "text",
            label_field: str = "label", labels: str | Sequence[str] | None = None,
-           queries: int = 100, fmt: str = "auto", instruction: str | None = None,
+           queries: int = 100, format: str = "auto", instruction: str | None = None,
            exemplar_template: str | None = None, query_template: str | None = None,
            max_text_tokens: int = 256, shots: int | Sequence[int] | str = "4",
-           calibrate: bool = False, calibration: str | None = None, calibration_eps: float = 1e-06,
+           calibration: str | None = None, calibration_eps: float = 1e-06,
            output_space: str = "labels", label_scoring: str = "first-token", device: str = "auto",
            dtype: str = "auto", batch_size: str = "auto", batch_invariant: bool = True,
            limit: int | None = None, seed: int = 0, output: str | None = None,
            resume: bool = False, chat_template: str = "auto", trust_remote_code: bool = False,
            device_map: str | None = None, threads: int | None = None,
               server_url: str | None = None, served_model: str | None = None,
-              tokenizer: str | None = None) -> ICLInfResult:
+              tokenizer: str | None = None,
+              revision: str | None = None, model_args: Any = None) -> ICLInfResult:
     """ICLInf, the privacy loss of in-context exemplars ("On the Privacy Risk of In-context
     Learning" §3-4, Eq. 4): ``ctxleak icl``.
 
@@ -260,7 +287,7 @@ def iclinf(model: str | LM = "default", data: Any = "demo", *, progress: bool = 
         The label set, in order (default: the format's, or the train split's).
     queries : int, default 100
         How many test queries (drawn by the seed).
-    fmt : str, default "auto"
+    format : str, default "auto"
         Prompt format: auto, agnews, dbpedia, trec or custom.
     instruction : str or None, default None
         Instruction before the exemplars (custom format).
@@ -272,8 +299,6 @@ def iclinf(model: str | LM = "default", data: Any = "demo", *, progress: bool = 
         Cut each text to this many tokens.
     shots : int or Sequence[int] or str, default "4"
         Exemplars per prompt; a list sweeps.
-    calibrate : bool, default False
-        Contextual calibration on (same as calibration='on').
     calibration : str or None, default None
         off, on or both (report each).
     calibration_eps : float, default 1e-06
@@ -318,6 +343,12 @@ def iclinf(model: str | LM = "default", data: Any = "demo", *, progress: bool = 
     tokenizer : str or None, default None
         The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
         checked against the server's).
+    revision : str or None, default None
+        Hub model revision: a branch, tag or commit hash (default: the main branch; the commit
+        used is recorded).
+    model_args : Any, default None
+        More keyword arguments of transformers' from_pretrained, 'key=value,key2=value2' or a
+        mapping, e.g. 'attn_implementation=eager' (recorded in the provenance).
 
     Returns
     -------
@@ -334,7 +365,8 @@ def iclinf(model: str | LM = "default", data: Any = "demo", *, progress: bool = 
 def audit(model: str | LM = "default", data: Any = "demo", *, progress: bool = True,
           text_field: str = "text", label_field: str = "label", target_eps: Any = "1,10,100",
           delta: Any = "1e-5", subset_size: int = 8, clip: float = 10.0, temperature: float = 2.0,
-          n_gen: int = 4, max_tokens: int = 24, min_tokens: int = 0, search: str = "temperature",
+          sequences: int = 4, max_new_tokens: int = 24, min_new_tokens: int = 0,
+          search: str = "temperature",
           orders: Any = "2-99", label: str = "Sports", template: str | None = None,
           device: str = "auto", dtype: str = "auto", batch_size: str = "auto",
           batch_invariant: bool = True, limit: int | None = None, seed: int = 0,
@@ -342,7 +374,8 @@ def audit(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
           trust_remote_code: bool = False, device_map: str | None = None,
           threads: int | None = None,
               server_url: str | None = None, served_model: str | None = None,
-              tokenizer: str | None = None) -> AuditResult:
+              tokenizer: str | None = None,
+              revision: str | None = None, model_args: Any = None) -> AuditResult:
     """Audit DP synthetic-text generation: ε_empirical against each target ε ("On the Privacy
     Risk of In-context Learning" §5, App. C): ``ctxleak audit``.
 
@@ -369,11 +402,11 @@ def audit(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
         Logit clipping bound c.
     temperature : float, default 2.0
         Sampling temperature T.
-    n_gen : int, default 4
-        Synthetic sequences per setting.
-    max_tokens : int, default 24
-        Most tokens per synthetic sequence.
-    min_tokens : int, default 0
+    sequences : int, default 4
+        Synthetic sequences per setting (the paper's N_gen).
+    max_new_tokens : int, default 24
+        Most new tokens per synthetic sequence (T_max).
+    min_new_tokens : int, default 0
         EOS is masked before this many tokens.
     search : str, default "temperature"
         What the calibration searches to meet the target ε: temperature, clip or subset_size.
@@ -418,6 +451,12 @@ def audit(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
     tokenizer : str or None, default None
         The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
         checked against the server's).
+    revision : str or None, default None
+        Hub model revision: a branch, tag or commit hash (default: the main branch; the commit
+        used is recorded).
+    model_args : Any, default None
+        More keyword arguments of transformers' from_pretrained, 'key=value,key2=value2' or a
+        mapping, e.g. 'attn_implementation=eager' (recorded in the provenance).
 
     Returns
     -------
@@ -445,7 +484,8 @@ def susceptibility(model: str | LM = "default", data: Any = "demo", *, progress:
                    trust_remote_code: bool = False, device_map: str | None = None,
                    threads: int | None = None,
               server_url: str | None = None, served_model: str | None = None,
-              tokenizer: str | None = None) -> SusceptibilityResult:
+              tokenizer: str | None = None,
+              revision: str | None = None, model_args: Any = None) -> SusceptibilityResult:
     """Monte Carlo and Fisher susceptibility of queries to context ("Context versus Prior
     Knowledge in Language Models"): ``ctxleak susceptibility``. ``data``: a relations JSON
     file or ``"demo"``.
@@ -521,6 +561,12 @@ def susceptibility(model: str | LM = "default", data: Any = "demo", *, progress:
     tokenizer : str or None, default None
         The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
         checked against the server's).
+    revision : str or None, default None
+        Hub model revision: a branch, tag or commit hash (default: the main branch; the commit
+        used is recorded).
+    model_args : Any, default None
+        More keyword arguments of transformers' from_pretrained, 'key=value,key2=value2' or a
+        mapping, e.g. 'attn_implementation=eager' (recorded in the provenance).
 
     Returns
     -------
@@ -548,7 +594,8 @@ def probe(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
           chat_template: str = "auto", trust_remote_code: bool = False,
           device_map: str | None = None, threads: int | None = None,
               server_url: str | None = None, served_model: str | None = None,
-              tokenizer: str | None = None) -> ProbeResult:
+              tokenizer: str | None = None,
+              revision: str | None = None, model_args: Any = None) -> ProbeResult:
     """ProPILE PII probing, black-box, white-box and in-context, and the canary check
     ("ProPILE: Probing Privacy Leakage in Large Language Models"): ``ctxleak probe``.
     ``data``: a PII records JSONL file, records in memory, or ``"demo"`` (synthetic
@@ -641,6 +688,12 @@ def probe(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
     tokenizer : str or None, default None
         The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
         checked against the server's).
+    revision : str or None, default None
+        Hub model revision: a branch, tag or commit hash (default: the main branch; the commit
+        used is recorded).
+    model_args : Any, default None
+        More keyword arguments of transformers' from_pretrained, 'key=value,key2=value2' or a
+        mapping, e.g. 'attn_implementation=eager' (recorded in the provenance).
 
     Returns
     -------
@@ -656,7 +709,7 @@ def probe(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
 
 @_keywords
 def influence_explain(model: str | LM = "default", context: str = "", query: str = "", *,
-                      task: str = "qa", template: str | None = None, lam: float = 1.0,
+                      task: str = "qa", template: str | None = None, lambda_: float = 1.0,
                       temperature: float = 0.8, max_new_tokens: int = 50,
                       min_new_tokens: int | None = None, ngram: int = 4, top: int = 5,
                       device: str = "auto", dtype: str = "auto", batch_size: str = "auto",
@@ -665,7 +718,8 @@ def influence_explain(model: str | LM = "default", context: str = "", query: str
                       chat_template: str = "auto", trust_remote_code: bool = False,
                       device_map: str | None = None, threads: int | None = None,
                       server_url: str | None = None, served_model: str | None = None,
-                      tokenizer: str | None = None
+                      tokenizer: str | None = None,
+                      revision: str | None = None, model_args: Any = None
                       ) -> ExplainResult | None:
     """One prompt explained ("Measuring Contextual Influence of Large Language Models",
     Table 1): ``ctxleak influence explain``. The response by CID, the uni-gram influence of each
@@ -684,8 +738,8 @@ def influence_explain(model: str | LM = "default", context: str = "", query: str
         qa, summarization or custom.
     template : str or None, default None
         Prompt template with {context} and {query}.
-    lam : float, default 1.0
-        Context influence level λ >= 0.
+    lambda_ : float, default 1.0
+        Context influence level λ >= 0 (one value; ``lam`` before, deprecated).
     temperature : float, default 0.8
         Sampling temperature > 0.
     max_new_tokens : int, default 50
@@ -698,7 +752,8 @@ def influence_explain(model: str | LM = "default", context: str = "", query: str
         How many top n-grams to list.
     device, dtype, batch_size, batch_invariant, limit, seed, output, resume
         The run options, as for :func:`influence`.
-    chat_template, trust_remote_code, device_map, threads, server_url, served_model, tokenizer
+    chat_template, trust_remote_code, device_map, threads, server_url, served_model, tokenizer,
+    revision, model_args
         The run options, as for :func:`influence`.
 
     Returns
@@ -708,11 +763,18 @@ def influence_explain(model: str | LM = "default", context: str = "", query: str
         directory has ``samples.jsonl``, ``results.json`` and ``report.html``. None on the other
         processes of a data-parallel launch.
     """
+    from ctxleak.errors import ConfigError
     from ctxleak.methods.influence.explain import ExplainMethod
     from ctxleak.run.runner import run_method
 
     common, lm = _common(model, locals())
-    method = ExplainMethod(common, context=context, query=query, task=task, template=template,
-                           lam=lam, temperature=temperature, max_new_tokens=max_new_tokens,
-                           min_new_tokens=min_new_tokens, ngram=ngram, top=top)
+    try:
+        method = ExplainMethod(common, context=context, query=query, task=task,
+                               template=template, lam=lambda_, temperature=temperature,
+                               max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                               ngram=ngram, top=top)
+    except ConfigError as exc:  # CID's λ is ``lam``; this function's keyword is lambda_
+        if exc.param != "lam":
+            raise
+        raise ConfigError(str(exc).replace("lam", "lambda_", 1), param="lambda_") from None
     return run_method(method, lm, None, progress=False)

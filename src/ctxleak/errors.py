@@ -97,13 +97,19 @@ class CtxleakWarning(UserWarning):
         self.param = param
 
 
-def warn(message: str, param: str | None = None) -> None:
-    """Issue a :class:`CtxleakWarning` attributed to the first caller outside the ctxleak
-    package (the user's own line), never to an internal source line."""
+class CtxleakDeprecationWarning(CtxleakWarning, DeprecationWarning):
+    """An old flag or keyword that still works for one release (``--max-tokens`` for
+    ``--max-new-tokens``, ``lam=`` for ``lambda_=``): the message names the new spelling."""
+
+
+def warn(message: str, param: str | None = None,
+         category: type[CtxleakWarning] = CtxleakWarning) -> None:
+    """Issue a :class:`CtxleakWarning` (or ``category``) attributed to the first caller outside
+    the ctxleak package (the user's own line), never to an internal source line."""
     package = str(Path(__file__).resolve().parent) + os.sep
     level = 2
     frame: FrameType | None = sys._getframe(1)
     while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(
             package):
         level, frame = level + 1, frame.f_back
-    warnings.warn(CtxleakWarning(message, param), stacklevel=level)
+    warnings.warn(category(message, param), stacklevel=level)

@@ -16,6 +16,7 @@ from helpers.tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_recor
 import ctxleak
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.pii.records import save_records
+from ctxleak.report.console import closing_line
 from ctxleak.run.inputs import to_jsonable
 
 
@@ -36,7 +37,7 @@ def data_files(tmp_path_factory):
 
 def _templates() -> dict[str, str]:
     flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
-    return {"fmt": flags["--format"], "instruction": flags["--instruction"],
+    return {"format": flags["--format"], "instruction": flags["--instruction"],
             "exemplar_template": flags["--exemplar-template"],
             "query_template": flags["--query-template"]}
 
@@ -46,17 +47,17 @@ CASES = {
     "influence": (lambda d: ["influence", "--data", str(d / "docs.jsonl"), "--lambda", "0.5,1",
                              "--max-new-tokens", "4", "--ngram", "2"],
                   "influence", lambda d: str(d / "docs.jsonl"),
-                  dict(lam=[0.5, 1.0], max_new_tokens=4, ngram=2)),
+                  dict(lambda_=[0.5, 1.0], max_new_tokens=4, ngram=2)),
     "icl": (lambda d: ["icl", "--data", str(d / "train.jsonl"), "--test-data",
                        str(d / "test.jsonl"), "--shots", "1,2", "--queries", "3",
                        "--calibration", "both", *TEMPLATES],
             "iclinf", lambda d: str(d / "train.jsonl"),
             lambda d: dict(test_data=str(d / "test.jsonl"), shots=[1, 2], queries=3,
                            calibration="both", **_templates())),
-    "audit": (lambda d: ["audit", "--data", "demo", "--subset-size", "3", "--n-gen", "2",
-                         "--max-tokens", "4", "--target-eps", "1,100"],
+    "audit": (lambda d: ["audit", "--data", "demo", "--subset-size", "3", "--sequences", "2",
+                         "--max-new-tokens", "4", "--target-eps", "1,100"],
               "audit", lambda d: "demo",
-              dict(subset_size=3, n_gen=2, max_tokens=4, target_eps=[1, 100])),
+              dict(subset_size=3, sequences=2, max_new_tokens=4, target_eps=[1, 100])),
     "susceptibility": (lambda d: ["susceptibility", "--data", str(d / "rel.json"),
                                   "--contexts", "4", "--limit", "3"],
                        "susceptibility", lambda d: str(d / "rel.json"),
@@ -74,6 +75,11 @@ def test_cli_and_api_write_the_same_run_directory(name, tiny_dir, data_files, tm
     code, out, err = run_cli([*argv(data_files), "--model", tiny_dir, "--seed", "4",
                               "--output", str(cli_dir)], capsys)
     assert code == 0, err
+    # every command: a table (no box drawing, no ANSI codes off a terminal), then the same
+    # closing line
+    assert out.rstrip().splitlines()[-1] == closing_line(cli_dir)
+    assert "\x1b[" not in out and not any(c in out for c in "│┃━╭")
+    assert str(next(iter(ctxleak.load_result(cli_dir).table()[0]))) in out
     kw = keywords(data_files) if callable(keywords) else keywords
     result = getattr(ctxleak, function)(tiny_dir, data(data_files), seed=4,
                                         output=str(api_dir), progress=False, **kw)
@@ -149,9 +155,9 @@ def test_library_errors_name_parameters_and_the_cli_flags(tmp_path, capsys, monk
         raise AssertionError("the model was loaded before the options were checked")
 
     monkeypatch.setattr(runner, "load_lm", refuse)
-    with pytest.raises(ConfigError, match=r"^lam must be >= 0") as info:
-        ctxleak.influence("default", "demo", lam=-1, output=str(tmp_path / "a"))
-    assert info.value.param == "lam"
+    with pytest.raises(ConfigError, match=r"^lambda_ must be >= 0") as info:
+        ctxleak.influence("default", "demo", lambda_=-1, output=str(tmp_path / "a"))
+    assert info.value.param == "lambda_"
     with pytest.raises(ConfigError, match=r"^shots must be at least 1"):
         ctxleak.iclinf("default", "demo", shots=[0])
     with pytest.raises(ConfigError, match=r"^contexts must be at least 1"):
@@ -199,9 +205,9 @@ def test_import_ctxleak_stays_light():
 
 
 def test_dp_calibrate_and_epsilon():
-    (cal,) = ctxleak.dp.calibrate(10, 1e-5, clip=10, subset_size=50, n_gen=50, max_tokens=40)
-    eps = ctxleak.dp.epsilon(clip=10, subset_size=50, temperature=cal.temperature, n_gen=50,
-                             max_tokens=40, delta=1e-5)
+    (cal,) = ctxleak.dp.calibrate(10, 1e-5, clip=10, subset_size=50, sequences=50, max_new_tokens=40)
+    eps = ctxleak.dp.epsilon(clip=10, subset_size=50, temperature=cal.temperature, sequences=50,
+                             max_new_tokens=40, delta=1e-5)
     assert eps["eps"] == pytest.approx(10, rel=1e-3) and eps["alpha"] == cal.alpha
     with pytest.raises(ConfigError, match="^delta must be in"):
         ctxleak.dp.epsilon(delta=2)

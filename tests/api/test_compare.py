@@ -23,7 +23,7 @@ def runs(tmp_path_factory, tiny_dir, gpt2_lm):
     docs = root / "docs.jsonl"
     docs.write_text("".join(json.dumps({"id": f"d{i}", "context": c, "query": "capital ?"})
                             + "\n" for i, c in enumerate(DOCS)))
-    kw = dict(lam=[0.5, 1.0], max_new_tokens=4, ngram=2, seed=2, progress=False)
+    kw = dict(lambda_=[0.5, 1.0], max_new_tokens=4, ngram=2, seed=2, progress=False)
     llama = ctxleak.influence(tiny_dir, str(docs), output=str(root / "llama"), **kw)
     gpt2 = ctxleak.influence(gpt2_lm, str(docs), output=str(root / "gpt2"), **kw)
     flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
@@ -31,7 +31,7 @@ def runs(tmp_path_factory, tiny_dir, gpt2_lm):
         (root / f"{name}.jsonl").write_text(
             "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in pairs))
     icl = ctxleak.iclinf(tiny_dir, str(root / "train.jsonl"), test_data=str(root / "test.jsonl"),
-                         shots=[1], queries=2, fmt=flags["--format"],
+                         shots=[1], queries=2, format=flags["--format"],
                          instruction=flags["--instruction"],
                          exemplar_template=flags["--exemplar-template"],
                          query_template=flags["--query-template"], output=str(root / "icl"),
@@ -128,13 +128,13 @@ def test_compare_every_method(method, runs, tiny_dir, gpt2_lm, tmp_path):
     if method == "icl":
         flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
         kw = dict(test_data=str(root / "test.jsonl"), shots=[1, 2], queries=2,
-                  fmt=flags["--format"], instruction=flags["--instruction"],
+                  format=flags["--format"], instruction=flags["--instruction"],
                   exemplar_template=flags["--exemplar-template"],
                   query_template=flags["--query-template"])
         call, data, figures = ctxleak.iclinf, str(root / "train.jsonl"), {
             "compare_shots.png", "compare_loss_by_position.png"}
     elif method == "audit":
-        kw = dict(subset_size=3, n_gen=1, max_tokens=3, target_eps=[1, 100])
+        kw = dict(subset_size=3, sequences=1, max_new_tokens=3, target_eps=[1, 100])
         call, data, figures = ctxleak.audit, "demo", {"compare_fig6.png"}
     elif method == "susceptibility":
         (tmp_path / "rel.json").write_text(json.dumps(TINY_RELATIONS))

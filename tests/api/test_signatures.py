@@ -78,10 +78,10 @@ def test_params_are_frozen_and_documented():
 
 
 @pytest.mark.parametrize("call, typo, meant", [
-    ("influence", "lamda", "lam"), ("iclinf", "shot", "shots"), ("audit", "target_epsilon",
+    ("influence", "lamda", "lambda_"), ("iclinf", "shot", "shots"), ("audit", "target_epsilon",
                                                                    "target_eps"),
     ("susceptibility", "topk", "top_k"), ("probe", "canary_epoch", "canary_epochs"),
-    ("influence", "batchsize", "batch_size"), ("influence_explain", "lamda", "lam")])
+    ("influence", "batchsize", "batch_size"), ("influence_explain", "lamda", "lambda_")])
 def test_unknown_keyword_suggests_the_closest(call, typo, meant):
     with pytest.raises(ConfigError, match=rf"{call}\(\) got an unknown keyword '{typo}' "
                                           rf"\(did you mean '{meant}'\?\)"):
@@ -95,8 +95,8 @@ def test_unknown_keyword_without_a_close_one():
 
 
 @pytest.mark.parametrize("params_class, bad, param", [
-    (InfluenceParams, {"lam": -1}, "lam"), (InfluenceParams, {"ngram": 0}, "ngram"),
-    (InfluenceParams, {"lam": "1,1"}, "lam"), (ICLInfParams, {"queries": 0}, "queries"),
+    (InfluenceParams, {"lambda_": -1}, "lambda_"), (InfluenceParams, {"ngram": 0}, "ngram"),
+    (InfluenceParams, {"lambda_": "1,1"}, "lambda_"), (ICLInfParams, {"queries": 0}, "queries"),
     (ICLInfParams, {"shots": 0}, "shots"), (AuditParams, {"subset_size": 1}, "subset_size"),
     (SusceptibilityParams, {"top_k": 0}, "top_k"),
     (SusceptibilityParams, {"relations": ""}, "relations"),
@@ -110,8 +110,8 @@ def test_params_validate_and_name_the_parameter(params_class, bad, param):
 def test_params_normalise_and_stay_stable_under_rebuild():
     from dataclasses import replace
 
-    p = InfluenceParams(lam="0.5,1", ngram="8", max_new_tokens=6)
-    assert p.lam == (0.5, 1.0) and p.ngram == 8 and p.min_new_tokens == 6
+    p = InfluenceParams(lambda_="0.5,1", ngram="8", max_new_tokens=6)
+    assert p.lambda_ == (0.5, 1.0) and p.ngram == 8 and p.min_new_tokens == 6
     assert replace(p) == p  # normalised values check again to themselves
     assert ProbeParams(mode="black-box,in-context").mode == ("black-box", "in-context")
     assert replace(ProbeParams(canary=2)) == ProbeParams(canary=2)

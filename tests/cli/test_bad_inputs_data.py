@@ -132,7 +132,7 @@ CASES = {
     ],
     "audit": [
         (["--data", "/dev/zero"], ["/dev/zero", "character device"]),
-        (["--max-tokens", "0"], ["--max-tokens must be >= 1, got 0"]),
+        (["--max-new-tokens", "0"], ["--max-new-tokens must be >= 1, got 0"]),
     ],
     "influence explain": [
         (["--context", "a b", "--task", "bogus"], ["unknown --task 'bogus'",

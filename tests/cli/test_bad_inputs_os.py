@@ -102,8 +102,8 @@ CASES = [
                                                     "got 1e-300"]),
     (["dp", "epsilon", "--clip", "-1"], ["--clip", "from 1e-100", "got -1"]),
     (["dp", "epsilon", "--clip", "1e-300"], ["--clip", "from 1e-100"]),
-    (["dp", "epsilon", "--n-gen", "10000000000"], ["--n-gen", "from 1 to 1e+09"]),
-    (["dp", "epsilon", "--max-tokens", "0"], ["--max-tokens", "from 1 to 1e+09"]),
+    (["dp", "epsilon", "--sequences", "10000000000"], ["--sequences", "from 1 to 1e+09"]),
+    (["dp", "epsilon", "--max-new-tokens", "0"], ["--max-new-tokens", "from 1 to 1e+09"]),
     (["audit", "--target-eps", "1e300"], ["--target-eps", "at most 709.78"]),
     (["audit", "--temperature", "1e-300"], ["--temperature", "from 1e-100 to 1e+100"]),
 ]

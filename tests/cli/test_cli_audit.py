@@ -15,8 +15,8 @@ def cli(argv, capsys):
     return run_cli(argv, capsys)
 
 
-SMALL = ["audit", "--device", "cpu", "--data", "demo", "--subset-size", "3", "--n-gen", "2",
-         "--max-tokens", "4", "--target-eps", "1,100", "--delta", "1e-5,1e-6"]
+SMALL = ["audit", "--device", "cpu", "--data", "demo", "--subset-size", "3", "--sequences", "2",
+         "--max-new-tokens", "4", "--target-eps", "1,100", "--delta", "1e-5,1e-6"]
 
 
 def lines(path):
@@ -107,7 +107,7 @@ def test_limit_then_resume_completes_with_same_numbers(tiny_dir, tmp_path, capsy
     (["--target-eps", "1,5,1"], "--target-eps lists a value twice"),
     (["--clip", "0"], "--clip must be a number from 1e-100 to 1e+100"),
     (["--temperature", "-2"], "--temperature must be a number from 1e-100 to 1e+100"),
-    (["--min-tokens", "9", "--max-tokens", "4"], "--min-tokens must be between 0"),
+    (["--min-new-tokens", "9", "--max-new-tokens", "4"], "--min-new-tokens must be between 0"),
     (["--search", "lambda"], "--search must be one of"),
     (["--orders", "1"], "--orders: every Rényi order must be"),
     (["--label", "Cooking"], "no example has the label 'Cooking'"),
@@ -153,7 +153,7 @@ def test_unreachable_target_message_names_the_floor(tmp_path, capsys):
 def test_default_model_tiny_audit(tmp_path, capsys, default_lm):
     out = tmp_path / "run"
     code, stdout, err = cli(["audit", "--model", "default", "--device", "cpu", "--subset-size",
-                             "2", "--n-gen", "1", "--max-tokens", "2", "--target-eps", "1,100",
+                             "2", "--sequences", "1", "--max-new-tokens", "2", "--target-eps", "1,100",
                              "--output", str(out)], capsys)
     assert code == 0, err
     rows = json.loads((out / "results.json").read_text())["summary"]["rows"]
@@ -167,7 +167,7 @@ def test_default_model_tiny_audit(tmp_path, capsys, default_lm):
 def test_search_clip_and_subset_size(tiny_dir, tmp_path, capsys, search, column, values):
     out = tmp_path / "run"
     code, stdout, err = cli(["audit", "--model", tiny_dir, "--device", "cpu", "--search", search,
-                             "--subset-size", "3", "--n-gen", "2", "--max-tokens", "3",
+                             "--subset-size", "3", "--sequences", "2", "--max-new-tokens", "3",
                              "--target-eps", "5,50", "--output", str(out)], capsys)
     assert code == 0, err
     rows = json.loads((out / "results.json").read_text())["summary"]["rows"]

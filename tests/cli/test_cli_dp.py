@@ -16,8 +16,8 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_calibrate_temperature_json_reproduces_table_4(capsys):
     code, out, _ = run(capsys, "dp", "calibrate", "--target-eps", "1,5,10", "--delta", "1e-5",
-                       "--clip", "10", "--subset-size", "50", "--n-gen", "50",
-                       "--max-tokens", "40", "--json")
+                       "--clip", "10", "--subset-size", "50", "--sequences", "50",
+                       "--max-new-tokens", "40", "--json")
     assert code == 0
     rows = json.loads(out)
     assert [set(r) for r in rows] == [{"target_eps", "temperature", "clip", "subset_size",
@@ -56,7 +56,7 @@ def test_calibrate_custom_orders(capsys):
 
 def test_epsilon_command(capsys):
     code, out, _ = run(capsys, "dp", "epsilon", "--clip", "10", "--subset-size", "50",
-                       "--temperature", "4.8", "--n-gen", "50", "--max-tokens", "40",
+                       "--temperature", "4.8", "--sequences", "50", "--max-new-tokens", "40",
                        "--delta", "1e-5", "--json")
     assert code == 0
     got = json.loads(out)
@@ -80,7 +80,7 @@ def test_epsilon_command(capsys):
     (["dp", "calibrate", "--orders", "2-x"], "--orders"),
     (["dp", "epsilon", "--delta", "1"], "--delta"),
     (["dp", "epsilon", "--temperature", "-2"], "--temperature"),
-    (["dp", "epsilon", "--n-gen", "0"], "--n-gen"),
+    (["dp", "epsilon", "--sequences", "0"], "--sequences"),
 ])
 def test_bad_input_exits_2_without_traceback(capsys, args, message):
     code, _, err = run(capsys, *args)

@@ -23,8 +23,8 @@ from ctxleak.methods import dp_mechanism as mech
     (lambda: dp.epsilon(temperature=1e-300), "temperature"),
     (lambda: dp.epsilon(clip=1e300), "clip"),
     (lambda: dp.epsilon(subset_size=0.5), "subset_size"),
-    (lambda: dp.epsilon(n_gen=10**30), "n_gen"),
-    (lambda: dp.epsilon(max_tokens=2.5), "max_tokens"),
+    (lambda: dp.epsilon(sequences=10**30), "sequences"),
+    (lambda: dp.epsilon(max_new_tokens=2.5), "max_new_tokens"),
 ])
 def test_dp_entry_points_name_the_parameter_and_its_range(call, param):
     with pytest.raises(ConfigError) as info:

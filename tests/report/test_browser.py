@@ -49,7 +49,7 @@ def shots_dir(tmp_path_factory) -> Path:
 
 def _flags() -> dict[str, str]:
     flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
-    return {"fmt": flags["--format"], "instruction": flags["--instruction"],
+    return {"format": flags["--format"], "instruction": flags["--instruction"],
             "exemplar_template": flags["--exemplar-template"],
             "query_template": flags["--query-template"]}
 
@@ -70,7 +70,7 @@ def reports(tmp_path_factory, tiny_dir, gpt2_lm) -> dict[str, Path]:
             "".join(json.dumps({"text": f"{t} {PAYLOAD}", "label": lab}) + "\n"
                     for t, lab in pairs))
     common = dict(seed=3, progress=False)
-    influence = dict(lam=[0.5, 1.0], max_new_tokens=4, ngram=2, stride=1)
+    influence = dict(lambda_=[0.5, 1.0], max_new_tokens=4, ngram=2, stride=1)
     runs = {
         "influence": ctxleak.influence(tiny_dir, str(docs), output=str(root / "influence"),
                                        **influence, **common),
@@ -84,7 +84,7 @@ def reports(tmp_path_factory, tiny_dir, gpt2_lm) -> dict[str, Path]:
                               test_data=str(root / "test.jsonl"), shots=[1, 2], queries=3,
                               calibration="both", output=str(root / "icl"), **_flags(),
                               **common),
-        "audit": ctxleak.audit(tiny_dir, "demo", subset_size=3, n_gen=2, max_tokens=4,
+        "audit": ctxleak.audit(tiny_dir, "demo", subset_size=3, sequences=2, max_new_tokens=4,
                                target_eps=[1, 100], output=str(root / "audit"), **common),
         "susceptibility": ctxleak.susceptibility(tiny_dir, str(root / "rel.json"), contexts=4,
                                                  limit=3, output=str(root / "susc"), **common),

@@ -16,7 +16,7 @@ from ctxleak.registry import REPORTS, RESULTS, Registry, UnknownName
 
 def _flags() -> dict[str, str]:
     flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
-    return {"fmt": flags["--format"], "instruction": flags["--instruction"],
+    return {"format": flags["--format"], "instruction": flags["--instruction"],
             "exemplar_template": flags["--exemplar-template"],
             "query_template": flags["--query-template"]}
 
@@ -36,7 +36,7 @@ def runs(tiny_dir, tmp_path_factory):
             "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in pairs))
     common = dict(seed=5, progress=False)
     return {
-        "influence": ctxleak.influence(tiny_dir, str(docs), lam=[0.5, 1.0], max_new_tokens=4,
+        "influence": ctxleak.influence(tiny_dir, str(docs), lambda_=[0.5, 1.0], max_new_tokens=4,
                                        ngram=2, stride=1, output=str(root / "influence"),
                                        **common),
         "explain": ctxleak.influence_explain(tiny_dir, "the capital of france is paris .",
@@ -46,7 +46,7 @@ def runs(tiny_dir, tmp_path_factory):
                               test_data=str(root / "test.jsonl"), shots=[1, 2], queries=3,
                               calibration="both", output=str(root / "icl"), **_flags(),
                               **common),
-        "audit": ctxleak.audit(tiny_dir, "demo", subset_size=3, n_gen=2, max_tokens=4,
+        "audit": ctxleak.audit(tiny_dir, "demo", subset_size=3, sequences=2, max_new_tokens=4,
                                target_eps=[1, 100], output=str(root / "audit"), **common),
         "susceptibility": ctxleak.susceptibility(tiny_dir, str(root / "rel.json"), contexts=4,
                                                  limit=3, output=str(root / "susc"), **common),

@@ -21,8 +21,8 @@ COMMANDS = {
                         "--shots", "1", "--beam", "2", "--limit", "8"],
     "probe-white-box": lambda d: ["probe", "--data", str(d / "records.jsonl"), "--pii", "phone",
                                   "--mode", "white-box", "--epochs", "2", "--soft-tokens", "2"],
-    "audit": lambda d: ["audit", "--data", "demo", "--subset-size", "3", "--n-gen", "4",
-                        "--max-tokens", "5", "--min-tokens", "2", "--target-eps", "1,100",
+    "audit": lambda d: ["audit", "--data", "demo", "--subset-size", "3", "--sequences", "4",
+                        "--max-new-tokens", "5", "--min-new-tokens", "2", "--target-eps", "1,100",
                         "--delta", "1e-5"],
 }
 

@@ -27,8 +27,8 @@ def test_readme_main_job_byte_identical_one_at_a_time_and_auto(default_lm, tmp_p
 
 METHODS = {
     "icl": lambda lm, **kw: ctxleak.iclinf(lm, "demo", shots=2, queries=4, **kw),
-    "audit": lambda lm, **kw: ctxleak.audit(lm, "demo", subset_size=3, n_gen=4, max_tokens=6,
-                                            min_tokens=2, target_eps=[100.0], **kw),
+    "audit": lambda lm, **kw: ctxleak.audit(lm, "demo", subset_size=3, sequences=4, max_new_tokens=6,
+                                            min_new_tokens=2, target_eps=[100.0], **kw),
     "susceptibility": lambda lm, **kw: ctxleak.susceptibility(lm, "demo", contexts=8,
                                                               entity_contexts=2, limit=4, **kw),
 }

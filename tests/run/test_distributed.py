@@ -117,8 +117,8 @@ COMMANDS = {
                         "--shots", "1", "--beam", "2", "--limit", "6"],
     "probe-white-box": lambda d: ["probe", "--data", str(d / "records.jsonl"), "--pii", "phone",
                                   "--mode", "white-box", "--epochs", "2", "--soft-tokens", "2"],
-    "audit": lambda d: ["audit", "--data", "demo", "--subset-size", "3", "--n-gen", "2",
-                        "--max-tokens", "4", "--target-eps", "1,100", "--delta", "1e-5"],
+    "audit": lambda d: ["audit", "--data", "demo", "--subset-size", "3", "--sequences", "2",
+                        "--max-new-tokens", "4", "--target-eps", "1,100", "--delta", "1e-5"],
 }
 
 

@@ -14,31 +14,62 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Optional
 
 import typer
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from ctxleak import __version__
-from ctxleak.errors import CtxleakError, CtxleakWarning, flag_message
+from ctxleak.errors import CtxleakDeprecationWarning, CtxleakError, CtxleakWarning, flag_message
 
 # Each module defines ``register(app)``; heavy imports stay inside the command functions so that
 # ``ctxleak --help`` is fast.
+# Each adds its commands; ``ctxleak --help`` lists them in COMMAND_ORDER: the one to start
+# with, the other methods, then the helpers (models and data to use, comparing runs, config
+# files, PII files, DP accounting).
 COMMAND_MODULES = [
-    "ctxleak.cli.models_cmd",
-    "ctxleak.cli.run_cmd",
     "ctxleak.cli.influence_cmd",
     "ctxleak.cli.icl_cmd",
-    "ctxleak.cli.audit_cmd",
     "ctxleak.cli.susceptibility_cmd",
     "ctxleak.cli.probe_cmd",
-    "ctxleak.cli.dp_cmd",
-    "ctxleak.cli.pii_cmd",
+    "ctxleak.cli.audit_cmd",
+    "ctxleak.cli.models_cmd",
+    "ctxleak.cli.data_cmd",
     "ctxleak.cli.compare_cmd",
+    "ctxleak.cli.run_cmd",
+    "ctxleak.cli.pii_cmd",
+    "ctxleak.cli.dp_cmd",
 ]
+
+_TOKENS: dict[str, tuple[str, str | None]] = {
+    "--max-tokens": ("--max-new-tokens", None), "--min-tokens": ("--min-new-tokens", None),
+    "--n-gen": ("--sequences", None)}
+#: Flags renamed for one vocabulary across commands, by command: old -> (new, the value the old
+#: switch stands for, or None when it takes the value given). They keep working for one
+#: release, with a warning.
+RENAMED_FLAGS: dict[str, dict[str, tuple[str, str | None]]] = {
+    "audit": _TOKENS,
+    "dp calibrate": _TOKENS,
+    "dp epsilon": _TOKENS,
+    "icl": {"--calibrate": ("--calibration", "on")},
+}
+
+#: The commands in the order ``ctxleak --help`` lists them.
+COMMAND_ORDER = ["influence", "icl", "susceptibility", "probe", "audit", "models", "data",
+                 "compare", "run", "pii", "dp"]
+
+
+class _InOrder(typer.core.TyperGroup):
+    """Commands listed in :data:`COMMAND_ORDER` (others after, by name), not alphabetically."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+        return sorted(self.commands, key=lambda name: (rank.get(name, len(rank)), name))
+
 
 app = typer.Typer(
     name="ctxleak",
+    cls=_InOrder,
     help=(
         "Measure how much a language model's output comes from, and leaks, the context in its "
         "prompt. Every model command writes a run directory (results.json, samples.jsonl, "
@@ -64,6 +95,10 @@ def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
     plain: bool = typer.Option(False, "--plain", help="Print tables as tab-separated values "
                                "(for scripts)."),
+    config: Optional[str] = typer.Option(None, "--config", help="YAML file of flag defaults for "
+                                         "the command (flags on the command line win); also "
+                                         "after the command name.",
+                                         rich_help_panel="Configuration"),
 ) -> None:
     """ctxleak: context influence, ICL privacy loss, susceptibility and PII probing."""
 
@@ -80,6 +115,40 @@ def _register_all() -> None:
 
 
 _register_all()
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(CtxleakDeprecationWarning(f"{old} is deprecated and will be removed in the "
+                                            f"next release; use {new}"), stacklevel=3)
+
+
+def rename_flags(argv: list[str]) -> list[str]:
+    """``argv`` with the old spellings of :data:`RENAMED_FLAGS` for its command replaced by the
+    new ones (``--max-tokens 4`` -> ``--max-new-tokens 4``, ``--calibrate`` ->
+    ``--calibration on``), each with a deprecation warning."""
+    renamed = RENAMED_FLAGS.get(" ".join(command_path(argv)), {})
+    out: list[str] = []
+    for arg in argv:
+        flag, sep, value = arg.partition("=")
+        if flag in renamed:
+            new, implied = renamed[flag]
+            _deprecated(flag, f"{new} {implied}" if implied else new)
+            out.extend([new, implied] if implied else [new + sep + value if sep else new])
+        else:
+            out.append(arg)
+    return out
+
+
+def renamed_key(path: list[str], key: str) -> tuple[str, Any]:
+    """A config file's old flag name (``max-tokens``) as (its new one, the value it implies or
+    None), with a deprecation warning; other keys as they are."""
+    renamed = RENAMED_FLAGS.get(" ".join(path), {})
+    flag = "--" + str(key).lstrip("-").replace("_", "-")
+    if flag not in renamed:
+        return key, None
+    new, implied = renamed[flag]
+    _deprecated(f"'{key}' in the config", f"'{new.lstrip('-')}'")
+    return new.lstrip("-"), implied
 
 
 def _pop_flag(argv: list[str], flag: str) -> bool:
@@ -155,6 +224,9 @@ def nest_defaults(path: list[str], values: dict[str, Any]) -> dict[str, Any]:
             by_flag[opt.lstrip("-").replace("-", "_")] = param.name
     node: dict[str, Any] = {}
     for key, value in values.items():
+        key, implied = renamed_key(path, key)
+        if implied is not None and value in (True, "true", "True"):
+            value = implied
         typed = str(key).lstrip("-").replace("-", "_")
         name = by_flag.get(typed)
         if name is None:
@@ -224,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     plain = _pop_flag(argv, "--plain")
     with warnings.catch_warnings(), _sigterm_as_interrupt(), plain_tables(plain):
         warnings.showwarning = _warning_printer(argv)
+        warnings.simplefilter("always", CtxleakDeprecationWarning)
         _run(argv, debug)
 
 
@@ -235,6 +308,7 @@ def _run(argv: list[str], debug: bool) -> None:
     try:
         default_map = None
         config_path = _pop_value(argv, "--config")
+        argv[:] = rename_flags(argv)
         if config_path is not None:
             values = load_config_file(config_path)
             values.pop("command", None)

@@ -37,20 +37,22 @@ def register(app: typer.Typer) -> None:
         subset_size: int = typer.Option(8, "--subset-size", "-s", help="One-shot prompts per "
                                         "sequence s (paper: 50)."),
         clip: float = typer.Option(10.0, "--clip", help="Logit clip bound c (paper: 10)."),
-        temperature: float = typer.Option(2.0, "--temperature", help="Sampling temperature τ "
-                                          "when --search is clip or subset-size (paper: 2); "
-                                          "the search's start otherwise."),
+        temperature: float = typer.Option(2.0, "--temperature", help="Sampling temperature τ, "
+                                          "one value: fixed when --search is clip or "
+                                          "subset-size (paper: 2), the search's start "
+                                          "otherwise (the calibration sets τ per target ε)."),
         search: str = typer.Option("temperature", "--search", help="Parameter calibrated to each "
                                    "target ε (Tables 4, 5, 6): temperature, clip or subset-size."),
         target_eps: str = typer.Option("1,10,100", "--target-eps", help="Target ε values, "
                                        "comma-separated (paper: 0.5,1,5,10,20,50,100)."),
         delta: str = typer.Option("1e-5", "--delta", help="δ values in (0, 1), comma-separated; "
                                   "one line each in the plot (Fig. 6)."),
-        n_gen: int = typer.Option(4, "--n-gen", help="Sequences per target N_gen (paper: 50)."),
-        max_tokens: int = typer.Option(24, "--max-tokens", help="Max new tokens per sequence "
-                                       "T_max (paper: 40)."),
-        min_tokens: int = typer.Option(0, "--min-tokens", help="EOS is masked before this many "
-                                       "tokens."),
+        sequences: int = typer.Option(4, "--sequences", help="Sequences generated per target "
+                                      "ε, N_gen (paper: 50; was --n-gen)."),
+        max_new_tokens: int = typer.Option(24, "--max-new-tokens", help="Max new tokens per "
+                                           "sequence T_max (paper: 40; was --max-tokens)."),
+        min_new_tokens: int = typer.Option(0, "--min-new-tokens", help="EOS is masked before "
+                                           "this many tokens (was --min-tokens)."),
         orders: str = typer.Option("2-99", "--orders", help="RDP orders, e.g. '2-99' or "
                                    "'1.5,2,4,8-16'."),
         *,
@@ -61,11 +63,11 @@ def register(app: typer.Typer) -> None:
         Each token clips, averages and samples the next-token logits of s one-shot
         prompts (one private example each) at the temperature that meets the
         target ε in theory (Algorithm 3); its data-dependent loss comes from the
-        remove-one neighbours. Paper setting: --subset-size 50 --n-gen 50
-        --max-tokens 40 --target-eps 0.5,1,5,10,20,50,100 --label all
+        remove-one neighbours. Paper setting: --subset-size 50 --sequences 50
+        --max-new-tokens 40 --target-eps 0.5,1,5,10,20,50,100 --label all
 
         --limit N generates only the first N sequences of each target (the
-        accounting still plans for --n-gen); --resume finishes the run.
+        accounting still plans for --sequences); --resume finishes the run.
         """
         from ctxleak.api import run_params
         from ctxleak.cli.output import show
@@ -74,7 +76,7 @@ def register(app: typer.Typer) -> None:
         params = AuditParams(text_field=text_field, label_field=label_field, label=label,
                              template=template, subset_size=subset_size, clip=clip,
                              temperature=temperature, search=search, target_eps=target_eps,
-                             delta=delta, n_gen=n_gen, max_tokens=max_tokens,
-                             min_tokens=min_tokens, orders=orders)
+                             delta=delta, sequences=sequences, max_new_tokens=max_new_tokens,
+                             min_new_tokens=min_new_tokens, orders=orders)
         result = run_params(params, common, data)
         show(result)

@@ -36,8 +36,10 @@ def register(app: typer.Typer) -> None:
         subset_size: int = typer.Option(50, "--subset-size", help="Prompts per batch s (at least 1)."),
         temperature: float = typer.Option(2.0, "--temperature",
                                           help="Sampling temperature τ (1e-100 to 1e100)."),
-        n_gen: int = typer.Option(50, "--n-gen", help="Number of generated sequences N_gen (1 to 1e9)."),
-        max_tokens: int = typer.Option(40, "--max-tokens", help="Max new tokens per sequence (1 to 1e9)."),
+        sequences: int = typer.Option(50, "--sequences", help="Number of generated sequences "
+                                      "N_gen (1 to 1e9; was --n-gen)."),
+        max_new_tokens: int = typer.Option(40, "--max-new-tokens", help="Max new tokens per "
+                                           "sequence T_max (1 to 1e9; was --max-tokens)."),
         search: str = typer.Option("temperature", "--search",
                                    help="Parameter to solve for: temperature, clip or subset-size "
                                         "(the others stay fixed)."),
@@ -48,7 +50,8 @@ def register(app: typer.Typer) -> None:
         from ctxleak.dp import calibrate
 
         results = calibrate(target_eps, delta, clip=clip, subset_size=subset_size,
-                            temperature=temperature, n_gen=n_gen, max_tokens=max_tokens,
+                            temperature=temperature, sequences=sequences,
+                            max_new_tokens=max_new_tokens,
                             search=search, orders=orders)
         if as_json:
             typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
@@ -59,7 +62,7 @@ def register(app: typer.Typer) -> None:
         from ctxleak.report.console import console as make_console
 
         table = Table(title=f"Algorithm 3: {search} for each target ε  (δ={delta:g}, "
-                            f"N_gen={n_gen}, T_max={max_tokens})")
+                            f"N_gen={sequences}, T_max={max_new_tokens})")
         for name in ("target ε", "temperature τ", "clip c", "subset size s", "α*", "ε theoretical"):
             table.add_column(name, justify="right")
         for r in results:
@@ -76,8 +79,10 @@ def register(app: typer.Typer) -> None:
         subset_size: int = typer.Option(50, "--subset-size", help="Prompts per batch s (at least 1)."),
         temperature: float = typer.Option(2.0, "--temperature",
                                           help="Sampling temperature τ (1e-100 to 1e100)."),
-        n_gen: int = typer.Option(50, "--n-gen", help="Number of generated sequences N_gen (1 to 1e9)."),
-        max_tokens: int = typer.Option(40, "--max-tokens", help="Max new tokens per sequence (1 to 1e9)."),
+        sequences: int = typer.Option(50, "--sequences", help="Number of generated sequences "
+                                      "N_gen (1 to 1e9; was --n-gen)."),
+        max_new_tokens: int = typer.Option(40, "--max-new-tokens", help="Max new tokens per "
+                                           "sequence T_max (1 to 1e9; was --max-tokens)."),
         delta: float = typer.Option(1e-5, "--delta", help=_DELTA_HELP),
         orders: str = typer.Option("2-99", "--orders", help=_ORDERS_HELP),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -85,13 +90,13 @@ def register(app: typer.Typer) -> None:
         """Theoretical (ε, δ) of the given parameters and the optimal order α* (Algorithm 2)."""
         from ctxleak.dp import epsilon
 
-        result = epsilon(clip, subset_size, temperature, n_gen, max_tokens, delta, orders)
+        result = epsilon(clip, subset_size, temperature, sequences, max_new_tokens, delta, orders)
         eps, alpha = result["eps"], float(result["alpha"])
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return
         typer.echo(f"ε = {_fmt(eps)}  (δ = {delta:g}) at α* = {_fmt(alpha)}  "
                    f"[c={_fmt(clip)}, s={subset_size}, τ={_fmt(temperature)}, "
-                   f"{n_gen}×{max_tokens} tokens]")
+                   f"{sequences}×{max_new_tokens} tokens]")
 
     app.add_typer(dp_app, name="dp")

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
             100, "--queries", "-q", rich_help_panel=_DATA,
             help="Number of test queries (a seeded sample; all when the test set is smaller). "
                  "The paper uses 500."),
-        fmt: str = typer.Option(
+        format: str = typer.Option(
             "auto", "--format", rich_help_panel=_PROMPT,
             help="Prompt format of paper Table 2: agnews, dbpedia, trec, or custom; auto = the "
                  "dataset's own (demo: agnews), custom for files."),
@@ -68,13 +68,11 @@ def register(app: typer.Typer) -> None:
             "4", "--shots", "-k", rich_help_panel=_METHOD,
             help="Exemplars per prompt; a comma list (1,2,4,8) runs a sweep into one run "
                  "directory."),
-        calibrate: bool = typer.Option(
-            False, "--calibrate", rich_help_panel=_METHOD,
-            help="Apply contextual calibration (App. B) to every prompt, leave-one-out ones "
-                 "included. Same as --calibration on."),
         calibration: Optional[str] = typer.Option(
             None, "--calibration", rich_help_panel=_METHOD,
-            help="off, on or both (report with and without calibration, Fig. 4)."),
+            help="Contextual calibration (App. B) of every prompt, leave-one-out ones "
+                 "included: off (default), on, or both (report with and without, Fig. 4). "
+                 "Was also --calibrate (= on)."),
         calibration_eps: float = typer.Option(
             1e-6, "--calibration-eps", rich_help_panel=_METHOD,
             help="ε of W = diag(1/(p_cf + ε))."),
@@ -105,10 +103,10 @@ def register(app: typer.Typer) -> None:
         from ctxleak.run.runner import say
 
         params = ICLInfParams(test_data=test_data, split=split, text_field=text_field,
-                              label_field=label_field, labels=labels, queries=queries, fmt=fmt,
+                              label_field=label_field, labels=labels, queries=queries, format=format,
                               instruction=instruction, exemplar_template=exemplar_template,
                               query_template=query_template, max_text_tokens=max_text_tokens,
-                              shots=shots, calibrate=calibrate, calibration=calibration,
+                              shots=shots, calibration=calibration,
                               calibration_eps=calibration_eps, output_space=output_space,
                               label_scoring=label_scoring)
         result = run_params(params, common, data)

@@ -10,10 +10,14 @@ from ctxleak.cli.options import CommonOptions, api_options, with_common_options
 
 influence_app = typer.Typer(help="Context influence (paper 000): how much of each response came "
                             "from the context, under Context Influence Decoding (CID).\n\n"
+                            "Without a subcommand it measures a dataset with the options "
+                            "below; 'ctxleak influence explain --help' explains one prompt "
+                            "instead.\n\n"
                             "Example: ctxleak influence --data demo --limit 5 --ngram 8 "
                             "--output runs/demo\n\nAny flag can also come from "
                             "--config FILE.yaml (flags on the command line win).",
-                            no_args_is_help=False, invoke_without_command=True)
+                            no_args_is_help=False, invoke_without_command=True,
+                            subcommand_metavar="[explain [OPTIONS]]")
 
 
 @influence_app.callback()
@@ -30,12 +34,13 @@ def influence(
                                            "{query}'."),
     fields: Optional[str] = typer.Option(None, "--fields", help="Rename file fields, e.g. "
                                          "'article=context,highlights=reference'."),
-    lam: str = typer.Option("1.0", "--lambda", help="Context influence level λ ≥ 0 "
+    lambda_: str = typer.Option("1.0", "--lambda", help="Context influence level λ ≥ 0 "
                             "(0 = no context, 1 = plain decoding, >1 amplifies); a comma list "
                             "sweeps."),
     temperature: str = typer.Option("0.8", "--temperature", help="Sampling temperature > 0; a "
                                     "comma list sweeps."),
-    max_new_tokens: int = typer.Option(50, "--max-new-tokens"),
+    max_new_tokens: int = typer.Option(50, "--max-new-tokens", help="Most new tokens per "
+                                       "response."),
     min_new_tokens: Optional[int] = typer.Option(None, "--min-new-tokens", help="EOS is masked "
                                                  "before this many tokens, in both streams "
                                                  "(default: 10, or --max-new-tokens if smaller)."),
@@ -50,12 +55,21 @@ def influence(
                                                 "ε-DP per token for any n-gram (App. B), so "
                                                 "ε × tokens for a response (basic composition); "
                                                 "λ becomes the upper bound λ_max."),
-    repeat_threshold: float = typer.Option(0.5, "--repeat-threshold"),
-    rouge_threshold: float = typer.Option(0.5, "--rouge-threshold"),
-    bertscore_model: Optional[str] = typer.Option(None, "--bertscore-model"),
-    factkb_model: Optional[str] = typer.Option(None, "--factkb-model"),
-    redact: bool = typer.Option(False, "--redact", help="Mask e-mails and phone numbers in the "
-                                "report and console."),
+    repeat_threshold: float = typer.Option(0.5, "--repeat-threshold", help="Share of a "
+                                           "response's tokens found in the context above which "
+                                           "it counts as repeating the context, in [0, 1]."),
+    rouge_threshold: float = typer.Option(0.5, "--rouge-threshold", help="ROUGE-L against the "
+                                          "reference above which a response counts as close "
+                                          "to it, in [0, 1]."),
+    bertscore_model: Optional[str] = typer.Option(None, "--bertscore-model", help="Model of "
+                                                  "the BERTScore quality column (default: not "
+                                                  "computed)."),
+    factkb_model: Optional[str] = typer.Option(None, "--factkb-model", help="Model of the "
+                                               "FactKB quality column (default: not "
+                                               "computed)."),
+    redact: bool = typer.Option(False, "--redact", help="Mask PII (e-mails, phone numbers, "
+                                "addresses, names) in the report and console, found by the "
+                                "detectors of 'ctxleak pii extract'."),
     control: bool = typer.Option(True, "--control/--no-control", help="Also score each "
                                  "response with another example's context (the next one's): "
                                  "what any context does to the query; each example is "
@@ -77,7 +91,7 @@ def influence(
     from ctxleak.cli.output import show
     from ctxleak.methods.influence.params import InfluenceParams
 
-    params = InfluenceParams(task=task, template=template, fields=fields, lam=lam,
+    params = InfluenceParams(task=task, template=template, fields=fields, lambda_=lambda_,
                              temperature=temperature, max_new_tokens=max_new_tokens,
                              min_new_tokens=min_new_tokens, ngram=ngram, stride=stride,
                              context_sizes=context_sizes, bounded_eps=bounded_eps,
@@ -94,11 +108,17 @@ def explain(
     context: str = typer.Option(..., "--context", help="The context text (or @FILE to read it)."),
     query: str = typer.Option("", "--query", help="The query (empty for summarisation)."),
     task: str = typer.Option("qa", "--task", help="qa, summarization or custom."),
-    template: Optional[str] = typer.Option(None, "--template"),
-    lam: float = typer.Option(1.0, "--lambda"),
-    temperature: float = typer.Option(0.8, "--temperature"),
-    max_new_tokens: int = typer.Option(50, "--max-new-tokens"),
-    min_new_tokens: Optional[int] = typer.Option(None, "--min-new-tokens"),
+    template: Optional[str] = typer.Option(None, "--template", help="Prompt template with "
+                                           "{context} and {query}."),
+    lambda_: float = typer.Option(1.0, "--lambda", help="Context influence level λ ≥ 0 (one "
+                                  "value here)."),
+    temperature: float = typer.Option(0.8, "--temperature", help="Sampling temperature > 0 "
+                                      "(one value here)."),
+    max_new_tokens: int = typer.Option(50, "--max-new-tokens", help="Most new tokens of the "
+                                       "response."),
+    min_new_tokens: Optional[int] = typer.Option(None, "--min-new-tokens", help="EOS is "
+                                                 "masked before this many tokens (default: 10, "
+                                                 "or --max-new-tokens if smaller)."),
     ngram: int = typer.Option(4, "--ngram", help="Window size of the top n-grams listed."),
     top: int = typer.Option(5, "--top", help="How many top n-grams to list."),
     *,
@@ -110,7 +130,7 @@ def explain(
     from ctxleak.cli.output import show
 
     result = influence_explain(common.model, context, query, **api_options(common), task=task,
-                               template=template, lam=lam, temperature=temperature,
+                               template=template, lambda_=lambda_, temperature=temperature,
                                max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                                ngram=ngram, top=top)
     show(result)

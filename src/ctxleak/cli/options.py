@@ -21,6 +21,12 @@ def api_options(common: RunOptions) -> dict[str, Any]:
     return {k: v for k, v in common.to_dict().items() if k != "model"}
 
 
+#: How count flags are named, said in --limit's help.
+COUNT_RULE = ("Counts are named by what they count: --limit N is how many items of the data "
+              "run; --queries, --subjects and --sequences set how many a command draws or makes, "
+              "--contexts and --shots how many go with each item, --max-new-tokens how many "
+              "tokens each generation may add.")
+
 _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
     ("model", str, typer.Option(
         "default", "--model", "-m", help="'default' (SmolLM2-135M-Instruct), 'gemma-270m', a "
@@ -55,6 +61,15 @@ _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
         None, "--tokenizer", help="The served model's tokenizer: a Hugging Face id or folder "
         "(default: --model's own); checked against the server's before the run.",
         rich_help_panel="Model")),
+    ("revision", Optional[str], typer.Option(None, "--revision", help="Hub model revision: a "
+                                             "branch, tag or commit hash (default: the main "
+                                             "branch; the commit used is recorded in "
+                                             "results.json).", rich_help_panel="Model")),
+    ("model_args", Optional[str], typer.Option(None, "--model-args", help="More arguments of "
+                                               "transformers' from_pretrained, "
+                                               "'key=value,key2=value2', e.g. "
+                                               "'attn_implementation=eager' (recorded in "
+                                               "results.json).", rich_help_panel="Model")),
     ("batch_size", str, typer.Option("auto", "--batch-size", help="Examples measured together: "
                                      "auto (as many as fit a token budget, halving on "
                                      "out-of-memory) or a number N. Same seed, same samples "
@@ -67,7 +82,9 @@ _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
         "torchrun sharding (generation is still batched across examples). Off: scoring passes "
         "mix examples (N rows each under --batch-size N; faster on GPUs) and floats move by "
         "about 1e-5 between batch sizes; tokens stay the same.", rich_help_panel="Run")),
-    ("limit", Optional[int], typer.Option(None, "--limit", help="Use only the first N examples.",
+    ("limit", Optional[int], typer.Option(None, "--limit", help="Run only the first N items of "
+                                          "the data (examples, queries, relations, subjects "
+                                          "or sequences per target). " + COUNT_RULE,
                                           rich_help_panel="Run")),
     ("seed", int, typer.Option(0, "--seed", help="Run seed; each example's sampling seed is "
                                "derived from it and the example's index.", rich_help_panel="Run")),
@@ -77,8 +94,11 @@ _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
     ("resume", bool, typer.Option(False, "--resume", help="Continue the run in --output, "
                                   "skipping finished examples; refuses a changed config.",
                                   rich_help_panel="Run")),
+    ("config", Optional[str], typer.Option(None, "--config", help="YAML file of flag defaults "
+                                           "(max-new-tokens: 20, ...); flags on the command "
+                                           "line win.", rich_help_panel="Run")),
 ]
-COMMON_NAMES = [name for name, _, _ in _COMMON]
+COMMON_NAMES = [name for name, _, _ in _COMMON if name != "config"]
 
 
 def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -91,11 +111,11 @@ def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from ctxleak.run.options import check_server_url
-        from ctxleak.run.validate import check_common
 
+        kwargs.pop("config", None)  # read by ctxleak.cli.app.main before the command runs
         common = CommonOptions(**{name: kwargs.pop(name) for name in COMMON_NAMES})
-        # checked before the command does anything, the model load included (SPEC §9)
-        check_common(limit=common.limit, batch_size=common.batch_size, threads=common.threads)
+        # checked before the command does anything, the model load included
+        common.check()
         check_server_url(common.server_url)
         return func(*args, common=common, **kwargs)
 

@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
         """Run a config file: its 'command' key names the command, every other key is a flag.
         Extra flags after the file override the file."""
         from ctxleak.cli.app import app as root
-        from ctxleak.cli.app import nest_defaults
+        from ctxleak.cli.app import nest_defaults, rename_flags
         from ctxleak.cli.config import load_config_file
         from ctxleak.errors import ConfigError
 
@@ -24,5 +24,5 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"{config}: the config needs a 'command' key, e.g. "
                               "'command: influence'")
         path = str(command).split()
-        root(args=path + list(ctx.args), prog_name="ctxleak",
+        root(args=rename_flags(path + list(ctx.args)), prog_name="ctxleak",
              default_map=nest_defaults(path, values), standalone_mode=False)

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ctxleak.engine.models import LM
+from ctxleak.engine.progress import count_tokens
 
 # Added to logits that must never be chosen (EOS before min_new_tokens). Finite, so that linear
 # mixtures of logits with negative weights (CID with lambda > 1) never produce inf - inf = NaN.
@@ -58,6 +59,9 @@ def hidden_states(lm: LM, input_ids: torch.Tensor | None = None,
                   use_cache: bool = False, inputs_embeds: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, Any]:
     """Last hidden states of the base model (no LM head) and the updated KV cache."""
+    shaped = input_ids if input_ids is not None else inputs_embeds
+    if shaped is not None:  # the positions computed, for the run's progress bar
+        count_tokens(int(shaped.shape[0]) * int(shaped.shape[1]))
     out = lm.model.base_model(input_ids=input_ids, inputs_embeds=inputs_embeds,
                               attention_mask=attention_mask, position_ids=position_ids,
                               past_key_values=cache, use_cache=use_cache)

@@ -38,6 +38,7 @@ from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, lef
 from ctxleak.engine.kvroom import give_room
 from ctxleak.engine.models import LM
 from ctxleak.engine.prefill import prefill, sliding_window
+from ctxleak.engine.progress import count_tokens
 from ctxleak.engine.scoring import continuation_logits
 from ctxleak.engine.served import ServedLM
 
@@ -343,6 +344,7 @@ def beam_generate(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], *, max_ne
         with torch.inference_mode():
             generated = lm.model.generate(input_ids=ids, attention_mask=mask,
                                           generation_config=config)
+        count_tokens(int(generated.shape[0]) * int(generated.shape[1]))  # for the progress bar
         for row, i in enumerate(chunk):
             new = [int(t) for t in generated[row, ids.shape[1]:].tolist()]
             for k, tok in enumerate(new):

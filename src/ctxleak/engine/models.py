@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +27,8 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ctxleak.engine.batching import BatchPolicy
+from ctxleak.engine.loading import hub_endpoint, hub_reachable, quiet_loading, unreachable_error
+from ctxleak.engine.model_args import parse_model_args
 from ctxleak.engine.model_files import check_model_dir, fingerprint, safetensors_header
 from ctxleak.errors import ConfigError
 from ctxleak.registry import API
@@ -126,6 +128,7 @@ class ModelInfo:
     device: str = "cpu"
     chat_template: bool = False
     files_sha256: dict[str, str] | None = None  # model_fingerprint: file name -> SHA-256
+    model_args: dict[str, Any] | None = None  # extra from_pretrained keywords (--model-args)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -143,6 +146,17 @@ class LM:
     eos_ids: list[int] = field(default_factory=list)
     # how engine calls batch (ctxleak.engine.batching.using hands a run's policy to the model)
     batching: BatchPolicy = field(default_factory=BatchPolicy, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        """``LM(name='default', device='cpu', dtype='float32', params=135M)``, not the module
+        tree."""
+        try:
+            n = sum(int(p.numel()) for p in self.model.parameters())
+            params = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else str(n)
+        except (AttributeError, TypeError):
+            params = "?"
+        return (f"LM(name={self.info.name!r}, device={self.info.device!r}, "
+                f"dtype={self.info.dtype!r}, params={params})")
 
     @property
     def device(self) -> torch.device:
@@ -383,7 +397,8 @@ def model_fingerprint(name_or_path: str) -> dict[str, str] | None:
 
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
                chat_template: str = "auto", trust_remote_code: bool = False,
-               revision: str | None = None, device_map: str | None = None, *,
+               revision: str | None = None, device_map: str | None = None,
+               model_args: str | Mapping[str, Any] | None = None, *,
                server_url: str | None = None, served_model: str | None = None,
                tokenizer: str | None = None) -> Any:
     """Load a causal LM and its tokenizer (SPEC §2).
@@ -398,7 +413,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     ``.gguf`` file. ``chat_template``: ``auto`` (use the tokenizer's chat template when it has
     one), ``on`` or ``off``. ``trust_remote_code`` stays off unless asked for (SPEC §9).
     ``device_map`` (e.g. ``auto``) spreads a large model over the available GPUs with
-    accelerate instead of placing it on ``device``. A model that cannot be loaded (a device
+    accelerate instead of placing it on ``device``. ``revision``: a Hub branch, tag or commit.
+    ``model_args``: more ``from_pretrained`` keywords, ``"k=v,k2=v2"`` or a mapping (recorded
+    in the provenance). A model that cannot be loaded (a device
     this torch lacks, a broken folder or file, a Hub id not cached while offline) is a
     ConfigError of one line naming it.
     """
@@ -408,6 +425,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     if chat_template not in ("auto", "on", "off"):
         raise ConfigError(f"unknown chat_template '{chat_template}': use auto, on or off",
                           param="chat_template")
+    extra = parse_model_args(model_args)
     display, source, path, _ = _resolve_source(name_or_path)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
@@ -426,7 +444,10 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if source == "hub" and revision:
         kwargs["revision"] = revision
-    tokenizer, model = _from_pretrained(name_or_path, load_from, kwargs, torch_dtype, device_map)
+    if source == "hub" and not _hub_offline() and _cached_only(name_or_path, revision):
+        kwargs["local_files_only"] = True  # the Hub is unreachable: no minute of retries
+    tokenizer, model = _from_pretrained(name_or_path, load_from, kwargs, torch_dtype, device_map,
+                                        extra)
     if not device_map:
         _place(model, dev, torch_dtype)
     else:
@@ -443,7 +464,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     info = ModelInfo(name=display, source=source, path=load_from, revision=rev,
                      file_sha256=file_sha, dtype=str(torch_dtype).replace("torch.", ""),
                      device=dev, chat_template=use_template,
-                     files_sha256=model_fingerprint(name_or_path))
+                     files_sha256=model_fingerprint(name_or_path), model_args=extra or None)
     return LM(model=model, tokenizer=tokenizer, info=info, use_chat_template=use_template,
               bos_ids=bos_convention(tokenizer), eos_ids=eos_ids(tokenizer, model))
 
@@ -507,17 +528,42 @@ def _check_hub_offline(model_id: str, revision: str | None) -> None:
                           "once with network, or give a local model folder")
 
 
+def _cached_only(model_id: str, revision: str | None) -> bool:
+    """Online: whether the Hub is unreachable, so a cached ``model_id`` must load from the cache
+    alone; not cached, that is a ConfigError at once (:mod:`ctxleak.engine.loading`)."""
+    endpoint = hub_endpoint()
+    if hub_reachable(endpoint):
+        return False
+    try:
+        cached = try_to_load_from_cache(model_id, "config.json", revision=revision)
+    except ValueError:  # not a valid repo id
+        cached = None
+    if not isinstance(cached, str):
+        raise unreachable_error(model_id, endpoint)
+    return True
+
+
 def _from_pretrained(name_or_path: str, load_from: str, kwargs: dict[str, Any], torch_dtype: torch.dtype,
-                     device_map: str | None) -> tuple[Any, Any]:
-    """transformers' tokenizer and model from ``load_from``; its many failure types (a
-    corrupt file, an unknown architecture, a missing tokenizer, no network) become one line."""
-    model_kwargs = dict(kwargs, **({"device_map": device_map} if device_map else {}))
+                     device_map: str | None, extra: dict[str, Any] | None = None
+                     ) -> tuple[Any, Any]:
+    """transformers' tokenizer and model from ``load_from`` (``extra``: more keywords of the
+    model's ``from_pretrained``), without its progress bars; its many failure types (a corrupt
+    file, an unknown architecture, a missing tokenizer, no network, an unknown ``extra``
+    keyword) become one line."""
+    model_kwargs = dict(kwargs, **({"device_map": device_map} if device_map else {}),
+                        **(extra or {}))
     part = "tokenizer"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(load_from, **kwargs)
-        part = "weights"
-        model = AutoModelForCausalLM.from_pretrained(load_from, dtype=torch_dtype,
-                                                     **model_kwargs)
+        with quiet_loading():
+            tokenizer = AutoTokenizer.from_pretrained(load_from, **kwargs)
+            part = "weights"
+            model = AutoModelForCausalLM.from_pretrained(load_from, dtype=torch_dtype,
+                                                         **model_kwargs)
+    except TypeError as exc:  # an unknown --model-args keyword reaches the model's __init__
+        if not extra:
+            raise
+        raise ConfigError(f"could not load model '{name_or_path}' with model_args "
+                          f"{extra}: {_one_line(exc)}", param="model_args") from None
     except (OSError, ValueError, KeyError, ImportError, RuntimeError, SafetensorError) as exc:
         raise ConfigError(f"could not load the {part} of model '{name_or_path}': "
                           f"{_one_line(exc)}") from None

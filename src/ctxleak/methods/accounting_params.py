@@ -73,10 +73,11 @@ def parse_orders(value: Any) -> list[float]:
 
 
 def check_params(delta: float, clip: float, subset_size: float, temperature: float,
-                 n_gen: int, max_tokens: int) -> None:
+                 n_gen: int, max_tokens: int,
+                 count_names: tuple[str, str] = ("n_gen", "max_tokens")) -> None:
     """The mechanism's parameters in their meaningful ranges (δ in (0, 1), c and τ in
     ``PARAM_RANGE``, s from 1 to its top, N_gen and T_max whole numbers from 1 to ``COUNT_MAX``);
-    errors name the parameter and its range."""
+    errors name the parameter (N_gen and T_max under ``count_names``) and its range."""
     if not 0 < delta < 1:
         raise ConfigError(f"delta must be in (0, 1), got {delta:g}", param="delta")
     low, high = PARAM_RANGE
@@ -85,7 +86,7 @@ def check_params(delta: float, clip: float, subset_size: float, temperature: flo
         if not lowest <= value <= high:
             raise ConfigError(f"{name} must be a number from {lowest:g} to {high:g}, got "
                               f"{value:g}", param=name)
-    for name, count in (("n_gen", n_gen), ("max_tokens", max_tokens)):
+    for name, count in zip(count_names, (n_gen, max_tokens)):
         if not (1 <= count <= COUNT_MAX and float(count).is_integer()):
             raise ConfigError(f"{name} must be a whole number from 1 to {COUNT_MAX:.0e}, got "
                               f"{count:g}", param=name)

@@ -9,6 +9,7 @@ from typing import Any
 from ctxleak.methods.audit.pipeline import SEARCH_COLUMNS, AuditConfig
 from ctxleak.report import Report
 from ctxleak.report.console import console as make_console
+from ctxleak.report.console import print_closing
 from ctxleak.report.plots import line_plot
 
 
@@ -140,7 +141,8 @@ def print_audit(rows: Sequence[dict[str, Any]], search: str, path: Any, seconds:
                   "per-token RDP at c/(sτ) (reported, not clamped); 'ε(0 loss)': ε_empirical "
                   "if no loss were measured (the conversion term alone).")
     if not all(r["complete"] for r in rows):
-        console.print("incomplete: fewer sequences than --n-gen (--limit); rerun with --resume "
+        console.print("incomplete: fewer sequences than --sequences (--limit); rerun with --resume "
                       "to finish")
-    console.print(f"results: {path / 'results.json'}   report: {path / 'report.html'}   "
-                  f"texts: {path / 'synthetic.jsonl'}   ({seconds:.1f} s)")
+    console.print(f"synthetic texts: {path / 'synthetic.jsonl'}   ({seconds:.1f} s)",
+                  markup=False, highlight=False)
+    print_closing(path, plain)

@@ -1,9 +1,11 @@
 """Console tables (rich): what the CLI and ``Result.show()`` print.
 
-On a terminal, tables fit its width. When stdout is not a terminal (a pipe, a file, CI) rich
-would assume 80 columns and cut headers ("influ…"); :func:`console` then gives a console wide
-enough that every table prints at its full width. With ``plain=True`` (``ctxleak --plain``)
-tables print as tab-separated values instead: a header line, one line per row.
+On a terminal, tables fit its width. When stdout is not a terminal (a pipe, a file, CI, a
+Jupyter cell) rich would assume 80 columns and cut headers ("influ…"); :func:`console` then
+gives a console wide enough that every table prints at its full width, without box drawing,
+colours or any other ANSI code (so ``ctxleak models | cat`` and a notebook's ``text/plain`` are
+plain text). With ``plain=True`` (``ctxleak --plain``) tables print as tab-separated values
+instead: a header line, one line per row.
 """
 
 from __future__ import annotations
@@ -47,8 +49,10 @@ class _Console:
         from rich.console import Console
 
         self.plain = plain
-        if not sys.stdout.isatty() and "width" not in kwargs:
-            kwargs["width"] = WIDE
+        self.terminal = sys.stdout.isatty()
+        if not self.terminal:
+            kwargs.setdefault("width", WIDE)
+            kwargs.update(color_system=None, force_terminal=False, force_jupyter=False)
         self._console = Console(**kwargs)
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
@@ -56,6 +60,16 @@ class _Console:
 
         if self.plain and len(objects) == 1 and isinstance(objects[0], Table):
             sys.stdout.write(table_tsv(objects[0]) + "\n")
+            sys.stdout.flush()
+            return
+        if not self.terminal and any(isinstance(t, Table) for t in objects):
+            for table in objects:  # columns apart by spaces, no box drawing
+                if isinstance(table, Table):
+                    table.box, table.show_edge, table.pad_edge = None, False, False
+            with self._console.capture() as captured:
+                self._console.print(*objects, **kwargs)
+            lines = [line.rstrip() for line in captured.get().splitlines()]
+            sys.stdout.write("".join(line.strip() and line + "\n" or "\n" for line in lines))
             sys.stdout.flush()
             return
         self._console.print(*objects, **kwargs)
@@ -96,3 +110,17 @@ def print_verdict(verdict: Mapping[str, Any] | None, *, plain: bool = False) -> 
               soft_wrap=True)
     if verdict.get("rule"):
         out.print(f"Rule: {verdict['rule']}", markup=False, highlight=False, soft_wrap=True)
+
+
+def closing_line(path: Any) -> str:
+    """The last line every command prints: where the results and the report are, and what to
+    open next (the same words for every method)."""
+    if path is None:
+        return "not saved (no run folder); result.save(DIR) writes results.json and report.html"
+    return (f"results: {path}/results.json   report: {path}/report.html   "
+            f"next: open the report in a browser, or ctxleak.load_result(\"{path}\") in Python")
+
+
+def print_closing(path: Any, plain: bool = False) -> None:
+    """Print :func:`closing_line` (no markup: paths may hold brackets)."""
+    console(plain).print(closing_line(path), markup=False, highlight=False, soft_wrap=True)

@@ -5,8 +5,10 @@ through :func:`html.escape` (``quote=True``) before it is placed in the page. Th
 CSS only, images as ``data:`` URIs, no scripts and no external resources, and a Content Security
 Policy that forbids all of them as a second line of defence.
 
-:func:`redact_text` masks e-mail addresses and phone-number-like strings (and given character
-spans) for commands run with ``--redact``; ``Report(..., redact=True)`` applies it to all text.
+:func:`redact_text` masks PII for commands run with ``--redact``, found by the detectors of PII
+extraction (:func:`ctxleak.methods.pii.extract.redaction_spans`: e-mails, phone numbers,
+addresses, names), and given character spans; ``Report(..., redact=True)`` applies it to all
+text.
 """
 
 from __future__ import annotations
@@ -31,39 +33,16 @@ MISSING = "\u2014"  # em dash, shown for None
 
 # --------------------------------------------------------------------------- redaction
 
-EMAIL_RE = re.compile(
-    r"(?<![\w.+-])[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
-    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,}(?![\w-])"
-)
-
-_SEP = r"[ \t.\-\u2013]?"  # one optional separator: space, dot, hyphen, en dash
-PHONE_RE = re.compile(
-    r"(?<![\w+])(?:"
-    # North American style: (555) 010-1234, 555-010-1234, +1 555.010.1234, 5550101234
-    rf"(?:\+?1{_SEP})?(?:\(\d{{3}}\)|\d{{3}}){_SEP}\d{{3}}{_SEP}\d{{4}}"
-    # international with a leading +: +44 20 7946 0958, +49 (0)30 1234567
-    rf"|\+\d{{1,3}}(?:{_SEP}(?:\(\d{{1,4}}\)|\d{{1,5}})){{2,6}}"
-    # other grouped numbers with an area code in brackets: (020) 7946 0958
-    rf"|\(\d{{2,5}}\){_SEP}\d{{3,4}}{_SEP}\d{{3,5}}"
-    r")(?!\w)"
-)
-
-_DATE_RE = re.compile(r"\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./]\d{2,4}")
-
-
-def _phone_ok(match: str) -> bool:
-    digits = sum(c.isdigit() for c in match)
-    return 7 <= digits <= 15 and not _DATE_RE.fullmatch(match.strip())
-
-
-def _pattern_spans(text: str, patterns: bool | Iterable[str | re.Pattern[str]]) -> list[tuple[int, int]]:
+def _pattern_spans(text: str, patterns: bool | Iterable[str | re.Pattern[str]],
+                   names: Iterable[str] = ()) -> list[tuple[int, int]]:
     if patterns is False or patterns is None:
         return []
     spans: list[tuple[int, int]] = []
     if patterns is True:
-        spans += [m.span() for m in EMAIL_RE.finditer(text)]
-        spans += [m.span() for m in PHONE_RE.finditer(text) if _phone_ok(m.group())]
-        return spans
+        # lazy: phonenumbers and pyap load only when something is redacted
+        from ctxleak.methods.pii.extract import redaction_spans as pii_spans
+
+        return [(s.start, s.end) for s in pii_spans(text, names)]
     for p in patterns:
         rx = re.compile(p) if isinstance(p, str) else p
         spans += [m.span() for m in rx.finditer(text) if m.end() > m.start()]
@@ -71,9 +50,10 @@ def _pattern_spans(text: str, patterns: bool | Iterable[str | re.Pattern[str]]) 
 
 
 def redaction_spans(text: str, spans: Sequence[tuple[int, int]] | None = None,
-                    patterns: bool | Iterable[str | re.Pattern[str]] = True) -> list[tuple[int, int]]:
+                    patterns: bool | Iterable[str | re.Pattern[str]] = True,
+                    names: Iterable[str] = ()) -> list[tuple[int, int]]:
     """The sorted, merged ``[start, end)`` character spans that :func:`redact_text` would mask."""
-    found = list(_pattern_spans(text, patterns))
+    found = list(_pattern_spans(text, patterns, names))
     for span in spans or ():
         start, end = int(span[0]), int(span[1])
         if not 0 <= start <= end <= len(text):
@@ -90,17 +70,19 @@ def redaction_spans(text: str, spans: Sequence[tuple[int, int]] | None = None,
 
 
 def redact_text(text: str, spans: Sequence[tuple[int, int]] | None = None,
-                patterns: bool | Iterable[str | re.Pattern[str]] = True) -> str:
+                patterns: bool | Iterable[str | re.Pattern[str]] = True,
+                names: Iterable[str] = ()) -> str:
     """Replace PII in ``text`` by ``[REDACTED]``.
 
     ``spans`` are extra ``(start, end)`` character offsets into ``text`` to mask (e.g. the known
-    PII of a probing record). ``patterns=True`` also masks e-mail addresses and phone-number-like
-    strings found by regex (dates such as ``2024-05-01`` are left alone); ``False`` masks only the
-    spans; an iterable of regexes masks their matches instead of the built-in ones. Overlapping or
-    touching regions become a single ``[REDACTED]``.
+    PII of a probing record). ``patterns=True`` also masks what PII extraction's detectors find:
+    e-mail addresses, phone numbers (validated or phone-shaped), postal addresses, and names
+    (cued, matching an e-mail, or among ``names``); dates such as ``2024-05-01`` are left alone.
+    ``False`` masks only the spans; an iterable of regexes masks their matches instead of the
+    detectors'. Overlapping or touching regions become a single ``[REDACTED]``.
     """
     out, pos = [], 0
-    for start, end in redaction_spans(text, spans, patterns):
+    for start, end in redaction_spans(text, spans, patterns, names):
         out += [text[pos:start], REDACTED]
         pos = end
     out.append(text[pos:])
@@ -180,11 +162,14 @@ class Report:
     """A self-contained HTML report built block by block; every text argument is escaped.
 
     With ``redact=True`` all text (title, headings, cells, captions, tokens, details) also goes
-    through :func:`redact_text` first, for commands run with ``--redact``.
+    through :func:`redact_text` first, for commands run with ``--redact``; ``names``: person
+    names known beforehand (e.g. found in a run's contexts), masked wherever they appear.
     """
 
-    def __init__(self, title: str, subtitle: str = "", *, redact: bool = False) -> None:
+    def __init__(self, title: str, subtitle: str = "", *, redact: bool = False,
+                 names: Iterable[str] = ()) -> None:
         self.redact = redact
+        self.names = tuple(names)
         self.title = self._clean(title)
         self.subtitle = self._clean(subtitle)
         self._blocks: list[str] = []
@@ -202,7 +187,7 @@ class Report:
 
     def _clean(self, text: Any) -> str:
         s = str(text)
-        return redact_text(s) if self.redact else s
+        return redact_text(s, names=self.names) if self.redact else s
 
     def _cell(self, value: Any) -> tuple[str, bool]:
         is_num = isinstance(value, numbers.Number) and not isinstance(value, bool)
@@ -307,7 +292,7 @@ class Report:
         scale = float(vmax) if vmax is not None else (max(finite) if finite else 0.0)
         if not math.isfinite(scale) or scale <= 0:
             scale = 1.0
-        shown = self._redact_tokens(tokens) if self.redact else tokens
+        shown = self._redact_tokens(tokens, self.names) if self.redact else tokens
         spans = []
         for tok, v in zip(shown, vals):
             alpha = min(abs(v) / scale, 1.0) if math.isfinite(v) else 0.0
@@ -337,11 +322,11 @@ class Report:
             f'<div class="tokens">{resp}</div>{_legend(r_scale, unit)}</div></div></section>')
 
     @staticmethod
-    def _redact_tokens(tokens: list[str]) -> list[str]:
+    def _redact_tokens(tokens: list[str], names: Iterable[str] = ()) -> list[str]:
         """Mask tokens that overlap PII in the joined text: the first token of each masked region
         shows ``[REDACTED]``, the rest of the region is emptied (token count is kept)."""
         joined = "".join(tokens)
-        regions = redaction_spans(joined)
+        regions = redaction_spans(joined, names=names)
         if not regions:
             return tokens
         out, pos, r = [], 0, 0

@@ -10,7 +10,7 @@ from ctxleak.methods.influence.control import leak_where, user_id
 from ctxleak.methods.influence.units import reading
 from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
-from ctxleak.report.console import print_rows
+from ctxleak.report.console import print_closing, print_rows
 from ctxleak.report.leakmap import add_leak_section, add_record_map, explain_map
 
 EPS_NOTE = (
@@ -138,13 +138,26 @@ def sweep_plots(summaries: Sequence[dict[str, Any]]) -> dict[str, bytes]:
     return out
 
 
+def record_names(records: Sequence[dict[str, Any]]) -> set[str]:
+    """The person names found in the records' texts (their contexts as token strings, their
+    responses): masked everywhere in a ``--redact`` report, also where no cue marks them."""
+    from ctxleak.methods.pii.extract import find_names  # lazy: only when redacting
+
+    names: set[str] = set()
+    for r in records:
+        for text in ("".join(r.get("context_token_strings") or []), r.get("response") or ""):
+            names.update(span.text for span in find_names(str(text)))
+    return names
+
+
 def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
                      images: dict[str, bytes], meta: dict[str, Any], token_strings=None,
                      redact: bool = False, tokens_of: Any = None) -> Report:
     """The HTML report of an influence run: summary table, where the context leaked (ranked
     examples and passages, one leak map per example, when ``tokens_of(i)`` gives record i's
     context and response tokens), plots, examples."""
-    report = Report("ctxleak influence", "Context influence and CID (paper 000)", redact=redact)
+    report = Report("ctxleak influence", "Context influence and CID (paper 000)", redact=redact,
+                    names=record_names(records) if redact else ())
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
     report.add_table(table_rows(summaries))
@@ -339,9 +352,7 @@ def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bo
             listed = "; ".join(f"{p['id']} passage {p['passage']} {p['influence']:.3g} nats"
                                for p in top)
             console.print(f"top passages{_label(summaries, s)}: {listed}", markup=False)
-    if path is not None:
-        console.print(f"results: {path / 'results.json'}   report: {path / 'report.html'}",
-                      markup=False)
+    print_closing(path, plain)
 
 
 def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -> Report:
@@ -386,4 +397,4 @@ def print_explain(summary: dict[str, Any], n: int, path: Any, *, plain: bool = F
         table.add_row(str(row["rank"]), row["tokens"], json.dumps(row["n-gram"]),
                       f"{row['influence']:.4g}")
     console.print(table)
-    console.print(f"report: {path / 'report.html'}")
+    print_closing(path, plain)

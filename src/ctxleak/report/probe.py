@@ -13,7 +13,7 @@ from ctxleak.methods.pii.verdict import HITS_FILE
 from ctxleak.methods.stats import signed_rank_min_n, signed_rank_power_note
 from ctxleak.report import Report, plots, redact_text
 from ctxleak.report.console import console as make_console
-from ctxleak.report.console import format_cell
+from ctxleak.report.console import format_cell, print_closing
 from ctxleak.report.leakmap import probe_maps
 
 
@@ -244,4 +244,4 @@ def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any], *,
                           + f" (association p = {format_cell(v['association_pvalue'])})")
     for key, value in summary["timings_s"].items():
         console.print(f"{key}: {value:.1f}")
-    console.print(f"results: {path}/results.json   report: {path}/report.html")
+    print_closing(path, plain)

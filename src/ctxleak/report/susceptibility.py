@@ -14,7 +14,7 @@ from ctxleak.methods.susceptibility.pipeline import (
 )
 from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
-from ctxleak.report.console import format_cell
+from ctxleak.report.console import format_cell, print_closing
 
 
 def susceptibility_plots(records: Sequence[dict[str, Any]], options: SusceptibilityOptions
@@ -235,4 +235,4 @@ def print_susceptibility(summary: dict[str, Any], reference: str, path: str, *,
     if t.get("speedup_fisher_over_mc"):
         parts.append(f"speedup {t['speedup_fisher_over_mc']:.1f}x")
     console.print("time: " + ", ".join(parts))
-    console.print(f"results: {path}/results.json   report: {path}/report.html")
+    print_closing(path, plain)

@@ -31,7 +31,7 @@ from ctxleak.report import icl as icl_view
 from ctxleak.report import influence as influence_view
 from ctxleak.report import probe as probe_view
 from ctxleak.report import susceptibility as susceptibility_view
-from ctxleak.report.console import console, print_rows, print_verdict
+from ctxleak.report.console import console, print_closing, print_rows, print_verdict
 
 
 class View:
@@ -233,7 +233,7 @@ class ICLView(View):
                    f"{summary['n_queries']} queries (mean ± std over queries)", plain=plain)
         out = console(plain)
         out.print(f"time per query: {summary['time_per_query_s']:.2f} s")
-        out.print(f"run directory: {result.path} (results.json, samples.jsonl, report.html)")
+        print_closing(result.path, plain)
 
     def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
                         ) -> dict[str, bytes]:

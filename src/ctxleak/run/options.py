@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
+from ctxleak.engine.model_args import parse_model_args
 from ctxleak.errors import ConfigError
 from ctxleak.run.params import option
 from ctxleak.run.validate import check_common
@@ -50,6 +51,11 @@ class RunOptions:
     tokenizer: Optional[str] = option(None, "The served model's tokenizer, a Hugging Face id "
                                       "or folder (default: the model's own; checked against "
                                       "the server's).")
+    revision: Optional[str] = option(None, "Hub model revision: a branch, tag or commit hash "
+                                     "(default: the main branch; the commit used is recorded).")
+    model_args: Any = option(None, "More keyword arguments of transformers' from_pretrained, "
+                             "'key=value,key2=value2' or a mapping, e.g. "
+                             "'attn_implementation=eager' (recorded in the provenance).")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,6 +68,7 @@ class RunOptions:
         """Errors name the parameter (the CLI maps it to its flag)."""
         check_common(limit=self.limit, batch_size=self.batch_size, threads=self.threads)
         check_server_url(self.server_url)
+        parse_model_args(self.model_args)
         if not isinstance(self.batch_invariant, bool):
             raise ConfigError(f"batch_invariant must be True or False, not "
                               f"{self.batch_invariant!r}", param="batch_invariant")

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import field, fields
 from typing import Any
 
-from ctxleak.errors import ConfigError
+from ctxleak.errors import ConfigError, CtxleakDeprecationWarning, warn
 
 #: The metadata key holding an option's documentation.
 DOC = "doc"
@@ -49,3 +49,28 @@ def check_keywords(given: Iterable[str], choices: Iterable[str], where: str) -> 
     for name in given:
         if name not in allowed:
             raise unknown_keyword(name, allowed, where)
+
+
+#: A renamed keyword: (its new name, how an old value becomes the new one, or None to keep it).
+Renamed = tuple[str, Any]
+
+
+def rename_keywords(given: dict[str, Any], renamed: dict[str, Renamed],
+                    where: str) -> dict[str, Any]:
+    """``given`` with each old keyword of ``renamed`` moved to its new name, with a
+    :class:`ctxleak.errors.CtxleakDeprecationWarning` naming both (old spellings keep working
+    for one release); old and new given together is an error."""
+    out = dict(given)
+    for old, (new, convert) in renamed.items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        if new in out:
+            raise ConfigError(f"{where} got both '{old}' (deprecated) and '{new}': give only "
+                              f"'{new}'", param=new)
+        warn(f"{where}: '{old}' is deprecated and will be removed in the next release; use "
+             f"'{new}'", category=CtxleakDeprecationWarning)
+        value = convert(value) if convert is not None else value
+        if value is not None:
+            out[new] = value
+    return out

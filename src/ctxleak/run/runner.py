@@ -18,16 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from ctxleak.engine.batching import BatchPolicy, is_out_of_memory, policy_of, using
 from ctxleak.engine.capabilities import SERVED, Backend, check_capabilities
+from ctxleak.engine.progress import counting
 from ctxleak.errors import ConfigError
 from ctxleak.registry import REPORTS, RESULTS
 from ctxleak.run.distributed import barrier, current_world, init_distributed, local_device
 from ctxleak.run.inputs import rows_sha256
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
+from ctxleak.run.progress import RunProgress
 from ctxleak.run.rundir import (
     INPUTS_KEY,
     KEY_FIELD,
@@ -115,7 +116,8 @@ def load_lm(common: RunOptions) -> Any:
     device = local_device(common.device, current_world())
     lm = load_model(common.model, device=device, dtype=common.dtype,
                     chat_template=common.chat_template,
-                    trust_remote_code=common.trust_remote_code, device_map=common.device_map)
+                    trust_remote_code=common.trust_remote_code, device_map=common.device_map,
+                    revision=common.revision, model_args=common.model_args)
     say(f"model {lm.info.name} on {lm.info.device} ({lm.info.dtype}) in {time.time() - t0:.1f}s")
     return lm
 
@@ -175,12 +177,12 @@ def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
         say(f"resuming: {len(mine) - len(todo)} of {len(mine)} examples already done")
     label = method.desc if not world.distributed else \
         f"{method.desc} [rank {world.rank}/{world.size}]"
-    with tqdm(total=len(todo), desc=label, unit="ex", file=sys.stderr, dynamic_ncols=True,
-              disable=not progress) as bar:
+    with RunProgress(len(todo), label, disable=not progress) as bar, \
+            counting(bar.add_tokens):
 
         def append(item: Any, record: dict[str, Any]) -> None:
             run.append_sample(sample_row(method, item, record))
-            bar.update(1)
+            bar.example_done()
 
         measure_todo(method, lm, todo, policy or policy_of(lm), append)
     if world.distributed:

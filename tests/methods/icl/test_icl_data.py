@@ -152,7 +152,7 @@ def test_split_field_errors(tmp_path):
 def test_builtin_format_with_other_labels_is_refused(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", rows(["x", "y"]))
     test = write_jsonl(tmp_path / "test.jsonl", rows(["x"], 1))
-    with pytest.raises(ConfigError, match="fmt=custom"):
+    with pytest.raises(ConfigError, match="format=custom"):
         load_task(train, test, fmt="agnews")
 
 
@@ -161,7 +161,7 @@ def test_template_checks():
         get_format("custom", exemplar="Q: {text}\n")
     with pytest.raises(ConfigError, match="unknown slot"):
         get_format("custom", query="Q: {text} {label}")
-    with pytest.raises(ConfigError, match="unknown fmt"):
+    with pytest.raises(ConfigError, match="unknown format"):
         get_format("imdb")
     fmt = get_format("custom", exemplar="Q: {text}\\nA: {label}\\n\\n")
     assert fmt.exemplar == "Q: {text}\nA: {label}\n\n"

@@ -34,8 +34,8 @@ def _samples(path) -> list[dict]:
 
 
 @pytest.mark.parametrize("settings", [
-    dict(lam=[0.5, 1.0], ngram=3),  # CID with λ < 1 and plain decoding, n-gram windows
-    dict(lam=1.5, bounded_eps=2.0, ngram=4, stride=2),  # bounded CID: λ_t, ε, sliding windows
+    dict(lambda_=[0.5, 1.0], ngram=3),  # CID with λ < 1 and plain decoding, n-gram windows
+    dict(lambda_=1.5, bounded_eps=2.0, ngram=4, stride=2),  # bounded CID: λ_t, ε, sliding windows
 ], ids=["cid", "bounded"])
 def test_same_samples_for_1_3_and_8_examples_per_batch(llama_lm, tmp_path, settings):
     """Batch invariance (issue 13): samples.jsonl is byte-identical whatever the number of
@@ -47,7 +47,7 @@ def test_same_samples_for_1_3_and_8_examples_per_batch(llama_lm, tmp_path, setti
                           seed=5, output=str(out), progress=False, **settings)
         runs[size] = (out / "samples.jsonl").read_bytes()
     rows = [json.loads(line) for line in runs[1].splitlines()]
-    assert len(rows) == 8 * (2 if isinstance(settings["lam"], list) else 1)
+    assert len(rows) == 8 * (2 if isinstance(settings["lambda_"], list) else 1)
     assert all(r["window_influence"] for r in rows)
     if "bounded_eps" in settings:
         assert all(r["token_eps_ex_post"] and r["composed_eps"] is not None for r in rows)
@@ -62,13 +62,13 @@ def test_without_batch_invariance_tokens_still_match(llama_lm, tmp_path):
     runs = {}
     for size in (1, 8):
         out = tmp_path / f"b{size}"
-        res = ctxleak.influence(llama_lm, _docs(), lam=0.5, max_new_tokens=8, min_new_tokens=2,
+        res = ctxleak.influence(llama_lm, _docs(), lambda_=0.5, max_new_tokens=8, min_new_tokens=2,
                                 ngram=3, batch_size=size, seed=5, output=str(out),
                                 progress=False, batch_invariant=False)
         assert res.config["batch_invariant"] is False
         runs[size] = _samples(out)
     out = tmp_path / "invariant"
-    ctxleak.influence(llama_lm, _docs(), lam=0.5, max_new_tokens=8, min_new_tokens=2, ngram=3,
+    ctxleak.influence(llama_lm, _docs(), lambda_=0.5, max_new_tokens=8, min_new_tokens=2, ngram=3,
                       batch_size=8, seed=5, output=str(out), progress=False)
     invariant = _samples(out)
     for a, b, c in zip(runs[1], runs[8], invariant):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -94,6 +95,11 @@ def plan(config: Any, n_examples: int) -> list[Any]:
     return settings
 
 
+#: AuditParams' keywords -> audit_config's (the paper's N_gen, T_max).
+_CONFIG_NAMES = {"sequences": "n_gen", "max_new_tokens": "max_tokens",
+                 "min_new_tokens": "min_tokens"}
+
+
 @dataclass(frozen=True)
 class AuditParams:
     """The parameters of ``ctxleak audit`` ("On the Privacy Risk of In-context Learning" §5,
@@ -106,9 +112,9 @@ class AuditParams:
     subset_size: int = option(8, "Private examples per sequence (s one-shot prompts).")
     clip: float = option(10.0, "Logit clipping bound c.")
     temperature: float = option(2.0, "Sampling temperature T.")
-    n_gen: int = option(4, "Synthetic sequences per setting.")
-    max_tokens: int = option(24, "Most tokens per synthetic sequence.")
-    min_tokens: int = option(0, "EOS is masked before this many tokens.")
+    sequences: int = option(4, "Synthetic sequences per setting (the paper's N_gen).")
+    max_new_tokens: int = option(24, "Most new tokens per synthetic sequence (T_max).")
+    min_new_tokens: int = option(0, "EOS is masked before this many tokens.")
     search: str = option("temperature", "What the calibration searches to meet the target "
                          "ε: temperature, clip or subset_size.")
     orders: Any = option("2-99", "Rényi orders of the accounting, e.g. 2-99 or 2,4,8.")
@@ -120,9 +126,18 @@ class AuditParams:
 
     def audit(self) -> Any:
         """The checked :class:`ctxleak.methods.audit.AuditConfig`."""
-        own = {f.name: getattr(self, f.name) for f in fields(self)
+        own = {_CONFIG_NAMES.get(f.name, f.name): getattr(self, f.name) for f in fields(self)
                if f.name not in ("text_field", "label_field")}
-        return audit_config(**own)
+        try:
+            return audit_config(**own)
+        except ConfigError as exc:  # named as this face's keywords
+            back = {v: k for k, v in _CONFIG_NAMES.items()}
+            if exc.param not in back:
+                raise
+            message = str(exc)
+            for old, new in back.items():
+                message = re.sub(rf"(?<![\w-]){old}(?![\w-])", new, message)
+            raise ConfigError(message, param=back[exc.param]) from None
 
 
 class AuditMethod(Method):

@@ -301,10 +301,10 @@ def load_task(data: Any = "demo", test_data: Any = None, *, split_field: str = "
         seen = {r.label for r in train_raw}
         if not seen <= set(verbalisers) and not seen <= {str(i) for i in range(len(verbalisers))}:
             extra = sorted(seen - set(verbalisers))[:5]
-            raise ConfigError(f"fmt={prompt_format.name} has the labels "
+            raise ConfigError(f"format={prompt_format.name} has the labels "
                               f"{', '.join(verbalisers)}, but the training data has "
                               f"{', '.join(map(repr, extra))}: give labels=..., or use "
-                              "fmt=custom", param="fmt", also=("labels",))
+                              "format=custom", param="format", also=("labels",))
     else:
         verbalisers = list(dict.fromkeys(r.label for r in train_raw))
         mapping = {}

@@ -50,7 +50,7 @@ class ICLInfMethod(Method):
             return self._loaded[1]
         p = self.params
         task = load_task(data, p.test_data, split_field=p.split, text_field=p.text_field,
-                         label_field=p.label_field, labels=p.labels, fmt=p.fmt,
+                         label_field=p.label_field, labels=p.labels, fmt=p.format,
                          instruction=p.instruction, exemplar_template=p.exemplar_template,
                          query_template=p.query_template)
         self._loaded = (data, task)

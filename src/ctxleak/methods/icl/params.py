@@ -60,14 +60,13 @@ class ICLInfParams:
     labels: str | Sequence[str] | None = option(
         None, "The label set, in order (default: the format's, or the train split's).")
     queries: int = option(100, "How many test queries (drawn by the seed).")
-    fmt: str = option("auto", "Prompt format: auto, agnews, dbpedia, trec or custom.")
+    format: str = option("auto", "Prompt format: auto, agnews, dbpedia, trec or custom.")
     instruction: str | None = option(None, "Instruction before the exemplars (custom format).")
     exemplar_template: str | None = option(None, "Template of one exemplar, with {text} and "
                                            "{label}.")
     query_template: str | None = option(None, "Template of the query, with {text}.")
     max_text_tokens: int = option(256, "Cut each text to this many tokens.")
     shots: int | Sequence[int] | str = option("4", "Exemplars per prompt; a list sweeps.")
-    calibrate: bool = option(False, "Contextual calibration on (same as calibration='on').")
     calibration: str | None = option(None, "off, on or both (report each).")
     calibration_eps: float = option(DEFAULT_CALIBRATION_EPS, "Floor of the content-free "
                                     "probabilities in contextual calibration.")
@@ -86,6 +85,6 @@ class ICLInfParams:
     def icl(self) -> ICLConfig:
         """How A(S, x) is computed and which variants are reported."""
         return ICLConfig(output_spaces=resolve_spaces(self.output_space),
-                         calibration=resolve_calibration(self.calibrate, self.calibration),
+                         calibration=resolve_calibration(False, self.calibration),
                          label_scoring=self.label_scoring, calibration_eps=self.calibration_eps,
                          max_text_tokens=self.max_text_tokens)

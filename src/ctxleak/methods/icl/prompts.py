@@ -115,8 +115,8 @@ def get_format(name: str, *, instruction: str | None = None, exemplar: str | Non
     elif name in FORMATS:
         base = FORMATS[name]
     else:
-        raise ConfigError(f"unknown fmt '{name}': use {', '.join(FORMATS)} or custom",
-                          param="fmt")
+        raise ConfigError(f"unknown format '{name}': use {', '.join(FORMATS)} or custom",
+                          param="format")
     fmt = PromptFormat(
         base.name,
         unescape(instruction) if instruction is not None else base.instruction,

@@ -39,7 +39,7 @@ def parse_ngram(value: Any) -> int | None:
 
 @dataclass(frozen=True)
 class InfluenceParams:
-    """The parameters of ``ctxleak influence``, checked and normalised on construction: ``lam``,
+    """The parameters of ``ctxleak influence``, checked and normalised on construction: ``lambda_``,
     ``temperature`` and ``context_sizes`` become tuples (a number, a list or a comma list are
     accepted; lists sweep), ``ngram`` an integer or None (the whole context), ``min_new_tokens``
     its default 10 (or ``max_new_tokens`` if smaller)."""
@@ -50,7 +50,7 @@ class InfluenceParams:
                                   "'Document: {context}. {query}'.")
     fields: str | Mapping[str, str] | None = option(
         None, "Rename file fields, e.g. 'article=context,highlights=reference' or a mapping.")
-    lam: float | Sequence[float] | str = option(
+    lambda_: float | Sequence[float] | str = option(
         1.0, "Context influence level λ >= 0 (0 = no context, 1 = plain decoding, >1 "
         "amplifies); a list sweeps.")
     temperature: float | Sequence[float] | str = option(
@@ -89,10 +89,10 @@ class InfluenceParams:
         def put(name: str, value: Any) -> None:
             object.__setattr__(self, name, value)
 
-        lams = check_nonempty(float_list(self.lam, "lam"), "lam", "1.0 or 0.5,1,1.5")
+        lams = check_nonempty(float_list(self.lambda_, "lambda_"), "lambda_", "1.0 or 0.5,1,1.5")
         temps = check_nonempty(float_list(self.temperature, "temperature"), "temperature",
                                "0.8")
-        put("lam", tuple(check_unique(lams, "lam")))
+        put("lambda_", tuple(check_unique(lams, "lambda_")))
         put("temperature", tuple(check_unique(temps, "temperature")))
         if self.context_sizes is not None:
             sizes = check_nonempty(int_list(self.context_sizes, "context_sizes"),
@@ -114,7 +114,13 @@ class InfluenceParams:
                               param="control")
         options = self.options()
         for setting in self.grid():  # every setting checked before anything heavy
-            options.cid(setting)
+            try:
+                options.cid(setting)
+            except ConfigError as exc:  # CID's λ is ``lam``; this face's keyword is lambda_
+                if exc.param != "lam":
+                    raise
+                raise ConfigError(str(exc).replace("lam", "lambda_", 1),
+                                  param="lambda_") from None
             if setting.context_tokens is not None and setting.context_tokens < 1:
                 raise ConfigError("context_sizes must be positive integers",
                                   param="context_sizes")
@@ -135,13 +141,13 @@ class InfluenceParams:
 
     def grid(self) -> list[Setting]:
         """Every (λ, T, context size) setting, in the order of the samples."""
-        return settings_grid(list(self.lam), list(self.temperature), self.sizes)  # type: ignore[arg-type]
+        return settings_grid(list(self.lambda_), list(self.temperature), self.sizes)  # type: ignore[arg-type]
 
     def to_config(self) -> dict[str, Any]:
-        """The method's part of ``config.json`` (``lam`` stored as ``lambda``)."""
+        """The method's part of ``config.json`` (``lambda_`` stored as ``lambda``)."""
         options = self.options()
         return {"task": self.task, "template": self.template, "fields": self.fields,
-                "lambda": list(self.lam), "temperature": list(self.temperature),  # type: ignore[arg-type]
+                "lambda": list(self.lambda_), "temperature": list(self.temperature),  # type: ignore[arg-type]
                 "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
                 "factkb_model": self.factkb_model, "redact": self.redact,
                 "passages": self.passages,

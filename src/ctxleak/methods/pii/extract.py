@@ -13,11 +13,18 @@ e-mail over phone over address.
 
 Names come from a structured ``name`` field of the input (an NER extra is out of scope); for
 plain text a labelled line ``Name: First Last`` is accepted.
+
+The same detectors mask PII under ``--redact`` (:func:`redaction_spans`), there tuned for recall:
+phone-shaped numbers count even when phonenumbers does not validate them (the demo data's
+fictional ``(555) 010-4417``), and names are found by :func:`find_names`: the names given (a
+record's ``name``), capitalised words after a cue (``Patient:``, ``Dr``, ``Hi``...), and those
+matching the local part of an e-mail address in the text; then every occurrence of their words.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,12 +47,14 @@ __all__ = [
     "find_addresses",
     "find_emails",
     "find_phones",
+    "find_names",
     "find_pii",
     "name_from_text",
+    "redaction_spans",
 ]
 
 SPAN_TYPES = ("email", "phone", "address")
-_PRIORITY = {"email": 0, "phone": 1, "address": 2}
+_PRIORITY = {"email": 0, "phone": 1, "address": 2, "name": 3}
 _ADDRESS_COUNTRIES = ("US", "CA", "GB")
 
 _LOCAL_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
@@ -68,6 +77,16 @@ _CARD_RE = re.compile(
     r"(?<![\d\-])(?:\d{13,19}"
     r"|\d{4}([ \-])\d{4}\1\d{4}\1\d{4}(?:\1\d{1,3})?"
     r"|\d{4}([ \-])\d{6}\2\d{5})(?!\d)"
+)
+_SEP = r"[ \t.\-\u2013]?"  # one optional separator: space, dot, hyphen, en dash
+#: Phone-shaped numbers, validated or not (redaction): North American 3-3-4 with optional +1,
+#: international with a leading +, and grouped numbers with a bracketed area code.
+PHONE_SHAPE_RE = re.compile(
+    r"(?<![\w+])(?:"
+    rf"(?:\+?1{_SEP})?(?:\(\d{{3}}\)|\d{{3}}){_SEP}\d{{3}}{_SEP}\d{{4}}"
+    rf"|\+\d{{1,3}}(?:{_SEP}(?:\(\d{{1,4}}\)|\d{{1,5}})){{2,6}}"
+    rf"|\(\d{{2,5}}\){_SEP}\d{{3,4}}{_SEP}\d{{3,5}}"
+    r")(?!\w)"
 )
 _NANP_RE = re.compile(
     r"(?<![\w+.\-])(?:\+?1[ .\-]?)?(?:\(\d{3}\)[ ]?|\d{3}[ .\-]?)\d{3}[ .\-]?\d{4}"
@@ -122,8 +141,11 @@ def check_region(region: str) -> str:
     return region
 
 
-def find_phones(text: str, region: str = "US", *, _masked: str | None = None) -> list[Span]:
-    """Phone numbers that :mod:`phonenumbers` finds (default region ``region``) and validates.
+def find_phones(text: str, region: str = "US", *, _masked: str | None = None,
+                valid_only: bool = True) -> list[Span]:
+    """Phone numbers that :mod:`phonenumbers` finds (default region ``region``) and validates;
+    with ``valid_only=False`` (redaction) also phone-shaped numbers it does not validate
+    (:data:`PHONE_SHAPE_RE`, 7 to 15 digits; score 0.5).
 
     Dates and card-like numbers are masked first, so ``05/01/2024`` or ``4111 1111 1111 1111``
     never count and never swallow a phone number next to them.
@@ -147,6 +169,12 @@ def find_phones(text: str, region: str = "US", *, _masked: str | None = None) ->
             continue
         if phonenumbers.is_valid_number(number):
             spans.append(Span("phone", m.start(), m.end(), text[m.start():m.end()], 0.95))
+    if not valid_only:
+        for m in PHONE_SHAPE_RE.finditer(masked):
+            if any(m.start() < s.end and s.start < m.end() for s in spans):
+                continue
+            if 7 <= sum(c.isdigit() for c in m.group(0)) <= 15:
+                spans.append(Span("phone", m.start(), m.end(), text[m.start():m.end()], 0.5))
     return sorted(spans, key=lambda s: s.start)
 
 
@@ -228,11 +256,12 @@ def _deoverlap(spans: Sequence[Span]) -> list[Span]:
 
 
 def find_pii(text: str, region: str = "US", *, address_country: str | None = None,
-             types: Sequence[str] = SPAN_TYPES) -> list[Span]:
+             types: Sequence[str] = SPAN_TYPES, valid_only: bool = True) -> list[Span]:
     """All e-mail, phone and address spans in ``text``, sorted by position, not overlapping.
 
     ``region`` is the default region for phone numbers written without a country code;
-    ``address_country`` (US, CA or GB) defaults to ``region`` when pyap2 supports it, else US.
+    ``address_country`` (US, CA or GB) defaults to ``region`` when pyap2 supports it, else US;
+    ``valid_only=False`` also counts phone-shaped numbers phonenumbers does not validate.
     """
     unknown = set(types) - set(SPAN_TYPES)
     if unknown:
@@ -243,13 +272,70 @@ def find_pii(text: str, region: str = "US", *, address_country: str | None = Non
     noise = _noise_spans(text)
     emails = find_emails(text)
     masked = _mask(text, noise + [(s.start, s.end) for s in emails])
-    phones = find_phones(text, region, _masked=masked) if "phone" in types else []
+    phones = find_phones(text, region, _masked=masked, valid_only=valid_only) \
+        if "phone" in types else []
     spans: list[Span] = list(emails) if "email" in types else []
     spans += phones
     if "address" in types:
         masked_more = _mask(masked, [(s.start, s.end) for s in phones])
         spans += find_addresses(text, address_country, _masked=masked_more)
     return _deoverlap(spans)
+
+
+# A capitalised word of a name: "Ellory-Tan", "Sauvé-Morrow", "O'Neil".
+_NAME_WORD = r"[A-Z\u00c0-\u00de][\w\u00c0-\u024f'\u2019]*(?:-[A-Z\u00c0-\u00de][\w\u00c0-\u024f'\u2019]*)*"
+_NAME_RUN_RE = re.compile(rf"(?<![\w-]){_NAME_WORD}(?:[ ]{_NAME_WORD}){{0,3}}(?![\w-])")
+#: Words after which capitalised words are a person's name.
+_NAME_CUE_RE = re.compile(
+    r"(?:\b(?:full |first |last |patient |member |tenant |contact )?name[ \t]*(?::|is)"
+    r"|\b(?:patient|member|tenant|contact|attn|to|from|signed)[ \t]*[:,]"
+    r"|\b(?:dr|mr|mrs|ms|mx|miss|prof)\.?"
+    r"|\b(?:dear|hi|hello|cheers|regards|thanks|sincerely|faithfully),?"
+    r"|\bmy name(?:,[^,.]{0,60},)? is)[ \t]+",
+    re.IGNORECASE)
+
+
+def _fold(text: str) -> str:
+    """Lower case without accents or hyphens: "Lucía Fenwick-Oduya" -> "lucia fenwickoduya"."""
+    plain = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in plain if not unicodedata.combining(c)).lower().replace("-", "")
+
+
+def find_names(text: str, known: Iterable[str] = ()) -> list[Span]:
+    """Person names in ``text`` (score 0.5; a heuristic, no NER model): the ``known`` names
+    (e.g. a record's ``name``), capitalised words (1 to 4) right after a cue such as
+    ``Patient:``, ``Name:``, ``my name is``, ``Dr``, ``Hi`` or ``Cheers,``, and runs of
+    capitalised words one of which matches a word of an e-mail's local part
+    (``dana.whitlock@...`` -> ``Dana Whitlock``); then every occurrence of each of their
+    words."""
+    names = {n.strip() for n in known if n and n.strip()}
+    for cue in _NAME_CUE_RE.finditer(text):
+        run = _NAME_RUN_RE.match(text, cue.end())
+        if run:
+            names.add(run.group(0))
+    local_words = {w for m in EMAIL_RE.finditer(text)
+                   for w in re.split(r"[._+\-]", _fold(m.group(0).split("@")[0])) if len(w) > 2}
+    if local_words:
+        for run in _NAME_RUN_RE.finditer(text):
+            if any(_fold(w) in local_words for w in run.group(0).split()):
+                names.add(run.group(0))
+    words = {w for n in names for w in n.split() if len(w) > 1}
+    if not words:
+        return []
+    pattern = re.compile(r"(?<![\w-])(?:" + "|".join(
+        re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")(?![\w-])")
+    return [Span("name", m.start(), m.end(), m.group(0), 0.5) for m in pattern.finditer(text)]
+
+
+def redaction_spans(text: str, names: Iterable[str] = (), region: str = "US") -> list[Span]:
+    """What ``--redact`` masks in ``text``: e-mails, phones (validated or phone-shaped) and
+    addresses (:func:`find_pii`) and names (:func:`find_names`, ``names`` known beforehand),
+    not overlapping."""
+    spans = find_pii(text, region, valid_only=False)
+    taken = [(s.start, s.end) for s in spans]
+    spans += [s for s in find_names(text, names)
+              if all(s.end <= a or s.start >= b for a, b in taken)]
+    return sorted(spans, key=lambda s: (s.start, s.end))
 
 
 def clean_address(text: str) -> str:
