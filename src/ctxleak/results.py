@@ -1,4 +1,4 @@
-"""Result objects (SPEC §11): what every method returns, and what :func:`load_result` reads back
+"""Result objects: what every method returns, and what :func:`load_result` reads back
 from any run directory, CLI runs included.
 
 A :class:`Result` holds ``records`` (one dict per sample, as in ``samples.jsonl``), ``summary``
@@ -145,11 +145,12 @@ class Result:
 
 
 class InfluenceResult(Result):
-    """``ctxleak.influence``: per-example CID responses and their context influence
-    (paper 000, Def. 3.1-3.3); ``summary["settings"]`` has one entry per λ/T/context size."""
+    """``ctxleak.influence``: per-example CID responses and their context influence (Def.
+    3.1-3.3 of "Estimating Privacy Leakage of Augmented Contextual Knowledge in Language
+    Models"); ``summary["settings"]`` has one entry per λ/T/context size."""
 
     method = "influence"
-    title = "Expected context influence (paper 000, Def. 3.3)"
+    title = "Expected context influence (Def. 3.3)"
     numeric_fields = (
         "settings.*.lambda", "settings.*.temperature", "settings.*.n",
         "settings.*.mean_context_tokens", "settings.*.repeat_prompts", "settings.*.rouge_prompts",
@@ -160,20 +161,21 @@ class InfluenceResult(Result):
 
 
 class ICLInfResult(Result):
-    """``ctxleak.iclinf``: one record per (shots, query); ICLInf mean ± std (paper 001, Eq. 4)."""
+    """``ctxleak.iclinf``: one record per (shots, query); ICLInf mean ± std (Eq. 4 of
+    "Evaluating Privacy Leakage From In-Context Learning")."""
 
     method = "icl"
-    title = "ICLInf (paper 001, Eq. 4)"
+    title = "ICLInf (Eq. 4)"
     numeric_fields = ("iclinf.*.*.n", "iclinf.*.*.iclinf_mean", "iclinf.*.*.iclinf_std",
                       "iclinf.*.*.accuracy", "iclinf.*.*.mean_loss_by_position.*")
 
 
 class AuditResult(Result):
     """``ctxleak.audit``: one record per synthetic sequence; ε_empirical against the target
-    (paper 001, Tables 4-6)."""
+    (the ICL-leakage paper, Tables 4-6)."""
 
     method = "audit"
-    title = "Privacy audit of DP synthetic text (paper 001 §5)"
+    title = "Privacy audit of DP synthetic text"
     numeric_fields = tuple(f"rows.*.{k}" for k in (
         "delta", "target_eps", "temperature", "clip", "subset_size", "alpha", "eps_theoretical",
         "eps_empirical", "ratio", "sequences", "n_gen", "tokens", "tokens_over_paper_bound",
@@ -181,19 +183,20 @@ class AuditResult(Result):
 
 
 class SusceptibilityResult(Result):
-    """``ctxleak.susceptibility``: one record per query, χ_MC and χ_F (paper 002)."""
+    """``ctxleak.susceptibility``: one record per query, χ_MC and χ_F ("Efficiently Computing
+    Susceptibility to Context in Language Models")."""
 
     method = "susceptibility"
-    title = "Susceptibility to context (paper 002)"
+    title = "Susceptibility to context"
     numeric_fields = ("n_queries", "metrics.*.mean", "means.*.*.*.mean")
 
 
 class ProbeResult(Result):
     """``ctxleak.probe``: one record per probe prompt; per-group exact match, likelihoods and
-    Wilcoxon tests (paper 004, ProPILE)."""
+    Wilcoxon tests (ProPILE: Probing Privacy Leakage in Large Language Models)."""
 
     method = "probe"
-    title = "PII probing (ProPILE, paper 004)"
+    title = "PII probing (ProPILE)"
     numeric_fields = tuple(f"groups.*.{k}" for k in (
         "n_units", "n_prompts", "exact_match_rate", "mean_target_ll", "mean_null_ll",
         "mean_target_ll_norm", "mean_null_ll_norm", "wilcoxon.pvalue", "string_metrics.*",
@@ -202,7 +205,7 @@ class ProbeResult(Result):
 
 class ExplainResult(Result):
     """``ctxleak.influence_explain``: one prompt's response, the uni-gram influence of each
-    context token on its first token (paper 000, Table 1) and the top n-grams."""
+    context token on its first token (the context-influence paper, Table 1) and the top n-grams."""
 
     method = "influence-explain"
     title = "Most influential context n-grams"

@@ -1,4 +1,4 @@
-"""The common flags of every model command (SPEC §1), added to a command by a decorator so each
+"""The common flags of every model command, added to a command by a decorator so each
 command's own signature lists only its own flags."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
         from ctxleak.run.validate import check_common
 
         common = CommonOptions(**{name: kwargs.pop(name) for name in COMMON_NAMES})
-        # checked before the command does anything, the model load included (SPEC §9)
+        # checked before the command does anything, the model load included
         check_common(limit=common.limit, batch_size=common.batch_size, threads=common.threads)
         return func(*args, common=common, **kwargs)
 

@@ -1,5 +1,6 @@
-"""Plots, console table and HTML reports of context influence (paper 000, Tables 1-3, Fig. 2-4,
-8): a dataset run and ``influence explain``."""
+"""Plots, console table and HTML reports of context influence (Estimating Privacy Leakage of
+Augmented Contextual Knowledge in Language Models, Tables 1-3, Fig. 2-4, 8): a dataset run and
+``influence explain``."""
 
 from __future__ import annotations
 
@@ -124,7 +125,8 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     """The HTML report of an influence run: summary table, where the context leaked (ranked
     examples and passages, one leak map per example, when ``tokens_of(i)`` gives record i's
     context and response tokens), plots, examples."""
-    report = Report("ctxleak influence", "Context influence and CID (paper 000)", redact=redact)
+    report = Report("ctxleak influence", "Context influence and CID (Estimating Privacy Leakage "
+                    "of Augmented Contextual Knowledge in Language Models)", redact=redact)
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
     report.add_table(table_rows(summaries))
@@ -158,7 +160,7 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
 
 def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bool = False) -> None:
     """The console table of an influence run and where its files are."""
-    print_rows(table_rows(summaries), title="Expected context influence (paper 000, Def. 3.3)",
+    print_rows(table_rows(summaries), title="Expected context influence (Def. 3.3)",
                plain=plain)
     make_console(plain).print(f"results: {path / 'results.json'}   report: {path / 'report.html'}")
 
@@ -167,7 +169,7 @@ def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -
     """The report of ``influence explain``: the Table 1 heatmap, top n-grams, window curve."""
     n = curve["n"]
     report = Report("ctxleak influence explain", "Uni-gram influence on the next token "
-                    "(paper 000, Table 1)")
+                    "(Table 1)")
 
     report.add_kv({"query": query, "response": summary["response"],
                    "first response token": summary["first_token"],

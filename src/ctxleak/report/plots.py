@@ -1,4 +1,4 @@
-"""Plots for run reports, returned as PNG bytes (SPEC §1: plots as PNG, embedded in report.html).
+"""Plots for run reports, returned as PNG bytes (plots as PNG, embedded in report.html).
 
 matplotlib (and scipy) are imported lazily inside the functions, so ``import ctxleak`` stays light.
 Figures are built with :class:`matplotlib.figure.Figure` on an explicit Agg canvas: no pyplot, no
@@ -241,7 +241,8 @@ def density_plot(samples: Mapping[str, Sequence[float]], *, title: str, xlabel: 
                  means: bool = True) -> bytes:
     """Density of each named sample: Gaussian KDE (scipy.stats), or a histogram when a sample has
     fewer than 2 distinct finite values (or its KDE is singular), with each sample's mean as a
-    dashed line (as in paper 004, Fig. 3). Non-finite values are dropped. Returns PNG bytes."""
+    dashed line (as in Fig. 3 of "ProPILE: Probing Privacy Leakage in Large Language Models").
+    Non-finite values are dropped. Returns PNG bytes."""
     clean = {str(k): [v for v in _floats(vs, f"samples {k!r}") if math.isfinite(v)]
              for k, vs in samples.items()}
     allv = [v for vs in clean.values() for v in vs]
