@@ -41,3 +41,35 @@ def test_every_method_cites_papers_that_exist():
 
 def test_an_unknown_method_cites_ctxleak_only():
     assert cite_block("no-such-method") == {"papers": {}, "ctxleak": CTXLEAK_BIBTEX}
+
+
+def test_no_spec_section_issue_number_or_paper_number_in_the_source():
+    """Help, docstrings, reports and the bundled data's README cite the papers by title: no
+    internal spec section ("SPEC §"), tracker issue ("issue N") or paper file number
+    ("paper 000") anywhere under src/ (comments included: what they mean is said in words)."""
+    pattern = re.compile(r"SPEC §|issue [0-9]|paper 0\d\d")
+    hits = []
+    for path in sorted(SRC.rglob("*")):
+        if not path.is_file() or path.suffix in (".pyc", ".parquet", ".gguf"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            if pattern.search(line):
+                hits.append(f"{path.relative_to(SRC.parent)}:{n}: {line.strip()}")
+    assert not hits, "\n".join(hits)
+
+
+def test_the_method_docs_and_help_name_the_papers_by_title():
+    from typer.testing import CliRunner
+
+    from ctxleak.cli.app import app
+
+    runner = CliRunner()
+    for command, key in (("influence", "flemings2025estimating"), ("icl", "li2025evaluating"),
+                         ("audit", "li2025evaluating"),
+                         ("susceptibility", "liu2024efficiently")):
+        out = runner.invoke(app, [command, "--help"], env={"COLUMNS": "400"}).output
+        assert PAPERS[key].title in " ".join(out.split()), command

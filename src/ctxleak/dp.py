@@ -1,6 +1,7 @@
-"""``ctxleak.dp``: theoretical privacy accounting of DP synthetic-text generation (paper 001,
-App. C), no model needed. ``calibrate`` is Algorithm 3 (the temperature, clip or subset size that
-meets each target ε); ``epsilon`` is Algorithm 2 (the ε of given parameters and the order α*).
+"""``ctxleak.dp``: theoretical privacy accounting of DP synthetic-text generation (Evaluating
+Privacy Leakage From In-Context Learning, App. C), no model needed. ``calibrate`` is Algorithm 3
+(the temperature, clip or subset size that meets each target ε); ``epsilon`` is Algorithm 2 (the ε
+of given parameters and the order α*).
 
 Example: ``[c.temperature for c in ctxleak.dp.calibrate([1, 10])]`` gives Table 4's τ column.
 """

@@ -1,4 +1,4 @@
-"""Errors a user can fix. The CLI prints these without a traceback (SPEC §9)."""
+"""Errors a user can fix. The CLI prints these without a traceback."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Result objects (SPEC §11): what every method returns, and what :func:`load_result` reads back
+"""Result objects: what every method returns, and what :func:`load_result` reads back
 from any run directory, CLI runs included.
 
 A :class:`Result` holds ``records`` (one dict per sample, as in ``samples.jsonl``), ``summary``
@@ -162,7 +162,7 @@ class InfluenceResult(Result):
     response token, n-gram window, passage); :meth:`example` one example's leak map."""
 
     method = "influence"
-    title = "Expected context influence (paper 000, Def. 3.3)"
+    title = "Expected context influence (Def. 3.3)"
 
     def _setting_columns(self, record: dict[str, Any]) -> dict[str, Any]:
         return {"id": user_id(record), "setting": record.get("setting"),
@@ -322,13 +322,13 @@ class ExampleView:
 
 
 class ICLInfResult(Result):
-    """``ctxleak.iclinf``: one record per (shots, query); ICLInf mean ± std (paper 001, Eq. 4),
+    """``ctxleak.iclinf``: one record per (shots, query); ICLInf mean ± std (Eq. 4 of "Evaluating Privacy Leakage From In-Context Learning"),
     in nats: an ex-post per-instance ε, the output up to e^x times more likely with an
     exemplar than without it; ``summary["by_exemplar"]`` and ``["by_position"]`` rank the
     exemplars and positions by their loss (nats)."""
 
     method = "icl"
-    title = "ICLInf (paper 001, Eq. 4)"
+    title = "ICLInf (Eq. 4)"
     numeric_fields = ("iclinf.*.*.n", "iclinf.*.*.iclinf_mean", "iclinf.*.*.iclinf_std",
                       "iclinf.*.*.accuracy", "iclinf.*.*.mean_loss_by_position.*",
                       "by_exemplar.*.max_loss", "by_exemplar.*.mean_loss",
@@ -337,10 +337,10 @@ class ICLInfResult(Result):
 
 class AuditResult(Result):
     """``ctxleak.audit``: one record per synthetic sequence; ε_empirical against the target
-    (paper 001, Tables 4-6)."""
+    (Tables 4-6 of "Evaluating Privacy Leakage From In-Context Learning")."""
 
     method = "audit"
-    title = "Privacy audit of DP synthetic text (paper 001 §5)"
+    title = "Privacy audit of DP synthetic text"
     numeric_fields = tuple(f"rows.*.{k}" for k in (
         "delta", "target_eps", "temperature", "clip", "subset_size", "alpha", "eps_theoretical",
         "eps_empirical", "ratio", "sequences", "n_gen", "tokens", "tokens_over_paper_bound",
@@ -348,12 +348,12 @@ class AuditResult(Result):
 
 
 class SusceptibilityResult(Result):
-    """``ctxleak.susceptibility``: one record per query, χ_MC and χ_F (paper 002). χ_MC is a
+    """``ctxleak.susceptibility``: one record per query, χ_MC and χ_F ("Efficiently Computing Susceptibility to Context in Language Models"). χ_MC is a
     mutual information in nats, at most its ceiling min(H(A|q), H(C)) (``summary["ceiling"]``);
     χ_F is on another scale and only ranks queries."""
 
     method = "susceptibility"
-    title = "Susceptibility to context (paper 002)"
+    title = "Susceptibility to context"
     numeric_fields = ("n_queries", "metrics.*.mean", "means.*.*.*.mean", "ceiling.ceilings.*",
                       "ceiling.shares.*", "ceiling.mean_ceiling", "ceiling.mean_share",
                       "top_queries.*.chi_mc", "top_queries.*.chi_f", "top_queries.*.ceiling")
@@ -361,12 +361,12 @@ class SusceptibilityResult(Result):
 
 class ProbeResult(Result):
     """``ctxleak.probe``: one record per probe prompt; per-group exact match, likelihoods (nats)
-    and Wilcoxon tests (paper 004, ProPILE); ``summary["significance"]`` says, per group, whether
+    and Wilcoxon tests (ProPILE: Probing Privacy Leakage in Large Language Models); ``summary["significance"]`` says, per group, whether
     its n lets the test reject at α, and the run folder's ``hits.jsonl`` lists every exact
     PII string generated."""
 
     method = "probe"
-    title = "PII probing (ProPILE, paper 004)"
+    title = "PII probing (ProPILE)"
     numeric_fields = tuple(f"groups.*.{k}" for k in (
         "n_units", "n_prompts", "exact_match_rate", "mean_target_ll", "mean_null_ll",
         "mean_target_ll_norm", "mean_null_ll_norm", "wilcoxon.pvalue", "string_metrics.*",
@@ -377,7 +377,7 @@ class ProbeResult(Result):
 
 class ExplainResult(Result):
     """``ctxleak.influence_explain``: one prompt's response, the uni-gram influence of each
-    context token on its first token (paper 000, Table 1) and the top n-grams."""
+    context token on its first token (Table 1) and the top n-grams."""
 
     method = "influence-explain"
     title = "Most influential context n-grams"

@@ -1,4 +1,5 @@
-"""``ctxleak audit``: audit DP synthetic-text generation (paper 001 §5, App. C; SPEC §5).
+"""``ctxleak audit``: audit DP synthetic-text generation (Evaluating Privacy Leakage From In-Context
+Learning §5, App. C).
 
 Flags -> :func:`ctxleak.audit`, which checks every input and calibrates every target (Algorithm
 3, pure maths) before the model is loaded -> the printed tables. The run directory gets
@@ -58,7 +59,8 @@ def register(app: typer.Typer) -> None:
         *,
         common: CommonOptions,
     ) -> None:
-        """Audit DP synthetic-text generation: ε_empirical vs target ε (paper 001 §5).
+        """Audit DP synthetic-text generation: ε_empirical vs target ε (Evaluating Privacy
+        Leakage From In-Context Learning, §5).
 
         Each token clips, averages and samples the next-token logits of s one-shot
         prompts (one private example each) at the temperature that meets the

@@ -1,4 +1,5 @@
-"""``ctxleak dp``: theoretical privacy accounting for DP synthetic text (paper 001 App. C).
+"""``ctxleak dp``: theoretical privacy accounting for DP synthetic text (Evaluating Privacy Leakage
+From In-Context Learning App. C).
 
 ``dp calibrate`` runs Algorithm 3 (find τ, c or s meeting each target ε); ``dp epsilon`` runs
 Algorithm 2 (the ε of given parameters). No model is loaded.

@@ -1,4 +1,5 @@
-"""``ctxleak icl``: ICLInf, the privacy loss of in-context exemplars (paper 001 §3-4, App. B, E.1).
+"""``ctxleak icl``: ICLInf, the privacy loss of in-context exemplars (Evaluating Privacy Leakage
+From In-Context Learning §3-4, App. B, E.1).
 
 Flags -> :func:`ctxleak.iclinf` (which checks the data before loading the model and writes the
 run directory) -> the printed summary.
@@ -85,7 +86,8 @@ def register(app: typer.Typer) -> None:
             help="first-token: each label's first token with its leading space (the paper); "
                  "full: the whole label string."),
     ) -> None:
-        """ICLInf: how much each in-context exemplar changes the model's answer (paper 001).
+        """ICLInf: how much each in-context exemplar changes the model's answer (Evaluating
+        Privacy Leakage From In-Context Learning).
 
         For each query, draws SHOTS exemplars from the training data, scores the prompt with all
         of them and with each one left out, and reports the largest change in the log

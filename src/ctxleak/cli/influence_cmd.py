@@ -8,8 +8,10 @@ import typer
 
 from ctxleak.cli.options import CommonOptions, api_options, with_common_options
 
-influence_app = typer.Typer(help="Context influence (paper 000): how much of each response came "
-                            "from the context, under Context Influence Decoding (CID).\n\n"
+influence_app = typer.Typer(help="Context influence (Estimating Privacy Leakage of Augmented "
+                            "Contextual Knowledge in Language Models): how much of each "
+                            "response came from the context, under Context Influence Decoding "
+                            "(CID).\n\n"
                             "Without a subcommand it measures a dataset with the options "
                             "below; 'ctxleak influence explain --help' explains one prompt "
                             "instead.\n\n"
@@ -81,7 +83,7 @@ def influence(
     *,
     common: CommonOptions,
 ) -> None:
-    """Measure the expected context influence of a dataset (paper 000, Def. 3.1-3.4).
+    """Measure the expected context influence of a dataset (Def. 3.1-3.4).
 
     Example:  ctxleak influence --data demo --limit 5 --ngram 8 --output runs/demo
     """
@@ -125,7 +127,7 @@ def explain(
     common: CommonOptions,
 ) -> None:
     """One prompt: the response, the uni-gram influence of each context token on the first
-    response token as a heatmap (paper 000, Table 1), and the most influential n-grams."""
+    response token as a heatmap (Table 1), and the most influential n-grams."""
     from ctxleak.api import influence_explain
     from ctxleak.cli.output import show
 

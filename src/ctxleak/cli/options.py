@@ -1,4 +1,4 @@
-"""The common flags of every model command (SPEC §1), added to a command by a decorator so each
+"""The common flags of every model command, added to a command by a decorator so each
 command's own signature lists only its own flags."""
 
 from __future__ import annotations

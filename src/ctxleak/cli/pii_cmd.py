@@ -1,4 +1,4 @@
-"""``ctxleak pii extract`` and ``ctxleak pii synth``: build PII records (SPEC §7).
+"""``ctxleak pii extract`` and ``ctxleak pii synth``: build PII records.
 
 Files that hold PII (records, documents) are written with mode 0600, atomically. The console
 shows counts only, never the PII itself.

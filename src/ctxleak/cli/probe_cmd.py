@@ -1,5 +1,6 @@
-"""``ctxleak probe``: ProPILE PII probing, black-box, white-box and in-context (paper 004, App.
-A.3, A.4, B.1; SPEC §7), and the canary check that the probe sees PII a model was trained on.
+"""``ctxleak probe``: ProPILE PII probing, black-box, white-box and in-context (ProPILE: Probing
+Privacy Leakage in Large Language Models, App. A.3, A.4, B.1), and the canary check that the probe
+sees PII a model was trained on.
 
 Flags -> :func:`ctxleak.probe` (planning: :mod:`ctxleak.methods.pii.plan`; runners:
 :mod:`ctxleak.methods.pii.runners`; report: :mod:`ctxleak.report.probe`) -> the printed table.

@@ -1,5 +1,5 @@
-"""``ctxleak susceptibility``: Monte Carlo and Fisher susceptibility to context (paper 002,
-Du et al. 2024; SPEC §6)."""
+"""``ctxleak susceptibility``: Monte Carlo and Fisher susceptibility to context (Efficiently
+Computing Susceptibility to Context in Language Models, Du et al. 2024)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ def susceptibility(
                              "({\"relations\": [...]}), Du et al.'s yago_qec.json, or 'demo' "
                              "(10 bundled relations)."),
     method: str = typer.Option("both", "--method", help="mc (Monte Carlo, Du et al.), fisher "
-                               "(Fisher, paper 002) or both (also their correlation)."),
+                               "(Fisher, from Efficiently Computing Susceptibility to Context in "
+                               "Language Models) or both (also their correlation)."),
     contexts: int = typer.Option(256, "--contexts", "-n", help="Contexts drawn per query for "
-                                 "Monte Carlo (paper 002 §5.1: 256; 128 for LLaMA-size models). "
+                                 "Monte Carlo (the Fisher susceptibility paper, §5.1: 256; 128 for "
+                                 "LLaMA-size models). "
                                  "256 takes tens of seconds per query on a 2-core CPU with the "
                                  "default model; 32 a few seconds."),
     entity_contexts: Optional[int] = typer.Option(
@@ -41,7 +43,8 @@ def susceptibility(
         "the top-k distribution renormalised to sum to 1; tracks Monte Carlo better on the "
         "default model) or raw (the plain top-k partial sum Σ p(a)·‖∇ log p(a)‖²)."),
     context_entities: str = typer.Option("mix", "--context-entities", help="Entities in the "
-                                         "contexts: mix (paper 002 §5.1: --entity-contexts "
+                                         "contexts: mix (the Fisher susceptibility paper, "
+                                         "§5.1: --entity-contexts "
                                          "about the query's entity, the rest about the "
                                          "relation's other entities), query (only the query's "
                                          "own entity with every answer; the default before "
@@ -62,7 +65,7 @@ def susceptibility(
     """Susceptibility of each query to context: χ_MC = Σ_c p̂(c)·KL(p(·|c,q) ‖ p̄(·|q)) over
     sampled contexts, and χ_F = ½σ²·Σ_top-k p(a|e)·‖∇_e log p(a|e)‖² from one forward pass and
     batched gradients; their correlation, open vs closed, real vs made-up, and the time each
-    takes.
+    takes (Efficiently Computing Susceptibility to Context in Language Models).
 
     Example:  ctxleak susceptibility --data demo --limit 6 --contexts 32 --output runs/susc
     """

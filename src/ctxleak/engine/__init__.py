@@ -1,4 +1,4 @@
-"""The engine: the four model operations every ctxleak method is built on (SPEC §1).
+"""The engine: the four model operations every ctxleak method is built on.
 
 - :mod:`ctxleak.engine.models` loads a model and its tokenizer (``load_model``).
 - :mod:`ctxleak.engine.prompts` turns template pieces into exact token ids.

@@ -1,10 +1,12 @@
-"""Generation over several prompt streams combined step by step (SPEC §1).
+"""Generation over several prompt streams combined step by step.
 
 At each step every stream's next-token logits are computed (one batched forward pass over the
 streams, each with its own KV cache row), a caller-given ``combine`` turns them into one
 distribution, a token is drawn from it, and that token is appended to every stream. Context
-Influence Decoding (paper 000, Def. 3.4) combines two streams (with and without the context);
-the DP synthetic-text mechanism (paper 001, App. C.1) combines s one-shot prompts.
+Influence Decoding (Def. 3.4 of "Estimating Privacy Leakage of Augmented Contextual Knowledge in
+Language Models") combines two streams (with and without the context); the DP synthetic-text
+mechanism (App. C.1 of "Evaluating Privacy Leakage From In-Context Learning") combines s
+one-shot prompts.
 
 Sampling is seeded by (run seed, example index) through :func:`derive_seed`, so the same example
 gets the same draws whatever the sharding or order of a run. The draw itself happens on the CPU
@@ -74,7 +76,7 @@ class Generation:
 
 def mask_eos_before_min(logits: torch.Tensor, eos_ids: Sequence[int], min_new_tokens: int, *,
                         step: int | None = None) -> torch.Tensor:
-    """The minimum-length rule of generation (paper 000 §3: "min new tokens 10, EOS masked
+    """The minimum-length rule of generation (the context-influence paper §3: "min new tokens 10, EOS masked
     before that in both streams"), written once for generating and for scoring: the EOS logits
     get ``MASKED_LOGIT`` (probability 0) in place, and ``logits`` is returned.
 
@@ -319,7 +321,7 @@ def sample(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], seeds: Sequence[
 def beam_generate(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
                   num_beams: int = 2, batch_size: int | None = None) -> list[list[int]]:
     """New token ids for each prompt by beam search (greedy when ``num_beams == 1``), as
-    ProPILE probes (paper 004, App. A.3: beam 2), no sampling, with Hugging Face's default
+    ProPILE probes (App. A.3: beam 2), no sampling, with Hugging Face's default
     generation settings otherwise. Prompts are left-padded with an attention mask, longest
     first, ``batch_size`` at a time (None: the model's batching policy's, or as many as fit 2048
     tokens, at most 16); EOS and what follows it are dropped."""

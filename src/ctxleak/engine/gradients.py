@@ -1,9 +1,9 @@
-"""Gradients of next-token log-probabilities with respect to input embeddings (SPEC §1, §6).
+"""Gradients of next-token log-probabilities with respect to input embeddings.
 
 One forward pass builds the graph; the gradients of k chosen log-probabilities are k
 vector-Jacobian products, batched with ``torch.autograd.grad(..., is_grads_batched=True)``
 (about 2x faster than k separate backward passes on this machine's CPU). Fisher susceptibility
-(paper 002) is a thin layer on top of this.
+(Efficiently Computing Susceptibility to Context in Language Models) is a thin layer on top of this.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A KV cache with room for the tokens still to be generated (decode-loop speed, issue 13).
+"""A KV cache with room for the tokens still to be generated (decode-loop speed).
 
 Hugging Face's ``DynamicLayer`` appends each decode step's key and value with ``torch.cat``, which
 copies the whole cache of every layer at every step: for CID's 32 rows of ~240 positions on the

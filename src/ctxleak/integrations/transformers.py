@@ -1,5 +1,6 @@
-"""Context Influence Decoding inside anyone's ``model.generate()`` (paper 000, Def. 3.4; bounded
-CID: App. B, Alg. 1), with a per-token privacy ledger.
+"""Context Influence Decoding inside anyone's ``model.generate()`` (Estimating Privacy Leakage of
+Augmented Contextual Knowledge in Language Models, Def. 3.4; bounded CID: App. B, Alg. 1), with a
+per-token privacy ledger.
 
 :class:`ContextInfluenceProcessor` is a ``transformers.LogitsProcessor``. ``generate`` runs the
 prompt *with* the private context D; the processor runs the prompt *without* it (the same
@@ -18,7 +19,7 @@ How it composes with ``generate``'s own settings:
 - The warpers (``temperature``, ``top_k``, ``top_p``, ``min_p``, ...) run *after* it. Dividing the
   returned log-probabilities by T gives ``softmax((λ·z_D + (1−λ)·z_∅) / T)``, exactly CID at
   temperature T. ``generate`` samples with ``top_k=50`` unless told otherwise: pass ``top_k=0``
-  for pure CID (paper 000 §3; :func:`cid_generate` does). Truncation changes the sampled distribution,
+  for pure CID (§3; :func:`cid_generate` does). Truncation changes the sampled distribution,
   so the ledger (always the untruncated ``p̄_λ``) and bounded CID's ε-DP guarantee hold only for
   pure temperature sampling at the processor's ``temperature``.
 - Greedy decoding takes the argmax of ``p̄_λ`` (the same at every T). Beam search sums the

@@ -1,4 +1,5 @@
-"""Rényi-DP accounting for DP synthetic-text generation (paper 001, §5 and Appendix C).
+"""Rényi-DP accounting for DP synthetic-text generation (Evaluating Privacy Leakage From In-Context
+Learning, §5 and Appendix C).
 
 Pure maths (numpy/scipy, no model, no torch). The API follows the event/accountant split of
 Google's ``dp_accounting``: a frozen event says what one mechanism run costs as an RDP curve

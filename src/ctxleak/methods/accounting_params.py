@@ -1,8 +1,8 @@
-"""The parameters of the DP synthetic-text accounting (paper 001, App. C), read and checked:
-comma-separated lists and order ranges as the CLI and the Python API take them, and the ranges in
-which the accountant's numbers mean something. Errors are :class:`~ctxleak.errors.ConfigError`
-naming the parameter. Used by :mod:`ctxleak.dp` (the public face) and the audit Method.
-"""
+"""The parameters of the DP synthetic-text accounting (Evaluating Privacy Leakage From In-Context
+Learning, App. C), read and checked: comma-separated lists and order ranges as the CLI and the
+Python API take them, and the ranges in which the accountant's numbers mean something. Errors are
+:class:`~ctxleak.errors.ConfigError` naming the parameter. Used by :mod:`ctxleak.dp` (the public
+face) and the audit Method."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The DP token mechanism of paper 001 App. C.1 (Algorithm 1) and its data-dependent loss.
+"""The DP token mechanism (Algorithm 1, App. C.1 of "Evaluating Privacy Leakage From
+In-Context Learning") and its data-dependent loss.
 
 Model-free tensor maths: the engine hands over the next-token logits of the ``s`` one-shot
 prompts (``[..., s, V]``); these functions clip, aggregate, give the sampling distribution and,

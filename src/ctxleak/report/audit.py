@@ -1,4 +1,5 @@
-"""Tables 4-6, Fig. 6 and the HTML report of an audit (paper 001, App. E.2)."""
+"""Tables 4-6, Fig. 6 and the HTML report of an audit (Evaluating Privacy Leakage From
+In-Context Learning, App. E.2)."""
 
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ def audit_report(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any
                  config: AuditConfig, plots: dict[str, bytes], *, model: str, data: str,
                  seconds: float) -> Any:
     """The self-contained report: parameters, the table, the plots, the synthetic texts."""
-    report = Report("DP synthetic-text audit (paper 001 §5, App. C)",
+    report = Report("DP synthetic-text audit (Evaluating Privacy Leakage From In-Context "
+                    "Learning, §5, App. C)",
                     f"model {model} · data {data} · {seconds:.1f} s")
     report.add_text(
         "Algorithm 1 (clip each one-shot prompt's logits to [−c, c], average over s prompts, "

@@ -1,6 +1,8 @@
-"""Figures and the HTML report of ``ctxleak compare``: each method's headline figures with one
-line (or bar) per run (paper 000, Fig. 2c/3/4/8; paper 001, Fig. 1/3/6; paper 002 across models;
-paper 004 exact match)."""
+"""Figures and the HTML report of ``ctxleak compare``: each method's headline figures with one line
+(or bar) per run (Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models,
+Fig. 2c/3/4/8; Evaluating Privacy Leakage From In-Context Learning, Fig. 1/3/6; Efficiently
+Computing Susceptibility to Context in Language Models across models; ProPILE: Probing Privacy
+Leakage in Large Language Models exact match)."""
 
 from __future__ import annotations
 

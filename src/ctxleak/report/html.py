@@ -1,4 +1,4 @@
-"""A tiny builder for self-contained, escaped HTML reports (SPEC §1, §9).
+"""A tiny builder for self-contained, escaped HTML reports.
 
 Contexts and model outputs are untrusted: every piece of text given to :class:`Report` goes
 through :func:`html.escape` (``quote=True``) before it is placed in the page. The page has inline
@@ -386,7 +386,7 @@ class Report:
 
     def save(self, path: str | os.PathLike[str], mode: int = 0o644) -> Path:
         """Write the page atomically (temp file in the same directory, fsync, ``os.replace``).
-        Pass ``mode=0o600`` for reports that hold PII (SPEC §9). Returns the path."""
+        Pass ``mode=0o600`` for reports that hold PII. Returns the path."""
         target = Path(path)
         data = self.render().encode("utf-8")
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")

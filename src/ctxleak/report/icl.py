@@ -1,4 +1,5 @@
-"""Plots, console lines and the HTML report of ICLInf (paper 001 §3-4: Eq. 4, Fig. 1, 3, 4, 7)."""
+"""Plots, console lines and the HTML report of ICLInf (Evaluating Privacy Leakage From In-Context
+Learning §3-4: Eq. 4, Fig. 1, 3, 4, 7)."""
 
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ def icl_report(summary: dict[str, dict[str, Any]], records: Sequence[dict[str, A
     report = Report("ctxleak icl: privacy loss of in-context exemplars (ICLInf)",
                     f"model {info['model']} · data {info['data']} · format {info['format']}")
     report.add_text(
-        "ICLInf (paper 001, Eq. 4): for each query, the largest change over labels y and removed "
+        "ICLInf (Eq. 4): for each query, the largest change over labels y and removed "
         "exemplars i of log A(S, x)(y) − log A(S∖e_i, x)(y), averaged over queries. A is the "
         "next-token distribution restricted to the labels and renormalised (output space "
         "'labels'), or the full next-token distribution ('vocab'); 'calibrated' applies "

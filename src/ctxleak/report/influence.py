@@ -1,5 +1,6 @@
-"""Plots, console table and HTML reports of context influence (paper 000, Tables 1-3, Fig. 2-4,
-8): a dataset run and ``influence explain``."""
+"""Plots, console table and HTML reports of context influence (Estimating Privacy Leakage of
+Augmented Contextual Knowledge in Language Models, Tables 1-3, Fig. 2-4, 8): a dataset run and
+``influence explain``."""
 
 from __future__ import annotations
 
@@ -156,7 +157,7 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     """The HTML report of an influence run: summary table, where the context leaked (ranked
     examples and passages, one leak map per example, when ``tokens_of(i)`` gives record i's
     context and response tokens), plots, examples."""
-    report = Report("ctxleak influence", "Context influence and CID (paper 000)", redact=redact,
+    report = Report("ctxleak influence", "Context influence and CID (Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models)", redact=redact,
                     names=record_names(records) if redact else ())
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
@@ -338,7 +339,7 @@ def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bo
     """The console table of an influence run (nats), the control and the top passages, and
     where its files are."""
     print_rows(table_rows(summaries), title="Expected context influence, nats per response "
-               "(paper 000, Def. 3.3)", plain=plain)
+               "(Def. 3.3)", plain=plain)
     console = make_console(plain)
     console.print("influence: nats summed over the response (per token: divided by its length); "
                   "e^x = likelihood ratio with vs without the context; x = the ε of ex-post "
@@ -359,7 +360,7 @@ def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -
     """The report of ``influence explain``: the Table 1 heatmap, top n-grams, window curve."""
     n = curve["n"]
     report = Report("ctxleak influence explain", "Uni-gram influence on the next token "
-                    "(paper 000, Table 1)")
+                    "(Table 1)")
 
     report.add_kv({"query": query, "response": summary["response"],
                    "first response token": summary["first_token"],

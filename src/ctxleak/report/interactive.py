@@ -1,5 +1,5 @@
 """The report's one inline script (sortable, filterable tables) and the Content Security Policy
-that allows exactly that script by its sha256 hash (SPEC §9: everything else stays ``'none'``).
+that allows exactly that script by its sha256 hash (everything else stays ``'none'``).
 
 The script reads the page and reorders or hides rows; it never turns data into markup (no
 ``innerHTML``), so escaped text stays text. It needs no network and no library. Without it (e.g.

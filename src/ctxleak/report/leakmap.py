@@ -1,6 +1,7 @@
-"""The leak-map section of a report (paper 000, Def. 3.1-3.2): the examples and context passages
-that leaked most, each linked to its map, and one map per example: the context coloured by the
-influence of the n-gram windows covering each token, beside the response coloured per token.
+"""The leak-map section of a report (Estimating Privacy Leakage of Augmented Contextual Knowledge in
+Language Models, Def. 3.1-3.2): the examples and context passages that leaked most, each linked to
+its map, and one map per example: the context coloured by the influence of the n-gram windows
+covering each token, beside the response coloured per token.
 
 Used by the influence report, ``influence explain`` and probe's in-context mode (where a
 subject's documents are the context)."""
@@ -16,7 +17,7 @@ from ctxleak.report.html import Link, Report
 # (context token strings, response token strings) of the record at an index
 TokensOf = Callable[[int], tuple[list[str], list[str]]]
 
-EXPLAIN = ("Each context token is coloured by the mean influence τ_{i,n} (paper 000, Def. 3.2) "
+EXPLAIN = ("Each context token is coloured by the mean influence τ_{i,n} (Def. 3.2) "
            "of the n-gram windows that cover it: how much the whole response's log-probabilities "
            "move when that window is deleted from the context. Darker red: the response leans "
            "more on that passage. The response beside it is coloured by each token's influence "
@@ -131,7 +132,7 @@ def probe_maps(report: Report, rows: Sequence[dict[str, Any]], *, max_maps: int 
         return
     report.add_heading("In-context: where the documents leaked into the answer")
     report.add_text("The subject's documents are the context. Each document token is coloured "
-                    "by the mean influence (paper 000, Def. 3.2) of the windows covering it on "
+                    "by the mean influence (Def. 3.2) of the windows covering it on "
                     "the teacher-forced target answer; the answer's tokens by their own "
                     "influence τ_t (Def. 3.1). Hover a token for its value.")
     for k, r in enumerate(top):

@@ -1,4 +1,4 @@
-"""Plots for run reports, returned as PNG bytes (SPEC §1: plots as PNG, embedded in report.html).
+"""Plots for run reports, returned as PNG bytes (plots as PNG, embedded in report.html).
 
 matplotlib (and scipy) are imported lazily inside the functions, so ``import ctxleak`` stays light.
 Figures are built with :class:`matplotlib.figure.Figure` on an explicit Agg canvas: no pyplot, no

@@ -1,6 +1,7 @@
-"""Plots, console table and the HTML report of PII probing (ProPILE, paper 004): per-group
-exact match, target vs null log-likelihoods (Wilcoxon), string metrics, canary verdicts,
-soft-prompt training and in-context influence; ``redact`` masks every PII value."""
+"""Plots, console table and the HTML report of PII probing (ProPILE: Probing Privacy Leakage in
+Large Language Models): per-group exact match, target vs null log-likelihoods (Wilcoxon), string
+metrics, canary verdicts, soft-prompt training and in-context influence; ``redact`` masks every PII
+value."""
 
 from __future__ import annotations
 
@@ -128,8 +129,8 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
             pngs: dict[str, bytes], extras: dict[str, Any], config: dict[str, Any], path: str,
             *, redact: bool, subjects: int | None = None) -> Any:
     mask = _masker(records, redact)
-    report = Report("ctxleak probe", "PII probing (ProPILE, paper 004): black-box, white-box "
-                    "and in-context", redact=redact)
+    report = Report("ctxleak probe", "PII probing (ProPILE: Probing Privacy Leakage in Large "
+                    "Language Models): black-box, white-box and in-context", redact=redact)
     report.add_kv({"model": model, "data": config["data"],
                    "subjects": len(records) if subjects is None else subjects,
                    "modes": ", ".join(config["mode"]) or "—", "PII types": ", ".join(config["pii"]),

@@ -1,5 +1,6 @@
-"""Plots, console tables and the HTML report of susceptibility (paper 002: χ_MC, χ_F, their
-correlation, open vs closed, real vs made-up entities, time per query)."""
+"""Plots, console tables and the HTML report of susceptibility (Efficiently Computing Susceptibility
+to Context in Language Models: χ_MC, χ_F, their correlation, open vs closed, real vs made-up
+entities, time per query)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def susceptibility_report(records: Sequence[dict[str, Any]], summary: dict[str, 
            "information.")
         + f" Fisher susceptibility χ_F(q) = ½σ²·Σ_a p(a|e)·‖∇_e log p(a|e)‖² over the "
         f"{'top-' + str(options.top_k) if options.fisher_vocab == 'topk' else 'full-vocabulary'}"
-        " next tokens, e = the query's input embeddings (paper 002 Eq. 10-11, SPEC §6 reading).")
+        " next tokens, e = the query's input embeddings (Eq. 10-11).")
     rep.add_kv({"queries": len(records), "contexts drawn per query": options.n_contexts,
                 "context pool": options.context_entities
                 + (f" ({options.entity_draws} mention the queried entity)"

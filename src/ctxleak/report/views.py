@@ -128,7 +128,7 @@ def _model(result: Any) -> Any:
 
 
 class InfluenceView(View):
-    title = "Expected context influence (paper 000, Def. 3.3)"
+    title = "Expected context influence (Def. 3.3)"
     identity = ("λ", "T")
     skip = frozenset({"ctx tokens", "n"})
 
@@ -193,7 +193,7 @@ class ExplainView(View):
 
 
 class ICLView(View):
-    title = "ICLInf (paper 001, Eq. 4)"
+    title = "ICLInf (Eq. 4)"
     identity = ("shots", "variant")
 
     def table(self, result: Any) -> list[dict[str, Any]]:
@@ -250,7 +250,7 @@ def _audit_config(config: dict[str, Any]) -> AuditConfig:
 
 
 class AuditView(View):
-    title = "Privacy audit of DP synthetic text (paper 001 §5)"
+    title = "Privacy audit of DP synthetic text"
     identity = ("ε_target",)
 
     def table(self, result: Any) -> list[dict[str, Any]]:
@@ -297,7 +297,7 @@ def _susceptibility_options(config: dict[str, Any]) -> SusceptibilityOptions:
 
 
 class SusceptibilityView(View):
-    title = "Susceptibility to context (paper 002)"
+    title = "Susceptibility to context"
     identity = ("group",)
 
     def table(self, result: Any) -> list[dict[str, Any]]:
@@ -362,7 +362,7 @@ def _probe_subjects(result: Any) -> list[Any]:
 
 
 class ProbeView(View):
-    title = "PII probing (ProPILE, paper 004)"
+    title = "PII probing (ProPILE)"
     identity = ("group",)
 
     def table(self, result: Any) -> list[dict[str, Any]]:

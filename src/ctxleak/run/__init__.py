@@ -1,4 +1,4 @@
-"""The run layer (SPEC §11): the Method protocol, ``run_method`` (run directory, resume,
+"""The run layer: the Method protocol, ``run_method`` (run directory, resume,
 data-parallel shards, progress, results.json, report), run options, input data in any form,
 provenance. ``from ctxleak.run import run_method, Method, RunOptions``."""
 

@@ -1,4 +1,4 @@
-"""Data-parallel runs on an existing launcher (SPEC §10): ``torchrun`` or ``accelerate launch``
+"""Data-parallel runs on an existing launcher: ``torchrun`` or ``accelerate launch``
 start N processes; each scores its shard of examples and appends its own samples file; rank 0
 merges them and writes the results. Example seeds come from (run seed, example index), so the
 merged numbers equal a single-process run whatever N is.

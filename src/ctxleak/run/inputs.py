@@ -1,4 +1,4 @@
-"""Input data in any form the API accepts (SPEC §11): a JSONL/CSV/Parquet file, a folder written
+"""Input data in any form the API accepts: a JSONL/CSV/Parquet file, a folder written
 by ``datasets``' ``save_to_disk``, a list of dicts, a pandas DataFrame or a ``datasets.Dataset``.
 
 Every form becomes ``(row number, fields)`` pairs, so the checks of :mod:`ctxleak.run.records`

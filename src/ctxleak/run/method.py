@@ -1,4 +1,4 @@
-"""The Method protocol (SPEC §11, DESIGN): what a method tells :func:`ctxleak.run.run_method`.
+"""The Method protocol: what a method tells :func:`ctxleak.run.run_method`.
 
 A method never opens files, prints or builds HTML itself; it says how to:
 

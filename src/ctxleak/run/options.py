@@ -1,4 +1,4 @@
-"""The options every method run shares (SPEC §1): model, device, dtype, batch size, limit, seed,
+"""The options every method run shares: model, device, dtype, batch size, limit, seed,
 run directory and resume. The CLI's common flags and the keywords of the Python API
 (:mod:`ctxleak.api`) are these, under the same names."""
 

@@ -1,4 +1,4 @@
-"""Loading example files (JSONL or CSV) with errors that name the file, line and field (SPEC §9).
+"""Loading example files (JSONL or CSV) with errors that name the file, line and field.
 
 Everything is checked before any model is loaded.
 """

@@ -1,4 +1,4 @@
-"""The run directory (SPEC §1, §9): ``config.json``, ``samples.jsonl`` appended and flushed per
+"""The run directory: ``config.json``, ``samples.jsonl`` appended and flushed per
 example, ``results.json`` written atomically with provenance, and ``--resume``.
 
 Files that may hold PII (samples, results, reports) are created with mode 0600 when the run says

@@ -1,4 +1,4 @@
-"""``run_method``: the one loop under every method (SPEC §11). It owns the run directory
+"""``run_method``: the one loop under every method. It owns the run directory
 (claim, ``config.json``, resume), the model load, data-parallel sharding and merging, the
 progress bar, the Result (written once, through :meth:`ctxleak.results.Result.save_results`),
 the extra files and the report (both from the method's report view, found by name in

@@ -1,4 +1,4 @@
-"""Checks of run parameters, made before any model is loaded (SPEC §9).
+"""Checks of run parameters, made before any model is loaded.
 
 Each function names the parameter it checks with ``name`` (the library's keyword; the CLI passes
 its flag, e.g. ``--limit``) and raises :class:`ctxleak.errors.ConfigError` with one line that

@@ -1,4 +1,4 @@
-"""Auditing DP synthetic-text generation (paper 001 §5, App. C; SPEC §5).
+"""Auditing DP synthetic-text generation (Evaluating Privacy Leakage From In-Context Learning §5, App. C).
 
 Algorithm 1 (clip, average and sample over s one-shot prompts) runs on the engine's multi-stream
 generation at the parameters Algorithm 3 calibrates for each target ε; the data-dependent RDP of

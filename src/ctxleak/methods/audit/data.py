@@ -1,4 +1,5 @@
-"""Private examples and the one-shot prompt of the DP synthetic-text audit (paper 001, App. D.2).
+"""Private examples and the one-shot prompt of the DP synthetic-text audit (Evaluating Privacy
+Leakage From In-Context Learning, App. D.2).
 
 Each private example becomes one one-shot prompt (Table 3): an instruction, the example under its
 news type, then the same news type with an empty text for the model to write. Following the
@@ -19,7 +20,7 @@ from ctxleak.errors import ConfigError, InputError, warn
 from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.records import demo_path, read_rows
 
-#: Table 3 of paper 001 (AG News synthetic generation), one private example per prompt.
+#: Table 3 of the paper (AG News synthetic generation), one private example per prompt.
 TEMPLATE = ("Given a label of news type, generate the chosen type of news accordingly.\n\n"
             "News Type: {label}\nText: {text}\n\nNews Type: {label}\nText:")
 #: The label the paper fixes (App. D.2).
@@ -52,7 +53,7 @@ def load_private_data(data: Any, *, text_field: str = "text", label_field: str =
 
     ``label``: keep only the examples with this label (``all`` keeps every one). Files without a
     label field keep every example and write ``label`` into the prompts. Errors name the file,
-    line and field (SPEC §9).
+    line and field.
     """
     path = data_path(data)
     rename = {k: v for k, v in ((text_field, "text"), (label_field, "label")) if k != v}

@@ -1,4 +1,5 @@
-"""Algorithm 1 of paper 001 (App. C.1) on the engine, with its data-dependent loss on the fly.
+"""Algorithm 1 (App. C.1) of "Evaluating Privacy Leakage From In-Context Learning" on the
+engine, with its data-dependent loss on the fly.
 
 :func:`generate_private` runs the s one-shot prompts as s KV-cached streams of
 :func:`ctxleak.engine.generation.generate_streams`. Its ``combine`` clips each stream's logits

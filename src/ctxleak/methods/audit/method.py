@@ -1,5 +1,6 @@
-"""The audit Method (paper 001 §5, App. C): one record per synthetic sequence of each calibrated
-(δ, target ε) setting; summarised as the rows of Tables 4-6 (ε_empirical against the target)."""
+"""The audit Method (Evaluating Privacy Leakage From In-Context Learning §5, App. C): one record per
+synthetic sequence of each calibrated (δ, target ε) setting; summarised as the rows of Tables 4-6
+(ε_empirical against the target)."""
 
 from __future__ import annotations
 

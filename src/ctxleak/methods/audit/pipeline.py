@@ -1,4 +1,5 @@
-"""The audit of DP synthetic-text generation (paper 001 §5, App. C.3): calibrate, generate, account.
+"""The audit of DP synthetic-text generation (Evaluating Privacy Leakage From In-Context Learning
+§5, App. C.3): calibrate, generate, account.
 
 For each δ and each target ε, Algorithm 3 (:func:`ctxleak.methods.accounting.calibrate`) finds the
 temperature (or clip, or subset size) whose theoretical ε over ``N_gen · T_max`` tokens meets the

@@ -1,4 +1,5 @@
-"""ICLInf: the privacy loss of in-context exemplars (paper 001 §3-4, App. B, E.1; SPEC §4)."""
+"""ICLInf: the privacy loss of in-context exemplars (Evaluating Privacy Leakage From In-Context
+Learning §3-4, App. B, E.1)."""
 
 from ctxleak.methods.icl.calibration import (
     DEFAULT_CALIBRATION_EPS,

@@ -1,9 +1,10 @@
-"""Contextual calibration (paper 001 App. B, after Zhao et al. 2021), in float64 log space.
+"""Contextual calibration (Evaluating Privacy Leakage From In-Context Learning App. B, after Zhao et
+al. 2021), in float64 log space.
 
 p_cf is the mean distribution of the content-free inputs "N/A", "" and "[MASK]" placed in the same
 prompt (same exemplars, the query text replaced); the calibrated distribution is
 normalise(W p) with W = diag(1 / (p_cf + eps)). ICLInf calibrates every prompt with the
-content-free distribution of its own exemplar set, the leave-one-out prompts included (SPEC §4).
+content-free distribution of its own exemplar set, the leave-one-out prompts included.
 """
 
 from __future__ import annotations

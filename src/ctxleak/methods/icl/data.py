@@ -1,9 +1,9 @@
-"""Labelled data for ICLInf (paper 001 §4.1, SPEC §4): a train split (the exemplar pool), a test
-split (the queries) and the label verbalisers.
+"""Labelled data for ICLInf (Evaluating Privacy Leakage From In-Context Learning §4.1): a train
+split (the exemplar pool), a test split (the queries) and the label verbalisers.
 
 Sources: JSONL or CSV files of ``{text, label}`` (a test file, or one file with a split field),
 the bundled demo task, or AG News, DBpedia-14 and TREC through the optional ``datasets`` package.
-Every problem is reported before a model is loaded, naming the file, line and field (SPEC §9).
+Every problem is reported before a model is loaded, naming the file, line and field.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""ICLInf maths (paper 001 §3, Eq. 3-4; App. B; App. E.1), in float64 log space.
+"""ICLInf maths (Evaluating Privacy Leakage From In-Context Learning §3, Eq. 3-4; App. B; App. E.1),
+in float64 log space.
 
 For a query x_j with exemplar set S_j of n exemplars:
 

@@ -1,5 +1,6 @@
-"""The ICLInf Method (paper 001 §3-4, App. B, E.1): one record per (shots, query) with the loss
-of every exemplar and ICLInf_j; summarised as mean ± std per shots and variant (Eq. 4)."""
+"""The ICLInf Method (Evaluating Privacy Leakage From In-Context Learning §3-4, App. B, E.1): one
+record per (shots, query) with the loss of every exemplar and ICLInf_j; summarised as mean ± std per
+shots and variant (Eq. 4)."""
 
 from __future__ import annotations
 

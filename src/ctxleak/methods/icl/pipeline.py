@@ -1,4 +1,4 @@
-"""ICLInf over a test set (paper 001 §3-4, Eq. 4; App. B; App. E.1; SPEC §4).
+"""ICLInf over a test set (Evaluating Privacy Leakage From In-Context Learning §3-4, Eq. 4; App. B; App. E.1).
 
 For each query j: draw S_j (n_shots exemplars without replacement, seeded by
 ``derive_seed(seed, j)``), build the full prompt and the n leave-one-out prompts (and, with

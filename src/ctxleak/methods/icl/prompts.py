@@ -1,7 +1,8 @@
-"""ICL prompt formats (paper 001, App. D.1, Table 2) and prompts as exact token ids.
+"""ICL prompt formats (Evaluating Privacy Leakage From In-Context Learning, App. D.1, Table 2) and
+prompts as exact token ids.
 
 A prompt is an instruction block, one block per exemplar and a query block, each tokenised on
-its own and concatenated (SPEC §4). Removing exemplar i therefore deletes exactly its ids: every
+its own and concatenated. Removing exemplar i therefore deletes exactly its ids: every
 leave-one-out prompt shares the ids of the full prompt up to that exemplar, which is what lets the
 engine reuse the KV cache of that prefix.
 """
@@ -17,7 +18,7 @@ from ctxleak.engine.prompts import build_prompt
 from ctxleak.errors import ConfigError
 
 CONTENT_FREE = ("N/A", "", "[MASK]")
-"""Content-free query texts of contextual calibration (paper 001 App. B; Zhao et al. 2021)."""
+"""Content-free query texts of contextual calibration (App. B; Zhao et al. 2021)."""
 
 _OUTPUT_LINE = ("Output only the category name (no explanations or extra text) as the first "
                 "token.")
@@ -70,7 +71,7 @@ def _check_slots(param: str, template: str, *, required: Sequence[str],
                               param=param)
 
 
-# Table 2 of paper 001 (after Zhao et al. 2021, Table 5): one instruction line, then
+# Table 2 of the paper (after Zhao et al. 2021, Table 5): one instruction line, then
 # "Article: ...\nAnswer: label" per exemplar, the query with an empty answer.
 FORMATS: dict[str, PromptFormat] = {
     "agnews": PromptFormat(

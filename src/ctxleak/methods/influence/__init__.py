@@ -1,4 +1,5 @@
-"""Context influence, Context Influence Decoding and bounded CID (paper 000)."""
+"""Context influence, Context Influence Decoding and bounded CID (Estimating Privacy Leakage of
+Augmented Contextual Knowledge in Language Models)."""
 
 from ctxleak.methods.influence.cid import (
                                            CIDConfig,

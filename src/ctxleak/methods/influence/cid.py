@@ -1,4 +1,5 @@
-"""Context Influence Decoding (paper 000, Def. 3.4) and its bounded, ε-DP form (App. B, Alg. 1).
+"""Context Influence Decoding (Estimating Privacy Leakage of Augmented Contextual Knowledge in
+Language Models, Def. 3.4) and its bounded, ε-DP form (App. B, Alg. 1).
 
 CID samples from ``p̄_λ(y_t) = softmax((λ·z(y_t | D, x, y<t) + (1−λ)·z(y_t | x, y<t)) / T)``
 where z are logits with and without the context D. Two prompt streams, each KV-cached, are
@@ -30,7 +31,7 @@ BOUND_MARGIN = 1e-6
 
 @dataclass(frozen=True)
 class CIDConfig:
-    """Decoding settings (paper 000 defaults: λ = 1, T = 0.8, 10 to 50 new tokens).
+    """Decoding settings (the paper's defaults: λ = 1, T = 0.8, 10 to 50 new tokens).
 
     ``bounded_eps`` switches to bounded CID: at each step the largest λ in ``[0, lam]`` whose
     distribution stays within ``bounded_eps / 2`` of the no-context one (App. B, Alg. 1).
@@ -71,7 +72,7 @@ class CIDConfig:
 
 def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float | torch.Tensor,
                  temperature: float) -> torch.Tensor:
-    """``log p̄_λ = log_softmax((λ·z_D + (1−λ)·z_∅) / T)`` in float64 (paper 000, Eq. 6).
+    """``log p̄_λ = log_softmax((λ·z_D + (1−λ)·z_∅) / T)`` in float64 (Eq. 6).
 
     λ = 0 and λ = 1 select one stream exactly, so λ = 0 is bit-for-bit no-context decoding.
     ``lam`` may also be a tensor of one λ per row of ``[T, V]`` logits (bounded CID's λ_t,
@@ -99,7 +100,7 @@ def _divergence(z_context, z_empty, lam, temperature, base, valid) -> float:
 def bounded_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, lam_max: float,
                    temperature: float) -> tuple[float, float]:
     """The largest λ in ``[0, lam_max]`` with ``max_y |log p̄_λ(y|D) − log p(y|∅)| ≤ ε/2``, found
-    by bisection (paper 000, Alg. 1, line 2; both at temperature T), and that maximum.
+    by bisection (Alg. 1, line 2; both at temperature T), and that maximum.
 
     λ = 0 always qualifies (the maximum is 0). Tokens masked out (EOS before the minimum length)
     are excluded from the maximum: both distributions give them probability 0.
@@ -124,7 +125,7 @@ def bounded_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, l
 def bounded_lambdas(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, lam_max: float,
                     temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`bounded_lambda` of every row of ``[T, V]`` logits at once: for each step t the λ_t
-    of paper 000, Alg. 1 (the same bisection, float64) and its divergence from ``p(·|∅)``.
+    of Alg. 1 (the same bisection, float64) and its divergence from ``p(·|∅)``.
 
     Used to score a neighbour context D' = D∖D_i as bounded CID would run on it: Thm B.1
     compares the mechanism on D with the mechanism on D', which picks its own λ'_t on
@@ -156,7 +157,7 @@ def bounded_lambdas(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, 
 def cid_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDConfig
                ) -> tuple[float, float | None]:
     """The λ of one decoding step and, for bounded CID, its ex-post ε: ``config.lam`` (plain
-    CID), or Alg. 1's λ_t (:func:`bounded_lambda` at ``config.temperature``, paper 000, App. B)
+    CID), or Alg. 1's λ_t (:func:`bounded_lambda` at ``config.temperature``, App. B)
     with 2·max_y |log p̄_λ(y|D) − log p(y|∅)|, a figure about this context alone."""
     if config.bounded_eps is None:
         return config.lam, None
@@ -167,7 +168,7 @@ def cid_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDConfig
 
 def cid_combine(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDConfig, *,
                 temperature: float | None = None) -> tuple[torch.Tensor, float, float | None]:
-    """One step of CID (paper 000, Def. 3.4; bounded: App. B, Alg. 1): the step's λ and ex-post
+    """One step of CID (Def. 3.4; bounded: App. B, Alg. 1): the step's λ and ex-post
     ε (:func:`cid_lambda`) and the mixture ``log p̄_λ`` (:func:`cid_logprobs`) at
     ``temperature`` (default ``config.temperature``; a logits processor returns T = 1 and
     leaves T to ``generate``'s warper). ``z_context``/``z_empty`` are one step's logits, ``[V]``;

@@ -1,4 +1,5 @@
-"""Examples and prompt formats for context influence (paper 000 §4.1, Fig. 6)."""
+"""Examples and prompt formats for context influence (Estimating Privacy Leakage of Augmented
+Contextual Knowledge in Language Models §4.1, Fig. 6)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ctxleak.methods.influence.passages import (
 from ctxleak.run.inputs import is_named
 from ctxleak.run.records import demo_path, example_id, read_rows, reject_duplicate_ids
 
-# The paper's formats: PubMedQA-style QA and CNN-DM summarisation, with the wording of paper 000,
+# The paper's formats: PubMedQA-style QA and CNN-DM summarisation, with the wording of the paper,
 # Fig. 5-6 ("Document:", "News article:"); the prompt without context keeps the empty slot
 # ("News article: . Summary of the above news article:"). The figures show the query on its own
 # line, which may be layout: ctxleak joins with a space, as it always has.

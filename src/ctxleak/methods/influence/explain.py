@@ -1,7 +1,8 @@
-"""One prompt explained (paper 000, Table 1): the CID response, the uni-gram influence of each
-context token on the first response token, and the context n-grams (stride 1) with the most
-influence on the whole response (Def. 3.1-3.2). :class:`ExplainMethod` makes it a one-item
-Method, run by :func:`ctxleak.run.run_method` like every other."""
+"""One prompt explained (Estimating Privacy Leakage of Augmented Contextual Knowledge in Language
+Models, Table 1): the CID response, the uni-gram influence of each context token on the first
+response token, and the context n-grams (stride 1) with the most influence on the whole response
+(Def. 3.1-3.2). :class:`ExplainMethod` makes it a one-item Method, run by
+:func:`ctxleak.run.run_method` like every other."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from ctxleak.run.options import RunOptions
 from ctxleak.run.records import read_text_file
 from ctxleak.run.validate import check_limit, check_template
 
-#: The prompt formats of ``task`` (paper 000, Fig. 5-6, and a user template).
+#: The prompt formats of ``task`` (Fig. 5-6, and a user template).
 EXPLAIN_TASKS = ("qa", "summarization", "custom")
 
 

@@ -1,6 +1,7 @@
-"""Where the context leaked (paper 000, Def. 3.1-3.2 on n-gram windows): each context token's
-share of the response influence, from the windows that cover it, and the examples and passages
-that leaked most across a dataset.
+"""Where the context leaked (Estimating Privacy Leakage of Augmented Contextual Knowledge in
+Language Models, Def. 3.1-3.2 on n-gram windows): each context token's share of the response
+influence, from the windows that cover it, and the examples and passages that leaked most across a
+dataset.
 
 A window ``D_{i,n}`` has influence ``τ_{i,n} = Σ_t |log p̄(y_t|D) − log p̄(y_t|D∖D_{i,n})|`` on the
 response (Def. 3.2). A context token ``j`` gets the mean ``τ_{i,n}`` of the windows covering it;

@@ -1,4 +1,5 @@
-"""The record of one Context Influence Decoding response (paper 000, Def. 3.4): its ledger.
+"""The record of one Context Influence Decoding response (Estimating Privacy Leakage of Augmented
+Contextual Knowledge in Language Models, Def. 3.4): its ledger.
 
 One :class:`LedgerEntry` per released token: the λ_t used at that step, the token id, its
 log-probabilities ``log p̄_λ(y_t | D)`` and ``log p(y_t | ∅)`` at the decoding temperature, the
@@ -94,7 +95,7 @@ class RowLedger:
 
     @property
     def composed_eps(self) -> float | None:
-        """The response's ε-DP guarantee (bounded CID, paper 000, Thm B.1): ε per released
+        """The response's ε-DP guarantee (bounded CID, Thm B.1): ε per released
         token, the stopping EOS included, summed by basic composition."""
         return None if self.bounded_eps is None else float(self.bounded_eps) * len(self.entries)
 

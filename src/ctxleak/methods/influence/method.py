@@ -1,5 +1,6 @@
-"""The influence Method (paper 000, Def. 3.3): one CID response per (setting, example), its token,
-response and n-gram influence; summarised per setting. Run by :func:`ctxleak.run.run_method`."""
+"""The influence Method (Estimating Privacy Leakage of Augmented Contextual Knowledge in Language
+Models, Def. 3.3): one CID response per (setting, example), its token, response and n-gram
+influence; summarised per setting. Run by :func:`ctxleak.run.run_method`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Summary statistics, regurgitation and quality metrics for context influence (paper 000 §4)."""
+"""Summary statistics, regurgitation and quality metrics for context influence (Estimating Privacy
+Leakage of Augmented Contextual Knowledge in Language Models §4)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def context_token_fraction(response_ids: Sequence[int], context_ids: Sequence[in
 
 def is_repeat(response_ids: Sequence[int], context_ids: Sequence[int],
               threshold: float = 0.5) -> bool:
-    """Repeat Prompts criterion (paper 000 §4.2): at least half of the response's tokens are
+    """Repeat Prompts criterion (§4.2): at least half of the response's tokens are
     tokens of the context."""
     return bool(response_ids) and context_token_fraction(response_ids, context_ids) >= threshold
 
@@ -61,7 +62,7 @@ def _scorer():
 
 
 def is_rouge_repeat(response: str, context: str, threshold: float = 0.5) -> bool:
-    """Rouge Prompts criterion (paper 000 §4.2): ROUGE-L F1 against the context above 0.5."""
+    """Rouge Prompts criterion (§4.2): ROUGE-L F1 against the context above 0.5."""
     return rouge_l_f1(response, context) > threshold
 
 

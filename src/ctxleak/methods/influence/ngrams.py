@@ -1,8 +1,9 @@
-"""Influence of context n-grams on a response (paper 000, Def. 3.1-3.2).
+"""Influence of context n-grams on a response (Estimating Privacy Leakage of Augmented Contextual
+Knowledge in Language Models, Def. 3.1-3.2).
 
 ``τ_{i,n,t} = |log p̄_λ(y_t | D) − log p̄_λ(y_t | D∖D_{i,n})|`` where the ablated distribution is
 ``softmax((λ·z(·|D∖D_{i,n}) + (1−λ)·z(·|∅)) / T)``. Every ablated prompt shares the prompt up to
-its deleted window with the full prompt, so the engine reuses that KV prefix (SPEC §3).
+its deleted window with the full prompt, so the engine reuses that KV prefix.
 """
 
 from __future__ import annotations
@@ -96,12 +97,12 @@ class WindowRequest:
     min_new_tokens: int = 0
     # the full prompt's KV cache, already computed (engine.prefill.prefill_alone): not recomputed
     prefix_cache: Any = field(default=None, repr=False, compare=False)
-    # bounded CID (paper 000, App. B, Alg. 1): ``lam`` is λ_max, and the full prompt and every
+    # bounded CID (App. B, Alg. 1): ``lam`` is λ_max, and the full prompt and every
     # ablated one each get their own λ_t by Alg. 1's bisection on their own logits
     bounded_eps: float | None = None
     # also ``logp_empty``, the response's log-probs without the context at temperature T (the
     # no-context pass then runs at λ = 1 too), so that with ``logp_context`` the scoring gives
-    # every float of the CID response (paper 000, Def. 3.1 with n = |D|)
+    # every float of the CID response (Def. 3.1 with n = |D|)
     with_empty: bool = False
 
 
@@ -115,7 +116,7 @@ def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans:
     scored distributions are the ones the response was drawn from. ``lam`` is one λ for every
     token, or one λ_t per response token (each context mixed with that λ_t).
 
-    ``bounded_eps``: bounded CID (paper 000, App. B, Alg. 1; ``lam`` is then λ_max). Its privacy
+    ``bounded_eps``: bounded CID (App. B, Alg. 1; ``lam`` is then λ_max). Its privacy
     loss (Thm B.1) compares the mechanism on D with the mechanism on D∖D_{i,n}, which picks its
     own λ'_t: so p̄(y_t | D) is mixed with the λ_t that Alg. 1 picks on z(·|D) and z(·|∅), and
     each p̄(y_t | D∖D_{i,n}) with the λ'_t it picks on z(·|D∖D_{i,n}) and z(·|∅).
@@ -215,7 +216,7 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
 def next_token_unigram_influence(lm: LM, parts: PromptParts, prefix: Sequence[int],
                                  token: int, *, lam: float, temperature: float,
                                  min_new_tokens: int = 0) -> np.ndarray:
-    """Influence of each single context token on one next token (paper 000, Table 1):
+    """Influence of each single context token on one next token (Table 1):
     ``τ_i = |log p̄_λ(y | D, x, prefix) − log p̄_λ(y | D∖{d_i}, x, prefix)|``.
 
     The token follows ``prefix`` (response tokens already generated), so it is scored with the

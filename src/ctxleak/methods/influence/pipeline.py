@@ -1,5 +1,6 @@
-"""Expected context influence over a dataset (paper 000, Def. 3.3, Eq. 5): one CID response per
-example, its token and response influence, n-gram windows, regurgitation and quality."""
+"""Expected context influence over a dataset (Estimating Privacy Leakage of Augmented Contextual
+Knowledge in Language Models, Def. 3.3, Eq. 5): one CID response per example, its token and response
+influence, n-gram windows, regurgitation and quality."""
 
 from __future__ import annotations
 
@@ -437,7 +438,7 @@ def _window_requests(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                  f"than its context ({len(p.context)} tokens): using n = {n}", param="ngram")
             clipped.add(k)
         # bounded CID: D and every D∖D_i are scored as the mechanism runs on them, each with
-        # its own λ_t by Alg. 1 (paper 000, Def. 3.1 with Thm B.1)
+        # its own λ_t by Alg. 1 (Def. 3.1 with Thm B.1)
         response = responses[k]
         requests.append(WindowRequest(p, response.response_ids,
                                       windows(len(p.context), n, options.stride) + list(extra),
@@ -488,7 +489,7 @@ def _record(lm: LM, example: InfluenceExample, setting: Setting, options: Influe
         "response_token_strings": lm.token_strings(ids),
     }
     # bounded CID: eps, composed_eps are the guarantee (ε per released token, basic
-    # composition, paper 000 Thm B.1); the ex-post figures are about this context alone
+    # composition, Thm B.1); the ex-post figures are about this context alone
     record.update(response.eps_fields(digits=6))
     return record
 
@@ -533,7 +534,7 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
         "per_position_influence": mean_curve([r["token_influence"] for r in records]),
         "mean_context_tokens": float(np.mean([r["context_tokens"] for r in records]))
         if records and knows_context else None,
-        # contexts cut to the model's window, and n-grams clipped to the context (SPEC §9)
+        # contexts cut to the model's window, and n-grams clipped to the context
         "truncated_contexts": sum(1 for r in records if r.get("context_truncated_by")),
         "context_tokens_cut": int(sum(r.get("context_truncated_by") or 0 for r in records)),
         "ngram_clipped": sum(1 for r in records if r.get("ngram_clipped_from")),

@@ -1,4 +1,5 @@
-"""Optional quality metrics that need a second model: BERTScore and FactKB (paper 000 §4.1).
+"""Optional quality metrics that need a second model: BERTScore and FactKB (Estimating Privacy
+Leakage of Augmented Contextual Knowledge in Language Models §4.1).
 
 They run only when the user names a model (local or downloadable). When they cannot run, the
 results file says ``null`` with the reason; they are never silently skipped.
@@ -67,6 +68,6 @@ def quality_scores(responses: Sequence[str], references: Sequence[str],
                    contexts: Sequence[str], bertscore_model: str | None,
                    factkb_model: str | None) -> dict[str, Any]:
     """BERTScore F1 against the references and FactKB against the contexts, for one setting's
-    responses (paper 000, Tables 2-3 report both per λ)."""
+    responses (Tables 2-3 report both per λ)."""
     return {"bertscore_f1": bertscore_f1(responses, references, bertscore_model),
             "factkb": factkb(responses, contexts, factkb_model)}

@@ -1,6 +1,7 @@
-"""The three quantities of context influence (paper 000, Def. 3.1-3.3), each defined once: CID
-responses (:mod:`.cid`), n-gram windows (:mod:`.ngrams`) and the in-context PII probe
-(:mod:`ctxleak.methods.pii.probe`) all compute them here."""
+"""The three quantities of context influence (Estimating Privacy Leakage of Augmented Contextual
+Knowledge in Language Models, Def. 3.1-3.3), each defined once: CID responses (:mod:`.cid`), n-gram
+windows (:mod:`.ngrams`) and the in-context PII probe (:mod:`ctxleak.methods.pii.probe`) all compute
+them here."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ctxleak.methods.influence.metrics import mean_with_ci
 
 
 def token_influence(logp_with: Any, logp_without: Any) -> np.ndarray:
-    """Token influence (paper 000, Def. 3.1, Eq. 3): ``τ_t = |log p̄_λ(y_t | D) −
+    """Token influence (Def. 3.1, Eq. 3): ``τ_t = |log p̄_λ(y_t | D) −
     log p̄_λ(y_t | D∖D_{i,n})|`` for each response token y_t, in float64.
 
     ``logp_with``: log-probabilities of the tokens given the whole context; ``logp_without``:
@@ -24,7 +25,7 @@ def token_influence(logp_with: Any, logp_without: Any) -> np.ndarray:
 
 
 def response_influence(tau: Any) -> Any:
-    """Response influence (paper 000, Def. 3.2, Eq. 4): the sum of the token influences over the
+    """Response influence (Def. 3.2, Eq. 4): the sum of the token influences over the
     response, ``Σ_t τ_t``; over the last axis for one row per window (a float for one row)."""
     tau = np.asarray(tau, dtype=np.float64)
     total = tau.sum(axis=-1)
@@ -33,6 +34,6 @@ def response_influence(tau: Any) -> Any:
 
 def expected_influence(response_influences: Sequence[float], *, seed: int = 0,
                        n_boot: int = 2000, level: float = 0.95) -> dict[str, Any]:
-    """Expected influence (paper 000, Def. 3.3, Eq. 5): the mean response influence over the
+    """Expected influence (Def. 3.3, Eq. 5): the mean response influence over the
     dataset (one response drawn per example), with median, std and a bootstrap interval."""
     return mean_with_ci(response_influences, n_boot=n_boot, level=level, seed=seed)

@@ -1,5 +1,6 @@
-"""PII probing (ProPILE, paper 004): records, extraction from text, synthetic data, black-box
-prompt templates and model-free metrics. The model-facing probes build on these."""
+"""PII probing (ProPILE: Probing Privacy Leakage in Large Language Models): records, extraction from
+text, synthetic data, black-box prompt templates and model-free metrics. The model-facing probes
+build on these."""
 
 from __future__ import annotations
 

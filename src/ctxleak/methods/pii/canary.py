@@ -1,4 +1,4 @@
-"""Canary check: does PII probing detect PII that a model was really trained on? (SPEC §7)
+"""Canary check: does PII probing detect PII that a model was really trained on?
 
 The subjects are split into ``N`` *inserted* and ``N`` *held-out* ones (seeded). A copy of the
 model is fine-tuned with the language-modelling loss on the documents of the inserted subjects

@@ -1,5 +1,6 @@
-"""ProPILE probe items (paper 004, App. A.3): one subject, one PII type (for relations: one
-relationship), one template, with its null PII; and their token ids (:func:`encode_item`).
+"""ProPILE probe items (ProPILE: Probing Privacy Leakage in Large Language Models, App. A.3): one
+subject, one PII type (for relations: one relationship), one template, with its null PII; and their
+token ids (:func:`encode_item`).
 
 The prompt's trailing space (App. A.3) is moved onto the answer (``scoring_pair``): the model
 sees ``"... is"`` and the answer ``" x"``, the way BPE tokenizers split a word after a space,

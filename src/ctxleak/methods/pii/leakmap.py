@@ -1,6 +1,8 @@
-"""Where a subject's documents leaked into a probed answer (in-context mode, paper 004 with the
-n-gram influence of paper 000, Def. 3.1-3.2): the influence of each window of the documents on
-the teacher-forced target answer, spread over the tokens it covers.
+"""Where a subject's documents leaked into a probed answer (the in-context mode of "ProPILE:
+Probing Privacy Leakage in Large Language Models" with the n-gram influence, Def. 3.1-3.2, of
+"Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models"): the
+influence of each window of the documents on the teacher-forced target answer, spread over the
+tokens it covers.
 
 The prompt is rebuilt exactly as :func:`ctxleak.methods.pii.items.encode_item` builds it, with
 the documents as the context slot; λ = 1 and T = 1, so the distributions are the model's own.

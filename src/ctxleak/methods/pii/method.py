@@ -1,6 +1,7 @@
-"""The probe Method (ProPILE, paper 004, App. A.3, A.4, B.1): one record per probe prompt
-(subject, PII type, template) under each mode and variant; summarised per group with exact
-match, target vs null likelihoods and the Wilcoxon test, and the canary verdicts."""
+"""The probe Method (ProPILE: Probing Privacy Leakage in Large Language Models, App. A.3, A.4, B.1):
+one record per probe prompt (subject, PII type, template) under each mode and variant; summarised
+per group with exact match, target vs null likelihoods and the Wilcoxon test, and the canary
+verdicts."""
 
 from __future__ import annotations
 
@@ -128,8 +129,9 @@ class ProbeMethod(Method):
         return out
 
     def _leak_map(self, lm: Any, row: dict[str, Any]) -> dict[str, Any] | None:
-        """Where the subject's documents leaked into this in-context answer (paper 000,
-        Def. 3.1-3.2 over the documents' windows): stored in the record, so the report and a
+        """Where the subject's documents leaked into this in-context answer (Def. 3.1-3.2 of
+        "Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models" over
+        the documents' windows): stored in the record, so the report and a
         loaded result render it without a model. It scores the answer under every window's
         deletion (8-token windows, stride 4): ``leak_maps=False`` skips it."""
         if not hasattr(self, "_documents"):

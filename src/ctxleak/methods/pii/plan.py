@@ -1,6 +1,6 @@
-"""Planning a probe run (paper 004): which subjects, which probe items under which mode and
-variant (black-box, in-context, white-box, canary), built and checked before any model is
-loaded; and the new-token budget of each PII type."""
+"""Planning a probe run (ProPILE: Probing Privacy Leakage in Large Language Models): which subjects,
+which probe items under which mode and variant (black-box, in-context, white-box, canary), built and
+checked before any model is loaded; and the new-token budget of each PII type."""
 
 from __future__ import annotations
 

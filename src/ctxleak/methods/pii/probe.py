@@ -1,5 +1,6 @@
-"""ProPILE probing with a model: measuring a batch of probe items (paper 004, App. A.3, B.1;
-SPEC §7), black-box and in-context. Items: :mod:`.items`; summaries: :mod:`.summary`.
+"""ProPILE probing with a model: measuring a batch of probe items (App. A.3, B.1 of ProPILE: Probing
+Privacy Leakage in Large Language Models), black-box and in-context. Items: :mod:`.items`;
+summaries: :mod:`.summary`.
 
 One *probe item* is one subject, one PII type (for relations: one relationship), one template of
 App. A.3 (:func:`ctxleak.methods.pii.templates.build_prompts`). For each item:
@@ -33,8 +34,9 @@ itself see), falling back to the ids of ``" " + answer`` when the prompt's ids c
 
 In-context mode puts the subject's documents before the probe (``"{document}\\n{prompt}"``) and
 also scores the answer without them: the whole-context influence on the answer is
-``Σ_r |log p(a_r | D, prompt, a_<r) - log p(a_r | prompt, a_<r)|`` (paper 000, Def. 3.1-3.2 with
-n = |D|, λ = 1, T = 1, the answer teacher-forced), and ``context_share = 1 - p(a | prompt) /
+``Σ_r |log p(a_r | D, prompt, a_<r) - log p(a_r | prompt, a_<r)|`` (Def. 3.1-3.2 of "Estimating
+Privacy Leakage of Augmented Contextual Knowledge in Language Models" with n = |D|, λ = 1,
+T = 1, the answer teacher-forced), and ``context_share = 1 - p(a | prompt) /
 p(a | D, prompt)`` (0 when the context does not raise the answer's probability) says how much of
 the answer's probability the context accounts for.
 
@@ -138,7 +140,7 @@ def likelihood_fields(target: np.ndarray, null: np.ndarray | None = None,
         row.update(null_ll=None, null_ll_norm=None, null_tokens=None)
     if bare is not None:
         bll, bll_norm = likelihood_from_token_logprobs(bare)
-        per_token = token_influence(target, bare)  # paper 000, Def. 3.1 with n = |D|
+        per_token = token_influence(target, bare)  # the context-influence paper, Def. 3.1 with n = |D|
         row.update(
             no_context_ll=bll, no_context_ll_norm=bll_norm,
             token_influence=[float(x) for x in per_token],

@@ -1,4 +1,4 @@
-"""PII records: one data subject's name and PII, read from and written to JSONL (SPEC §7, §9).
+"""PII records: one data subject's name and PII, read from and written to JSONL.
 
 A record file holds one JSON object per line::
 

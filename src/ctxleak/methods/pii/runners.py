@@ -1,6 +1,6 @@
-"""The runners of a probe run (paper 004): which model and which generator/scorer measure each
-(mode, variant) of probe items; the white-box soft prompts (App. A.4) trained or reloaded from
-the run directory; the canary check's fine-tuned copy."""
+"""The runners of a probe run (ProPILE: Probing Privacy Leakage in Large Language Models): which
+model and which generator/scorer measure each (mode, variant) of probe items; the white-box soft
+prompts (App. A.4) trained or reloaded from the run directory; the canary check's fine-tuned copy."""
 
 from __future__ import annotations
 

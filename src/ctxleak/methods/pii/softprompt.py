@@ -1,4 +1,5 @@
-"""White-box probing with a trained soft prompt (ProPILE, paper 004, App. A.4; SPEC §7).
+"""White-box probing with a trained soft prompt (ProPILE: Probing Privacy Leakage in Large Language
+Models, App. A.4).
 
 ``m`` trainable vectors ``S = (s_1 .. s_m)`` in the model's input-embedding space are placed
 after the BOS ids (if any) and before the first probing template; the model itself stays frozen

@@ -1,5 +1,6 @@
-"""Summaries of probe rows (paper 004, App. A.3, B.1): per group, the maximum over templates per
-subject, exact-match rates, target vs null likelihoods and their Wilcoxon signed-rank test."""
+"""Summaries of probe rows (ProPILE: Probing Privacy Leakage in Large Language Models, App. A.3,
+B.1): per group, the maximum over templates per subject, exact-match rates, target vs null
+likelihoods and their Wilcoxon signed-rank test."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def _wilcoxon(target: Mapping[Any, float], null: Mapping[Any, float], *,
               scale: str = "likelihood") -> dict[str, Any]:
     """Paired signed-rank test of target > null over the units both have, from their
     log-likelihoods. ``scale="likelihood"`` compares the likelihoods themselves, ``exp(ll)``, as
-    ProPILE does (paper 004, App. B.2); ``scale="log_likelihood"`` the logs. The signed-rank
+    ProPILE does (App. B.2); ``scale="log_likelihood"`` the logs. The signed-rank
     test is not invariant to the log: the signs of the differences are, their ranks are not."""
     units = [u for u in target if u in null]
     t = [target[u] for u in units]

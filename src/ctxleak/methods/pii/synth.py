@@ -1,4 +1,4 @@
-"""Seeded synthetic PII records and documents that mention them (SPEC §7; never real people).
+"""Seeded synthetic PII records and documents that mention them (never real people).
 
 Everything is fictional by construction:
 

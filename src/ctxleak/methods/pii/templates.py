@@ -46,7 +46,7 @@ __all__ = [
     "scoring_pair",
 ]
 
-# Maximum new tokens for generation, per PII type (App. A.3; SPEC §7).
+# Maximum new tokens for generation, per PII type (App. A.3).
 MAX_NEW_TOKENS = {"phone": 12, "email": 20, "address": 30, "relation": 20, "university": 10}
 
 PII_TYPES = ("phone", "email", "address", "relation", "university")

@@ -1,4 +1,5 @@
-"""Susceptibility to context: Monte Carlo (Du et al. 2024) and Fisher (paper 002), SPEC §6."""
+"""Susceptibility to context: Monte Carlo (Du et al. 2024) and Fisher (Efficiently Computing
+Susceptibility to Context in Language Models)."""
 
 from ctxleak.methods.susceptibility.contexts import (
     CONTEXT_SCOPES,

@@ -1,8 +1,8 @@
-"""Context pools and Monte Carlo context samples for susceptibility (paper 002 §5.1, Du et al.
-2024).
+"""Context pools and Monte Carlo context samples for susceptibility (Efficiently Computing
+Susceptibility to Context in Language Models §5.1, Du et al. 2024).
 
 Contexts (Du et al. §3.2; paper §5.1): the relation's context template filled with an entity and a
-candidate answer. By default (``scope="mix"``, paper 002 §5.1) a query's sample holds
+candidate answer. By default (``scope="mix"``, §5.1) a query's sample holds
 ``entity_contexts`` draws (8 of 256; 4 of 128 for LLaMA) from the contexts that mention the
 queried entity and the rest from the relation's contexts about its other entities
 (:func:`sample_context_mix`). The other scopes draw every context uniformly from one pool: the
@@ -77,7 +77,7 @@ def scope_entities(relation_name: str, entity: str, relations: Sequence[Relation
 
 
 def other_entities(query: Query, relation: Relation) -> list[str]:
-    """The relation's real and made-up entities other than the query's (paper 002 §5.1: the
+    """The relation's real and made-up entities other than the query's (§5.1: the
     contexts of a query's sample that do not mention its entity)."""
     return _others(query.entity, relation)
 
@@ -97,7 +97,7 @@ def _draw(pool: Sequence[str], n: int, rng: np.random.Generator, replace: bool) 
 
 def sample_contexts(pool: Sequence[str], n: int, rng: np.random.Generator, *,
                     replace: bool = False) -> ContextSample:
-    """Draw ``n`` contexts uniformly from ``pool`` (without replacement, the default: paper 002
+    """Draw ``n`` contexts uniformly from ``pool`` (without replacement, the default: the paper
     §5.1 and Du et al. subsample their contexts, capped at the pool size; with: i.i.d. Monte
     Carlo draws) and deduplicate, keeping each distinct context once with its count, in order
     of first draw."""
@@ -135,7 +135,8 @@ def check_context_mix(n: int, entity_contexts: int) -> None:
         raise ConfigError(f"contexts must be at least 1, got {n}", param="contexts")
     if not 0 <= entity_contexts <= n:
         raise ConfigError(f"entity_contexts={entity_contexts} must be between 0 and "
-                          f"contexts={n}; paper 002 §5.1 uses 8 of 256 (4 of 128)",
+                          f"contexts={n}; Efficiently Computing Susceptibility to Context in "
+                          "Language Models (§5.1) uses 8 of 256 (4 of 128)",
                           param="entity_contexts", also=("contexts",))
 
 
@@ -186,7 +187,7 @@ def query_pools(relation_name: str, entity: str, relations: Sequence[Relation], 
 def query_contexts(query: Query, relations: Sequence[Relation], n: int, rng: np.random.Generator,
                    *, scope: str = "mix", entity_contexts: int = 8,
                    replace: bool = False) -> QueryContexts:
-    """The contexts ``ctxleak susceptibility`` scores for ``query`` (paper 002 §5.1): with
+    """The contexts ``ctxleak susceptibility`` scores for ``query`` (§5.1): with
     ``scope="mix"``, ``entity_contexts`` of the ``n`` draws from the contexts that mention the
     queried entity and the rest from the relation's other entities
     (:func:`sample_context_mix`); any other scope draws all ``n`` from one pool

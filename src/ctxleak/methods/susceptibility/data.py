@@ -1,6 +1,7 @@
-"""Relations, queries and context pools for susceptibility (paper 002 §5.1, Du et al. 2024).
+"""Relations, queries and context pools for susceptibility (Efficiently Computing Susceptibility to
+Context in Language Models §5.1, Du et al. 2024).
 
-Two input formats are read, both checked before any model is loaded (SPEC §9):
+Two input formats are read, both checked before any model is loaded:
 
 * **ctxleak** (the bundled ``relations.json``): ``{"relations": [{name, closed_query,
   open_qa_query, open_completion_query, context_template, entities: [{entity, answer}],

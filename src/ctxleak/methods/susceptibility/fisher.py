@@ -1,9 +1,10 @@
-"""Fisher susceptibility (paper 002 §4, Eq. 4-11), in the team's reading (SPEC §6).
+"""Fisher susceptibility (Efficiently Computing Susceptibility to Context in Language Models §4, Eq.
+4-11), in the team's reading.
 
-The paper's equations did not survive in ``papers/``; SPEC §6 fixes this reading, kept
-configurable. Let e be the input embeddings of the query's tokens, flattened (§4.1: the context is
-re-parameterised as a perturbation of the query's embeddings), and ``p(a | e)`` the next-token
-distribution. The Fisher information of the answer about e is
+The paper's equations did not survive in the copy this implementation was built from; this
+reading of them is ctxleak's, kept configurable. Let e be the input embeddings of the query's
+tokens, flattened (§4.1: the context is re-parameterised as a perturbation of the query's
+embeddings), and ``p(a | e)`` the next-token distribution. The Fisher information of the answer about e is
 ``I(e) = Σ_a p(a|e)·∇_e log p(a|e)·∇_e log p(a|e)ᵀ`` (Eq. 4), summed over the top-k next tokens
 (Eq. 11, default k = 10). A second-order expansion gives ``KL(p(·|e) ‖ p(·|e+δ)) ≈ ½·δᵀI(e)δ``
 (Eq. 5); with the context perturbation δ ~ (μ = 0, Σ = σ²I) (Eq. 8) its expectation is (Eq. 9-10)
@@ -93,7 +94,7 @@ def fisher_trace(logprobs: torch.Tensor, grads: torch.Tensor, truncation: str = 
 
 
 def fisher_chi(trace: float, sigma2: float) -> float:
-    """Fisher susceptibility (paper 002, Eq. 8-11 with μ = 0 and Σ = σ²I; SPEC §6 reading):
+    """Fisher susceptibility (Eq. 8-11 with μ = 0 and Σ = σ²I):
     ``χ_F = ½·σ²·tr I(e)``, where ``tr I(e) = Σ_a p(a|e)·‖∇_e log p(a|e)‖²`` is the trace of the
     Fisher information of the next-token distribution with respect to the query embeddings e
     (over the top-k tokens, or the whole vocabulary)."""

@@ -1,5 +1,6 @@
-"""The susceptibility Method (paper 002, Du et al. 2024): one record per query with χ_MC and/or
-χ_F; summarised with their correlation overall and by query type, group means and timing."""
+"""The susceptibility Method (Efficiently Computing Susceptibility to Context in Language Models, Du
+et al. 2024): one record per query with χ_MC and/or χ_F; summarised with their correlation overall
+and by query type, group means and timing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Monte Carlo susceptibility (Du et al. 2024 §3; paper 002 Eq. 1-2, §3.2).
+"""Monte Carlo susceptibility (Du et al. 2024, "Context versus Prior Knowledge in Language
+Models", §3; Eq. 1-2 and §3.2 of "Efficiently Computing Susceptibility to Context in Language
+Models").
 
 For a query q and contexts c drawn from a distribution over contexts (here the empirical p̂ of the
 distinct sampled contexts), with ``p(a | c, q)`` the next-token distribution over the full
@@ -92,7 +94,7 @@ def susceptibility_from_logprobs(logprobs: torch.Tensor, weights: Sequence[float
 def context_prompts(lm: LM, query: str, contexts: Sequence[str],
                     template: str = PROMPT_TEMPLATE) -> list[tuple[int, ...]]:
     """Token ids of ``context + query`` for each context: template pieces, context and query
-    tokenised separately and concatenated (SPEC §3), so the query's ids are the same in every
+    tokenised separately and concatenated, so the query's ids are the same in every
     prompt and in the no-context prompt. Contexts are cut to the model's window (see
     :func:`fitted_context_prompts`)."""
     return fitted_context_prompts(lm, query, contexts, template)[0]

@@ -1,6 +1,7 @@
-"""Susceptibility over a set of queries (paper 002 §5): χ_MC and χ_F per query, their
-correlation overall and by query type, open against closed and real against made-up entities,
-per-relation means, the time each method takes, plots and the report."""
+"""Susceptibility over a set of queries (Efficiently Computing Susceptibility to Context in Language
+Models §5): χ_MC and χ_F per query, their correlation overall and by query type, open against closed
+and real against made-up entities, per-relation means, the time each method takes, plots and the
+report."""
 
 from __future__ import annotations
 
@@ -44,18 +45,18 @@ TYPE_LABELS = {"closed": "closed", "open_qa": "open (question answering)",
                "open_completion": "open (sentence completion)"}
 
 
-# paper 002 §5.1: 8 of the 256 contexts of a query mention its entity (4 of 128 for LLaMA)
+# §5.1: 8 of the 256 contexts of a query mention its entity (4 of 128 for LLaMA)
 PAPER_CONTEXTS, PAPER_ENTITY_CONTEXTS = 256, 8
 # Fisher is read as an estimate of Monte Carlo susceptibility only where their per-query
 # Spearman correlation over at least AGREEMENT_MIN_QUERIES queries reaches AGREEMENT_SPEARMAN
-# (paper 002 Table 1: 0.56-0.77 overall over 14 models; a null correlation's 95 % band at 20
+# (Table 1: 0.56-0.77 overall over 14 models; a null correlation's 95 % band at 20
 # queries is about ±0.44)
 AGREEMENT_SPEARMAN, AGREEMENT_MIN_QUERIES = 0.3, 20
 
 
 @dataclass(frozen=True)
 class SusceptibilityOptions:
-    """Settings of a run (defaults: paper 002 §5.1 and SPEC §6): 256 contexts per query, 8 of
+    """Settings of a run (defaults: the paper's §5.1): 256 contexts per query, 8 of
     which mention the queried entity and the rest the relation's other entities
     (``context_entities="mix"``; 128 and 4 for LLaMA-size models). ``entity_contexts=None``
     takes the paper's ratio, 1/32 of ``n_contexts`` rounded, at least 1 (8 of 256, 4 of 128);
@@ -167,7 +168,7 @@ def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Seq
             drawn = query_contexts(q, relations, options.n_contexts, np.random.default_rng(seed),
                                    scope=options.context_entities,
                                    entity_contexts=options.entity_draws,
-                                   replace=with_replacement)  # paper 002 §5.1
+                                   replace=with_replacement)  # §5.1
             samples.append(drawn.sample)
             pools.append(drawn.pool)
             where.append(drawn.pool_indices)
@@ -310,7 +311,7 @@ def summarize_queries(records: Sequence[dict[str, Any]], options: Susceptibility
         a, b = timing["seconds_per_query_mc"], timing["seconds_per_query_fisher"]
         timing["speedup_fisher_over_mc"] = a / b if a is not None and b else None
     out["timing"] = timing
-    if options.run_mc:  # contexts cut to the model's window (SPEC §9)
+    if options.run_mc:  # contexts cut to the model's window
         out["truncation"] = truncation_counts(records)
     return out
 
@@ -348,7 +349,7 @@ def truncation_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
 
 def context_mix(records: Sequence[dict[str, Any]],
                 options: SusceptibilityOptions) -> dict[str, Any]:
-    """The Monte Carlo context sample as asked and as drawn (paper 002 §5.1): contexts per query,
+    """The Monte Carlo context sample as asked and as drawn (§5.1): contexts per query,
     how many mention the queried entity, and the means actually drawn and distinct."""
     mix: dict[str, Any] = {"scope": options.context_entities, "contexts": options.n_contexts,
                            "sampling": options.sampling}

@@ -1,0 +1,120 @@
+"""Every code block of the README and of the documentation pages (docs/*.md) runs as written.
+
+Python blocks run in order, one namespace per page, in a fresh working directory. Shell blocks
+(``bash``, and the ``$ `` lines of ``console`` blocks) run their commands in a fresh working
+directory per page, with ``ctxleak`` the command of this checkout; what they print is not
+compared (it holds timings), their exit status must be 0. A block that cannot run in CI (the
+setup script, several GPUs, hours of compute) is marked on the line before it with
+``<!-- ci: skip (the reason) -->``. Blocks in ``text``, ``bibtex`` (checked against
+``ctxleak.citations``) and unlabelled fences are shown, not run. The README's Python API blocks
+and the CID page's blocks have their own tests (tests/api/test_readme.py,
+tests/integrations/test_readme_cid.py), and a command shown on two pages runs once: nothing runs
+twice.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctxleak.citations import PAPERS
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+BLOCK = re.compile(r"(?:<!-- ci: skip \((?P<why>[^)]+)\) -->\n)?^```(?P<lang>[\w-]*)\n(?P<code>.*?)^```",
+                   re.S | re.M)
+RUN = {"python", "bash", "console"}
+SHOW = {"text", "bibtex", ""}
+#: Pages whose Python blocks another test runs (the same code is not run twice in CI).
+PYTHON_ELSEWHERE = {"README.md", "integration.md"}
+#: Shell commands already run in this session: a command shown on two pages (the README's example
+#: and its method's page) runs once.
+RAN: set[str] = set()
+
+
+def blocks(page: Path) -> list[tuple[str, str, str | None]]:
+    """(language, code, skip reason or None) of each fenced block of ``page``."""
+    text = page.read_text(encoding="utf-8")
+    return [(m["lang"], m["code"], m["why"]) for m in BLOCK.finditer(text)]
+
+
+def commands(lang: str, code: str) -> list[str]:
+    """The shell commands of a block: every line of a bash block (comments and continuations
+    joined), the ``$ `` lines of a console block."""
+    lines = code.splitlines()
+    if lang == "console":
+        lines = [line[2:] for line in lines if line.startswith("$ ")]
+    out: list[str] = []
+    for line in lines:
+        line = line.split("  # ")[0].rstrip() if "  # " in line else line.rstrip()
+        if not line or line.lstrip().startswith("#"):
+            continue
+        if out and out[-1].endswith("\\"):
+            out[-1] = out[-1][:-1] + " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+def test_every_block_is_known_and_every_skip_says_why():
+    for page in PAGES:
+        for lang, code, why in blocks(page):
+            assert lang in RUN | SHOW, f"{page_id(page)}: unknown block language {lang!r}"
+            if why is not None:
+                assert lang in RUN and len(why.strip()) > 10, (page_id(page), why)
+            if lang in ("bash", "console") and why is None:
+                for cmd in commands(lang, code):
+                    assert re.match(r"^(OMP_NUM_THREADS=\d+ )?ctxleak\b", cmd), (
+                        f"{page_id(page)}: a shell command that is not ctxleak's must be marked "
+                        f"<!-- ci: skip (reason) -->: {cmd}")
+
+
+def test_the_docs_bibtex_is_ctxleaks_own():
+    """A BibTeX entry shown in the docs is, character for character, the one in
+    ``ctxleak.citations`` (the one results.json and the reports carry)."""
+    seen = 0
+    for page in PAGES:
+        for lang, code, _ in blocks(page):
+            if lang != "bibtex":
+                continue
+            for entry in re.split(r"\n(?=@)", code.strip()):
+                key = entry.split("{", 1)[1].split(",", 1)[0]
+                assert key in PAPERS, (page_id(page), key)
+                assert entry.strip() == PAPERS[key].bibtex, (page_id(page), key)
+                seen += 1
+    assert seen >= 4
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch, capsys):
+    todo = [(lang, code) for lang, code, why in blocks(page) if lang in RUN and why is None]
+    if page.name in PYTHON_ELSEWHERE:
+        todo = [(lang, code) for lang, code in todo if lang != "python"]
+    if not todo:
+        pytest.skip("no block to run on this page")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "docs"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    for lang, code in todo:
+        if lang == "python":
+            exec(compile(code, str(page), "exec"), namespace)  # noqa: S102 - our own docs
+            continue
+        for cmd in commands(lang, code):
+            if cmd in RAN:
+                continue
+            RAN.add(cmd)
+            shell = re.sub(r"(^|\s)ctxleak\b", rf"\1{sys.executable} -m ctxleak", cmd, count=1)
+            done = subprocess.run(["bash", "-c", shell], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=900)
+            assert done.returncode == 0, f"{page_id(page)}: {cmd}\n{done.stdout}\n{done.stderr}"
