@@ -322,10 +322,10 @@ class ExampleView:
 
 
 class ICLInfResult(Result):
-    """``ctxleak.iclinf``: one record per (shots, query); ICLInf mean ± std (Eq. 4 of
-    "Evaluating Privacy Leakage From In-Context Learning"), in nats: an ex-post per-instance ε, the output up to e^x times more likely with an
-    exemplar than without it; ``summary["by_exemplar"]`` and ``["by_position"]`` rank the
-    exemplars and positions by their loss (nats)."""
+    """``ctxleak.iclinf``: one record per (shots, query); ICLInf mean ± std (Eq. 4 of "Evaluating
+    Privacy Leakage From In-Context Learning"), in nats: an ex-post per-instance ε, the output up to
+    e^x times more likely with an exemplar than without it; ``summary["by_exemplar"]`` and
+    ``["by_position"]`` rank the exemplars and positions by their loss (nats)."""
 
     method = "icl"
     title = "ICLInf (Eq. 4)"
@@ -348,9 +348,10 @@ class AuditResult(Result):
 
 
 class SusceptibilityResult(Result):
-    """``ctxleak.susceptibility``: one record per query, χ_MC and χ_F ("Efficiently
-    Computing Susceptibility to Context in Language Models"). χ_MC is a mutual information in nats, at most its ceiling min(H(A|q), H(C)) (``summary["ceiling"]``);
-    χ_F is on another scale and only ranks queries."""
+    """``ctxleak.susceptibility``: one record per query, χ_MC and χ_F ("Efficiently Computing
+    Susceptibility to Context in Language Models"). χ_MC is a mutual information in nats, at most
+    its ceiling min(H(A|q), H(C)) (``summary["ceiling"]``); χ_F is on another scale and only ranks
+    queries."""
 
     method = "susceptibility"
     title = "Susceptibility to context"
@@ -360,10 +361,10 @@ class SusceptibilityResult(Result):
 
 
 class ProbeResult(Result):
-    """``ctxleak.probe``: one record per probe prompt; per-group exact match, likelihoods (nats)
-    and Wilcoxon tests (ProPILE: Probing Privacy Leakage in Large Language Models);
-    ``summary["significance"]`` says, per group, whether its n lets the test reject at α, and the run folder's ``hits.jsonl`` lists every exact
-    PII string generated."""
+    """``ctxleak.probe``: one record per probe prompt; per-group exact match, likelihoods (nats) and
+    Wilcoxon tests (ProPILE: Probing Privacy Leakage in Large Language Models);
+    ``summary["significance"]`` says, per group, whether its n lets the test reject at α, and the
+    run folder's ``hits.jsonl`` lists every exact PII string generated."""
 
     method = "probe"
     title = "PII probing (ProPILE)"
