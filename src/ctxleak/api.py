@@ -107,7 +107,9 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
               dtype: str = "auto", batch_size: str = "auto", batch_invariant: bool = True,
               limit: int | None = None, seed: int = 0, output: str | None = None,
               resume: bool = False, chat_template: str = "auto", trust_remote_code: bool = False,
-              device_map: str | None = None, threads: int | None = None) -> InfluenceResult:
+              device_map: str | None = None, threads: int | None = None,
+              server_url: str | None = None, served_model: str | None = None,
+              tokenizer: str | None = None) -> InfluenceResult:
     """Expected context influence of ``data`` under Context Influence Decoding ("Measuring
     Contextual Influence of Large Language Models", Def. 3.1-3.4): ``ctxleak influence``.
 
@@ -184,6 +186,15 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
         'auto' spreads a large model over the GPUs (accelerate).
     threads : int or None, default None
         CPU threads for torch (default: torch's choice).
+    server_url : str or None, default None
+        Base URL of a server that serves the model over an OpenAI-compatible API (vLLM: exact
+        log-probs), e.g. http://127.0.0.1:8000; the API key, if any, comes from CTXLEAK_API_KEY or
+        OPENAI_API_KEY.
+    served_model : str or None, default None
+        The name the server serves the model under (default: its only model).
+    tokenizer : str or None, default None
+        The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
+        checked against the server's).
 
     Returns
     -------
@@ -208,7 +219,9 @@ def iclinf(model: str | LM = "default", data: Any = "demo", *, progress: bool = 
            dtype: str = "auto", batch_size: str = "auto", batch_invariant: bool = True,
            limit: int | None = None, seed: int = 0, output: str | None = None,
            resume: bool = False, chat_template: str = "auto", trust_remote_code: bool = False,
-           device_map: str | None = None, threads: int | None = None) -> ICLInfResult:
+           device_map: str | None = None, threads: int | None = None,
+              server_url: str | None = None, served_model: str | None = None,
+              tokenizer: str | None = None) -> ICLInfResult:
     """ICLInf, the privacy loss of in-context exemplars ("On the Privacy Risk of In-context
     Learning" §3-4, Eq. 4): ``ctxleak icl``.
 
@@ -282,6 +295,15 @@ def iclinf(model: str | LM = "default", data: Any = "demo", *, progress: bool = 
         'auto' spreads a large model over the GPUs (accelerate).
     threads : int or None, default None
         CPU threads for torch (default: torch's choice).
+    server_url : str or None, default None
+        Base URL of a server that serves the model over an OpenAI-compatible API (vLLM: exact
+        log-probs), e.g. http://127.0.0.1:8000; the API key, if any, comes from CTXLEAK_API_KEY or
+        OPENAI_API_KEY.
+    served_model : str or None, default None
+        The name the server serves the model under (default: its only model).
+    tokenizer : str or None, default None
+        The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
+        checked against the server's).
 
     Returns
     -------
@@ -304,7 +326,9 @@ def audit(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
           batch_invariant: bool = True, limit: int | None = None, seed: int = 0,
           output: str | None = None, resume: bool = False, chat_template: str = "auto",
           trust_remote_code: bool = False, device_map: str | None = None,
-          threads: int | None = None) -> AuditResult:
+          threads: int | None = None,
+              server_url: str | None = None, served_model: str | None = None,
+              tokenizer: str | None = None) -> AuditResult:
     """Audit DP synthetic-text generation: ε_empirical against each target ε ("On the Privacy
     Risk of In-context Learning" §5, App. C): ``ctxleak audit``.
 
@@ -371,6 +395,15 @@ def audit(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
         'auto' spreads a large model over the GPUs (accelerate).
     threads : int or None, default None
         CPU threads for torch (default: torch's choice).
+    server_url : str or None, default None
+        Base URL of a server that serves the model over an OpenAI-compatible API (vLLM: exact
+        log-probs), e.g. http://127.0.0.1:8000; the API key, if any, comes from CTXLEAK_API_KEY or
+        OPENAI_API_KEY.
+    served_model : str or None, default None
+        The name the server serves the model under (default: its only model).
+    tokenizer : str or None, default None
+        The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
+        checked against the server's).
 
     Returns
     -------
@@ -396,7 +429,9 @@ def susceptibility(model: str | LM = "default", data: Any = "demo", *, progress:
                    limit: int | None = None, seed: int = 0, output: str | None = None,
                    resume: bool = False, chat_template: str = "auto",
                    trust_remote_code: bool = False, device_map: str | None = None,
-                   threads: int | None = None) -> SusceptibilityResult:
+                   threads: int | None = None,
+              server_url: str | None = None, served_model: str | None = None,
+              tokenizer: str | None = None) -> SusceptibilityResult:
     """Monte Carlo and Fisher susceptibility of queries to context ("Context versus Prior
     Knowledge in Language Models"): ``ctxleak susceptibility``. ``data``: a relations JSON
     file or ``"demo"``.
@@ -463,6 +498,15 @@ def susceptibility(model: str | LM = "default", data: Any = "demo", *, progress:
         'auto' spreads a large model over the GPUs (accelerate).
     threads : int or None, default None
         CPU threads for torch (default: torch's choice).
+    server_url : str or None, default None
+        Base URL of a server that serves the model over an OpenAI-compatible API (vLLM: exact
+        log-probs), e.g. http://127.0.0.1:8000; the API key, if any, comes from CTXLEAK_API_KEY or
+        OPENAI_API_KEY.
+    served_model : str or None, default None
+        The name the server serves the model under (default: its only model).
+    tokenizer : str or None, default None
+        The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
+        checked against the server's).
 
     Returns
     -------
@@ -488,7 +532,9 @@ def probe(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
           batch_size: str = "auto", batch_invariant: bool = True, limit: int | None = None,
           seed: int = 0, output: str | None = None, resume: bool = False,
           chat_template: str = "auto", trust_remote_code: bool = False,
-          device_map: str | None = None, threads: int | None = None) -> ProbeResult:
+          device_map: str | None = None, threads: int | None = None,
+              server_url: str | None = None, served_model: str | None = None,
+              tokenizer: str | None = None) -> ProbeResult:
     """ProPILE PII probing, black-box, white-box and in-context, and the canary check
     ("ProPILE: Probing Privacy Leakage in Large Language Models"): ``ctxleak probe``.
     ``data``: a PII records JSONL file, records in memory, or ``"demo"`` (synthetic
@@ -572,6 +618,15 @@ def probe(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
         'auto' spreads a large model over the GPUs (accelerate).
     threads : int or None, default None
         CPU threads for torch (default: torch's choice).
+    server_url : str or None, default None
+        Base URL of a server that serves the model over an OpenAI-compatible API (vLLM: exact
+        log-probs), e.g. http://127.0.0.1:8000; the API key, if any, comes from CTXLEAK_API_KEY or
+        OPENAI_API_KEY.
+    served_model : str or None, default None
+        The name the server serves the model under (default: its only model).
+    tokenizer : str or None, default None
+        The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
+        checked against the server's).
 
     Returns
     -------
@@ -594,7 +649,9 @@ def influence_explain(model: str | LM = "default", context: str = "", query: str
                       batch_invariant: bool = True, limit: int | None = None, seed: int = 0,
                       output: str | None = None, resume: bool = False,
                       chat_template: str = "auto", trust_remote_code: bool = False,
-                      device_map: str | None = None, threads: int | None = None
+                      device_map: str | None = None, threads: int | None = None,
+                      server_url: str | None = None, served_model: str | None = None,
+                      tokenizer: str | None = None
                       ) -> ExplainResult | None:
     """One prompt explained ("Measuring Contextual Influence of Large Language Models",
     Table 1): ``ctxleak influence explain``. The response by CID, the uni-gram influence of each
@@ -627,7 +684,7 @@ def influence_explain(model: str | LM = "default", context: str = "", query: str
         How many top n-grams to list.
     device, dtype, batch_size, batch_invariant, limit, seed, output, resume
         The run options, as for :func:`influence`.
-    chat_template, trust_remote_code, device_map, threads
+    chat_template, trust_remote_code, device_map, threads, server_url, served_model, tokenizer
         The run options, as for :func:`influence`.
 
     Returns

@@ -43,6 +43,18 @@ _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
     ("threads", Optional[int], typer.Option(None, "--threads", help="CPU threads for torch "
                                             "(default: torch's choice). On a shared or busy "
                                             "machine 1 is often fastest.", rich_help_panel="Model")),
+    ("server_url", Optional[str], typer.Option(
+        None, "--server-url", help="Measure a model served over an OpenAI-compatible API at "
+        "this base URL (vLLM for exact log-probs), e.g. http://127.0.0.1:8000; --model then "
+        "names it for ctxleak and gives its tokenizer. API key: env CTXLEAK_API_KEY or "
+        "OPENAI_API_KEY.", rich_help_panel="Model")),
+    ("served_model", Optional[str], typer.Option(
+        None, "--served-model", help="The name the server serves the model under (default: "
+        "its only model).", rich_help_panel="Model")),
+    ("tokenizer", Optional[str], typer.Option(
+        None, "--tokenizer", help="The served model's tokenizer: a Hugging Face id or folder "
+        "(default: --model's own); checked against the server's before the run.",
+        rich_help_panel="Model")),
     ("batch_size", str, typer.Option("auto", "--batch-size", help="Examples measured together: "
                                      "auto (as many as fit a token budget, halving on "
                                      "out-of-memory) or a number N. Same seed, same samples "
@@ -78,11 +90,13 @@ def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ctxleak.run.options import check_server_url
         from ctxleak.run.validate import check_common
 
         common = CommonOptions(**{name: kwargs.pop(name) for name in COMMON_NAMES})
         # checked before the command does anything, the model load included (SPEC §9)
         check_common(limit=common.limit, batch_size=common.batch_size, threads=common.threads)
+        check_server_url(common.server_url)
         return func(*args, common=common, **kwargs)
 
     positional = [p for p in own if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

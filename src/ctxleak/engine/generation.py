@@ -39,6 +39,7 @@ from ctxleak.engine.kvroom import give_room
 from ctxleak.engine.models import LM
 from ctxleak.engine.prefill import prefill, sliding_window
 from ctxleak.engine.scoring import continuation_logits
+from ctxleak.engine.served import ServedLM
 
 Combine = Callable[[torch.Tensor, int, tuple[int, ...]], torch.Tensor]
 """``combine(logits[S, V] float64, step, excluded) -> log-probs[V] float64`` (normalised).
@@ -290,7 +291,31 @@ def single_stream(temperature: float = 1.0) -> Combine:
     return combine
 
 
-def beam_generate(lm: LM, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+def sample(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *,
+           temperature: float, max_new_tokens: int, min_new_tokens: int = 0, n: int = 1
+           ) -> list[list[Generation]]:
+    """``n`` responses to each prompt, the sampling operation of every backend: response j of
+    prompt i drawn from the seed ``seeds[i] + j`` at ``temperature`` (0: greedy), EOS masked
+    before ``min_new_tokens``; for each prompt its ``n`` generations (no records). A served
+    model samples on its server (vLLM seeds choice j with seed + j too, so give seeds that lie
+    ``n`` or more apart); in-process, :func:`generate_many` with one stream per job."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, not {temperature}")
+    if len(seeds) != len(prompts):
+        raise ValueError("need one seed per prompt")
+    if isinstance(lm, ServedLM):
+        drawn = lm.sample(prompts, seeds, temperature=temperature, n=n,
+                          max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens)
+        return [[Generation(token_ids=ids, stopped_on_eos=stopped) for ids, stopped in row]
+                for row in drawn]
+    combine = single_stream(temperature if temperature > 0 else 1.0)
+    jobs = [StreamJob([list(p)], combine, None, int(seed) + j, max_new_tokens, min_new_tokens)
+            for p, seed in zip(prompts, seeds) for j in range(n)]
+    gens = generate_many(lm, jobs, sample=temperature > 0)
+    return [gens[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+
+def beam_generate(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
                   num_beams: int = 2, batch_size: int | None = None) -> list[list[int]]:
     """New token ids for each prompt by beam search (greedy when ``num_beams == 1``), as
     ProPILE probes (paper 004, App. A.3: beam 2), no sampling, with Hugging Face's default
@@ -299,6 +324,8 @@ def beam_generate(lm: LM, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
     tokens, at most 16); EOS and what follows it are dropped."""
     if num_beams < 1:
         raise ValueError("num_beams must be >= 1")
+    if isinstance(lm, ServedLM):  # the server's own beam search (greedy at one beam)
+        return lm.beam_search(prompts, num_beams=num_beams, max_new_tokens=max_new_tokens)
     pad = pad_id(lm)
     eos = list(lm.eos_ids)
     config = GenerationConfig(max_new_tokens=max_new_tokens, num_beams=num_beams,

@@ -12,6 +12,11 @@ variant takes its own prefix from its own reference (the caches cut and left-pad
 variants of several examples share forward passes. Models with sliding-window layers, whose
 caches cannot be padded, batch one example's variants together on the shortest prefix among
 them, ordered by prefix length.
+
+A served model (:class:`~ctxleak.engine.served.ServedLM`) answers :func:`continuation_logprobs`
+and :func:`next_token_logprobs` over HTTP (its server's prefix cache does the reuse); the full
+logits of :func:`continuation_logits` and logit transforms need the model in-process, and ask
+for it (:mod:`ctxleak.engine.capabilities`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import numpy as np
 import torch
 
 from ctxleak.engine.batching import BatchPlanner, example_passes, planner_for, policy_of
+from ctxleak.engine.capabilities import NEXT_TOKEN_LOGITS, check_capabilities
 from ctxleak.engine.forward import (
     common_prefix_length,
     expand_cache,
@@ -33,6 +39,7 @@ from ctxleak.engine.forward import (
     right_pad,
 )
 from ctxleak.engine.models import LM
+from ctxleak.engine.served import ServedLM
 
 # Reusing a cached prefix shorter than this saves less than the cache copy costs.
 MIN_REUSE_TOKENS = 16
@@ -249,7 +256,14 @@ def _log_softmax_rows(lm: LM, hidden: torch.Tensor, index: int,
     return torch.log_softmax(logits, dim=-1)
 
 
-def next_token_logprobs(lm: LM, prompts: Sequence[Sequence[int]], *,
+def _served_only_plain(lm: ServedLM, logit_transform: LogitTransform | None) -> None:
+    """A served model gives log-probs, not logits: no transform of the logits."""
+    if logit_transform is not None:
+        check_capabilities(lm, {NEXT_TOKEN_LOGITS: "a transform of the logits (the CID "
+                                "mixture at λ ≠ 1) needs them: load the model in-process"})
+
+
+def next_token_logprobs(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], *,
                         token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
                         batch_size: str | int | None = None,
                         logit_transform: LogitTransform | None = None,
@@ -260,6 +274,11 @@ def next_token_logprobs(lm: LM, prompts: Sequence[Sequence[int]], *,
     ``groups``: the prompt group of each prompt (prefix reuse within a group), ``examples``:
     its example (default: its group), ``batch_size``: rows per pass for this call only (None:
     the model's batching policy); see :func:`_forward_ranges`."""
+    if isinstance(lm, ServedLM):
+        _served_only_plain(lm, logit_transform)
+        served = lm.vocab_logprobs(prompts) if token_ids is None else \
+            lm.candidate_logprobs(prompts, list(token_ids))
+        return torch.from_numpy(served)
     cols = None if token_ids is None else torch.as_tensor(list(token_ids), dtype=torch.long)
 
     def consume(i: int, hidden: torch.Tensor) -> torch.Tensor:
@@ -274,7 +293,7 @@ def next_token_logprobs(lm: LM, prompts: Sequence[Sequence[int]], *,
     return torch.stack(rows)
 
 
-def continuation_logprobs(lm: LM, prompts: Sequence[Sequence[int]],
+def continuation_logprobs(lm: LM | ServedLM, prompts: Sequence[Sequence[int]],
                           continuations: Sequence[int] | Sequence[Sequence[int]], *,
                           reuse_prefix: bool = True, batch_size: str | int | None = None,
                           logit_transform: LogitTransform | None = None,
@@ -296,6 +315,9 @@ def continuation_logprobs(lm: LM, prompts: Sequence[Sequence[int]],
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompt {i} is empty: a continuation needs at least one prompt token")
+    if isinstance(lm, ServedLM):  # the server's prefix cache reuses shared prefixes
+        _served_only_plain(lm, logit_transform)
+        return lm.continuation_logprobs(prompts, conts)
     results: list[np.ndarray] = [np.zeros(0)] * len(prompts)
     todo = [i for i in range(len(prompts)) if conts[i]]
     if not todo:
@@ -319,7 +341,7 @@ def continuation_logprobs(lm: LM, prompts: Sequence[Sequence[int]],
     return results
 
 
-def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
+def continuation_logits(lm: LM | ServedLM, prompts: Sequence[Sequence[int]],
                         continuation: Sequence[int] | Sequence[Sequence[int]], *,
                         reuse_prefix: bool = True, batch_size: str | int | None = None,
                         reduce: Callable[[int, torch.Tensor], object],
@@ -334,6 +356,10 @@ def continuation_logits(lm: LM, prompts: Sequence[Sequence[int]],
     within an example, against its first prompt). ``prefix_caches``: the first prompt's KV cache
     of a group when already computed; ``examples`` and ``batch_size``: see
     :func:`_forward_ranges`."""
+    if isinstance(lm, ServedLM):
+        check_capabilities(lm, {NEXT_TOKEN_LOGITS: "the full logits at every position are "
+                                "not sent by a serving API: load the model in-process"})
+        return []  # not reached: check_capabilities refused the served model
     if continuation and not isinstance(continuation[0], (int, np.integer)):
         conts = [list(c) for c in cast(Sequence[Sequence[int]], continuation)]
     else:

@@ -13,7 +13,9 @@ by the method's report view (:data:`ctxleak.registry.REPORTS`, by ``name``), not
 Optional hooks have defaults here: ``setup(lm, run)`` once after the model is loaded (scorers,
 trained soft prompts), ``batch_cost(item)`` and ``batches(items, policy)`` to group the items
 measured together (the run's :class:`~ctxleak.engine.batching.BatchPolicy`, which the engine also
-keeps: a method never branches on it), ``provenance_extra(lm)`` for prompt templates.
+keeps: a method never branches on it), ``provenance_extra(lm)`` for prompt templates,
+``requires()`` for the model operations it needs (:mod:`ctxleak.engine.capabilities`; a
+backend that lacks one is refused before the first request).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 from ctxleak.engine.batching import BatchPolicy, next_example_batch
+from ctxleak.engine.capabilities import DESCRIPTIONS, IN_PROCESS
 from ctxleak.run.options import RunOptions
 
 
@@ -90,7 +93,13 @@ class Method:
             yield list(todo[start:end])
             start = end
 
-
     def provenance_extra(self, lm: Any) -> dict[str, Any]:
         return {}
+
+    def requires(self) -> dict[str, str]:
+        """The model operations this run needs, given its options: capability name
+        (:mod:`ctxleak.engine.capabilities`) -> why, and what to do instead, in the words of
+        a refusal. Default: all of them (a method that states nothing runs in-process only)."""
+        return {c: f"{self.name} uses {DESCRIPTIONS[c]}: run it with the model loaded "
+                   "in-process" for c in sorted(IN_PROCESS)}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Optional
+from urllib.parse import urlsplit
 
 from ctxleak.errors import ConfigError
 from ctxleak.run.params import option
@@ -40,6 +41,15 @@ class RunOptions:
     device_map: Optional[str] = option(None, "'auto' spreads a large model over the GPUs "
                                        "(accelerate).")
     threads: Optional[int] = option(None, "CPU threads for torch (default: torch's choice).")
+    server_url: Optional[str] = option(None, "Base URL of a server that serves the model over an "
+                                       "OpenAI-compatible API (vLLM: exact log-probs), e.g. "
+                                       "http://127.0.0.1:8000; the API key, if any, comes "
+                                       "from CTXLEAK_API_KEY or OPENAI_API_KEY.")
+    served_model: Optional[str] = option(None, "The name the server serves the model under "
+                                         "(default: its only model).")
+    tokenizer: Optional[str] = option(None, "The served model's tokenizer, a Hugging Face id "
+                                      "or folder (default: the model's own; checked against "
+                                      "the server's).")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,10 +61,26 @@ class RunOptions:
     def check(self) -> RunOptions:
         """Errors name the parameter (the CLI maps it to its flag)."""
         check_common(limit=self.limit, batch_size=self.batch_size, threads=self.threads)
+        check_server_url(self.server_url)
         if not isinstance(self.batch_invariant, bool):
             raise ConfigError(f"batch_invariant must be True or False, not "
                               f"{self.batch_invariant!r}", param="batch_invariant")
         return self
+
+
+def check_server_url(url: str | None) -> None:
+    """A server URL is ``http(s)://host[:port][/path]``, with no credentials in it: they would
+    be stored in ``config.json`` (the API key goes in CTXLEAK_API_KEY or OPENAI_API_KEY)."""
+    if url is None:
+        return
+    parts = urlsplit(str(url))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError("server_url must look like http://HOST:PORT (an OpenAI-compatible "
+                          "server's base URL)", param="server_url")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError("server_url must not hold credentials (they would be written to the "
+                          "run's config.json): put the API key in the environment variable "
+                          "CTXLEAK_API_KEY (or OPENAI_API_KEY) instead", param="server_url")
 
 
 def float_list(value: Any, param: str) -> list[float]:

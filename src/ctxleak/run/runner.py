@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ctxleak.engine.batching import BatchPolicy, is_out_of_memory, policy_of, using
+from ctxleak.engine.capabilities import check_capabilities
 from ctxleak.errors import ConfigError
 from ctxleak.registry import REPORTS, RESULTS
 from ctxleak.run.distributed import barrier, current_world, init_distributed, local_device
@@ -79,7 +80,8 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
         full[INPUTS_KEY] = {**input_hashes(files), **{
             k: rows_sha256(v) for k, v in inputs.items()
             if v is not None and not isinstance(v, (str, Path))}}
-    model_files = model_fingerprint(common.model)  # resume refuses other weights
+    # resume refuses other weights (a served model's are the server's: not fingerprinted)
+    model_files = None if common.server_url else model_fingerprint(common.model)
     if model_files:
         full[MODEL_KEY] = model_files
     return RunDir(output, full, resume=common.resume, private=private, world=world)
@@ -90,6 +92,14 @@ def load_lm(common: RunOptions) -> Any:
     from ctxleak.engine.models import load_model  # lazy, as in open_run: no transformers at CLI start
 
     common.check()
+    if common.server_url:
+        from ctxleak.engine.served import serve  # lazy, as above
+
+        served = serve(common.model, common.server_url, served_model=common.served_model,
+                       tokenizer=common.tokenizer, chat_template=common.chat_template)
+        say(f"{served.info.name}: served model '{served.info.served_model}' at "
+            f"{served.info.base_url}")
+        return served
     if common.threads is not None:
         torch.set_num_threads(common.threads)
     t0 = time.time()
@@ -102,8 +112,10 @@ def load_lm(common: RunOptions) -> Any:
 
 
 def is_lm(model: Any) -> bool:
-    """Whether ``model`` is a loaded :class:`ctxleak.engine.models.LM` (not a name or path)."""
-    return hasattr(model, "info") and hasattr(model, "model") and hasattr(model, "tokenizer")
+    """Whether ``model`` is a loaded :class:`ctxleak.engine.models.LM` or a
+    :class:`ctxleak.engine.served.ServedLM` (not a name or path)."""
+    return hasattr(model, "info") and hasattr(model, "tokenizer") and (
+        hasattr(model, "model") or hasattr(model, "client"))
 
 
 def check_unique_keys(method: Method, items: Sequence[Any]) -> None:
@@ -219,8 +231,15 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
                          resume=bool(resume) if resume is not None else common.resume)
     if lm is not None and is_lm(lm):
         common = replace(common, model=lm.info.name)
+        if hasattr(lm.info, "base_url"):  # a served model: where, and under which name
+            common = replace(common, server_url=lm.info.base_url,
+                             served_model=lm.info.served_model, tokenizer=lm.info.tokenizer)
     items = method.items(data)  # checked before any model is loaded
     check_unique_keys(method, items)
+    if lm is None and common.server_url:
+        lm = load_lm(replace(common, **method.load_options()))  # a served model: no weights
+    if is_lm(lm):  # a backend that lacks an operation is refused before any request
+        check_capabilities(lm, method.requires(), what=f"this {method.name} run")
     run = open_run(method.name, common, method.config(data), private=method.private,
                    inputs=method.inputs(data))
     with run:

@@ -25,6 +25,7 @@ from ctxleak.methods.audit.pipeline import (
     plan_audit,
     setting_rows,
 )
+from ctxleak.methods.needs import audit as audit_needs
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -170,6 +171,9 @@ class AuditMethod(Method):
         """Synthetic sequences generated together (all their streams in one KV cache), each
         from its own subset and seed."""
         return audit_sequences(lm, self.examples, list(items), self.audit, self.common.seed)
+
+    def requires(self) -> dict[str, str]:
+        return audit_needs()
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         rows = setting_rows(self.settings, records, self.audit)

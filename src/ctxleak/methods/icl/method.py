@@ -15,6 +15,7 @@ from ctxleak.methods.icl.params import (
     resolve_spaces,
 )
 from ctxleak.methods.icl.pipeline import measure_queries, select_queries
+from ctxleak.methods.needs import iclinf as iclinf_needs
 from ctxleak.run.inputs import describe, is_path
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -113,6 +114,9 @@ class ICLInfMethod(Method):
         call, each query's prompts reusing its own full prompt's prefix."""
         return measure_queries(lm, self.task, self.builder, self.scorer, self.icl, list(items),
                                self.common.seed)
+
+    def requires(self) -> dict[str, str]:
+        return iclinf_needs()
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         variants = self.icl.variants

@@ -16,6 +16,7 @@ from ctxleak.methods.influence.pipeline import (
     summarize_setting,
 )
 from ctxleak.methods.influence.quality import quality_scores
+from ctxleak.methods.needs import influence as influence_needs
 from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -81,6 +82,10 @@ class InfluenceMethod(Method):
         jobs = [(ex, setting, derive_seed(self.common.seed, self.index[ex.id]))
                 for setting, ex in items]
         return measure_examples(lm, jobs, self.options)
+
+    def requires(self) -> dict[str, str]:
+        return influence_needs([s.lam for s in self.grid], [s.temperature for s in self.grid],
+                               self.options.bounded_eps)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         by_id = {ex.id: ex for ex in self.examples}

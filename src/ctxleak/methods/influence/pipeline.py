@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxleak.engine.capabilities import NEXT_TOKEN_LOGITS, capabilities_of
 from ctxleak.engine.models import LM
 from ctxleak.errors import warn
 from ctxleak.methods.influence.cid import (
@@ -33,6 +34,7 @@ from ctxleak.methods.influence.ngrams import (
     windows,
 )
 from ctxleak.methods.influence.quantities import expected_influence, token_influence
+from ctxleak.methods.influence.served import score_responses, served_responses
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     generation's floats need no replay. ``hand_over_prefill``: with n-gram windows, each prompt
     with the context is prefilled alone and its KV cache handed to the scoring, which then does
     not compute that prefix again (the same numbers; False recomputes it, for benchmarks)."""
+    if NEXT_TOKEN_LOGITS not in capabilities_of(lm):  # a served model: its own answers, λ = 1
+        return _measure_served(lm, jobs, options)
     parts = _example_parts(lm, jobs, options)
     rescored = options.ngram is not None and options.bounded_eps is None
     caches: list[Any] | None = [] if hand_over_prefill and options.ngram is not None \
@@ -125,6 +129,34 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
         records[k]["ngram_clipped_from"] = options.ngram
     for k, request, win in zip(todo, requests, scored):
         records[k].update(_window_fields(request, win, options))
+    return records
+
+
+def _measure_served(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                    options: InfluenceOptions) -> list[dict[str, Any]]:
+    """:func:`measure_examples` on a served model (λ = 1, T = 1, checked before the run): each
+    answer sampled by the server from its own seed, then scored there
+    (:mod:`ctxleak.methods.influence.served`)."""
+    parts = _example_parts(lm, jobs, options)
+    responses: list[tuple[list[int], bool]] = [([], False)] * len(jobs)
+    for temperature in sorted({setting.temperature for _, setting, _ in jobs}):
+        ks = [k for k, (_, setting, _) in enumerate(jobs) if setting.temperature == temperature]
+        drawn = served_responses(lm, [parts[k][0] for k in ks], [jobs[k][2] for k in ks],
+                                 temperature, options.max_new_tokens, options.min_new_tokens)
+        for k, answer in zip(ks, drawn):
+            responses[k] = answer
+    ledgers, requests, wins, clipped = score_responses(
+        lm, [p for p, _ in parts], responses, lam=[s.lam for _, s, _ in jobs],
+        temperature=[s.temperature for _, s, _ in jobs],
+        min_new_tokens=options.min_new_tokens, ngram=options.ngram, stride=options.stride,
+        ids=[ex.id for ex, _, _ in jobs])
+    records = [_record(lm, ex, setting, options, seed, p, dropped, ledger)
+               for (ex, setting, seed), (p, dropped), ledger in zip(jobs, parts, ledgers)]
+    for k, (request, win) in enumerate(zip(requests, wins)):
+        if k in clipped:
+            records[k]["ngram_clipped_from"] = options.ngram
+        if request is not None and win is not None:
+            records[k].update(_window_fields(request, win, options))
     return records
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy
+from ctxleak.methods.needs import probe as probe_needs
 from ctxleak.methods.pii.canary import canary_verdict
 from ctxleak.methods.pii.leakmap import in_context_map
 from ctxleak.methods.pii.params import MAX_SHOTS, ProbeParams
@@ -133,6 +134,10 @@ class ProbeMethod(Method):
                               chat=self.common.chat_template == "on")
 
     # ---- summary and report ------------------------------------------------------------------
+    def requires(self) -> dict[str, str]:
+        s = self.settings
+        return probe_needs(s["mode"], bool(s["generate"]), s["canary"])
+
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if hasattr(self, "probe_t0"):
             self.timings["probing_s"] = time.time() - self.probe_t0

@@ -10,6 +10,7 @@ from typing import Any
 from ctxleak.engine.forward import PrefixKV
 from ctxleak.engine.generation import derive_seed
 from ctxleak.errors import ConfigError
+from ctxleak.methods.needs import susceptibility as susceptibility_needs
 from ctxleak.methods.susceptibility.data import (
     build_queries,
     load_relations,
@@ -154,6 +155,9 @@ class SusceptibilityMethod(Method):
         batched forward and backward), each with its own seed (run seed, query index)."""
         return measure_queries(lm, [(q, derive_seed(self.common.seed, q.index)) for q in items],
                                self.rels, self.options, self.prefix_kv)
+
+    def requires(self) -> dict[str, str]:
+        return susceptibility_needs(self.params.method)
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return summarize_queries(records, self.options)

@@ -1,0 +1,89 @@
+"""What a model backend can do, and the refusal of a run that needs more.
+
+Every method is built on a few model operations. A model loaded in-process (transformers) has
+all of them; a model behind a serving API (:class:`ctxleak.engine.served.ServedLM`, vLLM's
+OpenAI-compatible completions endpoint) has the first three only, since an HTTP server returns
+log-probabilities of given tokens and samples, never logits or gradients:
+
+- :data:`CONTINUATION_LOGPROBS`: teacher-forced ``log p(y_t | prompt, y_<t)`` of a continuation
+  under several prompts (temperature 1);
+- :data:`NEXT_TOKEN_LOGPROBS`: ``log p(c | prompt)`` of given candidate next tokens (temperature
+  1; the whole vocabulary only where the server returns that many log-probs);
+- :data:`SAMPLING`: sampled (or greedy) generations, seeded;
+- :data:`NEXT_TOKEN_LOGITS`: the full next-token logits at every step (mixing distributions, as
+  Context Influence Decoding does at λ ≠ 1; renormalising at a temperature T ≠ 1);
+- :data:`EMBEDDING_GRADIENTS`: gradients with respect to the input embeddings;
+- :data:`WEIGHTS`: the weights themselves (fine-tuning, soft prompts).
+
+A method states which it needs (``Method.requires``, a mapping from capability to the sentence
+that says why and what to do instead); :func:`check_capabilities` refuses a backend that lacks
+one before the first request. Adding a capability: add its name here, give it to the backends
+that have it (``capabilities`` attribute), and name it in the methods that need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ctxleak.errors import ConfigError
+
+CONTINUATION_LOGPROBS = "continuation_logprobs"
+NEXT_TOKEN_LOGPROBS = "next_token_logprobs"
+SAMPLING = "sampling"
+NEXT_TOKEN_LOGITS = "next_token_logits"
+EMBEDDING_GRADIENTS = "embedding_gradients"
+WEIGHTS = "weights"
+
+#: Every capability; a model loaded in-process has them all.
+IN_PROCESS: frozenset[str] = frozenset({CONTINUATION_LOGPROBS, NEXT_TOKEN_LOGPROBS, SAMPLING,
+                                        NEXT_TOKEN_LOGITS, EMBEDDING_GRADIENTS, WEIGHTS})
+#: What a model behind an OpenAI-compatible completions API gives.
+SERVED: frozenset[str] = frozenset({CONTINUATION_LOGPROBS, NEXT_TOKEN_LOGPROBS, SAMPLING})
+
+#: What each capability is, in the words of a refusal.
+DESCRIPTIONS: dict[str, str] = {
+    CONTINUATION_LOGPROBS: "teacher-forced log-probs of a continuation",
+    NEXT_TOKEN_LOGPROBS: "log-probs of candidate next tokens",
+    SAMPLING: "sampled generations",
+    NEXT_TOKEN_LOGITS: "the full next-token logits at every step",
+    EMBEDDING_GRADIENTS: "gradients with respect to the input embeddings",
+    WEIGHTS: "the model's weights",
+}
+
+
+class MissingCapability(ConfigError):
+    """A run needs a model operation its backend lacks: raised before the first request, naming
+    what is missing (``missing``: capability names) and what to do instead."""
+
+    def __init__(self, message: str, missing: tuple[str, ...], *, param: str | None = None,
+                 also: tuple[str, ...] = ()) -> None:
+        self.missing = missing
+        super().__init__(message, param=param, also=also)
+
+
+def capabilities_of(lm: object) -> frozenset[str]:
+    """The capabilities of a model object: its ``capabilities`` attribute (a served model's),
+    else all of them (a model loaded in-process)."""
+    caps = getattr(lm, "capabilities", None)
+    return frozenset(caps) if caps is not None else IN_PROCESS
+
+
+def backend_name(lm: object) -> str:
+    """How a refusal names the backend: ``the served model 'NAME' at URL`` or ``model 'NAME'``."""
+    info = getattr(lm, "info", None)
+    name = getattr(info, "name", "?")
+    url = getattr(info, "base_url", None)
+    return f"the served model '{name}' at {url}" if url else f"model '{name}'"
+
+
+def check_capabilities(lm: object, needs: Mapping[str, str], *, what: str = "this run",
+                       param: str | None = None) -> None:
+    """Refuse ``lm`` when it lacks a capability in ``needs`` (capability -> why it is needed
+    and what to do instead), naming each missing one; nothing is sent to a server before."""
+    have = capabilities_of(lm)
+    missing = tuple(c for c in needs if c not in have)
+    if not missing:
+        return
+    reasons = "; ".join(f"{DESCRIPTIONS.get(c, c)}: {needs[c]}" for c in missing)
+    raise MissingCapability(f"{what} needs what {backend_name(lm)} cannot give ({reasons})",
+                            missing, param=param)

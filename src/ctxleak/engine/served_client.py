@@ -1,0 +1,202 @@
+"""The HTTP client of a served model: many requests in flight, retries, clear errors.
+
+A run's requests go to the server together: :meth:`ServedClient.post_many` sends a list of JSON
+bodies with at most ``max_in_flight`` of them open at once (an ``asyncio`` semaphore over one
+``httpx.AsyncClient``), so the server's scheduler always has work to batch. Transient failures
+(a refused or dropped connection, a timeout, HTTP 429 or 5xx) are retried with exponential
+backoff by tenacity; what still fails becomes a :class:`ServerError` that names the server and
+says how to finish the run (``--resume``: records are written per batch, so a run stopped by a
+dead server loses only the batch in flight).
+
+The API key is read from an environment variable (:data:`API_KEY_ENVS`) and kept only in the
+request headers: it never enters an object that is serialised (``ServedInfo``, the config).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from tenacity import (
+    AsyncRetrying,
+    RetryError,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from ctxleak.errors import CtxleakError
+
+T = TypeVar("T")
+
+#: Environment variables read for the server's API key, first set wins.
+API_KEY_ENVS = ("CTXLEAK_API_KEY", "OPENAI_API_KEY")
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class ServerError(CtxleakError):
+    """The server failed a request (after the retries) or answered what ctxleak cannot use.
+    ``status``: the HTTP status when there was one."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class _Transient(Exception):
+    """A response worth retrying (429, 5xx)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        super().__init__(f"HTTP {response.status_code}")
+
+
+def public_url(url: str) -> str:
+    """``url`` without credentials, query or trailing slash: what provenance records."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def api_key_from_env(env: str | None = None) -> str | None:
+    """The API key from ``env`` (a variable name) or the first of :data:`API_KEY_ENVS` set."""
+    for name in ([env] if env else list(API_KEY_ENVS)):
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """How the client talks to the server. ``timeout``: seconds for one request (the whole
+    answer); ``retries``: attempts per request in all; ``max_in_flight``: requests open at once;
+    ``prompts_per_request``: prompts batched into one completions request."""
+
+    timeout: float = 600.0
+    retries: int = 4
+    max_in_flight: int = 32
+    prompts_per_request: int = 8
+    backoff_s: float = 0.5
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion, also from code already inside an event loop (a notebook):
+    then in a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+class ServedClient:
+    """JSON over HTTP to one server (``base_url``, e.g. ``http://127.0.0.1:8000``; the
+    ``/v1`` paths are added)."""
+
+    def __init__(self, base_url: str, *, api_key: str | None = None,
+                 options: ClientOptions | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        if self.base_url.endswith("/v1"):
+            self.base_url = self.base_url[:-3]
+        self.options = options or ClientOptions()
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    @property
+    def url(self) -> str:
+        """The base URL without credentials."""
+        return public_url(self.base_url)
+
+    def _where(self, path: str) -> str:
+        return f"the server at {self.url} ({path})"
+
+    def _dead(self, path: str, exc: BaseException) -> ServerError:
+        return ServerError(
+            f"{self._where(path)} did not answer after {self.options.retries} tries "
+            f"({type(exc).__name__}: {exc or 'no detail'}): is it still running? Start it "
+            "again; a run already begun keeps its finished examples, and rerunning the same "
+            "command with --resume --output RUN_DIR finishes it")
+
+    def _failed(self, path: str, response: httpx.Response) -> ServerError:
+        text = response.text.strip().replace("\n", " ")[:300]
+        return ServerError(f"{self._where(path)} answered HTTP {response.status_code}: {text}",
+                           status=response.status_code)
+
+    async def _send(self, client: httpx.AsyncClient, method: str, path: str,
+                    body: dict[str, Any] | None) -> Any:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(max(1, self.options.retries)),
+            wait=wait_exponential(multiplier=self.options.backoff_s, max=30.0),
+            retry=retry_if_exception(
+                lambda e: isinstance(e, (httpx.TransportError, _Transient))),
+            reraise=False)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    response = await client.request(method, self.base_url + path, json=body,
+                                                    headers=self._headers)
+                    if response.status_code in RETRY_STATUS:
+                        raise _Transient(response)
+        except RetryError as exc:
+            last = exc.last_attempt.exception()
+            if isinstance(last, _Transient):
+                raise self._failed(path, last.response) from None
+            raise self._dead(path, last or exc) from None
+        if response.status_code >= 400:
+            raise self._failed(path, response)
+        try:
+            return response.json()
+        except ValueError:
+            raise ServerError(f"{self._where(path)} answered what is not JSON: "
+                              f"{response.text[:200]!r}") from None
+
+    async def _many(self, method: str, path: str,
+                    bodies: Sequence[dict[str, Any] | None]) -> list[Any]:
+        limit = asyncio.Semaphore(max(1, self.options.max_in_flight))
+        timeout = httpx.Timeout(self.options.timeout, connect=min(30.0, self.options.timeout))
+        limits = httpx.Limits(max_connections=max(1, self.options.max_in_flight))
+        async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+            async def one(body: dict[str, Any] | None) -> Any:
+                async with limit:
+                    return await self._send(client, method, path, body)
+
+            tasks = [asyncio.ensure_future(one(b)) for b in bodies]
+            try:
+                return list(await asyncio.gather(*tasks))
+            finally:
+                for task in tasks:  # the first failure cancels the rest
+                    task.cancel()
+
+    def post_many(self, path: str, bodies: Sequence[dict[str, Any]]) -> list[Any]:
+        """POST each body to ``path``; the JSON answers in order."""
+        if not bodies:
+            return []
+        return _run(self._many("POST", path, list(bodies)))
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self.post_many(path, [body])[0]
+
+    def get(self, path: str) -> Any:
+        return _run(self._many("GET", path, [None]))[0]

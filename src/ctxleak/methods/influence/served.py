@@ -1,0 +1,114 @@
+"""Influence of a served model's own answers (Context Influence Decoding at λ = 1, T = 1,
+"Measuring Contextual Influence of Large Language Models", Def. 3.1-3.4).
+
+At λ = 1 CID is plain decoding from the prompt with the context, so the deployed model's own
+answer is the CID response: the server samples it (seeded, EOS masked before the minimum
+length), then scores it teacher-forced under the prompt with the context, without it, and
+without each n-gram window. Only temperature-1 log-probs of given tokens are needed.
+
+The minimum-length rule masks EOS before ``min_new_tokens`` (probability 0), which renormalises
+the distribution those tokens were drawn from: ``log p̄(y_t) = log p(y_t) − log(1 − Σ_e p(e))``
+over the EOS ids e, the same numbers as :func:`~ctxleak.engine.generation.mask_eos_before_min`
+gives in-process. The EOS log-probs come from the server as candidate next tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ctxleak.engine.generation import sample
+from ctxleak.engine.scoring import continuation_logprobs, next_token_logprobs
+from ctxleak.errors import warn
+from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
+from ctxleak.methods.influence.ngrams import PromptParts, WindowInfluence, WindowRequest, windows
+from ctxleak.methods.influence.quantities import token_influence
+
+
+def eos_masked(lm: Any, prompts: Sequence[Sequence[int]],
+               conts: Sequence[Sequence[int]], min_new_tokens: int) -> list[np.ndarray]:
+    """Teacher-forced log-probs of each continuation with EOS masked at its first
+    ``min_new_tokens`` positions (float64): ``log p(y_t) − log(1 − Σ_e p(e | prefix))``."""
+    rows = [np.asarray(r, dtype=np.float64)
+            for r in continuation_logprobs(lm, prompts, conts, reuse_prefix=True)]
+    eos = list(lm.eos_ids)
+    if min_new_tokens <= 0 or not eos:
+        return rows
+    where = [(i, t) for i, c in enumerate(conts) for t in range(min(min_new_tokens, len(c)))]
+    if not where:
+        return rows
+    heads = [list(prompts[i]) + list(conts[i][:t]) for i, t in where]
+    eos_logp = next_token_logprobs(lm, heads, token_ids=eos).numpy().astype(np.float64)
+    mass = np.exp(eos_logp).sum(axis=1)
+    for (i, t), m in zip(where, mass):
+        rows[i][t] -= np.log1p(-min(float(m), 1.0 - 1e-300))
+    return rows
+
+
+def served_responses(lm: Any, parts: Sequence[PromptParts], seeds: Sequence[int],
+                     temperature: float, max_new_tokens: int, min_new_tokens: int
+                     ) -> list[tuple[list[int], bool]]:
+    """One answer per prompt with the context, drawn by the server: (ids, stopped on EOS)."""
+    gens = sample(lm, [p.full for p in parts], list(seeds), temperature=temperature,
+                  max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens)
+    return [(list(g[0].token_ids), g[0].stopped_on_eos) for g in gens]
+
+
+def score_responses(lm: Any, parts: Sequence[PromptParts],
+                    responses: Sequence[tuple[list[int], bool]], *, lam: Sequence[float],
+                    temperature: Sequence[float], min_new_tokens: int, ngram: int | None,
+                    stride: int | None, ids: Sequence[str]
+                    ) -> tuple[list[RowLedger], list[WindowRequest | None],
+                               list[WindowInfluence | None], set[int]]:
+    """The ledger of each answer (log-probs with and without the context, token influence) and,
+    with ``ngram``, its window request and window influence; and which n were clipped to the
+    context. All from the server's temperature-1 log-probs, in one round of requests."""
+    stop = list(lm.eos_ids[:1])
+    drawn = [ids_ + (stop if stopped else []) for ids_, stopped in responses]
+    prompts: list[list[int]] = []
+    conts: list[list[int]] = []
+    spans_of: list[list[tuple[int, int]]] = []
+    clipped: set[int] = set()
+    for k, (p, (resp, _)) in enumerate(zip(parts, responses)):
+        prompts += [p.full, p.empty]
+        conts += [drawn[k], drawn[k]]
+        spans: list[tuple[int, int]] = []
+        if ngram is not None and resp:
+            n = min(ngram, len(p.context))
+            if n < ngram:
+                warn(f"example {ids[k]}: the n-gram size {ngram} (ngram) is larger than its "
+                     f"context ({len(p.context)} tokens): using n = {n}", param="ngram")
+                clipped.add(k)
+            spans = windows(len(p.context), n, stride)
+            for a, b in spans:
+                prompts.append(p.with_context(p.context[:a] + p.context[b:]))
+                conts.append(list(resp))
+        spans_of.append(spans)
+    scored = eos_masked(lm, prompts, conts, min_new_tokens)
+    ledgers: list[RowLedger] = []
+    requests: list[WindowRequest | None] = []
+    wins: list[WindowInfluence | None] = []
+    at = 0
+    for k, (p, (resp, stopped)) in enumerate(zip(parts, responses)):
+        full, empty = scored[at], scored[at + 1]
+        at += 2
+        entries = tuple(LedgerEntry(step=t, token_id=int(tok), lam=float(lam[k]),
+                                    logp_context=float(full[t]), logp_empty=float(empty[t]),
+                                    influence=float(token_influence(full[t], empty[t])))
+                        for t, tok in enumerate(drawn[k]))
+        ledgers.append(RowLedger(row=k, entries=entries, stopped_on_eos=stopped,
+                                 lam=float(lam[k]), temperature=float(temperature[k])))
+        spans = spans_of[k]
+        if ngram is None or not resp:
+            requests.append(None)
+            wins.append(None)
+            continue
+        ablated = np.stack(scored[at:at + len(spans)])
+        at += len(spans)
+        requests.append(WindowRequest(p, list(resp), spans, lam=float(lam[k]),
+                                      temperature=float(temperature[k]),
+                                      min_new_tokens=min_new_tokens))
+        wins.append(WindowInfluence(spans, full[:len(resp)], ablated, empty[:len(resp)]))
+    return ledgers, requests, wins, clipped

@@ -1,0 +1,100 @@
+"""What each method needs from the model, given its options (``Method.requires``).
+
+Each function returns ``{capability: why, and what to do instead}``
+(:mod:`ctxleak.engine.capabilities`). A served model (log-probs at temperature 1 and samples,
+over HTTP) runs: influence of the model's own answers at λ = 1 and T = 1 with n-gram windows,
+ICLInf, Monte Carlo susceptibility and ProPILE black-box probing. What needs the full
+next-token distributions at every step, gradients or weights is refused before the first
+request, by :func:`ctxleak.engine.capabilities.check_capabilities`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ctxleak.engine.capabilities import (
+    CONTINUATION_LOGPROBS,
+    EMBEDDING_GRADIENTS,
+    NEXT_TOKEN_LOGITS,
+    NEXT_TOKEN_LOGPROBS,
+    SAMPLING,
+    WEIGHTS,
+)
+
+IN_PROCESS_HINT = "run it with the model loaded in-process (no --server-url)"
+
+
+def influence(lams: Iterable[float], temperatures: Iterable[float],
+              bounded_eps: float | None) -> dict[str, str]:
+    """Influence (Context Influence Decoding, "Measuring Contextual Influence of Large Language
+    Models"): the response sampled, then scored with and without the context (and each n-gram
+    window). λ ≠ 1, bounded CID and T ≠ 1 need the whole next-token distribution."""
+    needs = {CONTINUATION_LOGPROBS: "the response is scored with and without the context",
+             SAMPLING: "the response is drawn from the model"}
+    lams, temps = list(lams), list(temperatures)
+    if bounded_eps is not None:
+        needs[NEXT_TOKEN_LOGITS] = ("bounded CID searches the largest safe λ_t over the full "
+                                    "next-token distributions at every step: "
+                                    + IN_PROCESS_HINT)
+    elif any(lam != 1 for lam in lams):
+        needs[NEXT_TOKEN_LOGITS] = ("CID at λ ≠ 1 mixes the full next-token distributions "
+                                    "with and without the context at every step: "
+                                    "use lam=1 (the deployed model's own answers), or "
+                                    + IN_PROCESS_HINT)
+    elif any(t != 1 for t in temps):
+        needs[NEXT_TOKEN_LOGITS] = ("influence at temperature T ≠ 1 renormalises the whole "
+                                    "next-token distribution, and a served model returns "
+                                    "log-probs at temperature 1 only: use temperature=1, or "
+                                    + IN_PROCESS_HINT)
+    return needs
+
+
+def iclinf() -> dict[str, str]:
+    """ICLInf ("On the Privacy Risk of In-context Learning"): label log-probs under the full and
+    leave-one-out prompts."""
+    return {CONTINUATION_LOGPROBS: "label sequences are scored under each prompt",
+            NEXT_TOKEN_LOGPROBS: "label tokens are scored as next tokens"}
+
+
+def susceptibility(method: str) -> dict[str, str]:
+    """Susceptibility ("Context versus Prior Knowledge in Language Models"): Monte Carlo over
+    whole next-token distributions (a served model must return the whole vocabulary's
+    log-probs: vLLM's ``--max-logprobs -1``); Fisher over input-embedding gradients."""
+    needs = {}
+    if method in ("mc", "both"):
+        needs[NEXT_TOKEN_LOGPROBS] = ("Monte Carlo susceptibility compares next-token "
+                                      "distributions across contexts")
+    if method in ("fisher", "both"):
+        needs[EMBEDDING_GRADIENTS] = ("Fisher susceptibility differentiates the answer "
+                                      "distribution with respect to the context's embeddings: "
+                                      "use method='mc' (Monte Carlo only), or "
+                                      + IN_PROCESS_HINT)
+    return needs
+
+
+def probe(modes: Iterable[str], generate: bool, canary: Any) -> dict[str, str]:
+    """ProPILE ("ProPILE: Probing Privacy Leakage in Large Language Models"): black-box and
+    in-context probing score and generate; white-box probing trains a soft prompt through the
+    model, and the canary check fine-tunes it."""
+    modes = list(modes)
+    needs = {CONTINUATION_LOGPROBS: "the PII continuations are scored under each probe"}
+    if generate:
+        needs[SAMPLING] = "answers are generated for exact-match leakage"
+    if "white-box" in modes:
+        needs[EMBEDDING_GRADIENTS] = ("white-box probing trains a soft prompt by gradients "
+                                      "through the model: use mode='black-box', or "
+                                      + IN_PROCESS_HINT)
+    if canary is not None:
+        needs[WEIGHTS] = ("the canary check fine-tunes the model's weights: leave canary "
+                          "unset, or " + IN_PROCESS_HINT)
+    return needs
+
+
+def audit() -> dict[str, str]:
+    """The DP synthetic-text audit ("On the Privacy Risk of In-context Learning" §5): the
+    mechanism combines the full next-token distributions of several one-shot prompts."""
+    return {NEXT_TOKEN_LOGITS: "the DP mechanism clips and averages the full next-token "
+                               "distributions of several prompts at every step: "
+                               + IN_PROCESS_HINT,
+            SAMPLING: "synthetic texts are sampled"}
