@@ -69,7 +69,7 @@ def test_server_killed_mid_run_then_resume(vllm_py, default_dir, tmp_path):
 class _Slow(BaseHTTPRequestHandler):
     """Answers ``GET /v1/models`` at once and every POST after ``delay`` seconds."""
 
-    delay = 5.0
+    delay = 60.0
 
     def _json(self, payload: dict) -> None:
         data = json.dumps(payload).encode()
@@ -118,7 +118,7 @@ def test_slow_server_times_out(slow_server):
     assert slow_server in message
     assert "Timeout" in message
     assert "2 tries" in message
-    assert took < 2 * _Slow.delay
+    assert took < _Slow.delay  # the client gave up; the server had not answered yet
 
 
 def test_no_server_is_a_clear_error():
