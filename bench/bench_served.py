@@ -39,9 +39,9 @@ import httpx
 import numpy as np
 import torch
 from _common import device_line, load_default, timed
-from ctxleak.engine.served import serve
 
 from ctxleak.engine.scoring import continuation_logprobs
+from ctxleak.engine.served import serve
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.ngrams import windows
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
