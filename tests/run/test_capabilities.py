@@ -61,10 +61,10 @@ def influence(**params):
 
 
 @pytest.mark.parametrize("method, expect", [
-    (influence(lam=0.5, temperature=1.0), "CID at λ ≠ 1 mixes the full next-token"),
-    (influence(lam="1,2", temperature=1.0), "CID at λ ≠ 1"),
-    (influence(lam=1.0, temperature=1.0, bounded_eps=2.0), "bounded CID"),
-    (influence(lam=1.0, temperature=0.8), "temperature T ≠ 1"),
+    (influence(lambda_=0.5, temperature=1.0), "CID at λ ≠ 1 mixes the full next-token"),
+    (influence(lambda_="1,2", temperature=1.0), "CID at λ ≠ 1"),
+    (influence(lambda_=1.0, temperature=1.0, bounded_eps=2.0), "bounded CID"),
+    (influence(lambda_=1.0, temperature=0.8), "temperature T ≠ 1"),
     (AuditMethod(RunOptions()), "DP mechanism"),
     (SusceptibilityMethod(RunOptions(), SusceptibilityParams(method="fisher")),
      "Fisher susceptibility"),
@@ -82,8 +82,8 @@ def test_refused_on_a_served_model_before_any_request(served, method, expect, tm
 
 
 @pytest.mark.parametrize("method", [
-    influence(lam=1.0, temperature=1.0),
-    influence(lam=1.0, temperature=1.0, ngram=8),
+    influence(lambda_=1.0, temperature=1.0),
+    influence(lambda_=1.0, temperature=1.0, ngram=8),
     ICLInfMethod(RunOptions()),
     SusceptibilityMethod(RunOptions(), SusceptibilityParams(method="mc")),
     ProbeMethod(RunOptions(), ProbeParams(mode="black-box")),
@@ -102,7 +102,7 @@ def test_a_method_that_states_nothing_needs_everything():
 
 def test_a_served_model_named_by_url_is_refused_before_it_is_contacted(tmp_path):
     common = RunOptions(server_url=DEAD, output=str(tmp_path / "run"))
-    method = InfluenceMethod(common, InfluenceParams(lam=1.0, temperature=0.8))
+    method = InfluenceMethod(common, InfluenceParams(lambda_=1.0, temperature=0.8))
     with pytest.raises(MissingCapability, match="temperature=1") as info:
         run_method(method, None, "demo", progress=False)
     assert DEAD in str(info.value)  # not a ServerError: nothing was sent to the dead port

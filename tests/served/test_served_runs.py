@@ -148,7 +148,7 @@ def test_black_box_probe_run_equals_in_process(served_lm, default_lm, tmp_path):
 # ---- refusals: before the first request, naming what is missing and what to do instead ----
 
 REFUSED = [
-    ("CID at λ ≠ 1", lambda lm, out: ctxleak.influence(lm, "demo", lam=0.5, temperature=1.0,
+    ("CID at λ ≠ 1", lambda lm, out: ctxleak.influence(lm, "demo", lambda_=0.5, temperature=1.0,
                                                        limit=1, output=out, progress=False),
      "λ ≠ 1"),
     ("bounded CID", lambda lm, out: ctxleak.influence(lm, "demo", bounded_eps=1.0,

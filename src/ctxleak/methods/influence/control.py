@@ -77,7 +77,7 @@ def context_token_kinds(response_ids: Sequence[int], context_ids: Sequence[int],
     return {"known_tokens": known, "copied_tokens": copied}
 
 
-def control_fields(control_id: str | None, logp_control: Any, record: dict[str, Any]
+def control_fields(control_id: str | int | None, logp_control: Any, record: dict[str, Any]
                    ) -> dict[str, Any]:
     """The control fields of a record: the control example's id, the response's token
     influence under the control context (against the record's own no-context log-probs), its

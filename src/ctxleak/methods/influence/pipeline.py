@@ -286,7 +286,7 @@ def _with_given(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
 def _score_in_process(lm: LM, parts: Sequence[PromptParts],
                       responses: Sequence[tuple[list[int], bool]], *, lam: Sequence[float],
                       temperature: Sequence[float], min_new_tokens: int, ngram: int | None,
-                      stride: int | None, ids: Sequence[str]
+                      stride: int | None, ids: Sequence[str | int]
                       ) -> tuple[list[RowLedger], list[WindowRequest | None],
                                  list[WindowInfluence | None], set[int]]:
     """:func:`~ctxleak.methods.influence.served.score_responses` in-process: each answer
@@ -333,7 +333,7 @@ def _records(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
         if k in clipped:
             records[k]["ngram_clipped_from"] = options.ngram
         if request is not None and win is not None:
-            records[k].update(_window_fields(request, win, options))
+            records[k].update(_window_fields(request, win, options, len(request.spans)))
     _add_token_fields(records, parts, ledgers)
     return records
 

@@ -59,7 +59,7 @@ def served_responses(lm: Any, parts: Sequence[PromptParts], seeds: Sequence[int]
 def score_responses(lm: Any, parts: Sequence[PromptParts],
                     responses: Sequence[tuple[list[int], bool]], *, lam: Sequence[float],
                     temperature: Sequence[float], min_new_tokens: int, ngram: int | None,
-                    stride: int | None, ids: Sequence[str]
+                    stride: int | None, ids: Sequence[str | int]
                     ) -> tuple[list[RowLedger], list[WindowRequest | None],
                                list[WindowInfluence | None], set[int]]:
     """The ledger of each answer (log-probs with and without the context, token influence) and,
