@@ -180,10 +180,11 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
     factkb_model : str or None, default None
         FactKB model of the quality scores (none: not computed).
     redact : bool, default False
-        Mask e-mails and phone numbers in the report and console.
+        Mask PII (e-mails, phone numbers, addresses, names) in the report and
+        console.
     control : bool, default True
-        Also score each response with another example's context (the next one's, in a fixed
-        rotation): what any context does to the query; each example is reported above it.
+        Also score each response with another example's context (the previous one's; the first
+        gets the second's): what any context does to the query; each example is reported above it.
         False: no control.
     passages : str or None, default None
         Split each context into passages, 'sentence' or 'paragraph', and measure each passage's

@@ -271,14 +271,16 @@ class InfluenceResult(Result):
         "settings.*.lambda", "settings.*.temperature", "settings.*.n",
         "settings.*.mean_context_tokens", "settings.*.repeat_prompts", "settings.*.rouge_prompts",
         "settings.*.mean_lambda",
-        *(f"settings.*.influence.{k}" for k in ("n", "mean", "median", "std", "ci_low",
-                                                 "ci_high")), "settings.*.rouge_l.mean",
+        *(f"settings.*.{q}.{k}" for q in ("influence", "influence_per_token",
+                                          "control.influence", "control.above_control",
+                                          "control.above_control_per_token")
+          for k in ("n", "mean", "median", "std", "ci_low", "ci_high")),
+        "settings.*.rouge_l.mean",
         "settings.*.max_window_influence.mean", "settings.*.composed_eps.mean",
         "settings.*.quality.*.value", "settings.*.per_position_influence.*",
-        "settings.*.per_window_influence.*", "settings.*.influence_per_token.*",
-        "settings.*.likelihood_ratio", "settings.*.control.influence.*",
-        "settings.*.control.above_control.*", "settings.*.control.above_control_per_token.*",
-        "settings.*.control.test.pvalue", "settings.*.control.threshold",
+        "settings.*.per_window_influence.*",
+        "settings.*.likelihood_ratio", "settings.*.control.test.pvalue",
+        "settings.*.control.threshold",
         "settings.*.top_passages.*.influence")
 
 

@@ -73,7 +73,7 @@ def influence(
                                 "addresses, names) in the report and console, found by the "
                                 "detectors of 'ctxleak pii extract'."),
     control: bool = typer.Option(True, "--control/--no-control", help="Also score each "
-                                 "response with another example's context (the next one's): "
+                                 "response with another example's context (the previous one's): "
                                  "what any context does to the query; each example is "
                                  "reported above it (on by default)."),
     passages: Optional[str] = typer.Option(None, "--passages", help="Split each context into "

@@ -241,10 +241,10 @@ def control_section(report: Report, summaries: Sequence[dict[str, Any]],
     if not lines:
         return
     report.add_heading("Against a control: what any context does")
-    report.add_text("Each response is also scored with another example's context (the next "
-                    "example's, in a fixed rotation) under the same query: its influence is what "
-                    "any context does to this query, and the example's influence above it is "
-                    "what its own context added.\n" + "\n".join(lines))
+    report.add_text("Each response is also scored with another example's context (the "
+                    "previous example's; the first gets the second's) under the same query: "
+                    "its influence is what any context does to this query, and the example's "
+                    "influence above it is what its own context added.\n" + "\n".join(lines))
     rows = []
     flagged = {(s.get("setting"), i) for s in summaries
                for i in (s.get("control") or {}).get("flagged") or []}

@@ -53,15 +53,15 @@ def _hand_logp(lm, before, context, after, response, lam, temperature):
 
 @pytest.mark.parametrize("lam", [1.0, 0.5])
 def test_control_influence_equals_an_independent_recomputation(llama_lm, tmp_path, lam):
-    """Example k's control is example k+1's context (the last's the first's) under k's query;
+    """Example k's control is example k-1's context (the first's the second's) under k's query;
     its influence Σ_t |log p̄_λ(y_t | C) − log p(y_t | ∅)| matches a from-scratch forward of
     each prefix, and the example's influence above it is the difference."""
     docs = _docs(3)
     res = ctxleak.influence(llama_lm, docs, max_new_tokens=5, min_new_tokens=0, lam=lam,
                             seed=3, output=str(tmp_path / "run"), progress=False)
-    assert [r["control_id"] for r in res.records] == ["d1", "d2", "d0"]
+    assert [r["control_id"] for r in res.records] == ["d1", "d0", "d1"]
     for k, r in enumerate(res.records):
-        other = docs[(k + 1) % 3]
+        other = docs[1 if k == 0 else k - 1]
         example = InfluenceExample("c", other["context"], QUERY, None, "qa")
         parts, _ = prompt_parts(llama_lm, example, reserve=5)
         response = r["response_ids"]
@@ -162,7 +162,8 @@ def test_bad_passages_name_the_file_line_and_field(tmp_path, value, message):
 
 def test_control_indices_rotate_and_one_example_has_none():
     assert control_indices(1) == [None]
-    assert control_indices(3) == [1, 2, 0]
+    assert control_indices(3) == [1, 0, 1]
+    assert control_indices(5)[:3] == [1, 0, 1]  # the first examples keep theirs as n grows
 
 
 def test_paired_test_says_why_when_n_cannot_reject_and_matches_scipy_otherwise():

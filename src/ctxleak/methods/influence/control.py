@@ -8,11 +8,12 @@ which cannot hold this example's private facts: ``control influence = Σ_t |log 
 y<t) − log p(y_t | x, y<t)|`` (nats, the same definition and λ, T as the example's own). The
 example's influence above it is what its own context added.
 
-The control context is the next example's in the run's order (a fixed rotation: example k gets
-example k+1's, the last gets the first's), so it is the same whatever the batch size; with one
-example there is none. Across a setting, a one-sided Wilcoxon signed-rank test asks whether the
-examples' influence exceeds their controls' (:func:`paired_test`), and an example is flagged
-when its influence exceeds the control distribution (:func:`flag_rule`).
+The control context is the previous example's in the run's order (example k gets example
+k-1's, the first gets the second's), so it is the same whatever the batch size and however many
+examples a resumed run asks for; with one example there is none. Across a setting, a one-sided
+Wilcoxon signed-rank test asks whether the examples' influence exceeds their controls'
+(:func:`paired_test`), and an example is flagged when its influence exceeds the control
+distribution (:func:`flag_rule`).
 
 Per response token, the paper's point against Repeat/Rouge Prompts: a token that appears in the
 context may carry little influence (the model already knew it, :data:`KNOWN_BELOW`) or much
@@ -51,9 +52,11 @@ TOKEN_RULE = (f"a response token that also appears in the context (same token id
 
 
 def control_indices(n: int) -> list[int | None]:
-    """The control of each of ``n`` examples: the next one's index (the last gets the first);
-    None for all when there is only one example."""
-    return [None] * n if n < 2 else [(k + 1) % n for k in range(n)]
+    """The control of each of ``n`` examples: the one before it (the first gets the second);
+    None for all when there is only one example. Only earlier examples (and the second) are
+    used, so an example's control does not change when a resumed run asks for more of them
+    (``--limit``)."""
+    return [None] * n if n < 2 else [1] + list(range(n - 1))
 
 
 def per_token_fields(influence: float, tokens: int) -> dict[str, Any]:

@@ -61,7 +61,7 @@ class InfluenceMethod(Method):
                                  passages=self.params.passages)
         self.examples = examples[:limit] if limit is not None else examples
         self.index = {ex.id: i for i, ex in enumerate(self.examples)}
-        # the control of example k: example k+1's context under k's query (control.py)
+        # the control of example k: example k-1's context under k's query (control.py)
         self.controls = [None if c is None else self.examples[c]
                          for c in control_indices(len(self.examples))]
         return [(setting, ex) for setting in self.grid for ex in self.examples]
@@ -106,7 +106,7 @@ class InfluenceMethod(Method):
         return records
 
     def _control(self, ex: InfluenceExample) -> InfluenceExample | None:
-        """The control example of ``ex``: the next example's context (and passages) with
+        """The control example of ``ex``: the previous example's context (and passages) with
         ``ex``'s query and task; None with a single example."""
         other = self.controls[self.index[ex.id]]
         if other is None:

@@ -76,9 +76,10 @@ class InfluenceParams:
                                          "not computed).")
     factkb_model: str | None = option(None, "FactKB model of the quality scores (none: not "
                                       "computed).")
-    redact: bool = option(False, "Mask e-mails and phone numbers in the report and console.")
+    redact: bool = option(False, "Mask PII (e-mails, phone numbers, addresses, names) in the "
+                          "report and console.")
     control: bool = option(True, "Also score each response with another example's context "
-                           "(the next one's, in a fixed rotation): what any context does to "
+                           "(the previous one's; the first gets the second's): what any context does to "
                            "the query; each example is reported above it. False: no control.")
     passages: str | None = option(None, "Split each context into passages, 'sentence' or "
                                   "'paragraph', and measure each passage's influence (left "
