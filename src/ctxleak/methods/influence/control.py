@@ -56,7 +56,9 @@ def control_indices(n: int) -> list[int | None]:
     None for all when there is only one example. Only earlier examples (and the second) are
     used, so an example's control does not change when a resumed run asks for more of them
     (``--limit``)."""
-    return [None] * n if n < 2 else [1] + list(range(n - 1))
+    if n < 2:
+        return [None] * n
+    return [1, *range(n - 1)]
 
 
 def per_token_fields(influence: float, tokens: int) -> dict[str, Any]:
