@@ -30,8 +30,10 @@ BLOCK = re.compile(r"(?:<!-- ci: skip \((?P<why>[^)]+)\) -->\n)?^```(?P<lang>[\w
                    re.S | re.M)
 RUN = {"python", "bash", "console"}
 SHOW = {"text", "bibtex", ""}
-#: Pages whose Python blocks another test runs (the same code is not run twice in CI).
-PYTHON_ELSEWHERE = {"README.md", "integration.md"}
+#: Pages whose Python blocks another test runs (the same code is not run twice in CI): the README's
+#: (tests/api/test_readme.py), the CID page's (tests/integrations/test_readme_cid.py) and the
+#: tutorial's, the cells of examples/api.ipynb (tests/api/test_notebook.py).
+PYTHON_ELSEWHERE = {"README.md", "integration.md", "tutorial.md"}
 #: Shell commands already run in this session: a command shown on two pages (the README's example
 #: and its method's page) runs once.
 RAN: set[str] = set()
