@@ -6,7 +6,7 @@ directory per page, with ``ctxleak`` the command of this checkout; what they pri
 compared (it holds timings), their exit status must be 0. A block that cannot run in CI (the
 setup script, several GPUs, hours of compute) is marked on the line before it with
 ``<!-- ci: skip (the reason) -->``. Blocks in ``text``, ``bibtex`` (checked against
-``ctxleak.citations``) and unlabelled fences are shown, not run. The README's Python API blocks
+``ctxleak.citations``), ``json`` and unlabelled fences are shown, not run. The README's Python API blocks
 and the CID page's blocks have their own tests (tests/api/test_readme.py,
 tests/integrations/test_readme_cid.py), and a command shown on two pages runs once: nothing runs
 twice.
@@ -29,7 +29,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"(?:<!-- ci: skip \((?P<why>[^)]+)\) -->\n)?^```(?P<lang>[\w-]*)\n(?P<code>.*?)^```",
                    re.S | re.M)
 RUN = {"python", "bash", "console"}
-SHOW = {"text", "bibtex", ""}
+SHOW = {"text", "bibtex", "json", ""}
 #: Pages whose Python blocks another test runs (the same code is not run twice in CI): the README's
 #: (tests/api/test_readme.py), the CID page's (tests/integrations/test_readme_cid.py) and the
 #: tutorial's, the cells of examples/api.ipynb (tests/api/test_notebook.py).

@@ -17,7 +17,9 @@ TIME_TEXT = re.compile(r"((?:seconds?|time|_s\b|s/query|speedup)[^\d<>]{0,40}"
                        r"(?:</th><td[^>]*>)?)[-+]?\d[0-9.e+-]*(?:x|s)?")
 
 # "6.9 s": a duration in a subtitle or a sentence
-DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)? s(?=[<\s)])")
+DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)? s(?=[<\s),;])")
+# "4.3% of the measuring time": a share of wall time (the influence control's cost)
+TIME_SHARE = re.compile(r"\d+(?:\.\d+)?% of the measuring time")
 
 
 
@@ -87,6 +89,7 @@ def normalised(path: Path, root: Path) -> Any:
         return [_drop_times(json.loads(line)) for line in _text(path, root).splitlines() if line]
     if path.suffix == ".html":
         html = _blank_time_columns(_text(path, root))
+        html = TIME_SHARE.sub("<T>% of the measuring time", html)
         return DURATION.sub("<T> s", TIME_TEXT.sub(r"\1<T>", html))
     return path.read_bytes()
 

@@ -139,7 +139,7 @@ _CSS += """
 .verdict p{margin:.3em 0}.verdict-text{font-size:1.08em}.verdict .label{font-weight:700}
 .verdict-rule{color:#444;font-size:.92em}
 .tablewrap{overflow-x:visible}.tablewrap table{max-width:100%}
-td{overflow-wrap:anywhere}th{overflow-wrap:normal;hyphens:auto}td.id{white-space:normal;min-width:6ch}td.long{min-width:12em}
+td{overflow-wrap:anywhere}th{overflow-wrap:anywhere;hyphens:auto}td.id{white-space:normal;min-width:6ch}td.long{min-width:12em}
 td.num{white-space:nowrap}th.sortable{white-space:normal}
 .scalebar{display:inline-block;vertical-align:middle;width:12em;height:.9em;border:1px solid #bbb;
 background:linear-gradient(to right,rgb(31,119,180),#fff,rgb(214,39,40))}
