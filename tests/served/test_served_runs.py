@@ -164,7 +164,7 @@ REFUSED = [
      "DP mechanism"),
     ("Fisher susceptibility", lambda lm, out: ctxleak.susceptibility(
         lm, "demo", method="fisher", limit=1, output=out, progress=False), "Fisher"),
-    ("white-box probing", lambda lm, out: ctxleak.probe(lm, "demo", mode="white-box", limit=1,
+    ("white-box probing", lambda lm, out: ctxleak.probe(lm, "demo", mode="white-box", limit=3,
                                                         output=out, progress=False),
      "white-box"),
 ]
