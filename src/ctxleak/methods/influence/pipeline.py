@@ -45,7 +45,7 @@ from ctxleak.methods.influence.ngrams import (
     windows,
 )
 from ctxleak.methods.influence.quantities import expected_influence, token_influence
-from ctxleak.methods.influence.served import score_responses, served_responses
+from ctxleak.methods.influence.served import answer_windows, score_responses, served_responses
 from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
 
 
@@ -295,14 +295,7 @@ def _score_in_process(lm: LM, parts: Sequence[PromptParts],
     requests: list[WindowRequest] = []
     clipped: set[int] = set()
     for k, (p, (resp, _)) in enumerate(zip(parts, responses)):
-        spans: list[tuple[int, int]] = []
-        if ngram is not None and resp:
-            n = min(ngram, len(p.context))
-            if n < ngram:
-                warn(f"example {ids[k]}: the n-gram size {ngram} (ngram) is larger than its "
-                     f"context ({len(p.context)} tokens): using n = {n}", param="ngram")
-                clipped.add(k)
-            spans = windows(len(p.context), n, stride)
+        spans = answer_windows(p, resp, ngram, stride, ids[k], clipped, k)
         requests.append(WindowRequest(p, list(resp), spans, lam=float(lam[k]),
                                       temperature=float(temperature[k]),
                                       min_new_tokens=min_new_tokens, with_empty=True))

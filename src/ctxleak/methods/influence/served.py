@@ -56,6 +56,20 @@ def served_responses(lm: Any, parts: Sequence[PromptParts], seeds: Sequence[int]
     return [(list(g[0].token_ids), g[0].stopped_on_eos) for g in gens]
 
 
+def answer_windows(p: PromptParts, answer: Sequence[int], ngram: int | None, stride: int | None,
+                   example: str | int, clipped: set[int], k: int) -> list[tuple[int, int]]:
+    """The n-gram windows of the context an answer is scored without: none without ``ngram`` or
+    an answer; n cut to the context's length (warned, and ``k`` added to ``clipped``)."""
+    if ngram is None or not answer:
+        return []
+    n = min(ngram, len(p.context))
+    if n < ngram:
+        warn(f"example {example}: the n-gram size {ngram} (ngram) is larger than its "
+             f"context ({len(p.context)} tokens): using n = {n}", param="ngram")
+        clipped.add(k)
+    return windows(len(p.context), n, stride)
+
+
 def score_responses(lm: Any, parts: Sequence[PromptParts],
                     responses: Sequence[tuple[list[int], bool]], *, lam: Sequence[float],
                     temperature: Sequence[float], min_new_tokens: int, ngram: int | None,
@@ -74,17 +88,10 @@ def score_responses(lm: Any, parts: Sequence[PromptParts],
     for k, (p, (resp, _)) in enumerate(zip(parts, responses)):
         prompts += [p.full, p.empty]
         conts += [drawn[k], drawn[k]]
-        spans: list[tuple[int, int]] = []
-        if ngram is not None and resp:
-            n = min(ngram, len(p.context))
-            if n < ngram:
-                warn(f"example {ids[k]}: the n-gram size {ngram} (ngram) is larger than its "
-                     f"context ({len(p.context)} tokens): using n = {n}", param="ngram")
-                clipped.add(k)
-            spans = windows(len(p.context), n, stride)
-            for a, b in spans:
-                prompts.append(p.with_context(p.context[:a] + p.context[b:]))
-                conts.append(list(resp))
+        spans = answer_windows(p, resp, ngram, stride, ids[k], clipped, k)
+        for a, b in spans:
+            prompts.append(p.with_context(p.context[:a] + p.context[b:]))
+            conts.append(list(resp))
         spans_of.append(spans)
     scored = eos_masked(lm, prompts, conts, min_new_tokens)
     ledgers: list[RowLedger] = []
