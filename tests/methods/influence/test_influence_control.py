@@ -310,3 +310,50 @@ def test_cli_no_control_and_passages_flags(tiny_dir, tmp_path, capsys):
     assert "top passages:" in stdout and "nats" in stdout
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert [len(r["passages"]) for r in rows] == [2, 2]
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.5])
+def test_logged_answer_with_passages_equals_a_recomputation_by_hand(llama_lm, tmp_path, lam):
+    """A logged answer (the data's ``response`` field) with passages: its log-probs with and
+    without the context, each passage's influence, each n-gram window's and its control's are
+    Def. 3.1-3.2 computed from scratch for those exact tokens (no EOS after them); the
+    examples without a logged answer are generated in the same run."""
+    passages = ["the capital of france is paris .", "rome is in italy .",
+                "berlin is in germany ."]
+    answer = "paris is the capital of france ."
+    data = [{"id": "p", "passages": passages, "query": QUERY, "response": answer}, *_docs(2)]
+    res = ctxleak.influence(llama_lm, data, max_new_tokens=5, min_new_tokens=0, lambda_=lam,
+                            ngram=3, seed=2, progress=False, output=str(tmp_path / "run"))
+    r = res.records[0]
+    ids = llama_lm.encode(answer)
+    assert r["response_ids"] == ids and not r["stopped_on_eos"]
+    example = InfluenceExample("p", "".join(list_pieces(passages)), QUERY, None, "qa",
+                               tuple(list_pieces(passages)))
+    parts, _ = prompt_parts(llama_lm, example, reserve=5)
+    context = list(parts.context)
+
+    def without(a: int, b: int) -> np.ndarray:
+        return _hand_logp(llama_lm, parts.before, context[:a] + context[b:], parts.after, ids,
+                          lam, 0.8)
+
+    full = _hand_logp(llama_lm, parts.before, context, parts.after, ids, lam, 0.8)
+    empty = _hand_logp(llama_lm, parts.before, (), parts.after, ids, 1.0, 0.8)
+    assert r["logp_context"] == pytest.approx(full.tolist(), abs=2e-5)
+    assert r["logp_empty"] == pytest.approx(empty.tolist(), abs=2e-5)
+    assert r["influence"] == pytest.approx(float(np.abs(full - empty).sum()), abs=1e-4)
+    hand = [float(np.abs(full - without(a, b)).sum()) for a, b in r["passage_spans"]]
+    assert r["passage_influence"] == pytest.approx(hand, abs=1e-4)
+    assert r["max_passage"] == int(np.argmax(hand))
+    windows = [float(np.abs(full - without(a, b)).sum()) for a, b in r["windows"]]
+    n = len(context)
+    assert r["windows"] == [[a, min(a + 3, n)] for a in range(0, n, 3)]  # stride n = 3
+    assert r["window_influence"] == pytest.approx(windows, abs=1e-4)
+    docs_context = _docs(2)[0]["context"]  # example 1 ("d0") is the control of example 0
+    c_parts, _ = prompt_parts(llama_lm, InfluenceExample("c", docs_context, QUERY, None, "qa"),
+                              reserve=5)
+    logp_c = _hand_logp(llama_lm, c_parts.before, c_parts.context, c_parts.after, ids, lam, 0.8)
+    assert r["control_id"] == "d0"
+    assert r["control_influence"] == pytest.approx(float(np.abs(logp_c - empty).sum()),
+                                                   abs=1e-4)
+    assert [len(x["response_ids"]) > 0 for x in res.records[1:]] == [True, True]
+    assert "passage_influence" not in res.records[1]

@@ -45,7 +45,7 @@ from ctxleak.methods.influence.ngrams import (
     windows,
 )
 from ctxleak.methods.influence.quantities import expected_influence, token_influence
-from ctxleak.methods.influence.served import answer_windows, score_responses, served_responses
+from ctxleak.methods.influence.served import score_responses, scored_spans, served_responses
 from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
 
 
@@ -141,13 +141,14 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
         records = [_record(lm, ex, setting, options, seed, p, dropped, response) for
                    (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
         with_passages = [k for k in todo if spans_of[k]]
-        requests = [_request(jobs[k], parts[k][0], responses[k], _kept(spans_of[k]), options)
-                    for k in with_passages]
+        requests = [_request(jobs[k], parts[k][0], responses[k].response_ids,
+                             _kept(spans_of[k]), options) for k in with_passages]
         scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
         for k, win in zip(with_passages, scored):
             records[k].update(_passage_fields(jobs[k][0], spans_of[k], win.per_window))
         _add_token_fields(records, parts, responses)
-        _add_control(lm, records, jobs, responses, controls, options, cost)
+        _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options,
+                     cost)
         return records
     requests, clipped = _window_requests(jobs, parts, responses, caches, todo, options,
                                          rescored, [_kept(spans_of[k]) for k in todo])
@@ -168,7 +169,7 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
             records[k].update(_passage_fields(jobs[k][0], spans_of[k],
                                               win.per_window[n_windows:]))
     _add_token_fields(records, parts, responses)
-    _add_control(lm, records, jobs, responses, controls, options, cost)
+    _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options, cost)
     return records
 
 
@@ -178,12 +179,12 @@ def _kept(spans: Sequence[tuple[int, int] | None]) -> list[tuple[int, int]]:
 
 
 def _request(job: tuple[InfluenceExample, Setting, int], parts: PromptParts,
-             response: RowLedger, spans: Sequence[tuple[int, int]],
+             response: Sequence[int], spans: Sequence[tuple[int, int]],
              options: InfluenceOptions) -> WindowRequest:
-    """The scoring request of ``response`` under ``parts`` leaving out each of ``spans``, at
-    the job's λ and T (bounded CID: each context its own λ_t, Alg. 1)."""
+    """The scoring request of ``response`` (token ids) under ``parts`` leaving out each of
+    ``spans``, at the job's λ and T (bounded CID: each context its own λ_t, Alg. 1)."""
     _, setting, _ = job
-    return WindowRequest(parts, response.response_ids, list(spans), lam=setting.lam,
+    return WindowRequest(parts, list(response), list(spans), lam=setting.lam,
                          temperature=setting.temperature,
                          min_new_tokens=options.min_new_tokens,
                          bounded_eps=options.bounded_eps)
@@ -215,33 +216,52 @@ def _add_token_fields(records: list[dict[str, Any]], parts: Sequence[tuple[Promp
                                           record["token_influence"]))
 
 
-def _add_control(lm: LM, records: list[dict[str, Any]],
+def _add_control(lm: Any, records: list[dict[str, Any]],
                  jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                 responses: Sequence[RowLedger],
+                 answers: Sequence[Sequence[int]],
                  controls: Sequence[InfluenceExample | None] | None, options: InfluenceOptions,
-                 cost: ControlCost | None) -> None:
-    """Score each response with its control context (the same query and template, another
-    example's context) and add the control fields to its record."""
+                 cost: ControlCost | None, scorer: Any = None) -> None:
+    """Score each answer (token ids) with its control context (the same query and template,
+    another example's context) at the job's λ and T, and add the control fields to its
+    record. ``scorer``: None scores in-process with the CID mixture
+    (:func:`window_influence_many`, bounded CID included); otherwise a function like
+    :func:`~ctxleak.methods.influence.served.score_responses` (a served model, or logged
+    answers), which scores each answer with the context and without it."""
     if not options.control or controls is None:
         return
     start = time.perf_counter()
-    todo = [k for k, c in enumerate(controls) if c is not None and responses[k].response_ids]
-    requests = []
-    for k in todo:
-        control = controls[k]
-        assert control is not None
-        c_parts, _ = example_parts(lm, control, jobs[k][1], options)
-        requests.append(_request(jobs[k], c_parts, responses[k], [], options))
-    scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
-    logp_control = {k: win.logp_context for k, win in zip(todo, scored)}
+    todo = [k for k, c in enumerate(controls) if c is not None and answers[k]]
+    c_parts = [example_parts(lm, controls[k], jobs[k][1], options)[0]  # type: ignore[arg-type]
+               for k in todo]
+    if scorer is None:
+        requests = [_request(jobs[k], p, answers[k], [], options) for k, p in zip(todo, c_parts)]
+        rows = [win.logp_context for win in
+                window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)]
+    else:
+        ledgers = scorer(lm, c_parts, [(list(answers[k]), False) for k in todo],
+                         lam=[jobs[k][1].lam for k in todo],
+                         temperature=[jobs[k][1].temperature for k in todo],
+                         min_new_tokens=options.min_new_tokens, ngram=None, stride=None,
+                         ids=[jobs[k][0].id for k in todo])[0]
+        rows = [np.array([e.logp_context for e in led.entries], dtype=np.float64)
+                for led in ledgers]
+    logp_control = dict(zip(todo, rows))
     for k, control in enumerate(controls):
         if control is None:
             records[k].update(control_fields(None, None, records[k]))
         else:
             records[k].update(control_fields(control.id, logp_control.get(k, np.zeros(0)),
                                              records[k]))
-    if cost is not None:
+    if cost is None:
+        return
+    if scorer is None:
         cost.add(requests, time.perf_counter() - start)
+    else:  # each answer with the control context and without any
+        cost.forward_passes += 2 * len(todo)
+        cost.examples += len(todo)
+        cost.seconds += time.perf_counter() - start
+
+
 def _with_given(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                 options: InfluenceOptions, given: Sequence[int], hand_over_prefill: bool,
                 controls: Sequence[InfluenceExample | None] | None = None,
@@ -256,20 +276,13 @@ def _with_given(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                           "bounded_eps unset, or drop the response field",
                           param="bounded_eps")
     mine = [jobs[k] for k in given]
-    _refuse_passages(mine, "a logged response (the data's 'response' field)")
     parts = _example_parts(lm, mine, options)
     answers = [(lm.encode(ex.response or ""), False) for ex, _, _ in mine]
-    scored = score_responses if NEXT_TOKEN_LOGITS not in capabilities_of(lm) \
+    scorer = score_responses if NEXT_TOKEN_LOGITS not in capabilities_of(lm) \
         else _score_in_process
-    ledgers, requests, wins, clipped = scored(
-        lm, [p for p, _ in parts], answers, lam=[s.lam for _, s, _ in mine],
-        temperature=[s.temperature for _, s, _ in mine],
-        min_new_tokens=options.min_new_tokens, ngram=options.ngram, stride=options.stride,
-        ids=[ex.id for ex, _, _ in mine])
+    records = _scored_records(lm, mine, parts, answers, options, scorer,
+                              None if controls is None else [controls[k] for k in given], cost)
     out: list[dict[str, Any] | None] = [None] * len(jobs)
-    records = _records(lm, mine, parts, options, ledgers, requests, wins, clipped)
-    _add_scored_control(lm, records, mine, ledgers, None if controls is None
-                        else [controls[k] for k in given], options, cost, scored)
     for k, record in zip(given, records):
         out[k] = record
     others = [k for k in range(len(jobs)) if out[k] is None]
@@ -286,16 +299,18 @@ def _with_given(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
 def _score_in_process(lm: LM, parts: Sequence[PromptParts],
                       responses: Sequence[tuple[list[int], bool]], *, lam: Sequence[float],
                       temperature: Sequence[float], min_new_tokens: int, ngram: int | None,
-                      stride: int | None, ids: Sequence[str | int]
+                      stride: int | None, ids: Sequence[str | int],
+                      passages: Sequence[Sequence[tuple[int, int]]] | None = None
                       ) -> tuple[list[RowLedger], list[WindowRequest | None],
                                  list[WindowInfluence | None], set[int]]:
     """:func:`~ctxleak.methods.influence.served.score_responses` in-process: each answer
-    scored teacher-forced under CID at its λ and T, with and without the context and each
-    n-gram window (:func:`window_influence_many`), EOS masked before ``min_new_tokens``."""
+    scored teacher-forced under CID at its λ and T, with and without the context, each
+    n-gram window and each passage (:func:`window_influence_many`), EOS masked before
+    ``min_new_tokens``."""
     requests: list[WindowRequest] = []
     clipped: set[int] = set()
     for k, (p, (resp, _)) in enumerate(zip(parts, responses)):
-        spans = answer_windows(p, resp, ngram, stride, ids[k], clipped, k)
+        spans = scored_spans(p, resp, ngram, stride, ids[k], clipped, k, passages)
         requests.append(WindowRequest(p, list(resp), spans, lam=float(lam[k]),
                                       temperature=float(temperature[k]),
                                       min_new_tokens=min_new_tokens, with_empty=True))
@@ -310,67 +325,42 @@ def _score_in_process(lm: LM, parts: Sequence[PromptParts],
                         for t, tok in enumerate(resp))
         ledgers.append(RowLedger(row=k, entries=entries, stopped_on_eos=False,
                                  lam=float(lam[k]), temperature=float(temperature[k])))
-    return (ledgers, [r if ngram is not None and r.response else None for r in requests],
-            [w if ngram is not None and r.response else None for r, w in zip(requests, wins)],
-            clipped)
+    return (ledgers, [r if r.spans else None for r in requests],
+            [w if r.spans else None for r, w in zip(requests, wins)], clipped)
 
 
-def _records(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-             parts: Sequence[tuple[PromptParts, int]], options: InfluenceOptions,
-             ledgers: Sequence[RowLedger], requests: Sequence[WindowRequest | None],
-             wins: Sequence[WindowInfluence | None], clipped: set[int]) -> list[dict[str, Any]]:
-    """The records of scored answers, with their n-gram window fields."""
+def _scored_records(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                    parts: Sequence[tuple[PromptParts, int]],
+                    answers: Sequence[tuple[list[int], bool]], options: InfluenceOptions,
+                    scorer: Any, controls: Sequence[InfluenceExample | None] | None,
+                    cost: ControlCost | None) -> list[dict[str, Any]]:
+    """The records of answers already drawn (a served model's, or logged ones), each scored by
+    ``scorer`` (:func:`~ctxleak.methods.influence.served.score_responses` or
+    :func:`_score_in_process`) with and without the context, each n-gram window and each
+    passage (Def. 3.1 with S = the window or passage), then under its control context."""
+    spans_of = [passage_spans(lm, ex, len(p.context)) for (ex, _, _), (p, _) in zip(jobs, parts)]
+    ledgers, requests, wins, clipped = scorer(
+        lm, [p for p, _ in parts], answers, lam=[s.lam for _, s, _ in jobs],
+        temperature=[s.temperature for _, s, _ in jobs],
+        min_new_tokens=options.min_new_tokens, ngram=options.ngram, stride=options.stride,
+        ids=[ex.id for ex, _, _ in jobs], passages=[_kept(spans) for spans in spans_of])
     records = [_record(lm, ex, setting, options, seed, p, dropped, ledger)
                for (ex, setting, seed), (p, dropped), ledger in zip(jobs, parts, ledgers)]
     for k, (request, win) in enumerate(zip(requests, wins)):
         if k in clipped:
             records[k]["ngram_clipped_from"] = options.ngram
-        if request is not None and win is not None:
-            records[k].update(_window_fields(request, win, options, len(request.spans)))
+        if request is None or win is None:
+            continue
+        n_windows = len(request.spans) - len(_kept(spans_of[k]))
+        if options.ngram is not None:
+            records[k].update(_window_fields(request, win, options, n_windows))
+        if spans_of[k]:
+            records[k].update(_passage_fields(jobs[k][0], spans_of[k],
+                                              win.per_window[n_windows:]))
     _add_token_fields(records, parts, ledgers)
+    _add_control(lm, records, jobs, [led.response_ids for led in ledgers], controls, options,
+                 cost, scorer)
     return records
-
-
-def _refuse_passages(jobs: Sequence[tuple[InfluenceExample, Setting, int]], what: str) -> None:
-    """Passages are scored with the model loaded in-process only (for now)."""
-    if any(ex.passages for ex, _, _ in jobs):
-        raise ConfigError(f"{what} is scored without passages: per-passage influence runs with "
-                          "the model loaded in-process and its own answers; drop 'passages' or "
-                          "the passages split", param="passages")
-
-
-def _add_scored_control(lm: Any, records: list[dict[str, Any]],
-                        jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                        ledgers: Sequence[RowLedger],
-                        controls: Sequence[InfluenceExample | None] | None,
-                        options: InfluenceOptions, cost: ControlCost | None,
-                        scorer: Any) -> None:
-    """The control of answers scored by ``scorer`` (a served model, or logged answers): each
-    answer scored again with its control context at the same λ and T, and the control fields
-    added to its record (as :func:`_add_control` does for generated answers)."""
-    if not options.control or controls is None:
-        return
-    start = time.perf_counter()
-    todo = [k for k, c in enumerate(controls) if c is not None and ledgers[k].response_ids]
-    c_parts = [example_parts(lm, controls[k], jobs[k][1], options)[0]  # type: ignore[arg-type]
-               for k in todo]
-    scored, _, _, _ = scorer(
-        lm, c_parts, [(list(ledgers[k].response_ids), False) for k in todo],
-        lam=[jobs[k][1].lam for k in todo], temperature=[jobs[k][1].temperature for k in todo],
-        min_new_tokens=options.min_new_tokens, ngram=None, stride=None,
-        ids=[jobs[k][0].id for k in todo])
-    logp_control = {k: np.array([e.logp_context for e in led.entries], dtype=np.float64)
-                    for k, led in zip(todo, scored)}
-    for k, control in enumerate(controls):
-        if control is None:
-            records[k].update(control_fields(None, None, records[k]))
-        else:
-            records[k].update(control_fields(control.id, logp_control.get(k, np.zeros(0)),
-                                             records[k]))
-    if cost is not None:
-        cost.forward_passes += 2 * len(todo)
-        cost.examples += len(todo)
-        cost.seconds += time.perf_counter() - start
 
 
 def _measure_served(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
@@ -380,7 +370,6 @@ def _measure_served(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int
     """:func:`measure_examples` on a served model (λ = 1, T = 1, checked before the run): each
     answer sampled by the server from its own seed, then scored there
     (:mod:`ctxleak.methods.influence.served`)."""
-    _refuse_passages(jobs, "a served model's answer")
     parts = _example_parts(lm, jobs, options)
     responses: list[tuple[list[int], bool]] = [([], False)] * len(jobs)
     for temperature in sorted({setting.temperature for _, setting, _ in jobs}):
@@ -389,14 +378,8 @@ def _measure_served(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int
                                  temperature, options.max_new_tokens, options.min_new_tokens)
         for k, answer in zip(ks, drawn):
             responses[k] = answer
-    ledgers, requests, wins, clipped = score_responses(
-        lm, [p for p, _ in parts], responses, lam=[s.lam for _, s, _ in jobs],
-        temperature=[s.temperature for _, s, _ in jobs],
-        min_new_tokens=options.min_new_tokens, ngram=options.ngram, stride=options.stride,
-        ids=[ex.id for ex, _, _ in jobs])
-    records = _records(lm, jobs, parts, options, ledgers, requests, wins, clipped)
-    _add_scored_control(lm, records, jobs, ledgers, controls, options, cost, score_responses)
-    return records
+    return _scored_records(lm, jobs, parts, responses, options, score_responses, controls,
+                           cost)
 
 
 def _example_parts(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]],

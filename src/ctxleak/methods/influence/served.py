@@ -70,15 +70,30 @@ def answer_windows(p: PromptParts, answer: Sequence[int], ngram: int | None, str
     return windows(len(p.context), n, stride)
 
 
+def scored_spans(p: PromptParts, answer: Sequence[int], ngram: int | None, stride: int | None,
+                 example: str | int, clipped: set[int], k: int,
+                 passages: Sequence[Sequence[tuple[int, int]]] | None
+                 ) -> list[tuple[int, int]]:
+    """The context spans answer ``k`` is scored without: its n-gram windows
+    (:func:`answer_windows`), then its passages' spans (Def. 3.1 with S = the passage);
+    none without an answer."""
+    if not answer:
+        return []
+    extra = list(passages[k]) if passages is not None else []
+    return answer_windows(p, answer, ngram, stride, example, clipped, k) + extra
+
+
 def score_responses(lm: Any, parts: Sequence[PromptParts],
                     responses: Sequence[tuple[list[int], bool]], *, lam: Sequence[float],
                     temperature: Sequence[float], min_new_tokens: int, ngram: int | None,
-                    stride: int | None, ids: Sequence[str | int]
+                    stride: int | None, ids: Sequence[str | int],
+                    passages: Sequence[Sequence[tuple[int, int]]] | None = None
                     ) -> tuple[list[RowLedger], list[WindowRequest | None],
                                list[WindowInfluence | None], set[int]]:
     """The ledger of each answer (log-probs with and without the context, token influence) and,
-    with ``ngram``, its window request and window influence; and which n were clipped to the
-    context. All from the server's temperature-1 log-probs, in one round of requests."""
+    with ``ngram`` or ``passages`` (one list of context spans per answer), its window request
+    and influence: the n-gram windows first, then the passages; and which n were clipped to
+    the context. All from the server's temperature-1 log-probs, in one round of requests."""
     stop = list(lm.eos_ids[:1])
     drawn = [ids_ + (stop if stopped else []) for ids_, stopped in responses]
     prompts: list[list[int]] = []
@@ -88,7 +103,7 @@ def score_responses(lm: Any, parts: Sequence[PromptParts],
     for k, (p, (resp, _)) in enumerate(zip(parts, responses)):
         prompts += [p.full, p.empty]
         conts += [drawn[k], drawn[k]]
-        spans = answer_windows(p, resp, ngram, stride, ids[k], clipped, k)
+        spans = scored_spans(p, resp, ngram, stride, ids[k], clipped, k, passages)
         for a, b in spans:
             prompts.append(p.with_context(p.context[:a] + p.context[b:]))
             conts.append(list(resp))
@@ -108,7 +123,7 @@ def score_responses(lm: Any, parts: Sequence[PromptParts],
         ledgers.append(RowLedger(row=k, entries=entries, stopped_on_eos=stopped,
                                  lam=float(lam[k]), temperature=float(temperature[k])))
         spans = spans_of[k]
-        if ngram is None or not resp:
+        if not spans:
             requests.append(None)
             wins.append(None)
             continue
