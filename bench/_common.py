@@ -40,6 +40,22 @@ def timed(fn: Callable[[], object], repeat: int = 1,
     return best, out
 
 
+def timed_rounds(fns: dict[str, Callable[[], object]], repeat: int = 1,
+                 clock: Callable[[], float] = time.perf_counter
+                 ) -> dict[str, tuple[float, object]]:
+    """Best time of ``repeat`` runs of each function and its last result, the runs interleaved
+    (round k runs every function once, in order) so that a load that changes slowly during the
+    benchmark weighs on every measurement alike, not on whichever ran while it peaked."""
+    best: dict[str, float] = {name: float("inf") for name in fns}
+    out: dict[str, object] = {}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = clock()
+            out[name] = fn()
+            best[name] = min(best[name], clock() - t0)
+    return {name: (best[name], out[name]) for name in fns}
+
+
 def throughput(lm, length: int = 512, batch: int = 4) -> float:
     """Token positions per second of one large batch forward pass (the floor's speed)."""
     seqs = [[(i * 7 + j) % 1000 + 100 for j in range(length)] for i in range(batch)]

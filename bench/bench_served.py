@@ -14,7 +14,8 @@ of the context. It is timed
    prompts in one request). Target: the client keeps >= 90 % of the bare throughput.
 
 vLLM skips its prefix cache for requests with ``prompt_logprobs``, so repeats cost the same and
-the order of the measurements favours none. Throughput counts the token positions the server
+the order of the measurements favours none; the served measurements run in interleaved rounds
+(best of ``--repeat``), so a load that changes during the run weighs on each alike. Throughput counts the token positions the server
 computes (prompt + answer of every sequence) per second.
 
     python bench/bench_served.py [--server-url URL --served-model NAME] [--limit 20]
@@ -38,7 +39,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import torch
-from _common import device_line, load_default, timed
+from _common import device_line, load_default, timed, timed_rounds
 
 from ctxleak.engine.scoring import continuation_logprobs
 from ctxleak.engine.served import serve
@@ -127,11 +128,13 @@ def main() -> None:
         continuation_logprobs(lm, prompts[:2], answers[:2])
         r = args.repeat
         t_local, local = timed(lambda: continuation_logprobs(lm, prompts, answers), repeat=r)
-        t_client, remote = timed(lambda: served.continuation_logprobs(prompts, answers),
-                                 repeat=r)
-        t_seq, _ = timed(lambda: bare_sequential(url, name, seqs), repeat=r)
-        t_conc, _ = timed(lambda: bare_concurrent(url, name, seqs), repeat=r)
-        t_one, _ = timed(lambda: bare_one_request(url, name, seqs), repeat=r)
+        served_times = timed_rounds({  # interleaved: a changing load weighs on each alike
+            "client": lambda: served.continuation_logprobs(prompts, answers),
+            "sequential": lambda: bare_sequential(url, name, seqs),
+            "concurrent": lambda: bare_concurrent(url, name, seqs),
+            "one": lambda: bare_one_request(url, name, seqs)}, repeat=r)
+        t_client, remote = served_times["client"]
+        t_seq, t_conc, t_one = (served_times[k][0] for k in ("sequential", "concurrent", "one"))
         err = max(float(np.max(np.abs(a - b))) for a, b in zip(local, remote))
     finally:
         if server is not None:

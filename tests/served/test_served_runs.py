@@ -18,6 +18,7 @@ from ctxleak.engine.served import serve
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
+from ctxleak.run.records import demo_path, read_rows
 
 pytestmark = [pytest.mark.served, pytest.mark.integration]
 
@@ -116,6 +117,30 @@ def test_influence_run_equals_in_process(served_lm, default_lm, tmp_path):
     for row, ref in zip(rec["window_logp"], here[2:]):
         np.testing.assert_allclose(row, ref, atol=PER_TOKEN, rtol=0)
     assert res.provenance["model"]["base_url"] == served_lm.info.base_url
+
+
+def test_passages_and_logged_answers_equal_in_process(served_lm, default_lm, tmp_path):
+    """Passages on a served model: each sentence of the context left out and the server's own
+    answer scored (Def. 3.1-3.2 with S = the passage) equals in-process scoring of that same
+    answer given as a logged ``response``; the same logged answers scored through the server
+    agree too (their windows, passages and control included)."""
+    kw = dict(temperature=1.0, ngram=32, seed=0, max_new_tokens=12, min_new_tokens=4,
+              passages="sentence", progress=False)
+    own = ctxleak.influence(served_lm, "demo", limit=2, output=str(tmp_path / "own"), **kw)
+    rows = read_rows(demo_path("influence.jsonl"))[:2]
+    logged = [{"id": row["id"], "context": row["context"], "query": row["query"],
+               "response": rec["response"]} for row, rec in zip(rows, own.records)]
+    here = ctxleak.influence(default_lm, logged, output=str(tmp_path / "here"), **kw)
+    there = ctxleak.influence(served_lm, logged, output=str(tmp_path / "there"), **kw)
+    for a, b, c in zip(own.records, here.records, there.records):
+        answer = a["response_ids"][:-1] if a["stopped_on_eos"] else a["response_ids"]
+        assert b["response_ids"] == c["response_ids"] == answer  # the text gives back the ids
+        assert len(a["passages"]) >= 2 and a["passages"] == b["passages"] == c["passages"]
+        for key in ("passage_influence", "window_influence", "control_influence"):
+            assert_close(a[key], b[key], key)
+            assert_close(c[key], b[key], key)
+        assert_close(c["logp_context"], b["logp_context"], "logp_context")
+        assert a["max_passage"] == b["max_passage"] == c["max_passage"]
 
 
 def test_iclinf_run_equals_in_process(served_lm, default_lm, tmp_path):
