@@ -15,8 +15,8 @@ of the context. It is timed
 
 vLLM skips its prefix cache for requests with ``prompt_logprobs``, so repeats cost the same and
 the order of the measurements favours none; the served measurements run in interleaved rounds
-(best of ``--repeat``), so a load that changes during the run weighs on each alike. Throughput counts the token positions the server
-computes (prompt + answer of every sequence) per second.
+(best of ``--repeat``), so a load that changes during the run weighs on each alike. Throughput
+counts the token positions the server computes (prompt + answer of every sequence) per second.
 
     python bench/bench_served.py [--server-url URL --served-model NAME] [--limit 20]
         [--ngram 32] [--repeat 2] [--threads N]
