@@ -4,6 +4,7 @@ request; a wrong tokenizer, an HTTP error, a dead server and a slow one give cle
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -18,7 +19,7 @@ from ctxleak.engine.served import serve
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
-from ctxleak.run.records import demo_path, read_rows
+from ctxleak.run.records import demo_path
 
 pytestmark = [pytest.mark.served, pytest.mark.integration]
 
@@ -127,9 +128,9 @@ def test_passages_and_logged_answers_equal_in_process(served_lm, default_lm, tmp
     kw = dict(temperature=1.0, ngram=32, seed=0, max_new_tokens=12, min_new_tokens=4,
               passages="sentence", progress=False)
     own = ctxleak.influence(served_lm, "demo", limit=2, output=str(tmp_path / "own"), **kw)
-    rows = read_rows(demo_path("influence.jsonl"))[:2]
-    logged = [{"id": row["id"], "context": row["context"], "query": row["query"],
-               "response": rec["response"]} for row, rec in zip(rows, own.records)]
+    rows = [json.loads(line) for line in
+            demo_path("influence.jsonl").read_text(encoding="utf-8").splitlines()[:2]]
+    logged = [{**row, "response": rec["response"]} for row, rec in zip(rows, own.records)]
     here = ctxleak.influence(default_lm, logged, output=str(tmp_path / "here"), **kw)
     there = ctxleak.influence(served_lm, logged, output=str(tmp_path / "there"), **kw)
     for a, b, c in zip(own.records, here.records, there.records):
