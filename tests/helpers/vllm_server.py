@@ -137,6 +137,14 @@ def external_server(url: str, served_name: str = SERVED_NAME) -> VLLMServer:
                       served_name=served_name)
 
 
+def server_args(model_dir: str, port: int, served_name: str = SERVED_NAME) -> list[str]:
+    """The server's command line after the Python interpreter: the one the docs give."""
+    return ["-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
+            "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
+            "--max-logprobs", "-1"]
+
+
 def start_server(model_dir: str, python: Path, *, port: int | None = None,
                  served_name: str = SERVED_NAME, extra_args: tuple[str, ...] = (),
                  timeout: float = START_TIMEOUT) -> VLLMServer:
@@ -150,10 +158,7 @@ def start_server(model_dir: str, python: Path, *, port: int | None = None,
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
                DO_NOT_TRACK="1")
     env.pop("PYTHONPATH", None)  # the server's venv, not this process's ctxleak tree
-    cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-           "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
-           "--max-logprobs", "-1", *extra_args]
+    cmd = [str(python), *server_args(model_dir, port, served_name), *extra_args]
     with open(log, "wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)
