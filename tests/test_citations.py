@@ -47,7 +47,7 @@ def test_no_spec_section_issue_number_or_paper_number_in_the_source():
     """Help, docstrings, reports and the bundled data's README cite the papers by title: no
     internal spec section ("SPEC §"), tracker issue ("issue N") or paper file number
     ("paper 000") anywhere under src/ (comments included: what they mean is said in words)."""
-    pattern = re.compile(r"SPEC §|issue [0-9]|paper 0\d\d")
+    pattern = re.compile(r"SPEC §|issue [0-9]|paper 0\d\d", re.IGNORECASE)
     hits = []
     for path in sorted(SRC.rglob("*")):
         if not path.is_file() or path.suffix in (".pyc", ".parquet", ".gguf"):
@@ -73,3 +73,21 @@ def test_the_method_docs_and_help_name_the_papers_by_title():
                          ("susceptibility", "liu2024efficiently")):
         out = runner.invoke(app, [command, "--help"], env={"COLUMNS": "400"}).output
         assert PAPERS[key].title in " ".join(out.split()), command
+
+
+def test_no_command_help_names_a_spec_section_an_issue_or_a_paper_number():
+    """The rendered help of every command, its lines joined (a help string split over source
+    lines, "paper " then "002", is caught here)."""
+    import typer
+    from typer.testing import CliRunner
+
+    from ctxleak.cli.app import app
+
+    pattern = re.compile(r"SPEC §|issue [0-9]|paper 0\d\d", re.IGNORECASE)
+    runner = CliRunner()
+    names = list(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    assert len(names) >= 8
+    for name in names:
+        out = runner.invoke(app, [name, "--help"], env={"COLUMNS": "400"}).output
+        flat = " ".join(out.split())
+        assert "Usage" in flat and not pattern.search(flat), (name, pattern.search(flat))

@@ -50,9 +50,10 @@ def susceptibility(
                                          "own entity with every answer; the default before "
                                          "the mix), relation (every entity of the relation, "
                                          "uniformly, as Du et al.) or all (every relation's)."),
-    sampling: str = typer.Option("no-replacement", "--sampling", help="no-replacement (paper "
-                                 "002 §5.1 and Du et al.: each pool subsampled, capped at its "
-                                 "size) or replacement (i.i.d. draws; repeats weighted by "
+    sampling: str = typer.Option("no-replacement", "--sampling", help="no-replacement (as in "
+                                 "Efficiently Computing Susceptibility to Context in Language "
+                                 "Models, §5.1, and Du et al.: each pool subsampled, capped at "
+                                 "its size) or replacement (i.i.d. draws; repeats weighted by "
                                  "count)."),
     relations: Optional[str] = typer.Option(None, "--relations", help="Only these relations "
                                             "(comma list of names)."),

@@ -111,7 +111,8 @@ def sample_contexts(pool: Sequence[str], n: int, rng: np.random.Generator, *,
 def sample_context_mix(entity_pool: Sequence[str], other_pool: Sequence[str], n: int,
                        entity_contexts: int, rng: np.random.Generator, *,
                        replace: bool = False) -> ContextSample:
-    """Paper 002 §5.1: ``n`` contexts per query, ``entity_contexts`` of them drawn from the
+    """The context mix of "Efficiently Computing Susceptibility to Context in Language Models"
+    (§5.1): ``n`` contexts per query, ``entity_contexts`` of them drawn from the
     contexts that mention the queried entity (``entity_pool``) and ``n − entity_contexts`` from
     the relation's contexts about other entities (``other_pool``); each part drawn as in
     :func:`sample_contexts`, then the whole sample deduplicated (p̂ = count / draws)."""
