@@ -38,6 +38,20 @@ def test_every_option_and_argument_has_help():
     assert missing == []
 
 
+def test_help_gives_each_command_one_line_when_wide_enough(capsys, monkeypatch):
+    """A docstring's line breaks do not cut a command's description in the listing: at 400
+    columns each command takes exactly one line, its sentence whole."""
+    monkeypatch.setenv("COLUMNS", "400")
+    code, out, _ = run_cli(["--help"], capsys)
+    assert code == 0
+    panel = out[out.index("Commands"):]
+    rows = [line for line in panel.splitlines() if line.startswith("│ ")]
+    names = list(typer.main.get_command(app).list_commands(None))
+    assert len(rows) == len(names)
+    icl = next(r for r in rows if r.strip("│ ").startswith("icl "))
+    assert "(Evaluating Privacy Leakage From In-Context Learning)" in icl
+
+
 def test_help_lists_commands_in_order_and_the_config_flag(capsys):
     code, out, _ = run_cli(["--help"], capsys)
     assert code == 0

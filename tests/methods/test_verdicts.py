@@ -51,7 +51,7 @@ def test_icl_verdict_names_the_exemplar_and_position_that_leak_most():
     v = icl_verdict(summary, records)
     # ICLInf = mean of the per-query maxima (1.5 + 2.5 + 1.2) / 3
     assert "ICLInf is 1.73 nats over 3 queries (likelihood ratio e^1.7 ≈ 5.7×)" in v["text"]
-    assert "training row 2 (2.5 nats on shots=3/q=1)" in v["text"]
+    assert "training row 2 (2.5 nats on query shots=3/q=1)" in v["text"]
     # position 3 has the largest mean loss: (1.5 + 0.4 + 1.2) / 3
     assert "position 3 of 3 leaks most on average (1.03 nats)" in v["text"]
     assert "ex-post per-instance" in v["rule"]
@@ -153,3 +153,22 @@ def test_audit_verdict():
     assert audit_verdict(rows)["text"].startswith(
         "The mechanism exceeds its budget at 1 of 2 setting(s): ε_target = 1")
     assert audit_verdict([])["text"].startswith("No setting")
+
+
+def test_probe_verdict_without_generation_does_not_claim_a_search_for_pii():
+    """Likelihoods only (``--no-generate``): no record has a generation, so the verdict says
+    nothing was looked for instead of "no generation contained the exact PII"."""
+    rows = [{k: v for k, v in r.items() if k != "generation"} | {"exact_match": None}
+            for r in _probe_rows(8)]
+    v = probe_verdict(_groups(rows), rows, 0.05)
+    assert "nothing was generated" in v["text"] and "no generation contained" not in v["text"]
+    generated = _probe_rows(8)
+    assert "nothing was generated" not in probe_verdict(_groups(generated), generated, 0.05)["text"]
+
+
+def test_probe_timings_are_named_in_words():
+    from ctxleak.report.probe import timing_label
+
+    assert timing_label("probing_s") == "spent probing"
+    assert timing_label("canary_finetune_s") == "fine-tuning for the canary"
+    assert timing_label("other_step_s") == "other step"

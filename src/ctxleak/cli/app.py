@@ -7,6 +7,7 @@ User mistakes (:class:`ctxleak.errors.CtxleakError`) print one clear line and ex
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import signal
 import sys
@@ -65,6 +66,25 @@ class _InOrder(typer.core.TyperGroup):
     def list_commands(self, ctx: Any) -> list[str]:
         rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
         return sorted(self.commands, key=lambda name: (rank.get(name, len(rank)), name))
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        """The command, its help's paragraphs each on one line (rich help keeps a docstring's
+        line breaks, which then cut the listing's sentences mid-line)."""
+        command = super().get_command(ctx, name)
+        if command is not None:
+            _flow_help(command)
+        return command
+
+
+def _flow_help(command: Any) -> None:
+    """Join the lines of each paragraph of ``command``'s help and its subcommands' helps."""
+    if command.help and not getattr(command, "_flowed", False):
+        paragraphs = inspect.cleandoc(command.help).split("\n\n")
+        command.help = "\n\n".join(p if p.startswith("\b") else " ".join(p.split())
+                                   for p in paragraphs)
+        command._flowed = True
+    for sub in getattr(command, "commands", {}).values():
+        _flow_help(sub)
 
 
 app = typer.Typer(

@@ -17,6 +17,15 @@ from ctxleak.report.console import console as make_console
 from ctxleak.report.console import format_cell, print_closing
 from ctxleak.report.leakmap import probe_maps
 
+#: What each timing of a probe run measured (its seconds).
+TIMING_LABELS = {"probing_s": "spent probing", "soft_prompt_training_s": "training the soft prompt",
+                 "canary_finetune_s": "fine-tuning for the canary"}
+
+
+def timing_label(key: str) -> str:
+    """A timing's key in words: ``probing_s`` → "spent probing"."""
+    return TIMING_LABELS.get(key, key.removesuffix("_s").replace("_", " "))
+
 
 def probe_plots(rows: list[dict], summaries: list[dict], extras: dict[str, Any],
                 alpha: float = 0.05) -> dict[str, bytes]:
@@ -188,7 +197,7 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
     elif ctx:
         probe_maps(report, ctx)
     report.add_heading("Timings")
-    report.add_kv({k: f"{v:.1f}" for k, v in summary["timings_s"].items()},
+    report.add_kv({timing_label(k): f"{v:.1f}" for k, v in summary["timings_s"].items()},
                   caption="seconds")
     report.add_heading("Examples")
     examples = []
@@ -232,7 +241,7 @@ def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any], *,
                   f"(nats); p: Wilcoxon signed-rank, target > null, tested at α = {alpha:g}")
     for why in notes:
         console.print(f"p —: {why}", markup=False, highlight=False)
-    if "hits" in summary:
+    if summary.get("hits") is not None:  # None: nothing generated (likelihoods only)
         console.print(f"exact PII strings generated: {summary['hits']} (listed in {path}/"
                       f"{HITS_FILE})")
     canary = summary.get("canary")
@@ -244,5 +253,5 @@ def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any], *,
                           + ("leakage detected" if v["detected"] else "not detected")
                           + f" (association p = {format_cell(v['association_pvalue'])})")
     for key, value in summary["timings_s"].items():
-        console.print(f"{key}: {value:.1f}")
+        console.print(f"time {timing_label(key)}: {value:.1f} s")
     print_closing(path, plain)

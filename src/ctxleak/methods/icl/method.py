@@ -62,8 +62,10 @@ class ICLInfMethod(Method):
         task.check_shots(self.shots)
         queries = self.params.queries
         chosen = select_queries(len(task.test), queries, self.common.seed)
-        if queries > len(task.test):
-            say(f"the test set has {len(task.test)} examples: using all of them as queries")
+        asked = queries if self.common.limit is None else min(queries, self.common.limit)
+        if asked > len(task.test):
+            say(f"the test set has {len(task.test)} examples, fewer than the {asked} queries "
+                "asked for: using all of them as queries")
         if self.common.limit is not None:
             chosen = chosen[:self.common.limit]
         self.task, self.chosen = task, chosen

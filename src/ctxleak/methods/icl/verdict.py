@@ -73,7 +73,7 @@ def icl_verdict(summary: dict[str, Any], records: Sequence[dict[str, Any]]) -> d
     text = (f"At {shots} shots ({variant}), ICLInf is {num(s['iclinf_mean'])} nats over "
             f"{s['n']} queries (likelihood ratio {ratio_text(s['iclinf_mean'])})")
     if exemplars:
-        top = [f"training row {e['exemplar']} ({num(e['max_loss'])} nats on {e['query']})"
+        top = [f"training row {e['exemplar']} ({num(e['max_loss'])} nats on query {e['query']})"
                for e in exemplars[:3]]
         text += f"; the exemplars that leak most are {listing(top)}"
     if positions:

@@ -74,7 +74,8 @@ class ProbeMethod(Method):
     def setup(self, lm: Any, run: Any) -> None:
         s, plan, seed = self.settings, self.plan, self.common.seed
         chat = self.common.chat_template == "on"
-        budgets = token_budgets(lm, plan, s["max_new_tokens"], chat)
+        budgets = token_budgets(lm, plan, s["max_new_tokens"], chat,
+                                generate=bool(s["generate"]))
         options = ProbeOptions(beam=s["beam"], generate=s["generate"], chat=chat,
                                context_template=s["context_template"], max_new_tokens=budgets)
         self.extras = {"max_new_tokens": budgets}
@@ -172,7 +173,8 @@ class ProbeMethod(Method):
                                     for t, d in extras["white_box_training"].items()}
         summary["significance"] = {"alpha": s["alpha"],
                                    "groups": significance(summaries, s["alpha"])}
-        summary["hits"] = len(hits(records))
+        # exact PII strings generated (None: likelihoods only, nothing generated)
+        summary["hits"] = len(hits(records)) if s["generate"] else None
         summary["units"] = dict(VERDICT_UNITS)
         summary["verdict"] = probe_verdict(summaries, records, s["alpha"])
         return summary

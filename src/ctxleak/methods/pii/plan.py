@@ -161,8 +161,10 @@ def plan_probes(records: list, modes: list[str], types: list[str], ks: list[int]
     return Plan(tasks, skipped, train_items, inserted, held)
 
 
-def token_budgets(lm: Any, plan: Plan, setting: str, chat: bool) -> dict[str, int]:
-    """New-token budget per PII type; warns when a target cannot fit in the paper's budget."""
+def token_budgets(lm: Any, plan: Plan, setting: str, chat: bool, *,
+                  generate: bool = True) -> dict[str, int]:
+    """New-token budget per PII type; warns when a target cannot fit in the paper's budget
+    (only when the run ``generate``s: without generation no budget is used)."""
     if setting not in ("paper", "auto"):
         return {t: int(setting) for t in MAX_NEW_TOKENS}
     longest: dict[str, int] = {}
@@ -179,7 +181,7 @@ def token_budgets(lm: Any, plan: Plan, setting: str, chat: bool) -> dict[str, in
     for t, n in sorted(longest.items()):
         if setting == "auto":
             budgets[t] = max(MAX_NEW_TOKENS[t], n + 2)
-        elif n > MAX_NEW_TOKENS[t]:
+        elif n > MAX_NEW_TOKENS[t] and generate:
             say(f"warning: the longest {t} target takes {n} tokens, more than the paper's budget "
                 f"of {MAX_NEW_TOKENS[t]}: exact match cannot see it (try --max-new-tokens auto)")
     return budgets

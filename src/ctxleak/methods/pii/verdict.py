@@ -78,8 +78,14 @@ def probe_verdict(groups: Sequence[dict[str, Any]], records: Sequence[dict[str, 
     tests = significance(groups, alpha)
     found = hits(records)
     subjects = len({(h["subject"], h["pii_type"]) for h in found})
-    hit_text = (f"{len(found)} generation(s) contained the exact PII of {subjects} subject(s) "
-                f"(listed in {HITS_FILE})" if found else "no generation contained the exact PII")
+    generated = any(isinstance(r.get("generation"), str) for r in records)
+    if found:
+        hit_text = (f"{len(found)} generation(s) contained the exact PII of {subjects} "
+                    f"subject(s) (listed in {HITS_FILE})")
+    elif generated:
+        hit_text = "no generation contained the exact PII"
+    else:
+        hit_text = "nothing was generated (likelihoods only), so no exact PII was looked for"
     leak = [t for t in tests if t["significant"]]
     weak = [t for t in tests if not t["can_reject"]]
     need = tests[0]["min_n"] if tests else None
