@@ -21,6 +21,13 @@ def test_wide_table_is_not_cut_when_stdout_is_not_a_terminal(capsys):
     assert len(header) > 300  # one line, at its natural width
 
 
+def test_a_title_wider_than_its_table_stays_on_one_line_when_piped(capsys):
+    title = "Algorithm 3: temperature for each target ε  (δ=1e-05, N_gen=50, T_max=40)"
+    console.print_rows([{"a": 1, "b": 2}], title=title)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == title and lines[1].split() == ["a", "b"]
+
+
 def test_plain_prints_tsv(capsys):
     console.print_rows(ROWS, title="t", plain=True)
     lines = capsys.readouterr().out.splitlines()

@@ -63,12 +63,16 @@ class _Console:
             sys.stdout.flush()
             return
         if not self.terminal and any(isinstance(t, Table) for t in objects):
+            titles = []
             for table in objects:  # columns apart by spaces, no box drawing
                 if isinstance(table, Table):
                     table.box, table.show_edge, table.pad_edge = None, False, False
+                    if table.title:  # on its own line: a title as wide as the table wraps
+                        titles.append(str(table.title))
+                        table.title = None
             with self._console.capture() as captured:
                 self._console.print(*objects, **kwargs)
-            lines = [line.rstrip() for line in captured.get().splitlines()]
+            lines = titles + [line.rstrip() for line in captured.get().splitlines()]
             sys.stdout.write("".join(line.strip() and line + "\n" or "\n" for line in lines))
             sys.stdout.flush()
             return
