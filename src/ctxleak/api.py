@@ -129,7 +129,8 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
               resume: bool = False, chat_template: str = "auto", trust_remote_code: bool = False,
               device_map: str | None = None, threads: int | None = None,
               server_url: str | None = None, served_model: str | None = None,
-              tokenizer: str | None = None,
+              tokenizer: str | None = None, request_timeout: float | None = None,
+              retries: int | None = None,
               revision: str | None = None, model_args: Any = None) -> InfluenceResult:
     """Expected context influence of ``data`` under Context Influence Decoding ("Measuring
     Contextual Influence of Large Language Models", Def. 3.1-3.4): ``ctxleak influence``.
@@ -224,6 +225,12 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
     tokenizer : str or None, default None
         The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
         checked against the server's).
+    request_timeout : float or None, default None
+        Seconds one request to the served model may take (the whole answer) before it counts
+        as failed (default: 600).
+    retries : int or None, default None
+        Times a request to the served model that failed for a transient reason (refused
+        connection, timeout, HTTP 429 or 5xx) is sent again (default: 3; 0: tried once).
     revision : str or None, default None
         Hub model revision: a branch, tag or commit hash (default: the main branch; the commit
         used is recorded).
@@ -262,7 +269,8 @@ def iclinf(model: str | LM = "default", data: Any = "demo", *, progress: bool = 
            resume: bool = False, chat_template: str = "auto", trust_remote_code: bool = False,
            device_map: str | None = None, threads: int | None = None,
               server_url: str | None = None, served_model: str | None = None,
-              tokenizer: str | None = None,
+              tokenizer: str | None = None, request_timeout: float | None = None,
+              retries: int | None = None,
               revision: str | None = None, model_args: Any = None) -> ICLInfResult:
     """ICLInf, the privacy loss of in-context exemplars ("On the Privacy Risk of In-context
     Learning" §3-4, Eq. 4): ``ctxleak icl``.
@@ -344,6 +352,12 @@ def iclinf(model: str | LM = "default", data: Any = "demo", *, progress: bool = 
     tokenizer : str or None, default None
         The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
         checked against the server's).
+    request_timeout : float or None, default None
+        Seconds one request to the served model may take (the whole answer) before it counts
+        as failed (default: 600).
+    retries : int or None, default None
+        Times a request to the served model that failed for a transient reason (refused
+        connection, timeout, HTTP 429 or 5xx) is sent again (default: 3; 0: tried once).
     revision : str or None, default None
         Hub model revision: a branch, tag or commit hash (default: the main branch; the commit
         used is recorded).
@@ -375,7 +389,8 @@ def audit(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
           trust_remote_code: bool = False, device_map: str | None = None,
           threads: int | None = None,
               server_url: str | None = None, served_model: str | None = None,
-              tokenizer: str | None = None,
+              tokenizer: str | None = None, request_timeout: float | None = None,
+              retries: int | None = None,
               revision: str | None = None, model_args: Any = None) -> AuditResult:
     """Audit DP synthetic-text generation: ε_empirical against each target ε ("On the Privacy
     Risk of In-context Learning" §5, App. C): ``ctxleak audit``.
@@ -452,6 +467,12 @@ def audit(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
     tokenizer : str or None, default None
         The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
         checked against the server's).
+    request_timeout : float or None, default None
+        Seconds one request to the served model may take (the whole answer) before it counts
+        as failed (default: 600).
+    retries : int or None, default None
+        Times a request to the served model that failed for a transient reason (refused
+        connection, timeout, HTTP 429 or 5xx) is sent again (default: 3; 0: tried once).
     revision : str or None, default None
         Hub model revision: a branch, tag or commit hash (default: the main branch; the commit
         used is recorded).
@@ -485,7 +506,8 @@ def susceptibility(model: str | LM = "default", data: Any = "demo", *, progress:
                    trust_remote_code: bool = False, device_map: str | None = None,
                    threads: int | None = None,
               server_url: str | None = None, served_model: str | None = None,
-              tokenizer: str | None = None,
+              tokenizer: str | None = None, request_timeout: float | None = None,
+              retries: int | None = None,
               revision: str | None = None, model_args: Any = None) -> SusceptibilityResult:
     """Monte Carlo and Fisher susceptibility of queries to context ("Context versus Prior
     Knowledge in Language Models"): ``ctxleak susceptibility``. ``data``: a relations JSON
@@ -562,6 +584,12 @@ def susceptibility(model: str | LM = "default", data: Any = "demo", *, progress:
     tokenizer : str or None, default None
         The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
         checked against the server's).
+    request_timeout : float or None, default None
+        Seconds one request to the served model may take (the whole answer) before it counts
+        as failed (default: 600).
+    retries : int or None, default None
+        Times a request to the served model that failed for a transient reason (refused
+        connection, timeout, HTTP 429 or 5xx) is sent again (default: 3; 0: tried once).
     revision : str or None, default None
         Hub model revision: a branch, tag or commit hash (default: the main branch; the commit
         used is recorded).
@@ -595,7 +623,8 @@ def probe(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
           chat_template: str = "auto", trust_remote_code: bool = False,
           device_map: str | None = None, threads: int | None = None,
               server_url: str | None = None, served_model: str | None = None,
-              tokenizer: str | None = None,
+              tokenizer: str | None = None, request_timeout: float | None = None,
+              retries: int | None = None,
               revision: str | None = None, model_args: Any = None) -> ProbeResult:
     """ProPILE PII probing, black-box, white-box and in-context, and the canary check
     ("ProPILE: Probing Privacy Leakage in Large Language Models"): ``ctxleak probe``.
@@ -689,6 +718,12 @@ def probe(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
     tokenizer : str or None, default None
         The served model's tokenizer, a Hugging Face id or folder (default: the model's own;
         checked against the server's).
+    request_timeout : float or None, default None
+        Seconds one request to the served model may take (the whole answer) before it counts
+        as failed (default: 600).
+    retries : int or None, default None
+        Times a request to the served model that failed for a transient reason (refused
+        connection, timeout, HTTP 429 or 5xx) is sent again (default: 3; 0: tried once).
     revision : str or None, default None
         Hub model revision: a branch, tag or commit hash (default: the main branch; the commit
         used is recorded).
@@ -719,7 +754,8 @@ def influence_explain(model: str | LM = "default", context: str = "", query: str
                       chat_template: str = "auto", trust_remote_code: bool = False,
                       device_map: str | None = None, threads: int | None = None,
                       server_url: str | None = None, served_model: str | None = None,
-                      tokenizer: str | None = None,
+                      tokenizer: str | None = None, request_timeout: float | None = None,
+                      retries: int | None = None,
                       revision: str | None = None, model_args: Any = None
                       ) -> ExplainResult | None:
     """One prompt explained ("Measuring Contextual Influence of Large Language Models",
@@ -754,7 +790,7 @@ def influence_explain(model: str | LM = "default", context: str = "", query: str
     device, dtype, batch_size, batch_invariant, limit, seed, output, resume
         The run options, as for :func:`influence`.
     chat_template, trust_remote_code, device_map, threads, server_url, served_model, tokenizer,
-    revision, model_args
+    request_timeout, retries, revision, model_args
         The run options, as for :func:`influence`.
 
     Returns

@@ -132,7 +132,7 @@ def test_compare_tiny_runs_pairs_and_writes_nothing_by_default(llama_lm, tmp_pat
     rows = [{"id": f"d{i}", "context": c, "query": "capital ?"} for i, c in enumerate(
         ["the capital of france is paris .", "rome is the capital of italy .",
          "madrid is in spain ."])]
-    run = ctxleak.influence(llama_lm, rows, lam=[1.0, 0.5], max_new_tokens=3, seed=2,
+    run = ctxleak.influence(llama_lm, rows, lambda_=[1.0, 0.5], max_new_tokens=3, seed=2,
                             progress=False, output=str(tmp_path / "run"))
     monkeypatch.chdir(tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import LogitsProcessor
 
-from ctxleak.errors import ConfigError
+from ctxleak.errors import ConfigError, CtxleakDeprecationWarning
 from ctxleak.integrations.generate import cid_generate
 from ctxleak.integrations.transformers import ContextInfluenceProcessor
 from ctxleak.methods.influence.cid import CIDConfig, bounded_lambda, cid_logprobs, generate_cid
@@ -66,7 +66,7 @@ def test_greedy_matches_generate_cid(tiny_lm, lam):
     own = generate_cid(tiny_lm, part.full, part.empty,
                        CIDConfig(lam=lam, temperature=0.8, max_new_tokens=8, min_new_tokens=3),
                        seed=0, sample=False)
-    out = cid_generate(tiny_lm, context=CONTEXTS[0], query=QUERIES[0], lam=lam, do_sample=False,
+    out = cid_generate(tiny_lm, context=CONTEXTS[0], query=QUERIES[0], lambda_=lam, do_sample=False,
                        temperature=0.8, max_new_tokens=8, min_new_tokens=3)
     row = out.ledger[0]
     assert out.response_ids[0] == own.response_ids
@@ -85,7 +85,7 @@ def test_each_step_is_cid_logprobs(llama_lm):
     rec = Recorder()
     torch.manual_seed(3)
     out = cid_generate(lm, context=[CONTEXTS[0], CONTEXTS[2]], query=[QUERIES[0], QUERIES[2]],
-                       lam=lam, temperature=temp, max_new_tokens=6, min_new_tokens=2,
+                       lambda_=lam, temperature=temp, max_new_tokens=6, min_new_tokens=2,
                        logits_processor=[rec])
     assert len(rec.steps) >= 1
     for step, (ids, scores) in enumerate(rec.steps):
@@ -111,7 +111,7 @@ def test_top_k_and_top_p_apply_after_the_mixture(llama_lm):
     top 3 of p̄_λ at its step (top_k=3), whatever its rank in either stream alone."""
     rec = Recorder()
     torch.manual_seed(7)
-    out = cid_generate(llama_lm, context=CONTEXTS[:2], query=QUERIES[:2], lam=1.5, top_k=3,
+    out = cid_generate(llama_lm, context=CONTEXTS[:2], query=QUERIES[:2], lambda_=1.5, top_k=3,
                        top_p=0.95, temperature=1.3, max_new_tokens=8, logits_processor=[rec])
     for r in range(2):
         for step, (_, scores) in enumerate(rec.steps[:len(out.ledger[r].entries)]):
@@ -128,18 +128,18 @@ def test_lambda_one_is_plain_generate_and_zero_is_no_context(llama_lm):
     part = parts_of(lm, 1)
     full, empty = torch.tensor([part.full]), torch.tensor([part.empty])
     plain = lm.model.generate(full, do_sample=False, max_new_tokens=8, pad_token_id=0)
-    out = cid_generate(lm, context=CONTEXTS[1], query=QUERIES[1], lam=1.0, do_sample=False,
+    out = cid_generate(lm, context=CONTEXTS[1], query=QUERIES[1], lambda_=1.0, do_sample=False,
                        max_new_tokens=8)
     assert torch.equal(out.sequences, plain)
     torch.manual_seed(11)
     plain = lm.model.generate(full, do_sample=True, temperature=0.8, top_k=0, max_new_tokens=8,
                               pad_token_id=0)
     torch.manual_seed(11)
-    out = cid_generate(lm, context=CONTEXTS[1], query=QUERIES[1], lam=1.0, temperature=0.8,
+    out = cid_generate(lm, context=CONTEXTS[1], query=QUERIES[1], lambda_=1.0, temperature=0.8,
                        max_new_tokens=8)
     assert torch.equal(out.sequences, plain)
     no_ctx = lm.model.generate(empty, do_sample=False, max_new_tokens=8, pad_token_id=0)
-    out = cid_generate(lm, context=CONTEXTS[1], query=QUERIES[1], lam=0.0, do_sample=False,
+    out = cid_generate(lm, context=CONTEXTS[1], query=QUERIES[1], lambda_=0.0, do_sample=False,
                        max_new_tokens=8)
     assert out.sequences[0, out.prompt_length:].tolist() == no_ctx[0, empty.shape[1]:].tolist()
     assert all(e.influence == pytest.approx(0.0, abs=1e-6) for e in out.ledger[0].entries)
@@ -152,7 +152,7 @@ def test_bounded_every_step_within_half_eps(llama_lm):
     parts = [parts_of(lm, 0), parts_of(lm, 1)]
     rec = Recorder()
     torch.manual_seed(5)
-    out = cid_generate(lm, context=CONTEXTS[:2], query=QUERIES[:2], lam=lam_max,
+    out = cid_generate(lm, context=CONTEXTS[:2], query=QUERIES[:2], lambda_=lam_max,
                        bounded_eps=eps, temperature=temp, max_new_tokens=6, logits_processor=[rec])
     for ids, scores in rec.steps:
         for r, part in enumerate(parts):
@@ -174,7 +174,7 @@ def test_bounded_ledger_reports_the_guarantee(llama_lm):
     2·max_y |log p̄_λ(y|D) − log p(y|∅)| is kept as the ex-post figure, and differs here."""
     eps = 8.0
     torch.manual_seed(5)
-    out = cid_generate(llama_lm, context=CONTEXTS[:2], query=QUERIES[:2], lam=0.3,
+    out = cid_generate(llama_lm, context=CONTEXTS[:2], query=QUERIES[:2], lambda_=0.3,
                        bounded_eps=eps, temperature=0.8, max_new_tokens=6)
     for row in out.ledger:
         assert all(e.lam == 0.3 and e.eps == eps for e in row.entries)  # λ_max: slack bound
@@ -191,7 +191,7 @@ def test_bounded_ledger_reports_the_guarantee(llama_lm):
 
 
 def test_batched_rows_equal_one_at_a_time(tiny_lm):
-    kwargs = dict(lam=1.5, do_sample=False, temperature=0.9, max_new_tokens=6)
+    kwargs = dict(lambda_=1.5, do_sample=False, temperature=0.9, max_new_tokens=6)
     batch = cid_generate(tiny_lm, context=CONTEXTS, query=QUERIES, **kwargs)
     for i in range(len(CONTEXTS)):
         one = cid_generate(tiny_lm, context=CONTEXTS[i], query=QUERIES[i], **kwargs)
@@ -206,7 +206,7 @@ def test_bounded_batched_rows_equal_one_at_a_time(llama_lm):
     from scratch (sampling, so the row's own tokens are replayed)."""
     eps, lam_max, temp = 0.3, 2.0, 0.8
     torch.manual_seed(2)
-    batch = cid_generate(llama_lm, context=CONTEXTS[:2], query=QUERIES[:2], lam=lam_max,
+    batch = cid_generate(llama_lm, context=CONTEXTS[:2], query=QUERIES[:2], lambda_=lam_max,
                          bounded_eps=eps, temperature=temp, max_new_tokens=5)
     for i in range(2):
         part = parts_of(llama_lm, i)
@@ -226,7 +226,7 @@ def test_beam_search_follows_the_beams(llama_lm):
     parts = [parts_of(lm, 0), parts_of(lm, 2)]
     rec = Recorder()
     out = cid_generate(lm, context=[CONTEXTS[0], CONTEXTS[2]], query=[QUERIES[0], QUERIES[2]],
-                       lam=lam, do_sample=False, num_beams=3, num_return_sequences=2,
+                       lambda_=lam, do_sample=False, num_beams=3, num_return_sequences=2,
                        max_new_tokens=7, temperature=1.0, logits_processor=[rec])
     reordered = False
     for step, (ids, scores) in enumerate(rec.steps):
@@ -251,10 +251,10 @@ def test_direct_use_from_context_span(llama_lm):
     part = parts_of(lm, 0)
     start = len(part.before)
     proc = ContextInfluenceProcessor.from_context_span(
-        lm.model, part.full, (start, start + len(part.context)), lam=0.5, temperature=0.8)
+        lm.model, part.full, (start, start + len(part.context)), lambda_=0.5, temperature=0.8)
     ids = lm.model.generate(torch.tensor([part.full]), do_sample=False, max_new_tokens=6,
                             pad_token_id=0, **proc.generate_kwargs())
-    ours = cid_generate(lm, context=CONTEXTS[0], query=QUERIES[0], lam=0.5, do_sample=False,
+    ours = cid_generate(lm, context=CONTEXTS[0], query=QUERIES[0], lambda_=0.5, do_sample=False,
                         max_new_tokens=6)
     assert torch.equal(ids, ours.sequences)
     assert proc.to_records()[0]["logp_context"] == \
@@ -266,7 +266,7 @@ def test_direct_use_from_context_span(llama_lm):
 
 def test_ledger_needs_the_observer(llama_lm):
     part = parts_of(llama_lm, 0)
-    proc = ContextInfluenceProcessor(llama_lm, part.empty, lam=0.5)
+    proc = ContextInfluenceProcessor(llama_lm, part.empty, lambda_=0.5)
     llama_lm.model.generate(torch.tensor([part.full]), do_sample=False, max_new_tokens=3,
                             pad_token_id=0, logits_processor=[proc])
     with pytest.raises(ConfigError, match="observer"):
@@ -274,7 +274,7 @@ def test_ledger_needs_the_observer(llama_lm):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"lam": -1.0}, "^lam must be >= 0"),  # library errors name the keyword
+    ({"lambda_": -1.0}, "^lambda_ must be >= 0"),  # library errors name the keyword
     ({"temperature": 0.0}, "temperature"),
     ({"bounded_eps": 0.0}, "^bounded_eps must be > 0"),
     ({"penalty_alpha": 0.6, "top_k": 4}, "contrastive"),
@@ -323,7 +323,7 @@ def test_default_model_greedy_matches_generate_cid(default_lm):
     own = generate_cid(default_lm, part.full, part.empty,
                        CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=8, min_new_tokens=2),
                        seed=0, sample=False)
-    out = cid_generate(default_lm, context=ex.context, query=ex.query, lam=0.5, do_sample=False,
+    out = cid_generate(default_lm, context=ex.context, query=ex.query, lambda_=0.5, do_sample=False,
                        temperature=0.8, max_new_tokens=8, min_new_tokens=2)
     assert out.response_ids[0] == own.response_ids
     rec = out.ledger[0].to_record()
@@ -339,7 +339,7 @@ def test_ledger_as_an_influence_result(llama_lm, tmp_path):
     from ctxleak.results import InfluenceResult
 
     torch.manual_seed(3)
-    out = cid_generate(llama_lm, context=CONTEXTS[:2], query=QUERIES[:2], lam=1.5,
+    out = cid_generate(llama_lm, context=CONTEXTS[:2], query=QUERIES[:2], lambda_=1.5,
                        bounded_eps=0.5, temperature=0.8, max_new_tokens=5)
     result = out.to_result()
     assert isinstance(result, InfluenceResult)
@@ -396,7 +396,7 @@ def test_model_generation_config_does_not_truncate_cid(shipped_lm, bounded_eps):
     model's generation_config ships, generate builds no truncation warper, mask or penalty, so
     what is sampled is the p̄_λ the ledger records; each neutralised setting is named once."""
     with pytest.warns(UserWarning, match="generation_config") as caught:
-        out = cid_generate(shipped_lm, context=CONTEXTS[0], query=QUERIES[0], lam=1.5,
+        out = cid_generate(shipped_lm, context=CONTEXTS[0], query=QUERIES[0], lambda_=1.5,
                            bounded_eps=bounded_eps, temperature=0.8, max_new_tokens=4)
     message = " ".join(str(w.message) for w in caught)
     for key in SHIPPED:
@@ -425,7 +425,7 @@ def test_explicit_penalties_and_bounded_truncation_are_refused(llama_lm, kwargs,
     ({"context": 123}, "context", "^context must be a string or a list of strings"),
     ({"context": ["a b", 7]}, "context", "item 1 is int"),
     ({"query": 4.5}, "query", "^query must be a string or a list of strings"),
-    ({"lam": "0.5"}, "lam", "^lam must be a number, not str"),
+    ({"lambda_": "0.5"}, "lambda_", "^lambda_ must be a number, not str"),
     ({"bounded_eps": [1.0]}, "bounded_eps", "^bounded_eps must be a number"),
     ({"temperature": None}, "temperature", "^temperature must be a number"),
     ({"template": 3}, "template", "^template must be a string"),
@@ -446,7 +446,7 @@ def test_cid_generate_argument_types(llama_lm, kwargs, param, match):
     (([1, 2.5],), {}, "empty_ids"),
     (([[1, 2], None],), {}, "empty_ids"),
     (([1, 2],), {"full_ids": 7}, "full_ids"),
-    (([1, 2],), {"lam": None}, "lam"),
+    (([1, 2],), {"lambda_": None}, "lambda_"),
     (([1, 2],), {"temperature": "hot"}, "temperature"),
     (([1, 2],), {"bounded_eps": "1"}, "bounded_eps"),
     (([1, 2],), {"eos_token_id": "2"}, "eos_token_id"),
@@ -460,3 +460,21 @@ def test_processor_argument_types(llama_lm, args, kwargs, param):
     with pytest.raises(ConfigError, match="span must be") as info:
         ContextInfluenceProcessor.from_context_span(llama_lm, [1, 2, 3], "ab")
     assert info.value.param == "span"
+
+
+def test_the_old_lam_keyword_still_works_with_a_deprecation_warning(tiny_lm):
+    kwargs = dict(context=CONTEXTS[0], query=QUERIES[0], do_sample=False, max_new_tokens=4)
+    new = cid_generate(tiny_lm, lambda_=1.5, **kwargs)
+    with pytest.warns(CtxleakDeprecationWarning, match="cid_generate\\(\\): 'lam' is deprecated"):
+        old = cid_generate(tiny_lm, lam=1.5, **kwargs)
+    assert old.response_ids == new.response_ids  # the same λ reached the decoder
+    with pytest.raises(ConfigError, match="both 'lam' .deprecated. and 'lambda_'"):
+        cid_generate(tiny_lm, lam=1.5, lambda_=0.5, **kwargs)
+    part = parts_of(tiny_lm, 0)
+    with pytest.warns(CtxleakDeprecationWarning, match="ContextInfluenceProcessor\\(\\)"):
+        proc = ContextInfluenceProcessor(tiny_lm, part.empty, lam=0.5)
+    assert proc.config == ContextInfluenceProcessor(tiny_lm, part.empty, lambda_=0.5).config
+    assert proc.config.lam == 0.5
+    assert CIDConfig(lambda_=0.5) == CIDConfig(lam=0.5)
+    with pytest.raises(ConfigError, match="both 'lam' and 'lambda_'"):
+        CIDConfig(lam=0.5, lambda_=2.0)

@@ -6,9 +6,13 @@ ServerError (connection refused), not the MissingCapability these tests expect."
 
 from __future__ import annotations
 
+import re
+
 import pytest
+import typer
 from transformers import AutoTokenizer
 
+from ctxleak.cli.app import app
 from ctxleak.engine import capabilities as caps
 from ctxleak.engine.capabilities import MissingCapability, capabilities_of, check_capabilities
 from ctxleak.engine.served import ServedInfo, ServedLM, tokenizer_source
@@ -62,6 +66,7 @@ def influence(**params):
 
 @pytest.mark.parametrize("method, expect", [
     (influence(lambda_=0.5, temperature=1.0), "CID at λ ≠ 1 mixes the full next-token"),
+    (influence(lambda_=0.5, temperature=1.0), r"--lambda 1 \(Python: lambda_=1;"),
     (influence(lambda_="1,2", temperature=1.0), "CID at λ ≠ 1"),
     (influence(lambda_=1.0, temperature=1.0, bounded_eps=2.0), "bounded CID"),
     (influence(lambda_=1.0, temperature=0.8), "temperature T ≠ 1"),
@@ -69,15 +74,18 @@ def influence(**params):
     (SusceptibilityMethod(RunOptions(), SusceptibilityParams(method="fisher")),
      "Fisher susceptibility"),
     (SusceptibilityMethod(RunOptions(), SusceptibilityParams(method="both")),
-     "method='mc'"),
+     "--method mc \\(Python: method='mc'"),
     (ProbeMethod(RunOptions(), ProbeParams(mode="white-box")), "white-box probing"),
+    (ProbeMethod(RunOptions(), ProbeParams(mode="white-box")),
+     r"--mode black-box \(Python: mode='black-box'\)"),
     (ProbeMethod(RunOptions(), ProbeParams(canary=3)), "canary check"),
+    (ProbeMethod(RunOptions(), ProbeParams(canary=3)), r"--canary unset \(Python: canary=None\)"),
 ])
 def test_refused_on_a_served_model_before_any_request(served, method, expect, tmp_path):
     out = tmp_path / "run"
     with pytest.raises(MissingCapability, match=expect) as info:
         run_method(method, served, "demo", output=str(out), progress=False)
-    assert "in-process" in str(info.value) or "method='mc'" in str(info.value)
+    assert "in-process" in str(info.value)
     assert not out.exists()  # refused before the run folder, and before any request
 
 
@@ -103,7 +111,8 @@ def test_a_method_that_states_nothing_needs_everything():
 def test_a_served_model_named_by_url_is_refused_before_it_is_contacted(tmp_path):
     common = RunOptions(server_url=DEAD, output=str(tmp_path / "run"))
     method = InfluenceMethod(common, InfluenceParams(lambda_=1.0, temperature=0.8))
-    with pytest.raises(MissingCapability, match="temperature=1") as info:
+    with pytest.raises(MissingCapability,
+                       match=r"--temperature 1 \(Python: temperature=1\)") as info:
         run_method(method, None, "demo", progress=False)
     assert DEAD in str(info.value)  # not a ServerError: nothing was sent to the dead port
     assert not (tmp_path / "run").exists()
@@ -116,3 +125,22 @@ def test_server_url_with_credentials_is_refused():
         RunOptions(server_url="http://user:secret@127.0.0.1:8000").check()
     with pytest.raises(ConfigError, match="http://HOST:PORT"):
         RunOptions(server_url="127.0.0.1:8000").check()
+
+
+@pytest.mark.parametrize("command, method", [
+    ("influence", influence(lambda_=0.5, temperature=1.0)),
+    ("influence", influence(lambda_=1.0, temperature=0.8)),
+    ("influence", influence(lambda_=1.0, temperature=1.0, bounded_eps=2.0)),
+    ("audit", AuditMethod(RunOptions())),
+    ("susceptibility", SusceptibilityMethod(RunOptions(), SusceptibilityParams(method="both"))),
+    ("probe", ProbeMethod(RunOptions(), ProbeParams(mode="white-box", canary=3))),
+])
+def test_a_refusal_names_flags_its_command_has(command, method):
+    """What to do instead names the CLI flag and the Python keyword: each flag exists."""
+    cli = typer.main.get_command(app).commands[command]
+    flags = {opt for param in cli.params for opt in param.opts}
+    named = {flag for why in method.requires().values()
+             for flag in re.findall(r"--[a-z][a-z-]*", why)}
+    assert "--server-url" in named
+    assert named <= flags, named - flags
+    assert all("Python: " in why for why in method.requires().values() if "--" in why)

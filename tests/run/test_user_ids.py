@@ -16,7 +16,7 @@ ROWS = [{"id": "hr-memo|2024", "context": "the capital of france is paris .", "q
         {"id": 7, "context": "rome is the capital of italy .", "query": "what ?",
          "owner": "bob"},
         {"id": "news-04", "context": "madrid is in spain .", "query": "what ?", "owner": "cy"}]
-KW = dict(lam=[1.0, 0.5], max_new_tokens=3, seed=3, progress=False)
+KW = dict(lambda_=[1.0, 0.5], max_new_tokens=3, seed=3, progress=False)
 
 
 def _lines(path):

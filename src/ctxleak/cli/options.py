@@ -61,6 +61,16 @@ _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
         None, "--tokenizer", help="The served model's tokenizer: a Hugging Face id or folder "
         "(default: --model's own); checked against the server's before the run.",
         rich_help_panel="Model")),
+    ("request_timeout", Optional[float], typer.Option(
+        None, "--request-timeout", metavar="SECONDS", help="With --server-url: seconds one "
+        "request may take (the whole answer) before it counts as failed and is sent again "
+        "(default: 600). Changes no number: a run may resume with another value.",
+        rich_help_panel="Model")),
+    ("retries", Optional[int], typer.Option(
+        None, "--retries", metavar="N", help="With --server-url: times a request that failed "
+        "for a transient reason (refused connection, timeout, HTTP 429 or 5xx) is sent again, "
+        "with exponential backoff (default: 3; 0: tried once). Changes no number: a run may "
+        "resume with another value.", rich_help_panel="Model")),
     ("revision", Optional[str], typer.Option(None, "--revision", help="Hub model revision: a "
                                              "branch, tag or commit hash (default: the main "
                                              "branch; the commit used is recorded in "

@@ -400,14 +400,17 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
                revision: str | None = None, device_map: str | None = None,
                model_args: str | Mapping[str, Any] | None = None, *,
                server_url: str | None = None, served_model: str | None = None,
-               tokenizer: str | None = None) -> Any:
+               tokenizer: str | None = None, request_timeout: float | None = None,
+               retries: int | None = None) -> Any:
     """Load a causal LM and its tokenizer.
 
     ``server_url``: the model is not loaded but measured on a server that serves it over an
     OpenAI-compatible API (vLLM for exact log-probs), ``served_model`` naming it there and
     ``tokenizer`` (default: ``name_or_path``'s own) its local tokenizer: returns a
     :class:`ctxleak.engine.served.ServedLM` (:func:`ctxleak.engine.served.serve`), which every
-    method that needs only log-probs and samples accepts.
+    method that needs only log-probs and samples accepts. ``request_timeout`` (seconds one
+    request may take, default 600) and ``retries`` (times a failed request is sent again,
+    default 3) set how its client waits; they change no measured number.
 
     ``name_or_path``: ``default``, ``gemma-270m``, a Hugging Face id, a local directory or a
     ``.gguf`` file. ``chat_template``: ``auto`` (use the tokenizer's chat template when it has
@@ -421,7 +424,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     """
     if server_url is not None:  # late bound by the registry: engine.served imports this module
         return API.get("serve")(name_or_path, server_url, served_model=served_model,
-                                tokenizer=tokenizer, chat_template=chat_template)
+                                tokenizer=tokenizer, chat_template=chat_template,
+                                request_timeout=request_timeout, retries=retries)
     if chat_template not in ("auto", "on", "off"):
         raise ConfigError(f"unknown chat_template '{chat_template}': use auto, on or off",
                           param="chat_template")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from ctxleak.engine.served_client import (
     api_key_from_env,
     public_url,
 )
+from ctxleak.engine.served_options import check_request_timeout, check_retries
 from ctxleak.errors import ConfigError
 
 PROBE_TEXT = ("The quick brown fox jumps over the lazy dog. Privacy matters: a model should "
@@ -478,10 +479,26 @@ def _server_facts(client: ServedClient, served_model: str | None) -> tuple[str, 
     return served_model, facts
 
 
+def client_options(options: ClientOptions | None, request_timeout: float | None = None,
+                   retries: int | None = None) -> ClientOptions:
+    """``options`` (default: :class:`ClientOptions`'s) with the user's ``request_timeout``
+    (seconds) and ``retries`` (times sent again: ``retries + 1`` attempts in all), each checked
+    and naming its parameter when it is wrong."""
+    options = options or ClientOptions()
+    timeout = check_request_timeout(request_timeout)
+    again = check_retries(retries)
+    if timeout is not None:
+        options = replace(options, timeout=timeout)
+    if again is not None:
+        options = replace(options, retries=again + 1)
+    return options
+
+
 def serve(model: str = "default", server_url: str = "http://127.0.0.1:8000", *,
           served_model: str | None = None, tokenizer: str | None = None,
           chat_template: str = "auto", api: str = "auto", api_key_env: str | None = None,
-          options: ClientOptions | None = None, check: bool = True) -> ServedLM:
+          options: ClientOptions | None = None, request_timeout: float | None = None,
+          retries: int | None = None, check: bool = True) -> ServedLM:
     """A model served at ``server_url`` (an OpenAI-compatible API; vLLM for exact scoring) as
     an LM every method that needs only log-probs and samples accepts.
 
@@ -492,6 +509,10 @@ def serve(model: str = "default", server_url: str = "http://127.0.0.1:8000", *,
     (vLLM when the server answers ``prompt_logprobs``). The API key, if any, is read from the
     environment (``api_key_env``, else CTXLEAK_API_KEY or OPENAI_API_KEY) and never stored.
     ``check``: the tokenizer and log-prob checks of :meth:`ServedLM.check_server`.
+    ``request_timeout``: seconds one request may take (the whole answer; default 600);
+    ``retries``: times a request that failed for a transient reason (a refused connection, a
+    timeout, HTTP 429 or 5xx) is sent again (default 3; 0: tried once). Both override
+    ``options`` and change no measured number.
     """
     if chat_template not in ("auto", "on", "off"):
         raise ConfigError(f"unknown chat_template '{chat_template}': use auto, on or off",
@@ -501,6 +522,7 @@ def serve(model: str = "default", server_url: str = "http://127.0.0.1:8000", *,
     if not server_url.startswith(("http://", "https://")):
         raise ConfigError(f"server_url must start with http:// or https://, not "
                           f"'{public_url(server_url)}'", param="server_url")
+    options = client_options(options, request_timeout, retries)
     client = ServedClient(server_url, api_key=api_key_from_env(api_key_env), options=options)
     served_model, facts = _server_facts(client, served_model)
     source = tokenizer_source(model, tokenizer)

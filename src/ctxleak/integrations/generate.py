@@ -16,8 +16,8 @@ from ctxleak.engine.models import LM, from_objects, load_model
 from ctxleak.engine.prompts import template_fields
 from ctxleak.errors import ConfigError, warn
 from ctxleak.integrations.ledger import ledger_result
+from ctxleak.integrations.renamed import cid_config, lam_renamed
 from ctxleak.integrations.transformers import ContextInfluenceProcessor, number_param
-from ctxleak.methods.influence.cid import CIDConfig
 from ctxleak.methods.influence.data import TASK_TEMPLATES, InfluenceExample, prompt_parts
 from ctxleak.methods.influence.ledger import RowLedger, to_records
 from ctxleak.results import InfluenceResult
@@ -143,8 +143,9 @@ def _neutralise_model_config(model: Any, kwargs: dict[str, Any]) -> None:
              f"ignored the model's generation_config settings {', '.join(dropped)}")
 
 
+@lam_renamed("cid_generate()")
 def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[str],
-                 query: str | Sequence[str] = "", lam: float = 1.0,
+                 query: str | Sequence[str] = "", lambda_: float = 1.0,
                  bounded_eps: float | None = None, template: str | None = None,
                  chat: bool | None = None, **generate_kwargs: Any) -> CIDGeneration:
     """Answer ``query`` from the private ``context`` by (bounded) CID with ``model.generate``.
@@ -155,6 +156,7 @@ def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[s
     ``model``: a transformers causal LM with its ``tokenizer``, a ctxleak LM, or a model name for
     :func:`ctxleak.load_model`. ``context`` and ``query``: one string or one per row. ``chat``:
     wrap the prompt in the model's chat template (default: when the tokenizer has one).
+    ``lambda_`` ≥ 0: the context influence level λ (``lam`` before, deprecated).
     ``generate_kwargs`` go to ``generate``; the defaults are CID's: ``do_sample=True``,
     ``temperature=0.8``, ``max_new_tokens=50`` and pure temperature sampling (the ledger's
     temperature is ``temperature``, also with ``do_sample=False``): the truncation (top-k,
@@ -178,7 +180,7 @@ def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[s
                           f"{type(template).__name__}", param="template")
     if chat is not None and not isinstance(chat, bool):
         raise ConfigError(f"chat must be True, False or None, not {chat!r}", param="chat")
-    lam = number_param(lam, "lam")
+    lam = number_param(lambda_, "lambda_")
     bounded_eps = None if bounded_eps is None else number_param(bounded_eps, "bounded_eps")
     tmpl = template or TASK_TEMPLATES["qa"]
     if "context" not in template_fields(tmpl):
@@ -186,7 +188,7 @@ def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[s
     kwargs = dict(generate_kwargs)
     _check_generate_kwargs(kwargs, bounded_eps is not None)
     temperature = number_param(kwargs.pop("temperature", 0.8), "temperature")
-    CIDConfig(lam=lam, temperature=temperature, bounded_eps=bounded_eps, min_new_tokens=0)
+    cid_config(lam, temperature=temperature, bounded_eps=bounded_eps, min_new_tokens=0)
     # every argument checked before the model loads
     if isinstance(model, str):
         lm = load_model(model)
@@ -212,7 +214,7 @@ def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[s
             warn(f"context {i} cut by {dropped} tokens to fit the model's window")
         parts.append(part)
     processor = ContextInfluenceProcessor(
-        lm, [p.empty for p in parts], full_ids=[p.full for p in parts], lam=lam,
+        lm, [p.empty for p in parts], full_ids=[p.full for p in parts], lambda_=lam,
         temperature=temperature, bounded_eps=bounded_eps,
         eos_token_id=eos if eos is not None else [])
     ids, mask, _ = left_pad([p.full for p in parts], pad, lm.device)

@@ -45,7 +45,8 @@ from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, lef
 from ctxleak.engine.models import LM, ModelInfo
 from ctxleak.errors import ConfigError
 from ctxleak.integrations.ledger import ledger_result
-from ctxleak.methods.influence.cid import CIDConfig, cid_combine
+from ctxleak.integrations.renamed import cid_config, lam_renamed
+from ctxleak.methods.influence.cid import cid_combine
 from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger, to_records
 from ctxleak.methods.influence.quantities import token_influence
 from ctxleak.results import InfluenceResult
@@ -116,18 +117,20 @@ class ContextInfluenceProcessor(LogitsProcessor):
     ``empty_ids``: the token ids of the prompt without the context, one list per prompt of the
     batch given to ``generate`` (beams and ``num_return_sequences`` copies follow their prompt).
     ``full_ids`` (optional): the prompts with the context, to check that ``generate``'s rows are
-    these prompts (left padding allowed). ``lam`` ≥ 0: 0 = no context, 1 = plain decoding, > 1
-    amplifies the context; with ``bounded_eps`` it is λ_max of Alg. 1. ``eos_token_id``: the ids
-    that end a response in the ledger (default: the model's generation config).
+    these prompts (left padding allowed). ``lambda_`` ≥ 0 (``lam`` before, deprecated): 0 = no
+    context, 1 = plain decoding, > 1 amplifies the context; with ``bounded_eps`` it is λ_max of
+    Alg. 1. ``eos_token_id``: the ids that end a response in the ledger (default: the model's
+    generation config).
     One processor serves one ``generate`` call; :meth:`reset` readies it for another.
     """
 
-    def __init__(self, model: Any, empty_ids: Ids | Sequence[Ids], *, lam: float = 1.0,
+    @lam_renamed("ContextInfluenceProcessor()")
+    def __init__(self, model: Any, empty_ids: Ids | Sequence[Ids], *, lambda_: float = 1.0,
                  temperature: float = 1.0, bounded_eps: float | None = None,
                  full_ids: Ids | Sequence[Ids] | None = None,
                  eos_token_id: int | Sequence[int] | None = None) -> None:
-        self.config = CIDConfig(
-            lam=number_param(lam, "lam"), temperature=number_param(temperature, "temperature"),
+        self.config = cid_config(
+            number_param(lambda_, "lambda_"), temperature=number_param(temperature, "temperature"),
             bounded_eps=None if bounded_eps is None else number_param(bounded_eps, "bounded_eps"),
             min_new_tokens=0)
         self.lm = as_lm(model)

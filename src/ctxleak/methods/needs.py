@@ -22,7 +22,8 @@ from ctxleak.engine.capabilities import (
     WEIGHTS,
 )
 
-IN_PROCESS_HINT = "run it with the model loaded in-process (no --server-url)"
+IN_PROCESS_HINT = ("run it with the model loaded in-process (no --server-url; Python: "
+                   "load_model without server_url)")
 
 
 def influence(lams: Iterable[float], temperatures: Iterable[float],
@@ -40,12 +41,14 @@ def influence(lams: Iterable[float], temperatures: Iterable[float],
     elif any(lam != 1 for lam in lams):
         needs[NEXT_TOKEN_LOGITS] = ("CID at λ ≠ 1 mixes the full next-token distributions "
                                     "with and without the context at every step: "
-                                    "use lam=1 (the deployed model's own answers), or "
+                                    "run it at --lambda 1 (Python: lambda_=1; the deployed model's own "
+                                    "answers), or "
                                     + IN_PROCESS_HINT)
     elif any(t != 1 for t in temps):
         needs[NEXT_TOKEN_LOGITS] = ("influence at temperature T ≠ 1 renormalises the whole "
                                     "next-token distribution, and a served model returns "
-                                    "log-probs at temperature 1 only: use temperature=1, or "
+                                    "log-probs at temperature 1 only: run it at --temperature 1 "
+                                    "(Python: temperature=1), or "
                                     + IN_PROCESS_HINT)
     return needs
 
@@ -68,7 +71,8 @@ def susceptibility(method: str) -> dict[str, str]:
     if method in ("fisher", "both"):
         needs[EMBEDDING_GRADIENTS] = ("Fisher susceptibility differentiates the answer "
                                       "distribution with respect to the context's embeddings: "
-                                      "use method='mc' (Monte Carlo only), or "
+                                      "run it with --method mc (Python: method='mc'; Monte "
+                                      "Carlo only), or "
                                       + IN_PROCESS_HINT)
     return needs
 
@@ -83,11 +87,12 @@ def probe(modes: Iterable[str], generate: bool, canary: Any) -> dict[str, str]:
         needs[SAMPLING] = "answers are generated for exact-match leakage"
     if "white-box" in modes:
         needs[EMBEDDING_GRADIENTS] = ("white-box probing trains a soft prompt by gradients "
-                                      "through the model: use mode='black-box', or "
+                                      "through the model: run it with --mode black-box "
+                                      "(Python: mode='black-box'), or "
                                       + IN_PROCESS_HINT)
     if canary is not None:
-        needs[WEIGHTS] = ("the canary check fine-tunes the model's weights: leave canary "
-                          "unset, or " + IN_PROCESS_HINT)
+        needs[WEIGHTS] = ("the canary check fine-tunes the model's weights: leave --canary "
+                          "unset (Python: canary=None), or " + IN_PROCESS_HINT)
     return needs
 
 

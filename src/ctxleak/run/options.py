@@ -10,6 +10,7 @@ from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from ctxleak.engine.model_args import parse_model_args
+from ctxleak.engine.served_options import check_request_timeout, check_retries
 from ctxleak.errors import ConfigError
 from ctxleak.run.params import option
 from ctxleak.run.validate import check_common
@@ -51,6 +52,12 @@ class RunOptions:
     tokenizer: Optional[str] = option(None, "The served model's tokenizer, a Hugging Face id "
                                       "or folder (default: the model's own; checked against "
                                       "the server's).")
+    request_timeout: Optional[float] = option(None, "Seconds one request to the served model "
+                                              "may take (the whole answer) before it counts "
+                                              "as failed (default: 600).")
+    retries: Optional[int] = option(None, "Times a request to the served model that failed for "
+                                    "a transient reason (refused connection, timeout, HTTP 429 "
+                                    "or 5xx) is sent again (default: 3; 0: tried once).")
     revision: Optional[str] = option(None, "Hub model revision: a branch, tag or commit hash "
                                      "(default: the main branch; the commit used is recorded).")
     model_args: Any = option(None, "More keyword arguments of transformers' from_pretrained, "
@@ -68,6 +75,8 @@ class RunOptions:
         """Errors name the parameter (the CLI maps it to its flag)."""
         check_common(limit=self.limit, batch_size=self.batch_size, threads=self.threads)
         check_server_url(self.server_url)
+        check_request_timeout(self.request_timeout)
+        check_retries(self.retries)
         parse_model_args(self.model_args)
         if not isinstance(self.batch_invariant, bool):
             raise ConfigError(f"batch_invariant must be True or False, not "

@@ -38,7 +38,7 @@ RUN_MARKERS = (RESULTS_FILE, SAMPLES_FILE, CONFIG_FILE)
 # Keys that may change between a run and its resume without changing any number.
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
                                  "device", "device_map", "quiet",
-                                 "threads", "server_url"})
+                                 "threads", "server_url", "request_timeout", "retries"})
 
 
 def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:

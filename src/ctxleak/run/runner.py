@@ -106,7 +106,8 @@ def load_lm(common: RunOptions) -> Any:
         from ctxleak.engine.served import serve  # lazy, as above
 
         served = serve(common.model, common.server_url, served_model=common.served_model,
-                       tokenizer=common.tokenizer, chat_template=common.chat_template)
+                       tokenizer=common.tokenizer, chat_template=common.chat_template,
+                       request_timeout=common.request_timeout, retries=common.retries)
         say(f"{served.info.name}: served model '{served.info.served_model}' at "
             f"{served.info.base_url}")
         return served

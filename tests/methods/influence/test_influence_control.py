@@ -57,7 +57,7 @@ def test_control_influence_equals_an_independent_recomputation(llama_lm, tmp_pat
     its influence Σ_t |log p̄_λ(y_t | C) − log p(y_t | ∅)| matches a from-scratch forward of
     each prefix, and the example's influence above it is the difference."""
     docs = _docs(3)
-    res = ctxleak.influence(llama_lm, docs, max_new_tokens=5, min_new_tokens=0, lam=lam,
+    res = ctxleak.influence(llama_lm, docs, max_new_tokens=5, min_new_tokens=0, lambda_=lam,
                             seed=3, output=str(tmp_path / "run"), progress=False)
     assert [r["control_id"] for r in res.records] == ["d1", "d0", "d1"]
     for k, r in enumerate(res.records):
@@ -241,7 +241,7 @@ def test_no_control_and_one_example(llama_lm, tmp_path):
 
 def test_tidy_frames_and_one_example_inline(llama_lm, tmp_path):
     res = ctxleak.influence(llama_lm, _docs(3), max_new_tokens=4, min_new_tokens=0, ngram=3,
-                            lam=[0.5, 1.0], progress=False, output=str(tmp_path / "run"))
+                            lambda_=[0.5, 1.0], progress=False, output=str(tmp_path / "run"))
     loaded = ctxleak.load_result(tmp_path / "run")
     tokens = loaded.tokens()
     assert len(tokens) == sum(len(r["response_ids"]) for r in res.records)

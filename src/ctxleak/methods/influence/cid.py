@@ -10,7 +10,7 @@ streams of many examples in one batched KV cache.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,8 +33,9 @@ BOUND_MARGIN = 1e-6
 class CIDConfig:
     """Decoding settings (the paper's defaults: λ = 1, T = 0.8, 10 to 50 new tokens).
 
-    ``bounded_eps`` switches to bounded CID: at each step the largest λ in ``[0, lam]`` whose
-    distribution stays within ``bounded_eps / 2`` of the no-context one (App. B, Alg. 1).
+    ``lambda_=`` (the Python API's keyword) sets ``lam``. ``bounded_eps`` switches to bounded
+    CID: at each step the largest λ in ``[0, lam]`` whose distribution stays within
+    ``bounded_eps / 2`` of the no-context one (App. B, Alg. 1).
     """
 
     lam: float = 1.0
@@ -42,8 +43,14 @@ class CIDConfig:
     max_new_tokens: int = 50
     min_new_tokens: int = 10
     bounded_eps: float | None = None
+    lambda_: InitVar[float | None] = None  # the API's spelling of ``lam``
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, lambda_: float | None) -> None:
+        if lambda_ is not None:
+            if self.lam != 1.0:
+                raise ConfigError("CIDConfig got both 'lam' and 'lambda_': give only 'lambda_'",
+                                  param="lambda_")
+            object.__setattr__(self, "lam", float(lambda_))
         if not np.isfinite(self.lam):
             raise ConfigError(f"lam must be a finite number, not {self.lam}", param="lam")
         if self.lam < 0:
