@@ -134,19 +134,24 @@ def test_a_folder_in_use_by_a_live_process_is_refused(tmp_path):
 
 _CLAIM = """
 import sys, time
+from pathlib import Path
 from ctxleak.errors import ConfigError
 from ctxleak.run.rundir import RunDir
 start = float(sys.argv[2])
+answered = Path(sys.argv[1] + ".answered")  # left by a refused process
 while time.time() < start:  # both processes claim at the same instant
     pass
 try:
     run = RunDir(sys.argv[1], {"command": "x"})
 except ConfigError as exc:
     print("refused", exc, flush=True)
+    answered.touch()
     sys.exit(0)
 run.append_sample({"id": sys.argv[3]})
 print("won", flush=True)
-time.sleep(0.5)  # hold the folder while the other process tries
+deadline = time.time() + 60  # hold the folder until the other process has tried (a loaded
+while not answered.exists() and time.time() < deadline:  # machine may start it late)
+    time.sleep(0.05)
 """
 
 
@@ -157,11 +162,11 @@ def test_two_processes_claiming_one_folder_at_once_exactly_one_wins(tmp_path, tr
     import sys
     import time
 
-    start = repr(time.time() + 1.0)
+    start = repr(time.time() + 3.0)
     procs = [subprocess.Popen([sys.executable, "-c", _CLAIM, str(tmp_path / "r"), start, name],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for name in ("a", "b")]
-    outs = [p.communicate(timeout=60) for p in procs]
+    outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     verdicts = sorted(out.split()[0] for out, _ in outs)
     assert verdicts == ["refused", "won"], outs
