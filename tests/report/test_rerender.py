@@ -156,3 +156,43 @@ def test_results_json_and_the_report_footer_cite_the_papers(name, runs):
         assert "{" + p.key + "," in entry["bibtex"]
         assert f"<cite>{p.title}</cite>" in footer
         assert "{" + p.key + "," in footer  # the BibTeX block (escaping keeps braces)
+
+
+def _other_times(value, key=""):
+    """``value`` with every wall-clock entry (keys the run-folder comparison treats as times)
+    changed to another duration."""
+    from helpers.rundiff import TIME_KEY
+
+    if isinstance(value, dict):
+        return {k: _other_times(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_other_times(v, key) for v in value]
+    if TIME_KEY.search(key) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value * 7.3 + 0.37
+    return value
+
+
+@pytest.mark.parametrize("name", ["influence", "explain", "icl", "audit", "susceptibility",
+                                  "probe"])
+def test_a_report_differs_only_in_its_times_when_only_the_times_differ(name, runs):
+    """Two runs of one seed write the same report but for the wall-clock times, and the
+    run-folder comparison (how the tests check CLI against API, one process against many)
+    recognises every time on the page: each shows its unit or sits under a time heading."""
+    result = ctxleak.load_result(runs[name].path)
+    page = result.render()
+    result.summary = _other_times(result.summary)
+    result.wall_time_s = (result.wall_time_s or 0.0) * 7.3 + 0.37
+    slower = result.render()
+    assert (slower != page) == (name != "explain")  # the times are on the page (explain: none)
+    assert _normalised_text(page, result.path) == _normalised_text(slower, result.path)
+
+
+def _normalised_text(html: str, root):
+    from helpers.rundiff import normalised
+
+    copy = root.parent / f"{root.name}-copy.html"
+    copy.write_text(html, encoding="utf-8")
+    try:
+        return normalised(copy, root)
+    finally:
+        copy.unlink()

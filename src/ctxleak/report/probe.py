@@ -197,8 +197,8 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
     elif ctx:
         probe_maps(report, ctx)
     report.add_heading("Timings")
-    report.add_kv({timing_label(k): f"{v:.1f}" for k, v in summary["timings_s"].items()},
-                  caption="seconds")
+    report.add_kv({timing_label(k): f"{v:.1f} s" for k, v in summary["timings_s"].items()},
+                  caption="Wall-clock time of each stage")
     report.add_heading("Examples")
     examples = []
     for r in rows[:25]:
