@@ -108,14 +108,14 @@ def test_in_flight_is_bounded(local):
 
 def test_transient_errors_are_retried(local):
     url, rec = local([(503, 0.0), (429, 0.0)])
-    client = ServedClient(url, options=ClientOptions(retries=3, **FAST))
+    client = ServedClient(url, options=ClientOptions(attempts=3, **FAST))
     assert client.post("/v1/completions", {"a": 1})["status"] == 200
     assert len(rec.seen) == 3
 
 
 def test_a_lasting_server_error_names_the_status_after_the_retries(local):
     url, rec = local([(500, 0.0)] * 5)
-    client = ServedClient(url, options=ClientOptions(retries=2, **FAST))
+    client = ServedClient(url, options=ClientOptions(attempts=2, **FAST))
     with pytest.raises(ServerError, match="HTTP 500") as info:
         client.post("/v1/completions", {"a": 1})
     assert info.value.status == 500
@@ -124,7 +124,7 @@ def test_a_lasting_server_error_names_the_status_after_the_retries(local):
 
 def test_a_client_error_is_not_retried(local):
     url, rec = local([(400, 0.0)])
-    client = ServedClient(url, options=ClientOptions(retries=4, **FAST))
+    client = ServedClient(url, options=ClientOptions(attempts=4, **FAST))
     with pytest.raises(ServerError, match="HTTP 400") as info:
         client.post("/v1/completions", {"a": 1})
     assert info.value.status == 400
@@ -133,7 +133,7 @@ def test_a_client_error_is_not_retried(local):
 
 def test_a_slow_server_times_out_with_a_clear_error(local):
     url, _ = local([(200, 3.0)] * 3)
-    client = ServedClient(url, options=ClientOptions(timeout=0.3, retries=2, **FAST))
+    client = ServedClient(url, options=ClientOptions(timeout=0.3, attempts=2, **FAST))
     t0 = time.time()
     with pytest.raises(ServerError, match="did not answer after 2 tries.*--resume"):
         client.post("/v1/completions", {"a": 1})
@@ -141,7 +141,7 @@ def test_a_slow_server_times_out_with_a_clear_error(local):
 
 
 def test_a_dead_server_says_how_to_finish_the_run():
-    client = ServedClient("http://127.0.0.1:9", options=ClientOptions(retries=2, **FAST))
+    client = ServedClient("http://127.0.0.1:9", options=ClientOptions(attempts=2, **FAST))
     with pytest.raises(ServerError, match="is it still running.*--resume --output"):
         client.get("/v1/models")
 

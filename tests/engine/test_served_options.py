@@ -42,11 +42,11 @@ def test_user_values_override_the_client_defaults():
     default = ClientOptions()
     assert client_options(None) == default
     got = client_options(None, request_timeout=7, retries=0)
-    assert got.timeout == 7.0 and got.retries == 1  # 0 retries: tried once in all
-    assert client_options(None, retries=5).retries == 6 and got.max_in_flight == 32
+    assert got.timeout == 7.0 and got.attempts == 1  # 0 retries: tried once in all
+    assert client_options(None, retries=5).attempts == 6 and got.max_in_flight == 32
     base = ClientOptions(max_in_flight=2, timeout=3.0)
     kept = client_options(base, retries=2)
-    assert (kept.max_in_flight, kept.timeout, kept.retries) == (2, 3.0, 3)
+    assert (kept.max_in_flight, kept.timeout, kept.attempts) == (2, 3.0, 3)
 
 
 @pytest.mark.parametrize("keyword, value", [
@@ -65,21 +65,21 @@ def test_bad_values_are_refused_naming_the_keyword(keyword, value):
 def test_load_model_reaches_the_client(recorded):
     with pytest.raises(Reached):
         load_model("default", server_url=DEAD, request_timeout=12.5, retries=2)
-    assert recorded[-1].timeout == 12.5 and recorded[-1].retries == 3
+    assert recorded[-1].timeout == 12.5 and recorded[-1].attempts == 3
 
 
 def test_an_api_run_reaches_the_client(recorded, tmp_path):
     with pytest.raises(Reached):
         ctxleak.influence(server_url=DEAD, temperature=1.0, request_timeout=9, retries=0,
                           output=str(tmp_path / "run"), progress=False)
-    assert recorded[-1].timeout == 9.0 and recorded[-1].retries == 1
+    assert recorded[-1].timeout == 9.0 and recorded[-1].attempts == 1
 
 
 def test_the_cli_flags_reach_the_client(recorded, capsys, tmp_path):
     with pytest.raises(Reached):
         run_cli(["influence", "--server-url", DEAD, "--temperature", "1", "--request-timeout",
                  "4.5", "--retries", "1", "--output", str(tmp_path / "run")], capsys)
-    assert recorded[-1].timeout == 4.5 and recorded[-1].retries == 2
+    assert recorded[-1].timeout == 4.5 and recorded[-1].attempts == 2
 
 
 def test_yaml_keys_reach_the_client(recorded, capsys, tmp_path):
@@ -88,7 +88,7 @@ def test_yaml_keys_reach_the_client(recorded, capsys, tmp_path):
     with pytest.raises(Reached):
         run_cli(["influence", "--config", str(config), "--server-url", DEAD, "--temperature",
                  "1", "--output", str(tmp_path / "run")], capsys)
-    assert recorded[-1].timeout == 30.0 and recorded[-1].retries == 7
+    assert recorded[-1].timeout == 30.0 and recorded[-1].attempts == 7
 
 
 def test_retries_against_a_closed_port():

@@ -490,7 +490,7 @@ def client_options(options: ClientOptions | None, request_timeout: float | None 
     if timeout is not None:
         options = replace(options, timeout=timeout)
     if again is not None:
-        options = replace(options, retries=again + 1)
+        options = replace(options, attempts=again + 1)
     return options
 
 

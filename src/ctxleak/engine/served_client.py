@@ -79,11 +79,12 @@ def api_key_from_env(env: str | None = None) -> str | None:
 @dataclass(frozen=True)
 class ClientOptions:
     """How the client talks to the server. ``timeout``: seconds for one request (the whole
-    answer); ``retries``: attempts per request in all; ``max_in_flight``: requests open at once;
+    answer); ``attempts``: times a request is sent at most (the first try and the retries, so
+    the user's ``retries`` plus one); ``max_in_flight``: requests open at once;
     ``prompts_per_request``: prompts batched into one completions request."""
 
     timeout: float = 600.0
-    retries: int = 4
+    attempts: int = 4
     max_in_flight: int = 32
     prompts_per_request: int = 8
     backoff_s: float = 0.5
@@ -134,7 +135,7 @@ class ServedClient:
 
     def _dead(self, path: str, exc: BaseException) -> ServerError:
         return ServerError(
-            f"{self._where(path)} did not answer after {self.options.retries} tries "
+            f"{self._where(path)} did not answer after {self.options.attempts} tries "
             f"({type(exc).__name__}: {exc or 'no detail'}): is it still running? Start it "
             "again; a run already begun keeps its finished examples, and rerunning the same "
             "command with --resume --output RUN_DIR finishes it")
@@ -147,7 +148,7 @@ class ServedClient:
     async def _send(self, client: httpx.AsyncClient, method: str, path: str,
                     body: dict[str, Any] | None) -> Any:
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(max(1, self.options.retries)),
+            stop=stop_after_attempt(max(1, self.options.attempts)),
             wait=wait_exponential(multiplier=self.options.backoff_s, max=30.0),
             retry=retry_if_exception(
                 lambda e: isinstance(e, (httpx.TransportError, _Transient))),
