@@ -20,7 +20,7 @@ from ctxleak.report import Report
 
 def _flags() -> dict[str, str]:
     flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
-    return {"fmt": flags["--format"], "instruction": flags["--instruction"],
+    return {"format": flags["--format"], "instruction": flags["--instruction"],
             "exemplar_template": flags["--exemplar-template"],
             "query_template": flags["--query-template"]}
 
@@ -38,7 +38,7 @@ def runs(tiny_dir, tmp_path_factory):
         "icl": ctxleak.iclinf(tiny_dir, str(root / "train.jsonl"),
                               test_data=str(root / "test.jsonl"), shots=[2], queries=3,
                               output=str(root / "icl"), **_flags(), **common),
-        "audit": ctxleak.audit(tiny_dir, "demo", subset_size=3, n_gen=2, max_tokens=4,
+        "audit": ctxleak.audit(tiny_dir, "demo", subset_size=3, sequences=2, max_new_tokens=4,
                                target_eps=[1, 100], output=str(root / "audit"), **common),
         "susceptibility": ctxleak.susceptibility(tiny_dir, str(root / "rel.json"), contexts=4,
                                                  limit=3, output=str(root / "susc"), **common),
@@ -114,6 +114,22 @@ def test_probe_hit_log_and_p_values_at_small_n(runs):
     rows = result.table()
     assert all(r["p (target > null)"] is None and "< 5" in r["p note"] for r in rows)
     assert "No conclusion at α = 0.05" in result.summary["verdict"]["text"]
+
+
+def test_probe_hit_count_and_verdict_agree_on_whether_anything_was_generated(runs, tiny_dir,
+                                                                            tmp_path):
+    """A likelihood-only run has no hit count (None, not 0: nothing was looked for) and its
+    verdict says so; a run that generated counts its hits and says what it found."""
+    generated = runs["probe"]
+    assert isinstance(generated.summary["hits"], int)
+    assert "nothing was generated" not in generated.summary["verdict"]["text"]
+    save_records(word_records(4), tmp_path / "records.jsonl")
+    scored = ctxleak.probe(tiny_dir, str(tmp_path / "records.jsonl"), pii="phone", limit=3,
+                           mode="black-box", generate=False, output=str(tmp_path / "run"),
+                           seed=5, progress=False)
+    assert all("generation" not in r or r["generation"] is None for r in scored.records)
+    assert scored.summary["hits"] is None
+    assert "nothing was generated" in scored.summary["verdict"]["text"]
 
 
 def test_probe_hit_log_lists_a_real_exact_match(runs, tmp_path):

@@ -21,7 +21,7 @@ from ctxleak.methods.pii.runners import finetune_canary, probe_runners, train_so
 from ctxleak.methods.pii.summary import GROUP_BY, group_label, summarize_probes
 from ctxleak.methods.pii.templates import template_texts
 from ctxleak.methods.pii.verdict import UNITS as VERDICT_UNITS
-from ctxleak.methods.pii.verdict import hits, probe_verdict, significance
+from ctxleak.methods.pii.verdict import generated, hits, probe_verdict, significance
 from ctxleak.run.distributed import barrier
 from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.method import Method
@@ -174,7 +174,7 @@ class ProbeMethod(Method):
         summary["significance"] = {"alpha": s["alpha"],
                                    "groups": significance(summaries, s["alpha"])}
         # exact PII strings generated (None: likelihoods only, nothing generated)
-        summary["hits"] = len(hits(records)) if s["generate"] else None
+        summary["hits"] = len(hits(records)) if generated(records) else None
         summary["units"] = dict(VERDICT_UNITS)
         summary["verdict"] = probe_verdict(summaries, records, s["alpha"])
         return summary
