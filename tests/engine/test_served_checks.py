@@ -25,7 +25,7 @@ def tokenizer():
 
 def served(tokenizer, api="vllm"):
     info = ServedInfo(name="default", served_model="m", base_url=DEAD, tokenizer="t", api=api)
-    return ServedLM(client=ServedClient(DEAD, options=ClientOptions(retries=1)),
+    return ServedLM(client=ServedClient(DEAD, options=ClientOptions(attempts=1)),
                     tokenizer=tokenizer, info=info, eos_ids=[2])
 
 

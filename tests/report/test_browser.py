@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import re
 from pathlib import Path
 
 import pytest
 from helpers.cdp import Browser, find_chromium
-from helpers.tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
+from helpers.tiny_data import icl_keywords, write_inputs
 
 import ctxleak
-from ctxleak.methods.pii.records import save_records
 from ctxleak.report import Report
 from ctxleak.report.interactive import SCRIPT, SCRIPT_HASH
 
@@ -47,28 +45,13 @@ def shots_dir(tmp_path_factory) -> Path:
     return Path(env) if env else tmp_path_factory.mktemp("screenshots")
 
 
-def _flags() -> dict[str, str]:
-    flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
-    return {"format": flags["--format"], "instruction": flags["--instruction"],
-            "exemplar_template": flags["--exemplar-template"],
-            "query_template": flags["--query-template"]}
-
-
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory, tiny_dir, gpt2_lm) -> dict[str, Path]:
     """One tiny run of every command (and a compare of two models), by name -> report.html."""
-    root = tmp_path_factory.mktemp("browser-runs")
+    root = write_inputs(tmp_path_factory.mktemp("browser-runs"),
+                        ["the capital of france is paris .",
+                         "rome is the capital of italy and a city ."], payload=PAYLOAD)
     docs = root / "docs.jsonl"
-    docs.write_text("".join(json.dumps({"id": f"{PAYLOAD} d{i}", "context": c,
-                                        "query": f"what is the capital ? {PAYLOAD}"}) + "\n"
-                            for i, c in enumerate(["the capital of france is paris .",
-                                                   "rome is the capital of italy and a city ."])))
-    (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
-    save_records(word_records(4), root / "records.jsonl")
-    for name, pairs in (("train", TRAIN), ("test", TEST)):
-        (root / f"{name}.jsonl").write_text(
-            "".join(json.dumps({"text": f"{t} {PAYLOAD}", "label": lab}) + "\n"
-                    for t, lab in pairs))
     common = dict(seed=3, progress=False)
     influence = dict(lambda_=[0.5, 1.0], max_new_tokens=4, ngram=2, stride=1)
     runs = {
@@ -82,7 +65,7 @@ def reports(tmp_path_factory, tiny_dir, gpt2_lm) -> dict[str, Path]:
                                              output=str(root / "explain"), seed=3),
         "icl": ctxleak.iclinf(tiny_dir, str(root / "train.jsonl"),
                               test_data=str(root / "test.jsonl"), shots=[1, 2], queries=3,
-                              calibration="both", output=str(root / "icl"), **_flags(),
+                              calibration="both", output=str(root / "icl"), **icl_keywords(),
                               **common),
         "audit": ctxleak.audit(tiny_dir, "demo", subset_size=3, sequences=2, max_new_tokens=4,
                                target_eps=[1, 100], output=str(root / "audit"), **common),

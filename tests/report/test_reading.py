@@ -9,7 +9,7 @@ import math
 import re
 
 import pytest
-from helpers.tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
+from helpers.tiny_data import icl_keywords, word_records, write_inputs
 
 import ctxleak
 from ctxleak.errors import InputError
@@ -18,26 +18,14 @@ from ctxleak.methods.verdict import check_verdict
 from ctxleak.report import Report
 
 
-def _flags() -> dict[str, str]:
-    flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
-    return {"format": flags["--format"], "instruction": flags["--instruction"],
-            "exemplar_template": flags["--exemplar-template"],
-            "query_template": flags["--query-template"]}
-
-
 @pytest.fixture(scope="module")
 def runs(tiny_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("reading")
-    (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
-    save_records(word_records(4), root / "records.jsonl")
-    for name, pairs in (("train", TRAIN), ("test", TEST)):
-        (root / f"{name}.jsonl").write_text(
-            "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in pairs))
+    root = write_inputs(tmp_path_factory.mktemp("reading"), ["the capital of france is paris ."])
     common = dict(seed=5, progress=False)
     return {
         "icl": ctxleak.iclinf(tiny_dir, str(root / "train.jsonl"),
                               test_data=str(root / "test.jsonl"), shots=[2], queries=3,
-                              output=str(root / "icl"), **_flags(), **common),
+                              output=str(root / "icl"), **icl_keywords(), **common),
         "audit": ctxleak.audit(tiny_dir, "demo", subset_size=3, sequences=2, max_new_tokens=4,
                                target_eps=[1, 100], output=str(root / "audit"), **common),
         "susceptibility": ctxleak.susceptibility(tiny_dir, str(root / "rel.json"), contexts=4,

@@ -7,33 +7,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
+from helpers.tiny_data import icl_keywords, write_inputs
 
 import ctxleak
-from ctxleak.methods.pii.records import save_records
 from ctxleak.registry import REPORTS, RESULTS, Registry, UnknownName
-
-
-def _flags() -> dict[str, str]:
-    flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
-    return {"format": flags["--format"], "instruction": flags["--instruction"],
-            "exemplar_template": flags["--exemplar-template"],
-            "query_template": flags["--query-template"]}
 
 
 @pytest.fixture(scope="module")
 def runs(tiny_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("rerender")
+    root = write_inputs(tmp_path_factory.mktemp("rerender"),
+                        ["the capital of france is paris .", "rome is the capital of italy ."])
     docs = root / "docs.jsonl"
-    docs.write_text("".join(json.dumps({"id": f"d{i}", "context": c,
-                                        "query": "what is the capital ?"}) + "\n"
-                            for i, c in enumerate(["the capital of france is paris .",
-                                                   "rome is the capital of italy ."])))
-    (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
-    save_records(word_records(4), root / "records.jsonl")
-    for name, pairs in (("train", TRAIN), ("test", TEST)):
-        (root / f"{name}.jsonl").write_text(
-            "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in pairs))
     common = dict(seed=5, progress=False)
     return {
         "influence": ctxleak.influence(tiny_dir, str(docs), lambda_=[0.5, 1.0], max_new_tokens=4,
@@ -44,7 +28,7 @@ def runs(tiny_dir, tmp_path_factory):
                                              ngram=2, output=str(root / "explain"), seed=5),
         "icl": ctxleak.iclinf(tiny_dir, str(root / "train.jsonl"),
                               test_data=str(root / "test.jsonl"), shots=[1, 2], queries=3,
-                              calibration="both", output=str(root / "icl"), **_flags(),
+                              calibration="both", output=str(root / "icl"), **icl_keywords(),
                               **common),
         "audit": ctxleak.audit(tiny_dir, "demo", subset_size=3, sequences=2, max_new_tokens=4,
                                target_eps=[1, 100], output=str(root / "audit"), **common),

@@ -35,7 +35,7 @@ DEAD = "http://127.0.0.1:9"
 def served() -> ServedLM:
     source = tokenizer_source("default", None)
     info = ServedInfo(name="default", served_model="m", base_url=DEAD, tokenizer=source)
-    return ServedLM(client=ServedClient(DEAD, options=ClientOptions(retries=1)),
+    return ServedLM(client=ServedClient(DEAD, options=ClientOptions(attempts=1)),
                     tokenizer=AutoTokenizer.from_pretrained(source), info=info, eos_ids=[2])
 
 

@@ -109,7 +109,7 @@ def slow_server():
 def test_slow_server_times_out(slow_server):
     """Each request gives up after ``timeout`` seconds; after ``retries`` tries the error names
     the server and the timeout, long before the server would have answered."""
-    options = ClientOptions(timeout=0.5, retries=2, backoff_s=0.1)
+    options = ClientOptions(timeout=0.5, attempts=2, backoff_s=0.1)
     t0 = time.monotonic()
     with pytest.raises(ServerError) as err:
         serve("default", slow_server, options=options)
@@ -127,7 +127,7 @@ def test_no_server_is_a_clear_error():
 
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ServerError) as err:
-        serve("default", url, options=ClientOptions(timeout=2, retries=2, backoff_s=0.05))
+        serve("default", url, options=ClientOptions(timeout=2, attempts=2, backoff_s=0.05))
     assert url in str(err.value)
     assert "is it still running" in str(err.value)
 

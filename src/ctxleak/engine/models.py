@@ -134,8 +134,31 @@ class ModelInfo:
         return dict(self.__dict__)
 
 
+class TokenizerText:
+    """Text to token ids and back through the model's own tokenizer: one definition for the
+    model loaded in-process (:class:`LM`) and the served one
+    (:class:`ctxleak.engine.served.ServedLM`, whose tokenizer is local too), so both encode a
+    prompt to the same exact ids."""
+
+    tokenizer: Any
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens (prompt pieces are joined by ids)."""
+        if not text:
+            return []
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        """The text of ``ids``, special tokens left out."""
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
+
+    def token_strings(self, ids: list[int]) -> list[str]:
+        """Each id decoded on its own (for heatmaps)."""
+        return [self.tokenizer.decode([i]) for i in ids]
+
+
 @dataclass
-class LM:
+class LM(TokenizerText):
     """A causal language model with its tokenizer and the conventions the engine needs."""
 
     model: Any
@@ -174,18 +197,6 @@ class LM:
         n = getattr(self.model.config, "max_position_embeddings", None)
         return int(n) if n else None
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` with no special tokens (prompt pieces are joined by ids)."""
-        if not text:
-            return []
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def decode(self, ids: list[int]) -> str:
-        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
-
-    def token_strings(self, ids: list[int]) -> list[str]:
-        """Each id decoded on its own (for heatmaps)."""
-        return [self.tokenizer.decode([i]) for i in ids]
 
 
 def _sha256(path: Path) -> str:

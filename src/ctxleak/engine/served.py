@@ -42,6 +42,7 @@ from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.capabilities import SERVED
 from ctxleak.engine.models import (
     NAMED_MODELS,
+    TokenizerText,
     _converted,
     _resolve_source,
     bos_convention,
@@ -88,7 +89,7 @@ class ServedInfo:
 
 
 @dataclass
-class ServedLM:
+class ServedLM(TokenizerText):
     """A served model with its local tokenizer and the conventions the engine needs (the same
     attributes as :class:`ctxleak.engine.models.LM` for prompts and text, no weights)."""
 
@@ -114,17 +115,6 @@ class ServedLM:
     @property
     def max_length(self) -> int | None:
         return self.max_model_len
-
-    def encode(self, text: str) -> list[int]:
-        if not text:
-            return []
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def decode(self, ids: list[int]) -> str:
-        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
-
-    def token_strings(self, ids: list[int]) -> list[str]:
-        return [self.tokenizer.decode([i]) for i in ids]
 
     # ---- the three operations --------------------------------------------------------------
     def sequence_logprobs(self, seqs: Sequence[Sequence[int]], starts: Sequence[int]
