@@ -16,6 +16,15 @@ _SEARCH = {"temperature": "temperature", "clip": "clip", "subset-size": "subset_
 _ORDERS_HELP = "RDP orders: ranges and numbers, e.g. '2-99' (integers 2..99) or '1.5,2,4,8-16'."
 _DELTA_HELP = "δ of the (ε, δ)-DP guarantee, in (0, 1)."
 
+# The mechanism's parameters: the same flags in both commands
+_CLIP = typer.Option(10.0, "--clip", help="Logit clip bound c (1e-100 to 1e100).")
+_SUBSET_SIZE = typer.Option(50, "--subset-size", help="Prompts per batch s (at least 1).")
+_TEMPERATURE = typer.Option(2.0, "--temperature", help="Sampling temperature τ (1e-100 to 1e100).")
+_SEQUENCES = typer.Option(50, "--sequences",
+                          help="Number of generated sequences N_gen (1 to 1e9; was --n-gen).")
+_MAX_NEW_TOKENS = typer.Option(40, "--max-new-tokens", help="Max new tokens per sequence T_max "
+                               "(1 to 1e9; was --max-tokens).")
+
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) >= 1e4 or abs(x) < 1e-3 else f"{x:.4f}".rstrip("0").rstrip(".")
@@ -33,14 +42,11 @@ def register(app: typer.Typer) -> None:
                                        help="Target ε values, comma-separated (each at most "
                                             "709.78: beyond it e^ε overflows float64)."),
         delta: float = typer.Option(1e-5, "--delta", help=_DELTA_HELP),
-        clip: float = typer.Option(10.0, "--clip", help="Logit clip bound c (1e-100 to 1e100)."),
-        subset_size: int = typer.Option(50, "--subset-size", help="Prompts per batch s (at least 1)."),
-        temperature: float = typer.Option(2.0, "--temperature",
-                                          help="Sampling temperature τ (1e-100 to 1e100)."),
-        sequences: int = typer.Option(50, "--sequences", help="Number of generated sequences "
-                                      "N_gen (1 to 1e9; was --n-gen)."),
-        max_new_tokens: int = typer.Option(40, "--max-new-tokens", help="Max new tokens per "
-                                           "sequence T_max (1 to 1e9; was --max-tokens)."),
+        clip: float = _CLIP,
+        subset_size: int = _SUBSET_SIZE,
+        temperature: float = _TEMPERATURE,
+        sequences: int = _SEQUENCES,
+        max_new_tokens: int = _MAX_NEW_TOKENS,
         search: str = typer.Option("temperature", "--search",
                                    help="Parameter to solve for: temperature, clip or subset-size "
                                         "(the others stay fixed)."),
@@ -76,14 +82,11 @@ def register(app: typer.Typer) -> None:
 
     @dp_app.command("epsilon")
     def epsilon_cmd(
-        clip: float = typer.Option(10.0, "--clip", help="Logit clip bound c (1e-100 to 1e100)."),
-        subset_size: int = typer.Option(50, "--subset-size", help="Prompts per batch s (at least 1)."),
-        temperature: float = typer.Option(2.0, "--temperature",
-                                          help="Sampling temperature τ (1e-100 to 1e100)."),
-        sequences: int = typer.Option(50, "--sequences", help="Number of generated sequences "
-                                      "N_gen (1 to 1e9; was --n-gen)."),
-        max_new_tokens: int = typer.Option(40, "--max-new-tokens", help="Max new tokens per "
-                                           "sequence T_max (1 to 1e9; was --max-tokens)."),
+        clip: float = _CLIP,
+        subset_size: int = _SUBSET_SIZE,
+        temperature: float = _TEMPERATURE,
+        sequences: int = _SEQUENCES,
+        max_new_tokens: int = _MAX_NEW_TOKENS,
         delta: float = typer.Option(1e-5, "--delta", help=_DELTA_HELP),
         orders: str = typer.Option("2-99", "--orders", help=_ORDERS_HELP),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
