@@ -91,3 +91,32 @@ def test_no_command_help_names_a_spec_section_an_issue_or_a_paper_number():
         out = runner.invoke(app, [name, "--help"], env={"COLUMNS": "400"}).output
         flat = " ".join(out.split())
         assert "Usage" in flat and not pattern.search(flat), (name, pattern.search(flat))
+
+
+#: A quoted title followed by where in the paper (a section, definition, equation, appendix,
+#: algorithm, theorem, table or figure), or alone in a parenthesis of prose (not a call's
+#: argument): a citation by title.
+_TITLE = r"[\"'“]([A-Z][\w:,-]*(?: [\w:,-]+){3,20})[\"'”]"
+CITED = re.compile(_TITLE + r"(?=\s*(?:,\s*)?(?:§|Def\.|Eq\.|App\.|Algorithm|Theorem|Table|Fig\.))"
+                   r"|(?<![\w.])\(" + _TITLE + r"\)")
+
+
+def test_every_paper_cited_by_title_in_the_source_is_one_ctxleak_implements():
+    """A title quoted in a docstring, a help text or a report (``"Estimating Privacy Leakage of
+    Augmented Contextual Knowledge in Language Models", Def. 3.2``) is exactly the title of
+    one of the papers in ``ctxleak.citations`` (a paper's title misremembered, or another
+    paper's, would send a reader to the wrong place). Line breaks inside a title count as
+    spaces."""
+    titles = {p.title for p in PAPERS.values()}
+    titles.add("ProPILE: Probing Privacy Leakage in Large Language Models")
+    wrong, seen = [], set()
+    for path in sorted(SRC.rglob("*.py")):
+        text = re.sub(r"\s*\n\s*", " ", path.read_text(encoding="utf-8"))
+        for match in CITED.finditer(text):
+            title = match[1] or match[2]
+            if re.search(r"Privacy|Context|Language Model|In-Context|Susceptib", title):
+                seen.add(title)
+                if title not in titles:
+                    wrong.append(f"{path.relative_to(SRC)}: {title!r}")
+    assert not wrong, "\n".join(wrong)
+    assert len(seen) >= 3  # the pattern finds the citations it checks

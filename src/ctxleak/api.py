@@ -132,8 +132,9 @@ def influence(model: str | LM = "default", data: Any = "demo", *, progress: bool
               tokenizer: str | None = None, request_timeout: float | None = None,
               retries: int | None = None,
               revision: str | None = None, model_args: Any = None) -> InfluenceResult:
-    """Expected context influence of ``data`` under Context Influence Decoding ("Measuring
-    Contextual Influence of Large Language Models", Def. 3.1-3.4): ``ctxleak influence``.
+    """Expected context influence of ``data`` under Context Influence Decoding ("Estimating
+    Privacy Leakage of Augmented Contextual Knowledge in Language Models", Def. 3.1-3.4):
+    ``ctxleak influence``.
 
     Parameters
     ----------
@@ -272,8 +273,8 @@ def iclinf(model: str | LM = "default", data: Any = "demo", *, progress: bool = 
               tokenizer: str | None = None, request_timeout: float | None = None,
               retries: int | None = None,
               revision: str | None = None, model_args: Any = None) -> ICLInfResult:
-    """ICLInf, the privacy loss of in-context exemplars ("On the Privacy Risk of In-context
-    Learning" §3-4, Eq. 4): ``ctxleak icl``.
+    """ICLInf, the privacy loss of in-context exemplars ("Evaluating Privacy Leakage From In-Context Learning"
+    §3-4, Eq. 4): ``ctxleak icl``.
 
     Parameters
     ----------
@@ -392,8 +393,8 @@ def audit(model: str | LM = "default", data: Any = "demo", *, progress: bool = T
               tokenizer: str | None = None, request_timeout: float | None = None,
               retries: int | None = None,
               revision: str | None = None, model_args: Any = None) -> AuditResult:
-    """Audit DP synthetic-text generation: ε_empirical against each target ε ("On the Privacy
-    Risk of In-context Learning" §5, App. C): ``ctxleak audit``.
+    """Audit DP synthetic-text generation: ε_empirical against each target ε ("Evaluating
+    Privacy Leakage From In-Context Learning" §5, App. C): ``ctxleak audit``.
 
     Parameters
     ----------
@@ -758,10 +759,10 @@ def influence_explain(model: str | LM = "default", context: str = "", query: str
                       retries: int | None = None,
                       revision: str | None = None, model_args: Any = None
                       ) -> ExplainResult | None:
-    """One prompt explained ("Measuring Contextual Influence of Large Language Models",
-    Table 1): ``ctxleak influence explain``. The response by CID, the uni-gram influence of each
-    context token on its first token, and the ``top`` context ``ngram``-grams by influence on
-    the whole response.
+    """One prompt explained ("Estimating Privacy Leakage of Augmented Contextual Knowledge in
+    Language Models", Table 1): ``ctxleak influence explain``. The response by CID, the
+    uni-gram influence of each context token on its first token, and the ``top`` context
+    ``ngram``-grams by influence on the whole response.
 
     Parameters
     ----------

@@ -5,8 +5,8 @@ Runs over the same data are paired per example (by the user's ``id`` and the set
 and the Wilcoxon signed-rank test, labelled by what differs between the runs
 (:mod:`ctxleak.comparison.labels`: ``λ = 1 vs λ = 0.5``, a model against another). Below that,
 the summary tables with a column per run and each headline figure with one line (or bar) per
-run, as in the papers' comparisons across models: influence against model size ("Measuring
-Contextual Privacy Leakage of LLMs through Context Influence", Fig. 4), ICLInf against shots.
+run, as in the papers' comparisons across models: influence against model size ("Estimating
+Privacy Leakage of Augmented Contextual Knowledge in Language Models", Fig. 4), ICLInf against shots.
 """
 
 from __future__ import annotations

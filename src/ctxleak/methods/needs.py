@@ -28,9 +28,10 @@ IN_PROCESS_HINT = ("run it with the model loaded in-process (no --server-url; Py
 
 def influence(lams: Iterable[float], temperatures: Iterable[float],
               bounded_eps: float | None) -> dict[str, str]:
-    """Influence (Context Influence Decoding, "Measuring Contextual Influence of Large Language
-    Models"): the response sampled, then scored with and without the context (and each n-gram
-    window). λ ≠ 1, bounded CID and T ≠ 1 need the whole next-token distribution."""
+    """Influence (Context Influence Decoding, "Estimating Privacy Leakage of Augmented
+    Contextual Knowledge in Language Models"): the response sampled, then scored with and
+    without the context (and each n-gram window). λ ≠ 1, bounded CID and T ≠ 1 need the whole
+    next-token distribution."""
     needs = {CONTINUATION_LOGPROBS: "the response is scored with and without the context",
              SAMPLING: "the response is drawn from the model"}
     lams, temps = list(lams), list(temperatures)
@@ -54,8 +55,8 @@ def influence(lams: Iterable[float], temperatures: Iterable[float],
 
 
 def iclinf() -> dict[str, str]:
-    """ICLInf ("On the Privacy Risk of In-context Learning"): label log-probs under the full and
-    leave-one-out prompts."""
+    """ICLInf ("Evaluating Privacy Leakage From In-Context Learning"): label log-probs under the
+    full and leave-one-out prompts."""
     return {CONTINUATION_LOGPROBS: "label sequences are scored under each prompt",
             NEXT_TOKEN_LOGPROBS: "label tokens are scored as next tokens"}
 
@@ -97,8 +98,8 @@ def probe(modes: Iterable[str], generate: bool, canary: Any) -> dict[str, str]:
 
 
 def audit() -> dict[str, str]:
-    """The DP synthetic-text audit ("On the Privacy Risk of In-context Learning" §5): the
-    mechanism combines the full next-token distributions of several one-shot prompts."""
+    """The DP synthetic-text audit ("Evaluating Privacy Leakage From In-Context Learning" §5):
+    the mechanism combines the full next-token distributions of several one-shot prompts."""
     return {NEXT_TOKEN_LOGITS: "the DP mechanism clips and averages the full next-token "
                                "distributions of several prompts at every step: "
                                + IN_PROCESS_HINT,

@@ -103,8 +103,8 @@ _CONFIG_NAMES = {"sequences": "n_gen", "max_new_tokens": "max_tokens",
 
 @dataclass(frozen=True)
 class AuditParams:
-    """The parameters of ``ctxleak audit`` ("On the Privacy Risk of In-context Learning" §5,
-    App. C), checked on construction by :func:`audit_config`."""
+    """The parameters of ``ctxleak audit`` ("Evaluating Privacy Leakage From In-Context Learning"
+    §5, App. C), checked on construction by :func:`audit_config`."""
 
     text_field: str = option("text", "Field holding each private example's text.")
     label_field: str = option("label", "Field holding each private example's label.")

@@ -1,5 +1,5 @@
-"""The ICLInf method's options ("On the Privacy Risk of In-context Learning" §3-4, App. B, E.1):
-one frozen dataclass that checks itself."""
+"""The ICLInf method's options ("Evaluating Privacy Leakage From In-Context Learning"
+§3-4, App. B, E.1): one frozen dataclass that checks itself."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The influence method's options (Context Influence Decoding, "Measuring Contextual Influence
-of Large Language Models", Def. 3.1-3.4 and App. B): one frozen dataclass that checks itself."""
+"""The influence method's options (Context Influence Decoding, "Estimating Privacy Leakage of
+Augmented Contextual Knowledge in Language Models", Def. 3.1-3.4 and App. B): one frozen
+dataclass that checks itself."""
 
 from __future__ import annotations
 

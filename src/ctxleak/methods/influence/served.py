@@ -1,5 +1,5 @@
 """Influence of a served model's own answers (Context Influence Decoding at λ = 1, T = 1,
-"Measuring Contextual Influence of Large Language Models", Def. 3.1-3.4).
+"Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models", Def. 3.1-3.4).
 
 At λ = 1 CID is plain decoding from the prompt with the context, so the deployed model's own
 answer is the CID response: the server samples it (seeded, EOS masked before the minimum
