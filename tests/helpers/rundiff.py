@@ -68,14 +68,6 @@ def _blank_time_columns(html: str) -> str:
     return TABLE.sub(table, html)
 
 
-def _drop_times(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_times(v) for k, v in value.items() if not TIME_KEY.search(str(k))}
-    if isinstance(value, list):
-        return [_drop_times(v) for v in value]
-    return value
-
-
 def _text(path: Path, root: Path) -> str:
     text = path.read_text(encoding="utf-8").replace(str(root), "<RUN>")
     return text
@@ -84,9 +76,9 @@ def _text(path: Path, root: Path) -> str:
 def normalised(path: Path, root: Path) -> Any:
     """A file's content with times and the run directory's path taken out."""
     if path.suffix == ".json":
-        return _drop_times(json.loads(_text(path, root)))
+        return untimed(json.loads(_text(path, root)))
     if path.suffix == ".jsonl":
-        return [_drop_times(json.loads(line)) for line in _text(path, root).splitlines() if line]
+        return [untimed(json.loads(line)) for line in _text(path, root).splitlines() if line]
     if path.suffix == ".html":
         html = _blank_time_columns(_text(path, root))
         html = TIME_SHARE.sub("<T>% of the measuring time", html)
