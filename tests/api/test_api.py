@@ -11,35 +11,19 @@ import sys
 import pytest
 from conftest import run_cli
 from helpers.rundiff import run_dir_differences
-from helpers.tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN, word_records
+from helpers.tiny_data import TEMPLATES, icl_keywords, write_command_data
 
 import ctxleak
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.methods.pii.records import save_records
 from ctxleak.report.console import closing_line
 from ctxleak.run.inputs import to_jsonable
 
 
 @pytest.fixture(scope="module")
 def data_files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("api-data")
-    (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
-    save_records(word_records(4), root / "records.jsonl")
-    for name, pairs in (("train", TRAIN), ("test", TEST)):
-        (root / f"{name}.jsonl").write_text(
-            "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in pairs))
-    (root / "docs.jsonl").write_text("".join(
-        json.dumps({"id": f"d{i}", "context": c, "query": "what is the capital ?"}) + "\n"
-        for i, c in enumerate(["the capital of france is paris .",
-                               "rome is the capital of italy and a city ."])))
-    return root
-
-
-def _templates() -> dict[str, str]:
-    flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
-    return {"format": flags["--format"], "instruction": flags["--instruction"],
-            "exemplar_template": flags["--exemplar-template"],
-            "query_template": flags["--query-template"]}
+    return write_command_data(tmp_path_factory.mktemp("api-data"), 4,
+                              contexts=["the capital of france is paris .",
+                                        "rome is the capital of italy and a city ."])
 
 
 # (CLI arguments, API function, API data, API keywords): the same run both ways
@@ -53,7 +37,7 @@ CASES = {
                        "--calibration", "both", *TEMPLATES],
             "iclinf", lambda d: str(d / "train.jsonl"),
             lambda d: dict(test_data=str(d / "test.jsonl"), shots=[1, 2], queries=3,
-                           calibration="both", **_templates())),
+                           calibration="both", **icl_keywords())),
     "audit": (lambda d: ["audit", "--data", "demo", "--subset-size", "3", "--sequences", "2",
                          "--max-new-tokens", "4", "--target-eps", "1,100"],
               "audit", lambda d: "demo",

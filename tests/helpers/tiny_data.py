@@ -5,6 +5,7 @@ Shared by the method tests and the data-parallel tests."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from ctxleak.methods.pii.records import PIIRecord, save_records
@@ -81,15 +82,25 @@ def write_json(tmp_path, obj, name="rel.json"):
     return path
 
 
-def write_command_data(root, n_records: int = 6):
+def write_command_data(root: Path, n_records: int = 6, *, contexts: Sequence[str] = (),
+                       payload: str = "") -> Path:
     """The data files of every model command's tiny run, written into ``root``: ``rel.json``
     (susceptibility), ``records.jsonl`` (probe, ``n_records`` word records), ``train.jsonl`` and
-    ``test.jsonl`` (ICL). Returns ``root``."""
+    ``test.jsonl`` (ICL) and, given ``contexts``, ``docs.jsonl`` (influence: one document per
+    context, ids ``d0``, ``d1``, ..., the capital query). ``payload`` is appended to the
+    documents' ids, the query and the ICL texts (the reports' escaping tests). Returns
+    ``root``."""
+    tail = f" {payload}" if payload else ""
     (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
     save_records(word_records(n_records), root / "records.jsonl")
     for name, pairs in (("train", TRAIN), ("test", TEST)):
         (root / f"{name}.jsonl").write_text(
-            "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in pairs))
+            "".join(json.dumps({"text": t + tail, "label": lab}) + "\n" for t, lab in pairs))
+    if contexts:
+        (root / "docs.jsonl").write_text("".join(
+            json.dumps({"id": f"{payload} d{i}" if payload else f"d{i}", "context": c,
+                        "query": "what is the capital ?" + tail}) + "\n"
+            for i, c in enumerate(contexts)))
     return root
 
 
@@ -99,22 +110,3 @@ def icl_keywords() -> dict[str, str]:
     return {"format": flags["--format"], "instruction": flags["--instruction"],
             "exemplar_template": flags["--exemplar-template"],
             "query_template": flags["--query-template"]}
-
-
-def write_inputs(root: Path, contexts: list[str], *, payload: str = "") -> Path:
-    """Every method's input files in ``root``: ``docs.jsonl`` (one document per context, the
-    capital query), ``rel.json`` (:data:`TINY_RELATIONS`), ``records.jsonl``
-    (:func:`word_records` (4)) and the ICL splits ``train.jsonl`` and ``test.jsonl``.
-    ``payload`` is appended to the ids, the query and the ICL texts (the reports' escaping
-    tests). Returns ``root``."""
-    query = f"what is the capital ?{' ' + payload if payload else ''}"
-    (root / "docs.jsonl").write_text("".join(
-        json.dumps({"id": f"{payload + ' ' if payload else ''}d{i}", "context": c,
-                    "query": query}) + "\n" for i, c in enumerate(contexts)))
-    (root / "rel.json").write_text(json.dumps(TINY_RELATIONS))
-    save_records(word_records(4), root / "records.jsonl")
-    for name, pairs in (("train", TRAIN), ("test", TEST)):
-        (root / f"{name}.jsonl").write_text("".join(
-            json.dumps({"text": f"{t} {payload}" if payload else t, "label": lab}) + "\n"
-            for t, lab in pairs))
-    return root

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers.cdp import Browser, find_chromium
-from helpers.tiny_data import icl_keywords, write_inputs
+from helpers.tiny_data import icl_keywords, write_command_data
 
 import ctxleak
 from ctxleak.report import Report
@@ -48,9 +48,10 @@ def shots_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory, tiny_dir, gpt2_lm) -> dict[str, Path]:
     """One tiny run of every command (and a compare of two models), by name -> report.html."""
-    root = write_inputs(tmp_path_factory.mktemp("browser-runs"),
-                        ["the capital of france is paris .",
-                         "rome is the capital of italy and a city ."], payload=PAYLOAD)
+    root = write_command_data(tmp_path_factory.mktemp("browser-runs"), 4,
+                              contexts=["the capital of france is paris .",
+                                        "rome is the capital of italy and a city ."],
+                              payload=PAYLOAD)
     docs = root / "docs.jsonl"
     common = dict(seed=3, progress=False)
     influence = dict(lambda_=[0.5, 1.0], max_new_tokens=4, ngram=2, stride=1)

@@ -9,7 +9,7 @@ import math
 import re
 
 import pytest
-from helpers.tiny_data import icl_keywords, word_records, write_inputs
+from helpers.tiny_data import icl_keywords, word_records, write_command_data
 
 import ctxleak
 from ctxleak.errors import InputError
@@ -20,7 +20,7 @@ from ctxleak.report import Report
 
 @pytest.fixture(scope="module")
 def runs(tiny_dir, tmp_path_factory):
-    root = write_inputs(tmp_path_factory.mktemp("reading"), ["the capital of france is paris ."])
+    root = write_command_data(tmp_path_factory.mktemp("reading"), 4)
     common = dict(seed=5, progress=False)
     return {
         "icl": ctxleak.iclinf(tiny_dir, str(root / "train.jsonl"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.tiny_data import icl_keywords, write_inputs
+from helpers.tiny_data import icl_keywords, write_command_data
 
 import ctxleak
 from ctxleak.registry import REPORTS, RESULTS, Registry, UnknownName
@@ -15,8 +15,9 @@ from ctxleak.registry import REPORTS, RESULTS, Registry, UnknownName
 
 @pytest.fixture(scope="module")
 def runs(tiny_dir, tmp_path_factory):
-    root = write_inputs(tmp_path_factory.mktemp("rerender"),
-                        ["the capital of france is paris .", "rome is the capital of italy ."])
+    root = write_command_data(tmp_path_factory.mktemp("rerender"), 4,
+                              contexts=["the capital of france is paris .",
+                                        "rome is the capital of italy ."])
     docs = root / "docs.jsonl"
     common = dict(seed=5, progress=False)
     return {

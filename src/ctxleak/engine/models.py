@@ -198,7 +198,6 @@ class LM(TokenizerText):
         return int(n) if n else None
 
 
-
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
