@@ -9,11 +9,10 @@ import math
 import re
 
 import pytest
-from helpers.tiny_data import icl_keywords, word_records, write_command_data
+from helpers.tiny_data import icl_keywords, write_command_data
 
 import ctxleak
 from ctxleak.errors import InputError
-from ctxleak.methods.pii.records import save_records
 from ctxleak.methods.verdict import check_verdict
 from ctxleak.report import Report
 
@@ -111,8 +110,8 @@ def test_probe_hit_count_and_verdict_agree_on_whether_anything_was_generated(run
     generated = runs["probe"]
     assert isinstance(generated.summary["hits"], int)
     assert "nothing was generated" not in generated.summary["verdict"]["text"]
-    save_records(word_records(4), tmp_path / "records.jsonl")
-    scored = ctxleak.probe(tiny_dir, str(tmp_path / "records.jsonl"), pii="phone", limit=3,
+    root = write_command_data(tmp_path, 4)
+    scored = ctxleak.probe(tiny_dir, str(root / "records.jsonl"), pii="phone", limit=3,
                            mode="black-box", generate=False, output=str(tmp_path / "run"),
                            seed=5, progress=False)
     assert all("generation" not in r or r["generation"] is None for r in scored.records)
