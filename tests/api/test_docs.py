@@ -2,8 +2,9 @@
 
 Python blocks run in order, one namespace per page, in a fresh working directory. Shell blocks
 (``bash``, and the ``$ `` lines of ``console`` blocks) run their commands in a fresh working
-directory per page, with ``ctxleak`` the command of this checkout; what they print is not
-compared (it holds timings), their exit status must be 0. A block that cannot run in CI (the
+directory per page, in-process through the CLI's entry point (``ctxleak.cli.app.main``, the
+console script's target) on the session's default model; what they print is not compared (it
+holds timings), their exit status must be 0. A block that cannot run in CI (the
 setup script, several GPUs, hours of compute) is marked on the line before it with
 ``<!-- ci: skip (the reason) -->``. Blocks in ``text``, ``bibtex`` (checked against
 ``ctxleak.citations``), ``json`` and unlabelled fences are shown, not run. The README's Python API blocks
@@ -14,13 +15,12 @@ twice.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
+import shlex
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from ctxleak.citations import PAPERS
 
@@ -113,8 +113,6 @@ def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch, capsys):
         pytest.skip("no block to run on this page")
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "docs"}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     later = " ".join(cmd for lang, code in todo if lang != "python" for cmd in commands(lang, code))
     for lang, code in todo:
         if lang == "python":
@@ -124,7 +122,14 @@ def test_the_code_blocks_of_a_page_run(page, tmp_path, monkeypatch, capsys):
             if cmd in RAN and not _feeds_later(cmd, later):
                 continue
             RAN.add(cmd)
-            shell = re.sub(r"(^|\s)ctxleak\b", rf"\1{sys.executable} -m ctxleak", cmd, count=1)
-            done = subprocess.run(["bash", "-c", shell], cwd=tmp_path, env=env,
-                                  capture_output=True, text=True, timeout=900)
-            assert done.returncode == 0, f"{page_id(page)}: {cmd}\n{done.stdout}\n{done.stderr}"
+            code_, out, err = run_cli(cli_argv(cmd), capsys)
+            assert code_ == 0, f"{page_id(page)}: {cmd}\n{out}\n{err}"
+
+
+def cli_argv(cmd: str) -> list[str]:
+    """The arguments of a documented ``ctxleak ...`` command line, run in-process through the
+    CLI's entry point (tests/cli/test_console_script.py runs the console script itself). An
+    ``OMP_NUM_THREADS=N`` prefix is dropped: it sets a thread count, no result."""
+    words = [w for w in shlex.split(cmd) if not w.startswith("OMP_NUM_THREADS=")]
+    assert words[0] == "ctxleak", cmd
+    return words[1:]

@@ -9,9 +9,9 @@ import math
 
 import numpy as np
 import pytest
-from transformers import AutoTokenizer
+from helpers.tiny_models import word_tokenizer
 
-from ctxleak.engine.served import PROBE_TEXT, ServedInfo, ServedLM, tokenizer_source
+from ctxleak.engine.served import PROBE_TEXT, ServedInfo, ServedLM
 from ctxleak.engine.served_client import ClientOptions, ServedClient, ServerError
 from ctxleak.errors import ConfigError
 
@@ -20,7 +20,8 @@ DEAD = "http://127.0.0.1:9"
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return AutoTokenizer.from_pretrained(tokenizer_source("default", None))
+    """The tiny models' word-level tokenizer (the checks need no real model's)."""
+    return word_tokenizer(add_bos=True)
 
 
 def served(tokenizer, api="vllm"):

@@ -306,6 +306,7 @@ def test_processor_refuses_rows_it_cannot_follow(llama_lm):
         proc(torch.tensor([part.full + [5, 6, 7]]), torch.zeros(1, v))
 
 
+@pytest.mark.integration  # a fresh interpreter that imports torch
 def test_import_ctxleak_stays_light():
     import subprocess
     import sys

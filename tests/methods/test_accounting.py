@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import log_softmax
@@ -186,7 +187,7 @@ def test_renyi_alpha_to_one_is_kl(a, b):
     assert renyi_divergence(lp, lq, 1 + 1e-7) == pytest.approx(kl, rel=1e-3, abs=1e-5)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(a=_logits, b=_logits, a1=st.floats(1.0, 100), a2=st.floats(1.0, 100))
 def test_renyi_non_decreasing_in_alpha(a, b, a1, a2):
     lp, lq = _pair(a, b)
@@ -218,7 +219,7 @@ def test_theoretical_epsilon_is_algorithm_2_on_composed_rdp():
 
 
 @given(target=st.floats(0.1, 200), search=st.sampled_from(["temperature", "clip", "subset_size"]))
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 def test_calibrate_meets_target(target, search):
     r = calibrate(target, DELTA, **PAPER, search=search)
     assert r.eps <= target

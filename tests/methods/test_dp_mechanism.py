@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -116,7 +117,7 @@ def test_identical_prompts_leak_nothing():
 # (z_p − z̄_{−p})/(sτ), whose range can reach 4c/(sτ) = 4Δ. By the pure-DP → RDP bounds of
 # Theorem C.5 (ε = 4Δ) and the bounded-range → zCDP bound (ρ = (4Δ)²/8 = 2Δ²), the per-token
 # data-dependent loss is always below the theoretical per-token RDP with the clip doubled.
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(seed=st.integers(0, 10_000), s=st.sampled_from([2, 3, 5, 10, 50]),
        v=st.sampled_from([2, 3, 10, 200]), scale=st.sampled_from([0.1, 1.0, 3.0, 100.0]),
        c=st.sampled_from([0.5, 1.0, 5.0, 10.0]), tau=st.sampled_from([0.5, 1.0, 2.0, 4.8, 36.0]),

@@ -25,8 +25,10 @@ from ctxleak.report.interactive import SCRIPT, SCRIPT_HASH
 pytest.importorskip("websocket", reason="websocket-client is not installed (pip install "
                     "websocket-client, or scripts/setup.sh --dev)")
 CHROMIUM = find_chromium()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get "
-                                "install chromium, or scripts/setup.sh --dev)")
+# headless Chromium is a real part met in the integration tier
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get "
+                                 "install chromium, or scripts/setup.sh --dev)")]
 
 # would set window.pwned if any of it ran
 PAYLOAD = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'

@@ -10,12 +10,12 @@ import re
 
 import pytest
 import typer
-from transformers import AutoTokenizer
+from helpers.tiny_models import word_tokenizer
 
 from ctxleak.cli.app import app
 from ctxleak.engine import capabilities as caps
 from ctxleak.engine.capabilities import MissingCapability, capabilities_of, check_capabilities
-from ctxleak.engine.served import ServedInfo, ServedLM, tokenizer_source
+from ctxleak.engine.served import ServedInfo, ServedLM
 from ctxleak.engine.served_client import ClientOptions, ServedClient
 from ctxleak.methods.audit.method import AuditMethod
 from ctxleak.methods.icl.method import ICLInfMethod
@@ -33,10 +33,11 @@ DEAD = "http://127.0.0.1:9"
 
 @pytest.fixture(scope="module")
 def served() -> ServedLM:
-    source = tokenizer_source("default", None)
-    info = ServedInfo(name="default", served_model="m", base_url=DEAD, tokenizer=source)
+    """A served model at a closed port, with the tiny models' tokenizer (refusals need no
+    real model)."""
+    info = ServedInfo(name="tiny", served_model="m", base_url=DEAD, tokenizer="word-level")
     return ServedLM(client=ServedClient(DEAD, options=ClientOptions(attempts=1)),
-                    tokenizer=AutoTokenizer.from_pretrained(source), info=info, eos_ids=[2])
+                    tokenizer=word_tokenizer(add_bos=True), info=info, eos_ids=[2])
 
 
 def test_in_process_has_everything_served_three():

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import stat
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -132,55 +137,59 @@ def test_a_folder_in_use_by_a_live_process_is_refused(tmp_path):
     assert owner == {"host": socket.gethostname(), "pid": os.getpid()}
 
 
-_CLAIM = """
-import sys, time
-from pathlib import Path
-from ctxleak.errors import ConfigError
-from ctxleak.run.rundir import RunDir
-start = float(sys.argv[2])
-answered = Path(sys.argv[1] + ".answered")  # left by a refused process
-while time.time() < start:  # both processes claim at the same instant
-    pass
-try:
-    run = RunDir(sys.argv[1], {"command": "x"})
-except ConfigError as exc:
-    print("refused", exc, flush=True)
-    answered.touch()
-    sys.exit(0)
-run.append_sample({"id": sys.argv[3]})
-print("won", flush=True)
-deadline = time.time() + 60  # hold the folder until the other process has tried (a loaded
-while not answered.exists() and time.time() < deadline:  # machine may start it late)
-    time.sleep(0.05)
-"""
+def _claim(folder: str, start: float, name: str, said: Any) -> None:
+    """A second ctxleak process claiming ``folder`` at the instant ``start``: forked from this
+    one (no interpreter to start, no torch to import again), so both claims race for real. It
+    puts ``(verdict, message)`` on ``said``; a winner holds the folder until the other process
+    has answered (a loaded machine may start it late)."""
+    answered = Path(folder + ".answered")  # left by a refused process
+    while time.time() < start:  # both processes claim at the same instant
+        pass
+    try:
+        run = RunDir(folder, {"command": "x"})
+    except ConfigError as exc:
+        said.put(("refused", str(exc)))
+        answered.touch()
+        return
+    run.append_sample({"id": name})
+    said.put(("won", ""))
+    deadline = time.time() + 60
+    while not answered.exists() and time.time() < deadline:
+        time.sleep(0.05)
+
+
+def _claims(folder: Path, names: Sequence[str], delay: float) -> list[tuple[str, str]]:
+    """What each forked claimer of ``folder`` said (they start together ``delay`` s from now)."""
+    fork = multiprocessing.get_context("fork")
+    said = fork.Queue()
+    start = time.time() + delay
+    procs = [fork.Process(target=_claim, args=(str(folder), start, name, said)) for name in names]
+    for p in procs:
+        p.start()
+    out = [said.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    return out
 
 
 @pytest.mark.parametrize("trial", range(5))
 def test_two_processes_claiming_one_folder_at_once_exactly_one_wins(tmp_path, trial):
     """The claim is atomic (an fcntl lock held for the run's life), not check-then-write."""
-    import subprocess
-    import sys
-    import time
-
-    start = repr(time.time() + 3.0)
-    procs = [subprocess.Popen([sys.executable, "-c", _CLAIM, str(tmp_path / "r"), start, name],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name in ("a", "b")]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs
-    verdicts = sorted(out.split()[0] for out, _ in outs)
-    assert verdicts == ["refused", "won"], outs
-    assert any("in use by another ctxleak run" in out for out, _ in outs)
+    outs = _claims(tmp_path / "r", ["a", "b"], delay=0.5)
+    assert sorted(v for v, _ in outs) == ["refused", "won"], outs
+    assert any("in use by another ctxleak run" in m for _, m in outs)
     assert len((tmp_path / "r" / "samples.jsonl").read_text().splitlines()) == 1
     # the lock ends with the winning process: the folder can be resumed afterwards
     run = RunDir(tmp_path / "r", {"command": "x"}, resume=True)
     assert len(run.samples) == 1
     # while this process holds it, another process is refused; after release() it is not
-    probe = [sys.executable, "-c", _CLAIM, str(tmp_path / "r"), "0", "c"]
-    held = subprocess.run(probe, capture_output=True, text=True).stdout
-    assert held.startswith("refused") and "in use by another ctxleak run" in held
+    (tmp_path / "r.answered").unlink()
+    [(verdict, held)] = _claims(tmp_path / "r", ["c"], delay=0)
+    assert verdict == "refused" and "in use by another ctxleak run" in held
     run.release()
-    freed = subprocess.run(probe, capture_output=True, text=True).stdout
+    (tmp_path / "r.answered").unlink()
+    [(verdict, freed)] = _claims(tmp_path / "r", ["c"], delay=0)
     assert "already holds a run" in freed and "in use" not in freed  # claimed; needs --resume
 
 

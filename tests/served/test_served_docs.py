@@ -6,14 +6,14 @@ put in place of the documented ``http://127.0.0.1:8000``."""
 
 from __future__ import annotations
 
-import os
+import contextlib
+import io
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from helpers.vllm_server import server_args
 
 pytestmark = [pytest.mark.served, pytest.mark.integration]
@@ -65,9 +65,10 @@ def test_the_documented_server_command_is_the_one_the_tests_start(default_dir):
         directory = next(line for line in lines if line.startswith("DIR="))
         snippet = re.fullmatch(r'DIR=\$\(\S+/python -c "(?P<py>[^"]+)"\)', directory)
         assert snippet, f"{page}: {directory}"
-        done = subprocess.run([sys.executable, "-c", snippet["py"]], capture_output=True,
-                              text=True, timeout=300, check=True)
-        assert done.stdout.strip() == default_dir
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):  # the snippet in-process: the same Python
+            exec(snippet["py"], {})  # noqa: S102 - our own docs
+        assert printed.getvalue().strip() == default_dir
         server = shlex.split(next(line for line in lines if "api_server" in line))
         assert server[0] == "VLLM_CPU_KVCACHE_SPACE=2" and server[1].endswith("/python"), page
         assert server[2:] == server_args("$DIR", 8000), page
@@ -75,12 +76,12 @@ def test_the_documented_server_command_is_the_one_the_tests_start(default_dir):
     assert seen == 2
 
 
-def test_the_documented_runs_work_against_the_server(vllm_server, tmp_path, monkeypatch):
+def test_the_documented_runs_work_against_the_server(vllm_server, tmp_path, monkeypatch, capsys):
     """Every marked ctxleak command and Python block runs against the session's server (exit
-    status 0; the Python blocks' results are checked by what they print)."""
+    status 0; the Python blocks' results are checked by what they print). Commands run
+    in-process through the CLI's entry point (the console script itself is run once, by
+    tests/cli/test_console_script.py)."""
     monkeypatch.chdir(tmp_path)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     ran: set[str] = set()
     namespace: dict = {"__name__": "docs"}
     for page, lang, code in marked_blocks():
@@ -94,9 +95,9 @@ def test_the_documented_runs_work_against_the_server(vllm_server, tmp_path, monk
             if cmd in ran:  # the README's command again on the served-models page
                 continue
             ran.add(cmd)
-            shell = re.sub(r"^(\S*/)?ctxleak\b", f"{sys.executable} -m ctxleak", cmd)
-            done = subprocess.run(["bash", "-c", shell], cwd=tmp_path, env=env,
-                                  capture_output=True, text=True, timeout=1200)
-            assert done.returncode == 0, f"{page}: {cmd}\n{done.stdout}\n{done.stderr}"
-            assert "results" in done.stdout, f"{page}: {cmd}\n{done.stdout}"
+            words = shlex.split(cmd)
+            assert re.fullmatch(r"(\S*/)?ctxleak", words[0]), f"{page}: {cmd}"
+            status, out, err = run_cli(words[1:], capsys)
+            assert status == 0, f"{page}: {cmd}\n{out}\n{err}"
+            assert "results" in out, f"{page}: {cmd}\n{out}"
     assert ran, "no ctxleak command was run"

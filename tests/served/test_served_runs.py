@@ -1,6 +1,7 @@
 """Runs against a real vLLM server (the session's, on the default model) equal the same runs
-in-process, within tolerance; what a served model cannot give is refused before the first
-request; a wrong tokenizer, an HTTP error, a dead server and a slow one give clear errors."""
+in-process, within tolerance. The refusals, a wrong tokenizer, an unknown served model, HTTP
+errors and dead or slow servers are client logic: tests/served/test_fake_served.py checks them
+against a fake vLLM server in the fast tier."""
 
 from __future__ import annotations
 
@@ -13,10 +14,8 @@ import torch
 from helpers.rundiff import untimed
 
 import ctxleak
-from ctxleak.engine.capabilities import MissingCapability
 from ctxleak.engine.scoring import continuation_logits
 from ctxleak.engine.served import serve
-from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
 from ctxleak.run.records import demo_path
@@ -169,77 +168,3 @@ def test_black_box_probe_run_equals_in_process(served_lm, default_lm, tmp_path):
     here = ctxleak.probe(default_lm, "demo", output=str(tmp_path / "local"), **kw)
     assert there.records
     assert_close(untimed(there.records), untimed(here.records))
-
-
-# ---- refusals: before the first request, naming what is missing and what to do instead ----
-
-REFUSED = [
-    ("CID at λ ≠ 1", lambda lm, out: ctxleak.influence(lm, "demo", lambda_=0.5, temperature=1.0,
-                                                       limit=1, output=out, progress=False),
-     "λ ≠ 1"),
-    ("bounded CID", lambda lm, out: ctxleak.influence(lm, "demo", bounded_eps=1.0,
-                                                      temperature=1.0, limit=1, output=out,
-                                                      progress=False),
-     "bounded CID"),
-    ("influence at T ≠ 1", lambda lm, out: ctxleak.influence(lm, "demo", temperature=0.8,
-                                                             limit=1, output=out,
-                                                             progress=False),
-     "temperature"),
-    ("DP audit", lambda lm, out: ctxleak.audit(lm, "demo", limit=1, output=out,
-                                               progress=False),
-     "DP mechanism"),
-    ("Fisher susceptibility", lambda lm, out: ctxleak.susceptibility(
-        lm, "demo", method="fisher", limit=1, output=out, progress=False), "Fisher"),
-    ("white-box probing", lambda lm, out: ctxleak.probe(lm, "demo", mode="white-box", limit=3,
-                                                        output=out, progress=False),
-     "white-box"),
-]
-
-
-@pytest.mark.parametrize("what,run,says", REFUSED, ids=[r[0] for r in REFUSED])
-def test_refused_before_any_request(served_lm, tmp_path, what, run, says):
-    out = tmp_path / "run"
-    with pytest.raises(MissingCapability) as err:
-        run(served_lm, str(out))
-    message = str(err.value)
-    assert says in message
-    assert "in-process" in message
-    assert served_lm.info.base_url in message
-    assert not (out / "samples.jsonl").exists()
-
-
-def test_wrong_tokenizer_is_caught(vllm_server, tmp_path):
-    """A local tokenizer that is not the served model's (GPT-2's byte-level BPE from a tiny
-    folder) is refused on the probe text, before the run."""
-    from helpers.tiny_models import tiny_gpt2
-
-    folder = tmp_path / "gpt2-tok"
-    tiny_gpt2().tokenizer.save_pretrained(folder)
-    with pytest.raises(ConfigError) as err:
-        serve("default", vllm_server.url, served_model=vllm_server.served_name,
-              tokenizer=str(folder))
-    assert "does not match the server's" in str(err.value)
-    assert err.value.param == "tokenizer"
-
-
-def test_unknown_served_model_is_a_clear_error(vllm_server):
-    with pytest.raises(ConfigError) as err:
-        serve("default", vllm_server.url, served_model="no-such-model")
-    assert "does not serve 'no-such-model'" in str(err.value)
-    assert vllm_server.served_name in str(err.value)
-
-
-def test_http_error_names_status_and_server(served_lm, vllm_server):
-    """A request the server answers with an HTTP error (a served name it does not know: 404)
-    becomes a ServerError with the status and the server's own words, not a traceback of
-    httpx."""
-    from dataclasses import replace
-
-    from ctxleak.engine.served_client import ServerError
-
-    wrong = replace(served_lm, info=replace(served_lm.info, served_model="no-such-model"))
-    with pytest.raises(ServerError) as err:
-        wrong.continuation_logprobs([[1, 2, 3]], [[4, 5]])
-    assert err.value.status == 404
-    assert vllm_server.url in str(err.value)
-    assert "HTTP 404" in str(err.value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -88,7 +89,7 @@ def test_recorded_loss_equals_recomputation_from_scratch(tiny_lm, alpha):
     assert max(gen.token_rdp) > 1e-6  # the prompts differ: the test has something to compare
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(s=st.integers(2, 6), v=st.integers(2, 12), clip=st.floats(0.1, 20),
        tau=st.floats(0.2, 50), alpha=st.sampled_from([1.5, 2.0, 3.0, 18.0, 99.0]),
        seed=st.integers(0, 2**31 - 1))

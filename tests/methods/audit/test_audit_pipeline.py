@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -116,7 +117,7 @@ def fake_records(setting, rdps):
              "target_eps": setting.target_eps, "token_rdp": list(r)} for r in rdps]
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(rdps=st.lists(st.lists(st.floats(0, 0.05), min_size=0, max_size=6), min_size=1,
                      max_size=4))
 def test_summary_sums_all_tokens_and_converts(rdps):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -69,7 +70,7 @@ def test_renormalise_restricts_and_sums_to_one():
     assert np.exp(out) == pytest.approx(np.array([0.1, 0.2, 0.05]) / 0.35)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(logits, st.sampled_from([0.0, 1e-6, 1e-2]))
 def test_uniform_content_free_calibration_is_identity(z, eps):
     p = dist(z)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import examples
 from helpers.hand_influence import hand_bounded_window_logp, hand_unigram_influence
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -176,7 +177,7 @@ def test_bounded_cid_composed_eps_is_the_guarantee(tiny_lm):
     assert plain.composed_eps is None and plain.composed_eps_ex_post is None
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(seed=st.integers(0, 10_000), eps=st.floats(0.01, 5.0), lam_max=st.floats(0.1, 3.0))
 def test_bounded_lambda_is_largest_feasible(seed, eps, lam_max):
     g = torch.Generator().manual_seed(seed)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import examples
 from helpers.tiny_data import word_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -68,7 +69,7 @@ def test_in_context_influence_is_the_summed_absolute_log_ratio(llama_lm):
         assert 0.0 <= row["context_share"] < 1.0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.floats(-30, 0), st.floats(-30, 0), st.floats(-30, 0)),
                 min_size=1, max_size=12))
 def test_likelihood_fields_properties(triples):

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -111,7 +112,7 @@ def test_no_context_reference(tiny_lm):
     assert res.chi >= full.chi - 1e-12
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(n=st.integers(1, 8), vocab=st.integers(2, 12), scale=st.floats(0.1, 30.0),
        seed=st.integers(0, 2**31 - 1), uniform=st.booleans())
 def test_chi_is_between_zero_and_log_contexts(n, vocab, scale, seed, uniform):

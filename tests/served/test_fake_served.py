@@ -1,0 +1,296 @@
+"""The served-model backend's logic against a fake vLLM server backed by a tiny model
+(tests/helpers/fake_server.py), in the fast tier: what is served equals in-process scoring of
+the same weights, one served run of each method equals its in-process run, and every way a
+server fails (an HTTP error, not JSON, the wrong shape, impossible or uniform log-probs, a
+server that dies mid-run or hangs, a wrong tokenizer, an unknown model) is a clear error, not a
+hang or a wrong number. Fidelity against a real vLLM server lives in the ``served`` tier."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from conftest import run_cli
+from helpers.fake_server import FakeVLLM, Fault, fake_vllm, plausible, wait_until
+from helpers.rundiff import untimed
+from helpers.tiny_data import icl_keywords, write_command_data
+from helpers.tiny_models import tiny_llama
+
+import ctxleak
+from ctxleak.engine.scoring import continuation_logprobs
+from ctxleak.engine.served import PROBE_TEXT, serve
+from ctxleak.engine.served_client import ClientOptions, ServerError
+from ctxleak.errors import ConfigError
+from ctxleak.run.records import demo_path
+
+TOL = 1e-5  # nats per token: the same float32 weights, one forward pass here and there
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A tiny Llama (vocabulary = tokenizer, as a served model's) fitted to the probe text, so
+    that the check before a run accepts it as a real model would be accepted."""
+    return plausible(tiny_llama(seed=3, vocab_extra=0), PROBE_TEXT)
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory, tiny):
+    path = tmp_path_factory.mktemp("served-tok")
+    tiny.tokenizer.save_pretrained(path)
+    return str(path)
+
+
+#: the tiny tokenizer's <pad>, <bos> and <unk>: never sampled, so that a sampled answer's text
+#: encodes back to its ids (as a real model's answers do)
+SPECIAL = (0, 1, 3)
+
+
+@pytest.fixture(scope="module")
+def server(tiny):
+    with fake_vllm(tiny, never=SPECIAL) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def served(server, tok_dir):
+    return serve("tiny", server.url, tokenizer=tok_dir)
+
+
+PROMPTS = ["the capital of france is", "rome is in italy . the city"]
+CONTS = ["paris . yes", "of rome and the news report said"]
+
+
+def test_scoring_candidates_and_vocabulary_equal_in_process(served, tiny):
+    """Teacher-forced log-probs (short continuations through allowed_token_ids, long ones
+    through prompt_logprobs), candidate next tokens and the whole next-token distribution."""
+    prompts = [tiny.encode(p) for p in PROMPTS]
+    conts = [tiny.encode(c) for c in CONTS]
+    assert len(conts[0]) <= 4 < len(conts[1])  # both of the client's scoring roads
+    for there, here in zip(continuation_logprobs(served, prompts, conts),
+                           continuation_logprobs(tiny, prompts, conts)):
+        assert there.dtype == np.float64
+        np.testing.assert_allclose(there, here, atol=TOL, rtol=0)
+    cands = [5, 9, 20]
+    by_hand = np.stack([continuation_logprobs(tiny, prompts, [[c]] * 2) for c in cands])[..., 0].T
+    np.testing.assert_allclose(served.candidate_logprobs(prompts, cands), by_hand, atol=TOL)
+    full = served.vocab_logprobs(prompts)
+    assert full.shape == (2, len(tiny.tokenizer))
+    np.testing.assert_allclose(np.exp(full).sum(axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(full[:, cands], by_hand, atol=TOL)
+
+
+def test_samples_keep_min_tokens_and_drop_the_stopping_eos(served, server, tiny):
+    prompt = tiny.encode(PROMPTS[0])
+    rows = served.sample([prompt], [7], temperature=1.0, max_new_tokens=6, min_new_tokens=3,
+                         n=3)[0]
+    assert len(rows) == 3
+    for ids, stopped in rows:
+        assert len(ids) >= 3 and not set(ids) & set(served.eos_ids)
+        assert stopped or len(ids) == 6
+    again = served.sample([prompt], [7], temperature=1.0, max_new_tokens=6, min_new_tokens=3,
+                          n=3)[0]
+    assert again == rows  # seeded
+    sent = [b for path, b in server.requests if path == "/v1/completions" and b.get("n") == 3]
+    assert sent[-1]["min_tokens"] == 3 and sent[-1]["stop_token_ids"] == served.eos_ids
+
+
+def test_influence_runs_served_and_scores_logged_answers_as_in_process(served, tiny, tmp_path):
+    """The server's own answers (λ = 1, T = 1) are recorded with their windows, passages and
+    control; the same answers given as logged responses and scored through the server equal
+    in-process scoring of them: with and without the context, each n-gram window, each passage
+    left out, and the control."""
+    kw = dict(temperature=1.0, ngram=8, seed=0, max_new_tokens=8, min_new_tokens=2,
+              passages="sentence", progress=False)
+    own = ctxleak.influence(served, "demo", limit=2, output=str(tmp_path / "own"), **kw)
+    assert len(own.records) == 2
+    for rec in own.records:
+        assert len(rec["response_ids"]) >= 2 and len(rec["passages"]) >= 2
+        assert len(rec["window_influence"]) == len(rec["windows"]) >= 2
+    rows = [json.loads(line) for line in
+            demo_path("influence.jsonl").read_text(encoding="utf-8").splitlines()[:2]]
+    logged = [{**row, "response": rec["response"]} for row, rec in zip(rows, own.records)]
+    here = ctxleak.influence(tiny, logged, output=str(tmp_path / "here"), **kw)
+    there = ctxleak.influence(served, logged, output=str(tmp_path / "there"), **kw)
+    for b, c in zip(here.records, there.records):
+        assert b["response_ids"] == c["response_ids"] and b["passages"] == c["passages"]
+        for key in ("logp_context", "logp_empty", "token_influence", "window_influence",
+                    "passage_influence", "control_influence"):
+            np.testing.assert_allclose(c[key], b[key], atol=1e-4, err_msg=key)
+        assert b["max_passage"] == c["max_passage"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_command_data(tmp_path_factory.mktemp("served-data"), 4)
+
+
+@pytest.mark.parametrize("method", ["iclinf", "susceptibility", "probe"])
+def test_a_served_run_equals_the_in_process_run(method, served, tiny, data, tmp_path):
+    """ICLInf, Monte Carlo susceptibility (the whole next-token distribution) and black-box
+    probing: every recorded number within 1e-4 of the in-process run on the same weights."""
+    source, kw = {
+        "iclinf": (data / "train.jsonl", dict(test_data=str(data / "test.jsonl"), queries=2,
+                                              shots="1,2", seed=0, **icl_keywords())),
+        "susceptibility": (data / "rel.json", dict(method="mc", contexts=3, limit=3, seed=0)),
+        "probe": (data / "records.jsonl", dict(mode="black-box", generate=False, pii="phone,relation",
+                                               shots=1, limit=4, seed=0))}[method]
+    run = getattr(ctxleak, method)
+    there = run(served, str(source), output=str(tmp_path / "served"), progress=False, **kw)
+    here = run(tiny, str(source), output=str(tmp_path / "local"), progress=False, **kw)
+    assert there.records and len(there.records) == len(here.records)
+    _close(untimed(there.records), untimed(here.records))
+    _close(untimed(there.summary), untimed(here.summary), "summary")
+    assert there.provenance["model"]["base_url"] == served.info.base_url
+
+
+def _close(a, b, path="records"):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, abs=1e-4, rel=1e-4, nan_ok=True), path
+    else:
+        assert a == b, path
+
+
+def test_the_cli_runs_against_a_server(server, tok_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    code, stdout, err = run_cli(["influence", "--model", "tiny", "--server-url", server.url,
+                                 "--tokenizer", tok_dir, "--data", "demo", "--limit", "1",
+                                 "--temperature", "1", "--max-new-tokens", "4",
+                                 "--output", str(out)], capsys)
+    assert code == 0, err
+    config = json.loads((out / "config.json").read_text())
+    assert config["server_url"] == server.url
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 1
+
+
+# ---- a server that is wrong about itself ----------------------------------------------------
+
+def test_wrong_tokenizer_is_caught(tiny, tok_dir):
+    shifted = FakeVLLM(tiny, tokenize=lambda text: [t + 1 for t in tiny.encode(text)])
+    with shifted:
+        with pytest.raises(ConfigError, match="does not match the server's") as err:
+            serve("tiny", shifted.url, tokenizer=tok_dir)
+    assert err.value.param == "tokenizer"
+
+
+def test_unknown_served_model_is_a_clear_error(server, tok_dir):
+    with pytest.raises(ConfigError) as err:
+        serve("tiny", server.url, served_model="no-such-model", tokenizer=tok_dir)
+    assert "does not serve 'no-such-model'" in str(err.value) and "'tiny'" in str(err.value)
+
+
+@pytest.mark.parametrize("mode, says", [("uniform", "uniform"), ("positive", "impossible")])
+def test_a_server_with_impossible_log_probs_is_refused(tiny, tok_dir, mode, says):
+    with fake_vllm(tiny, fault=Fault(mode)) as bad:
+        with pytest.raises(ServerError, match=says) as err:
+            serve("tiny", bad.url, tokenizer=tok_dir)
+    assert bad.url in str(err.value)
+
+
+# ---- a server that fails mid-run ---------------------------------------------------------
+
+def _served_after(tiny, tok_dir, fault, **options):
+    """A checked served model on a fake whose fault starts after the check's requests."""
+    bad = FakeVLLM(tiny).start()
+    lm = serve("tiny", bad.url, tokenizer=tok_dir, options=ClientOptions(**options))
+    fault.after += bad.completion_requests
+    bad.fault = fault
+    return bad, lm
+
+
+@pytest.mark.parametrize("mode, status, says", [
+    ("http", 404, "HTTP 404"), ("not-json", None, "not JSON"),
+    ("wrong-shape", None, "0 choices"), ("die", None, "is it still running")])
+def test_a_failed_answer_names_the_server(tiny, tok_dir, mode, status, says):
+    bad, lm = _served_after(tiny, tok_dir, Fault(mode, status=status or 500), attempts=2,
+                            backoff_s=0.01)
+    try:
+        with pytest.raises(ServerError, match=says) as err:
+            lm.continuation_logprobs([[1, 5, 6, 7]], [[8, 9, 10, 11, 12]])
+    finally:
+        bad.stop()
+    assert bad.url in str(err.value)
+    assert err.value.status == status
+
+
+def test_transient_errors_are_retried(tiny, tok_dir):
+    bad, lm = _served_after(tiny, tok_dir, Fault("http", status=503, times=2), attempts=3,
+                            backoff_s=0.01)
+    try:
+        got = lm.continuation_logprobs([[1, 5, 6, 7]], [[8, 9, 10, 11, 12]])[0]
+    finally:
+        bad.stop()
+    np.testing.assert_allclose(got, continuation_logprobs(tiny, [[1, 5, 6, 7]],
+                                                          [[8, 9, 10, 11, 12]])[0], atol=TOL)
+    assert bad.faulted == 2
+
+
+def test_a_hung_server_times_out(tiny, tok_dir):
+    """Each request gives up after ``timeout`` seconds; after the tries the error names the
+    server and the timeout, long before a hung server would answer."""
+    bad, lm = _served_after(tiny, tok_dir, Fault("hang"), timeout=0.5, attempts=2,
+                            backoff_s=0.01)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ServerError) as err:
+            lm.continuation_logprobs([[1, 5, 6, 7]], [[8, 9, 10, 11, 12]])
+    finally:
+        bad.stop()
+    message = str(err.value)
+    assert bad.url in message and "Timeout" in message and "2 tries" in message
+    assert time.monotonic() - t0 < 10
+
+
+def test_no_server_is_a_clear_error(tok_dir):
+    from helpers.vllm_server import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ServerError) as err:
+        serve("tiny", url, tokenizer=tok_dir,
+              options=ClientOptions(timeout=2, attempts=2, backoff_s=0.05))
+    assert url in str(err.value) and "is it still running" in str(err.value)
+
+
+def test_server_dies_mid_run_then_resume(tiny, tok_dir, tmp_path):
+    """An influence run, one example per batch: the server dies once the first record is on
+    disk. The run fails naming the server and how to finish; a server started again on another
+    port and ``resume=True`` finish the run, keeping the records written before."""
+    out = tmp_path / "run"
+    samples = out / "samples.jsonl"
+    kw = dict(temperature=1.0, ngram=8, limit=3, seed=0, max_new_tokens=6, batch_size="1",
+              output=str(out), progress=False)
+    first = FakeVLLM(tiny, never=SPECIAL).start()
+    try:
+        lm = serve("tiny", first.url, tokenizer=tok_dir,
+                   options=ClientOptions(attempts=2, backoff_s=0.01))
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(ctxleak.influence, lm, "demo", **kw)
+            wait_until(lambda: running.done() or (samples.is_file()
+                                                  and samples.read_text().strip()))
+            assert not running.done(), f"the run ended before the kill: {running.result()}"
+            first.fault = Fault("die", after=first.completion_requests)
+            with pytest.raises(ServerError) as err:
+                running.result(timeout=120)
+    finally:
+        first.stop()
+    assert first.url in str(err.value) and "--resume" in str(err.value)
+    kept = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert 1 <= len(kept) < 3
+    with fake_vllm(tiny, never=SPECIAL) as second:
+        lm = serve("tiny", second.url, tokenizer=tok_dir)
+        done = ctxleak.influence(lm, "demo", resume=True, **kw)
+    assert len(done.records) == 3
+    on_disk = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert on_disk[:len(kept)] == kept and len({r["id"] for r in on_disk}) == 3
+    assert json.loads((out / "results.json").read_text())["provenance"]["model"]["base_url"] \
+        == second.url
