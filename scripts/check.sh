@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
-# What CI runs after scripts/setup.sh --dev: lint (ruff), types (mypy: strict on the engine and
-# the runner, see pyproject.toml), the layer contracts (import-linter), the documentation site
-# (mkdocs build --strict: broken links and missing pages fail; built into a temporary folder),
-# then the tests.
-# Arguments go to pytest (e.g. bash scripts/check.sh -x tests/run).
+# The full check, what CI runs after scripts/setup.sh --dev (docs/contributing.md says more):
+#   lint (ruff), types (mypy: strict on the engine and the runner, see pyproject.toml), the layer
+#   contracts (import-linter), the documentation site (mkdocs build --strict, into a temporary
+#   folder), then the tests in two runs of pytest on two workers (pytest-xdist):
+#   - the fast tier, what plain `pytest` runs: tiny in-process models, a fake vLLM server;
+#   - the integration and served tiers: the default model, a real vLLM server, a torchrun and an
+#     accelerate launch, the console script, headless Chromium, the notebook.
+# Line and branch coverage of src/ (subprocesses included) is measured over both test runs and
+# must not fall below the floor in pyproject.toml ([tool.coverage.report] fail_under).
+# Each phase's wall-clock time is printed as it ends, and all of them at the end.
+# Arguments go to both pytest runs (e.g. bash scripts/check.sh -x).
 # Usage: bash scripts/check.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/ruff check src tests bench examples
-.venv/bin/python -m mypy
-.venv/bin/lint-imports
+source scripts/phases.sh
+
+export HYPOTHESIS_PROFILE=ci      # the full Hypothesis example counts (plain pytest: fewer)
+export COVERAGE_FILE="$PWD/.coverage"  # absolute: subprocesses in other folders write here too
+rm -f .coverage .coverage.*
+PYTEST=(.venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=25 --cov --cov-report=)
+
+phase lint .venv/bin/ruff check src tests bench examples
+phase types .venv/bin/python -m mypy
+phase contracts .venv/bin/lint-imports
 SITE=$(mktemp -d)
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$SITE"
+NO_MKDOCS_2_WARNING=1 phase docs .venv/bin/mkdocs build --strict --quiet --site-dir "$SITE"
 rm -rf "$SITE"
-.venv/bin/python -m pytest -q "$@"
+phase "fast tier" "${PYTEST[@]}" "$@"
+phase "integration and served tiers" "${PYTEST[@]}" --cov-append -m "integration or served" "$@"
+phase coverage .venv/bin/python -m coverage report --skip-covered --skip-empty
+phases_summary

@@ -101,6 +101,26 @@ def _share_the_default_model(request):
         request.getfixturevalue("default_lm")
 
 
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (``-n 2 --dist loadgroup``, scripts/check.sh): the real-server tests
+    go to one worker (one vLLM server per run), every other module to one worker each (its
+    module fixtures, e.g. the one torchrun launch, are made once)."""
+    for item in items:
+        group = "vllm" if item.get_closest_marker("served") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # two workers on two cores: one torch thread each, in the workers and in every process they
+    # start (the notebook kernel, the console script, the launches). Two threads each would
+    # oversubscribe the cores, and OpenMP's spinning threads then slow every pass several-fold:
+    # the notebook took 173 s instead of 24 s beside the other worker.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def pytest_terminal_summary(terminalreporter):
     if DEFAULT_LOADS:
         terminalreporter.write_line(f"default model loaded {len(DEFAULT_LOADS)} time(s) in this "

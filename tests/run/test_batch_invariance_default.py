@@ -18,10 +18,10 @@ def test_readme_main_job_byte_identical_one_at_a_time_and_auto(default_lm, tmp_p
     runs = {}
     for size in (1, "auto"):
         out = tmp_path / f"b{size}"
-        ctxleak.influence(default_lm, "demo", ngram=32, limit=3, batch_size=size,
+        ctxleak.influence(default_lm, "demo", ngram=32, limit=2, batch_size=size,
                           output=str(out), progress=False)
         runs[size] = (out / "samples.jsonl").read_bytes()
-    assert len(runs[1].splitlines()) == 3
+    assert len(runs[1].splitlines()) == 2
     assert runs["auto"] == runs[1]
 
 
@@ -39,7 +39,8 @@ NOISY_WITHOUT = {"icl", "audit"}
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_byte_identical_at_1_and_4_examples_per_batch(method, default_lm, tmp_path):
     runs = {}
-    for invariant in (True, False):
+    # without the option only where it was seen to matter: elsewhere nothing is asserted of it
+    for invariant in (True, False) if method in NOISY_WITHOUT else (True,):
         for size in (1, 4):
             out = tmp_path / f"b{size}-{invariant}"
             METHODS[method](default_lm, batch_size=size, batch_invariant=invariant,

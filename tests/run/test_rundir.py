@@ -178,7 +178,7 @@ def test_two_processes_claiming_one_folder_at_once_exactly_one_wins(tmp_path, tr
     """The claim is atomic (an fcntl lock held for the run's life), not check-then-write."""
     outs = _claims(tmp_path / "r", ["a", "b"], delay=0.5)
     assert sorted(v for v, _ in outs) == ["refused", "won"], outs
-    assert any("in use by another ctxleak run" in m for _, m in outs)
+    assert any("in use by another ctxleak run" in m for _, m in outs), outs
     assert len((tmp_path / "r" / "samples.jsonl").read_text().splitlines()) == 1
     # the lock ends with the winning process: the folder can be resumed afterwards
     run = RunDir(tmp_path / "r", {"command": "x"}, resume=True)

@@ -27,7 +27,7 @@ def test_server_killed_mid_run_then_resume(vllm_py, default_dir, vllm_server, tm
     is the one extra real server start of a full run."""
     out = tmp_path / "run"
     samples = out / "samples.jsonl"
-    kw = dict(temperature=1.0, ngram=32, limit=3, seed=0, max_new_tokens=24, batch_size="1",
+    kw = dict(temperature=1.0, ngram=32, limit=2, seed=0, max_new_tokens=16, batch_size="1",
               output=str(out), progress=False)
     first = start_server(default_dir, vllm_py)
     try:
@@ -48,16 +48,16 @@ def test_server_killed_mid_run_then_resume(vllm_py, default_dir, vllm_server, tm
     assert first.url in message
     assert "--resume" in message
     kept = [json.loads(line) for line in samples.read_text().splitlines()]
-    assert 1 <= len(kept) < 3
+    assert len(kept) == 1
 
     assert vllm_server.url != first.url
     done = ctxleak.influence("default", "demo", server_url=vllm_server.url,
                              served_model=vllm_server.served_name, resume=True, **kw)
-    assert len(done.records) == 3
+    assert len(done.records) == 2
     on_disk = [json.loads(line) for line in samples.read_text().splitlines()]
-    assert len(on_disk) == 3
+    assert len(on_disk) == 2
     assert on_disk[:len(kept)] == kept  # the records before the kill are kept as written
-    assert len({r["id"] for r in on_disk}) == 3
+    assert len({r["id"] for r in on_disk}) == 2
     assert json.loads((out / "results.json").read_text())["provenance"]["model"]["base_url"] \
         == vllm_server.url
 

@@ -108,11 +108,37 @@ def _lock(path: Path) -> None:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        owner = _read_owner(path)
-        who = f" (pid {owner.get('pid')} on {owner.get('host')})" if owner else ""
-        raise ConfigError(f"{path} is in use by another ctxleak run{who}; wait for it or "
-                          "choose another output=...", also=("output",)) from None
+        raise _in_use(path) from None
     _LOCKS[key] = fd
+
+
+def _in_use(path: Path) -> ConfigError:
+    owner = _read_owner(path)
+    who = f" (pid {owner.get('pid')} on {owner.get('host')})" if owner else ""
+    return ConfigError(f"{path} is in use by another ctxleak run{who}; wait for it or choose "
+                       "another output=...", also=("output",))
+
+
+def _locked_elsewhere(path: Path) -> bool:
+    """Whether another process holds ``path``'s lock now: tried without blocking and let go at
+    once (closing the descriptor ends this process's record lock on the file)."""
+    if str(path.resolve()) in _LOCKS:
+        return False
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        fd = os.open(path / LOCK_FILE, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _read_owner(path: Path) -> dict[str, Any] | None:
@@ -303,6 +329,9 @@ def refuse_foreign_output(path: Path, resume: bool, main: bool = True) -> None:
                           "for output=...", path=str(path), errno=errno.ENOTDIR)
     with os_errors(path, "read the folder"):
         names = {p.name for p in path.iterdir()}
+    if main and LOCK_FILE in names and _locked_elsewhere(path):
+        # a run that claimed the folder a moment ago may still be writing its first files
+        raise _in_use(path)
     ours = {CONFIG_FILE, OWNER_FILE, LOCK_FILE}
     if names - ours and not names & set(RUN_MARKERS):
         raise ConfigError(f"{path} is not empty and holds no ctxleak run (no "
