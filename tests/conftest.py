@@ -64,8 +64,9 @@ DEFAULT_LOADS: list[str] = []
 @pytest.fixture(scope="session")
 def default_lm():
     """The real default model, loaded once per test process. From then on a load of
-    ``default`` with the shared model's options (the CLI's, the API's, the docs' commands)
-    returns this same model instead of loading it again; other options load for real."""
+    ``default`` on the CPU (the CLI's, the API's, the docs' commands) returns a shared model
+    instead of loading it again: this one, or the one loaded with the same ``chat_template``;
+    other options load for real."""
     from ctxleak.engine import models
 
     if models.NAMED_MODELS["default"].locate() is None:
@@ -73,20 +74,24 @@ def default_lm():
     original = models.load_model
     lm = original("default", device="cpu")
     DEFAULT_LOADS.append("session fixture")
+    shared = {"auto": lm}  # by chat_template: the one option the commands vary
 
     def load_model(name_or_path: str = models.DEFAULT_MODEL, *args, **kwargs):
+        template = kwargs.get("chat_template", "auto")
         same = (not args and name_or_path in ("default", models.DEFAULT_MODEL)
                 and kwargs.get("server_url") is None
                 and kwargs.get("device", "auto") in ("auto", "cpu")
                 and kwargs.get("dtype", "auto") in ("auto", None, lm.info.dtype)
-                and kwargs.get("chat_template", "auto") == "auto"
                 and not kwargs.get("trust_remote_code") and not kwargs.get("device_map")
                 and not kwargs.get("revision") and not kwargs.get("model_args"))
-        if same:
-            return lm
+        if same and template in shared:
+            return shared[template]
         if name_or_path in ("default", models.DEFAULT_MODEL) and kwargs.get("server_url") is None:
             DEFAULT_LOADS.append(f"load_model({name_or_path!r}, {args}, {kwargs})")
-        return original(name_or_path, *args, **kwargs)
+        loaded = original(name_or_path, *args, **kwargs)
+        if same:
+            shared[template] = loaded
+        return loaded
 
     patch = pytest.MonkeyPatch()
     patch.setattr(models, "load_model", load_model)
@@ -102,12 +107,26 @@ def _share_the_default_model(request):
 
 
 def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (``-n 2 --dist loadgroup``, scripts/check.sh): the real-server tests
-    go to one worker (one vLLM server per run), every other module to one worker each (its
-    module fixtures, e.g. the one torchrun launch, are made once)."""
-    for item in items:
-        group = "vllm" if item.get_closest_marker("served") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    """The real-server tests first: their chain is the longest, so under pytest-xdist it starts
+    at once on one worker while the other worker takes the rest."""
+    items.sort(key=lambda item: not item.get_closest_marker("served"))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``-n 2 --dist loadscope`` (scripts/check.sh): every real-server module in one unit of
+    work (one vLLM server per run, on one worker), every other module a unit of its own (its
+    module fixtures, e.g. the one torchrun launch, made once). xdist's own ``loadgroup`` marks
+    are not honoured under pytest 9 (measured: four tests of one group ran on both workers)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneServer(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::")[0]
+            return "vllm" if module.startswith("tests/served/test_served_") else module
+
+    return OneServer(config, log)
 
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
