@@ -140,7 +140,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the count over
+        session.config.workeroutput["default_loads"] = list(DEFAULT_LOADS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    DEFAULT_LOADS.extend(f"{node.gateway.id}: {load}"
+                         for load in getattr(node, "workeroutput", {}).get("default_loads", []))
+
+
 def pytest_terminal_summary(terminalreporter):
     if DEFAULT_LOADS:
-        terminalreporter.write_line(f"default model loaded {len(DEFAULT_LOADS)} time(s) in this "
-                                    f"process: {'; '.join(DEFAULT_LOADS)}")
+        terminalreporter.write_line(f"default model loaded {len(DEFAULT_LOADS)} time(s) in the "
+                                    f"test processes: {'; '.join(DEFAULT_LOADS)}")

@@ -1,7 +1,7 @@
 """Batch invariance on the default model (issue 13, "Done when"): the README's main job settings
 (``ngram=32``) on a few demo examples give a byte-identical samples.jsonl one example at a time
 and under ``batch_size="auto"``; so do ICL queries, susceptibility queries and DP-audit
-sequences at 1 and 4 examples per batch. On this model float32 passes shared across examples do
+sequences at 1 and 3 examples per batch. On this model float32 passes shared across examples do
 move the last digits (``batch_invariant=False``), so these tests fail without the option."""
 
 from __future__ import annotations
@@ -26,27 +26,27 @@ def test_readme_main_job_byte_identical_one_at_a_time_and_auto(default_lm, tmp_p
 
 
 METHODS = {
-    "icl": lambda lm, **kw: ctxleak.iclinf(lm, "demo", shots=2, queries=4, **kw),
-    "audit": lambda lm, **kw: ctxleak.audit(lm, "demo", subset_size=3, sequences=4, max_new_tokens=6,
+    "icl": lambda lm, **kw: ctxleak.iclinf(lm, "demo", shots=2, queries=3, **kw),
+    "audit": lambda lm, **kw: ctxleak.audit(lm, "demo", subset_size=3, sequences=3, max_new_tokens=6,
                                             min_new_tokens=2, target_eps=[100.0], **kw),
     "susceptibility": lambda lm, **kw: ctxleak.susceptibility(lm, "demo", contexts=8,
-                                                              entity_contexts=2, limit=4, **kw),
+                                                              entity_contexts=2, limit=3, **kw),
 }
 # where sharing passes across examples was seen to change the floats on this model
 NOISY_WITHOUT = {"icl", "audit"}
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_byte_identical_at_1_and_4_examples_per_batch(method, default_lm, tmp_path):
+def test_byte_identical_at_1_and_3_examples_per_batch(method, default_lm, tmp_path):
     runs = {}
     # without the option only where it was seen to matter: elsewhere nothing is asserted of it
     for invariant in (True, False) if method in NOISY_WITHOUT else (True,):
-        for size in (1, 4):
+        for size in (1, 3):
             out = tmp_path / f"b{size}-{invariant}"
             METHODS[method](default_lm, batch_size=size, batch_invariant=invariant,
                             output=str(out), progress=False)
             runs[size, invariant] = untimed_samples(out)
-    assert len(runs[1, True]) >= 4
-    assert runs[4, True] == runs[1, True]
+    assert len(runs[1, True]) >= 3
+    assert runs[3, True] == runs[1, True]
     if method in NOISY_WITHOUT:  # the float noise the option removes
-        assert runs[4, False] != runs[1, False]
+        assert runs[3, False] != runs[1, False]

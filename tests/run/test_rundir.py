@@ -242,3 +242,38 @@ def test_run_examples_refuses_two_items_with_one_id_before_any_work(tmp_path):
         with pytest.raises(ConfigError, match="two examples have the id 'x'"):
             measure_items(run, Echo(), None, ["x", "y", "x"], progress=False)
     assert calls == []
+
+
+def test_lock_check_of_a_folder_whose_lock_file_is_gone_or_without_fcntl(tmp_path, monkeypatch):
+    """The check that another process holds a folder: no lock file (gone between the listing
+    and the check) means nobody holds it; a lock file this process holds is not 'elsewhere';
+    without ``fcntl`` (not POSIX) there is no lock to find and claiming still works."""
+    import sys
+
+    from ctxleak.run import rundir
+
+    folder = tmp_path / "r"
+    folder.mkdir()
+    assert rundir._locked_elsewhere(folder) is False  # no lock file
+    run = RunDir(folder, {"command": "x"})
+    assert (folder / rundir.LOCK_FILE).exists()
+    assert rundir._locked_elsewhere(folder) is False  # held here, not elsewhere
+    run.release()
+    monkeypatch.setitem(sys.modules, "fcntl", None)  # `import fcntl` raises ImportError
+    assert rundir._locked_elsewhere(folder) is False
+    other = tmp_path / "s"
+    RunDir(other, {"command": "x"}).release()
+    assert str(other.resolve()) not in rundir._LOCKS
+
+
+def test_a_run_folder_json_that_is_not_utf8_or_unreadable_names_the_file(tmp_path):
+    from ctxleak.run.rundir import read_json_file
+
+    bad = tmp_path / "config.json"
+    bad.write_bytes(b'{"a": "\xff"}')
+    with pytest.raises(InputError, match="not UTF-8") as err:
+        read_json_file(bad)
+    assert str(bad) in str(err.value)
+    with pytest.raises(InputError, match="cannot be read") as err:
+        read_json_file(tmp_path)  # a folder
+    assert str(tmp_path) in str(err.value)

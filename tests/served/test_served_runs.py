@@ -124,7 +124,7 @@ def test_passages_and_logged_answers_equal_in_process(served_lm, default_lm, tmp
     answer scored (Def. 3.1-3.2 with S = the passage) equals in-process scoring of that same
     answer given as a logged ``response``; the same logged answers scored through the server
     agree too (their windows, passages and control included)."""
-    kw = dict(temperature=1.0, ngram=32, seed=0, max_new_tokens=12, min_new_tokens=4,
+    kw = dict(temperature=1.0, ngram=32, seed=0, max_new_tokens=8, min_new_tokens=4,
               passages="sentence", progress=False)
     own = ctxleak.influence(served_lm, "demo", limit=2, output=str(tmp_path / "own"), **kw)
     rows = [json.loads(line) for line in
@@ -163,7 +163,7 @@ def test_monte_carlo_run_equals_in_process(served_lm, default_lm, tmp_path):
 
 
 def test_black_box_probe_run_equals_in_process(served_lm, default_lm, tmp_path):
-    kw = dict(mode="black-box", generate=False, limit=3, seed=0, progress=False)
+    kw = dict(mode="black-box", generate=False, limit=2, seed=0, progress=False)
     there = ctxleak.probe(served_lm, "demo", output=str(tmp_path / "served"), **kw)
     here = ctxleak.probe(default_lm, "demo", output=str(tmp_path / "local"), **kw)
     assert there.records
