@@ -250,20 +250,20 @@ def test_lock_check_of_a_folder_whose_lock_file_is_gone_or_without_fcntl(tmp_pat
     without ``fcntl`` (not POSIX) there is no lock to find and claiming still works."""
     import sys
 
-    from ctxleak.run import rundir
+    from ctxleak.run import claim
 
     folder = tmp_path / "r"
     folder.mkdir()
-    assert rundir._locked_elsewhere(folder) is False  # no lock file
+    assert claim.locked_elsewhere(folder) is False  # no lock file
     run = RunDir(folder, {"command": "x"})
-    assert (folder / rundir.LOCK_FILE).exists()
-    assert rundir._locked_elsewhere(folder) is False  # held here, not elsewhere
+    assert (folder / claim.LOCK_FILE).exists()
+    assert claim.locked_elsewhere(folder) is False  # held here, not elsewhere
     run.release()
     monkeypatch.setitem(sys.modules, "fcntl", None)  # `import fcntl` raises ImportError
-    assert rundir._locked_elsewhere(folder) is False
+    assert claim.locked_elsewhere(folder) is False
     other = tmp_path / "s"
     RunDir(other, {"command": "x"}).release()
-    assert str(other.resolve()) not in rundir._LOCKS
+    assert str(other.resolve()) not in claim.LOCKS
 
 
 def test_a_run_folder_json_that_is_not_utf8_or_unreadable_names_the_file(tmp_path):

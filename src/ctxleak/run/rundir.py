@@ -1,6 +1,9 @@
 """The run directory: ``config.json``, ``samples.jsonl`` appended and flushed per
 example, ``results.json`` written atomically with provenance, and ``--resume``.
 
+Claiming the folder (one run at a time) is :mod:`ctxleak.run.claim`; writing files whole and
+turning OS errors into one-line errors is :mod:`ctxleak.run.atomic`.
+
 Files that may hold PII (samples, results, reports) are created with mode 0600 when the run says
 so. A run interrupted by Ctrl-C leaves every file valid: samples are whole lines, results and
 reports are replaced atomically.
@@ -8,150 +11,49 @@ reports are replaced atomically.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
-import socket
-import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ctxleak.engine.model_files import fingerprint_changes
-from ctxleak.errors import ConfigError, CtxleakError, InputError, OutputError
+from ctxleak.errors import ConfigError, InputError
+from ctxleak.run.atomic import append_whole, os_advice, os_errors, output_error, write_atomic
+from ctxleak.run.claim import (
+    CONFIG_FILE,
+    LOCK_FILE,
+    OWNER_FILE,
+    RESULTS_FILE,
+    RUN_MARKERS,
+    SAMPLES_FILE,
+    is_run_folder,
+    lock_folder,
+    refuse_foreign_output,
+    refuse_if_running,
+    release_claim,
+    write_owner,
+)
 from ctxleak.run.distributed import World, barrier
 from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.records import parse_json
 
-CONFIG_FILE, SAMPLES_FILE, RESULTS_FILE = "config.json", "samples.jsonl", "results.json"
-OWNER_FILE = ".ctxleak-owner.json"  # host and pid of the process running the folder
-LOCK_FILE = ".ctxleak.lock"  # fcntl-locked by the process running the folder
+# The run folder's names, importable from here as from the modules that define them.
+__all__ = ["CONFIG_FILE", "INPUTS_KEY", "KEY_FIELD", "LOCK_FILE", "MODEL_KEY", "OWNER_FILE",
+           "RESULTS_FILE", "RESUME_NEUTRAL_KEYS", "RUN_MARKERS", "SAMPLES_FILE", "RunDir",
+           "config_differences", "file_sha256", "input_hashes", "is_run_folder", "os_advice",
+           "os_errors", "output_error", "read_json_file", "read_samples", "refuse_foreign_output",
+           "row_key", "write_atomic"]
+
 INPUTS_KEY = "input_sha256"  # config key: {input file: SHA-256 of its bytes}
 MODEL_KEY = "model_sha256"  # config key: {model file: SHA-256}, engine.models.model_fingerprint
-
-# Files that mark a folder as holding a ctxleak run (never written over by anything else).
-RUN_MARKERS = (RESULTS_FILE, SAMPLES_FILE, CONFIG_FILE)
 
 # Keys that may change between a run and its resume without changing any number.
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
                                  "device", "device_map", "quiet",
                                  "threads", "server_url", "request_timeout", "retries"})
-
-
-def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
-    """Write a file whole or not at all: temp file in the same folder, fsync, ``os.replace``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _owner_alive(owner: dict[str, Any]) -> bool:
-    """Whether the process that claimed a run folder may still be running (same host only:
-    another host's process cannot be checked, so it counts as running)."""
-    if owner.get("host") != socket.gethostname():
-        return True
-    pid = int(owner.get("pid", 0))
-    if pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _refuse_if_running(path: Path) -> None:
-    """Two runs must not write one folder at once: refuse while the process that last claimed
-    it is alive (whether or not it has written samples yet)."""
-    owner_path = path / OWNER_FILE
-    owner = _read_owner(path)
-    if owner is None:
-        return
-    if _owner_alive(owner):
-        raise ConfigError(f"{path} is in use by another ctxleak run (pid {owner.get('pid')} on "
-                          f"{owner.get('host')}); wait for it, or remove {owner_path} if that "
-                          "run is gone")
-
-
-# the lock file of each folder this process has claimed, kept open (and so locked) for the
-# process's life: POSIX record locks belong to the process and end when it does, kill -9 included
-_LOCKS: dict[str, int] = {}
-
-
-def _lock(path: Path) -> None:
-    """Claim ``path`` atomically: an exclusive ``fcntl`` lock on its lock file, held until this
-    process exits. A second process (even one started at the same instant) fails here."""
-    key = str(path.resolve())
-    if key in _LOCKS:
-        return
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: only the owner-file check below
-        return
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise _in_use(path) from None
-    _LOCKS[key] = fd
-
-
-def _in_use(path: Path) -> ConfigError:
-    owner = _read_owner(path)
-    who = f" (pid {owner.get('pid')} on {owner.get('host')})" if owner else ""
-    return ConfigError(f"{path} is in use by another ctxleak run{who}; wait for it or choose "
-                       "another output=...", also=("output",))
-
-
-def _locked_elsewhere(path: Path) -> bool:
-    """Whether another process holds ``path``'s lock now: tried without blocking and let go at
-    once (closing the descriptor ends this process's record lock on the file)."""
-    if str(path.resolve()) in _LOCKS:
-        return False
-    try:
-        import fcntl
-    except ImportError:
-        return False
-    try:
-        fd = os.open(path / LOCK_FILE, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
-def _read_owner(path: Path) -> dict[str, Any] | None:
-    try:
-        owner = json.loads((path / OWNER_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return owner if isinstance(owner, dict) else None
-
-
-def _claim(path: Path, mode: int) -> None:
-    write_atomic(path / OWNER_FILE, json.dumps({"host": socket.gethostname(),
-                                                "pid": os.getpid()}) + "\n", mode)
 
 
 def read_json_file(path: Path) -> Any:
@@ -278,89 +180,6 @@ def _refuse_changed_model(config_path: Path, old: dict[str, Any], new: dict[str,
                           "or start a new output=...", also=("output",))
 
 
-def os_advice(code: int | None) -> str:
-    """What to do about an OS error while writing a run, by its ``errno``."""
-    if code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        return "the disk (or quota) is full: free some space"
-    if code in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return "the folder is read-only or not writable here: choose a writable output=..."
-    if code in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
-        return "a part of that path is a file, not a folder: choose a folder for output=..."
-    return "fix the cause or choose another output=..."
-
-
-def output_error(exc: OSError, path: Path | str, what: str, *, kept: str = "") -> OutputError:
-    """``exc`` as a one-line :class:`OutputError`: the path, the system's reason, what to do
-    and (``kept``) what is saved and how to go on."""
-    reason = exc.strerror or str(exc)
-    advice = os_advice(exc.errno)
-    if not kept and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        advice += " and run the command again"
-    message = f"cannot {what} {path}: {reason}; {advice}"
-    return OutputError(message + (f"; {kept}" if kept else ""), path=str(path),
-                       errno=exc.errno, also=("output", "resume"))
-
-
-@contextmanager
-def os_errors(path: Path | str, what: str, kept: str = "") -> Iterator[None]:
-    """Turn an :class:`OSError` raised inside into :func:`output_error` (ctxleak's own errors
-    pass through)."""
-    try:
-        yield
-    except CtxleakError:
-        raise
-    except OSError as exc:
-        raise output_error(exc, path, what, kept=kept) from exc
-
-
-def is_run_folder(path: Path) -> bool:
-    """Whether ``path`` holds a ctxleak run (any of ``RUN_MARKERS``)."""
-    return any((path / name).exists() for name in RUN_MARKERS)
-
-
-def refuse_foreign_output(path: Path, resume: bool, main: bool = True) -> None:
-    """Refuse, before anything is created, changed or locked, an ``output`` that names a file,
-    a non-empty folder that holds no ctxleak run, or (without ``resume``) a run that has
-    started; a folder whose owner is still running is refused too."""
-    if not path.exists():
-        return
-    if not path.is_dir():
-        raise OutputError(f"output {path} is a file, not a folder: choose a new or empty folder "
-                          "for output=...", path=str(path), errno=errno.ENOTDIR)
-    with os_errors(path, "read the folder"):
-        names = {p.name for p in path.iterdir()}
-    if main and LOCK_FILE in names and _locked_elsewhere(path):
-        # a run that claimed the folder a moment ago may still be writing its first files
-        raise _in_use(path)
-    ours = {CONFIG_FILE, OWNER_FILE, LOCK_FILE}
-    if names - ours and not names & set(RUN_MARKERS):
-        raise ConfigError(f"{path} is not empty and holds no ctxleak run (no "
-                          f"{', '.join(RUN_MARKERS)}): choose a new or empty folder for "
-                          "output=...", param="output")
-    if main:
-        _refuse_if_running(path)
-    if names - ours and not resume:
-        raise ConfigError(f"{path} already holds a run: pass resume=True to continue it or "
-                          "choose another output=...", also=("resume", "output"))
-
-
-def _append_whole(fd: int, data: bytes) -> None:
-    """Append ``data`` to the open file ``fd`` and fsync it; if the system refuses part of it,
-    truncate the file back to its size before, so it ends with a whole line, and re-raise."""
-    start = os.lseek(fd, 0, os.SEEK_END)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    except OSError:
-        try:
-            os.ftruncate(fd, start)
-        except OSError:
-            pass  # the next load drops the cut line (read_samples)
-        raise
-
-
 class RunDir:
     """One run's output folder.
 
@@ -386,8 +205,8 @@ class RunDir:
         config_path = self.path / CONFIG_FILE
         if self.world.is_main:  # rank 0 claims the folder for a whole data-parallel run
             with os_errors(self.path, "claim the run folder"):
-                _lock(self.path)
-            _refuse_if_running(self.path)
+                lock_folder(self.path)
+            refuse_if_running(self.path)
         # a folder holding only the config of a run that stopped before computing anything (a
         # mistyped model name, say) is taken over by a new run; anything else needs --resume
         started = any(p.name not in (CONFIG_FILE, OWNER_FILE, LOCK_FILE)
@@ -411,7 +230,7 @@ class RunDir:
             if private:  # the folder too, whatever the umask (file names and sizes are private)
                 os.chmod(self.path, 0o700)
             if self.world.is_main:
-                _claim(self.path, self.file_mode)
+                write_owner(self.path, self.file_mode)
                 write_atomic(config_path, json.dumps(self.config, indent=2, sort_keys=True)
                              + "\n", self.file_mode)
         self._handle: int | None = None
@@ -478,7 +297,7 @@ class RunDir:
             if self._handle is None:
                 self._handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                                        self.file_mode)
-            _append_whole(self._handle, data)
+            append_whole(self._handle, data)
         self._samples.append(row)
         self._ids.add(row_key(row))
 
@@ -491,12 +310,7 @@ class RunDir:
         """Give up the claim on the folder before this process exits (a library caller that
         goes on after the run; the CLI's claim simply ends with its process)."""
         self.close()
-        owner = _read_owner(self.path)
-        if owner and owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
-            (self.path / OWNER_FILE).unlink(missing_ok=True)
-        fd = _LOCKS.pop(str(self.path.resolve()), None)
-        if fd is not None:
-            os.close(fd)
+        release_claim(self.path)
 
     # results and other files -----------------------------------------------------------------
     def write_results(self, result: Any) -> Path:
