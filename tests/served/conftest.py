@@ -1,7 +1,7 @@
 """Fixtures for the tests against a real vLLM server (tests/helpers/vllm_server.py): one server on
 the default model for the whole session, started on first use and stopped by its process group at
 the end. Where vLLM is unavailable (not x86-64 Linux, or no server virtualenv) these tests skip
-and say why."""
+and say why, or fail where ``CTXLEAK_REQUIRE_VLLM=1`` (CI)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,18 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from helpers.vllm_server import SERVED_NAME, VLLMServer, external_server, start_server, vllm_python
+from helpers.vllm_server import (
+    SERVED_NAME,
+    VLLMServer,
+    external_server,
+    required_vllm_python,
+    start_server,
+)
 
 
 @pytest.fixture(scope="session")
 def vllm_py():
-    python, why = vllm_python()
-    if python is None:
-        pytest.skip(why)
-    return python
+    return required_vllm_python()
 
 
 @pytest.fixture(scope="session")
