@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from ctxleak.citations import CTXLEAK_BIBTEX, METHOD_PAPERS, PAPERS, bibtex, cite_block
-from ctxleak.registry import RESULTS
+from ctxleak.results import RESULT_CLASSES
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ctxleak"
 
@@ -28,7 +28,7 @@ def test_every_paper_has_a_title_authors_venue_and_a_bibtex_entry_under_its_key(
 
 
 def test_every_method_cites_papers_that_exist():
-    for name in RESULTS:
+    for name in RESULT_CLASSES:
         if name == "result":
             continue
         assert METHOD_PAPERS.get(name), f"method {name!r} cites no paper"

@@ -96,11 +96,25 @@ def run_params(params: Any, common: RunOptions, data: Any, *, lm: Any = None,
     ``common.model``: what every API function and CLI command ends in."""
     from importlib import import_module
 
-    from ctxleak.run.runner import run_method
-
     module, name = METHODS[type(params).__name__].split(":")
     method = getattr(import_module(module), name)(common, params)
     return run_method(method, lm, data, progress=progress)
+
+
+def run_method(method: Any, lm: Any = None, data: Any = None, output: str | None = None,
+               resume: bool | None = None, progress: bool = True) -> Any:
+    """Run any Method on ``data`` and return its Result (None on the other processes of a
+    data-parallel launch): :func:`ctxleak.run.runner.run_method` measures and returns plain
+    data, :func:`ctxleak.results.finish_run` builds the Result and writes ``results.json``,
+    the figures and ``report.html``.
+
+    ``lm``: a loaded model, or None to load ``method.common.model`` (after the data are
+    checked); ``output``/``resume`` override the method's run options."""
+    from ctxleak.results import finish_run
+    from ctxleak.run.runner import run_method as measure_run
+
+    output_ = measure_run(method, lm, data, output=output, resume=resume, progress=progress)
+    return None if output_ is None else finish_run(output_)
 
 
 def _run(params_class: type, options: dict[str, Any]) -> Any:
@@ -803,7 +817,6 @@ def influence_explain(model: str | LM = "default", context: str = "", query: str
     """
     from ctxleak.errors import ConfigError
     from ctxleak.methods.influence.explain import ExplainMethod
-    from ctxleak.run.runner import run_method
 
     common, lm = _common(model, locals())
     try:

@@ -1,13 +1,12 @@
-"""Registries: things keyed by a name (a method's Result class, its report view, the lazy names
-of the ``ctxleak`` package), each entry a ``"module:object"`` string imported on first use.
+"""The registry of the ``ctxleak`` package's lazy public names (:data:`API`): each entry a
+``"module:object"`` string imported on first use, so ``import ctxleak`` stays fast.
 
-The bottom layer: this module imports nothing of ctxleak, so any
-layer may look a name up, and a lower layer reaches a higher one only by name (``results.py``
-finds its report view through :data:`REPORTS`, late bound by method name), never by import.
+It imports nothing of ctxleak and is read only by the package face (``ctxleak/__init__.py``):
+no layer looks another up by name. (A method's Result class and report view are plain dicts in
+their own modules: :func:`ctxleak.results.result_class`, :func:`ctxleak.report.views.view_for`.)
 
 The shape follows lm-evaluation-harness's ``lm_eval/api/registry.py``: lazy entries, and an
-unknown name is a :class:`KeyError` that lists the names there are. To add a method: one entry
-in :data:`RESULTS` and one in :data:`REPORTS`, under the method's command name.
+unknown name is a :class:`KeyError` that lists the names there are.
 """
 
 from __future__ import annotations
@@ -88,31 +87,6 @@ class Registry(Mapping[str, Any]):
         return f"Registry({self.kind!r}, {sorted(self)})"
 
 
-#: Method (the ``command`` of ``config.json``) -> its :class:`ctxleak.results.Result` subclass.
-RESULTS = Registry("result class", {
-    "result": "ctxleak.results:Result",
-    "influence": "ctxleak.results:InfluenceResult",
-    "influence-explain": "ctxleak.results:ExplainResult",
-    "icl": "ctxleak.results:ICLInfResult",
-    "audit": "ctxleak.results:AuditResult",
-    "susceptibility": "ctxleak.results:SusceptibilityResult",
-    "probe": "ctxleak.results:ProbeResult",
-})
-
-#: Method -> its report view (:class:`ctxleak.report.views.View`): page, figures, console
-#: table, and how ``ctxleak compare`` lines up and draws runs of it; ``compare``: the view of
-#: a :class:`ctxleak.comparison.Comparison`; ``result``: of a Result of no registered method.
-REPORTS = Registry("report view", {
-    "result": "ctxleak.report.views:GENERIC",
-    "influence": "ctxleak.report.views:INFLUENCE",
-    "influence-explain": "ctxleak.report.views:EXPLAIN",
-    "icl": "ctxleak.report.views:ICL",
-    "audit": "ctxleak.report.views:AUDIT",
-    "susceptibility": "ctxleak.report.views:SUSCEPTIBILITY",
-    "probe": "ctxleak.report.views:PROBE",
-    "compare": "ctxleak.report.compare:COMPARE",
-})
-
 #: The lazy public names of the ``ctxleak`` package (``ctxleak.influence`` ...).
 API = Registry("ctxleak function", {
     "influence": "ctxleak.api:influence",
@@ -125,6 +99,6 @@ API = Registry("ctxleak function", {
     "compare": "ctxleak.comparison:compare",
     "load_model": "ctxleak.engine.models:load_model",
     "serve": "ctxleak.engine.served:serve",
-    "run_method": "ctxleak.run.runner:run_method",
+    "run_method": "ctxleak.api:run_method",
     "cid_generate": "ctxleak.integrations.generate:cid_generate",
 })

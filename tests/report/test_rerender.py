@@ -10,7 +10,9 @@ import pytest
 from helpers.tiny_data import icl_keywords, write_command_data
 
 import ctxleak
-from ctxleak.registry import REPORTS, RESULTS, Registry, UnknownName
+from ctxleak.registry import Registry, UnknownName
+from ctxleak.report.views import VIEWS, view_for
+from ctxleak.results import RESULT_CLASSES
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,7 @@ def test_a_loaded_run_renders_its_page_again_without_the_model(name, runs, monke
     assert loaded.to_html() == page  # no report.html: rendered from the loaded Result
     assert loaded.table() == result.table()
     # the figures too: each of the view's files is the run's
-    for file, content in REPORTS.get(loaded.method).files(loaded).items():
+    for file, content in view_for(loaded.method).files(loaded).items():
         on_disk = (result.path / file).read_bytes()
         assert on_disk == (content if isinstance(content, bytes) else content.encode()), file
 
@@ -101,9 +103,9 @@ def test_registry_is_lazy_and_names_the_choices():
     assert registry.get("jsn", None) is None
     with pytest.raises(ValueError, match="registered already"):
         registry.add("json", "json:loads")
-    assert set(RESULTS) >= {"influence", "icl", "audit", "susceptibility", "probe",
-                            "influence-explain"}
-    assert set(REPORTS) >= set(RESULTS)
+    assert set(RESULT_CLASSES) >= {"influence", "icl", "audit", "susceptibility", "probe",
+                                   "influence-explain"}
+    assert set(VIEWS) >= set(RESULT_CLASSES)  # every Result class has its view
 
 
 def test_registry_answers_what_the_module_holds_now(monkeypatch):

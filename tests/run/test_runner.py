@@ -8,13 +8,12 @@ import json
 
 import pytest
 
+from ctxleak.api import run_method
 from ctxleak.errors import ConfigError
-from ctxleak.registry import REPORTS
 from ctxleak.report import Report
-from ctxleak.report.views import View
+from ctxleak.report.views import VIEWS, View
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
-from ctxleak.run.runner import run_method
 
 
 class WordCount(Method):
@@ -65,8 +64,7 @@ class WordCountView(View):
         return report
 
 
-if "wordcount" not in REPORTS:
-    REPORTS.add("wordcount", WordCountView())
+VIEWS.setdefault("wordcount", WordCountView())
 
 
 TEXTS = ["one", "one two", "one two three", "a b c d", "e"]
@@ -116,3 +114,23 @@ def test_measure_must_return_one_record_per_item(llama_lm, tmp_path):
     with pytest.raises(RuntimeError, match="returned 1 records for 2 items"):
         run_method(Short(RunOptions(output=str(tmp_path / "run"))), llama_lm, TEXTS,
                    progress=False)
+
+
+def test_the_run_layer_returns_plain_data_and_the_face_finishes(llama_lm, tmp_path):
+    """run.runner.run_method stops at records, summary and provenance (no Result, no report:
+    nothing above the run layer is reached); results.finish_run makes the Result and writes
+    results.json and report.html."""
+    from ctxleak.results import Result, finish_run
+    from ctxleak.run.output import RunOutput
+    from ctxleak.run.runner import run_method as measure_run
+
+    out = measure_run(WordCount(RunOptions(output=str(tmp_path / "run"))), llama_lm, TEXTS,
+                      progress=False)
+    assert isinstance(out, RunOutput) and not isinstance(out, Result)
+    assert [r["words"] for r in out.records] == [1, 2, 3, 4, 1]
+    assert out.config["command"] == "wordcount" and out.path == tmp_path / "run"
+    assert not (out.path / "results.json").exists() and not (out.path / "report.html").exists()
+    result = finish_run(out)
+    assert result.records == out.records and result.summary == out.summary
+    assert (out.path / "results.json").is_file() and (out.path / "report.html").is_file()
+    assert (out.path / "counts.txt").read_text() == "1 2 3 4 1"

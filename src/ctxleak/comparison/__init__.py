@@ -24,7 +24,8 @@ from ctxleak.citations import bibtex, papers_for
 from ctxleak.comparison.labels import model_name, pair_label, run_attributes, side_labels
 from ctxleak.comparison.pairs import PAIRINGS, UNPAIRED, Contrast, contrast, plan_contrasts, sides
 from ctxleak.errors import ConfigError, OutputError, warn
-from ctxleak.registry import REPORTS
+from ctxleak.report.comparing import COMPARE
+from ctxleak.report.views import view_for
 from ctxleak.results import Result, load_result
 from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.rundir import is_run_folder, os_errors, write_atomic
@@ -92,13 +93,13 @@ class Comparison:
     def show(self, *, plain: bool = False) -> None:
         """Print the comparison table (what ``ctxleak compare`` prints; ``plain``: as
         tab-separated values)."""
-        REPORTS.get("compare").show(self, plain=plain)
+        COMPARE.show(self, plain=plain)
 
     def to_html(self) -> str:
         return self.html
 
     def _repr_html_(self) -> str:
-        return str(REPORTS.get("compare").fragment(self))
+        return str(COMPARE.fragment(self))
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write ``report.html``, ``compare.json`` (runs and table) and the figures into a new
@@ -193,7 +194,7 @@ def compare_rows(method: str, tables: Sequence[list[dict[str, Any]]],
                  labels: Sequence[str]) -> list[dict[str, Any]]:
     """Merge the runs' summary tables: rows matched by the method's identity columns (a
     repeat of the same identity within a run gets ``#k``), one column per run."""
-    view = REPORTS.get(method, None)  # its report view says which columns name a row
+    view = view_for(method)  # its report view says which columns name a row
     ident = view.identity if view is not None else ()
     skip = view.skip if view is not None else frozenset()
     merged: dict[tuple[str, str], dict[str, Any]] = {}
@@ -254,10 +255,9 @@ def compare(results: Any, output: str | os.PathLike[str] | None = None) -> Compa
         raise ConfigError(f"compare needs at least two runs, or one run with several settings "
                           f"(e.g. lam=[1, 0.5]); {loaded[0].path or 'results[0]'}: {unpaired}",
                           param="results")
-    view = REPORTS.get("compare")  # the report layer, late bound by name
-    comp = Comparison(method, labels, loaded, rows, view.figures(method, loaded, labels),
+    comp = Comparison(method, labels, loaded, rows, COMPARE.figures(method, loaded, labels),
                       contrasts=contrasts, unpaired=unpaired)
-    page = view.page(comp)
+    page = COMPARE.page(comp)
     page.add_citations(papers_for(method), bibtex(method))
     comp.html = page.render()
     if output is not None:

@@ -9,9 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ctxleak.registry import REPORTS
 from ctxleak.report import Report, plots
-from ctxleak.report.console import console, print_rows
 
 
 def influence_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str, bytes]:
@@ -127,14 +125,6 @@ def probe_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str, by
         groups, values, title="Exact-match rate by group, per model", ylabel="exact-match rate")}
 
 
-def compare_figures(method: str, results: Sequence[Any], labels: Sequence[str]
-                    ) -> dict[str, bytes]:
-    """The method's headline figures, one line or bar per run (its report view's; none for a
-    method without one)."""
-    view = REPORTS.get(method, None)
-    return view.compare_figures(results, labels) if view is not None else {}
-
-
 def paired_rows(comparison: Any) -> list[dict[str, Any]]:
     """The paired table as shown: per comparison and quantity, the examples paired, each
     side's mean, the mean difference left − right with its 95% t interval, the two-sided
@@ -214,37 +204,4 @@ def _mean(result: Any, block: str, group: str, key: str) -> float:
     return float(stats["mean"]) if stats and stats.get("mean") is not None else float("nan")
 
 
-class CompareView:
-    """How a :class:`ctxleak.comparison.Comparison` is shown (registered as ``compare`` in
-    :data:`ctxleak.registry.REPORTS`): its figures, page, console table and Jupyter summary."""
-
-    def figures(self, method: str, results: Sequence[Any], labels: Sequence[str]
-                ) -> dict[str, bytes]:
-        return compare_figures(method, results, labels)
-
-    def page(self, comparison: Any) -> Report:
-        return compare_report(comparison.method, comparison.results, comparison.labels,
-                              comparison.rows, comparison.images, comparison)
-
-    def show(self, comparison: Any, *, plain: bool = False) -> None:
-        paired = paired_rows(comparison)
-        if paired:
-            print_rows(paired, title=f"{comparison.method}: paired per example (left − right)",
-                       justify="left", plain=plain)
-        else:
-            console(plain).print(f"not paired: {comparison.unpaired}")
-        print_rows(comparison.rows, title=f"{comparison.method}: {len(comparison.labels)} "
-                   "run(s), a column per run", justify="left", plain=plain)
-
-    def fragment(self, comparison: Any) -> str:
-        report = Report(f"ctxleak compare: {comparison.method}", ", ".join(comparison.labels))
-        paired = paired_rows(comparison)
-        if paired:
-            report.add_table(paired)
-        report.add_table(comparison.rows)
-        return report.fragment()
-
-
-COMPARE = CompareView()
-
-__all__ = ["COMPARE", "CompareView", "compare_figures", "compare_report"]
+__all__ = ["compare_report", "paired_rows"]

@@ -1,5 +1,5 @@
-"""One report view per method, registered in :data:`ctxleak.registry.REPORTS` under the method's
-name: everything shown of a Result (the HTML page, the figures and other files of its run
+"""One report view per method, in :data:`VIEWS` under the method's name
+(:func:`view_for`): everything shown of a Result (the HTML page, the figures and other files of its run
 folder, the console table, how ``ctxleak compare`` lines runs up and draws them) is built from
 the Result alone (records, summary, config, provenance, its run folder), so a run loaded with
 :func:`ctxleak.load_result` renders the same page without the model.
@@ -413,3 +413,14 @@ SUSCEPTIBILITY = SusceptibilityView()
 PROBE = ProbeView()
 #: A Result of no registered method (its summary's scalar fields).
 GENERIC = View()
+
+#: A method's command name -> its report view (:func:`view_for`; ``result``: a Result of no
+#: known method). A method of your own adds its view here.
+VIEWS: dict[str, View] = {"result": GENERIC, "influence": INFLUENCE, "influence-explain": EXPLAIN,
+                          "icl": ICL, "audit": AUDIT, "susceptibility": SUSCEPTIBILITY,
+                          "probe": PROBE}
+
+
+def view_for(command: str) -> View:
+    """The report view of the method named ``command`` (the generic view for any other)."""
+    return VIEWS.get(command, GENERIC)

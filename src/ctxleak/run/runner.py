@@ -1,11 +1,11 @@
 """``run_method``: the one loop under every method. It owns the run directory
-(claim, ``config.json``, resume), the model load, data-parallel sharding and merging, the
-progress bar, the Result (written once, through :meth:`ctxleak.results.Result.save_results`),
-the extra files and the report (both from the method's report view, found by name in
-:data:`ctxleak.registry.REPORTS`); the method only measures.
+(claim, ``config.json``, resume), the model load, data-parallel sharding and merging and the
+progress bar, and returns plain data (:class:`~ctxleak.run.output.RunOutput`); the method only
+measures. It never reaches up: the face that called it hands the output to
+:func:`ctxleak.results.finish_run` for the Result, ``results.json`` and the report.
 
 Data flows one way: data -> ``Method.items`` -> batches -> ``Method.measure`` -> records appended
-to ``samples.jsonl`` -> ``Method.summarize`` -> :class:`ctxleak.results.Result` -> report.
+to ``samples.jsonl`` -> ``Method.summarize`` -> RunOutput (-> Result -> report, above this layer).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from ctxleak.engine.batching import BatchPolicy, is_out_of_memory, policy_of, us
 from ctxleak.engine.capabilities import SERVED, Backend, check_capabilities
 from ctxleak.engine.progress import counting
 from ctxleak.errors import ConfigError
-from ctxleak.registry import REPORTS, RESULTS
 from ctxleak.run.distributed import barrier, current_world, init_distributed, local_device
 from ctxleak.run.inputs import rows_sha256
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
+from ctxleak.run.output import RunOutput
 from ctxleak.run.progress import RunProgress
 from ctxleak.run.rundir import (
     INPUTS_KEY,
@@ -35,9 +35,7 @@ from ctxleak.run.rundir import (
     MODEL_KEY,
     RunDir,
     input_hashes,
-    os_errors,
     row_key,
-    write_atomic,
 )
 
 
@@ -248,12 +246,14 @@ def _free_accelerator_memory() -> None:
 
 
 def run_method(method: Method, lm: Any = None, data: Any = None, output: str | None = None,
-               resume: bool | None = None, progress: bool = True) -> Any:
-    """Run ``method`` on ``data`` with the model ``lm`` and return its Result.
+               resume: bool | None = None, progress: bool = True) -> RunOutput | None:
+    """Run ``method`` on ``data`` with the model ``lm`` and return what it measured as plain
+    data (:class:`~ctxleak.run.output.RunOutput`: records, summary, config, provenance, the run
+    folder); :func:`ctxleak.results.finish_run` makes the Result, its files and its report.
 
     ``lm``: a loaded LM, or None to load ``method.common.model`` (after the data are checked).
     ``output``/``resume`` override the method's run options. Every process of a data-parallel
-    launch calls this; only rank 0 gets the Result (the others get None).
+    launch calls this; only rank 0 gets the output (the others get None).
     """
     common = method.common
     if output is not None or resume is not None:
@@ -288,19 +288,5 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
     from ctxleak.run.provenance import provenance  # lazy: it imports engine.models (see open_run)
 
     prov = provenance(lm, **method.provenance_extra(lm))
-    # the Result class and the report view, late bound by the method's name
-    result_class = RESULTS.get(method.name, None) or RESULTS.get("result")
-    view = REPORTS.get(method.name, None) or REPORTS.get("result")
-    result = result_class(records=records, summary=summary, config=run.config,
-                          provenance=prov, path=run.path, n_effective=len(records))
-    for name, content in view.files(result).items():
-        run.write_file(name, content)
-        if isinstance(content, bytes):
-            result.images[name] = content
-    result.wall_time_s = round(time.time() - run.started, 3)
-    run.write_results(result)
-    html = result.render()
-    with os_errors(run.path / "report.html", "write", kept=run.kept()):
-        write_atomic(run.path / "report.html", html, run.file_mode)
-    result.html = html
-    return result
+    return RunOutput(command=method.name, records=records, summary=summary, config=run.config,
+                     provenance=prov, run=run)

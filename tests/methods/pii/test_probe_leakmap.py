@@ -53,12 +53,12 @@ def test_leak_map_is_measured_into_the_records_and_rendered_from_them(llama_lm, 
     """The in-context map is a measurement: ``measure`` stores it in each in-context record
     (equal to :func:`in_context_map` on that row), a loaded result carries it, and the report
     renders it from the records alone (no model, no scoring at report time)."""
+    from ctxleak.api import run_method
     from ctxleak.methods.pii import leakmap
     from ctxleak.methods.pii import method as pii_method
     from ctxleak.methods.pii.method import ProbeMethod, ProbeParams
     from ctxleak.methods.pii.records import save_records
     from ctxleak.results import load_result
-    from ctxleak.run.runner import run_method
 
     records = word_records(3)
     save_records(records, tmp_path / "records.jsonl")
@@ -86,11 +86,11 @@ def test_leak_map_is_measured_into_the_records_and_rendered_from_them(llama_lm, 
 
 def test_no_leak_maps_skips_the_window_scoring(llama_lm, tmp_path, monkeypatch):
     """``leak_maps=False`` (``--no-leak-maps``) measures no map and is recorded in the config."""
+    from ctxleak.api import run_method
     from ctxleak.methods.pii import leakmap
     from ctxleak.methods.pii import method as pii_method
     from ctxleak.methods.pii.method import ProbeMethod, ProbeParams
     from ctxleak.methods.pii.records import save_records
-    from ctxleak.run.runner import run_method
 
     def no_scoring(*args, **kwargs):
         raise AssertionError("leak_maps=False must not score windows")

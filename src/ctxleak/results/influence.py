@@ -1,0 +1,186 @@
+"""The Result of context influence: per-example CID responses, and tidy frames of tokens,
+n-gram windows and passages ("Estimating Privacy Leakage of Augmented Contextual Knowledge in
+Language Models")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ctxleak.methods.influence.control import user_id
+from ctxleak.methods.influence.units import UNITS, likelihood_ratio
+from ctxleak.report.views import INFLUENCE
+from ctxleak.results.base import Result
+
+
+class InfluenceResult(Result):
+    """``ctxleak.influence``: per-example CID responses and their context influence
+    ("Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models",
+    Def. 3.1-3.3); ``summary["settings"]`` has one entry per λ/T/context size and
+    ``summary["verdict"]`` says which examples leak beyond the control.
+
+    Influence is in nats, summed over the response's tokens; e^x is the likelihood ratio of the
+    response with and without the context, and x the ε of ex-post per-instance DP (Def. 2.2) at
+    this response. Tidy frames: :meth:`tokens`, :meth:`windows`, :meth:`passages` (one row per
+    response token, n-gram window, passage); :meth:`example` one example's leak map."""
+
+    method = "influence"
+    title = "Expected context influence (Def. 3.3)"
+
+    def _setting_columns(self, record: dict[str, Any]) -> dict[str, Any]:
+        return {"id": user_id(record), "setting": record.get("setting"),
+                "lambda": record.get("lambda"), "temperature": record.get("temperature")}
+
+    def _frame(self, rows: list[dict[str, Any]], columns: list[str]) -> Any:
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("tidy frames need pandas: pip install pandas") from None
+        frame = pd.DataFrame.from_records(rows, columns=columns)
+        frame.attrs["units"] = dict(UNITS)
+        return frame
+
+    def to_pandas(self) -> Any:
+        """One row per sample, with ``influence_per_token`` (nats per response token) and
+        ``likelihood_ratio`` (e^influence) added where an older run lacks them; the units of
+        the influence columns are in ``frame.attrs["units"]``."""
+        frame = super().to_pandas()
+        if len(frame) and "influence" in frame:
+            if "influence_per_token" not in frame:
+                frame["influence_per_token"] = [
+                    r["influence"] / len(r["response_ids"]) if r.get("response_ids") else None
+                    for r in self.records]
+            frame["likelihood_ratio"] = [likelihood_ratio(r.get("influence"))
+                                         for r in self.records]
+        frame.attrs["units"] = dict(UNITS)
+        return frame
+
+    def tokens(self) -> Any:
+        """One row per response token: the example (``id``, setting), its position, text and
+        id, ``logp_context``/``logp_empty`` (nats), its ``influence`` τ_t (Def. 3.1, nats), its
+        influence under the control context, whether it is in the context, and its ``kind``
+        ("known": in the context, τ_t < 0.1; "copied": in the context, τ_t ≥ 1; see
+        :mod:`ctxleak.methods.influence.control`)."""
+        rows = []
+        for r in self.records:
+            base = self._setting_columns(r)
+            strings = r.get("response_token_strings") or []
+            known, copied = set(r.get("known_tokens") or ()), set(r.get("copied_tokens") or ())
+            control = r.get("control_token_influence") or []
+            context = set(r.get("context_token_strings") or ())
+            for t, tid in enumerate(r.get("response_ids") or []):
+                kind = "known" if t in known else "copied" if t in copied else None
+                rows.append({**base, "position": t, "token": strings[t] if t < len(strings)
+                             else None, "token_id": tid,
+                             "logp_context": _at(r.get("logp_context"), t),
+                             "logp_empty": _at(r.get("logp_empty"), t),
+                             "influence": _at(r.get("token_influence"), t),
+                             "control_influence": _at(control, t),
+                             "in_context": strings[t] in context if t < len(strings) else None,
+                             "kind": kind})
+        return self._frame(rows, ["id", "setting", "lambda", "temperature", "position", "token",
+                                  "token_id", "logp_context", "logp_empty", "influence",
+                                  "control_influence", "in_context", "kind"])
+
+    def windows(self) -> Any:
+        """One row per n-gram window: the example, window index, its ``[start, end)`` context
+        tokens and text, and its influence on the whole response (Def. 3.2, nats) and rank
+        within the example (1 = most)."""
+        rows = []
+        for r in self.records:
+            base = self._setting_columns(r)
+            context = r.get("context_token_strings") or []
+            values = r.get("window_influence") or []
+            ranks = _ranks(values)
+            for w, ((a, b), v) in enumerate(zip(r.get("windows") or [], values)):
+                rows.append({**base, "window": w, "start": a, "end": b,
+                             "text": "".join(context[a:b]) if context else None,
+                             "influence": v, "rank": ranks[w]})
+        return self._frame(rows, ["id", "setting", "lambda", "temperature", "window", "start",
+                                  "end", "text", "influence", "rank"])
+
+    def passages(self) -> Any:
+        """One row per passage: the example, passage number (from 1), its text, token span in
+        the context (None when cut out to fit the window), its influence (Def. 3.1-3.2 with
+        S = the passage, nats) and rank within the example (1 = most)."""
+        rows = []
+        for r in self.records:
+            base = self._setting_columns(r)
+            values = r.get("passage_influence") or []
+            ranks = _ranks(values)
+            spans = r.get("passage_spans") or [None] * len(values)
+            for j, (text, span, v) in enumerate(zip(r.get("passages") or [], spans, values)):
+                rows.append({**base, "passage": j + 1, "text": text,
+                             "start": span[0] if span else None,
+                             "end": span[1] if span else None, "influence": v,
+                             "rank": ranks[j]})
+        return self._frame(rows, ["id", "setting", "lambda", "temperature", "passage", "text",
+                                  "start", "end", "influence", "rank"])
+
+    def example(self, example_id: str, setting: str | None = None) -> ExampleView:
+        """One example (its own ``id``; ``setting`` picks one of a sweep, default the first):
+        ``.record`` and ``.show()``, its leak map inline in Jupyter."""
+        found = [r for r in self.records if example_id in (user_id(r), r.get("id"))
+                 and (setting is None or r.get("setting") == setting)]
+        if not found:
+            known = sorted({user_id(r) for r in self.records})
+            raise KeyError(f"no example {example_id!r}"
+                           + (f" in setting {setting!r}" if setting else "")
+                           + f"; examples: {', '.join(known[:10])}"
+                           + (" ..." if len(known) > 10 else ""))
+        return ExampleView(self, found[0])
+
+    numeric_fields = (
+        "settings.*.lambda", "settings.*.temperature", "settings.*.n",
+        "settings.*.mean_context_tokens", "settings.*.repeat_prompts", "settings.*.rouge_prompts",
+        "settings.*.mean_lambda",
+        *(f"settings.*.{q}.{k}" for q in ("influence", "influence_per_token",
+                                          "control.influence", "control.above_control",
+                                          "control.above_control_per_token")
+          for k in ("n", "mean", "median", "std", "ci_low", "ci_high")),
+        "settings.*.rouge_l.mean",
+        "settings.*.max_window_influence.mean", "settings.*.composed_eps.mean",
+        "settings.*.quality.*.value", "settings.*.per_position_influence.*",
+        "settings.*.per_window_influence.*",
+        "settings.*.likelihood_ratio", "settings.*.control.test.pvalue",
+        "settings.*.control.threshold",
+        "settings.*.top_passages.*.influence")
+
+
+def _at(values: Any, t: int) -> Any:
+    return values[t] if values is not None and t < len(values) else None
+
+
+def _ranks(values: list[Any]) -> list[int | None]:
+    """The rank of each value (1 = largest; None for None), ties in order."""
+    order = sorted((i for i, v in enumerate(values) if v is not None), key=lambda i: -values[i])
+    ranks: list[int | None] = [None] * len(values)
+    for rank, i in enumerate(order, start=1):
+        ranks[i] = rank
+    return ranks
+
+
+@dataclass
+class LeakMapHTML:
+    """HTML that Jupyter renders inline (``_repr_html_``)."""
+
+    html: str
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+
+@dataclass
+class ExampleView:
+    """One example of an influence result: its ``record`` and its leak map (:meth:`show`)."""
+
+    result: InfluenceResult
+    record: dict[str, Any]
+
+    def show(self) -> LeakMapHTML:
+        """The example's leak map, its reading in nats and ε, its passages and control, as an
+        object that Jupyter renders inline."""
+        return LeakMapHTML(INFLUENCE.example_html(self.result, self.record))
+
+    def _repr_html_(self) -> str:
+        return self.show().html

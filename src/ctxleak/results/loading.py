@@ -1,0 +1,175 @@
+"""Reading a run folder back: :func:`load_result`, every file checked, each problem naming the
+file, line and field."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ctxleak.errors import InputError, warn
+from ctxleak.methods.verdict import check_units, check_verdict
+from ctxleak.results.base import Result
+from ctxleak.results.methods import result_class
+from ctxleak.run.rundir import (
+    CONFIG_FILE,
+    KEY_FIELD,
+    RESULTS_FILE,
+    SAMPLES_FILE,
+    read_json_file,
+    read_samples,
+    row_key,
+)
+
+
+def load_result(directory: str | os.PathLike[str]) -> Result:
+    """Read back any run directory (written by the CLI or the API) as its typed Result.
+
+    What is loaded is checked, each problem an :class:`InputError` naming the file, line and
+    field: ``results.json`` and ``config.json`` must be the JSON objects ctxleak writes, with
+    numbers where the summary holds numbers; ``samples.jsonl`` is read as ``resume`` reads it
+    (every line an object with an id, no id twice) and must hold the samples that
+    ``results.json`` says it summarised (``sample_ids``, or for run folders written before
+    them, ``n_effective`` rows); rows beyond those (kept from a run with a larger ``limit``)
+    are left out with a warning."""
+    path = Path(directory)
+    results_path = path / RESULTS_FILE
+    if not results_path.is_file():
+        raise InputError("not a finished run directory (no results.json)", file=str(path))
+    body = _json_object(results_path, read_json_file(results_path), "")
+    for key in ("summary", "config", "provenance"):
+        _json_object(results_path, body.get(key) or {}, key)
+    config = body.get("config") or {}
+    if not config and (path / CONFIG_FILE).is_file():
+        config = _json_object(path / CONFIG_FILE, read_json_file(path / CONFIG_FILE), "")
+    cls = result_class(str(config.get("command")))
+    summary = body.get("summary") or {}
+    _check_numbers(results_path, summary, cls.numeric_fields)
+    _check_reading(results_path, summary)
+    n_effective = _count(results_path, body.get("n_effective"), "n_effective")
+    wall = body.get("wall_time_s")
+    if wall is not None and not _is_number(wall):
+        raise InputError(f"must be a number, got {wall!r}", file=str(results_path),
+                         field="wall_time_s")
+    samples = path / SAMPLES_FILE
+    rows = read_samples(samples) if samples.is_file() else []
+    rows = [user_id_row(str(config.get("command")), row) for row in rows]
+    records = _summarised(path, rows, body, n_effective, config)
+    images = {p.name: p.read_bytes() for p in sorted(path.glob("*.png"))}
+    result = cls(records=records, summary=summary, config=config,
+                 provenance=body.get("provenance") or {}, path=path, n_effective=n_effective,
+                 wall_time_s=wall, images=images)
+    try:
+        result.table()
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise InputError(f"the summary is not as ctxleak writes it ({type(exc).__name__}: "
+                         f"{exc})", file=str(results_path), field="summary") from None
+    return result
+
+
+def user_id_row(command: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A sample row of a run folder written before rows kept the user's ``id`` apart from their
+    ``key``, as rows are written now: the old ``id`` (``hr|lambda=1,T=0.8,context=all``,
+    ``shots=4/q=17``, ``mode|variant|group|k1|subject|type|template``) becomes the ``key`` and
+    the user's id, read back from the row's own columns, the ``id``. Other rows are returned
+    as they are."""
+    old = row.get("id")
+    if KEY_FIELD in row or not isinstance(old, str):
+        return row
+    user: Any = None
+    if command == "influence" and isinstance(row.get("setting"), str) \
+            and old.endswith("|" + row["setting"]):
+        user = old[:-len(row["setting"]) - 1]
+    elif command == "icl" and old.startswith("shots=") and "query_index" in row:
+        user = str(row["query_index"])
+    elif command == "probe" and "|" in old and "subject" in row:
+        user = row["subject"]
+    if user is None:
+        return row
+    return {"id": user, KEY_FIELD: old, **{k: v for k, v in row.items() if k != "id"}}
+
+
+def _json_object(file: Path, value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"must be a JSON object, got {type(value).__name__}", file=str(file),
+                         field=field or None)
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _count(file: Path, value: Any, field: str) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                              or value < 0):
+        raise InputError(f"must be a count (an integer >= 0), got {value!r}", file=str(file),
+                         field=field)
+    return value
+
+
+def _check_numbers(file: Path, summary: dict[str, Any], patterns: tuple[str, ...]) -> None:
+    """Every value at one of ``patterns`` (``settings.*.n``) is a number or null."""
+    for pattern in patterns:
+        for where, value in _find(summary, pattern.split("."), "summary"):
+            if value is not None and not _is_number(value):
+                raise InputError(f"must be a number, got {value!r}", file=str(file),
+                                 field=where)
+
+
+def _check_reading(file: Path, summary: dict[str, Any]) -> None:
+    """A stored ``verdict`` (text and rule, strings) and ``units`` (names to strings) are as
+    :mod:`ctxleak.methods.verdict` makes them; run folders written before them have neither."""
+    for key, check in (("verdict", check_verdict), ("units", check_units)):
+        if key in summary:
+            problem = check(summary[key])
+            if problem:
+                raise InputError(problem, file=str(file), field=f"summary.{key}")
+
+
+def _find(value: Any, parts: list[str], where: str) -> Iterator[tuple[str, Any]]:
+    """``(path, value)`` of everything under ``value`` at ``parts`` (``*`` any key or index)."""
+    if not parts:
+        yield where, value
+        return
+    head, rest = parts[0], parts[1:]
+    if isinstance(value, dict):
+        keys = list(value) if head == "*" else [head] if head in value else []
+        for k in keys:
+            yield from _find(value[k], rest, f"{where}.{k}")
+    elif isinstance(value, list) and head == "*":
+        for i, item in enumerate(value):
+            yield from _find(item, rest, f"{where}[{i}]")
+
+
+def _summarised(path: Path, rows: list[dict[str, Any]], body: dict[str, Any],
+                n_effective: int | None, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of ``samples.jsonl`` the summary was computed from, in their order."""
+    samples, results = path / SAMPLES_FILE, path / RESULTS_FILE
+    ids = body.get("sample_ids")
+    if ids is None:  # a run folder written before results.json listed its samples
+        if n_effective is not None and config.get("command") != "influence-explain" \
+                and len(rows) != n_effective:
+            raise InputError(f"holds {len(rows)} sample rows, but results.json summarised "
+                             f"n_effective = {n_effective}", file=str(samples))
+        return rows
+    if not isinstance(ids, list) or any(not isinstance(i, (str, int)) or isinstance(i, bool)
+                                        for i in ids):
+        raise InputError("must be a list of sample ids", file=str(results), field="sample_ids")
+    if n_effective is not None and len(ids) != n_effective:
+        raise InputError(f"lists {len(ids)} ids, but n_effective = {n_effective}",
+                         file=str(results), field="sample_ids")
+    by_id = {row_key(row): row for row in rows}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise InputError(f"has no row with id {missing[0]!r} ({len(missing)} of the "
+                         f"{len(ids)} samples results.json summarised are missing)",
+                         file=str(samples))
+    if len(set(ids)) != len(ids):
+        raise InputError("lists an id twice", file=str(results), field="sample_ids")
+    extra = len(rows) - len(ids)
+    if extra:
+        warn(f"{samples}: {extra} row(s) that results.json did not summarise (kept "
+             "from an earlier run with a larger limit, or added since) are left out")
+    return [by_id[i] for i in ids]
