@@ -16,6 +16,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.run.options import RunOptions
 from ctxleak.run.params import Renamed, check_keywords, rename_keywords
 
@@ -89,7 +90,7 @@ METHODS = {
 }
 
 
-def run_params(params: Any, common: RunOptions, data: Any, *, lm: Any = None,
+def run_params(params: Any, common: RunOptions, data: Any, *, lm: LanguageModel | None = None,
                progress: bool = True) -> Any:
     """Run the method whose options are ``params`` (an ``InfluenceParams``, ``ProbeParams``...)
     with the run options ``common`` on ``data``, with the loaded ``lm`` or loading
@@ -101,7 +102,7 @@ def run_params(params: Any, common: RunOptions, data: Any, *, lm: Any = None,
     return run_method(method, lm, data, progress=progress)
 
 
-def run_method(method: Any, lm: Any = None, data: Any = None, output: str | None = None,
+def run_method(method: Any, lm: LanguageModel | None = None, data: Any = None, output: str | None = None,
                resume: bool | None = None, progress: bool = True) -> Any:
     """Run any Method on ``data`` and return its Result (None on the other processes of a
     data-parallel launch): :func:`ctxleak.run.runner.run_method` measures and returns plain

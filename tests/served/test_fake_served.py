@@ -84,13 +84,13 @@ def test_scoring_candidates_and_vocabulary_equal_in_process(served, tiny):
 
 def test_samples_keep_min_tokens_and_drop_the_stopping_eos(served, server, tiny):
     prompt = tiny.encode(PROMPTS[0])
-    rows = served.sample([prompt], [7], temperature=1.0, max_new_tokens=6, min_new_tokens=3,
+    rows = served.draw([prompt], [7], temperature=1.0, max_new_tokens=6, min_new_tokens=3,
                          n=3)[0]
     assert len(rows) == 3
     for ids, stopped in rows:
         assert len(ids) >= 3 and not set(ids) & set(served.eos_ids)
         assert stopped or len(ids) == 6
-    again = served.sample([prompt], [7], temperature=1.0, max_new_tokens=6, min_new_tokens=3,
+    again = served.draw([prompt], [7], temperature=1.0, max_new_tokens=6, min_new_tokens=3,
                           n=3)[0]
     assert again == rows  # seeded
     sent = [b for path, b in server.requests if path == "/v1/completions" and b.get("n") == 3]

@@ -14,7 +14,8 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from ctxleak.cli.output import plain_output
-        from ctxleak.engine.models import load_model, model_status
+        from ctxleak.engine.catalogue import model_status
+        from ctxleak.engine.models import load_model
         from ctxleak.report.console import console as make_console
 
         rows = model_status()

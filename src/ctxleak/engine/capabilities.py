@@ -71,6 +71,15 @@ class Backend:
     description: str
 
 
+def backend_of(model: str, server_url: str | None = None) -> Backend:
+    """The backend a model argument will load as, described before anything is loaded or
+    contacted: a model served at ``server_url`` (:data:`SERVED`), else one loaded in-process
+    (:data:`IN_PROCESS`)."""
+    if server_url:
+        return Backend(SERVED, f"the served model '{model}' at {server_url}")
+    return Backend(IN_PROCESS, f"model '{model}'")
+
+
 def capabilities_of(lm: object) -> frozenset[str]:
     """The capabilities of a model object: its ``capabilities`` attribute (a served model's),
     else all of them (a model loaded in-process)."""

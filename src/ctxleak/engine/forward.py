@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import InProcessLM
 from ctxleak.engine.progress import count_tokens
 
 # Added to logits that must never be chosen (EOS before min_new_tokens). Finite, so that linear
@@ -17,7 +17,7 @@ from ctxleak.engine.progress import count_tokens
 MASKED_LOGIT = -1e30
 
 
-def pad_id(lm: LM) -> int:
+def pad_id(lm: InProcessLM) -> int:
     tok = lm.tokenizer
     for candidate in (tok.pad_token_id, tok.eos_token_id, 0):
         if candidate is not None:
@@ -53,7 +53,7 @@ def right_pad(seqs: Sequence[Sequence[int]], pad: int, device: torch.device | st
     return ids.to(device), mask.to(device), positions.contiguous().to(device)
 
 
-def hidden_states(lm: LM, input_ids: torch.Tensor | None = None,
+def hidden_states(lm: InProcessLM, input_ids: torch.Tensor | None = None,
                   attention_mask: torch.Tensor | None = None,
                   position_ids: torch.Tensor | None = None, cache: Any = None,
                   use_cache: bool = False, inputs_embeds: torch.Tensor | None = None
@@ -68,7 +68,7 @@ def hidden_states(lm: LM, input_ids: torch.Tensor | None = None,
     return out.last_hidden_state, (out.past_key_values if use_cache else None)
 
 
-def head_logits(lm: LM, hidden: torch.Tensor) -> torch.Tensor:
+def head_logits(lm: InProcessLM, hidden: torch.Tensor) -> torch.Tensor:
     """LM-head logits for the given hidden states, with the model's final soft-capping if any."""
     logits: torch.Tensor = lm.model.get_output_embeddings()(hidden)
     cap = getattr(lm.model.config, "final_logit_softcapping", None)
@@ -98,7 +98,7 @@ class PrefixKV:
     after changing the weights. At most ``size`` prefixes are kept (oldest dropped first).
     """
 
-    def __init__(self, lm: LM, size: int = 4) -> None:
+    def __init__(self, lm: InProcessLM, size: int = 4) -> None:
         self.lm = lm
         self.size = size
         self._store: dict[tuple[int, ...], Any] = {}

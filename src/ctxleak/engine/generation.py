@@ -28,7 +28,7 @@ noise (about 1e-6). The prefill code lives in :mod:`ctxleak.engine.prefill`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,11 +38,10 @@ from transformers import GenerationConfig
 from ctxleak.engine.batching import policy_of
 from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, left_pad, pad_id
 from ctxleak.engine.kvroom import give_room
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import Generation, InProcessLM, LanguageModel
 from ctxleak.engine.prefill import prefill, sliding_window
 from ctxleak.engine.progress import count_tokens
 from ctxleak.engine.scoring import continuation_logits
-from ctxleak.engine.served import ServedLM
 
 Combine = Callable[[torch.Tensor, int, tuple[int, ...]], torch.Tensor]
 """``combine(logits[S, V] float64, step, excluded) -> log-probs[V] float64`` (normalised).
@@ -60,18 +59,6 @@ def derive_seed(run_seed: int, example_index: int) -> int:
     state = np.random.SeedSequence([int(run_seed) & 0xFFFFFFFF, int(example_index)])
     return int(state.generate_state(2, dtype=np.uint32).astype(np.uint64) @
                np.array([1 << 31, 1], dtype=np.uint64)) & ((1 << 63) - 1)
-
-
-@dataclass
-class Generation:
-    """Generated token ids (EOS not included), whether EOS ended it, and per-step records of
-    ``observe``."""
-
-    token_ids: list[int]
-    stopped_on_eos: bool
-    records: list[Any] = field(default_factory=list)
-    # stream index -> the KV cache of its prompt prefilled alone (StreamJob.keep_prompt_cache)
-    prompt_caches: dict[int, Any] = field(default_factory=dict)
 
 
 def mask_eos_before_min(logits: torch.Tensor, eos_ids: Sequence[int], min_new_tokens: int, *,
@@ -132,7 +119,7 @@ class StreamJob:
             raise ValueError("need 0 <= min_new_tokens <= max_new_tokens")
 
 
-def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine, *,
+def generate_streams(lm: InProcessLM, prompts: Sequence[Sequence[int]], combine: Combine, *,
                      observe: Observe | None = None, max_new_tokens: int = 50,
                      min_new_tokens: int = 0, seed: int = 0, sample: bool = True,
                      stop_ids: Sequence[int] | None = None,
@@ -151,7 +138,7 @@ def generate_streams(lm: LM, prompts: Sequence[Sequence[int]], combine: Combine,
                          share_prefix=share_prefix)[0]
 
 
-def generate_many(lm: LM, jobs: Sequence[StreamJob], *, sample: bool = True,
+def generate_many(lm: InProcessLM, jobs: Sequence[StreamJob], *, sample: bool = True,
                   stop_ids: Sequence[int] | None = None, use_cache: bool = True,
                   share_prefix: bool = True) -> list[Generation]:
     """Generate one response per job, the streams of all jobs decoded in one batched KV cache.
@@ -184,7 +171,7 @@ def generate_many(lm: LM, jobs: Sequence[StreamJob], *, sample: bool = True,
             for job, gen in zip(jobs, outs)]
 
 
-def _decode_together(lm: LM, jobs: Sequence[StreamJob], stops: list[int], sample: bool,
+def _decode_together(lm: InProcessLM, jobs: Sequence[StreamJob], stops: list[int], sample: bool,
                      share_prefix: bool) -> list[Generation]:
     """:func:`generate_many`'s cached decoding: one prefill of every job's streams, then one
     forward pass per step over the rows of the jobs still running."""
@@ -253,7 +240,7 @@ def _step(job: StreamJob, out: Generation, own: torch.Tensor, step: int, stops: 
     return token if step + 1 < job.max_new_tokens else None
 
 
-def _generate_uncached(lm: LM, job: StreamJob, stops: list[int], sample: bool) -> Generation:
+def _generate_uncached(lm: InProcessLM, job: StreamJob, stops: list[int], sample: bool) -> Generation:
     """The naive way, for tests and benchmarks: every stream recomputed from scratch each step."""
     generator = torch.Generator(device="cpu").manual_seed(job.seed)
     pad = pad_id(lm)
@@ -294,7 +281,7 @@ def single_stream(temperature: float = 1.0) -> Combine:
     return combine
 
 
-def sample(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *,
+def sample(lm: LanguageModel, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *,
            temperature: float, max_new_tokens: int, min_new_tokens: int = 0, n: int = 1
            ) -> list[list[Generation]]:
     """``n`` responses to each prompt, the sampling operation of every backend: response j of
@@ -306,11 +293,14 @@ def sample(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], seeds: Sequence[
         raise ValueError(f"temperature must be >= 0, not {temperature}")
     if len(seeds) != len(prompts):
         raise ValueError("need one seed per prompt")
-    if isinstance(lm, ServedLM):
-        drawn = lm.sample(prompts, seeds, temperature=temperature, n=n,
-                          max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens)
-        return [[Generation(token_ids=ids, stopped_on_eos=stopped) for ids, stopped in row]
-                for row in drawn]
+    return lm.sample(prompts, seeds, temperature=temperature, max_new_tokens=max_new_tokens,
+                     min_new_tokens=min_new_tokens, n=n)
+
+
+def local_sample(lm: InProcessLM, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *,
+                 temperature: float, max_new_tokens: int, min_new_tokens: int = 0, n: int = 1
+                 ) -> list[list[Generation]]:
+    """:func:`sample` in-process: :func:`generate_many` with one stream per job."""
     combine = single_stream(temperature if temperature > 0 else 1.0)
     jobs = [StreamJob([list(p)], combine, None, int(seed) + j, max_new_tokens, min_new_tokens)
             for p, seed in zip(prompts, seeds) for j in range(n)]
@@ -318,7 +308,7 @@ def sample(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], seeds: Sequence[
     return [gens[i * n:(i + 1) * n] for i in range(len(prompts))]
 
 
-def beam_generate(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+def beam_generate(lm: LanguageModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
                   num_beams: int = 2, batch_size: int | None = None) -> list[list[int]]:
     """New token ids for each prompt by beam search (greedy when ``num_beams == 1``), as
     ProPILE probes (App. A.3: beam 2), no sampling, with Hugging Face's default
@@ -327,8 +317,13 @@ def beam_generate(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], *, max_ne
     tokens, at most 16); EOS and what follows it are dropped."""
     if num_beams < 1:
         raise ValueError("num_beams must be >= 1")
-    if isinstance(lm, ServedLM):  # the server's own beam search (greedy at one beam)
-        return lm.beam_search(prompts, num_beams=num_beams, max_new_tokens=max_new_tokens)
+    return lm.beam_search(prompts, max_new_tokens=max_new_tokens, num_beams=num_beams,
+                          batch_size=batch_size)
+
+
+def local_beam_search(lm: InProcessLM, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+                      num_beams: int, batch_size: int | None = None) -> list[list[int]]:
+    """:func:`beam_generate` in-process: transformers' ``generate`` on left-padded batches."""
     pad = pad_id(lm)
     eos = list(lm.eos_ids)
     config = GenerationConfig(max_new_tokens=max_new_tokens, num_beams=num_beams,
@@ -357,7 +352,7 @@ def beam_generate(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], *, max_ne
     return out
 
 
-def stream_logits(lm: LM, prompts: Sequence[Sequence[int]], token_ids: Sequence[int],
+def stream_logits(lm: InProcessLM, prompts: Sequence[Sequence[int]], token_ids: Sequence[int],
                   stopped_on_eos: bool, *, reuse_prefix: bool = True) -> list[torch.Tensor]:
     """Raw next-token logits (float32 ``[steps, V]``, no EOS mask) of each prompt stream at every
     step of a finished generation: row t follows ``prompt + token_ids[:t]``. ``steps`` is
@@ -375,7 +370,7 @@ def stream_logits(lm: LM, prompts: Sequence[Sequence[int]], token_ids: Sequence[
                                batch_size="auto", reduce=lambda i, z: z.float())
 
 
-def replay(lm: LM, job: StreamJob, generation: Generation, *,
+def replay(lm: InProcessLM, job: StreamJob, generation: Generation, *,
            stop_ids: Sequence[int] | None = None, reuse_prefix: bool = True) -> Generation:
     """``generation`` (of ``job``) with its per-step records recomputed by :func:`stream_logits`:
     at step t the streams' logits get the EOS mask of step t, ``job.combine`` gives the

@@ -17,7 +17,7 @@ import torch
 
 from ctxleak.engine.batching import example_passes, policy_of
 from ctxleak.engine.forward import PrefixKV, head_logits, hidden_states
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import InProcessLM
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def frozen_weights(model: torch.nn.Module) -> Iterator[None]:
             p.requires_grad_(flag)
 
 
-def input_embeddings(lm: LM, ids: Sequence[int]) -> torch.Tensor:
+def input_embeddings(lm: InProcessLM, ids: Sequence[int]) -> torch.Tensor:
     """The embeddings the model itself feeds its first layer (with any embedding scale it
     applies inside its embedding module, as Gemma does)."""
     tensor = torch.as_tensor([list(ids)], dtype=torch.long, device=lm.device)
@@ -59,7 +59,7 @@ def input_embeddings(lm: LM, ids: Sequence[int]) -> torch.Tensor:
     return embeds
 
 
-def next_token_log_distribution(lm: LM, embeds: torch.Tensor) -> torch.Tensor:
+def next_token_log_distribution(lm: InProcessLM, embeds: torch.Tensor) -> torch.Tensor:
     """``log p(· | embeds)`` in float64 for one sequence of input embeddings ``[L, d]``."""
     mask = torch.ones((1, embeds.shape[0]), dtype=torch.long, device=embeds.device)
     pos = torch.arange(embeds.shape[0], device=embeds.device)[None]
@@ -68,7 +68,7 @@ def next_token_log_distribution(lm: LM, embeds: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(head_logits(lm, hidden[0, -1]).double(), dim=-1)
 
 
-def next_token_embedding_grads(lm: LM, prompt: Sequence[int], span: tuple[int, int] | None = None,
+def next_token_embedding_grads(lm: InProcessLM, prompt: Sequence[int], span: tuple[int, int] | None = None,
                                *, token_ids: Sequence[int] | None = None, top_k: int = 10,
                                batched: bool = True, cache_prefix: bool = False,
                                prefix_kv: PrefixKV | None = None) -> EmbeddingGradients:
@@ -105,7 +105,7 @@ def next_token_embedding_grads(lm: LM, prompt: Sequence[int], span: tuple[int, i
                               full_logprobs=logp.detach().cpu(), span=(start, end))
 
 
-def _log_distribution_after(lm: LM, embeds: torch.Tensor, cache: Any, offset: int) -> torch.Tensor:
+def _log_distribution_after(lm: InProcessLM, embeds: torch.Tensor, cache: Any, offset: int) -> torch.Tensor:
     """``log p(· | cached prefix, embeds)`` (float64); ``embeds`` start at position ``offset``."""
     mask = torch.ones((1, offset + embeds.shape[0]), dtype=torch.long, device=embeds.device)
     pos = torch.arange(offset, offset + embeds.shape[0], device=embeds.device)[None]
@@ -127,7 +127,7 @@ def _vector_jacobian_products(selected: torch.Tensor, wrt: torch.Tensor,
                         for j in range(k)])
 
 
-def next_token_embedding_grads_many(lm: LM, prompts: Sequence[Sequence[int]],
+def next_token_embedding_grads_many(lm: InProcessLM, prompts: Sequence[Sequence[int]],
                                     spans: Sequence[tuple[int, int]], *, top_k: int = 10,
                                     prefix_kv: PrefixKV | None = None
                                     ) -> list[EmbeddingGradients]:
@@ -161,7 +161,7 @@ def next_token_embedding_grads_many(lm: LM, prompts: Sequence[Sequence[int]],
     return out  # type: ignore[return-value]
 
 
-def _grads_group(lm: LM, prompts: Sequence[Sequence[int]], spans: Sequence[tuple[int, int]],
+def _grads_group(lm: InProcessLM, prompts: Sequence[Sequence[int]], spans: Sequence[tuple[int, int]],
                  head: tuple[int, ...], top_k: int, store: PrefixKV) -> list[EmbeddingGradients]:
     offset, rows = len(head), len(prompts)
     with torch.no_grad():

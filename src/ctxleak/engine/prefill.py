@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ctxleak.engine.forward import common_prefix_length, hidden_states, left_pad
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import InProcessLM
 
 # A shared prefix shorter than this is not worth a separate forward pass and a cache copy.
 MIN_SHARED_PREFIX = 8
@@ -35,7 +35,7 @@ Prefilled = tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]
 """(last hidden state of each row ``[rows, 1, d]``, the KV cache, attention mask, position ids)."""
 
 
-def prefill(lm: LM, seqs: Sequence[Sequence[int]], pad: int, *, share_prefix: bool = True,
+def prefill(lm: InProcessLM, seqs: Sequence[Sequence[int]], pad: int, *, share_prefix: bool = True,
             longest_new: int = 0, alone: dict[int, Any] | None = None) -> Prefilled:
     """Prefill ``seqs`` (left-padded) in the cheapest shape. ``share_prefix``: the tokens every
     row begins with may go through the model once (on sliding-window models only when the rows
@@ -54,7 +54,7 @@ def prefill(lm: LM, seqs: Sequence[Sequence[int]], pad: int, *, share_prefix: bo
     return prefill_buckets(lm, seqs, pad)
 
 
-def sliding_window(lm: LM) -> int | None:
+def sliding_window(lm: InProcessLM) -> int | None:
     """The model's sliding attention window in tokens, if any of its layers has one (Gemma 3,
     Mistral; Qwen2 only with ``use_sliding_window``)."""
     config = getattr(lm.model, "config", None)
@@ -77,7 +77,7 @@ def shared_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
     return max(n, 0)
 
 
-def prefill_shared(lm: LM, seqs: Sequence[Sequence[int]], shared: int, pad: int) -> Prefilled:
+def prefill_shared(lm: InProcessLM, seqs: Sequence[Sequence[int]], shared: int, pad: int) -> Prefilled:
     """Prefill: the shared prefix once (batch 1), its cache repeated for every stream, then each
     stream's own tokens left-padded after it. The padding sits between the prefix and the
     stream's tokens, masked out; position ids carry on from the prefix without gaps."""
@@ -119,7 +119,7 @@ def shared_prefill_pays(seqs: Sequence[Sequence[int]], shared: int) -> bool:
     return with_shared < bucketed
 
 
-def prefill_buckets(lm: LM, seqs: Sequence[Sequence[int]], pad: int,
+def prefill_buckets(lm: InProcessLM, seqs: Sequence[Sequence[int]], pad: int,
                     alone: dict[int, Any] | None = None) -> Prefilled:
     """Prefill of left-padded rows, rows of similar length together: CID's prompt without the
     context is much shorter than the one with it, and padding it to the longest would compute
@@ -171,7 +171,7 @@ def prefill_buckets(lm: LM, seqs: Sequence[Sequence[int]], pad: int,
     return torch.cat(parts)[back], merged, mask, pos
 
 
-def prefill_alone(lm: LM, prompt: Sequence[int]) -> tuple[torch.Tensor, Any]:
+def prefill_alone(lm: InProcessLM, prompt: Sequence[int]) -> tuple[torch.Tensor, Any]:
     """One prompt's prefill in the canonical shape of scoring's reference prefix
     (:func:`ctxleak.engine.scoring.continuation_logits`): all but its last token in one pass
     (batch 1, no padding), then the last token on that cache. Returns the last token's hidden

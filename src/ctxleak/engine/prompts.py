@@ -9,7 +9,7 @@ import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 
 _SENTINEL = "\u2063CTXLEAK_SLOT\u2063"
@@ -35,7 +35,7 @@ def template_fields(template: str) -> list[str]:
     return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
 
 
-def chat_wrapper(lm: LM) -> tuple[list[int], list[int]]:
+def chat_wrapper(lm: LanguageModel) -> tuple[list[int], list[int]]:
     """Ids before and after a single user message in the model's chat template (with the
     assistant header after it), found by rendering the template around a sentinel."""
     cached: tuple[list[int], list[int]] | None = getattr(lm, "_chat_wrapper", None)
@@ -54,7 +54,7 @@ def chat_wrapper(lm: LM) -> tuple[list[int], list[int]]:
     return wrapper
 
 
-def build_prompt(lm: LM, template: str, slots: Mapping[str, str | Sequence[int]],
+def build_prompt(lm: LanguageModel, template: str, slots: Mapping[str, str | Sequence[int]],
                  chat: bool | None = None) -> Prompt:
     """Fill ``template`` (``str.format`` syntax) with ``slots`` given as text or token ids.
 
@@ -87,7 +87,7 @@ def build_prompt(lm: LM, template: str, slots: Mapping[str, str | Sequence[int]]
     return Prompt(ids=tuple(ids), spans=spans)
 
 
-def fit_to_window(lm: LM, template: str, slots: Mapping[str, str | Sequence[int]], *,
+def fit_to_window(lm: LanguageModel, template: str, slots: Mapping[str, str | Sequence[int]], *,
                   cut: str = "context", reserve: int = 0) -> tuple[Prompt, int]:
     """:func:`build_prompt`, with the end of slot ``cut`` removed until the prompt plus
     ``reserve`` new tokens fits the model's window (keep the query and the start of

@@ -13,10 +13,11 @@ variants of several examples share forward passes. Models with sliding-window la
 caches cannot be padded, batch one example's variants together on the shortest prefix among
 them, ordered by prefix length.
 
-A served model (:class:`~ctxleak.engine.served.ServedLM`) answers :func:`continuation_logprobs`
-and :func:`next_token_logprobs` over HTTP (its server's prefix cache does the reuse); the full
-logits of :func:`continuation_logits` and logit transforms need the model in-process, and ask
-for it (:mod:`ctxleak.engine.capabilities`).
+The public functions check their arguments and call the model's own operation
+(:class:`~ctxleak.engine.lm.LanguageModel`): in-process, the ``local_*`` functions here; a served
+model answers over HTTP (its server's prefix cache does the reuse), and refuses, in the
+operation itself, the full logits and logit transforms that need the model in-process
+(:mod:`ctxleak.engine.capabilities`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import numpy as np
 import torch
 
 from ctxleak.engine.batching import BatchPlanner, example_passes, planner_for, policy_of
-from ctxleak.engine.capabilities import NEXT_TOKEN_LOGITS, check_capabilities
 from ctxleak.engine.forward import (
     common_prefix_length,
     expand_cache,
@@ -38,21 +38,19 @@ from ctxleak.engine.forward import (
     pad_id,
     right_pad,
 )
-from ctxleak.engine.models import LM
-from ctxleak.engine.served import ServedLM
+from ctxleak.engine.lm import InProcessLM, LanguageModel, LogitTransform
 
 # Reusing a cached prefix shorter than this saves less than the cache copy costs.
 MIN_REUSE_TOKENS = 16
 HEAD_CHUNK = 64  # positions per LM-head call
 REUSE_SLACK = 0.15  # recomputed shared-prefix tokens allowed per variant, as a share of its own
 
-LogitTransform = Callable[[int, torch.Tensor], torch.Tensor]
 """``f(request_index, logits[T, V] float64) -> logits``: e.g. the CID mixture with the no-context
 logits (Def. 3.4 of "Estimating Privacy Leakage of Augmented Contextual Knowledge in Language
 Models"), applied before the log-softmax."""
 
 
-def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
+def _forward_ranges(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
                     consume: Callable[[int, torch.Tensor], object], *, reuse_prefix: bool,
                     batch_size: str | int | None = None, groups: Sequence[int] | None = None,
                     examples: Sequence[int] | None = None,
@@ -96,7 +94,7 @@ def _forward_ranges(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int]
     return out
 
 
-def _reference_caches(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
+def _reference_caches(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
                       group: Sequence[int], prefix_caches: Mapping[int, Any] | None
                       ) -> tuple[list[int], dict[int, Any]]:
     """Prefix reuse: each request's reusable prefix (its common prefix with its group's first
@@ -130,7 +128,7 @@ def _reference_caches(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[in
     return prefix, ref_caches
 
 
-def _forward_part(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
+def _forward_part(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
                   consume: Callable[[int, torch.Tensor], object], reuse_prefix: bool,
                   planner: BatchPlanner, group: Sequence[int],
                   prefix_caches: Mapping[int, Any] | None) -> list[Any]:
@@ -180,7 +178,7 @@ def _forward_part(lm: LM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
     return planner.run(costs, run_batch, order=order, joins=joins)
 
 
-def _batch_hidden(lm: LM, seqs: Sequence[Sequence[int]], batch: list[int], prefix: list[int],
+def _batch_hidden(lm: InProcessLM, seqs: Sequence[Sequence[int]], batch: list[int], prefix: list[int],
                   ref_caches: Mapping[int, Any], group: Sequence[int], own_prefixes: bool
                   ) -> tuple[torch.Tensor, list[int]]:
     """Hidden states of one batch of requests and, per row, the offset from a sequence position
@@ -217,7 +215,7 @@ def _plain_layers(cache: Any) -> bool:
                                 for layer in layers)
 
 
-def _forward_after_own_prefixes(lm: LM, seqs: Sequence[Sequence[int]], prefixes: Sequence[int],
+def _forward_after_own_prefixes(lm: InProcessLM, seqs: Sequence[Sequence[int]], prefixes: Sequence[int],
                                 refs: Sequence[Any], pad: int) -> torch.Tensor:
     """Hidden states of ``seqs[r][prefixes[r]:]`` for each row r, its first ``prefixes[r]``
     positions taken from the cache ``refs[r]`` (its example's reference prompt): the rows' cached
@@ -248,7 +246,7 @@ def _forward_after_own_prefixes(lm: LM, seqs: Sequence[Sequence[int]], prefixes:
     return hidden
 
 
-def _log_softmax_rows(lm: LM, hidden: torch.Tensor, index: int,
+def _log_softmax_rows(lm: InProcessLM, hidden: torch.Tensor, index: int,
                       transform: LogitTransform | None) -> torch.Tensor:
     logits = torch.cat([head_logits(lm, hidden[k:k + HEAD_CHUNK]).double()
                         for k in range(0, hidden.shape[0], HEAD_CHUNK)])
@@ -257,14 +255,7 @@ def _log_softmax_rows(lm: LM, hidden: torch.Tensor, index: int,
     return torch.log_softmax(logits, dim=-1)
 
 
-def _served_only_plain(lm: ServedLM, logit_transform: LogitTransform | None) -> None:
-    """A served model gives log-probs, not logits: no transform of the logits."""
-    if logit_transform is not None:
-        check_capabilities(lm, {NEXT_TOKEN_LOGITS: "a transform of the logits (the CID "
-                                "mixture at λ ≠ 1) needs them: load the model in-process"})
-
-
-def next_token_logprobs(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], *,
+def next_token_logprobs(lm: LanguageModel, prompts: Sequence[Sequence[int]], *,
                         token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
                         batch_size: str | int | None = None,
                         logit_transform: LogitTransform | None = None,
@@ -275,11 +266,18 @@ def next_token_logprobs(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], *,
     ``groups``: the prompt group of each prompt (prefix reuse within a group), ``examples``:
     its example (default: its group), ``batch_size``: rows per pass for this call only (None:
     the model's batching policy); see :func:`_forward_ranges`."""
-    if isinstance(lm, ServedLM):
-        _served_only_plain(lm, logit_transform)
-        served = lm.vocab_logprobs(prompts) if token_ids is None else \
-            lm.candidate_logprobs(prompts, list(token_ids))
-        return torch.from_numpy(served)
+    return lm.next_token_logprobs(prompts, token_ids=token_ids, reuse_prefix=reuse_prefix,
+                                  batch_size=batch_size, logit_transform=logit_transform,
+                                  groups=groups, examples=examples)
+
+
+def local_next_token_logprobs(lm: InProcessLM, prompts: Sequence[Sequence[int]], *,
+                              token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
+                              batch_size: str | int | None = None,
+                              logit_transform: LogitTransform | None = None,
+                              groups: Sequence[int] | None = None,
+                              examples: Sequence[int] | None = None) -> torch.Tensor:
+    """:func:`next_token_logprobs` in-process."""
     cols = None if token_ids is None else torch.as_tensor(list(token_ids), dtype=torch.long)
 
     def consume(i: int, hidden: torch.Tensor) -> torch.Tensor:
@@ -294,7 +292,7 @@ def next_token_logprobs(lm: LM | ServedLM, prompts: Sequence[Sequence[int]], *,
     return torch.stack(rows)
 
 
-def continuation_logprobs(lm: LM | ServedLM, prompts: Sequence[Sequence[int]],
+def continuation_logprobs(lm: LanguageModel, prompts: Sequence[Sequence[int]],
                           continuations: Sequence[int] | Sequence[Sequence[int]], *,
                           reuse_prefix: bool = True, batch_size: str | int | None = None,
                           logit_transform: LogitTransform | None = None,
@@ -316,14 +314,23 @@ def continuation_logprobs(lm: LM | ServedLM, prompts: Sequence[Sequence[int]],
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompt {i} is empty: a continuation needs at least one prompt token")
-    if isinstance(lm, ServedLM):  # the server's prefix cache reuses shared prefixes
-        _served_only_plain(lm, logit_transform)
-        return lm.continuation_logprobs(prompts, conts)
+    return lm.continuation_logprobs(prompts, conts, reuse_prefix=reuse_prefix,
+                                    batch_size=batch_size, logit_transform=logit_transform,
+                                    groups=groups, examples=examples)
+
+
+def local_continuation_logprobs(lm: InProcessLM, prompts: Sequence[Sequence[int]],
+                                conts: Sequence[Sequence[int]], *, reuse_prefix: bool = True,
+                                batch_size: str | int | None = None,
+                                logit_transform: LogitTransform | None = None,
+                                groups: Sequence[int] | None = None,
+                                examples: Sequence[int] | None = None) -> list[np.ndarray]:
+    """:func:`continuation_logprobs` in-process, one continuation per prompt (checked)."""
     results: list[np.ndarray] = [np.zeros(0)] * len(prompts)
     todo = [i for i in range(len(prompts)) if conts[i]]
     if not todo:
         return results
-    seqs = [list(prompts[i]) + conts[i] for i in todo]
+    seqs = [list(prompts[i]) + list(conts[i]) for i in todo]
     starts = [len(prompts[i]) - 1 for i in todo]
 
     def consume(k: int, hidden: torch.Tensor) -> np.ndarray:
@@ -342,7 +349,7 @@ def continuation_logprobs(lm: LM | ServedLM, prompts: Sequence[Sequence[int]],
     return results
 
 
-def continuation_logits(lm: LM | ServedLM, prompts: Sequence[Sequence[int]],
+def continuation_logits(lm: LanguageModel, prompts: Sequence[Sequence[int]],
                         continuation: Sequence[int] | Sequence[Sequence[int]], *,
                         reuse_prefix: bool = True, batch_size: str | int | None = None,
                         reduce: Callable[[int, torch.Tensor], object],
@@ -357,17 +364,26 @@ def continuation_logits(lm: LM | ServedLM, prompts: Sequence[Sequence[int]],
     within an example, against its first prompt). ``prefix_caches``: the first prompt's KV cache
     of a group when already computed; ``examples`` and ``batch_size``: see
     :func:`_forward_ranges`."""
-    if isinstance(lm, ServedLM):
-        check_capabilities(lm, {NEXT_TOKEN_LOGITS: "the full logits at every position are "
-                                "not sent by a serving API: load the model in-process"})
-        return []  # not reached: check_capabilities refused the served model
     if continuation and not isinstance(continuation[0], (int, np.integer)):
         conts = [list(c) for c in cast(Sequence[Sequence[int]], continuation)]
     else:
         conts = [list(cast(Sequence[int], continuation))] * len(prompts)
     if len(conts) != len(prompts):
         raise ValueError("need one continuation per prompt, or one shared continuation")
-    seqs = [list(p) + c for p, c in zip(prompts, conts)]
+    return lm.continuation_logits(prompts, conts, reduce=reduce, reuse_prefix=reuse_prefix,
+                                  batch_size=batch_size, groups=groups, examples=examples,
+                                  prefix_caches=prefix_caches)
+
+
+def local_continuation_logits(lm: InProcessLM, prompts: Sequence[Sequence[int]],
+                              conts: Sequence[Sequence[int]], *,
+                              reduce: Callable[[int, torch.Tensor], object],
+                              reuse_prefix: bool = True, batch_size: str | int | None = None,
+                              groups: Sequence[int] | None = None,
+                              examples: Sequence[int] | None = None,
+                              prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
+    """:func:`continuation_logits` in-process, one continuation per prompt (checked)."""
+    seqs = [list(p) + list(c) for p, c in zip(prompts, conts)]
     starts = [len(p) - 1 for p in prompts]
 
     def consume(i: int, hidden: torch.Tensor) -> object:

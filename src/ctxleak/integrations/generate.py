@@ -191,7 +191,8 @@ def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[s
     cid_config(lam, temperature=temperature, bounded_eps=bounded_eps, min_new_tokens=0)
     # every argument checked before the model loads
     if isinstance(model, str):
-        lm = load_model(model)
+        lm = load_model(model).in_process("cid_generate runs transformers' generate on the "
+                                          "model's weights")
     elif isinstance(model, LM):
         lm = model
     else:

@@ -1,7 +1,8 @@
 """What each method needs from the model, given its options (``Method.requires``).
 
 Each function returns ``{capability: why, and what to do instead}``
-(:mod:`ctxleak.engine.capabilities`). A served model (log-probs at temperature 1 and samples,
+(:mod:`ctxleak.engine.capabilities`); influence's are stated with the road its run takes
+(:mod:`ctxleak.methods.influence.roads`). A served model (log-probs at temperature 1 and samples,
 over HTTP) runs: influence of the model's own answers at λ = 1 and T = 1 with n-gram windows,
 ICLInf, Monte Carlo susceptibility and ProPILE black-box probing. What needs the full
 next-token distributions at every step, gradients or weights is refused before the first
@@ -24,34 +25,6 @@ from ctxleak.engine.capabilities import (
 
 IN_PROCESS_HINT = ("run it with the model loaded in-process (no --server-url; Python: "
                    "load_model without server_url)")
-
-
-def influence(lams: Iterable[float], temperatures: Iterable[float],
-              bounded_eps: float | None) -> dict[str, str]:
-    """Influence (Context Influence Decoding, "Estimating Privacy Leakage of Augmented
-    Contextual Knowledge in Language Models"): the response sampled, then scored with and
-    without the context (and each n-gram window). λ ≠ 1, bounded CID and T ≠ 1 need the whole
-    next-token distribution."""
-    needs = {CONTINUATION_LOGPROBS: "the response is scored with and without the context",
-             SAMPLING: "the response is drawn from the model"}
-    lams, temps = list(lams), list(temperatures)
-    if bounded_eps is not None:
-        needs[NEXT_TOKEN_LOGITS] = ("bounded CID searches the largest safe λ_t over the full "
-                                    "next-token distributions at every step: "
-                                    + IN_PROCESS_HINT)
-    elif any(lam != 1 for lam in lams):
-        needs[NEXT_TOKEN_LOGITS] = ("CID at λ ≠ 1 mixes the full next-token distributions "
-                                    "with and without the context at every step: "
-                                    "run it at --lambda 1 (Python: lambda_=1; the deployed model's own "
-                                    "answers), or "
-                                    + IN_PROCESS_HINT)
-    elif any(t != 1 for t in temps):
-        needs[NEXT_TOKEN_LOGITS] = ("influence at temperature T ≠ 1 renormalises the whole "
-                                    "next-token distribution, and a served model returns "
-                                    "log-probs at temperature 1 only: run it at --temperature 1 "
-                                    "(Python: temperature=1), or "
-                                    + IN_PROCESS_HINT)
-    return needs
 
 
 def iclinf() -> dict[str, str]:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from ctxleak.engine.batching import BatchPolicy, next_example_batch
 from ctxleak.engine.capabilities import DESCRIPTIONS, IN_PROCESS
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.run.options import RunOptions
 
 
@@ -62,7 +63,7 @@ class Method:
         ``id`` (its setting goes in columns of its own); the key by default."""
         return self.key(item)
 
-    def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
+    def measure(self, lm: LanguageModel, items: Sequence[Any]) -> list[dict[str, Any]]:
         raise NotImplementedError
 
     def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -79,7 +80,7 @@ class Method:
         """Overrides of :class:`RunOptions` when loading the model (not stored in the config)."""
         return {}
 
-    def setup(self, lm: Any, run: Any) -> None:
+    def setup(self, lm: LanguageModel, run: Any) -> None:
         """Once, after the model is loaded and before any item is measured."""
 
     def batch_cost(self, item: Any) -> int | None:
@@ -100,7 +101,7 @@ class Method:
             yield list(todo[start:end])
             start = end
 
-    def provenance_extra(self, lm: Any) -> dict[str, Any]:
+    def provenance_extra(self, lm: LanguageModel) -> dict[str, Any]:
         return {}
 
     def requires(self) -> dict[str, str]:

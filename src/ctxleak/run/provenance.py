@@ -8,7 +8,7 @@ from importlib import metadata
 from typing import Any
 
 from ctxleak._version import __version__
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 
 
 def _version(dist: str) -> str | None:
@@ -18,7 +18,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def provenance(lm: LM | None = None, **extra: Any) -> dict[str, Any]:
+def provenance(lm: LanguageModel | None = None, **extra: Any) -> dict[str, Any]:
     """Versions of ctxleak, torch and transformers, the Python and platform, and the model's
     id, source, revision or file hash, dtype and device."""
     out: dict[str, Any] = {
@@ -34,9 +34,8 @@ def provenance(lm: LM | None = None, **extra: Any) -> dict[str, Any]:
         out["model"]["eos_ids"] = list(lm.eos_ids)
         # the x axis of "against model size" comparisons (Fig. 4 of "Estimating Privacy
         # Leakage of Augmented Contextual Knowledge in Language Models")
-        try:
-            out["model"]["parameters"] = int(sum(p.numel() for p in lm.model.parameters()))
-        except (AttributeError, TypeError):
-            pass
+        parameters = lm.parameter_count()
+        if parameters is not None:
+            out["model"]["parameters"] = parameters
     out.update(extra)
     return out

@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from ctxleak.engine.batching import BatchPolicy, is_out_of_memory, policy_of, using
-from ctxleak.engine.capabilities import SERVED, Backend, check_capabilities
+from ctxleak.engine.capabilities import backend_of, check_capabilities
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.progress import counting
 from ctxleak.errors import ConfigError
 from ctxleak.run.distributed import barrier, current_world, init_distributed, local_device
@@ -89,43 +90,36 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
             k: rows_sha256(v) for k, v in inputs.items()
             if v is not None and not isinstance(v, (str, Path))}}
     # resume refuses other weights (a served model's are the server's: not fingerprinted)
-    model_files = None if common.server_url else model_fingerprint(common.model)
+    model_files = model_fingerprint(common.model, common.server_url)
     if model_files:
         full[MODEL_KEY] = model_files
     return RunDir(output, full, resume=common.resume, private=private, world=world)
 
 
-def load_lm(common: RunOptions) -> Any:
-    """Load ``common.model`` on this process's device (torch threads set first)."""
+def load_lm(common: RunOptions) -> LanguageModel:
+    """Load ``common.model`` on this process's device (torch threads set first), or connect to
+    the server that serves it (``common.server_url``): :func:`ctxleak.engine.models.load_model`,
+    the one road from a model argument to a backend."""
     from ctxleak.engine.models import load_model  # lazy, as in open_run: no transformers at CLI start
 
     common.check()
-    if common.server_url:
-        from ctxleak.engine.served import serve  # lazy, as above
-
-        served = serve(common.model, common.server_url, served_model=common.served_model,
-                       tokenizer=common.tokenizer, chat_template=common.chat_template,
-                       request_timeout=common.request_timeout, retries=common.retries)
-        say(f"{served.info.name}: served model '{served.info.served_model}' at "
-            f"{served.info.base_url}")
-        return served
     if common.threads is not None:
         torch.set_num_threads(common.threads)
     t0 = time.time()
-    device = local_device(common.device, current_world())
-    lm = load_model(common.model, device=device, dtype=common.dtype,
-                    chat_template=common.chat_template,
+    lm = load_model(common.model, device=local_device(common.device, current_world()),
+                    dtype=common.dtype, chat_template=common.chat_template,
                     trust_remote_code=common.trust_remote_code, device_map=common.device_map,
-                    revision=common.revision, model_args=common.model_args)
-    say(f"model {lm.info.name} on {lm.info.device} ({lm.info.dtype}) in {time.time() - t0:.1f}s")
+                    revision=common.revision, model_args=common.model_args,
+                    server_url=common.server_url, served_model=common.served_model,
+                    tokenizer=common.tokenizer, request_timeout=common.request_timeout,
+                    retries=common.retries)
+    say(f"{lm.describe()} in {time.time() - t0:.1f}s")
     return lm
 
 
-def is_lm(model: Any) -> bool:
-    """Whether ``model`` is a loaded :class:`ctxleak.engine.models.LM` or a
-    :class:`ctxleak.engine.served.ServedLM` (not a name or path)."""
-    return hasattr(model, "info") and hasattr(model, "tokenizer") and (
-        hasattr(model, "model") or hasattr(model, "client"))
+def is_lm(model: object) -> bool:
+    """Whether ``model`` is a loaded model (any backend of the model interface), not a name."""
+    return isinstance(model, LanguageModel)
 
 
 def check_unique_keys(method: Method, items: Sequence[Any]) -> None:
@@ -156,7 +150,7 @@ def stored_row(method: Method, item: Any, row: dict[str, Any]) -> dict[str, Any]
     return sample_row(method, item, {k: v for k, v in row.items() if k != "id"})
 
 
-def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
+def measure_items(run: Any, method: Method, lm: LanguageModel, items: Sequence[Any], *,
                   progress: bool = True, policy: BatchPolicy | None = None
                   ) -> list[dict[str, Any]]:
     """Measure every item not yet in the samples, in the method's batches under ``policy``
@@ -197,7 +191,7 @@ def measure_items(run: Any, method: Method, lm: Any, items: Sequence[Any], *,
             if method.key(item) in by_key]
 
 
-def measure_todo(method: Method, lm: Any, todo: Sequence[Any], policy: BatchPolicy,
+def measure_todo(method: Method, lm: LanguageModel, todo: Sequence[Any], policy: BatchPolicy,
                  emit: Callable[[Any, dict[str, Any]], None]) -> BatchPolicy:
     """Measure ``todo`` in the method's batches under ``policy``, handing each ``(item,
     record)`` to ``emit`` in item order. An out-of-memory back-off lowers the policy's
@@ -216,7 +210,7 @@ def measure_todo(method: Method, lm: Any, todo: Sequence[Any], policy: BatchPoli
     return policy
 
 
-def measure_batch(method: Method, lm: Any, batch: list[Any], policy: BatchPolicy
+def measure_batch(method: Method, lm: LanguageModel, batch: list[Any], policy: BatchPolicy
                   ) -> tuple[list[tuple[Any, dict[str, Any]]], BatchPolicy]:
     """``(item, record)`` for each item of ``batch``, measured together, and the policy for
     the batches after it. Under ``batch_size`` ``auto`` a batch that runs out of memory is halved
@@ -245,7 +239,7 @@ def _free_accelerator_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def run_method(method: Method, lm: Any = None, data: Any = None, output: str | None = None,
+def run_method(method: Method, lm: LanguageModel | None = None, data: Any = None, output: str | None = None,
                resume: bool | None = None, progress: bool = True) -> RunOutput | None:
     """Run ``method`` on ``data`` with the model ``lm`` and return what it measured as plain
     data (:class:`~ctxleak.run.output.RunOutput`: records, summary, config, provenance, the run
@@ -259,34 +253,30 @@ def run_method(method: Method, lm: Any = None, data: Any = None, output: str | N
     if output is not None or resume is not None:
         common = replace(common, output=output if output is not None else common.output,
                          resume=bool(resume) if resume is not None else common.resume)
-    if lm is not None and is_lm(lm):
-        common = replace(common, model=lm.info.name)
-        if hasattr(lm.info, "base_url"):  # a served model: where, and under which name
-            common = replace(common, server_url=lm.info.base_url,
-                             served_model=lm.info.served_model, tokenizer=lm.info.tokenizer)
+    if isinstance(lm, LanguageModel):  # a loaded model names itself in the config (a served
+        common = replace(common, **lm.run_options())  # one: where, under which name)
     items = method.items(data)  # checked before any model is loaded
     check_unique_keys(method, items)
-    if lm is None and common.server_url:  # a served model: refused before it is contacted
-        check_capabilities(Backend(SERVED, f"the served model '{common.model}' at "
-                                   f"{common.server_url}"), method.requires(),
-                           what=f"this {method.name} run")
-        lm = load_lm(replace(common, **method.load_options()))
-    if is_lm(lm):  # a backend that lacks an operation is refused before any request
-        check_capabilities(lm, method.requires(), what=f"this {method.name} run")
+    what = f"this {method.name} run"
+    model = lm if is_lm(lm) else None
+    # refused before the run folder, the model's load or any request to its server
+    check_capabilities(model or backend_of(common.model, common.server_url), method.requires(),
+                       what=what)
     run = open_run(method.name, common, method.config(data), private=method.private,
                    inputs=method.inputs(data))
     with run:
-        if lm is None or not is_lm(lm):
-            lm = load_lm(replace(common, **method.load_options()))
-        policy = BatchPolicy.of(common.batch_size, common.batch_invariant, lm.device)
-        with using(lm, policy):  # the engine decides batching from here on
-            method.setup(lm, run)
-            records = measure_items(run, method, lm, items, progress=progress, policy=policy)
+        if model is None:  # after the folder's checks (a resume of another run is refused first)
+            model = load_lm(replace(common, **method.load_options()))
+            check_capabilities(model, method.requires(), what=what)  # what it says it has
+        policy = BatchPolicy.of(common.batch_size, common.batch_invariant, model.device)
+        with using(model, policy):  # the engine decides batching from here on
+            method.setup(model, run)
+            records = measure_items(run, method, model, items, progress=progress, policy=policy)
     if not run.world.is_main:
         return None
     summary = method.summarize(records)
     from ctxleak.run.provenance import provenance  # lazy: it imports engine.models (see open_run)
 
-    prov = provenance(lm, **method.provenance_extra(lm))
+    prov = provenance(model, **method.provenance_extra(model))
     return RunOutput(command=method.name, records=records, summary=summary, config=run.config,
                      provenance=prov, run=run)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import Prompt, build_prompt, template_fields
 from ctxleak.errors import ConfigError, InputError, warn
 from ctxleak.run.inputs import describe, is_named
@@ -97,7 +97,7 @@ def check_template(template: str) -> str:
     return template
 
 
-def one_shot_prompt(lm: LM, example: PrivateExample, *, label: str = DEFAULT_LABEL,
+def one_shot_prompt(lm: LanguageModel, example: PrivateExample, *, label: str = DEFAULT_LABEL,
                     template: str = TEMPLATE, reserve: int = 0) -> tuple[Prompt, int]:
     """The one-shot prompt of ``example`` and the number of its text tokens cut to fit the
     model's window with ``reserve`` tokens left for generation (0 when nothing was cut)."""
@@ -115,7 +115,7 @@ def one_shot_prompt(lm: LM, example: PrivateExample, *, label: str = DEFAULT_LAB
     return prompt, dropped
 
 
-def subset_prompts(lm: LM, examples: Sequence[PrivateExample], subset: Sequence[int], *,
+def subset_prompts(lm: LanguageModel, examples: Sequence[PrivateExample], subset: Sequence[int], *,
                    label: str = DEFAULT_LABEL, template: str = TEMPLATE,
                    reserve: int = 0) -> tuple[list[list[int]], int]:
     """Token ids of the one-shot prompts of ``examples[i]`` for ``i`` in ``subset`` and the total

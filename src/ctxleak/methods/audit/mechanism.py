@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ctxleak.engine.generation import Generation, StreamJob, derive_seed, generate_many, replay
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.dp_mechanism import (
     aggregate,
     clip_logits,
@@ -28,6 +28,10 @@ from ctxleak.methods.dp_mechanism import (
     renyi_divergence_torch,
     sampling_logprobs,
 )
+
+#: Why the DP mechanism needs the model in-process (the words of a refusal).
+MECHANISM_NEEDS = ("the private prediction mechanism clips and aggregates the full next-token "
+                   "distributions of every subset at each step: load the model in-process")
 
 
 class DPAggregator:
@@ -112,7 +116,7 @@ class PrivateGeneration:
         return float(np.sum(self.token_rdp))
 
 
-def generate_private(lm: LM, prompts: Sequence[Sequence[int]], *, clip: float,
+def generate_private(lm: LanguageModel, prompts: Sequence[Sequence[int]], *, clip: float,
                      temperature: float, alpha: float | None = None, max_new_tokens: int = 40,
                      min_new_tokens: int = 0, seed: int = 0,
                      use_cache: bool = True) -> PrivateGeneration:
@@ -139,18 +143,18 @@ class PrivateJob:
     seed: int = 0
 
 
-def generate_private_many(lm: LM, jobs: Sequence[PrivateJob], use_cache: bool = True
+def generate_private_many(lm: LanguageModel, jobs: Sequence[PrivateJob], use_cache: bool = True
                           ) -> list[PrivateGeneration]:
     """Several synthetic sequences, the s streams of each decoded in one batched KV cache
     (:func:`~ctxleak.engine.generation.generate_many`), each sequence from its own seed and
     aggregator, so it does not depend on the other sequences of the batch (nor, under a
     batch-invariant policy, do its losses)."""
     parts = [_stream_job(job) for job in jobs]
-    gens = generate_many(lm, [stream for _, stream in parts], use_cache=use_cache)
+    gens = generate_many(lm.in_process(MECHANISM_NEEDS), [stream for _, stream in parts], use_cache=use_cache)
     return [_finish(job, gen) for job, gen in zip(jobs, gens)]
 
 
-def replay_private(lm: LM, job: PrivateJob, generation: PrivateGeneration) -> PrivateGeneration:
+def replay_private(lm: LanguageModel, job: PrivateJob, generation: PrivateGeneration) -> PrivateGeneration:
     """``generation`` (of ``job``) with its data-dependent losses recomputed from this sequence's
     s prompts alone (:func:`ctxleak.engine.generation.replay`, what a batch-invariant run does):
     the same tokens, and per-token RDP that do not depend on the other sequences generated with
@@ -158,7 +162,7 @@ def replay_private(lm: LM, job: PrivateJob, generation: PrivateGeneration) -> Pr
     _, stream = _stream_job(job)
     gen = Generation(token_ids=list(generation.token_ids),
                      stopped_on_eos=generation.stopped_on_eos)
-    return _finish(job, replay(lm, stream, gen))
+    return _finish(job, replay(lm.in_process(MECHANISM_NEEDS), stream, gen))
 
 
 def _stream_job(job: PrivateJob) -> tuple[DPAggregator, StreamJob]:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 from ctxleak.methods.accounting_params import (
     PARAM_RANGE,
@@ -171,7 +172,7 @@ class AuditMethod(Method):
     def inputs(self, data: Any) -> dict[str, Any]:
         return {"data": data_path(data)}
 
-    def setup(self, lm: Any, run: Any) -> None:
+    def setup(self, lm: LanguageModel, run: Any) -> None:
         config, settings = self.audit, self.settings
         per = config.n_gen if self.common.limit is None else min(config.n_gen, self.common.limit)
         say(f"{len(self.examples)} private examples; {len(settings)} setting(s) x {per} "
@@ -185,7 +186,7 @@ class AuditMethod(Method):
         tokens, in flight in the generation's KV cache."""
         return item.setting.subset_size * (160 + self.audit.max_tokens)
 
-    def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
+    def measure(self, lm: LanguageModel, items: Sequence[Any]) -> list[dict[str, Any]]:
         """Synthetic sequences generated together (all their streams in one KV cache), each
         from its own subset and seed."""
         return audit_sequences(lm, self.examples, list(items), self.audit, self.common.seed)
@@ -199,5 +200,5 @@ class AuditMethod(Method):
                 "complete": all(r["complete"] for r in rows),
                 "units": dict(VERDICT_UNITS), "verdict": audit_verdict(rows)}
 
-    def provenance_extra(self, lm: Any) -> dict[str, Any]:
+    def provenance_extra(self, lm: LanguageModel) -> dict[str, Any]:
         return {"prompt_template": self.audit.template}

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.accounting import (
     DEFAULT_ORDERS,
     Calibration,
@@ -117,13 +117,13 @@ def audit_jobs(settings: Sequence[AuditSetting], n_gen: int,
     return [AuditJob(s, i) for s in settings for i in range(n)]
 
 
-def audit_sequence(lm: LM, examples: Sequence[PrivateExample], job: AuditJob,
+def audit_sequence(lm: LanguageModel, examples: Sequence[PrivateExample], job: AuditJob,
                    config: AuditConfig, run_seed: int = 0) -> dict[str, Any]:
     """Generate one synthetic sequence of ``job`` and its data-dependent loss (one record)."""
     return audit_sequences(lm, examples, [job], config, run_seed)[0]
 
 
-def audit_sequences(lm: LM, examples: Sequence[PrivateExample], jobs: Sequence[AuditJob],
+def audit_sequences(lm: LanguageModel, examples: Sequence[PrivateExample], jobs: Sequence[AuditJob],
                     config: AuditConfig, run_seed: int = 0) -> list[dict[str, Any]]:
     """:func:`audit_sequence` of several jobs, their s streams each decoded in one batched KV
     cache; each sequence keeps its own subset and seed (so its tokens do not depend on the

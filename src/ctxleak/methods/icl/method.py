@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.icl import LabelScorer, PromptBuilder, query_id, summarize_records
 from ctxleak.methods.icl.data import ICLTask, load_task
 from ctxleak.methods.icl.params import (
@@ -101,7 +102,7 @@ class ICLInfMethod(Method):
         # ICL prompts are completions ending in 'Answer:': the chat template only when asked for
         return {"chat_template": "on" if self.chat else "off"}
 
-    def setup(self, lm: Any, run: Any) -> None:
+    def setup(self, lm: LanguageModel, run: Any) -> None:
         task = self.task
         self.builder = PromptBuilder(lm, task.fmt, task.labels, chat=self.chat,
                                      max_text_tokens=self.icl.max_text_tokens)
@@ -119,7 +120,7 @@ class ICLInfMethod(Method):
         prompts = (n_shots + 1) * (4 if self.icl.calibrated else 1)
         return prompts * (n_shots + 1) * (texts + 8)
 
-    def measure(self, lm: Any, items: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+    def measure(self, lm: LanguageModel, items: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
         """The queries measured together: their full and leave-one-out prompts in one engine
         call, each query's prompts reusing its own full prompt's prefix."""
         return measure_queries(lm, self.task, self.builder, self.scorer, self.icl, list(items),
@@ -155,6 +156,6 @@ class ICLInfMethod(Method):
                 "query": fmt.query, "chat_template": self.chat,
                 "label_prefix": self.builder.label_prefix}
 
-    def provenance_extra(self, lm: Any) -> dict[str, Any]:
+    def provenance_extra(self, lm: LanguageModel) -> dict[str, Any]:
         label_tokens = {lab: seq for lab, seq in zip(self.task.labels, self.scorer.sequences)}
         return {"prompt_template": self._template(), "label_tokens": label_tokens}

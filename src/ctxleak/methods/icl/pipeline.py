@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ctxleak.engine.generation import derive_seed
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.scoring import continuation_logprobs, next_token_logprobs
 from ctxleak.errors import ConfigError
 from ctxleak.methods.icl.calibration import (
@@ -89,7 +89,7 @@ class ICLConfig:
 class LabelScorer:
     """Token ids of the labels and the log-probability of each label after a prompt."""
 
-    def __init__(self, lm: LM, labels: Sequence[str], mode: str = "first-token",
+    def __init__(self, lm: LanguageModel, labels: Sequence[str], mode: str = "first-token",
                  prefix: str = " ") -> None:
         if mode not in LABEL_SCORING:
             raise ConfigError(f"unknown label_scoring '{mode}': use first-token or full",
@@ -295,7 +295,7 @@ def query_record(scores: QueryScores, config: ICLConfig, labels: Sequence[str],
     return variants
 
 
-def measure_query(lm: LM, task: ICLTask, builder: PromptBuilder, scorer: LabelScorer,
+def measure_query(lm: LanguageModel, task: ICLTask, builder: PromptBuilder, scorer: LabelScorer,
                   config: ICLConfig, n_shots: int, query_index: int, seed: int
                   ) -> dict[str, Any]:
     """One query's JSON record: exemplar indices, per-variant distributions and losses, ICLInf_j,
@@ -303,7 +303,7 @@ def measure_query(lm: LM, task: ICLTask, builder: PromptBuilder, scorer: LabelSc
     return measure_queries(lm, task, builder, scorer, config, [(n_shots, query_index)], seed)[0]
 
 
-def measure_queries(lm: LM, task: ICLTask, builder: PromptBuilder, scorer: LabelScorer,
+def measure_queries(lm: LanguageModel, task: ICLTask, builder: PromptBuilder, scorer: LabelScorer,
                     config: ICLConfig, items: Sequence[tuple[int, int]], seed: int
                     ) -> list[dict[str, Any]]:
     """:func:`measure_query` of several (shots, query index) together: all their prompts scored
@@ -350,7 +350,7 @@ def query_id(n_shots: int, query_index: int) -> str:
     return f"shots={n_shots}/q={query_index}"
 
 
-def run_iclinf(lm: LM, task: ICLTask, shots: Iterable[int] = (4,), *,
+def run_iclinf(lm: LanguageModel, task: ICLTask, shots: Iterable[int] = (4,), *,
                config: ICLConfig | None = None, queries: int | None = 100, seed: int = 0,
                chat: bool = False,
                on_record: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:

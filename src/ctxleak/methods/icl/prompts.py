@@ -13,7 +13,7 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import build_prompt
 from ctxleak.errors import ConfigError
 
@@ -137,7 +137,7 @@ class PromptBuilder:
     (with a warning; the count is recorded per query).
     """
 
-    lm: LM
+    lm: LanguageModel
     fmt: PromptFormat
     labels: Sequence[str]
     chat: bool = False

@@ -18,7 +18,7 @@ import torch
 
 from ctxleak.engine.forward import MASKED_LOGIT
 from ctxleak.engine.generation import Generation, StreamJob, generate_many, replay
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
 from ctxleak.methods.influence.quantities import token_influence
@@ -27,6 +27,10 @@ BISECTION_STEPS = 40
 # Bounded CID aims this far below ε/2 so that float noise between the two streams' forward
 # passes (about 1e-7 in float32) can never push a released token over the bound.
 BOUND_MARGIN = 1e-6
+
+#: Why CID decoding needs the model in-process (the words of a refusal).
+CID_NEEDS = ("Context Influence Decoding mixes the full next-token logits of two prompts at "
+             "every step: load the model in-process")
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,7 @@ def cid_combine(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDConfi
     return cid_logprobs(z_context, z_empty, lam, t), lam, eps_ex_post
 
 
-def generate_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],
+def generate_cid(lm: LanguageModel, prompt_context: Sequence[int], prompt_empty: Sequence[int],
                  config: CIDConfig, seed: int, use_cache: bool = True,
                  sample: bool = True) -> RowLedger:
     """Draw one response by CID from the prompt with the context and the one without it
@@ -198,7 +202,7 @@ CIDJob = tuple[Sequence[int], Sequence[int], CIDConfig, int]
 """(prompt with the context, prompt without it, decoding settings, seed) of one example."""
 
 
-def generate_cid_many(lm: LM, jobs: Sequence[CIDJob], use_cache: bool = True,
+def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool = True,
                       sample: bool = True, context_caches: list[Any] | None = None,
                       rescored: bool = False) -> list[RowLedger]:
     """One CID response (its ledger, row k for job k) per job, the two streams of every job
@@ -211,13 +215,14 @@ def generate_cid_many(lm: LM, jobs: Sequence[CIDJob], use_cache: bool = True,
     keep = context_caches is not None
     parts = [_cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored)
              for k, (full, empty, config, seed) in enumerate(jobs)]
-    gens = generate_many(lm, [job for job, _ in parts], use_cache=use_cache, sample=sample)
+    gens = generate_many(lm.in_process(CID_NEEDS), [job for job, _ in parts],
+                         use_cache=use_cache, sample=sample)
     if context_caches is not None:
         context_caches.extend(gen.prompt_caches.get(0) for gen in gens)
     return [finish(gen) for (_, finish), gen in zip(parts, gens)]
 
 
-def replay_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int],
+def replay_cid(lm: LanguageModel, prompt_context: Sequence[int], prompt_empty: Sequence[int],
                config: CIDConfig, response: RowLedger) -> RowLedger:
     """``response`` with its floats (log-probs, λ_t and ε of bounded CID) recomputed from this
     example's two prompts alone (:func:`ctxleak.engine.generation.replay`, what a
@@ -225,7 +230,7 @@ def replay_cid(lm: LM, prompt_context: Sequence[int], prompt_empty: Sequence[int
     decoded with it."""
     job, finish = _cid_job(prompt_context, prompt_empty, config, 0, row=response.row)
     gen = Generation(token_ids=response.response_ids, stopped_on_eos=response.stopped_on_eos)
-    again = finish(replay(lm, job, gen))
+    again = finish(replay(lm.in_process(CID_NEEDS), job, gen))
     if not response.stopped_on_eos:
         return again
     # the replay draws the first EOS id: the ledger keeps the one the generation drew

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.influence.ngrams import PromptParts
@@ -174,7 +174,7 @@ def _split(example: InfluenceExample, mode: str | None) -> InfluenceExample:
     return replace(example, passages=tuple(split_context(example.context, mode)))
 
 
-def context_ids(lm: LM, example: InfluenceExample) -> tuple[list[int], list[tuple[int, int]]]:
+def context_ids(lm: LanguageModel, example: InfluenceExample) -> tuple[list[int], list[tuple[int, int]]]:
     """The context's token ids and the ``[start, end)`` span of each passage in them: the whole
     string tokenised at once (one span) without passages, each passage on its own with them."""
     if not example.passages:
@@ -184,7 +184,7 @@ def context_ids(lm: LM, example: InfluenceExample) -> tuple[list[int], list[tupl
     return [t for ids in encoded for t in ids], piece_spans([len(ids) for ids in encoded])
 
 
-def passage_spans(lm: LM, example: InfluenceExample, n_context: int
+def passage_spans(lm: LanguageModel, example: InfluenceExample, n_context: int
                   ) -> list[tuple[int, int] | None]:
     """Each passage's span in a context kept to its first ``n_context`` tokens (None for a
     passage cut out entirely); [] for an example without passages."""
@@ -199,7 +199,7 @@ def template_for(example: InfluenceExample, template: str | None) -> str:
     return TASK_TEMPLATES[example.task]
 
 
-def prompt_parts(lm: LM, example: InfluenceExample, template: str | None = None,
+def prompt_parts(lm: LanguageModel, example: InfluenceExample, template: str | None = None,
                  context_tokens: int | None = None, reserve: int = 0) -> tuple[PromptParts, int]:
     """The example's prompt split around its context, with the context cut to its first
     ``context_tokens`` tokens (Fig. 2b) and to the model's window minus ``reserve`` new tokens.

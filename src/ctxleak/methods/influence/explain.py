@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ctxleak.engine.generation import derive_seed
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.cid import CIDConfig, generate_cid
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
@@ -46,7 +47,7 @@ def explain_inputs(context: str, task: str, template: str | None, ngram: int = 4
     return context
 
 
-def explain_prompt(lm: Any, context: str, query: str, *, task: str = "qa",
+def explain_prompt(lm: LanguageModel, context: str, query: str, *, task: str = "qa",
                    template: str | None = None, config: Any, ngram: int = 4, top: int = 5,
                    seed: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the ``results.json`` summary of one explained prompt, the per-window curve for its plot).
@@ -117,7 +118,7 @@ class ExplainMethod(Method):
     def key(self, item: str) -> str:
         return item
 
-    def measure(self, lm: Any, items: Sequence[str]) -> list[dict[str, Any]]:
+    def measure(self, lm: LanguageModel, items: Sequence[str]) -> list[dict[str, Any]]:
         summary, curve = explain_prompt(lm, self.context, self.query, task=self.task,
                                         template=self.template, config=self.cid,
                                         ngram=self.ngram, top=self.top, seed=self.common.seed)

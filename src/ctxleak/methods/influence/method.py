@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from ctxleak.engine.generation import derive_seed
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.influence.control import ControlCost, control_indices
 from ctxleak.methods.influence.data import InfluenceExample, load_examples, template_for
 from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
@@ -20,8 +21,8 @@ from ctxleak.methods.influence.pipeline import (
     summarize_setting,
 )
 from ctxleak.methods.influence.quality import quality_scores
+from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.verdict import run_verdict
-from ctxleak.methods.needs import influence as influence_needs
 from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -78,7 +79,7 @@ class InfluenceMethod(Method):
         ``temperature`` and ``context_limit``)."""
         return item[1].id
 
-    def setup(self, lm: Any, run: Any) -> None:
+    def setup(self, lm: LanguageModel, run: Any) -> None:
         self.lm = lm  # to count the token slots of an item (batch_cost)
 
     def batch_cost(self, item: tuple[Setting, Any]) -> int | None:
@@ -90,7 +91,7 @@ class InfluenceMethod(Method):
         parts, _ = example_parts(lm, ex, setting, self.options)
         return len(parts.full) + len(parts.empty) + 2 * self.options.max_new_tokens
 
-    def measure(self, lm: Any, items: Sequence[tuple[Setting, Any]]) -> list[dict[str, Any]]:
+    def measure(self, lm: LanguageModel, items: Sequence[tuple[Setting, Any]]) -> list[dict[str, Any]]:
         """CID responses and influence of the items, measured together (one batched KV cache for
         generation, one planner for n-gram scoring); each item samples from its own seed,
         (run seed, example index), the same across settings and batches."""
@@ -134,6 +135,6 @@ class InfluenceMethod(Method):
                 summaries.append(summary)
         return {"verdict": run_verdict(summaries), "settings": summaries}
 
-    def provenance_extra(self, lm: Any) -> dict[str, Any]:
+    def provenance_extra(self, lm: LanguageModel) -> dict[str, Any]:
         return {"prompt_templates": {ex.task: template_for(ex, self.options.template)
                                      for ex in self.examples}}

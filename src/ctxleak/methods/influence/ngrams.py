@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ctxleak.engine.generation import mask_eos_before_min
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.scoring import continuation_logits
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.cid import bounded_lambdas, cid_logprobs
@@ -106,7 +106,7 @@ class WindowRequest:
     with_empty: bool = False
 
 
-def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans: Sequence[
+def window_influence(lm: LanguageModel, parts: PromptParts, response: Sequence[int], spans: Sequence[
         tuple[int, int]], *, lam: float | Sequence[float], temperature: float,
         min_new_tokens: int = 0, reuse_prefix: bool = True, bounded_eps: float | None = None
         ) -> WindowInfluence:
@@ -134,7 +134,7 @@ def window_influence(lm: LM, parts: PromptParts, response: Sequence[int], spans:
     return window_influence_many(lm, [request], reuse_prefix=reuse_prefix)[0]
 
 
-def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
+def window_influence_many(lm: LanguageModel, requests: Sequence[WindowRequest], *,
                           reuse_prefix: bool = True) -> list[WindowInfluence]:
     """:func:`window_influence` of several examples scored together: the no-context prompts of
     all of them in one planner run, then every example's full and ablated prompts in another,
@@ -213,7 +213,7 @@ def window_influence_many(lm: LM, requests: Sequence[WindowRequest], *,
     return out  # type: ignore[return-value]
 
 
-def next_token_unigram_influence(lm: LM, parts: PromptParts, prefix: Sequence[int],
+def next_token_unigram_influence(lm: LanguageModel, parts: PromptParts, prefix: Sequence[int],
                                  token: int, *, lam: float, temperature: float,
                                  min_new_tokens: int = 0) -> np.ndarray:
     """Influence of each single context token on one next token (Table 1):

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ctxleak.engine.capabilities import NEXT_TOKEN_LOGITS, capabilities_of
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, warn
+from ctxleak.methods.influence.answers import own_answers, score_responses, scored_spans
 from ctxleak.methods.influence.cid import (
     CIDConfig,
     generate_cid_many,
@@ -45,7 +45,7 @@ from ctxleak.methods.influence.ngrams import (
     windows,
 )
 from ctxleak.methods.influence.quantities import expected_influence, token_influence
-from ctxleak.methods.influence.served import score_responses, scored_spans, served_responses
+from ctxleak.methods.influence.roads import ANSWERS, Road, road
 from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
 
 
@@ -88,13 +88,13 @@ def _round(values: Sequence[float] | np.ndarray, digits: int = 6) -> list[float]
     return [round(float(v), digits) for v in values]
 
 
-def measure_example(lm: LM, example: InfluenceExample, setting: Setting,
+def measure_example(lm: LanguageModel, example: InfluenceExample, setting: Setting,
                     options: InfluenceOptions, seed: int) -> dict[str, Any]:
     """Generate by CID and measure the context's influence on one example (one JSON record)."""
     return measure_examples(lm, [(example, setting, seed)], options)[0]
 
 
-def example_parts(lm: LM, example: InfluenceExample, setting: Setting,
+def example_parts(lm: LanguageModel, example: InfluenceExample, setting: Setting,
                   options: InfluenceOptions) -> tuple[PromptParts, int]:
     """The example's prompt parts under ``setting`` (context cut to the window) and how many
     context tokens the window forced out."""
@@ -102,7 +102,7 @@ def example_parts(lm: LM, example: InfluenceExample, setting: Setting,
                         reserve=options.max_new_tokens)
 
 
-def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                      options: InfluenceOptions, *, hand_over_prefill: bool = True,
                      controls: Sequence[InfluenceExample | None] | None = None,
                      cost: ControlCost | None = None) -> list[dict[str, Any]]:
@@ -126,8 +126,8 @@ def measure_examples(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int
     given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response is not None]
     if given:  # logged answers are scored, the others generated
         return _with_given(lm, jobs, options, given, hand_over_prefill, controls, cost)
-    if NEXT_TOKEN_LOGITS not in capabilities_of(lm):  # a served model: its own answers, λ = 1
-        return _measure_served(lm, jobs, options, controls, cost)
+    if _road(lm, jobs, options).name == ANSWERS:  # the model's own answers, sampled then scored
+        return _measure_own_answers(lm, jobs, options, controls, cost)
     parts = _example_parts(lm, jobs, options)
     rescored = options.ngram is not None and options.bounded_eps is None
     caches: list[Any] | None = [] if hand_over_prefill and options.ngram is not None \
@@ -216,7 +216,7 @@ def _add_token_fields(records: list[dict[str, Any]], parts: Sequence[tuple[Promp
                                           record["token_influence"]))
 
 
-def _add_control(lm: Any, records: list[dict[str, Any]],
+def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
                  jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                  answers: Sequence[Sequence[int]],
                  controls: Sequence[InfluenceExample | None] | None, options: InfluenceOptions,
@@ -225,7 +225,7 @@ def _add_control(lm: Any, records: list[dict[str, Any]],
     another example's context) at the job's λ and T, and add the control fields to its
     record. ``scorer``: None scores in-process with the CID mixture
     (:func:`window_influence_many`, bounded CID included); otherwise a function like
-    :func:`~ctxleak.methods.influence.served.score_responses` (a served model, or logged
+    :func:`~ctxleak.methods.influence.answers.score_responses` (a served model, or logged
     answers), which scores each answer with the context and without it."""
     if not options.control or controls is None:
         return
@@ -262,7 +262,7 @@ def _add_control(lm: Any, records: list[dict[str, Any]],
         cost.seconds += time.perf_counter() - start
 
 
-def _with_given(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                 options: InfluenceOptions, given: Sequence[int], hand_over_prefill: bool,
                 controls: Sequence[InfluenceExample | None] | None = None,
                 cost: ControlCost | None = None) -> list[dict[str, Any]]:
@@ -278,8 +278,7 @@ def _with_given(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
     mine = [jobs[k] for k in given]
     parts = _example_parts(lm, mine, options)
     answers = [(lm.encode(ex.response or ""), False) for ex, _, _ in mine]
-    scorer = score_responses if NEXT_TOKEN_LOGITS not in capabilities_of(lm) \
-        else _score_in_process
+    scorer = score_responses if _road(lm, mine, options).name == ANSWERS else _score_in_process
     records = _scored_records(lm, mine, parts, answers, options, scorer,
                               None if controls is None else [controls[k] for k in given], cost)
     out: list[dict[str, Any] | None] = [None] * len(jobs)
@@ -296,14 +295,14 @@ def _with_given(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
     return out  # type: ignore[return-value]
 
 
-def _score_in_process(lm: LM, parts: Sequence[PromptParts],
+def _score_in_process(lm: LanguageModel, parts: Sequence[PromptParts],
                       responses: Sequence[tuple[list[int], bool]], *, lam: Sequence[float],
                       temperature: Sequence[float], min_new_tokens: int, ngram: int | None,
                       stride: int | None, ids: Sequence[str | int],
                       passages: Sequence[Sequence[tuple[int, int]]] | None = None
                       ) -> tuple[list[RowLedger], list[WindowRequest | None],
                                  list[WindowInfluence | None], set[int]]:
-    """:func:`~ctxleak.methods.influence.served.score_responses` in-process: each answer
+    """:func:`~ctxleak.methods.influence.answers.score_responses` in-process: each answer
     scored teacher-forced under CID at its λ and T, with and without the context, each
     n-gram window and each passage (:func:`window_influence_many`), EOS masked before
     ``min_new_tokens``."""
@@ -329,13 +328,13 @@ def _score_in_process(lm: LM, parts: Sequence[PromptParts],
             [w if r.spans else None for r, w in zip(requests, wins)], clipped)
 
 
-def _scored_records(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                     parts: Sequence[tuple[PromptParts, int]],
                     answers: Sequence[tuple[list[int], bool]], options: InfluenceOptions,
                     scorer: Any, controls: Sequence[InfluenceExample | None] | None,
                     cost: ControlCost | None) -> list[dict[str, Any]]:
     """The records of answers already drawn (a served model's, or logged ones), each scored by
-    ``scorer`` (:func:`~ctxleak.methods.influence.served.score_responses` or
+    ``scorer`` (:func:`~ctxleak.methods.influence.answers.score_responses` or
     :func:`_score_in_process`) with and without the context, each n-gram window and each
     passage (Def. 3.1 with S = the window or passage), then under its control context."""
     spans_of = [passage_spans(lm, ex, len(p.context)) for (ex, _, _), (p, _) in zip(jobs, parts)]
@@ -363,18 +362,27 @@ def _scored_records(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int
     return records
 
 
-def _measure_served(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                    options: InfluenceOptions,
-                    controls: Sequence[InfluenceExample | None] | None = None,
-                    cost: ControlCost | None = None) -> list[dict[str, Any]]:
-    """:func:`measure_examples` on a served model (λ = 1, T = 1, checked before the run): each
-    answer sampled by the server from its own seed, then scored there
-    (:mod:`ctxleak.methods.influence.served`)."""
+def _road(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+          options: InfluenceOptions) -> Road:
+    """The road these jobs take on ``lm`` (:func:`~ctxleak.methods.influence.roads.road`: the
+    same needs the run was checked against, checked again here)."""
+    return road(lm, [s.lam for _, s, _ in jobs], [s.temperature for _, s, _ in jobs],
+                options.bounded_eps)
+
+
+def _measure_own_answers(lm: LanguageModel,
+                         jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                         options: InfluenceOptions,
+                         controls: Sequence[InfluenceExample | None] | None = None,
+                         cost: ControlCost | None = None) -> list[dict[str, Any]]:
+    """:func:`measure_examples` on the :data:`~ctxleak.methods.influence.roads.ANSWERS` road
+    (λ = 1, T = 1): each answer sampled by the model from its own seed, then scored
+    (:mod:`ctxleak.methods.influence.answers`)."""
     parts = _example_parts(lm, jobs, options)
     responses: list[tuple[list[int], bool]] = [([], False)] * len(jobs)
     for temperature in sorted({setting.temperature for _, setting, _ in jobs}):
         ks = [k for k, (_, setting, _) in enumerate(jobs) if setting.temperature == temperature]
-        drawn = served_responses(lm, [parts[k][0] for k in ks], [jobs[k][2] for k in ks],
+        drawn = own_answers(lm, [parts[k][0] for k in ks], [jobs[k][2] for k in ks],
                                  temperature, options.max_new_tokens, options.min_new_tokens)
         for k, answer in zip(ks, drawn):
             responses[k] = answer
@@ -382,7 +390,7 @@ def _measure_served(lm: Any, jobs: Sequence[tuple[InfluenceExample, Setting, int
                            cost)
 
 
-def _example_parts(lm: LM, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+def _example_parts(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                    options: InfluenceOptions) -> list[tuple[PromptParts, int]]:
     """Each job's prompt parts and the context tokens cut to fit the window (warned)."""
     parts = []
@@ -443,7 +451,7 @@ def _window_fields(request: WindowRequest, win: WindowInfluence, options: Influe
     }
 
 
-def _record(lm: LM, example: InfluenceExample, setting: Setting, options: InfluenceOptions,
+def _record(lm: LanguageModel, example: InfluenceExample, setting: Setting, options: InfluenceOptions,
             seed: int, parts: PromptParts, dropped: int, response: RowLedger
             ) -> dict[str, Any]:
     """The record of one CID response: tokens, per-token log-probs and influence (Def. 3.1-3.2),

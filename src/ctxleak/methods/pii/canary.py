@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ctxleak.engine.forward import head_logits, hidden_states, pad_id, right_pad
+from ctxleak.engine.lm import InProcessLM
 from ctxleak.methods.pii.records import PIIRecord
 
 __all__ = [
@@ -76,7 +77,7 @@ class FinetuneResult:
     are counted: the running mean over the epoch's batches), the wall time, the number of
     trainable parameters, the training tokens per epoch and the optimiser steps."""
 
-    lm: Any
+    lm: InProcessLM
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
     n_trainable: int = 0
@@ -116,7 +117,7 @@ def decoder_blocks(model: Any) -> torch.nn.ModuleList:
     return best
 
 
-def _token_rows(lm: Any, texts: Sequence[str], max_length: int) -> list[list[int]]:
+def _token_rows(lm: InProcessLM, texts: Sequence[str], max_length: int) -> list[list[int]]:
     rows = []
     eos = list(lm.eos_ids[:1])
     for text in texts:
@@ -125,7 +126,7 @@ def _token_rows(lm: Any, texts: Sequence[str], max_length: int) -> list[list[int
     return rows
 
 
-def finetune_copy(lm: Any, texts: Sequence[str], config: FinetuneConfig | None = None, *,
+def finetune_copy(lm: InProcessLM, texts: Sequence[str], config: FinetuneConfig | None = None, *,
                   progress: Callable[[int, float], None] | None = None) -> FinetuneResult:
     """Fine-tune a deep copy of ``lm.model`` on ``texts`` (next-token loss on every token) and
     return it as a new ``LM`` sharing the tokenizer. ``lm`` is left unchanged.
@@ -147,7 +148,8 @@ def finetune_copy(lm: Any, texts: Sequence[str], config: FinetuneConfig | None =
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     info = dataclasses.replace(lm.info, name=f"{lm.info.name} (canary fine-tuned)")
-    tuned = dataclasses.replace(lm, model=model, info=info)
+    tuned = copy.copy(lm)  # the same conventions and batching, other weights
+    tuned.model, tuned.info = model, info
     rows = _token_rows(lm, texts, config.max_length)
     gen = torch.Generator().manual_seed(config.seed)
     torch.manual_seed(config.seed)

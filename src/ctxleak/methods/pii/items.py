@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import build_prompt
 from ctxleak.methods.pii.records import PII_FIELDS, PIIRecord
 from ctxleak.methods.pii.templates import (
@@ -176,7 +177,7 @@ class Encoded:
     context_truncated: int = 0
 
 
-def continuation_ids(lm: Any, prompt_text: str, answer: str) -> list[int]:
+def continuation_ids(lm: LanguageModel, prompt_text: str, answer: str) -> list[int]:
     """Ids of ``" " + answer`` as the tokenizer splits ``prompt_text + " " + answer`` after the
     ids of ``prompt_text`` (or, when the prompt's own ids change, ``encode(" " + answer)``)."""
     answer = answer.strip()
@@ -187,7 +188,7 @@ def continuation_ids(lm: Any, prompt_text: str, answer: str) -> list[int]:
     return lm.encode(" " + answer)
 
 
-def encode_item(lm: Any, item: ProbeItem, *, chat: bool = False,
+def encode_item(lm: LanguageModel, item: ProbeItem, *, chat: bool = False,
                 context_template: str = CONTEXT_TEMPLATE, reserve: int = 0) -> Encoded:
     """Token ids for one item (BOS and, with ``chat``, the chat template by
     :func:`ctxleak.engine.prompts.build_prompt`). Documents longer than the model's window

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import build_prompt
 from ctxleak.methods.influence.leakmap import context_token_scores
 from ctxleak.methods.influence.ngrams import PromptParts, window_influence, windows
@@ -19,7 +20,7 @@ from ctxleak.methods.pii.items import continuation_ids
 from ctxleak.methods.pii.templates import scoring_pair
 
 
-def in_context_map(lm: Any, row: dict[str, Any], documents: str, context_template: str, *,
+def in_context_map(lm: LanguageModel, row: dict[str, Any], documents: str, context_template: str, *,
                    chat: bool = False, ngram: int = 8) -> dict[str, Any] | None:
     """For one in-context probe row: the document tokens, the mean influence of the windows
     covering each (``ngram`` tokens, stride ``ngram // 2``), the target tokens and their

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.needs import probe as probe_needs
 from ctxleak.methods.pii.canary import canary_verdict
 from ctxleak.methods.pii.leakmap import in_context_map
@@ -71,7 +72,7 @@ class ProbeMethod(Method):
         return {"data": describe(data), "subjects": subjects, **s}
 
     # ---- measuring ---------------------------------------------------------------------------
-    def setup(self, lm: Any, run: Any) -> None:
+    def setup(self, lm: LanguageModel, run: Any) -> None:
         s, plan, seed = self.settings, self.plan, self.common.seed
         chat = self.common.chat_template == "on"
         budgets = token_budgets(lm, plan, s["max_new_tokens"], chat,
@@ -119,7 +120,7 @@ class ProbeMethod(Method):
         if chunk:
             yield chunk
 
-    def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
+    def measure(self, lm: LanguageModel, items: Sequence[Any]) -> list[dict[str, Any]]:
         rows = self.runners[items[0].runner]([t.item for t in items])
         out = [{"mode": t.mode, "variant": t.variant, "group": t.group, "shots_k": t.k, **row}
                for t, row in zip(items, rows)]
@@ -129,7 +130,7 @@ class ProbeMethod(Method):
                 row["leak_map"] = self._leak_map(lm, row)
         return out
 
-    def _leak_map(self, lm: Any, row: dict[str, Any]) -> dict[str, Any] | None:
+    def _leak_map(self, lm: LanguageModel, row: dict[str, Any]) -> dict[str, Any] | None:
         """Where the subject's documents leaked into this in-context answer (Def. 3.1-3.2 of
         "Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models" over
         the documents' windows): stored in the record, so the report and a
@@ -179,5 +180,5 @@ class ProbeMethod(Method):
         summary["verdict"] = probe_verdict(summaries, records, s["alpha"])
         return summary
 
-    def provenance_extra(self, lm: Any) -> dict[str, Any]:
+    def provenance_extra(self, lm: LanguageModel) -> dict[str, Any]:
         return {"prompt_templates": template_texts(self.settings)}

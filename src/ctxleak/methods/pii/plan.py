@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.pii.canary import split_subjects
 from ctxleak.methods.pii.items import continuation_ids, make_items
@@ -161,7 +162,7 @@ def plan_probes(records: list, modes: list[str], types: list[str], ks: list[int]
     return Plan(tasks, skipped, train_items, inserted, held)
 
 
-def token_budgets(lm: Any, plan: Plan, setting: str, chat: bool, *,
+def token_budgets(lm: LanguageModel, plan: Plan, setting: str, chat: bool, *,
                   generate: bool = True) -> dict[str, int]:
     """New-token budget per PII type; warns when a target cannot fit in the paper's budget
     (only when the run ``generate``s: without generation no budget is used)."""

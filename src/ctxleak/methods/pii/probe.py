@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from ctxleak.engine.generation import beam_generate
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.scoring import continuation_logprobs
 from ctxleak.methods.influence.quantities import response_influence, token_influence
 from ctxleak.methods.pii.items import (
@@ -98,7 +99,7 @@ __all__ = [
 ]
 
 
-def score_items(lm: Any, encoded: Sequence[Encoded]) -> list[dict[str, Any]]:
+def score_items(lm: LanguageModel, encoded: Sequence[Encoded]) -> list[dict[str, Any]]:
     """Teacher-forced log-probabilities of the target and null PII (and, in context mode, of the
     target without the documents) for each encoded item, with the likelihood summaries. Each
     item is one example for the model's batching policy."""
@@ -177,7 +178,7 @@ class ProbeOptions:
     max_new_tokens: Mapping[str, int] = field(default_factory=lambda: dict(MAX_NEW_TOKENS))
 
 
-def probe_batch(lm: Any, items: Sequence[ProbeItem], options: ProbeOptions | None = None, *,
+def probe_batch(lm: LanguageModel, items: Sequence[ProbeItem], options: ProbeOptions | None = None, *,
                 generator: Callable[[Sequence[Sequence[int]], int], list[list[int]]] | None = None,
                 scorer: Callable[[Sequence[Encoded]], list[dict[str, Any]]] | None = None
                 ) -> list[dict[str, Any]]:

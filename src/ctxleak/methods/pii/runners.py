@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ctxleak.engine.batching import example_passes, policy_of
+from ctxleak.engine.lm import InProcessLM, LanguageModel
 from ctxleak.methods.pii.canary import FinetuneConfig, finetune_copy
 from ctxleak.methods.pii.items import encode_item
 from ctxleak.methods.pii.metrics import exact_match
@@ -27,8 +28,14 @@ from ctxleak.methods.pii.softprompt import (
 )
 from ctxleak.run.runner import say
 
+#: Why white-box probing and canary fine-tuning need the model in-process (a refusal's words).
+WHITE_BOX_NEEDS = ("white-box soft prompts are trained by gradients through the model's input "
+                   "embeddings: load the model in-process")
+CANARY_NEEDS = ("canary probing fine-tunes a copy of the model's weights: load the model "
+                "in-process")
 
-def probe_runners(lm: Any, tuned: Any, soft: dict[str, Any], options: Any) -> dict[tuple, Callable]:
+
+def probe_runners(lm: LanguageModel, tuned: Any, soft: dict[str, Any], options: Any) -> dict[tuple, Callable]:
     runners: dict[tuple, Callable] = {
         ("black-box", "beam", None): lambda items: probe_batch(lm, items, options),
         ("in-context", "beam", None): lambda items: probe_batch(lm, items, options),
@@ -42,11 +49,13 @@ def probe_runners(lm: Any, tuned: Any, soft: dict[str, Any], options: Any) -> di
         runners[("canary", "fine-tuned-likelihood", None)] = \
             lambda items: probe_batch(tuned, items, scoring)
     for pii_type, embeddings in soft.items():
-        runners[("white-box", "soft-prompt", pii_type)] = soft_prompt_runner(lm, embeddings, options)
+        local = lm.in_process(WHITE_BOX_NEEDS)
+        runners[("white-box", "soft-prompt", pii_type)] = soft_prompt_runner(local, embeddings,
+                                                                             options)
     return runners
 
 
-def soft_prompt_runner(lm: Any, embeddings: Any, options: Any) -> Callable:
+def soft_prompt_runner(lm: InProcessLM, embeddings: Any, options: Any) -> Callable:
     def generator(prompts: Sequence[Sequence[int]], max_new: int) -> list[list[int]]:
         return soft_prompt_greedy(lm, embeddings, prompts, max_new_tokens=max_new)
 
@@ -70,7 +79,7 @@ def soft_prompt_runner(lm: Any, embeddings: Any, options: Any) -> Callable:
     return lambda items: probe_batch(lm, items, options, generator=generator, scorer=scorer)
 
 
-def train_soft_prompts(lm: Any, run: Any, plan: Plan, config: dict[str, Any], options: Any,
+def train_soft_prompts(lm: LanguageModel, run: Any, plan: Plan, config: dict[str, Any], options: Any,
                         seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train (or, on --resume, reload) one soft prompt per PII type."""
     cfg = SoftPromptConfig(n_tokens=config["soft_tokens"], lr=config["soft_lr"],
@@ -92,7 +101,8 @@ def train_soft_prompts(lm: Any, run: Any, plan: Plan, config: dict[str, Any], op
 
         say(f"white-box {pii_type}: training {cfg.n_tokens} soft-prompt vectors on "
             f"{len(items)} prompts for {cfg.epochs} epochs")
-        result = train_soft_prompt(lm, [e.prompt for e in encoded], [e.target for e in encoded],
+        result = train_soft_prompt(lm.in_process(WHITE_BOX_NEEDS), [e.prompt for e in encoded],
+                                   [e.target for e in encoded],
                                    cfg, exact_match=em,
                                    max_new_tokens=options.max_new_tokens[pii_type])
         soft[pii_type] = result.embeddings.to(lm.device)
@@ -111,14 +121,14 @@ def train_soft_prompts(lm: Any, run: Any, plan: Plan, config: dict[str, Any], op
     return soft, info
 
 
-def finetune_canary(lm: Any, plan: Plan, config: dict[str, Any], seed: int) -> tuple[Any, dict]:
+def finetune_canary(lm: LanguageModel, plan: Plan, config: dict[str, Any], seed: int) -> tuple[Any, dict]:
     cfg = FinetuneConfig(epochs=config["canary_epochs"], lr=config["canary_lr"],
                          train_layers=config["canary_layers"], seed=seed)
     texts = [d for r in plan.inserted for d in r.documents]
     say(f"canary: fine-tuning a copy of the model on {len(texts)} documents of "
         f"{len(plan.inserted)} subjects ({cfg.epochs} epochs, lr {cfg.lr}, "
         + (f"last {cfg.train_layers} blocks)" if cfg.train_layers else "all weights)"))
-    result = finetune_copy(lm, texts, cfg,
+    result = finetune_copy(lm.in_process(CANARY_NEEDS), texts, cfg,
                            progress=lambda e, loss: say(f"canary: epoch {e} loss {loss:.3f}"))
     say(f"canary: fine-tuned in {result.seconds:.1f}s ({result.steps} steps, "
         f"{result.n_trainable:,} trainable parameters)")

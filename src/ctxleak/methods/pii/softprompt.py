@@ -32,6 +32,7 @@ import torch
 
 from ctxleak.engine.forward import head_logits, hidden_states, pad_id
 from ctxleak.engine.gradients import frozen_weights
+from ctxleak.engine.lm import InProcessLM
 
 __all__ = [
     "SoftPromptConfig",
@@ -79,25 +80,25 @@ class SoftPromptResult:
     seconds: float = 0.0
 
 
-def _split_bos(lm: Any, ids: Sequence[int]) -> int:
+def _split_bos(lm: InProcessLM, ids: Sequence[int]) -> int:
     """Where the soft prompt goes: after the model's BOS ids when the prompt starts with them."""
     bos = list(lm.bos_ids)
     return len(bos) if bos and list(ids[:len(bos)]) == bos else 0
 
 
-def _embed(lm: Any, ids: Sequence[int]) -> torch.Tensor:
+def _embed(lm: InProcessLM, ids: Sequence[int]) -> torch.Tensor:
     tensor = torch.as_tensor([list(ids)], dtype=torch.long, device=lm.device)
     return lm.model.get_input_embeddings()(tensor)[0]
 
 
-def _sequence(lm: Any, soft: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
+def _sequence(lm: InProcessLM, soft: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
     """Input embeddings of ``ids[:k] + soft + ids[k:]`` (k = BOS length)."""
     k = _split_bos(lm, ids)
     emb = _embed(lm, ids)
     return torch.cat([emb[:k], soft.to(device=emb.device, dtype=emb.dtype), emb[k:]], dim=0)
 
 
-def _target_logits(lm: Any, soft: torch.Tensor, prompts: Sequence[Sequence[int]],
+def _target_logits(lm: InProcessLM, soft: torch.Tensor, prompts: Sequence[Sequence[int]],
                    targets: Sequence[Sequence[int]]) -> list[torch.Tensor]:
     """LM-head logits ``[L_i, V]`` at the target positions of each (soft, prompt, target)
     sequence: one right-padded forward pass (positions 0..n-1 on every row)."""
@@ -119,7 +120,7 @@ def _target_logits(lm: Any, soft: torch.Tensor, prompts: Sequence[Sequence[int]]
     return out
 
 
-def soft_prompt_logprobs(lm: Any, soft: torch.Tensor, prompts: Sequence[Sequence[int]],
+def soft_prompt_logprobs(lm: InProcessLM, soft: torch.Tensor, prompts: Sequence[Sequence[int]],
                          targets: Sequence[Sequence[int]], *,
                          batch_size: int = 16) -> list[np.ndarray]:
     """Teacher-forced ``log p(a_r | S, prompt, a_<r)`` of each target (float64 log-softmax)."""
@@ -134,7 +135,7 @@ def soft_prompt_logprobs(lm: Any, soft: torch.Tensor, prompts: Sequence[Sequence
     return out
 
 
-def soft_prompt_greedy(lm: Any, soft: torch.Tensor, prompts: Sequence[Sequence[int]], *,
+def soft_prompt_greedy(lm: InProcessLM, soft: torch.Tensor, prompts: Sequence[Sequence[int]], *,
                        max_new_tokens: int, batch_size: int = 16) -> list[list[int]]:
     """Greedy decoding after (soft prompt, prompt): left-padded embeddings with an attention
     mask and position ids, then one token per step through the KV cache; EOS ends a row."""
@@ -174,7 +175,7 @@ def soft_prompt_greedy(lm: Any, soft: torch.Tensor, prompts: Sequence[Sequence[i
     return out
 
 
-def _initial(lm: Any, n: int, seed: int) -> torch.Tensor:
+def _initial(lm: InProcessLM, n: int, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     vocab = min(lm.vocab_size, len(lm.tokenizer))
     special = set(getattr(lm.tokenizer, "all_special_ids", []) or [])
@@ -187,7 +188,7 @@ def _initial(lm: Any, n: int, seed: int) -> torch.Tensor:
         return _embed(lm, ids).detach().float().cpu().clone()
 
 
-def train_soft_prompt(lm: Any, prompts: Sequence[Sequence[int]],
+def train_soft_prompt(lm: InProcessLM, prompts: Sequence[Sequence[int]],
                       targets: Sequence[Sequence[int]], config: SoftPromptConfig | None = None,
                       *, exact_match: Callable[[list[list[int]]], float] | None = None,
                       max_new_tokens: int = 20,

@@ -40,13 +40,17 @@ from ctxleak.engine.gradients import (
     next_token_embedding_grads_many,
     next_token_log_distribution,
 )
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import Prompt, build_prompt
 from ctxleak.methods.susceptibility.montecarlo import PROMPT_TEMPLATE
 
 FISHER_VOCABS = ("topk", "full")
 FISHER_TRUNCATIONS = ("renormalised", "raw")
 FULL_VOCAB_CHUNK = 256  # vector-Jacobian products per batched backward with vocab="full"
+
+#: Why Fisher susceptibility needs the model in-process (the words of a refusal).
+FISHER_NEEDS = ("Fisher susceptibility differentiates the next-token distribution with respect "
+                "to the query's input embeddings: load the model in-process")
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,7 @@ def fisher_chi(trace: float, sigma2: float) -> float:
     return 0.5 * sigma2 * trace
 
 
-def query_prompt(lm: LM, query: str, template: str = PROMPT_TEMPLATE) -> Prompt:
+def query_prompt(lm: LanguageModel, query: str, template: str = PROMPT_TEMPLATE) -> Prompt:
     """The prompt with an empty context (the same ids as the query part of every ``c + q``)."""
     prompt = build_prompt(lm, template, {"context": "", "query": query})
     start, end = prompt.spans["query"]
@@ -110,7 +114,7 @@ def query_prompt(lm: LM, query: str, template: str = PROMPT_TEMPLATE) -> Prompt:
     return prompt
 
 
-def query_gradients(lm: LM, ids: Sequence[int], span: tuple[int, int], *, top_k: int = 10,
+def query_gradients(lm: LanguageModel, ids: Sequence[int], span: tuple[int, int], *, top_k: int = 10,
                     batched: bool = True, reuse_prefix: bool = True,
                     prefix_kv: PrefixKV | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -118,13 +122,13 @@ def query_gradients(lm: LM, ids: Sequence[int], span: tuple[int, int], *, top_k:
     respect to the embeddings of ``span`` (float64, CPU), from the engine's
     :func:`~ctxleak.engine.gradients.next_token_embedding_grads`; ``reuse_prefix=False`` puts
     the whole prompt in the graph."""
-    res = next_token_embedding_grads(lm, ids, span, top_k=top_k, batched=batched,
+    res = next_token_embedding_grads(lm.in_process(FISHER_NEEDS), ids, span, top_k=top_k, batched=batched,
                                      cache_prefix=reuse_prefix,
                                      prefix_kv=prefix_kv if reuse_prefix else None)
     return res.token_ids, res.logprobs, res.grads
 
 
-def fisher_susceptibility(lm: LM, query: str, *, top_k: int = 10, sigma2: float = 1.0,
+def fisher_susceptibility(lm: LanguageModel, query: str, *, top_k: int = 10, sigma2: float = 1.0,
                           vocab: str = "topk", template: str = PROMPT_TEMPLATE,
                           batched: bool = True, reuse_prefix: bool = True,
                           chunk: int = FULL_VOCAB_CHUNK,
@@ -164,7 +168,7 @@ def fisher_susceptibility(lm: LM, query: str, *, top_k: int = 10, sigma2: float 
                         vocab="topk", truncation=truncation)
 
 
-def fisher_susceptibility_many(lm: LM, queries: Sequence[str], *, top_k: int = 10,
+def fisher_susceptibility_many(lm: LanguageModel, queries: Sequence[str], *, top_k: int = 10,
                                sigma2: float = 1.0, vocab: str = "topk",
                                template: str = PROMPT_TEMPLATE,
                                prefix_kv: PrefixKV | None = None,
@@ -178,7 +182,7 @@ def fisher_susceptibility_many(lm: LM, queries: Sequence[str], *, top_k: int = 1
                                       truncation=truncation) for q in queries]
     prompts = [query_prompt(lm, q, template) for q in queries]
     spans = [p.spans["query"] for p in prompts]
-    many = next_token_embedding_grads_many(lm, [p.ids for p in prompts], spans,
+    many = next_token_embedding_grads_many(lm.in_process(FISHER_NEEDS), [p.ids for p in prompts], spans,
                                            top_k=min(top_k, lm.vocab_size), prefix_kv=prefix_kv)
     out = []
     for res, (start, end) in zip(many, spans):
@@ -192,18 +196,19 @@ def fisher_susceptibility_many(lm: LM, queries: Sequence[str], *, top_k: int = 1
     return out
 
 
-def full_vocab_trace(lm: LM, ids: Sequence[int], span: tuple[int, int], *,
+def full_vocab_trace(lm: LanguageModel, ids: Sequence[int], span: tuple[int, int], *,
                      chunk: int = FULL_VOCAB_CHUNK) -> tuple[float, float]:
     """``tr I(e) = Σ_{a ∈ V} p(a|e)·‖∇_e log p(a|e)‖²`` over the whole vocabulary: one forward
     pass (the full prompt, as the engine builds it), then V vector-Jacobian products in batched
     chunks. Returns (trace, total probability mass)."""
+    local = lm.in_process(FISHER_NEEDS)
     start, end = span
     with torch.no_grad():
-        base = input_embeddings(lm, ids)
+        base = input_embeddings(local, ids)
     wrt = base[start:end].clone().requires_grad_(True)
     total = torch.zeros((), dtype=torch.float64)
-    with torch.enable_grad(), frozen_weights(lm.model):
-        logp = next_token_log_distribution(lm, torch.cat([base[:start], wrt, base[end:]], dim=0))
+    with torch.enable_grad(), frozen_weights(local.model):
+        logp = next_token_log_distribution(local, torch.cat([base[:start], wrt, base[end:]], dim=0))
         probs = logp.detach().exp()
         vocab = logp.shape[0]
         for lo in range(0, vocab, chunk):

@@ -10,6 +10,7 @@ from typing import Any
 
 from ctxleak.engine.forward import PrefixKV
 from ctxleak.engine.generation import derive_seed
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 from ctxleak.methods.needs import susceptibility as susceptibility_needs
 from ctxleak.methods.susceptibility.data import (
@@ -18,6 +19,7 @@ from ctxleak.methods.susceptibility.data import (
     parse_query_types,
     resolve_data_path,
 )
+from ctxleak.methods.susceptibility.fisher import FISHER_NEEDS
 from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions, measure_queries, summarize_queries
 from ctxleak.methods.susceptibility.verdict import UNITS as VERDICT_UNITS
 from ctxleak.methods.susceptibility.verdict import (
@@ -148,8 +150,10 @@ class SusceptibilityMethod(Method):
         model (Spearman -0.04 with the template, +0.37 without, 60 demo queries: README)."""
         return {"chat_template": "on" if self.common.chat_template == "on" else "off"}
 
-    def setup(self, lm: Any, run: Any) -> None:
-        self.prefix_kv = PrefixKV(lm)  # the tokens before each query, once per run
+    def setup(self, lm: LanguageModel, run: Any) -> None:
+        # the tokens before each query, once per run (Fisher's gradients: in-process only)
+        self.prefix_kv = PrefixKV(lm.in_process(FISHER_NEEDS)) \
+            if self.options.run_fisher else None
 
     def batch_cost(self, item: Any) -> int | None:
         """The query's prompts in flight: its Monte Carlo contexts (about 32 tokens each with
@@ -157,7 +161,7 @@ class SusceptibilityMethod(Method):
         per_prompt = 32 + len(item.text) // 3
         return per_prompt * (self.options.n_contexts if self.options.run_mc else 1)
 
-    def measure(self, lm: Any, items: Sequence[Any]) -> list[dict[str, Any]]:
+    def measure(self, lm: LanguageModel, items: Sequence[Any]) -> list[dict[str, Any]]:
         """The queries measured together (Monte Carlo prompts in one planner run, Fisher in one
         batched forward and backward), each with its own seed (run seed, query index)."""
         return measure_queries(lm, [(q, derive_seed(self.common.seed, q.index)) for q in items],
@@ -177,5 +181,5 @@ class SusceptibilityMethod(Method):
         summary["verdict"] = susceptibility_verdict(summary, records, self.options.reference)
         return summary
 
-    def provenance_extra(self, lm: Any) -> dict[str, Any]:
+    def provenance_extra(self, lm: LanguageModel) -> dict[str, Any]:
         return {"prompt_template": self.options.template}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import build_prompt, fit_to_window
 from ctxleak.engine.scoring import next_token_logprobs
 
@@ -91,7 +91,7 @@ def susceptibility_from_logprobs(logprobs: torch.Tensor, weights: Sequence[float
                     reference=name)
 
 
-def context_prompts(lm: LM, query: str, contexts: Sequence[str],
+def context_prompts(lm: LanguageModel, query: str, contexts: Sequence[str],
                     template: str = PROMPT_TEMPLATE) -> list[tuple[int, ...]]:
     """Token ids of ``context + query`` for each context: template pieces, context and query
     tokenised separately and concatenated, so the query's ids are the same in every
@@ -100,7 +100,7 @@ def context_prompts(lm: LM, query: str, contexts: Sequence[str],
     return fitted_context_prompts(lm, query, contexts, template)[0]
 
 
-def fitted_context_prompts(lm: LM, query: str, contexts: Sequence[str],
+def fitted_context_prompts(lm: LanguageModel, query: str, contexts: Sequence[str],
                            template: str = PROMPT_TEMPLATE
                            ) -> tuple[list[tuple[int, ...]], list[int]]:
     """The prompts of :func:`context_prompts` and, per context, how many of its tokens were cut
@@ -109,7 +109,7 @@ def fitted_context_prompts(lm: LM, query: str, contexts: Sequence[str],
     return [p.ids for p, _ in fitted], [cut for _, cut in fitted]
 
 
-def monte_carlo_susceptibility(lm: LM, query: str, contexts: Sequence[str],
+def monte_carlo_susceptibility(lm: LanguageModel, query: str, contexts: Sequence[str],
                                weights: Sequence[float] | np.ndarray | None = None, *,
                                reference: str = "marginal", template: str = PROMPT_TEMPLATE,
                                reuse_prefix: bool = True) -> MCResult:
@@ -125,7 +125,7 @@ MCJob = tuple[str, Sequence[str], "Sequence[float] | np.ndarray | None"]
 """(query, distinct contexts, their weights p̂ or None for uniform)."""
 
 
-def monte_carlo_many(lm: LM, jobs: Sequence[MCJob], *, reference: str = "marginal",
+def monte_carlo_many(lm: LanguageModel, jobs: Sequence[MCJob], *, reference: str = "marginal",
                      template: str = PROMPT_TEMPLATE, reuse_prefix: bool = True
                      ) -> list[MCResult]:
     """:func:`monte_carlo_susceptibility` of several queries: the ``c + q`` prompts of all of

@@ -16,7 +16,7 @@ import numpy as np
 from scipy import stats
 
 from ctxleak.engine.forward import PrefixKV
-from ctxleak.engine.models import LM
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.susceptibility.contexts import (
     CONTEXT_SCOPES,
@@ -129,11 +129,11 @@ class SusceptibilityOptions:
         return asdict(self)
 
 
-def _token(lm: LM, token_id: int) -> str:
+def _token(lm: LanguageModel, token_id: int) -> str:
     return lm.token_strings([int(token_id)])[0]
 
 
-def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
+def measure_query(lm: LanguageModel, query: Query, relations: Sequence[Relation],
                   options: SusceptibilityOptions, seed: int,
                   prefix_kv: PrefixKV | None = None) -> dict[str, Any]:
     """χ_MC and/or χ_F of one query, with the most persuasive contexts and the seconds each
@@ -148,7 +148,7 @@ def measure_query(lm: LM, query: Query, relations: Sequence[Relation],
     return measure_queries(lm, [(query, seed)], relations, options, prefix_kv)[0]
 
 
-def measure_queries(lm: LM, queries: Sequence[tuple[Query, int]], relations: Sequence[Relation],
+def measure_queries(lm: LanguageModel, queries: Sequence[tuple[Query, int]], relations: Sequence[Relation],
                     options: SusceptibilityOptions, prefix_kv: PrefixKV | None = None
                     ) -> list[dict[str, Any]]:
     """:func:`measure_query` of several (query, seed) together: the Monte Carlo prompts of all of

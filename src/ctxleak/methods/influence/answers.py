@@ -1,8 +1,10 @@
-"""Influence of a served model's own answers (Context Influence Decoding at λ = 1, T = 1,
-"Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models", Def. 3.1-3.4).
+"""Influence of a model's own answers (Context Influence Decoding at λ = 1, T = 1,
+"Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models", Def. 3.1-3.4):
+the :data:`~ctxleak.methods.influence.roads.ANSWERS` road, on any backend of the model
+interface (a served model; logged answers in-process are scored the same way).
 
 At λ = 1 CID is plain decoding from the prompt with the context, so the deployed model's own
-answer is the CID response: the server samples it (seeded, EOS masked before the minimum
+answer is the CID response: the model samples it (seeded, EOS masked before the minimum
 length), then scores it teacher-forced under the prompt with the context, without it, and
 without each n-gram window. Only temperature-1 log-probs of given tokens are needed.
 
@@ -15,11 +17,11 @@ gives in-process. The EOS log-probs come from the server as candidate next token
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from ctxleak.engine.generation import sample
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.scoring import continuation_logprobs, next_token_logprobs
 from ctxleak.errors import warn
 from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
@@ -27,7 +29,7 @@ from ctxleak.methods.influence.ngrams import PromptParts, WindowInfluence, Windo
 from ctxleak.methods.influence.quantities import token_influence
 
 
-def eos_masked(lm: Any, prompts: Sequence[Sequence[int]],
+def eos_masked(lm: LanguageModel, prompts: Sequence[Sequence[int]],
                conts: Sequence[Sequence[int]], min_new_tokens: int) -> list[np.ndarray]:
     """Teacher-forced log-probs of each continuation with EOS masked at its first
     ``min_new_tokens`` positions (float64): ``log p(y_t) − log(1 − Σ_e p(e | prefix))``."""
@@ -47,10 +49,10 @@ def eos_masked(lm: Any, prompts: Sequence[Sequence[int]],
     return rows
 
 
-def served_responses(lm: Any, parts: Sequence[PromptParts], seeds: Sequence[int],
-                     temperature: float, max_new_tokens: int, min_new_tokens: int
-                     ) -> list[tuple[list[int], bool]]:
-    """One answer per prompt with the context, drawn by the server: (ids, stopped on EOS)."""
+def own_answers(lm: LanguageModel, parts: Sequence[PromptParts], seeds: Sequence[int],
+                temperature: float, max_new_tokens: int, min_new_tokens: int
+                ) -> list[tuple[list[int], bool]]:
+    """One answer per prompt with the context, drawn by the model: (ids, stopped on EOS)."""
     gens = sample(lm, [p.full for p in parts], list(seeds), temperature=temperature,
                   max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens)
     return [(list(g[0].token_ids), g[0].stopped_on_eos) for g in gens]
@@ -83,7 +85,7 @@ def scored_spans(p: PromptParts, answer: Sequence[int], ngram: int | None, strid
     return answer_windows(p, answer, ngram, stride, example, clipped, k) + extra
 
 
-def score_responses(lm: Any, parts: Sequence[PromptParts],
+def score_responses(lm: LanguageModel, parts: Sequence[PromptParts],
                     responses: Sequence[tuple[list[int], bool]], *, lam: Sequence[float],
                     temperature: Sequence[float], min_new_tokens: int, ngram: int | None,
                     stride: int | None, ids: Sequence[str | int],

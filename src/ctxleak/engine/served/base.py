@@ -1,0 +1,342 @@
+"""The served backend's common part: :class:`ServedLM`, a model behind an OpenAI-compatible
+completions API, owning the client (concurrency, retries, timeouts), the local tokenizer, the
+checks of every answer and the operations of :class:`~ctxleak.engine.lm.LanguageModel` that a
+server can give. A wire dialect (:mod:`ctxleak.engine.served.vllm`,
+:mod:`ctxleak.engine.served.openai`) is a small subclass that owns its requests and its parsing:
+how prompts are scored, how candidates are scored, what a sampling request carries.
+
+Log-probs come back as the raw temperature-1 distribution (vLLM's default ``raw_logprobs``),
+whatever the sampling temperature; sums are taken in float64. Measured on this machine (the
+default 135M model, float32, one CPU core for the server): served log-probs agree with
+in-process scoring to 6e-5 nats per token and are identical across repeats and batching.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from ctxleak.engine.batching import BatchPolicy
+from ctxleak.engine.capabilities import NEXT_TOKEN_LOGITS, SERVED, check_capabilities
+from ctxleak.engine.lm import Generation, LanguageModel, LogitTransform
+from ctxleak.engine.served_client import ServedClient, ServerError
+
+PROBE_TEXT = ("The quick brown fox jumps over the lazy dog. Privacy matters: a model should "
+              "not repeat the documents it was given, 12345.")
+# A served model whose mean log-prob on the probe text is within this many nats of the uniform
+# distribution's -log V is refused as uniform (a trained model scores English far better).
+UNIFORM_MARGIN_NATS = 1.0
+LOGPROB_SLACK = 1e-4  # float noise above 0 that a log-prob may show
+# Continuations this short are scored token by token through allowed_token_ids requests, which
+# the server's prefix cache serves (prompt_logprobs requests recompute the whole prompt).
+SHORT_CONTINUATION = 4
+
+
+@dataclass(frozen=True)
+class ServedInfo:
+    """Provenance of a served model, written into every ``results.json`` (no credentials)."""
+
+    name: str
+    served_model: str
+    base_url: str
+    tokenizer: str
+    api: str  # the wire dialect (ctxleak.engine.served.DIALECTS)
+    server: dict[str, Any] = field(default_factory=dict)  # /v1/models and /version
+    source: str = "served"
+    path: str = ""
+    dtype: str = "server"
+    device: str = "server"
+    chat_template: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+
+@dataclass
+class ServedLM(LanguageModel):
+    """A served model with its local tokenizer and the conventions the engine needs (the same
+    prompts and text as the in-process :class:`ctxleak.engine.models.LM`, no weights). A
+    subclass per wire dialect sets :attr:`api` and fills in the request hooks."""
+
+    client: ServedClient
+    tokenizer: Any
+    info: ServedInfo
+    use_chat_template: bool = False
+    bos_ids: list[int] = field(default_factory=list)
+    eos_ids: list[int] = field(default_factory=list)
+    batching: BatchPolicy = field(default_factory=BatchPolicy, repr=False, compare=False)
+    max_model_len: int | None = None
+    capabilities: frozenset[str] = SERVED
+
+    #: The dialect's name (``ServedInfo.api``, the ``api`` argument of ``serve``).
+    api: ClassVar[str] = ""
+
+    @property
+    def device(self) -> torch.device:
+        """Where returned tensors live (the CPU): the batching policy's device kind."""
+        return torch.device("cpu")
+
+    @property
+    def vocab_size(self) -> int:
+        return int(len(self.tokenizer))
+
+    @property
+    def max_length(self) -> int | None:
+        return self.max_model_len
+
+    def run_options(self) -> dict[str, Any]:
+        return {"model": self.info.name, "server_url": self.info.base_url,
+                "served_model": self.info.served_model, "tokenizer": self.info.tokenizer}
+
+    def describe(self) -> str:
+        return f"{self.info.name}: served model '{self.info.served_model}' at {self.info.base_url}"
+
+    # ---- the interface's operations ------------------------------------------------------
+    def continuation_logprobs(self, prompts: Sequence[Sequence[int]],
+                              continuations: Sequence[Sequence[int]], *,
+                              reuse_prefix: bool = True, batch_size: str | int | None = None,
+                              logit_transform: LogitTransform | None = None,
+                              groups: Sequence[int] | None = None,
+                              examples: Sequence[int] | None = None) -> list[np.ndarray]:
+        """Teacher-forced ``log p(y_t | prompt_i, y_<t)`` of each continuation (float64); the
+        server's prefix cache reuses shared prefixes (``reuse_prefix``, ``groups``, ``examples``
+        and ``batch_size`` are the in-process batching's and change nothing here)."""
+        self._plain(logit_transform)
+        return self._continuations(prompts, continuations)
+
+    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], *,
+                            token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
+                            batch_size: str | int | None = None,
+                            logit_transform: LogitTransform | None = None,
+                            groups: Sequence[int] | None = None,
+                            examples: Sequence[int] | None = None) -> torch.Tensor:
+        self._plain(logit_transform)
+        served = self.vocab_logprobs(prompts) if token_ids is None else \
+            self.candidate_logprobs(prompts, list(token_ids))
+        return torch.from_numpy(served)
+
+    def continuation_logits(self, prompts: Sequence[Sequence[int]],
+                            continuations: Sequence[Sequence[int]], *,
+                            reduce: Callable[[int, torch.Tensor], object],
+                            reuse_prefix: bool = True, batch_size: str | int | None = None,
+                            groups: Sequence[int] | None = None,
+                            examples: Sequence[int] | None = None,
+                            prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
+        """Refused: a serving API sends log-probs of given tokens, never the full logits."""
+        check_capabilities(self, {NEXT_TOKEN_LOGITS: "the full logits at every position are "
+                                  "not sent by a serving API: load the model in-process"})
+        return []  # not reached: check_capabilities refused
+
+    def _plain(self, logit_transform: LogitTransform | None) -> None:
+        """A served model gives log-probs, not logits: no transform of the logits."""
+        if logit_transform is not None:
+            check_capabilities(self, {NEXT_TOKEN_LOGITS: "a transform of the logits (the CID "
+                                      "mixture at λ ≠ 1) needs them: load the model in-process"})
+
+    def sequence_logprobs(self, seqs: Sequence[Sequence[int]], starts: Sequence[int]
+                          ) -> list[np.ndarray]:
+        """``log p(seq[p] | seq[:p])`` for ``p`` in ``starts[i] .. len(seq) - 1`` of each
+        sequence (``starts[i] >= 1``), float64, temperature 1."""
+        for i, (s, a) in enumerate(zip(seqs, starts)):
+            if not 1 <= a <= len(s):
+                raise ValueError(f"sequence {i}: scored positions from {a} in a sequence of "
+                                 f"{len(s)} (need at least one prompt token)")
+        todo = [i for i in range(len(seqs)) if starts[i] < len(seqs[i])]
+        out = [np.zeros(0)] * len(seqs)
+        per = max(1, self.client.options.prompts_per_request)
+        chunks = [todo[k:k + per] for k in range(0, len(todo), per)]
+        bodies = [self._score_body([list(seqs[i]) for i in chunk]) for chunk in chunks]
+        answers = self.client.post_many("/v1/completions", bodies)
+        for chunk, answer in zip(chunks, answers):
+            choices = sorted(answer.get("choices", []), key=lambda c: int(c.get("index", 0)))
+            if len(choices) != len(chunk):
+                raise ServerError(f"the server at {self.info.base_url} answered {len(choices)} "
+                                  f"choices for {len(chunk)} prompts")
+            for i, choice in zip(chunk, choices):
+                row = self._read_scores(choice, list(seqs[i]))
+                out[i] = np.asarray(row[starts[i]:], dtype=np.float64)
+        return out
+
+    def _continuations(self, prompts: Sequence[Sequence[int]],
+                       continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Every continuation appended to its prompt and scored in one pass (a dialect may
+        score short ones otherwise)."""
+        out: list[np.ndarray] = [np.zeros(0)] * len(prompts)
+        rest = list(range(len(prompts)))
+        seqs = [list(prompts[i]) + list(continuations[i]) for i in rest]
+        for i, row in zip(rest, self.sequence_logprobs(seqs, [len(prompts[i]) for i in rest])):
+            out[i] = row
+        return out
+
+    def candidate_logprobs(self, prompts: Sequence[Sequence[int]],
+                           token_ids: Sequence[int]) -> np.ndarray:
+        """``log p(c | prompt)`` of each candidate ``c``: float64 ``[N, len(token_ids)]``, each
+        candidate appended to the prompt and scored (a dialect may ask otherwise)."""
+        seqs = [list(p) + [int(c)] for p in prompts for c in token_ids]
+        rows = self.sequence_logprobs(seqs, [len(s) - 1 for s in seqs])
+        return np.asarray([r[0] for r in rows], dtype=np.float64).reshape(len(prompts),
+                                                                           len(token_ids))
+
+    def vocab_logprobs(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:
+        """The whole next-token distribution ``log p(· | prompt)``: float64 ``[N, V]``, from the
+        first generated token's ``logprobs`` (the server must return V of them: vLLM's
+        ``--max-logprobs -1``)."""
+        k = self.vocab_size
+        bodies = [{"model": self.info.served_model, "prompt": [list(p)], "max_tokens": 1,
+                   "temperature": 1.0, "logprobs": k, "return_tokens_as_token_ids": True}
+                  for p in prompts]
+        try:
+            answers = self.client.post_many("/v1/completions", bodies)
+        except ServerError as exc:
+            if exc.status == 400:
+                raise ServerError(
+                    f"the whole next-token distribution needs {k} log-probs per position, and "
+                    f"the server refused ({exc}): start vLLM with --max-logprobs -1 (or "
+                    f"{k}), or load the model in-process", status=400) from None
+            raise
+        out = np.full((len(prompts), k), -np.inf)
+        for r, answer in enumerate(answers):
+            top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
+            for key, value in top.items():
+                tid = token_id(key)
+                if tid >= out.shape[1]:
+                    out = np.pad(out, ((0, 0), (0, tid + 1 - out.shape[1])),
+                                 constant_values=-np.inf)
+                out[r, tid] = float(value)
+            mass = float(np.exp(out[r][np.isfinite(out[r])]).sum())
+            if mass < 1 - 1e-3:
+                raise ServerError(
+                    f"the server at {self.info.base_url} returned {len(top)} next-token "
+                    f"log-probs covering {mass:.4f} of the probability: start vLLM with "
+                    "--max-logprobs -1, or load the model in-process")
+        return out
+
+    def sample(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *,
+               temperature: float, max_new_tokens: int, min_new_tokens: int = 0, n: int = 1
+               ) -> list[list[Generation]]:
+        return [[Generation(token_ids=ids, stopped_on_eos=stopped) for ids, stopped in row]
+                for row in self.draw(prompts, seeds, temperature=temperature, n=n,
+                                     max_new_tokens=max_new_tokens,
+                                     min_new_tokens=min_new_tokens)]
+
+    def draw(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *,
+             temperature: float, max_new_tokens: int, min_new_tokens: int = 0, n: int = 1,
+             stop_ids: Sequence[int] | None = None) -> list[list[tuple[list[int], bool]]]:
+        """``n`` generations of each prompt, seeded by ``seeds[i]`` (vLLM draws choice j with
+        seed + j, so seeds of different prompts must lie n or more apart): for each prompt a
+        list of ``(new token ids without the stopping EOS, stopped on EOS)``. ``temperature``
+        0 is greedy."""
+        stops = [int(t) for t in (self.eos_ids if stop_ids is None else stop_ids)]
+        bodies = []
+        for p, seed in zip(prompts, seeds):
+            body: dict[str, Any] = {
+                "model": self.info.served_model, "prompt": [list(p)],
+                "max_tokens": int(max_new_tokens), "min_tokens": int(min_new_tokens),
+                "temperature": float(temperature), "n": int(n), "seed": int(seed),
+                "stop_token_ids": stops, "return_token_ids": True, "skip_special_tokens": False}
+            bodies.append(self._sample_body(body))
+        answers = self.client.post_many("/v1/completions", bodies)
+        out = []
+        for answer in answers:
+            choices = sorted(answer["choices"], key=lambda c: int(c.get("index", 0)))
+            out.append([self._read_sample(c, stops) for c in choices])
+        return out
+
+    def beam_search(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+                    num_beams: int, batch_size: int | None = None) -> list[list[int]]:
+        """The best of ``num_beams`` beams for each prompt (vLLM's ``use_beam_search``; one
+        beam: greedy decoding), EOS and what follows it dropped."""
+        if num_beams == 1:
+            drawn = self.draw(prompts, [0] * len(prompts), temperature=0.0,
+                                max_new_tokens=max_new_tokens)
+            return [row[0][0] for row in drawn]
+        bodies = [{"model": self.info.served_model, "prompt": [list(p)],
+                   "max_tokens": int(max_new_tokens), "n": int(num_beams),
+                   "use_beam_search": True, "temperature": 0.0, "return_token_ids": True,
+                   "skip_special_tokens": False}
+                  for p in prompts]
+        answers = self.client.post_many("/v1/completions", bodies)
+        out = []
+        stops = list(self.eos_ids)
+        for answer in answers:
+            best = sorted(answer["choices"], key=lambda c: int(c.get("index", 0)))[0]
+            ids, _ = self._read_sample(best, stops)
+            for k, tok in enumerate(ids):
+                if tok in stops:
+                    ids = ids[:k]
+                    break
+            out.append(ids)
+        return out
+
+    # ---- a dialect's requests and answers ----------------------------------------------
+    @abstractmethod
+    def _score_body(self, seqs: list[list[int]]) -> dict[str, Any]:
+        """The request that scores every position of each of ``seqs``."""
+
+    @abstractmethod
+    def _read_scores(self, choice: dict[str, Any], seq: list[int]) -> list[float]:
+        """Per position p of ``seq``, log p(seq[p] | seq[:p]) from one answered choice
+        (position 0: nan)."""
+
+    def _sample_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A sampling request as the dialect sends it (default: as built)."""
+        return body
+
+    def _check_tokenizer(self, probe: list[int]) -> None:
+        """Compare the server's tokenizer with the local one where the dialect can ask (default:
+        it cannot; the log-prob checks of :meth:`check_server` still run)."""
+
+    def _read_sample(self, choice: dict[str, Any], stops: list[int]) -> tuple[list[int], bool]:
+        ids = choice.get("token_ids")
+        if ids is None:
+            tokens = (choice.get("logprobs") or {}).get("tokens")
+            if tokens is None:
+                raise ServerError(f"the server at {self.info.base_url} returned no token ids "
+                                  "of its samples")
+            ids = [token_id(t) for t in tokens]
+        ids = [int(t) for t in ids]
+        stopped = choice.get("finish_reason") == "stop"
+        if ids and ids[-1] in stops:
+            ids, stopped = ids[:-1], True
+        return ids, stopped
+
+    # ---- checks -------------------------------------------------------------------------
+    def check_server(self) -> None:
+        """Before a run: the server's tokenizer agrees with the local one on a probe text, and
+        its log-probs are possible (finite, <= 0) and not uniform."""
+        probe = self.encode(PROBE_TEXT)
+        self._check_tokenizer(probe)
+        seq = list(self.bos_ids) + probe if self.bos_ids else probe
+        logp = self.sequence_logprobs([seq], [1])[0]
+        if not np.all(np.isfinite(logp)) or float(logp.max()) > LOGPROB_SLACK:
+            raise ServerError(f"the server at {self.info.base_url} returned impossible "
+                              f"log-probs on a probe text (max {float(np.max(logp)):.4g}, "
+                              "finite: " f"{bool(np.all(np.isfinite(logp)))}): refused")
+        uniform = -math.log(max(self.vocab_size, 2))
+        if float(np.ptp(logp)) < 1e-6 or float(logp.mean()) < uniform + UNIFORM_MARGIN_NATS:
+            raise ServerError(
+                f"the server at {self.info.base_url} gives a (near) uniform distribution: mean "
+                f"log-prob {float(logp.mean()):.3f} nats per token on a probe text, against "
+                f"{uniform:.3f} for uniform over {self.vocab_size} tokens. The model folder it "
+                "serves is read wrongly (for a ctxleak cache folder: convert it again with "
+                "this ctxleak version), or it is another model")
+
+
+def token_id(key: str) -> int:
+    """An id from ``token_id:123`` (return_tokens_as_token_ids) or ``123``."""
+    text = str(key)
+    return int(text.rsplit(":", 1)[-1]) if text.startswith("token_id:") else int(text)
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int:
+    for k, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return k
+    return min(len(a), len(b))

@@ -1,0 +1,150 @@
+"""The vLLM dialect: token-id prompts scored with vLLM's ``prompt_logprobs`` extension.
+
+- continuation log-probs: ``"prompt": [[ids], ...]`` with ``prompt_logprobs: 0`` and
+  ``max_tokens: 1``; for every prompt position the log-prob of the actual token, keyed by its id
+  (teacher forcing). Continuations of a few tokens go token by token through
+  ``allowed_token_ids`` requests instead, which the server's prefix cache serves;
+- candidate next-token log-probs: one token restricted to the candidate (``allowed_token_ids``),
+  whose returned log-prob is the raw, unrestricted one;
+- sampling: ``n``, ``seed``, ``temperature``, ``min_tokens`` and the EOS ids as
+  ``stop_token_ids``, so a response ends as the in-process one does;
+- the server's tokenizer is compared with the local one on a probe text (``/tokenize``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ctxleak.engine.served.base import (
+    PROBE_TEXT,
+    SHORT_CONTINUATION,
+    ServedLM,
+    first_difference,
+    token_id,
+)
+from ctxleak.engine.served_client import ServerError
+from ctxleak.errors import ConfigError
+
+
+@dataclass
+class VLLMServedLM(ServedLM):
+    """A model served by vLLM (its OpenAI-compatible server with its extensions)."""
+
+    api: ClassVar[str] = "vllm"
+
+    def _continuations(self, prompts: Sequence[Sequence[int]],
+                       continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Continuations of at most :data:`SHORT_CONTINUATION` tokens (labels, PII values)
+        token by token through :meth:`_allowed`, which the server's prefix cache serves; longer
+        ones with ``prompt_logprobs`` (the same numbers, one pass, no prefix cache)."""
+        out: list[np.ndarray] = [np.zeros(0)] * len(prompts)
+        short = [i for i, c in enumerate(continuations)
+                 if 0 < len(c) <= SHORT_CONTINUATION]
+        if short:
+            pairs = [(list(prompts[i]) + list(continuations[i][:t]), int(continuations[i][t]))
+                     for i in short for t in range(len(continuations[i]))]
+            for i in short:
+                if not prompts[i]:
+                    raise ValueError(f"prompt {i} is empty: a continuation needs at least one "
+                                     "prompt token")
+            flat = self._allowed(pairs)
+            at = 0
+            for i in short:
+                n = len(continuations[i])
+                out[i] = np.asarray(flat[at:at + n], dtype=np.float64)
+                at += n
+        rest = [i for i in range(len(prompts)) if i not in set(short)]
+        seqs = [list(prompts[i]) + list(continuations[i]) for i in rest]
+        for i, row in zip(rest, self.sequence_logprobs(seqs, [len(prompts[i]) for i in rest])):
+            out[i] = row
+        return out
+
+    def candidate_logprobs(self, prompts: Sequence[Sequence[int]],
+                           token_ids: Sequence[int]) -> np.ndarray:
+        """``log p(c | prompt)`` of each candidate ``c``: float64 ``[N, len(token_ids)]``.
+
+        vLLM: one next token per prompt restricted to the candidate (``allowed_token_ids``),
+        whose returned log-prob is the raw, unrestricted one (its default ``raw_logprobs``);
+        such requests use the server's prefix cache, unlike ``prompt_logprobs``."""
+        return self._allowed_logprobs(prompts, [int(c) for c in token_ids])
+
+    def _allowed_logprobs(self, prompts: Sequence[Sequence[int]], cands: list[int]
+                          ) -> np.ndarray:
+        pairs = [(list(p), c) for p in prompts for c in cands]
+        return self._allowed(pairs).reshape(len(prompts), len(cands))
+
+    def _allowed(self, pairs: Sequence[tuple[list[int], int]]) -> np.ndarray:
+        """``log p(c | prefix)`` of each (prefix, c): one token per prefix restricted to ``c``
+        (``allowed_token_ids``), its raw log-prob; prefixes of one candidate share requests."""
+        per = max(1, self.client.options.prompts_per_request)
+        by_cand: dict[int, list[int]] = {}
+        for i, (_, c) in enumerate(pairs):
+            by_cand.setdefault(int(c), []).append(i)
+        jobs = [(c, rows[k:k + per]) for c, rows in by_cand.items()
+                for k in range(0, len(rows), per)]
+        bodies = [{"model": self.info.served_model, "prompt": [pairs[i][0] for i in rows],
+                   "max_tokens": 1, "temperature": 0.0, "logprobs": 0,
+                   "allowed_token_ids": [c], "return_tokens_as_token_ids": True}
+                  for c, rows in jobs]
+        answers = self.client.post_many("/v1/completions", bodies)
+        out = np.full(len(pairs), np.nan)
+        for (c, rows), answer in zip(jobs, answers):
+            for choice in answer.get("choices", []):
+                i = rows[int(choice.get("index", 0))]
+                logprobs = choice.get("logprobs") or {}
+                tokens = logprobs.get("tokens") or []
+                if len(tokens) != 1 or token_id(tokens[0]) != c:
+                    raise ServerError(f"the server at {self.info.base_url} did not keep to the "
+                                      f"allowed token {c} (allowed_token_ids)")
+                out[i] = float(logprobs["token_logprobs"][0])
+        if np.isnan(out).any():
+            raise ServerError(f"the server at {self.info.base_url} answered fewer choices than "
+                              "prompts")
+        return out
+
+    def _score_body(self, seqs: list[list[int]]) -> dict[str, Any]:
+        return {"model": self.info.served_model, "prompt": seqs, "max_tokens": 1,
+                "temperature": 0.0, "prompt_logprobs": 0, "return_token_ids": True}
+
+    def _read_scores(self, choice: dict[str, Any], seq: list[int]) -> list[float]:
+        """Per position p of ``seq``, log p(seq[p] | seq[:p]) (position 0: nan)."""
+        rows = choice.get("prompt_logprobs")
+        if not isinstance(rows, list) or len(rows) < len(seq):
+            raise ServerError(f"the server at {self.info.base_url} returned no prompt "
+                              "log-probs: not a vLLM server? (api='openai-echo' uses "
+                              "echo + logprobs)")
+        got = choice.get("prompt_token_ids")
+        if got is not None and list(got) != seq:
+            raise ServerError(f"the server at {self.info.base_url} scored other token "
+                              "ids than it was sent")
+        out = [math.nan]
+        for p in range(1, len(seq)):
+            entry = rows[p] or {}
+            value = entry.get(str(seq[p]))
+            if value is None:
+                raise ServerError(f"the server's prompt log-probs at position {p} lack "
+                                  f"token {seq[p]}")
+            out.append(float(value["logprob"] if isinstance(value, dict) else value))
+        return out
+    def _check_tokenizer(self, probe: list[int]) -> None:
+        try:
+            answer = self.client.post("/tokenize", {"model": self.info.served_model,
+                                                    "prompt": PROBE_TEXT,
+                                                    "add_special_tokens": False})
+        except ServerError as exc:
+            if exc.status == 404:  # no /tokenize (not vLLM): the log-prob check still runs
+                return
+            raise
+        theirs = [int(t) for t in answer.get("tokens", [])]
+        if theirs != probe:
+            raise ConfigError(
+                f"the local tokenizer '{self.info.tokenizer}' does not match the server's "
+                f"(model '{self.info.served_model}' at {self.info.base_url}): a probe text is "
+                f"{len(probe)} tokens here and {len(theirs)} there, first difference at token "
+                f"{first_difference(probe, theirs)}. Give the served model's tokenizer "
+                "(tokenizer=HF id or folder)", param="tokenizer")
