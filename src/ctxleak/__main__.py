@@ -1,3 +1,4 @@
 from ctxleak.cli.app import main
 
-main()
+if __name__ == "__main__":  # only when run: importing this module (docs tools do) runs nothing
+    main()

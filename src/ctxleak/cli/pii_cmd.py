@@ -107,7 +107,8 @@ def extract_cmd(
 
     Names come from the 'name' field of .jsonl input, or a 'Name: First Last' line in the text.
     """
-    from ctxleak.methods.pii.extract import SPAN_TYPES, check_region, extract
+    from ctxleak.methods.pii.detect import check_region
+    from ctxleak.methods.pii.extract import SPAN_TYPES, extract
     from ctxleak.methods.pii.records import save_records
 
     _refuse_run_folder(output.parent, output)

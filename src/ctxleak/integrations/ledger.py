@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ctxleak.citations import bibtex, papers_for
 from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger, to_records
-from ctxleak.methods.influence.pipeline import summarize_setting
+from ctxleak.methods.influence.summary import summarize_setting
 from ctxleak.report.html import Report
 from ctxleak.results import InfluenceResult
 
@@ -26,7 +26,7 @@ def ledger_result(ledger: Sequence[RowLedger], texts: Sequence[str] | None = Non
     """The ledger as an :class:`~ctxleak.results.InfluenceResult`: one record per response
     (``samples.jsonl`` keys, ``id`` = ``row-<i>``), and a summary in the layout of
     ``ctxleak influence`` with one setting
-    (:func:`~ctxleak.methods.influence.pipeline.summarize_setting`): expected influence (paper
+    (:func:`~ctxleak.methods.influence.summary.summarize_setting`): expected influence (paper
     000, Def. 3.3, Eq. 5) with its bootstrap interval, the per-position curve and, in bounded
     mode, the composed ε (App. B). Regurgitation, quality and the context size need the
     context and a reference, which a ledger does not hold: they are ``None``. ``.show()``,

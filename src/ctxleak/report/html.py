@@ -6,7 +6,7 @@ CSS only, images as ``data:`` URIs, no scripts and no external resources, and a 
 Policy that forbids all of them as a second line of defence.
 
 :func:`redact_text` masks PII for commands run with ``--redact``, found by the detectors of PII
-extraction (:func:`ctxleak.methods.pii.extract.redaction_spans`: e-mails, phone numbers,
+extraction (:func:`ctxleak.methods.pii.detect.redaction_spans`: e-mails, phone numbers,
 addresses, names), and given character spans; ``Report(..., redact=True)`` applies it to all
 text.
 """
@@ -40,7 +40,7 @@ def _pattern_spans(text: str, patterns: bool | Iterable[str | re.Pattern[str]],
     spans: list[tuple[int, int]] = []
     if patterns is True:
         # lazy: phonenumbers and pyap load only when something is redacted
-        from ctxleak.methods.pii.extract import redaction_spans as pii_spans
+        from ctxleak.methods.pii.detect import redaction_spans as pii_spans
 
         return [(s.start, s.end) for s in pii_spans(text, names)]
     for p in patterns:

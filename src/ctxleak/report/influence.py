@@ -142,7 +142,7 @@ def sweep_plots(summaries: Sequence[dict[str, Any]]) -> dict[str, bytes]:
 def record_names(records: Sequence[dict[str, Any]]) -> set[str]:
     """The person names found in the records' texts (their contexts as token strings, their
     responses): masked everywhere in a ``--redact`` report, also where no cue marks them."""
-    from ctxleak.methods.pii.extract import find_names  # lazy: only when redacting
+    from ctxleak.methods.pii.detect import find_names  # lazy: only when redacting
 
     names: set[str] = set()
     for r in records:

@@ -13,14 +13,8 @@ import itertools
 import pytest
 
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.methods.pii.extract import (
-    Span,
-    clean_address,
-    extract,
-    extract_records,
-    find_pii,
-    name_from_text,
-)
+from ctxleak.methods.pii.detect import Span, clean_address, find_pii, name_from_text
+from ctxleak.methods.pii.extract import extract, extract_records
 
 
 def _of(spans, kind):

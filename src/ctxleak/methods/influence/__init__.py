@@ -22,13 +22,9 @@ from ctxleak.methods.influence.ngrams import (
                                            window_influence,
                                            windows,
 )
-from ctxleak.methods.influence.pipeline import (
-                                           InfluenceOptions,
-                                           Setting,
-                                           measure_example,
-                                           settings_grid,
-                                           summarize_setting,
-)
+from ctxleak.methods.influence.pipeline import measure_example
+from ctxleak.methods.influence.setting import InfluenceOptions, Setting, settings_grid
+from ctxleak.methods.influence.summary import summarize_setting
 
 __all__ = [
                                            "TASK_TEMPLATES",

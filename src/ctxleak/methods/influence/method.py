@@ -14,14 +14,11 @@ from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.influence.control import ControlCost, control_indices
 from ctxleak.methods.influence.data import InfluenceExample, load_examples, template_for
 from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
-from ctxleak.methods.influence.pipeline import (
-    Setting,
-    example_parts,
-    measure_examples,
-    summarize_setting,
-)
+from ctxleak.methods.influence.pipeline import example_parts, measure_examples
 from ctxleak.methods.influence.quality import quality_scores
 from ctxleak.methods.influence.roads import influence_needs
+from ctxleak.methods.influence.setting import Setting
+from ctxleak.methods.influence.summary import summarize_setting
 from ctxleak.methods.influence.verdict import run_verdict
 from ctxleak.run.inputs import describe, is_named
 from ctxleak.run.method import Method

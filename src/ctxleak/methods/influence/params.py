@@ -10,7 +10,7 @@ from typing import Any
 
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.passages import SPLITS
-from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, settings_grid
+from ctxleak.methods.influence.setting import InfluenceOptions, Setting, settings_grid
 from ctxleak.run.options import float_list, int_list
 from ctxleak.run.params import option
 from ctxleak.run.validate import (

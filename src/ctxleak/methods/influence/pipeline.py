@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -15,17 +15,13 @@ from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.influence.answers import own_answers, score_responses, scored_spans
 from ctxleak.methods.influence.cid import (
-    CIDConfig,
     generate_cid_many,
 )
 from ctxleak.methods.influence.control import (
-    TOKEN_RULE,
     ControlCost,
     context_token_kinds,
     control_fields,
-    control_summary,
     per_token_fields,
-    user_id,
 )
 from ctxleak.methods.influence.data import InfluenceExample, passage_spans, prompt_parts
 from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
@@ -33,8 +29,6 @@ from ctxleak.methods.influence.metrics import (
     context_token_fraction,
     is_repeat,
     is_rouge_repeat,
-    mean_curve,
-    mean_with_ci,
     rouge_l_f1,
 )
 from ctxleak.methods.influence.ngrams import (
@@ -44,48 +38,9 @@ from ctxleak.methods.influence.ngrams import (
     window_influence_many,
     windows,
 )
-from ctxleak.methods.influence.quantities import expected_influence, token_influence
+from ctxleak.methods.influence.quantities import token_influence
 from ctxleak.methods.influence.roads import ANSWERS, Road, road
-from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One cell of a sweep: λ, temperature and context size (None = whole context)."""
-
-    lam: float
-    temperature: float
-    context_tokens: int | None = None
-
-    @property
-    def key(self) -> str:
-        k = "all" if self.context_tokens is None else str(self.context_tokens)
-        return f"lambda={self.lam:g},T={self.temperature:g},context={k}"
-
-
-@dataclass(frozen=True)
-class InfluenceOptions:
-    """Everything but λ and T, which vary by :class:`Setting`."""
-
-    max_new_tokens: int = 50
-    min_new_tokens: int = 10
-    bounded_eps: float | None = None
-    ngram: int | None = None  # None: only the whole context (n = |D|)
-    stride: int | None = None
-    template: str | None = None
-    repeat_threshold: float = 0.5
-    rouge_threshold: float = 0.5
-    reuse_prefix: bool = True
-    control: bool = True  # also score each response with another example's context
-
-    def cid(self, setting: Setting) -> CIDConfig:
-        return CIDConfig(lam=setting.lam, temperature=setting.temperature,
-                         max_new_tokens=self.max_new_tokens, min_new_tokens=self.min_new_tokens,
-                         bounded_eps=self.bounded_eps)
-
-
-def _round(values: Sequence[float] | np.ndarray, digits: int = 6) -> list[float]:
-    return [round(float(v), digits) for v in values]
+from ctxleak.methods.influence.setting import InfluenceOptions, Setting, round_floats
 
 
 def measure_example(lm: LanguageModel, example: InfluenceExample, setting: Setting,
@@ -195,7 +150,7 @@ def _passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] |
     """The passage fields of a record: each passage's text, token span and influence
     (Def. 3.1-3.2 with S = the passage, nats; None for a passage cut out of the context), and
     the most influential one."""
-    it = iter(_round(values))
+    it = iter(round_floats(values))
     influence = [None if s is None else next(it) for s in spans]
     known = [(v, j) for j, v in enumerate(influence) if v is not None]
     top = max(known, key=lambda p: (p[0], -p[1])) if known else None
@@ -444,8 +399,8 @@ def _window_fields(request: WindowRequest, win: WindowInfluence, options: Influe
     return {
         "ngram": min(options.ngram, len(request.parts.context)),
         "windows": [list(s) for s in request.spans[:n_windows]],
-        "window_influence": _round(per_window),
-        "window_logp": [_round(row) for row in win.logp_ablated[:n_windows]],
+        "window_influence": round_floats(per_window),
+        "window_logp": [round_floats(row) for row in win.logp_ablated[:n_windows]],
         "max_window_influence": float(per_window.max()) if len(per_window) else None,
         "max_window": int(per_window.argmax()) if len(per_window) else None,
     }
@@ -489,81 +444,4 @@ def _with_logprobs(response: RowLedger, logp_context: Iterable[float],
                              influence=float(token_influence(lc, le)))
     return replace(response, entries=tuple(entries))
 
-
-def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
-                      control_cost: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The summary of one setting: expected influence (nats per response, with a bootstrap
-    interval) and per token, its reading as a likelihood ratio and as an ex-post ε
-    (:mod:`.units`), the control (:func:`~.control.control_summary`, with ``control_cost``),
-    regurgitation counts, ROUGE-L, the per-position curve and, for n-gram runs, the per-window
-    curve; for runs with passages the most influential passages.
-
-    Records that do not know their context (a ledger's, :meth:`RowLedger.to_record
-    <ctxleak.methods.influence.ledger.RowLedger.to_record>`) give ``None`` for the
-    regurgitation counts and the mean context size."""
-    infl = [r["influence"] for r in records]
-    rouge = [r["rouge_l"] for r in records if r.get("rouge_l") is not None]
-    first = records[0] if records else {}
-    knows_context = all("context_tokens" in r for r in records)
-    out: dict[str, Any] = {
-        "setting": first.get("setting"), "lambda": first.get("lambda"),
-        "temperature": first.get("temperature"), "n": len(records),
-        "influence": expected_influence(infl, seed=seed),
-        "mean_tokens": float(np.mean([len(r["response_ids"]) for r in records])) if records
-        else None,
-        "repeat_prompts": int(sum(r["repeat"] for r in records)) if knows_context else None,
-        "rouge_prompts": int(sum(r["rouge_repeat"] for r in records)) if knows_context
-        else None,
-        "rouge_l": mean_with_ci(rouge, seed=seed) if rouge else None,
-        "per_position_influence": mean_curve([r["token_influence"] for r in records]),
-        "mean_context_tokens": float(np.mean([r["context_tokens"] for r in records]))
-        if records and knows_context else None,
-        # contexts cut to the model's window, and n-grams clipped to the context
-        "truncated_contexts": sum(1 for r in records if r.get("context_truncated_by")),
-        "context_tokens_cut": int(sum(r.get("context_truncated_by") or 0 for r in records)),
-        "ngram_clipped": sum(1 for r in records if r.get("ngram_clipped_from")),
-        "units": UNITS,
-    }
-    per_token = [r["influence"] / len(r["response_ids"]) for r in records if r["response_ids"]]
-    out["influence_per_token"] = mean_with_ci(per_token, seed=seed)
-    mean = out["influence"].get("mean")
-    out["likelihood_ratio"] = likelihood_ratio(mean) if mean is not None else None
-    out["dp_reading"] = dp_scale(mean) if mean is not None else None
-    out["control"] = control_summary(records, control_cost)
-    if knows_context and any("known_tokens" in r for r in records):
-        out["context_tokens_known"] = int(sum(len(r.get("known_tokens") or [])
-                                              for r in records))
-        out["context_tokens_copied"] = int(sum(len(r.get("copied_tokens") or [])
-                                               for r in records))
-        out["token_rule"] = TOKEN_RULE
-    if any(r.get("passage_influence") for r in records):
-        out["top_passages"] = top_passage_rows(records)
-    if any("window_influence" in r for r in records):
-        curve = mean_curve([r["window_influence"] for r in records if "window_influence" in r])
-        out["per_window_influence"] = curve
-        out["max_window_influence"] = mean_with_ci(
-            [r["max_window_influence"] for r in records
-             if r.get("max_window_influence") is not None], seed=seed)
-    if any("composed_eps" in r for r in records):
-        for key in ("composed_eps", "composed_eps_ex_post"):
-            out[key] = mean_with_ci([r[key] for r in records if r.get(key) is not None],
-                                    seed=seed)
-        out["mean_lambda"] = float(np.mean([np.mean(r["lambdas"]) for r in records
-                                            if r.get("lambdas")]))
-    return out
-
-
-def top_passage_rows(records: Sequence[dict[str, Any]], k: int = 20) -> list[dict[str, Any]]:
-    """The ``k`` passages with the most influence over the setting's records, most first:
-    example id, passage number (from 1), its text and influence (nats)."""
-    rows = [(float(v), i, j) for i, r in enumerate(records)
-            for j, v in enumerate(r.get("passage_influence") or []) if v is not None]
-    rows.sort(key=lambda p: (-p[0], p[1], p[2]))
-    return [{"id": user_id(records[i]), "passage": j + 1,
-             "text": records[i]["passages"][j], "influence": v} for v, i, j in rows[:k]]
-
-
-def settings_grid(lams: Sequence[float], temps: Sequence[float],
-                  context_sizes: Sequence[int | None]) -> list[Setting]:
-    return [Setting(lam, t, k) for k in context_sizes for t in temps for lam in lams]
 

@@ -20,7 +20,7 @@ NAMED = 5
 
 def setting_verdict(summary: dict[str, Any]) -> dict[str, str]:
     """The verdict of one setting's summary (from :func:`summarize_setting
-    <ctxleak.methods.influence.pipeline.summarize_setting>`)."""
+    <ctxleak.methods.influence.summary.summarize_setting>`)."""
     n = summary.get("n") or 0
     mean = (summary.get("influence") or {}).get("mean")
     per_token = (summary.get("influence_per_token") or {}).get("mean")

@@ -23,7 +23,7 @@ from typing import Any
 
 from faker import Faker
 
-from ctxleak.methods.pii.extract import find_addresses
+from ctxleak.methods.pii.detect import find_addresses
 from ctxleak.methods.pii.records import PIIRecord
 
 __all__ = [

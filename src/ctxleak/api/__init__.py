@@ -1,0 +1,19 @@
+"""The Python API: one function per method, each returning its typed Result
+(:mod:`ctxleak.api.methods`, :mod:`ctxleak.api.explain`), and :func:`run_method` for any Method.
+
+Every function takes the model and the data, then keywords only: the method's own parameters
+and the run options (:class:`ctxleak.run.options.RunOptions`), under the CLI's names and with
+the same meaning, so the CLI and the API write the same run directory. Each keyword's
+documentation is written once, on its options dataclass, and shown in every function's
+docstring (:mod:`ctxleak.api.docs`). An unknown keyword raises
+:class:`ctxleak.errors.ConfigError` with a did-you-mean.
+"""
+
+from __future__ import annotations
+
+from ctxleak.api.explain import influence_explain
+from ctxleak.api.methods import audit, iclinf, influence, probe, susceptibility
+from ctxleak.api.running import FACE, RENAMED, method_for, run_method, run_params
+
+__all__ = ["FACE", "RENAMED", "audit", "iclinf", "influence", "influence_explain",
+           "method_for", "probe", "run_method", "run_params", "susceptibility"]

@@ -1,0 +1,96 @@
+"""The summary of one influence setting: expected context influence (Def. 3.3) with its
+intervals, per position and per window, quality, the control and the top passages ("Estimating
+Privacy Leakage of Augmented Contextual Knowledge in Language Models")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ctxleak.methods.influence.control import (
+    TOKEN_RULE,
+    control_summary,
+    user_id,
+)
+from ctxleak.methods.influence.metrics import (
+    mean_curve,
+    mean_with_ci,
+)
+from ctxleak.methods.influence.quantities import expected_influence
+from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
+
+
+def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
+                      control_cost: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The summary of one setting: expected influence (nats per response, with a bootstrap
+    interval) and per token, its reading as a likelihood ratio and as an ex-post ε
+    (:mod:`.units`), the control (:func:`~.control.control_summary`, with ``control_cost``),
+    regurgitation counts, ROUGE-L, the per-position curve and, for n-gram runs, the per-window
+    curve; for runs with passages the most influential passages.
+
+    Records that do not know their context (a ledger's, :meth:`RowLedger.to_record
+    <ctxleak.methods.influence.ledger.RowLedger.to_record>`) give ``None`` for the
+    regurgitation counts and the mean context size."""
+    infl = [r["influence"] for r in records]
+    rouge = [r["rouge_l"] for r in records if r.get("rouge_l") is not None]
+    first = records[0] if records else {}
+    knows_context = all("context_tokens" in r for r in records)
+    out: dict[str, Any] = {
+        "setting": first.get("setting"), "lambda": first.get("lambda"),
+        "temperature": first.get("temperature"), "n": len(records),
+        "influence": expected_influence(infl, seed=seed),
+        "mean_tokens": float(np.mean([len(r["response_ids"]) for r in records])) if records
+        else None,
+        "repeat_prompts": int(sum(r["repeat"] for r in records)) if knows_context else None,
+        "rouge_prompts": int(sum(r["rouge_repeat"] for r in records)) if knows_context
+        else None,
+        "rouge_l": mean_with_ci(rouge, seed=seed) if rouge else None,
+        "per_position_influence": mean_curve([r["token_influence"] for r in records]),
+        "mean_context_tokens": float(np.mean([r["context_tokens"] for r in records]))
+        if records and knows_context else None,
+        # contexts cut to the model's window, and n-grams clipped to the context
+        "truncated_contexts": sum(1 for r in records if r.get("context_truncated_by")),
+        "context_tokens_cut": int(sum(r.get("context_truncated_by") or 0 for r in records)),
+        "ngram_clipped": sum(1 for r in records if r.get("ngram_clipped_from")),
+        "units": UNITS,
+    }
+    per_token = [r["influence"] / len(r["response_ids"]) for r in records if r["response_ids"]]
+    out["influence_per_token"] = mean_with_ci(per_token, seed=seed)
+    mean = out["influence"].get("mean")
+    out["likelihood_ratio"] = likelihood_ratio(mean) if mean is not None else None
+    out["dp_reading"] = dp_scale(mean) if mean is not None else None
+    out["control"] = control_summary(records, control_cost)
+    if knows_context and any("known_tokens" in r for r in records):
+        out["context_tokens_known"] = int(sum(len(r.get("known_tokens") or [])
+                                              for r in records))
+        out["context_tokens_copied"] = int(sum(len(r.get("copied_tokens") or [])
+                                               for r in records))
+        out["token_rule"] = TOKEN_RULE
+    if any(r.get("passage_influence") for r in records):
+        out["top_passages"] = top_passage_rows(records)
+    if any("window_influence" in r for r in records):
+        curve = mean_curve([r["window_influence"] for r in records if "window_influence" in r])
+        out["per_window_influence"] = curve
+        out["max_window_influence"] = mean_with_ci(
+            [r["max_window_influence"] for r in records
+             if r.get("max_window_influence") is not None], seed=seed)
+    if any("composed_eps" in r for r in records):
+        for key in ("composed_eps", "composed_eps_ex_post"):
+            out[key] = mean_with_ci([r[key] for r in records if r.get(key) is not None],
+                                    seed=seed)
+        out["mean_lambda"] = float(np.mean([np.mean(r["lambdas"]) for r in records
+                                            if r.get("lambdas")]))
+    return out
+
+
+def top_passage_rows(records: Sequence[dict[str, Any]], k: int = 20) -> list[dict[str, Any]]:
+    """The ``k`` passages with the most influence over the setting's records, most first:
+    example id, passage number (from 1), its text and influence (nats)."""
+    rows = [(float(v), i, j) for i, r in enumerate(records)
+            for j, v in enumerate(r.get("passage_influence") or []) if v is not None]
+    rows.sort(key=lambda p: (-p[0], p[1], p[2]))
+    return [{"id": user_id(records[i]), "passage": j + 1,
+             "text": records[i]["passages"][j], "influence": v} for v, i, j in rows[:k]]
+

@@ -1,0 +1,353 @@
+"""Find structured PII in raw text (ProPILE App. A.2), for building records and for redaction.
+
+- e-mail addresses: a regular expression (dots and ``+`` tags in the local part, subdomains);
+- phone numbers: :class:`phonenumbers.PhoneNumberMatcher` with a default region (``US``), keeping
+  only numbers that :func:`phonenumbers.is_valid_number` accepts;
+- physical addresses: ``pyap2`` (the maintained fork of pyap; it installs the ``pyap`` module)
+  for US, CA or GB addresses.
+
+Dates (``2024-05-01``, ``05/01/2024``) and card-like digit runs (13-19 digits, or groups of four)
+are masked before the phone and address searches, so they never become PII spans; e-mails and
+phones are masked before the address search, and any remaining overlap is resolved by keeping
+e-mail over phone over address.
+
+Names come from a structured ``name`` field of the input (an NER extra is out of scope); for
+plain text a labelled line ``Name: First Last`` is accepted.
+
+The same detectors mask PII under ``--redact`` (:func:`redaction_spans`), there tuned for recall:
+phone-shaped numbers count even when phonenumbers does not validate them (the demo data's
+fictional ``(555) 010-4417``), and names are found by :func:`find_names`: the names given (a
+record's ``name``), capitalised words after a cue (``Patient:``, ``Dr``, ``Hi``...), and those
+matching the local part of an e-mail address in the text; then every occurrence of their words.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import phonenumbers
+import pyap
+
+from ctxleak.errors import ConfigError
+
+__all__ = [
+    "EMAIL_RE",
+    "Span",
+    "check_region",
+    "clean_address",
+    "find_addresses",
+    "find_emails",
+    "find_phones",
+    "find_names",
+    "find_pii",
+    "name_from_text",
+    "redaction_spans",
+]
+
+SPAN_TYPES = ("email", "phone", "address")
+_PRIORITY = {"email": 0, "phone": 1, "address": 2, "name": 3}
+_ADDRESS_COUNTRIES = ("US", "CA", "GB")
+
+_LOCAL_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_DOMAIN_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+EMAIL_RE = re.compile(
+    rf"(?<![A-Za-z0-9!#$%&'*+/=?^_`{{|}}~.@-])"
+    rf"{_LOCAL_ATOM}(?:\.{_LOCAL_ATOM})*"
+    rf"@(?:{_DOMAIN_LABEL}\.)+[A-Za-z]{{2,63}}"
+    rf"(?![A-Za-z0-9-]|\.[A-Za-z0-9])"
+)
+
+# Dates: ISO (2024-05-01, 2024/05/01, 2024.05.01) and day/month/year either way round.
+_DATE_RE = re.compile(
+    r"(?<![\d.\-/])(?:\d{4}([-/.])\d{1,2}\1\d{1,2}|\d{1,2}([-/.])\d{1,2}\2(?:\d{4}|\d{2}))"
+    r"(?![\d\-/]|\.\d)"
+)
+# Card-like numbers: an unbroken run of 13-19 digits, four groups of four (optionally a fifth
+# short group), or the 4-6-5 grouping.
+_CARD_RE = re.compile(
+    r"(?<![\d\-])(?:\d{13,19}"
+    r"|\d{4}([ \-])\d{4}\1\d{4}\1\d{4}(?:\1\d{1,3})?"
+    r"|\d{4}([ \-])\d{6}\2\d{5})(?!\d)"
+)
+_SEP = r"[ \t.\-\u2013]?"  # one optional separator: space, dot, hyphen, en dash
+#: Phone-shaped numbers, validated or not (redaction): North American 3-3-4 with optional +1,
+#: international with a leading +, and grouped numbers with a bracketed area code.
+PHONE_SHAPE_RE = re.compile(
+    r"(?<![\w+])(?:"
+    rf"(?:\+?1{_SEP})?(?:\(\d{{3}}\)|\d{{3}}){_SEP}\d{{3}}{_SEP}\d{{4}}"
+    rf"|\+\d{{1,3}}(?:{_SEP}(?:\(\d{{1,4}}\)|\d{{1,5}})){{2,6}}"
+    rf"|\(\d{{2,5}}\){_SEP}\d{{3,4}}{_SEP}\d{{3,5}}"
+    r")(?!\w)"
+)
+_NANP_RE = re.compile(
+    r"(?<![\w+.\-])(?:\+?1[ .\-]?)?(?:\(\d{3}\)[ ]?|\d{3}[ .\-]?)\d{3}[ .\-]?\d{4}"
+    r"(?![\w\-]|\.\d)"
+)
+_NAME_LINE_RE = re.compile(r"^[ \t]*name[ \t]*:[ \t]*(\S[^\n]*?)[ \t]*$",
+                           re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Span:
+    """A piece of PII found in a text: ``text == source[start:end]``. ``score`` is a fixed
+    confidence by detector (1.0 e-mail, 0.95 validated phone, 0.9 address with a postal code,
+    0.6 address without one)."""
+
+    type: str
+    start: int
+    end: int
+    text: str
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "start": self.start, "end": self.end, "text": self.text,
+                "score": self.score}
+
+
+def _mask(text: str, spans: Iterable[tuple[int, int]]) -> str:
+    chars = list(text)
+    for start, end in spans:
+        for i in range(start, end):
+            if chars[i] != "\n":
+                chars[i] = " "
+    return "".join(chars)
+
+
+def _noise_spans(text: str) -> list[tuple[int, int]]:
+    """Dates and card-like numbers: never PII spans of ours, masked before phone/address search."""
+    return [m.span() for m in _DATE_RE.finditer(text)] + [m.span() for m in _CARD_RE.finditer(text)]
+
+
+def find_emails(text: str) -> list[Span]:
+    """E-mail addresses (local part with dots and ``+`` tags, any number of subdomains)."""
+    return [Span("email", m.start(), m.end(), m.group(0), 1.0) for m in EMAIL_RE.finditer(text)]
+
+
+def check_region(region: str) -> str:
+    """The upper-case region code, or :class:`ConfigError` if phonenumbers does not know it."""
+    region = (region or "").upper()
+    if region not in phonenumbers.SUPPORTED_REGIONS:
+        raise ConfigError(f"unknown phone region {region!r}: use a two-letter region code that "
+                          "the phonenumbers package knows, e.g. US, GB, CA, DE")
+    return region
+
+
+def find_phones(text: str, region: str = "US", *, _masked: str | None = None,
+                valid_only: bool = True) -> list[Span]:
+    """Phone numbers that :mod:`phonenumbers` finds (default region ``region``) and validates;
+    with ``valid_only=False`` (redaction) also phone-shaped numbers it does not validate
+    (:data:`PHONE_SHAPE_RE`, 7 to 15 digits; score 0.5).
+
+    Dates and card-like numbers are masked first, so ``05/01/2024`` or ``4111 1111 1111 1111``
+    never count and never swallow a phone number next to them.
+    """
+    region = check_region(region)
+    masked = _masked if _masked is not None else _mask(text, _noise_spans(text))
+    spans = []
+    for match in phonenumbers.PhoneNumberMatcher(masked, region,
+                                                 leniency=phonenumbers.Leniency.VALID):
+        if not phonenumbers.is_valid_number(match.number):
+            continue
+        spans.append(Span("phone", match.start, match.end, text[match.start:match.end], 0.95))
+    # The matcher gives up on a number followed by more digits ("(212) 555-0123 100 Main
+    # Street"): try the North American 3-3-4 shapes on their own as well.
+    for m in _NANP_RE.finditer(masked):
+        if any(m.start() < s.end and s.start < m.end() for s in spans):
+            continue
+        try:
+            number = phonenumbers.parse(m.group(0), region)
+        except phonenumbers.NumberParseException:
+            continue
+        if phonenumbers.is_valid_number(number):
+            spans.append(Span("phone", m.start(), m.end(), text[m.start():m.end()], 0.95))
+    if not valid_only:
+        for m in PHONE_SHAPE_RE.finditer(masked):
+            if any(m.start() < s.end and s.start < m.end() for s in spans):
+                continue
+            if 7 <= sum(c.isdigit() for c in m.group(0)) <= 15:
+                spans.append(Span("phone", m.start(), m.end(), text[m.start():m.end()], 0.5))
+    return sorted(spans, key=lambda s: s.start)
+
+
+def _normalize_with_offsets(text: str) -> tuple[str, list[int], list[int]]:
+    """pyap's own text normalisation (commas, runs of spaces, dashes), keeping for each output
+    character the start and end of the input characters it came from."""
+    starts = list(range(len(text)))
+    ends = [i + 1 for i in range(len(text))]
+    steps = [
+        (re.compile(r"[\ \t]*(\,[\ \t]*)+"), ", "),
+        (re.compile(r"\ +"), " "),
+        (re.compile("[\u2010\u2011\u2012\u2013\u2014\u2015]"), "-"),
+    ]
+    for pattern, repl in steps:
+        out: list[str] = []
+        new_starts: list[int] = []
+        new_ends: list[int] = []
+        pos = 0
+        for m in pattern.finditer(text):
+            if m.end() == m.start():
+                continue
+            out.append(text[pos:m.start()])
+            new_starts += starts[pos:m.start()]
+            new_ends += ends[pos:m.start()]
+            out.append(repl)
+            new_starts += [starts[m.start()]] * len(repl)
+            new_ends += [ends[m.end() - 1]] * len(repl)
+            pos = m.end()
+        out.append(text[pos:])
+        new_starts += starts[pos:]
+        new_ends += ends[pos:]
+        text, starts, ends = "".join(out), new_starts, new_ends
+    return text, starts, ends
+
+
+_TRIM = " ,;:\n\t\r"
+
+
+def find_addresses(text: str, country: str = "US", *, _masked: str | None = None) -> list[Span]:
+    """Physical addresses found by pyap2 (``country`` is US, CA or GB), with offsets into
+    ``text``. Dates, card-like numbers, e-mails and phones should be masked in ``_masked``."""
+    country = country.upper()
+    if country not in _ADDRESS_COUNTRIES:
+        raise ConfigError(f"addresses can be found for US, CA or GB, not {country!r}")
+    masked = _masked if _masked is not None else _mask(text, _noise_spans(text))
+    norm, starts, ends = _normalize_with_offsets(masked)
+    spans = []
+    for addr in pyap.parse(norm, country=country):  # type: ignore[arg-type]  # checked above
+        ms, me = int(addr.match_start), int(addr.match_end)
+        if not 0 <= ms < me <= len(norm):
+            continue
+        start, end = starts[ms], ends[me - 1]
+        while start < end and text[start] in _TRIM:
+            start += 1
+        while end > start and text[end - 1] in _TRIM:
+            end -= 1
+        postal = getattr(addr, "postal_code", None)
+        if postal:
+            # pyap matches regions case-insensitively, so "..., CA 94043 or call" ends in the
+            # region "or"; a lowercase word after the postal code is never part of the address.
+            cut = text.rfind(postal, start, end)
+            if cut >= 0:
+                rest = text[cut + len(postal):end].strip(_TRIM)
+                if rest and rest == rest.lower():
+                    end = cut + len(postal)
+        if end <= start:
+            continue
+        score = 0.9 if postal else 0.6
+        spans.append(Span("address", start, end, text[start:end], score))
+    return spans
+
+
+def _deoverlap(spans: Sequence[Span]) -> list[Span]:
+    kept: list[Span] = []
+    for span in sorted(spans, key=lambda s: (_PRIORITY[s.type], -(s.end - s.start), s.start)):
+        if all(span.end <= k.start or span.start >= k.end for k in kept):
+            kept.append(span)
+    return sorted(kept, key=lambda s: (s.start, s.end))
+
+
+def find_pii(text: str, region: str = "US", *, address_country: str | None = None,
+             types: Sequence[str] = SPAN_TYPES, valid_only: bool = True) -> list[Span]:
+    """All e-mail, phone and address spans in ``text``, sorted by position, not overlapping.
+
+    ``region`` is the default region for phone numbers written without a country code;
+    ``address_country`` (US, CA or GB) defaults to ``region`` when pyap2 supports it, else US;
+    ``valid_only=False`` also counts phone-shaped numbers phonenumbers does not validate.
+    """
+    unknown = set(types) - set(SPAN_TYPES)
+    if unknown:
+        raise ValueError(f"unknown PII span types {sorted(unknown)}; choose from {SPAN_TYPES}")
+    region = check_region(region)
+    if address_country is None:
+        address_country = region if region in _ADDRESS_COUNTRIES else "US"
+    noise = _noise_spans(text)
+    emails = find_emails(text)
+    masked = _mask(text, noise + [(s.start, s.end) for s in emails])
+    phones = find_phones(text, region, _masked=masked, valid_only=valid_only) \
+        if "phone" in types else []
+    spans: list[Span] = list(emails) if "email" in types else []
+    spans += phones
+    if "address" in types:
+        masked_more = _mask(masked, [(s.start, s.end) for s in phones])
+        spans += find_addresses(text, address_country, _masked=masked_more)
+    return _deoverlap(spans)
+
+
+# A capitalised word of a name: "Ellory-Tan", "Sauvé-Morrow", "O'Neil".
+_NAME_WORD = r"[A-Z\u00c0-\u00de][\w\u00c0-\u024f'\u2019]*(?:-[A-Z\u00c0-\u00de][\w\u00c0-\u024f'\u2019]*)*"
+_NAME_RUN_RE = re.compile(rf"(?<![\w-]){_NAME_WORD}(?:[ ]{_NAME_WORD}){{0,3}}(?![\w-])")
+#: Words after which capitalised words are a person's name.
+_NAME_CUE_RE = re.compile(
+    r"(?:\b(?:full |first |last |patient |member |tenant |contact )?name[ \t]*(?::|is)"
+    r"|\b(?:patient|member|tenant|contact|attn|to|from|signed)[ \t]*[:,]"
+    r"|\b(?:dr|mr|mrs|ms|mx|miss|prof)\.?"
+    r"|\b(?:dear|hi|hello|cheers|regards|thanks|sincerely|faithfully),?"
+    r"|\bmy name(?:,[^,.]{0,60},)? is)[ \t]+",
+    re.IGNORECASE)
+
+
+def _fold(text: str) -> str:
+    """Lower case without accents or hyphens: "Lucía Fenwick-Oduya" -> "lucia fenwickoduya"."""
+    plain = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in plain if not unicodedata.combining(c)).lower().replace("-", "")
+
+
+def find_names(text: str, known: Iterable[str] = ()) -> list[Span]:
+    """Person names in ``text`` (score 0.5; a heuristic, no NER model): the ``known`` names
+    (e.g. a record's ``name``), capitalised words (1 to 4) right after a cue such as
+    ``Patient:``, ``Name:``, ``my name is``, ``Dr``, ``Hi`` or ``Cheers,``, and runs of
+    capitalised words one of which matches a word of an e-mail's local part
+    (``dana.whitlock@...`` -> ``Dana Whitlock``); then every occurrence of each of their
+    words."""
+    names = {n.strip() for n in known if n and n.strip()}
+    for cue in _NAME_CUE_RE.finditer(text):
+        run = _NAME_RUN_RE.match(text, cue.end())
+        if run:
+            names.add(run.group(0))
+    local_words = {w for m in EMAIL_RE.finditer(text)
+                   for w in re.split(r"[._+\-]", _fold(m.group(0).split("@")[0])) if len(w) > 2}
+    if local_words:
+        for run in _NAME_RUN_RE.finditer(text):
+            if any(_fold(w) in local_words for w in run.group(0).split()):
+                names.add(run.group(0))
+    words = {w for n in names for w in n.split() if len(w) > 1}
+    if not words:
+        return []
+    pattern = re.compile(r"(?<![\w-])(?:" + "|".join(
+        re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")(?![\w-])")
+    return [Span("name", m.start(), m.end(), m.group(0), 0.5) for m in pattern.finditer(text)]
+
+
+def redaction_spans(text: str, names: Iterable[str] = (), region: str = "US") -> list[Span]:
+    """What ``--redact`` masks in ``text``: e-mails, phones (validated or phone-shaped) and
+    addresses (:func:`find_pii`) and names (:func:`find_names`, ``names`` known beforehand),
+    not overlapping."""
+    spans = find_pii(text, region, valid_only=False)
+    taken = [(s.start, s.end) for s in spans]
+    spans += [s for s in find_names(text, names)
+              if all(s.end <= a or s.start >= b for a, b in taken)]
+    return sorted(spans, key=lambda s: (s.start, s.end))
+
+
+def clean_address(text: str) -> str:
+    """One-line form of an address: line breaks become ``", "``, runs of spaces one space."""
+    lines = [" ".join(part.split()) for part in re.split(r"[\r\n]+", text)]
+    out = ""
+    for line in (ln.strip(" ,") for ln in lines):
+        if not line:
+            continue
+        out = line if not out else f"{out}, {line}"
+    return out
+
+
+def name_from_text(text: str) -> str | None:
+    """The name on a labelled line ``Name: First Last`` (2-5 words), or ``None``."""
+    for m in _NAME_LINE_RE.finditer(text):
+        words = m.group(1).split()
+        if 1 < len(words) <= 5 and all(w[:1].isupper() for w in words):
+            return " ".join(words)
+    return None
