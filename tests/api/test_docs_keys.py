@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers.tiny_data import TEMPLATES, TEST, TRAIN, TINY_RELATIONS
+from helpers.tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN
 
 import ctxleak
 
