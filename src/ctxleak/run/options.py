@@ -4,15 +4,17 @@ run directory and resume. The CLI's common flags and the keywords of the Python 
 
 from __future__ import annotations
 
-import ipaddress
 import math
-import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Optional
-from urllib.parse import urlsplit
 
 from ctxleak.engine.model_args import parse_model_args
-from ctxleak.engine.served_options import check_request_timeout, check_retries
+from ctxleak.engine.served_options import (
+    check_request_timeout,
+    check_retries,
+    check_server_url,
+    normal_server_url,
+)
 from ctxleak.errors import ConfigError
 from ctxleak.run.params import option
 from ctxleak.run.validate import check_common
@@ -67,10 +69,8 @@ class RunOptions:
                              "'attn_implementation=eager' (recorded in the provenance).")
 
     def __post_init__(self) -> None:
-        # URL schemes are case-insensitive (RFC 3986 §3.1): ``HTTP://host`` is ``http://host``
-        if isinstance(self.server_url, str) and "://" in self.server_url:
-            scheme, rest = self.server_url.split("://", 1)
-            object.__setattr__(self, "server_url", f"{scheme.lower()}://{rest}")
+        if isinstance(self.server_url, str):
+            object.__setattr__(self, "server_url", normal_server_url(self.server_url))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,11 +97,6 @@ class RunOptions:
 #: process and they would be ignored (and recorded as if they had been used).
 SERVED_ONLY = ("served_model", "tokenizer", "request_timeout", "retries")
 
-# one label of a host name: letters, digits, '-' and '_' (container names), not starting or
-# ending with '-'; a name is at most 253 characters (RFC 1123 §2.1)
-_HOST_LABEL = re.compile(r"(?!-)[\w-]{1,63}(?<!-)")
-
-
 def check_served_only(options: RunOptions) -> None:
     """Refuse an option of :data:`SERVED_ONLY` given without ``server_url``."""
     if options.server_url is not None:
@@ -113,66 +108,6 @@ def check_served_only(options: RunOptions) -> None:
                           "server's base URL, e.g. http://127.0.0.1:8000); without it the "
                           "model runs in this process and would ignore it: give server_url=URL, "
                           "or leave it out", param=name, also=("server_url",))
-
-
-def _shown(url: str) -> str:
-    """``url`` as the user gave it, with a password (if any) masked."""
-    userinfo, at, _ = url.partition("://")[2].partition("/")[0].rpartition("@")
-    if not at or ":" not in userinfo:
-        return url
-    return url.replace(f"{userinfo}@", f"{userinfo.split(':', 1)[0]}:***@", 1)
-
-
-def _host_problem(host: str) -> str | None:
-    """Why ``host`` (a URL's host, brackets removed) is not an IP address or a host name."""
-    try:
-        ipaddress.ip_address(host)
-        return None
-    except ValueError:
-        pass
-    name = host[:-1] if host.endswith(".") else host
-    if len(name) > 253 or not all(_HOST_LABEL.fullmatch(part) for part in name.split(".")):
-        return (f"its host '{host}' is neither an IP address nor a host name (letters, digits "
-                "and '-' in dot-separated parts)")
-    return None
-
-
-def check_server_url(url: str | None) -> None:
-    """A server URL is ``http(s)://host[:port][/path]`` (the scheme in any case), with a valid
-    host and a port from 1 to 65535, and no credentials in it: they would be stored in
-    ``config.json`` (the API key goes in CTXLEAK_API_KEY or OPENAI_API_KEY). Every error
-    shows the URL as given."""
-    if url is None:
-        return
-    text = str(url)
-    shape = ("server_url must look like http://HOST:PORT (an OpenAI-compatible server's base "
-             "URL), not '{url}': {why}")
-    try:
-        parts = urlsplit(text)
-        port = parts.port
-    except ValueError as exc:  # a bad port or an unclosed IPv6 bracket
-        reason = str(exc)
-        if "Port" in reason:
-            reason = "its port must be a number from 1 to 65535"
-        elif "IPv6" in reason:
-            reason = "an IPv6 host goes in brackets, e.g. http://[::1]:8000"
-        raise ConfigError(shape.format(url=_shown(text), why=reason), param="server_url") \
-            from None
-    if parts.scheme.lower() not in ("http", "https"):
-        raise ConfigError(shape.format(url=_shown(text), why="it must start with http:// or "
-                                       "https://"), param="server_url")
-    if parts.username is not None or parts.password is not None:
-        raise ConfigError("server_url must not hold credentials (they would be written to the "
-                          "run's config.json): put the API key in the environment variable "
-                          "CTXLEAK_API_KEY (or OPENAI_API_KEY) instead", param="server_url")
-    if not parts.hostname:
-        raise ConfigError(shape.format(url=text, why="it names no host"), param="server_url")
-    problem = _host_problem(parts.hostname)
-    if problem:
-        raise ConfigError(shape.format(url=text, why=problem), param="server_url")
-    if port is not None and not 1 <= port <= 65535:
-        raise ConfigError(shape.format(url=text, why=f"its port {port} is not from 1 to 65535"),
-                          param="server_url")
 
 
 def float_list(value: Any, param: str) -> list[float]:
