@@ -4,7 +4,7 @@ progress bar, and returns plain data (:class:`~ctxleak.run.output.RunOutput`); t
 measures. It never reaches up: the face that called it hands the output to
 :func:`ctxleak.results.finish_run` for the Result, ``results.json`` and the report.
 
-Data flows one way: data -> ``Method.items`` -> batches -> ``Method.measure`` -> records appended
+Data flows one way: data -> ``Method.plan`` -> batches -> ``Method.measure`` -> records appended
 to ``samples.jsonl`` -> ``Method.summarize`` -> RunOutput (-> Result -> report, above this layer).
 """
 
