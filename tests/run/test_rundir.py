@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ctxleak.errors import ConfigError, InputError
+from ctxleak.errors import ConfigError, CtxleakError, InputError
 from ctxleak.results import Result
 from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.records import parse_mapping, read_rows
@@ -25,14 +25,18 @@ def test_samples_append_and_resume(tmp_path):
     cfg = {"model": "m", "lambda": [1.0], "limit": 2}
     with RunDir(tmp_path / "r", cfg) as run:
         run.append_sample({"id": "a", "x": np.float64(1.5), "arr": np.arange(3)})
-        run.append_sample({"id": "b", "x": float("nan")})
+        # a row with a number that is not finite is refused, not stored as null (resume would
+        # keep it as finished forever), wherever the number sits
+        with pytest.raises(CtxleakError, match=r"'b'.*not finite at 'x'.*resume=True"):
+            run.append_sample({"id": "b", "x": float("nan")})
+        with pytest.raises(CtxleakError, match=r"not finite at 'logp\[1\]\.t'"):
+            run.append_sample({"id": "c", "logp": [{"t": -1.0}, {"t": np.float32("inf")}]})
     text = (tmp_path / "r" / "samples.jsonl").read_text().splitlines()
-    assert json.loads(text[0]) == {"id": "a", "x": 1.5, "arr": [0, 1, 2]}
-    assert json.loads(text[1])["x"] is None
+    assert [json.loads(line) for line in text] == [{"id": "a", "x": 1.5, "arr": [0, 1, 2]}]
     with pytest.raises(ConfigError, match="resume=True"):
         RunDir(tmp_path / "r", cfg)
     run = RunDir(tmp_path / "r", {**cfg, "limit": 5, "batch_size": "4"}, resume=True)
-    assert run.done_keys() == {"a", "b"}
+    assert run.done_keys() == {"a"}  # b and c are measured again on resume
     with pytest.raises(ConfigError, match="differs in lambda"):
         RunDir(tmp_path / "r", {**cfg, "lambda": [2.0]}, resume=True)
 

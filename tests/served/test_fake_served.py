@@ -223,6 +223,41 @@ def test_a_failed_answer_names_the_server(tiny, tok_dir, mode, status, says):
     assert err.value.status == status
 
 
+@pytest.mark.parametrize("mode, says", [("uniform", "uniform distribution"),
+                                         ("positive", "impossible log-probs")])
+def test_every_answer_is_checked_not_only_the_probe(tiny, tok_dir, mode, says):
+    """A server that passes the checks before a run and then answers uniform or positive
+    log-probs (a bad replica, a reload) is refused on the answer itself, naming the server:
+    no influence of 0.0 is measured from it. Scoring and candidate scoring alike."""
+    bad, lm = _served_after(tiny, tok_dir, Fault(mode), attempts=1, backoff_s=0.01)
+    try:
+        with pytest.raises(ServerError, match=says) as err:
+            lm.continuation_logprobs([[1, 5, 6, 7]], [[8, 9, 10, 11, 12, 13]])
+        assert bad.url in str(err.value)
+        if mode == "positive":  # one candidate's log-prob alone cannot show a uniform answer
+            with pytest.raises(ServerError, match="impossible log-probs"):
+                lm.next_token_logprobs([[1, 5, 6, 7]], token_ids=[8, 9])
+    finally:
+        bad.stop()
+
+
+@pytest.mark.parametrize("answer, says", [
+    ([], "JSON list"), ({"choices": [{"index": "0"}]}, "'index' is '0'"),
+    ({"choices": [{"index": 0}, {"index": 0}]}, "2 choices for 1"),
+    ({"choices": "none"}, "list of choice objects")])
+def test_a_wrong_shaped_answer_is_one_line_naming_the_field(tiny, tok_dir, answer, says):
+    """Every field read from a completions answer is checked: a list where an object belongs,
+    a choice index that is not an integer, too many choices, choices that are not a list."""
+    good = FakeVLLM(tiny).start()
+    try:
+        lm = serve("tiny", good.url, tokenizer=tok_dir)
+        lm.client.post_many = lambda path, bodies: [answer for _ in bodies]
+        with pytest.raises(ServerError, match=says):
+            lm.continuation_logprobs([[1, 5, 6, 7]], [[8, 9, 10, 11, 12, 13]])
+    finally:
+        good.stop()
+
+
 def test_transient_errors_are_retried(tiny, tok_dir):
     bad, lm = _served_after(tiny, tok_dir, Fault("http", status=503, times=2), attempts=3,
                             backoff_s=0.01)

@@ -36,6 +36,28 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+def non_finite(value: Any, where: str = "") -> str | None:
+    """The path (``a.b[2]``) of the first number in ``value`` that is NaN or infinite, or None
+    when every number is finite (numpy and torch values included)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = non_finite(v, f"{where}.{k}" if where else str(k))
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = non_finite(v, f"{where}[{i}]")
+            if found is not None:
+                return found
+        return None
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        return non_finite(value.tolist(), where)
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "(the value)"
+    return None
+
+
 def is_path(data: Any) -> bool:
     return isinstance(data, (str, Path))
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.engine.model_files import fingerprint_changes
-from ctxleak.errors import ConfigError, InputError
+from ctxleak.errors import ConfigError, CtxleakError, InputError
 from ctxleak.run.atomic import append_whole, os_advice, os_errors, output_error, write_atomic
 from ctxleak.run.claim import (
     CONFIG_FILE,
@@ -37,7 +37,7 @@ from ctxleak.run.claim import (
     write_owner,
 )
 from ctxleak.run.distributed import World, barrier
-from ctxleak.run.inputs import to_jsonable
+from ctxleak.run.inputs import non_finite, to_jsonable
 from ctxleak.run.records import parse_json
 
 # The run folder's names, importable from here as from the modules that define them.
@@ -288,6 +288,12 @@ class RunDir:
         refuses (a full disk) is cut back to the last whole line and raised as an
         :class:`~ctxleak.errors.OutputError` that says how to resume."""
         path = self.path / self.samples_name
+        bad = non_finite(record)
+        if bad is not None:  # NaN would be stored as null and kept by resume forever
+            raise CtxleakError(f"{path}: the record of {record.get('id')!r} holds a number "
+                               f"that is not finite at '{bad}': not written. A model or server "
+                               "that answers NaN or infinite log-probs made it; rerun with "
+                               "resume=True once that is fixed")
         row = to_jsonable(record)
         if row_key(row) in self._ids:
             raise ConfigError(f"{path}: a row named {row_key(row)!r} is already stored; ids "

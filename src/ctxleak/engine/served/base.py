@@ -155,13 +155,9 @@ class ServedLM(LanguageModel):
         bodies = [self._score_body([list(seqs[i]) for i in chunk]) for chunk in chunks]
         answers = self.client.post_many("/v1/completions", bodies)
         for chunk, answer in zip(chunks, answers):
-            choices = sorted(answer.get("choices", []), key=lambda c: int(c.get("index", 0)))
-            if len(choices) != len(chunk):
-                raise ServerError(f"the server at {self.info.base_url} answered {len(choices)} "
-                                  f"choices for {len(chunk)} prompts")
-            for i, choice in zip(chunk, choices):
+            for i, choice in zip(chunk, self._choices(answer, len(chunk))):
                 row = self._read_scores(choice, list(seqs[i]))
-                out[i] = np.asarray(row[starts[i]:], dtype=np.float64)
+                out[i] = self._checked(row[starts[i]:], f"the tokens of prompt {i}")
         return out
 
     def _continuations(self, prompts: Sequence[Sequence[int]],
@@ -203,7 +199,13 @@ class ServedLM(LanguageModel):
             raise
         out = np.full((len(prompts), k), -np.inf)
         for r, answer in enumerate(answers):
-            top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
+            try:
+                top = self._choices(answer, 1)[0]["logprobs"]["top_logprobs"][0]
+                if not isinstance(top, dict):
+                    raise TypeError(type(top).__name__)
+            except (KeyError, IndexError, TypeError) as exc:
+                raise ServerError(f"the server at {self.info.base_url} answered no next-token "
+                                  f"log-probs ('logprobs.top_logprobs': {exc})") from None
             for key, value in top.items():
                 tid = token_id(key)
                 if tid >= out.shape[1]:
@@ -245,8 +247,7 @@ class ServedLM(LanguageModel):
         answers = self.client.post_many("/v1/completions", bodies)
         out = []
         for answer in answers:
-            choices = sorted(answer["choices"], key=lambda c: int(c.get("index", 0)))
-            out.append([self._read_sample(c, stops) for c in choices])
+            out.append([self._read_sample(c, stops) for c in self._choices(answer, int(n))])
         return out
 
     def beam_search(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
@@ -266,7 +267,8 @@ class ServedLM(LanguageModel):
         out = []
         stops = list(self.eos_ids)
         for answer in answers:
-            best = sorted(answer["choices"], key=lambda c: int(c.get("index", 0)))[0]
+            choices = answer.get("choices") if isinstance(answer, dict) else None
+            best = self._choices(answer, len(choices) if isinstance(choices, list) else 1)[0]
             ids, _ = self._read_sample(best, stops)
             for k, tok in enumerate(ids):
                 if tok in stops:
@@ -274,6 +276,53 @@ class ServedLM(LanguageModel):
                     break
             out.append(ids)
         return out
+
+    # ---- every answer checked -------------------------------------------------------------
+    def _choices(self, answer: Any, n: int) -> list[dict[str, Any]]:
+        """The ``n`` choices of one completions answer in index order, its shape checked: a
+        JSON object whose ``choices`` is a list of ``n`` objects, each ``index`` (where given)
+        an integer from 0 to n - 1, each once. Anything else is one :class:`ServerError`
+        naming the server and the field."""
+        where = f"the server at {self.info.base_url}"
+        if not isinstance(answer, dict):
+            raise ServerError(f"{where} answered a JSON {type(answer).__name__} to a "
+                              "completions request, where an object with 'choices' belongs")
+        choices = answer.get("choices", [])
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise ServerError(f"{where} answered a completions request without a list of "
+                              "choice objects ('choices')")
+        if len(choices) != n:
+            raise ServerError(f"{where} answered {len(choices)} choices for {n} prompts")
+        indices = []
+        for k, choice in enumerate(choices):
+            index = choice.get("index", k)
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n:
+                raise ServerError(f"{where} answered a choice whose 'index' is {index!r}, not "
+                                  f"an integer from 0 to {n - 1}")
+            indices.append(index)
+        if len(set(indices)) != n:
+            raise ServerError(f"{where} answered the same choice 'index' twice")
+        return [c for _, c in sorted(zip(indices, choices), key=lambda pair: pair[0])]
+
+    def _checked(self, values: Sequence[float], what: str) -> np.ndarray:
+        """Log-probs the server answered, as float64, refused when impossible (not finite,
+        above 0) or uniform over the vocabulary (two or more, all equal to -log V: a replica
+        that lost its weights): every answer a run uses is checked, not only the probe before it.
+        Nothing measured from a refused answer is written, so ``resume`` continues once the
+        server answers correctly."""
+        row = np.asarray(values, dtype=np.float64)
+        where = f"the server at {self.info.base_url}"
+        if row.size and (not np.all(np.isfinite(row)) or float(row.max()) > LOGPROB_SLACK):
+            raise ServerError(f"{where} answered impossible log-probs for {what} (largest "
+                              f"{float(np.nanmax(row)) if not np.all(np.isnan(row)) else 'nan'}"
+                              f", all finite: {bool(np.all(np.isfinite(row)))}): refused")
+        # uniform over the model's V >= the tokenizer's size: one value, at most -log(size)
+        ceiling = -math.log(max(self.vocab_size, 2)) + 1e-6
+        if row.size >= 2 and float(np.ptp(row)) < 1e-9 and float(row.max()) <= ceiling:
+            raise ServerError(f"{where} answered the uniform distribution for {what} (every "
+                              f"log-prob {float(row[0]):.4f} nats, -log of the vocabulary "
+                              "size): refused, as no trained model answers so")
+        return row
 
     # ---- a dialect's requests and answers ----------------------------------------------
     @abstractmethod

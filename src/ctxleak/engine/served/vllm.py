@@ -94,17 +94,14 @@ class VLLMServedLM(ServedLM):
         answers = self.client.post_many("/v1/completions", bodies)
         out = np.full(len(pairs), np.nan)
         for (c, rows), answer in zip(jobs, answers):
-            for choice in answer.get("choices", []):
-                i = rows[int(choice.get("index", 0))]
+            for i, choice in zip(rows, self._choices(answer, len(rows))):
                 logprobs = choice.get("logprobs") or {}
                 tokens = logprobs.get("tokens") or []
-                if len(tokens) != 1 or token_id(tokens[0]) != c:
+                values = logprobs.get("token_logprobs") or []
+                if len(tokens) != 1 or token_id(tokens[0]) != c or len(values) != 1:
                     raise ServerError(f"the server at {self.info.base_url} did not keep to the "
                                       f"allowed token {c} (allowed_token_ids)")
-                out[i] = float(logprobs["token_logprobs"][0])
-        if np.isnan(out).any():
-            raise ServerError(f"the server at {self.info.base_url} answered fewer choices than "
-                              "prompts")
+                out[i] = self._checked([values[0]], f"candidate token {c}")[0]
         return out
 
     def _score_body(self, seqs: list[list[int]]) -> dict[str, Any]:
