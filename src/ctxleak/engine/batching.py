@@ -72,17 +72,26 @@ class BatchPolicy:
         return replace(self, max_in_flight=max_in_flight)
 
 
-def policy_of(lm: Any) -> BatchPolicy:
+class Batched(Protocol):
+    """What carries a batching policy: every :class:`~ctxleak.engine.lm.LanguageModel`."""
+
+    batching: BatchPolicy
+
+
+B = TypeVar("B", bound=Batched)
+
+
+def policy_of(lm: Batched) -> BatchPolicy:
     """The batching policy the model was handed (:func:`using`), or the default one."""
     policy = getattr(lm, "batching", None)
     return policy if isinstance(policy, BatchPolicy) else BatchPolicy()
 
 
 @contextmanager
-def using(lm: Any, policy: BatchPolicy) -> Iterator[Any]:
+def using(lm: B, policy: BatchPolicy) -> Iterator[B]:
     """Hand ``policy`` to the model for the duration of the block (a run), then restore the
     previous one; copies of the model made inside (a fine-tuned canary) keep it."""
-    before = getattr(lm, "batching", None)
+    before = lm.batching
     lm.batching = policy
     try:
         yield lm
