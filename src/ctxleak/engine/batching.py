@@ -177,8 +177,8 @@ class BatchPlanner:
 
 
 class OnDevice(Protocol):
-    """What :func:`planner_for` reads of a model (engine/models.py's LM; not imported here, as
-    models imports this module for :class:`BatchPolicy`)."""
+    """What :func:`planner_for` reads of a model (a :class:`~ctxleak.engine.lm.LanguageModel`;
+    not imported here, as the interface imports this module for :class:`BatchPolicy`)."""
 
     @property
     def device(self) -> torch.device: ...
