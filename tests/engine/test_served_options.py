@@ -68,6 +68,19 @@ def test_load_model_reaches_the_client(recorded):
     assert recorded[-1].timeout == 12.5 and recorded[-1].attempts == 3
 
 
+def test_serve_takes_a_scheme_in_any_case_and_checks_the_port(recorded):
+    """``serve`` and ``load_model(server_url=)`` check the URL as a run does: ``HTTP://`` is
+    ``http://`` (schemes are case-insensitive), a port out of range is one clear line that shows
+    the URL as given, before any client is built."""
+    with pytest.raises(Reached) as reached:
+        load_model("default", server_url="HTTP://127.0.0.1:9")
+    assert str(reached.value) == "http://127.0.0.1:9"
+    before = len(recorded)
+    with pytest.raises(ConfigError, match=r"'HTTP://127\.0\.0\.1:99999'.*port") as info:
+        load_model("default", server_url="HTTP://127.0.0.1:99999")
+    assert info.value.param == "server_url" and len(recorded) == before
+
+
 def test_an_api_run_reaches_the_client(recorded, tmp_path):
     with pytest.raises(Reached):
         ctxleak.influence(server_url=DEAD, temperature=1.0, request_timeout=9, retries=0,

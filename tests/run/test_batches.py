@@ -12,7 +12,7 @@ from ctxleak.engine.batching import (
     next_example_batch,
 )
 from ctxleak.errors import ConfigError
-from ctxleak.run.method import Method
+from ctxleak.run.method import Method, batches_by_cost
 from ctxleak.run.options import RunOptions
 from ctxleak.run.runner import measure_batch, measure_todo
 
@@ -64,7 +64,10 @@ class Fake(Method):
     def batch_cost(self, item):
         return 1
 
-    def measure(self, lm, items):
+    def batches(self, ready, items, policy):
+        return batches_by_cost(items, [self.batch_cost(item) for item in items], policy)
+
+    def measure(self, lm, ready, items):
         self.calls.append(list(items))
         if len(items) > self.fits:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -75,7 +78,7 @@ def test_out_of_memory_halves_the_batch_and_caps_later_ones():
     method = Fake(fits=3)
     method.batch_cost = lambda item: IN_FLIGHT_TOKENS["cpu"] // 6  # 6 examples per batch
     flat = []
-    policy = measure_todo(method, None, list(range(12)), BatchPolicy(),
+    policy = measure_todo(method, None, None, list(range(12)), BatchPolicy(),
                           lambda item, record: flat.append((item, record)))
     assert flat == [(i, {"value": 10 * i}) for i in range(12)]
     assert policy.max_in_flight == 3
@@ -84,11 +87,11 @@ def test_out_of_memory_halves_the_batch_and_caps_later_ones():
 
 def test_no_back_off_with_a_fixed_batch_size_or_other_errors():
     with pytest.raises(RuntimeError, match="out of memory"):
-        measure_batch(Fake(batch_size=4), None, [1, 2, 3, 4], BatchPolicy.of(4))
+        measure_batch(Fake(batch_size=4), None, None, [1, 2, 3, 4], BatchPolicy.of(4))
 
     class Broken(Fake):
-        def measure(self, lm, items):
+        def measure(self, lm, ready, items):
             raise RuntimeError("shape mismatch")
 
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        measure_batch(Broken(), None, [1, 2, 3], BatchPolicy())
+        measure_batch(Broken(), None, None, [1, 2, 3], BatchPolicy())

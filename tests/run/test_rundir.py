@@ -225,22 +225,22 @@ def test_resume_refuses_changed_input_file_and_other_command(tmp_path):
 
 
 def test_run_examples_refuses_two_items_with_one_id_before_any_work(tmp_path):
-    from ctxleak.run.method import Method
+    from ctxleak.run.method import ItemIds, Method
     from ctxleak.run.runner import measure_items
 
     calls = []
 
     class Echo(Method):
-        def key(self, item):
-            return str(item)
+        def ids(self, item):
+            return ItemIds(str(item), str(item))
 
-        def measure(self, lm, items):
+        def measure(self, lm, ready, items):
             calls.extend(items)
             return [{} for _ in items]
 
     with RunDir(tmp_path / "r", {"a": 1}) as run:
         with pytest.raises(ConfigError, match="two examples have the id 'x'"):
-            measure_items(run, Echo(), None, ["x", "y", "x"], progress=False)
+            measure_items(run, Echo(), None, None, ["x", "y", "x"], progress=False)
     assert calls == []
 
 

@@ -12,7 +12,7 @@ from ctxleak.api import run_method
 from ctxleak.errors import ConfigError
 from ctxleak.report import Report
 from ctxleak.report.views import VIEWS, View
-from ctxleak.run.method import Method
+from ctxleak.run.method import ItemIds, Method, Plan
 from ctxleak.run.options import RunOptions
 
 
@@ -26,30 +26,27 @@ class WordCount(Method):
         super().__init__(common)
         self.fail_on, self.calls = fail_on, []
 
-    def config(self, data):
-        return {"fail_on": None}
-
-    def items(self, data):
+    def plan(self, data):
         if not data:
             raise ConfigError("data is empty", param="data")
-        return [{"key": f"t{i}", "text": t} for i, t in enumerate(data)]
+        return Plan(items=[{"key": f"t{i}", "text": t} for i, t in enumerate(data)],
+                    config={"fail_on": None}, state=None)
 
-    def key(self, item):
-        return item["key"]
+    def ids(self, item):
+        return ItemIds(item["key"], item["key"])
 
-    def batches(self, todo, policy):
+    def batches(self, ready, todo, policy):
         for i in range(0, len(todo), 2):
             yield list(todo[i:i + 2])
 
-    def measure(self, lm, items):
+    def measure(self, lm, ready, items):
         self.calls.append([it["key"] for it in items])
         if any(it["text"] == self.fail_on for it in items):
             raise RuntimeError("boom")
         return [{"words": len(it["text"].split())} for it in items]
 
-    def summarize(self, records):
+    def summarize(self, ready, records):
         return {"total": sum(r["words"] for r in records)}
-
 
 
 class WordCountView(View):
@@ -108,8 +105,8 @@ def test_a_failed_run_resumes_where_it_stopped(llama_lm, tmp_path):
 
 def test_measure_must_return_one_record_per_item(llama_lm, tmp_path):
     class Short(WordCount):
-        def measure(self, lm, items):
-            return super().measure(lm, items)[:1]
+        def measure(self, lm, ready, items):
+            return super().measure(lm, ready, items)[:1]
 
     with pytest.raises(RuntimeError, match="returned 1 records for 2 items"):
         run_method(Short(RunOptions(output=str(tmp_path / "run"))), llama_lm, TEXTS,

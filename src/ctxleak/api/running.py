@@ -98,7 +98,8 @@ def method_for(params: MethodParams, common: RunOptions) -> Method:
     return ProbeMethod(common, params)
 
 
-def run_method(method: Method, lm: Any = None, data: Any = None, output: str | None = None,
+def run_method(method: Method, lm: LanguageModel | None = None, data: Any = None,
+               output: str | None = None,
                resume: bool | None = None, progress: bool = True) -> Result | None:
     """Run ``method`` on ``data`` with the model ``lm`` and return its Result, its run folder
     holding ``samples.jsonl``, ``results.json``, ``report.html`` and the figures.

@@ -17,6 +17,10 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     path = check_input_file(path)
     try:
         data = yaml.load(read_text_file(path), Loader=_unique_key_loader())  # noqa: S506
+    except _AliasError as exc:
+        raise InputError(f"uses the YAML alias *{exc.anchor}: a config file may not use "
+                         "anchors and aliases (a few nested ones can expand to gigabytes); "
+                         "write each value out", file=str(path), line=exc.line) from None
     except _DuplicateKeyError as exc:
         raise InputError("appears twice in the config (which value is meant?)", file=str(path),
                          line=exc.line, field=exc.key) from None
@@ -45,12 +49,26 @@ class _DuplicateKeyError(Exception):
         self.key, self.line = key, line
 
 
+class _AliasError(Exception):
+    def __init__(self, anchor: str, line: int) -> None:
+        super().__init__(anchor)
+        self.anchor, self.line = anchor, line
+
+
 def _unique_key_loader() -> type:
     """PyYAML's safe loader, except that a key repeated in one mapping is an error (plain YAML
-    keeps the last value silently)."""
+    keeps the last value silently), and so is an alias (``*name``, merge keys ``<<: *name``
+    included): aliases let a kilobyte of YAML stand for exponentially many values (the
+    "billion laughs" expansion), and a file of flags has no use for them."""
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise _AliasError(str(event.anchor), event.start_mark.line + 1)
+            return super().compose_node(parent, index)
+
         def construct_mapping(self, node: Any, deep: bool = False) -> dict:
             seen: set = set()
             for key_node, _ in node.value:

@@ -9,18 +9,21 @@ says how to finish the run (``--resume``: records are written per batch, so a ru
 dead server loses only the batch in flight).
 
 The API key is read from an environment variable (:data:`API_KEY_ENVS`) and kept only in the
-request headers: it never enters an object that is serialised (``ServedInfo``, the config).
+request headers: it never enters an object that is serialised (``ServedInfo``, the config), and
+where a server echoes it (in an error's text, a page that is not JSON, a field of an answer) it
+is masked as ``***`` before anything is printed or stored. A redirect is named, not followed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 from tenacity import (
@@ -124,6 +127,15 @@ class ServedClient:
             self.base_url = self.base_url[:-3]
         self.options = options or ClientOptions()
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # the key as a server may echo it (plain, JSON-escaped, URL-encoded), longest first
+        self._secrets = sorted({api_key, json.dumps(api_key)[1:-1], quote(api_key, safe="")},
+                               key=len, reverse=True) if api_key else []
+
+    def _masked(self, text: str) -> str:
+        """``text`` from the server with the API key, wherever it is echoed, as ``***``."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     @property
     def url(self) -> str:
@@ -133,17 +145,37 @@ class ServedClient:
     def _where(self, path: str) -> str:
         return f"the server at {self.url} ({path})"
 
+    def _detail(self, exc: BaseException) -> str:
+        """What went wrong, also when the exception's own text is empty (httpx's timeouts)."""
+        text = self._masked(str(exc).strip().replace("\n", " "))
+        if text:
+            return text
+        if isinstance(exc, httpx.TimeoutException):
+            what = "connection" if isinstance(exc, httpx.ConnectTimeout) else "answer"
+            limit = min(30.0, self.options.timeout) if what == "connection" \
+                else self.options.timeout
+            return f"no {what} within {limit:g} s, the request timeout"
+        return "no detail given"
+
     def _dead(self, path: str, exc: BaseException) -> ServerError:
         return ServerError(
             f"{self._where(path)} did not answer after {self.options.attempts} tries "
-            f"({type(exc).__name__}: {exc or 'no detail'}): is it still running? Start it "
+            f"({type(exc).__name__}: {self._detail(exc)}): is it still running? Start it "
             "again; a run already begun keeps its finished examples, and rerunning the same "
             "command with --resume --output RUN_DIR finishes it")
 
     def _failed(self, path: str, response: httpx.Response) -> ServerError:
-        text = response.text.strip().replace("\n", " ")[:300]
+        text = self._masked(response.text).strip().replace("\n", " ")[:300]
         return ServerError(f"{self._where(path)} answered HTTP {response.status_code}: {text}",
                            status=response.status_code)
+
+    def _redirected(self, path: str, response: httpx.Response) -> ServerError:
+        """A 3xx: ctxleak does not follow it (the key would go wherever it points)."""
+        target = response.headers.get("location")
+        where = f" to {self._masked(target)}" if target else " (no Location given)"
+        return ServerError(f"{self._where(path)} answered HTTP {response.status_code}, a "
+                           f"redirect{where}, which ctxleak does not follow: give the server's "
+                           "own base URL", status=response.status_code)
 
     async def _send(self, client: httpx.AsyncClient, method: str, path: str,
                     body: dict[str, Any] | None) -> Any:
@@ -167,11 +199,28 @@ class ServedClient:
             raise self._dead(path, last or exc) from None
         if response.status_code >= 400:
             raise self._failed(path, response)
+        if response.status_code >= 300:
+            raise self._redirected(path, response)
         try:
-            return response.json()
+            answer = response.json()
         except ValueError:
-            raise ServerError(f"{self._where(path)} answered what is not JSON: "
-                              f"{response.text[:200]!r}") from None
+            kind = response.headers.get("content-type") or "no content type"
+            raise ServerError(f"{self._where(path)} answered HTTP {response.status_code} with "
+                              f"what is not JSON ({kind}): "
+                              f"{self._masked(response.text)[:200]!r}") from None
+        if any(secret in response.text for secret in self._secrets):
+            answer = self._masked_json(answer)  # nothing read from it may show the key
+        return answer
+
+    def _masked_json(self, value: Any) -> Any:
+        """A JSON answer with every string (keys included) :meth:`_masked`."""
+        if isinstance(value, str):
+            return self._masked(value)
+        if isinstance(value, list):
+            return [self._masked_json(v) for v in value]
+        if isinstance(value, dict):
+            return {self._masked(k): self._masked_json(v) for k, v in value.items()}
+        return value
 
     async def _many(self, method: str, path: str,
                     bodies: Sequence[dict[str, Any] | None]) -> list[Any]:

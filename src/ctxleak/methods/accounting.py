@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import numpy as np
 from scipy.special import logsumexp
@@ -77,7 +78,7 @@ class ZCDPEvent(PrivacyEvent):
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):  # an infinite ρ (no guarantee) stays infinite
-            return np.float64(self.rho) * np.asarray(orders, dtype=np.float64)
+            return cast("np.ndarray", np.float64(self.rho) * np.asarray(orders, dtype=np.float64))
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class ExponentialMechanismEvent(PrivacyEvent):
             sinh_term = (_log_cosh((2 * a - 1) * eps / 2) - _log_cosh(eps / 2)) / (a - 1)
             zcdp_term = a * eps**2 / 2
         # clipping to [0, ε] (D_α ≤ D_∞ ≤ ε) only removes rounding
-        return np.clip(np.minimum(zcdp_term, sinh_term), 0.0, eps)
+        return cast("np.ndarray", np.clip(np.minimum(zcdp_term, sinh_term), 0.0, eps))
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ class MinEvent(PrivacyEvent):
             raise ValueError("MinEvent needs at least one event")
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
-        return np.min([e.rdp(orders) for e in self.events], axis=0)
+        return cast("np.ndarray", np.min([e.rdp(orders) for e in self.events], axis=0))
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ class RDPAccountant:
 
     def get_rdp(self) -> np.ndarray:
         """Total RDP at each order (a copy)."""
-        return self._rdp.copy()
+        return cast("np.ndarray", self._rdp.copy())
 
     def get_epsilon_and_order(self, delta: float) -> tuple[float, float]:
         """``(ε*, α*)`` by Algorithm 2 / Theorem C.8."""
@@ -282,7 +283,7 @@ def _renyi(lp: np.ndarray, lq: np.ndarray, alpha: float) -> np.ndarray:
         else:
             terms = np.where(support, alpha * lp - (alpha - 1) * lq, -np.inf)
             d = logsumexp(terms, axis=-1) / (alpha - 1)
-    return np.maximum(d, 0.0)
+    return cast("np.ndarray", np.maximum(d, 0.0))
 
 
 def renyi_divergence(logp: np.ndarray, logq: np.ndarray, alpha: float,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import math
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -49,9 +50,20 @@ def _figure(figsize: tuple[float, float] = _FIGSIZE) -> Iterator[tuple[Any, Any]
 
 
 def _png(fig: Any) -> bytes:
+    """The figure as PNG bytes, laid out tight. What matplotlib would warn about while drawing
+    is handled here instead of printed: labels too long for a tight layout get a canvas grown to
+    fit them, and a character the font lacks is drawn as a box (tables show the text itself)."""
     buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig.tight_layout()
+        grow = any("Tight layout not applied" in str(w.message) for w in caught)
+        fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None},
+                    **({"bbox_inches": "tight"} if grow else {}))
+    for w in caught:
+        text = str(w.message)
+        if not ("Tight layout not applied" in text or text.startswith("Glyph ")):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return buf.getvalue()
 
 

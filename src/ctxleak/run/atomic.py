@@ -60,11 +60,32 @@ def os_advice(code: int | None) -> str:
     return "fix the cause or choose another output=..."
 
 
+def blocking_part(path: Path | str) -> str | None:
+    """What in ``path`` (itself or a folder above it) keeps a folder from being made there: a
+    symbolic link to nothing, or a file; None when neither is found."""
+    for part in (Path(path), *Path(path).parents):
+        if part.is_symlink() and not part.exists():
+            return (f"{part} is a symbolic link to {os.readlink(part)}, which does not exist: "
+                    "create that folder, or choose another output=...")
+        if part.exists():
+            if not part.is_dir():
+                return (f"a part of that path is a file, not a folder ({part}): choose a "
+                        "folder for output=...")
+            return None
+    return None
+
+
 def output_error(exc: OSError, path: Path | str, what: str, *, kept: str = "") -> OutputError:
     """``exc`` as a one-line :class:`OutputError`: the path, the system's reason, what to do
-    and (``kept``) what is saved and how to go on."""
+    and (``kept``) what is saved and how to go on. A path blocked by a file or a link to
+    nothing names that part instead of the system's reason ("File exists")."""
     reason = exc.strerror or str(exc)
     advice = os_advice(exc.errno)
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST, errno.ENOENT):
+        blocked = blocking_part(path)
+        if blocked:
+            return OutputError(f"cannot {what} {path}: {blocked}" + (f"; {kept}" if kept else ""),
+                               path=str(path), errno=exc.errno, also=("output", "resume"))
     if not kept and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
         advice += " and run the command again"
     message = f"cannot {what} {path}: {reason}; {advice}"

@@ -1,42 +1,85 @@
-"""The Method protocol: what a method tells :func:`ctxleak.run.run_method`.
+"""The Method: what a method tells :func:`ctxleak.run.run_method`, in eight hooks.
 
-A method never opens files, prints or builds HTML itself; it says how to:
+A method is maths: it never opens files, prints or builds HTML, and it keeps no state between
+its hooks. What one hook prepares is returned and handed to the next:
 
-- ``items(data)``: turn its data into work items (checked before any model is loaded);
-- ``key(item)``: name an item (the ``key`` of its line in ``samples.jsonl``, used by resume);
-  ``example_id(item)`` gives the user's own id of the example, the row's ``id`` (by default
-  the key: items that are one example each), so that results merge back onto the user's table;
-- ``measure(lm, items)``: measure a *list* of items, one record per item, in order;
-- ``summarize(records)``: summarise all records into the ``summary`` of ``results.json``.
+1. ``plan(data) -> Plan``: the work items, the method's part of ``config.json``, the input
+   files that resume checks, the model-load overrides, and ``state`` (what reading the data
+   prepared: examples, their index, controls); checked before any model is loaded;
+2. ``ids(item) -> ItemIds``: the item's ``key`` (its line in ``samples.jsonl``, what resume goes
+   by) and the user's own ``example_id`` (the row's ``id``; by default the key);
+3. ``requires()``: the model operations the run needs (capability -> why,
+   :mod:`ctxleak.engine.capabilities`); a backend that lacks one is refused before the first
+   request;
+4. ``prepare(lm, plan, run) -> ReadyT``: once, after the model is loaded (scorers, trained soft
+   prompts, run-scoped counters), returned, not stored;
+5. ``batches(ready, items, policy)``: the items still to measure, grouped into the lists given to
+   ``measure`` (default: :func:`batches_by_cost` with no cost, one item at a time unless the
+   batch size says otherwise);
+6. ``measure(lm, ready, items)``: one record per item, in order;
+7. ``summarize(ready, records)``: the ``summary`` of ``results.json``;
+8. ``provenance(lm, ready)``: what the provenance adds (prompt templates).
 
-What is shown of a finished run (page, figures, console table) is built from its Result alone
-by the method's report view (:data:`ctxleak.registry.REPORTS`, by ``name``), not here.
-
-Optional hooks have defaults here: ``setup(lm, run)`` once after the model is loaded (scorers,
-trained soft prompts), ``batch_cost(item)`` and ``batches(items, policy)`` to group the items
-measured together (the run's :class:`~ctxleak.engine.batching.BatchPolicy`, which the engine also
-keeps: a method never branches on it), ``provenance_extra(lm)`` for prompt templates,
-``requires()`` for the model operations it needs (:mod:`ctxleak.engine.capabilities`; a
-backend that lacks one is refused before the first request).
+A Result and its report are made above the run layer, from the plain data the run returns
+(:func:`ctxleak.results.finish_run`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from ctxleak.engine.batching import BatchPolicy, next_example_batch
 from ctxleak.engine.capabilities import DESCRIPTIONS, IN_PROCESS
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.run.options import RunOptions
+from ctxleak.run.rundir import RunDir
+
+ItemT = TypeVar("ItemT")
+StateT = TypeVar("StateT")
+ReadyT = TypeVar("ReadyT")
 
 
-class Method:
+@dataclass(frozen=True)
+class Plan(Generic[ItemT, StateT]):
+    """What :meth:`Method.plan` makes of the data, before any model is loaded."""
+
+    items: list[ItemT]
+    config: dict[str, Any]  # the method's part of config.json (checked on resume)
+    state: StateT  # what reading the data prepared, for the later hooks
+    inputs: dict[str, Any] = field(default_factory=dict)  # {"data": path}: SHA-256 on resume
+    load_options: dict[str, Any] = field(default_factory=dict)  # RunOptions overrides to load
+
+
+@dataclass(frozen=True)
+class ItemIds:
+    """An item's ``key`` (unique in the run, what resume goes by) and the user's ``example_id``
+    (returned untouched as the row's ``id``; its setting goes in columns of its own)."""
+
+    key: str
+    example_id: str | int
+
+
+def batches_by_cost(items: Sequence[ItemT], costs: Sequence[int | None],
+                    policy: BatchPolicy) -> Iterable[list[ItemT]]:
+    """Consecutive items, as many per batch as ``policy.batch_size`` says (``auto``: as many as
+    fit the token budget of examples in flight on ``policy.device``, from each item's token
+    slots ``costs``, None: measured alone; capped by ``policy.max_in_flight`` after an
+    out-of-memory back-off; see :func:`ctxleak.engine.batching.next_example_batch`)."""
+    start = 0
+    while start < len(items):
+        end = next_example_batch(costs, start, policy)
+        yield list(items[start:end])
+        start = end
+
+
+class Method(Generic[ItemT, StateT, ReadyT]):
     """Base of every method object: the defaults of the optional hooks.
 
     Subclasses set ``name`` (the command, stored as ``config["command"]``; its Result class and
-    report view are registered under it in :mod:`ctxleak.registry`) and ``private`` (folder
-    0700, files 0600: every method reads user text, so the default).
+    report view go by it) and ``private`` (folder 0700, files 0600: every method reads user
+    text, so the default). The object holds only its options.
     """
 
     name: ClassVar[str] = "method"
@@ -46,68 +89,32 @@ class Method:
     def __init__(self, common: RunOptions | None = None) -> None:
         self.common = (common or RunOptions()).check()
 
-    # ---- required ------------------------------------------------------------------------
-    def config(self, data: Any) -> dict[str, Any]:
-        """The method's part of ``config.json`` (checked on resume): its options serialised,
-        with ``data`` described; computed from the options and ``data`` alone."""
+    def plan(self, data: Any) -> Plan[ItemT, StateT]:
         raise NotImplementedError
 
-    def items(self, data: Any) -> list[Any]:
-        raise NotImplementedError
-
-    def key(self, item: Any) -> str:
-        return str(item.key)
-
-    def example_id(self, item: Any) -> str | int:
-        """The user's id of the example ``item`` measures, returned untouched as the row's
-        ``id`` (its setting goes in columns of its own); the key by default."""
-        return self.key(item)
-
-    def measure(self, lm: LanguageModel, items: Sequence[Any]) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        raise NotImplementedError
-
-    # ---- optional ------------------------------------------------------------------------
-    def inputs(self, data: Any) -> dict[str, Any]:
-        """The input files of the run (``{"data": path}``) whose SHA-256 resume checks, from the
-        options and ``data``. Names like ``demo`` resolve to their file; rows in memory are
-        hashed as themselves."""
-        return {}
-
-    def load_options(self) -> dict[str, Any]:
-        """Overrides of :class:`RunOptions` when loading the model (not stored in the config)."""
-        return {}
-
-    def setup(self, lm: LanguageModel, run: Any) -> None:
-        """Once, after the model is loaded and before any item is measured."""
-
-    def batch_cost(self, item: Any) -> int | None:
-        """Token slots ``item`` keeps in flight when measured together with other items (its
-        streams times their prompt and new tokens), or None to measure it alone (the default)."""
-        return None
-
-    def batches(self, todo: Sequence[Any], policy: BatchPolicy) -> Iterable[list[Any]]:
-        """The items still to measure, grouped into the lists given to :meth:`measure`:
-        consecutive items, as many as ``policy.batch_size`` says (``auto``: as many as fit the
-        token budget of examples in flight on ``policy.device``, capped by
-        ``policy.max_in_flight`` after an out-of-memory back-off; see
-        :func:`ctxleak.engine.batching.next_example_batch`)."""
-        costs = [self.batch_cost(item) for item in todo]
-        start = 0
-        while start < len(todo):
-            end = next_example_batch(costs, start, policy)
-            yield list(todo[start:end])
-            start = end
-
-    def provenance_extra(self, lm: LanguageModel) -> dict[str, Any]:
-        return {}
+    def ids(self, item: ItemT) -> ItemIds:
+        key = str(cast(Any, item).key)
+        return ItemIds(key, key)
 
     def requires(self) -> dict[str, str]:
-        """The model operations this run needs, given its options: capability name
-        (:mod:`ctxleak.engine.capabilities`) -> why, and what to do instead, in the words of
-        a refusal. Default: all of them (a method that states nothing runs in-process only)."""
+        """Default: every operation (a method that states nothing runs in-process only)."""
         return {c: f"{self.name} uses {DESCRIPTIONS[c]}: run it with the model loaded "
                    "in-process" for c in sorted(IN_PROCESS)}
 
+    def prepare(self, lm: LanguageModel, plan: Plan[ItemT, StateT], run: RunDir) -> ReadyT:
+        """Default: the plan's state as it is."""
+        return cast(ReadyT, plan.state)
+
+    def batches(self, ready: ReadyT, items: Sequence[ItemT],
+                policy: BatchPolicy) -> Iterable[list[ItemT]]:
+        return batches_by_cost(items, [None] * len(items), policy)
+
+    def measure(self, lm: LanguageModel, ready: ReadyT,
+                items: Sequence[ItemT]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def summarize(self, ready: ReadyT, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def provenance(self, lm: LanguageModel, ready: ReadyT) -> dict[str, Any]:
+        return {}

@@ -7,10 +7,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Optional
-from urllib.parse import urlsplit
 
 from ctxleak.engine.model_args import parse_model_args
-from ctxleak.engine.served_options import check_request_timeout, check_retries
+from ctxleak.engine.served_options import (
+    check_request_timeout,
+    check_retries,
+    check_server_url,
+    normal_server_url,
+)
 from ctxleak.errors import ConfigError
 from ctxleak.run.params import option
 from ctxleak.run.validate import check_common
@@ -64,6 +68,10 @@ class RunOptions:
                              "'key=value,key2=value2' or a mapping, e.g. "
                              "'attn_implementation=eager' (recorded in the provenance).")
 
+    def __post_init__(self) -> None:
+        if isinstance(self.server_url, str):
+            object.__setattr__(self, "server_url", normal_server_url(self.server_url))
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -77,6 +85,7 @@ class RunOptions:
         check_server_url(self.server_url)
         check_request_timeout(self.request_timeout)
         check_retries(self.retries)
+        check_served_only(self)
         parse_model_args(self.model_args)
         if not isinstance(self.batch_invariant, bool):
             raise ConfigError(f"batch_invariant must be True or False, not "
@@ -84,19 +93,21 @@ class RunOptions:
         return self
 
 
-def check_server_url(url: str | None) -> None:
-    """A server URL is ``http(s)://host[:port][/path]``, with no credentials in it: they would
-    be stored in ``config.json`` (the API key goes in CTXLEAK_API_KEY or OPENAI_API_KEY)."""
-    if url is None:
+#: Options that only a served model reads: without ``server_url`` the model runs in this
+#: process and they would be ignored (and recorded as if they had been used).
+SERVED_ONLY = ("served_model", "tokenizer", "request_timeout", "retries")
+
+def check_served_only(options: RunOptions) -> None:
+    """Refuse an option of :data:`SERVED_ONLY` given without ``server_url``."""
+    if options.server_url is not None:
         return
-    parts = urlsplit(str(url))
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError("server_url must look like http://HOST:PORT (an OpenAI-compatible "
-                          "server's base URL)", param="server_url")
-    if parts.username is not None or parts.password is not None:
-        raise ConfigError("server_url must not hold credentials (they would be written to the "
-                          "run's config.json): put the API key in the environment variable "
-                          "CTXLEAK_API_KEY (or OPENAI_API_KEY) instead", param="server_url")
+    given = [name for name in SERVED_ONLY if getattr(options, name) is not None]
+    if given:
+        name = given[0]
+        raise ConfigError(f"{name} is for a model on a server and needs server_url=URL (the "
+                          "server's base URL, e.g. http://127.0.0.1:8000); without it the "
+                          "model runs in this process and would ignore it: give server_url=URL, "
+                          "or leave it out", param=name, also=("server_url",))
 
 
 def float_list(value: Any, param: str) -> list[float]:

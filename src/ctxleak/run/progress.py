@@ -5,7 +5,9 @@ from the tokens per finished example. The examples done show beside it. A method
 reports no tokens falls back to counting examples.
 
 In a notebook the widget bar is used only when ipywidgets is installed; without it the text
-bar (no ``TqdmWarning: IProgress not found``).
+bar (no ``TqdmWarning: IProgress not found``). When stderr is not a terminal (a log file, a
+pipe) a redrawn bar would pile up as one endless line of carriage returns, so progress is
+written as whole lines instead: one every :data:`LINE_EVERY_S` seconds and one at the end.
 """
 
 from __future__ import annotations
@@ -13,9 +15,61 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
-from typing import Any
+import time
+from typing import Any, TextIO
 
 from tqdm import tqdm as text_tqdm
+
+#: Seconds between progress lines when stderr is not a terminal.
+LINE_EVERY_S = 10.0
+
+
+class LineProgress:
+    """The part of tqdm's interface :class:`RunProgress` uses, written as whole lines (``desc:
+    n/total unit, elapsed``) at most every ``every`` seconds and once at the end: progress for
+    a log file or a pipe."""
+
+    def __init__(self, total: int | None, desc: str, unit: str = "it",
+                 unit_scale: bool = False, file: TextIO | None = None, disable: bool = False,
+                 every: float | None = None, **_: Any) -> None:
+        self.total, self.desc, self.unit, self.unit_scale = total, desc, unit, unit_scale
+        self.n, self.postfix, self.disable = 0, "", disable
+        self.every = LINE_EVERY_S if every is None else every
+        self.file = file if file is not None else sys.stderr
+        self.start = self.last = time.monotonic()
+        self.closed = False
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        self.postfix = text
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self.refresh()
+
+    def reset(self, total: int | None = None) -> None:
+        self.n, self.total = 0, total
+
+    def refresh(self) -> None:
+        if time.monotonic() - self.last >= self.every:
+            self._line()
+
+    def _count(self, value: float) -> str:
+        return text_tqdm.format_sizeof(value) if self.unit_scale else f"{value:g}"
+
+    def _line(self) -> None:
+        self.last = time.monotonic()
+        if self.disable:
+            return
+        total = f"/{self._count(self.total)}" if self.total else ""
+        extra = f", {self.postfix}" if self.postfix else ""
+        elapsed = text_tqdm.format_interval(self.last - self.start)
+        print(f"{self.desc}: {self._count(self.n)}{total} {self.unit}{extra} ({elapsed})",
+              file=self.file, flush=True)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._line()
 
 
 def tqdm_class() -> Any:
@@ -27,6 +81,21 @@ def tqdm_class() -> Any:
     return text_tqdm
 
 
+def bar_class() -> Any:
+    """:func:`tqdm_class` in a notebook or on a terminal, else :class:`LineProgress` (stderr
+    is a file or a pipe)."""
+    if "ipykernel" in sys.modules or _is_terminal(sys.stderr):
+        return tqdm_class()
+    return LineProgress
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
 class RunProgress:
     """Tokens computed (the bar) and examples finished (beside it) of ``total`` examples."""
 
@@ -34,7 +103,7 @@ class RunProgress:
         self.total, self.done, self.tokens = total, 0, 0
         self.by_examples = False
         self._estimate_due = False
-        self.bar = tqdm_class()(total=None, desc=desc, unit="tok", unit_scale=True,
+        self.bar = bar_class()(total=None, desc=desc, unit="tok", unit_scale=True,
                                 file=sys.stderr, dynamic_ncols=True, disable=disable)
         self._postfix()
 

@@ -122,35 +122,38 @@ def is_lm(model: object) -> bool:
     return isinstance(model, LanguageModel)
 
 
-def check_unique_keys(method: Method, items: Sequence[Any]) -> None:
+def check_unique_keys(method: Method[Any, Any, Any], items: Sequence[Any]) -> None:
     """Two items stored under one id would overwrite each other: refused (before any model is
     loaded, when :func:`run_method` calls it)."""
     seen: set[Any] = set()
     for item in items:
-        key = method.key(item)
+        key = method.ids(item).key
         if key in seen:
             raise ConfigError(f"two examples have the id {key!r}: ids must be unique")
         seen.add(key)
 
 
-def sample_row(method: Method, item: Any, record: dict[str, Any]) -> dict[str, Any]:
-    """The ``samples.jsonl`` row of ``item``: the user's ``id`` (:meth:`Method.example_id`),
-    then, where the method names the item apart from it (one example under several settings),
-    that name as ``key`` (what resume goes by), then the record."""
-    ex_id, key = method.example_id(item), method.key(item)
+def sample_row(method: Method[Any, Any, Any], item: Any,
+               record: dict[str, Any]) -> dict[str, Any]:
+    """The ``samples.jsonl`` row of ``item``: the user's ``id`` (:meth:`Method.ids`), then,
+    where the method names the item apart from it (one example under several settings), that
+    name as ``key`` (what resume goes by), then the record."""
+    ids = method.ids(item)
+    ex_id, key = ids.example_id, ids.key
     head = {"id": ex_id} if ex_id == key else {"id": ex_id, KEY_FIELD: key}
     return {**head, **{k: v for k, v in record.items() if k not in head}}
 
 
-def stored_row(method: Method, item: Any, row: dict[str, Any]) -> dict[str, Any]:
+def stored_row(method: Method[Any, Any, Any], item: Any, row: dict[str, Any]) -> dict[str, Any]:
     """A stored row as :func:`sample_row` writes it: a row of an older run folder, whose ``id``
     was the item's key, gets the user's id back (resumed runs return one shape)."""
-    if KEY_FIELD in row or method.example_id(item) == row.get("id"):
+    if KEY_FIELD in row or method.ids(item).example_id == row.get("id"):
         return row
     return sample_row(method, item, {k: v for k, v in row.items() if k != "id"})
 
 
-def measure_items(run: Any, method: Method, lm: LanguageModel, items: Sequence[Any], *,
+def measure_items(run: Any, method: Method[Any, Any, Any], lm: LanguageModel, ready: Any,
+                  items: Sequence[Any], *,
                   progress: bool = True, policy: BatchPolicy | None = None
                   ) -> list[dict[str, Any]]:
     """Measure every item not yet in the samples, in the method's batches under ``policy``
@@ -165,7 +168,7 @@ def measure_items(run: Any, method: Method, lm: LanguageModel, items: Sequence[A
     check_unique_keys(method, items)
     done = run.done_keys()
     mine = [item for i, item in enumerate(items) if world.owns(i)]
-    todo = [item for item in mine if method.key(item) not in done]
+    todo = [item for item in mine if method.ids(item).key not in done]
     if len(todo) < len(mine):
         say(f"resuming: {len(mine) - len(todo)} of {len(mine)} examples already done")
     label = method.desc if not world.distributed else \
@@ -177,7 +180,7 @@ def measure_items(run: Any, method: Method, lm: LanguageModel, items: Sequence[A
             run.append_sample(sample_row(method, item, record))
             bar.example_done()
 
-        measure_todo(method, lm, todo, policy or policy_of(lm), append)
+        measure_todo(method, lm, ready, todo, policy or policy_of(lm), append)
     if world.distributed:
         run.close()
         barrier()
@@ -185,13 +188,15 @@ def measure_items(run: Any, method: Method, lm: LanguageModel, items: Sequence[A
     if world.is_main and (world.distributed or run.has_shards()):
         # also when one process resumes a data-parallel run: samples.jsonl gets every row
         run.close()
-        run.merge_shards([method.key(item) for item in items])
+        run.merge_shards([method.ids(item).key for item in items])
     by_key = {row_key(row): row for row in run.samples}
-    return [stored_row(method, item, by_key[method.key(item)]) for item in items
-            if method.key(item) in by_key]
+    keys = [method.ids(item).key for item in items]
+    return [stored_row(method, item, by_key[key]) for item, key in zip(items, keys)
+            if key in by_key]
 
 
-def measure_todo(method: Method, lm: LanguageModel, todo: Sequence[Any], policy: BatchPolicy,
+def measure_todo(method: Method[Any, Any, Any], lm: LanguageModel, ready: Any,
+                 todo: Sequence[Any], policy: BatchPolicy,
                  emit: Callable[[Any, dict[str, Any]], None]) -> BatchPolicy:
     """Measure ``todo`` in the method's batches under ``policy``, handing each ``(item,
     record)`` to ``emit`` in item order. An out-of-memory back-off lowers the policy's
@@ -199,8 +204,8 @@ def measure_todo(method: Method, lm: LanguageModel, todo: Sequence[Any], policy:
     lowered cap. Returns the policy in force at the end."""
     start = 0
     while start < len(todo):
-        for batch in method.batches(todo[start:], policy):
-            pairs, after = measure_batch(method, lm, batch, policy)
+        for batch in method.batches(ready, todo[start:], policy):
+            pairs, after = measure_batch(method, lm, ready, batch, policy)
             for item, record in pairs:
                 emit(item, record)
             start += len(batch)
@@ -210,14 +215,15 @@ def measure_todo(method: Method, lm: LanguageModel, todo: Sequence[Any], policy:
     return policy
 
 
-def measure_batch(method: Method, lm: LanguageModel, batch: list[Any], policy: BatchPolicy
+def measure_batch(method: Method[Any, Any, Any], lm: LanguageModel, ready: Any,
+                  batch: list[Any], policy: BatchPolicy
                   ) -> tuple[list[tuple[Any, dict[str, Any]]], BatchPolicy]:
     """``(item, record)`` for each item of ``batch``, measured together, and the policy for
     the batches after it. Under ``batch_size`` ``auto`` a batch that runs out of memory is halved
     (and later batches capped at that size through the returned policy's ``max_in_flight``)
     until it fits, the engine's back-off one level up."""
     try:
-        records = method.measure(lm, batch)
+        records = method.measure(lm, ready, batch)
     except Exception as exc:
         if not is_out_of_memory(exc) or len(batch) == 1 or policy.batch_size is not None:
             raise
@@ -225,8 +231,8 @@ def measure_batch(method: Method, lm: LanguageModel, batch: list[Any], policy: B
         policy = policy.capped(half)
         say(f"out of memory with {len(batch)} examples in flight; retrying with {half}")
         _free_accelerator_memory()
-        first, policy = measure_batch(method, lm, batch[:half], policy)
-        second, policy = measure_batch(method, lm, batch[half:], policy)
+        first, policy = measure_batch(method, lm, ready, batch[:half], policy)
+        second, policy = measure_batch(method, lm, ready, batch[half:], policy)
         return first + second, policy
     if len(records) != len(batch):
         raise RuntimeError(f"{type(method).__name__}.measure returned {len(records)} "
@@ -239,8 +245,9 @@ def _free_accelerator_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def run_method(method: Method, lm: LanguageModel | None = None, data: Any = None, output: str | None = None,
-               resume: bool | None = None, progress: bool = True) -> RunOutput | None:
+def run_method(method: Method[Any, Any, Any], lm: LanguageModel | None = None, data: Any = None,
+               output: str | None = None, resume: bool | None = None,
+               progress: bool = True) -> RunOutput | None:
     """Run ``method`` on ``data`` with the model ``lm`` and return what it measured as plain
     data (:class:`~ctxleak.run.output.RunOutput`: records, summary, config, provenance, the run
     folder); :func:`ctxleak.results.finish_run` makes the Result, its files and its report.
@@ -255,28 +262,30 @@ def run_method(method: Method, lm: LanguageModel | None = None, data: Any = None
                          resume=bool(resume) if resume is not None else common.resume)
     if isinstance(lm, LanguageModel):  # a loaded model names itself in the config (a served
         common = replace(common, **lm.run_options())  # one: where, under which name)
-    items = method.items(data)  # checked before any model is loaded
+    plan = method.plan(data)  # checked before any model is loaded
+    items = plan.items
     check_unique_keys(method, items)
     what = f"this {method.name} run"
     model = lm if is_lm(lm) else None
     # refused before the run folder, the model's load or any request to its server
     check_capabilities(model or backend_of(common.model, common.server_url), method.requires(),
                        what=what)
-    run = open_run(method.name, common, method.config(data), private=method.private,
-                   inputs=method.inputs(data))
+    run = open_run(method.name, common, plan.config, private=method.private,
+                   inputs=plan.inputs)
     with run:
         if model is None:  # after the folder's checks (a resume of another run is refused first)
-            model = load_lm(replace(common, **method.load_options()))
+            model = load_lm(replace(common, **plan.load_options))
             check_capabilities(model, method.requires(), what=what)  # what it says it has
         policy = BatchPolicy.of(common.batch_size, common.batch_invariant, model.device)
         with using(model, policy):  # the engine decides batching from here on
-            method.setup(model, run)
-            records = measure_items(run, method, model, items, progress=progress, policy=policy)
+            ready = method.prepare(model, plan, run)
+            records = measure_items(run, method, model, ready, items, progress=progress,
+                                    policy=policy)
     if not run.world.is_main:
         return None
-    summary = method.summarize(records)
+    summary = method.summarize(ready, records)
     from ctxleak.run.provenance import provenance  # lazy: it imports engine.models (see open_run)
 
-    prov = provenance(model, **method.provenance_extra(model))
+    prov = provenance(model, **method.provenance(model, ready))
     return RunOutput(command=method.name, records=records, summary=summary, config=run.config,
                      provenance=prov, run=run)

@@ -116,7 +116,8 @@ def test_auto_batches_examples_and_resume_keeps_order(llama_lm, tmp_path, monkey
     sizes = []
     real = InfluenceMethod.measure
     monkeypatch.setattr(InfluenceMethod, "measure",
-                        lambda self, lm, items: sizes.append(len(items)) or real(self, lm, items))
+                        lambda self, lm, ready, items: sizes.append(len(items))
+                        or real(self, lm, ready, items))
     kw = dict(max_new_tokens=6, min_new_tokens=1, ngram=4, seed=2, progress=False)
     whole = tmp_path / "whole"
     ctxleak.influence(llama_lm, _docs(6), output=str(whole), **kw)

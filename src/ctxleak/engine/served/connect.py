@@ -27,9 +27,13 @@ from ctxleak.engine.served_client import (
     ServedClient,
     ServerError,
     api_key_from_env,
-    public_url,
 )
-from ctxleak.engine.served_options import check_request_timeout, check_retries
+from ctxleak.engine.served_options import (
+    check_request_timeout,
+    check_retries,
+    check_server_url,
+    normal_server_url,
+)
 from ctxleak.errors import ConfigError
 
 #: Wire dialect name (``serve(api=...)``) -> its class. A new serving engine: one module with
@@ -133,9 +137,8 @@ def serve(model: str = "default", server_url: str = "http://127.0.0.1:8000", *,
     if api != "auto" and api not in DIALECTS:
         raise ConfigError(f"unknown api '{api}': use auto or one of {', '.join(DIALECTS)}",
                           param="api")
-    if not server_url.startswith(("http://", "https://")):
-        raise ConfigError(f"server_url must start with http:// or https://, not "
-                          f"'{public_url(server_url)}'", param="server_url")
+    check_server_url(server_url)  # host, port and scheme (in any case), shown as given
+    server_url = normal_server_url(server_url)
     options = client_options(options, request_timeout, retries)
     client = ServedClient(server_url, api_key=api_key_from_env(api_key_env), options=options)
     served_model, facts = _server_facts(client, served_model)

@@ -5,11 +5,11 @@ synthetic sequence of each calibrated (δ, target ε) setting; summarised as the
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 from ctxleak.methods.accounting_params import (
@@ -32,9 +32,10 @@ from ctxleak.methods.audit.verdict import UNITS as VERDICT_UNITS
 from ctxleak.methods.audit.verdict import audit_verdict
 from ctxleak.methods.needs import audit as audit_needs
 from ctxleak.run.inputs import describe
-from ctxleak.run.method import Method
+from ctxleak.run.method import Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions
 from ctxleak.run.params import option
+from ctxleak.run.rundir import RunDir
 from ctxleak.run.runner import say
 
 
@@ -82,7 +83,7 @@ def audit_config(*, target_eps: Any = "1,10,100", delta: Any = "1e-5", subset_si
                        template=check_template(template) if template else TEMPLATE)
 
 
-def plan(config: Any, n_examples: int) -> list[Any]:
+def audit_settings(config: Any, n_examples: int) -> list[Any]:
     """Algorithm 3 for every (δ, target), with the data-size checks, as ConfigErrors."""
     try:
         check_data_size(config, n_examples)
@@ -142,7 +143,15 @@ class AuditParams:
             raise ConfigError(message, param=back[exc.param]) from None
 
 
-class AuditMethod(Method):
+@dataclass(frozen=True)
+class Private:
+    """What reading the data prepared: the private examples and the audit's settings."""
+
+    examples: list[Any]
+    settings: list[Any]
+
+
+class AuditMethod(Method[Any, Private, Private]):
     """Audit DP synthetic-text generation (``ctxleak audit``). ``common``: the run options
     (``limit`` keeps the first N sequences of each target); ``params``: the method's own
     (:class:`AuditParams`)."""
@@ -156,49 +165,49 @@ class AuditMethod(Method):
         super().__init__(common)
         self.params = params if params is not None else AuditParams()
         self.audit = self.params.audit()
-        self.t0 = time.time()
 
-    def items(self, data: Any) -> list[Any]:
-        self.examples = load_private_data(data, text_field=self.params.text_field,
-                                          label_field=self.params.label_field,
-                                          label=self.audit.label)
-        self.settings = plan(self.audit, len(self.examples))
-        return audit_jobs(self.settings, self.audit.n_gen, self.common.limit)
+    def plan(self, data: Any) -> Plan[Any, Private]:
+        examples = load_private_data(data, text_field=self.params.text_field,
+                                     label_field=self.params.label_field,
+                                     label=self.audit.label)
+        settings = audit_settings(self.audit, len(examples))
+        return Plan(items=audit_jobs(settings, self.audit.n_gen, self.common.limit),
+                    config={"data": describe(data), "text_field": self.params.text_field,
+                            "label_field": self.params.label_field, **self.audit.as_dict()},
+                    state=Private(examples, settings), inputs={"data": data_path(data)})
 
-    def config(self, data: Any) -> dict[str, Any]:
-        return {"data": describe(data), "text_field": self.params.text_field,
-                "label_field": self.params.label_field, **self.audit.as_dict()}
-
-    def inputs(self, data: Any) -> dict[str, Any]:
-        return {"data": data_path(data)}
-
-    def setup(self, lm: LanguageModel, run: Any) -> None:
-        config, settings = self.audit, self.settings
+    def prepare(self, lm: LanguageModel, plan: Plan[Any, Private], run: RunDir) -> Private:
+        config, settings, n = self.audit, plan.state.settings, len(plan.state.examples)
         per = config.n_gen if self.common.limit is None else min(config.n_gen, self.common.limit)
-        say(f"{len(self.examples)} private examples; {len(settings)} setting(s) x {per} "
+        say(f"{n} private examples; {len(settings)} setting(s) x {per} "
             f"sequence(s) of up to {config.max_tokens} tokens, each from "
             f"{settings[0].subset_size} one-shot prompts" if config.search != "subset_size" else
-            f"{len(self.examples)} private examples; {len(settings)} setting(s) x {per} "
+            f"{n} private examples; {len(settings)} setting(s) x {per} "
             "sequence(s)")
+        return plan.state
 
-    def batch_cost(self, item: Any) -> int | None:
+    def batches(self, ready: Private, items: Sequence[Any],
+                policy: BatchPolicy) -> list[list[Any]]:
         """The sequence's s streams, each a one-shot prompt (about 160 tokens) plus its new
         tokens, in flight in the generation's KV cache."""
-        return item.setting.subset_size * (160 + self.audit.max_tokens)
+        costs: list[int | None] = [item.setting.subset_size * (160 + self.audit.max_tokens)
+                                   for item in items]
+        return list(batches_by_cost(items, costs, policy))
 
-    def measure(self, lm: LanguageModel, items: Sequence[Any]) -> list[dict[str, Any]]:
+    def measure(self, lm: LanguageModel, ready: Private,
+                items: Sequence[Any]) -> list[dict[str, Any]]:
         """Synthetic sequences generated together (all their streams in one KV cache), each
         from its own subset and seed."""
-        return audit_sequences(lm, self.examples, list(items), self.audit, self.common.seed)
+        return audit_sequences(lm, ready.examples, list(items), self.audit, self.common.seed)
 
     def requires(self) -> dict[str, str]:
         return audit_needs()
 
-    def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        rows = setting_rows(self.settings, records, self.audit)
+    def summarize(self, ready: Private, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        rows = setting_rows(ready.settings, records, self.audit)
         return {"rows": rows, "search": self.audit.search,
                 "complete": all(r["complete"] for r in rows),
                 "units": dict(VERDICT_UNITS), "verdict": audit_verdict(rows)}
 
-    def provenance_extra(self, lm: LanguageModel) -> dict[str, Any]:
+    def provenance(self, lm: LanguageModel, ready: Private) -> dict[str, Any]:
         return {"prompt_template": self.audit.template}

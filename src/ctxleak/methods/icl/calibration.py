@@ -9,6 +9,8 @@ content-free distribution of its own exemplar set, the leave-one-out prompts inc
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 from scipy.special import logsumexp
 
@@ -21,7 +23,7 @@ def content_free_logp(logp_cf: np.ndarray) -> np.ndarray:
     """``log p_cf``: the mean of the content-free distributions (rows, on axis -2), each already
     normalised; App. B averages the inputs "N/A", "" and "[MASK]"."""
     logp_cf = np.asarray(logp_cf, dtype=np.float64)
-    return logsumexp(logp_cf, axis=-2) - np.log(logp_cf.shape[-2])
+    return cast("np.ndarray", logsumexp(logp_cf, axis=-2) - np.log(logp_cf.shape[-2]))
 
 
 def contextual_calibrate(logp: np.ndarray, logp_cf: np.ndarray,

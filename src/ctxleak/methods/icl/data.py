@@ -15,7 +15,7 @@ from typing import Any
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.icl.prompts import FORMATS, PromptFormat, get_format
 from ctxleak.run.inputs import describe, is_named
-from ctxleak.run.records import Row, demo_path, read_rows
+from ctxleak.run.records import Row, demo_path, id_key, read_rows
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _raw_label(value: Any, row: Row, name: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise InputError(f"must be a string or an integer, got {type(value).__name__}",
                          file=row.file, line=row.line, field=name)
-    label = str(value).strip()
+    label = id_key(str(value))  # NFC, as ids: "Café" typed two ways is one class
     if not label:
         raise InputError("is empty", file=row.file, line=row.line, field=name)
     return label
@@ -137,10 +137,11 @@ def split_by_field(path: Any, split_field: str, *, text_field: str = "text",
 
 def parse_labels(spec: str | Sequence[str] | None) -> tuple[list[str], dict[str, str]] | None:
     """``--labels``: ``World,Sports`` (verbalisers in order) or ``0=World,1=Sports`` (raw label
-    -> verbaliser). Returns (verbalisers in order, explicit mapping or {})."""
+    -> verbaliser), in Unicode NFC like the data's labels. Returns (verbalisers in order,
+    explicit mapping or {})."""
     if spec is None:
         return None
-    items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec)]
+    items = [id_key(str(s)) for s in (spec.split(",") if isinstance(spec, str) else spec)]
     items = [s for s in items if s]
     if not items:
         raise ConfigError("labels is empty: give a comma list such as World,Sports",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 from scipy.special import logsumexp
@@ -25,7 +26,7 @@ def renormalise(logp: np.ndarray) -> np.ndarray:
     """Restrict to the given outcomes and renormalise: ``logp - logsumexp(logp)`` on the last
     axis (the label distribution of §3 from the labels' log-probabilities)."""
     logp = np.asarray(logp, dtype=np.float64)
-    return logp - logsumexp(logp, axis=-1, keepdims=True)
+    return cast("np.ndarray", logp - logsumexp(logp, axis=-1, keepdims=True))
 
 
 def position_losses(logp_full: np.ndarray, logp_loo: np.ndarray) -> np.ndarray:
@@ -37,7 +38,7 @@ def position_losses(logp_full: np.ndarray, logp_loo: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         diff = np.abs(full[None, :] - loo)
     diff[both_zero] = 0.0
-    return diff.max(axis=-1)
+    return cast("np.ndarray", diff.max(axis=-1))
 
 
 def query_iclinf(losses: np.ndarray) -> float:
@@ -55,7 +56,7 @@ class ICLInfSummary:
     accuracy: float | None
     loss_by_position: list[float]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"n": self.n, "iclinf_mean": self.mean, "iclinf_std": self.std,
                 "accuracy": self.accuracy, "mean_loss_by_position": self.loss_by_position}
 

@@ -5,8 +5,10 @@ shots and variant (Eq. 4)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.icl import LabelScorer, PromptBuilder, query_id, summarize_records
 from ctxleak.methods.icl.data import ICLTask, load_task
@@ -21,15 +23,38 @@ from ctxleak.methods.icl.verdict import UNITS as VERDICT_UNITS
 from ctxleak.methods.icl.verdict import by_exemplar, by_position, icl_verdict
 from ctxleak.methods.needs import iclinf as iclinf_needs
 from ctxleak.run.inputs import describe, is_path
-from ctxleak.run.method import Method
+from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions
+from ctxleak.run.rundir import RunDir
 from ctxleak.run.runner import say
 
 __all__ = ["ICLInfMethod", "ICLInfParams", "parse_shots", "resolve_calibration",
            "resolve_spaces"]
 
 
-class ICLInfMethod(Method):
+#: One work item: (number of shots, the query's row in the test set).
+Item = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Queries:
+    """What reading the data prepared: the task (train and test examples, labels, format) and
+    the test rows chosen as queries."""
+
+    task: ICLTask
+    chosen: list[int]
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The queries, with the prompt builder and the label scorer of the loaded model."""
+
+    queries: Queries
+    builder: PromptBuilder
+    scorer: LabelScorer
+
+
+class ICLInfMethod(Method[Item, Queries, Ready]):
     """ICLInf of labelled data (``ctxleak icl``). ``common``: the run options; ``params``: the
     method's own (:class:`ICLInfParams`)."""
 
@@ -43,25 +68,15 @@ class ICLInfMethod(Method):
         self.shots = parse_shots(self.params.shots)
         self.icl = self.params.icl()
         self.chat = self.common.chat_template == "on"
-        self._loaded: tuple[Any, ICLTask] | None = None
 
-    def load(self, data: Any) -> ICLTask:
-        """The task of ``data`` (the train and test examples, labels and format), read once per
-        data object."""
-        if self._loaded is not None and self._loaded[0] is data:
-            return self._loaded[1]
+    def plan(self, data: Any) -> Plan[Item, Queries]:
         p = self.params
         task = load_task(data, p.test_data, split_field=p.split, text_field=p.text_field,
                          label_field=p.label_field, labels=p.labels, fmt=p.format,
                          instruction=p.instruction, exemplar_template=p.exemplar_template,
                          query_template=p.query_template)
-        self._loaded = (data, task)
-        return task
-
-    def items(self, data: Any) -> list[tuple[int, int]]:
-        task = self.load(data)
         task.check_shots(self.shots)
-        queries = self.params.queries
+        queries = p.queries
         chosen = select_queries(len(task.test), queries, self.common.seed)
         asked = queries if self.common.limit is None else min(queries, self.common.limit)
         if asked > len(task.test):
@@ -69,67 +84,61 @@ class ICLInfMethod(Method):
                 "asked for: using all of them as queries")
         if self.common.limit is not None:
             chosen = chosen[:self.common.limit]
-        self.task, self.chosen = task, chosen
-        return [(n, j) for n in self.shots for j in chosen]
-
-    def config(self, data: Any) -> dict[str, Any]:
-        p, task = self.params, self.load(data)
         fmt = task.fmt
-        return {"data": describe(data), "test_data": describe(p.test_data)
-                if p.test_data is not None else None, "split": p.split,
-                "text_field": p.text_field, "label_field": p.label_field,
-                "labels": list(task.labels), "queries": p.queries, "format": fmt.name,
-                "instruction": fmt.instruction, "exemplar_template": fmt.exemplar,
-                "query_template": fmt.query, "shots": self.shots, "icl": self.icl.to_dict()}
-
-    def inputs(self, data: Any) -> dict[str, Any]:
-        task, test_data = self.load(data), self.params.test_data
+        config = {"data": describe(data), "test_data": describe(p.test_data)
+                  if p.test_data is not None else None, "split": p.split,
+                  "text_field": p.text_field, "label_field": p.label_field,
+                  "labels": list(task.labels), "queries": p.queries, "format": fmt.name,
+                  "instruction": fmt.instruction, "exemplar_template": fmt.exemplar,
+                  "query_template": fmt.query, "shots": self.shots, "icl": self.icl.to_dict()}
 
         def given(name: str, value: Any) -> Any:  # rows in memory are hashed as themselves
             return task.source.get(name) if value is None or is_path(value) else value
 
-        return {"data": given("train", data), "test_data": given("test", test_data)}
-
-    def key(self, item: tuple[int, int]) -> str:
-        return query_id(*item)
-
-    def example_id(self, item: tuple[int, int]) -> str | int:
-        """The query's row in the test set, numbered from 0 as rows without an id are (the
-        number of shots is in ``shots``, the row's ``key`` names the item)."""
-        return str(item[1])
-
-    def load_options(self) -> dict[str, Any]:
         # ICL prompts are completions ending in 'Answer:': the chat template only when asked for
-        return {"chat_template": "on" if self.chat else "off"}
+        return Plan(items=[(n, j) for n in self.shots for j in chosen], config=config,
+                    state=Queries(task, list(chosen)),
+                    inputs={"data": given("train", data), "test_data": given("test",
+                                                                             p.test_data)},
+                    load_options={"chat_template": "on" if self.chat else "off"})
 
-    def setup(self, lm: LanguageModel, run: Any) -> None:
-        task = self.task
-        self.builder = PromptBuilder(lm, task.fmt, task.labels, chat=self.chat,
-                                     max_text_tokens=self.icl.max_text_tokens)
-        self.scorer = LabelScorer(lm, task.labels, self.icl.label_scoring,
-                                  self.builder.label_prefix)
-        say(f"{len(task.train)} training examples, {len(self.chosen)} queries, labels "
+    def ids(self, item: Item) -> ItemIds:
+        """The key names the shots; the id is the query's row in the test set, numbered from 0
+        as rows without an id are."""
+        return ItemIds(query_id(*item), str(item[1]))
+
+    def prepare(self, lm: LanguageModel, plan: Plan[Item, Queries], run: RunDir) -> Ready:
+        task, chosen = plan.state.task, plan.state.chosen
+        builder = PromptBuilder(lm, task.fmt, task.labels, chat=self.chat,
+                                max_text_tokens=self.icl.max_text_tokens)
+        scorer = LabelScorer(lm, task.labels, self.icl.label_scoring, builder.label_prefix)
+        say(f"{len(task.train)} training examples, {len(chosen)} queries, labels "
             f"{', '.join(task.labels)}; shots {self.shots}; variants "
             f"{', '.join(self.icl.variants)} -> {run.path}")
+        return Ready(plan.state, builder, scorer)
 
-    def batch_cost(self, item: tuple[int, int]) -> int | None:
+    def batches(self, ready: Ready, items: Sequence[Item],
+                policy: BatchPolicy) -> list[list[Item]]:
         """The query's prompts in flight: the full one and one per left-out exemplar (plus the
         content-free ones when calibrating), each about the shots' texts long."""
-        n_shots, _ = item
         texts = self.icl.max_text_tokens or 128
-        prompts = (n_shots + 1) * (4 if self.icl.calibrated else 1)
-        return prompts * (n_shots + 1) * (texts + 8)
+        costs: list[int | None] = [
+            (n + 1) * (4 if self.icl.calibrated else 1) * (n + 1) * (texts + 8)
+            for n, _ in items]
+        return list(batches_by_cost(items, costs, policy))
 
-    def measure(self, lm: LanguageModel, items: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+    def measure(self, lm: LanguageModel, ready: Ready,
+                items: Sequence[Item]) -> list[dict[str, Any]]:
         """The queries measured together: their full and leave-one-out prompts in one engine
         call, each query's prompts reusing its own full prompt's prefix."""
-        return measure_queries(lm, self.task, self.builder, self.scorer, self.icl, list(items),
-                               self.common.seed)
+        return measure_queries(lm, ready.queries.task, ready.builder, ready.scorer, self.icl,
+                               list(items), self.common.seed)
 
     def requires(self) -> dict[str, str]:
         return iclinf_needs()
 
-    def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    def summarize(self, ready: Ready, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        task, chosen = ready.queries.task, ready.queries.chosen
         variants = self.icl.variants
         summary = summarize_records(records, variants)
         first = summary[str(self.shots[0])][variants[0]]
@@ -139,23 +148,22 @@ class ICLInfMethod(Method):
                     "accuracy": first["accuracy"],
                     "queries": first["n"],
                     "seconds per query": round(sum(seconds) / max(len(seconds), 1), 3)}
-        out = {"iclinf": summary, "labels": list(self.task.labels), "shots": self.shots,
-               "variants": variants, "headline": headline, "n_queries": len(self.chosen),
-               "query_indices": self.chosen, "time_per_query_s": headline["seconds per query"],
+        out = {"iclinf": summary, "labels": list(task.labels), "shots": self.shots,
+               "variants": variants, "headline": headline, "n_queries": len(chosen),
+               "query_indices": chosen, "time_per_query_s": headline["seconds per query"],
                "truncated_texts": sum(r.get("truncated_texts", 0) for r in records),
-               "source": self.task.source}
+               "source": task.source}
         out["by_exemplar"] = by_exemplar(records, self.shots[0], variants[0])
         out["by_position"] = by_position(first["mean_loss_by_position"])
         out["units"] = dict(VERDICT_UNITS)
         out["verdict"] = icl_verdict(out, records)
         return out
 
-    def _template(self) -> dict[str, Any]:
-        fmt = self.task.fmt
-        return {"instruction": fmt.instruction_text(self.task.labels), "exemplar": fmt.exemplar,
-                "query": fmt.query, "chat_template": self.chat,
-                "label_prefix": self.builder.label_prefix}
-
-    def provenance_extra(self, lm: LanguageModel) -> dict[str, Any]:
-        label_tokens = {lab: seq for lab, seq in zip(self.task.labels, self.scorer.sequences)}
-        return {"prompt_template": self._template(), "label_tokens": label_tokens}
+    def provenance(self, lm: LanguageModel, ready: Ready) -> dict[str, Any]:
+        task = ready.queries.task
+        fmt = task.fmt
+        template = {"instruction": fmt.instruction_text(task.labels), "exemplar": fmt.exemplar,
+                    "query": fmt.query, "chat_template": self.chat,
+                    "label_prefix": ready.builder.label_prefix}
+        label_tokens = {lab: seq for lab, seq in zip(task.labels, ready.scorer.sequences)}
+        return {"prompt_template": template, "label_tokens": label_tokens}

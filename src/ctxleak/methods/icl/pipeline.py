@@ -183,7 +183,7 @@ def select_queries(n_test: int, n_queries: int | None, seed: int) -> list[int]:
     return sorted(int(i) for i in rng.choice(n_test, size=n_queries, replace=False))
 
 
-def _probs(logp: np.ndarray) -> list:
+def _probs(logp: np.ndarray) -> list[Any]:
     """Probabilities with 6 significant digits (small ones stay non-zero)."""
     return [float(f"{v:.6g}") for v in np.exp(np.asarray(logp)).ravel()] if np.ndim(logp) == 1 \
         else [_probs(row) for row in logp]

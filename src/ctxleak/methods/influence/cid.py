@@ -102,7 +102,8 @@ def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float | to
     return torch.log_softmax(mixed / temperature, dim=-1)
 
 
-def _divergence(z_context, z_empty, lam, temperature, base, valid) -> float:
+def _divergence(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float, temperature: float,
+                base: torch.Tensor, valid: torch.Tensor) -> float:
     """``max_y |log p̄_λ(y | D) − log p(y | ∅)|`` over the tokens that can be drawn."""
     diff = (cid_logprobs(z_context, z_empty, lam, temperature) - base).abs()
     return float(diff[valid].max())

@@ -21,7 +21,7 @@ from ctxleak.methods.influence.ngrams import (
     window_influence,
     windows,
 )
-from ctxleak.run.method import Method
+from ctxleak.run.method import ItemIds, Method, Plan
 from ctxleak.run.options import RunOptions
 from ctxleak.run.records import read_text_file
 from ctxleak.run.validate import check_limit, check_template
@@ -85,7 +85,7 @@ def explain_prompt(lm: LanguageModel, context: str, query: str, *, task: str = "
     return summary, curve
 
 
-class ExplainMethod(Method):
+class ExplainMethod(Method[str, None, None]):
     """``influence explain``: one item, the prompt (``context`` and ``query``); its record and
     the summary are the explanation of :func:`explain_prompt`, the per-window ``curve``
     (window size ``n``, window ``starts`` and ``per_window`` influence) included."""
@@ -107,23 +107,23 @@ class ExplainMethod(Method):
         self.cid = CIDConfig(lam=lam, temperature=temperature, max_new_tokens=max_new_tokens,
                              min_new_tokens=min_new_tokens)
 
-    def config(self, data: Any = None) -> dict[str, Any]:
-        return {"context": self.context, "query": self.query, "task": self.task,
-                "template": self.template, "lambda": self.lam,
-                "temperature": self.temperature, "ngram": self.ngram}
+    def plan(self, data: Any) -> Plan[str, None]:
+        """One item, the prompt; the config names it in full."""
+        return Plan(items=["explain"], state=None,
+                    config={"context": self.context, "query": self.query, "task": self.task,
+                            "template": self.template, "lambda": self.lam,
+                            "temperature": self.temperature, "ngram": self.ngram})
 
-    def items(self, data: Any) -> list[str]:
-        return ["explain"]
+    def ids(self, item: str) -> ItemIds:
+        return ItemIds(item, item)
 
-    def key(self, item: str) -> str:
-        return item
-
-    def measure(self, lm: LanguageModel, items: Sequence[str]) -> list[dict[str, Any]]:
+    def measure(self, lm: LanguageModel, ready: None,
+                items: Sequence[str]) -> list[dict[str, Any]]:
         summary, curve = explain_prompt(lm, self.context, self.query, task=self.task,
                                         template=self.template, config=self.cid,
                                         ngram=self.ngram, top=self.top, seed=self.common.seed)
         return [{**summary, "curve": curve} for _ in items]
 
-    def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    def summarize(self, ready: None, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """The one prompt's explanation (its record without the id)."""
         return {k: v for k, v in records[0].items() if k != "id"}

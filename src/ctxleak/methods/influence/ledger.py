@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ctxleak.methods.influence.quantities import response_influence
 
@@ -82,7 +82,7 @@ class RowLedger:
     @property
     def influence(self) -> float:
         """Response influence, the sum over tokens (Def. 3.2)."""
-        return response_influence(self.token_influence)
+        return cast("float", response_influence(self.token_influence))
 
     @property
     def token_eps_ex_post(self) -> list[float] | None:

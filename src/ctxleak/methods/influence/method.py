@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.influence.control import ControlCost, control_indices
@@ -21,14 +22,39 @@ from ctxleak.methods.influence.setting import Setting
 from ctxleak.methods.influence.summary import summarize_setting
 from ctxleak.methods.influence.verdict import run_verdict
 from ctxleak.run.inputs import describe, is_named
-from ctxleak.run.method import Method
+from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions
 from ctxleak.run.records import demo_path, parse_mapping
+from ctxleak.run.rundir import RunDir
 
 __all__ = ["InfluenceMethod", "InfluenceParams", "parse_ngram"]
 
 
-class InfluenceMethod(Method):
+#: One work item: a setting and an example.
+Item = tuple[Setting, InfluenceExample]
+
+
+@dataclass(frozen=True)
+class Examples:
+    """What reading the data prepared: the examples, their index (the seed of example k is
+    (run seed, k)) and each one's control example (example k-1's context, :mod:`.control`)."""
+
+    examples: list[InfluenceExample]
+    index: dict[str | int, int]
+    controls: list[InfluenceExample | None]
+
+
+@dataclass
+class Ready:
+    """The examples, the model that counts an item's token slots, and the run's control cost
+    (forward passes and seconds of this process), for the hooks after loading."""
+
+    examples: Examples
+    lm: LanguageModel
+    cost: ControlCost = field(default_factory=ControlCost)
+
+
+class InfluenceMethod(Method[Item, Examples, Ready]):
     """Expected context influence of a dataset under CID (``ctxleak influence``).
 
     ``common``: the run options; ``params``: the method's own (:class:`InfluenceParams`).
@@ -44,94 +70,92 @@ class InfluenceMethod(Method):
         self.params = params if params is not None else InfluenceParams()
         self.options = self.params.options()
         self.grid = self.params.grid()
-        self.examples: list[Any] = []
-        self.cost = ControlCost()  # the control's forward passes and seconds (this process)
 
-    def config(self, data: Any) -> dict[str, Any]:
-        return {"data": describe(data), **self.params.to_config()}
-
-    def items(self, data: Any) -> list[tuple[Setting, Any]]:
+    def plan(self, data: Any) -> Plan[Item, Examples]:
         fields = self.params.fields
         rename = fields if isinstance(fields, Mapping) else parse_mapping(fields)
         limit = self.common.limit
         examples = load_examples(data, task=self.params.task, rename=rename,
                                  template=self.params.template, limit=limit,
                                  passages=self.params.passages)
-        self.examples = examples[:limit] if limit is not None else examples
-        self.index = {ex.id: i for i, ex in enumerate(self.examples)}
+        examples = examples[:limit] if limit is not None else examples
         # the control of example k: example k-1's context under k's query (control.py)
-        self.controls = [None if c is None else self.examples[c]
-                         for c in control_indices(len(self.examples))]
-        return [(setting, ex) for setting in self.grid for ex in self.examples]
+        state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},
+                         [None if c is None else examples[c]
+                          for c in control_indices(len(examples))])
+        return Plan(items=[(setting, ex) for setting in self.grid for ex in examples],
+                    config={"data": describe(data), **self.params.to_config()}, state=state,
+                    inputs={"data": demo_path("influence.jsonl") if is_named(data, "demo")
+                            else data})
 
-    def inputs(self, data: Any) -> dict[str, Any]:
-        return {"data": demo_path("influence.jsonl") if is_named(data, "demo") else data}
-
-    def key(self, item: tuple[Setting, Any]) -> str:
+    def ids(self, item: Item) -> ItemIds:
+        """The key names the setting too; the id is the example's own (its setting is in the
+        columns ``setting``, ``lambda``, ``temperature`` and ``context_limit``)."""
         setting, ex = item
-        return f"{ex.id}|{setting.key}"
+        return ItemIds(f"{ex.id}|{setting.key}", ex.id)
 
-    def example_id(self, item: tuple[Setting, Any]) -> str | int:
-        """The example's own id (its setting is in the columns ``setting``, ``lambda``,
-        ``temperature`` and ``context_limit``)."""
-        return item[1].id
+    def prepare(self, lm: LanguageModel, plan: Plan[Item, Examples], run: RunDir) -> Ready:
+        return Ready(plan.state, lm)
 
-    def setup(self, lm: LanguageModel, run: Any) -> None:
-        self.lm = lm  # to count the token slots of an item (batch_cost)
+    def batches(self, ready: Ready, items: Sequence[Item],
+                policy: BatchPolicy) -> list[list[Item]]:
+        """Two CID streams per item, each its prompt plus the new tokens (the generation's KV
+        cache): the token slots an item keeps in flight."""
+        costs: list[int | None] = []
+        for setting, ex in items:
+            parts, _ = example_parts(ready.lm, ex, setting, self.options)
+            costs.append(len(parts.full) + len(parts.empty) + 2 * self.options.max_new_tokens)
+        return list(batches_by_cost(items, costs, policy))
 
-    def batch_cost(self, item: tuple[Setting, Any]) -> int | None:
-        """Two CID streams, each its prompt plus the new tokens (the generation's KV cache)."""
-        setting, ex = item
-        lm = getattr(self, "lm", None)
-        if lm is None:
-            return None
-        parts, _ = example_parts(lm, ex, setting, self.options)
-        return len(parts.full) + len(parts.empty) + 2 * self.options.max_new_tokens
-
-    def measure(self, lm: LanguageModel, items: Sequence[tuple[Setting, Any]]) -> list[dict[str, Any]]:
+    def measure(self, lm: LanguageModel, ready: Ready,
+                items: Sequence[Item]) -> list[dict[str, Any]]:
         """CID responses and influence of the items, measured together (one batched KV cache for
         generation, one planner for n-gram scoring); each item samples from its own seed,
         (run seed, example index), the same across settings and batches."""
         start = time.perf_counter()
-        jobs = [(ex, setting, derive_seed(self.common.seed, self.index[ex.id]))
+        index = ready.examples.index
+        jobs = [(ex, setting, derive_seed(self.common.seed, index[ex.id]))
                 for setting, ex in items]
-        controls = [self._control(ex) for _, ex in items] if self.options.control else None
+        controls = [_control(ready.examples, ex) for _, ex in items] \
+            if self.options.control else None
         records = measure_examples(lm, jobs, self.options, controls=controls,
-                                   cost=self.cost)
+                                   cost=ready.cost)
         for (setting, _), record in zip(items, records):  # the sweep's context size, None: all
             record.setdefault("context_limit", setting.context_tokens)
-        self.cost.measure_seconds += time.perf_counter() - start
+        ready.cost.measure_seconds += time.perf_counter() - start
         return records
-
-    def _control(self, ex: InfluenceExample) -> InfluenceExample | None:
-        """The control example of ``ex``: the previous example's context (and passages) with
-        ``ex``'s query and task; None with a single example."""
-        other = self.controls[self.index[ex.id]]
-        if other is None:
-            return None
-        return replace(ex, context=other.context, passages=other.passages, reference=None,
-                       id=other.id)
 
     def requires(self) -> dict[str, str]:
         return influence_needs([s.lam for s in self.grid], [s.temperature for s in self.grid],
                                self.options.bounded_eps)
 
-    def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        by_id = {ex.id: ex for ex in self.examples}
+    def summarize(self, ready: Ready, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        by_id = {ex.id: ex for ex in ready.examples.examples}
         bertscore_model, factkb_model = self.params.bertscore_model, self.params.factkb_model
         summaries = []
         for setting in self.grid:
             rows = [r for r in records if r["setting"] == setting.key]
             if rows:
-                cost = self.cost.to_dict() if self.cost.examples else None
+                cost = ready.cost.to_dict() if ready.cost.examples else None
                 summary = summarize_setting(rows, seed=self.common.seed, control_cost=cost)
                 examples_of = [by_id[r["id"]] for r in rows]
+                references: list[Any] = [ex.reference for ex in examples_of]
                 summary["quality"] = quality_scores(
-                    [r["response"] for r in rows], [ex.reference for ex in examples_of],
+                    [r["response"] for r in rows], references,
                     [ex.context for ex in examples_of], bertscore_model, factkb_model)
                 summaries.append(summary)
         return {"verdict": run_verdict(summaries), "settings": summaries}
 
-    def provenance_extra(self, lm: LanguageModel) -> dict[str, Any]:
+    def provenance(self, lm: LanguageModel, ready: Ready) -> dict[str, Any]:
         return {"prompt_templates": {ex.task: template_for(ex, self.options.template)
-                                     for ex in self.examples}}
+                                     for ex in ready.examples.examples}}
+
+
+def _control(examples: Examples, ex: InfluenceExample) -> InfluenceExample | None:
+    """The control example of ``ex``: the previous example's context (and passages) with
+    ``ex``'s query and task; None with a single example."""
+    other = examples.controls[examples.index[ex.id]]
+    if other is None:
+        return None
+    return replace(ex, context=other.context, passages=other.passages, reference=None,
+                   id=other.id)

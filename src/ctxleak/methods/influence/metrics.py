@@ -4,6 +4,7 @@ Leakage of Augmented Contextual Knowledge in Language Models §4)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from rouge_score import rouge_scorer
@@ -54,7 +55,7 @@ def rouge_l_f1(prediction: str, reference: str) -> float:
 _SCORER = None
 
 
-def _scorer():
+def _scorer() -> Any:
     global _SCORER
     if _SCORER is None:
         _SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -82,7 +82,7 @@ class WindowInfluence:
     @property
     def per_window(self) -> np.ndarray:
         """Response influence of each window (Def. 3.2: the sum over t)."""
-        return response_influence(self.tau)
+        return cast("np.ndarray", response_influence(self.tau))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy
@@ -16,6 +17,7 @@ from ctxleak.methods.needs import probe as probe_needs
 from ctxleak.methods.pii.canary import canary_verdict
 from ctxleak.methods.pii.leakmap import in_context_map
 from ctxleak.methods.pii.params import MAX_SHOTS, ProbeParams
+from ctxleak.methods.pii.plan import Plan as ProbePlan
 from ctxleak.methods.pii.plan import load_probe_records, plan_probes, token_budgets
 from ctxleak.methods.pii.probe import ProbeOptions
 from ctxleak.methods.pii.runners import finetune_canary, probe_runners, train_soft_prompts
@@ -25,14 +27,38 @@ from ctxleak.methods.pii.verdict import UNITS as VERDICT_UNITS
 from ctxleak.methods.pii.verdict import generated, hits, probe_verdict, significance
 from ctxleak.run.distributed import barrier
 from ctxleak.run.inputs import describe, is_named
-from ctxleak.run.method import Method
+from ctxleak.run.method import ItemIds, Method, Plan
 from ctxleak.run.options import RunOptions
+from ctxleak.run.rundir import RunDir
 from ctxleak.run.runner import say
 
 __all__ = ["MAX_SHOTS", "ProbeMethod", "ProbeParams"]
 
 
-class ProbeMethod(Method):
+@dataclass(frozen=True)
+class Subjects:
+    """What reading the data prepared: the subjects' PII records and the probe plan (tasks,
+    train items, what was skipped)."""
+
+    records: list[Any]
+    plan: ProbePlan
+
+
+@dataclass
+class Ready:
+    """The subjects, a probing function per runner (mode, variant, PII type), and what
+    preparing them took and found (token budgets, soft-prompt training, the canary's
+    fine-tuning, timings in seconds)."""
+
+    subjects: Subjects
+    runners: dict[tuple[Any, ...], Callable[..., Any]]
+    extras: dict[str, Any]
+    timings: dict[str, float]
+    probe_t0: float
+    documents: dict[Any, str] = field(default_factory=dict)
+
+
+class ProbeMethod(Method[Any, Subjects, Ready]):
     """PII probing (``ctxleak probe``). ``common``: the run options; ``params``: the method's
     own (:class:`ProbeParams`)."""
 
@@ -45,68 +71,64 @@ class ProbeMethod(Method):
         super().__init__(common)
         self.params = params if params is not None else ProbeParams()
         self.settings = self.params.settings()
-        self.timings: dict[str, float] = {}
-        self.extras: dict[str, Any] = {}
 
     # ---- items -------------------------------------------------------------------------------
-    def items(self, data: Any) -> list[Any]:
+    def plan(self, data: Any) -> Plan[Any, Subjects]:
         s, seed = self.settings, self.common.seed
         need = 2 * s["canary"] if s["canary"] else 0
-        self.records = load_probe_records(data, s["subjects"], seed, self.common.limit, need)
-        self.plan = plan_probes(self.records, s["mode"], s["pii"], s["shots"], s["structure"],
-                                s["train_fraction"], seed, s["canary"], s["canary_baseline"])
-        return self.plan.tasks
+        records = load_probe_records(data, s["subjects"], seed, self.common.limit, need)
+        probes = plan_probes(records, s["mode"], s["pii"], s["shots"], s["structure"],
+                             s["train_fraction"], seed, s["canary"], s["canary_baseline"])
+        config = dict(s)
+        subjects = config.pop("subjects") if is_named(data, "demo") else None
+        config.pop("subjects", None)
+        return Plan(items=probes.tasks, state=Subjects(records, probes),
+                    config={"data": describe(data), "subjects": subjects, **config},
+                    inputs={"data": None if is_named(data, "demo") else data})
 
-    def example_id(self, item: Any) -> str | int:
-        """The subject's own id (how it is probed is in ``mode``, ``variant``, ``group``,
-        ``shots_k``, ``pii_type`` and ``template``; the row's ``key`` names the prompt)."""
-        return str(item.item.subject_id)
-
-    def inputs(self, data: Any) -> dict[str, Any]:
-        return {"data": None if is_named(data, "demo") else data}
-
-    def config(self, data: Any) -> dict[str, Any]:
-        s = dict(self.settings)
-        subjects = s.pop("subjects") if is_named(data, "demo") else None
-        s.pop("subjects", None)
-        return {"data": describe(data), "subjects": subjects, **s}
+    def ids(self, item: Any) -> ItemIds:
+        """The key names the prompt; the id is the subject's own (how it is probed is in
+        ``mode``, ``variant``, ``group``, ``shots_k``, ``pii_type`` and ``template``)."""
+        return ItemIds(str(item.key), str(item.item.subject_id))
 
     # ---- measuring ---------------------------------------------------------------------------
-    def setup(self, lm: LanguageModel, run: Any) -> None:
-        s, plan, seed = self.settings, self.plan, self.common.seed
+    def prepare(self, lm: LanguageModel, plan: Plan[Any, Subjects], run: RunDir) -> Ready:
+        s, probes, seed = self.settings, plan.state.plan, self.common.seed
         chat = self.common.chat_template == "on"
-        budgets = token_budgets(lm, plan, s["max_new_tokens"], chat,
+        budgets = token_budgets(lm, probes, s["max_new_tokens"], chat,
                                 generate=bool(s["generate"]))
         options = ProbeOptions(beam=s["beam"], generate=s["generate"], chat=chat,
                                context_template=s["context_template"], max_new_tokens=budgets)
-        self.extras = {"max_new_tokens": budgets}
+        extras: dict[str, Any] = {"max_new_tokens": budgets}
+        timings: dict[str, float] = {}
         soft: dict[str, Any] = {}
-        if plan.train_items:
+        if probes.train_items:
             t0 = time.time()
             # data-parallel: rank 0 trains and saves the soft prompts, the others then reload them
             if not run.world.is_main:
                 barrier()
-            soft, self.extras["white_box_training"] = train_soft_prompts(lm, run, plan, s,
-                                                                         options, seed)
+            soft, extras["white_box_training"] = train_soft_prompts(lm, run, probes, s,
+                                                                    options, seed)
             if run.world.is_main:
                 barrier()
-            self.timings["soft_prompt_training_s"] = time.time() - t0
+            timings["soft_prompt_training_s"] = time.time() - t0
         tuned = None
         if s["canary"] is not None:
             done = run.done_keys()
             saved = run.path / "canary_finetune.json"
-            pending = any(t.variant.startswith("fine-tuned") for i, t in enumerate(plan.tasks)
+            pending = any(t.variant.startswith("fine-tuned") for i, t in enumerate(probes.tasks)
                           if run.world.owns(i) and t.key not in done)
             if saved.is_file() and not pending:  # resuming a finished run: no need to train
-                self.extras["canary_finetune"] = json.loads(saved.read_text(encoding="utf-8"))
+                extras["canary_finetune"] = json.loads(saved.read_text(encoding="utf-8"))
             else:
-                tuned, self.extras["canary_finetune"] = finetune_canary(lm, plan, s, seed)
-                run.write_file(saved.name, json.dumps(self.extras["canary_finetune"], indent=1))
-            self.timings["canary_finetune_s"] = self.extras["canary_finetune"]["seconds"]
-        self.runners = probe_runners(lm, tuned, soft, options)
-        self.probe_t0 = time.time()
+                tuned, extras["canary_finetune"] = finetune_canary(lm, probes, s, seed)
+                run.write_file(saved.name, json.dumps(extras["canary_finetune"], indent=1))
+            timings["canary_finetune_s"] = extras["canary_finetune"]["seconds"]
+        return Ready(plan.state, probe_runners(lm, tuned, soft, options), extras, timings,
+                     time.time())
 
-    def batches(self, todo: Sequence[Any], policy: BatchPolicy) -> Iterable[list[Any]]:
+    def batches(self, ready: Ready, todo: Sequence[Any],
+                policy: BatchPolicy) -> Iterable[list[Any]]:
         """Consecutive items of the same runner, up to the batch size (16 with ``auto``, fewer
         after an out-of-memory back-off), so generation and scoring run batched while each
         sample is still flushed on its own."""
@@ -120,25 +142,28 @@ class ProbeMethod(Method):
         if chunk:
             yield chunk
 
-    def measure(self, lm: LanguageModel, items: Sequence[Any]) -> list[dict[str, Any]]:
-        rows = self.runners[items[0].runner]([t.item for t in items])
+    def measure(self, lm: LanguageModel, ready: Ready,
+                items: Sequence[Any]) -> list[dict[str, Any]]:
+        rows = ready.runners[items[0].runner]([t.item for t in items])
         out = [{"mode": t.mode, "variant": t.variant, "group": t.group, "shots_k": t.k, **row}
                for t, row in zip(items, rows)]
         for row in out:
             if row["mode"] == "in-context" and "token_influence" in row \
                     and self.settings["leak_maps"]:
-                row["leak_map"] = self._leak_map(lm, row)
+                row["leak_map"] = self._leak_map(lm, ready, row)
         return out
 
-    def _leak_map(self, lm: LanguageModel, row: dict[str, Any]) -> dict[str, Any] | None:
+    def _leak_map(self, lm: LanguageModel, ready: Ready,
+                  row: dict[str, Any]) -> dict[str, Any] | None:
         """Where the subject's documents leaked into this in-context answer (Def. 3.1-3.2 of
         "Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models" over
         the documents' windows): stored in the record, so the report and a
         loaded result render it without a model. It scores the answer under every window's
         deletion (8-token windows, stride 4): ``leak_maps=False`` skips it."""
-        if not hasattr(self, "_documents"):
-            self._documents = {r.subject_id: "\n".join(r.documents) for r in self.records}
-        documents = self._documents.get(row["subject"])
+        if not ready.documents:
+            ready.documents.update({r.subject_id: "\n".join(r.documents)
+                                    for r in ready.subjects.records})
+        documents = ready.documents.get(row["subject"])
         if not documents:
             return None
         return in_context_map(lm, row, documents, self.settings["context_template"],
@@ -149,16 +174,18 @@ class ProbeMethod(Method):
         s = self.settings
         return probe_needs(s["mode"], bool(s["generate"]), s["canary"])
 
-    def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        if hasattr(self, "probe_t0"):
-            self.timings["probing_s"] = time.time() - self.probe_t0
-            say(f"probed {len(records)} prompts in {self.timings['probing_s']:.1f}s")
-        s, extras = self.settings, self.extras
+    def summarize(self, ready: Ready, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        timings = ready.timings
+        timings["probing_s"] = time.time() - ready.probe_t0
+        say(f"probed {len(records)} prompts in {timings['probing_s']:.1f}s")
+        s, extras = self.settings, ready.extras
         summaries = summarize_probes(records, by=GROUP_BY)
         for g in summaries:
             g["label"] = group_label(g)
-        summary: dict[str, Any] = {"groups": summaries, "skipped": self.plan.skipped,
-                                   "n_subjects": len(self.records), "timings_s": self.timings,
+        summary: dict[str, Any] = {"groups": summaries,
+                                   "skipped": ready.subjects.plan.skipped,
+                                   "n_subjects": len(ready.subjects.records),
+                                   "timings_s": timings,
                                    "max_new_tokens": extras.get("max_new_tokens")}
         if s["canary"] is not None:
             tuned = [g for g in summaries if g["mode"] == "canary"
@@ -180,5 +207,5 @@ class ProbeMethod(Method):
         summary["verdict"] = probe_verdict(summaries, records, s["alpha"])
         return summary
 
-    def provenance_extra(self, lm: LanguageModel) -> dict[str, Any]:
+    def provenance(self, lm: LanguageModel, ready: Ready) -> dict[str, Any]:
         return {"prompt_templates": template_texts(self.settings)}

@@ -22,6 +22,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from rapidfuzz.distance import Levenshtein
@@ -160,7 +161,7 @@ class WilcoxonResult:
     n_target: int
     n_null: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

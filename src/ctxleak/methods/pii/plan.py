@@ -41,12 +41,12 @@ class Task:
         return f"{self.mode}|{self.variant}|{self.group or '-'}|k{self.k}|{self.item.key}"
 
     @property
-    def runner(self) -> tuple:
+    def runner(self) -> tuple[Any, ...]:
         return (self.mode, self.variant, self.item.pii_type if self.variant == "soft-prompt"
                 else None)
 
 
-def memory_records(data: Any) -> list:
+def memory_records(data: Any) -> list[Any]:
     """PII records given in memory: :class:`PIIRecord` objects or dicts (a list, a DataFrame,
     a ``datasets.Dataset``), checked like the lines of a records file."""
     if isinstance(data, (list, tuple)) and data and all(isinstance(r, PIIRecord) for r in data):
@@ -58,7 +58,7 @@ def memory_records(data: Any) -> list:
     return records
 
 
-def load_probe_records(data: Any, subjects: int, seed: int, limit: int | None, need: int) -> list:
+def load_probe_records(data: Any, subjects: int, seed: int, limit: int | None, need: int) -> list[Any]:
     """The subjects to probe: ``demo`` makes ``subjects`` synthetic records (seeded), otherwise
     a records JSONL file; ``limit`` keeps the first N (at least ``need``)."""
     if is_named(data, "demo"):
@@ -90,21 +90,21 @@ def load_probe_records(data: Any, subjects: int, seed: int, limit: int | None, n
 class Plan:
     tasks: list[Task]
     skipped: dict[str, int]
-    train_items: dict[str, list]  # white-box: PII type -> training items
-    inserted: list
-    held_out: list
+    train_items: dict[str, list[Any]]  # white-box: PII type -> training items
+    inserted: list[Any]
+    held_out: list[Any]
 
 
-def plan_probes(records: list, modes: list[str], types: list[str], ks: list[int], structure: str,
+def plan_probes(records: list[Any], modes: list[str], types: list[str], ks: list[int], structure: str,
           train_fraction: float, seed: int, canary: int | None, canary_baseline: bool) -> Plan:
     """Every probe item of the run, built and checked before any model is loaded."""
     tasks: list[Task] = []
     skipped: dict[str, int] = {}
-    train_items: dict[str, list] = {}
-    inserted: list = []
-    held: list = []
+    train_items: dict[str, list[Any]] = {}
+    inserted: list[Any] = []
+    held: list[Any] = []
 
-    def items(recs: list, **kw: Any) -> list:
+    def items(recs: list[Any], **kw: Any) -> list[Any]:
         try:
             found, skip = make_items(recs, types, structure=structure, seed=seed, **kw)
         except ValueError as exc:

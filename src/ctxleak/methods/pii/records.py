@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ctxleak.errors import InputError
 from ctxleak.run.records import example_id, read_jsonl, reject_duplicate_ids
@@ -55,7 +55,7 @@ class PIIRecord:
         """The value of a structured PII type (``email``, ``phone``, ``address``, ``university``)
         or of a relationship (``father``, ``mother``, ...)."""
         if pii_type in _OPTIONAL_STR_FIELDS or pii_type == "name":
-            return getattr(self, pii_type)
+            return cast("str | None", getattr(self, pii_type))
         return self.relations.get(pii_type)
 
     def to_dict(self) -> dict[str, Any]:

@@ -35,8 +35,9 @@ CANARY_NEEDS = ("canary probing fine-tunes a copy of the model's weights: load t
                 "in-process")
 
 
-def probe_runners(lm: LanguageModel, tuned: Any, soft: dict[str, Any], options: Any) -> dict[tuple, Callable]:
-    runners: dict[tuple, Callable] = {
+def probe_runners(lm: LanguageModel, tuned: Any, soft: dict[str, Any], options: Any
+                  ) -> dict[tuple[Any, ...], Callable[..., Any]]:
+    runners: dict[tuple[Any, ...], Callable[..., Any]] = {
         ("black-box", "beam", None): lambda items: probe_batch(lm, items, options),
         ("in-context", "beam", None): lambda items: probe_batch(lm, items, options),
         ("white-box", "beam", None): lambda items: probe_batch(lm, items, options),
@@ -55,7 +56,7 @@ def probe_runners(lm: LanguageModel, tuned: Any, soft: dict[str, Any], options: 
     return runners
 
 
-def soft_prompt_runner(lm: InProcessLM, embeddings: Any, options: Any) -> Callable:
+def soft_prompt_runner(lm: InProcessLM, embeddings: Any, options: Any) -> Callable[..., Any]:
     def generator(prompts: Sequence[Sequence[int]], max_new: int) -> list[list[int]]:
         return soft_prompt_greedy(lm, embeddings, prompts, max_new_tokens=max_new)
 
@@ -95,7 +96,7 @@ def train_soft_prompts(lm: LanguageModel, run: Any, plan: Plan, config: dict[str
             continue
         encoded = [encode_item(lm, it, chat=options.chat) for it in items]
 
-        def em(gens: list[list[int]], items: list = items) -> float:
+        def em(gens: list[list[int]], items: list[Any] = items) -> float:
             return float(np.mean([exact_match(it.target, lm.decode(g))
                                   for it, g in zip(items, gens)]))
 
@@ -121,7 +122,8 @@ def train_soft_prompts(lm: LanguageModel, run: Any, plan: Plan, config: dict[str
     return soft, info
 
 
-def finetune_canary(lm: LanguageModel, plan: Plan, config: dict[str, Any], seed: int) -> tuple[Any, dict]:
+def finetune_canary(lm: LanguageModel, plan: Plan, config: dict[str, Any],
+                    seed: int) -> tuple[Any, dict[str, Any]]:
     cfg = FinetuneConfig(epochs=config["canary_epochs"], lr=config["canary_lr"],
                          train_layers=config["canary_layers"], seed=seed)
     texts = [d for r in plan.inserted for d in r.documents]

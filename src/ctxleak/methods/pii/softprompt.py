@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -88,7 +88,7 @@ def _split_bos(lm: InProcessLM, ids: Sequence[int]) -> int:
 
 def _embed(lm: InProcessLM, ids: Sequence[int]) -> torch.Tensor:
     tensor = torch.as_tensor([list(ids)], dtype=torch.long, device=lm.device)
-    return lm.model.get_input_embeddings()(tensor)[0]
+    return cast("torch.Tensor", lm.model.get_input_embeddings()(tensor)[0])
 
 
 def _sequence(lm: InProcessLM, soft: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
@@ -222,7 +222,7 @@ def train_soft_prompt(lm: InProcessLM, prompts: Sequence[Sequence[int]],
 
     def better(entry: dict[str, Any], best: dict[str, Any]) -> bool:
         em, best_em = entry.get("exact_match", 0.0), best.get("exact_match", 0.0)
-        return em > best_em or (em == best_em and entry["train_nll"] < best["train_nll"])
+        return cast("bool", em > best_em or (em == best_em and entry["train_nll"] < best["train_nll"]))
 
     with frozen_weights(model):
         try:

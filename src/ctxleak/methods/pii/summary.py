@@ -19,7 +19,7 @@ STRING_METRICS = {
 }
 
 
-def _group_key(row: Mapping[str, Any], by: Sequence[str]) -> tuple:
+def _group_key(row: Mapping[str, Any], by: Sequence[str]) -> tuple[Any, ...]:
     return tuple(row.get(k) for k in by)
 
 
@@ -81,7 +81,7 @@ def summarize_probes(rows: Sequence[Mapping[str, Any]],
     in App. B.2; ``wilcoxon_log``/``wilcoxon_norm_log`` on the log-likelihoods), the
     string-metric rates and, in context mode, the mean no-context likelihood, context influence
     and context share."""
-    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
         groups[_group_key(row, by)].append(row)
     out = []

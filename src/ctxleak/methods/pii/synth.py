@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from faker import Faker
 
@@ -74,13 +74,13 @@ def _university(fake: Any) -> str:
     rnd = fake.random
     city = fake.city()
     last = fake.last_name()
-    return rnd.choice([
+    return cast("str", rnd.choice([
         f"University of {city}",
         f"{last} College",
         f"{city} State University",
         f"{last} Institute of Technology",
         f"{city} Polytechnic University",
-    ])
+    ]))
 
 
 def _address(fake: Any) -> str:

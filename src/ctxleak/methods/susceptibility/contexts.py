@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -35,7 +35,7 @@ class ContextSample:
 
     @property
     def weights(self) -> np.ndarray:
-        return self.counts / self.counts.sum()
+        return cast("np.ndarray", self.counts / self.counts.sum())
 
     @property
     def n_draws(self) -> int:

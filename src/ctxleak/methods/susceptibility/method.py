@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.forward import PrefixKV
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
@@ -28,9 +29,10 @@ from ctxleak.methods.susceptibility.verdict import (
     top_queries,
 )
 from ctxleak.run.inputs import describe
-from ctxleak.run.method import Method
+from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions
 from ctxleak.run.params import option
+from ctxleak.run.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,16 @@ class SusceptibilityParams:
             entity_contexts=self.entity_contexts, sampling=self.sampling).validate()
 
 
-class SusceptibilityMethod(Method):
+@dataclass(frozen=True)
+class Ready:
+    """The relations the queries come from, and the store of the tokens before each query
+    (Fisher's prefix, computed once per run; None without Fisher)."""
+
+    relations: list[Any]
+    prefix_kv: PrefixKV | None
+
+
+class SusceptibilityMethod(Method[Any, list[Any], Ready]):
     """Susceptibility of queries to context (``ctxleak susceptibility``). ``common``: the run
     options; ``params``: the method's own (:class:`SusceptibilityParams`)."""
 
@@ -110,7 +121,12 @@ class SusceptibilityMethod(Method):
         self.options = self.params.options()
         self.types = list(self.params.query_types)
 
-    def items(self, data: Any) -> list[Any]:
+    def plan(self, data: Any) -> Plan[Any, list[Any]]:
+        """The queries, and as state the relations they come from. The chat template only when
+        asked for (``chat_template="on"``): "Efficiently Computing Susceptibility to Context in
+        Language Models" prompts a model with text that ends in the query, and wrapped in a chat
+        turn χ_F stops tracking χ_MC on the default model (Spearman -0.04 with the template,
+        +0.37 without, 60 demo queries: README)."""
         rels = load_relations(data)
         wanted = self.params.relation_names
         if wanted is not None:
@@ -127,50 +143,43 @@ class SusceptibilityMethod(Method):
                               f"{resolve_data_path(data)}")
         if self.common.limit is not None:
             queries = queries[:self.common.limit]
-        self.rels = rels
-        return queries
-
-    def inputs(self, data: Any) -> dict[str, Any]:
-        return {"data": resolve_data_path(data)}
-
-    def key(self, item: Any) -> str:
-        return str(item.id)
-
-    def config(self, data: Any) -> dict[str, Any]:
         settings = self.options.to_dict()
         settings["contexts"] = settings.pop("n_contexts")  # stored under the flag's name
-        return {"data": describe(data), "query_types": self.types,
-                "relations": self.params.relations,
-                "entities_per_relation": self.params.entities_per_relation, **settings}
+        config = {"data": describe(data), "query_types": self.types,
+                  "relations": self.params.relations,
+                  "entities_per_relation": self.params.entities_per_relation, **settings}
+        return Plan(items=queries, config=config, state=rels,
+                    inputs={"data": resolve_data_path(data)},
+                    load_options={"chat_template": "on" if self.common.chat_template == "on"
+                                  else "off"})
 
-    def load_options(self) -> dict[str, Any]:
-        """The chat template only when asked for (``chat_template="on"``): "Efficiently
-        Computing Susceptibility to Context in Language Models" prompts a model with text that
-        ends in the query, and wrapped in a chat turn χ_F stops tracking χ_MC on the default
-        model (Spearman -0.04 with the template, +0.37 without, 60 demo queries: README)."""
-        return {"chat_template": "on" if self.common.chat_template == "on" else "off"}
+    def ids(self, item: Any) -> ItemIds:
+        return ItemIds(str(item.id), str(item.id))
 
-    def setup(self, lm: LanguageModel, run: Any) -> None:
+    def prepare(self, lm: LanguageModel, plan: Plan[Any, list[Any]], run: RunDir) -> Ready:
         # the tokens before each query, once per run (Fisher's gradients: in-process only)
-        self.prefix_kv = PrefixKV(lm.in_process(FISHER_NEEDS)) \
-            if self.options.run_fisher else None
+        return Ready(plan.state, PrefixKV(lm.in_process(FISHER_NEEDS))
+                     if self.options.run_fisher else None)
 
-    def batch_cost(self, item: Any) -> int | None:
+    def batches(self, ready: Ready, items: Sequence[Any],
+                policy: BatchPolicy) -> list[list[Any]]:
         """The query's prompts in flight: its Monte Carlo contexts (about 32 tokens each with
         the query) or, Fisher alone, its one prompt."""
-        per_prompt = 32 + len(item.text) // 3
-        return per_prompt * (self.options.n_contexts if self.options.run_mc else 1)
+        per = self.options.n_contexts if self.options.run_mc else 1
+        costs: list[int | None] = [(32 + len(item.text) // 3) * per for item in items]
+        return list(batches_by_cost(items, costs, policy))
 
-    def measure(self, lm: LanguageModel, items: Sequence[Any]) -> list[dict[str, Any]]:
+    def measure(self, lm: LanguageModel, ready: Ready,
+                items: Sequence[Any]) -> list[dict[str, Any]]:
         """The queries measured together (Monte Carlo prompts in one planner run, Fisher in one
         batched forward and backward), each with its own seed (run seed, query index)."""
         return measure_queries(lm, [(q, derive_seed(self.common.seed, q.index)) for q in items],
-                               self.rels, self.options, self.prefix_kv)
+                               ready.relations, self.options, ready.prefix_kv)
 
     def requires(self) -> dict[str, str]:
         return susceptibility_needs(self.params.method)
 
-    def summarize(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    def summarize(self, ready: Ready, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         summary = summarize_queries(records, self.options)
         marginal = self.options.reference == "marginal"
         if self.options.run_mc and marginal:
@@ -181,5 +190,5 @@ class SusceptibilityMethod(Method):
         summary["verdict"] = susceptibility_verdict(summary, records, self.options.reference)
         return summary
 
-    def provenance_extra(self, lm: LanguageModel) -> dict[str, Any]:
+    def provenance(self, lm: LanguageModel, ready: Ready) -> dict[str, Any]:
         return {"prompt_template": self.options.template}

@@ -1,0 +1,66 @@
+"""Progress off a terminal: when stderr is a log file or a pipe, progress comes as whole lines
+(one every few seconds and one at the end), never as a bar redrawn with carriage returns; on a
+terminal it stays a bar."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+from ctxleak.run import progress as run_progress
+
+SCRIPT = """
+from ctxleak.run.progress import RunProgress
+with RunProgress(40, "influence") as bar:
+    for _ in range(40):
+        for _ in range(50):
+            bar.add_tokens(7)
+        bar.example_done()
+"""
+
+
+def test_a_log_file_gets_whole_lines(monkeypatch):
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    with run_progress.RunProgress(40, "influence") as bar:
+        for _ in range(40):
+            for _ in range(50):
+                bar.add_tokens(7)
+            bar.example_done()
+    text = log.getvalue()
+    assert "\r" not in text and text.endswith("\n"), repr(text[:300])
+    lines = text.splitlines()
+    assert 1 <= len(lines) <= 3, lines  # one at the end, fewer than one per 10 s before
+    assert lines[-1].startswith("influence: 14.0k/14.0k tok, 40/40 examples"), lines[-1]
+
+
+def test_every_few_seconds_a_line(monkeypatch):
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setattr(run_progress, "LINE_EVERY_S", 0.0)
+    with run_progress.RunProgress(3, "icl") as bar:  # nothing reports tokens: examples count
+        for _ in range(3):
+            bar.example_done()
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and len(lines) >= 3, lines
+    assert lines[-1].startswith("icl: 3/3 ex"), lines
+
+
+def test_a_pipe_gets_whole_lines():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, env=env,
+                          timeout=60, check=True)
+    err = done.stderr.decode()
+    assert "\r" not in err and 1 <= len(err.splitlines()) <= 3, repr(err[:300])
+
+
+def test_a_terminal_keeps_the_bar(monkeypatch):
+    main, other = os.openpty()
+    try:
+        with os.fdopen(other, "w") as tty:
+            monkeypatch.setattr(sys, "stderr", tty)
+            assert run_progress.bar_class() is run_progress.text_tqdm
+    finally:
+        os.close(main)
