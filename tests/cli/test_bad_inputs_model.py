@@ -12,7 +12,7 @@ from conftest import run_cli
 from helpers.tiny_model_dirs import BROKEN, broken_dir, tiny_llama_dir
 from huggingface_hub import constants
 
-from ctxleak.engine import models
+from ctxleak.engine.local import devices
 from ctxleak.engine.model_files import fingerprint
 from ctxleak.run.rundir import MODEL_KEY, RunDir
 
@@ -54,7 +54,7 @@ def _prepare(kind: str, good_dir, tmp_path, monkeypatch) -> str:
         monkeypatch.setattr(torch.version, "cuda", None)
         monkeypatch.setattr(torch.version, "hip", None)
     elif kind == "mps absent":
-        monkeypatch.setattr(models, "_mps_available", lambda: False)
+        monkeypatch.setattr(devices, "_mps_available", lambda: False)
     elif kind == "hub id offline":
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))

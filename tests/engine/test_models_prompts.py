@@ -17,13 +17,15 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
 import ctxleak
-from ctxleak.engine import convert, models
+from ctxleak.engine import convert
 from ctxleak.engine.batching import BatchPlanner, parse_batch_size
 from ctxleak.engine.catalogue import cache_lock, model_status
 from ctxleak.engine.convert import hf_state_dict
 from ctxleak.engine.lm import bos_convention
+from ctxleak.engine.local import devices
+from ctxleak.engine.local.load import _place
 from ctxleak.engine.model_files import check_model_dir, fingerprint, fingerprint_changes
-from ctxleak.engine.models import _place, load_model
+from ctxleak.engine.models import load_model
 from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError
 
@@ -221,7 +223,7 @@ def test_device_this_torch_lacks_is_a_config_error(monkeypatch):
     with pytest.raises(ConfigError, match="a build without CUDA") as info:
         load_model("default", device="cuda")
     assert info.value.param == "device"
-    monkeypatch.setattr(models, "_mps_available", lambda: False)
+    monkeypatch.setattr(devices, "_mps_available", lambda: False)
     with pytest.raises(ConfigError, match="no Apple GPU") as info:
         load_model("default", device="mps")
     assert info.value.param == "device"
@@ -229,10 +231,10 @@ def test_device_this_torch_lacks_is_a_config_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(ConfigError, match="sees 2 CUDA GPU.*numbered 0 to 1"):
-        models.resolve_device("cuda:2")
-    assert models.resolve_device("cuda:1") == "cuda:1"
+        devices.resolve_device("cuda:2")
+    assert devices.resolve_device("cuda:1") == "cuda:1"
     with pytest.raises(ConfigError, match="unknown device 'cuda:x'"):
-        models.resolve_device("cuda:x")
+        devices.resolve_device("cuda:x")
 
 
 def test_dtype_the_device_cannot_hold_is_a_config_error():

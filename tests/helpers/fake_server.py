@@ -12,11 +12,18 @@ independent of ctxleak's engine):
   ``logprobs`` form, ``allowed_token_ids`` (the raw, unrestricted log-prob of the allowed
   token), ``logprobs: k`` (the k most likely next tokens; ``-1`` or V: all of them), and
   sampling (``n``, ``seed`` + j for choice j, ``temperature`` 0 greedy, ``min_tokens``,
-  ``stop_token_ids``, ``return_token_ids``).
+  ``stop_token_ids``, ``return_token_ids``) and beam search (``use_beam_search``: the ``n``
+  best beams by summed log-prob, best first, a beam ending at the model's EOS).
+
+``plain=True`` makes it a plain OpenAI-compatible server without vLLM's extensions: a request
+carrying one of them (:data:`VLLM_ONLY`) is refused with HTTP 400, and there is no
+``/tokenize``. ``max_logprobs`` refuses a request for more log-probs per position with HTTP 400,
+as vLLM's ``--max-logprobs`` does.
 
 Fault modes (:class:`Fault`), each after ``after`` good completion answers, so a run can start
 well and fail mid-way: ``http`` (an HTTP status, 500 by default), ``not-json``, ``wrong-shape``
-(JSON without ``choices``), ``uniform`` and ``positive`` log-probs, ``die`` (the server stops
+(JSON without ``choices``), ``uniform`` and ``positive`` log-probs, ``few-logprobs`` (at most
+5 of the requested top log-probs per position), ``die`` (the server stops
 listening and drops the request) and ``hang`` (the request is never answered until the server
 stops). ``requests`` records every body the server saw.
 """
@@ -35,7 +42,11 @@ from typing import Any
 
 import torch
 
-FAULTS = ("http", "not-json", "wrong-shape", "uniform", "positive", "die", "hang")
+FAULTS = ("http", "not-json", "wrong-shape", "uniform", "positive", "few-logprobs", "die",
+          "hang")
+#: The request fields of vLLM's extensions, which a plain OpenAI-compatible server refuses.
+VLLM_ONLY = ("prompt_logprobs", "allowed_token_ids", "min_tokens", "stop_token_ids",
+             "return_token_ids", "skip_special_tokens", "use_beam_search")
 
 
 @dataclass
@@ -63,7 +74,8 @@ class FakeVLLM:
 
     def __init__(self, lm: Any, *, served_name: str = "tiny", fault: Fault | None = None,
                  tokenize: Callable[[str], list[int]] | None = None,
-                 max_model_len: int = 256, never: tuple[int, ...] = ()) -> None:
+                 max_model_len: int = 256, never: tuple[int, ...] = (), plain: bool = False,
+                 max_logprobs: int | None = None) -> None:
         self.lm = lm
         self.served_name = served_name
         self.fault = fault
@@ -71,6 +83,8 @@ class FakeVLLM:
             lm.tokenizer(text, add_special_tokens=False)["input_ids"]))
         self.max_model_len = max_model_len
         self.never = never
+        self.plain = plain
+        self.max_logprobs = max_logprobs
         self.requests: list[tuple[str, dict[str, Any] | None]] = []
         self.completion_requests = 0  # /v1/completions requests answered or failed
         self.faulted = 0
@@ -134,6 +148,14 @@ class FakeVLLM:
             prompts = [prompts]
         choices: list[dict[str, Any]] = []
         n = int(body.get("n", 1))
+        if body.get("use_beam_search"):
+            for prompt in prompts:
+                for beam in self._beams(list(map(int, prompt)), n, int(body["max_tokens"])):
+                    choices.append({"index": len(choices), "text": "", "token_ids": beam,
+                                    "finish_reason": "stop" if beam[-1:] and beam[-1] in
+                                    self.lm.eos_ids else "length"})
+            return {"id": "cmpl-fake", "object": "text_completion",
+                    "model": body.get("model"), "choices": choices}
         for prompt in prompts:
             for j in range(n):
                 choices.append(self._choice(body, list(map(int, prompt)),
@@ -167,6 +189,7 @@ class FakeVLLM:
                                           for p in range(first, len(seq))]
             k = int(want)
             k = logp.shape[-1] if k < 0 else k
+            k = min(k, 5) if mode == "few-logprobs" else k
             top: list[dict[str, float] | None] = []
             for p in range(first, len(seq)):
                 if p == 0:
@@ -181,6 +204,26 @@ class FakeVLLM:
             choice["logprobs"] = {"tokens": tokens, "token_logprobs": values,
                                   "top_logprobs": top, "text_offset": [0] * len(tokens)}
         return choice
+
+    def _beams(self, prompt: list[int], width: int, steps: int) -> list[list[int]]:
+        """The ``width`` best continuations of at most ``steps`` tokens by summed log-prob
+        (a beam that reaches EOS is finished and kept), best first."""
+        live: list[tuple[float, list[int]]] = [(0.0, [])]
+        done: list[tuple[float, list[int]]] = []
+        for _ in range(steps):
+            grown = []
+            for score, new in live:
+                logp = self._logprobs(prompt + new)[-1]
+                best = torch.topk(logp, width)
+                grown += [(score + float(v), new + [int(t)])
+                          for v, t in zip(best.values.tolist(), best.indices.tolist())]
+            grown.sort(key=lambda beam: -beam[0])
+            live = []
+            for score, new in grown[:width]:
+                (done if new[-1] in self.lm.eos_ids else live).append((score, new))
+            if not live:
+                break
+        return [new for _, new in sorted(done + live, key=lambda beam: -beam[0])[:width]]
 
     def _generate(self, body: dict[str, Any], prompt: list[int], seed: int
                   ) -> tuple[list[int], str]:
@@ -252,7 +295,7 @@ def _handler(server: FakeVLLM) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
             server.requests.append((self.path, body))
-            if self.path == "/tokenize":
+            if self.path == "/tokenize" and not server.plain:
                 tokens = server.tokenize(body["prompt"])
                 self._send(200, {"tokens": tokens, "count": len(tokens)})
                 return
@@ -262,6 +305,10 @@ def _handler(server: FakeVLLM) -> type[BaseHTTPRequestHandler]:
             if body.get("model") != server.served_name:
                 self._send(404, {"error": {"message": f"The model `{body.get('model')}` "
                                                       "does not exist."}})
+                return
+            refused = self._refused(body)
+            if refused:
+                self._send(400, {"error": {"message": refused}})
                 return
             mode = self._fault()
             if mode == "hang":
@@ -288,6 +335,18 @@ def _handler(server: FakeVLLM) -> type[BaseHTTPRequestHandler]:
                 self._send(400, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
                 return
             self._send(200, answer)
+
+        def _refused(self, body: dict[str, Any]) -> str | None:
+            """Why a plain server or ``max_logprobs`` refuses the request (None: it does not)."""
+            extra = [k for k in VLLM_ONLY if k in body] if server.plain else []
+            if extra:
+                return f"unknown fields {extra}"
+            want = body.get("logprobs")
+            if server.max_logprobs is not None and want is not None \
+                    and (int(want) < 0 or int(want) > server.max_logprobs):
+                return f"Requested log-probs of {want}, which is greater than max allowed: " \
+                       f"{server.max_logprobs}"
+            return None
 
         def _fault(self) -> str | None:
             with server._lock:

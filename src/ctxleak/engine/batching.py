@@ -72,17 +72,26 @@ class BatchPolicy:
         return replace(self, max_in_flight=max_in_flight)
 
 
-def policy_of(lm: Any) -> BatchPolicy:
+class Batched(Protocol):
+    """What carries a batching policy: every :class:`~ctxleak.engine.lm.LanguageModel`."""
+
+    batching: BatchPolicy
+
+
+B = TypeVar("B", bound=Batched)
+
+
+def policy_of(lm: Batched) -> BatchPolicy:
     """The batching policy the model was handed (:func:`using`), or the default one."""
     policy = getattr(lm, "batching", None)
     return policy if isinstance(policy, BatchPolicy) else BatchPolicy()
 
 
 @contextmanager
-def using(lm: Any, policy: BatchPolicy) -> Iterator[Any]:
+def using(lm: B, policy: BatchPolicy) -> Iterator[B]:
     """Hand ``policy`` to the model for the duration of the block (a run), then restore the
     previous one; copies of the model made inside (a fine-tuned canary) keep it."""
-    before = getattr(lm, "batching", None)
+    before = lm.batching
     lm.batching = policy
     try:
         yield lm
@@ -168,8 +177,8 @@ class BatchPlanner:
 
 
 class OnDevice(Protocol):
-    """What :func:`planner_for` reads of a model (engine/models.py's LM; not imported here, as
-    models imports this module for :class:`BatchPolicy`)."""
+    """What :func:`planner_for` reads of a model (a :class:`~ctxleak.engine.lm.LanguageModel`;
+    not imported here, as the interface imports this module for :class:`BatchPolicy`)."""
 
     @property
     def device(self) -> torch.device: ...

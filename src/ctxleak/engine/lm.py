@@ -17,7 +17,7 @@ Each backend declares its :attr:`~LanguageModel.capabilities`
 (:mod:`ctxleak.engine.capabilities`); an operation a backend lacks refuses in the operation
 itself, through the same :func:`~ctxleak.engine.capabilities.check_capabilities` that refuses a
 run before its first request. Backends: the in-process transformers model
-(:class:`ctxleak.engine.models.LM`) and a served model (:mod:`ctxleak.engine.served`, one small
+(:class:`ctxleak.engine.local.LM`) and a served model (:mod:`ctxleak.engine.served`, one small
 subclass per wire dialect). The engine's functions (:mod:`ctxleak.engine.scoring`,
 :mod:`ctxleak.engine.generation`) check their arguments and call these operations; nothing above
 the engine asks which backend it holds.
@@ -61,12 +61,38 @@ def bos_convention(tokenizer: Any) -> list[int]:
     return []
 
 
+@dataclass(frozen=True, kw_only=True)
+class ModelFacts:
+    """What every backend records of its model, written into every ``results.json``
+    (provenance): a backend's info adds its own facts to these."""
+
+    name: str
+    source: str  # in-process: "gguf", "hub", "local" or "in-memory"; "served"
+    path: str
+    dtype: str = "float32"
+    device: str = "cpu"
+    chat_template: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelInfo(ModelFacts):
+    """Provenance of a model loaded in this process."""
+
+    revision: str | None = None
+    file_sha256: str | None = None
+    files_sha256: dict[str, str] | None = None  # model_fingerprint: file name -> SHA-256
+    model_args: dict[str, Any] | None = None  # extra from_pretrained keywords (--model-args)
+
+
 class LanguageModel(ABC):
     """A causal language model behind one interface: tokenizer, declared capabilities, the
     operations of the module docstring, and what names it in a run's config."""
 
     tokenizer: Any
-    info: Any  # provenance: a to_dict() written into every results.json
+    info: ModelFacts  # provenance: its to_dict() is written into every results.json
     use_chat_template: bool
     bos_ids: list[int]
     eos_ids: list[int]

@@ -24,7 +24,7 @@ import torch
 
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.capabilities import NEXT_TOKEN_LOGITS, SERVED, check_capabilities
-from ctxleak.engine.lm import Generation, LanguageModel, LogitTransform
+from ctxleak.engine.lm import Generation, LanguageModel, LogitTransform, ModelFacts
 from ctxleak.engine.served_client import ServedClient, ServerError
 
 PROBE_TEXT = ("The quick brown fox jumps over the lazy dog. Privacy matters: a model should "
@@ -38,11 +38,10 @@ LOGPROB_SLACK = 1e-4  # float noise above 0 that a log-prob may show
 SHORT_CONTINUATION = 4
 
 
-@dataclass(frozen=True)
-class ServedInfo:
-    """Provenance of a served model, written into every ``results.json`` (no credentials)."""
+@dataclass(frozen=True, kw_only=True)
+class ServedInfo(ModelFacts):
+    """Provenance of a served model (no credentials)."""
 
-    name: str
     served_model: str
     base_url: str
     tokenizer: str
@@ -52,17 +51,12 @@ class ServedInfo:
     path: str = ""
     dtype: str = "server"
     device: str = "server"
-    chat_template: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 
 @dataclass
 class ServedLM(LanguageModel):
     """A served model with its local tokenizer and the conventions the engine needs (the same
-    prompts and text as the in-process :class:`ctxleak.engine.models.LM`, no weights). A
+    prompts and text as the in-process :class:`ctxleak.engine.local.LM`, no weights). A
     subclass per wire dialect sets :attr:`api` and fills in the request hooks."""
 
     client: ServedClient

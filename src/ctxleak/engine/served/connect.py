@@ -171,10 +171,16 @@ def serve(model: str = "default", server_url: str = "http://127.0.0.1:8000", *,
 
 
 def _detect_dialect(lm: ServedLM) -> ServedLM:
-    """The vLLM dialect when the server answers its ``prompt_logprobs``, else the plain echo
-    form: the same model, as the dialect's class."""
+    """The vLLM dialect when the server answers its ``prompt_logprobs``, else (no such answer,
+    or HTTP 400: a server that refuses fields it does not know) the plain echo form: the same
+    model, as the dialect's class."""
     seq = list(lm.bos_ids) + lm.encode("Hello world") if lm.bos_ids else lm.encode("Hello world")
-    answer = lm.client.post("/v1/completions", lm._score_body([seq]))
+    try:
+        answer = lm.client.post("/v1/completions", AUTO_FIRST._score_body(lm, [seq]))
+    except ServerError as exc:
+        if exc.status != 400:
+            raise
+        answer = {}
     choice = (answer.get("choices") or [{}])[0]
     cls = AUTO_FIRST if isinstance(choice.get("prompt_logprobs"), list) else AUTO_FALLBACK
     if type(lm) is cls:
