@@ -223,6 +223,9 @@ def control_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
                      f"({(c.get('above_control_per_token') or {}).get('mean') or 0:.3g} per "
                      f"token); one-sided Wilcoxon signed-rank {p}; flagged when {c.get('rule')}: "
                      f"{flagged}")
+        if c.get("without_control"):
+            lines.append(f"no control{where} for {_few(c['without_control'])}: "
+                         f"{c.get('without_control_reason')}")
     cost = next(((s.get("control") or {}).get("cost") for s in summaries
                  if (s.get("control") or {}).get("cost")), None)
     if cost:
@@ -231,6 +234,12 @@ def control_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
         lines.append(f"control cost: {cost['forward_passes']} extra forward passes for "
                      f"{cost['examples']} responses, {cost['seconds']:.3g} s{pct}")
     return lines
+
+
+def _few(ids: Sequence[Any], named: int = 10) -> str:
+    """Up to ``named`` ids, then how many more."""
+    more = f" and {len(ids) - named} more" if len(ids) > named else ""
+    return ", ".join(str(i) for i in ids[:named]) + more
 
 
 def control_section(report: Report, summaries: Sequence[dict[str, Any]],
@@ -242,7 +251,8 @@ def control_section(report: Report, summaries: Sequence[dict[str, Any]],
         return
     report.add_heading("Against a control: what any context does")
     report.add_text("Each response is also scored with another example's context (the "
-                    "previous example's; the first gets the second's) under the same query: "
+                    "nearest earlier example's whose context is another document, else the "
+                    "nearest later one's) under the same query: "
                     "its influence is what any context does to this query, and the example's "
                     "influence above it is what its own context added.\n" + "\n".join(lines))
     rows = []

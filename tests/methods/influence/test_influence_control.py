@@ -53,7 +53,8 @@ def _hand_logp(lm, before, context, after, response, lam, temperature):
 
 @pytest.mark.parametrize("lam", [1.0, 0.5])
 def test_control_influence_equals_an_independent_recomputation(llama_lm, tmp_path, lam):
-    """Example k's control is example k-1's context (the first's the second's) under k's query;
+    """With distinct documents, example k's control is example k-1's context (the first's the
+    second's) under k's query;
     its influence Σ_t |log p̄_λ(y_t | C) − log p(y_t | ∅)| matches a from-scratch forward of
     each prefix, and the example's influence above it is the difference."""
     docs = _docs(3)
@@ -161,9 +162,10 @@ def test_bad_passages_name_the_file_line_and_field(tmp_path, value, message):
 
 
 def test_control_indices_rotate_and_one_example_has_none():
-    assert control_indices(1) == [None]
-    assert control_indices(3) == [1, 0, 1]
-    assert control_indices(5)[:3] == [1, 0, 1]  # the first examples keep theirs as n grows
+    assert control_indices(["a"]) == [None]
+    assert control_indices(["a", "b", "c"]) == [1, 0, 1]
+    # the first examples keep theirs as n grows
+    assert control_indices(["a", "b", "c", "d", "e"])[:3] == [1, 0, 1]
 
 
 def test_paired_test_says_why_when_n_cannot_reject_and_matches_scipy_otherwise():
@@ -318,7 +320,8 @@ def test_logged_answer_with_passages_equals_a_recomputation_by_hand(llama_lm, tm
     without the context, each passage's influence, each n-gram window's and its control's are
     Def. 3.1-3.2 computed from scratch for those exact tokens (no EOS after them); the
     examples without a logged answer are generated in the same run."""
-    passages = ["the capital of france is paris .", "rome is in italy .",
+    # (not a piece of example d0's or d1's context: the control must be another document)
+    passages = ["france has its capital in paris .", "rome is in italy .",
                 "berlin is in germany ."]
     answer = "paris is the capital of france ."
     data = [{"id": "p", "passages": passages, "query": QUERY, "response": answer}, *_docs(2)]

@@ -8,9 +8,14 @@ which cannot hold this example's private facts: ``control influence = Σ_t |log 
 y<t) − log p(y_t | x, y<t)|`` (nats, the same definition and λ, T as the example's own). The
 example's influence above it is what its own context added.
 
-The control context is the previous example's in the run's order (example k gets example
-k-1's, the first gets the second's), so it is the same whatever the batch size and however many
-examples a resumed run asks for; with one example there is none. Across a setting, a one-sided
+The control context is the nearest earlier example's context that differs from the example's
+own (then the nearest later one: the first example gets the second's), so it is the same whatever
+the batch size and however many examples a resumed run asks for. "Differs" is judged after
+:func:`context_key`'s normalisation (Unicode NFC, whitespace runs as one space, case folded), and
+neither context may contain the other: data in the SQuAD style, with several questions on one
+document, or a retriever that returns a superset of another query's passages, would otherwise
+give an example its own private facts as control and hide its leak. An example with no such
+context has none, and its summary says so. Across a setting, a one-sided
 Wilcoxon signed-rank test asks whether the examples' influence exceeds their controls'
 (:func:`paired_test`), and an example is flagged when its influence exceeds the control
 distribution (:func:`flag_rule`).
@@ -23,6 +28,8 @@ context may carry little influence (the model already knew it, :data:`KNOWN_BELO
 from __future__ import annotations
 
 import math
+import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,14 +58,78 @@ TOKEN_RULE = (f"a response token that also appears in the context (same token id
               f"{math.exp(COPIED_ABOVE):.3g})")
 
 
-def control_indices(n: int) -> list[int | None]:
-    """The control of each of ``n`` examples: the one before it (the first gets the second);
-    None for all when there is only one example. Only earlier examples (and the second) are
-    used, so an example's control does not change when a resumed run asks for more of them
-    (``--limit``)."""
-    if n < 2:
-        return [None] * n
-    return [1, *range(n - 1)]
+#: Why an example among others has no control (it is not flagged, and not in the paired test).
+NO_CONTROL = ("no other example's context is another document (each is equal to its own, or one "
+              "contains the other, after normalising case and whitespace), so these examples "
+              "have no control: they are not flagged and not in the paired test")
+#: How far :func:`control_indices` looks for a differing context before it gives up on one
+#: example (candidates checked); only data where thousands of examples share one context or
+#: contain each other's get near it.
+CONTROL_SEARCH_LIMIT = 10_000
+
+_SPACES = re.compile(r"\s+")
+
+
+def context_key(context: str) -> str:
+    """A context as compared for the control: Unicode NFC, every whitespace run as one space,
+    no leading or trailing whitespace, case folded. Two contexts with the same key are one
+    document; a passage split or a re-wrapped line does not make a context "another" one."""
+    return _SPACES.sub(" ", unicodedata.normalize("NFC", context)).strip().casefold()
+
+
+def control_indices(contexts: Sequence[str]) -> list[int | None]:
+    """The control of each example, by index, given the examples' contexts in the run's order:
+    the nearest earlier example whose context is another document (:func:`context_key` differs
+    and neither key contains the other), else the nearest later one; None when no example's
+    context qualifies (one example, or all share one document).
+
+    Earlier examples are preferred so that an example's control does not change when a resumed
+    run asks for more of them (``--limit``); with distinct contexts this is example k-1 for
+    k ≥ 1 and example 1 for example 0."""
+    keys = [context_key(c) for c in contexts]
+    # the most recent index of each distinct key so far, the most recent last (dict order)
+    last_seen: dict[str, int] = {}
+    # the later control last found for a key: still the nearest for a later example of that key
+    # while it lies ahead (or when there was none), so a run of one document is searched once
+    ahead: dict[str, int | None] = {}
+    out: list[int | None] = []
+    for k, key in enumerate(keys):
+        found = None
+        for checked, other in enumerate(reversed(last_seen)):
+            if checked >= CONTROL_SEARCH_LIMIT:
+                break
+            if _another_document(key, other):
+                found = last_seen[other]
+                break
+        if found is None:
+            known = ahead.get(key, -1)  # -1: not searched yet
+            if known is not None and known <= k:
+                known = ahead[key] = _later_control(keys, k)
+            found = known
+        out.append(found)
+        last_seen.pop(key, None)
+        last_seen[key] = k
+    return out
+
+
+def _another_document(key: str, other: str) -> bool:
+    """Whether two normalised contexts are different documents: unequal, neither inside the
+    other."""
+    return key != other and key not in other and other not in key
+
+
+def _later_control(keys: Sequence[str], k: int) -> int | None:
+    """The nearest later example whose context is another document than example k's."""
+    seen: set[str] = set()
+    for j in range(k + 1, len(keys)):
+        if keys[j] in seen:
+            continue
+        if len(seen) >= CONTROL_SEARCH_LIMIT:
+            return None
+        if _another_document(keys[k], keys[j]):
+            return j
+        seen.add(keys[j])
+    return None
 
 
 def per_token_fields(influence: float, tokens: int) -> dict[str, Any]:
@@ -204,11 +275,18 @@ def control_summary(records: Sequence[dict[str, Any]], cost: dict[str, Any] | No
     test, the flag rule and the flagged examples (most influence above the control first), and
     what the control cost."""
     with_control = [r for r in records if r.get("control_influence") is not None]
+    ran = any("control_id" in r for r in records)
+    without = [user_id(r) for r in records if ran and r.get("control_influence") is None]
     if not with_control:
-        ran = any("control_id" in r for r in records)
-        reason = ("one example: there is no other example's context to use as a control"
-                  if ran else "the control was turned off (control=False, --no-control)")
-        return {"enabled": False, "reason": reason}
+        if not ran:
+            reason = "the control was turned off (control=False, --no-control)"
+        elif len(records) == 1:
+            reason = "one example: there is no other example's context to use as a control"
+        else:
+            reason = (f"no example has a control: the {len(records)} examples' contexts are one "
+                      f"document (equal, or one inside another, after normalising case and "
+                      f"whitespace), and a control must be another document")
+        return {"enabled": False, "reason": reason, "without_control": without}
     controls = [float(r["control_influence"]) for r in with_control]
     above = [float(r["influence_above_control"]) for r in with_control]
     per_token = [r["influence_above_control_per_token"] for r in with_control
@@ -226,10 +304,11 @@ def control_summary(records: Sequence[dict[str, Any]], cost: dict[str, Any] | No
             "flagged_labels": [leak_label(r) for r in flagged],
             "flagged_where": [leak_where(r) for r in flagged],
             "flagged_above_control": [float(r["influence_above_control"]) for r in flagged],
+            "without_control": without, "without_control_reason": NO_CONTROL if without else None,
             "cost": cost}
 
 
-__all__ = ["ALPHA", "COPIED_ABOVE", "KNOWN_BELOW", "TOKEN_RULE", "ControlCost",
-           "context_token_kinds", "control_fields", "control_indices", "control_summary",
+__all__ = ["ALPHA", "COPIED_ABOVE", "KNOWN_BELOW", "NO_CONTROL", "TOKEN_RULE", "ControlCost",
+           "context_key", "context_token_kinds", "control_fields", "control_indices", "control_summary",
            "flag_rule", "leak_label", "leak_where", "min_n_for", "paired_test", "per_token_fields",
            "user_id"]

@@ -37,7 +37,7 @@ Item = tuple[Setting, InfluenceExample]
 @dataclass(frozen=True)
 class Examples:
     """What reading the data prepared: the examples, their index (the seed of example k is
-    (run seed, k)) and each one's control example (example k-1's context, :mod:`.control`)."""
+    (run seed, k)) and each one's control example (the nearest other document's context, :mod:`.control`)."""
 
     examples: list[InfluenceExample]
     index: dict[str | int, int]
@@ -79,10 +79,11 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
                                  template=self.params.template, limit=limit,
                                  passages=self.params.passages)
         examples = examples[:limit] if limit is not None else examples
-        # the control of example k: example k-1's context under k's query (control.py)
+        # the control of example k: the nearest other document's context under k's query
+        # (control.py)
         state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},
                          [None if c is None else examples[c]
-                          for c in control_indices(len(examples))])
+                          for c in control_indices([ex.context for ex in examples])])
         return Plan(items=[(setting, ex) for setting in self.grid for ex in examples],
                     config={"data": describe(data), **self.params.to_config()}, state=state,
                     inputs={"data": demo_path("influence.jsonl") if is_named(data, "demo")
@@ -152,8 +153,9 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
 
 
 def _control(examples: Examples, ex: InfluenceExample) -> InfluenceExample | None:
-    """The control example of ``ex``: the previous example's context (and passages) with
-    ``ex``'s query and task; None with a single example."""
+    """The control example of ``ex``: the nearest other document's context (and passages) with
+    ``ex``'s query and task (:func:`~ctxleak.methods.influence.control.control_indices`); None
+    when no example's context is another document."""
     other = examples.controls[examples.index[ex.id]]
     if other is None:
         return None

@@ -80,7 +80,7 @@ class InfluenceParams:
     redact: bool = option(False, "Mask PII (e-mails, phone numbers, addresses, names) in the "
                           "report and console.")
     control: bool = option(True, "Also score each response with another example's context "
-                           "(the previous one's; the first gets the second's): what any context does to "
+                           "(the nearest one whose context is another document): what any context does to "
                            "the query; each example is reported above it. False: no control.")
     passages: str | None = option(None, "Split each context into passages, 'sentence' or "
                                   "'paragraph', and measure each passage's influence (left "

@@ -46,11 +46,18 @@ def setting_verdict(summary: dict[str, Any]) -> dict[str, str]:
         paired = f"paired one-sided Wilcoxon p = {test['pvalue']:.2g}"
     else:
         paired = "paired test —"
+    without = list(control.get("without_control") or [])
+    judged = n - len(without)
     if labels:
-        text = (f"{len(labels)} of {n} examples leak beyond what any context does: "
+        text = (f"{len(labels)} of {judged} examples leak beyond what any context does: "
                 f"{named}{more}; {scale}; {paired}.")
     else:
-        text = (f"0 of {n} examples leak beyond what any context does; {scale}; {paired}.")
+        text = (f"0 of {judged} examples leak beyond what any context does; {scale}; "
+                f"{paired}.")
+    if without:
+        text += (f" {len(without)} more ({', '.join(str(i) for i in without[:NAMED])}"
+                 f"{' ...' if len(without) > NAMED else ''}) have no control: no other "
+                 f"example's context is another document, so they are not judged.")
     rule = (f"An example leaks beyond what any context does when its {control['rule']}; "
             "where it leaked is its most influential passage (numbered from 1), else its most "
             "influential n-gram window (context tokens start-end). Influence is Def. 3.2 of "
