@@ -78,7 +78,7 @@ def test_extract_txt_files_and_relax(tmp_path):
                                                         "jane.roe+x@example.com")
 
     result = runner.invoke(app, ["pii", "extract", "--input", f"{full},{partial}",
-                                 "--output", str(out), "--relax"])
+                                 "--output", str(out), "--relax", "--overwrite"])
     assert result.exit_code == 0, result.output
     assert [r.name for r in load_records(out)] == ["Jane Roe", "Max Doe"]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxleak.errors import OutputError
 from ctxleak.report import Report, plots, redact_text
 from ctxleak.report.html import redaction_spans
 from ctxleak.report.interactive import SCRIPT
@@ -128,7 +129,10 @@ def test_save_is_atomic_and_complete(tmp_path: Path) -> None:
     r.add_text("x" * 100_000)
     target = tmp_path / "report.html"
     target.write_text("old partial content")
-    assert r.save(target) == target
+    with pytest.raises(OutputError, match="already exists"):
+        r.save(target)  # a file ctxleak was not asked to replace
+    assert target.read_text() == "old partial content"
+    assert r.save(target, overwrite=True) == target
     assert target.read_text(encoding="utf-8") == r.render()
     assert target.read_text(encoding="utf-8").rstrip().endswith("</html>")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]  # no temp file left
@@ -149,7 +153,7 @@ def test_save_failure_leaves_no_temp(tmp_path: Path, monkeypatch: pytest.MonkeyP
     target.write_text("previous")
     monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(OSError):
-        Report("t").save(target)
+        Report("t").save(target, overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]
     assert target.read_text() == "previous"
 

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.run.atomic import refuse_replacing
 from ctxleak.run.rundir import is_run_folder, os_errors
 
 
@@ -102,6 +103,8 @@ def extract_cmd(
              "documents with all three, as in ProPILE).")] = False,
     region: Annotated[str, typer.Option(
         "--region", help="Default region for phone numbers without a country code.")] = "US",
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace an existing output file (never the input).")] = False,
 ) -> None:
     """Find e-mails, phone numbers and addresses in documents and write one record per subject.
 
@@ -117,10 +120,11 @@ def extract_cmd(
                           "(e.g. extracted.jsonl)")
     region = check_region(region)
     paths = _expand_inputs(([input] if input else []) + list(files or []))
+    refuse_replacing(output, overwrite=overwrite, inputs=paths)
     documents = _read_documents(paths)
     result = extract(documents, require_all=not relax, region=region)
     with os_errors(output, "write"):
-        save_records(result.records, output)
+        save_records(result.records, output, overwrite=overwrite)
     spans = ", ".join(f"{t} {result.span_counts[t]}" for t in SPAN_TYPES)
     typer.echo(f"read {result.documents_read} documents from {len(paths)} file(s)")
     typer.echo(f"PII spans found: {spans}")
@@ -137,6 +141,8 @@ def synth_cmd(
     n: Annotated[int, typer.Option("--n", "-n", help="Number of synthetic subjects.")] = 200,
     seed: Annotated[int, typer.Option(
         "--seed", help="Random seed (same seed, same records).")] = 0,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace records.jsonl and documents.jsonl where the folder already has them.")] = False,
 ) -> None:
     """Make seeded synthetic PII records and documents that mention them (no real people)."""
     from ctxleak.methods.pii.records import save_records, write_private_jsonl
@@ -148,12 +154,14 @@ def synth_cmd(
     if output.exists() and not output.is_dir():
         raise ConfigError(f"--output must be a directory, but {output} is a file")
     _refuse_run_folder(output, output)
+    for name in ("records.jsonl", "documents.jsonl"):
+        refuse_replacing(output / name, overwrite=overwrite)
     records = synth_records(n, seed)
     documents = synth_documents(records)
     with os_errors(output, "write in"):
         output.mkdir(parents=True, exist_ok=True)
-        save_records(records, output / "records.jsonl")
-        write_private_jsonl(documents, output / "documents.jsonl")
+        save_records(records, output / "records.jsonl", overwrite=overwrite)
+        write_private_jsonl(documents, output / "documents.jsonl", overwrite=overwrite)
     n_spouse = sum(1 for r in records if "spouse" in r.relations)
     typer.echo(f"wrote {len(records)} synthetic records (seed {seed}) -> "
                f"{output / 'records.jsonl'} (mode 0600)")

@@ -19,13 +19,13 @@ import math
 import numbers
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ctxleak.report import interactive
 from ctxleak.report.interactive import Link
+from ctxleak.run.atomic import refuse_replacing, write_atomic
 
 REDACTED = "[REDACTED]"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -384,25 +384,14 @@ class Report:
         return (f'<div class="ctxleak"><h3>{_esc(self.title)}</h3>{sub}{self._verdict}'
                 + "\n".join(self._blocks) + "</div>")
 
-    def save(self, path: str | os.PathLike[str], mode: int = 0o644) -> Path:
-        """Write the page atomically (temp file in the same directory, fsync, ``os.replace``).
-        Pass ``mode=0o600`` for reports that hold PII. Returns the path."""
+    def save(self, path: str | os.PathLike[str], mode: int = 0o644, *,
+             overwrite: bool = False) -> Path:
+        """Write the page whole or not at all (temp file in the same folder, fsync, moved into
+        place). Pass ``mode=0o600`` for reports that hold PII. An existing file is replaced only
+        with ``overwrite=True``. Returns the path."""
         target = Path(path)
-        data = self.render().encode("utf-8")
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        refuse_replacing(target, overwrite=overwrite)
+        write_atomic(target, self.render(), mode, replace=overwrite)
         return target
 
 

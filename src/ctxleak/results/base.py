@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from ctxleak.citations import bibtex, cite_block, papers_for
 from ctxleak.report.views import View, view_for
+from ctxleak.run.atomic import refuse_foreign_folder
 from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.rundir import CONFIG_FILE, RESULTS_FILE, SAMPLES_FILE, row_key, write_atomic
 
@@ -98,10 +99,18 @@ class Result:
         return str(self.view().fragment(self))
 
     # ---- files ------------------------------------------------------------------------------
-    def save(self, directory: str | Path) -> Path:
+    def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``config.json``, ``samples.jsonl``, ``results.json``, ``report.html`` and the
-        plots into ``directory`` (created; files that may hold PII get mode 0600)."""
+        plots into ``directory`` (created; files that may hold PII get mode 0600).
+
+        ``directory`` must be new, empty, or this result's own run folder (``self.path``);
+        another run's folder or a folder holding other files is refused unless
+        ``overwrite=True``, so saving never replaces files ctxleak was not asked to."""
         out = Path(directory)
+        own = self.path is not None and out.exists() and out.resolve() == Path(
+            self.path).resolve()
+        if not overwrite and not own:
+            refuse_foreign_folder(out)
         out.mkdir(parents=True, exist_ok=True)
         mode = 0o600
         write_atomic(out / CONFIG_FILE, json.dumps(to_jsonable(self.config), indent=2,

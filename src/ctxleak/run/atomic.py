@@ -8,15 +8,19 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from ctxleak.errors import CtxleakError, OutputError
 
 
-def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
-    """Write a file whole or not at all: temp file in the same folder, fsync, ``os.replace``."""
+def write_atomic(path: Path | str, data: str | bytes, mode: int = 0o644, *,
+                 replace: bool = True) -> None:
+    """Write a file whole or not at all: temp file in the same folder, fsync, then moved into
+    place. ``replace=False``: the move never replaces a file (a hard link, which fails when the
+    name exists, even one made a moment ago by another process): the file ctxleak did not create
+    is refused by :func:`refuse_replacing`'s error."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent)
     try:
@@ -25,11 +29,75 @@ def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            _place_new(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _place_new(tmp: str, path: Path) -> None:
+    """Move ``tmp`` to ``path`` only if no file has that name."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise _exists(path, "output") from None
+    except OSError as exc:
+        # a file system without hard links: check, then replace (a race is possible there)
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV):
+            raise
+        if os.path.lexists(path):
+            raise _exists(path, "output") from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def _exists(path: Path, name: str) -> OutputError:
+    return OutputError(f"{name} {path} already exists: ctxleak does not replace a file it was "
+                       f"not asked to; choose a new name, or pass --overwrite "
+                       f"(overwrite=True in Python) to replace it", path=str(path), param=name)
+
+
+def refuse_foreign_folder(folder: Path | str, name: str = "directory") -> None:
+    """Refuse a folder to save into that holds anything (a file, or anything at all in it): a
+    result is saved into a new or empty folder, or with ``overwrite``."""
+    folder = Path(folder)
+    if not os.path.lexists(folder):
+        return
+    if not folder.is_dir():
+        raise OutputError(f"{name} {folder} is a file, not a folder", path=str(folder),
+                          param=name)
+    if any(folder.iterdir()):
+        raise OutputError(f"{name} {folder} is not empty: ctxleak does not replace files it was "
+                          f"not asked to; choose a new or empty folder, or pass overwrite=True",
+                          path=str(folder), param=name)
+
+
+def refuse_replacing(path: Path | str, *, overwrite: bool = False,
+                     inputs: Iterable[Path | str] = (), name: str = "output") -> None:
+    """Refuse, before any work, an output file that would replace one of the ``inputs`` (always:
+    the command reads it) or, without ``overwrite``, any existing file or link. A folder is
+    refused too: a file is needed. Files inside a run folder are the run's own and are not
+    checked here (:mod:`ctxleak.run.claim` guards the folder)."""
+    path = Path(path)
+    for source in inputs:
+        try:
+            same = os.path.samefile(path, source)
+        except OSError:
+            continue
+        if same:
+            raise OutputError(f"{name} {path} is the input {source}: write to another file "
+                              f"(the input is read, never replaced)", path=str(path),
+                              param=name)
+    if path.is_dir():
+        raise OutputError(f"{name} {path} is a folder: name the file to write", path=str(path),
+                          param=name)
+    if not overwrite and os.path.lexists(path):
+        raise _exists(path, name)
 
 
 def append_whole(fd: int, data: bytes) -> None:

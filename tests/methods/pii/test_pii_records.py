@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from ctxleak.errors import CtxleakError, InputError
+from ctxleak.errors import CtxleakError, InputError, OutputError
 from ctxleak.methods.pii.records import PIIRecord, load_records, save_records
 
 REC = PIIRecord(subject_id="s1", name="Jane Roe", email="jane.roe@example.com",
@@ -43,11 +43,14 @@ def test_save_and_load_round_trip_mode_0600(tmp_path):
     assert sorted(p.name for p in path.parent.iterdir()) == ["pii.jsonl"]
 
 
-def test_save_replaces_existing_file_with_private_one(tmp_path):
+def test_save_replaces_existing_file_with_private_one_only_when_asked(tmp_path):
     path = tmp_path / "pii.jsonl"
     path.write_text("old\n")
     os.chmod(path, 0o644)
-    save_records([REC], path)
+    with pytest.raises(OutputError, match="already exists"):
+        save_records([REC], path)
+    assert path.read_text() == "old\n"
+    save_records([REC], path, overwrite=True)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert load_records(path) == [REC]
 
@@ -61,7 +64,7 @@ def test_save_failure_keeps_old_file(tmp_path):
         raise RuntimeError("interrupted")
 
     with pytest.raises(RuntimeError):
-        save_records(rows(), path)
+        save_records(rows(), path, overwrite=True)
     assert load_records(path) == [REC]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pii.jsonl"]
 

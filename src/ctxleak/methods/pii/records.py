@@ -6,21 +6,20 @@ A record file holds one JSON object per line::
      "relations": {"father": "...", "mother": "..."}, "university": "...", "documents": ["..."]}
 
 Only ``name`` is required. Files that hold PII are written with mode 0600, atomically (a temporary
-file in the same directory, then :func:`os.replace`), so an interrupted write never leaves half a
-file behind.
+file in the same directory, then moved into place), so an interrupted write never leaves half a
+file behind; an existing file is replaced only when asked (``overwrite=True``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from ctxleak.errors import InputError
+from ctxleak.run.atomic import refuse_replacing, write_atomic
 from ctxleak.run.records import example_id, read_jsonl, reject_duplicate_ids
 
 __all__ = [
@@ -154,48 +153,23 @@ def load_records(path: str | Path) -> list[PIIRecord]:
     return records
 
 
-def write_private_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> Path:
-    """Write ``rows`` as JSONL to ``path`` with mode 0600, atomically.
+def write_private_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path, *,
+                        overwrite: bool = False) -> Path:
+    """Write ``rows`` as JSONL to ``path`` with mode 0600, whole or not at all (a temporary file
+    in the same folder, synced, then moved into place; parent folders are created).
 
-    The rows go to a temporary file created with ``os.open(..., 0o600)`` in the same directory,
-    which is flushed, synced and then moved over ``path`` with :func:`os.replace`. Parent
-    directories are created as needed.
-    """
+    An existing ``path`` is refused (:class:`~ctxleak.errors.OutputError`) unless
+    ``overwrite=True``: ctxleak never replaces a file it was not asked to."""
     path = Path(path)
+    refuse_replacing(path, overwrite=overwrite)
+    data = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = -1
-    tmp = ""
-    for _ in range(100):
-        tmp = os.path.join(str(path.parent),
-                           f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            break
-        except FileExistsError:
-            continue
-    if fd < 0:
-        raise FileExistsError(f"could not create a temporary file next to {path}")
-    try:
-        if hasattr(os, "fchmod"):
-            os.fchmod(fd, 0o600)  # exact mode whatever the umask
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fd = -1
-            for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomic(path, data, 0o600, replace=overwrite)
     return path
 
 
-def save_records(records: Iterable[PIIRecord], path: str | Path) -> Path:
-    """Write records as JSONL with mode 0600, atomically (see :func:`write_private_jsonl`)."""
-    return write_private_jsonl((r.to_dict() for r in records), path)
+def save_records(records: Iterable[PIIRecord], path: str | Path, *,
+                 overwrite: bool = False) -> Path:
+    """Write records as JSONL with mode 0600, atomically; an existing file only with
+    ``overwrite=True`` (see :func:`write_private_jsonl`)."""
+    return write_private_jsonl((r.to_dict() for r in records), path, overwrite=overwrite)
