@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import run_cli
+
 from ctxleak.errors import OutputError
 from ctxleak.methods.pii.records import PIIRecord, save_records, write_private_jsonl
 from ctxleak.report import Report

@@ -69,14 +69,18 @@ class FakeVLLM:
 
     ``lm``: a ctxleak in-process LM (``.model``, ``.tokenizer``) whose weights answer.
     ``tokenize``: what ``/tokenize`` answers for a text (default: the model's own tokenizer).
-    ``max_model_len``: what ``/v1/models`` reports. ``never``: token ids never sampled (the
+    ``max_model_len``, ``root``: what ``/v1/models`` reports (``models_answer``: answered there
+    instead, as it is, for a server that answers a wrong shape). ``never``: token ids never sampled (the
     tiny tokenizer's special tokens other than EOS, whose text does not encode back to them)."""
 
     def __init__(self, lm: Any, *, served_name: str = "tiny", fault: Fault | None = None,
                  tokenize: Callable[[str], list[int]] | None = None,
                  max_model_len: int = 256, never: tuple[int, ...] = (), plain: bool = False,
-                 max_logprobs: int | None = None) -> None:
+                 max_logprobs: int | None = None, root: str = "tiny",
+                 models_answer: Any = None) -> None:
         self.lm = lm
+        self.root = root  # /v1/models's "root": the weights the server says it loaded
+        self.models_answer = models_answer  # answered to /v1/models instead of the listing
         self.served_name = served_name
         self.fault = fault
         self.tokenize = tokenize or (lambda text: list(
@@ -283,10 +287,12 @@ def _handler(server: FakeVLLM) -> type[BaseHTTPRequestHandler]:
             server.requests.append((self.path, None))
             if self.path == "/health":
                 self._send(200, {})
+            elif self.path == "/v1/models" and server.models_answer is not None:
+                self._send(200, server.models_answer)
             elif self.path == "/v1/models":
                 self._send(200, {"object": "list", "data": [
                     {"id": server.served_name, "object": "model", "owned_by": "fake",
-                     "root": "tiny", "max_model_len": server.max_model_len}]})
+                     "root": server.root, "max_model_len": server.max_model_len}]})
             elif self.path == "/version":
                 self._send(200, {"version": "fake-vllm"})
             else:

@@ -329,3 +329,45 @@ def test_server_dies_mid_run_then_resume(tiny, tok_dir, tmp_path):
     assert on_disk[:len(kept)] == kept and len({r["id"] for r in on_disk}) == 3
     assert json.loads((out / "results.json").read_text())["provenance"]["model"]["base_url"] \
         == second.url
+
+
+@pytest.mark.parametrize("answer, says", [
+    ([], "answered [], not an object with a 'data' list"),
+    ({"object": "list"}, "not an object with a 'data' list"),
+    ({"data": [{"object": "model"}]}, "a model entry without a string 'id'"),
+    ({"data": []}, "serves no model"),
+])
+def test_a_wrong_shaped_model_listing_is_one_line(tiny, tok_dir, answer, says):
+    """/v1/models is read before anything else: [] or an entry without an id was a traceback."""
+    with fake_vllm(tiny, models_answer=answer) as bad:
+        with pytest.raises(ServerError) as err:
+            serve("tiny", bad.url, tokenizer=tok_dir)
+    assert says in str(err.value) and bad.url in str(err.value) and "/v1/models" in str(
+        err.value)
+
+
+def test_resume_refuses_another_model_served_under_the_same_name(tiny, tok_dir, tmp_path):
+    """The run records what the server says of its model (root, max_model_len, version); a
+    resume against a server whose 'tiny' is other weights, or is cut to a shorter window, is
+    refused before any request is scored; the same model on another port resumes."""
+    out = tmp_path / "run"
+    kw = dict(temperature=1.0, max_new_tokens=3, seed=0, output=str(out), progress=False)
+    with fake_vllm(tiny, never=SPECIAL) as first:
+        ctxleak.influence(serve("tiny", first.url, tokenizer=tok_dir), "demo", limit=1, **kw)
+    stored = json.loads((out / "config.json").read_text())["model_identity"]
+    assert stored == {"root": "tiny", "max_model_len": 256, "version": "fake-vllm"}
+    for other, says in (({"root": "/models/other-7b"}, "root 'tiny' then, '/models/other-7b'"),
+                        ({"max_model_len": 128}, "max_model_len 256 then, 128 now")):
+        with fake_vllm(tiny, never=SPECIAL, **other) as impostor:
+            lm = serve("tiny", impostor.url, tokenizer=tok_dir)
+            probed = impostor.completion_requests  # serve()'s checks of the server
+            with pytest.raises(ConfigError) as err:
+                ctxleak.influence(lm, "demo", limit=2, resume=True, **kw)
+            assert impostor.completion_requests == probed  # nothing scored
+        assert "is not the one the run started with" in str(err.value) and says in str(
+            err.value)
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 1
+    with fake_vllm(tiny, never=SPECIAL) as again:
+        done = ctxleak.influence(serve("tiny", again.url, tokenizer=tok_dir), "demo", limit=2,
+                                 resume=True, **kw)
+    assert len(done.records) == 2

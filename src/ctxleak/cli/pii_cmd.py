@@ -142,7 +142,8 @@ def synth_cmd(
     seed: Annotated[int, typer.Option(
         "--seed", help="Random seed (same seed, same records).")] = 0,
     overwrite: Annotated[bool, typer.Option(
-        "--overwrite", help="Replace records.jsonl and documents.jsonl where the folder already has them.")] = False,
+        "--overwrite",
+        help="Replace records.jsonl and documents.jsonl where the folder has them.")] = False,
 ) -> None:
     """Make seeded synthetic PII records and documents that mention them (no real people)."""
     from ctxleak.methods.pii.records import save_records, write_private_jsonl

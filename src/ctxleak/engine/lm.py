@@ -143,6 +143,12 @@ class LanguageModel(ABC):
     def describe(self) -> str:
         """One line for the console: which model, where."""
 
+    def identity(self) -> dict[str, Any]:
+        """What a resumed run compares, besides the run options and the model files' SHA-256,
+        to be sure it measures the same model as the rows it keeps: what a server says of the
+        model behind a name (empty where the files' hashes already tell)."""
+        return {}
+
     def in_process(self, why: str, *, what: str = "this call") -> InProcessLM:
         """This model as one whose weights are in this process, for what only weights can do
         (gradients, soft prompts, transformers' own ``generate``); a backend without them is

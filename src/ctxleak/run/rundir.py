@@ -41,7 +41,7 @@ from ctxleak.run.inputs import non_finite, to_jsonable
 from ctxleak.run.records import parse_json
 
 # The run folder's names, importable from here as from the modules that define them.
-__all__ = ["CONFIG_FILE", "INPUTS_KEY", "KEY_FIELD", "LOCK_FILE", "MODEL_KEY", "OWNER_FILE",
+__all__ = ["CONFIG_FILE", "IDENTITY_KEY", "INPUTS_KEY", "KEY_FIELD", "LOCK_FILE", "MODEL_KEY", "OWNER_FILE",
            "RESULTS_FILE", "RESUME_NEUTRAL_KEYS", "RUN_MARKERS", "SAMPLES_FILE", "RunDir",
            "config_differences", "file_sha256", "input_hashes", "is_run_folder", "os_advice",
            "os_errors", "output_error", "read_json_file", "read_samples", "refuse_foreign_output",
@@ -49,6 +49,7 @@ __all__ = ["CONFIG_FILE", "INPUTS_KEY", "KEY_FIELD", "LOCK_FILE", "MODEL_KEY", "
 
 INPUTS_KEY = "input_sha256"  # config key: {input file: SHA-256 of its bytes}
 MODEL_KEY = "model_sha256"  # config key: {model file: SHA-256}, engine.models.model_fingerprint
+IDENTITY_KEY = "model_identity"  # config key: what a server says of its model (RunDir.pin_model)
 
 # Keys that may change between a run and its resume without changing any number.
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
@@ -85,7 +86,7 @@ def input_hashes(inputs: Mapping[str, str | Path | None]) -> dict[str, str]:
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    keys = (set(old) | set(new)) - RESUME_NEUTRAL_KEYS - {INPUTS_KEY, MODEL_KEY}
+    keys = (set(old) | set(new)) - RESUME_NEUTRAL_KEYS - {INPUTS_KEY, MODEL_KEY, IDENTITY_KEY}
     return sorted(k for k in keys if to_jsonable(old.get(k)) != to_jsonable(new.get(k)))
 
 
@@ -225,6 +226,8 @@ class RunDir:
                 if diff:
                     raise ConfigError(f"cannot resume {self.path}: the config differs in "
                                       f"{', '.join(diff)} (stored in {config_path})")
+                if IDENTITY_KEY in old:  # compared once the model is loaded (pin_model)
+                    self.config[IDENTITY_KEY] = old[IDENTITY_KEY]
         barrier()  # every process has checked the folder before anything is written
         with os_errors(self.path, "write the run folder"):
             if private:  # the folder too, whatever the umask (file names and sizes are private)
@@ -317,6 +320,33 @@ class RunDir:
         goes on after the run; the CLI's claim simply ends with its process)."""
         self.close()
         release_claim(self.path)
+
+    def pin_model(self, identity: dict[str, Any]) -> None:
+        """Store the loaded model's identity (:meth:`LanguageModel.identity
+        <ctxleak.engine.lm.LanguageModel.identity>`: what a server says of the model behind a
+        name) when the run starts, and refuse a resume whose model says otherwise: the kept rows
+        came from the first one."""
+        identity = to_jsonable(identity)
+        config_path = self.path / CONFIG_FILE
+        stored = self.config.get(IDENTITY_KEY)
+        if stored is not None:
+            changed = sorted(k for k in set(stored) | set(identity)
+                             if stored.get(k) != identity.get(k))
+            if changed:
+                said = "; ".join(f"{k} {stored.get(k)!r} then, {identity.get(k)!r} now"
+                                 for k in changed)
+                raise ConfigError(f"cannot resume {self.path}: the model '"
+                                  f"{self.config.get('served_model') or self.config.get('model')}"
+                                  f"' is not the one the run started with ({said}; stored in "
+                                  f"{config_path}); serve that model again, or start a new "
+                                  "output=...", also=("output",))
+            return
+        if not identity:
+            return
+        self.config[IDENTITY_KEY] = identity
+        if self.world.is_main:
+            self.write_file(CONFIG_FILE, json.dumps(self.config, indent=2, sort_keys=True)
+                            + "\n")
 
     # results and other files -----------------------------------------------------------------
     def write_results(self, result: Any) -> Path:

@@ -276,6 +276,7 @@ def run_method(method: Method[Any, Any, Any], lm: LanguageModel | None = None, d
         if model is None:  # after the folder's checks (a resume of another run is refused first)
             model = load_lm(replace(common, **plan.load_options))
             check_capabilities(model, method.requires(), what=what)  # what it says it has
+        run.pin_model(model.identity())  # a resume refuses another model under the same name
         policy = BatchPolicy.of(common.batch_size, common.batch_invariant, model.device)
         with using(model, policy):  # the engine decides batching from here on
             ready = method.prepare(model, plan, run)

@@ -92,6 +92,15 @@ class ServedLM(LanguageModel):
     def describe(self) -> str:
         return f"{self.info.name}: served model '{self.info.served_model}' at {self.info.base_url}"
 
+    #: What the server says of its model that another model under the same name would change.
+    IDENTITY_FACTS = ("root", "max_model_len", "version")
+
+    def identity(self) -> dict[str, Any]:
+        """The served model's weights as the server names them (``/v1/models``'s ``root``, the
+        path or Hub id it loaded), its ``max_model_len`` and the server's ``/version``: another
+        model, or another build, served under the same name differs here."""
+        return {k: self.info.server[k] for k in self.IDENTITY_FACTS if k in self.info.server}
+
     # ---- the interface's operations ------------------------------------------------------
     def continuation_logprobs(self, prompts: Sequence[Sequence[int]],
                               continuations: Sequence[Sequence[int]], *,

@@ -74,8 +74,19 @@ def _server_facts(client: ServedClient, served_model: str | None) -> tuple[str, 
     says about it: ``/v1/models``'s entry (id, max_model_len, root, owned_by; not its
     ``created``, the time of asking) and ``/version``."""
     listing = client.get("/v1/models")
-    models = [m for m in listing.get("data", []) if isinstance(m, dict)]
-    ids = [str(m.get("id")) for m in models]
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list):
+        raise ServerError(f"the server at {client.url} (/v1/models) answered "
+                          f"{_shown(listing)}, not an object with a 'data' list of models: is it "
+                          "an OpenAI-compatible server?")
+    models = [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    if len(models) != len(data):
+        raise ServerError(f"the server at {client.url} (/v1/models) answered a model entry "
+                          f"without a string 'id': {_shown(data)}")
+    ids = [str(m["id"]) for m in models]
+    if not ids:
+        raise ServerError(f"the server at {client.url} (/v1/models) serves no model: is it still "
+                          "loading one?")
     if served_model is None:
         if len(ids) != 1:
             raise ConfigError(f"the server at {client.url} serves {len(ids)} models ({ids}): "
@@ -94,6 +105,12 @@ def _server_facts(client: ServedClient, served_model: str | None) -> tuple[str, 
     except ServerError:
         pass
     return served_model, facts
+
+
+def _shown(value: Any, limit: int = 120) -> str:
+    """A server's answer as JSON, cut to ``limit`` characters."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def client_options(options: ClientOptions | None, request_timeout: float | None = None,
