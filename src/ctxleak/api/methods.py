@@ -52,7 +52,7 @@ def influence(model: str | LanguageModel = "default", data: Any = "demo", *, pro
               temperature: float | Sequence[float] | str = 0.8, max_new_tokens: int = 50,
               min_new_tokens: int | None = None, ngram: int | str | None = "full",
               stride: int | None = None, context_sizes: int | Sequence[int] | str | None = None,
-              bounded_eps: float | None = None, repeat_threshold: float = 0.5,
+              bounded_eps: float | Sequence[float] | str | None = None, repeat_threshold: float = 0.5,
               rouge_threshold: float = 0.5, bertscore_model: str | None = None,
               factkb_model: str | None = None, redact: bool = False, control: bool = True,
               passages: str | None = None, device: str = "auto",

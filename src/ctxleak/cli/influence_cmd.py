@@ -53,10 +53,11 @@ def influence(
     context_sizes: Optional[str] = typer.Option(None, "--context-sizes", help="Also truncate "
                                                 "contexts to their first k tokens, e.g. "
                                                 "32,64,128,256 (Fig. 2b)."),
-    bounded_eps: Optional[float] = typer.Option(None, "--bounded-eps", help="Bounded CID: "
-                                                "ε-DP per token for any n-gram (App. B), so "
-                                                "ε × tokens for a response (basic composition); "
-                                                "λ becomes the upper bound λ_max."),
+    bounded_eps: Optional[str] = typer.Option(None, "--bounded-eps", help="Bounded CID: "
+                                              "ε-DP per token for any n-gram (App. B), so "
+                                              "ε × tokens for a response (basic composition); "
+                                              "λ becomes the upper bound λ_max. A comma list "
+                                              "sweeps, combined with every λ."),
     repeat_threshold: float = typer.Option(0.5, "--repeat-threshold", help="Share of a "
                                            "response's tokens found in the context above which "
                                            "it counts as repeating the context, in [0, 1]."),

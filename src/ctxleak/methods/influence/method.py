@@ -119,16 +119,25 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
                 for setting, ex in items]
         controls = [_control(ready.examples, ex) for _, ex in items] \
             if self.options.control else None
-        records = measure_examples(lm, jobs, self.options, controls=controls,
-                                   cost=ready.cost)
+        # one pipeline call per bounded ε (plain CID: None) in the batch, records kept in order
+        records: list[dict[str, Any]] = [{} for _ in items]
+        for eps in dict.fromkeys(setting.bounded_eps for setting, _ in items):
+            where = [i for i, (setting, _) in enumerate(items) if setting.bounded_eps == eps]
+            got = measure_examples(lm, [jobs[i] for i in where],
+                                   replace(self.options, bounded_eps=eps),
+                                   controls=None if controls is None
+                                   else [controls[i] for i in where], cost=ready.cost)
+            for i, record in zip(where, got):
+                records[i] = record
         for (setting, _), record in zip(items, records):  # the sweep's context size, None: all
             record.setdefault("context_limit", setting.context_tokens)
         ready.cost.measure_seconds += time.perf_counter() - start
         return records
 
     def requires(self) -> dict[str, str]:
+        bounded = [s.bounded_eps for s in self.grid if s.bounded_eps is not None]
         return influence_needs([s.lam for s in self.grid], [s.temperature for s in self.grid],
-                               self.options.bounded_eps)
+                               bounded[0] if bounded else None)
 
     def summarize(self, ready: Ready, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         by_id = {ex.id: ex for ex in ready.examples.examples}

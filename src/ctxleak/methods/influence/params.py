@@ -66,9 +66,9 @@ class InfluenceParams:
     stride: int | None = option(None, "Window stride (default n: non-overlapping windows).")
     context_sizes: int | Sequence[int] | str | None = option(
         None, "Also truncate contexts to their first k tokens, e.g. 32,64,128,256.")
-    bounded_eps: float | None = option(
+    bounded_eps: float | Sequence[float] | str | None = option(
         None, "Bounded CID: ε-DP per token for any n-gram (App. B); λ becomes the upper bound "
-        "λ_max.")
+        "λ_max. A list sweeps, combined with every λ.")
     repeat_threshold: float = option(0.5, "Response-to-context overlap above which a response "
                                      "counts as repeating its context, in [0, 1].")
     rouge_threshold: float = option(0.5, "ROUGE-L above which a response counts as close to "
@@ -95,6 +95,10 @@ class InfluenceParams:
         temps = check_nonempty(float_list(self.temperature, "temperature"), "temperature",
                                "0.8")
         put("lambda_", tuple(check_unique(lams, "lambda_")))
+        if self.bounded_eps is not None:
+            eps = check_nonempty(float_list(self.bounded_eps, "bounded_eps"), "bounded_eps",
+                                 "2 or 2,8")
+            put("bounded_eps", tuple(check_unique(eps, "bounded_eps")))
         put("temperature", tuple(check_unique(temps, "temperature")))
         if self.context_sizes is not None:
             sizes = check_nonempty(int_list(self.context_sizes, "context_sizes"),
@@ -136,14 +140,20 @@ class InfluenceParams:
         """What the pipeline needs besides λ and T."""
         return InfluenceOptions(max_new_tokens=self.max_new_tokens,
                                 min_new_tokens=self.min_new_tokens,  # type: ignore[arg-type]
-                                bounded_eps=self.bounded_eps, ngram=self.ngram,  # type: ignore[arg-type]
+                                bounded_eps=None, ngram=self.ngram,  # type: ignore[arg-type]
                                 stride=self.stride, template=self.template,
                                 repeat_threshold=self.repeat_threshold,
                                 rouge_threshold=self.rouge_threshold, control=self.control)
 
     def grid(self) -> list[Setting]:
         """Every (λ, T, context size) setting, in the order of the samples."""
-        return settings_grid(list(self.lambda_), list(self.temperature), self.sizes)  # type: ignore[arg-type]
+        return settings_grid(list(self.lambda_), list(self.temperature), self.sizes,  # type: ignore[arg-type]
+                             self.eps_values)
+
+    @property
+    def eps_values(self) -> list[float | None]:
+        """The bounded ε values swept (ε-DP per token); [None]: plain CID."""
+        return [None] if self.bounded_eps is None else list(self.bounded_eps)  # type: ignore[arg-type]
 
     def to_config(self) -> dict[str, Any]:
         """The method's part of ``config.json`` (``lambda_`` stored as ``lambda``)."""
@@ -153,4 +163,7 @@ class InfluenceParams:
                 "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
                 "factkb_model": self.factkb_model, "redact": self.redact,
                 "passages": self.passages,
-                **{k: v for k, v in options.__dict__.items() if k != "template"}}
+                **{k: v for k, v in options.__dict__.items() if k != "template"},
+                # one value as a number (as before sweeps), several as a list
+                "bounded_eps": (None if self.bounded_eps is None else self.bounded_eps[0]  # type: ignore[index]
+                                if len(self.bounded_eps) == 1 else list(self.bounded_eps))}  # type: ignore[arg-type]

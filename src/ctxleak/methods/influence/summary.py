@@ -56,6 +56,9 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
         "ngram_clipped": sum(1 for r in records if r.get("ngram_clipped_from")),
         "units": UNITS,
     }
+    eps = first.get("eps", first.get("bounded_eps"))  # samples' key, a ledger record's
+    if eps is not None:  # bounded CID: ε-DP per token of this setting
+        out["bounded_eps"] = eps
     per_token = [r["influence"] / len(r["response_ids"]) for r in records if r["response_ids"]]
     out["influence_per_token"] = mean_with_ci(per_token, seed=seed)
     mean = out["influence"].get("mean")
