@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import run_cli
 
 import ctxleak
-from conftest import run_cli
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.params import InfluenceParams
 
@@ -30,8 +30,9 @@ def test_the_grid_combines_every_lambda_with_every_eps_and_plain_cid_keeps_its_k
     assert InfluenceParams(bounded_eps=(2, 8)).to_config()["bounded_eps"] == [2.0, 8.0]
 
 
-@pytest.mark.parametrize("value, says", [("", "at least one value"), ("2,2", "bounded_eps"), ("0", "bounded_eps"),
-                                         ("x", "bounded_eps"), (float("nan"), "bounded_eps")])
+@pytest.mark.parametrize("value, says", [
+    ("", "at least one value"), ("2,2", "bounded_eps"), ("0", "bounded_eps"),
+    ("x", "bounded_eps"), (float("nan"), "bounded_eps")])
 def test_bad_eps_lists_name_the_parameter(value, says):
     with pytest.raises(ConfigError) as err:
         InfluenceParams(bounded_eps=value)
