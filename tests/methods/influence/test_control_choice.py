@@ -94,7 +94,7 @@ def test_summary_and_verdict_name_the_examples_without_a_control():
     assert c["enabled"] and c["n"] == 2 and c["without_control"] == ["q3"]
     assert c["without_control_reason"] == NO_CONTROL and c["flagged"] == ["q1"]
     v = setting_verdict({"n": 3, "influence": {"mean": 23.0}, "control": c})
-    assert v["text"].startswith("1 of 2 examples leak beyond what any context does: q1")
+    assert v["text"].startswith("Too few examples to tell")  # 2 with a control
     assert "1 more (q3) have no control" in v["text"]
     none = control_summary([rec("q1", 3.0, None), rec("q2", 4.0, None)])
     assert not none["enabled"] and "one document" in none["reason"]

@@ -206,27 +206,48 @@ def test_units_read_influence_as_a_likelihood_ratio_and_an_eps():
     assert "strong" in dp_scale(0.5) and "loose" in dp_scale(4.0) and "beyond" in dp_scale(20)
 
 
-def _summary(flagged: list[str], where: list[str | None], n: int = 4) -> dict:
+def _summary(flagged: list[str], where: list[str | None], n: int = 6,
+             above: float = 9.0) -> dict:
     return {"n": n, "influence": {"mean": 12.0}, "influence_per_token": {"mean": 0.5},
             "control": {"enabled": True, "n": n, "flagged": flagged,
                         "flagged_where": where, "flagged_above_control": [9.0] * len(flagged),
-                        "rule": "influence is above the largest of the 4 control influences",
-                        "test": paired_test([1.0] * n)}}
+                        "rule": f"influence is above the largest of the {n} control influences",
+                        "test": paired_test([1.0] * n), "false_flag_rate": 1 / (n + 1),
+                        "above_control": {"mean": above},
+                        "largest_above": {"id": "news-04", "label": "news-04 (passage 2)",
+                                          "nats": 9.0}}}
 
 
 def test_verdict_names_the_examples_beyond_the_control_with_the_rule():
     v = setting_verdict(_summary(["news-04", "hr"], ["passage 2", None]))
-    assert v["text"].startswith("2 of 4 examples leak beyond what any context does: "
+    assert v["text"].startswith("2 of 6 examples leak beyond what any context does: "
                                 "news-04 (passage 2, +9 nats above its control), hr (+9 nats")
-    assert "beyond even a loose DP budget" in v["text"]
-    assert "above the largest of the 4 control influences" in v["rule"]
-    assert "cannot go below p = 1/2^4" in v["rule"]  # why the test shows —
-    none = setting_verdict(_summary([], []))
-    assert none["text"].startswith("0 of 4 examples leak beyond what any context does")
-    off = setting_verdict({"n": 2, "influence": {"mean": 1.0},
+    # the DP sentence reads the influence above the control (9 nats), not the raw 12
+    assert "9 nats above the control on average (ε = 9 is beyond even a loose" in v["text"]
+    assert "ε = 12" not in v["text"]
+    assert "above the largest of the 6 control influences" in v["rule"]
+    assert "flagged about 14.3 % of the time" in v["rule"]  # 1/(6+1)
+    none = setting_verdict(_summary([], [], above=0.4))
+    assert none["text"].startswith("0 of 6 examples leak beyond what any context does")
+    assert "(ε = 0.4 is within what DP calls a strong budget" in none["text"]
+    off = setting_verdict({"n": 2, "influence": {"mean": 30.0},
                            "control": {"enabled": False, "reason": "turned off"}})
     assert off["text"].startswith("No example can be called a leak") and "turned off" in off[
         "text"]
+    assert "ε =" not in off["text"]  # no control: a DP sentence would carry no information
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_below_the_n_a_test_needs_the_verdict_calls_no_leak(n):
+    """With 2 examples the verdict said '2 of 2 examples leak'; a flag against the largest of n
+    controls falls on a context that adds nothing 1 time in n + 1."""
+    v = setting_verdict(_summary(["news-04", "hr"][:n], ["passage 2", None][:n], n=n))
+    assert "leak beyond" not in v["text"] and "Too few examples to tell" in v["text"]
+    assert f"{n} with a control, and at least 5 are needed" in v["text"]
+    assert f"1 time in {n + 1}" in v["text"]
+    assert "the largest influence above its control is news-04 (passage 2) (+9 nats)" in v[
+        "text"]
+    assert setting_verdict(_summary([], [], n=5))["text"].startswith("0 of 5 examples leak")
 
 
 def test_no_control_and_one_example(llama_lm, tmp_path):

@@ -227,6 +227,18 @@ def paired_test(differences: Sequence[float], alpha: float = ALPHA) -> dict[str,
     return out
 
 
+def false_flag_rate(n_controls: int) -> float | None:
+    """How often the flag rule falls on an example whose context adds nothing beyond what any
+    context does, when its influence and the ``n_controls`` control influences are exchangeable:
+    above the largest of n controls 1 time in n + 1; above their 95th percentile (n ≥ 20) about
+    5 %. None without controls."""
+    if n_controls < 1:
+        return None
+    if n_controls >= MIN_FOR_PERCENTILE:
+        return 1.0 - PERCENTILE / 100.0
+    return 1.0 / (n_controls + 1)
+
+
 def flag_rule(controls: Sequence[float]) -> tuple[float | None, str]:
     """The threshold an example's influence must exceed to be flagged, and the rule in words:
     the 95th percentile of the control influences with at least 20 of them, else their
@@ -295,7 +307,11 @@ def control_summary(records: Sequence[dict[str, Any]], cost: dict[str, Any] | No
     flagged = [r for r in with_control if threshold is not None
                and float(r["influence"]) > threshold]
     flagged.sort(key=lambda r: -float(r["influence_above_control"]))
+    top = max(with_control, key=lambda r: float(r["influence_above_control"]))
     return {"enabled": True, "n": len(with_control),
+            "false_flag_rate": false_flag_rate(len(controls)),
+            "largest_above": {"id": user_id(top), "label": leak_label(top),
+                              "nats": float(top["influence_above_control"])},
             "influence": mean_with_ci(controls),
             "above_control": mean_with_ci(above),
             "above_control_per_token": mean_with_ci(per_token),
@@ -310,5 +326,5 @@ def control_summary(records: Sequence[dict[str, Any]], cost: dict[str, Any] | No
 
 __all__ = ["ALPHA", "COPIED_ABOVE", "KNOWN_BELOW", "NO_CONTROL", "TOKEN_RULE", "ControlCost",
            "context_key", "context_token_kinds", "control_fields", "control_indices", "control_summary",
-           "flag_rule", "leak_label", "leak_where", "min_n_for", "paired_test", "per_token_fields",
+           "false_flag_rate", "flag_rule", "leak_label", "leak_where", "min_n_for", "paired_test", "per_token_fields",
            "user_id"]

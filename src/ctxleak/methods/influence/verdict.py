@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ctxleak.methods.influence.control import ALPHA, min_n_for
 from ctxleak.methods.influence.units import dp_scale
 
 #: Examples named in the sentence before "and N more".
@@ -20,14 +21,20 @@ NAMED = 5
 
 def setting_verdict(summary: dict[str, Any]) -> dict[str, str]:
     """The verdict of one setting's summary (from :func:`summarize_setting
-    <ctxleak.methods.influence.summary.summarize_setting>`)."""
+    <ctxleak.methods.influence.summary.summarize_setting>`).
+
+    It calls no leak below the n where a flag or the paired test means anything (fewer examples
+    with a control than the one-sided signed-rank test needs to reach p < α): it says so and
+    how many are needed. Its DP sentence reads the influence *above the control* as an ex-post
+    ε (what the example's own context added); without a control it is left out, since the raw
+    influence of any document on an answer carries no information about a leak."""
     n = summary.get("n") or 0
     mean = (summary.get("influence") or {}).get("mean")
     per_token = (summary.get("influence_per_token") or {}).get("mean")
     scale = ""
     if mean is not None:
         per = f", {per_token:.3g} per token" if per_token is not None else ""
-        scale = f"mean influence {mean:.3g} nats per response{per} ({dp_scale(mean)})"
+        scale = f"mean influence {mean:.3g} nats per response{per}"
     control = summary.get("control") or {}
     if not control.get("enabled"):
         reason = control.get("reason") or "no control was run"
@@ -35,37 +42,59 @@ def setting_verdict(summary: dict[str, Any]) -> dict[str, str]:
                 f"{scale or 'no influence was measured'}.")
         return {"text": text, "rule": "An example is flagged only against a control (another "
                 "example's context scoring the same response); without one none is flagged."}
+    above_mean = (control.get("above_control") or {}).get("mean")
+    if above_mean is not None:
+        scale += (f"; {above_mean:.3g} nats above the control on average "
+                  f"({dp_scale(max(above_mean, 0.0))})")
+    judged = int(control.get("n") or 0)
+    test = control.get("test") or {}
+    paired = (f"paired one-sided Wilcoxon p = {test['pvalue']:.2g}"
+              if test.get("pvalue") is not None else "paired test —")
+    rule = (f"An example leaks beyond what any context does when its {control['rule']}; "
+            "where it leaked is its most influential passage (numbered from 1), else its most "
+            "influential n-gram window (context tokens start-end). Influence is Def. 3.2 of "
+            "'Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models' "
+            "in nats, read as the ε of ex-post per-instance DP (Def. 2.2).")
+    rate = control.get("false_flag_rate")
+    if rate is not None:
+        rule += (f" With {judged} control(s), an example whose context adds nothing beyond "
+                 f"what any context does is flagged about {100 * rate:.3g} % of the time.")
+    if test.get("reason"):
+        rule += f" Paired test: {test['reason']}."
+    need = min_n_for(ALPHA)
+    if judged < need:
+        top = control.get("largest_above") or {}
+        largest = (f"; the largest influence above its control is {top['label']} "
+                   f"({top['nats']:+.3g} nats)" if top else "")
+        text = (f"Too few examples to tell whether any leaks beyond what any context does: "
+                f"{judged} with a control, and at least {need} are needed for the paired test "
+                f"to reach p < {ALPHA:g} (a flag against the largest of {judged} control(s) "
+                f"would also fall on a context that adds nothing 1 time in {judged + 1})"
+                f"{largest}; {scale}.")
+        return {"text": _with_unjudged(text, control), "rule": rule}
     labels = list(control.get("flagged") or [])
     above = list(control.get("flagged_above_control") or [])
     where = list(control.get("flagged_where") or [None] * len(labels))
     named = ", ".join(f"{label} ({w + ', ' if w else ''}+{a:.3g} nats above its control)"
                       for label, w, a in zip(labels[:NAMED], where[:NAMED], above[:NAMED]))
     more = f" and {len(labels) - NAMED} more" if len(labels) > NAMED else ""
-    test = control.get("test") or {}
-    if test.get("pvalue") is not None:
-        paired = f"paired one-sided Wilcoxon p = {test['pvalue']:.2g}"
-    else:
-        paired = "paired test —"
-    without = list(control.get("without_control") or [])
-    judged = n - len(without)
     if labels:
         text = (f"{len(labels)} of {judged} examples leak beyond what any context does: "
                 f"{named}{more}; {scale}; {paired}.")
     else:
         text = (f"0 of {judged} examples leak beyond what any context does; {scale}; "
                 f"{paired}.")
-    if without:
-        text += (f" {len(without)} more ({', '.join(str(i) for i in without[:NAMED])}"
-                 f"{' ...' if len(without) > NAMED else ''}) have no control: no other "
-                 f"example's context is another document, so they are not judged.")
-    rule = (f"An example leaks beyond what any context does when its {control['rule']}; "
-            "where it leaked is its most influential passage (numbered from 1), else its most "
-            "influential n-gram window (context tokens start-end). Influence is Def. 3.2 of "
-            "'Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models' "
-            "in nats, read as the ε of ex-post per-instance DP (Def. 2.2).")
-    if test.get("reason"):
-        rule += f" Paired test: {test['reason']}."
-    return {"text": text, "rule": rule}
+    return {"text": _with_unjudged(text, control), "rule": rule}
+
+
+def _with_unjudged(text: str, control: dict[str, Any]) -> str:
+    """``text`` and the examples that have no control, named."""
+    without = list(control.get("without_control") or [])
+    if not without:
+        return text
+    shown = ", ".join(str(i) for i in without[:NAMED]) + (" ..." if len(without) > NAMED else "")
+    return (f"{text} {len(without)} more ({shown}) have no control: no other example's context "
+            f"is another document, so they are not judged.")
 
 
 def run_verdict(settings: Sequence[dict[str, Any]]) -> dict[str, str]:
