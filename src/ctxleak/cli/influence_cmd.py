@@ -70,9 +70,10 @@ def influence(
     factkb_model: Optional[str] = typer.Option(None, "--factkb-model", help="Model of the "
                                                "FactKB quality column (default: not "
                                                "computed)."),
-    redact: bool = typer.Option(False, "--redact", help="Mask PII (e-mails, phone numbers, "
-                                "addresses, names) in the report and console, found by the "
-                                "detectors of 'ctxleak pii extract'."),
+    redact: bool = typer.Option(False, "--redact", help="Mask PII (names, e-mails, phone "
+                                "numbers, addresses, money amounts) in everything the report "
+                                "and console show, found by the detectors of 'ctxleak pii "
+                                "extract' (pattern-based: see the docs' Reliability page)."),
     control: bool = typer.Option(True, "--control/--no-control", help="Also score each "
                                  "response with another example's context (the previous one's): "
                                  "what any context does to the query; each example is "

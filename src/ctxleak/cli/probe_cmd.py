@@ -78,8 +78,9 @@ def probe(
                                          "groups with the original model.",
                                          rich_help_panel="Canary"),
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the verdicts."),
-    redact: bool = typer.Option(False, "--redact", help="Mask PII (the records' values, e-mails "
-                                "and phone numbers) in the report and console."),
+    redact: bool = typer.Option(False, "--redact", help="Mask PII (the records' values, names, "
+                                "e-mails, phone numbers, addresses, money amounts) in the "
+                                "report and console."),
     *,
     common: CommonOptions,
 ) -> None:

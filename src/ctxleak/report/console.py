@@ -6,13 +6,21 @@ gives a console wide enough that every table prints at its full width, without b
 colours or any other ANSI code (so ``ctxleak models | cat`` and a notebook's ``text/plain`` are
 plain text). With ``plain=True`` (``ctxleak --plain``) tables print as tab-separated values
 instead: a header line, one line per row.
+
+Under ``--redact`` everything printed (strings, tables' titles, headers and cells) goes through
+the active :class:`~ctxleak.report.redaction.Redactor` (:func:`ctxleak.report.redaction.redacting`,
+set by a run's view while it prints), the one the HTML report uses; only :func:`print_closing`'s
+line (the run folder's path, not data) is printed as it is.
 """
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from ctxleak.report.redaction import Redactor, active
 
 WIDE = 100_000  # columns when stdout is not a terminal: no table is ever cut
 
@@ -42,13 +50,46 @@ def table_tsv(table: Any) -> str:
     return "\n".join(lines)
 
 
-class _Console:
-    """A rich Console that prints tables as TSV in plain mode (other output unchanged)."""
+_COLUMN_OPTIONS = ("footer", "header_style", "highlight", "footer_style", "style", "justify",
+                   "vertical", "overflow", "width", "min_width", "max_width", "ratio", "no_wrap")
 
-    def __init__(self, plain: bool = False, **kwargs: Any) -> None:
+
+def redacted(obj: Any, redactor: Redactor) -> Any:
+    """What the console prints of ``obj`` under ``redactor``: a string or rich Text masked, a
+    rich Table copied with its title, headers and cells masked (other objects as they are)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if not redactor.on:
+        return obj
+    if isinstance(obj, str):
+        return redactor.text(obj)
+    if isinstance(obj, Text):
+        return Text(redactor.text(obj.plain), style=obj.style)
+    if not isinstance(obj, Table):
+        return obj
+    out = copy.copy(obj)
+    out.columns, out.rows = [], []
+    out.title = redacted(obj.title, redactor) if obj.title is not None else None
+    cells = [list(c.cells) for c in obj.columns]
+    for col in obj.columns:
+        out.add_column(redacted(col.header, redactor),
+                       **{k: getattr(col, k) for k in _COLUMN_OPTIONS})
+    for i, row in enumerate(obj.rows):
+        out.add_row(*[redacted(col[i], redactor) if i < len(col) else "" for col in cells],
+                    style=row.style, end_section=row.end_section)
+    return out
+
+
+class _Console:
+    """A rich Console that prints tables as TSV in plain mode (other output unchanged), every
+    object through the active Redactor unless ``redact=False``."""
+
+    def __init__(self, plain: bool = False, redact: bool = True, **kwargs: Any) -> None:
         from rich.console import Console
 
         self.plain = plain
+        self.redact = redact
         self.terminal = sys.stdout.isatty()
         if not self.terminal:
             kwargs.setdefault("width", WIDE)
@@ -58,6 +99,8 @@ class _Console:
     def print(self, *objects: Any, **kwargs: Any) -> None:
         from rich.table import Table
 
+        if self.redact:
+            objects = tuple(redacted(obj, active()) for obj in objects)
         if self.plain and len(objects) == 1 and isinstance(objects[0], Table):
             sys.stdout.write(table_tsv(objects[0]) + "\n")
             sys.stdout.flush()
@@ -82,10 +125,11 @@ class _Console:
         return getattr(self._console, name)
 
 
-def console(plain: bool = False, **kwargs: Any) -> Any:
+def console(plain: bool = False, redact: bool = True, **kwargs: Any) -> Any:
     """The console every command prints with (full width off a terminal; tables as TSV when
-    ``plain``, ``ctxleak --plain``)."""
-    return _Console(plain, **kwargs)
+    ``plain``, ``ctxleak --plain``; what it prints masked by the active Redactor unless
+    ``redact=False``)."""
+    return _Console(plain, redact, **kwargs)
 
 
 def print_rows(rows: Sequence[Mapping[str, Any]], *, title: str = "",
@@ -126,5 +170,6 @@ def closing_line(path: Any) -> str:
 
 
 def print_closing(path: Any, plain: bool = False) -> None:
-    """Print :func:`closing_line` (no markup: paths may hold brackets)."""
-    console(plain).print(closing_line(path), markup=False, highlight=False, soft_wrap=True)
+    """Print :func:`closing_line` (no markup: paths may hold brackets; never redacted: the run
+    folder's path is the user's own, not the run's data)."""
+    console(plain, redact=False).print(closing_line(path), markup=False, highlight=False, soft_wrap=True)

@@ -7,8 +7,8 @@ Policy that forbids all of them as a second line of defence.
 
 :func:`redact_text` masks PII for commands run with ``--redact``, found by the detectors of PII
 extraction (:func:`ctxleak.methods.pii.detect.redaction_spans`: e-mails, phone numbers,
-addresses, names), and given character spans; ``Report(..., redact=True)`` applies it to all
-text.
+addresses, money amounts, names), and given character spans; a report applies it to all text
+through its :class:`~ctxleak.report.redaction.Redactor` (:mod:`ctxleak.report.redaction`).
 """
 
 from __future__ import annotations
@@ -18,76 +18,23 @@ import html
 import math
 import numbers
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ctxleak.report import interactive
 from ctxleak.report.interactive import Link
+from ctxleak.report.redaction import (
+    REDACTED,
+    Redactor,
+    active,
+    redact_text,
+    redaction_spans,
+)
 from ctxleak.run.atomic import refuse_replacing, write_atomic
 
-REDACTED = "[REDACTED]"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MISSING = "\u2014"  # em dash, shown for None
-
-# --------------------------------------------------------------------------- redaction
-
-def _pattern_spans(text: str, patterns: bool | Iterable[str | re.Pattern[str]],
-                   names: Iterable[str] = ()) -> list[tuple[int, int]]:
-    if patterns is False or patterns is None:
-        return []
-    spans: list[tuple[int, int]] = []
-    if patterns is True:
-        # lazy: phonenumbers and pyap load only when something is redacted
-        from ctxleak.methods.pii.detect import redaction_spans as pii_spans
-
-        return [(s.start, s.end) for s in pii_spans(text, names)]
-    for p in patterns:
-        rx = re.compile(p) if isinstance(p, str) else p
-        spans += [m.span() for m in rx.finditer(text) if m.end() > m.start()]
-    return spans
-
-
-def redaction_spans(text: str, spans: Sequence[tuple[int, int]] | None = None,
-                    patterns: bool | Iterable[str | re.Pattern[str]] = True,
-                    names: Iterable[str] = ()) -> list[tuple[int, int]]:
-    """The sorted, merged ``[start, end)`` character spans that :func:`redact_text` would mask."""
-    found = list(_pattern_spans(text, patterns, names))
-    for span in spans or ():
-        start, end = int(span[0]), int(span[1])
-        if not 0 <= start <= end <= len(text):
-            raise ValueError(f"redaction span {span!r} is outside the text (length {len(text)})")
-        if end > start:
-            found.append((start, end))
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(found):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def redact_text(text: str, spans: Sequence[tuple[int, int]] | None = None,
-                patterns: bool | Iterable[str | re.Pattern[str]] = True,
-                names: Iterable[str] = ()) -> str:
-    """Replace PII in ``text`` by ``[REDACTED]``.
-
-    ``spans`` are extra ``(start, end)`` character offsets into ``text`` to mask (e.g. the known
-    PII of a probing record). ``patterns=True`` also masks what PII extraction's detectors find:
-    e-mail addresses, phone numbers (validated or phone-shaped), postal addresses, and names
-    (cued, matching an e-mail, or among ``names``); dates such as ``2024-05-01`` are left alone.
-    ``False`` masks only the spans; an iterable of regexes masks their matches instead of the
-    detectors'. Overlapping or touching regions become a single ``[REDACTED]``.
-    """
-    out, pos = [], 0
-    for start, end in redaction_spans(text, spans, patterns, names):
-        out += [text[pos:start], REDACTED]
-        pos = end
-    out.append(text[pos:])
-    return "".join(out)
-
 
 # --------------------------------------------------------------------------- formatting
 
@@ -161,17 +108,20 @@ _WS_VISIBLE = {"\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"}
 class Report:
     """A self-contained HTML report built block by block; every text argument is escaped.
 
-    With ``redact=True`` all text (title, headings, cells, captions, tokens, details) also goes
-    through :func:`redact_text` first, for commands run with ``--redact``; ``names``: person
-    names known beforehand (e.g. found in a run's contexts), masked wherever they appear.
+    Every text (title, headings, cells, captions, tokens, details, the verdict) also goes through
+    one :class:`~ctxleak.report.redaction.Redactor` first: with ``redact=True`` one that masks
+    PII (``names``: person names known beforehand, e.g. found in a run's texts, masked wherever
+    they appear), with ``redact=False`` none, and by default the active one
+    (:func:`ctxleak.report.redaction.redacting`: a run's view sets it from its ``--redact``).
     """
 
-    def __init__(self, title: str, subtitle: str = "", *, redact: bool = False,
+    def __init__(self, title: str, subtitle: str = "", *, redact: bool | None = None,
                  names: Iterable[str] = ()) -> None:
-        self.redact = redact
-        self.names = tuple(names)
-        self.title = self._clean(title)
-        self.subtitle = self._clean(subtitle)
+        self.redactor = active() if redact is None else Redactor(bool(redact), tuple(names))
+        self.redact = self.redactor.on
+        self.names = self.redactor.names
+        self.title = self.clean(title)
+        self.subtitle = self.clean(subtitle)
         self._blocks: list[str] = []
         self._verdict = ""
         self._footer = ""
@@ -180,30 +130,35 @@ class Report:
         """The run's verdict (one plain sentence) and the rule behind it, shown first: right
         under the title, above every other block (:mod:`ctxleak.methods.verdict`)."""
         rule_html = (f'<p class="verdict-rule"><span class="label">Rule:</span> '
-                     f"{_esc(self._clean(rule))}</p>") if rule else ""
+                     f"{_esc(self.clean(rule))}</p>") if rule else ""
         self._verdict = (f'<section class="verdict" id="verdict"><p class="verdict-text">'
-                         f'<span class="label">Verdict:</span> {_esc(self._clean(text))}</p>'
+                         f'<span class="label">Verdict:</span> {_esc(self.clean(text))}</p>'
                          f"{rule_html}</section>")
 
-    def _clean(self, text: Any) -> str:
-        s = str(text)
-        return redact_text(s, names=self.names) if self.redact else s
+    def clean(self, text: Any) -> str:
+        """``text`` as this report shows it (PII masked when it redacts)."""
+        return self.redactor.text(text)
+
+    def shown_tokens(self, tokens: Sequence[str]) -> list[str]:
+        """Tokens as this report shows them: when it redacts, a token overlapping PII in the
+        joined text is masked (:func:`~ctxleak.report.redaction.redact_tokens`); same count."""
+        return self.redactor.tokens(tokens)
 
     def _cell(self, value: Any) -> tuple[str, bool]:
         is_num = isinstance(value, numbers.Number) and not isinstance(value, bool)
-        return _esc(self._clean(format_value(value))), is_num
+        return _esc(self.clean(format_value(value))), is_num
 
     def _td(self, value: Any, column: Any = None) -> str:
         """One table cell: numbers right-aligned with their full value in ``data-v`` (for
         sorting), links to sections of the page, ids unbroken, long texts folded after "more"."""
         if isinstance(value, Link):
             return (f'<td class="id"><a href="#{value.anchor}">'
-                    f"{_esc(self._clean(value.text))}</a></td>")
+                    f"{_esc(self.clean(value.text))}</a></td>")
         if isinstance(value, numbers.Number) and not isinstance(value, bool):
             cell, _ = self._cell(value)
             number = float(value)  # type: ignore[arg-type]  # Number: int, float, numpy, Decimal
             return f'<td class="num" data-v="{_esc(repr(number))}">{cell}</td>'
-        text = self._clean(format_value(value))
+        text = self.clean(format_value(value))
         if str(column).lower() in interactive.ID_COLUMNS:
             return f'<td class="id">{_esc(text)}</td>'
         cls = ' class="long"' if len(text) > 40 else ""  # never squeezed to a word per line
@@ -211,11 +166,11 @@ class Report:
 
     def add_heading(self, text: str) -> None:
         """A section heading."""
-        self._blocks.append(f"<h2>{_esc(self._clean(text))}</h2>")
+        self._blocks.append(f"<h2>{_esc(self.clean(text))}</h2>")
 
     def add_text(self, text: str) -> None:
         """A paragraph of plain text (line breaks kept)."""
-        self._blocks.append(f'<p class="text">{_esc(self._clean(text))}</p>')
+        self._blocks.append(f'<p class="text">{_esc(self.clean(text))}</p>')
 
     def add_kv(self, mapping: Mapping[Any, Any], caption: str = "") -> None:
         """A two-column table of keys and values."""
@@ -223,7 +178,7 @@ class Report:
         for key, value in mapping.items():
             cell, is_num = self._cell(value)
             cls = ' class="num"' if is_num else ""
-            rows.append(f"<tr><th scope=\"row\">{_esc(self._clean(key))}</th><td{cls}>{cell}</td></tr>")
+            rows.append(f"<tr><th scope=\"row\">{_esc(self.clean(key))}</th><td{cls}>{cell}</td></tr>")
         self._blocks.append(f'<table class="kv">{self._caption(caption)}'
                             f"<tbody>{''.join(rows)}</tbody></table>")
 
@@ -248,7 +203,7 @@ class Report:
         head = ""
         if headers is not None:
             head = "<thead><tr>" + "".join(
-                f'<th scope="col">{_esc(self._clean(h))}</th>' for h in headers) + "</tr></thead>"
+                f'<th scope="col">{_esc(self.clean(h))}</th>' for h in headers) + "</tr></thead>"
         columns = list(headers) if headers is not None else [None] * max(
             (len(r) for r in body), default=0)
         trs = ["<tr>" + "".join(self._td(v, c) for v, c in zip(r, columns)) + "</tr>"
@@ -264,7 +219,7 @@ class Report:
         if not data.startswith(PNG_SIGNATURE):
             raise ValueError("add_image: expected PNG bytes (missing PNG signature)")
         b64 = base64.b64encode(data).decode("ascii")
-        cap = _esc(self._clean(caption))
+        cap = _esc(self.clean(caption))
         fig = f'<figure><img src="data:image/png;base64,{b64}" alt="{cap}">'
         if caption:
             fig += f"<figcaption>{cap}</figcaption>"
@@ -277,7 +232,7 @@ class Report:
         carriage returns are shown as ↵ → ␍ (a newline also breaks the line). ``vmax`` defaults to
         the largest |score|."""
         spans, scale = self._token_spans(tokens, scores, vmax, "add_token_heatmap")
-        cap = f'<div class="caption">{_esc(self._clean(caption))}</div>' if caption else ""
+        cap = f'<div class="caption">{_esc(self.clean(caption))}</div>' if caption else ""
         self._blocks.append(f'<div class="heatmap">{cap}<div class="tokens">{spans}'
                             f"</div>{_legend(scale)}</div>")
 
@@ -292,7 +247,7 @@ class Report:
         scale = float(vmax) if vmax is not None else (max(finite) if finite else 0.0)
         if not math.isfinite(scale) or scale <= 0:
             scale = 1.0
-        shown = self._redact_tokens(tokens, self.names) if self.redact else tokens
+        shown = self.shown_tokens(tokens)
         spans = []
         for tok, v in zip(shown, vals):
             alpha = min(abs(v) / scale, 1.0) if math.isfinite(v) else 0.0
@@ -313,40 +268,18 @@ class Report:
         Link(title, anchor)  # checks the anchor
         ctx, c_scale = self._token_spans(context_tokens, context_scores, None, "add_leak_map")
         resp, r_scale = self._token_spans(response_tokens, response_scores, None, "add_leak_map")
-        extra = f'<div class="caption">{_esc(self._clean(note))}</div>' if note else ""
+        extra = f'<div class="caption">{_esc(self.clean(note))}</div>' if note else ""
         self._blocks.append(
-            f'<section class="leakmap" id="{anchor}"><h3>{_esc(self._clean(title))}</h3>{extra}'
+            f'<section class="leakmap" id="{anchor}"><h3>{_esc(self.clean(title))}</h3>{extra}'
             '<div class="maprow"><div class="mapcol"><h4>context: influence of the n-grams '
             f'covering each token</h4><div class="tokens">{ctx}</div>{_legend(c_scale, unit)}'
             '</div><div class="mapcol"><h4>response: influence on each token</h4>'
             f'<div class="tokens">{resp}</div>{_legend(r_scale, unit)}</div></div></section>')
 
-    @staticmethod
-    def _redact_tokens(tokens: list[str], names: Iterable[str] = ()) -> list[str]:
-        """Mask tokens that overlap PII in the joined text: the first token of each masked region
-        shows ``[REDACTED]``, the rest of the region is emptied (token count is kept)."""
-        joined = "".join(tokens)
-        regions = redaction_spans(joined, names=names)
-        if not regions:
-            return tokens
-        out, pos, r = [], 0, 0
-        last_region = -1
-        for tok in tokens:
-            start, end = pos, pos + len(tok)
-            pos = end
-            while r < len(regions) and regions[r][1] <= start:
-                r += 1
-            if r < len(regions) and regions[r][0] < end and end > start:
-                out.append("" if r == last_region else REDACTED)
-                last_region = r
-            else:
-                out.append(tok)
-        return out
-
     def add_details(self, summary: str, text: str) -> None:
         """A collapsible block (``<details>``) with preformatted text, e.g. a full context."""
-        self._blocks.append(f"<details><summary>{_esc(self._clean(summary))}</summary>"
-                            f"<pre>{_esc(self._clean(text))}</pre></details>")
+        self._blocks.append(f"<details><summary>{_esc(self.clean(summary))}</summary>"
+                            f"<pre>{_esc(self.clean(text))}</pre></details>")
 
     def add_citations(self, papers: Iterable[Any], bibtex: str) -> None:
         """The page's footer: each paper (a :class:`ctxleak.citations.Paper`) by title, authors,
@@ -364,7 +297,7 @@ class Report:
                         f"{_esc(bibtex)}</pre></details></footer>")
 
     def _caption(self, caption: str) -> str:
-        return f"<caption>{_esc(self._clean(caption))}</caption>" if caption else ""
+        return f"<caption>{_esc(self.clean(caption))}</caption>" if caption else ""
 
     def render(self) -> str:
         """The whole page as one HTML string."""

@@ -13,6 +13,7 @@ from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import print_closing, print_rows
 from ctxleak.report.leakmap import add_leak_section, add_record_map, explain_map
+from ctxleak.report.redaction import names_in
 
 EPS_NOTE = (
     "Bounded CID: \"composed ε\" is the guarantee of Theorem B.1 of \"Estimating Privacy "
@@ -139,27 +140,16 @@ def sweep_plots(summaries: Sequence[dict[str, Any]]) -> dict[str, bytes]:
     return out
 
 
-def record_names(records: Sequence[dict[str, Any]]) -> set[str]:
-    """The person names found in the records' texts (their contexts as token strings, their
-    responses): masked everywhere in a ``--redact`` report, also where no cue marks them."""
-    from ctxleak.methods.pii.detect import find_names  # lazy: only when redacting
-
-    names: set[str] = set()
-    for r in records:
-        for text in ("".join(r.get("context_token_strings") or []), r.get("response") or ""):
-            names.update(span.text for span in find_names(str(text)))
-    return names
-
-
 def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
                      images: dict[str, bytes], meta: dict[str, Any], token_strings=None,
-                     redact: bool = False, tokens_of: Any = None) -> Report:
+                     redact: bool | None = None, tokens_of: Any = None) -> Report:
     """The HTML report of an influence run: summary table, where the context leaked (ranked
     examples and passages, one leak map per example, when ``tokens_of(i)`` gives record i's
-    context and response tokens), plots, examples."""
+    context and response tokens), plots, examples. ``redact``: mask PII (with the names found
+    in any of the records' texts); None: as the active Redactor (the run's view sets it)."""
     report = Report("ctxleak influence", "Context influence and CID (Estimating Privacy Leakage "
                     "of Augmented Contextual Knowledge in Language Models)", redact=redact,
-                    names=record_names(records) if redact else ())
+                    names=names_in(records) if redact else ())
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
     report.add_table(table_rows(summaries))
@@ -191,7 +181,7 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     report.add_heading("Examples")
     report.add_table([{"id": r["id"], "setting": r["setting"], "influence": r["influence"],
                        "ROUGE-L": r.get("rouge_l"), "repeat": r["repeat"],
-                       "response": r["response"][:300]} for r in records[:200]])
+                       "response": report.clean(r["response"])[:300]} for r in records[:200]])
     return report
 
 
@@ -304,7 +294,7 @@ def tokens_section(report: Report, summaries: Sequence[dict[str, Any]],
         return
     rows = []
     for r in records:
-        strings = r.get("response_token_strings") or []
+        strings = report.shown_tokens(r.get("response_token_strings") or [])
         known = r.get("known_tokens") or []
         copied = r.get("copied_tokens") or []
         if not (known or copied):
@@ -319,13 +309,14 @@ def tokens_section(report: Report, summaries: Sequence[dict[str, Any]],
         report.add_table(rows[:200])
 
 
-def example_fragment(record: dict[str, Any], *, redact: bool = False) -> str:
+def example_fragment(record: dict[str, Any], *, redact: bool | None = None) -> str:
     """One example's leak map (its passages' or windows' influence on the context, its tokens'
     on the response), its influence read in nats, per token, as a likelihood ratio and as ε,
-    its control and its passages: an HTML fragment for Jupyter."""
+    its control and its passages: an HTML fragment for Jupyter (``redact`` as in
+    :func:`influence_report`)."""
     rid = user_id(record)
     report = Report(f"ctxleak influence: {rid}", str(record.get("setting") or ""),
-                    redact=redact)
+                    redact=redact, names=names_in(record) if redact else ())
     tokens = len(record.get("response_ids") or []) or None
     facts: dict[str, Any] = {"response": record.get("response"),
                              "influence": reading(float(record["influence"]), tokens)}

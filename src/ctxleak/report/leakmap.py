@@ -76,7 +76,7 @@ def add_leak_section(report: Report, records: Sequence[dict[str, Any]], tokens_o
         passages = []
         for rank, (i, w) in enumerate(top_passages(records, top_k), start=1):
             start, end = records[i]["windows"][w]
-            context, _ = tokens_of(i)
+            context = report.shown_tokens(tokens_of(i)[0])  # a window may cut a name
             passages.append({"rank": rank, "example": label(i), "tokens": f"{start}-{end}",
                              "passage": "".join(context[start:end]),
                              "influence": records[i]["window_influence"][w]})

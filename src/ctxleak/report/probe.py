@@ -16,6 +16,7 @@ from ctxleak.report import Report, plots, redact_text
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import format_cell, print_closing
 from ctxleak.report.leakmap import probe_maps
+from ctxleak.report.redaction import active
 
 #: What each timing of a probe run measured (its seconds).
 TIMING_LABELS = {"probing_s": "spent probing", "soft_prompt_training_s": "training the soft prompt",
@@ -138,8 +139,11 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
             pngs: dict[str, bytes], extras: dict[str, Any], config: dict[str, Any], path: str,
             *, redact: bool, subjects: int | None = None) -> Any:
     mask = _masker(records, redact)
+    # the run's names (the view's Redactor) and the probed subjects': masked in every text
+    names = [*active().names, *(r.name for r in records if r.name)] if redact else []
     report = Report("ctxleak probe", "PII probing (ProPILE: Probing Privacy Leakage in Large "
-                    "Language Models): black-box, white-box and in-context", redact=redact)
+                    "Language Models): black-box, white-box and in-context", redact=redact,
+                    names=names)
     report.add_kv({"model": model, "data": config["data"],
                    "subjects": len(records) if subjects is None else subjects,
                    "modes": ", ".join(config["mode"]) or "—", "PII types": ", ".join(config["pii"]),

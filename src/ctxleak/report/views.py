@@ -6,6 +6,11 @@ the Result alone (records, summary, config, provenance, its run folder), so a ru
 
 A view never measures: what a page needs is in the run's records (token strings of the influence
 leak maps) or its config.
+
+A run made with ``--redact`` (``config["redact"]``) is shown through one
+:class:`~ctxleak.report.redaction.Redactor` (:meth:`View.redactor`), active while the view renders
+the page, the Jupyter fragments or the console (:func:`ctxleak.report.redaction.redacting`):
+every :class:`Report` and console line it makes goes through it.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from ctxleak.report import influence as influence_view
 from ctxleak.report import probe as probe_view
 from ctxleak.report import susceptibility as susceptibility_view
 from ctxleak.report.console import console, print_closing, print_rows, print_verdict
+from ctxleak.report.redaction import Redactor, redacting
 
 
 class View:
@@ -69,18 +75,27 @@ class View:
         """The verdict from the result alone (records, summary, config); none by default."""
         return None
 
+    def redactor(self, result: Any) -> Redactor:
+        """What everything shown of ``result`` goes through: masking PII when the run was made
+        with ``--redact``, with the person names found in any text of its records and summary
+        (so a name cued once is masked everywhere), else nothing."""
+        return Redactor.of_run(bool(result.config.get("redact", False)), result.records,
+                               result.summary)
+
     def full_page(self, result: Any) -> Report:
         """:meth:`page` with the verdict at its top (what ``report.html`` shows)."""
-        report = self.page(result)
-        verdict = self.verdict(result)
-        if verdict:
-            report.set_verdict(verdict["text"], verdict.get("rule", ""))
+        with redacting(self.redactor(result)):
+            report = self.page(result)
+            verdict = self.verdict(result)
+            if verdict:
+                report.set_verdict(verdict["text"], verdict.get("rule", ""))
         return report
 
     def full_show(self, result: Any, *, plain: bool = False) -> None:
         """The verdict first, then :meth:`show` (what ``result.show()`` and the CLI print)."""
-        print_verdict(self.verdict(result), plain=plain)
-        self.show(result, plain=plain)
+        with redacting(self.redactor(result)):
+            print_verdict(self.verdict(result), plain=plain)
+            self.show(result, plain=plain)
 
     def figure_names(self, result: Any) -> list[str]:
         """The figures' file names in the order :meth:`files` draws them (the page shows them
@@ -106,15 +121,16 @@ class View:
 
     def fragment(self, result: Any) -> str:
         """A compact HTML summary (Jupyter's ``_repr_html_``): the console table."""
-        report = Report(result.title, f"{len(result.records)} samples"
-                        + (f" · {result.path}" if result.path else ""))
-        verdict = self.verdict(result)
-        if verdict:
-            report.set_verdict(verdict["text"], verdict.get("rule", ""))
-        rows = self.table(result)
-        if rows:
-            report.add_table(rows)
-        return report.fragment()
+        with redacting(self.redactor(result)):
+            report = Report(result.title, f"{len(result.records)} samples"
+                            + (f" · {result.path}" if result.path else ""))
+            verdict = self.verdict(result)
+            if verdict:
+                report.set_verdict(verdict["text"], verdict.get("rule", ""))
+            rows = self.table(result)
+            if rows:
+                report.add_table(rows)
+            return report.fragment()
 
     def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
                         ) -> dict[str, bytes]:
@@ -160,14 +176,15 @@ class InfluenceView(View):
         first = records[0].get("response_token_strings") if records else None
         return influence_view.influence_report(
             settings, records, self.figures(result), meta, token_strings=first,
-            redact=bool(config.get("redact", False)), tokens_of=tokens_of)
+            tokens_of=tokens_of)
 
     def show(self, result: Any, *, plain: bool = False) -> None:
         influence_view.print_influence(result.summary["settings"], result.path, plain=plain)
 
     def example_html(self, result: Any, record: dict[str, Any]) -> str:
         """One example's leak map and reading, for Jupyter (``result.example(id).show()``)."""
-        return influence_view.example_fragment(record, redact=bool(result.config.get("redact")))
+        with redacting(self.redactor(result)):
+            return influence_view.example_fragment(record)
 
     def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
                         ) -> dict[str, bytes]:

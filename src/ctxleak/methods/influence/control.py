@@ -325,6 +325,6 @@ def control_summary(records: Sequence[dict[str, Any]], cost: dict[str, Any] | No
 
 
 __all__ = ["ALPHA", "COPIED_ABOVE", "KNOWN_BELOW", "NO_CONTROL", "TOKEN_RULE", "ControlCost",
-           "context_key", "context_token_kinds", "control_fields", "control_indices", "control_summary",
-           "false_flag_rate", "flag_rule", "leak_label", "leak_where", "min_n_for", "paired_test", "per_token_fields",
-           "user_id"]
+           "context_key", "context_token_kinds", "control_fields", "control_indices",
+           "control_summary", "false_flag_rate", "flag_rule", "leak_label", "leak_where",
+           "min_n_for", "paired_test", "per_token_fields", "user_id"]

@@ -28,7 +28,6 @@ def setting_verdict(summary: dict[str, Any]) -> dict[str, str]:
     how many are needed. Its DP sentence reads the influence *above the control* as an ex-post
     ε (what the example's own context added); without a control it is left out, since the raw
     influence of any document on an answer carries no information about a leak."""
-    n = summary.get("n") or 0
     mean = (summary.get("influence") or {}).get("mean")
     per_token = (summary.get("influence_per_token") or {}).get("mean")
     scale = ""

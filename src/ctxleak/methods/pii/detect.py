@@ -16,9 +16,12 @@ plain text a labelled line ``Name: First Last`` is accepted.
 
 The same detectors mask PII under ``--redact`` (:func:`redaction_spans`), there tuned for recall:
 phone-shaped numbers count even when phonenumbers does not validate them (the demo data's
-fictional ``(555) 010-4417``), and names are found by :func:`find_names`: the names given (a
-record's ``name``), capitalised words after a cue (``Patient:``, ``Dr``, ``Hi``...), and those
-matching the local part of an e-mail address in the text; then every occurrence of their words.
+fictional ``(555) 010-4417``); money amounts (:func:`find_amounts`) are masked too; and names
+are found by :func:`find_names`: the names given (a record's ``name``), capitalised words after
+a cue (``Patient:``, ``Employee:``, ``Approved by:``, ``Dr``, ``Hi``...) or after a field label
+at a line start (``Reviewer: Ines Okafor``), and those matching the local part of an e-mail
+address in the text; then every occurrence of their words. Roles, greetings and forms of
+address (``Customer``, ``Team``, ``Dear``) are never taken for a name.
 """
 
 from __future__ import annotations
@@ -40,16 +43,18 @@ __all__ = [
     "check_region",
     "clean_address",
     "find_addresses",
+    "find_amounts",
     "find_emails",
     "find_phones",
     "find_names",
     "find_pii",
+    "merge_spans",
     "name_from_text",
     "redaction_spans",
 ]
 
 SPAN_TYPES = ("email", "phone", "address")
-_PRIORITY = {"email": 0, "phone": 1, "address": 2, "name": 3}
+_PRIORITY = {"email": 0, "phone": 1, "amount": 2, "address": 3, "name": 4}
 _ADDRESS_COUNTRIES = ("US", "CA", "GB")
 
 _LOCAL_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
@@ -280,14 +285,43 @@ def find_pii(text: str, region: str = "US", *, address_country: str | None = Non
 # A capitalised word of a name: "Ellory-Tan", "Sauvé-Morrow", "O'Neil".
 _NAME_WORD = r"[A-Z\u00c0-\u00de][\w\u00c0-\u024f'\u2019]*(?:-[A-Z\u00c0-\u00de][\w\u00c0-\u024f'\u2019]*)*"
 _NAME_RUN_RE = re.compile(rf"(?<![\w-]){_NAME_WORD}(?:[ ]{_NAME_WORD}){{0,3}}(?![\w-])")
-#: Words after which capitalised words are a person's name.
+# People's roles in records and letters: "Employee: Marta Velikova", "Approved by: Ines Okafor".
+_ROLES = ("employee|staff|worker|customer|client|patient|member|tenant|contact|manager|supervisor|"
+          "applicant|candidate|user|owner|holder|guest|student|author|reviewer|approver|requester|"
+          "recipient|sender|beneficiary|claimant|witness|spouse|partner|parent|guardian|referee|"
+          "agent|representative|assignee|reporter|physician|doctor|nurse|caller|buyer|seller|"
+          "landlord|borrower|next of kin|by")
+#: Words after which capitalised words are a person's name (the name may start on one of the
+#: next two lines after a colon: a label whose value, or passage, starts a new line).
 _NAME_CUE_RE = re.compile(
     r"(?:\b(?:full |first |last |patient |member |tenant |contact )?name[ \t]*(?::|is)"
+    rf"|\b(?:{_ROLES})(?:[ \t]+name)?[ \t]*:"
     r"|\b(?:patient|member|tenant|contact|attn|to|from|signed)[ \t]*[:,]"
     r"|\b(?:dr|mr|mrs|ms|mx|miss|prof)\.?"
     r"|\b(?:dear|hi|hello|cheers|regards|thanks|sincerely|faithfully),?"
-    r"|\bmy name(?:,[^,.]{0,60},)? is)[ \t]+",
+    r"|\bmy name(?:,[^,.]{0,60},)? is)(?:[ \t]+|(?<=:)[ \t]*(?:\r?\n[ \t]*){1,2})",
     re.IGNORECASE)
+#: Any field label at a line start followed by two or three capitalised words and the end of the
+#: field: "Reviewer: Ines Okafor", "- Prepared for: Jonas Ekdahl (HR)".
+_LABEL_RE = re.compile(
+    r"^[ \t]*(?:[-*\u2022][ \t]*)?([A-Za-z][A-Za-z ]{0,30}?)[ \t]*:[ \t]*"
+    rf"({_NAME_WORD}(?:[ ]{_NAME_WORD}){{1,2}})[ \t]*(?=$|[,;(|]|\.(?:\s|$))", re.MULTILINE)
+#: Labels whose value is a thing, a place or an organisation, not a person.
+_THING_LABELS = frozenset(
+    "city country state county region location place site office branch address street "
+    "department dept division unit team company employer organisation organization firm bank "
+    "school university college degree programme program course title position role job grade "
+    "level status type category subject re product plan project model brand currency language "
+    "nationality citizenship gender diagnosis condition medication treatment insurer insurance "
+    "policy contract date day month".split())
+#: Capitalised words that are no name: roles, greetings and forms of address ("Dear Customer",
+#: "Customer since 2019", "Hi Team"); dropped from every name found.
+_NOT_NAMES = frozenset(
+    "customer customers client clients employee employees staff member members patient "
+    "patients tenant tenants contact manager supervisor user users team service support care "
+    "sir madam all everyone there the this that our your valued dear hi hello thanks thank "
+    "regards best kind sincerely applicant candidate guest owner holder account doctor nurse "
+    "reviewer approver colleague colleagues friend friends".split())
 
 
 def _fold(text: str) -> str:
@@ -296,25 +330,36 @@ def _fold(text: str) -> str:
     return "".join(c for c in plain if not unicodedata.combining(c)).lower().replace("-", "")
 
 
+def _cued_names(text: str) -> set[str]:
+    """Capitalised runs after a cue or a person's field label (not a label themselves)."""
+    names: set[str] = set()
+    for cue in _NAME_CUE_RE.finditer(text):
+        run = _NAME_RUN_RE.match(text, cue.end())
+        if run and not text[run.end():].lstrip(" \t").startswith(":"):
+            names.add(run.group(0))
+    for m in _LABEL_RE.finditer(text):
+        label = m.group(1).split()
+        if label and label[-1].lower() not in _THING_LABELS:
+            names.add(m.group(2))
+    return names
+
+
 def find_names(text: str, known: Iterable[str] = ()) -> list[Span]:
     """Person names in ``text`` (score 0.5; a heuristic, no NER model): the ``known`` names
     (e.g. a record's ``name``), capitalised words (1 to 4) right after a cue such as
-    ``Patient:``, ``Name:``, ``my name is``, ``Dr``, ``Hi`` or ``Cheers,``, and runs of
-    capitalised words one of which matches a word of an e-mail's local part
-    (``dana.whitlock@...`` -> ``Dana Whitlock``); then every occurrence of each of their
-    words."""
-    names = {n.strip() for n in known if n and n.strip()}
-    for cue in _NAME_CUE_RE.finditer(text):
-        run = _NAME_RUN_RE.match(text, cue.end())
-        if run:
-            names.add(run.group(0))
+    ``Patient:``, ``Employee:``, ``Name:``, ``my name is``, ``Dr``, ``Hi`` or ``Cheers,``, two or
+    three after any other field label at a line start (``Reviewer: Ines Okafor``; not labels of
+    places or things such as ``City:``), and runs of capitalised words one of which matches a
+    word of an e-mail's local part (``dana.whitlock@...`` -> ``Dana Whitlock``); then every
+    occurrence of each of their words, except roles and greetings (``Customer``, ``Dear``)."""
+    names = {n.strip() for n in known if n and n.strip()} | _cued_names(text)
     local_words = {w for m in EMAIL_RE.finditer(text)
                    for w in re.split(r"[._+\-]", _fold(m.group(0).split("@")[0])) if len(w) > 2}
     if local_words:
         for run in _NAME_RUN_RE.finditer(text):
             if any(_fold(w) in local_words for w in run.group(0).split()):
                 names.add(run.group(0))
-    words = {w for n in names for w in n.split() if len(w) > 1}
+    words = {w for n in names for w in n.split() if len(w) > 1 and w.lower() not in _NOT_NAMES}
     if not words:
         return []
     pattern = re.compile(r"(?<![\w-])(?:" + "|".join(
@@ -322,11 +367,60 @@ def find_names(text: str, known: Iterable[str] = ()) -> list[Span]:
     return [Span("name", m.start(), m.end(), m.group(0), 0.5) for m in pattern.finditer(text)]
 
 
+_CURRENCY = (r"(?:US\$|[ACR]\$|[$€£¥₹₩₽₺₪]|\b(?:USD|EUR|GBP|CHF|JPY|CNY|CAD|AUD|NZD|INR|SEK|NOK|"
+             r"DKK|PLN|CZK|HUF|RUB|BRL|MXN|ZAR|SGD|HKD|KRW|TRY|ILS|AED|RON|BGN)\b)")
+# 84,500 / 84.500 / 84 500 / 84'500 (one separator throughout), 84500, 84,500.00, 84.500,50
+_AMOUNT = (r"(?<![\d.,])(?:" + "|".join(rf"\d{{1,3}}(?:{sep}\d{{3}})+" for sep in
+                                      (",", r"\.", "'", "[ \u00a0\u202f]"))
+           + r"|\d+)(?:[.,]\d{1,2})?(?!\d|[.,]\d)")
+_SCALE = r"(?:[ \t]?(?:k|K|m|M|bn|million|billion|thousand)\b)?"
+_AMOUNT_RE = re.compile(
+    rf"{_CURRENCY}[ \t\u00a0]?-?(?:{_AMOUNT}){_SCALE}"
+    rf"|(?:{_AMOUNT}){_SCALE}[ \t\u00a0]?(?:{_CURRENCY}|\b(?:euros?|dollars?|pounds?|francs?|"
+    r"yen|rupees?|yuan|kronor|kroner)\b)")
+#: A number after a word about money: "salary: 84500", "earns 84 500", "balance of 1,200".
+_MONEY_WORD_RE = re.compile(
+    r"\b(?:salary|salaries|wages?|income|pay|paid|earns?|earned|earnings|amount|price|balance|"
+    r"bonus|compensation|remuneration|fees?|costs?|rent|payment|debt|loan|owes?|owed)"
+    r"(?:[ \t]*(?:[:=]|\b(?:is|was|of|at|to|now|about|approx\.?|totals?|amounts to)\b))*"
+    rf"[ \t]*((?:{_CURRENCY}[ \t\u00a0]?)?(?:{_AMOUNT}){_SCALE})", re.IGNORECASE)
+
+
+def find_amounts(text: str) -> list[Span]:
+    """Money amounts (for redaction; score 0.7): digits with a currency symbol or code before
+    or after them (``EUR 84,500``, ``$84,500``, ``84.500 €``, ``84 500 euros``), and numbers
+    of three digits or more right after a word about money (``salary: 84500``, ``balance of
+    1,200``)."""
+    spans = [m.span() for m in _AMOUNT_RE.finditer(text)]
+    spans += [m.span(1) for m in _MONEY_WORD_RE.finditer(text)
+              if sum(c.isdigit() for c in m.group(1)) >= 3]  # not "cost: 3 passes"
+    return [Span("amount", a, b, text[a:b], 0.7) for a, b in merge_spans(spans)]
+
+
+def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The sorted union of ``[start, end)`` spans: overlapping or touching ones become one,
+    empty ones are dropped."""
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        elif b > a:
+            merged.append((a, b))
+    return merged
+
+
 def redaction_spans(text: str, names: Iterable[str] = (), region: str = "US") -> list[Span]:
     """What ``--redact`` masks in ``text``: e-mails, phones (validated or phone-shaped) and
-    addresses (:func:`find_pii`) and names (:func:`find_names`, ``names`` known beforehand),
-    not overlapping."""
-    spans = find_pii(text, region, valid_only=False)
+    addresses (:func:`find_pii`), money amounts (:func:`find_amounts`; an amount overlapping
+    one of those is merged into it) and names (:func:`find_names`, ``names`` known
+    beforehand), not overlapping."""
+    found = find_pii(text, region, valid_only=False) + find_amounts(text)
+    spans = []
+    for a, b in merge_spans((s.start, s.end) for s in found):
+        first = min((s for s in found if a <= s.start and s.end <= b),
+                    key=lambda s: _PRIORITY[s.type])
+        spans.append(first if (first.start, first.end) == (a, b)
+                     else Span(first.type, a, b, text[a:b], first.score))
     taken = [(s.start, s.end) for s in spans]
     spans += [s for s in find_names(text, names)
               if all(s.end <= a or s.start >= b for a, b in taken)]

@@ -1,0 +1,217 @@
+"""``--redact`` masks the same PII in every text a run shows: the report's passages, examples,
+leak maps and verdict, the console's lines and tables, and the Jupyter views.
+
+PII is planted in every field of a small influence run on the tiny model (contexts, passages,
+queries, references, an id, and through the id the verdict): names after a field label
+("Employee: Marta Velikova", the reported case), a name at a passage's start and a name split
+from its label across passages, e-mails, phone numbers and money amounts written four ways. The
+tiny model's word tokenizer cannot spell names, so the run is also shown again as if its tokens
+were the texts' pieces (every name split across two tokens) and every response repeated its
+context, query and reference.
+
+Ids are the data owner's keys, not PII: they are shown, through the same masking (an id that is
+an e-mail address is masked), and ordinary ids ("emp-0042") stay readable.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+import pytest
+from conftest import run_cli
+
+import ctxleak
+from ctxleak.methods.influence.verdict import run_verdict
+
+MAIL_ID = "payroll@example.net"  # an id that is PII: masked like any other text
+ROWS = [
+    {"id": "emp-0042",  # the reported case: a name after a field label, an amount, in HR records
+     "context": "Employee: Marta Velikova\nCustomer since 2019. Salary: EUR 84,500 per year. "
+                "Phone: (555) 010-4417, e-mail hr.desk@example.com.",
+     "query": "What does Marta Velikova earn?", "reference": "Marta Velikova earns EUR 84,500."},
+    {"id": "emp-0043",  # a name at a passage's start, one split from its label across passages
+     "passages": ["Jonas Ekdahl joined in 2021 as an analyst.", "His supervisor:",
+                  "Ines Okafor approved a wage of $84,500.",
+                  "Reviewer: Jonas Ekdahl. Income 84.500 € a year, salary: 91200 now."],
+     "query": "Who approved the wage of Jonas Ekdahl?", "reference": "Ines Okafor, $84,500."},
+    {"id": MAIL_ID,  # a greeting before a role word, a name on the last line
+     "context": "Dear Customer,\nyour balance is 1,250.00 USD. Call +44 20 7946 0958 or write "
+                "to billing@example.org.\nContact: Priya Raman",
+     "query": "Whom should the customer call?", "reference": "Priya Raman on +44 20 7946 0958."},
+]
+NAMES = ["Marta", "Velikova", "Jonas", "Ekdahl", "Ines", "Okafor", "Priya", "Raman"]
+PLANTED = ["Marta Velikova", "Jonas Ekdahl", "Ines Okafor", "Priya Raman", *NAMES,
+           "hr.desk@example.com", "billing@example.org", MAIL_ID, "(555) 010-4417", "010-4417",
+           "+44 20 7946 0958", "7946 0958", "EUR 84,500", "$84,500", "84,500", "84.500 €",
+           "84.500", "91200", "1,250.00 USD", "1,250.00"]
+KEPT = ["Customer", "Dear", "Employee", "Reviewer", "supervisor", "approved", "analyst",
+        "emp-0042", "emp-0043"]
+
+
+def leaked(text: str) -> list[str]:
+    """The planted strings in ``text`` as whole words."""
+    return [s for s in PLANTED if re.search(rf"(?<![\w@.-]){re.escape(s)}(?![\w@-])", text)]
+
+
+def pieces(text: str) -> list[str]:
+    """``text`` as tokens: words with their leading space, each word longer than three
+    characters split in two (so every planted name is split across tokens)."""
+    out = []
+    for word in re.findall(r"\s*\S+", text):
+        cut = len(word) - len(word.strip()) + max(2, len(word.strip()) // 2)
+        out += [word[:cut], word[cut:]] if len(word.strip()) > 3 else [word]
+    return out
+
+
+def context(row: dict) -> str:
+    return row.get("context") or "\n\n".join(row["passages"])
+
+
+def _words_pieces(texts):
+    return {p.strip() for t in texts for p in pieces(t) if len(p.strip()) >= 2}
+
+
+_TEXTS = [t for r in ROWS for t in (context(r), r["query"], r["reference"])]
+# The pieces a name is split into that no other word of the rows gives ("es" of "Ines" is
+# also the end of "does")
+NAME_PIECES = _words_pieces(f" {n}" for n in NAMES) - _words_pieces(
+    re.sub("|".join(NAMES), " ", t) for t in _TEXTS)
+
+
+def token_texts(page: str) -> list[str]:
+    """The texts of the token spans of the page's leak maps."""
+    return [html.unescape(re.sub(r"<[^>]+>", "", t))
+            for t in re.findall(r'<span class="tok"[^>]*>(.*?)</span>', page)]
+
+
+def cli_run(tiny_dir, tmp_path, capsys):
+    """``ctxleak influence --redact`` on the rows above: (stdout, run folder)."""
+    data = tmp_path / "hr.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    out = tmp_path / "run"
+    code, stdout, err = run_cli(["influence", "--model", tiny_dir, "--data", str(data),
+                                 "--max-new-tokens", "2", "--passages", "sentence", "--ngram",
+                                 "3", "--redact", "--output", str(out)], capsys)
+    assert code == 0, err
+    return stdout, out
+
+
+def test_redacted_cli_run_shows_no_planted_pii(tiny_dir, tmp_path, capsys):
+    stdout, out = cli_run(tiny_dir, tmp_path, capsys)
+    page = (out / "report.html").read_text()
+    assert leaked(stdout) == [] and leaked(page) == []
+    assert "Customer since 2019" in page and "approved" in page and "emp-0042" in page
+
+
+def shown_again(out):
+    """The run loaded again, its tokens the texts' pieces, every response repeating its
+    context, query and reference, and one example flagged (the verdict names its id)."""
+    result = ctxleak.load_result(out)
+    by_id = {r["id"]: r for r in ROWS}
+    for record in result.records:
+        row = by_id[record["id"]]
+        record["context_token_strings"] = pieces(context(row))
+        record["response"] = f"{context(row)} {row['query']} {row['reference']}"
+        record["response_token_strings"] = pieces(record["response"])
+        record["token_influence"] = [0.1] * len(record["response_token_strings"])
+    setting = result.summary["settings"][0]
+    setting["control"].update(flagged=[MAIL_ID], flagged_labels=[f"{MAIL_ID} (passage 2)"],
+                              flagged_where=["passage 2"], flagged_above_control=[0.5])
+    result.summary["verdict"] = run_verdict(result.summary["settings"])
+    return result
+
+
+def test_every_shown_text_of_a_redacted_run_is_masked(tiny_dir, tmp_path, capsys):
+    _, out = cli_run(tiny_dir, tmp_path, capsys)
+    result = shown_again(out)
+    assert MAIL_ID in result.summary["verdict"]["text"]
+    page = result.render()
+    fragments = result._repr_html_() + "".join(
+        result.example(r["id"]).show().html for r in ROWS)
+    result.show()
+    result.show(plain=True)
+    console = capsys.readouterr().out
+    for shown in (page, fragments, console):
+        assert leaked(shown) == []
+    assert len(NAME_PIECES) >= len(NAMES)  # the check below looks for something
+    for shown in (page, fragments):
+        assert not NAME_PIECES & {t.strip() for t in token_texts(shown)}  # no piece of a name
+        for word in KEPT:
+            assert word in shown, word
+    assert "Verdict: 1 of" in console and "[REDACTED] (passage 2" in console
+    assert re.search(r"emp-004[23] passage", console)  # ids that are no PII stay readable
+    assert page.count("[REDACTED]") > 40
+    result.config["redact"] = False  # the same page unredacted: the test can see every leak
+    assert set(leaked(result.render())) == set(PLANTED)
+
+
+# --------------------------------------------------------------------------- the detectors
+
+@pytest.mark.parametrize(("text", "names"), [
+    ("Employee: Marta Velikova\nCustomer since 2019.", {"Marta", "Velikova"}),
+    ("Line manager: Ines Okafor, HR", {"Ines", "Okafor"}),
+    ("Approved by: Ines Okafor.", {"Ines", "Okafor"}),
+    ("Reviewer: Jonas Ekdahl (HR)", {"Jonas", "Ekdahl"}),  # any field label at a line start
+    ("His supervisor:\n\nInes Okafor approved it.", {"Ines", "Okafor"}),  # the next passage
+    ("Customer Service: Ann Lee", {"Ann", "Lee"}),
+    ("Customer Marta Velikova called. Employee: Marta Velikova", {"Marta", "Velikova"}),
+    ("Dear Customer, thank you.", set()),  # roles and greetings are no names
+    ("Contact: Customer Care team", set()),
+    ("Hi Team, write to customer.care@example.com or Customer Care.", set()),
+    ("Department: Human Resources\nCity: New York", set()),  # labels of things and places
+    ("Contact:\nPhone: 555 0100", set()),  # a label is no name
+])
+def test_names_after_field_labels_and_not_roles(text, names):
+    from ctxleak.methods.pii.detect import find_names
+
+    assert {s.text for s in find_names(text)} == names
+
+
+@pytest.mark.parametrize(("text", "amount"), [
+    ("Salary: EUR 84,500 per year", "EUR 84,500"), ("a wage of $84,500.", "$84,500"),
+    ("Income 84.500 € a year", "84.500 €"), ("salary: 84500", "84500"),
+    ("earns 84 500 euros", "84 500 euros"), ("balance of 1,250.00 USD", "1,250.00 USD"),
+    ("the price is £1.2 million", "£1.2 million"), ("rent: 950", "950"),
+])
+def test_money_amounts_are_masked(text, amount):
+    from ctxleak.report import redact_text
+
+    assert redact_text(text) == text.replace(amount, "[REDACTED]")
+
+
+@pytest.mark.parametrize("keep", ["in 2023 we had 1500 users", "id 12345", "version 3.11.2",
+                                  "control cost: 3 extra forward passes", "pi is 3.14159"])
+def test_numbers_that_are_no_money_stay(keep):
+    from ctxleak.report import redact_text
+
+    assert redact_text(keep) == keep
+
+
+def test_a_name_split_across_tokens_is_masked_in_every_token():
+    from ctxleak.report import Report
+
+    report = Report("t", redact=True, names=["Marta Velikova"])
+    shown = report.shown_tokens(["Met", " Mar", "ta", " Vel", "ikova", " today", " for",
+                                 " $", "84", ",", "500"])
+    assert shown == ["Met", "[REDACTED]", "", "[REDACTED]", "", " today", " for",
+                     "[REDACTED]", "", "", ""]
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_console_tables_and_lines_go_through_the_active_redactor(plain, capsys):
+    from ctxleak.report import Redactor, redacting
+    from ctxleak.report.console import console, print_closing, print_rows
+
+    with redacting(Redactor.of_run(True, ["Employee: Marta Velikova"])):
+        print_rows([{"who": "Marta", "mail": "bob@example.net", "n": 3}], title="Velikova",
+                   plain=plain)
+        console(plain).print("Verdict: Marta Velikova earns $84,500")
+        print_closing("runs/x", plain)
+    out = capsys.readouterr().out
+    assert "Marta" not in out and "Velikova" not in out and "bob@" not in out
+    assert "84,500" not in out and out.count("[REDACTED]") == 6
+    assert "runs/x/report.html" in out  # the run folder's path is no data
+    print_rows([{"who": "Marta"}], plain=plain)  # outside a redacted run: as it is
+    assert "Marta" in capsys.readouterr().out
