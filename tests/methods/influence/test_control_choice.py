@@ -92,7 +92,9 @@ def test_summary_and_verdict_name_the_examples_without_a_control():
     records = [rec("q1", 30.0, 5.0), rec("q2", 4.0, 6.0), rec("q3", 35.0, None)]
     c = control_summary(records)
     assert c["enabled"] and c["n"] == 2 and c["without_control"] == ["q3"]
-    assert c["without_control_reason"] == NO_CONTROL and c["flagged"] == ["q1"]
+    # 2 examples with a control: too few for a flag to mean anything, so none is made
+    assert c["without_control_reason"] == NO_CONTROL and c["flagged"] == []
+    assert c["largest_above"] == {"id": "q1", "label": "q1", "nats": 25.0}
     v = setting_verdict({"n": 3, "influence": {"mean": 23.0}, "control": c})
     assert v["text"].startswith("Too few examples to tell")  # 2 with a control
     assert "1 more (q3) have no control" in v["text"]

@@ -304,6 +304,10 @@ def control_summary(records: Sequence[dict[str, Any]], cost: dict[str, Any] | No
     per_token = [r["influence_above_control_per_token"] for r in with_control
                  if r.get("influence_above_control_per_token") is not None]
     threshold, rule = flag_rule(controls)
+    if len(with_control) < min_n_for(ALPHA):  # a flag would mean nothing yet: none is made
+        threshold = None
+        rule += (f"; with fewer than {min_n_for(ALPHA)} examples with a control no example is "
+                 f"flagged (too few to tell)")
     flagged = [r for r in with_control if threshold is not None
                and float(r["influence"]) > threshold]
     flagged.sort(key=lambda r: -float(r["influence_above_control"]))
