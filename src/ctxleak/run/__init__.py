@@ -8,7 +8,6 @@ The three names load on first use (PEP 562), so that a light module of this pack
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,13 +15,18 @@ if TYPE_CHECKING:
     from ctxleak.run.options import RunOptions
     from ctxleak.run.runner import run_method
 
-_WHERE = {"Method": "ctxleak.run.method", "RunOptions": "ctxleak.run.options",
-          "run_method": "ctxleak.run.runner"}
-
 
 def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(import_module(_WHERE[name]), name)
+    # lazy on purpose (see the docstring); each name from its own module
+    if name == "Method":
+        from ctxleak.run.method import Method
+        return Method
+    if name == "RunOptions":
+        from ctxleak.run.options import RunOptions
+        return RunOptions
+    if name == "run_method":
+        from ctxleak.run.runner import run_method
+        return run_method
     raise AttributeError(f"module 'ctxleak.run' has no attribute {name!r}")
 
 
