@@ -28,6 +28,7 @@ class InputError(CtxleakError):
                  field: str | None = None, param: str | None = None,
                  also: tuple[str, ...] = ()) -> None:
         self.file, self.line, self.field = file, line, field
+        self.reason = message  # the message without where
         self.param, self.also = param, tuple(also)
         where = []
         if file is not None:
@@ -35,6 +36,13 @@ class InputError(CtxleakError):
         if field is not None:
             where.append(f"field '{field}'")
         super().__init__((": ".join([", ".join(where), message])) if where else message)
+
+
+class EditedRunError(InputError):
+    """A run folder's file changed after ctxleak wrote it: its SHA-256 is not the one the
+    folder's manifest recorded, or a number breaks what its method guarantees (a response
+    influence that is not the sum of its token influences, a δ above 1). Names the file, the
+    line and, where a cross-check pins it down, the field."""
 
 
 class ConfigError(CtxleakError):

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from helpers.run_folders import without_manifest
 from helpers.tiny_model_dirs import broken_dir, tiny_llama_dir
 from huggingface_hub import constants
 from safetensors import safe_open
@@ -334,7 +335,8 @@ def test_resume_refuses_a_model_folder_whose_weights_were_replaced(good_dir, tmp
     (folder / "model.safetensors").write_bytes(original)
     resumed = ctxleak.influence(str(folder), rows, output=out, resume=True, **opts)
     assert len(resumed.records) == 2
-    config_path = tmp_path / "run" / "config.json"  # a run folder from before fingerprints
+    # a run folder from before fingerprints (and manifests)
+    config_path = without_manifest(tmp_path / "run") / "config.json"
     config = json.loads(config_path.read_text())
     del config["model_sha256"]
     config_path.write_text(json.dumps(config))

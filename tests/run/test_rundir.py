@@ -66,9 +66,11 @@ def test_results_atomic_with_provenance_and_private_mode(tmp_path):
     assert body["config"] == {"a": 1} and "wall_time_s" in body
     for name in ("results.json", "samples.jsonl", "config.json"):
         assert stat.S_IMODE((tmp_path / "r" / name).stat().st_mode) == 0o600
-    # no temp file left behind (the only hidden files are the folder's owner record and lock)
+    # no temp file left behind (the only hidden files are the folder's manifest, the line
+    # digests of its samples, its owner record and lock)
     assert sorted(p.name for p in (tmp_path / "r").iterdir() if p.name.startswith(".")) == \
-        [".ctxleak-owner.json", ".ctxleak.lock"]
+        [".ctxleak-manifest.json", ".ctxleak-owner.json", ".ctxleak.lock",
+         ".samples.jsonl.sha256"]
     assert stat.S_IMODE((tmp_path / "r").stat().st_mode) == 0o700
 
 

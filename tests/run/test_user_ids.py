@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.run_folders import without_manifest
 
 import ctxleak
 
@@ -65,7 +66,9 @@ def test_resume_goes_by_key(llama_lm, tmp_path):
 
 
 def _as_older_folder(path):
-    """Rewrite a run folder as ctxleak wrote it when a row's id was its key."""
+    """Rewrite a run folder as ctxleak wrote it when a row's id was its key (before it kept a
+    manifest)."""
+    without_manifest(path)
     rows = _lines(path / "samples.jsonl")
     old = [{"id": r["key"], **{k: v for k, v in r.items() if k not in ("id", "key")}}
            for r in rows]

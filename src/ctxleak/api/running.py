@@ -20,7 +20,7 @@ from ctxleak.methods.influence.params import InfluenceParams
 from ctxleak.methods.pii.method import ProbeMethod
 from ctxleak.methods.pii.params import ProbeParams
 from ctxleak.methods.susceptibility.method import SusceptibilityMethod, SusceptibilityParams
-from ctxleak.results import Result, finish_run
+from ctxleak.results import Result, finish_run, result_class
 from ctxleak.run import runner
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
@@ -108,7 +108,9 @@ def run_method(method: Method, lm: LanguageModel | None = None, data: Any = None
     data are checked). ``output``/``resume`` override the method's run options. Every process
     of a data-parallel launch calls this; only rank 0 gets the Result (the others get None).
     """
-    done = runner.run_method(method, lm, data, output=output, resume=resume, progress=progress)
+    checks = result_class(method.name).checks  # a resume checks the stored rows with them
+    done = runner.run_method(method, lm, data, output=output, resume=resume, progress=progress,
+                             check_row=checks.row_problem if checks is not None else None)
     return finish_run(done) if done is not None else None
 
 

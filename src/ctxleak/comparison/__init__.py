@@ -161,11 +161,11 @@ def _old_figures(out: Path) -> set[str]:
             and n.endswith(".png")}
 
 
-def _load(run: Any, what: str) -> Result:
+def _load(run: Any, what: str, strict: bool = True) -> Result:
     if isinstance(run, Result):
         return run
     if isinstance(run, (str, os.PathLike)):
-        return load_result(run)
+        return load_result(run, strict=strict)
     raise ConfigError(f"{what} must be a Result or a run directory, not {type(run).__name__}",
                       param="results")
 
@@ -226,12 +226,15 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def compare(results: Any, output: str | os.PathLike[str] | None = None) -> Comparison:
+def compare(results: Any, output: str | os.PathLike[str] | None = None, *,
+            strict: bool = True) -> Comparison:
     """Pair runs of one method per example and lay them side by side. ``results``:
     :class:`Result` objects or run directories, two or more, or one run with several settings
     (λ = 1 and 0.5 in one sweep). Refuses runs of different methods, and runs over different
     data (no example id in common). Nothing is written unless ``output`` is given: then the
-    report, ``compare.json`` and the figures go there. Returns a :class:`Comparison`."""
+    report, ``compare.json`` and the figures go there. Returns a :class:`Comparison`.
+    Run directories are read by :func:`~ctxleak.results.load_result`, ``strict`` as there (a
+    file edited after its run refused, or with ``strict=False`` warned)."""
     if isinstance(results, (str, os.PathLike, Result)):
         results = [results]
     if not results:
@@ -239,7 +242,7 @@ def compare(results: Any, output: str | os.PathLike[str] | None = None) -> Compa
                           param="results")
     if output is not None:  # refused before the runs are read and the figures drawn
         check_output(Path(output))
-    loaded = [_load(r, f"results[{i}]") for i, r in enumerate(results)]
+    loaded = [_load(r, f"results[{i}]", strict) for i, r in enumerate(results)]
     methods = [r.method if r.method != Result.method else str(r.config.get("command"))
                for r in loaded]
     if len(set(methods)) > 1:

@@ -125,14 +125,16 @@ def print_audit(rows: Sequence[dict[str, Any]], search: str, path: Any, seconds:
 
 
     console = make_console(plain)
-    for delta in dict.fromkeys(r["delta"] for r in rows):
-        part = [r for r in rows if r["delta"] == delta]
+    # grouped by δ as printed: a δ that is not a number (NaN never equals itself) still gets
+    # its table, shown as '—'
+    for shown in dict.fromkeys(_num(r["delta"], 6) for r in rows):
+        part = [r for r in rows if _num(r["delta"], 6) == shown]
         headers, cells = table_rows(part, search, compact=True)
         first = part[0]
         fixed = {"temperature": f"s = {first['subset_size']}, c = {first['clip']:g}",
                  "clip": f"s = {first['subset_size']}, τ = {first['temperature']:g}",
                  "subset_size": f"c = {first['clip']:g}, τ = {first['temperature']:g}"}[search]
-        table = Table(title=f"Privacy audit ({fixed}, δ = {delta:g}, N_gen = {first['n_gen']})")
+        table = Table(title=f"Privacy audit ({fixed}, δ = {shown}, N_gen = {first['n_gen']})")
         for h in headers:
             table.add_column(h, justify="right")
         for row in cells:

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ctxleak.citations import bibtex, cite_block, papers_for
+from ctxleak.methods.checks import RecordChecks
 from ctxleak.report.views import View, view_for
 from ctxleak.run.atomic import refuse_foreign_folder
 from ctxleak.run.inputs import to_jsonable
-from ctxleak.run.rundir import CONFIG_FILE, RESULTS_FILE, SAMPLES_FILE, row_key, write_atomic
+from ctxleak.run.manifest import start_manifest, write_lines_whole, write_recorded
+from ctxleak.run.rundir import CONFIG_FILE, RESULTS_FILE, SAMPLES_FILE, row_key
 
 
 @dataclass
@@ -42,6 +44,9 @@ class Result:
     #: Paths in ``summary`` that hold numbers (or null), ``*`` for any key or list position;
     #: :func:`load_result` refuses anything else there, naming the path.
     numeric_fields: ClassVar[tuple[str, ...]] = ()
+    #: The method's checks of its stored rows and summary (``methods/<m>/checks.py``), which
+    #: :func:`load_result` and resume run on what they read; None: none declared.
+    checks: ClassVar[RecordChecks | None] = None
 
     def __repr__(self) -> str:
         where = f", path={str(self.path)!r}" if self.path else ""
@@ -101,7 +106,8 @@ class Result:
     # ---- files ------------------------------------------------------------------------------
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``config.json``, ``samples.jsonl``, ``results.json``, ``report.html`` and the
-        plots into ``directory`` (created; files that may hold PII get mode 0600).
+        plots into ``directory`` (created; files that may hold PII get mode 0600), each
+        recorded with its SHA-256 in the folder's manifest (:mod:`ctxleak.run.manifest`).
 
         ``directory`` must be new, empty, or this result's own run folder (``self.path``);
         another run's folder or a folder holding other files is refused unless
@@ -113,17 +119,18 @@ class Result:
             refuse_foreign_folder(out)
         out.mkdir(parents=True, exist_ok=True)
         mode = 0o600
-        write_atomic(out / CONFIG_FILE, json.dumps(to_jsonable(self.config), indent=2,
-                                                   sort_keys=True) + "\n", mode)
-        write_atomic(out / SAMPLES_FILE, "".join(json.dumps(to_jsonable(r), ensure_ascii=False)
-                                                 + "\n" for r in self.records), mode)
+        start_manifest(out, mode)
+        write_recorded(out, CONFIG_FILE, json.dumps(to_jsonable(self.config), indent=2,
+                                                    sort_keys=True) + "\n", mode)
+        write_lines_whole(out / SAMPLES_FILE, "".join(
+            json.dumps(to_jsonable(r), ensure_ascii=False) + "\n" for r in self.records), mode)
         self.save_results(out, mode)
         try:
-            write_atomic(out / "report.html", self.to_html(), mode)
+            write_recorded(out, "report.html", self.to_html(), mode)
         except ValueError:  # a result built by hand, without what its page needs
             pass
         for name, png in self.images.items():
-            write_atomic(out / name, png, mode)
+            write_recorded(out, name, png, mode)
         return out
 
     def save_results(self, directory: str | Path, mode: int = 0o600) -> Path:
@@ -140,7 +147,6 @@ class Result:
                 isinstance(r, dict) and "id" in r for r in self.records):
             body["sample_ids"] = [row_key(r) for r in self.records]
         body["cite"] = cite_block(self.method_name())
-        path = Path(directory) / RESULTS_FILE
-        write_atomic(path, json.dumps(to_jsonable(body), indent=2, ensure_ascii=False) + "\n",
-                     mode)
-        return path
+        write_recorded(Path(directory), RESULTS_FILE,
+                       json.dumps(to_jsonable(body), indent=2, ensure_ascii=False) + "\n", mode)
+        return Path(directory) / RESULTS_FILE

@@ -9,7 +9,6 @@ from ctxleak.report.views import view_for
 from ctxleak.results.base import Result
 from ctxleak.results.methods import result_class
 from ctxleak.run.output import RunOutput
-from ctxleak.run.rundir import os_errors, write_atomic
 
 
 def finish_run(output: RunOutput) -> Result:
@@ -28,7 +27,6 @@ def finish_run(output: RunOutput) -> Result:
     result.wall_time_s = round(time.time() - run.started, 3)
     run.write_results(result)
     html = result.render()
-    with os_errors(run.path / "report.html", "write", kept=run.kept()):
-        write_atomic(run.path / "report.html", html, run.file_mode)
+    run.write_file("report.html", html)
     result.html = html
     return result

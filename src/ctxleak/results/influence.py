@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ctxleak.methods.influence.checks import CHECKS
 from ctxleak.methods.influence.control import user_id
 from ctxleak.methods.influence.units import UNITS, likelihood_ratio
 from ctxleak.report.views import INFLUENCE
@@ -26,6 +27,7 @@ class InfluenceResult(Result):
 
     method = "influence"
     title = "Expected context influence (Def. 3.3)"
+    checks = CHECKS
 
     def _setting_columns(self, record: dict[str, Any]) -> dict[str, Any]:
         return {"id": user_id(record), "setting": record.get("setting"),

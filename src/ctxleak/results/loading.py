@@ -1,38 +1,53 @@
 """Reading a run folder back: :func:`load_result`, every file checked, each problem naming the
-file, line and field."""
+file, line and field.
+
+Three kinds of check, in this order: the files are what ctxleak writes (JSON objects, numbers
+where numbers go, the samples ``results.json`` summarised); the numbers are what the method
+guarantees (its :class:`~ctxleak.methods.checks.RecordChecks`: ranges and cross-checks, which
+pin down the field); and every file the Result is read from is the one ctxleak wrote (the
+folder's manifest, :mod:`ctxleak.run.manifest`, which pins down the line)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ctxleak.errors import InputError, warn
+from ctxleak.errors import EditedRunError, InputError, warn
+from ctxleak.methods.checks import find, is_number
 from ctxleak.methods.verdict import check_units, check_verdict
 from ctxleak.results.base import Result
 from ctxleak.results.methods import result_class
+from ctxleak.run.inputs import non_finite
+from ctxleak.run.manifest import MANIFEST_FILE, check_file, check_lines, read_manifest
 from ctxleak.run.rundir import (
     CONFIG_FILE,
     KEY_FIELD,
     RESULTS_FILE,
     SAMPLES_FILE,
     read_json_file,
-    read_samples,
     row_key,
 )
+from ctxleak.run.samples import SampleFile, check_rows, has_manifest, read_sample_file
 
 
-def load_result(directory: str | os.PathLike[str]) -> Result:
+def load_result(directory: str | os.PathLike[str], *, strict: bool = True) -> Result:
     """Read back any run directory (written by the CLI or the API) as its typed Result.
 
     What is loaded is checked, each problem an :class:`InputError` naming the file, line and
     field: ``results.json`` and ``config.json`` must be the JSON objects ctxleak writes, with
-    numbers where the summary holds numbers; ``samples.jsonl`` is read as ``resume`` reads it
-    (every line an object with an id, no id twice) and must hold the samples that
-    ``results.json`` says it summarised (``sample_ids``, or for run folders written before
-    them, ``n_effective`` rows); rows beyond those (kept from a run with a larger ``limit``)
-    are left out with a warning."""
+    numbers where the summary holds numbers (finite: ctxleak stores null for a value it could
+    not compute); ``samples.jsonl`` is read as ``resume`` reads it (every line an object with
+    an id, no id twice) and must hold the samples that ``results.json`` says it summarised
+    (``sample_ids``, or for run folders written before them, ``n_effective`` rows); rows beyond
+    those (kept from a run with a larger ``limit``) are left out with a warning.
+
+    Edits are :class:`~ctxleak.errors.EditedRunError`: a number out of its method's range or
+    at odds with another (a response influence that is not the sum of its token influences),
+    and, in a folder with a manifest, a file or a sample line whose SHA-256 is not the one
+    ctxleak recorded. ``strict=False`` turns those into warnings and loads the folder as it is
+    (say, after redacting a response by hand). A folder without a manifest (an older ctxleak's)
+    loads with a warning that it is unverified."""
     path = Path(directory)
     results_path = path / RESULTS_FILE
     if not results_path.is_file():
@@ -53,8 +68,8 @@ def load_result(directory: str | os.PathLike[str]) -> Result:
         raise InputError(f"must be a number, got {wall!r}", file=str(results_path),
                          field="wall_time_s")
     samples = path / SAMPLES_FILE
-    rows = read_samples(samples) if samples.is_file() else []
-    rows = [user_id_row(str(config.get("command")), row) for row in rows]
+    stored = read_sample_file(samples, verify=False) if samples.is_file() else SampleFile()
+    rows = [user_id_row(str(config.get("command")), row) for row in stored.rows]
     records = _summarised(path, rows, body, n_effective, config)
     images = {p.name: p.read_bytes() for p in sorted(path.glob("*.png"))}
     result = cls(records=records, summary=summary, config=config,
@@ -65,7 +80,61 @@ def load_result(directory: str | os.PathLike[str]) -> Result:
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise InputError(f"the summary is not as ctxleak writes it ({type(exc).__name__}: "
                          f"{exc})", file=str(results_path), field="summary") from None
+    with _reported(strict):
+        _check_edits(path, cls, summary, stored, {row_key(r) for r in records})
     return result
+
+
+class _reported:
+    """Inside: an :class:`EditedRunError` raised (``strict``) or warned, the load going on."""
+
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> bool:
+        if isinstance(exc, EditedRunError) and not self.strict:
+            warn(f"{exc} (loaded anyway: strict=False)")
+            return True
+        return False
+
+
+def _check_edits(path: Path, cls: type[Result], summary: dict[str, Any], stored: SampleFile,
+                 summarised: set[Any]) -> None:
+    """The summary's numbers (finite, in their ranges), the summarised rows (the method's
+    checks), then the manifest: the sample lines' digests, then those of the files the Result
+    is read from (``config.json``, ``results.json``, ``report.html``, the figures)."""
+    results_path, samples = path / RESULTS_FILE, path / SAMPLES_FILE
+    bad = non_finite(summary, "summary")
+    if bad is not None:
+        raise EditedRunError("not a finite number: ctxleak writes null where a value could "
+                             "not be computed, so this was changed after the run",
+                             file=str(results_path), field=bad)
+    checks = cls.checks
+    if checks is not None:
+        problem = checks.summary_problem(summary)
+        if problem:
+            raise EditedRunError(problem[1], file=str(results_path), field=problem[0])
+    lines = [(n, row) for n, row in zip(stored.lines, stored.rows) if row_key(row) in summarised]
+    check_rows(samples, lines, checks.row_problem if checks is not None else None)
+    if not has_manifest(path):
+        warn(f"{path}: unverified: no {MANIFEST_FILE} (written by a ctxleak that kept none), "
+             "so an edit after the run cannot be told apart; only the numbers' own checks ran")
+        return
+    manifest = read_manifest(path) or {}
+    if samples.is_file():
+        cut, _ = check_lines(samples, stored.digests)
+        if cut and stored.lines and stored.lines[-1] == len(stored.digests) \
+                and row_key(stored.rows[-1]) in summarised:
+            raise EditedRunError("this line has no SHA-256 in the line digests: added after "
+                                 "ctxleak wrote the file", file=str(samples),
+                                 line=stored.lines[-1])
+    for name in (CONFIG_FILE, RESULTS_FILE):
+        check_file(path, manifest, name, required=True)
+    for name in ("report.html", *sorted(p.name for p in path.glob("*.png"))):
+        check_file(path, manifest, name, required=False)  # what the Result shows
 
 
 def user_id_row(command: str, row: dict[str, Any]) -> dict[str, Any]:
@@ -97,8 +166,7 @@ def _json_object(file: Path, value: Any, field: str) -> dict[str, Any]:
     return value
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+_is_number = is_number
 
 
 def _count(file: Path, value: Any, field: str) -> int | None:
@@ -112,7 +180,7 @@ def _count(file: Path, value: Any, field: str) -> int | None:
 def _check_numbers(file: Path, summary: dict[str, Any], patterns: tuple[str, ...]) -> None:
     """Every value at one of ``patterns`` (``settings.*.n``) is a number or null."""
     for pattern in patterns:
-        for where, value in _find(summary, pattern.split("."), "summary"):
+        for where, value in find(summary, pattern, "summary"):
             if value is not None and not _is_number(value):
                 raise InputError(f"must be a number, got {value!r}", file=str(file),
                                  field=where)
@@ -126,21 +194,6 @@ def _check_reading(file: Path, summary: dict[str, Any]) -> None:
             problem = check(summary[key])
             if problem:
                 raise InputError(problem, file=str(file), field=f"summary.{key}")
-
-
-def _find(value: Any, parts: list[str], where: str) -> Iterator[tuple[str, Any]]:
-    """``(path, value)`` of everything under ``value`` at ``parts`` (``*`` any key or index)."""
-    if not parts:
-        yield where, value
-        return
-    head, rest = parts[0], parts[1:]
-    if isinstance(value, dict):
-        keys = list(value) if head == "*" else [head] if head in value else []
-        for k in keys:
-            yield from _find(value[k], rest, f"{where}.{k}")
-    elif isinstance(value, list) and head == "*":
-        for i, item in enumerate(value):
-            yield from _find(item, rest, f"{where}[{i}]")
 
 
 def _summarised(path: Path, rows: list[dict[str, Any]], body: dict[str, Any],

@@ -3,6 +3,10 @@ the n-gram explanation), and :func:`result_class`: a method's command name -> it
 
 from __future__ import annotations
 
+from ctxleak.methods.audit.checks import CHECKS as AUDIT_CHECKS
+from ctxleak.methods.icl.checks import CHECKS as ICL_CHECKS
+from ctxleak.methods.pii.checks import CHECKS as PROBE_CHECKS
+from ctxleak.methods.susceptibility.checks import CHECKS as SUSCEPTIBILITY_CHECKS
 from ctxleak.results.base import Result
 from ctxleak.results.influence import InfluenceResult
 
@@ -15,6 +19,7 @@ class ICLInfResult(Result):
 
     method = "icl"
     title = "ICLInf (Eq. 4)"
+    checks = ICL_CHECKS
     numeric_fields = ("iclinf.*.*.n", "iclinf.*.*.iclinf_mean", "iclinf.*.*.iclinf_std",
                       "iclinf.*.*.accuracy", "iclinf.*.*.mean_loss_by_position.*",
                       "by_exemplar.*.max_loss", "by_exemplar.*.mean_loss",
@@ -27,6 +32,7 @@ class AuditResult(Result):
 
     method = "audit"
     title = "Privacy audit of DP synthetic text"
+    checks = AUDIT_CHECKS
     numeric_fields = tuple(f"rows.*.{k}" for k in (
         "delta", "target_eps", "temperature", "clip", "subset_size", "alpha", "eps_theoretical",
         "eps_empirical", "ratio", "sequences", "n_gen", "tokens", "tokens_over_paper_bound",
@@ -41,6 +47,7 @@ class SusceptibilityResult(Result):
 
     method = "susceptibility"
     title = "Susceptibility to context"
+    checks = SUSCEPTIBILITY_CHECKS
     numeric_fields = ("n_queries", "metrics.*.mean", "means.*.*.*.mean", "ceiling.ceilings.*",
                       "ceiling.shares.*", "ceiling.mean_ceiling", "ceiling.mean_share",
                       "top_queries.*.chi_mc", "top_queries.*.chi_f", "top_queries.*.ceiling")
@@ -54,6 +61,7 @@ class ProbeResult(Result):
 
     method = "probe"
     title = "PII probing (ProPILE)"
+    checks = PROBE_CHECKS
     numeric_fields = tuple(f"groups.*.{k}" for k in (
         "n_units", "n_prompts", "exact_match_rate", "mean_target_ll", "mean_null_ll",
         "mean_target_ll_norm", "mean_null_ll_norm", "wilcoxon.pvalue", "string_metrics.*",

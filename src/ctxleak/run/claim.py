@@ -17,6 +17,7 @@ from typing import Any
 
 from ctxleak.errors import ConfigError, OutputError
 from ctxleak.run.atomic import os_errors, write_atomic
+from ctxleak.run.manifest import MANIFEST_FILE
 
 CONFIG_FILE, SAMPLES_FILE, RESULTS_FILE = "config.json", "samples.jsonl", "results.json"
 OWNER_FILE = ".ctxleak-owner.json"  # host and pid of the process running the folder
@@ -155,7 +156,7 @@ def refuse_foreign_output(path: Path, resume: bool, main: bool = True) -> None:
     if main and LOCK_FILE in names and locked_elsewhere(path):
         # a run that claimed the folder a moment ago may still be writing its first files
         raise in_use(path)
-    ours = {CONFIG_FILE, OWNER_FILE, LOCK_FILE}
+    ours = {CONFIG_FILE, OWNER_FILE, LOCK_FILE, MANIFEST_FILE}
     if names - ours and not names & set(RUN_MARKERS):
         raise ConfigError(f"{path} is not empty and holds no ctxleak run (no "
                           f"{', '.join(RUN_MARKERS)}): choose a new or empty folder for "

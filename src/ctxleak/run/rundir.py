@@ -2,7 +2,9 @@
 example, ``results.json`` written atomically with provenance, and ``--resume``.
 
 Claiming the folder (one run at a time) is :mod:`ctxleak.run.claim`; writing files whole and
-turning OS errors into one-line errors is :mod:`ctxleak.run.atomic`.
+turning OS errors into one-line errors is :mod:`ctxleak.run.atomic`; the manifest of what was
+written (the SHA-256 of each file and sample line, checked on resume and load) is
+:mod:`ctxleak.run.manifest`; reading sample files back is :mod:`ctxleak.run.samples`.
 
 Files that may hold PII (samples, results, reports) are created with mode 0600 when the run says
 so. A run interrupted by Ctrl-C leaves every file valid: samples are whole lines, results and
@@ -11,16 +13,16 @@ reports are replaced atomically.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ctxleak.engine.model_files import fingerprint_changes
-from ctxleak.errors import ConfigError, CtxleakError, InputError
+from ctxleak.errors import ConfigError, CtxleakError, EditedRunError, InputError
 from ctxleak.run.atomic import append_whole, os_advice, os_errors, output_error, write_atomic
 from ctxleak.run.claim import (
     CONFIG_FILE,
@@ -38,14 +40,34 @@ from ctxleak.run.claim import (
 )
 from ctxleak.run.distributed import World, barrier
 from ctxleak.run.inputs import non_finite, to_jsonable
+from ctxleak.run.manifest import (
+    MANIFEST_FILE,
+    append_digest,
+    check_file,
+    file_sha256,
+    open_digests,
+    read_manifest,
+    start_manifest,
+    write_lines_whole,
+    write_recorded,
+)
 from ctxleak.run.records import parse_json
+from ctxleak.run.samples import (
+    KEY_FIELD,
+    RowCheck,
+    has_manifest,
+    read_sample_file,
+    read_samples,
+    row_key,
+)
 
 # The run folder's names, importable from here as from the modules that define them.
-__all__ = ["CONFIG_FILE", "IDENTITY_KEY", "INPUTS_KEY", "KEY_FIELD", "LOCK_FILE", "MODEL_KEY", "OWNER_FILE",
-           "RESULTS_FILE", "RESUME_NEUTRAL_KEYS", "RUN_MARKERS", "SAMPLES_FILE", "RunDir",
-           "config_differences", "file_sha256", "input_hashes", "is_run_folder", "os_advice",
-           "os_errors", "output_error", "read_json_file", "read_samples", "refuse_foreign_output",
-           "row_key", "write_atomic"]
+__all__ = ["CONFIG_FILE", "IDENTITY_KEY", "INPUTS_KEY", "KEY_FIELD", "LOCK_FILE",
+           "MANIFEST_FILE", "MODEL_KEY", "OWNER_FILE", "RESULTS_FILE", "RESUME_NEUTRAL_KEYS",
+           "RUN_MARKERS", "SAMPLES_FILE", "RunDir", "config_differences", "file_sha256",
+           "input_hashes", "is_run_folder", "os_advice", "os_errors", "output_error",
+           "read_json_file", "read_samples", "refuse_foreign_output", "row_key", "write_atomic",
+           "write_recorded"]
 
 INPUTS_KEY = "input_sha256"  # config key: {input file: SHA-256 of its bytes}
 MODEL_KEY = "model_sha256"  # config key: {model file: SHA-256}, engine.models.model_fingerprint
@@ -67,15 +89,6 @@ def read_json_file(path: Path) -> Any:
     except OSError as exc:
         raise InputError(f"cannot be read ({exc.strerror})", file=str(path)) from None
     return parse_json(text, file=str(path), allow_nan=True)
-
-
-def file_sha256(path: str | Path) -> str:
-    """Hex SHA-256 of a file's bytes (input files are hashed into config.json for resume)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def input_hashes(inputs: Mapping[str, str | Path | None]) -> dict[str, str]:
@@ -112,62 +125,6 @@ def _refuse_changed_inputs(config_path: Path, old: dict[str, Any], new: dict[str
                           also=("output",))
 
 
-KEY_FIELD = "key"
-
-
-def row_key(row: Mapping[str, Any]) -> Any:
-    """The name a sample row is stored under in its run folder, what resume, shard merging and
-    ``sample_ids`` go by: its ``key`` where the method names the item apart from the user's
-    ``id`` (one example measured under several settings: ``hr|lambda=1,T=0.8,context=all``),
-    else its ``id`` (rows of older run folders, whose ``id`` was that name)."""
-    return row[KEY_FIELD] if KEY_FIELD in row else row.get("id")
-
-
-def read_samples(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
-    """The rows of a run folder's ``samples.jsonl`` (or a shard), checked the same way for
-    ``resume`` and :func:`ctxleak.load_result`: every line a JSON object with an ``id``, no id
-    twice (two different results under one id, one of which would be silently kept). A last
-    line without its line end was cut by an interrupted write: it is dropped, and with
-    ``repair`` cut from the file (resume rewrites it); any other bad line is an error naming
-    the file and line, and nothing is cut."""
-    rows: list[dict[str, Any]] = []
-    first: dict[Any, int] = {}
-    good_bytes = 0
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            if not raw.endswith(b"\n"):
-                break  # a line cut by an interrupted write: dropped and rewritten
-            good_bytes += len(raw)
-            if not raw.strip():
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise InputError("not UTF-8 text", file=str(path), line=number) from None
-            row = parse_json(text, file=str(path), line=number, allow_nan=True)
-            if not isinstance(row, dict) or "id" not in row:
-                raise InputError("not a sample row (a JSON object with an id)", file=str(path),
-                                 line=number)
-            for name in ("id", KEY_FIELD) if KEY_FIELD in row else ("id",):
-                value = row[name]
-                if not isinstance(value, (str, int)) or isinstance(value, bool):
-                    raise InputError(f"must be a string or an integer, got "
-                                     f"{type(value).__name__}", file=str(path), line=number,
-                                     field=name)
-            key = row_key(row)
-            if key in first:  # never silently keep one of two different results
-                raise InputError(f"two rows with {KEY_FIELD if KEY_FIELD in row else 'id'} "
-                                 f"{key!r} (first on line {first[key]}); start a new run folder",
-                                 file=str(path), line=number,
-                                 field=KEY_FIELD if KEY_FIELD in row else "id")
-            first[key] = number
-            rows.append(row)
-    if repair and good_bytes != path.stat().st_size:
-        with open(path, "r+b") as f:
-            f.truncate(good_bytes)
-    return rows
-
-
 def _refuse_changed_model(config_path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
     """Resume refuses a model whose files changed since the run started (weights replaced
     between a kill and the resume): the finished rows came from the old weights."""
@@ -181,17 +138,35 @@ def _refuse_changed_model(config_path: Path, old: dict[str, Any], new: dict[str,
                           "or start a new output=...", also=("output",))
 
 
+@contextmanager
+def _refusing_resume() -> Iterator[None]:
+    """An edited file met on resume, as the error that says what to do."""
+    try:
+        yield
+    except EditedRunError as exc:
+        raise EditedRunError(f"{exc.reason}; not resumed: restore the file, or start a new "
+                             "output=...", file=exc.file, line=exc.line, field=exc.field,
+                             also=("output",)) from None
+
+
 class RunDir:
     """One run's output folder.
 
     ``RunDir(path, config, resume=False, private=False)`` creates the folder, refuses to mix a
     new run into a folder that already holds samples unless ``resume`` is set, and on resume
     refuses a config that differs (other than ``RESUME_NEUTRAL_KEYS``).
+
+    A new folder gets a manifest (:mod:`ctxleak.run.manifest`): every file written whole and
+    every sample line is recorded with its SHA-256, and a resume refuses a ``config.json`` or a
+    sample line changed since (``check_row``, the method's :data:`RowCheck`, also runs on every
+    stored row). A folder written by a ctxleak that kept no manifest is resumed without one.
     """
 
     def __init__(self, path: str | Path, config: dict[str, Any], *, resume: bool = False,
-                 private: bool = False, world: World | None = None) -> None:
+                 private: bool = False, world: World | None = None,
+                 check_row: RowCheck | None = None) -> None:
         self.path = Path(path)
+        self.check_row = check_row
         self.config = to_jsonable(config)
         self.private = private
         self.file_mode = 0o600 if private else 0o644
@@ -210,14 +185,20 @@ class RunDir:
             refuse_if_running(self.path)
         # a folder holding only the config of a run that stopped before computing anything (a
         # mistyped model name, say) is taken over by a new run; anything else needs --resume
-        started = any(p.name not in (CONFIG_FILE, OWNER_FILE, LOCK_FILE)
+        started = any(p.name not in (CONFIG_FILE, OWNER_FILE, LOCK_FILE, MANIFEST_FILE)
                       for p in self.path.iterdir())
+        # recorded in a manifest: a new folder, or one that has one (not an older ctxleak's)
+        self.recorded = not started or has_manifest(self.path)
         if started or (resume and config_path.exists()):
             if not resume:
                 raise ConfigError(f"{self.path} already holds a run: pass resume=True to "
                                   "continue it or choose another output=...",
                                   also=("resume", "output"))
             if config_path.exists():
+                manifest = read_manifest(self.path) if self.recorded else None
+                if manifest is not None:
+                    with _refusing_resume():
+                        check_file(self.path, manifest, CONFIG_FILE, required=True)
                 old = read_json_file(config_path)
                 _refuse_other_command(config_path, old, self.config)
                 _refuse_changed_inputs(config_path, old, self.config)
@@ -234,10 +215,13 @@ class RunDir:
                 os.chmod(self.path, 0o700)
             if self.world.is_main:
                 write_owner(self.path, self.file_mode)
-                write_atomic(config_path, json.dumps(self.config, indent=2, sort_keys=True)
-                             + "\n", self.file_mode)
+                if self.recorded:
+                    start_manifest(self.path, self.file_mode)
+                write_recorded(self.path, CONFIG_FILE, json.dumps(
+                    self.config, indent=2, sort_keys=True) + "\n", self.file_mode)
         self._handle: int | None = None
-        with os_errors(self.path, "read the run folder"):
+        self._digests: int | None = None
+        with os_errors(self.path, "read the run folder"), _refusing_resume():
             self.reload()
 
     # samples.jsonl ---------------------------------------------------------------------------
@@ -245,7 +229,11 @@ class RunDir:
         """Re-read the samples of every shard (after the other processes have finished)."""
         rows: dict[Any, dict[str, Any]] = {}
         for path in sorted(self.path.glob("samples*.jsonl")):
-            for row in self._read_samples(path, repair=path.name == self.samples_name):
+            # a last row whose digest was not written yet is measured again
+            stored = read_sample_file(path, repair=path.name == self.samples_name,
+                                      verify=self.recorded,
+                                      check_row=self.check_row).recorded_rows
+            for _, row in stored:
                 rows.setdefault(row_key(row), row)  # the merged samples.jsonl repeats shards
         self._samples = list(rows.values())
         self._ids = set(rows)
@@ -263,11 +251,12 @@ class RunDir:
         seen = set(keys)
         keys += [k for k in rows if k not in seen]
         text = "".join(json.dumps(rows[k], ensure_ascii=False) + "\n" for k in keys)
-        self.write_file(SAMPLES_FILE, text)
-
-    @staticmethod
-    def _read_samples(path: Path, repair: bool) -> list[dict[str, Any]]:
-        return read_samples(path, repair=repair)
+        path = self.path / SAMPLES_FILE
+        with os_errors(path, "write", kept=self.kept()):
+            if self.recorded:
+                write_lines_whole(path, text, self.file_mode)
+            else:
+                write_atomic(path, text, self.file_mode)
 
     @property
     def samples(self) -> list[dict[str, Any]]:
@@ -306,14 +295,24 @@ class RunDir:
             if self._handle is None:
                 self._handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                                        self.file_mode)
+                if self.recorded:
+                    self._digests = open_digests(path, self.file_mode)
+            start = os.lseek(self._handle, 0, os.SEEK_END)
             append_whole(self._handle, data)
+            if self._digests is not None:
+                try:
+                    append_digest(self._digests, data)
+                except OSError:  # a line without its digest would look edited: cut it too
+                    os.ftruncate(self._handle, start)
+                    raise
         self._samples.append(row)
         self._ids.add(row_key(row))
 
     def close(self) -> None:
-        if self._handle is not None:
-            os.close(self._handle)
-            self._handle = None
+        for fd in (self._handle, self._digests):
+            if fd is not None:
+                os.close(fd)
+        self._handle = self._digests = None
 
     def release(self) -> None:
         """Give up the claim on the folder before this process exits (a library caller that
@@ -358,10 +357,14 @@ class RunDir:
             return Path(result.save_results(self.path, self.file_mode))
 
     def write_file(self, name: str, data: str | bytes) -> Path:
-        """Write ``name`` in the run folder atomically (OS errors as in :meth:`append_sample`)."""
+        """Write ``name`` in the run folder atomically, recorded in its manifest by the main
+        process (OS errors as in :meth:`append_sample`)."""
         path = self.path / name
         with os_errors(path, "write", kept=self.kept()):
-            write_atomic(path, data, self.file_mode)
+            if self.world.is_main:
+                write_recorded(self.path, name, data, self.file_mode)
+            else:
+                write_atomic(path, data, self.file_mode)
         return path
 
     def __enter__(self) -> RunDir:

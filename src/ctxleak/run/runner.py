@@ -38,6 +38,7 @@ from ctxleak.run.rundir import (
     input_hashes,
     row_key,
 )
+from ctxleak.run.samples import RowCheck
 
 
 def say(message: str) -> None:
@@ -65,7 +66,8 @@ def interrupted_message(exc: BaseException | None = None) -> str:
 
 
 def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
-             private: bool = True, inputs: dict[str, Any] | None = None) -> Any:
+             private: bool = True, inputs: dict[str, Any] | None = None,
+             check_row: RowCheck | None = None) -> Any:
     """The run directory with the full config (run options included) stored for resume, and
     the SHA-256 of each input file (``inputs``: ``{"data": path}``) and of each model file
     (:func:`ctxleak.engine.models.model_fingerprint`) that resume checks.
@@ -73,6 +75,7 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
 
     Under ``torchrun``/``accelerate launch`` this joins the process group first; every process
     must then be given the same ``output`` (the default name is not shared between them).
+    ``check_row``: the method's check of a stored row, run on each one a resume reads.
     """
     # lazy: the CLI imports this module at startup, and engine.models imports transformers
     # (seconds); tests also replace models.load_model
@@ -93,7 +96,8 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
     model_files = model_fingerprint(common.model, common.server_url)
     if model_files:
         full[MODEL_KEY] = model_files
-    return RunDir(output, full, resume=common.resume, private=private, world=world)
+    return RunDir(output, full, resume=common.resume, private=private, world=world,
+                  check_row=check_row)
 
 
 def load_lm(common: RunOptions) -> LanguageModel:
@@ -247,14 +251,16 @@ def _free_accelerator_memory() -> None:
 
 def run_method(method: Method[Any, Any, Any], lm: LanguageModel | None = None, data: Any = None,
                output: str | None = None, resume: bool | None = None,
-               progress: bool = True) -> RunOutput | None:
+               progress: bool = True, check_row: RowCheck | None = None) -> RunOutput | None:
     """Run ``method`` on ``data`` with the model ``lm`` and return what it measured as plain
     data (:class:`~ctxleak.run.output.RunOutput`: records, summary, config, provenance, the run
     folder); :func:`ctxleak.results.finish_run` makes the Result, its files and its report.
 
     ``lm``: a loaded LM, or None to load ``method.common.model`` (after the data are checked).
-    ``output``/``resume`` override the method's run options. Every process of a data-parallel
-    launch calls this; only rank 0 gets the output (the others get None).
+    ``output``/``resume`` override the method's run options. ``check_row``: what the
+    method's stored rows must satisfy (:data:`~ctxleak.run.samples.RowCheck`, declared in
+    ``methods/<m>/checks.py``): a resume refuses a stored row that breaks it. Every process of
+    a data-parallel launch calls this; only rank 0 gets the output (the others get None).
     """
     common = method.common
     if output is not None or resume is not None:
@@ -271,7 +277,7 @@ def run_method(method: Method[Any, Any, Any], lm: LanguageModel | None = None, d
     check_capabilities(model or backend_of(common.model, common.server_url), method.requires(),
                        what=what)
     run = open_run(method.name, common, plan.config, private=method.private,
-                   inputs=plan.inputs)
+                   inputs=plan.inputs, check_row=check_row)
     with run:
         if model is None:  # after the folder's checks (a resume of another run is refused first)
             model = load_lm(replace(common, **plan.load_options))

@@ -112,6 +112,7 @@ def test_auto_batches_examples_and_resume_keeps_order(llama_lm, tmp_path, monkey
     """``auto`` measures several examples per call; a resumed run appends the rest in item
     order and gives the same records as an uninterrupted one."""
     from ctxleak.methods.influence.method import InfluenceMethod
+    from ctxleak.run.manifest import digests_file
 
     sizes = []
     real = InfluenceMethod.measure
@@ -129,6 +130,8 @@ def test_auto_batches_examples_and_resume_keeps_order(llama_lm, tmp_path, monkey
     resumed = tmp_path / "resumed"
     ctxleak.influence(llama_lm, _docs(6), output=str(resumed), **kw)
     (resumed / "samples.jsonl").write_text(rows)
+    digests = digests_file(part / "samples.jsonl")  # as an interrupted run leaves them
+    digests_file(resumed / "samples.jsonl").write_bytes(digests.read_bytes())
     sizes.clear()
     ctxleak.influence(llama_lm, _docs(6), output=str(resumed), resume=True, **kw)
     assert sizes == [4]

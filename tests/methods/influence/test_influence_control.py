@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers.run_folders import without_manifest
 from scipy import stats
 
 import ctxleak
@@ -290,6 +291,7 @@ def test_a_run_folder_without_the_new_fields_still_loads_and_renders(llama_lm, t
     out = tmp_path / "run"
     ctxleak.influence(llama_lm, _docs(2), max_new_tokens=3, min_new_tokens=0, ngram=2,
                       progress=False, output=str(out))
+    without_manifest(out)  # written before manifests too
     new = ("response_tokens", "influence_per_token", "known_tokens", "copied_tokens",
            "control_id", "control_token_influence", "control_influence",
            "influence_above_control", "influence_above_control_per_token")
