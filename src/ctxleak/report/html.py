@@ -6,7 +6,7 @@ CSS only, images as ``data:`` URIs, no scripts and no external resources, and a 
 Policy that forbids all of them as a second line of defence.
 
 :func:`redact_text` masks PII for commands run with ``--redact``, found by the detectors of PII
-extraction (:func:`ctxleak.methods.pii.detect.redaction_spans`: e-mails, phone numbers,
+extraction (:func:`ctxleak.methods.detect.redaction_spans`: e-mails, phone numbers,
 addresses, money amounts, names), and given character spans; a report applies it to all text
 through its :class:`~ctxleak.report.redaction.Redactor` (:mod:`ctxleak.report.redaction`).
 """

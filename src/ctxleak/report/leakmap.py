@@ -26,6 +26,10 @@ EXPLAIN = ("Each context token is coloured by the mean influence τ_{i,n} (Def. 
            "its value.")
 
 
+#: How many examples get a leak map (those with the most influence): every value is in the files.
+MAX_MAPS = 30
+
+
 def anchor(index: int) -> str:
     """The id of record ``index``'s map in the page."""
     return f"ex-{index}"
@@ -37,7 +41,7 @@ def record_label(record: dict[str, Any], many_settings: bool) -> str:
 
 
 def add_leak_section(report: Report, records: Sequence[dict[str, Any]], tokens_of: TokensOf, *,
-                     max_maps: int = 30, top_k: int = 20) -> None:
+                     max_maps: int = MAX_MAPS, top_k: int = 20) -> None:
     """The ranked examples, the top passages and the maps of the ``max_maps`` examples with
     the most influence (those beyond have no map: every value is in samples.jsonl)."""
     many = len({r.get("setting") for r in records}) > 1
@@ -147,4 +151,4 @@ def probe_maps(report: Report, rows: Sequence[dict[str, Any]], *, max_maps: int 
                             note=f"{found['windows']} windows of {found['n']} tokens")
 
 
-__all__ = ["add_leak_section", "add_record_map", "anchor", "explain_map", "probe_maps"]
+__all__ = ["MAX_MAPS", "add_leak_section", "add_record_map", "anchor", "explain_map", "probe_maps"]
