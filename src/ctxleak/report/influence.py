@@ -13,7 +13,7 @@ from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import print_closing, print_rows
 from ctxleak.report.documents import document_lines, documents_section
-from ctxleak.report.leakmap import add_leak_section, add_record_map, explain_map
+from ctxleak.report.leakmap import add_leak_section, add_record_map, explain_map, flag_states
 from ctxleak.report.redaction import names_in
 
 EPS_NOTE = (
@@ -171,7 +171,7 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     if missing:
         report.add_kv(missing, caption="Quality metrics not computed")
     if records and tokens_of is not None:
-        add_leak_section(report, records, tokens_of)
+        add_leak_section(report, records, tokens_of, states=flag_states(summaries, records))
     report.add_heading("Figures")
     for name, png in images.items():
         report.add_image(png, caption=name)

@@ -58,6 +58,10 @@ def test_the_ledger_reaches_pandas_the_saved_run_and_the_report(run) -> None:
     assert saved["summary"]["settings"][0]["documents"] == res.summary["settings"][0]["documents"]
     loaded = ctxleak.load_result(out)
     assert loaded.over_budget() == res.over_budget() != []
+    verdict = res.summary["verdict"]["text"]
+    top = res.summary["settings"][0]["documents"][0]
+    assert f"Documents most exposed: {top['document']} ({top['influence_sum']:.3g} nats" in verdict
+    assert "over the exposure budget of 0 nats" in verdict
     page = res.to_html()
     assert "Documents: the leak ledger" in page and "over the exposure budget of 0 nats" in page
 
