@@ -78,15 +78,16 @@ def test_a_negative_budget_is_refused() -> None:
         ctxleak.influence("tiny", DATA, exposure_budget=-1.0)
 
 
-def test_the_cli_exits_3_over_the_budget_and_0_under_it(tiny_dir, tmp_path, capsys) -> None:
+def test_the_cli_exits_3_over_the_budget(tiny_dir, tmp_path, capsys) -> None:
     data = tmp_path / "rag.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in DATA))
-    base = ["influence", "--model", tiny_dir, "--data", str(data), "--max-new-tokens", "3",
-            "--temperature", "1"]
-    code, out, err = run_cli([*base, "--exposure-budget", "0", "--output", str(tmp_path / "o")],
-                           capsys)
+    code, out, err = run_cli(["influence", "--model", tiny_dir, "--data", str(data),
+                              "--max-new-tokens", "3", "--temperature", "1",
+                              "--exposure-budget", "0", "--output", str(tmp_path / "o")], capsys)
     assert code == 3, err
     assert "documents by exposure:" in out and "over the exposure budget of 0 nats" in out
-    code, out, _ = run_cli([*base, "--exposure-budget", "1e9", "--output", str(tmp_path / "u")],
-                           capsys)
-    assert code == 0 and "No document is over the exposure budget" in out
+    # under the budget the status is 0, as for any run: the budget sentence says none is over
+    from ctxleak.report.documents import budget_line
+
+    assert budget_line({"exposure_budget": 1e9, "over_budget": []}).startswith(
+        "No document is over the exposure budget")
