@@ -11,6 +11,13 @@ from typing import Any
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.methods.influence.documents import (
+    DocumentProblem,
+    RetrievedDocument,
+    duplicate_problem,
+    is_document_list,
+    to_document,
+)
 from ctxleak.methods.influence.ngrams import PromptParts
 from ctxleak.methods.influence.passages import (
     SPLITS,
@@ -44,6 +51,9 @@ class InfluenceExample:
     # the context as passages (a retriever's list, or the context split by sentence or
     # paragraph): pieces whose concatenation is ``context`` (:mod:`.passages`); None: one piece
     passages: tuple[str, ...] | None = None
+    # the retrieved documents the passages came from, one per passage (:mod:`.documents`);
+    # None for passages given as strings or split from the context
+    documents: tuple[RetrievedDocument, ...] | None = None
 
     @property
     def passage_texts(self) -> list[str]:
@@ -94,8 +104,12 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``).
 
     A row may give its context as ``passages``, a list of strings (joined by a blank line; it
-    then needs no ``context``, and wins over one). ``passages='sentence'`` or ``'paragraph'``
-    splits every other row's context into passages (:mod:`.passages`)."""
+    then needs no ``context``, and wins over one), or as ``documents``: what a retriever
+    returned, a list of strings, dicts (``text``, ``id``, ``source``, ``metadata``, ``score``)
+    or LangChain, LlamaIndex or Haystack documents (:mod:`.documents`), each kept with its id,
+    source, metadata, rank and score. Two documents with one id and different texts are refused.
+    ``passages='sentence'`` or ``'paragraph'`` splits every other row's context into passages
+    (:mod:`.passages`)."""
     if passages is not None and passages not in SPLITS:
         raise ConfigError(f"passages must be {' or '.join(SPLITS)}, not '{passages}'",
                           param="passages")
@@ -114,6 +128,7 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     path = demo_path("influence.jsonl") if is_named(data, "demo") else data
     rows = read_rows(path, rename=rename)
     out = []
+    seen_ids: dict[str, str] = {}
     for k, row in enumerate(rows):
         ex_task = task if task != "auto" else str(row.get("task") or "qa")
         if ex_task not in ("custom", *TASK_TEMPLATES):
@@ -134,14 +149,44 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
                                                                    line=row.line)
         if isinstance(raw_id, int) and not isinstance(raw_id, bool):
             ex_id = raw_id  # the user's id as given: an integer id merges back as one
-        pieces = _row_passages(row)
+        docs = _row_documents(row, query, seen_ids)
+        pieces = list_pieces([d.text for d in docs]) if docs else _row_passages(row)
         context = "".join(pieces) if pieces else row.text("context")
         example = InfluenceExample(id=ex_id, context=context, query=query, reference=reference,
                                    task=ex_task, passages=tuple(pieces) if pieces else None,
-                                   response=response)
+                                   response=response, documents=docs)
         out.append(example if pieces else _split(example, passages))
     reject_duplicate_ids((ex.id, row.file, row.line) for ex, row in zip(out, rows))
     return out
+
+
+def _row_documents(row: Any, query: str, seen: dict[str, str]
+                   ) -> tuple[RetrievedDocument, ...] | None:
+    """The row's retrieved documents: its ``documents`` field, or a ``passages`` field that holds
+    more than strings (None for neither). Errors name the file, line, query, document and
+    field; ``seen`` (id -> text over the data set) refuses one id with two texts."""
+    name = "documents" if row.get("documents") is not None else "passages"
+    value = row.get(name)
+    if value is None or (name == "passages" and not is_document_list(value)):
+        return None
+    where = f"query {query!r}: " if query else ""
+    if not isinstance(value, (list, tuple)):
+        raise InputError(f"{where}must be a list of retrieved documents, got "
+                         f"{type(value).__name__}", file=row.file, line=row.line, field=name)
+    if not value:
+        raise InputError(f"{where}no documents: the retriever returned nothing",
+                         file=row.file, line=row.line, field=name)
+    docs = []
+    for rank, item in enumerate(value, start=1):
+        try:
+            docs.append(to_document(item, rank))
+        except DocumentProblem as exc:
+            raise InputError(f"{where}document {rank}: {exc}", file=row.file, line=row.line,
+                             field=f"{name}[{rank - 1}].{exc.field}") from None
+    problem = duplicate_problem(docs, seen)
+    if problem:
+        raise InputError(where + problem, file=row.file, line=row.line, field=f"{name}.id")
+    return tuple(docs)
 
 
 def _row_passages(row: Any) -> list[str] | None:

@@ -169,4 +169,4 @@ def _control(examples: Examples, ex: InfluenceExample) -> InfluenceExample | Non
     if other is None:
         return None
     return replace(ex, context=other.context, passages=other.passages, reference=None,
-                   id=other.id)
+                   id=other.id, documents=other.documents)

@@ -24,6 +24,7 @@ from ctxleak.methods.influence.control import (
     per_token_fields,
 )
 from ctxleak.methods.influence.data import InfluenceExample, passage_spans, prompt_parts
+from ctxleak.methods.influence.documents import document_fields
 from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
 from ctxleak.methods.influence.metrics import (
     context_token_fraction,
@@ -149,7 +150,8 @@ def _passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] |
                     values: Any) -> dict[str, Any]:
     """The passage fields of a record: each passage's text, token span and influence
     (Def. 3.1-3.2 with S = the passage, nats; None for a passage cut out of the context), and
-    the most influential one."""
+    the most influential one (``max_passage`` its 0-based index, ``max_passage_id`` its name);
+    the documents' ids, sources, ranks and scores (:func:`.documents.document_fields`)."""
     it = iter(round_floats(values))
     influence = [None if s is None else next(it) for s in spans]
     known = [(v, j) for j, v in enumerate(influence) if v is not None]
@@ -158,7 +160,8 @@ def _passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] |
             "passage_spans": [None if s is None else list(s) for s in spans],
             "passage_influence": influence,
             "max_passage": top[1] if top else None,
-            "max_passage_influence": top[0] if top else None}
+            "max_passage_influence": top[0] if top else None,
+            **document_fields(example.documents, len(spans), top[1] if top else None)}
 
 
 def _add_token_fields(records: list[dict[str, Any]], parts: Sequence[tuple[PromptParts, int]],
