@@ -19,7 +19,7 @@ def test_the_passage_holding_the_copied_fact_ranks_first(default_lm, tmp_path):
                             temperature=0.3, progress=False, output=str(tmp_path / "run"))
     record = res.records[0]
     assert "Quillby" in record["response"]  # the response copies from passage 2
-    assert record["max_passage"] == 1
+    assert record["max_passage"] == 2  # numbered from 1
     frame = res.passages()
     assert frame.loc[frame["rank"] == 1, "passage"].item() == 2
     assert frame["influence"].min() >= 0

@@ -181,8 +181,9 @@ def _row_documents(row: Any, query: str, seen: dict[str, str]
         try:
             docs.append(to_document(item, rank))
         except DocumentProblem as exc:
-            raise InputError(f"{where}document {rank}: {exc}", file=row.file, line=row.line,
-                             field=f"{name}[{rank - 1}].{exc.field}") from None
+            field = name if exc.field == "documents" else f"{name}.{exc.field}"
+            raise InputError(f"{where}{exc}", file=row.file, line=row.line,
+                             field=field) from None
     problem = duplicate_problem(docs, seen)
     if problem:
         raise InputError(where + problem, file=row.file, line=row.line, field=f"{name}.id")

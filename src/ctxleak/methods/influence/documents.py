@@ -109,43 +109,58 @@ def _node_fields(node: Any) -> tuple[Any, Any, Any, Any]:
 
 def to_document(item: Any, rank: int) -> RetrievedDocument:
     """``item`` (a string, dict or framework document; see the module) as the ``rank``-th
-    retrieved document. Raises :class:`DocumentProblem` naming the field at fault."""
+    retrieved document. Raises :class:`DocumentProblem` naming the document (its rank, and its
+    id where it has one) and the field at fault."""
     if isinstance(item, str):
         text, doc_id, source, meta, score, kind = item, None, None, None, None, "string"
     else:
-        text, doc_id, source, meta, score, kind = _fields(item)
+        try:
+            text, doc_id, source, meta, score, kind = _fields(item)
+        except DocumentProblem as exc:
+            raise DocumentProblem(f"document {rank} {exc}", exc.field) from None
+    name = f"document {rank}" + ("" if doc_id in (None, "") else f" (id {str(doc_id)!r})")
     if text is None:
-        raise DocumentProblem(f"{kind} has no text", "text")
+        raise DocumentProblem(f"{name}, a {kind}, has no text", "text")
     if not isinstance(text, str):
-        raise DocumentProblem(f"{kind}'s text must be a string, got {type(text).__name__}",
+        raise DocumentProblem(f"{name}: its text must be a string, got {type(text).__name__}",
                               "text")
     if not text.strip():
-        raise DocumentProblem(f"{kind}'s text is empty", "text")
+        raise DocumentProblem(f"{name}: its text is empty", "text")
     if meta is not None and not isinstance(meta, Mapping):
-        raise DocumentProblem(f"metadata must be a dict, got {type(meta).__name__}", "metadata")
+        raise DocumentProblem(f"{name}: metadata must be a dict, got {type(meta).__name__}",
+                              "metadata")
     metadata = json_safe(dict(meta or {}))
     if source is None and isinstance(metadata.get("source"), str):
         source = metadata["source"]
-    if score is not None:
-        if isinstance(score, bool) or not isinstance(score, (int, float)):
-            try:
-                score = float(score)  # numpy scalars
-            except (TypeError, ValueError):
-                raise DocumentProblem(f"score must be a number, got {type(score).__name__}",
-                                      "score") from None
-        score = None if math.isnan(float(score)) else float(score)
-    for name, value in (("id", doc_id), ("source", source)):
+    for key, value in (("id", doc_id), ("source", source)):
         if isinstance(value, bool) or (value is not None and not isinstance(value, (str, int))):
-            raise DocumentProblem(f"{name} must be a string, got {type(value).__name__}", name)
+            raise DocumentProblem(f"{name}: {key} must be a string, got "
+                                  f"{type(value).__name__}", key)
     return RetrievedDocument(text=text, rank=rank,
                              id=None if doc_id is None or doc_id == "" else str(doc_id),
                              source=None if source is None else str(source),
-                             metadata=metadata, score=score)
+                             metadata=metadata, score=_score(score, name))
+
+
+def _score(score: Any, name: str) -> float | None:
+    """A retriever's score as a float (numpy scalars too); None for none or NaN."""
+    if score is None:
+        return None
+    try:
+        if isinstance(score, bool):
+            raise TypeError
+        value = float(score)
+    except (TypeError, ValueError):
+        raise DocumentProblem(f"{name}: score must be a number, got {type(score).__name__}",
+                              "score") from None
+    return None if math.isnan(value) else value
 
 
 def is_document_list(value: Any) -> bool:
-    """Whether a row's ``passages`` list holds documents rather than only strings."""
-    return isinstance(value, (list, tuple)) and any(not isinstance(v, str) for v in value)
+    """Whether a row's ``passages`` list holds documents (dicts or framework objects) rather
+    than strings (a number or null among strings is a bad passage, not a document)."""
+    plain = (str, int, float, bool, list, tuple, type(None))
+    return isinstance(value, (list, tuple)) and any(not isinstance(v, plain) for v in value)
 
 
 def describe(doc: RetrievedDocument) -> str:
@@ -175,12 +190,11 @@ def passage_names(docs: Sequence[RetrievedDocument] | None, n: int) -> list[str]
     return [d.id if d.id is not None else str(j + 1) for j, d in enumerate(docs)]
 
 
-
-
 def document_fields(docs: Sequence[RetrievedDocument] | None, n: int, top: int | None
                     ) -> dict[str, Any]:
     """The naming fields of a record's ``n`` passages: ``passage_ids`` (:func:`passage_names`)
-    and ``max_passage_id`` (the name of passage ``top``, the 0-based index ``max_passage``);
+    and ``max_passage_id`` (the name of passage ``top``, a 0-based index here; the record's
+    ``max_passage`` numbers it from 1);
     with retrieved documents also each one's ``passage_sources``, ``passage_scores``,
     ``passage_ranks`` (from 1) and ``passage_metadata``."""
     names = passage_names(docs, n)

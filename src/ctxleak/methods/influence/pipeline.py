@@ -150,7 +150,7 @@ def _passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] |
                     values: Any) -> dict[str, Any]:
     """The passage fields of a record: each passage's text, token span and influence
     (Def. 3.1-3.2 with S = the passage, nats; None for a passage cut out of the context), and
-    the most influential one (``max_passage`` its 0-based index, ``max_passage_id`` its name);
+    the most influential one (``max_passage`` its number from 1, ``max_passage_id`` its name);
     the documents' ids, sources, ranks and scores (:func:`.documents.document_fields`)."""
     it = iter(round_floats(values))
     influence = [None if s is None else next(it) for s in spans]
@@ -159,7 +159,7 @@ def _passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] |
     return {"passages": example.passage_texts,
             "passage_spans": [None if s is None else list(s) for s in spans],
             "passage_influence": influence,
-            "max_passage": top[1] if top else None,
+            "max_passage": top[1] + 1 if top else None,
             "max_passage_influence": top[0] if top else None,
             **document_fields(example.documents, len(spans), top[1] if top else None)}
 
