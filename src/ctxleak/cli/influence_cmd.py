@@ -28,7 +28,14 @@ def influence(
     ctx: typer.Context,
     data: str = typer.Option("demo", "--data", "-d", help="JSONL/CSV with context, query and "
                              "optional reference and id fields, 'demo' (bundled set), or "
-                             "cnn_dailymail / pubmedqa (needs the datasets package and network)."),
+                             "cnn_dailymail / pubmedqa (needs the datasets package and network); "
+                             "with --retriever, the queries (JSONL/CSV rows with query)."),
+    retriever: Optional[str] = typer.Option(None, "--retriever", help="A RAG pipeline's "
+                                            "retriever as PATH.py:NAME or module:NAME (a "
+                                            "LangChain or LlamaIndex retriever, a Haystack "
+                                            "component, or a function query -> documents): "
+                                            "each query of --data is retrieved and every "
+                                            "document measured as a passage."),
     task: str = typer.Option("auto", "--task", help="qa, summarization, custom (needs "
                              "--template) or auto (each example's 'task' field, else qa)."),
     template: Optional[str] = typer.Option(None, "--template", help="Prompt template with "
@@ -91,7 +98,7 @@ def influence(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ctxleak.api import run_params
+    from ctxleak.api import load_retriever, retrieve, run_params
     from ctxleak.cli.output import show
     from ctxleak.methods.influence.params import InfluenceParams
 
@@ -102,7 +109,8 @@ def influence(
                              repeat_threshold=repeat_threshold, rouge_threshold=rouge_threshold,
                              bertscore_model=bertscore_model, factkb_model=factkb_model,
                              redact=redact, control=control, passages=passages)
-    result = run_params(params, common, data)
+    rows = data if retriever is None else retrieve(load_retriever(retriever), data)
+    result = run_params(params, common, rows)
     show(result)
 
 

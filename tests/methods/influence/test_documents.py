@@ -6,6 +6,7 @@ passages are numbered from 1; bad documents are refused naming the query, docume
 from __future__ import annotations
 
 import pytest
+from helpers.fake_documents import HaystackDoc, LangChainDoc, LlamaNode, NodeWithScore
 
 import ctxleak
 from ctxleak.errors import InputError
@@ -24,29 +25,6 @@ ROWS = [
         {"text": "the doctor said the news report was one page .", "id": "hr-2"},
         {"text": "the capital of france is paris .", "id": "hr-1"}]},
 ]
-
-
-class LangChainDoc:  # the attributes of langchain_core.documents.Document
-    def __init__(self, text, metadata, id=None):
-        self.page_content, self.metadata, self.id = text, metadata, id
-
-
-class LlamaNode:  # the attributes of a llama_index TextNode
-    def __init__(self, text, node_id, ref_doc_id, metadata):
-        self.text, self.node_id, self.ref_doc_id, self.metadata = text, node_id, ref_doc_id, metadata
-
-    def get_content(self):
-        return self.text
-
-
-class NodeWithScore:
-    def __init__(self, node, score):
-        self.node, self.score = node, score
-
-
-class HaystackDoc:
-    def __init__(self, content, id, meta, score):
-        self.content, self.id, self.meta, self.score = content, id, meta, score
 
 
 def test_documents_keep_their_names_in_the_records(llama_lm, tmp_path):

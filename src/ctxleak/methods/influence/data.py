@@ -3,7 +3,7 @@ Contextual Knowledge in Language Models §4.1, Fig. 6)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,23 @@ class InfluenceExample:
     # the retrieved documents the passages came from, one per passage (:mod:`.documents`);
     # None for passages given as strings or split from the context
     documents: tuple[RetrievedDocument, ...] | None = None
+    # the logged answer's token ids (the ``response_ids`` field): scored exactly as given
+    response_ids: tuple[int, ...] | None = None
+
+    @property
+    def response_source(self) -> str:
+        """Where the scored answer came from: ``generated``, ``logged ids`` or ``logged text
+        (re-tokenised)``."""
+        if self.response_ids is not None:
+            return "logged ids"
+        return "generated" if self.response is None else "logged text (re-tokenised)"
+
+    def logged_ids(self, lm: LanguageModel) -> list[int]:
+        """The token ids of the logged answer: ``response_ids`` exactly as given, else the
+        ``response`` text re-tokenised (which may give other ids than the model generated)."""
+        if self.response_ids is not None:
+            return list(self.response_ids)
+        return lm.encode(self.response or "")
 
     @property
     def passage_texts(self) -> list[str]:
@@ -144,6 +161,7 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         response = row.get("response")
         if response is not None and not isinstance(response, str):
             raise InputError("must be a string", file=row.file, line=row.line, field="response")
+        logged_ids = _row_response_ids(row, query)
         raw_id = row.get("id")
         ex_id: str | int = str(k) if raw_id is None else example_id(raw_id, file=row.file,
                                                                    line=row.line)
@@ -154,7 +172,8 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         context = "".join(pieces) if pieces else row.text("context")
         example = InfluenceExample(id=ex_id, context=context, query=query, reference=reference,
                                    task=ex_task, passages=tuple(pieces) if pieces else None,
-                                   response=response, documents=docs)
+                                   response=response, documents=docs,
+                                   response_ids=logged_ids)
         out.append(example if pieces else _split(example, passages))
     reject_duplicate_ids((ex.id, row.file, row.line) for ex, row in zip(out, rows))
     return out
@@ -188,6 +207,49 @@ def _row_documents(row: Any, query: str, seen: dict[str, str]
     if problem:
         raise InputError(where + problem, file=row.file, line=row.line, field=f"{name}.id")
     return tuple(docs)
+
+
+def _row_response_ids(row: Any, query: str) -> tuple[int, ...] | None:
+    """The row's ``response_ids`` (a logged answer's token ids), checked to be a non-empty list
+    of integers ≥ 0; None without the field."""
+    value = row.get("response_ids")
+    if value is None:
+        return None
+    where = f"query {query!r}: " if query else ""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise InputError(f"{where}must be a non-empty list of token ids", file=row.file,
+                         line=row.line, field="response_ids")
+    for t, tok in enumerate(value, start=1):
+        if isinstance(tok, bool) or not isinstance(tok, int) or tok < 0:
+            raise InputError(f"{where}token {t} is {tok!r}, not a token id (an integer >= 0)",
+                             file=row.file, line=row.line, field="response_ids")
+    return tuple(value)
+
+
+def check_logged_ids(lm: LanguageModel, examples: Sequence[InfluenceExample]) -> None:
+    """Refuse a logged ``response_ids`` the model cannot have produced: an id outside its
+    vocabulary, or ids that do not decode (special tokens skipped, surrounding whitespace
+    stripped) to the row's ``response`` text where both are given. The error names the example,
+    its query and the field."""
+    for ex in examples:
+        if ex.response_ids is None:
+            continue
+        where = f"example {ex.id} (query {ex.query!r}): "
+        bad = [t for t in ex.response_ids if t >= lm.vocab_size]
+        if bad:
+            raise InputError(f"{where}token id {bad[0]} is outside the model's vocabulary "
+                             f"(size {lm.vocab_size}): were these ids made by another "
+                             "model's tokenizer?", field="response_ids")
+        if ex.response is not None:
+            text = lm.decode(list(ex.response_ids))
+            if text.strip() != ex.response.strip():
+                raise InputError(f"{where}the ids decode to {_clip(text)!r}, not the "
+                                 f"response {_clip(ex.response)!r}: give the ids the model "
+                                 "generated for that response", field="response_ids")
+
+
+def _clip(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[:n] + "..."
 
 
 def _row_passages(row: Any) -> list[str] | None:

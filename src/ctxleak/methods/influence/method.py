@@ -13,7 +13,12 @@ from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.influence.control import ControlCost, control_indices
-from ctxleak.methods.influence.data import InfluenceExample, load_examples, template_for
+from ctxleak.methods.influence.data import (
+    InfluenceExample,
+    check_logged_ids,
+    load_examples,
+    template_for,
+)
 from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
 from ctxleak.methods.influence.quality import quality_scores
@@ -96,6 +101,9 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
         return ItemIds(f"{ex.id}|{setting.key}", ex.id)
 
     def prepare(self, lm: LanguageModel, plan: Plan[Item, Examples], run: RunDir) -> Ready:
+        """Logged ``response_ids`` checked against the model (:func:`.data.check_logged_ids`)
+        before anything is measured."""
+        check_logged_ids(lm, plan.state.examples)
         return Ready(plan.state, lm)
 
     def batches(self, ready: Ready, items: Sequence[Item],

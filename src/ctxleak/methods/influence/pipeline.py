@@ -14,9 +14,7 @@ import numpy as np
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.influence.answers import own_answers, score_responses, scored_spans
-from ctxleak.methods.influence.cid import (
-    generate_cid_many,
-)
+from ctxleak.methods.influence.cid import generate_cid_many
 from ctxleak.methods.influence.control import (
     ControlCost,
     context_token_kinds,
@@ -79,7 +77,7 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
     (:mod:`.passages`). ``controls``: one control example per job (None: no control), whose
     context replaces the job's to score the same response (:mod:`.control`); ``cost`` adds up
     the control's forward passes and seconds."""
-    given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response is not None]
+    given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response_source != "generated"]
     if given:  # logged answers are scored, the others generated
         return _with_given(lm, jobs, options, given, hand_over_prefill, controls, cost)
     if _road(lm, jobs, options).name == ANSWERS:  # the model's own answers, sampled then scored
@@ -235,7 +233,7 @@ def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Settin
                           param="bounded_eps")
     mine = [jobs[k] for k in given]
     parts = _example_parts(lm, mine, options)
-    answers = [(lm.encode(ex.response or ""), False) for ex, _, _ in mine]
+    answers = [(ex.logged_ids(lm), False) for ex, _, _ in mine]
     scorer = score_responses if _road(lm, mine, options).name == ANSWERS else _score_in_process
     records = _scored_records(lm, mine, parts, answers, options, scorer,
                               None if controls is None else [controls[k] for k in given], cost)
@@ -420,7 +418,8 @@ def _record(lm: LanguageModel, example: InfluenceExample, setting: Setting, opti
     record: dict[str, Any] = {
         "setting": setting.key, "lambda": setting.lam, "temperature": setting.temperature,
         "context_tokens": len(parts.context), "context_truncated_by": dropped,
-        "seed": seed, "response": text, **response.response_fields(digits=6),
+        "seed": seed, "response": text, "response_source": example.response_source,
+        **response.response_fields(digits=6),
         "context_token_fraction": context_token_fraction(ids, parts.context),
         "repeat": is_repeat(ids, parts.context, options.repeat_threshold),
         "rouge_context": rouge_l_f1(text, context_text),
