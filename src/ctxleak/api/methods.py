@@ -65,7 +65,7 @@ def influence(model: str | LanguageModel = "default", data: Any = "demo", *, pro
               bounded_eps: float | Sequence[float] | str | None = None, repeat_threshold: float = 0.5,
               rouge_threshold: float = 0.5, bertscore_model: str | None = None,
               factkb_model: str | None = None, redact: bool = False, control: bool = True,
-              passages: str | None = None, device: str = "auto",
+              passages: str | None = None, log_format: str = "auto", device: str = "auto",
               dtype: str = "auto", batch_size: str = "auto", batch_invariant: bool = True,
               limit: int | None = None, seed: int = 0, output: str | None = None,
               resume: bool = False, chat_template: str = "auto", trust_remote_code: bool = False,

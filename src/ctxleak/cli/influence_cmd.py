@@ -89,6 +89,10 @@ def influence(
                                            "passages, sentence or paragraph, and measure each "
                                            "passage's influence (left out, response scored); a "
                                            "row's own 'passages' list is used as it is."),
+    log_format: str = typer.Option("auto", "--log-format", help="How to read --data: rows "
+                                   "(one example a line), openinference (OpenInference / "
+                                   "OpenTelemetry spans as JSONL, one row per trace) or auto "
+                                   "(spans when the first line is one)."),
     *,
     common: CommonOptions,
 ) -> None:
@@ -108,7 +112,8 @@ def influence(
                              context_sizes=context_sizes, bounded_eps=bounded_eps,
                              repeat_threshold=repeat_threshold, rouge_threshold=rouge_threshold,
                              bertscore_model=bertscore_model, factkb_model=factkb_model,
-                             redact=redact, control=control, passages=passages)
+                             redact=redact, control=control, passages=passages,
+                             log_format=log_format)
     rows = data if retriever is None else retrieve(load_retriever(retriever), data)
     result = run_params(params, common, rows)
     show(result)

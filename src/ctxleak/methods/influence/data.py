@@ -26,6 +26,7 @@ from ctxleak.methods.influence.passages import (
     piece_spans,
     split_context,
 )
+from ctxleak.methods.influence.spans import LOG_FORMATS, is_span_log, span_rows
 from ctxleak.run.inputs import is_named
 from ctxleak.run.records import demo_path, example_id, read_rows, reject_duplicate_ids
 
@@ -114,7 +115,8 @@ def load_hub_dataset(name: str, split: str = "test", limit: int | None = None
 
 def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | None = None,
                   template: str | None = None, limit: int | None = None,
-                  passages: str | None = None) -> list[InfluenceExample]:
+                  passages: str | None = None, log_format: str = "auto"
+                  ) -> list[InfluenceExample]:
     """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``,
     ``response`` (a logged answer, scored instead of generating one) and ``id`` from
     JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
@@ -126,7 +128,9 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     or LangChain, LlamaIndex or Haystack documents (:mod:`.documents`), each kept with its id,
     source, metadata, rank and score. Two documents with one id and different texts are refused.
     ``passages='sentence'`` or ``'paragraph'`` splits every other row's context into passages
-    (:mod:`.passages`)."""
+    (:mod:`.passages`). A JSONL file of OpenInference spans (``log_format='openinference'``,
+    or recognised by its first line with ``'auto'``) gives one row per trace
+    (:mod:`.spans`); ``'rows'`` reads every file as rows."""
     if passages is not None and passages not in SPLITS:
         raise ConfigError(f"passages must be {' or '.join(SPLITS)}, not '{passages}'",
                           param="passages")
@@ -143,7 +147,11 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     if isinstance(data, str) and data in HUB_DATASETS and not Path(data).exists():
         return [_split(ex, passages) for ex in load_hub_dataset(data, limit=limit)]
     path = demo_path("influence.jsonl") if is_named(data, "demo") else data
-    rows = read_rows(path, rename=rename)
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not '{log_format}'",
+                          param="log_format")
+    spans = log_format == "openinference" or (log_format == "auto" and is_span_log(path))
+    rows = span_rows(path) if spans else read_rows(path, rename=rename)
     out = []
     seen_ids: dict[str, str] = {}
     for k, row in enumerate(rows):

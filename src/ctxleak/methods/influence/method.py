@@ -82,7 +82,8 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
         limit = self.common.limit
         examples = load_examples(data, task=self.params.task, rename=rename,
                                  template=self.params.template, limit=limit,
-                                 passages=self.params.passages)
+                                 passages=self.params.passages,
+                                 log_format=self.params.log_format)
         examples = examples[:limit] if limit is not None else examples
         # the control of example k: the nearest other document's context under k's query
         # (control.py)

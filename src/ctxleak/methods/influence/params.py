@@ -11,6 +11,7 @@ from typing import Any
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.passages import SPLITS
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, settings_grid
+from ctxleak.methods.influence.spans import LOG_FORMATS
 from ctxleak.run.options import float_list, int_list
 from ctxleak.run.params import option
 from ctxleak.run.validate import (
@@ -86,6 +87,9 @@ class InfluenceParams:
                                   "'paragraph', and measure each passage's influence (left "
                                   "out, response scored); a row's own 'passages' list is used "
                                   "as it is.")
+    log_format: str = option("auto", "How to read a data file: 'rows' (one example a line), "
+                             "'openinference' (OpenInference/OpenTelemetry spans as JSONL, one "
+                             "row per trace) or 'auto' (spans when the first line is one).")
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -115,6 +119,9 @@ class InfluenceParams:
         if self.passages is not None and self.passages not in SPLITS:
             raise ConfigError(f"passages must be {' or '.join(SPLITS)}, not "
                               f"'{self.passages}'", param="passages")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not "
+                              f"'{self.log_format}'", param="log_format")
         if not isinstance(self.control, bool):
             raise ConfigError(f"control must be True or False, not {self.control!r}",
                               param="control")
@@ -162,7 +169,7 @@ class InfluenceParams:
                 "lambda": list(self.lambda_), "temperature": list(self.temperature),  # type: ignore[arg-type]
                 "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
                 "factkb_model": self.factkb_model, "redact": self.redact,
-                "passages": self.passages,
+                "passages": self.passages, "log_format": self.log_format,
                 **{k: v for k, v in options.__dict__.items() if k != "template"},
                 # one value as a number (as before sweeps), several as a list
                 "bounded_eps": (None if self.bounded_eps is None else self.bounded_eps[0]  # type: ignore[index]
