@@ -65,6 +65,7 @@ def test_influence_with_a_retriever_measures_each_document(llama_lm, tmp_path):
                             retriever=search, max_new_tokens=3, min_new_tokens=0,
                             progress=False, output=str(tmp_path / "run"))
     r = res.records[0]
+    assert [rec["query"] for rec in res.records] == ["where is berlin ?", "what is the capital ?"]
     assert r["passage_ids"] == ["de", "fr", "dr"] and r["passage_ranks"] == [1, 2, 3]
     assert r["passage_sources"] == ["geo.txt", "geo.txt", "hr.txt"]
     assert r["passage_scores"] == [3.0, 2.0, 1.0]

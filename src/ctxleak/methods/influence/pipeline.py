@@ -418,8 +418,8 @@ def _record(lm: LanguageModel, example: InfluenceExample, setting: Setting, opti
     record: dict[str, Any] = {
         "setting": setting.key, "lambda": setting.lam, "temperature": setting.temperature,
         "context_tokens": len(parts.context), "context_truncated_by": dropped,
-        "seed": seed, "response": text, "response_source": example.response_source,
-        **response.response_fields(digits=6),
+        "seed": seed, "query": example.query, "response": text,
+        "response_source": example.response_source, **response.response_fields(digits=6),
         "context_token_fraction": context_token_fraction(ids, parts.context),
         "repeat": is_repeat(ids, parts.context, options.repeat_threshold),
         "rouge_context": rouge_l_f1(text, context_text),
