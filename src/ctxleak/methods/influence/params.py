@@ -169,7 +169,9 @@ class InfluenceParams:
                 "lambda": list(self.lambda_), "temperature": list(self.temperature),  # type: ignore[arg-type]
                 "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
                 "factkb_model": self.factkb_model, "redact": self.redact,
-                "passages": self.passages, "log_format": self.log_format,
+                "passages": self.passages,
+                # stored when set, so a run folder from before log formats still resumes
+                **({} if self.log_format == "auto" else {"log_format": self.log_format}),
                 **{k: v for k, v in options.__dict__.items() if k != "template"},
                 # one value as a number (as before sweeps), several as a list
                 "bounded_eps": (None if self.bounded_eps is None else self.bounded_eps[0]  # type: ignore[index]
