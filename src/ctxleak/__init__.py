@@ -7,7 +7,9 @@ Library first: ``ctxleak.influence``, ``ctxleak.iclinf``, ``ctxleak.audit``,
 runs of one method over the same data per example and lays them side by side; ``ctxleak.dp`` calibrates
 and accounts the DP mechanism;
 ``ctxleak.load_model`` loads a model once for several runs; ``ctxleak.cid_generate`` is CID on
-anyone's ``generate`` (:mod:`ctxleak.integrations`). The ``ctxleak`` CLI is a thin layer over
+anyone's ``generate`` (:mod:`ctxleak.integrations`); ``ctxleak.retrieve`` asks a RAG pipeline's
+retriever for each query's documents (``ctxleak.influence(queries, retriever=...)`` measures
+each). The ``ctxleak`` CLI is a thin layer over
 these. Nothing heavy (torch) is imported until a function is called.
 """
 

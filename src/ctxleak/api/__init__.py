@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from ctxleak.api.explain import influence_explain
 from ctxleak.api.methods import audit, iclinf, influence, probe, susceptibility
+from ctxleak.api.retrieval import load_retriever, retrieve
 from ctxleak.api.running import FACE, RENAMED, method_for, run_method, run_params
 
 __all__ = ["FACE", "RENAMED", "audit", "iclinf", "influence", "influence_explain",
-           "method_for", "probe", "run_method", "run_params", "susceptibility"]
+           "load_retriever", "method_for", "probe", "retrieve", "run_method", "run_params",
+           "susceptibility"]

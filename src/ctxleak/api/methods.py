@@ -20,6 +20,7 @@ from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.audit.method import AuditParams
 from ctxleak.methods.icl.params import ICLInfParams
 from ctxleak.methods.influence.params import InfluenceParams
+from ctxleak.methods.influence.retrieval import retrieve
 from ctxleak.methods.pii.params import ProbeParams
 from ctxleak.methods.susceptibility.method import SusceptibilityParams
 from ctxleak.results import (
@@ -30,12 +31,21 @@ from ctxleak.results import (
     SusceptibilityResult,
 )
 
+#: The ``retriever`` keyword of :func:`influence`.
+RETRIEVER_DOC = ("A RAG pipeline's retriever (a LangChain retriever, a LlamaIndex retriever, a "
+                 "Haystack retriever component, or a function query -> list of strings or "
+                 "dicts): each query of ``data`` is retrieved and every document measured as a "
+                 "passage (:func:`ctxleak.retrieve`). None: ``data`` holds the contexts.")
+
 
 @keywords
-@documented(method_docs(InfluenceParams, ('A JSONL/CSV/Parquet path with context, query and '
-                                          'optional reference and id fields, ``demo``, a '
-                                          'list of dicts, a pandas DataFrame or a '
-                                          '``datasets.Dataset``.')),
+@documented({**method_docs(InfluenceParams, ('A JSONL/CSV/Parquet path with context, query and '
+                                             'optional reference and id fields, ``demo``, a '
+                                             'list of dicts, a pandas DataFrame or a '
+                                             '``datasets.Dataset``; with ``retriever``, the '
+                                             'queries (strings, or rows with query and '
+                                             'optional id and reference).')),
+             "retriever": RETRIEVER_DOC},
             RETURNS_DOC + " " + ('Influence is in nats (natural logarithms), summed over the '
                                  "response's tokens, and read as the ε of ex-post "
                                  'per-instance DP (Def. 2.2 of "Estimating Privacy Leakage of '
@@ -46,7 +56,7 @@ from ctxleak.results import (
                                  '``.windows()``, ``.passages()`` are tidy frames, '
                                  "``result.example(id).show()`` one example's leak map."))
 def influence(model: str | LanguageModel = "default", data: Any = "demo", *, progress: bool = True,
-              task: str = "auto", template: str | None = None,
+              retriever: Any = None, task: str = "auto", template: str | None = None,
               fields: str | Mapping[str, str] | None = None,
               lambda_: float | Sequence[float] | str = 1.0,
               temperature: float | Sequence[float] | str = 0.8, max_new_tokens: int = 50,
@@ -56,7 +66,7 @@ def influence(model: str | LanguageModel = "default", data: Any = "demo", *, pro
               rouge_threshold: float = 0.5, bertscore_model: str | None = None,
               factkb_model: str | None = None, redact: bool = False, control: bool = True,
               passages: str | None = None, exposure_budget: float | None = None,
-              device: str = "auto",
+              log_format: str = "auto", device: str = "auto",
               dtype: str = "auto", batch_size: str = "auto", batch_invariant: bool = True,
               limit: int | None = None, seed: int = 0, output: str | None = None,
               resume: bool = False, chat_template: str = "auto", trust_remote_code: bool = False,
@@ -69,6 +79,8 @@ def influence(model: str | LanguageModel = "default", data: Any = "demo", *, pro
     Privacy Leakage of Augmented Contextual Knowledge in Language Models", Def. 3.1-3.4):
     ``ctxleak influence``.
     """
+    if retriever is not None:  # data gives the queries; each retrieved document a passage
+        data = retrieve(retriever, data)
     return cast(InfluenceResult, run_keywords(InfluenceParams, locals()))
 
 

@@ -31,7 +31,14 @@ def influence(
     ctx: typer.Context,
     data: str = typer.Option("demo", "--data", "-d", help="JSONL/CSV with context, query and "
                              "optional reference and id fields, 'demo' (bundled set), or "
-                             "cnn_dailymail / pubmedqa (needs the datasets package and network)."),
+                             "cnn_dailymail / pubmedqa (needs the datasets package and network); "
+                             "with --retriever, the queries (JSONL/CSV rows with query)."),
+    retriever: Optional[str] = typer.Option(None, "--retriever", help="A RAG pipeline's "
+                                            "retriever as PATH.py:NAME or module:NAME (a "
+                                            "LangChain or LlamaIndex retriever, a Haystack "
+                                            "component, or a function query -> documents): "
+                                            "each query of --data is retrieved and every "
+                                            "document measured as a passage."),
     task: str = typer.Option("auto", "--task", help="qa, summarization, custom (needs "
                              "--template) or auto (each example's 'task' field, else qa)."),
     template: Optional[str] = typer.Option(None, "--template", help="Prompt template with "
@@ -92,6 +99,10 @@ def influence(
                                                     "document may have. Documents above it are "
                                                     "listed, and the command exits with status "
                                                     "3 (for CI)."),
+    log_format: str = typer.Option("auto", "--log-format", help="How to read --data: rows "
+                                   "(one example a line), openinference (OpenInference / "
+                                   "OpenTelemetry spans as JSONL, one row per trace) or auto "
+                                   "(spans when the first line is one)."),
     *,
     common: CommonOptions,
 ) -> None:
@@ -101,7 +112,7 @@ def influence(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ctxleak.api import run_params
+    from ctxleak.api import load_retriever, retrieve, run_params
     from ctxleak.cli.output import show
     from ctxleak.methods.influence.params import InfluenceParams
 
@@ -112,8 +123,9 @@ def influence(
                              repeat_threshold=repeat_threshold, rouge_threshold=rouge_threshold,
                              bertscore_model=bertscore_model, factkb_model=factkb_model,
                              redact=redact, control=control, passages=passages,
-                             exposure_budget=exposure_budget)
-    result = run_params(params, common, data)
+                             exposure_budget=exposure_budget, log_format=log_format)
+    rows = data if retriever is None else retrieve(load_retriever(retriever), data)
+    result = run_params(params, common, rows)
     show(result)
     if result.over_budget():
         raise typer.Exit(OVER_BUDGET)

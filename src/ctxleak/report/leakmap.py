@@ -75,8 +75,7 @@ def add_leak_section(report: Report, records: Sequence[dict[str, Any]], tokens_o
         if has_windows:
             row["max n-gram influence"] = r.get("max_window_influence")
         if has_passages:
-            top = r.get("max_passage")
-            row["top passage"] = None if top is None else top + 1
+            row["top passage"] = r.get("max_passage")  # numbered from 1
             row["top passage influence"] = r.get("max_passage_influence")
         row["response"] = r["response"]
         rows.append(row)

@@ -13,10 +13,11 @@ import ctxleak
 from ctxleak.errors import ConfigError
 
 SHARED = "the capital of france is paris ."
-DATA = [
+DATA = [  # retrieved documents with ids, and a row of plain passages
     {"id": "a", "query": "what is the capital ?",
-     "passages": [SHARED, "rome is the capital of italy ."]},
-    {"id": "b", "query": "where is berlin ?", "passages": [SHARED, "berlin is in germany ."]},
+     "documents": [{"id": "fr", "text": SHARED}, {"id": "it", "text": "rome is the capital of italy ."}]},
+    {"id": "b", "query": "where is berlin ?",
+     "documents": [{"id": "fr", "text": SHARED}, {"id": "de", "text": "berlin is in germany ."}]},
     {"id": "c", "query": "who said it ?", "passages": ["the doctor said the news report ."]},
 ]
 
@@ -36,6 +37,8 @@ def test_the_ledger_adds_each_documents_own_influence(run) -> None:
     shared = by_doc["the capital of france is paris ."]
     ours = [r["passage_influence"][0] for r in res.records if r["passages"][0] == SHARED]
     assert shared["retrieved"] == 2 and shared["scored"] == 2
+    assert shared["document"] == "fr"  # named by its id; the plain passage by its words
+    assert by_doc["the doctor said the news report ."]["document"] == "the doctor said the news report ."
     assert shared["influence_sum"] == pytest.approx(sum(ours))
     assert shared["influence_max"] == pytest.approx(max(ours))
     tokens = sum(len(r["response_ids"]) for r in res.records if r["passages"][0] == SHARED)

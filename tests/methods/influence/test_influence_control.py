@@ -112,14 +112,14 @@ def test_passage_influence_equals_leaving_the_passage_out_by_hand(llama_lm, tmp_
                                            parts.after, r["response_ids"], 1.0, 0.8)).sum())
             for a, b in spans]
     assert r["passage_influence"] == pytest.approx(hand, abs=1e-4)
-    assert r["max_passage"] == int(np.argmax(hand))
+    assert r["max_passage"] == int(np.argmax(hand)) + 1  # numbered from 1
     assert runs[3].records[0]["passage_influence"] == pytest.approx(hand, abs=1e-4)
     assert "passage_influence" not in runs["full"].records[1]  # no passages: no fields
     top = runs["full"].summary["settings"][0]["top_passages"]
     assert [t["influence"] for t in top] == sorted((t["influence"] for t in top), reverse=True)
     frame = runs["full"].passages()
     assert list(frame["passage"]) == [1, 2, 3] and set(frame["id"]) == {"p"}
-    assert frame.loc[frame["rank"] == 1, "passage"].item() == r["max_passage"] + 1
+    assert frame.loc[frame["rank"] == 1, "passage"].item() == r["max_passage"]
 
 
 def test_split_context_keeps_the_text_and_cuts_after_sentences_and_blank_lines():
@@ -369,7 +369,7 @@ def test_logged_answer_with_passages_equals_a_recomputation_by_hand(llama_lm, tm
     assert r["influence"] == pytest.approx(float(np.abs(full - empty).sum()), abs=1e-4)
     hand = [float(np.abs(full - without(a, b)).sum()) for a, b in r["passage_spans"]]
     assert r["passage_influence"] == pytest.approx(hand, abs=1e-4)
-    assert r["max_passage"] == int(np.argmax(hand))
+    assert r["max_passage"] == int(np.argmax(hand)) + 1  # numbered from 1
     windows = [float(np.abs(full - without(a, b)).sum()) for a, b in r["windows"]]
     n = len(context)
     assert r["windows"] == [[a, min(a + 3, n)] for a in range(0, n, 3)]  # stride n = 3

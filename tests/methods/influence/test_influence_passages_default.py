@@ -19,7 +19,7 @@ def test_the_passage_holding_the_copied_fact_ranks_first(default_lm, tmp_path):
                             temperature=0.3, progress=False, output=str(tmp_path / "run"))
     record = res.records[0]
     assert "Quillby" in record["response"]  # the response copies from passage 2
-    assert record["max_passage"] == 1
+    assert record["max_passage"] == 2  # numbered from 1
     frame = res.passages()
     assert frame.loc[frame["rank"] == 1, "passage"].item() == 2
     assert frame["influence"].min() >= 0
@@ -31,18 +31,26 @@ SECRET = "Zorvath Quillby's bank account number is 88-4412-9071."
 MUSEUM = "The museum opens at nine in the morning and closes at five."
 MENU = "The canteen serves soup on Mondays and fish on Fridays."
 UNUSED = "The parking garage has 240 spaces on three levels."
+NAMES = {SECRET: "acct-7", MUSEUM: "museum", MENU: "canteen", UNUSED: "garage"}
+
+
+def _docs(*texts: str) -> list[dict]:
+    return [{"id": NAMES[t], "text": t, "metadata": {"source": f"wiki/{NAMES[t]}.md"}}
+            for t in texts]
+
+
 #: Logged turns of a RAG assistant: two answers copy the secret, one each the museum's hours and
 #: the canteen's menu; the garage is retrieved every time and never used.
 LOG = [
     {"id": "q1", "query": "What is Zorvath Quillby's account number?",
-     "passages": [SECRET, MUSEUM, UNUSED],
+     "documents": _docs(SECRET, MUSEUM, UNUSED),
      "response": "Zorvath Quillby's account number is 88-4412-9071."},
-    {"id": "q2", "query": "When does the museum open?", "passages": [MUSEUM, SECRET, UNUSED],
+    {"id": "q2", "query": "When does the museum open?", "documents": _docs(MUSEUM, SECRET, UNUSED),
      "response": "The museum opens at nine in the morning."},
     {"id": "q3", "query": "What does the canteen serve on Fridays?",
-     "passages": [MENU, UNUSED, SECRET], "response": "The canteen serves fish on Fridays."},
+     "documents": _docs(MENU, UNUSED, SECRET), "response": "The canteen serves fish on Fridays."},
     {"id": "q4", "query": "Which account number did Zorvath Quillby give?",
-     "passages": [SECRET, MENU, UNUSED],
+     "documents": _docs(SECRET, MENU, UNUSED),
      "response": "He gave 88-4412-9071 as his bank account number."},
 ]
 
@@ -50,8 +58,9 @@ LOG = [
 def test_the_ledger_ranks_the_planted_secret_first_and_the_unused_document_last(default_lm):
     res = ctxleak.influence(default_lm, LOG, temperature=1.0, progress=False)
     ledger = res.summary["settings"][0]["documents"]
-    assert [d["text"] for d in ledger][0] == SECRET
-    assert [d["text"] for d in ledger][-1] == UNUSED
+    assert [d["document"] for d in ledger][0] == "acct-7"
+    assert [d["document"] for d in ledger][-1] == "garage"
+    assert ledger[0]["source"] == "wiki/acct-7.md"
     assert ledger[0]["retrieved"] == ledger[-1]["retrieved"] == 4
     # the secret's two copying answers alone outweigh everything the garage did in four
     assert ledger[0]["influence_max"] > 4 * ledger[-1]["influence_sum"]

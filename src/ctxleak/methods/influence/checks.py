@@ -121,6 +121,27 @@ def maxima(row: Mapping[str, Any]) -> RowProblem | None:
         value = row.get(top)
         if known and is_number(value) and not close(float(value), max(known), 1e-6):
             return top, f"{value!r} is not the largest of {values} ({max(known):.6f})"
+    return _top_passage(row)
+
+
+def _top_passage(row: Mapping[str, Any]) -> RowProblem | None:
+    """``max_passage`` numbers (from 1) a passage whose influence is ``max_passage_influence``,
+    and ``max_passage_id`` is that passage's name in ``passage_ids``."""
+    number, listed = row.get("max_passage"), row.get("passage_influence")
+    if not isinstance(number, int) or isinstance(number, bool) or not isinstance(listed, list):
+        return None
+    if not 1 <= number <= len(listed):
+        return "max_passage", (f"{number!r} is not a passage number (1 to {len(listed)}, "
+                               "numbered from 1)")
+    value, top = listed[number - 1], row.get("max_passage_influence")
+    if is_number(value) and is_number(top) and not close(float(value), float(top), 1e-6):
+        return "max_passage", (f"passage {number}'s influence {value!r} is not "
+                               f"max_passage_influence {top!r}")
+    names = row.get("passage_ids")
+    if isinstance(names, list) and len(names) == len(listed) and "max_passage_id" in row \
+            and row["max_passage_id"] != names[number - 1]:
+        return "max_passage_id", (f"{row['max_passage_id']!r} is not passage {number}'s id "
+                                  f"{names[number - 1]!r}")
     return None
 
 
@@ -131,7 +152,7 @@ CHECKS = RecordChecks(
         Bound("temperature", 0, None, "a temperature", open_low=True),
         count("context_tokens"), count("context_truncated_by"), count("response_ids.*"),
         count("response_tokens"), count("ngram", 1), count("max_window"),
-        count("known_tokens.*"), count("copied_tokens.*"), count("max_passage"),
+        count("known_tokens.*"), count("copied_tokens.*"), count("max_passage", 1),
         log_probability("logp_context.*"), log_probability("logp_empty.*"),
         log_probability("window_logp.*.*"),
         nonnegative("token_influence.*", NATS), nonnegative("influence", NATS),

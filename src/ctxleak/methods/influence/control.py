@@ -268,7 +268,7 @@ def leak_where(record: dict[str, Any]) -> str | None:
     """Where the example leaked most: ``passage 2`` (numbered from 1), else its n-gram window's
     context tokens ``tokens 32-40``; None without either."""
     if record.get("max_passage") is not None:
-        return f"passage {record['max_passage'] + 1}"
+        return f"passage {record['max_passage']}"
     if record.get("max_window") is not None and record.get("windows"):
         a, b = record["windows"][record["max_window"]]
         return f"tokens {a}-{b}"

@@ -3,7 +3,7 @@ Contextual Knowledge in Language Models §4.1, Fig. 6)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -11,6 +11,13 @@ from typing import Any
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.methods.influence.documents import (
+    DocumentProblem,
+    RetrievedDocument,
+    duplicate_problem,
+    is_document_list,
+    to_document,
+)
 from ctxleak.methods.influence.ngrams import PromptParts
 from ctxleak.methods.influence.passages import (
     SPLITS,
@@ -19,6 +26,7 @@ from ctxleak.methods.influence.passages import (
     piece_spans,
     split_context,
 )
+from ctxleak.methods.influence.spans import LOG_FORMATS, is_span_log, span_rows
 from ctxleak.run.inputs import is_named
 from ctxleak.run.records import demo_path, example_id, read_rows, reject_duplicate_ids
 
@@ -44,6 +52,26 @@ class InfluenceExample:
     # the context as passages (a retriever's list, or the context split by sentence or
     # paragraph): pieces whose concatenation is ``context`` (:mod:`.passages`); None: one piece
     passages: tuple[str, ...] | None = None
+    # the retrieved documents the passages came from, one per passage (:mod:`.documents`);
+    # None for passages given as strings or split from the context
+    documents: tuple[RetrievedDocument, ...] | None = None
+    # the logged answer's token ids (the ``response_ids`` field): scored exactly as given
+    response_ids: tuple[int, ...] | None = None
+
+    @property
+    def response_source(self) -> str:
+        """Where the scored answer came from: ``generated``, ``logged ids`` or ``logged text
+        (re-tokenised)``."""
+        if self.response_ids is not None:
+            return "logged ids"
+        return "generated" if self.response is None else "logged text (re-tokenised)"
+
+    def logged_ids(self, lm: LanguageModel) -> list[int]:
+        """The token ids of the logged answer: ``response_ids`` exactly as given, else the
+        ``response`` text re-tokenised (which may give other ids than the model generated)."""
+        if self.response_ids is not None:
+            return list(self.response_ids)
+        return lm.encode(self.response or "")
 
     @property
     def passage_texts(self) -> list[str]:
@@ -87,15 +115,22 @@ def load_hub_dataset(name: str, split: str = "test", limit: int | None = None
 
 def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | None = None,
                   template: str | None = None, limit: int | None = None,
-                  passages: str | None = None) -> list[InfluenceExample]:
+                  passages: str | None = None, log_format: str = "auto"
+                  ) -> list[InfluenceExample]:
     """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``,
     ``response`` (a logged answer, scored instead of generating one) and ``id`` from
     JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
     datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``).
 
     A row may give its context as ``passages``, a list of strings (joined by a blank line; it
-    then needs no ``context``, and wins over one). ``passages='sentence'`` or ``'paragraph'``
-    splits every other row's context into passages (:mod:`.passages`)."""
+    then needs no ``context``, and wins over one), or as ``documents``: what a retriever
+    returned, a list of strings, dicts (``text``, ``id``, ``source``, ``metadata``, ``score``)
+    or LangChain, LlamaIndex or Haystack documents (:mod:`.documents`), each kept with its id,
+    source, metadata, rank and score. Two documents with one id and different texts are refused.
+    ``passages='sentence'`` or ``'paragraph'`` splits every other row's context into passages
+    (:mod:`.passages`). A JSONL file of OpenInference spans (``log_format='openinference'``,
+    or recognised by its first line with ``'auto'``) gives one row per trace
+    (:mod:`.spans`); ``'rows'`` reads every file as rows."""
     if passages is not None and passages not in SPLITS:
         raise ConfigError(f"passages must be {' or '.join(SPLITS)}, not '{passages}'",
                           param="passages")
@@ -112,8 +147,13 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     if isinstance(data, str) and data in HUB_DATASETS and not Path(data).exists():
         return [_split(ex, passages) for ex in load_hub_dataset(data, limit=limit)]
     path = demo_path("influence.jsonl") if is_named(data, "demo") else data
-    rows = read_rows(path, rename=rename)
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not '{log_format}'",
+                          param="log_format")
+    spans = log_format == "openinference" or (log_format == "auto" and is_span_log(path))
+    rows = span_rows(path) if spans else read_rows(path, rename=rename)
     out = []
+    seen_ids: dict[str, str] = {}
     for k, row in enumerate(rows):
         ex_task = task if task != "auto" else str(row.get("task") or "qa")
         if ex_task not in ("custom", *TASK_TEMPLATES):
@@ -129,19 +169,95 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         response = row.get("response")
         if response is not None and not isinstance(response, str):
             raise InputError("must be a string", file=row.file, line=row.line, field="response")
+        logged_ids = _row_response_ids(row, query)
         raw_id = row.get("id")
         ex_id: str | int = str(k) if raw_id is None else example_id(raw_id, file=row.file,
                                                                    line=row.line)
         if isinstance(raw_id, int) and not isinstance(raw_id, bool):
             ex_id = raw_id  # the user's id as given: an integer id merges back as one
-        pieces = _row_passages(row)
+        docs = _row_documents(row, query, seen_ids)
+        pieces = list_pieces([d.text for d in docs]) if docs else _row_passages(row)
         context = "".join(pieces) if pieces else row.text("context")
         example = InfluenceExample(id=ex_id, context=context, query=query, reference=reference,
                                    task=ex_task, passages=tuple(pieces) if pieces else None,
-                                   response=response)
+                                   response=response, documents=docs,
+                                   response_ids=logged_ids)
         out.append(example if pieces else _split(example, passages))
     reject_duplicate_ids((ex.id, row.file, row.line) for ex, row in zip(out, rows))
     return out
+
+
+def _row_documents(row: Any, query: str, seen: dict[str, str]
+                   ) -> tuple[RetrievedDocument, ...] | None:
+    """The row's retrieved documents: its ``documents`` field, or a ``passages`` field that holds
+    more than strings (None for neither). Errors name the file, line, query, document and
+    field; ``seen`` (id -> text over the data set) refuses one id with two texts."""
+    name = "documents" if row.get("documents") is not None else "passages"
+    value = row.get(name)
+    if value is None or (name == "passages" and not is_document_list(value)):
+        return None
+    where = f"query {query!r}: " if query else ""
+    if not isinstance(value, (list, tuple)):
+        raise InputError(f"{where}must be a list of retrieved documents, got "
+                         f"{type(value).__name__}", file=row.file, line=row.line, field=name)
+    if not value:
+        raise InputError(f"{where}no documents: the retriever returned nothing",
+                         file=row.file, line=row.line, field=name)
+    docs = []
+    for rank, item in enumerate(value, start=1):
+        try:
+            docs.append(to_document(item, rank))
+        except DocumentProblem as exc:
+            field = name if exc.field == "documents" else f"{name}.{exc.field}"
+            raise InputError(f"{where}{exc}", file=row.file, line=row.line,
+                             field=field) from None
+    problem = duplicate_problem(docs, seen)
+    if problem:
+        raise InputError(where + problem, file=row.file, line=row.line, field=f"{name}.id")
+    return tuple(docs)
+
+
+def _row_response_ids(row: Any, query: str) -> tuple[int, ...] | None:
+    """The row's ``response_ids`` (a logged answer's token ids), checked to be a non-empty list
+    of integers ≥ 0; None without the field."""
+    value = row.get("response_ids")
+    if value is None:
+        return None
+    where = f"query {query!r}: " if query else ""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise InputError(f"{where}must be a non-empty list of token ids", file=row.file,
+                         line=row.line, field="response_ids")
+    for t, tok in enumerate(value, start=1):
+        if isinstance(tok, bool) or not isinstance(tok, int) or tok < 0:
+            raise InputError(f"{where}token {t} is {tok!r}, not a token id (an integer >= 0)",
+                             file=row.file, line=row.line, field="response_ids")
+    return tuple(value)
+
+
+def check_logged_ids(lm: LanguageModel, examples: Sequence[InfluenceExample]) -> None:
+    """Refuse a logged ``response_ids`` the model cannot have produced: an id outside its
+    vocabulary, or ids that do not decode (special tokens skipped, surrounding whitespace
+    stripped) to the row's ``response`` text where both are given. The error names the example,
+    its query and the field."""
+    for ex in examples:
+        if ex.response_ids is None:
+            continue
+        where = f"example {ex.id} (query {ex.query!r}): "
+        bad = [t for t in ex.response_ids if t >= lm.vocab_size]
+        if bad:
+            raise InputError(f"{where}token id {bad[0]} is outside the model's vocabulary "
+                             f"(size {lm.vocab_size}): were these ids made by another "
+                             "model's tokenizer?", field="response_ids")
+        if ex.response is not None:
+            text = lm.decode(list(ex.response_ids))
+            if text.strip() != ex.response.strip():
+                raise InputError(f"{where}the ids decode to {_clip(text)!r}, not the "
+                                 f"response {_clip(ex.response)!r}: give the ids the model "
+                                 "generated for that response", field="response_ids")
+
+
+def _clip(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[:n] + "..."
 
 
 def _row_passages(row: Any) -> list[str] | None:

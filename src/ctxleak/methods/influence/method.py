@@ -13,7 +13,12 @@ from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.influence.control import ControlCost, control_indices
-from ctxleak.methods.influence.data import InfluenceExample, load_examples, template_for
+from ctxleak.methods.influence.data import (
+    InfluenceExample,
+    check_logged_ids,
+    load_examples,
+    template_for,
+)
 from ctxleak.methods.influence.exposure import documents_summary
 from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
@@ -78,7 +83,8 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
         limit = self.common.limit
         examples = load_examples(data, task=self.params.task, rename=rename,
                                  template=self.params.template, limit=limit,
-                                 passages=self.params.passages)
+                                 passages=self.params.passages,
+                                 log_format=self.params.log_format)
         examples = examples[:limit] if limit is not None else examples
         # the control of example k: the nearest other document's context under k's query
         # (control.py)
@@ -97,6 +103,9 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
         return ItemIds(f"{ex.id}|{setting.key}", ex.id)
 
     def prepare(self, lm: LanguageModel, plan: Plan[Item, Examples], run: RunDir) -> Ready:
+        """Logged ``response_ids`` checked against the model (:func:`.data.check_logged_ids`)
+        before anything is measured."""
+        check_logged_ids(lm, plan.state.examples)
         return Ready(plan.state, lm)
 
     def batches(self, ready: Ready, items: Sequence[Item],
@@ -175,4 +184,4 @@ def _control(examples: Examples, ex: InfluenceExample) -> InfluenceExample | Non
     if other is None:
         return None
     return replace(ex, context=other.context, passages=other.passages, reference=None,
-                   id=other.id)
+                   id=other.id, documents=other.documents)

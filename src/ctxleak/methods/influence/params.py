@@ -11,6 +11,7 @@ from typing import Any
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.passages import SPLITS
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, settings_grid
+from ctxleak.methods.influence.spans import LOG_FORMATS
 from ctxleak.run.options import float_list, int_list
 from ctxleak.run.params import option
 from ctxleak.run.validate import (
@@ -90,6 +91,9 @@ class InfluenceParams:
         None, "Retrieved documents: the most leave-one-out influence (nats, summed over every "
         "answer whose context held the document) a document may have; those above it are "
         "listed as over the budget (the CLI then exits with status 3).")
+    log_format: str = option("auto", "How to read a data file: 'rows' (one example a line), "
+                             "'openinference' (OpenInference/OpenTelemetry spans as JSONL, one "
+                             "row per trace) or 'auto' (spans when the first line is one).")
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -121,6 +125,9 @@ class InfluenceParams:
                               f"'{self.passages}'", param="passages")
         if self.exposure_budget is not None:
             check_number(self.exposure_budget, "exposure_budget", minimum=0.0)
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not "
+                              f"'{self.log_format}'", param="log_format")
         if not isinstance(self.control, bool):
             raise ConfigError(f"control must be True or False, not {self.control!r}",
                               param="control")
@@ -168,7 +175,11 @@ class InfluenceParams:
                 "lambda": list(self.lambda_), "temperature": list(self.temperature),  # type: ignore[arg-type]
                 "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
                 "factkb_model": self.factkb_model, "redact": self.redact,
-                "passages": self.passages, "exposure_budget": self.exposure_budget,
+                "passages": self.passages,
+                # stored when set, so a run folder from before these options still resumes
+                **({} if self.log_format == "auto" else {"log_format": self.log_format}),
+                **({} if self.exposure_budget is None
+                   else {"exposure_budget": self.exposure_budget}),
                 **{k: v for k, v in options.__dict__.items() if k != "template"},
                 # one value as a number (as before sweeps), several as a list
                 "bounded_eps": (None if self.bounded_eps is None else self.bounded_eps[0]  # type: ignore[index]

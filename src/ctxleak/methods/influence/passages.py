@@ -28,14 +28,45 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 _PARAGRAPH_END = re.compile(r"\n[ \t]*\n\s*(?=\S)")
 
 
+#: Words that end in a period without ending the sentence (titles, "e.g.", "St.", "vs.").
+ABBREVIATIONS = frozenset({
+    "dr", "mr", "mrs", "ms", "prof", "st", "jr", "sr", "mt", "vs", "cf", "fig", "gen", "col",
+    "lt", "sgt", "capt", "rev", "hon", "e.g", "i.e", "approx", "dept", "univ"})
+_LAST_WORD = re.compile(r"([^\s(\[\"']+)\.$")
+_DOTTED = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")  # U.S, e.g, i.e, U.K
+
+
+def _ends_sentence(text: str, end: int) -> bool:
+    """Whether the ``.``, ``!`` or ``?`` just before ``end`` ends a sentence: not after an
+    abbreviation (:data:`ABBREVIATIONS`), an initial (``J.``), dotted letters (``U.S.``),
+    ``No.`` before a number, nor before a lower-case word; a period standing alone (``paris .
+    rome``, tokenised text) always ends one."""
+    if text[end - 1] != "." or end < 2 or text[end - 2].isspace():
+        return True
+    after = text[end:].lstrip()
+    if after[:1].islower():
+        return False
+    last = _LAST_WORD.search(text, 0, end)
+    if last is None:
+        return True
+    word = last.group(1)
+    if word.lower() in ABBREVIATIONS or _DOTTED.fullmatch(word):
+        return False
+    if len(word) == 1 and word.isupper():
+        return False  # an initial: J. R. R. Tolkien
+    return not (word == "No" and after[:1].isdigit())
+
+
 def split_context(text: str, mode: str) -> list[str]:
     """``text`` cut into pieces whose concatenation is ``text`` exactly: after each sentence end
-    (``.``, ``!``, ``?`` then whitespace) for ``sentence``, at blank lines for ``paragraph``. The
+    (``.``, ``!``, ``?`` then whitespace; not the period of an abbreviation, an initial or
+    ``U.S.``, :func:`_ends_sentence`) for ``sentence``, at blank lines for ``paragraph``. The
     whitespace between two pieces starts the second one."""
     if mode not in SPLITS:
         raise ValueError(f"unknown passage split '{mode}': use {' or '.join(SPLITS)}")
     pattern = _SENTENCE_END if mode == "sentence" else _PARAGRAPH_END
-    cuts = [m.start() for m in pattern.finditer(text)]
+    cuts = [m.start() for m in pattern.finditer(text)
+            if mode == "paragraph" or _ends_sentence(text, m.start())]
     bounds = [0, *cuts, len(text)]
     return [text[a:b] for a, b in zip(bounds, bounds[1:]) if text[a:b]]
 
@@ -65,5 +96,5 @@ def clip_spans(spans: Sequence[tuple[int, int]], length: int) -> list[tuple[int,
     return out
 
 
-__all__ = ["LIST_SEPARATOR", "SPLITS", "clip_spans", "list_pieces", "piece_spans",
+__all__ = ["ABBREVIATIONS", "LIST_SEPARATOR", "SPLITS", "clip_spans", "list_pieces", "piece_spans",
            "split_context"]

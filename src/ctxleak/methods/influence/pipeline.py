@@ -14,9 +14,7 @@ import numpy as np
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.influence.answers import own_answers, score_responses, scored_spans
-from ctxleak.methods.influence.cid import (
-    generate_cid_many,
-)
+from ctxleak.methods.influence.cid import generate_cid_many
 from ctxleak.methods.influence.control import (
     ControlCost,
     context_token_kinds,
@@ -24,6 +22,7 @@ from ctxleak.methods.influence.control import (
     per_token_fields,
 )
 from ctxleak.methods.influence.data import InfluenceExample, passage_spans, prompt_parts
+from ctxleak.methods.influence.documents import document_fields
 from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
 from ctxleak.methods.influence.metrics import (
     context_token_fraction,
@@ -78,7 +77,7 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
     (:mod:`.passages`). ``controls``: one control example per job (None: no control), whose
     context replaces the job's to score the same response (:mod:`.control`); ``cost`` adds up
     the control's forward passes and seconds."""
-    given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response is not None]
+    given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response_source != "generated"]
     if given:  # logged answers are scored, the others generated
         return _with_given(lm, jobs, options, given, hand_over_prefill, controls, cost)
     if _road(lm, jobs, options).name == ANSWERS:  # the model's own answers, sampled then scored
@@ -149,7 +148,8 @@ def _passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] |
                     values: Any) -> dict[str, Any]:
     """The passage fields of a record: each passage's text, token span and influence
     (Def. 3.1-3.2 with S = the passage, nats; None for a passage cut out of the context), and
-    the most influential one."""
+    the most influential one (``max_passage`` its number from 1, ``max_passage_id`` its name);
+    the documents' ids, sources, ranks and scores (:func:`.documents.document_fields`)."""
     it = iter(round_floats(values))
     influence = [None if s is None else next(it) for s in spans]
     known = [(v, j) for j, v in enumerate(influence) if v is not None]
@@ -157,8 +157,9 @@ def _passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] |
     return {"passages": example.passage_texts,
             "passage_spans": [None if s is None else list(s) for s in spans],
             "passage_influence": influence,
-            "max_passage": top[1] if top else None,
-            "max_passage_influence": top[0] if top else None}
+            "max_passage": top[1] + 1 if top else None,
+            "max_passage_influence": top[0] if top else None,
+            **document_fields(example.documents, len(spans), top[1] if top else None)}
 
 
 def _add_token_fields(records: list[dict[str, Any]], parts: Sequence[tuple[PromptParts, int]],
@@ -232,7 +233,7 @@ def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Settin
                           param="bounded_eps")
     mine = [jobs[k] for k in given]
     parts = _example_parts(lm, mine, options)
-    answers = [(lm.encode(ex.response or ""), False) for ex, _, _ in mine]
+    answers = [(ex.logged_ids(lm), False) for ex, _, _ in mine]
     scorer = score_responses if _road(lm, mine, options).name == ANSWERS else _score_in_process
     records = _scored_records(lm, mine, parts, answers, options, scorer,
                               None if controls is None else [controls[k] for k in given], cost)
@@ -417,7 +418,8 @@ def _record(lm: LanguageModel, example: InfluenceExample, setting: Setting, opti
     record: dict[str, Any] = {
         "setting": setting.key, "lambda": setting.lam, "temperature": setting.temperature,
         "context_tokens": len(parts.context), "context_truncated_by": dropped,
-        "seed": seed, "response": text, **response.response_fields(digits=6),
+        "seed": seed, "query": example.query, "response": text,
+        "response_source": example.response_source, **response.response_fields(digits=6),
         "context_token_fraction": context_token_fraction(ids, parts.context),
         "repeat": is_repeat(ids, parts.context, options.repeat_threshold),
         "rouge_context": rouge_l_f1(text, context_text),

@@ -1,0 +1,103 @@
+"""Production logs as the way in (Def. 3.1 of "Estimating Privacy Leakage of Augmented Contextual
+Knowledge in Language Models" with S = one retrieved document, on the deployed answer): a JSONL
+of turns is plain rows; OpenInference spans are recognised, grouped by trace id into one row
+each; a line of an unknown shape names the file, the line and what was expected."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import ctxleak
+from ctxleak.errors import ConfigError, InputError
+from ctxleak.methods.influence.data import load_examples
+
+QUERY = "what is the capital ?"
+
+
+def _span(trace, span_id, parent, kind, attributes, nested_trace=True):
+    where = {"context": {"trace_id": trace, "span_id": span_id}} if nested_trace \
+        else {"trace_id": trace, "span_id": span_id}
+    return {"name": kind.lower(), **where, "parent_id": parent,
+            "attributes": {"openinference.span.kind": kind, **attributes}}
+
+
+def _trace(trace, query, answer, docs, nested_trace=True):
+    retrieval = {f"retrieval.documents.{n}.document.{k}": v
+                 for n, doc in enumerate(docs) for k, v in doc.items()}
+    return [_span(trace, "r", None, "CHAIN", {"input.value": query, "output.value": answer},
+                  nested_trace),
+            _span(trace, "a", "r", "RETRIEVER", {"input.value": query, **retrieval},
+                  nested_trace),
+            _span(trace, "b", "r", "LLM", {"output.value": answer}, nested_trace)]
+
+
+def _write(path, spans):
+    path.write_text("".join(json.dumps(s) + "\n" for s in spans))
+    return path
+
+
+DOCS = [{"id": "kb-1", "content": "the capital of france is paris .",
+         "metadata": json.dumps({"source": "kb/geo.md"}), "score": 0.8},
+        {"id": "kb-2", "content": "berlin is in germany ."}]
+
+
+def test_openinference_spans_become_one_row_per_trace(tmp_path):
+    other = _trace("t2", json.dumps({"query": "where is berlin ?"}), "in germany",
+                   [DOCS[1]], nested_trace=False)
+    other[0]["attributes"]["input.mime_type"] = "application/json"
+    path = _write(tmp_path / "spans.jsonl", [*_trace("t1", QUERY, "paris", DOCS), *other])
+    a, b = load_examples(str(path))
+    assert (a.id, a.query, a.response) == ("t1", QUERY, "paris")
+    assert [(d.id, d.source, d.score, d.rank) for d in a.documents] == [
+        ("kb-1", "kb/geo.md", 0.8, 1), ("kb-2", None, None, 2)]
+    assert (b.id, b.query, b.response) == ("t2", "where is berlin ?", "in germany")
+    assert [d.text for d in b.documents] == ["berlin is in germany ."]
+    # nested attributes (as some exporters write them) read the same
+    nested = _trace("t1", QUERY, "paris", [])
+    nested[1]["attributes"]["retrieval"] = {"documents": [{"document": d} for d in DOCS]}
+    (c,) = load_examples(str(_write(tmp_path / "nested.jsonl", nested)))
+    assert [d.id for d in c.documents] == ["kb-1", "kb-2"]
+
+
+def test_a_span_log_is_measured_on_its_logged_answers(llama_lm, tmp_path):
+    path = _write(tmp_path / "spans.jsonl", _trace("t1", QUERY, "paris is", DOCS))
+    res = ctxleak.influence(llama_lm, str(path), max_new_tokens=3, min_new_tokens=0,
+                            progress=False, output=str(tmp_path / "run"))
+    (r,) = res.records
+    assert r["response_source"] == "logged text (re-tokenised)" and r["response"] == "paris is"
+    assert r["passage_ids"] == ["kb-1", "kb-2"] and r["passage_sources"] == ["kb/geo.md", None]
+
+
+def test_a_jsonl_of_turns_is_rows(tmp_path):
+    path = tmp_path / "turns.jsonl"
+    path.write_text(json.dumps({"query": QUERY, "documents": [d["content"] for d in DOCS],
+                                "response": "paris"}) + "\n")
+    (ex,) = load_examples(str(path))
+    assert ex.response_source == "logged text (re-tokenised)" and len(ex.documents) == 2
+    with pytest.raises(ConfigError) as info:
+        load_examples(str(path), log_format="otel")
+    assert info.value.param == "log_format"
+
+
+def test_a_line_of_unknown_shape_names_the_file_line_and_shape(tmp_path):
+    spans = _trace("t1", QUERY, "paris", DOCS)
+    path = tmp_path / "spans.jsonl"
+    path.write_text(json.dumps(spans[0]) + "\n" + json.dumps({"query": QUERY}) + "\n")
+    with pytest.raises(InputError) as info:
+        load_examples(str(path))
+    assert info.value.file == str(path) and info.value.line == 2
+    assert "OpenInference span" in str(info.value) and "trace_id" in str(info.value)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"query": QUERY, "context": "x"}) + "\n")
+    with pytest.raises(InputError) as info:  # forced, a file of rows is refused at line 1
+        load_examples(str(rows), log_format="openinference")
+    assert info.value.line == 1 and "expected an OpenInference span" in str(info.value)
+
+
+def test_a_trace_without_retrieval_says_the_retriever_returned_nothing(tmp_path):
+    path = _write(tmp_path / "spans.jsonl", _trace("t9", QUERY, "paris", []))
+    with pytest.raises(InputError) as info:
+        load_examples(str(path))
+    assert "the retriever returned nothing" in str(info.value) and info.value.line == 1
