@@ -77,9 +77,9 @@ def retrieve(retriever: Any, queries: Any) -> list[dict[str, Any]]:
     ``queries``: a list of strings, rows (dicts) with ``query`` and optional ``id``,
     ``reference``, ``response``, ``response_ids``, or a JSONL/CSV file of them.
 
-    Returns one row per query: its own fields, with ``documents`` the retriever's list in its
-    order (rank 1 first), each a dict with ``text``, ``id``, ``source``, ``metadata``,
-    ``rank`` and ``score``. A retriever that raises, returns nothing or returns something that
+    Returns one row per query: its own fields (``id``, where it has none, its number from 1),
+    with ``documents`` the retriever's list in its order (rank 1 first), each a dict with
+    ``text``, ``id``, ``source``, ``metadata``, ``rank`` and ``score``. A retriever that raises, returns nothing or returns something that
     is not a document is an :class:`~ctxleak.errors.InputError` naming the query.
     """
     call, kind = retriever_call(retriever)
@@ -105,7 +105,7 @@ def retrieve(retriever: Any, queries: Any) -> list[dict[str, Any]]:
         except DocumentProblem as exc:
             raise InputError(f"{where}the {kind} returned {exc}", file=file, line=line,
                              field=f"documents.{exc.field}") from None
-        out.append({**row, "documents": docs})
+        out.append({"id": str(line), **row, "documents": docs})  # unnamed: numbered from 1
     return out
 
 
