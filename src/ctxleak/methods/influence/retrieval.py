@@ -79,8 +79,9 @@ def retrieve(retriever: Any, queries: Any) -> list[dict[str, Any]]:
 
     Returns one row per query: its own fields (``id``, where it has none, its number from 1),
     with ``documents`` the retriever's list in its order (rank 1 first), each a dict with
-    ``text``, ``id``, ``source``, ``metadata``, ``rank`` and ``score``. A retriever that raises, returns nothing or returns something that
-    is not a document is an :class:`~ctxleak.errors.InputError` naming the query.
+    ``text``, ``id``, ``source``, ``metadata``, ``rank`` and ``score``. A retriever that
+    raises, returns nothing or returns something that is not a document is an
+    :class:`~ctxleak.errors.InputError` naming the query.
     """
     call, kind = retriever_call(retriever)
     out = []
