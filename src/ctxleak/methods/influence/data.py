@@ -118,7 +118,8 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
                   passages: str | None = None, log_format: str = "auto"
                   ) -> list[InfluenceExample]:
     """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``,
-    ``response`` (a logged answer, scored instead of generating one) and ``id`` from
+    ``response`` (a logged answer, scored instead of generating one), ``response_ids`` (its
+    token ids, scored exactly as given; :func:`check_logged_ids`) and ``id`` from
     JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
     datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``).
 
