@@ -87,6 +87,10 @@ class InfluenceParams:
                                   "'paragraph', and measure each passage's influence (left "
                                   "out, response scored); a row's own 'passages' list is used "
                                   "as it is.")
+    exposure_budget: float | None = option(
+        None, "Retrieved documents: the most leave-one-out influence (nats, summed over every "
+        "answer whose context held the document) a document may have; those above it are "
+        "listed as over the budget (the CLI then exits with status 3).")
     log_format: str = option("auto", "How to read a data file: 'rows' (one example a line), "
                              "'openinference' (OpenInference/OpenTelemetry spans as JSONL, one "
                              "row per trace) or 'auto' (spans when the first line is one).")
@@ -122,6 +126,8 @@ class InfluenceParams:
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not "
                               f"'{self.log_format}'", param="log_format")
+        if self.exposure_budget is not None:
+            check_number(self.exposure_budget, "exposure_budget", minimum=0.0)
         if not isinstance(self.control, bool):
             raise ConfigError(f"control must be True or False, not {self.control!r}",
                               param="control")
@@ -169,7 +175,7 @@ class InfluenceParams:
                 "lambda": list(self.lambda_), "temperature": list(self.temperature),  # type: ignore[arg-type]
                 "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
                 "factkb_model": self.factkb_model, "redact": self.redact,
-                "passages": self.passages,
+                "passages": self.passages, "exposure_budget": self.exposure_budget,
                 # stored when set, so a run folder from before log formats still resumes
                 **({} if self.log_format == "auto" else {"log_format": self.log_format}),
                 **{k: v for k, v in options.__dict__.items() if k != "template"},
