@@ -154,7 +154,7 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     spans = log_format == "openinference" or (log_format == "auto" and is_span_log(path))
     rows = span_rows(path) if spans else read_rows(path, rename=rename)
     out = []
-    seen_ids: dict[str, str] = {}
+    seen_ids: dict[str, tuple[str, str]] = {}
     for k, row in enumerate(rows):
         ex_task = task if task != "auto" else str(row.get("task") or "qa")
         if ex_task not in ("custom", *TASK_TEMPLATES):
@@ -188,11 +188,11 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     return out
 
 
-def _row_documents(row: Any, query: str, seen: dict[str, str]
+def _row_documents(row: Any, query: str, seen: dict[str, tuple[str, str]]
                    ) -> tuple[RetrievedDocument, ...] | None:
     """The row's retrieved documents: its ``documents`` field, or a ``passages`` field that holds
     more than strings (None for neither). Errors name the file, line, query, document and
-    field; ``seen`` (id -> text over the data set) refuses one id with two texts."""
+    field; ``seen`` (id -> (text, query) over the data set) refuses one id with two texts."""
     name = "documents" if row.get("documents") is not None else "passages"
     value = row.get(name)
     if value is None or (name == "passages" and not is_document_list(value)):
@@ -212,7 +212,7 @@ def _row_documents(row: Any, query: str, seen: dict[str, str]
             field = name if exc.field == "documents" else f"{name}.{exc.field}"
             raise InputError(f"{where}{exc}", file=row.file, line=row.line,
                              field=field) from None
-    problem = duplicate_problem(docs, seen)
+    problem = duplicate_problem(docs, seen, query)
     if problem:
         raise InputError(where + problem, file=row.file, line=row.line, field=f"{name}.id")
     return tuple(docs)
