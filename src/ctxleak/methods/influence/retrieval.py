@@ -24,7 +24,6 @@ from typing import Any
 
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.influence.documents import DocumentProblem, to_document
-from ctxleak.run.inputs import is_path
 from ctxleak.run.records import read_rows
 
 
@@ -54,8 +53,6 @@ def retriever_call(retriever: Any) -> tuple[Callable[[str], Any], str]:
 def query_rows(queries: Any) -> list[tuple[str, int, dict[str, Any]]]:
     """(file, line or position from 1, row) of each query: a list of strings, rows with ``query``
     (and optional ``id``, ``reference``...), or a JSONL/CSV file of such rows."""
-    if isinstance(queries, str) and not is_path(queries):
-        queries = [queries]
     if isinstance(queries, (list, tuple)):
         queries = [{"query": q} if isinstance(q, str) else q for q in queries]
     rows = read_rows(queries, required=("query",))
