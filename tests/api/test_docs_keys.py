@@ -90,8 +90,11 @@ def results(tmp_path_factory, llama_lm):
     flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
     quiet = {"progress": False}
     return {
-        "influence": ctxleak.influence(llama_lm, [{"id": "a", "context": "the capital of "
-                                                   "france is paris", "query": "the capital ?"}],
+        # a retrieved document as the context: the record has the passage fields too
+        "influence": ctxleak.influence(llama_lm, [{"id": "a", "query": "the capital ?",
+                                                   "documents": [{"text": "the capital of "
+                                                                  "france is paris",
+                                                                  "id": "d1", "source": "s"}]}],
                                        max_new_tokens=2, output=str(root / "i"), **quiet),
         "icl": ctxleak.iclinf(llama_lm, str(root / "train.jsonl"),
                               test_data=str(root / "test.jsonl"), shots=[1, 2], queries=1,

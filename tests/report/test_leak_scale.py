@@ -14,7 +14,7 @@ def _record(rid: str, passage_values: list[float], token_values: list[float]) ->
     return {"id": rid, "setting": "s", "influence": sum(token_values),
             "token_influence": token_values, "passage_influence": passage_values,
             "passage_spans": spans, "passages": ["p"] * len(passage_values),
-            "max_passage": 0, "max_passage_influence": max(passage_values),
+            "max_passage": 1, "max_passage_influence": max(passage_values),
             "response": "r", "control_influence": 0.5}
 
 

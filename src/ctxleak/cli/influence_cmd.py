@@ -115,6 +115,7 @@ def influence(
     from ctxleak.api import load_retriever, retrieve, run_params
     from ctxleak.cli.output import show
     from ctxleak.methods.influence.params import InfluenceParams
+    from ctxleak.results.influence import InfluenceResult
 
     params = InfluenceParams(task=task, template=template, fields=fields, lambda_=lambda_,
                              temperature=temperature, max_new_tokens=max_new_tokens,
@@ -127,7 +128,7 @@ def influence(
     rows = data if retriever is None else retrieve(load_retriever(retriever), data)
     result = run_params(params, common, rows)
     show(result)
-    if result.over_budget():
+    if isinstance(result, InfluenceResult) and result.over_budget():
         raise typer.Exit(OVER_BUDGET)
 
 

@@ -107,5 +107,6 @@ def test_one_id_with_two_texts_is_refused_across_the_data():
         load_examples(rows)
     assert info.value.line == 2 and info.value.field == "documents.id"
     assert "query 'b ?'" in str(info.value) and "document 2 (id 'd')" in str(info.value)
+    assert "retrieved for query 'a ?'" in str(info.value)  # where the first text came from
     rows[1]["documents"][1]["text"] = "one ."  # the same document retrieved again: fine
     assert len(load_examples(rows)) == 2

@@ -101,3 +101,21 @@ def test_a_trace_without_retrieval_says_the_retriever_returned_nothing(tmp_path)
     with pytest.raises(InputError) as info:
         load_examples(str(path))
     assert "the retriever returned nothing" in str(info.value) and info.value.line == 1
+
+
+def test_cli_log_format_flag(tiny_dir, tmp_path, capsys):
+    from conftest import run_cli
+
+    path = tmp_path / "spans.json"  # not .jsonl: only the flag makes it a span log
+    path.write_text("".join(json.dumps(s) + "\n" for s in _trace("t1", QUERY, "paris", DOCS)))
+    out = tmp_path / "run"
+    code, _, err = run_cli(["influence", "--model", tiny_dir, "--data", str(path),
+                            "--log-format", "openinference", "--max-new-tokens", "2",
+                            "--output", str(out)], capsys)
+    assert code == 0, err
+    (record,) = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert record["id"] == "t1" and record["passage_ids"] == ["kb-1", "kb-2"]
+    assert json.loads((out / "config.json").read_text())["log_format"] == "openinference"
+    code, _, err = run_cli(["influence", "--model", tiny_dir, "--data", str(path),
+                            "--log-format", "otel", "--output", str(tmp_path / "x")], capsys)
+    assert code == 2 and "--log-format" in err

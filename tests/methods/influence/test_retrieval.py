@@ -48,6 +48,7 @@ def test_each_retriever_shape_gives_rows_of_documents():
     rows = ctxleak.retrieve(search, ["where is berlin ?", {"query": "capital ?", "id": 7,
                                                             "reference": "paris"}])
     assert [r["query"] for r in rows] == ["where is berlin ?", "capital ?"]
+    assert rows[0]["id"] == "1"  # a query without an id: its number from 1
     assert rows[1]["id"] == 7 and rows[1]["reference"] == "paris"
     assert [d["id"] for d in rows[0]["documents"]] == ["de", "fr", "dr"]
     assert [d["rank"] for d in rows[0]["documents"]] == [1, 2, 3]

@@ -37,3 +37,9 @@ def test_pieces_always_concatenate_to_the_text(text, mode):
     pieces = split_context(text, mode)
     assert "".join(pieces) == text
     assert all(pieces)
+
+
+def test_a_lower_case_text_still_splits_at_each_period():
+    text = "the capital of france is paris . rome is in italy ."
+    assert [p.strip() for p in split_context(text, "sentence")] == [
+        "the capital of france is paris .", "rome is in italy ."]

@@ -118,7 +118,8 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
                   passages: str | None = None, log_format: str = "auto"
                   ) -> list[InfluenceExample]:
     """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``,
-    ``response`` (a logged answer, scored instead of generating one) and ``id`` from
+    ``response`` (a logged answer, scored instead of generating one), ``response_ids`` (its
+    token ids, scored exactly as given; :func:`check_logged_ids`) and ``id`` from
     JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
     datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``).
 
@@ -153,7 +154,7 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     spans = log_format == "openinference" or (log_format == "auto" and is_span_log(path))
     rows = span_rows(path) if spans else read_rows(path, rename=rename)
     out = []
-    seen_ids: dict[str, str] = {}
+    seen_ids: dict[str, tuple[str, str]] = {}
     for k, row in enumerate(rows):
         ex_task = task if task != "auto" else str(row.get("task") or "qa")
         if ex_task not in ("custom", *TASK_TEMPLATES):
@@ -187,11 +188,11 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     return out
 
 
-def _row_documents(row: Any, query: str, seen: dict[str, str]
+def _row_documents(row: Any, query: str, seen: dict[str, tuple[str, str]]
                    ) -> tuple[RetrievedDocument, ...] | None:
     """The row's retrieved documents: its ``documents`` field, or a ``passages`` field that holds
     more than strings (None for neither). Errors name the file, line, query, document and
-    field; ``seen`` (id -> text over the data set) refuses one id with two texts."""
+    field; ``seen`` (id -> (text, query) over the data set) refuses one id with two texts."""
     name = "documents" if row.get("documents") is not None else "passages"
     value = row.get(name)
     if value is None or (name == "passages" and not is_document_list(value)):
@@ -211,7 +212,7 @@ def _row_documents(row: Any, query: str, seen: dict[str, str]
             field = name if exc.field == "documents" else f"{name}.{exc.field}"
             raise InputError(f"{where}{exc}", file=row.file, line=row.line,
                              field=field) from None
-    problem = duplicate_problem(docs, seen)
+    problem = duplicate_problem(docs, seen, query)
     if problem:
         raise InputError(where + problem, file=row.file, line=row.line, field=f"{name}.id")
     return tuple(docs)

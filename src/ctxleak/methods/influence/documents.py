@@ -168,17 +168,18 @@ def describe(doc: RetrievedDocument) -> str:
     return f"document {doc.rank}" + (f" (id {doc.id!r})" if doc.id is not None else "")
 
 
-def duplicate_problem(docs: Sequence[RetrievedDocument],
-                      seen: dict[str, str]) -> str | None:
-    """The message for the first document whose id was seen (in ``seen``: id -> text, updated)
-    with another text; None when every id names one text."""
+def duplicate_problem(docs: Sequence[RetrievedDocument], seen: dict[str, tuple[str, str]],
+                      query: str = "") -> str | None:
+    """The message for the first document whose id was seen (``seen``: id -> (text, the query
+    it was retrieved for), updated) with another text; None when every id names one text."""
     for doc in docs:
         if doc.id is None:
             continue
-        known = seen.setdefault(doc.id, doc.text)
+        known, where = seen.setdefault(doc.id, (doc.text, query))
         if known != doc.text:
-            return (f"{describe(doc)} has the id of another document with a different text: "
-                    "give each document its own id")
+            first = f" (retrieved for query {where!r})" if where and where != query else ""
+            return (f"{describe(doc)} has the id of another document{first} with a different "
+                    "text: give each document its own id")
     return None
 
 

@@ -39,13 +39,10 @@ _DOTTED = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")  # U.S, e.g, i.e, U.K
 def _ends_sentence(text: str, end: int) -> bool:
     """Whether the ``.``, ``!`` or ``?`` just before ``end`` ends a sentence: not after an
     abbreviation (:data:`ABBREVIATIONS`), an initial (``J.``), dotted letters (``U.S.``),
-    ``No.`` before a number, nor before a lower-case word; a period standing alone (``paris .
-    rome``, tokenised text) always ends one."""
-    if text[end - 1] != "." or end < 2 or text[end - 2].isspace():
+    nor ``No.`` before a number (a lower-case text's sentences still end at each period)."""
+    if text[end - 1] != ".":
         return True
     after = text[end:].lstrip()
-    if after[:1].islower():
-        return False
     last = _LAST_WORD.search(text, 0, end)
     if last is None:
         return True

@@ -24,7 +24,6 @@ from typing import Any
 
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.influence.documents import DocumentProblem, to_document
-from ctxleak.run.inputs import is_path
 from ctxleak.run.records import read_rows
 
 
@@ -54,8 +53,6 @@ def retriever_call(retriever: Any) -> tuple[Callable[[str], Any], str]:
 def query_rows(queries: Any) -> list[tuple[str, int, dict[str, Any]]]:
     """(file, line or position from 1, row) of each query: a list of strings, rows with ``query``
     (and optional ``id``, ``reference``...), or a JSONL/CSV file of such rows."""
-    if isinstance(queries, str) and not is_path(queries):
-        queries = [queries]
     if isinstance(queries, (list, tuple)):
         queries = [{"query": q} if isinstance(q, str) else q for q in queries]
     rows = read_rows(queries, required=("query",))
@@ -77,10 +74,11 @@ def retrieve(retriever: Any, queries: Any) -> list[dict[str, Any]]:
     ``queries``: a list of strings, rows (dicts) with ``query`` and optional ``id``,
     ``reference``, ``response``, ``response_ids``, or a JSONL/CSV file of them.
 
-    Returns one row per query: its own fields, with ``documents`` the retriever's list in its
-    order (rank 1 first), each a dict with ``text``, ``id``, ``source``, ``metadata``,
-    ``rank`` and ``score``. A retriever that raises, returns nothing or returns something that
-    is not a document is an :class:`~ctxleak.errors.InputError` naming the query.
+    Returns one row per query: its own fields (``id``, where it has none, its number from 1),
+    with ``documents`` the retriever's list in its order (rank 1 first), each a dict with
+    ``text``, ``id``, ``source``, ``metadata``, ``rank`` and ``score``. A retriever that
+    raises, returns nothing or returns something that is not a document is an
+    :class:`~ctxleak.errors.InputError` naming the query.
     """
     call, kind = retriever_call(retriever)
     out = []
@@ -105,7 +103,7 @@ def retrieve(retriever: Any, queries: Any) -> list[dict[str, Any]]:
         except DocumentProblem as exc:
             raise InputError(f"{where}the {kind} returned {exc}", file=file, line=line,
                              field=f"documents.{exc.field}") from None
-        out.append({**row, "documents": docs})
+        out.append({"id": str(line), **row, "documents": docs})  # unnamed: numbered from 1
     return out
 
 

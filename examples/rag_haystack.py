@@ -1,0 +1,26 @@
+"""Audit a Haystack RAG pipeline where it lives: the retriever component run for each query,
+every document's leave-one-out influence on the answer measured (Def. 3.1 of "Estimating
+Privacy Leakage of Augmented Contextual Knowledge in Language Models", S = one document), with
+the retriever's BM25 score beside it.
+
+Run: python examples/rag_haystack.py   (needs pip install "ctxleak[rag]")
+"""
+
+from __future__ import annotations
+
+from haystack import Document
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+from rag_documents import DOCUMENTS, QUERIES, show
+
+import ctxleak
+
+store = InMemoryDocumentStore()
+store.write_documents([Document(content=text, id=doc_id, meta={"source": source})
+                       for doc_id, source, text in DOCUMENTS])
+retriever = InMemoryBM25Retriever(document_store=store, top_k=2)
+
+result = ctxleak.influence("default", QUERIES, retriever=retriever, max_new_tokens=16,
+                           temperature=0.3, progress=False)
+show(result)
+print("BM25 scores:", [r["passage_scores"] for r in result.records])
