@@ -100,6 +100,9 @@ CASES = {
         # pathological files
         (["--data", "/dev/zero"], ["/dev/zero", "character device", "not a regular file"]),
         (["--data", "{fifo.jsonl}"], ["{fifo.jsonl}", "pipe", "not a regular file"]),
+        # a span log is sniffed only when it is a regular file (a pipe would block the sniff)
+        (["--data", "{fifo.jsonl}", "--log-format", "openinference"],
+         ["{fifo.jsonl}", "pipe", "not a regular file"]),
         (["--data", "{deep.jsonl}"], ["{deep.jsonl}:2", "nested", "1,000 levels"]),
         (["--data", "{no_end.jsonl}"], ["{no_end.jsonl}:2", "input limit of 500,000 bytes"]),
         (["--data", "{array.jsonl}"], ["{array.jsonl}:2", "JSON object, got an array"]),

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.errors import InputError
-from ctxleak.run.records import Row
+from ctxleak.run.records import Row, check_input_file
 
 #: The log formats a data file may be read as.
 LOG_FORMATS = ("auto", "rows", "openinference")
@@ -38,9 +38,12 @@ def trace_id(span: Any) -> str | None:
 
 
 def is_span_log(path: Any) -> bool:
-    """Whether ``path`` is a JSONL file whose first object is an OpenInference span."""
+    """Whether ``path`` is a JSONL file whose first object is an OpenInference span. Only a
+    regular file is opened: a pipe would block here (and is refused where rows are read)."""
     if not isinstance(path, (str, Path)) or Path(path).suffix.lower() not in (".jsonl",
                                                                               ".ndjson"):
+        return False
+    if not Path(path).is_file():
         return False
     try:
         with open(path, encoding="utf-8") as handle:
@@ -110,7 +113,7 @@ def span_rows(path: str | Path) -> list[Row]:
     """One row per trace of an OpenInference span log (see the module), named by the file and
     the line of the trace's first span. A line that is not a span is an
     :class:`~ctxleak.errors.InputError` naming the file, the line and what was expected."""
-    where = str(path)
+    where = str(check_input_file(path))
     traces: dict[str, list[tuple[int, dict[str, Any], Mapping[str, Any]]]] = {}
     with open(path, encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, start=1):
