@@ -50,8 +50,11 @@ def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if control.get("enabled"):
             row["above control"] = (control.get("above_control") or {}).get("mean")
             row["leak beyond control"] = f"{len(control.get('flagged') or [])}/{control['n']}"
-        row.update({"ROUGE-L": (s["rouge_l"] or {}).get("mean"),
-                    "Repeat": s["repeat_prompts"], "Rouge": s["rouge_prompts"]})
+        row["ROUGE-L"] = (s["rouge_l"] or {}).get("mean")
+        for key, label in (("f1", "F1"), ("exact_match", "EM")):  # where references exist
+            if any(x.get(key) for x in summaries):
+                row[label] = (s.get(key) or {}).get("mean")
+        row.update({"Repeat": s["repeat_prompts"], "Rouge": s["rouge_prompts"]})
         if "max_window_influence" in s:
             row["max n-gram"] = s["max_window_influence"]["mean"]
         if "composed_eps" in s:
@@ -180,7 +183,7 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
                                  caption="|log p̄(y_t|D) − log p(y_t|∅)| per response token")
     report.add_heading("Examples")
     report.add_table([{"id": r["id"], "setting": r["setting"], "influence": r["influence"],
-                       "ROUGE-L": r.get("rouge_l"), "repeat": r["repeat"],
+                       "ROUGE-L": r.get("rouge_l"), "F1": r.get("f1"), "repeat": r["repeat"],
                        "response": report.clean(r["response"])[:300]} for r in records[:200]])
     return report
 

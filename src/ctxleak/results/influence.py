@@ -140,7 +140,7 @@ class InfluenceResult(Result):
                                           "control.influence", "control.above_control",
                                           "control.above_control_per_token")
           for k in ("n", "mean", "median", "std", "ci_low", "ci_high")),
-        "settings.*.rouge_l.mean",
+        "settings.*.rouge_l.mean", "settings.*.exact_match.mean", "settings.*.f1.mean",
         "settings.*.max_window_influence.mean", "settings.*.composed_eps.mean",
         "settings.*.quality.*.value", "settings.*.per_position_influence.*",
         "settings.*.per_window_influence.*",

@@ -44,6 +44,13 @@ class InfluenceExample:
     # the context as passages (a retriever's list, or the context split by sentence or
     # paragraph): pieces whose concatenation is ``context`` (:mod:`.passages`); None: one piece
     passages: tuple[str, ...] | None = None
+    # every reference answer where the row gives a list (``reference`` is the first)
+    references: tuple[str, ...] = ()
+
+    @property
+    def all_references(self) -> tuple[str, ...]:
+        """The reference answers utility is scored against (the best one counts)."""
+        return self.references or ((self.reference,) if self.reference else ())
 
     @property
     def passage_texts(self) -> list[str]:
@@ -52,6 +59,19 @@ class InfluenceExample:
 
 
 HUB_DATASETS = ("cnn_dailymail", "pubmedqa")
+
+#: The bundled demo sets by name: ``demo`` (news summaries and questions, whose answers depend
+#: little on the context) and ``demo-qa`` (questions about private facts whose answers are only
+#: in the document: utility falls when the context's influence is lowered).
+DEMO_SETS = {"demo": "influence.jsonl", "demo-qa": "rag_qa.jsonl"}
+
+
+def resolve_data(data: Any) -> Any:
+    """A demo set's bundled file for its name (:data:`DEMO_SETS`); any other ``data`` as is."""
+    for name, file in DEMO_SETS.items():
+        if is_named(data, name):
+            return demo_path(file)
+    return data
 
 
 def load_hub_dataset(name: str, split: str = "test", limit: int | None = None
@@ -88,9 +108,10 @@ def load_hub_dataset(name: str, split: str = "test", limit: int | None = None
 def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | None = None,
                   template: str | None = None, limit: int | None = None,
                   passages: str | None = None) -> list[InfluenceExample]:
-    """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``,
-    ``response`` (a logged answer, scored instead of generating one) and ``id`` from
-    JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
+    """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``
+    (a string, or a list of acceptable answers), ``response`` (a logged answer, scored instead
+    of generating one) and ``id`` from JSONL/CSV, the bundled demo sets with ``data='demo'`` or
+    ``'demo-qa'`` (:data:`DEMO_SETS`), or the paper's
     datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``).
 
     A row may give its context as ``passages``, a list of strings (joined by a blank line; it
@@ -111,8 +132,7 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
             raise ConfigError("template must contain the slot {context}", param="template")
     if isinstance(data, str) and data in HUB_DATASETS and not Path(data).exists():
         return [_split(ex, passages) for ex in load_hub_dataset(data, limit=limit)]
-    path = demo_path("influence.jsonl") if is_named(data, "demo") else data
-    rows = read_rows(path, rename=rename)
+    rows = read_rows(resolve_data(data), rename=rename)
     out = []
     for k, row in enumerate(rows):
         ex_task = task if task != "auto" else str(row.get("task") or "qa")
@@ -123,9 +143,7 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         if ex_task == "qa" and not query.strip():
             raise InputError("is empty (a qa example needs a question)", file=row.file,
                              line=row.line, field="query")
-        reference = row.get("reference")
-        if reference is not None and not isinstance(reference, str):
-            raise InputError("must be a string", file=row.file, line=row.line, field="reference")
+        reference, references = _references(row)
         response = row.get("response")
         if response is not None and not isinstance(response, str):
             raise InputError("must be a string", file=row.file, line=row.line, field="response")
@@ -137,11 +155,25 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         pieces = _row_passages(row)
         context = "".join(pieces) if pieces else row.text("context")
         example = InfluenceExample(id=ex_id, context=context, query=query, reference=reference,
+                                   references=references,
                                    task=ex_task, passages=tuple(pieces) if pieces else None,
                                    response=response)
         out.append(example if pieces else _split(example, passages))
     reject_duplicate_ids((ex.id, row.file, row.line) for ex, row in zip(out, rows))
     return out
+
+
+def _references(row: Any) -> tuple[str | None, tuple[str, ...]]:
+    """The row's ``reference``: a string, or a list of acceptable answers (scored against the
+    best); (first, all), checked."""
+    value = row.get("reference")
+    if value is None or isinstance(value, str):
+        return value, ()
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) and v.strip()
+                                                          for v in value):
+        return value[0], tuple(value)
+    raise InputError("must be a string or a non-empty list of non-empty strings (acceptable "
+                     "answers)", file=row.file, line=row.line, field="reference")
 
 
 def _row_passages(row: Any) -> list[str] | None:

@@ -13,7 +13,12 @@ from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.influence.control import ControlCost, control_indices
-from ctxleak.methods.influence.data import InfluenceExample, load_examples, template_for
+from ctxleak.methods.influence.data import (
+    InfluenceExample,
+    load_examples,
+    resolve_data,
+    template_for,
+)
 from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
 from ctxleak.methods.influence.quality import quality_scores
@@ -21,10 +26,10 @@ from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
 from ctxleak.methods.influence.summary import summarize_setting
 from ctxleak.methods.influence.verdict import run_verdict
-from ctxleak.run.inputs import describe, is_named
+from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions
-from ctxleak.run.records import demo_path, parse_mapping
+from ctxleak.run.records import parse_mapping
 from ctxleak.run.rundir import RunDir
 
 __all__ = ["InfluenceMethod", "InfluenceParams", "parse_ngram"]
@@ -86,8 +91,7 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
                           for c in control_indices([ex.context for ex in examples])])
         return Plan(items=[(setting, ex) for setting in self.grid for ex in examples],
                     config={"data": describe(data), **self.params.to_config()}, state=state,
-                    inputs={"data": demo_path("influence.jsonl") if is_named(data, "demo")
-                            else data})
+                    inputs={"data": resolve_data(data)})
 
     def ids(self, item: Item) -> ItemIds:
         """The key names the setting too; the id is the example's own (its setting is in the
@@ -169,4 +173,4 @@ def _control(examples: Examples, ex: InfluenceExample) -> InfluenceExample | Non
     if other is None:
         return None
     return replace(ex, context=other.context, passages=other.passages, reference=None,
-                   id=other.id)
+                   references=(), id=other.id)
