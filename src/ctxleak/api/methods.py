@@ -33,7 +33,10 @@ from ctxleak.results import (
 
 @keywords
 @documented(method_docs(InfluenceParams, ('A JSONL/CSV/Parquet path with context, query and '
-                                          'optional reference and id fields, ``demo``, a '
+                                          'optional reference (a string or a list of '
+                                          'acceptable answers) and id fields, ``demo``, '
+                                          '``demo-qa`` (questions answered only by their '
+                                          'private document), a '
                                           'list of dicts, a pandas DataFrame or a '
                                           '``datasets.Dataset``.')),
             RETURNS_DOC + " " + ('Influence is in nats (natural logarithms), summed over the '

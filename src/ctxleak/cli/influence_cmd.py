@@ -27,8 +27,11 @@ influence_app = typer.Typer(help="Context influence (Estimating Privacy Leakage 
 def influence(
     ctx: typer.Context,
     data: str = typer.Option("demo", "--data", "-d", help="JSONL/CSV with context, query and "
-                             "optional reference and id fields, 'demo' (bundled set), or "
-                             "cnn_dailymail / pubmedqa (needs the datasets package and network)."),
+                             "optional reference (a string or a list of acceptable answers) and id "
+                             "fields, 'demo' (bundled set), 'demo-qa' (bundled questions whose "
+                             "answers are only in their private document: F1 and exact match "
+                             "show what lowering λ costs), or cnn_dailymail / pubmedqa (needs "
+                             "the datasets package and network)."),
     task: str = typer.Option("auto", "--task", help="qa, summarization, custom (needs "
                              "--template) or auto (each example's 'task' field, else qa)."),
     template: Optional[str] = typer.Option(None, "--template", help="Prompt template with "

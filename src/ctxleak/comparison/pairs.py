@@ -85,7 +85,13 @@ PAIRINGS: dict[str, Pairing] = {
         quantities=(
             Quantity("influence", "nats, summed over the response", _get("influence")),
             Quantity("influence per token", "nats per response token", _per_token),
-            Quantity("max n-gram influence", "nats", _get("max_window_influence"))),
+            Quantity("max n-gram influence", "nats", _get("max_window_influence")),
+            # the utility a setting keeps: against the example's references (SQuAD's token F1
+            # and exact match, ROUGE-L F1), the cost of a mitigation read per example
+            Quantity("F1", "token F1 against the references (0-1)", _get("f1")),
+            Quantity("exact match", "1 = the answer equals a reference, 0 = not",
+                     _exact),
+            Quantity("ROUGE-L", "ROUGE-L F1 against the references (0-1)", _get("rouge_l"))),
         sweeps=("lambda", "temperature", "context_sizes")),
     "icl": Pairing(
         setting=lambda r: (("shots", r.get("shots")),),

@@ -72,12 +72,12 @@ def paired_difference(left: Sequence[dict[str, Any]], right: Sequence[dict[str, 
     scored (matched by ``id``), with the BCa bootstrap interval of the mean difference
     (:func:`~ctxleak.methods.stats.bootstrap_ci`; ``None`` with ``ci_reason`` below its n).
     E.g. the records at λ = 1 against those at λ = 0: the utility lowering λ costs."""
-    right_by_id = {r["id"]: r.get(key) for r in right}
-    diffs = [float(r[key]) - float(right_by_id[r["id"]]) for r in left
-             if r.get(key) is not None and right_by_id.get(r["id"]) is not None]
+    right_by_id = {r["id"]: float(r[key]) for r in right if r.get(key) is not None}
+    diffs = [float(r[key]) - right_by_id[r["id"]] for r in left
+             if r.get(key) is not None and r["id"] in right_by_id]
     low, high, reason = bootstrap_ci(diffs, level=level, seed=seed)
     return {"quantity": key, "pairs": len(diffs),
-            "mean difference": sum(diffs) / len(diffs) if diffs else None,
+            "mean_difference": sum(diffs) / len(diffs) if diffs else None,
             "ci_low": low, "ci_high": high, "ci_reason": reason,
             "excludes_zero": None if low is None or high is None else (low > 0 or high < 0)}
 
