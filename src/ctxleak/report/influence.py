@@ -12,6 +12,7 @@ from ctxleak.methods.influence.units import reading
 from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import print_closing, print_rows
+from ctxleak.report.frontier import frontier_section, print_frontier
 from ctxleak.report.leakmap import add_leak_section, add_record_map, explain_map
 from ctxleak.report.redaction import names_in
 
@@ -145,7 +146,8 @@ def sweep_plots(summaries: Sequence[dict[str, Any]]) -> dict[str, bytes]:
 
 def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
                      images: dict[str, bytes], meta: dict[str, Any], token_strings=None,
-                     redact: bool | None = None, tokens_of: Any = None) -> Report:
+                     redact: bool | None = None, tokens_of: Any = None,
+                     frontier: dict[str, Any] | None = None) -> Report:
     """The HTML report of an influence run: summary table, where the context leaked (ranked
     examples and passages, one leak map per example, when ``tokens_of(i)`` gives record i's
     context and response tokens), plots, examples. ``redact``: mask PII (with the names found
@@ -157,6 +159,7 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
     report.add_table(table_rows(summaries))
     report.add_text(UNITS_NOTE)
+    frontier_section(report, frontier)  # a sweep's: which λ or ε to choose
     control_section(report, summaries, records)
     passages_section(report, summaries)
     tokens_section(report, summaries, records)
@@ -340,9 +343,10 @@ def example_fragment(record: dict[str, Any], *, redact: bool | None = None) -> s
     return report.fragment()
 
 
-def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bool = False) -> None:
-    """The console table of an influence run (nats), the control and the top passages, and
-    where its files are."""
+def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bool = False,
+                    frontier: dict[str, Any] | None = None) -> None:
+    """The console table of an influence run (nats), the control and the top passages, a
+    sweep's privacy–utility frontier, and where its files are."""
     print_rows(table_rows(summaries), title="Expected context influence, nats per response "
                "(Def. 3.3)", plain=plain)
     console = make_console(plain)
@@ -358,6 +362,7 @@ def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bo
             listed = "; ".join(f"{p['id']} passage {p['passage']} {p['influence']:.3g} nats"
                                for p in top)
             console.print(f"top passages{_label(summaries, s)}: {listed}", markup=False)
+    print_frontier(frontier, plain=plain)
     print_closing(path, plain)
 
 

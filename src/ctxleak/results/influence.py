@@ -9,6 +9,7 @@ from typing import Any
 
 from ctxleak.methods.influence.checks import CHECKS
 from ctxleak.methods.influence.control import user_id
+from ctxleak.methods.influence.frontier import COLUMNS, KEEP, frontier
 from ctxleak.methods.influence.units import UNITS, likelihood_ratio
 from ctxleak.report.views import INFLUENCE
 from ctxleak.results.base import Result
@@ -118,6 +119,21 @@ class InfluenceResult(Result):
                              "rank": ranks[j]})
         return self._frame(rows, ["id", "setting", "lambda", "temperature", "passage", "text",
                                   "start", "end", "influence", "rank"])
+
+    def frontier(self, keep: float = KEEP) -> Any:
+        """The privacy–utility frontier, one row per setting (:mod:`~ctxleak.methods.influence.
+        frontier`): privacy loss (influence above the control per token, nats, with its
+        interval), bounded CID's ε per response, utility (F1, else ROUGE-L) and its paired
+        difference to λ = 1, and ``pareto``; ``frame.attrs`` holds the ``recommendation`` (the
+        setting with the least privacy loss keeping ``keep`` of the best utility)."""
+        got = self.summary.get("frontier")
+        if not got or got.get("keep") != keep:  # a single setting's run, or another share
+            got = frontier(self.summary.get("settings") or [], self.records, keep=keep,
+                           seed=int(self.config.get("seed") or 0))
+        frame = self._frame(list(got["rows"]), list(COLUMNS))
+        frame.attrs.update({k: got.get(k) for k in ("privacy", "privacy_unit", "privacy_note",
+                                                    "utility", "keep", "recommendation")})
+        return frame
 
     def example(self, example_id: str, setting: str | None = None) -> ExampleView:
         """One example (its own ``id``; ``setting`` picks one of a sweep, default the first):

@@ -19,6 +19,7 @@ from ctxleak.methods.influence.data import (
     resolve_data,
     template_for,
 )
+from ctxleak.methods.influence.frontier import frontier
 from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
 from ctxleak.methods.influence.quality import quality_scores
@@ -158,7 +159,10 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
                     [r["response"] for r in rows], references,
                     [ex.context for ex in examples_of], bertscore_model, factkb_model)
                 summaries.append(summary)
-        return {"verdict": run_verdict(summaries), "settings": summaries}
+        out = {"verdict": run_verdict(summaries), "settings": summaries}
+        if len(summaries) > 1:  # a sweep: which setting keeps utility at least privacy loss
+            out["frontier"] = frontier(summaries, records, seed=self.common.seed)
+        return out
 
     def provenance(self, lm: LanguageModel, ready: Ready) -> dict[str, Any]:
         return {"prompt_templates": {ex.task: template_for(ex, self.options.template)
