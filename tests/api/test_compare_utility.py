@@ -43,3 +43,14 @@ def test_runs_without_references_show_no_utility_rows():
         r["exact_match"] = None
     (c,), _ = pair_runs("influence", [a, b])
     assert {s["quantity"] for s in c.stats} == {"influence", "influence per token"}
+
+
+def test_a_bounded_eps_sweep_pairs_each_eps_as_its_own_side():
+    plain = _records(1.0, F1_HIGH)
+    bounded = _records(1.0, F1_LOW)
+    for r in bounded:
+        r["eps"], r["key"] = 2.0, r["key"] + ",eps=2"
+    (c,), why = pair_runs("influence", [_run(plain + bounded, [1.0])])
+    assert why == "" and c.label == "bounded ε = none vs bounded ε = 2"
+    by = {s["quantity"]: s for s in c.stats}
+    assert by["F1"]["pairs"] == 6 and by["F1"]["mean difference"] == pytest.approx(3.5 / 6)

@@ -79,8 +79,10 @@ def _exact(r: dict[str, Any]) -> float | None:
 
 PAIRINGS: dict[str, Pairing] = {
     "influence": Pairing(
+        # bounded CID's ε per token splits sides too: λ = 1 plain and λ = 1 at ε = 2 differ
         setting=lambda r: (("λ", r.get("lambda")), ("T", r.get("temperature")),
-                           ("context", _context(r))),
+                           ("context", _context(r)),
+                           ("bounded ε", "none" if r.get("eps") is None else r["eps"])),
         unit=lambda r: (("id", r["id"]),),
         quantities=(
             Quantity("influence", "nats, summed over the response", _get("influence")),
@@ -92,7 +94,7 @@ PAIRINGS: dict[str, Pairing] = {
             Quantity("exact match", "1 = the answer equals a reference, 0 = not",
                      _exact),
             Quantity("ROUGE-L", "ROUGE-L F1 against the references (0-1)", _get("rouge_l"))),
-        sweeps=("lambda", "temperature", "context_sizes")),
+        sweeps=("lambda", "temperature", "context_sizes", "bounded_eps")),
     "icl": Pairing(
         setting=lambda r: (("shots", r.get("shots")),),
         unit=lambda r: (("id", r["id"]),),
