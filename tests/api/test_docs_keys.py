@@ -90,9 +90,12 @@ def results(tmp_path_factory, llama_lm):
     flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
     quiet = {"progress": False}
     return {
+        # a sweep of two λ, so that its summary has the frontier too
         "influence": ctxleak.influence(llama_lm, [{"id": "a", "context": "the capital of "
-                                                   "france is paris", "query": "the capital ?"}],
-                                       max_new_tokens=2, output=str(root / "i"), **quiet),
+                                                   "france is paris", "query": "the capital ?",
+                                                   "reference": "paris"}],
+                                       lambda_=[0.5, 1], max_new_tokens=2,
+                                       output=str(root / "i"), **quiet),
         "icl": ctxleak.iclinf(llama_lm, str(root / "train.jsonl"),
                               test_data=str(root / "test.jsonl"), shots=[1, 2], queries=1,
                               format=flags["--format"], instruction=flags["--instruction"],

@@ -56,7 +56,7 @@ def frontier_plots(front: dict[str, Any] | None) -> dict[str, bytes]:
     title = "Utility against privacy loss, one point per setting"
     title += "\nbars: 95% bootstrap CI; filled: Pareto front" if bars else "\nfilled: Pareto front"
     return {FRONTIER_PNG: plots.frontier_plot(
-        points, title=title, xlabel=f"{front['privacy']} (nats per token)",
+        points, title=title, xlabel=f"{front['privacy']} (nats)",
         ylabel=str(front["utility"]))}
 
 

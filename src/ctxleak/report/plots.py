@@ -215,6 +215,7 @@ def frontier_plot(points: Sequence[Mapping[str, Any]], *, title: str, xlabel: st
                     markerfacecolor=_PALETTE[0] if marked else "white")
             ax.annotate(_t(p.get("label", "")), (x, y), textcoords="offset points",
                         xytext=(5, 5), fontsize="small")
+        ax.margins(0.15)  # room for the labels of the outermost points
         front = sorted((float(p["x"]), float(p["y"])) for p in pts if p.get("marked"))
         if len(front) > 1:
             ax.plot([a for a, _ in front], [b for _, b in front], color=_PALETTE[0],
