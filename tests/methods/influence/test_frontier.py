@@ -194,3 +194,17 @@ def test_a_sweep_has_its_frontier_in_the_summary_frame_console_and_report(llama_
     single = ctxleak.influence(llama_lm, DOCS, max_new_tokens=4, min_new_tokens=0,
                                progress=False, output=str(tmp_path / "one"))
     assert "frontier" not in single.summary and len(single.frontier()) == 1
+
+
+def test_a_stored_frontier_out_of_range_is_named():
+    from ctxleak.methods.influence.checks import CHECKS
+
+    front = frontier([_setting(k) for k in F1], _records())
+    assert CHECKS.summary_problem({"frontier": front}) is None
+    front["rows"][1]["utility"] = 1.5
+    problem = CHECKS.summary_problem({"frontier": front})
+    assert problem == ("summary.frontier.rows[1].utility",
+                       "must be in [0, 1] (a probability), got 1.5")
+    front["rows"][1]["utility"] = 0.5
+    front["rows"][0]["utility_difference"] = -1.2
+    assert "utility_difference" in str(CHECKS.summary_problem({"frontier": front}))

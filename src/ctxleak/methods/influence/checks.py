@@ -149,5 +149,10 @@ CHECKS = RecordChecks(
     summary=(count("settings.*.n"), Bound("settings.*.lambda", 0, None, "CID's λ"),
              Bound("settings.*.temperature", 0, None, "a temperature", open_low=True),
              Bound("settings.*.influence.mean", 0, None, NATS),
-             *(probability(f"settings.*.{k}.mean") for k in ("rouge_l", "exact_match", "f1"))),
+             *(probability(f"settings.*.{k}.mean") for k in ("rouge_l", "exact_match", "f1")),
+             # a sweep's frontier: utility a score in [0, 1], its difference in [-1, 1]
+             *(probability(f"frontier.rows.*.{k}") for k in ("utility", "utility_ci_low",
+                                                             "utility_ci_high")),
+             Bound("frontier.rows.*.utility_difference", -1, 1, "a difference of two scores"),
+             nonnegative("frontier.rows.*.eps_guarantee", "ε")),
 )
