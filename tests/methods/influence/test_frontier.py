@@ -6,7 +6,10 @@ as a frame, on the console and in the HTML report."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from conftest import run_cli
 
 import ctxleak
 from ctxleak.methods.influence.frontier import (
@@ -208,3 +211,23 @@ def test_a_stored_frontier_out_of_range_is_named():
     front["rows"][1]["utility"] = 0.5
     front["rows"][0]["utility_difference"] = -1.2
     assert "utility_difference" in str(CHECKS.summary_problem({"frontier": front}))
+
+
+def test_the_cli_prints_the_frontier_of_a_bounded_eps_sweep(tiny_dir, tmp_path, capsys):
+    data, out = tmp_path / "docs.jsonl", tmp_path / "run"
+    with data.open("w", encoding="utf-8") as file:
+        for row in DOCS:
+            file.write(json.dumps(row) + "\n")
+    flags = {"--model": tiny_dir, "--data": str(data), "--lambda": "1", "--bounded-eps": "1,4",
+             "--max-new-tokens": "3", "--min-new-tokens": "0", "--output": str(out)}
+    code, stdout, err = run_cli(["influence", *(x for kv in flags.items() for x in kv)], capsys)
+    assert code == 0, err
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    front = summary["frontier"]
+    assert [r["eps_guarantee"] for r in front["rows"]] == [
+        s["composed_eps"]["mean"] for s in summary["settings"]]
+    assert [r["label"] for r in front["rows"]] == ["λ = 1, ε = 1", "λ = 1, ε = 4"]
+    assert all(r["difference_reason"] == "no λ = 1 setting without a bound to compare with"
+               for r in front["rows"])
+    assert "Privacy–utility frontier" in stdout and "ε/response" in stdout
+    assert f"Recommendation: {front['recommendation']}" in stdout
