@@ -25,8 +25,10 @@ phase lint .venv/bin/ruff check src tests bench examples
 phase types .venv/bin/python -m mypy
 phase contracts .venv/bin/lint-imports
 SITE=$(mktemp -d)
+trap 'rm -rf "$SITE"' EXIT
 NO_MKDOCS_2_WARNING=1 phase docs .venv/bin/mkdocs build --strict --quiet --site-dir "$SITE"
-rm -rf "$SITE"
+# the site just built is the one tests/test_docs_offline.py reads (it builds its own without this)
+export CTXLEAK_SITE_DIR="$SITE"
 phase "fast tier" "${PYTEST[@]}" "$@"
 if [ "${CTXLEAK_COVERAGE:-1}" != 0 ]; then
   phase "integration and served tiers" "${PYTEST[@]}" --cov-append -m "integration or served" "$@"

@@ -1,10 +1,11 @@
 """The documentation site reads offline: every script and stylesheet it loads is its own.
 
-The site is built once (``mkdocs build --strict``, as scripts/check.sh does, about 5 s) into a
-temporary folder. Every page's ``<script src>`` and ``<link href>`` must be a path inside the site
-that exists there, never an ``http(s)://`` or protocol-relative address: a CDN's MathJax leaves
-every formula as raw LaTeX on a closed network, and Material's Google Fonts would be fetched too.
-MathJax itself (its ``tex-mml-chtml`` component and its web fonts) must be in the site.
+The site is built once (``mkdocs build --strict``, about 5 s alone) into a temporary folder, or
+read from ``$CTXLEAK_SITE_DIR``, where scripts/check.sh's docs phase has just built it. Every
+page's ``<script src>`` and ``<link href>`` must be a path inside the site that exists there,
+never an ``http(s)://`` or protocol-relative address: a CDN's MathJax leaves every formula as
+raw LaTeX on a closed network, and Material's Google Fonts would be fetched too. MathJax itself
+(its ``tex-mml-chtml`` component and its web fonts) must be in the site.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ def local(site: Path, page: Path, path: str) -> Path:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    built = os.environ.get("CTXLEAK_SITE_DIR")  # scripts/check.sh's docs phase built it
+    if built and (Path(built) / "index.html").is_file():
+        return Path(built)
     out = tmp_path_factory.mktemp("site")
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",

@@ -10,8 +10,8 @@ import pytest
 from conftest import run_cli
 
 import ctxleak
-from ctxleak.methods.pii.detect import find_names, find_pii
-from ctxleak.methods.pii.detect import redaction_spans as pii_spans
+from ctxleak.methods.detect import find_names, find_pii
+from ctxleak.methods.detect import redaction_spans as pii_spans
 from ctxleak.report import html as report_html
 from ctxleak.report import redact_text
 from ctxleak.run.records import demo_path

@@ -8,6 +8,9 @@ import typer
 
 from ctxleak.cli.options import CommonOptions, api_options, with_common_options
 
+#: The exit status when a document's summed influence is over --exposure-budget.
+OVER_BUDGET = 3
+
 influence_app = typer.Typer(help="Context influence (Estimating Privacy Leakage of Augmented "
                             "Contextual Knowledge in Language Models): how much of each "
                             "response came from the context, under Context Influence Decoding "
@@ -85,6 +88,13 @@ def influence(
                                            "passages, sentence or paragraph, and measure each "
                                            "passage's influence (left out, response scored); a "
                                            "row's own 'passages' list is used as it is."),
+    exposure_budget: Optional[float] = typer.Option(None, "--exposure-budget", help="With "
+                                                    "passages or retrieved documents: the most "
+                                                    "leave-one-out influence (nats, summed over "
+                                                    "every answer whose context held it) a "
+                                                    "document may have. Documents above it are "
+                                                    "listed, and the command exits with status "
+                                                    "3 (for CI)."),
     *,
     common: CommonOptions,
 ) -> None:
@@ -104,9 +114,12 @@ def influence(
                              context_sizes=context_sizes, bounded_eps=bounded_eps,
                              repeat_threshold=repeat_threshold, rouge_threshold=rouge_threshold,
                              bertscore_model=bertscore_model, factkb_model=factkb_model,
-                             redact=redact, control=control, passages=passages)
+                             redact=redact, control=control, passages=passages,
+                             exposure_budget=exposure_budget)
     result = run_params(params, common, data)
     show(result)
+    if result.over_budget():
+        raise typer.Exit(OVER_BUDGET)
 
 
 @influence_app.command("explain")

@@ -110,7 +110,7 @@ def extract_cmd(
 
     Names come from the 'name' field of .jsonl input, or a 'Name: First Last' line in the text.
     """
-    from ctxleak.methods.pii.detect import check_region
+    from ctxleak.methods.detect import check_region
     from ctxleak.methods.pii.extract import SPAN_TYPES, extract
     from ctxleak.methods.pii.records import save_records
 

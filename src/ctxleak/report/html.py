@@ -6,7 +6,7 @@ CSS only, images as ``data:`` URIs, no scripts and no external resources, and a 
 Policy that forbids all of them as a second line of defence.
 
 :func:`redact_text` masks PII for commands run with ``--redact``, found by the detectors of PII
-extraction (:func:`ctxleak.methods.pii.detect.redaction_spans`: e-mails, phone numbers,
+extraction (:func:`ctxleak.methods.detect.redaction_spans`: e-mails, phone numbers,
 addresses, money amounts, names), and given character spans; a report applies it to all text
 through its :class:`~ctxleak.report.redaction.Redactor` (:mod:`ctxleak.report.redaction`).
 """
@@ -260,14 +260,17 @@ class Report:
     def add_leak_map(self, anchor: str, title: str, context_tokens: Sequence[str],
                      context_scores: Sequence[float | None], response_tokens: Sequence[str],
                      response_scores: Sequence[float | None], *, note: str = "",
-                     unit: str = "nats") -> None:
+                     unit: str = "nats", scales: tuple[float, float] | None = None) -> None:
         """Where the context leaked into one response: the context tokens coloured by their
         influence on the response (left) beside the response tokens coloured by theirs (right),
-        each on its own scale, every value in the token's ``title`` (hover). ``anchor`` (made by
-        ctxleak, e.g. ``ex-3``) is the section's id, for :class:`Link` cells to point at."""
+        every value in the token's ``title`` (hover). ``scales`` (context, response) puts every
+        map of a page on one scale; None: each map on its own. ``anchor`` (made by ctxleak,
+        e.g. ``ex-3``) is the section's id, for :class:`Link` cells to point at."""
         Link(title, anchor)  # checks the anchor
-        ctx, c_scale = self._token_spans(context_tokens, context_scores, None, "add_leak_map")
-        resp, r_scale = self._token_spans(response_tokens, response_scores, None, "add_leak_map")
+        c_max, r_max = scales if scales is not None else (None, None)
+        ctx, c_scale = self._token_spans(context_tokens, context_scores, c_max, "add_leak_map")
+        resp, r_scale = self._token_spans(response_tokens, response_scores, r_max,
+                                          "add_leak_map")
         extra = f'<div class="caption">{_esc(self.clean(note))}</div>' if note else ""
         self._blocks.append(
             f'<section class="leakmap" id="{anchor}"><h3>{_esc(self.clean(title))}</h3>{extra}'

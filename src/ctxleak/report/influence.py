@@ -12,8 +12,9 @@ from ctxleak.methods.influence.units import reading
 from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import print_closing, print_rows
+from ctxleak.report.documents import document_lines, documents_section
 from ctxleak.report.frontier import frontier_section, print_frontier
-from ctxleak.report.leakmap import add_leak_section, add_record_map, explain_map
+from ctxleak.report.leakmap import add_leak_section, add_record_map, explain_map, flag_states
 from ctxleak.report.redaction import names_in
 
 EPS_NOTE = (
@@ -162,6 +163,7 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     frontier_section(report, frontier)  # a sweep's: which λ or ε to choose
     control_section(report, summaries, records)
     passages_section(report, summaries)
+    documents_section(report, summaries, records)
     tokens_section(report, summaries, records)
     if any("composed_eps" in s for s in summaries):
         report.add_text(EPS_NOTE)
@@ -175,7 +177,7 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     if missing:
         report.add_kv(missing, caption="Quality metrics not computed")
     if records and tokens_of is not None:
-        add_leak_section(report, records, tokens_of)
+        add_leak_section(report, records, tokens_of, states=flag_states(summaries, records))
     report.add_heading("Figures")
     for name, png in images.items():
         report.add_image(png, caption=name)
@@ -354,7 +356,7 @@ def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bo
                   "e^x = likelihood ratio with vs without the context; x = the ε of ex-post "
                   "per-instance DP at this response (strong DP: ε ≤ 1, loose: ε ≈ 8)",
                   markup=False)
-    for line in control_lines(summaries):
+    for line in [*control_lines(summaries), *document_lines(summaries)]:
         console.print(line, markup=False)
     for s in summaries:
         top = (s.get("top_passages") or [])[:3]

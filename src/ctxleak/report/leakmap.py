@@ -8,9 +8,11 @@ subject's documents are the context)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ctxleak.methods.influence.control import user_id
 from ctxleak.methods.influence.leakmap import context_token_scores, ranked_examples, top_passages
 from ctxleak.report.html import Link, Report
 
@@ -26,6 +28,10 @@ EXPLAIN = ("Each context token is coloured by the mean influence τ_{i,n} (Def. 
            "its value.")
 
 
+#: How many examples get a leak map (those with the most influence): every value is in the files.
+MAX_MAPS = 30
+
+
 def anchor(index: int) -> str:
     """The id of record ``index``'s map in the page."""
     return f"ex-{index}"
@@ -37,9 +43,13 @@ def record_label(record: dict[str, Any], many_settings: bool) -> str:
 
 
 def add_leak_section(report: Report, records: Sequence[dict[str, Any]], tokens_of: TokensOf, *,
-                     max_maps: int = 30, top_k: int = 20) -> None:
+                     max_maps: int = MAX_MAPS, top_k: int = 20,
+                     states: Mapping[tuple[str, str], str] | None = None) -> None:
     """The ranked examples, the top passages and the maps of the ``max_maps`` examples with
-    the most influence (those beyond have no map: every value is in samples.jsonl)."""
+    the most influence (those beyond have no map: every value is in samples.jsonl), all maps
+    on one colour scale (:func:`map_scales`). ``states``: (example id, setting) -> what the
+    control says of it ("flagged beyond the control", "not flagged", ...), added to each map's
+    heading."""
     many = len({r.get("setting") for r in records}) > 1
     order = ranked_examples(records)
     mapped = set(order[:max_maps])
@@ -82,31 +92,58 @@ def add_leak_section(report: Report, records: Sequence[dict[str, Any]], tokens_o
                              "influence": records[i]["window_influence"][w]})
         report.add_table(passages, caption=f"The {len(passages)} context passages (n-gram "
                                            "windows) with the most influence on their response")
-    for i in order[:max_maps]:
-        context, response = tokens_of(i)
-        add_record_map(report, records[i], anchor(i), record_label(records[i], many), context,
-                       response)
+    maps = [(i, *tokens_of(i)) for i in order[:max_maps]]
+    scales = map_scales([(records[i], len(context)) for i, context, _ in maps])
+    report.add_text(f"Every map below is on one colour scale: full red is {scales[0]:.3g} nats "
+                    f"in the contexts and {scales[1]:.3g} nats in the responses (the largest "
+                    "value of any map), so colours compare across examples.")
+    for i, context, response in maps:
+        heading = record_label(records[i], many)
+        state = (states or {}).get((user_id(records[i]), str(records[i].get("setting", ""))))
+        if state:
+            heading += f" · {state}"
+        add_record_map(report, records[i], anchor(i), heading, context, response, scales)
 
 
-def add_record_map(report: Report, r: dict[str, Any], section: str, label: str,
-                   context: list[str], response: list[str]) -> None:
-    """One record's map: its context coloured by its passages' influence (when it has
-    passages), else by its n-gram windows', beside its response coloured per token."""
+def context_scores(r: dict[str, Any], n_context: int) -> tuple[list[float | None], str]:
+    """Record ``r``'s context tokens' scores: its passages' influence (when it has passages),
+    else the mean of its n-gram windows covering each token; and a note saying which."""
     if r.get("passage_influence") and r.get("passage_spans"):  # passages: the user's unit
         kept = [(span, v) for span, v in zip(r["passage_spans"], r["passage_influence"])
                 if span is not None and v is not None]
-        scores = context_token_scores(len(context), [s for s, _ in kept], [v for _, v in kept])
+        scores = context_token_scores(n_context, [s for s, _ in kept], [v for _, v in kept])
         note = (f"{len(kept)} passages, each coloured by its influence (nats; the passage left "
                 "out and the response scored)")
     elif r.get("window_influence") and r.get("windows"):
-        scores = context_token_scores(len(context), r["windows"], r["window_influence"])
+        scores = context_token_scores(n_context, r["windows"], r["window_influence"])
         note = f"{len(r['windows'])} windows of {r.get('ngram')} tokens"
     else:
-        scores, note = [None] * len(context), "no n-gram windows in this run"
+        scores, note = [None] * n_context, "no n-gram windows in this run"
+    return scores, note
+
+
+def map_scales(shown: Sequence[tuple[dict[str, Any], int]]) -> tuple[float, float]:
+    """One colour scale for every map of a page: the largest |value| of any context token and
+    of any response token among the ``(record, context length)`` pairs shown (1.0 where none
+    is positive)."""
+    def largest(values: Any) -> float:
+        finite = [abs(float(v)) for v in values if v is not None and math.isfinite(float(v))]
+        return max(finite) if finite and max(finite) > 0 else 1.0
+    return (largest(v for r, n in shown for v in context_scores(r, n)[0]),
+            largest(v for r, _ in shown for v in r.get("token_influence") or ()))
+
+
+def add_record_map(report: Report, r: dict[str, Any], section: str, label: str,
+                   context: list[str], response: list[str],
+                   scales: tuple[float, float] | None = None) -> None:
+    """One record's map: its context coloured by its passages' influence (when it has
+    passages), else by its n-gram windows', beside its response coloured per token; on the
+    page's ``scales`` (context, response) where given."""
+    scores, note = context_scores(r, len(context))
     if len(response) != len(r["token_influence"]):
         response = [""] * len(r["token_influence"])  # never mis-align tokens and values
     report.add_leak_map(section, f"{label}: influence {r['influence']:.4g} nats", context,
-                        scores, response, r["token_influence"], note=note)
+                        scores, response, r["token_influence"], note=note, scales=scales)
 
 
 def explain_map(report: Report, context: list[str], starts: Sequence[float],
@@ -147,4 +184,26 @@ def probe_maps(report: Report, rows: Sequence[dict[str, Any]], *, max_maps: int 
                             note=f"{found['windows']} windows of {found['n']} tokens")
 
 
-__all__ = ["add_leak_section", "add_record_map", "anchor", "explain_map", "probe_maps"]
+def flag_states(summaries: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]
+                ) -> dict[tuple[str, str], str]:
+    """(example id, setting) -> what its setting's control says of the example: flagged beyond
+    the control, not flagged, not judged (too few examples to flag any), or no control."""
+    out: dict[tuple[str, str], str] = {}
+    by_setting = {str(s.get("setting")): s.get("control") or {} for s in summaries}
+    for r in records:
+        setting = str(r.get("setting", ""))
+        control = by_setting.get(setting) or {}
+        key = (user_id(r), setting)
+        if not control.get("enabled") or r.get("control_influence") is None:
+            out[key] = "no control"
+        elif key[0] in set(control.get("flagged") or ()):
+            out[key] = "flagged beyond the control"
+        elif control.get("threshold") is None:
+            out[key] = "not judged (too few examples to flag any)"
+        else:
+            out[key] = "not flagged"
+    return out
+
+
+__all__ = ["MAX_MAPS", "add_leak_section", "add_record_map", "anchor", "explain_map",
+           "flag_states", "probe_maps"]

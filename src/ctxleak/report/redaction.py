@@ -3,7 +3,7 @@ the HTML report (:class:`ctxleak.report.Report`) and the console (``Result.show(
 goes through a :class:`Redactor`.
 
 A Redactor masks what the detectors of PII extraction find in each text
-(:func:`ctxleak.methods.pii.detect.redaction_spans`: e-mail addresses, phone numbers, postal
+(:func:`ctxleak.methods.detect.redaction_spans`: e-mail addresses, phone numbers, postal
 addresses, money amounts, person names) and, everywhere, the words of every name found anywhere in
 the run's texts (:func:`names_in`): a name cued once (``Employee: Marta Velikova``) is masked
 also where nothing marks it, at the start of a passage, in a response, or split across
@@ -34,7 +34,7 @@ def _pattern_spans(text: str, patterns: bool | Iterable[str | re.Pattern[str]],
     spans: list[tuple[int, int]] = []
     if patterns is True:
         # lazy: phonenumbers and pyap load only when something is redacted
-        from ctxleak.methods.pii.detect import redaction_spans as pii_spans
+        from ctxleak.methods.detect import redaction_spans as pii_spans
 
         return [(s.start, s.end) for s in pii_spans(text, names)]
     for p in patterns:
@@ -47,7 +47,7 @@ def redaction_spans(text: str, spans: Sequence[tuple[int, int]] | None = None,
                     patterns: bool | Iterable[str | re.Pattern[str]] = True,
                     names: Iterable[str] = ()) -> list[tuple[int, int]]:
     """The sorted, merged ``[start, end)`` character spans that :func:`redact_text` would mask."""
-    from ctxleak.methods.pii.detect import merge_spans
+    from ctxleak.methods.detect import merge_spans
 
     found = list(_pattern_spans(text, patterns, names))
     for span in spans or ():
@@ -116,9 +116,9 @@ def _texts(value: Any) -> Iterator[str]:
 
 
 def names_in(*values: Any) -> set[str]:
-    """The person names :func:`ctxleak.methods.pii.detect.find_names` finds in any text of
+    """The person names :func:`ctxleak.methods.detect.find_names` finds in any text of
     ``values`` (records, summaries: every string, and every list of strings joined)."""
-    from ctxleak.methods.pii.detect import find_names  # lazy: only when redacting
+    from ctxleak.methods.detect import find_names  # lazy: only when redacting
 
     names: set[str] = set()
     for text in dict.fromkeys(t for v in values for t in _texts(v)):

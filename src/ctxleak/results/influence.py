@@ -135,6 +135,33 @@ class InfluenceResult(Result):
                                                     "utility", "keep", "recommendation")})
         return frame
 
+    def documents(self) -> Any:
+        """The leak ledger per document (runs with retrieved documents or passages), one row per
+        (setting, document), most exposed first: times ``retrieved``, ``scored`` (in the
+        context the answer was scored with) and in answers ``flagged`` beyond the control; the
+        sum and largest of its leave-one-out influence (nats), per response token; the
+        questions it moved most; the PII it carries that answers repeated; under bounded CID
+        its composed ε guarantee (``eps_basic``, ``eps_tight`` at ``delta``). See
+        :mod:`ctxleak.methods.influence.exposure`."""
+        rows = [{"setting": s.get("setting"), "lambda": s.get("lambda"),
+                 "temperature": s.get("temperature"), **row,
+                 "over_budget": row["document"] in (s.get("over_budget") or ())}
+                for s in self.summary.get("settings") or () for row in s.get("documents") or ()]
+        columns = ["setting", "lambda", "temperature", "document", "source", "retrieved",
+                   "scored", "flagged", "influence_sum", "influence_max", "influence_per_token",
+                   "influence_per_token_max", "top_queries", "pii_in_answers", "pii_carried",
+                   "over_budget", "text"]
+        if any("eps_basic" in r for r in rows):
+            columns += ["eps_per_token", "released_tokens", "eps_basic", "eps_tight", "delta",
+                        "composition"]
+        return self._frame(rows, columns)
+
+    def over_budget(self) -> list[tuple[str, str]]:
+        """``(setting, document)`` of every document whose summed influence is over the run's
+        ``exposure_budget`` (nats); [] without a budget."""
+        return [(str(s.get("setting")), str(d)) for s in self.summary.get("settings") or ()
+                for d in s.get("over_budget") or ()]
+
     def example(self, example_id: str, setting: str | None = None) -> ExampleView:
         """One example (its own ``id``; ``setting`` picks one of a sweep, default the first):
         ``.record`` and ``.show()``, its leak map inline in Jupyter."""

@@ -25,3 +25,34 @@ def test_the_passage_holding_the_copied_fact_ranks_first(default_lm, tmp_path):
     assert frame["influence"].min() >= 0
     # one example: no control, and the verdict says so
     assert "no other example's context" in res.summary["verdict"]["text"]
+
+
+SECRET = "Zorvath Quillby's bank account number is 88-4412-9071."
+MUSEUM = "The museum opens at nine in the morning and closes at five."
+MENU = "The canteen serves soup on Mondays and fish on Fridays."
+UNUSED = "The parking garage has 240 spaces on three levels."
+#: Logged turns of a RAG assistant: two answers copy the secret, one each the museum's hours and
+#: the canteen's menu; the garage is retrieved every time and never used.
+LOG = [
+    {"id": "q1", "query": "What is Zorvath Quillby's account number?",
+     "passages": [SECRET, MUSEUM, UNUSED],
+     "response": "Zorvath Quillby's account number is 88-4412-9071."},
+    {"id": "q2", "query": "When does the museum open?", "passages": [MUSEUM, SECRET, UNUSED],
+     "response": "The museum opens at nine in the morning."},
+    {"id": "q3", "query": "What does the canteen serve on Fridays?",
+     "passages": [MENU, UNUSED, SECRET], "response": "The canteen serves fish on Fridays."},
+    {"id": "q4", "query": "Which account number did Zorvath Quillby give?",
+     "passages": [SECRET, MENU, UNUSED],
+     "response": "He gave 88-4412-9071 as his bank account number."},
+]
+
+
+def test_the_ledger_ranks_the_planted_secret_first_and_the_unused_document_last(default_lm):
+    res = ctxleak.influence(default_lm, LOG, temperature=1.0, progress=False)
+    ledger = res.summary["settings"][0]["documents"]
+    assert [d["text"] for d in ledger][0] == SECRET
+    assert [d["text"] for d in ledger][-1] == UNUSED
+    assert ledger[0]["retrieved"] == ledger[-1]["retrieved"] == 4
+    # the secret's two copying answers alone outweigh everything the garage did in four
+    assert ledger[0]["influence_max"] > 4 * ledger[-1]["influence_sum"]
+    assert {q["id"] for q in ledger[0]["top_queries"][:2]} == {"q1", "q4"}

@@ -13,7 +13,7 @@ import itertools
 import pytest
 
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.methods.pii.detect import Span, clean_address, find_pii, name_from_text
+from ctxleak.methods.detect import Span, clean_address, find_pii, name_from_text
 from ctxleak.methods.pii.extract import extract, extract_records
 
 

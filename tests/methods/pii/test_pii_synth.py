@@ -5,7 +5,7 @@ from __future__ import annotations
 import phonenumbers
 import pytest
 
-from ctxleak.methods.pii.detect import find_pii
+from ctxleak.methods.detect import find_pii
 from ctxleak.methods.pii.extract import extract
 from ctxleak.methods.pii.synth import (
     AREA_CODES,

@@ -19,6 +19,7 @@ from ctxleak.methods.influence.data import (
     resolve_data,
     template_for,
 )
+from ctxleak.methods.influence.exposure import documents_summary
 from ctxleak.methods.influence.frontier import frontier
 from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
@@ -158,6 +159,11 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
                 summary["quality"] = quality_scores(
                     [r["response"] for r in rows], references,
                     [ex.context for ex in examples_of], bertscore_model, factkb_model)
+                if any(r.get("passages") for r in rows):  # the ledger per document
+                    summary.update(documents_summary(
+                        rows, {str(ex.id): ex.query for ex in examples_of},
+                        (summary.get("control") or {}).get("flagged") or (),
+                        self.params.exposure_budget))
                 summaries.append(summary)
         out = {"verdict": run_verdict(summaries), "settings": summaries}
         if len(summaries) > 1:  # a sweep: which setting keeps utility at least privacy loss

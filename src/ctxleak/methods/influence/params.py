@@ -86,6 +86,10 @@ class InfluenceParams:
                                   "'paragraph', and measure each passage's influence (left "
                                   "out, response scored); a row's own 'passages' list is used "
                                   "as it is.")
+    exposure_budget: float | None = option(
+        None, "Retrieved documents: the most leave-one-out influence (nats, summed over every "
+        "answer whose context held the document) a document may have; those above it are "
+        "listed as over the budget (the CLI then exits with status 3).")
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -115,6 +119,8 @@ class InfluenceParams:
         if self.passages is not None and self.passages not in SPLITS:
             raise ConfigError(f"passages must be {' or '.join(SPLITS)}, not "
                               f"'{self.passages}'", param="passages")
+        if self.exposure_budget is not None:
+            check_number(self.exposure_budget, "exposure_budget", minimum=0.0)
         if not isinstance(self.control, bool):
             raise ConfigError(f"control must be True or False, not {self.control!r}",
                               param="control")
@@ -162,7 +168,7 @@ class InfluenceParams:
                 "lambda": list(self.lambda_), "temperature": list(self.temperature),  # type: ignore[arg-type]
                 "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
                 "factkb_model": self.factkb_model, "redact": self.redact,
-                "passages": self.passages,
+                "passages": self.passages, "exposure_budget": self.exposure_budget,
                 **{k: v for k, v in options.__dict__.items() if k != "template"},
                 # one value as a number (as before sweeps), several as a list
                 "bounded_eps": (None if self.bounded_eps is None else self.bounded_eps[0]  # type: ignore[index]

@@ -20,7 +20,34 @@ NAMED = 5
 
 
 def setting_verdict(summary: dict[str, Any]) -> dict[str, str]:
-    """The verdict of one setting's summary (from :func:`summarize_setting
+    """The verdict of one setting's summary (:func:`examples_verdict`), followed, for runs with
+    retrieved documents or passages, by the most exposed documents and the exposure budget's
+    verdict (:func:`documents_sentence`)."""
+    verdict = examples_verdict(summary)
+    extra = documents_sentence(summary)
+    return {**verdict, "text": f"{verdict['text']} {extra}"} if extra else verdict
+
+
+def documents_sentence(summary: dict[str, Any], named: int = 3) -> str:
+    """The documents that moved their answers most, summed over every answer whose context held
+    them (leave-one-out influence, nats), and the documents over the exposure budget."""
+    docs = summary.get("documents") or []
+    if not docs:
+        return ""
+    listed = ", ".join(f"{d['document']} ({d['influence_sum']:.3g} nats over {d['scored']} "
+                       f"answer(s), flagged in {d['flagged']})" for d in docs[:named])
+    text = f"Documents most exposed: {listed}."
+    if summary.get("exposure_budget") is not None:
+        over = list(summary.get("over_budget") or [])
+        budget = float(summary["exposure_budget"])
+        text += (f" {len(over)} over the exposure budget of {budget:g} nats" +
+                 (f": {', '.join(str(d) for d in over[:NAMED])}"
+                  f"{' ...' if len(over) > NAMED else ''}." if over else "."))
+    return text
+
+
+def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
+    """Which examples of one setting's summary leak (from :func:`summarize_setting
     <ctxleak.methods.influence.summary.summarize_setting>`).
 
     It calls no leak below the n where a flag or the paired test means anything (fewer examples
@@ -107,4 +134,4 @@ def run_verdict(settings: Sequence[dict[str, Any]]) -> dict[str, str]:
     return {"text": text, "rule": parts[0][1]["rule"]}
 
 
-__all__ = ["run_verdict", "setting_verdict"]
+__all__ = ["documents_sentence", "examples_verdict", "run_verdict", "setting_verdict"]

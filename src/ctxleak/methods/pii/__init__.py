@@ -4,7 +4,7 @@ build on these."""
 
 from __future__ import annotations
 
-from ctxleak.methods.pii.detect import Span, find_pii
+from ctxleak.methods.detect import Span, find_pii
 from ctxleak.methods.pii.extract import extract, extract_records
 from ctxleak.methods.pii.metrics import (
     WilcoxonResult,

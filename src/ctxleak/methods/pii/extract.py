@@ -1,5 +1,5 @@
 """Build PII records from documents (ProPILE App. A.2): the PII found in each document
-(:mod:`ctxleak.methods.pii.detect`) gathered per subject, the most common value of each type
+(:mod:`ctxleak.methods.detect`) gathered per subject, the most common value of each type
 kept."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import phonenumbers
 
 from ctxleak.errors import InputError
-from ctxleak.methods.pii.detect import (
+from ctxleak.methods.detect import (
     SPAN_TYPES,
     check_region,
     clean_address,

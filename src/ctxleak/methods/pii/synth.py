@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from faker import Faker
 
-from ctxleak.methods.pii.detect import find_addresses
+from ctxleak.methods.detect import find_addresses
 from ctxleak.methods.pii.records import PIIRecord
 
 __all__ = [

@@ -1,0 +1,263 @@
+"""A leak ledger per document across many answers: which retrieved documents leak, how often,
+how much and through which questions ("Estimating Privacy Leakage of Augmented Contextual
+Knowledge in Language Models", Def. 3.1-3.2 with the subset S = one document).
+
+Each answer of a RAG run is scored once per document in its context with that document left
+out (``passage_influence`` of the record, nats): the document's leave-one-out influence on that
+answer. The ledger adds these up per document over every answer whose context held it: how
+often it was retrieved, in how many answers flagged beyond the control, the sum and the largest
+of its influence (nats, and per response token), the questions it leaked most through, and the
+PII it carries that an answer repeated (found by the detectors of ``ctxleak pii``).
+
+Under bounded Context Influence Decoding every released token is ε-DP for any part of the
+context (App. B, Thm B.1), so for any one document: a document answered in answers of
+K released tokens in all has the guarantee ``K·ε`` by basic composition (pure ε-DP), and, since
+an ε-DP mechanism is ε²/2-zCDP (Bun and Steinke 2016, Prop. 3.3), the tighter
+``(ε', δ)``-DP of K such tokens by Rényi-DP composition converted at δ (Balle et al. 2020),
+through :class:`~ctxleak.methods.accounting.RDPAccountant`. These are guarantees; the
+influence sums are measured on the answers actually given.
+
+The ledger is built in one streaming pass (:meth:`DocumentLedger.add` per record): its memory
+grows with the number of distinct documents, not with the number of answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ctxleak.methods.accounting import DEFAULT_ORDERS, PrivacyEvent, RDPAccountant
+from ctxleak.methods.detect import find_amounts, find_names, find_pii
+from ctxleak.methods.influence.control import user_id
+
+#: δ of the tighter (ε', δ)-DP composition of a document's bounded-CID tokens.
+COMPOSITION_DELTA = 1e-6
+#: How many of a document's answers with the most influence the ledger keeps.
+TOP_QUERIES = 3
+BASIC = "basic composition: ε per released token × tokens (pure ε-DP, δ = 0)"
+ZCDP = ("Rényi-DP composition of ε-DP tokens, each ε²/2-zCDP (Bun and Steinke 2016), as "
+        f"(ε, δ)-DP at δ = {COMPOSITION_DELTA:g}")
+
+
+@dataclass(frozen=True)
+class PureDPEvent(PrivacyEvent):
+    """An ε-DP mechanism as Rényi-DP: ``min(α ε²/2, ε)`` at order α (ε²/2-zCDP, Bun and
+    Steinke 2016, Prop. 3.3, and never more than ε)."""
+
+    epsilon: float
+
+    def rdp(self, orders: np.ndarray) -> np.ndarray:
+        a = np.asarray(orders, dtype=np.float64)
+        eps = float(self.epsilon)
+        return np.minimum(a * eps * eps / 2.0, eps)
+
+
+def composed_guarantees(eps_per_token: float, tokens: int) -> dict[str, Any]:
+    """The DP guarantee of ``tokens`` released tokens each ε-DP for the document: basic
+    composition ``tokens × ε`` (δ = 0), and the tighter Rényi-DP one at
+    :data:`COMPOSITION_DELTA` (never above the basic one, which holds at δ = 0 too)."""
+    basic = float(eps_per_token) * tokens
+    tight = basic
+    if tokens > 0 and eps_per_token > 0:
+        accountant = RDPAccountant(DEFAULT_ORDERS).compose(PureDPEvent(eps_per_token), tokens)
+        tight = min(basic, accountant.get_epsilon(COMPOSITION_DELTA))
+    return {"eps_basic": basic, "eps_tight": tight, "delta": COMPOSITION_DELTA,
+            "composition": ZCDP if tight < basic else BASIC}
+
+
+def document_key(text: str) -> str:
+    """What makes two retrieved documents one: their text with its whitespace collapsed (its
+    SHA-256, shortened). The loader refuses one id with two texts, so a document's id names
+    one text; chunks re-cut with new ids but the same text stay one document."""
+    plain = " ".join(text.split())
+    return hashlib.sha256(plain.encode("utf-8")).hexdigest()[:16]
+
+
+def short_name(text: str, words: int = 6) -> str:
+    """A document without an id, as a table shows it: its first words."""
+    parts = text.split()
+    return " ".join(parts[:words]) + (" …" if len(parts) > words else "")
+
+
+def carried_pii(text: str) -> dict[str, str]:
+    """The PII a document carries, by what an answer would repeat (folded) -> its type: names,
+    e-mail addresses, phone numbers, postal addresses and money amounts."""
+    found: dict[str, str] = {}
+    values = [(s.text, s.type) for s in [*find_pii(text), *find_amounts(text)]]
+    values += [(text[a:b], "name") for a, b in _whole_names(text)]
+    for value, kind in values:
+        value = " ".join(value.split())
+        if len(value) >= 3:
+            found.setdefault(value, kind)
+    return found
+
+
+def _whole_names(text: str) -> list[tuple[int, int]]:
+    """Name spans joined where only spaces part them ("Marta" "Velikova" -> "Marta Velikova")."""
+    out: list[tuple[int, int]] = []
+    for span in sorted(find_names(text), key=lambda s: s.start):
+        if out and not text[out[-1][1]:span.start].strip(" "):
+            out[-1] = (out[-1][0], max(out[-1][1], span.end))
+        else:
+            out.append((span.start, span.end))
+    return out
+
+
+def _in_answer(value: str, answer_folded: str) -> bool:
+    folded = value.casefold()
+    if folded.replace(",", "").replace(".", "").strip().isdigit():
+        # a bare number only as a whole number in the answer ("312" not inside "23120")
+        return re.search(rf"(?<![\d.,]){re.escape(folded)}(?![\d])", answer_folded) is not None
+    return folded in answer_folded
+
+
+@dataclass
+class DocumentExposure:
+    """One document's line of the ledger (see the module); influence in nats."""
+
+    key: str
+    name: str
+    source: str | None
+    text: str
+    retrieved: int = 0
+    scored: int = 0
+    flagged: int = 0
+    influence_sum: float = 0.0
+    influence_max: float = 0.0
+    tokens: int = 0
+    influence_per_token_max: float = 0.0
+    eps_per_token: float | None = None
+    released_tokens: int = 0
+    pii: dict[str, str] = field(default_factory=dict)
+    pii_in_answers: dict[str, str] = field(default_factory=dict)
+    # (influence, order of arrival, example id, setting, query) of the answers it moved most
+    top: list[tuple[float, int, str, str, str]] = field(default_factory=list)
+
+    def to_row(self) -> dict[str, Any]:
+        """The line as plain data (results.json, pandas)."""
+        row: dict[str, Any] = {
+            "document": self.name, "source": self.source, "retrieved": self.retrieved,
+            "scored": self.scored, "flagged": self.flagged,
+            "influence_sum": self.influence_sum, "influence_max": self.influence_max,
+            "influence_per_token": self.influence_sum / self.tokens if self.tokens else None,
+            "influence_per_token_max": self.influence_per_token_max,
+            "top_queries": [{"id": i, "setting": s, "query": q, "influence": v}
+                            for v, _, i, s, q in sorted(self.top, key=lambda t: (-t[0], -t[1]))],
+            "pii_in_answers": [{"text": k, "type": v} for k, v in self.pii_in_answers.items()],
+            "pii_carried": len(self.pii), "text": self.text}
+        if self.eps_per_token is not None:
+            row.update(eps_per_token=self.eps_per_token, released_tokens=self.released_tokens,
+                       **composed_guarantees(self.eps_per_token, self.released_tokens))
+        return row
+
+
+class DocumentLedger:
+    """The ledger of one setting, built record by record (:meth:`add`), then :meth:`rows`."""
+
+    def __init__(self, top_queries: int = TOP_QUERIES) -> None:
+        self.documents: dict[str, DocumentExposure] = {}
+        self.top_queries = top_queries
+        self._arrived = 0
+
+    def add(self, record: Mapping[str, Any], query: str = "", flagged: bool = False) -> None:
+        """Count one answer: each document of its context (``passages`` with their
+        ``passage_ids``, ``passage_sources`` and ``passage_influence``)."""
+        texts: Sequence[str] = record.get("passages") or ()
+        if not texts:
+            return
+        ids = record.get("passage_ids") or [None] * len(texts)
+        named = record.get("passage_sources") is not None  # retrieved documents: ids are names
+        sources = record.get("passage_sources") or [None] * len(texts)
+        influence = record.get("passage_influence") or [None] * len(texts)
+        n_tokens = len(record.get("response_ids") or ())
+        answer = str(record.get("response") or "").casefold()
+        eps = record.get("eps")
+        released = len(record.get("lambdas") or ()) if eps is not None else 0
+        self._arrived += 1
+        for j, text in enumerate(texts):
+            # a retrieved document without an id is numbered by its rank: named by its words
+            doc_id = ids[j] if named and ids[j] not in (None, str(j + 1)) else None
+            key = document_key(text)
+            doc = self.documents.get(key)
+            if doc is None:
+                doc = DocumentExposure(key=key, source=sources[j], text=text,
+                                       name=str(doc_id) if doc_id is not None
+                                       else short_name(text), pii=carried_pii(text))
+                self.documents[key] = doc
+            doc.retrieved += 1
+            if eps is not None:
+                doc.eps_per_token = float(eps)
+                doc.released_tokens += released
+            value = influence[j] if j < len(influence) else None
+            if value is None:  # cut out of the context: not scored
+                continue
+            value = float(value)
+            doc.scored += 1
+            doc.flagged += int(flagged)
+            doc.influence_sum += value
+            doc.influence_max = max(doc.influence_max, value)
+            doc.tokens += n_tokens
+            if n_tokens:
+                doc.influence_per_token_max = max(doc.influence_per_token_max, value / n_tokens)
+            entry = (value, -self._arrived, str(record.get("id", "")),
+                     str(record.get("setting", "")), query)
+            if len(doc.top) < self.top_queries:
+                heapq.heappush(doc.top, entry)
+            else:
+                heapq.heappushpop(doc.top, entry)
+            for pii, kind in doc.pii.items():
+                if pii not in doc.pii_in_answers and _in_answer(pii, answer):
+                    doc.pii_in_answers[pii] = kind
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every document, most exposed first: by the sum of its influence, then its largest,
+        then how often it was retrieved."""
+        docs = sorted(self.documents.values(),
+                      key=lambda d: (-d.influence_sum, -d.influence_max, -d.retrieved, d.name))
+        return [d.to_row() for d in docs]
+
+
+def document_ledger(records: Iterable[dict[str, Any]], queries: Mapping[str, str],
+                    flagged: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The ledger of one setting's ``records`` (:class:`DocumentLedger`): ``queries`` maps an
+    example's id to its question, ``flagged`` holds the ids of the examples flagged beyond
+    the control."""
+    flagged_ids = set(flagged)
+    ledger = DocumentLedger()
+    for record in records:
+        rid = user_id(record)
+        ledger.add(record, queries.get(rid, ""), rid in flagged_ids)
+    return ledger.rows()
+
+
+def over_budget(rows: Sequence[Mapping[str, Any]], budget: float | None) -> list[str]:
+    """The documents whose total influence over all answers (``influence_sum``, nats) exceeds
+    ``budget``; none without a budget."""
+    if budget is None:
+        return []
+    return [str(r["document"]) for r in rows
+            if math.isfinite(float(r["influence_sum"])) and float(r["influence_sum"]) > budget]
+
+
+def documents_summary(records: Iterable[dict[str, Any]], queries: Mapping[str, str],
+                      flagged: Iterable[str], budget: float | None) -> dict[str, Any]:
+    """A setting's summary keys for its documents: ``documents`` (the ledger, most exposed
+    first) and, with a ``budget`` (nats), ``exposure_budget`` and ``over_budget`` (the
+    documents whose summed influence exceeds it)."""
+    rows = document_ledger(records, queries, flagged)
+    out: dict[str, Any] = {"documents": rows}
+    if budget is not None:
+        out.update(exposure_budget=float(budget), over_budget=over_budget(rows, budget))
+    return out
+
+
+__all__ = ["BASIC", "COMPOSITION_DELTA", "DocumentExposure", "DocumentLedger", "PureDPEvent",
+           "ZCDP", "carried_pii", "composed_guarantees", "document_key", "document_ledger",
+           "documents_summary", "over_budget", "short_name"]
