@@ -90,12 +90,15 @@ def results(tmp_path_factory, llama_lm):
     flags = dict(zip(TEMPLATES[::2], TEMPLATES[1::2]))
     quiet = {"progress": False}
     return {
-        # a retrieved document as the context: the record has the passage fields too
+        # a sweep of two λ (its summary has the frontier) over a retrieved document as the
+        # context (the records have the passage fields too)
         "influence": ctxleak.influence(llama_lm, [{"id": "a", "query": "the capital ?",
+                                                   "reference": "paris",
                                                    "documents": [{"text": "the capital of "
                                                                   "france is paris",
                                                                   "id": "d1", "source": "s"}]}],
-                                       max_new_tokens=2, output=str(root / "i"), **quiet),
+                                       lambda_=[0.5, 1], max_new_tokens=2,
+                                       output=str(root / "i"), **quiet),
         "icl": ctxleak.iclinf(llama_lm, str(root / "train.jsonl"),
                               test_data=str(root / "test.jsonl"), shots=[1, 2], queries=1,
                               format=flags["--format"], instruction=flags["--instruction"],

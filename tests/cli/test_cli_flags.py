@@ -206,6 +206,8 @@ def test_data_lists_the_bundled_datasets(capsys):
     for name, rows in (("influence", "20 documents"), ("icl", "120 train + 40 test"),
                        ("susceptibility", "10 relations"), ("probe", "--subjects")):
         assert any(name in line and rows in line for line in out.splitlines()), name
+    assert any(line.startswith("demo-qa") and "24 documents" in line
+               for line in out.splitlines())
     assert "hf:agnews" in out and "cnn_dailymail" in out
     assert not any(c in out for c in "│┃━─╭")  # piped: no box drawing
 

@@ -40,11 +40,13 @@ RETRIEVER_DOC = ("A RAG pipeline's retriever (a LangChain retriever, a LlamaInde
 
 @keywords
 @documented({**method_docs(InfluenceParams, ('A JSONL/CSV/Parquet path with context, query and '
-                                             'optional reference and id fields, ``demo``, a '
-                                             'list of dicts, a pandas DataFrame or a '
-                                             '``datasets.Dataset``; with ``retriever``, the '
-                                             'queries (strings, or rows with query and '
-                                             'optional id and reference).')),
+                                             'optional reference (a string or a list of '
+                                             'acceptable answers) and id fields, ``demo``, '
+                                             '``demo-qa`` (questions answered only by their '
+                                             'private document), a list of dicts, a pandas '
+                                             'DataFrame or a ``datasets.Dataset``; with '
+                                             '``retriever``, the queries (strings, or rows with '
+                                             'query and optional id and reference).')),
              "retriever": RETRIEVER_DOC},
             RETURNS_DOC + " " + ('Influence is in nats (natural logarithms), summed over the '
                                  "response's tokens, and read as the ε of ex-post "

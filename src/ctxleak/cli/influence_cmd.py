@@ -30,9 +30,12 @@ influence_app = typer.Typer(help="Context influence (Estimating Privacy Leakage 
 def influence(
     ctx: typer.Context,
     data: str = typer.Option("demo", "--data", "-d", help="JSONL/CSV with context, query and "
-                             "optional reference and id fields, 'demo' (bundled set), or "
-                             "cnn_dailymail / pubmedqa (needs the datasets package and network); "
-                             "with --retriever, the queries (JSONL/CSV rows with query)."),
+                             "optional reference (a string or a list of acceptable answers) and id "
+                             "fields, 'demo' (bundled set), 'demo-qa' (bundled questions whose "
+                             "answers are only in their private document: F1 and exact match "
+                             "show what lowering λ costs), or cnn_dailymail / pubmedqa (needs "
+                             "the datasets package and network); with --retriever, the queries "
+                             "(JSONL/CSV rows with query)."),
     retriever: Optional[str] = typer.Option(None, "--retriever", help="A RAG pipeline's "
                                             "retriever as PATH.py:NAME or module:NAME (a "
                                             "LangChain or LlamaIndex retriever, a Haystack "

@@ -79,14 +79,22 @@ def _exact(r: dict[str, Any]) -> float | None:
 
 PAIRINGS: dict[str, Pairing] = {
     "influence": Pairing(
+        # bounded CID's ε per token splits sides too: λ = 1 plain and λ = 1 at ε = 2 differ
         setting=lambda r: (("λ", r.get("lambda")), ("T", r.get("temperature")),
-                           ("context", _context(r))),
+                           ("context", _context(r)),
+                           ("bounded ε", "none" if r.get("eps") is None else r["eps"])),
         unit=lambda r: (("id", r["id"]),),
         quantities=(
             Quantity("influence", "nats, summed over the response", _get("influence")),
             Quantity("influence per token", "nats per response token", _per_token),
-            Quantity("max n-gram influence", "nats", _get("max_window_influence"))),
-        sweeps=("lambda", "temperature", "context_sizes")),
+            Quantity("max n-gram influence", "nats", _get("max_window_influence")),
+            # the utility a setting keeps: against the example's references (SQuAD's token F1
+            # and exact match, ROUGE-L F1), the cost of a mitigation read per example
+            Quantity("F1", "token F1 against the references (0-1)", _get("f1")),
+            Quantity("exact match", "1 = the answer equals a reference, 0 = not",
+                     _exact),
+            Quantity("ROUGE-L", "ROUGE-L F1 against the references (0-1)", _get("rouge_l"))),
+        sweeps=("lambda", "temperature", "context_sizes", "bounded_eps")),
     "icl": Pairing(
         setting=lambda r: (("shots", r.get("shots")),),
         unit=lambda r: (("id", r["id"]),),

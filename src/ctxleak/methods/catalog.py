@@ -45,6 +45,10 @@ def datasets() -> list[Dataset]:
         Dataset("demo", "influence", f"{_lines('influence.jsonl')} documents",
                 "Fictional news, clinic notes and personal records (e-mail, phone, address), "
                 "each with a question or a summary task and a reference."),
+        Dataset("demo-qa", "influence", f"{_lines('rag_qa.jsonl')} documents",
+                "Short synthetic private documents (HR, clinic, finance, legal, personal), "
+                "each with a question whose short answer is only in that document: F1 and "
+                "exact match show what lowering λ costs."),
         Dataset("demo", "icl", f"{_lines('icl_train.jsonl')} train + "
                 f"{_lines('icl_test.jsonl')} test",
                 "Invented four-topic news headlines labelled World, Sports, Business or "

@@ -13,6 +13,7 @@ from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import print_closing, print_rows
 from ctxleak.report.documents import document_lines, documents_section
+from ctxleak.report.frontier import frontier_section, print_frontier
 from ctxleak.report.leakmap import add_leak_section, add_record_map, explain_map, flag_states
 from ctxleak.report.redaction import names_in
 
@@ -51,8 +52,11 @@ def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if control.get("enabled"):
             row["above control"] = (control.get("above_control") or {}).get("mean")
             row["leak beyond control"] = f"{len(control.get('flagged') or [])}/{control['n']}"
-        row.update({"ROUGE-L": (s["rouge_l"] or {}).get("mean"),
-                    "Repeat": s["repeat_prompts"], "Rouge": s["rouge_prompts"]})
+        row["ROUGE-L"] = (s["rouge_l"] or {}).get("mean")
+        for key, label in (("f1", "F1"), ("exact_match", "EM")):  # where references exist
+            if any(x.get(key) for x in summaries):
+                row[label] = (s.get(key) or {}).get("mean")
+        row.update({"Repeat": s["repeat_prompts"], "Rouge": s["rouge_prompts"]})
         if "max_window_influence" in s:
             row["max n-gram"] = s["max_window_influence"]["mean"]
         if "composed_eps" in s:
@@ -143,7 +147,8 @@ def sweep_plots(summaries: Sequence[dict[str, Any]]) -> dict[str, bytes]:
 
 def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
                      images: dict[str, bytes], meta: dict[str, Any], token_strings=None,
-                     redact: bool | None = None, tokens_of: Any = None) -> Report:
+                     redact: bool | None = None, tokens_of: Any = None,
+                     frontier: dict[str, Any] | None = None) -> Report:
     """The HTML report of an influence run: summary table, where the context leaked (ranked
     examples and passages, one leak map per example, when ``tokens_of(i)`` gives record i's
     context and response tokens), plots, examples. ``redact``: mask PII (with the names found
@@ -155,6 +160,7 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
     report.add_table(table_rows(summaries))
     report.add_text(UNITS_NOTE)
+    frontier_section(report, frontier)  # a sweep's: which λ or ε to choose
     control_section(report, summaries, records)
     passages_section(report, summaries)
     documents_section(report, summaries, records)
@@ -182,7 +188,7 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
                                  caption="|log p̄(y_t|D) − log p(y_t|∅)| per response token")
     report.add_heading("Examples")
     report.add_table([{"id": r["id"], "setting": r["setting"], "influence": r["influence"],
-                       "ROUGE-L": r.get("rouge_l"), "repeat": r["repeat"],
+                       "ROUGE-L": r.get("rouge_l"), "F1": r.get("f1"), "repeat": r["repeat"],
                        "response": report.clean(r["response"])[:300]} for r in records[:200]])
     return report
 
@@ -339,9 +345,10 @@ def example_fragment(record: dict[str, Any], *, redact: bool | None = None) -> s
     return report.fragment()
 
 
-def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bool = False) -> None:
-    """The console table of an influence run (nats), the control and the top passages, and
-    where its files are."""
+def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bool = False,
+                    frontier: dict[str, Any] | None = None) -> None:
+    """The console table of an influence run (nats), the control and the top passages, a
+    sweep's privacy–utility frontier, and where its files are."""
     print_rows(table_rows(summaries), title="Expected context influence, nats per response "
                "(Def. 3.3)", plain=plain)
     console = make_console(plain)
@@ -357,6 +364,7 @@ def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bo
             listed = "; ".join(f"{p['id']} passage {p['passage']} {p['influence']:.3g} nats"
                                for p in top)
             console.print(f"top passages{_label(summaries, s)}: {listed}", markup=False)
+    print_frontier(frontier, plain=plain)
     print_closing(path, plain)
 
 

@@ -194,6 +194,44 @@ def scatter_plot(x: Sequence[float], y: Sequence[float], *, labels: Sequence[str
         return _png(fig)
 
 
+def frontier_plot(points: Sequence[Mapping[str, Any]], *, title: str, xlabel: str,
+                  ylabel: str) -> bytes:
+    """One labelled point per setting at ``(x, y)``; error bars from ``x_low``/``x_high`` and
+    ``y_low``/``y_high`` where a point has them (None: no bar); ``marked`` points (the Pareto
+    front) filled and joined in order of x, the others hollow. Returns PNG bytes."""
+    pts = [p for p in points if p.get("x") is not None and p.get("y") is not None]
+    with _figure() as (fig, ax):
+        if not pts:
+            _no_data(ax)
+        for p in pts:
+            x, y = float(p["x"]), float(p["y"])
+            marked = bool(p.get("marked"))
+            xerr = _bar(x, p.get("x_low"), p.get("x_high"))
+            yerr = _bar(y, p.get("y_low"), p.get("y_high"))
+            if xerr is not None or yerr is not None:
+                ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="none", ecolor="gray",
+                            capsize=3, linewidth=1)
+            ax.plot([x], [y], marker="o", markersize=7, linestyle="none", color=_PALETTE[0],
+                    markerfacecolor=_PALETTE[0] if marked else "white")
+            ax.annotate(_t(p.get("label", "")), (x, y), textcoords="offset points",
+                        xytext=(5, 5), fontsize="small")
+        ax.margins(0.15)  # room for the labels of the outermost points
+        front = sorted((float(p["x"]), float(p["y"])) for p in pts if p.get("marked"))
+        if len(front) > 1:
+            ax.plot([a for a, _ in front], [b for _, b in front], color=_PALETTE[0],
+                    linewidth=1, linestyle="--", label="Pareto front (filled)")
+            ax.legend(loc="best", fontsize="small")
+        _label(ax, title, xlabel, ylabel)
+        return _png(fig)
+
+
+def _bar(v: float, low: Any, high: Any) -> list[list[float]] | None:
+    """matplotlib's asymmetric error of one point from its interval; None without one."""
+    if low is None or high is None:
+        return None
+    return [[max(v - float(low), 0.0)], [max(float(high) - v, 0.0)]]
+
+
 def correlation_title(title: str, x: Sequence[float], y: Sequence[float]) -> str:
     """``title`` with the Pearson and Spearman correlations of the finite (x, y) pairs
     appended (left alone with fewer than 3 pairs or a constant side)."""

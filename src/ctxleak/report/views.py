@@ -32,6 +32,7 @@ from ctxleak.methods.verdict import check_verdict
 from ctxleak.report import Report
 from ctxleak.report import audit as audit_view
 from ctxleak.report import compare as compare_view
+from ctxleak.report import frontier as frontier_view
 from ctxleak.report import icl as icl_view
 from ctxleak.report import influence as influence_view
 from ctxleak.report import probe as probe_view
@@ -152,11 +153,12 @@ class InfluenceView(View):
         return influence_view.table_rows(result.summary.get("settings", []))
 
     def files(self, result: Any) -> dict[str, bytes | str]:
-        return dict(influence_view.influence_plots(result.summary["settings"]))
+        return {**influence_view.influence_plots(result.summary["settings"]),
+                **frontier_view.frontier_plots(result.summary.get("frontier"))}
 
     def figure_names(self, result: Any) -> list[str]:
-        return ["per_position.png", "context_size.png", "per_window.png", "lambda_sweep.png",
-                "temperature_sweep.png"]
+        return ["frontier.png", "per_position.png", "context_size.png", "per_window.png",
+                "lambda_sweep.png", "temperature_sweep.png"]
 
     def page(self, result: Any) -> Report:
         records, settings, config = result.records, result.summary["settings"], result.config
@@ -176,10 +178,11 @@ class InfluenceView(View):
         first = records[0].get("response_token_strings") if records else None
         return influence_view.influence_report(
             settings, records, self.figures(result), meta, token_strings=first,
-            tokens_of=tokens_of)
+            tokens_of=tokens_of, frontier=result.summary.get("frontier"))
 
     def show(self, result: Any, *, plain: bool = False) -> None:
-        influence_view.print_influence(result.summary["settings"], result.path, plain=plain)
+        influence_view.print_influence(result.summary["settings"], result.path, plain=plain,
+                                       frontier=result.summary.get("frontier"))
 
     def example_html(self, result: Any, record: dict[str, Any]) -> str:
         """One example's leak map and reading, for Jupyter (``result.example(id).show()``)."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from ctxleak.methods.influence.checks import CHECKS
 from ctxleak.methods.influence.control import user_id
+from ctxleak.methods.influence.frontier import COLUMNS, KEEP, frontier
 from ctxleak.methods.influence.units import UNITS, likelihood_ratio
 from ctxleak.report.views import INFLUENCE
 from ctxleak.results.base import Result
@@ -119,6 +120,21 @@ class InfluenceResult(Result):
         return self._frame(rows, ["id", "setting", "lambda", "temperature", "passage", "text",
                                   "start", "end", "influence", "rank"])
 
+    def frontier(self, keep: float = KEEP) -> Any:
+        """The privacy–utility frontier, one row per setting (:mod:`~ctxleak.methods.influence.
+        frontier`): privacy loss (influence above the control per token, nats, with its
+        interval), bounded CID's ε per response, utility (F1, else ROUGE-L) and its paired
+        difference to λ = 1, and ``pareto``; ``frame.attrs`` holds the ``recommendation`` (the
+        setting with the least privacy loss keeping ``keep`` of the best utility)."""
+        got = self.summary.get("frontier")
+        if not got or got.get("keep") != keep:  # a single setting's run, or another share
+            got = frontier(self.summary.get("settings") or [], self.records, keep=keep,
+                           seed=int(self.config.get("seed") or 0))
+        frame = self._frame(list(got["rows"]), list(COLUMNS))
+        frame.attrs.update({k: got.get(k) for k in ("privacy", "privacy_unit", "privacy_note",
+                                                    "utility", "keep", "recommendation")})
+        return frame
+
     def documents(self) -> Any:
         """The leak ledger per document (runs with retrieved documents or passages), one row per
         (setting, document), most exposed first: times ``retrieved``, ``scored`` (in the
@@ -167,7 +183,7 @@ class InfluenceResult(Result):
                                           "control.influence", "control.above_control",
                                           "control.above_control_per_token")
           for k in ("n", "mean", "median", "std", "ci_low", "ci_high")),
-        "settings.*.rouge_l.mean",
+        "settings.*.rouge_l.mean", "settings.*.exact_match.mean", "settings.*.f1.mean",
         "settings.*.max_window_influence.mean", "settings.*.composed_eps.mean",
         "settings.*.quality.*.value", "settings.*.per_position_influence.*",
         "settings.*.per_window_influence.*",

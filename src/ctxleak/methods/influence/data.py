@@ -72,6 +72,13 @@ class InfluenceExample:
         if self.response_ids is not None:
             return list(self.response_ids)
         return lm.encode(self.response or "")
+    # every reference answer where the row gives a list (``reference`` is the first)
+    references: tuple[str, ...] = ()
+
+    @property
+    def all_references(self) -> tuple[str, ...]:
+        """The reference answers utility is scored against (the best one counts)."""
+        return self.references or ((self.reference,) if self.reference else ())
 
     @property
     def passage_texts(self) -> list[str]:
@@ -80,6 +87,19 @@ class InfluenceExample:
 
 
 HUB_DATASETS = ("cnn_dailymail", "pubmedqa")
+
+#: The bundled demo sets by name: ``demo`` (news summaries and questions, whose answers depend
+#: little on the context) and ``demo-qa`` (questions about private facts whose answers are only
+#: in the document: utility falls when the context's influence is lowered).
+DEMO_SETS = {"demo": "influence.jsonl", "demo-qa": "rag_qa.jsonl"}
+
+
+def resolve_data(data: Any) -> Any:
+    """A demo set's bundled file for its name (:data:`DEMO_SETS`); any other ``data`` as is."""
+    for name, file in DEMO_SETS.items():
+        if is_named(data, name):
+            return demo_path(file)
+    return data
 
 
 def load_hub_dataset(name: str, split: str = "test", limit: int | None = None
@@ -117,10 +137,11 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
                   template: str | None = None, limit: int | None = None,
                   passages: str | None = None, log_format: str = "auto"
                   ) -> list[InfluenceExample]:
-    """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``,
-    ``response`` (a logged answer, scored instead of generating one), ``response_ids`` (its
-    token ids, scored exactly as given; :func:`check_logged_ids`) and ``id`` from
-    JSONL/CSV, the bundled demo set with ``data='demo'``, or the paper's
+    """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``
+    (a string, or a list of acceptable answers), ``response`` (a logged answer, scored instead
+    of generating one), ``response_ids`` (its token ids, scored exactly as given;
+    :func:`check_logged_ids`) and ``id`` from JSONL/CSV, the bundled demo sets with
+    ``data='demo'`` or ``'demo-qa'`` (:data:`DEMO_SETS`), or the paper's
     datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``).
 
     A row may give its context as ``passages``, a list of strings (joined by a blank line; it
@@ -147,7 +168,7 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
             raise ConfigError("template must contain the slot {context}", param="template")
     if isinstance(data, str) and data in HUB_DATASETS and not Path(data).exists():
         return [_split(ex, passages) for ex in load_hub_dataset(data, limit=limit)]
-    path = demo_path("influence.jsonl") if is_named(data, "demo") else data
+    path = resolve_data(data)
     if log_format not in LOG_FORMATS:
         raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not '{log_format}'",
                           param="log_format")
@@ -164,9 +185,7 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         if ex_task == "qa" and not query.strip():
             raise InputError("is empty (a qa example needs a question)", file=row.file,
                              line=row.line, field="query")
-        reference = row.get("reference")
-        if reference is not None and not isinstance(reference, str):
-            raise InputError("must be a string", file=row.file, line=row.line, field="reference")
+        reference, references = _references(row)
         response = row.get("response")
         if response is not None and not isinstance(response, str):
             raise InputError("must be a string", file=row.file, line=row.line, field="response")
@@ -180,6 +199,7 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         pieces = list_pieces([d.text for d in docs]) if docs else _row_passages(row)
         context = "".join(pieces) if pieces else row.text("context")
         example = InfluenceExample(id=ex_id, context=context, query=query, reference=reference,
+                                   references=references,
                                    task=ex_task, passages=tuple(pieces) if pieces else None,
                                    response=response, documents=docs,
                                    response_ids=logged_ids)
@@ -259,6 +279,19 @@ def check_logged_ids(lm: LanguageModel, examples: Sequence[InfluenceExample]) ->
 
 def _clip(text: str, n: int = 60) -> str:
     return text if len(text) <= n else text[:n] + "..."
+
+
+def _references(row: Any) -> tuple[str | None, tuple[str, ...]]:
+    """The row's ``reference``: a string, or a list of acceptable answers (scored against the
+    best); (first, all), checked."""
+    value = row.get("reference")
+    if value is None or isinstance(value, str):
+        return value, ()
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) and v.strip()
+                                                          for v in value):
+        return value[0], tuple(value)
+    raise InputError("must be a string or a non-empty list of non-empty strings (acceptable "
+                     "answers)", file=row.file, line=row.line, field="reference")
 
 
 def _row_passages(row: Any) -> list[str] | None:

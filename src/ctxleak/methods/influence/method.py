@@ -17,9 +17,11 @@ from ctxleak.methods.influence.data import (
     InfluenceExample,
     check_logged_ids,
     load_examples,
+    resolve_data,
     template_for,
 )
 from ctxleak.methods.influence.exposure import documents_summary
+from ctxleak.methods.influence.frontier import frontier
 from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
 from ctxleak.methods.influence.quality import quality_scores
@@ -27,10 +29,10 @@ from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
 from ctxleak.methods.influence.summary import summarize_setting
 from ctxleak.methods.influence.verdict import run_verdict
-from ctxleak.run.inputs import describe, is_named
+from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions
-from ctxleak.run.records import demo_path, parse_mapping
+from ctxleak.run.records import parse_mapping
 from ctxleak.run.rundir import RunDir
 
 __all__ = ["InfluenceMethod", "InfluenceParams", "parse_ngram"]
@@ -93,8 +95,7 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
                           for c in control_indices([ex.context for ex in examples])])
         return Plan(items=[(setting, ex) for setting in self.grid for ex in examples],
                     config={"data": describe(data), **self.params.to_config()}, state=state,
-                    inputs={"data": demo_path("influence.jsonl") if is_named(data, "demo")
-                            else data})
+                    inputs={"data": resolve_data(data)})
 
     def ids(self, item: Item) -> ItemIds:
         """The key names the setting too; the id is the example's own (its setting is in the
@@ -169,7 +170,10 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
                         (summary.get("control") or {}).get("flagged") or (),
                         self.params.exposure_budget))
                 summaries.append(summary)
-        return {"verdict": run_verdict(summaries), "settings": summaries}
+        out = {"verdict": run_verdict(summaries), "settings": summaries}
+        if len(summaries) > 1:  # a sweep: which setting keeps utility at least privacy loss
+            out["frontier"] = frontier(summaries, records, seed=self.common.seed)
+        return out
 
     def provenance(self, lm: LanguageModel, ready: Ready) -> dict[str, Any]:
         return {"prompt_templates": {ex.task: template_for(ex, self.options.template)
@@ -184,4 +188,4 @@ def _control(examples: Examples, ex: InfluenceExample) -> InfluenceExample | Non
     if other is None:
         return None
     return replace(ex, context=other.context, passages=other.passages, reference=None,
-                   id=other.id, documents=other.documents)
+                   references=(), id=other.id, documents=other.documents)

@@ -40,6 +40,7 @@ from ctxleak.methods.influence.ngrams import (
 from ctxleak.methods.influence.quantities import token_influence
 from ctxleak.methods.influence.roads import ANSWERS, Road, road
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, round_floats
+from ctxleak.methods.influence.utility import reference_scores
 
 
 def measure_example(lm: LanguageModel, example: InfluenceExample, setting: Setting,
@@ -424,7 +425,8 @@ def _record(lm: LanguageModel, example: InfluenceExample, setting: Setting, opti
         "repeat": is_repeat(ids, parts.context, options.repeat_threshold),
         "rouge_context": rouge_l_f1(text, context_text),
         "rouge_repeat": is_rouge_repeat(text, context_text, options.rouge_threshold),
-        "rouge_l": rouge_l_f1(text, example.reference) if example.reference else None,
+        # utility against the references: ROUGE-L, SQuAD's exact match and token F1
+        **reference_scores(text, example.all_references),
         # the tokens as text, so that a loaded run draws its leak map without the model
         "context_token_strings": lm.token_strings(list(parts.context)),
         "response_token_strings": lm.token_strings(ids),

@@ -27,14 +27,16 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
     """The summary of one setting: expected influence (nats per response, with a bootstrap
     interval) and per token, its reading as a likelihood ratio and as an ex-post ε
     (:mod:`.units`), the control (:func:`~.control.control_summary`, with ``control_cost``),
-    regurgitation counts, ROUGE-L, the per-position curve and, for n-gram runs, the per-window
+    regurgitation counts, utility (ROUGE-L, exact match and token F1 against the
+    references), the per-position curve and, for n-gram runs, the per-window
     curve; for runs with passages the most influential passages.
 
     Records that do not know their context (a ledger's, :meth:`RowLedger.to_record
     <ctxleak.methods.influence.ledger.RowLedger.to_record>`) give ``None`` for the
     regurgitation counts and the mean context size."""
     infl = [r["influence"] for r in records]
-    rouge = [r["rouge_l"] for r in records if r.get("rouge_l") is not None]
+    scored = {k: [r[k] for r in records if r.get(k) is not None]
+              for k in ("rouge_l", "exact_match", "f1")}
     first = records[0] if records else {}
     knows_context = all("context_tokens" in r for r in records)
     out: dict[str, Any] = {
@@ -46,7 +48,8 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
         "repeat_prompts": int(sum(r["repeat"] for r in records)) if knows_context else None,
         "rouge_prompts": int(sum(r["rouge_repeat"] for r in records)) if knows_context
         else None,
-        "rouge_l": mean_with_ci(rouge, seed=seed) if rouge else None,
+        # utility against the references (:mod:`.utility`): None where no record has one
+        **{k: mean_with_ci(v, seed=seed) if v else None for k, v in scored.items()},
         "per_position_influence": mean_curve([r["token_influence"] for r in records]),
         "mean_context_tokens": float(np.mean([r["context_tokens"] for r in records]))
         if records and knows_context else None,

@@ -1,0 +1,240 @@
+"""The privacy–utility frontier of an influence sweep: which λ or ε keeps answers useful and
+documents private.
+
+"Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models" offers two
+mitigations, a lower λ (Context Influence Decoding) and bounded CID with ε per token
+(App. B, Alg. 1), and reads what each costs in utility against references (§4). A sweep
+(``--lambda 0,0.5,1 --bounded-eps 2,8``) measures every combination; :func:`frontier` puts its
+settings side by side, one row each:
+
+* privacy loss: the influence above the control per token (nats per token, with its 95%
+  bootstrap interval), what the document itself added beyond any context; where a setting has no
+  control, every row falls back to the mean influence per token, and ``privacy_note`` says so;
+* the guarantee: bounded CID's mean composed ε per response (Theorem B.1 by basic composition),
+  ``None`` for plain CID;
+* utility: token F1 against the references where they have one (SQuAD's, :mod:`.utility`), else
+  ROUGE-L F1, with its interval, and the paired difference to the λ = 1 unbounded setting of the
+  same temperature and context size (the paired bootstrap of :func:`.utility.paired_difference`);
+* ``pareto``: no other setting is at least as good on both (privacy loss no higher, utility no
+  lower) and better on one.
+
+The recommendation is the Pareto setting with the least privacy loss that keeps at least
+``keep`` (default 90 %) of the best utility, said in one sentence; it says so when no setting with
+less privacy loss than the best one does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ctxleak.methods.influence.utility import paired_difference
+
+#: The share of the best utility a recommended setting keeps, by default.
+KEEP = 0.9
+
+#: The utility a frontier reads, first found first: key, name.
+UTILITIES = (("f1", "F1"), ("rouge_l", "ROUGE-L"))
+
+#: The columns of a frontier row, in order.
+COLUMNS = ("setting", "label", "lambda", "temperature", "bounded_eps", "privacy",
+           "privacy_ci_low", "privacy_ci_high", "eps_guarantee", "utility", "utility_ci_low",
+           "utility_ci_high", "baseline", "utility_difference", "difference_ci_low",
+           "difference_ci_high", "difference_pairs", "difference_reason", "pareto",
+           "utility_kept")
+
+ABOVE_CONTROL = "influence above control per token"
+PER_TOKEN = "influence per token"
+
+
+def frontier(settings: Sequence[dict[str, Any]],
+             records: Sequence[dict[str, Any]] | None = None, *, keep: float = KEEP,
+             seed: int = 0) -> dict[str, Any]:
+    """The frontier of an influence run's ``settings`` (``summary["settings"]``); ``records``
+    (the run's samples) give the paired utility differences to λ = 1, left ``None`` without.
+
+    Returns ``rows`` (one per setting, in the sweep's order), the ``privacy`` and ``utility``
+    they read (with ``privacy_note`` where the control is missing), ``keep``, the
+    ``recommended`` setting's key (``None`` where none is) and the ``recommendation``."""
+    if not 0 < keep <= 1:
+        raise ValueError(f"keep must be in (0, 1], got {keep}")
+    privacy, note = _privacy_measure(settings)
+    key, name = next(((k, n) for k, n in UTILITIES
+                      if any((s.get(k) or {}).get("mean") is not None for s in settings)),
+                     (None, None))
+    labels = setting_labels(settings)
+    by_setting: dict[Any, list[dict[str, Any]]] = {}
+    for r in records or ():
+        by_setting.setdefault(r.get("setting"), []).append(r)
+    keys = [s.get("setting") for s in settings]
+    rows = []
+    for s, label in zip(settings, labels):
+        stats = (((s.get("control") or {}).get("above_control_per_token") or {})
+                 if privacy == ABOVE_CONTROL else (s.get("influence_per_token") or {}))
+        util = (s.get(key) or {}) if key else {}
+        eps = s.get("bounded_eps")
+        row: dict[str, Any] = {
+            "setting": s.get("setting"), "label": label, "lambda": s.get("lambda"),
+            "temperature": s.get("temperature"), "bounded_eps": eps,
+            "privacy": stats.get("mean"), "privacy_ci_low": stats.get("ci_low"),
+            "privacy_ci_high": stats.get("ci_high"),
+            "eps_guarantee": (s.get("composed_eps") or {}).get("mean") if eps is not None
+            else None,
+            "utility": util.get("mean"), "utility_ci_low": util.get("ci_low"),
+            "utility_ci_high": util.get("ci_high")}
+        base = baseline_key(s)
+        row["baseline"] = s.get("setting") == base
+        row.update(_difference(by_setting.get(s.get("setting"), []),
+                               by_setting.get(base, []) if base in keys else [],
+                               key, row["baseline"], seed))
+        rows.append(row)
+    mark_pareto(rows)
+    best = _best(rows)
+    for row in rows:
+        row["utility_kept"] = (row["utility"] / best["utility"]
+                               if best and row["utility"] is not None and best["utility"] > 0
+                               else None)
+    chosen = recommend(rows, keep)
+    return {"privacy": privacy, "privacy_unit": "nats per token", "privacy_note": note,
+            "utility": name, "utility_key": key, "keep": keep,
+            "recommended": chosen["setting"] if chosen else None,
+            "recommendation": recommendation(rows, chosen, keep, privacy, name),
+            "rows": rows}
+
+
+def _privacy_measure(settings: Sequence[dict[str, Any]]) -> tuple[str, str | None]:
+    """Influence above the control per token where every setting has one, else the mean
+    influence per token, with the note why."""
+    missing = [s for s in settings
+               if (((s.get("control") or {}).get("above_control_per_token") or {})
+                   .get("mean")) is None]
+    if not missing:
+        return ABOVE_CONTROL, None
+    reason = (missing[0].get("control") or {}).get("reason") or "no example had a control"
+    return PER_TOKEN, (f"privacy is the mean influence per token, not the influence above a "
+                       f"control: {len(missing)} of {len(settings)} setting(s) have no control "
+                       f"({reason})")
+
+
+def setting_labels(settings: Sequence[dict[str, Any]]) -> list[str]:
+    """Each setting by what varies across the sweep: ``λ = 0.5``, ``λ = 1, ε = 2``, with T and
+    the context size where they vary too."""
+    temps = {s.get("temperature") for s in settings}
+    contexts = {context_part(s.get("setting")) for s in settings}
+    out = []
+    for s in settings:
+        parts = [f"λ = {s.get('lambda'):g}" if s.get("lambda") is not None else "λ = ?"]
+        if s.get("bounded_eps") is not None:
+            parts.append(f"ε = {s['bounded_eps']:g}")
+        if len(temps) > 1:
+            parts.append(f"T = {s.get('temperature'):g}")
+        if len(contexts) > 1:
+            parts.append(context_part(s.get("setting")).replace("=", " = "))
+        out.append(", ".join(parts))
+    return out
+
+
+def context_part(key: Any) -> str:
+    """The ``context=...`` part of a setting's key (:attr:`.setting.Setting.key`)."""
+    return next((p for p in str(key).split(",") if p.startswith("context=")), "context=all")
+
+
+def baseline_key(setting: dict[str, Any]) -> str | None:
+    """The key of the setting a row's utility is compared with: plain decoding, λ = 1 without
+    a bound, at the same temperature and context size."""
+    temperature = setting.get("temperature")
+    if temperature is None:
+        return None
+    return f"lambda=1,T={temperature:g},{context_part(setting.get('setting'))}"
+
+
+def _difference(rows: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
+                key: str | None, is_base: bool, seed: int) -> dict[str, Any]:
+    """The row's utility difference to its baseline with a paired bootstrap interval; ``None``
+    with the reason where it has none."""
+    out: dict[str, Any] = {"utility_difference": None, "difference_ci_low": None,
+                           "difference_ci_high": None, "difference_pairs": 0,
+                           "difference_reason": None}
+    if key is None:
+        out["difference_reason"] = "no utility: no example has a reference"
+    elif is_base:
+        out["difference_reason"] = "the baseline (λ = 1, no bound)"
+    elif not base:
+        out["difference_reason"] = "no λ = 1 setting without a bound to compare with"
+    elif not rows:
+        out["difference_reason"] = "no records to pair"
+    else:
+        d = paired_difference(rows, base, key, seed=seed)
+        out.update({"utility_difference": d["mean_difference"], "difference_ci_low": d["ci_low"],
+                    "difference_ci_high": d["ci_high"], "difference_pairs": d["pairs"],
+                    "difference_reason": d["ci_reason"]})
+    return out
+
+
+def _scored(row: dict[str, Any]) -> bool:
+    return row["privacy"] is not None and row["utility"] is not None
+
+
+def mark_pareto(rows: list[dict[str, Any]]) -> None:
+    """``pareto`` on each row: True when no other row has privacy loss no higher and utility no
+    lower, one of them strictly; None where the row lacks either figure."""
+    for row in rows:
+        if not _scored(row):
+            row["pareto"] = None
+            continue
+        p, u = row["privacy"], row["utility"]
+        row["pareto"] = not any(
+            _scored(o) and o is not row and o["privacy"] <= p and o["utility"] >= u
+            and (o["privacy"] < p or o["utility"] > u) for o in rows)
+
+
+def _best(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The row with the best utility (of those tied, the least privacy loss)."""
+    scored = [r for r in rows if _scored(r)]
+    return min(scored, key=lambda r: (-r["utility"], r["privacy"])) if scored else None
+
+
+def recommend(rows: Sequence[dict[str, Any]], keep: float = KEEP) -> dict[str, Any] | None:
+    """The Pareto row with the least privacy loss whose utility is at least ``keep`` times the
+    best; None without utility, or where the best utility is 0."""
+    best = _best(rows)
+    if best is None or best["utility"] <= 0:
+        return None
+    fit = [r for r in rows if r.get("pareto") and r["utility"] >= keep * best["utility"]]
+    return min(fit, key=lambda r: r["privacy"]) if fit else None
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def recommendation(rows: Sequence[dict[str, Any]], chosen: dict[str, Any] | None, keep: float,
+                   privacy: str, utility: str | None) -> str:
+    """One sentence: the recommended setting, what share of the best utility it keeps at what
+    share of the best setting's privacy loss, or why there is none."""
+    best = _best(rows)
+    if utility is None or best is None:
+        return ("No recommendation: no example has a reference answer, so utility cannot be "
+                "measured (give a reference field, or try data='demo-qa').")
+    if chosen is None:
+        return (f"No recommendation: every setting's {utility} is 0 (no answer matches a "
+                f"reference), so there is no utility to keep.")
+    unit = "nats per token"
+    head = (f"{best['label']}: {utility} {best['utility']:.3g}, {privacy} "
+            f"{best['privacy']:.3g} {unit}")
+    if chosen is best:
+        return (f"No setting with less {privacy} keeps {_pct(keep)} of the best {utility} "
+                f"({head}).")
+    if best["privacy"] > 0 and chosen["privacy"] >= 0:
+        cost = f"{_pct(chosen['privacy'] / best['privacy'])} of its {privacy}"
+    else:
+        cost = f"{privacy} {chosen['privacy']:.3g} {unit}"
+    sentence = (f"{chosen['label']} keeps {_pct(chosen['utility'] / best['utility'])} of the "
+                f"best {utility} at {cost} ({head}")
+    if chosen.get("eps_guarantee") is not None:
+        sentence += f"; ε {chosen['eps_guarantee']:.3g} per response guaranteed"
+    return sentence + ")."
+
+
+__all__ = ["ABOVE_CONTROL", "COLUMNS", "KEEP", "PER_TOKEN", "UTILITIES", "baseline_key", "context_part",
+           "frontier", "mark_pareto", "recommend", "recommendation", "setting_labels"]

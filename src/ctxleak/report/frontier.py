@@ -1,0 +1,100 @@
+"""The privacy–utility frontier of an influence sweep as shown: a console table with one line of
+recommendation, an HTML section, and a plot of utility against privacy loss, one point per
+setting, the Pareto front marked (:mod:`ctxleak.methods.influence.frontier`; the mitigations
+and their utility cost of "Estimating Privacy Leakage of Augmented Contextual Knowledge in
+Language Models")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxleak.report import Report, plots
+from ctxleak.report.console import console as make_console
+from ctxleak.report.console import print_rows
+
+FRONTIER_PNG = "frontier.png"
+
+
+def _ci(low: Any, high: Any) -> str:
+    return "—" if low is None or high is None else f"[{low:.3g}, {high:.3g}]"
+
+
+def frontier_rows(front: dict[str, Any]) -> list[dict[str, Any]]:
+    """One display row per setting: privacy loss (nats per token) with its 95% interval, the ε
+    guarantee per response, utility, its paired difference to λ = 1 with the interval, the
+    share of the best utility kept, and whether it is on the Pareto front."""
+    privacy = "above control/token" if front.get("privacy", "").endswith(
+        "above control per token") else "influence/token"
+    utility = front.get("utility") or "utility"
+    rows = []
+    for r in front.get("rows") or []:
+        kept = r.get("utility_kept")
+        rows.append({
+            "setting": r["label"], privacy: r["privacy"],
+            "95% CI": _ci(r["privacy_ci_low"], r["privacy_ci_high"]),
+            "ε/response": r["eps_guarantee"], utility: r["utility"],
+            f"Δ {utility} vs λ = 1": "baseline" if r.get("baseline")
+            else r["utility_difference"],
+            "Δ 95% CI": _ci(r["difference_ci_low"], r["difference_ci_high"]),
+            "kept": None if kept is None else f"{100 * kept:.0f} %",
+            "Pareto": {True: "yes", False: "no"}.get(r.get("pareto"), "—")})
+    return rows
+
+
+def frontier_plots(front: dict[str, Any] | None) -> dict[str, bytes]:
+    """``frontier.png``: utility against privacy loss, one point per setting, Pareto points
+    filled; 95% interval bars on both axes where a setting has them, and the title says so only
+    then. Empty without a frontier or without utility."""
+    if not front or not front.get("utility"):
+        return {}
+    points = [{"x": r["privacy"], "y": r["utility"], "label": r["label"],
+               "marked": bool(r.get("pareto")), "x_low": r["privacy_ci_low"],
+               "x_high": r["privacy_ci_high"], "y_low": r["utility_ci_low"],
+               "y_high": r["utility_ci_high"]} for r in front.get("rows") or []]
+    bars = any(p["x_low"] is not None or p["y_low"] is not None for p in points
+               if p["x"] is not None and p["y"] is not None)
+    title = "Utility against privacy loss, one point per setting"
+    title += "\nbars: 95% bootstrap CI; filled: Pareto front" if bars else "\nfilled: Pareto front"
+    return {FRONTIER_PNG: plots.frontier_plot(
+        points, title=title, xlabel=f"{front['privacy']} (nats)",
+        ylabel=str(front["utility"]))}
+
+
+def notes(front: dict[str, Any]) -> list[str]:
+    """The recommendation, then the fallback note where privacy is not above a control."""
+    out = [f"Recommendation: {front.get('recommendation')}"]
+    if front.get("privacy_note"):
+        out.append(f"Note: {front['privacy_note']}")
+    return out
+
+
+def print_frontier(front: dict[str, Any] | None, *, plain: bool = False) -> None:
+    """The frontier table and its recommendation on the console (nothing for a single
+    setting's run)."""
+    if not front:
+        return
+    print_rows(frontier_rows(front), title="Privacy–utility frontier (privacy loss in nats per "
+               "token; utility against the references)", plain=plain)
+    out = make_console(plain)
+    for line in notes(front):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def frontier_section(report: Report, front: dict[str, Any] | None) -> None:
+    """The frontier in the HTML report: the table, the recommendation and how to read it."""
+    if not front:
+        return
+    report.add_heading("Choosing λ or ε: the privacy–utility frontier")
+    report.add_table(frontier_rows(front))
+    report.add_text("\n".join(notes(front)) + (
+        f"\nPrivacy loss is the {front.get('privacy')} (nats per token); utility is "
+        f"{front.get('utility') or 'not measured (no references)'} against the references, its "
+        "difference paired by example with the λ = 1 setting without a bound (BCa bootstrap, "
+        "95%). A setting is on the Pareto front when no other has privacy loss no higher and "
+        "utility no lower, one of them strictly. The recommendation is the Pareto setting with "
+        f"the least privacy loss that keeps {100 * float(front.get('keep') or 0):.0f} % of the "
+        "best utility."))
+
+
+__all__ = ["FRONTIER_PNG", "frontier_plots", "frontier_rows", "frontier_section",
+           "print_frontier"]
