@@ -38,7 +38,7 @@ def test_the_ledger_adds_each_documents_own_influence(run) -> None:
     ours = [r["passage_influence"][0] for r in res.records if r["passages"][0] == SHARED]
     assert shared["retrieved"] == 2 and shared["scored"] == 2
     assert shared["document"] == "fr"  # named by its id; the plain passage by its words
-    assert by_doc["the doctor said the news report ."]["document"] == "the doctor said the news report ."
+    assert by_doc["the doctor said the news report ."]["document"] == "the doctor said the news report …"
     assert shared["influence_sum"] == pytest.approx(sum(ours))
     assert shared["influence_max"] == pytest.approx(max(ours))
     tokens = sum(len(r["response_ids"]) for r in res.records if r["passages"][0] == SHARED)
