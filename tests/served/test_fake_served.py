@@ -122,6 +122,20 @@ def test_influence_runs_served_and_scores_logged_answers_as_in_process(served, t
         assert b["max_passage"] == c["max_passage"]
 
 
+def test_a_served_run_without_a_temperature_runs_at_1_and_says_so(served, tmp_path, capsys):
+    """The in-process default (0.8) cannot be measured through a server: a run that did not
+    choose a temperature runs at 1 and says so in one line; one that chose 0.8 is refused."""
+    from ctxleak.engine.capabilities import MissingCapability
+
+    with pytest.warns(UserWarning, match=r"temperature 1: the default against a served model"):
+        res = ctxleak.influence(served, "demo", limit=1, max_new_tokens=3, progress=False,
+                                output=str(tmp_path / "default"))
+    assert {r["temperature"] for r in res.records} == {1.0}
+    assert res.config["temperature"] == [1.0]
+    with pytest.raises(MissingCapability, match="temperature T ≠ 1"):
+        ctxleak.influence(served, "demo", limit=1, temperature=0.8, progress=False)
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     return write_command_data(tmp_path_factory.mktemp("served-data"), 4)

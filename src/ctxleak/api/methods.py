@@ -61,7 +61,7 @@ def influence(model: str | LanguageModel = "default", data: Any = "demo", *, pro
               retriever: Any = None, task: str = "auto", template: str | None = None,
               fields: str | Mapping[str, str] | None = None,
               lambda_: float | Sequence[float] | str = 1.0,
-              temperature: float | Sequence[float] | str = 0.8, max_new_tokens: int = 50,
+              temperature: float | Sequence[float] | str | None = None, max_new_tokens: int = 50,
               min_new_tokens: int | None = None, ngram: int | str | None = "full",
               stride: int | None = None, context_sizes: int | Sequence[int] | str | None = None,
               bounded_eps: float | Sequence[float] | str | None = None, repeat_threshold: float = 0.5,

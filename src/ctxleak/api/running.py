@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any, TypeVar, Union, cast
 
 from ctxleak.engine.lm import LanguageModel
@@ -76,6 +76,8 @@ def run_options(model: str | LanguageModel, given: Mapping[str, Any]
     name = lm.info.name if lm is not None else str(model)
     names = set(RunOptions.names()) - {"model"}
     common = RunOptions(model=name, **{k: v for k, v in given.items() if k in names})
+    if lm is not None:  # a loaded model names itself (a served one: where, under which name)
+        common = replace(common, **lm.run_options())
     return common.check(), lm
 
 

@@ -52,8 +52,11 @@ def influence(
     lambda_: str = typer.Option("1.0", "--lambda", help="Context influence level λ ≥ 0 "
                             "(0 = no context, 1 = plain decoding, >1 amplifies); a comma list "
                             "sweeps."),
-    temperature: str = typer.Option("0.8", "--temperature", help="Sampling temperature > 0; a "
-                                    "comma list sweeps."),
+    temperature: Optional[str] = typer.Option(None, "--temperature", help="Sampling "
+                                              "temperature > 0; a comma list sweeps. Default: "
+                                              "0.8 in-process, 1 against a served model (its "
+                                              "influence is measured from temperature-1 "
+                                              "log-probs)."),
     max_new_tokens: int = typer.Option(50, "--max-new-tokens", help="Most new tokens per "
                                        "response."),
     min_new_tokens: Optional[int] = typer.Option(None, "--min-new-tokens", help="EOS is masked "

@@ -75,7 +75,9 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
     def __init__(self, common: RunOptions | None = None,
                  params: InfluenceParams | None = None) -> None:
         super().__init__(common)
-        self.params = params if params is not None else InfluenceParams()
+        params = params if params is not None else InfluenceParams()
+        # a temperature the user did not give: one a served model can measure influence at
+        self.params = params.with_default_temperature(self.common.server_url is not None)
         self.options = self.params.options()
         self.grid = self.params.grid()
 

@@ -5,10 +5,10 @@ dataclass that checks itself."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ctxleak.errors import ConfigError
+from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.influence.passages import SPLITS
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, settings_grid
 from ctxleak.methods.influence.spans import LOG_FORMATS
@@ -39,6 +39,12 @@ def parse_ngram(value: Any) -> int | None:
     return n
 
 
+#: The sampling temperature of an in-process run when none is given (a served model's: 1).
+DEFAULT_TEMPERATURE = 0.8
+#: A served model's default temperature: its influence is measured from temperature-1 log-probs.
+SERVED_TEMPERATURE = 1.0
+
+
 @dataclass(frozen=True)
 class InfluenceParams:
     """The parameters of ``ctxleak influence``, checked and normalised on construction: ``lambda_``,
@@ -55,8 +61,10 @@ class InfluenceParams:
     lambda_: float | Sequence[float] | str = option(
         1.0, "Context influence level λ >= 0 (0 = no context, 1 = plain decoding, >1 "
         "amplifies); a list sweeps.")
-    temperature: float | Sequence[float] | str = option(
-        0.8, "Sampling temperature > 0; a list sweeps.")
+    temperature: float | Sequence[float] | str | None = option(
+        None, "Sampling temperature > 0; a list sweeps. Default: 0.8 in-process; 1 against a "
+        "served model (its influence is measured from temperature-1 log-probs), said in one "
+        "line.")
     max_new_tokens: int = option(50, "Most new tokens per response.")
     min_new_tokens: int | None = option(
         None, "EOS is masked before this many tokens, in both streams (default: 10, or "
@@ -100,14 +108,16 @@ class InfluenceParams:
             object.__setattr__(self, name, value)
 
         lams = check_nonempty(float_list(self.lambda_, "lambda_"), "lambda_", "1.0 or 0.5,1,1.5")
-        temps = check_nonempty(float_list(self.temperature, "temperature"), "temperature",
-                               "0.8")
+        given = self.temperature if self.temperature is not None else DEFAULT_TEMPERATURE
+        temps = check_nonempty(float_list(given, "temperature"), "temperature", "0.8")
         put("lambda_", tuple(check_unique(lams, "lambda_")))
         if self.bounded_eps is not None:
             eps = check_nonempty(float_list(self.bounded_eps, "bounded_eps"), "bounded_eps",
                                  "2 or 2,8")
             put("bounded_eps", tuple(check_unique(eps, "bounded_eps")))
-        put("temperature", tuple(check_unique(temps, "temperature")))
+        # None stays None until the model is known (:meth:`with_default_temperature`)
+        if self.temperature is not None:
+            put("temperature", tuple(check_unique(temps, "temperature")))
         if self.context_sizes is not None:
             sizes = check_nonempty(int_list(self.context_sizes, "context_sizes"),
                                    "context_sizes", "32,64,128")
@@ -144,6 +154,26 @@ class InfluenceParams:
                 raise ConfigError("context_sizes must be positive integers",
                                   param="context_sizes")
 
+    def with_default_temperature(self, served: bool) -> InfluenceParams:
+        """These parameters with the temperature the user did not give filled in: 0.8
+        in-process, 1 against a served model (said in one line), never refusing a setting the
+        user did not choose; unchanged where a temperature was given."""
+        if self.temperature is not None:
+            return self
+        if served:
+            warn(f"temperature {SERVED_TEMPERATURE:g}: the default against a served model, "
+                 f"whose influence is measured from temperature-1 log-probs (in-process the "
+                 f"default is {DEFAULT_TEMPERATURE:g}); give --temperature to choose",
+                 param="temperature")
+        return replace(self, temperature=SERVED_TEMPERATURE if served else DEFAULT_TEMPERATURE)
+
+    @property
+    def temperatures(self) -> list[float]:
+        """The temperatures swept: the given ones, else the in-process default (a served run
+        fills in its own first, :meth:`with_default_temperature`)."""
+        given = self.temperature if self.temperature is not None else (DEFAULT_TEMPERATURE,)
+        return [float(t) for t in given]  # type: ignore[union-attr]
+
     @property
     def sizes(self) -> list[int | None]:
         """The context sizes measured: None is the whole context."""
@@ -160,7 +190,7 @@ class InfluenceParams:
 
     def grid(self) -> list[Setting]:
         """Every (λ, T, context size) setting, in the order of the samples."""
-        return settings_grid(list(self.lambda_), list(self.temperature), self.sizes,  # type: ignore[arg-type]
+        return settings_grid(list(self.lambda_), self.temperatures, self.sizes,  # type: ignore[arg-type]
                              self.eps_values)
 
     @property
@@ -172,7 +202,7 @@ class InfluenceParams:
         """The method's part of ``config.json`` (``lambda_`` stored as ``lambda``)."""
         options = self.options()
         return {"task": self.task, "template": self.template, "fields": self.fields,
-                "lambda": list(self.lambda_), "temperature": list(self.temperature),  # type: ignore[arg-type]
+                "lambda": list(self.lambda_), "temperature": self.temperatures,  # type: ignore[arg-type]
                 "context_sizes": self.sizes, "bertscore_model": self.bertscore_model,
                 "factkb_model": self.factkb_model, "redact": self.redact,
                 "passages": self.passages,
