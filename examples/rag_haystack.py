@@ -8,12 +8,17 @@ Run: python examples/rag_haystack.py   (needs pip install "ctxleak[rag]")
 
 from __future__ import annotations
 
-from haystack import Document
-from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
-from haystack.document_stores.in_memory import InMemoryDocumentStore
-from rag_documents import DOCUMENTS, QUERIES, show
+import os
 
-import ctxleak
+# Haystack sends anonymous usage telemetry by default; this audit stays offline
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+
+from haystack import Document  # noqa: E402
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever  # noqa: E402
+from haystack.document_stores.in_memory import InMemoryDocumentStore  # noqa: E402
+from rag_documents import DOCUMENTS, QUERIES, show  # noqa: E402
+
+import ctxleak  # noqa: E402
 
 store = InMemoryDocumentStore()
 store.write_documents([Document(content=text, id=doc_id, meta={"source": source})

@@ -10,6 +10,8 @@ from hypothesis import settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# the RAG frameworks' tests: Haystack sends usage telemetry unless told not to (no network in tests)
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 # Hypothesis: ``ci`` (scripts/check.sh) keeps the full example counts; ``dev`` (plain pytest)
 # runs fewer (tests/helpers/__init__.py: examples).
