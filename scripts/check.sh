@@ -21,6 +21,9 @@ rm -f .coverage .coverage.*
 PYTEST=(.venv/bin/python -m pytest -q -n 2 --dist loadscope --durations=25)
 if [ "${CTXLEAK_COVERAGE:-1}" != 0 ]; then PYTEST+=(--cov --cov-report=); fi
 
+# mypy's cache outside the checkout: a clean checkout on a machine that ran the check before
+# type-checks in about 1 s instead of about 50 (the cache is keyed by each file's contents)
+export MYPY_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/ctxleak/mypy"
 phase lint .venv/bin/ruff check src tests bench examples
 phase types .venv/bin/python -m mypy
 phase contracts .venv/bin/lint-imports
