@@ -209,15 +209,6 @@ def document_fields(docs: Sequence[RetrievedDocument] | None, n: int, top: int |
     return out
 
 
-def passage_name(record: Mapping[str, Any], j: int) -> Any:
-    """Passage ``j`` (0-based) of ``record`` as ctxleak shows it: its document id (a string)
-    where the data named it, else its number from 1."""
-    names = record.get("passage_ids") or []
-    if j < len(names) and record.get("passage_sources") is not None:
-        return names[j]
-    return j + 1
-
-
 __all__ = ["DocumentProblem", "RetrievedDocument", "describe", "document_fields",
-           "duplicate_problem", "is_document_list", "json_safe", "passage_name", "passage_names",
+           "duplicate_problem", "is_document_list", "json_safe", "passage_names",
            "to_document"]
