@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+import ctxleak
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.canary import (
     HOLDS,
@@ -25,7 +26,9 @@ from ctxleak.methods.influence.canary import (
     plant_canaries,
     summarize_trials,
 )
-from ctxleak.methods.influence.data import InfluenceExample
+from ctxleak.methods.influence.canary_method import trials_needed
+from ctxleak.methods.influence.data import InfluenceExample, load_examples
+from ctxleak.results import CanaryResult
 
 SEEDS = range(10)
 
@@ -158,8 +161,49 @@ def test_plant_canaries_recorded_and_seeded():
     for t in trials:
         assert len(t.canary) == 6 and t.canary.isdigit() and t.canary != t.other
         assert t.planted in t.context and (t.other if t.included else t.canary) not in t.context
-        assert t.context.startswith(t.document)
+        assert t.context.endswith(t.document)
     with pytest.raises(ConfigError, match="trials must be >= 2"):
         plant_canaries(docs, 1, seed=0)
     with pytest.raises(ConfigError, match="digits"):
         plant_canaries(docs, 4, seed=0, digits=2)
+
+
+DOCS = [{"id": f"d{i}", "context": c, "query": "who is it ?"} for i, c in enumerate((
+    "the doctor said the news report was one page .",
+    "rome is the capital of italy and a city ."))]
+
+
+def test_canary_audit_on_a_tiny_model(llama_lm, tmp_path):
+    result = ctxleak.canary_audit(llama_lm, DOCS, lambda_=1.0, bounded_eps=0.5, trials=6,
+                                  max_new_tokens=3, seed=4, output=str(tmp_path / "run"))
+    s = result.summary
+    assert len(result.records) == 6 and s["n_trials"] == 6
+    for r in result.records:  # every response releases max_new_tokens tokens: 3 x 0.5
+        assert r["composed_eps"] == pytest.approx(1.5) and r["released_tokens"] == 3
+        assert r["score"] == attack_score(r["response"], r["canary"])
+        assert r["document_id"] in ("d0", "d1") and r["id"] == f"trial-{r['trial']}"
+    assert s["eps_guarantee"] == pytest.approx(1.5) and s["eps_guarantee_ex_ante"] == 1.5
+    assert s["n_in"] + s["n_out"] == 3 and s["law"] in (HOLDS, VIOLATED)
+    assert s["law"] == law(s["eps_lower"], s["eps_guarantee"])
+    # the trials and coins come from the seed, recorded in the run and read back
+    planted = plant_canaries(load_examples(DOCS), 6, seed=4)
+    assert [(r["canary"], r["other"], r["included"]) for r in result.records] == [
+        (t.canary, t.other, t.included) for t in planted]
+    back = ctxleak.load_result(tmp_path / "run")
+    assert isinstance(back, CanaryResult) and back.summary["eps_lower"] == s["eps_lower"]
+    assert list(result.to_pandas()["score"]) == [r["score"] for r in result.records]
+    # unbounded: no guarantee; the lower bound is what the attack demonstrates
+    plain = ctxleak.canary_audit(llama_lm, DOCS, trials=4, max_new_tokens=2, seed=4,
+                                 output=str(tmp_path / "plain"))
+    assert plain.summary["eps_guarantee"] is None and plain.summary["law"] == NO_GUARANTEE
+    assert "leak an attacker can demonstrate" in plain.summary["reading"]
+    with pytest.raises(ConfigError, match="trials"):
+        ctxleak.canary_audit(llama_lm, DOCS, trials=1)
+
+
+def test_trials_needed():
+    # a perfect attack needs 6 measured trials on each side (0.025^(1/k) > 1/2 from k = 6):
+    # 12 measured, 11 choosing the threshold
+    assert trials_needed(1.0, 0.0) == 23
+    assert trials_needed(0.5, 0.5) is None
+    assert trials_needed(0.6, 0.1) > trials_needed(0.9, 0.0)

@@ -56,8 +56,8 @@ from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.data import InfluenceExample
 
 #: The sentence that plants a canary in a document, and the question that asks for it.
-CANARY_SENTENCE = "Account number: {canary}."
-CANARY_QUERY = "What is the account number?"
+CANARY_SENTENCE = "Account number {canary}."
+CANARY_QUERY = "What is the account number? Reply with the number only."
 
 #: The confidence of the lower bound, by default.
 CONFIDENCE = 0.95
@@ -91,8 +91,9 @@ class CanaryTrial:
 
     @property
     def context(self) -> str:
-        """The document with the planted canary's sentence after it."""
-        return f"{self.document} {CANARY_SENTENCE.format(canary=self.planted)}".strip()
+        """The planted canary's sentence, then the document (a 135M model repeats a number at the
+        start of its context more often than one at the end)."""
+        return f"{CANARY_SENTENCE.format(canary=self.planted)} {self.document}".strip()
 
     def example(self) -> InfluenceExample:
         """The trial as a question-answering example (its prompt is built like any other)."""
@@ -212,7 +213,7 @@ def audit_scores(scores: Sequence[float], coins: Sequence[bool], *, seed: int = 
         order = np.random.default_rng(seed).permutation(len(s))
         half = len(s) // 2
         select, measure = np.sort(order[:half]), np.sort(order[half:])
-        t = choose_threshold(s[select], c[select], confidence)
+        t = choose_threshold(s[select].tolist(), c[select].tolist(), confidence)
         how = f"chosen on {len(select)} trials, measured on the other {len(measure)}"
     else:
         measure, t = np.arange(len(s)), float(threshold)
