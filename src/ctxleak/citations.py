@@ -203,7 +203,9 @@ DP_AUDITING = Paper(
   author    = {Jagielski, Matthew and Ullman, Jonathan and Oprea, Alina},
   booktitle = {Advances in Neural Information Processing Systems},
   volume    = {33},
-  year      = {2020}
+  year      = {2020},
+  eprint    = {2006.07709},
+  archivePrefix = {arXiv}
 }""")
 
 #: ctxleak itself (also in ``CITATION.cff`` at the repository's root).

@@ -6,10 +6,12 @@ spends, which the law must catch."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
+from conftest import run_cli
 
 import ctxleak
 from ctxleak.errors import ConfigError
@@ -124,7 +126,7 @@ def test_threshold_picked_on_the_measured_trials_would_inflate():
     # pure noise scores: picking the best of many thresholds on the measured trials themselves
     # finds a spurious bound for some seed; the split audit never does
     inflated, honest = [], []
-    for seed in range(20):
+    for seed in range(12):
         rng = np.random.default_rng(seed)
         coins = (rng.random(60) < 0.5).tolist()
         scores = rng.integers(0, 12, size=60).tolist()
@@ -207,3 +209,18 @@ def test_trials_needed():
     assert trials_needed(1.0, 0.0) == 23
     assert trials_needed(0.5, 0.5) is None
     assert trials_needed(0.6, 0.1) > trials_needed(0.9, 0.0)
+
+
+def test_cli_canary(tiny_dir, tmp_path, capsys):
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    out = tmp_path / "run"
+    code, stdout, err = run_cli(["canary", "--model", tiny_dir, "--data", str(data),
+                                 "--bounded-eps", "0.25", "--trials", "4",
+                                 "--max-new-tokens", "2", "--output", str(out)], capsys)
+    assert code == 0, err
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["command"] == "canary" and results["config"]["trials"] == 4
+    assert results["summary"]["eps_guarantee"] == pytest.approx(0.5)
+    assert "ε lower bound (95 %)" in stdout and "law" in stdout
+    assert "jagielski2020auditing" in results["cite"]["papers"]
