@@ -111,8 +111,10 @@ def test_threshold_chosen_on_one_half_measured_on_the_other():
     coins = (rng.random(41) < 0.5).tolist()
     scores = rng.normal(size=41).tolist()
     out = audit_scores(scores, coins, seed=3)
-    assert len(out["measured"]) == 41 - 20
-    assert out["n_in"] + out["n_out"] == 21
+    n_in = sum(coins)
+    # half of each side of the coin (rounded down) chooses, the rest measures
+    assert out["n_in"] == n_in - n_in // 2 and out["n_out"] == (41 - n_in) - (41 - n_in) // 2
+    assert len(out["measured"]) == out["n_in"] + out["n_out"]
     assert out["split_seed"] == 3
     # the other half chose the threshold: it is the choice made on those 20 trials alone
     select = sorted(set(range(41)) - set(out["measured"]))
@@ -159,7 +161,8 @@ def test_plant_canaries_recorded_and_seeded():
     assert trials == plant_canaries(docs, 40, seed=7)
     assert trials != plant_canaries(docs, 40, seed=8)
     assert [t.document_id for t in trials[:4]] == ["d0", "d1", "d2", "d0"]
-    assert 10 < sum(t.included for t in trials) < 30
+    assert sum(t.included for t in trials) == 20
+    assert sum(t.included for t in plant_canaries(docs, 5, seed=1)) == 3
     for t in trials:
         assert len(t.canary) == 6 and t.canary.isdigit() and t.canary != t.other
         assert t.planted in t.context and (t.other if t.included else t.canary) not in t.context
@@ -185,7 +188,7 @@ def test_canary_audit_on_a_tiny_model(llama_lm, tmp_path):
         assert r["score"] == attack_score(r["response"], r["canary"])
         assert r["document_id"] in ("d0", "d1") and r["id"] == f"trial-{r['trial']}"
     assert s["eps_guarantee"] == pytest.approx(1.5) and s["eps_guarantee_ex_ante"] == 1.5
-    assert s["n_in"] + s["n_out"] == 3 and s["law"] in (HOLDS, VIOLATED)
+    assert (s["n_in"], s["n_out"]) == (2, 2) and s["law"] in (HOLDS, VIOLATED)
     assert s["law"] == law(s["eps_lower"], s["eps_guarantee"])
     # the trials and coins come from the seed, recorded in the run and read back
     planted = plant_canaries(load_examples(DOCS), 6, seed=4)
@@ -204,9 +207,9 @@ def test_canary_audit_on_a_tiny_model(llama_lm, tmp_path):
 
 
 def test_trials_needed():
-    # a perfect attack needs 6 measured trials on each side (0.025^(1/k) > 1/2 from k = 6):
-    # 12 measured, 11 choosing the threshold
-    assert trials_needed(1.0, 0.0) == 23
+    # a perfect attack: 11 heads (6 measure) and 10 tails (5 measure) give
+    # 0.025^(1/6) = 0.54 > 1 - 0.025^(1/5) = 0.52; 20 trials (5 and 5) do not
+    assert trials_needed(1.0, 0.0) == 21
     assert trials_needed(0.5, 0.5) is None
     assert trials_needed(0.6, 0.1) > trials_needed(0.9, 0.0)
 

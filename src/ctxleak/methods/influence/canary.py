@@ -11,17 +11,18 @@ with One (1) Training Run", Steinke, Nasr and Jagielski 2023):
 
 1. :func:`plant_canaries`: each trial takes a document and two random canaries (``digits``
    random digits, an account number, drawn from the recorded seed): the *target* and the
-   *other*. A recorded coin decides which is planted: heads, the document holds the target;
-   tails, the same document holds the other canary. The two contexts are neighbours by
-   replacement of one sentence. (Bounded CID keeps every context's next-token distribution within
-   ε/2 of the no-context one, so any two contexts, these included, are ε apart per token.)
+   *other*. A recorded coin decides which is planted (half the coins heads, shuffled):
+   heads, the document holds the target; tails, the same document holds the other canary. The
+   two contexts are neighbours by replacement of one sentence. (Bounded CID keeps every
+   context's next-token distribution within ε/2 of the no-context one, so any two contexts,
+   these included, are ε apart per token.)
 2. The response is drawn under the setting (λ, T, bounded ε) by CID, all trials batched.
 3. The attacker scores each response alone, never seeing the coin:
    :func:`attack_score` is the longest substring shared with the target canary, in characters.
 4. :func:`audit_scores` picks the threshold ("score ≥ t means the target was planted") on one
-   half of the trials (a seeded split) and counts true and false positives on the other half,
-   or, for a threshold fixed in advance, on all trials. A threshold picked on the trials it is
-   measured on inflates the bound.
+   half of the trials (a seeded split, half of each side of the coin) and counts true and false
+   positives on the other half, or, for a threshold fixed in advance, on all trials. A threshold
+   picked on the trials it is measured on inflates the bound.
 5. :func:`eps_lower_bound`: for pure ε-DP every test has TPR ≤ e^ε·FPR and
    1 − FPR ≤ e^ε·(1 − TPR) (Jagielski et al. 2020, Thm 1 with δ = 0). With a one-sided
    Clopper–Pearson lower bound TPR_lo on the true positive rate and upper bound FPR_hi on the
@@ -103,8 +104,8 @@ class CanaryTrial:
 def plant_canaries(examples: Sequence[InfluenceExample], trials: int, seed: int,
                    digits: int = 6) -> list[CanaryTrial]:
     """``trials`` trials over ``examples``' documents (in turn), each with a target and another
-    canary of ``digits`` random digits and a fair coin, all drawn from ``seed`` (the same seed
-    gives the same trials)."""
+    canary of ``digits`` random digits and a coin, all drawn from ``seed`` (the same seed gives
+    the same trials). Half the coins are heads, in a random order."""
     if trials < 2:
         raise ConfigError(f"trials must be >= 2 (half choose the threshold, half measure), "
                           f"not {trials}", param="trials")
@@ -113,15 +114,20 @@ def plant_canaries(examples: Sequence[InfluenceExample], trials: int, seed: int,
     if not examples:
         raise ConfigError("no documents to plant canaries in", param="data")
     rng = random.Random(seed)
-    out = []
-    for t in range(trials):
-        ex = examples[t % len(examples)]
+    pairs = []
+    for _ in range(trials):
         canary = f"{rng.randrange(10 ** digits):0{digits}d}"
         other = canary
         while other == canary:
             other = f"{rng.randrange(10 ** digits):0{digits}d}"
-        out.append(CanaryTrial(t, ex.id, ex.context, canary, other, rng.random() < 0.5))
-    return out
+        pairs.append((canary, other))
+    # the coins: a seeded shuffle of as many heads as tails (one more head for an odd count),
+    # so that both sides have trials to measure
+    coins = [t < (trials + 1) // 2 for t in range(trials)]
+    rng.shuffle(coins)
+    return [CanaryTrial(t, examples[t % len(examples)].id, examples[t % len(examples)].context,
+                        canary, other, coin)
+            for t, ((canary, other), coin) in enumerate(zip(pairs, coins))]
 
 
 def attack_score(response: str, canary: str) -> int:
@@ -201,18 +207,20 @@ def audit_scores(scores: Sequence[float], coins: Sequence[bool], *, seed: int = 
     """The ε lower bound of the attack whose ``scores`` (one per trial) try to tell the
     ``coins`` (True: the target was planted).
 
-    ``threshold`` None: a seeded random half of the trials (``split_seed``) chooses it
-    (:func:`choose_threshold`) and the other half measures the rates; a number fixed before the
+    ``threshold`` None: a seeded random half of the trials (``split_seed``; half of those with
+    the target and half of those without) chooses it (:func:`choose_threshold`) and the other
+    half measures the rates; a number fixed before the
     trials were seen: every trial measures. Returns :func:`eps_lower_bound`'s fields with the
     ``threshold``, how it was chosen and which trials measured (``measured``, their indices)."""
     s, c = np.asarray(scores, dtype=np.float64), np.asarray(coins, dtype=bool)
     if s.shape != c.shape or s.ndim != 1:
         raise ConfigError(f"scores and coins must be two lists of one length, not {s.shape} and "
                           f"{c.shape}", param="scores")
-    if threshold is None:
-        order = np.random.default_rng(seed).permutation(len(s))
-        half = len(s) // 2
-        select, measure = np.sort(order[:half]), np.sort(order[half:])
+    if threshold is None:  # a seeded half of the heads and half of the tails choose
+        rng = np.random.default_rng(seed)
+        heads, tails = rng.permutation(np.flatnonzero(c)), rng.permutation(np.flatnonzero(~c))
+        select = np.sort(np.concatenate([heads[:len(heads) // 2], tails[:len(tails) // 2]]))
+        measure = np.sort(np.concatenate([heads[len(heads) // 2:], tails[len(tails) // 2:]]))
         t = choose_threshold(s[select].tolist(), c[select].tolist(), confidence)
         how = f"chosen on {len(select)} trials, measured on the other {len(measure)}"
     else:

@@ -83,7 +83,7 @@ def trial_record(lm: LanguageModel, trial: CanaryTrial, ledger: RowLedger) -> di
 
 def trials_needed(tpr: float, fpr: float, confidence: float = CONFIDENCE,
                   target: float = 0.0) -> int | None:
-    """The fewest trials (half choosing the threshold, half measuring, the coin fair) whose
+    """The fewest trials (half choosing the threshold, half measuring, half the coins heads) whose
     expected counts at these true and false positive rates give a lower bound above ``target``
     at ``confidence``; None when the rates cannot (TPR ≤ FPR) or need more than
     :data:`MAX_TRIALS`."""
@@ -91,8 +91,8 @@ def trials_needed(tpr: float, fpr: float, confidence: float = CONFIDENCE,
         return None
 
     def enough(n: int) -> bool:
-        half = (n - n // 2) / 2
-        n_in = n_out = max(1, int(half))
+        heads, tails = (n + 1) // 2, n // 2  # the coins of :func:`.canary.plant_canaries`
+        n_in, n_out = heads - heads // 2, tails - tails // 2  # the half that measures
         out = eps_lower_bound(round(tpr * n_in), n_in, round(fpr * n_out), n_out, confidence)
         return bool(out["eps_lower"] > target)
 
