@@ -30,7 +30,10 @@ from ctxleak.methods.influence.canary import (
 )
 from ctxleak.methods.influence.canary_method import trials_needed
 from ctxleak.methods.influence.data import InfluenceExample, load_examples
-from ctxleak.results import CanaryResult
+from ctxleak.methods.influence.frontier import frontier
+from ctxleak.methods.influence.setting import Setting
+from ctxleak.report.frontier import frontier_rows
+from ctxleak.results import CanaryResult, InfluenceResult
 
 SEEDS = range(10)
 
@@ -227,3 +230,23 @@ def test_cli_canary(tiny_dir, tmp_path, capsys):
     assert results["summary"]["eps_guarantee"] == pytest.approx(0.5)
     assert "ε lower bound (95 %)" in stdout and "law" in stdout
     assert "jagielski2020auditing" in results["cite"]["papers"]
+
+
+def test_the_lower_bound_on_the_frontier():
+    def setting(lam, eps, privacy, f1):
+        key = Setting(lam, 0.8, None, eps).key
+        return {"setting": key, "lambda": lam, "temperature": 0.8, "bounded_eps": eps,
+                "control": {"above_control_per_token": {"mean": privacy}},
+                "f1": {"mean": f1}, "composed_eps": {"mean": 16.0} if eps else None}
+
+    settings = [setting(0.0, None, 0.0, 0.1), setting(1.0, None, 0.5, 0.6),
+                setting(1.0, 2.0, 0.2, 0.5)]
+    audit = CanaryResult(records=[], summary={"setting": settings[2]["setting"],
+                                              "eps_lower": 0.7})
+    frame = InfluenceResult(records=[], summary={"settings": settings}).frontier(
+        audits=[audit])
+    assert list(frame["eps_lower"].isna()) == [True, True, False]
+    assert frame["eps_lower"].iloc[2] == 0.7 and frame["eps_guarantee"].iloc[2] == 16.0
+    rows = frontier_rows(frontier(settings, audits={settings[2]["setting"]: 0.7}))
+    assert [r["attack ε ≥ (95%)"] for r in rows] == [None, None, 0.7]
+    assert "attack ε ≥ (95%)" not in frontier_rows(frontier(settings))[0]

@@ -28,6 +28,7 @@ from ctxleak.methods.influence.cid import CIDConfig, generate_cid_many
 from ctxleak.methods.influence.data import load_examples, prompt_parts, resolve_data
 from ctxleak.methods.influence.ledger import RowLedger
 from ctxleak.methods.influence.roads import influence_needs
+from ctxleak.methods.influence.setting import Setting
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions
@@ -122,8 +123,9 @@ class CanaryMethod(Method[CanaryTrial, list[CanaryTrial], LanguageModel]):
             max_new_tokens=8, min_new_tokens=8))
 
     def plan(self, data: Any) -> Plan[CanaryTrial, list[CanaryTrial]]:
-        """The trials, planted in the data's documents from the run seed."""
-        examples = load_examples(data, limit=self.common.limit)
+        """The trials, planted in the data's documents from the run seed (only each row's
+        context and id are read: the trial asks its own question, so a row needs no query)."""
+        examples = load_examples(data, task="summarization", limit=self.common.limit)
         trials = plant_canaries(examples, self.params.trials, self.common.seed, self.params.digits)
         return Plan(items=trials, state=trials,
                     config={"data": describe(data), **self.params.to_config()},
@@ -171,7 +173,9 @@ class CanaryMethod(Method[CanaryTrial, list[CanaryTrial], LanguageModel]):
         d = p.decoding
         out = summarize_trials(records, seed=self.common.seed, confidence=p.confidence,
                                threshold=p.threshold)
-        out.update({"lambda": d.lam, "temperature": d.temperature, "bounded_eps": d.bounded_eps,
+        key = Setting(d.lam, d.temperature, None, d.bounded_eps).key  # the influence run's
+        out.update({"setting": key, "lambda": d.lam, "temperature": d.temperature,
+                    "bounded_eps": d.bounded_eps,
                     "eps_guarantee_ex_ante": (None if d.bounded_eps is None
                                               else d.bounded_eps * d.max_new_tokens),
                     "trials_needed": (None if out["tpr"] is None or out["fpr"] is None else
