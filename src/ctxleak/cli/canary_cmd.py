@@ -38,8 +38,11 @@ def canary(
     *,
     common: CommonOptions,
 ) -> None:
-    """Plant random canaries in documents (or another canary, by a recorded coin), generate by
-    CID under one setting, score each response alone, and give the attack's ε lower bound at
+    """Audit CID with canaries: the ε an attack demonstrates beside the guarantee (Auditing
+    Differentially Private Machine Learning: How Private is Private SGD?).
+
+    Plants random canaries in documents (or another canary, by a recorded coin), generates by
+    CID under one setting, scores each response alone, and gives the attack's ε lower bound at
     95 % confidence beside the guarantee (bounded CID: ε per token summed over the released
     tokens). The lower bound never exceeding the guarantee is the law; 'violated' means the
     mechanism is not as private as it claims.

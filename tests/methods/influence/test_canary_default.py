@@ -2,42 +2,42 @@
 token but decodes at λ = 1) is caught by the law, and bounded CID's lower bound sits under its
 guarantee ("Auditing Differentially Private Machine Learning: How Private is Private SGD?";
 bounded CID: "Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models",
-App. B)."""
+App. B). Both settings' trials are drawn in one batched call. The bounded setting runs only 4
+trials (enough for its guarantee's accounting and the law; too few to show a leak): Algorithm
+1's bisection costs about 0.5 s per decoding step on the 2-core CPU. docs/methods/influence.md
+shows the bounded settings with 40 trials each."""
 
 from __future__ import annotations
 
 import pytest
 
-import ctxleak
-from ctxleak.methods.influence.canary import HOLDS, VIOLATED, summarize_trials
-from ctxleak.methods.influence.canary_method import CanaryMethod, CanaryParams
+from ctxleak.methods.influence.canary import HOLDS, VIOLATED, plant_canaries, summarize_trials
+from ctxleak.methods.influence.canary_method import measure_trials
 from ctxleak.methods.influence.cid import CIDConfig
-from ctxleak.run.options import RunOptions
+from ctxleak.methods.influence.data import load_examples
 
 # short documents keep the prompts small; the canary sentence comes first
-DOCS = [{"id": f"d{i}", "context": c, "query": ""} for i, c in enumerate((
+DOCS = [{"id": f"d{i}", "context": c} for i, c in enumerate((
     "Customer file.", "Billing record.", "Support ticket.", "Bank letter."))]
-TRIALS, TOKENS, T, THRESHOLD = 16, 8, 0.5, 3
+TRIALS, BOUNDED_TRIALS, TOKENS, T, THRESHOLD, EPS = 16, 4, 10, 0.5, 3, 8.0
 
 
 @pytest.mark.integration
-def test_the_law_catches_a_broken_mechanism_and_holds_for_bounded_cid(default_lm, tmp_path):
+def test_the_law_catches_a_broken_mechanism_and_holds_for_bounded_cid(default_lm):
+    trials = plant_canaries(load_examples(DOCS, task="summarization"), TRIALS, seed=0)
     plain = CIDConfig(lam=1.0, temperature=T, max_new_tokens=TOKENS, min_new_tokens=TOKENS)
-    method = CanaryMethod(RunOptions(seed=0), CanaryParams(plain, trials=TRIALS,
-                                                           threshold=THRESHOLD))
-    trials = method.plan(DOCS).items
-    records = method.measure(default_lm, default_lm, trials)
+    bounded = CIDConfig(lam=1.0, temperature=T, max_new_tokens=TOKENS, min_new_tokens=TOKENS,
+                        bounded_eps=EPS)
+    records = measure_trials(default_lm, trials + trials[:BOUNDED_TRIALS],
+                             [plain] * TRIALS + [bounded] * BOUNDED_TRIALS, seed=0)
     # the broken mechanism: plain decoding at λ = 1 that claims ε = 0.01 per released token
-    claimed = [{**r, "composed_eps": 0.01 * r["released_tokens"]} for r in records]
+    claimed = [{**r, "composed_eps": 0.01 * r["released_tokens"]} for r in records[:TRIALS]]
     broken = summarize_trials(claimed, threshold=THRESHOLD)
     assert broken["eps_guarantee"] == pytest.approx(0.01 * TOKENS)
     assert broken["law"] == VIOLATED, broken
     assert broken["eps_lower"] > broken["eps_guarantee"]
-    # the same trials under bounded CID at ε = 0.5 per token: 4 nats per response guaranteed
-    bounded = ctxleak.canary_audit(default_lm, DOCS, bounded_eps=0.5, temperature=T,
-                                   trials=TRIALS, max_new_tokens=TOKENS, threshold=THRESHOLD,
-                                   output=str(tmp_path / "bounded"))
-    s = bounded.summary
-    assert s["eps_guarantee"] == pytest.approx(0.5 * TOKENS)
-    assert s["law"] == HOLDS and s["eps_lower"] <= s["eps_guarantee"]
-    assert [r["canary"] for r in bounded.records] == [t.canary for t in trials]
+    # the first trials again under bounded CID at ε = 8 per token: 80 nats per response
+    honest = summarize_trials(records[TRIALS:], threshold=THRESHOLD)
+    assert honest["n_in"] + honest["n_out"] == BOUNDED_TRIALS
+    assert honest["eps_guarantee"] == pytest.approx(EPS * TOKENS)
+    assert honest["law"] == HOLDS and honest["eps_lower"] <= honest["eps_guarantee"]

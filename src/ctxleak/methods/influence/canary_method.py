@@ -82,6 +82,19 @@ def trial_record(lm: LanguageModel, trial: CanaryTrial, ledger: RowLedger) -> di
             "score": attack_score(response, trial.canary)}
 
 
+def measure_trials(lm: LanguageModel, trials: Sequence[CanaryTrial],
+                   configs: Sequence[CIDConfig], seed: int) -> list[dict[str, Any]]:
+    """Each trial's record (:func:`trial_record`) under its own decoding setting, all responses
+    drawn by CID in one batched KV cache, each from its own seed (``seed``, trial number). The
+    audit reads only the tokens, so the ledgers' floats are not replayed one by one."""
+    jobs = []
+    for trial, config in zip(trials, configs, strict=True):
+        parts, _ = prompt_parts(lm, trial.example(), reserve=config.max_new_tokens)
+        jobs.append((parts.full, parts.empty, config, derive_seed(seed, trial.trial)))
+    ledgers = generate_cid_many(lm, jobs, rescored=True)
+    return [trial_record(lm, t, g) for t, g in zip(trials, ledgers)]
+
+
 def trials_needed(tpr: float, fpr: float, confidence: float = CONFIDENCE,
                   target: float = 0.0) -> int | None:
     """The fewest trials (half choosing the threshold, half measuring, half the coins heads) whose
@@ -154,16 +167,8 @@ class CanaryMethod(Method[CanaryTrial, list[CanaryTrial], LanguageModel]):
 
     def measure(self, lm: LanguageModel, ready: LanguageModel,
                 items: Sequence[CanaryTrial]) -> list[dict[str, Any]]:
-        """The trials' responses in one batched call, each from its own seed (run seed, trial).
-        The audit reads only the tokens, so the ledgers' floats are not replayed one by one."""
-        config = self.params.decoding
-        jobs = []
-        for trial in items:
-            parts, _ = prompt_parts(lm, trial.example(), reserve=config.max_new_tokens)
-            jobs.append((parts.full, parts.empty, config,
-                         derive_seed(self.common.seed, trial.trial)))
-        ledgers = generate_cid_many(lm, jobs, rescored=True)
-        return [trial_record(lm, t, g) for t, g in zip(items, ledgers)]
+        """The trials' responses in one batched call (:func:`measure_trials`)."""
+        return measure_trials(lm, items, [self.params.decoding] * len(items), self.common.seed)
 
     def summarize(self, ready: Any, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """The bounds side by side (:func:`.canary.summarize_trials`), the setting, the
@@ -183,4 +188,4 @@ class CanaryMethod(Method[CanaryTrial, list[CanaryTrial], LanguageModel]):
         return out
 
 
-__all__ = ["CanaryMethod", "CanaryParams", "trial_record", "trials_needed"]
+__all__ = ["CanaryMethod", "CanaryParams", "measure_trials", "trial_record", "trials_needed"]
