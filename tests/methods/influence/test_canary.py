@@ -6,8 +6,10 @@ spends, which the law must catch."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -34,6 +36,7 @@ from ctxleak.methods.influence.frontier import frontier
 from ctxleak.methods.influence.setting import Setting
 from ctxleak.report.frontier import frontier_rows
 from ctxleak.results import CanaryResult, InfluenceResult
+from ctxleak.run.options import RunOptions
 
 SEEDS = range(10)
 
@@ -250,3 +253,14 @@ def test_the_lower_bound_on_the_frontier():
     rows = frontier_rows(frontier(settings, audits={settings[2]["setting"]: 0.7}))
     assert [r["attack ε ≥ (95%)"] for r in rows] == [None, None, 0.7]
     assert "attack ε ≥ (95%)" not in frontier_rows(frontier(settings))[0]
+
+
+def test_canary_audit_takes_the_run_options_and_documents_its_keywords():
+    sig = inspect.signature(ctxleak.canary_audit)
+    for f in fields(RunOptions):
+        if f.name != "model":
+            assert sig.parameters[f.name].default == f.default, f.name
+            assert sig.parameters[f.name].kind is inspect.Parameter.KEYWORD_ONLY
+            assert f.name in ctxleak.canary_audit.__doc__
+    for name in ("lambda_", "bounded_eps", "trials", "threshold", "confidence"):
+        assert f"{name} : " in ctxleak.canary_audit.__doc__
