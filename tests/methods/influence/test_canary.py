@@ -200,6 +200,8 @@ def test_canary_audit_on_a_tiny_model(llama_lm, tmp_path):
     planted = plant_canaries(load_examples(DOCS), 6, seed=4)
     assert [(r["canary"], r["other"], r["included"]) for r in result.records] == [
         (t.canary, t.other, t.included) for t in planted]
+    page = (tmp_path / "run" / "report.html").read_text(encoding="utf-8")
+    assert "ε lower bound (95 %)" in page and "jagielski2020auditing" in page
     back = ctxleak.load_result(tmp_path / "run")
     assert isinstance(back, CanaryResult) and back.summary["eps_lower"] == s["eps_lower"]
     assert list(result.to_pandas()["score"]) == [r["score"] for r in result.records]
