@@ -190,6 +190,24 @@ CALIBRATE = Paper(
   publisher = {PMLR}
 }""")
 
+DP_AUDITING = Paper(
+    key="jagielski2020auditing",
+    title="Auditing Differentially Private Machine Learning: How Private is Private SGD?",
+    authors=("Matthew Jagielski", "Jonathan Ullman", "Alina Oprea"),
+    venue="Advances in Neural Information Processing Systems 33 (NeurIPS 2020)",
+    year=2020,
+    arxiv="2006.07709",
+    url=None,
+    bibtex="""@inproceedings{jagielski2020auditing,
+  title     = {Auditing Differentially Private Machine Learning: How Private is Private {SGD}?},
+  author    = {Jagielski, Matthew and Ullman, Jonathan and Oprea, Alina},
+  booktitle = {Advances in Neural Information Processing Systems},
+  volume    = {33},
+  year      = {2020},
+  eprint    = {2006.07709},
+  archivePrefix = {arXiv}
+}""")
+
 #: ctxleak itself (also in ``CITATION.cff`` at the repository's root).
 CTXLEAK_BIBTEX = """@software{ctxleak,
   title  = {ctxleak: how much of a language model's output comes from, and leaks, its
@@ -202,12 +220,13 @@ CTXLEAK_BIBTEX = """@software{ctxleak,
 #: Every paper by key.
 PAPERS: dict[str, Paper] = {p.key: p for p in (
     CONTEXT_INFLUENCE, ICL_LEAKAGE, FISHER_SUSCEPTIBILITY, CONTEXT_VS_PRIOR, PROPILE,
-    PRIVATE_PREDICTION, CALIBRATE)}
+    PRIVATE_PREDICTION, CALIBRATE, DP_AUDITING)}
 
 #: The papers behind each method, by command name; the first defines what the method measures.
 METHOD_PAPERS: dict[str, tuple[str, ...]] = {
     "influence": (CONTEXT_INFLUENCE.key,),
     "influence-explain": (CONTEXT_INFLUENCE.key,),
+    "canary": (DP_AUDITING.key, CONTEXT_INFLUENCE.key),
     "icl": (ICL_LEAKAGE.key, CALIBRATE.key),
     "audit": (ICL_LEAKAGE.key, PRIVATE_PREDICTION.key),
     "dp": (ICL_LEAKAGE.key, PRIVATE_PREDICTION.key),

@@ -91,6 +91,7 @@ class Registry(Mapping[str, Any]):
 API = Registry("ctxleak function", {
     "influence": "ctxleak.api:influence",
     "influence_explain": "ctxleak.api:influence_explain",
+    "canary_audit": "ctxleak.api:canary_audit",
     "retrieve": "ctxleak.api:retrieve",
     "iclinf": "ctxleak.api:iclinf",
     "audit": "ctxleak.api:audit",

@@ -11,11 +11,12 @@ docstring (:mod:`ctxleak.api.docs`). An unknown keyword raises
 
 from __future__ import annotations
 
+from ctxleak.api.canary import canary_audit
 from ctxleak.api.explain import influence_explain
 from ctxleak.api.methods import audit, iclinf, influence, probe, susceptibility
 from ctxleak.api.retrieval import load_retriever, retrieve
 from ctxleak.api.running import FACE, RENAMED, method_for, run_method, run_params
 
-__all__ = ["FACE", "RENAMED", "audit", "iclinf", "influence", "influence_explain",
+__all__ = ["FACE", "RENAMED", "audit", "canary_audit", "iclinf", "influence", "influence_explain",
            "load_retriever", "method_for", "probe", "retrieve", "run_method", "run_params",
            "susceptibility"]

@@ -21,18 +21,21 @@ def _ci(low: Any, high: Any) -> str:
 
 def frontier_rows(front: dict[str, Any]) -> list[dict[str, Any]]:
     """One display row per setting: privacy loss (nats per token) with its 95% interval, the ε
-    guarantee per response, utility, its paired difference to λ = 1 with the interval, the
+    guarantee per response (and, where canary audits were given, the ε an attack demonstrated),
+    utility, its paired difference to λ = 1 with the interval, the
     share of the best utility kept, and whether it is on the Pareto front."""
     privacy = "above control/token" if front.get("privacy", "").endswith(
         "above control per token") else "influence/token"
     utility = front.get("utility") or "utility"
+    audited = any(r.get("eps_lower") is not None for r in front.get("rows") or [])
     rows = []
     for r in front.get("rows") or []:
         kept = r.get("utility_kept")
+        attack = {"attack ε ≥ (95%)": r.get("eps_lower")} if audited else {}
         rows.append({
             "setting": r["label"], privacy: r["privacy"],
             "95% CI": _ci(r["privacy_ci_low"], r["privacy_ci_high"]),
-            "ε/response": r["eps_guarantee"], utility: r["utility"],
+            "ε/response": r["eps_guarantee"], **attack, utility: r["utility"],
             f"Δ {utility} vs λ = 1": "baseline" if r.get("baseline")
             else r["utility_difference"],
             "Δ 95% CI": _ci(r["difference_ci_low"], r["difference_ci_high"]),

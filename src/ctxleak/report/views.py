@@ -425,6 +425,37 @@ class ProbeView(View):
         return compare_view.probe_figures(results, labels)
 
 
+class CanaryView(View):
+    """``ctxleak canary``: the two bounds side by side, the rates they come from, the law."""
+
+    title = "Canary audit: an attack's ε lower bound beside the guarantee"
+
+    def table(self, result: Any) -> list[dict[str, Any]]:
+        s = result.summary
+        conf = f"{100 * s.get('confidence', 0.95):.0f} %"
+        guarantee = s.get("eps_guarantee")
+        return [
+            {"quantity": f"ε lower bound ({conf})", "value": s.get("eps_lower"),
+             "meaning": "what this attack demonstrates (nats per response)"},
+            {"quantity": "ε guarantee", "value": guarantee,
+             "meaning": "bounded CID: ε per token summed over the released tokens, the largest "
+                        "of the responses" if guarantee is not None
+             else "none: the setting is unbounded"},
+            {"quantity": "law", "value": s.get("law"),
+             "meaning": "the lower bound never exceeds the guarantee"},
+            {"quantity": "TPR", "value": s.get("tpr"),
+             "meaning": f"{s.get('tp')} of {s.get('n_in')} measured trials with the canary; "
+                        f"exact interval {s.get('tpr_ci')}"},
+            {"quantity": "FPR", "value": s.get("fpr"),
+             "meaning": f"{s.get('fp')} of {s.get('n_out')} measured trials without it; exact "
+                        f"interval {s.get('fpr_ci')}"},
+            {"quantity": "threshold", "value": s.get("threshold"),
+             "meaning": f"characters of the canary repeated; {s.get('threshold_choice')}"},
+            {"quantity": "trials needed", "value": s.get("trials_needed"),
+             "meaning": "for a bound above 0 at these rates"},
+            {"quantity": "reading", "value": s.get("reading"), "meaning": ""}]
+
+
 INFLUENCE = InfluenceView()
 EXPLAIN = ExplainView()
 ICL = ICLView()
@@ -438,7 +469,7 @@ GENERIC = View()
 #: known method). A method of your own adds its view here.
 VIEWS: dict[str, View] = {"result": GENERIC, "influence": INFLUENCE, "influence-explain": EXPLAIN,
                           "icl": ICL, "audit": AUDIT, "susceptibility": SUSCEPTIBILITY,
-                          "probe": PROBE}
+                          "probe": PROBE, "canary": CanaryView()}
 
 
 def view_for(command: str) -> View:

@@ -15,6 +15,7 @@ from ctxleak.results.loading import load_result, user_id_row
 from ctxleak.results.methods import (
     RESULT_CLASSES,
     AuditResult,
+    CanaryResult,
     ExplainResult,
     ICLInfResult,
     ProbeResult,
@@ -22,6 +23,6 @@ from ctxleak.results.methods import (
     result_class,
 )
 
-__all__ = ["RESULT_CLASSES", "AuditResult", "ExampleView", "ExplainResult", "ICLInfResult",
+__all__ = ["RESULT_CLASSES", "AuditResult", "CanaryResult", "ExampleView", "ExplainResult", "ICLInfResult",
            "InfluenceResult", "LeakMapHTML", "ProbeResult", "Result", "SusceptibilityResult",
            "finish_run", "load_result", "result_class", "user_id_row"]

@@ -4,6 +4,7 @@ Language Models")."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,16 +121,21 @@ class InfluenceResult(Result):
         return self._frame(rows, ["id", "setting", "lambda", "temperature", "passage", "text",
                                   "start", "end", "influence", "rank"])
 
-    def frontier(self, keep: float = KEEP) -> Any:
+    def frontier(self, keep: float = KEEP, audits: Sequence[Any] = ()) -> Any:
         """The privacy–utility frontier, one row per setting (:mod:`~ctxleak.methods.influence.
         frontier`): privacy loss (influence above the control per token, nats, with its
         interval), bounded CID's ε per response, utility (F1, else ROUGE-L) and its paired
         difference to λ = 1, and ``pareto``; ``frame.attrs`` holds the ``recommendation`` (the
-        setting with the least privacy loss keeping ``keep`` of the best utility)."""
+        setting with the least privacy loss keeping ``keep`` of the best utility).
+
+        ``audits``: canary audits (:func:`ctxleak.canary_audit` results) of some of the
+        settings; each fills ``eps_lower``, the ε its attack demonstrated, on the row of the
+        same λ, T and ε (a second privacy axis beside the guarantee)."""
         got = self.summary.get("frontier")
-        if not got or got.get("keep") != keep:  # a single setting's run, or another share
+        lower = {str(a.summary.get("setting")): a.summary.get("eps_lower") for a in audits}
+        if not got or got.get("keep") != keep or lower:  # a single setting, another share
             got = frontier(self.summary.get("settings") or [], self.records, keep=keep,
-                           seed=int(self.config.get("seed") or 0))
+                           seed=int(self.config.get("seed") or 0), audits=lower)
         frame = self._frame(list(got["rows"]), list(COLUMNS))
         frame.attrs.update({k: got.get(k) for k in ("privacy", "privacy_unit", "privacy_note",
                                                     "utility", "keep", "recommendation")})

@@ -70,6 +70,21 @@ class ProbeResult(Result):
         "significance.groups.*.min_pvalue", "significance.groups.*.n")
 
 
+class CanaryResult(Result):
+    """``ctxleak.canary_audit``: one record per canary trial (its coin, both canaries, the
+    response and the attacker's score); ``summary["eps_lower"]`` is the attack's empirical ε
+    lower bound at ``summary["confidence"]`` (Clopper–Pearson), beside
+    ``summary["eps_guarantee"]``, bounded CID's composed ε (Thm B.1 of "Estimating Privacy
+    Leakage of Augmented Contextual Knowledge in Language Models"), and ``summary["law"]``."""
+
+    method = "canary"
+    title = "Canary audit: an attack's ε lower bound beside the guarantee"
+    numeric_fields = ("eps_lower", "eps_guarantee", "eps_guarantee_ex_ante", "confidence",
+                      "tp", "n_in", "fp", "n_out", "tpr", "fpr", "tpr_ci.*", "fpr_ci.*",
+                      "threshold", "n_trials", "trials_needed", "lambda", "temperature",
+                      "bounded_eps")
+
+
 class ExplainResult(Result):
     """``ctxleak.influence_explain``: one prompt's response, the uni-gram influence of each
     context token on its first token (Table 1) and the top n-grams."""
@@ -81,7 +96,8 @@ class ExplainResult(Result):
 
 #: A method's command name (``config["command"]``) -> its Result class.
 RESULT_CLASSES: dict[str, type[Result]] = {
-    cls.method: cls for cls in (Result, InfluenceResult, ExplainResult, ICLInfResult, AuditResult,
+    cls.method: cls for cls in (Result, InfluenceResult, ExplainResult, CanaryResult, ICLInfResult,
+                                AuditResult,
                                 SusceptibilityResult, ProbeResult)}
 
 

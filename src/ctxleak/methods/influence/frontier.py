@@ -12,6 +12,9 @@ settings side by side, one row each:
   control, every row falls back to the mean influence per token, and ``privacy_note`` says so;
 * the guarantee: bounded CID's mean composed ε per response (Theorem B.1 by basic composition),
   ``None`` for plain CID;
+* a second privacy axis where canary audits of the settings are given (``audits``, by setting
+  key: :mod:`.canary`): ``eps_lower``, the ε an attacker demonstrated at 95 % confidence, in
+  nats per response, beside the guarantee;
 * utility: token F1 against the references where they have one (SQuAD's, :mod:`.utility`), else
   ROUGE-L F1, with its interval, and the paired difference to the λ = 1 unbounded setting of the
   same temperature and context size (the paired bootstrap of :func:`.utility.paired_difference`);
@@ -25,7 +28,7 @@ less privacy loss than the best one does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxleak.methods.influence.utility import paired_difference
@@ -38,7 +41,7 @@ UTILITIES = (("f1", "F1"), ("rouge_l", "ROUGE-L"))
 
 #: The columns of a frontier row, in order.
 COLUMNS = ("setting", "label", "lambda", "temperature", "bounded_eps", "privacy",
-           "privacy_ci_low", "privacy_ci_high", "eps_guarantee", "utility", "utility_ci_low",
+           "privacy_ci_low", "privacy_ci_high", "eps_guarantee", "eps_lower", "utility", "utility_ci_low",
            "utility_ci_high", "baseline", "utility_difference", "difference_ci_low",
            "difference_ci_high", "difference_pairs", "difference_reason", "pareto",
            "utility_kept")
@@ -49,9 +52,11 @@ PER_TOKEN = "influence per token"
 
 def frontier(settings: Sequence[dict[str, Any]],
              records: Sequence[dict[str, Any]] | None = None, *, keep: float = KEEP,
-             seed: int = 0) -> dict[str, Any]:
+             seed: int = 0, audits: Mapping[str, float | None] | None = None) -> dict[str, Any]:
     """The frontier of an influence run's ``settings`` (``summary["settings"]``); ``records``
-    (the run's samples) give the paired utility differences to λ = 1, left ``None`` without.
+    (the run's samples) give the paired utility differences to λ = 1, left ``None`` without;
+    ``audits``: the canary audits' ε lower bounds by setting key (``eps_lower``, None where a
+    setting has none).
 
     Returns ``rows`` (one per setting, in the sweep's order), the ``privacy`` and ``utility``
     they read (with ``privacy_note`` where the control is missing), ``keep``, the
@@ -80,6 +85,7 @@ def frontier(settings: Sequence[dict[str, Any]],
             "privacy_ci_high": stats.get("ci_high"),
             "eps_guarantee": (s.get("composed_eps") or {}).get("mean") if eps is not None
             else None,
+            "eps_lower": (audits or {}).get(str(s.get("setting"))),
             "utility": util.get("mean"), "utility_ci_low": util.get("ci_low"),
             "utility_ci_high": util.get("ci_high")}
         base = baseline_key(s)

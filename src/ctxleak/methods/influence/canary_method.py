@@ -1,0 +1,191 @@
+"""The canary audit as a Method (``ctxleak canary``): one item per canary trial, every trial's
+response drawn by Context Influence Decoding in one batched KV cache, the attacker's score per
+response, and the summary with the empirical ε lower bound beside bounded CID's guarantee
+(:mod:`ctxleak.methods.influence.canary` has the maths and what the two bounds mean)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ctxleak.engine.batching import BatchPolicy
+from ctxleak.engine.generation import derive_seed
+from ctxleak.engine.lm import LanguageModel
+from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.canary import (
+    CANARY_QUERY,
+    CANARY_SENTENCE,
+    CONFIDENCE,
+    CanaryTrial,
+    attack_score,
+    eps_lower_bound,
+    plant_canaries,
+    summarize_trials,
+)
+from ctxleak.methods.influence.cid import CIDConfig, generate_cid_many
+from ctxleak.methods.influence.data import load_examples, prompt_parts, resolve_data
+from ctxleak.methods.influence.ledger import RowLedger
+from ctxleak.methods.influence.roads import influence_needs
+from ctxleak.methods.influence.setting import Setting
+from ctxleak.run.inputs import describe
+from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
+from ctxleak.run.options import RunOptions
+
+#: The largest number of trials :func:`trials_needed` looks at.
+MAX_TRIALS = 100_000
+
+
+@dataclass(frozen=True)
+class CanaryParams:
+    """The audit's own parameters, checked on construction: the CID setting (``decoding``), the
+    number of ``trials``, the canary's ``digits``, the bound's ``confidence`` and a
+    ``threshold`` fixed in advance (None: chosen on half of the trials)."""
+
+    decoding: CIDConfig
+    trials: int = 40
+    digits: int = 6
+    confidence: float = CONFIDENCE
+    threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.trials < 2:
+            raise ConfigError(f"trials must be >= 2, not {self.trials}", param="trials")
+        if not 0 < self.confidence < 1:
+            raise ConfigError(f"confidence must be in (0, 1), not {self.confidence}",
+                              param="confidence")
+        if self.threshold is not None and not math.isfinite(self.threshold):
+            raise ConfigError(f"threshold must be a finite number, not {self.threshold}",
+                              param="threshold")
+
+    def to_config(self) -> dict[str, Any]:
+        d = self.decoding
+        return {"lambda": d.lam, "temperature": d.temperature, "bounded_eps": d.bounded_eps,
+                "max_new_tokens": d.max_new_tokens, "min_new_tokens": d.min_new_tokens,
+                "trials": self.trials, "digits": self.digits, "confidence": self.confidence,
+                "threshold": self.threshold, "canary_sentence": CANARY_SENTENCE,
+                "query": CANARY_QUERY,
+                "neighbours": "the document with the target canary vs. the same document with "
+                              "another random canary (replacement)"}
+
+
+def trial_record(lm: LanguageModel, trial: CanaryTrial, ledger: RowLedger) -> dict[str, Any]:
+    """One trial's row: the coin and both canaries (recorded, so the audit can be checked), the
+    response, its guarantee (``composed_eps``, None unbounded) and the attacker's ``score``,
+    computed from the response and the target canary alone."""
+    response = lm.decode(ledger.response_ids)
+    return {"trial": trial.trial, "document_id": trial.document_id, "canary": trial.canary,
+            "other": trial.other, "included": trial.included, "response": response,
+            "response_ids": ledger.response_ids, "stopped_on_eos": ledger.stopped_on_eos,
+            "released_tokens": len(ledger.entries), "composed_eps": ledger.composed_eps,
+            "score": attack_score(response, trial.canary)}
+
+
+def measure_trials(lm: LanguageModel, trials: Sequence[CanaryTrial],
+                   configs: Sequence[CIDConfig], seed: int) -> list[dict[str, Any]]:
+    """Each trial's record (:func:`trial_record`) under its own decoding setting, all responses
+    drawn by CID in one batched KV cache, each from its own seed (``seed``, trial number). The
+    audit reads only the tokens, so the ledgers' floats are not replayed one by one."""
+    jobs = []
+    for trial, config in zip(trials, configs, strict=True):
+        parts, _ = prompt_parts(lm, trial.example(), reserve=config.max_new_tokens)
+        jobs.append((parts.full, parts.empty, config, derive_seed(seed, trial.trial)))
+    ledgers = generate_cid_many(lm, jobs, rescored=True)
+    return [trial_record(lm, t, g) for t, g in zip(trials, ledgers)]
+
+
+def trials_needed(tpr: float, fpr: float, confidence: float = CONFIDENCE,
+                  target: float = 0.0) -> int | None:
+    """The fewest trials (half choosing the threshold, half measuring, half the coins heads) whose
+    expected counts at these true and false positive rates give a lower bound above ``target``
+    at ``confidence``; None when the rates cannot (TPR ≤ FPR) or need more than
+    :data:`MAX_TRIALS`."""
+    if tpr <= fpr:
+        return None
+
+    def enough(n: int) -> bool:
+        heads, tails = (n + 1) // 2, n // 2  # the coins of :func:`.canary.plant_canaries`
+        n_in, n_out = heads - heads // 2, tails - tails // 2  # the half that measures
+        out = eps_lower_bound(round(tpr * n_in), n_in, round(fpr * n_out), n_out, confidence)
+        return bool(out["eps_lower"] > target)
+
+    hi = 4
+    while not enough(hi):
+        if hi >= MAX_TRIALS:
+            return None
+        hi *= 2
+    lo = hi // 2
+    while hi - lo > max(1, hi // 50):  # within 2 %
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return hi
+
+
+class CanaryMethod(Method[CanaryTrial, list[CanaryTrial], LanguageModel]):
+    """An attack's empirical ε lower bound beside the guarantee (``ctxleak canary``)."""
+
+    name = "canary"
+    desc = "canary trials"
+    private = True
+
+    def __init__(self, common: RunOptions | None = None,
+                 params: CanaryParams | None = None) -> None:
+        super().__init__(common)
+        self.params = params if params is not None else CanaryParams(CIDConfig(
+            max_new_tokens=8, min_new_tokens=8))
+
+    def plan(self, data: Any) -> Plan[CanaryTrial, list[CanaryTrial]]:
+        """The trials, planted in the data's documents from the run seed (only each row's
+        context and id are read: the trial asks its own question, so a row needs no query)."""
+        examples = load_examples(data, task="summarization", limit=self.common.limit)
+        trials = plant_canaries(examples, self.params.trials, self.common.seed, self.params.digits)
+        return Plan(items=trials, state=trials,
+                    config={"data": describe(data), **self.params.to_config()},
+                    inputs={"data": resolve_data(data)})
+
+    def ids(self, item: CanaryTrial) -> ItemIds:
+        return ItemIds(item.key, item.key)
+
+    def requires(self) -> dict[str, str]:
+        d = self.params.decoding
+        return influence_needs([d.lam], [d.temperature], d.bounded_eps)
+
+    def prepare(self, lm: LanguageModel, plan: Plan[CanaryTrial, list[CanaryTrial]],
+                run: Any) -> LanguageModel:
+        return lm
+
+    def batches(self, ready: LanguageModel, items: Sequence[CanaryTrial],
+                policy: BatchPolicy) -> list[list[CanaryTrial]]:
+        """Two CID streams per trial, each its prompt plus the new tokens."""
+        new = self.params.decoding.max_new_tokens
+        costs: list[int | None] = []
+        for trial in items:
+            parts, _ = prompt_parts(ready, trial.example(), reserve=new)
+            costs.append(len(parts.full) + len(parts.empty) + 2 * new)
+        return list(batches_by_cost(items, costs, policy))
+
+    def measure(self, lm: LanguageModel, ready: LanguageModel,
+                items: Sequence[CanaryTrial]) -> list[dict[str, Any]]:
+        """The trials' responses in one batched call (:func:`measure_trials`)."""
+        return measure_trials(lm, items, [self.params.decoding] * len(items), self.common.seed)
+
+    def summarize(self, ready: Any, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The bounds side by side (:func:`.canary.summarize_trials`), the setting, the
+        guarantee a response of ``max_new_tokens`` could spend, and the trials needed to show a
+        bound above 0 at the measured rates."""
+        p = self.params
+        d = p.decoding
+        out = summarize_trials(records, seed=self.common.seed, confidence=p.confidence,
+                               threshold=p.threshold)
+        key = Setting(d.lam, d.temperature, None, d.bounded_eps).key  # the influence run's
+        out.update({"setting": key, "lambda": d.lam, "temperature": d.temperature,
+                    "bounded_eps": d.bounded_eps,
+                    "eps_guarantee_ex_ante": (None if d.bounded_eps is None
+                                              else d.bounded_eps * d.max_new_tokens),
+                    "trials_needed": (None if out["tpr"] is None or out["fpr"] is None else
+                                      trials_needed(out["tpr"], out["fpr"], p.confidence))})
+        return out
+
+
+__all__ = ["CanaryMethod", "CanaryParams", "measure_trials", "trial_record", "trials_needed"]

@@ -1,0 +1,268 @@
+"""The canary audit's statistics (auditing DP by membership inference with canaries: "Auditing
+Differentially Private Machine Learning: How Private is Private SGD?"): the Clopper–Pearson ε
+lower bound computed by hand, the law (the 95 % lower bound never exceeds a true guarantee) over
+seeds on randomized response with a known ε, and a broken mechanism that claims less than it
+spends, which the law must catch."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from dataclasses import fields
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+import ctxleak
+from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.canary import (
+    HOLDS,
+    NO_GUARANTEE,
+    VIOLATED,
+    attack_score,
+    audit_scores,
+    choose_threshold,
+    eps_lower_bound,
+    guarantee,
+    law,
+    plant_canaries,
+    summarize_trials,
+)
+from ctxleak.methods.influence.canary_method import trials_needed
+from ctxleak.methods.influence.data import InfluenceExample, load_examples
+from ctxleak.methods.influence.frontier import frontier
+from ctxleak.methods.influence.setting import Setting
+from ctxleak.report.frontier import frontier_rows
+from ctxleak.results import CanaryResult, InfluenceResult
+from ctxleak.run.options import RunOptions
+
+SEEDS = range(10)
+
+
+def randomized_response(eps: float, n: int, seed: int) -> tuple[list[int], list[bool]]:
+    """``n`` trials of randomized response, an ε-DP mechanism whose best test reaches ε exactly:
+    it reports the coin with probability e^ε / (1 + e^ε), the other side otherwise."""
+    rng = np.random.default_rng(seed)
+    coins = rng.random(n) < 0.5
+    truthful = rng.random(n) < math.exp(eps) / (1 + math.exp(eps))
+    reports = np.where(truthful, coins, ~coins)
+    return reports.astype(int).tolist(), coins.tolist()
+
+
+def test_perfect_attack_bound_by_hand():
+    # 20 of 20 in, 0 of 20 out: the exact 95 % interval's one-sided ends are 0.025^(1/20) and
+    # 1 - 0.025^(1/20), and both inequalities give the same log ratio
+    lo = 0.025 ** (1 / 20)
+    out = eps_lower_bound(20, 20, 0, 20, 0.95)
+    assert out["tpr_ci"][0] == pytest.approx(lo, rel=1e-9)
+    assert out["fpr_ci"][1] == pytest.approx(1 - lo, rel=1e-9)
+    assert out["eps_lower"] == pytest.approx(math.log(lo / (1 - lo)), rel=1e-9)
+    assert (out["tpr"], out["fpr"]) == (1.0, 0.0)
+
+
+def test_bound_from_the_complement_side():
+    # a test that rarely fires on either side but never falsely: TPR 0.3, FPR 0 on 200 trials
+    # each. TPR_lo / FPR_hi wins here; the complement side is log((1 - FPR_hi)/(1 - TPR_lo))
+    out = eps_lower_bound(60, 200, 0, 200, 0.95)
+    fpr_hi = 1 - 0.025 ** (1 / 200)
+    assert out["fpr_ci"][1] == pytest.approx(fpr_hi, rel=1e-9)
+    tpr_lo = out["tpr_ci"][0]
+    assert 0.23 < tpr_lo < 0.3
+    assert out["eps_lower"] == pytest.approx(
+        max(math.log(tpr_lo / fpr_hi), math.log((1 - fpr_hi) / (1 - tpr_lo))), rel=1e-9)
+    assert out["from"] == "TPR/FPR"
+    # the mirror test (fires on almost everything, misses 0 of the in trials' complement)
+    mirror = eps_lower_bound(200, 200, 140, 200, 0.95)
+    assert mirror["from"] == "TNR/FNR"
+    assert mirror["eps_lower"] == pytest.approx(out["eps_lower"], rel=1e-9)
+
+
+def test_no_signal_gives_zero():
+    out = eps_lower_bound(10, 20, 10, 20)
+    assert out["eps_lower"] == 0.0 and out["from"] is None
+
+
+def test_law_holds_over_seeds_on_randomized_response():
+    eps = 1.0
+    lowers = []
+    for seed in SEEDS:
+        scores, coins = randomized_response(eps, 600, seed)
+        records = [{"score": s, "included": c, "composed_eps": eps}
+                   for s, c in zip(scores, coins)]
+        summary = summarize_trials(records, seed=seed)
+        assert summary["eps_guarantee"] == eps
+        assert summary["law"] == HOLDS, summary
+        assert summary["eps_lower"] <= eps
+        lowers.append(summary["eps_lower"])
+    # the audit has power: on 300 measured trials it shows most of the true ε on average
+    assert min(lowers) > 0 and np.mean(lowers) > 0.5
+
+
+def test_a_broken_mechanism_is_caught():
+    # claims ε = 0.2 per response, but reports the coin as randomized response at ε = 3 does
+    for seed in SEEDS:
+        scores, coins = randomized_response(3.0, 200, seed)
+        records = [{"score": s, "included": c, "composed_eps": 0.2}
+                   for s, c in zip(scores, coins)]
+        summary = summarize_trials(records, seed=seed)
+        assert summary["law"] == VIOLATED, summary
+        assert summary["eps_lower"] > 0.2
+        assert "not as private as it claims" in summary["reading"]
+
+
+def test_threshold_chosen_on_one_half_measured_on_the_other():
+    rng = np.random.default_rng(0)
+    coins = (rng.random(41) < 0.5).tolist()
+    scores = rng.normal(size=41).tolist()
+    out = audit_scores(scores, coins, seed=3)
+    n_in = sum(coins)
+    # half of each side of the coin (rounded down) chooses, the rest measures
+    assert out["n_in"] == n_in - n_in // 2 and out["n_out"] == (41 - n_in) - (41 - n_in) // 2
+    assert len(out["measured"]) == out["n_in"] + out["n_out"]
+    assert out["split_seed"] == 3
+    # the other half chose the threshold: it is the choice made on those 20 trials alone
+    select = sorted(set(range(41)) - set(out["measured"]))
+    assert out["threshold"] == choose_threshold([scores[i] for i in select],
+                                                [coins[i] for i in select])
+    fixed = audit_scores(scores, coins, threshold=0.0)
+    assert fixed["n_in"] + fixed["n_out"] == 41 and fixed["split_seed"] is None
+
+
+def test_threshold_picked_on_the_measured_trials_would_inflate():
+    # pure noise scores: picking the best of many thresholds on the measured trials themselves
+    # finds a spurious bound for some seed; the split audit never does
+    inflated, honest = [], []
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        coins = (rng.random(60) < 0.5).tolist()
+        scores = rng.integers(0, 12, size=60).tolist()
+        t = choose_threshold(scores, coins, confidence=0.5)
+        s, c = np.asarray(scores), np.asarray(coins)
+        tp, fp = int(((s >= t) & c).sum()), int(((s >= t) & ~c).sum())
+        inflated.append(eps_lower_bound(tp, int(c.sum()), fp, int((~c).sum()), 0.5)["eps_lower"])
+        honest.append(audit_scores(scores, coins, seed=seed, confidence=0.5)["eps_lower"])
+    assert max(inflated) > 0.3
+    assert sum(h > 0 for h in honest) < sum(i > 0 for i in inflated)
+
+
+def test_law_and_guarantee():
+    assert guarantee([2.0, 4.0, 3.0]) == 4.0
+    assert guarantee([2.0, None]) is None
+    assert law(0.5, None) == NO_GUARANTEE
+    assert law(0.5, 0.5) == HOLDS and law(0.6, 0.5) == VIOLATED
+
+
+def test_attack_score_by_hand():
+    assert attack_score("The account number 140891", "140891") == 6
+    assert attack_score("The account number is 14089", "140891") == 5
+    assert attack_score("Account 7", "140891") == 0
+    assert attack_score("12342", "140891") == 1
+
+
+def test_plant_canaries_recorded_and_seeded():
+    docs = [InfluenceExample(f"d{i}", f"Document {i}.", "q", None, "qa") for i in range(3)]
+    trials = plant_canaries(docs, 40, seed=7)
+    assert trials == plant_canaries(docs, 40, seed=7)
+    assert trials != plant_canaries(docs, 40, seed=8)
+    assert [t.document_id for t in trials[:4]] == ["d0", "d1", "d2", "d0"]
+    assert sum(t.included for t in trials) == 20
+    assert sum(t.included for t in plant_canaries(docs, 5, seed=1)) == 3
+    for t in trials:
+        assert len(t.canary) == 6 and t.canary.isdigit() and t.canary != t.other
+        assert t.planted in t.context and (t.other if t.included else t.canary) not in t.context
+        assert t.context.endswith(t.document)
+    with pytest.raises(ConfigError, match="trials must be >= 2"):
+        plant_canaries(docs, 1, seed=0)
+    with pytest.raises(ConfigError, match="digits"):
+        plant_canaries(docs, 4, seed=0, digits=2)
+
+
+DOCS = [{"id": f"d{i}", "context": c, "query": "who is it ?"} for i, c in enumerate((
+    "the doctor said the news report was one page .",
+    "rome is the capital of italy and a city ."))]
+
+
+def test_canary_audit_on_a_tiny_model(llama_lm, tmp_path):
+    result = ctxleak.canary_audit(llama_lm, DOCS, lambda_=1.0, bounded_eps=0.5, trials=6,
+                                  max_new_tokens=3, seed=4, output=str(tmp_path / "run"))
+    s = result.summary
+    assert len(result.records) == 6 and s["n_trials"] == 6
+    for r in result.records:  # every response releases max_new_tokens tokens: 3 x 0.5
+        assert r["composed_eps"] == pytest.approx(1.5) and r["released_tokens"] == 3
+        assert r["score"] == attack_score(r["response"], r["canary"])
+        assert r["document_id"] in ("d0", "d1") and r["id"] == f"trial-{r['trial']}"
+    assert s["eps_guarantee"] == pytest.approx(1.5) and s["eps_guarantee_ex_ante"] == 1.5
+    assert (s["n_in"], s["n_out"]) == (2, 2) and s["law"] in (HOLDS, VIOLATED)
+    assert s["law"] == law(s["eps_lower"], s["eps_guarantee"])
+    # the trials and coins come from the seed, recorded in the run and read back
+    planted = plant_canaries(load_examples(DOCS), 6, seed=4)
+    assert [(r["canary"], r["other"], r["included"]) for r in result.records] == [
+        (t.canary, t.other, t.included) for t in planted]
+    page = (tmp_path / "run" / "report.html").read_text(encoding="utf-8")
+    assert "ε lower bound (95 %)" in page and "jagielski2020auditing" in page
+    back = ctxleak.load_result(tmp_path / "run")
+    assert isinstance(back, CanaryResult) and back.summary["eps_lower"] == s["eps_lower"]
+    assert list(result.to_pandas()["score"]) == [r["score"] for r in result.records]
+    # unbounded: no guarantee; the lower bound is what the attack demonstrates
+    plain = ctxleak.canary_audit(llama_lm, DOCS, trials=4, max_new_tokens=2, seed=4,
+                                 output=str(tmp_path / "plain"))
+    assert plain.summary["eps_guarantee"] is None and plain.summary["law"] == NO_GUARANTEE
+    assert "leak an attacker can demonstrate" in plain.summary["reading"]
+    with pytest.raises(ConfigError, match="trials"):
+        ctxleak.canary_audit(llama_lm, DOCS, trials=1)
+
+
+def test_trials_needed():
+    # a perfect attack: 11 heads (6 measure) and 10 tails (5 measure) give
+    # 0.025^(1/6) = 0.54 > 1 - 0.025^(1/5) = 0.52; 20 trials (5 and 5) do not
+    assert trials_needed(1.0, 0.0) == 21
+    assert trials_needed(0.5, 0.5) is None
+    assert trials_needed(0.6, 0.1) > trials_needed(0.9, 0.0)
+
+
+def test_cli_canary(tiny_dir, tmp_path, capsys):
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    out = tmp_path / "run"
+    code, stdout, err = run_cli(["canary", "--model", tiny_dir, "--data", str(data),
+                                 "--bounded-eps", "0.25", "--trials", "4",
+                                 "--max-new-tokens", "2", "--output", str(out)], capsys)
+    assert code == 0, err
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["command"] == "canary" and results["config"]["trials"] == 4
+    assert results["summary"]["eps_guarantee"] == pytest.approx(0.5)
+    assert "ε lower bound (95 %)" in stdout and "law" in stdout
+    assert "jagielski2020auditing" in results["cite"]["papers"]
+
+
+def test_the_lower_bound_on_the_frontier():
+    def setting(lam, eps, privacy, f1):
+        key = Setting(lam, 0.8, None, eps).key
+        return {"setting": key, "lambda": lam, "temperature": 0.8, "bounded_eps": eps,
+                "control": {"above_control_per_token": {"mean": privacy}},
+                "f1": {"mean": f1}, "composed_eps": {"mean": 16.0} if eps else None}
+
+    settings = [setting(0.0, None, 0.0, 0.1), setting(1.0, None, 0.5, 0.6),
+                setting(1.0, 2.0, 0.2, 0.5)]
+    audit = CanaryResult(records=[], summary={"setting": settings[2]["setting"],
+                                              "eps_lower": 0.7})
+    frame = InfluenceResult(records=[], summary={"settings": settings}).frontier(
+        audits=[audit])
+    assert list(frame["eps_lower"].isna()) == [True, True, False]
+    assert frame["eps_lower"].iloc[2] == 0.7 and frame["eps_guarantee"].iloc[2] == 16.0
+    rows = frontier_rows(frontier(settings, audits={settings[2]["setting"]: 0.7}))
+    assert [r["attack ε ≥ (95%)"] for r in rows] == [None, None, 0.7]
+    assert "attack ε ≥ (95%)" not in frontier_rows(frontier(settings))[0]
+
+
+def test_canary_audit_takes_the_run_options_and_documents_its_keywords():
+    sig = inspect.signature(ctxleak.canary_audit)
+    for f in fields(RunOptions):
+        if f.name != "model":
+            assert sig.parameters[f.name].default == f.default, f.name
+            assert sig.parameters[f.name].kind is inspect.Parameter.KEYWORD_ONLY
+            assert f.name in ctxleak.canary_audit.__doc__
+    for name in ("lambda_", "bounded_eps", "trials", "threshold", "confidence"):
+        assert f"{name} : " in ctxleak.canary_audit.__doc__
