@@ -7,6 +7,7 @@ independent of ctxleak's engine):
 
 - ``GET /health``, ``/v1/models`` (id, ``max_model_len``), ``/version``;
 - ``POST /tokenize`` (the served tokenizer, which a test may replace to disagree);
+- ``POST /v1/chat/completions``: a plain greedy chat answer (:meth:`FakeVLLM.chat`);
 - ``POST /v1/completions`` with token-id prompts and
   ``prompt_logprobs`` (log-prob of every prompt token, keyed by id), the OpenAI ``echo`` +
   ``logprobs`` form, ``allowed_token_ids`` (the raw, unrestricted log-prob of the allowed
@@ -209,6 +210,19 @@ class FakeVLLM:
                                   "top_logprobs": top, "text_offset": [0] * len(tokens)}
         return choice
 
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A plain chat completion: the messages' texts joined by spaces, tokenised, and
+        ``max_tokens`` greedy new tokens (no chat template: enough for a pass-through test)."""
+        text = " ".join(str(m.get("content") or "") for m in body.get("messages") or [])
+        prompt = list(self.lm.bos_ids) + self.tokenize(text)
+        new, finish = self._generate({**body, "temperature": 0}, prompt, 0)
+        return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0,
+                "model": body.get("model"),
+                "choices": [{"index": 0, "finish_reason": finish, "message": {
+                    "role": "assistant", "content": self.lm.decode(new)}}],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(new),
+                          "total_tokens": len(prompt) + len(new)}}
+
     def _beams(self, prompt: list[int], width: int, steps: int) -> list[list[int]]:
         """The ``width`` best continuations of at most ``steps`` tokens by summed log-prob
         (a beam that reaches EOS is finished and kept), best first."""
@@ -304,6 +318,9 @@ def _handler(server: FakeVLLM) -> type[BaseHTTPRequestHandler]:
             if self.path == "/tokenize" and not server.plain:
                 tokens = server.tokenize(body["prompt"])
                 self._send(200, {"tokens": tokens, "count": len(tokens)})
+                return
+            if self.path == "/v1/chat/completions":
+                self._send(200, server.chat(body))
                 return
             if self.path != "/v1/completions":
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
