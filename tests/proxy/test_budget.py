@@ -20,7 +20,7 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def test_reserve_settle_by_hand(tmp_path):
-    ledger = open_ledger(f"sqlite:///{tmp_path}/l.db")
+    ledger = open_ledger(f"sqlite:///{tmp_path}/l.db")  # tmp_path is absolute: 4 slashes
     budgets = Budgets(default=5.0, overrides={"b": 1.0})
     res = ledger.reserve("r1", ["a", "b", "a"], 2.0, budgets)
     assert res.granted == ("a",) and res.exhausted == ("b",)  # b's 1.0 cannot cover 2.0
@@ -57,7 +57,7 @@ def test_bad_ledger_and_budget_named(tmp_path):
     assert not_db.read_text() == "my notes\n"  # never overwritten
     with pytest.raises(ConfigError, match="unknown ledger"):
         open_ledger("mysql://x/y")
-    with pytest.raises(ConfigError, match="absolute"):
+    with pytest.raises(ConfigError, match="sqlite:////absolute"):
         open_ledger("sqlite://relative.db")
     with pytest.raises(ConfigError, match="finite"):
         SQLiteLedger(tmp_path / "l.db").reserve("r", ["a"], float("nan"), Budgets())
@@ -119,3 +119,37 @@ def test_reservation_survives_kill_9(tmp_path):
     assert ledger.open_reservations() == [("held", "doc", 2.5)]
     assert ledger.reserve("next", ["doc"], 2.0, Budgets(default=4.0)).exhausted == ("doc",)
     assert ledger.reserve("next", ["doc"], 1.5, Budgets(default=4.0)).granted == ("doc",)
+
+
+def test_cli_serve_parses_flags_and_calls_run_proxy(monkeypatch, tmp_path, capsys):
+    """``ctxleak serve`` only parses: its flags reach ProxyConfig, the ledger and run_proxy."""
+    from typer.testing import CliRunner
+
+    import ctxleak.engine.models as models
+    import ctxleak.proxy.app as proxy_app
+    from ctxleak.cli.app import app, main
+
+    calls: dict = {}
+    monkeypatch.setattr(models, "load_model", lambda name, **kw: calls.setdefault("lm", (name, kw)))
+    monkeypatch.setattr(proxy_app, "run_proxy", lambda lm, **kw: calls.setdefault("run", kw))
+    monkeypatch.setenv("PROXY_KEY", "k3y")
+    db = tmp_path / "cli.db"
+    args = ["serve", "--upstream", "http://127.0.0.1:9", "--port", "8123", "--budget", "8",
+            "--budget-for", "acct=7=2.5", "--ledger", f"sqlite:///{db}", "--on-exhausted",
+            "refuse", "--api-key-env", "PROXY_KEY", "--max-tokens", "12"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert calls["lm"] == ("default", {"server_url": None, "served_model": None})
+    run = calls["run"]
+    config = run["config"]
+    assert run["port"] == 8123 and isinstance(run["ledger"], SQLiteLedger) and db.exists()
+    assert config.budgets.of("acct=7") == 2.5 and config.budgets.of("other") == 8.0
+    assert config.on_exhausted == "refuse" and config.api_key == "k3y"
+    assert config.max_tokens == 12 and config.upstream == "http://127.0.0.1:9"
+    for argv, said in [(["--budget-for", "acct"], "DOC_ID=EPSILON"),
+                       (["--api-key-env", "NOT_SET_ANYWHERE_42"], "NOT_SET_ANYWHERE_42"),
+                       (["--decode", "upstream"], "--upstream")]:
+        with pytest.raises(SystemExit) as code:
+            main(["serve", *argv])
+        assert code.value.code == 2
+        assert said in capsys.readouterr().err

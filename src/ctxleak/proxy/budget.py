@@ -345,17 +345,16 @@ class PostgresLedger(BudgetLedger):
 
 
 def open_ledger(url: str) -> BudgetLedger:
-    """The ledger at ``url``: ``sqlite:///path/to/file.db`` (a plain path too) or
-    ``postgresql://…`` (also ``postgres://``)."""
+    """The ledger at ``url``: ``sqlite:///relative/file.db`` or ``sqlite:////absolute/file.db``
+    (SQLAlchemy's convention; a plain path too) or ``postgresql://…`` (also ``postgres://``)."""
     scheme = urlsplit(url).scheme if "://" in url else ""
     if scheme in ("postgresql", "postgres"):
         return PostgresLedger(url)
     if scheme == "sqlite":
-        path = unquote(url[len("sqlite://"):])
-        if not path.startswith("/"):
-            raise ConfigError(f"a SQLite ledger URL is sqlite:///absolute/path.db, not {url!r}",
-                              param="ledger")
-        return SQLiteLedger(path)
+        if not url.startswith("sqlite:///") or len(url) == len("sqlite:///"):
+            raise ConfigError(f"a SQLite ledger URL is sqlite:///relative.db or "
+                              f"sqlite:////absolute/path.db, not {url!r}", param="ledger")
+        return SQLiteLedger(unquote(url[len("sqlite:///"):]))
     if scheme:
         raise ConfigError(f"unknown ledger {url!r}: give sqlite:///path.db or postgresql://…",
                           param="ledger")
