@@ -6,7 +6,6 @@ operations endpoints."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,13 +14,13 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import uvicorn
 from helpers.fake_server import fake_vllm
+from helpers.proxy_server import serving as proxy_serving
 from helpers.tiny_models import tiny_llama
 
 from ctxleak.methods.influence.cid import CIDConfig, generate_cid
 from ctxleak.methods.influence.data import load_examples, prompt_parts
-from ctxleak.proxy import Budgets, ProxyConfig, create_app
+from ctxleak.proxy import Budgets
 from ctxleak.proxy.budget import SQLiteLedger
 
 DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
@@ -38,20 +37,10 @@ def lm():
 def serving(lm, tmp_path, **config: Any) -> Iterator[tuple[str, SQLiteLedger, Any]]:
     """The proxy on 127.0.0.1 (a free port) in a thread: its base URL, ledger and app."""
     ledger = SQLiteLedger(tmp_path / "ledger.db")
-    app = create_app(lm, ledger=ledger, config=ProxyConfig(**config))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        threading.Event().wait(0.005)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", ledger, app
+        with proxy_serving(lm, ledger, **config) as (url, app):
+            yield url, ledger, app
     finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
         ledger.close()
 
 
