@@ -8,7 +8,7 @@ ways, so the proxy and :func:`ctxleak.proxy.decode.decode_answer` decode the sam
 proxy runs in this process (uvicorn in a thread, a SQLite ledger in a temporary folder) and is
 called with the real ``openai`` client; the runs are interleaved, best of ``--repeat``.
 
-    python bench/bench_proxy.py [--requests 4] [--tokens 32] [--repeat 3]
+    python bench/bench_proxy.py [--requests 4] [--tokens 32] [--repeat 3] [--tiny]
 """
 
 from __future__ import annotations
@@ -36,8 +36,15 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tiny", action="store_true", help="a tiny random model (tests/helpers): "
+                    "decoding costs almost nothing, so the time is the proxy's own")
     args = ap.parse_args()
-    lm = load_default()
+    if args.tiny:
+        from helpers.tiny_models import tiny_llama
+
+        lm = tiny_llama()
+    else:
+        lm = load_default()
     examples = [e for e in load_examples("demo") if e.query][:args.requests]
     config = ProxyConfig(max_tokens=args.tokens)
     print(device_line(lm))

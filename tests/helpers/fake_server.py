@@ -7,7 +7,8 @@ independent of ctxleak's engine):
 
 - ``GET /health``, ``/v1/models`` (id, ``max_model_len``), ``/version``;
 - ``POST /tokenize`` (the served tokenizer, which a test may replace to disagree);
-- ``POST /v1/chat/completions``: a plain greedy chat answer (:meth:`FakeVLLM.chat`);
+- ``POST /v1/chat/completions``: a plain greedy chat answer (:meth:`FakeVLLM.chat`; of the
+  faults, ``hang``, ``http`` and ``not-json``, counted with the completions requests);
 - ``POST /v1/completions`` with token-id prompts and
   ``prompt_logprobs`` (log-prob of every prompt token, keyed by id), the OpenAI ``echo`` +
   ``logprobs`` form, ``allowed_token_ids`` (the raw, unrestricted log-prob of the allowed
@@ -319,8 +320,18 @@ def _handler(server: FakeVLLM) -> type[BaseHTTPRequestHandler]:
                 tokens = server.tokenize(body["prompt"])
                 self._send(200, {"tokens": tokens, "count": len(tokens)})
                 return
-            if self.path == "/v1/chat/completions":
-                self._send(200, server.chat(body))
+            if self.path == "/v1/chat/completions":  # faults: hang, http and not-json only
+                mode = self._fault()
+                if mode == "hang":
+                    server._stop.wait()
+                    self.close_connection = True
+                elif mode == "http":
+                    assert server.fault is not None
+                    self._send(server.fault.status, {"error": {"message": "injected failure"}})
+                elif mode == "not-json":
+                    self._send(200, None, raw=b"<html>502 Bad Gateway</html>")
+                else:
+                    self._send(200, server.chat(body))
                 return
             if self.path != "/v1/completions":
                 self._send(404, {"error": {"message": f"no route {self.path}"}})

@@ -25,7 +25,9 @@ from ctxleak.proxy.budget import BudgetLedger
 def serving(lm: Any, ledger: BudgetLedger, **config: Any) -> Iterator[tuple[str, Any]]:
     """The proxy on a free port: its base URL and the app (``app.state.proxy``)."""
     app = create_app(lm, ledger=ledger, config=ProxyConfig(**config))
-    sock = socket.socket()
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP (with
+    # proto 0, Nagle's algorithm and delayed ACKs add 40 ms to every answer)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

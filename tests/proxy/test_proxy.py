@@ -6,6 +6,7 @@ operations endpoints."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from helpers.fake_server import fake_vllm
+from helpers.fake_server import Fault, fake_vllm
 from helpers.proxy_server import serving as proxy_serving
 from helpers.tiny_models import tiny_llama
 
@@ -60,7 +61,8 @@ def influence_parts(lm, docs=DOCS, max_tokens: int = 8):
     return prompt_parts(lm, example, reserve=max_tokens)[0]
 
 
-def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path):
+def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="ctxleak.proxy")
     with serving(lm, tmp_path) as (url, ledger, _):
         out = ask(url, {"documents": DOCS, "lambda": 0.5}, seed=11, temperature=0.8,
                   max_tokens=8, extra_query=None)
@@ -89,6 +91,10 @@ def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path):
         assert text == out.choices[0].message.content
         assert chunks[-1].choices[0].finish_reason == out.choices[0].finish_reason
         assert chunks[-1].model_extra["ctxleak"]["token_ids"] == info["token_ids"]
+    # the request log names the documents, never their text nor the question
+    logged = [json.loads(r.getMessage()) for r in caplog.records if r.name == "ctxleak.proxy"]
+    assert [entry["documents"] for entry in logged] == [["acct-7", "acct-9"]] * 2
+    assert not any(w in caplog.text for w in ("phone", "patient", "capital", QUESTION))
 
 
 def test_bounded_answer_ledger_and_budget_drop_then_refuse(lm, tmp_path):
@@ -226,6 +232,16 @@ def test_pass_through_unmarked_and_upstream_errors(lm, tmp_path):
         assert caught.value.status_code == 502
         assert caught.value.body["code"] == "upstream_unreachable"
         assert upstream.url in caught.value.body["message"]
+    # slow (504), failing (502 naming its status) or answering what is not JSON (502)
+    for fault, status, code in [(Fault("hang"), 504, "upstream_timeout"),
+                                (Fault("http", status=503), 502, "upstream_failed"),
+                                (Fault("not-json"), 502, "upstream_bad_answer")]:
+        with fake_vllm(lm, fault=fault) as bad, \
+                serving(lm, tmp_path, upstream=bad.url, upstream_timeout=0.3) as (url, _, _):
+            with pytest.raises(openai.APIStatusError) as caught:
+                ask(url, None, max_tokens=5)
+            assert caught.value.status_code == status
+            assert caught.value.body["code"] == code and caught.value.body["type"] == "upstream_error"
 
 
 def test_operations_key_size_and_concurrency_limits(lm, tmp_path):
