@@ -23,7 +23,7 @@ pytestmark = pytest.mark.served
 
 DOCS = [{"id": "acct-7", "text": "Account 7 belongs to Ana Lopez; her phone is 555-0102."}]
 QUESTION = "What is the phone number of the account holder?"
-EPS, MAX_TOKENS = 0.5, 6
+EPS, MAX_TOKENS = 0.5, 4
 RESERVATION = EPS * (MAX_TOKENS + 1)
 
 
