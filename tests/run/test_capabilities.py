@@ -15,7 +15,7 @@ from helpers.tiny_models import word_tokenizer
 from ctxleak.cli.app import app
 from ctxleak.engine import capabilities as caps
 from ctxleak.engine.capabilities import MissingCapability, capabilities_of, check_capabilities
-from ctxleak.engine.served import ServedInfo, ServedLM, VLLMServedLM
+from ctxleak.engine.served import OpenAIServedLM, ServedInfo, ServedLM, VLLMServedLM
 from ctxleak.engine.served_client import ClientOptions, ServedClient
 from ctxleak.methods.audit.method import AuditMethod
 from ctxleak.methods.icl.method import ICLInfMethod
@@ -41,13 +41,24 @@ def served() -> ServedLM:
                     tokenizer=word_tokenizer(add_bos=True), info=info, eos_ids=[2])
 
 
+@pytest.fixture(scope="module")
+def echo() -> ServedLM:
+    """The same served model behind a plain OpenAI-compatible server (no whole next-token
+    distribution)."""
+    info = ServedInfo(name="tiny", served_model="m", base_url=DEAD, tokenizer="word-level",
+                      api="openai-echo")
+    return OpenAIServedLM(client=ServedClient(DEAD, options=ClientOptions(attempts=1)),
+                          tokenizer=word_tokenizer(add_bos=True), info=info, eos_ids=[2])
+
+
 def test_in_process_has_everything_served_three():
     class InProcess:
         pass
 
     assert capabilities_of(InProcess()) == caps.IN_PROCESS
     assert caps.SERVED == {caps.CONTINUATION_LOGPROBS, caps.NEXT_TOKEN_LOGPROBS, caps.SAMPLING}
-    assert caps.SERVED < caps.IN_PROCESS
+    assert caps.SERVED < caps.SERVED_DISTRIBUTION < caps.IN_PROCESS
+    assert caps.SERVED_DISTRIBUTION - caps.SERVED == {caps.NEXT_TOKEN_DISTRIBUTION}
 
 
 def test_check_names_each_missing_capability(served):
@@ -66,12 +77,16 @@ def influence(**params):
     return InfluenceMethod(RunOptions(), InfluenceParams(**params))
 
 
-@pytest.mark.parametrize("method, expect", [
-    (influence(lambda_=0.5, temperature=1.0), "CID at λ ≠ 1 mixes the full next-token"),
+MIXTURES = [  # what needs the whole next-token distribution at every step
+    (influence(lambda_=0.5, temperature=1.0), "CID at λ ≠ 1 mixes the whole next-token"),
     (influence(lambda_=0.5, temperature=1.0), r"--lambda 1 \(Python: lambda_=1;"),
     (influence(lambda_="1,2", temperature=1.0), "CID at λ ≠ 1"),
     (influence(lambda_=1.0, temperature=1.0, bounded_eps=2.0), "bounded CID"),
     (influence(lambda_=1.0, temperature=0.8), "temperature T ≠ 1"),
+]
+
+
+@pytest.mark.parametrize("method, expect", [
     (AuditMethod(RunOptions()), "DP mechanism"),
     (SusceptibilityMethod(RunOptions(), SusceptibilityParams(method="fisher")),
      "Fisher susceptibility"),
@@ -91,16 +106,36 @@ def test_refused_on_a_served_model_before_any_request(served, method, expect, tm
     assert not out.exists()  # refused before the run folder, and before any request
 
 
+@pytest.mark.parametrize("method, expect", MIXTURES)
+def test_cid_is_refused_where_the_server_gives_no_whole_distribution(echo, method, expect,
+                                                                     tmp_path):
+    """λ ≠ 1, bounded CID and T ≠ 1 run against vLLM (every token's log-prob); a plain
+    OpenAI-compatible server is refused before any request, saying what to do instead."""
+    out = tmp_path / "run"
+    with pytest.raises(MissingCapability, match=expect) as info:
+        run_method(method, echo, "demo", output=str(out), progress=False)
+    assert "--max-logprobs -1" in str(info.value) and "in-process" in str(info.value)
+    assert info.value.missing == (caps.NEXT_TOKEN_DISTRIBUTION,)
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("method", [
     influence(lambda_=1.0, temperature=1.0),
     influence(lambda_=1.0, temperature=1.0, ngram=8),
     ICLInfMethod(RunOptions()),
-    SusceptibilityMethod(RunOptions(), SusceptibilityParams(method="mc")),
     ProbeMethod(RunOptions(), ProbeParams(mode="black-box")),
     ProbeMethod(RunOptions(), ProbeParams(mode="in-context")),
 ])
-def test_what_a_served_model_can_run(served, method):
+def test_what_a_served_model_can_run(served, echo, method):
     assert set(method.requires()) <= caps.SERVED
+    check_capabilities(served, method.requires())
+    check_capabilities(echo, method.requires())
+
+
+@pytest.mark.parametrize("method", [method for method, _ in MIXTURES[::2]] + [
+    SusceptibilityMethod(RunOptions(), SusceptibilityParams(method="mc"))])
+def test_what_vllm_can_run_besides(served, method):
+    assert set(method.requires()) <= caps.SERVED_DISTRIBUTION
     check_capabilities(served, method.requires())
 
 
@@ -112,9 +147,8 @@ def test_a_method_that_states_nothing_needs_everything():
 
 def test_a_served_model_named_by_url_is_refused_before_it_is_contacted(tmp_path):
     common = RunOptions(server_url=DEAD, output=str(tmp_path / "run"))
-    method = InfluenceMethod(common, InfluenceParams(lambda_=1.0, temperature=0.8))
-    with pytest.raises(MissingCapability,
-                       match=r"--temperature 1 \(Python: temperature=1\)") as info:
+    method = SusceptibilityMethod(common, SusceptibilityParams(method="fisher"))
+    with pytest.raises(MissingCapability, match=r"--method mc \(Python: method='mc'") as info:
         run_method(method, None, "demo", progress=False)
     assert DEAD in str(info.value)  # not a ServerError: nothing was sent to the dead port
     assert not (tmp_path / "run").exists()
@@ -127,6 +161,10 @@ def test_server_url_with_credentials_is_refused():
         RunOptions(server_url="http://user:secret@127.0.0.1:8000").check()
     with pytest.raises(ConfigError, match="http://HOST:PORT"):
         RunOptions(server_url="127.0.0.1:8000").check()
+
+
+#: flags of the vLLM server a refusal may name (what to start it with), not ctxleak's
+VLLM_FLAGS = {"--max-logprobs"}
 
 
 @pytest.mark.parametrize("command, method", [
@@ -142,7 +180,7 @@ def test_a_refusal_names_flags_its_command_has(command, method):
     cli = typer.main.get_command(app).commands[command]
     flags = {opt for param in cli.params for opt in param.opts}
     named = {flag for why in method.requires().values()
-             for flag in re.findall(r"--[a-z][a-z-]*", why)}
+             for flag in re.findall(r"--[a-z][a-z-]*", why)} - VLLM_FLAGS
     assert "--server-url" in named
     assert named <= flags, named - flags
     assert all("Python: " in why for why in method.requires().values() if "--" in why)

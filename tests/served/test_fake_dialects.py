@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from helpers.fake_server import VLLM_ONLY, Fault, fake_vllm, plausible
 from helpers.tiny_models import tiny_llama
 
 from ctxleak.engine.capabilities import (
     EMBEDDING_GRADIENTS,
+    NEXT_TOKEN_DISTRIBUTION,
     NEXT_TOKEN_LOGITS,
     MissingCapability,
     check_capabilities,
@@ -194,15 +196,14 @@ def test_serve_refuses_wrong_arguments_before_any_request(server, tok_dir, kwarg
     assert len(server.requests) == since
 
 
-def test_the_interface_refuses_what_a_server_cannot_give_before_any_request(server, tok_dir):
-    """Logits, a transform of them and the weights are refused by the capability check itself
-    (MissingCapability naming the model and what to do), with no request sent."""
+def test_the_interface_refuses_what_a_server_cannot_give_before_any_request(server, plain,
+                                                                           tok_dir):
+    """Raw logits, a transform of them and the weights are refused by the capability check
+    itself (MissingCapability naming the model and what to do), with no request sent; so is the
+    whole next-token distribution on a plain OpenAI-compatible server."""
     lm = serve("tiny", server.url, tokenizer=tok_dir)
     assert isinstance(lm, ServedLM) and NEXT_TOKEN_LOGITS not in lm.capabilities
     since = len(server.requests)
-    with pytest.raises(MissingCapability, match="load the model in-process") as err:
-        continuation_logits(lm, [[1, 5, 6]], [[7, 8]], reduce=lambda i, x: x)
-    assert err.value.missing == (NEXT_TOKEN_LOGITS,) and server.url in str(err.value)
     with pytest.raises(MissingCapability, match="CID mixture"):
         next_token_logprobs(lm, [[1, 5, 6]], token_ids=[7], logit_transform=lambda i, x: x)
     with pytest.raises(MissingCapability, match="CID mixture"):
@@ -213,6 +214,30 @@ def test_the_interface_refuses_what_a_server_cannot_give_before_any_request(serv
     with pytest.raises(MissingCapability):
         check_capabilities(lm, {EMBEDDING_GRADIENTS: "why"})
     assert len(server.requests) == since
+    echo = serve("tiny", plain.url, tokenizer=tok_dir, api="openai-echo")
+    since = len(plain.requests)
+    with pytest.raises(MissingCapability, match="--max-logprobs -1") as err:
+        continuation_logits(echo, [[1, 5, 6]], [[7, 8]], reduce=lambda i, x: x)
+    assert err.value.missing == (NEXT_TOKEN_DISTRIBUTION,) and plain.url in str(err.value)
+    assert len(plain.requests) == since
+
+
+def test_the_whole_distribution_at_every_position_is_the_log_softmax_of_the_logits(
+        server, tiny, tok_dir):
+    """vLLM's dialect gives what mixing distributions needs: at every continuation position
+    every token's log-prob, one request per prefix, equal to the in-process logits'
+    log-softmax (the logits themselves up to one constant per position)."""
+    lm = serve("tiny", server.url, tokenizer=tok_dir)
+    prompts = [tiny.encode(p) for p in PROMPTS]
+    conts = [tiny.encode(c)[:3] for c in CONTS]
+    since = len(server.requests)
+    there = continuation_logits(lm, prompts, conts, reduce=lambda i, z: z)
+    assert len(server.requests) - since == sum(len(c) for c in conts)
+    here = continuation_logits(tiny, prompts, conts, reduce=lambda i, z: z)
+    for a, b in zip(there, here):
+        assert a.dtype == torch.float64 and a.shape == b.shape
+        np.testing.assert_allclose(a.numpy(), torch.log_softmax(b.double(), -1).numpy(),
+                                   atol=TOL, rtol=0)
 
 
 def test_an_in_process_model_is_its_own_weights(tiny):

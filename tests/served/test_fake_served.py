@@ -24,6 +24,7 @@ from ctxleak.engine.scoring import continuation_logprobs
 from ctxleak.engine.served import PROBE_TEXT, serve
 from ctxleak.engine.served_client import ClientOptions, ServerError
 from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.cid import CIDConfig, generate_cid_many
 from ctxleak.run.records import demo_path
 
 TOL = 1e-5  # nats per token: the same float32 weights, one forward pass here and there
@@ -122,18 +123,53 @@ def test_influence_runs_served_and_scores_logged_answers_as_in_process(served, t
         assert b["max_passage"] == c["max_passage"]
 
 
-def test_a_served_run_without_a_temperature_runs_at_1_and_says_so(served, tmp_path, capsys):
-    """The in-process default (0.8) cannot be measured through a server: a run that did not
-    choose a temperature runs at 1 and says so in one line; one that chose 0.8 is refused."""
-    from ctxleak.engine.capabilities import MissingCapability
-
+def test_a_served_run_without_a_temperature_runs_at_1_and_says_so(served, tmp_path):
+    """A run that did not choose a temperature runs at 1 against a served model (its own
+    answers, sampled by the server) and says so in one line."""
     with pytest.warns(UserWarning, match=r"temperature 1: the default against a served model"):
         res = ctxleak.influence(served, "demo", limit=1, max_new_tokens=3, progress=False,
                                 output=str(tmp_path / "default"))
     assert {r["temperature"] for r in res.records} == {1.0}
     assert res.config["temperature"] == [1.0]
-    with pytest.raises(MissingCapability, match="temperature T ≠ 1"):
-        ctxleak.influence(served, "demo", limit=1, temperature=0.8, progress=False)
+
+
+@pytest.mark.parametrize("cid", [dict(lam=0.5, temperature=0.8),
+                                 dict(lam=1.0, temperature=1.0, bounded_eps=2.0)],
+                         ids=["lambda-0.5", "bounded-eps-2"])
+def test_cid_through_a_server_decodes_what_in_process_cid_decodes(served, server, tiny, cid):
+    """Context Influence Decoding from the server's whole next-token distributions (one
+    request per stream and step) draws the same tokens as in-process CID from the same seeds,
+    with the same ledger: λ_t, log p̄_λ(y_t | D), log p(y_t | ∅) and the ex-post ε per token."""
+    config = CIDConfig(max_new_tokens=8, min_new_tokens=3, **cid)
+    full, empty = tiny.encode("rome is in italy . the city of rome"), tiny.encode("the city of")
+    jobs = [(full, empty, config, 11), (empty + full, empty, config, 12)]
+    since = len(server.requests)
+    there = generate_cid_many(served, jobs)
+    assert all(body["logprobs"] == len(tiny.tokenizer) for _, body in server.requests[since:])
+    for a, b in zip(generate_cid_many(tiny, jobs), there):
+        assert a.response_ids == b.response_ids and a.stopped_on_eos == b.stopped_on_eos
+        assert len(a.response_ids) >= config.min_new_tokens
+        for e, f in zip(a.entries, b.entries):
+            np.testing.assert_allclose([f.lam, f.logp_context, f.logp_empty],
+                                       [e.lam, e.logp_context, e.logp_empty], atol=1e-5)
+            assert f.eps == e.eps == cid.get("bounded_eps")
+            if f.eps is not None:
+                assert f.eps_ex_post == pytest.approx(e.eps_ex_post, abs=1e-5)
+                assert f.eps_ex_post <= f.eps
+
+
+def test_influence_below_lambda_1_and_at_t_0_8_served_equals_in_process(served, tiny, tmp_path):
+    """λ = 0.5 at T = 0.8 through a server: the response decoded by CID, its passages and its
+    control scored under the same mixture, all equal to the in-process run."""
+    kw = dict(lambda_=0.5, temperature=0.8, seed=0, max_new_tokens=4, min_new_tokens=2,
+              passages="sentence", progress=False, limit=2)
+    here = ctxleak.influence(tiny, "demo", output=str(tmp_path / "here"), **kw)
+    there = ctxleak.influence(served, "demo", output=str(tmp_path / "there"), **kw)
+    for b, c in zip(here.records, there.records):
+        assert b["response_ids"] == c["response_ids"] and c["lambda"] == 0.5
+        for key in ("logp_context", "logp_empty", "token_influence", "passage_influence",
+                    "control_influence"):
+            np.testing.assert_allclose(c[key], b[key], atol=1e-4, err_msg=key)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from helpers.rundiff import untimed
 import ctxleak
 from ctxleak.engine.scoring import continuation_logits
 from ctxleak.engine.served import serve
+from ctxleak.methods.influence.cid import CIDConfig, generate_cid_many
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
 from ctxleak.run.records import demo_path
@@ -124,8 +125,8 @@ def test_passages_and_logged_answers_equal_in_process(served_lm, default_lm, tmp
     answer scored (Def. 3.1-3.2 with S = the passage) equals in-process scoring of that same
     answer given as a logged ``response``; the same logged answers scored through the server
     agree too (their windows, passages and control included)."""
-    kw = dict(temperature=1.0, ngram=32, seed=0, max_new_tokens=8, min_new_tokens=4,
-              passages="sentence", progress=False)
+    kw = dict(temperature=1.0, seed=0, max_new_tokens=8, min_new_tokens=4,
+              passages="sentence", progress=False)  # windows: test_influence_run_equals_...
     own = ctxleak.influence(served_lm, "demo", limit=2, output=str(tmp_path / "own"), **kw)
     rows = [json.loads(line) for line in
             demo_path("influence.jsonl").read_text(encoding="utf-8").splitlines()[:2]]
@@ -136,11 +137,38 @@ def test_passages_and_logged_answers_equal_in_process(served_lm, default_lm, tmp
         answer = a["response_ids"][:-1] if a["stopped_on_eos"] else a["response_ids"]
         assert b["response_ids"] == c["response_ids"] == answer  # the text gives back the ids
         assert len(a["passages"]) >= 2 and a["passages"] == b["passages"] == c["passages"]
-        for key in ("passage_influence", "window_influence", "control_influence"):
+        for key in ("passage_influence", "control_influence"):
             assert_close(a[key], b[key], key)
             assert_close(c[key], b[key], key)
         assert_close(c["logp_context"], b["logp_context"], "logp_context")
         assert a["max_passage"] == b["max_passage"] == c["max_passage"]
+
+
+def test_cid_below_lambda_1_and_bounded_equal_in_process(served_lm, default_lm, tmp_path):
+    """Context Influence Decoding through the server (every token's log-prob at each step) on
+    the default model: at λ = 0.5, T = 0.8 the influence run's tokens are the in-process run's
+    from the same seed and its per-token mixture log-probs agree to 1e-4 nats; bounded CID
+    (ε = 2 per token) gives the same tokens, λ_t and ex-post ε."""
+    kw = dict(lambda_=0.5, temperature=0.8, seed=0, max_new_tokens=8, min_new_tokens=4,
+              limit=1, progress=False)
+    there = ctxleak.influence(served_lm, "demo", output=str(tmp_path / "served"), **kw)
+    here = ctxleak.influence(default_lm, "demo", output=str(tmp_path / "local"), **kw)
+    (a,), (b,) = there.records, here.records
+    assert a["response_ids"] == b["response_ids"] and len(a["response_ids"]) >= 4
+    for key in ("logp_context", "logp_empty", "token_influence"):
+        np.testing.assert_allclose(a[key], b[key], atol=PER_TOKEN, rtol=0, err_msg=key)
+    ex = load_examples("demo", task="auto")[1]
+    parts = example_parts(default_lm, ex, Setting(1.0, 1.0), InfluenceOptions())[0]
+    config = CIDConfig(lam=1.0, temperature=1.0, max_new_tokens=6, min_new_tokens=2,
+                       bounded_eps=2.0)
+    job = [(parts.full, parts.empty, config, 7)]
+    (c,), (d,) = generate_cid_many(served_lm, job), generate_cid_many(default_lm, job)
+    assert c.response_ids == d.response_ids
+    for e, f in zip(c.entries, d.entries):
+        assert e.eps == f.eps == 2.0 and e.eps_ex_post <= 2.0
+        np.testing.assert_allclose([e.lam, e.logp_context, e.logp_empty, e.eps_ex_post],
+                                   [f.lam, f.logp_context, f.logp_empty, f.eps_ex_post],
+                                   atol=PER_TOKEN, rtol=0)
 
 
 def test_iclinf_run_equals_in_process(served_lm, default_lm, tmp_path):

@@ -2,16 +2,21 @@
 
 Every method is built on a few model operations. A model loaded in-process (transformers) has
 all of them; a model behind a serving API (:class:`ctxleak.engine.served.ServedLM`, vLLM's
-OpenAI-compatible completions endpoint) has the first three only, since an HTTP server returns
-log-probabilities of given tokens and samples, never logits or gradients:
+OpenAI-compatible completions endpoint) has the first three, and vLLM the fourth, since an HTTP
+server returns log-probabilities and samples, never logits or gradients:
 
 - :data:`CONTINUATION_LOGPROBS`: teacher-forced ``log p(y_t | prompt, y_<t)`` of a continuation
   under several prompts (temperature 1);
 - :data:`NEXT_TOKEN_LOGPROBS`: ``log p(c | prompt)`` of given candidate next tokens (temperature
   1; the whole vocabulary only where the server returns that many log-probs);
 - :data:`SAMPLING`: sampled (or greedy) generations, seeded;
-- :data:`NEXT_TOKEN_LOGITS`: the full next-token logits at every step (mixing distributions, as
-  Context Influence Decoding does at λ ≠ 1; renormalising at a temperature T ≠ 1);
+- :data:`NEXT_TOKEN_DISTRIBUTION`: the whole next-token distribution at every step, as logits or
+  as the log-probs of every token (the two differ by one constant per step, which every softmax
+  removes): what mixing distributions needs (Context Influence Decoding at λ ≠ 1, bounded CID),
+  and renormalising at a temperature T ≠ 1. vLLM gives it (``--max-logprobs -1``, one request
+  per step and stream);
+- :data:`NEXT_TOKEN_LOGITS`: the raw next-token logits themselves (the DP synthetic-text
+  mechanism clips them, which a constant shift changes);
 - :data:`EMBEDDING_GRADIENTS`: gradients with respect to the input embeddings;
 - :data:`WEIGHTS`: the weights themselves (fine-tuning, soft prompts).
 
@@ -31,22 +36,29 @@ from ctxleak.errors import ConfigError
 CONTINUATION_LOGPROBS = "continuation_logprobs"
 NEXT_TOKEN_LOGPROBS = "next_token_logprobs"
 SAMPLING = "sampling"
+NEXT_TOKEN_DISTRIBUTION = "next_token_distribution"
 NEXT_TOKEN_LOGITS = "next_token_logits"
 EMBEDDING_GRADIENTS = "embedding_gradients"
 WEIGHTS = "weights"
 
 #: Every capability; a model loaded in-process has them all.
 IN_PROCESS: frozenset[str] = frozenset({CONTINUATION_LOGPROBS, NEXT_TOKEN_LOGPROBS, SAMPLING,
-                                        NEXT_TOKEN_LOGITS, EMBEDDING_GRADIENTS, WEIGHTS})
+                                        NEXT_TOKEN_DISTRIBUTION, NEXT_TOKEN_LOGITS,
+                                        EMBEDDING_GRADIENTS, WEIGHTS})
 #: What a model behind an OpenAI-compatible completions API gives.
 SERVED: frozenset[str] = frozenset({CONTINUATION_LOGPROBS, NEXT_TOKEN_LOGPROBS, SAMPLING})
+#: What a vLLM server gives: the whole next-token distribution as well (the log-probs of every
+#: token, when started with ``--max-logprobs -1``; a server that returns fewer is refused at the
+#: first such request).
+SERVED_DISTRIBUTION: frozenset[str] = SERVED | {NEXT_TOKEN_DISTRIBUTION}
 
 #: What each capability is, in the words of a refusal.
 DESCRIPTIONS: dict[str, str] = {
     CONTINUATION_LOGPROBS: "teacher-forced log-probs of a continuation",
     NEXT_TOKEN_LOGPROBS: "log-probs of candidate next tokens",
     SAMPLING: "sampled generations",
-    NEXT_TOKEN_LOGITS: "the full next-token logits at every step",
+    NEXT_TOKEN_DISTRIBUTION: "the whole next-token distribution at every step",
+    NEXT_TOKEN_LOGITS: "the raw next-token logits at every step",
     EMBEDDING_GRADIENTS: "gradients with respect to the input embeddings",
     WEIGHTS: "the model's weights",
 }
@@ -73,10 +85,12 @@ class Backend:
 
 def backend_of(model: str, server_url: str | None = None) -> Backend:
     """The backend a model argument will load as, described before anything is loaded or
-    contacted: a model served at ``server_url`` (:data:`SERVED`), else one loaded in-process
+    contacted: a model served at ``server_url`` (what a vLLM server gives,
+    :data:`SERVED_DISTRIBUTION`; the dialect found on contact is checked again then, so a plain
+    OpenAI-compatible server is refused what it lacks), else one loaded in-process
     (:data:`IN_PROCESS`)."""
     if server_url:
-        return Backend(SERVED, f"the served model '{model}' at {server_url}")
+        return Backend(SERVED_DISTRIBUTION, f"the served model '{model}' at {server_url}")
     return Backend(IN_PROCESS, f"model '{model}'")
 
 

@@ -36,6 +36,12 @@ import torch
 from transformers import GenerationConfig
 
 from ctxleak.engine.batching import policy_of
+from ctxleak.engine.capabilities import (
+    NEXT_TOKEN_DISTRIBUTION,
+    WEIGHTS,
+    capabilities_of,
+    check_capabilities,
+)
 from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, left_pad, pad_id
 from ctxleak.engine.kvroom import give_room
 from ctxleak.engine.lm import Generation, InProcessLM, LanguageModel
@@ -138,7 +144,7 @@ def generate_streams(lm: InProcessLM, prompts: Sequence[Sequence[int]], combine:
                          share_prefix=share_prefix)[0]
 
 
-def generate_many(lm: InProcessLM, jobs: Sequence[StreamJob], *, sample: bool = True,
+def generate_many(lm: LanguageModel, jobs: Sequence[StreamJob], *, sample: bool = True,
                   stop_ids: Sequence[int] | None = None, use_cache: bool = True,
                   share_prefix: bool = True) -> list[Generation]:
     """Generate one response per job, the streams of all jobs decoded in one batched KV cache.
@@ -155,20 +161,60 @@ def generate_many(lm: InProcessLM, jobs: Sequence[StreamJob], *, sample: bool = 
     are then recomputed from its own streams alone (:func:`replay`; not for a job with
     ``replay=False``, whose caller takes its floats from passes of its own example), so they do
     not depend on the batch either.
+
+    A model without weights in this process that gives the whole next-token distribution (a
+    vLLM server) decodes by :func:`decode_by_requests` instead: the same steps, masks, draws and
+    records, from one request per stream and step.
     """
     for job in jobs:
         job.check()
     if not jobs:
         return []
     stops = list(lm.eos_ids if stop_ids is None else stop_ids)
+    if WEIGHTS not in capabilities_of(lm):
+        return decode_by_requests(lm, jobs, stops, sample)
+    local = lm.in_process("decoding from the model's logits")
     if not use_cache:
-        outs = [_generate_uncached(lm, job, stops, sample) for job in jobs]
+        outs = [_generate_uncached(local, job, stops, sample) for job in jobs]
     else:
-        outs = _decode_together(lm, jobs, stops, sample, share_prefix)
-    if not policy_of(lm).invariant:
+        outs = _decode_together(local, jobs, stops, sample, share_prefix)
+    if not policy_of(local).invariant:
         return outs
-    return [replay(lm, job, gen, stop_ids=stops) if job.replay else gen
+    return [replay(local, job, gen, stop_ids=stops) if job.replay else gen
             for job, gen in zip(jobs, outs)]
+
+
+def decode_by_requests(lm: LanguageModel, jobs: Sequence[StreamJob], stops: list[int],
+                       sample: bool) -> list[Generation]:
+    """:func:`generate_many` on a model that gives the whole next-token distribution but no
+    weights here (a served model): at each step one list of requests, the next-token
+    log-probs of every live stream (``lm.next_token_logprobs``, sent together), then each
+    job's :func:`_step` exactly as in-process. Log-probs stand in for logits: they differ by
+    one constant per row, which ``combine`` removes (every combiner ends in a softmax). A
+    served model's numbers do not depend on the requests sent with them, so nothing is
+    replayed."""
+    check_capabilities(lm, {NEXT_TOKEN_DISTRIBUTION: "decoding from a combination of "
+                            "next-token distributions needs every token's log-prob at each step"},
+                       what="this generation")
+    gens = [torch.Generator(device="cpu").manual_seed(job.seed) for job in jobs]
+    outs = [Generation(token_ids=[], stopped_on_eos=False) for _ in jobs]
+    seqs = [[list(p) for p in job.prompts] for job in jobs]
+    live = [j for j, job in enumerate(jobs) if job.max_new_tokens > 0]
+    step = 0
+    while live:
+        table = lm.next_token_logprobs([s for j in live for s in seqs[j]]).double()
+        at, still = 0, []
+        for j in live:
+            own = table[at:at + len(seqs[j])].clone()
+            at += len(seqs[j])
+            token = _step(jobs[j], outs[j], own, step, stops, gens[j], sample)
+            if token is not None:
+                seqs[j] = [s + [token] for s in seqs[j]]
+                still.append(j)
+        count_tokens(len(live))
+        live = still
+        step += 1
+    return outs
 
 
 def _decode_together(lm: InProcessLM, jobs: Sequence[StreamJob], stops: list[int], sample: bool,
@@ -352,7 +398,7 @@ def local_beam_search(lm: InProcessLM, prompts: Sequence[Sequence[int]], *, max_
     return out
 
 
-def stream_logits(lm: InProcessLM, prompts: Sequence[Sequence[int]], token_ids: Sequence[int],
+def stream_logits(lm: LanguageModel, prompts: Sequence[Sequence[int]], token_ids: Sequence[int],
                   stopped_on_eos: bool, *, reuse_prefix: bool = True) -> list[torch.Tensor]:
     """Raw next-token logits (float32 ``[steps, V]``, no EOS mask) of each prompt stream at every
     step of a finished generation: row t follows ``prompt + token_ids[:t]``. ``steps`` is
@@ -370,7 +416,7 @@ def stream_logits(lm: InProcessLM, prompts: Sequence[Sequence[int]], token_ids: 
                                batch_size="auto", reduce=lambda i, z: z.float())
 
 
-def replay(lm: InProcessLM, job: StreamJob, generation: Generation, *,
+def replay(lm: LanguageModel, job: StreamJob, generation: Generation, *,
            stop_ids: Sequence[int] | None = None, reuse_prefix: bool = True) -> Generation:
     """``generation`` (of ``job``) with its per-step records recomputed by :func:`stream_logits`:
     at step t the streams' logits get the EOS mask of step t, ``job.combine`` gives the

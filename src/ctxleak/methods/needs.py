@@ -17,6 +17,7 @@ from typing import Any
 from ctxleak.engine.capabilities import (
     CONTINUATION_LOGPROBS,
     EMBEDDING_GRADIENTS,
+    NEXT_TOKEN_DISTRIBUTION,
     NEXT_TOKEN_LOGITS,
     NEXT_TOKEN_LOGPROBS,
     SAMPLING,
@@ -40,8 +41,10 @@ def susceptibility(method: str) -> dict[str, str]:
     log-probs: vLLM's ``--max-logprobs -1``); Fisher over input-embedding gradients."""
     needs = {}
     if method in ("mc", "both"):
-        needs[NEXT_TOKEN_LOGPROBS] = ("Monte Carlo susceptibility compares next-token "
-                                      "distributions across contexts")
+        needs[NEXT_TOKEN_DISTRIBUTION] = ("Monte Carlo susceptibility compares whole "
+                                          "next-token distributions across contexts: start "
+                                          "the vLLM server with --max-logprobs -1, or "
+                                          + IN_PROCESS_HINT)
     if method in ("fisher", "both"):
         needs[EMBEDDING_GRADIENTS] = ("Fisher susceptibility differentiates the answer "
                                       "distribution with respect to the context's embeddings: "

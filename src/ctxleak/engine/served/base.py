@@ -23,7 +23,12 @@ import numpy as np
 import torch
 
 from ctxleak.engine.batching import BatchPolicy
-from ctxleak.engine.capabilities import NEXT_TOKEN_LOGITS, SERVED, check_capabilities
+from ctxleak.engine.capabilities import (
+    NEXT_TOKEN_DISTRIBUTION,
+    NEXT_TOKEN_LOGITS,
+    SERVED,
+    check_capabilities,
+)
 from ctxleak.engine.lm import Generation, LanguageModel, LogitTransform, ModelFacts
 from ctxleak.engine.served_client import ServedClient, ServerError
 
@@ -36,6 +41,9 @@ LOGPROB_SLACK = 1e-4  # float noise above 0 that a log-prob may show
 # Continuations this short are scored token by token through allowed_token_ids requests, which
 # the server's prefix cache serves (prompt_logprobs requests recompute the whole prompt).
 SHORT_CONTINUATION = 4
+# The most whole-vocabulary rows (prefixes) one call of continuation_logits holds at once: 64
+# rows of 49,152 float64 log-probs are 25 MB.
+DISTRIBUTION_ROWS = 64
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,10 +140,35 @@ class ServedLM(LanguageModel):
                             groups: Sequence[int] | None = None,
                             examples: Sequence[int] | None = None,
                             prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
-        """Refused: a serving API sends log-probs of given tokens, never the full logits."""
-        check_capabilities(self, {NEXT_TOKEN_LOGITS: "the full logits at every position are "
-                                  "not sent by a serving API: load the model in-process"})
-        return []  # not reached: check_capabilities refused
+        """The whole next-token distribution at every continuation position, float64
+        ``[T, V]`` reduced per prompt, as the log-probs of every token: they equal the logits
+        up to one constant per position, which every use removes (the CID mixture, its bounded
+        λ_t and a temperature all go through a softmax). One full-vocabulary request per prefix
+        (:meth:`vocab_logprobs`), which the server's prefix cache serves; a few prompts at a
+        time, so at most :data:`DISTRIBUTION_ROWS` rows are held at once."""
+        check_capabilities(self, {NEXT_TOKEN_DISTRIBUTION: "the whole next-token distribution "
+                                  "at every position needs a server that returns the log-probs "
+                                  "of every token (vLLM started with --max-logprobs -1), or the "
+                                  "model loaded in-process"})
+        out: list[Any] = []
+        i = 0
+        while i < len(prompts):
+            chunk: list[int] = []
+            rows = 0
+            while i < len(prompts) and (not chunk or rows + len(continuations[i])
+                                        <= DISTRIBUTION_ROWS):
+                chunk.append(i)
+                rows += len(continuations[i])
+                i += 1
+            prefixes = [list(prompts[k]) + list(continuations[k][:t]) for k in chunk
+                        for t in range(len(continuations[k]))]
+            table = self.vocab_logprobs(prefixes) if prefixes else np.zeros((0, self.vocab_size))
+            at = 0
+            for k in chunk:
+                n = len(continuations[k])
+                out.append(reduce(k, torch.from_numpy(table[at:at + n])))
+                at += n
+        return out
 
     def _plain(self, logit_transform: LogitTransform | None) -> None:
         """A served model gives log-probs, not logits: no transform of the logits."""
@@ -209,12 +242,12 @@ class ServedLM(LanguageModel):
             except (KeyError, IndexError, TypeError) as exc:
                 raise ServerError(f"the server at {self.info.base_url} answered no next-token "
                                   f"log-probs ('logprobs.top_logprobs': {exc})") from None
-            for key, value in top.items():
-                tid = token_id(key)
-                if tid >= out.shape[1]:
-                    out = np.pad(out, ((0, 0), (0, tid + 1 - out.shape[1])),
-                                 constant_values=-np.inf)
-                out[r, tid] = float(value)
+            ids = np.fromiter((token_id(key) for key in top), dtype=np.int64, count=len(top))
+            values = np.fromiter(top.values(), dtype=np.float64, count=len(top))
+            if ids.size and int(ids.max()) >= out.shape[1]:
+                out = np.pad(out, ((0, 0), (0, int(ids.max()) + 1 - out.shape[1])),
+                             constant_values=-np.inf)
+            out[r, ids] = values
             mass = float(np.exp(out[r][np.isfinite(out[r])]).sum())
             if mass < 1 - 1e-3:
                 raise ServerError(

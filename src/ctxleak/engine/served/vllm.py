@@ -8,6 +8,10 @@
   whose returned log-prob is the raw, unrestricted one;
 - sampling: ``n``, ``seed``, ``temperature``, ``min_tokens`` and the EOS ids as
   ``stop_token_ids``, so a response ends as the in-process one does;
+- the whole next-token distribution: ``logprobs: -1`` with ``return_tokens_as_token_ids``
+  (keys ``token_id:N``: the decoded strings of different ids collide otherwise), one request per
+  prompt and step, which the server's prefix cache serves (a server started without
+  ``--max-logprobs -1`` is refused at the first such request);
 - the server's tokenizer is compared with the local one on a probe text (``/tokenize``).
 """
 
@@ -20,6 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ctxleak.engine.capabilities import SERVED_DISTRIBUTION
 from ctxleak.engine.served.base import (
     PROBE_TEXT,
     SHORT_CONTINUATION,
@@ -36,6 +41,7 @@ class VLLMServedLM(ServedLM):
     """A model served by vLLM (its OpenAI-compatible server with its extensions)."""
 
     api: ClassVar[str] = "vllm"
+    capabilities: frozenset[str] = SERVED_DISTRIBUTION
 
     def _continuations(self, prompts: Sequence[Sequence[int]],
                        continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:

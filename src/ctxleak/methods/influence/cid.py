@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ctxleak.engine.capabilities import NEXT_TOKEN_DISTRIBUTION, check_capabilities
 from ctxleak.engine.forward import MASKED_LOGIT
 from ctxleak.engine.generation import Generation, StreamJob, generate_many, replay
 from ctxleak.engine.lm import LanguageModel
@@ -28,9 +29,10 @@ BISECTION_STEPS = 40
 # passes (about 1e-7 in float32) can never push a released token over the bound.
 BOUND_MARGIN = 1e-6
 
-#: Why CID decoding needs the model in-process (the words of a refusal).
-CID_NEEDS = ("Context Influence Decoding mixes the full next-token logits of two prompts at "
-             "every step: load the model in-process")
+#: Why CID decoding needs the whole next-token distributions (the words of a refusal).
+CID_NEEDS = ("Context Influence Decoding mixes the whole next-token distributions of two "
+             "prompts at every step: serve the model with vLLM started with --max-logprobs -1, "
+             "or load it in-process")
 
 
 @dataclass(frozen=True)
@@ -216,8 +218,9 @@ def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool
     keep = context_caches is not None
     parts = [_cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored)
              for k, (full, empty, config, seed) in enumerate(jobs)]
-    gens = generate_many(lm.in_process(CID_NEEDS), [job for job, _ in parts],
-                         use_cache=use_cache, sample=sample)
+    check_capabilities(lm, {NEXT_TOKEN_DISTRIBUTION: CID_NEEDS},
+                       what="Context Influence Decoding")
+    gens = generate_many(lm, [job for job, _ in parts], use_cache=use_cache, sample=sample)
     if context_caches is not None:
         context_caches.extend(gen.prompt_caches.get(0) for gen in gens)
     return [finish(gen) for (_, finish), gen in zip(parts, gens)]
@@ -231,7 +234,7 @@ def replay_cid(lm: LanguageModel, prompt_context: Sequence[int], prompt_empty: S
     decoded with it."""
     job, finish = _cid_job(prompt_context, prompt_empty, config, 0, row=response.row)
     gen = Generation(token_ids=response.response_ids, stopped_on_eos=response.stopped_on_eos)
-    again = finish(replay(lm.in_process(CID_NEEDS), job, gen))
+    again = finish(replay(lm, job, gen))
     if not response.stopped_on_eos:
         return again
     # the replay draws the first EOS id: the ledger keeps the one the generation drew
