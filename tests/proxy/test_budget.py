@@ -139,7 +139,8 @@ def test_cli_serve_parses_flags_and_calls_run_proxy(monkeypatch, tmp_path, capsy
             "refuse", "--api-key-env", "PROXY_KEY", "--max-tokens", "12"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert calls["lm"] == ("default", {"server_url": None, "served_model": None})
+    # --upstream given: CID decodes over it (--decode auto)
+    assert calls["lm"] == ("default", {"server_url": "http://127.0.0.1:9", "served_model": None})
     run = calls["run"]
     config = run["config"]
     assert run["port"] == 8123 and isinstance(run["ledger"], SQLiteLedger) and db.exists()
@@ -153,3 +154,19 @@ def test_cli_serve_parses_flags_and_calls_run_proxy(monkeypatch, tmp_path, capsy
             main(["serve", *argv])
         assert code.value.code == 2
         assert said in capsys.readouterr().err
+
+
+def test_a_server_without_the_whole_distribution_is_refused_before_serving(tmp_path):
+    """A plain OpenAI-compatible server gives log-probs of some tokens, not the whole next-token
+    distributions CID mixes: create_app refuses it, naming what is missing and the vLLM flag."""
+    from types import SimpleNamespace
+
+    from ctxleak.engine.capabilities import SERVED, MissingCapability
+    from ctxleak.proxy import create_app
+
+    plain = SimpleNamespace(capabilities=SERVED, info=SimpleNamespace(
+        name="m", base_url="http://127.0.0.1:9", source="served"))
+    with pytest.raises(MissingCapability, match="--max-logprobs -1") as caught:
+        create_app(plain, ledger=str(tmp_path / "l.db"))
+    assert "whole next-token distribution" in str(caught.value)
+    assert not (tmp_path / "l.db").exists()  # refused before the ledger was opened

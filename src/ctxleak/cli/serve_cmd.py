@@ -38,9 +38,11 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option("default", "--model", "-m", help="The model CID decodes "
                                   "with: 'default', a Hugging Face id or a folder (served: the "
                                   "upstream model's name for its tokenizer)."),
-        decode: str = typer.Option("in-process", "--decode", help="in-process (load --model "
-                                   "here) or upstream (full next-token log-probs from "
-                                   "--upstream, started with --max-logprobs -1)."),
+        decode: str = typer.Option("auto", "--decode", help="upstream: CID from every token's "
+                                   "log-prob at each step from --upstream (vLLM started with "
+                                   "--max-logprobs -1; exact, one request per stream and "
+                                   "token); in-process: load --model here (faster); auto "
+                                   "(default): upstream when --upstream is given."),
         served_model: Optional[str] = typer.Option(None, "--served-model", help="With --decode "
                                                    "upstream: the name the upstream serves the "
                                                    "model under (default: its only model)."),
@@ -87,9 +89,11 @@ def register(app: typer.Typer) -> None:
         from ctxleak.proxy import Budgets, ProxyConfig, run_proxy
         from ctxleak.proxy.budget import open_ledger
 
-        if decode not in ("in-process", "upstream"):
-            raise ConfigError(f"--decode must be in-process or upstream, not {decode!r}",
+        if decode not in ("auto", "in-process", "upstream"):
+            raise ConfigError(f"--decode must be auto, in-process or upstream, not {decode!r}",
                               param="decode")
+        if decode == "auto":
+            decode = "upstream" if upstream is not None else "in-process"
         if decode == "upstream" and upstream is None:
             raise ConfigError("--decode upstream needs --upstream URL", param="upstream")
         api_key = None

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
 import httpx
@@ -22,9 +22,11 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ctxleak.engine.capabilities import NEXT_TOKEN_DISTRIBUTION, check_capabilities
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.served_client import ServerError
 from ctxleak.errors import CtxleakError
+from ctxleak.methods.influence.cid import CID_NEEDS
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import Answer, decode_answer
@@ -55,7 +57,9 @@ class Proxy:
     def __init__(self, lm: LanguageModel, ledger: BudgetLedger, config: ProxyConfig) -> None:
         self.lm, self.ledger, self.config = lm, ledger, config
         self.metrics = ProxyMetrics()
-        self._model_lock = threading.Lock()  # one decoding at a time on the model
+        # one decoding at a time on an in-process model; a served one answers several at once
+        self._model_lock: threading.Lock | nullcontext[None] = \
+            nullcontext() if lm.info.source == "served" else threading.Lock()
         self._active = 0
         self.http: httpx.AsyncClient | None = None
 
@@ -273,9 +277,11 @@ class Proxy:
                 raise ProxyError(504 if slow else 502, f"the upstream failed: {exc}",
                                  kind="upstream_error",
                                  code="upstream_timeout" if slow else "upstream_failed") from exc
-            except CtxleakError as exc:
-                param = exc.param or getattr(exc, "field", None)
-                raise ProxyError(400, str(exc), param=param) from exc
+            except CtxleakError as exc:  # the request was read: the model or server failed
+                served = self.lm.info.source == "served"
+                raise ProxyError(502 if served else 500, f"decoding failed: {exc}",
+                                 kind="upstream_error" if served else "server_error",
+                                 code="decoding_failed") from exc
         finally:
             self._active -= 1
 
@@ -283,12 +289,14 @@ class Proxy:
 def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
                config: ProxyConfig | None = None) -> FastAPI:
     """The proxy as an ASGI app decoding with ``lm`` (in-process, or a served model whose
-    backend gives full next-token log-probs). ``ledger``: a :class:`BudgetLedger`, a ledger URL
+    backend gives the whole next-token distribution, vLLM; any other is refused here). ``ledger``: a :class:`BudgetLedger`, a ledger URL
     (:func:`ctxleak.proxy.budget.open_ledger`) or None (a SQLite file ``ctxleak-ledger.db`` in
     the working folder)."""
     from ctxleak.proxy.budget import open_ledger
 
     config = config or ProxyConfig()
+    # a served model must give the whole next-token distribution (vLLM): refused before serving
+    check_capabilities(lm, {NEXT_TOKEN_DISTRIBUTION: CID_NEEDS}, what="the privacy proxy")
     if ledger is None:
         ledger = SQLiteLedger("ctxleak-ledger.db")
     elif isinstance(ledger, str):
