@@ -288,10 +288,10 @@ class Proxy:
 
 def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
                config: ProxyConfig | None = None) -> FastAPI:
-    """The proxy as an ASGI app decoding with ``lm`` (in-process, or a served model whose
-    backend gives the whole next-token distribution, vLLM; any other is refused here). ``ledger``: a :class:`BudgetLedger`, a ledger URL
-    (:func:`ctxleak.proxy.budget.open_ledger`) or None (a SQLite file ``ctxleak-ledger.db`` in
-    the working folder)."""
+    """The proxy as an ASGI app decoding with ``lm``: in-process, or a served model whose
+    backend gives the whole next-token distribution (vLLM; any other is refused here).
+    ``ledger``: a :class:`BudgetLedger`, a ledger URL (:func:`ctxleak.proxy.budget.open_ledger`)
+    or None (a SQLite file ``ctxleak-ledger.db`` in the working folder)."""
     from ctxleak.proxy.budget import open_ledger
 
     config = config or ProxyConfig()
