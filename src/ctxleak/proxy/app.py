@@ -39,7 +39,9 @@ GUARANTEE = ("bounded CID: each released token (the stopping EOS included) is ε
              "to any one document of the context, so this answer spends epsilon_spent of each "
              "document in documents (basic composition)")
 NO_GUARANTEE = ("plain CID (a fixed λ) has no DP guarantee: epsilon_ex_post is 2·max_y |log "
-                "p̄_λ(y|D) − log p(y|∅)| summed over tokens, a figure about this context alone")
+                "p̄_λ(y|D) − log p(y|∅)| summed over tokens, a figure about this context alone "
+                "(null at λ = 1 and T = 1 through a served model, whose server samples the "
+                "answer itself)")
 
 
 def _error(exc: ProxyError) -> JSONResponse:
@@ -100,12 +102,13 @@ class Proxy:
             await run_in_threadpool(self.ledger.settle, rid, answer.eps_spent)
             self.metrics.eps.inc(answer.eps_spent * len(docs))
         else:
-            if charge:
-                await run_in_threadpool(self.ledger.settle, rid, answer.eps_ex_post_total)
-            if docs:
+            ex_post = answer.eps_ex_post_total
+            if charge:  # (the server sampled at λ = 1: no ex-post figure, nothing charged)
+                await run_in_threadpool(self.ledger.settle, rid, ex_post or 0.0)
+            if docs and ex_post is not None:
                 await run_in_threadpool(self.ledger.record_ex_post, [d.id for d in docs],
-                                        answer.eps_ex_post_total)
-            self.metrics.eps_ex_post.inc(answer.eps_ex_post_total * len(docs))
+                                        ex_post)
+                self.metrics.eps_ex_post.inc(ex_post * len(docs))
         mode = "bounded" if bounded else "lambda"
         self.metrics.tokens.labels(mode).inc(len(answer.ledger.entries))
         info = self._ledger_fields(request, answer, [i for i in ids if i in kept], dropped)
