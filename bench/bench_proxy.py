@@ -9,6 +9,13 @@ proxy runs in this process (uvicorn in a thread, a SQLite ledger in a temporary 
 called with the real ``openai`` client; the runs are interleaved, best of ``--repeat``.
 
     python bench/bench_proxy.py [--requests 4] [--tokens 32] [--repeat 3] [--tiny]
+    python bench/bench_proxy.py --server-url http://127.0.0.1:8000 [--served-model NAME]
+
+With ``--server-url`` the proxy decodes through that vLLM server (started with
+``--max-logprobs -1``), and the library side is the server's own sampling of the same prompt
+tokens (plain vLLM generation): the proxy's overhead at λ = 1, T = 1 (the server samples, the
+proxy scores the answer with and without the context and keeps the ledger), and its tokens per
+second at λ = 0.5 (served CID, one request per stream and token).
 """
 
 from __future__ import annotations
@@ -38,7 +45,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tiny", action="store_true", help="a tiny random model (tests/helpers): "
                     "decoding costs almost nothing, so the time is the proxy's own")
+    ap.add_argument("--server-url", help="decode through this vLLM server")
+    ap.add_argument("--served-model", help="its model's name there (default: its only one)")
     args = ap.parse_args()
+    if args.server_url:
+        return served(args)
     if args.tiny:
         from helpers.tiny_models import tiny_llama
 
@@ -93,6 +104,59 @@ def main() -> None:
                       f"ms/request ({n_tokens / t_direct:.1f} tok/s), proxy "
                       f"{t_proxy / n * 1e3:.0f} ms/request ({n_tokens / t_proxy:.1f} tok/s); "
                       f"overhead {(t_proxy - t_direct) / n * 1e3:.1f} ms/request")
+        ledger.close()
+
+
+def served(args: argparse.Namespace) -> None:
+    from ctxleak.engine.generation import sample
+    from ctxleak.engine.served import serve
+    from ctxleak.proxy.decode import answer_parts
+    from ctxleak.proxy.request import Document
+
+    lm = serve("default", args.server_url, served_model=args.served_model)
+    examples = [e for e in load_examples("demo") if e.query][:args.requests]
+    print(f"served: {args.server_url} ({lm.info.served_model})")
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = SQLiteLedger(Path(tmp) / "ledger.db")
+        with serving(lm, ledger, max_tokens=args.tokens, max_tokens_limit=4 * args.tokens) \
+                as (url, _):
+            client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+
+            def proxied(lam: float, tokens: int):
+                def run():
+                    out = []
+                    for ex in examples:
+                        r = client.chat.completions.create(
+                            model="default", max_tokens=tokens, seed=1, temperature=1.0,
+                            messages=[{"role": "user", "content": ex.query}],
+                            extra_body={"min_tokens": tokens, "ctxleak": {"lambda": lam,
+                                        "documents": [{"id": str(ex.id), "text": ex.context}]}})
+                        out.append(r.model_extra["ctxleak"]["tokens"])
+                    return out
+                return run
+
+            parts = [answer_parts(lm, [Document(str(ex.id), ex.context)], ex.query,
+                                  args.tokens)[0] for ex in examples]
+
+            def plain():
+                return [len(g[0].token_ids) for g in sample(
+                    lm, [p.full for p in parts], [1] * len(parts), temperature=1.0,
+                    max_new_tokens=args.tokens, min_new_tokens=args.tokens)]
+
+            plain()
+            proxied(1.0, args.tokens)()  # warm up
+            res = timed_rounds({"vllm": plain, "proxy": proxied(1.0, args.tokens)},
+                               repeat=args.repeat)
+            (t_plain, n_plain), (t_proxy, n_proxy) = res["vllm"], res["proxy"]
+            n = len(examples)
+            print(f"lambda=1, T=1: {n} requests of {args.tokens} tokens; plain vLLM "
+                  f"{t_plain / n * 1e3:.0f} ms/request ({sum(n_plain) / t_plain:.1f} tok/s), "
+                  f"proxy {t_proxy / n * 1e3:.0f} ms/request ({sum(n_proxy) / t_proxy:.1f} "
+                  f"tok/s); overhead {(t_proxy - t_plain) / n * 1e3:.0f} ms/request")
+            few = min(args.tokens, 4)
+            t_mix, n_mix = timed_rounds({"mix": proxied(0.5, few)}, repeat=1)["mix"]
+            print(f"lambda=0.5 (served CID): {n} requests of {few} tokens, proxy "
+                  f"{sum(n_mix) / t_mix:.2f} tok/s")
         ledger.close()
 
 
