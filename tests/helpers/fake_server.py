@@ -7,7 +7,8 @@ independent of ctxleak's engine):
 
 - ``GET /health``, ``/v1/models`` (id, ``max_model_len``), ``/version``;
 - ``POST /tokenize`` (the served tokenizer, which a test may replace to disagree);
-- ``POST /v1/chat/completions``: a plain greedy chat answer (:meth:`FakeVLLM.chat`; of the
+- ``POST /v1/chat/completions``: a plain greedy chat answer (:meth:`FakeVLLM.chat`, streamed as
+  server-sent events with ``stream``; of the
   faults, ``hang``, ``http`` and ``not-json``, counted with the completions requests);
 - ``POST /v1/completions`` with token-id prompts and
   ``prompt_logprobs`` (log-prob of every prompt token, keyed by id), the OpenAI ``echo`` +
@@ -330,6 +331,8 @@ def _handler(server: FakeVLLM) -> type[BaseHTTPRequestHandler]:
                     self._send(server.fault.status, {"error": {"message": "injected failure"}})
                 elif mode == "not-json":
                     self._send(200, None, raw=b"<html>502 Bad Gateway</html>")
+                elif body.get("stream"):
+                    self._stream(server.chat(body))
                 else:
                     self._send(200, server.chat(body))
                 return
@@ -369,6 +372,25 @@ def _handler(server: FakeVLLM) -> type[BaseHTTPRequestHandler]:
                 self._send(400, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
                 return
             self._send(200, answer)
+
+        def _stream(self, answer: dict[str, Any]) -> None:
+            """A chat answer as OpenAI's server-sent events: one chunk per word, then the
+            finish reason, then ``[DONE]``."""
+            words = answer["choices"][0]["message"]["content"].split(" ")
+            deltas = [{"role": "assistant", "content": ""}] + [
+                {"content": w if k == 0 else " " + w} for k, w in enumerate(words)]
+            events = [{"id": answer["id"], "object": "chat.completion.chunk", "created": 0,
+                       "model": answer["model"], "choices": [{"index": 0, "delta": d,
+                                                              "finish_reason": None}]}
+                      for d in deltas]
+            events[-1]["choices"][0]["finish_reason"] = answer["choices"][0]["finish_reason"]
+            data = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+            raw = data.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
 
         def _refused(self, body: dict[str, Any]) -> str | None:
             """Why a plain server or ``max_logprobs`` refuses the request (None: it does not)."""

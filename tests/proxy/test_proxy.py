@@ -203,6 +203,11 @@ def test_bad_input_names_the_field(lm, tmp_path):
         assert ledger.document("acct-7").spent == 0
         resp = httpx.post(url + "/v1/chat/completions", content=b"{not json")
         assert resp.status_code == 400 and resp.json()["error"]["type"] == "invalid_request_error"
+        # a lost ledger is the proxy's failure: HTTP 500 in the OpenAI shape, nothing decoded
+        ledger.close()
+        with pytest.raises(openai.InternalServerError) as caught:
+            ask(url, {"documents": DOCS, "epsilon": 1.0})
+        assert caught.value.status_code == 500 and caught.value.body["code"] == "internal_error"
 
 
 
@@ -218,9 +223,17 @@ def test_pass_through_unmarked_and_upstream_errors(lm, tmp_path):
             assert out.choices[0].message.content == direct["choices"][0]["message"]["content"]
             assert "ctxleak" not in (out.model_extra or {})
             [(path, body)] = upstream.requests
+            upstream.requests.clear()
             assert path == "/v1/chat/completions"
             assert body == {"model": "tiny", "max_tokens": 5,
                             "messages": [{"role": "user", "content": QUESTION}]}
+            # streamed: the upstream's events relayed as they came
+            chunks = list(client(url).chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": QUESTION}], max_tokens=5,
+                stream=True))
+            assert "".join(c.choices[0].delta.content or "" for c in chunks) == \
+                direct["choices"][0]["message"]["content"]
+            assert chunks[-1].choices[0].finish_reason == direct["choices"][0]["finish_reason"]
             # an empty list of documents marks nothing: passed on without the ctxleak field
             ask(url, {"documents": []}, max_tokens=5)
             assert "ctxleak" not in upstream.requests[-1][1]

@@ -330,6 +330,10 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
             log.info(json.dumps({"event": "refused", "status": exc.status, "param": exc.param,
                                  "code": exc.code}))
             response = _error(exc)
+        except Exception as exc:  # a bug or a lost ledger: the OpenAI shape, no request text
+            log.exception("the proxy failed on a request")
+            response = _error(ProxyError(500, f"the proxy failed: {type(exc).__name__}",
+                                         kind="server_error", code="internal_error"))
         return counted("chat", response, started)
 
     @app.get("/health")
