@@ -85,12 +85,13 @@ def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path, ca
             assert row.spent == 0 and row.ex_post == pytest.approx(info["epsilon_ex_post"])
         chunks = list(client(url).chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
-            seed=11, temperature=0.8, max_tokens=8,
+            seed=11, temperature=0.8, max_tokens=8, stream_options={"include_usage": True},
             extra_body={"ctxleak": {"documents": DOCS, "lambda": 0.5}}))
-        text = "".join(c.choices[0].delta.content or "" for c in chunks)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert text == out.choices[0].message.content
-        assert chunks[-1].choices[0].finish_reason == out.choices[0].finish_reason
-        assert chunks[-1].model_extra["ctxleak"]["token_ids"] == info["token_ids"]
+        assert chunks[-2].choices[0].finish_reason == out.choices[0].finish_reason
+        assert chunks[-2].model_extra["ctxleak"]["token_ids"] == info["token_ids"]
+        assert chunks[-1].choices == [] and chunks[-1].usage == out.usage
     # the request log names the documents, never their text nor the question
     logged = [json.loads(r.getMessage()) for r in caplog.records if r.name == "ctxleak.proxy"]
     assert [entry["documents"] for entry in logged] == [["acct-7", "acct-9"]] * 2

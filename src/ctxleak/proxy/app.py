@@ -48,6 +48,12 @@ def _error(exc: ProxyError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
+def _usage(answer: Answer) -> dict[str, int]:
+    n_out = len(answer.ledger.response_ids)
+    return {"prompt_tokens": answer.prompt_tokens, "completion_tokens": n_out,
+            "total_tokens": answer.prompt_tokens + n_out}
+
+
 def _upstream_base(url: str) -> str:
     base = url.rstrip("/")
     return base[:-3] if base.endswith("/v1") else base
@@ -119,15 +125,12 @@ class Proxy:
             return StreamingResponse(self._chunks(rid, request, answer, info),
                                      media_type="text/event-stream")
         finish = "stop" if answer.ledger.stopped_on_eos else "length"
-        n_out = len(answer.ledger.response_ids)
         return JSONResponse({
             "id": rid, "object": "chat.completion", "created": int(time.time()),
             "model": request.model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
                          "finish_reason": finish, "logprobs": None}],
-            "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": n_out,
-                      "total_tokens": answer.prompt_tokens + n_out},
-            "ctxleak": info})
+            "usage": _usage(answer), "ctxleak": info})
 
     def _ledger_fields(self, request: CIDRequest, answer: Answer, kept: list[str],
                        dropped: list[str]) -> dict[str, Any]:
@@ -173,6 +176,10 @@ class Proxy:
             yield event({"content": answer.text[len(sent):]})
         finish = "stop" if answer.ledger.stopped_on_eos else "length"
         yield event({}, finish, ctxleak=info)
+        if request.include_usage:  # OpenAI's last chunk: no choices, the usage
+            usage = {"id": rid, "object": "chat.completion.chunk", "created": created,
+                     "model": request.model, "choices": [], "usage": _usage(answer)}
+            yield f"data: {json.dumps(usage)}\n\n"
         yield "data: [DONE]\n\n"
 
     # ---- pass-through ---------------------------------------------------------------------

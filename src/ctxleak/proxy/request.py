@@ -60,6 +60,7 @@ class CIDRequest:
     seed: int | None
     stream: bool
     model: str
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
 
 
 def is_marked(body: dict[str, Any]) -> bool:
@@ -202,7 +203,11 @@ def parse_cid_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _bad("stream", f"must be true or false, not {stream!r}")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise _bad("stream_options", f"must be an object, not {options!r}")
     model = body.get("model")
     return CIDRequest(documents=documents, query=query, lam=lam, eps=eps,
                       temperature=temperature, max_tokens=max_tokens, min_tokens=min_tokens,
-                      seed=seed, stream=stream, model=str(model or config.served_name))
+                      seed=seed, stream=stream, model=str(model or config.served_name),
+                      include_usage=bool(options.get("include_usage")))
