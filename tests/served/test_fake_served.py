@@ -211,16 +211,21 @@ def _close(a, b, path="records"):
         assert a == b, path
 
 
-def test_the_cli_runs_against_a_server(server, tok_dir, tmp_path, capsys):
+def test_the_cli_runs_cid_against_a_server(server, tok_dir, tmp_path, capsys):
+    """``ctxleak influence --server-url ... --lambda 0.5 --bounded-eps 4``: bounded CID decoded
+    through the server from the command line, each token's λ_t and ε in the record."""
     out = tmp_path / "run"
     code, stdout, err = run_cli(["influence", "--model", "tiny", "--server-url", server.url,
                                  "--tokenizer", tok_dir, "--data", "demo", "--limit", "1",
-                                 "--temperature", "1", "--max-new-tokens", "4",
-                                 "--output", str(out)], capsys)
+                                 "--temperature", "1", "--lambda", "0.5", "--bounded-eps", "4",
+                                 "--max-new-tokens", "4", "--output", str(out)], capsys)
     assert code == 0, err
     config = json.loads((out / "config.json").read_text())
-    assert config["server_url"] == server.url
-    assert len((out / "samples.jsonl").read_text().splitlines()) == 1
+    assert config["server_url"] == server.url and config["bounded_eps"] == 4.0
+    (record,) = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert record["eps"] == 4.0 and len(record["lambdas"]) == len(record["token_eps_ex_post"])
+    assert all(0 <= lam <= 0.5 for lam in record["lambdas"])
+    assert all(e <= 4.0 + 1e-9 for e in record["token_eps_ex_post"])
 
 
 # ---- a server that is wrong about itself ----------------------------------------------------
