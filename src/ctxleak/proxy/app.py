@@ -365,8 +365,14 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
 def run_proxy(lm: LanguageModel, *, host: str = "127.0.0.1", port: int = 8100,
               ledger: BudgetLedger | str | None = None, config: ProxyConfig | None = None,
               log_level: str = "info") -> None:
-    """Serve :func:`create_app` with uvicorn until interrupted."""
+    """Serve :func:`create_app` with uvicorn until interrupted; the request log (one JSON line
+    per answer, the ``ctxleak.proxy`` logger) goes to standard error unless it has a handler."""
     import uvicorn
 
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(getattr(logging, log_level.upper(), logging.INFO))
     uvicorn.run(create_app(lm, ledger=ledger, config=config), host=host, port=port,
                 log_level=log_level)
