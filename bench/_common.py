@@ -77,3 +77,25 @@ def device_line(lm) -> str:
     if dev.startswith("cuda"):
         dev += f" ({torch.cuda.get_device_name()})"
     return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, {dev}"
+
+
+def vllm_server_for(lm, url: str | None, name: str | None):
+    """``(server, url, served name)``: the server at ``url`` when given (``server`` None), else
+    a vLLM server started on the default model's folder on a free port (``<repo>/.venv-vllm``
+    or ``$CTXLEAK_VLLM_PYTHON``; tests/helpers/vllm_server.py), which the caller stops."""
+    if url is not None:
+        return None, url, name
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from helpers.vllm_server import SERVED_NAME, start_server, vllm_python
+
+    python, why = vllm_python()
+    if python is None:
+        raise SystemExit(f"no vLLM server: {why}")
+    t0 = time.perf_counter()
+    server = start_server(str(lm.info.path), python)
+    print(f"# vLLM server ready in {time.perf_counter() - t0:.0f} s ({server.url}, log "
+          f"{server.log})")
+    return server, server.url, SERVED_NAME

@@ -32,23 +32,17 @@ import argparse
 import asyncio
 import datetime
 import os
-import sys
-import time
-from pathlib import Path
 
 import httpx
 import numpy as np
 import torch
-from _common import device_line, load_default, timed, timed_rounds
+from _common import device_line, load_default, timed, timed_rounds, vllm_server_for
 
 from ctxleak.engine.scoring import continuation_logprobs
 from ctxleak.engine.served import serve
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.ngrams import windows
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers.vllm_server import SERVED_NAME, start_server, vllm_python  # noqa: E402
 
 
 def workload(lm, limit: int, ngram: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -108,16 +102,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     lm = load_default()
-    server = None
-    url, name = args.server_url, args.served_model
-    if url is None:
-        python, why = vllm_python()
-        if python is None:
-            raise SystemExit(f"no vLLM server: {why}")
-        t0 = time.perf_counter()
-        server = start_server(str(lm.info.path), python)
-        url, name = server.url, SERVED_NAME
-        print(f"# vLLM server ready in {time.perf_counter() - t0:.0f} s ({url}, log {server.log})")
+    server, url, name = vllm_server_for(lm, args.server_url, args.served_model)
     try:
         served = serve("default", url, served_model=name)
         name = served.info.served_model

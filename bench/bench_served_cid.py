@@ -23,20 +23,15 @@ import argparse
 import datetime
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 import httpx
-from _common import device_line, load_default, timed_rounds
+from _common import device_line, load_default, timed_rounds, vllm_server_for
 
 from ctxleak.engine.served import serve
 from ctxleak.methods.influence.cid import CIDConfig, generate_cid_many
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers.vllm_server import SERVED_NAME, start_server, vllm_python  # noqa: E402
 
 
 def jobs_for(lm, limit: int, config: CIDConfig) -> list:
@@ -70,14 +65,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="best of N runs of each measurement")
     args = ap.parse_args()
     lm = load_default()
-    server = None
-    url, name = args.server_url, args.served_model
-    if url is None:
-        python, why = vllm_python()
-        if python is None:
-            raise SystemExit(f"no vLLM server: {why}")
-        server = start_server(str(lm.info.path), python)
-        url, name = server.url, SERVED_NAME
+    server, url, name = vllm_server_for(lm, args.server_url, args.served_model)
     try:
         served = serve("default", url, served_model=name)
         name = served.info.served_model
