@@ -7,6 +7,9 @@ independent of ctxleak's engine):
 
 - ``GET /health``, ``/v1/models`` (id, ``max_model_len``), ``/version``;
 - ``POST /tokenize`` (the served tokenizer, which a test may replace to disagree);
+- ``POST /v1/chat/completions``: a plain greedy chat answer (:meth:`FakeVLLM.chat`, streamed as
+  server-sent events with ``stream``; of the
+  faults, ``hang``, ``http`` and ``not-json``, counted with the completions requests);
 - ``POST /v1/completions`` with token-id prompts and
   ``prompt_logprobs`` (log-prob of every prompt token, keyed by id), the OpenAI ``echo`` +
   ``logprobs`` form, ``allowed_token_ids`` (the raw, unrestricted log-prob of the allowed
@@ -209,6 +212,19 @@ class FakeVLLM:
                                   "top_logprobs": top, "text_offset": [0] * len(tokens)}
         return choice
 
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A plain chat completion: the messages' texts joined by spaces, tokenised, and
+        ``max_tokens`` greedy new tokens (no chat template: enough for a pass-through test)."""
+        text = " ".join(str(m.get("content") or "") for m in body.get("messages") or [])
+        prompt = list(self.lm.bos_ids) + self.tokenize(text)
+        new, finish = self._generate({**body, "temperature": 0}, prompt, 0)
+        return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0,
+                "model": body.get("model"),
+                "choices": [{"index": 0, "finish_reason": finish, "message": {
+                    "role": "assistant", "content": self.lm.decode(new)}}],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(new),
+                          "total_tokens": len(prompt) + len(new)}}
+
     def _beams(self, prompt: list[int], width: int, steps: int) -> list[list[int]]:
         """The ``width`` best continuations of at most ``steps`` tokens by summed log-prob
         (a beam that reaches EOS is finished and kept), best first."""
@@ -305,6 +321,21 @@ def _handler(server: FakeVLLM) -> type[BaseHTTPRequestHandler]:
                 tokens = server.tokenize(body["prompt"])
                 self._send(200, {"tokens": tokens, "count": len(tokens)})
                 return
+            if self.path == "/v1/chat/completions":  # faults: hang, http and not-json only
+                mode = self._fault()
+                if mode == "hang":
+                    server._stop.wait()
+                    self.close_connection = True
+                elif mode == "http":
+                    assert server.fault is not None
+                    self._send(server.fault.status, {"error": {"message": "injected failure"}})
+                elif mode == "not-json":
+                    self._send(200, None, raw=b"<html>502 Bad Gateway</html>")
+                elif body.get("stream"):
+                    self._stream(server.chat(body))
+                else:
+                    self._send(200, server.chat(body))
+                return
             if self.path != "/v1/completions":
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
@@ -341,6 +372,25 @@ def _handler(server: FakeVLLM) -> type[BaseHTTPRequestHandler]:
                 self._send(400, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
                 return
             self._send(200, answer)
+
+        def _stream(self, answer: dict[str, Any]) -> None:
+            """A chat answer as OpenAI's server-sent events: one chunk per word, then the
+            finish reason, then ``[DONE]``."""
+            words = answer["choices"][0]["message"]["content"].split(" ")
+            deltas = [{"role": "assistant", "content": ""}] + [
+                {"content": w if k == 0 else " " + w} for k, w in enumerate(words)]
+            events = [{"id": answer["id"], "object": "chat.completion.chunk", "created": 0,
+                       "model": answer["model"], "choices": [{"index": 0, "delta": d,
+                                                              "finish_reason": None}]}
+                      for d in deltas]
+            events[-1]["choices"][0]["finish_reason"] = answer["choices"][0]["finish_reason"]
+            data = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+            raw = data.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
 
         def _refused(self, body: dict[str, Any]) -> str | None:
             """Why a plain server or ``max_logprobs`` refuses the request (None: it does not)."""

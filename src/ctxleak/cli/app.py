@@ -41,6 +41,7 @@ COMMAND_MODULES = [
     "ctxleak.cli.run_cmd",
     "ctxleak.cli.pii_cmd",
     "ctxleak.cli.dp_cmd",
+    "ctxleak.cli.serve_cmd",
 ]
 
 _TOKENS: dict[str, tuple[str, str | None]] = {
@@ -58,7 +59,7 @@ RENAMED_FLAGS: dict[str, dict[str, tuple[str, str | None]]] = {
 
 #: The commands in the order ``ctxleak --help`` lists them.
 COMMAND_ORDER = ["influence", "icl", "susceptibility", "probe", "audit", "canary", "models", "data",
-                 "compare", "run", "pii", "dp"]
+                 "compare", "run", "pii", "dp", "serve"]
 
 
 class _InOrder(typer.core.TyperGroup):

@@ -1,0 +1,118 @@
+"""``ctxleak serve``: the privacy proxy (:mod:`ctxleak.proxy`) with an OpenAI-compatible API, in
+front of an upstream server. The command parses its flags, loads the model and calls
+:func:`ctxleak.proxy.run_proxy`."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import typer
+
+from ctxleak.errors import ConfigError
+
+
+def _overrides(values: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for value in values:
+        doc_id, sep, eps = value.rpartition("=")
+        try:
+            out[doc_id] = float(eps)
+        except ValueError:
+            sep = ""
+        if not sep or not doc_id:
+            raise ConfigError(f"--budget-for takes DOC_ID=EPSILON, not {value!r}",
+                              param="budget_for")
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` to ``app``."""
+
+    @app.command("serve")
+    def serve_cmd(
+        upstream: Optional[str] = typer.Option(
+            None, "--upstream", help="The OpenAI-compatible server (vLLM) behind the proxy, e.g. "
+            "http://127.0.0.1:8000: requests without marked context are passed to it unchanged; "
+            "with --decode upstream, CID decodes over it too."),
+        model: str = typer.Option("default", "--model", "-m", help="The model CID decodes "
+                                  "with: 'default', a Hugging Face id or a folder (served: the "
+                                  "upstream model's name for its tokenizer)."),
+        decode: str = typer.Option("auto", "--decode", help="upstream: CID from every token's "
+                                   "log-prob at each step from --upstream (vLLM started with "
+                                   "--max-logprobs -1; exact, one request per stream and "
+                                   "token); in-process: load --model here (faster); auto "
+                                   "(default): upstream when --upstream is given."),
+        served_model: Optional[str] = typer.Option(None, "--served-model", help="With --decode "
+                                                   "upstream: the name the upstream serves the "
+                                                   "model under (default: its only model)."),
+        host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+        port: int = typer.Option(8100, "--port", help="Port to listen on."),
+        budget: Optional[float] = typer.Option(None, "--budget", help="ε budget of every "
+                                               "document, across requests (default: no limit; "
+                                               "ε is still recorded)."),
+        budget_for: list[str] = typer.Option([], "--budget-for", help="DOC_ID=EPSILON: one "
+                                             "document's own budget (repeatable)."),
+        ledger: str = typer.Option(
+            "sqlite:///ctxleak-ledger.db", "--ledger", help="Where ε spent per document is "
+            "kept: sqlite:///RELATIVE.db, sqlite:////ABSOLUTE.db or a plain path (one proxy), "
+            "postgresql://... (replicas share it)."),
+        on_exhausted: str = typer.Option("drop", "--on-exhausted", help="When a document's "
+                                         "budget is spent: drop (answer without it, said in "
+                                         "the response) or refuse (HTTP 429)."),
+        charge_ex_post: bool = typer.Option(False, "--charge-ex-post", help="Also charge plain "
+                                            "CID's ex-post ε (data-dependent, not a guarantee) "
+                                            "against the budgets."),
+        api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment "
+                                                  "variable holding the key clients must send "
+                                                  "(Authorization: Bearer KEY)."),
+        upstream_key_env: Optional[str] = typer.Option(
+            None, "--upstream-key-env", help="Environment variable holding the upstream's API "
+            "key."),
+        temperature: float = typer.Option(1.0, "--temperature", help="Temperature of a request "
+                                          "that gives none."),
+        max_tokens: int = typer.Option(64, "--max-tokens", help="New tokens of a request that "
+                                       "gives no max_tokens."),
+        max_tokens_limit: int = typer.Option(512, "--max-tokens-limit", help="The most new "
+                                             "tokens a request may ask for."),
+        max_concurrent: int = typer.Option(8, "--max-concurrent", help="Requests answered at "
+                                           "once; more get HTTP 429."),
+        max_body_bytes: int = typer.Option(1 << 20, "--max-body-bytes", help="Largest request "
+                                           "body; larger get HTTP 413."),
+        upstream_timeout: float = typer.Option(60.0, "--upstream-timeout", help="Seconds the "
+                                               "upstream may take (then HTTP 504)."),
+    ) -> None:
+        """Serve an OpenAI-compatible privacy proxy: answers whose marked documents are decoded
+        by Context Influence Decoding (ctxleak.lambda) or bounded CID (ctxleak.epsilon), with
+        their privacy ledger and a per-document ε budget."""
+        from ctxleak.engine.models import load_model
+        from ctxleak.proxy import Budgets, ProxyConfig, run_proxy
+        from ctxleak.proxy.budget import open_ledger
+
+        if decode not in ("auto", "in-process", "upstream"):
+            raise ConfigError(f"--decode must be auto, in-process or upstream, not {decode!r}",
+                              param="decode")
+        if decode == "auto":
+            decode = "upstream" if upstream is not None else "in-process"
+        if decode == "upstream" and upstream is None:
+            raise ConfigError("--decode upstream needs --upstream URL", param="upstream")
+        api_key = None
+        if api_key_env is not None:
+            api_key = os.environ.get(api_key_env)
+            if not api_key:
+                raise ConfigError(f"--api-key-env {api_key_env}: that variable is not set",
+                                  param="api_key_env")
+        upstream_key = os.environ.get(upstream_key_env) if upstream_key_env else None
+        config = ProxyConfig(upstream=upstream, upstream_api_key=upstream_key,
+                             budgets=Budgets(default=budget, overrides=_overrides(budget_for)),
+                             on_exhausted=on_exhausted, charge_ex_post=charge_ex_post,
+                             temperature=temperature, max_tokens=max_tokens,
+                             max_tokens_limit=max_tokens_limit, api_key=api_key,
+                             max_body_bytes=max_body_bytes, max_concurrent=max_concurrent,
+                             upstream_timeout=upstream_timeout)
+        store = open_ledger(ledger)
+        lm = load_model(model, server_url=upstream if decode == "upstream" else None,
+                        served_model=served_model)
+        typer.echo(f"ctxleak serve: http://{host}:{port}/v1 (CID on {model}, {decode}; ledger "
+                   f"{ledger}; pass-through to {upstream or 'nothing'})", err=True)
+        run_proxy(lm, host=host, port=port, ledger=store, config=config)

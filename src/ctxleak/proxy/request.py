@@ -1,0 +1,213 @@
+"""A chat-completion request read for the privacy proxy: which content is the private context
+(the documents marked in its ``ctxleak`` field, which the OpenAI client sends with
+``extra_body``), which is prompt (the chat messages), and the decoding settings. Every refusal
+is a :class:`ProxyError` naming the request field, answered in the OpenAI error shape."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ctxleak.proxy.config import ProxyConfig
+
+#: Request fields the proxy does not implement for a CID answer (refused, not ignored).
+UNSUPPORTED = ("tools", "tool_choice", "functions", "logprobs", "top_logprobs", "stop",
+               "response_format", "logit_bias", "top_p", "presence_penalty",
+               "frequency_penalty")
+
+
+class ProxyError(Exception):
+    """An HTTP error in the OpenAI shape: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 kind: str = "invalid_request_error", code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.kind = kind
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
+                          "code": self.code}}
+
+
+def _bad(param: str, message: str) -> ProxyError:
+    return ProxyError(400, f"{param}: {message}", param=param)
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class CIDRequest:
+    """A request with marked context: its documents, the prompt text, λ (the cap of bounded
+    CID's λ_t) and ε per token (None: plain CID), temperature (None: greedy, a client's
+    ``temperature: 0``), new-token limits, seed (None: a fresh one) and ``stream``."""
+
+    documents: tuple[Document, ...]
+    query: str
+    lam: float
+    eps: float | None
+    temperature: float | None
+    max_tokens: int
+    min_tokens: int
+    seed: int | None
+    stream: bool
+    model: str
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
+
+
+def is_marked(body: dict[str, Any]) -> bool:
+    """Whether the request marks private context (a ``ctxleak`` field with documents); one
+    without it passes through to the upstream unchanged."""
+    marked = body.get("ctxleak")
+    if marked is None:
+        return False
+    if isinstance(marked, dict) and marked.get("documents") == []:
+        return False
+    return True
+
+
+def _number(value: Any, param: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad(param, f"must be a finite number, not {value!r}")
+    return float(value)
+
+
+def _integer(value: Any, param: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(param, f"must be an integer, not {value!r}")
+    if not low <= value <= high:
+        raise _bad(param, f"must be between {low} and {high}, not {value}")
+    return value
+
+
+def _content(message: Any, k: int) -> str:
+    """The text of message ``k``: a string, or a list of ``{"type": "text", "text": …}``."""
+    if not isinstance(message, dict):
+        raise _bad(f"messages[{k}]", "must be an object with 'role' and 'content'")
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" \
+                    or not isinstance(part.get("text"), str):
+                raise _bad(f"messages[{k}].content[{j}]", "only text parts are supported")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise _bad(f"messages[{k}].content", "must be a string or a list of text parts")
+
+
+def prompt_text(messages: Any) -> str:
+    """The prompt of a CID answer: the messages' texts joined by blank lines (one user message:
+    its text exactly). It fills the query slot of the influence prompt, so a one-message request
+    decodes as ``ctxleak influence`` does on the same document and question."""
+    if not isinstance(messages, list) or not messages:
+        raise _bad("messages", "must be a non-empty list of chat messages")
+    texts = [_content(m, k) for k, m in enumerate(messages)]
+    query = "\n\n".join(t for t in texts if t)
+    if not query.strip():
+        raise _bad("messages", "hold no text (the question is the prompt of the answer)")
+    return query
+
+
+def _documents(marked: dict[str, Any]) -> tuple[Document, ...]:
+    docs = marked.get("documents")
+    if not isinstance(docs, list) or not docs:
+        raise _bad("ctxleak.documents", "must be a non-empty list of {\"id\", \"text\"} objects")
+    out: list[Document] = []
+    seen: dict[str, str] = {}
+    for k, doc in enumerate(docs):
+        where = f"ctxleak.documents[{k}]"
+        if not isinstance(doc, dict):
+            raise _bad(where, "must be an object with 'id' and 'text'")
+        doc_id, text = doc.get("id"), doc.get("text")
+        if doc_id is None or (isinstance(doc_id, str) and not doc_id.strip()):
+            raise _bad(f"{where}.id", "is missing: every document needs an id (the budget is "
+                                      "kept per document id)")
+        if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)):
+            raise _bad(f"{where}.id", f"must be a string, not {doc_id!r}")
+        if not isinstance(text, str) or not text:
+            raise _bad(f"{where}.text", "must be a non-empty string")
+        doc_id = str(doc_id)
+        if doc_id in seen and seen[doc_id] != text:
+            raise _bad(f"{where}.id", f"{doc_id!r} is given twice with different texts")
+        seen[doc_id] = text
+        out.append(Document(doc_id, text))
+    return tuple(out)
+
+
+def parse_cid_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest:
+    """The request's marked context and settings, each bad field refused by name."""
+    marked = body.get("ctxleak")
+    if not isinstance(marked, dict):
+        raise _bad("ctxleak", "must be an object such as {\"documents\": [{\"id\": …, \"text\": "
+                              "…}], \"lambda\": 0.5} or with \"epsilon\"")
+    unknown = sorted(set(marked) - {"documents", "lambda", "epsilon"})
+    if unknown:
+        raise _bad(f"ctxleak.{unknown[0]}", "is not a field of the marked context (documents, "
+                                            "lambda, epsilon)")
+    documents = _documents(marked)
+    if "lambda" not in marked and "epsilon" not in marked:
+        raise _bad("ctxleak.lambda", "give ctxleak.lambda (CID's λ in [0, 1]) or "
+                                     "ctxleak.epsilon (bounded CID's ε per token)")
+    lam = 1.0
+    if marked.get("lambda") is not None:
+        lam = _number(marked["lambda"], "ctxleak.lambda")
+        if not 0.0 <= lam <= 1.0:
+            raise _bad("ctxleak.lambda", f"must be in [0, 1] (0: no context, 1: plain "
+                                         f"decoding), not {lam}")
+    eps = None
+    if marked.get("epsilon") is not None:
+        eps = _number(marked["epsilon"], "ctxleak.epsilon")
+        if not eps > 0:
+            raise _bad("ctxleak.epsilon", f"must be > 0 (ε per token of bounded CID), not {eps}")
+    for name in UNSUPPORTED:
+        if body.get(name) is not None:
+            raise _bad(name, "is not supported for an answer decoded with Context Influence "
+                             "Decoding")
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise _bad("n", f"only one choice per request (n = 1), not {n!r}")
+    query = prompt_text(body.get("messages"))
+    temperature: float | None = config.temperature
+    if body.get("temperature") is not None:
+        t = _number(body["temperature"], "temperature")
+        if t < 0:
+            raise _bad("temperature", f"must be >= 0, not {t}")
+        temperature = t if t > 0 else None
+    if temperature is None and eps is not None:
+        raise _bad("temperature", "must be > 0 with ctxleak.epsilon: bounded CID's guarantee "
+                                  "holds for sampled tokens, not greedy ones")
+    limit = config.max_tokens_limit
+    max_tokens = config.max_tokens
+    for name in ("max_completion_tokens", "max_tokens"):
+        if body.get(name) is not None:
+            max_tokens = _integer(body[name], name, 1, limit)
+    min_tokens = min(config.min_tokens, max_tokens)
+    if body.get("min_tokens") is not None:
+        min_tokens = _integer(body["min_tokens"], "min_tokens", 0, max_tokens)
+    seed = None
+    if body.get("seed") is not None:
+        seed = _integer(body["seed"], "seed", 0, (1 << 63) - 1)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _bad("stream", f"must be true or false, not {stream!r}")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise _bad("stream_options", f"must be an object, not {options!r}")
+    model = body.get("model")
+    return CIDRequest(documents=documents, query=query, lam=lam, eps=eps,
+                      temperature=temperature, max_tokens=max_tokens, min_tokens=min_tokens,
+                      seed=seed, stream=stream, model=str(model or config.served_name),
+                      include_usage=bool(options.get("include_usage")))

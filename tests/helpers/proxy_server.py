@@ -1,0 +1,87 @@
+"""The privacy proxy (ctxleak.proxy) served by uvicorn on 127.0.0.1 in a thread, and a throwaway
+PostgreSQL server (Debian's initdb/pg_ctl, on a unix socket in a temporary folder) for its
+shared ledger."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from ctxleak.proxy import ProxyConfig, create_app
+from ctxleak.proxy.budget import BudgetLedger
+
+
+@contextmanager
+def serving(lm: Any, ledger: BudgetLedger, **config: Any) -> Iterator[tuple[str, Any]]:
+    """The proxy on a free port: its base URL and the app (``app.state.proxy``)."""
+    app = create_app(lm, ledger=ledger, config=ProxyConfig(**config))
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP (with
+    # proto 0, Nagle's algorithm and delayed ACKs add 40 ms to every answer)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        threading.Event().wait(0.005)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", app
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def _as_owner(cmd: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: run its tools as ``nobody`` there."""
+    if os.geteuid() != 0:
+        return cmd
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *cmd]
+
+
+def postgres_tools() -> str | None:
+    """Why a PostgreSQL server cannot be started here (None: it can)."""
+    missing = [t for t in ("initdb", "pg_ctl") if shutil.which(t) is None]
+    if missing:
+        return f"{', '.join(missing)} not on PATH (Debian's postgresql package)"
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        return "running as root without setpriv to drop to an unprivileged user"
+    return None
+
+
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(_as_owner(cmd), capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()}")
+
+
+@contextmanager
+def postgres() -> Iterator[str]:
+    """A fresh PostgreSQL server listening only on a unix socket in a new folder under the
+    system's temporary folder (short, and reachable by an unprivileged owner); yields its
+    ``postgresql://`` URL, then stops it and removes the folder."""
+    folder = Path(tempfile.mkdtemp(prefix="ctxleak-pg-"))
+    try:
+        if os.geteuid() == 0:
+            shutil.chown(folder, "nobody")
+        data = folder / "data"
+        _run(["initdb", "-D", str(data), "-A", "trust", "-U", "ctxleak"])
+        options = f"-k {folder} -c listen_addresses='' -c fsync=off"
+        _run(["pg_ctl", "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w",
+              "start"])
+        try:
+            yield f"postgresql://ctxleak@/postgres?host={folder}"
+        finally:
+            _run(["pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop"])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

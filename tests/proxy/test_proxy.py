@@ -1,0 +1,330 @@
+"""The privacy proxy (ctxleak.proxy) with the real ``openai`` client, in front of a tiny in-process
+model: answers equal generate_cid on the prompts ``ctxleak influence`` builds, the ledger's
+numbers, budgets running out (drop, refuse), concurrent clients, pass-through, bad input, and the
+operations endpoints."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from helpers.fake_server import Fault, fake_vllm
+from helpers.proxy_server import serving as proxy_serving
+from helpers.tiny_models import tiny_llama
+
+from ctxleak.methods.influence.cid import CIDConfig, generate_cid
+from ctxleak.methods.influence.data import load_examples, prompt_parts
+from ctxleak.proxy import Budgets
+from ctxleak.proxy.budget import SQLiteLedger
+
+DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
+        {"id": "acct-9", "text": "the doctor said the capital of italy is rome"}]
+QUESTION = "what is the name of the patient ?"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_llama()
+
+
+@contextmanager
+def serving(lm, tmp_path, **config: Any) -> Iterator[tuple[str, SQLiteLedger, Any]]:
+    """The proxy on 127.0.0.1 (a free port) in a thread: its base URL, ledger and app."""
+    ledger = SQLiteLedger(tmp_path / "ledger.db")
+    try:
+        with proxy_serving(lm, ledger, **config) as (url, app):
+            yield url, ledger, app
+    finally:
+        ledger.close()
+
+
+def client(url: str, key: str = "none") -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
+
+
+def ask(url: str, marked: dict[str, Any] | None, **kwargs: Any) -> Any:
+    extra = {"extra_body": {"ctxleak": marked}} if marked is not None else {}
+    return client(url).chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": QUESTION}], **extra, **kwargs)
+
+
+def influence_parts(lm, docs=DOCS, max_tokens: int = 8):
+    """The two prompts ``ctxleak influence`` builds for a row with these documents."""
+    example = load_examples([{"id": "q", "query": QUESTION, "documents": docs}])[0]
+    return prompt_parts(lm, example, reserve=max_tokens)[0]
+
+
+def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="ctxleak.proxy")
+    with serving(lm, tmp_path) as (url, ledger, _):
+        out = ask(url, {"documents": DOCS, "lambda": 0.5}, seed=11, temperature=0.8,
+                  max_tokens=8, extra_query=None)
+        info = out.model_extra["ctxleak"]
+        parts = influence_parts(lm)
+        want = generate_cid(lm, parts.full, parts.empty,
+                            CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=8,
+                                      min_new_tokens=0), seed=11)
+        assert info["token_ids"] == [e.token_id for e in want.entries]
+        assert out.choices[0].message.content == lm.decode(want.response_ids)
+        assert out.usage.completion_tokens == len(want.response_ids)
+        assert out.usage.prompt_tokens == len(parts.full)
+        assert info["lambdas"] == [0.5] * len(want.entries)
+        assert info["mode"] == "lambda" and info["epsilon_spent"] is None
+        assert info["documents"] == ["acct-7", "acct-9"] and info["dropped"] == []
+        assert info["epsilon_ex_post"] > 0
+        # plain CID records its ex-post ε per document, outside the budget
+        for doc in ("acct-7", "acct-9"):
+            row = ledger.document(doc)
+            assert row.spent == 0 and row.ex_post == pytest.approx(info["epsilon_ex_post"])
+        chunks = list(client(url).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
+            seed=11, temperature=0.8, max_tokens=8, stream_options={"include_usage": True},
+            extra_body={"ctxleak": {"documents": DOCS, "lambda": 0.5}}))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == out.choices[0].message.content
+        assert chunks[-2].choices[0].finish_reason == out.choices[0].finish_reason
+        assert chunks[-2].model_extra["ctxleak"]["token_ids"] == info["token_ids"]
+        assert chunks[-1].choices == [] and chunks[-1].usage == out.usage
+    # the request log names the documents, never their text nor the question
+    logged = [json.loads(r.getMessage()) for r in caplog.records if r.name == "ctxleak.proxy"]
+    assert [entry["documents"] for entry in logged] == [["acct-7", "acct-9"]] * 2
+    assert not any(w in caplog.text for w in ("phone", "patient", "capital", QUESTION))
+
+
+def test_bounded_answer_ledger_and_budget_drop_then_refuse(lm, tmp_path):
+    eps, max_tokens = 0.5, 6
+    reservation = eps * (max_tokens + 1)
+    # one answer's reservation fits acct-7's budget, not a second (each answer spends >= ε)
+    budgets = Budgets(default=10 * reservation, overrides={"acct-7": reservation + eps / 2})
+    with serving(lm, tmp_path, budgets=budgets) as (url, ledger, _):
+        first = ask(url, {"documents": DOCS, "epsilon": eps}, seed=3, max_tokens=max_tokens,
+                    temperature=1.0).model_extra["ctxleak"]
+        parts = influence_parts(lm, max_tokens=max_tokens)
+        want = generate_cid(lm, parts.full, parts.empty,
+                            CIDConfig(lam=1.0, temperature=1.0, max_new_tokens=max_tokens,
+                                      min_new_tokens=0, bounded_eps=eps), seed=3)
+        assert first["token_ids"] == [e.token_id for e in want.entries]
+        assert first["lambdas"] == pytest.approx(want.lambdas, abs=0)
+        assert all(0 <= lam <= 1 for lam in first["lambdas"])
+        assert first["epsilon_spent"] == pytest.approx(eps * len(want.entries))
+        spent = first["epsilon_spent"]
+        assert ledger.document("acct-7").spent == pytest.approx(spent)
+        assert ledger.document("acct-9").spent == pytest.approx(spent)
+        assert ledger.open_reservations() == []
+        # acct-7 now has less than one reservation left: dropped, the answer made without it
+        second = ask(url, {"documents": DOCS, "epsilon": eps}, seed=3, max_tokens=max_tokens,
+                     temperature=1.0).model_extra["ctxleak"]
+        assert second["dropped"] == ["acct-7"] and second["documents"] == ["acct-9"]
+        only9 = influence_parts(lm, docs=DOCS[1:], max_tokens=max_tokens)
+        want9 = generate_cid(lm, only9.full, only9.empty,
+                             CIDConfig(lam=1.0, temperature=1.0, max_new_tokens=max_tokens,
+                                       min_new_tokens=0, bounded_eps=eps), seed=3)
+        assert second["token_ids"] == [e.token_id for e in want9.entries]
+        assert ledger.document("acct-7").spent == pytest.approx(spent)
+        assert ledger.document("acct-9").spent == pytest.approx(spent +
+                                                                second["epsilon_spent"])
+        metrics = httpx.get(url + "/metrics").text
+        assert "ctxleak_proxy_documents_dropped_total 1.0" in metrics
+        total = spent * 2 + second["epsilon_spent"]
+        assert f"ctxleak_proxy_epsilon_spent_total {total}" in metrics
+    with serving(lm, tmp_path, budgets=budgets, on_exhausted="refuse") as (url, ledger, _):
+        with pytest.raises(openai.RateLimitError) as caught:
+            ask(url, {"documents": DOCS, "epsilon": eps}, max_tokens=max_tokens)
+        assert caught.value.status_code == 429
+        assert caught.value.body["code"] == "budget_exhausted"
+        assert "acct-7" in caught.value.body["message"]
+        # refusing charges nothing, not even the documents that had budget
+        assert ledger.document("acct-9").spent == pytest.approx(spent +
+                                                                second["epsilon_spent"])
+
+
+def test_two_concurrent_clients_never_overspend(lm, tmp_path):
+    eps, max_tokens = 0.25, 4
+    budget = eps * (max_tokens + 1) + eps / 2  # room for one reservation, not two
+    with serving(lm, tmp_path, budgets=Budgets(default=budget)) as (url, ledger, _):
+        results: list[Any] = [None] * 4
+        barrier = threading.Barrier(4)
+
+        def one(k: int) -> None:
+            barrier.wait()
+            results[k] = ask(url, {"documents": DOCS[:1], "epsilon": eps}, seed=k,
+                             max_tokens=max_tokens).model_extra["ctxleak"]
+
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        served = [r for r in results if r["documents"] == ["acct-7"]]
+        assert len(served) == 1
+        assert sum(r["dropped"] == ["acct-7"] for r in results) == 3
+        assert ledger.document("acct-7").spent == pytest.approx(served[0]["epsilon_spent"])
+        assert ledger.document("acct-7").spent <= budget
+
+
+BAD = [
+    ({"documents": DOCS, "lambda": 1.5}, {}, "ctxleak.lambda"),
+    ({"documents": DOCS, "lambda": "half"}, {}, "ctxleak.lambda"),
+    ({"documents": DOCS, "epsilon": 0}, {}, "ctxleak.epsilon"),
+    ({"documents": DOCS, "epsilon": -1.0}, {}, "ctxleak.epsilon"),
+    ({"documents": [{"text": "no id here"}], "lambda": 0.5}, {}, "ctxleak.documents[0].id"),
+    ({"documents": [DOCS[0], {"id": "x"}], "lambda": 0.5}, {}, "ctxleak.documents[1].text"),
+    ({"documents": DOCS}, {}, "ctxleak.lambda"),
+    ({"documents": DOCS, "lambda": 0.5, "budget": 3}, {}, "ctxleak.budget"),
+    ({"documents": DOCS, "epsilon": 1.0}, {"temperature": 0}, "temperature"),
+    ({"documents": DOCS, "lambda": 0.5}, {"max_tokens": 100000}, "max_tokens"),
+    ({"documents": DOCS, "lambda": 0.5}, {"n": 2}, "n"),
+    ({"documents": DOCS, "lambda": 0.5}, {"stop": ["."]}, "stop"),
+    ("acct-7", {}, "ctxleak"),
+    (None, {"messages": []}, "messages"),
+]
+
+
+def test_bad_input_names_the_field(lm, tmp_path):
+    with serving(lm, tmp_path, budgets=Budgets(default=1.0)) as (url, ledger, _):
+        for marked, extra, param in BAD:
+            with pytest.raises(openai.BadRequestError) as caught:
+                if marked is None:  # marked context, bad messages
+                    client(url).chat.completions.create(
+                        model="tiny", **extra,
+                        extra_body={"ctxleak": {"documents": DOCS, "lambda": 0.5}})
+                else:
+                    ask(url, marked, **extra)
+            assert caught.value.body["param"] == param, (marked, extra)
+            assert caught.value.body["message"].startswith(param + ":")
+        # nothing was reserved nor spent by a refused request
+        assert ledger.open_reservations() == []
+        assert ledger.document("acct-7").spent == 0
+        resp = httpx.post(url + "/v1/chat/completions", content=b"{not json")
+        assert resp.status_code == 400 and resp.json()["error"]["type"] == "invalid_request_error"
+        # a lost ledger is the proxy's failure: HTTP 500 in the OpenAI shape, nothing decoded
+        ledger.close()
+        with pytest.raises(openai.InternalServerError) as caught:
+            ask(url, {"documents": DOCS, "epsilon": 1.0})
+        assert caught.value.status_code == 500 and caught.value.body["code"] == "internal_error"
+
+
+
+
+def test_pass_through_unmarked_and_upstream_errors(lm, tmp_path):
+    with fake_vllm(lm) as upstream:
+        direct = httpx.post(upstream.url + "/v1/chat/completions", json={
+            "model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
+            "max_tokens": 5}).json()
+        upstream.requests.clear()
+        with serving(lm, tmp_path, upstream=upstream.url + "/v1") as (url, ledger, _):
+            out = ask(url, None, max_tokens=5)
+            assert out.choices[0].message.content == direct["choices"][0]["message"]["content"]
+            assert "ctxleak" not in (out.model_extra or {})
+            [(path, body)] = upstream.requests
+            upstream.requests.clear()
+            assert path == "/v1/chat/completions"
+            assert body == {"model": "tiny", "max_tokens": 5,
+                            "messages": [{"role": "user", "content": QUESTION}]}
+            # streamed: the upstream's events relayed as they came
+            chunks = list(client(url).chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": QUESTION}], max_tokens=5,
+                stream=True))
+            assert "".join(c.choices[0].delta.content or "" for c in chunks) == \
+                direct["choices"][0]["message"]["content"]
+            assert chunks[-1].choices[0].finish_reason == direct["choices"][0]["finish_reason"]
+            # an empty list of documents marks nothing: passed on without the ctxleak field
+            ask(url, {"documents": []}, max_tokens=5)
+            assert "ctxleak" not in upstream.requests[-1][1]
+            assert ledger.open_reservations() == []
+    # the upstream is gone: 502 in the OpenAI error shape
+    with serving(lm, tmp_path, upstream=upstream.url) as (url, _, _):
+        with pytest.raises(openai.InternalServerError) as caught:
+            ask(url, None, max_tokens=5)
+        assert caught.value.status_code == 502
+        assert caught.value.body["code"] == "upstream_unreachable"
+        assert upstream.url in caught.value.body["message"]
+    # slow (504), failing (502 naming its status) or answering what is not JSON (502)
+    for fault, status, code in [(Fault("hang"), 504, "upstream_timeout"),
+                                (Fault("http", status=503), 502, "upstream_failed"),
+                                (Fault("not-json"), 502, "upstream_bad_answer")]:
+        with fake_vllm(lm, fault=fault) as bad, \
+                serving(lm, tmp_path, upstream=bad.url, upstream_timeout=0.3) as (url, _, _):
+            with pytest.raises(openai.APIStatusError) as caught:
+                ask(url, None, max_tokens=5)
+            assert caught.value.status_code == status
+            assert caught.value.body["code"] == code and caught.value.body["type"] == "upstream_error"
+
+
+def test_operations_key_size_and_concurrency_limits(lm, tmp_path):
+    with serving(lm, tmp_path, api_key="s3cret", max_body_bytes=2000,
+                 max_concurrent=1) as (url, _, app):
+        assert httpx.get(url + "/health").json() == {"status": "ok"}
+        with pytest.raises(openai.AuthenticationError):
+            ask(url, {"documents": DOCS, "lambda": 0.5})
+        ok = client(url, "s3cret").chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": QUESTION}], max_tokens=3,
+            extra_body={"ctxleak": {"documents": DOCS, "lambda": 0.5}})
+        assert ok.model_extra["ctxleak"]["tokens"] <= 3
+        big = {"model": "tiny", "messages": [{"role": "user", "content": "a " * 2000}],
+               "ctxleak": {"documents": DOCS, "lambda": 0.5}}
+        resp = httpx.post(url + "/v1/chat/completions", json=big,
+                          headers={"authorization": "Bearer s3cret"})
+        assert resp.status_code == 413 and resp.json()["error"]["code"] == "request_too_large"
+        # one request holds the model: a second is refused with 429, not queued
+        proxy = app.state.proxy
+        proxy._model_lock.acquire()
+        held: list[Any] = []
+        first = threading.Thread(target=lambda: held.append(client(url, "s3cret").chat.completions
+                                 .create(model="tiny", max_tokens=2, messages=[
+                                     {"role": "user", "content": QUESTION}],
+                                     extra_body={"ctxleak": {"documents": DOCS,
+                                                             "lambda": 0.5}})))
+        first.start()
+        while proxy._active == 0:
+            threading.Event().wait(0.005)
+        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
+                "ctxleak": {"documents": DOCS, "lambda": 0.5}}
+        resp = httpx.post(url + "/v1/chat/completions", json=body,
+                          headers={"authorization": "Bearer s3cret"})
+        proxy._model_lock.release()
+        first.join(10)
+        assert resp.status_code == 429 and resp.json()["error"]["code"] == "too_many_requests"
+        assert held and held[0].model_extra["ctxleak"]["tokens"] <= 2
+        metrics = httpx.get(url + "/metrics").text
+        assert 'ctxleak_proxy_requests_total{route="chat",status="429"} 1.0' in metrics
+        assert 'ctxleak_proxy_requests_total{route="chat",status="401"} 1.0' in metrics
+        assert json.loads(httpx.get(url + "/v1/models", headers={
+            "authorization": "Bearer s3cret"}).text)["data"][0]["id"] == "ctxleak-cid"
+
+
+def test_decoding_through_a_served_model(tmp_path):
+    """The proxy over a served model (the fake vLLM of the fast tier): at λ = 0.5 it decodes the
+    tokens in-process CID decodes from the same seed (every token's log-prob at each step); at
+    λ = 1, T = 1 the server samples the answer itself, as ``ctxleak influence`` has it do."""
+    from ctxleak.engine.served import serve
+    from ctxleak.methods.influence.answers import own_answers
+
+    tiny = tiny_llama(seed=3, vocab_extra=0)  # vocabulary = tokenizer, as a served model's
+    tok_dir = tmp_path / "tok"
+    tiny.tokenizer.save_pretrained(tok_dir)
+    with fake_vllm(tiny, never=(0, 1, 3)) as upstream:
+        # check=False: the plausibility probe is for real models, not a random tiny one
+        served = serve("tiny", upstream.url, tokenizer=str(tok_dir), check=False)
+        with serving(served, tmp_path, upstream=upstream.url) as (url, ledger, _):
+            mixed = ask(url, {"documents": DOCS, "lambda": 0.5}, seed=4, temperature=0.8,
+                        max_tokens=4).model_extra["ctxleak"]
+            parts = influence_parts(tiny, max_tokens=4)
+            want = generate_cid(tiny, parts.full, parts.empty,
+                                CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=4,
+                                          min_new_tokens=0), seed=4)
+            assert mixed["token_ids"] == [e.token_id for e in want.entries]
+            assert mixed["epsilon_ex_post"] > 0
+            plain = ask(url, {"documents": DOCS, "lambda": 1.0}, seed=4, temperature=1.0,
+                        max_tokens=4).model_extra["ctxleak"]
+            [(ids, stopped)] = own_answers(served, [parts], [4], 1.0, 4, 0)
+            assert plain["token_ids"][:len(ids)] == ids and plain["stopped_on_eos"] == stopped
+            assert plain["epsilon_ex_post"] is None and plain["lambdas"] == [1.0] * plain["tokens"]
+            assert ledger.document("acct-7").ex_post == pytest.approx(mixed["epsilon_ex_post"])
