@@ -361,11 +361,18 @@ def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bo
     for s in summaries:
         top = (s.get("top_passages") or [])[:3]
         if top:
-            listed = "; ".join(f"{p['id']} passage {p['passage']} {p['influence']:.3g} nats"
-                               for p in top)
+            listed = "; ".join(
+                f"{p['id']} {passage_label(p)} {p['influence']:.3g} nats" for p in top)
             console.print(f"top passages{_label(summaries, s)}: {listed}", markup=False)
     print_frontier(frontier, plain=plain)
     print_closing(path, plain)
+
+
+def passage_label(row: dict[str, Any]) -> str:
+    """How the console names a top passage: a retrieved document by its id, else by its number
+    in the example's context."""
+    document = row.get("document")
+    return f"document {document}" if document else f"passage {row['passage']}"
 
 
 def explain_report(summary: dict[str, Any], query: str, curve: dict[str, Any]) -> Report:

@@ -73,9 +73,10 @@ INPUTS_KEY = "input_sha256"  # config key: {input file: SHA-256 of its bytes}
 MODEL_KEY = "model_sha256"  # config key: {model file: SHA-256}, engine.models.model_fingerprint
 IDENTITY_KEY = "model_identity"  # config key: what a server says of its model (RunDir.pin_model)
 
-# Keys that may change between a run and its resume without changing any number.
+# Keys that may change between a run and its resume without changing any number of a sample
+# (``redact`` and ``exposure_budget`` change only what the summary and the report say of them).
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
-                                 "device", "device_map", "quiet",
+                                 "exposure_budget", "device", "device_map", "quiet",
                                  "threads", "server_url", "request_timeout", "retries"})
 
 

@@ -69,6 +69,40 @@ def test_the_ledger_reaches_pandas_the_saved_run_and_the_report(run) -> None:
     assert "Documents: the leak ledger" in page and "over the exposure budget of 0 nats" in page
 
 
+def test_top_passages_name_retrieved_documents_by_their_ids(run) -> None:
+    """A retrieved document with an id is named by it among the top passages (the summary, the
+    console); a plain passage keeps its number in its example's context."""
+    res, _ = run
+    top = res.summary["settings"][0]["top_passages"]
+    assert len(top) == 5
+    for row in top:
+        record = next(r for r in res.records if r["id"] == row["id"])
+        assert row["text"] == record["passages"][row["passage"] - 1]
+        if row["id"] == "c":
+            assert "document" not in row
+        else:
+            assert row["document"] == record["passage_ids"][row["passage"] - 1]
+    from ctxleak.report.influence import passage_label
+    assert {passage_label(r) for r in top} == {"document fr", "document it", "document de",
+                                               "passage 1"}
+
+
+def test_a_resume_may_change_the_budget(llama_lm, tmp_path) -> None:
+    """The exposure budget judges the ledger, it changes no sample: a run resumes under another
+    budget (and without one), its samples kept byte for byte, and the summary judges anew."""
+    out = tmp_path / "run"
+    kw = dict(max_new_tokens=3, min_new_tokens=1, temperature=1.0, progress=False,
+              output=str(out))
+    first = ctxleak.influence(llama_lm, DATA[:1], exposure_budget=0.0, **kw)
+    samples = (out / "samples.jsonl").read_bytes()
+    assert first.over_budget() != []
+    loose = ctxleak.influence(llama_lm, DATA[:1], exposure_budget=1e9, resume=True, **kw)
+    assert loose.over_budget() == [] and loose.summary["settings"][0]["exposure_budget"] == 1e9
+    none = ctxleak.influence(llama_lm, DATA[:1], resume=True, **kw)
+    assert "exposure_budget" not in none.summary["settings"][0]
+    assert (out / "samples.jsonl").read_bytes() == samples
+
+
 def test_a_run_without_passages_has_no_ledger(llama_lm) -> None:
     res = ctxleak.influence(llama_lm, [{"context": SHARED, "query": "capital ?"}],
                             max_new_tokens=3, temperature=1.0, progress=False)

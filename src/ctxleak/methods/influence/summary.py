@@ -93,10 +93,26 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
 
 def top_passage_rows(records: Sequence[dict[str, Any]], k: int = 20) -> list[dict[str, Any]]:
     """The ``k`` passages with the most influence over the setting's records, most first:
-    example id, passage number (from 1), its text and influence (nats)."""
+    example id, passage number (from 1), for a retrieved document with an id that id
+    (``document``), its text and influence (nats)."""
     rows = [(float(v), i, j) for i, r in enumerate(records)
             for j, v in enumerate(r.get("passage_influence") or []) if v is not None]
     rows.sort(key=lambda p: (-p[0], p[1], p[2]))
-    return [{"id": user_id(records[i]), "passage": j + 1,
-             "text": records[i]["passages"][j], "influence": v} for v, i, j in rows[:k]]
+    out = []
+    for v, i, j in rows[:k]:
+        document = document_id(records[i], j)
+        out.append({"id": user_id(records[i]), "passage": j + 1,
+                    **({"document": document} if document is not None else {}),
+                    "text": records[i]["passages"][j], "influence": v})
+    return out
+
+
+def document_id(record: dict[str, Any], j: int) -> str | None:
+    """The id of passage ``j`` (0-based) where the passages are retrieved documents that carry
+    one (a document without an id is named by its rank, ``j + 1``: None here)."""
+    if record.get("passage_sources") is None:
+        return None
+    ids = record.get("passage_ids") or []
+    name = ids[j] if j < len(ids) else None
+    return None if name in (None, str(j + 1)) else str(name)
 
