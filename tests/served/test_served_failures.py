@@ -27,7 +27,7 @@ def test_server_killed_mid_run_then_resume(vllm_py, default_dir, vllm_server, tm
     is the one extra real server start of a full run."""
     out = tmp_path / "run"
     samples = out / "samples.jsonl"
-    kw = dict(temperature=1.0, ngram=32, limit=2, seed=0, max_new_tokens=16, batch_size="1",
+    kw = dict(temperature=1.0, limit=2, seed=0, max_new_tokens=16, batch_size="1",
               output=str(out), progress=False)
     first = start_server(default_dir, vllm_py)
     try:

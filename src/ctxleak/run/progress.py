@@ -74,7 +74,7 @@ class LineProgress:
 
 def tqdm_class() -> Any:
     """``tqdm.auto.tqdm`` where ipywidgets can draw it, else the plain text ``tqdm``."""
-    if "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets") is not None:
+    if in_notebook() and importlib.util.find_spec("ipywidgets") is not None:
         from tqdm.auto import tqdm as auto_tqdm
 
         return auto_tqdm
@@ -84,9 +84,17 @@ def tqdm_class() -> Any:
 def bar_class() -> Any:
     """:func:`tqdm_class` in a notebook or on a terminal, else :class:`LineProgress` (stderr
     is a file or a pipe)."""
-    if "ipykernel" in sys.modules or _is_terminal(sys.stderr):
+    if in_notebook() or _is_terminal(sys.stderr):
         return tqdm_class()
     return LineProgress
+
+
+def in_notebook() -> bool:
+    """Whether this code runs inside a Jupyter kernel: an IPython shell with a kernel (not
+    merely ``ipykernel`` imported, as a process that ran a notebook as a client has it)."""
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", lambda: None)() if ipython is not None else None
+    return getattr(shell, "kernel", None) is not None
 
 
 def _is_terminal(stream: Any) -> bool:
