@@ -19,9 +19,13 @@ import ctxleak
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 METHODS = ("influence", "icl", "susceptibility", "probe", "audit")
+#: Results a mention names only explicitly (its variable, its section's command): the canary
+#: audit of influence's mitigation, which the pages about every method do not mean.
+NAMED_ONLY = ("canary",)
 #: How the docs name each method: its API function, its command, its page.
 NAMES = {"influence": "influence", "iclinf": "icl", "icl": "icl",
-         "susceptibility": "susceptibility", "probe": "probe", "pii": "probe", "audit": "audit"}
+         "susceptibility": "susceptibility", "probe": "probe", "pii": "probe", "audit": "audit",
+         "canary_audit": "canary", "canary": "canary"}
 #: Pages about one method outside docs/methods: CID in your own generate() is influence.
 PAGE_METHOD = {"integration.md": ("influence",)}
 STEP = r'\[(?:"\w+"|\'\w+\'|\d+)\]'
@@ -45,7 +49,7 @@ def _method_of(page: Path, text: str, at: int, var: str | None) -> tuple[str, ..
     if var:  # the method named where the page assigns the variable (a call, a run's folder)
         made = re.search(rf"^\s*{var}\s*=\s*", text, re.M)
         named = made and re.search(r"(?<![a-z])(iclinf|icl|influence|susceptibility|probe|"
-                                   r"audit)", _statement(text, made.end()).lower())
+                                   r"canary_audit|audit)", _statement(text, made.end()).lower())
         if named:
             return (NAMES[named[1]],)
     headings = [m[0] for m in HEADING.finditer(text[:at])]
@@ -113,6 +117,9 @@ def results(tmp_path_factory, llama_lm):
                                **quiet),
         "audit": ctxleak.audit(llama_lm, "demo", subset_size=2, sequences=1, max_new_tokens=2,
                                target_eps=[10], output=str(root / "a"), **quiet),
+        "canary": ctxleak.canary_audit(llama_lm, [{"id": "d", "context": "a note ."}],
+                                       bounded_eps=0.5, trials=4, max_new_tokens=2,
+                                       output=str(root / "k"), **quiet),
     }
 
 
@@ -130,7 +137,7 @@ def _walk(value, path):
 def test_the_docs_name_keys():
     found = mentions()
     assert any(m[3] == ("verdict", "text") for m in found)  # the scan sees the pages' mentions
-    assert {m[1] for m in found} == set(METHODS)
+    assert {m[1] for m in found} == set(METHODS) | set(NAMED_ONLY)
 
 
 def _missing(results, found):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+import types
 
 import pytest
 from conftest import run_cli
@@ -53,9 +54,10 @@ def test_notebooks_without_ipywidgets_get_the_text_bar(monkeypatch):
     from tqdm import tqdm as text_tqdm
     from tqdm.auto import tqdm as auto_tqdm
 
-    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
     assert run_progress.tqdm_class() is text_tqdm
-    monkeypatch.setitem(sys.modules, "ipykernel", object())
+    kernel = types.SimpleNamespace(kernel=object())  # a shell inside a Jupyter kernel
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: kernel))
     real = run_progress.importlib.util.find_spec
     monkeypatch.setattr(run_progress.importlib.util, "find_spec",
                         lambda name, *a: None if name == "ipywidgets" else real(name, *a))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from ctxleak.api.docs import MODEL_DOC, documented, run_option_docs
+from ctxleak.api.docs import MODEL_DOC, PROGRESS_DOC, documented, run_option_docs
 from ctxleak.api.running import keywords, run_method, run_options
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.influence.canary import CONFIDENCE
@@ -19,6 +19,7 @@ CANARY_DOCS = {
     "model": MODEL_DOC,
     "data": "The documents the canaries are planted in: ``demo-qa`` (bundled), a JSONL/CSV "
             "path with a context field, or a list of dicts; used in turn.",
+    "progress": PROGRESS_DOC,
     "lambda_": "Context influence level λ >= 0 (one value; the upper bound of λ_t with "
                "``bounded_eps``).",
     "temperature": "Sampling temperature > 0.",
@@ -44,7 +45,7 @@ CANARY_DOCS = {
             "one record per trial (its coin, canaries, response and score). None on the other "
             "processes of a data-parallel launch.")
 def canary_audit(model: str | LanguageModel = "default", data: Any = "demo-qa", *,
-                 lambda_: float = 1.0, temperature: float = 0.8,
+                 progress: bool = True, lambda_: float = 1.0, temperature: float = 0.8,
                  bounded_eps: float | None = None, max_new_tokens: int = 8,
                  min_new_tokens: int | None = None, trials: int = 40, digits: int = 6,
                  confidence: float = CONFIDENCE, threshold: float | None = None,
@@ -67,4 +68,4 @@ def canary_audit(model: str | LanguageModel = "default", data: Any = "demo-qa", 
                          else min_new_tokens, bounded_eps=bounded_eps)
     method = CanaryMethod(common, CanaryParams(decoding, trials=trials, digits=digits,
                                                confidence=confidence, threshold=threshold))
-    return cast("CanaryResult | None", run_method(method, lm, data, progress=False))
+    return cast("CanaryResult | None", run_method(method, lm, data, progress=progress))
