@@ -109,26 +109,69 @@ class BudgetLedger:
         """Add a plain CID answer's ex-post ε (about this context alone, not a guarantee)."""
         self._ex_post(list(dict.fromkeys(doc_ids)), float(eps_ex_post))
 
-    # the storage's part
+    # the storage's part: each store opens ``_db`` (a DB-API connection) and ``_lock``, and
+    # writes the transaction and the reservation, whose row locking differs; the rest is shared
+    _db: Any
+    _lock: threading.Lock
+    #: what a settlement adds to its SELECT to lock the reservation's rows (PostgreSQL)
+    _LOCK_ROWS = ""
+
+    def _sql(self, statement: str) -> str:
+        """``statement`` (written with ``?`` placeholders) in the driver's parameter style."""
+        return statement
+
+    def _transaction(self, body: Callable[[Any], Any]) -> Any:
+        raise NotImplementedError
+
     def _reserve(self, request_id: str, doc_ids: list[str], amount: float, budgets: Budgets,
                  all_or_nothing: bool) -> Reservation:
         raise NotImplementedError
 
     def _settle(self, request_id: str, spent: float) -> None:
-        raise NotImplementedError
+        def body(db: Any) -> None:
+            rows = db.execute(self._sql("SELECT doc_id, amount FROM ctxleak_reservation WHERE "
+                                        "request_id = ?" + self._LOCK_ROWS),
+                              (request_id,)).fetchall()
+            for doc, amount in rows:
+                db.execute(self._sql("UPDATE ctxleak_spend SET spent = spent - ? WHERE "
+                                     "doc_id = ?"), (float(amount) - spent, doc))
+            db.execute(self._sql("DELETE FROM ctxleak_reservation WHERE request_id = ?"),
+                       (request_id,))
+
+        self._transaction(body)
 
     def _ex_post(self, doc_ids: list[str], eps: float) -> None:
-        raise NotImplementedError
+        def body(db: Any) -> None:
+            for doc in sorted(doc_ids):  # in id order: two writers never deadlock
+                db.execute(self._sql(
+                    "INSERT INTO ctxleak_spend (doc_id, ex_post) VALUES (?, ?) ON CONFLICT "
+                    "(doc_id) DO UPDATE SET ex_post = ctxleak_spend.ex_post + excluded.ex_post"),
+                    (doc, eps))
+
+        self._transaction(body)
 
     def document(self, doc_id: str) -> DocumentSpend:
-        raise NotImplementedError
+        """What ``doc_id`` has spent (reservations included), holds in open reservations and
+        has spent ex post."""
+        with self._lock:
+            row = self._db.execute(self._sql("SELECT spent, ex_post FROM ctxleak_spend WHERE "
+                                             "doc_id = ?"), (doc_id,)).fetchone()
+            held = self._db.execute(self._sql("SELECT COALESCE(SUM(amount), 0) FROM "
+                                              "ctxleak_reservation WHERE doc_id = ?"),
+                                    (doc_id,)).fetchone()
+        spent, ex_post = (float(row[0]), float(row[1])) if row else (0.0, 0.0)
+        return DocumentSpend(doc_id, spent, float(held[0]) if held else 0.0, ex_post)
 
     def open_reservations(self) -> list[tuple[str, str, float]]:
         """(request id, document id, amount) of every reservation not settled."""
-        raise NotImplementedError
+        with self._lock:
+            rows = self._db.execute("SELECT request_id, doc_id, amount FROM ctxleak_reservation "
+                                    "ORDER BY created, request_id, doc_id").fetchall()
+        return [(str(r), str(d), float(a)) for r, d, a in rows]
 
     def close(self) -> None:
-        raise NotImplementedError
+        with self._lock:
+            self._db.close()
 
 
 def _decide(doc_ids: list[str], amount: float, budgets: Budgets, spent_of: Callable[[str], float],
@@ -215,45 +258,6 @@ class SQLiteLedger(BudgetLedger):
 
         return self._transaction(body)
 
-    def _settle(self, request_id: str, spent: float) -> None:
-        def body(db: sqlite3.Connection) -> None:
-            rows = db.execute("SELECT doc_id, amount FROM ctxleak_reservation WHERE "
-                              "request_id = ?", (request_id,)).fetchall()
-            for doc, amount in rows:
-                db.execute("UPDATE ctxleak_spend SET spent = spent - ? WHERE doc_id = ?",
-                           (float(amount) - spent, doc))
-            db.execute("DELETE FROM ctxleak_reservation WHERE request_id = ?", (request_id,))
-
-        self._transaction(body)
-
-    def _ex_post(self, doc_ids: list[str], eps: float) -> None:
-        def body(db: sqlite3.Connection) -> None:
-            for doc in doc_ids:
-                db.execute("INSERT INTO ctxleak_spend (doc_id, ex_post) VALUES (?, ?) ON "
-                           "CONFLICT (doc_id) DO UPDATE SET ex_post = ex_post + excluded.ex_post",
-                           (doc, eps))
-
-        self._transaction(body)
-
-    def document(self, doc_id: str) -> DocumentSpend:
-        with self._lock:
-            row = self._db.execute("SELECT spent, ex_post FROM ctxleak_spend WHERE doc_id = ?",
-                                   (doc_id,)).fetchone()
-            held = self._db.execute("SELECT COALESCE(SUM(amount), 0) FROM ctxleak_reservation "
-                                    "WHERE doc_id = ?", (doc_id,)).fetchone()
-        spent, ex_post = (float(row[0]), float(row[1])) if row else (0.0, 0.0)
-        return DocumentSpend(doc_id, spent, float(held[0]), ex_post)
-
-    def open_reservations(self) -> list[tuple[str, str, float]]:
-        with self._lock:
-            rows = self._db.execute("SELECT request_id, doc_id, amount FROM ctxleak_reservation "
-                                    "ORDER BY created, request_id, doc_id").fetchall()
-        return [(str(r), str(d), float(a)) for r, d, a in rows]
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
 
 class PostgresLedger(BudgetLedger):
     """The ledger in PostgreSQL (psycopg 3), shared by several proxy replicas: a reservation
@@ -277,6 +281,11 @@ class PostgresLedger(BudgetLedger):
             self._db.execute("SELECT pg_advisory_xact_lock(7405911)")  # one schema creator
             for statement in _SCHEMA:
                 self._db.execute(statement)
+
+    _LOCK_ROWS = " ORDER BY doc_id FOR UPDATE"
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("?", "%s")  # psycopg's parameter style
 
     def _transaction(self, body: Callable[[Any], Any]) -> Any:
         with self._lock, self._db.transaction():
@@ -302,46 +311,6 @@ class PostgresLedger(BudgetLedger):
             return Reservation(request_id, amount, tuple(granted), tuple(exhausted))
 
         return self._transaction(body)
-
-    def _settle(self, request_id: str, spent: float) -> None:
-        def body(db: Any) -> None:
-            rows = db.execute("SELECT doc_id, amount FROM ctxleak_reservation WHERE "
-                              "request_id = %s ORDER BY doc_id FOR UPDATE",
-                              (request_id,)).fetchall()
-            for doc, amount in rows:
-                db.execute("UPDATE ctxleak_spend SET spent = spent - %s WHERE doc_id = %s",
-                           (float(amount) - spent, doc))
-            db.execute("DELETE FROM ctxleak_reservation WHERE request_id = %s", (request_id,))
-
-        self._transaction(body)
-
-    def _ex_post(self, doc_ids: list[str], eps: float) -> None:
-        def body(db: Any) -> None:
-            for doc in sorted(doc_ids):
-                db.execute("INSERT INTO ctxleak_spend (doc_id, ex_post) VALUES (%s, %s) ON "
-                           "CONFLICT (doc_id) DO UPDATE SET ex_post = ctxleak_spend.ex_post + "
-                           "excluded.ex_post", (doc, eps))
-
-        self._transaction(body)
-
-    def document(self, doc_id: str) -> DocumentSpend:
-        with self._lock:
-            row = self._db.execute("SELECT spent, ex_post FROM ctxleak_spend WHERE doc_id = %s",
-                                   (doc_id,)).fetchone()
-            held = self._db.execute("SELECT COALESCE(SUM(amount), 0) FROM ctxleak_reservation "
-                                    "WHERE doc_id = %s", (doc_id,)).fetchone()
-        spent, ex_post = (float(row[0]), float(row[1])) if row else (0.0, 0.0)
-        return DocumentSpend(doc_id, spent, float(held[0]) if held else 0.0, ex_post)
-
-    def open_reservations(self) -> list[tuple[str, str, float]]:
-        with self._lock:
-            rows = self._db.execute("SELECT request_id, doc_id, amount FROM ctxleak_reservation "
-                                    "ORDER BY created, request_id, doc_id").fetchall()
-        return [(str(r), str(d), float(a)) for r, d, a in rows]
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
 
 
 def open_ledger(url: str) -> BudgetLedger:
