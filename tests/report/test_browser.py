@@ -77,6 +77,9 @@ def reports(tmp_path_factory, tiny_dir, gpt2_lm) -> dict[str, Path]:
         "probe": ctxleak.probe(tiny_dir, str(root / "records.jsonl"), pii="phone", limit=3,
                                mode="black-box,in-context", output=str(root / "probe"),
                                **common),
+        "canary": ctxleak.canary_audit(tiny_dir, [{"id": "p", "context": f"a note {PAYLOAD}"}],
+                                       bounded_eps=1.0, trials=4, max_new_tokens=3,
+                                       output=str(root / "canary"), **common),
     }
     out = {name: r.path / "report.html" for name, r in runs.items()}
     comp = ctxleak.compare([runs["influence"], runs["influence-gpt2"]],
@@ -118,7 +121,7 @@ SORT = """(() => {
 
 
 @pytest.mark.parametrize("name", ["influence", "explain", "icl", "audit", "susceptibility",
-                                  "probe", "compare"])
+                                  "probe", "canary", "compare"])
 def test_report_in_chromium(name, reports, browser, shots_dir):
     state = _check_page(browser, reports[name])
     browser.screenshot(shots_dir / f"{name}.png")
@@ -130,8 +133,9 @@ def test_report_in_chromium(name, reports, browser, shots_dir):
     assert state["pwned"] == "undefined"
     # the leak maps: one per example and setting, one in explain, up to 3 in-context probes
     assert state["maps"] == {"influence": 4, "explain": 1, "probe": 3}.get(name, 0)
-    # every image is an embedded PNG that decoded
-    assert state["images"] and all(i["ok"] and i["data"] for i in state["images"])
+    # every image is an embedded PNG that decoded (the canary audit's page is tables only)
+    assert bool(state["images"]) == (name != "canary")
+    assert all(i["ok"] and i["data"] for i in state["images"])
     # clicking a header sorts: the order changes, ascending by the column's values
     assert state["tables"] >= 1
     sort = browser.evaluate(SORT)
@@ -237,7 +241,7 @@ FITS = """(() => {
 
 
 @pytest.mark.parametrize("name", ["influence", "explain", "icl", "audit", "susceptibility",
-                                  "probe", "compare"])
+                                  "probe", "canary", "compare"])
 def test_no_sideways_scroll_at_1400_px(name, reports, browser, shots_dir):
     browser.send("Emulation.setDeviceMetricsOverride", width=1400, height=900,
                  deviceScaleFactor=1, mobile=False)
