@@ -12,7 +12,7 @@ from typing import Any
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.methods.influence.control import ControlCost, control_indices
+from ctxleak.methods.influence.control import ControlCost, control_sets, default_controls
 from ctxleak.methods.influence.data import (
     InfluenceExample,
     check_logged_ids,
@@ -45,11 +45,12 @@ Item = tuple[Setting, InfluenceExample]
 @dataclass(frozen=True)
 class Examples:
     """What reading the data prepared: the examples, their index (the seed of example k is
-    (run seed, k)) and each one's control example (the nearest other document's context, :mod:`.control`)."""
+    (run seed, k)) and each one's control examples (the nearest other documents' contexts,
+    nearest first, :mod:`.control`)."""
 
     examples: list[InfluenceExample]
     index: dict[str | int, int]
-    controls: list[InfluenceExample | None]
+    controls: list[list[InfluenceExample]]
 
 
 @dataclass
@@ -90,11 +91,12 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
                                  passages=self.params.passages,
                                  log_format=self.params.log_format)
         examples = examples[:limit] if limit is not None else examples
-        # the control of example k: the nearest other document's context under k's query
-        # (control.py)
+        # the controls of example k: the nearest other documents' contexts under k's query
+        # (control.py), more of them when there are few examples
+        per_example = self.params.controls or default_controls(len(examples))
         state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},
-                         [None if c is None else examples[c]
-                          for c in control_indices([ex.context for ex in examples])])
+                         [[examples[c] for c in cs] for cs in
+                          control_sets([ex.context for ex in examples], per_example)])
         return Plan(items=[(setting, ex) for setting in self.grid for ex in examples],
                     config={"data": describe(data), **self.params.to_config()}, state=state,
                     inputs={"data": resolve_data(data)})
@@ -182,12 +184,10 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
                                      for ex in ready.examples.examples}}
 
 
-def _control(examples: Examples, ex: InfluenceExample) -> InfluenceExample | None:
-    """The control example of ``ex``: the nearest other document's context (and passages) with
-    ``ex``'s query and task (:func:`~ctxleak.methods.influence.control.control_indices`); None
-    when no example's context is another document."""
-    other = examples.controls[examples.index[ex.id]]
-    if other is None:
-        return None
-    return replace(ex, context=other.context, passages=other.passages, reference=None,
-                   references=(), id=other.id, documents=other.documents)
+def _control(examples: Examples, ex: InfluenceExample) -> list[InfluenceExample]:
+    """The control examples of ``ex``: the nearest other documents' contexts (and passages)
+    with ``ex``'s query and task (:func:`~ctxleak.methods.influence.control.control_sets`);
+    empty when no example's context is another document."""
+    return [replace(ex, context=other.context, passages=other.passages, reference=None,
+                    references=(), id=other.id, documents=other.documents)
+            for other in examples.controls[examples.index[ex.id]]]

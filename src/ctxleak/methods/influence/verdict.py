@@ -82,9 +82,13 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
             "'Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models' "
             "in nats, read as the ε of ex-post per-instance DP (Def. 2.2).")
     rate = control.get("false_flag_rate")
+    pooled = int(control.get("controls") or judged)
     if rate is not None:
-        rule += (f" With {judged} control(s), an example whose context adds nothing beyond "
-                 f"what any context does is flagged about {100 * rate:.3g} % of the time.")
+        each_n = control.get("controls_per_example")
+        each = f" ({each_n} per example)" if isinstance(each_n, int) and each_n > 1 else ""
+        rule += (f" With {pooled} control influence(s){each}, an example whose context adds "
+                 f"nothing beyond what any context does is flagged about {100 * rate:.3g} % "
+                 f"of the time.")
     if test.get("reason"):
         rule += f" Paired test: {test['reason']}."
     need = min_n_for(ALPHA)
@@ -94,8 +98,8 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
                    f"({top['nats']:+.3g} nats)" if top else "")
         text = (f"Too few examples to tell whether any leaks beyond what any context does: "
                 f"{judged} with a control, and at least {need} are needed for the paired test "
-                f"to reach p < {ALPHA:g} (a flag against the largest of {judged} control(s) "
-                f"would also fall on a context that adds nothing 1 time in {judged + 1})"
+                f"to reach p < {ALPHA:g} (a flag against the largest of {pooled} control(s) "
+                f"would also fall on a context that adds nothing 1 time in {pooled + 1})"
                 f"{largest}; {scale}.")
         return {"text": _with_unjudged(text, control), "rule": rule}
     labels = list(control.get("flagged") or [])
