@@ -12,6 +12,7 @@ from typing import Any
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
+from ctxleak.engine.scoring import shared_prefixes
 from ctxleak.methods.influence.control import ControlCost, control_sets, default_controls
 from ctxleak.methods.influence.data import (
     InfluenceExample,
@@ -97,7 +98,9 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
         state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},
                          [[examples[c] for c in cs] for cs in
                           control_sets([ex.context for ex in examples], per_example)])
-        return Plan(items=[(setting, ex) for setting in self.grid for ex in examples],
+        # one example's settings side by side: measured together, they share its prompts'
+        # KV caches (shared_prefixes in measure)
+        return Plan(items=[(setting, ex) for ex in examples for setting in self.grid],
                     config={"data": describe(data), **self.params.to_config()}, state=state,
                     inputs={"data": resolve_data(data)})
 
@@ -128,6 +131,11 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
         """CID responses and influence of the items, measured together (one batched KV cache for
         generation, one planner for n-gram scoring); each item samples from its own seed,
         (run seed, example index), the same across settings and batches."""
+        with shared_prefixes():  # a sweep's settings score each prompt's prefix once
+            return self._measure(lm, ready, items)
+
+    def _measure(self, lm: LanguageModel, ready: Ready,
+                 items: Sequence[Item]) -> list[dict[str, Any]]:
         start = time.perf_counter()
         index = ready.examples.index
         jobs = [(ex, setting, derive_seed(self.common.seed, index[ex.id]))

@@ -195,7 +195,7 @@ class InfluenceParams:
                                 rouge_threshold=self.rouge_threshold, control=self.control)
 
     def grid(self) -> list[Setting]:
-        """Every (λ, T, context size) setting, in the order of the samples."""
+        """Every (λ, T, context size) setting, in the order of each example's samples."""
         return settings_grid(list(self.lambda_), self.temperatures, self.sizes,  # type: ignore[arg-type]
                              self.eps_values)
 
