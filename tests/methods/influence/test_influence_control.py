@@ -228,6 +228,11 @@ def test_several_controls_per_example_pool_into_a_percentile_with_a_5_percent_fa
     assert out["threshold"] == pytest.approx(float(np.percentile(pooled, 95)))
     assert out["false_flag_rate"] == pytest.approx(0.05)
     assert out["flagged"] == ["e0"]  # e3's 3.1 is below the percentile, 3.185
+    assert out["flagged_own_controls"] == [[4, 4]]
+    verdict = setting_verdict({"control": out, "influence": {"mean": 3.0}})
+    assert "e0 (+8 nats above its control; above 4 of its 4 own controls)" in verdict["text"]
+    assert "With 24 control influence(s) (4 per example)" in verdict["rule"]
+    assert "flagged about 5 % of the time" in verdict["rule"]
     # one control each: the largest of 6 (3.0) flags e3 as well, 1 time in 7 by chance
     one = control_summary(_judged(influences, [cs[:1] for cs in controls]))
     assert one["controls"] == 6 and one["false_flag_rate"] == pytest.approx(1 / 7)

@@ -105,8 +105,10 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
     labels = list(control.get("flagged") or [])
     above = list(control.get("flagged_above_control") or [])
     where = list(control.get("flagged_where") or [None] * len(labels))
-    named = ", ".join(f"{label} ({w + ', ' if w else ''}+{a:.3g} nats above its control)"
-                      for label, w, a in zip(labels[:NAMED], where[:NAMED], above[:NAMED]))
+    ranks = list(control.get("flagged_own_controls") or [None] * len(labels))
+    named = ", ".join(f"{label} ({w + ', ' if w else ''}+{a:.3g} nats above its control"
+                      f"{_own_controls(p)})" for label, w, a, p in
+                      zip(labels[:NAMED], where[:NAMED], above[:NAMED], ranks[:NAMED]))
     more = f" and {len(labels) - NAMED} more" if len(labels) > NAMED else ""
     if labels:
         text = (f"{len(labels)} of {judged} examples leak beyond what any context does: "
@@ -115,6 +117,14 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
         text = (f"0 of {judged} examples leak beyond what any context does; {scale}; "
                 f"{paired}.")
     return {"text": _with_unjudged(text, control), "rule": rule}
+
+
+def _own_controls(counts: Any) -> str:
+    """``; above 4 of its 4 own controls`` from ``[below, total]`` (its controls' influences
+    below the example's, and how many it has); empty with one control or none."""
+    if not counts or int(counts[1]) < 2:
+        return ""
+    return f"; above {int(counts[0])} of its {int(counts[1])} own controls"
 
 
 def _with_unjudged(text: str, control: dict[str, Any]) -> str:
