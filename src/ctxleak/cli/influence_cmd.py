@@ -178,5 +178,34 @@ def explain(
     show(result)
 
 
+@influence_app.command("frontier")
+def frontier_cmd(
+    run: str = typer.Argument(..., help="The run folder of an influence sweep."),
+    audit: list[str] = typer.Option([], "--audit", help="The run folder of a canary audit "
+                                    "(ctxleak canary) of one of the sweep's settings; its "
+                                    "attack's ε lower bound joins that setting's row. "
+                                    "Repeatable."),
+    keep: float = typer.Option(0.9, "--keep", help="Share of the best utility the "
+                               "recommendation must keep, in (0, 1]."),
+) -> None:
+    """The privacy–utility frontier of a finished sweep, with the ε lower bounds of canary
+    audits beside each setting's guarantee (no model is loaded)."""
+    import ctxleak
+    from ctxleak.cli.output import plain_output
+    from ctxleak.errors import ConfigError
+    from ctxleak.report.frontier import print_frontier
+    from ctxleak.results.influence import InfluenceResult
+
+    result = ctxleak.load_result(run)
+    if not isinstance(result, InfluenceResult):
+        raise ConfigError(f"{run} is a {result.config.get('command')} run, not an influence "
+                          f"sweep", param="run")
+    front = result.frontier_summary(keep, [ctxleak.load_result(a) for a in audit])
+    if not front.get("rows") or len(front["rows"]) < 2:
+        raise ConfigError(f"{run} measured one setting: a frontier needs a sweep (--lambda "
+                          f"0,0.5,1 or --bounded-eps 2,8)", param="run")
+    print_frontier(front, plain=plain_output())
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(influence_app, name="influence")

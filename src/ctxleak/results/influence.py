@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.checks import CHECKS
 from ctxleak.methods.influence.control import user_id
 from ctxleak.methods.influence.frontier import COLUMNS, KEEP, frontier
@@ -131,15 +132,29 @@ class InfluenceResult(Result):
         ``audits``: canary audits (:func:`ctxleak.canary_audit` results) of some of the
         settings; each fills ``eps_lower``, the ε its attack demonstrated, on the row of the
         same λ, T and ε (a second privacy axis beside the guarantee)."""
-        got = self.summary.get("frontier")
-        lower = {str(a.summary.get("setting")): a.summary.get("eps_lower") for a in audits}
-        if not got or got.get("keep") != keep or lower:  # a single setting, another share
-            got = frontier(self.summary.get("settings") or [], self.records, keep=keep,
-                           seed=int(self.config.get("seed") or 0), audits=lower)
+        got = self.frontier_summary(keep, audits)
         frame = self._frame(list(got["rows"]), list(COLUMNS))
         frame.attrs.update({k: got.get(k) for k in ("privacy", "privacy_unit", "privacy_note",
                                                     "utility", "keep", "recommendation")})
         return frame
+
+    def frontier_summary(self, keep: float = KEEP, audits: Sequence[Any] = ()) -> dict[str, Any]:
+        """:meth:`frontier` as plain data (``summary["frontier"]``'s shape: ``rows``,
+        ``recommendation``, ``privacy``, ``utility``, ``keep``), recomputed where ``keep`` or
+        ``audits`` ask for it."""
+        got = self.summary.get("frontier")
+        lower = {}
+        for audit in audits:
+            if audit.summary.get("setting") is None or "eps_lower" not in audit.summary:
+                raise ConfigError(f"{getattr(audit, 'path', audit)} is not a canary audit (no "
+                                  f"setting and eps_lower in its summary): give the results of "
+                                  f"ctxleak.canary_audit or the folders of ctxleak canary",
+                                  param="audits")
+            lower[str(audit.summary["setting"])] = audit.summary["eps_lower"]
+        if not got or got.get("keep") != keep or lower:  # a single setting, another share
+            got = frontier(self.summary.get("settings") or [], self.records, keep=keep,
+                           seed=int(self.config.get("seed") or 0), audits=lower)
+        return dict(got)
 
     def documents(self) -> Any:
         """The leak ledger per document (runs with retrieved documents or passages), one row per

@@ -237,6 +237,33 @@ def test_cli_canary(tiny_dir, tmp_path, capsys):
     assert "jagielski2020auditing" in results["cite"]["papers"]
 
 
+def test_cli_frontier_puts_a_canary_audit_beside_its_setting(tiny_dir, tmp_path, capsys):
+    """``ctxleak influence frontier RUN --audit CANARY``: the sweep's frontier with the audit's
+    ε lower bound on the row of the audited setting; no model is loaded."""
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({**d, "reference": "paris"}) + "\n" for d in DOCS))
+    sweep, audit = tmp_path / "sweep", tmp_path / "audit"
+    code, _, err = run_cli(["influence", "--model", tiny_dir, "--data", str(data), "--lambda",
+                            "0,1", "--max-new-tokens", "2", "--output", str(sweep)], capsys)
+    assert code == 0, err
+    code, _, err = run_cli(["canary", "--model", tiny_dir, "--data", str(data), "--trials", "4",
+                            "--max-new-tokens", "2", "--output", str(audit)], capsys)
+    assert code == 0, err
+    bound = ctxleak.load_result(audit).summary["eps_lower"]
+    code, stdout, err = run_cli(["--plain", "influence", "frontier", str(sweep), "--audit",
+                                 str(audit)], capsys)
+    assert code == 0, err
+    lines = [line.split("\t") for line in stdout.splitlines() if "\t" in line]
+    header, rows = lines[0], {row[0]: row for row in lines[1:]}
+    column = header.index("attack ε ≥ (95%)")
+    assert float(rows["λ = 1"][column]) == pytest.approx(bound)
+    assert rows["λ = 0"][column] in ("", "—", "None")
+    code, _, err = run_cli(["influence", "frontier", str(audit)], capsys)  # not a sweep
+    assert code != 0 and "not an influence sweep" in err
+    code, _, err = run_cli(["influence", "frontier", str(sweep), "--audit", str(sweep)], capsys)
+    assert code != 0 and "is not a canary audit" in err
+
+
 def test_the_lower_bound_on_the_frontier():
     def setting(lam, eps, privacy, f1):
         key = Setting(lam, 0.8, None, eps).key
