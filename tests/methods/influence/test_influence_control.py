@@ -92,7 +92,8 @@ def test_control_influence_equals_an_independent_recomputation(llama_lm, tmp_pat
     assert control["enabled"] and control["n"] == 3
     assert control["controls"] == 6 and control["controls_per_example"] == 2
     assert control["false_flag_rate"] == pytest.approx(1 / 7)  # above the largest of 6
-    assert control["cost"]["forward_passes"] == 6 * (1 if lam == 1 else 2)
+    # one pass per control context, and at λ < 1 one no-context pass per response
+    assert control["cost"]["forward_passes"] == 6 + (0 if lam == 1 else 3)
     assert control["cost"]["examples"] == 3
     assert control["cost"]["seconds"] > 0
     one = ctxleak.influence(llama_lm, docs, max_new_tokens=5, min_new_tokens=0, lambda_=lam,

@@ -251,8 +251,8 @@ def record_controls(record: dict[str, Any]) -> list[float]:
 
 @dataclass
 class ControlCost:
-    """What the control cost in this process: forward passes (one per response with its
-    control context, one more for the no-context logits where λ ≠ 1 or CID is bounded) and
+    """What the control cost in this process: forward passes (one per response and control
+    context, one more per response for the no-context logits where λ ≠ 1 or CID is bounded) and
     wall-clock seconds, beside the seconds of the whole measurement."""
 
     forward_passes: int = 0
@@ -260,13 +260,15 @@ class ControlCost:
     measure_seconds: float = 0.0
     examples: int = 0
 
-    def add(self, requests: Sequence[Any], seconds: float, examples: int | None = None) -> None:
-        """Count ``requests`` (one per response and control context) of ``examples`` responses
-        (default: one request each)."""
-        for r in requests:
-            mixed = r.bounded_eps is not None or r.lam != 1
-            self.forward_passes += 2 if mixed else 1
-        self.examples += len(requests) if examples is None else examples
+    def add(self, requests: Sequence[Any], seconds: float,
+            responses: Sequence[int] | None = None) -> None:
+        """Count ``requests`` (one per response and control context): one forward pass each,
+        and one no-context pass per response whose CID mixes it in (λ ≠ 1 or bounded), shared
+        by its controls. ``responses[i]``: the response request i scores (default: its own)."""
+        owner = list(range(len(requests))) if responses is None else list(responses)
+        mixed = {o for o, r in zip(owner, requests) if r.bounded_eps is not None or r.lam != 1}
+        self.forward_passes += len(requests) + len(mixed)
+        self.examples += len(set(owner))
         self.seconds += seconds
 
     def to_dict(self) -> dict[str, Any]:

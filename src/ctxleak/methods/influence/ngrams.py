@@ -170,11 +170,24 @@ def window_influence_many(lm: LanguageModel, requests: Sequence[WindowRequest], 
         return r.lam != 1 if isinstance(r.lam, (int, float)) else any(x != 1 for x in r.lam)
 
     mixed = [g for g, k in enumerate(todo) if requests[k].with_empty or uses_empty(requests[k])]
-    z_list = continuation_logits(lm, [requests[todo[g]].parts.empty for g in mixed],
-                                 [list(requests[todo[g]].response) for g in mixed],
-                                 reuse_prefix=False, examples=mixed,
-                                 reduce=lambda i, z: keep(mixed[i], z)) if mixed else []
-    z_empty = dict(zip(mixed, z_list))
+
+    def empty_key(g: int) -> tuple[Any, ...]:
+        r = requests[todo[g]]
+        return tuple(r.parts.empty), tuple(r.response), r.min_new_tokens
+
+    # one no-context pass per distinct (prompt, response): an answer scored under several
+    # controls needs the same one each time (each request in a pass of its own, so sharing
+    # it changes no number)
+    first_of: dict[tuple[Any, ...], int] = {}
+    for g in mixed:
+        first_of.setdefault(empty_key(g), g)
+    distinct = list(first_of.values())
+    z_list = continuation_logits(lm, [requests[todo[g]].parts.empty for g in distinct],
+                                 [list(requests[todo[g]].response) for g in distinct],
+                                 reuse_prefix=False, examples=distinct,
+                                 reduce=lambda i, z: keep(distinct[i], z)) if distinct else []
+    by_key = dict(zip(first_of, z_list))
+    z_empty = {g: by_key[empty_key(g)] for g in mixed}
     prompts, conts, groups = [], [], []
     for g, k in enumerate(todo):
         r = requests[k]

@@ -217,7 +217,7 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
     if cost is None:
         return
     if scorer is None:
-        cost.add(requests, time.perf_counter() - start, examples=len({k for k, _ in todo}))
+        cost.add(requests, time.perf_counter() - start, responses=[k for k, _ in todo])
     else:  # each answer with the control context and without any
         cost.forward_passes += 2 * len(todo)
         cost.examples += len({k for k, _ in todo})
