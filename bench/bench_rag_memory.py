@@ -1,0 +1,181 @@
+"""Whole-run peak memory of a query-log audit as the log grows: 1,000 and 10,000 logged turns ×
+5 retrieved documents, passages scored one by one (leave-one-out), the control on.
+
+For each log size it prints, per phase of the run, the peak Python memory (tracemalloc, MiB)
+and the peak resident set size (RSS high-water mark, MiB; reset at each phase's start through
+``/proc/self/clear_refs``, so each figure is that phase's own), and the whole run's. The phases:
+``measure`` (scoring every turn, rows appended to ``samples.jsonl``), ``summarize`` (the
+method's summary and the ledger per document), ``result`` (the Result, its figures and
+``results.json``) and ``report`` (``report.html``).
+
+The model is the tiny in-process Llama of ``tests/helpers/tiny_models.py`` (random weights, a
+word-level vocabulary): what it scores is meaningless, but the records have the shape and the
+sizes of a real run's (20 response tokens, 5 passages, the control's token influences), and
+10,000 turns run in about 5 minutes on this machine's CPU (2 cores), both sizes in about 8.
+``--default`` scores with the default model instead (1,000 turns take much longer; give
+``--turns 1000``).
+
+    python bench/bench_rag_memory.py [--turns 1000,10000] [--default]
+
+Run it on another checkout's source with ``PYTHONPATH=/path/to/src`` (main's figures were
+measured that way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import resource
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import ctxleak  # noqa: E402
+from ctxleak.methods.influence.method import InfluenceMethod  # noqa: E402
+from ctxleak.results.base import Result  # noqa: E402
+from ctxleak.results.finish import finish_run  # noqa: E402  (the module, patched below)
+
+PHASES = ("measure", "summarize", "result", "report")
+NAMES = ("the doctor", "the patient", "the report", "the news", "the city", "the country")
+FACTS = ("is in paris", "is in rome", "was in berlin", "was for madrid", "is on the phone",
+         "said yes to the question", "is the capital of italy", "was on the email")
+
+
+def log_rows(n: int, per_turn: int = 5, n_docs: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` logged turns in the tiny model's vocabulary: a query, ``per_turn`` retrieved
+    documents (ids, texts) from a corpus of ``n_docs``, and a logged answer that repeats one of
+    them (about 20 tokens)."""
+    rng = random.Random(seed)
+    corpus = []
+    for k in range(n_docs):
+        words = " ".join(f"{rng.choice(NAMES)} {rng.choice(FACTS)} ." for _ in range(2))
+        corpus.append({"id": f"doc-{k}", "text": words, "source": f"kb/{k % 7}.md"})
+    rows = []
+    for t in range(n):
+        docs = rng.sample(corpus, per_turn)
+        target = docs[rng.randrange(per_turn)]["text"]
+        rows.append({"id": f"turn-{t}", "query": "what is the news of the doctor ?",
+                     "documents": docs, "response": f"yes , {target} and {target}"})
+    return rows
+
+
+class Phases:
+    """Peak tracemalloc and RSS per phase: :meth:`enter` closes the phase running and opens
+    the next (``reset_peak`` and a reset of the kernel's RSS high-water mark)."""
+
+    def __init__(self) -> None:
+        self.python: dict[str, float] = {}
+        self.rss: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}
+        self.current: str | None = None
+        self.t0 = 0.0
+
+    def enter(self, phase: str | None) -> None:
+        if self.current is not None:
+            self.python[self.current] = max(self.python.get(self.current, 0.0),
+                                            tracemalloc.get_traced_memory()[1] / 2**20)
+            self.rss[self.current] = max(self.rss.get(self.current, 0.0), rss_peak())
+            self.seconds[self.current] = (self.seconds.get(self.current, 0.0)
+                                          + time.perf_counter() - self.t0)
+        self.current = phase
+        if phase is not None:
+            tracemalloc.reset_peak()
+            reset_rss_peak()
+            self.t0 = time.perf_counter()
+
+
+def rss_peak() -> float:
+    """This process's RSS high-water mark since the last reset, MiB (VmHWM)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_rss_peak() -> None:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def patched(phases: Phases) -> list[tuple[Any, str, Any]]:
+    """Wrap the functions at the phases' starts; returns what to restore."""
+    from ctxleak.report import views
+
+    saved = []
+
+    def wrap(owner: Any, name: str, before: str, after: str | None) -> None:
+        original = getattr(owner, name)
+        saved.append((owner, name, original))
+
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            phases.enter(before)
+            out = original(*args, **kwargs)
+            if after is not None:
+                phases.enter(after)
+            return out
+
+        setattr(owner, name, inner)
+
+    wrap(InfluenceMethod, "summarize", "summarize", "result")
+    wrap(Result, "render", "report", None)
+    del views
+    return saved
+
+
+def one_run(lm: Any, n: int, folder: Path) -> Phases:
+    rows = log_rows(n)
+    gc.collect()
+    phases = Phases()
+    saved = patched(phases)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0] / 2**20
+    try:
+        phases.enter("measure")
+        result = ctxleak.influence(lm, rows, max_new_tokens=24, temperature=1.0,
+                                   progress=False, output=str(folder / f"run-{n}"))
+        phases.enter(None)
+    finally:
+        tracemalloc.stop()
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+    assert result is not None and len(result.records) == n
+    phases.python = {k: v - base for k, v in phases.python.items()}
+    return phases
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--turns", default="1000,10000")
+    ap.add_argument("--default", action="store_true", help="the default model (slow)")
+    args = ap.parse_args()
+    if args.default:
+        from _common import load_default
+
+        lm = load_default()
+    else:
+        from helpers.tiny_models import tiny_llama
+
+        lm = tiny_llama()
+    print(f"# ctxleak from {Path(ctxleak.__file__).parent}; model {lm.describe()}")
+    print("turns | phase | peak Python (tracemalloc, MiB, above the start) | peak RSS (MiB) | s")
+    with tempfile.TemporaryDirectory() as tmp:
+        one_run(lm, 20, Path(tmp))  # warm-up: imports, the figures' first draw
+        for n in (int(x) for x in args.turns.split(",")):
+            got = one_run(lm, n, Path(tmp))
+            for phase in PHASES:
+                print(f"{n} | {phase} | {got.python.get(phase, 0.0):.1f} | "
+                      f"{got.rss.get(phase, 0.0):.0f} | {got.seconds.get(phase, 0.0):.1f}")
+            print(f"{n} | whole run | {max(got.python.values()):.1f} | "
+                  f"{max(got.rss.values()):.0f} | {sum(got.seconds.values()):.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
