@@ -11,11 +11,16 @@ method's summary and the ledger per document), ``result`` (the Result, its figur
 The model is the tiny in-process Llama of ``tests/helpers/tiny_models.py`` (random weights, a
 word-level vocabulary): what it scores is meaningless, but the records have the shape and the
 sizes of a real run's (20 response tokens, 5 passages, the control's token influences), and
-10,000 turns run in about 5 minutes on this machine's CPU (2 cores), both sizes in about 8.
-``--default`` scores with the default model instead (1,000 turns take much longer; give
-``--turns 1000``).
+1,000 turns take about 2 minutes on this machine's CPU (2 cores, idle; tracemalloc slows
+scoring about twice) and 10,000 about 8 minutes, so both sizes run in about 10 minutes; on a
+CPU shared with other jobs, several times that. ``--reuse FOLDER`` resumes a copy of a run
+folder this benchmark scored once (its ``run-N`` folder, kept with ``--keep``) with
+``limit=N``: nothing is scored again and ``measure`` is reading the stored rows back, for the
+phases after scoring at sizes too slow to score twice. ``--default`` scores with the default
+model instead (give ``--turns 1000``: about 1 s a turn on this CPU).
 
-    python bench/bench_rag_memory.py [--turns 1000,10000] [--default]
+    python bench/bench_rag_memory.py [--turns 1000,10000] [--default] [--keep DIR]
+    python bench/bench_rag_memory.py --reuse DIR/run-10000 --turns 1000,4000
 
 Run it on another checkout's source with ``PYTHONPATH=/path/to/src`` (main's figures were
 measured that way).
@@ -27,6 +32,7 @@ import argparse
 import gc
 import random
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -34,12 +40,13 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import ctxleak  # noqa: E402
 from ctxleak.methods.influence.method import InfluenceMethod  # noqa: E402
 from ctxleak.results.base import Result  # noqa: E402
-from ctxleak.results.finish import finish_run  # noqa: E402  (the module, patched below)
 
 PHASES = ("measure", "summarize", "result", "report")
 NAMES = ("the doctor", "the patient", "the report", "the news", "the city", "the country")
@@ -130,8 +137,15 @@ def patched(phases: Phases) -> list[tuple[Any, str, Any]]:
     return saved
 
 
-def one_run(lm: Any, n: int, folder: Path) -> Phases:
-    rows = log_rows(n)
+def one_run(lm: Any, n: int, folder: Path, reuse: Path | None = None,
+            log_turns: int = 10000) -> Phases:
+    """One run over ``n`` turns in a new folder; with ``reuse``, a copy of that run folder
+    (scored over the first turns of a ``log_turns`` log) resumed with ``limit=n``: nothing is
+    scored again, so ``measure`` is reading the stored rows back."""
+    output = folder / f"run-{n}"
+    if reuse is not None:
+        shutil.copytree(reuse, output)
+    rows = log_rows(log_turns if reuse is not None else n)
     gc.collect()
     phases = Phases()
     saved = patched(phases)
@@ -140,7 +154,8 @@ def one_run(lm: Any, n: int, folder: Path) -> Phases:
     try:
         phases.enter("measure")
         result = ctxleak.influence(lm, rows, max_new_tokens=24, temperature=1.0,
-                                   progress=False, output=str(folder / f"run-{n}"))
+                                   progress=False, output=str(output),
+                                   **({"resume": True, "limit": n} if reuse else {}))
         phases.enter(None)
     finally:
         tracemalloc.stop()
@@ -155,7 +170,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", default="1000,10000")
     ap.add_argument("--default", action="store_true", help="the default model (slow)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: fastest for the "
+                    "tiny model on a shared CPU)")
+    ap.add_argument("--reuse", type=Path, help="resume a copy of this run folder (a run of this "
+                    "benchmark over --log-turns turns, scored once) with limit=N instead of "
+                    "scoring N turns: the phases after measuring at sizes too slow to score")
+    ap.add_argument("--keep", help="write the run folders here (kept), not in a temporary one")
+    ap.add_argument("--log-turns", type=int, default=10000, help="the log the --reuse folder "
+                    "was scored over")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     if args.default:
         from _common import load_default
 
@@ -164,12 +188,14 @@ def main() -> None:
         from helpers.tiny_models import tiny_llama
 
         lm = tiny_llama()
-    print(f"# ctxleak from {Path(ctxleak.__file__).parent}; model {lm.describe()}")
+    print(f"# ctxleak from {Path(ctxleak.__file__).parent}; model {lm.describe()}"
+          + (f"; resuming copies of {args.reuse}" if args.reuse else ""))
     print("turns | phase | peak Python (tracemalloc, MiB, above the start) | peak RSS (MiB) | s")
-    with tempfile.TemporaryDirectory() as tmp:
-        one_run(lm, 20, Path(tmp))  # warm-up: imports, the figures' first draw
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
+        one_run(lm, 20, Path(scratch))  # warm-up: imports, the figures' first draw
         for n in (int(x) for x in args.turns.split(",")):
-            got = one_run(lm, n, Path(tmp))
+            got = one_run(lm, n, Path(tmp), args.reuse, args.log_turns)
             for phase in PHASES:
                 print(f"{n} | {phase} | {got.python.get(phase, 0.0):.1f} | "
                       f"{got.rss.get(phase, 0.0):.0f} | {got.seconds.get(phase, 0.0):.1f}")

@@ -13,6 +13,7 @@ import json
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, overload
 
@@ -149,6 +150,27 @@ class StoredRows(Sequence[dict[str, Any]]):
             for f in handles.values():
                 f.close()
 
+    @property
+    def keys(self) -> Sequence[Any]:
+        """Each row's name (:func:`row_key`), in order, without reading the rows."""
+        return self._keys
+
+    def pick(self, indices: Sequence[int], convert: Convert | None = None) -> StoredRows:
+        """The rows at ``indices`` (in that order), read through ``convert`` where given (else
+        through this one's, with their tags)."""
+        tags = None if self._tags is None or convert is not None \
+            else [self._tags[i] for i in indices]
+        return StoredRows(self._files, [self._keys[i] for i in indices],
+                          [self._file[i] for i in indices], [self._offset[i] for i in indices],
+                          [self._size[i] for i in indices], tags=tags,
+                          convert=convert or self._convert)
+
+    def mapped(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> StoredRows:
+        """The same rows, each read as ``fn(row)``."""
+        inner = self._convert
+        return StoredRows(self._files, self._keys, self._file, self._offset, self._size,
+                          tags=self._tags, convert=partial(_then, inner, fn))
+
     def _read(self, i: int, f: Any) -> dict[str, Any]:
         row = self._at(i, f)
         if row is None:  # the file was rewritten: find each of its rows again by name
@@ -201,6 +223,58 @@ class StoredRows(Sequence[dict[str, Any]]):
     def __repr__(self) -> str:
         files = ", ".join(str(p) for p in self._files)
         return f"StoredRows({len(self)} rows of {files or 'no file'})"
+
+
+def _then(inner: Convert | None, fn: Callable[[dict[str, Any]], dict[str, Any]], tag: Any,
+          row: dict[str, Any]) -> dict[str, Any]:
+    return fn(row if inner is None else inner(tag, row))
+
+
+def without_fields(records: Sequence[dict[str, Any]], names: frozenset[str]
+                   ) -> Sequence[dict[str, Any]]:
+    """The records without the fields ``names`` (light rows for a reader that keeps them): of
+    :class:`StoredRows`, rows read on demand; of a list, a list of copies."""
+    if isinstance(records, StoredRows):
+        return records.mapped(partial(_drop, names))
+    return [_drop(names, row) for row in records]
+
+
+def _drop(names: frozenset[str], row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k not in names}
+
+
+def select_rows(records: Sequence[dict[str, Any]], keep: Callable[[dict[str, Any]], bool]
+                ) -> Sequence[dict[str, Any]]:
+    """The records for which ``keep`` holds, in order: of :class:`StoredRows`, another
+    ``StoredRows`` (one pass that reads each row once and keeps none); of a list, a list."""
+    if isinstance(records, StoredRows):
+        return records.pick([i for i, row in enumerate(records) if keep(row)])
+    return [row for row in records if keep(row)]
+
+
+class Column(Sequence[Any]):
+    """The values of one field of ``records``, read when asked for (``records[i][name]``),
+    never all held at once."""
+
+    def __init__(self, records: Sequence[dict[str, Any]], name: str) -> None:
+        self.records, self.name = records, name
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Column: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return Column(self.records[index], self.name)
+        return self.records[index][self.name]
+
+    def __iter__(self) -> Iterator[Any]:
+        return (row[self.name] for row in self.records)
 
 
 def has_manifest(folder: Path) -> bool:
@@ -317,6 +391,6 @@ def check_rows(path: Path, rows: Iterable[tuple[int, dict[str, Any]]],
             raise EditedRunError(problem[1], file=str(path), line=line, field=problem[0])
 
 
-__all__ = ["KEY_FIELD", "RowCheck", "RowProblem", "SampleFile", "StoredRows", "check_rows",
-           "digests_file",
-           "has_manifest", "read_sample_file", "read_samples", "row_key"]
+__all__ = ["KEY_FIELD", "Column", "RowCheck", "RowProblem", "SampleFile", "StoredRows",
+           "check_rows", "digests_file", "has_manifest", "read_sample_file", "read_samples",
+           "row_key", "select_rows", "without_fields"]
