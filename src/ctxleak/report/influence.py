@@ -315,7 +315,7 @@ def tokens_section(report: Report, summaries: Sequence[dict[str, Any]],
     rule = next((s.get("token_rule") for s in summaries if s.get("token_rule")), None)
     if rule is None:
         return
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in records:
         if len(rows) == SHOWN:  # the table shows the first SHOWN
             break
