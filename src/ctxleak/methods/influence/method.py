@@ -28,14 +28,14 @@ from ctxleak.methods.influence.pipeline import example_parts, measure_examples
 from ctxleak.methods.influence.quality import quality_scores
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
-from ctxleak.methods.influence.summary import summarize_setting
+from ctxleak.methods.influence.summary import HEAVY_FIELDS, summarize_setting
 from ctxleak.methods.influence.verdict import run_verdict
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions
 from ctxleak.run.records import parse_mapping
 from ctxleak.run.rundir import RunDir
-from ctxleak.run.samples import Column, select_rows
+from ctxleak.run.samples import Column, select_rows, without_fields
 
 __all__ = ["InfluenceMethod", "InfluenceParams", "parse_ngram"]
 
@@ -177,7 +177,8 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
                 summaries.append(summary)
         out = {"verdict": run_verdict(summaries), "settings": summaries}
         if len(summaries) > 1:  # a sweep: which setting keeps utility at least privacy loss
-            out["frontier"] = frontier(summaries, records, seed=self.common.seed)
+            out["frontier"] = frontier(summaries, without_fields(records, HEAVY_FIELDS),
+                                       seed=self.common.seed)
         return out
 
     def provenance(self, lm: LanguageModel, ready: Ready) -> dict[str, Any]:

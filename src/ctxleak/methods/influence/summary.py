@@ -22,8 +22,9 @@ from ctxleak.methods.influence.quantities import expected_influence
 from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
 from ctxleak.run.samples import without_fields
 
-#: Per-token and per-context fields of a record that the control's summary does not read.
-NOT_FOR_CONTROL = frozenset({
+#: Per-token and per-context fields of a record, which the control's summary and the frontier
+#: (which keep the rows they read) do not read: left out of the rows handed to them.
+HEAVY_FIELDS = frozenset({
     "context_token_strings", "response_token_strings", "logp_context", "logp_empty",
     "token_influence", "control_token_influence", "passages", "passage_metadata",
     "passage_spans", "passage_sources", "passage_scores", "passage_ranks", "known_tokens",
@@ -78,7 +79,7 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
     out["dp_reading"] = dp_scale(mean) if mean is not None else None
     # the control's summary keeps the rows it reads: handed them without their per-token and
     # per-context arrays, which it does not read
-    out["control"] = control_summary(without_fields(records, NOT_FOR_CONTROL), control_cost)
+    out["control"] = control_summary(without_fields(records, HEAVY_FIELDS), control_cost)
     if knows_context and any("known_tokens" in r for r in records):
         out["context_tokens_known"] = int(sum(len(r.get("known_tokens") or [])
                                               for r in records))
