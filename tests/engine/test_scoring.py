@@ -204,3 +204,33 @@ def test_sliding_window_model_keeps_one_example_per_reuse_batch():
     want = continuation_logprobs(lm, prompts, cont, reuse_prefix=False, batch_size=1)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, atol=2e-5)
+
+
+def test_shared_prefixes_compute_a_prompt_once_across_calls_with_the_same_numbers(tiny_lm,
+                                                                                  monkeypatch):
+    """Inside ``shared_prefixes``, two scoring calls of one prompt with different continuations
+    (a sweep's settings) compute the prompt's KV cache once; each call's numbers are bitwise
+    those of the call made alone inside a fresh ``shared_prefixes``, and equal a from-scratch
+    recomputation."""
+    prompt = ablations(tiny_lm)[0]
+    assert len(prompt) >= scoring.MIN_REUSE_TOKENS
+    conts = [random_ids(tiny_lm, 4, 1), random_ids(tiny_lm, 4, 2)]
+    computed = []
+    real = scoring.hidden_states
+
+    def spy(lm, ids, *args, **kwargs):
+        if kwargs.get("use_cache") and ids.shape[0] == 1 and kwargs.get("cache") is None:
+            computed.append(int(ids.shape[1]))
+        return real(lm, ids, *args, **kwargs)
+
+    monkeypatch.setattr(scoring, "hidden_states", spy)
+    with scoring.shared_prefixes():
+        together = [continuation_logprobs(tiny_lm, [prompt], c, reuse_prefix=True)[0]
+                    for c in conts]
+    # the reference prefix (up to the position that predicts the first scored token) once
+    assert computed == [len(prompt) - 1]
+    for c, got in zip(conts, together):
+        with scoring.shared_prefixes():
+            alone = continuation_logprobs(tiny_lm, [prompt], c, reuse_prefix=True)[0]
+        assert np.array_equal(got, alone)
+        np.testing.assert_allclose(got, naive_continuation(tiny_lm, prompt, c), atol=1e-5)

@@ -27,11 +27,12 @@ def _lines(path):
 def test_ids_come_back_untouched_with_the_setting_in_columns(llama_lm, tmp_path):
     result = ctxleak.influence(llama_lm, ROWS, output=str(tmp_path / "run"), **KW)
     ids = [r["id"] for r in ROWS]
-    assert [r["id"] for r in result.records] == ids + ids  # an integer id stays an integer
-    assert [r["lambda"] for r in result.records] == [1.0] * 3 + [0.5] * 3
+    # each example's settings side by side; an integer id stays an integer
+    assert [r["id"] for r in result.records] == [i for i in ids for _ in range(2)]
+    assert [r["lambda"] for r in result.records] == [1.0, 0.5] * 3
     assert all(r["temperature"] == 0.8 and r["context_limit"] is None for r in result.records)
     assert [r["key"] for r in result.records][:2] == ["hr-memo|2024|lambda=1,T=0.8,context=all",
-                                                      "7|lambda=1,T=0.8,context=all"]
+                                                      "hr-memo|2024|lambda=0.5,T=0.8,context=all"]
     stored = _lines(result.path / "samples.jsonl")
     assert [(r["id"], r["key"]) for r in stored] == [(r["id"], r["key"]) for r in result.records]
     assert list(stored[0])[:2] == ["id", "key"]
@@ -58,7 +59,7 @@ def test_resume_goes_by_key(llama_lm, tmp_path):
     first = ctxleak.influence(llama_lm, ROWS, output=out, limit=2, **KW)
     assert len(first.records) == 4
     whole = ctxleak.influence(llama_lm, ROWS, output=out, resume=True, **KW)
-    assert [r["id"] for r in whole.records] == [r["id"] for r in ROWS] * 2
+    assert [r["id"] for r in whole.records] == [r["id"] for r in ROWS for _ in range(2)]
     kept = {r["key"]: r for r in first.records}
     assert all(kept[r["key"]] == r for r in whole.records if r["key"] in kept)
     # nothing measured twice: the folder holds one row per (example, setting)
@@ -83,10 +84,10 @@ def test_older_run_folders_load_and_resume_with_the_users_ids(llama_lm, tmp_path
     first = ctxleak.influence(llama_lm, ROWS, output=str(out), limit=2, **KW)
     old = _as_older_folder(out)
     back = ctxleak.load_result(out)
-    assert [r["id"] for r in back.records] == ["hr-memo|2024", "7"] * 2  # as the folder had it
+    assert [r["id"] for r in back.records] == ["hr-memo|2024"] * 2 + ["7"] * 2  # as it had it
     assert [r["key"] for r in back.records] == [r["id"] for r in old]
     whole = ctxleak.influence(llama_lm, ROWS, output=str(out), resume=True, **KW)
-    assert [r["id"] for r in whole.records] == [r["id"] for r in ROWS] * 2
+    assert [r["id"] for r in whole.records] == [r["id"] for r in ROWS for _ in range(2)]
     assert [r["response_ids"] for r in whole.records if r["key"] in {o["id"] for o in old}] \
         == [r["response_ids"] for r in first.records]
     assert len(_lines(out / "samples.jsonl")) == 6

@@ -67,6 +67,7 @@ def influence(model: str | LanguageModel = "default", data: Any = "demo", *, pro
               bounded_eps: float | Sequence[float] | str | None = None, repeat_threshold: float = 0.5,
               rouge_threshold: float = 0.5, bertscore_model: str | None = None,
               factkb_model: str | None = None, redact: bool = False, control: bool = True,
+              controls: int | None = None,
               passages: str | None = None, exposure_budget: float | None = None,
               log_format: str = "auto", device: str = "auto",
               dtype: str = "auto", batch_size: str = "auto", batch_invariant: bool = True,

@@ -91,9 +91,14 @@ def influence(
                                 "and console show, found by the detectors of 'ctxleak pii "
                                 "extract' (pattern-based: see the docs' Reliability page)."),
     control: bool = typer.Option(True, "--control/--no-control", help="Also score each "
-                                 "response with another example's context (the previous one's): "
+                                 "response with another example's context (the nearest one's): "
                                  "what any context does to the query; each example is "
                                  "reported above it (on by default)."),
+    controls: Optional[int] = typer.Option(None, "--controls", help="Control contexts per "
+                                           "example (other examples' documents, nearest "
+                                           "first). Default: 1 with 20 examples or more; with "
+                                           "fewer, enough for 20 control influences in all, so "
+                                           "that a flag has a stated false-flag rate."),
     passages: Optional[str] = typer.Option(None, "--passages", help="Split each context into "
                                            "passages, sentence or paragraph, and measure each "
                                            "passage's influence (left out, response scored); a "
@@ -129,7 +134,8 @@ def influence(
                              context_sizes=context_sizes, bounded_eps=bounded_eps,
                              repeat_threshold=repeat_threshold, rouge_threshold=rouge_threshold,
                              bertscore_model=bertscore_model, factkb_model=factkb_model,
-                             redact=redact, control=control, passages=passages,
+                             redact=redact, control=control, controls=controls,
+                             passages=passages,
                              exposure_budget=exposure_budget, log_format=log_format)
     rows = data if retriever is None else retrieve(load_retriever(retriever), data)
     result = run_params(params, common, rows)

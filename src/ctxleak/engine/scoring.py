@@ -22,7 +22,10 @@ operation itself, the full logits and logit transforms that need the model in-pr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, cast
 
 import numpy as np
@@ -94,6 +97,48 @@ def _forward_ranges(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequ
     return out
 
 
+#: Reference KV caches kept across scoring calls inside :func:`shared_prefixes`, by their ids.
+_SHARED: ContextVar[OrderedDict[tuple[int, ...], Any] | None] = ContextVar(
+    "ctxleak_shared_prefixes", default=None)
+#: How many reference caches :func:`shared_prefixes` keeps (the most recently used).
+SHARED_PREFIXES_KEPT = 64
+
+
+@contextmanager
+def shared_prefixes() -> Iterator[None]:
+    """Inside: every scoring call with prefix reuse takes the KV cache of a reference prefix
+    (the prompt before the scored tokens) from the ones already computed with the same token
+    ids, the last :data:`SHARED_PREFIXES_KEPT` of them, and a request alone in its group reuses
+    its own prompt's cache as well. The settings of a sweep score one example's responses
+    after the same prompts: each prompt is then computed once, not once per setting. Each
+    cache is one batch-1 pass over exactly those ids, as it would be computed again, so the
+    numbers are those of a request scored without the others (batch invariance holds); the
+    caches are only read (:func:`~ctxleak.engine.forward.expand_cache` copies)."""
+    token = _SHARED.set(OrderedDict())
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def _reference_cache(lm: InProcessLM, ids: Sequence[int]) -> Any:
+    """The KV cache of ``ids`` from one batch-1 pass, from :func:`shared_prefixes`' store when
+    it holds these ids."""
+    store = _SHARED.get()
+    key = tuple(int(t) for t in ids)
+    if store is not None and key in store:
+        store.move_to_end(key)
+        return store[key]
+    with torch.inference_mode():
+        tensor = torch.tensor([list(key)], device=lm.device)
+        _, cache = hidden_states(lm, tensor, torch.ones_like(tensor), use_cache=True)
+    if store is not None:
+        store[key] = cache
+        while len(store) > SHARED_PREFIXES_KEPT:
+            store.popitem(last=False)
+    return cache
+
+
 def _reference_caches(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
                       group: Sequence[int], prefix_caches: Mapping[int, Any] | None
                       ) -> tuple[list[int], dict[int, Any]]:
@@ -106,9 +151,10 @@ def _reference_caches(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Se
         first.setdefault(g, i)
     prefix = [0] * len(seqs)
     ref_caches: dict[int, Any] = {}
+    shared = _SHARED.get() is not None
     for g, ref_index in first.items():
         members = [i for i in range(len(seqs)) if group[i] == g]
-        if len(members) < 2:
+        if len(members) < 2 and not shared:  # alone, its own prefix is not worth a cache
             continue
         ref = seqs[ref_index]
         for i in members:
@@ -119,9 +165,7 @@ def _reference_caches(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Se
                 and given.get_seq_length() >= longest:
             ref_caches[g] = given  # the positions past ``longest`` are never read
         elif longest >= MIN_REUSE_TOKENS:
-            with torch.inference_mode():
-                ids = torch.tensor([list(ref[:longest])], device=lm.device)
-                _, ref_caches[g] = hidden_states(lm, ids, torch.ones_like(ids), use_cache=True)
+            ref_caches[g] = _reference_cache(lm, ref[:longest])
         else:
             for i in members:
                 prefix[i] = 0

@@ -220,8 +220,12 @@ def control_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
         above = c.get("above_control") or {}
         mean = above.get("mean")
         flagged = ", ".join(c.get("flagged_labels") or []) or "none"
+        per = c.get("controls_per_example")
+        count = (f" ({c['controls']} control influences, {per} per example)"
+                 if isinstance(per, int) and per > 1 else "")
         lines.append(f"control{where}: mean control influence "
-                     f"{(c.get('influence') or {}).get('mean', 0):.4g} nats; influence above it "
+                     f"{(c.get('influence') or {}).get('mean', 0):.4g} nats{count}; influence "
+                     f"above it "
                      f"{mean:.4g} nats per response "
                      f"({(c.get('above_control_per_token') or {}).get('mean') or 0:.3g} per "
                      f"token); one-sided Wilcoxon signed-rank {p}; flagged when {c.get('rule')}: "

@@ -56,6 +56,23 @@ def test_same_samples_for_1_3_and_8_examples_per_batch(llama_lm, tmp_path, setti
     assert runs[8] == runs[1]
 
 
+def test_a_sweep_gives_each_setting_the_records_of_its_own_run(llama_lm, tmp_path):
+    """A sweep measures an example's settings together, sharing its prompts' KV caches
+    (``shared_prefixes``): every record, floats and control included, is bitwise the record of
+    a run of that setting alone."""
+    docs = _docs(3)
+    kw = dict(max_new_tokens=4, min_new_tokens=2, ngram=3, seed=5, progress=False)
+    sweep = ctxleak.influence(llama_lm, docs, lambda_=[1.0, 0.5], output=str(tmp_path / "s"),
+                              **kw)
+    assert [r["id"] for r in sweep.records] == ["d0", "d0", "d1", "d1", "d2", "d2"]
+    for lam in (1.0, 0.5):
+        alone = ctxleak.influence(llama_lm, docs, lambda_=lam, output=str(tmp_path / f"{lam}"),
+                                  **kw)
+        mine = [r for r in _samples(tmp_path / "s") if r["lambda"] == lam]
+        assert mine == _samples(tmp_path / f"{lam}")
+        assert len(alone.records) == 3
+
+
 def test_without_batch_invariance_tokens_still_match(llama_lm, tmp_path):
     """``batch_invariant=False`` (cross-example scoring passes): the same tokens, the floats
     equal up to the float noise of the batch shape; the option is in the run config."""

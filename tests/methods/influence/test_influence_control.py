@@ -20,6 +20,9 @@ from ctxleak.methods.influence.control import (
     KNOWN_BELOW,
     context_token_kinds,
     control_indices,
+    control_sets,
+    control_summary,
+    default_controls,
     flag_rule,
     min_n_for,
     paired_test,
@@ -54,32 +57,49 @@ def _hand_logp(lm, before, context, after, response, lam, temperature):
 
 @pytest.mark.parametrize("lam", [1.0, 0.5])
 def test_control_influence_equals_an_independent_recomputation(llama_lm, tmp_path, lam):
-    """With distinct documents, example k's control is example k-1's context (the first's the
-    second's) under k's query;
-    its influence Σ_t |log p̄_λ(y_t | C) − log p(y_t | ∅)| matches a from-scratch forward of
-    each prefix, and the example's influence above it is the difference."""
+    """With 3 distinct documents each example gets 2 controls by default (fewer than 20
+    examples): the nearest earlier other documents, then the nearest later ones; the first is
+    the control of a one-control run. Each control's influence
+    Σ_t |log p̄_λ(y_t | C) − log p(y_t | ∅)| matches a from-scratch forward of each prefix, the
+    example's influence above the control is the difference with the nearest one, and
+    ``control_p`` is its rank among its controls."""
     docs = _docs(3)
     res = ctxleak.influence(llama_lm, docs, max_new_tokens=5, min_new_tokens=0, lambda_=lam,
                             seed=3, output=str(tmp_path / "run"), progress=False)
     assert [r["control_id"] for r in res.records] == ["d1", "d0", "d1"]
-    for k, r in enumerate(res.records):
-        other = docs[1 if k == 0 else k - 1]
-        example = InfluenceExample("c", other["context"], QUERY, None, "qa")
-        parts, _ = prompt_parts(llama_lm, example, reserve=5)
+    assert [r["control_ids"] for r in res.records] == [["d1", "d2"], ["d0", "d2"], ["d1", "d0"]]
+    by_id = {d["id"]: d for d in docs}
+    for r in res.records:
         response = r["response_ids"]
-        logp_c = _hand_logp(llama_lm, parts.before, parts.context, parts.after, response, lam,
-                            0.8)
-        logp_e = _hand_logp(llama_lm, parts.before, (), parts.after, response, 1.0, 0.8)
-        tau = np.abs(logp_c - logp_e)
+        hand = []
+        for other in r["control_ids"]:
+            example = InfluenceExample("c", by_id[other]["context"], QUERY, None, "qa")
+            parts, _ = prompt_parts(llama_lm, example, reserve=5)
+            logp_c = _hand_logp(llama_lm, parts.before, parts.context, parts.after, response,
+                                lam, 0.8)
+            logp_e = _hand_logp(llama_lm, parts.before, (), parts.after, response, 1.0, 0.8)
+            hand.append(np.abs(logp_c - logp_e))
+        tau = hand[0]
         assert r["control_token_influence"] == pytest.approx(tau.tolist(), abs=2e-5)
         assert r["control_influence"] == pytest.approx(float(tau.sum()), abs=1e-4)
+        assert r["control_influences"] == pytest.approx([float(t.sum()) for t in hand], abs=1e-4)
         assert r["influence_above_control"] == pytest.approx(r["influence"] - tau.sum(),
                                                              abs=1e-4)
+        at_or_above = sum(c >= r["influence"] for c in r["control_influences"])
+        assert r["control_p"] == (1 + at_or_above) / 3
         assert r["influence_per_token"] == pytest.approx(r["influence"] / len(response))
     control = res.summary["settings"][0]["control"]
     assert control["enabled"] and control["n"] == 3
-    assert control["cost"]["forward_passes"] == 3 * (1 if lam == 1 else 2)
+    assert control["controls"] == 6 and control["controls_per_example"] == 2
+    assert control["false_flag_rate"] == pytest.approx(1 / 7)  # above the largest of 6
+    assert control["cost"]["forward_passes"] == 6 * (1 if lam == 1 else 2)
+    assert control["cost"]["examples"] == 3
     assert control["cost"]["seconds"] > 0
+    one = ctxleak.influence(llama_lm, docs, max_new_tokens=5, min_new_tokens=0, lambda_=lam,
+                            seed=3, controls=1, output=str(tmp_path / "one"), progress=False)
+    assert [r["control_ids"] for r in one.records] == [["d1"], ["d0"], ["d1"]]
+    assert [r["control_influence"] for r in one.records] == pytest.approx(
+        [r["control_influence"] for r in res.records], abs=1e-9)
 
 
 def test_passage_influence_equals_leaving_the_passage_out_by_hand(llama_lm, tmp_path):
@@ -167,6 +187,58 @@ def test_control_indices_rotate_and_one_example_has_none():
     assert control_indices(["a", "b", "c"]) == [1, 0, 1]
     # the first examples keep theirs as n grows
     assert control_indices(["a", "b", "c", "d", "e"])[:3] == [1, 0, 1]
+
+
+def test_several_controls_are_other_documents_nearest_first_and_extend_the_first():
+    contexts = ["a", "b", "B ", "c", "a b", "d"]  # "B " is b; "a b" contains a and b
+    sets = control_sets(contexts, 3)
+    assert sets[0] == [1, 3, 5]  # nothing earlier; b (once: "B " is the same document), c, d
+    assert sets[2] == [0, 3, 5]  # a; not b (its own document), c, d
+    assert sets[4] == [3, 5]  # only c and d are other documents than "a b"
+    assert sets[5] == [4, 3, 2]  # nearest earlier first, one index per document
+    assert [s[0] if s else None for s in sets] == control_indices(contexts)
+    assert control_sets(["a", "a"], 4) == [[], []]
+    assert control_sets(contexts, 1) == [[c] for c in control_indices(contexts)]
+    with pytest.raises(ValueError):
+        control_sets(contexts, 0)
+
+
+def test_default_controls_give_20_control_influences_when_there_are_few_examples():
+    assert [default_controls(n) for n in (1, 2, 3, 5, 6, 10, 19, 20, 500)] == \
+        [1, 1, 2, 4, 4, 2, 2, 1, 1]
+    for n in range(5, 20):  # from 5 examples, enough controls for a 95th percentile
+        assert n * default_controls(n) >= 20
+
+
+def _judged(influences, controls):
+    return [{"id": f"e{k}", "influence": own, "control_id": "x", "control_influence": cs[0],
+             "control_influences": cs, "influence_above_control": own - cs[0],
+             "influence_above_control_per_token": None}
+            for k, (own, cs) in enumerate(zip(influences, controls))]
+
+
+def test_several_controls_per_example_pool_into_a_percentile_with_a_5_percent_false_flag_rate():
+    """6 examples with 4 controls each: 24 control influences, so the flag rule is their 95th
+    percentile (a false-flag rate of about 5 %), not the largest of 6 (1 in 7)."""
+    controls = [[1.0 + 0.1 * (4 * k + j) for j in range(4)] for k in range(6)]  # 1.0 .. 3.3
+    influences = [9.0, 1.5, 1.2, 3.1, 1.1, 1.3]
+    out = control_summary(_judged(influences, controls))
+    pooled = [c for cs in controls for c in cs]
+    assert out["controls"] == 24 and out["controls_per_example"] == 4
+    assert out["threshold"] == pytest.approx(float(np.percentile(pooled, 95)))
+    assert out["false_flag_rate"] == pytest.approx(0.05)
+    assert out["flagged"] == ["e0"]  # e3's 3.1 is below the percentile, 3.185
+    assert out["flagged_own_controls"] == [[4, 4]]
+    verdict = setting_verdict({"control": out, "influence": {"mean": 3.0}})
+    assert "e0 (+8 nats above its control; above 4 of its 4 own controls)" in verdict["text"]
+    assert "With 24 control influence(s) (4 per example)" in verdict["rule"]
+    assert "flagged about 5 % of the time" in verdict["rule"]
+    # one control each: the largest of 6 (3.0) flags e3 as well, 1 time in 7 by chance
+    one = control_summary(_judged(influences, [cs[:1] for cs in controls]))
+    assert one["controls"] == 6 and one["false_flag_rate"] == pytest.approx(1 / 7)
+    assert one["threshold"] == 3.0 and one["flagged"] == ["e0", "e3"]
+    two = control_summary(_judged([9.0, 8.0], controls[:2]))  # n = 2: nothing is called a leak
+    assert two["flagged"] == [] and "too few to tell" in two["rule"]
 
 
 def test_paired_test_says_why_when_n_cannot_reject_and_matches_scipy_otherwise():

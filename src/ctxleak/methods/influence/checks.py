@@ -83,8 +83,9 @@ def per_token(row: Mapping[str, Any]) -> RowProblem | None:
 
 
 def control(row: Mapping[str, Any]) -> RowProblem | None:
-    """The control's influence is the sum of its token influences and
-    ``influence_above_control`` = influence − control_influence."""
+    """The control's influence is the sum of its token influences,
+    ``influence_above_control`` = influence − control_influence, the first of several controls
+    is that one, and ``control_p`` is the example's rank among its controls."""
     problem = _sum_of(row, "control_influence", "control_token_influence")
     if problem:
         return problem
@@ -94,6 +95,16 @@ def control(row: Mapping[str, Any]) -> RowProblem | None:
         if not close(float(above), total - ctrl, 1e-9 * (1 + abs(total) + abs(ctrl))):
             return "influence_above_control", (f"{above!r} is not influence − "
                                                f"control_influence = {total - ctrl!r}")
+    many, p = row.get("control_influences"), row.get("control_p")
+    if isinstance(many, list) and many and is_number(ctrl) and is_number(many[0]):
+        if not close(float(many[0]), ctrl, 1e-9 * (1 + abs(ctrl))):
+            return "control_influences", (f"its first, {many[0]!r}, is not control_influence "
+                                          f"= {ctrl!r} (the nearest control comes first)")
+        if is_number(p) and is_number(total) and all(is_number(c) for c in many):
+            want = (1 + sum(1 for c in many if c >= total)) / (len(many) + 1)
+            if not close(float(p), want, 1e-12):
+                return "control_p", (f"{p!r} is not (1 + controls at or above the influence) "
+                                     f"/ (controls + 1) = {want!r}")
     return None
 
 
@@ -158,6 +169,7 @@ CHECKS = RecordChecks(
         nonnegative("token_influence.*", NATS), nonnegative("influence", NATS),
         nonnegative("influence_per_token", NATS), nonnegative("control_influence", NATS),
         nonnegative("control_token_influence.*", NATS),
+        nonnegative("control_influences.*", NATS), probability("control_p"),
         nonnegative("window_influence.*", NATS), nonnegative("max_window_influence", NATS),
         nonnegative("passage_influence.*", NATS), nonnegative("max_passage_influence", NATS),
         probability("context_token_fraction"), probability("rouge_context"),

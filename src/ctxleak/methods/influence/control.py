@@ -8,15 +8,18 @@ which cannot hold this example's private facts: ``control influence = Σ_t |log 
 y<t) − log p(y_t | x, y<t)|`` (nats, the same definition and λ, T as the example's own). The
 example's influence above it is what its own context added.
 
-The control context is the nearest earlier example's context that differs from the example's
-own (then the nearest later one: the first example gets the second's), so it is the same whatever
-the batch size and however many examples a resumed run asks for. "Differs" is judged after
-:func:`context_key`'s normalisation (Unicode NFC, whitespace runs as one space, case folded), and
-neither context may contain the other: data in the SQuAD style, with several questions on one
-document, or a retriever that returns a superset of another query's passages, would otherwise
-give an example its own private facts as control and hide its leak. An example with no such
-context has none, and its summary says so. Across a setting, a one-sided
-Wilcoxon signed-rank test asks whether the examples' influence exceeds their controls'
+The control context is the nearest earlier example's context that differs from the example's own
+(then the nearest later one: the first example gets the second's), so it is the same whatever
+the batch size and however many examples a resumed run asks for. With few examples each one gets
+several controls (:func:`control_sets`, :func:`default_controls`: the nearest other documents,
+enough for 20 control influences in all), so that the flag rule can use a percentile of the
+pooled control influences and state a false-flag rate; the first is always the nearest one.
+"Differs" is judged after :func:`context_key`'s normalisation (Unicode NFC, whitespace runs as
+one space, case folded), and neither context may contain the other: data in the SQuAD style,
+with several questions on one document, or a retriever that returns a superset of another
+query's passages, would otherwise give an example its own private facts as control and hide its
+leak. An example with no such context has none, and its summary says so. Across a setting, a
+one-sided Wilcoxon signed-rank test asks whether the examples' influence exceeds their controls'
 (:func:`paired_test`), and an example is flagged when its influence exceeds the control
 distribution (:func:`flag_rule`).
 
@@ -112,6 +115,50 @@ def control_indices(contexts: Sequence[str]) -> list[int | None]:
     return out
 
 
+def default_controls(n_examples: int) -> int:
+    """How many control contexts each example gets when the user did not say: one with
+    :data:`MIN_FOR_PERCENTILE` examples or more; with fewer, enough for that many control
+    influences in all (so the flag rule can use a percentile, a stated false-flag rate of
+    about 5 %), at most one per other example."""
+    if n_examples < 2:
+        return 1
+    return max(1, min(n_examples - 1, math.ceil(MIN_FOR_PERCENTILE / n_examples)))
+
+
+def control_sets(contexts: Sequence[str], per_example: int = 1) -> list[list[int]]:
+    """Up to ``per_example`` controls of each example, by index, nearest first: the nearest
+    earlier examples whose contexts are other documents than the example's (and than each
+    other's: one control per document), then the nearest later ones. The first is always
+    :func:`control_indices`'s, so a run with one control per example and one with several
+    share it. Empty when no example's context qualifies."""
+    if per_example < 1:
+        raise ValueError(f"per_example must be at least 1, not {per_example}")
+    if per_example == 1:
+        return [[] if c is None else [c] for c in control_indices(contexts)]
+    keys = [context_key(c) for c in contexts]
+    last_seen: dict[str, int] = {}  # each distinct key's most recent index, most recent last
+    out: list[list[int]] = []
+    for k, key in enumerate(keys):
+        chosen: list[int] = []
+        taken: set[str] = set()
+        for checked, other in enumerate(reversed(last_seen)):  # keys here are distinct
+            if checked >= CONTROL_SEARCH_LIMIT or len(chosen) == per_example:
+                break
+            if _another_document(key, other):
+                chosen.append(last_seen[other])
+                taken.add(other)
+        for j in range(k + 1, min(len(keys), k + 1 + CONTROL_SEARCH_LIMIT)):
+            if len(chosen) == per_example:
+                break
+            if keys[j] not in taken and _another_document(key, keys[j]):
+                chosen.append(j)
+                taken.add(keys[j])
+        out.append(chosen)
+        last_seen.pop(key, None)
+        last_seen[key] = k
+    return out
+
+
 def _another_document(key: str, other: str) -> bool:
     """Whether two normalised contexts are different documents: unequal, neither inside the
     other."""
@@ -160,7 +207,8 @@ def control_fields(control_id: str | int | None, logp_control: Any, record: dict
     sum, and the record's influence above it (total and per token). All None without one."""
     if control_id is None:
         return {"control_id": None, "control_token_influence": None, "control_influence": None,
-                "influence_above_control": None, "influence_above_control_per_token": None}
+                "influence_above_control": None, "influence_above_control_per_token": None,
+                "control_ids": [], "control_influences": None, "control_p": None}
     tau = token_influence(np.asarray(logp_control, dtype=np.float64),
                           np.asarray(record["logp_empty"], dtype=np.float64))
     control = response_influence(tau) if len(tau) else 0.0
@@ -170,6 +218,35 @@ def control_fields(control_id: str | int | None, logp_control: Any, record: dict
             "control_token_influence": [round(float(v), 6) for v in tau],
             "control_influence": control, "influence_above_control": above,
             "influence_above_control_per_token": above / tokens if tokens else None}
+
+
+def control_set_fields(control_ids: Sequence[str | int], logp_controls: Sequence[Any],
+                       record: dict[str, Any]) -> dict[str, Any]:
+    """Every control of a record (the first is the one :func:`control_fields` describes): their
+    ids, their influences on the response (nats, each as ``control_influence``), and
+    ``control_p`` = (1 + #controls at or above the example's influence) / (controls + 1), how
+    often an example whose context adds nothing beyond what these contexts do would reach its
+    influence (the rank of the example among its own controls, exchangeable under that
+    null)."""
+    empty = np.asarray(record["logp_empty"], dtype=np.float64)
+    influences = []
+    for logp in logp_controls:
+        tau = token_influence(np.asarray(logp, dtype=np.float64), empty)
+        influences.append(response_influence(tau) if len(tau) else 0.0)
+    own = float(record["influence"])
+    at_or_above = sum(1 for c in influences if c >= own)
+    return {"control_ids": list(control_ids), "control_influences": influences,
+            "control_p": (1 + at_or_above) / (len(influences) + 1)}
+
+
+def record_controls(record: dict[str, Any]) -> list[float]:
+    """A record's control influences: all of them (``control_influences``), or its one
+    ``control_influence`` in a run folder written before several controls per example."""
+    many = record.get("control_influences")
+    if many:
+        return [float(c) for c in many]
+    one = record.get("control_influence")
+    return [] if one is None else [float(one)]
 
 
 @dataclass
@@ -183,11 +260,13 @@ class ControlCost:
     measure_seconds: float = 0.0
     examples: int = 0
 
-    def add(self, requests: Sequence[Any], seconds: float) -> None:
+    def add(self, requests: Sequence[Any], seconds: float, examples: int | None = None) -> None:
+        """Count ``requests`` (one per response and control context) of ``examples`` responses
+        (default: one request each)."""
         for r in requests:
             mixed = r.bounded_eps is not None or r.lam != 1
             self.forward_passes += 2 if mixed else 1
-        self.examples += len(requests)
+        self.examples += len(requests) if examples is None else examples
         self.seconds += seconds
 
     def to_dict(self) -> dict[str, Any]:
@@ -299,7 +378,7 @@ def control_summary(records: Sequence[dict[str, Any]], cost: dict[str, Any] | No
                       f"document (equal, or one inside another, after normalising case and "
                       f"whitespace), and a control must be another document")
         return {"enabled": False, "reason": reason, "without_control": without}
-    controls = [float(r["control_influence"]) for r in with_control]
+    controls = [c for r in with_control for c in record_controls(r)]  # pooled
     above = [float(r["influence_above_control"]) for r in with_control]
     per_token = [r["influence_above_control_per_token"] for r in with_control
                  if r.get("influence_above_control_per_token") is not None]
@@ -312,7 +391,9 @@ def control_summary(records: Sequence[dict[str, Any]], cost: dict[str, Any] | No
                and float(r["influence"]) > threshold]
     flagged.sort(key=lambda r: -float(r["influence_above_control"]))
     top = max(with_control, key=lambda r: float(r["influence_above_control"]))
-    return {"enabled": True, "n": len(with_control),
+    per_example = sorted({len(record_controls(r)) for r in with_control})
+    return {"enabled": True, "n": len(with_control), "controls": len(controls),
+            "controls_per_example": per_example[0] if len(per_example) == 1 else per_example,
             "false_flag_rate": false_flag_rate(len(controls)),
             "largest_above": {"id": user_id(top), "label": leak_label(top),
                               "nats": float(top["influence_above_control"])},
@@ -324,11 +405,16 @@ def control_summary(records: Sequence[dict[str, Any]], cost: dict[str, Any] | No
             "flagged_labels": [leak_label(r) for r in flagged],
             "flagged_where": [leak_where(r) for r in flagged],
             "flagged_above_control": [float(r["influence_above_control"]) for r in flagged],
+            "flagged_control_p": [r.get("control_p") for r in flagged],
+            "flagged_own_controls": [[sum(1 for c in record_controls(r)
+                                          if c < float(r["influence"])),
+                                      len(record_controls(r))] for r in flagged],
             "without_control": without, "without_control_reason": NO_CONTROL if without else None,
             "cost": cost}
 
 
 __all__ = ["ALPHA", "COPIED_ABOVE", "KNOWN_BELOW", "NO_CONTROL", "TOKEN_RULE", "ControlCost",
            "context_key", "context_token_kinds", "control_fields", "control_indices",
-           "control_summary", "false_flag_rate", "flag_rule", "leak_label", "leak_where",
+           "control_set_fields", "control_sets", "control_summary", "default_controls",
+           "record_controls", "false_flag_rate", "flag_rule", "leak_label", "leak_where",
            "min_n_for", "paired_test", "per_token_fields", "user_id"]

@@ -13,7 +13,8 @@ from typing import Any
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.methods.influence.control import ControlCost, control_indices
+from ctxleak.engine.scoring import shared_prefixes
+from ctxleak.methods.influence.control import ControlCost, control_sets, default_controls
 from ctxleak.methods.influence.data import (
     InfluenceExample,
     check_logged_ids,
@@ -47,11 +48,12 @@ Item = tuple[Setting, InfluenceExample]
 @dataclass(frozen=True)
 class Examples:
     """What reading the data prepared: the examples, their index (the seed of example k is
-    (run seed, k)) and each one's control example (the nearest other document's context, :mod:`.control`)."""
+    (run seed, k)) and each one's control examples (the nearest other documents' contexts,
+    nearest first, :mod:`.control`)."""
 
     examples: list[InfluenceExample]
     index: dict[str | int, int]
-    controls: list[InfluenceExample | None]
+    controls: list[list[InfluenceExample]]
 
 
 @dataclass
@@ -92,12 +94,15 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
                                  passages=self.params.passages,
                                  log_format=self.params.log_format)
         examples = examples[:limit] if limit is not None else examples
-        # the control of example k: the nearest other document's context under k's query
-        # (control.py)
+        # the controls of example k: the nearest other documents' contexts under k's query
+        # (control.py), more of them when there are few examples
+        per_example = self.params.controls or default_controls(len(examples))
         state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},
-                         [None if c is None else examples[c]
-                          for c in control_indices([ex.context for ex in examples])])
-        return Plan(items=[(setting, ex) for setting in self.grid for ex in examples],
+                         [[examples[c] for c in cs] for cs in
+                          control_sets([ex.context for ex in examples], per_example)])
+        # one example's settings side by side: measured together, they share its prompts'
+        # KV caches (shared_prefixes in measure)
+        return Plan(items=[(setting, ex) for ex in examples for setting in self.grid],
                     config={"data": describe(data), **self.params.to_config()}, state=state,
                     inputs={"data": resolve_data(data)})
 
@@ -128,6 +133,11 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
         """CID responses and influence of the items, measured together (one batched KV cache for
         generation, one planner for n-gram scoring); each item samples from its own seed,
         (run seed, example index), the same across settings and batches."""
+        with shared_prefixes():  # a sweep's settings score each prompt's prefix once
+            return self._measure(lm, ready, items)
+
+    def _measure(self, lm: LanguageModel, ready: Ready,
+                 items: Sequence[Item]) -> list[dict[str, Any]]:
         start = time.perf_counter()
         index = ready.examples.index
         jobs = [(ex, setting, derive_seed(self.common.seed, index[ex.id]))
@@ -190,12 +200,10 @@ def _in_setting(key: str, record: dict[str, Any]) -> bool:
     return bool(record["setting"] == key)
 
 
-def _control(examples: Examples, ex: InfluenceExample) -> InfluenceExample | None:
-    """The control example of ``ex``: the nearest other document's context (and passages) with
-    ``ex``'s query and task (:func:`~ctxleak.methods.influence.control.control_indices`); None
-    when no example's context is another document."""
-    other = examples.controls[examples.index[ex.id]]
-    if other is None:
-        return None
-    return replace(ex, context=other.context, passages=other.passages, reference=None,
-                   references=(), id=other.id, documents=other.documents)
+def _control(examples: Examples, ex: InfluenceExample) -> list[InfluenceExample]:
+    """The control examples of ``ex``: the nearest other documents' contexts (and passages)
+    with ``ex``'s query and task (:func:`~ctxleak.methods.influence.control.control_sets`);
+    empty when no example's context is another document."""
+    return [replace(ex, context=other.context, passages=other.passages, reference=None,
+                    references=(), id=other.id, documents=other.documents)
+            for other in examples.controls[examples.index[ex.id]]]

@@ -91,6 +91,10 @@ class InfluenceParams:
     control: bool = option(True, "Also score each response with another example's context "
                            "(the nearest one whose context is another document): what any context does to "
                            "the query; each example is reported above it. False: no control.")
+    controls: int | None = option(
+        None, "Control contexts per example (other examples' documents, nearest first). "
+        "Default: 1 with 20 examples or more; with fewer, enough for 20 control influences in "
+        "all (at most one per other example), so that a flag has a stated false-flag rate.")
     passages: str | None = option(None, "Split each context into passages, 'sentence' or "
                                   "'paragraph', and measure each passage's influence (left "
                                   "out, response scored); a row's own 'passages' list is used "
@@ -138,6 +142,8 @@ class InfluenceParams:
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not "
                               f"'{self.log_format}'", param="log_format")
+        if self.controls is not None:
+            check_limit(self.controls, "controls")
         if not isinstance(self.control, bool):
             raise ConfigError(f"control must be True or False, not {self.control!r}",
                               param="control")
@@ -189,7 +195,7 @@ class InfluenceParams:
                                 rouge_threshold=self.rouge_threshold, control=self.control)
 
     def grid(self) -> list[Setting]:
-        """Every (λ, T, context size) setting, in the order of the samples."""
+        """Every (λ, T, context size) setting, in the order of each example's samples."""
         return settings_grid(list(self.lambda_), self.temperatures, self.sizes,  # type: ignore[arg-type]
                              self.eps_values)
 
@@ -208,6 +214,7 @@ class InfluenceParams:
                 "passages": self.passages,
                 # stored when set, so a run folder from before these options still resumes
                 **({} if self.log_format == "auto" else {"log_format": self.log_format}),
+                **({} if self.controls is None else {"controls": self.controls}),
                 **({} if self.exposure_budget is None
                    else {"exposure_budget": self.exposure_budget}),
                 **{k: v for k, v in options.__dict__.items() if k != "template"},

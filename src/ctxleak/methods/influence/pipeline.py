@@ -19,6 +19,7 @@ from ctxleak.methods.influence.control import (
     ControlCost,
     context_token_kinds,
     control_fields,
+    control_set_fields,
     per_token_fields,
 )
 from ctxleak.methods.influence.data import InfluenceExample, passage_spans, prompt_parts
@@ -42,6 +43,9 @@ from ctxleak.methods.influence.roads import ANSWERS, Road, road
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, round_floats
 from ctxleak.methods.influence.utility import reference_scores
 
+#: The control examples of each job, nearest first (empty: the job has none).
+Controls = Sequence[Sequence[InfluenceExample]]
+
 
 def measure_example(lm: LanguageModel, example: InfluenceExample, setting: Setting,
                     options: InfluenceOptions, seed: int) -> dict[str, Any]:
@@ -59,7 +63,7 @@ def example_parts(lm: LanguageModel, example: InfluenceExample, setting: Setting
 
 def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                      options: InfluenceOptions, *, hand_over_prefill: bool = True,
-                     controls: Sequence[InfluenceExample | None] | None = None,
+                     controls: Controls | None = None,
                      cost: ControlCost | None = None) -> list[dict[str, Any]]:
     """Measure several (example, setting, seed) together, one JSON record each, in order: their
     CID responses decoded in one batched KV cache (each from its own seed, so its tokens do not
@@ -75,9 +79,9 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
 
     Passages (an example with ``passages``): each passage left out and the response scored,
     Def. 3.1 with S = that passage, in the same scoring run as the n-gram windows
-    (:mod:`.passages`). ``controls``: one control example per job (None: no control), whose
-    context replaces the job's to score the same response (:mod:`.control`); ``cost`` adds up
-    the control's forward passes and seconds."""
+    (:mod:`.passages`). ``controls``: the control examples of each job (None: no control), each
+    of whose contexts replaces the job's to score the same response (:mod:`.control`); ``cost``
+    adds up the control's forward passes and seconds."""
     given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response_source != "generated"]
     if given:  # logged answers are scored, the others generated
         return _with_given(lm, jobs, options, given, hand_over_prefill, controls, cost)
@@ -176,7 +180,7 @@ def _add_token_fields(records: list[dict[str, Any]], parts: Sequence[tuple[Promp
 def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
                  jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                  answers: Sequence[Sequence[int]],
-                 controls: Sequence[InfluenceExample | None] | None, options: InfluenceOptions,
+                 controls: Controls | None, options: InfluenceOptions,
                  cost: ControlCost | None, scorer: Any = None) -> None:
     """Score each answer (token ids) with its control context (the same query and template,
     another example's context) at the job's λ and T, and add the control fields to its
@@ -187,41 +191,42 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
     if not options.control or controls is None:
         return
     start = time.perf_counter()
-    todo = [k for k, c in enumerate(controls) if c is not None and answers[k]]
-    c_parts = [example_parts(lm, controls[k], jobs[k][1], options)[0]  # type: ignore[arg-type]
-               for k in todo]
+    todo = [(k, j) for k, cs in enumerate(controls) if answers[k] for j in range(len(cs))]
+    c_parts = [example_parts(lm, controls[k][j], jobs[k][1], options)[0] for k, j in todo]
     if scorer is None:
-        requests = [_request(jobs[k], p, answers[k], [], options) for k, p in zip(todo, c_parts)]
+        requests = [_request(jobs[k], p, answers[k], [], options)
+                    for (k, _), p in zip(todo, c_parts)]
         rows = [win.logp_context for win in
                 window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)]
     else:
-        ledgers = scorer(lm, c_parts, [(list(answers[k]), False) for k in todo],
-                         lam=[jobs[k][1].lam for k in todo],
-                         temperature=[jobs[k][1].temperature for k in todo],
+        ledgers = scorer(lm, c_parts, [(list(answers[k]), False) for k, _ in todo],
+                         lam=[jobs[k][1].lam for k, _ in todo],
+                         temperature=[jobs[k][1].temperature for k, _ in todo],
                          min_new_tokens=options.min_new_tokens, ngram=None, stride=None,
-                         ids=[jobs[k][0].id for k in todo])[0]
+                         ids=[jobs[k][0].id for k, _ in todo])[0]
         rows = [np.array([e.logp_context for e in led.entries], dtype=np.float64)
                 for led in ledgers]
     logp_control = dict(zip(todo, rows))
-    for k, control in enumerate(controls):
-        if control is None:
+    for k, cs in enumerate(controls):
+        if not cs:
             records[k].update(control_fields(None, None, records[k]))
-        else:
-            records[k].update(control_fields(control.id, logp_control.get(k, np.zeros(0)),
-                                             records[k]))
+            continue
+        logps = [logp_control.get((k, j), np.zeros(0)) for j in range(len(cs))]
+        records[k].update(control_fields(cs[0].id, logps[0], records[k]))
+        records[k].update(control_set_fields([c.id for c in cs], logps, records[k]))
     if cost is None:
         return
     if scorer is None:
-        cost.add(requests, time.perf_counter() - start)
+        cost.add(requests, time.perf_counter() - start, examples=len({k for k, _ in todo}))
     else:  # each answer with the control context and without any
         cost.forward_passes += 2 * len(todo)
-        cost.examples += len(todo)
+        cost.examples += len({k for k, _ in todo})
         cost.seconds += time.perf_counter() - start
 
 
 def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                 options: InfluenceOptions, given: Sequence[int], hand_over_prefill: bool,
-                controls: Sequence[InfluenceExample | None] | None = None,
+                controls: Controls | None = None,
                 cost: ControlCost | None = None) -> list[dict[str, Any]]:
     """:func:`measure_examples` where the jobs in ``given`` carry a logged answer (the
     ``response`` field): those answers are scored as CID at the setting's λ and T would have
@@ -288,7 +293,7 @@ def _score_in_process(lm: LanguageModel, parts: Sequence[PromptParts],
 def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                     parts: Sequence[tuple[PromptParts, int]],
                     answers: Sequence[tuple[list[int], bool]], options: InfluenceOptions,
-                    scorer: Any, controls: Sequence[InfluenceExample | None] | None,
+                    scorer: Any, controls: Controls | None,
                     cost: ControlCost | None) -> list[dict[str, Any]]:
     """The records of answers already drawn (a served model's, or logged ones), each scored by
     ``scorer`` (:func:`~ctxleak.methods.influence.answers.score_responses` or
@@ -330,7 +335,7 @@ def _road(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int
 def _measure_own_answers(lm: LanguageModel,
                          jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                          options: InfluenceOptions,
-                         controls: Sequence[InfluenceExample | None] | None = None,
+                         controls: Controls | None = None,
                          cost: ControlCost | None = None) -> list[dict[str, Any]]:
     """:func:`measure_examples` on the :data:`~ctxleak.methods.influence.roads.ANSWERS` road
     (λ = 1, T = 1): each answer sampled by the model from its own seed, then scored

@@ -34,7 +34,10 @@ UNITS = {
                         "with the context than without it",
     "control_influence": "nats: the same response scored with another example's context "
                          "instead of its own",
-    "influence_above_control": "nats: influence minus the control's",
+    "influence_above_control": "nats: influence minus the control's (the nearest one's)",
+    "control_influences": "nats: the response scored with each control context, nearest first",
+    "control_p": "share: (1 + controls at or above the influence) / (controls + 1), how often a "
+                 "context that adds nothing would score as high among these controls",
     "passage_influence": "nats: Def. 3.1-3.2 with S = the passage (left out, response scored)",
     "window_influence": "nats: Def. 3.1-3.2 with S = the n-gram window",
 }

@@ -82,9 +82,13 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
             "'Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models' "
             "in nats, read as the ε of ex-post per-instance DP (Def. 2.2).")
     rate = control.get("false_flag_rate")
+    pooled = int(control.get("controls") or judged)
     if rate is not None:
-        rule += (f" With {judged} control(s), an example whose context adds nothing beyond "
-                 f"what any context does is flagged about {100 * rate:.3g} % of the time.")
+        each_n = control.get("controls_per_example")
+        each = f" ({each_n} per example)" if isinstance(each_n, int) and each_n > 1 else ""
+        rule += (f" With {pooled} control influence(s){each}, an example whose context adds "
+                 f"nothing beyond what any context does is flagged about {100 * rate:.3g} % "
+                 f"of the time.")
     if test.get("reason"):
         rule += f" Paired test: {test['reason']}."
     need = min_n_for(ALPHA)
@@ -94,15 +98,17 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
                    f"({top['nats']:+.3g} nats)" if top else "")
         text = (f"Too few examples to tell whether any leaks beyond what any context does: "
                 f"{judged} with a control, and at least {need} are needed for the paired test "
-                f"to reach p < {ALPHA:g} (a flag against the largest of {judged} control(s) "
-                f"would also fall on a context that adds nothing 1 time in {judged + 1})"
+                f"to reach p < {ALPHA:g} (a flag against the largest of {pooled} control(s) "
+                f"would also fall on a context that adds nothing 1 time in {pooled + 1})"
                 f"{largest}; {scale}.")
         return {"text": _with_unjudged(text, control), "rule": rule}
     labels = list(control.get("flagged") or [])
     above = list(control.get("flagged_above_control") or [])
     where = list(control.get("flagged_where") or [None] * len(labels))
-    named = ", ".join(f"{label} ({w + ', ' if w else ''}+{a:.3g} nats above its control)"
-                      for label, w, a in zip(labels[:NAMED], where[:NAMED], above[:NAMED]))
+    ranks = list(control.get("flagged_own_controls") or [None] * len(labels))
+    named = ", ".join(f"{label} ({w + ', ' if w else ''}+{a:.3g} nats above its control"
+                      f"{_own_controls(p)})" for label, w, a, p in
+                      zip(labels[:NAMED], where[:NAMED], above[:NAMED], ranks[:NAMED]))
     more = f" and {len(labels) - NAMED} more" if len(labels) > NAMED else ""
     if labels:
         text = (f"{len(labels)} of {judged} examples leak beyond what any context does: "
@@ -111,6 +117,14 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
         text = (f"0 of {judged} examples leak beyond what any context does; {scale}; "
                 f"{paired}.")
     return {"text": _with_unjudged(text, control), "rule": rule}
+
+
+def _own_controls(counts: Any) -> str:
+    """``; above 4 of its 4 own controls`` from ``[below, total]`` (its controls' influences
+    below the example's, and how many it has); empty with one control or none."""
+    if not counts or int(counts[1]) < 2:
+        return ""
+    return f"; above {int(counts[0])} of its {int(counts[1])} own controls"
 
 
 def _with_unjudged(text: str, control: dict[str, Any]) -> str:
