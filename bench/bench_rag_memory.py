@@ -113,9 +113,9 @@ def reset_rss_peak() -> None:
 
 
 def patched(phases: Phases) -> list[tuple[Any, str, Any]]:
-    """Wrap the functions at the phases' starts; returns what to restore."""
-    from ctxleak.report import views
-
+    """Wrap the functions at the phases' starts (``summarize`` opens the summary, its return
+    the Result, its figures and ``results.json``; ``Result.render`` the report); returns what to
+    restore."""
     saved = []
 
     def wrap(owner: Any, name: str, before: str, after: str | None) -> None:
@@ -133,7 +133,6 @@ def patched(phases: Phases) -> list[tuple[Any, str, Any]]:
 
     wrap(InfluenceMethod, "summarize", "summarize", "result")
     wrap(Result, "render", "report", None)
-    del views
     return saved
 
 
