@@ -10,17 +10,19 @@ method's summary and the ledger per document), ``result`` (the Result, its figur
 
 The model is the tiny in-process Llama of ``tests/helpers/tiny_models.py`` (random weights, a
 word-level vocabulary): what it scores is meaningless, but the records have the shape and the
-sizes of a real run's (20 response tokens, 5 passages, the control's token influences), and
-1,000 turns take about 2 minutes on this machine's CPU (2 cores, idle; tracemalloc slows
-scoring about twice) and 10,000 about 8 minutes, so both sizes run in about 10 minutes; on a
-CPU shared with other jobs, several times that. ``--reuse FOLDER`` resumes a copy of a run
-folder this benchmark scored once (its ``run-N`` folder, kept with ``--keep``) with
-``limit=N``: nothing is scored again and ``measure`` is reading the stored rows back, for the
-phases after scoring at sizes too slow to score twice. ``--default`` scores with the default
-model instead (give ``--turns 1000``: about 1 s a turn on this CPU).
+sizes of a real run's (about 24 response tokens, 5 passages, the control's token influences).
+
+Times on this machine (2 shared cores, tracemalloc on, which slows scoring about twice): 1,000
+turns scored take 2 to 3 minutes, 10,000 about 20. To stay near 10 minutes, score the large
+log once and measure it with ``--reuse``: ``--reuse FOLDER`` resumes a copy of a run folder
+this benchmark wrote (``run-N`` under ``--keep DIR``) with ``limit=N``, so nothing is scored
+again and ``measure`` is reading the stored rows back (the phases after it are the run's own);
+resuming 10,000 turns takes 2 to 4 minutes. ``--default`` scores with the default model
+instead (give ``--turns 1000``: about 1 s a turn on this CPU).
 
     python bench/bench_rag_memory.py [--turns 1000,10000] [--default] [--keep DIR]
-    python bench/bench_rag_memory.py --reuse DIR/run-10000 --turns 1000,4000
+    python bench/bench_rag_memory.py --turns 10000 --keep DIR     # once: about 20 minutes
+    python bench/bench_rag_memory.py --reuse DIR/run-10000 --turns 1000,10000
 
 Run it on another checkout's source with ``PYTHONPATH=/path/to/src`` (main's figures were
 measured that way).
