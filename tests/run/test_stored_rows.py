@@ -1,6 +1,6 @@
 """A run's records are read back from samples.jsonl on demand (StoredRows), not kept in memory:
-the Result's records equal the stored rows, in order, index and slice like a list, survive the
-file being rewritten, and the method's summary over them equals the one over a plain list; a
+the Result's records equal the stored rows, in order, index and slice like a list, keep a row
+changed in place, survive the file being rewritten, and the method's summary over them equals the one over a plain list; a
 run of 300 heavy rows keeps a name and a byte span per row, not the rows."""
 
 from __future__ import annotations
@@ -51,6 +51,11 @@ def test_a_runs_records_are_its_stored_rows_read_on_demand(log_run):
     loaded = ctxleak.load_result(out)
     assert isinstance(loaded.records, StoredRows) and loaded.records == stored
     assert len(res.to_pandas()) == 12
+    # a row changed in place stays changed, as in a list of dicts (the file is not touched)
+    for record in loaded.records:
+        record["note"] = record["id"].upper()
+    assert [r["note"] for r in loaded.records] == [r["id"].upper() for r in stored]
+    assert loaded.records[2:4][1]["note"] == "TURN-3" and _lines(out / "samples.jsonl") == stored
 
 
 def test_the_summary_over_stored_rows_is_the_one_over_a_list(log_run, llama_lm):

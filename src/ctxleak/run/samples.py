@@ -101,11 +101,14 @@ class StoredRows(Sequence[dict[str, Any]]):
     was rewritten since, by a merge of shards or by hand), the file is read again for it; a row
     gone from it is an :class:`~ctxleak.errors.InputError` naming the file and the row."""
 
-    __slots__ = ("_convert", "_file", "_files", "_keys", "_offset", "_size", "_tags")
+    __slots__ = ("_convert", "_edits", "_file", "_files", "_keys", "_offset", "_post", "_size",
+                 "_tags")
 
     def __init__(self, files: Sequence[Path], keys: Sequence[Any], file_numbers: Iterable[int],
                  offsets: Iterable[int], sizes: Iterable[int], *,
-                 tags: Sequence[Any] | None = None, convert: Convert | None = None) -> None:
+                 tags: Sequence[Any] | None = None, convert: Convert | None = None,
+                 edits: dict[Any, Row] | None = None,
+                 post: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self._files = list(files)
         self._keys = keys
         self._file = array("l", file_numbers)
@@ -117,6 +120,8 @@ class StoredRows(Sequence[dict[str, Any]]):
             raise ValueError("one tag per row")
         self._tags = tags
         self._convert = convert
+        self._edits: dict[Any, Row] = {} if edits is None else edits  # rows changed, by name
+        self._post = post
 
     def __len__(self) -> int:
         return len(self._offset)
@@ -132,7 +137,7 @@ class StoredRows(Sequence[dict[str, Any]]):
             return StoredRows(self._files, self._keys[index], self._file[index],
                               self._offset[index], self._size[index],
                               tags=None if self._tags is None else self._tags[index],
-                              convert=self._convert)
+                              convert=self._convert, edits=self._edits, post=self._post)
         i = range(len(self))[index]  # an IndexError past the end, negative indices from it
         with open(self._files[self._file[i]], "rb") as f:
             return self._read(i, f)
@@ -163,15 +168,23 @@ class StoredRows(Sequence[dict[str, Any]]):
         return StoredRows(self._files, [self._keys[i] for i in indices],
                           [self._file[i] for i in indices], [self._offset[i] for i in indices],
                           [self._size[i] for i in indices], tags=tags,
-                          convert=convert or self._convert)
+                          convert=convert or self._convert,
+                          edits=None if convert is not None else self._edits, post=self._post)
 
     def mapped(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> StoredRows:
-        """The same rows, each read as ``fn(row)``."""
-        inner = self._convert
+        """The same rows, each read as ``fn(row)`` (a copy: changing it changes no row)."""
+        post = fn if self._post is None else partial(_compose, self._post, fn)
         return StoredRows(self._files, self._keys, self._file, self._offset, self._size,
-                          tags=self._tags, convert=partial(_then, inner, fn))
+                          tags=self._tags, convert=self._convert, edits=self._edits, post=post)
 
     def _read(self, i: int, f: Any) -> dict[str, Any]:
+        row: dict[str, Any] | None = self._edits.get(self._keys[i])
+        if row is None:
+            row = Row(self._parsed(i, f))
+            row._keep_in(self._edits, self._keys[i])
+        return row if self._post is None else self._post(row)
+
+    def _parsed(self, i: int, f: Any) -> dict[str, Any]:
         row = self._at(i, f)
         if row is None:  # the file was rewritten: find each of its rows again by name
             self._find_again(self._file[i])
@@ -225,9 +238,65 @@ class StoredRows(Sequence[dict[str, Any]]):
         return f"StoredRows({len(self)} rows of {files or 'no file'})"
 
 
-def _then(inner: Convert | None, fn: Callable[[dict[str, Any]], dict[str, Any]], tag: Any,
-          row: dict[str, Any]) -> dict[str, Any]:
-    return fn(row if inner is None else inner(tag, row))
+def _compose(first: Callable[[dict[str, Any]], dict[str, Any]],
+             then: Callable[[dict[str, Any]], dict[str, Any]], row: dict[str, Any]
+             ) -> dict[str, Any]:
+    return then(first(row))
+
+
+class Row(dict[str, Any]):
+    """A row of :class:`StoredRows` as read: a dict. Changing it (an item set, deleted,
+    updated) keeps it, changed, in the rows it was read from, so that every later read of them
+    (iteration, index, slice) gives the changed row, as a list of dicts would; a row nobody
+    changed is read from the file again. A change inside a nested value (a list's item) of a
+    row not otherwise changed is not kept."""
+
+    __slots__ = ("_edits", "_name")
+
+    def _keep_in(self, edits: dict[Any, Row], name: Any) -> None:
+        self._edits: dict[Any, Row] | None = edits
+        self._name = name
+
+    def _changed(self) -> None:
+        edits = getattr(self, "_edits", None)
+        if edits is not None:
+            edits[self._name] = self
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._changed()
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._changed()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        self._changed()
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        out = super().setdefault(key, default)
+        self._changed()
+        return out
+
+    def pop(self, key: str, *default: Any) -> Any:
+        out = super().pop(key, *default)
+        self._changed()
+        return out
+
+    def popitem(self) -> tuple[str, Any]:
+        out = super().popitem()
+        self._changed()
+        return out
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+    def __ior__(self, other: Any) -> Row:  # type: ignore[override,misc]
+        super().__ior__(other)
+        self._changed()
+        return self
 
 
 def without_fields(records: Sequence[dict[str, Any]], names: frozenset[str]
@@ -391,6 +460,6 @@ def check_rows(path: Path, rows: Iterable[tuple[int, dict[str, Any]]],
             raise EditedRunError(problem[1], file=str(path), line=line, field=problem[0])
 
 
-__all__ = ["KEY_FIELD", "Column", "RowCheck", "RowProblem", "SampleFile", "StoredRows",
+__all__ = ["KEY_FIELD", "Column", "Row", "RowCheck", "RowProblem", "SampleFile", "StoredRows",
            "check_rows", "digests_file", "has_manifest", "read_sample_file", "read_samples",
            "row_key", "select_rows", "without_fields"]
