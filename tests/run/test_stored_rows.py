@@ -1,7 +1,8 @@
 """A run's records are read back from samples.jsonl on demand (StoredRows), not kept in memory:
 the Result's records equal the stored rows, in order, index and slice like a list, keep a row
-changed in place, survive the file being rewritten, and the method's summary over them equals the one over a plain list; a
-run of 300 heavy rows keeps a name and a byte span per row, not the rows."""
+changed in place, survive the file being rewritten, and the method's summary over them equals
+the one over a plain list; a run of 300 heavy rows keeps a name and a byte span per row, not the
+rows."""
 
 from __future__ import annotations
 
