@@ -26,7 +26,7 @@ DOCS = ["the capital of france is paris .", "rome is the capital of italy .",
         "madrid is in spain ."]
 LOG = [{"id": f"turn-{t}", "query": "what is the capital ?",
         "documents": [{"id": f"d{(t + k) % 5}", "text": DOCS[(t + k) % 5]} for k in range(3)],
-        "response": f"{DOCS[t % 5]} yes"} for t in range(12)]
+        "response": f"{DOCS[t % 5]} yes"} for t in range(8)]
 
 
 def _lines(path):
@@ -42,16 +42,16 @@ def log_run(llama_lm, tmp_path_factory):
 def test_a_runs_records_are_its_stored_rows_read_on_demand(log_run):
     res, out = log_run
     stored = _lines(out / "samples.jsonl")
-    assert isinstance(res.records, StoredRows) and len(res.records) == len(stored) == 12
+    assert isinstance(res.records, StoredRows) and len(res.records) == len(stored) == 8
     assert list(res.records) == stored and list(res.records) == stored  # re-iterable, in order
     assert res.records == stored and res.records[-1] == stored[-1]
     assert res.records[3:7] == stored[3:7] and isinstance(res.records[3:7], StoredRows)
     assert res.records[::-2] == stored[::-2]
     with pytest.raises(IndexError):
-        res.records[12]
+        res.records[8]
     loaded = ctxleak.load_result(out)
     assert isinstance(loaded.records, StoredRows) and loaded.records == stored
-    assert len(res.to_pandas()) == 12
+    assert len(res.to_pandas()) == 8
     # a row changed in place stays changed, as in a list of dicts (the file is not touched)
     for record in loaded.records:
         record["note"] = record["id"].upper()
