@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from ctxleak.methods.stats import (
+    BOOTSTRAP_BATCH_VALUES,
     MIN_BOOTSTRAP_N,
     MIN_KDE_DISTINCT,
     bootstrap_ci,
@@ -68,3 +69,15 @@ def test_bootstrap_is_scipy_bca_and_refuses_small_n():
 def test_kde_needs_five_distinct_values():
     assert kde_reason([1, 2, 3, 4, 5]) is None
     assert f"< {MIN_KDE_DISTINCT}" in kde_reason([1, 1, 2, 3, 4, 4])
+
+
+def test_the_bootstrap_in_batches_gives_the_interval_drawn_at_once():
+    """bootstrap_ci draws its resamples and jackknife in batches (memory bounded whatever n):
+    the interval is scipy's BCa interval drawn all at once, to the last bit."""
+    x = np.random.default_rng(3).exponential(size=600)
+    assert BOOTSTRAP_BATCH_VALUES // x.size < 2000  # so it is drawn in several batches
+    whole = stats.bootstrap((x,), np.mean, confidence_level=0.95, n_resamples=2000,
+                            method="BCa", random_state=np.random.default_rng(0))
+    low, high, reason = bootstrap_ci(x.tolist(), seed=0)
+    assert reason is None
+    assert (low, high) == (whole.confidence_interval.low, whole.confidence_interval.high)

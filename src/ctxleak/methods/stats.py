@@ -30,6 +30,10 @@ import numpy as np
 MIN_BOOTSTRAP_N = 10
 #: Distinct values a kernel density estimate needs.
 MIN_KDE_DISTINCT = 5
+#: Values (resamples × sample size) a bootstrap holds at once: its resamples and its jackknife
+#: are drawn in batches of that many (2 MiB of float64), so its memory does not grow with
+#: the sample; the interval is the same as drawn all at once (the same random stream, in order).
+BOOTSTRAP_BATCH_VALUES = 1 << 18
 
 
 def finite(values: Sequence[float | None]) -> np.ndarray:
@@ -56,7 +60,8 @@ def bootstrap_ci(values: Sequence[float | None], *, level: float = 0.95, n_resam
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scipy's DegenerateDataWarning is handled below
         res = stats.bootstrap((x,), np.mean, confidence_level=level, n_resamples=n_resamples,
-                              method="BCa", random_state=np.random.default_rng(seed))
+                              method="BCa", random_state=np.random.default_rng(seed),
+                              batch=max(1, BOOTSTRAP_BATCH_VALUES // x.size))
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (math.isfinite(low) and math.isfinite(high)):
         return None, None, "the BCa interval is undefined for this sample (degenerate resamples)"
@@ -108,5 +113,5 @@ def signed_rank_power_note(n: int, alpha: float) -> dict[str, Any]:
     return out
 
 
-__all__ = ["MIN_BOOTSTRAP_N", "MIN_KDE_DISTINCT", "bootstrap_ci", "finite", "kde_reason",
-           "signed_rank_min_n", "signed_rank_min_p", "signed_rank_power_note"]
+__all__ = ["BOOTSTRAP_BATCH_VALUES", "MIN_BOOTSTRAP_N", "MIN_KDE_DISTINCT", "bootstrap_ci",
+           "finite", "kde_reason", "signed_rank_min_n", "signed_rank_min_p", "signed_rank_power_note"]

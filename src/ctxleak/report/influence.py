@@ -4,7 +4,9 @@ Augmented Contextual Knowledge in Language Models, Tables 1-3, Fig. 2-4, 8): a d
 
 from __future__ import annotations
 
+import heapq
 import json
+from collections.abc import Iterator
 from typing import Any, Sequence
 
 from ctxleak.methods.influence.control import leak_where, user_id
@@ -16,6 +18,9 @@ from ctxleak.report.documents import document_lines, documents_section
 from ctxleak.report.frontier import frontier_section, print_frontier
 from ctxleak.report.leakmap import add_leak_section, add_record_map, explain_map, flag_states
 from ctxleak.report.redaction import names_in
+
+#: Rows a per-example table of the report shows at most (every value is in samples.jsonl).
+SHOWN = 200
 
 EPS_NOTE = (
     "Bounded CID: \"composed ε\" is the guarantee of Theorem B.1 of \"Estimating Privacy "
@@ -257,28 +262,38 @@ def control_section(report: Report, summaries: Sequence[dict[str, Any]],
                     "nearest later one's) under the same query: "
                     "its influence is what any context does to this query, and the example's "
                     "influence above it is what its own context added.\n" + "\n".join(lines))
-    rows = []
     flagged = {(s.get("setting"), i) for s in summaries
                for i in (s.get("control") or {}).get("flagged") or []}
-    for r in records:
-        if r.get("control_influence") is None:
-            continue
-        rid = user_id(r)
-        rows.append({"id": rid, "setting": r.get("setting"),
-                     "influence (nats)": r["influence"],
-                     "per token": r.get("influence_per_token"),
-                     "control": r.get("control_id"),
-                     "control influence": r["control_influence"],
-                     "above control": r.get("influence_above_control"),
-                     "leaks beyond control": (r.get("setting"), rid) in flagged,
-                     "most influential": leak_where(r) or "—"})
-    if len({r["setting"] for r in rows}) < 2:
+    settings: set[Any] = set()
+    seen = [0]
+
+    def against_control() -> Iterator[dict[str, Any]]:
+        for r in records:
+            if r.get("control_influence") is None:
+                continue
+            rid = user_id(r)
+            settings.add(r.get("setting"))
+            seen[0] += 1
+            yield {"id": rid, "setting": r.get("setting"),
+                   "influence (nats)": r["influence"],
+                   "per token": r.get("influence_per_token"),
+                   "control": r.get("control_id"),
+                   "control influence": r["control_influence"],
+                   "above control": r.get("influence_above_control"),
+                   "leaks beyond control": (r.get("setting"), rid) in flagged,
+                   "most influential": leak_where(r) or "—"}
+
+    # the first 200 in the table's order, kept as the records are read (as sorted()[:200])
+    rows = heapq.nsmallest(SHOWN, against_control(),
+                           key=lambda row: (not row["leaks beyond control"],
+                                            -row["above control"]))
+    if len(settings) < 2:
         for row in rows:
             row.pop("setting")
-    rows.sort(key=lambda row: (not row["leaks beyond control"], -row["above control"]))
+    more = f"; the first {SHOWN} of {seen[0]} (all in samples.jsonl)" if seen[0] > SHOWN else ""
     if rows:
-        report.add_table(rows[:200], caption="Examples against their control, those leaking "
-                                             "beyond it first (influence in nats)")
+        report.add_table(rows, caption="Examples against their control, those leaking "
+                                       f"beyond it first (influence in nats){more}")
 
 
 def passages_section(report: Report, summaries: Sequence[dict[str, Any]]) -> None:
@@ -304,8 +319,10 @@ def tokens_section(report: Report, summaries: Sequence[dict[str, Any]],
     rule = next((s.get("token_rule") for s in summaries if s.get("token_rule")), None)
     if rule is None:
         return
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in records:
+        if len(rows) == SHOWN:  # the table shows the first SHOWN
+            break
         strings = report.shown_tokens(r.get("response_token_strings") or [])
         known = r.get("known_tokens") or []
         copied = r.get("copied_tokens") or []
@@ -318,7 +335,7 @@ def tokens_section(report: Report, summaries: Sequence[dict[str, Any]],
                     "as leaked; context influence separates the tokens the model predicts as "
                     f"well without the context from those it copied: {rule}.")
     if rows:
-        report.add_table(rows[:200])
+        report.add_table(rows)
 
 
 def example_fragment(record: dict[str, Any], *, redact: bool | None = None) -> str:

@@ -107,7 +107,7 @@ def _texts(value: Any) -> Iterator[str]:
     elif isinstance(value, Mapping):
         for v in value.values():
             yield from _texts(v)
-    elif isinstance(value, (list, tuple)):
+    elif isinstance(value, Sequence) and not isinstance(value, bytes):  # a run's rows too
         if value and all(isinstance(v, str) for v in value):
             yield "".join(value)
             yield "\n\n".join(value)

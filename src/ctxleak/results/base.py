@@ -1,7 +1,9 @@
 """The Result: what every method returns (records, summary, config, provenance), with its
 tables, pandas frame, console view, HTML report and the one writer of ``results.json``.
 
-A :class:`Result` holds ``records`` (one dict per sample, as in ``samples.jsonl``), ``summary``
+A :class:`Result` holds ``records`` (one dict per sample, as in ``samples.jsonl``; a run's and a
+loaded run folder's are read from that file on demand, :class:`~ctxleak.run.samples.StoredRows`,
+so that a long run's rows are not all in memory at once), ``summary``
 (as in ``results.json``), ``config`` and ``provenance``; ``to_pandas()`` gives one row per sample,
 ``to_html()`` the self-contained report, ``show()`` prints the console table, ``save(dir)`` writes
 a run directory, and ``_repr_html_`` renders a compact summary in Jupyter. What is shown is built
@@ -12,6 +14,7 @@ and is imported directly.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,7 +32,7 @@ from ctxleak.run.rundir import CONFIG_FILE, RESULTS_FILE, SAMPLES_FILE, row_key
 class Result:
     """The outcome of one method run."""
 
-    records: list[dict[str, Any]]
+    records: Sequence[dict[str, Any]]
     summary: dict[str, Any]
     config: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
@@ -72,7 +75,7 @@ class Result:
             import pandas as pd
         except ImportError:
             raise ImportError("to_pandas() needs pandas: pip install pandas") from None
-        return pd.DataFrame.from_records(self.records)
+        return pd.DataFrame.from_records(list(self.records))
 
     def show(self, *, plain: bool = False) -> None:
         """Print the verdict, the console table of this result and where its files are (what

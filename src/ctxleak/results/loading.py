@@ -10,6 +10,8 @@ folder's manifest, :mod:`ctxleak.run.manifest`, which pins down the line)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +28,14 @@ from ctxleak.run.rundir import (
     RESULTS_FILE,
     SAMPLES_FILE,
     read_json_file,
-    row_key,
 )
-from ctxleak.run.samples import SampleFile, check_rows, has_manifest, read_sample_file
+from ctxleak.run.samples import (
+    SampleFile,
+    StoredRows,
+    check_rows,
+    has_manifest,
+    read_sample_file,
+)
 
 
 def load_result(directory: str | os.PathLike[str], *, strict: bool = True) -> Result:
@@ -68,9 +75,9 @@ def load_result(directory: str | os.PathLike[str], *, strict: bool = True) -> Re
         raise InputError(f"must be a number, got {wall!r}", file=str(results_path),
                          field="wall_time_s")
     samples = path / SAMPLES_FILE
-    stored = read_sample_file(samples, verify=False) if samples.is_file() else SampleFile()
-    rows = [user_id_row(str(config.get("command")), row) for row in stored.rows]
-    records = _summarised(path, rows, body, n_effective, config)
+    stored = read_sample_file(samples, verify=False, keep_rows=False) if samples.is_file() \
+        else SampleFile()
+    records = _summarised(path, stored, body, n_effective, config)
     images = {p.name: p.read_bytes() for p in sorted(path.glob("*.png"))}
     result = cls(records=records, summary=summary, config=config,
                  provenance=body.get("provenance") or {}, path=path, n_effective=n_effective,
@@ -81,7 +88,7 @@ def load_result(directory: str | os.PathLike[str], *, strict: bool = True) -> Re
         raise InputError(f"the summary is not as ctxleak writes it ({type(exc).__name__}: "
                          f"{exc})", file=str(results_path), field="summary") from None
     with _reported(strict):
-        _check_edits(path, cls, summary, stored, {row_key(r) for r in records})
+        _check_edits(path, cls, summary, stored, set(records.keys))
     return result
 
 
@@ -117,8 +124,10 @@ def _check_edits(path: Path, cls: type[Result], summary: dict[str, Any], stored:
         problem = checks.summary_problem(summary)
         if problem:
             raise EditedRunError(problem[1], file=str(results_path), field=problem[0])
-    lines = [(n, row) for n, row in zip(stored.lines, stored.rows) if row_key(row) in summarised]
-    check_rows(samples, lines, checks.row_problem if checks is not None else None)
+    if checks is not None:
+        rows = stored.stored_rows()
+        check_rows(samples, ((n, rows[i]) for i, n in enumerate(stored.lines)
+                             if stored.keys[i] in summarised), checks.row_problem)
     if not has_manifest(path):
         warn(f"{path}: unverified: no {MANIFEST_FILE} (written by a ctxleak that kept none), "
              "so an edit after the run cannot be told apart; only the numbers' own checks ran")
@@ -127,7 +136,7 @@ def _check_edits(path: Path, cls: type[Result], summary: dict[str, Any], stored:
     if samples.is_file():
         cut, _ = check_lines(samples, stored.digests)
         if cut and stored.lines and stored.lines[-1] == len(stored.digests) \
-                and row_key(stored.rows[-1]) in summarised:
+                and stored.keys[-1] in summarised:
             raise EditedRunError("this line has no SHA-256 in the line digests: added after "
                                  "ctxleak wrote the file", file=str(samples),
                                  line=stored.lines[-1])
@@ -196,24 +205,28 @@ def _check_reading(file: Path, summary: dict[str, Any]) -> None:
                 raise InputError(problem, file=str(file), field=f"summary.{key}")
 
 
-def _summarised(path: Path, rows: list[dict[str, Any]], body: dict[str, Any],
-                n_effective: int | None, config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of ``samples.jsonl`` the summary was computed from, in their order."""
+def _summarised(path: Path, stored: SampleFile, body: dict[str, Any],
+                n_effective: int | None, config: dict[str, Any]) -> StoredRows:
+    """The rows of ``samples.jsonl`` the summary was computed from, in their order, read from
+    the file on demand (:class:`~ctxleak.run.samples.StoredRows`; rows of an older run folder
+    as :func:`user_id_row` gives them)."""
     samples, results = path / SAMPLES_FILE, path / RESULTS_FILE
+    command = str(config.get("command"))
+    rows = stored.stored_rows()
     ids = body.get("sample_ids")
     if ids is None:  # a run folder written before results.json listed its samples
         if n_effective is not None and config.get("command") != "influence-explain" \
                 and len(rows) != n_effective:
             raise InputError(f"holds {len(rows)} sample rows, but results.json summarised "
                              f"n_effective = {n_effective}", file=str(samples))
-        return rows
+        return _as_loaded(rows, range(len(rows)), command)
     if not isinstance(ids, list) or any(not isinstance(i, (str, int)) or isinstance(i, bool)
                                         for i in ids):
         raise InputError("must be a list of sample ids", file=str(results), field="sample_ids")
     if n_effective is not None and len(ids) != n_effective:
         raise InputError(f"lists {len(ids)} ids, but n_effective = {n_effective}",
                          file=str(results), field="sample_ids")
-    by_id = {row_key(row): row for row in rows}
+    by_id = {key: i for i, key in enumerate(stored.keys)}
     missing = [i for i in ids if i not in by_id]
     if missing:
         raise InputError(f"has no row with id {missing[0]!r} ({len(missing)} of the "
@@ -225,4 +238,14 @@ def _summarised(path: Path, rows: list[dict[str, Any]], body: dict[str, Any],
     if extra:
         warn(f"{samples}: {extra} row(s) that results.json did not summarise (kept "
              "from an earlier run with a larger limit, or added since) are left out")
-    return [by_id[i] for i in ids]
+    return _as_loaded(rows, [by_id[i] for i in ids], command)
+
+
+def _as_loaded(rows: StoredRows, picked: Sequence[int], command: str) -> StoredRows:
+    """The rows at ``picked``, each as :func:`user_id_row` gives it back."""
+    return rows.pick(picked, convert=partial(_loaded_row, command))
+
+
+def _loaded_row(command: str, tag: Any, row: dict[str, Any]) -> dict[str, Any]:
+    return user_id_row(command, row)
+

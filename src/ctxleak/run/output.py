@@ -8,6 +8,7 @@ and returns the Result. So no layer below the results reaches up to them, by imp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,13 @@ class RunOutput:
     """A finished run, as plain data.
 
     ``command``: the method's name (``config["command"]``); ``records``: one dict per example, as
-    in ``samples.jsonl``, in item order; ``summary``: the method's summary of them;
+    in ``samples.jsonl``, in item order (rows read from that file on demand,
+    :class:`~ctxleak.run.samples.StoredRows`, or a list); ``summary``: the method's summary of them;
     ``config``: the run's full config (as in ``config.json``); ``provenance``: model, versions,
     seeds; ``run``: the run folder, still claimed, for the files that finishing writes."""
 
     command: str
-    records: list[dict[str, Any]]
+    records: Sequence[dict[str, Any]]
     summary: dict[str, Any]
     config: dict[str, Any]
     provenance: dict[str, Any]

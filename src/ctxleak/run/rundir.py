@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,9 @@ from ctxleak.run.manifest import (
 from ctxleak.run.records import parse_json
 from ctxleak.run.samples import (
     KEY_FIELD,
+    Convert,
     RowCheck,
+    StoredRows,
     has_manifest,
     read_sample_file,
     read_samples,
@@ -227,17 +229,26 @@ class RunDir:
 
     # samples.jsonl ---------------------------------------------------------------------------
     def reload(self) -> None:
-        """Re-read the samples of every shard (after the other processes have finished)."""
-        rows: dict[Any, dict[str, Any]] = {}
+        """Re-read the samples of every shard (after the other processes have finished): each
+        row is checked, and its name and the byte span of its line kept (not the row: rows are
+        read back on demand, :meth:`rows`)."""
+        self._files: list[Path] = []
+        self._where: dict[Any, tuple[int, int, int]] = {}  # key -> (file, offset, size)
         for path in sorted(self.path.glob("samples*.jsonl")):
             # a last row whose digest was not written yet is measured again
             stored = read_sample_file(path, repair=path.name == self.samples_name,
-                                      verify=self.recorded,
-                                      check_row=self.check_row).recorded_rows
-            for _, row in stored:
-                rows.setdefault(row_key(row), row)  # the merged samples.jsonl repeats shards
-        self._samples = list(rows.values())
-        self._ids = set(rows)
+                                      verify=self.recorded, check_row=self.check_row,
+                                      keep_rows=False)
+            number = self._file_number(path)
+            for key, offset, size in zip(stored.keys[:stored.recorded],
+                                         stored.offsets, stored.sizes):
+                # the merged samples.jsonl repeats shards
+                self._where.setdefault(key, (number, offset, size))
+
+    def _file_number(self, path: Path) -> int:
+        if path not in self._files:
+            self._files.append(path)
+        return self._files.index(path)
 
     def has_shards(self) -> bool:
         """Whether a data-parallel run left per-process sample files here."""
@@ -246,34 +257,55 @@ class RunDir:
     def merge_shards(self, order: list[Any] | None = None) -> None:
         """Write every shard's samples as ``samples.jsonl`` (rank 0 of a data-parallel run, or one
         process resuming one), in ``order`` first."""
-        rows = {row_key(row): row for row in self._samples}
-        keys = [k for k in (order or []) if k in rows]
+        keys = [k for k in (order or []) if k in self._where]
         # rows outside ``order`` (a resume with a smaller --limit) are kept, after the others
         seen = set(keys)
-        keys += [k for k in rows if k not in seen]
-        text = "".join(json.dumps(rows[k], ensure_ascii=False) + "\n" for k in keys)
+        keys += [k for k in self._where if k not in seen]
+        lines = [json.dumps(row, ensure_ascii=False) + "\n" for row in self.rows(keys)]
+        text = "".join(lines)
         path = self.path / SAMPLES_FILE
         with os_errors(path, "write", kept=self.kept()):
             if self.recorded:
                 write_lines_whole(path, text, self.file_mode)
             else:
                 write_atomic(path, text, self.file_mode)
+        number, at = self._file_number(path), 0
+        for key, line in zip(keys, lines):  # the rows are read from the merged file from now on
+            size = len(line.encode("utf-8"))
+            self._where[key] = (number, at, size)
+            at += size
+
+    def rows(self, keys: Sequence[Any] | None = None, *, tags: Sequence[Any] | None = None,
+             convert: Convert | None = None) -> StoredRows:
+        """The stored rows named ``keys`` (default: all, in the order they were stored), read
+        from the sample files on demand (:class:`~ctxleak.run.samples.StoredRows`); ``tags`` and
+        ``convert`` as there."""
+        names = list(self._where) if keys is None else keys
+        where = [self._where[k] for k in names]
+        return StoredRows(self._files, names, (w[0] for w in where), (w[1] for w in where),
+                          (w[2] for w in where), tags=tags, convert=convert)
 
     @property
     def samples(self) -> list[dict[str, Any]]:
-        """Samples written so far (those of earlier runs included, when resuming)."""
-        return list(self._samples)
+        """Samples written so far (those of earlier runs included, when resuming), read back
+        from the sample files."""
+        return list(self.rows())
+
+    @property
+    def count(self) -> int:
+        """How many samples are stored (those of earlier runs included)."""
+        return len(self._where)
 
     def done_keys(self, key: str | None = None) -> set[Any]:
         """The stored rows' names (:func:`row_key`: what resume matches ``Method.key`` to), or
         their values of the field ``key``."""
         if key is None:
-            return {row_key(row) for row in self._samples}
-        return {row.get(key) for row in self._samples}
+            return set(self._where)
+        return {row.get(key) for row in self.rows()}
 
     def kept(self) -> str:
         """What a failed write leaves and how to go on (for :func:`output_error`)."""
-        return (f"{len(self._samples)} finished example(s) are kept in {self.path}: rerun the "
+        return (f"{len(self._where)} finished example(s) are kept in {self.path}: rerun the "
                 f"same command with resume=True output={self.path} to continue")
 
     def append_sample(self, record: dict[str, Any]) -> None:
@@ -288,7 +320,7 @@ class RunDir:
                                "that answers NaN or infinite log-probs made it; rerun with "
                                "resume=True once that is fixed")
         row = to_jsonable(record)
-        if row_key(row) in self._ids:
+        if row_key(row) in self._where:
             raise ConfigError(f"{path}: a row named {row_key(row)!r} is already stored; ids "
                               "must be unique")
         data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
@@ -306,8 +338,7 @@ class RunDir:
                 except OSError:  # a line without its digest would look edited: cut it too
                     os.ftruncate(self._handle, start)
                     raise
-        self._samples.append(row)
-        self._ids.add(row_key(row))
+        self._where[row_key(row)] = (self._file_number(path), start, len(data))
 
     def close(self) -> None:
         for fd in (self._handle, self._digests):

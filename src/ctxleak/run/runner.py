@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,8 @@ from ctxleak.run.rundir import (
     MODEL_KEY,
     RunDir,
     input_hashes,
-    row_key,
 )
-from ctxleak.run.samples import RowCheck
+from ctxleak.run.samples import RowCheck, StoredRows
 
 
 def say(message: str) -> None:
@@ -61,7 +61,7 @@ def interrupted_message(exc: BaseException | None = None) -> str:
         link = link.__cause__ or link.__context__
     if run is None:
         return "interrupted before any run folder was written; nothing was kept"
-    return (f"interrupted: {len(run.samples)} finished example(s) are saved in {run.path}; "
+    return (f"interrupted: {run.count} finished example(s) are saved in {run.path}; "
             f"rerun the same command with --resume --output {run.path} to continue")
 
 
@@ -159,10 +159,12 @@ def stored_row(method: Method[Any, Any, Any], item: Any, row: dict[str, Any]) ->
 def measure_items(run: Any, method: Method[Any, Any, Any], lm: LanguageModel, ready: Any,
                   items: Sequence[Any], *,
                   progress: bool = True, policy: BatchPolicy | None = None
-                  ) -> list[dict[str, Any]]:
+                  ) -> StoredRows:
     """Measure every item not yet in the samples, in the method's batches under ``policy``
     (default: the one the model was handed), appending each record (with its ``id``) as it
-    comes; return all records, earlier ones included, in item order.
+    comes; return all records, earlier ones included, in item order, as rows read back from
+    ``samples.jsonl`` on demand (:class:`~ctxleak.run.samples.StoredRows`): a run keeps the
+    rows' names and byte spans in memory, not the rows.
 
     In a data-parallel run each process takes the items ``index % size == rank``, then waits
     for the others; every process returns the merged records and rank 0 writes the merged
@@ -193,10 +195,12 @@ def measure_items(run: Any, method: Method[Any, Any, Any], lm: LanguageModel, re
         # also when one process resumes a data-parallel run: samples.jsonl gets every row
         run.close()
         run.merge_shards([method.ids(item).key for item in items])
-    by_key = {row_key(row): row for row in run.samples}
-    keys = [method.ids(item).key for item in items]
-    return [stored_row(method, item, by_key[key]) for item, key in zip(items, keys)
-            if key in by_key]
+    done = run.done_keys()
+    kept = [(item, key) for item, key in ((item, method.ids(item).key) for item in items)
+            if key in done]
+    rows: StoredRows = run.rows([key for _, key in kept], tags=[item for item, _ in kept],
+                                convert=partial(stored_row, method))
+    return rows
 
 
 def measure_todo(method: Method[Any, Any, Any], lm: LanguageModel, ready: Any,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy
@@ -28,13 +29,14 @@ from ctxleak.methods.influence.pipeline import example_parts, measure_examples
 from ctxleak.methods.influence.quality import quality_scores
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
-from ctxleak.methods.influence.summary import summarize_setting
+from ctxleak.methods.influence.summary import HEAVY_FIELDS, summarize_setting
 from ctxleak.methods.influence.verdict import run_verdict
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions
 from ctxleak.run.records import parse_mapping
 from ctxleak.run.rundir import RunDir
+from ctxleak.run.samples import Column, select_rows, without_fields
 
 __all__ = ["InfluenceMethod", "InfluenceParams", "parse_ngram"]
 
@@ -167,14 +169,15 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
         bertscore_model, factkb_model = self.params.bertscore_model, self.params.factkb_model
         summaries = []
         for setting in self.grid:
-            rows = [r for r in records if r["setting"] == setting.key]
+            # rows read from samples.jsonl as they are needed (StoredRows), never all at once
+            rows = select_rows(records, partial(_in_setting, setting.key))
             if rows:
                 cost = ready.cost.to_dict() if ready.cost.examples else None
                 summary = summarize_setting(rows, seed=self.common.seed, control_cost=cost)
-                examples_of = [by_id[r["id"]] for r in rows]
+                examples_of = [by_id[i] for i in Column(rows, "id")]
                 references: list[Any] = [ex.reference for ex in examples_of]
                 summary["quality"] = quality_scores(
-                    [r["response"] for r in rows], references,
+                    Column(rows, "response"), references,
                     [ex.context for ex in examples_of], bertscore_model, factkb_model)
                 if any(r.get("passages") for r in rows):  # the ledger per document
                     summary.update(documents_summary(
@@ -184,12 +187,17 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
                 summaries.append(summary)
         out = {"verdict": run_verdict(summaries), "settings": summaries}
         if len(summaries) > 1:  # a sweep: which setting keeps utility at least privacy loss
-            out["frontier"] = frontier(summaries, records, seed=self.common.seed)
+            out["frontier"] = frontier(summaries, without_fields(records, HEAVY_FIELDS),
+                                       seed=self.common.seed)
         return out
 
     def provenance(self, lm: LanguageModel, ready: Ready) -> dict[str, Any]:
         return {"prompt_templates": {ex.task: template_for(ex, self.options.template)
                                      for ex in ready.examples.examples}}
+
+
+def _in_setting(key: str, record: dict[str, Any]) -> bool:
+    return bool(record["setting"] == key)
 
 
 def _control(examples: Examples, ex: InfluenceExample) -> list[InfluenceExample]:

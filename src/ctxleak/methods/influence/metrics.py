@@ -3,7 +3,8 @@ Leakage of Augmented Contextual Knowledge in Language Models §4)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -67,11 +68,13 @@ def is_rouge_repeat(response: str, context: str, threshold: float = 0.5) -> bool
     return rouge_l_f1(response, context) > threshold
 
 
-def mean_curve(rows: Sequence[Sequence[float]]) -> list[float | None]:
-    """Position-wise mean of ragged rows (e.g. influence of the t-th token over responses)."""
-    width = max((len(r) for r in rows), default=0)
-    out: list[float | None] = []
-    for t in range(width):
-        vals = [r[t] for r in rows if len(r) > t]
-        out.append(float(np.mean(vals)) if vals else None)
-    return out
+def mean_curve(rows: Iterable[Sequence[float]]) -> list[float | None]:
+    """Position-wise mean of ragged rows (e.g. influence of the t-th token over responses).
+    The rows are read once, in order, and only their values kept (float64, per position)."""
+    columns: list[array[float]] = []
+    for r in rows:
+        for t, v in enumerate(r):
+            if t == len(columns):
+                columns.append(array("d"))
+            columns[t].append(v)
+    return [float(np.mean(np.frombuffer(c, dtype=np.float64))) for c in columns]

@@ -20,6 +20,16 @@ from ctxleak.methods.influence.metrics import (
 )
 from ctxleak.methods.influence.quantities import expected_influence
 from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
+from ctxleak.run.samples import without_fields
+
+#: Per-token and per-context fields of a record, which the control's summary and the frontier
+#: (which keep the rows they read) do not read: left out of the rows handed to them.
+HEAVY_FIELDS = frozenset({
+    "context_token_strings", "response_token_strings", "logp_context", "logp_empty",
+    "token_influence", "control_token_influence", "passages", "passage_metadata",
+    "passage_spans", "passage_sources", "passage_scores", "passage_ranks", "known_tokens",
+    "copied_tokens", "response_ids", "window_influence", "lambdas", "response", "query",
+    "context", "reference", "references"})
 
 
 def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
@@ -50,7 +60,7 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
         else None,
         # utility against the references (:mod:`.utility`): None where no record has one
         **{k: mean_with_ci(v, seed=seed) if v else None for k, v in scored.items()},
-        "per_position_influence": mean_curve([r["token_influence"] for r in records]),
+        "per_position_influence": mean_curve(r["token_influence"] for r in records),
         "mean_context_tokens": float(np.mean([r["context_tokens"] for r in records]))
         if records and knows_context else None,
         # contexts cut to the model's window, and n-grams clipped to the context
@@ -67,7 +77,9 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
     mean = out["influence"].get("mean")
     out["likelihood_ratio"] = likelihood_ratio(mean) if mean is not None else None
     out["dp_reading"] = dp_scale(mean) if mean is not None else None
-    out["control"] = control_summary(records, control_cost)
+    # the control's summary keeps the rows it reads: handed them without their per-token and
+    # per-context arrays, which it does not read
+    out["control"] = control_summary(without_fields(records, HEAVY_FIELDS), control_cost)
     if knows_context and any("known_tokens" in r for r in records):
         out["context_tokens_known"] = int(sum(len(r.get("known_tokens") or [])
                                               for r in records))
@@ -77,7 +89,7 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
     if any(r.get("passage_influence") for r in records):
         out["top_passages"] = top_passage_rows(records)
     if any("window_influence" in r for r in records):
-        curve = mean_curve([r["window_influence"] for r in records if "window_influence" in r])
+        curve = mean_curve(r["window_influence"] for r in records if "window_influence" in r)
         out["per_window_influence"] = curve
         out["max_window_influence"] = mean_with_ci(
             [r["max_window_influence"] for r in records

@@ -1,0 +1,208 @@
+"""Whole-run peak memory of a query-log audit as the log grows: 1,000 and 10,000 logged turns ×
+5 retrieved documents, passages scored one by one (leave-one-out), the control on.
+
+For each log size it prints, per phase of the run, the peak Python memory (tracemalloc, MiB)
+and the peak resident set size (RSS high-water mark, MiB; reset at each phase's start through
+``/proc/self/clear_refs``, so each figure is that phase's own), and the whole run's. The phases:
+``measure`` (scoring every turn, rows appended to ``samples.jsonl``), ``summarize`` (the
+method's summary and the ledger per document), ``result`` (the Result, its figures and
+``results.json``) and ``report`` (``report.html``).
+
+The model is the tiny in-process Llama of ``tests/helpers/tiny_models.py`` (random weights, a
+word-level vocabulary): what it scores is meaningless, but the records have the shape and the
+sizes of a real run's (about 24 response tokens, 5 passages, the control's token influences).
+
+Times on this machine (2 shared cores, tracemalloc on, which slows scoring about twice): 1,000
+turns scored take 2 to 3 minutes, 10,000 about 20. To stay near 10 minutes, score the large
+log once and measure it with ``--reuse``: ``--reuse FOLDER`` resumes a copy of a run folder
+this benchmark wrote (``run-N`` under ``--keep DIR``) with ``limit=N``, so nothing is scored
+again and ``measure`` is reading the stored rows back (the phases after it are the run's own);
+resuming 10,000 turns takes 2 to 4 minutes. ``--default`` scores with the default model
+instead (give ``--turns 1000``: about 1 s a turn on this CPU).
+
+    python bench/bench_rag_memory.py [--turns 1000,10000] [--default] [--keep DIR]
+    python bench/bench_rag_memory.py --turns 10000 --keep DIR     # once: about 20 minutes
+    python bench/bench_rag_memory.py --reuse DIR/run-10000 --turns 1000,10000
+
+Run it on another checkout's source with ``PYTHONPATH=/path/to/src`` (main's figures were
+measured that way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import ctxleak  # noqa: E402
+from ctxleak.methods.influence.method import InfluenceMethod  # noqa: E402
+from ctxleak.results.base import Result  # noqa: E402
+
+PHASES = ("measure", "summarize", "result", "report")
+NAMES = ("the doctor", "the patient", "the report", "the news", "the city", "the country")
+FACTS = ("is in paris", "is in rome", "was in berlin", "was for madrid", "is on the phone",
+         "said yes to the question", "is the capital of italy", "was on the email")
+
+
+def log_rows(n: int, per_turn: int = 5, n_docs: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` logged turns in the tiny model's vocabulary: a query, ``per_turn`` retrieved
+    documents (ids, texts) from a corpus of ``n_docs``, and a logged answer that repeats one of
+    them (about 20 tokens)."""
+    rng = random.Random(seed)
+    corpus = []
+    for k in range(n_docs):
+        words = " ".join(f"{rng.choice(NAMES)} {rng.choice(FACTS)} ." for _ in range(2))
+        corpus.append({"id": f"doc-{k}", "text": words, "source": f"kb/{k % 7}.md"})
+    rows = []
+    for t in range(n):
+        docs = rng.sample(corpus, per_turn)
+        target = docs[rng.randrange(per_turn)]["text"]
+        rows.append({"id": f"turn-{t}", "query": "what is the news of the doctor ?",
+                     "documents": docs, "response": f"yes , {target} and {target}"})
+    return rows
+
+
+class Phases:
+    """Peak tracemalloc and RSS per phase: :meth:`enter` closes the phase running and opens
+    the next (``reset_peak`` and a reset of the kernel's RSS high-water mark)."""
+
+    def __init__(self) -> None:
+        self.python: dict[str, float] = {}
+        self.rss: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}
+        self.current: str | None = None
+        self.t0 = 0.0
+
+    def enter(self, phase: str | None) -> None:
+        if self.current is not None:
+            self.python[self.current] = max(self.python.get(self.current, 0.0),
+                                            tracemalloc.get_traced_memory()[1] / 2**20)
+            self.rss[self.current] = max(self.rss.get(self.current, 0.0), rss_peak())
+            self.seconds[self.current] = (self.seconds.get(self.current, 0.0)
+                                          + time.perf_counter() - self.t0)
+        self.current = phase
+        if phase is not None:
+            tracemalloc.reset_peak()
+            reset_rss_peak()
+            self.t0 = time.perf_counter()
+
+
+def rss_peak() -> float:
+    """This process's RSS high-water mark since the last reset, MiB (VmHWM)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_rss_peak() -> None:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def patched(phases: Phases) -> list[tuple[Any, str, Any]]:
+    """Wrap the functions at the phases' starts (``summarize`` opens the summary, its return
+    the Result, its figures and ``results.json``; ``Result.render`` the report); returns what to
+    restore."""
+    saved = []
+
+    def wrap(owner: Any, name: str, before: str, after: str | None) -> None:
+        original = getattr(owner, name)
+        saved.append((owner, name, original))
+
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            phases.enter(before)
+            out = original(*args, **kwargs)
+            if after is not None:
+                phases.enter(after)
+            return out
+
+        setattr(owner, name, inner)
+
+    wrap(InfluenceMethod, "summarize", "summarize", "result")
+    wrap(Result, "render", "report", None)
+    return saved
+
+
+def one_run(lm: Any, n: int, folder: Path, reuse: Path | None = None,
+            log_turns: int = 10000) -> Phases:
+    """One run over ``n`` turns in a new folder; with ``reuse``, a copy of that run folder
+    (scored over the first turns of a ``log_turns`` log) resumed with ``limit=n``: nothing is
+    scored again, so ``measure`` is reading the stored rows back."""
+    output = folder / f"run-{n}"
+    if reuse is not None:
+        shutil.copytree(reuse, output)
+    rows = log_rows(log_turns if reuse is not None else n)
+    gc.collect()
+    phases = Phases()
+    saved = patched(phases)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0] / 2**20
+    try:
+        phases.enter("measure")
+        result = ctxleak.influence(lm, rows, max_new_tokens=24, temperature=1.0,
+                                   progress=False, output=str(output),
+                                   **({"resume": True, "limit": n} if reuse else {}))
+        phases.enter(None)
+    finally:
+        tracemalloc.stop()
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+    assert result is not None and len(result.records) == n
+    phases.python = {k: v - base for k, v in phases.python.items()}
+    return phases
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--turns", default="1000,10000")
+    ap.add_argument("--default", action="store_true", help="the default model (slow)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: fastest for the "
+                    "tiny model on a shared CPU)")
+    ap.add_argument("--reuse", type=Path, help="resume a copy of this run folder (a run of this "
+                    "benchmark over --log-turns turns, scored once) with limit=N instead of "
+                    "scoring N turns: the phases after measuring at sizes too slow to score")
+    ap.add_argument("--keep", help="write the run folders here (kept), not in a temporary one")
+    ap.add_argument("--log-turns", type=int, default=10000, help="the log the --reuse folder "
+                    "was scored over")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.default:
+        from _common import load_default
+
+        lm = load_default()
+    else:
+        from helpers.tiny_models import tiny_llama
+
+        lm = tiny_llama()
+    print(f"# ctxleak from {Path(ctxleak.__file__).parent}; model {lm.describe()}"
+          + (f"; resuming copies of {args.reuse}" if args.reuse else ""))
+    print("turns | phase | peak Python (tracemalloc, MiB, above the start) | peak RSS (MiB) | s")
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
+        one_run(lm, 20, Path(scratch))  # warm-up: imports, the figures' first draw
+        for n in (int(x) for x in args.turns.split(",")):
+            got = one_run(lm, n, Path(tmp), args.reuse, args.log_turns)
+            for phase in PHASES:
+                print(f"{n} | {phase} | {got.python.get(phase, 0.0):.1f} | "
+                      f"{got.rss.get(phase, 0.0):.0f} | {got.seconds.get(phase, 0.0):.1f}")
+            print(f"{n} | whole run | {max(got.python.values()):.1f} | "
+                  f"{max(got.rss.values()):.0f} | {sum(got.seconds.values()):.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
