@@ -88,9 +88,10 @@ COMMANDS = {
 
 INFLUENCE = ["influence", "--data", "demo", "--limit", "5", "--max-new-tokens", "4",
              "--min-new-tokens", "1", "--ngram", "16", "--seed", "3"]
-#: stopped early by --limit 3 under torchrun, then resumed by one process
+#: stopped early by --limit 3 under torchrun, then resumed by one process; the number of
+#: controls given, as the default follows the first run's number of examples (a resume keeps it)
 RESUMED = ["influence", "--data", "demo", "--max-new-tokens", "3", "--min-new-tokens", "1",
-           "--ngram", "16", "--seed", "2"]
+           "--ngram", "16", "--seed", "2", "--controls", "2"]
 
 
 @pytest.fixture

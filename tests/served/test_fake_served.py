@@ -191,7 +191,7 @@ def test_a_served_run_equals_the_in_process_run(method, served, tiny, data, tmp_
     there = run(served, str(source), output=str(tmp_path / "served"), progress=False, **kw)
     here = run(tiny, str(source), output=str(tmp_path / "local"), progress=False, **kw)
     assert there.records and len(there.records) == len(here.records)
-    _close(untimed(there.records), untimed(here.records))
+    _close(untimed(list(there.records)), untimed(list(here.records)))
     _close(untimed(there.summary), untimed(here.summary), "summary")
     assert there.provenance["model"]["base_url"] == served.info.base_url
 

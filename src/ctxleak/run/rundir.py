@@ -65,7 +65,8 @@ from ctxleak.run.samples import (
 
 # The run folder's names, importable from here as from the modules that define them.
 __all__ = ["CONFIG_FILE", "IDENTITY_KEY", "INPUTS_KEY", "KEY_FIELD", "LOCK_FILE",
-           "MANIFEST_FILE", "MODEL_KEY", "OWNER_FILE", "RESULTS_FILE", "RESUME_NEUTRAL_KEYS",
+           "MANIFEST_FILE", "MODEL_KEY", "OWNER_FILE", "RESOLVED_KEYS", "RESULTS_FILE",
+           "RESUME_NEUTRAL_KEYS",
            "RUN_MARKERS", "SAMPLES_FILE", "RunDir", "config_differences", "file_sha256",
            "input_hashes", "is_run_folder", "os_advice", "os_errors", "output_error",
            "read_json_file", "read_samples", "refuse_foreign_output", "row_key", "write_atomic",
@@ -80,6 +81,12 @@ IDENTITY_KEY = "model_identity"  # config key: what a server says of its model (
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
                                  "exposure_budget", "device", "device_map", "quiet",
                                  "threads", "server_url", "request_timeout", "retries"})
+
+
+# Config keys a method resolves from what it was given at the first run (influence's number of
+# controls per example, from the number of examples): a resume keeps the stored value whatever
+# it would resolve to now (another --limit), so its rows are measured as the first ones were.
+RESOLVED_KEYS = frozenset({"resolved_controls"})
 
 
 def read_json_file(path: Path) -> Any:
@@ -102,7 +109,8 @@ def input_hashes(inputs: Mapping[str, str | Path | None]) -> dict[str, str]:
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    keys = (set(old) | set(new)) - RESUME_NEUTRAL_KEYS - {INPUTS_KEY, MODEL_KEY, IDENTITY_KEY}
+    keys = (set(old) | set(new)) - RESUME_NEUTRAL_KEYS - RESOLVED_KEYS - {INPUTS_KEY, MODEL_KEY,
+                                                                          IDENTITY_KEY}
     return sorted(k for k in keys if to_jsonable(old.get(k)) != to_jsonable(new.get(k)))
 
 
@@ -212,6 +220,8 @@ class RunDir:
                                       f"{', '.join(diff)} (stored in {config_path})")
                 if IDENTITY_KEY in old:  # compared once the model is loaded (pin_model)
                     self.config[IDENTITY_KEY] = old[IDENTITY_KEY]
+                for key in RESOLVED_KEYS & set(old):  # as the first rows were measured
+                    self.config[key] = old[key]
         barrier()  # every process has checked the folder before anything is written
         with os_errors(self.path, "write the run folder"):
             if private:  # the folder too, whatever the umask (file names and sizes are private)

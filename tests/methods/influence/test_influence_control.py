@@ -456,3 +456,28 @@ def test_logged_answer_with_passages_equals_a_recomputation_by_hand(llama_lm, tm
                                                    abs=1e-4)
     assert [len(x["response_ids"]) > 0 for x in res.records[1:]] == [True, True]
     assert "passage_influence" not in res.records[1]
+
+
+def test_a_resume_keeps_the_number_of_controls_its_first_run_resolved(llama_lm, tmp_path):
+    """The default number of controls follows the first run's number of examples (3: 2 each)
+    and is stored; a resume that asks for more examples (5, whose default would be 4) measures
+    them as the first rows were, so the run stays one rule. A number the user gives is theirs."""
+    docs = _docs(5)
+    out = str(tmp_path / "run")
+    kw = dict(max_new_tokens=2, min_new_tokens=0, seed=1, progress=False, output=out)
+    first = ctxleak.influence(llama_lm, docs, limit=3, **kw)
+    assert first.config["resolved_controls"] == 2
+    grown = ctxleak.influence(llama_lm, docs, limit=5, resume=True, **kw)
+    assert grown.config["resolved_controls"] == 2
+    assert [len(r["control_ids"]) for r in grown.records] == [2] * 5
+    assert grown.summary["settings"][0]["control"]["controls_per_example"] == 2
+    fresh = ctxleak.influence(llama_lm, docs, limit=5, max_new_tokens=2, min_new_tokens=0,
+                              seed=1, progress=False, output=str(tmp_path / "fresh"))
+    assert fresh.config["resolved_controls"] == 4
+    given = ctxleak.influence(llama_lm, docs, limit=3, controls=1, max_new_tokens=2,
+                              min_new_tokens=0, progress=False, output=str(tmp_path / "given"))
+    assert "resolved_controls" not in given.config and given.config["controls"] == 1
+    with pytest.raises(ConfigError, match="controls"):
+        ctxleak.influence(llama_lm, docs, limit=3, controls=3, max_new_tokens=2,
+                          min_new_tokens=0, progress=False, output=str(tmp_path / "given"),
+                          resume=True)

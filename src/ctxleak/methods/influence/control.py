@@ -362,12 +362,30 @@ def leak_label(record: dict[str, Any]) -> str:
     return f"{user_id(record)} ({where})" if where else user_id(record)
 
 
+#: The fields of a record that :func:`control_summary` reads.
+_JUDGED = ("id", "setting", "influence", "control_influence", "control_influences",
+           "influence_above_control", "influence_above_control_per_token", "control_p",
+           "max_passage")
+
+
+def _judged_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``record`` the control's summary reads, its most influential n-gram
+    window kept as the only one (:func:`leak_where` then reads the same)."""
+    out = {k: record[k] for k in _JUDGED if k in record}
+    at, spans = record.get("max_window"), record.get("windows")
+    if at is not None and spans:
+        out["max_window"], out["windows"] = 0, [spans[at]]
+    return out
+
+
 def control_summary(records: Sequence[dict[str, Any]], cost: dict[str, Any] | None = None
                     ) -> dict[str, Any]:
     """A setting's control: whether it ran (and why not), the control influences, the paired
     test, the flag rule and the flagged examples (most influence above the control first), and
     what the control cost."""
-    with_control = [r for r in records if r.get("control_influence") is not None]
+    # what the summary reads of each record, not the record: a long run's rows are read on
+    # demand and never all in memory (ctxleak.run.samples.StoredRows)
+    with_control = [_judged_fields(r) for r in records if r.get("control_influence") is not None]
     ran = any("control_id" in r for r in records)
     without = [user_id(r) for r in records if ran and r.get("control_influence") is None]
     if not with_control:

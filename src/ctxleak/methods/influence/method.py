@@ -54,6 +54,13 @@ class Examples:
     examples: list[InfluenceExample]
     index: dict[str | int, int]
     controls: list[list[InfluenceExample]]
+    per_example: int = 1  # controls per example asked for (an example may have fewer)
+
+    def with_controls(self, per_example: int) -> Examples:
+        """These examples with ``per_example`` controls each (:func:`control_sets`)."""
+        sets = control_sets([ex.context for ex in self.examples], per_example)
+        return replace(self, controls=[[self.examples[c] for c in cs] for cs in sets],
+                       per_example=per_example)
 
 
 @dataclass
@@ -98,12 +105,15 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
         # (control.py), more of them when there are few examples
         per_example = self.params.controls or default_controls(len(examples))
         state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},
-                         [[examples[c] for c in cs] for cs in
-                          control_sets([ex.context for ex in examples], per_example)])
+                         []).with_controls(per_example)
+        # the default, resolved from this run's number of examples, is kept for its resumes
+        resolved = {} if self.params.controls is not None or not self.params.control \
+            else {"resolved_controls": per_example}
         # one example's settings side by side: measured together, they share its prompts'
         # KV caches (shared_prefixes in measure)
         return Plan(items=[(setting, ex) for ex in examples for setting in self.grid],
-                    config={"data": describe(data), **self.params.to_config()}, state=state,
+                    config={"data": describe(data), **self.params.to_config(), **resolved},
+                    state=state,
                     inputs={"data": resolve_data(data)})
 
     def ids(self, item: Item) -> ItemIds:
@@ -116,6 +126,10 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
         """Logged ``response_ids`` checked against the model (:func:`.data.check_logged_ids`)
         before anything is measured."""
         check_logged_ids(lm, plan.state.examples)
+        stored = run.config.get("resolved_controls")  # a resume: as its first rows had
+        if self.params.controls is None and isinstance(stored, int) \
+                and stored != plan.state.per_example:
+            return Ready(plan.state.with_controls(stored), lm)
         return Ready(plan.state, lm)
 
     def batches(self, ready: Ready, items: Sequence[Item],
