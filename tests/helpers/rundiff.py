@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,11 @@ TIME_SHARE = re.compile(r"\d+(?:\.\d+)?% of the measuring time")
 
 
 def untimed(value: Any) -> Any:
-    """``value`` (parsed JSON) without the entries whose keys name wall-clock measurements."""
+    """``value`` (parsed JSON, or a result's records read on demand) without the entries whose
+    keys name wall-clock measurements; any sequence but a string comes back as a list."""
     if isinstance(value, dict):
         return {k: untimed(v) for k, v in value.items() if not TIME_KEY.search(str(k))}
-    if isinstance(value, list):
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
         return [untimed(v) for v in value]
     return value
 
