@@ -425,7 +425,6 @@ def control_summary(records: Sequence[dict[str, Any]], cost: dict[str, Any] | No
             "flagged_labels": [leak_label(r) for r in flagged],
             "flagged_where": [leak_where(r) for r in flagged],
             "flagged_above_control": [float(r["influence_above_control"]) for r in flagged],
-            "flagged_control_p": [r.get("control_p") for r in flagged],
             "flagged_own_controls": [[sum(1 for c in record_controls(r)
                                           if c < float(r["influence"])),
                                       len(record_controls(r))] for r in flagged],
