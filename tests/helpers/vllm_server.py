@@ -175,7 +175,7 @@ def server_args(model_dir: str, port: int, served_name: str = SERVED_NAME) -> li
     return ["-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
             "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
             "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
-            "--max-logprobs", "-1"]
+            "--max-logprobs", "-1", "--block-size", "32"]
 
 
 def start_server(model_dir: str, python: Path, *, port: int | None = None,
@@ -188,6 +188,7 @@ def start_server(model_dir: str, python: Path, *, port: int | None = None,
     os.close(fd)
     log = Path(log_name)
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
+               VLLM_CPU_NUM_OF_RESERVED_CPU=os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0"),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
                DO_NOT_TRACK="1")
     env.pop("PYTHONPATH", None)  # the server's venv, not this process's ctxleak tree

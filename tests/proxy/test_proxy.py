@@ -19,6 +19,7 @@ from helpers.fake_server import Fault, fake_vllm
 from helpers.proxy_server import serving as proxy_serving
 from helpers.tiny_models import tiny_llama
 
+from ctxleak.engine.served_client import ServerError
 from ctxleak.methods.influence.cid import CIDConfig, generate_cid
 from ctxleak.methods.influence.data import load_examples, prompt_parts
 from ctxleak.proxy import Budgets
@@ -79,6 +80,7 @@ def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path, ca
         assert info["mode"] == "lambda" and info["epsilon_spent"] is None
         assert info["documents"] == ["acct-7", "acct-9"] and info["dropped"] == []
         assert info["epsilon_ex_post"] > 0
+        assert info["influence"] == pytest.approx(sum(e.influence for e in want.entries))
         # plain CID records its ex-post ε per document, outside the budget
         for doc in ("acct-7", "acct-9"):
             row = ledger.document(doc)
@@ -96,6 +98,77 @@ def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path, ca
     logged = [json.loads(r.getMessage()) for r in caplog.records if r.name == "ctxleak.proxy"]
     assert [entry["documents"] for entry in logged] == [["acct-7", "acct-9"]] * 2
     assert not any(w in caplog.text for w in ("phone", "patient", "capital", QUESTION))
+
+
+def test_a_streamed_answer_sends_each_token_as_it_is_drawn(lm, tmp_path, monkeypatch):
+    """The first token's chunk reaches the client while decoding is held after that token: a
+    stream that waited for the whole answer would never deliver it (the hold times out)."""
+    import ctxleak.proxy.app as proxy_app
+
+    real, received, timed_out = proxy_app.decode_answer, threading.Event(), []
+
+    def held(lm_, request, docs, on_entry=None):
+        def entry(e):
+            on_entry(e)
+            if e.step == 0:  # hold the decoding until the client has the first chunk
+                timed_out.append(not received.wait(timeout=20))
+        return real(lm_, request, docs, entry)
+
+    monkeypatch.setattr(proxy_app, "decode_answer", held)
+    with serving(lm, tmp_path) as (url, _, _):
+        stream = client(url).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
+            seed=11, temperature=0.8, max_tokens=8,
+            extra_body={"ctxleak": {"documents": DOCS, "lambda": 0.5}, "min_tokens": 2})
+        chunks = []
+        for chunk in stream:
+            chunks.append(chunk)
+            if len(chunks) == 2:  # the role, then the first token's text
+                received.set()
+        assert timed_out == [False]
+        info = chunks[-1].model_extra["ctxleak"]
+        assert chunks[1].choices[0].delta.content == lm.decode(info["token_ids"][:1])
+
+
+def test_a_stream_that_fails_midway_charges_the_tokens_it_sent(lm, tmp_path, monkeypatch):
+    """Bounded CID: the decoding (its upstream) fails after 3 tokens were sent. The client gets
+    an error event and each document is charged ε for each of the 3 tokens, never 0 (they were
+    released), never the whole reservation; a failure before any token is an HTTP error
+    charging 0."""
+    import ctxleak.proxy.app as proxy_app
+
+    real = proxy_app.decode_answer
+    eps = 0.5
+
+    def failing(after):
+        def decode(lm_, request, docs, on_entry=None):
+            def entry(e):
+                if e.step == after:
+                    raise ServerError("the model went away")
+                if on_entry is not None:
+                    on_entry(e)
+            return real(lm_, request, docs, entry)
+        return decode
+
+    monkeypatch.setattr(proxy_app, "decode_answer", failing(3))
+    with serving(lm, tmp_path) as (url, ledger, _):
+        stream = client(url).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
+            seed=3, temperature=1.0, max_tokens=8,
+            extra_body={"ctxleak": {"documents": DOCS, "epsilon": eps}, "min_tokens": 6})
+        with pytest.raises(openai.APIError, match="after 3 token"):
+            list(stream)
+        for doc in ("acct-7", "acct-9"):
+            assert ledger.document(doc).spent == pytest.approx(3 * eps)
+        assert ledger.open_reservations() == []
+        monkeypatch.setattr(proxy_app, "decode_answer", failing(0))
+        with pytest.raises(openai.InternalServerError) as caught:
+            list(client(url).chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
+                max_tokens=8, extra_body={"ctxleak": {"documents": DOCS, "epsilon": eps}}))
+        assert caught.value.body["code"] == "upstream_failed"
+        assert ledger.document("acct-7").spent == pytest.approx(3 * eps)
+        assert ledger.open_reservations() == []
 
 
 def test_bounded_answer_ledger_and_budget_drop_then_refuse(lm, tmp_path):
@@ -305,7 +378,7 @@ def test_decoding_through_a_served_model(tmp_path):
     tokens in-process CID decodes from the same seed (every token's log-prob at each step); at
     λ = 1, T = 1 the server samples the answer itself, as ``ctxleak influence`` has it do."""
     from ctxleak.engine.served import serve
-    from ctxleak.methods.influence.answers import own_answers
+    from ctxleak.methods.influence.answers import eos_masked, own_answers
 
     tiny = tiny_llama(seed=3, vocab_extra=0)  # vocabulary = tokenizer, as a served model's
     tok_dir = tmp_path / "tok"
@@ -327,4 +400,7 @@ def test_decoding_through_a_served_model(tmp_path):
             [(ids, stopped)] = own_answers(served, [parts], [4], 1.0, 4, 0)
             assert plain["token_ids"][:len(ids)] == ids and plain["stopped_on_eos"] == stopped
             assert plain["epsilon_ex_post"] is None and plain["lambdas"] == [1.0] * plain["tokens"]
+            # the answer's influence: scored with and without the documents, EOS masked as drawn
+            lc, le = eos_masked(served, [parts.full, parts.empty], [plain["token_ids"]] * 2, 0)
+            assert plain["influence"] == pytest.approx(float(abs(lc - le).sum()), abs=1e-6)
             assert ledger.document("acct-7").ex_post == pytest.approx(mixed["epsilon_ex_post"])

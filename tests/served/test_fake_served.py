@@ -121,6 +121,10 @@ def test_influence_runs_served_and_scores_logged_answers_as_in_process(served, t
                     "passage_influence", "control_influence"):
             np.testing.assert_allclose(c[key], b[key], atol=1e-4, err_msg=key)
         assert b["max_passage"] == c["max_passage"]
+    # a served control scores each answer under the control context only: its no-context
+    # log-probs are the record's already
+    control = own.summary["settings"][0]["control"]
+    assert control["cost"]["forward_passes"] == control["controls"] == 2
 
 
 def test_a_served_run_without_a_temperature_runs_at_1_and_says_so(served, tmp_path):

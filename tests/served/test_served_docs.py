@@ -70,8 +70,9 @@ def test_the_documented_server_command_is_the_one_the_tests_start(default_dir):
             exec(snippet["py"], {})  # noqa: S102 - our own docs
         assert printed.getvalue().strip() == default_dir
         server = shlex.split(next(line for line in lines if "api_server" in line))
-        assert server[0] == "VLLM_CPU_KVCACHE_SPACE=2" and server[1].endswith("/python"), page
-        assert server[2:] == server_args("$DIR", 8000), page
+        assert server[:2] == ["VLLM_CPU_KVCACHE_SPACE=2", "VLLM_CPU_NUM_OF_RESERVED_CPU=0"], page
+        assert server[2].endswith("/python"), page
+        assert server[3:] == server_args("$DIR", 8000), page
         seen += 1
     assert seen == 2
 

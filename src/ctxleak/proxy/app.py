@@ -6,13 +6,14 @@ unchanged. Also ``/health``, ``/metrics`` (Prometheus) and ``/v1/models``."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
@@ -27,11 +28,12 @@ from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.served_client import ServerError
 from ctxleak.errors import CtxleakError
 from ctxleak.methods.influence.cid import CID_NEEDS
+from ctxleak.methods.influence.ledger import LedgerEntry
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import Answer, decode_answer
 from ctxleak.proxy.metrics import ProxyMetrics
-from ctxleak.proxy.request import CIDRequest, ProxyError, is_marked, parse_cid_request
+from ctxleak.proxy.request import CIDRequest, Document, ProxyError, is_marked, parse_cid_request
 
 log = logging.getLogger("ctxleak.proxy")
 
@@ -69,18 +71,41 @@ class Proxy:
         self._model_lock: threading.Lock | nullcontext[None] = \
             nullcontext() if lm.info.source == "served" else threading.Lock()
         self._active = 0
+        self._tasks: set[asyncio.Future[None]] = set()  # streamed answers still decoding
         self.http: httpx.AsyncClient | None = None
 
     # ---- CID ------------------------------------------------------------------------------
-    def _decode(self, request: CIDRequest, docs: Any) -> Answer:
+    def _decode(self, request: CIDRequest, docs: Any,
+                on_entry: Callable[[LedgerEntry], None] | None = None) -> Answer:
         with self._model_lock:
-            return decode_answer(self.lm, request, docs)
+            return decode_answer(self.lm, request, docs, on_entry)
 
     async def cid(self, body: dict[str, Any]) -> Response:
         request = parse_cid_request(body, self.config)
         rid = "chatcmpl-" + uuid.uuid4().hex
-        bounded = request.eps is not None
-        charge = bounded or self.config.charge_ex_post
+        ids, docs, dropped, charge = await self._reserve(rid, request)
+        if request.stream:
+            return await self._stream(rid, request, ids, docs, dropped, charge)
+        try:
+            answer = await run_in_threadpool(self._decode, request, docs)
+        except Exception:
+            if charge:  # nothing was released: the reservation is given back
+                await run_in_threadpool(self.ledger.settle, rid, 0.0)
+            raise
+        info = await self._settle(rid, request, answer, ids, docs, dropped, charge)
+        finish = "stop" if answer.ledger.stopped_on_eos else "length"
+        return JSONResponse({
+            "id": rid, "object": "chat.completion", "created": int(time.time()),
+            "model": request.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
+                         "finish_reason": finish, "logprobs": None}],
+            "usage": _usage(answer), "ctxleak": info})
+
+    async def _reserve(self, rid: str, request: CIDRequest
+                       ) -> tuple[list[str], list[Document], list[str], bool]:
+        """Reserve the budget the answer may spend (bounded: ε per token the answer may
+        release): (document ids, the documents kept, the ids dropped, whether it is charged)."""
+        charge = request.eps is not None or self.config.charge_ex_post
         ids = list(dict.fromkeys(d.id for d in request.documents))
         kept = set(ids)
         if charge:
@@ -95,14 +120,14 @@ class Proxy:
                                  code="budget_exhausted")
             kept = set(res.granted)
         dropped = [i for i in ids if i not in kept]
-        docs = [d for d in request.documents if d.id in kept]
         self.metrics.dropped.inc(len(dropped))
-        try:
-            answer = await run_in_threadpool(self._decode, request, docs)
-        except Exception:
-            if charge:  # nothing was released: the reservation is given back
-                await run_in_threadpool(self.ledger.settle, rid, 0.0)
-            raise
+        return ids, [d for d in request.documents if d.id in kept], dropped, charge
+
+    async def _settle(self, rid: str, request: CIDRequest, answer: Answer, ids: list[str],
+                      docs: list[Document], dropped: list[str], charge: bool
+                      ) -> dict[str, Any]:
+        """Charge what the answer spent, count it, log it; the response's ``ctxleak`` field."""
+        bounded = request.eps is not None
         if bounded:
             assert answer.eps_spent is not None
             await run_in_threadpool(self.ledger.settle, rid, answer.eps_spent)
@@ -117,20 +142,53 @@ class Proxy:
                 self.metrics.eps_ex_post.inc(ex_post * len(docs))
         mode = "bounded" if bounded else "lambda"
         self.metrics.tokens.labels(mode).inc(len(answer.ledger.entries))
+        kept = {d.id for d in docs}
         info = self._ledger_fields(request, answer, [i for i in ids if i in kept], dropped)
         log.info(json.dumps({"event": "cid", "id": rid, "mode": mode, "documents": info[
             "documents"], "dropped": dropped, "tokens": info["tokens"],
             "epsilon_spent": info["epsilon_spent"], "epsilon_ex_post": info["epsilon_ex_post"]}))
-        if request.stream:
-            return StreamingResponse(self._chunks(rid, request, answer, info),
-                                     media_type="text/event-stream")
-        finish = "stop" if answer.ledger.stopped_on_eos else "length"
-        return JSONResponse({
-            "id": rid, "object": "chat.completion", "created": int(time.time()),
-            "model": request.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
-                         "finish_reason": finish, "logprobs": None}],
-            "usage": _usage(answer), "ctxleak": info})
+        return info
+
+    async def _stream(self, rid: str, request: CIDRequest, ids: list[str],
+                      docs: list[Document], dropped: list[str], charge: bool) -> Response:
+        """A streamed answer, each token sent as it is drawn. Decoding and the settling of the
+        budget run in a task of their own, so a client that goes away mid-answer changes
+        nothing: what was drawn is charged. A failure before the first token is an HTTP error
+        (nothing released, the reservation given back); after it, an ``error`` event, and the
+        tokens already sent count as spent (bounded: ε each; else their ex-post ε)."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        drawn: list[LedgerEntry] = []
+
+        def heard(entry: LedgerEntry) -> None:  # in the decoding thread
+            drawn.append(entry)
+            loop.call_soon_threadsafe(events.put_nowait, ("token", entry.token_id))
+
+        async def decode_and_settle() -> None:
+            try:
+                answer = await run_in_threadpool(self._decode, request, docs, heard)
+            except Exception as exc:
+                if charge:
+                    spent = [e.eps if request.eps is not None else e.eps_ex_post for e in drawn]
+                    await run_in_threadpool(self.ledger.settle, rid,
+                                            float(sum(x or 0.0 for x in spent)))
+                events.put_nowait(("failed", exc))
+                return
+            try:
+                info = await self._settle(rid, request, answer, ids, docs, dropped, charge)
+            except Exception as exc:  # the ledger itself failed: the reservation stays open
+                events.put_nowait(("failed", exc))
+                return
+            events.put_nowait(("done", (answer, info)))
+
+        task = asyncio.ensure_future(decode_and_settle())
+        self._tasks.add(task)  # kept until done: the answer is settled whatever the client does
+        task.add_done_callback(self._tasks.discard)
+        first = await events.get()
+        if first[0] == "failed":
+            raise first[1]
+        return StreamingResponse(self._chunks(rid, request, first, events),
+                                 media_type="text/event-stream")
 
     def _ledger_fields(self, request: CIDRequest, answer: Answer, kept: list[str],
                        dropped: list[str]) -> dict[str, Any]:
@@ -142,6 +200,7 @@ class Proxy:
             "temperature": request.temperature, "seed": answer.seed,
             "epsilon_spent": answer.eps_spent,
             "epsilon_ex_post": answer.eps_ex_post_total,
+            "influence": float(sum(e.influence for e in ledger.entries)),
             "guarantee": GUARANTEE if request.eps is not None else NO_GUARANTEE,
             "lambdas": ledger.lambdas,
             "token_ids": [e.token_id for e in ledger.entries],
@@ -150,11 +209,12 @@ class Proxy:
             "context_tokens_cut": answer.context_tokens_cut,
         }
 
-    def _chunks(self, rid: str, request: CIDRequest, answer: Answer, info: dict[str, Any]
-                ) -> Iterator[str]:
-        """The answer as OpenAI ``chat.completion.chunk`` server-sent events: the role, one
-        chunk per token whose text is complete, then the finish reason with the ``ctxleak``
-        field, then ``[DONE]``."""
+    async def _chunks(self, rid: str, request: CIDRequest, first: tuple[str, Any],
+                      events: asyncio.Queue[tuple[str, Any]]) -> AsyncIterator[str]:
+        """The answer as OpenAI ``chat.completion.chunk`` server-sent events: the role, then a
+        chunk for each drawn token as soon as its text is complete, then the finish reason with
+        the ``ctxleak`` field (and the usage when asked), then ``[DONE]``. A failure mid-answer
+        is an ``error`` event, as OpenAI's streams carry one."""
         created = int(time.time())
 
         def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
@@ -165,13 +225,27 @@ class Proxy:
             return f"data: {json.dumps(chunk)}\n\n"
 
         yield event({"role": "assistant", "content": ""})
-        ids = answer.ledger.response_ids
+        ids: list[int] = []
         sent = ""
-        for k in range(len(ids)):
-            text = self.lm.decode(ids[:k + 1])
-            if text.startswith(sent) and len(text) > len(sent):
-                yield event({"content": text[len(sent):]})
-                sent = text
+        stops = set(self.lm.eos_ids)
+        kind, value = first
+        while kind == "token":
+            if value not in stops:  # the stopping EOS is no text
+                ids.append(value)
+                text = self.lm.decode(ids)
+                if text.startswith(sent) and len(text) > len(sent):
+                    yield event({"content": text[len(sent):]})
+                    sent = text
+            kind, value = await events.get()
+        if kind == "failed":
+            error = value if isinstance(value, ProxyError) else ProxyError(
+                502 if self.lm.info.source == "served" else 500,
+                f"decoding failed after {len(ids)} token(s): {value}", kind="upstream_error",
+                code="decoding_failed")
+            yield f"data: {json.dumps(error.body())}\n\n"
+            yield "data: [DONE]\n\n"
+            return
+        answer, info = value
         if answer.text.startswith(sent) and len(answer.text) > len(sent):
             yield event({"content": answer.text[len(sent):]})
         finish = "stop" if answer.ledger.stopped_on_eos else "length"

@@ -6,13 +6,12 @@ Contextual Knowledge in Language Models, Def. 3.4, Eq. 6; bounded: App. B, Alg. 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ctxleak.engine.capabilities import WEIGHTS, capabilities_of
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.engine.scoring import continuation_logprobs
-from ctxleak.methods.influence.answers import own_answers
+from ctxleak.methods.influence.answers import eos_masked, own_answers
 from ctxleak.methods.influence.cid import CIDConfig, generate_cid
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
@@ -64,25 +63,31 @@ def answer_parts(lm: LanguageModel, documents: Sequence[Document], query: str,
     return prompt_parts(lm, example, reserve=max_tokens)
 
 
-def decode_answer(lm: LanguageModel, request: CIDRequest, documents: Sequence[Document]
-                  ) -> Answer:
+def decode_answer(lm: LanguageModel, request: CIDRequest, documents: Sequence[Document],
+                  on_entry: Callable[[LedgerEntry], None] | None = None) -> Answer:
     """Decode ``request`` with ``documents`` as its context (those the budget let through).
 
     At λ = 1 and T = 1 without ε, CID is plain decoding: a served model's server samples the
     answer itself (as ``ctxleak influence`` has it do at that setting), which is scored with and
-    without the context; every other setting mixes the two distributions at each step."""
+    without the context; every other setting mixes the two distributions at each step.
+    ``on_entry``: called with each released token's ledger entry (the stopping EOS too) as it is
+    drawn; the server-sampled answer's all at once, when it has been scored."""
     parts, cut = answer_parts(lm, documents, request.query, request.max_tokens)
     seed = request.seed if request.seed is not None else secrets.randbits(63)
     if request.lam == 1.0 and request.eps is None and request.temperature == 1.0 \
             and WEIGHTS not in capabilities_of(lm):
         ledger = _sampled_by_server(lm, parts, request, seed)
+        if on_entry is not None:
+            for entry in ledger.entries:
+                on_entry(entry)
         return Answer(ledger=ledger, eps_ex_post=None, text=lm.decode(ledger.response_ids),
                       prompt_tokens=len(parts.full), context_tokens_cut=cut, seed=seed)
     greedy = request.temperature is None
     config = CIDConfig(lam=request.lam, temperature=request.temperature or 1.0,
                        max_new_tokens=request.max_tokens, min_new_tokens=request.min_tokens,
                        bounded_eps=request.eps if request.eps is not None else EX_POST_ONLY)
-    ledger = generate_cid(lm, parts.full, parts.empty, config, seed, sample=not greedy)
+    ledger = generate_cid(lm, parts.full, parts.empty, config, seed, sample=not greedy,
+                          on_entry=on_entry)
     ex_post = tuple(float(e.eps_ex_post) for e in ledger.entries if e.eps_ex_post is not None)
     if request.eps is None:  # plain CID: no ε guarantee in the ledger
         ledger = replace(ledger, bounded_eps=None,
@@ -95,13 +100,15 @@ def _sampled_by_server(lm: LanguageModel, parts: PromptParts, request: CIDReques
                        seed: int) -> RowLedger:
     """Plain decoding (λ = 1, T = 1) of a served model: the answer its server samples, each
     released token (the stopping EOS too, as the model's first EOS id) scored teacher-forced
-    with and without the context (Def. 3.1 with n = |D|)."""
+    with and without the context (Def. 3.1 with n = |D|), EOS masked before ``min_tokens`` as
+    when it was drawn."""
     [(ids, stopped)] = own_answers(lm, [parts], [seed], 1.0, request.max_tokens,
                                    request.min_tokens)
     released = list(ids) + ([lm.eos_ids[0]] if stopped and lm.eos_ids else [])
     entries: list[LedgerEntry] = []
     if released:
-        lc, le = continuation_logprobs(lm, [parts.full, parts.empty], released)
+        lc, le = eos_masked(lm, [parts.full, parts.empty], [released, released],
+                            request.min_tokens)
         entries = [LedgerEntry(step=k, token_id=int(t), lam=1.0, logp_context=float(lc[k]),
                                logp_empty=float(le[k]),
                                influence=float(token_influence(float(lc[k]), float(le[k]))))

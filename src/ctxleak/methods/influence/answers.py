@@ -17,9 +17,11 @@ gives in-process. The EOS log-probs come from the server as candidate next token
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ctxleak.engine.capabilities import WEIGHTS, capabilities_of
 from ctxleak.engine.generation import sample
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.scoring import continuation_logprobs, next_token_logprobs
@@ -33,17 +35,27 @@ def eos_masked(lm: LanguageModel, prompts: Sequence[Sequence[int]],
                conts: Sequence[Sequence[int]], min_new_tokens: int) -> list[np.ndarray]:
     """Teacher-forced log-probs of each continuation with EOS masked at its first
     ``min_new_tokens`` positions (float64): ``log p(y_t) − log(1 − Σ_e p(e | prefix))``."""
-    rows = [np.asarray(r, dtype=np.float64)
-            for r in continuation_logprobs(lm, prompts, conts, reuse_prefix=True)]
     eos = list(lm.eos_ids)
-    if min_new_tokens <= 0 or not eos:
-        return rows
-    where = [(i, t) for i, c in enumerate(conts) for t in range(min(min_new_tokens, len(c)))]
-    if not where:
-        return rows
+    where = [(i, t) for i, c in enumerate(conts) for t in range(min(min_new_tokens, len(c)))] \
+        if eos else []
     heads = [list(prompts[i]) + list(conts[i][:t]) for i, t in where]
-    eos_logp = next_token_logprobs(lm, heads, token_ids=eos).numpy().astype(np.float64)
-    mass = np.exp(eos_logp).sum(axis=1)
+
+    def scored() -> list[np.ndarray]:
+        return [np.asarray(r, dtype=np.float64)
+                for r in continuation_logprobs(lm, prompts, conts, reuse_prefix=True)]
+
+    def eos_mass() -> np.ndarray:
+        logp = next_token_logprobs(lm, heads, token_ids=eos).numpy().astype(np.float64)
+        return np.asarray(np.exp(logp).sum(axis=1), dtype=np.float64)
+
+    if not where:
+        return scored()
+    if WEIGHTS in capabilities_of(lm):
+        rows, mass = scored(), eos_mass()
+    else:  # a server: both sets of requests in flight together, so it batches them
+        with ThreadPoolExecutor(2) as pool:
+            rows_f, mass_f = pool.submit(scored), pool.submit(eos_mass)
+            rows, mass = rows_f.result(), mass_f.result()
     for (i, t), m in zip(where, mass):
         rows[i][t] -= np.log1p(-min(float(m), 1.0 - 1e-300))
     return rows

@@ -194,11 +194,16 @@ def cid_combine(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDConfi
 
 def generate_cid(lm: LanguageModel, prompt_context: Sequence[int], prompt_empty: Sequence[int],
                  config: CIDConfig, seed: int, use_cache: bool = True,
-                 sample: bool = True) -> RowLedger:
+                 sample: bool = True, on_entry: Callable[[LedgerEntry], None] | None = None
+                 ) -> RowLedger:
     """Draw one response by CID from the prompt with the context and the one without it
-    (``sample=False``: the most likely token of ``p̄_λ`` at each step, greedy CID)."""
+    (``sample=False``: the most likely token of ``p̄_λ`` at each step, greedy CID).
+    ``on_entry``: called with each token's ledger entry as the token is drawn (the stopping EOS
+    too), in order, before the response is finished: what streams it."""
     return generate_cid_many(lm, [(prompt_context, prompt_empty, config, seed)],
-                             use_cache=use_cache, sample=sample)[0]
+                             use_cache=use_cache, sample=sample,
+                             on_entry=None if on_entry is None else lambda _row, e: on_entry(e)
+                             )[0]
 
 
 CIDJob = tuple[Sequence[int], Sequence[int], CIDConfig, int]
@@ -207,16 +212,20 @@ CIDJob = tuple[Sequence[int], Sequence[int], CIDConfig, int]
 
 def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool = True,
                       sample: bool = True, context_caches: list[Any] | None = None,
-                      rescored: bool = False) -> list[RowLedger]:
+                      rescored: bool = False,
+                      on_entry: Callable[[int, LedgerEntry], None] | None = None
+                      ) -> list[RowLedger]:
     """One CID response (its ledger, row k for job k) per job, the two streams of every job
     decoded in one batched KV cache (:func:`~ctxleak.engine.generation.generate_many`); each
     job draws from its own seed, so its response does not depend on the other jobs in the
     batch (nor, under a batch-invariant policy, do its floats). ``context_caches``: a list to
     fill with each job's KV cache of the prompt with the context, prefilled alone, so that
     n-gram scoring need not compute it again. ``rescored``: the caller recomputes the floats by
-    scoring each example's streams itself, so the engine need not replay them."""
+    scoring each example's streams itself, so the engine need not replay them. ``on_entry``:
+    called with (row, ledger entry) as each token is drawn."""
     keep = context_caches is not None
-    parts = [_cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored)
+    parts = [_cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored,
+                      on_entry=on_entry)
              for k, (full, empty, config, seed) in enumerate(jobs)]
     check_capabilities(lm, {NEXT_TOKEN_DISTRIBUTION: CID_NEEDS},
                        what="Context Influence Decoding")
@@ -244,12 +253,15 @@ def replay_cid(lm: LanguageModel, prompt_context: Sequence[int], prompt_empty: S
 
 def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config: CIDConfig,
              seed: int, keep_context_cache: bool = False, row: int = 0,
-             replay_floats: bool = True
+             replay_floats: bool = True,
+             on_entry: Callable[[int, LedgerEntry], None] | None = None
              ) -> tuple[StreamJob, Callable[[Generation], RowLedger]]:
     """The stream job of one CID response and the function that reads its ledger. Each step's
     record is its :class:`LedgerEntry`: the drawn token, λ_t, log p̄_λ(y_t), log p(y_t | ∅) and,
-    for bounded CID, ε and the ex-post ε_t."""
+    for bounded CID, ε and the ex-post ε_t. ``on_entry(row, entry)`` hears each drawn token's
+    entry once, as it is drawn: a replay of the floats observes the same steps again unheard."""
     chosen: dict[str, Any] = {}  # λ_t and ex-post ε_t of the current step, combine to observe
+    heard = [0]  # entries already handed to on_entry
 
     def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()) -> torch.Tensor:
         # masked EOS (``excluded``) stays at MASKED_LOGIT in the λ-mix: probability 0
@@ -260,9 +272,13 @@ def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config:
                 ) -> LedgerEntry:
         empty = torch.log_softmax(logits[1] / config.temperature, dim=-1)
         lc, le = float(logprobs[token]), float(empty[token])
-        return LedgerEntry(step=step, token_id=int(token), lam=chosen["lam"], logp_context=lc,
-                           logp_empty=le, influence=float(token_influence(lc, le)),
-                           eps=config.bounded_eps, eps_ex_post=chosen["eps"])
+        entry = LedgerEntry(step=step, token_id=int(token), lam=chosen["lam"], logp_context=lc,
+                            logp_empty=le, influence=float(token_influence(lc, le)),
+                            eps=config.bounded_eps, eps_ex_post=chosen["eps"])
+        if on_entry is not None and step == heard[0]:
+            heard[0] += 1
+            on_entry(row, entry)
+        return entry
 
     def finish(gen: Generation) -> RowLedger:
         return RowLedger(row=row, entries=tuple(gen.records), stopped_on_eos=gen.stopped_on_eos,

@@ -13,7 +13,7 @@ import numpy as np
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, warn
-from ctxleak.methods.influence.answers import own_answers, score_responses, scored_spans
+from ctxleak.methods.influence.answers import eos_masked, own_answers, score_responses, scored_spans
 from ctxleak.methods.influence.cid import generate_cid_many
 from ctxleak.methods.influence.control import (
     ControlCost,
@@ -198,6 +198,10 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
                     for (k, _), p in zip(todo, c_parts)]
         rows = [win.logp_context for win in
                 window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)]
+    elif scorer is score_responses:  # only the control prompt: each answer's no-context
+        # log-probs are its record's already
+        rows = eos_masked(lm, [p.full for p in c_parts], [list(answers[k]) for k, _ in todo],
+                          options.min_new_tokens)
     else:
         ledgers = scorer(lm, c_parts, [(list(answers[k]), False) for k, _ in todo],
                          lam=[jobs[k][1].lam for k, _ in todo],
@@ -218,8 +222,8 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
         return
     if scorer is None:
         cost.add(requests, time.perf_counter() - start, responses=[k for k, _ in todo])
-    else:  # each answer with the control context and without any
-        cost.forward_passes += 2 * len(todo)
+    else:  # each answer with the control context (and, in-process, without any)
+        cost.forward_passes += len(todo) * (1 if scorer is score_responses else 2)
         cost.examples += len({k for k, _ in todo})
         cost.seconds += time.perf_counter() - start
 

@@ -1,0 +1,80 @@
+"""Whole served runs against in-process, one run: ``ctxleak.influence`` and ``ctxleak.iclinf``
+on the demo data, once with the default model loaded in-process and once through a vLLM server,
+interleaved (best of ``--repeat``), each a fresh run folder with nothing to resume.
+
+The influence workload is ``ctxleak influence --data demo --limit 3 --max-new-tokens 24
+--temperature 1 --ngram 32``: the model's own answers, scored with and without the context and
+without each 32-token window, EOS masked before 10 tokens, and the control. It runs again with
+``min_new_tokens=0``, without the EOS masking: a server answers the masked positions' EOS
+log-probs with one extra request per position and sequence, which in-process come from the same
+forward pass. The ICL workload is ``ctxleak icl --data demo --limit 3``. Printed: the seconds of
+each and the served speed as a ratio of the in-process speed. The server samples its own answers,
+so the two sides score answers of their own; the ratio compares the same work.
+
+    python bench/bench_served_run.py [--server-url URL --served-model NAME] [--limit 3]
+        [--repeat 2]
+
+Without ``--server-url`` a server is started on a free port (``<repo>/.venv-vllm`` or
+``$CTXLEAK_VLLM_PYTHON``; tests/helpers/vllm_server.py, which gives the model every core and a
+32-token prefix-cache block) and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import tempfile
+
+from _common import device_line, load_default, timed_rounds, vllm_server_for
+
+import ctxleak
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--server-url")
+    ap.add_argument("--served-model")
+    ap.add_argument("--limit", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=24)
+    ap.add_argument("--repeat", type=int, default=2)
+    args = ap.parse_args()
+    lm = load_default()
+    server, url, name = vllm_server_for(lm, args.server_url, args.served_model)
+    try:
+        served = ctxleak.load_model("default", server_url=url, served_model=name)
+        influence = dict(data="demo", limit=args.limit, max_new_tokens=args.tokens,
+                         temperature=1.0, ngram=32, progress=False)
+        icl = dict(data="demo", limit=args.limit, progress=False)
+        no_min = {**influence, "min_new_tokens": 0}
+
+        def fresh(fn, model, kw):  # a new run folder each time: nothing to resume
+            return lambda: fn(model=model, **kw, output=tempfile.mkdtemp(dir=scratch) + "/run")
+
+        with tempfile.TemporaryDirectory() as scratch:
+            runs = timed_rounds({
+                "influence, in-process": fresh(ctxleak.influence, lm, influence),
+                "influence, served": fresh(ctxleak.influence, served, influence),
+                "influence without EOS masking, in-process": fresh(ctxleak.influence, lm, no_min),
+                "influence without EOS masking, served": fresh(ctxleak.influence, served, no_min),
+                "icl, in-process": fresh(ctxleak.iclinf, lm, icl),
+                "icl, served": fresh(ctxleak.iclinf, served, icl),
+            }, repeat=args.repeat)
+    finally:
+        if server is not None:
+            server.stop()
+    load = os.getloadavg()[0]
+    print(f"# bench_served_run on {device_line(lm)}; {datetime.date.today()}; load average "
+          f"{load:.1f} at the end; server at {url}; best of {args.repeat}, interleaved")
+    print(f"# influence: {args.limit} demo examples, {args.tokens} new tokens, T = 1, 32-token "
+          f"windows, the control; icl: {args.limit} demo examples")
+    print("| run | in-process s | served s | served speed / in-process |")
+    print("|---|---|---|---|")
+    for what in ("influence", "influence without EOS masking", "icl"):
+        local, _ = runs[f"{what}, in-process"]
+        remote, _ = runs[f"{what}, served"]
+        print(f"| {what} | {local:.1f} | {remote:.1f} | {local / remote:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
