@@ -102,7 +102,8 @@ def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path, ca
 
 def test_a_streamed_answer_sends_each_token_as_it_is_drawn(lm, tmp_path, monkeypatch):
     """The first token's chunk reaches the client while decoding is held after that token: a
-    stream that waited for the whole answer would never deliver it (the hold times out)."""
+    stream that waited for the whole answer would never deliver it (the hold times out). While
+    it is still decoding, the stream counts against the concurrency limit."""
     import ctxleak.proxy.app as proxy_app
 
     real, received, timed_out = proxy_app.decode_answer, threading.Event(), []
@@ -115,17 +116,21 @@ def test_a_streamed_answer_sends_each_token_as_it_is_drawn(lm, tmp_path, monkeyp
         return real(lm_, request, docs, entry)
 
     monkeypatch.setattr(proxy_app, "decode_answer", held)
-    with serving(lm, tmp_path) as (url, _, _):
+    with serving(lm, tmp_path, max_concurrent=1) as (url, _, _):
         stream = client(url).chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
             seed=11, temperature=0.8, max_tokens=8,
             extra_body={"ctxleak": {"documents": DOCS, "lambda": 0.5}, "min_tokens": 2})
-        chunks = []
+        chunks, busy = [], None
         for chunk in stream:
             chunks.append(chunk)
             if len(chunks) == 2:  # the role, then the first token's text
+                busy = httpx.post(url + "/v1/chat/completions", json={
+                    "model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
+                    "ctxleak": {"documents": DOCS, "lambda": 0.5}})
                 received.set()
         assert timed_out == [False]
+        assert busy is not None and busy.status_code == 429
         info = chunks[-1].model_extra["ctxleak"]
         assert chunks[1].choices[0].delta.content == lm.decode(info["token_ids"][:1])
 

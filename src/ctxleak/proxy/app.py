@@ -183,7 +183,13 @@ class Proxy:
 
         task = asyncio.ensure_future(decode_and_settle())
         self._tasks.add(task)  # kept until done: the answer is settled whatever the client does
-        task.add_done_callback(self._tasks.discard)
+        self._active += 1  # a streamed answer counts against the limit until it is decoded
+
+        def done(finished: asyncio.Future[None]) -> None:
+            self._tasks.discard(finished)
+            self._active -= 1
+
+        task.add_done_callback(done)
         first = await events.get()
         if first[0] == "failed":
             raise first[1]
