@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Callable
 
@@ -94,6 +95,8 @@ def vllm_server_for(lm, url: str | None, name: str | None):
     python, why = vllm_python()
     if python is None:
         raise SystemExit(f"no vLLM server: {why}")
+    # as docs/served-models.md starts it: a benchmark runs alone, so the model gets every core
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     t0 = time.perf_counter()
     server = start_server(str(lm.info.path), python)
     print(f"# vLLM server ready in {time.perf_counter() - t0:.0f} s ({server.url}, log "

@@ -15,8 +15,8 @@ so the two sides score answers of their own; the ratio compares the same work.
         [--repeat 2]
 
 Without ``--server-url`` a server is started on a free port (``<repo>/.venv-vllm`` or
-``$CTXLEAK_VLLM_PYTHON``; tests/helpers/vllm_server.py, which gives the model every core and a
-32-token prefix-cache block) and stopped at the end.
+``$CTXLEAK_VLLM_PYTHON``; tests/helpers/vllm_server.py) as docs/served-models.md starts it,
+every core for the model and 32-token prefix-cache blocks, and stopped at the end.
 """
 
 from __future__ import annotations

@@ -188,7 +188,6 @@ def start_server(model_dir: str, python: Path, *, port: int | None = None,
     os.close(fd)
     log = Path(log_name)
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
-               VLLM_CPU_NUM_OF_RESERVED_CPU=os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0"),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
                DO_NOT_TRACK="1")
     env.pop("PYTHONPATH", None)  # the server's venv, not this process's ctxleak tree
