@@ -174,6 +174,19 @@ def test_a_stream_that_fails_midway_charges_the_tokens_it_sent(lm, tmp_path, mon
         assert caught.value.body["code"] == "upstream_failed"
         assert ledger.document("acct-7").spent == pytest.approx(3 * eps)
         assert ledger.open_reservations() == []
+        # the ledger fails too while charging the sent tokens: the stream still ends (with an
+        # error, not a hang) and the reservation stays open, charged in full
+        monkeypatch.setattr(proxy_app, "decode_answer", failing(2))
+        monkeypatch.setattr(ledger, "settle", lambda *a, **k: 1 / 0)
+        with pytest.raises(openai.APIError, match="after 2 token"):
+            list(client(url).with_options(timeout=30).chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
+                seed=3, max_tokens=8, extra_body={"ctxleak": {"documents": DOCS, "epsilon": eps},
+                                                  "min_tokens": 6}))
+        open_rows = ledger.open_reservations()
+        assert len({rid for rid, _, _ in open_rows}) == 1  # this answer's reservation
+        assert {(doc, amount) for _, doc, amount in open_rows} == {("acct-7", eps * 9),
+                                                                  ("acct-9", eps * 9)}
 
 
 def test_bounded_answer_ledger_and_budget_drop_then_refuse(lm, tmp_path):

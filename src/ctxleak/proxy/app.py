@@ -165,21 +165,26 @@ class Proxy:
             loop.call_soon_threadsafe(events.put_nowait, ("token", entry.token_id))
 
         async def decode_and_settle() -> None:
-            try:
-                answer = await run_in_threadpool(self._decode, request, docs, heard)
-            except Exception as exc:
-                if charge:
-                    spent = [e.eps if request.eps is not None else e.eps_ex_post for e in drawn]
-                    await run_in_threadpool(self.ledger.settle, rid,
-                                            float(sum(x or 0.0 for x in spent)))
-                events.put_nowait(("failed", exc))
-                return
-            try:
-                info = await self._settle(rid, request, answer, ids, docs, dropped, charge)
-            except Exception as exc:  # the ledger itself failed: the reservation stays open
-                events.put_nowait(("failed", exc))
-                return
-            events.put_nowait(("done", (answer, info)))
+            outcome: tuple[str, Any] = ("failed", RuntimeError("the answer was not finished"))
+            try:  # whatever happens, the stream hears how it ended
+                try:
+                    answer = await run_in_threadpool(self._decode, request, docs, heard)
+                except Exception as exc:
+                    outcome = ("failed", exc)
+                    if charge:  # the tokens already sent are spent
+                        spent = [e.eps if request.eps is not None else e.eps_ex_post
+                                 for e in drawn]
+                        await run_in_threadpool(self.ledger.settle, rid,
+                                                float(sum(x or 0.0 for x in spent)))
+                    return
+                try:
+                    info = await self._settle(rid, request, answer, ids, docs, dropped, charge)
+                except Exception as exc:  # the ledger itself failed: the reservation stays open
+                    outcome = ("failed", exc)
+                    return
+                outcome = ("done", (answer, info))
+            finally:
+                events.put_nowait(outcome)
 
         task = asyncio.ensure_future(decode_and_settle())
         self._tasks.add(task)  # kept until done: the answer is settled whatever the client does
