@@ -122,19 +122,32 @@ def pytest_collection_modifyitems(items):
     items.sort(key=weight)
 
 
+#: Test modules named so run on one worker, one after another: the ones that use the session's
+#: real vLLM server (tests/test_scheduling.py checks that each of them is named so).
+REAL_SERVER_MODULES = "tests/served/test_served_"
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work of a test for xdist's scheduler: every real-server module in one (one vLLM
+    server per run, on one worker: a session fixture is made once per worker, so a real-server
+    module elsewhere starts a second server, about 5 GB and a minute or more of both cores),
+    every other module a unit of its own (its module fixtures, e.g. the one torchrun launch,
+    made once)."""
+    module = nodeid.split("::")[0]
+    return "vllm" if module.startswith(REAL_SERVER_MODULES) else module
+
+
 def pytest_xdist_make_scheduler(config, log):
-    """``-n 2 --dist loadscope`` (scripts/check.sh): every real-server module in one unit of
-    work (one vLLM server per run, on one worker), every other module a unit of its own (its
-    module fixtures, e.g. the one torchrun launch, made once). xdist's own ``loadgroup`` marks
-    are not honoured under pytest 9 (measured: four tests of one group ran on both workers)."""
+    """``-n 2 --dist loadscope`` (scripts/check.sh), units of work by :func:`work_unit`. xdist's
+    own ``loadgroup`` marks are not honoured under pytest 9 (measured: four tests of one group
+    ran on both workers)."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class OneServer(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::")[0]
-            return "vllm" if module.startswith("tests/served/test_served_") else module
+            return work_unit(nodeid)
 
     return OneServer(config, log)
 

@@ -1,5 +1,5 @@
-"""A served run whose real vLLM server dies gives a clear error and ``resume`` finishes it on
-another server. A slow server, no server and every other way a server fails are checked against
+"""A served run whose real vLLM server goes away gives a clear error and ``resume`` finishes it on
+another address. A slow server, no server and every other way a server fails are checked against
 the fake server in the fast tier (tests/served/test_fake_served.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers.vllm_server import start_server
+from helpers.relay import Relay
 
 import ctxleak
 from ctxleak.engine.served_client import ServerError
@@ -18,32 +18,32 @@ from ctxleak.engine.served_client import ServerError
 
 @pytest.mark.served
 @pytest.mark.integration
-def test_server_killed_mid_run_then_resume(vllm_py, default_dir, vllm_server, tmp_path):
-    """A real vLLM server, one of its own, is killed (SIGKILL to its process group) once the
-    first record of an influence run (one example per batch) is on disk. The run fails with an
-    error that names the server and says how to finish it; the session's server (another port:
-    the URL may change on resume) and ``resume=True`` finish the run, keeping the records
-    written before the kill. The fast tier's fake server checks the same on every commit; this
-    is the one extra real server start of a full run."""
+def test_server_gone_mid_run_then_resume(vllm_server, tmp_path):
+    """An influence run (one example per batch) reaches the session's real vLLM server through a
+    relay, which is cut (its connections reset, new ones refused: what a client sees when the
+    server is killed) once the first record is on disk. The run fails with an error that names
+    the address and says how to finish it; the server's own address (the URL may change on
+    resume) and ``resume=True`` finish the run, keeping the records written before the cut. The
+    fast tier's fake server checks the same, its server dying, on every commit."""
     out = tmp_path / "run"
     samples = out / "samples.jsonl"
     kw = dict(temperature=1.0, limit=2, seed=0, max_new_tokens=16, batch_size="1",
               output=str(out), progress=False)
-    first = start_server(default_dir, vllm_py)
+    first = Relay(vllm_server.url)
     try:
         with ThreadPoolExecutor(1) as pool:
             running = pool.submit(ctxleak.influence, "default", "demo", server_url=first.url,
-                                  served_model=first.served_name, **kw)
+                                  served_model=vllm_server.served_name, **kw)
             deadline = time.monotonic() + 600
             while not (samples.is_file() and samples.read_text().strip()):
                 assert not running.done(), f"the run ended before the kill: {running.result()}"
                 assert time.monotonic() < deadline, "no record within 600 s"
                 time.sleep(0.2)
-            first.kill()
+            first.cut()
             with pytest.raises(ServerError) as err:
                 running.result(timeout=600)
     finally:
-        first.stop()
+        first.cut()
     message = str(err.value)
     assert first.url in message
     assert "--resume" in message
