@@ -23,6 +23,7 @@ instead (give ``--turns 1000``: about 1 s a turn on this CPU).
     python bench/bench_rag_memory.py [--turns 1000,10000] [--default] [--keep DIR]
     python bench/bench_rag_memory.py --turns 10000 --keep DIR     # once: about 20 minutes
     python bench/bench_rag_memory.py --reuse DIR/run-10000 --turns 1000,10000
+    python bench/bench_rag_memory.py --parse --turns 1000,10000   # the log alone: seconds
 
 Run it on another checkout's source with ``PYTHONPATH=/path/to/src`` (main's figures were
 measured that way).
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import random
 import resource
 import shutil
@@ -167,6 +169,40 @@ def one_run(lm: Any, n: int, folder: Path, reuse: Path | None = None,
     return phases
 
 
+def traced(make: Any) -> tuple[Any, float, float, float]:
+    """(what ``make()`` returns, MiB it still holds, its peak MiB, seconds), by tracemalloc."""
+    gc.collect()
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    out = make()
+    seconds = time.perf_counter() - t0
+    kept, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return out, kept / 2**20, peak / 2**20, seconds
+
+
+def parse_only(sizes: list[int]) -> None:
+    """The log as a JSONL file, read into the run's examples: what ctxleak holds of it until the
+    run ends and its peak while reading, against the log's lines kept as parsed JSON (the naive
+    way to hold a log). The corpus is 200 documents, each retrieved again and again."""
+    from ctxleak.methods.influence.data import load_examples
+
+    print("turns | held as parsed JSON (MiB) | ctxleak's examples: held (MiB, bytes a turn), "
+          "peak while reading (MiB), s | held / parsed JSON")
+    with tempfile.TemporaryDirectory() as scratch:
+        for n in sizes:
+            path = Path(scratch) / f"log-{n}.jsonl"
+            path.write_text("".join(json.dumps(row) + "\n" for row in log_rows(n)))
+            naive, naive_kept, _, _ = traced(
+                lambda p=path: [json.loads(line) for line in p.open(encoding="utf-8")])
+            del naive
+            examples, kept, peak, seconds = traced(lambda p=path: load_examples(str(p)))
+            assert len(examples) == n
+            del examples
+            print(f"{n} | {naive_kept:.1f} | {kept:.1f} ({kept * 2**20 / n:.0f} B), "
+                  f"{peak:.1f}, {seconds:.1f} | {kept / naive_kept:.2f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", default="1000,10000")
@@ -179,7 +215,12 @@ def main() -> None:
     ap.add_argument("--keep", help="write the run folders here (kept), not in a temporary one")
     ap.add_argument("--log-turns", type=int, default=10000, help="the log the --reuse folder "
                     "was scored over")
+    ap.add_argument("--parse", action="store_true", help="only the log read from a JSONL file: "
+                    "what the run holds of it, against the lines as parsed JSON (seconds)")
     args = ap.parse_args()
+    if args.parse:
+        parse_only([int(x) for x in args.turns.split(",")])
+        return
     torch.set_num_threads(args.threads)
     if args.default:
         from _common import load_default

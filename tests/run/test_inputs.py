@@ -9,7 +9,7 @@ from helpers.rundiff import run_dir_differences
 
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.run.inputs import describe, is_named
-from ctxleak.run.records import read_rows
+from ctxleak.run.records import iter_rows, read_rows
 
 ROWS = [{"context": "the capital of france is paris", "query": "what ?", "n": 1},
         {"context": "rome is a city", "query": "where ?", "n": 2}]
@@ -70,6 +70,22 @@ def test_bad_inputs_name_where(tmp_path):
         read_rows(tmp_path / "dd")
     assert len(read_rows(tmp_path / "dd" / "train")) == 2
 
+
+def test_a_jsonl_file_is_read_row_by_row(tmp_path):
+    """``iter_rows`` parses a JSONL file as its rows are taken: the rows before a bad line come
+    out before the error, which names the line; ``read_rows`` (all rows) raises at once."""
+    path = tmp_path / "log.jsonl"
+    path.write_text('{"query": "a"}\n{"query": "b"}\n{"query": \n')
+    rows = iter_rows(path)
+    assert [next(rows).get("query"), next(rows).get("query")] == ["a", "b"]
+    with pytest.raises(InputError) as err:
+        next(rows)
+    assert err.value.line == 3 and err.value.file == str(path)
+    with pytest.raises(InputError, match=r"log.jsonl:3"):
+        read_rows(path)
+    with pytest.raises(InputError, match="no examples in the file"):
+        (tmp_path / "empty.jsonl").write_text("\n")
+        list(iter_rows(tmp_path / "empty.jsonl"))
 
 def test_run_dir_differences_sees_numbers_but_not_times(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"

@@ -59,7 +59,16 @@ def read_rows(path: Any, *, rename: Mapping[str, str] | None = None,
     ``rename`` maps the file's field names to ctxleak's (e.g. ``{"article": "context"}``).
     ``required`` fields must be present (they may still be empty; see :meth:`Row.text`).
     """
+    return list(iter_rows(path, rename=rename, required=required))
+
+
+def iter_rows(path: Any, *, rename: Mapping[str, str] | None = None,
+              required: Sequence[str] = ()) -> Iterator[Row]:
+    """:func:`read_rows` one row at a time: a JSONL file is parsed line by line as the rows are
+    taken, so a caller that keeps less than the rows (a query log's turns) never holds the whole
+    file as parsed JSON. The same errors, raised when the row at fault is reached."""
     rename = dict(rename or {})
+    rows: Iterable[tuple[int, Mapping[str, Any]]]
     if not inputs.is_path(path):
         rows, where = inputs.memory_rows(path), inputs.IN_MEMORY
     else:
@@ -79,17 +88,17 @@ def read_rows(path: Any, *, rename: Mapping[str, str] | None = None,
         else:
             raise InputError("unknown file type: use .jsonl, .csv, .parquet or a datasets "
                              "folder", file=where)
-    out = []
+    count = 0
     for line, fields in rows:
         fields = {rename.get(k, k): v for k, v in fields.items()}
         for name in required:
             if name not in fields:
                 raise InputError("missing field", file=where, line=line, field=name)
-        out.append(Row(fields=fields, file=where, line=line))
-    if not out:
+        count += 1
+        yield Row(fields=fields, file=where, line=line)
+    if not count:
         raise InputError("no examples in the file" if where != inputs.IN_MEMORY
                          else "no examples in the data", file=where)
-    return out
 
 
 MAX_LINE_BYTES_ENV = "CTXLEAK_MAX_LINE_BYTES"
@@ -297,14 +306,12 @@ def reject_duplicate_ids(rows: Iterable[tuple[Any, str, int]], field: str = "id"
         first[norm] = (key, line)
 
 
-def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    rows = []
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     for number, value in read_jsonl(path):
         if not isinstance(value, dict):
             raise InputError(f"each line must be a JSON object, got {_json_kind(value)}",
                              file=str(path), line=number)
-        rows.append((number, value))
-    return rows
+        yield number, value
 
 
 def _json_kind(value: Any) -> str:

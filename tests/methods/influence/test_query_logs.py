@@ -119,3 +119,50 @@ def test_cli_log_format_flag(tiny_dir, tmp_path, capsys):
     code, _, err = run_cli(["influence", "--model", tiny_dir, "--data", str(path),
                             "--log-format", "otel", "--output", str(tmp_path / "x")], capsys)
     assert code == 2 and "--log-format" in err
+
+
+def _turns(n, corpus):
+    """``n`` logged turns, each retrieving 3 of ``corpus`` documents (ids and texts)."""
+    return [{"id": f"t{t}", "query": QUERY, "response": f"answer {t}",
+             "documents": [corpus[(t + j) % len(corpus)] for j in range(3)]} for t in range(n)]
+
+
+def test_a_log_holds_each_document_text_once(tmp_path):
+    """The same document retrieved in many turns has one text, source and metadata object in all
+    of them (a day's log holds references, not copies), as have a repeated query and a repeated
+    context; the values are those of the file, the rank each turn's own."""
+    corpus = [{"id": f"d{k}", "text": f"Document {k} says {k * 7}.", "source": f"kb/{k}.md",
+               "metadata": {"team": "hr" if k % 2 else "it"}} for k in range(4)]
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps(t) + "\n" for t in _turns(12, corpus)))
+    examples = load_examples(str(log))
+    by_id = {}
+    for ex in examples:
+        assert [d.text for d in ex.documents] == \
+            [next(c["text"] for c in corpus if c["id"] == d.id) for d in ex.documents]
+        for doc in ex.documents:
+            first = by_id.setdefault(doc.id, doc)
+            assert (first.text, first.source, first.metadata) == \
+                (doc.text, doc.source, doc.metadata)
+            assert first.text is doc.text and first.source is doc.source
+            assert first.metadata is doc.metadata
+    assert len(by_id) == 4 and by_id["d1"].metadata == {"team": "hr"}
+    assert [d.rank for d in examples[3].documents] == [1, 2, 3]  # per turn, not shared
+    assert all(ex.query is examples[0].query for ex in examples)
+    assert examples[0].context is examples[4].context  # turn 4 retrieves turn 0's documents
+    assert examples[0].passages[1] is examples[3].passages[2]  # d1 after a separator in both
+    assert examples[0].response == "answer 0" and examples[1].response == "answer 1"
+
+
+def test_a_bad_line_late_in_a_log_names_its_line(tmp_path):
+    """The log is read line by line; a line at fault far down is still named (file, line and
+    field), before any model is loaded."""
+    corpus = [{"id": "d0", "text": "Document zero."}, {"id": "d1", "text": "Document one."}]
+    turns = _turns(50, corpus)
+    turns[41]["documents"][1] = {"id": "d1", "text": "Another text under d1."}
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps(t) + "\n" for t in turns))
+    with pytest.raises(InputError) as err:
+        load_examples(str(log))
+    assert err.value.line == 42 and err.value.field == "documents.id"
+    assert "d1" in str(err.value)

@@ -3,6 +3,7 @@ Contextual Knowledge in Language Models §4.1, Fig. 6)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,7 +29,7 @@ from ctxleak.methods.influence.passages import (
 )
 from ctxleak.methods.influence.spans import LOG_FORMATS, is_span_log, span_rows
 from ctxleak.run.inputs import is_named
-from ctxleak.run.records import demo_path, example_id, read_rows, reject_duplicate_ids
+from ctxleak.run.records import demo_path, example_id, iter_rows, reject_duplicate_ids
 
 # The paper's formats: PubMedQA-style QA and CNN-DM summarisation, with the wording of the paper,
 # Fig. 5-6 ("Document:", "News article:"); the prompt without context keeps the empty slot
@@ -173,15 +174,21 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
         raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not '{log_format}'",
                           param="log_format")
     spans = log_format == "openinference" or (log_format == "auto" and is_span_log(path))
-    rows = span_rows(path) if spans else read_rows(path, rename=rename)
+    rows = span_rows(path) if spans else iter_rows(path, rename=rename)
     out = []
+    where: list[tuple[str, int]] = []
     seen_ids: dict[str, tuple[str, str]] = {}
+    # One string object per distinct text (a document, a passage, a query) over the data set: a
+    # day's query log retrieves the same documents again and again, and each turn then holds
+    # references to them, not copies (ctxleak keeps every turn until the run ends).
+    shared: dict[Any, Any] = {}
     for k, row in enumerate(rows):
         ex_task = task if task != "auto" else str(row.get("task") or "qa")
         if ex_task not in ("custom", *TASK_TEMPLATES):
             raise InputError(f"unknown task '{ex_task}'", file=row.file, line=row.line,
                              field="task")
         query = row.text("query", allow_empty=True) if "query" in row.fields else ""
+        query = shared.setdefault(query, query)
         if ex_task == "qa" and not query.strip():
             raise InputError("is empty (a qa example needs a question)", file=row.file,
                              line=row.line, field="query")
@@ -195,24 +202,31 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
                                                                    line=row.line)
         if isinstance(raw_id, int) and not isinstance(raw_id, bool):
             ex_id = raw_id  # the user's id as given: an integer id merges back as one
-        docs = _row_documents(row, query, seen_ids)
+        docs = _row_documents(row, query, seen_ids, shared)
         pieces = list_pieces([d.text for d in docs]) if docs else _row_passages(row)
+        if pieces:
+            pieces = [shared.setdefault(piece, piece) for piece in pieces]
         context = "".join(pieces) if pieces else row.text("context")
+        context = shared.setdefault(context, context)
         example = InfluenceExample(id=ex_id, context=context, query=query, reference=reference,
                                    references=references,
                                    task=ex_task, passages=tuple(pieces) if pieces else None,
                                    response=response, documents=docs,
                                    response_ids=logged_ids)
         out.append(example if pieces else _split(example, passages))
-    reject_duplicate_ids((ex.id, row.file, row.line) for ex, row in zip(out, rows))
+        where.append((row.file, row.line))
+    reject_duplicate_ids((ex.id, file, line) for ex, (file, line) in zip(out, where))
     return out
 
 
-def _row_documents(row: Any, query: str, seen: dict[str, tuple[str, str]]
+def _row_documents(row: Any, query: str, seen: dict[str, tuple[str, str]],
+                   shared: dict[Any, Any] | None = None
                    ) -> tuple[RetrievedDocument, ...] | None:
     """The row's retrieved documents: its ``documents`` field, or a ``passages`` field that holds
     more than strings (None for neither). Errors name the file, line, query, document and
-    field; ``seen`` (id -> (text, query) over the data set) refuses one id with two texts."""
+    field; ``seen`` (id -> (text, query) over the data set) refuses one id with two texts.
+    Texts, ids and metadata already in ``shared`` are taken from it, new ones added
+    (:func:`_shared_document`)."""
     name = "documents" if row.get("documents") is not None else "passages"
     value = row.get(name)
     if value is None or (name == "passages" and not is_document_list(value)):
@@ -235,7 +249,22 @@ def _row_documents(row: Any, query: str, seen: dict[str, tuple[str, str]]
     problem = duplicate_problem(docs, seen, query)
     if problem:
         raise InputError(where + problem, file=row.file, line=row.line, field=f"{name}.id")
+    if shared is not None:
+        docs = [_shared_document(d, shared) for d in docs]
     return tuple(docs)
+
+
+def _shared_document(doc: RetrievedDocument, shared: dict[Any, Any]) -> RetrievedDocument:
+    """``doc`` with its text, id, source and metadata taken from ``shared`` where an equal one
+    is there (strings by themselves, metadata by its JSON), added where not. Nothing changes a
+    document's metadata once made, so equal ones can be one dict."""
+    def one(value: str | None) -> str | None:
+        return None if value is None else shared.setdefault(value, value)
+
+    key = ("metadata", json.dumps(doc.metadata, sort_keys=True) if doc.metadata else "")
+    return RetrievedDocument(text=shared.setdefault(doc.text, doc.text), rank=doc.rank,
+                             id=one(doc.id), source=one(doc.source),
+                             metadata=shared.setdefault(key, doc.metadata), score=doc.score)
 
 
 def _row_response_ids(row: Any, query: str) -> tuple[int, ...] | None:
