@@ -7,7 +7,8 @@
    1,000 turns, and its peak memory (tracemalloc) at 1,000 and 10,000 turns, to show it stays
    flat as the log grows.
 
-    python bench/bench_rag.py [--turns 20] [--ledger-turns 1000,10000]
+    python bench/bench_rag.py [--turns 20] [--ledger-turns 1000,10000] [--progress]
+    python bench/bench_rag.py --turns 1000 --progress   # about an hour on a 2-core CPU
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def main() -> None:
     ap.add_argument("--documents", type=int, default=5, help="retrieved per turn")
     ap.add_argument("--corpus", type=int, default=40, help="documents in the corpus")
     ap.add_argument("--ledger-turns", default="1000,10000")
+    ap.add_argument("--progress", action="store_true", help="the runs' progress lines (stderr)")
     args = ap.parse_args()
     lm = load_default()
     print(device_line(lm))
@@ -102,7 +104,7 @@ def main() -> None:
     for name, data in (("plain influence (documents joined)", plain(rows)),
                        ("RAG audit (each document left out)", rows)):
         t0 = time.perf_counter()
-        res = ctxleak.influence(lm, data, temperature=1.0, progress=False)
+        res = ctxleak.influence(lm, data, temperature=1.0, progress=args.progress)
         timings[name] = time.perf_counter() - t0
         ledger = res.summary["settings"][0].get("documents") or []
         print(f"{name}: {args.turns} turns in {timings[name]:.1f} s = "

