@@ -16,12 +16,17 @@ pytestmark = [pytest.mark.served, pytest.mark.integration]
 TOL = 1e-4  # nats per token: float32 on both sides, different kernels
 
 
+#: demo examples compared (of 20): enough tokens to tell a folder read wrongly, a third of the
+#: time of all 20 (in-process scoring and the server's, both in this test)
+EXAMPLES = 6
+
+
 @pytest.fixture(scope="module")
 def demo_pairs(default_lm):
-    """(prompt, continuation) pairs: each demo example's prompt with and without its context,
-    and its reference answer as the continuation."""
+    """(prompt, continuation) pairs: each of the first demo examples' prompt with and without its
+    context (a summary and question examples both), its reference answer as the continuation."""
     pairs = []
-    for ex in load_examples("demo", task="auto"):
+    for ex in load_examples("demo", task="auto")[:EXAMPLES]:
         parts = example_parts(default_lm, ex, Setting(1.0, 1.0), InfluenceOptions())[0]
         answer = default_lm.encode(ex.reference)
         pairs += [(parts.full, answer), (parts.empty, answer)]
@@ -46,4 +51,4 @@ def test_raw_prompt_logprobs_equal_in_process(vllm_server, demo_pairs, in_proces
         assert got.shape == ref.shape
         np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
         n_tokens += len(cont)
-    assert n_tokens > 400  # 20 reference answers, twice
+    assert n_tokens > 100  # 6 reference answers, twice
