@@ -46,8 +46,37 @@ def test_one_reader_per_file_and_one_name_map_inside(tiny_gguf, tmp_path):
 
 
 def test_the_package_is_restored_after_an_error(tiny_gguf):
-    original_reader = gguf.GGUFReader
+    original_reader, original_map = gguf.GGUFReader, gguf.get_tensor_name_map
     with pytest.raises(RuntimeError), gguf_read_once():
         gguf.GGUFReader(tiny_gguf)
         raise RuntimeError("conversion failed")
-    assert gguf.GGUFReader is original_reader
+    assert gguf.GGUFReader is original_reader and gguf.get_tensor_name_map is original_map
+
+
+def test_two_threads_take_turns_and_leave_the_package_as_it_was(tiny_gguf):
+    """Conversions in two threads: the second changes the package only after the first put it
+    back, so neither restores the other's change."""
+    import threading
+
+    original_reader = gguf.GGUFReader
+    inside, release, seen = threading.Event(), threading.Event(), []
+
+    def first():
+        with gguf_read_once():
+            inside.set()
+            release.wait(10)
+
+    def second():
+        inside.wait(10)
+        with gguf_read_once():
+            seen.append(gguf.GGUFReader(tiny_gguf) is gguf.GGUFReader(tiny_gguf))
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    inside.wait(10)
+    assert not seen  # the second waits for the first
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert seen == [True] and gguf.GGUFReader is original_reader

@@ -1,6 +1,6 @@
 """A TCP relay on 127.0.0.1 in front of a server, cut at once on demand: a client of the relay
-then sees what it would see if the server behind had been killed (its open connections reset,
-new ones refused). The real-server test of a server dying mid-run uses it in front of the
+then sees what it would see if the server behind had been killed (its open connections ended
+mid-answer, new ones refused). The real-server test of a server dying mid-run uses it in front of the
 session's vLLM server, instead of starting and killing a server of its own (one more vLLM start:
 a minute or more of both cores).
 
@@ -58,8 +58,8 @@ class Relay:
 
     def cut(self) -> None:
         """Refuse new connections and end the open ones at once, mid-answer where one is under
-        way (shut down, then closed with SO_LINGER 0: reset), as when the process behind them
-        dies."""
+        way (shut down: the client reads the end of the connection, as when the process behind
+        it dies; then closed with SO_LINGER 0, which resets whatever is left)."""
         with self.lock:
             self.cut_down = True
             with contextlib.suppress(OSError):  # wakes the accept; new connections are refused

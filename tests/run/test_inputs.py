@@ -87,6 +87,7 @@ def test_a_jsonl_file_is_read_row_by_row(tmp_path):
         (tmp_path / "empty.jsonl").write_text("\n")
         list(iter_rows(tmp_path / "empty.jsonl"))
 
+
 def test_run_dir_differences_sees_numbers_but_not_times(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     for d, (value, seconds) in ((a, (1.5, 3.0)), (b, (1.5, 9.0))):

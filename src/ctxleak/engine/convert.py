@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,11 @@ def hf_state_dict(model: Any) -> dict[str, Any]:
     return out
 
 
+#: held while the ``gguf`` package is changed (:func:`gguf_read_once`): conversions in two threads
+#: of one process take turns, so neither puts back what the other changed
+_GGUF_PATCHED = threading.Lock()
+
+
 @contextlib.contextmanager
 def gguf_read_once() -> Iterator[None]:
     """Within it, the ``gguf`` package gives one reader per file and one tensor-name map per
@@ -66,11 +72,17 @@ def gguf_read_once() -> Iterator[None]:
     file. Where ``gguf`` lacks either name (another version), nothing is changed."""
     import gguf
 
-    open_reader: Any = getattr(gguf, "GGUFReader", None)
-    name_map: Any = getattr(gguf, "get_tensor_name_map", None)
-    if open_reader is None or name_map is None:
-        yield
-        return
+    with _GGUF_PATCHED:  # the package's own names read and put back under the lock
+        open_reader: Any = getattr(gguf, "GGUFReader", None)
+        name_map: Any = getattr(gguf, "get_tensor_name_map", None)
+        if open_reader is None or name_map is None:
+            yield
+            return
+        yield from _patched(gguf, open_reader, name_map)
+
+
+def _patched(gguf: Any, open_reader: Any, name_map: Any) -> Iterator[None]:
+    """The body of :func:`gguf_read_once`, its lock held."""
     readers: dict[Any, Any] = {}
 
     def reader(path: Any, *args: Any, **kwargs: Any) -> Any:

@@ -155,8 +155,8 @@ def test_a_log_holds_each_document_text_once(tmp_path):
 
 
 def test_a_bad_line_late_in_a_log_names_its_line(tmp_path):
-    """The log is read line by line; a line at fault far down is still named (file, line and
-    field), before any model is loaded."""
+    """A line at fault far down a log is named (file, line and field), before any model is
+    loaded. (That the file is parsed line by line: tests/run/test_inputs.py.)"""
     corpus = [{"id": "d0", "text": "Document zero."}, {"id": "d1", "text": "Document one."}]
     turns = _turns(50, corpus)
     turns[41]["documents"][1] = {"id": "d1", "text": "Another text under d1."}

@@ -256,12 +256,13 @@ def _row_documents(row: Any, query: str, seen: dict[str, tuple[str, str]],
 
 def _shared_document(doc: RetrievedDocument, shared: dict[Any, Any]) -> RetrievedDocument:
     """``doc`` with its text, id, source and metadata taken from ``shared`` where an equal one
-    is there (strings by themselves, metadata by its JSON), added where not. Nothing changes a
-    document's metadata once made, so equal ones can be one dict."""
+    is there (strings by themselves, metadata by its JSON, keys in their order), added where
+    not. Nothing changes a document's metadata once made (what ctxleak writes copies it), so
+    equal ones can be one dict."""
     def one(value: str | None) -> str | None:
         return None if value is None else shared.setdefault(value, value)
 
-    key = ("metadata", json.dumps(doc.metadata, sort_keys=True) if doc.metadata else "")
+    key = ("metadata", json.dumps(doc.metadata) if doc.metadata else "")  # key order kept
     return RetrievedDocument(text=shared.setdefault(doc.text, doc.text), rank=doc.rank,
                              id=one(doc.id), source=one(doc.source),
                              metadata=shared.setdefault(key, doc.metadata), score=doc.score)
