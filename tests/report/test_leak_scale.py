@@ -61,3 +61,29 @@ def test_flag_states_from_the_control_summary() -> None:
                       ("small", "s"): "not flagged", ("nocontrol", "s"): "no control"}
     few = [{"setting": "s", "control": {"enabled": True, "flagged": [], "threshold": None}}]
     assert flag_states(few, RECORDS)[("big", "s")].startswith("not judged")
+
+
+def test_each_map_says_what_its_context_colours_are() -> None:
+    """A passage map says its colours are passages left out; a window map says n-grams; a
+    run with neither says its contexts are not coloured, and says nothing of passages."""
+    windowed = {**RECORDS[1], "id": "win", "passage_influence": None, "passage_spans": None,
+                "windows": [[0, 2], [2, 4]], "window_influence": [3.0, 1.0], "ngram": 2,
+                "max_window_influence": 3.0}
+    report = Report("t", "t")
+    add_leak_section(report, [RECORDS[0], windowed], _tokens_of)
+    page = report.render()
+    sections = dict(re.findall(r'<section class="leakmap" id="(ex-\d)">(.*?)</section>', page,
+                               flags=re.S))
+    assert "<h4>context: each passage&#x27;s influence (left out once)</h4>" in sections["ex-0"]
+    assert "<h4>context: influence of the n-grams covering each token</h4>" in sections["ex-1"]
+    assert "no n-gram windows" not in page
+    bare = {**windowed, "id": "bare", "windows": None, "window_influence": None}
+    report = Report("t", "t")
+    add_leak_section(report, [bare], _tokens_of)
+    page = report.render()
+    assert "<h4>context: not coloured (no n-gram windows)</h4>" in page
+    assert "This run computed no n-gram windows" in page
+    assert "Examples with passages" not in page
+    passages_only = Report("t", "t")
+    add_leak_section(passages_only, RECORDS, _tokens_of)
+    assert "This run computed no n-gram windows" not in passages_only.render()

@@ -260,11 +260,13 @@ class Report:
     def add_leak_map(self, anchor: str, title: str, context_tokens: Sequence[str],
                      context_scores: Sequence[float | None], response_tokens: Sequence[str],
                      response_scores: Sequence[float | None], *, note: str = "",
-                     unit: str = "nats", scales: tuple[float, float] | None = None) -> None:
+                     unit: str = "nats", scales: tuple[float, float] | None = None,
+                     colours: str = "influence of the n-grams covering each token") -> None:
         """Where the context leaked into one response: the context tokens coloured by their
         influence on the response (left) beside the response tokens coloured by theirs (right),
         every value in the token's ``title`` (hover). ``scales`` (context, response) puts every
-        map of a page on one scale; None: each map on its own. ``anchor`` (made by ctxleak,
+        map of a page on one scale; None: each map on its own. ``colours``: what the context's
+        colours are, in its heading. ``anchor`` (made by ctxleak,
         e.g. ``ex-3``) is the section's id, for :class:`Link` cells to point at."""
         Link(title, anchor)  # checks the anchor
         c_max, r_max = scales if scales is not None else (None, None)
@@ -274,8 +276,8 @@ class Report:
         extra = f'<div class="caption">{_esc(self.clean(note))}</div>' if note else ""
         self._blocks.append(
             f'<section class="leakmap" id="{anchor}"><h3>{_esc(self.clean(title))}</h3>{extra}'
-            '<div class="maprow"><div class="mapcol"><h4>context: influence of the n-grams '
-            f'covering each token</h4><div class="tokens">{ctx}</div>{_legend(c_scale, unit)}'
+            f'<div class="maprow"><div class="mapcol"><h4>context: {_esc(colours)}</h4>'
+            f'<div class="tokens">{ctx}</div>{_legend(c_scale, unit)}'
             '</div><div class="mapcol"><h4>response: influence on each token</h4>'
             f'<div class="tokens">{resp}</div>{_legend(r_scale, unit)}</div></div></section>')
 

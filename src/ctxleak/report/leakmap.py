@@ -56,13 +56,18 @@ def add_leak_section(report: Report, records: Sequence[dict[str, Any]], tokens_o
     has_windows = any(r.get("window_influence") for r in records)
     has_passages = any(r.get("passage_influence") for r in records)
     report.add_heading("Where the context leaked")
-    report.add_text(EXPLAIN if has_windows else
-                    "This run computed no n-gram windows, so the context cannot be coloured: run "
-                    "with --ngram N (and --stride 1 for a map per token) to see which context "
-                    "passages drove each response. The responses are coloured per token.")
+    if has_windows:
+        report.add_text(EXPLAIN)
+    elif not has_passages:
+        report.add_text("This run computed no n-gram windows, so the context cannot be "
+                        "coloured: run with --ngram N (and --stride 1 for a map per token) to "
+                        "see which context passages drove each response. The responses are "
+                        "coloured per token.")
     if has_passages:
         report.add_text("Examples with passages colour each passage's tokens by the passage's "
-                        "influence (Def. 3.1-3.2 with S = the passage, nats).")
+                        "influence (Def. 3.1-3.2 with S = the passage, nats: the response "
+                        "scored with the passage left out). The responses are coloured per "
+                        "token.")
 
     def label(i: int) -> Any:
         text = record_label(records[i], many)
@@ -104,21 +109,25 @@ def add_leak_section(report: Report, records: Sequence[dict[str, Any]], tokens_o
         add_record_map(report, records[i], anchor(i), heading, context, response, scales)
 
 
-def context_scores(r: dict[str, Any], n_context: int) -> tuple[list[float | None], str]:
+def context_scores(r: dict[str, Any], n_context: int) -> tuple[list[float | None], str, str]:
     """Record ``r``'s context tokens' scores: its passages' influence (when it has passages),
-    else the mean of its n-gram windows covering each token; and a note saying which."""
+    else the mean of its n-gram windows covering each token; a note saying which, and what the
+    colours are (the context map's heading)."""
     if r.get("passage_influence") and r.get("passage_spans"):  # passages: the user's unit
         kept = [(span, v) for span, v in zip(r["passage_spans"], r["passage_influence"])
                 if span is not None and v is not None]
         scores = context_token_scores(n_context, [s for s, _ in kept], [v for _, v in kept])
         note = (f"{len(kept)} passages, each coloured by its influence (nats; the passage left "
                 "out and the response scored)")
+        colours = "each passage's influence (left out once)"
     elif r.get("window_influence") and r.get("windows"):
         scores = context_token_scores(n_context, r["windows"], r["window_influence"])
         note = f"{len(r['windows'])} windows of {r.get('ngram')} tokens"
+        colours = "influence of the n-grams covering each token"
     else:
         scores, note = [None] * n_context, "no n-gram windows in this run"
-    return scores, note
+        colours = "not coloured (no n-gram windows)"
+    return scores, note, colours
 
 
 def map_scales(shown: Sequence[tuple[dict[str, Any], int]]) -> tuple[float, float]:
@@ -138,11 +147,12 @@ def add_record_map(report: Report, r: dict[str, Any], section: str, label: str,
     """One record's map: its context coloured by its passages' influence (when it has
     passages), else by its n-gram windows', beside its response coloured per token; on the
     page's ``scales`` (context, response) where given."""
-    scores, note = context_scores(r, len(context))
+    scores, note, colours = context_scores(r, len(context))
     if len(response) != len(r["token_influence"]):
         response = [""] * len(r["token_influence"])  # never mis-align tokens and values
     report.add_leak_map(section, f"{label}: influence {r['influence']:.4g} nats", context,
-                        scores, response, r["token_influence"], note=note, scales=scales)
+                        scores, response, r["token_influence"], note=note, scales=scales,
+                        colours=colours)
 
 
 def explain_map(report: Report, context: list[str], starts: Sequence[float],
