@@ -20,10 +20,20 @@ again and ``measure`` is reading the stored rows back (the phases after it are t
 resuming 10,000 turns takes 2 to 4 minutes. ``--default`` scores with the default model
 instead (give ``--turns 1000``: about 1 s a turn on this CPU).
 
+``--served`` scores the logged answers through the served backend (``ctxleak.serve``): the
+benchmark starts the fast tier's fake OpenAI-compatible server (vLLM's dialect,
+``tests/helpers/fake_server.py``) on the tiny model in a process of its own, so the figures are
+the auditing process's alone: the HTTP client, the records and the summary, without the model.
+The model's own memory is a constant of the server, whatever the log's length. Give it
+``--min-new-tokens 0``: the fake server has no prefix cache (vLLM has one), so each answer
+position where EOS is masked (the first 10 by default) costs it one more forward pass over the
+whole prompt, ten times the scoring; the records keep the same shape and sizes.
+
     python bench/bench_rag_memory.py [--turns 1000,10000] [--default] [--keep DIR]
     python bench/bench_rag_memory.py --turns 10000 --keep DIR     # once: about 20 minutes
     python bench/bench_rag_memory.py --reuse DIR/run-10000 --turns 1000,10000
     python bench/bench_rag_memory.py --parse --turns 1000,10000   # the log alone: seconds
+    python bench/bench_rag_memory.py --served --min-new-tokens 0 --turns 1000,10000
 
 Run it on another checkout's source with ``PYTHONPATH=/path/to/src`` (main's figures were
 measured that way).
@@ -37,6 +47,7 @@ import json
 import random
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -141,7 +152,7 @@ def patched(phases: Phases) -> list[tuple[Any, str, Any]]:
 
 
 def one_run(lm: Any, n: int, folder: Path, reuse: Path | None = None,
-            log_turns: int = 10000) -> Phases:
+            log_turns: int = 10000, min_new_tokens: int | None = None) -> Phases:
     """One run over ``n`` turns in a new folder; with ``reuse``, a copy of that run folder
     (scored over the first turns of a ``log_turns`` log) resumed with ``limit=n``: nothing is
     scored again, so ``measure`` is reading the stored rows back."""
@@ -157,6 +168,7 @@ def one_run(lm: Any, n: int, folder: Path, reuse: Path | None = None,
     try:
         phases.enter("measure")
         result = ctxleak.influence(lm, rows, max_new_tokens=24, temperature=1.0,
+                                   min_new_tokens=min_new_tokens,
                                    progress=False, output=str(output),
                                    **({"resume": True, "limit": n} if reuse else {}))
         phases.enter(None)
@@ -167,6 +179,47 @@ def one_run(lm: Any, n: int, folder: Path, reuse: Path | None = None,
     assert result is not None and len(result.records) == n
     phases.python = {k: v - base for k, v in phases.python.items()}
     return phases
+
+
+def fake_server(tok_dir: str) -> None:
+    """Run the fake vLLM server on the tiny model until stdin closes (``--fake-server``): print
+    its URL once it listens. The model is fitted to the served backend's probe text, as the
+    served tests' is, so that the check before a run accepts it."""
+    from helpers.fake_server import FakeVLLM, plausible
+    from helpers.tiny_models import tiny_llama
+
+    from ctxleak.engine.served import PROBE_TEXT
+
+    torch.set_num_threads(1)
+    tiny = plausible(tiny_llama(seed=3, vocab_extra=0), PROBE_TEXT)
+    tiny.tokenizer.save_pretrained(tok_dir)
+    server = FakeVLLM(tiny, never=(0, 1, 3))  # <pad>, <bos>, <unk>: never sampled
+    server.requests = _Discard()  # it keeps every request body for the tests; not here
+    with server:
+        print(server.url, flush=True)
+        sys.stdin.read()
+
+
+class _Discard(list):  # type: ignore[type-arg]
+    """A list that keeps nothing appended to it."""
+
+    def append(self, item: Any) -> None:
+        pass
+
+
+def served_tiny(scratch: Path) -> tuple[Any, subprocess.Popen[str]]:
+    """The tiny model served by :func:`fake_server` in a process of its own, as ``serve``'s LM,
+    and that process (stop it by closing its stdin)."""
+    from ctxleak.engine.served import serve
+
+    tok_dir = scratch / "served-tokenizer"
+    proc = subprocess.Popen([sys.executable, __file__, "--fake-server", str(tok_dir)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    if not url:
+        raise SystemExit(f"the fake server did not start (exit code {proc.wait()})")
+    return serve("tiny", url, tokenizer=str(tok_dir)), proc
 
 
 def traced(make: Any) -> tuple[Any, float, float, float]:
@@ -215,35 +268,57 @@ def main() -> None:
     ap.add_argument("--keep", help="write the run folders here (kept), not in a temporary one")
     ap.add_argument("--log-turns", type=int, default=10000, help="the log the --reuse folder "
                     "was scored over")
+    ap.add_argument("--served", action="store_true", help="score through the served backend: "
+                    "the tiny model in a fake vLLM server, in a process of its own")
+    ap.add_argument("--min-new-tokens", type=int, help="EOS masked at the answers' first N "
+                    "positions (default: the run's, 10)")
+    ap.add_argument("--fake-server", metavar="TOKENIZER_DIR", help=argparse.SUPPRESS)
     ap.add_argument("--parse", action="store_true", help="only the log read from a JSONL file: "
                     "what the run holds of it, against the lines as parsed JSON (seconds)")
     args = ap.parse_args()
+    if args.fake_server:
+        fake_server(args.fake_server)
+        return
     if args.parse:
         parse_only([int(x) for x in args.turns.split(",")])
         return
     torch.set_num_threads(args.threads)
-    if args.default:
-        from _common import load_default
-
-        lm = load_default()
-    else:
-        from helpers.tiny_models import tiny_llama
-
-        lm = tiny_llama()
-    print(f"# ctxleak from {Path(ctxleak.__file__).parent}; model {lm.describe()}"
-          + (f"; resuming copies of {args.reuse}" if args.reuse else ""))
-    print("turns | phase | peak Python (tracemalloc, MiB, above the start) | peak RSS (MiB) | s")
+    server = None
     with tempfile.TemporaryDirectory() as scratch:
-        tmp = args.keep or scratch
-        one_run(lm, 20, Path(scratch))  # warm-up: imports, the figures' first draw
-        for n in (int(x) for x in args.turns.split(",")):
-            got = one_run(lm, n, Path(tmp), args.reuse, args.log_turns)
-            for phase in PHASES:
-                print(f"{n} | {phase} | {got.python.get(phase, 0.0):.1f} | "
-                      f"{got.rss.get(phase, 0.0):.0f} | {got.seconds.get(phase, 0.0):.1f}")
-            print(f"{n} | whole run | {max(got.python.values()):.1f} | "
-                  f"{max(got.rss.values()):.0f} | {sum(got.seconds.values()):.1f}", flush=True)
+        if args.served:
+            lm, server = served_tiny(Path(scratch))
+        elif args.default:
+            from _common import load_default
 
+            lm = load_default()
+        else:
+            from helpers.tiny_models import tiny_llama
+
+            lm = tiny_llama()
+        print(f"# ctxleak from {Path(ctxleak.__file__).parent}; model {lm.describe()}"
+              + (f"; resuming copies of {args.reuse}" if args.reuse else ""))
+        print("turns | phase | peak Python (tracemalloc, MiB, above the start) | peak RSS (MiB) "
+              "| s")
+        try:
+            measure_all(lm, args, Path(scratch))
+        finally:
+            if server is not None:
+                assert server.stdin is not None
+                server.stdin.close()
+                server.wait(timeout=60)
+
+
+def measure_all(lm: Any, args: argparse.Namespace, scratch: Path) -> None:
+    """Every size of ``--turns``, after a warm-up run of 20 turns, printed as measured."""
+    tmp = Path(args.keep) if args.keep else scratch
+    one_run(lm, 20, scratch, min_new_tokens=args.min_new_tokens)  # warm-up: imports, figures
+    for n in (int(x) for x in args.turns.split(",")):
+        got = one_run(lm, n, tmp, args.reuse, args.log_turns, args.min_new_tokens)
+        for phase in PHASES:
+            print(f"{n} | {phase} | {got.python.get(phase, 0.0):.1f} | "
+                  f"{got.rss.get(phase, 0.0):.0f} | {got.seconds.get(phase, 0.0):.1f}")
+        print(f"{n} | whole run | {max(got.python.values()):.1f} | "
+              f"{max(got.rss.values()):.0f} | {sum(got.seconds.values()):.1f}", flush=True)
 
 if __name__ == "__main__":
     main()
