@@ -27,7 +27,7 @@ the auditing process's alone: the HTTP client, the records and the summary, with
 The model's own memory is a constant of the server, whatever the log's length. Give it
 ``--min-new-tokens 0``: the fake server has no prefix cache (vLLM has one), so each answer
 position where EOS is masked (the first 10 by default) costs it one more forward pass over the
-whole prompt, ten times the scoring; the records keep the same shape and sizes.
+whole prompt (40 turns: 34.6 s against 7.2 s); the records keep the same shape and sizes.
 
     python bench/bench_rag_memory.py [--turns 1000,10000] [--default] [--keep DIR]
     python bench/bench_rag_memory.py --turns 10000 --keep DIR     # once: about 20 minutes
@@ -52,6 +52,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -194,17 +195,10 @@ def fake_server(tok_dir: str) -> None:
     tiny = plausible(tiny_llama(seed=3, vocab_extra=0), PROBE_TEXT)
     tiny.tokenizer.save_pretrained(tok_dir)
     server = FakeVLLM(tiny, never=(0, 1, 3))  # <pad>, <bos>, <unk>: never sampled
-    server.requests = _Discard()  # it keeps every request body for the tests; not here
+    server.requests = deque(maxlen=0)  # type: ignore[assignment]  # keeps no request body
     with server:
         print(server.url, flush=True)
         sys.stdin.read()
-
-
-class _Discard(list):  # type: ignore[type-arg]
-    """A list that keeps nothing appended to it."""
-
-    def append(self, item: Any) -> None:
-        pass
 
 
 def served_tiny(scratch: Path) -> tuple[Any, subprocess.Popen[str]]:
