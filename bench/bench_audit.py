@@ -24,7 +24,6 @@ import torch
 from ctxleak.engine.generation import generate_streams
 from ctxleak.engine.models import load_model
 from ctxleak.engine.prefill import shared_prefix_length
-from ctxleak.methods.accounting import calibrate
 from ctxleak.methods.audit import (
     DPAggregator,
     draw_subset,
@@ -32,7 +31,8 @@ from ctxleak.methods.audit import (
     sequence_seeds,
     subset_prompts,
 )
-from ctxleak.methods.dp_mechanism import aggregate, clip_logits, sampling_logprobs
+from ctxleak.mitigations.accounting import calibrate
+from ctxleak.mitigations.dp_synthetic import aggregate, clip_logits, sampling_logprobs
 
 
 class TimedAggregator(DPAggregator):

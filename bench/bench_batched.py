@@ -39,7 +39,6 @@ from _common import device_line, load_default, timed
 import ctxleak
 from ctxleak.engine.batching import BatchPolicy, using
 from ctxleak.engine.forward import left_pad, pad_id
-from ctxleak.methods.influence.cid import generate_cid_many
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import (
     InfluenceOptions,
@@ -47,6 +46,7 @@ from ctxleak.methods.influence.pipeline import (
     example_parts,
     measure_examples,
 )
+from ctxleak.mitigations.cid import generate_cid_many
 
 
 def hf_sample(lm, prompts, tokens: int, seed: int = 0) -> None:

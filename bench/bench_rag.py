@@ -23,7 +23,7 @@ from typing import Any
 from _common import device_line, load_default
 
 import ctxleak
-from ctxleak.methods.influence.exposure import DocumentLedger
+from ctxleak.methods.rag.exposure import DocumentLedger
 
 FIRST = ["Marta", "Idris", "Lena", "Jonas", "Noor", "Aurelio", "Saoirse", "Benedikt"]
 LAST = ["Velikova", "Okafor", "Wirth", "Ekdahl", "Haddad", "Skeffington", "Calloway", "Orrow"]

@@ -29,9 +29,9 @@ import httpx
 from _common import device_line, load_default, timed_rounds, vllm_server_for
 
 from ctxleak.engine.served import serve
-from ctxleak.methods.influence.cid import CIDConfig, generate_cid_many
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
+from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
 
 
 def jobs_for(lm, limit: int, config: CIDConfig) -> list:

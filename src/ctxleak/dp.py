@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ctxleak.errors import ConfigError
-from ctxleak.methods.accounting import calibrate as calibrate_mechanism
-from ctxleak.methods.accounting import theoretical_epsilon
-from ctxleak.methods.accounting_params import (
+from ctxleak.mitigations.accounting import calibrate as calibrate_mechanism
+from ctxleak.mitigations.accounting import theoretical_epsilon
+from ctxleak.mitigations.accounting_params import (
     EPS_MAX,
     check_params,
     check_targets,
@@ -46,7 +46,7 @@ def calibrate(target_eps: Any = "0.5,1,5,10,20,50,100", delta: float = 1e-5, *,
               orders: Any = "2-99", **deprecated: Any) -> list[Any]:
     """Algorithm 3 for each target ε: the searched parameter (``temperature``, ``clip`` or
     ``subset-size``), the order α* and the ε reached, as
-    :class:`ctxleak.methods.accounting.Calibration` objects (one per target). ``sequences`` is
+    :class:`ctxleak.mitigations.accounting.Calibration` objects (one per target). ``sequences`` is
     the paper's N_gen, ``max_new_tokens`` its T_max (``n_gen`` and ``max_tokens`` before,
     deprecated)."""
     counts = _renamed("calibrate()", deprecated, {"sequences": sequences,

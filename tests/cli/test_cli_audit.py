@@ -8,7 +8,7 @@ import stat
 import pytest
 from conftest import run_cli
 
-from ctxleak.methods.accounting import epsilon_floor
+from ctxleak.mitigations.accounting import epsilon_floor
 
 
 def cli(argv, capsys):

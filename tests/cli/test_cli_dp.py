@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import run_cli
 
-from ctxleak.methods.accounting import theoretical_epsilon
+from ctxleak.mitigations.accounting import theoretical_epsilon
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:

@@ -192,7 +192,7 @@ def test_factkb_for_every_setting_with_a_local_classifier(tiny_dir, tmp_path, ca
     from helpers.tiny_models import word_tokenizer
     from transformers import BertConfig, BertForSequenceClassification
 
-    from ctxleak.methods.influence.quality import factkb
+    from ctxleak.methods.tradeoff.quality import factkb
 
     torch.manual_seed(0)
     tok = word_tokenizer(add_bos=False)

@@ -20,8 +20,8 @@ from helpers.proxy_server import serving as proxy_serving
 from helpers.tiny_models import tiny_llama
 
 from ctxleak.engine.served_client import ServerError
-from ctxleak.methods.influence.cid import CIDConfig, generate_cid
 from ctxleak.methods.influence.data import load_examples, prompt_parts
+from ctxleak.mitigations.cid import CIDConfig, generate_cid
 from ctxleak.proxy import Budgets
 from ctxleak.proxy.budget import SQLiteLedger
 

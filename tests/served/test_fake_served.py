@@ -24,7 +24,7 @@ from ctxleak.engine.scoring import continuation_logprobs
 from ctxleak.engine.served import PROBE_TEXT, serve
 from ctxleak.engine.served_client import ClientOptions, ServerError
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
 from ctxleak.run.records import demo_path
 
 TOL = 1e-5  # nats per token: the same float32 weights, one forward pass here and there

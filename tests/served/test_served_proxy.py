@@ -15,8 +15,8 @@ import pytest
 from helpers.proxy_server import postgres, postgres_tools, serving
 
 from ctxleak.engine.served import serve
-from ctxleak.methods.influence.cid import CIDConfig, generate_cid
 from ctxleak.methods.influence.data import load_examples, prompt_parts
+from ctxleak.mitigations.cid import CIDConfig, generate_cid
 from ctxleak.proxy import Budgets
 from ctxleak.proxy.budget import open_ledger
 

@@ -16,9 +16,9 @@ from helpers.rundiff import untimed
 import ctxleak
 from ctxleak.engine.scoring import continuation_logits
 from ctxleak.engine.served import serve
-from ctxleak.methods.influence.cid import CIDConfig, generate_cid_many
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
+from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
 from ctxleak.run.records import demo_path
 
 pytestmark = [pytest.mark.served, pytest.mark.integration]

@@ -1,6 +1,6 @@
 """``ctxleak.canary_audit``: an attack's empirical ε lower bound beside bounded Context Influence
 Decoding's guarantee, by membership inference with planted canaries ("Auditing Differentially
-Private Machine Learning: How Private is Private SGD?"; :mod:`ctxleak.methods.influence.canary`)."""
+Private Machine Learning: How Private is Private SGD?"; :mod:`ctxleak.methods.attacks.canary`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any, cast
 from ctxleak.api.docs import MODEL_DOC, PROGRESS_DOC, documented, run_option_docs
 from ctxleak.api.running import keywords, run_method, run_options
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.methods.influence.canary import CONFIDENCE
-from ctxleak.methods.influence.canary_method import CanaryMethod, CanaryParams
-from ctxleak.methods.influence.cid import CIDConfig
+from ctxleak.methods.attacks.canary import CONFIDENCE
+from ctxleak.methods.attacks.canary_method import CanaryMethod, CanaryParams
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.results import CanaryResult
 
 #: The keywords of :func:`canary_audit` besides the run options.

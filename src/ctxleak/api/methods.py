@@ -20,8 +20,8 @@ from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.audit.method import AuditParams
 from ctxleak.methods.icl.params import ICLInfParams
 from ctxleak.methods.influence.params import InfluenceParams
-from ctxleak.methods.influence.retrieval import retrieve
 from ctxleak.methods.pii.params import ProbeParams
+from ctxleak.methods.rag.retrieval import retrieve
 from ctxleak.methods.susceptibility.method import SusceptibilityParams
 from ctxleak.results import (
     AuditResult,

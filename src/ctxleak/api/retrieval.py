@@ -1,5 +1,5 @@
 """Retrievers at the faces: :func:`retrieve` (a RAG pipeline's retriever asked for each query's
-documents, :mod:`ctxleak.methods.influence.retrieval`) and :func:`load_retriever`, the object a
+documents, :mod:`ctxleak.methods.rag.retrieval`) and :func:`load_retriever`, the object a
 ``--retriever PATH.py:NAME`` or ``module:NAME`` flag names ("Estimating Privacy Leakage of
 Augmented Contextual Knowledge in Language Models", Def. 3.1 with S = one retrieved
 document)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.retrieval import retrieve
+from ctxleak.methods.rag.retrieval import retrieve
 
 
 def load_retriever(spec: str) -> Any:

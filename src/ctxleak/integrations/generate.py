@@ -19,7 +19,7 @@ from ctxleak.integrations.ledger import ledger_result
 from ctxleak.integrations.renamed import cid_config, lam_renamed
 from ctxleak.integrations.transformers import ContextInfluenceProcessor, number_param
 from ctxleak.methods.influence.data import TASK_TEMPLATES, InfluenceExample, prompt_parts
-from ctxleak.methods.influence.ledger import RowLedger, to_records
+from ctxleak.mitigations.ledger import RowLedger, to_records
 from ctxleak.results import InfluenceResult
 
 # generate() settings the processor cannot follow: their steps do not extend one sequence by

@@ -2,7 +2,7 @@
 Leakage of Augmented Contextual Knowledge in Language Models), as a result.
 
 The ledger's record shape (:class:`LedgerEntry`, :class:`RowLedger`, :func:`to_records`) is CID's
-one record shape, defined with the maths in :mod:`ctxleak.methods.influence.ledger` and shown here
+one record shape, defined with the maths in :mod:`ctxleak.mitigations.ledger` and shown here
 for users of :mod:`ctxleak.integrations.transformers`. :func:`ledger_result` turns a ledger into
 an :class:`~ctxleak.results.InfluenceResult`, summarised as ``ctxleak influence`` summarises one
 setting.
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctxleak.citations import bibtex, papers_for
-from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger, to_records
 from ctxleak.methods.influence.summary import summarize_setting
+from ctxleak.mitigations.ledger import LedgerEntry, RowLedger, to_records
 from ctxleak.report.html import Report
 from ctxleak.results import InfluenceResult
 

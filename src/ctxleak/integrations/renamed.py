@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.cid import CIDConfig
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.run.params import rename_keywords
 
 F = TypeVar("F", bound=Callable[..., Any])

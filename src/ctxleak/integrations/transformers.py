@@ -46,9 +46,9 @@ from ctxleak.engine.models import LM, ModelInfo
 from ctxleak.errors import ConfigError
 from ctxleak.integrations.ledger import ledger_result
 from ctxleak.integrations.renamed import cid_config, lam_renamed
-from ctxleak.methods.influence.cid import cid_combine
-from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger, to_records
-from ctxleak.methods.influence.quantities import token_influence
+from ctxleak.mitigations.cid import cid_combine
+from ctxleak.mitigations.influence import token_influence
+from ctxleak.mitigations.ledger import LedgerEntry, RowLedger, to_records
 from ctxleak.results import InfluenceResult
 
 Ids = Sequence[int]

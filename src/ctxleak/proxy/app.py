@@ -27,8 +27,8 @@ from ctxleak.engine.capabilities import NEXT_TOKEN_DISTRIBUTION, check_capabilit
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.served_client import ServerError
 from ctxleak.errors import CtxleakError
-from ctxleak.methods.influence.cid import CID_NEEDS
-from ctxleak.methods.influence.ledger import LedgerEntry
+from ctxleak.mitigations.cid import CID_NEEDS
+from ctxleak.mitigations.ledger import LedgerEntry
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import Answer, decode_answer

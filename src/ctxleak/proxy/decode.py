@@ -1,6 +1,6 @@
 """One answer of the privacy proxy: the request's documents and prompt built into the two prompts
 of Context Influence Decoding the way ``ctxleak influence`` builds them, decoded by
-:func:`~ctxleak.methods.influence.cid.generate_cid` (Estimating Privacy Leakage of Augmented
+:func:`~ctxleak.mitigations.cid.generate_cid` (Estimating Privacy Leakage of Augmented
 Contextual Knowledge in Language Models, Def. 3.4, Eq. 6; bounded: App. B, Alg. 1)."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from dataclasses import dataclass, replace
 from ctxleak.engine.capabilities import WEIGHTS, capabilities_of
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.influence.answers import eos_masked, own_answers
-from ctxleak.methods.influence.cid import CIDConfig, generate_cid
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
-from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
 from ctxleak.methods.influence.ngrams import PromptParts
-from ctxleak.methods.influence.passages import list_pieces
-from ctxleak.methods.influence.quantities import token_influence
+from ctxleak.methods.rag.passages import list_pieces
+from ctxleak.mitigations.cid import CIDConfig, generate_cid
+from ctxleak.mitigations.influence import token_influence
+from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 from ctxleak.proxy.request import CIDRequest, Document
 
 #: Plain CID decodes as bounded CID with this ε per token, which no step's divergence reaches,

@@ -1,5 +1,5 @@
 """The documents section of an influence report and its console lines: the leak ledger per
-retrieved document across every answer (:mod:`ctxleak.methods.influence.exposure`; "Estimating
+retrieved document across every answer (:mod:`ctxleak.methods.rag.exposure`; "Estimating
 Privacy Leakage of Augmented Contextual Knowledge in Language Models", Def. 3.1-3.2 with the
 subset S = one document)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ctxleak.methods.influence.control import user_id
+from ctxleak.methods.ids import user_id
 from ctxleak.methods.influence.leakmap import ranked_examples
 from ctxleak.report.html import Link, Report
 from ctxleak.report.leakmap import MAX_MAPS, anchor

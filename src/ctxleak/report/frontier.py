@@ -1,6 +1,6 @@
 """The privacy–utility frontier of an influence sweep as shown: a console table with one line of
 recommendation, an HTML section, and a plot of utility against privacy loss, one point per
-setting, the Pareto front marked (:mod:`ctxleak.methods.influence.frontier`; the mitigations
+setting, the Pareto front marked (:mod:`ctxleak.methods.tradeoff.frontier`; the mitigations
 and their utility cost of "Estimating Privacy Leakage of Augmented Contextual Knowledge in
 Language Models")."""
 

@@ -9,7 +9,8 @@ import json
 from collections.abc import Iterator
 from typing import Any, Sequence
 
-from ctxleak.methods.influence.control import leak_where, user_id
+from ctxleak.methods.ids import user_id
+from ctxleak.methods.influence.control import leak_where
 from ctxleak.methods.influence.units import reading
 from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console

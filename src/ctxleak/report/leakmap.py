@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ctxleak.methods.influence.control import user_id
+from ctxleak.methods.ids import user_id
 from ctxleak.methods.influence.leakmap import context_token_scores, ranked_examples, top_passages
 from ctxleak.report.html import Link, Report
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxleak.errors import ConfigError
+from ctxleak.methods.ids import user_id
 from ctxleak.methods.influence.checks import CHECKS
-from ctxleak.methods.influence.control import user_id
-from ctxleak.methods.influence.frontier import COLUMNS, KEEP, frontier
 from ctxleak.methods.influence.units import UNITS, likelihood_ratio
+from ctxleak.methods.tradeoff.frontier import COLUMNS, KEEP, frontier
 from ctxleak.report.views import INFLUENCE
 from ctxleak.results.base import Result
 
@@ -163,7 +163,7 @@ class InfluenceResult(Result):
         sum and largest of its leave-one-out influence (nats), per response token; the
         questions it moved most; the PII it carries that answers repeated; under bounded CID
         its composed ε guarantee (``eps_basic``, ``eps_tight`` at ``delta``). See
-        :mod:`ctxleak.methods.influence.exposure`."""
+        :mod:`ctxleak.methods.rag.exposure`."""
         rows = [{"setting": s.get("setting"), "lambda": s.get("lambda"),
                  "temperature": s.get("temperature"), **row,
                  "over_budget": row["document"] in (s.get("over_budget") or ())}

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxleak.engine.forward import MASKED_LOGIT
-from ctxleak.methods.accounting import renyi_divergence
 from ctxleak.methods.audit import (
     DPAggregator,
     draw_subset,
@@ -19,7 +18,8 @@ from ctxleak.methods.audit import (
     leave_one_out_rdp,
     sequence_seeds,
 )
-from ctxleak.methods.dp_mechanism import leave_one_out_divergences
+from ctxleak.mitigations.accounting import renyi_divergence
+from ctxleak.mitigations.dp_synthetic import leave_one_out_divergences
 
 SENTENCES = ["the capital of france is paris .", "the doctor said yes to the patient",
              "rome is the capital of italy", "a report on the news in berlin",

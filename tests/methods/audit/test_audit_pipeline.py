@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.methods.accounting import DPTokenEvent, empirical_epsilon
 from ctxleak.methods.audit import (
     TEMPLATE,
     AuditConfig,
@@ -23,6 +22,7 @@ from ctxleak.methods.audit import (
     setting_row,
 )
 from ctxleak.methods.audit.data import PrivateExample
+from ctxleak.mitigations.accounting import DPTokenEvent, empirical_epsilon
 from ctxleak.report.audit import figure6, table_rows, token_rdp_plot
 from ctxleak.report.plots import PNG_SIGNATURE
 

@@ -101,8 +101,8 @@ def test_without_batch_invariance_tokens_still_match(llama_lm, tmp_path):
 def test_replayed_cid_floats_equal_the_generation_ones(llama_lm):
     """The recomputed (per-example, teacher-forced) log-probs, λ_t and ε describe the
     distributions the response was drawn from: equal to the generation's own to float noise."""
-    from ctxleak.methods.influence.cid import CIDConfig, generate_cid_many, replay_cid
     from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
+    from ctxleak.mitigations.cid import CIDConfig, generate_cid_many, replay_cid
 
     parts = [prompt_parts(llama_lm, InfluenceExample(**d, reference=None, task="qa"))[0]
              for d in _docs(4)]

@@ -28,9 +28,9 @@ from ctxleak.methods.influence.control import (
     paired_test,
 )
 from ctxleak.methods.influence.data import InfluenceExample, load_examples, prompt_parts
-from ctxleak.methods.influence.passages import list_pieces, split_context
 from ctxleak.methods.influence.units import dp_scale, format_ratio, likelihood_ratio
 from ctxleak.methods.influence.verdict import setting_verdict
+from ctxleak.methods.rag.passages import list_pieces, split_context
 
 WORDS = ("the capital of france is paris . rome is the capital of italy and a city . the doctor "
          "said the news report was one page . berlin is in germany .").split()

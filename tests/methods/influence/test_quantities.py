@@ -11,12 +11,9 @@ import torch
 
 from ctxleak.engine.forward import MASKED_LOGIT
 from ctxleak.engine.generation import mask_eos_before_min
-from ctxleak.methods.influence.quantities import (
-    expected_influence,
-    response_influence,
-    token_influence,
-)
+from ctxleak.methods.influence.quantities import expected_influence
 from ctxleak.methods.susceptibility.fisher import fisher_chi
+from ctxleak.mitigations.influence import response_influence, token_influence
 
 
 def test_token_and_response_influence_by_hand():

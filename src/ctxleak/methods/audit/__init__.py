@@ -3,8 +3,8 @@
 Algorithm 1 (clip, average and sample over s one-shot prompts) runs on the engine's multi-stream
 generation at the parameters Algorithm 3 calibrates for each target ε; the data-dependent RDP of
 every released token is computed from the clipped rows already in hand and turned into
-``ε_empirical``. The accounting maths lives in :mod:`ctxleak.methods.accounting`, the mechanism
-maths in :mod:`ctxleak.methods.dp_mechanism`.
+``ε_empirical``. The accounting maths lives in :mod:`ctxleak.mitigations.accounting`, the mechanism
+maths in :mod:`ctxleak.mitigations.dp_synthetic`.
 """
 
 from ctxleak.methods.audit.data import (

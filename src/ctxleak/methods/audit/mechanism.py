@@ -20,7 +20,7 @@ import torch
 
 from ctxleak.engine.generation import Generation, StreamJob, derive_seed, generate_many, replay
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.methods.dp_mechanism import (
+from ctxleak.mitigations.dp_synthetic import (
     aggregate,
     clip_logits,
     excluded_mask,
@@ -87,7 +87,7 @@ def leave_one_out_rdp(clipped: torch.Tensor, logprobs: torch.Tensor, temperature
     """``D^↔_α(P‖Q_p)`` (Eq. 6) for each prompt p: ``P`` is the mechanism's distribution (its
     log-probs already computed by ``combine``) and ``Q_p`` averages the other s−1 clipped rows,
     over the same output set as ``P`` (``excluded`` tokens removed after aggregation).
-    Equal to :func:`ctxleak.methods.dp_mechanism.leave_one_out_divergences` without recomputing P.
+    Equal to :func:`ctxleak.mitigations.dp_synthetic.leave_one_out_divergences` without recomputing P.
     """
     logq = leave_one_out_logprobs(clipped, temperature, excluded)
     logp = logprobs.double().unsqueeze(0)

@@ -12,13 +12,6 @@ from typing import Any
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
-from ctxleak.methods.accounting_params import (
-    PARAM_RANGE,
-    check_targets,
-    parse_orders,
-    positive_floats,
-    search_name,
-)
 from ctxleak.methods.audit import TEMPLATE, AuditConfig, audit_jobs, check_template, load_private_data
 from ctxleak.methods.audit.data import data_path
 from ctxleak.methods.audit.pipeline import (
@@ -31,6 +24,13 @@ from ctxleak.methods.audit.pipeline import (
 from ctxleak.methods.audit.verdict import UNITS as VERDICT_UNITS
 from ctxleak.methods.audit.verdict import audit_verdict
 from ctxleak.methods.needs import audit as audit_needs
+from ctxleak.mitigations.accounting_params import (
+    PARAM_RANGE,
+    check_targets,
+    parse_orders,
+    positive_floats,
+    search_name,
+)
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions
@@ -41,7 +41,7 @@ from ctxleak.run.runner import say
 
 def _positive(param: str, value: float) -> None:
     """``value`` in the dp accounting's meaningful range
-    (:data:`~ctxleak.methods.accounting_params.PARAM_RANGE`)."""
+    (:data:`~ctxleak.mitigations.accounting_params.PARAM_RANGE`)."""
     low, high = PARAM_RANGE
     if not low <= value <= high:
         raise ConfigError(f"{param} must be a number from {low:g} to {high:g}, got {value:g}",

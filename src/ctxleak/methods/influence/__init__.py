@@ -1,20 +1,12 @@
 """Context influence, Context Influence Decoding and bounded CID (Estimating Privacy Leakage of
 Augmented Contextual Knowledge in Language Models)."""
 
-from ctxleak.methods.influence.cid import (
-                                           CIDConfig,
-                                           bounded_lambda,
-                                           cid_combine,
-                                           cid_logprobs,
-                                           generate_cid,
-)
 from ctxleak.methods.influence.data import (
                                            TASK_TEMPLATES,
                                            InfluenceExample,
                                            load_examples,
                                            prompt_parts,
 )
-from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
 from ctxleak.methods.influence.ngrams import (
                                            PromptParts,
                                            WindowInfluence,
@@ -25,6 +17,14 @@ from ctxleak.methods.influence.ngrams import (
 from ctxleak.methods.influence.pipeline import measure_example
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, settings_grid
 from ctxleak.methods.influence.summary import summarize_setting
+from ctxleak.mitigations.cid import (
+                                           CIDConfig,
+                                           bounded_lambda,
+                                           cid_combine,
+                                           cid_logprobs,
+                                           generate_cid,
+)
+from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 
 __all__ = [
                                            "TASK_TEMPLATES",

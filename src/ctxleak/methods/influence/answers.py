@@ -26,9 +26,9 @@ from ctxleak.engine.generation import sample
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.scoring import continuation_logprobs, next_token_logprobs
 from ctxleak.errors import warn
-from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
 from ctxleak.methods.influence.ngrams import PromptParts, WindowInfluence, WindowRequest, windows
-from ctxleak.methods.influence.quantities import token_influence
+from ctxleak.mitigations.influence import token_influence
+from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 
 
 def eos_masked(lm: LanguageModel, prompts: Sequence[Sequence[int]],

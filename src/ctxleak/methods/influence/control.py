@@ -40,8 +40,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from ctxleak.methods.ids import user_id
 from ctxleak.methods.influence.metrics import mean_with_ci
-from ctxleak.methods.influence.quantities import response_influence, token_influence
+from ctxleak.mitigations.influence import response_influence, token_influence
 
 #: A response token found in the context with influence below this (nats; likelihood ratio
 #: below e^0.1 ≈ 1.105) is one the model already knew.
@@ -335,14 +336,6 @@ def flag_rule(controls: Sequence[float]) -> tuple[float | None, str]:
             f"influence is above the largest of the {c.size} control influences (each response "
             f"scored with another example's context; fewer than {MIN_FOR_PERCENTILE} "
             f"examples, too few for a {PERCENTILE:g}th percentile)")
-
-
-def user_id(record: dict[str, Any]) -> str:
-    """The example's own id: the record id without the setting it may carry (``id|setting``)."""
-    rid, setting = str(record.get("id", "")), record.get("setting")
-    if setting and rid.endswith(f"|{setting}"):
-        return rid[: -len(setting) - 1]
-    return rid
 
 
 def leak_where(record: dict[str, Any]) -> str | None:

@@ -12,22 +12,22 @@ from typing import Any
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.methods.influence.documents import (
+from ctxleak.methods.influence.ngrams import PromptParts
+from ctxleak.methods.rag.documents import (
     DocumentProblem,
     RetrievedDocument,
     duplicate_problem,
     is_document_list,
     to_document,
 )
-from ctxleak.methods.influence.ngrams import PromptParts
-from ctxleak.methods.influence.passages import (
+from ctxleak.methods.rag.passages import (
     SPLITS,
     clip_spans,
     list_pieces,
     piece_spans,
     split_context,
 )
-from ctxleak.methods.influence.spans import LOG_FORMATS, is_span_log, span_rows
+from ctxleak.methods.rag.spans import LOG_FORMATS, is_span_log, span_rows
 from ctxleak.run.inputs import is_named
 from ctxleak.run.records import demo_path, example_id, iter_rows, reject_duplicate_ids
 
@@ -51,9 +51,9 @@ class InfluenceExample:
     # a logged answer to audit (the ``response`` field): scored instead of one generated
     response: str | None = None
     # the context as passages (a retriever's list, or the context split by sentence or
-    # paragraph): pieces whose concatenation is ``context`` (:mod:`.passages`); None: one piece
+    # paragraph): pieces whose concatenation is ``context`` (:mod:`ctxleak.methods.rag.passages`); None: one piece
     passages: tuple[str, ...] | None = None
-    # the retrieved documents the passages came from, one per passage (:mod:`.documents`);
+    # the retrieved documents the passages came from, one per passage (:mod:`ctxleak.methods.rag.documents`);
     # None for passages given as strings or split from the context
     documents: tuple[RetrievedDocument, ...] | None = None
     # the logged answer's token ids (the ``response_ids`` field): scored exactly as given
@@ -148,12 +148,12 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     A row may give its context as ``passages``, a list of strings (joined by a blank line; it
     then needs no ``context``, and wins over one), or as ``documents``: what a retriever
     returned, a list of strings, dicts (``text``, ``id``, ``source``, ``metadata``, ``score``)
-    or LangChain, LlamaIndex or Haystack documents (:mod:`.documents`), each kept with its id,
+    or LangChain, LlamaIndex or Haystack documents (:mod:`ctxleak.methods.rag.documents`), each kept with its id,
     source, metadata, rank and score. Two documents with one id and different texts are refused.
     ``passages='sentence'`` or ``'paragraph'`` splits every other row's context into passages
-    (:mod:`.passages`). A JSONL file of OpenInference spans (``log_format='openinference'``,
+    (:mod:`ctxleak.methods.rag.passages`). A JSONL file of OpenInference spans (``log_format='openinference'``,
     or recognised by its first line with ``'auto'``) gives one row per trace
-    (:mod:`.spans`); ``'rows'`` reads every file as rows."""
+    (:mod:`ctxleak.methods.rag.spans`); ``'rows'`` reads every file as rows."""
     if passages is not None and passages not in SPLITS:
         raise ConfigError(f"passages must be {' or '.join(SPLITS)}, not '{passages}'",
                           param="passages")

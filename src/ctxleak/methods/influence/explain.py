@@ -14,13 +14,13 @@ import numpy as np
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.cid import CIDConfig, generate_cid
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 from ctxleak.methods.influence.ngrams import (
     next_token_unigram_influence,
     window_influence,
     windows,
 )
+from ctxleak.mitigations.cid import CIDConfig, generate_cid
 from ctxleak.run.method import ItemIds, Method, Plan
 from ctxleak.run.options import RunOptions
 from ctxleak.run.records import read_text_file

@@ -22,15 +22,15 @@ from ctxleak.methods.influence.data import (
     resolve_data,
     template_for,
 )
-from ctxleak.methods.influence.exposure import documents_summary
-from ctxleak.methods.influence.frontier import frontier
 from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
-from ctxleak.methods.influence.quality import quality_scores
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
 from ctxleak.methods.influence.summary import HEAVY_FIELDS, summarize_setting
 from ctxleak.methods.influence.verdict import run_verdict
+from ctxleak.methods.rag.exposure import documents_summary
+from ctxleak.methods.tradeoff.frontier import frontier
+from ctxleak.methods.tradeoff.quality import quality_scores
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions

@@ -19,8 +19,8 @@ from ctxleak.engine.generation import mask_eos_before_min
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.scoring import continuation_logits
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.cid import bounded_lambdas, cid_logprobs
-from ctxleak.methods.influence.quantities import response_influence, token_influence
+from ctxleak.mitigations.cid import bounded_lambdas, cid_logprobs
+from ctxleak.mitigations.influence import response_influence, token_influence
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ def next_token_unigram_influence(lm: LanguageModel, parts: PromptParts, prefix: 
 
     The token follows ``prefix`` (response tokens already generated), so it is scored with the
     distribution it was sampled from: EOS masked when ``len(prefix) < min_new_tokens``, as in
-    :func:`~ctxleak.methods.influence.cid.generate_cid`, at the same λ and T.
+    :func:`~ctxleak.mitigations.cid.generate_cid`, at the same λ and T.
     """
     spans = windows(len(parts.context), 1)
     res = window_influence(lm, PromptParts(parts.before, parts.context,

@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxleak.errors import ConfigError, warn
-from ctxleak.methods.influence.passages import SPLITS
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, settings_grid
-from ctxleak.methods.influence.spans import LOG_FORMATS
+from ctxleak.methods.rag.passages import SPLITS
+from ctxleak.methods.rag.spans import LOG_FORMATS
 from ctxleak.run.options import float_list, int_list
 from ctxleak.run.params import option
 from ctxleak.run.validate import (

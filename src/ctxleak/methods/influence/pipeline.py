@@ -14,7 +14,6 @@ import numpy as np
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.influence.answers import eos_masked, own_answers, score_responses, scored_spans
-from ctxleak.methods.influence.cid import generate_cid_many
 from ctxleak.methods.influence.control import (
     ControlCost,
     context_token_kinds,
@@ -23,13 +22,10 @@ from ctxleak.methods.influence.control import (
     per_token_fields,
 )
 from ctxleak.methods.influence.data import InfluenceExample, passage_spans, prompt_parts
-from ctxleak.methods.influence.documents import document_fields
-from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
 from ctxleak.methods.influence.metrics import (
     context_token_fraction,
     is_repeat,
     is_rouge_repeat,
-    rouge_l_f1,
 )
 from ctxleak.methods.influence.ngrams import (
     PromptParts,
@@ -38,10 +34,13 @@ from ctxleak.methods.influence.ngrams import (
     window_influence_many,
     windows,
 )
-from ctxleak.methods.influence.quantities import token_influence
 from ctxleak.methods.influence.roads import ANSWERS, Road, road
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, round_floats
-from ctxleak.methods.influence.utility import reference_scores
+from ctxleak.methods.rag.documents import document_fields
+from ctxleak.methods.tradeoff.utility import reference_scores, rouge_l_f1
+from ctxleak.mitigations.cid import generate_cid_many
+from ctxleak.mitigations.influence import token_influence
+from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 
 #: The control examples of each job, nearest first (empty: the job has none).
 Controls = Sequence[Sequence[InfluenceExample]]
@@ -79,7 +78,7 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
 
     Passages (an example with ``passages``): each passage left out and the response scored,
     Def. 3.1 with S = that passage, in the same scoring run as the n-gram windows
-    (:mod:`.passages`). ``controls``: the control examples of each job (None: no control), each
+    (:mod:`ctxleak.methods.rag.passages`). ``controls``: the control examples of each job (None: no control), each
     of whose contexts replaces the job's to score the same response (:mod:`.control`); ``cost``
     adds up the control's forward passes and seconds."""
     given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response_source != "generated"]
@@ -154,7 +153,7 @@ def _passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] |
     """The passage fields of a record: each passage's text, token span and influence
     (Def. 3.1-3.2 with S = the passage, nats; None for a passage cut out of the context), and
     the most influential one (``max_passage`` its number from 1, ``max_passage_id`` its name);
-    the documents' ids, sources, ranks and scores (:func:`.documents.document_fields`)."""
+    the documents' ids, sources, ranks and scores (:func:`ctxleak.methods.rag.documents.document_fields`)."""
     it = iter(round_floats(values))
     influence = [None if s is None else next(it) for s in spans]
     known = [(v, j) for j, v in enumerate(influence) if v is not None]

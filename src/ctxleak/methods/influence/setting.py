@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ctxleak.methods.influence.cid import (
+from ctxleak.mitigations.cid import (
     CIDConfig,
 )
 

@@ -9,11 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ctxleak.methods.influence.control import (
-    TOKEN_RULE,
-    control_summary,
-    user_id,
-)
+from ctxleak.methods.ids import user_id
+from ctxleak.methods.influence.control import TOKEN_RULE, control_summary
 from ctxleak.methods.influence.metrics import (
     mean_curve,
     mean_with_ci,
@@ -42,7 +39,7 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
     curve; for runs with passages the most influential passages.
 
     Records that do not know their context (a ledger's, :meth:`RowLedger.to_record
-    <ctxleak.methods.influence.ledger.RowLedger.to_record>`) give ``None`` for the
+    <ctxleak.mitigations.ledger.RowLedger.to_record>`) give ``None`` for the
     regurgitation counts and the mean context size."""
     infl = [r["influence"] for r in records]
     scored = {k: [r[k] for r in records if r.get(k) is not None]
@@ -58,7 +55,7 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
         "repeat_prompts": int(sum(r["repeat"] for r in records)) if knows_context else None,
         "rouge_prompts": int(sum(r["rouge_repeat"] for r in records)) if knows_context
         else None,
-        # utility against the references (:mod:`.utility`): None where no record has one
+        # utility against the references (:mod:`ctxleak.methods.tradeoff.utility`): None where no record has one
         **{k: mean_with_ci(v, seed=seed) if v else None for k, v in scored.items()},
         "per_position_influence": mean_curve(r["token_influence"] for r in records),
         "mean_context_tokens": float(np.mean([r["context_tokens"] for r in records]))

@@ -57,7 +57,6 @@ import numpy as np
 from ctxleak.engine.generation import beam_generate
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.scoring import continuation_logprobs
-from ctxleak.methods.influence.quantities import response_influence, token_influence
 from ctxleak.methods.pii.items import (
     CONTEXT_TEMPLATE,
     MODES,
@@ -78,6 +77,7 @@ from ctxleak.methods.pii.metrics import (
 )
 from ctxleak.methods.pii.summary import summarize_probes, unit_values
 from ctxleak.methods.pii.templates import MAX_NEW_TOKENS
+from ctxleak.mitigations.influence import response_influence, token_influence
 
 __all__ = [
     "CONTEXT_TEMPLATE",

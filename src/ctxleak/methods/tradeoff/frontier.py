@@ -13,7 +13,7 @@ settings side by side, one row each:
 * the guarantee: bounded CID's mean composed ε per response (Theorem B.1 by basic composition),
   ``None`` for plain CID;
 * a second privacy axis where canary audits of the settings are given (``audits``, by setting
-  key: :mod:`.canary`): ``eps_lower``, the ε an attacker demonstrated at 95 % confidence, in
+  key: :mod:`ctxleak.methods.attacks.canary`): ``eps_lower``, the ε an attacker demonstrated at 95 % confidence, in
   nats per response, beside the guarantee;
 * utility: token F1 against the references where they have one (SQuAD's, :mod:`.utility`), else
   ROUGE-L F1, with its interval, and the paired difference to the λ = 1 unbounded setting of the
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxleak.methods.influence.utility import paired_difference
+from ctxleak.methods.tradeoff.utility import paired_difference
 
 #: The share of the best utility a recommended setting keeps, by default.
 KEEP = 0.9

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxleak.methods.influence.passages import split_context
+from ctxleak.methods.rag.passages import split_context
 
 
 @pytest.mark.parametrize("text, sentences", [

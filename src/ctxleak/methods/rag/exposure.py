@@ -14,7 +14,7 @@ context (App. B, Thm B.1), so for any one document: a document answered in answe
 K released tokens in all has the guarantee ``K·ε`` by basic composition (pure ε-DP), and, since
 an ε-DP mechanism is ε²/2-zCDP (Bun and Steinke 2016, Prop. 3.3), the tighter
 ``(ε', δ)``-DP of K such tokens by Rényi-DP composition converted at δ (Balle et al. 2020),
-through :class:`~ctxleak.methods.accounting.RDPAccountant`. These are guarantees; the
+through :class:`~ctxleak.mitigations.accounting.RDPAccountant`. These are guarantees; the
 influence sums are measured on the answers actually given.
 
 The ledger is built in one streaming pass (:meth:`DocumentLedger.add` per record): its memory
@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from ctxleak.methods.accounting import DEFAULT_ORDERS, PrivacyEvent, RDPAccountant
 from ctxleak.methods.detect import find_amounts, find_names, find_pii
-from ctxleak.methods.influence.control import user_id
+from ctxleak.methods.ids import user_id
+from ctxleak.mitigations.accounting import DEFAULT_ORDERS, PrivacyEvent, RDPAccountant
 
 #: δ of the tighter (ε', δ)-DP composition of a document's bounded-CID tokens.
 COMPOSITION_DELTA = 1e-6

@@ -12,14 +12,14 @@ import pytest
 from conftest import run_cli
 
 import ctxleak
-from ctxleak.methods.influence.frontier import (
+from ctxleak.methods.influence.metrics import mean_with_ci
+from ctxleak.methods.tradeoff.frontier import (
     ABOVE_CONTROL,
     PER_TOKEN,
     frontier,
     mark_pareto,
     setting_labels,
 )
-from ctxleak.methods.influence.metrics import mean_with_ci
 from ctxleak.report import plots
 from ctxleak.report.frontier import frontier_plots, frontier_rows
 

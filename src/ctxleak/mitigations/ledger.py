@@ -6,7 +6,7 @@ log-probabilities ``log p̄_λ(y_t | D)`` and ``log p(y_t | ∅)`` at the decodi
 whole-context token influence ``|log p̄_λ(y_t|D) − log p(y_t|∅)|`` (Def. 3.1 with n = |D|) and, for
 bounded CID (App. B, Alg. 1), the token's ε. A :class:`RowLedger` holds one response's entries.
 It is the one record shape of CID: ctxleak's own decoding
-(:func:`~ctxleak.methods.influence.cid.generate_cid_many`), the influence samples of
+(:func:`~ctxleak.mitigations.cid.generate_cid_many`), the influence samples of
 ``samples.jsonl`` and the logits processor inside ``transformers``' ``generate``
 (:mod:`ctxleak.integrations.transformers`) all write it.
 
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ctxleak.methods.influence.quantities import response_influence
+from ctxleak.mitigations.influence import response_influence
 
 
 def _listed(values: Sequence[float], digits: int | None) -> list[float]:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.methods.influence.documents import DocumentProblem, to_document
+from ctxleak.methods.rag.documents import DocumentProblem, to_document
 from ctxleak.run.records import read_rows
 
 

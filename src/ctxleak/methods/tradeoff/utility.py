@@ -21,7 +21,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ctxleak.methods.influence.metrics import rouge_l_f1
+from rouge_score import rouge_scorer
+
 from ctxleak.methods.stats import bootstrap_ci
 
 _PUNCTUATION = set(string.punctuation)
@@ -32,6 +33,25 @@ def normalize_answer(text: str) -> str:
     """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
     text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
     return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def rouge_l_f1(prediction: str, reference: str) -> float:
+    """ROUGE-L F1 with the ``rouge-score`` package (offline; Porter stemming)."""
+
+    scorer = _scorer()
+    if not prediction.strip() or not reference.strip():
+        return 0.0
+    return float(scorer.score(reference, prediction)["rougeL"].fmeasure)
+
+
+_SCORER = None
+
+
+def _scorer() -> Any:
+    global _SCORER
+    if _SCORER is None:
+        _SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    return _SCORER
 
 
 def exact_match(prediction: str, reference: str) -> float:

@@ -13,8 +13,8 @@ import torch
 
 from ctxleak import dp
 from ctxleak.errors import ConfigError
-from ctxleak.methods import accounting as acc
-from ctxleak.methods import dp_mechanism as mech
+from ctxleak.mitigations import accounting as acc
+from ctxleak.mitigations import dp_synthetic as mech
 
 
 @pytest.mark.parametrize("call,param", [

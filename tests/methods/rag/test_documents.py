@@ -12,7 +12,7 @@ import ctxleak
 from ctxleak.errors import InputError
 from ctxleak.methods.influence.checks import CHECKS
 from ctxleak.methods.influence.data import load_examples
-from ctxleak.methods.influence.documents import to_document
+from ctxleak.methods.rag.documents import to_document
 
 QUERY = "what is the capital ?"
 ROWS = [

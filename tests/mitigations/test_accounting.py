@@ -1,4 +1,4 @@
-"""Tests for ctxleak.methods.accounting (paper 001 App. C): events, accountant, Rényi divergence,
+"""Tests for ctxleak.mitigations.accounting (paper 001 App. C): events, accountant, Rényi divergence,
 Algorithms 2-3, and the acceptance reproduction of Tables 4-6."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import log_softmax
 
-from ctxleak.methods.accounting import (
+from ctxleak.mitigations.accounting import (
     DEFAULT_ORDERS,
     ComposedEvent,
     DPTokenEvent,
@@ -41,7 +41,7 @@ DELTA = 1e-5
 def test_module_does_not_import_torch():
     import subprocess
 
-    code = ("import sys, ctxleak.methods.accounting; "
+    code = ("import sys, ctxleak.mitigations.accounting; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 

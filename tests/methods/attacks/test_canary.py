@@ -17,7 +17,7 @@ from conftest import run_cli
 
 import ctxleak
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.canary import (
+from ctxleak.methods.attacks.canary import (
     HOLDS,
     NO_GUARANTEE,
     VIOLATED,
@@ -30,10 +30,10 @@ from ctxleak.methods.influence.canary import (
     plant_canaries,
     summarize_trials,
 )
-from ctxleak.methods.influence.canary_method import trials_needed
+from ctxleak.methods.attacks.canary_method import trials_needed
 from ctxleak.methods.influence.data import InfluenceExample, load_examples
-from ctxleak.methods.influence.frontier import frontier
 from ctxleak.methods.influence.setting import Setting
+from ctxleak.methods.tradeoff.frontier import frontier
 from ctxleak.report.frontier import frontier_rows
 from ctxleak.results import CanaryResult, InfluenceResult
 from ctxleak.run.options import RunOptions

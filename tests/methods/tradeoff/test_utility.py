@@ -12,7 +12,7 @@ import pytest
 import ctxleak
 from ctxleak.errors import InputError
 from ctxleak.methods.influence.data import DEMO_SETS, load_examples
-from ctxleak.methods.influence.utility import (
+from ctxleak.methods.tradeoff.utility import (
     exact_match,
     normalize_answer,
     paired_difference,

@@ -1,7 +1,7 @@
 """The canary audit as a Method (``ctxleak canary``): one item per canary trial, every trial's
 response drawn by Context Influence Decoding in one batched KV cache, the attacker's score per
 response, and the summary with the empirical ε lower bound beside bounded CID's guarantee
-(:mod:`ctxleak.methods.influence.canary` has the maths and what the two bounds mean)."""
+(:mod:`ctxleak.methods.attacks.canary` has the maths and what the two bounds mean)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.canary import (
+from ctxleak.methods.attacks.canary import (
     CANARY_QUERY,
     CANARY_SENTENCE,
     CONFIDENCE,
@@ -24,11 +24,11 @@ from ctxleak.methods.influence.canary import (
     plant_canaries,
     summarize_trials,
 )
-from ctxleak.methods.influence.cid import CIDConfig, generate_cid_many
 from ctxleak.methods.influence.data import load_examples, prompt_parts, resolve_data
-from ctxleak.methods.influence.ledger import RowLedger
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
+from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.ledger import RowLedger
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions

@@ -102,7 +102,7 @@ def leave_one_out_logprobs(clipped: torch.Tensor, temperature: float,
 
 def renyi_divergence_torch(logp: torch.Tensor, logq: torch.Tensor, alpha: float) -> torch.Tensor:
     """``D_α(P‖Q)`` over the last axis from log-probs (Eq. 5 in log space); torch twin of
-    :func:`ctxleak.methods.accounting.renyi_divergence`. ``α = 1`` is KL, ``α = inf`` the max
+    :func:`ctxleak.mitigations.accounting.renyi_divergence`. ``α = 1`` is KL, ``α = inf`` the max
     log ratio; rounding below zero is clipped to 0."""
     if not alpha > 0:
         raise ValueError(f"alpha must be > 0, got {alpha}")
@@ -138,7 +138,7 @@ def data_dependent_token_rdp(clipped: torch.Tensor, temperature: float, alpha: f
 
     Note: the paper's per-token bound with ``Δ = c/(sτ)`` holds for this neighbour only up to a
     factor: ``Q_p`` differs from ``P`` by logits ``(z_p − z̄_{−p})/(sτ)`` whose range can reach
-    ``4c/(sτ)``, so the sure bound is :class:`~ctxleak.methods.accounting.DPTokenEvent` with
+    ``4c/(sτ)``, so the sure bound is :class:`~ctxleak.mitigations.accounting.DPTokenEvent` with
     clip ``2c`` (at most 4× the paper's zCDP term).
     """
     return leave_one_out_divergences(clipped, temperature, alpha, excluded).amax(dim=-1)

@@ -1,4 +1,4 @@
-"""Tests for ctxleak.methods.dp_mechanism: Algorithm 1's clip/aggregate/sample maths and the
+"""Tests for ctxleak.mitigations.dp_synthetic: Algorithm 1's clip/aggregate/sample maths and the
 data-dependent per-token loss of Theorem C.6 (paper 001 App. C)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxleak.methods.accounting import DPTokenEvent, renyi_divergence
-from ctxleak.methods.dp_mechanism import (
+from ctxleak.mitigations.accounting import DPTokenEvent, renyi_divergence
+from ctxleak.mitigations.dp_synthetic import (
     aggregate,
     clip_logits,
     data_dependent_token_rdp,

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from ctxleak.methods.influence.canary import HOLDS, VIOLATED, plant_canaries, summarize_trials
-from ctxleak.methods.influence.canary_method import measure_trials
-from ctxleak.methods.influence.cid import CIDConfig
+from ctxleak.methods.attacks.canary import HOLDS, VIOLATED, plant_canaries, summarize_trials
+from ctxleak.methods.attacks.canary_method import measure_trials
 from ctxleak.methods.influence.data import load_examples
+from ctxleak.mitigations.cid import CIDConfig
 
 # short documents keep the prompts small; the canary sentence comes first
 DOCS = [{"id": f"d{i}", "context": c} for i, c in enumerate((

@@ -1,4 +1,4 @@
-"""The leak ledger per document (methods/influence/exposure.py): sums, maxima, counts and the
+"""The leak ledger per document (methods/rag/exposure.py): sums, maxima, counts and the
 DP composition computed by hand on tiny records."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from ctxleak.methods.influence.exposure import (
+from ctxleak.methods.rag.exposure import (
     COMPOSITION_DELTA,
     DocumentLedger,
     composed_guarantees,

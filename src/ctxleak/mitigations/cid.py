@@ -21,8 +21,8 @@ from ctxleak.engine.forward import MASKED_LOGIT
 from ctxleak.engine.generation import Generation, StreamJob, generate_many, replay
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.ledger import LedgerEntry, RowLedger
-from ctxleak.methods.influence.quantities import token_influence
+from ctxleak.mitigations.influence import token_influence
+from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 
 BISECTION_STEPS = 40
 # Bounded CID aims this far below ε/2 so that float noise between the two streams' forward
