@@ -51,9 +51,11 @@ class InfluenceExample:
     # a logged answer to audit (the ``response`` field): scored instead of one generated
     response: str | None = None
     # the context as passages (a retriever's list, or the context split by sentence or
-    # paragraph): pieces whose concatenation is ``context`` (:mod:`ctxleak.methods.rag.passages`); None: one piece
+    # paragraph): pieces whose concatenation is ``context``
+    # (:mod:`ctxleak.methods.rag.passages`); None: one piece
     passages: tuple[str, ...] | None = None
-    # the retrieved documents the passages came from, one per passage (:mod:`ctxleak.methods.rag.documents`);
+    # the retrieved documents the passages came from, one per passage
+    # (:mod:`ctxleak.methods.rag.documents`);
     # None for passages given as strings or split from the context
     documents: tuple[RetrievedDocument, ...] | None = None
     # the logged answer's token ids (the ``response_ids`` field): scored exactly as given
@@ -148,25 +150,14 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     A row may give its context as ``passages``, a list of strings (joined by a blank line; it
     then needs no ``context``, and wins over one), or as ``documents``: what a retriever
     returned, a list of strings, dicts (``text``, ``id``, ``source``, ``metadata``, ``score``)
-    or LangChain, LlamaIndex or Haystack documents (:mod:`ctxleak.methods.rag.documents`), each kept with its id,
-    source, metadata, rank and score. Two documents with one id and different texts are refused.
-    ``passages='sentence'`` or ``'paragraph'`` splits every other row's context into passages
-    (:mod:`ctxleak.methods.rag.passages`). A JSONL file of OpenInference spans (``log_format='openinference'``,
-    or recognised by its first line with ``'auto'``) gives one row per trace
-    (:mod:`ctxleak.methods.rag.spans`); ``'rows'`` reads every file as rows."""
-    if passages is not None and passages not in SPLITS:
-        raise ConfigError(f"passages must be {' or '.join(SPLITS)}, not '{passages}'",
-                          param="passages")
-    if task not in ("auto", "custom", *TASK_TEMPLATES):
-        raise ConfigError(f"unknown task '{task}': use auto, qa, summarization or custom",
-                          param="task")
-    if task == "custom" and not template:
-        raise ConfigError("task='custom' needs template=..., e.g. 'Notes: {context}\\nQ: {query}'",
-                          param="task", also=("template",))
-    if template is not None:
-        missing = {"context"} - set(template_fields(template))
-        if missing:
-            raise ConfigError("template must contain the slot {context}", param="template")
+    or LangChain, LlamaIndex or Haystack documents (:mod:`ctxleak.methods.rag.documents`), each
+    kept with its id, source, metadata, rank and score. Two documents with one id and different
+    texts are refused. ``passages='sentence'`` or ``'paragraph'`` splits every other row's
+    context into passages (:mod:`ctxleak.methods.rag.passages`). A JSONL file of OpenInference
+    spans (``log_format='openinference'``, or recognised by its first line with ``'auto'``)
+    gives one row per trace (:mod:`ctxleak.methods.rag.spans`); ``'rows'`` reads every file as
+    rows."""
+    _check_options(task, template, passages)
     if isinstance(data, str) and data in HUB_DATASETS and not Path(data).exists():
         return [_split(ex, passages) for ex in load_hub_dataset(data, limit=limit)]
     path = resolve_data(data)
@@ -183,40 +174,64 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     # references to them, not copies (ctxleak keeps every turn until the run ends).
     shared: dict[Any, Any] = {}
     for k, row in enumerate(rows):
-        ex_task = task if task != "auto" else str(row.get("task") or "qa")
-        if ex_task not in ("custom", *TASK_TEMPLATES):
-            raise InputError(f"unknown task '{ex_task}'", file=row.file, line=row.line,
-                             field="task")
-        query = row.text("query", allow_empty=True) if "query" in row.fields else ""
-        query = shared.setdefault(query, query)
-        if ex_task == "qa" and not query.strip():
-            raise InputError("is empty (a qa example needs a question)", file=row.file,
-                             line=row.line, field="query")
-        reference, references = _references(row)
-        response = row.get("response")
-        if response is not None and not isinstance(response, str):
-            raise InputError("must be a string", file=row.file, line=row.line, field="response")
-        logged_ids = _row_response_ids(row, query)
-        raw_id = row.get("id")
-        ex_id: str | int = str(k) if raw_id is None else example_id(raw_id, file=row.file,
-                                                                   line=row.line)
-        if isinstance(raw_id, int) and not isinstance(raw_id, bool):
-            ex_id = raw_id  # the user's id as given: an integer id merges back as one
-        docs = _row_documents(row, query, seen_ids, shared)
-        pieces = list_pieces([d.text for d in docs]) if docs else _row_passages(row)
-        if pieces:
-            pieces = [shared.setdefault(piece, piece) for piece in pieces]
-        context = "".join(pieces) if pieces else row.text("context")
-        context = shared.setdefault(context, context)
-        example = InfluenceExample(id=ex_id, context=context, query=query, reference=reference,
-                                   references=references,
-                                   task=ex_task, passages=tuple(pieces) if pieces else None,
-                                   response=response, documents=docs,
-                                   response_ids=logged_ids)
-        out.append(example if pieces else _split(example, passages))
+        out.append(_example(row, k, task, passages, seen_ids, shared))
         where.append((row.file, row.line))
     reject_duplicate_ids((ex.id, file, line) for ex, (file, line) in zip(out, where))
     return out
+
+
+def _check_options(task: str, template: str | None, passages: str | None) -> None:
+    """Refuse a task, template or passage split that :func:`load_examples` cannot read."""
+    if passages is not None and passages not in SPLITS:
+        raise ConfigError(f"passages must be {' or '.join(SPLITS)}, not '{passages}'",
+                          param="passages")
+    if task not in ("auto", "custom", *TASK_TEMPLATES):
+        raise ConfigError(f"unknown task '{task}': use auto, qa, summarization or custom",
+                          param="task")
+    if task == "custom" and not template:
+        raise ConfigError("task='custom' needs template=..., e.g. 'Notes: {context}\\nQ: {query}'",
+                          param="task", also=("template",))
+    if template is not None:
+        missing = {"context"} - set(template_fields(template))
+        if missing:
+            raise ConfigError("template must contain the slot {context}", param="template")
+
+
+def _example(row: Any, k: int, task: str, passages: str | None,
+             seen_ids: dict[str, tuple[str, str]], shared: dict[Any, Any]) -> InfluenceExample:
+    """The example of row ``k``: its task, query, references, logged answer and its ids, its id,
+    its documents or passages, and its context (texts shared through ``shared``)."""
+    ex_task = task if task != "auto" else str(row.get("task") or "qa")
+    if ex_task not in ("custom", *TASK_TEMPLATES):
+        raise InputError(f"unknown task '{ex_task}'", file=row.file, line=row.line,
+                         field="task")
+    query = row.text("query", allow_empty=True) if "query" in row.fields else ""
+    query = shared.setdefault(query, query)
+    if ex_task == "qa" and not query.strip():
+        raise InputError("is empty (a qa example needs a question)", file=row.file,
+                         line=row.line, field="query")
+    reference, references = _references(row)
+    response = row.get("response")
+    if response is not None and not isinstance(response, str):
+        raise InputError("must be a string", file=row.file, line=row.line, field="response")
+    logged_ids = _row_response_ids(row, query)
+    raw_id = row.get("id")
+    ex_id: str | int = str(k) if raw_id is None else example_id(raw_id, file=row.file,
+                                                                line=row.line)
+    if isinstance(raw_id, int) and not isinstance(raw_id, bool):
+        ex_id = raw_id  # the user's id as given: an integer id merges back as one
+    docs = _row_documents(row, query, seen_ids, shared)
+    pieces = list_pieces([d.text for d in docs]) if docs else _row_passages(row)
+    if pieces:
+        pieces = [shared.setdefault(piece, piece) for piece in pieces]
+    context = "".join(pieces) if pieces else row.text("context")
+    context = shared.setdefault(context, context)
+    example = InfluenceExample(id=ex_id, context=context, query=query, reference=reference,
+                               references=references,
+                               task=ex_task, passages=tuple(pieces) if pieces else None,
+                               response=response, documents=docs,
+                               response_ids=logged_ids)
+    return example if pieces else _split(example, passages)
 
 
 def _row_documents(row: Any, query: str, seen: dict[str, tuple[str, str]],

@@ -5,8 +5,7 @@ influence, n-gram windows, regurgitation and quality."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -16,16 +15,16 @@ from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.influence.answers import eos_masked, own_answers, score_responses, scored_spans
 from ctxleak.methods.influence.control import (
     ControlCost,
-    context_token_kinds,
     control_fields,
     control_set_fields,
-    per_token_fields,
 )
 from ctxleak.methods.influence.data import InfluenceExample, passage_spans, prompt_parts
-from ctxleak.methods.influence.metrics import (
-    context_token_fraction,
-    is_repeat,
-    is_rouge_repeat,
+from ctxleak.methods.influence.fields import (
+    add_token_fields,
+    passage_fields,
+    response_record,
+    window_fields,
+    with_logprobs,
 )
 from ctxleak.methods.influence.ngrams import (
     PromptParts,
@@ -35,9 +34,7 @@ from ctxleak.methods.influence.ngrams import (
     windows,
 )
 from ctxleak.methods.influence.roads import ANSWERS, Road, road
-from ctxleak.methods.influence.setting import InfluenceOptions, Setting, round_floats
-from ctxleak.methods.rag.documents import document_fields
-from ctxleak.methods.tradeoff.utility import reference_scores, rouge_l_f1
+from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.mitigations.cid import generate_cid_many
 from ctxleak.mitigations.influence import token_influence
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
@@ -78,7 +75,8 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
 
     Passages (an example with ``passages``): each passage left out and the response scored,
     Def. 3.1 with S = that passage, in the same scoring run as the n-gram windows
-    (:mod:`ctxleak.methods.rag.passages`). ``controls``: the control examples of each job (None: no control), each
+    (:mod:`ctxleak.methods.rag.passages`). ``controls``: the control examples of each job (None:
+    no control), each
     of whose contexts replaces the job's to score the same response (:mod:`.control`); ``cost``
     adds up the control's forward passes and seconds."""
     given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response_source != "generated"]
@@ -96,15 +94,15 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
     todo = [k for k, r in enumerate(responses) if r.response_ids]
     spans_of = [passage_spans(lm, ex, len(p.context)) for (ex, _, _), (p, _) in zip(jobs, parts)]
     if options.ngram is None:
-        records = [_record(lm, ex, setting, options, seed, p, dropped, response) for
+        records = [response_record(lm, ex, setting, options, seed, p, dropped, response) for
                    (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
         with_passages = [k for k in todo if spans_of[k]]
         requests = [_request(jobs[k], parts[k][0], responses[k].response_ids,
                              _kept(spans_of[k]), options) for k in with_passages]
         scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
         for k, win in zip(with_passages, scored):
-            records[k].update(_passage_fields(jobs[k][0], spans_of[k], win.per_window))
-        _add_token_fields(records, parts, responses)
+            records[k].update(passage_fields(jobs[k][0], spans_of[k], win.per_window))
+        add_token_fields(records, parts, responses)
         _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options,
                      cost)
         return records
@@ -114,19 +112,19 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
     if rescored:  # every float of these responses from their own window scoring
         for k, win in zip(todo, scored):
             assert win.logp_empty is not None  # rescored window requests ask for it
-            responses[k] = _with_logprobs(responses[k], win.logp_context, win.logp_empty)
-    records = [_record(lm, ex, setting, options, seed, p, dropped, response)
+            responses[k] = with_logprobs(responses[k], win.logp_context, win.logp_empty)
+    records = [response_record(lm, ex, setting, options, seed, p, dropped, response)
                for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
     for k in clipped:
         records[k]["ngram_clipped_from"] = options.ngram
     for k, request, win in zip(todo, requests, scored):
         n_passages = len(_kept(spans_of[k]))
         n_windows = len(request.spans) - n_passages
-        records[k].update(_window_fields(request, win, options, n_windows))
+        records[k].update(window_fields(request, win, options, n_windows))
         if spans_of[k]:
-            records[k].update(_passage_fields(jobs[k][0], spans_of[k],
+            records[k].update(passage_fields(jobs[k][0], spans_of[k],
                                               win.per_window[n_windows:]))
-    _add_token_fields(records, parts, responses)
+    add_token_fields(records, parts, responses)
     _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options, cost)
     return records
 
@@ -146,34 +144,6 @@ def _request(job: tuple[InfluenceExample, Setting, int], parts: PromptParts,
                          temperature=setting.temperature,
                          min_new_tokens=options.min_new_tokens,
                          bounded_eps=options.bounded_eps)
-
-
-def _passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] | None],
-                    values: Any) -> dict[str, Any]:
-    """The passage fields of a record: each passage's text, token span and influence
-    (Def. 3.1-3.2 with S = the passage, nats; None for a passage cut out of the context), and
-    the most influential one (``max_passage`` its number from 1, ``max_passage_id`` its name);
-    the documents' ids, sources, ranks and scores (:func:`ctxleak.methods.rag.documents.document_fields`)."""
-    it = iter(round_floats(values))
-    influence = [None if s is None else next(it) for s in spans]
-    known = [(v, j) for j, v in enumerate(influence) if v is not None]
-    top = max(known, key=lambda p: (p[0], -p[1])) if known else None
-    return {"passages": example.passage_texts,
-            "passage_spans": [None if s is None else list(s) for s in spans],
-            "passage_influence": influence,
-            "max_passage": top[1] + 1 if top else None,
-            "max_passage_influence": top[0] if top else None,
-            **document_fields(example.documents, len(spans), top[1] if top else None)}
-
-
-def _add_token_fields(records: list[dict[str, Any]], parts: Sequence[tuple[PromptParts, int]],
-                      responses: Sequence[RowLedger]) -> None:
-    """Per-token units and the tokens of the context the response carries: those the model
-    already knew (little influence) and those copied with much (:mod:`.control`)."""
-    for record, (p, _), response in zip(records, parts, responses):
-        record.update(per_token_fields(record["influence"], len(response.response_ids)))
-        record.update(context_token_kinds(response.response_ids, p.context,
-                                          record["token_influence"]))
 
 
 def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
@@ -266,7 +236,7 @@ def _score_in_process(lm: LanguageModel, parts: Sequence[PromptParts],
                       stride: int | None, ids: Sequence[str | int],
                       passages: Sequence[Sequence[tuple[int, int]]] | None = None
                       ) -> tuple[list[RowLedger], list[WindowRequest | None],
-                                 list[WindowInfluence | None], set[int]]:
+                      list[WindowInfluence | None], set[int]]:
     """:func:`~ctxleak.methods.influence.answers.score_responses` in-process: each answer
     scored teacher-forced under CID at its λ and T, with and without the context, each
     n-gram window and each passage (:func:`window_influence_many`), EOS masked before
@@ -308,7 +278,7 @@ def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Se
         temperature=[s.temperature for _, s, _ in jobs],
         min_new_tokens=options.min_new_tokens, ngram=options.ngram, stride=options.stride,
         ids=[ex.id for ex, _, _ in jobs], passages=[_kept(spans) for spans in spans_of])
-    records = [_record(lm, ex, setting, options, seed, p, dropped, ledger)
+    records = [response_record(lm, ex, setting, options, seed, p, dropped, ledger)
                for (ex, setting, seed), (p, dropped), ledger in zip(jobs, parts, ledgers)]
     for k, (request, win) in enumerate(zip(requests, wins)):
         if k in clipped:
@@ -317,11 +287,11 @@ def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Se
             continue
         n_windows = len(request.spans) - len(_kept(spans_of[k]))
         if options.ngram is not None:
-            records[k].update(_window_fields(request, win, options, n_windows))
+            records[k].update(window_fields(request, win, options, n_windows))
         if spans_of[k]:
-            records[k].update(_passage_fields(jobs[k][0], spans_of[k],
+            records[k].update(passage_fields(jobs[k][0], spans_of[k],
                                               win.per_window[n_windows:]))
-    _add_token_fields(records, parts, ledgers)
+    add_token_fields(records, parts, ledgers)
     _add_control(lm, records, jobs, [led.response_ids for led in ledgers], controls, options,
                  cost, scorer)
     return records
@@ -398,62 +368,5 @@ def _window_requests(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
         if caches:
             caches[k] = None  # the request holds it until scored
     return requests, clipped
-
-
-def _window_fields(request: WindowRequest, win: WindowInfluence, options: InfluenceOptions,
-                   n_windows: int) -> dict[str, Any]:
-    """The n-gram fields of a record: windows, per-window influence and log-probs, the max
-    (the request's first ``n_windows`` spans; passages follow them)."""
-    assert options.ngram is not None
-    per_window = win.per_window[:n_windows]
-    return {
-        "ngram": min(options.ngram, len(request.parts.context)),
-        "windows": [list(s) for s in request.spans[:n_windows]],
-        "window_influence": round_floats(per_window),
-        "window_logp": [round_floats(row) for row in win.logp_ablated[:n_windows]],
-        "max_window_influence": float(per_window.max()) if len(per_window) else None,
-        "max_window": int(per_window.argmax()) if len(per_window) else None,
-    }
-
-
-def _record(lm: LanguageModel, example: InfluenceExample, setting: Setting, options: InfluenceOptions,
-            seed: int, parts: PromptParts, dropped: int, response: RowLedger
-            ) -> dict[str, Any]:
-    """The record of one CID response: tokens, per-token log-probs and influence (Def. 3.1-3.2),
-    regurgitation and ROUGE-L, bounded-CID ε."""
-    ids = response.response_ids
-    text = lm.decode(ids)
-    context_text = lm.decode(list(parts.context))
-    record: dict[str, Any] = {
-        "setting": setting.key, "lambda": setting.lam, "temperature": setting.temperature,
-        "context_tokens": len(parts.context), "context_truncated_by": dropped,
-        "seed": seed, "query": example.query, "response": text,
-        "response_source": example.response_source, **response.response_fields(digits=6),
-        "context_token_fraction": context_token_fraction(ids, parts.context),
-        "repeat": is_repeat(ids, parts.context, options.repeat_threshold),
-        "rouge_context": rouge_l_f1(text, context_text),
-        "rouge_repeat": is_rouge_repeat(text, context_text, options.rouge_threshold),
-        # utility against the references: ROUGE-L, SQuAD's exact match and token F1
-        **reference_scores(text, example.all_references),
-        # the tokens as text, so that a loaded run draws its leak map without the model
-        "context_token_strings": lm.token_strings(list(parts.context)),
-        "response_token_strings": lm.token_strings(ids),
-    }
-    # bounded CID: eps, composed_eps are the guarantee (ε per released token, basic
-    # composition, Thm B.1); the ex-post figures are about this context alone
-    record.update(response.eps_fields(digits=6))
-    return record
-
-
-def _with_logprobs(response: RowLedger, logp_context: Iterable[float],
-                   logp_empty: Iterable[float]) -> RowLedger:
-    """``response`` with its response tokens' log-probabilities (and so their influence) taken
-    from the example's own scoring passes; the stopping EOS's entry is kept as drawn."""
-    entries = list(response.entries)
-    for t, (lc, le) in enumerate(zip(logp_context, logp_empty)):
-        lc, le = float(lc), float(le)
-        entries[t] = replace(entries[t], logp_context=lc, logp_empty=le,
-                             influence=float(token_influence(lc, le)))
-    return replace(response, entries=tuple(entries))
 
 

@@ -55,7 +55,8 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
         "repeat_prompts": int(sum(r["repeat"] for r in records)) if knows_context else None,
         "rouge_prompts": int(sum(r["rouge_repeat"] for r in records)) if knows_context
         else None,
-        # utility against the references (:mod:`ctxleak.methods.tradeoff.utility`): None where no record has one
+        # utility against the references (:mod:`ctxleak.methods.tradeoff.utility`): None where no
+        # record has one
         **{k: mean_with_ci(v, seed=seed) if v else None for k, v in scored.items()},
         "per_position_influence": mean_curve(r["token_influence"] for r in records),
         "mean_context_tokens": float(np.mean([r["context_tokens"] for r in records]))

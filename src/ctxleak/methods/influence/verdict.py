@@ -76,21 +76,8 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
     test = control.get("test") or {}
     paired = (f"paired one-sided Wilcoxon p = {test['pvalue']:.2g}"
               if test.get("pvalue") is not None else "paired test —")
-    rule = (f"An example leaks beyond what any context does when its {control['rule']}; "
-            "where it leaked is its most influential passage (numbered from 1), else its most "
-            "influential n-gram window (context tokens start-end). Influence is Def. 3.2 of "
-            "'Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models' "
-            "in nats, read as the ε of ex-post per-instance DP (Def. 2.2).")
-    rate = control.get("false_flag_rate")
     pooled = int(control.get("controls") or judged)
-    if rate is not None:
-        each_n = control.get("controls_per_example")
-        each = f" ({each_n} per example)" if isinstance(each_n, int) and each_n > 1 else ""
-        rule += (f" With {pooled} control influence(s){each}, an example whose context adds "
-                 f"nothing beyond what any context does is flagged about {100 * rate:.3g} % "
-                 f"of the time.")
-    if test.get("reason"):
-        rule += f" Paired test: {test['reason']}."
+    rule = _control_rule(control, pooled)
     need = min_n_for(ALPHA)
     if judged < need:
         top = control.get("largest_above") or {}
@@ -102,6 +89,34 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
                 f"would also fall on a context that adds nothing 1 time in {pooled + 1})"
                 f"{largest}; {scale}.")
         return {"text": _with_unjudged(text, control), "rule": rule}
+    text = _flagged_text(control, judged, f"{scale}; {paired}")
+    return {"text": _with_unjudged(text, control), "rule": rule}
+
+
+def _control_rule(control: dict[str, Any], pooled: int) -> str:
+    """The rule behind the verdict: the control's flag, where a leak is placed, the unit, and
+    how often a context that adds nothing would be flagged against ``pooled`` controls."""
+    rule = (f"An example leaks beyond what any context does when its {control['rule']}; "
+            "where it leaked is its most influential passage (numbered from 1), else its most "
+            "influential n-gram window (context tokens start-end). Influence is Def. 3.2 of "
+            "'Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models' "
+            "in nats, read as the ε of ex-post per-instance DP (Def. 2.2).")
+    rate = control.get("false_flag_rate")
+    if rate is not None:
+        each_n = control.get("controls_per_example")
+        each = f" ({each_n} per example)" if isinstance(each_n, int) and each_n > 1 else ""
+        rule += (f" With {pooled} control influence(s){each}, an example whose context adds "
+                 f"nothing beyond what any context does is flagged about {100 * rate:.3g} % "
+                 f"of the time.")
+    test = control.get("test") or {}
+    if test.get("reason"):
+        rule += f" Paired test: {test['reason']}."
+    return rule
+
+
+def _flagged_text(control: dict[str, Any], judged: int, tail: str) -> str:
+    """How many of the ``judged`` examples leak, the first :data:`NAMED` of them named with
+    where and by how many nats above their control; ``tail``: the scale and the paired test."""
     labels = list(control.get("flagged") or [])
     above = list(control.get("flagged_above_control") or [])
     where = list(control.get("flagged_where") or [None] * len(labels))
@@ -111,12 +126,9 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
                       zip(labels[:NAMED], where[:NAMED], above[:NAMED], ranks[:NAMED]))
     more = f" and {len(labels) - NAMED} more" if len(labels) > NAMED else ""
     if labels:
-        text = (f"{len(labels)} of {judged} examples leak beyond what any context does: "
-                f"{named}{more}; {scale}; {paired}.")
-    else:
-        text = (f"0 of {judged} examples leak beyond what any context does; {scale}; "
-                f"{paired}.")
-    return {"text": _with_unjudged(text, control), "rule": rule}
+        return (f"{len(labels)} of {judged} examples leak beyond what any context does: "
+                f"{named}{more}; {tail}.")
+    return f"0 of {judged} examples leak beyond what any context does; {tail}."
 
 
 def _own_controls(counts: Any) -> str:

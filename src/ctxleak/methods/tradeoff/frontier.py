@@ -13,7 +13,8 @@ settings side by side, one row each:
 * the guarantee: bounded CID's mean composed ε per response (Theorem B.1 by basic composition),
   ``None`` for plain CID;
 * a second privacy axis where canary audits of the settings are given (``audits``, by setting
-  key: :mod:`ctxleak.methods.attacks.canary`): ``eps_lower``, the ε an attacker demonstrated at 95 % confidence, in
+  key: :mod:`ctxleak.methods.attacks.canary`): ``eps_lower``, the ε an attacker demonstrated at
+  95 % confidence, in
   nats per response, beside the guarantee;
 * utility: token F1 against the references where they have one (SQuAD's, :mod:`.utility`), else
   ROUGE-L F1, with its interval, and the paired difference to the λ = 1 unbounded setting of the
