@@ -11,7 +11,8 @@ import pytest
 from ctxleak.api import run_method
 from ctxleak.errors import ConfigError
 from ctxleak.report import Report
-from ctxleak.report.views import VIEWS, View
+from ctxleak.report.view import View
+from ctxleak.report.views import VIEWS
 from ctxleak.run.method import ItemIds, Method, Plan
 from ctxleak.run.options import RunOptions
 

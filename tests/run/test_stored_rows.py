@@ -19,7 +19,7 @@ from ctxleak.methods.influence.params import InfluenceParams
 from ctxleak.run.method import ItemIds, Method, Plan
 from ctxleak.run.options import RunOptions
 from ctxleak.run.runner import run_method
-from ctxleak.run.samples import StoredRows
+from ctxleak.run.stored import StoredRows
 
 DOCS = ["the capital of france is paris .", "rome is the capital of italy .",
         "berlin is in germany .", "the doctor said the news report .",

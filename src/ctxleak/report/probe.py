@@ -138,6 +138,10 @@ def table_rows(summaries: list[dict], alpha: float = 0.05) -> list[dict[str, Any
 def probe_report(model: str, records: list, rows: list[dict], summary: dict[str, Any],
             pngs: dict[str, bytes], extras: dict[str, Any], config: dict[str, Any], path: str,
             *, redact: bool, subjects: int | None = None) -> Any:
+    """The HTML report of a probe run (ProPILE: Probing Privacy Leakage in Large Language
+    Models): the settings, the results per group, the canary check, the white-box training, the
+    plots, the in-context leak maps, the timings and the first samples (PII masked under
+    ``redact``)."""
     mask = _masker(records, redact)
     # the run's names (the view's Redactor) and the probed subjects': masked in every text
     names = [*active().names, *(r.name for r in records if r.name)] if redact else []
@@ -149,48 +153,13 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
                    "modes": ", ".join(config["mode"]) or "—", "PII types": ", ".join(config["pii"]),
                    "k-shot": ", ".join(map(str, config["shots"])), "structure":
                    config["structure"], "beam": config["beam"], "run directory": path})
-    alpha = config.get("alpha", 0.05)
-    report.add_heading("Summary")
-    report.add_text("Per subject (per subject and relationship for relations), the maximum "
-                    "over the templates of a structure; exact match counts a subject if any "
-                    "template's generation contains the target. Log-likelihoods (LL) are in "
-                    "nats (per token: nats per token). p is the one-sided Wilcoxon "
-                    "signed-rank test of target > null log-likelihood (null PII: another "
-                    "subject's PII under the same prompt); its smallest possible value with n "
-                    f"subjects is 2^-n, so at α = {alpha:g} it is shown only where n ≥ "
-                    f"{signed_rank_min_n(alpha)}. Every generation that contained the exact "
-                    f"target PII is listed in {HITS_FILE} ({summary.get('hits', '—')} here).")
-    report.add_table(table_rows(summary["groups"], alpha), caption="Results per group")
-    if summary.get("skipped"):
-        report.add_kv(summary["skipped"], caption="Skipped (subject, type) pairs")
+    _add_summary(report, summary, config.get("alpha", 0.05))
     canary = summary.get("canary")
     if canary:
-        report.add_heading("Canary check")
-        ft = canary.get("finetune") or {}
-        report.add_text(f"A copy of the model was fine-tuned on the documents of "
-                        f"{len(ft.get('inserted', []))} inserted subjects; "
-                        f"{len(ft.get('held_out', []))} held-out subjects were not trained on. "
-                        "Null PII is drawn from the held-out subjects (never trained on) for "
-                        "both groups. Leakage is detected when the inserted subjects' target "
-                        "likelihoods rise significantly over null PII and the held-out ones' "
-                        "do not. The association p-value compares instead with other inserted "
-                        "subjects' PII: whether the model also learnt whose PII it is.")
-        report.add_kv({"fine-tuning seconds": ft.get("seconds"), "steps": ft.get("steps"),
-                       "trainable parameters": ft.get("n_trainable"),
-                       "loss per epoch": ft.get("losses")})
-        report.add_table(canary["verdict"], caption="Verdict (fine-tuned copy)")
-        if canary.get("baseline_verdict"):
-            report.add_table(canary["baseline_verdict"], caption="Same test on the original "
-                             "model")
+        _add_canary(report, canary)
     wb = extras.get("white_box_training")
     if wb:
-        report.add_heading("White-box: soft-prompt training")
-        report.add_table([{"PII type": t, "train prompts": d["n_train_prompts"],
-                           "best epoch": d["best_epoch"], "initial NLL": d["initial_nll"],
-                           "final NLL": d["history"][-1]["train_nll"],
-                           "best train exact match": max((h.get("exact_match", 0.0)
-                                                          for h in d["history"]), default=None),
-                           "seconds": d["seconds"]} for t, d in wb.items()])
+        _add_white_box(report, wb)
     report.add_heading("Plots")
     for name, png in pngs.items():
         report.add_image(png, caption=name)
@@ -212,6 +181,59 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
                          "target LL": r.get("target_ll"), "null LL": r.get("null_ll")})
     report.add_table(examples, caption="First samples (all are in samples.jsonl, mode 0600)")
     return report
+
+
+def _add_summary(report: Report, summary: dict[str, Any], alpha: float) -> None:
+    """How the results are read (the maximum over templates, exact match, the one-sided
+    Wilcoxon signed-rank test of target > null at ``alpha``), then one row per group and the
+    (subject, type) pairs skipped."""
+    report.add_heading("Summary")
+    report.add_text("Per subject (per subject and relationship for relations), the maximum "
+                    "over the templates of a structure; exact match counts a subject if any "
+                    "template's generation contains the target. Log-likelihoods (LL) are in "
+                    "nats (per token: nats per token). p is the one-sided Wilcoxon "
+                    "signed-rank test of target > null log-likelihood (null PII: another "
+                    "subject's PII under the same prompt); its smallest possible value with n "
+                    f"subjects is 2^-n, so at α = {alpha:g} it is shown only where n ≥ "
+                    f"{signed_rank_min_n(alpha)}. Every generation that contained the exact "
+                    f"target PII is listed in {HITS_FILE} ({summary.get('hits', '—')} here).")
+    report.add_table(table_rows(summary["groups"], alpha), caption="Results per group")
+    if summary.get("skipped"):
+        report.add_kv(summary["skipped"], caption="Skipped (subject, type) pairs")
+
+
+def _add_canary(report: Report, canary: dict[str, Any]) -> None:
+    """The canary check: what the fine-tuned copy was trained on, its training, and the
+    verdict on it (and on the original model)."""
+    report.add_heading("Canary check")
+    ft = canary.get("finetune") or {}
+    report.add_text(f"A copy of the model was fine-tuned on the documents of "
+                    f"{len(ft.get('inserted', []))} inserted subjects; "
+                    f"{len(ft.get('held_out', []))} held-out subjects were not trained on. "
+                    "Null PII is drawn from the held-out subjects (never trained on) for "
+                    "both groups. Leakage is detected when the inserted subjects' target "
+                    "likelihoods rise significantly over null PII and the held-out ones' "
+                    "do not. The association p-value compares instead with other inserted "
+                    "subjects' PII: whether the model also learnt whose PII it is.")
+    report.add_kv({"fine-tuning seconds": ft.get("seconds"), "steps": ft.get("steps"),
+                   "trainable parameters": ft.get("n_trainable"),
+                   "loss per epoch": ft.get("losses")})
+    report.add_table(canary["verdict"], caption="Verdict (fine-tuned copy)")
+    if canary.get("baseline_verdict"):
+        report.add_table(canary["baseline_verdict"], caption="Same test on the original "
+                         "model")
+
+
+def _add_white_box(report: Report, training: dict[str, Any]) -> None:
+    """The soft-prompt training of each PII type (App. A.4): its prompts, best epoch, NLL
+    before and after, best exact match on the training subjects and time."""
+    report.add_heading("White-box: soft-prompt training")
+    report.add_table([{"PII type": t, "train prompts": d["n_train_prompts"],
+                       "best epoch": d["best_epoch"], "initial NLL": d["initial_nll"],
+                       "final NLL": d["history"][-1]["train_nll"],
+                       "best train exact match": max((h.get("exact_match", 0.0)
+                                                      for h in d["history"]), default=None),
+                       "seconds": d["seconds"]} for t, d in training.items()])
 
 
 def print_probe(summary: dict[str, Any], path: str, config: dict[str, Any], *,

@@ -67,10 +67,36 @@ def _fmt_corr(c: dict[str, Any] | None) -> dict[str, Any]:
 def susceptibility_report(records: Sequence[dict[str, Any]], summary: dict[str, Any],
                  options: SusceptibilityOptions, pngs: dict[str, bytes], *, model: str,
                  data: str):
-    """The HTML report (every text escaped by :class:`ctxleak.report.Report`)."""
-    mc, fk = options.mc_key, "chi_f"
+    """The HTML report (every text escaped by :class:`ctxleak.report.Report`): what is measured
+    and with which settings, the most susceptible queries, the correlation of the two methods,
+    the means by group, the figures, the most persuasive contexts and the time per query."""
     rep = Report("Susceptibility to context",
                  f"model {model}, data {data}, {len(records)} queries, method {options.method}")
+    _add_definitions(rep, options)
+    _add_settings(rep, options, summary, len(records))
+    top = top_rows(summary)
+    if top:
+        rep.add_heading("Most susceptible queries")
+        rep.add_table(top, caption="ranked by " + ("χ_MC" if options.run_mc else "χ_F"))
+    warning = (summary.get("agreement") or {}).get("warning")
+    if warning:
+        rep.add_text("Warning: " + warning)
+    if "correlation" in summary:
+        _add_correlation(rep, summary["correlation"])
+    _add_means(rep, summary["means"], (options.mc_key, "chi_f"))
+    for name, png in pngs.items():
+        rep.add_image(png, caption=name)
+    if options.run_mc:
+        _add_persuasive(rep, records, options.mc_key)
+    timing = summary.get("timing", {})
+    if timing:
+        rep.add_heading("Time per query")
+        rep.add_kv(timing, caption="seconds per query for each method; speedup = MC / Fisher")
+    return rep
+
+
+def _add_definitions(rep: Report, options: SusceptibilityOptions) -> None:
+    """What χ_MC (Du et al. 2024, with this run's reference) and χ_F (Eq. 10-11) are."""
     rep.add_text(
         "Monte Carlo susceptibility χ_MC(q) = Σ_c p̂(c)·KL(p(·|c,q) ‖ p̄(·|q)) over sampled "
         "contexts (Du et al. 2024); the reference p̄ is "
@@ -81,7 +107,13 @@ def susceptibility_report(records: Sequence[dict[str, Any]], summary: dict[str, 
         + f" Fisher susceptibility χ_F(q) = ½σ²·Σ_a p(a|e)·‖∇_e log p(a|e)‖² over the "
         f"{'top-' + str(options.top_k) if options.fisher_vocab == 'topk' else 'full-vocabulary'}"
         " next tokens, e = the query's input embeddings (Eq. 10-11).")
-    rep.add_kv({"queries": len(records), "contexts drawn per query": options.n_contexts,
+
+
+def _add_settings(rep: Report, options: SusceptibilityOptions, summary: dict[str, Any],
+                  queries: int) -> None:
+    """The run's settings (``queries``: how many were measured), the contexts cut to the
+    model's window and the units of χ."""
+    rep.add_kv({"queries": queries, "contexts drawn per query": options.n_contexts,
                 "context pool": options.context_entities
                 + (f" ({options.entity_draws} mention the queried entity)"
                    if options.context_entities == "mix" else ""),
@@ -98,55 +130,53 @@ def susceptibility_report(records: Sequence[dict[str, Any]], summary: dict[str, 
                  "min(H(A|q), H(C)), the entropy of the answer distribution over the sampled "
                  "contexts (and of the contexts drawn); χ_F is on another scale (½σ² times a "
                  "Fisher-information trace): it ranks queries and is never read as nats.")
-    top = top_rows(summary)
-    if top:
-        rep.add_heading("Most susceptible queries")
-        rep.add_table(top, caption="ranked by " + ("χ_MC" if options.run_mc else "χ_F"))
-    warning = (summary.get("agreement") or {}).get("warning")
-    if warning:
-        rep.add_text("Warning: " + warning)
-    if "correlation" in summary:
-        rep.add_heading("Correlation of χ_F and χ_MC")
-        corr = summary["correlation"]
-        rows = [{"group": "overall", **_fmt_corr(corr["overall"])}]
-        rows += [{"group": TYPE_LABELS.get(t, t), **_fmt_corr(c)}
-                 for t, c in corr["by_query_type"].items()]
-        rows += [{"group": "open (both forms)", **_fmt_corr(corr["open"])},
-                 {"group": "closed", **_fmt_corr(corr["closed"])},
-                 {"group": "per-relation means", **_fmt_corr(corr["by_relation_means"])}]
-        rep.add_table(rows)
+
+
+def _add_correlation(rep: Report, corr: dict[str, Any]) -> None:
+    """The correlation of χ_F and χ_MC: overall, by query type, open and closed, and of the
+    per-relation means."""
+    rep.add_heading("Correlation of χ_F and χ_MC")
+    rows = [{"group": "overall", **_fmt_corr(corr["overall"])}]
+    rows += [{"group": TYPE_LABELS.get(t, t), **_fmt_corr(c)}
+             for t, c in corr["by_query_type"].items()]
+    rows += [{"group": "open (both forms)", **_fmt_corr(corr["open"])},
+             {"group": "closed", **_fmt_corr(corr["closed"])},
+             {"group": "per-relation means", **_fmt_corr(corr["by_relation_means"])}]
+    rep.add_table(rows)
+
+
+def _add_means(rep: Report, means: dict[str, Any], keys: tuple[str, str]) -> None:
+    """One table per grouping: each group's size and the mean and standard error of each
+    method's χ (``keys``: the Monte Carlo key and ``chi_f``)."""
     rep.add_heading("Means")
     for name, caption in (("by_query_type", "by query type"), ("open_vs_closed",
                           "open against closed"), ("real_vs_fake", "real against made-up"),
                           ("by_relation", "by relation")):
-        groups = summary["means"][name]
+        groups = means[name]
         rows = []
         for g, m in groups.items():
             row: dict[str, Any] = {"group": g, "n": m["n"]}
-            for k in (mc, fk):
+            for k in keys:
                 if k in m and m[k]:
                     row[f"mean {k}"] = m[k]["mean"]
                     row[f"sem {k}"] = m[k]["sem"]
             rows.append(row)
         rep.add_table(rows, caption=caption)
-    for name, png in pngs.items():
-        rep.add_image(png, caption=name)
-    if options.run_mc:
-        rep.add_heading("Most persuasive contexts")
-        top = sorted(records, key=lambda r: -(r.get(mc) or 0.0))[:10]
-        rows = []
-        for r in top:
-            best = (r.get("persuasive_contexts") or [{}])[0]
-            rows.append({"query": r["query"], "type": r["query_type"], "entity": r["entity_kind"],
-                         mc: r.get(mc), fk: r.get(fk), "top context": best.get("context"),
-                         "ψ": best.get("psi")})
-        rep.add_table(rows, caption="the 10 most susceptible queries and their most persuasive "
-                                    "context (ψ = KL from the reference)")
-    timing = summary.get("timing", {})
-    if timing:
-        rep.add_heading("Time per query")
-        rep.add_kv(timing, caption="seconds per query for each method; speedup = MC / Fisher")
-    return rep
+
+
+def _add_persuasive(rep: Report, records: Sequence[dict[str, Any]], mc: str) -> None:
+    """The 10 queries of highest χ_MC (``mc``: its key) with their most persuasive context."""
+    fk = "chi_f"
+    rep.add_heading("Most persuasive contexts")
+    top = sorted(records, key=lambda r: -(r.get(mc) or 0.0))[:10]
+    rows = []
+    for r in top:
+        best = (r.get("persuasive_contexts") or [{}])[0]
+        rows.append({"query": r["query"], "type": r["query_type"], "entity": r["entity_kind"],
+                     mc: r.get(mc), fk: r.get(fk), "top context": best.get("context"),
+                     "ψ": best.get("psi")})
+    rep.add_table(rows, caption="the 10 most susceptible queries and their most persuasive "
+                                "context (ψ = KL from the reference)")
 
 
 def group_rows(summary: dict[str, Any], reference: str = "marginal") -> list[dict[str, Any]]:

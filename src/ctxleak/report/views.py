@@ -7,10 +7,9 @@ the Result alone (records, summary, config, provenance, its run folder), so a ru
 A view never measures: what a page needs is in the run's records (token strings of the influence
 leak maps) or its config.
 
-A run made with ``--redact`` (``config["redact"]``) is shown through one
-:class:`~ctxleak.report.redaction.Redactor` (:meth:`View.redactor`), active while the view renders
-the page, the Jupyter fragments or the console (:func:`ctxleak.report.redaction.redacting`):
-every :class:`Report` and console line it makes goes through it.
+What every view does alike (the verdict at the top of the page, a run made with ``--redact``
+shown through one redactor, the Jupyter fragment, the figures in page order) is
+:class:`~ctxleak.report.view.View`, the base of the views here.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from ctxleak.methods.pii.plan import load_probe_records
 from ctxleak.methods.pii.verdict import HITS_FILE, hits, probe_verdict
 from ctxleak.methods.susceptibility.pipeline import SusceptibilityOptions
 from ctxleak.methods.susceptibility.verdict import susceptibility_verdict
-from ctxleak.methods.verdict import check_verdict
 from ctxleak.report import Report
 from ctxleak.report import audit as audit_view
 from ctxleak.report import compare as compare_view
@@ -37,111 +35,9 @@ from ctxleak.report import icl as icl_view
 from ctxleak.report import influence as influence_view
 from ctxleak.report import probe as probe_view
 from ctxleak.report import susceptibility as susceptibility_view
-from ctxleak.report.console import console, print_closing, print_rows, print_verdict
-from ctxleak.report.redaction import Redactor, redacting
-
-
-class View:
-    """How a method's Result is shown; subclasses override what their method has."""
-
-    #: The console table's title.
-    title: str = "ctxleak result"
-    #: Columns of :meth:`table` that name a row in ``ctxleak compare`` (the rest are compared).
-    identity: tuple[str, ...] = ()
-    #: Columns of :meth:`table` that describe a run rather than measure it (not compared).
-    skip: frozenset[str] = frozenset()
-
-    def table(self, result: Any) -> list[dict[str, Any]]:
-        """The summary as rows (the console table)."""
-        return [{"key": k, "value": v} for k, v in result.summary.items()
-                if not isinstance(v, (dict, list))]
-
-    def files(self, result: Any) -> dict[str, bytes | str]:
-        """Extra files of the run folder by name: the figures (PNG bytes) and texts."""
-        return {}
-
-    def verdict(self, result: Any) -> dict[str, str] | None:
-        """The run's verdict (``summary["verdict"]``, :mod:`ctxleak.methods.verdict`); for a
-        run folder written before verdicts, computed again from the result where this view
-        can (:meth:`compute_verdict`), else none."""
-        stored = result.summary.get("verdict")
-        if stored is not None:
-            return stored if check_verdict(stored) is None else None
-        try:
-            return self.compute_verdict(result)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
-            return None
-
-    def compute_verdict(self, result: Any) -> dict[str, str] | None:
-        """The verdict from the result alone (records, summary, config); none by default."""
-        return None
-
-    def redactor(self, result: Any) -> Redactor:
-        """What everything shown of ``result`` goes through: masking PII when the run was made
-        with ``--redact``, with the person names found in any text of its records and summary
-        (so a name cued once is masked everywhere), else nothing."""
-        return Redactor.of_run(bool(result.config.get("redact", False)), result.records,
-                               result.summary)
-
-    def full_page(self, result: Any) -> Report:
-        """:meth:`page` with the verdict at its top (what ``report.html`` shows)."""
-        with redacting(self.redactor(result)):
-            report = self.page(result)
-            verdict = self.verdict(result)
-            if verdict:
-                report.set_verdict(verdict["text"], verdict.get("rule", ""))
-        return report
-
-    def full_show(self, result: Any, *, plain: bool = False) -> None:
-        """The verdict first, then :meth:`show` (what ``result.show()`` and the CLI print)."""
-        with redacting(self.redactor(result)):
-            print_verdict(self.verdict(result), plain=plain)
-            self.show(result, plain=plain)
-
-    def figure_names(self, result: Any) -> list[str]:
-        """The figures' file names in the order :meth:`files` draws them (the page shows them
-        so, for a loaded run too, whose figures come back in file-name order)."""
-        return []
-
-    def figures(self, result: Any) -> dict[str, bytes]:
-        """The result's figures in page order: those :meth:`figure_names` lists, then any
-        other by name."""
-        images = result.images
-        names = [n for n in self.figure_names(result) if n in images]
-        return {n: images[n] for n in [*names, *sorted(set(images) - set(names))]}
-
-    def page(self, result: Any) -> Report:
-        """The self-contained HTML report (``report.html``)."""
-        report = Report(self.title, f"{len(result.records)} samples")
-        report.add_table(self.table(result))
-        return report
-
-    def show(self, result: Any, *, plain: bool = False) -> None:
-        """Print the console table (and where the run's files are)."""
-        print_rows(self.table(result), title=self.title, plain=plain)
-
-    def fragment(self, result: Any) -> str:
-        """A compact HTML summary (Jupyter's ``_repr_html_``): the console table."""
-        with redacting(self.redactor(result)):
-            report = Report(result.title, f"{len(result.records)} samples"
-                            + (f" · {result.path}" if result.path else ""))
-            verdict = self.verdict(result)
-            if verdict:
-                report.set_verdict(verdict["text"], verdict.get("rule", ""))
-            rows = self.table(result)
-            if rows:
-                report.add_table(rows)
-            return report.fragment()
-
-    def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
-                        ) -> dict[str, bytes]:
-        """The headline figures of several runs, one line or bar per run."""
-        return {}
-
-
-def _model(result: Any) -> Any:
-    """The run's model as the run named it (the config), else as provenance recorded it."""
-    return result.config.get("model") or (result.provenance.get("model") or {}).get("name", "")
+from ctxleak.report.console import console, print_closing, print_rows
+from ctxleak.report.redaction import redacting
+from ctxleak.report.view import View, run_model
 
 
 class InfluenceView(View):
@@ -165,7 +61,7 @@ class InfluenceView(View):
         grid = 1
         for key in ("lambda", "temperature", "context_sizes"):
             grid *= len(config.get(key) or [None])
-        meta = {"model": _model(result),
+        meta = {"model": run_model(result),
                 "examples": len({r["id"] for r in records}),
                 "settings": grid, "run directory": str(result.path),
                 "contexts cut to the window": sum(s["truncated_contexts"] for s in settings),
@@ -234,7 +130,7 @@ class ICLView(View):
         config, summary = result.config, result.summary
         icl = config["icl"]
         template = result.provenance.get("prompt_template") or {}
-        info = {"model": _model(result), "data": config.get("data"),
+        info = {"model": run_model(result), "data": config.get("data"),
                 "format": config["format"], "labels": ", ".join(config["labels"]),
                 "label scoring": icl["label_scoring"],
                 "output spaces": ", ".join(icl["output_spaces"]),
@@ -249,7 +145,7 @@ class ICLView(View):
 
     def show(self, result: Any, *, plain: bool = False) -> None:
         summary = result.summary
-        print_rows(self.table(result), title=f"{self.title}, {_model(result)}, "
+        print_rows(self.table(result), title=f"{self.title}, {run_model(result)}, "
                    f"{summary['n_queries']} queries (mean ± std over queries)", plain=plain)
         out = console(plain)
         out.print(f"time per query: {summary['time_per_query_s']:.2f} s")
@@ -296,7 +192,7 @@ class AuditView(View):
     def page(self, result: Any) -> Report:
         return audit_view.audit_report(result.summary["rows"], result.records,
                                        _audit_config(result.config), self.figures(result),
-                                       model=_model(result), data=result.config.get("data"),
+                                       model=run_model(result), data=result.config.get("data"),
                                        seconds=result.wall_time_s or 0.0)
 
     def show(self, result: Any, *, plain: bool = False) -> None:
@@ -340,7 +236,7 @@ class SusceptibilityView(View):
     def page(self, result: Any) -> Report:
         return susceptibility_view.susceptibility_report(
             result.records, result.summary, _susceptibility_options(result.config),
-            self.figures(result), model=_model(result), data=result.config.get("data"))
+            self.figures(result), model=run_model(result), data=result.config.get("data"))
 
     def show(self, result: Any, *, plain: bool = False) -> None:
         susceptibility_view.print_susceptibility(

@@ -2,7 +2,7 @@
 tables, pandas frame, console view, HTML report and the one writer of ``results.json``.
 
 A :class:`Result` holds ``records`` (one dict per sample, as in ``samples.jsonl``; a run's and a
-loaded run folder's are read from that file on demand, :class:`~ctxleak.run.samples.StoredRows`,
+loaded run folder's are read from that file on demand, :class:`~ctxleak.run.stored.StoredRows`,
 so that a long run's rows are not all in memory at once), ``summary``
 (as in ``results.json``), ``config`` and ``provenance``; ``to_pandas()`` gives one row per sample,
 ``to_html()`` the self-contained report, ``show()`` prints the console table, ``save(dir)`` writes
@@ -21,7 +21,8 @@ from typing import Any, ClassVar
 
 from ctxleak.citations import bibtex, cite_block, papers_for
 from ctxleak.methods.checks import RecordChecks
-from ctxleak.report.views import View, view_for
+from ctxleak.report.view import View
+from ctxleak.report.views import view_for
 from ctxleak.run.atomic import refuse_foreign_folder
 from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.manifest import start_manifest, write_lines_whole, write_recorded

@@ -31,11 +31,11 @@ from ctxleak.run.rundir import (
 )
 from ctxleak.run.samples import (
     SampleFile,
-    StoredRows,
     check_rows,
     has_manifest,
     read_sample_file,
 )
+from ctxleak.run.stored import StoredRows
 
 
 def load_result(directory: str | os.PathLike[str], *, strict: bool = True) -> Result:
@@ -208,7 +208,7 @@ def _check_reading(file: Path, summary: dict[str, Any]) -> None:
 def _summarised(path: Path, stored: SampleFile, body: dict[str, Any],
                 n_effective: int | None, config: dict[str, Any]) -> StoredRows:
     """The rows of ``samples.jsonl`` the summary was computed from, in their order, read from
-    the file on demand (:class:`~ctxleak.run.samples.StoredRows`; rows of an older run folder
+    the file on demand (:class:`~ctxleak.run.stored.StoredRows`; rows of an older run folder
     as :func:`user_id_row` gives them)."""
     samples, results = path / SAMPLES_FILE, path / RESULTS_FILE
     command = str(config.get("command"))

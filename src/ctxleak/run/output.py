@@ -22,7 +22,7 @@ class RunOutput:
 
     ``command``: the method's name (``config["command"]``); ``records``: one dict per example, as
     in ``samples.jsonl``, in item order (rows read from that file on demand,
-    :class:`~ctxleak.run.samples.StoredRows`, or a list); ``summary``: the method's summary of them;
+    :class:`~ctxleak.run.stored.StoredRows`, or a list); ``summary``: the method's summary of them;
     ``config``: the run's full config (as in ``config.json``); ``provenance``: model, versions,
     seeds; ``run``: the run folder, still claimed, for the files that finishing writes."""
 

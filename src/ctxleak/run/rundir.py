@@ -53,15 +53,12 @@ from ctxleak.run.manifest import (
 )
 from ctxleak.run.records import parse_json
 from ctxleak.run.samples import (
-    KEY_FIELD,
-    Convert,
     RowCheck,
-    StoredRows,
     has_manifest,
     read_sample_file,
     read_samples,
-    row_key,
 )
+from ctxleak.run.stored import KEY_FIELD, Convert, StoredRows, row_key
 
 # The run folder's names, importable from here as from the modules that define them.
 __all__ = ["CONFIG_FILE", "IDENTITY_KEY", "INPUTS_KEY", "KEY_FIELD", "LOCK_FILE",
@@ -288,7 +285,7 @@ class RunDir:
     def rows(self, keys: Sequence[Any] | None = None, *, tags: Sequence[Any] | None = None,
              convert: Convert | None = None) -> StoredRows:
         """The stored rows named ``keys`` (default: all, in the order they were stored), read
-        from the sample files on demand (:class:`~ctxleak.run.samples.StoredRows`); ``tags`` and
+        from the sample files on demand (:class:`~ctxleak.run.stored.StoredRows`); ``tags`` and
         ``convert`` as there."""
         names = list(self._where) if keys is None else keys
         where = [self._where[k] for k in names]

@@ -38,7 +38,8 @@ from ctxleak.run.rundir import (
     RunDir,
     input_hashes,
 )
-from ctxleak.run.samples import RowCheck, StoredRows
+from ctxleak.run.samples import RowCheck
+from ctxleak.run.stored import StoredRows
 
 
 def say(message: str) -> None:
@@ -163,7 +164,7 @@ def measure_items(run: Any, method: Method[Any, Any, Any], lm: LanguageModel, re
     """Measure every item not yet in the samples, in the method's batches under ``policy``
     (default: the one the model was handed), appending each record (with its ``id``) as it
     comes; return all records, earlier ones included, in item order, as rows read back from
-    ``samples.jsonl`` on demand (:class:`~ctxleak.run.samples.StoredRows`): a run keeps the
+    ``samples.jsonl`` on demand (:class:`~ctxleak.run.stored.StoredRows`): a run keeps the
     rows' names and byte spans in memory, not the rows.
 
     In a data-parallel run each process takes the items ``index % size == rank``, then waits

@@ -260,6 +260,29 @@ def load_task(data: Any = "demo", test_data: Any = None, *, split_field: str = "
     """
     source: dict[str, Any] = {"data": describe(data), "test_data": describe(test_data)
                               if test_data is not None else None}
+    train_raw, test_raw, hf_labels, auto_fmt = _read_splits(
+        data, test_data, source, split_field=split_field, text_field=text_field,
+        label_field=label_field)
+    fmt_name = auto_fmt if fmt == "auto" else fmt
+    prompt_format = get_format(fmt_name, instruction=instruction, exemplar=exemplar_template,
+                               query=query_template)
+    verbalisers, mapping = _verbalisers(labels, hf_labels, prompt_format, train_raw)
+    label_map = _label_map(train_raw, verbalisers, mapping)
+    if len(verbalisers) < 2:
+        raise ConfigError(f"ICLInf needs at least two labels, got {verbalisers}")
+    train = _examples(train_raw, label_map, verbalisers, label_field)
+    test = _examples(test_raw, label_map, verbalisers, label_field)
+    source["format"] = prompt_format.name
+    return ICLTask(train=train, test=test, labels=tuple(verbalisers), fmt=prompt_format,
+                   source=source)
+
+
+def _read_splits(data: Any, test_data: Any, source: dict[str, Any], *, split_field: str,
+                 text_field: str, label_field: str
+                 ) -> tuple[list[_Raw], list[_Raw], tuple[str, ...] | None, str]:
+    """The train and test rows of ``data`` (see :func:`load_task`), the labels of a Hugging
+    Face set (else None) and the format ``auto`` stands for; where each split came from is
+    added to ``source``."""
     hf_labels: tuple[str, ...] | None = None
     if is_named(data, "demo"):
         train_path = str(demo_path("icl_train.jsonl"))
@@ -288,17 +311,22 @@ def load_task(data: Any = "demo", test_data: Any = None, *, split_field: str = "
         auto_fmt = "custom"
         source.update(train=describe(data), test=describe(test_data) if test_data is not None
                       else f"{describe(data)} ({split_field} = test)")
-    fmt_name = auto_fmt if fmt == "auto" else fmt
-    prompt_format = get_format(fmt_name, instruction=instruction, exemplar=exemplar_template,
-                               query=query_template)
+    return train_raw, test_raw, hf_labels, auto_fmt
 
+
+def _verbalisers(labels: str | Sequence[str] | None, hf_labels: tuple[str, ...] | None,
+                 prompt_format: PromptFormat, train_raw: Sequence[_Raw]
+                 ) -> tuple[list[str], dict[str, str]]:
+    """The label words and the mapping of the data's labels onto them: those given
+    (:func:`parse_labels`), else the Hugging Face set's, else the format's (refused when the
+    training data has others), else the training data's in order of first appearance."""
     parsed = parse_labels(labels)
     if parsed is not None:
-        verbalisers, mapping = parsed
-    elif hf_labels is not None:
-        verbalisers, mapping = list(hf_labels), {}
-    elif prompt_format.labels is not None:
-        verbalisers, mapping = list(prompt_format.labels), {}
+        return parsed
+    if hf_labels is not None:
+        return list(hf_labels), {}
+    if prompt_format.labels is not None:
+        verbalisers = list(prompt_format.labels)
         seen = {r.label for r in train_raw}
         if not seen <= set(verbalisers) and not seen <= {str(i) for i in range(len(verbalisers))}:
             extra = sorted(seen - set(verbalisers))[:5]
@@ -306,14 +334,5 @@ def load_task(data: Any = "demo", test_data: Any = None, *, split_field: str = "
                               f"{', '.join(verbalisers)}, but the training data has "
                               f"{', '.join(map(repr, extra))}: give labels=..., or use "
                               "format=custom", param="format", also=("labels",))
-    else:
-        verbalisers = list(dict.fromkeys(r.label for r in train_raw))
-        mapping = {}
-    label_map = _label_map(train_raw, verbalisers, mapping)
-    if len(verbalisers) < 2:
-        raise ConfigError(f"ICLInf needs at least two labels, got {verbalisers}")
-    train = _examples(train_raw, label_map, verbalisers, label_field)
-    test = _examples(test_raw, label_map, verbalisers, label_field)
-    source["format"] = prompt_format.name
-    return ICLTask(train=train, test=test, labels=tuple(verbalisers), fmt=prompt_format,
-                   source=source)
+        return verbalisers, {}
+    return list(dict.fromkeys(r.label for r in train_raw)), {}

@@ -188,6 +188,32 @@ def _initial(lm: InProcessLM, n: int, seed: int) -> torch.Tensor:
         return _embed(lm, ids).detach().float().cpu().clone()
 
 
+def _train_epoch(lm: InProcessLM, soft: torch.nn.Parameter, optimizer: torch.optim.Optimizer,
+                 prompts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
+                 order: list[int], batch_size: int) -> None:
+    """One epoch of AdamW steps over the pairs in ``order``, ``batch_size`` at a time, each on
+    the loss L(S) of its batch: the targets' summed NLL over their token count (App. A.4)."""
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        with torch.enable_grad():
+            logits = _target_logits(lm, soft, [prompts[i] for i in idx],
+                                    [targets[i] for i in idx])
+            nll = sum(torch.nn.functional.cross_entropy(
+                lg.float(), torch.as_tensor(list(targets[i]), device=lg.device),
+                reduction="sum") for lg, i in zip(logits, idx))
+            loss = nll / sum(len(targets[i]) for i in idx)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[union-attr]  # a sum of tensors
+        optimizer.step()
+
+
+def _better(entry: dict[str, Any], best: dict[str, Any]) -> bool:
+    """The paper's selection rule: the higher exact match on the training subjects, ties to
+    the lower training NLL."""
+    em, best_em = entry.get("exact_match", 0.0), best.get("exact_match", 0.0)
+    return cast("bool", em > best_em or (em == best_em and entry["train_nll"] < best["train_nll"]))
+
+
 def train_soft_prompt(lm: InProcessLM, prompts: Sequence[Sequence[int]],
                       targets: Sequence[Sequence[int]], config: SoftPromptConfig | None = None,
                       *, exact_match: Callable[[list[list[int]]], float] | None = None,
@@ -220,10 +246,6 @@ def train_soft_prompt(lm: InProcessLM, prompts: Sequence[Sequence[int]],
             entry["exact_match"] = float(exact_match(gens))
         return entry
 
-    def better(entry: dict[str, Any], best: dict[str, Any]) -> bool:
-        em, best_em = entry.get("exact_match", 0.0), best.get("exact_match", 0.0)
-        return cast("bool", em > best_em or (em == best_em and entry["train_nll"] < best["train_nll"]))
-
     with frozen_weights(model):
         try:
             model.eval()
@@ -235,24 +257,13 @@ def train_soft_prompt(lm: InProcessLM, prompts: Sequence[Sequence[int]],
                 progress(best)
             for epoch in range(1, config.epochs + 1):
                 order = torch.randperm(len(prompts), generator=order_gen).tolist()
-                for start in range(0, len(order), config.batch_size):
-                    idx = order[start:start + config.batch_size]
-                    with torch.enable_grad():
-                        logits = _target_logits(lm, soft, [prompts[i] for i in idx],
-                                                [targets[i] for i in idx])
-                        nll = sum(torch.nn.functional.cross_entropy(
-                            lg.float(), torch.as_tensor(list(targets[i]), device=lg.device),
-                            reduction="sum") for lg, i in zip(logits, idx))
-                        loss = nll / sum(len(targets[i]) for i in idx)
-                        optimizer.zero_grad(set_to_none=True)
-                        loss.backward()  # type: ignore[union-attr]  # a sum of tensors
-                    optimizer.step()
+                _train_epoch(lm, soft, optimizer, prompts, targets, order, config.batch_size)
                 if epoch % config.eval_every == 0 or epoch == config.epochs:
                     entry = evaluate(epoch)
                     history.append(entry)
                     if progress:
                         progress(entry)
-                    if better(entry, best):
+                    if _better(entry, best):
                         best, best_soft = entry, soft.detach().clone()
         finally:
             model.train(was_training)

@@ -170,55 +170,83 @@ def synth_records(n: int, seed: int = 0) -> list[PIIRecord]:
     records: list[PIIRecord] = []
     for i in range(n):
         female = rnd.random() < 0.5
-        for attempt in range(50):
-            first = fake.first_name_female() if female else fake.first_name_male()
-            last = fake.last_name()
-            name = f"{first} {last}" if attempt < 25 else \
-                f"{first} {chr(ord('A') + rnd.randrange(26))}. {last}"
-            if name not in names:
-                break
-        else:  # pragma: no cover - needs an astronomically unlucky draw
-            name = f"{first} {last} {i}"
-        names.add(name)
-
-        f, l_ = _ascii_word(first) or "user", _ascii_word(last) or "name"
-        local = rnd.choice([f"{f}.{l_}", f"{f}{l_}", f"{f[0]}.{l_}", f"{f}_{l_}",
-                            f"{f}.{l_}+{rnd.choice(['news', 'work', 'home'])}",
-                            f"{f}{rnd.randint(1, 99)}"])
-        email = f"{local}@{rnd.choice(FICTIONAL_EMAIL_DOMAINS)}"
-        while email.lower() in emails:
-            email = f"{local}{rnd.randint(1, 999)}@{rnd.choice(FICTIONAL_EMAIL_DOMAINS)}"
-        emails.add(email.lower())
-
-        fmt = rnd.choice(_PHONE_FORMATS)
-        while True:
-            area, line = rnd.choice(AREA_CODES), rnd.randint(100, 199)
-            if (area, line) not in phones:
-                break
-        phones.add((area, line))
-        phone = fmt.format(a=area, x=f"0{line}")
-
-        for _ in range(100):
-            address = _address(fake)
-            if _address_ok(address):
-                break
-        else:  # pragma: no cover
-            raise RuntimeError("could not draw an address that pyap2 parses")
-
-        relations = {
-            "father": f"{fake.first_name_male()} {last}",
-            "mother": f"{fake.first_name_female()} {rnd.choice([last, fake.last_name()])}",
-        }
-        if rnd.random() < 0.5:
-            spouse_first = fake.first_name_male() if female else fake.first_name_female()
-            relations["spouse"] = f"{spouse_first} {fake.last_name()}"
-
+        name, first, last = _draw_name(fake, female, names, i)
+        email = _draw_email(rnd, first, last, emails)
+        phone = _draw_phone(rnd, phones)
+        address = _draw_address(fake)
+        relations = _draw_relations(fake, female, last)
         record = PIIRecord(subject_id=f"s{i:05d}", name=name, email=email, phone=phone,
                            address=address, relations=relations, university=_university(fake))
         styles = rnd.sample(range(len(_DOC_STYLES)), rnd.randint(1, 2))
         documents = [_DOC_STYLES[s](record, fake) for s in styles]
         records.append(PIIRecord(**{**record.to_dict(), "documents": documents}))
     return records
+
+
+def _draw_name(fake: Any, female: bool, names: set[str], i: int) -> tuple[str, str, str]:
+    """A full name no earlier subject has (a middle initial after 25 tries), with its first
+    and last names; added to ``names``."""
+    rnd = fake.random
+    for attempt in range(50):
+        first = fake.first_name_female() if female else fake.first_name_male()
+        last = fake.last_name()
+        name = f"{first} {last}" if attempt < 25 else \
+            f"{first} {chr(ord('A') + rnd.randrange(26))}. {last}"
+        if name not in names:
+            break
+    else:  # pragma: no cover - needs an astronomically unlucky draw
+        name = f"{first} {last} {i}"
+    names.add(name)
+    return name, first, last
+
+
+def _draw_email(rnd: Any, first: str, last: str, emails: set[str]) -> str:
+    """An e-mail at a reserved example domain made of the name, none an earlier subject has
+    (case aside); added to ``emails`` in lower case."""
+    f, l_ = _ascii_word(first) or "user", _ascii_word(last) or "name"
+    local = rnd.choice([f"{f}.{l_}", f"{f}{l_}", f"{f[0]}.{l_}", f"{f}_{l_}",
+                        f"{f}.{l_}+{rnd.choice(['news', 'work', 'home'])}",
+                        f"{f}{rnd.randint(1, 99)}"])
+    email = f"{local}@{rnd.choice(FICTIONAL_EMAIL_DOMAINS)}"
+    while email.lower() in emails:
+        email = f"{local}{rnd.randint(1, 999)}@{rnd.choice(FICTIONAL_EMAIL_DOMAINS)}"
+    emails.add(email.lower())
+    return email
+
+
+def _draw_phone(rnd: Any, phones: set[tuple[int, int]]) -> str:
+    """A fictional number (area code, 555-01XX) no earlier subject has, in one of the usual
+    formats; its (area code, line) added to ``phones``."""
+    fmt = rnd.choice(_PHONE_FORMATS)
+    while True:
+        area, line = rnd.choice(AREA_CODES), rnd.randint(100, 199)
+        if (area, line) not in phones:
+            break
+    phones.add((area, line))
+    return cast("str", fmt.format(a=area, x=f"0{line}"))
+
+
+def _draw_address(fake: Any) -> str:
+    """A street address that extraction finds whole (:func:`_address_ok`)."""
+    for _ in range(100):
+        address = _address(fake)
+        if _address_ok(address):
+            return address
+    raise RuntimeError("could not draw an address that pyap2 parses")  # pragma: no cover
+
+
+def _draw_relations(fake: Any, female: bool, last: str) -> dict[str, str]:
+    """The father and mother (the father has the subject's last name) and, for about half the
+    subjects, a spouse."""
+    rnd = fake.random
+    relations = {
+        "father": f"{fake.first_name_male()} {last}",
+        "mother": f"{fake.first_name_female()} {rnd.choice([last, fake.last_name()])}",
+    }
+    if rnd.random() < 0.5:
+        spouse_first = fake.first_name_male() if female else fake.first_name_female()
+        relations["spouse"] = f"{spouse_first} {fake.last_name()}"
+    return relations
 
 
 def synth_documents(records: list[PIIRecord]) -> list[dict[str, str]]:

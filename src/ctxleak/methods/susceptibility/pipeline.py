@@ -159,71 +159,86 @@ def measure_queries(lm: LanguageModel, queries: Sequence[tuple[Query, int]], rel
         "entity_kind": "real" if q.is_real else "fake", "query_type": q.query_type,
         "open": q.is_open, "query": q.text, "answer": q.answer, "seed": seed,
     } for q, seed in queries]
-    n = max(len(queries), 1)
     if options.run_mc:
-        t0 = time.perf_counter()
-        samples, pools, owns, where = [], [], [], []
-        with_replacement = options.sampling == "replacement"
-        for q, seed in queries:
-            drawn = query_contexts(q, relations, options.n_contexts, np.random.default_rng(seed),
-                                   scope=options.context_entities,
-                                   entity_contexts=options.entity_draws,
-                                   replace=with_replacement)  # §5.1
-            samples.append(drawn.sample)
-            pools.append(drawn.pool)
-            where.append(drawn.pool_indices)
-            owns.append(set(drawn.entity_pool))
-        results = monte_carlo_many(lm, [(q.text, smp.texts, smp.counts)
-                                        for (q, _), smp in zip(queries, samples)],
-                                   reference=options.reference, template=options.template,
-                                   reuse_prefix=options.reuse_prefix)
-        seconds = (time.perf_counter() - t0) / n
-        for (q, _), record, res, sample, pool, own, idx in zip(queries, records, results,
-                                                               samples, pools, owns, where):
-            cut = [c for c in res.context_tokens_cut if c]
-            if cut:
-                warn(f"query {q.id}: {len(cut)} context(s) cut by up to {max(cut)} "
-                     "tokens to fit the model's window")
-            order = np.argsort(-res.psi, kind="stable")[:options.top_contexts]
-            ref = res.ref_logprobs.numpy()
-            ref_top = np.argsort(-ref, kind="stable")[:5]
-            record.update({
-                options.mc_key: res.chi, "reference": options.reference,
-                "n_draws": sample.n_draws, "n_distinct_contexts": len(sample.texts),
-                "n_entity_draws": int(sum(c for t, c in zip(sample.texts, sample.counts)
-                                          if t in own)),
-                "context_pool_size": len(pool), "seconds_mc": seconds,
-                "context_draws": {"pool_index": idx,
-                                  "count": [int(c) for c in sample.counts]},
-                "contexts_truncated": len(cut), "context_tokens_cut": int(sum(cut)),
-                "persuasive_contexts": [{"context": sample.texts[i], "psi": float(res.psi[i]),
-                                         "weight": float(res.weights[i])} for i in order],
-                "reference_top_tokens": [{"token": _token(lm, t), "id": int(t),
-                                          "prob": float(np.exp(ref[t]))}
-                                         for t in ref_top],
-                # H(p̄(·|q)) in nats, the ceiling of the mutual information χ_MC
-                "answer_entropy": answer_entropy(ref) if options.reference == "marginal"
-                else None,
-            })
+        _add_monte_carlo(lm, queries, relations, options, records)
     if options.run_fisher:
-        t0 = time.perf_counter()
-        fisher = fisher_susceptibility_many(lm, [q.text for q, _ in queries],
-                                            top_k=options.top_k, sigma2=options.sigma2,
-                                            vocab=options.fisher_vocab,
-                                            template=options.template, prefix_kv=prefix_kv,
-                                            truncation=options.fisher_truncation)
-        seconds = (time.perf_counter() - t0) / n
-        for record, fr in zip(records, fisher):
-            record.update({
-                "chi_f": fr.chi, "fisher_trace": fr.trace, "sigma2": fr.sigma2,
-                "fisher_vocab": fr.vocab, "fisher_truncation": fr.truncation,
-                "fisher_mass": fr.mass,
-                "n_query_tokens": fr.n_query_tokens, "seconds_fisher": seconds,
-                "fisher_top_tokens": [{"token": _token(lm, t), "id": t, "prob": p,
-                                       "grad_sq_norm": s}
-                                      for t, p, s in zip(fr.token_ids, fr.probs, fr.sq_norms)],
-            })
+        _add_fisher(lm, [q.text for q, _ in queries], options, prefix_kv, records)
     return records
+
+
+def _add_monte_carlo(lm: LanguageModel, queries: Sequence[tuple[Query, int]],
+                     relations: Sequence[Relation], options: SusceptibilityOptions,
+                     records: list[dict[str, Any]]) -> None:
+    """χ_MC of each query (Du et al. 2024) into its record: each query's contexts drawn from
+    its seed (§5.1), all of them scored in one planner run, then what was drawn and the most
+    persuasive contexts."""
+    t0 = time.perf_counter()
+    samples, pools, owns, where = [], [], [], []
+    with_replacement = options.sampling == "replacement"
+    for q, seed in queries:
+        drawn = query_contexts(q, relations, options.n_contexts, np.random.default_rng(seed),
+                               scope=options.context_entities,
+                               entity_contexts=options.entity_draws,
+                               replace=with_replacement)  # §5.1
+        samples.append(drawn.sample)
+        pools.append(drawn.pool)
+        where.append(drawn.pool_indices)
+        owns.append(set(drawn.entity_pool))
+    results = monte_carlo_many(lm, [(q.text, smp.texts, smp.counts)
+                                    for (q, _), smp in zip(queries, samples)],
+                               reference=options.reference, template=options.template,
+                               reuse_prefix=options.reuse_prefix)
+    seconds = (time.perf_counter() - t0) / max(len(queries), 1)
+    for (q, _), record, res, sample, pool, own, idx in zip(queries, records, results,
+                                                           samples, pools, owns, where):
+        cut = [c for c in res.context_tokens_cut if c]
+        if cut:
+            warn(f"query {q.id}: {len(cut)} context(s) cut by up to {max(cut)} "
+                 "tokens to fit the model's window")
+        order = np.argsort(-res.psi, kind="stable")[:options.top_contexts]
+        ref = res.ref_logprobs.numpy()
+        ref_top = np.argsort(-ref, kind="stable")[:5]
+        record.update({
+            options.mc_key: res.chi, "reference": options.reference,
+            "n_draws": sample.n_draws, "n_distinct_contexts": len(sample.texts),
+            "n_entity_draws": int(sum(c for t, c in zip(sample.texts, sample.counts)
+                                      if t in own)),
+            "context_pool_size": len(pool), "seconds_mc": seconds,
+            "context_draws": {"pool_index": idx,
+                              "count": [int(c) for c in sample.counts]},
+            "contexts_truncated": len(cut), "context_tokens_cut": int(sum(cut)),
+            "persuasive_contexts": [{"context": sample.texts[i], "psi": float(res.psi[i]),
+                                     "weight": float(res.weights[i])} for i in order],
+            "reference_top_tokens": [{"token": _token(lm, t), "id": int(t),
+                                      "prob": float(np.exp(ref[t]))}
+                                     for t in ref_top],
+            # H(p̄(·|q)) in nats, the ceiling of the mutual information χ_MC
+            "answer_entropy": answer_entropy(ref) if options.reference == "marginal"
+            else None,
+        })
+
+
+def _add_fisher(lm: LanguageModel, texts: list[str], options: SusceptibilityOptions,
+                prefix_kv: PrefixKV | None, records: list[dict[str, Any]]) -> None:
+    """χ_F of each query (Eq. 10-11) into its record: the forward passes and vector-Jacobian
+    products of all of them in one batch."""
+    t0 = time.perf_counter()
+    fisher = fisher_susceptibility_many(lm, texts,
+                                        top_k=options.top_k, sigma2=options.sigma2,
+                                        vocab=options.fisher_vocab,
+                                        template=options.template, prefix_kv=prefix_kv,
+                                        truncation=options.fisher_truncation)
+    seconds = (time.perf_counter() - t0) / max(len(texts), 1)
+    for record, fr in zip(records, fisher):
+        record.update({
+            "chi_f": fr.chi, "fisher_trace": fr.trace, "sigma2": fr.sigma2,
+            "fisher_vocab": fr.vocab, "fisher_truncation": fr.truncation,
+            "fisher_mass": fr.mass,
+            "n_query_tokens": fr.n_query_tokens, "seconds_fisher": seconds,
+            "fisher_top_tokens": [{"token": _token(lm, t), "id": t, "prob": p,
+                                   "grad_sq_norm": s}
+                                  for t, p, s in zip(fr.token_ids, fr.probs, fr.sq_norms)],
+        })
 
 
 # ---------------------------------------------------------------------------------------------
