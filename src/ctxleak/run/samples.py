@@ -22,19 +22,13 @@ from ctxleak.run.manifest import (
     MANIFEST_FILE,
     check_lines,
     digest,
-    digests_file,
     settle_lines,
 )
 from ctxleak.run.records import parse_json
 from ctxleak.run.stored import (
     KEY_FIELD,
-    Column,
-    Convert,
-    Row,
     StoredRows,
     row_key,
-    select_rows,
-    without_fields,
 )
 
 #: A row's problem: ``(field, what is wrong)``.
@@ -196,8 +190,3 @@ def check_rows(path: Path, rows: Iterable[tuple[int, dict[str, Any]]],
         problem = check(row)
         if problem is not None:
             raise EditedRunError(problem[1], file=str(path), line=line, field=problem[0])
-
-
-__all__ = ["KEY_FIELD", "Column", "Convert", "Row", "RowCheck", "RowProblem", "SampleFile",
-           "StoredRows", "check_rows", "digests_file", "has_manifest", "read_sample_file", "read_samples",
-           "row_key", "select_rows", "without_fields"]

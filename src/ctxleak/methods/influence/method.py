@@ -36,7 +36,7 @@ from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
 from ctxleak.run.options import RunOptions
 from ctxleak.run.records import parse_mapping
 from ctxleak.run.rundir import RunDir
-from ctxleak.run.samples import Column, select_rows, without_fields
+from ctxleak.run.stored import Column, select_rows, without_fields
 
 __all__ = ["InfluenceMethod", "InfluenceParams", "parse_ngram"]
 

@@ -17,7 +17,7 @@ from ctxleak.methods.influence.metrics import (
 )
 from ctxleak.methods.influence.quantities import expected_influence
 from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
-from ctxleak.run.samples import without_fields
+from ctxleak.run.stored import without_fields
 
 #: Per-token and per-context fields of a record, which the control's summary and the frontier
 #: (which keep the rows they read) do not read: left out of the rows handed to them.
