@@ -1,6 +1,7 @@
-"""The Python API's signatures are the options dataclasses: every API function takes the run
-options and its method's parameters as keywords, with the same names, defaults and
-documentation, and an unknown keyword fails with a did-you-mean."""
+"""The Python API's signatures are the options dataclasses: every API function takes its
+method's parameters as keywords and the run options as ``**run: Unpack[RunKeywords]``, with the
+same names, defaults and documentation, and an unknown keyword fails with a did-you-mean
+(tests/api/test_keywords.py holds every keyword to the list it had before)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from dataclasses import FrozenInstanceError, fields
 import pytest
 
 import ctxleak
+from ctxleak.api.docs import default_text
+from ctxleak.api.running import RunKeywords
 from ctxleak.errors import ConfigError
 from ctxleak.methods.audit.method import AuditParams
 from ctxleak.methods.icl.params import ICLInfParams
@@ -43,11 +46,14 @@ def test_signature_is_run_options_plus_params(name):
     params_class, result = API[name]
     sig = inspect.signature(getattr(ctxleak, name))
     expected = FACE + EXTRA.get(name, []) + [(f.name, f.default) for f in fields(params_class)] + \
-        [(f.name, f.default) for f in run_fields()]
+        [("run", inspect.Parameter.empty)]
     assert [(p.name, p.default) for p in sig.parameters.values()] == expected
     kinds = [p.kind for p in sig.parameters.values()]
     assert kinds[:2] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 2
-    assert set(kinds[2:]) == {inspect.Parameter.KEYWORD_ONLY}  # no **options left
+    assert set(kinds[2:-1]) == {inspect.Parameter.KEYWORD_ONLY}
+    assert kinds[-1] is inspect.Parameter.VAR_KEYWORD
+    assert sig.parameters["run"].annotation == "Unpack[RunKeywords]"
+    assert list(RunKeywords.__annotations__) == [f.name for f in run_fields()]
     assert sig.return_annotation == result
 
 
@@ -62,12 +68,15 @@ def test_docstring_documents_every_keyword_from_its_option(name):
         assert flat(docs[f.name]) in doc, f.name
 
 
-def test_explain_takes_the_run_options():
-    sig = inspect.signature(ctxleak.influence_explain)
+@pytest.mark.parametrize("name", ["influence_explain", "canary_audit"])
+def test_explain_and_canary_take_the_run_options(name):
+    func = getattr(ctxleak, name)
+    run = list(inspect.signature(func).parameters.values())[-1]
+    assert (run.name, run.kind, run.annotation) == ("run", inspect.Parameter.VAR_KEYWORD,
+                                                    "Unpack[RunKeywords]")
+    doc = flat(func.__doc__)
     for f in run_fields():
-        assert sig.parameters[f.name].default == f.default
-        assert sig.parameters[f.name].kind is inspect.Parameter.KEYWORD_ONLY
-        assert f.name in ctxleak.influence_explain.__doc__
+        assert re.search(rf" {f.name} : [^\n]*default {re.escape(default_text(f.default))} ", doc)
 
 
 def test_params_are_frozen_and_documented():

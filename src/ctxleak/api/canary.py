@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from ctxleak.api.docs import MODEL_DOC, PROGRESS_DOC, documented, run_option_docs
-from ctxleak.api.running import keywords, run_method, run_options
+from typing_extensions import Unpack
+
+from ctxleak.api.docs import MODEL_DOC, PROGRESS_DOC, documented
+from ctxleak.api.running import Bound, RunKeywords, keywords, run_method, run_options
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.attacks.canary import CONFIDENCE
 from ctxleak.methods.attacks.canary_method import CanaryMethod, CanaryParams
 from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.results import CanaryResult
 
-#: The keywords of :func:`canary_audit` besides the run options.
+#: The keywords of :func:`canary_audit` besides the run options (``**run``).
 CANARY_DOCS = {
     "model": MODEL_DOC,
     "data": "The documents the canaries are planted in: ``demo-qa`` (bundled), a JSONL/CSV "
@@ -37,32 +39,24 @@ CANARY_DOCS = {
 }
 
 
-@keywords
-@documented({**CANARY_DOCS, **run_option_docs()},
+@documented(CANARY_DOCS,
             '``summary["eps_lower"]`` (nats) is the attack\'s ε lower bound at ``confidence``, '
             '``summary["eps_guarantee"]`` the largest composed ε of the responses (None '
             'unbounded) and ``summary["law"]`` ``holds``, ``violated`` or ``no guarantee``; '
             "one record per trial (its coin, canaries, response and score). None on the other "
             "processes of a data-parallel launch.")
-def canary_audit(model: str | LanguageModel = "default", data: Any = "demo-qa", *,
+@keywords
+def canary_audit(bound: Bound, /, model: str | LanguageModel = "default", data: Any = "demo-qa", *,
                  progress: bool = True, lambda_: float = 1.0, temperature: float = 0.8,
                  bounded_eps: float | None = None, max_new_tokens: int = 8,
                  min_new_tokens: int | None = None, trials: int = 40, digits: int = 6,
                  confidence: float = CONFIDENCE, threshold: float | None = None,
-                 device: str = "auto", dtype: str = "auto", batch_size: str = "auto",
-                 batch_invariant: bool = True, limit: int | None = None, seed: int = 0,
-                 output: str | None = None, resume: bool = False,
-                 chat_template: str = "auto", trust_remote_code: bool = False,
-                 device_map: str | None = None, threads: int | None = None,
-                 server_url: str | None = None, served_model: str | None = None,
-                 tokenizer: str | None = None, request_timeout: float | None = None,
-                 retries: int | None = None,
-                 revision: str | None = None, model_args: Any = None) -> CanaryResult | None:
+                 **run: Unpack[RunKeywords]) -> CanaryResult | None:
     """A canary audit of CID (``ctxleak canary``): ``trials`` random canaries, each planted in
     a document or replaced by another by a recorded coin, the response drawn under the setting,
     the attacker's score per response, and the empirical ε lower bound beside the guarantee.
     """
-    common, lm = run_options(model, locals())
+    common, lm = run_options(model, bound)
     decoding = CIDConfig(lam=lambda_, temperature=temperature, max_new_tokens=max_new_tokens,
                          min_new_tokens=max_new_tokens if min_new_tokens is None
                          else min_new_tokens, bounded_eps=bounded_eps)

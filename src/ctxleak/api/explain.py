@@ -4,16 +4,18 @@ Augmented Contextual Knowledge in Language Models", Table 1)."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
-from ctxleak.api.docs import MODEL_DOC, documented, run_option_docs
-from ctxleak.api.running import keywords, run_method, run_options
+from typing_extensions import Unpack
+
+from ctxleak.api.docs import MODEL_DOC, documented
+from ctxleak.api.running import Bound, RunKeywords, keywords, run_method, run_options
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.explain import ExplainMethod
 from ctxleak.results import ExplainResult
 
-#: The keywords of :func:`influence_explain` besides the run options.
+#: The keywords of :func:`influence_explain` besides the run options (``**run``).
 EXPLAIN_DOCS = {
     "model": MODEL_DOC,
     "context": "The context text.",
@@ -30,31 +32,23 @@ EXPLAIN_DOCS = {
 }
 
 
-@keywords
-@documented({**EXPLAIN_DOCS, **run_option_docs()},
+@documented(EXPLAIN_DOCS,
             '``summary["curve"]`` holds the influence of each ``ngram``-window (for the plot); '
             "its run directory has ``samples.jsonl``, ``results.json`` and ``report.html``. "
             "None on the other processes of a data-parallel launch.")
-def influence_explain(model: str | LanguageModel = "default", context: str = "", query: str = "", *,
+@keywords
+def influence_explain(bound: Bound, /, model: str | LanguageModel = "default", context: str = "",
+                      query: str = "", *,
                       task: str = "qa", template: str | None = None, lambda_: float = 1.0,
                       temperature: float = 0.8, max_new_tokens: int = 50,
                       min_new_tokens: int | None = None, ngram: int = 4, top: int = 5,
-                      device: str = "auto", dtype: str = "auto", batch_size: str = "auto",
-                      batch_invariant: bool = True, limit: int | None = None, seed: int = 0,
-                      output: str | None = None, resume: bool = False,
-                      chat_template: str = "auto", trust_remote_code: bool = False,
-                      device_map: str | None = None, threads: int | None = None,
-                      server_url: str | None = None, served_model: str | None = None,
-                      tokenizer: str | None = None, request_timeout: float | None = None,
-                      retries: int | None = None,
-                      revision: str | None = None, model_args: Any = None
-                      ) -> ExplainResult | None:
+                      **run: Unpack[RunKeywords]) -> ExplainResult | None:
     """One prompt explained ("Estimating Privacy Leakage of Augmented Contextual Knowledge in
     Language Models", Table 1): ``ctxleak influence explain``. The response by CID, the
     uni-gram influence of each context token on its first token, and the ``top`` context
     ``ngram``-grams by influence on the whole response.
     """
-    common, lm = run_options(model, locals())
+    common, lm = run_options(model, bound)
     try:
         method = ExplainMethod(common, context=context, query=query, task=task,
                                template=template, lam=lambda_, temperature=temperature,

@@ -1,6 +1,7 @@
 """What every API function ends in: its keywords checked (an unknown one gets a did-you-mean,
-a renamed one still works), split into the run options and the method's parameters, the method
-made (:func:`method_for`), run (:func:`ctxleak.run.runner.run_method`, plain data) and finished
+a renamed one still works) and bound to its signature (:func:`keywords`), split into the run
+options (typed once, :class:`RunKeywords`) and the method's parameters, the method made
+(:func:`method_for`), run (:func:`ctxleak.run.runner.run_method`, plain data) and finished
 (:func:`ctxleak.results.finish_run`: the Result, ``results.json``, the report)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import fields, replace
-from typing import Any, TypeVar, Union, cast
+from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Union, cast
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.audit.method import AuditMethod, AuditParams
@@ -26,7 +27,8 @@ from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
 from ctxleak.run.params import Renamed, check_keywords, rename_keywords
 
-F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
+A = ParamSpec("A")
 
 #: The parameters of one of the methods the API runs over a dataset.
 MethodParams = Union[InfluenceParams, ICLInfParams, AuditParams, SusceptibilityParams,
@@ -53,20 +55,88 @@ RENAMED: dict[str, dict[str, Renamed]] = {
 }
 
 
-def keywords(func: F) -> F:
-    """``func`` refusing an unknown keyword with a :class:`ctxleak.errors.ConfigError` that
-    suggests the closest known one (``lamda`` -> ``lambda_``), before anything runs; a renamed
-    keyword (:data:`RENAMED`) still works, with a deprecation warning."""
-    names = list(inspect.signature(func).parameters)
+class RunKeywords(TypedDict, total=False):
+    """The run options as keywords of every API function (``**run: Unpack[RunKeywords]``):
+    the fields of :class:`ctxleak.run.options.RunOptions` but ``model`` (each function's first
+    parameter), under the same names and types; a run option left out takes its default there.
+    Typed once here so that ``help()``, IDEs and type checkers see every keyword."""
+
+    device: str
+    dtype: str
+    batch_size: str
+    batch_invariant: bool
+    limit: int | None
+    seed: int
+    output: str | None
+    resume: bool
+    chat_template: str
+    trust_remote_code: bool
+    device_map: str | None
+    threads: int | None
+    server_url: str | None
+    served_model: str | None
+    tokenizer: str | None
+    request_timeout: float | None
+    retries: int | None
+    revision: str | None
+    model_args: Any
+
+
+#: One call of an API function as :func:`keywords` binds it: every parameter of the function's
+#: signature by name, given or defaulted, and the run options given (those left out take
+#: :class:`RunOptions`' defaults).
+Bound = Mapping[str, Any]
+
+
+def accepted(signature: inspect.Signature) -> list[str]:
+    """The keywords a function of this ``signature`` takes: its named parameters, and the run
+    options in place of its ``**run: Unpack[RunKeywords]``."""
+    names: list[str] = []
+    for param in signature.parameters.values():
+        names += (list(RunKeywords.__annotations__) if param.kind is param.VAR_KEYWORD
+                  else [param.name])
+    return names
+
+
+def bind(signature: inspect.Signature, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+         where: str) -> Bound:
+    """The call ``(*args, **kwargs)`` of ``where`` bound to ``signature``, defaults applied and
+    the run options of ``**run`` set beside the other parameters (a :data:`Bound`)."""
+    try:
+        call = signature.bind(*args, **kwargs)
+    except TypeError as exc:  # too many positional arguments, or one given twice
+        raise TypeError(f"{where}: {exc}") from None
+    call.apply_defaults()
+    bound: dict[str, Any] = {}
+    for name, value in call.arguments.items():
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            bound.update(value)
+        else:
+            bound[name] = value
+    return bound
+
+
+def keywords(func: Callable[Concatenate[Bound, A], R]) -> Callable[A, R]:
+    """``func`` with every call checked and bound before anything runs. An unknown keyword is
+    a :class:`ctxleak.errors.ConfigError` that suggests the closest known one (``lamda`` ->
+    ``lambda_``); a renamed keyword (:data:`RENAMED`) still works, with a deprecation warning.
+    The call is bound to the signature shown, ``func``'s without its first parameter
+    (:func:`bind`), and handed to ``func`` as that first argument, before the call's own."""
+    where = f"{func.__name__}()"
+    full = inspect.signature(func)
+    shown = full.replace(parameters=list(full.parameters.values())[1:])
+    names = accepted(shown)
     renamed = RENAMED.get(func.__name__, {})
 
     @functools.wraps(func)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        kwargs = rename_keywords(kwargs, renamed, f"{func.__name__}()")
-        check_keywords(kwargs, names, f"{func.__name__}()")
-        return func(*args, **kwargs)
+    def checked(*args: Any, **kwargs: Any) -> R:
+        kwargs = rename_keywords(kwargs, renamed, where)
+        check_keywords(kwargs, names, where)
+        return func(bind(shown, args, kwargs, where), *args, **kwargs)
 
-    return checked  # type: ignore[return-value]
+    checked.__signature__ = shown  # type: ignore[attr-defined]
+    del checked.__wrapped__  # documentation tools unwrap: the signature shown is checked's own
+    return cast(Callable[A, R], checked)
 
 
 def run_options(model: str | LanguageModel, given: Mapping[str, Any]

@@ -16,6 +16,7 @@ import pytest
 from conftest import run_cli
 
 import ctxleak
+from ctxleak.api.running import RunKeywords
 from ctxleak.errors import ConfigError
 from ctxleak.methods.attacks.canary import (
     HOLDS,
@@ -285,11 +286,11 @@ def test_the_lower_bound_on_the_frontier():
 
 
 def test_canary_audit_takes_the_run_options_and_documents_its_keywords():
-    sig = inspect.signature(ctxleak.canary_audit)
+    run = inspect.signature(ctxleak.canary_audit).parameters["run"]  # **run: Unpack[RunKeywords]
+    assert run.kind is inspect.Parameter.VAR_KEYWORD
     for f in fields(RunOptions):
         if f.name != "model":
-            assert sig.parameters[f.name].default == f.default, f.name
-            assert sig.parameters[f.name].kind is inspect.Parameter.KEYWORD_ONLY
-            assert f.name in ctxleak.canary_audit.__doc__
+            assert f.name in RunKeywords.__annotations__, f.name
+            assert f"{f.name} : " in ctxleak.canary_audit.__doc__
     for name in ("lambda_", "bounded_eps", "trials", "threshold", "confidence"):
         assert f"{name} : " in ctxleak.canary_audit.__doc__
