@@ -34,7 +34,7 @@ phase types .venv/bin/python -m mypy
 phase contracts .venv/bin/lint-imports
 SITE=$(mktemp -d)
 trap 'rm -rf "$SITE"' EXIT
-NO_MKDOCS_2_WARNING=1 phase docs .venv/bin/mkdocs build --strict --quiet --site-dir "$SITE"
+NO_MKDOCS_2_WARNING=1 phase docs .venv/bin/mkdocs build --strict --site-dir "$SITE"
 # the site just built is the one tests/test_docs_offline.py reads (it builds its own without this)
 export CTXLEAK_SITE_DIR="$SITE"
 phase "tests (fast, integration and served tiers)" "${PYTEST[@]}" \
