@@ -7,9 +7,9 @@ import torch
 from helpers.tiny_models import tiny_gemma3
 
 from ctxleak.engine import prefill
-from ctxleak.engine.forward import MASKED_LOGIT
 from ctxleak.engine.generation import derive_seed, generate_streams, single_stream
 from ctxleak.engine.prefill import MIN_SHARED_PREFIX, shared_prefill_pays, shared_prefix_length
+from ctxleak.kernels.cid import MASKED_LOGIT
 
 
 def naive_sample(lm, prompt, n, seed, temperature):

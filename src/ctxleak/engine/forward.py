@@ -12,10 +12,6 @@ import torch
 from ctxleak.engine.lm import InProcessLM
 from ctxleak.engine.progress import count_tokens
 
-# Added to logits that must never be chosen (EOS before min_new_tokens). Finite, so that linear
-# mixtures of logits with negative weights (CID with lambda > 1) never produce inf - inf = NaN.
-MASKED_LOGIT = -1e30
-
 
 def pad_id(lm: InProcessLM) -> int:
     tok = lm.tokenizer

@@ -42,12 +42,14 @@ from ctxleak.engine.capabilities import (
     capabilities_of,
     check_capabilities,
 )
-from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, left_pad, pad_id
+from ctxleak.engine.forward import head_logits, hidden_states, left_pad, pad_id
 from ctxleak.engine.kvroom import give_room
 from ctxleak.engine.lm import Generation, InProcessLM, LanguageModel
 from ctxleak.engine.prefill import prefill, sliding_window
 from ctxleak.engine.progress import count_tokens
 from ctxleak.engine.scoring import continuation_logits
+from ctxleak.kernels.cid import MASKED_LOGIT
+from ctxleak.kernels.draw import draw, seeded_generator
 
 Combine = Callable[[torch.Tensor, int, tuple[int, ...]], torch.Tensor]
 """``combine(logits[S, V] float64, step, excluded) -> log-probs[V] float64`` (normalised).
@@ -196,7 +198,7 @@ def decode_by_requests(lm: LanguageModel, jobs: Sequence[StreamJob], stops: list
     check_capabilities(lm, {NEXT_TOKEN_DISTRIBUTION: "decoding from a combination of "
                             "next-token distributions needs every token's log-prob at each step"},
                        what="this generation")
-    gens = [torch.Generator(device="cpu").manual_seed(job.seed) for job in jobs]
+    gens = [seeded_generator(job.seed) for job in jobs]
     outs = [Generation(token_ids=[], stopped_on_eos=False) for _ in jobs]
     seqs = [[list(p) for p in job.prompts] for job in jobs]
     live = [j for j, job in enumerate(jobs) if job.max_new_tokens > 0]
@@ -223,7 +225,7 @@ def _decode_together(lm: InProcessLM, jobs: Sequence[StreamJob], stops: list[int
     forward pass per step over the rows of the jobs still running."""
     seqs = [list(p) for job in jobs for p in job.prompts]
     bounds = np.cumsum([0] + [len(job.prompts) for job in jobs]).tolist()
-    gens = [torch.Generator(device="cpu").manual_seed(job.seed) for job in jobs]
+    gens = [seeded_generator(job.seed) for job in jobs]
     outs = [Generation(token_ids=[], stopped_on_eos=False) for _ in jobs]
     live = [j for j, job in enumerate(jobs) if job.max_new_tokens > 0]
     if not live:
@@ -276,7 +278,7 @@ def _step(job: StreamJob, out: Generation, own: torch.Tensor, step: int, stops: 
     observe, append. Returns the token to feed back, or None when the job stops here."""
     mask_eos_before_min(own, stops, job.min_new_tokens, step=step)
     logprobs = job.combine(own, step, masked_ids(stops, job.min_new_tokens, step))
-    token = _draw(logprobs, generator, sample)
+    token = draw(logprobs, generator, sample)
     if job.observe is not None:
         out.records.append(job.observe(own, logprobs, token, step))
     if token in stops:
@@ -288,7 +290,7 @@ def _step(job: StreamJob, out: Generation, own: torch.Tensor, step: int, stops: 
 
 def _generate_uncached(lm: InProcessLM, job: StreamJob, stops: list[int], sample: bool) -> Generation:
     """The naive way, for tests and benchmarks: every stream recomputed from scratch each step."""
-    generator = torch.Generator(device="cpu").manual_seed(job.seed)
+    generator = seeded_generator(job.seed)
     pad = pad_id(lm)
     seqs = [list(p) for p in job.prompts]
     gen = Generation(token_ids=[], stopped_on_eos=False)
@@ -299,7 +301,7 @@ def _generate_uncached(lm: InProcessLM, job: StreamJob, stops: list[int], sample
             logits = head_logits(lm, hidden[:, -1]).double()
             mask_eos_before_min(logits, stops, job.min_new_tokens, step=step)
             logprobs = job.combine(logits, step, masked_ids(stops, job.min_new_tokens, step))
-            token = _draw(logprobs, generator, sample)
+            token = draw(logprobs, generator, sample)
             if job.observe is not None:
                 gen.records.append(job.observe(logits, logprobs, token, step))
             if token in stops:
@@ -308,14 +310,6 @@ def _generate_uncached(lm: InProcessLM, job: StreamJob, stops: list[int], sample
             gen.token_ids.append(token)
             seqs = [s + [token] for s in seqs]
     return gen
-
-
-def _draw(logprobs: torch.Tensor, generator: torch.Generator, sample: bool) -> int:
-    logprobs = logprobs.detach().to("cpu", torch.float64)
-    if not sample:
-        return int(torch.argmax(logprobs))
-    probs = torch.exp(logprobs - logprobs.max())
-    return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
 
 
 def single_stream(temperature: float = 1.0) -> Combine:

@@ -41,11 +41,12 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from ctxleak.engine.forward import MASKED_LOGIT, head_logits, hidden_states, left_pad
+from ctxleak.engine.forward import head_logits, hidden_states, left_pad
 from ctxleak.engine.models import LM, ModelInfo
 from ctxleak.errors import ConfigError
 from ctxleak.integrations.ledger import ledger_result
 from ctxleak.integrations.renamed import cid_config, lam_renamed
+from ctxleak.kernels.cid import MASKED_LOGIT
 from ctxleak.mitigations.cid import cid_combine
 from ctxleak.mitigations.influence import token_influence
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger, to_records

@@ -13,21 +13,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, replace
 from typing import Any
 
-import numpy as np
 import torch
 
 from ctxleak.engine.capabilities import NEXT_TOKEN_DISTRIBUTION, check_capabilities
-from ctxleak.engine.forward import MASKED_LOGIT
 from ctxleak.engine.generation import Generation, StreamJob, generate_many, replay
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
+from ctxleak.kernels.cid import CIDSettingError, bounded_lambda, check_cid_settings, cid_logprobs
 from ctxleak.mitigations.influence import token_influence
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
-
-BISECTION_STEPS = 40
-# Bounded CID aims this far below ε/2 so that float noise between the two streams' forward
-# passes (about 1e-7 in float32) can never push a released token over the bound.
-BOUND_MARGIN = 1e-6
 
 #: Why CID decoding needs the whole next-token distributions (the words of a refusal).
 CID_NEEDS = ("Context Influence Decoding mixes the whole next-token distributions of two "
@@ -57,17 +51,7 @@ class CIDConfig:
                 raise ConfigError("CIDConfig got both 'lam' and 'lambda_': give only 'lambda_'",
                                   param="lambda_")
             object.__setattr__(self, "lam", float(lambda_))
-        if not np.isfinite(self.lam):
-            raise ConfigError(f"lam must be a finite number, not {self.lam}", param="lam")
-        if self.lam < 0:
-            raise ConfigError(f"lam must be >= 0 (0 = no context, 1 = plain decoding), "
-                              f"not {self.lam}", param="lam")
-        if not np.isfinite(self.temperature):
-            raise ConfigError(f"temperature must be a finite number, not {self.temperature}",
-                              param="temperature")
-        if self.temperature <= 0:
-            raise ConfigError(f"temperature must be > 0, not {self.temperature}",
-                              param="temperature")
+        _check(lam=self.lam, temperature=self.temperature)
         if self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be >= 1, not {self.max_new_tokens}",
                               param="max_new_tokens")
@@ -75,97 +59,16 @@ class CIDConfig:
             raise ConfigError(f"min_new_tokens must be between 0 and the maximum number of new "
                               f"tokens ({self.max_new_tokens}), not {self.min_new_tokens}",
                               param="min_new_tokens")
-        if self.bounded_eps is not None and not np.isfinite(self.bounded_eps):
-            raise ConfigError(f"bounded_eps must be a finite number, not {self.bounded_eps}",
-                              param="bounded_eps")
-        if self.bounded_eps is not None and not self.bounded_eps > 0:
-            raise ConfigError(f"bounded_eps must be > 0, not {self.bounded_eps}",
-                              param="bounded_eps")
+        _check(bounded_eps=self.bounded_eps)
 
 
-def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float | torch.Tensor,
-                 temperature: float) -> torch.Tensor:
-    """``log p̄_λ = log_softmax((λ·z_D + (1−λ)·z_∅) / T)`` in float64 (Eq. 6).
-
-    λ = 0 and λ = 1 select one stream exactly, so λ = 0 is bit-for-bit no-context decoding.
-    ``lam`` may also be a tensor of one λ per row of ``[T, V]`` logits (bounded CID's λ_t,
-    App. B, Alg. 1); λ_t = 0 or 1 rows are then exact too (the other weight is an exact 0).
-    """
-    z_context, z_empty = z_context.double(), z_empty.double()
-    if isinstance(lam, torch.Tensor):
-        w = lam.to(z_context.device, torch.float64).reshape(-1, *([1] * (z_context.dim() - 1)))
-        return torch.log_softmax((w * z_context + (1.0 - w) * z_empty) / temperature, dim=-1)
-    if lam == 0:
-        mixed = z_empty
-    elif lam == 1:
-        mixed = z_context
-    else:
-        mixed = lam * z_context + (1.0 - lam) * z_empty
-    return torch.log_softmax(mixed / temperature, dim=-1)
-
-
-def _divergence(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float, temperature: float,
-                base: torch.Tensor, valid: torch.Tensor) -> float:
-    """``max_y |log p̄_λ(y | D) − log p(y | ∅)|`` over the tokens that can be drawn."""
-    diff = (cid_logprobs(z_context, z_empty, lam, temperature) - base).abs()
-    return float(diff[valid].max())
-
-
-def bounded_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, lam_max: float,
-                   temperature: float) -> tuple[float, float]:
-    """The largest λ in ``[0, lam_max]`` with ``max_y |log p̄_λ(y|D) − log p(y|∅)| ≤ ε/2``, found
-    by bisection (Alg. 1, line 2; both at temperature T), and that maximum.
-
-    λ = 0 always qualifies (the maximum is 0). Tokens masked out (EOS before the minimum length)
-    are excluded from the maximum: both distributions give them probability 0.
-    """
-    base = torch.log_softmax(z_empty.double() / temperature, dim=-1)
-    valid = (z_empty > MASKED_LOGIT / 2) & (z_context > MASKED_LOGIT / 2)
-    half = eps / 2.0 - BOUND_MARGIN
-    top = _divergence(z_context, z_empty, lam_max, temperature, base, valid)
-    if top <= half:
-        return lam_max, top
-    lo, hi, lo_div = 0.0, lam_max, 0.0
-    for _ in range(BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        d = _divergence(z_context, z_empty, mid, temperature, base, valid)
-        if d <= half:
-            lo, lo_div = mid, d
-        else:
-            hi = mid
-    return lo, lo_div
-
-
-def bounded_lambdas(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, lam_max: float,
-                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`bounded_lambda` of every row of ``[T, V]`` logits at once: for each step t the λ_t
-    of Alg. 1 (the same bisection, float64) and its divergence from ``p(·|∅)``.
-
-    Used to score a neighbour context D' = D∖D_i as bounded CID would run on it: Thm B.1
-    compares the mechanism on D with the mechanism on D', which picks its own λ'_t on
-    z(·|D') and z(·|∅)."""
-    zc, ze = z_context.double(), z_empty.double()
-    base = torch.log_softmax(ze / temperature, dim=-1)
-    invalid = (ze <= MASKED_LOGIT / 2) | (zc <= MASKED_LOGIT / 2)
-    half = eps / 2.0 - BOUND_MARGIN
-
-    def divergence(lam: torch.Tensor) -> torch.Tensor:
-        diff = (cid_logprobs(zc, ze, lam, temperature) - base).abs()
-        return diff.masked_fill(invalid, 0.0).amax(dim=-1)
-
-    cap = torch.full((zc.shape[0],), float(lam_max), dtype=torch.float64, device=zc.device)
-    top = divergence(cap)
-    binds = top > half
-    if not bool(binds.any()):
-        return cap, top
-    lo, hi, lo_div = torch.zeros_like(cap), cap.clone(), torch.zeros_like(cap)
-    for _ in range(BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        d = divergence(mid)
-        ok = d <= half
-        lo, lo_div = torch.where(ok, mid, lo), torch.where(ok, d, lo_div)
-        hi = torch.where(ok, hi, mid)
-    return torch.where(binds, lo, cap), torch.where(binds, lo_div, top)
+def _check(**settings: float | None) -> None:
+    """:func:`~ctxleak.kernels.cid.check_cid_settings`, its error a :class:`ConfigError` with
+    the same message and parameter."""
+    try:
+        check_cid_settings(**settings)
+    except CIDSettingError as exc:
+        raise ConfigError(str(exc), param=exc.param) from None
 
 
 def cid_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDConfig

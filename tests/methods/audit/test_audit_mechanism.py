@@ -10,7 +10,7 @@ from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxleak.engine.forward import MASKED_LOGIT
+from ctxleak.kernels.cid import MASKED_LOGIT
 from ctxleak.methods.audit import (
     DPAggregator,
     draw_subset,

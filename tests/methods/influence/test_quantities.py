@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from ctxleak.engine.forward import MASKED_LOGIT
 from ctxleak.engine.generation import mask_eos_before_min
+from ctxleak.kernels.cid import MASKED_LOGIT
 from ctxleak.methods.influence.quantities import expected_influence
 from ctxleak.methods.susceptibility.fisher import fisher_chi
 from ctxleak.mitigations.influence import response_influence, token_influence

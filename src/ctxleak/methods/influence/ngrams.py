@@ -19,7 +19,7 @@ from ctxleak.engine.generation import mask_eos_before_min
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.scoring import continuation_logits
 from ctxleak.errors import ConfigError
-from ctxleak.mitigations.cid import bounded_lambdas, cid_logprobs
+from ctxleak.kernels.cid import bounded_lambdas, cid_logprobs
 from ctxleak.mitigations.influence import response_influence, token_influence
 
 

@@ -1,0 +1,170 @@
+"""CID's kernel (:mod:`ctxleak.kernels`) on tiny cases computed by hand, and its one vectorised
+λ_t search against the scalar bisection it replaced (Estimating Privacy Leakage of Augmented
+Contextual Knowledge in Language Models, Def. 3.4 and App. B, Alg. 1)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ctxleak.kernels.cid import (
+    BISECTION_STEPS,
+    BOUND_MARGIN,
+    MASKED_LOGIT,
+    CIDSettingError,
+    bounded_lambda,
+    bounded_lambdas,
+    check_cid_settings,
+    cid_logprobs,
+)
+from ctxleak.kernels.draw import draw, seeded_generator
+
+
+def _scalar_bounded_lambda(z_context, z_empty, eps, lam_max, temperature):
+    """The scalar bisection ctxleak ran per decoding step before the kernel, line for line:
+    the kernel's one-row search must give the same floats, bit for bit."""
+    def divergence(lam, base, valid):
+        diff = (cid_logprobs(z_context, z_empty, lam, temperature) - base).abs()
+        return float(diff[valid].max())
+
+    base = torch.log_softmax(z_empty.double() / temperature, dim=-1)
+    valid = (z_empty > MASKED_LOGIT / 2) & (z_context > MASKED_LOGIT / 2)
+    half = eps / 2.0 - BOUND_MARGIN
+    top = divergence(lam_max, base, valid)
+    if top <= half:
+        return lam_max, top
+    lo, hi, lo_div = 0.0, lam_max, 0.0
+    for _ in range(BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        d = divergence(mid, base, valid)
+        if d <= half:
+            lo, lo_div = mid, d
+        else:
+            hi = mid
+    return lo, lo_div
+
+
+def _logits(seed: int, vocab: int = 50, masked: int = 0, scale: float = 3.0):
+    g = torch.Generator().manual_seed(seed)
+    zc = torch.randn(vocab, generator=g, dtype=torch.float64) * scale
+    ze = torch.randn(vocab, generator=g, dtype=torch.float64) * scale
+    if masked:
+        zc[:masked] = MASKED_LOGIT
+        ze[:masked] = MASKED_LOGIT
+    return zc, ze
+
+
+def test_three_tokens_by_hand():
+    """z_D = (2, 0, 0), z_∅ = (0, 1, 0), λ = 0.5, T = 0.5: the mixture is (2, 1, 0), so
+    log p̄ = (2, 1, 0) − log(e² + e + 1)."""
+    zc = torch.tensor([1.0, 0.0, 0.0])
+    ze = torch.tensor([0.0, 0.5, 0.0])
+    got = cid_logprobs(zc * 2, ze * 2, 0.5, 0.5)
+    norm = math.log(math.exp(2) + math.exp(1) + 1)
+    assert got.dtype == torch.float64
+    assert got.tolist() == pytest.approx([2 - norm, 1 - norm, -norm], abs=1e-15)
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0, 1.3])
+def test_lambda_zero_and_one_are_the_streams_bit_for_bit(temperature):
+    zc, ze = _logits(1)
+    assert torch.equal(cid_logprobs(zc, ze, 0.0, temperature),
+                       torch.log_softmax(ze / temperature, dim=-1))
+    assert torch.equal(cid_logprobs(zc, ze, 1.0, temperature),
+                       torch.log_softmax(zc / temperature, dim=-1))
+    rows = torch.stack([zc, zc]), torch.stack([ze, ze])
+    per_row = cid_logprobs(*rows, torch.tensor([0.0, 1.0]), temperature)
+    assert torch.equal(per_row[0], cid_logprobs(zc, ze, 0.0, temperature))
+    assert torch.equal(per_row[1], cid_logprobs(zc, ze, 1.0, temperature))
+
+
+def test_bounded_lambda_holds_the_bound_and_is_largest():
+    zc, ze = _logits(2, masked=3)
+    eps, temperature = 0.4, 0.8
+    lam, div = bounded_lambda(zc, ze, eps, 1.0, temperature)
+    base = torch.log_softmax(ze / temperature, dim=-1)
+    gap = (cid_logprobs(zc, ze, lam, temperature) - base).abs()[3:].max()
+    assert 0 < lam < 1 and float(gap) == div <= eps / 2
+    above = (cid_logprobs(zc, ze, lam + 1e-9, temperature) - base).abs()[3:].max()
+    assert float(above) > eps / 2 - BOUND_MARGIN  # a hair more λ breaks the bound
+    assert bounded_lambda(zc, ze, 1e3, 0.7, temperature)[0] == 0.7  # slack: λ_max itself
+
+
+CASES = [  # (seed, vocab, masked, eps, lam_max, temperature)
+    *[(s, 40, 0, 0.5, 1.0, 0.8) for s in range(6)],
+    *[(s, 40, 4, 0.3, 1.0, 1.0) for s in range(6, 10)],   # EOS masked in both streams
+    (10, 40, 0, 100.0, 1.0, 0.8),                           # the bound never binds
+    (11, 40, 0, 1e-7, 1.0, 0.8),                            # ε/2 below the margin: λ_t = 0
+    (12, 40, 0, 0.5, 0.0, 0.8),                             # λ_max = 0
+    (13, 40, 0, 0.5, 2.0, 0.8),                             # λ > 1: the bisection meets λ = 1
+    (14, 40, 2, 0.5, 2.0, 1.2),
+    (15, 8, 0, 0.2, 1.0, 0.5),
+]
+
+
+@pytest.mark.parametrize("seed,vocab,masked,eps,lam_max,temperature", CASES)
+def test_one_row_search_is_the_old_scalar_bisection_bit_for_bit(seed, vocab, masked, eps,
+                                                                lam_max, temperature):
+    zc, ze = _logits(seed, vocab, masked)
+    assert bounded_lambda(zc, ze, eps, lam_max, temperature) \
+        == _scalar_bounded_lambda(zc, ze, eps, lam_max, temperature)
+
+
+def test_ties_and_equal_streams():
+    """Equal streams (no divergence at any λ), tied logits, and a context stream that masks a
+    token the other does not: still the scalar bisection's floats."""
+    zc, ze = _logits(20)
+    for a, b in [(zc, zc.clone()), (torch.zeros(9, dtype=torch.float64),
+                                   torch.zeros(9, dtype=torch.float64)),
+                 (torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64),
+                  torch.tensor([0.0, 0.0, 1.0, 1.0], dtype=torch.float64))]:
+        assert bounded_lambda(a, b, 0.3, 1.0, 0.9) == _scalar_bounded_lambda(a, b, 0.3, 1.0, 0.9)
+    zc[5] = MASKED_LOGIT  # masked in one stream only: out of the maximum
+    assert bounded_lambda(zc, ze, 0.3, 1.0, 0.9) == _scalar_bounded_lambda(zc, ze, 0.3, 1.0, 0.9)
+
+
+def test_float32_logits_give_the_scalar_floats():
+    zc, ze = (z.float() for z in _logits(21, masked=2))
+    assert bounded_lambda(zc, ze, 0.5, 1.0, 0.8) == _scalar_bounded_lambda(zc, ze, 0.5, 1.0, 0.8)
+
+
+def test_rows_at_once_are_each_row_alone():
+    """The [T, V] search gives every row the floats of its own one-row search (a scored
+    response sees the λ_t its decoding step chose)."""
+    pairs = [_logits(30 + t, masked=2 * (t % 2)) for t in range(7)]
+    zc, ze = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+    lams, divs = bounded_lambdas(zc, ze, 0.5, 1.0, 0.8)
+    assert lams.dtype == divs.dtype == torch.float64
+    for t, (a, b) in enumerate(pairs):
+        assert (float(lams[t]), float(divs[t])) == bounded_lambda(a, b, 0.5, 1.0, 0.8)
+
+
+def test_the_draw_is_reproducible_from_its_seed():
+    logprobs = torch.log_softmax(_logits(40)[0], dim=-1)
+    first = [draw(logprobs, gen, True) for gen in [seeded_generator(7)] for _ in range(20)]
+    again = [draw(logprobs, gen, True) for gen in [seeded_generator(7)] for _ in range(20)]
+    other = [draw(logprobs, gen, True) for gen in [seeded_generator(8)] for _ in range(20)]
+    assert first == again != other
+    assert draw(logprobs, seeded_generator(7), False) == int(logprobs.argmax())
+    masked = torch.log_softmax(torch.tensor([0.0, MASKED_LOGIT, 0.0], dtype=torch.float64), -1)
+    gen = seeded_generator(0)
+    assert 1 not in {draw(masked, gen, True) for _ in range(200)}
+
+
+@pytest.mark.parametrize("settings,param,message", [
+    ({"lam": float("nan")}, "lam", "lam must be a finite number, not nan"),
+    ({"lam": -0.5}, "lam", "lam must be >= 0 (0 = no context, 1 = plain decoding), not -0.5"),
+    ({"temperature": float("inf")}, "temperature", "temperature must be a finite number, not inf"),
+    ({"temperature": 0}, "temperature", "temperature must be > 0, not 0"),
+    ({"bounded_eps": float("inf")}, "bounded_eps", "bounded_eps must be a finite number, not inf"),
+    ({"bounded_eps": 0.0}, "bounded_eps", "bounded_eps must be > 0, not 0.0"),
+    ({"lam": -1, "temperature": 0}, "lam", "lam must be >= 0"),  # λ is checked first
+])
+def test_settings_are_checked_once_naming_the_parameter(settings, param, message):
+    with pytest.raises(CIDSettingError, match=message.replace("(", r"\(").replace(")", r"\)")
+                       ) as info:
+        check_cid_settings(**settings)
+    assert info.value.param == param and isinstance(info.value, ValueError)
+    check_cid_settings(lam=0.0, temperature=0.1, bounded_eps=1e-9)  # in range: no error
