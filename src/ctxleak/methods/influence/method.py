@@ -148,30 +148,26 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
         generation, one planner for n-gram scoring); each item samples from its own seed,
         (run seed, example index), the same across settings and batches."""
         with shared_prefixes():  # a sweep's settings score each prompt's prefix once
-            return self._measure(lm, ready, items)
-
-    def _measure(self, lm: LanguageModel, ready: Ready,
-                 items: Sequence[Item]) -> list[dict[str, Any]]:
-        start = time.perf_counter()
-        index = ready.examples.index
-        jobs = [(ex, setting, derive_seed(self.common.seed, index[ex.id]))
-                for setting, ex in items]
-        controls = [_control(ready.examples, ex) for _, ex in items] \
-            if self.options.control else None
-        # one pipeline call per bounded ε (plain CID: None) in the batch, records kept in order
-        records: list[dict[str, Any]] = [{} for _ in items]
-        for eps in dict.fromkeys(setting.bounded_eps for setting, _ in items):
-            where = [i for i, (setting, _) in enumerate(items) if setting.bounded_eps == eps]
-            got = measure_examples(lm, [jobs[i] for i in where],
-                                   replace(self.options, bounded_eps=eps),
-                                   controls=None if controls is None
-                                   else [controls[i] for i in where], cost=ready.cost)
-            for i, record in zip(where, got):
-                records[i] = record
-        for (setting, _), record in zip(items, records):  # the sweep's context size, None: all
-            record.setdefault("context_limit", setting.context_tokens)
-        ready.cost.measure_seconds += time.perf_counter() - start
-        return records
+            start = time.perf_counter()
+            index = ready.examples.index
+            jobs = [(ex, setting, derive_seed(self.common.seed, index[ex.id]))
+                    for setting, ex in items]
+            controls = [_control(ready.examples, ex) for _, ex in items] \
+                if self.options.control else None
+            # one pipeline call per bounded ε (plain CID: None) in the batch, records in order
+            records: list[dict[str, Any]] = [{} for _ in items]
+            for eps in dict.fromkeys(setting.bounded_eps for setting, _ in items):
+                where = [i for i, (setting, _) in enumerate(items) if setting.bounded_eps == eps]
+                got = measure_examples(lm, [jobs[i] for i in where],
+                                       replace(self.options, bounded_eps=eps),
+                                       controls=None if controls is None
+                                       else [controls[i] for i in where], cost=ready.cost)
+                for i, record in zip(where, got):
+                    records[i] = record
+            for (setting, _), record in zip(items, records):  # the sweep's context size, None: all
+                record.setdefault("context_limit", setting.context_tokens)
+            ready.cost.measure_seconds += time.perf_counter() - start
+            return records
 
     def requires(self) -> dict[str, str]:
         bounded = [s.bounded_eps for s in self.grid if s.bounded_eps is not None]
