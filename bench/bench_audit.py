@@ -22,8 +22,8 @@ import time
 import torch
 
 from ctxleak.engine.generation import generate_streams
+from ctxleak.engine.local.prefill import shared_prefix_length
 from ctxleak.engine.models import load_model
-from ctxleak.engine.prefill import shared_prefix_length
 from ctxleak.methods.audit import (
     DPAggregator,
     draw_subset,

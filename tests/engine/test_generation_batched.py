@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ctxleak.engine import generation
-from ctxleak.engine import prefill as prefilling
 from ctxleak.engine.generation import StreamJob, generate_many, generate_streams
+from ctxleak.engine.local import generation as local_generation
+from ctxleak.engine.local import prefill as prefilling
 
 
 def _mix(weights):
@@ -70,8 +70,8 @@ def test_finished_jobs_leave_the_batch(llama_lm, monkeypatch):
     """A job that reaches its maximum stops costing compute: later forward passes carry only
     the live jobs' rows."""
     rows = []
-    real = generation.hidden_states
-    for module in (generation, prefilling):  # decode steps, and the prefill (engine/prefill.py)
+    real = local_generation.hidden_states
+    for module in (local_generation, prefilling):  # decode steps, and the prefill
         monkeypatch.setattr(module, "hidden_states",
                             lambda lm, ids, *a, **k: rows.append((ids.shape[0],
                                                                   k.get("cache") is None))

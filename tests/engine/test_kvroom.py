@@ -8,7 +8,8 @@ from helpers.tiny_models import tiny_gemma3
 
 from ctxleak.engine import generation
 from ctxleak.engine.forward import hidden_states, left_pad, pad_id
-from ctxleak.engine.kvroom import RoomyLayer, give_room
+from ctxleak.engine.local import generation as local_generation
+from ctxleak.engine.local.kvroom import RoomyLayer, give_room
 
 
 def _prefill(lm, texts):
@@ -94,7 +95,7 @@ def test_generation_identical_with_and_without_room(tiny_lm, monkeypatch):
         for k, (a, b, mn) in enumerate([("the capital of france is", "the capital", 9),
                                          ("rome is a city .", "rome", 2)])]
     with_room = generation.generate_many(tiny_lm, jobs())
-    monkeypatch.setattr(generation, "give_room", lambda cache, room: False)
+    monkeypatch.setattr(local_generation, "give_room", lambda cache, room: False)
     without = generation.generate_many(tiny_lm, jobs())
     assert [g.token_ids for g in with_room] == [g.token_ids for g in without]
     assert [g.records for g in with_room] == [g.records for g in without]

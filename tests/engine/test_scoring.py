@@ -8,6 +8,7 @@ import torch
 
 from ctxleak.engine import scoring
 from ctxleak.engine.forward import left_pad, right_pad
+from ctxleak.engine.local import scoring as local_scoring
 from ctxleak.engine.scoring import continuation_logprobs, next_token_logprobs
 
 
@@ -76,15 +77,15 @@ def test_prefix_reuse_equals_full_recomputation(tiny_lm, batch_size):
 
 def test_prefix_reuse_actually_uses_the_cache(tiny_lm, monkeypatch):
     calls = []
-    real = scoring.expand_cache
+    real = local_scoring.expand_cache
 
     def spy(cache, length, batch):
         calls.append(length)
         return real(cache, length, batch)
 
-    monkeypatch.setattr(scoring, "expand_cache", spy)
+    monkeypatch.setattr(local_scoring, "expand_cache", spy)
     continuation_logprobs(tiny_lm, ablations(tiny_lm), random_ids(tiny_lm, 3, 1), batch_size=2)
-    assert calls and max(calls) >= scoring.MIN_REUSE_TOKENS
+    assert calls and max(calls) >= local_scoring.MIN_REUSE_TOKENS
 
 
 def test_next_token_prefix_reuse(tiny_lm):
@@ -154,11 +155,9 @@ def test_prefix_reuse_across_examples_in_one_batch(tiny_lm, monkeypatch):
     """Issue 13: variants of several examples (groups) share a forward pass, each reusing its
     own example's cached prefix at its own length (left-padded caches, right-padded suffixes):
     the same log-probs as scoring every prompt in full."""
-    from ctxleak.engine import scoring
-
     batches = []
-    real = scoring._forward_after_own_prefixes
-    monkeypatch.setattr(scoring, "_forward_after_own_prefixes",
+    real = local_scoring._forward_after_own_prefixes
+    monkeypatch.setattr(local_scoring, "_forward_after_own_prefixes",
                         lambda lm, seqs, prefixes, refs, pad:
                         batches.append((len({id(r) for r in refs}), len(set(prefixes))))
                         or real(lm, seqs, prefixes, refs, pad))
@@ -197,7 +196,7 @@ def test_sliding_window_model_keeps_one_example_per_reuse_batch():
         full = lm.bos_ids + enc("document :") + enc(text) + enc("answer :")
         prompts += [full, full[:17] + full[19:], full[:20] + full[22:]]
         groups += [g] * 3
-    assert not scoring._plain_layers(lm.model(torch.tensor([prompts[0]]),
+    assert not local_scoring._plain_layers(lm.model(torch.tensor([prompts[0]]),
                                               use_cache=True).past_key_values)
     cont = enc("paris is")
     got = continuation_logprobs(lm, prompts, cont, groups=groups)
@@ -213,17 +212,17 @@ def test_shared_prefixes_compute_a_prompt_once_across_calls_with_the_same_number
     those of the call made alone inside a fresh ``shared_prefixes``, and equal a from-scratch
     recomputation."""
     prompt = ablations(tiny_lm)[0]
-    assert len(prompt) >= scoring.MIN_REUSE_TOKENS
+    assert len(prompt) >= local_scoring.MIN_REUSE_TOKENS
     conts = [random_ids(tiny_lm, 4, 1), random_ids(tiny_lm, 4, 2)]
     computed = []
-    real = scoring.hidden_states
+    real = local_scoring.hidden_states
 
     def spy(lm, ids, *args, **kwargs):
         if kwargs.get("use_cache") and ids.shape[0] == 1 and kwargs.get("cache") is None:
             computed.append(int(ids.shape[1]))
         return real(lm, ids, *args, **kwargs)
 
-    monkeypatch.setattr(scoring, "hidden_states", spy)
+    monkeypatch.setattr(local_scoring, "hidden_states", spy)
     with scoring.shared_prefixes():
         together = [continuation_logprobs(tiny_lm, [prompt], c, reuse_prefix=True)[0]
                     for c in conts]

@@ -9,9 +9,12 @@
   turns a ``.gguf`` file into a folder transformers and vLLM read.
 - :mod:`ctxleak.engine.prompts` turns template pieces into exact token ids.
 - :mod:`ctxleak.engine.scoring` gives next-token log-probabilities of a batch of prompts and
-  teacher-forced log-probabilities of a continuation under many prompt variants, reusing the KV
-  cache of shared prefixes.
-- :mod:`ctxleak.engine.generation` generates from several prompt streams combined step by step.
+  teacher-forced log-probabilities of a continuation under many prompt variants;
+  :mod:`ctxleak.engine.generation` generates from several prompt streams combined step by step
+  (:mod:`ctxleak.engine.streams`: the request and its step). Both are backend-free: they check
+  their arguments and call the model's operations, which the in-process backend
+  (:mod:`ctxleak.engine.local`: prefix-shared KV caches, batched decoding) and a served one
+  (:mod:`ctxleak.engine.served`) implement.
 - :mod:`ctxleak.engine.gradients` gives gradients of next-token log-probabilities with respect to
   input embeddings.
 """

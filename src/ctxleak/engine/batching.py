@@ -1,5 +1,6 @@
 """Batching, decided once: the run's :class:`BatchPolicy`, longest-first batches under a token
-budget, and ``--batch-size auto`` that backs off on out-of-memory errors.
+budget, ``--batch-size auto`` that backs off on out-of-memory errors, and the scope in which
+scoring calls share the reference prefixes they computed (:func:`shared_prefixes`).
 
 The run layer builds one :class:`BatchPolicy` from its options and hands it to the model
 (:func:`using`); every engine call then reads it from the model (:func:`policy_of`), so no method
@@ -13,8 +14,10 @@ depend on the batch only by float noise (tests check this), so the planner is fr
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
@@ -249,3 +252,29 @@ def next_example_batch(costs: Sequence[int | None], start: int, policy: BatchPol
         count += 1
     even = -(-(i - start) // max(count, 1))
     return greedy(start, max(1, even))
+
+
+#: Reference KV caches kept across scoring calls inside :func:`shared_prefixes`, by their ids
+#: (the in-process backend's, :func:`ctxleak.engine.local.scoring.reference_cache`).
+SHARED_PREFIXES: ContextVar[OrderedDict[tuple[int, ...], Any] | None] = ContextVar(
+    "ctxleak_shared_prefixes", default=None)
+#: How many reference caches :func:`shared_prefixes` keeps (the most recently used).
+SHARED_PREFIXES_KEPT = 64
+
+
+@contextmanager
+def shared_prefixes() -> Iterator[None]:
+    """Inside: every scoring call with prefix reuse takes the KV cache of a reference prefix
+    (the prompt before the scored tokens) from the ones already computed with the same token
+    ids, the last :data:`SHARED_PREFIXES_KEPT` of them, and a request alone in its group reuses
+    its own prompt's cache as well. The settings of a sweep score one example's responses
+    after the same prompts: each prompt is then computed once, not once per setting. Each
+    cache is one batch-1 pass over exactly those ids, as it would be computed again, so the
+    numbers are those of a request scored without the others (batch invariance holds); the
+    caches are only read (:func:`~ctxleak.engine.forward.expand_cache` copies). A served model
+    leaves this to its server's prefix cache."""
+    token = SHARED_PREFIXES.set(OrderedDict())
+    try:
+        yield
+    finally:
+        SHARED_PREFIXES.reset(token)

@@ -11,7 +11,9 @@ list-in, list-out operations, as lm-evaluation-harness's ``LM`` has its few requ
 - :meth:`~LanguageModel.continuation_logits`: raw logits at every continuation position
   (in-process only);
 - :meth:`~LanguageModel.sample` and :meth:`~LanguageModel.beam_search`: generations with their
-  token ids, seeded.
+  token ids, seeded;
+- in-process only (:class:`InProcessLM`), :meth:`~InProcessLM.decode_streams`: several prompt streams
+  combined step by step (:mod:`ctxleak.engine.streams`).
 
 Each backend declares its :attr:`~LanguageModel.capabilities`
 (:mod:`ctxleak.engine.capabilities`); an operation a backend lacks refuses in the operation
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,21 +37,10 @@ import torch
 
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.capabilities import WEIGHTS, check_capabilities
+from ctxleak.engine.streams import Generation, StreamJob
 
 #: ``transform(i, logits)`` applied to prompt i's raw logits before the log-softmax.
 LogitTransform = Callable[[int, torch.Tensor], torch.Tensor]
-
-
-@dataclass
-class Generation:
-    """Generated token ids (EOS not included), whether EOS ended it, and per-step records of
-    ``observe``."""
-
-    token_ids: list[int]
-    stopped_on_eos: bool
-    records: list[Any] = field(default_factory=list)
-    # stream index -> the KV cache of its prompt prefilled alone (StreamJob.keep_prompt_cache)
-    prompt_caches: dict[int, Any] = field(default_factory=dict)
 
 
 def bos_convention(tokenizer: Any) -> list[int]:
@@ -204,12 +195,22 @@ class LanguageModel(ABC):
 
 class InProcessLM(LanguageModel):
     """A model whose weights are in this process (``model``: the transformers module): the
-    type the engine's in-process internals (forward passes, prefill, gradients) work on."""
+    type the engine's in-process internals (forward passes, prefill, gradients) work on, with
+    one operation more, :meth:`decode_streams`."""
 
     model: Any
 
     def in_process(self, why: str, *, what: str = "this call") -> InProcessLM:
         return self
+
+    @abstractmethod
+    def decode_streams(self, jobs: Sequence[StreamJob], stops: Sequence[int], *, sample: bool,
+                       use_cache: bool = True, share_prefix: bool = True) -> list[Generation]:
+        """One generation per job (each checked already), every job's prompt streams decoded
+        from the model's logits step by step (:func:`ctxleak.engine.streams.take_step`), ``stops``
+        ending a job (masked before its minimum length). The floats are those of the batched
+        passes: :func:`ctxleak.engine.generation.generate_many` replays them under a
+        batch-invariant policy."""
 
     def parameter_count(self) -> int | None:
         try:

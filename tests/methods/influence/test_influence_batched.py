@@ -203,7 +203,7 @@ def test_prefill_handed_to_scoring_equals_recomputation(llama_lm, monkeypatch, i
     """Generation prefills each prompt with the context alone, in scoring's shape, and hands
     its KV cache to the n-gram scoring: the records equal those of scoring that recomputes the
     prefix, exactly, with one forward pass per example fewer in scoring."""
-    import ctxleak.engine.scoring as scoring
+    import ctxleak.engine.local.scoring as scoring
     from ctxleak.methods.influence import pipeline
     from ctxleak.methods.influence.data import InfluenceExample
 

@@ -1,8 +1,8 @@
 """The in-process backend: a transformers model and its tokenizer in this process, every
-operation of :class:`~ctxleak.engine.lm.LanguageModel` and every capability. The operations are
-the engine's in-process implementations (:mod:`ctxleak.engine.scoring`'s and
-:mod:`ctxleak.engine.generation`'s ``local_*`` functions: prefix-shared KV caches, batched
-forward passes, step-by-step generation)."""
+operation of :class:`~ctxleak.engine.lm.InProcessLM` and every capability. The operations are
+the engine's in-process implementations (:mod:`ctxleak.engine.local.scoring`: prefix-shared KV
+caches, batched forward passes; :mod:`ctxleak.engine.local.generation`: step-by-step generation
+in one batched KV cache, transformers' beam search)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,9 @@ import torch
 
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.capabilities import IN_PROCESS
-from ctxleak.engine.generation import local_beam_search, local_sample
-from ctxleak.engine.lm import Generation, InProcessLM, LogitTransform, ModelInfo
-from ctxleak.engine.scoring import (
-    local_continuation_logits,
-    local_continuation_logprobs,
-    local_next_token_logprobs,
-)
+from ctxleak.engine.lm import InProcessLM, LogitTransform, ModelInfo
+from ctxleak.engine.local import generation, scoring
+from ctxleak.engine.streams import Generation, StreamJob
 
 
 @dataclass
@@ -80,7 +76,7 @@ class LM(InProcessLM):
                               logit_transform: LogitTransform | None = None,
                               groups: Sequence[int] | None = None,
                               examples: Sequence[int] | None = None) -> list[np.ndarray]:
-        return local_continuation_logprobs(
+        return scoring.continuation_logprobs(
             self, prompts, continuations, reuse_prefix=reuse_prefix, batch_size=batch_size,
             logit_transform=logit_transform, groups=groups, examples=examples)
 
@@ -90,7 +86,7 @@ class LM(InProcessLM):
                             logit_transform: LogitTransform | None = None,
                             groups: Sequence[int] | None = None,
                             examples: Sequence[int] | None = None) -> torch.Tensor:
-        return local_next_token_logprobs(
+        return scoring.next_token_logprobs(
             self, prompts, token_ids=token_ids, reuse_prefix=reuse_prefix,
             batch_size=batch_size, logit_transform=logit_transform, groups=groups,
             examples=examples)
@@ -102,7 +98,7 @@ class LM(InProcessLM):
                             groups: Sequence[int] | None = None,
                             examples: Sequence[int] | None = None,
                             prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
-        return local_continuation_logits(
+        return scoring.continuation_logits(
             self, prompts, continuations, reduce=reduce, reuse_prefix=reuse_prefix,
             batch_size=batch_size, groups=groups, examples=examples,
             prefix_caches=prefix_caches)
@@ -110,10 +106,16 @@ class LM(InProcessLM):
     def sample(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *,
                temperature: float, max_new_tokens: int, min_new_tokens: int = 0, n: int = 1
                ) -> list[list[Generation]]:
-        return local_sample(self, prompts, seeds, temperature=temperature,
-                            max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, n=n)
+        return generation.sample(self, prompts, seeds, temperature=temperature,
+                                 max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                                 n=n)
 
     def beam_search(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
                     num_beams: int, batch_size: int | None = None) -> list[list[int]]:
-        return local_beam_search(self, prompts, max_new_tokens=max_new_tokens,
-                                 num_beams=num_beams, batch_size=batch_size)
+        return generation.beam_search(self, prompts, max_new_tokens=max_new_tokens,
+                                      num_beams=num_beams, batch_size=batch_size)
+
+    def decode_streams(self, jobs: Sequence[StreamJob], stops: Sequence[int], *, sample: bool,
+                       use_cache: bool = True, share_prefix: bool = True) -> list[Generation]:
+        return generation.decode_streams(self, jobs, stops, sample=sample, use_cache=use_cache,
+                                         share_prefix=share_prefix)

@@ -29,8 +29,9 @@ from ctxleak.engine.capabilities import (
     SERVED,
     check_capabilities,
 )
-from ctxleak.engine.lm import Generation, LanguageModel, LogitTransform, ModelFacts
+from ctxleak.engine.lm import LanguageModel, LogitTransform, ModelFacts
 from ctxleak.engine.served_client import ServedClient, ServerError
+from ctxleak.engine.streams import Generation
 
 PROBE_TEXT = ("The quick brown fox jumps over the lazy dog. Privacy matters: a model should "
               "not repeat the documents it was given, 12345.")

@@ -95,7 +95,7 @@ class WindowRequest:
     lam: float | Sequence[float] = 1.0  # or one λ_t per response token (bounded CID)
     temperature: float = 1.0
     min_new_tokens: int = 0
-    # the full prompt's KV cache, already computed (engine.prefill.prefill_alone): not recomputed
+    # the full prompt's KV cache, already computed (engine.local.prefill.prefill_alone): not recomputed
     prefix_cache: Any = field(default=None, repr=False, compare=False)
     # bounded CID (App. B, Alg. 1): ``lam`` is λ_max, and the full prompt and every
     # ablated one each get their own λ_t by Alg. 1's bisection on their own logits

@@ -1,5 +1,5 @@
 """Prefill: the prompts of a generation through the model once, into one left-padded KV cache
-that decoding then extends (:func:`~ctxleak.engine.generation.generate_many`).
+that decoding then extends (:func:`~ctxleak.engine.local.generation.decode_streams`).
 
 Three shapes, chosen by :func:`prefill` to compute the fewest positions with the same numbers up
 to float noise:
