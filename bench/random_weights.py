@@ -1,0 +1,141 @@
+"""Run one of bench/*.py on a machine the default model's file cannot reach (a lent GPU): its
+``_common.load_default`` replaced by the default model's architecture (SmolLM2-135M-Instruct's
+config.json, generation_config.json, tokenizer and chat template, copied into MODEL_DIR from the
+folder ``ctxleak.load_model("default").info.path`` names) with RANDOM weights (seed 0), and its
+``timed``/``timed_rounds`` made to synchronise CUDA before reading the clock. Timing depends on
+the architecture, not the weights; a random model almost never draws EOS, so every response runs
+to its full length. docs/benchmarks.md's GPU section was measured so.
+
+    python bench/random_weights.py --model-dir MODEL_DIR --device cuda --dtype bfloat16 \
+        BENCH [bench args...]
+    python bench/random_weights.py --model-dir MODEL_DIR --device cpu --tiny BENCH ...
+        (a 2-layer config of the same vocabulary, for a dry run)
+
+BENCH: bench_batched, bench_cid_processor, bench_influence, bench_scoring, bench_proxy,
+bench_proxy_clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT / "src"), str(ROOT / "tests")]
+
+import torch  # noqa: E402
+
+ARGS = None
+
+
+def build_lm():
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from ctxleak.engine.models import from_objects
+
+    a = ARGS
+    folder = a.model_dir
+    config = AutoConfig.from_pretrained(folder)
+    if a.tiny:  # dry run on a CPU: same vocabulary and tokenizer, 2 thin layers
+        config.num_hidden_layers = 2
+        config.hidden_size = 64
+        config.intermediate_size = 128
+        config.num_attention_heads = 4
+        config.num_key_value_heads = 2
+        config.head_dim = 16
+    dtype = getattr(torch, a.dtype)
+    t0 = time.perf_counter()
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.generation_config = GenerationConfig.from_pretrained(folder)
+    model.to(a.device)
+    tok = AutoTokenizer.from_pretrained(folder)
+    # load_model("default") uses the tokenizer's chat template (chat_template="auto")
+    lm = from_objects(model, tok, name="SmolLM2-135M-Instruct-arch (random weights, seed 0)",
+                      chat_template=bool(getattr(tok, "chat_template", None)))
+    if a.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    n = sum(p.numel() for p in model.parameters())
+    print(f"# [driver] random-init {config.model_type} {config.num_hidden_layers} layers "
+          f"hidden {config.hidden_size}, {n / 1e6:.1f}M params, dtype {dtype}, device "
+          f"{a.device}, chat template {lm.use_chat_template}, eos {lm.eos_ids}, built in "
+          f"{time.perf_counter() - t0:.1f}s", flush=True)
+    return lm
+
+
+def _sync():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def patch_common():
+    import _common
+
+    def load_default():
+        torch.manual_seed(0)
+        return build_lm()
+
+    def timed(fn, repeat=1, clock=time.perf_counter):
+        best, out = float("inf"), None
+        for _ in range(repeat):
+            _sync()
+            t0 = clock()
+            out = fn()
+            _sync()
+            best = min(best, clock() - t0)
+        return best, out
+
+    def timed_rounds(fns, repeat=1, clock=time.perf_counter):
+        best = {name: float("inf") for name in fns}
+        out = {}
+        for _ in range(repeat):
+            for name, fn in fns.items():
+                _sync()
+                t0 = clock()
+                out[name] = fn()
+                _sync()
+                best[name] = min(best[name], clock() - t0)
+        return {name: (best[name], out[name]) for name in fns}
+
+    _common.load_default = load_default
+    _common.timed = timed
+    _common.timed_rounds = timed_rounds
+
+
+def main() -> None:
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--model-dir", required=True,
+                    help="config.json, generation_config.json and the tokenizer of the model")
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("bench")
+    ap.add_argument("rest", nargs=argparse.REMAINDER)
+    ARGS = ap.parse_args()
+    if ARGS.device.startswith("cuda"):
+        print(f"# [driver] torch {torch.__version__}, cuda {torch.version.cuda}, "
+              f"{torch.cuda.get_device_name()}, dtype {ARGS.dtype}", flush=True)
+    else:
+        print(f"# [driver] torch {torch.__version__} on {ARGS.device}, dtype {ARGS.dtype}")
+    patch_common()
+    import importlib
+
+    mod = importlib.import_module(ARGS.bench)
+    sys.argv = [ARGS.bench + ".py", *ARGS.rest]
+    t0 = time.perf_counter()
+    mod.main()
+    print(f"# [driver] {ARGS.bench} {' '.join(ARGS.rest)}: {time.perf_counter() - t0:.1f}s "
+          f"wall", flush=True)
+    if ARGS.device.startswith("cuda"):
+        print(f"# [driver] peak CUDA memory {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB",
+              flush=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
