@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ctxleak.engine.forward import left_pad, pad_id
+from ctxleak.engine.lm import InProcessLM
 from ctxleak.engine.models import LM, from_objects, load_model
 from ctxleak.engine.prompts import template_fields
 from ctxleak.errors import ConfigError, warn
@@ -19,6 +20,7 @@ from ctxleak.integrations.ledger import ledger_result
 from ctxleak.integrations.renamed import cid_config, lam_renamed
 from ctxleak.integrations.transformers import ContextInfluenceProcessor, number_param
 from ctxleak.methods.influence.data import TASK_TEMPLATES, InfluenceExample, prompt_parts
+from ctxleak.methods.influence.ngrams import PromptParts
 from ctxleak.mitigations.ledger import RowLedger, to_records
 from ctxleak.results import InfluenceResult
 
@@ -166,6 +168,37 @@ def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[s
     ``bounded_eps`` so is anything but temperature sampling (App. B).
     Bad arguments raise :class:`~ctxleak.errors.ConfigError` naming the parameter.
     """
+    checked, kwargs = _checked(context, query, template, chat, lambda_, bounded_eps,
+                               generate_kwargs)
+    lm = _loaded(model, tokenizer, chat)  # every argument checked before the model loads
+    _decoding_kwargs(lm, kwargs, checked.temperature)
+    parts = _prompt_parts(lm, checked, int(kwargs["max_new_tokens"]))
+    eos = kwargs["eos_token_id"]
+    processor = ContextInfluenceProcessor(
+        lm, [p.empty for p in parts], full_ids=[p.full for p in parts], lambda_=checked.lam,
+        temperature=checked.temperature, bounded_eps=checked.bounded_eps,
+        eos_token_id=eos if eos is not None else [])
+    return _generated(lm, parts, processor, kwargs)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """:func:`cid_generate`'s arguments checked: one context and query per row, the template,
+    λ, ε (None: plain CID) and the temperature."""
+
+    contexts: list[str]
+    queries: list[str]
+    template: str
+    lam: float
+    bounded_eps: float | None
+    temperature: float
+
+
+def _checked(context: str | Sequence[str], query: str | Sequence[str], template: str | None,
+             chat: bool | None, lambda_: float, bounded_eps: float | None,
+             generate_kwargs: dict[str, Any]) -> tuple[_Checked, dict[str, Any]]:
+    """Every argument of :func:`cid_generate` but the model checked, in the order they are
+    refused; and ``generate``'s keywords, a copy without ``temperature``."""
     contexts = _texts(context, "context")
     queries = [query] * len(contexts) if isinstance(query, str) else _texts(query, "query")
     if len(queries) != len(contexts) or not contexts:
@@ -189,36 +222,54 @@ def cid_generate(model: Any, tokenizer: Any = None, *, context: str | Sequence[s
     _check_generate_kwargs(kwargs, bounded_eps is not None)
     temperature = number_param(kwargs.pop("temperature", 0.8), "temperature")
     cid_config(lam, temperature=temperature, bounded_eps=bounded_eps, min_new_tokens=0)
-    # every argument checked before the model loads
+    return _Checked(contexts, queries, tmpl, lam, bounded_eps, temperature), kwargs
+
+
+def _loaded(model: Any, tokenizer: Any, chat: bool | None) -> InProcessLM:
+    """The model to decode with: a name loaded in-process, a ctxleak LM as it is, or a
+    transformers model wrapped with its tokenizer (in its chat template where ``chat`` says so,
+    by default where the tokenizer has one)."""
     if isinstance(model, str):
-        lm = load_model(model).in_process("cid_generate runs transformers' generate on the "
-                                          "model's weights")
-    elif isinstance(model, LM):
-        lm = model
-    else:
-        if tokenizer is None:
-            raise ConfigError("cid_generate needs the model's tokenizer", param="tokenizer")
-        lm = from_objects(model, tokenizer, chat_template=bool(
-            getattr(tokenizer, "chat_template", None)) if chat is None else chat)
+        return load_model(model).in_process("cid_generate runs transformers' generate on the "
+                                            "model's weights")
+    if isinstance(model, LM):
+        return model
+    if tokenizer is None:
+        raise ConfigError("cid_generate needs the model's tokenizer", param="tokenizer")
+    return from_objects(model, tokenizer, chat_template=bool(
+        getattr(tokenizer, "chat_template", None)) if chat is None else chat)
+
+
+def _decoding_kwargs(lm: InProcessLM, kwargs: dict[str, Any], temperature: float) -> None:
+    """CID's defaults set in ``generate``'s keywords (sampling, 50 new tokens, the model's EOS
+    and padding ids), the model's own truncation, masks and penalties neutralised."""
     kwargs.setdefault("do_sample", True)
     kwargs.setdefault("max_new_tokens", 50)
     _neutralise_model_config(lm.model, kwargs)
     if kwargs["do_sample"]:
         kwargs["temperature"] = temperature
-    eos = kwargs.setdefault("eos_token_id", list(lm.eos_ids) or None)
-    pad = kwargs.setdefault("pad_token_id", pad_id(lm))
+    kwargs.setdefault("eos_token_id", list(lm.eos_ids) or None)
+    kwargs.setdefault("pad_token_id", pad_id(lm))
+
+
+def _prompt_parts(lm: InProcessLM, checked: _Checked, reserve: int) -> list[PromptParts]:
+    """Each row's prompts with and without its context, the context cut (warned) to leave
+    ``reserve`` new tokens in the model's window."""
     parts = []
-    for i, (ctx, q) in enumerate(zip(contexts, queries)):
+    for i, (ctx, q) in enumerate(zip(checked.contexts, checked.queries)):
         example = InfluenceExample(id=str(i), context=ctx, query=q, reference=None, task="qa")
-        part, dropped = prompt_parts(lm, example, tmpl, reserve=int(kwargs["max_new_tokens"]))
+        part, dropped = prompt_parts(lm, example, checked.template, reserve=reserve)
         if dropped:
             warn(f"context {i} cut by {dropped} tokens to fit the model's window")
         parts.append(part)
-    processor = ContextInfluenceProcessor(
-        lm, [p.empty for p in parts], full_ids=[p.full for p in parts], lambda_=lam,
-        temperature=temperature, bounded_eps=bounded_eps,
-        eos_token_id=eos if eos is not None else [])
-    ids, mask, _ = left_pad([p.full for p in parts], pad, lm.device)
+    return parts
+
+
+def _generated(lm: InProcessLM, parts: Sequence[PromptParts],
+               processor: ContextInfluenceProcessor, kwargs: dict[str, Any]) -> CIDGeneration:
+    """``generate`` run on the left-padded prompts with the context, the processor mixing in
+    the ones without it (and the caller's own processors and stopping criteria after its)."""
+    ids, mask, _ = left_pad([p.full for p in parts], kwargs["pad_token_id"], lm.device)
     hooks = processor.generate_kwargs()
     hooks["logits_processor"].extend(kwargs.pop("logits_processor", None) or [])
     hooks["stopping_criteria"].extend(kwargs.pop("stopping_criteria", None) or [])

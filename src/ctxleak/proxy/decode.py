@@ -50,6 +50,19 @@ class Answer:
     def eps_ex_post_total(self) -> float | None:
         return None if self.eps_ex_post is None else float(sum(self.eps_ex_post))
 
+    @property
+    def finish_reason(self) -> str:
+        """OpenAI's ``finish_reason``: ``stop`` on the model's EOS, else ``length``."""
+        return "stop" if self.ledger.stopped_on_eos else "length"
+
+    @property
+    def usage(self) -> dict[str, int]:
+        """OpenAI's ``usage`` field: the prompt with the context and the answer's tokens
+        (the stopping EOS left out)."""
+        n_out = len(self.ledger.response_ids)
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n_out,
+                "total_tokens": self.prompt_tokens + n_out}
+
 
 def answer_parts(lm: LanguageModel, documents: Sequence[Document], query: str,
                  max_tokens: int) -> tuple[PromptParts, int]:

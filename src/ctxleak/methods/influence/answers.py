@@ -16,8 +16,10 @@ gives in-process. The EOS log-probs come from the server as candidate next token
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -84,67 +86,102 @@ def answer_windows(p: PromptParts, answer: Sequence[int], ngram: int | None, str
     return windows(len(p.context), n, stride)
 
 
-def scored_spans(p: PromptParts, answer: Sequence[int], ngram: int | None, stride: int | None,
-                 example: str | int, clipped: set[int], k: int,
-                 passages: Sequence[Sequence[tuple[int, int]]] | None
-                 ) -> list[tuple[int, int]]:
-    """The context spans answer ``k`` is scored without: its n-gram windows
-    (:func:`answer_windows`), then its passages' spans (Def. 3.1 with S = the passage);
-    none without an answer."""
-    if not answer:
-        return []
-    extra = list(passages[k]) if passages is not None else []
-    return answer_windows(p, answer, ngram, stride, example, clipped, k) + extra
+@dataclass(frozen=True)
+class AnswersToScore:
+    """Answers already drawn, one per prompt (``parts``): (token ids, stopped on EOS), each
+    scored at its ``lam`` and ``temperature`` with EOS masked before ``min_new_tokens``, and
+    without each of its n-gram windows (``ngram``, ``stride``; ``ids`` name the examples in
+    warnings) and each of its ``passages`` (one list of context spans per answer)."""
+
+    parts: Sequence[PromptParts]
+    responses: Sequence[tuple[list[int], bool]]
+    lam: Sequence[float]
+    temperature: Sequence[float]
+    min_new_tokens: int
+    ngram: int | None
+    stride: int | None
+    ids: Sequence[str | int]
+    passages: Sequence[Sequence[tuple[int, int]]] | None = None
+
+    def spans(self, k: int, clipped: set[int]) -> list[tuple[int, int]]:
+        """The context spans answer ``k`` is scored without: its n-gram windows
+        (:func:`answer_windows`, ``k`` added to ``clipped`` where n was cut), then its passages'
+        spans (Def. 3.1 with S = the passage); none without an answer."""
+        answer = self.responses[k][0]
+        if not answer:
+            return []
+        extra = list(self.passages[k]) if self.passages is not None else []
+        return answer_windows(self.parts[k], answer, self.ngram, self.stride, self.ids[k],
+                              clipped, k) + extra
+
+    def request(self, k: int, spans: list[tuple[int, int]], *,
+                with_empty: bool = False) -> WindowRequest:
+        """The scoring request of answer ``k`` without each of ``spans``, at its λ and T."""
+        return WindowRequest(self.parts[k], list(self.responses[k][0]), spans,
+                             lam=float(self.lam[k]), temperature=float(self.temperature[k]),
+                             min_new_tokens=self.min_new_tokens, with_empty=with_empty)
+
+    def ledger(self, k: int, tokens: Sequence[int], full: np.ndarray, empty: np.ndarray,
+               stopped: bool) -> RowLedger:
+        """Answer ``k``'s ledger: each of ``tokens`` with its log-probs with (``full``) and
+        without (``empty``) the context and its token influence (Def. 3.1 with n = |D|)."""
+        entries = tuple(LedgerEntry(step=t, token_id=int(tok), lam=float(self.lam[k]),
+                                    logp_context=float(full[t]), logp_empty=float(empty[t]),
+                                    influence=float(token_influence(full[t], empty[t])))
+                        for t, tok in enumerate(tokens))
+        return RowLedger(row=k, entries=entries, stopped_on_eos=stopped,
+                         lam=float(self.lam[k]), temperature=float(self.temperature[k]))
 
 
-def score_responses(lm: LanguageModel, parts: Sequence[PromptParts],
-                    responses: Sequence[tuple[list[int], bool]], *, lam: Sequence[float],
-                    temperature: Sequence[float], min_new_tokens: int, ngram: int | None,
-                    stride: int | None, ids: Sequence[str | int],
-                    passages: Sequence[Sequence[tuple[int, int]]] | None = None
-                    ) -> tuple[list[RowLedger], list[WindowRequest | None],
-                               list[WindowInfluence | None], set[int]]:
+class ScoredAnswers(NamedTuple):
+    """What a scorer of :class:`AnswersToScore` gives: each answer's ledger and, where it was
+    scored without some spans, its window request and influence (else None); and which answers'
+    n was clipped to the context."""
+
+    ledgers: list[RowLedger]
+    requests: list[WindowRequest | None]
+    windows: list[WindowInfluence | None]
+    clipped: set[int]
+
+
+#: A scorer of answers already drawn: :func:`score_responses`, or the in-process one of
+#: :mod:`ctxleak.methods.influence.pipeline`.
+Scorer = Callable[[LanguageModel, AnswersToScore], ScoredAnswers]
+
+
+def score_responses(lm: LanguageModel, answers: AnswersToScore) -> ScoredAnswers:
     """The ledger of each answer (log-probs with and without the context, token influence) and,
-    with ``ngram`` or ``passages`` (one list of context spans per answer), its window request
-    and influence: the n-gram windows first, then the passages; and which n were clipped to
-    the context. All from the server's temperature-1 log-probs, in one round of requests."""
+    with ``ngram`` or ``passages``, its window request and influence: the n-gram windows first,
+    then the passages; and which n were clipped to the context. All from the server's
+    temperature-1 log-probs, in one round of requests."""
     stop = list(lm.eos_ids[:1])
-    drawn = [ids_ + (stop if stopped else []) for ids_, stopped in responses]
+    drawn = [ids_ + (stop if stopped else []) for ids_, stopped in answers.responses]
     prompts: list[list[int]] = []
     conts: list[list[int]] = []
     spans_of: list[list[tuple[int, int]]] = []
     clipped: set[int] = set()
-    for k, (p, (resp, _)) in enumerate(zip(parts, responses)):
+    for k, (p, (resp, _)) in enumerate(zip(answers.parts, answers.responses)):
         prompts += [p.full, p.empty]
         conts += [drawn[k], drawn[k]]
-        spans = scored_spans(p, resp, ngram, stride, ids[k], clipped, k, passages)
+        spans = answers.spans(k, clipped)
         for a, b in spans:
             prompts.append(p.with_context(p.context[:a] + p.context[b:]))
             conts.append(list(resp))
         spans_of.append(spans)
-    scored = eos_masked(lm, prompts, conts, min_new_tokens)
-    ledgers: list[RowLedger] = []
-    requests: list[WindowRequest | None] = []
-    wins: list[WindowInfluence | None] = []
+    scored = eos_masked(lm, prompts, conts, answers.min_new_tokens)
+    out = ScoredAnswers([], [], [], clipped)
     at = 0
-    for k, (p, (resp, stopped)) in enumerate(zip(parts, responses)):
+    for k, (resp, stopped) in enumerate(answers.responses):
         full, empty = scored[at], scored[at + 1]
         at += 2
-        entries = tuple(LedgerEntry(step=t, token_id=int(tok), lam=float(lam[k]),
-                                    logp_context=float(full[t]), logp_empty=float(empty[t]),
-                                    influence=float(token_influence(full[t], empty[t])))
-                        for t, tok in enumerate(drawn[k]))
-        ledgers.append(RowLedger(row=k, entries=entries, stopped_on_eos=stopped,
-                                 lam=float(lam[k]), temperature=float(temperature[k])))
+        out.ledgers.append(answers.ledger(k, drawn[k], full, empty, stopped))
         spans = spans_of[k]
         if not spans:
-            requests.append(None)
-            wins.append(None)
+            out.requests.append(None)
+            out.windows.append(None)
             continue
         ablated = np.stack(scored[at:at + len(spans)])
         at += len(spans)
-        requests.append(WindowRequest(p, list(resp), spans, lam=float(lam[k]),
-                                      temperature=float(temperature[k]),
-                                      min_new_tokens=min_new_tokens))
-        wins.append(WindowInfluence(spans, full[:len(resp)], ablated, empty[:len(resp)]))
-    return ledgers, requests, wins, clipped
+        out.requests.append(answers.request(k, spans))
+        out.windows.append(WindowInfluence(spans, full[:len(resp)], ablated, empty[:len(resp)]))
+    return out

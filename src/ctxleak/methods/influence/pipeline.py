@@ -12,7 +12,14 @@ import numpy as np
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, warn
-from ctxleak.methods.influence.answers import eos_masked, own_answers, score_responses, scored_spans
+from ctxleak.methods.influence.answers import (
+    AnswersToScore,
+    ScoredAnswers,
+    Scorer,
+    eos_masked,
+    own_answers,
+    score_responses,
+)
 from ctxleak.methods.influence.control import (
     ControlCost,
     control_fields,
@@ -28,7 +35,6 @@ from ctxleak.methods.influence.fields import (
 )
 from ctxleak.methods.influence.ngrams import (
     PromptParts,
-    WindowInfluence,
     WindowRequest,
     window_influence_many,
     windows,
@@ -36,8 +42,7 @@ from ctxleak.methods.influence.ngrams import (
 from ctxleak.methods.influence.roads import ANSWERS, Road, road
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.mitigations.cid import generate_cid_many
-from ctxleak.mitigations.influence import token_influence
-from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
+from ctxleak.mitigations.ledger import RowLedger
 
 #: The control examples of each job, nearest first (empty: the job has none).
 Controls = Sequence[Sequence[InfluenceExample]]
@@ -150,7 +155,7 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
                  jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                  answers: Sequence[Sequence[int]],
                  controls: Controls | None, options: InfluenceOptions,
-                 cost: ControlCost | None, scorer: Any = None) -> None:
+                 cost: ControlCost | None, scorer: Scorer | None = None) -> None:
     """Score each answer (token ids) with its control context (the same query and template,
     another example's context) at the job's λ and T, and add the control fields to its
     record. ``scorer``: None scores in-process with the CID mixture
@@ -172,11 +177,12 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
         rows = eos_masked(lm, [p.full for p in c_parts], [list(answers[k]) for k, _ in todo],
                           options.min_new_tokens)
     else:
-        ledgers = scorer(lm, c_parts, [(list(answers[k]), False) for k, _ in todo],
-                         lam=[jobs[k][1].lam for k, _ in todo],
-                         temperature=[jobs[k][1].temperature for k, _ in todo],
-                         min_new_tokens=options.min_new_tokens, ngram=None, stride=None,
-                         ids=[jobs[k][0].id for k, _ in todo])[0]
+        ledgers = scorer(lm, AnswersToScore(
+            c_parts, [(list(answers[k]), False) for k, _ in todo],
+            lam=[jobs[k][1].lam for k, _ in todo],
+            temperature=[jobs[k][1].temperature for k, _ in todo],
+            min_new_tokens=options.min_new_tokens, ngram=None, stride=None,
+            ids=[jobs[k][0].id for k, _ in todo])).ledgers
         rows = [np.array([e.logp_context for e in led.entries], dtype=np.float64)
                 for led in ledgers]
     logp_control = dict(zip(todo, rows))
@@ -230,54 +236,39 @@ def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Settin
     return out  # type: ignore[return-value]
 
 
-def _score_in_process(lm: LanguageModel, parts: Sequence[PromptParts],
-                      responses: Sequence[tuple[list[int], bool]], *, lam: Sequence[float],
-                      temperature: Sequence[float], min_new_tokens: int, ngram: int | None,
-                      stride: int | None, ids: Sequence[str | int],
-                      passages: Sequence[Sequence[tuple[int, int]]] | None = None
-                      ) -> tuple[list[RowLedger], list[WindowRequest | None],
-                      list[WindowInfluence | None], set[int]]:
+def _score_in_process(lm: LanguageModel, answers: AnswersToScore) -> ScoredAnswers:
     """:func:`~ctxleak.methods.influence.answers.score_responses` in-process: each answer
     scored teacher-forced under CID at its λ and T, with and without the context, each
     n-gram window and each passage (:func:`window_influence_many`), EOS masked before
     ``min_new_tokens``."""
-    requests: list[WindowRequest] = []
     clipped: set[int] = set()
-    for k, (p, (resp, _)) in enumerate(zip(parts, responses)):
-        spans = scored_spans(p, resp, ngram, stride, ids[k], clipped, k, passages)
-        requests.append(WindowRequest(p, list(resp), spans, lam=float(lam[k]),
-                                      temperature=float(temperature[k]),
-                                      min_new_tokens=min_new_tokens, with_empty=True))
+    requests = [answers.request(k, answers.spans(k, clipped), with_empty=True)
+                for k in range(len(answers.parts))]
     wins = window_influence_many(lm, requests)
     ledgers = []
-    for k, (win, (resp, _)) in enumerate(zip(wins, responses)):
-        full = win.logp_context
+    for k, win in enumerate(wins):
         empty = win.logp_empty if win.logp_empty is not None else np.zeros(0)
-        entries = tuple(LedgerEntry(step=t, token_id=int(tok), lam=float(lam[k]),
-                                    logp_context=float(full[t]), logp_empty=float(empty[t]),
-                                    influence=float(token_influence(full[t], empty[t])))
-                        for t, tok in enumerate(resp))
-        ledgers.append(RowLedger(row=k, entries=entries, stopped_on_eos=False,
-                                 lam=float(lam[k]), temperature=float(temperature[k])))
-    return (ledgers, [r if r.spans else None for r in requests],
-            [w if r.spans else None for r, w in zip(requests, wins)], clipped)
+        ledgers.append(answers.ledger(k, answers.responses[k][0], win.logp_context, empty,
+                                      False))
+    return ScoredAnswers(ledgers, [r if r.spans else None for r in requests],
+                         [w if r.spans else None for r, w in zip(requests, wins)], clipped)
 
 
 def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                     parts: Sequence[tuple[PromptParts, int]],
                     answers: Sequence[tuple[list[int], bool]], options: InfluenceOptions,
-                    scorer: Any, controls: Controls | None,
+                    scorer: Scorer, controls: Controls | None,
                     cost: ControlCost | None) -> list[dict[str, Any]]:
     """The records of answers already drawn (a served model's, or logged ones), each scored by
     ``scorer`` (:func:`~ctxleak.methods.influence.answers.score_responses` or
     :func:`_score_in_process`) with and without the context, each n-gram window and each
     passage (Def. 3.1 with S = the window or passage), then under its control context."""
     spans_of = [passage_spans(lm, ex, len(p.context)) for (ex, _, _), (p, _) in zip(jobs, parts)]
-    ledgers, requests, wins, clipped = scorer(
-        lm, [p for p, _ in parts], answers, lam=[s.lam for _, s, _ in jobs],
+    ledgers, requests, wins, clipped = scorer(lm, AnswersToScore(
+        [p for p, _ in parts], answers, lam=[s.lam for _, s, _ in jobs],
         temperature=[s.temperature for _, s, _ in jobs],
         min_new_tokens=options.min_new_tokens, ngram=options.ngram, stride=options.stride,
-        ids=[ex.id for ex, _, _ in jobs], passages=[_kept(spans) for spans in spans_of])
+        ids=[ex.id for ex, _, _ in jobs], passages=[_kept(spans) for spans in spans_of]))
     records = [response_record(lm, ex, setting, options, seed, p, dropped, ledger)
                for (ex, setting, seed), (p, dropped), ledger in zip(jobs, parts, ledgers)]
     for k, (request, win) in enumerate(zip(requests, wins)):

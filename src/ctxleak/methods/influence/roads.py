@@ -78,18 +78,16 @@ def influence_needs(lams: Iterable[float], temperatures: Iterable[float],
              SAMPLING: "the response is drawn from the model"}
     lams, temps = list(lams), list(temperatures)
     if bounded_eps is not None:
-        needs[NEXT_TOKEN_DISTRIBUTION] = ("bounded CID searches the largest safe λ_t over the "
-                                          "whole next-token distributions at every step: "
-                                          + DISTRIBUTION_HINT)
+        why = ("bounded CID searches the largest safe λ_t over the whole next-token "
+               "distributions at every step: ")
     elif any(lam != 1 for lam in lams):
-        needs[NEXT_TOKEN_DISTRIBUTION] = ("CID at λ ≠ 1 mixes the whole next-token "
-                                          "distributions with and without the context at every "
-                                          "step: run it at --lambda 1 (Python: lambda_=1; the "
-                                          "deployed model's own answers), or "
-                                          + DISTRIBUTION_HINT)
+        why = ("CID at λ ≠ 1 mixes the whole next-token distributions with and without the "
+               "context at every step: run it at --lambda 1 (Python: lambda_=1; the deployed "
+               "model's own answers), or ")
     elif any(t != 1 for t in temps):
-        needs[NEXT_TOKEN_DISTRIBUTION] = ("influence at temperature T ≠ 1 renormalises the "
-                                          "whole next-token distribution at every step: run it "
-                                          "at --temperature 1 (Python: temperature=1), or "
-                                          + DISTRIBUTION_HINT)
+        why = ("influence at temperature T ≠ 1 renormalises the whole next-token distribution "
+               "at every step: run it at --temperature 1 (Python: temperature=1), or ")
+    else:
+        return needs
+    needs[NEXT_TOKEN_DISTRIBUTION] = why + DISTRIBUTION_HINT
     return needs

@@ -1,0 +1,104 @@
+"""A streamed CID answer of the privacy proxy: decoded and settled in a task of its own, each
+token sent to the client as OpenAI ``chat.completion.chunk`` server-sent events as it is drawn
+(Context Influence Decoding, Estimating Privacy Leakage of Augmented Contextual Knowledge in
+Language Models, Def. 3.4; bounded: App. B, Alg. 1).
+
+The task tells the stream what happened through a queue of events: ``("token", id)`` for each
+drawn token, then ``("done", (answer, ctxleak field))`` or ``("failed", exception)``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from ctxleak.engine.lm import LanguageModel
+from ctxleak.mitigations.ledger import LedgerEntry
+from ctxleak.proxy.charging import Charging, Held
+from ctxleak.proxy.decode import Answer
+from ctxleak.proxy.errors import failed_midway
+from ctxleak.proxy.request import CIDRequest, Document
+
+#: One event of the decoding task: its kind (``token``, ``done``, ``failed``) and value.
+Event = tuple[str, Any]
+#: The proxy's decoding: the request, its documents, and a call for each drawn token's entry.
+Decode = Callable[[CIDRequest, Sequence[Document], Callable[[LedgerEntry], None] | None], Answer]
+
+
+async def decode_and_settle(decode: Decode, charging: Charging, request: CIDRequest, held: Held,
+                            events: asyncio.Queue[Event]) -> None:
+    """Decode the answer, each drawn token put in ``events`` as it comes, then settle its
+    budget; whatever happens, the last event says how it ended. A client that goes away
+    mid-answer changes nothing: what was drawn is charged (a failed decoding: the tokens already
+    sent; a failed ledger: the reservation stays open)."""
+    loop = asyncio.get_running_loop()
+    drawn: list[LedgerEntry] = []
+
+    def heard(entry: LedgerEntry) -> None:  # in the decoding thread
+        drawn.append(entry)
+        loop.call_soon_threadsafe(events.put_nowait, ("token", entry.token_id))
+
+    outcome: Event = ("failed", RuntimeError("the answer was not finished"))
+    try:  # whatever happens, the stream hears how it ended
+        try:
+            answer = await run_in_threadpool(decode, request, held.docs, heard)
+        except Exception as exc:
+            outcome = ("failed", exc)
+            await charging.settle_drawn(request, held, drawn)  # the tokens sent are spent
+            return
+        try:
+            info = await charging.settle(request, answer, held)
+        except Exception as exc:  # the ledger itself failed: the reservation stays open
+            outcome = ("failed", exc)
+            return
+        outcome = ("done", (answer, info))
+    finally:
+        events.put_nowait(outcome)
+
+
+async def sse_chunks(lm: LanguageModel, rid: str, request: CIDRequest, first: Event,
+                     events: asyncio.Queue[Event]) -> AsyncIterator[str]:
+    """The answer as OpenAI ``chat.completion.chunk`` server-sent events: the role, then a
+    chunk for each drawn token as soon as its text is complete, then the finish reason with
+    the ``ctxleak`` field (and the usage when asked), then ``[DONE]``. A failure mid-answer
+    is an ``error`` event, as OpenAI's streams carry one."""
+    created = int(time.time())
+
+    def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+        chunk = {"id": rid, "object": "chat.completion.chunk", "created": created,
+                 "model": request.model,
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                              "logprobs": None}], **extra}
+        return f"data: {json.dumps(chunk)}\n\n"
+
+    yield event({"role": "assistant", "content": ""})
+    ids: list[int] = []
+    sent = ""
+    stops = set(lm.eos_ids)
+    kind, value = first
+    while kind == "token":
+        if value not in stops:  # the stopping EOS is no text
+            ids.append(value)
+            text = lm.decode(ids)
+            if text.startswith(sent) and len(text) > len(sent):
+                yield event({"content": text[len(sent):]})
+                sent = text
+        kind, value = await events.get()
+    if kind == "failed":
+        error = failed_midway(value, len(ids), lm.info.source == "served")
+        yield f"data: {json.dumps(error.body())}\n\n"
+        yield "data: [DONE]\n\n"
+        return
+    answer, info = value
+    if answer.text.startswith(sent) and len(answer.text) > len(sent):
+        yield event({"content": answer.text[len(sent):]})
+    yield event({}, answer.finish_reason, ctxleak=info)
+    if request.include_usage:  # OpenAI's last chunk: no choices, the usage
+        usage = {"id": rid, "object": "chat.completion.chunk", "created": created,
+                 "model": request.model, "choices": [], "usage": answer.usage}
+        yield f"data: {json.dumps(usage)}\n\n"
+    yield "data: [DONE]\n\n"

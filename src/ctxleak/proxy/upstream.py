@@ -1,0 +1,91 @@
+"""The privacy proxy's pass-through: a request without marked private context sent on to the
+upstream OpenAI-compatible server as it came, and its answer returned as it came (streamed or
+not); an upstream that is down, slow or answers what is not JSON gives HTTP 502 or 504."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from starlette.background import BackgroundTask
+from starlette.responses import Response, StreamingResponse
+
+from ctxleak.proxy.config import ProxyConfig
+from ctxleak.proxy.request import ProxyError
+
+
+def upstream_base(url: str) -> str:
+    """The server's base URL, without a trailing ``/v1``."""
+    base = url.rstrip("/")
+    return base[:-3] if base.endswith("/v1") else base
+
+
+class Upstream:
+    """The upstream server of ``config`` and the HTTP client that reaches it (opened with the
+    first request, closed by :meth:`aclose`)."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.http: httpx.AsyncClient | None = None
+
+    async def aclose(self) -> None:
+        if self.http is not None:
+            await self.http.aclose()
+
+    async def pass_through(self, raw: bytes, body: dict[str, Any]) -> Response:
+        """The request sent on to the upstream's ``/v1/chat/completions`` as it came (a
+        ``ctxleak`` field with no documents removed), and its answer returned as it came."""
+        if self.config.upstream is None:
+            raise ProxyError(400, "ctxleak: this proxy has no upstream for requests without "
+                                  "marked context; mark the private context in "
+                                  "ctxleak.documents", param="ctxleak")
+        if "ctxleak" in body:
+            body = {k: v for k, v in body.items() if k != "ctxleak"}
+            raw = json.dumps(body).encode()
+        resp = await self._send(self.config.upstream, raw)
+        streamed = resp.headers.get("content-type", "").startswith("text/event-stream")
+        if resp.status_code < 400 and streamed:
+            return StreamingResponse(resp.aiter_raw(), status_code=resp.status_code,
+                                     media_type="text/event-stream",
+                                     background=BackgroundTask(resp.aclose))
+        try:
+            content = await resp.aread()
+        except httpx.TimeoutException as exc:
+            raise ProxyError(504, f"the upstream {self.config.upstream} did not finish its "
+                                  f"answer in {self.config.upstream_timeout:g} s",
+                             kind="upstream_error", code="upstream_timeout") from exc
+        finally:
+            await resp.aclose()
+        try:
+            json.loads(content)
+        except ValueError:
+            raise ProxyError(502, f"the upstream {self.config.upstream} answered HTTP "
+                                  f"{resp.status_code} with what is not JSON: "
+                                  f"{content[:80]!r}", kind="upstream_error",
+                             code="upstream_bad_answer") from None
+        if resp.status_code >= 500:
+            raise ProxyError(502, f"the upstream {self.config.upstream} failed: HTTP "
+                                  f"{resp.status_code}: {content[:200].decode(errors='replace')}",
+                             kind="upstream_error", code="upstream_failed")
+        return Response(content, status_code=resp.status_code, media_type="application/json")
+
+    async def _send(self, upstream: str, raw: bytes) -> httpx.Response:
+        """POST ``raw`` to the upstream, its answer's headers read (the body still to come)."""
+        if self.http is None:
+            self.http = httpx.AsyncClient(timeout=self.config.upstream_timeout)
+        url = upstream_base(upstream) + "/v1/chat/completions"
+        headers = {"content-type": "application/json"}
+        if self.config.upstream_api_key:
+            headers["authorization"] = f"Bearer {self.config.upstream_api_key}"
+        try:
+            return await self.http.send(self.http.build_request("POST", url, content=raw,
+                                                                headers=headers), stream=True)
+        except httpx.TimeoutException as exc:
+            raise ProxyError(504, f"the upstream {upstream} did not answer in "
+                                  f"{self.config.upstream_timeout:g} s",
+                             kind="upstream_error", code="upstream_timeout") from exc
+        except httpx.HTTPError as exc:
+            raise ProxyError(502, f"the upstream {upstream} is unreachable: "
+                                  f"{type(exc).__name__}: {exc}",
+                             kind="upstream_error", code="upstream_unreachable") from exc
