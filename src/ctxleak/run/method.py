@@ -20,13 +20,14 @@ its hooks. What one hook prepares is returned and handed to the next:
 7. ``summarize(ready, records)``: the ``summary`` of ``results.json``;
 8. ``provenance(lm, ready)``: what the provenance adds (prompt templates).
 
-A Result and its report are made above the run layer, from the plain data the run returns
-(:func:`ctxleak.results.finish_run`).
+A method whose own options are one frozen params dataclass subclasses :class:`ParamsMethod`,
+which binds ``XMethod(common=None, params=None)`` once. A Result and its report are made above
+the run layer, from the plain data the run returns (:func:`ctxleak.results.finish_run`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
@@ -39,6 +40,7 @@ from ctxleak.run.rundir import RunDir
 ItemT = TypeVar("ItemT")
 StateT = TypeVar("StateT")
 ReadyT = TypeVar("ReadyT")
+ParamsT = TypeVar("ParamsT")
 
 
 @dataclass(frozen=True)
@@ -118,3 +120,25 @@ class Method(Generic[ItemT, StateT, ReadyT]):
 
     def provenance(self, lm: LanguageModel, ready: ReadyT) -> dict[str, Any]:
         return {}
+
+
+class ParamsMethod(Method[ItemT, StateT, ReadyT], Generic[ItemT, StateT, ReadyT, ParamsT]):
+    """A Method whose own options are one frozen params dataclass (``ParamsT``), bound here once:
+    ``XMethod(common=None, params=None)`` holds the run options ``common`` and ``params``
+    (None: ``params_type()``, the defaults), then calls :meth:`derive`.
+
+    Subclasses set ``params_type`` (the params class, or any callable that makes the defaults)
+    and, when they read settings out of their params, override :meth:`derive`.
+    """
+
+    params_type: ClassVar[Callable[[], Any]]
+
+    def __init__(self, common: RunOptions | None = None, params: ParamsT | None = None) -> None:
+        super().__init__(common)
+        self.params: ParamsT = params if params is not None else type(self).params_type()
+        self.derive()
+
+    def derive(self) -> None:
+        """The settings the later hooks read, derived from ``params`` (and ``common``) when the
+        Method is made, so that invalid parameters raise :class:`ctxleak.errors.ConfigError`
+        there, before any data is read or model loaded. Default: none."""

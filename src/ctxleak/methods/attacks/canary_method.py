@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy
@@ -30,20 +30,25 @@ from ctxleak.methods.influence.setting import Setting
 from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
 from ctxleak.mitigations.ledger import RowLedger
 from ctxleak.run.inputs import describe
-from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
-from ctxleak.run.options import RunOptions
+from ctxleak.run.method import ItemIds, ParamsMethod, Plan, batches_by_cost
 
 #: The largest number of trials :func:`trials_needed` looks at.
 MAX_TRIALS = 100_000
 
 
+def _default_decoding() -> CIDConfig:
+    """The command's CID setting: λ = 1, T = 0.8 and 8 new tokens, all of them released."""
+    return CIDConfig(max_new_tokens=8, min_new_tokens=8)
+
+
 @dataclass(frozen=True)
 class CanaryParams:
-    """The audit's own parameters, checked on construction: the CID setting (``decoding``), the
-    number of ``trials``, the canary's ``digits``, the bound's ``confidence`` and a
-    ``threshold`` fixed in advance (None: chosen on half of the trials)."""
+    """The audit's own parameters, checked on construction: the CID setting (``decoding``;
+    default: the command's, λ = 1, T = 0.8 and 8 new tokens, all released), the number of
+    ``trials``, the canary's ``digits``, the bound's ``confidence`` and a ``threshold`` fixed in
+    advance (None: chosen on half of the trials)."""
 
-    decoding: CIDConfig
+    decoding: CIDConfig = field(default_factory=_default_decoding)
     trials: int = 40
     digits: int = 6
     confidence: float = CONFIDENCE
@@ -122,18 +127,13 @@ def trials_needed(tpr: float, fpr: float, confidence: float = CONFIDENCE,
     return hi
 
 
-class CanaryMethod(Method[CanaryTrial, list[CanaryTrial], LanguageModel]):
-    """An attack's empirical ε lower bound beside the guarantee (``ctxleak canary``)."""
+class CanaryMethod(ParamsMethod[CanaryTrial, list[CanaryTrial], LanguageModel, CanaryParams]):
+    """An attack's empirical ε lower bound beside the guarantee (``ctxleak canary``).
+    ``common``: the run options; ``params``: the method's own (:class:`CanaryParams`)."""
 
     name = "canary"
     desc = "canary trials"
-    private = True
-
-    def __init__(self, common: RunOptions | None = None,
-                 params: CanaryParams | None = None) -> None:
-        super().__init__(common)
-        self.params = params if params is not None else CanaryParams(CIDConfig(
-            max_new_tokens=8, min_new_tokens=8))
+    params_type = CanaryParams
 
     def plan(self, data: Any) -> Plan[CanaryTrial, list[CanaryTrial]]:
         """The trials, planted in the data's documents from the run seed (only each row's

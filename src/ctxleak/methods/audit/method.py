@@ -32,8 +32,7 @@ from ctxleak.mitigations.accounting_params import (
     search_name,
 )
 from ctxleak.run.inputs import describe
-from ctxleak.run.method import Method, Plan, batches_by_cost
-from ctxleak.run.options import RunOptions
+from ctxleak.run.method import ParamsMethod, Plan, batches_by_cost
 from ctxleak.run.params import option
 from ctxleak.run.rundir import RunDir
 from ctxleak.run.runner import say
@@ -151,19 +150,16 @@ class Private:
     settings: list[Any]
 
 
-class AuditMethod(Method[Any, Private, Private]):
+class AuditMethod(ParamsMethod[Any, Private, Private, AuditParams]):
     """Audit DP synthetic-text generation (``ctxleak audit``). ``common``: the run options
     (``limit`` keeps the first N sequences of each target); ``params``: the method's own
     (:class:`AuditParams`)."""
 
     name = "audit"
     desc = "audit"
-    private = True
+    params_type = AuditParams
 
-    def __init__(self, common: RunOptions | None = None,
-                 params: AuditParams | None = None) -> None:
-        super().__init__(common)
-        self.params = params if params is not None else AuditParams()
+    def derive(self) -> None:
         self.audit = self.params.audit()
 
     def plan(self, data: Any) -> Plan[Any, Private]:

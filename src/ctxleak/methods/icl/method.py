@@ -23,8 +23,7 @@ from ctxleak.methods.icl.verdict import UNITS as VERDICT_UNITS
 from ctxleak.methods.icl.verdict import by_exemplar, by_position, icl_verdict
 from ctxleak.methods.needs import iclinf as iclinf_needs
 from ctxleak.run.inputs import describe, is_path
-from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
-from ctxleak.run.options import RunOptions
+from ctxleak.run.method import ItemIds, ParamsMethod, Plan, batches_by_cost
 from ctxleak.run.rundir import RunDir
 from ctxleak.run.runner import say
 
@@ -54,17 +53,15 @@ class Ready:
     scorer: LabelScorer
 
 
-class ICLInfMethod(Method[Item, Queries, Ready]):
+class ICLInfMethod(ParamsMethod[Item, Queries, Ready, ICLInfParams]):
     """ICLInf of labelled data (``ctxleak icl``). ``common``: the run options; ``params``: the
     method's own (:class:`ICLInfParams`)."""
 
     name = "icl"
     desc = "icl queries"
+    params_type = ICLInfParams
 
-    def __init__(self, common: RunOptions | None = None,
-                 params: ICLInfParams | None = None) -> None:
-        super().__init__(common)
-        self.params = params if params is not None else ICLInfParams()
+    def derive(self) -> None:
         self.shots = parse_shots(self.params.shots)
         self.icl = self.params.icl()
         self.chat = self.common.chat_template == "on"

@@ -32,8 +32,7 @@ from ctxleak.methods.rag.exposure import documents_summary
 from ctxleak.methods.tradeoff.frontier import frontier
 from ctxleak.methods.tradeoff.quality import quality_scores
 from ctxleak.run.inputs import describe
-from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
-from ctxleak.run.options import RunOptions
+from ctxleak.run.method import ItemIds, ParamsMethod, Plan, batches_by_cost
 from ctxleak.run.records import parse_mapping
 from ctxleak.run.rundir import RunDir
 from ctxleak.run.stored import Column, select_rows, without_fields
@@ -73,7 +72,7 @@ class Ready:
     cost: ControlCost = field(default_factory=ControlCost)
 
 
-class InfluenceMethod(Method[Item, Examples, Ready]):
+class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
     """Expected context influence of a dataset under CID (``ctxleak influence``).
 
     ``common``: the run options; ``params``: the method's own (:class:`InfluenceParams`).
@@ -81,14 +80,11 @@ class InfluenceMethod(Method[Item, Examples, Ready]):
 
     name = "influence"
     desc = "influence"
-    private = True
+    params_type = InfluenceParams
 
-    def __init__(self, common: RunOptions | None = None,
-                 params: InfluenceParams | None = None) -> None:
-        super().__init__(common)
-        params = params if params is not None else InfluenceParams()
+    def derive(self) -> None:
         # a temperature the user did not give: one a served model can measure influence at
-        self.params = params.with_default_temperature(self.common.server_url is not None)
+        self.params = self.params.with_default_temperature(self.common.server_url is not None)
         self.options = self.params.options()
         self.grid = self.params.grid()
 

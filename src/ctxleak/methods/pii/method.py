@@ -27,8 +27,7 @@ from ctxleak.methods.pii.verdict import UNITS as VERDICT_UNITS
 from ctxleak.methods.pii.verdict import generated, hits, probe_verdict, significance
 from ctxleak.run.distributed import barrier
 from ctxleak.run.inputs import describe, is_named
-from ctxleak.run.method import ItemIds, Method, Plan
-from ctxleak.run.options import RunOptions
+from ctxleak.run.method import ItemIds, ParamsMethod, Plan
 from ctxleak.run.rundir import RunDir
 from ctxleak.run.runner import say
 
@@ -58,18 +57,15 @@ class Ready:
     documents: dict[Any, str] = field(default_factory=dict)
 
 
-class ProbeMethod(Method[Any, Subjects, Ready]):
+class ProbeMethod(ParamsMethod[Any, Subjects, Ready, ProbeParams]):
     """PII probing (``ctxleak probe``). ``common``: the run options; ``params``: the method's
     own (:class:`ProbeParams`)."""
 
     name = "probe"
     desc = "probe"
-    private = True
+    params_type = ProbeParams
 
-    def __init__(self, common: RunOptions | None = None,
-                 params: ProbeParams | None = None) -> None:
-        super().__init__(common)
-        self.params = params if params is not None else ProbeParams()
+    def derive(self) -> None:
         self.settings = self.params.settings()
 
     # ---- items -------------------------------------------------------------------------------

@@ -29,8 +29,7 @@ from ctxleak.methods.susceptibility.verdict import (
     top_queries,
 )
 from ctxleak.run.inputs import describe
-from ctxleak.run.method import ItemIds, Method, Plan, batches_by_cost
-from ctxleak.run.options import RunOptions
+from ctxleak.run.method import ItemIds, ParamsMethod, Plan, batches_by_cost
 from ctxleak.run.params import option
 from ctxleak.run.rundir import RunDir
 
@@ -107,17 +106,15 @@ class Ready:
     prefix_kv: PrefixKV | None
 
 
-class SusceptibilityMethod(Method[Any, list[Any], Ready]):
+class SusceptibilityMethod(ParamsMethod[Any, list[Any], Ready, SusceptibilityParams]):
     """Susceptibility of queries to context (``ctxleak susceptibility``). ``common``: the run
     options; ``params``: the method's own (:class:`SusceptibilityParams`)."""
 
     name = "susceptibility"
     desc = "susceptibility"
+    params_type = SusceptibilityParams
 
-    def __init__(self, common: RunOptions | None = None,
-                 params: SusceptibilityParams | None = None) -> None:
-        super().__init__(common)
-        self.params = params if params is not None else SusceptibilityParams()
+    def derive(self) -> None:
         self.options = self.params.options()
         self.types = list(self.params.query_types)
 
