@@ -54,12 +54,8 @@ def continuation_logprobs(lm: LanguageModel, prompts: Sequence[Sequence[int]],
     (first of its group, when ``groups`` names the prompt group of each prompt). ``examples``
     and ``batch_size``: see :mod:`ctxleak.engine.local.scoring`.
     """
-    if continuations and isinstance(continuations[0], (int, np.integer)):
-        conts = [list(cast(Sequence[int], continuations))] * len(prompts)
-    else:
-        conts = [list(c) for c in cast(Sequence[Sequence[int]], continuations)]
-    if len(conts) != len(prompts):
-        raise ValueError("need one continuation per prompt, or one shared continuation")
+    shared = bool(continuations) and isinstance(continuations[0], (int, np.integer))
+    conts = _one_per_prompt(len(prompts), continuations, shared)
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompt {i} is empty: a continuation needs at least one prompt token")
@@ -83,12 +79,21 @@ def continuation_logits(lm: LanguageModel, prompts: Sequence[Sequence[int]],
     within an example, against its first prompt). ``prefix_caches``: the first prompt's KV cache
     of a group when already computed; ``examples`` and ``batch_size``: see
     :mod:`ctxleak.engine.local.scoring`."""
-    if continuation and not isinstance(continuation[0], (int, np.integer)):
-        conts = [list(c) for c in cast(Sequence[Sequence[int]], continuation)]
-    else:
-        conts = [list(cast(Sequence[int], continuation))] * len(prompts)
-    if len(conts) != len(prompts):
-        raise ValueError("need one continuation per prompt, or one shared continuation")
+    shared = not continuation or isinstance(continuation[0], (int, np.integer))
+    conts = _one_per_prompt(len(prompts), continuation, shared)
     return lm.continuation_logits(prompts, conts, reduce=reduce, reuse_prefix=reuse_prefix,
                                   batch_size=batch_size, groups=groups, examples=examples,
                                   prefix_caches=prefix_caches)
+
+
+def _one_per_prompt(n: int, continuations: Sequence[int] | Sequence[Sequence[int]],
+                    shared: bool) -> list[list[int]]:
+    """The continuation of each of ``n`` prompts: ``continuations`` as one id list ``shared`` by
+    all of them, or one list per prompt (refused when there are not ``n``)."""
+    if shared:
+        conts = [list(cast(Sequence[int], continuations))] * n
+    else:
+        conts = [list(c) for c in cast(Sequence[Sequence[int]], continuations)]
+    if len(conts) != n:
+        raise ValueError("need one continuation per prompt, or one shared continuation")
+    return conts

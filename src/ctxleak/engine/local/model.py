@@ -1,23 +1,20 @@
 """The in-process backend: a transformers model and its tokenizer in this process, every
 operation of :class:`~ctxleak.engine.lm.InProcessLM` and every capability. The operations are
-the engine's in-process implementations (:mod:`ctxleak.engine.local.scoring`: prefix-shared KV
+the engine's in-process functions themselves (:mod:`ctxleak.engine.local.scoring`: prefix-shared KV
 caches, batched forward passes; :mod:`ctxleak.engine.local.generation`: step-by-step generation
 in one batched KV cache, transformers' beam search)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.capabilities import IN_PROCESS
-from ctxleak.engine.lm import InProcessLM, LogitTransform, ModelInfo
+from ctxleak.engine.lm import InProcessLM, ModelInfo
 from ctxleak.engine.local import generation, scoring
-from ctxleak.engine.streams import Generation, StreamJob
 
 
 @dataclass
@@ -69,53 +66,11 @@ class LM(InProcessLM):
     def describe(self) -> str:
         return f"model {self.info.name} on {self.info.device} ({self.info.dtype})"
 
-    # ---- operations: the engine's in-process implementations ----------------------------
-    def continuation_logprobs(self, prompts: Sequence[Sequence[int]],
-                              continuations: Sequence[Sequence[int]], *,
-                              reuse_prefix: bool = True, batch_size: str | int | None = None,
-                              logit_transform: LogitTransform | None = None,
-                              groups: Sequence[int] | None = None,
-                              examples: Sequence[int] | None = None) -> list[np.ndarray]:
-        return scoring.continuation_logprobs(
-            self, prompts, continuations, reuse_prefix=reuse_prefix, batch_size=batch_size,
-            logit_transform=logit_transform, groups=groups, examples=examples)
-
-    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], *,
-                            token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
-                            batch_size: str | int | None = None,
-                            logit_transform: LogitTransform | None = None,
-                            groups: Sequence[int] | None = None,
-                            examples: Sequence[int] | None = None) -> torch.Tensor:
-        return scoring.next_token_logprobs(
-            self, prompts, token_ids=token_ids, reuse_prefix=reuse_prefix,
-            batch_size=batch_size, logit_transform=logit_transform, groups=groups,
-            examples=examples)
-
-    def continuation_logits(self, prompts: Sequence[Sequence[int]],
-                            continuations: Sequence[Sequence[int]], *,
-                            reduce: Callable[[int, torch.Tensor], object],
-                            reuse_prefix: bool = True, batch_size: str | int | None = None,
-                            groups: Sequence[int] | None = None,
-                            examples: Sequence[int] | None = None,
-                            prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
-        return scoring.continuation_logits(
-            self, prompts, continuations, reduce=reduce, reuse_prefix=reuse_prefix,
-            batch_size=batch_size, groups=groups, examples=examples,
-            prefix_caches=prefix_caches)
-
-    def sample(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *,
-               temperature: float, max_new_tokens: int, min_new_tokens: int = 0, n: int = 1
-               ) -> list[list[Generation]]:
-        return generation.sample(self, prompts, seeds, temperature=temperature,
-                                 max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-                                 n=n)
-
-    def beam_search(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
-                    num_beams: int, batch_size: int | None = None) -> list[list[int]]:
-        return generation.beam_search(self, prompts, max_new_tokens=max_new_tokens,
-                                      num_beams=num_beams, batch_size=batch_size)
-
-    def decode_streams(self, jobs: Sequence[StreamJob], stops: Sequence[int], *, sample: bool,
-                       use_cache: bool = True, share_prefix: bool = True) -> list[Generation]:
-        return generation.decode_streams(self, jobs, stops, sample=sample, use_cache=use_cache,
-                                         share_prefix=share_prefix)
+    # ---- operations: the engine's in-process functions themselves (the model their first
+    # argument); mypy checks each against the interface's signature -----------------------
+    continuation_logprobs = scoring.continuation_logprobs
+    next_token_logprobs = scoring.next_token_logprobs
+    continuation_logits = scoring.continuation_logits
+    sample = generation.sample
+    beam_search = generation.beam_search
+    decode_streams = generation.decode_streams

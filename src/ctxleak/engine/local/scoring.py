@@ -272,11 +272,11 @@ def _log_softmax_rows(lm: InProcessLM, hidden: torch.Tensor, index: int,
 
 
 def next_token_logprobs(lm: InProcessLM, prompts: Sequence[Sequence[int]], *,
-                              token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
-                              batch_size: str | int | None = None,
-                              logit_transform: LogitTransform | None = None,
-                              groups: Sequence[int] | None = None,
-                              examples: Sequence[int] | None = None) -> torch.Tensor:
+                        token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
+                        batch_size: str | int | None = None,
+                        logit_transform: LogitTransform | None = None,
+                        groups: Sequence[int] | None = None,
+                        examples: Sequence[int] | None = None) -> torch.Tensor:
     """:func:`ctxleak.engine.scoring.next_token_logprobs` in-process."""
     cols = None if token_ids is None else torch.as_tensor(list(token_ids), dtype=torch.long)
 
@@ -293,25 +293,25 @@ def next_token_logprobs(lm: InProcessLM, prompts: Sequence[Sequence[int]], *,
 
 
 def continuation_logprobs(lm: InProcessLM, prompts: Sequence[Sequence[int]],
-                                conts: Sequence[Sequence[int]], *, reuse_prefix: bool = True,
-                                batch_size: str | int | None = None,
-                                logit_transform: LogitTransform | None = None,
-                                groups: Sequence[int] | None = None,
-                                examples: Sequence[int] | None = None) -> list[np.ndarray]:
+                          continuations: Sequence[Sequence[int]], *, reuse_prefix: bool = True,
+                          batch_size: str | int | None = None,
+                          logit_transform: LogitTransform | None = None,
+                          groups: Sequence[int] | None = None,
+                          examples: Sequence[int] | None = None) -> list[np.ndarray]:
     """:func:`ctxleak.engine.scoring.continuation_logprobs` in-process, one continuation per
     prompt (checked)."""
     results: list[np.ndarray] = [np.zeros(0)] * len(prompts)
-    todo = [i for i in range(len(prompts)) if conts[i]]
+    todo = [i for i in range(len(prompts)) if continuations[i]]
     if not todo:
         return results
-    seqs = [list(prompts[i]) + list(conts[i]) for i in todo]
+    seqs = [list(prompts[i]) + list(continuations[i]) for i in todo]
     starts = [len(prompts[i]) - 1 for i in todo]
 
     def consume(k: int, hidden: torch.Tensor) -> np.ndarray:
         i = todo[k]
-        hidden = hidden[:len(conts[i])]
+        hidden = hidden[:len(continuations[i])]
         logp = _log_softmax_rows(lm, hidden, i, logit_transform)
-        target = torch.as_tensor(conts[i], dtype=torch.long, device=logp.device)
+        target = torch.as_tensor(continuations[i], dtype=torch.long, device=logp.device)
         return logp.gather(1, target[:, None])[:, 0].cpu().numpy()
 
     scored = _forward_ranges(lm, seqs, starts, consume, reuse_prefix=reuse_prefix,
@@ -324,19 +324,19 @@ def continuation_logprobs(lm: InProcessLM, prompts: Sequence[Sequence[int]],
 
 
 def continuation_logits(lm: InProcessLM, prompts: Sequence[Sequence[int]],
-                              conts: Sequence[Sequence[int]], *,
-                              reduce: Callable[[int, torch.Tensor], object],
-                              reuse_prefix: bool = True, batch_size: str | int | None = None,
-                              groups: Sequence[int] | None = None,
-                              examples: Sequence[int] | None = None,
-                              prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
+                        continuations: Sequence[Sequence[int]], *,
+                        reduce: Callable[[int, torch.Tensor], object],
+                        reuse_prefix: bool = True, batch_size: str | int | None = None,
+                        groups: Sequence[int] | None = None,
+                        examples: Sequence[int] | None = None,
+                        prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
     """:func:`ctxleak.engine.scoring.continuation_logits` in-process, one continuation per
     prompt (checked)."""
-    seqs = [list(p) + list(c) for p, c in zip(prompts, conts)]
+    seqs = [list(p) + list(c) for p, c in zip(prompts, continuations)]
     starts = [len(p) - 1 for p in prompts]
 
     def consume(i: int, hidden: torch.Tensor) -> object:
-        hidden = hidden[:len(conts[i])]
+        hidden = hidden[:len(continuations[i])]
         logits = torch.cat([head_logits(lm, hidden[k:k + HEAD_CHUNK]).double()
                             for k in range(0, hidden.shape[0], HEAD_CHUNK)])
         return reduce(i, logits)

@@ -201,12 +201,15 @@ class ServedLM(LanguageModel):
                        continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Every continuation appended to its prompt and scored in one pass (a dialect may
         score short ones otherwise)."""
-        out: list[np.ndarray] = [np.zeros(0)] * len(prompts)
-        rest = list(range(len(prompts)))
-        seqs = [list(prompts[i]) + list(continuations[i]) for i in rest]
-        for i, row in zip(rest, self.sequence_logprobs(seqs, [len(prompts[i]) for i in rest])):
-            out[i] = row
-        return out
+        return self._appended_logprobs(prompts, continuations, range(len(prompts)))
+
+    def _appended_logprobs(self, prompts: Sequence[Sequence[int]],
+                           continuations: Sequence[Sequence[int]], which: Sequence[int]
+                           ) -> list[np.ndarray]:
+        """The log-probs of continuations ``which``, each appended to its prompt and scored in
+        one pass (:meth:`sequence_logprobs`), in the order of ``which``."""
+        seqs = [list(prompts[i]) + list(continuations[i]) for i in which]
+        return self.sequence_logprobs(seqs, [len(prompts[i]) for i in which])
 
     def candidate_logprobs(self, prompts: Sequence[Sequence[int]],
                            token_ids: Sequence[int]) -> np.ndarray:

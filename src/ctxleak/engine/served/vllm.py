@@ -65,8 +65,7 @@ class VLLMServedLM(ServedLM):
                 out[i] = np.asarray(flat[at:at + n], dtype=np.float64)
                 at += n
         rest = [i for i in range(len(prompts)) if i not in set(short)]
-        seqs = [list(prompts[i]) + list(continuations[i]) for i in rest]
-        for i, row in zip(rest, self.sequence_logprobs(seqs, [len(prompts[i]) for i in rest])):
+        for i, row in zip(rest, self._appended_logprobs(prompts, continuations, rest)):
             out[i] = row
         return out
 

@@ -8,7 +8,7 @@ its deleted window with the full prompt, so the engine reuses that KV prefix.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -140,79 +140,27 @@ def window_influence_many(lm: LanguageModel, requests: Sequence[WindowRequest], 
     all of them in one planner run, then every example's full and ablated prompts in another,
     each example reusing the KV cache of its own full prompt's prefix (under a batch-invariant
     policy each example in passes of its own, see :mod:`ctxleak.engine.batching`)."""
-    out: list[WindowInfluence | None] = [None] * len(requests)
-    todo = []
-    for k, r in enumerate(requests):
-        if r.response:
-            todo.append(k)
-        else:
-            out[k] = WindowInfluence(list(r.spans), np.zeros(0), np.zeros((len(r.spans), 0)))
-    if not todo:
-        return out  # type: ignore[return-value]
+    live = [r for r in requests if r.response]
+    scored = iter(_scored_influences(lm, live, reuse_prefix) if live else [])
+    return [next(scored) if r.response else
+            WindowInfluence(list(r.spans), np.zeros(0), np.zeros((len(r.spans), 0)))
+            for r in requests]
 
-    def masked(k: int, logits: torch.Tensor) -> torch.Tensor:
-        return mask_eos_before_min(logits, lm.eos_ids, requests[k].min_new_tokens)
 
-    def keep(i: int, logits: torch.Tensor) -> torch.Tensor:
-        return masked(todo[i], logits).float()  # the head gave float32: half the memory
-
-    def weights(r: WindowRequest, z: torch.Tensor, z_e: torch.Tensor) -> float | torch.Tensor:
-        if r.bounded_eps is not None:  # this context's own λ_t (Alg. 1)
-            return bounded_lambdas(z, z_e, r.bounded_eps, float(r.lam),  # type: ignore[arg-type]
-                                   r.temperature)[0]  # bounded CID has one λ (checked upstream)
-        return r.lam if isinstance(r.lam, (int, float)) else \
-            torch.as_tensor(list(r.lam), dtype=torch.float64)
-
-    def uses_empty(r: WindowRequest) -> bool:
-        # the no-context logits enter the CID mixture only where λ != 1 (cid_logprobs)
-        if r.bounded_eps is not None:
-            return True
-        return r.lam != 1 if isinstance(r.lam, (int, float)) else any(x != 1 for x in r.lam)
-
-    mixed = [g for g, k in enumerate(todo) if requests[k].with_empty or uses_empty(requests[k])]
-
-    def empty_key(g: int) -> tuple[Any, ...]:
-        r = requests[todo[g]]
-        return tuple(r.parts.empty), tuple(r.response), r.min_new_tokens
-
-    # one no-context pass per distinct (prompt, response): an answer scored under several
-    # controls needs the same one each time (each request in a pass of its own, so sharing
-    # it changes no number)
-    first_of: dict[tuple[Any, ...], int] = {}
-    for g in mixed:
-        first_of.setdefault(empty_key(g), g)
-    distinct = list(first_of.values())
-    z_list = continuation_logits(lm, [requests[todo[g]].parts.empty for g in distinct],
-                                 [list(requests[todo[g]].response) for g in distinct],
-                                 reuse_prefix=False, examples=distinct,
-                                 reduce=lambda i, z: keep(distinct[i], z)) if distinct else []
-    by_key = dict(zip(first_of, z_list))
-    z_empty = {g: by_key[empty_key(g)] for g in mixed}
-    prompts, conts, groups = [], [], []
-    for g, k in enumerate(todo):
-        r = requests[k]
-        variants = [r.parts.full] + [r.parts.with_context(r.parts.context[:a] + r.parts.context[b:])
-                                     for a, b in r.spans]
-        prompts += variants
-        conts += [list(r.response)] * len(variants)
-        groups += [g] * len(variants)
-
-    def reduce(i: int, logits: torch.Tensor) -> np.ndarray:
-        g = groups[i]
-        r = requests[todo[g]]
-        masked(todo[g], logits)
-        z_e = z_empty[g].to(logits.device).double() if g in z_empty else logits
-        logp = cid_logprobs(logits, z_e, weights(r, logits, z_e), r.temperature)
-        target = torch.as_tensor(list(r.response), dtype=torch.long, device=logp.device)
-        return logp.gather(1, target[:, None])[:, 0].cpu().numpy()
-
-    given = {g: requests[k].prefix_cache for g, k in enumerate(todo)
-             if requests[k].prefix_cache is not None}
+def _scored_influences(lm: LanguageModel, live: list[WindowRequest], reuse_prefix: bool
+                       ) -> list[WindowInfluence]:
+    """:func:`window_influence_many` of requests with a response: the no-context pass, then
+    one pass over every request's full and ablated prompts, cut back into one
+    :class:`WindowInfluence` per request."""
+    z_empty = _no_context_logits(lm, live)
+    prompts, conts, groups = _prompt_variants(live)
+    given = {g: r.prefix_cache for g, r in enumerate(live) if r.prefix_cache is not None}
     scored = continuation_logits(lm, prompts, conts, reuse_prefix=reuse_prefix,
-                                 reduce=reduce, groups=groups, prefix_caches=given)
+                                 reduce=_cid_scorer(lm, live, groups, z_empty), groups=groups,
+                                 prefix_caches=given)
+    out = []
     begin = 0
-    for g, k in enumerate(todo):
-        r = requests[k]
+    for g, r in enumerate(live):
         spans = list(r.spans)
         rows = scored[begin:begin + len(spans) + 1]
         begin += len(spans) + 1
@@ -220,10 +168,95 @@ def window_influence_many(lm: LanguageModel, requests: Sequence[WindowRequest], 
         empty = None
         if r.with_empty:
             logp = torch.log_softmax(z_empty[g].double() / r.temperature, dim=-1)
-            target = torch.as_tensor(list(r.response), dtype=torch.long, device=logp.device)
-            empty = logp.gather(1, target[:, None])[:, 0].cpu().numpy()
-        out[k] = WindowInfluence(spans, rows[0], ablated, empty)
-    return out  # type: ignore[return-value]
+            empty = _response_logprobs(logp, r.response)
+        out.append(WindowInfluence(spans, rows[0], ablated, empty))
+    return out
+
+
+def _masked(lm: LanguageModel, r: WindowRequest, logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` with EOS masked (in place) at the response positions before ``r``'s minimum
+    length, as during generation."""
+    return mask_eos_before_min(logits, lm.eos_ids, r.min_new_tokens)
+
+
+def _uses_empty(r: WindowRequest) -> bool:
+    """Whether the no-context logits enter ``r``'s CID mixture: only where λ != 1
+    (:func:`~ctxleak.kernels.cid.cid_logprobs`), and always under bounded CID."""
+    if r.bounded_eps is not None:
+        return True
+    return r.lam != 1 if isinstance(r.lam, (int, float)) else any(x != 1 for x in r.lam)
+
+
+def _no_context_logits(lm: LanguageModel, live: list[WindowRequest]) -> dict[int, torch.Tensor]:
+    """z(·|∅) at every response position (EOS masked, kept as float32: the head gave float32,
+    half the memory) of each request whose mixture or ``with_empty`` needs it, by its index.
+
+    One no-context pass per distinct (prompt, response, minimum length): an answer scored under
+    several controls needs the same one each time (each request in a pass of its own, so
+    sharing it changes no number)."""
+    mixed = [g for g, r in enumerate(live) if r.with_empty or _uses_empty(r)]
+
+    def key(g: int) -> tuple[Any, ...]:
+        return tuple(live[g].parts.empty), tuple(live[g].response), live[g].min_new_tokens
+
+    first_of: dict[tuple[Any, ...], int] = {}
+    for g in mixed:
+        first_of.setdefault(key(g), g)
+    distinct = list(first_of.values())
+    z_list = continuation_logits(
+        lm, [live[g].parts.empty for g in distinct], [list(live[g].response) for g in distinct],
+        reuse_prefix=False, examples=distinct,
+        reduce=lambda i, z: _masked(lm, live[distinct[i]], z).float()) if distinct else []
+    by_key = dict(zip(first_of, z_list))
+    return {g: by_key[key(g)] for g in mixed}
+
+
+def _prompt_variants(live: list[WindowRequest]
+                     ) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """Every request's full prompt and one prompt per window with that window deleted
+    (D∖D_{i,n}), each with the request's response as continuation and its index as group."""
+    prompts: list[list[int]] = []
+    conts: list[list[int]] = []
+    groups: list[int] = []
+    for g, r in enumerate(live):
+        variants = [r.parts.full] + [r.parts.with_context(r.parts.context[:a] + r.parts.context[b:])
+                                     for a, b in r.spans]
+        prompts += variants
+        conts += [list(r.response)] * len(variants)
+        groups += [g] * len(variants)
+    return prompts, conts, groups
+
+
+def _cid_weights(r: WindowRequest, z: torch.Tensor, z_e: torch.Tensor) -> float | torch.Tensor:
+    """The λ that mixes this context's logits ``z`` with the no-context ones ``z_e``: ``r``'s λ
+    (one, or one λ_t per token), or under bounded CID this context's own λ_t (App. B, Alg. 1)."""
+    if r.bounded_eps is not None:
+        return bounded_lambdas(z, z_e, r.bounded_eps, float(r.lam),  # type: ignore[arg-type]
+                               r.temperature)[0]  # bounded CID has one λ (checked upstream)
+    return r.lam if isinstance(r.lam, (int, float)) else \
+        torch.as_tensor(list(r.lam), dtype=torch.float64)
+
+
+def _cid_scorer(lm: LanguageModel, live: list[WindowRequest], groups: list[int],
+                z_empty: dict[int, torch.Tensor]) -> Callable[[int, torch.Tensor], np.ndarray]:
+    """The ``reduce`` of the full and ablated prompts' pass: prompt i's logits (EOS masked)
+    mixed with its request's no-context logits by CID (or alone where there are none), at the
+    request's T, read at the response tokens: log p̄_λ(y_t | ·) (Def. 3.1)."""
+    def reduce(i: int, logits: torch.Tensor) -> np.ndarray:
+        g = groups[i]
+        r = live[g]
+        _masked(lm, r, logits)
+        z_e = z_empty[g].to(logits.device).double() if g in z_empty else logits
+        logp = cid_logprobs(logits, z_e, _cid_weights(r, logits, z_e), r.temperature)
+        return _response_logprobs(logp, r.response)
+
+    return reduce
+
+
+def _response_logprobs(logp: torch.Tensor, response: Sequence[int]) -> np.ndarray:
+    """Row t of ``logp`` read at response token t: log p(y_t | ·), on the CPU."""
+    target = torch.as_tensor(list(response), dtype=torch.long, device=logp.device)
+    return logp.gather(1, target[:, None])[:, 0].cpu().numpy()
 
 
 def next_token_unigram_influence(lm: LanguageModel, parts: PromptParts, prefix: Sequence[int],
