@@ -40,13 +40,9 @@ def decode_streams(lm: InProcessLM, jobs: Sequence[StreamJob], stops: Sequence[i
     (the naive way, kept for tests and benchmarks)."""
     if not use_cache:
         return [_generate_uncached(lm, job, list(stops), sample) for job in jobs]
-    return _decode_together(lm, jobs, list(stops), sample, share_prefix)
-
-
-def _decode_together(lm: InProcessLM, jobs: Sequence[StreamJob], stops: list[int], sample: bool,
-                     share_prefix: bool) -> list[Generation]:
-    """The cached decoding: one prefill of every job's streams, then one forward pass per step
-    over the rows of the jobs still running."""
+    # cached: one prefill of every job's streams, then one forward pass per step over the rows
+    # of the jobs still running
+    stop_ids = list(stops)
     seqs = [list(p) for job in jobs for p in job.prompts]
     bounds = np.cumsum([0] + [len(job.prompts) for job in jobs]).tolist()
     gens = [seeded_generator(job.seed) for job in jobs]
@@ -72,7 +68,7 @@ def _decode_together(lm: InProcessLM, jobs: Sequence[StreamJob], stops: list[int
             logits = head_logits(lm, hidden[:, -1]).double()
             tokens: dict[int, int] = {}
             for j in live:
-                token = take_step(jobs[j], outs[j], logits[slice(*rows[j])], step, stops,
+                token = take_step(jobs[j], outs[j], logits[slice(*rows[j])], step, stop_ids,
                                   gens[j], sample)
                 if token is not None:
                     tokens[j] = token
