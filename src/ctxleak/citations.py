@@ -6,32 +6,14 @@ BibTeX entry. :data:`METHOD_PAPERS` says which papers each method (by its comman
 on, first the one that defines what it measures. ``results.json`` carries them under ``"cite"``
 (:func:`cite_block`) and every report ends with them.
 
-The BibTeX entries are ``data/citations.bib`` (:data:`BIBTEX`, by key). To add a paper: its entry
-there, one :class:`Paper` in :data:`PAPERS`, and its key in :data:`METHOD_PAPERS` for the methods
-that use it.
+To add a paper: one :class:`Paper` in :data:`PAPERS`, and its key in :data:`METHOD_PAPERS` for
+the methods that use it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
-
-
-def read_bibtex(text: str) -> dict[str, str]:
-    """The entries of a BibTeX file by key: each entry from its ``@type{key,`` line to its
-    closing brace, entries apart by a blank line (as ``citations.bib`` is written)."""
-    entries = {}
-    for entry in text.strip().split("\n\n"):
-        key = entry[entry.index("{") + 1:entry.index(",")]
-        entries[key] = entry
-    return entries
-
-
-#: Every BibTeX entry by key: the papers' and ctxleak's own, as ``data/citations.bib`` holds
-#: them (a file a LaTeX document can use as it is).
-BIBTEX: dict[str, str] = read_bibtex(
-    (resources.files("ctxleak") / "data" / "citations.bib").read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
@@ -70,7 +52,21 @@ CONTEXT_INFLUENCE = Paper(
     year=2025,
     arxiv="2410.03026",
     url="https://aclanthology.org/2025.acl-long.1220/",
-    bibtex=BIBTEX["flemings2025estimating"])
+    bibtex="""@inproceedings{flemings2025estimating,
+  title     = {Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models},
+  author    = {Flemings, James and Jiang, Bo and Zhang, Wanrong and Takhirov, Zafar and
+               Annavaram, Murali},
+  booktitle = {Proceedings of the 63rd Annual Meeting of the Association for Computational
+               Linguistics (Volume 1: Long Papers)},
+  pages     = {25092--25108},
+  year      = {2025},
+  address   = {Vienna, Austria},
+  publisher = {Association for Computational Linguistics},
+  doi       = {10.18653/v1/2025.acl-long.1220},
+  url       = {https://aclanthology.org/2025.acl-long.1220/},
+  eprint    = {2410.03026},
+  archivePrefix = {arXiv}
+}""")
 
 ICL_LEAKAGE = Paper(
     key="li2025evaluating",
@@ -81,7 +77,12 @@ ICL_LEAKAGE = Paper(
     year=2025,
     arxiv=None,
     url=None,
-    bibtex=BIBTEX["li2025evaluating"])
+    bibtex="""@misc{li2025evaluating,
+  title  = {Evaluating Privacy Leakage From In-Context Learning},
+  author = {Li, Hongyi and Flemings, James and Choi, Youngjun and Annavaram, Murali},
+  year   = {2025},
+  note   = {Manuscript}
+}""")
 
 FISHER_SUSCEPTIBILITY = Paper(
     key="liu2024efficiently",
@@ -92,7 +93,19 @@ FISHER_SUSCEPTIBILITY = Paper(
     year=2024,
     arxiv="2410.14361",
     url="https://aclanthology.org/2024.findings-emnlp.386/",
-    bibtex=BIBTEX["liu2024efficiently"])
+    bibtex="""@inproceedings{liu2024efficiently,
+  title     = {Efficiently Computing Susceptibility to Context in Language Models},
+  author    = {Liu, Tianyu and Du, Kevin and Sachan, Mrinmaya and Cotterell, Ryan},
+  booktitle = {Findings of the Association for Computational Linguistics: EMNLP 2024},
+  pages     = {6615--6626},
+  year      = {2024},
+  address   = {Miami, Florida, USA},
+  publisher = {Association for Computational Linguistics},
+  doi       = {10.18653/v1/2024.findings-emnlp.386},
+  url       = {https://aclanthology.org/2024.findings-emnlp.386/},
+  eprint    = {2410.14361},
+  archivePrefix = {arXiv}
+}""")
 
 CONTEXT_VS_PRIOR = Paper(
     key="du2024context",
@@ -104,7 +117,17 @@ CONTEXT_VS_PRIOR = Paper(
     year=2024,
     arxiv=None,
     url=None,
-    bibtex=BIBTEX["du2024context"])
+    bibtex="""@inproceedings{du2024context,
+  title     = {Context versus Prior Knowledge in Language Models},
+  author    = {Du, Kevin and Sn{\\ae}bjarnarson, V{\\'e}steinn and Stoehr, Niklas and
+               White, Jennifer and Schein, Aaron and Cotterell, Ryan},
+  booktitle = {Proceedings of the 62nd Annual Meeting of the Association for Computational
+               Linguistics (Volume 1: Long Papers)},
+  pages     = {13211--13235},
+  year      = {2024},
+  address   = {Bangkok, Thailand},
+  publisher = {Association for Computational Linguistics}
+}""")
 
 PROPILE = Paper(
     key="kim2023propile",
@@ -115,7 +138,16 @@ PROPILE = Paper(
     year=2023,
     arxiv="2307.01881",
     url="https://arxiv.org/abs/2307.01881",
-    bibtex=BIBTEX["kim2023propile"])
+    bibtex="""@inproceedings{kim2023propile,
+  title     = {{ProPILE}: Probing Privacy Leakage in Large Language Models},
+  author    = {Kim, Siwon and Yun, Sangdoo and Lee, Hwaran and Gubri, Martin and
+               Yoon, Sungroh and Oh, Seong Joon},
+  booktitle = {Advances in Neural Information Processing Systems (NeurIPS)},
+  volume    = {36},
+  year      = {2023},
+  eprint    = {2307.01881},
+  archivePrefix = {arXiv}
+}""")
 
 PRIVATE_PREDICTION = Paper(
     key="amin2024private",
@@ -127,7 +159,16 @@ PRIVATE_PREDICTION = Paper(
     year=2024,
     arxiv=None,
     url=None,
-    bibtex=BIBTEX["amin2024private"])
+    bibtex="""@inproceedings{amin2024private,
+  title     = {Private Prediction for Large-Scale Synthetic Text Generation},
+  author    = {Amin, Kareem and Bie, Alex and Kong, Weiwei and Kurakin, Alexey and
+               Ponomareva, Natalia and Syed, Umar and Terzis, Andreas and
+               Vassilvitskii, Sergei},
+  booktitle = {Findings of the Association for Computational Linguistics: EMNLP 2024},
+  pages     = {7244--7262},
+  year      = {2024},
+  publisher = {Association for Computational Linguistics}
+}""")
 
 CALIBRATE = Paper(
     key="zhao2021calibrate",
@@ -138,7 +179,16 @@ CALIBRATE = Paper(
     year=2021,
     arxiv=None,
     url=None,
-    bibtex=BIBTEX["zhao2021calibrate"])
+    bibtex="""@inproceedings{zhao2021calibrate,
+  title     = {Calibrate Before Use: Improving Few-Shot Performance of Language Models},
+  author    = {Zhao, Zihao and Wallace, Eric and Feng, Shi and Klein, Dan and Singh, Sameer},
+  booktitle = {Proceedings of the 38th International Conference on Machine Learning},
+  series    = {Proceedings of Machine Learning Research},
+  volume    = {139},
+  pages     = {12697--12706},
+  year      = {2021},
+  publisher = {PMLR}
+}""")
 
 DP_AUDITING = Paper(
     key="jagielski2020auditing",
@@ -148,10 +198,24 @@ DP_AUDITING = Paper(
     year=2020,
     arxiv="2006.07709",
     url=None,
-    bibtex=BIBTEX["jagielski2020auditing"])
+    bibtex="""@inproceedings{jagielski2020auditing,
+  title     = {Auditing Differentially Private Machine Learning: How Private is Private {SGD}?},
+  author    = {Jagielski, Matthew and Ullman, Jonathan and Oprea, Alina},
+  booktitle = {Advances in Neural Information Processing Systems},
+  volume    = {33},
+  year      = {2020},
+  eprint    = {2006.07709},
+  archivePrefix = {arXiv}
+}""")
 
 #: ctxleak itself (also in ``CITATION.cff`` at the repository's root).
-CTXLEAK_BIBTEX = BIBTEX["ctxleak"]
+CTXLEAK_BIBTEX = """@software{ctxleak,
+  title  = {ctxleak: how much of a language model's output comes from, and leaks, its
+            private context},
+  author = {{The ctxleak team}},
+  year   = {2026},
+  note   = {Python package, version 0.1.0; licence Apache-2.0}
+}"""
 
 #: Every paper by key.
 PAPERS: dict[str, Paper] = {p.key: p for p in (
