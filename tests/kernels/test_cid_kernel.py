@@ -168,3 +168,36 @@ def test_settings_are_checked_once_naming_the_parameter(settings, param, message
         check_cid_settings(**settings)
     assert info.value.param == param and isinstance(info.value, ValueError)
     check_cid_settings(lam=0.0, temperature=0.1, bounded_eps=1e-9)  # in range: no error
+
+
+def test_lambda_max_comes_back_as_given_where_the_bound_holds():
+    """The step's λ is the caller's λ_max itself (an int stays an int in the ledger) where the
+    bound holds at it, as the scalar bisection returned it."""
+    zc, ze = _logits(3)
+    lam, div = bounded_lambda(zc, ze, 1e6, 1, 0.8)
+    assert lam == 1 and type(lam) is int and div > 0
+    lam, _ = bounded_lambda(zc, ze, 1e-3, 1, 0.8)
+    assert type(lam) is float and 0 <= lam < 1
+
+
+def test_infinite_logits_at_lambda_zero_and_one_stay_exact():
+    """A -inf logit (a token a model rules out) at λ = 0 or 1 takes its stream as it is, where
+    0 · -inf would give NaN: the one-row search equals the scalar bisection there too."""
+    zc, ze = _logits(4)
+    zc[5], ze[7] = -math.inf, -math.inf
+    w = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    rows = cid_logprobs(torch.stack([zc, zc]), torch.stack([ze, ze]), w, 0.8)
+    assert torch.equal(rows[0], cid_logprobs(zc, ze, 0.0, 0.8))
+    assert torch.equal(rows[1], cid_logprobs(zc, ze, 1.0, 0.8))
+    assert bounded_lambda(zc, ze, 50.0, 1.0, 0.8) == _scalar_bounded_lambda(zc, ze, 50.0, 1.0, 0.8)
+
+
+def test_a_row_whose_divergence_is_nan_is_searched_as_a_step_is():
+    """A NaN divergence at λ_max does not pass the bound: the row is bisected, in a batch as in
+    one decoding step (the old batched search kept λ_max for it)."""
+    zc, ze = _logits(5)
+    bad = zc.clone()
+    bad[3] = math.nan
+    lams, _ = bounded_lambdas(torch.stack([bad, zc]), torch.stack([ze, ze]), 1e6, 1.0, 0.8)
+    assert lams[0].item() == bounded_lambda(bad, ze, 1e6, 1.0, 0.8)[0] < 1.0
+    assert lams[1].item() == 1.0

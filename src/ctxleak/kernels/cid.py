@@ -77,7 +77,10 @@ def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float | to
     z_context, z_empty = z_context.double(), z_empty.double()
     if isinstance(lam, torch.Tensor):
         w = lam.to(z_context.device, torch.float64).reshape(-1, *([1] * (z_context.dim() - 1)))
-        return torch.log_softmax((w * z_context + (1.0 - w) * z_empty) / temperature, dim=-1)
+        mixed = w * z_context + (1.0 - w) * z_empty
+        # rows at λ = 0 or 1 take one stream as it is (0 · -inf would be NaN)
+        mixed = torch.where(w == 0, z_empty, torch.where(w == 1, z_context, mixed))
+        return torch.log_softmax(mixed / temperature, dim=-1)
     if lam == 0:
         mixed = z_empty
     elif lam == 1:
@@ -126,6 +129,8 @@ def bounded_lambdas(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, 
 def bounded_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, lam_max: float,
                    temperature: float) -> tuple[float, float]:
     """:func:`bounded_lambdas` of one decoding step's logits ``[V]`` (a one-row batch): the
-    step's λ_t and its ``max_y |log p̄_λ(y|D) − log p(y|∅)|``."""
+    step's λ_t (``lam_max`` itself where the bound holds at it) and its
+    ``max_y |log p̄_λ(y|D) − log p(y|∅)|``."""
     lams, divs = bounded_lambdas(z_context[None], z_empty[None], eps, lam_max, temperature)
-    return float(lams[0]), float(divs[0])
+    lam, div = lams.tolist()[0], divs.tolist()[0]
+    return (lam_max if lam == lam_max else lam), div
