@@ -11,8 +11,9 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
-from ctxleak.engine.generation import generate_streams, single_stream
+from ctxleak.engine.generation import generate_streams
 from ctxleak.engine.scoring import continuation_logprobs, next_token_logprobs
+from ctxleak.engine.streams import single_stream
 
 pytestmark = pytest.mark.integration
 

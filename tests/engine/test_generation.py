@@ -6,9 +6,10 @@ import pytest
 import torch
 from helpers.tiny_models import tiny_gemma3
 
-from ctxleak.engine.generation import derive_seed, generate_streams, single_stream
+from ctxleak.engine.generation import derive_seed, generate_streams
 from ctxleak.engine.local import prefill
 from ctxleak.engine.local.prefill import MIN_SHARED_PREFIX, shared_prefill_pays, shared_prefix_length
+from ctxleak.engine.streams import single_stream
 from ctxleak.kernels.cid import MASKED_LOGIT
 
 

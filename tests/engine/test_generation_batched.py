@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ctxleak.engine.generation import StreamJob, generate_many, generate_streams
+from ctxleak.engine.generation import generate_many, generate_streams
 from ctxleak.engine.local import generation as local_generation
 from ctxleak.engine.local import prefill as prefilling
+from ctxleak.engine.streams import StreamJob
 
 
 def _mix(weights):

@@ -10,6 +10,7 @@ from ctxleak.engine import generation
 from ctxleak.engine.forward import hidden_states, left_pad, pad_id
 from ctxleak.engine.local import generation as local_generation
 from ctxleak.engine.local.kvroom import RoomyLayer, give_room
+from ctxleak.engine.streams import StreamJob
 
 
 def _prefill(lm, texts):
@@ -87,7 +88,7 @@ def test_give_room_leaves_other_caches_alone(llama_lm):
 def test_generation_identical_with_and_without_room(tiny_lm, monkeypatch):
     """Sampled tokens and recorded log-probs are bit-identical to the concatenating cache."""
     enc = tiny_lm.encode
-    jobs = lambda: [generation.StreamJob(  # noqa: E731
+    jobs = lambda: [StreamJob(  # noqa: E731
         [tiny_lm.bos_ids + enc(a), tiny_lm.bos_ids + enc(b)],
         lambda lg, step, excluded: torch.log_softmax((0.7 * lg[0] + 0.3 * lg[1]) / 0.9, -1),
         lambda lg, lp, tok, step: float(lp[tok]), seed=3 + k, max_new_tokens=9,

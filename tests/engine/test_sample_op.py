@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ctxleak.engine.generation import generate_streams, sample, single_stream
+from ctxleak.engine.generation import generate_streams, sample
+from ctxleak.engine.streams import single_stream
 
 
 def test_response_j_is_seed_plus_j(tiny_lm):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctxleak.engine import scoring
+from ctxleak.engine.batching import shared_prefixes
 from ctxleak.engine.forward import left_pad, right_pad
 from ctxleak.engine.local import scoring as local_scoring
 from ctxleak.engine.scoring import continuation_logprobs, next_token_logprobs
@@ -223,13 +223,13 @@ def test_shared_prefixes_compute_a_prompt_once_across_calls_with_the_same_number
         return real(lm, ids, *args, **kwargs)
 
     monkeypatch.setattr(local_scoring, "hidden_states", spy)
-    with scoring.shared_prefixes():
+    with shared_prefixes():
         together = [continuation_logprobs(tiny_lm, [prompt], c, reuse_prefix=True)[0]
                     for c in conts]
     # the reference prefix (up to the position that predicts the first scored token) once
     assert computed == [len(prompt) - 1]
     for c, got in zip(conts, together):
-        with scoring.shared_prefixes():
+        with shared_prefixes():
             alone = continuation_logprobs(tiny_lm, [prompt], c, reuse_prefix=True)[0]
         assert np.array_equal(got, alone)
         np.testing.assert_allclose(got, naive_continuation(tiny_lm, prompt, c), atol=1e-5)

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxleak.engine.batching import BatchPolicy, using
-from ctxleak.engine.generation import generate_streams, single_stream
+from ctxleak.engine.generation import generate_streams
+from ctxleak.engine.streams import single_stream
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence import (
     CIDConfig,

@@ -54,15 +54,12 @@ from ctxleak.engine.streams import (
     StreamJob,
     mask_eos_before_min,
     masked_ids,
-    single_stream,
     take_step,
 )
 from ctxleak.kernels.draw import seeded_generator
 
-# the request, its result and the step live in ctxleak.engine.streams; methods import them here
-__all__ = ["Combine", "Generation", "Observe", "StreamJob", "beam_generate", "decode_by_requests",
-           "derive_seed", "generate_many", "generate_streams", "mask_eos_before_min",
-           "masked_ids", "replay", "sample", "single_stream", "stream_logits"]
+__all__ = ["beam_generate", "decode_by_requests", "derive_seed", "generate_many",
+           "generate_streams", "replay", "sample", "stream_logits"]
 
 
 def derive_seed(run_seed: int, example_index: int) -> int:

@@ -18,11 +18,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from ctxleak.engine.batching import shared_prefixes
 from ctxleak.engine.lm import LanguageModel, LogitTransform
 
-__all__ = ["continuation_logits", "continuation_logprobs", "next_token_logprobs",
-           "shared_prefixes"]
+__all__ = ["continuation_logits", "continuation_logprobs", "next_token_logprobs"]
 
 
 def next_token_logprobs(lm: LanguageModel, prompts: Sequence[Sequence[int]], *,

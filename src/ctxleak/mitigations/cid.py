@@ -16,8 +16,9 @@ from typing import Any
 import torch
 
 from ctxleak.engine.capabilities import NEXT_TOKEN_DISTRIBUTION, check_capabilities
-from ctxleak.engine.generation import Generation, StreamJob, generate_many, replay
+from ctxleak.engine.generation import generate_many, replay
 from ctxleak.engine.lm import LanguageModel
+from ctxleak.engine.streams import Generation, StreamJob
 from ctxleak.errors import ConfigError
 from ctxleak.kernels.cid import CIDSettingError, bounded_lambda, check_cid_settings, cid_logprobs
 from ctxleak.mitigations.influence import token_influence

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctxleak.engine.generation import mask_eos_before_min
+from ctxleak.engine.streams import mask_eos_before_min
 from ctxleak.kernels.cid import MASKED_LOGIT
 from ctxleak.methods.influence.quantities import expected_influence
 from ctxleak.methods.susceptibility.fisher import fisher_chi

@@ -38,11 +38,11 @@ def decode_streams(lm: InProcessLM, jobs: Sequence[StreamJob], stops: Sequence[i
     (``share_prefix``: the tokens every row begins with go through the model once), or
     ``use_cache=False``, each job alone with every stream recomputed from scratch at each step
     (the naive way, kept for tests and benchmarks)."""
+    stop_ids = list(stops)
     if not use_cache:
-        return [_generate_uncached(lm, job, list(stops), sample) for job in jobs]
+        return [_generate_uncached(lm, job, stop_ids, sample) for job in jobs]
     # cached: one prefill of every job's streams, then one forward pass per step over the rows
     # of the jobs still running
-    stop_ids = list(stops)
     seqs = [list(p) for job in jobs for p in job.prompts]
     bounds = np.cumsum([0] + [len(job.prompts) for job in jobs]).tolist()
     gens = [seeded_generator(job.seed) for job in jobs]

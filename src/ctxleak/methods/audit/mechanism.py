@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ctxleak.engine.generation import Generation, StreamJob, derive_seed, generate_many, replay
+from ctxleak.engine.generation import derive_seed, generate_many, replay
 from ctxleak.engine.lm import LanguageModel
+from ctxleak.engine.streams import Generation, StreamJob
 from ctxleak.mitigations.dp_synthetic import (
     aggregate,
     clip_logits,

@@ -10,7 +10,7 @@ without each n-gram window. Only temperature-1 log-probs of given tokens are nee
 
 The minimum-length rule masks EOS before ``min_new_tokens`` (probability 0), which renormalises
 the distribution those tokens were drawn from: ``log p̄(y_t) = log p(y_t) − log(1 − Σ_e p(e))``
-over the EOS ids e, the same numbers as :func:`~ctxleak.engine.generation.mask_eos_before_min`
+over the EOS ids e, the same numbers as :func:`~ctxleak.engine.streams.mask_eos_before_min`
 gives in-process. The EOS log-probs come from the server as candidate next tokens.
 """
 

@@ -10,10 +10,9 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from ctxleak.engine.batching import BatchPolicy
+from ctxleak.engine.batching import BatchPolicy, shared_prefixes
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.engine.scoring import shared_prefixes
 from ctxleak.methods.influence.control import ControlCost, control_sets, default_controls
 from ctxleak.methods.influence.data import (
     InfluenceExample,

@@ -15,9 +15,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from ctxleak.engine.generation import mask_eos_before_min
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.scoring import continuation_logits
+from ctxleak.engine.streams import mask_eos_before_min
 from ctxleak.errors import ConfigError
 from ctxleak.kernels.cid import bounded_lambdas, cid_logprobs
 from ctxleak.mitigations.influence import response_influence, token_influence
