@@ -198,5 +198,5 @@ def run_keywords(params_class: type[P], given: Mapping[str, Any]) -> Result | No
     """Run an API function's method from its keywords ``given`` (``model``, ``data``,
     ``progress``, the method's parameters, the run options)."""
     common, lm = run_options(given["model"], given)
-    return run_method(method_for(params_of(params_class, given), common), lm, given["data"],
+    return run_params(params_of(params_class, given), common, given["data"], lm=lm,
                       progress=given["progress"])

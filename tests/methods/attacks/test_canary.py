@@ -16,7 +16,6 @@ import pytest
 from conftest import run_cli
 
 import ctxleak
-from ctxleak.api.running import RunKeywords
 from ctxleak.errors import ConfigError
 from ctxleak.methods.attacks.canary import (
     HOLDS,
@@ -290,7 +289,6 @@ def test_canary_audit_takes_the_run_options_and_documents_its_keywords():
     assert run.kind is inspect.Parameter.VAR_KEYWORD
     for f in fields(RunOptions):
         if f.name != "model":
-            assert f.name in RunKeywords.__annotations__, f.name
-            assert f"{f.name} : " in ctxleak.canary_audit.__doc__
+            assert f"{f.name} : " in ctxleak.canary_audit.__doc__, f.name
     for name in ("lambda_", "bounded_eps", "trials", "threshold", "confidence"):
         assert f"{name} : " in ctxleak.canary_audit.__doc__
