@@ -49,7 +49,7 @@ class Proxy:
     settings, the metrics, and the requests being answered."""
 
     def __init__(self, lm: LanguageModel, ledger: BudgetLedger, config: ProxyConfig) -> None:
-        self.lm, self.ledger, self.config = lm, ledger, config
+        self.lm, self.config = lm, config
         self.metrics = ProxyMetrics()
         self.charging = Charging(ledger, config, self.metrics)
         self.upstream = Upstream(config)

@@ -3,10 +3,10 @@ keyword)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ctxleak.errors import ConfigError
-from ctxleak.kernels.cid import CIDSettingError, check_cid_settings
 from ctxleak.proxy.budget import Budgets
 
 ON_EXHAUSTED = ("drop", "refuse")
@@ -50,11 +50,9 @@ class ProxyConfig:
         if self.on_exhausted not in ON_EXHAUSTED:
             raise ConfigError(f"on_exhausted must be one of {', '.join(ON_EXHAUSTED)}, not "
                               f"{self.on_exhausted!r}", param="on_exhausted")
-        try:  # CID's one check of T (finite, > 0), in the proxy's words
-            check_cid_settings(temperature=self.temperature)
-        except CIDSettingError:
+        if not math.isfinite(self.temperature) or self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0, not {self.temperature}",
-                              param="temperature") from None
+                              param="temperature")
         if not 1 <= self.max_tokens <= self.max_tokens_limit:
             raise ConfigError(f"max_tokens must be between 1 and max_tokens_limit "
                               f"({self.max_tokens_limit}), not {self.max_tokens}",

@@ -7,7 +7,7 @@ is wrong with a row (a response influence that is not the sum of its token influ
 None. Resume and the loader run it on every stored row they read.
 
 The rows read back on demand (:class:`StoredRows`, :func:`row_key`, :class:`Column`, ...) are
-:mod:`ctxleak.run.stored`, importable from here too.
+:mod:`ctxleak.run.stored`.
 """
 
 from __future__ import annotations

@@ -429,4 +429,4 @@ __all__ = ["ALPHA", "COPIED_ABOVE", "KNOWN_BELOW", "NO_CONTROL", "TOKEN_RULE", "
            "context_key", "context_token_kinds", "control_fields", "control_indices",
            "control_set_fields", "control_sets", "control_summary", "default_controls",
            "record_controls", "false_flag_rate", "flag_rule", "leak_label", "leak_where",
-           "min_n_for", "paired_test", "per_token_fields", "user_id"]
+           "min_n_for", "paired_test", "per_token_fields"]

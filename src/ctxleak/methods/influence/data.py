@@ -51,12 +51,12 @@ class InfluenceExample:
     # a logged answer to audit (the ``response`` field): scored instead of one generated
     response: str | None = None
     # the context as passages (a retriever's list, or the context split by sentence or
-    # paragraph): pieces whose concatenation is ``context``
-    # (:mod:`ctxleak.methods.rag.passages`); None: one piece
+    # paragraph, :mod:`ctxleak.methods.rag.passages`): pieces whose concatenation is
+    # ``context``; None: one piece
     passages: tuple[str, ...] | None = None
     # the retrieved documents the passages came from, one per passage
-    # (:mod:`ctxleak.methods.rag.documents`);
-    # None for passages given as strings or split from the context
+    # (:mod:`ctxleak.methods.rag.documents`); None for passages given as strings or split from
+    # the context
     documents: tuple[RetrievedDocument, ...] | None = None
     # the logged answer's token ids (the ``response_ids`` field): scored exactly as given
     response_ids: tuple[int, ...] | None = None

@@ -31,7 +31,6 @@ from ctxleak.mitigations.influence import token_influence
 from ctxleak.mitigations.ledger import RowLedger
 
 #: The control examples of each job, nearest first (empty: the job has none).
-Controls = Sequence[Sequence[InfluenceExample]]
 
 
 def passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] | None],
@@ -39,7 +38,8 @@ def passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] | 
     """The passage fields of a record: each passage's text, token span and influence
     (Def. 3.1-3.2 with S = the passage, nats; None for a passage cut out of the context), and
     the most influential one (``max_passage`` its number from 1, ``max_passage_id`` its name);
-    the documents' ids, sources, ranks and scores (:func:`ctxleak.methods.rag.documents.document_fields`)."""
+    the documents' ids, sources, ranks and scores
+    (:func:`ctxleak.methods.rag.documents.document_fields`)."""
     it = iter(round_floats(values))
     influence = [None if s is None else next(it) for s in spans]
     known = [(v, j) for j, v in enumerate(influence) if v is not None]
@@ -78,9 +78,9 @@ def window_fields(request: WindowRequest, win: WindowInfluence, options: Influen
     }
 
 
-def response_record(lm: LanguageModel, example: InfluenceExample, setting: Setting, options: InfluenceOptions,
-                    seed: int, parts: PromptParts, dropped: int, response: RowLedger
-            ) -> dict[str, Any]:
+def response_record(lm: LanguageModel, example: InfluenceExample, setting: Setting,
+                    options: InfluenceOptions, seed: int, parts: PromptParts, dropped: int,
+                    response: RowLedger) -> dict[str, Any]:
     """The record of one CID response: tokens, per-token log-probs and influence (Def. 3.1-3.2),
     regurgitation and ROUGE-L, bounded-CID ε."""
     ids = response.response_ids

@@ -80,10 +80,9 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
 
     Passages (an example with ``passages``): each passage left out and the response scored,
     Def. 3.1 with S = that passage, in the same scoring run as the n-gram windows
-    (:mod:`ctxleak.methods.rag.passages`). ``controls``: the control examples of each job (None:
-    no control), each
-    of whose contexts replaces the job's to score the same response (:mod:`.control`); ``cost``
-    adds up the control's forward passes and seconds."""
+    (:mod:`ctxleak.methods.rag.passages`). ``controls``: the control examples of each job
+    (None: no control), each of whose contexts replaces the job's to score the same response
+    (:mod:`.control`); ``cost`` adds up the control's forward passes and seconds."""
     given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response_source != "generated"]
     if given:  # logged answers are scored, the others generated
         return _with_given(lm, jobs, options, given, hand_over_prefill, controls, cost)
@@ -359,5 +358,3 @@ def _window_requests(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
         if caches:
             caches[k] = None  # the request holds it until scored
     return requests, clipped
-
-

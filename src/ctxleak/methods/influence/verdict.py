@@ -77,7 +77,7 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
     paired = (f"paired one-sided Wilcoxon p = {test['pvalue']:.2g}"
               if test.get("pvalue") is not None else "paired test —")
     pooled = int(control.get("controls") or judged)
-    rule = _control_rule(control, pooled)
+    rule = _control_rule(control, pooled, test)
     need = min_n_for(ALPHA)
     if judged < need:
         top = control.get("largest_above") or {}
@@ -93,9 +93,10 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
     return {"text": _with_unjudged(text, control), "rule": rule}
 
 
-def _control_rule(control: dict[str, Any], pooled: int) -> str:
+def _control_rule(control: dict[str, Any], pooled: int, test: dict[str, Any]) -> str:
     """The rule behind the verdict: the control's flag, where a leak is placed, the unit, and
-    how often a context that adds nothing would be flagged against ``pooled`` controls."""
+    how often a context that adds nothing would be flagged against ``pooled`` controls; why the
+    paired ``test`` could not run, where it could not."""
     rule = (f"An example leaks beyond what any context does when its {control['rule']}; "
             "where it leaked is its most influential passage (numbered from 1), else its most "
             "influential n-gram window (context tokens start-end). Influence is Def. 3.2 of "
@@ -108,7 +109,6 @@ def _control_rule(control: dict[str, Any], pooled: int) -> str:
         rule += (f" With {pooled} control influence(s){each}, an example whose context adds "
                  f"nothing beyond what any context does is flagged about {100 * rate:.3g} % "
                  f"of the time.")
-    test = control.get("test") or {}
     if test.get("reason"):
         rule += f" Paired test: {test['reason']}."
     return rule

@@ -15,6 +15,7 @@ settings with a paired bootstrap interval (:func:`scipy.stats.bootstrap`).
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from collections import Counter
@@ -37,21 +38,16 @@ def normalize_answer(text: str) -> str:
 
 def rouge_l_f1(prediction: str, reference: str) -> float:
     """ROUGE-L F1 with the ``rouge-score`` package (offline; Porter stemming)."""
-
     scorer = _scorer()
     if not prediction.strip() or not reference.strip():
         return 0.0
     return float(scorer.score(reference, prediction)["rougeL"].fmeasure)
 
 
-_SCORER = None
-
-
+@functools.lru_cache(maxsize=1)
 def _scorer() -> Any:
-    global _SCORER
-    if _SCORER is None:
-        _SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
-    return _SCORER
+    """The ROUGE-L scorer, built once per process."""
+    return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
 
 
 def exact_match(prediction: str, reference: str) -> float:
@@ -103,4 +99,4 @@ def paired_difference(left: Sequence[dict[str, Any]], right: Sequence[dict[str, 
 
 
 __all__ = ["UTILITY_KEYS", "exact_match", "normalize_answer", "paired_difference",
-           "reference_scores", "token_f1"]
+           "reference_scores", "rouge_l_f1", "token_f1"]
