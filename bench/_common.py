@@ -29,14 +29,23 @@ def long_context(lm, n_tokens: int = 512) -> list[int]:
     return ids[:n_tokens]
 
 
+def _settled() -> None:
+    """Wait for the GPU's queued work (if CUDA is in use), so that a clock reads finished work."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def timed(fn: Callable[[], object], repeat: int = 1,
           clock: Callable[[], float] = time.perf_counter) -> tuple[float, object]:
     """Best time of ``repeat`` runs (seconds; wall time unless another ``clock`` is given, e.g.
-    ``time.process_time`` for CPU seconds) and the last result."""
+    ``time.process_time`` for CPU seconds) and the last result. On a GPU the clock is read
+    after its queued work has finished."""
     best, out = float("inf"), None
     for _ in range(repeat):
+        _settled()
         t0 = clock()
         out = fn()
+        _settled()
         best = min(best, clock() - t0)
     return best, out
 
@@ -51,8 +60,10 @@ def timed_rounds(fns: dict[str, Callable[[], object]], repeat: int = 1,
     out: dict[str, object] = {}
     for _ in range(repeat):
         for name, fn in fns.items():
+            _settled()
             t0 = clock()
             out[name] = fn()
+            _settled()
             best[name] = min(best[name], clock() - t0)
     return {name: (best[name], out[name]) for name in fns}
 

@@ -1,9 +1,9 @@
 """Run one of bench/*.py on a machine the default model's file cannot reach (a lent GPU): its
 ``_common.load_default`` replaced by the default model's architecture (SmolLM2-135M-Instruct's
 config.json, generation_config.json, tokenizer and chat template, copied into MODEL_DIR from the
-folder ``ctxleak.load_model("default").info.path`` names) with RANDOM weights (seed 0), and its
-``timed``/``timed_rounds`` made to synchronise CUDA before reading the clock. Timing depends on
-the architecture, not the weights; a random model almost never draws EOS, so every response runs
+folder ``ctxleak.load_model("default").info.path`` names) with RANDOM weights (seed 0); the
+clocks of ``bench/_common.py`` wait for the GPU's queued work. Timing depends on the
+architecture, not the weights; a random model almost never draws EOS, so every response runs
 to its full length. docs/benchmarks.md's GPU section was measured so.
 
     python bench/random_weights.py --model-dir MODEL_DIR --device cuda --dtype bfloat16 \
@@ -29,15 +29,12 @@ sys.path[:0] = [str(HERE), str(ROOT / "src"), str(ROOT / "tests")]
 
 import torch  # noqa: E402
 
-ARGS = None
 
-
-def build_lm():
+def build_lm(a: argparse.Namespace):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from ctxleak.engine.models import from_objects
 
-    a = ARGS
     folder = a.model_dir
     config = AutoConfig.from_pretrained(folder)
     if a.tiny:  # dry run on a CPU: same vocabulary and tokenizer, 2 thin layers
@@ -67,47 +64,17 @@ def build_lm():
     return lm
 
 
-def _sync():
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-
-
-def patch_common():
+def patch_common(args: argparse.Namespace):
     import _common
 
     def load_default():
         torch.manual_seed(0)
-        return build_lm()
-
-    def timed(fn, repeat=1, clock=time.perf_counter):
-        best, out = float("inf"), None
-        for _ in range(repeat):
-            _sync()
-            t0 = clock()
-            out = fn()
-            _sync()
-            best = min(best, clock() - t0)
-        return best, out
-
-    def timed_rounds(fns, repeat=1, clock=time.perf_counter):
-        best = {name: float("inf") for name in fns}
-        out = {}
-        for _ in range(repeat):
-            for name, fn in fns.items():
-                _sync()
-                t0 = clock()
-                out[name] = fn()
-                _sync()
-                best[name] = min(best[name], clock() - t0)
-        return {name: (best[name], out[name]) for name in fns}
+        return build_lm(args)
 
     _common.load_default = load_default
-    _common.timed = timed
-    _common.timed_rounds = timed_rounds
 
 
 def main() -> None:
-    global ARGS
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -116,22 +83,22 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("bench")
     ap.add_argument("rest", nargs=argparse.REMAINDER)
-    ARGS = ap.parse_args()
-    if ARGS.device.startswith("cuda"):
+    args = ap.parse_args()
+    if args.device.startswith("cuda"):
         print(f"# [driver] torch {torch.__version__}, cuda {torch.version.cuda}, "
-              f"{torch.cuda.get_device_name()}, dtype {ARGS.dtype}", flush=True)
+              f"{torch.cuda.get_device_name()}, dtype {args.dtype}", flush=True)
     else:
-        print(f"# [driver] torch {torch.__version__} on {ARGS.device}, dtype {ARGS.dtype}")
-    patch_common()
+        print(f"# [driver] torch {torch.__version__} on {args.device}, dtype {args.dtype}")
+    patch_common(args)
     import importlib
 
-    mod = importlib.import_module(ARGS.bench)
-    sys.argv = [ARGS.bench + ".py", *ARGS.rest]
+    mod = importlib.import_module(args.bench)
+    sys.argv = [args.bench + ".py", *args.rest]
     t0 = time.perf_counter()
     mod.main()
-    print(f"# [driver] {ARGS.bench} {' '.join(ARGS.rest)}: {time.perf_counter() - t0:.1f}s "
+    print(f"# [driver] {args.bench} {' '.join(args.rest)}: {time.perf_counter() - t0:.1f}s "
           f"wall", flush=True)
-    if ARGS.device.startswith("cuda"):
+    if args.device.startswith("cuda"):
         print(f"# [driver] peak CUDA memory {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB",
               flush=True)
 
