@@ -1,6 +1,7 @@
 """The kernels load nothing of ctxleak's other layers and nothing heavier than torch: what an
 import of them actually puts in ``sys.modules``, in a fresh interpreter (the import-linter
-contract "Kernels import only torch" checks the import statements)."""
+contract "Kernels import only torch" checks the import statements). A subprocess that imports
+torch: the integration tier."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
