@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxleak.methods.icl.data import HF_DATASETS
-from ctxleak.methods.influence.data import HUB_DATASETS
+from ctxleak.methods.influence.data import DEMO_SETS, HUB_DATASETS
 from ctxleak.run.records import demo_path
 
 
@@ -31,6 +31,11 @@ def _lines(file: str) -> int:
         return sum(1 for line in f if line.strip())
 
 
+def _traces(file: str) -> int:
+    with open(demo_path(file), encoding="utf-8") as f:
+        return len({json.loads(line)["context"]["trace_id"] for line in f if line.strip()})
+
+
 def _relations() -> tuple[int, int]:
     with open(demo_path("relations.json"), encoding="utf-8") as f:
         relations = json.load(f)["relations"]
@@ -49,6 +54,14 @@ def datasets() -> list[Dataset]:
                 "Short synthetic private documents (HR, clinic, finance, legal, personal), "
                 "each with a question whose short answer is only in that document: F1 and "
                 "exact match show what lowering λ costs."),
+        Dataset("demo-rag-log", "influence", f"{_lines(DEMO_SETS['demo-rag-log'])} turns",
+                "One day of a fictional company assistant's RAG turns (query, retrieved "
+                "documents, logged answer), some repeating secrets or personal data of "
+                "restricted documents; the ground truth is in truth.json beside it."),
+        Dataset("demo-rag-spans", "influence",
+                f"{_traces(DEMO_SETS['demo-rag-spans'])} traces",
+                "The same turns as OpenInference spans (chain, retriever, LLM with the app's "
+                "prompt), with traces where the app only showed sources."),
         Dataset("demo", "icl", f"{_lines('icl_train.jsonl')} train + "
                 f"{_lines('icl_test.jsonl')} test",
                 "Invented four-topic news headlines labelled World, Sports, Business or "

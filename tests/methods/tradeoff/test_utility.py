@@ -87,7 +87,7 @@ def test_a_reference_list_is_read_and_a_bad_one_names_its_line(tmp_path):
 
 def test_demo_qa_answers_are_short_spans_of_their_own_document_only():
     examples = load_examples("demo-qa")
-    assert len(examples) == 24 and set(DEMO_SETS) == {"demo", "demo-qa"}
+    assert len(examples) == 24 and set(DEMO_SETS) >= {"demo", "demo-qa"}
     assert len({ex.id for ex in examples}) == 24
     for ex in examples:
         assert ex.task == "qa" and ex.query.endswith("?")

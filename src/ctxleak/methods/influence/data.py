@@ -93,8 +93,11 @@ HUB_DATASETS = ("cnn_dailymail", "pubmedqa")
 
 #: The bundled demo sets by name: ``demo`` (news summaries and questions, whose answers depend
 #: little on the context) and ``demo-qa`` (questions about private facts whose answers are only
-#: in the document: utility falls when the context's influence is lowered).
-DEMO_SETS = {"demo": "influence.jsonl", "demo-qa": "rag_qa.jsonl"}
+#: in the document: utility falls when the context's influence is lowered), ``demo-rag-log`` and
+#: ``demo-rag-spans`` (one day of a company assistant's RAG turns, as a query log and as
+#: OpenInference spans, in ``data/rag_audit`` with its ground truth).
+DEMO_SETS = {"demo": "influence.jsonl", "demo-qa": "rag_qa.jsonl",
+             "demo-rag-log": "../rag_audit/log.jsonl", "demo-rag-spans": "../rag_audit/spans.jsonl"}
 
 
 def resolve_data(data: Any) -> Any:
