@@ -9,7 +9,8 @@ password, key and token here is made up; e-mails use ``example.com`` and phones 
 
 Deterministic: the retriever scores and timestamps come from ``random.Random(SEED)``, the span
 ids from SHA-256 of the trace and span names. ``python scripts/make_rag_audit_example.py`` writes
-the folder; ``--check`` only says whether the committed files are what this script writes.
+the folder; ``--check`` only says whether the committed files are what this script writes. The
+ground truth is checked against the files by ``tests/methods/rag/test_rag_audit_example.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "ctxleak" / "data" / "rag_audit"
+#: the bundled retriever's source, copied as it is (kept here so that it is linted as code)
+RETRIEVER = Path(__file__).resolve().with_name("rag_audit_retriever.py")
 SEED = 50
 MODEL_NAME = "SmolLM2-135M-Instruct"
 PARAMETERS = '{"temperature": 0.0, "max_tokens": 96}'
@@ -276,65 +279,6 @@ SOURCES: list[tuple[int, str, list[str]]] = [
     (28, "database credentials", [DB, KEYS, PAY]), (32, "medical leave", [LEAVE, PAY]),
 ]
 
-RETRIEVER = '''"""A lexical retriever over the bundled Northwind corpus (``corpus.jsonl`` next to this file),
-for ``ctxleak influence --retriever PATH/retriever.py:retriever --data queries.jsonl``.
-
-BM25 (k1 = 1.2, b = 0.75) over lower-cased words of each document's text and source path, top 3,
-ties broken by document id: deterministic, standard library only, runs from any directory. It is
-a stand-in for the app's own retriever: its top 3 need not be the documents ``log.jsonl`` logged.
-"""
-
-from __future__ import annotations
-
-import json
-import math
-import re
-from functools import lru_cache
-from pathlib import Path
-from typing import Any
-
-CORPUS = Path(__file__).resolve().with_name("corpus.jsonl")
-TOP_K = 3
-K1, B = 1.2, 0.75
-STOPWORDS = frozenset(
-    "a an and are as at be by can do does for from have how i in is it my of on or our s the "
-    "there this to was we what whats when where which who why will with you your".split())
-
-
-def words(text: str) -> list[str]:
-    """The lower-cased words of ``text`` without stop words."""
-    return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOPWORDS]
-
-
-@lru_cache(maxsize=1)
-def corpus() -> tuple[dict[str, Any], ...]:
-    """The documents of ``corpus.jsonl``, read once."""
-    with open(CORPUS, encoding="utf-8") as handle:
-        return tuple(json.loads(line) for line in handle if line.strip())
-
-
-def retriever(query: str) -> list[dict[str, Any]]:
-    """The 3 documents of the corpus with the highest BM25 score for ``query``, best first, each
-    a dict with ``id``, ``text``, ``source``, ``metadata`` and ``score`` (BM25, 4 decimals)."""
-    docs = corpus()
-    bags = [words(d["text"] + " " + d["source"]) for d in docs]
-    mean = sum(len(b) for b in bags) / len(bags)
-    terms = set(words(query))
-    df = {t: sum(t in b for b in bags) for t in terms}
-    scored = []
-    for doc, bag in zip(docs, bags):
-        score = 0.0
-        for t in sorted(terms):
-            tf = bag.count(t)
-            if tf:
-                idf = math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5))
-                score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * len(bag) / mean))
-        scored.append((-round(score, 4), doc["id"], doc))
-    scored.sort(key=lambda item: (item[0], item[1]))
-    return [{"id": d["id"], "text": d["text"], "source": d["source"],
-             "metadata": dict(d["metadata"]), "score": -s} for s, _, d in scored[:TOP_K]]
-'''
-
 
 def render(context: str, query: str) -> list[dict[str, str]]:
     """The app's messages for one turn: each ``{context}`` and ``{query}`` slot filled in one
@@ -446,66 +390,9 @@ def build() -> dict[str, str]:
              "prompt.json": json.dumps(PROMPT, indent=2) + "\n",
              "log.jsonl": jsonl(rows), "spans.jsonl": jsonl(spans),
              "queries.jsonl": jsonl([{"id": r["id"], "query": r["query"]} for r in rows]),
-             "retriever.py": RETRIEVER,
+             "retriever.py": RETRIEVER.read_text(encoding="utf-8"),
              "truth.json": json.dumps(truth(rows), indent=2, ensure_ascii=False) + "\n"}
-    check(rows, truth(rows))
     return files
-
-
-def normal(text: str) -> str:
-    return " ".join(text.lower().split())
-
-
-def longest_common(a: str, b: str) -> int:
-    """Length of the longest common substring of ``a`` and ``b`` (characters)."""
-    best, prev = 0, [0] * (len(b) + 1)
-    for x in a:
-        cur = [0] * (len(b) + 1)
-        for j, y in enumerate(b, start=1):
-            if x == y:
-                cur[j] = prev[j - 1] + 1
-                best = max(best, cur[j])
-        prev = cur
-    return best
-
-
-def check(rows: list[dict[str, Any]], gold: dict[str, Any]) -> None:
-    """Refuse an example that breaks the contract: sizes, leaks as stated, no value of a
-    retrieved document in an answer without its leak, no long restricted copy left unrecorded."""
-    corpus = documents()
-    problems = [f"{i}: {len(d['text'].split())} words" for i, d in corpus.items()
-                if len(d["text"].split()) > 70]
-    problems += [f"{t}: braces" for t in [*(d["text"] for d in corpus.values()),
-                                         *(r["query"] for r in rows)] if "{" in t or "}" in t]
-    values: dict[str, list[str]] = {}
-    for v in gold["values"]:
-        values.setdefault(v["document"], []).append(v["value"])
-        if v["value"] not in corpus[v["document"]]["text"]:
-            problems.append(f"value {v['value']!r} not in {v['document']}")
-    for row in rows:
-        tid, answer, ids = row["id"], row["response"], [d["id"] for d in row["documents"]]
-        turn = gold["turns"][tid]
-        if not 2 <= len(ids) <= 4 or len(answer.split()) > 40:
-            problems.append(f"{tid}: {len(ids)} documents, {len(answer.split())} words")
-        for lk in turn["leaks"]:
-            if lk["document"] not in turn["uses"] or lk["value"] not in \
-                    corpus[lk["document"]]["text"]:
-                problems.append(f"{tid}: leak {lk['value']!r} not in a used document")
-            if lk["in_answer"] not in answer or (lk["kind"] == "paraphrase"
-                                                 and normal(lk["value"]) in normal(answer)):
-                problems.append(f"{tid}: leak {lk['in_answer']!r} vs the answer")
-        shown = [lk["in_answer"] for lk in turn["leaks"] if lk["kind"] != "paraphrase"]
-        for i in ids:
-            for value in values.get(i, []):
-                if value in answer and value not in row["query"] and \
-                        not any(value in s for s in shown):
-                    problems.append(f"{tid}: {value!r} of {i} in the answer, no leak")
-            copied = longest_common(normal(answer), normal(corpus[i]["text"]))
-            if corpus[i]["metadata"]["classification"] == "restricted" and copied >= 20 \
-                    and not any(lk["document"] == i for lk in turn["leaks"]):
-                problems.append(f"{tid}: copies {copied} characters of {i}, no leak")
-    if problems:
-        raise SystemExit("the example breaks its contract:\n" + "\n".join(problems))
 
 
 def main(argv: list[str] | None = None) -> int:

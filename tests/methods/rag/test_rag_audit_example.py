@@ -5,6 +5,7 @@ Knowledge in Language Models", Def. 3.1 with S = one retrieved document)."""
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 from collections import Counter
@@ -47,6 +48,13 @@ def _render(prompt: list[dict], documents: list[dict], query: str) -> list[dict]
     return [{"role": m["role"],
              "content": m["content"].replace("{context}", context).replace("{query}", query)}
             for m in prompt]
+
+
+def _longest_common(a: str, b: str) -> int:
+    """Characters in the longest common substring of ``a`` and ``b``, case and spaces aside."""
+    a, b = (" ".join(t.lower().split()) for t in (a, b))
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).find_longest_match(
+        0, len(a), 0, len(b)).size
 
 
 def _traces(spans: list[dict]) -> dict[str, list[dict]]:
@@ -107,6 +115,11 @@ def test_every_leak_is_in_its_document_and_in_the_answer_as_stated(example):
             if lk["kind"] == "paraphrase":
                 assert lk["value"].lower() not in row["response"].lower(), (tid, lk)
                 assert lk["in_answer"] not in corpus[lk["document"]]["text"], (tid, lk)
+        # no 20 characters of a restricted document are copied unrecorded (case and spaces aside)
+        for i in retrieved:
+            if corpus[i]["metadata"]["classification"] == "restricted" and \
+                    not any(lk["document"] == i for lk in turn["leaks"]):
+                assert _longest_common(row["response"], corpus[i]["text"]) < 20, (tid, i)
         # no secret or personal value of a retrieved document reaches an answer unrecorded
         shown = [lk["in_answer"] for lk in turn["leaks"]]
         for value in truth["values"]:
