@@ -1,4 +1,4 @@
-"""Write the bundled RAG audit example, ``src/ctxleak/data/rag_audit/`` (run from anywhere).
+"""Write the bundled RAG audit example, ``src/ctxleak/data/demo/rag_audit/`` (run from anywhere).
 
 A fictional company, Northwind, runs an internal assistant over a small knowledge base. The files
 are one day of that assistant: the corpus, the app's prompt, the query log, the same turns as
@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).resolve().parents[1] / "src" / "ctxleak" / "data" / "rag_audit"
+OUT = Path(__file__).resolve().parents[1] / "src" / "ctxleak" / "data" / "demo" / "rag_audit"
 #: the bundled retriever's source, copied as it is (kept here so that it is linted as code)
 RETRIEVER = Path(__file__).resolve().with_name("rag_audit_retriever.py")
 SEED = 50

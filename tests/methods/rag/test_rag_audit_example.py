@@ -1,4 +1,4 @@
-"""The bundled RAG audit example (``src/ctxleak/data/rag_audit``): its generator reproduces it, its
+"""The bundled RAG audit example (``src/ctxleak/data/demo/rag_audit``): its generator reproduces it, its
 ground truth holds in its own files, and ctxleak's own loaders read the log and the spans to the
 same turns (the deployed answers of "Estimating Privacy Leakage of Augmented Contextual
 Knowledge in Language Models", Def. 3.1 with S = one retrieved document)."""
@@ -19,7 +19,7 @@ from ctxleak.methods.rag.passages import LIST_SEPARATOR
 from ctxleak.methods.rag.spans import span_rows
 
 ROOT = Path(__file__).resolve().parents[3]
-FOLDER = ROOT / "src" / "ctxleak" / "data" / "rag_audit"
+FOLDER = ROOT / "src" / "ctxleak" / "data" / "demo" / "rag_audit"
 FILES = {"corpus.jsonl", "prompt.json", "log.jsonl", "spans.jsonl", "queries.jsonl",
          "retriever.py", "truth.json"}
 

@@ -95,9 +95,9 @@ HUB_DATASETS = ("cnn_dailymail", "pubmedqa")
 #: little on the context) and ``demo-qa`` (questions about private facts whose answers are only
 #: in the document: utility falls when the context's influence is lowered), ``demo-rag-log`` and
 #: ``demo-rag-spans`` (one day of a company assistant's RAG turns, as a query log and as
-#: OpenInference spans, in ``data/rag_audit`` with its ground truth).
+#: OpenInference spans, in ``data/demo/rag_audit`` with its ground truth).
 DEMO_SETS = {"demo": "influence.jsonl", "demo-qa": "rag_qa.jsonl",
-             "demo-rag-log": "../rag_audit/log.jsonl", "demo-rag-spans": "../rag_audit/spans.jsonl"}
+             "demo-rag-log": "rag_audit/log.jsonl", "demo-rag-spans": "rag_audit/spans.jsonl"}
 
 
 def resolve_data(data: Any) -> Any:
