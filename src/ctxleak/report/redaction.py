@@ -120,11 +120,17 @@ def _texts(value: Any) -> Iterator[str]:
             yield from _texts(v)
 
 
+#: types of single-token values that are masked wherever they appear once found in a run (a PIN
+#: with its cue in a document, repeated without one in an answer)
+_TOKEN_TYPES = frozenset({"password", "secret", "pin", "id", "email"})
+
+
 def names_in(*values: Any) -> set[str]:
     """The person names found in any text of ``values`` (records, summaries: every string, and
-    every list of strings joined): by :func:`ctxleak.methods.detect.find_names` in every text,
-    and by :func:`ctxleak.methods.sensitive.find_sensitive` in those of two words or more (a
-    single token holds no name a model could find, and there are many of them)."""
+    every list of strings joined), and the single-token secrets, PINs, ids and e-mail addresses
+    found there: by :func:`ctxleak.methods.detect.find_names` in every text, and by
+    :func:`ctxleak.methods.sensitive.find_sensitive` in those of two words or more (a single
+    token holds no name a model could find, and there are many of them)."""
     # lazy: only when redacting
     from ctxleak.methods.detect import find_names
     from ctxleak.methods.sensitive import find_sensitive
@@ -133,17 +139,21 @@ def names_in(*values: Any) -> set[str]:
     for text in dict.fromkeys(t for v in values for t in _texts(v)):
         names.update(span.text for span in find_names(text))
         if len(text) >= 8 and len(text.split()) >= 2:
-            # a model's name of one word ("Verdict") is too often a mistake to mask everywhere
-            names.update(s.text for s in find_sensitive(text)
-                         if s.type == "person" and len(s.text.split()) >= 2)
+            for s in find_sensitive(text):
+                # a model's name of one word ("Verdict") is too often a mistake to mask
+                # everywhere
+                if (s.type == "person" and len(s.text.split()) >= 2) or (
+                        s.type in _TOKEN_TYPES and len(s.text) >= 4 and " " not in s.text):
+                    names.add(s.text)
     return names
 
 
 @dataclass(frozen=True)
 class Redactor:
     """What a run shows passes through :meth:`text` (and token sequences through
-    :meth:`tokens`): masked when ``on``, as they are otherwise. ``names``: person names known
-    beforehand (found anywhere in the run), masked wherever their words appear."""
+    :meth:`tokens`): masked when ``on``, as they are otherwise. ``names``: person names and
+    single-token secrets known beforehand (found anywhere in the run, :func:`names_in`), masked
+    wherever their words appear."""
 
     on: bool = False
     names: tuple[str, ...] = ()

@@ -76,9 +76,15 @@ _CUES: dict[str, tuple[str, ...]] = {
     ),
     "MEDICAL": (
         r"\b(?:diagnos(?:is|ed with|es)|treated for|treatment for|suffers from|"
-        r"condition|medical leave for|is being treated for|history of)\s*:?\s*"
-        r"(?P<v>(?!(?:and|or|of|the|is|was|to|in|on|for|a|an)\b)[A-Za-z][\w'\-]*(?:\s+(?!and\b|on\b|in\b|since\b|from\b|with\b|for\b|at\b|"
-        r"by\b|after\b|until\b)[\w'\-]+){0,4})",
+        r"condition(?=\s*:)|medical leave for|is being treated for|history of)\b\s*:?\s*"
+        r"(?P<v>(?!(?:and|or|of|the|is|was|to|in|on|for|a|an)\b)[A-Za-z][\w'\-]*"
+        r"(?:\s+(?!and\b|on\b|in\b|since\b|from\b|with\b|for\b|at\b|by\b|after\b|until\b)"
+        r"[\w'\-]+){0,4})",
+        # a condition named by the organ or kind, without a cue ("off sick with a heart
+        # condition")
+        r"\b(?P<v>(?:heart|cardiac|lung|kidney|liver|skin|blood|bowel|thyroid|mental[ -]health|"
+        r"mental|psychiatric|chronic|rare|autoimmune|neurological|genetic|degenerative|"
+        r"terminal|respiratory)\s+(?:condition|disorder|disease|illness|infection|failure))\b",
     ),
 }
 #: common conditions named without a cue (a deny-list: Presidio's medical NER needs a hub model)
