@@ -34,6 +34,7 @@ from ctxleak.run.records import demo_path
 
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "bench" / "data" / "detectors_heldout.jsonl"
+RAG_DIRS = (ROOT / "src/ctxleak/data/demo/rag_audit", ROOT / "src/ctxleak/data/rag_audit")
 
 
 def _covered(spans: list[tuple[int, int]], start: int, end: int, text: str) -> bool:
@@ -104,6 +105,27 @@ def counts(texts: list[str]) -> None:
     print(f"  before: {dict(sorted(before.items()))}\n  after:  {dict(sorted(after.items()))}")
 
 
+def turn_timing(rag_dir: Path, turns_per_s: float) -> None:
+    """Milliseconds of detectors per turn of the RAG example's log (its answer and its
+    documents, the cache emptied before each turn: no document found before), against the
+    audit's time per turn."""
+    turns = [json.loads(line) for line in (rag_dir / "log.jsonl").read_text().splitlines()
+             if line.strip()]
+    spent = []
+    for turn in turns:
+        sensitive._find.cache_clear()
+        t0 = time.perf_counter()
+        for text in [turn["response"], *(d["text"] for d in turn["documents"])]:
+            sensitive.find_sensitive(text)
+        spent.append(time.perf_counter() - t0)
+    mean = 1000 * sum(spent) / len(spent)
+    turn_ms = 1000 / turns_per_s
+    print(f"  the RAG example's log: {mean:.0f} ms of detectors per turn (answer and "
+          f"{sum(len(t['documents']) for t in turns) / len(turns):.1f} documents, mean of "
+          f"{len(turns)} turns, max {1000 * max(spent):.0f} ms) = {100 * mean / turn_ms:.1f} % "
+          f"of an audited turn ({turn_ms:.0f} ms at {turns_per_s} turns/s)")
+
+
 def timing(texts: list[str], turns_per_s: float, load: float) -> None:
     """Milliseconds per text on a cold cache (the engines loaded), against an audited turn."""
     sensitive._find.cache_clear()
@@ -126,7 +148,8 @@ def timing(texts: list[str], turns_per_s: float, load: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rag-dir", type=Path, default=ROOT / "src/ctxleak/data/rag_audit")
+    parser.add_argument("--rag-dir", type=Path, default=next(
+        (p for p in RAG_DIRS if (p / "truth.json").exists()), RAG_DIRS[0]))
     parser.add_argument("--audit-turns-per-s", type=float, default=0.28)
     args = parser.parse_args()
     t0 = time.perf_counter()
@@ -147,6 +170,8 @@ def main() -> None:
         print(f"\ndemo set {name}: {len(demo)} contexts (unlabelled), spans found by type")
         counts(demo)
     timing(texts, args.audit_turns_per_s, load)
+    if (args.rag_dir / "log.jsonl").exists():
+        turn_timing(args.rag_dir, args.audit_turns_per_s)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ __all__ = ["find_secrets"]
 #: detect-secrets' plugins that find network addresses, not credentials
 _SKIP = {"IPPublicDetector"}
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_\-+/=.:@!$%&*#~]{16,}")
-_TRIM = ".,;:!?)]}'\""
+_TRIM = ".,;:)]}'\""
 _lock = threading.Lock()
 _plugins: list[Any] | None = None
 
@@ -61,8 +61,12 @@ def _line_spans(line: str, plugins: list[Any]) -> list[tuple[int, int, str]]:
         if name == "KeywordDetector":
             for filename in ("doc.yaml", "doc.py"):
                 for value in _values(plugin, filename, line):
-                    found += [(m.start(), m.end(), "password" if _is_password(line, m.start())
-                               else "secret") for m in re.finditer(re.escape(value), line)]
+                    # read as YAML, the value runs to the end of the line: in prose, the
+                    # password is its first word ("password: Hunter2! The door ...")
+                    first = (value.split()[0] if value.split() else value).rstrip(_TRIM)
+                    found += [(m.start(), m.start() + len(first),
+                               "password" if _is_password(line, m.start()) else "secret")
+                              for m in re.finditer(re.escape(value), line)]
         elif "HighEntropy" in name:
             for tok in _TOKEN_RE.finditer(line):
                 text = tok.group(0).rstrip(_TRIM)
@@ -77,8 +81,11 @@ def _line_spans(line: str, plugins: list[Any]) -> list[tuple[int, int, str]]:
 
 
 def _is_password(line: str, start: int) -> bool:
+    """Whether the keyword nearest before ``start`` names a password (not a key or token)."""
     before = line[max(0, start - 40):start].lower()
-    return any(w in before for w in ("pass", "pwd"))
+    words = {w: before.rfind(w) for w in ("pass", "pwd", "key", "token", "secret", "auth")}
+    nearest = max(words, key=lambda w: words[w])
+    return words[nearest] >= 0 and nearest in ("pass", "pwd")
 
 
 def find_secrets(text: str) -> list[Span]:
