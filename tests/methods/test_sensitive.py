@@ -131,6 +131,9 @@ def test_carried_values_cover_the_old_detectors() -> None:
     for value in carried_pii(text):
         assert any(value in v or v in value for v in new), value
     assert new.get("Hunter2-Prod!") == "password"
+    office = "Our offices in New York and San Francisco open at 8."
+    assert "location" in {s.type for s in find_sensitive(office)}
+    assert "location" not in carried_values(office).values()  # a city alone is nobody's data
 
 
 def test_empty_and_numeric_texts() -> None:
