@@ -161,6 +161,23 @@ def test_redacted_report_shows_none_of_the_secrets() -> None:
     assert "Velikova" not in page and "[REDACTED]" in page
 
 
+def test_secret_stops_at_a_glued_sentence_and_jwt_stays_whole() -> None:
+    # passages joined without a space, as a redactor reads a list of passages
+    assert _found("Database password: Qx7!vR2#mK9pL4zW.Facilities are open.").get(
+        "Qx7!vR2#mK9pL4zW") == "password"
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ0ZXN0LXRlbmFudCJ9.Zk3x9QmP2vL7rT4wY8nB1cD6fH0jK5sA"
+    assert _found(f"Use the JWT {jwt}.").get(jwt) == "secret"
+
+
+def test_run_redactor_spreads_names_not_holiday_words() -> None:
+    texts = ["Holidays: Martin Luther King Jr. Day 19 January, Labor Day 7 September.",
+             "Employee: Helena Wirth, VPN PIN: 730519.", "Wirth's PIN is 730519, Labor Day off."]
+    redactor = Redactor.of_run(True, texts)
+    out = redactor.text(texts[2])
+    assert "Wirth" not in out and "730519" not in out  # found once, masked where unmarked
+    assert "Labor Day off" in out  # words of a holiday the model took for a name stay
+
+
 def test_import_loads_no_engine() -> None:
     code = ("import sys, ctxleak, ctxleak.methods.sensitive, ctxleak.report.redaction; "
             "print([m for m in ('spacy', 'presidio_analyzer', 'detect_secrets') "

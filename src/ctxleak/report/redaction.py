@@ -123,6 +123,11 @@ def _texts(value: Any) -> Iterator[str]:
 #: types of single-token values that are masked wherever they appear once found in a run (a PIN
 #: with its cue in a document, repeated without one in an answer)
 _TOKEN_TYPES = frozenset({"password", "secret", "pin", "id", "email"})
+#: a person's name as a model finds it, masked wherever its words appear: two or three
+#: capitalised words, a possessive allowed at the end
+_NAME_RE = re.compile(r"[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z\u00e0-\u00ff]+)?"
+                      r"(?: [A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z\u00e0-\u00ff]+)?){1,2}"
+                      r"(?:['\u2019]s)?")
 
 
 def names_in(*values: Any) -> set[str]:
@@ -140,10 +145,12 @@ def names_in(*values: Any) -> set[str]:
         names.update(span.text for span in find_names(text))
         if len(text) >= 8 and len(text.split()) >= 2:
             for s in find_sensitive(text):
-                # a model's name of one word ("Verdict") is too often a mistake to mask
+                # a model's name of one word ("Verdict"), or of words that are not all
+                # names ("Martin Luther King Jr. Day"), is too often a mistake to mask
                 # everywhere
-                if (s.type == "person" and len(s.text.split()) >= 2) or (
-                        s.type in _TOKEN_TYPES and len(s.text) >= 4 and " " not in s.text):
+                if s.type == "person" and _NAME_RE.fullmatch(s.text):
+                    names.add(re.sub(r"['\u2019]s$", "", s.text))
+                elif s.type in _TOKEN_TYPES and len(s.text) >= 4 and " " not in s.text:
                     names.add(s.text)
     return names
 

@@ -92,7 +92,9 @@ _NOT_NAME = frozenset(
     "The A An This That Please Call Contact Mail Email Send Ship Ask Thanks Thank Dear Hi Hello "
     "Dr Mr Mrs Ms Mx Prof Miss Sir Madam From To For Attn Cc Re Patient Employee Manager Staff "
     "Tenant Client Customer Team Offer Letter Note Memo Reminder Confidential Draft Incident "
-    "Following After Before On In At By With And Or Of Our Your Their His Her Its New".split())
+    "Following After Before On In At By With And Or Of Our Your Their His Her Its New "
+    "Is Are Was Were Be Do Does Did Can Could Should Would Will Has Have Had May Might Must "
+    "What Who Whom Whose Which Where When Why How Tell Give Show List Find Get".split())
 
 
 def _widen(text: str, span: Span) -> Span:
@@ -107,10 +109,14 @@ def _widen(text: str, span: Span) -> Span:
             end += 1
         while end > span.end and text[end - 1] in _TOKEN_END:
             end -= 1
+        # the next sentence, glued on ("Qx7!vR2.The"): texts joined without spaces read so
+        glued = re.search(r"\.[A-Z][a-z]+(?![\w-])", text[start:end])
+        if glued:
+            end = start + glued.start()
     elif span.type == "person":
         before = re.search(r"([^\s]+) $", text[:start])
         if before and _CAPITALISED_RE.fullmatch(before.group(1)) \
-                and before.group(1) not in _NOT_NAME:
+                and before.group(1) not in _NOT_NAME and not before.group(1).endswith("'s"):
             start = before.start(1)
         after = re.match(r" ([^\s]+)", text[end:])
         if after and _CAPITALISED_RE.fullmatch(after.group(1)) \

@@ -63,13 +63,14 @@ def _line_spans(line: str, plugins: list[Any]) -> list[tuple[int, int, str]]:
                 for value in _values(plugin, filename, line):
                     # read as YAML, the value runs to the end of the line: in prose, the
                     # password is its first word ("password: Hunter2! The door ...")
-                    first = (value.split()[0] if value.split() else value).rstrip(_TRIM)
+                    first = _glued((value.split()[0] if value.split() else value)
+                                   ).rstrip(_TRIM)
                     found += [(m.start(), m.start() + len(first),
                                "password" if _is_password(line, m.start()) else "secret")
                               for m in re.finditer(re.escape(value), line)]
         elif "HighEntropy" in name:
             for tok in _TOKEN_RE.finditer(line):
-                text = tok.group(0).rstrip(_TRIM)
+                text = _glued(tok.group(0)).rstrip(_TRIM)
                 if sum(c.isdigit() for c in text) and sum(c.isalpha() for c in text) \
                         and _values(plugin, "doc.py", f'"{text}"'):
                     found.append((tok.start(), tok.start() + len(text), "secret"))
@@ -78,6 +79,13 @@ def _line_spans(line: str, plugins: list[Any]) -> list[tuple[int, int, str]]:
                 found += [(m.start(), m.end(), "secret") for m in rx.finditer(line)
                           if m.end() - m.start() >= 8]
     return found
+
+
+def _glued(value: str) -> str:
+    """``value`` without a next sentence glued on after a full stop ("Qx7!vR2.The"): texts
+    joined without spaces (a passage list) read so."""
+    m = re.search(r"\.[A-Z][a-z]+(?![\w-])", value)
+    return value[:m.start()] if m else value
 
 
 def _is_password(line: str, start: int) -> bool:
