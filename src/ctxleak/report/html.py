@@ -5,10 +5,11 @@ through :func:`html.escape` (``quote=True``) before it is placed in the page. Th
 CSS only, images as ``data:`` URIs, no scripts and no external resources, and a Content Security
 Policy that forbids all of them as a second line of defence.
 
-:func:`redact_text` masks PII for commands run with ``--redact``, found by the detectors of PII
-extraction (:func:`ctxleak.methods.detect.redaction_spans`: e-mails, phone numbers,
-addresses, money amounts, names), and given character spans; a report applies it to all text
-through its :class:`~ctxleak.report.redaction.Redactor` (:mod:`ctxleak.report.redaction`).
+:func:`redact_text` masks secrets and PII for commands run with ``--redact``, found by
+:func:`ctxleak.methods.sensitive.find_sensitive` (passwords, keys, PINs, ids, names, addresses,
+e-mails, phone numbers, money amounts, dates, diagnoses), and given character spans; a report
+applies it to all text through its :class:`~ctxleak.report.redaction.Redactor`
+(:mod:`ctxleak.report.redaction`).
 """
 
 from __future__ import annotations

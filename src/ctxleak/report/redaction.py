@@ -2,13 +2,14 @@
 the HTML report (:class:`ctxleak.report.Report`) and the console (``Result.show()``, the CLI),
 goes through a :class:`Redactor`.
 
-A Redactor masks what the detectors of PII extraction find in each text
-(:func:`ctxleak.methods.detect.redaction_spans`: e-mail addresses, phone numbers, postal
-addresses, money amounts, person names) and, everywhere, the words of every name found anywhere in
-the run's texts (:func:`names_in`): a name cued once (``Employee: Marta Velikova``) is masked
-also where nothing marks it, at the start of a passage, in a response, or split across
-passages. Token sequences (leak maps) are masked on their joined text, so a name split across
-tokens is masked in every token it spans.
+A Redactor masks what the detectors of secrets and personal data find in each text
+(:func:`ctxleak.methods.sensitive.find_sensitive`: Presidio with spaCy's English pipeline for
+names, places, ids, PINs and diagnoses; detect-secrets for passwords, keys and tokens; e-mail
+addresses, phone numbers, postal addresses, money amounts and dates) and, everywhere, the words
+of every name found anywhere in the run's texts (:func:`names_in`): a name found once
+(``Employee: Marta Velikova``) is masked also where nothing marks it, at the start of a passage,
+in a response, or split across passages. Token sequences (leak maps) are masked on their joined
+text, so a name split across tokens is masked in every token it spans.
 
 A report view builds the run's Redactor once from its result and makes it the active one
 (:func:`redacting`) while it renders the page or prints: :class:`Report` and the console take
@@ -33,10 +34,14 @@ def _pattern_spans(text: str, patterns: bool | Iterable[str | re.Pattern[str]],
         return []
     spans: list[tuple[int, int]] = []
     if patterns is True:
-        # lazy: phonenumbers and pyap load only when something is redacted
-        from ctxleak.methods.detect import redaction_spans as pii_spans
+        # lazy: the detectors (spaCy, Presidio, detect-secrets) load only when something is
+        # redacted
+        from ctxleak.methods.detect import find_names
+        from ctxleak.methods.sensitive import find_sensitive
 
-        return [(s.start, s.end) for s in pii_spans(text, names)]
+        names = tuple(names)
+        found = [(s.start, s.end) for s in find_sensitive(text)]
+        return found + [(s.start, s.end) for s in find_names(text, names)] if names else found
     for p in patterns:
         rx = re.compile(p) if isinstance(p, str) else p
         spans += [m.span() for m in rx.finditer(text) if m.end() > m.start()]
@@ -64,10 +69,10 @@ def redact_text(text: str, spans: Sequence[tuple[int, int]] | None = None,
     """Replace PII in ``text`` by ``[REDACTED]``.
 
     ``spans`` are extra ``(start, end)`` character offsets into ``text`` to mask (e.g. the known
-    PII of a probing record). ``patterns=True`` also masks what PII extraction's detectors find:
-    e-mail addresses, phone numbers (validated or phone-shaped), postal addresses, money amounts,
-    and names (cued, after a field label, matching an e-mail, or among ``names``); dates such as
-    ``2024-05-01`` are left alone. ``False`` masks only the spans; an iterable of regexes masks
+    PII of a probing record). ``patterns=True`` also masks what
+    :func:`ctxleak.methods.sensitive.find_sensitive` finds (passwords, keys, tokens, PINs, ids,
+    names, addresses, places, e-mail addresses, phone numbers, money amounts, dates, diagnoses)
+    and every word of ``names``. ``False`` masks only the spans; an iterable of regexes masks
     their matches instead of the detectors'. Overlapping or touching regions become a single
     ``[REDACTED]``.
     """
@@ -115,22 +120,47 @@ def _texts(value: Any) -> Iterator[str]:
             yield from _texts(v)
 
 
+#: types of single-token values that are masked wherever they appear once found in a run (a PIN
+#: with its cue in a document, repeated without one in an answer)
+_TOKEN_TYPES = frozenset({"password", "secret", "pin", "id", "email"})
+#: a person's name as a model finds it, masked wherever its words appear: two or three
+#: capitalised words, a possessive allowed at the end
+_NAME_RE = re.compile(r"[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z\u00e0-\u00ff]+)?"
+                      r"(?: [A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z\u00e0-\u00ff]+)?){1,2}"
+                      r"(?:['\u2019]s)?")
+
+
 def names_in(*values: Any) -> set[str]:
-    """The person names :func:`ctxleak.methods.detect.find_names` finds in any text of
-    ``values`` (records, summaries: every string, and every list of strings joined)."""
-    from ctxleak.methods.detect import find_names  # lazy: only when redacting
+    """The person names found in any text of ``values`` (records, summaries: every string, and
+    every list of strings joined), and the single-token secrets, PINs, ids and e-mail addresses
+    found there: by :func:`ctxleak.methods.detect.find_names` in every text, and by
+    :func:`ctxleak.methods.sensitive.find_sensitive` in those of two words or more (a single
+    token holds no name a model could find, and there are many of them)."""
+    # lazy: only when redacting
+    from ctxleak.methods.detect import find_names
+    from ctxleak.methods.sensitive import find_sensitive
 
     names: set[str] = set()
     for text in dict.fromkeys(t for v in values for t in _texts(v)):
         names.update(span.text for span in find_names(text))
+        if len(text) >= 8 and len(text.split()) >= 2:
+            for s in find_sensitive(text):
+                # a model's name of one word ("Verdict"), or of words that are not all
+                # names ("Martin Luther King Jr. Day"), is too often a mistake to mask
+                # everywhere
+                if s.type == "person" and _NAME_RE.fullmatch(s.text):
+                    names.add(re.sub(r"['\u2019]s$", "", s.text))
+                elif s.type in _TOKEN_TYPES and len(s.text) >= 4 and " " not in s.text:
+                    names.add(s.text)
     return names
 
 
 @dataclass(frozen=True)
 class Redactor:
     """What a run shows passes through :meth:`text` (and token sequences through
-    :meth:`tokens`): masked when ``on``, as they are otherwise. ``names``: person names known
-    beforehand (found anywhere in the run), masked wherever their words appear."""
+    :meth:`tokens`): masked when ``on``, as they are otherwise. ``names``: person names and
+    single-token secrets known beforehand (found anywhere in the run, :func:`names_in`), masked
+    wherever their words appear."""
 
     on: bool = False
     names: tuple[str, ...] = ()

