@@ -76,10 +76,6 @@ def influence(
                                               "sweeps, combined with every λ: 'none' is plain "
                                               "CID (no bound; 'inf' the same), 0 forces λ_t = "
                                               "0 (the no-context answer), e.g. none,2,8."),
-    baseline: bool = typer.Option(True, "--baseline/--no-baseline", help="Also measure the "
-                                  "unmitigated setting (λ = 1, no bound) at each temperature "
-                                  "and context size a sweep lacks it: every setting's utility "
-                                  "difference is read against it (on by default)."),
     repeat_threshold: float = typer.Option(0.5, "--repeat-threshold", help="Share of a "
                                            "response's tokens found in the context above which "
                                            "it counts as repeating the context, in [0, 1]."),
@@ -138,7 +134,6 @@ def influence(
                              temperature=temperature, max_new_tokens=max_new_tokens,
                              min_new_tokens=min_new_tokens, ngram=ngram, stride=stride,
                              context_sizes=context_sizes, bounded_eps=bounded_eps,
-                             baseline=baseline,
                              repeat_threshold=repeat_threshold, rouge_threshold=rouge_threshold,
                              bertscore_model=bertscore_model, factkb_model=factkb_model,
                              redact=redact, control=control, controls=controls,

@@ -197,9 +197,10 @@ class InfluenceResult(Result):
 
     def over_budget(self) -> list[tuple[str, str]]:
         """``(setting, document)`` of every document whose summed influence is over the run's
-        ``exposure_budget`` (nats); [] without a budget."""
+        ``exposure_budget`` (nats); [] without a budget. The baseline a sweep added (λ = 1, no
+        bound, not asked for) is reported in its own rows, never failing the gate."""
         return [(str(s.get("setting")), str(d)) for s in self.summary.get("settings") or ()
-                for d in s.get("over_budget") or ()]
+                if not s.get("added_baseline") for d in s.get("over_budget") or ()]
 
     def example(self, example_id: str, setting: str | None = None) -> ExampleView:
         """One example (its own ``id``; ``setting`` picks one of a sweep, default the first):

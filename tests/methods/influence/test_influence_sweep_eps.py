@@ -48,7 +48,7 @@ def test_each_setting_of_a_sweep_equals_its_own_run(llama_lm, tmp_path):
     assert [(s["lambda"], s.get("bounded_eps")) for s in settings] == [
         (1.0, None), (0.5, 1.0), (1.5, 1.0), (0.5, 4.0), (1.5, 4.0)]  # the baseline added
     for lam, eps in ((1.5, 1.0), (0.5, 4.0)):
-        alone = ctxleak.influence(llama_lm, DOCS, lambda_=lam, bounded_eps=eps, baseline=False,
+        alone = ctxleak.influence(llama_lm, DOCS, lambda_=lam, bounded_eps=eps,
                                   output=str(tmp_path / f"alone-{lam}-{eps}"), **kw)
         key = alone.records[0]["setting"]
         assert [r for r in swept.records if r["setting"] == key] == alone.records

@@ -79,9 +79,6 @@ class InfluenceParams:
         None, "Bounded CID: ε-DP per token for any n-gram (App. B); λ becomes the upper bound "
         "λ_max. A list sweeps, combined with every λ: 'none' (or None) is plain CID, 'inf' "
         "the same (no bound), 0 forces λ_t = 0 (the no-context answer), e.g. 'none,2,8'.")
-    baseline: bool = option(True, "Also measure the unmitigated setting (λ = 1, no bound) at "
-                            "each temperature and context size the sweep lacks it: the "
-                            "baseline every setting's utility difference is read against.")
     repeat_threshold: float = option(0.5, "Response-to-context overlap above which a response "
                                      "counts as repeating its context, in [0, 1].")
     rouge_threshold: float = option(0.5, "ROUGE-L above which a response counts as close to "
@@ -128,9 +125,6 @@ class InfluenceParams:
                 warn("bounded_eps 0 forces λ_t = 0 at every token whatever λ_max: its "
                      f"{len(lams)} λ settings are the same decoding (the no-context answer)",
                      param="bounded_eps")
-        if not isinstance(self.baseline, bool):
-            raise ConfigError(f"baseline must be True or False, not {self.baseline!r}",
-                              param="baseline")
         # None stays None until the model is known (:meth:`with_default_temperature`)
         if self.temperature is not None:
             put("temperature", tuple(check_unique(temps, "temperature")))
@@ -208,12 +202,15 @@ class InfluenceParams:
 
     def grid(self) -> list[Setting]:
         """Every (λ, T, bounded ε, context size) setting, in the order of each example's
-        samples, each context size's led by the unmitigated baseline (λ = 1, no bound) at every
-        T where the sweep lacks it (``baseline``) and has a mitigated setting."""
+        samples. A sweep (two settings or more) with a mitigated one (λ ≠ 1 or a bound) has
+        each context size's settings led by the unmitigated baseline (λ = 1, no bound) at every
+        T where it lacks it: every setting's utility difference is read against it. A run of
+        one setting measures that setting alone."""
         lams: list[float] = list(self.lambda_)  # type: ignore[arg-type]
-        mitigated = any(lam != 1 for lam in lams) or self.bounded_eps is not None
+        asked = settings_grid(lams, self.temperatures, self.sizes, self.eps_values)
+        mitigated = any(not s.is_baseline for s in asked)
         return settings_grid(lams, self.temperatures, self.sizes, self.eps_values,
-                             baseline=self.baseline and mitigated)
+                             baseline=mitigated and len(asked) > 1)
 
     @property
     def eps_values(self) -> list[float | None]:
@@ -233,7 +230,6 @@ class InfluenceParams:
                 **({} if self.controls is None else {"controls": self.controls}),
                 **({} if self.exposure_budget is None
                    else {"exposure_budget": self.exposure_budget}),
-                **({} if self.baseline else {"baseline": False}),
                 **{k: v for k, v in options.__dict__.items() if k != "template"},
                 # one value as a number (as before sweeps), several as a list
                 "bounded_eps": (None if self.bounded_eps is None else self.bounded_eps[0]  # type: ignore[index]
