@@ -83,7 +83,7 @@ CASES = {
         (["--template", "{context} {bogus}"], ["--template", "{bogus}"]),
         (["--template", "{context"], ["--template", "not a valid template"]),
         (["--context-sizes", "0"], ["--context-sizes"]),
-        (["--bounded-eps", "inf"], ["--bounded-eps", "finite"]),
+        (["--bounded-eps", "none,-2"], ["--bounded-eps", "'-2'", "none"]),
         (["--repeat-threshold", "nan"], ["--repeat-threshold", "finite"]),
         (["--rouge-threshold", "2"], ["--rouge-threshold", "<= 1"]),
         (["--data", "{folder}"], ["{folder}", "is a folder"]),

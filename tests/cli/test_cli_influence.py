@@ -72,7 +72,9 @@ def test_sweep_and_config_file(tiny_dir, tmp_path, capsys):
     assert code == 0, err
     results = json.loads((out / "results.json").read_text())
     settings = results["summary"]["settings"]
-    assert len(settings) == 4
+    # λ = 0 and 1.5 at each context size, each size led by the λ = 1 baseline it lacked
+    assert len(settings) == 6 and [s.get("added_baseline", False) for s in settings] == [
+        True, False, False] * 2
     zero = [s for s in settings if s["lambda"] == 0]
     assert all(s["influence"]["mean"] == 0 for s in zero)
     assert (out / "lambda_sweep.png").is_file() and (out / "context_size.png").is_file()

@@ -276,7 +276,7 @@ def test_ledger_needs_the_observer(llama_lm):
 @pytest.mark.parametrize("kwargs, match", [
     ({"lambda_": -1.0}, "^lambda_ must be >= 0"),  # library errors name the keyword
     ({"temperature": 0.0}, "temperature"),
-    ({"bounded_eps": 0.0}, "^bounded_eps must be > 0"),
+    ({"bounded_eps": -1.0}, "^bounded_eps must be >= 0"),
     ({"penalty_alpha": 0.6, "top_k": 4}, "contrastive"),
     ({"prompt_lookup_num_tokens": 3}, "prompt-lookup"),
     ({"num_beam_groups": 2, "num_beams": 2}, "group beam"),

@@ -141,6 +141,20 @@ def test_rows_at_once_are_each_row_alone():
         assert (float(lams[t]), float(divs[t])) == bounded_lambda(a, b, 0.5, 1.0, 0.8)
 
 
+def test_eps_zero_leaves_only_the_no_context_distribution():
+    """ε = 0 (Alg. 1, App. B): only λ_t = 0 keeps every token within ε/2 = 0 of the
+    no-context distribution, so each step is the no-context stream bit for bit, at any
+    λ_max, even where the streams are equal."""
+    pairs = [_logits(50 + t, masked=2 * (t % 2)) for t in range(4)]
+    zc, ze = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+    for lam_max in (0.0, 0.5, 1.0, 2.0):
+        lams, divs = bounded_lambdas(zc, ze, 0.0, lam_max, 0.8)
+        assert lams.tolist() == [0.0] * 4 and divs.tolist() == [0.0] * 4
+        assert torch.equal(cid_logprobs(zc, ze, lams, 0.8), torch.log_softmax(ze / 0.8, -1))
+    same = _logits(60)[0]
+    assert bounded_lambda(same, same.clone(), 0.0, 1.0, 0.8) == (0.0, 0.0)
+
+
 def test_the_draw_is_reproducible_from_its_seed():
     logprobs = torch.log_softmax(_logits(40)[0], dim=-1)
     first = [draw(logprobs, gen, True) for gen in [seeded_generator(7)] for _ in range(20)]
@@ -159,7 +173,8 @@ def test_the_draw_is_reproducible_from_its_seed():
     ({"temperature": float("inf")}, "temperature", "temperature must be a finite number, not inf"),
     ({"temperature": 0}, "temperature", "temperature must be > 0, not 0"),
     ({"bounded_eps": float("inf")}, "bounded_eps", "bounded_eps must be a finite number, not inf"),
-    ({"bounded_eps": 0.0}, "bounded_eps", "bounded_eps must be > 0, not 0.0"),
+    ({"bounded_eps": -1.0}, "bounded_eps", "bounded_eps must be >= 0 (0: λ_t = 0, the no-context "
+                                           "answer), not -1.0"),
     ({"lam": -1, "temperature": 0}, "lam", "lam must be >= 0"),  # λ is checked first
 ])
 def test_settings_are_checked_once_naming_the_parameter(settings, param, message):
@@ -168,6 +183,7 @@ def test_settings_are_checked_once_naming_the_parameter(settings, param, message
         check_cid_settings(**settings)
     assert info.value.param == param and isinstance(info.value, ValueError)
     check_cid_settings(lam=0.0, temperature=0.1, bounded_eps=1e-9)  # in range: no error
+    check_cid_settings(lam=1.0, temperature=0.1, bounded_eps=0.0)  # ε = 0: the no-context answer
 
 
 def test_lambda_max_comes_back_as_given_where_the_bound_holds():

@@ -205,8 +205,8 @@ def test_config_validation():
         CIDConfig(temperature=0)
     with pytest.raises(ConfigError, match="^min_new_tokens must be between 0 and"):
         CIDConfig(max_new_tokens=5, min_new_tokens=6)
-    with pytest.raises(ConfigError, match="^bounded_eps must be > 0"):
-        CIDConfig(bounded_eps=0)
+    with pytest.raises(ConfigError, match="^bounded_eps must be >= 0"):
+        CIDConfig(bounded_eps=-0.5)
 
 
 def test_windows():

@@ -79,7 +79,7 @@ def influence(bound: Bound, /, model: str | LanguageModel = "default", data: Any
               temperature: float | Sequence[float] | str | None = None, max_new_tokens: int = 50,
               min_new_tokens: int | None = None, ngram: int | str | None = "full",
               stride: int | None = None, context_sizes: int | Sequence[int] | str | None = None,
-              bounded_eps: float | Sequence[float] | str | None = None, repeat_threshold: float = 0.5,
+              bounded_eps: float | Sequence[float | None] | str | None = None, repeat_threshold: float = 0.5,
               rouge_threshold: float = 0.5, bertscore_model: str | None = None,
               factkb_model: str | None = None, redact: bool = False, control: bool = True,
               controls: int | None = None,

@@ -73,7 +73,9 @@ def influence(
                                               "ε-DP per token for any n-gram (App. B), so "
                                               "ε × tokens for a response (basic composition); "
                                               "λ becomes the upper bound λ_max. A comma list "
-                                              "sweeps, combined with every λ."),
+                                              "sweeps, combined with every λ: 'none' is plain "
+                                              "CID (no bound; 'inf' the same), 0 forces λ_t = "
+                                              "0 (the no-context answer), e.g. none,2,8."),
     repeat_threshold: float = typer.Option(0.5, "--repeat-threshold", help="Share of a "
                                            "response's tokens found in the context above which "
                                            "it counts as repeating the context, in [0, 1]."),

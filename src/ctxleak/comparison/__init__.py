@@ -22,7 +22,16 @@ from typing import Any
 from ctxleak._version import __version__
 from ctxleak.citations import bibtex, papers_for
 from ctxleak.comparison.labels import model_name, pair_label, run_attributes, side_labels
-from ctxleak.comparison.pairs import PAIRINGS, UNPAIRED, Contrast, contrast, plan_contrasts, sides
+from ctxleak.comparison.pairs import (
+    PAIRINGS,
+    UNPAIRED,
+    Contrast,
+    Side,
+    contrast,
+    fixed_apart,
+    plan_contrasts,
+    sides,
+)
 from ctxleak.errors import ConfigError, OutputError, warn
 from ctxleak.report.comparing import COMPARE
 from ctxleak.report.views import view_for
@@ -38,7 +47,8 @@ class Comparison:
 
     ``labels``: one per run, by what differs between the runs; ``rows``: the summary table, a
     column per run; ``contrasts``: the pairs of (run, setting) compared per example;
-    ``unpaired``: why no example was paired, where none was."""
+    ``unpaired``: why no example was paired, where none was, or the settings left unpaired
+    (in one run only), by name."""
 
     method: str
     labels: list[str]
@@ -200,14 +210,21 @@ def compare_rows(method: str, tables: Sequence[list[dict[str, Any]]],
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     names = [[", ".join(f"{c}={_fmt(row[c])}" for c in ident if c in row) for row in rows]
              for rows in tables]
-    # runs that share no row (one at λ = 1, one at λ = 0.5): rows matched in order, not left
-    # on a diagonal
-    by_order = len(tables) > 1 and len({len(t) for t in tables}) == 1 and all(
-        not set(names[0]) & set(n) for n in names[1:])
-    for label, rows, row_names in zip(labels, tables, names):
+    # rows matched by value; a column each run holds at its own value (one run at λ = 1, one
+    # at λ = 0.5) is what the runs differ by, so rows are matched on the others
+    apart = fixed_apart([[{c: row[c] for c in ident if c in row} for row in rows]
+                         for rows in tables]) if len(tables) > 1 else set()
+    values = [[", ".join(f"{c}={_fmt(row[c])}" for c in ident if c in row and c not in apart)
+               for row in rows] for rows in tables]
+    shown: dict[str, list[str]] = {}  # each matched row by every run's own name of it
+    for row_names, row_values in zip(names, values):
+        for name, value in zip(row_names, row_values):
+            if name not in shown.setdefault(value, []):
+                shown[value].append(name)
+    for label, rows, row_names, row_values in zip(labels, tables, names, values):
         seen: dict[str, int] = {}
         for i, row in enumerate(rows):
-            key = " | ".join(n[i] for n in names) if by_order else row_names[i] or f"row {i + 1}"
+            key = (" | ".join(shown[row_values[i]]) if apart else row_names[i]) or f"row {i + 1}"
             seen[key] = seen.get(key, 0) + 1
             if seen[key] > 1:
                 key += f" #{seen[key]}"
@@ -269,7 +286,9 @@ def compare(results: Any, output: str | os.PathLike[str] | None = None, *,
 
 
 def pair_runs(method: str, results: Sequence[Result]) -> tuple[list[Contrast], str]:
-    """The contrasts of ``results`` paired per example, or none and why. Runs that share no
+    """The contrasts of ``results`` paired per example, and why none were, or which settings
+    were not (in one run only, by name, with a warning). Settings are paired by their values
+    (:func:`~ctxleak.comparison.pairs.plan_contrasts`), never by position. Runs that share no
     example (by ``id`` and, for the probe, PII type and template) are refused, saying how many
     of each run's ids match; runs that share some are paired on those, with a warning."""
     pairing = PAIRINGS.get(method)
@@ -281,9 +300,12 @@ def pair_runs(method: str, results: Sequence[Result]) -> tuple[list[Contrast], s
     folders = folder_labels(results)
     for side, label in zip(all_sides, side_labels(attrs, [folders[s.run] for s in all_sides])):
         side.label = label
-    planned = plan_contrasts(all_sides, len(results))
+    planned, unmatched = plan_contrasts(all_sides, len(results))
+    alone = _unmatched(unmatched, run_labels(results))
+    if alone:
+        warn(alone)
     if not planned:
-        return [], "one run with one setting: nothing to pair it with"
+        return [], alone or "one run with one setting: nothing to pair it with"
     index = {id(s): i for i, s in enumerate(all_sides)}
     out = [contrast(a, b, pair_label(attrs[index[id(a)]], attrs[index[id(b)]],
                                      (a.label, b.label)), pairing.quantities)
@@ -298,7 +320,17 @@ def pair_runs(method: str, results: Sequence[Result]) -> tuple[list[Contrast], s
     for c in out:
         if c.only_left or c.only_right:
             warn(f"{c.label}: {c.matched} examples; those in one run only are left out")
-    return out, ""
+    return out, alone
+
+
+def _unmatched(unmatched: Sequence[tuple[Side, Side]], runs: Sequence[str]) -> str:
+    """``settings in one run only, not paired: λ = 0.5 (no setting of gpt2 has its values)``;
+    empty where every setting found its match."""
+    if not unmatched:
+        return ""
+    return "settings in one run only, not paired: " + "; ".join(
+        f"{side.label} (no setting of {runs[other.run]} has its values)"
+        for side, other in unmatched)
 
 
 __all__ = ["Comparison", "compare", "compare_rows", "model_name", "pair_runs", "run_labels"]

@@ -9,14 +9,16 @@ as paired designs are read ("Individual Comparisons by Ranking Methods", Wilcoxo
 cannot support a figure, it is None with the reason.
 
 Which sides are compared (:func:`plan_contrasts`): one run, each of its settings against its
-first; several runs, each run against the first under the settings both have, or, where they
-share none (one run at λ = 1, another at λ = 0.5), setting by setting in order.
+first; several runs, each run against the first, setting with setting by their values (λ, T,
+context size, bounded ε), never by position. A value each of the two runs holds fixed but at a
+different one (one run at λ = 1, another at λ = 0.5) is what the runs differ by: the settings
+are matched on the others. A setting with no match in the other run is listed, not paired.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,16 +176,43 @@ def sides(pairing: Pairing, records_per_run: Sequence[Sequence[dict[str, Any]]]
     return out
 
 
-def plan_contrasts(all_sides: Sequence[Side], runs: int) -> list[tuple[Side, Side]]:
-    """Which sides are compared (see the module docstring)."""
+def fixed_apart(per_run: Sequence[Iterable[Mapping[str, Any]]]) -> set[str]:
+    """The names every run holds at one value, not the same value in all: what the runs
+    differ by (λ = 1 in one, λ = 0.5 in the other), left out when settings are matched."""
+    values: dict[str, list[set[str]]] = {}
+    runs = [list(rows) for rows in per_run]
+    for i, rows in enumerate(runs):
+        for row in rows:
+            for name, value in row.items():
+                values.setdefault(name, [set() for _ in runs])[i].add(repr(value))
+    return {name for name, seen in values.items()
+            if all(len(s) == 1 for s in seen) and len(set.union(*seen)) > 1}
+
+
+def _without(setting: Setting, names: set[str]) -> Setting:
+    return tuple((name, v) for name, v in setting if name not in names)
+
+
+def plan_contrasts(all_sides: Sequence[Side], runs: int
+                   ) -> tuple[list[tuple[Side, Side]], list[tuple[Side, Side]]]:
+    """Which sides are compared (see the module docstring), and the sides left unmatched,
+    each with a side of the run it found no match in."""
     per_run = [[s for s in all_sides if s.run == i] for i in range(runs)]
     if runs == 1:
-        return [(per_run[0][0], other) for other in per_run[0][1:]]
+        return [(per_run[0][0], other) for other in per_run[0][1:]], []
     pairs: list[tuple[Side, Side]] = []
+    unmatched: list[tuple[Side, Side]] = []
     for others in per_run[1:]:
-        common = [(a, b) for a in per_run[0] for b in others if a.setting == b.setting]
-        pairs += common or list(zip(per_run[0], others))
-    return pairs
+        apart = fixed_apart([[dict(s.setting) for s in per_run[0]],
+                             [dict(s.setting) for s in others]])
+        by_key = {_without(b.setting, apart): b for b in others}
+        common = [(a, by_key[_without(a.setting, apart)]) for a in per_run[0]
+                  if _without(a.setting, apart) in by_key]
+        pairs += common
+        paired = {id(s) for pair in common for s in pair}
+        unmatched += [(a, others[0]) for a in per_run[0] if id(a) not in paired]
+        unmatched += [(b, per_run[0][0]) for b in others if id(b) not in paired]
+    return pairs, unmatched
 
 
 def contrast(left: Side, right: Side, label: str, quantities: Sequence[Quantity]) -> Contrast:
@@ -256,4 +285,4 @@ def _finite(value: Any) -> float | None:
 
 
 __all__ = ["PAIRINGS", "UNPAIRED", "Contrast", "Pairing", "Quantity", "Side", "contrast",
-           "paired_stats", "plan_contrasts", "sides", "smallest_signed_rank_n"]
+           "fixed_apart", "paired_stats", "plan_contrasts", "sides", "smallest_signed_rank_n"]

@@ -44,7 +44,8 @@ class CIDSettingError(ValueError):
 def check_cid_settings(*, lam: float | None = None, temperature: float | None = None,
                        bounded_eps: float | None = None) -> None:
     """Check the settings given, in this order: λ finite and ≥ 0 (0 = no context, 1 = plain
-    decoding, > 1 amplifies the context), T finite and > 0, bounded CID's ε finite and > 0.
+    decoding, > 1 amplifies the context), T finite and > 0, bounded CID's ε finite and ≥ 0
+    (ε = 0 leaves only λ_t = 0: the no-context answer).
     Raises :class:`CIDSettingError` for the first one outside its domain."""
     if lam is not None:
         if not math.isfinite(lam):
@@ -62,8 +63,9 @@ def check_cid_settings(*, lam: float | None = None, temperature: float | None = 
         if not math.isfinite(bounded_eps):
             raise CIDSettingError(f"bounded_eps must be a finite number, not {bounded_eps}",
                                   "bounded_eps")
-        if not bounded_eps > 0:
-            raise CIDSettingError(f"bounded_eps must be > 0, not {bounded_eps}", "bounded_eps")
+        if not bounded_eps >= 0:
+            raise CIDSettingError(f"bounded_eps must be >= 0 (0: λ_t = 0, the no-context "
+                                  f"answer), not {bounded_eps}", "bounded_eps")
 
 
 def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float | torch.Tensor,

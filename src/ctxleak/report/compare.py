@@ -44,7 +44,8 @@ def influence_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str
         ci: dict[str, tuple[list[float], list[float]]] = {}
         for i in order:
             for s in results[i].summary.get("settings") or []:
-                name = f"λ={s['lambda']:g}, T={s['temperature']:g}"
+                name = f"λ={s['lambda']:g}, T={s['temperature']:g}" + (
+                    "" if s.get("bounded_eps") is None else f", ε={s['bounded_eps']:g}")
                 xs, ys = by_setting.setdefault(name, ([], []))
                 lo, hi = ci.setdefault(name, ([], []))
                 xs.append(float(sizes[i]))

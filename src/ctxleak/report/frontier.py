@@ -36,7 +36,8 @@ def frontier_rows(front: dict[str, Any]) -> list[dict[str, Any]]:
             "setting": r["label"], privacy: r["privacy"],
             "95% CI": _ci(r["privacy_ci_low"], r["privacy_ci_high"]),
             "ε/response": r["eps_guarantee"], **attack, utility: r["utility"],
-            f"Δ {utility} vs λ = 1": "baseline" if r.get("baseline")
+            f"Δ {utility} vs λ = 1": ("baseline (added)" if r.get("added_baseline")
+                                      else "baseline") if r.get("baseline")
             else r["utility_difference"],
             "Δ 95% CI": _ci(r["difference_ci_low"], r["difference_ci_high"]),
             "kept": None if kept is None else f"{100 * kept:.0f} %",

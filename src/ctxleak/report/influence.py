@@ -45,13 +45,21 @@ UNITS_NOTE = (
 
 def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per setting, in the layout of the paper's Tables 2-3, influence in nats per
-    response and per token, above the control, and how many examples leak beyond it."""
+    response and per token, above the control, and how many examples leak beyond it; bounded
+    CID's ε per token (``none`` for plain CID) where the sweep has a bound, and the baseline
+    it added (λ = 1, no bound) marked."""
     rows = []
+    bounded = any(s.get("bounded_eps") is not None for s in summaries)
+    added = any(s.get("added_baseline") for s in summaries)
     for s in summaries:
         infl = s["influence"]
-        row = {"λ": s["lambda"], "T": s["temperature"],
-               "ctx tokens": s.get("mean_context_tokens"), "n": s["n"],
-               "influence": infl["mean"], "95% CI": _ci(infl)}
+        row = {"λ": s["lambda"], "T": s["temperature"]}
+        if bounded:  # plain and bounded settings side by side: ε per token, or none
+            row["ε"] = "none" if s.get("bounded_eps") is None else s["bounded_eps"]
+        if added:
+            row["baseline"] = "added" if s.get("added_baseline") else ""
+        row.update({"ctx tokens": s.get("mean_context_tokens"), "n": s["n"],
+                    "influence": infl["mean"], "95% CI": _ci(infl)})
         if s.get("influence_per_token"):
             row["per token"] = s["influence_per_token"].get("mean")
         control = s.get("control") or {}

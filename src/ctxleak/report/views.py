@@ -42,8 +42,8 @@ from ctxleak.report.view import View, run_model
 
 class InfluenceView(View):
     title = "Expected context influence (Def. 3.3)"
-    identity = ("λ", "T")
-    skip = frozenset({"ctx tokens", "n"})
+    identity = ("λ", "T", "ε")
+    skip = frozenset({"ctx tokens", "n", "baseline"})
 
     def table(self, result: Any) -> list[dict[str, Any]]:
         return influence_view.table_rows(result.summary.get("settings", []))
@@ -57,13 +57,14 @@ class InfluenceView(View):
                 "lambda_sweep.png", "temperature_sweep.png"]
 
     def page(self, result: Any) -> Report:
-        records, settings, config = result.records, result.summary["settings"], result.config
-        grid = 1
-        for key in ("lambda", "temperature", "context_sizes"):
-            grid *= len(config.get(key) or [None])
+        records, settings = result.records, result.summary["settings"]
+        added = sum(bool(s.get("added_baseline")) for s in settings)
         meta = {"model": run_model(result),
                 "examples": len({r["id"] for r in records}),
-                "settings": grid, "run directory": str(result.path),
+                # every setting measured, the λ = 1 baseline the sweep did not ask for included
+                "settings": f"{len(settings)} ({added} added: λ = 1 without a bound, the "
+                            f"baseline)" if added else len(settings),
+                "run directory": str(result.path),
                 "contexts cut to the window": sum(s["truncated_contexts"] for s in settings),
                 "n-grams clipped to the context": sum(s["ngram_clipped"] for s in settings)}
         tokens_of = None

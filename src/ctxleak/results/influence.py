@@ -141,20 +141,38 @@ class InfluenceResult(Result):
     def frontier_summary(self, keep: float = KEEP, audits: Sequence[Any] = ()) -> dict[str, Any]:
         """:meth:`frontier` as plain data (``summary["frontier"]``'s shape: ``rows``,
         ``recommendation``, ``privacy``, ``utility``, ``keep``), recomputed where ``keep`` or
-        ``audits`` ask for it."""
+        ``audits`` ask for it. An audit of a setting the run did not measure, or a second audit
+        of one setting, is refused, naming it."""
         got = self.summary.get("frontier")
-        lower = {}
-        for audit in audits:
-            if audit.summary.get("setting") is None or "eps_lower" not in audit.summary:
-                raise ConfigError(f"{getattr(audit, 'path', audit)} is not a canary audit (no "
-                                  f"setting and eps_lower in its summary): give the results of "
-                                  f"ctxleak.canary_audit or the folders of ctxleak canary",
-                                  param="audits")
-            lower[str(audit.summary["setting"])] = audit.summary["eps_lower"]
+        lower = self._audit_bounds(audits)
         if not got or got.get("keep") != keep or lower:  # a single setting, another share
             got = frontier(self.summary.get("settings") or [], self.records, keep=keep,
                            seed=int(self.config.get("seed") or 0), audits=lower)
         return dict(got)
+
+    def _audit_bounds(self, audits: Sequence[Any]) -> dict[str, float | None]:
+        """Each canary audit's ε lower bound by the key of the setting it audited, every audit
+        matched to one of this run's settings."""
+        keys = [str(s.get("setting")) for s in self.summary.get("settings") or ()]
+        lower: dict[str, float | None] = {}
+        where: dict[str, str] = {}
+        for audit in audits:
+            name = str(getattr(audit, "path", None) or audit)
+            key = audit.summary.get("setting")
+            if key is None or "eps_lower" not in audit.summary:
+                raise ConfigError(f"{name} is not a canary audit (no setting and eps_lower in "
+                                  f"its summary): give the results of ctxleak.canary_audit or "
+                                  f"the folders of ctxleak canary", param="audits")
+            if str(key) not in keys:
+                raise ConfigError(f"the canary audit {name} is of the setting {key}, which "
+                                  f"{self.path or 'this run'} did not measure (its settings: "
+                                  f"{'; '.join(keys) or 'none'}): audit one of them at its λ, "
+                                  f"T and bounded ε", param="audits")
+            if str(key) in where:
+                raise ConfigError(f"the canary audits {where[key]} and {name} are both of the "
+                                  f"setting {key}: give one audit per setting", param="audits")
+            lower[str(key)], where[str(key)] = audit.summary["eps_lower"], name
+        return lower
 
     def documents(self) -> Any:
         """The leak ledger per document (runs with retrieved documents or passages), one row per
@@ -179,9 +197,10 @@ class InfluenceResult(Result):
 
     def over_budget(self) -> list[tuple[str, str]]:
         """``(setting, document)`` of every document whose summed influence is over the run's
-        ``exposure_budget`` (nats); [] without a budget."""
+        ``exposure_budget`` (nats); [] without a budget. The baseline a sweep added (λ = 1, no
+        bound, not asked for) is reported in its own rows, never failing the gate."""
         return [(str(s.get("setting")), str(d)) for s in self.summary.get("settings") or ()
-                for d in s.get("over_budget") or ()]
+                if not s.get("added_baseline") for d in s.get("over_budget") or ()]
 
     def example(self, example_id: str, setting: str | None = None) -> ExampleView:
         """One example (its own ``id``; ``setting`` picks one of a sweep, default the first):

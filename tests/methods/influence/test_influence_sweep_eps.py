@@ -22,6 +22,7 @@ DOCS = [{"id": f"d{i}", "context": c, "query": "who is it ?"} for i, c in enumer
 def test_the_grid_combines_every_lambda_with_every_eps_and_plain_cid_keeps_its_keys():
     grid = InfluenceParams(lambda_="0.5,1", bounded_eps="2,8").grid()
     assert [s.key for s in grid] == [
+        "lambda=1,T=0.8,context=all",  # the baseline the sweep lacks, added first
         "lambda=0.5,T=0.8,context=all,eps=2", "lambda=1,T=0.8,context=all,eps=2",
         "lambda=0.5,T=0.8,context=all,eps=8", "lambda=1,T=0.8,context=all,eps=8"]
     assert [s.key for s in InfluenceParams(lambda_=[0.5, 1]).grid()] == [
@@ -31,7 +32,7 @@ def test_the_grid_combines_every_lambda_with_every_eps_and_plain_cid_keeps_its_k
 
 
 @pytest.mark.parametrize("value, says", [
-    ("", "at least one value"), ("2,2", "bounded_eps"), ("0", "bounded_eps"),
+    ("", "at least one value"), ("2,2", "bounded_eps"), ("-1", "bounded_eps"),
     ("x", "bounded_eps"), (float("nan"), "bounded_eps")])
 def test_bad_eps_lists_name_the_parameter(value, says):
     with pytest.raises(ConfigError) as err:
@@ -44,8 +45,8 @@ def test_each_setting_of_a_sweep_equals_its_own_run(llama_lm, tmp_path):
     swept = ctxleak.influence(llama_lm, DOCS, lambda_=[0.5, 1.5], bounded_eps=[1.0, 4.0],
                               output=str(tmp_path / "sweep"), **kw)
     settings = swept.summary["settings"]
-    assert [(s["lambda"], s["bounded_eps"]) for s in settings] == [
-        (0.5, 1.0), (1.5, 1.0), (0.5, 4.0), (1.5, 4.0)]
+    assert [(s["lambda"], s.get("bounded_eps")) for s in settings] == [
+        (1.0, None), (0.5, 1.0), (1.5, 1.0), (0.5, 4.0), (1.5, 4.0)]  # the baseline added
     for lam, eps in ((1.5, 1.0), (0.5, 4.0)):
         alone = ctxleak.influence(llama_lm, DOCS, lambda_=lam, bounded_eps=eps,
                                   output=str(tmp_path / f"alone-{lam}-{eps}"), **kw)
@@ -55,7 +56,7 @@ def test_each_setting_of_a_sweep_equals_its_own_run(llama_lm, tmp_path):
             assert r["eps"] == eps
             assert r["composed_eps"] == pytest.approx(eps * len(r["response_ids"]))
     # a smaller ε bounds every token's λ_t lower: less influence at ε = 1 than at ε = 4
-    mean = {(s["lambda"], s["bounded_eps"]): s["influence"]["mean"] for s in settings}
+    mean = {(s["lambda"], s.get("bounded_eps")): s["influence"]["mean"] for s in settings}
     assert mean[(1.5, 1.0)] <= mean[(1.5, 4.0)] + 1e-9
 
 
@@ -69,4 +70,4 @@ def test_cli_takes_an_eps_list(tiny_dir, tmp_path, capsys):
                            capsys)
     assert code == 0, err
     results = json.loads((out / "results.json").read_text())
-    assert [s["bounded_eps"] for s in results["summary"]["settings"]] == [1.0, 4.0]
+    assert [s.get("bounded_eps") for s in results["summary"]["settings"]] == [None, 1.0, 4.0]

@@ -225,9 +225,14 @@ def test_the_cli_prints_the_frontier_of_a_bounded_eps_sweep(tiny_dir, tmp_path, 
     summary = json.loads((out / "results.json").read_text())["summary"]
     front = summary["frontier"]
     assert [r["eps_guarantee"] for r in front["rows"]] == [
-        s["composed_eps"]["mean"] for s in summary["settings"]]
-    assert [r["label"] for r in front["rows"]] == ["λ = 1, ε = 1", "λ = 1, ε = 4"]
-    assert all(r["difference_reason"] == "no λ = 1 setting without a bound to compare with"
-               for r in front["rows"])
+        (s.get("composed_eps") or {}).get("mean") for s in summary["settings"]]
+    assert front["rows"][0]["eps_guarantee"] is None  # plain CID guarantees nothing
+    # the unmitigated baseline the sweep lacked is added, so every bounded row has its Δ F1
+    assert [r["label"] for r in front["rows"]] == ["λ = 1 (added baseline)", "λ = 1, ε = 1",
+                                                   "λ = 1, ε = 4"]
+    assert [r["added_baseline"] for r in front["rows"]] == [True, False, False]
+    assert all(r["difference_pairs"] == len(DOCS) and r["utility_difference"] is not None
+               for r in front["rows"][1:])
+    assert "baseline (added)" in stdout
     assert "Privacy–utility frontier" in stdout and "ε/response" in stdout
     assert f"Recommendation: {front['recommendation']}" in stdout

@@ -174,7 +174,7 @@ CHECKS = RecordChecks(
         nonnegative("passage_influence.*", NATS), nonnegative("max_passage_influence", NATS),
         probability("context_token_fraction"), probability("rouge_context"),
         probability("rouge_l"), probability("exact_match"), probability("f1"),
-        Bound("eps", 0, None, "bounded CID's ε per token", open_low=True),
+        Bound("eps", 0, None, "bounded CID's ε per token (0: λ_t = 0)"),
         Bound("lambdas.*", 0, None, "CID's λ_t"), nonnegative("composed_eps", "ε"),
         nonnegative("token_eps_ex_post.*", "ε"), nonnegative("composed_eps_ex_post", "ε"),
     ),

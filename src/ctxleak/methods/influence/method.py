@@ -179,6 +179,8 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
             if rows:
                 cost = ready.cost.to_dict() if ready.cost.examples else None
                 summary = summarize_setting(rows, seed=self.common.seed, control_cost=cost)
+                if setting.added:  # λ = 1 without a bound, measured though not asked for
+                    summary["added_baseline"] = True
                 examples_of = [by_id[i] for i in Column(rows, "id")]
                 references: list[Any] = [ex.reference for ex in examples_of]
                 summary["quality"] = quality_scores(

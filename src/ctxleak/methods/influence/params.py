@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxleak.errors import ConfigError, warn
-from ctxleak.methods.influence.setting import InfluenceOptions, Setting, settings_grid
+from ctxleak.methods.influence.setting import InfluenceOptions, Setting, eps_list, settings_grid
 from ctxleak.methods.rag.passages import SPLITS
 from ctxleak.methods.rag.spans import LOG_FORMATS
 from ctxleak.run.options import float_list, int_list
@@ -75,9 +75,10 @@ class InfluenceParams:
     stride: int | None = option(None, "Window stride (default n: non-overlapping windows).")
     context_sizes: int | Sequence[int] | str | None = option(
         None, "Also truncate contexts to their first k tokens, e.g. 32,64,128,256.")
-    bounded_eps: float | Sequence[float] | str | None = option(
+    bounded_eps: float | Sequence[float | None] | str | None = option(
         None, "Bounded CID: ε-DP per token for any n-gram (App. B); λ becomes the upper bound "
-        "λ_max. A list sweeps, combined with every λ.")
+        "λ_max. A list sweeps, combined with every λ: 'none' (or None) is plain CID, 'inf' "
+        "the same (no bound), 0 forces λ_t = 0 (the no-context answer), e.g. 'none,2,8'.")
     repeat_threshold: float = option(0.5, "Response-to-context overlap above which a response "
                                      "counts as repeating its context, in [0, 1].")
     rouge_threshold: float = option(0.5, "ROUGE-L above which a response counts as close to "
@@ -116,9 +117,14 @@ class InfluenceParams:
         temps = check_nonempty(float_list(given, "temperature"), "temperature", "0.8")
         put("lambda_", tuple(check_unique(lams, "lambda_")))
         if self.bounded_eps is not None:
-            eps = check_nonempty(float_list(self.bounded_eps, "bounded_eps"), "bounded_eps",
-                                 "2 or 2,8")
-            put("bounded_eps", tuple(check_unique(eps, "bounded_eps")))
+            eps = check_nonempty(eps_list(self.bounded_eps, "bounded_eps"), "bounded_eps",
+                                 "2 or none,2,8")
+            # 'none' alone is plain CID: the run of no --bounded-eps
+            put("bounded_eps", None if eps == [None] else tuple(eps))
+            if 0.0 in eps and len(lams) > 1:
+                warn("bounded_eps 0 forces λ_t = 0 at every token whatever λ_max: its "
+                     f"{len(lams)} λ settings are the same decoding (the no-context answer)",
+                     param="bounded_eps")
         # None stays None until the model is known (:meth:`with_default_temperature`)
         if self.temperature is not None:
             put("temperature", tuple(check_unique(temps, "temperature")))
@@ -195,9 +201,16 @@ class InfluenceParams:
                                 rouge_threshold=self.rouge_threshold, control=self.control)
 
     def grid(self) -> list[Setting]:
-        """Every (λ, T, context size) setting, in the order of each example's samples."""
-        return settings_grid(list(self.lambda_), self.temperatures, self.sizes,  # type: ignore[arg-type]
-                             self.eps_values)
+        """Every (λ, T, bounded ε, context size) setting, in the order of each example's
+        samples. A sweep (two settings or more) with a mitigated one (λ ≠ 1 or a bound) has
+        each context size's settings led by the unmitigated baseline (λ = 1, no bound) at every
+        T where it lacks it: every setting's utility difference is read against it. A run of
+        one setting measures that setting alone."""
+        lams: list[float] = list(self.lambda_)  # type: ignore[arg-type]
+        asked = settings_grid(lams, self.temperatures, self.sizes, self.eps_values)
+        mitigated = any(not s.is_baseline for s in asked)
+        return settings_grid(lams, self.temperatures, self.sizes, self.eps_values,
+                             baseline=mitigated and len(asked) > 1)
 
     @property
     def eps_values(self) -> list[float | None]:

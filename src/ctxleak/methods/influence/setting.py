@@ -4,25 +4,40 @@ Language Models", Alg. 1 and Def. 3.3)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import (
     CIDConfig,
 )
+
+#: How the sweep grammar writes "no bound" (plain CID) in an ε list; ``inf`` means the same.
+NO_BOUND = "none"
 
 
 @dataclass(frozen=True)
 class Setting:
     """One cell of a sweep: λ, temperature, context size (None = whole context) and, for
-    bounded CID, ε per token (λ is then λ_max; None: plain CID)."""
+    bounded CID, ε per token (λ is then λ_max; None: plain CID). ``added``: the unmitigated
+    baseline (λ = 1, no bound) the sweep did not ask for, measured so that every setting has
+    its utility difference to it; not part of the key."""
 
     lam: float
     temperature: float
     context_tokens: int | None = None
     bounded_eps: float | None = None
+    added: bool = field(default=False, compare=False)
+
+    @property
+    def is_baseline(self) -> bool:
+        """λ = 1 without a bound: plain decoding, the setting a sweep's utility is read
+        against."""
+        return self.lam == 1 and self.bounded_eps is None
 
     @property
     def key(self) -> str:
@@ -60,8 +75,60 @@ def round_floats(values: Sequence[float] | np.ndarray, digits: int = 6) -> list[
 
 def settings_grid(lams: Sequence[float], temps: Sequence[float],
                   context_sizes: Sequence[int | None],
-                  bounded_eps: Sequence[float | None] = (None,)) -> list[Setting]:
-    """Every combination, λ varying fastest, then T, then bounded ε, then the context size."""
-    return [Setting(lam, t, k, eps) for k in context_sizes for eps in bounded_eps
-            for t in temps for lam in lams]
+                  bounded_eps: Sequence[float | None] = (None,),
+                  baseline: bool = False) -> list[Setting]:
+    """Every combination, λ varying fastest, then T, then bounded ε, then the context size.
+    ``baseline``: each context size's settings start with λ = 1 without a bound at every T
+    the combinations lack (``added``)."""
+    out: list[Setting] = []
+    for k in context_sizes:
+        asked = [Setting(lam, t, k, eps) for eps in bounded_eps for t in temps for lam in lams]
+        if baseline:
+            out += [Setting(1.0, t, k, None, added=True) for t in temps
+                    if Setting(1.0, t, k, None) not in asked]
+        out += asked
+    return out
+
+
+def _eps_value(item: Any, param: str) -> tuple[float | None, str]:
+    """One entry of an ε list: ``(ε, as written)``, None for no bound (``none`` or ``inf``:
+    bounded CID's search keeps λ_t = λ_max wherever the bound holds, and an infinite bound
+    always holds, so ε = inf is plain CID at λ)."""
+    text = NO_BOUND if item is None else str(item).strip()
+    if text.lower() == NO_BOUND:
+        return None, NO_BOUND
+    try:
+        if isinstance(item, bool):
+            raise ValueError
+        eps = float(item) if isinstance(item, (int, float)) else float(text)
+    except (TypeError, ValueError):
+        eps = math.nan
+    if math.isnan(eps) or eps < 0:
+        raise ConfigError(f"{param}: '{text}' is not an ε per token: give numbers >= 0 (0: "
+                          f"λ_t = 0, the no-context answer), '{NO_BOUND}' (plain CID, no bound) "
+                          f"or 'inf' (no bound, the same as {NO_BOUND}), e.g. none,2,8",
+                          param=param)
+    return (None, text) if math.isinf(eps) else (eps, text)
+
+
+def eps_list(value: Any, param: str = "bounded_eps") -> list[float | None]:
+    """The sweep grammar of bounded CID's ε per token ("Estimating Privacy Leakage of Augmented
+    Contextual Knowledge in Language Models", App. B): a number, a list, or a comma list such as
+    ``"none,0,2,8"``; ``none`` (or None) is plain CID, ``inf`` the same (no bound), 0 forces
+    λ_t = 0. [] where ``value`` is None. A setting listed twice is refused, naming both
+    spellings."""
+    if value is None:
+        return []
+    items = list(value) if isinstance(value, (list, tuple)) else (
+        [value] if isinstance(value, (int, float)) else
+        [part for part in str(value).split(",") if part.strip()])
+    seen: dict[float | None, str] = {}
+    for item in items:
+        eps, text = _eps_value(item, param)
+        if eps in seen:
+            what = "no bound (plain CID)" if eps is None else f"ε = {eps:g}"
+            raise ConfigError(f"{param} lists {what} twice ('{seen[eps]}' and '{text}'): each "
+                              f"setting once", param=param)
+        seen[eps] = text
+    return list(seen)
 

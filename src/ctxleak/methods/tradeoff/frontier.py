@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ctxleak.errors import ConfigError
 from ctxleak.methods.tradeoff.utility import paired_difference
 
 #: The share of the best utility a recommended setting keeps, by default.
@@ -43,7 +44,7 @@ UTILITIES = (("f1", "F1"), ("rouge_l", "ROUGE-L"))
 #: The columns of a frontier row, in order.
 COLUMNS = ("setting", "label", "lambda", "temperature", "bounded_eps", "privacy",
            "privacy_ci_low", "privacy_ci_high", "eps_guarantee", "eps_lower", "utility", "utility_ci_low",
-           "utility_ci_high", "baseline", "utility_difference", "difference_ci_low",
+           "utility_ci_high", "baseline", "added_baseline", "utility_difference", "difference_ci_low",
            "difference_ci_high", "difference_pairs", "difference_reason", "pareto",
            "utility_kept")
 
@@ -57,13 +58,18 @@ def frontier(settings: Sequence[dict[str, Any]],
     """The frontier of an influence run's ``settings`` (``summary["settings"]``); ``records``
     (the run's samples) give the paired utility differences to λ = 1, left ``None`` without;
     ``audits``: the canary audits' ε lower bounds by setting key (``eps_lower``, None where a
-    setting has none).
+    setting has none); a key that is none of the settings' is refused, naming it.
 
     Returns ``rows`` (one per setting, in the sweep's order), the ``privacy`` and ``utility``
     they read (with ``privacy_note`` where the control is missing), ``keep``, the
     ``recommended`` setting's key (``None`` where none is) and the ``recommendation``."""
     if not 0 < keep <= 1:
         raise ValueError(f"keep must be in (0, 1], got {keep}")
+    keys = [s.get("setting") for s in settings]
+    unknown = [k for k in audits or {} if k not in map(str, keys)]
+    if unknown:
+        raise ConfigError(f"the audit of setting {unknown[0]} matches none of the sweep's "
+                          f"settings ({'; '.join(map(str, keys))})", param="audits")
     privacy, note = _privacy_measure(settings)
     key, name = next(((k, n) for k, n in UTILITIES
                       if any((s.get(k) or {}).get("mean") is not None for s in settings)),
@@ -72,7 +78,6 @@ def frontier(settings: Sequence[dict[str, Any]],
     by_setting: dict[Any, list[dict[str, Any]]] = {}
     for r in records or ():
         by_setting.setdefault(r.get("setting"), []).append(r)
-    keys = [s.get("setting") for s in settings]
     rows = []
     for s, label in zip(settings, labels):
         stats = (((s.get("control") or {}).get("above_control_per_token") or {})
@@ -91,6 +96,7 @@ def frontier(settings: Sequence[dict[str, Any]],
             "utility_ci_high": util.get("ci_high")}
         base = baseline_key(s)
         row["baseline"] = s.get("setting") == base
+        row["added_baseline"] = bool(s.get("added_baseline"))
         row.update(_difference(by_setting.get(s.get("setting"), []),
                                by_setting.get(base, []) if base in keys else [],
                                key, row["baseline"], seed))
@@ -125,7 +131,8 @@ def _privacy_measure(settings: Sequence[dict[str, Any]]) -> tuple[str, str | Non
 
 def setting_labels(settings: Sequence[dict[str, Any]]) -> list[str]:
     """Each setting by what varies across the sweep: ``λ = 0.5``, ``λ = 1, ε = 2``, with T and
-    the context size where they vary too."""
+    the context size where they vary too; ``λ = 1 (added baseline)`` where the sweep did not ask
+    for the unmitigated setting and it was measured as the baseline."""
     temps = {s.get("temperature") for s in settings}
     contexts = {context_part(s.get("setting")) for s in settings}
     out = []
@@ -137,7 +144,7 @@ def setting_labels(settings: Sequence[dict[str, Any]]) -> list[str]:
             parts.append(f"T = {s.get('temperature'):g}")
         if len(contexts) > 1:
             parts.append(context_part(s.get("setting")).replace("=", " = "))
-        out.append(", ".join(parts))
+        out.append(", ".join(parts) + (" (added baseline)" if s.get("added_baseline") else ""))
     return out
 
 
