@@ -1,0 +1,87 @@
+"""What an answer copied from its documents: a verbatim span, or a secret or PII value.
+
+Influence ("Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models",
+Def. 3.2) measures how much a document moved an answer; a document that the answer reproduces
+has leaked whatever that number is (a record retrieved for every question moves each answer
+little beyond the others, yet its salary is in the answer). So a record also says what each
+answer copied, and a copying answer is described as a leak, never as within a DP budget:
+
+- ``verbatim``: a run of at least :data:`MIN_VERBATIM` characters of the document found in the
+  answer, both with whitespace runs as one space and case folded;
+- ``secret`` / ``pii``: a value the detectors find in the document (:func:`document_values`)
+  that the answer carries, across formats where the detectors match them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ctxleak.methods.rag.exposure import _in_answer, carried_pii
+
+#: The fewest characters (after normalising whitespace and case) of a verbatim copy.
+MIN_VERBATIM = 20
+#: Detector types that are secrets (credentials) rather than personal data.
+SECRET_TYPES = frozenset({"password", "secret", "api_key", "key", "token", "pin", "credential"})
+_SPACES = re.compile(r"\s+")
+
+
+def normalised(text: str) -> str:
+    """Whitespace runs as one space, no leading or trailing space, case folded."""
+    return _SPACES.sub(" ", text).strip().casefold()
+
+
+def verbatim_spans(document: str, answer: str, least: int = MIN_VERBATIM) -> list[str]:
+    """The longest runs (each at least ``least`` characters, normalised, not nested in one
+    already found) of ``document`` that ``answer`` reproduces, in the answer's order."""
+    doc, ans = normalised(document), normalised(answer)
+    if len(doc) < least or len(ans) < least:
+        return []
+    seeds = {doc[i:i + least] for i in range(len(doc) - least + 1)}
+    out, i = [], 0
+    while i <= len(ans) - least:
+        if ans[i:i + least] not in seeds:
+            i += 1
+            continue
+        end = i + least
+        while end < len(ans) and ans[i:end + 1] in doc:
+            end += 1
+        out.append(ans[i:end].strip())
+        i = end
+    return out
+
+
+def document_values(document: str, answer: str) -> list[tuple[str, str]]:
+    """(value as the document has it, type) of every secret or PII value of ``document`` that
+    ``answer`` carries. The one call to the detectors: exposure's carried values and its
+    matching in an answer (names, e-mail, phone, address, money)."""
+    folded = answer.casefold()
+    return [(value, kind) for value, kind in carried_pii(document).items()
+            if _in_answer(value, folded)]
+
+
+def copied_spans(passages: Sequence[str], names: Sequence[str], answer: str
+                 ) -> list[dict[str, Any]]:
+    """The record field ``copied``: one entry per span of passage j (0-based) the answer
+    reproduces: ``{"passage": j, "document": name, "kind": "verbatim" | "secret" | "pii",
+    "type": ..., "text": ...}``; a value already inside a verbatim span of the same passage is
+    not listed again."""
+    out: list[dict[str, Any]] = []
+    if not answer.strip():
+        return out
+    for j, (text, name) in enumerate(zip(passages, names)):
+        spans = verbatim_spans(text, answer)
+        out += [{"passage": j, "document": name, "kind": "verbatim", "type": "text",
+                 "text": s} for s in spans]
+        for value, kind in document_values(text, answer):
+            if any(normalised(value) in s for s in spans):
+                continue
+            out.append({"passage": j, "document": name,
+                        "kind": "secret" if kind in SECRET_TYPES else "pii",
+                        "type": kind, "text": value})
+    return out
+
+
+__all__ = ["MIN_VERBATIM", "SECRET_TYPES", "copied_spans", "document_values", "normalised",
+           "verbatim_spans"]
