@@ -114,8 +114,8 @@ def test_the_gate_names_document_answer_and_amount(tiny_dir, tmp_path, capsys) -
                             "--output", str(tmp_path / "a")], capsys)
     assert code == 3, err
     line = next(x for x in err.splitlines() if x.startswith("over budget: hr-salary"))
-    assert "(restricted, budget 0 nats)" in line and "copied into t1" in line
-    assert "nats above its control over" in line
+    assert "(restricted, budget 0 nats)" in line and "first into t1" in line
+    assert "nats above its control in all" in line
     assert "over budget: travel" not in err  # public: reported, never failing
     code, _, err = run_cli([*argv, "--class-budget", "public=0", "--output",
                             str(tmp_path / "b")], capsys)

@@ -93,7 +93,8 @@ def test_decoys_are_drawn_by_the_seed_and_the_example_not_its_position() -> None
 def test_copied_spans_verbatim_and_values() -> None:
     answer = "Marta Velikova earns $142,000 a year. The DATABASE  password is Tr0ub4dor-88."
     spans = verbatim_spans(SALARY, answer)
-    assert spans == ["earns $142,000 a year", "database password is tr0ub4dor-88."]
+    # as the document writes them (its case, its spaces), the joining full stop left off
+    assert spans == ["earns $142,000 a year", "database password is Tr0ub4dor-88"]
     assert all(len(s) >= 20 for s in spans)
     assert verbatim_spans(SALARY, "She is paid well.") == []
     copied = copied_spans([DOCS["travel"], SALARY], ["travel", "hr-salary"], answer)
@@ -140,7 +141,7 @@ def test_class_budgets_public_never_fails_and_the_gate_names_answer_and_amount()
     assert out["over_budget"] == ["hr-salary"]
     (line,) = out["budget_breaches"]
     assert line.startswith("hr-salary (restricted, budget 0 nats)")
-    assert "copied into r1 ('Tr0ub4dor-88')" in line
+    assert "copied in 1 answer(s), first into r1 ('Tr0ub4dor-88')" in line
     # a document's own budget wins over its class's; a leak of 0 nats above the control and
     # one copy are within a budget of 1 nat
     loose = documents_summary(RECORDS, {}, (), None,
@@ -154,8 +155,8 @@ def test_a_leak_over_budget_names_the_worst_answer() -> None:
     out = documents_summary(records, {}, (), None, Budgets(classes={"restricted": 2.0}),
                             threshold=5.0)
     (line,) = out["budget_breaches"]
-    assert line == ("hr-salary (restricted, budget 2 nats): leaked 5.5 nats above its control "
-                    "over 2 answer(s); in r1 by 4 nats above its control")
+    assert line == ("hr-salary (restricted, budget 2 nats): leaked in 2 answer(s), 5.5 nats "
+                    "above its control in all; most in r1, by 4 nats")
 
 
 def test_an_unknown_class_budget_is_a_one_line_error() -> None:
@@ -183,7 +184,8 @@ def test_the_per_document_threshold_mirrors_the_flag_rule() -> None:
     control = document_control(records)
     assert control["threshold"] == 3.0 and control["decoys"] == 3
     assert control["false_flag_rate"] == pytest.approx(1 / 4)
-    assert [(x["id"], x["document"]) for x in control["leaks"]] == [("b", "travel"),
-                                                                   ("a", "hr-salary")]
-    assert control["leaks"][1]["above"] == pytest.approx(2.0)
+    # the restricted document first; the public one's copy after it
+    assert [(x["id"], x["document"]) for x in control["leaks"]] == [("a", "hr-salary"),
+                                                                   ("b", "travel")]
+    assert control["leaks"][0]["above"] == pytest.approx(2.0)
     assert control["copying_answers"] == ["b"]

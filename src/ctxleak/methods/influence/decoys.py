@@ -40,6 +40,7 @@ from ctxleak.methods.influence.control import (
 )
 from ctxleak.methods.influence.data import InfluenceExample
 from ctxleak.methods.influence.ngrams import PromptParts
+from ctxleak.methods.rag.budgets import CLASS_FIELD, PUBLIC, document_class
 from ctxleak.methods.rag.documents import RetrievedDocument
 from ctxleak.methods.rag.exposure import short_name
 from ctxleak.methods.rag.judged import leaked_passages
@@ -178,24 +179,29 @@ def document_rule(influences: Sequence[float]) -> tuple[float | None, str]:
             f"percentile), or the answer copied it")
 
 
-def document_control(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def document_control(records: Sequence[dict[str, Any]], class_field: str = CLASS_FIELD
+                     ) -> dict[str, Any]:
     """A setting's per-document control: the pooled decoy influences, the threshold (nats),
-    its rule and false-flag rate, and the documents judged leaked, answer by answer (copies
-    first, then most nats above the threshold)."""
+    its rule and false-flag rate, and the documents judged leaked, answer by answer (with their
+    class, the metadata's ``class_field``): documents not public first, then copies, then most
+    nats above the threshold."""
     pooled = [float(v) for r in records for v in r.get("passage_decoy_influence") or ()
               if v is not None]
     threshold, rule = document_rule(pooled)
     leaks: list[dict[str, Any]] = []
     for r in records:
         names = r.get("passage_ids") or []
+        meta = r.get("passage_metadata") or []
         for j, above in leaked_passages(r, threshold).items():
             copies = [c for c in r.get("copied") or () if c.get("passage") == j]
             leaks.append({"id": user_id(r), "document": names[j] if j < len(names)
                           else str(j + 1), "passage": j + 1,
+                          "class": document_class(meta[j] if j < len(meta) else None,
+                                                  class_field),
                           "influence": r["passage_influence"][j], "above": above,
                           "copied": [c["text"] for c in copies],
                           "kinds": sorted({c["kind"] for c in copies})})
-    leaks.sort(key=lambda x: (not x["copied"], -(x["above"] or 0.0)))
+    leaks.sort(key=lambda x: (x["class"] == PUBLIC, not x["copied"], -(x["above"] or 0.0)))
     return {"decoys": len(pooled), "threshold": threshold, "rule": rule,
             "false_flag_rate": false_flag_rate(len(pooled)), "answers": len({x["id"] for x in
                                                                              leaks}),

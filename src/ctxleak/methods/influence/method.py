@@ -202,7 +202,8 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
             rows = select_rows(records, partial(_in_setting, setting.key))
             if rows:
                 cost = ready.cost.to_dict() if ready.cost.examples else None
-                summary = summarize_setting(rows, seed=self.common.seed, control_cost=cost)
+                summary = summarize_setting(rows, seed=self.common.seed, control_cost=cost,
+                                            class_field=self.params.class_field)
                 examples_of = [by_id[i] for i in Column(rows, "id")]
                 references: list[Any] = [ex.reference for ex in examples_of]
                 summary["quality"] = quality_scores(

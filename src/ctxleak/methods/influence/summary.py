@@ -18,6 +18,7 @@ from ctxleak.methods.influence.metrics import (
 )
 from ctxleak.methods.influence.quantities import expected_influence
 from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
+from ctxleak.methods.rag.budgets import CLASS_FIELD
 from ctxleak.run.stored import without_fields
 
 #: Per-token and per-context fields of a record, which the control's summary and the frontier
@@ -31,13 +32,16 @@ HEAVY_FIELDS = frozenset({
 
 
 def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
-                      control_cost: dict[str, Any] | None = None) -> dict[str, Any]:
+                      control_cost: dict[str, Any] | None = None,
+                      class_field: str = CLASS_FIELD) -> dict[str, Any]:
     """The summary of one setting: expected influence (nats per response, with a bootstrap
     interval) and per token, its reading as a likelihood ratio and as an ex-post ε
     (:mod:`.units`), the control (:func:`~.control.control_summary`, with ``control_cost``),
     regurgitation counts, utility (ROUGE-L, exact match and token F1 against the
     references), the per-position curve and, for n-gram runs, the per-window
-    curve; for runs with passages the most influential passages.
+    curve; for runs with passages the most influential passages; for runs with retrieved
+    documents the per-document control (:func:`~.decoys.document_control`, classes read from
+    the metadata's ``class_field``).
 
     Records that do not know their context (a ledger's, :meth:`RowLedger.to_record
     <ctxleak.mitigations.ledger.RowLedger.to_record>`) give ``None`` for the
@@ -76,7 +80,7 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
     mean = out["influence"].get("mean")
     out["likelihood_ratio"] = likelihood_ratio(mean) if mean is not None else None
     if any("copied" in r or "passage_decoy_influence" in r for r in records):
-        out["document_control"] = document_control(records)
+        out["document_control"] = document_control(records, class_field)
     out["dp_reading"] = copying_reading(out.get("document_control")) or (
         dp_scale(mean) if mean is not None else None)
     # the control's summary keeps the rows it reads: handed them without their per-token and

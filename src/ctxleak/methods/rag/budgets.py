@@ -113,16 +113,16 @@ def over(row: Mapping[str, Any]) -> bool:
 def breach_text(row: Mapping[str, Any]) -> str:
     """The gate's line for a row over its budget: which document, which answer, how much."""
     cls = f"{row['class']}, " if row.get("class") else ""
+    parts = [f"leaked in {row['leaked']} answer(s), {float(row.get('leak_sum') or 0.0):.3g} "
+             f"nats above its control in all"]
     worst = row.get("worst_answer") or {}
-    where = []
     if worst.get("id") is not None and worst.get("above") is not None:
-        where.append(f"in {worst['id']} by {worst['above']:.3g} nats above its control")
+        parts.append(f"most in {worst['id']}, by {worst['above']:.3g} nats")
     copy = row.get("first_copy") or {}
     if copy:
-        where.append(f"copied into {copy['id']} ({copy['text']!r})")
-    return (f"{row['document']} ({cls}budget {row['budget']:g} nats): leaked "
-            f"{float(row.get('leak_sum') or 0.0):.3g} nats above its control over "
-            f"{row['leaked']} answer(s)" + (f"; {'; '.join(where)}" if where else ""))
+        parts.append(f"copied in {row['copied']} answer(s), first into {copy['id']} "
+                     f"({copy['text']!r})")
+    return f"{row['document']} ({cls}budget {row['budget']:g} nats): {'; '.join(parts)}"
 
 
 def exposure_text(row: Mapping[str, Any], budget: float) -> str:

@@ -25,6 +25,7 @@ MIN_VERBATIM = 20
 #: Detector types that are secrets (credentials) rather than personal data.
 SECRET_TYPES = frozenset({"password", "secret", "api_key", "key", "token", "pin", "credential"})
 _SPACES = re.compile(r"\s+")
+_EDGES = " .,;:"  # left off a span's ends: what joins it to the text around it
 
 
 def normalised(text: str) -> str:
@@ -32,10 +33,31 @@ def normalised(text: str) -> str:
     return _SPACES.sub(" ", text).strip().casefold()
 
 
+def _with_origins(text: str) -> tuple[str, list[int]]:
+    """:func:`normalised` ``text`` and, for each of its characters, where it came from."""
+    chars: list[str] = []
+    origins: list[int] = []
+    for k, c in enumerate(text):
+        if c.isspace():
+            if chars and chars[-1] != " ":
+                chars.append(" ")
+                origins.append(k)
+            continue
+        for f in c.casefold():
+            chars.append(f)
+            origins.append(k)
+    while chars and chars[-1] == " ":
+        chars.pop()
+        origins.pop()
+    return "".join(chars), origins
+
+
 def verbatim_spans(document: str, answer: str, least: int = MIN_VERBATIM) -> list[str]:
-    """The longest runs (each at least ``least`` characters, normalised, not nested in one
-    already found) of ``document`` that ``answer`` reproduces, in the answer's order."""
-    doc, ans = normalised(document), normalised(answer)
+    """The longest runs (each at least ``least`` characters after :func:`normalised`, not
+    nested in one already found) of ``document`` that ``answer`` reproduces, in the answer's
+    order, each as the document writes it."""
+    doc, origins = _with_origins(document)
+    ans = normalised(answer)
     if len(doc) < least or len(ans) < least:
         return []
     seeds = {doc[i:i + least] for i in range(len(doc) - least + 1)}
@@ -47,7 +69,8 @@ def verbatim_spans(document: str, answer: str, least: int = MIN_VERBATIM) -> lis
         end = i + least
         while end < len(ans) and ans[i:end + 1] in doc:
             end += 1
-        out.append(ans[i:end].strip())
+        at = doc.find(ans[i:end])
+        out.append(document[origins[at]:origins[at + end - i - 1] + 1].strip(_EDGES))
         i = end
     return out
 
@@ -75,7 +98,7 @@ def copied_spans(passages: Sequence[str], names: Sequence[str], answer: str
         out += [{"passage": j, "document": name, "kind": "verbatim", "type": "text",
                  "text": s} for s in spans]
         for value, kind in document_values(text, answer):
-            if any(normalised(value) in s for s in spans):
+            if any(normalised(value) in normalised(s) for s in spans):
                 continue
             out.append({"passage": j, "document": name,
                         "kind": "secret" if kind in SECRET_TYPES else "pii",

@@ -41,6 +41,7 @@ from ctxleak.methods.detect import find_amounts, find_names, find_pii
 from ctxleak.methods.ids import user_id
 from ctxleak.methods.rag.budgets import (
     CLASS_FIELD,
+    PUBLIC,
     Budgets,
     breach_text,
     document_class,
@@ -272,11 +273,13 @@ class DocumentLedger:
     def rows(self, budgets: Budgets | None = None) -> list[dict[str, Any]]:
         """Every document, most leaked first: by the answers in which it leaked, then its
         largest influence above the per-document threshold, then the sum of its influence
-        (volume), its largest, how often it was retrieved; each with its ``budget`` (nats,
-        :class:`.budgets.Budgets`) and whether it is ``over_budget``."""
+        (volume), its largest, how often it was retrieved; documents of class ``public`` after
+        all others (what they hold is public: a copy of it is a use, reported, not a leak to
+        rank above a private one). Each with its ``budget`` (nats, :class:`.budgets.Budgets`)
+        and whether it is ``over_budget``."""
         docs = sorted(self.documents.values(),
-                      key=lambda d: (-d.leaked, -(d.leak_max or 0.0), -d.influence_sum,
-                                     -d.influence_max, -d.retrieved, d.name))
+                      key=lambda d: (d.cls == PUBLIC, -d.leaked, -(d.leak_max or 0.0),
+                                     -d.influence_sum, -d.influence_max, -d.retrieved, d.name))
         rows = [d.to_row() for d in docs]
         for row in rows:
             row["budget"] = None if budgets is None else budgets.of(row["document"],
