@@ -17,8 +17,9 @@ from ctxleak.methods.influence.decoys import (
 from ctxleak.methods.influence.params import InfluenceParams
 from ctxleak.methods.rag.budgets import Budgets, check_class_budgets
 from ctxleak.methods.rag.copying import copied_spans, verbatim_spans
+from ctxleak.methods.rag.documents import RetrievedDocument
 from ctxleak.methods.rag.exposure import document_ledger, documents_summary
-from ctxleak.methods.rag.overlap import OVERLAP_WORDS, footprint, shares_document
+from ctxleak.methods.rag.overlap import OVERLAP_WORDS, Corpus
 
 SALARY = ("Employee Marta Velikova, payroll id 4417-B, earns $142,000 a year and her database "
           "password is Tr0ub4dor-88.")
@@ -45,17 +46,26 @@ LOG = [row("t1", ["hr-salary", "travel"]), row("t2", ["hr-salary", "canteen"]),
        row("t5", ["vpn", "badge"])]
 
 
+def shares(a: str, b: str, a_id: str | None = None, b_id: str | None = None) -> bool:
+    """Whether one-document contexts ``a`` and ``b`` share a document (both ways round)."""
+    corpus = Corpus()
+    x = corpus.add([a], [RetrievedDocument(a, 1, id=a_id)])
+    y = corpus.add([b], [RetrievedDocument(b, 1, id=b_id)])
+    return not corpus.forbidden(x).isdisjoint(y) and not corpus.forbidden(y).isdisjoint(x)
+
+
 def test_overlap_is_a_shared_run_of_words_not_a_shared_word() -> None:
-    a = footprint(["The spare key is under the blue pot by the back door."])
-    recut = footprint(["Notes. the SPARE key is under the blue   pot, by the back door!"],
-                      ["chunk-9"])
-    other = footprint(["The key to the office is at the front desk of the blue building."])
-    assert shares_document(a, recut) and shares_document(recut, a)
-    assert not shares_document(a, other)  # words in common, no run of OVERLAP_WORDS
+    a = "The spare key is under the blue pot by the back door."
+    assert shares(a, "Notes. the SPARE key is under the blue   pot, by the back door!", None,
+                  "chunk-9")
+    other = "The key to the office is at the front desk of the blue building."
+    assert not shares(a, other)  # words in common, no run of OVERLAP_WORDS
     assert OVERLAP_WORDS == 8
-    assert shares_document(footprint(["x"], ["id-1"]), footprint(["y"], ["id-1"]))  # same id
-    short = footprint(["Tr0ub4dor-88"])  # shorter than the run: inside another passage
-    assert shares_document(short, footprint([SALARY]))
+    seven = "is under the blue pot by the"  # 7 words of ``a``: a short passage inside it
+    assert shares(seven, a) and not shares("is under the red pot by the", a)
+    assert shares("x", "y", "id-1", "id-1")  # one id: one document
+    assert not shares(a, a.replace("spare", "old").replace("pot", "box"))
+    assert shares("Tr0ub4dor-88", SALARY)
 
 
 def test_controls_never_share_a_document_and_fall_back_to_decoys() -> None:
@@ -64,11 +74,10 @@ def test_controls_never_share_a_document_and_fall_back_to_decoys() -> None:
     by_id = {ex.id: ex for ex in examples}
     for ex, controls in zip(examples, sets):
         assert len(controls) == 2
-        own = footprint(ex.passage_texts, [d.id for d in ex.documents or ()])
         for c in controls:
             ids = {d.id for d in c.documents or ()}
             assert not ids & {d.id for d in ex.documents or ()}
-            assert not shares_document(own, footprint(c.passage_texts, ids))
+            assert not any(shares(p, q) for p in ex.passage_texts for q in c.passage_texts)
     # t1..t4 share hr-salary: their log control is t5, the other one drawn from the corpus
     assert [c.id for c in sets[0]][0] == "t5"
     assert str(sets[0][1].id).startswith("decoys(") and "hr-salary" not in str(sets[0][1].id)

@@ -6,7 +6,7 @@ Example control. In a RAG log one record is often retrieved for most questions, 
 other example's context holds it too, and an answer that copies it would be compared with a
 control that carries the same facts. For runs with retrieved documents, an example's control is
 the nearest earlier (then later) example whose context shares no document with its own
-(:func:`ctxleak.methods.rag.overlap.shares_document`: no id in common, no passage overlapping
+(:class:`ctxleak.methods.rag.overlap.Corpus`: no id in common, no passage overlapping
 by a run of :data:`~ctxleak.methods.rag.overlap.OVERLAP_WORDS` words); where the log has too few,
 the rest are synthetic: decoy documents of the run's corpus (every document seen in its rows)
 that share nothing with the example, drawn near the example's context length (characters) with
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from itertools import chain, islice
 from typing import Any
 
 import numpy as np
@@ -44,14 +45,7 @@ from ctxleak.methods.rag.budgets import CLASS_FIELD, PUBLIC, document_class
 from ctxleak.methods.rag.documents import RetrievedDocument
 from ctxleak.methods.rag.exposure import short_name
 from ctxleak.methods.rag.judged import leaked_passages
-from ctxleak.methods.rag.overlap import (
-    Corpus,
-    decoy_rng,
-    decoy_set,
-    footprint,
-    pick_near,
-    shares_document,
-)
+from ctxleak.methods.rag.overlap import Corpus, decoy_rng, decoy_set, pick_near
 from ctxleak.methods.rag.passages import LIST_SEPARATOR, list_pieces
 from ctxleak.mitigations.influence import response_influence, token_influence
 
@@ -71,9 +65,12 @@ def uses_documents(examples: Sequence[InfluenceExample]) -> bool:
     return any(ex.documents is not None for ex in examples)
 
 
-def _footprint(ex: InfluenceExample) -> Any:
-    texts = ex.passage_texts if ex.passages else [ex.context]
-    return footprint(texts, [d.id for d in ex.documents or ()])
+def _corpus(examples: Sequence[InfluenceExample]) -> tuple[Corpus, list[frozenset[int]]]:
+    """The run's corpus and each example's documents in it (its passages, or its context)."""
+    corpus = Corpus()
+    own = [corpus.add(ex.passage_texts if ex.passages else [ex.context], ex.documents)
+           for ex in examples]
+    return corpus, own
 
 
 def decoy_example(ex: InfluenceExample, decoys: Sequence[RetrievedDocument]
@@ -91,24 +88,25 @@ def document_control_sets(examples: Sequence[InfluenceExample], per_example: int
                           ) -> list[list[InfluenceExample]]:
     """Up to ``per_example`` control contexts of each example, sharing no document with it:
     the nearest earlier examples' contexts (one per distinct context), then the nearest later
-    ones, then synthetic ones drawn from the corpus (:func:`decoy_example`)."""
-    prints = [_footprint(ex) for ex in examples]
+    ones (:data:`SEARCH_LIMIT` checked at most), then synthetic ones drawn from the corpus
+    (:func:`decoy_example`)."""
+    corpus, own = _corpus(examples)
     keys = [context_key(ex.context) for ex in examples]
-    corpus = Corpus.of(ex.documents for ex in examples)
     out: list[list[InfluenceExample]] = []
     for k, ex in enumerate(examples):
         chosen: list[InfluenceExample] = []
         taken = {keys[k]}
-        order = [*range(k - 1, -1, -1), *range(k + 1, len(examples))][:SEARCH_LIMIT]
-        for j in order:
+        shut = corpus.forbidden(own[k])
+        nearest = chain(range(k - 1, -1, -1), range(k + 1, len(examples)))
+        for j in islice(nearest, SEARCH_LIMIT):
             if len(chosen) == per_example:
                 break
-            if keys[j] not in taken and not shares_document(prints[k], prints[j]):
+            if keys[j] not in taken and shut.isdisjoint(own[j]):
                 chosen.append(examples[j])
                 taken.add(keys[j])
         most = max(2, 2 * len(ex.passages or ()))
         for c in range(per_example - len(chosen)):
-            drawn = decoy_set(corpus, prints[k], len(ex.context),
+            drawn = decoy_set(corpus, own[k], len(ex.context),
                               decoy_rng(seed, ex.id, CONTROL_STREAM, c), most)
             if not drawn:
                 break
@@ -122,13 +120,13 @@ def passage_decoys(examples: Sequence[InfluenceExample], seed: int
     """Each example's decoy per passage: a corpus document sharing nothing with the example,
     among the three nearest to the passage's length (characters), drawn with the run seed; []
     for an example without retrieved documents, None where the corpus has no such document."""
-    corpus = Corpus.of(ex.documents for ex in examples)
+    corpus, own = _corpus(examples)
     out: list[list[RetrievedDocument | None]] = []
-    for ex in examples:
+    for ex, mine in zip(examples, own):
         if ex.documents is None or not ex.passages:
             out.append([])
             continue
-        eligible = corpus.eligible(_footprint(ex))
+        eligible = corpus.eligible_set(mine)
         picks = [pick_near(corpus, eligible, len(text),
                            decoy_rng(seed, ex.id, PASSAGE_STREAM, j))
                  for j, text in enumerate(ex.passage_texts)]
