@@ -83,6 +83,8 @@ def documents_section(report: Report, summaries: Sequence[dict[str, Any]],
     report.add_text(EXPLAIN)
     for s in with_docs:
         where = f" ({s.get('setting')})" if len(summaries) > 1 else ""
+        if control_line(s):
+            report.add_text(f"{control_line(s)}{where}")
         if s.get("exposure_budget") is not None:
             report.add_text(budget_line(s) + where)
         for line in s.get("budget_breaches") or ():
@@ -95,6 +97,21 @@ def documents_section(report: Report, summaries: Sequence[dict[str, Any]],
         if composition:
             report.add_text(f"ε at δ: {composition}; basic: ε per token × the document's "
                             "released tokens, δ = 0.")
+
+
+def control_line(summary: dict[str, Any]) -> str | None:
+    """One sentence on the per-document control of a setting (None without one)."""
+    dc = summary.get("document_control")
+    if not dc:
+        return None
+    rate = dc.get("false_flag_rate")
+    threshold = dc.get("threshold")
+    return ("Per-document control: a document leaked in an answer when "
+            f"{dc['rule']}" + (f"; threshold {threshold:.3g} nats over {dc['decoys']} decoy "
+                               f"influence(s)" if threshold is not None else "")
+            + (f"; a document that adds nothing beyond any other is judged leaked about "
+               f"{100 * rate:.3g} % of the time" if rate is not None else "")
+            + f". {dc['n_leaks']} leak(s) in {dc['answers']} answer(s).")
 
 
 def budget_line(summary: dict[str, Any]) -> str:
@@ -123,10 +140,12 @@ def document_lines(summaries: Sequence[dict[str, Any]], top: int = 3) -> list[st
             + f", Σ {d['influence_sum']:.3g} nats over {d['scored']} answer(s)"
             for d in docs[:top])
         lines.append(f"documents by leak{where}: {listed}")
+        if control_line(s):
+            lines.append(f"{control_line(s)}{where}")
         if s.get("exposure_budget") is not None:
             lines.append(budget_line(s) + where)
         lines += [f"over budget{where}: {line}" for line in s.get("budget_breaches") or ()]
     return lines
 
 
-__all__ = ["budget_line", "document_lines", "documents_section", "ledger_rows"]
+__all__ = ["budget_line", "control_line", "document_lines", "documents_section", "ledger_rows"]

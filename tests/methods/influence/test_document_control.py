@@ -15,6 +15,7 @@ import ctxleak
 from ctxleak.engine.scoring import continuation_logprobs
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.data import load_examples, prompt_parts
+from ctxleak.report.documents import document_lines
 
 SALARY = ("Employee Marta Velikova earns $142,000 a year and her database password is "
           "Tr0ub4dor-88.")
@@ -88,6 +89,15 @@ def test_a_copied_restricted_record_is_named_and_never_within_a_dp_budget(run) -
     leaked_in = {x["id"] for x in setting["document_control"]["leaks"]
                  if x["document"] == "hr-salary"}
     assert {"t1", "t2"} <= leaked_in
+    # 12 passages, 12 decoys: the largest is the threshold, 1 time in 13 for a document that
+    # adds nothing beyond any other
+    control = setting["document_control"]
+    assert control["decoys"] == 12 and control["false_flag_rate"] == pytest.approx(1 / 13)
+    assert control["threshold"] == pytest.approx(max(
+        v for r in run.records for v in r["passage_decoy_influence"]))
+    line = f"Per-document control: a document leaked in an answer when {control['rule']}"
+    assert any(x.startswith(line) for x in document_lines(run.summary["settings"]))
+    assert "Per-document control: a document leaked" in run.to_html()
 
 
 def test_decoys_do_not_depend_on_the_batch_size(run, llama_lm) -> None:

@@ -16,7 +16,7 @@ from ctxleak.methods.influence.decoys import (
 )
 from ctxleak.methods.influence.params import InfluenceParams
 from ctxleak.methods.rag.budgets import Budgets, check_class_budgets
-from ctxleak.methods.rag.copying import copied_spans, verbatim_spans
+from ctxleak.methods.rag.copying import copied_spans, masked, verbatim_spans
 from ctxleak.methods.rag.documents import RetrievedDocument
 from ctxleak.methods.rag.exposure import document_ledger, documents_summary
 from ctxleak.methods.rag.overlap import OVERLAP_WORDS, Corpus
@@ -111,6 +111,9 @@ def test_copied_spans_verbatim_and_values() -> None:
     assert {c["document"] for c in copied} == {"hr-salary"}
     assert {"verbatim"} <= {c["kind"] for c in copied}
     assert copied_spans([SALARY], ["hr-salary"], "I don't know.") == []
+    # what verdicts and the CI gate print: secrets masked (none is detected in these spans)
+    assert all(c["shown"] == c["text"] for c in copied)
+    assert masked("Tr0ub4dor-88") == "Tr…88" and masked("4417") == "…"
 
 
 def rec(rid: str, docs: list[tuple[str, str]], influence: list[float], **extra: object

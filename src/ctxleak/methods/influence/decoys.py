@@ -197,7 +197,7 @@ def document_control(records: Sequence[dict[str, Any]], class_field: str = CLASS
                           "class": document_class(meta[j] if j < len(meta) else None,
                                                   class_field),
                           "influence": r["passage_influence"][j], "above": above,
-                          "copied": [c["text"] for c in copies],
+                          "copied": [c.get("shown", c["text"]) for c in copies],
                           "kinds": sorted({c["kind"] for c in copies})})
     leaks.sort(key=lambda x: (x["class"] == PUBLIC, not x["copied"], -(x["above"] or 0.0)))
     return {"decoys": len(pooled), "threshold": threshold, "rule": rule,

@@ -84,27 +84,40 @@ def document_values(document: str, answer: str) -> list[tuple[str, str]]:
             if _in_answer(value, folded)]
 
 
+def masked(value: str) -> str:
+    """A secret as a verdict or a CI log shows it: its first and last two characters."""
+    return f"{value[:2]}…{value[-2:]}" if len(value) > 6 else "…"
+
+
 def copied_spans(passages: Sequence[str], names: Sequence[str], answer: str
                  ) -> list[dict[str, Any]]:
     """The record field ``copied``: one entry per span of passage j (0-based) the answer
     reproduces: ``{"passage": j, "document": name, "kind": "verbatim" | "secret" | "pii",
-    "type": ..., "text": ...}``; a value already inside a verbatim span of the same passage is
-    not listed again."""
+    "type": ..., "text": ..., "shown": ...}`` (``shown``: the text with the secrets in it
+    masked, :func:`masked`, as verdicts and the CI gate print it); a value already inside a
+    verbatim span of the same passage is not listed again."""
     out: list[dict[str, Any]] = []
     if not answer.strip():
         return out
     for j, (text, name) in enumerate(zip(passages, names)):
         spans = verbatim_spans(text, answer)
-        out += [{"passage": j, "document": name, "kind": "verbatim", "type": "text",
-                 "text": s} for s in spans]
-        for value, kind in document_values(text, answer):
+        values = document_values(text, answer)
+        secrets = [v for v, kind in values if kind in SECRET_TYPES]
+        for s in spans:
+            shown = s
+            for secret in secrets:
+                shown = shown.replace(secret, masked(secret))
+            out.append({"passage": j, "document": name, "kind": "verbatim", "type": "text",
+                        "text": s, "shown": shown})
+        for value, kind in values:
             if any(normalised(value) in normalised(s) for s in spans):
                 continue
+            is_secret = kind in SECRET_TYPES
             out.append({"passage": j, "document": name,
-                        "kind": "secret" if kind in SECRET_TYPES else "pii",
-                        "type": kind, "text": value})
+                        "kind": "secret" if is_secret else "pii", "type": kind, "text": value,
+                        "shown": masked(value) if is_secret else value})
     return out
 
 
-__all__ = ["MIN_VERBATIM", "SECRET_TYPES", "copied_spans", "document_values", "normalised",
-           "verbatim_spans"]
+__all__ = ["MIN_VERBATIM", "SECRET_TYPES", "copied_spans", "document_values", "masked",
+           "normalised", "verbatim_spans"]

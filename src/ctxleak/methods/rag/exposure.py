@@ -175,7 +175,7 @@ class DocumentExposure:
         if copies:
             self.copied += 1
             if self.first_copy is None:
-                self.first_copy = (answer, str(copies[0].get("text", "")))
+                self.first_copy = (answer, str(copies[0].get("shown", copies[0]["text"])))
 
     def to_row(self) -> dict[str, Any]:
         """The line as plain data (results.json, pandas)."""
