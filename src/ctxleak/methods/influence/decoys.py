@@ -25,7 +25,7 @@ or when the answer copied it (:mod:`ctxleak.methods.rag.copying`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import chain, islice
 from typing import Any
 
@@ -41,6 +41,7 @@ from ctxleak.methods.influence.control import (
 )
 from ctxleak.methods.influence.data import InfluenceExample
 from ctxleak.methods.influence.ngrams import PromptParts
+from ctxleak.methods.influence.setting import InfluenceOptions
 from ctxleak.methods.rag.budgets import CLASS_FIELD, PUBLIC, document_class
 from ctxleak.methods.rag.documents import RetrievedDocument
 from ctxleak.methods.rag.exposure import short_name
@@ -150,6 +151,50 @@ def decoy_parts(lm: LanguageModel, parts: PromptParts, span: tuple[int, int], fi
     return PromptParts(parts.before, context, parts.after)
 
 
+#: The decoy document of each passage of each job ([] or None: none).
+Decoys = Sequence[Sequence[RetrievedDocument | None]]
+#: Each job's leave-one-out rows, log p̄_λ(y_t | D∖j), by passage j (its decoy's other half).
+Ablated = dict[int, dict[int, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class DecoyJob:
+    """One decoy put in passage ``passage``'s place of job ``job``: the prompt with it, and the
+    leave-one-out row of that passage (the same prompt without the decoy)."""
+
+    job: int
+    passage: int
+    parts: PromptParts
+    ablated: np.ndarray
+
+
+def decoy_jobs(lm: LanguageModel, records: list[dict[str, Any]],
+                parts: Sequence[tuple[PromptParts, int]],
+                spans_of: Sequence[Sequence[tuple[int, int] | None]], ablated: Ablated,
+                decoys: Decoys | None, options: InfluenceOptions) -> list[DecoyJob]:
+    """The prompts with a decoy in each scored passage's place (:func:`.decoys.decoy_parts`);
+    each record gets ``passage_decoy_ids`` (the decoys' names) and, None until scored,
+    ``passage_decoy_influence``."""
+    out: list[DecoyJob] = []
+    if decoys is None or not options.control:
+        return out
+    for k, rows in ablated.items():
+        if not decoys[k]:
+            continue
+        names: list[str | None] = [None] * len(spans_of[k])
+        for j, row in rows.items():
+            decoy, span = decoys[k][j] if j < len(decoys[k]) else None, spans_of[k][j]
+            if decoy is None or span is None:
+                continue
+            p = decoy_parts(lm, parts[k][0], span, j == 0, decoy, options.max_new_tokens)
+            if p is not None:
+                names[j] = decoy.id if decoy.id is not None else short_name(decoy.text)
+                out.append(DecoyJob(k, j, p, row))
+        records[k]["passage_decoy_ids"] = names
+        records[k]["passage_decoy_influence"] = [None] * len(names)
+    return out
+
+
 def decoy_influence(logp_decoy: Any, logp_ablated: Any) -> float:
     """A decoy's leave-one-out influence on an answer (nats): ``Σ_t |log p̄(y_t | D') −
     log p̄(y_t | D∖j)|`` over the tokens the passage's own influence sums (the ablated row's)."""
@@ -207,6 +252,7 @@ def document_control(records: Sequence[dict[str, Any]], class_field: str = CLASS
             "n_leaks": len(leaks), "leaks": leaks[:LISTED]}
 
 
-__all__ = ["CONTROL_STREAM", "LISTED", "PASSAGE_STREAM", "SEARCH_LIMIT", "decoy_example",
-           "decoy_influence", "decoy_parts", "document_control", "document_control_sets",
-           "document_rule", "passage_decoys", "uses_documents"]
+__all__ = ["CONTROL_STREAM", "LISTED", "PASSAGE_STREAM", "SEARCH_LIMIT", "Ablated", "DecoyJob",
+           "Decoys", "decoy_example", "decoy_influence", "decoy_jobs", "decoy_parts",
+           "document_control", "document_control_sets", "document_rule", "passage_decoys",
+           "uses_documents"]

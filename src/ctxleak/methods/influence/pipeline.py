@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,10 +26,10 @@ from ctxleak.methods.influence.control import (
     control_set_fields,
 )
 from ctxleak.methods.influence.data import InfluenceExample, passage_spans, prompt_parts
-from ctxleak.methods.influence.decoys import decoy_influence, decoy_parts
+from ctxleak.methods.influence.decoys import Ablated, DecoyJob, Decoys, decoy_influence, decoy_jobs
 from ctxleak.methods.influence.fields import (
+    add_passage_fields,
     add_token_fields,
-    passage_fields,
     response_record,
     window_fields,
     with_logprobs,
@@ -43,31 +42,11 @@ from ctxleak.methods.influence.ngrams import (
 )
 from ctxleak.methods.influence.roads import ANSWERS, Road, road
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
-from ctxleak.methods.rag.copying import copied_spans
-from ctxleak.methods.rag.documents import RetrievedDocument
-from ctxleak.methods.rag.exposure import short_name
 from ctxleak.mitigations.cid import generate_cid_many
 from ctxleak.mitigations.ledger import RowLedger
 
 #: The control examples of each job, nearest first (empty: the job has none).
 Controls = Sequence[Sequence[InfluenceExample]]
-#: The decoy document of each passage of each job (:mod:`.decoys`; [] or None: none).
-Decoys = Sequence[Sequence[RetrievedDocument | None]]
-#: Each job's leave-one-out rows, log p̄_λ(y_t | D∖j), by passage j (its decoy's other half).
-Ablated = dict[int, dict[int, np.ndarray]]
-
-
-@dataclass(frozen=True)
-class DecoyJob:
-    """One decoy put in passage ``passage``'s place of job ``job``: the prompt with it, and the
-    leave-one-out row of that passage (the same prompt without the decoy)."""
-
-    job: int
-    passage: int
-    parts: PromptParts
-    ablated: np.ndarray
-
-
 def measure_example(lm: LanguageModel, example: InfluenceExample, setting: Setting,
                     options: InfluenceOptions, seed: int) -> dict[str, Any]:
     """Generate by CID and measure the context's influence on one example (one JSON record)."""
@@ -103,9 +82,8 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
     Def. 3.1 with S = that passage, in the same scoring run as the n-gram windows
     (:mod:`ctxleak.methods.rag.passages`). ``controls``: the control examples of each job
     (None: no control), each of whose contexts replaces the job's to score the same response
-    (:mod:`.control`); ``cost`` adds up the control's forward passes and seconds.
-    ``decoys``: each job's decoy document per passage, put in the passage's place and left out
-    the same way (the per-document control, :mod:`.decoys`), scored with the controls."""
+    (:mod:`.control`); ``cost`` adds up the control's forward passes and seconds. ``decoys``:
+    each job's decoy per passage, in its place (:mod:`.decoys`), scored with the controls."""
     given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response_source != "generated"]
     if given:  # logged answers are scored, the others generated
         return _with_given(lm, jobs, options, given, hand_over_prefill, controls, cost, decoys)
@@ -129,12 +107,9 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
                              _kept(spans_of[k]), options) for k in with_passages]
         scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
         for k, win in zip(with_passages, scored):
-            ablated[k] = _with_passages(records[k], jobs[k][0], spans_of[k], win, 0)
-        add_token_fields(records, parts, responses)
-        _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options,
-                     cost, decoys=_decoy_jobs(lm, records, parts, spans_of, ablated, decoys,
-                                              options))
-        return records
+            ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, 0)
+        return _finish(lm, records, jobs, parts, responses, (spans_of, ablated, decoys),
+                       controls, options, cost)
     requests, clipped = _window_requests(jobs, parts, responses, caches, todo, options,
                                          rescored, [_kept(spans_of[k]) for k in todo])
     scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
@@ -151,10 +126,23 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
         n_windows = len(request.spans) - n_passages
         records[k].update(window_fields(request, win, options, n_windows))
         if spans_of[k]:
-            ablated[k] = _with_passages(records[k], jobs[k][0], spans_of[k], win, n_windows)
+            ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, n_windows)
+    return _finish(lm, records, jobs, parts, responses, (spans_of, ablated, decoys), controls,
+                   options, cost)
+
+
+def _finish(lm: LanguageModel, records: list[dict[str, Any]],
+            jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+            parts: Sequence[tuple[PromptParts, int]], responses: Sequence[RowLedger],
+            passages: tuple[Any, Ablated, Decoys | None], controls: Controls | None,
+            options: InfluenceOptions, cost: ControlCost | None) -> list[dict[str, Any]]:
+    """The generated responses' records completed: per-token fields, then the controls and,
+    from ``passages`` = (each job's passage spans, its leave-one-out rows, its decoys), the
+    decoys in the passages' places (:func:`.decoys.decoy_jobs`)."""
+    spans_of, ablated, decoys = passages
     add_token_fields(records, parts, responses)
     _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options, cost,
-                 decoys=_decoy_jobs(lm, records, parts, spans_of, ablated, decoys, options))
+                 decoys=decoy_jobs(lm, records, parts, spans_of, ablated, decoys, options))
     return records
 
 
@@ -173,47 +161,6 @@ def _request(job: tuple[InfluenceExample, Setting, int], parts: PromptParts,
                          temperature=setting.temperature,
                          min_new_tokens=options.min_new_tokens,
                          bounded_eps=options.bounded_eps)
-
-
-def _with_passages(record: dict[str, Any], example: InfluenceExample,
-                   spans: Sequence[tuple[int, int] | None], win: Any, n_windows: int
-                   ) -> dict[int, np.ndarray]:
-    """Add the passage fields (the scoring's rows after its first ``n_windows``) and what the
-    answer copied from each passage to ``record``; each kept passage's leave-one-out row,
-    log p̄_λ(y_t | D∖j), by passage j."""
-    record.update(passage_fields(example, spans, win.per_window[n_windows:]))
-    answer = example.response if example.response is not None else record["response"]
-    record["copied"] = copied_spans(record["passages"], record["passage_ids"], answer)
-    kept = [j for j, s in enumerate(spans) if s is not None]
-    return {j: np.asarray(win.logp_ablated[n_windows + i], dtype=np.float64)
-            for i, j in enumerate(kept)}
-
-
-def _decoy_jobs(lm: LanguageModel, records: list[dict[str, Any]],
-                parts: Sequence[tuple[PromptParts, int]],
-                spans_of: Sequence[Sequence[tuple[int, int] | None]], ablated: Ablated,
-                decoys: Decoys | None, options: InfluenceOptions) -> list[DecoyJob]:
-    """The prompts with a decoy in each scored passage's place (:func:`.decoys.decoy_parts`);
-    each record gets ``passage_decoy_ids`` (the decoys' names) and, None until scored,
-    ``passage_decoy_influence``."""
-    out: list[DecoyJob] = []
-    if decoys is None or not options.control:
-        return out
-    for k, rows in ablated.items():
-        if not decoys[k]:
-            continue
-        names: list[str | None] = [None] * len(spans_of[k])
-        for j, row in rows.items():
-            decoy, span = decoys[k][j] if j < len(decoys[k]) else None, spans_of[k][j]
-            if decoy is None or span is None:
-                continue
-            p = decoy_parts(lm, parts[k][0], span, j == 0, decoy, options.max_new_tokens)
-            if p is not None:
-                names[j] = decoy.id if decoy.id is not None else short_name(decoy.text)
-                out.append(DecoyJob(k, j, p, row))
-        records[k]["passage_decoy_ids"] = names
-        records[k]["passage_decoy_influence"] = [None] * len(names)
-    return out
 
 
 def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
@@ -368,10 +315,10 @@ def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Se
         if options.ngram is not None:
             records[k].update(window_fields(request, win, options, n_windows))
         if spans_of[k]:
-            ablated[k] = _with_passages(records[k], jobs[k][0], spans_of[k], win, n_windows)
+            ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, n_windows)
     add_token_fields(records, parts, ledgers)
     _add_control(lm, records, jobs, [led.response_ids for led in ledgers], controls, options,
-                 cost, scorer, _decoy_jobs(lm, records, parts, spans_of, ablated, decoys, options))
+                 cost, scorer, decoy_jobs(lm, records, parts, spans_of, ablated, decoys, options))
     return records
 
 
