@@ -130,3 +130,18 @@ def test_the_gate_names_document_answer_and_amount(tiny_dir, tmp_path, capsys) -
     code, _, err = run_cli([*argv, "--class-budget", "public=0", "--output",
                             str(tmp_path / "b")], capsys)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("ngram", [None, 4])
+def test_generated_answers_get_decoys_on_every_road(llama_lm, ngram) -> None:
+    """Answers generated under CID at λ = 0.5 (the in-process road, with and without n-gram
+    windows) get a decoy per passage too, scored with the same mixture."""
+    rows = [{k: v for k, v in r.items() if k != "response"} for r in LOG[:3]]
+    res = ctxleak.influence(llama_lm, rows, lambda_=0.5, temperature=1.0, max_new_tokens=3,
+                            min_new_tokens=1, ngram=ngram, progress=False)
+    for record in res.records:
+        values = record["passage_decoy_influence"]
+        assert len(values) == len(record["passages"]) == 2
+        assert all(v is not None and np.isfinite(v) and v >= 0 for v in values)
+    cost = res.summary["settings"][0]["control"]["cost"]
+    assert cost["decoy_forward_passes"] == 6
