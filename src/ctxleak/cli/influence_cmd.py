@@ -8,7 +8,8 @@ import typer
 
 from ctxleak.cli.options import CommonOptions, api_options, with_common_options
 
-#: The exit status when a document's summed influence is over --exposure-budget.
+#: The exit status when a document is over its budget (--exposure-budget, --class-budget,
+#: --document-budget).
 OVER_BUDGET = 3
 
 influence_app = typer.Typer(help="Context influence (Estimating Privacy Leakage of Augmented "
@@ -116,6 +117,19 @@ def influence(
                                    "(one example a line), openinference (OpenInference / "
                                    "OpenTelemetry spans as JSONL, one row per trace) or auto "
                                    "(spans when the first line is one)."),
+    class_field: str = typer.Option("classification", "--class-field", help="Retrieved "
+                                    "documents: the metadata field that gives a document's "
+                                    "class (public, internal, restricted, ...)."),
+    class_budget: Optional[str] = typer.Option(None, "--class-budget", help="Leak budget per "
+                                               "document class, e.g. restricted=0,internal=5 "
+                                               "(nats above the per-document control, summed "
+                                               "over the answers in which the document "
+                                               "leaked; a copy exceeds a budget of 0). Class "
+                                               "public never fails. A document over its budget "
+                                               "makes the command exit with status 3."),
+    document_budget: Optional[str] = typer.Option(None, "--document-budget", help="Leak "
+                                                  "budget per document id, e.g. hr-7=0 (nats, "
+                                                  "as --class-budget; wins over its class's)."),
     *,
     common: CommonOptions,
 ) -> None:
@@ -138,11 +152,15 @@ def influence(
                              bertscore_model=bertscore_model, factkb_model=factkb_model,
                              redact=redact, control=control, controls=controls,
                              passages=passages,
-                             exposure_budget=exposure_budget, log_format=log_format)
+                             exposure_budget=exposure_budget, log_format=log_format,
+                             class_field=class_field, class_budgets=class_budget,
+                             document_budgets=document_budget)
     rows = data if retriever is None else retrieve(load_retriever(retriever), data)
     result = run_params(params, common, rows)
     show(result)
     if isinstance(result, InfluenceResult) and result.over_budget():
+        for line in result.budget_breaches():
+            typer.echo(f"over budget: {line}", err=True)
         raise typer.Exit(OVER_BUDGET)
 
 

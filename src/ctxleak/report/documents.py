@@ -16,9 +16,16 @@ from ctxleak.report.leakmap import MAX_MAPS, anchor
 #: Documents listed in the report's table (every one is in results.json and ``documents()``).
 SHOWN = 200
 EXPLAIN = ("Each document left out of its answer's context and the answer scored again "
-           "(leave-one-out influence, Def. 3.1-3.2 with S = the document, nats), added up over "
-           "every answer whose context held it: the measured exposure of that document, most "
-           "exposed first. 'flagged' counts its answers that leak beyond the control. Under "
+           "(leave-one-out influence, Def. 3.1-3.2 with S = the document, nats). A document "
+           "leaked in an answer when that influence is above the per-document control (decoy "
+           "documents of the corpus put in its place and left out the same way) or when the "
+           "answer copied it (a verbatim span of 20 characters or more, or a secret or PII "
+           "value). Documents are ranked by leak: 'leaked' counts those answers, 'max above "
+           "control' is the largest influence above the control (nats), 'copied' the answers "
+           "that copied it, 'flagged' the answers flagged beyond the example control in which "
+           "it leaked; 'Σ influence' is the volume, summed over every answer whose context "
+           "held it. A budget bounds the leak (nats above the control, summed over the answers "
+           "in which it leaked; a copy exceeds a budget of 0); public documents have none. Under "
            "bounded CID the ε columns are DP guarantees for any one document (ε per released "
            "token, composed over all its answers' tokens); the influence columns are measured on "
            "the answers actually given.")
@@ -46,7 +53,10 @@ def ledger_rows(summary: dict[str, Any], records: Sequence[dict[str, Any]] = ()
             first = Link(label[:80], where) if where else label
         row: dict[str, Any] = {
             "rank": rank, "document": doc["document"], "source": doc.get("source"),
-            "retrieved": doc["retrieved"], "flagged": doc["flagged"],
+            "class": doc.get("class") or "—",
+            "retrieved": doc["retrieved"], "leaked": doc.get("leaked", 0),
+            "max above control (nats)": doc.get("leak_max"), "copied": doc.get("copied", 0),
+            "flagged": doc["flagged"],
             "Σ influence (nats)": doc["influence_sum"], "max (nats)": doc["influence_max"],
             "per token (nats)": doc.get("influence_per_token"),
             "leaked most through": first,
@@ -55,7 +65,9 @@ def ledger_rows(summary: dict[str, Any], records: Sequence[dict[str, Any]] = ()
         if "eps_basic" in doc:
             row["ε guarantee, basic"] = doc["eps_basic"]
             row[f"ε guarantee at δ = {doc['delta']:g}"] = doc["eps_tight"]
-        if summary.get("exposure_budget") is not None:
+        if summary.get("class_budgets") or summary.get("document_budgets"):
+            row["budget (nats)"] = doc.get("budget")
+        if summary.get("over_budget") is not None:
             row["over budget"] = "yes" if doc["document"] in over else "no"
         rows.append(row)
     return rows
@@ -71,16 +83,35 @@ def documents_section(report: Report, summaries: Sequence[dict[str, Any]],
     report.add_text(EXPLAIN)
     for s in with_docs:
         where = f" ({s.get('setting')})" if len(summaries) > 1 else ""
+        if control_line(s):
+            report.add_text(f"{control_line(s)}{where}")
         if s.get("exposure_budget") is not None:
             report.add_text(budget_line(s) + where)
+        for line in s.get("budget_breaches") or ():
+            report.add_text(f"Over budget{where}: {line}")
         docs = s["documents"]
         report.add_table(ledger_rows(s, records),
-                         caption=f"{len(docs)} documents{where}, most exposed first"
+                         caption=f"{len(docs)} documents{where}, most leaked first"
                          + (f" (the first {SHOWN} shown)" if len(docs) > SHOWN else ""))
         composition = next((d["composition"] for d in docs if "composition" in d), None)
         if composition:
             report.add_text(f"ε at δ: {composition}; basic: ε per token × the document's "
                             "released tokens, δ = 0.")
+
+
+def control_line(summary: dict[str, Any]) -> str | None:
+    """One sentence on the per-document control of a setting (None without one)."""
+    dc = summary.get("document_control")
+    if not dc:
+        return None
+    rate = dc.get("false_flag_rate")
+    threshold = dc.get("threshold")
+    return ("Per-document control: a document leaked in an answer when "
+            f"{dc['rule']}" + (f"; threshold {threshold:.3g} nats over {dc['decoys']} decoy "
+                               f"influence(s)" if threshold is not None else "")
+            + (f"; a document that adds nothing beyond any other is judged leaked about "
+               f"{100 * rate:.3g} % of the time" if rate is not None else "")
+            + f". {dc['n_leaks']} leak(s) in {dc['answers']} answer(s).")
 
 
 def budget_line(summary: dict[str, Any]) -> str:
@@ -103,12 +134,18 @@ def document_lines(summaries: Sequence[dict[str, Any]], top: int = 3) -> list[st
             continue
         where = f" ({s.get('setting')})" if len(summaries) > 1 else ""
         listed = "; ".join(
-            f"{d['document']} Σ {d['influence_sum']:.3g} nats over {d['scored']} answer(s), "
-            f"flagged in {d['flagged']}" for d in docs[:top])
-        lines.append(f"documents by exposure{where}: {listed}")
+            f"{d['document']} leaked in {d.get('leaked', 0)} answer(s)"
+            + (f" (max {d['leak_max']:+.3g} nats above its control)"
+               if d.get("leak_max") is not None else "")
+            + f", Σ {d['influence_sum']:.3g} nats over {d['scored']} answer(s)"
+            for d in docs[:top])
+        lines.append(f"documents by leak{where}: {listed}")
+        if control_line(s):
+            lines.append(f"{control_line(s)}{where}")
         if s.get("exposure_budget") is not None:
             lines.append(budget_line(s) + where)
+        lines += [f"over budget{where}: {line}" for line in s.get("budget_breaches") or ()]
     return lines
 
 
-__all__ = ["budget_line", "document_lines", "documents_section", "ledger_rows"]
+__all__ = ["budget_line", "control_line", "document_lines", "documents_section", "ledger_rows"]

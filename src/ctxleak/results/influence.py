@@ -176,8 +176,11 @@ class InfluenceResult(Result):
 
     def documents(self) -> Any:
         """The leak ledger per document (runs with retrieved documents or passages), one row per
-        (setting, document), most exposed first: times ``retrieved``, ``scored`` (in the
-        context the answer was scored with) and in answers ``flagged`` beyond the control; the
+        (setting, document), most leaked first: its ``class``, times ``retrieved``, ``scored``
+        (in the context the answer was scored with), ``leaked`` (answers in which it was judged
+        leaked: above the per-document control or copied), ``leak_max`` and ``leak_sum`` (nats
+        above that control), ``copied`` (answers that copied it), ``flagged`` (flagged answers
+        in which it leaked), its ``budget`` and ``over_budget``; the
         sum and largest of its leave-one-out influence (nats), per response token; the
         questions it moved most; the PII it carries that answers repeated; under bounded CID
         its composed ε guarantee (``eps_basic``, ``eps_tight`` at ``delta``). See
@@ -186,21 +189,31 @@ class InfluenceResult(Result):
                  "temperature": s.get("temperature"), **row,
                  "over_budget": row["document"] in (s.get("over_budget") or ())}
                 for s in self.summary.get("settings") or () for row in s.get("documents") or ()]
-        columns = ["setting", "lambda", "temperature", "document", "source", "retrieved",
-                   "scored", "flagged", "influence_sum", "influence_max", "influence_per_token",
+        columns = ["setting", "lambda", "temperature", "document", "source", "class",
+                   "retrieved", "scored", "leaked", "leak_max", "leak_sum", "copied", "flagged",
+                   "influence_sum", "influence_max", "influence_per_token",
                    "influence_per_token_max", "top_queries", "pii_in_answers", "pii_carried",
-                   "over_budget", "text"]
+                   "budget", "over_budget", "worst_answer", "first_copy", "text"]
         if any("eps_basic" in r for r in rows):
             columns += ["eps_per_token", "released_tokens", "eps_basic", "eps_tight", "delta",
                         "composition"]
         return self._frame(rows, columns)
 
     def over_budget(self) -> list[tuple[str, str]]:
-        """``(setting, document)`` of every document whose summed influence is over the run's
-        ``exposure_budget`` (nats); [] without a budget. The baseline a sweep added (λ = 1, no
-        bound, not asked for) is reported in its own rows, never failing the gate."""
+        """``(setting, document)`` of every document over a budget: its summed influence over
+        the run's ``exposure_budget``, or its leak over its class's or its own budget (nats,
+        :mod:`ctxleak.methods.rag.budgets`); [] without a budget. The baseline a sweep added
+        (λ = 1, no bound, not asked for) is reported in its own rows, never failing the gate."""
         return [(str(s.get("setting")), str(d)) for s in self.summary.get("settings") or ()
                 if not s.get("added_baseline") for d in s.get("over_budget") or ()]
+
+    def budget_breaches(self) -> list[str]:
+        """One line per document over a budget: which document, which answer, by how much
+        (prefixed by the setting in a sweep)."""
+        settings = self.summary.get("settings") or ()
+        return [(f"[{s.get('setting')}] " if len(settings) > 1 else "") + line
+                for s in settings if not s.get("added_baseline")
+                for line in s.get("budget_breaches") or ()]
 
     def example(self, example_id: str, setting: str | None = None) -> ExampleView:
         """One example (its own ``id``; ``setting`` picks one of a sweep, default the first):

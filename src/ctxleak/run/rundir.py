@@ -74,9 +74,10 @@ MODEL_KEY = "model_sha256"  # config key: {model file: SHA-256}, engine.models.m
 IDENTITY_KEY = "model_identity"  # config key: what a server says of its model (RunDir.pin_model)
 
 # Keys that may change between a run and its resume without changing any number of a sample
-# (``redact`` and ``exposure_budget`` change only what the summary and the report say of them).
+# (``redact`` and the budgets change only what the summary and the report say of them).
 RESUME_NEUTRAL_KEYS = frozenset({"limit", "resume", "output", "batch_size", "debug", "redact",
-                                 "exposure_budget", "device", "device_map", "quiet",
+                                 "exposure_budget", "class_field", "class_budgets",
+                                 "document_budgets", "device", "device_map", "quiet",
                                  "threads", "server_url", "request_timeout", "retries"})
 
 

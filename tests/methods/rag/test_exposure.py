@@ -34,11 +34,15 @@ def test_sums_maxima_and_counts_by_hand() -> None:
     rows = document_ledger(
         [rec("q1", [A, B], [3.0, 1.0], tokens=2), rec("q2", [A, C], [5.0, 0.5], tokens=8),
          rec("q3", [B], [None], tokens=3)],
-        queries={"q1": "who?", "q2": "what?", "q3": "when?"}, flagged=["q2"])
+        queries={"q1": "who?", "q2": "what?", "q3": "when?"}, flagged=["q2"], threshold=2.0)
     by = {r["document"]: r for r in rows}
-    assert [r["document"] for r in rows] == ["a", "b", "c"]  # 8 > 1 > 0.5 nats
+    assert [r["document"] for r in rows] == ["a", "b", "c"]  # leaked twice; then 1 > 0.5 nats
     a = by["a"]
-    assert (a["retrieved"], a["scored"], a["flagged"]) == (2, 2, 1)
+    # above the per-document threshold of 2 nats in both answers (by 1 and 3 nats); "flagged"
+    # counts only the flagged answer (q2) in which it leaked
+    assert (a["retrieved"], a["scored"], a["leaked"], a["flagged"]) == (2, 2, 2, 1)
+    assert a["leak_max"] == pytest.approx(3.0) and a["leak_sum"] == pytest.approx(4.0)
+    assert a["worst_answer"] == {"id": "q2", "above": pytest.approx(3.0)}
     assert a["influence_sum"] == pytest.approx(8.0)
     assert a["influence_max"] == pytest.approx(5.0)
     assert a["influence_per_token"] == pytest.approx(8.0 / (2 + 8))
@@ -46,7 +50,7 @@ def test_sums_maxima_and_counts_by_hand() -> None:
     assert [q["query"] for q in a["top_queries"]] == ["what?", "who?"]
     assert a["source"] == "src/a"
     b = by["b"]  # retrieved twice, scored once (cut out of the context the second time)
-    assert (b["retrieved"], b["scored"], b["flagged"]) == (2, 1, 0)
+    assert (b["retrieved"], b["scored"], b["leaked"], b["flagged"]) == (2, 1, 0, 0)
     assert b["influence_sum"] == pytest.approx(1.0)
     assert "eps_basic" not in a  # plain CID: no guarantee
 
@@ -84,7 +88,7 @@ def test_pii_the_document_carries_and_an_answer_repeated() -> None:
     assert found == {"marta.v@example.com": "email"}
     assert rows[0]["pii_carried"] == 3  # the name, the e-mail and the amount
     named = document_ledger([rec("1", [doc], [9.0], response="That is Marta Velikova.")], {})
-    assert named[0]["pii_in_answers"] == [{"text": "Marta Velikova", "type": "name"}]
+    assert named[0]["pii_in_answers"] == [{"text": "Marta Velikova", "type": "person"}]
 
 
 def test_a_bare_number_counts_only_as_a_whole_number() -> None:
@@ -92,7 +96,7 @@ def test_a_bare_number_counts_only_as_a_whole_number() -> None:
     miss = document_ledger([rec("1", [doc], [1.0], response="Order 23120 shipped.")], {})
     hit = document_ledger([rec("1", [doc], [1.0], response="Underpaid by 312 pounds.")], {})
     assert miss[0]["pii_in_answers"] == []
-    assert [p["type"] for p in hit[0]["pii_in_answers"]] == ["amount"]
+    assert [p["type"] for p in hit[0]["pii_in_answers"]] == ["money"]
 
 
 def _tight_by_hand(eps: float, k: int, delta: float) -> float:

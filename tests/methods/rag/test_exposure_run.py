@@ -63,7 +63,8 @@ def test_the_ledger_reaches_pandas_the_saved_run_and_the_report(run) -> None:
     assert loaded.over_budget() == res.over_budget() != []
     verdict = res.summary["verdict"]["text"]
     top = res.summary["settings"][0]["documents"][0]
-    assert f"Documents most exposed: {top['document']} ({top['influence_sum']:.3g} nats" in verdict
+    assert f"Documents by leak: {top['document']} (leaked in {top['leaked']} answer(s)" in verdict
+    assert f"{top['influence_sum']:.3g} nats over {top['scored']} answer(s))" in verdict
     assert "over the exposure budget of 0 nats" in verdict
     page = res.to_html()
     assert "Documents: the leak ledger" in page and "over the exposure budget of 0 nats" in page
@@ -122,7 +123,7 @@ def test_the_cli_exits_3_over_the_budget(tiny_dir, tmp_path, capsys) -> None:
                               "--max-new-tokens", "3", "--temperature", "1",
                               "--exposure-budget", "0", "--output", str(tmp_path / "o")], capsys)
     assert code == 3, err
-    assert "documents by exposure:" in out and "over the exposure budget of 0 nats" in out
+    assert "documents by leak:" in out and "over the exposure budget of 0 nats" in out
     # under the budget the status is 0, as for any run: the budget sentence says none is over
     from ctxleak.report.documents import budget_line
 

@@ -254,12 +254,15 @@ def record_controls(record: dict[str, Any]) -> list[float]:
 class ControlCost:
     """What the control cost in this process: forward passes (one per response and control
     context, one more per response for the no-context logits where λ ≠ 1 or CID is bounded) and
-    wall-clock seconds, beside the seconds of the whole measurement."""
+    wall-clock seconds, beside the seconds of the whole measurement. ``decoy_forward_passes``:
+    those of them that scored an answer with a decoy document in a passage's place (the
+    per-document control, :mod:`.decoys`), one per passage."""
 
     forward_passes: int = 0
     seconds: float = 0.0
     measure_seconds: float = 0.0
     examples: int = 0
+    decoy_forward_passes: int = 0
 
     def add(self, requests: Sequence[Any], seconds: float,
             responses: Sequence[int] | None = None) -> None:
@@ -275,6 +278,7 @@ class ControlCost:
     def to_dict(self) -> dict[str, Any]:
         share = self.seconds / self.measure_seconds if self.measure_seconds else None
         return {"forward_passes": self.forward_passes, "examples": self.examples,
+                "decoy_forward_passes": self.decoy_forward_passes,
                 "seconds": round(self.seconds, 3),
                 "measure_seconds": round(self.measure_seconds, 3),
                 "share_of_measure_time": round(share, 4) if share is not None else None}

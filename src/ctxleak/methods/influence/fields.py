@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.influence.control import (
     context_token_kinds,
@@ -25,6 +27,7 @@ from ctxleak.methods.influence.ngrams import (
     WindowRequest,
 )
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, round_floats
+from ctxleak.methods.rag.copying import copied_spans
 from ctxleak.methods.rag.documents import document_fields
 from ctxleak.methods.tradeoff.utility import reference_scores, rouge_l_f1
 from ctxleak.mitigations.influence import token_influence
@@ -50,6 +53,20 @@ def passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] | 
             "max_passage": top[1] + 1 if top else None,
             "max_passage_influence": top[0] if top else None,
             **document_fields(example.documents, len(spans), top[1] if top else None)}
+
+
+def add_passage_fields(record: dict[str, Any], example: InfluenceExample,
+                       spans: Sequence[tuple[int, int] | None], win: Any, n_windows: int
+                       ) -> dict[int, np.ndarray]:
+    """Add the passage fields (the scoring's rows after its first ``n_windows``) and what the
+    answer copied from each passage to ``record``; each kept passage's leave-one-out row,
+    log p̄_λ(y_t | D∖j), by passage j."""
+    record.update(passage_fields(example, spans, win.per_window[n_windows:]))
+    answer = example.response if example.response is not None else record["response"]
+    record["copied"] = copied_spans(record["passages"], record["passage_ids"], answer)
+    kept = [j for j, s in enumerate(spans) if s is not None]
+    return {j: np.asarray(win.logp_ablated[n_windows + i], dtype=np.float64)
+            for i, j in enumerate(kept)}
 
 
 def add_token_fields(records: list[dict[str, Any]], parts: Sequence[tuple[PromptParts, int]],

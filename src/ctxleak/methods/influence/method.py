@@ -21,12 +21,19 @@ from ctxleak.methods.influence.data import (
     resolve_data,
     template_for,
 )
+from ctxleak.methods.influence.decoys import (
+    document_control_sets,
+    passage_decoys,
+    uses_documents,
+)
 from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
 from ctxleak.methods.influence.summary import HEAVY_FIELDS, summarize_setting
 from ctxleak.methods.influence.verdict import run_verdict
+from ctxleak.methods.rag.budgets import check_class_budgets
+from ctxleak.methods.rag.documents import RetrievedDocument
 from ctxleak.methods.rag.exposure import documents_summary
 from ctxleak.methods.tradeoff.frontier import frontier
 from ctxleak.methods.tradeoff.quality import quality_scores
@@ -53,9 +60,20 @@ class Examples:
     index: dict[str | int, int]
     controls: list[list[InfluenceExample]]
     per_example: int = 1  # controls per example asked for (an example may have fewer)
+    seed: int = 0  # the run seed: the decoy documents' draws (retrieved documents)
+    # each example's decoy document per passage (retrieved documents, :mod:`.decoys`)
+    decoys: list[list[RetrievedDocument | None]] = field(default_factory=list)
 
     def with_controls(self, per_example: int) -> Examples:
-        """These examples with ``per_example`` controls each (:func:`control_sets`)."""
+        """These examples with ``per_example`` controls each: for retrieved documents contexts
+        that share no document with theirs, then decoys from the corpus
+        (:func:`.decoys.document_control_sets`), with a decoy per passage
+        (:func:`.decoys.passage_decoys`); otherwise other documents (:func:`control_sets`)."""
+        if uses_documents(self.examples):
+            return replace(self, controls=document_control_sets(self.examples, per_example,
+                                                                self.seed),
+                           decoys=passage_decoys(self.examples, self.seed),
+                           per_example=per_example)
         sets = control_sets([ex.context for ex in self.examples], per_example)
         return replace(self, controls=[[self.examples[c] for c in cs] for cs in sets],
                        per_example=per_example)
@@ -99,8 +117,10 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         # the controls of example k: the nearest other documents' contexts under k's query
         # (control.py), more of them when there are few examples
         per_example = self.params.controls or default_controls(len(examples))
+        check_class_budgets(self.params.budgets().classes, self.params.class_field,
+                            [ex.documents for ex in examples])
         state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},
-                         []).with_controls(per_example)
+                         [], seed=self.common.seed).with_controls(per_example)
         # the default, resolved from this run's number of examples, is kept for its resumes
         resolved = {} if self.params.controls is not None or not self.params.control \
             else {"resolved_controls": per_example}
@@ -149,6 +169,8 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
                     for setting, ex in items]
             controls = [_control(ready.examples, ex) for _, ex in items] \
                 if self.options.control else None
+            decoys = [ready.examples.decoys[index[ex.id]] for _, ex in items] \
+                if ready.examples.decoys else None
             # one pipeline call per bounded ε (plain CID: None) in the batch, records in order
             records: list[dict[str, Any]] = [{} for _ in items]
             for eps in dict.fromkeys(setting.bounded_eps for setting, _ in items):
@@ -156,7 +178,9 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
                 got = measure_examples(lm, [jobs[i] for i in where],
                                        replace(self.options, bounded_eps=eps),
                                        controls=None if controls is None
-                                       else [controls[i] for i in where], cost=ready.cost)
+                                       else [controls[i] for i in where], cost=ready.cost,
+                                       decoys=None if decoys is None
+                                       else [decoys[i] for i in where])
                 for i, record in zip(where, got):
                     records[i] = record
             for (setting, _), record in zip(items, records):  # the sweep's context size, None: all
@@ -178,7 +202,8 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
             rows = select_rows(records, partial(_in_setting, setting.key))
             if rows:
                 cost = ready.cost.to_dict() if ready.cost.examples else None
-                summary = summarize_setting(rows, seed=self.common.seed, control_cost=cost)
+                summary = summarize_setting(rows, seed=self.common.seed, control_cost=cost,
+                                            class_field=self.params.class_field)
                 if setting.added:  # λ = 1 without a bound, measured though not asked for
                     summary["added_baseline"] = True
                 examples_of = [by_id[i] for i in Column(rows, "id")]
@@ -190,7 +215,8 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
                     summary.update(documents_summary(
                         rows, {str(ex.id): ex.query for ex in examples_of},
                         (summary.get("control") or {}).get("flagged") or (),
-                        self.params.exposure_budget))
+                        self.params.exposure_budget, self.params.budgets(),
+                        (summary.get("document_control") or {}).get("threshold")))
                 summaries.append(summary)
         out = {"verdict": run_verdict(summaries), "settings": summaries}
         if len(summaries) > 1:  # a sweep: which setting keeps utility at least privacy loss

@@ -10,6 +10,7 @@ from typing import Any
 
 from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, eps_list, settings_grid
+from ctxleak.methods.rag.budgets import CLASS_FIELD, Budgets, parse_budgets
 from ctxleak.methods.rag.passages import SPLITS
 from ctxleak.methods.rag.spans import LOG_FORMATS
 from ctxleak.run.options import float_list, int_list
@@ -107,6 +108,16 @@ class InfluenceParams:
     log_format: str = option("auto", "How to read a data file: 'rows' (one example a line), "
                              "'openinference' (OpenInference/OpenTelemetry spans as JSONL, one "
                              "row per trace) or 'auto' (spans when the first line is one).")
+    class_field: str = option(CLASS_FIELD, "Retrieved documents: the metadata field that gives "
+                              "a document's class (e.g. public, internal, restricted).")
+    class_budgets: Mapping[str, float] | str | None = option(
+        None, "Retrieved documents: a leak budget per class, {'restricted': 0, 'internal': 5} "
+        "or 'restricted=0,internal=5' (nats above the per-document control, summed over the "
+        "answers in which the document leaked; a copy exceeds a budget of 0). Class 'public' "
+        "never fails; a class no document has is an error.")
+    document_budgets: Mapping[str, float] | str | None = option(
+        None, "Retrieved documents: a leak budget per document id (nats, as class_budgets), "
+        "{'hr-7': 0} or 'hr-7=0'; it wins over the document's class budget.")
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -145,6 +156,12 @@ class InfluenceParams:
                               f"'{self.passages}'", param="passages")
         if self.exposure_budget is not None:
             check_number(self.exposure_budget, "exposure_budget", minimum=0.0)
+        for name in ("class_budgets", "document_budgets"):
+            parsed = parse_budgets(getattr(self, name), name)
+            put(name, parsed or None)
+        if not isinstance(self.class_field, str) or not self.class_field.strip():
+            raise ConfigError("class_field must be a metadata field's name",
+                              param="class_field")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not "
                               f"'{self.log_format}'", param="log_format")
@@ -178,6 +195,11 @@ class InfluenceParams:
                  f"default is {DEFAULT_TEMPERATURE:g}); give --temperature to choose",
                  param="temperature")
         return replace(self, temperature=SERVED_TEMPERATURE if served else DEFAULT_TEMPERATURE)
+
+    def budgets(self) -> Budgets:
+        """The leak budgets per class and per document (:mod:`ctxleak.methods.rag.budgets`)."""
+        return Budgets(self.class_field, dict(self.class_budgets or {}),  # type: ignore[arg-type]
+                       dict(self.document_budgets or {}))  # type: ignore[arg-type]
 
     @property
     def temperatures(self) -> list[float]:
@@ -230,6 +252,11 @@ class InfluenceParams:
                 **({} if self.controls is None else {"controls": self.controls}),
                 **({} if self.exposure_budget is None
                    else {"exposure_budget": self.exposure_budget}),
+                **({} if self.class_field == CLASS_FIELD else {"class_field": self.class_field}),
+                **({} if self.class_budgets is None
+                   else {"class_budgets": dict(self.class_budgets)}),  # type: ignore[arg-type]
+                **({} if self.document_budgets is None
+                   else {"document_budgets": dict(self.document_budgets)}),  # type: ignore[arg-type]
                 **{k: v for k, v in options.__dict__.items() if k != "template"},
                 # one value as a number (as before sweeps), several as a list
                 "bounded_eps": (None if self.bounded_eps is None else self.bounded_eps[0]  # type: ignore[index]

@@ -26,9 +26,10 @@ from ctxleak.methods.influence.control import (
     control_set_fields,
 )
 from ctxleak.methods.influence.data import InfluenceExample, passage_spans, prompt_parts
+from ctxleak.methods.influence.decoys import Ablated, DecoyJob, Decoys, decoy_influence, decoy_jobs
 from ctxleak.methods.influence.fields import (
+    add_passage_fields,
     add_token_fields,
-    passage_fields,
     response_record,
     window_fields,
     with_logprobs,
@@ -46,8 +47,6 @@ from ctxleak.mitigations.ledger import RowLedger
 
 #: The control examples of each job, nearest first (empty: the job has none).
 Controls = Sequence[Sequence[InfluenceExample]]
-
-
 def measure_example(lm: LanguageModel, example: InfluenceExample, setting: Setting,
                     options: InfluenceOptions, seed: int) -> dict[str, Any]:
     """Generate by CID and measure the context's influence on one example (one JSON record)."""
@@ -65,7 +64,8 @@ def example_parts(lm: LanguageModel, example: InfluenceExample, setting: Setting
 def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                      options: InfluenceOptions, *, hand_over_prefill: bool = True,
                      controls: Controls | None = None,
-                     cost: ControlCost | None = None) -> list[dict[str, Any]]:
+                     cost: ControlCost | None = None,
+                     decoys: Decoys | None = None) -> list[dict[str, Any]]:
     """Measure several (example, setting, seed) together, one JSON record each, in order: their
     CID responses decoded in one batched KV cache (each from its own seed, so its tokens do not
     depend on the batch), then the n-gram windows scored
@@ -82,12 +82,13 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
     Def. 3.1 with S = that passage, in the same scoring run as the n-gram windows
     (:mod:`ctxleak.methods.rag.passages`). ``controls``: the control examples of each job
     (None: no control), each of whose contexts replaces the job's to score the same response
-    (:mod:`.control`); ``cost`` adds up the control's forward passes and seconds."""
+    (:mod:`.control`); ``cost`` adds up the control's forward passes and seconds. ``decoys``:
+    each job's decoy per passage, in its place (:mod:`.decoys`), scored with the controls."""
     given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response_source != "generated"]
     if given:  # logged answers are scored, the others generated
-        return _with_given(lm, jobs, options, given, hand_over_prefill, controls, cost)
+        return _with_given(lm, jobs, options, given, hand_over_prefill, controls, cost, decoys)
     if _road(lm, jobs, options).name == ANSWERS:  # the model's own answers, sampled then scored
-        return _measure_own_answers(lm, jobs, options, controls, cost)
+        return _measure_own_answers(lm, jobs, options, controls, cost, decoys)
     parts = _example_parts(lm, jobs, options)
     rescored = options.ngram is not None and options.bounded_eps is None
     caches: list[Any] | None = [] if hand_over_prefill and options.ngram is not None \
@@ -97,6 +98,7 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
                                   context_caches=caches, rescored=rescored)
     todo = [k for k, r in enumerate(responses) if r.response_ids]
     spans_of = [passage_spans(lm, ex, len(p.context)) for (ex, _, _), (p, _) in zip(jobs, parts)]
+    ablated: Ablated = {}
     if options.ngram is None:
         records = [response_record(lm, ex, setting, options, seed, p, dropped, response) for
                    (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
@@ -105,11 +107,9 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
                              _kept(spans_of[k]), options) for k in with_passages]
         scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
         for k, win in zip(with_passages, scored):
-            records[k].update(passage_fields(jobs[k][0], spans_of[k], win.per_window))
-        add_token_fields(records, parts, responses)
-        _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options,
-                     cost)
-        return records
+            ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, 0)
+        return _finish(lm, records, jobs, parts, responses, (spans_of, ablated, decoys),
+                       controls, options, cost)
     requests, clipped = _window_requests(jobs, parts, responses, caches, todo, options,
                                          rescored, [_kept(spans_of[k]) for k in todo])
     scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
@@ -126,10 +126,23 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
         n_windows = len(request.spans) - n_passages
         records[k].update(window_fields(request, win, options, n_windows))
         if spans_of[k]:
-            records[k].update(passage_fields(jobs[k][0], spans_of[k],
-                                              win.per_window[n_windows:]))
+            ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, n_windows)
+    return _finish(lm, records, jobs, parts, responses, (spans_of, ablated, decoys), controls,
+                   options, cost)
+
+
+def _finish(lm: LanguageModel, records: list[dict[str, Any]],
+            jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+            parts: Sequence[tuple[PromptParts, int]], responses: Sequence[RowLedger],
+            passages: tuple[Any, Ablated, Decoys | None], controls: Controls | None,
+            options: InfluenceOptions, cost: ControlCost | None) -> list[dict[str, Any]]:
+    """The generated responses' records completed: per-token fields, then the controls and,
+    from ``passages`` = (each job's passage spans, its leave-one-out rows, its decoys), the
+    decoys in the passages' places (:func:`.decoys.decoy_jobs`)."""
+    spans_of, ablated, decoys = passages
     add_token_fields(records, parts, responses)
-    _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options, cost)
+    _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options, cost,
+                 decoys=decoy_jobs(lm, records, parts, spans_of, ablated, decoys, options))
     return records
 
 
@@ -154,36 +167,25 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
                  jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                  answers: Sequence[Sequence[int]],
                  controls: Controls | None, options: InfluenceOptions,
-                 cost: ControlCost | None, scorer: Scorer | None = None) -> None:
+                 cost: ControlCost | None, scorer: Scorer | None = None,
+                 decoys: Sequence[DecoyJob] = ()) -> None:
     """Score each answer (token ids) with its control context (the same query and template,
     another example's context) at the job's λ and T, and add the control fields to its
-    record. ``scorer``: None scores in-process with the CID mixture
-    (:func:`window_influence_many`, bounded CID included); otherwise a function like
-    :func:`~ctxleak.methods.influence.answers.score_responses` (a served model, or logged
-    answers), which scores each answer with the context and without it."""
+    record; with ``decoys``, in the same scoring, each answer with a decoy in a passage's place
+    (``passage_decoy_influence``, :func:`.decoys.decoy_influence`). ``scorer``: see
+    :func:`_score_under`."""
     if not options.control or controls is None:
         return
     start = time.perf_counter()
     todo = [(k, j) for k, cs in enumerate(controls) if answers[k] for j in range(len(cs))]
     c_parts = [example_parts(lm, controls[k][j], jobs[k][1], options)[0] for k, j in todo]
-    if scorer is None:
-        requests = [_request(jobs[k], p, answers[k], [], options)
-                    for (k, _), p in zip(todo, c_parts)]
-        rows = [win.logp_context for win in
-                window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)]
-    elif scorer is score_responses:  # only the control prompt: each answer's no-context
-        # log-probs are its record's already
-        rows = eos_masked(lm, [p.full for p in c_parts], [list(answers[k]) for k, _ in todo],
-                          options.min_new_tokens)
-    else:
-        ledgers = scorer(lm, AnswersToScore(
-            c_parts, [(list(answers[k]), False) for k, _ in todo],
-            lam=[jobs[k][1].lam for k, _ in todo],
-            temperature=[jobs[k][1].temperature for k, _ in todo],
-            min_new_tokens=options.min_new_tokens, ngram=None, stride=None,
-            ids=[jobs[k][0].id for k, _ in todo])).ledgers
-        rows = [np.array([e.logp_context for e in led.entries], dtype=np.float64)
-                for led in ledgers]
+    decoys = [d for d in decoys if answers[d.job]]
+    owners = [k for k, _ in todo] + [d.job for d in decoys]
+    rows, requests = _score_under(lm, jobs, answers, owners, c_parts + [d.parts for d in decoys],
+                                  options, scorer)
+    for d, row in zip(decoys, rows[len(todo):]):
+        records[d.job]["passage_decoy_influence"][d.passage] = round(
+            decoy_influence(row, d.ablated), 6)
     logp_control = dict(zip(todo, rows))
     for k, cs in enumerate(controls):
         if not cs:
@@ -194,18 +196,48 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
         records[k].update(control_set_fields([c.id for c in cs], logps, records[k]))
     if cost is None:
         return
+    cost.decoy_forward_passes += len(decoys)
     if scorer is None:
-        cost.add(requests, time.perf_counter() - start, responses=[k for k, _ in todo])
+        cost.add(requests, time.perf_counter() - start, responses=owners)
     else:  # each answer with the control context (and, in-process, without any)
-        cost.forward_passes += len(todo) * (1 if scorer is score_responses else 2)
-        cost.examples += len({k for k, _ in todo})
+        cost.forward_passes += len(owners) * (1 if scorer is score_responses else 2)
+        cost.examples += len(set(owners))
         cost.seconds += time.perf_counter() - start
+
+
+def _score_under(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                 answers: Sequence[Sequence[int]], owners: Sequence[int],
+                 parts: Sequence[PromptParts], options: InfluenceOptions,
+                 scorer: Scorer | None) -> tuple[list[np.ndarray], list[WindowRequest]]:
+    """log p̄_λ(y_t | C) of answer ``owners[i]`` under the prompt ``parts[i]`` (another
+    context), at its job's λ and T, and the requests scored (in-process only). ``scorer``:
+    None scores in-process with the CID mixture (:func:`window_influence_many`, bounded CID
+    included); otherwise a function like
+    :func:`~ctxleak.methods.influence.answers.score_responses` (a served model, or logged
+    answers), which scores each answer with the context and without it."""
+    if scorer is None:
+        requests = [_request(jobs[k], p, answers[k], [], options) for k, p in zip(owners, parts)]
+        return [win.logp_context for win in
+                window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)], requests
+    if scorer is score_responses:  # only the other prompt: each answer's no-context
+        # log-probs are its record's already
+        return eos_masked(lm, [p.full for p in parts], [list(answers[k]) for k in owners],
+                          options.min_new_tokens), []
+    ledgers = scorer(lm, AnswersToScore(
+        list(parts), [(list(answers[k]), False) for k in owners],
+        lam=[jobs[k][1].lam for k in owners],
+        temperature=[jobs[k][1].temperature for k in owners],
+        min_new_tokens=options.min_new_tokens, ngram=None, stride=None,
+        ids=[jobs[k][0].id for k in owners])).ledgers
+    return [np.array([e.logp_context for e in led.entries], dtype=np.float64)
+            for led in ledgers], []
 
 
 def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                 options: InfluenceOptions, given: Sequence[int], hand_over_prefill: bool,
                 controls: Controls | None = None,
-                cost: ControlCost | None = None) -> list[dict[str, Any]]:
+                cost: ControlCost | None = None,
+                decoys: Decoys | None = None) -> list[dict[str, Any]]:
     """:func:`measure_examples` where the jobs in ``given`` carry a logged answer (the
     ``response`` field): those answers are scored as CID at the setting's λ and T would have
     produced them (no EOS after them: a logged answer's end is not known to be one), the other
@@ -220,7 +252,8 @@ def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Settin
     answers = [(ex.logged_ids(lm), False) for ex, _, _ in mine]
     scorer = score_responses if _road(lm, mine, options).name == ANSWERS else _score_in_process
     records = _scored_records(lm, mine, parts, answers, options, scorer,
-                              None if controls is None else [controls[k] for k in given], cost)
+                              None if controls is None else [controls[k] for k in given], cost,
+                              None if decoys is None else [decoys[k] for k in given])
     out: list[dict[str, Any] | None] = [None] * len(jobs)
     for k, record in zip(given, records):
         out[k] = record
@@ -229,7 +262,8 @@ def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Settin
         rest = measure_examples(lm, [jobs[k] for k in others], options,
                                 hand_over_prefill=hand_over_prefill,
                                 controls=None if controls is None
-                                else [controls[k] for k in others], cost=cost)
+                                else [controls[k] for k in others], cost=cost,
+                                decoys=None if decoys is None else [decoys[k] for k in others])
         for k, record in zip(others, rest):
             out[k] = record
     return out  # type: ignore[return-value]
@@ -257,7 +291,8 @@ def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Se
                     parts: Sequence[tuple[PromptParts, int]],
                     answers: Sequence[tuple[list[int], bool]], options: InfluenceOptions,
                     scorer: Scorer, controls: Controls | None,
-                    cost: ControlCost | None) -> list[dict[str, Any]]:
+                    cost: ControlCost | None, decoys: Decoys | None = None
+                    ) -> list[dict[str, Any]]:
     """The records of answers already drawn (a served model's, or logged ones), each scored by
     ``scorer`` (:func:`~ctxleak.methods.influence.answers.score_responses` or
     :func:`_score_in_process`) with and without the context, each n-gram window and each
@@ -270,6 +305,7 @@ def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Se
         ids=[ex.id for ex, _, _ in jobs], passages=[_kept(spans) for spans in spans_of]))
     records = [response_record(lm, ex, setting, options, seed, p, dropped, ledger)
                for (ex, setting, seed), (p, dropped), ledger in zip(jobs, parts, ledgers)]
+    ablated: Ablated = {}
     for k, (request, win) in enumerate(zip(requests, wins)):
         if k in clipped:
             records[k]["ngram_clipped_from"] = options.ngram
@@ -279,11 +315,10 @@ def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Se
         if options.ngram is not None:
             records[k].update(window_fields(request, win, options, n_windows))
         if spans_of[k]:
-            records[k].update(passage_fields(jobs[k][0], spans_of[k],
-                                              win.per_window[n_windows:]))
+            ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, n_windows)
     add_token_fields(records, parts, ledgers)
     _add_control(lm, records, jobs, [led.response_ids for led in ledgers], controls, options,
-                 cost, scorer)
+                 cost, scorer, decoy_jobs(lm, records, parts, spans_of, ablated, decoys, options))
     return records
 
 
@@ -299,7 +334,8 @@ def _measure_own_answers(lm: LanguageModel,
                          jobs: Sequence[tuple[InfluenceExample, Setting, int]],
                          options: InfluenceOptions,
                          controls: Controls | None = None,
-                         cost: ControlCost | None = None) -> list[dict[str, Any]]:
+                         cost: ControlCost | None = None,
+                         decoys: Decoys | None = None) -> list[dict[str, Any]]:
     """:func:`measure_examples` on the :data:`~ctxleak.methods.influence.roads.ANSWERS` road
     (λ = 1, T = 1): each answer sampled by the model from its own seed, then scored
     (:mod:`ctxleak.methods.influence.answers`)."""
@@ -312,7 +348,7 @@ def _measure_own_answers(lm: LanguageModel,
         for k, answer in zip(ks, drawn):
             responses[k] = answer
     return _scored_records(lm, jobs, parts, responses, options, score_responses, controls,
-                           cost)
+                           cost, decoys)
 
 
 def _example_parts(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],

@@ -11,12 +11,14 @@ import numpy as np
 
 from ctxleak.methods.ids import user_id
 from ctxleak.methods.influence.control import TOKEN_RULE, control_summary
+from ctxleak.methods.influence.decoys import document_control
 from ctxleak.methods.influence.metrics import (
     mean_curve,
     mean_with_ci,
 )
 from ctxleak.methods.influence.quantities import expected_influence
 from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
+from ctxleak.methods.rag.budgets import CLASS_FIELD
 from ctxleak.run.stored import without_fields
 
 #: Per-token and per-context fields of a record, which the control's summary and the frontier
@@ -30,13 +32,16 @@ HEAVY_FIELDS = frozenset({
 
 
 def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
-                      control_cost: dict[str, Any] | None = None) -> dict[str, Any]:
+                      control_cost: dict[str, Any] | None = None,
+                      class_field: str = CLASS_FIELD) -> dict[str, Any]:
     """The summary of one setting: expected influence (nats per response, with a bootstrap
     interval) and per token, its reading as a likelihood ratio and as an ex-post ε
     (:mod:`.units`), the control (:func:`~.control.control_summary`, with ``control_cost``),
     regurgitation counts, utility (ROUGE-L, exact match and token F1 against the
     references), the per-position curve and, for n-gram runs, the per-window
-    curve; for runs with passages the most influential passages.
+    curve; for runs with passages the most influential passages; for runs with retrieved
+    documents the per-document control (:func:`~.decoys.document_control`, classes read from
+    the metadata's ``class_field``).
 
     Records that do not know their context (a ledger's, :meth:`RowLedger.to_record
     <ctxleak.mitigations.ledger.RowLedger.to_record>`) give ``None`` for the
@@ -74,7 +79,10 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
     out["influence_per_token"] = mean_with_ci(per_token, seed=seed)
     mean = out["influence"].get("mean")
     out["likelihood_ratio"] = likelihood_ratio(mean) if mean is not None else None
-    out["dp_reading"] = dp_scale(mean) if mean is not None else None
+    if any("copied" in r or "passage_decoy_influence" in r for r in records):
+        out["document_control"] = document_control(records, class_field)
+    out["dp_reading"] = copying_reading(out.get("document_control")) or (
+        dp_scale(mean) if mean is not None else None)
     # the control's summary keeps the rows it reads: handed them without their per-token and
     # per-context arrays, which it does not read
     out["control"] = control_summary(without_fields(records, HEAVY_FIELDS), control_cost)
@@ -99,6 +107,18 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
         out["mean_lambda"] = float(np.mean([np.mean(r["lambdas"]) for r in records
                                             if r.get("lambdas")]))
     return out
+
+
+def copying_reading(documents: dict[str, Any] | None) -> str | None:
+    """In place of a DP reading where answers copied a document: which, and that it leaked
+    (no ε describes a verbatim copy); None where none copied."""
+    copying = (documents or {}).get("copying_answers") or []
+    if not copying:
+        return None
+    first = next(x for x in documents["leaks"] if x["copied"]) if documents else {}
+    return (f"not within any DP budget: {len(copying)} answer(s) copy a document verbatim or "
+            f"repeat its secret or PII value (e.g. {first['id']} copies {first['document']}), "
+            f"so that document leaked whatever ε the influence gives")
 
 
 def top_passage_rows(records: Sequence[dict[str, Any]], k: int = 20) -> list[dict[str, Any]]:

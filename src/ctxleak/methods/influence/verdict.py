@@ -4,7 +4,10 @@ does, with the rule behind it (``summary["verdict"] = {"text": ..., "rule": ...}
 An example leaks beyond what any context does when its response influence ("Estimating Privacy
 Leakage of Augmented Contextual Knowledge in Language Models", Def. 3.2, nats) exceeds the
 control distribution (:func:`ctxleak.methods.influence.control.flag_rule`); where it leaked is
-its most influential passage, else its most influential n-gram window.
+its most influential passage, else its most influential n-gram window. With retrieved
+documents, the documents that leaked are named answer by answer: above the per-document control
+or copied (:mod:`ctxleak.methods.influence.decoys`); an answer that copies a document is never
+read as within a DP budget.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ctxleak.methods.influence.control import ALPHA, min_n_for
+from ctxleak.methods.influence.summary import copying_reading
 from ctxleak.methods.influence.units import dp_scale
 
 #: Examples named in the sentence before "and N more".
@@ -24,25 +28,57 @@ def setting_verdict(summary: dict[str, Any]) -> dict[str, str]:
     retrieved documents or passages, by the most exposed documents and the exposure budget's
     verdict (:func:`documents_sentence`)."""
     verdict = examples_verdict(summary)
-    extra = documents_sentence(summary)
+    extra = " ".join(x for x in (leaks_sentence(summary), documents_sentence(summary)) if x)
+    if summary.get("document_control") is not None:
+        rule = summary["document_control"]["rule"]
+        verdict = {**verdict, "rule": f"{verdict['rule']} A document leaked in an answer when "
+                   f"{rule}."}
     return {**verdict, "text": f"{verdict['text']} {extra}"} if extra else verdict
 
 
+def leaks_sentence(summary: dict[str, Any]) -> str:
+    """The answers in which a document leaked, each naming the document and how: what it
+    copied, or how many nats above the per-document control (decoys, :mod:`.decoys`)."""
+    docs = summary.get("document_control") or {}
+    leaks = docs.get("leaks") or []
+    if not leaks:
+        return "" if not docs else "No document leaked in any answer (none copied, none above " \
+            "the per-document control)."
+    shown = []
+    for x in leaks[:NAMED]:
+        how = [f"copied {x['copied'][0]!r}"] if x["copied"] else []
+        if x["above"] is not None and x["above"] > 0:
+            how.append(f"{x['above']:+.3g} nats above the per-document control")
+        shown.append(f"{x['id']} leaked {x['document']} ({'; '.join(how)})")
+    more = f" and {docs['n_leaks'] - NAMED} more" if docs["n_leaks"] > NAMED else ""
+    return (f"Documents leaked in {docs['answers']} answer(s): {', '.join(shown)}{more}.")
+
+
 def documents_sentence(summary: dict[str, Any], named: int = 3) -> str:
-    """The documents that moved their answers most, summed over every answer whose context held
-    them (leave-one-out influence, nats), and the documents over the exposure budget."""
+    """The documents ranked by leak (answers in which they leaked, largest nats above the
+    per-document control), with their volume (leave-one-out influence summed over every answer
+    whose context held them, nats), and the documents over a budget."""
     docs = summary.get("documents") or []
     if not docs:
         return ""
-    listed = ", ".join(f"{d['document']} ({d['influence_sum']:.3g} nats over {d['scored']} "
-                       f"answer(s), flagged in {d['flagged']})" for d in docs[:named])
-    text = f"Documents most exposed: {listed}."
+    listed = ", ".join(f"{d['document']} (leaked in {d.get('leaked', 0)} answer(s)"
+                       + (f", largest {d['leak_max']:+.3g} nats above its control"
+                          if d.get("leak_max") is not None else "")
+                       + (f", copied in {d['copied']}" if d.get("copied") else "")
+                       + f"; {d['influence_sum']:.3g} nats over {d['scored']} answer(s))"
+                       for d in docs[:named])
+    text = f"Documents by leak: {listed}."
     if summary.get("exposure_budget") is not None:
         over = list(summary.get("over_budget") or [])
         budget = float(summary["exposure_budget"])
         text += (f" {len(over)} over the exposure budget of {budget:g} nats" +
                  (f": {', '.join(str(d) for d in over[:NAMED])}"
                   f"{' ...' if len(over) > NAMED else ''}." if over else "."))
+    if summary.get("class_budgets") or summary.get("document_budgets"):
+        breaches = list(summary.get("budget_breaches") or [])
+        text += (f" Over budget: {'; '.join(breaches[:NAMED])}"
+                 f"{' ...' if len(breaches) > NAMED else ''}." if breaches
+                 else " No document is over its budget.")
     return text
 
 
@@ -70,8 +106,9 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
                 "example's context scoring the same response); without one none is flagged."}
     above_mean = (control.get("above_control") or {}).get("mean")
     if above_mean is not None:
-        scale += (f"; {above_mean:.3g} nats above the control on average "
-                  f"({dp_scale(max(above_mean, 0.0))})")
+        reading = copying_reading(summary.get("document_control")) \
+            or dp_scale(max(above_mean, 0.0))
+        scale += f"; {above_mean:.3g} nats above the control on average ({reading})"
     judged = int(control.get("n") or 0)
     test = control.get("test") or {}
     paired = (f"paired one-sided Wilcoxon p = {test['pvalue']:.2g}"
@@ -121,7 +158,7 @@ def _flagged_text(control: dict[str, Any], judged: int, tail: str) -> str:
     above = list(control.get("flagged_above_control") or [])
     where = list(control.get("flagged_where") or [None] * len(labels))
     ranks = list(control.get("flagged_own_controls") or [None] * len(labels))
-    named = ", ".join(f"{label} ({w + ', ' if w else ''}+{a:.3g} nats above its control"
+    named = ", ".join(f"{label} ({w + ', ' if w else ''}{a:+.3g} nats above its control"
                       f"{_own_controls(p)})" for label, w, a, p in
                       zip(labels[:NAMED], where[:NAMED], above[:NAMED], ranks[:NAMED]))
     more = f" and {len(labels) - NAMED} more" if len(labels) > NAMED else ""
@@ -160,4 +197,5 @@ def run_verdict(settings: Sequence[dict[str, Any]]) -> dict[str, str]:
     return {"text": text, "rule": parts[0][1]["rule"]}
 
 
-__all__ = ["documents_sentence", "examples_verdict", "run_verdict", "setting_verdict"]
+__all__ = ["documents_sentence", "examples_verdict", "leaks_sentence", "run_verdict",
+           "setting_verdict"]
