@@ -40,7 +40,8 @@ OWN: dict[str, list[tuple[str, Any]]] = {
         ("ngram", "full"), ("stride", None), ("context_sizes", None), ("bounded_eps", None),
         ("repeat_threshold", 0.5), ("rouge_threshold", 0.5), ("bertscore_model", None),
         ("factkb_model", None), ("redact", False), ("control", True), ("controls", None),
-        ("passages", None), ("exposure_budget", None), ("log_format", "auto")],
+        ("passages", None), ("exposure_budget", None), ("log_format", "auto"),
+        ("prompt_messages", None), ("system_prompt", None), ("app_prompt", None)],
     "iclinf": [
         ("model", "default"), ("data", "demo"), ("progress", True), ("test_data", None),
         ("split", "split"), ("text_field", "text"), ("label_field", "label"), ("labels", None),
@@ -139,8 +140,9 @@ def test_every_keyword_of_before_is_accepted_and_no_other(name):
     assert {p.kind for p in own[first:]} == {inspect.Parameter.KEYWORD_ONLY}
 
 
-def test_influence_shows_at_most_26_parameters():
-    assert len(inspect.signature(ctxleak.influence).parameters) <= 26
+def test_influence_shows_at_most_29_parameters():
+    # 26, and the app's prompt: prompt_messages, system_prompt, app_prompt
+    assert len(inspect.signature(ctxleak.influence).parameters) <= 29
 
 
 @pytest.mark.parametrize("name", sorted(OWN))

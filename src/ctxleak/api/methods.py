@@ -84,7 +84,9 @@ def influence(bound: Bound, /, model: str | LanguageModel = "default", data: Any
               factkb_model: str | None = None, redact: bool = False, control: bool = True,
               controls: int | None = None,
               passages: str | None = None, exposure_budget: float | None = None,
-              log_format: str = "auto", **run: Unpack[RunKeywords]) -> InfluenceResult:
+              log_format: str = "auto", prompt_messages: Any = None,
+              system_prompt: str | None = None, app_prompt: bool | None = None,
+              **run: Unpack[RunKeywords]) -> InfluenceResult:
     """Expected context influence of ``data`` under Context Influence Decoding ("Estimating
     Privacy Leakage of Augmented Contextual Knowledge in Language Models", Def. 3.1-3.4):
     ``ctxleak influence``.

@@ -13,15 +13,16 @@ from typing import Any
 from ctxleak.engine.batching import BatchPolicy, shared_prefixes
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
+from ctxleak.methods.influence.app_prompt import log_summary
 from ctxleak.methods.influence.control import ControlCost, control_sets, default_controls
 from ctxleak.methods.influence.data import (
     InfluenceExample,
     check_logged_ids,
-    load_examples,
+    load_log,
     resolve_data,
     template_for,
 )
-from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
+from ctxleak.methods.influence.params import InfluenceParams, greedy_temperature, parse_ngram
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
@@ -53,6 +54,7 @@ class Examples:
     index: dict[str | int, int]
     controls: list[list[InfluenceExample]]
     per_example: int = 1  # controls per example asked for (an example may have fewer)
+    traces: dict[str, int] | None = None  # a span log's answers and retriever-only traces
 
     def with_controls(self, per_example: int) -> Examples:
         """These examples with ``per_example`` controls each (:func:`control_sets`)."""
@@ -82,6 +84,7 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
     params_type = InfluenceParams
 
     def derive(self) -> None:
+        self.temperature_given = self.params.temperature is not None
         # a temperature the user did not give: one a served model can measure influence at
         self.params = self.params.with_default_temperature(self.common.server_url is not None)
         self.options = self.params.options()
@@ -91,16 +94,20 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         fields = self.params.fields
         rename = fields if isinstance(fields, Mapping) else parse_mapping(fields)
         limit = self.common.limit
-        examples = load_examples(data, task=self.params.task, rename=rename,
-                                 template=self.params.template, limit=limit,
-                                 passages=self.params.passages,
-                                 log_format=self.params.log_format)
+        examples, traces = load_log(data, task=self.params.task, rename=rename,
+                                    template=self.params.template, limit=limit,
+                                    passages=self.params.passages,
+                                    log_format=self.params.log_format,
+                                    app=self.params.app_choice())
         examples = examples[:limit] if limit is not None else examples
+        if not self.temperature_given and any(ex.logged_temperature == 0 for ex in examples):
+            self.params = greedy_temperature(self.params)
+            self.derive()
         # the controls of example k: the nearest other documents' contexts under k's query
         # (control.py), more of them when there are few examples
         per_example = self.params.controls or default_controls(len(examples))
         state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},
-                         []).with_controls(per_example)
+                         [], traces=traces).with_controls(per_example)
         # the default, resolved from this run's number of examples, is kept for its resumes
         resolved = {} if self.params.controls is not None or not self.params.control \
             else {"resolved_controls": per_example}
@@ -191,6 +198,8 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
                         self.params.exposure_budget))
                 summaries.append(summary)
         out = {"verdict": run_verdict(summaries), "settings": summaries}
+        out.update(log_summary(ready.lm, ready.examples.examples, ready.examples.traces,
+                               [s.temperature for s in self.grid]))
         if len(summaries) > 1:  # a sweep: which setting keeps utility at least privacy loss
             out["frontier"] = frontier(summaries, without_fields(records, HEAVY_FIELDS),
                                        seed=self.common.seed)

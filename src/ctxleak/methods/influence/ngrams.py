@@ -25,11 +25,14 @@ from ctxleak.mitigations.influence import response_influence, token_influence
 
 @dataclass(frozen=True)
 class PromptParts:
-    """A prompt as ids before the context, the context ids, and ids after it."""
+    """A prompt as ids before the context, the context ids, and ids after it; ``empty_ids``:
+    the prompt without the context where it is not ``before + after`` (a prompt tokenised
+    whole, whose text around the context merges into other tokens without it)."""
 
     before: tuple[int, ...]
     context: tuple[int, ...]
     after: tuple[int, ...]
+    empty_ids: tuple[int, ...] | None = None
 
     def with_context(self, context: Sequence[int]) -> list[int]:
         return list(self.before) + list(context) + list(self.after)
@@ -40,7 +43,7 @@ class PromptParts:
 
     @property
     def empty(self) -> list[int]:
-        return self.with_context(())
+        return self.with_context(()) if self.empty_ids is None else list(self.empty_ids)
 
 
 def windows(length: int, n: int, stride: int | None = None) -> list[tuple[int, int]]:
@@ -270,8 +273,9 @@ def next_token_unigram_influence(lm: LanguageModel, parts: PromptParts, prefix: 
     :func:`~ctxleak.mitigations.cid.generate_cid`, at the same λ and T.
     """
     spans = windows(len(parts.context), 1)
+    empty = None if parts.empty_ids is None else parts.empty_ids + tuple(prefix)
     res = window_influence(lm, PromptParts(parts.before, parts.context,
-                                           tuple(parts.after) + tuple(prefix)),
+                                           tuple(parts.after) + tuple(prefix), empty),
                            [token], spans, lam=lam, temperature=temperature,
                            min_new_tokens=int(len(prefix) < min_new_tokens))
     return res.tau[:, 0]
