@@ -132,6 +132,11 @@ def test_the_same_prompt_gives_the_same_ids_and_the_same_numbers(chat_lm, logs, 
                                 output=str(tmp_path / "b"), **kw)
     assert by_spans.summary["traces"] == {"answers": 2, "retriever_only": 1}
     assert "traces" not in by_rows.summary
+    # one app prompt, as scored: the chat template's text with the slots
+    (template,) = by_spans.provenance["app_prompt_templates"]
+    assert by_rows.provenance["app_prompt_templates"] == [template]
+    assert template.startswith("<bos>summary : answer the question . {{ yes }} \nquestion : "
+                               "document : {context} \n question : {query}")
     for r, s in zip(by_spans.records, by_rows.records):
         assert (r["prompt_source"], s["prompt_source"]) == ("app messages", "app template")
         assert r["response_ids"] == s["response_ids"]

@@ -26,6 +26,7 @@ from typing import Any
 from ctxleak.engine.chat_prompt import (
     Messages,
     WholePrompt,
+    as_template,
     has_chat_template,
     render_messages,
     whole_prompt,
@@ -346,7 +347,19 @@ def log_summary(lm: LanguageModel, examples: Sequence[Any], traces: Mapping[str,
     return out
 
 
+def app_templates(lm: LanguageModel, examples: Sequence[Any]) -> list[str]:
+    """The distinct app prompts the examples are scored under, each rendered through the
+    model's chat template as a ``str.format`` template (:func:`~ctxleak.engine.chat_prompt.
+    as_template`), in the order first met (for the run's provenance)."""
+    seen: dict[Any, str] = {}
+    for ex in examples:
+        messages = app_messages(lm, ex)
+        if messages is not None and messages not in seen:
+            seen[messages] = as_template(render_messages(lm, messages))
+    return list(dict.fromkeys(seen.values()))
+
+
 __all__ = ["APP_MESSAGES", "APP_TEMPLATE", "CTXLEAK", "AppPromptChoice", "ExamplePrompt",
-           "app_messages", "app_whole_prompt", "choose_prompt", "load_prompt_messages",
+           "app_messages", "app_templates", "app_whole_prompt", "choose_prompt", "load_prompt_messages",
            "log_summary", "prompt_fields", "prompt_source", "run_messages", "temperature_note",
            "trace_messages", "with_prompt"]

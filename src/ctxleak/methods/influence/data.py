@@ -33,7 +33,7 @@ from ctxleak.methods.rag.passages import (
     piece_spans,
     split_context,
 )
-from ctxleak.methods.rag.spans import LOG_FORMATS, SpanLog, is_span_log, read_span_log
+from ctxleak.methods.rag.spans import LOG_FORMATS, is_span_log, read_span_log
 from ctxleak.run.inputs import is_named
 from ctxleak.run.records import demo_path, example_id, iter_rows, reject_duplicate_ids
 
@@ -66,9 +66,8 @@ class InfluenceExample:
     documents: tuple[RetrievedDocument, ...] | None = None
     # the logged answer's token ids (the ``response_ids`` field): scored exactly as given
     response_ids: tuple[int, ...] | None = None
-    # the app's prompt (:mod:`.app_prompt`): None for ctxleak's template on rows (as before)
+    # the app's prompt (:mod:`.app_prompt`; None: ctxleak's template) and the logged temperature
     prompt: ExamplePrompt | None = None
-    # the sampling temperature the trace says the logged answer was drawn at
     logged_temperature: float | None = None
 
     @property
@@ -175,16 +174,18 @@ def load_log(data: Any, *, task: str = "auto", rename: Mapping[str, str] | None 
     file as rows. ``app``: the app's prompt (:mod:`.app_prompt`). Returns the examples and a
     span log's trace counts (``{"answers", "retriever_only"}``; None for other data)."""
     _check_options(task, template, passages)
+    choice = app or AppPromptChoice()
     if isinstance(data, str) and data in HUB_DATASETS and not Path(data).exists():
-        return [_split(ex, passages) for ex in load_hub_dataset(data, limit=limit)], None
+        return [with_prompt(_split(ex, passages), None, choice, False, template_for(ex, template),
+                            {})
+                for ex in load_hub_dataset(data, limit=limit)], None
     path = resolve_data(data)
     if log_format not in LOG_FORMATS:
         raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not '{log_format}'",
                           param="log_format")
     spans = log_format == "openinference" or (log_format == "auto" and is_span_log(path))
-    log: SpanLog | None = read_span_log(path) if spans else None
+    log = read_span_log(path) if spans else None
     rows = log.rows if log is not None else iter_rows(path, rename=rename)
-    choice = app or AppPromptChoice()
     out = []
     where: list[tuple[str, int]] = []
     seen_ids: dict[str, tuple[str, str]] = {}
@@ -193,9 +194,8 @@ def load_log(data: Any, *, task: str = "auto", rename: Mapping[str, str] | None 
     # references to them, not copies (ctxleak keeps every turn until the run ends).
     shared: dict[Any, Any] = {}
     for k, row in enumerate(rows):
-        example = _example(row, k, task, passages, seen_ids, shared)
-        out.append(with_prompt(example, row, choice, log is not None,
-                               template_for(example, template), shared))
+        ex = _example(row, k, task, passages, seen_ids, shared)
+        out.append(with_prompt(ex, row, choice, log is not None, template_for(ex, template), shared))
         where.append((row.file, row.line))
     reject_duplicate_ids((ex.id, file, line) for ex, (file, line) in zip(out, where))
     return out, log.traces if log is not None else None

@@ -13,7 +13,7 @@ from typing import Any
 from ctxleak.engine.batching import BatchPolicy, shared_prefixes
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.methods.influence.app_prompt import log_summary
+from ctxleak.methods.influence.app_prompt import app_templates, log_summary
 from ctxleak.methods.influence.control import ControlCost, control_sets, default_controls
 from ctxleak.methods.influence.data import (
     InfluenceExample,
@@ -206,8 +206,12 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         return out
 
     def provenance(self, lm: LanguageModel, ready: Ready) -> dict[str, Any]:
-        return {"prompt_templates": {ex.task: template_for(ex, self.options.template)
-                                     for ex in ready.examples.examples}}
+        out: dict[str, Any] = {"prompt_templates": {
+            ex.task: template_for(ex, self.options.template) for ex in ready.examples.examples}}
+        apps = app_templates(lm, ready.examples.examples)
+        if apps:  # the app's prompts as scored: through the model's chat template, with slots
+            out["app_prompt_templates"] = apps
+        return out
 
 
 def _in_setting(key: str, record: dict[str, Any]) -> bool:
