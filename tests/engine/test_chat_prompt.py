@@ -6,11 +6,8 @@ its characters, and the prompt without documents is the text without them tokeni
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
-from tokenizers import Tokenizer, models, trainers
-from transformers import PreTrainedTokenizerFast
+from helpers.tiny_bpe import as_model, bpe_tokenizer
 
 from ctxleak.engine.chat_prompt import as_template, render_messages, whole_prompt
 from ctxleak.methods.influence.app_prompt import trace_messages
@@ -24,15 +21,10 @@ MESSAGES = (("system", "be brief {{ok}}."), ("user", "docs:\n{context}\n\nquesti
 @pytest.fixture(scope="module")
 def merging():
     """A byte-pair tokenizer with no pre-tokenizer, trained here on text like the prompt's: its
-    merges run across spaces, line breaks and the documents' edges ("s.\\n\\n")."""
+    merges run across spaces, line breaks and the documents' edges ("s.\n\n")."""
     corpus = ["docs:\n" + "\n\n".join(DOCS[j:] + DOCS[:j]) + "\n\nquestion: where is it?"
-              for j in range(3)] * 20
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=60,
-                                                        special_tokens=["<unk>", "</s>"]))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="</s>")
-    fast.chat_template = CHAT
-    return SimpleNamespace(tokenizer=fast, info=SimpleNamespace(name="bpe"))
+              for j in range(3)]
+    return as_model(bpe_tokenizer(corpus, CHAT))
 
 
 def _offsets(lm, text):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
@@ -39,6 +40,15 @@ class WholePrompt:
     after: tuple[int, ...]
     pieces: tuple[tuple[int, int], ...]
     empty: tuple[int, ...]
+    without: tuple[tuple[int, ...], ...] = ()
+
+    def extra(self, kept: int) -> dict[str, Any]:
+        """The prompt parts' own ids of this prompt without the context (``empty_ids``) and
+        without each piece (``exact``: by piece span), for a context kept to its first ``kept``
+        tokens (a context cut short has no exact piece ids: its spans are others)."""
+        whole = kept == len(self.context)
+        return {"empty_ids": self.empty,
+                "exact": tuple(zip(self.pieces, self.without)) if whole else ()}
 
 
 def has_chat_template(lm: LanguageModel) -> bool:
@@ -89,15 +99,20 @@ def whole_prompt(lm: LanguageModel, rendered: str, pieces: Sequence[str], query:
     ids, offsets = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
     c0, c1 = len(head), len(head) + len(context)
     t0, t1 = _token_range(offsets, c0, c1)
-    spans, start = [], c0
+    spans, without, start = [], [], c0
     for j, piece in enumerate(pieces):
         lead = leads[1] if j == 0 and len(pieces) > 1 and len(leads) > 1 else 0
         a, b = _token_range(offsets, start, start + len(piece) + lead)
         spans.append((max(a, t0) - t0, min(b, t1) - t0))
+        without.append(_ids(lm, text[:start] + text[start + len(piece) + lead:]))
         start += len(piece)
-    empty = lm.tokenizer(head + tail, add_special_tokens=False)["input_ids"]
     return WholePrompt(tuple(ids[:t0]), tuple(ids[t0:t1]), tuple(ids[t1:]), tuple(spans),
-                       tuple(empty))
+                       _ids(lm, head + tail), tuple(without))
+
+
+def _ids(lm: LanguageModel, text: str) -> tuple[int, ...]:
+    """``text`` tokenised whole, no special tokens added."""
+    return tuple(lm.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _token_range(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tuple[int, int]:

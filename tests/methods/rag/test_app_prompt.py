@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers.tiny_bpe import tiny_bpe_llama
 from helpers.tiny_models import tiny_llama
 
 import ctxleak
@@ -307,3 +308,43 @@ def test_the_report_and_console_say_what_the_log_was(chat_lm, logs, tmp_path, ca
     assert "temperature: 2 answers logged at T = 0 (greedy); scored at T = 1" in out
     page = (tmp_path / "run" / "report.html").read_text()
     assert "1 retriever-only traces" in page and "the messages the app sent" in page
+
+
+BPE_CHAT = ("{{ bos_token }}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</s>"
+            "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def test_by_hand_under_a_tokenizer_that_merges_across_the_documents_edges(logs, tmp_path):
+    """The same recomputation with a byte-pair tokenizer whose tokens run across a document's
+    end and the text after it: each prompt without a document is its own text tokenised whole,
+    not the full prompt's ids with some removed."""
+    texts = []
+    for _, query, answer, docs in TURNS:
+        sent = _messages("\n\n".join(DOCS[j][1] for j in docs), query)
+        texts.append("".join(f"<{m['role']}>{m['content']}</s>" for m in sent) + answer)
+    lm = tiny_bpe_llama(texts, BPE_CHAT, vocab_size=90, alphabet="".join(texts))
+    spans, _, _ = logs
+    res = ctxleak.influence(lm, str(spans), lambda_=1.0, temperature=1.0, min_new_tokens=0,
+                            max_new_tokens=4, control=False, progress=False,
+                            output=str(tmp_path / "run"))
+    (example,) = [ex for ex in load_log(str(spans))[0] if ex.id == "t2"]
+    parts = prompt_parts(lm, example)[0]
+    spans_of = passage_spans(lm, example, len(parts.context))
+    record = next(r for r in res.records if r["id"] == "t2")
+    query, answer, docs = TURNS[1][1], TURNS[1][2], [DOCS[j][1] for j in TURNS[1][3]]
+    response = lm.encode(answer)
+    assert record["response_ids"] == response and record["prompt_source"] == "app messages"
+
+    def ids(texts):
+        return _chat_ids(lm, _messages("\n\n".join(texts), query))
+
+    full = _logp(lm, ids(docs), response)
+    assert parts.full == ids(docs) and parts.empty == ids([])
+    merged = 0
+    for j, (a, b) in enumerate(spans_of):
+        without = ids([d for k, d in enumerate(docs) if k != j])
+        merged += without != parts.with_context(parts.context[:a] + parts.context[b:])
+        assert abs(record["passage_influence"][j]
+                   - np.abs(full - _logp(lm, without, response)).sum()) < 1e-6
+    assert merged  # this tokenizer does merge across an edge: removing ids would not do
+    assert abs(record["influence"] - np.abs(full - _logp(lm, ids([]), response)).sum()) < 1e-6

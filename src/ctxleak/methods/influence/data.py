@@ -427,7 +427,7 @@ def prompt_parts(lm: LanguageModel, example: InfluenceExample, template: str | N
     Returns the parts and how many context tokens the window forced out (0 if none)."""
     whole = app_whole_prompt(lm, example)
     if whole is not None:  # the app's messages, tokenised whole
-        kept = whole.context[:context_tokens] if context_tokens is not None else whole.context
+        kept = whole.context[:context_tokens]  # [:None]: all of it
         ids = [*whole.before, *kept, *whole.after]
         start, end = len(whole.before), len(whole.before) + len(kept)
     else:
@@ -446,5 +446,5 @@ def prompt_parts(lm: LanguageModel, example: InfluenceExample, template: str | N
         ids = ids[:end_kept] + ids[end:]
         end = end_kept
     return PromptParts(tuple(ids[:start]), tuple(ids[start:end]), tuple(ids[end:]),
-                       whole.empty if whole is not None else None), dropped
+                       **(whole.extra(end - start) if whole is not None else {})), dropped
 
