@@ -209,8 +209,6 @@ def _slotted(messages: list[tuple[str, str]], m: int, found: list[tuple[int, int
     return tuple(out)
 
 
-
-
 def choose_prompt(choice: AppPromptChoice, row: Any, *, from_spans: bool, texts: Sequence[str],
                   doc_ids: Sequence[str | None], query: str, template: str
                   ) -> tuple[ExamplePrompt | None, list[str] | None]:
