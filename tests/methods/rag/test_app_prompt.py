@@ -132,6 +132,8 @@ def test_the_same_prompt_gives_the_same_ids_and_the_same_numbers(chat_lm, logs, 
     by_rows = ctxleak.influence(chat_lm, str(rows), prompt_messages=str(prompt),
                                 output=str(tmp_path / "b"), **kw)
     assert by_spans.summary["traces"] == {"answers": 2, "retriever_only": 1}
+    assert [r["passage_ids"] for r in by_spans.records] == [["kb-1", "kb-2"],
+                                                            ["kb-3", "kb-1", "kb-2"]]
     assert "traces" not in by_rows.summary
     # one app prompt, as scored: the chat template's text with the slots
     (template,) = by_spans.provenance["app_prompt_templates"]
@@ -140,6 +142,7 @@ def test_the_same_prompt_gives_the_same_ids_and_the_same_numbers(chat_lm, logs, 
                                "document : {context} \n question : {query}")
     for r, s in zip(by_spans.records, by_rows.records):
         assert (r["prompt_source"], s["prompt_source"]) == ("app messages", "app template")
+        assert r["passage_ids"] == s["passage_ids"]  # the spans' document.id
         assert r["response_ids"] == s["response_ids"]
         assert abs(r["influence"] - s["influence"]) < 1e-6
         assert np.allclose(r["passage_influence"], s["passage_influence"], atol=1e-6, rtol=0)
