@@ -87,6 +87,8 @@ def influence(bound: Bound, /, model: str | LanguageModel = "default", data: Any
               log_format: str = "auto", class_field: str = "classification",
               class_budgets: Mapping[str, float] | str | None = None,
               document_budgets: Mapping[str, float] | str | None = None,
+              prompt_messages: Any = None,
+              system_prompt: str | None = None, app_prompt: bool | None = None,
               **run: Unpack[RunKeywords]) -> InfluenceResult:
     """Expected context influence of ``data`` under Context Influence Decoding ("Estimating
     Privacy Leakage of Augmented Contextual Knowledge in Language Models", Def. 3.1-3.4):

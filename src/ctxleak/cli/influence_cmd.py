@@ -130,6 +130,17 @@ def influence(
     document_budget: Optional[str] = typer.Option(None, "--document-budget", help="Leak "
                                                   "budget per document id, e.g. hr-7=0 (nats, "
                                                   "as --class-budget; wins over its class's)."),
+    prompt_messages: Optional[str] = typer.Option(
+        None, "--prompt-messages", help="The app's prompt: a JSON file of chat messages "
+        '([{"role", "content"}], with {context} and {query}); each logged answer is scored '
+        "under them, through the model's chat template."),
+    system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="The app's "
+                                                "system prompt, before one user turn holding "
+                                                "the template."),
+    app_prompt: Optional[bool] = typer.Option(
+        None, "--app-prompt/--no-app-prompt", help="Score logged answers under the app's "
+        "prompt: by default a trace's LLM input messages where it has them; --app-prompt "
+        "requires them (or --prompt-messages); --no-app-prompt uses ctxleak's template."),
     *,
     common: CommonOptions,
 ) -> None:
@@ -154,7 +165,9 @@ def influence(
                              passages=passages,
                              exposure_budget=exposure_budget, log_format=log_format,
                              class_field=class_field, class_budgets=class_budget,
-                             document_budgets=document_budget)
+                             document_budgets=document_budget,
+                             prompt_messages=prompt_messages, system_prompt=system_prompt,
+                             app_prompt=app_prompt)
     rows = data if retriever is None else retrieve(load_retriever(retriever), data)
     result = run_params(params, common, rows)
     show(result)

@@ -376,9 +376,9 @@ def example_fragment(record: dict[str, Any], *, redact: bool | None = None) -> s
 
 
 def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bool = False,
-                    frontier: dict[str, Any] | None = None) -> None:
-    """The console table of an influence run (nats), the control and the top passages, a
-    sweep's privacy–utility frontier, and where its files are."""
+                    frontier: dict[str, Any] | None = None, notes: Sequence[str] = ()) -> None:
+    """The console table of an influence run (nats), ``notes`` (what the log was), the control
+    and the top passages, a sweep's privacy–utility frontier, and where its files are."""
     print_rows(table_rows(summaries), title="Expected context influence, nats per response "
                "(Def. 3.3)", plain=plain)
     console = make_console(plain)
@@ -386,7 +386,7 @@ def print_influence(summaries: Sequence[dict[str, Any]], path: Any, *, plain: bo
                   "e^x = likelihood ratio with vs without the context; x = the ε of ex-post "
                   "per-instance DP at this response (strong DP: ε ≤ 1, loose: ε ≈ 8)",
                   markup=False)
-    for line in [*control_lines(summaries), *document_lines(summaries)]:
+    for line in [*notes, *control_lines(summaries), *document_lines(summaries)]:
         console.print(line, markup=False)
     for s in summaries:
         top = (s.get("top_passages") or [])[:3]

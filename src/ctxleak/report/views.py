@@ -36,6 +36,7 @@ from ctxleak.report import influence as influence_view
 from ctxleak.report import probe as probe_view
 from ctxleak.report import susceptibility as susceptibility_view
 from ctxleak.report.console import console, print_closing, print_rows
+from ctxleak.report.logs import log_notes
 from ctxleak.report.redaction import redacting
 from ctxleak.report.view import View, run_model
 
@@ -66,7 +67,8 @@ class InfluenceView(View):
                             f"baseline)" if added else len(settings),
                 "run directory": str(result.path),
                 "contexts cut to the window": sum(s["truncated_contexts"] for s in settings),
-                "n-grams clipped to the context": sum(s["ngram_clipped"] for s in settings)}
+                "n-grams clipped to the context": sum(s["ngram_clipped"] for s in settings),
+                **log_notes(result.summary)}
         tokens_of = None
         if records and all("context_token_strings" in r and "response_token_strings" in r
                            for r in records):
@@ -79,7 +81,9 @@ class InfluenceView(View):
 
     def show(self, result: Any, *, plain: bool = False) -> None:
         influence_view.print_influence(result.summary["settings"], result.path, plain=plain,
-                                       frontier=result.summary.get("frontier"))
+                                       frontier=result.summary.get("frontier"),
+                                       notes=[f"{k}: {v}" for k, v in
+                                              log_notes(result.summary).items()])
 
     def example_html(self, result: Any, record: dict[str, Any]) -> str:
         """One example's leak map and reading, for Jupyter (``result.example(id).show()``)."""

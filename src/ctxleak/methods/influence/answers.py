@@ -165,7 +165,7 @@ def score_responses(lm: LanguageModel, answers: AnswersToScore) -> ScoredAnswers
         conts += [drawn[k], drawn[k]]
         spans = answers.spans(k, clipped)
         for a, b in spans:
-            prompts.append(p.with_context(p.context[:a] + p.context[b:]))
+            prompts.append(p.without(a, b))
             conts.append(list(resp))
         spans_of.append(spans)
     scored = eos_masked(lm, prompts, conts, answers.min_new_tokens)

@@ -12,6 +12,12 @@ from typing import Any
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.methods.influence.app_prompt import (
+    AppPromptChoice,
+    ExamplePrompt,
+    app_whole_prompt,
+    with_prompt,
+)
 from ctxleak.methods.influence.ngrams import PromptParts
 from ctxleak.methods.rag.documents import (
     DocumentProblem,
@@ -27,7 +33,7 @@ from ctxleak.methods.rag.passages import (
     piece_spans,
     split_context,
 )
-from ctxleak.methods.rag.spans import LOG_FORMATS, is_span_log, span_rows
+from ctxleak.methods.rag.spans import LOG_FORMATS, is_span_log, read_span_log
 from ctxleak.run.inputs import is_named
 from ctxleak.run.records import demo_path, example_id, iter_rows, reject_duplicate_ids
 
@@ -60,6 +66,9 @@ class InfluenceExample:
     documents: tuple[RetrievedDocument, ...] | None = None
     # the logged answer's token ids (the ``response_ids`` field): scored exactly as given
     response_ids: tuple[int, ...] | None = None
+    # the app's prompt (:mod:`.app_prompt`; None: ctxleak's template) and the logged temperature
+    prompt: ExamplePrompt | None = None
+    logged_temperature: float | None = None
 
     @property
     def response_source(self) -> str:
@@ -139,10 +148,16 @@ def load_hub_dataset(name: str, split: str = "test", limit: int | None = None
     return out
 
 
-def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | None = None,
-                  template: str | None = None, limit: int | None = None,
-                  passages: str | None = None, log_format: str = "auto"
-                  ) -> list[InfluenceExample]:
+def load_examples(data: Any, **options: Any) -> list[InfluenceExample]:
+    """The examples of :func:`load_log`."""
+    return load_log(data, **options)[0]
+
+
+def load_log(data: Any, *, task: str = "auto", rename: Mapping[str, str] | None = None,
+             template: str | None = None, limit: int | None = None,
+             passages: str | None = None, log_format: str = "auto",
+             app: AppPromptChoice | None = None
+             ) -> tuple[list[InfluenceExample], dict[str, int] | None]:
     """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``
     (a string, or a list of acceptable answers), ``response`` (a logged answer, scored instead
     of generating one), ``response_ids`` (its token ids, scored exactly as given;
@@ -158,17 +173,22 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     texts are refused. ``passages='sentence'`` or ``'paragraph'`` splits every other row's
     context into passages (:mod:`ctxleak.methods.rag.passages`). A JSONL file of OpenInference
     spans (``log_format='openinference'``, or recognised by its first line with ``'auto'``)
-    gives one row per trace (:mod:`ctxleak.methods.rag.spans`); ``'rows'`` reads every file as
-    rows."""
+    gives one row per answered trace (:mod:`ctxleak.methods.rag.spans`); ``'rows'`` reads every
+    file as rows. ``app``: the app's prompt (:mod:`.app_prompt`). Returns the examples and a
+    span log's trace counts (``{"answers", "retriever_only"}``; None for other data)."""
     _check_options(task, template, passages)
+    choice = app or AppPromptChoice()
     if isinstance(data, str) and data in HUB_DATASETS and not Path(data).exists():
-        return [_split(ex, passages) for ex in load_hub_dataset(data, limit=limit)]
+        return [with_prompt(_split(ex, passages), None, choice, False, template_for(ex, template),
+                            {})
+                for ex in load_hub_dataset(data, limit=limit)], None
     path = resolve_data(data)
     if log_format not in LOG_FORMATS:
         raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not '{log_format}'",
                           param="log_format")
     spans = log_format == "openinference" or (log_format == "auto" and is_span_log(path))
-    rows = span_rows(path) if spans else iter_rows(path, rename=rename)
+    log = read_span_log(path) if spans else None
+    rows = log.rows if log is not None else iter_rows(path, rename=rename)
     out = []
     where: list[tuple[str, int]] = []
     seen_ids: dict[str, tuple[str, str]] = {}
@@ -177,10 +197,11 @@ def load_examples(data: Any, *, task: str = "auto", rename: Mapping[str, str] | 
     # references to them, not copies (ctxleak keeps every turn until the run ends).
     shared: dict[Any, Any] = {}
     for k, row in enumerate(rows):
-        out.append(_example(row, k, task, passages, seen_ids, shared))
+        ex = _example(row, k, task, passages, seen_ids, shared)
+        out.append(with_prompt(ex, row, choice, log is not None, template_for(ex, template), shared))
         where.append((row.file, row.line))
     reject_duplicate_ids((ex.id, file, line) for ex, (file, line) in zip(out, where))
-    return out
+    return out, log.traces if log is not None else None
 
 
 def _check_options(task: str, template: str | None, passages: str | None) -> None:
@@ -374,7 +395,12 @@ def _split(example: InfluenceExample, mode: str | None) -> InfluenceExample:
 
 def context_ids(lm: LanguageModel, example: InfluenceExample) -> tuple[list[int], list[tuple[int, int]]]:
     """The context's token ids and the ``[start, end)`` span of each passage in them: the whole
-    string tokenised at once (one span) without passages, each passage on its own with them."""
+    string tokenised at once (one span) without passages, each passage on its own with them.
+    Under the app's prompt, the context's tokens in the whole prompt tokenised at once
+    (:func:`~ctxleak.engine.chat_prompt.whole_prompt`)."""
+    whole = app_whole_prompt(lm, example)
+    if whole is not None:
+        return list(whole.context), list(whole.pieces)
     if not example.passages:
         ids = lm.encode(example.context)
         return ids, [(0, len(ids))]
@@ -402,13 +428,19 @@ def prompt_parts(lm: LanguageModel, example: InfluenceExample, template: str | N
     """The example's prompt split around its context, with the context cut to its first
     ``context_tokens`` tokens (Fig. 2b) and to the model's window minus ``reserve`` new tokens.
     Returns the parts and how many context tokens the window forced out (0 if none)."""
-    tmpl = template_for(example, template)
-    ids_of_context = context_ids(lm, example)[0]
-    if context_tokens is not None:
-        ids_of_context = ids_of_context[:context_tokens]
-    prompt = build_prompt(lm, tmpl, {"context": ids_of_context, "query": example.query})
-    start, end = prompt.spans["context"]
-    ids = list(prompt.ids)
+    whole = app_whole_prompt(lm, example)
+    if whole is not None:  # the app's messages, tokenised whole
+        kept = whole.context[:context_tokens]  # [:None]: all of it
+        ids = [*whole.before, *kept, *whole.after]
+        start, end = len(whole.before), len(whole.before) + len(kept)
+    else:
+        tmpl = template_for(example, template)
+        ids_of_context = context_ids(lm, example)[0]
+        if context_tokens is not None:
+            ids_of_context = ids_of_context[:context_tokens]
+        prompt = build_prompt(lm, tmpl, {"context": ids_of_context, "query": example.query})
+        start, end = prompt.spans["context"]
+        ids = list(prompt.ids)
     dropped = 0
     window = lm.max_length
     if window is not None and len(ids) + reserve > window:
@@ -416,4 +448,6 @@ def prompt_parts(lm: LanguageModel, example: InfluenceExample, template: str | N
         end_kept = end - dropped
         ids = ids[:end_kept] + ids[end:]
         end = end_kept
-    return PromptParts(tuple(ids[:start]), tuple(ids[start:end]), tuple(ids[end:])), dropped
+    return PromptParts(tuple(ids[:start]), tuple(ids[start:end]), tuple(ids[end:]),
+                       **(whole.extra(end - start) if whole is not None else {})), dropped
+

@@ -33,13 +33,14 @@ import numpy as np
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.ids import user_id
+from ctxleak.methods.influence.app_prompt import app_messages
 from ctxleak.methods.influence.control import (
     MIN_FOR_PERCENTILE,
     PERCENTILE,
     context_key,
     false_flag_rate,
 )
-from ctxleak.methods.influence.data import InfluenceExample
+from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 from ctxleak.methods.influence.ngrams import PromptParts
 from ctxleak.methods.influence.setting import InfluenceOptions
 from ctxleak.methods.rag.budgets import CLASS_FIELD, PUBLIC, document_class
@@ -151,6 +152,26 @@ def decoy_parts(lm: LanguageModel, parts: PromptParts, span: tuple[int, int], fi
     return PromptParts(parts.before, context, parts.after)
 
 
+def app_decoy_parts(lm: LanguageModel, example: InfluenceExample, j: int,
+                    decoy: RetrievedDocument, reserve: int) -> PromptParts | None:
+    """Under the app's own messages, the prompt with ``decoy`` in passage ``j``'s place (the
+    app's separator kept), tokenised whole as the app's prompts are: its counterpart without
+    the decoy is then the passage's own leave-one-out prompt, also tokenised whole. None where
+    it would not fit the model's window with ``reserve`` new tokens."""
+    pieces = list(example.passages or (example.context,))
+    own = example.passage_texts[j]
+    pieces[j] = pieces[j][:len(pieces[j]) - len(own)] + decoy.text if pieces[j].endswith(own) \
+        else decoy.text
+    documents = example.documents
+    if documents is not None:
+        documents = tuple(replace(decoy, rank=d.rank) if i == j else d
+                          for i, d in enumerate(documents))
+    placed = replace(example, passages=tuple(pieces), context="".join(pieces),
+                     documents=documents)
+    parts, dropped = prompt_parts(lm, placed, reserve=reserve)
+    return None if dropped else PromptParts(parts.before, parts.context, parts.after)
+
+
 #: The decoy document of each passage of each job ([] or None: none).
 Decoys = Sequence[Sequence[RetrievedDocument | None]]
 #: Each job's leave-one-out rows, log p̄_λ(y_t | D∖j), by passage j (its decoy's other half).
@@ -169,7 +190,7 @@ class DecoyJob:
 
 
 def decoy_jobs(lm: LanguageModel, records: list[dict[str, Any]],
-                parts: Sequence[tuple[PromptParts, int]],
+                examples: Sequence[InfluenceExample], parts: Sequence[tuple[PromptParts, int]],
                 spans_of: Sequence[Sequence[tuple[int, int] | None]], ablated: Ablated,
                 decoys: Decoys | None, options: InfluenceOptions) -> list[DecoyJob]:
     """The prompts with a decoy in each scored passage's place (:func:`.decoys.decoy_parts`);
@@ -186,7 +207,10 @@ def decoy_jobs(lm: LanguageModel, records: list[dict[str, Any]],
             decoy, span = decoys[k][j] if j < len(decoys[k]) else None, spans_of[k][j]
             if decoy is None or span is None:
                 continue
-            p = decoy_parts(lm, parts[k][0], span, j == 0, decoy, options.max_new_tokens)
+            if app_messages(lm, examples[k]) is not None:  # the app's prompt: tokenised whole
+                p = app_decoy_parts(lm, examples[k], j, decoy, options.max_new_tokens)
+            else:
+                p = decoy_parts(lm, parts[k][0], span, j == 0, decoy, options.max_new_tokens)
             if p is not None:
                 names[j] = decoy.id if decoy.id is not None else short_name(decoy.text)
                 out.append(DecoyJob(k, j, p, row))

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ctxleak.engine.lm import LanguageModel
+from ctxleak.methods.influence.app_prompt import prompt_fields
 from ctxleak.methods.influence.control import (
     context_token_kinds,
     per_token_fields,
@@ -121,6 +122,7 @@ def response_record(lm: LanguageModel, example: InfluenceExample, setting: Setti
     # bounded CID: eps, composed_eps are the guarantee (ε per released token, basic
     # composition, Thm B.1); the ex-post figures are about this context alone
     record.update(response.eps_fields(digits=6))
+    record.update(prompt_fields(lm, example, setting.temperature))
     return record
 
 

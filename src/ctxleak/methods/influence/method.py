@@ -13,11 +13,12 @@ from typing import Any
 from ctxleak.engine.batching import BatchPolicy, shared_prefixes
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
+from ctxleak.methods.influence.app_prompt import app_templates, log_summary
 from ctxleak.methods.influence.control import ControlCost, control_sets, default_controls
 from ctxleak.methods.influence.data import (
     InfluenceExample,
     check_logged_ids,
-    load_examples,
+    load_log,
     resolve_data,
     template_for,
 )
@@ -26,7 +27,7 @@ from ctxleak.methods.influence.decoys import (
     passage_decoys,
     uses_documents,
 )
-from ctxleak.methods.influence.params import InfluenceParams, parse_ngram
+from ctxleak.methods.influence.params import InfluenceParams, greedy_temperature, parse_ngram
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
@@ -63,6 +64,7 @@ class Examples:
     seed: int = 0  # the run seed: the decoy documents' draws (retrieved documents)
     # each example's decoy document per passage (retrieved documents, :mod:`.decoys`)
     decoys: list[list[RetrievedDocument | None]] = field(default_factory=list)
+    traces: dict[str, int] | None = None  # a span log's answers and retriever-only traces
 
     def with_controls(self, per_example: int) -> Examples:
         """These examples with ``per_example`` controls each: for retrieved documents contexts
@@ -100,6 +102,7 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
     params_type = InfluenceParams
 
     def derive(self) -> None:
+        self.temperature_given = self.params.temperature is not None
         # a temperature the user did not give: one a served model can measure influence at
         self.params = self.params.with_default_temperature(self.common.server_url is not None)
         self.options = self.params.options()
@@ -109,18 +112,22 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         fields = self.params.fields
         rename = fields if isinstance(fields, Mapping) else parse_mapping(fields)
         limit = self.common.limit
-        examples = load_examples(data, task=self.params.task, rename=rename,
-                                 template=self.params.template, limit=limit,
-                                 passages=self.params.passages,
-                                 log_format=self.params.log_format)
+        examples, traces = load_log(data, task=self.params.task, rename=rename,
+                                    template=self.params.template, limit=limit,
+                                    passages=self.params.passages,
+                                    log_format=self.params.log_format,
+                                    app=self.params.app_choice())
         examples = examples[:limit] if limit is not None else examples
+        if not self.temperature_given and any(ex.logged_temperature == 0 for ex in examples):
+            self.params = greedy_temperature(self.params)
+            self.derive()
         # the controls of example k: the nearest other documents' contexts under k's query
         # (control.py), more of them when there are few examples
         per_example = self.params.controls or default_controls(len(examples))
         check_class_budgets(self.params.budgets().classes, self.params.class_field,
                             [ex.documents for ex in examples])
         state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},
-                         [], seed=self.common.seed).with_controls(per_example)
+                         [], seed=self.common.seed, traces=traces).with_controls(per_example)
         # the default, resolved from this run's number of examples, is kept for its resumes
         resolved = {} if self.params.controls is not None or not self.params.control \
             else {"resolved_controls": per_example}
@@ -219,14 +226,20 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
                         (summary.get("document_control") or {}).get("threshold")))
                 summaries.append(summary)
         out = {"verdict": run_verdict(summaries), "settings": summaries}
+        out.update(log_summary(ready.lm, ready.examples.examples, ready.examples.traces,
+                               [s.temperature for s in self.grid]))
         if len(summaries) > 1:  # a sweep: which setting keeps utility at least privacy loss
             out["frontier"] = frontier(summaries, without_fields(records, HEAVY_FIELDS),
                                        seed=self.common.seed)
         return out
 
     def provenance(self, lm: LanguageModel, ready: Ready) -> dict[str, Any]:
-        return {"prompt_templates": {ex.task: template_for(ex, self.options.template)
-                                     for ex in ready.examples.examples}}
+        out: dict[str, Any] = {"prompt_templates": {
+            ex.task: template_for(ex, self.options.template) for ex in ready.examples.examples}}
+        apps = app_templates(lm, ready.examples.examples)
+        if apps:  # the app's prompts as scored: through the model's chat template, with slots
+            out["app_prompt_templates"] = apps
+        return out
 
 
 def _in_setting(key: str, record: dict[str, Any]) -> bool:

@@ -25,14 +25,27 @@ from ctxleak.mitigations.influence import response_influence, token_influence
 
 @dataclass(frozen=True)
 class PromptParts:
-    """A prompt as ids before the context, the context ids, and ids after it."""
+    """A prompt as ids before the context, the context ids, and ids after it. For a prompt
+    tokenised whole, whose text merges into other tokens where part of the context is left out:
+    ``empty_ids`` the prompt without the context, ``exact`` the prompt without the context
+    tokens ``[a, b)`` as ``((a, b), ids)`` pairs, each tokenised as a text of its own."""
 
     before: tuple[int, ...]
     context: tuple[int, ...]
     after: tuple[int, ...]
+    empty_ids: tuple[int, ...] | None = None
+    exact: tuple[tuple[tuple[int, int], tuple[int, ...]], ...] = ()
 
     def with_context(self, context: Sequence[int]) -> list[int]:
         return list(self.before) + list(context) + list(self.after)
+
+    def without(self, a: int, b: int) -> list[int]:
+        """The prompt with the context tokens ``[a, b)`` left out (D∖S): its own ids where
+        :attr:`exact` has them, else the ids around the span."""
+        for span, ids in self.exact:
+            if span == (a, b):
+                return list(ids)
+        return self.with_context(self.context[:a] + self.context[b:])
 
     @property
     def full(self) -> list[int]:
@@ -40,7 +53,7 @@ class PromptParts:
 
     @property
     def empty(self) -> list[int]:
-        return self.with_context(())
+        return self.with_context(()) if self.empty_ids is None else list(self.empty_ids)
 
 
 def windows(length: int, n: int, stride: int | None = None) -> list[tuple[int, int]]:
@@ -219,8 +232,7 @@ def _prompt_variants(live: list[WindowRequest]
     conts: list[list[int]] = []
     groups: list[int] = []
     for g, r in enumerate(live):
-        variants = [r.parts.full] + [r.parts.with_context(r.parts.context[:a] + r.parts.context[b:])
-                                     for a, b in r.spans]
+        variants = [r.parts.full] + [r.parts.without(a, b) for a, b in r.spans]
         prompts += variants
         conts += [list(r.response)] * len(variants)
         groups += [g] * len(variants)
@@ -270,8 +282,9 @@ def next_token_unigram_influence(lm: LanguageModel, parts: PromptParts, prefix: 
     :func:`~ctxleak.mitigations.cid.generate_cid`, at the same λ and T.
     """
     spans = windows(len(parts.context), 1)
+    empty = None if parts.empty_ids is None else parts.empty_ids + tuple(prefix)
     res = window_influence(lm, PromptParts(parts.before, parts.context,
-                                           tuple(parts.after) + tuple(prefix)),
+                                           tuple(parts.after) + tuple(prefix), empty),
                            [token], spans, lam=lam, temperature=temperature,
                            min_new_tokens=int(len(prefix) < min_new_tokens))
     return res.tau[:, 0]

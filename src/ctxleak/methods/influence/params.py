@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxleak.errors import ConfigError, warn
+from ctxleak.methods.influence.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, eps_list, settings_grid
 from ctxleak.methods.rag.budgets import CLASS_FIELD, Budgets, parse_budgets
 from ctxleak.methods.rag.passages import SPLITS
@@ -118,6 +119,16 @@ class InfluenceParams:
     document_budgets: Mapping[str, float] | str | None = option(
         None, "Retrieved documents: a leak budget per document id (nats, as class_budgets), "
         "{'hr-7': 0} or 'hr-7=0'; it wins over the document's class budget.")
+    prompt_messages: Any = option(
+        None, "The app's prompt as chat messages with {context} and {query} (a list of "
+        "{'role', 'content'}, or a JSON file's path): each logged answer is scored under them, "
+        "through the model's chat template.")
+    system_prompt: str | None = option(None, "The app's system prompt: scored as a system "
+                                       "message before one user turn holding the template.")
+    app_prompt: bool | None = option(
+        None, "Score logged answers under the app's prompt: None uses a trace's LLM input "
+        "messages where it has them, True requires them (or prompt_messages), False uses "
+        "ctxleak's template.")
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -165,6 +176,7 @@ class InfluenceParams:
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not "
                               f"'{self.log_format}'", param="log_format")
+        self._check_app_prompt(put)
         if self.controls is not None:
             check_limit(self.controls, "controls")
         if not isinstance(self.control, bool):
@@ -182,6 +194,26 @@ class InfluenceParams:
             if setting.context_tokens is not None and setting.context_tokens < 1:
                 raise ConfigError("context_sizes must be positive integers",
                                   param="context_sizes")
+
+    def _check_app_prompt(self, put: Any) -> None:
+        """``prompt_messages`` read and checked (:func:`.app_prompt.load_prompt_messages`),
+        ``system_prompt`` a string, ``app_prompt`` None, True or False and not False with
+        either of them."""
+        if self.prompt_messages is not None:
+            put("prompt_messages", load_prompt_messages(self.prompt_messages))
+        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
+            raise ConfigError("system_prompt must be a string", param="system_prompt")
+        if self.app_prompt not in (None, True, False):
+            raise ConfigError(f"app_prompt must be None, True or False, not "
+                              f"{self.app_prompt!r}", param="app_prompt")
+        if self.app_prompt is False and self.app_choice().given:
+            raise ConfigError("app_prompt=False scores under ctxleak's template: leave out "
+                              "prompt_messages and system_prompt, or app_prompt",
+                              param="app_prompt", also=("prompt_messages", "system_prompt"))
+
+    def app_choice(self) -> AppPromptChoice:
+        """The app's prompt as the run chose it (:mod:`.app_prompt`)."""
+        return AppPromptChoice(self.prompt_messages, self.system_prompt, self.app_prompt)
 
     def with_default_temperature(self, served: bool) -> InfluenceParams:
         """These parameters with the temperature the user did not give filled in: 0.8
@@ -249,6 +281,10 @@ class InfluenceParams:
                 "passages": self.passages,
                 # stored when set, so a run folder from before these options still resumes
                 **({} if self.log_format == "auto" else {"log_format": self.log_format}),
+                **({} if self.prompt_messages is None else {"prompt_messages": [
+                    {"role": r, "content": c} for r, c in self.prompt_messages]}),
+                **{k: getattr(self, k) for k in ("system_prompt", "app_prompt")
+                   if getattr(self, k) is not None},
                 **({} if self.controls is None else {"controls": self.controls}),
                 **({} if self.exposure_budget is None
                    else {"exposure_budget": self.exposure_budget}),
@@ -261,3 +297,14 @@ class InfluenceParams:
                 # one value as a number (as before sweeps), several as a list
                 "bounded_eps": (None if self.bounded_eps is None else self.bounded_eps[0]  # type: ignore[index]
                                 if len(self.bounded_eps) == 1 else list(self.bounded_eps))}  # type: ignore[arg-type]
+
+
+def greedy_temperature(params: InfluenceParams) -> InfluenceParams:
+    """``params`` at T = 1 for a log whose answers were drawn greedily (T = 0) and a run that
+    gave no temperature, said in one line: influence is a property of the model's
+    next-token distribution, which a greedy decoder takes only the argmax of; T = 1 is that
+    distribution as the model gives it."""
+    warn("temperature 1: the log's answers were drawn greedily (T = 0), and are scored "
+         "under the model's own next-token distribution (T = 1); give --temperature to "
+         "choose", param="temperature")
+    return replace(params, temperature=SERVED_TEMPERATURE)

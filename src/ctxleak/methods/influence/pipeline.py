@@ -142,7 +142,8 @@ def _finish(lm: LanguageModel, records: list[dict[str, Any]],
     spans_of, ablated, decoys = passages
     add_token_fields(records, parts, responses)
     _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options, cost,
-                 decoys=decoy_jobs(lm, records, parts, spans_of, ablated, decoys, options))
+                 decoys=decoy_jobs(lm, records, [job[0] for job in jobs], parts, spans_of,
+                                    ablated, decoys, options))
     return records
 
 
@@ -318,7 +319,8 @@ def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Se
             ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, n_windows)
     add_token_fields(records, parts, ledgers)
     _add_control(lm, records, jobs, [led.response_ids for led in ledgers], controls, options,
-                 cost, scorer, decoy_jobs(lm, records, parts, spans_of, ablated, decoys, options))
+                 cost, scorer, decoy_jobs(lm, records, [job[0] for job in jobs], parts, spans_of,
+                                          ablated, decoys, options))
     return records
 
 

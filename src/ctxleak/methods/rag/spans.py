@@ -5,16 +5,22 @@ on the answer the deployment gave).
 OpenInference (OpenTelemetry) spans exported as JSONL, one span per line: each span has
 ``attributes`` holding ``input.value``, ``output.value`` and, on retriever spans,
 ``retrieval.documents.N.document.id|content|metadata|score``, flat (dotted keys) or nested.
-Spans are grouped into turns by their trace id (``context.trace_id`` or ``trace_id``); each
-trace becomes one row: ``query`` the root span's input (else the retriever's), ``documents``
-its retriever spans' documents in order, ``response`` the root span's output (else the last
-LLM span's), ``id`` the trace id.
+Spans are grouped into turns by their trace id (``context.trace_id`` or ``trace_id``). Only a
+trace with an LLM span (``openinference.span.kind`` LLM) is an answer; the others (an app
+calling its retriever to show sources) are counted and never scored (:class:`SpanLog`). Each
+answer becomes one row: ``query`` the root span's input (else the retriever's), ``documents``
+its retriever spans' documents in order (``document.id`` their names), ``response`` the LLM
+span's ``llm.output_messages.0.message.content`` (else the root span's output, else the LLM
+span's), ``id`` the trace id; ``input_messages`` the LLM span's
+``llm.input_messages.N.message.role|content`` (the prompt the app sent) and
+``logged_temperature`` the temperature of its ``llm.invocation_parameters``, where it has them.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +115,37 @@ def _documents(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
     return docs
 
 
+#: The span kind attribute, and the kind of a span that called the model.
+KIND = "openinference.span.kind"
+#: Where an LLM span keeps the messages it sent.
+INPUT_MESSAGES = "llm.input_messages"
+
+
+@dataclass(frozen=True)
+class SpanLog:
+    """A span log read: one row per answer (a trace with an LLM span), and how many traces
+    were answers and how many had no LLM span (the retriever called alone: never scored)."""
+
+    rows: list[Row]
+    answers: int
+    retriever_only: int
+
+    @property
+    def traces(self) -> dict[str, int]:
+        """The counts as the summary's ``traces`` entry."""
+        return {"answers": self.answers, "retriever_only": self.retriever_only}
+
+
 def span_rows(path: str | Path) -> list[Row]:
-    """One row per trace of an OpenInference span log (see the module), named by the file and
-    the line of the trace's first span. A line that is not a span is an
-    :class:`~ctxleak.errors.InputError` naming the file, the line and what was expected."""
+    """The rows of :func:`read_span_log` (one per answer)."""
+    return read_span_log(path).rows
+
+
+def read_span_log(path: str | Path) -> SpanLog:
+    """One row per answer of an OpenInference span log (see the module), named by the file and
+    the line of the trace's first span; the traces without an LLM span counted. A line that is
+    not a span, or a log with no LLM span at all, is an :class:`~ctxleak.errors.InputError`
+    naming the file (and the line and what was expected)."""
     where = str(check_input_file(path))
     traces: dict[str, list[tuple[int, dict[str, Any], Mapping[str, Any]]]] = {}
     with open(path, encoding="utf-8") as handle:
@@ -131,16 +164,23 @@ def span_rows(path: str | Path) -> list[Row]:
             traces.setdefault(tid, []).append((line_no, flat(span["attributes"]), span))
     if not traces:
         raise InputError("no spans in the file", file=where)
-    return [_trace_row(tid, spans, where) for tid, spans in traces.items()]
+    answers = {tid: spans for tid, spans in traces.items()
+               if any(str(s[1].get(KIND, "")).upper() == "LLM" for s in spans)}
+    alone = len(traces) - len(answers)
+    if not answers:
+        raise InputError(f"{alone} retriever-only trace{'s' if alone != 1 else ''} and no "
+                         f"answer: no trace has an LLM span ({KIND} LLM), so there is no "
+                         "logged answer to score", file=where, field=KIND)
+    return SpanLog([_trace_row(tid, spans, where) for tid, spans in answers.items()],
+                   len(answers), alone)
 
 
 def _trace_row(tid: str, spans: list[tuple[int, dict[str, Any], Mapping[str, Any]]],
                where: str) -> Row:
     """The row of one trace (see the module)."""
     roots = [s for s in spans if not s[2].get("parent_id")]
-    kind = "openinference.span.kind"
     retrievers = [s for s in spans if any(k.startswith("retrieval.documents.") for k in s[1])]
-    llms = [s for s in spans if str(s[1].get(kind, "")).upper() == "LLM"]
+    llms = [s for s in spans if str(s[1].get(KIND, "")).upper() == "LLM"]
     first = spans[0][0]
 
     def value(group: list[Any], name: str) -> str | None:
@@ -151,15 +191,47 @@ def _trace_row(tid: str, spans: list[tuple[int, dict[str, Any], Mapping[str, Any
         return None
 
     query = value(roots, "input") or value(retrievers, "input")
-    response = value(roots, "output") or value(list(reversed(llms)), "output")
+    llm = llms[-1][1]
+    said = llm.get("llm.output_messages.0.message.content")
+    response = said if isinstance(said, str) else \
+        value(roots, "output") or value(list(reversed(llms)), "output")
     fields: dict[str, Any] = {"id": tid, "query": query,
                               "documents": [d for s in retrievers for d in _documents(s[1])]}
     if response is not None:
         fields["response"] = response
+    fields.update(_llm_input(llm))
     if query is None:
         raise InputError(f"trace {tid!r} has no query: no root or retriever span with "
                          "'input.value'", file=where, line=first, field="input.value")
     return Row(fields=fields, file=where, line=first)
 
 
-__all__ = ["LOG_FORMATS", "flat", "is_span_log", "span_rows", "trace_id"]
+def _llm_input(llm: Mapping[str, Any]) -> dict[str, Any]:
+    """What an LLM span says of its call: ``input_messages`` (``llm.input_messages.N.message.
+    role|content``, in the order of N; none without them) and ``logged_temperature`` (from
+    ``llm.invocation_parameters``, a JSON string or an object)."""
+    found: dict[int, dict[str, Any]] = {}
+    for key, item in llm.items():
+        parts = key.split(".")
+        if len(parts) == 5 and key.startswith(INPUT_MESSAGES + ".") and parts[2].isdigit() \
+                and parts[3] == "message" and parts[4] in ("role", "content"):
+            found.setdefault(int(parts[2]), {})[parts[4]] = item
+    out: dict[str, Any] = {}
+    if found:
+        out["input_messages"] = [found[n] for n in sorted(found)]
+    params = llm.get("llm.invocation_parameters")
+    if isinstance(params, str):
+        try:
+            params = json.loads(params)
+        except ValueError:
+            params = None
+    if not isinstance(params, Mapping):  # the flat form: llm.invocation_parameters.temperature
+        params = {"temperature": llm.get("llm.invocation_parameters.temperature")}
+    temperature = params.get("temperature")
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
+        out["logged_temperature"] = float(temperature)
+    return out
+
+
+__all__ = ["INPUT_MESSAGES", "KIND", "LOG_FORMATS", "SpanLog", "flat", "is_span_log",
+           "read_span_log", "span_rows", "trace_id"]
