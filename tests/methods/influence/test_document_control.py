@@ -43,8 +43,8 @@ KW = dict(lambda_=1.0, temperature=1.0, min_new_tokens=0, max_new_tokens=8, prog
 
 
 @pytest.fixture(scope="module")
-def run(llama_lm):
-    return ctxleak.influence(llama_lm, LOG, **KW)
+def run(llama_lm, tmp_path_factory):
+    return ctxleak.influence(llama_lm, LOG, output=tmp_path_factory.mktemp("run") / "r", **KW)
 
 
 def test_a_decoys_leave_one_out_influence_by_hand(run, llama_lm) -> None:
@@ -100,8 +100,8 @@ def test_a_copied_restricted_record_is_named_and_never_within_a_dp_budget(run) -
     assert "Per-document control: a document leaked" in run.to_html()
 
 
-def test_decoys_do_not_depend_on_the_batch_size(run, llama_lm) -> None:
-    one = ctxleak.influence(llama_lm, LOG, batch_size=1, **KW)
+def test_decoys_do_not_depend_on_the_batch_size(run, llama_lm, tmp_path) -> None:
+    one = ctxleak.influence(llama_lm, LOG, batch_size=1, output=tmp_path / "one", **KW)
     for a, b in zip(run.records, one.records):
         assert a["passage_decoy_ids"] == b["passage_decoy_ids"]
         assert a["control_ids"] == b["control_ids"]

@@ -351,3 +351,30 @@ def test_by_hand_under_a_tokenizer_that_merges_across_the_documents_edges(logs, 
                    - np.abs(full - _logp(lm, without, response)).sum()) < 1e-6
     assert merged  # this tokenizer does merge across an edge: removing ids would not do
     assert abs(record["influence"] - np.abs(full - _logp(lm, ids([]), response)).sum()) < 1e-6
+
+
+def test_a_decoy_under_the_apps_messages_by_hand(logs, tmp_path):
+    """The per-document control under the app's prompt, with a byte-pair tokenizer that merges
+    across a document's edges: the decoy put in passage j's place gives Σ_t |log p(y_t | the
+    app's messages with the decoy) − log p(y_t | without passage j)|, both tokenised whole."""
+    texts = []
+    for _, query, answer, docs in TURNS:
+        sent = _messages("\n\n".join(DOCS[j][1] for j in docs), query)
+        texts.append("".join(f"<{m['role']}>{m['content']}</s>" for m in sent) + answer)
+    lm = tiny_bpe_llama(texts, BPE_CHAT, vocab_size=90, alphabet="".join(texts))
+    spans, _, _ = logs
+    res = ctxleak.influence(lm, str(spans), lambda_=1.0, temperature=1.0, min_new_tokens=0,
+                            max_new_tokens=4, progress=False, output=str(tmp_path / "run"))
+    record = next(r for r in res.records if r["id"] == "t1")  # kb-3 is the only other document
+    query, docs = TURNS[0][1], [DOCS[j][1] for j in TURNS[0][3]]
+    response = record["response_ids"]
+
+    def under(texts):
+        return _logp(lm, _chat_ids(lm, _messages("\n\n".join(texts), query)), response)
+
+    assert record["passage_decoy_ids"] == ["kb-3", "kb-3"]
+    for j in range(len(docs)):
+        placed = [DOCS[2][1] if k == j else d for k, d in enumerate(docs)]
+        without = [d for k, d in enumerate(docs) if k != j]
+        by_hand = np.abs(under(placed) - under(without)).sum()
+        assert abs(record["passage_decoy_influence"][j] - by_hand) < 1e-6
