@@ -29,7 +29,7 @@ PROMPTS = [
     [{"role": "user", "content": "Answer from these notes only.\n\n{context}\nQ: {query} A:"}],
 ]
 QUERY = "What is Helena Wirth's salary?"
-RAG_AUDIT = Path(str(resources.files("ctxleak") / "data" / "rag_audit"))
+RAG_AUDIT = Path(str(resources.files("ctxleak") / "data" / "demo" / "rag_audit"))
 
 
 def _ids(lm, messages):

@@ -343,9 +343,13 @@ def flag_rule(controls: Sequence[float]) -> tuple[float | None, str]:
 
 
 def leak_where(record: dict[str, Any]) -> str | None:
-    """Where the example leaked most: ``passage 2`` (numbered from 1), else its n-gram window's
-    context tokens ``tokens 32-40``; None without either."""
+    """Where the example leaked most: ``document hr-7`` where its most influential passage is a
+    retrieved document with an id, else ``passage 2`` (numbered from 1), else its n-gram
+    window's context tokens ``tokens 32-40``; None without any."""
     if record.get("max_passage") is not None:
+        named = record.get("max_passage_id")
+        if named is not None and str(named) != str(record["max_passage"]):
+            return f"document {named}"
         return f"passage {record['max_passage']}"
     if record.get("max_window") is not None and record.get("windows"):
         a, b = record["windows"][record["max_window"]]
@@ -362,7 +366,7 @@ def leak_label(record: dict[str, Any]) -> str:
 #: The fields of a record that :func:`control_summary` reads.
 _JUDGED = ("id", "setting", "influence", "control_influence", "control_influences",
            "influence_above_control", "influence_above_control_per_token", "control_p",
-           "max_passage")
+           "max_passage", "max_passage_id")
 
 
 def _judged_fields(record: dict[str, Any]) -> dict[str, Any]:
