@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 import ctxleak
 
@@ -61,3 +62,25 @@ def test_restricted_documents_rank_above_public_ones_and_fail_their_budget(audit
     assert any("hr-salary-wirth" in line and "turn-" in line for line in lines)
     # a secret is never printed in the gate's lines
     assert not any("Qx7!vR2#mK9pL4zW" in line for line in lines)
+
+
+def test_the_bundled_retriever_route_from_the_command_line(tiny_dir, tmp_path, capsys) -> None:
+    """``--retriever retriever.py:retriever --data queries.jsonl``: the answers are generated,
+    the documents come from the retriever with their ids and classes."""
+    code, out, err = run_cli(["influence", "--model", tiny_dir, "--retriever",
+                              f"{FOLDER / 'retriever.py'}:retriever", "--data",
+                              str(FOLDER / "queries.jsonl"), "--limit", "3", "--lambda", "1",
+                              "--temperature", "1", "--max-new-tokens", "4",
+                              "--min-new-tokens", "1", "--class-budget", "restricted=100000",
+                              "--output", str(tmp_path / "run")], capsys)
+    assert code == 0, err
+    result = ctxleak.load_result(tmp_path / "run")
+    corpus = {json.loads(line)["id"] for line in (FOLDER / "corpus.jsonl").read_text()
+              .splitlines() if line}
+    assert len(result.records) == 3
+    for record in result.records:
+        assert len(record["passage_ids"]) == 3 and set(record["passage_ids"]) <= corpus
+        assert record["response_source"] == "generated"
+    rows = result.summary["settings"][0]["documents"]
+    assert {r["class"] for r in rows} <= {"public", "internal", "restricted"}
+    assert all(r["document"] in corpus for r in rows)
