@@ -99,6 +99,15 @@ def test_decoys_are_drawn_by_the_seed_and_the_example_not_its_position() -> None
     assert any(passage_decoys(examples, seed=s) != first for s in range(4, 12))
 
 
+def test_a_verbatim_copy_is_whole_words() -> None:
+    """Twenty characters in common that cut words at both ends are no copy: the public travel
+    policy is not "copied" by an answer quoting the expense policy's wording."""
+    travel = "Hotels are covered up to $180 a night."
+    assert verbatim_spans(travel, "Meals on business trips are covered up to $55 a day.") == []
+    assert verbatim_spans(travel, "Hotels are covered up to $180 a night, it says.") == \
+        ["Hotels are covered up to $180 a night"]
+
+
 def test_copied_spans_verbatim_and_values() -> None:
     answer = "Marta Velikova earns $142,000 a year. The DATABASE  password is Tr0ub4dor-88."
     spans = verbatim_spans(SALARY, answer)

@@ -53,9 +53,9 @@ def _with_origins(text: str) -> tuple[str, list[int]]:
 
 
 def verbatim_spans(document: str, answer: str, least: int = MIN_VERBATIM) -> list[str]:
-    """The longest runs (each at least ``least`` characters after :func:`normalised`, not
-    nested in one already found) of ``document`` that ``answer`` reproduces, in the answer's
-    order, each as the document writes it."""
+    """The longest runs (each at least ``least`` characters after :func:`normalised`, whole
+    words only, not nested in one already found) of ``document`` that ``answer`` reproduces, in
+    the answer's order, each as the document writes it."""
     doc, origins = _with_origins(document)
     ans = normalised(answer)
     if len(doc) < least or len(ans) < least:
@@ -69,10 +69,29 @@ def verbatim_spans(document: str, answer: str, least: int = MIN_VERBATIM) -> lis
         end = i + least
         while end < len(ans) and ans[i:end + 1] in doc:
             end += 1
-        at = doc.find(ans[i:end])
-        out.append(document[origins[at]:origins[at + end - i - 1] + 1].strip(_EDGES))
+        a, b = _whole_words(ans, i, end)
+        if b - a >= least:
+            at = doc.find(ans[a:b])
+            out.append(document[origins[at]:origins[at + b - a - 1] + 1].strip(_EDGES))
         i = end
     return out
+
+
+def _whole_words(text: str, a: int, b: int) -> tuple[int, int]:
+    """``text[a:b]`` without a word cut at either end ("s are covered up to $" of "Hotels are
+    covered up to $180" is "are covered up to") and without what joins it to the text around
+    it (spaces, punctuation)."""
+    if 0 < a < b and text[a - 1].isalnum() and text[a].isalnum():
+        while a < b and text[a].isalnum():
+            a += 1
+    if a < b < len(text) and text[b].isalnum() and text[b - 1].isalnum():
+        while b > a and text[b - 1].isalnum():
+            b -= 1
+    while a < b and not text[a].isalnum():
+        a += 1
+    while b > a and not text[b - 1].isalnum():
+        b -= 1
+    return a, b
 
 
 def document_values(document: str, answer: str) -> list[tuple[str, str]]:
