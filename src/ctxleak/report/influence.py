@@ -44,10 +44,9 @@ UNITS_NOTE = (
 
 
 def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per setting, in the layout of the paper's Tables 2-3, influence in nats per
-    response and per token, above the control, and how many examples leak beyond it; bounded
-    CID's ε per token (``none`` for plain CID) where the sweep has a bound, and the baseline
-    it added (λ = 1, no bound) marked."""
+    """One row per setting (Tables 2-3 of the paper): influence in nats per response and per
+    token, above the control, how many examples leak beyond it; bounded CID's ε per token
+    (``none`` for plain CID) where the sweep has a bound, the added baseline (λ = 1) marked."""
     rows = []
     bounded = any(s.get("bounded_eps") is not None for s in summaries)
     added = any(s.get("added_baseline") for s in summaries)
@@ -83,7 +82,8 @@ def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                    for x in summaries):
                 row[label] = ((s.get("quality") or {}).get(key) or {}).get("value")
         rows.append(row)
-    return rows
+    columns = dict.fromkeys(key for row in rows for key in row)  # plain rows: bounded ones' too
+    return [{key: row.get(key) for key in columns} for row in rows]
 
 
 def _ci(stats: dict[str, Any]) -> str:

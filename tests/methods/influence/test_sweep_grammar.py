@@ -128,6 +128,10 @@ def test_a_mixed_sweep_has_the_baseline_and_a_utility_difference_in_every_row(ti
         assert by[(0.5, 0.0, i)] == by[(0.0, 0.0, i)] == by[(0.0, None, i)]
     assert all(lam == 0 for r in result.records if r.get("eps") == 0 for lam in r["lambdas"])
     assert "baseline (added)" in stdout
+    # plain and bounded rows under one header: every line of the table has its columns
+    table = stdout.split("Expected context influence")[1].splitlines()[1:9]
+    assert table[0].startswith("λ\t") and "composed ε" in table[0]
+    assert len({len(line.split("\t")) for line in table}) == 1, table
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "7 (1 added: λ = 1 without a bound, the baseline)" in html  # the settings counted
 
