@@ -125,6 +125,11 @@ def test_copied_spans_verbatim_and_values() -> None:
     assert shown["database password is Tr0ub4dor-88"] == "database password is Tr…88"
     assert shown["earns $142,000 a year"] == "earns $142,000 a year"
     assert masked("Tr0ub4dor-88") == "Tr…88" and masked("4417") == "…"
+    # a short secret masked whole: its type says what was copied
+    (pin,) = copied_spans(["The lab door PIN is 730519, changed monthly."], ["sec"],
+                          "Use 730519 at the lab door.")
+    assert (pin["kind"], pin["type"], pin["text"], pin["shown"]) == \
+        ("secret", "pin", "730519", "… (pin)")
 
 
 def rec(rid: str, docs: list[tuple[str, str]], influence: list[float], **extra: object

@@ -113,8 +113,9 @@ def copied_spans(passages: Sequence[str], names: Sequence[str], answer: str
     """The record field ``copied``: one entry per span of passage j (0-based) the answer
     reproduces: ``{"passage": j, "document": name, "kind": "verbatim" | "secret" | "pii",
     "type": ..., "text": ..., "shown": ...}`` (``shown``: the text with the secrets in it
-    masked, :func:`masked`, as verdicts and the CI gate print it); a value already inside a
-    verbatim span of the same passage is not listed again."""
+    masked, :func:`masked`, a secret copied alone followed by its type, as verdicts and the CI
+    gate print it); a value already inside a verbatim span of the same passage is not listed
+    again."""
     out: list[dict[str, Any]] = []
     if not answer.strip():
         return out
@@ -134,7 +135,7 @@ def copied_spans(passages: Sequence[str], names: Sequence[str], answer: str
             is_secret = kind in SECRET_TYPES
             out.append({"passage": j, "document": name,
                         "kind": "secret" if is_secret else "pii", "type": kind, "text": value,
-                        "shown": masked(value) if is_secret else value})
+                        "shown": f"{masked(value)} ({kind})" if is_secret else value})
     return out
 
 
