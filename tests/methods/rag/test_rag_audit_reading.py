@@ -45,6 +45,11 @@ def test_copying_answers_are_never_read_as_within_a_dp_budget(audit) -> None:
     assert "strong budget" not in verdict
     for leak_doc in ("hr-salary-wirth", "it-db-credentials", "it-api-keys"):
         assert leak_doc in verdict
+    # the leaks counted by class, so public documents' legitimate use reads apart
+    docs = audit.summary["settings"][0]["document_control"]
+    assert sum(docs["leaks_by_class"].values()) == docs["n_leaks"]
+    assert docs["leaks_by_class"]["restricted"] >= 12  # the copies of restricted documents
+    assert f"{docs['leaks_by_class']['restricted']} restricted" in verdict
 
 
 def test_restricted_documents_rank_above_public_ones_and_fail_their_budget(audit) -> None:

@@ -24,6 +24,7 @@ or when the answer copied it (:mod:`ctxleak.methods.rag.copying`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import chain, islice
@@ -273,7 +274,8 @@ def document_control(records: Sequence[dict[str, Any]], class_field: str = CLASS
             "false_flag_rate": false_flag_rate(len(pooled)), "answers": len({x["id"] for x in
                                                                              leaks}),
             "copying_answers": sorted({x["id"] for x in leaks if x["copied"]}, key=str),
-            "n_leaks": len(leaks), "leaks": leaks[:LISTED]}
+            "n_leaks": len(leaks), "leaks": leaks[:LISTED],
+            "leaks_by_class": dict(Counter(str(x["class"]) for x in leaks).most_common())}
 
 
 __all__ = ["CONTROL_STREAM", "LISTED", "PASSAGE_STREAM", "SEARCH_LIMIT", "Ablated", "DecoyJob",

@@ -51,7 +51,11 @@ def leaks_sentence(summary: dict[str, Any]) -> str:
             how.append(f"{x['above']:+.3g} nats above the per-document control")
         shown.append(f"{x['id']} leaked {x['document']} ({'; '.join(how)})")
     more = f" and {docs['n_leaks'] - NAMED} more" if docs["n_leaks"] > NAMED else ""
-    return (f"Documents leaked in {docs['answers']} answer(s): {', '.join(shown)}{more}.")
+    by_class = docs.get("leaks_by_class") or {}
+    classes = f" (leaks by class: {', '.join(f'{n} {c}' for c, n in by_class.items())})" \
+        if len(by_class) > 1 else ""
+    return (f"Documents leaked in {docs['answers']} answer(s){classes}: {', '.join(shown)}"
+            f"{more}.")
 
 
 def documents_sentence(summary: dict[str, Any], named: int = 3) -> str:
