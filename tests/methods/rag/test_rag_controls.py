@@ -85,6 +85,20 @@ def test_controls_never_share_a_document_and_fall_back_to_decoys() -> None:
     assert by_id["t5"].id == "t5"
 
 
+def test_the_same_documents_in_another_order_are_no_control() -> None:
+    """[A, B] and [B, A] are one context reordered: neither is the other's control, with ids
+    and without them (the passages' text)."""
+    for ids in (True, False):
+        log = [row("t1", ["travel", "canteen"]), row("t2", ["canteen", "travel"]),
+               row("t3", ["vpn", "badge"])]
+        if not ids:
+            for r in log:
+                r["documents"] = [d["text"] for d in r["documents"]]  # type: ignore[union-attr]
+        sets = document_control_sets(load_examples(log), 1, seed=1)
+        assert [c.id for c in sets[0]] == ["t3"] and [c.id for c in sets[1]] == ["t3"]
+        assert [c.id for c in sets[2]] == ["t2"]
+
+
 def test_decoys_are_drawn_by_the_seed_and_the_example_not_its_position() -> None:
     examples = load_examples(LOG)
     first = passage_decoys(examples, seed=3)
