@@ -26,8 +26,6 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "ctxleak" / "data" / "demo" / "rag_audit"
-#: the bundled retriever's source, copied as it is (kept here so that it is linted as code)
-RETRIEVER = Path(__file__).resolve().with_name("rag_audit_retriever.py")
 SEED = 50
 MODEL_NAME = "SmolLM2-135M-Instruct"
 PARAMETERS = '{"temperature": 0.0, "max_tokens": 96}'
@@ -390,7 +388,6 @@ def build() -> dict[str, str]:
              "prompt.json": json.dumps(PROMPT, indent=2) + "\n",
              "log.jsonl": jsonl(rows), "spans.jsonl": jsonl(spans),
              "queries.jsonl": jsonl([{"id": r["id"], "query": r["query"]} for r in rows]),
-             "retriever.py": RETRIEVER.read_text(encoding="utf-8"),
              "truth.json": json.dumps(truth(rows), indent=2, ensure_ascii=False) + "\n"}
     return files
 

@@ -100,11 +100,8 @@ class InfluenceExample:
 
 HUB_DATASETS = ("cnn_dailymail", "pubmedqa")
 
-#: The bundled demo sets by name: ``demo`` (news summaries and questions, whose answers depend
-#: little on the context) and ``demo-qa`` (questions about private facts whose answers are only
-#: in the document: utility falls when the context's influence is lowered), ``demo-rag-log`` and
-#: ``demo-rag-spans`` (one day of a company assistant's RAG turns, as a query log and as
-#: OpenInference spans, in ``data/demo/rag_audit`` with its ground truth).
+#: Bundled demo sets: ``demo`` (answers that depend little on the context), ``demo-qa`` (private
+#: facts only in the document), ``demo-rag-log``/``-spans`` (RAG turns, ``data/demo/rag_audit``).
 DEMO_SETS = {"demo": "influence.jsonl", "demo-qa": "rag_qa.jsonl",
              "demo-rag-log": "rag_audit/log.jsonl", "demo-rag-spans": "rag_audit/spans.jsonl"}
 
