@@ -10,7 +10,7 @@ import pytest
 from helpers.tiny_bpe import as_model, bpe_tokenizer
 
 from ctxleak.engine.chat_prompt import as_template, render_messages, whole_prompt
-from ctxleak.methods.influence.app_prompt import trace_messages
+from ctxleak.methods.rag.app_prompt import trace_messages
 
 CHAT = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</s>{% endfor %}"
         "{% if add_generation_prompt %}<assistant>{% endif %}")

@@ -16,8 +16,8 @@ from helpers.tiny_models import tiny_llama
 
 import ctxleak
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.methods.influence.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.methods.influence.data import load_log, passage_spans, prompt_parts
+from ctxleak.methods.rag.app_prompt import AppPromptChoice, load_prompt_messages
 
 #: A chat template in the tiny word tokenizer's words ("summary" a system turn, "question" a user
 #: turn, "answer :" the assistant header), with its BOS.

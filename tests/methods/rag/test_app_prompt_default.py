@@ -14,8 +14,8 @@ import pytest
 
 from ctxleak.engine.chat_prompt import as_template, render_messages
 from ctxleak.engine.prompts import build_prompt
-from ctxleak.methods.influence.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.methods.influence.data import load_log, passage_spans, prompt_parts
+from ctxleak.methods.rag.app_prompt import AppPromptChoice, load_prompt_messages
 
 pytestmark = pytest.mark.integration
 

@@ -12,13 +12,13 @@ from typing import Any
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import build_prompt, template_fields
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.methods.influence.app_prompt import (
+from ctxleak.methods.influence.ngrams import PromptParts
+from ctxleak.methods.rag.app_prompt import (
     AppPromptChoice,
     ExamplePrompt,
     app_whole_prompt,
     with_prompt,
 )
-from ctxleak.methods.influence.ngrams import PromptParts
 from ctxleak.methods.rag.documents import (
     DocumentProblem,
     RetrievedDocument,

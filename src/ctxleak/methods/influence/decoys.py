@@ -34,7 +34,6 @@ import numpy as np
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.methods.ids import user_id
-from ctxleak.methods.influence.app_prompt import app_messages
 from ctxleak.methods.influence.control import (
     MIN_FOR_PERCENTILE,
     PERCENTILE,
@@ -44,6 +43,7 @@ from ctxleak.methods.influence.control import (
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 from ctxleak.methods.influence.ngrams import PromptParts
 from ctxleak.methods.influence.setting import InfluenceOptions
+from ctxleak.methods.rag.app_prompt import app_messages
 from ctxleak.methods.rag.budgets import CLASS_FIELD, PUBLIC, document_class
 from ctxleak.methods.rag.documents import RetrievedDocument
 from ctxleak.methods.rag.exposure import short_name

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.methods.influence.app_prompt import prompt_fields
 from ctxleak.methods.influence.control import (
     context_token_kinds,
     per_token_fields,
@@ -28,6 +27,7 @@ from ctxleak.methods.influence.ngrams import (
     WindowRequest,
 )
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, round_floats
+from ctxleak.methods.rag.app_prompt import prompt_fields
 from ctxleak.methods.rag.copying import copied_spans
 from ctxleak.methods.rag.documents import document_fields
 from ctxleak.methods.tradeoff.utility import reference_scores, rouge_l_f1

@@ -13,7 +13,6 @@ from typing import Any
 from ctxleak.engine.batching import BatchPolicy, shared_prefixes
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.methods.influence.app_prompt import app_templates, log_summary
 from ctxleak.methods.influence.control import ControlCost, control_sets, default_controls
 from ctxleak.methods.influence.data import (
     InfluenceExample,
@@ -33,6 +32,7 @@ from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
 from ctxleak.methods.influence.summary import HEAVY_FIELDS, summarize_setting
 from ctxleak.methods.influence.verdict import run_verdict
+from ctxleak.methods.rag.app_prompt import app_templates, log_summary
 from ctxleak.methods.rag.budgets import check_class_budgets
 from ctxleak.methods.rag.documents import RetrievedDocument
 from ctxleak.methods.rag.exposure import documents_summary

@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxleak.errors import ConfigError, warn
-from ctxleak.methods.influence.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, eps_list, settings_grid
+from ctxleak.methods.rag.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.methods.rag.budgets import CLASS_FIELD, Budgets, parse_budgets
 from ctxleak.methods.rag.passages import SPLITS
 from ctxleak.methods.rag.spans import LOG_FORMATS
