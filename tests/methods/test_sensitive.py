@@ -122,13 +122,15 @@ def test_finds_name_address_id_diagnosis() -> None:
 
 
 def test_carried_values_cover_the_old_detectors() -> None:
-    from ctxleak.methods.rag.exposure import carried_pii
+    from ctxleak.methods.detect import find_amounts, find_names, find_pii
 
     text = ("Payroll record. Employee: Marta Velikova, salary $142,000, phone (555) 010-4417, "
             "marta.velikova@northwind.example, 14 Alder Road, Springfield, IL 62704. "
             "Database password: Hunter2-Prod!")
     new = carried_values(text)
-    for value in carried_pii(text):
+    old = [s.text for s in [*find_pii(text), *find_amounts(text), *find_names(text)]]
+    assert len(old) >= 4  # the name, the amount, the phone, the e-mail (and the address)
+    for value in old:
         assert any(value in v or v in value for v in new), value
     assert new.get("Hunter2-Prod!") == "password"
     office = "Our offices in New York and San Francisco open at 8."

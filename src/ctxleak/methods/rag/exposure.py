@@ -99,13 +99,6 @@ def short_name(text: str, words: int = 6) -> str:
     return " ".join(parts[:words]) + (" …" if len(parts) > words else "")
 
 
-def carried_pii(text: str) -> dict[str, str]:
-    """The secrets and personal data a document carries, as written -> its type (names,
-    addresses, phones, e-mail, ids, passwords, keys, PINs, money, dates, diagnoses), found by
-    Presidio and detect-secrets (:func:`ctxleak.methods.sensitive.carried_values`)."""
-    return carried_values(text)
-
-
 @dataclass
 class DocumentExposure:
     """One document's line of the ledger (see the module); influence in nats."""
@@ -212,7 +205,7 @@ class DocumentLedger:
             if doc is None:
                 doc = DocumentExposure(key=key, source=sources[j], text=text,
                                        name=str(doc_id) if doc_id is not None
-                                       else short_name(text), pii=carried_pii(text),
+                                       else short_name(text), pii=carried_values(text),
                                        cls=document_class(meta[j] if j < len(meta) else None,
                                                           self.class_field))
                 self.documents[key] = doc
@@ -319,5 +312,5 @@ def documents_summary(records: Iterable[dict[str, Any]], queries: Mapping[str, s
 
 
 __all__ = ["BASIC", "COMPOSITION_DELTA", "DocumentExposure", "DocumentLedger", "PureDPEvent",
-           "ZCDP", "carried_pii", "composed_guarantees", "document_key", "document_ledger",
+           "ZCDP", "composed_guarantees", "document_key", "document_ledger",
            "documents_summary", "over_budget", "short_name"]
