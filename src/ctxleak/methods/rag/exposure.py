@@ -11,7 +11,8 @@ they leaked, then their largest influence above the threshold (nats); the volume
 their influence over every answer whose context held them, is a separate column
 (``influence_sum``). It also keeps how often each was retrieved, its class and budget
 (:mod:`.budgets`), the questions it moved most, and the PII it carries that an answer repeated
-(found by the detectors of ``ctxleak pii``).
+(secrets and personal data, found by Presidio and detect-secrets:
+:mod:`ctxleak.methods.sensitive`).
 
 Under bounded Context Influence Decoding every released token is ε-DP for any part of the
 context (App. B, Thm B.1), so for any one document: a document answered in answers of
