@@ -17,6 +17,9 @@ server returns log-probabilities and samples, never logits or gradients:
   per step and stream);
 - :data:`NEXT_TOKEN_LOGITS`: the raw next-token logits themselves (the DP synthetic-text
   mechanism clips them, which a constant shift changes);
+- :data:`CID_DECODING`: Context Influence Decoding done by the backend itself, both streams
+  mixed inside the serving engine (a vLLM server with ctxleak's plugin, detected when ctxleak
+  connects): what CID uses instead of :data:`NEXT_TOKEN_DISTRIBUTION` where it is there;
 - :data:`EMBEDDING_GRADIENTS`: gradients with respect to the input embeddings;
 - :data:`WEIGHTS`: the weights themselves (fine-tuning, soft prompts).
 
@@ -38,10 +41,12 @@ NEXT_TOKEN_LOGPROBS = "next_token_logprobs"
 SAMPLING = "sampling"
 NEXT_TOKEN_DISTRIBUTION = "next_token_distribution"
 NEXT_TOKEN_LOGITS = "next_token_logits"
+CID_DECODING = "cid_decoding"
 EMBEDDING_GRADIENTS = "embedding_gradients"
 WEIGHTS = "weights"
 
-#: Every capability; a model loaded in-process has them all.
+#: What a model loaded in-process has: every capability but :data:`CID_DECODING` (its CID
+#: mixes the logits in ctxleak's own decoding loop).
 IN_PROCESS: frozenset[str] = frozenset({CONTINUATION_LOGPROBS, NEXT_TOKEN_LOGPROBS, SAMPLING,
                                         NEXT_TOKEN_DISTRIBUTION, NEXT_TOKEN_LOGITS,
                                         EMBEDDING_GRADIENTS, WEIGHTS})
@@ -59,6 +64,7 @@ DESCRIPTIONS: dict[str, str] = {
     SAMPLING: "sampled generations",
     NEXT_TOKEN_DISTRIBUTION: "the whole next-token distribution at every step",
     NEXT_TOKEN_LOGITS: "the raw next-token logits at every step",
+    CID_DECODING: "Context Influence Decoding inside the server",
     EMBEDDING_GRADIENTS: "gradients with respect to the input embeddings",
     WEIGHTS: "the model's weights",
 }

@@ -13,7 +13,9 @@ list-in, list-out operations, as lm-evaluation-harness's ``LM`` has its few requ
 - :meth:`~LanguageModel.sample` and :meth:`~LanguageModel.beam_search`: generations with their
   token ids, seeded;
 - in-process only (:class:`InProcessLM`), :meth:`~InProcessLM.decode_streams`: several prompt streams
-  combined step by step (:mod:`ctxleak.engine.streams`).
+  combined step by step (:mod:`ctxleak.engine.streams`);
+- :meth:`~LanguageModel.decode_pairs`: answers of Context Influence Decoding that the backend
+  decodes itself (:mod:`ctxleak.engine.pairs`; a vLLM server with ctxleak's plugin).
 
 Each backend declares its :attr:`~LanguageModel.capabilities`
 (:mod:`ctxleak.engine.capabilities`); an operation a backend lacks refuses in the operation
@@ -36,7 +38,8 @@ import numpy as np
 import torch
 
 from ctxleak.engine.batching import BatchPolicy
-from ctxleak.engine.capabilities import WEIGHTS, check_capabilities
+from ctxleak.engine.capabilities import CID_DECODING, WEIGHTS, check_capabilities
+from ctxleak.engine.pairs import PairAnswer, PairJob
 from ctxleak.engine.streams import Generation, StreamJob
 
 #: ``transform(i, logits)`` applied to prompt i's raw logits before the log-softmax.
@@ -147,6 +150,13 @@ class LanguageModel(ABC):
         request: the check and the narrowing are one call."""
         check_capabilities(self, {WEIGHTS: why}, what=what)
         raise TypeError(f"{type(self).__name__} declares the weights but does not give them")
+
+    def decode_pairs(self, jobs: Sequence[PairJob]) -> list[PairAnswer]:
+        """Answers of Context Influence Decoding decoded by the backend itself, one per job
+        (:data:`~ctxleak.engine.capabilities.CID_DECODING`); a backend without it is refused."""
+        check_capabilities(self, {CID_DECODING: "the server decodes CID itself only with "
+                                  "ctxleak's vLLM plugin loaded"}, what="this generation")
+        raise TypeError(f"{type(self).__name__} declares CID decoding but does not do it")
 
     # ---- operations ------------------------------------------------------------------------
     @abstractmethod

@@ -224,15 +224,27 @@ class ServedClient:
 
     async def _many(self, method: str, path: str,
                     bodies: Sequence[dict[str, Any] | None]) -> list[Any]:
+        return await self._each(method, [(path, b) for b in bodies])
+
+    async def _each(self, method: str, calls: Sequence[tuple[str, dict[str, Any] | None]],
+                    keep_errors: bool = False) -> list[Any]:
+        """``method`` on each (path, body), at most ``max_in_flight`` open at once; the
+        answers in order. ``keep_errors``: a failed call's :class:`ServerError` takes its place
+        in the list; else the first failure cancels the rest and is raised."""
         limit = asyncio.Semaphore(max(1, self.options.max_in_flight))
         timeout = httpx.Timeout(self.options.timeout, connect=min(30.0, self.options.timeout))
         limits = httpx.Limits(max_connections=max(1, self.options.max_in_flight))
         async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
-            async def one(body: dict[str, Any] | None) -> Any:
+            async def one(path: str, body: dict[str, Any] | None) -> Any:
                 async with limit:
-                    return await self._send(client, method, path, body)
+                    try:
+                        return await self._send(client, method, path, body)
+                    except ServerError as exc:
+                        if keep_errors:
+                            return exc
+                        raise
 
-            tasks = [asyncio.ensure_future(one(b)) for b in bodies]
+            tasks = [asyncio.ensure_future(one(p, b)) for p, b in calls]
             try:
                 return list(await asyncio.gather(*tasks))
             finally:
@@ -244,6 +256,13 @@ class ServedClient:
         if not bodies:
             return []
         return _run(self._many("POST", path, list(bodies)))
+
+    def get_each(self, paths: Sequence[str]) -> list[Any]:
+        """GET each path at once; the JSON answers in order, a failed one's
+        :class:`ServerError` in its place (the caller decides what a failure means)."""
+        if not paths:
+            return []
+        return _run(self._each("GET", [(p, None) for p in paths], keep_errors=True))
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
         return self.post_many(path, [body])[0]

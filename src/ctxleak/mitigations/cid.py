@@ -4,7 +4,11 @@ Language Models, Def. 3.4) and its bounded, ε-DP form (App. B, Alg. 1).
 CID samples from ``p̄_λ(y_t) = softmax((λ·z(y_t | D, x, y<t) + (1−λ)·z(y_t | x, y<t)) / T)``
 where z are logits with and without the context D. Two prompt streams, each KV-cached, are
 combined step by step by the engine's :func:`~ctxleak.engine.generation.generate_many`, the
-streams of many examples in one batched KV cache.
+streams of many examples in one batched KV cache. A model whose server decodes CID itself
+(:data:`~ctxleak.engine.capabilities.CID_DECODING`: vLLM with ctxleak's plugin) gets the answers
+from there instead (:meth:`~ctxleak.engine.lm.LanguageModel.decode_pairs`), with the same
+ledger; an answer the plugin cannot keep in step is decoded the other way, and a warning says
+so.
 """
 
 from __future__ import annotations
@@ -15,11 +19,19 @@ from typing import Any
 
 import torch
 
-from ctxleak.engine.capabilities import NEXT_TOKEN_DISTRIBUTION, check_capabilities
+from ctxleak.engine.capabilities import (
+    CID_DECODING,
+    NEXT_TOKEN_DISTRIBUTION,
+    WEIGHTS,
+    capabilities_of,
+    check_capabilities,
+)
 from ctxleak.engine.generation import generate_many, replay
 from ctxleak.engine.lm import LanguageModel
+from ctxleak.engine.pairs import PairAnswer, PairJob, pluggable
+from ctxleak.engine.served_client import ServerError
 from ctxleak.engine.streams import Generation, StreamJob
-from ctxleak.errors import ConfigError
+from ctxleak.errors import ConfigError, warn
 from ctxleak.kernels.cid import CIDSettingError, bounded_lambda, check_cid_settings, cid_logprobs
 from ctxleak.mitigations.influence import token_influence
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
@@ -127,6 +139,9 @@ def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool
     n-gram scoring need not compute it again. ``rescored``: the caller recomputes the floats by
     scoring each example's streams itself, so the engine need not replay them. ``on_entry``:
     called with (row, ledger entry) as each token is drawn."""
+    in_server = _in_server(lm, jobs, sample, on_entry)
+    if in_server is not None:
+        return in_server
     keep = context_caches is not None
     parts = [_cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored,
                       on_entry=on_entry)
@@ -137,6 +152,50 @@ def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool
     if context_caches is not None:
         context_caches.extend(gen.prompt_caches.get(0) for gen in gens)
     return [finish(gen) for (_, finish), gen in zip(parts, gens)]
+
+
+def _in_server(lm: LanguageModel, jobs: Sequence[CIDJob], sample: bool,
+               on_entry: Callable[[int, LedgerEntry], None] | None) -> list[RowLedger] | None:
+    """The answers decoded by the model's server itself (:data:`CID_DECODING`), or None where
+    it cannot (no plugin, a setting it does not take, answers it could not keep in step: said
+    in one warning) and the steps go through ctxleak's own loop."""
+    caps = capabilities_of(lm)
+    if WEIGHTS in caps or not jobs:
+        return None
+    if CID_DECODING not in caps:
+        warn(f"{lm.describe()} has no ctxleak CID plugin: CID decodes by whole next-token "
+             "distributions, one request per stream and token (slow); see 'Served models' "
+             "in the docs for the plugin")
+        return None
+    if not all(pluggable(c.lam, c.bounded_eps) for _, _, c, _ in jobs):
+        return None
+    pair_jobs = [PairJob(tuple(full), tuple(empty), c.lam, c.temperature, c.bounded_eps,
+                         c.max_new_tokens, c.min_new_tokens, seed, greedy=not sample)
+                 for full, empty, c, seed in jobs]
+    try:
+        answers = lm.decode_pairs(pair_jobs)
+    except ServerError as exc:
+        warn(f"{exc}: these answers decode by whole next-token distributions instead")
+        return None
+    out = [_ledger(k, answer, config) for k, (answer, (_, _, config, _))
+           in enumerate(zip(answers, jobs))]
+    if on_entry is not None:
+        for ledger in out:
+            for entry in ledger.entries:
+                on_entry(ledger.row, entry)
+    return out
+
+
+def _ledger(row: int, answer: PairAnswer, config: CIDConfig) -> RowLedger:
+    """The ledger of an answer the server decoded: the same entries as ctxleak's own loop."""
+    entries = tuple(LedgerEntry(step=k, token_id=s.token, lam=s.lam, logp_context=s.logp_mix,
+                                logp_empty=s.logp_empty,
+                                influence=float(token_influence(s.logp_mix, s.logp_empty)),
+                                eps=config.bounded_eps, eps_ex_post=s.eps_ex_post)
+                    for k, s in enumerate(answer.steps))
+    return RowLedger(row=row, entries=entries, stopped_on_eos=answer.stopped_on_eos,
+                     lam=config.lam, temperature=config.temperature,
+                     bounded_eps=config.bounded_eps)
 
 
 def replay_cid(lm: LanguageModel, prompt_context: Sequence[int], prompt_empty: Sequence[int],

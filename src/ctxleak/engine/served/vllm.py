@@ -12,19 +12,24 @@
   (keys ``token_id:N``: the decoded strings of different ids collide otherwise), one request per
   prompt and step, which the server's prefix cache serves (a server started without
   ``--max-logprobs -1`` is refused at the first such request);
-- the server's tokenizer is compared with the local one on a probe text (``/tokenize``).
+- the server's tokenizer is compared with the local one on a probe text (``/tokenize``);
+- Context Influence Decoding inside the server, where ctxleak's plugin is loaded (probed when
+  ctxleak connects, :mod:`ctxleak.engine.served.cid_plugin`): the model then declares
+  :data:`~ctxleak.engine.capabilities.CID_DECODING` and every CID answer goes to the plugin.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ctxleak.engine.capabilities import SERVED_DISTRIBUTION
+from ctxleak.engine.capabilities import CID_DECODING, SERVED_DISTRIBUTION
+from ctxleak.engine.pairs import PairAnswer, PairJob
+from ctxleak.engine.served import cid_plugin
 from ctxleak.engine.served.base import (
     PROBE_TEXT,
     SHORT_CONTINUATION,
@@ -42,6 +47,22 @@ class VLLMServedLM(ServedLM):
 
     api: ClassVar[str] = "vllm"
     capabilities: frozenset[str] = SERVED_DISTRIBUTION
+    #: The flags of the server's CID plugin (None: no plugin, or not probed).
+    plugin: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def check_server(self) -> None:
+        """The checks of every served model, then the probe for ctxleak's CID plugin: where it
+        answers, CID decodes inside the server (:data:`CID_DECODING`)."""
+        super().check_server()
+        self.plugin = cid_plugin.probe_plugin(self)
+        if self.plugin is not None:
+            self.capabilities = self.capabilities | {CID_DECODING}
+
+    def decode_pairs(self, jobs: Sequence[PairJob]) -> list[PairAnswer]:
+        """CID answers decoded by the server's plugin (:func:`cid_plugin.decode_pairs`)."""
+        if self.plugin is None:
+            return super().decode_pairs(jobs)
+        return cid_plugin.decode_pairs(self, jobs, self.plugin)
 
     def _continuations(self, prompts: Sequence[Sequence[int]],
                        continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
