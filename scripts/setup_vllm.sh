@@ -8,6 +8,8 @@
 #   torchvision, torchaudio and torchcodec, which make the server fail at start; a text model
 #   needs none of them, so they are removed.
 # - Idempotent: a venv that already holds the pinned version is not installed again.
+# - ctxleak itself goes in too, without its dependencies: the server loads ctxleak's CID plugin
+#   from it (ctxleak.plugins: torch, vLLM and ctxleak's kernels only).
 # Usage: bash scripts/setup_vllm.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,5 +39,7 @@ for pkg in torchvision torchaudio torchcodec; do
     "$VENV/bin/python" -m pip uninstall -q -y "$pkg"
   fi
 done
+# ctxleak's vLLM plugin (the logits processor, its scheduler and its records route)
+"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
 "$VENV/bin/python" -c 'import importlib.util as u; raise SystemExit(u.find_spec("vllm") is None)' \
   && echo "setup: $VENV ready ($VLLM_PIN)"

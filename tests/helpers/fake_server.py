@@ -146,6 +146,10 @@ class FakeVLLM:
             return logp.abs() + 0.5
         return logp
 
+    def extra_get(self, path: str) -> tuple[int, Any] | None:
+        """(status, JSON) of a GET route a subclass adds (None: no such route)."""
+        return None
+
     # ---- answers --------------------------------------------------------------------------
     def completions(self, body: dict[str, Any], mode: str | None) -> dict[str, Any]:
         prompts = body["prompt"]
@@ -311,6 +315,8 @@ def _handler(server: FakeVLLM) -> type[BaseHTTPRequestHandler]:
                      "root": server.root, "max_model_len": server.max_model_len}]})
             elif self.path == "/version":
                 self._send(200, {"version": "fake-vllm"})
+            elif (extra := server.extra_get(self.path)) is not None:
+                self._send(*extra)
             else:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 

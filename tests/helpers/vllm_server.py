@@ -170,12 +170,20 @@ def external_server(url: str, served_name: str = SERVED_NAME) -> VLLMServer:
                       served_name=served_name)
 
 
+#: ctxleak's CID plugin and the flags it needs (docs/served-models.md, "CID inside vLLM").
+PLUGIN_ARGS = ("--logits-processors", "ctxleak.plugins.vllm_cid:CIDLogitsProcessor",
+               "--middleware", "ctxleak.plugins.vllm_records.records_route",
+               "--scheduler-cls", "ctxleak.plugins.vllm_pairing.PairingScheduler",
+               "--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192")
+
+
 def server_args(model_dir: str, port: int, served_name: str = SERVED_NAME) -> list[str]:
-    """The server's command line after the Python interpreter: the one the docs give."""
+    """The server's command line after the Python interpreter: the one the docs give, with
+    ctxleak's CID plugin loaded."""
     return ["-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
             "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
             "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
-            "--max-logprobs", "-1", "--block-size", "32"]
+            "--max-logprobs", "-1", "--block-size", "32", *PLUGIN_ARGS]
 
 
 def start_server(model_dir: str, python: Path, *, port: int | None = None,

@@ -1,0 +1,144 @@
+"""Context Influence Decoding through ctxleak's vLLM plugin, against a fake vLLM whose engine
+runs the plugin's own pair book on a tiny model (tests/helpers/fake_plugin.py), in the fast
+tier: the plugin is found when ctxleak connects; its answers equal in-process CID (tokens, and
+per token log p̄_λ, log p(y|∅), λ_t and the ex-post ε); a pair broken on purpose (a partner
+late or dropped, lengths made unequal, a lying record) is caught and tried again, never
+returned; a pair that keeps failing decodes by the whole-distribution route and says so; a
+server whose flags would break pairs is refused, naming the flag."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from helpers.fake_plugin import FakePluginVLLM
+from helpers.fake_server import fake_vllm, plausible
+from helpers.tiny_models import tiny_llama
+
+from ctxleak.engine.capabilities import CID_DECODING
+from ctxleak.engine.served import PROBE_TEXT, serve
+from ctxleak.errors import ConfigError
+from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+
+NEVER = (0, 1, 3)  # the tiny tokenizer's <pad>, <bos> and <unk>: never sampled
+PAIRS = [("rome is in italy . the city of", "the city of"),
+         ("the capital of france is paris . the capital of", "the capital of"),
+         ("paris . yes the news report said", "the news report said")]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return plausible(tiny_llama(seed=3, vocab_extra=0), PROBE_TEXT)
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory, tiny):
+    path = tmp_path_factory.mktemp("plugin-tok")
+    tiny.tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def _jobs(tiny, config, seeds=(11, 12, 13)):
+    return [(tiny.encode(ctx), tiny.encode(q), config, seed)
+            for (ctx, q), seed in zip(PAIRS, seeds)]
+
+
+def _same(here, there, tol=1e-5):
+    """The ledgers agree: tokens, EOS, and every float of every entry."""
+    assert len(here) == len(there)
+    for a, b in zip(here, there):
+        assert a.response_ids == b.response_ids and a.stopped_on_eos == b.stopped_on_eos
+        for e, f in zip(a.entries, b.entries, strict=True):
+            assert e.token_id == f.token_id and e.step == f.step
+            assert abs(e.logp_context - f.logp_context) < tol
+            assert abs(e.logp_empty - f.logp_empty) < tol
+            assert abs(e.lam - f.lam) < 1e-6
+            assert (e.eps_ex_post is None) == (f.eps_ex_post is None)
+            if e.eps_ex_post is not None:
+                assert abs(e.eps_ex_post - f.eps_ex_post) < tol
+
+
+def _whole_distribution_requests(server):
+    """Requests for every token's log-prob (``logprobs`` of the vocabulary's size or -1)."""
+    return sum(1 for path, body in server.requests
+               if path == "/v1/completions" and body and body.get("logprobs") not in (None, 0))
+
+
+CONFIGS = [CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=8, min_new_tokens=2),
+           CIDConfig(lam=0.7, temperature=1.0, max_new_tokens=6, min_new_tokens=0,
+                     bounded_eps=2.0)]
+
+
+def test_the_plugin_is_found_when_ctxleak_connects(tiny, tok_dir):
+    with FakePluginVLLM(tiny, never=NEVER) as server:
+        lm = serve("tiny", server.url, tokenizer=tok_dir)
+        assert CID_DECODING in lm.capabilities and lm.plugin["plugin"] == "ctxleak-cid"
+    with fake_vllm(tiny, never=NEVER) as plain:
+        lm = serve("tiny", plain.url, tokenizer=tok_dir)
+        assert CID_DECODING not in lm.capabilities and lm.plugin is None
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["lambda", "bounded"])
+def test_answers_through_the_plugin_equal_in_process_cid(tiny, tok_dir, config):
+    jobs = _jobs(tiny, config)
+    with FakePluginVLLM(tiny, never=NEVER) as server:
+        lm = serve("tiny", server.url, tokenizer=tok_dir)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the plugin route says nothing
+            there = generate_cid_many(lm, jobs)
+        assert _whole_distribution_requests(server) == 0
+        assert server.pair_requests == 1 + len(jobs)  # the probe, then one per answer
+    _same(generate_cid_many(tiny, jobs), there)
+    assert all(len(r.entries) >= 2 for r in there)
+
+
+@pytest.mark.parametrize("fault", ["late", "drop", "short", "lie"])
+def test_a_broken_pair_is_caught_and_tried_again(tiny, tok_dir, fault):
+    """The first answer's pair is broken; it is voided (or its records refused) and decoded
+    again with a new pair id, so the answers still equal in-process CID."""
+    jobs = _jobs(tiny, CONFIGS[0])[:1]
+    with FakePluginVLLM(tiny, never=NEVER) as server:
+        lm = serve("tiny", server.url, tokenizer=tok_dir)
+        server.faults.extend([fault])
+        there = generate_cid_many(lm, jobs)
+        assert server.pair_requests == 1 + 2  # the probe, the broken try, the retry
+        assert not server.records  # every record read once, the void one too
+    _same(generate_cid_many(tiny, jobs), there)
+
+
+def test_a_step_run_twice_gets_the_same_token_and_one_draw(tiny, tok_dir):
+    jobs = _jobs(tiny, CONFIGS[0])[:1]
+    with FakePluginVLLM(tiny, never=NEVER) as server:
+        lm = serve("tiny", server.url, tokenizer=tok_dir)
+        server.faults.extend(["repeat"])
+        there = generate_cid_many(lm, jobs)
+        assert server.pair_requests == 2
+    _same(generate_cid_many(tiny, jobs), there)
+
+
+def test_a_pair_that_keeps_failing_decodes_the_other_way_and_says_so(tiny, tok_dir):
+    jobs = _jobs(tiny, CONFIGS[0])[:1]
+    with FakePluginVLLM(tiny, never=NEVER) as server:
+        lm = serve("tiny", server.url, tokenizer=tok_dir)
+        server.faults.extend(["late"] * 3)
+        with pytest.warns(UserWarning, match="fell out of step.*3 times.*partner stream is "
+                                             "missing.*whole next-token distributions"):
+            there = generate_cid_many(lm, jobs)
+        assert _whole_distribution_requests(server) > 0
+    _same(generate_cid_many(tiny, jobs), there)
+
+
+@pytest.mark.parametrize("flags, flag", [({"chunked_prefill": True}, "--no-enable-chunked"),
+                                         ({"pairing_scheduler": False}, "--scheduler-cls")])
+def test_a_server_whose_flags_break_pairs_is_refused_naming_the_flag(tiny, tok_dir, flags,
+                                                                       flag):
+    with FakePluginVLLM(tiny, never=NEVER, flags=flags) as server:
+        with pytest.raises(ConfigError, match=flag):
+            serve("tiny", server.url, tokenizer=tok_dir)
+
+
+def test_prompts_over_the_step_budget_are_refused_naming_the_flag(tiny, tok_dir):
+    with FakePluginVLLM(tiny, never=NEVER, flags={"max_num_batched_tokens": 8}) as server:
+        lm = serve("tiny", server.url, tokenizer=tok_dir)
+        with pytest.raises(ConfigError, match="--max-num-batched-tokens"):
+            generate_cid_many(lm, _jobs(tiny, CONFIGS[0])[:1])

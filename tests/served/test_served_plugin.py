@@ -1,0 +1,162 @@
+"""ctxleak's CID plugin inside the session's real vLLM server (started with it loaded, see
+tests/helpers/vllm_server.py): its answers equal in-process Context Influence Decoding on the
+default model (Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models,
+Def. 3.4; bounded CID: App. B, Alg. 1) and the whole-distribution route; pairs broken on purpose
+inside the real engine (a partner that never comes, one aborted midway, lengths made unequal)
+are voided with the reason in their records, never answered with a wrong stream; bad settings
+are HTTP 400 and the server goes on serving; the Model Runner V2 class keeps vLLM's interface
+contract."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ctxleak.engine.capabilities import CID_DECODING
+from ctxleak.engine.served import serve
+from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.plugins.protocol import PAIRS_PATH, pair_xargs
+
+pytestmark = [pytest.mark.served, pytest.mark.integration]
+
+QUESTIONS = [("Ana Lopez lives at 12 Rose St and her phone is 555-0102.", "Where does Ana live?"),
+             ("The VPN password is hunter2; the backup code is 8812.", "What is the VPN code?"),
+             ("Payroll: Omar Haddad earns 84,000 a year.", "What does Omar earn?")]
+
+
+@pytest.fixture(scope="module")
+def served_lm(vllm_server):
+    return serve("default", vllm_server.url, served_model=vllm_server.served_name)
+
+
+def _jobs(lm, config, seeds=(5, 6, 7)):
+    return [(lm.encode(f"Document: {doc}. {q}"), lm.encode(q), config, seed)
+            for (doc, q), seed in zip(QUESTIONS, seeds)]
+
+
+@pytest.mark.parametrize("config", [
+    CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=16, min_new_tokens=2),
+    CIDConfig(lam=1.0, temperature=1.0, max_new_tokens=16, min_new_tokens=2, bounded_eps=2.0)],
+    ids=["lambda-0.5", "bounded-eps-2"])
+def test_plugin_answers_equal_in_process_cid(served_lm, default_lm, config):
+    assert CID_DECODING in served_lm.capabilities
+    jobs = _jobs(default_lm, config)
+    here, there = generate_cid_many(default_lm, jobs), generate_cid_many(served_lm, jobs)
+    for a, b in zip(here, there):
+        assert a.response_ids == b.response_ids and a.stopped_on_eos == b.stopped_on_eos
+        for e, f in zip(a.entries, b.entries, strict=True):
+            assert abs(e.logp_context - f.logp_context) < 1e-4
+            assert abs(e.logp_empty - f.logp_empty) < 1e-4
+            assert abs(e.lam - f.lam) < 1e-6
+            if config.bounded_eps is not None:
+                assert f.eps_ex_post <= config.bounded_eps
+                assert abs(e.eps_ex_post - f.eps_ex_post) < 1e-4
+
+
+def test_the_whole_distribution_route_gives_the_plugins_answers(served_lm, default_lm):
+    config = CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=6, min_new_tokens=0)
+    jobs = _jobs(default_lm, config)[:1]
+    without = replace(served_lm, capabilities=served_lm.capabilities - {CID_DECODING})
+    with pytest.warns(UserWarning, match="no ctxleak CID plugin"):
+        slow = generate_cid_many(without, jobs)
+    fast = generate_cid_many(served_lm, jobs)
+    assert slow[0].response_ids == fast[0].response_ids
+    for e, f in zip(slow[0].entries, fast[0].entries, strict=True):
+        assert abs(e.logp_context - f.logp_context) < 1e-4
+
+
+def _pair(lm, pair, *, lam=0.5, eps=None, temperature=0.8, context=None):
+    ctx = context or lm.encode("Document: the door code is 4471. What is the door code?")
+    return ctx, lm.encode("What is the door code?"), pair_xargs(
+        pair=pair, context_ids=ctx, lam=lam, temperature=temperature, seed=3, greedy=False,
+        eps=eps, min_new_tokens=0, stops=list(lm.eos_ids))
+
+
+def _request(lm, prompt, xargs, max_tokens):
+    return {"model": lm.info.served_model, "prompt": prompt, "max_tokens": max_tokens,
+            "temperature": 0.0, "stop_token_ids": list(lm.eos_ids), "vllm_xargs": xargs,
+            "return_token_ids": True}
+
+
+def _records(url, pair):
+    return httpx.get(url + PAIRS_PATH + pair, timeout=30).json()
+
+
+def test_a_partner_that_never_comes_voids_the_pair(served_lm, vllm_server):
+    pair = secrets.token_hex(16)
+    ctx, _, xargs = _pair(served_lm, pair)
+    answer = httpx.post(vllm_server.url + "/v1/completions",
+                        json=_request(served_lm, ctx, xargs, 8), timeout=60).json()
+    assert answer["choices"][0]["token_ids"] == [served_lm.eos_ids[0]]  # ended at once
+    got = _records(vllm_server.url, pair)
+    assert "partner stream is missing" in got["error"] and got["steps"] == []
+
+
+def test_unequal_lengths_void_the_pair(served_lm, vllm_server):
+    pair = secrets.token_hex(16)
+    ctx, empty, xargs = _pair(served_lm, pair)
+    with httpx.Client(timeout=60) as client:
+        import concurrent.futures as cf
+        with cf.ThreadPoolExecutor(2) as pool:
+            a = pool.submit(client.post, vllm_server.url + "/v1/completions",
+                            json=_request(served_lm, ctx, xargs, 8))
+            b = pool.submit(client.post, vllm_server.url + "/v1/completions",
+                            json=_request(served_lm, empty, xargs, 7))
+            a.result(), b.result()
+    got = _records(vllm_server.url, pair)
+    assert "different max_tokens" in got["error"]
+
+
+def test_a_partner_aborted_midway_voids_the_pair(served_lm, vllm_server):
+    """The no-context stream is read for three tokens and its connection closed (vLLM aborts
+    it); the context stream then has no partner and ends, and the records say so."""
+    pair = secrets.token_hex(16)
+    ctx, empty, xargs = _pair(served_lm, pair)
+    url = vllm_server.url + "/v1/completions"
+    with httpx.Client(timeout=120) as client:
+        import concurrent.futures as cf
+        with cf.ThreadPoolExecutor(1) as pool:
+            whole = pool.submit(client.post, url, json=_request(served_lm, ctx, xargs, 200))
+            with client.stream("POST", url, json={**_request(served_lm, empty, xargs, 200),
+                                                   "stream": True}) as stream:
+                for k, _ in enumerate(stream.iter_lines()):
+                    if k >= 6:
+                        break
+            tokens = whole.result().json()["choices"][0]["token_ids"]
+    got = _records(vllm_server.url, pair)
+    assert got["error"] and "partner stream is missing" in got["error"]
+    assert len(tokens) < 200 and tokens[-1] == served_lm.eos_ids[0]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"ctxleak_lam": 1.5}, "must be in \\[0, 1\\]"), ({"ctxleak_eps": 0.0}, "must be > 0"),
+    ({"ctxleak_temperature": 0.0}, "must be > 0"), ({"ctxleak_pair": "x"}, "32 lowercase hex"),
+    ({"ctxleak_typo": 1}, "unknown vllm_xargs")])
+def test_bad_settings_are_http_400_and_the_server_goes_on(served_lm, vllm_server, change,
+                                                         message):
+    import re
+    ctx, empty, xargs = _pair(served_lm, secrets.token_hex(16))
+    bad = httpx.post(vllm_server.url + "/v1/completions",
+                     json=_request(served_lm, [ctx, empty], {**xargs, **change}, 4), timeout=60)
+    assert bad.status_code == 400 and re.search(message, bad.json()["error"]["message"])
+    good = generate_cid_many(served_lm, _jobs(served_lm, CIDConfig(max_new_tokens=2,
+                                                                   min_new_tokens=0))[:1])
+    assert len(good[0].entries) >= 1
+
+
+V2_CHECK = Path(__file__).with_name("v2_contract.py")
+
+
+def test_the_model_runner_v2_class_keeps_vllms_interface(vllm_py):
+    """In the server's own environment: the V2 class is a subclass of vLLM's V2 interface, its
+    loader accepts it, and on a simulated batch it decides the same tokens as the V1 class."""
+    res = subprocess.run([str(vllm_py), str(V2_CHECK)], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == {"same_tokens": True, "steps": 6}
