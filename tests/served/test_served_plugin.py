@@ -53,7 +53,9 @@ def test_plugin_answers_equal_in_process_cid(served_lm, default_lm, config):
         for e, f in zip(a.entries, b.entries, strict=True):
             assert abs(e.logp_context - f.logp_context) < 1e-4
             assert abs(e.logp_empty - f.logp_empty) < 1e-4
-            assert abs(e.lam - f.lam) < 1e-6
+            # λ_t moves with the logits: vLLM's CPU kernels and transformers differ by about
+            # 1e-5 in a float32 logit, which moves Alg. 1's λ_t by about 1e-6
+            assert abs(e.lam - f.lam) < 5e-6
             if config.bounded_eps is not None:
                 assert f.eps_ex_post <= config.bounded_eps
                 assert abs(e.eps_ex_post - f.eps_ex_post) < 1e-4
@@ -71,11 +73,11 @@ def test_the_whole_distribution_route_gives_the_plugins_answers(served_lm, defau
         assert abs(e.logp_context - f.logp_context) < 1e-4
 
 
-def _pair(lm, pair, *, lam=0.5, eps=None, temperature=0.8, context=None):
-    ctx = context or lm.encode("Document: the door code is 4471. What is the door code?")
+def _pair(lm, pair, *, lam=0.5, eps=None, temperature=0.8, min_new_tokens=0):
+    ctx = lm.encode("Document: the door code is 4471. What is the door code?")
     return ctx, lm.encode("What is the door code?"), pair_xargs(
         pair=pair, context_ids=ctx, lam=lam, temperature=temperature, seed=3, greedy=False,
-        eps=eps, min_new_tokens=0, stops=list(lm.eos_ids))
+        eps=eps, min_new_tokens=min_new_tokens, stops=list(lm.eos_ids))
 
 
 def _request(lm, prompt, xargs, max_tokens):
@@ -117,7 +119,7 @@ def test_a_partner_aborted_midway_voids_the_pair(served_lm, vllm_server):
     """The no-context stream is read for three tokens and its connection closed (vLLM aborts
     it); the context stream then has no partner and ends, and the records say so."""
     pair = secrets.token_hex(16)
-    ctx, empty, xargs = _pair(served_lm, pair)
+    ctx, empty, xargs = _pair(served_lm, pair, min_new_tokens=200)  # no EOS before the abort
     url = vllm_server.url + "/v1/completions"
     with httpx.Client(timeout=120) as client:
         import concurrent.futures as cf
@@ -131,7 +133,7 @@ def test_a_partner_aborted_midway_voids_the_pair(served_lm, vllm_server):
             tokens = whole.result().json()["choices"][0]["token_ids"]
     got = _records(vllm_server.url, pair)
     assert got["error"] and "partner stream is missing" in got["error"]
-    assert len(tokens) < 200 and tokens[-1] == served_lm.eos_ids[0]
+    assert len(tokens) < 200 and tokens[-1] == served_lm.eos_ids[0]  # ended by the plugin
 
 
 @pytest.mark.parametrize("change, message", [
