@@ -243,6 +243,11 @@ def test_threads_set_the_worker_pool_and_are_validated(proxy, monkeypatch):
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ConfigError, match="threads"):
             ProxyConfig(threads=bad)
+    for name, bad in [("on_unfittable", "ignore"), ("ex_post_reserve", 0.0),
+                      ("ex_post_reserve", float("inf")), ("metrics_documents", -1)]:
+        with pytest.raises(ConfigError) as caught:
+            ProxyConfig(**{name: bad})
+        assert caught.value.param == name
 
 
 def test_cli_serve_budget_flags_and_its_start_line(monkeypatch, tmp_path, capsys):
