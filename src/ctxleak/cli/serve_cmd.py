@@ -50,9 +50,21 @@ def register(app: typer.Typer) -> None:
         port: int = typer.Option(8100, "--port", help="Port to listen on."),
         budget: Optional[float] = typer.Option(None, "--budget", help="ε budget of every "
                                                "document, across requests (default: no limit; "
-                                               "ε is still recorded)."),
+                                               "ε is still recorded). A budget B allows "
+                                               "floor(B / (ε·(L+1))) answers of up to L tokens "
+                                               "at ε per token (L+1: the stopping EOS); the "
+                                               "start line gives the figures."),
         budget_for: list[str] = typer.Option([], "--budget-for", help="DOC_ID=EPSILON: one "
                                              "document's own budget (repeatable)."),
+        class_budget: Optional[str] = typer.Option(
+            None, "--class-budget", help="ε budget per document class, e.g. restricted=4,"
+            "internal=16: a request gives a document's class (ctxleak.documents[].class), the "
+            "ledger keeps the first one; class public is never charged. --budget-for wins over "
+            "it, it over --budget."),
+        on_unfittable: str = typer.Option(
+            "refuse", "--on-unfittable", help="A request whose reservation ε·(max_tokens+1) is "
+            "more than a document's whole budget: refuse (HTTP 400 with the arithmetic) or drop "
+            "(answer without it, with a warning in the response)."),
         ledger: str = typer.Option(
             "sqlite:///ctxleak-ledger.db", "--ledger", help="Where ε spent per document is "
             "kept: sqlite:///RELATIVE.db, sqlite:////ABSOLUTE.db or a plain path (one proxy), "
@@ -62,7 +74,12 @@ def register(app: typer.Typer) -> None:
                                          "the response) or refuse (HTTP 429)."),
         charge_ex_post: bool = typer.Option(False, "--charge-ex-post", help="Also charge plain "
                                             "CID's ex-post ε (data-dependent, not a guarantee) "
-                                            "against the budgets."),
+                                            "against the budgets (each such answer holds the "
+                                            "document's remaining budget while it decodes)."),
+        ex_post_reserve: Optional[float] = typer.Option(
+            None, "--ex-post-reserve", help="With --charge-ex-post: reserve this ε per token "
+            "(×(max_tokens+1)) instead of the whole remaining budget, so answers on one "
+            "document run side by side; one whose ex-post ε passes it is charged in full."),
         api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment "
                                                   "variable holding the key clients must send "
                                                   "(Authorization: Bearer KEY)."),
@@ -81,13 +98,20 @@ def register(app: typer.Typer) -> None:
                                            "body; larger get HTTP 413."),
         upstream_timeout: float = typer.Option(60.0, "--upstream-timeout", help="Seconds the "
                                                "upstream may take (then HTTP 504)."),
+        threads: Optional[int] = typer.Option(None, "--threads", help="Worker threads for "
+                                              "decoding and ledger calls (default 40)."),
+        metrics_documents: int = typer.Option(20, "--metrics-documents", help="/metrics "
+                                              "reports the remaining budget of this many "
+                                              "documents, those with the least left."),
     ) -> None:
         """Serve an OpenAI-compatible privacy proxy: answers whose marked documents are decoded
         by Context Influence Decoding (ctxleak.lambda) or bounded CID (ctxleak.epsilon), with
         their privacy ledger and a per-document ε budget."""
         from ctxleak.engine.models import load_model
+        from ctxleak.methods.rag.budgets import parse_budgets
         from ctxleak.proxy import Budgets, ProxyConfig, run_proxy
         from ctxleak.proxy.budget import open_ledger
+        from ctxleak.proxy.charging import sizing_text
 
         if decode not in ("auto", "in-process", "upstream"):
             raise ConfigError(f"--decode must be auto, in-process or upstream, not {decode!r}",
@@ -104,15 +128,20 @@ def register(app: typer.Typer) -> None:
                                   param="api_key_env")
         upstream_key = os.environ.get(upstream_key_env) if upstream_key_env else None
         config = ProxyConfig(upstream=upstream, upstream_api_key=upstream_key,
-                             budgets=Budgets(default=budget, overrides=_overrides(budget_for)),
-                             on_exhausted=on_exhausted, charge_ex_post=charge_ex_post,
+                             budgets=Budgets(default=budget, overrides=_overrides(budget_for),
+                                             classes=parse_budgets(class_budget,
+                                                                   "class_budget")),
+                             on_exhausted=on_exhausted, on_unfittable=on_unfittable,
+                             charge_ex_post=charge_ex_post, ex_post_reserve=ex_post_reserve,
                              temperature=temperature, max_tokens=max_tokens,
                              max_tokens_limit=max_tokens_limit, api_key=api_key,
                              max_body_bytes=max_body_bytes, max_concurrent=max_concurrent,
-                             upstream_timeout=upstream_timeout)
+                             upstream_timeout=upstream_timeout, threads=threads,
+                             metrics_documents=metrics_documents)
         store = open_ledger(ledger)
         lm = load_model(model, server_url=upstream if decode == "upstream" else None,
                         served_model=served_model)
         typer.echo(f"ctxleak serve: http://{host}:{port}/v1 (CID on {model}, {decode}; ledger "
                    f"{ledger}; pass-through to {upstream or 'nothing'})", err=True)
+        typer.echo(f"ctxleak serve: {sizing_text(config.budgets, config.max_tokens)}", err=True)
         run_proxy(lm, host=host, port=port, ledger=store, config=config)

@@ -4,6 +4,8 @@ hidden states from the base model, and the LM head applied only where logits are
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,10 +60,20 @@ def hidden_states(lm: InProcessLM, input_ids: torch.Tensor | None = None,
     shaped = input_ids if input_ids is not None else inputs_embeds
     if shaped is not None:  # the positions computed, for the run's progress bar
         count_tokens(int(shaped.shape[0]) * int(shaped.shape[1]))
-    out = lm.model.base_model(input_ids=input_ids, inputs_embeds=inputs_embeds,
-                              attention_mask=attention_mask, position_ids=position_ids,
-                              past_key_values=cache, use_cache=use_cache)
-    return out.last_hidden_state, (out.past_key_values if use_cache else None)
+    base: Any = lm.model.base_model
+    name = _cache_name(base.__class__)
+    out = base(input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+               position_ids=position_ids, use_cache=use_cache, **{name: cache})
+    return out.last_hidden_state, (out[name] if use_cache else None)
+
+
+@functools.cache
+def _cache_name(model_class: Any) -> str:
+    """The name the model's forward takes its KV cache under: ``cache`` in the transformers
+    releases that renamed it (the old name then warns on every call), else
+    ``past_key_values``; the model's output carries it under the same name."""
+    names = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in names else "past_key_values"
 
 
 def head_logits(lm: InProcessLM, hidden: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -32,12 +33,13 @@ from ctxleak.errors import CtxleakError
 from ctxleak.mitigations.cid import CID_NEEDS
 from ctxleak.mitigations.ledger import LedgerEntry
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger, open_ledger
-from ctxleak.proxy.charging import Charging, Held
+from ctxleak.proxy.charging import Charging, Held, answer_headers, stream_headers
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import Answer, decode_answer
 from ctxleak.proxy.errors import answered, decoding_failed, error_response, unauthorised
 from ctxleak.proxy.metrics import ProxyMetrics
 from ctxleak.proxy.request import CIDRequest, ProxyError, is_marked, parse_cid_request
+from ctxleak.proxy.routes import list_documents, list_models, one_document, timed
 from ctxleak.proxy.streaming import Event, decode_and_settle, sse_chunks
 from ctxleak.proxy.upstream import Upstream
 
@@ -50,7 +52,7 @@ class Proxy:
 
     def __init__(self, lm: LanguageModel, ledger: BudgetLedger, config: ProxyConfig) -> None:
         self.lm, self.config = lm, config
-        self.metrics = ProxyMetrics()
+        self.metrics = ProxyMetrics(ledger, config.metrics_documents)
         self.charging = Charging(ledger, config, self.metrics)
         self.upstream = Upstream(config)
         # one decoding at a time on an in-process model; a served one answers several at once
@@ -107,7 +109,8 @@ class Proxy:
         if first[0] == "failed":
             raise first[1]
         return StreamingResponse(sse_chunks(self.lm, held.rid, request, first, events),
-                                 media_type="text/event-stream")
+                                 media_type="text/event-stream",
+                                 headers=stream_headers(request, held))
 
     # ---- the HTTP front -------------------------------------------------------------------
     def authorised(self, request: Request) -> bool:
@@ -178,6 +181,8 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if config.threads is not None:  # the worker threads that decode and call the ledger
+            anyio.to_thread.current_default_thread_limiter().total_tokens = config.threads
         yield
         await proxy.upstream.aclose()
 
@@ -189,6 +194,10 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
     async def chat(request: Request) -> Response:
         started = time.perf_counter()
         response = await answered(lambda: proxy.chat(request))
+        if response.status_code == 200 and isinstance(response, JSONResponse):
+            body = json.loads(bytes(response.body))  # a CID answer: its ledger in headers too
+            if isinstance(body.get("ctxleak"), dict):
+                response.headers.update(answer_headers(body["id"], body["ctxleak"]))
         proxy.metrics.requests.labels("chat", str(response.status_code)).inc()
         proxy.metrics.seconds.labels("chat").observe(time.perf_counter() - started)
         return response
@@ -199,14 +208,28 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(proxy.metrics.text(), media_type="text/plain; version=0.0.4")
+        text = await run_in_threadpool(proxy.metrics.text)  # the budget gauges read the ledger
+        return Response(text, media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
         if not proxy.authorised(request):
             return error_response(unauthorised())
-        return JSONResponse({"object": "list", "data": [
-            {"id": config.served_name, "object": "model", "owned_by": "ctxleak"}]})
+        return await timed(proxy.metrics, "models", lambda: list_models(proxy.upstream, config))
+
+    @app.get("/v1/ctxleak/documents")
+    async def documents(request: Request) -> Response:
+        if not proxy.authorised(request):
+            return error_response(unauthorised())
+        query = request.query_params
+        return await timed(proxy.metrics, "documents", lambda: list_documents(
+            ledger, query.get("offset"), query.get("limit")))
+
+    @app.get("/v1/ctxleak/documents/{doc_id:path}")
+    async def document(request: Request, doc_id: str) -> Response:
+        if not proxy.authorised(request):
+            return error_response(unauthorised())
+        return await timed(proxy.metrics, "documents", lambda: one_document(ledger, doc_id))
 
     return app
 

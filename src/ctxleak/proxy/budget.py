@@ -12,7 +12,8 @@ Every answer is paid in two steps, each one transaction:
 
 1. :meth:`BudgetLedger.reserve` charges the most the answer can spend (ε × (max_tokens + 1)) to
    each document that still has that much budget left, atomically (SQLite ``BEGIN IMMEDIATE``,
-   PostgreSQL row locks), and records the reservation;
+   PostgreSQL row locks), and records the reservation (with ``hold_rest``, each document's
+   whole remaining budget: an answer whose spend has no bound known before it ends);
 2. :meth:`BudgetLedger.settle` gives back what the answer did not spend and forgets the
    reservation.
 
@@ -20,6 +21,9 @@ A crash between the two leaves the reservation charged: a half-written answer ne
 unspent. Plain CID (a fixed λ, no ε) has no guarantee; its data-dependent ex-post ε is recorded
 in a column of its own (:meth:`BudgetLedger.record_ex_post`) and is not a budget unless the
 operator says so.
+
+So a budget B allows :func:`answers_allowed` = ⌊B / (ε·(L+1))⌋ answers of up to L tokens at ε
+per token, whatever they turn out to spend; answers that stop early give the rest back.
 
 This module imports neither torch nor the rest of the proxy (a crash test runs it alone).
 """
@@ -37,64 +41,107 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ctxleak.errors import ConfigError
+from ctxleak.methods.rag.budgets import PUBLIC
 
 #: Slack for float sums: a reservation that passes a budget by less than this is granted.
 TOLERANCE = 1e-9
 
 
+def answers_allowed(budget: float, eps: float, max_tokens: int) -> int:
+    """How many answers of up to ``max_tokens`` tokens a budget of ``budget`` allows at ``eps``
+    per token, each reserving ε·(max_tokens + 1) (the stopping EOS included; basic
+    composition, Thm B.1): ⌊budget / (ε·(max_tokens + 1))⌋, within :data:`TOLERANCE`."""
+    if not (math.isfinite(eps) and eps > 0) or max_tokens < 0:
+        raise ConfigError(f"answers_allowed needs ε > 0 and max_tokens >= 0, not {eps} and "
+                          f"{max_tokens}", param="eps")
+    return max(0, math.floor((budget + TOLERANCE) / (eps * (max_tokens + 1))))
+
+
 @dataclass(frozen=True)
 class Budgets:
-    """The operator's budget per document: ``default`` ε for every document (None: no limit)
-    and ``overrides`` by document id."""
+    """The operator's budget per document: ``default`` ε for every document (None: no limit),
+    ``classes`` by document class (:data:`PUBLIC` documents are never charged) and
+    ``overrides`` by document id, which win over the class's (and make a document private)."""
 
     default: float | None = None
     overrides: Mapping[str, float] = field(default_factory=dict)
+    classes: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name, value in [("budget", self.default), *self.overrides.items()]:
+        for name, value in [("budget", self.default), *self.overrides.items(),
+                            *self.classes.items()]:
             if value is not None and (not math.isfinite(value) or value < 0):
                 raise ConfigError(f"the budget of {name!r} must be a finite number >= 0, "
                                   f"not {value}", param="budget")
+        if PUBLIC in self.classes:
+            raise ConfigError(f"class {PUBLIC!r} has no budget: its documents are never "
+                              "charged", param="class_budget")
 
-    def of(self, doc_id: str) -> float | None:
-        return self.overrides.get(doc_id, self.default)
+    def of(self, doc_id: str, doc_class: str | None = None) -> float | None:
+        """The budget of ``doc_id`` of class ``doc_class``: its own, its class's, the default."""
+        if doc_id in self.overrides:
+            return self.overrides[doc_id]
+        if doc_class is not None and doc_class in self.classes:
+            return self.classes[doc_class]
+        return self.default
+
+    def public(self, doc_id: str, doc_class: str | None) -> bool:
+        """Whether the document is public (never charged): class ``public``, no budget of its
+        own."""
+        return doc_class == PUBLIC and doc_id not in self.overrides
 
 
 @dataclass(frozen=True)
 class Reservation:
-    """What :meth:`BudgetLedger.reserve` granted: the request, the amount charged to each granted
-    document, and the documents whose budget could not cover it."""
+    """What :meth:`BudgetLedger.reserve` granted: the request, the amount asked of each
+    document, the documents granted and those whose budget could not cover it, and what each
+    granted document holds (the amount, or with ``hold_rest`` its remaining budget)."""
 
     request_id: str
     amount: float
     granted: tuple[str, ...]
     exhausted: tuple[str, ...]
+    held: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class DocumentSpend:
     """One document's row: guaranteed ε charged (settled answers plus open reservations), how
-    much of it is still reserved, and the ex-post ε of plain CID answers (not a guarantee)."""
+    much of it is still reserved, the ex-post ε of plain CID answers (not a guarantee), its class
+    (the first one a request gave) and the budget in force at its last reservation (None: no
+    limit)."""
 
     doc_id: str
     spent: float
     reserved: float
     ex_post: float
+    doc_class: str | None = None
+    budget: float | None = None
+
+    @property
+    def remaining(self) -> float | None:
+        """ε left: the budget minus what is spent (None: no limit)."""
+        return None if self.budget is None else self.budget - self.spent
 
 
 class BudgetLedger:
     """The ledger's operations; :class:`SQLiteLedger` and :class:`PostgresLedger` store it."""
 
     def reserve(self, request_id: str, doc_ids: Sequence[str], amount: float, budgets: Budgets,
-                *, all_or_nothing: bool = False) -> Reservation:
+                *, all_or_nothing: bool = False, classes: Mapping[str, str] | None = None,
+                hold_rest: bool = False) -> Reservation:
         """Charge ``amount`` to each of ``doc_ids`` whose spent ε plus ``amount`` stays within its
         budget, in one transaction, and record the reservation under ``request_id``.
-        ``all_or_nothing``: when any document is exhausted, charge none of them."""
+        ``all_or_nothing``: when any document is exhausted, charge none of them. ``classes``:
+        a class per document id, recorded where the ledger holds none (the ledger's wins: its
+        budget is that class's). ``hold_rest``: hold each document's whole remaining budget
+        (which must be > 0) instead of ``amount``."""
         if not math.isfinite(amount) or amount < 0:
             raise ConfigError(f"a reservation must be a finite number >= 0, not {amount}",
                               param="amount")
-        unique = list(dict.fromkeys(doc_ids))
-        return self._reserve(request_id, unique, float(amount), budgets, all_or_nothing)
+        ask = _Ask(list(dict.fromkeys(doc_ids)), float(amount), budgets, all_or_nothing,
+                   dict(classes or {}), hold_rest)
+        return self._reserve(request_id, ask)
 
     def settle(self, request_id: str, spent: float) -> None:
         """The answer of ``request_id`` spent ``spent`` per document: give back the rest of its
@@ -123,8 +170,7 @@ class BudgetLedger:
     def _transaction(self, body: Callable[[Any], Any]) -> Any:
         raise NotImplementedError
 
-    def _reserve(self, request_id: str, doc_ids: list[str], amount: float, budgets: Budgets,
-                 all_or_nothing: bool) -> Reservation:
+    def _reserve(self, request_id: str, ask: _Ask) -> Reservation:
         raise NotImplementedError
 
     def _settle(self, request_id: str, spent: float) -> None:
@@ -150,17 +196,53 @@ class BudgetLedger:
 
         self._transaction(body)
 
+    _COLUMNS = "doc_id, spent, ex_post, doc_class, budget"
+
+    def _rows(self, where: str, params: tuple[Any, ...]) -> list[DocumentSpend]:
+        """The documents' rows selected by ``where``, each with its open reservations."""
+        with self._lock:
+            rows = self._db.execute(self._sql(f"SELECT {self._COLUMNS} FROM ctxleak_spend "
+                                              + where), params).fetchall()
+            held = dict(self._db.execute("SELECT doc_id, SUM(amount) FROM ctxleak_reservation "
+                                         "GROUP BY doc_id").fetchall()) if rows else {}
+        return [DocumentSpend(str(d), float(s), float(held.get(d, 0.0)), float(e),
+                              None if c is None else str(c), None if b is None else float(b))
+                for d, s, e, c, b in rows]
+
+    def find(self, doc_id: str) -> DocumentSpend | None:
+        """``doc_id``'s row, or None when the ledger has never seen it."""
+        rows = self._rows("WHERE doc_id = ?", (doc_id,))
+        return rows[0] if rows else None
+
     def document(self, doc_id: str) -> DocumentSpend:
         """What ``doc_id`` has spent (reservations included), holds in open reservations and
-        has spent ex post."""
+        has spent ex post (zeros for a document never seen: :meth:`find` tells them apart)."""
+        return self.find(doc_id) or DocumentSpend(doc_id, 0.0, 0.0, 0.0)
+
+    def documents(self, offset: int = 0, limit: int = 100) -> list[DocumentSpend]:
+        """A page of the documents' rows, in id order."""
+        return self._rows("ORDER BY doc_id LIMIT ? OFFSET ?", (int(limit), int(offset)))
+
+    def count(self) -> int:
+        """How many documents the ledger holds."""
         with self._lock:
-            row = self._db.execute(self._sql("SELECT spent, ex_post FROM ctxleak_spend WHERE "
-                                             "doc_id = ?"), (doc_id,)).fetchone()
-            held = self._db.execute(self._sql("SELECT COALESCE(SUM(amount), 0) FROM "
-                                              "ctxleak_reservation WHERE doc_id = ?"),
-                                    (doc_id,)).fetchone()
-        spent, ex_post = (float(row[0]), float(row[1])) if row else (0.0, 0.0)
-        return DocumentSpend(doc_id, spent, float(held[0]) if held else 0.0, ex_post)
+            return int(self._db.execute("SELECT COUNT(*) FROM ctxleak_spend").fetchone()[0])
+
+    def lowest_remaining(self, n: int) -> list[DocumentSpend]:
+        """The ``n`` documents with a budget whose remaining ε (budget − spent) is lowest."""
+        return self._rows("WHERE budget IS NOT NULL ORDER BY budget - spent, doc_id LIMIT ?",
+                          (int(n),))
+
+    def classes_of(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        """The class the ledger holds for each of ``doc_ids`` that has one."""
+        out: dict[str, str] = {}
+        with self._lock:
+            for doc in dict.fromkeys(doc_ids):
+                row = self._db.execute(self._sql("SELECT doc_class FROM ctxleak_spend WHERE "
+                                                 "doc_id = ?"), (doc,)).fetchone()
+                if row is not None and row[0] is not None:
+                    out[doc] = str(row[0])
+        return out
 
     def open_reservations(self) -> list[tuple[str, str, float]]:
         """(request id, document id, amount) of every reservation not settled."""
@@ -174,33 +256,64 @@ class BudgetLedger:
             self._db.close()
 
 
-def _decide(doc_ids: list[str], amount: float, budgets: Budgets, spent_of: Callable[[str], float],
-            all_or_nothing: bool) -> tuple[list[str], list[str]]:
-    granted, exhausted = [], []
-    for doc in doc_ids:
-        budget = budgets.of(doc)
-        if budget is None:
+@dataclass(frozen=True)
+class _Ask:
+    """One reservation's question (:meth:`BudgetLedger.reserve`'s arguments)."""
+
+    doc_ids: list[str]
+    amount: float
+    budgets: Budgets
+    all_or_nothing: bool
+    classes: dict[str, str]
+    hold_rest: bool
+
+
+def _decide(ask: _Ask, row_of: Callable[[str], tuple[float, str | None]]
+            ) -> tuple[dict[str, tuple[float, str | None, float | None]], list[str]]:
+    """Which documents the reservation is granted for: {id: (amount held, class, budget)},
+    and the exhausted ids. ``row_of``: a document's spent ε and recorded class."""
+    granted: dict[str, tuple[float, str | None, float | None]] = {}
+    exhausted = []
+    for doc in ask.doc_ids:
+        spent, recorded = row_of(doc)
+        cls = recorded if recorded is not None else ask.classes.get(doc)
+        budget = ask.budgets.of(doc, cls)
+        amount = ask.amount
+        if ask.hold_rest:  # an unbounded spend: all that is left, which must be something
+            amount = 0.0 if budget is None else max(budget - spent, 0.0)
+            fits = budget is None or spent < budget
+        elif budget is None:
             fits = True
         elif amount > 0:
-            fits = spent_of(doc) + amount <= budget + TOLERANCE
+            fits = spent + amount <= budget + TOLERANCE
         else:  # an answer that reserves nothing (ex-post charging) needs some budget left
-            fits = spent_of(doc) < budget
+            fits = spent < budget
         if fits:
-            granted.append(doc)
+            granted[doc] = (amount, cls, budget)
         else:
             exhausted.append(doc)
-    if all_or_nothing and exhausted:
-        granted = []
+    if ask.all_or_nothing and exhausted:
+        granted = {}
     return granted, exhausted
 
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS ctxleak_spend (doc_id TEXT PRIMARY KEY, "
-    "spent DOUBLE PRECISION NOT NULL DEFAULT 0, ex_post DOUBLE PRECISION NOT NULL DEFAULT 0)",
+    "spent DOUBLE PRECISION NOT NULL DEFAULT 0, ex_post DOUBLE PRECISION NOT NULL DEFAULT 0, "
+    "doc_class TEXT, budget DOUBLE PRECISION)",
     "CREATE TABLE IF NOT EXISTS ctxleak_reservation (request_id TEXT NOT NULL, "
     "doc_id TEXT NOT NULL, amount DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL, "
     "PRIMARY KEY (request_id, doc_id))",
 )
+#: Columns a ledger made before documents had classes lacks: added when it is opened.
+_ADDED = {"doc_class": "TEXT", "budget": "DOUBLE PRECISION"}
+#: A reservation's writes: the document's charge (its class kept once given, the budget in
+#: force), then the reservation's row.
+_CHARGE = ("INSERT INTO ctxleak_spend (doc_id, spent, doc_class, budget) VALUES (?, ?, ?, ?) "
+           "ON CONFLICT (doc_id) DO UPDATE SET spent = ctxleak_spend.spent + excluded.spent, "
+           "doc_class = COALESCE(ctxleak_spend.doc_class, excluded.doc_class), "
+           "budget = excluded.budget")
+_RECORD = "INSERT INTO ctxleak_reservation VALUES (?, ?, ?, ?)"
 
 
 class SQLiteLedger(BudgetLedger):
@@ -227,6 +340,10 @@ class SQLiteLedger(BudgetLedger):
         self._db.execute("PRAGMA synchronous=FULL")
         for statement in _SCHEMA:
             self._db.execute(statement)
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(ctxleak_spend)")}
+        for column, kind in _ADDED.items():
+            if column not in have:
+                self._db.execute(f"ALTER TABLE ctxleak_spend ADD COLUMN {column} {kind}")
 
     def _transaction(self, body: Callable[[sqlite3.Connection], Any]) -> Any:
         with self._lock:
@@ -239,22 +356,20 @@ class SQLiteLedger(BudgetLedger):
             self._db.execute("COMMIT")
             return out
 
-    def _reserve(self, request_id: str, doc_ids: list[str], amount: float, budgets: Budgets,
-                 all_or_nothing: bool) -> Reservation:
+    def _reserve(self, request_id: str, ask: _Ask) -> Reservation:
         def body(db: sqlite3.Connection) -> Reservation:
-            def spent_of(doc: str) -> float:
-                row = db.execute("SELECT spent FROM ctxleak_spend WHERE doc_id = ?",
+            def row_of(doc: str) -> tuple[float, str | None]:
+                row = db.execute("SELECT spent, doc_class FROM ctxleak_spend WHERE doc_id = ?",
                                  (doc,)).fetchone()
-                return float(row[0]) if row else 0.0
+                return (float(row[0]), row[1]) if row else (0.0, None)
 
-            granted, exhausted = _decide(doc_ids, amount, budgets, spent_of, all_or_nothing)
+            granted, exhausted = _decide(ask, row_of)
             now = time.time()
-            for doc in granted:
-                db.execute("INSERT INTO ctxleak_spend (doc_id, spent) VALUES (?, ?) ON CONFLICT "
-                           "(doc_id) DO UPDATE SET spent = spent + excluded.spent", (doc, amount))
-                db.execute("INSERT INTO ctxleak_reservation VALUES (?, ?, ?, ?)",
-                           (request_id, doc, amount, now))
-            return Reservation(request_id, amount, tuple(granted), tuple(exhausted))
+            for doc, (amount, cls, budget) in granted.items():
+                db.execute(_CHARGE, (doc, amount, cls, budget))
+                db.execute(_RECORD, (request_id, doc, amount, now))
+            return Reservation(request_id, ask.amount, tuple(granted), tuple(exhausted),
+                               {doc: amount for doc, (amount, _, _) in granted.items()})
 
         return self._transaction(body)
 
@@ -281,6 +396,9 @@ class PostgresLedger(BudgetLedger):
             self._db.execute("SELECT pg_advisory_xact_lock(7405911)")  # one schema creator
             for statement in _SCHEMA:
                 self._db.execute(statement)
+            for column, kind in _ADDED.items():
+                self._db.execute(f"ALTER TABLE ctxleak_spend ADD COLUMN IF NOT EXISTS {column} "
+                                 f"{kind}")
 
     _LOCK_ROWS = " ORDER BY doc_id FOR UPDATE"
 
@@ -291,24 +409,22 @@ class PostgresLedger(BudgetLedger):
         with self._lock, self._db.transaction():
             return body(self._db)
 
-    def _reserve(self, request_id: str, doc_ids: list[str], amount: float, budgets: Budgets,
-                 all_or_nothing: bool) -> Reservation:
+    def _reserve(self, request_id: str, ask: _Ask) -> Reservation:
         def body(db: Any) -> Reservation:
-            for doc in sorted(doc_ids):
+            ids = sorted(ask.doc_ids)
+            for doc in ids:
                 db.execute("INSERT INTO ctxleak_spend (doc_id) VALUES (%s) ON CONFLICT DO NOTHING",
                            (doc,))
-            rows = db.execute("SELECT doc_id, spent FROM ctxleak_spend WHERE doc_id = ANY(%s) "
-                              "ORDER BY doc_id FOR UPDATE", (sorted(doc_ids),)).fetchall()
-            spent = {str(d): float(s) for d, s in rows}
-            granted, exhausted = _decide(doc_ids, amount, budgets, lambda d: spent.get(d, 0.0),
-                                         all_or_nothing)
+            rows = db.execute("SELECT doc_id, spent, doc_class FROM ctxleak_spend WHERE doc_id = "
+                              "ANY(%s) ORDER BY doc_id FOR UPDATE", (ids,)).fetchall()
+            seen = {str(d): (float(s), c) for d, s, c in rows}
+            granted, exhausted = _decide(ask, lambda d: seen.get(d, (0.0, None)))
             now = time.time()
-            for doc in granted:
-                db.execute("UPDATE ctxleak_spend SET spent = spent + %s WHERE doc_id = %s",
-                           (amount, doc))
-                db.execute("INSERT INTO ctxleak_reservation VALUES (%s, %s, %s, %s)",
-                           (request_id, doc, amount, now))
-            return Reservation(request_id, amount, tuple(granted), tuple(exhausted))
+            for doc, (amount, cls, budget) in granted.items():
+                db.execute(self._sql(_CHARGE), (doc, amount, cls, budget))
+                db.execute(self._sql(_RECORD), (request_id, doc, amount, now))
+            return Reservation(request_id, ask.amount, tuple(granted), tuple(exhausted),
+                               {doc: amount for doc, (amount, _, _) in granted.items()})
 
         return self._transaction(body)
 

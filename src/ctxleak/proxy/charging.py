@@ -1,25 +1,26 @@
 """What a CID answer of the privacy proxy charges to each document's budget, in the two steps of
 :mod:`ctxleak.proxy.budget`'s contract: reserve before decoding the most the answer may spend,
-settle after it what it spent.
+settle after it what it spent. No token is drawn before its reservation is recorded.
 
 Bounded Context Influence Decoding (Estimating Privacy Leakage of Augmented Contextual
 Knowledge in Language Models, App. B, Alg. 1, Thm B.1) releases each token ε-DP with respect to
 any one document, so an answer may spend ε × (max_tokens + 1) of each (the stopping EOS
 included) and spends ε per released token. Plain CID (a fixed λ) has no guarantee: its ex-post ε
-is recorded, and charged only when the operator says so (``charge_ex_post``)."""
+is recorded, and charged only when the operator says so (``charge_ex_post``). Documents of class
+``public`` are never charged. The response's figures are what the ledger charged."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
 from ctxleak.mitigations.ledger import LedgerEntry
-from ctxleak.proxy.budget import BudgetLedger
+from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import Answer
 from ctxleak.proxy.metrics import ProxyMetrics
@@ -40,13 +41,58 @@ NO_GUARANTEE = ("plain CID (a fixed λ) has no DP guarantee: epsilon_ex_post is 
 class Held:
     """What one answer holds of the budgets: its request id ``rid``, the request's document ids
     (each once, in order), the documents it may decode with, the ids dropped for their budget,
-    and whether a reservation was charged (bounded CID, or ``charge_ex_post``)."""
+    whether a reservation was charged (bounded CID, or ``charge_ex_post``), what each charged
+    document holds, the public documents (never charged), each document's class where known,
+    and the warnings the response carries."""
 
     rid: str
     ids: list[str]
     docs: list[Document]
     dropped: list[str]
     charged: bool
+    held: Mapping[str, float] = field(default_factory=dict)
+    public: tuple[str, ...] = ()
+    classes: Mapping[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+def per_token_reserve(request: CIDRequest, config: ProxyConfig) -> float | None:
+    """The ε per token an answer reserves: bounded CID's ε; plain CID's ``ex_post_reserve``
+    (None: it holds each document's whole remaining budget instead)."""
+    return request.eps if request.eps is not None else config.ex_post_reserve
+
+
+def never_fits(doc_id: str, budget: float, per_token: float, max_tokens: int) -> str:
+    """Why an answer of up to ``max_tokens`` tokens at ``per_token`` ε can never use a
+    document of budget ``budget``, with the arithmetic and what would fit."""
+    need = per_token * (max_tokens + 1)
+    fit = answers_allowed(budget, per_token, 0) - 1  # the most tokens one answer may have
+    longest = (f"max_tokens ≤ {fit} ({per_token:g} × {fit + 1} = {per_token * (fit + 1):g})"
+               if fit >= 1 else "no max_tokens")
+    return (f"the reservation ε × (max_tokens + 1) = {per_token:g} × {max_tokens + 1} = "
+            f"{need:g} is more than document {doc_id!r}'s whole budget of {budget:g}, so this "
+            f"request could never use it: ask for {longest} at this ε, or ε ≤ "
+            f"{budget / (max_tokens + 1):.4g} at this max_tokens, or raise the budget")
+
+
+def sizing_text(budgets: Budgets, max_tokens: int,
+                examples: Sequence[float] = (0.05, 0.1, 0.5)) -> str:
+    """The budgets' arithmetic in words, for ``ctxleak serve``'s start line: what each budget is
+    and how many answers of up to ``max_tokens`` tokens it allows at a few ε per token."""
+    named = [("every document", budgets.default), *((f"class {c}", b)
+                                                    for c, b in budgets.classes.items()),
+             *((f"document {d}", b) for d, b in budgets.overrides.items())]
+    limited = [(who, b) for who, b in named if b is not None]
+    head = ("an answer of up to L tokens at ε per token reserves ε·(L+1) of each private "
+            "document (the stopping EOS included), so a budget B allows ⌊B / (ε·(L+1))⌋ "
+            "answers; class public is never charged")
+    if not limited:
+        return f"budgets: none (ε is recorded, not limited); {head}"
+    parts = []
+    for who, b in limited:
+        allowed = ", ".join(f"{answers_allowed(b, e, max_tokens)} at ε {e:g}" for e in examples)
+        parts.append(f"{who}: {b:g} → answers of {max_tokens} tokens: {allowed}")
+    return f"budgets: {'; '.join(parts)} ({head})"
 
 
 class Charging:
@@ -57,26 +103,66 @@ class Charging:
         self.ledger, self.config, self.metrics = ledger, config, metrics
 
     async def reserve(self, rid: str, request: CIDRequest) -> Held:
-        """Reserve the budget the answer may spend (bounded: ε per token the answer may
-        release); a document whose budget cannot cover it is dropped, or the whole request
-        refused with HTTP 429 (``on_exhausted="refuse"``)."""
-        charge = request.eps is not None or self.config.charge_ex_post
+        """Reserve the budget the answer may spend before anything is decoded: ε per token the
+        answer may release (bounded), or for plain CID charged ex post ``ex_post_reserve`` per
+        token or the whole remaining budget. A document whose budget could never cover it is
+        refused with HTTP 400 (``on_unfittable``); one whose budget is spent is dropped, or the
+        whole request refused with HTTP 429 (``on_exhausted="refuse"``)."""
         ids = list(dict.fromkeys(d.id for d in request.documents))
-        kept = set(ids)
-        if charge:
-            amount = request.eps * (request.max_tokens + 1) if request.eps is not None else 0.0
-            refuse = self.config.on_exhausted == "refuse"
-            res = await run_in_threadpool(self.ledger.reserve, rid, ids, amount,
-                                          self.config.budgets, all_or_nothing=refuse)
-            if res.exhausted and refuse:
-                raise ProxyError(429, f"the privacy budget of document(s) "
-                                      f"{', '.join(res.exhausted)} is spent",
-                                 param="ctxleak.documents", kind="insufficient_quota",
-                                 code="budget_exhausted")
-            kept = set(res.granted)
+        given = {d.id: d.cls for d in request.documents if d.cls is not None}
+        if not (request.eps is not None or self.config.charge_ex_post):
+            return Held(rid, ids, list(request.documents), [], False, classes=given)
+        recorded = await run_in_threadpool(self.ledger.classes_of, ids)
+        for doc, cls in given.items():
+            if recorded.get(doc, cls) != cls:
+                raise ProxyError(400, f"ctxleak.documents: document {doc!r} is given class "
+                                      f"{cls!r}, but the ledger holds it as {recorded[doc]!r} "
+                                      f"(a document keeps its first class)",
+                                 param="ctxleak.documents", code="class_conflict")
+        classes = {**given, **recorded}
+        budgets = self.config.budgets
+        public = tuple(i for i in ids if budgets.public(i, classes.get(i)))
+        private = [i for i in ids if i not in public]
+        warnings = self._unfittable(request, private, classes)
+        per_token = per_token_reserve(request, self.config)
+        amount = 0.0 if per_token is None else per_token * (request.max_tokens + 1)
+        refuse = self.config.on_exhausted == "refuse"
+        res = await run_in_threadpool(
+            lambda: self.ledger.reserve(rid, private, amount, budgets, all_or_nothing=refuse,
+                                        classes={i: classes[i] for i in private if i in classes},
+                                        hold_rest=per_token is None))
+        if res.exhausted:
+            self.metrics.exhausted.labels("refuse" if refuse else "drop").inc(len(res.exhausted))
+        if res.exhausted and refuse:
+            raise ProxyError(429, f"the privacy budget of document(s) "
+                                  f"{', '.join(res.exhausted)} is spent",
+                             param="ctxleak.documents", kind="insufficient_quota",
+                             code="budget_exhausted")
+        kept = set(res.granted) | set(public)
         dropped = [i for i in ids if i not in kept]
         self.metrics.dropped.inc(len(dropped))
-        return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, charge)
+        return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
+                    dict(res.held), public, classes, warnings)
+
+    def _unfittable(self, request: CIDRequest, private: list[str],
+                    classes: Mapping[str, str]) -> tuple[str, ...]:
+        """HTTP 400 (or, with ``on_unfittable="drop"``, warnings) for the documents whose whole
+        budget is less than this answer's reservation; a budget of 0 is no mistake."""
+        per_token = per_token_reserve(request, self.config)
+        if per_token is None:
+            return ()
+        need = per_token * (request.max_tokens + 1)
+        said = []
+        for doc in private:
+            budget = self.config.budgets.of(doc, classes.get(doc))
+            if budget is not None and 0 < budget and need > budget + TOLERANCE:
+                said.append(never_fits(doc, budget, per_token, request.max_tokens))
+        if said and self.config.on_unfittable == "refuse":
+            raise ProxyError(400, f"max_tokens: {said[0]}", param="max_tokens",
+                             code="reservation_exceeds_budget")
+        for text in said:
+            log.warning(json.dumps({"event": "unfittable", "message": text}))
+        return tuple(said)
 
     async def release_unspent(self, held: Held) -> None:
         """Nothing was released (the decoding failed before its first token): the reservation
@@ -94,41 +180,68 @@ class Charging:
                                     float(sum(x or 0.0 for x in spent)))
 
     async def settle(self, request: CIDRequest, answer: Answer, held: Held) -> dict[str, Any]:
-        """Charge what the answer spent, count it, log it; the response's ``ctxleak`` field."""
+        """Charge what the answer spent, count it, log it; the response's ``ctxleak`` field,
+        whose ``charged`` and ``epsilon_spent`` are what the ledger charged each document."""
         rid, docs = held.rid, held.docs
         bounded = request.eps is not None
-        if bounded:
-            assert answer.eps_spent is not None
-            await run_in_threadpool(self.ledger.settle, rid, answer.eps_spent)
-            self.metrics.eps.inc(answer.eps_spent * len(docs))
-        else:
-            ex_post = answer.eps_ex_post_total
-            if held.charged:  # (the server sampled at λ = 1: no ex-post figure, nothing charged)
-                await run_in_threadpool(self.ledger.settle, rid, ex_post or 0.0)
-            if docs and ex_post is not None:
-                await run_in_threadpool(self.ledger.record_ex_post, [d.id for d in docs],
-                                        ex_post)
-                self.metrics.eps_ex_post.inc(ex_post * len(docs))
+        spent = answer.eps_spent if bounded else (answer.eps_ex_post_total or 0.0)
+        charged: dict[str, float] = {}
+        if held.charged:  # (the server sampled at λ = 1: no ex-post figure, nothing charged)
+            await run_in_threadpool(self.ledger.settle, rid, float(spent or 0.0))
+            charged = {doc: float(spent or 0.0) for doc in held.held}
+            over = [d for d, h in held.held.items() if (spent or 0.0) > h + TOLERANCE]
+            if over:  # an ex-post spend above its reservation: charged in full, said
+                log.warning(json.dumps({"event": "over_reservation", "id": rid,
+                                        "documents": over, "epsilon": spent}))
+            self.metrics.eps.inc(sum(charged.values()) if bounded else 0.0)
+        private = [d.id for d in docs if d.id not in held.public]
+        if not bounded and private and answer.eps_ex_post_total is not None:
+            await run_in_threadpool(self.ledger.record_ex_post, private,
+                                    answer.eps_ex_post_total)
+            self.metrics.eps_ex_post.inc(answer.eps_ex_post_total * len(private))
         mode = "bounded" if bounded else "lambda"
         self.metrics.tokens.labels(mode).inc(len(answer.ledger.entries))
         kept = {d.id for d in docs}
-        info = ledger_fields(request, answer, [i for i in held.ids if i in kept], held.dropped)
+        info = ledger_fields(request, answer, [i for i in held.ids if i in kept], held.dropped,
+                             charged=charged if held.charged else None)
+        info["warnings"] = list(held.warnings)
+        info["budgets"] = await run_in_threadpool(self.budget_rows, request, held)
         log.info(json.dumps({"event": "cid", "id": rid, "mode": mode, "documents": info[
             "documents"], "dropped": held.dropped, "tokens": info["tokens"],
             "epsilon_spent": info["epsilon_spent"], "epsilon_ex_post": info["epsilon_ex_post"]}))
         return info
 
+    def budget_rows(self, request: CIDRequest, held: Held) -> dict[str, dict[str, Any]]:
+        """Each charged document's budget after this answer: its class, budget, ε spent and
+        left, and how many more answers like this one (same ε and max_tokens) it allows."""
+        per_token = per_token_reserve(request, self.config)
+        out: dict[str, dict[str, Any]] = {}
+        for doc in held.held:
+            row = self.ledger.document(doc)
+            left = row.remaining
+            out[doc] = {"class": row.doc_class, "budget": row.budget, "spent": row.spent,
+                        "remaining": left,
+                        "answers_left": None if left is None or per_token is None
+                        else answers_allowed(max(left, 0.0), per_token, request.max_tokens)}
+        return out
 
-def ledger_fields(request: CIDRequest, answer: Answer, kept: list[str],
-                  dropped: list[str]) -> dict[str, Any]:
-    """The ``ctxleak`` field of the response: how to read it is in docs/deploy-cid.md."""
+
+def ledger_fields(request: CIDRequest, answer: Answer, kept: list[str], dropped: list[str],
+                  *, charged: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The ``ctxleak`` field of the response: how to read it is in docs/deploy-cid.md.
+    ``charged``: what the ledger charged each document (None: nothing was reserved);
+    ``epsilon_spent`` of a bounded answer is that charge (0 where no document was charged)."""
     ledger = answer.ledger
+    spent = answer.eps_spent
+    if request.eps is not None and charged is not None:
+        spent = max(charged.values(), default=0.0)
     return {
         "mode": "bounded" if request.eps is not None else "lambda",
         "lambda": request.lam, "epsilon": request.eps,
         "temperature": request.temperature, "seed": answer.seed,
-        "epsilon_spent": answer.eps_spent,
+        "epsilon_spent": spent,
         "epsilon_ex_post": answer.eps_ex_post_total,
+        "charged": dict(charged or {}),
         "influence": float(sum(e.influence for e in ledger.entries)),
         "guarantee": GUARANTEE if request.eps is not None else NO_GUARANTEE,
         "lambdas": ledger.lambdas,
@@ -137,3 +250,32 @@ def ledger_fields(request: CIDRequest, answer: Answer, kept: list[str],
         "documents": kept, "dropped": dropped,
         "context_tokens_cut": answer.context_tokens_cut,
     }
+
+
+def answer_headers(rid: str, info: Mapping[str, Any]) -> dict[str, str]:
+    """The ledger as response headers, for clients that see headers but not the body's extra
+    fields (LangChain's ``ChatOpenAI`` with ``include_response_headers=True``): numbers as
+    decimals (``none`` where there is none), id lists and the charges as JSON."""
+    def number(value: Any) -> str:
+        return "none" if value is None else repr(float(value))
+
+    return {"x-ctxleak-request-id": rid, "x-ctxleak-mode": str(info["mode"]),
+            "x-ctxleak-epsilon-spent": number(info["epsilon_spent"]),
+            "x-ctxleak-epsilon-ex-post": number(info["epsilon_ex_post"]),
+            "x-ctxleak-documents": json.dumps(info["documents"]),
+            "x-ctxleak-dropped": json.dumps(info["dropped"]),
+            "x-ctxleak-charged": json.dumps(info["charged"]),
+            "x-ctxleak-warnings": str(len(info.get("warnings") or []))}
+
+
+def stream_headers(request: CIDRequest, held: Held) -> dict[str, str]:
+    """A streamed answer's headers, sent before its first token: the documents it uses and
+    drops, and what each charged document holds (the most the answer can be charged; the
+    charge itself comes in the last chunk's ``ctxleak`` field and in the ledger API)."""
+    kept = {d.id for d in held.docs}
+    return {"x-ctxleak-request-id": held.rid,
+            "x-ctxleak-mode": "bounded" if request.eps is not None else "lambda",
+            "x-ctxleak-documents": json.dumps([i for i in held.ids if i in kept]),
+            "x-ctxleak-dropped": json.dumps(held.dropped),
+            "x-ctxleak-epsilon-reserved": json.dumps(dict(held.held)),
+            "x-ctxleak-warnings": str(len(held.warnings))}

@@ -10,6 +10,7 @@ from ctxleak.errors import ConfigError
 from ctxleak.proxy.budget import Budgets
 
 ON_EXHAUSTED = ("drop", "refuse")
+ON_UNFITTABLE = ("refuse", "drop")
 
 
 @dataclass(frozen=True)
@@ -22,20 +23,34 @@ class ProxyConfig:
     - ``budgets``: ε per document (a default and per-id overrides); ``on_exhausted``: ``drop``
       answers without a document whose budget is spent (said in the response), ``refuse``
       answers HTTP 429.
+    - ``on_unfittable``: a request whose reservation (ε·(max_tokens + 1)) is more than a
+      document's whole budget, so that it could never use it even unspent: ``refuse`` (HTTP 400
+      naming the arithmetic, the default) or ``drop`` (answered without it, with a warning in
+      the response's ``ctxleak.warnings``, its headers and the log). A budget of 0 keeps a
+      document out of every answer: it is dropped as an exhausted one, without a warning.
     - ``charge_ex_post``: plain CID (a fixed λ) also charges its ex-post ε (a data-dependent
       figure, not a guarantee) against the budgets; by default budgets hold guaranteed ε only.
+      Such an answer's spend is known only when it ends: it holds each document's whole
+      remaining budget while it decodes (one answer per document at a time), or, with
+      ``ex_post_reserve`` ε per token, reserves ε·(max_tokens + 1) like bounded CID (answers
+      run side by side; one whose ex-post ε passes its reservation is charged all of it).
     - ``temperature``, ``max_tokens``, ``min_tokens``: the defaults of a request that does not
       give them; ``max_tokens_limit`` the most a request may ask for.
     - ``api_key``: the Bearer key clients must send (None: none needed).
     - ``max_body_bytes`` (HTTP 413 above it), ``max_concurrent`` requests at once (HTTP 429
       above it), ``upstream_timeout`` seconds (HTTP 504 after it).
+    - ``threads``: the worker threads that run decoding and ledger calls (None: the server's
+      default, 40); ``metrics_documents``: how many documents, those with the least budget
+      left, ``/metrics`` reports one by one.
     """
 
     upstream: str | None = None
     upstream_api_key: str | None = None
     budgets: Budgets = field(default_factory=Budgets)
     on_exhausted: str = "drop"
+    on_unfittable: str = "refuse"
     charge_ex_post: bool = False
+    ex_post_reserve: float | None = None
     temperature: float = 1.0
     max_tokens: int = 64
     min_tokens: int = 0
@@ -45,11 +60,28 @@ class ProxyConfig:
     max_concurrent: int = 8
     upstream_timeout: float = 60.0
     served_name: str = "ctxleak-cid"
+    threads: int | None = None
+    metrics_documents: int = 20
 
     def __post_init__(self) -> None:
         if self.on_exhausted not in ON_EXHAUSTED:
             raise ConfigError(f"on_exhausted must be one of {', '.join(ON_EXHAUSTED)}, not "
                               f"{self.on_exhausted!r}", param="on_exhausted")
+        if self.on_unfittable not in ON_UNFITTABLE:
+            raise ConfigError(f"on_unfittable must be one of {', '.join(ON_UNFITTABLE)}, not "
+                              f"{self.on_unfittable!r}", param="on_unfittable")
+        if self.ex_post_reserve is not None and not (math.isfinite(self.ex_post_reserve)
+                                                     and self.ex_post_reserve > 0):
+            raise ConfigError(f"ex_post_reserve must be a number > 0 (ε per token), not "
+                              f"{self.ex_post_reserve}", param="ex_post_reserve")
+        if self.threads is not None and (isinstance(self.threads, bool)
+                                         or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise ConfigError(f"threads must be an integer >= 1, not {self.threads!r}",
+                              param="threads")
+        if self.metrics_documents < 0:
+            raise ConfigError(f"metrics_documents must be >= 0, not {self.metrics_documents}",
+                              param="metrics_documents")
         if not math.isfinite(self.temperature) or self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0, not {self.temperature}",
                               param="temperature")

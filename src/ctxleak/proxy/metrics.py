@@ -1,16 +1,50 @@
 """The proxy's Prometheus metrics (``GET /metrics``, prometheus_client's text format), in a
-registry of their own per app so that several apps in one process keep separate counts."""
+registry of their own per app so that several apps in one process keep separate counts.
+
+What an operator alerts on: the remaining budget of the documents closest to exhaustion (one
+gauge per document for the ``lowest`` documents only, so that a ledger of a million documents
+gives a bounded scrape, plus the count of documents), exhaustion events, and request latency
+per route. The budget gauges are read from the ledger at each scrape, so every replica on a
+shared ledger reports the same figures."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ctxleak.proxy.budget import BudgetLedger
+
+
+class LedgerGauges(Collector):
+    """At each scrape: ``ctxleak_proxy_budget_remaining{document}`` (ε left, budget − spent,
+    open reservations counted as spent) of the ``lowest`` documents with a budget, and
+    ``ctxleak_proxy_ledger_documents`` (documents in the ledger)."""
+
+    def __init__(self, ledger: BudgetLedger, lowest: int) -> None:
+        self.ledger, self.lowest = ledger, lowest
+
+    def collect(self) -> Iterator[Any]:
+        remaining = GaugeMetricFamily(
+            "ctxleak_proxy_budget_remaining", f"ε left (budget − spent, open reservations "
+            f"included) of the {self.lowest} documents with the least left",
+            labels=["document"])
+        for row in self.ledger.lowest_remaining(self.lowest) if self.lowest else []:
+            remaining.add_metric([row.doc_id], float(row.remaining or 0.0))
+        yield remaining
+        yield GaugeMetricFamily("ctxleak_proxy_ledger_documents", "Documents in the ledger",
+                                value=self.ledger.count())
 
 
 class ProxyMetrics:
-    """Requests by route and status, released tokens, ε spent (guaranteed, and the ex-post
-    figure of plain CID, which is not a guarantee) and documents dropped for their budget."""
+    """Requests by route and status, their seconds by route, released tokens, ε spent
+    (guaranteed, and the ex-post figure of plain CID, which is not a guarantee), documents
+    dropped for their budget, exhaustion events and, with a ledger, its budget gauges."""
 
-    def __init__(self) -> None:
+    def __init__(self, ledger: BudgetLedger | None = None, lowest: int = 20) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("ctxleak_proxy_requests", "Requests answered, by route and status",
                                 ["route", "status"], registry=self.registry)
@@ -25,8 +59,14 @@ class ProxyMetrics:
                                    "and their documents", registry=self.registry)
         self.dropped = Counter("ctxleak_proxy_documents_dropped", "Documents left out of an "
                                "answer because their budget was spent", registry=self.registry)
+        self.exhausted = Counter("ctxleak_proxy_budget_exhausted", "Exhaustion events: a "
+                                 "document whose budget could not cover an answer's "
+                                 "reservation, by what the proxy did (drop, refuse)",
+                                 ["action"], registry=self.registry)
         self.seconds = Histogram("ctxleak_proxy_request_seconds", "Seconds per request, by route",
                                  ["route"], registry=self.registry)
+        if ledger is not None:
+            self.registry.register(LedgerGauges(ledger, lowest))
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

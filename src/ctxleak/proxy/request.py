@@ -40,8 +40,12 @@ def _bad(param: str, message: str) -> ProxyError:
 
 @dataclass(frozen=True)
 class Document:
+    """A marked document: its id (the budget is kept per id), text and class (None: the one the
+    ledger holds, else the default budget's; ``public``: never charged)."""
+
     id: str
     text: str
+    cls: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,11 +143,15 @@ def _documents(marked: dict[str, Any]) -> tuple[Document, ...]:
             raise _bad(f"{where}.id", f"must be a string, not {doc_id!r}")
         if not isinstance(text, str) or not text:
             raise _bad(f"{where}.text", "must be a non-empty string")
+        cls = doc.get("class")
+        if cls is not None and (not isinstance(cls, str) or not cls.strip()):
+            raise _bad(f"{where}.class", f"must be a class name such as \"public\" or "
+                                         f"\"restricted\", not {cls!r}")
         doc_id = str(doc_id)
         if doc_id in seen and seen[doc_id] != text:
             raise _bad(f"{where}.id", f"{doc_id!r} is given twice with different texts")
         seen[doc_id] = text
-        out.append(Document(doc_id, text))
+        out.append(Document(doc_id, text, cls))
     return tuple(out)
 
 

@@ -49,6 +49,27 @@ class Upstream:
             return StreamingResponse(resp.aiter_raw(), status_code=resp.status_code,
                                      media_type="text/event-stream",
                                      background=BackgroundTask(resp.aclose))
+        content = await self._json(resp)
+        if resp.status_code >= 500:
+            raise ProxyError(502, f"the upstream {self.config.upstream} failed: HTTP "
+                                  f"{resp.status_code}: {content[:200].decode(errors='replace')}",
+                             kind="upstream_error", code="upstream_failed")
+        return Response(content, status_code=resp.status_code, media_type="application/json")
+
+    async def models(self) -> Response:
+        """The upstream's ``GET /v1/models`` answer as it came (HTTP 502 or 504 when it is
+        down, slow, failing or not JSON)."""
+        assert self.config.upstream is not None
+        resp = await self._send(self.config.upstream, None)
+        content = await self._json(resp)
+        if resp.status_code >= 500:
+            raise ProxyError(502, f"the upstream {self.config.upstream} did not list its "
+                                  f"models: HTTP {resp.status_code}", kind="upstream_error",
+                             code="upstream_failed")
+        return Response(content, status_code=resp.status_code, media_type="application/json")
+
+    async def _json(self, resp: httpx.Response) -> bytes:
+        """The upstream's whole answer, which must be JSON (else HTTP 502; too slow: 504)."""
         try:
             content = await resp.aread()
         except httpx.TimeoutException as exc:
@@ -64,23 +85,22 @@ class Upstream:
                                   f"{resp.status_code} with what is not JSON: "
                                   f"{content[:80]!r}", kind="upstream_error",
                              code="upstream_bad_answer") from None
-        if resp.status_code >= 500:
-            raise ProxyError(502, f"the upstream {self.config.upstream} failed: HTTP "
-                                  f"{resp.status_code}: {content[:200].decode(errors='replace')}",
-                             kind="upstream_error", code="upstream_failed")
-        return Response(content, status_code=resp.status_code, media_type="application/json")
+        return content
 
-    async def _send(self, upstream: str, raw: bytes) -> httpx.Response:
-        """POST ``raw`` to the upstream, its answer's headers read (the body still to come)."""
+    async def _send(self, upstream: str, raw: bytes | None) -> httpx.Response:
+        """POST ``raw`` to the upstream's chat completions (None: GET its models), its
+        answer's headers read (the body still to come)."""
         if self.http is None:
             self.http = httpx.AsyncClient(timeout=self.config.upstream_timeout)
-        url = upstream_base(upstream) + "/v1/chat/completions"
+        route = "/v1/chat/completions" if raw is not None else "/v1/models"
         headers = {"content-type": "application/json"}
         if self.config.upstream_api_key:
             headers["authorization"] = f"Bearer {self.config.upstream_api_key}"
+        request = self.http.build_request("POST" if raw is not None else "GET",
+                                          upstream_base(upstream) + route, content=raw,
+                                          headers=headers)
         try:
-            return await self.http.send(self.http.build_request("POST", url, content=raw,
-                                                                headers=headers), stream=True)
+            return await self.http.send(request, stream=True)
         except httpx.TimeoutException as exc:
             raise ProxyError(504, f"the upstream {upstream} did not answer in "
                                   f"{self.config.upstream_timeout:g} s",
