@@ -109,6 +109,7 @@ def register(app: typer.Typer) -> None:
         their privacy ledger and a per-document ε budget."""
         from ctxleak.engine.models import load_model
         from ctxleak.methods.rag.budgets import parse_budgets
+        from ctxleak.mitigations.cid import cid_route
         from ctxleak.proxy import Budgets, ProxyConfig, run_proxy
         from ctxleak.proxy.budget import open_ledger
         from ctxleak.proxy.charging import sizing_text
@@ -143,5 +144,6 @@ def register(app: typer.Typer) -> None:
                         served_model=served_model)
         typer.echo(f"ctxleak serve: http://{host}:{port}/v1 (CID on {model}, {decode}; ledger "
                    f"{ledger}; pass-through to {upstream or 'nothing'})", err=True)
+        typer.echo(f"ctxleak serve: {cid_route(lm)}", err=True)
         typer.echo(f"ctxleak serve: {sizing_text(config.budgets, config.max_tokens)}", err=True)
         run_proxy(lm, host=host, port=port, ledger=store, config=config)

@@ -154,6 +154,17 @@ def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool
     return [finish(gen) for (_, finish), gen in zip(parts, gens)]
 
 
+def cid_route(lm: LanguageModel) -> str:
+    """Where ``lm`` decodes CID, in the words of a start line."""
+    caps = capabilities_of(lm)
+    if WEIGHTS in caps:
+        return "CID decodes in this process"
+    if CID_DECODING in caps:
+        return "CID decodes inside vLLM (ctxleak's plugin)"
+    return ("CID decodes by whole next-token distributions, one request per stream and token "
+            "(the server has no ctxleak CID plugin: slow)")
+
+
 def _in_server(lm: LanguageModel, jobs: Sequence[CIDJob], sample: bool,
                on_entry: Callable[[int, LedgerEntry], None] | None) -> list[RowLedger] | None:
     """The answers decoded by the model's server itself (:data:`CID_DECODING`), or None where
