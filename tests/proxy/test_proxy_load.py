@@ -234,6 +234,13 @@ def test_at_lambda_one_the_served_answer_is_released_before_it_is_scored(
     assert [s["influence"] for s in scored] == \
         pytest.approx([float(abs(lc - le).sum())] * 2, abs=1e-6)
     assert len(logged(caplog, "cid")) == 2
+    # the library's call scores before it returns, and hands each scored entry on
+    heard: list[LedgerEntry] = []
+    req = request({"documents": DOCS, "lambda": 1.0}, seed=4, max_tokens=4)
+    direct = decode_answer(lm, req, req.documents, heard.append)
+    assert [e.token_id for e in direct.ledger.entries] == info["token_ids"]
+    assert heard == list(direct.ledger.entries)
+    assert sum(e.influence for e in heard) == pytest.approx(scored[0]["influence"], abs=1e-9)
 
 
 def test_a_released_answer_whose_scoring_fails_closes_its_reservation(

@@ -140,7 +140,11 @@ def decode_answer(lm: LanguageModel, request: CIDRequest, documents: Sequence[Do
     released token's ledger entry (the stopping EOS too) as it is drawn; the server-sampled
     answer's all at once, when it has been scored."""
     if server_samples(lm, request):
-        return release_sampled(lm, request, documents).scored()
+        answer = release_sampled(lm, request, documents).scored()
+        if on_entry is not None:
+            for entry in answer.ledger.entries:
+                on_entry(entry)
+        return answer
     prepared = prepare_answer(lm, request, documents)
     ledger = generate_cid(lm, prepared.parts.full, prepared.parts.empty, prepared.config,
                           prepared.seed, sample=prepared.sample, on_entry=on_entry)
