@@ -9,13 +9,14 @@ those that arrive within :data:`WINDOW_S` (or until the batch holds ``max_batch`
 holds the model's lock, every answer still waiting too, and decodes them all with one
 :func:`~ctxleak.mitigations.cid.generate_cid_many` call, the engine's batched decoding
 (:func:`ctxleak.engine.local.generation.decode_streams`). An answer that finishes (EOS or its
-``max_tokens``) leaves the batch at once, so it stops costing compute, and its client has it
-then; answers that arrive meanwhile wait and form the next batch. Answers do not join a batch
-between its steps: that would merge a new prefilled cache into the running one (left-padding
-every layer's keys and values, the room of :mod:`ctxleak.engine.local.kvroom`, sliding windows,
-a shared prefix), a change to the engine's decoding loop that every method relies on, for a gain
-only when answers arrive while others are mid-way. A client that sends its next request when its
-answer comes back joins the next batch, so closed-loop clients settle into full batches.
+``max_tokens``) leaves the batch at once, so it stops costing compute; a streamed answer has
+sent every token as it was drawn, a whole one is returned when its batch ends. Answers that
+arrive meanwhile wait and form the next batch. Answers do not join a batch between its steps:
+that would merge a new prefilled cache into the running one (left-padding every layer's keys
+and values, the room of :mod:`ctxleak.engine.local.kvroom`, sliding windows, a shared prefix),
+a change to the engine's decoding loop that every method relies on, for a gain only when
+answers arrive while others are mid-way. A client that sends its next request when its answer
+comes back joins the next batch, so closed-loop clients settle into full batches.
 
 What stays equal: each answer draws from its own generator, seeded by its request's seed, so
 its tokens are those of the same request decoded alone (up to float noise in the logits, as for
