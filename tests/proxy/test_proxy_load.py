@@ -106,6 +106,33 @@ def test_answers_decoded_together_equal_each_decoded_alone_and_stream_apart(lm):
     assert got[0].eps_spent is None and got[0].eps_ex_post_total > 0
 
 
+def test_an_answer_is_returned_when_it_ends_not_when_its_batch_does(lm):
+    """The long answer's last token is held until the short answer has come back: a short
+    answer that waited for its batch would never come back (the hold times out)."""
+    long = request({"documents": DOCS, "lambda": 0.5}, seed=1, max_tokens=8, min_tokens=8)
+    short = request({"documents": DOCS, "epsilon": 1.0}, seed=2, max_tokens=3, min_tokens=3)
+    back, waited = threading.Event(), []
+
+    def hold(entry: LedgerEntry) -> None:
+        if entry.step == 7:
+            waited.append(back.wait(timeout=20))
+
+    def ask_short() -> Answer:
+        answer = decoder.decode(short, short.documents)
+        back.set()
+        return answer
+
+    decoder = BatchDecoder(lm, max_batch=8)
+    try:
+        got = together(decoder, [lambda: decoder.decode(long, long.documents, hold), ask_short])
+    finally:
+        decoder.close()
+    assert decoder.sizes == {2: 1} and waited == [True]
+    assert len(got[0].ledger.entries) == 8 and len(got[1].ledger.entries) == 3
+    same_answer(got[1], decode_answer(lm, short, short.documents))
+    same_answer(got[0], decode_answer(lm, long, long.documents))
+
+
 def test_an_answer_that_fails_fails_alone(lm, monkeypatch):
     requests = [request(m, **b) for m, b in REQUESTS[:4]]
 
@@ -129,7 +156,8 @@ def test_an_answer_that_fails_fails_alone(lm, monkeypatch):
         def fails_in_a_batch(lm_, jobs, **kw):
             if len(jobs) > 1:
                 on_entry = kw["on_entry"]
-                [on_entry(0, e) for e in real(lm_, jobs[:1], sample=kw["sample"])[0].entries]
+                first = real(lm_, jobs[:1], sample=kw["sample"])[0].entries
+                [on_entry(0, e) for e in first[:2]]  # two tokens released, not the end
                 raise MemoryError("out of memory")
             return real(lm_, jobs, **kw)
 

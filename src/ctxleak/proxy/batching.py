@@ -9,9 +9,9 @@ those that arrive within :data:`WINDOW_S` (or until the batch holds ``max_batch`
 holds the model's lock, every answer still waiting too, and decodes them all with one
 :func:`~ctxleak.mitigations.cid.generate_cid_many` call, the engine's batched decoding
 (:func:`ctxleak.engine.local.generation.decode_streams`). An answer that finishes (EOS or its
-``max_tokens``) leaves the batch at once, so it stops costing compute; a streamed answer has
-sent every token as it was drawn, a whole one is returned when its batch ends. Answers that
-arrive meanwhile wait and form the next batch. Answers do not join a batch between its steps:
+``max_tokens``) leaves the batch at once, so it stops costing compute, and is returned then
+(a streamed one has sent each token as it was drawn). Answers that arrive meanwhile wait and
+form the next batch. Answers do not join a batch between its steps:
 that would merge a new prefilled cache into the running one (left-padding every layer's keys
 and values, the room of :mod:`ctxleak.engine.local.kvroom`, sliding windows, a shared prefix),
 a change to the engine's decoding loop that every method relies on, for a gain only when
@@ -36,9 +36,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from ctxleak.engine.batching import policy_of
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.mitigations.cid import generate_cid_many
-from ctxleak.mitigations.ledger import LedgerEntry
+from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 from ctxleak.proxy.decode import Answer, Prepared, finish_answer, prepare_answer
 from ctxleak.proxy.request import CIDRequest, Document
 
@@ -55,18 +56,21 @@ class _Waiting:
     on_entry: Callable[[LedgerEntry], None] | None
     future: Future[Answer] = field(default_factory=Future)
     prepared: Prepared | None = None
-    heard: int = 0  # entries handed to on_entry
+    entries: list[LedgerEntry] = field(default_factory=list)  # drawn so far
     error: BaseException | None = None  # its on_entry failed: it fails alone
 
     def hear(self, entry: LedgerEntry) -> None:
+        self.entries.append(entry)
         if self.error is not None or self.on_entry is None:
-            self.heard += 1
             return
         try:
             self.on_entry(entry)
         except Exception as exc:  # the answer's own failure: the batch goes on without it
             self.error = exc
-        self.heard += 1
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
 
 
 class BatchDecoder:
@@ -134,8 +138,7 @@ class BatchDecoder:
                     self._run(batch)
                 except Exception as exc:  # a bug here must not leave a client waiting
                     for item in batch:
-                        if not item.future.done():
-                            item.future.set_exception(exc)
+                        item.fail(exc)
             if closing:
                 return
 
@@ -178,7 +181,7 @@ class BatchDecoder:
             try:
                 item.prepared = prepare_answer(self.lm, item.request, item.docs)
             except Exception as exc:
-                item.future.set_exception(exc)
+                item.fail(exc)
                 continue
             ready.append(item)
         for sample in (True, False):
@@ -191,24 +194,48 @@ class BatchDecoder:
         """One batch through :func:`generate_cid_many`, each answer's entries to its own
         ``on_entry`` as they are drawn; each answer's future gets its answer or its error."""
         prepared = [item.prepared for item in group if item.prepared is not None]
+        # without a replay of the floats (batch-invariant policy), the entries heard are the
+        # ledger's: an answer is returned as soon as it ends, not when its batch does
+        early = not policy_of(self.lm).invariant
+
+        def heard(row: int, entry: LedgerEntry) -> None:
+            group[row].hear(entry)
+            if early:
+                self._finish_if_ended(group[row], prepared[row], entry)
+
         try:
             ledgers = generate_cid_many(self.lm, [p.job for p in prepared], sample=sample,
-                                        on_entry=lambda row, entry: group[row].hear(entry))
+                                        on_entry=heard)
         except Exception as exc:
-            if len(group) == 1:
-                group[0].future.set_exception(exc)
-                return
             for item in group:  # whose tokens were released fails; the others again alone
-                if item.heard or item.error is not None:
-                    item.future.set_exception(item.error or exc)
+                if item.entries or item.error is not None or len(group) == 1:
+                    item.fail(item.error or exc)
                 else:
                     self._decode([item], sample)
             return
         for item, p, ledger in zip(group, prepared, ledgers):
+            if item.future.done():  # returned as it ended
+                continue
             if item.error is not None:
-                item.future.set_exception(item.error)
+                item.fail(item.error)
                 continue
             try:
                 item.future.set_result(finish_answer(self.lm, p, ledger))
             except Exception as exc:
-                item.future.set_exception(exc)
+                item.fail(exc)
+
+    def _finish_if_ended(self, item: _Waiting, prepared: Prepared, entry: LedgerEntry) -> None:
+        """Return ``item``'s answer if ``entry`` ended it: the model's EOS, or its last token
+        (as :func:`~ctxleak.engine.streams.take_step` stops)."""
+        config = prepared.config
+        stopped = entry.token_id in self.lm.eos_ids
+        if item.error is not None or item.future.done() or \
+                (not stopped and entry.step + 1 < config.max_new_tokens):
+            return
+        ledger = RowLedger(row=0, entries=tuple(item.entries), stopped_on_eos=stopped,
+                           lam=config.lam, temperature=config.temperature,
+                           bounded_eps=config.bounded_eps)
+        try:
+            item.future.set_result(finish_answer(self.lm, prepared, ledger))
+        except Exception as exc:
+            item.fail(exc)
