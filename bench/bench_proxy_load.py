@@ -71,8 +71,8 @@ class Level:
         p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
         err = f" errors: {len(self.errors)} ({self.errors[0]})" if self.errors else ""
         return (f"| {target} | {self.clients} | {len(self.latencies)} | {self.tokens} | "
-                f"{self.wall:.2f} | {self.tokens / self.wall:.1f} | "
-                f"{len(self.latencies) / self.wall:.2f} | {1e3 * statistics.median(lat):.0f} | "
+                f"{self.wall:.2f} | {self.tokens / self.wall:.3g} | "
+                f"{len(self.latencies) / self.wall:.3g} | {1e3 * statistics.median(lat):.0f} | "
                 f"{1e3 * p99:.0f} |{err}")
 
 
@@ -268,8 +268,8 @@ def main() -> None:
     by_clients = {lv.clients: lv for lv in inproc["proxy, in-process, batched (mix)"]}
     one, eight = by_clients[1], by_clients[8]
     ratio = (eight.tokens / eight.wall) / (one.tokens / one.wall)
-    print(f"in-process proxy: 1 client {one.tokens / one.wall:.1f} tokens/s, 8 clients "
-          f"{eight.tokens / eight.wall:.1f} tokens/s: {ratio:.2f}x (aim: >= 3x)")
+    print(f"in-process proxy: 1 client {one.tokens / one.wall:.3g} tokens/s, 8 clients "
+          f"{eight.tokens / eight.wall:.3g} tokens/s: {ratio:.2f}x (aim: >= 3x)")
 
 
 if __name__ == "__main__":
