@@ -14,8 +14,8 @@ called with the real ``openai`` client; the runs are interleaved, best of ``--re
 With ``--server-url`` the proxy decodes through that vLLM server (started with
 ``--max-logprobs -1``), and the library side is the server's own sampling of the same prompt
 tokens (plain vLLM generation): the proxy's overhead at λ = 1, T = 1 (the server samples, the
-proxy scores the answer with and without the context and keeps the ledger), and its tokens per
-second at λ = 0.5 (served CID, one request per stream and token).
+proxy answers, then scores the answer with and without the context for the ledger), and its
+tokens per second at λ = 0.5 (served CID, one request per stream and token).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -32,15 +32,16 @@ from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import CtxleakError
 from ctxleak.mitigations.cid import CID_NEEDS
 from ctxleak.mitigations.ledger import LedgerEntry
+from ctxleak.proxy.batching import BatchDecoder
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger, open_ledger
 from ctxleak.proxy.charging import Charging, Held, answer_headers, stream_headers
 from ctxleak.proxy.config import ProxyConfig
-from ctxleak.proxy.decode import Answer, decode_answer
+from ctxleak.proxy.decode import Answer, Sampled, decode_answer, release_sampled, server_samples
 from ctxleak.proxy.errors import answered, decoding_failed, error_response, unauthorised
 from ctxleak.proxy.metrics import ProxyMetrics
 from ctxleak.proxy.request import CIDRequest, ProxyError, is_marked, parse_cid_request
 from ctxleak.proxy.routes import list_documents, list_models, one_document, timed
-from ctxleak.proxy.streaming import Event, decode_and_settle, sse_chunks
+from ctxleak.proxy.streaming import Event, decode_and_settle, settle_released, sse_chunks
 from ctxleak.proxy.upstream import Upstream
 
 log = logging.getLogger("ctxleak.proxy")
@@ -55,17 +56,33 @@ class Proxy:
         self.metrics = ProxyMetrics(ledger, config.metrics_documents)
         self.charging = Charging(ledger, config, self.metrics)
         self.upstream = Upstream(config)
-        # one decoding at a time on an in-process model; a served one answers several at once
-        self._model_lock: threading.Lock | nullcontext[None] = \
-            nullcontext() if lm.info.source == "served" else threading.Lock()
+        # an in-process model decodes the answers waiting together, one batch at a time (under
+        # the model's lock); a served one answers several at once on its server
+        self._model_lock = threading.Lock()
+        self.batcher = None if lm.info.source == "served" else \
+            BatchDecoder(lm, max_batch=config.max_concurrent, lock=self._model_lock)
         self._active = 0
-        self._tasks: set[asyncio.Future[None]] = set()  # streamed answers still decoding
+        # streamed answers still decoding, answers released and still being scored
+        self._tasks: set[asyncio.Future[None]] = set()
 
     # ---- CID ------------------------------------------------------------------------------
     def _decode(self, request: CIDRequest, docs: Any,
-                on_entry: Callable[[LedgerEntry], None] | None = None) -> Answer:
-        with self._model_lock:
-            return decode_answer(self.lm, request, docs, on_entry)
+                on_entry: Callable[[LedgerEntry], None] | None = None) -> Answer | Sampled:
+        """The answer, released as soon as it is drawn: in-process, decoded in a batch with the
+        answers waiting (:mod:`~ctxleak.proxy.batching`); the answer a served model's server
+        samples itself (λ = 1, T = 1), before it is scored (:class:`Sampled`)."""
+        if self.batcher is not None:
+            return self.batcher.decode(request, docs, on_entry)
+        if server_samples(self.lm, request):
+            return release_sampled(self.lm, request, docs, on_entry)
+        return decode_answer(self.lm, request, docs, on_entry)
+
+    async def drain(self) -> None:
+        """Wait for the answers still decoding or being scored, then stop the batch decoder."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        if self.batcher is not None:
+            await run_in_threadpool(self.batcher.close)
 
     async def cid(self, body: dict[str, Any]) -> Response:
         """A request with marked context answered by CID, its budget reserved before decoding
@@ -76,11 +93,11 @@ class Proxy:
         if request.stream:
             return await self._stream(request, held)
         try:
-            answer = await run_in_threadpool(self._decode, request, held.docs)
+            released = await run_in_threadpool(self._decode, request, held.docs)
         except Exception:
             await self.charging.release_unspent(held)  # nothing was released
             raise
-        info = await self.charging.settle(request, answer, held)
+        answer, info = await settle_released(self.charging, request, held, released, self._tasks)
         return JSONResponse({
             "id": rid, "object": "chat.completion", "created": int(time.time()),
             "model": request.model,
@@ -96,7 +113,7 @@ class Proxy:
         an ``error`` event, and the tokens already sent count as spent."""
         events: asyncio.Queue[Event] = asyncio.Queue()
         task = asyncio.ensure_future(decode_and_settle(self._decode, self.charging, request,
-                                                       held, events))
+                                                       held, events, self._tasks))
         self._tasks.add(task)  # kept until done: the answer is settled whatever the client does
         self._active += 1  # a streamed answer counts against the limit until it is decoded
 
@@ -184,6 +201,7 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
         if config.threads is not None:  # the worker threads that decode and call the ledger
             anyio.to_thread.current_default_thread_limiter().total_tokens = config.threads
         yield
+        await proxy.drain()
         await proxy.upstream.aclose()
 
     app = FastAPI(title="ctxleak privacy proxy", lifespan=lifespan, docs_url=None,

@@ -15,7 +15,7 @@ from ctxleak.methods.influence.answers import eos_masked, own_answers
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 from ctxleak.methods.influence.ngrams import PromptParts
 from ctxleak.methods.rag.passages import list_pieces
-from ctxleak.mitigations.cid import CIDConfig, generate_cid
+from ctxleak.mitigations.cid import CIDConfig, CIDJob, generate_cid
 from ctxleak.mitigations.influence import token_influence
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 from ctxleak.proxy.request import CIDRequest, Document
@@ -76,55 +76,129 @@ def answer_parts(lm: LanguageModel, documents: Sequence[Document], query: str,
     return prompt_parts(lm, example, reserve=max_tokens)
 
 
+def server_samples(lm: LanguageModel, request: CIDRequest) -> bool:
+    """Whether the model's server samples the answer itself: λ = 1 and T = 1 without ε is
+    plain decoding, which a served model (no weights here) samples on its server, as
+    ``ctxleak influence`` has it do at that setting."""
+    return request.lam == 1.0 and request.eps is None and request.temperature == 1.0 \
+        and WEIGHTS not in capabilities_of(lm)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An answer ready to be decoded by CID: its two prompts, the context tokens cut, its
+    seed, its decoding settings and whether it samples (``False``: greedy CID)."""
+
+    parts: PromptParts
+    cut: int
+    seed: int
+    config: CIDConfig
+    sample: bool
+    plain: bool  # plain CID (no ε): the ledger keeps no guarantee
+
+    @property
+    def job(self) -> CIDJob:
+        """Its job for :func:`~ctxleak.mitigations.cid.generate_cid_many`."""
+        return (self.parts.full, self.parts.empty, self.config, self.seed)
+
+
+def prepare_answer(lm: LanguageModel, request: CIDRequest,
+                   documents: Sequence[Document]) -> Prepared:
+    """``request`` with ``documents`` as its context made ready to be decoded by CID: the
+    prompts, a fresh seed where it gives none, and its settings (plain CID as bounded CID at
+    :data:`EX_POST_ONLY`, so each step's ex-post ε is computed on the way)."""
+    parts, cut = answer_parts(lm, documents, request.query, request.max_tokens)
+    seed = request.seed if request.seed is not None else secrets.randbits(63)
+    config = CIDConfig(lam=request.lam, temperature=request.temperature or 1.0,
+                       max_new_tokens=request.max_tokens, min_new_tokens=request.min_tokens,
+                       bounded_eps=request.eps if request.eps is not None else EX_POST_ONLY)
+    return Prepared(parts=parts, cut=cut, seed=seed, config=config,
+                    sample=request.temperature is not None, plain=request.eps is None)
+
+
+def finish_answer(lm: LanguageModel, prepared: Prepared, ledger: RowLedger) -> Answer:
+    """The :class:`Answer` of a prepared answer's decoded ``ledger`` (plain CID: its entries
+    keep their ex-post ε and lose the ε of :data:`EX_POST_ONLY`)."""
+    ex_post = tuple(float(e.eps_ex_post) for e in ledger.entries if e.eps_ex_post is not None)
+    if prepared.plain:  # plain CID: no ε guarantee in the ledger
+        ledger = replace(ledger, row=0, bounded_eps=None,
+                         entries=tuple(replace(e, eps=None) for e in ledger.entries))
+    else:
+        ledger = replace(ledger, row=0)
+    return Answer(ledger=ledger, eps_ex_post=ex_post, text=lm.decode(ledger.response_ids),
+                  prompt_tokens=len(prepared.parts.full), context_tokens_cut=prepared.cut,
+                  seed=prepared.seed)
+
+
 def decode_answer(lm: LanguageModel, request: CIDRequest, documents: Sequence[Document],
                   on_entry: Callable[[LedgerEntry], None] | None = None) -> Answer:
     """Decode ``request`` with ``documents`` as its context (those the budget let through).
 
     At λ = 1 and T = 1 without ε, CID is plain decoding: a served model's server samples the
-    answer itself (as ``ctxleak influence`` has it do at that setting), which is scored with and
-    without the context; every other setting mixes the two distributions at each step.
-    ``on_entry``: called with each released token's ledger entry (the stopping EOS too) as it is
-    drawn; the server-sampled answer's all at once, when it has been scored."""
+    answer itself (:func:`server_samples`), which is scored with and without the context; every
+    other setting mixes the two distributions at each step. ``on_entry``: called with each
+    released token's ledger entry (the stopping EOS too) as it is drawn; the server-sampled
+    answer's all at once, when it has been scored."""
+    if server_samples(lm, request):
+        answer = release_sampled(lm, request, documents).scored()
+        if on_entry is not None:
+            for entry in answer.ledger.entries:
+                on_entry(entry)
+        return answer
+    prepared = prepare_answer(lm, request, documents)
+    ledger = generate_cid(lm, prepared.parts.full, prepared.parts.empty, prepared.config,
+                          prepared.seed, sample=prepared.sample, on_entry=on_entry)
+    return finish_answer(lm, prepared, ledger)
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """An answer the model's server sampled (λ = 1, T = 1), before it is scored: ``answer``
+    holds its tokens and text, every ledger entry's log-probs and influence NaN (not computed
+    yet); :meth:`scored` scores it with and without the context (Def. 3.1 with n = |D|)."""
+
+    lm: LanguageModel
+    parts: PromptParts
+    request: CIDRequest
+    answer: Answer
+
+    def scored(self) -> Answer:
+        """The answer with each released token (the stopping EOS too) scored teacher-forced
+        with and without the context, EOS masked before ``min_tokens`` as when it was drawn."""
+        ledger = self.answer.ledger
+        released = [e.token_id for e in ledger.entries]
+        entries: list[LedgerEntry] = []
+        if released:
+            lc, le = eos_masked(self.lm, [self.parts.full, self.parts.empty],
+                                [released, released], self.request.min_tokens)
+            entries = [LedgerEntry(step=k, token_id=int(t), lam=1.0, logp_context=float(lc[k]),
+                                   logp_empty=float(le[k]),
+                                   influence=float(token_influence(float(lc[k]),
+                                                                   float(le[k]))))
+                       for k, t in enumerate(released)]
+        return replace(self.answer, ledger=replace(ledger, entries=tuple(entries)))
+
+
+def release_sampled(lm: LanguageModel, request: CIDRequest, documents: Sequence[Document],
+                    on_entry: Callable[[LedgerEntry], None] | None = None) -> Sampled:
+    """Plain decoding (λ = 1, T = 1) of a served model: the answer its server samples, ready
+    to be released before it is scored (:class:`Sampled`); ``on_entry`` hears each released
+    token's entry (log-probs NaN) as soon as the server answered. Its released tokens are the
+    answer's, the stopping EOS as the model's first EOS id."""
     parts, cut = answer_parts(lm, documents, request.query, request.max_tokens)
     seed = request.seed if request.seed is not None else secrets.randbits(63)
-    if request.lam == 1.0 and request.eps is None and request.temperature == 1.0 \
-            and WEIGHTS not in capabilities_of(lm):
-        ledger = _sampled_by_server(lm, parts, request, seed)
-        if on_entry is not None:
-            for entry in ledger.entries:
-                on_entry(entry)
-        return Answer(ledger=ledger, eps_ex_post=None, text=lm.decode(ledger.response_ids),
-                      prompt_tokens=len(parts.full), context_tokens_cut=cut, seed=seed)
-    greedy = request.temperature is None
-    config = CIDConfig(lam=request.lam, temperature=request.temperature or 1.0,
-                       max_new_tokens=request.max_tokens, min_new_tokens=request.min_tokens,
-                       bounded_eps=request.eps if request.eps is not None else EX_POST_ONLY)
-    ledger = generate_cid(lm, parts.full, parts.empty, config, seed, sample=not greedy,
-                          on_entry=on_entry)
-    ex_post = tuple(float(e.eps_ex_post) for e in ledger.entries if e.eps_ex_post is not None)
-    if request.eps is None:  # plain CID: no ε guarantee in the ledger
-        ledger = replace(ledger, bounded_eps=None,
-                         entries=tuple(replace(e, eps=None) for e in ledger.entries))
-    return Answer(ledger=ledger, eps_ex_post=ex_post, text=lm.decode(ledger.response_ids),
-                  prompt_tokens=len(parts.full), context_tokens_cut=cut, seed=seed)
-
-
-def _sampled_by_server(lm: LanguageModel, parts: PromptParts, request: CIDRequest,
-                       seed: int) -> RowLedger:
-    """Plain decoding (λ = 1, T = 1) of a served model: the answer its server samples, each
-    released token (the stopping EOS too, as the model's first EOS id) scored teacher-forced
-    with and without the context (Def. 3.1 with n = |D|), EOS masked before ``min_tokens`` as
-    when it was drawn."""
     [(ids, stopped)] = own_answers(lm, [parts], [seed], 1.0, request.max_tokens,
                                    request.min_tokens)
     released = list(ids) + ([lm.eos_ids[0]] if stopped and lm.eos_ids else [])
-    entries: list[LedgerEntry] = []
-    if released:
-        lc, le = eos_masked(lm, [parts.full, parts.empty], [released, released],
-                            request.min_tokens)
-        entries = [LedgerEntry(step=k, token_id=int(t), lam=1.0, logp_context=float(lc[k]),
-                               logp_empty=float(le[k]),
-                               influence=float(token_influence(float(lc[k]), float(le[k]))))
-                   for k, t in enumerate(released)]
-    return RowLedger(row=0, entries=tuple(entries), stopped_on_eos=stopped, lam=1.0,
-                     temperature=1.0)
+    nan = float("nan")
+    entries = tuple(LedgerEntry(step=k, token_id=int(t), lam=1.0, logp_context=nan,
+                                logp_empty=nan, influence=nan)
+                    for k, t in enumerate(released))
+    if on_entry is not None:
+        for entry in entries:
+            on_entry(entry)
+    ledger = RowLedger(row=0, entries=entries, stopped_on_eos=stopped, lam=1.0,
+                       temperature=1.0)
+    answer = Answer(ledger=ledger, eps_ex_post=None, text=lm.decode(ids),
+                    prompt_tokens=len(parts.full), context_tokens_cut=cut, seed=seed)
+    return Sampled(lm=lm, parts=parts, request=request, answer=answer)
