@@ -253,6 +253,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         if args.vllm_url and not args.in_process_only:
+            # warm-up: the server's prefix cache holds the prompts then, as for each proxy
+            run_level(args.vllm_url.rstrip("/"), 1, len(examples), ("pass-through",), examples,
+                      args.tokens, args.model_name)
             for c in levels:
                 print(run_level(args.vllm_url.rstrip("/"), c, args.per_client,
                                 ("pass-through",), examples, args.tokens, args.model_name)
