@@ -39,6 +39,13 @@ PROBE_TEXT = ("The quick brown fox jumps over the lazy dog. Privacy matters: a m
 # distribution's -log V is refused as uniform (a trained model scores English far better).
 UNIFORM_MARGIN_NATS = 1.0
 LOGPROB_SLACK = 1e-4  # float noise above 0 that a log-prob may show
+# How far above 1 the probabilities of distinct tokens of one distribution may sum (float32
+# servers: a few 1e-6); a server whose log-probs are all shifted up sums far above it.
+MASS_SLACK = 1e-3
+# How many of the most likely next tokens an answer scoring one token carries with it, so that
+# the answer can be checked on its own: their probabilities sum to at most 1, and the most likely
+# is above 1/V unless the distribution is uniform.
+TOP_CHECKED = 5
 # Continuations this short are scored token by token through allowed_token_ids requests, which
 # the server's prefix cache serves (prompt_logprobs requests recompute the whole prompt).
 SHORT_CONTINUATION = 4
@@ -246,8 +253,12 @@ class ServedLM(LanguageModel):
             except (KeyError, IndexError, TypeError) as exc:
                 raise ServerError(f"the server at {self.info.base_url} answered no next-token "
                                   f"log-probs ('logprobs.top_logprobs': {exc})") from None
-            ids = np.fromiter((token_id(key) for key in top), dtype=np.int64, count=len(top))
-            values = np.fromiter(top.values(), dtype=np.float64, count=len(top))
+            by_id = self._checked_top(top, f"the next-token distribution of prompt {r}")
+            ids = np.fromiter(by_id.keys(), dtype=np.int64, count=len(by_id))
+            values = np.fromiter(by_id.values(), dtype=np.float64, count=len(by_id))
+            if ids.size and int(ids.min()) < 0:
+                raise ServerError(f"the server at {self.info.base_url} answered a negative "
+                                  f"token id ({int(ids.min())}) in a next-token distribution")
             if ids.size and int(ids.max()) >= out.shape[1]:
                 out = np.pad(out, ((0, 0), (0, int(ids.max()) + 1 - out.shape[1])),
                              constant_values=-np.inf)
@@ -255,7 +266,7 @@ class ServedLM(LanguageModel):
             mass = float(np.exp(out[r][np.isfinite(out[r])]).sum())
             if mass < 1 - 1e-3:
                 raise ServerError(
-                    f"the server at {self.info.base_url} returned {len(top)} next-token "
+                    f"the server at {self.info.base_url} returned {len(by_id)} next-token "
                     f"log-probs covering {mass:.4f} of the probability: start vLLM with "
                     "--max-logprobs -1, or load the model in-process")
         return out
@@ -351,18 +362,57 @@ class ServedLM(LanguageModel):
         Nothing measured from a refused answer is written, so ``resume`` continues once the
         server answers correctly."""
         row = np.asarray(values, dtype=np.float64)
-        where = f"the server at {self.info.base_url}"
-        if row.size and (not np.all(np.isfinite(row)) or float(row.max()) > LOGPROB_SLACK):
-            raise ServerError(f"{where} answered impossible log-probs for {what} (largest "
-                              f"{float(np.nanmax(row)) if not np.all(np.isnan(row)) else 'nan'}"
-                              f", all finite: {bool(np.all(np.isfinite(row)))}): refused")
+        self._check_possible(row, what)
         # uniform over the model's V >= the tokenizer's size: one value, at most -log(size)
-        ceiling = -math.log(max(self.vocab_size, 2)) + 1e-6
-        if row.size >= 2 and float(np.ptp(row)) < 1e-9 and float(row.max()) <= ceiling:
-            raise ServerError(f"{where} answered the uniform distribution for {what} (every "
-                              f"log-prob {float(row[0]):.4f} nats, -log of the vocabulary "
-                              "size): refused, as no trained model answers so")
+        if row.size >= 2 and float(np.ptp(row)) < 1e-9 and float(row.max()) <= self._ceiling():
+            raise self._uniform(what, float(row[0]))
         return row
+
+    def _ceiling(self) -> float:
+        """-log of the tokenizer's size: no token of a distribution over V >= that many tokens
+        is above it unless every token is (uniform)."""
+        return -math.log(max(self.vocab_size, 2)) + 1e-6
+
+    def _uniform(self, what: str, value: float) -> ServerError:
+        return ServerError(f"the server at {self.info.base_url} answered the uniform "
+                           f"distribution for {what} (every log-prob {value:.4f} nats, -log of "
+                           "the vocabulary size): refused, as no trained model answers so")
+
+    def _check_possible(self, row: np.ndarray, what: str) -> None:
+        """Every value a log-prob: finite (no NaN, no ±inf) and at most 0."""
+        if row.size and (not np.all(np.isfinite(row)) or float(row.max()) > LOGPROB_SLACK):
+            nan = bool(np.any(np.isnan(row)))
+            largest = float(np.nanmax(row)) if not np.all(np.isnan(row)) else math.nan
+            raise ServerError(f"the server at {self.info.base_url} answered impossible "
+                              f"log-probs for {what} (largest {largest:.4g}, all finite: "
+                              f"{bool(np.all(np.isfinite(row)))}"
+                              f"{', NaN among them' if nan else ''}): refused")
+
+    def _checked_top(self, top: Any, what: str, *, tops: bool = True) -> dict[int, float]:
+        """One position's answered log-probs by token id (``{id or 'token_id:id': logprob}``),
+        checked on their own: possible (:meth:`_check_possible`), the probabilities of the
+        distinct tokens summing to at most 1 (a server whose log-probs are shifted up sums
+        above it), and, where they hold the most likely tokens (``tops``), the most likely
+        above 1/V (else the distribution is uniform)."""
+        if not isinstance(top, dict) or not top:
+            raise ServerError(f"the server at {self.info.base_url} answered no log-probs of "
+                              f"the most likely tokens for {what} ('top_logprobs')")
+        try:
+            by_id = {token_id(k): float(v["logprob"] if isinstance(v, dict) else v)
+                     for k, v in top.items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ServerError(f"the server at {self.info.base_url} answered log-probs for "
+                              f"{what} that are not numbers by token id ({exc})") from None
+        values = np.fromiter(by_id.values(), dtype=np.float64, count=len(by_id))
+        self._check_possible(values, what)
+        mass = float(np.exp(values).sum())
+        if mass > 1 + MASS_SLACK:
+            raise ServerError(f"the server at {self.info.base_url} answered impossible "
+                              f"log-probs for {what}: the probabilities of {len(by_id)} "
+                              f"distinct tokens sum to {mass:.4g} > 1: refused")
+        if tops and float(values.max()) <= self._ceiling():
+            raise self._uniform(what, float(values.max()))
+        return by_id
 
     # ---- a dialect's requests and answers ----------------------------------------------
     @abstractmethod
