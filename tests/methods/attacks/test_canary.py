@@ -292,3 +292,30 @@ def test_canary_audit_takes_the_run_options_and_documents_its_keywords():
             assert f"{f.name} : " in ctxleak.canary_audit.__doc__, f.name
     for name in ("lambda_", "bounded_eps", "trials", "threshold", "confidence"):
         assert f"{name} : " in ctxleak.canary_audit.__doc__
+
+
+def test_cli_frontier_joins_an_audit_on_its_model_length_and_server_too(tiny_dir, tmp_path,
+                                                                         capsys):
+    """An audit at the setting's λ, T and ε but of another response length is refused naming
+    what differs (so is another model or server), two audits of one setting are refused, and a
+    ``--keep`` outside (0, 1] is one line naming the flag, not a traceback."""
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({**d, "reference": "paris"}) + "\n" for d in DOCS))
+    sweep, audit, other = tmp_path / "sweep", tmp_path / "audit", tmp_path / "other"
+    for argv in (["influence", "--lambda", "0,1", "--max-new-tokens", "2", "--output",
+                  str(sweep)],
+                 ["canary", "--trials", "4", "--max-new-tokens", "2", "--output", str(audit)],
+                 ["canary", "--trials", "4", "--max-new-tokens", "3", "--output", str(other)]):
+        code, _, err = run_cli([*argv[:1], "--model", tiny_dir, "--data", str(data),
+                                *argv[1:]], capsys)
+        assert code == 0, err
+    code, _, err = run_cli(["influence", "frontier", str(sweep), "--audit", str(other)], capsys)
+    assert code != 0 and "another most new tokens (max_new_tokens 3)" in err
+    assert "Traceback" not in err
+    code, _, err = run_cli(["influence", "frontier", str(sweep), "--audit", str(audit),
+                            "--audit", str(audit)], capsys)
+    assert code != 0 and "both of the setting" in err
+    for keep in ("0", "nan", "2"):
+        code, _, err = run_cli(["influence", "frontier", str(sweep), "--keep", keep], capsys)
+        assert code != 0 and "--keep must be a share of the best utility in (0, 1]" in err
+        assert "Traceback" not in err
