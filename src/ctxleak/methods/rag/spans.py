@@ -58,12 +58,9 @@ def is_span_log(path: Any) -> bool:
         return False
     if not Path(path).is_file():
         return False
-    lines = read_jsonl(path)
-    try:
-        first = next(lines, None)
-    finally:
-        lines.close()
-    return first is not None and trace_id(first[1]) is not None
+    for _, first in read_jsonl(path):
+        return trace_id(first) is not None
+    return False
 
 
 #: The deepest nesting of a span's attributes that is read (OpenInference nests a few levels).
