@@ -107,3 +107,17 @@ def test_eos_renormalised_log_probs_are_checked(tiny, tok_dir):
     finally:
         good.stop()
     assert good.url in str(err.value)
+
+
+@pytest.mark.parametrize("ids", [["a", 2], [1.5], [-1], "12", [True]])
+def test_sampled_ids_that_are_not_token_ids_are_refused(tiny, tok_dir, ids):
+    good = FakeVLLM(tiny, never=NEVER).start()
+    try:
+        lm = serve("tiny", good.url, tokenizer=tok_dir)
+        lm.client.post_many = lambda path, bodies: [
+            {"choices": [{"index": 0, "token_ids": ids, "finish_reason": "length"}]}
+            for _ in bodies]
+        with pytest.raises(ServerError, match="not a list of integers"):
+            lm.draw([[1, 5, 6]], [0], temperature=1.0, max_new_tokens=2)
+    finally:
+        good.stop()

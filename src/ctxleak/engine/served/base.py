@@ -439,8 +439,14 @@ class ServedLM(LanguageModel):
             if tokens is None:
                 raise ServerError(f"the server at {self.info.base_url} returned no token ids "
                                   "of its samples")
-            ids = [token_id(t) for t in tokens]
-        ids = [int(t) for t in ids]
+            try:
+                ids = [token_id(t) for t in tokens]
+            except (TypeError, ValueError):
+                ids = None
+        if not isinstance(ids, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+            raise ServerError(f"the server at {self.info.base_url} answered sampled token ids "
+                              "that are not a list of integers >= 0: refused")
         stopped = choice.get("finish_reason") == "stop"
         if ids and ids[-1] in stops:
             ids, stopped = ids[:-1], True
