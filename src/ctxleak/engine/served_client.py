@@ -159,7 +159,8 @@ class ServedClient:
 
     def _dead(self, path: str, exc: BaseException) -> ServerError:
         return ServerError(
-            f"{self._where(path)} did not answer after {self.options.attempts} tries "
+            f"{self._where(path)} did not answer after {self.options.attempts} "
+            f"{'try' if self.options.attempts == 1 else 'tries'} "
             f"({type(exc).__name__}: {self._detail(exc)}): is it still running? Start it "
             "again; a run already begun keeps its finished examples, and rerunning the same "
             "command with --resume --output RUN_DIR finishes it")

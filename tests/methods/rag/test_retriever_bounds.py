@@ -66,3 +66,9 @@ def test_a_budget_on_data_without_documents_is_refused(llama_lm, tmp_path):
                           output=str(tmp_path / "run"), progress=False)
     assert err.value.param == "exposure_budget"
     assert not (tmp_path / "run" / "samples.jsonl").exists()
+
+
+def test_a_retrieved_item_of_the_wrong_type_names_the_field_once():
+    with pytest.raises(InputError) as err:
+        retrieve(lambda query: [3.5], ["q ?"])
+    assert err.value.field == "documents" and "documents.documents" not in str(err.value)

@@ -118,7 +118,8 @@ def retrieve(retriever: Any, queries: Any) -> list[dict[str, Any]]:
             docs = [to_document(item, rank).to_dict() for rank, item in enumerate(items, 1)]
         except DocumentProblem as exc:
             raise InputError(f"{where}the {kind} returned {exc}", file=file, line=line,
-                             field=f"documents.{exc.field}") from None
+                             field="documents" if exc.field == "documents"
+                             else f"documents.{exc.field}") from None
         out.append({"id": str(line), **row, "documents": docs})  # unnamed: numbered from 1
     return out
 
