@@ -91,3 +91,20 @@ def test_the_app_prompt_file_and_a_model_config_refuse_deep_or_broken_json(tmp_p
     config.write_bytes(b"[" * 100000 + b"]" * 100000)
     with pytest.raises(ConfigError, match="nested more deeply"):
         _read_config(config)
+
+
+def test_document_ids_in_nfc_and_nfd_are_refused_not_kept_as_two(tmp_path):
+    """'café' written NFC in one turn and NFD in another prints the same: refused, naming the
+    line, rather than counted as two documents."""
+    import unicodedata
+
+    nfc, nfd = (unicodedata.normalize(form, "café") for form in ("NFC", "NFD"))
+    assert nfc != nfd
+    rows = [{"id": f"t{k}", "query": "q ?", "response": "a .",
+             "documents": [{"id": ident, "text": f"doc {k} ."}]}
+            for k, ident in enumerate((nfc, nfd))]
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError, match="only in its Unicode normalisation") as err:
+        load_examples(str(path))
+    assert err.value.line == 2 and err.value.field == "documents.id"
