@@ -247,8 +247,11 @@ def control_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
     if cost:
         share = cost.get("share_of_measure_time")
         pct = f", {100 * share:.1f}% of the measuring time" if share is not None else ""
+        total = sum(int(s.get("n") or 0) for s in summaries)
+        part = (f" of the {total} (those measured in this process: a resumed run's earlier "
+                "responses are not counted)") if 0 < cost["examples"] < total else ""
         lines.append(f"control cost: {cost['forward_passes']} extra forward passes for "
-                     f"{cost['examples']} responses, {cost['seconds']:.3g} s{pct}")
+                     f"{cost['examples']} responses{part}, {cost['seconds']:.3g} s{pct}")
     return lines
 
 
