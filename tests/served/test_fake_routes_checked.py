@@ -121,3 +121,22 @@ def test_sampled_ids_that_are_not_token_ids_are_refused(tiny, tok_dir, ids):
             lm.draw([[1, 5, 6]], [0], temperature=1.0, max_new_tokens=2)
     finally:
         good.stop()
+
+
+def test_a_distribution_with_tokens_of_probability_0_is_accepted(tiny, tok_dir):
+    """-inf is a possible log-prob in a whole distribution (a token the model rules out): kept,
+    while NaN and +inf are refused."""
+    good = FakeVLLM(tiny, never=NEVER).start()
+    try:
+        lm = serve("tiny", good.url, tokenizer=tok_dir)
+        v = lm.vocab_size
+        top = {f"token_id:{t}": (-np.inf if t < 3 else -np.log(v - 3)) for t in range(v)}
+        answer = {"choices": [{"index": 0, "logprobs": {"top_logprobs": [top]}}]}
+        lm.client.post_many = lambda path, bodies: [answer for _ in bodies]
+        got = lm.vocab_logprobs([[1, 5]])
+        assert np.all(np.isneginf(got[0, :3])) and np.isclose(np.exp(got[0]).sum(), 1.0)
+        top["token_id:0"] = np.inf
+        with pytest.raises(ServerError, match="impossible"):
+            lm.vocab_logprobs([[1, 5]])
+    finally:
+        good.stop()

@@ -378,9 +378,11 @@ class ServedLM(LanguageModel):
                            f"distribution for {what} (every log-prob {value:.4f} nats, -log of "
                            "the vocabulary size): refused, as no trained model answers so")
 
-    def _check_possible(self, row: np.ndarray, what: str) -> None:
-        """Every value a log-prob: finite (no NaN, no ±inf) and at most 0."""
-        if row.size and (not np.all(np.isfinite(row)) or float(row.max()) > LOGPROB_SLACK):
+    def _check_possible(self, row: np.ndarray, what: str, *, zero_mass: bool = False) -> None:
+        """Every value a log-prob: finite (no NaN, no ±inf; with ``zero_mass``, -inf, a token
+        of probability 0, is one too) and at most 0."""
+        finite = np.isfinite(row) | (zero_mass & np.isneginf(row))
+        if row.size and (not np.all(finite) or float(row.max()) > LOGPROB_SLACK):
             nan = bool(np.any(np.isnan(row)))
             largest = float(np.nanmax(row)) if not np.all(np.isnan(row)) else math.nan
             raise ServerError(f"the server at {self.info.base_url} answered impossible "
@@ -404,7 +406,7 @@ class ServedLM(LanguageModel):
             raise ServerError(f"the server at {self.info.base_url} answered log-probs for "
                               f"{what} that are not numbers by token id ({exc})") from None
         values = np.fromiter(by_id.values(), dtype=np.float64, count=len(by_id))
-        self._check_possible(values, what)
+        self._check_possible(values, what, zero_mass=True)
         mass = float(np.exp(values).sum())
         if mass > 1 + MASS_SLACK:
             raise ServerError(f"the server at {self.info.base_url} answered impossible "
