@@ -394,8 +394,8 @@ class ServedLM(LanguageModel):
         """One position's answered log-probs by token id (``{id or 'token_id:id': logprob}``),
         checked on their own: possible (:meth:`_check_possible`), the probabilities of the
         distinct tokens summing to at most 1 (a server whose log-probs are shifted up sums
-        above it), and, where they hold the most likely tokens (``tops``), the most likely
-        above 1/V (else the distribution is uniform)."""
+        above it), and, where they hold the most likely tokens (``tops``, two or more of them
+        finite), the most likely above 1/V (else the distribution is uniform)."""
         if not isinstance(top, dict) or not top:
             raise ServerError(f"the server at {self.info.base_url} answered no log-probs of "
                               f"the most likely tokens for {what} ('top_logprobs')")
@@ -412,7 +412,9 @@ class ServedLM(LanguageModel):
             raise ServerError(f"the server at {self.info.base_url} answered impossible "
                               f"log-probs for {what}: the probabilities of {len(by_id)} "
                               f"distinct tokens sum to {mass:.4g} > 1: refused")
-        if tops and float(values.max()) <= self._ceiling():
+        # the most likely of two or more tokens at or below 1/V: every token is at 1/V (a
+        # single finite value may be a candidate the server masked the others around)
+        if tops and int(np.isfinite(values).sum()) >= 2 and float(values.max()) <= self._ceiling():
             raise self._uniform(what, float(values.max()))
         return by_id
 
