@@ -62,7 +62,7 @@ def test_the_control_cost_says_when_it_counts_only_this_process():
     summaries = [{"n": 8, "control": {"enabled": False, "reason": "x", "cost": cost}}]
     line = control_lines(summaries)[-1]
     assert line.startswith("control cost: 4 extra forward passes for 2 responses of the 8 "
-                           "(those measured in this process")
+                           "(those this process measured), 1.5 s")
     whole = [{"n": 2, "control": {"enabled": False, "reason": "x", "cost": cost}}]
     assert control_lines(whole)[-1] == ("control cost: 4 extra forward passes for 2 responses, "
                                         "1.5 s, 50.0% of the measuring time")

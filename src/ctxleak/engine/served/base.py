@@ -30,6 +30,8 @@ from ctxleak.engine.capabilities import (
     check_capabilities,
 )
 from ctxleak.engine.lm import LanguageModel, LogitTransform, ModelFacts
+from ctxleak.engine.served import answers
+from ctxleak.engine.served.answers import LOGPROB_SLACK, token_id
 from ctxleak.engine.served_client import ServedClient, ServerError
 from ctxleak.engine.streams import Generation
 
@@ -38,14 +40,6 @@ PROBE_TEXT = ("The quick brown fox jumps over the lazy dog. Privacy matters: a m
 # A served model whose mean log-prob on the probe text is within this many nats of the uniform
 # distribution's -log V is refused as uniform (a trained model scores English far better).
 UNIFORM_MARGIN_NATS = 1.0
-LOGPROB_SLACK = 1e-4  # float noise above 0 that a log-prob may show
-# How far above 1 the probabilities of distinct tokens of one distribution may sum (float32
-# servers: a few 1e-6); a server whose log-probs are all shifted up sums far above it.
-MASS_SLACK = 1e-3
-# How many of the most likely next tokens an answer scoring one token carries with it, so that
-# the answer can be checked on its own: their probabilities sum to at most 1, and the most likely
-# is above 1/V unless the distribution is uniform.
-TOP_CHECKED = 5
 # Continuations this short are scored token by token through allowed_token_ids requests, which
 # the server's prefix cache serves (prompt_logprobs requests recompute the whole prompt).
 SHORT_CONTINUATION = 4
@@ -357,66 +351,15 @@ class ServedLM(LanguageModel):
 
     def _checked(self, values: Sequence[float], what: str) -> np.ndarray:
         """Log-probs the server answered, as float64, refused when impossible (not finite,
-        above 0) or uniform over the vocabulary (two or more, all equal to -log V: a replica
-        that lost its weights): every answer a run uses is checked, not only the probe before it.
-        Nothing measured from a refused answer is written, so ``resume`` continues once the
-        server answers correctly."""
-        row = np.asarray(values, dtype=np.float64)
-        self._check_possible(row, what)
-        # uniform over the model's V >= the tokenizer's size: one value, at most -log(size)
-        if row.size >= 2 and float(np.ptp(row)) < 1e-9 and float(row.max()) <= self._ceiling():
-            raise self._uniform(what, float(row[0]))
-        return row
-
-    def _ceiling(self) -> float:
-        """-log of the tokenizer's size: no token of a distribution over V >= that many tokens
-        is above it unless every token is (uniform)."""
-        return -math.log(max(self.vocab_size, 2)) + 1e-6
-
-    def _uniform(self, what: str, value: float) -> ServerError:
-        return ServerError(f"the server at {self.info.base_url} answered the uniform "
-                           f"distribution for {what} (every log-prob {value:.4f} nats, -log of "
-                           "the vocabulary size): refused, as no trained model answers so")
-
-    def _check_possible(self, row: np.ndarray, what: str, *, zero_mass: bool = False) -> None:
-        """Every value a log-prob: finite (no NaN, no ±inf; with ``zero_mass``, -inf, a token
-        of probability 0, is one too) and at most 0."""
-        finite = np.isfinite(row) | (zero_mass & np.isneginf(row))
-        if row.size and (not np.all(finite) or float(row.max()) > LOGPROB_SLACK):
-            nan = bool(np.any(np.isnan(row)))
-            largest = float(np.nanmax(row)) if not np.all(np.isnan(row)) else math.nan
-            raise ServerError(f"the server at {self.info.base_url} answered impossible "
-                              f"log-probs for {what} (largest {largest:.4g}, all finite: "
-                              f"{bool(np.all(np.isfinite(row)))}"
-                              f"{', NaN among them' if nan else ''}): refused")
+        above 0) or uniform over the vocabulary (:func:`~.answers.checked`): every answer a run
+        uses is checked, not only the probe before it. Nothing measured from a refused answer
+        is written, so ``resume`` continues once the server answers correctly."""
+        return answers.checked(values, what, self.info.base_url, self.vocab_size)
 
     def _checked_top(self, top: Any, what: str, *, tops: bool = True) -> dict[int, float]:
-        """One position's answered log-probs by token id (``{id or 'token_id:id': logprob}``),
-        checked on their own: possible (:meth:`_check_possible`), the probabilities of the
-        distinct tokens summing to at most 1 (a server whose log-probs are shifted up sums
-        above it), and, where they hold the most likely tokens (``tops``, two or more of them
-        finite), the most likely above 1/V (else the distribution is uniform)."""
-        if not isinstance(top, dict) or not top:
-            raise ServerError(f"the server at {self.info.base_url} answered no log-probs of "
-                              f"the most likely tokens for {what} ('top_logprobs')")
-        try:
-            by_id = {token_id(k): float(v["logprob"] if isinstance(v, dict) else v)
-                     for k, v in top.items()}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ServerError(f"the server at {self.info.base_url} answered log-probs for "
-                              f"{what} that are not numbers by token id ({exc})") from None
-        values = np.fromiter(by_id.values(), dtype=np.float64, count=len(by_id))
-        self._check_possible(values, what, zero_mass=True)
-        mass = float(np.exp(values).sum())
-        if mass > 1 + MASS_SLACK:
-            raise ServerError(f"the server at {self.info.base_url} answered impossible "
-                              f"log-probs for {what}: the probabilities of {len(by_id)} "
-                              f"distinct tokens sum to {mass:.4g} > 1: refused")
-        # the most likely of two or more tokens at or below 1/V: every token is at 1/V (a
-        # single finite value may be a candidate the server masked the others around)
-        if tops and int(np.isfinite(values).sum()) >= 2 and float(values.max()) <= self._ceiling():
-            raise self._uniform(what, float(values.max()))
-        return by_id
+        """One position's answered log-probs by token id, checked on their own
+        (:func:`~.answers.checked_top`)."""
+        return answers.checked_top(top, what, self.info.base_url, self.vocab_size, tops=tops)
 
     # ---- a dialect's requests and answers ----------------------------------------------
     @abstractmethod
@@ -476,12 +419,6 @@ class ServedLM(LanguageModel):
                 f"{uniform:.3f} for uniform over {self.vocab_size} tokens. The model folder it "
                 "serves is read wrongly (for a ctxleak cache folder: convert it again with "
                 "this ctxleak version), or it is another model")
-
-
-def token_id(key: str) -> int:
-    """An id from ``token_id:123`` (return_tokens_as_token_ids) or ``123``."""
-    text = str(key)
-    return int(text.rsplit(":", 1)[-1]) if text.startswith("token_id:") else int(text)
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int:

@@ -7,7 +7,7 @@
   ``allowed_token_ids`` requests instead, which the server's prefix cache serves;
 - candidate next-token log-probs: one token restricted to the candidate (``allowed_token_ids``),
   whose returned log-prob is the raw, unrestricted one, with the raw log-probs of the
-  :data:`~ctxleak.engine.served.base.TOP_CHECKED` most likely tokens, so that an answer of one
+  :data:`~ctxleak.engine.served.answers.TOP_CHECKED` most likely tokens, so that an answer of one
   value is checked on its own (a uniform or shifted distribution shows in them);
 - sampling: ``n``, ``seed``, ``temperature``, ``min_tokens`` and the EOS ids as
   ``stop_token_ids``, so a response ends as the in-process one does;
@@ -33,14 +33,8 @@ import numpy as np
 from ctxleak.engine.capabilities import CID_DECODING, SERVED_DISTRIBUTION
 from ctxleak.engine.pairs import PairAnswer, PairJob
 from ctxleak.engine.served import cid_plugin
-from ctxleak.engine.served.base import (
-    PROBE_TEXT,
-    SHORT_CONTINUATION,
-    TOP_CHECKED,
-    ServedLM,
-    first_difference,
-    token_id,
-)
+from ctxleak.engine.served.answers import TOP_CHECKED, token_id
+from ctxleak.engine.served.base import PROBE_TEXT, SHORT_CONTINUATION, ServedLM, first_difference
 from ctxleak.engine.served_client import ServerError
 from ctxleak.errors import ConfigError
 
