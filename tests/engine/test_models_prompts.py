@@ -36,6 +36,16 @@ def test_unknown_model_lists_names():
         load_model("nope")
 
 
+def test_a_model_given_as_an_object_names_its_type_not_its_repr():
+    import ctxleak
+
+    for call in (lambda: load_model({"name": "x"}),
+                 lambda: ctxleak.influence({"name": "x"}, "demo", limit=1)):
+        with pytest.raises(ConfigError, match=r"model must be a name.* not a dict$") as err:
+            call()
+        assert "{" not in str(err.value) and err.value.param == "model"
+
+
 def test_missing_gguf_and_bad_dir(tmp_path):
     with pytest.raises(ConfigError, match="GGUF file not found"):
         load_model(str(tmp_path / "m.gguf"))

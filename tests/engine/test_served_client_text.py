@@ -111,3 +111,34 @@ def test_a_redirect_is_named(answering, status, location):
     message = str(info.value)
     assert f"HTTP {status}" in message and "redirect" in message and "not JSON" not in message
     assert (location or "no Location") in message and info.value.status == status
+
+
+ESCAPED = "".join(f"\\u{ord(c):04x}" for c in KEY)
+
+
+@pytest.mark.parametrize("body", [
+    f'{{"error": "bad key {ESCAPED}"}}',  # every character \\u-escaped, in an error
+    f"key {KEY[:10]}\n{KEY[10:]} refused",  # split over two lines
+    f'{{"error": {{"a": "{KEY[:9]}", "b": "{KEY[9:]}"}}}}'])  # split over two fields
+def test_an_escaped_or_split_key_is_masked(answering, body):
+    url = answering(401, body, (("Content-Type", "text/plain"),))
+    with pytest.raises(ServerError) as info:
+        _client(url).get("/v1/models")
+    text = str(info.value)
+    for part in (KEY[i:i + 8] for i in range(len(KEY) - 7)):
+        assert part not in text, text
+    assert "***" in text
+
+
+def test_an_escaped_key_in_an_answer_read_from_is_masked(answering):
+    url = answering(200, '{"data": [{"id": "m", "note": "' + ESCAPED + '"}]}')
+    answer = _client(url).get("/v1/models")
+    assert answer["data"][0]["note"] == "***"
+
+
+def test_an_escaped_surrogate_in_an_error_stays_escaped(answering):
+    url = answering(500, '{"error": "\\ud83d and ' + KEY + '"}')
+    with pytest.raises(ServerError) as info:
+        _client(url).get("/v1/models")
+    str(info.value).encode("utf-8")  # printable: no lone surrogate
+    assert "\\ud83d" in str(info.value) and KEY not in str(info.value)

@@ -106,7 +106,7 @@ def test_yaml_keys_reach_the_client(recorded, capsys, tmp_path):
 
 def test_retries_against_a_closed_port():
     """The real client: a refused connection is tried ``retries + 1`` times, then one error."""
-    with pytest.raises(ServerError, match="after 1 tries"):
+    with pytest.raises(ServerError, match="after 1 try "):
         load_model("default", server_url=DEAD, retries=0)
     with pytest.raises(ServerError, match="after 2 tries"):
         load_model("default", server_url=DEAD, retries=1, request_timeout=2)

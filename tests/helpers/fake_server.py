@@ -25,7 +25,9 @@ as vLLM's ``--max-logprobs`` does.
 
 Fault modes (:class:`Fault`), each after ``after`` good completion answers, so a run can start
 well and fail mid-way: ``http`` (an HTTP status, 500 by default), ``not-json``, ``wrong-shape``
-(JSON without ``choices``), ``uniform`` and ``positive`` log-probs, ``few-logprobs`` (at most
+(JSON without ``choices``), ``uniform`` and ``positive`` log-probs, ``shifted`` ones (every
+log-prob 3 nats too high: probabilities that sum to e³), ``nan`` (the most likely token's
+log-prob NaN, written as JSON's ``NaN``), ``few-logprobs`` (at most
 5 of the requested top log-probs per position), ``die`` (the server stops
 listening and drops the request) and ``hang`` (the request is never answered until the server
 stops). ``requests`` records every body the server saw.
@@ -45,8 +47,8 @@ from typing import Any
 
 import torch
 
-FAULTS = ("http", "not-json", "wrong-shape", "uniform", "positive", "few-logprobs", "die",
-          "hang")
+FAULTS = ("http", "not-json", "wrong-shape", "uniform", "positive", "shifted", "nan",
+          "few-logprobs", "die", "hang")
 #: The request fields of vLLM's extensions, which a plain OpenAI-compatible server refuses.
 VLLM_ONLY = ("prompt_logprobs", "allowed_token_ids", "min_tokens", "stop_token_ids",
              "return_token_ids", "skip_special_tokens", "use_beam_search")
@@ -144,6 +146,13 @@ class FakeVLLM:
             return torch.full_like(logp, -math.log(logp.shape[-1]))
         if mode == "positive":
             return logp.abs() + 0.5
+        if mode == "shifted":
+            return logp + 3.0
+        if mode == "nan":
+            top = logp.argmax(dim=-1)
+            logp = logp.clone()
+            logp[torch.arange(logp.shape[0]), top] = math.nan
+            return logp
         return logp
 
     def extra_get(self, path: str) -> tuple[int, Any] | None:
@@ -185,9 +194,16 @@ class FakeVLLM:
                                   "token_ids": new if body.get("return_token_ids") else None}
         if body.get("prompt_logprobs") is not None:
             rows: list[Any] = [None]
+            k = int(body["prompt_logprobs"])
             for p in range(1, len(prompt)):
-                rows.append({str(prompt[p]): {"logprob": float(logp[p - 1, prompt[p]]),
-                                              "rank": 1, "decoded_token": ""}})
+                row = {str(prompt[p]): {"logprob": float(logp[p - 1, prompt[p]]),
+                                        "rank": 1, "decoded_token": ""}}
+                if k:  # and the k most likely tokens, as vLLM answers prompt_logprobs: k
+                    best = torch.topk(logp[p - 1], min(k, logp.shape[-1]))
+                    row.update({str(int(t)): {"logprob": float(v), "rank": r + 1,
+                                              "decoded_token": ""} for r, (v, t) in
+                                enumerate(zip(best.values.tolist(), best.indices.tolist()))})
+                rows.append(row)
             choice["prompt_logprobs"] = rows
             if body.get("return_token_ids"):
                 choice["prompt_token_ids"] = prompt

@@ -207,6 +207,12 @@ def test_config_validation():
         CIDConfig(max_new_tokens=5, min_new_tokens=6)
     with pytest.raises(ConfigError, match="^bounded_eps must be >= 0"):
         CIDConfig(bounded_eps=-0.5)
+    # an ε whose composition over a response overflows is refused, not blamed on the model
+    with pytest.raises(ConfigError, match="^bounded_eps 1e\\+308 per token composes to more "
+                                          "than the largest float over 9 tokens") as info:
+        CIDConfig(bounded_eps=1e308, max_new_tokens=8, min_new_tokens=8)
+    assert info.value.param == "bounded_eps"
+    assert CIDConfig(bounded_eps=1e300, max_new_tokens=8, min_new_tokens=8).bounded_eps == 1e300
 
 
 def test_windows():

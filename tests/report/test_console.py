@@ -51,3 +51,18 @@ def test_cli_plain_flag(capsys):
     assert code == 0, err
     header = out.splitlines()[1] if out.startswith("#") else out.splitlines()[0]
     assert "\t" in header and "│" not in out and "┃" not in out
+
+
+def test_the_control_cost_says_when_it_counts_only_this_process():
+    """A resumed run measured 2 of its 8 responses in this process: the control's cost line
+    says so, rather than read as the cost of all 8; a run measured whole says nothing more."""
+    from ctxleak.report.influence import control_lines
+
+    cost = {"forward_passes": 4, "examples": 2, "seconds": 1.5, "share_of_measure_time": 0.5}
+    summaries = [{"n": 8, "control": {"enabled": False, "reason": "x", "cost": cost}}]
+    line = control_lines(summaries)[-1]
+    assert line.startswith("control cost: 4 extra forward passes for 2 responses of the 8 "
+                           "(those this process measured), 1.5 s")
+    whole = [{"n": 2, "control": {"enabled": False, "reason": "x", "cost": cost}}]
+    assert control_lines(whole)[-1] == ("control cost: 4 extra forward passes for 2 responses, "
+                                        "1.5 s, 50.0% of the measuring time")

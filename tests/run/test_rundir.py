@@ -283,3 +283,32 @@ def test_a_run_folder_json_that_is_not_utf8_or_unreadable_names_the_file(tmp_pat
     with pytest.raises(InputError, match="cannot be read") as err:
         read_json_file(tmp_path)  # a folder
     assert str(tmp_path) in str(err.value)
+
+
+def test_ctrl_c_while_a_row_is_written_counts_the_row_kept(tmp_path, monkeypatch):
+    """Ctrl-C arriving as a row is appended (here: right after its bytes are written, before
+    its digest and its count) takes effect once the row is whole and counted: the interrupt
+    reports the 1 row the file holds, not 0."""
+    import os
+    import signal
+
+    import ctxleak.run.rundir as rundir
+    from ctxleak.run.runner import interrupted_message
+
+    real = rundir.append_whole
+
+    def then_ctrl_c(fd, data):
+        real(fd, data)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(rundir, "append_whole", then_ctrl_c)
+    with RunDir(tmp_path / "r", {"model": "m"}) as run:
+        with pytest.raises(KeyboardInterrupt) as info:
+            run.append_sample({"id": "a", "x": 1.0})
+        assert run.count == 1
+        info.value.run = run  # type: ignore[attr-defined]  # as the runner carries it
+        assert "interrupted: 1 finished example(s) are saved" in interrupted_message(info.value)
+    lines = (tmp_path / "r" / "samples.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [{"id": "a", "x": 1.0}]
+    resumed = RunDir(tmp_path / "r", {"model": "m"}, resume=True)
+    assert resumed.done_keys() == {"a"}  # its digest was written too: not refused as edited

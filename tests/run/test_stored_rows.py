@@ -59,6 +59,25 @@ def test_a_runs_records_are_its_stored_rows_read_on_demand(log_run):
     assert loaded.records[2:4][1]["note"] == "TURN-3" and _lines(out / "samples.jsonl") == stored
 
 
+def test_what_a_list_of_dicts_did_works_or_says_the_one_call(log_run):
+    """``json.dumps`` of the rows, ``+`` and ``copy`` work through one call or directly; what
+    only a list does (``append``, ``sort``...) is an error saying that call."""
+    res, out = log_run
+    stored = _lines(out / "samples.jsonl")
+    rows = res.records.to_list()
+    assert type(rows) is list and rows == stored
+    assert json.loads(json.dumps(res.records.to_list())) == stored
+    assert json.loads(json.dumps(list(res.records))) == stored
+    assert res.records + [{"x": 1}] == [*stored, {"x": 1}]
+    assert [{"x": 1}] + res.records == [{"x": 1}, *stored]
+    assert res.records.copy() == stored and type(res.records.copy()) is list
+    for name in ("append", "extend", "sort", "pop"):
+        with pytest.raises(AttributeError, match=r"list\(result.records\)"):
+            getattr(res.records, name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        res.records.nothing  # noqa: B018
+
+
 def test_the_summary_over_stored_rows_is_the_one_over_a_list(log_run, llama_lm):
     """The influence summary (bootstrap intervals, control, ledger per document) computed from
     the rows read on demand equals the one computed from the same rows held in a list."""

@@ -37,7 +37,7 @@ def load_retriever(spec: str) -> Any:
         sys.modules[module_name] = module  # dataclasses and pickling look the module up
         try:
             loader.loader.exec_module(module)
-        except Exception as exc:  # noqa: BLE001 - the user's file failed to run
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's file failed to run
             raise ConfigError(f"retriever {spec}: running {where} failed: "
                               f"{type(exc).__name__}: {exc}",
                               param="retriever") from exc
@@ -47,6 +47,9 @@ def load_retriever(spec: str) -> Any:
         except ImportError as exc:
             raise ConfigError(f"retriever {spec}: cannot import module {where!r} ({exc})",
                               param="retriever") from None
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module failed to run
+            raise ConfigError(f"retriever {spec}: importing {where} failed: "
+                              f"{type(exc).__name__}: {exc}", param="retriever") from exc
     if not hasattr(module, name):
         raise ConfigError(f"retriever {spec}: {where} has no {name!r}", param="retriever")
     return getattr(module, name)

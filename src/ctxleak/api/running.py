@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import fields, replace
 from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Union, cast
 
 from ctxleak.engine.lm import LanguageModel
+from ctxleak.errors import ConfigError
 from ctxleak.methods.audit.method import AuditMethod, AuditParams
 from ctxleak.methods.icl.method import ICLInfMethod
 from ctxleak.methods.icl.params import ICLInfParams
@@ -143,6 +145,9 @@ def run_options(model: str | LanguageModel, given: Mapping[str, Any]
                 ) -> tuple[RunOptions, LanguageModel | None]:
     """(the checked run options among the keywords ``given``, the loaded model or None)."""
     lm = cast(LanguageModel, model) if runner.is_lm(model) else None
+    if lm is None and not isinstance(model, (str, os.PathLike)):
+        raise ConfigError(f"model must be a name, a Hugging Face id, a path or a loaded model "
+                          f"(ctxleak.load_model), not a {type(model).__name__}", param="model")
     name = lm.info.name if lm is not None else str(model)
     names = set(RunOptions.names()) - {"model"}
     common = RunOptions(model=name, **{k: v for k, v in given.items() if k in names})

@@ -116,6 +116,11 @@ def gguf_cache_dir(gguf: Path) -> tuple[Path, dict[str, Any]]:
 
 def resolve_source(name_or_path: str) -> tuple[str, str, Path | None, dict[str, Any]]:
     """Return (display name, source kind, local dir to load, provenance extras)."""
+    if isinstance(name_or_path, os.PathLike):
+        name_or_path = os.fspath(name_or_path)
+    if not isinstance(name_or_path, str):
+        raise ConfigError(f"model must be a name, a Hugging Face id or a path, not a "
+                          f"{type(name_or_path).__name__}", param="model")
     if name_or_path in NAMED_MODELS:
         named = NAMED_MODELS[name_or_path]
         gguf = named.locate()

@@ -151,8 +151,11 @@ def _has_tokenizer(path: Path, trust_remote_code: bool) -> bool:
 def _read_config(config_path: Path) -> dict[str, Any]:
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:  # not JSON, not UTF-8
         raise ConfigError(f"{config_path} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{config_path} is not readable JSON (nested more deeply than the "
+                          "parser's limit of about 1,000 levels)") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{config_path} is not a JSON object")
     return config

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,20 @@ T = TypeVar("T")
 #: Environment variables read for the server's API key, first set wins.
 API_KEY_ENVS = ("CTXLEAK_API_KEY", "OPENAI_API_KEY")
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+#: The fewest characters of the API key masked where a server echoes a part of it.
+KEY_PART = 8
+
+
+def _unescaped(text: str) -> str:
+    """``text`` with JSON's ``\\uXXXX`` escapes read as the characters they stand for (a key a
+    server echoes so is masked as the key)."""
+    if "\\u" not in text:
+        return text
+    def read(match: re.Match[str]) -> str:
+        point = int(match.group(1), 16)  # a surrogate stays escaped: alone it cannot be printed
+        return match.group(0) if 0xD800 <= point <= 0xDFFF else chr(point)
+
+    return re.sub(r"\\u([0-9a-fA-F]{4})", read, text)
 
 
 class ServerError(CtxleakError):
@@ -127,12 +142,25 @@ class ServedClient:
             self.base_url = self.base_url[:-3]
         self.options = options or ClientOptions()
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # the key as a server may echo it (plain, JSON-escaped, URL-encoded), longest first
-        self._secrets = sorted({api_key, json.dumps(api_key)[1:-1], quote(api_key, safe="")},
-                               key=len, reverse=True) if api_key else []
+        # the key as a server may echo it (plain, JSON-escaped, URL-encoded), longest first,
+        # then every run of KEY_PART of its characters (a key split over lines or fields)
+        whole = {api_key, json.dumps(api_key)[1:-1], quote(api_key, safe="")} \
+            if api_key else set()
+        parts = {api_key[i:i + KEY_PART] for i in range(len(api_key) - KEY_PART + 1)} \
+            if api_key and len(api_key) > KEY_PART else set()
+        self._secrets = sorted(whole, key=len, reverse=True) + sorted(parts - whole)
+
+    def _shows_key(self, text: str) -> bool:
+        """Whether ``text`` holds the key or a part of it, ``\\u``-escaped or not."""
+        text = _unescaped(text)
+        return any(secret in text for secret in self._secrets)
 
     def _masked(self, text: str) -> str:
-        """``text`` from the server with the API key, wherever it is echoed, as ``***``."""
+        """``text`` from the server with the API key, wherever it is echoed (whole,
+        ``\\u``-escaped, or a part of :data:`KEY_PART` characters or more), as ``***``."""
+        if not self._secrets:
+            return text
+        text = _unescaped(text)
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
@@ -159,7 +187,8 @@ class ServedClient:
 
     def _dead(self, path: str, exc: BaseException) -> ServerError:
         return ServerError(
-            f"{self._where(path)} did not answer after {self.options.attempts} tries "
+            f"{self._where(path)} did not answer after {self.options.attempts} "
+            f"{'try' if self.options.attempts == 1 else 'tries'} "
             f"({type(exc).__name__}: {self._detail(exc)}): is it still running? Start it "
             "again; a run already begun keeps its finished examples, and rerunning the same "
             "command with --resume --output RUN_DIR finishes it")
@@ -208,7 +237,7 @@ class ServedClient:
             raise ServerError(f"{self._where(path)} answered HTTP {response.status_code} with "
                               f"what is not JSON ({kind}): "
                               f"{self._masked(response.text)[:200]!r}") from None
-        if any(secret in response.text for secret in self._secrets):
+        if self._secrets and self._shows_key(response.text):
             answer = self._masked_json(answer)  # nothing read from it may show the key
         return answer
 

@@ -110,12 +110,15 @@ def rounding_tol(values: Sequence[Any], total: float, digits: int = 6) -> float:
 
 @dataclass(frozen=True)
 class RecordChecks:
-    """A method's checks of what it stores: row ``bounds``, row ``cross`` checks and
-    ``summary`` bounds."""
+    """A method's checks of what it stores: row ``bounds``, row ``cross`` checks, ``summary``
+    bounds and ``summary_cross`` checks."""
 
     bounds: tuple[Bound, ...] = ()
     cross: tuple[CrossCheck, ...] = ()
     summary: tuple[Bound, ...] = ()
+    #: Cross-checks of the summary (two stored numbers that disagree), run after its bounds;
+    #: their fields are paths from ``summary.``.
+    summary_cross: tuple[CrossCheck, ...] = ()
 
     def row_problem(self, row: Mapping[str, Any]) -> RowProblem | None:
         """The first problem of a ``samples.jsonl`` row: a number that is not finite, out of
@@ -139,6 +142,10 @@ class RecordChecks:
             problem = bound.problem(summary, "summary")
             if problem:
                 return problem
+        for check in self.summary_cross:
+            problem = check(summary)
+            if problem:
+                return f"summary.{problem[0]}", problem[1]
         return None
 
 

@@ -13,6 +13,7 @@ so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, replace
 from typing import Any
@@ -73,6 +74,13 @@ class CIDConfig:
                               f"tokens ({self.max_new_tokens}), not {self.min_new_tokens}",
                               param="min_new_tokens")
         _check(bounded_eps=self.bounded_eps)
+        # a response's ε composes over its tokens (the stopping EOS included): it must be a number
+        if self.bounded_eps is not None and \
+                not math.isfinite(self.bounded_eps * (self.max_new_tokens + 1)):
+            raise ConfigError(f"bounded_eps {self.bounded_eps:g} per token composes to more "
+                              f"than the largest float over {self.max_new_tokens + 1} tokens: "
+                              "give a smaller ε",
+                              param="bounded_eps")
 
 
 def _check(**settings: float | None) -> None:

@@ -212,8 +212,7 @@ def _label(summaries: Sequence[dict[str, Any]], s: dict[str, Any]) -> str:
 
 
 def control_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
-    """One line per setting on the control: the rule, the paired test and the flagged
-    examples, or why there is no control; then what the control cost."""
+    """Per setting the control's rule, paired test and flagged examples (or why none); its cost."""
     lines = []
     for s in summaries:
         c = s.get("control") or {}
@@ -244,11 +243,12 @@ def control_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
                          f"{c.get('without_control_reason')}")
     cost = next(((s.get("control") or {}).get("cost") for s in summaries
                  if (s.get("control") or {}).get("cost")), None)
-    if cost:
-        share = cost.get("share_of_measure_time")
+    if cost:  # a resumed run counts the responses measured in this process only
+        share, total = cost.get("share_of_measure_time"), sum(int(s.get("n") or 0) for s in summaries)
         pct = f", {100 * share:.1f}% of the measuring time" if share is not None else ""
+        part = f" of the {total} (those this process measured)" if 0 < cost["examples"] < total else ""
         lines.append(f"control cost: {cost['forward_passes']} extra forward passes for "
-                     f"{cost['examples']} responses, {cost['seconds']:.3g} s{pct}")
+                     f"{cost['examples']} responses{part}, {cost['seconds']:.3g} s{pct}")
     return lines
 
 

@@ -351,7 +351,7 @@ class CanaryView(View):
              "meaning": f"{s.get('fp')} of {s.get('n_out')} measured trials without it; exact "
                         f"interval {s.get('fpr_ci')}"},
             {"quantity": "threshold", "value": s.get("threshold"),
-             "meaning": f"characters of the canary repeated; {s.get('threshold_choice')}"},
+             "meaning": f"characters of the canary repeated, in any order; {s.get('threshold_choice')}"},
             {"quantity": "trials needed", "value": s.get("trials_needed"),
              "meaning": "for a bound above 0 at these rates"},
             {"quantity": "reading", "value": s.get("reading"), "meaning": ""}]

@@ -171,8 +171,27 @@ class InfluenceResult(Result):
             if str(key) in where:
                 raise ConfigError(f"the canary audits {where[key]} and {name} are both of the "
                                   f"setting {key}: give one audit per setting", param="audits")
+            self._same_run_facts(audit, name)
             lower[str(key)], where[str(key)] = audit.summary["eps_lower"], name
         return lower
+
+    #: What an audit must share with the sweep beside the setting's λ, T and ε to stand on its
+    #: row: the model, where it was served and the response length (ε composes per token).
+    AUDIT_JOIN = (("model", "model"), ("served_model", "served model"),
+                  ("server_url", "server"), ("max_new_tokens", "most new tokens"),
+                  ("min_new_tokens", "least new tokens"))
+
+    def _same_run_facts(self, audit: Any, name: str) -> None:
+        """Refuse an audit of another model, server or response length than this run's (a
+        fact either side did not record is not compared)."""
+        mine, theirs = self.config or {}, getattr(audit, "config", None) or {}
+        for key, what in self.AUDIT_JOIN:
+            a, b = mine.get(key), theirs.get(key)
+            if a is not None and b is not None and a != b:
+                raise ConfigError(
+                    f"the canary audit {name} is of another {what} ({key} {b!r}) than "
+                    f"{self.path or 'this run'} ({a!r}): its ε lower bound does not belong on "
+                    f"this frontier; audit the sweep's own {what}", param="audits")
 
     def documents(self) -> Any:
         """The leak ledger per document (runs with retrieved documents or passages), one row per

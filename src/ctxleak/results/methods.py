@@ -3,6 +3,7 @@ the n-gram explanation), and :func:`result_class`: a method's command name -> it
 
 from __future__ import annotations
 
+from ctxleak.methods.attacks.checks import CHECKS as CANARY_CHECKS
 from ctxleak.methods.audit.checks import CHECKS as AUDIT_CHECKS
 from ctxleak.methods.icl.checks import CHECKS as ICL_CHECKS
 from ctxleak.methods.pii.checks import CHECKS as PROBE_CHECKS
@@ -79,6 +80,7 @@ class CanaryResult(Result):
 
     method = "canary"
     title = "Canary audit: an attack's ε lower bound beside the guarantee"
+    checks = CANARY_CHECKS
     numeric_fields = ("eps_lower", "eps_guarantee", "eps_guarantee_ex_ante", "confidence",
                       "tp", "n_in", "fp", "n_out", "tpr", "fpr", "tpr_ci.*", "fpr_ci.*",
                       "threshold", "n_trials", "trials_needed", "lambda", "temperature",

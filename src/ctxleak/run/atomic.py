@@ -7,12 +7,43 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from ctxleak.errors import CtxleakError, OutputError
+
+#: The signals a run stops on (Ctrl-C; the CLI turns SIGTERM into an exception too).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Ctrl-C or SIGTERM arriving inside the block takes effect when it ends: a row, its digest
+    and the count of rows kept are written together, so what an interrupt reports is what the
+    files hold. Python runs signal handlers on the main thread only; elsewhere the block runs
+    as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for got in caught[:1]:  # the first one, as it would have been handled
+            handler = previous[signal.Signals(got)]
+            if callable(handler):
+                handler(got, None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), got)
 
 
 def write_atomic(path: Path | str, data: str | bytes, mode: int = 0o644, *,

@@ -23,7 +23,14 @@ from typing import Any
 
 from ctxleak.engine.model_files import fingerprint_changes
 from ctxleak.errors import ConfigError, CtxleakError, EditedRunError, InputError
-from ctxleak.run.atomic import append_whole, os_advice, os_errors, output_error, write_atomic
+from ctxleak.run.atomic import (
+    append_whole,
+    os_advice,
+    os_errors,
+    output_error,
+    uninterrupted,
+    write_atomic,
+)
 from ctxleak.run.claim import (
     CONFIG_FILE,
     LOCK_FILE,
@@ -332,7 +339,7 @@ class RunDir:
             raise ConfigError(f"{path}: a row named {row_key(row)!r} is already stored; ids "
                               "must be unique")
         data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
-        with os_errors(path, "write", kept=self.kept()):
+        with uninterrupted(), os_errors(path, "write", kept=self.kept()):
             if self._handle is None:
                 self._handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                                        self.file_mode)
@@ -346,7 +353,7 @@ class RunDir:
                 except OSError:  # a line without its digest would look edited: cut it too
                     os.ftruncate(self._handle, start)
                     raise
-        self._where[row_key(row)] = (self._file_number(path), start, len(data))
+            self._where[row_key(row)] = (self._file_number(path), start, len(data))
 
     def close(self) -> None:
         for fd in (self._handle, self._digests):

@@ -179,6 +179,39 @@ class StoredRows(Sequence[dict[str, Any]]):
 
     __hash__ = None  # type: ignore[assignment]  # mutable-looking, as a list
 
+    def to_list(self) -> list[dict[str, Any]]:
+        """Every row read into a plain list (of the same row dicts: a change stays, as in a
+        list of dicts): for what needs a list, ``json.dumps(result.records.to_list())`` or
+        ``.append``. Holds the whole run in memory, as a list of dicts did."""
+        return list(self)
+
+    def copy(self) -> list[dict[str, Any]]:
+        """A list of the rows (:meth:`to_list`), as ``list.copy`` gives."""
+        return self.to_list()
+
+    def __add__(self, other: Any) -> list[dict[str, Any]]:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return self.to_list() + list(other)
+
+    def __radd__(self, other: Any) -> list[dict[str, Any]]:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return list(other) + self.to_list()
+
+    #: What a list does that rows read on demand cannot (each says to use :meth:`to_list`).
+    LIST_ONLY = frozenset({"append", "extend", "insert", "remove", "pop", "sort", "clear",
+                           "reverse"})
+
+    def __getattr__(self, name: str) -> Any:
+        if name in StoredRows.LIST_ONLY:
+            raise AttributeError(
+                f"{name}: these records are read from the run folder on demand (a sequence, "
+                f"not a list); list(result.records) or result.records.to_list() gives a list "
+                f"of dicts that can {name}, and json.dumps(list(result.records)) writes them "
+                "as JSON")
+        raise AttributeError(f"'StoredRows' object has no attribute {name!r}")
+
     def __repr__(self) -> str:
         files = ", ".join(str(p) for p in self._files)
         return f"StoredRows({len(self)} rows of {files or 'no file'})"

@@ -9,7 +9,9 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import random
 from dataclasses import fields
+from difflib import SequenceMatcher
 
 import numpy as np
 import pytest
@@ -158,7 +160,38 @@ def test_attack_score_by_hand():
     assert attack_score("The account number 140891", "140891") == 6
     assert attack_score("The account number is 14089", "140891") == 5
     assert attack_score("Account 7", "140891") == 0
-    assert attack_score("12342", "140891") == 1
+    assert attack_score("12342", "140891") == 2  # one 1 and the 4, in any order
+    assert attack_score("Account 1 9 8 0 4 1", "140891") == 6  # shuffled and spread
+    assert attack_score("111", "140891") == 2  # the canary holds two 1s, no more count
+
+
+def test_a_mechanism_that_leaks_the_digits_shuffled_cannot_hide():
+    """A lying mechanism claims ε = 0.5 nats per response and releases the planted canary's
+    digits shuffled and spaced out: the longest shared substring is then 1 character whether
+    the target was planted or not (the old score: the law "holds"), while the attacker's score
+    counts all 6 digits when it was, and the split-threshold audit shows the lie."""
+    rng = random.Random(7)
+
+    def lying(planted: str) -> str:
+        digits = list(planted)
+        rng.shuffle(digits)
+        return "The number is " + " ".join(digits)
+
+    def longest_shared(response: str, canary: str) -> int:
+        match = SequenceMatcher(None, response, canary, autojunk=False).find_longest_match(
+            0, len(response), 0, len(canary))
+        return int(match.size)
+
+    canary = lambda: "".join(rng.choice("0123456789") for _ in range(6))  # noqa: E731
+    trials = [(canary(), canary(), k % 2 == 0) for k in range(400)]
+    responses = [lying(target if coin else other) for target, other, coin in trials]
+    coins = [coin for _, _, coin in trials]
+    new = audit_scores([attack_score(r, t) for r, (t, _, _) in zip(responses, trials)], coins,
+                       seed=1)["eps_lower"]
+    old = audit_scores([longest_shared(r, t) for r, (t, _, _) in zip(responses, trials)], coins,
+                       seed=1)["eps_lower"]
+    assert law(old, 0.5) == HOLDS and law(new, 0.5) == VIOLATED
+    assert new > 2.0  # 6 of 6 digits on every planted trial, rarely on the others
 
 
 def test_plant_canaries_recorded_and_seeded():
@@ -292,3 +325,47 @@ def test_canary_audit_takes_the_run_options_and_documents_its_keywords():
             assert f"{f.name} : " in ctxleak.canary_audit.__doc__, f.name
     for name in ("lambda_", "bounded_eps", "trials", "threshold", "confidence"):
         assert f"{name} : " in ctxleak.canary_audit.__doc__
+
+
+def test_cli_frontier_joins_an_audit_on_its_model_length_and_server_too(tiny_dir, tmp_path,
+                                                                         capsys):
+    """An audit at the setting's λ, T and ε but of another response length is refused naming
+    what differs (so is another model or server), two audits of one setting are refused, and a
+    ``--keep`` outside (0, 1] is one line naming the flag, not a traceback."""
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({**d, "reference": "paris"}) + "\n" for d in DOCS))
+    sweep, audit, other = tmp_path / "sweep", tmp_path / "audit", tmp_path / "other"
+    for argv in (["influence", "--lambda", "0,1", "--max-new-tokens", "2", "--output",
+                  str(sweep)],
+                 ["canary", "--trials", "4", "--max-new-tokens", "2", "--output", str(audit)],
+                 ["canary", "--trials", "4", "--max-new-tokens", "3", "--output", str(other)]):
+        code, _, err = run_cli([*argv[:1], "--model", tiny_dir, "--data", str(data),
+                                *argv[1:]], capsys)
+        assert code == 0, err
+    code, _, err = run_cli(["influence", "frontier", str(sweep), "--audit", str(other)], capsys)
+    assert code != 0 and "another most new tokens (max_new_tokens 3)" in err
+    assert "Traceback" not in err
+    code, _, err = run_cli(["influence", "frontier", str(sweep), "--audit", str(audit),
+                            "--audit", str(audit)], capsys)
+    assert code != 0 and "both of the setting" in err
+    for keep in ("0", "nan", "2"):
+        code, _, err = run_cli(["influence", "frontier", str(sweep), "--keep", keep], capsys)
+        assert code != 0 and "--keep must be a share of the best utility in (0, 1]" in err
+        assert "Traceback" not in err
+
+
+def test_trials_are_bounded_and_a_threshold_above_the_canary_is_warned(tiny_dir, tmp_path,
+                                                                       capsys):
+    """``--trials 100000000`` is refused at once, before any trial is planted or a run folder
+    made; a fixed threshold no response can reach is said."""
+    from ctxleak.errors import CtxleakWarning
+    from ctxleak.methods.attacks.canary_method import MAX_TRIALS, CanaryParams
+
+    with pytest.raises(ConfigError, match="trials must be from 2 to 100,000"):
+        CanaryParams(trials=MAX_TRIALS + 1)
+    out = tmp_path / "audit"
+    code, _, err = run_cli(["canary", "--model", tiny_dir, "--trials", "100000000", "--output",
+                            str(out)], capsys)
+    assert code != 0 and "--trials must be from 2 to 100,000" in err and not out.exists()
+    with pytest.warns(CtxleakWarning, match="above the canary's 6 digits"):
+        CanaryParams(threshold=7)

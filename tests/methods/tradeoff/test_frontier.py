@@ -12,6 +12,7 @@ import pytest
 from conftest import run_cli
 
 import ctxleak
+from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.metrics import mean_with_ci
 from ctxleak.methods.tradeoff.frontier import (
     ABOVE_CONTROL,
@@ -85,8 +86,10 @@ def test_none_keeps_enough_and_the_sentence_says_so():
     assert front["recommended"] == "lambda=1,T=0.8,context=all"
     assert front["recommendation"].startswith(
         "No setting with less influence above control per token keeps 95 % of the best F1")
-    with pytest.raises(ValueError):
-        frontier([_setting(k) for k in F1], keep=0)
+    for bad in (0, float("nan"), 2, -1):
+        with pytest.raises(ConfigError, match=r"keep must be a share .* in \(0, 1\]") as err:
+            frontier([_setting(k) for k in F1], keep=bad)
+        assert err.value.param == "keep"
 
 
 def test_without_a_control_privacy_falls_back_to_influence_per_token_and_says_so():

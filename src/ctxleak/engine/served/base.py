@@ -30,6 +30,8 @@ from ctxleak.engine.capabilities import (
     check_capabilities,
 )
 from ctxleak.engine.lm import LanguageModel, LogitTransform, ModelFacts
+from ctxleak.engine.served import answers
+from ctxleak.engine.served.answers import LOGPROB_SLACK, token_id
 from ctxleak.engine.served_client import ServedClient, ServerError
 from ctxleak.engine.streams import Generation
 
@@ -38,7 +40,6 @@ PROBE_TEXT = ("The quick brown fox jumps over the lazy dog. Privacy matters: a m
 # A served model whose mean log-prob on the probe text is within this many nats of the uniform
 # distribution's -log V is refused as uniform (a trained model scores English far better).
 UNIFORM_MARGIN_NATS = 1.0
-LOGPROB_SLACK = 1e-4  # float noise above 0 that a log-prob may show
 # Continuations this short are scored token by token through allowed_token_ids requests, which
 # the server's prefix cache serves (prompt_logprobs requests recompute the whole prompt).
 SHORT_CONTINUATION = 4
@@ -246,8 +247,12 @@ class ServedLM(LanguageModel):
             except (KeyError, IndexError, TypeError) as exc:
                 raise ServerError(f"the server at {self.info.base_url} answered no next-token "
                                   f"log-probs ('logprobs.top_logprobs': {exc})") from None
-            ids = np.fromiter((token_id(key) for key in top), dtype=np.int64, count=len(top))
-            values = np.fromiter(top.values(), dtype=np.float64, count=len(top))
+            by_id = self._checked_top(top, f"the next-token distribution of prompt {r}")
+            ids = np.fromiter(by_id.keys(), dtype=np.int64, count=len(by_id))
+            values = np.fromiter(by_id.values(), dtype=np.float64, count=len(by_id))
+            if ids.size and int(ids.min()) < 0:
+                raise ServerError(f"the server at {self.info.base_url} answered a negative "
+                                  f"token id ({int(ids.min())}) in a next-token distribution")
             if ids.size and int(ids.max()) >= out.shape[1]:
                 out = np.pad(out, ((0, 0), (0, int(ids.max()) + 1 - out.shape[1])),
                              constant_values=-np.inf)
@@ -255,7 +260,7 @@ class ServedLM(LanguageModel):
             mass = float(np.exp(out[r][np.isfinite(out[r])]).sum())
             if mass < 1 - 1e-3:
                 raise ServerError(
-                    f"the server at {self.info.base_url} returned {len(top)} next-token "
+                    f"the server at {self.info.base_url} returned {len(by_id)} next-token "
                     f"log-probs covering {mass:.4f} of the probability: start vLLM with "
                     "--max-logprobs -1, or load the model in-process")
         return out
@@ -346,23 +351,15 @@ class ServedLM(LanguageModel):
 
     def _checked(self, values: Sequence[float], what: str) -> np.ndarray:
         """Log-probs the server answered, as float64, refused when impossible (not finite,
-        above 0) or uniform over the vocabulary (two or more, all equal to -log V: a replica
-        that lost its weights): every answer a run uses is checked, not only the probe before it.
-        Nothing measured from a refused answer is written, so ``resume`` continues once the
-        server answers correctly."""
-        row = np.asarray(values, dtype=np.float64)
-        where = f"the server at {self.info.base_url}"
-        if row.size and (not np.all(np.isfinite(row)) or float(row.max()) > LOGPROB_SLACK):
-            raise ServerError(f"{where} answered impossible log-probs for {what} (largest "
-                              f"{float(np.nanmax(row)) if not np.all(np.isnan(row)) else 'nan'}"
-                              f", all finite: {bool(np.all(np.isfinite(row)))}): refused")
-        # uniform over the model's V >= the tokenizer's size: one value, at most -log(size)
-        ceiling = -math.log(max(self.vocab_size, 2)) + 1e-6
-        if row.size >= 2 and float(np.ptp(row)) < 1e-9 and float(row.max()) <= ceiling:
-            raise ServerError(f"{where} answered the uniform distribution for {what} (every "
-                              f"log-prob {float(row[0]):.4f} nats, -log of the vocabulary "
-                              "size): refused, as no trained model answers so")
-        return row
+        above 0) or uniform over the vocabulary (:func:`~.answers.checked`): every answer a run
+        uses is checked, not only the probe before it. Nothing measured from a refused answer
+        is written, so ``resume`` continues once the server answers correctly."""
+        return answers.checked(values, what, self.info.base_url, self.vocab_size)
+
+    def _checked_top(self, top: Any, what: str, *, tops: bool = True) -> dict[int, float]:
+        """One position's answered log-probs by token id, checked on their own
+        (:func:`~.answers.checked_top`)."""
+        return answers.checked_top(top, what, self.info.base_url, self.vocab_size, tops=tops)
 
     # ---- a dialect's requests and answers ----------------------------------------------
     @abstractmethod
@@ -389,8 +386,14 @@ class ServedLM(LanguageModel):
             if tokens is None:
                 raise ServerError(f"the server at {self.info.base_url} returned no token ids "
                                   "of its samples")
-            ids = [token_id(t) for t in tokens]
-        ids = [int(t) for t in ids]
+            try:
+                ids = [token_id(t) for t in tokens]
+            except (TypeError, ValueError):
+                ids = None
+        if not isinstance(ids, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+            raise ServerError(f"the server at {self.info.base_url} answered sampled token ids "
+                              "that are not a list of integers >= 0: refused")
         stopped = choice.get("finish_reason") == "stop"
         if ids and ids[-1] in stops:
             ids, stopped = ids[:-1], True
@@ -416,12 +419,6 @@ class ServedLM(LanguageModel):
                 f"{uniform:.3f} for uniform over {self.vocab_size} tokens. The model folder it "
                 "serves is read wrongly (for a ctxleak cache folder: convert it again with "
                 "this ctxleak version), or it is another model")
-
-
-def token_id(key: str) -> int:
-    """An id from ``token_id:123`` (return_tokens_as_token_ids) or ``123``."""
-    text = str(key)
-    return int(text.rsplit(":", 1)[-1]) if text.startswith("token_id:") else int(text)
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int:

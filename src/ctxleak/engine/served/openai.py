@@ -9,7 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ctxleak.engine.served.base import ServedLM, token_id
+from ctxleak.engine.served.answers import token_id
+from ctxleak.engine.served.base import ServedLM
 from ctxleak.engine.served_client import ServerError
 
 

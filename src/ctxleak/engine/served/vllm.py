@@ -1,11 +1,14 @@
 """The vLLM dialect: token-id prompts scored with vLLM's ``prompt_logprobs`` extension.
 
-- continuation log-probs: ``"prompt": [[ids], ...]`` with ``prompt_logprobs: 0`` and
+- continuation log-probs: ``"prompt": [[ids], ...]`` with ``prompt_logprobs: 1`` and
   ``max_tokens: 1``; for every prompt position the log-prob of the actual token, keyed by its id
-  (teacher forcing). Continuations of a few tokens go token by token through
+  (teacher forcing), and of the most likely token, so that each position is checked on its own
+  (their probabilities sum to at most 1). Continuations of a few tokens go token by token through
   ``allowed_token_ids`` requests instead, which the server's prefix cache serves;
 - candidate next-token log-probs: one token restricted to the candidate (``allowed_token_ids``),
-  whose returned log-prob is the raw, unrestricted one;
+  whose returned log-prob is the raw, unrestricted one, with the raw log-probs of the
+  :data:`~ctxleak.engine.served.answers.TOP_CHECKED` most likely tokens, so that an answer of one
+  value is checked on its own (a uniform or shifted distribution shows in them);
 - sampling: ``n``, ``seed``, ``temperature``, ``min_tokens`` and the EOS ids as
   ``stop_token_ids``, so a response ends as the in-process one does;
 - the whole next-token distribution: ``logprobs: -1`` with ``return_tokens_as_token_ids``
@@ -30,13 +33,8 @@ import numpy as np
 from ctxleak.engine.capabilities import CID_DECODING, SERVED_DISTRIBUTION
 from ctxleak.engine.pairs import PairAnswer, PairJob
 from ctxleak.engine.served import cid_plugin
-from ctxleak.engine.served.base import (
-    PROBE_TEXT,
-    SHORT_CONTINUATION,
-    ServedLM,
-    first_difference,
-    token_id,
-)
+from ctxleak.engine.served.answers import TOP_CHECKED, token_id
+from ctxleak.engine.served.base import PROBE_TEXT, SHORT_CONTINUATION, ServedLM, first_difference
 from ctxleak.engine.served_client import ServerError
 from ctxleak.errors import ConfigError
 
@@ -114,7 +112,7 @@ class VLLMServedLM(ServedLM):
         jobs = [(c, rows[k:k + per]) for c, rows in by_cand.items()
                 for k in range(0, len(rows), per)]
         bodies = [{"model": self.info.served_model, "prompt": [pairs[i][0] for i in rows],
-                   "max_tokens": 1, "temperature": 0.0, "logprobs": 0,
+                   "max_tokens": 1, "temperature": 0.0, "logprobs": TOP_CHECKED,
                    "allowed_token_ids": [c], "return_tokens_as_token_ids": True}
                   for c, rows in jobs]
         answers = self.client.post_many("/v1/completions", bodies)
@@ -127,12 +125,18 @@ class VLLMServedLM(ServedLM):
                 if len(tokens) != 1 or token_id(tokens[0]) != c or len(values) != 1:
                     raise ServerError(f"the server at {self.info.base_url} did not keep to the "
                                       f"allowed token {c} (allowed_token_ids)")
-                out[i] = self._checked([values[0]], f"candidate token {c}")[0]
+                value = self._checked([values[0]], f"candidate token {c}")[0]
+                tops = logprobs.get("top_logprobs") or [None]
+                top = dict(tops[0]) if isinstance(tops[0], dict) else tops[0]
+                if isinstance(top, dict):  # the candidate with the most likely tokens
+                    top.setdefault(f"token_id:{c}", value)
+                self._checked_top(top, f"candidate token {c}")
+                out[i] = value
         return out
 
     def _score_body(self, seqs: list[list[int]]) -> dict[str, Any]:
         return {"model": self.info.served_model, "prompt": seqs, "max_tokens": 1,
-                "temperature": 0.0, "prompt_logprobs": 0, "return_token_ids": True}
+                "temperature": 0.0, "prompt_logprobs": 1, "return_token_ids": True}
 
     def _read_scores(self, choice: dict[str, Any], seq: list[int]) -> list[float]:
         """Per position p of ``seq``, log p(seq[p] | seq[:p]) (position 0: nan)."""
@@ -148,11 +152,13 @@ class VLLMServedLM(ServedLM):
         out = [math.nan]
         for p in range(1, len(seq)):
             entry = rows[p] or {}
-            value = entry.get(str(seq[p]))
+            value = entry.get(str(seq[p])) if isinstance(entry, dict) else None
             if value is None:
                 raise ServerError(f"the server's prompt log-probs at position {p} lack "
                                   f"token {seq[p]}")
-            out.append(float(value["logprob"] if isinstance(value, dict) else value))
+            # the token and the most likely one (prompt_logprobs: 1), checked together
+            by_id = self._checked_top(entry, f"position {p} of a prompt", tops=len(entry) > 1)
+            out.append(by_id[seq[p]])
         return out
     def _check_tokenizer(self, probe: list[int]) -> None:
         try:

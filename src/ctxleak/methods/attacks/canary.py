@@ -18,7 +18,8 @@ with One (1) Training Run", Steinke, Nasr and Jagielski 2023):
    these included, are ε apart per token.)
 2. The response is drawn under the setting (λ, T, bounded ε) by CID, all trials batched.
 3. The attacker scores each response alone, never seeing the coin:
-   :func:`attack_score` is the longest substring shared with the target canary, in characters.
+   :func:`attack_score` counts the target canary's characters the response repeats, in any
+   order (so that a mechanism cannot hide a leak by shuffling it).
 4. :func:`audit_scores` picks the threshold ("score ≥ t means the target was planted") on one
    half of the trials (a seeded split, half of each side of the coin) and counts true and false
    positives on the other half, or, for a threshold fixed in advance, on all trials. A threshold
@@ -45,9 +46,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 from typing import Any
 
 import numpy as np
@@ -131,11 +132,13 @@ def plant_canaries(examples: Sequence[InfluenceExample], trials: int, seed: int,
 
 
 def attack_score(response: str, canary: str) -> int:
-    """The attacker's score of one response: the length, in characters, of the longest substring
-    it shares with the target canary (0 to ``len(canary)``)."""
-    match = SequenceMatcher(None, response, canary, autojunk=False).find_longest_match(
-        0, len(response), 0, len(canary))
-    return int(match.size)
+    """The attacker's score of one response: how many of the target canary's characters the
+    response repeats, in any order, each counted as often as the canary holds it (the size of
+    the multiset intersection, 0 to ``len(canary)``). A mechanism that leaks the digits out of
+    order, shuffled or spread over the response, scores as high as one that leaks them in order;
+    the longest shared substring (the score it replaces) is never above it, and a leak in
+    order scores the same under both."""
+    return int(sum((Counter(response) & Counter(canary)).values()))
 
 
 def clopper_pearson(k: int, n: int, confidence: float) -> tuple[float, float]:

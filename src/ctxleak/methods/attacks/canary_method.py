@@ -13,7 +13,7 @@ from typing import Any
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.errors import ConfigError
+from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.attacks.canary import (
     CANARY_QUERY,
     CANARY_SENTENCE,
@@ -32,7 +32,8 @@ from ctxleak.mitigations.ledger import RowLedger
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, ParamsMethod, Plan, batches_by_cost
 
-#: The largest number of trials :func:`trials_needed` looks at.
+#: The largest number of trials :func:`trials_needed` looks at, and the most an audit runs (each
+#: is one response drawn and one record kept: refused before any is planted).
 MAX_TRIALS = 100_000
 
 
@@ -55,14 +56,19 @@ class CanaryParams:
     threshold: float | None = None
 
     def __post_init__(self) -> None:
-        if self.trials < 2:
-            raise ConfigError(f"trials must be >= 2, not {self.trials}", param="trials")
+        if not 2 <= self.trials <= MAX_TRIALS:
+            raise ConfigError(f"trials must be from 2 to {MAX_TRIALS:,} (each is one response "
+                              f"drawn and kept), not {self.trials:,}", param="trials")
         if not 0 < self.confidence < 1:
             raise ConfigError(f"confidence must be in (0, 1), not {self.confidence}",
                               param="confidence")
         if self.threshold is not None and not math.isfinite(self.threshold):
             raise ConfigError(f"threshold must be a finite number, not {self.threshold}",
                               param="threshold")
+        if self.threshold is not None and self.threshold > self.digits:
+            warn(f"threshold {self.threshold:g} is above the canary's {self.digits} digits: no "
+                 "response can score it, so every trial guesses 'not planted' and the ε lower "
+                 "bound is 0", param="threshold")
 
     def to_config(self) -> dict[str, Any]:
         d = self.decoding

@@ -27,16 +27,23 @@ from ctxleak.engine.capabilities import WEIGHTS, capabilities_of
 from ctxleak.engine.generation import sample
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.scoring import continuation_logprobs, next_token_logprobs
+from ctxleak.engine.served_client import ServerError
 from ctxleak.errors import warn
 from ctxleak.methods.influence.ngrams import PromptParts, WindowInfluence, WindowRequest, windows
 from ctxleak.mitigations.influence import token_influence
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 
+#: How far above 0 an EOS-renormalised log-prob may lie (float32 servers' noise): where it lies
+#: further, the token's probability and the EOS mass sum above 1, two answers that disagree.
+EOS_SLACK = 1e-4
+
 
 def eos_masked(lm: LanguageModel, prompts: Sequence[Sequence[int]],
                conts: Sequence[Sequence[int]], min_new_tokens: int) -> list[np.ndarray]:
     """Teacher-forced log-probs of each continuation with EOS masked at its first
-    ``min_new_tokens`` positions (float64): ``log p(y_t) − log(1 − Σ_e p(e | prefix))``."""
+    ``min_new_tokens`` positions (float64): ``log p(y_t) − log(1 − Σ_e p(e | prefix))``,
+    refused (:class:`ServerError`) where it is above 0 or not finite: the token's probability
+    and the EOS mass, answered apart, then sum above 1."""
     eos = list(lm.eos_ids)
     where = [(i, t) for i, c in enumerate(conts) for t in range(min(min_new_tokens, len(c)))] \
         if eos else []
@@ -59,7 +66,14 @@ def eos_masked(lm: LanguageModel, prompts: Sequence[Sequence[int]],
             rows_f, mass_f = pool.submit(scored), pool.submit(eos_mass)
             rows, mass = rows_f.result(), mass_f.result()
     for (i, t), m in zip(where, mass):
-        rows[i][t] -= np.log1p(-min(float(m), 1.0 - 1e-300))
+        raw = float(rows[i][t])
+        rows[i][t] = raw - np.log1p(-min(float(m), 1.0 - 1e-300))
+        if not np.isfinite(rows[i][t]) or rows[i][t] > EOS_SLACK:
+            raise ServerError(
+                f"{lm.describe()} answered inconsistent log-probs: at position {t} of answer "
+                f"{i} the EOS tokens hold {float(m):.6g} of the probability and the answer's "
+                f"token {raw:.4g} nats, more than 1 together (renormalised without EOS: "
+                f"{float(rows[i][t]):.4g} nats > 0): refused, nothing of it is written")
     return rows
 
 

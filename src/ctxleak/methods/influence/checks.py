@@ -17,6 +17,7 @@ from ctxleak.methods.checks import (
     RecordChecks,
     close,
     count,
+    find,
     is_number,
     log_probability,
     nonnegative,
@@ -156,6 +157,34 @@ def _top_passage(row: Mapping[str, Any]) -> RowProblem | None:
     return None
 
 
+#: The ledger per document (``settings.*.documents.*``, "Estimating Privacy Leakage of Augmented
+#: Contextual Knowledge in Language Models", Def. 3.1 with S = one document): its counts and nats.
+LEDGER = "settings.*.documents.*."
+LEDGER_BOUNDS = (
+    *(count(f"{LEDGER}{k}") for k in ("retrieved", "scored", "leaked", "copied", "flagged",
+                                       "pii_carried")),
+    *(nonnegative(f"{LEDGER}{k}", NATS) for k in (
+        "leak_max", "leak_sum", "influence_sum", "influence_max", "influence_per_token",
+        "influence_per_token_max", "worst_answer.above")))
+
+
+def ledger_counts(summary: Mapping[str, Any]) -> RowProblem | None:
+    """Each document's line of the ledger agrees with itself: scored and leaked at most as
+    often as retrieved, copied and flagged at most as often as leaked, its largest leak and
+    influence at most their sums."""
+    pairs = (("scored", "retrieved"), ("leaked", "retrieved"), ("copied", "leaked"),
+             ("flagged", "leaked"), ("leak_max", "leak_sum"),
+             ("influence_max", "influence_sum"))
+    for where, row in find(summary, LEDGER.rstrip(".")):
+        if not isinstance(row, Mapping):
+            continue
+        for small, large in pairs:
+            a, b = row.get(small), row.get(large)
+            if is_number(a) and is_number(b) and a > b + 1e-6 * (1 + abs(b)):
+                return f"{where}.{small}", f"{a!r} is above its {large} {b!r}"
+    return None
+
+
 #: The checks of an influence record (and of the summary numbers that have a range).
 CHECKS = RecordChecks(
     bounds=(
@@ -187,5 +216,6 @@ CHECKS = RecordChecks(
              *(probability(f"frontier.rows.*.{k}") for k in ("utility", "utility_ci_low",
                                                              "utility_ci_high")),
              Bound("frontier.rows.*.utility_difference", -1, 1, "a difference of two scores"),
-             nonnegative("frontier.rows.*.eps_guarantee", "ε")),
+             nonnegative("frontier.rows.*.eps_guarantee", "ε"), *LEDGER_BOUNDS),
+    summary_cross=(ledger_counts,),
 )

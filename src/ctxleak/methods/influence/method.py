@@ -13,6 +13,7 @@ from typing import Any
 from ctxleak.engine.batching import BatchPolicy, shared_prefixes
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
+from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.control import ControlCost, control_sets, default_controls
 from ctxleak.methods.influence.data import (
     InfluenceExample,
@@ -126,6 +127,7 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         per_example = self.params.controls or default_controls(len(examples))
         check_class_budgets(self.params.budgets().classes, self.params.class_field,
                             [ex.documents for ex in examples])
+        self._check_budgets_have_documents(examples)
         state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},
                          [], seed=self.common.seed, traces=traces).with_controls(per_example)
         # the default, resolved from this run's number of examples, is kept for its resumes
@@ -137,6 +139,22 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
                     config={"data": describe(data), **self.params.to_config(), **resolved},
                     state=state,
                     inputs={"data": resolve_data(data)})
+
+    def _check_budgets_have_documents(self, examples: Sequence[Any]) -> None:
+        """A leak budget (exposure, per class, per document) is kept per document: on data
+        without documents or passages there is nothing it could hold, and a CI gate on it would
+        pass without a word, so it is refused."""
+        budgets = self.params.budgets()
+        given = [name for name, on in (
+            ("exposure_budget", self.params.exposure_budget is not None),
+            ("class_budgets", bool(budgets.classes)),
+            ("document_budgets", bool(budgets.documents))) if on]
+        if given and examples and not any(ex.passages for ex in examples):
+            raise ConfigError(
+                f"{given[0]} is kept per retrieved document, and none of the "
+                f"{len(examples)} example(s) has documents or passages: give data with a "
+                "'documents' list, a span log, a retriever or passages=...", param=given[0],
+                also=tuple(given[1:]))
 
     def ids(self, item: Item) -> ItemIds:
         """The key names the setting too; the id is the example's own (its setting is in the

@@ -15,7 +15,6 @@ Either of the app's is rendered through the model's chat template and tokenised 
 
 from __future__ import annotations
 
-import json
 import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -34,6 +33,7 @@ from ctxleak.engine.chat_prompt import (
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, InputError, warn
 from ctxleak.methods.rag.spans import INPUT_MESSAGES
+from ctxleak.run.records import parse_json, read_text_file
 
 CTXLEAK, APP_MESSAGES, APP_TEMPLATE = "ctxleak template", "app messages", "app template"
 _SLOTS = ("context", "query")
@@ -79,14 +79,13 @@ def load_prompt_messages(value: Any, param: str = "prompt_messages") -> Messages
     where = param
     if isinstance(value, (str, Path)):
         where = str(value)
-        try:
-            value = json.loads(Path(value).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"{param}: cannot read {where}: {exc.strerror}",
-                              param=param) from None
-        except ValueError as exc:
-            raise InputError(f"not JSON ({exc.args[0]}); expected a list of "
-                             '{"role", "content"} messages', file=where) from None
+        if not Path(value).is_file():
+            raise ConfigError(f"{param}: cannot read {where}: "
+                              f"{'it is a folder' if Path(value).is_dir() else 'no such file'}",
+                              param=param)
+        # read as every data file is: UTF-8, nesting and repeated keys checked, errors naming
+        # the file and the line
+        value = parse_json(read_text_file(value), file=where)
 
     def bad(message: str, field: str | None = None) -> Exception:
         if where == param:

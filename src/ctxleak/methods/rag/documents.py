@@ -22,6 +22,7 @@ loaders write the file there). The rank is the position in the retriever's list,
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,6 +169,11 @@ def describe(doc: RetrievedDocument) -> str:
     return f"document {doc.rank}" + (f" (id {doc.id!r})" if doc.id is not None else "")
 
 
+#: Where :func:`duplicate_problem` keeps each id's NFC form in ``seen`` (under a prefix of NUL
+#: characters, which no printable id starts with).
+NFC_KEY = "\x00NFC\x00"
+
+
 def duplicate_problem(docs: Sequence[RetrievedDocument], seen: dict[str, tuple[str, str]],
                       query: str = "") -> str | None:
     """The message for the first document whose id was seen (``seen``: id -> (text, the query
@@ -175,6 +181,14 @@ def duplicate_problem(docs: Sequence[RetrievedDocument], seen: dict[str, tuple[s
     for doc in docs:
         if doc.id is None:
             continue
+        # ids that differ only in their Unicode normalisation (NFC, NFD) print the same
+        spelled, said = seen.setdefault(NFC_KEY + unicodedata.normalize("NFC", doc.id),
+                                        (doc.id, query))
+        if spelled != doc.id:
+            first = f" (retrieved for query {said!r})" if said and said != query else ""
+            return (f"{describe(doc)} has an id that differs from the id {spelled!r} of another "
+                    f"document{first} only in its Unicode normalisation (NFC or NFD): the two "
+                    "print the same; spell them alike, or give them ids that differ")
         known, where = seen.setdefault(doc.id, (doc.text, query))
         if known != doc.text:
             first = f" (retrieved for query {where!r})" if where and where != query else ""

@@ -20,11 +20,17 @@ importing a framework:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from itertools import islice
 from typing import Any
 
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.rag.documents import DocumentProblem, to_document
 from ctxleak.run.records import read_rows
+
+#: The most documents read from a retriever for one query: its answer is read whole (a generator
+#: that never ends would be read until memory runs out), and a context of more documents than
+#: this is beyond any model's window.
+MAX_DOCUMENTS = 10_000
 
 
 def retriever_call(retriever: Any) -> tuple[Callable[[str], Any], str]:
@@ -77,34 +83,45 @@ def retrieve(retriever: Any, queries: Any) -> list[dict[str, Any]]:
     Returns one row per query: its own fields (``id``, where it has none, its number from 1),
     with ``documents`` the retriever's list in its order (rank 1 first), each a dict with
     ``text``, ``id``, ``source``, ``metadata``, ``rank`` and ``score``. A retriever that
-    raises, returns nothing or returns something that is not a document is an
-    :class:`~ctxleak.errors.InputError` naming the query.
+    raises or exits (``sys.exit``), returns nothing, more than :data:`MAX_DOCUMENTS` documents
+    or something that is not a document is an :class:`~ctxleak.errors.InputError` naming the
+    query.
     """
     call, kind = retriever_call(retriever)
     out = []
     for file, line, row in query_rows(queries):
         query = row["query"]
         where = f"query {query!r}: "
+
         try:
             items = call(query)
-        except Exception as exc:  # noqa: BLE001 - any failure of the user's retriever
-            raise InputError(f"{where}the {kind} raised {type(exc).__name__}: {exc}",
-                             file=file, line=line, field="query") from exc
-        if items is None:
-            items = []
-        elif isinstance(items, (str, Mapping)) or not hasattr(items, "__iter__"):
-            items = [items]  # one document (or something to_document refuses)
+            if items is None:
+                items = []
+            elif isinstance(items, (str, Mapping)) or not hasattr(items, "__iter__"):
+                items = [items]  # one document (or something to_document refuses)
+            items = list(islice(items, MAX_DOCUMENTS + 1))
+        # any failure of the user's retriever, an exit too (a CI gate must not pass on it)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
+            what = f"exited (sys.exit({exc.code!r}))" if isinstance(exc, SystemExit) else \
+                f"raised {type(exc).__name__}: {exc}"
+            raise InputError(f"{where}the {kind} {what}", file=file, line=line,
+                             field="query") from exc
         if not items:
             raise InputError(f"{where}the retriever returned nothing: no document to measure",
                              file=file, line=line, field="query")
+        if len(items) > MAX_DOCUMENTS:
+            raise InputError(f"{where}the {kind} returned more than {MAX_DOCUMENTS:,} documents "
+                             "(a generator that never ends?): ctxleak reads at most "
+                             f"{MAX_DOCUMENTS:,} per query", file=file, line=line,
+                             field="query")
         try:
-            docs = [to_document(item, rank).to_dict()
-                    for rank, item in enumerate(list(items), 1)]
+            docs = [to_document(item, rank).to_dict() for rank, item in enumerate(items, 1)]
         except DocumentProblem as exc:
             raise InputError(f"{where}the {kind} returned {exc}", file=file, line=line,
-                             field=f"documents.{exc.field}") from None
+                             field="documents" if exc.field == "documents"
+                             else f"documents.{exc.field}") from None
         out.append({"id": str(line), **row, "documents": docs})  # unnamed: numbered from 1
     return out
 
 
-__all__ = ["query_rows", "retrieve", "retriever_call"]
+__all__ = ["MAX_DOCUMENTS", "query_rows", "retrieve", "retriever_call"]

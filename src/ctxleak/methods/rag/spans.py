@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.errors import InputError
-from ctxleak.run.records import Row, check_input_file
+from ctxleak.run.records import Row, check_input_file, read_jsonl
 
 #: The log formats a data file may be read as.
 LOG_FORMATS = ("auto", "rows", "openinference")
@@ -35,43 +35,56 @@ SPAN_SHAPE = ("an OpenInference span: a JSON object with 'attributes' and a trac
 
 def trace_id(span: Any) -> str | None:
     """The span's trace id (``context.trace_id`` or ``trace_id``); None if it has none."""
+    raw = _raw_trace_id(span)
+    return None if raw is None else str(raw)
+
+
+def _raw_trace_id(span: Any) -> Any:
     if not isinstance(span, Mapping) or not isinstance(span.get("attributes"), Mapping):
         return None
     context = span.get("context")
     value = context.get("trace_id") if isinstance(context, Mapping) else None
-    value = value if value is not None else span.get("trace_id")
-    return None if value is None else str(value)
+    return value if value is not None else span.get("trace_id")
 
 
 def is_span_log(path: Any) -> bool:
     """Whether ``path`` is a JSONL file whose first object is an OpenInference span. Only a
-    regular file is opened: a pipe would block here (and is refused where rows are read)."""
+    regular file is opened: a pipe would block here (and is refused where rows are read). The
+    first line is read as rows are (:func:`~ctxleak.run.records.read_jsonl`): one that is not
+    UTF-8, too long, nested too deeply or with a key twice is the same error naming the file
+    and line whatever the file turns out to be."""
     if not isinstance(path, (str, Path)) or Path(path).suffix.lower() not in (".jsonl",
                                                                               ".ndjson"):
         return False
     if not Path(path).is_file():
         return False
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    return trace_id(json.loads(line)) is not None
-    except (OSError, ValueError):
-        return False
+    for _, first in read_jsonl(path):
+        return trace_id(first) is not None
     return False
 
 
-def flat(attributes: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+#: The deepest nesting of a span's attributes that is read (OpenInference nests a few levels).
+MAX_ATTRIBUTE_DEPTH = 32
+
+
+class _TooDeep(ValueError):
+    pass
+
+
+def flat(attributes: Mapping[str, Any], prefix: str = "", depth: int = 0) -> dict[str, Any]:
     """Nested attributes as OpenTelemetry's dotted keys (``retrieval.documents.0.document.id``);
-    flat ones unchanged."""
+    flat ones unchanged. Nesting deeper than :data:`MAX_ATTRIBUTE_DEPTH` is refused
+    (``ValueError``)."""
+    if depth > MAX_ATTRIBUTE_DEPTH:
+        raise _TooDeep(f"attributes nested more than {MAX_ATTRIBUTE_DEPTH} levels deep")
     out: dict[str, Any] = {}
     for key, value in attributes.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            out.update(flat(value, name + "."))
+            out.update(flat(value, name + ".", depth + 1))
         elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
             for j, item in enumerate(value):
-                out.update(flat(item, f"{name}.{j}."))
+                out.update(flat(item, f"{name}.{j}.", depth + 1))
         else:
             out[name] = value
     return out
@@ -93,17 +106,28 @@ def _text(value: Any, mime: Any) -> str | None:
     return value
 
 
-def _documents(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The ``retrieval.documents.N.document.*`` of one span, in the order of N."""
+def _documents(attrs: Mapping[str, Any], where: str, line: int) -> list[dict[str, Any]]:
+    """The ``retrieval.documents.N.document.*`` of one span, in the order of N; an id that is
+    not a string or an integer is refused, naming the span's file and line."""
     found: dict[int, dict[str, Any]] = {}
     for key, value in attrs.items():
         parts = key.split(".")
         if len(parts) == 5 and parts[:2] == ["retrieval", "documents"] \
                 and parts[2].isdigit() and parts[3] == "document":
             found.setdefault(int(parts[2]), {})[parts[4]] = value
+        elif len(parts) > 5 and parts[:2] == ["retrieval", "documents"] \
+                and parts[3:5] == ["document", "id"]:  # an object, flattened
+            raise InputError("the document id is a JSON object: a document id is a string or "
+                             "an integer", file=where, line=line,
+                             field=".".join(parts[:5]))
     docs = []
     for n in sorted(found):
         doc = found[n]
+        ident = doc.get("id")
+        if ident is not None and (isinstance(ident, bool) or not isinstance(ident, (str, int))):
+            raise InputError(f"the document id {json.dumps(ident)[:80]} is a JSON "
+                             f"{type(ident).__name__}: a document id is a string or an integer",
+                             file=where, line=line, field=f"retrieval.documents.{n}.document.id")
         meta = doc.get("metadata")
         if isinstance(meta, str):
             try:
@@ -148,20 +172,27 @@ def read_span_log(path: str | Path) -> SpanLog:
     naming the file (and the line and what was expected)."""
     where = str(check_input_file(path))
     traces: dict[str, list[tuple[int, dict[str, Any], Mapping[str, Any]]]] = {}
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                span = json.loads(line)
-            except ValueError as exc:
-                raise InputError(f"not JSON ({exc.args[0]}); expected {SPAN_SHAPE}",
-                                 file=where, line=line_no) from None
-            tid = trace_id(span)
-            if tid is None:
-                raise InputError(f"unknown shape: expected {SPAN_SHAPE}", file=where,
-                                 line=line_no)
-            traces.setdefault(tid, []).append((line_no, flat(span["attributes"]), span))
+    kinds: dict[str, tuple[str, int]] = {}
+    for line_no, span in read_jsonl(where):
+        raw = _raw_trace_id(span)
+        if raw is None:
+            raise InputError(f"unknown shape: expected {SPAN_SHAPE}", file=where,
+                             line=line_no)
+        if isinstance(raw, bool) or not isinstance(raw, (str, int)):
+            raise InputError(f"the trace id {json.dumps(raw)[:80]} is a JSON "
+                             f"{type(raw).__name__}: a trace id is a string or an integer",
+                             file=where, line=line_no, field="trace_id")
+        tid, kind = str(raw), type(raw).__name__
+        if kinds.setdefault(tid, (kind, line_no))[0] != kind:
+            raise InputError(f"the trace id {tid} is a {kind} here and a {kinds[tid][0]} at "
+                             f"line {kinds[tid][1]}: two traces that print the same; write "
+                             "one of them otherwise", file=where, line=line_no,
+                             field="trace_id")
+        try:
+            attrs = flat(span["attributes"])
+        except _TooDeep as exc:
+            raise InputError(str(exc), file=where, line=line_no, field="attributes") from None
+        traces.setdefault(tid, []).append((line_no, attrs, span))
     if not traces:
         raise InputError("no spans in the file", file=where)
     answers = {tid: spans for tid, spans in traces.items()
@@ -196,7 +227,7 @@ def _trace_row(tid: str, spans: list[tuple[int, dict[str, Any], Mapping[str, Any
     response = said if isinstance(said, str) else \
         value(roots, "output") or value(list(reversed(llms)), "output")
     fields: dict[str, Any] = {"id": tid, "query": query,
-                              "documents": [d for s in retrievers for d in _documents(s[1])]}
+                              "documents": [d for s in retrievers for d in _documents(s[1], where, s[0])]}
     if response is not None:
         fields["response"] = response
     fields.update(_llm_input(llm))

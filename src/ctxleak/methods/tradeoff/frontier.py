@@ -63,8 +63,9 @@ def frontier(settings: Sequence[dict[str, Any]],
     Returns ``rows`` (one per setting, in the sweep's order), the ``privacy`` and ``utility``
     they read (with ``privacy_note`` where the control is missing), ``keep``, the
     ``recommended`` setting's key (``None`` where none is) and the ``recommendation``."""
-    if not 0 < keep <= 1:
-        raise ValueError(f"keep must be in (0, 1], got {keep}")
+    if not (isinstance(keep, (int, float)) and not isinstance(keep, bool) and 0 < keep <= 1):
+        raise ConfigError(f"keep must be a share of the best utility in (0, 1], got {keep!r}",
+                          param="keep")
     keys = [s.get("setting") for s in settings]
     unknown = [k for k in audits or {} if k not in map(str, keys)]
     if unknown:
