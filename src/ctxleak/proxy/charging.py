@@ -110,8 +110,6 @@ class Charging:
         whole request refused with HTTP 429 (``on_exhausted="refuse"``)."""
         ids = list(dict.fromkeys(d.id for d in request.documents))
         given = {d.id: d.cls for d in request.documents if d.cls is not None}
-        if not (request.eps is not None or self.config.charge_ex_post):
-            return Held(rid, ids, list(request.documents), [], False, classes=given)
         recorded = await run_in_threadpool(self.ledger.classes_of, ids)
         for doc, cls in given.items():
             if recorded.get(doc, cls) != cls:
@@ -123,6 +121,8 @@ class Charging:
         budgets = self.config.budgets
         public = tuple(i for i in ids if budgets.public(i, classes.get(i)))
         private = [i for i in ids if i not in public]
+        if not (request.eps is not None or self.config.charge_ex_post):
+            return await self._uncharged(rid, request, ids, private, classes)
         warnings = self._unfittable(request, private, classes)
         per_token = per_token_reserve(request, self.config)
         amount = 0.0 if per_token is None else per_token * (request.max_tokens + 1)
@@ -132,17 +132,45 @@ class Charging:
                                         classes={i: classes[i] for i in private if i in classes},
                                         hold_rest=per_token is None))
         if res.exhausted:
-            self.metrics.exhausted.labels("refuse" if refuse else "drop").inc(len(res.exhausted))
-        if res.exhausted and refuse:
-            raise ProxyError(429, f"the privacy budget of document(s) "
-                                  f"{', '.join(res.exhausted)} is spent",
-                             param="ctxleak.documents", kind="insufficient_quota",
-                             code="budget_exhausted")
+            self._exhausted(res.exhausted)
         kept = set(res.granted) | set(public)
         dropped = [i for i in ids if i not in kept]
         self.metrics.dropped.inc(len(dropped))
         return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
                     dict(res.held), public, classes, warnings)
+
+    async def _uncharged(self, rid: str, request: CIDRequest, ids: list[str],
+                         private: list[str], classes: Mapping[str, str]) -> Held:
+        """Plain CID not charged: nothing is reserved, but a document whose budget is spent
+        (or 0) is used by no further answer, as by a charged one: dropped, or the request
+        refused with HTTP 429 (``on_exhausted="refuse"``)."""
+        budgets = self.config.budgets
+
+        def spent_out() -> list[str]:
+            out = []
+            for doc in private:
+                budget = budgets.of(doc, classes.get(doc))
+                if budget is not None and not self.ledger.document(doc).spent < budget:
+                    out.append(doc)
+            return out
+
+        exhausted = await run_in_threadpool(spent_out) if private else []
+        if exhausted:
+            self._exhausted(exhausted)
+        dropped = [i for i in ids if i in exhausted]
+        self.metrics.dropped.inc(len(dropped))
+        return Held(rid, ids, [d for d in request.documents if d.id not in exhausted], dropped,
+                    False, classes=dict(classes))
+
+    def _exhausted(self, exhausted: Sequence[str]) -> None:
+        """Count documents found exhausted; HTTP 429 with ``on_exhausted="refuse"``."""
+        refuse = self.config.on_exhausted == "refuse"
+        self.metrics.exhausted.labels("refuse" if refuse else "drop").inc(len(exhausted))
+        if refuse:
+            raise ProxyError(429, f"the privacy budget of document(s) "
+                                  f"{', '.join(exhausted)} is spent",
+                             param="ctxleak.documents", kind="insufficient_quota",
+                             code="budget_exhausted")
 
     def _unfittable(self, request: CIDRequest, private: list[str],
                     classes: Mapping[str, str]) -> tuple[str, ...]:
