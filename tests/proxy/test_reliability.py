@@ -276,3 +276,66 @@ def test_nan_from_the_upstream_is_a_502_and_the_ledger_stays_consistent(tmp_path
                 assert resp.json()["error"]["type"] == "upstream_error"
             assert ledger.open_reservations() == []
             assert 0 <= ledger.document("acct-7").spent <= 0.5 * 4 + 1e-9
+
+
+def test_an_answer_with_nan_figures_is_not_released_and_keeps_its_reservation(tmp_path):
+    """Whatever lets NaN through to a decoded answer (here the served model's answer poisoned
+    after decoding): HTTP 502 saying NaN, not a 500; the bounded answer's whole reservation
+    (ε × (max_tokens + 1)) kept as spent, none left open."""
+    from dataclasses import replace
+
+    from helpers.fake_server import fake_vllm
+
+    from ctxleak.engine.served import serve
+
+    tiny = tiny_llama(seed=3, vocab_extra=0)
+    tok_dir = tmp_path / "tok"
+    tiny.tokenizer.save_pretrained(tok_dir)
+    with fake_vllm(tiny, never=(0, 1, 3)) as upstream:
+        served = serve("tiny", upstream.url, tokenizer=str(tok_dir), check=False)
+        with serving(served, tmp_path, upstream=upstream.url,
+                     budgets=Budgets(default=10.0)) as (url, ledger, app):
+            proxy = app.state.proxy
+            decode = proxy._decode
+
+            def poisoned(request: Any, docs: Any, on_entry: Any = None) -> Any:
+                answer = decode(request, docs, on_entry)
+                first = replace(answer.ledger.entries[0], logp_context=float("nan"))
+                entries = (first, *answer.ledger.entries[1:])
+                return replace(answer, ledger=replace(answer.ledger, entries=entries))
+
+            proxy._decode = poisoned
+            body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
+                    "max_tokens": 3, "temperature": 1.0,
+                    "ctxleak": {"documents": DOCS, "epsilon": 0.5}}
+            resp = post(url, body)
+            assert resp.status_code == 502, resp.text
+            assert "NaN" in resp.json()["error"]["message"]
+            assert ledger.open_reservations() == []
+            assert ledger.document("acct-7").spent == pytest.approx(0.5 * 4)
+
+
+def test_a_postgres_ledger_reconnects_after_a_restart():
+    """PostgreSQL restarted under a connected ledger: /health's check opens the connection
+    again and the next reservation is charged; while it is down the check says so."""
+    from helpers.proxy_server import _run, postgres, postgres_tools
+
+    why = postgres_tools()
+    if why is not None:
+        pytest.skip(why)
+    from ctxleak.proxy.budget import PostgresLedger
+
+    with postgres() as url:
+        folder = url.split("host=", 1)[1]
+        data = f"{folder}/data"
+        ledger = PostgresLedger(url)
+        budgets = Budgets(default=5.0)
+        ledger.reserve("r1", ["a"], 1.0, budgets)
+        _run(["pg_ctl", "-D", data, "-m", "immediate", "-w", "stop"])
+        assert "does not answer" in (ledger.check() or "")
+        _run(["pg_ctl", "-D", data, "-o", f"-k {folder} -c listen_addresses='' -c fsync=off",
+              "-l", f"{folder}/log", "-w", "start"])
+        assert ledger.check() is None
+        assert ledger.reserve("r2", ["a"], 1.0, budgets).granted == ("a",)
+        assert ledger.document("a").spent == 2.0
+        ledger.close()

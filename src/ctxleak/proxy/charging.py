@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from ctxleak.errors import CtxleakError
 from ctxleak.mitigations.ledger import LedgerEntry
 from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
 from ctxleak.proxy.config import ProxyConfig
@@ -35,6 +37,18 @@ NO_GUARANTEE = ("plain CID (a fixed λ) has no DP guarantee: epsilon_ex_post is 
                 "p̄_λ(y|D) − log p(y|∅)| summed over tokens, a figure about this context alone "
                 "(null at λ = 1 and T = 1 through a served model, whose server samples the "
                 "answer itself)")
+
+
+class NotANumber(CtxleakError):
+    """A decoded answer whose figures are NaN: the model (or its server) failed."""
+
+
+def answer_is_numbers(answer: Answer) -> bool:
+    """Whether no log-probability, influence or ex-post ε of ``answer`` is NaN."""
+    values = [v for e in answer.ledger.entries
+              for v in (e.logp_context, e.logp_empty, e.influence, e.eps_ex_post)
+              if v is not None]
+    return not any(math.isnan(float(v)) for v in values)
 
 
 @dataclass(frozen=True)
@@ -204,13 +218,23 @@ class Charging:
         each; else their ex-post ε)."""
         if held.charged:
             spent = [e.eps if request.eps is not None else e.eps_ex_post for e in drawn]
-            await run_in_threadpool(self.ledger.settle, held.rid,
-                                    float(sum(x or 0.0 for x in spent)))
+            total = float(sum(x or 0.0 for x in spent))
+            if math.isnan(total):  # a figure the model could not give: all it reserved
+                total = max(held.held.values(), default=0.0)
+            await run_in_threadpool(self.ledger.settle, held.rid, total)
 
     async def settle(self, request: CIDRequest, answer: Answer, held: Held) -> dict[str, Any]:
         """Charge what the answer spent, count it, log it; the response's ``ctxleak`` field,
-        whose ``charged`` and ``epsilon_spent`` are what the ledger charged each document."""
+        whose ``charged`` and ``epsilon_spent`` are what the ledger charged each document.
+        An answer whose log-probabilities hold NaN (a model or server that failed) is not
+        released: :class:`NotANumber`, its whole reservation kept as spent."""
         rid, docs = held.rid, held.docs
+        if not answer_is_numbers(answer):
+            if held.charged:
+                await run_in_threadpool(self.ledger.settle, rid,
+                                        max(held.held.values(), default=0.0))
+            raise NotANumber("the model's log-probabilities hold NaN (not a number): the "
+                             "answer is not released")
         bounded = request.eps is not None
         spent = answer.eps_spent if bounded else (answer.eps_ex_post_total or 0.0)
         charged: dict[str, float] = {}
