@@ -104,6 +104,19 @@ def test_an_upstream_echoing_the_key_never_hands_it_to_a_client(lm, tmp_path):
                 assert "Bearer ***" in resp.json()["error"]["message"]
 
 
+def test_the_mask_takes_tokens_not_prose():
+    from ctxleak.proxy.errors import secret_mask
+
+    mask = secret_mask(KEY)
+    assert mask("Authorization: Bearer abc.def-123") == "Authorization: Bearer ***"
+    assert mask('{"h": "bearer%20Zm9vOmJhcg=="}') == '{"h": "bearer ***"}'
+    assert mask(f"key={json.dumps(KEY)[1:-1]}") == "key=***"
+    for prose in ["the bearer of bad news", "Bearer tokens expire", "no secret here"]:
+        assert mask(prose) == prose
+    with pytest.raises(ConfigError, match="ex_post_reserve"):
+        ProxyConfig(charge_ex_post=True, ex_post_reserve=1e308)
+
+
 def test_credentials_in_the_upstream_url_are_refused_naming_no_secret():
     for url in ["http://user:hunter2@127.0.0.1:9", "https://tok3n@example.com/v1"]:
         with pytest.raises(ConfigError) as caught:

@@ -101,9 +101,11 @@ class ProxyConfig:
         if self.on_unfittable not in ON_UNFITTABLE:
             raise ConfigError(f"on_unfittable must be one of {', '.join(ON_UNFITTABLE)}, not "
                               f"{self.on_unfittable!r}", param="on_unfittable")
-        if self.ex_post_reserve is not None and not (math.isfinite(self.ex_post_reserve)
-                                                     and self.ex_post_reserve > 0):
-            raise ConfigError(f"ex_post_reserve must be a number > 0 (ε per token), not "
+        if self.ex_post_reserve is not None and not (
+                math.isfinite(self.ex_post_reserve * (self.max_tokens_limit + 1))
+                and self.ex_post_reserve > 0):
+            raise ConfigError(f"ex_post_reserve must be a number > 0 (ε per token) whose "
+                              f"reservation × (max_tokens_limit + 1) is finite, not "
                               f"{self.ex_post_reserve}", param="ex_post_reserve")
         if self.threads is not None and (isinstance(self.threads, bool)
                                          or not isinstance(self.threads, int)

@@ -20,8 +20,10 @@ from ctxleak.proxy.request import ProxyError
 log = logging.getLogger("ctxleak.proxy")
 
 #: A Bearer token as a server may echo an Authorization header (a space, ``%20`` or ``+``
-#: after the word): the token is masked whoever's it is.
-_BEARER = re.compile(r"(?i)\b(bearer)(?:\s+|%20|\+)[^\s\"'<>,;\\]+")
+#: after the word), masked whoever's it is: a token of RFC 6750's characters, at least 6 of them
+#: with a digit or a symbol, so that prose ("the bearer of bad news") is left as it is.
+_BEARER = re.compile(r"(?i)\b(bearer)(?:\s+|%20|\+)(?=[A-Za-z0-9._~+/-]{6})"
+                     r"(?=[A-Za-z]*[0-9._~+/-])[A-Za-z0-9._~+/-]+=*")
 
 
 def secret_mask(key: str | None = None) -> Callable[[str], str]:
