@@ -351,4 +351,9 @@ def test_a_postgres_ledger_reconnects_after_a_restart():
         assert ledger.check() is None
         assert ledger.reserve("r2", ["a"], 1.0, budgets).granted == ("a",)
         assert ledger.document("a").spent == 2.0
+        # restarted again with no check between: the next reservation reconnects by itself
+        _run(["pg_ctl", "-D", data, "-m", "immediate", "-w", "restart", "-o",
+              f"-k {folder} -c listen_addresses='' -c fsync=off", "-l", f"{folder}/log"])
+        assert ledger.reserve("r3", ["a"], 1.0, budgets).granted == ("a",)
+        assert ledger.document("a").spent == 3.0
         ledger.close()

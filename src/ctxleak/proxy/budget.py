@@ -382,11 +382,22 @@ class PostgresLedger(BudgetLedger):
     def _revive(self) -> None:
         """A connection the server closed (a restart) or broke is opened again; the next
         statement fails as before where the server is still down."""
-        if self._db.closed or self._db.broken:
-            self._db = self._psycopg.connect(self._url, autocommit=True)
+        if self._db.closed or self._db.broken:  # (a server that is gone: 10 s at most)
+            self._db = self._psycopg.connect(self._url, autocommit=True, connect_timeout=10)
 
     def _transaction(self, body: Callable[[Any], Any]) -> Any:
+        """``body`` in one transaction; where the connection turns out lost (a restart since
+        the last statement), once more on a new one: a transaction cut off never committed
+        (one whose commit was acknowledged to nobody may be charged twice: more spent, never
+        less)."""
         with self._lock:
+            self._revive()
+            try:
+                with self._db.transaction():
+                    return body(self._db)
+            except self._psycopg.OperationalError:
+                if not (self._db.closed or self._db.broken):
+                    raise
             self._revive()
             with self._db.transaction():
                 return body(self._db)
