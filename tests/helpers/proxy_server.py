@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 
 from ctxleak.proxy import ProxyConfig, create_app
-from ctxleak.proxy.budget import BudgetLedger
+from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger
 
 
 @contextmanager
@@ -40,6 +40,18 @@ def serving(lm: Any, ledger: BudgetLedger, **config: Any) -> Iterator[tuple[str,
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+@contextmanager
+def serving_sqlite(lm: Any, path: Path, **config: Any
+                   ) -> Iterator[tuple[str, SQLiteLedger, Any]]:
+    """:func:`serving` on a SQLite ledger at ``path`` (closed after): URL, ledger and app."""
+    ledger = SQLiteLedger(path)
+    try:
+        with serving(lm, ledger, **config) as (url, app):
+            yield url, ledger, app
+    finally:
+        ledger.close()
 
 
 def _as_owner(cmd: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 from helpers.fake_server import Fault, fake_vllm
-from helpers.proxy_server import serving as proxy_serving
+from helpers.proxy_server import serving_sqlite
 from helpers.tiny_models import tiny_llama
 
 from ctxleak.engine.served_client import ServerError
@@ -38,12 +38,8 @@ def lm():
 @contextmanager
 def serving(lm, tmp_path, **config: Any) -> Iterator[tuple[str, SQLiteLedger, Any]]:
     """The proxy on 127.0.0.1 (a free port) in a thread: its base URL, ledger and app."""
-    ledger = SQLiteLedger(tmp_path / "ledger.db")
-    try:
-        with proxy_serving(lm, ledger, **config) as (url, app):
-            yield url, ledger, app
-    finally:
-        ledger.close()
+    with serving_sqlite(lm, tmp_path / "ledger.db", **config) as served:
+        yield served
 
 
 def client(url: str, key: str = "none") -> openai.OpenAI:

@@ -98,6 +98,10 @@ def register(app: typer.Typer) -> None:
                                            "body; larger get HTTP 413."),
         upstream_timeout: float = typer.Option(60.0, "--upstream-timeout", help="Seconds the "
                                                "upstream may take (then HTTP 504)."),
+        body_timeout: float = typer.Option(30.0, "--body-timeout", help="Seconds a client may "
+                                           "take to send its request body (then HTTP 408); a "
+                                           "request counts against --max-concurrent only once "
+                                           "its body is read."),
         threads: Optional[int] = typer.Option(None, "--threads", help="Worker threads for "
                                               "decoding and ledger calls (default 40)."),
         metrics_documents: int = typer.Option(20, "--metrics-documents", help="/metrics "
@@ -108,12 +112,15 @@ def register(app: typer.Typer) -> None:
         by Context Influence Decoding (ctxleak.lambda) or bounded CID (ctxleak.epsilon), with
         their privacy ledger and a per-document ε budget."""
         from ctxleak.engine.models import load_model
+        from ctxleak.engine.served_client import public_url
         from ctxleak.methods.rag.budgets import parse_budgets
         from ctxleak.mitigations.cid import cid_route
         from ctxleak.proxy import Budgets, ProxyConfig, run_proxy
-        from ctxleak.proxy.budget import open_ledger
+        from ctxleak.proxy.budget import open_ledger, public_ledger_url
         from ctxleak.proxy.charging import sizing_text
 
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"--port must be between 0 and 65535, not {port}", param="port")
         if decode not in ("auto", "in-process", "upstream"):
             raise ConfigError(f"--decode must be auto, in-process or upstream, not {decode!r}",
                               param="decode")
@@ -137,13 +144,21 @@ def register(app: typer.Typer) -> None:
                              temperature=temperature, max_tokens=max_tokens,
                              max_tokens_limit=max_tokens_limit, api_key=api_key,
                              max_body_bytes=max_body_bytes, max_concurrent=max_concurrent,
-                             upstream_timeout=upstream_timeout, threads=threads,
+                             upstream_timeout=upstream_timeout, body_timeout=body_timeout,
+                             threads=threads,
                              metrics_documents=metrics_documents)
         store = open_ledger(ledger)
+        # through the upstream, each of CID's requests waits --upstream-timeout at most
         lm = load_model(model, server_url=upstream if decode == "upstream" else None,
-                        served_model=served_model)
+                        served_model=served_model,
+                        request_timeout=upstream_timeout if decode == "upstream" else None)
+        where = public_url(upstream) if upstream else "nothing"
         typer.echo(f"ctxleak serve: http://{host}:{port}/v1 (CID on {model}, {decode}; ledger "
-                   f"{ledger}; pass-through to {upstream or 'nothing'})", err=True)
+                   f"{public_ledger_url(ledger)}; pass-through to {where})", err=True)
+        if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+            typer.echo(f"ctxleak serve: warning: listening on {host} without an API key: "
+                       "anyone who reaches this address can spend the documents' budgets "
+                       "(give --api-key-env)", err=True)
         typer.echo(f"ctxleak serve: {cid_route(lm)}", err=True)
         typer.echo(f"ctxleak serve: {sizing_text(config.budgets, config.max_tokens)}", err=True)
         run_proxy(lm, host=host, port=port, ledger=store, config=config)

@@ -39,7 +39,13 @@ from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import Answer, Sampled, decode_answer, release_sampled, server_samples
 from ctxleak.proxy.errors import answered, decoding_failed, error_response, unauthorised
 from ctxleak.proxy.metrics import ProxyMetrics
-from ctxleak.proxy.request import CIDRequest, ProxyError, is_marked, parse_cid_request
+from ctxleak.proxy.request import (
+    CIDRequest,
+    ProxyError,
+    is_marked,
+    parse_body,
+    parse_cid_request,
+)
 from ctxleak.proxy.routes import list_documents, list_models, one_document, timed
 from ctxleak.proxy.streaming import Event, decode_and_settle, settle_released, sse_chunks
 from ctxleak.proxy.upstream import Upstream
@@ -139,38 +145,42 @@ class Proxy:
                                                                    key.encode())
 
     async def read_body(self, request: Request) -> bytes:
+        """The request's body, at most ``max_body_bytes`` (HTTP 413) within ``body_timeout``
+        seconds (HTTP 408: a client that sends its headers and never its body holds nothing
+        longer)."""
         limit = self.config.max_body_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise ProxyError(413, f"the request body is {declared} bytes, more than the "
                                   f"proxy's limit of {limit}", code="request_too_large")
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ProxyError(413, f"the request body is more than the proxy's limit of "
-                                      f"{limit} bytes", code="request_too_large")
-            chunks.append(chunk)
+        try:
+            with anyio.fail_after(self.config.body_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise ProxyError(413, f"the request body is more than the proxy's "
+                                              f"limit of {limit} bytes", code="request_too_large")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise ProxyError(408, f"the request body did not arrive within "
+                                  f"{self.config.body_timeout:g} s", code="request_timeout"
+                             ) from None
         return b"".join(chunks)
 
     async def chat(self, request: Request) -> Response:
-        """``POST /v1/chat/completions``: the key and the concurrency limit checked, the body
-        read; marked context answered by CID, any other request passed through."""
+        """``POST /v1/chat/completions``: the key checked, the body read (a slow body holds no
+        slot), the concurrency limit checked; marked context answered by CID, any other
+        request passed through."""
         if not self.authorised(request):
             raise unauthorised()
+        body, raw = parse_body(await self.read_body(request))
         if self._active >= self.config.max_concurrent:
             raise ProxyError(429, f"the proxy is answering {self._active} requests, its limit; "
                                   "try again later", kind="rate_limit_error",
                              code="too_many_requests")
         self._active += 1
         try:
-            raw = await self.read_body(request)
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                raise ProxyError(400, "the request body is not JSON") from None
-            if not isinstance(body, dict):
-                raise ProxyError(400, "the request body must be a JSON object")
             if not is_marked(body):
                 return await self.upstream.pass_through(raw, body)
             try:
@@ -211,7 +221,7 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         started = time.perf_counter()
-        response = await answered(lambda: proxy.chat(request))
+        response = await answered(lambda: proxy.chat(request), proxy.upstream.mask)
         if response.status_code == 200 and isinstance(response, JSONResponse):
             body = json.loads(bytes(response.body))  # a CID answer: its ledger in headers too
             if isinstance(body.get("ctxleak"), dict):
@@ -222,6 +232,11 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
 
     @app.get("/health")
     async def health() -> Response:
+        """ok while the ledger answers (a PostgreSQL ledger reconnects first where its
+        connection was lost); HTTP 503 otherwise, so a load balancer stops sending traffic."""
+        problem = await run_in_threadpool(ledger.check)
+        if problem is not None:
+            return JSONResponse({"status": "unavailable", "ledger": problem}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     @app.get("/metrics")

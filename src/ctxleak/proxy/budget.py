@@ -31,6 +31,8 @@ This module imports neither torch nor the rest of the proxy (a crash test runs i
 from __future__ import annotations
 
 import math
+import os
+import re
 import sqlite3
 import threading
 import time
@@ -41,55 +43,10 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ctxleak.errors import ConfigError
-from ctxleak.methods.rag.budgets import PUBLIC
+from ctxleak.proxy.budgets import TOLERANCE, Budgets, answers_allowed
 
-#: Slack for float sums: a reservation that passes a budget by less than this is granted.
-TOLERANCE = 1e-9
-
-
-def answers_allowed(budget: float, eps: float, max_tokens: int) -> int:
-    """How many answers of up to ``max_tokens`` tokens a budget of ``budget`` allows at ``eps``
-    per token, each reserving ε·(max_tokens + 1) (the stopping EOS included; basic
-    composition, Thm B.1): ⌊budget / (ε·(max_tokens + 1))⌋, within :data:`TOLERANCE`."""
-    if not (math.isfinite(eps) and eps > 0) or max_tokens < 0:
-        raise ConfigError(f"answers_allowed needs ε > 0 and max_tokens >= 0, not {eps} and "
-                          f"{max_tokens}", param="eps")
-    return max(0, math.floor((budget + TOLERANCE) / (eps * (max_tokens + 1))))
-
-
-@dataclass(frozen=True)
-class Budgets:
-    """The operator's budget per document: ``default`` ε for every document (None: no limit),
-    ``classes`` by document class (:data:`PUBLIC` documents are never charged) and
-    ``overrides`` by document id, which win over the class's (and make a document private)."""
-
-    default: float | None = None
-    overrides: Mapping[str, float] = field(default_factory=dict)
-    classes: Mapping[str, float] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for name, value in [("budget", self.default), *self.overrides.items(),
-                            *self.classes.items()]:
-            if value is not None and (not math.isfinite(value) or value < 0):
-                raise ConfigError(f"the budget of {name!r} must be a finite number >= 0, "
-                                  f"not {value}", param="budget")
-        if PUBLIC in self.classes:
-            raise ConfigError(f"class {PUBLIC!r} has no budget: its documents are never "
-                              "charged", param="class_budget")
-
-    def of(self, doc_id: str, doc_class: str | None = None) -> float | None:
-        """The budget of ``doc_id`` of class ``doc_class``: its own, its class's, the default."""
-        if doc_id in self.overrides:
-            return self.overrides[doc_id]
-        if doc_class is not None and doc_class in self.classes:
-            return self.classes[doc_class]
-        return self.default
-
-    def public(self, doc_id: str, doc_class: str | None) -> bool:
-        """Whether the document is public (never charged): class ``public``, no budget of its
-        own."""
-        return doc_class == PUBLIC and doc_id not in self.overrides
-
+__all__ = ["TOLERANCE", "BudgetLedger", "Budgets", "DocumentSpend", "PostgresLedger",
+           "Reservation", "SQLiteLedger", "answers_allowed", "open_ledger", "public_ledger_url"]
 
 @dataclass(frozen=True)
 class Reservation:
@@ -201,6 +158,7 @@ class BudgetLedger:
     def _rows(self, where: str, params: tuple[Any, ...]) -> list[DocumentSpend]:
         """The documents' rows selected by ``where``, each with its open reservations."""
         with self._lock:
+            self._revive()
             rows = self._db.execute(self._sql(f"SELECT {self._COLUMNS} FROM ctxleak_spend "
                                               + where), params).fetchall()
             held = dict(self._db.execute("SELECT doc_id, SUM(amount) FROM ctxleak_reservation "
@@ -250,6 +208,20 @@ class BudgetLedger:
             rows = self._db.execute("SELECT request_id, doc_id, amount FROM ctxleak_reservation "
                                     "ORDER BY created, request_id, doc_id").fetchall()
         return [(str(r), str(d), float(a)) for r, d, a in rows]
+
+    def check(self) -> str | None:
+        """None while the store answers (a lost PostgreSQL connection is opened again first);
+        else what is wrong, for ``/health``."""
+        try:
+            with self._lock:
+                self._revive()
+                self._db.execute("SELECT 1").fetchone()
+        except Exception as exc:  # whatever the driver raises: the ledger cannot be used
+            return f"the ledger does not answer: {type(exc).__name__}"
+        return None
+
+    def _revive(self) -> None:
+        """Open the store's connection again where it was lost (called under ``_lock``)."""
 
     def close(self) -> None:
         with self._lock:
@@ -333,6 +305,8 @@ class SQLiteLedger(BudgetLedger):
                 if fh.read(16) != b"SQLite format 3\x00":
                     raise ConfigError(f"{self.path} is not an SQLite database (ctxleak does not "
                                       "overwrite it): name a new file", param="ledger")
+        if not self.path.exists():  # the ledger is the operator's: mode 0600 (SQLite gives
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))  # its -wal the same)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None,
                                    check_same_thread=False)
@@ -385,7 +359,7 @@ class PostgresLedger(BudgetLedger):
         except ImportError as exc:  # pragma: no cover - the serve extra installs it
             raise ConfigError("a PostgreSQL ledger needs psycopg: pip install 'ctxleak[serve]'",
                               param="ledger") from exc
-        self._psycopg = psycopg
+        self._psycopg, self._url = psycopg, url
         self._lock = threading.Lock()
         try:
             self._db = psycopg.connect(url, autocommit=True)
@@ -405,9 +379,28 @@ class PostgresLedger(BudgetLedger):
     def _sql(self, statement: str) -> str:
         return statement.replace("?", "%s")  # psycopg's parameter style
 
+    def _revive(self) -> None:
+        """A connection the server closed (a restart) or broke is opened again; the next
+        statement fails as before where the server is still down."""
+        if self._db.closed or self._db.broken:  # (a server that is gone: 10 s at most)
+            self._db = self._psycopg.connect(self._url, autocommit=True, connect_timeout=10)
+
     def _transaction(self, body: Callable[[Any], Any]) -> Any:
-        with self._lock, self._db.transaction():
-            return body(self._db)
+        """``body`` in one transaction; where the connection turns out lost (a restart since
+        the last statement), once more on a new one: a transaction cut off never committed
+        (one whose commit was acknowledged to nobody may be charged twice: more spent, never
+        less)."""
+        with self._lock:
+            self._revive()
+            try:
+                with self._db.transaction():
+                    return body(self._db)
+            except self._psycopg.OperationalError:
+                if not (self._db.closed or self._db.broken):
+                    raise
+            self._revive()
+            with self._db.transaction():
+                return body(self._db)
 
     def _reserve(self, request_id: str, ask: _Ask) -> Reservation:
         def body(db: Any) -> Reservation:
@@ -427,6 +420,13 @@ class PostgresLedger(BudgetLedger):
                                {doc: amount for doc, (amount, _, _) in granted.items()})
 
         return self._transaction(body)
+
+
+def public_ledger_url(url: str) -> str:
+    """``url`` as it may be printed: a password (``user:PASSWORD@host`` or ``password=…``)
+    as ``***``."""
+    url = re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", url, count=1)
+    return re.sub(r"(?i)(password=)[^&\s]*", r"\1***", url)
 
 
 def open_ledger(url: str) -> BudgetLedger:

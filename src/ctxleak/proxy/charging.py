@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from ctxleak.errors import CtxleakError
 from ctxleak.mitigations.ledger import LedgerEntry
 from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
 from ctxleak.proxy.config import ProxyConfig
@@ -35,6 +37,18 @@ NO_GUARANTEE = ("plain CID (a fixed λ) has no DP guarantee: epsilon_ex_post is 
                 "p̄_λ(y|D) − log p(y|∅)| summed over tokens, a figure about this context alone "
                 "(null at λ = 1 and T = 1 through a served model, whose server samples the "
                 "answer itself)")
+
+
+class NotANumber(CtxleakError):
+    """A decoded answer whose figures are NaN: the model (or its server) failed."""
+
+
+def answer_is_numbers(answer: Answer) -> bool:
+    """Whether no log-probability, influence or ex-post ε of ``answer`` is NaN."""
+    values = [v for e in answer.ledger.entries
+              for v in (e.logp_context, e.logp_empty, e.influence, e.eps_ex_post)
+              if v is not None]
+    return not any(math.isnan(float(v)) for v in values)
 
 
 @dataclass(frozen=True)
@@ -110,8 +124,6 @@ class Charging:
         whole request refused with HTTP 429 (``on_exhausted="refuse"``)."""
         ids = list(dict.fromkeys(d.id for d in request.documents))
         given = {d.id: d.cls for d in request.documents if d.cls is not None}
-        if not (request.eps is not None or self.config.charge_ex_post):
-            return Held(rid, ids, list(request.documents), [], False, classes=given)
         recorded = await run_in_threadpool(self.ledger.classes_of, ids)
         for doc, cls in given.items():
             if recorded.get(doc, cls) != cls:
@@ -123,6 +135,8 @@ class Charging:
         budgets = self.config.budgets
         public = tuple(i for i in ids if budgets.public(i, classes.get(i)))
         private = [i for i in ids if i not in public]
+        if not (request.eps is not None or self.config.charge_ex_post):
+            return await self._uncharged(rid, request, ids, private, classes)
         warnings = self._unfittable(request, private, classes)
         per_token = per_token_reserve(request, self.config)
         amount = 0.0 if per_token is None else per_token * (request.max_tokens + 1)
@@ -132,17 +146,45 @@ class Charging:
                                         classes={i: classes[i] for i in private if i in classes},
                                         hold_rest=per_token is None))
         if res.exhausted:
-            self.metrics.exhausted.labels("refuse" if refuse else "drop").inc(len(res.exhausted))
-        if res.exhausted and refuse:
-            raise ProxyError(429, f"the privacy budget of document(s) "
-                                  f"{', '.join(res.exhausted)} is spent",
-                             param="ctxleak.documents", kind="insufficient_quota",
-                             code="budget_exhausted")
+            self._exhausted(res.exhausted)
         kept = set(res.granted) | set(public)
         dropped = [i for i in ids if i not in kept]
         self.metrics.dropped.inc(len(dropped))
         return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
                     dict(res.held), public, classes, warnings)
+
+    async def _uncharged(self, rid: str, request: CIDRequest, ids: list[str],
+                         private: list[str], classes: Mapping[str, str]) -> Held:
+        """Plain CID not charged: nothing is reserved, but a document whose budget is spent
+        (or 0) is used by no further answer, as by a charged one: dropped, or the request
+        refused with HTTP 429 (``on_exhausted="refuse"``)."""
+        budgets = self.config.budgets
+
+        def spent_out() -> list[str]:
+            out = []
+            for doc in private:
+                budget = budgets.of(doc, classes.get(doc))
+                if budget is not None and not self.ledger.document(doc).spent < budget:
+                    out.append(doc)
+            return out
+
+        exhausted = await run_in_threadpool(spent_out) if private else []
+        if exhausted:
+            self._exhausted(exhausted)
+        dropped = [i for i in ids if i in exhausted]
+        self.metrics.dropped.inc(len(dropped))
+        return Held(rid, ids, [d for d in request.documents if d.id not in exhausted], dropped,
+                    False, classes=dict(classes))
+
+    def _exhausted(self, exhausted: Sequence[str]) -> None:
+        """Count documents found exhausted; HTTP 429 with ``on_exhausted="refuse"``."""
+        refuse = self.config.on_exhausted == "refuse"
+        self.metrics.exhausted.labels("refuse" if refuse else "drop").inc(len(exhausted))
+        if refuse:
+            raise ProxyError(429, f"the privacy budget of document(s) "
+                                  f"{', '.join(exhausted)} is spent",
+                             param="ctxleak.documents", kind="insufficient_quota",
+                             code="budget_exhausted")
 
     def _unfittable(self, request: CIDRequest, private: list[str],
                     classes: Mapping[str, str]) -> tuple[str, ...]:
@@ -176,13 +218,23 @@ class Charging:
         each; else their ex-post ε)."""
         if held.charged:
             spent = [e.eps if request.eps is not None else e.eps_ex_post for e in drawn]
-            await run_in_threadpool(self.ledger.settle, held.rid,
-                                    float(sum(x or 0.0 for x in spent)))
+            total = float(sum(x or 0.0 for x in spent))
+            if math.isnan(total):  # a figure the model could not give: all it reserved
+                total = max(held.held.values(), default=0.0)
+            await run_in_threadpool(self.ledger.settle, held.rid, total)
 
     async def settle(self, request: CIDRequest, answer: Answer, held: Held) -> dict[str, Any]:
         """Charge what the answer spent, count it, log it; the response's ``ctxleak`` field,
-        whose ``charged`` and ``epsilon_spent`` are what the ledger charged each document."""
+        whose ``charged`` and ``epsilon_spent`` are what the ledger charged each document.
+        An answer whose log-probabilities hold NaN (a model or server that failed) is not
+        released: :class:`NotANumber`, its whole reservation kept as spent."""
         rid, docs = held.rid, held.docs
+        if not answer_is_numbers(answer):
+            if held.charged:
+                await run_in_threadpool(self.ledger.settle, rid,
+                                        max(held.held.values(), default=0.0))
+            raise NotANumber("the model's log-probabilities hold NaN (not a number): the "
+                             "answer is not released")
         bounded = request.eps is not None
         spent = answer.eps_spent if bounded else (answer.eps_ex_post_total or 0.0)
         charged: dict[str, float] = {}

@@ -5,12 +5,40 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from ctxleak.errors import ConfigError
 from ctxleak.proxy.budget import Budgets
 
 ON_EXHAUSTED = ("drop", "refuse")
 ON_UNFITTABLE = ("refuse", "drop")
+
+#: The smallest temperature > 0 a request may give: below it the logits divided by T are so
+#: large that the mixture's divergence is no longer a finite number and CID would silently
+#: decode at another λ (0 asks for greedy decoding).
+MIN_TEMPERATURE = 1e-6
+
+
+def check_upstream(url: str) -> None:
+    """Refuse an upstream URL the proxy cannot or must not use: a scheme other than http or
+    https (named), no host, or credentials written into it (``user:pass@host``), which would
+    reach every client in the proxy's error messages: give the key with ``upstream_api_key``
+    (``--upstream-key-env``) instead."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"the upstream must be an http:// or https:// URL, not a "
+                          f"{parts.scheme + '://' if parts.scheme else 'scheme-less'} one",
+                          param="upstream")
+    if "@" in parts.netloc:
+        raise ConfigError("the upstream URL must not carry credentials (user:password@host): "
+                          "give its API key with --upstream-key-env", param="upstream")
+    if not parts.hostname:
+        raise ConfigError("the upstream URL names no host", param="upstream")
+    try:
+        _ = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"the upstream URL's port is not a port: {exc}",
+                          param="upstream") from None
 
 
 @dataclass(frozen=True)
@@ -38,7 +66,9 @@ class ProxyConfig:
       give them; ``max_tokens_limit`` the most a request may ask for.
     - ``api_key``: the Bearer key clients must send (None: none needed).
     - ``max_body_bytes`` (HTTP 413 above it), ``max_concurrent`` requests at once (HTTP 429
-      above it), ``upstream_timeout`` seconds (HTTP 504 after it).
+      above it, counted once a request's body is read), ``upstream_timeout`` seconds (HTTP 504
+      after it; also each request of CID decoding through the upstream), ``body_timeout``
+      seconds a client may take to send its request body (HTTP 408 after it).
     - ``threads``: the worker threads that run decoding and ledger calls (None: the server's
       default, 40); ``metrics_documents``: how many documents, those with the least budget
       left, ``/metrics`` reports one by one.
@@ -59,6 +89,7 @@ class ProxyConfig:
     max_body_bytes: int = 1 << 20
     max_concurrent: int = 8
     upstream_timeout: float = 60.0
+    body_timeout: float = 30.0
     served_name: str = "ctxleak-cid"
     threads: int | None = None
     metrics_documents: int = 20
@@ -70,9 +101,11 @@ class ProxyConfig:
         if self.on_unfittable not in ON_UNFITTABLE:
             raise ConfigError(f"on_unfittable must be one of {', '.join(ON_UNFITTABLE)}, not "
                               f"{self.on_unfittable!r}", param="on_unfittable")
-        if self.ex_post_reserve is not None and not (math.isfinite(self.ex_post_reserve)
-                                                     and self.ex_post_reserve > 0):
-            raise ConfigError(f"ex_post_reserve must be a number > 0 (ε per token), not "
+        if self.ex_post_reserve is not None and not (
+                math.isfinite(self.ex_post_reserve * (self.max_tokens_limit + 1))
+                and self.ex_post_reserve > 0):
+            raise ConfigError(f"ex_post_reserve must be a number > 0 (ε per token) whose "
+                              f"reservation × (max_tokens_limit + 1) is finite, not "
                               f"{self.ex_post_reserve}", param="ex_post_reserve")
         if self.threads is not None and (isinstance(self.threads, bool)
                                          or not isinstance(self.threads, int)
@@ -82,9 +115,9 @@ class ProxyConfig:
         if self.metrics_documents < 0:
             raise ConfigError(f"metrics_documents must be >= 0, not {self.metrics_documents}",
                               param="metrics_documents")
-        if not math.isfinite(self.temperature) or self.temperature <= 0:
-            raise ConfigError(f"temperature must be > 0, not {self.temperature}",
-                              param="temperature")
+        if not math.isfinite(self.temperature) or self.temperature < MIN_TEMPERATURE:
+            raise ConfigError(f"temperature must be at least {MIN_TEMPERATURE:g}, not "
+                              f"{self.temperature}", param="temperature")
         if not 1 <= self.max_tokens <= self.max_tokens_limit:
             raise ConfigError(f"max_tokens must be between 1 and max_tokens_limit "
                               f"({self.max_tokens_limit}), not {self.max_tokens}",
@@ -95,6 +128,8 @@ class ProxyConfig:
         for name in ("max_body_bytes", "max_concurrent"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, not {getattr(self, name)}", param=name)
-        if not self.upstream_timeout > 0:
-            raise ConfigError(f"upstream_timeout must be > 0, not {self.upstream_timeout}",
-                              param="upstream_timeout")
+        for name in ("upstream_timeout", "body_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0, not {getattr(self, name)}", param=name)
+        if self.upstream is not None:
+            check_upstream(self.upstream)

@@ -5,11 +5,12 @@ is a :class:`ProxyError` naming the request field, answered in the OpenAI error 
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from ctxleak.proxy.config import ProxyConfig
+from ctxleak.proxy.config import MIN_TEMPERATURE, ProxyConfig
 
 #: Request fields the proxy does not implement for a CID answer (refused, not ignored).
 UNSUPPORTED = ("tools", "tool_choice", "functions", "logprobs", "top_logprobs", "stop",
@@ -36,6 +37,26 @@ class ProxyError(Exception):
 
 def _bad(param: str, message: str) -> ProxyError:
     return ProxyError(400, f"{param}: {message}", param=param)
+
+
+def _text(value: str, param: str) -> str:
+    """``value`` as it may reach the tokenizer and the ledger: valid Unicode (no lone surrogate,
+    which JSON's ``\\ud800`` escapes can carry)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _bad(param, "holds a lone surrogate (a \\ud800-\\udfff escape that is not "
+                          "half of a pair): not valid Unicode text") from None
+    return value
+
+
+def _stored(value: str, param: str) -> str:
+    """A string the ledger keeps (an id, a class): :func:`_text`, and no NUL character, which
+    PostgreSQL cannot store: refused whatever the ledger, so a request reads the same on every
+    store."""
+    if "\x00" in _text(value, param):
+        raise _bad(param, "holds a NUL character (\\u0000), which the ledger cannot keep")
+    return value
 
 
 @dataclass(frozen=True)
@@ -65,6 +86,43 @@ class CIDRequest:
     stream: bool
     model: str
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
+
+
+#: The deepest nesting of arrays and objects a request body may have (a chat request needs 6).
+MAX_DEPTH = 64
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value``'s arrays and objects nest (a scalar: 0), without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        children = item.values() if isinstance(item, dict) else \
+            item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            if depth > MAX_DEPTH:
+                break
+            todo.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def parse_body(raw: bytes) -> tuple[dict[str, Any], bytes]:
+    """The request body as a JSON object (and its bytes): not JSON, not an object or nested
+    more than :data:`MAX_DEPTH` levels is HTTP 400."""
+    deep = False
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        body, deep = None, True
+    except ValueError:
+        raise ProxyError(400, "the request body is not JSON") from None
+    if deep or _depth(body) > MAX_DEPTH:
+        raise ProxyError(400, f"the request body nests arrays and objects more than "
+                              f"{MAX_DEPTH} levels deep")
+    if not isinstance(body, dict):
+        raise ProxyError(400, "the request body must be a JSON object")
+    return body, raw
 
 
 def is_marked(body: dict[str, Any]) -> bool:
@@ -100,14 +158,14 @@ def _content(message: Any, k: int) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
-        return content
+        return _text(content, f"messages[{k}].content")
     if isinstance(content, list):
         texts = []
         for j, part in enumerate(content):
             if not isinstance(part, dict) or part.get("type") != "text" \
                     or not isinstance(part.get("text"), str):
                 raise _bad(f"messages[{k}].content[{j}]", "only text parts are supported")
-            texts.append(part["text"])
+            texts.append(_text(part["text"], f"messages[{k}].content[{j}].text"))
         return "".join(texts)
     raise _bad(f"messages[{k}].content", "must be a string or a list of text parts")
 
@@ -147,7 +205,10 @@ def _documents(marked: dict[str, Any]) -> tuple[Document, ...]:
         if cls is not None and (not isinstance(cls, str) or not cls.strip()):
             raise _bad(f"{where}.class", f"must be a class name such as \"public\" or "
                                          f"\"restricted\", not {cls!r}")
-        doc_id = str(doc_id)
+        doc_id = _stored(str(doc_id), f"{where}.id")
+        _text(text, f"{where}.text")
+        if cls is not None:
+            _stored(cls, f"{where}.class")
         if doc_id in seen and seen[doc_id] != text:
             raise _bad(f"{where}.id", f"{doc_id!r} is given twice with different texts")
         seen[doc_id] = text
@@ -193,6 +254,9 @@ def parse_cid_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest:
         t = _number(body["temperature"], "temperature")
         if t < 0:
             raise _bad("temperature", f"must be >= 0, not {t}")
+        if 0 < t < MIN_TEMPERATURE:
+            raise _bad("temperature", f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, not "
+                                      f"{t:g}: below it CID could not decode at the λ asked")
         temperature = t if t > 0 else None
     if temperature is None and eps is not None:
         raise _bad("temperature", "must be > 0 with ctxleak.epsilon: bounded CID's guarantee "
@@ -205,6 +269,9 @@ def parse_cid_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest:
     min_tokens = min(config.min_tokens, max_tokens)
     if body.get("min_tokens") is not None:
         min_tokens = _integer(body["min_tokens"], "min_tokens", 0, max_tokens)
+    if eps is not None and not math.isfinite(eps * (max_tokens + 1)):
+        raise _bad("ctxleak.epsilon", f"the reservation ε × (max_tokens + 1) = {eps:g} × "
+                                      f"{max_tokens + 1} is not a finite number")
     seed = None
     if body.get("seed") is not None:
         seed = _integer(body["seed"], "seed", 0, (1 << 63) - 1)

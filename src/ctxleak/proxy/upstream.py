@@ -5,13 +5,16 @@ not); an upstream that is down, slow or answers what is not JSON gives HTTP 502 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
+from ctxleak.engine.served_client import public_url
 from ctxleak.proxy.config import ProxyConfig
+from ctxleak.proxy.errors import secret_mask
 from ctxleak.proxy.request import ProxyError
 
 
@@ -23,11 +26,25 @@ def upstream_base(url: str) -> str:
 
 class Upstream:
     """The upstream server of ``config`` and the HTTP client that reaches it (opened with the
-    first request, closed by :meth:`aclose`)."""
+    first request, closed by :meth:`aclose`). What it answers is relayed with the upstream's
+    API key and any Bearer token masked (:func:`~ctxleak.proxy.errors.secret_mask`)."""
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
         self.http: httpx.AsyncClient | None = None
+        self.mask = secret_mask(config.upstream_api_key)
+        self.name = public_url(config.upstream) if config.upstream else "none"
+
+    def _masked(self, content: bytes) -> bytes:
+        """An answer's bytes with every secret masked (unchanged where there is none)."""
+        text = content.decode("utf-8", errors="surrogateescape")
+        out = self.mask(text)
+        return content if out == text else out.encode("utf-8", errors="surrogateescape")
+
+    async def _lines(self, resp: httpx.Response) -> AsyncIterator[bytes]:
+        """A streamed answer relayed line by line (the events' framing kept), each masked."""
+        async for line in resp.aiter_lines():
+            yield self._masked(line.encode("utf-8", errors="surrogateescape")) + b"\n"
 
     async def aclose(self) -> None:
         if self.http is not None:
@@ -46,12 +63,12 @@ class Upstream:
         resp = await self._send(self.config.upstream, raw)
         streamed = resp.headers.get("content-type", "").startswith("text/event-stream")
         if resp.status_code < 400 and streamed:
-            return StreamingResponse(resp.aiter_raw(), status_code=resp.status_code,
+            return StreamingResponse(self._lines(resp), status_code=resp.status_code,
                                      media_type="text/event-stream",
                                      background=BackgroundTask(resp.aclose))
         content = await self._json(resp)
         if resp.status_code >= 500:
-            raise ProxyError(502, f"the upstream {self.config.upstream} failed: HTTP "
+            raise ProxyError(502, f"the upstream {self.name} failed: HTTP "
                                   f"{resp.status_code}: {content[:200].decode(errors='replace')}",
                              kind="upstream_error", code="upstream_failed")
         return Response(content, status_code=resp.status_code, media_type="application/json")
@@ -63,7 +80,7 @@ class Upstream:
         resp = await self._send(self.config.upstream, None)
         content = await self._json(resp)
         if resp.status_code >= 500:
-            raise ProxyError(502, f"the upstream {self.config.upstream} did not list its "
+            raise ProxyError(502, f"the upstream {self.name} did not list its "
                                   f"models: HTTP {resp.status_code}", kind="upstream_error",
                              code="upstream_failed")
         return Response(content, status_code=resp.status_code, media_type="application/json")
@@ -73,7 +90,7 @@ class Upstream:
         try:
             content = await resp.aread()
         except httpx.TimeoutException as exc:
-            raise ProxyError(504, f"the upstream {self.config.upstream} did not finish its "
+            raise ProxyError(504, f"the upstream {self.name} did not finish its "
                                   f"answer in {self.config.upstream_timeout:g} s",
                              kind="upstream_error", code="upstream_timeout") from exc
         finally:
@@ -81,11 +98,11 @@ class Upstream:
         try:
             json.loads(content)
         except ValueError:
-            raise ProxyError(502, f"the upstream {self.config.upstream} answered HTTP "
+            raise ProxyError(502, f"the upstream {self.name} answered HTTP "
                                   f"{resp.status_code} with what is not JSON: "
-                                  f"{content[:80]!r}", kind="upstream_error",
+                                  f"{self._masked(content)[:80]!r}", kind="upstream_error",
                              code="upstream_bad_answer") from None
-        return content
+        return self._masked(content)
 
     async def _send(self, upstream: str, raw: bytes | None) -> httpx.Response:
         """POST ``raw`` to the upstream's chat completions (None: GET its models), its
@@ -102,10 +119,10 @@ class Upstream:
         try:
             return await self.http.send(request, stream=True)
         except httpx.TimeoutException as exc:
-            raise ProxyError(504, f"the upstream {upstream} did not answer in "
+            raise ProxyError(504, f"the upstream {self.name} did not answer in "
                                   f"{self.config.upstream_timeout:g} s",
                              kind="upstream_error", code="upstream_timeout") from exc
         except httpx.HTTPError as exc:
-            raise ProxyError(502, f"the upstream {upstream} is unreachable: "
-                                  f"{type(exc).__name__}: {exc}",
+            raise ProxyError(502, f"the upstream {self.name} is unreachable: "
+                                  f"{type(exc).__name__}: {self.mask(str(exc))}",
                              kind="upstream_error", code="upstream_unreachable") from exc

@@ -1,0 +1,60 @@
+"""The privacy proxy's budgets: ε per document (by id, by class, a default) and the arithmetic of
+how many answers a budget allows (bounded Context Influence Decoding: Estimating Privacy
+Leakage of Augmented Contextual Knowledge in Language Models, App. B, Thm B.1, basic
+composition). This module imports neither torch nor the rest of the proxy."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ctxleak.errors import ConfigError
+from ctxleak.methods.rag.budgets import PUBLIC
+
+#: Slack for float sums: a reservation that passes a budget by less than this is granted.
+TOLERANCE = 1e-9
+
+
+def answers_allowed(budget: float, eps: float, max_tokens: int) -> int:
+    """How many answers of up to ``max_tokens`` tokens a budget of ``budget`` allows at ``eps``
+    per token, each reserving ε·(max_tokens + 1) (the stopping EOS included; basic
+    composition, Thm B.1): ⌊budget / (ε·(max_tokens + 1))⌋, within :data:`TOLERANCE`."""
+    if not (math.isfinite(eps) and eps > 0) or max_tokens < 0:
+        raise ConfigError(f"answers_allowed needs ε > 0 and max_tokens >= 0, not {eps} and "
+                          f"{max_tokens}", param="eps")
+    return max(0, math.floor((budget + TOLERANCE) / (eps * (max_tokens + 1))))
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The operator's budget per document: ``default`` ε for every document (None: no limit),
+    ``classes`` by document class (:data:`PUBLIC` documents are never charged) and
+    ``overrides`` by document id, which win over the class's (and make a document private)."""
+
+    default: float | None = None
+    overrides: Mapping[str, float] = field(default_factory=dict)
+    classes: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, value in [("budget", self.default), *self.overrides.items(),
+                            *self.classes.items()]:
+            if value is not None and (not math.isfinite(value) or value < 0):
+                raise ConfigError(f"the budget of {name!r} must be a finite number >= 0, "
+                                  f"not {value}", param="budget")
+        if PUBLIC in self.classes:
+            raise ConfigError(f"class {PUBLIC!r} has no budget: its documents are never "
+                              "charged", param="class_budget")
+
+    def of(self, doc_id: str, doc_class: str | None = None) -> float | None:
+        """The budget of ``doc_id`` of class ``doc_class``: its own, its class's, the default."""
+        if doc_id in self.overrides:
+            return self.overrides[doc_id]
+        if doc_class is not None and doc_class in self.classes:
+            return self.classes[doc_class]
+        return self.default
+
+    def public(self, doc_id: str, doc_class: str | None) -> bool:
+        """Whether the document is public (never charged): class ``public``, no budget of its
+        own."""
+        return doc_class == PUBLIC and doc_id not in self.overrides
