@@ -149,6 +149,8 @@ def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool
     called with (row, ledger entry) as each token is drawn."""
     in_server = _in_server(lm, jobs, sample, on_entry)
     if in_server is not None:
+        if context_caches is not None:  # no KV cache leaves a server
+            context_caches.extend([None] * len(jobs))
         return in_server
     keep = context_caches is not None
     parts = [_cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored,
