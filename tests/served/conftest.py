@@ -9,6 +9,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from helpers.fake_server import plausible
+from helpers.tiny_models import tiny_llama
 from helpers.vllm_server import (
     SERVED_NAME,
     VLLMServer,
@@ -16,6 +18,24 @@ from helpers.vllm_server import (
     required_vllm_python,
     start_server,
 )
+
+from ctxleak.engine.served import PROBE_TEXT
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The fake server's model (tests/helpers/fake_server.py): a tiny Llama (vocabulary =
+    tokenizer, as a served model's) fitted to the probe text, so that the check before a run
+    accepts it as a real model would be accepted."""
+    return plausible(tiny_llama(seed=3, vocab_extra=0), PROBE_TEXT)
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory, tiny):
+    """The tiny model's tokenizer saved to a folder (what ``serve(tokenizer=...)`` reads)."""
+    path = tmp_path_factory.mktemp("served-tok")
+    tiny.tokenizer.save_pretrained(path)
+    return str(path)
 
 
 @pytest.fixture(scope="session")

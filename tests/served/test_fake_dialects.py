@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers.fake_server import VLLM_ONLY, Fault, fake_vllm, plausible
-from helpers.tiny_models import tiny_llama
+from helpers.fake_server import VLLM_ONLY, Fault, fake_vllm
 
 from ctxleak.engine.capabilities import (
     EMBEDDING_GRADIENTS,
@@ -26,7 +25,6 @@ from ctxleak.engine.models import load_model
 from ctxleak.engine.scoring import continuation_logits, continuation_logprobs, next_token_logprobs
 from ctxleak.engine.served import (
     DIALECTS,
-    PROBE_TEXT,
     OpenAIServedLM,
     ServedLM,
     VLLMServedLM,
@@ -40,18 +38,6 @@ TOL = 1e-5  # nats per token: the same float32 weights, one forward pass here an
 PROMPTS = ["the capital of france is", "rome is in italy . the city"]
 CONTS = ["paris . yes", "of rome and the news report said"]
 NEVER = (0, 1, 3)  # the tiny tokenizer's <pad>, <bos> and <unk>: never sampled
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return plausible(tiny_llama(seed=3, vocab_extra=0), PROBE_TEXT)
-
-
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory, tiny):
-    path = tmp_path_factory.mktemp("dialect-tok")
-    tiny.tokenizer.save_pretrained(path)
-    return str(path)
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,10 @@ import warnings
 
 import pytest
 from helpers.fake_plugin import FakePluginVLLM
-from helpers.fake_server import fake_vllm, plausible
-from helpers.tiny_models import tiny_llama
+from helpers.fake_server import fake_vllm
 
 from ctxleak.engine.capabilities import CID_DECODING
-from ctxleak.engine.served import PROBE_TEXT, serve
+from ctxleak.engine.served import serve
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
 
@@ -24,18 +23,6 @@ NEVER = (0, 1, 3)  # the tiny tokenizer's <pad>, <bos> and <unk>: never sampled
 PAIRS = [("rome is in italy . the city of", "the city of"),
          ("the capital of france is paris . the capital of", "the capital of"),
          ("paris . yes the news report said", "the news report said")]
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return plausible(tiny_llama(seed=3, vocab_extra=0), PROBE_TEXT)
-
-
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory, tiny):
-    path = tmp_path_factory.mktemp("plugin-tok")
-    tiny.tokenizer.save_pretrained(path)
-    return str(path)
 
 
 def _jobs(tiny, config, seeds=(11, 12, 13)):

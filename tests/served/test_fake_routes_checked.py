@@ -10,27 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.fake_server import FakeVLLM, Fault, plausible
-from helpers.tiny_models import tiny_llama
+from helpers.fake_server import FakeVLLM, Fault
 
 import ctxleak
-from ctxleak.engine.served import PROBE_TEXT, serve
+from ctxleak.engine.served import serve
 from ctxleak.engine.served_client import ClientOptions, ServerError
 from ctxleak.methods.influence.answers import eos_masked
 
 NEVER = (0, 1, 3)  # the tiny tokenizer's <pad>, <bos> and <unk>: never sampled
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return plausible(tiny_llama(seed=3, vocab_extra=0), PROBE_TEXT)
-
-
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory, tiny):
-    path = tmp_path_factory.mktemp("routes-tok")
-    tiny.tokenizer.save_pretrained(path)
-    return str(path)
 
 
 def _served_after(tiny, tok_dir, fault):

@@ -14,34 +14,19 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from conftest import run_cli
-from helpers.fake_server import FakeVLLM, Fault, fake_vllm, plausible, wait_until
+from helpers.fake_server import FakeVLLM, Fault, fake_vllm, wait_until
 from helpers.rundiff import untimed
 from helpers.tiny_data import icl_keywords, write_command_data
-from helpers.tiny_models import tiny_llama
 
 import ctxleak
 from ctxleak.engine.scoring import continuation_logprobs
-from ctxleak.engine.served import PROBE_TEXT, serve
+from ctxleak.engine.served import serve
 from ctxleak.engine.served_client import ClientOptions, ServerError
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
 from ctxleak.run.records import demo_path
 
 TOL = 1e-5  # nats per token: the same float32 weights, one forward pass here and there
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    """A tiny Llama (vocabulary = tokenizer, as a served model's) fitted to the probe text, so
-    that the check before a run accepts it as a real model would be accepted."""
-    return plausible(tiny_llama(seed=3, vocab_extra=0), PROBE_TEXT)
-
-
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory, tiny):
-    path = tmp_path_factory.mktemp("served-tok")
-    tiny.tokenizer.save_pretrained(path)
-    return str(path)
 
 
 #: the tiny tokenizer's <pad>, <bos> and <unk>: never sampled, so that a sampled answer's text
