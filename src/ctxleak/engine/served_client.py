@@ -46,6 +46,28 @@ RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 KEY_PART = 8
 
 
+def key_forms(api_key: str | None) -> list[str]:
+    """The API key as a server may echo it (plain, JSON-escaped, URL-encoded), longest first,
+    then every run of :data:`KEY_PART` of its characters (a key split over lines or fields)."""
+    if not api_key:
+        return []
+    whole = {api_key, json.dumps(api_key)[1:-1], quote(api_key, safe="")}
+    parts = {api_key[i:i + KEY_PART] for i in range(len(api_key) - KEY_PART + 1)} \
+        if len(api_key) > KEY_PART else set()
+    return sorted(whole, key=len, reverse=True) + sorted(parts - whole)
+
+
+def mask_key(text: str, forms: Sequence[str]) -> str:
+    """``text`` with every form of a key (:func:`key_forms`), ``\\u``-escaped or not, as
+    ``***``: what the served client and the privacy proxy do to whatever a server echoes."""
+    if not forms:
+        return text
+    text = _unescaped(text)
+    for secret in forms:
+        text = text.replace(secret, "***")
+    return text
+
+
 def _unescaped(text: str) -> str:
     """``text`` with JSON's ``\\uXXXX`` escapes read as the characters they stand for (a key a
     server echoes so is masked as the key)."""
@@ -142,13 +164,7 @@ class ServedClient:
             self.base_url = self.base_url[:-3]
         self.options = options or ClientOptions()
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # the key as a server may echo it (plain, JSON-escaped, URL-encoded), longest first,
-        # then every run of KEY_PART of its characters (a key split over lines or fields)
-        whole = {api_key, json.dumps(api_key)[1:-1], quote(api_key, safe="")} \
-            if api_key else set()
-        parts = {api_key[i:i + KEY_PART] for i in range(len(api_key) - KEY_PART + 1)} \
-            if api_key and len(api_key) > KEY_PART else set()
-        self._secrets = sorted(whole, key=len, reverse=True) + sorted(parts - whole)
+        self._secrets = key_forms(api_key)
 
     def _shows_key(self, text: str) -> bool:
         """Whether ``text`` holds the key or a part of it, ``\\u``-escaped or not."""
@@ -156,14 +172,9 @@ class ServedClient:
         return any(secret in text for secret in self._secrets)
 
     def _masked(self, text: str) -> str:
-        """``text`` from the server with the API key, wherever it is echoed (whole,
-        ``\\u``-escaped, or a part of :data:`KEY_PART` characters or more), as ``***``."""
-        if not self._secrets:
-            return text
-        text = _unescaped(text)
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        """``text`` from the server with the API key, wherever it is echoed, as ``***``
+        (:func:`mask_key`)."""
+        return mask_key(text, self._secrets)
 
     @property
     def url(self) -> str:

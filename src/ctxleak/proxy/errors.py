@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.responses import JSONResponse, Response
 
-from ctxleak.engine.served_client import ServedClient, ServerError
+from ctxleak.engine.served_client import ServerError, key_forms, mask_key
 from ctxleak.errors import CtxleakError
 from ctxleak.proxy.request import ProxyError
 
@@ -30,10 +30,10 @@ def secret_mask(key: str | None = None) -> Callable[[str], str]:
     """What masks secrets in text the proxy relays or logs: the upstream's API key ``key``
     wherever it is echoed (plain, JSON-escaped or URL-encoded, as the served client masks it)
     and any Bearer token, each as ``***``."""
-    key_masked = ServedClient("http://127.0.0.1", api_key=key)._masked
+    forms = key_forms(key)
 
     def mask(text: str) -> str:
-        return _BEARER.sub(r"\1 ***", key_masked(text))
+        return _BEARER.sub(r"\1 ***", mask_key(text, forms))
 
     return mask
 
