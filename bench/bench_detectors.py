@@ -1,7 +1,7 @@
 """Detectors of secrets and personal data: recall per type before and after, precision, time.
 
-BEFORE: what ``--redact`` used until now (:func:`ctxleak.methods.detect.redaction_spans`:
-find_pii, find_amounts, find_names). AFTER: :func:`ctxleak.methods.sensitive.find_sensitive`
+BEFORE: what ``--redact`` used until now (:func:`ctxleak.sensitive.detect.redaction_spans`:
+find_pii, find_amounts, find_names). AFTER: :func:`ctxleak.sensitive.find_sensitive`
 (Presidio with spaCy, detect-secrets, and the same phone/address/e-mail/amount finders).
 
 A labelled value counts as found when the detected spans (any type) cover every character of
@@ -29,8 +29,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ctxleak.methods import detect, sensitive
+from ctxleak import sensitive
 from ctxleak.run.records import demo_path
+from ctxleak.sensitive import detect
 
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "bench" / "data" / "detectors_heldout.jsonl"

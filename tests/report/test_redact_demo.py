@@ -10,11 +10,11 @@ import pytest
 from conftest import run_cli
 
 import ctxleak
-from ctxleak.methods.detect import find_names, find_pii
-from ctxleak.methods.detect import redaction_spans as pii_spans
 from ctxleak.report import html as report_html
 from ctxleak.report import redact_text
 from ctxleak.run.records import demo_path
+from ctxleak.sensitive.detect import find_names, find_pii
+from ctxleak.sensitive.detect import redaction_spans as pii_spans
 
 # The people, addresses and phone numbers written into the demo's clinic notes and personal
 # records (by hand, from data/demo/influence.jsonl).

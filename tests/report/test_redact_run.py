@@ -164,7 +164,7 @@ def test_every_shown_text_of_a_redacted_run_is_masked(tiny_dir, tmp_path, capsys
     ("Contact:\nPhone: 555 0100", set()),  # a label is no name
 ])
 def test_names_after_field_labels_and_not_roles(text, names):
-    from ctxleak.methods.detect import find_names
+    from ctxleak.sensitive.detect import find_names
 
     assert {s.text for s in find_names(text)} == names
 

@@ -1,7 +1,7 @@
 """``--redact`` on the bundled RAG audit example: the report, rendered in headless Chromium,
 shows none of the example's secrets or personal data (every value its ground truth lists, as the
 documents write them and as the answers repeat them), in any table, passage, n-gram or leak map.
-The detectors are Presidio's and detect-secrets' (:mod:`ctxleak.methods.sensitive`)."""
+The detectors are Presidio's and detect-secrets' (:mod:`ctxleak.sensitive`)."""
 
 from __future__ import annotations
 

@@ -110,9 +110,9 @@ def extract_cmd(
 
     Names come from the 'name' field of .jsonl input, or a 'Name: First Last' line in the text.
     """
-    from ctxleak.methods.detect import check_region
     from ctxleak.methods.pii.extract import SPAN_TYPES, extract
     from ctxleak.methods.pii.records import save_records
+    from ctxleak.sensitive.detect import check_region
 
     _refuse_run_folder(output.parent, output)
     if output.is_dir():

@@ -6,7 +6,7 @@ CSS only, images as ``data:`` URIs, no scripts and no external resources, and a 
 Policy that forbids all of them as a second line of defence.
 
 :func:`redact_text` masks secrets and PII for commands run with ``--redact``, found by
-:func:`ctxleak.methods.sensitive.find_sensitive` (passwords, keys, PINs, ids, names, addresses,
+:func:`ctxleak.sensitive.find_sensitive` (passwords, keys, PINs, ids, names, addresses,
 e-mails, phone numbers, money amounts, dates, diagnoses), and given character spans; a report
 applies it to all text through its :class:`~ctxleak.report.redaction.Redactor`
 (:mod:`ctxleak.report.redaction`).

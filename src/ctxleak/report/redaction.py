@@ -3,7 +3,7 @@ the HTML report (:class:`ctxleak.report.Report`) and the console (``Result.show(
 goes through a :class:`Redactor`.
 
 A Redactor masks what the detectors of secrets and personal data find in each text
-(:func:`ctxleak.methods.sensitive.find_sensitive`: Presidio with spaCy's English pipeline for
+(:func:`ctxleak.sensitive.find_sensitive`: Presidio with spaCy's English pipeline for
 names, places, ids, PINs and diagnoses; detect-secrets for passwords, keys and tokens; e-mail
 addresses, phone numbers, postal addresses, money amounts and dates) and, everywhere, the words
 of every name found anywhere in the run's texts (:func:`names_in`): a name found once
@@ -36,8 +36,8 @@ def _pattern_spans(text: str, patterns: bool | Iterable[str | re.Pattern[str]],
     if patterns is True:
         # lazy: the detectors (spaCy, Presidio, detect-secrets) load only when something is
         # redacted
-        from ctxleak.methods.detect import find_names
-        from ctxleak.methods.sensitive import find_sensitive
+        from ctxleak.sensitive import find_sensitive
+        from ctxleak.sensitive.detect import find_names
 
         names = tuple(names)
         found = [(s.start, s.end) for s in find_sensitive(text)]
@@ -52,7 +52,7 @@ def redaction_spans(text: str, spans: Sequence[tuple[int, int]] | None = None,
                     patterns: bool | Iterable[str | re.Pattern[str]] = True,
                     names: Iterable[str] = ()) -> list[tuple[int, int]]:
     """The sorted, merged ``[start, end)`` character spans that :func:`redact_text` would mask."""
-    from ctxleak.methods.detect import merge_spans
+    from ctxleak.sensitive.detect import merge_spans
 
     found = list(_pattern_spans(text, patterns, names))
     for span in spans or ():
@@ -70,7 +70,7 @@ def redact_text(text: str, spans: Sequence[tuple[int, int]] | None = None,
 
     ``spans`` are extra ``(start, end)`` character offsets into ``text`` to mask (e.g. the known
     PII of a probing record). ``patterns=True`` also masks what
-    :func:`ctxleak.methods.sensitive.find_sensitive` finds (passwords, keys, tokens, PINs, ids,
+    :func:`ctxleak.sensitive.find_sensitive` finds (passwords, keys, tokens, PINs, ids,
     names, addresses, places, e-mail addresses, phone numbers, money amounts, dates, diagnoses)
     and every word of ``names``. ``False`` masks only the spans; an iterable of regexes masks
     their matches instead of the detectors'. Overlapping or touching regions become a single
@@ -133,12 +133,12 @@ _NAME_RE = re.compile(r"[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z\u00e0-\u00ff]+)?"
 def names_in(*values: Any) -> set[str]:
     """The person names found in any text of ``values`` (records, summaries: every string, and
     every list of strings joined), and the single-token secrets, PINs, ids and e-mail addresses
-    found there: by :func:`ctxleak.methods.detect.find_names` in every text, and by
-    :func:`ctxleak.methods.sensitive.find_sensitive` in those of two words or more (a single
+    found there: by :func:`ctxleak.sensitive.detect.find_names` in every text, and by
+    :func:`ctxleak.sensitive.find_sensitive` in those of two words or more (a single
     token holds no name a model could find, and there are many of them)."""
     # lazy: only when redacting
-    from ctxleak.methods.detect import find_names
-    from ctxleak.methods.sensitive import find_sensitive
+    from ctxleak.sensitive import find_sensitive
+    from ctxleak.sensitive.detect import find_names
 
     names: set[str] = set()
     for text in dict.fromkeys(t for v in values for t in _texts(v)):

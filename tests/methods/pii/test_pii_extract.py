@@ -13,8 +13,8 @@ import itertools
 import pytest
 
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.methods.detect import Span, clean_address, find_pii, name_from_text
 from ctxleak.methods.pii.extract import extract, extract_records
+from ctxleak.sensitive.detect import Span, clean_address, find_pii, name_from_text
 
 
 def _of(spans, kind):

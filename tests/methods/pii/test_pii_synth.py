@@ -5,7 +5,6 @@ from __future__ import annotations
 import phonenumbers
 import pytest
 
-from ctxleak.methods.detect import find_pii
 from ctxleak.methods.pii.extract import extract
 from ctxleak.methods.pii.synth import (
     AREA_CODES,
@@ -15,6 +14,7 @@ from ctxleak.methods.pii.synth import (
     synth_documents,
     synth_records,
 )
+from ctxleak.sensitive.detect import find_pii
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ build on these."""
 
 from __future__ import annotations
 
-from ctxleak.methods.detect import Span, find_pii
 from ctxleak.methods.pii.extract import extract, extract_records
 from ctxleak.methods.pii.metrics import (
     WilcoxonResult,
@@ -19,6 +18,7 @@ from ctxleak.methods.pii.metrics import (
 from ctxleak.methods.pii.records import PIIRecord, load_records, save_records
 from ctxleak.methods.pii.synth import synth_records
 from ctxleak.methods.pii.templates import MAX_NEW_TOKENS, build_prompts
+from ctxleak.sensitive.detect import Span, find_pii
 
 __all__ = [
     "MAX_NEW_TOKENS",

@@ -1,5 +1,5 @@
 """Build PII records from documents (ProPILE App. A.2): the PII found in each document
-(:mod:`ctxleak.methods.detect`) gathered per subject, the most common value of each type
+(:mod:`ctxleak.sensitive.detect`) gathered per subject, the most common value of each type
 kept."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import Any
 import phonenumbers
 
 from ctxleak.errors import InputError
-from ctxleak.methods.detect import (
+from ctxleak.methods.pii.records import PII_FIELDS, PIIRecord
+from ctxleak.sensitive.detect import (
     SPAN_TYPES,
     check_region,
     clean_address,
     find_pii,
     name_from_text,
 )
-from ctxleak.methods.pii.records import PII_FIELDS, PIIRecord
 
 
 @dataclass

@@ -23,8 +23,8 @@ from typing import Any, cast
 
 from faker import Faker
 
-from ctxleak.methods.detect import find_addresses
 from ctxleak.methods.pii.records import PIIRecord
+from ctxleak.sensitive.detect import find_addresses
 
 __all__ = [
     "AREA_CODES",

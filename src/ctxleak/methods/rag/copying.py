@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ctxleak.methods.sensitive import carried_values, value_in
+from ctxleak.sensitive import carried_values, value_in
 
 #: The fewest characters (after normalising whitespace and case) of a verbatim copy.
 MIN_VERBATIM = 20
@@ -97,8 +97,8 @@ def _whole_words(text: str, a: int, b: int) -> tuple[int, int]:
 def document_values(document: str, answer: str) -> list[tuple[str, str]]:
     """(value as the document has it, type) of every secret or PII value of ``document`` that
     ``answer`` carries. The one call to the detectors: Presidio and detect-secrets'
-    values (:func:`ctxleak.methods.sensitive.carried_values`), matched across formats
-    (:func:`ctxleak.methods.sensitive.value_in`: ``$142,000`` in ``142,000 USD``)."""
+    values (:func:`ctxleak.sensitive.carried_values`), matched across formats
+    (:func:`ctxleak.sensitive.value_in`: ``$142,000`` in ``142,000 USD``)."""
     return [(value, kind) for value, kind in carried_values(document).items()
             if value_in(value, kind, answer)]
 

