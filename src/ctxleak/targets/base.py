@@ -1,0 +1,107 @@
+"""The interface of a target: list of questions in, list of answers out.
+
+A black-box attack ("The Good and The Bad: Exploring Privacy Issues in Retrieval-Augmented
+Generation", Zeng et al.; "Is My Data in Your Retrieval Database?", Anderson et al.) needs
+nothing of a RAG system but its answers. A :class:`Target` answers a batch of questions, one
+:class:`TargetAnswer` each, in order; it owns its concurrency, rate limit and retries (as
+lm-evaluation-harness's ``TemplateAPI`` does), and raises :class:`TargetError` naming the
+question when an answer cannot be had. It never needs log-probabilities.
+
+``describe()`` names the target for a report and for the run's provenance (never a key);
+``fingerprint()`` is stable across processes for the same target and settings, so a resumed
+audit finds the answers it already has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ctxleak.errors import CtxleakError
+
+
+class TargetError(CtxleakError):
+    """A target could not answer: which question (its index in the batch), and why."""
+
+    def __init__(self, message: str, *, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+@dataclass(frozen=True)
+class TargetAnswer:
+    """One answer: its text and, where the target also returns them, the retrieved documents'
+    ids and texts (``None``: the target does not say)."""
+
+    text: str
+    document_ids: tuple[str, ...] | None = None
+    documents: tuple[str, ...] | None = None
+
+
+class Target(Protocol):
+    """Questions in, answers out (the module docstring's contract)."""
+
+    def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
+        """One answer per question, in order."""
+        ...
+
+    def describe(self) -> str:
+        """The target in a few words, without secrets."""
+        ...
+
+    def fingerprint(self) -> str:
+        """A stable id of the target and its settings (no secrets)."""
+        ...
+
+
+@dataclass(frozen=True)
+class FunctionTarget:
+    """A plain Python function ``question -> answer`` as a target. It may return a string, or
+    a ``(answer, documents)`` pair whose documents are strings or dicts with ``id`` and
+    ``text``. ``name`` names it in reports and in the fingerprint."""
+
+    fn: Callable[[str], Any]
+    name: str = "function"
+
+    def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
+        out = []
+        for index, question in enumerate(questions):
+            try:
+                got = self.fn(question)
+            except Exception as exc:  # the user's function: any failure is its answer's
+                raise TargetError(f"{self.name} raised {type(exc).__name__} on question "
+                                  f"{index + 1}: {exc}", index=index) from exc
+            out.append(_as_answer(got, self.name, index))
+        return out
+
+    def describe(self) -> str:
+        return f"Python function {self.name}"
+
+    def fingerprint(self) -> str:
+        return f"function:{self.name}"
+
+
+def _as_answer(got: Any, name: str, index: int) -> TargetAnswer:
+    """A function's return value as a :class:`TargetAnswer`, or a :class:`TargetError`."""
+    docs: Any = None
+    if isinstance(got, tuple) and len(got) == 2:
+        got, docs = got
+    if not isinstance(got, str):
+        raise TargetError(f"{name} returned {type(got).__name__} for question {index + 1}: "
+                          f"expected the answer as a string", index=index)
+    if docs is None:
+        return TargetAnswer(got)
+    ids, texts = [], []
+    for k, doc in enumerate(docs):
+        if isinstance(doc, str):
+            ids.append(str(k))
+            texts.append(doc)
+        elif isinstance(doc, dict) and isinstance(doc.get("text"), str):
+            ids.append(str(doc.get("id", k)))
+            texts.append(doc["text"])
+        else:
+            raise TargetError(f"{name} returned a document of type {type(doc).__name__} for "
+                              f"question {index + 1}: expected a string or a dict with 'text'",
+                              index=index)
+    return TargetAnswer(got, tuple(ids), tuple(texts))
