@@ -1,3 +1,12 @@
 """What only answers questions: a RAG system audited from the outside, through the questions it
 answers (an OpenAI-compatible chat endpoint, a chain, a query engine, a pipeline, a function, a
-model with a mitigation). :mod:`.base` states the interface."""
+model with a mitigation). :mod:`.base` states the interface; :mod:`.rag` is a RAG app the audit
+builds itself over a document list (BM25, :mod:`.bm25`), answered by a ctxleak model
+(:mod:`.model_answerer`)."""
+
+from ctxleak.targets.base import FunctionTarget, Target, TargetAnswer, TargetError
+from ctxleak.targets.model_answerer import ModelAnswerer
+from ctxleak.targets.rag import Answerer, Document, RAGApp, RAGPrompt, demo_corpus, demo_rag
+
+__all__ = ["Answerer", "Document", "FunctionTarget", "ModelAnswerer", "RAGApp", "RAGPrompt",
+           "Target", "TargetAnswer", "TargetError", "demo_corpus", "demo_rag"]
