@@ -2,11 +2,15 @@
 answers (an OpenAI-compatible chat endpoint, a chain, a query engine, a pipeline, a function, a
 model with a mitigation). :mod:`.base` states the interface; :mod:`.rag` is a RAG app the audit
 builds itself over a document list (BM25, :mod:`.bm25`), answered by a ctxleak model
-(:mod:`.model_answerer`)."""
+(:mod:`.model_answerer`) or an endpoint (:mod:`.endpoint_answerer`); :mod:`.endpoint` is any
+OpenAI-compatible chat endpoint."""
 
 from ctxleak.targets.base import FunctionTarget, Target, TargetAnswer, TargetError
+from ctxleak.targets.endpoint import ChatEndpointTarget
+from ctxleak.targets.endpoint_answerer import EndpointAnswerer
 from ctxleak.targets.model_answerer import ModelAnswerer
 from ctxleak.targets.rag import Answerer, Document, RAGApp, RAGPrompt, demo_corpus, demo_rag
 
-__all__ = ["Answerer", "Document", "FunctionTarget", "ModelAnswerer", "RAGApp", "RAGPrompt",
-           "Target", "TargetAnswer", "TargetError", "demo_corpus", "demo_rag"]
+__all__ = ["Answerer", "ChatEndpointTarget", "Document", "EndpointAnswerer", "FunctionTarget",
+           "ModelAnswerer", "RAGApp", "RAGPrompt", "Target", "TargetAnswer", "TargetError",
+           "demo_corpus", "demo_rag"]

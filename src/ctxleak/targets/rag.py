@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ctxleak.engine.chat_prompt import Messages
 from ctxleak.errors import ConfigError
-from ctxleak.targets.base import TargetAnswer
+from ctxleak.targets.base import TargetAnswer, TargetError
 from ctxleak.targets.bm25 import BM25, index
 
 #: The separator between retrieved documents in ``{context}`` (the RAG audit's).
@@ -170,10 +170,13 @@ class RAGApp:
 
     def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
         prompts = [RAGPrompt(q, self.retrieve(q), self.messages) for q in questions]
-        texts = self.answerer.answer(prompts)
-        return [TargetAnswer(text, tuple(d.id for d in p.documents),
-                             tuple(d.text for d in p.documents))
-                for text, p in zip(texts, prompts, strict=True)]
+        try:
+            texts = self.answerer.answer(prompts)
+        except TargetError as exc:  # the answers had before it, with their documents
+            exc.answered = {k: _answer(got.text, prompts[k])
+                            for k, got in exc.answered.items()}
+            raise
+        return [_answer(text, p) for text, p in zip(texts, prompts, strict=True)]
 
     def describe(self) -> str:
         how = "BM25" if self._index is not None else "its own retriever"
@@ -185,6 +188,11 @@ class RAGApp:
         how = "bm25(k1=1.2,b=0.75)" if self._index is not None else f"retriever:{self.name}"
         return "rag:" + fingerprint_of(docs, how, self.top_k, self.messages,
                                        self.answerer.fingerprint())
+
+
+def _answer(text: str, prompt: RAGPrompt) -> TargetAnswer:
+    return TargetAnswer(text, tuple(d.id for d in prompt.documents),
+                        tuple(d.text for d in prompt.documents))
 
 
 def _demo_file(name: str) -> str:
