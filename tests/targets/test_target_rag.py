@@ -153,6 +153,8 @@ def test_model_answers_are_cid_of_their_own_seed_whatever_the_batch(llama_lm):
     assert together[1] == llama_lm.decode(ledger.response_ids)
     assert len(empty) < len(full) and llama_lm.decode(full).count("rome") == 1
     assert "rome" not in llama_lm.decode(empty)
+    assert app.model is llama_lm and "tiny-llama" in app.influence_note()
+    assert RAGApp(DOCS, answerer=Echo()).influence_note() is None
 
 
 def test_at_lambda_zero_the_answer_does_not_depend_on_the_documents(gpt2_lm):
