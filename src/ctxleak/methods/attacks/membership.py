@@ -50,7 +50,7 @@ MASK_TEMPLATE = ("{masked}\n\nEach [MASK_i] above hides one word. Give every hid
                  "per line, as [MASK_i]: word.")
 INTERROGATION_TEMPLATE = "According to your documents, {question}"
 #: A word that can be masked or asked for: letters (4 or more) or a number of 2 digits or more.
-_CANDIDATE = re.compile(r"[^\W\d_][\w'’\-]{3,}|\d[\d,.:]*\d")
+_CANDIDATE = re.compile(r"[^\W\d_]\w{3,}(?:['’\-]\w+)*|\d+(?:[.,:]\d+)*\d")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _YES_NO = re.compile(r"\W*(yes|no)\b", re.IGNORECASE)
 
