@@ -136,6 +136,7 @@ def test_membership_positive_control(split: Any) -> None:
         out = summary["attacks"][attack]
         assert out["auc"] >= 0.95, (attack, out["auc"])
         assert out["auc_ci"]["low"] > 0.5
+        assert out["unasked"] == [] and out["n_members"] + out["n_non_members"] == 15
 
 
 def test_membership_negative_control(split: Any) -> None:

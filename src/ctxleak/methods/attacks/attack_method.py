@@ -270,11 +270,14 @@ class MembershipMethod(_AttackMethod):
                   ) -> dict[str, Any]:
         """Per attack: ROC, AUC with its interval, TPR at FPR 1 % and 10 %, the ε lower bound
         (:func:`.membership.membership_summary`), beside ``eps_claimed`` with the ``law``
-        (:func:`.canary.law`); the ledger."""
+        (:func:`.canary.law`), and ``unasked``: the documents the attack had no question for
+        (no word to mask or ask for), left out of its ROC; the ledger."""
         p: MembershipParams = self.params
         out = membership_summary(records, seed=self.common.seed, confidence=p.confidence,
                                  resamples=p.resamples)
-        for attack in out["attacks"].values():
+        for name, attack in out["attacks"].items():
+            asked = {r["document_id"] for r in records if r["attack"] == name}
+            attack["unasked"] = sorted(set(ready.documents) - asked)
             if "eps" in attack:
                 attack["eps"]["eps_claimed"] = p.eps_claimed
                 attack["eps"]["law"] = law(attack["eps"]["eps_lower"], p.eps_claimed)
