@@ -117,3 +117,13 @@ def test_svt_pays_when_agreement_is_far_below_the_threshold():
     # noise 4/ε = 0.004: the comparison is the plain one
     assert svt_pays(0.0, 2.0, 1000.0, gen, rho=0.0)
     assert not svt_pays(4.0, 2.0, 1000.0, gen, rho=0.0)
+
+
+def test_svt_pays_with_the_laplace_probability():
+    """P[pay] = P[agree + ν < threshold + ρ] with ν ~ Laplace(4/ε): for agree 2, threshold
+    2.5, ρ 0.3, ε 2 that is the Laplace(2) CDF at 0.8, 1 − e^{−0.4}/2."""
+    gen = torch.Generator().manual_seed(11)
+    n = 20_000
+    pays = sum(svt_pays(2.0, 2.5, 2.0, gen, rho=0.3) for _ in range(n)) / n
+    p = 1 - 0.5 * math.exp(-0.4)
+    assert abs(pays - p) <= 4 * math.sqrt(p * (1 - p) / n)
