@@ -14,7 +14,7 @@ audit finds the answers it already has.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,11 +22,15 @@ from ctxleak.errors import CtxleakError
 
 
 class TargetError(CtxleakError):
-    """A target could not answer: which question (its index in the batch), and why."""
+    """A target could not answer: which question (its index in the batch), and why.
+    ``answered``: the answers it did get before (or beside) the failure, by index in the
+    batch, so that a caller keeps them (a journal commits them)."""
 
-    def __init__(self, message: str, *, index: int | None = None) -> None:
+    def __init__(self, message: str, *, index: int | None = None,
+                 answered: Mapping[int, TargetAnswer] | None = None) -> None:
         super().__init__(message)
         self.index = index
+        self.answered: dict[int, TargetAnswer] = dict(answered or {})
 
 
 @dataclass(frozen=True)
@@ -65,14 +69,19 @@ class FunctionTarget:
     name: str = "function"
 
     def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
-        out = []
+        out: list[TargetAnswer] = []
         for index, question in enumerate(questions):
             try:
                 got = self.fn(question)
             except Exception as exc:  # the user's function: any failure is its answer's
                 raise TargetError(f"{self.name} raised {type(exc).__name__} on question "
-                                  f"{index + 1}: {exc}", index=index) from exc
-            out.append(_as_answer(got, self.name, index))
+                                  f"{index + 1}: {exc}", index=index,
+                                  answered=dict(enumerate(out))) from exc
+            try:
+                out.append(_as_answer(got, self.name, index))
+            except TargetError as exc:
+                exc.answered = dict(enumerate(out))
+                raise
         return out
 
     def describe(self) -> str:

@@ -1,0 +1,276 @@
+"""An OpenAI-compatible chat endpoint as a target: a closed API (OpenAI, Azure, any gateway), a
+vLLM server, or ``ctxleak serve`` in front of one.
+
+Requests go through the real ``openai`` client (its own retries off) with at most
+``concurrency`` in flight and at most ``rate_per_s`` started per second. HTTP 429 and 5xx, and a
+dropped connection, are retried ``retries`` times: the wait is the server's ``Retry-After``
+(``retry-after-ms`` first, seconds or an HTTP date, at most :data:`MAX_WAIT_S`), or else
+``backoff_s · 2^attempt`` (at most :data:`MAX_WAIT_S`). A 429 that says a quota or a privacy
+budget is spent (:data:`SPENT`), a timeout, another HTTP error, a body that is not a chat
+completion and a refusal (``refusal`` set, or finish reason ``content_filter``) are not
+retried: each raises :class:`~.base.TargetError` naming the
+question, with the answers already received. The API key is read from the environment variable
+``api_key_env`` names, when the target is made; it is in no description, fingerprint or error
+(whatever a server echoes is masked, :func:`~ctxleak.engine.served_client.mask_key`).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ctxleak.engine.served_client import key_forms, mask_key
+from ctxleak.errors import ConfigError
+from ctxleak.targets.base import TargetAnswer, TargetError
+from ctxleak.targets.rag import fingerprint_of
+
+#: The longest wait between two tries, in seconds (a longer Retry-After is cut to it).
+MAX_WAIT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat completion to ask for: the messages, what to add to the body (``extra_body``,
+    merged over the target's), the seed, and how an error names it (``label``)."""
+
+    messages: tuple[Mapping[str, str], ...]
+    extra_body: Mapping[str, Any] | None = None
+    seed: int | None = None
+    label: str = ""
+
+
+def retry_delay(attempt: int, headers: Mapping[str, str] | None, backoff_s: float) -> float:
+    """Seconds to wait before try ``attempt + 2``: the server's ``retry-after-ms`` or
+    ``Retry-After`` (seconds or an HTTP date) where it sent one, else ``backoff_s · 2^attempt``;
+    never below 0 nor above :data:`MAX_WAIT_S`."""
+    got = None
+    lower = {k.lower(): v for k, v in (headers or {}).items()}
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            got = float(lower[name]) / scale
+            break
+        except (KeyError, ValueError):
+            continue
+    if got is None and "retry-after" in lower:
+        when = email.utils.parsedate_tz(lower["retry-after"])
+        got = None if when is None else email.utils.mktime_tz(when) - time.time()
+    if got is None or math.isnan(got):
+        got = backoff_s * 2.0 ** attempt
+    return min(max(got, 0.0), MAX_WAIT_S)
+
+
+class _Pace:
+    """At most ``rate`` starts per second, across threads (None: no limit)."""
+
+    def __init__(self, rate: float | None) -> None:
+        self.gap = 0.0 if rate is None else 1.0 / rate
+        self.next = 0.0
+        self.lock = threading.Lock()
+
+    def wait(self) -> None:
+        if not self.gap:
+            return
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.next)
+            self.next = start + self.gap
+        if start > now:
+            time.sleep(start - now)
+
+
+class ChatEndpointTarget:
+    """Questions sent to ``base_url``'s ``/chat/completions`` as ``model``, one user message
+    each (after ``system``, where given), ``max_tokens`` new tokens at ``temperature``; see the
+    module docstring for concurrency, rate, retries and errors. ``extra_body``: fields added to
+    every request (a vLLM option, ``ctxleak serve``'s ``ctxleak`` field)."""
+
+    _sleep = staticmethod(time.sleep)  # how a retry waits (a test records the waits instead)
+
+    def __init__(self, base_url: str, model: str, *, api_key_env: str | None = None,
+                 system: str | None = None, max_tokens: int = 64, temperature: float = 0.0,
+                 concurrency: int = 4, rate_per_s: float | None = None, timeout_s: float = 60,
+                 retries: int = 4, extra_body: Mapping[str, Any] | None = None,
+                 seed: int | None = None, backoff_s: float = 1.0) -> None:
+        _check(base_url=base_url, max_tokens=max_tokens, temperature=temperature,
+               concurrency=concurrency, rate_per_s=rate_per_s, timeout_s=timeout_s,
+               retries=retries, backoff_s=backoff_s)
+        self.base_url, self.model, self.system = base_url.rstrip("/"), model, system
+        self.max_tokens, self.temperature, self.seed = max_tokens, temperature, seed
+        self.concurrency, self.retries, self.backoff_s = concurrency, retries, backoff_s
+        self.timeout_s, self.api_key_env = timeout_s, api_key_env
+        self.extra_body = dict(extra_body or {})
+        key = _read_key(api_key_env)
+        self._forms = key_forms(key)
+        self._pace = _Pace(rate_per_s)
+        self._client = _openai().OpenAI(base_url=self.base_url, api_key=key or "EMPTY",
+                                        max_retries=0, timeout=timeout_s)
+
+    def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        requests = []
+        for k, q in enumerate(questions):
+            if not isinstance(q, str):
+                raise TargetError(f"question {k + 1} is a {type(q).__name__}, not a string",
+                                  index=k)
+            requests.append(ChatRequest((*head, {"role": "user", "content": q}),
+                                        seed=self.seed, label=q))
+        return [TargetAnswer(text) for text in self.chat(requests)]
+
+    def chat(self, requests: Sequence[ChatRequest]) -> list[str]:
+        """One answer text per request, in order, ``concurrency`` at a time. A failure raises
+        :class:`TargetError` for the first question that failed, with every answer received."""
+        results: dict[int, str] = {}
+        failures: dict[int, TargetError] = {}
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            futures = {pool.submit(self._one, k, r): k for k, r in enumerate(requests)}
+            for future, k in futures.items():
+                try:
+                    results[k] = future.result()
+                except TargetError as exc:
+                    failures[k] = exc
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    break
+            for future, k in futures.items():  # what finished beside the failure
+                if k not in results and future.done() and not future.cancelled() \
+                        and future.exception() is None:
+                    results[k] = future.result()
+        if failures:
+            first = min(failures)
+            raise TargetError(str(failures[first]), index=first,
+                              answered={k: TargetAnswer(t) for k, t in sorted(results.items())})
+        return [results[k] for k in range(len(requests))]
+
+    def _one(self, index: int, request: ChatRequest) -> str:
+        """One request, retried as the module docstring says."""
+        openai = _openai()
+        body = {**self.extra_body, **(request.extra_body or {})}
+        name = f"question {index + 1} ({_short(request.label)})"
+        kwargs: dict[str, Any] = {"model": self.model, "messages": list(request.messages),
+                                  "max_tokens": self.max_tokens,
+                                  "temperature": self.temperature, "extra_body": body or None}
+        if request.seed is not None:
+            kwargs["seed"] = request.seed
+        for attempt in range(self.retries + 1):
+            self._pace.wait()
+            try:
+                got = self._client.chat.completions.create(**kwargs)
+            except openai.APITimeoutError:
+                raise TargetError(f"{name}: no answer within {self.timeout_s:g} s from "
+                                  f"{self.base_url} (timeout_s)", index=index) from None
+            except (openai.RateLimitError, openai.InternalServerError,
+                    openai.APIConnectionError) as exc:
+                status = getattr(exc, "status_code", None)
+                why = f"HTTP {status}" if status else "connection failed"
+                if _spent(exc):
+                    raise TargetError(f"{name}: HTTP 429 from {self.base_url}, a quota or "
+                                      f"privacy budget that waiting does not restore (not "
+                                      f"retried): {self._masked(exc)}", index=index) from None
+                if attempt == self.retries:
+                    raise TargetError(f"{name}: {why} from {self.base_url} after "
+                                      f"{attempt + 1} tries: {self._masked(exc)}",
+                                      index=index) from None
+                response = getattr(exc, "response", None)
+                headers = dict(response.headers) if response is not None else None
+                self._sleep(retry_delay(attempt, headers, self.backoff_s))
+                continue
+            except openai.APIStatusError as exc:
+                raise TargetError(f"{name}: HTTP {exc.status_code} from {self.base_url}: "
+                                  f"{self._masked(exc)}", index=index) from None
+            except (openai.APIError, ValueError, TypeError) as exc:
+                raise TargetError(f"{name}: {self.base_url} answered what is not a chat "
+                                  f"completion ({self._masked(exc)})", index=index) from None
+            return self._text(got, name, index)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _text(self, got: Any, name: str, index: int) -> str:
+        """The answer's text, or a :class:`TargetError` for garbage or a refusal."""
+        try:
+            choice = got.choices[0]
+            message, finish = choice.message, choice.finish_reason
+        except (AttributeError, IndexError, TypeError, KeyError):
+            raise TargetError(f"{name}: {self.base_url} answered what is not a chat completion:"
+                              f" {self._masked(str(got)[:200])!r}", index=index) from None
+        refusal = getattr(message, "refusal", None)
+        if refusal or finish == "content_filter":
+            why = f"refused: {refusal}" if refusal else "stopped by its content filter"
+            raise TargetError(f"{name}: the model {why}", index=index)
+        content = getattr(message, "content", None)
+        if not isinstance(content, str):
+            raise TargetError(f"{name}: the answer has no text (content "
+                              f"{type(content).__name__})", index=index)
+        return content
+
+    def _masked(self, exc: Any) -> str:
+        return mask_key(" ".join(str(exc).split())[:300], self._forms)
+
+    def describe(self) -> str:
+        return f"OpenAI-compatible chat endpoint {self.base_url}, model {self.model}"
+
+    def fingerprint(self) -> str:
+        return "endpoint:" + fingerprint_of(self.base_url, self.model, self.system,
+                                            self.max_tokens, self.temperature, self.seed,
+                                            self.extra_body)
+
+
+#: The error codes and types of a 429 that no wait undoes: OpenAI's spent quota, ``ctxleak
+#: serve``'s spent privacy budget.
+SPENT = frozenset({"insufficient_quota", "budget_exhausted"})
+
+
+def _spent(exc: Any) -> bool:
+    """Whether ``exc`` is a 429 that says a quota or budget is spent (:data:`SPENT`)."""
+    return bool({getattr(exc, "code", None), getattr(exc, "type", None)} & SPENT)
+
+
+def _short(text: str, n: int = 60) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= n else flat[:n] + "…")
+
+
+def _read_key(env: str | None) -> str | None:
+    """The API key from the environment variable ``env`` names (None: no key)."""
+    if env is None:
+        return None
+    key = os.environ.get(env)
+    if not key:
+        raise ConfigError(f"api_key_env: the environment variable {env} is not set (or empty)",
+                          param="api_key_env")
+    return key
+
+
+def _check(*, base_url: str, max_tokens: int, temperature: float, concurrency: int,
+           rate_per_s: float | None, timeout_s: float, retries: int, backoff_s: float) -> None:
+    """One :class:`ConfigError` naming the first bad setting."""
+    bad = [("base_url", not base_url.startswith(("http://", "https://")),
+            f"an http(s) address, not {base_url!r}"),
+           ("max_tokens", max_tokens < 1, f">= 1, not {max_tokens}"),
+           ("temperature", not temperature >= 0, f">= 0, not {temperature}"),
+           ("concurrency", concurrency < 1, f">= 1, not {concurrency}"),
+           ("rate_per_s", rate_per_s is not None and not rate_per_s > 0,
+            f"> 0 (or None), not {rate_per_s}"),
+           ("timeout_s", not timeout_s > 0, f"> 0, not {timeout_s}"),
+           ("retries", retries < 0, f">= 0, not {retries}"),
+           ("backoff_s", not backoff_s >= 0, f">= 0, not {backoff_s}")]
+    for param, wrong, want in bad:
+        if wrong:
+            raise ConfigError(f"{param} must be {want}", param=param)
+
+
+def _openai() -> Any:
+    """The ``openai`` package (optional: only a chat endpoint target needs it)."""
+    try:
+        import openai
+    except ImportError:
+        raise ConfigError("a chat endpoint target needs the openai package: pip install openai",
+                          param="base_url") from None
+    return openai
+
+
+__all__ = ["MAX_WAIT_S", "SPENT", "ChatEndpointTarget", "ChatRequest", "retry_delay"]
