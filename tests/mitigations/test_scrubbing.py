@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.data import load_examples
 from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
 from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding, Mechanism
 from ctxleak.mitigations.scrubbing import OPERATORS, Scrubbing
@@ -131,3 +132,24 @@ def test_each_answer_depends_on_its_own_request_only(tiny_lm):
     assert together[1].response_ids == alone[0].response_ids
     assert len(together[0].response_ids) == 5 and scrub.name == "scrub"
     assert Scrubbing.min_documents == 1
+
+
+def test_on_demo_qa_large_contact_details_go_and_codes_stay():
+    """Scrubbing the bundled set's gold documents with the detection layer: every answer that
+    is a phone number, an e-mail or a street address is gone from its document, and answers
+    that are no one's personal data (a firmware version, an error code, a batch, a server, a
+    snapshot, a serial prefix) stay."""
+    scrub = Scrubbing("replace")
+    kept = {"4.2.7", "E24", "FC1-2208", "bwa-vault-03", "pre-cr3302-snap", "KTA9"}
+    contact = ("phone number", "email address", "street address")
+    checked = {"contact": 0, "kept": 0}
+    for ex in load_examples("demo-qa-large"):
+        gold = next(d.text for d in ex.documents or () if ex.reference in d.text)
+        scrubbed = scrub.scrub(gold)
+        if any(cue in ex.query for cue in contact):
+            assert ex.reference not in scrubbed, ex.id
+            checked["contact"] += 1
+        if ex.reference in kept:
+            assert ex.reference in scrubbed, ex.id
+            checked["kept"] += 1
+    assert checked == {"contact": 10, "kept": len(kept)}
