@@ -144,12 +144,13 @@ def test_on_demo_qa_large_contact_details_go_and_codes_stay():
     contact = ("phone number", "email address", "street address")
     checked = {"contact": 0, "kept": 0}
     for ex in load_examples("demo-qa-large"):
-        gold = next(d.text for d in ex.documents or () if ex.reference in d.text)
+        ref = ex.reference or ""
+        gold = next(d.text for d in ex.documents or () if ref in d.text)
         scrubbed = scrub.scrub(gold)
         if any(cue in ex.query for cue in contact):
-            assert ex.reference not in scrubbed, ex.id
+            assert ref not in scrubbed, ex.id
             checked["contact"] += 1
-        if ex.reference in kept:
-            assert ex.reference in scrubbed, ex.id
+        if ref in kept:
+            assert ref in scrubbed, ex.id
             checked["kept"] += 1
     assert checked == {"contact": 10, "kept": len(kept)}

@@ -63,7 +63,7 @@ class Scrubbing:
     (:func:`~ctxleak.sensitive.find_sensitive` by default)."""
 
     operator: str = "replace"
-    entities: tuple[str, ...] | None = None
+    entities: Sequence[str] | None = None
     detect: Detector = field(default=find_sensitive, repr=False)
 
     name: ClassVar[str] = "scrub"
