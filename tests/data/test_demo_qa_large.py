@@ -1,19 +1,16 @@
 """The bundled ``demo-qa-large`` set: questions whose short answers only their own document gives,
 each asked over its document and three related ones that do not give it; loaded as ``demo-qa``
-is. On the default model (integration tier): how many answers are right without the documents
-and with them."""
+is. How many answers the default model gets right without the documents and with them is
+measured by ``bench/bench_demo_qa_large.py`` (28 minutes for the whole set on a 2-core CPU)."""
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
 
-import pytest
-
 from ctxleak.methods.catalog import datasets
-from ctxleak.methods.influence.data import DEMO_SETS, load_examples, prompt_parts, resolve_data
-from ctxleak.methods.tradeoff.utility import exact_match, normalize_answer, token_f1
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.methods.influence.data import DEMO_SETS, load_examples, resolve_data
+from ctxleak.methods.tradeoff.utility import normalize_answer
 from ctxleak.sensitive.detect import find_emails, find_pii
 
 
@@ -86,44 +83,3 @@ def test_loads_through_the_demo_loader_with_its_documents():
         assert ex.passage_texts == [d["text"] for d in row["documents"]]
     listed = {(d.name, d.command): d.rows for d in datasets()}
     assert listed[("demo-qa-large", "influence")] == f"{len(rows)} questions"
-
-
-def _right(answer: str, reference: str) -> bool:
-    """The reference, SQuAD-normalised, appears in the normalised answer as whole words."""
-    return f" {normalize_answer(reference)} " in f" {normalize_answer(answer)} "
-
-
-@pytest.mark.integration
-def test_answers_need_their_documents(default_lm, capsys):
-    """Greedy answers of up to 32 tokens from the prompt with the four documents (λ = 1) and
-    from the same prompt without them (λ = 0), under the bundled QA template: near none right
-    without them (measured once on a 2-core CPU, 28 minutes: 0 of 148 without, mean token F1
-    0.009; 9 of 148 with, F1 0.017: the 135M default model mostly repeats the first document
-    under this template, so the set separates mechanisms better on a larger model)."""
-    examples = load_examples("demo-qa-large")
-    config = {lam: CIDConfig(lam=lam, max_new_tokens=32, min_new_tokens=0) for lam in (0.0, 1.0)}
-    parts = [prompt_parts(default_lm, ex, reserve=32)[0] for ex in examples]
-    refs = [ex.reference or "" for ex in examples]
-    kinds = [row["kind"] for row in _rows()]
-    scores = {}
-    for lam, cfg in config.items():
-        jobs = [(p.full if lam else p.empty, p.empty, cfg, k) for k, p in enumerate(parts)]
-        ledgers = generate_cid_many(default_lm, jobs, sample=False)
-        answers = [default_lm.decode(ledger.response_ids) for ledger in ledgers]
-        right = [_right(a, r) for a, r in zip(answers, refs)]
-        scores[lam] = {
-            "right": sum(right), "answers": answers,
-            "by_kind": {k: sum(r for r, kk in zip(right, kinds) if kk == k) for k in set(kinds)},
-            "f1": sum(token_f1(a, r) for a, r in zip(answers, refs)) / len(refs),
-            "exact_match": sum(exact_match(a, r) for a, r in zip(answers, refs)) / len(refs)}
-    n = len(examples)
-    with capsys.disabled():
-        for lam, label in ((0.0, "without the documents"), (1.0, "with the documents")):
-            s = scores[lam]
-            print(f"\ndemo-qa-large, {label}: {s['right']} of {n} answers contain the reference; "
-                  f"mean token F1 {s['f1']:.3f}, exact match {s['exact_match']:.3f}; "
-                  f"right by group {dict(sorted(s['by_kind'].items()))}")
-            for k in range(3):
-                print(f"  {examples[k].query} -> {s['answers'][k]!r} (reference {refs[k]!r})")
-    assert scores[0.0]["right"] <= 0.05 * n
-    assert scores[1.0]["right"] > scores[0.0]["right"]
