@@ -16,7 +16,7 @@ interleaved rounds; the audit runs in a fresh folder each round, so its journal 
 
     python bench/bench_attacks.py [--server-url URL --served-model NAME] [--queries 20]
         [--concurrency 4] [--max-tokens 64] [--repeat 2]
-    python bench/bench_attacks.py --fake      # a fake server with a tiny model (no vLLM)
+    python bench/bench_attacks.py --fake      # a scripted fake chat server (no model, no vLLM)
 
 Without ``--server-url`` (and without ``--fake``) a vLLM server is started on the default
 model's folder (``<repo>/.venv-vllm`` or ``$CTXLEAK_VLLM_PYTHON``; tests/helpers/vllm_server.py)
@@ -42,10 +42,11 @@ from ctxleak.targets.endpoint import ChatEndpointTarget
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
-def plain_requests(url: str, model: str, questions: list[str], max_tokens: int,
+def plain_requests(base: str, model: str, questions: list[str], max_tokens: int,
                    concurrency: int) -> list[str]:
-    """The questions as bare chat requests, ``concurrency`` in flight."""
-    with httpx.Client(base_url=url.rstrip("/") + "/v1", timeout=600) as client:
+    """The questions as bare chat requests to ``base`` (the ``/v1`` address), ``concurrency``
+    in flight."""
+    with httpx.Client(base_url=base, timeout=600) as client:
         def ask(q: str) -> str:
             r = client.post("/chat/completions", json={
                 "model": model, "messages": [{"role": "user", "content": q}],
@@ -58,19 +59,20 @@ def plain_requests(url: str, model: str, questions: list[str], max_tokens: int,
 
 
 def fake_server(stack: ExitStack) -> tuple[str, str]:
-    """A fake OpenAI-compatible server (tests/helpers/fake_server.py) on a tiny model."""
-    from helpers.fake_server import fake_vllm
-    from helpers.tiny_models import tiny_llama
+    """A scripted OpenAI-compatible chat server (tests/helpers/fake_chat.py: no model, each
+    answer "answer: " + the question), its ``/v1`` address: what it measures is the cost of
+    asking and of the audit, not of a model."""
+    from helpers.fake_chat import fake_chat
 
-    server = stack.enter_context(fake_vllm(tiny_llama()))
-    return server.url, "tiny"
+    server = stack.enter_context(fake_chat())
+    return server.url, "fake"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server-url", default=None)
     ap.add_argument("--served-model", default=None)
-    ap.add_argument("--fake", action="store_true", help="a fake server on a tiny model")
+    ap.add_argument("--fake", action="store_true", help="a scripted fake chat server")
     ap.add_argument("--queries", type=int, default=20, help="composite prompts of each kind")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -84,9 +86,9 @@ def main() -> None:
                                                 args.served_model)
             if server is not None:
                 stack.callback(server.stop)
-            name = name or "smollm2-135m"
+            url, name = url.rstrip("/") + "/v1", name or "smollm2-135m"
         questions = extract_questions("demo-rag", queries=args.queries)
-        target = ChatEndpointTarget(url.rstrip("/") + "/v1", name, max_tokens=args.max_tokens,
+        target = ChatEndpointTarget(url, name, max_tokens=args.max_tokens,
                                     concurrency=args.concurrency)
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         rounds = iter(range(10**6))
@@ -99,7 +101,7 @@ def main() -> None:
                                                     progress=False)}, repeat=args.repeat)
         n = len(questions)
         print(f"# bench_attacks: {n} questions, {args.concurrency} in flight, max_tokens "
-              f"{args.max_tokens}, server {url} ({'fake, tiny model' if args.fake else name}); "
+              f"{args.max_tokens}, server {url} ({'scripted fake' if args.fake else name}); "
               f"best of {args.repeat}")
         for key, (seconds, _) in times.items():
             print(f"{key:7s} {seconds:8.2f} s  {n / seconds:8.2f} queries/s")

@@ -41,7 +41,7 @@ from ctxleak.methods.attacks.attack_method import (
     MembershipParams,
 )
 from ctxleak.methods.attacks.canary import CONFIDENCE
-from ctxleak.methods.attacks.extract import COMMANDS, as_documents
+from ctxleak.methods.attacks.extract import COMMANDS, as_documents, extraction_prompts
 from ctxleak.methods.attacks.membership import ATTACKS, split_members
 from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.results import Result, finish_run, result_class
@@ -370,7 +370,7 @@ def attack_extract(bound: Bound, /, target: Any, documents: Any = "demo-rag", *,
                    kind: str = "targeted", queries: int | None = None,
                    anchors: str | Sequence[str] | None = None, command: str = COMMANDS[0],
                    max_queries: int | None = None, influence: str | None = None,
-                   batch: int = 8, progress: bool = True,
+                   batch: int = 32, progress: bool = True,
                    **run: Unpack[RunKeywords]) -> Result:
     """Context extraction against a RAG system you can only ask ("The Good and The Bad:
     Exploring Privacy Issues in Retrieval-Augmented Generation"): composite prompts "{anchor}.
@@ -394,7 +394,7 @@ def attack_membership(bound: Bound, /, target: Any, documents: Any = "demo-rag",
                       attacks: Sequence[str] = ATTACKS, masks: int = 5, questions: int = 3,
                       confidence: float = CONFIDENCE, eps_claimed: float | None = None,
                       max_queries: int | None = None, influence: str | None = None,
-                      batch: int = 8, progress: bool = True,
+                      batch: int = 32, progress: bool = True,
                       **run: Unpack[RunKeywords]) -> Result:
     """Document membership inference against a RAG system you can only ask: is each document
     in its datastore? A direct yes/no question ("Is My Data in Your Retrieval Database?"),
@@ -424,6 +424,14 @@ def attack_membership(bound: Bound, /, target: Any, documents: Any = "demo-rag",
                       max_queries=max_queries, influence=influence)
 
 
+def extract_questions(documents: Any = "demo-rag", *, kind: str = "targeted",
+                      queries: int | None = None, seed: int = 0) -> list[str]:
+    """The composite prompts :func:`attack_extract` sends for these settings (for a cost
+    estimate or a benchmark), nothing sent."""
+    docs = as_documents(read_documents(documents))
+    return [p.question for p in extraction_prompts(docs, kind=kind, n=queries, seed=seed)]
+
+
 def attack_options(target: Target, given: Mapping[str, Any]) -> RunOptions:
     """The run options of an attack: those ``given``, the model named as the target's answerer
     where it is a ctxleak model (its files then checked on resume), else ``none``."""
@@ -447,5 +455,5 @@ def claimed_eps(target: Any, attacks: Sequence[str], questions: int) -> float | 
 
 
 __all__ = ["JOURNAL_FILE", "RAGBuilder", "attack_extract", "attack_membership", "attack_target",
-           "claimed_eps", "influence_ledger", "load_object", "read_anchors", "read_documents",
+           "claimed_eps", "extract_questions", "influence_ledger", "load_object", "read_anchors", "read_documents",
            "run_attack"]
