@@ -1,0 +1,93 @@
+"""One line per document, from the attacks' side: what an attacker who can only ask questions
+demonstrably got of it.
+
+The RAG audit's ledger (:mod:`ctxleak.methods.rag.exposure`) says how much each document moved
+the answers (influence, "Estimating Privacy Leakage of Augmented Contextual Knowledge in
+Language Models"); this one says what came out of the black box:
+
+- ``verbatim`` / ``near_verbatim``: the extraction answers that copied it
+  (:mod:`.extract`: a span of 20 words or the whole document / ROUGE-L ≥ 0.5), with its
+  longest span (words) and largest ROUGE-L;
+- ``values``: its secrets and personal data that some answer carried out (distinct values);
+- ``membership``: each membership attack's score of it (:mod:`.membership`, 0 to 1: the
+  fraction of its queries answered as only a system holding it would) and whether it is a
+  ``member``.
+
+Where an influence run of the same corpus has a per-document ledger, its rows are joined by
+document id (their ``document`` field) under ``influence``. Documents are ranked by what an
+attacker demonstrably gets: verbatim copies, then values carried out, then near-verbatim
+copies, then the largest membership score of a member, then the id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ctxleak.methods.attacks.extract import AttackDocument
+from ctxleak.methods.attacks.membership import document_scores
+
+#: The influence ledger's fields carried into a joined row.
+INFLUENCE_FIELDS = ("retrieved", "leaked", "leak_max", "copied", "influence_sum",
+                    "influence_max", "influence_per_token", "pii_carried")
+
+
+def _empty(doc_id: str) -> dict[str, Any]:
+    return {"document": doc_id, "verbatim": 0, "near_verbatim": 0, "longest_span": 0,
+            "best_rouge_l": None, "values": [], "membership": {}, "member": None,
+            "influence": None}
+
+
+def _add_extraction(rows: dict[str, dict[str, Any]],
+                    records: Sequence[Mapping[str, Any]]) -> None:
+    for record in records:
+        for m in record.get("matches") or ():
+            row = rows.setdefault(m["document_id"], _empty(m["document_id"]))
+            row["verbatim"] += int(m["verbatim"])
+            row["near_verbatim"] += int(m["near_verbatim"])
+            row["longest_span"] = max(row["longest_span"], int(m["span"]))
+            if m["rouge_l"] is not None:
+                row["best_rouge_l"] = max(row["best_rouge_l"] or 0.0, float(m["rouge_l"]))
+            for value in m["values"]:
+                if value not in row["values"]:
+                    row["values"].append(dict(value))
+
+
+def _rank_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    best = max(row["membership"].values(), default=0.0) if row["member"] else 0.0
+    return (-row["verbatim"], -len(row["values"]), -row["near_verbatim"], -best,
+            row["document"])
+
+
+def attack_ledger(documents: Sequence[AttackDocument | str] = (), *,
+                  extraction: Sequence[Mapping[str, Any]] = (),
+                  membership: Sequence[Mapping[str, Any]] = (),
+                  influence: Sequence[Mapping[str, Any]] | None = None
+                  ) -> list[dict[str, Any]]:
+    """The ledger's rows, most exposed first (module docstring), each with its ``rank`` (1 is
+    the most exposed). ``documents``: every document to list (ids or documents), also those
+    no attack touched; ``extraction``/``membership``: the attacks' records; ``influence``: an
+    influence run's per-document ledger rows (joined on their ``document`` field)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for doc in documents:
+        doc_id = doc.id if isinstance(doc, AttackDocument) else str(doc)
+        rows.setdefault(doc_id, _empty(doc_id))
+    _add_extraction(rows, extraction)
+    for attack, per in document_scores(membership).items():
+        for doc_id, (score, member) in per.items():
+            row = rows.setdefault(doc_id, _empty(doc_id))
+            row["membership"][attack] = score
+            row["member"] = member
+    if influence is not None:
+        joined = {str(r.get("document")): r for r in influence}
+        for doc_id, row in rows.items():
+            found = joined.get(doc_id)
+            row["influence"] = None if found is None else {
+                k: found.get(k) for k in INFLUENCE_FIELDS if k in found}
+    ranked = sorted(rows.values(), key=_rank_key)
+    for k, row in enumerate(ranked):
+        row["rank"] = k + 1
+    return ranked
+
+
+__all__ = ["INFLUENCE_FIELDS", "attack_ledger"]

@@ -1,0 +1,286 @@
+"""The black-box attacks as Methods: questions to a :class:`ctxleak.targets.base.Target`, one
+record per question, and a summary with the attacks' tables and the per-document ledger.
+
+- :class:`ExtractMethod`: context extraction (:mod:`.extract`, "The Good and The Bad:
+  Exploring Privacy Issues in Retrieval-Augmented Generation"); the data are the documents of
+  the datastore, each answer matched against every one of them;
+- :class:`MembershipMethod`: membership inference (:mod:`.membership`: direct, mask-based and
+  interrogation attacks); the data are the members and the non-members.
+
+Neither needs anything of a model: :meth:`requires` is empty and ``lm`` is never read (the
+target is given in the params and handed on by :meth:`prepare`). The target owns its
+concurrency and retries; a question it cannot answer raises
+:class:`ctxleak.targets.base.TargetError`, and the records of the batches answered before it
+stay in the run folder for a resume. A batch is :attr:`AttackParams.batch` questions, sent in
+one :meth:`Target.answer` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ctxleak.engine.batching import BatchPolicy
+from ctxleak.engine.lm import LanguageModel
+from ctxleak.errors import ConfigError, InputError
+from ctxleak.methods.attacks.attack_ledger import attack_ledger
+from ctxleak.methods.attacks.canary import CONFIDENCE, law
+from ctxleak.methods.attacks.extract import (
+    COMMANDS,
+    AttackDocument,
+    ExtractPrompt,
+    as_documents,
+    document_values,
+    extraction_prompts,
+    extraction_summary,
+    match_answer,
+)
+from ctxleak.methods.attacks.membership import (
+    ATTACKS,
+    MembershipQuestion,
+    check_membership,
+    membership_questions,
+    membership_summary,
+    score_answer,
+)
+from ctxleak.methods.attacks.roc import RESAMPLES
+from ctxleak.run.method import ParamsMethod, Plan
+from ctxleak.targets.base import Target, TargetAnswer, TargetError
+
+
+@dataclass(frozen=True)
+class AttackReady:
+    """What the attacks' :meth:`prepare` hands on: the ``target`` asked, the ``documents`` the
+    answers are matched against (by id) and their secrets and personal data (``values``)."""
+
+    target: Target
+    documents: dict[str, AttackDocument]
+    values: dict[str, dict[str, str]]
+
+
+def _check_target(target: Any) -> Target:
+    if target is None or not all(callable(getattr(target, m, None))
+                                 for m in ("answer", "describe", "fingerprint")):
+        raise ConfigError("an attack needs a target with answer, describe and fingerprint "
+                          "(ctxleak.targets: a chat endpoint, a chain, a function)",
+                          param="target")
+    return target  # type: ignore[no-any-return]
+
+
+def _check_batch(batch: int) -> None:
+    if not 1 <= batch <= 1024:
+        raise ConfigError(f"batch must be from 1 to 1024 questions, not {batch}", param="batch")
+
+
+def ask(target: Target, questions: Sequence[str]) -> list[TargetAnswer]:
+    """The target's answers, one per question, or :class:`TargetError` saying it gave
+    another number."""
+    answers = target.answer(list(questions))
+    if len(answers) != len(questions):
+        raise TargetError(f"{target.describe()} gave {len(answers)} answers to "
+                          f"{len(questions)} questions")
+    return answers
+
+
+def _retrieved(answer: TargetAnswer) -> list[str] | None:
+    return None if answer.document_ids is None else list(answer.document_ids)
+
+
+@dataclass(frozen=True)
+class ExtractParams:
+    """The extraction attack's parameters: the ``target``, the anchors' ``kind``
+    (``targeted``: drawn from the documents; ``untargeted``: from a seeded word list), the
+    number of ``queries`` (default: one per document), ``anchors`` given instead, the
+    ``command``, ``anchor_words`` and ``batch`` (questions per call to the target)."""
+
+    target: Any = None
+    kind: str = "targeted"
+    queries: int | None = None
+    anchors: tuple[str, ...] | None = None
+    command: str = COMMANDS[0]
+    anchor_words: int = 8
+    batch: int = 8
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("targeted", "untargeted"):
+            raise ConfigError(f"kind must be 'targeted' or 'untargeted', not {self.kind!r}",
+                              param="kind")
+        if self.queries is not None and self.queries < 1:
+            raise ConfigError(f"queries must be at least 1, not {self.queries}", param="queries")
+        if not self.command.strip():
+            raise ConfigError("command must not be empty", param="command")
+        _check_batch(self.batch)
+
+    def to_config(self, target: Target) -> dict[str, Any]:
+        return {"attack": "extract", "target": target.describe(),
+                "target_fingerprint": target.fingerprint(), "kind": self.kind,
+                "queries": self.queries, "anchors": list(self.anchors or []) or None,
+                "command": self.command, "anchor_words": self.anchor_words,
+                "batch": self.batch}
+
+
+class _AttackMethod(ParamsMethod[Any, Any, AttackReady, Any]):
+    """What both attacks share: no model operation, the target handed on, batches of
+    ``params.batch`` questions, the target named in the provenance."""
+
+    def requires(self) -> dict[str, str]:
+        return {}
+
+    def prepare(self, lm: LanguageModel | None, plan: Plan[Any, Any], run: Any) -> AttackReady:
+        docs: list[AttackDocument] = plan.state
+        return AttackReady(_check_target(self.params.target), {d.id: d for d in docs},
+                           document_values(docs))
+
+    def batches(self, ready: AttackReady, items: Sequence[Any],
+                policy: BatchPolicy) -> list[list[Any]]:
+        size = self.params.batch
+        return [list(items[k:k + size]) for k in range(0, len(items), size)]
+
+    def provenance(self, lm: LanguageModel | None, ready: AttackReady) -> dict[str, Any]:
+        return {"target": ready.target.describe()}
+
+
+def _rows(docs: Sequence[AttackDocument]) -> list[dict[str, str]]:
+    return [{"id": d.id, "text": d.text} for d in docs]
+
+
+class ExtractMethod(_AttackMethod):
+    """Context extraction against a target (module docstring); data: the datastore's
+    documents (strings, dicts with ``id`` and ``text``, or :class:`.extract.AttackDocument`)."""
+
+    name = "attack-extract"
+    desc = "extraction queries"
+    params_type = ExtractParams
+
+    def plan(self, data: Any) -> Plan[ExtractPrompt, list[AttackDocument]]:
+        p: ExtractParams = self.params
+        target = _check_target(p.target)
+        docs = as_documents(data if data is not None else [])
+        prompts = extraction_prompts(docs, kind=p.kind, n=p.queries, seed=self.common.seed,
+                                     anchors=p.anchors, command=p.command,
+                                     anchor_words=p.anchor_words)
+        return Plan(items=prompts, state=docs,
+                    config={"documents": f"<{len(docs)} documents>", **p.to_config(target)},
+                    inputs={"documents": _rows(docs)})
+
+    def measure(self, lm: LanguageModel | None, ready: AttackReady,
+                items: Sequence[ExtractPrompt]) -> list[dict[str, Any]]:
+        """One record per prompt: the prompt, the answer, the documents the target says it
+        retrieved, and what the answer copied of each document (:func:`.extract.match_answer`)."""
+        answers = ask(ready.target, [p.question for p in items])
+        docs = list(ready.documents.values())
+        return [{"kind": p.kind, "anchor": p.anchor, "command": p.command, "source": p.source,
+                 "question": p.question, "answer": a.text, "retrieved": _retrieved(a),
+                 "matches": match_answer(a.text, docs, ready.values)}
+                for p, a in zip(items, answers)]
+
+    def summarize(self, ready: AttackReady, records: Sequence[Mapping[str, Any]]
+                  ) -> dict[str, Any]:
+        """The totals (:func:`.extract.extraction_summary`) and the ledger."""
+        docs = list(ready.documents.values())
+        return {**extraction_summary(records, docs), "target": ready.target.describe(),
+                "ledger": attack_ledger(docs, extraction=records)}
+
+
+@dataclass(frozen=True)
+class MembershipParams:
+    """The membership attacks' parameters: the ``target``, which ``attacks``, ``masks`` per
+    document (mask-based), ``questions`` per document (interrogation), the ``confidence`` of
+    the intervals and the ε lower bound, the bootstrap ``resamples``, the ε the target's
+    mitigation claims (``eps_claimed``, None: no claim) and ``batch``."""
+
+    target: Any = None
+    attacks: tuple[str, ...] = ATTACKS
+    masks: int = 5
+    questions: int = 3
+    confidence: float = CONFIDENCE
+    resamples: int = RESAMPLES
+    eps_claimed: float | None = None
+    batch: int = 8
+
+    def __post_init__(self) -> None:
+        unknown = [a for a in self.attacks if a not in ATTACKS]
+        if unknown or not self.attacks:
+            raise ConfigError(f"attacks must be some of {', '.join(ATTACKS)}, not "
+                              f"{list(self.attacks)}", param="attacks")
+        if not 0 < self.confidence < 1:
+            raise ConfigError(f"confidence must be in (0, 1), not {self.confidence}",
+                              param="confidence")
+        if self.resamples < 100:
+            raise ConfigError(f"resamples must be at least 100, not {self.resamples}",
+                              param="resamples")
+        if self.eps_claimed is not None and not self.eps_claimed >= 0:
+            raise ConfigError(f"eps_claimed must be >= 0, not {self.eps_claimed}",
+                              param="eps_claimed")
+        _check_batch(self.batch)
+
+    def to_config(self, target: Target) -> dict[str, Any]:
+        return {"attack": "membership", "target": target.describe(),
+                "target_fingerprint": target.fingerprint(), "attacks": list(self.attacks),
+                "masks": self.masks, "questions": self.questions,
+                "confidence": self.confidence, "resamples": self.resamples,
+                "eps_claimed": self.eps_claimed, "batch": self.batch}
+
+
+def membership_data(data: Any) -> tuple[Any, Any]:
+    """(members, non-members) from ``{"members": [...], "non_members": [...]}`` or a pair."""
+    if isinstance(data, Mapping) and "members" in data:
+        return data["members"], data.get("non_members") or []
+    if isinstance(data, (tuple, list)) and len(data) == 2 and not isinstance(data[0], str):
+        return data[0], data[1]
+    raise InputError("membership data must be {'members': [...], 'non_members': [...]} or "
+                     "a (members, non_members) pair", param="data")
+
+
+class MembershipMethod(_AttackMethod):
+    """Membership inference against a target (module docstring); data: the members and the
+    non-members (:func:`membership_data`)."""
+
+    name = "attack-membership"
+    desc = "membership queries"
+    params_type = MembershipParams
+
+    def plan(self, data: Any) -> Plan[MembershipQuestion, list[AttackDocument]]:
+        p: MembershipParams = self.params
+        target = _check_target(p.target)
+        ins, outs = check_membership(*membership_data(data))
+        questions = membership_questions(ins, outs, attacks=p.attacks, masks=p.masks,
+                                         questions=p.questions)
+        return Plan(items=questions, state=[*ins, *outs],
+                    config={"members": f"<{len(ins)} documents>",
+                            "non_members": f"<{len(outs)} documents>", **p.to_config(target)},
+                    inputs={"members": _rows(ins), "non_members": _rows(outs)})
+
+    def measure(self, lm: LanguageModel | None, ready: AttackReady,
+                items: Sequence[MembershipQuestion]) -> list[dict[str, Any]]:
+        """One record per question (:func:`.membership.score_answer`), with the documents the
+        target says it retrieved and whether the asked one is among them."""
+        answers = ask(ready.target, [q.question for q in items])
+        out = []
+        for q, a in zip(items, answers):
+            record = score_answer(q, a.text, ready.documents[q.document_id])
+            retrieved = _retrieved(a)
+            record.update(retrieved=retrieved, asked_retrieved=None if retrieved is None
+                          else q.document_id in retrieved)
+            out.append(record)
+        return out
+
+    def summarize(self, ready: AttackReady, records: Sequence[Mapping[str, Any]]
+                  ) -> dict[str, Any]:
+        """Per attack: ROC, AUC with its interval, TPR at FPR 1 % and 10 %, the ε lower bound
+        (:func:`.membership.membership_summary`), beside ``eps_claimed`` with the ``law``
+        (:func:`.canary.law`); the ledger."""
+        p: MembershipParams = self.params
+        out = membership_summary(records, seed=self.common.seed, confidence=p.confidence,
+                                 resamples=p.resamples)
+        for attack in out["attacks"].values():
+            if "eps" in attack:
+                attack["eps"]["eps_claimed"] = p.eps_claimed
+                attack["eps"]["law"] = law(attack["eps"]["eps_lower"], p.eps_claimed)
+        return {**out, "target": ready.target.describe(), "eps_claimed": p.eps_claimed,
+                "ledger": attack_ledger(list(ready.documents.values()), membership=records)}
+
+
+__all__ = ["AttackReady", "ExtractMethod", "ExtractParams", "MembershipMethod",
+           "MembershipParams", "ask", "membership_data"]

@@ -1,0 +1,209 @@
+"""What an audit of a paid or slow target has already been answered, kept across processes, and
+what a run will cost before it starts.
+
+:class:`AnswerJournal` is a SQLite database (write-ahead log) with one row per (target
+fingerprint, question): the answer as JSON (text, retrieved document ids and texts), committed
+as it is stored. :class:`JournaledTarget` answers from the journal first and sends only the
+questions it does not hold, each distinct question once, ``chunk`` at a time, storing each
+chunk's answers as they come back; when the target fails mid-chunk, the answers it did give
+(:attr:`~.base.TargetError.answered`) are stored before the error goes on. A resumed audit thus
+sends no question twice and reads back the very answers of the first run. ``max_queries``
+bounds the queries the journal holds for the target plus those a batch would send: a batch
+that would pass it is refused before anything is sent.
+
+:func:`estimate_cost` counts what a run sends: queries × prompt tokens, by a tokenizer where
+one is given, else by the stated estimate of 4 characters per token.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxleak.errors import ConfigError, InputError
+from ctxleak.targets.base import Target, TargetAnswer, TargetError
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS answers (
+    target TEXT NOT NULL, question TEXT NOT NULL, answer TEXT NOT NULL,
+    PRIMARY KEY (target, question))"""
+
+
+def answer_json(answer: TargetAnswer) -> str:
+    """An answer as the journal stores it (keys sorted: the same answer, the same bytes)."""
+    return json.dumps({"text": answer.text,
+                       "document_ids": None if answer.document_ids is None
+                       else list(answer.document_ids),
+                       "documents": None if answer.documents is None else list(answer.documents)},
+                      sort_keys=True, ensure_ascii=False)
+
+
+def answer_from_json(text: str) -> TargetAnswer:
+    """The answer :func:`answer_json` stored."""
+    got = json.loads(text)
+    ids, docs = got.get("document_ids"), got.get("documents")
+    return TargetAnswer(got["text"], None if ids is None else tuple(ids),
+                        None if docs is None else tuple(docs))
+
+
+class AnswerJournal:
+    """The answers a target gave, by (target fingerprint, question), in SQLite at ``path``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False,
+                                       isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"not an answer journal (SQLite): {exc}", file=str(self.path)
+                             ) from None
+
+    def get(self, target: str, questions: Sequence[str]) -> dict[str, TargetAnswer]:
+        """The stored answers of those ``questions`` the journal holds for ``target``."""
+        out: dict[str, TargetAnswer] = {}
+        wanted = list(dict.fromkeys(questions))
+        with self._lock:
+            for start in range(0, len(wanted), 500):  # SQLite's bound on parameters
+                part = wanted[start:start + 500]
+                rows = self._db.execute(
+                    f"SELECT question, answer FROM answers WHERE target = ? AND question IN "
+                    f"({', '.join('?' * len(part))})", [target, *part]).fetchall()
+                out.update((q, answer_from_json(a)) for q, a in rows)
+        return out
+
+    def put(self, target: str, question: str, answer: TargetAnswer) -> None:
+        """Store one answer, committed at once (an answer already stored is kept)."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO answers (target, question, answer) "
+                             "VALUES (?, ?, ?)", (target, question, answer_json(answer)))
+
+    def count(self, target: str) -> int:
+        """How many answers the journal holds for ``target``."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM answers WHERE target = ?",
+                                        (target,)).fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> AnswerJournal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class JournaledTarget:
+    """``target`` answered from ``journal`` first (see the module docstring); ``sent``: the
+    queries this object has sent, ``replayed``: the answers it read back."""
+
+    def __init__(self, target: Target, journal: AnswerJournal, max_queries: int | None = None,
+                 *, chunk: int = 16) -> None:
+        if max_queries is not None and max_queries < 0:
+            raise ConfigError(f"max_queries must be >= 0, not {max_queries}",
+                              param="max_queries")
+        if chunk < 1:
+            raise ConfigError(f"chunk must be >= 1, not {chunk}", param="chunk")
+        self.target, self.journal, self.max_queries, self.chunk = target, journal, max_queries, chunk
+        self.key = target.fingerprint()
+        self.sent = self.replayed = 0
+
+    def pending(self, questions: Sequence[str]) -> list[str]:
+        """The distinct questions of ``questions`` the journal does not hold: what a call would
+        send, in order."""
+        have = self.journal.get(self.key, questions)
+        return [q for q in dict.fromkeys(questions) if q not in have]
+
+    def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
+        todo = self.pending(questions)
+        if self.max_queries is not None:
+            held = self.journal.count(self.key)
+            if held + len(todo) > self.max_queries:
+                raise ConfigError(
+                    f"max_queries: these questions need {len(todo)} new queries to the target "
+                    f"and the journal holds {held} already: {held + len(todo)} in all, more "
+                    f"than the {self.max_queries} allowed (nothing was sent)",
+                    param="max_queries")
+        for start in range(0, len(todo), self.chunk):
+            self._send(todo[start:start + self.chunk], questions)
+        have = self.journal.get(self.key, questions)
+        sending = set(todo)
+        self.replayed += sum(1 for q in questions if q not in sending)
+        return [have[q] for q in questions]
+
+    def _send(self, part: list[str], questions: Sequence[str]) -> None:
+        """Send ``part``, storing what comes back, even when the target fails mid-way."""
+        self.sent += len(part)
+        try:
+            got = self.target.answer(part)
+        except TargetError as exc:
+            for k, answer in exc.answered.items():
+                self.journal.put(self.key, part[k], answer)
+            index = exc.index
+            if index is not None and 0 <= index < len(part):
+                index = list(questions).index(part[index])
+            held = self.journal.count(self.key)
+            raise TargetError(f"{exc} (the {len(part)} questions sent together; the journal "
+                              f"{self.journal.path.name} keeps the {held} answers had: run "
+                              "again to go on)", index=index) from exc
+        if len(got) != len(part):
+            raise TargetError(f"{self.target.describe()} gave {len(got)} answers to "
+                              f"{len(part)} questions")
+        for question, answer in zip(part, got):
+            self.journal.put(self.key, question, answer)
+
+    def describe(self) -> str:
+        return self.target.describe()
+
+    def fingerprint(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """What a run sends: ``queries``, their ``prompt_tokens`` in all (``how``: counted by a
+    tokenizer, or estimated as characters / 4) and at most ``answer_tokens``."""
+
+    queries: int
+    prompt_tokens: int
+    how: str
+    answer_tokens: int | None = None
+
+    def describe(self) -> str:
+        """One line for the console, before a paid run starts."""
+        way = "counted by the tokenizer" if self.how == "tokenizer" else \
+            "estimated as characters / 4: no tokenizer given"
+        out = f"{self.queries:,} queries, {self.prompt_tokens:,} prompt tokens in all ({way})"
+        if self.answer_tokens is not None:
+            out += f", at most {self.answer_tokens:,} answer tokens"
+        return out
+
+
+def estimate_cost(questions: Sequence[str], *, tokenizer: Any = None, extra_prompt: str = "",
+                  max_tokens: int | None = None) -> CostEstimate:
+    """Queries × prompt tokens of sending ``questions``, each with ``extra_prompt`` (a system
+    message, the documents a RAG app adds); ``tokenizer``: anything with ``encode(text)`` or a
+    function ``text -> ids`` (a Hugging Face tokenizer, tiktoken's encoding); without one,
+    ⌈characters / 4⌉ per prompt. ``max_tokens``: the answer's bound, for the answer tokens."""
+    count: Callable[[str], int]
+    if tokenizer is None:
+        count, how = (lambda text: math.ceil(len(text) / 4)), "chars/4"
+    else:
+        encode = getattr(tokenizer, "encode", tokenizer)
+        count, how = (lambda text: len(encode(text))), "tokenizer"
+    total = sum(count(extra_prompt + q) for q in questions)
+    answers = None if max_tokens is None else max_tokens * len(questions)
+    return CostEstimate(len(questions), total, how, answers)
+
+
+__all__ = ["AnswerJournal", "CostEstimate", "JournaledTarget", "answer_from_json", "answer_json",
+           "estimate_cost"]

@@ -1,0 +1,133 @@
+"""The answer journal: a resumed audit sends no question twice (requests counted on the fake
+server) and reads back the same bytes; answers had before a failure are kept; --max-queries
+refuses before anything is sent; the cost estimate recomputed by hand."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+
+import pytest
+from helpers.fake_chat import Reply, echo, fake_chat
+
+from ctxleak.errors import ConfigError, InputError
+from ctxleak.targets.base import FunctionTarget, TargetAnswer, TargetError
+from ctxleak.targets.endpoint import ChatEndpointTarget
+from ctxleak.targets.journal import (
+    AnswerJournal,
+    JournaledTarget,
+    answer_from_json,
+    answer_json,
+    estimate_cost,
+)
+
+QUESTIONS = [f"question number {k}" for k in range(10)]
+
+
+def endpoint(url):
+    return ChatEndpointTarget(url, "m", retries=0, concurrency=1)
+
+
+def test_a_resumed_run_sends_nothing_twice_and_reads_back_the_same_bytes(tmp_path):
+    down = {"on": True}
+
+    def reply(body, headers):  # the server fails on question 8 (a chunk's last) while "down"
+        if down["on"] and body["messages"][-1]["content"] == QUESTIONS[7]:
+            return Reply(500, {"error": {"message": "down"}})
+        return echo(body, headers)
+
+    with fake_chat(reply) as server:
+        with AnswerJournal(tmp_path / "answers.db") as journal:
+            first = JournaledTarget(endpoint(server.url), journal, chunk=4)
+            with pytest.raises(TargetError, match=r"'question number 7'.*keeps the 7 answers"
+                               ) as err:
+                first.answer(QUESTIONS)
+            assert err.value.index == 7
+            assert journal.count(first.key) == 7  # chunk 1 whole, chunk 2 up to the failure
+        sent_first = server.asked()
+        down["on"] = False
+        with AnswerJournal(tmp_path / "answers.db") as journal:  # a new process would reopen it
+            second = JournaledTarget(endpoint(server.url), journal, chunk=4)
+            got = second.answer(QUESTIONS)
+            assert (second.sent, second.replayed) == (3, 7)
+            again = second.answer(QUESTIONS)
+            assert second.sent == 3
+    resent = server.asked()[len(sent_first):]
+    assert resent == QUESTIONS[7:]
+    assert [a.text for a in got] == [f"answer: {q}" for q in QUESTIONS]
+    assert [answer_json(a) for a in again] == [answer_json(a) for a in got]
+    with fake_chat() as fresh:
+        with AnswerJournal(tmp_path / "other.db") as journal:
+            whole = JournaledTarget(endpoint(fresh.url), journal).answer(QUESTIONS)
+    assert [answer_json(a) for a in whole] == [answer_json(a) for a in got]
+
+
+def test_a_chain_that_raises_keeps_the_answers_before_it(tmp_path):
+    calls: list[str] = []
+
+    def chain(question):
+        calls.append(question)
+        if question == QUESTIONS[3] and len(calls) < 5:
+            raise RuntimeError("the vector store is down")
+        return question.upper(), [{"id": "d1", "text": "doc"}]
+
+    with AnswerJournal(tmp_path / "a.db") as journal:
+        target = JournaledTarget(FunctionTarget(chain, "chain"), journal)
+        with pytest.raises(TargetError, match="chain raised RuntimeError on question 4"):
+            target.answer(QUESTIONS)
+        assert journal.count("function:chain") == 3
+        got = target.answer(QUESTIONS)
+    assert calls == QUESTIONS[:4] + QUESTIONS[3:]
+    assert got[0] == TargetAnswer(QUESTIONS[0].upper(), ("d1",), ("doc",))
+
+
+def test_duplicates_are_sent_once_and_targets_do_not_share_answers(tmp_path):
+    seen: list[str] = []
+    with AnswerJournal(tmp_path / "a.db") as journal:
+        one = JournaledTarget(FunctionTarget(lambda q: seen.append(q) or "one", "one"), journal)
+        two = JournaledTarget(FunctionTarget(lambda q: seen.append(q) or "two", "two"), journal)
+        assert [a.text for a in one.answer(["a", "b", "a"])] == ["one"] * 3
+        assert [a.text for a in two.answer(["a"])] == ["two"]
+    assert seen == ["a", "b", "a"]  # "a" once per target
+
+
+def test_max_queries_refuses_before_sending(tmp_path):
+    with fake_chat() as server, AnswerJournal(tmp_path / "a.db") as journal:
+        target = JournaledTarget(endpoint(server.url), journal, max_queries=5)
+        with pytest.raises(ConfigError, match="10 new queries") as err:
+            target.answer(QUESTIONS)
+        assert err.value.param == "max_queries" and server.requests == []
+        target.answer(QUESTIONS[:3])
+        with pytest.raises(ConfigError, match="holds 3 already: 6 in all, more than the 5"):
+            target.answer(QUESTIONS[:6])
+        assert len(server.requests) == 3
+        target.answer(QUESTIONS[:5])  # 3 held + 2 new = 5: allowed
+        assert len(server.requests) == 5
+    with pytest.raises(ConfigError, match="max_queries"):
+        JournaledTarget(FunctionTarget(str), AnswerJournal(tmp_path / "b.db"), max_queries=-1)
+
+
+def test_the_journal_file(tmp_path):
+    path = tmp_path / "a.db"
+    with AnswerJournal(path) as journal:
+        journal.put("t", "q", TargetAnswer("first"))
+        journal.put("t", "q", TargetAnswer("second"))  # an answer stored is kept
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with AnswerJournal(path) as journal:
+        assert journal.get("t", ["q", "other"]) == {"q": TargetAnswer("first")}
+    bad = tmp_path / "bad.db"
+    bad.write_text("this is not a database, it is a text file long enough " * 20)
+    with pytest.raises(InputError, match="bad.db: not an answer journal"):
+        AnswerJournal(bad)
+    answer = TargetAnswer("é", ("1",), ("d",))
+    assert answer_from_json(answer_json(answer)) == answer
+
+
+def test_estimate_cost_by_hand():
+    est = estimate_cost(["abcd", "abcde"], extra_prompt="xy", max_tokens=10)
+    assert (est.queries, est.prompt_tokens, est.answer_tokens) == (2, 2 + math.ceil(7 / 4), 20)
+    assert "characters / 4" in est.describe() and "2 queries" in est.describe()
+    words = estimate_cost(["one two", "three"], tokenizer=str.split)
+    assert (words.prompt_tokens, words.how) == (3, "tokenizer")
+    assert "counted by the tokenizer" in words.describe()
