@@ -24,7 +24,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from typing_extensions import Unpack
 
@@ -32,6 +32,7 @@ from ctxleak.api.docs import PROGRESS_DOC, documented
 from ctxleak.api.retrieval import load_retriever
 from ctxleak.api.running import Bound, RunKeywords, keywords
 from ctxleak.engine.batching import BatchPolicy
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.attacks.attack_ledger import attack_ledger
 from ctxleak.methods.attacks.attack_method import (
@@ -113,7 +114,7 @@ def attack_target(target: Any = None, *, endpoint: str | None = None,
         raise ConfigError("give exactly one target: endpoint, chain, function or rag_demo"
                           + (f" (got {', '.join(given)})" if given else ""),
                           param=given[1] if len(given) > 1 else "endpoint")
-    endpoint_kw = {"api_key_env": api_key_env, "system": system, "max_tokens": max_new_tokens,
+    endpoint_kw: dict[str, Any] = {"api_key_env": api_key_env, "system": system, "max_tokens": max_new_tokens,
                    "concurrency": concurrency, "rate_per_s": rate_per_s}
     if target is not None:
         return target if isinstance(target, RAGBuilder) else as_target(target)
@@ -277,7 +278,9 @@ def run_attack(method: Any, data: Any, *, progress: bool = True, max_queries: in
     say(cost_line(target, sent_prompts(target, questions), getattr(target, "max_tokens", None)))
     joined = influence_ledger(influence) if influence is not None else None
     checks = result_class(method.name).checks
-    run = open_run(method.name, common, {**plan.config, "influence": None if influence is None
+    # the extraction's "command" (its prompt's) would replace the run's own (the method's name)
+    config = {("prompt_command" if k == "command" else k): v for k, v in plan.config.items()}
+    run = open_run(method.name, common, {**config, "influence": None if influence is None
                                          else str(influence)},
                    private=method.private, inputs=plan.inputs,
                    check_row=checks.row_problem if checks is not None else None)
@@ -293,7 +296,8 @@ def run_attack(method: Any, data: Any, *, progress: bool = True, max_queries: in
         bound = type(method)(common, replace(method.params, target=asked))
         ready = bound.prepare(None, plan, run)
         try:
-            records = measure_items(run, bound, None, ready, plan.items, progress=progress,
+            records = measure_items(run, bound, cast(LanguageModel, None), ready, plan.items,
+                                    progress=progress,
                                     policy=BatchPolicy.of(common.batch_size,
                                                           common.batch_invariant, "cpu"))
         except TargetError as exc:
@@ -455,5 +459,5 @@ def claimed_eps(target: Any, attacks: Sequence[str], questions: int) -> float | 
 
 
 __all__ = ["JOURNAL_FILE", "RAGBuilder", "attack_extract", "attack_membership", "attack_target",
-           "claimed_eps", "extract_questions", "influence_ledger", "load_object", "read_anchors", "read_documents",
-           "run_attack"]
+           "claimed_eps", "extract_questions", "influence_ledger", "load_object", "read_anchors",
+           "read_documents", "run_attack"]
