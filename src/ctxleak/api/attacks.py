@@ -276,6 +276,10 @@ def run_attack(method: Any, data: Any, *, progress: bool = True, max_queries: in
     check_unique_keys(method, plan.items)
     questions = [item.question for item in plan.items]
     say(cost_line(target, sent_prompts(target, questions), getattr(target, "max_tokens", None)))
+    if max_queries is not None and not common.resume and len(set(questions)) > max_queries:
+        raise ConfigError(f"max_queries: this attack needs {len(set(questions))} queries to the "
+                          f"target, more than the {max_queries} allowed (nothing was sent)",
+                          param="max_queries")
     joined = influence_ledger(influence) if influence is not None else None
     checks = result_class(method.name).checks
     # the extraction's "command" (its prompt's) would replace the run's own (the method's name)
