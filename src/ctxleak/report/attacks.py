@@ -4,11 +4,11 @@ of the canary audit (``ctxleak canary``, the same ε lower bound).
 
 - membership ("Is My Data in Your Retrieval Database?"; "Mask-based Membership Inference
   Attacks for Retrieval-Augmented Generation"; "Riddle Me This! Stealthy Membership Inference
-  for Retrieval-Augmented Generation"): one row per attack with its AUC and interval, the TPR
-  at 1 % and 10 % FPR with exact intervals, and the ε lower bound at 95 %; the ROC curves;
+  for Retrieval-Augmented Generation"): one row per attack with its AUC and interval, the
+  TPR at 1 % and 10 % FPR with exact intervals, and the ε lower bound at 95 %; the ROC curves;
 - extraction ("The Good and The Bad: Exploring Privacy Issues in Retrieval-Augmented
-  Generation"): documents copied verbatim and near-verbatim, personal data and secrets carried
-  out, by prompt kind;
+  Generation (RAG)"): documents copied verbatim and near-verbatim, personal data and secrets
+  carried out;
 - the ledger: one row per document, ranked by what an attacker gets, joined with an influence
   run's per-document ledger where one was given.
 """
@@ -24,6 +24,10 @@ from ctxleak.report.console import print_closing, print_rows
 from ctxleak.report.view import View
 
 ROC_PNG = "roc.png"
+#: What each figure shows.
+FIGURE_CAPTIONS = {ROC_PNG: "Each attack's ROC: the share of members found (TPR) against the "
+                            "share of non-members guessed member (FPR), over every threshold; "
+                            "the diagonal is a coin."}
 #: What the page says of the family the attacks belong to.
 FAMILY = ("These attacks need only the target's answers. The canary audit (ctxleak canary) is "
           "the third of the family: it plants canaries in documents it controls and gives the "
@@ -100,7 +104,7 @@ def attack_report(title: str, meta: Mapping[str, Any], sections: Sequence[
             report.add_text(text)
         report.add_table(table_rows(rows))
     for name, png in figures.items():
-        report.add_image(png, caption=name)
+        report.add_image(png, caption=FIGURE_CAPTIONS.get(name, name))
     report.add_heading("The attack family")
     report.add_text(FAMILY)
     return report
@@ -135,19 +139,29 @@ def extraction_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
          "meaning": "distinct secrets and personal data of a document found in an answer"}]
 
 
+#: The ledger's columns as shown, with their units.
+LEDGER_COLUMNS = {"rank": "rank", "document": "document",
+                  "verbatim": "verbatim copies (answers)",
+                  "near_verbatim": "near-verbatim copies (answers)",
+                  "longest_span": "longest span (words)", "best_rouge_l": "best ROUGE-L F1",
+                  "values": "values carried out", "member": "member"}
+
+
 def ledger_rows(ledger: Sequence[Mapping[str, Any]], limit: int = 50) -> list[dict[str, Any]]:
-    """The ledger as shown: rank, document, copies, values, each attack's score, and the
-    influence run's columns where joined."""
+    """The ledger as shown, most exposed first: rank, document, copies, values carried out,
+    each attack's score (0 to 1) and the influence run's columns where joined."""
     rows = []
     for r in list(ledger)[:limit]:
-        row: dict[str, Any] = {k: v for k, v in r.items()
-                               if k not in ("membership", "influence") and
-                               not isinstance(v, (Mapping, list, tuple))}
+        row: dict[str, Any] = {}
+        for key, label in LEDGER_COLUMNS.items():
+            if key in r and (key != "member" or r[key] is not None):
+                value = r[key]
+                row[label] = len(value) if isinstance(value, (list, tuple)) else value
         for attack, score in (r.get("membership") or {}).items():
-            row[f"{attack} score"] = score
+            row[f"{attack} score (0-1)"] = score
         for key, value in (r.get("influence") or {}).items():
             if not isinstance(value, (Mapping, list, tuple)):
-                row[f"influence {key}"] = value
+                row[f"influence: {key}"] = value
         rows.append(row)
     return rows
 

@@ -10,8 +10,8 @@ from ctxleak.results.base import Result
 
 class ExtractResult(Result):
     """``ctxleak.attack_extract``: one record per composite prompt ("The Good and The Bad:
-    Exploring Privacy Issues in Retrieval-Augmented Generation"), its answer matched against
-    every document (``matches``: longest common span in words, ROUGE-L F1, ``verbatim`` (a
+    Exploring Privacy Issues in Retrieval-Augmented Generation (RAG)"), its answer matched
+    against every document (``matches``: longest common span in words, ROUGE-L F1, ``verbatim`` (a
     span of 20 words or more, or the whole document), ``near_verbatim`` (ROUGE-L ≥ 0.5), the
     document's values carried out); the summary counts answers and documents extracted
     (``documents_verbatim`` …) and holds ``ledger``, one row per document."""
