@@ -6,14 +6,16 @@ and the API key read from the variable named and never shown."""
 from __future__ import annotations
 
 import email.utils
+import threading
 import time
 
 import pytest
 from helpers.fake_chat import Reply, completion, echo, fake_chat, script
 
+import ctxleak.targets.endpoint as endpoint_module
 from ctxleak.errors import ConfigError
 from ctxleak.targets.base import TargetError
-from ctxleak.targets.endpoint import MAX_WAIT_S, ChatEndpointTarget, retry_delay
+from ctxleak.targets.endpoint import MAX_WAIT_S, ChatEndpointTarget, _Pace, retry_delay
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -148,3 +150,35 @@ def test_retry_delay_by_hand():
     assert retry_delay(0, {"retry-after": "-5"}, 1.0) == 0.0
     later = email.utils.formatdate(time.time() + 30, usegmt=True)
     assert 25 <= retry_delay(0, {"Retry-After": later}, 1.0) <= 31
+
+
+def test_at_most_concurrency_requests_in_flight():
+    lock, now, most = threading.Lock(), [0], [0]
+
+    def slow(body, headers):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        threading.Event().wait(0.02)
+        with lock:
+            now[0] -= 1
+        return echo(body, headers)
+
+    with fake_chat(slow) as server:
+        got = target(server.url, concurrency=2).answer([f"q{k}" for k in range(8)])
+    assert [a.text for a in got] == [f"answer: q{k}" for k in range(8)]
+    assert 1 <= most[0] <= 2
+
+
+def test_the_pace_spaces_starts_by_one_over_the_rate(monkeypatch):
+    clock, waits = [100.0], []
+    monkeypatch.setattr(endpoint_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(endpoint_module.time, "sleep", waits.append)
+    pace = _Pace(4.0)
+    for _ in range(3):
+        pace.wait()
+    clock[0] = 101.0  # a second later: the next start is due at once
+    pace.wait()
+    assert waits == [0.25, 0.5]
+    _Pace(None).wait()
+    assert waits == [0.25, 0.5]

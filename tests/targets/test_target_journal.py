@@ -42,7 +42,8 @@ def test_a_resumed_run_sends_nothing_twice_and_reads_back_the_same_bytes(tmp_pat
             with pytest.raises(TargetError, match=r"'question number 7'.*keeps the 7 answers"
                                ) as err:
                 first.answer(QUESTIONS)
-            assert err.value.index == 7
+            assert err.value.index == 7 and sorted(err.value.answered) == list(range(7))
+            assert err.value.answered[2].text == f"answer: {QUESTIONS[2]}"
             assert journal.count(first.key) == 7  # chunk 1 whole, chunk 2 up to the failure
         sent_first = server.asked()
         down["on"] = False

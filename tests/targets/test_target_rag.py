@@ -153,6 +153,8 @@ def test_model_answers_are_cid_of_their_own_seed_whatever_the_batch(llama_lm):
     assert together[1] == llama_lm.decode(ledger.response_ids)
     assert len(empty) < len(full) and llama_lm.decode(full).count("rome") == 1
     assert "rome" not in llama_lm.decode(empty)
+    assert app.model is llama_lm and "tiny-llama" in app.influence_note()
+    assert RAGApp(DOCS, answerer=Echo()).influence_note() is None
 
 
 def test_at_lambda_zero_the_answer_does_not_depend_on_the_documents(gpt2_lm):
@@ -183,3 +185,45 @@ def test_a_chat_model_gets_the_app_messages_through_its_template():
     assert text_of(empty) == text.replace("the capital is paris.", "")
     assert isinstance(answerer.answer([prompt])[0], str)
     assert "greedy" in answerer.describe() and answerer.fingerprint().startswith("model:")
+
+
+class FirstTokens:
+    """A test-only mechanism: answers with the first two ids of the prompt holding only its
+    first document, and claims ε = 1 per document; records its requests."""
+
+    name = "first-tokens"
+    min_documents = 2
+
+    def __init__(self):
+        self.requests = []
+
+    def key(self):
+        return "first-tokens()"
+
+    def decode(self, lm, requests, decoding):
+        from ctxleak.mitigations.mechanisms import Claim, MechanismAnswer
+
+        self.requests += requests
+        return [MechanismAnswer(tuple(r.prompt(r.documents[:1])[-2:]), False,
+                                Claim(1.0, relation="document"), 0) for r in requests]
+
+
+def test_a_mechanism_answers_over_the_retrieved_documents(gpt2_lm):
+    from ctxleak.targets.mechanism_answerer import MechanismAnswerer
+
+    mechanism = FirstTokens()
+    answerer = MechanismAnswerer(gpt2_lm, mechanism, seed=3)
+    app = RAGApp(DOCS, answerer=answerer, top_k=2)
+    [got] = app.answer(["capital of italy"])
+    [request] = mechanism.requests
+    assert request.ids == got.document_ids == ("1", "0")
+    assert request.documents == got.documents and request.query == "capital of italy"
+    assert request.seed == question_seed(3, "capital of italy")
+    prompt = RAGPrompt("capital of italy", app.retrieve("capital of italy"), app.messages)
+    full, empty = ModelAnswerer(gpt2_lm).prompt_ids(prompt)
+    assert request.prompt(list(request.documents)) == full and request.prompt([]) == empty
+    assert got.text == gpt2_lm.decode(request.prompt(request.documents[:1])[-2:])
+    assert [c.eps for c in answerer.claims] == [1.0]
+    with pytest.raises(ConfigError, match="at least 2 documents per question") as err:
+        RAGApp(DOCS, answerer=answerer, top_k=1).answer(["capital"])
+    assert err.value.param == "top_k"

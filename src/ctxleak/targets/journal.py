@@ -151,10 +151,12 @@ class JournaledTarget:
             index = exc.index
             if index is not None and 0 <= index < len(part):
                 index = list(questions).index(part[index])
-            held = self.journal.count(self.key)
-            raise TargetError(f"{exc} (the {len(part)} questions sent together; the journal "
-                              f"{self.journal.path.name} keeps the {held} answers had: run "
-                              "again to go on)", index=index) from exc
+            have = self.journal.get(self.key, questions)
+            raise TargetError(f"{exc} (numbered among the {len(part)} questions sent together;"
+                              f" the journal {self.journal.path.name} keeps the "
+                              f"{self.journal.count(self.key)} answers had: run again to go on)",
+                              index=index, answered={k: have[q] for k, q in enumerate(questions)
+                                                     if q in have}) from exc
         if len(got) != len(part):
             raise TargetError(f"{self.target.describe()} gave {len(got)} answers to "
                               f"{len(part)} questions")

@@ -35,6 +35,23 @@ def question_seed(seed: int, question: str) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def app_prompt_ids(lm: LanguageModel, prompt: RAGPrompt, context: str,
+                   rendered: dict[Messages, str] | None = None) -> list[int]:
+    """The token ids of ``prompt``'s messages with ``context`` as ``{context}`` (``""``: the
+    prompt without retrieval), as the module docstring says; ``rendered``: a cache of the
+    messages rendered through the chat template."""
+    if lm.use_chat_template and has_chat_template(lm):
+        cache = {} if rendered is None else rendered
+        text = cache.get(prompt.messages)
+        if text is None:
+            text = cache[prompt.messages] = render_messages(lm, prompt.messages)
+        whole = whole_prompt(lm, text, [context], prompt.query)
+        return [*whole.before, *whole.context, *whole.after]
+    template = "\n\n".join(content for _, content in prompt.messages) + "\n"
+    return list(build_prompt(lm, template, {"context": context, "query": prompt.query},
+                             chat=False).ids)
+
+
 @dataclass
 class ModelAnswerer:
     """Answers by CID on ``lm`` with ``cid`` (default: λ = 1, T = 0.8, 10 to 50 new tokens:
@@ -56,19 +73,8 @@ class ModelAnswerer:
 
     def prompt_ids(self, prompt: RAGPrompt) -> tuple[list[int], list[int]]:
         """The token ids of the prompt with the retrieved documents and without them."""
-        if self.lm.use_chat_template and has_chat_template(self.lm):
-            rendered = self._rendered.get(prompt.messages)
-            if rendered is None:
-                rendered = self._rendered[prompt.messages] = render_messages(self.lm,
-                                                                             prompt.messages)
-            whole = whole_prompt(self.lm, rendered, [prompt.context], prompt.query)
-            return [*whole.before, *whole.context, *whole.after], list(whole.empty)
-        template = "\n\n".join(content for _, content in prompt.messages) + "\n"
-        full = build_prompt(self.lm, template, {"context": prompt.context, "query": prompt.query},
-                            chat=False)
-        empty = build_prompt(self.lm, template, {"context": "", "query": prompt.query},
-                             chat=False)
-        return list(full.ids), list(empty.ids)
+        return (app_prompt_ids(self.lm, prompt, prompt.context, self._rendered),
+                app_prompt_ids(self.lm, prompt, "", self._rendered))
 
     def answer(self, prompts: Sequence[RAGPrompt]) -> list[str]:
         out: list[str] = []
@@ -94,7 +100,8 @@ class ModelAnswerer:
 
     def fingerprint(self) -> str:
         cid = self.cid
-        return "model:" + fingerprint_of(self.lm.run_options(), self.lm.identity(),
+        return "model:" + fingerprint_of(self.lm.info.to_dict(), self.lm.run_options(),
+                                         self.lm.identity(),
                                          [cid.lam, cid.temperature, cid.max_new_tokens,
                                           cid.min_new_tokens, cid.bounded_eps],
                                          self.seed, self.greedy)

@@ -156,6 +156,22 @@ class RAGApp:
             [d.id for d in self.documents],
             [d.text + (" " + d.source if d.source else "") for d in self.documents])
 
+    @property
+    def model(self) -> Any:
+        """The model that writes the answers where ctxleak holds it (a
+        :class:`~.model_answerer.ModelAnswerer`'s or a mechanism's ``lm``), else None."""
+        return getattr(self.answerer, "lm", None)
+
+    def influence_note(self) -> str | None:
+        """What context influence would add to a black-box audit of this app, where ctxleak
+        holds its model (None where it does not)."""
+        if self.model is None:
+            return None
+        return (f"ctxleak holds this app's model ({self.model.info.name}): `ctxleak influence` "
+                "over the same documents and questions measures how much each retrieved "
+                "document changed each answer's token probabilities (nats, leave-one-out, "
+                "against a control), including leaks that no attack's answer shows")
+
     def retrieve(self, query: str) -> tuple[Document, ...]:
         """The ``top_k`` documents for ``query``, best first."""
         if self._index is not None:

@@ -18,10 +18,12 @@ from ctxleak.methods.attacks.extract import (
     document_values,
     extraction_prompts,
     extraction_summary,
+    lcs_length,
     longest_common_span,
     match_answer,
     match_document,
     rouge_bound,
+    rouge_l,
     words,
 )
 from ctxleak.methods.tradeoff.utility import rouge_l_f1
@@ -41,13 +43,16 @@ def test_longest_common_span_by_hand() -> None:
     assert words("Base-pay: 142,000! It's 9.5.") == ["base-pay", "142,000", "it's", "9.5"]
 
 
-def test_rouge_bound_is_never_under_rouge_l() -> None:
+def test_rouge_l_is_rouge_score_and_the_bound_is_never_under_it() -> None:
     rng = random.Random(0)
     vocab = "the cat sat on a mat running runs ran dog 42 blue".split()
-    for _ in range(200):
-        a = " ".join(rng.choice(vocab) for _ in range(rng.randrange(1, 12)))
-        b = " ".join(rng.choice(vocab) for _ in range(rng.randrange(1, 12)))
-        assert rouge_bound(a, b) >= rouge_l_f1(a, b) - 1e-12
+    for _ in range(300):
+        a = " ".join(rng.choice(vocab) for _ in range(rng.randrange(0, 80)))
+        b = " ".join(rng.choice(vocab) for _ in range(rng.randrange(1, 80)))
+        assert rouge_l(a, b) == pytest.approx(rouge_l_f1(a, b), abs=1e-12)
+        assert rouge_bound(a, b) >= rouge_l(a, b) - 1e-12
+    assert lcs_length("a b c b d a b".split(), "b d c a b a".split()) == 4  # CLRS's example
+    assert lcs_length([], ["a"]) == 0 and lcs_length(["a"], ["a"]) == 1
 
 
 def test_verbatim_and_near_verbatim_flags() -> None:

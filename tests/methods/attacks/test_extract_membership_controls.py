@@ -136,6 +136,10 @@ def test_membership_positive_control(split: Any) -> None:
         out = summary["attacks"][attack]
         assert out["auc"] >= 0.95, (attack, out["auc"])
         assert out["auc_ci"]["low"] > 0.5
+        assert out["unasked"] == [] and out["n_members"] + out["n_non_members"] == 15
+        # 15 documents are too few to show any ε at 95 % even at perfect separation: the
+        # summary says how many would (6 measured per side: 0.025^(1/6) > 1/2)
+        assert out["eps"]["eps_lower"] == 0 and 20 <= out["eps"]["documents_needed"] <= 30
 
 
 def test_membership_negative_control(split: Any) -> None:

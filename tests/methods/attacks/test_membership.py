@@ -121,3 +121,12 @@ def test_bad_options() -> None:
         split_members([A, B], held_out=1.0)
     with pytest.raises(InputError, match="at least 2"):
         split_members([A])
+
+
+def test_a_document_without_candidate_words_gets_no_question() -> None:
+    bare = AttackDocument("bare", "It is so. He is on it.")
+    df = document_frequency([A, bare])
+    assert mask_question(bare, False, df, 5) is None
+    assert interrogation_questions(bare, False, df, 3) == []
+    asked = {(q.attack, q.document_id) for q in membership_questions([A], [bare])}
+    assert asked == {("direct", "a"), ("direct", "bare"), ("mask", "a"), ("interrogation", "a")}

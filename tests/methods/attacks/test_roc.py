@@ -15,6 +15,7 @@ from ctxleak.methods.attacks.canary import audit_scores, clopper_pearson
 from ctxleak.methods.attacks.roc import (
     auc,
     auc_interval,
+    auc_test,
     covers,
     roc_points,
     roc_summary,
@@ -116,3 +117,18 @@ def test_bad_input(scores: list[float], labels: list[bool], field: str) -> None:
     assert err.value.field == field
     with pytest.raises(InputError):
         tpr_at_fpr([1.0, 0.0], [True, False], 0.0)
+
+
+def test_exact_test_by_enumerating_every_labelling() -> None:
+    """The exact p-value: the share of all ways to pick which 3 of 7 documents are members
+    whose rank sum is at least the observed one."""
+    scores = [7.0, 6.0, 4.0, 5.0, 3.0, 2.0, 1.0]
+    labels = [True, True, True, False, False, False, False]
+    observed = sum(s for s, y in zip(scores, labels) if y)  # scores here are their ranks
+    picks = list(itertools.combinations(scores, 3))
+    p = sum(sum(c) >= observed for c in picks) / len(picks)
+    out = auc_test(scores, labels)
+    assert out["method"] == "exact Mann-Whitney" and out["p_value"] == pytest.approx(p)
+    assert auc_test([1.0, 1.0, 0.0, 1.0], [True, True, False, False])["method"].endswith(
+        "tie correction")
+    assert auc_test([2.0] * 4, [True, True, False, False])["p_value"] == 1.0

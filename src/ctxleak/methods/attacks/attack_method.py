@@ -26,6 +26,7 @@ from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.attacks.attack_ledger import attack_ledger
 from ctxleak.methods.attacks.canary import CONFIDENCE, law
+from ctxleak.methods.attacks.canary_method import trials_needed
 from ctxleak.methods.attacks.extract import (
     COMMANDS,
     AttackDocument,
@@ -270,14 +271,22 @@ class MembershipMethod(_AttackMethod):
                   ) -> dict[str, Any]:
         """Per attack: ROC, AUC with its interval, TPR at FPR 1 % and 10 %, the ε lower bound
         (:func:`.membership.membership_summary`), beside ``eps_claimed`` with the ``law``
-        (:func:`.canary.law`); the ledger."""
+        (:func:`.canary.law`) and the ``documents_needed`` (half members) to show an ε above
+        0 at the measured rates (:func:`.canary_method.trials_needed`), and ``unasked``: the
+        documents the attack had no question for (no word to mask or ask for), left out of
+        its ROC; the ledger."""
         p: MembershipParams = self.params
         out = membership_summary(records, seed=self.common.seed, confidence=p.confidence,
                                  resamples=p.resamples)
-        for attack in out["attacks"].values():
+        for name, attack in out["attacks"].items():
+            asked = {r["document_id"] for r in records if r["attack"] == name}
+            attack["unasked"] = sorted(set(ready.documents) - asked)
             if "eps" in attack:
-                attack["eps"]["eps_claimed"] = p.eps_claimed
-                attack["eps"]["law"] = law(attack["eps"]["eps_lower"], p.eps_claimed)
+                eps = attack["eps"]
+                eps["eps_claimed"] = p.eps_claimed
+                eps["law"] = law(eps["eps_lower"], p.eps_claimed)
+                eps["documents_needed"] = None if eps["tpr"] is None or eps["fpr"] is None \
+                    else trials_needed(eps["tpr"], eps["fpr"], p.confidence)
         return {**out, "target": ready.target.describe(), "eps_claimed": p.eps_claimed,
                 "ledger": attack_ledger(list(ready.documents.values()), membership=records)}
 

@@ -14,7 +14,9 @@ from the scores and the true labels alone:
   coin; 1: every member above every non-member);
 - :func:`auc_interval`: its interval by a seeded stratified bootstrap (members and non-members
   resampled apart, the percentile interval): not exact, and narrower than it should be with
-  few documents; the summary names the method and the number of resamples;
+  few documents; the summary names the method and the number of resamples; beside it
+  :func:`auc_test`, the one-sided Mann–Whitney test of AUC > ½, exact for few documents
+  without ties;
 - :func:`tpr_at_fpr`: the largest TPR whose threshold keeps the FPR at most 1 % or 10 %, as
   "Membership Inference Attacks From First Principles" (Carlini et al. 2022) recommends
   reading an attack, each rate with its exact Clopper–Pearson interval. The threshold is read
@@ -33,7 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import rankdata
+from scipy.stats import mannwhitneyu, rankdata
 
 from ctxleak.errors import InputError
 from ctxleak.methods.attacks.canary import CONFIDENCE, audit_scores, clopper_pearson
@@ -118,6 +120,27 @@ def auc_interval(scores: Scores, labels: Labels, *,
                       f"(seed {seed}); not exact"}
 
 
+#: The most member × non-member pairs for which the test's p-value is computed exactly.
+EXACT_PAIRS = 2500
+
+
+def auc_test(scores: Scores, labels: Labels) -> dict[str, Any]:
+    """The one-sided Mann–Whitney test of "members score higher than non-members" (AUC > ½):
+    its ``p_value`` and ``method``, exact (the permutation distribution of the rank sum) when
+    no two scores tie and there are at most :data:`EXACT_PAIRS` pairs, else the normal
+    approximation with the tie correction."""
+    s, y = _arrays(scores, labels)
+    pos, neg = s[y], s[~y]
+    exact = len(set(s.tolist())) == len(s) and len(pos) * len(neg) <= EXACT_PAIRS
+    if len(set(s.tolist())) == 1:  # every score equal: no evidence at all
+        return {"p_value": 1.0, "method": "every score equal", "alternative": "AUC > 0.5"}
+    got = mannwhitneyu(pos, neg, alternative="greater", method="exact" if exact else
+                       "asymptotic")
+    return {"p_value": float(got.pvalue), "alternative": "AUC > 0.5",
+            "method": "exact Mann-Whitney" if exact else
+                      "Mann-Whitney, normal approximation with tie correction"}
+
+
 def tpr_at_fpr(scores: Scores, labels: Labels, fpr: float, *,
                confidence: float = CONFIDENCE) -> dict[str, Any]:
     """The largest TPR among the ROC's thresholds whose FPR is at most ``fpr``: the
@@ -141,7 +164,8 @@ def tpr_at_fpr(scores: Scores, labels: Labels, fpr: float, *,
 def roc_summary(scores: Scores, labels: Labels, *, seed: int = 0,
                 confidence: float = CONFIDENCE, fprs: Sequence[float] = FPR_TARGETS,
                 resamples: int = RESAMPLES) -> dict[str, Any]:
-    """One attack's numbers: ``auc`` with ``auc_ci`` (:func:`auc_interval`), the ``roc``
+    """One attack's numbers: ``auc`` with ``auc_ci`` (:func:`auc_interval`) and ``auc_test``
+    (:func:`auc_test`), the ``roc``
     points, ``tpr_at_fpr`` (one entry per target in ``fprs``), and ``eps`` (the ε lower bound
     in nats at ``confidence``, threshold chosen on a seeded half:
     :func:`ctxleak.methods.attacks.canary.audit_scores`). ``n_members``, ``n_non_members``."""
@@ -150,6 +174,7 @@ def roc_summary(scores: Scores, labels: Labels, *, seed: int = 0,
     return {"n_members": int(y.sum()), "n_non_members": int((~y).sum()),
             "auc": _mann_whitney(s, y),
             "auc_ci": auc_interval(s, y, confidence=confidence, seed=seed, resamples=resamples),
+            "auc_test": auc_test(s, y),
             "tpr_at_fpr": [tpr_at_fpr(s, y, f, confidence=confidence) for f in fprs],
             "roc": roc_points(s, y), "eps": eps}
 
@@ -159,5 +184,5 @@ def covers(interval: dict[str, Any], value: float) -> bool:
     return bool(interval["low"] <= value <= interval["high"]) and not math.isnan(value)
 
 
-__all__ = ["FPR_TARGETS", "RESAMPLES", "auc", "auc_interval", "covers", "roc_points",
-           "roc_summary", "tpr_at_fpr"]
+__all__ = ["EXACT_PAIRS", "FPR_TARGETS", "RESAMPLES", "auc", "auc_interval", "auc_test",
+           "covers", "roc_points", "roc_summary", "tpr_at_fpr"]
