@@ -194,3 +194,26 @@ def test_demo_rag_on_a_tiny_model(llama_lm, tmp_path):
     assert all(len(r["retrieved"]) == 1 for r in result.records)
     assert "bounded CID ε = 1" in result.summary["target"]
     assert len(read_documents("demo-rag")) == 15
+
+
+def test_the_ledger_joins_an_influence_run_by_document_id(llama_lm, tmp_path):
+    influence = ctxleak.influence(llama_lm, "demo-rag-log", lambda_=1.0, temperature=1.0,
+                                  min_new_tokens=0, max_new_tokens=3, limit=3, progress=False,
+                                  output=str(tmp_path / "influence"))
+    measured = {d["document"]: d for d in influence.summary["settings"][0]["documents"]}
+    corpus = read_documents("demo-rag")
+    result = ctxleak.attack_extract(FunctionTarget(repeat_all, "repeat"), corpus,
+                                    influence=str(tmp_path / "influence"),
+                                    output=str(tmp_path / "x"), progress=False)
+    assert result.summary["influence_run"]["path"] == str(tmp_path / "influence")
+    rows = {r["document"]: r for r in result.ledger()}
+    assert set(rows) == {d["id"] for d in corpus}
+    for doc_id, row in rows.items():  # joined where the influence run measured the document
+        if doc_id in measured:
+            assert row["influence"]["influence_sum"] == measured[doc_id]["influence_sum"]
+        else:
+            assert row["influence"] is None
+    with pytest.raises(ConfigError, match="not of 'influence'"):
+        ctxleak.attack_extract(FunctionTarget(repeat_all, "repeat"), DOCS,
+                               influence=str(result.path), output=str(tmp_path / "y"),
+                               progress=False)

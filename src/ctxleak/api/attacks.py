@@ -236,11 +236,11 @@ def influence_ledger(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, An
 
     result = load_result(run_dir)
     if result.config.get("command") != "influence":
-        raise ConfigError(f"influence: {run_dir} is a {result.config.get('command')} run, not "
-                          f"an influence run", param="influence")
+        raise ConfigError(f"influence: {run_dir} is a run of {result.config.get('command')!r}, "
+                          f"not of 'influence'", param="influence")
     for setting in result.summary.get("settings") or []:
         if setting.get("documents"):
-            return list(setting["documents"]), str(setting.get("key") or setting.get("label"))
+            return list(setting["documents"]), str(setting.get("setting"))
     raise ConfigError(f"influence: {run_dir} has no ledger per document (run ctxleak "
                       f"influence on retrieved documents: --data demo-rag-log or --retriever)",
                       param="influence")
@@ -312,6 +312,8 @@ def run_attack(method: Any, data: Any, *, progress: bool = True, max_queries: in
             journal.close()
     summary = bound.summarize(ready, records)
     summary["queries_sent"], summary["queries_replayed"] = asked.sent, asked.replayed
+    note = getattr(target, "influence_note", None)
+    summary["influence_note"] = note() if callable(note) else None
     if joined is not None:
         rows, setting = joined
         summary["ledger"] = attack_ledger(

@@ -242,7 +242,7 @@ def _meta(result: Any) -> dict[str, Any]:
             "answers read back from the journal": s.get("queries_replayed"),
             "seed": c.get("seed"), "run directory": str(result.path),
             "influence run joined": f"{joined.get('path')} ({joined.get('setting')})"
-            if joined else None}
+            if joined else None, "what influence would add": s.get("influence_note")}
 
 
 def _notes(result: Any) -> list[str]:
