@@ -217,3 +217,26 @@ def test_the_ledger_joins_an_influence_run_by_document_id(llama_lm, tmp_path):
         ctxleak.attack_extract(FunctionTarget(repeat_all, "repeat"), DOCS,
                                influence=str(result.path), output=str(tmp_path / "y"),
                                progress=False)
+
+
+def test_a_langchain_chain_over_the_bundled_corpus(tmp_path):
+    """A real LangChain chain (RunnableLambda steps: BM25 retrieval over the members of the
+    bundled corpus, then an answer that repeats what it retrieved) audited end to end, with the
+    held-out half of the corpus as the non-members."""
+    runnables = pytest.importorskip("langchain_core.runnables")
+    from ctxleak.methods.attacks.membership import split_members
+    from ctxleak.targets.rag import RAGApp
+
+    members, outs = split_members(read_documents("demo-rag"), held_out=0.5, seed=0)
+    index = RAGApp([{"id": d.id, "text": d.text} for d in members], answerer=Echo(), top_k=2)
+    chain = runnables.RunnableLambda(lambda q: {"question": q, "docs": index.retrieve(q)}) | \
+        runnables.RunnableLambda(lambda x: {"answer": " ".join(d.text for d in x["docs"]),
+                                            "documents": [{"id": d.id, "text": d.text}
+                                                          for d in x["docs"]]})
+    result = ctxleak.attack_membership(
+        chain, [{"id": d.id, "text": d.text} for d in members],
+        non_members=[{"id": d.id, "text": d.text} for d in outs], attacks=["mask"],
+        output=str(tmp_path / "m"), progress=False)
+    assert "LangChain" in result.summary["target"]
+    assert result.summary["attacks"]["mask"]["auc"] >= 0.95
+    assert {d for r in result.records for d in r["retrieved"]} <= {d.id for d in members}
