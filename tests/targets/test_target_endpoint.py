@@ -182,3 +182,20 @@ def test_the_pace_spaces_starts_by_one_over_the_rate(monkeypatch):
     assert waits == [0.25, 0.5]
     _Pace(None).wait()
     assert waits == [0.25, 0.5]
+
+
+def test_a_spent_quota_is_not_retried():
+    quota = Reply(429, {"error": {"message": "You exceeded your current quota",
+                                  "type": "insufficient_quota", "code": "insufficient_quota"}})
+    with fake_chat(failing_on("q", quota)) as server:
+        with pytest.raises(TargetError, match=r"quota or privacy budget .* \(not retried\)"):
+            target(server.url, retries=3).answer(["q"])
+    assert len(server.requests) == 1
+
+
+def test_without_api_key_env_no_key_from_the_environment_is_sent(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # the openai client's own default: not used
+    with fake_chat() as server:
+        target(server.url).answer(["q"])
+    [(_, headers)] = server.requests
+    assert headers["authorization"] == "Bearer EMPTY" and KEY not in str(headers)

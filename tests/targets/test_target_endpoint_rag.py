@@ -103,3 +103,17 @@ def test_through_ctxleak_serve_the_answer_is_cid_on_the_retrieved_documents(tmp_
                         CIDConfig(lam=0.5, temperature=1.0, max_new_tokens=8, min_new_tokens=0),
                         seed=question_seed(2, QUESTION))
     assert got.text == lm.decode(want.response_ids)
+
+
+def test_a_spent_privacy_budget_is_not_retried(tmp_path):
+    from ctxleak.proxy import Budgets
+
+    lm = tiny_llama()
+    with serving_sqlite(lm, tmp_path / "ledger.db", budgets=Budgets(default=0.0),
+                        on_exhausted="refuse") as (url, _, _):
+        answerer = EndpointAnswerer(url + "/v1", "tiny", ctxleak={"epsilon": 0.5},
+                                    max_tokens=4, retries=3, backoff_s=30.0)
+        with pytest.raises(TargetError, match="budget that waiting does not restore "
+                           r"\(not retried\).*is spent") as err:
+            RAGApp(DOCS, answerer=answerer, top_k=2).answer([QUESTION])
+    assert err.value.index == 0 and "\n" not in str(err.value)

@@ -5,9 +5,10 @@ Requests go through the real ``openai`` client (its own retries off) with at mos
 ``concurrency`` in flight and at most ``rate_per_s`` started per second. HTTP 429 and 5xx, and a
 dropped connection, are retried ``retries`` times: the wait is the server's ``Retry-After``
 (``retry-after-ms`` first, seconds or an HTTP date, at most :data:`MAX_WAIT_S`), or else
-``backoff_s · 2^attempt`` (at most :data:`MAX_WAIT_S`). A timeout, another HTTP error, a body
-that is not a chat completion and a refusal (``refusal`` set, or finish reason
-``content_filter``) are not retried: each raises :class:`~.base.TargetError` naming the
+``backoff_s · 2^attempt`` (at most :data:`MAX_WAIT_S`). A 429 that says a quota or a privacy
+budget is spent (:data:`SPENT`), a timeout, another HTTP error, a body that is not a chat
+completion and a refusal (``refusal`` set, or finish reason ``content_filter``) are not
+retried: each raises :class:`~.base.TargetError` naming the
 question, with the answers already received. The API key is read from the environment variable
 ``api_key_env`` names, when the target is made; it is in no description, fingerprint or error
 (whatever a server echoes is masked, :func:`~ctxleak.engine.served_client.mask_key`).
@@ -167,6 +168,10 @@ class ChatEndpointTarget:
                     openai.APIConnectionError) as exc:
                 status = getattr(exc, "status_code", None)
                 why = f"HTTP {status}" if status else "connection failed"
+                if _spent(exc):
+                    raise TargetError(f"{name}: HTTP 429 from {self.base_url}, a quota or "
+                                      f"privacy budget that waiting does not restore (not "
+                                      f"retried): {self._masked(exc)}", index=index) from None
                 if attempt == self.retries:
                     raise TargetError(f"{name}: {why} from {self.base_url} after "
                                       f"{attempt + 1} tries: {self._masked(exc)}",
@@ -214,6 +219,16 @@ class ChatEndpointTarget:
                                             self.extra_body)
 
 
+#: The error codes and types of a 429 that no wait undoes: OpenAI's spent quota, ``ctxleak
+#: serve``'s spent privacy budget.
+SPENT = frozenset({"insufficient_quota", "budget_exhausted"})
+
+
+def _spent(exc: Any) -> bool:
+    """Whether ``exc`` is a 429 that says a quota or budget is spent (:data:`SPENT`)."""
+    return bool({getattr(exc, "code", None), getattr(exc, "type", None)} & SPENT)
+
+
 def _short(text: str, n: int = 60) -> str:
     flat = " ".join(text.split())
     return repr(flat if len(flat) <= n else flat[:n] + "…")
@@ -258,4 +273,4 @@ def _openai() -> Any:
     return openai
 
 
-__all__ = ["MAX_WAIT_S", "ChatEndpointTarget", "ChatRequest", "retry_delay"]
+__all__ = ["MAX_WAIT_S", "SPENT", "ChatEndpointTarget", "ChatRequest", "retry_delay"]
