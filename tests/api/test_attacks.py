@@ -183,6 +183,18 @@ def test_claimed_eps_of_bounded_cid(llama_lm):
     assert claimed_eps(builder, ["direct", "interrogation"], 3) == pytest.approx(0.5 * 6 * 3)
     assert claimed_eps(builder, ["direct"], 3) == pytest.approx(0.5 * 6)
     assert claimed_eps(RAGBuilder(ModelAnswerer(llama_lm, CIDConfig())), ["direct"], 3) is None
+    # through ctxleak serve: its epsilon × the answer's max_tokens
+    served = ctxleak.attack_target(rag_demo=True, endpoint="http://127.0.0.1:9/v1",
+                                   endpoint_model="m", endpoint_context="ctxleak",
+                                   bounded_eps=2.0, max_new_tokens=5)
+    assert claimed_eps(served, ["mask"], 3) == pytest.approx(2.0 * 5)
+    plain = ctxleak.attack_target(rag_demo=True, endpoint="http://127.0.0.1:9/v1",
+                                  endpoint_model="m")
+    assert claimed_eps(plain, ["mask"], 3) is None
+    with pytest.raises(ConfigError, match="endpoint_context") as info:
+        ctxleak.attack_target(rag_demo=True, endpoint="http://127.0.0.1:9/v1",
+                              endpoint_model="m", bounded_eps=2.0)
+    assert info.value.param == "endpoint_context"
 
 
 def test_demo_rag_on_a_tiny_model(llama_lm, tmp_path):

@@ -454,14 +454,23 @@ def attack_options(target: Target, given: Mapping[str, Any]) -> RunOptions:
 
 def claimed_eps(target: Any, attacks: Sequence[str], questions: int) -> float | None:
     """The ε a RAGBuilder's bounded CID claims for one document over the queries one attack
-    asks of it: ε per token × new tokens per answer × the most queries per document (the
-    interrogation attack asks ``questions``, the others one); None without a bound."""
-    answerer = getattr(target, "answerer", None)
+    asks of it: ε per token × new tokens per answer (as the canary audit's ex-ante guarantee)
+    × the most queries per document (the interrogation attack asks ``questions``, the others
+    one); in process (a model's CID setting) or through ``ctxleak serve`` (its ``epsilon``);
+    None without a bound."""
+    if not isinstance(target, RAGBuilder):
+        return None
+    answerer = target.answerer
     cid = getattr(answerer, "cid", None)
-    if not isinstance(target, RAGBuilder) or cid is None or cid.bounded_eps is None:
+    if cid is not None:
+        eps, tokens = cid.bounded_eps, cid.max_new_tokens
+    else:  # an endpoint answerer: ctxleak serve's settings and the answer's bound
+        eps = (getattr(answerer, "settings", None) or {}).get("epsilon")
+        tokens = getattr(getattr(answerer, "endpoint", None), "max_tokens", None)
+    if eps is None or tokens is None:
         return None
     per_document = questions if "interrogation" in attacks else 1
-    return float(cid.bounded_eps * cid.max_new_tokens * per_document)
+    return float(eps * tokens * per_document)
 
 
 __all__ = ["JOURNAL_FILE", "RAGBuilder", "attack_extract", "attack_membership", "attack_target",
