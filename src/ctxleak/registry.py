@@ -94,7 +94,7 @@ API = Registry("ctxleak function", {
     "canary_audit": "ctxleak.api:canary_audit",
     "attack_extract": "ctxleak.api.attacks:attack_extract",
     "attack_membership": "ctxleak.api.attacks:attack_membership",
-    "attack_target": "ctxleak.api.attacks:attack_target",
+    "attack_target": "ctxleak.api.attack_targets:attack_target",
     "retrieve": "ctxleak.api:retrieve",
     "iclinf": "ctxleak.api:iclinf",
     "audit": "ctxleak.api:audit",

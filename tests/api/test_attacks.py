@@ -13,7 +13,8 @@ import pytest
 from helpers.fake_chat import Reply, fake_chat, script
 
 import ctxleak
-from ctxleak.api.attacks import JOURNAL_FILE, RAGBuilder, claimed_eps, read_documents
+from ctxleak.api.attack_targets import RAGBuilder, claimed_eps
+from ctxleak.api.attacks import JOURNAL_FILE, read_documents
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.results import ExtractResult, MembershipResult
 from ctxleak.targets.base import FunctionTarget, TargetError

@@ -14,7 +14,7 @@ import pytest
 from helpers.cdp import Browser, find_chromium
 
 import ctxleak
-from ctxleak.api.attacks import RAGBuilder
+from ctxleak.api.attack_targets import RAGBuilder
 from ctxleak.report.interactive import SCRIPT
 from ctxleak.targets.base import FunctionTarget
 

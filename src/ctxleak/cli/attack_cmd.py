@@ -154,7 +154,8 @@ def extract(
 
     Example:  ctxleak attack extract --rag-demo --queries 10 --output runs/extract
     """
-    from ctxleak.api.attacks import attack_extract, attack_target
+    from ctxleak.api.attack_targets import attack_target
+    from ctxleak.api.attacks import attack_extract
     from ctxleak.cli.output import show
 
     target = attack_target(**target_flags, model=common.model, run=api_options(common))
@@ -204,7 +205,8 @@ def membership(
 
     Example:  ctxleak attack membership --rag-demo --held-out 0.5 --output runs/membership
     """
-    from ctxleak.api.attacks import attack_membership, attack_target
+    from ctxleak.api.attack_targets import attack_target
+    from ctxleak.api.attacks import attack_membership
     from ctxleak.cli.output import show
 
     target = attack_target(**target_flags, model=common.model, run=api_options(common))
