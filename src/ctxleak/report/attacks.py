@@ -53,17 +53,20 @@ def _tpr_at(entry: Mapping[str, Any]) -> str:
 
 def membership_rows(attacks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per attack: AUC (a probability: a random member scores above a random
-    non-member) and its interval, TPR at each fixed FPR with its exact interval, the ε lower
-    bound (nats) at the bound's confidence, and the counts."""
+    non-member) with its interval and the one-sided p-value of AUC > 0.5, TPR at each fixed
+    FPR with its exact interval, the ε lower bound (nats) at the bound's confidence, how many
+    documents (half members) would show one above 0 at these rates, and the counts."""
     rows = []
     for name, s in attacks.items():
         row: dict[str, Any] = {"attack": name, "members": s.get("n_members"),
                                "non-members": s.get("n_non_members"), "AUC": s.get("auc"),
-                               "AUC 95% CI": _ci(s.get("auc_ci"))}
+                               "AUC 95% CI": _ci(s.get("auc_ci")),
+                               "p (AUC > 0.5)": (s.get("auc_test") or {}).get("p_value")}
         for entry in s.get("tpr_at_fpr") or []:
             row[f"TPR @ FPR {100 * entry['fpr_target']:g} %"] = _tpr_at(entry)
         eps = s.get("eps") or {}
         row["ε ≥ (95%, nats)"] = eps.get("eps_lower")
+        row["documents for ε > 0"] = eps.get("documents_needed")
         rows.append(row)
     return rows
 
@@ -220,7 +223,8 @@ class MembershipView(View):
                 if isinstance(v.get("eps"), Mapping)]
         return attack_report(self.title, _meta(result), [
             ("Attacks", "AUC: the probability that a random member scores above a random "
-             "non-member (0.5: a coin), with its bootstrap interval; TPR at a fixed FPR with "
+             "non-member (0.5: a coin), with its bootstrap interval and the p-value of the "
+             "one-sided Mann–Whitney test of AUC > 0.5; TPR at a fixed FPR with "
              "exact Clopper–Pearson intervals; ε ≥: the ε lower bound in nats at 95 % (the "
              "threshold chosen on half of the documents, the rates measured on the other half).",
              self.table(result)),

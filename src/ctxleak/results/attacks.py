@@ -42,7 +42,8 @@ class MembershipResult(Result):
                       "attacks.*.auc_ci.low", "attacks.*.auc_ci.high",
                       "attacks.*.auc_ci.confidence", "attacks.*.tpr_at_fpr.*.tpr",
                       "attacks.*.tpr_at_fpr.*.fpr", "attacks.*.tpr_at_fpr.*.fpr_target",
-                      "attacks.*.eps.eps_lower", "attacks.*.eps.eps_claimed")
+                      "attacks.*.eps.eps_lower", "attacks.*.eps.eps_claimed",
+                      "attacks.*.eps.documents_needed", "attacks.*.auc_test.p_value")
 
     def ledger(self) -> list[dict[str, Any]]:
         """The ledger per document, most exposed first."""
