@@ -21,6 +21,12 @@ interleaved rounds; the audit runs in a fresh folder each round, so its journal 
 Without ``--server-url`` (and without ``--fake``) a vLLM server is started on the default
 model's folder (``<repo>/.venv-vllm`` or ``$CTXLEAK_VLLM_PYTHON``; tests/helpers/vllm_server.py)
 and stopped at the end.
+
+``--table`` measures instead what docs/attacks.md reports: both attacks against the bundled
+Northwind app answered by the default model in process, under no mitigation (λ = 1), λ = 0.5
+and bounded CID at ε = 2 and 8 (T = 1, seed 0), one markdown row per setting:
+
+    python bench/bench_attacks.py --table [--max-new-tokens 48] [--device cuda]
 """
 
 from __future__ import annotations
@@ -68,6 +74,37 @@ def fake_server(stack: ExitStack) -> tuple[str, str]:
     return server.url, "fake"
 
 
+SETTINGS = {"λ = 1 (no mitigation)": {}, "λ = 0.5": {"lambda_": 0.5},
+            "bounded ε = 2": {"bounded_eps": 2.0}, "bounded ε = 8": {"bounded_eps": 8.0}}
+
+
+def table(max_new_tokens: int, device: str, out: Path) -> None:
+    """The docs' table: extraction and membership on the default model, per setting."""
+    lm = ctxleak.load_model("default", device=device)
+    print("| setting | documents extracted verbatim (of 15) | near-verbatim (of 15) | values "
+          "carried out | best membership AUC [95 % CI] | ε lower bound (nats, 95 %) | ε "
+          "claimed per document |")
+    print("|---|---|---|---|---|---|---|")
+    for k, (label, setting) in enumerate(SETTINGS.items()):
+        target = ctxleak.attack_target(rag_demo=True, model=lm, max_new_tokens=max_new_tokens,
+                                       **setting)
+        ex = ctxleak.attack_extract(target, "demo-rag", output=str(out / f"extract-{k}"),
+                                    progress=False)
+        mem = ctxleak.attack_membership(target, "demo-rag", output=str(out / f"member-{k}"),
+                                        progress=False)
+        attacks = {a: v for a, v in mem.summary["attacks"].items() if "auc" in v}
+        best = mem.summary.get("best")
+        auc = attacks[best] if best else None
+        eps = max((v["eps"]["eps_lower"] for v in attacks.values()), default=None)
+        e = ex.summary
+        print(f"| {label} | {e['documents_verbatim']} | {e['documents_near_verbatim']} | "
+              f"{e['values_carried']} | "
+              + (f"{best} {auc['auc']:.2f} [{auc['auc_ci']['low']:.2f}, "
+                 f"{auc['auc_ci']['high']:.2f}]" if auc else "—")
+              + f" | {eps} | {mem.summary.get('eps_claimed') or 'none'} |", flush=True)
+    print(f"# run folders in {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server-url", default=None)
@@ -77,7 +114,15 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=2, help="best of N interleaved rounds")
+    ap.add_argument("--table", action="store_true", help="the docs' table (module docstring)")
+    ap.add_argument("--max-new-tokens", type=int, default=48, help="--table: tokens per answer")
+    ap.add_argument("--device", default="auto", help="--table: the model's device")
+    ap.add_argument("--out", default=None, help="--table: keep the run folders here")
     args = ap.parse_args()
+    if args.table:
+        out = Path(args.out or tempfile.mkdtemp(prefix="attack-table-"))
+        table(args.max_new_tokens, args.device, out)
+        return
     with ExitStack() as stack:
         if args.fake:
             url, name = fake_server(stack)
