@@ -253,3 +253,22 @@ def test_a_langchain_chain_over_the_bundled_corpus(tmp_path):
     assert "LangChain" in result.summary["target"]
     assert result.summary["attacks"]["mask"]["auc"] >= 0.95
     assert {d for r in result.records for d in r["retrieved"]} <= {d.id for d in members}
+
+
+def test_a_claim_the_answers_do_not_keep_is_caught(tmp_path):
+    """A RAG app that claims ε = 0.1 per document but repeats its documents (no mechanism at
+    all): with 48 documents the mask attack's ε lower bound rises above the claim and the law
+    reads "violated", as the canary audit catches a broken mechanism."""
+    import random
+
+    rng = random.Random(7)
+    vocabulary = [f"w{k}" for k in range(2000)]
+    docs = [{"id": f"doc-{k}", "text": " ".join(rng.sample(vocabulary, 24)) + "."}
+            for k in range(48)]
+    result = ctxleak.attack_membership(RAGBuilder(Echo(), top_k=1), docs, held_out=0.5,
+                                       attacks=["mask"], eps_claimed=0.1,
+                                       output=str(tmp_path / "m"), progress=False)
+    eps = result.summary["attacks"]["mask"]["eps"]
+    assert result.summary["attacks"]["mask"]["auc"] == 1.0
+    assert eps["eps_lower"] > 0.1 and eps["law"] == "violated"
+    assert "violated" in result.to_html()
