@@ -206,6 +206,9 @@ def test_demo_rag_on_a_tiny_model(llama_lm, tmp_path):
     assert len(result.records) == 3
     assert all(len(r["retrieved"]) == 1 for r in result.records)
     assert "bounded CID ε = 1" in result.summary["target"]
+    # ctxleak holds the app's model: the run says what context influence would add
+    assert "ctxleak influence" in result.summary["influence_note"]
+    assert "what influence would add" in result.to_html()
     assert len(read_documents("demo-rag")) == 15
 
 
