@@ -208,6 +208,81 @@ DP_AUDITING = Paper(
   archivePrefix = {arXiv}
 }""")
 
+RAG_EXTRACTION = Paper(
+    key="zeng2024good",
+    title="The Good and The Bad: Exploring Privacy Issues in Retrieval-Augmented Generation (RAG)",
+    authors=("Shenglai Zeng", "Jiankun Zhang", "Pengfei He", "Yue Xing", "Yiding Liu", "Han Xu",
+             "Jie Ren", "Shuaiqiang Wang", "Dawei Yin", "Yi Chang", "Jiliang Tang"),
+    venue="Findings of the Association for Computational Linguistics: ACL 2024",
+    year=2024,
+    arxiv="2402.16893",
+    url=None,
+    bibtex="""@inproceedings{zeng2024good,
+  title     = {The Good and The Bad: Exploring Privacy Issues in Retrieval-Augmented Generation
+               ({RAG})},
+  author    = {Zeng, Shenglai and Zhang, Jiankun and He, Pengfei and Xing, Yue and Liu, Yiding
+               and Xu, Han and Ren, Jie and Wang, Shuaiqiang and Yin, Dawei and Chang, Yi and
+               Tang, Jiliang},
+  booktitle = {Findings of the Association for Computational Linguistics: ACL 2024},
+  year      = {2024},
+  eprint    = {2402.16893},
+  archivePrefix = {arXiv}
+}""")
+
+RAG_MEMBERSHIP = Paper(
+    key="anderson2024my",
+    title="Is My Data in Your Retrieval Database? Membership Inference Attacks Against "
+          "Retrieval Augmented Generation",
+    authors=("Maya Anderson", "Guy Amit", "Abigail Goldsteen"),
+    venue="arXiv preprint",
+    year=2024,
+    arxiv="2405.20446",
+    url=None,
+    bibtex="""@misc{anderson2024my,
+  title     = {Is My Data in Your Retrieval Database? Membership Inference Attacks Against
+               Retrieval Augmented Generation},
+  author    = {Anderson, Maya and Amit, Guy and Goldsteen, Abigail},
+  year      = {2024},
+  eprint    = {2405.20446},
+  archivePrefix = {arXiv}
+}""")
+
+MASK_MEMBERSHIP = Paper(
+    key="liu2025mask",
+    title="Mask-based Membership Inference Attacks for Retrieval-Augmented Generation",
+    authors=("Mingrui Liu", "Sixiao Zhang", "Cheng Long"),
+    venue="Proceedings of the ACM Web Conference 2025 (WWW 2025)",
+    year=2025,
+    arxiv="2410.20142",
+    url=None,
+    bibtex="""@inproceedings{liu2025mask,
+  title     = {Mask-based Membership Inference Attacks for Retrieval-Augmented Generation},
+  author    = {Liu, Mingrui and Zhang, Sixiao and Long, Cheng},
+  booktitle = {Proceedings of the ACM Web Conference 2025},
+  year      = {2025},
+  eprint    = {2410.20142},
+  archivePrefix = {arXiv}
+}""")
+
+INTERROGATION = Paper(
+    key="naseh2025riddle",
+    title="Riddle Me This! Stealthy Membership Inference for Retrieval-Augmented Generation",
+    authors=("Ali Naseh", "Yuefeng Peng", "Anshuman Suri", "Harsh Chaudhari", "Alina Oprea",
+             "Amir Houmansadr"),
+    venue="arXiv preprint",
+    year=2025,
+    arxiv="2502.00306",
+    url=None,
+    bibtex="""@misc{naseh2025riddle,
+  title     = {Riddle Me This! Stealthy Membership Inference for Retrieval-Augmented
+               Generation},
+  author    = {Naseh, Ali and Peng, Yuefeng and Suri, Anshuman and Chaudhari, Harsh and Oprea,
+               Alina and Houmansadr, Amir},
+  year      = {2025},
+  eprint    = {2502.00306},
+  archivePrefix = {arXiv}
+}""")
+
 #: ctxleak itself (also in ``CITATION.cff`` at the repository's root).
 CTXLEAK_BIBTEX = """@software{ctxleak,
   title  = {ctxleak: how much of a language model's output comes from, and leaks, its
@@ -220,7 +295,8 @@ CTXLEAK_BIBTEX = """@software{ctxleak,
 #: Every paper by key.
 PAPERS: dict[str, Paper] = {p.key: p for p in (
     CONTEXT_INFLUENCE, ICL_LEAKAGE, FISHER_SUSCEPTIBILITY, CONTEXT_VS_PRIOR, PROPILE,
-    PRIVATE_PREDICTION, CALIBRATE, DP_AUDITING)}
+    PRIVATE_PREDICTION, CALIBRATE, DP_AUDITING, RAG_EXTRACTION, RAG_MEMBERSHIP, MASK_MEMBERSHIP,
+    INTERROGATION)}
 
 #: The papers behind each method, by command name; the first defines what the method measures.
 METHOD_PAPERS: dict[str, tuple[str, ...]] = {
@@ -233,6 +309,9 @@ METHOD_PAPERS: dict[str, tuple[str, ...]] = {
     "susceptibility": (FISHER_SUSCEPTIBILITY.key, CONTEXT_VS_PRIOR.key),
     "probe": (PROPILE.key, CONTEXT_INFLUENCE.key),
     "pii": (PROPILE.key,),
+    "attack-extract": (RAG_EXTRACTION.key,),
+    "attack-membership": (RAG_MEMBERSHIP.key, MASK_MEMBERSHIP.key, INTERROGATION.key,
+                          DP_AUDITING.key),
 }
 
 

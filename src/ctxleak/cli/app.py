@@ -35,6 +35,7 @@ COMMAND_MODULES = [
     "ctxleak.cli.probe_cmd",
     "ctxleak.cli.audit_cmd",
     "ctxleak.cli.canary_cmd",
+    "ctxleak.cli.attack_cmd",
     "ctxleak.cli.models_cmd",
     "ctxleak.cli.data_cmd",
     "ctxleak.cli.compare_cmd",
@@ -58,7 +59,8 @@ RENAMED_FLAGS: dict[str, dict[str, tuple[str, str | None]]] = {
 }
 
 #: The commands in the order ``ctxleak --help`` lists them.
-COMMAND_ORDER = ["influence", "icl", "susceptibility", "probe", "audit", "canary", "models", "data",
+COMMAND_ORDER = ["influence", "icl", "susceptibility", "probe", "audit", "canary", "attack",
+                 "models", "data",
                  "compare", "run", "pii", "dp", "serve"]
 
 

@@ -35,6 +35,7 @@ from ctxleak.report import icl as icl_view
 from ctxleak.report import influence as influence_view
 from ctxleak.report import probe as probe_view
 from ctxleak.report import susceptibility as susceptibility_view
+from ctxleak.report.attacks import ExtractView, MembershipView
 from ctxleak.report.console import console, print_closing, print_rows
 from ctxleak.report.logs import log_notes
 from ctxleak.report.redaction import redacting
@@ -370,7 +371,8 @@ GENERIC = View()
 #: known method). A method of your own adds its view here.
 VIEWS: dict[str, View] = {"result": GENERIC, "influence": INFLUENCE, "influence-explain": EXPLAIN,
                           "icl": ICL, "audit": AUDIT, "susceptibility": SUSCEPTIBILITY,
-                          "probe": PROBE, "canary": CanaryView()}
+                          "probe": PROBE, "canary": CanaryView(),
+                          "attack-extract": ExtractView(), "attack-membership": MembershipView()}
 
 
 def view_for(command: str) -> View:

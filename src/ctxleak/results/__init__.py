@@ -8,6 +8,7 @@ run directory, CLI runs included (:mod:`ctxleak.results.base` says what a Result
 - :mod:`~ctxleak.results.finish`: :func:`finish_run`, from a run's plain data to its Result.
 """
 
+from ctxleak.results.attacks import ExtractResult, MembershipResult
 from ctxleak.results.base import Result
 from ctxleak.results.finish import finish_run
 from ctxleak.results.influence import ExampleView, InfluenceResult, LeakMapHTML
@@ -23,6 +24,7 @@ from ctxleak.results.methods import (
     result_class,
 )
 
-__all__ = ["RESULT_CLASSES", "AuditResult", "CanaryResult", "ExampleView", "ExplainResult", "ICLInfResult",
+__all__ = ["RESULT_CLASSES", "AuditResult", "CanaryResult", "ExampleView", "ExplainResult",
+           "ExtractResult", "ICLInfResult", "MembershipResult",
            "InfluenceResult", "LeakMapHTML", "ProbeResult", "Result", "SusceptibilityResult",
            "finish_run", "load_result", "result_class", "user_id_row"]

@@ -8,6 +8,7 @@ from ctxleak.methods.audit.checks import CHECKS as AUDIT_CHECKS
 from ctxleak.methods.icl.checks import CHECKS as ICL_CHECKS
 from ctxleak.methods.pii.checks import CHECKS as PROBE_CHECKS
 from ctxleak.methods.susceptibility.checks import CHECKS as SUSCEPTIBILITY_CHECKS
+from ctxleak.results.attacks import ExtractResult, MembershipResult
 from ctxleak.results.base import Result
 from ctxleak.results.influence import InfluenceResult
 
@@ -100,7 +101,8 @@ class ExplainResult(Result):
 RESULT_CLASSES: dict[str, type[Result]] = {
     cls.method: cls for cls in (Result, InfluenceResult, ExplainResult, CanaryResult, ICLInfResult,
                                 AuditResult,
-                                SusceptibilityResult, ProbeResult)}
+                                SusceptibilityResult, ProbeResult, ExtractResult,
+                                MembershipResult)}
 
 
 def result_class(command: str) -> type[Result]:

@@ -1,0 +1,261 @@
+"""The black-box attacks as shown (``ctxleak attack extract|membership``): what an attacker
+demonstrably gets from a RAG system it can only talk to, one page per attack run, in the family
+of the canary audit (``ctxleak canary``, the same ε lower bound).
+
+- membership ("Is My Data in Your Retrieval Database?"; "Mask-based Membership Inference
+  Attacks for Retrieval-Augmented Generation"; "Riddle Me This! Stealthy Membership Inference
+  for Retrieval-Augmented Generation"): one row per attack with its AUC and interval, the
+  TPR at 1 % and 10 % FPR with exact intervals, and the ε lower bound at 95 %; the ROC curves;
+- extraction ("The Good and The Bad: Exploring Privacy Issues in Retrieval-Augmented
+  Generation (RAG)"): documents copied verbatim and near-verbatim, personal data and secrets
+  carried out;
+- the ledger: one row per document, ranked by what an attacker gets, joined with an influence
+  run's per-document ledger where one was given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ctxleak.report import Report, plots
+from ctxleak.report.console import console as make_console
+from ctxleak.report.console import print_closing, print_rows
+from ctxleak.report.view import View
+
+ROC_PNG = "roc.png"
+#: What each figure shows.
+FIGURE_CAPTIONS = {ROC_PNG: "Each attack's ROC: the share of members found (TPR) against the "
+                            "share of non-members guessed member (FPR), over every threshold; "
+                            "the diagonal is a coin."}
+#: What the page says of the family the attacks belong to.
+FAMILY = ("These attacks need only the target's answers. The canary audit (ctxleak canary) is "
+          "the third of the family: it plants canaries in documents it controls and gives the "
+          "same ε lower bound (Clopper–Pearson with a union bound, at 95 %). An ε lower bound "
+          "is what the attack proves at least; a mitigation's claimed ε must stay above it.")
+
+
+def _ci(interval: Any) -> str:
+    """``[low, high]`` of an interval given as a dict (``low``/``high``) or a pair; — if none."""
+    if isinstance(interval, Mapping):
+        interval = (interval.get("low"), interval.get("high"))
+    if not interval or any(v is None for v in interval):
+        return "—"
+    low, high = interval
+    return f"[{low:.3g}, {high:.3g}]"
+
+
+def _tpr_at(entry: Mapping[str, Any]) -> str:
+    """One TPR at a fixed FPR, its interval, and "unresolved" when too few non-members."""
+    text = f"{entry['tpr']:.3g} {_ci(entry.get('tpr_ci'))}"
+    return text if entry.get("resolved", True) else f"{text} (unresolved: FPR 0 only)"
+
+
+def membership_rows(attacks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per attack: AUC (a probability: a random member scores above a random
+    non-member) with its interval and the one-sided p-value of AUC > 0.5, TPR at each fixed
+    FPR with its exact interval, the ε lower bound (nats) at the bound's confidence, how many
+    documents (half members) would show one above 0 at these rates, and the counts."""
+    rows = []
+    for name, s in attacks.items():
+        row: dict[str, Any] = {"attack": name, "members": s.get("n_members"),
+                               "non-members": s.get("n_non_members"), "AUC": s.get("auc"),
+                               "AUC 95% CI": _ci(s.get("auc_ci")),
+                               "p (AUC > 0.5)": (s.get("auc_test") or {}).get("p_value")}
+        for entry in s.get("tpr_at_fpr") or []:
+            row[f"TPR @ FPR {100 * entry['fpr_target']:g} %"] = _tpr_at(entry)
+        eps = s.get("eps") or {}
+        row["ε ≥ (95%, nats)"] = eps.get("eps_lower")
+        row["documents for ε > 0"] = eps.get("documents_needed")
+        rows.append(row)
+    return rows
+
+
+def roc_plot(attacks: Mapping[str, Mapping[str, Any]]) -> bytes:
+    """``roc.png``: each attack's ROC (TPR against FPR), with the diagonal of a coin."""
+    series: dict[str, tuple[Sequence[float], Sequence[float]]] = {
+        f"{name} (AUC {s['auc']:.2f})": ([p["fpr"] for p in s["roc"]],
+                                          [p["tpr"] for p in s["roc"]])
+        for name, s in attacks.items() if s.get("roc")}
+    series["coin (AUC 0.5)"] = ([0.0, 1.0], [0.0, 1.0])
+    return plots.line_plot(series, title="Membership ROC, one curve per attack",
+                           xlabel="false positive rate (non-members guessed member)",
+                           ylabel="true positive rate (members found)")
+
+
+def table_rows(rows: Sequence[Mapping[str, Any]], limit: int | None = None
+               ) -> list[dict[str, Any]]:
+    """Rows of plain values (nested lists and dicts as short text), the first ``limit``."""
+    out = []
+    for row in list(rows)[:limit]:
+        out.append({k: (", ".join(map(str, v)) if isinstance(v, (list, tuple))
+                        else v) for k, v in row.items() if not isinstance(v, Mapping)})
+    return out
+
+
+def attack_report(title: str, meta: Mapping[str, Any], sections: Sequence[
+        tuple[str, str, Sequence[Mapping[str, Any]]]], figures: Mapping[str, bytes]) -> Report:
+    """The page: the run's facts, then each section (heading, what it shows, its rows), the
+    figures, and the family note."""
+    report = Report(title, str(meta.get("target", "")))
+    report.add_kv({k: v for k, v in meta.items() if v is not None}, caption="Run")
+    for heading, text, rows in sections:
+        if not rows:
+            continue
+        report.add_heading(heading)
+        if text:
+            report.add_text(text)
+        report.add_table(table_rows(rows))
+    for name, png in figures.items():
+        report.add_image(png, caption=FIGURE_CAPTIONS.get(name, name))
+    report.add_heading("The attack family")
+    report.add_text(FAMILY)
+    return report
+
+
+def print_attack(title: str, rows: Sequence[Mapping[str, Any]], notes: Sequence[str],
+                 path: Any, *, plain: bool = False) -> None:
+    """The console: the headline table, a few lines, where the run's files are."""
+    print_rows(table_rows(rows), title=title, plain=plain)
+    out = make_console(plain)
+    for line in notes:
+        out.print(line)
+    print_closing(path, plain)
+
+
+def extraction_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The extraction's headline: answers and documents copied, values carried out."""
+    n, docs = summary.get("queries", 0), summary.get("documents", 0)
+    return [
+        {"quantity": "documents extracted verbatim", "value": summary.get("documents_verbatim"),
+         "meaning": f"of {docs}: some answer copied {summary.get('verbatim_words', 20)} words "
+                    "in a row, or the whole document"},
+        {"quantity": "documents extracted near-verbatim",
+         "value": summary.get("documents_near_verbatim"),
+         "meaning": f"of {docs}: some answer's ROUGE-L F1 against it ≥ "
+                    f"{summary.get('near_verbatim_rouge', 0.5)}"},
+        {"quantity": "answers with a verbatim copy", "value": summary.get("answers_verbatim"),
+         "meaning": f"of {n} composite prompts"},
+        {"quantity": "answers with a near-verbatim copy",
+         "value": summary.get("answers_near_verbatim"), "meaning": f"of {n} composite prompts"},
+        {"quantity": "values carried out", "value": summary.get("values_carried"),
+         "meaning": "distinct secrets and personal data of a document found in an answer"}]
+
+
+#: The ledger's columns as shown, with their units.
+LEDGER_COLUMNS = {"rank": "rank", "document": "document",
+                  "verbatim": "verbatim copies (answers)",
+                  "near_verbatim": "near-verbatim copies (answers)",
+                  "longest_span": "longest span (words)", "best_rouge_l": "best ROUGE-L F1",
+                  "values": "values carried out", "member": "member"}
+
+
+def ledger_rows(ledger: Sequence[Mapping[str, Any]], limit: int = 50) -> list[dict[str, Any]]:
+    """The ledger as shown, most exposed first: rank, document, copies, values carried out,
+    each attack's score (0 to 1) and the influence run's columns where joined."""
+    rows = []
+    for r in list(ledger)[:limit]:
+        row: dict[str, Any] = {}
+        for key, label in LEDGER_COLUMNS.items():
+            if key in r and (key != "member" or r[key] is not None):
+                value = r[key]
+                row[label] = len(value) if isinstance(value, (list, tuple)) else value
+        for attack, score in (r.get("membership") or {}).items():
+            row[f"{attack} score (0-1)"] = score
+        for key, value in (r.get("influence") or {}).items():
+            if not isinstance(value, (Mapping, list, tuple)):
+                row[f"influence: {key}"] = value
+        rows.append(row)
+    return rows
+
+
+class ExtractView(View):
+    """``ctxleak attack extract``: the totals, the ledger, the answers that copied most."""
+
+    title = "Context extraction: what an attacker copies out"
+
+    def table(self, result: Any) -> list[dict[str, Any]]:
+        return extraction_rows(result.summary)
+
+    def page(self, result: Any) -> Report:
+        s = result.summary
+        copied = sorted(result.records, key=lambda r: -max(
+            [m.get("span", 0) for m in r.get("matches") or []] or [0]))[:10]
+        examples = [{"kind": r.get("kind"), "question": r.get("question"),
+                     "answer": r.get("answer"),
+                     "longest span (words)": max([m.get("span", 0) for m in
+                                                  r.get("matches") or []] or [0])}
+                    for r in copied]
+        return attack_report(self.title, _meta(result), [
+            ("What was extracted", "", extraction_rows(s)),
+            ("Ledger per document", "Ranked by what an attacker gets: verbatim copies, then "
+             "values carried out, then near-verbatim copies.", ledger_rows(s.get("ledger") or [])),
+            ("Answers that copied most", "", examples)], {})
+
+    def show(self, result: Any, *, plain: bool = False) -> None:
+        print_attack(self.title, self.table(result), _notes(result), result.path, plain=plain)
+
+
+class MembershipView(View):
+    """``ctxleak attack membership``: per attack the AUC, TPR at low FPR and ε lower bound,
+    the ROC curves, the ledger."""
+
+    title = "Membership inference: which documents an attacker can tell are there"
+
+    def table(self, result: Any) -> list[dict[str, Any]]:
+        attacks = {k: v for k, v in (result.summary.get("attacks") or {}).items() if "auc" in v}
+        return membership_rows(attacks)
+
+    def files(self, result: Any) -> dict[str, bytes | str]:
+        attacks = {k: v for k, v in (result.summary.get("attacks") or {}).items() if "auc" in v}
+        return {ROC_PNG: roc_plot(attacks)} if attacks else {}
+
+    def figure_names(self, result: Any) -> list[str]:
+        return [ROC_PNG]
+
+    def page(self, result: Any) -> Report:
+        s = result.summary
+        skipped = [{"attack": k, "why": v["skipped"]} for k, v in (s.get("attacks") or {}).items()
+                   if "skipped" in v]
+        claim = s.get("eps_claimed")
+        laws = [{"attack": k, "ε ≥ (nats)": v["eps"].get("eps_lower"), "ε claimed": claim,
+                 "law": v["eps"].get("law")} for k, v in (s.get("attacks") or {}).items()
+                if isinstance(v.get("eps"), Mapping)]
+        return attack_report(self.title, _meta(result), [
+            ("Attacks", "AUC: the probability that a random member scores above a random "
+             "non-member (0.5: a coin), with its bootstrap interval and the p-value of the "
+             "one-sided Mann–Whitney test of AUC > 0.5; TPR at a fixed FPR with "
+             "exact Clopper–Pearson intervals; ε ≥: the ε lower bound in nats at 95 % (the "
+             "threshold chosen on half of the documents, the rates measured on the other half).",
+             self.table(result)),
+            ("The lower bound beside the claim", "The law: the lower bound never exceeds the ε "
+             "the mitigation claims; 'violated' means it is not as private as it claims.",
+             laws if claim is not None else []),
+            ("Attacks not scored", "", skipped),
+            ("Ledger per document", "", ledger_rows(s.get("ledger") or []))],
+            self.figures(result))
+
+    def show(self, result: Any, *, plain: bool = False) -> None:
+        print_attack(self.title, self.table(result), _notes(result), result.path, plain=plain)
+
+
+def _meta(result: Any) -> dict[str, Any]:
+    s, c = result.summary, result.config
+    joined = s.get("influence_run") or {}
+    return {"target": s.get("target") or c.get("target"), "queries sent": s.get("queries_sent"),
+            "answers read back from the journal": s.get("queries_replayed"),
+            "seed": c.get("seed"), "run directory": str(result.path),
+            "influence run joined": f"{joined.get('path')} ({joined.get('setting')})"
+            if joined else None, "what influence would add": s.get("influence_note")}
+
+
+def _notes(result: Any) -> list[str]:
+    s = result.summary
+    return [f"target: {s.get('target')}",
+            f"queries sent: {s.get('queries_sent')}, read back from the journal: "
+            f"{s.get('queries_replayed')}"]
+
+
+__all__ = ["FAMILY", "ROC_PNG", "ExtractView", "MembershipView", "attack_report",
+           "extraction_rows", "ledger_rows", "membership_rows", "print_attack",
+           "roc_plot", "table_rows"]

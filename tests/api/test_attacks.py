@@ -1,0 +1,277 @@
+"""The attacks' Python faces (``ctxleak.attack_extract``, ``ctxleak.attack_membership``): a run
+folder that :func:`ctxleak.load_result` reads back with the same records, the target's answers
+journaled so that a resume sends nothing twice and gives the same bytes, ``max_queries``
+refused before any question is sent, a target failing mid-run kept and resumed, the membership
+split of a RAG app the audit builds itself (held-out documents never retrieved), and bad
+input refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers.fake_chat import Reply, fake_chat, script
+
+import ctxleak
+from ctxleak.api.attack_targets import RAGBuilder, claimed_eps
+from ctxleak.api.attacks import JOURNAL_FILE, read_documents
+from ctxleak.errors import ConfigError, InputError
+from ctxleak.results import ExtractResult, MembershipResult
+from ctxleak.targets.base import FunctionTarget, TargetError
+from ctxleak.targets.endpoint import ChatEndpointTarget
+
+DOCS = [{"id": f"d{k}", "text": text} for k, text in enumerate([
+    "Ana Lopez works in the Lisbon office and her badge number is 4471 since March.",
+    "The quarterly roadmap moves the billing service to the new cluster in October.",
+    "Payroll runs on the last Friday of each month through the finance portal.",
+    "The on-call rotation for the storage team changes every Monday at nine.",
+    "Visitors must sign in at the front desk and wear a visible guest badge.",
+    "The cafeteria on floor three serves breakfast from seven until ten."])]
+
+
+class Echo:
+    """A RAG app's answerer that repeats its retrieved documents verbatim (a positive
+    control: everything in its context comes out)."""
+
+    def answer(self, prompts):
+        return [p.context for p in prompts]
+
+    def describe(self):
+        return "echo"
+
+    def fingerprint(self):
+        return "echo"
+
+
+def repeat_all(question: str) -> str:
+    return " ".join(d["text"] for d in DOCS)
+
+
+def test_extract_run_folder_loads_back_and_resumes_without_sending(tmp_path):
+    with fake_chat() as server:
+        target = ChatEndpointTarget(server.url, "fake")
+        first = ctxleak.attack_extract(target, DOCS, output=str(tmp_path / "run"),
+                                       progress=False)
+        sent = len(server.requests)
+        assert isinstance(first, ExtractResult) and sent == len(DOCS)  # one prompt per doc
+        assert first.summary["queries_sent"] == len(DOCS)
+        assert (first.path / JOURNAL_FILE).is_file()
+        samples = (first.path / "samples.jsonl").read_bytes()
+        # a finished run resumed: nothing sent, nothing written again
+        again = ctxleak.attack_extract(target, DOCS, output=str(tmp_path / "run"),
+                                       resume=True, progress=False)
+        assert len(server.requests) == sent
+    assert (again.path / "samples.jsonl").read_bytes() == samples
+    assert again.summary["documents_verbatim"] == first.summary["documents_verbatim"]
+    loaded = ctxleak.load_result(first.path)
+    assert isinstance(loaded, ExtractResult)
+    assert [r["answer"] for r in loaded.records] == [r["answer"] for r in first.records]
+    # the fake answers "answer: " + the prompt: nothing of any document is copied
+    assert loaded.summary["documents_verbatim"] == 0
+    assert "Context extraction" in loaded.to_html()
+
+
+def test_positive_control_extracts_every_document(tmp_path):
+    result = ctxleak.attack_extract(FunctionTarget(repeat_all, "repeat"), DOCS,
+                                    output=str(tmp_path / "x"), progress=False)
+    assert result.summary["documents_verbatim"] == len(DOCS)
+    assert {r["document"] for r in result.ledger()} == {d["id"] for d in DOCS}
+    assert all(r["verbatim"] == len(DOCS) for r in result.ledger())  # every answer, each doc
+
+
+def test_max_queries_is_refused_before_anything_is_sent(tmp_path):
+    with fake_chat() as server:
+        target = ChatEndpointTarget(server.url, "fake")
+        with pytest.raises(ConfigError, match="max_queries.*nothing was sent") as info:
+            ctxleak.attack_extract(target, DOCS, max_queries=len(DOCS) - 1,
+                                   output=str(tmp_path / "x"), progress=False)
+        assert server.requests == []
+        assert info.value.param == "max_queries"
+
+
+def test_a_failing_endpoint_keeps_what_was_answered_and_resumes(tmp_path):
+    # the 4th request fails for good (400 is not retried); 3 answers of the first batch had
+    replies = [None, None, None, Reply(status=400, body={"error": {"message": "bad"}})]
+    out = str(tmp_path / "run")
+    with fake_chat() as server:  # the same attack, never interrupted
+        whole = ctxleak.attack_extract(ChatEndpointTarget(server.url, "fake"), DOCS, batch=2,
+                                       output=str(tmp_path / "whole"), progress=False)
+    with fake_chat(script(replies)) as server:
+        target = ChatEndpointTarget(server.url, "fake", concurrency=1, retries=0)
+        with pytest.raises(TargetError) as info:
+            ctxleak.attack_extract(target, DOCS, batch=2, output=out, progress=False)
+        message = str(info.value)
+        assert "\n" not in message and "--resume --output" in message
+        done = [json.loads(line) for line in open(f"{out}/samples.jsonl")]
+        assert len(done) == 2  # the first batch of two
+        before = server.asked()
+        result = ctxleak.attack_extract(target, DOCS, batch=2, output=out, resume=True,
+                                        progress=False)
+        asked = server.asked()[len(before):]
+    # the resume sends only the questions never answered, each once
+    assert len(asked) == len(set(asked)) == len(DOCS) - 3
+    assert not set(asked) & set(before[:3])
+    assert len(result.records) == len(DOCS)
+    assert result.summary["queries_replayed"] == 1  # the third answer, had before the failure
+    # byte for byte the records of the run that was never interrupted
+    assert (result.path / "samples.jsonl").read_bytes() == \
+        (whole.path / "samples.jsonl").read_bytes()
+
+
+def test_membership_on_a_rag_app_the_audit_builds(tmp_path):
+    result = ctxleak.attack_membership(RAGBuilder(Echo(), top_k=2), DOCS, held_out=0.5,
+                                       attacks=["direct", "mask"], output=str(tmp_path / "m"),
+                                       progress=False)
+    assert isinstance(result, MembershipResult)
+    members = {r["document_id"] for r in result.records if r["member"]}
+    outs = {r["document_id"] for r in result.records if not r["member"]}
+    assert len(members) == len(outs) == 3 and not members & outs
+    # the held-out documents are not in the app's index: never retrieved
+    retrieved = {d for r in result.records for d in r["retrieved"]}
+    assert retrieved <= members
+    # the echo repeats what it retrieved: the mask attack tells members from non-members
+    assert result.summary["attacks"]["mask"]["auc"] >= 0.95
+    assert {row["attack"] for row in result.table()} == {"direct", "mask"}
+    assert ctxleak.load_result(result.path).summary["attacks"]["mask"]["auc"] == \
+        result.summary["attacks"]["mask"]["auc"]
+    assert (result.path / "roc.png").is_file()
+
+
+def test_membership_bad_input_is_one_line(tmp_path):
+    target = FunctionTarget(repeat_all, "repeat")
+    with pytest.raises(ConfigError, match="non_members") as info:  # nothing held out of it
+        ctxleak.attack_membership(target, DOCS, output=str(tmp_path / "a"), progress=False)
+    assert "\n" not in str(info.value)
+    with pytest.raises(InputError, match="id .d0.|twice|both|same"):
+        ctxleak.attack_membership(target, DOCS, non_members=DOCS[:1],
+                                  output=str(tmp_path / "b"), progress=False)
+    with pytest.raises(InputError, match="same text|id"):
+        ctxleak.attack_extract(target, DOCS + DOCS[:1], output=str(tmp_path / "c"),
+                               progress=False)
+    with pytest.raises(ConfigError, match="not both"):
+        ctxleak.attack_membership(target, DOCS, non_members=DOCS[:1], held_out=0.5,
+                                  output=str(tmp_path / "d"), progress=False)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_attack_target_needs_exactly_one_target():
+    with pytest.raises(ConfigError, match="exactly one target"):
+        ctxleak.attack_target()
+    with pytest.raises(ConfigError, match="exactly one target.*chain, function"):
+        ctxleak.attack_target(chain="a:b", function="c:d")
+    with pytest.raises(ConfigError, match="endpoint_model") as info:
+        ctxleak.attack_target(endpoint="http://127.0.0.1:9/v1")
+    assert info.value.param == "endpoint_model"
+
+
+def test_a_function_named_by_its_file(tmp_path):
+    path = tmp_path / "app.py"
+    path.write_text("def answer(question):\n    return 'no idea: ' + question\n")
+    target = ctxleak.attack_target(function=f"{path}:answer")
+    assert target.answer(["q"])[0].text == "no idea: q"
+    with pytest.raises(ConfigError, match="function") as info:
+        ctxleak.attack_target(function=f"{path}:missing")
+    assert info.value.param == "function"
+
+
+def test_claimed_eps_of_bounded_cid(llama_lm):
+    from ctxleak.mitigations.cid import CIDConfig
+    from ctxleak.targets.model_answerer import ModelAnswerer
+
+    cid = CIDConfig(max_new_tokens=6, min_new_tokens=0, bounded_eps=0.5)
+    builder = RAGBuilder(ModelAnswerer(llama_lm, cid))
+    # ε per token × tokens per answer × the interrogation's 3 questions per document
+    assert claimed_eps(builder, ["direct", "interrogation"], 3) == pytest.approx(0.5 * 6 * 3)
+    assert claimed_eps(builder, ["direct"], 3) == pytest.approx(0.5 * 6)
+    assert claimed_eps(RAGBuilder(ModelAnswerer(llama_lm, CIDConfig())), ["direct"], 3) is None
+    # through ctxleak serve: its epsilon × the answer's max_tokens
+    served = ctxleak.attack_target(rag_demo=True, endpoint="http://127.0.0.1:9/v1",
+                                   endpoint_model="m", endpoint_context="ctxleak",
+                                   bounded_eps=2.0, max_new_tokens=5)
+    assert claimed_eps(served, ["mask"], 3) == pytest.approx(2.0 * 5)
+    plain = ctxleak.attack_target(rag_demo=True, endpoint="http://127.0.0.1:9/v1",
+                                  endpoint_model="m")
+    assert claimed_eps(plain, ["mask"], 3) is None
+    with pytest.raises(ConfigError, match="endpoint_context") as info:
+        ctxleak.attack_target(rag_demo=True, endpoint="http://127.0.0.1:9/v1",
+                              endpoint_model="m", bounded_eps=2.0)
+    assert info.value.param == "endpoint_context"
+
+
+def test_demo_rag_on_a_tiny_model(llama_lm, tmp_path):
+    target = ctxleak.attack_target(rag_demo=True, model=llama_lm, bounded_eps=1.0,
+                                   max_new_tokens=4, top_k=1)
+    result = ctxleak.attack_extract(target, "demo-rag", queries=3, output=str(tmp_path / "x"),
+                                    progress=False)
+    assert len(result.records) == 3
+    assert all(len(r["retrieved"]) == 1 for r in result.records)
+    assert "bounded CID ε = 1" in result.summary["target"]
+    # ctxleak holds the app's model: the run says what context influence would add
+    assert "ctxleak influence" in result.summary["influence_note"]
+    assert "what influence would add" in result.to_html()
+    assert len(read_documents("demo-rag")) == 15
+
+
+def test_the_ledger_joins_an_influence_run_by_document_id(llama_lm, tmp_path):
+    influence = ctxleak.influence(llama_lm, "demo-rag-log", lambda_=1.0, temperature=1.0,
+                                  min_new_tokens=0, max_new_tokens=3, limit=3, progress=False,
+                                  output=str(tmp_path / "influence"))
+    measured = {d["document"]: d for d in influence.summary["settings"][0]["documents"]}
+    corpus = read_documents("demo-rag")
+    result = ctxleak.attack_extract(FunctionTarget(repeat_all, "repeat"), corpus,
+                                    influence=str(tmp_path / "influence"),
+                                    output=str(tmp_path / "x"), progress=False)
+    assert result.summary["influence_run"]["path"] == str(tmp_path / "influence")
+    rows = {r["document"]: r for r in result.ledger()}
+    assert set(rows) == {d["id"] for d in corpus}
+    for doc_id, row in rows.items():  # joined where the influence run measured the document
+        if doc_id in measured:
+            assert row["influence"]["influence_sum"] == measured[doc_id]["influence_sum"]
+        else:
+            assert row["influence"] is None
+    with pytest.raises(ConfigError, match="not of 'influence'"):
+        ctxleak.attack_extract(FunctionTarget(repeat_all, "repeat"), DOCS,
+                               influence=str(result.path), output=str(tmp_path / "y"),
+                               progress=False)
+
+
+def test_a_langchain_chain_over_the_bundled_corpus(tmp_path):
+    """A real LangChain chain (RunnableLambda steps: BM25 retrieval over the members of the
+    bundled corpus, then an answer that repeats what it retrieved) audited end to end, with the
+    held-out half of the corpus as the non-members."""
+    runnables = pytest.importorskip("langchain_core.runnables")
+    from ctxleak.methods.attacks.membership import split_members
+    from ctxleak.targets.rag import RAGApp
+
+    members, outs = split_members(read_documents("demo-rag"), held_out=0.5, seed=0)
+    index = RAGApp([{"id": d.id, "text": d.text} for d in members], answerer=Echo(), top_k=2)
+    chain = runnables.RunnableLambda(lambda q: {"question": q, "docs": index.retrieve(q)}) | \
+        runnables.RunnableLambda(lambda x: {"answer": " ".join(d.text for d in x["docs"]),
+                                            "documents": [{"id": d.id, "text": d.text}
+                                                          for d in x["docs"]]})
+    result = ctxleak.attack_membership(
+        chain, [{"id": d.id, "text": d.text} for d in members],
+        non_members=[{"id": d.id, "text": d.text} for d in outs], attacks=["mask"],
+        output=str(tmp_path / "m"), progress=False)
+    assert "LangChain" in result.summary["target"]
+    assert result.summary["attacks"]["mask"]["auc"] >= 0.95
+    assert {d for r in result.records for d in r["retrieved"]} <= {d.id for d in members}
+
+
+def test_a_claim_the_answers_do_not_keep_is_caught(tmp_path):
+    """A RAG app that claims ε = 0.1 per document but repeats its documents (no mechanism at
+    all): with 48 documents the mask attack's ε lower bound rises above the claim and the law
+    reads "violated", as the canary audit catches a broken mechanism."""
+    import random
+
+    rng = random.Random(7)
+    vocabulary = [f"w{k}" for k in range(2000)]
+    docs = [{"id": f"doc-{k}", "text": " ".join(rng.sample(vocabulary, 24)) + "."}
+            for k in range(48)]
+    result = ctxleak.attack_membership(RAGBuilder(Echo(), top_k=1), docs, held_out=0.5,
+                                       attacks=["mask"], eps_claimed=0.1,
+                                       output=str(tmp_path / "m"), progress=False)
+    eps = result.summary["attacks"]["mask"]["eps"]
+    assert result.summary["attacks"]["mask"]["auc"] == 1.0
+    assert eps["eps_lower"] > 0.1 and eps["law"] == "violated"
+    assert "violated" in result.to_html()
