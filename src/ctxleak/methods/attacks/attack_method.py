@@ -173,7 +173,7 @@ class ExtractMethod(_AttackMethod):
         docs = list(ready.documents.values())
         return [{"kind": p.kind, "anchor": p.anchor, "command": p.command, "source": p.source,
                  "question": p.question, "answer": a.text, "retrieved": _retrieved(a),
-                 "matches": match_answer(a.text, docs, ready.values)}
+                 "matches": match_answer(a.text, docs, ready.values, p.question)}
                 for p, a in zip(items, answers)]
 
     def summarize(self, ready: AttackReady, records: Sequence[Mapping[str, Any]]
