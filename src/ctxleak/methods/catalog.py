@@ -54,6 +54,10 @@ def datasets() -> list[Dataset]:
                 "Short synthetic private documents (HR, clinic, finance, legal, personal), "
                 "each with a question whose short answer is only in that document: F1 and "
                 "exact match show what lowering λ costs."),
+        Dataset("demo-qa-large", "influence", f"{_lines(DEMO_SETS['demo-qa-large'])} questions",
+                "Fictional private documents in groups of four related ones (HR, clinic, "
+                "finance, legal, IT, school, travel...), each question given its group: the "
+                "answer is in one document only, so a mechanism that hides it loses utility."),
         Dataset("demo-rag-log", "influence", f"{_lines(DEMO_SETS['demo-rag-log'])} turns",
                 "One day of a fictional company assistant's RAG turns (query, retrieved "
                 "documents, logged answer), some repeating secrets or personal data of "
