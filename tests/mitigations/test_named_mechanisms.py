@@ -55,6 +55,17 @@ def test_bad_specs_are_one_line_naming_the_spec_and_the_fault(spec, says):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("spec", ["dp-vote:eps=2,shards=4",
+                                  "dp-sparse-vote:eps=2,shards=4,threshold=0.25"])
+def test_the_dp_votes_parse_by_name_and_their_keys_parse_back(spec):
+    m = parse_mechanism(spec)
+    assert m.name == spec.split(":")[0] and m.eps == 2.0 and m.shards == 4
+    assert parse_mechanism(m.key()) == m
+    with pytest.raises(ConfigError, match="eps") as err:  # the class's one line, named
+        parse_mechanism(spec.replace("eps=2", "eps=0"))
+    assert err.value.param == "mechanisms" and "\n" not in str(err.value)
+
+
 def test_every_real_mechanism_is_registered_and_a_missing_module_is_named():
     assert {"dp-vote", "dp-sparse-vote", "dp-rag", "scrub"} <= set(MECHANISMS)
     # scrubbing finds what to scrub with the one detection layer

@@ -119,6 +119,7 @@ def test_cid_claims_by_hand():
     assert bounded == {"claim_eps": 10.0, "claim_delta": 0.0, "claim_relation": "context",
                        "tokens_paid": 5}
     assert cid_claim(Setting(0.5, 1.0), {})["claim_relation"] == "none"
+    assert cid_claim(Setting(0.0, 1.0, None, 2.0), {"composed_eps": 10.0})["claim_eps"] == 0.0
     assert claim_summary([{"claim_eps": None, "claim_relation": "none", "tokens_paid": 0}] * 2
                          )["claim"]["eps"] is None
 
@@ -130,6 +131,11 @@ def test_too_few_documents_or_a_logged_answer_is_refused_before_decoding(llama_l
                           **KW)
     assert str(err.value).startswith("mechanisms: toy-first(eps=1,k=1) needs at least 2 "
                                      "documents per question, and example a has 1")
+    with pytest.raises(ConfigError, match=r"dp-vote\(eps=2,shards=4,delta=0.0001\) needs at "
+                                          r"least 4 documents per question, and example q0 "
+                                          r"has 2"):
+        ctxleak.influence(llama_lm, ROWS, mechanisms="dp-vote:eps=2,shards=4",
+                          output=str(tmp_path / "c"), **KW)
     logged = [{**ROWS[0], "response": "italy"}]
     with pytest.raises(ConfigError, match="carries a logged answer"):
         ctxleak.influence(llama_lm, logged, mechanisms="toy-first", output=str(tmp_path / "b"),

@@ -19,7 +19,8 @@ relation it covers, :data:`~ctxleak.mitigations.mechanisms.RELATIONS`) and ``tok
 (the released tokens that spent privacy budget). CID's claims: bounded CID's ε per token
 composed over the response (Thm B.1, basic composition), under any replacement of the
 context, since every context's next-token distribution stays within ε/2 of the no-context
-one; λ = 0 never reads the context (ε = 0); plain CID at λ > 0 guarantees nothing.
+one; λ = 0 never reads the context (ε = 0, bounded or not); plain CID at λ > 0 guarantees
+nothing.
 
 The prompt a mechanism is given for a set of document texts is the run's own template holding
 those texts as a retrieved list (:func:`~ctxleak.methods.rag.passages.list_pieces`): for
@@ -121,12 +122,19 @@ def check_examples(mechanism: Mechanism, examples: Sequence[InfluenceExample]) -
             raise ConfigError(f"{PARAM}: example {ex.id} has the app's own prompt; "
                               f"{mechanism.key()} builds its prompts from ctxleak's template",
                               param=PARAM)
-        n = len(example_documents(ex))
-        if n < mechanism.min_documents:
-            raise ConfigError(f"{PARAM}: {mechanism.key()} needs at least "
-                              f"{mechanism.min_documents} documents per question, and example "
-                              f"{ex.id} has {n}: give data with a 'documents' list (e.g. the "
-                              f"bundled QA sets), or fewer shards", param=PARAM)
+        n, need = len(example_documents(ex)), needed_documents(mechanism)
+        if n < need:
+            raise ConfigError(f"{PARAM}: {mechanism.key()} needs at least {need} documents per "
+                              f"question, and example {ex.id} has {n}: give data with a "
+                              f"'documents' list (e.g. demo-qa-large), or fewer shards",
+                              param=PARAM)
+
+
+def needed_documents(mechanism: Mechanism) -> int:
+    """The fewest documents a request of ``mechanism`` needs: its ``min_documents``, and for a
+    vote over shards one document per shard."""
+    shards = getattr(mechanism, "shards", None)
+    return max(mechanism.min_documents, shards if isinstance(shards, int) else 0)
 
 
 def prompt_of(lm: LanguageModel, example: InfluenceExample, setting: Setting,
@@ -202,14 +210,15 @@ def claim_fields(claim: Claim, tokens_paid: int) -> dict[str, Any]:
 
 
 def cid_claim(setting: Setting, record: dict[str, Any]) -> dict[str, Any]:
-    """The claim of a CID answer (the module docstring): bounded CID's composed ε under any
-    replacement of the context, paid by every released token (the stopping EOS included);
-    ε = 0 at λ = 0 without a bound; no guarantee otherwise."""
+    """The claim of a CID answer (the module docstring): ε = 0 at λ = 0 (with a bound or
+    without: λ_t never exceeds λ = 0); bounded CID's composed ε under any replacement of the
+    context, paid by every released token (the stopping EOS included); no guarantee
+    otherwise."""
+    if setting.lam == 0:  # λ_t <= λ_max = 0: the context is never read, bound or not
+        return claim_fields(Claim(0.0, 0.0, "context"), 0)
     if record.get("composed_eps") is not None:
         released = len(record.get("response_ids") or ()) + int(bool(record.get("stopped_on_eos")))
         return claim_fields(Claim(float(record["composed_eps"]), 0.0, "context"), released)
-    if setting.lam == 0 and setting.bounded_eps is None:
-        return claim_fields(Claim(0.0, 0.0, "context"), 0)
     return claim_fields(Claim(None), 0)
 
 
@@ -236,4 +245,5 @@ def claim_summary(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str,
 
 __all__ = ["CLAIM_FIELDS", "answer_request", "check_examples", "check_mechanism_options",
            "cid_claim", "claim_fields", "claim_summary", "example_documents",
-           "mechanism_fields", "mechanism_list", "measure_mechanism", "prompt_of"]
+           "mechanism_fields", "mechanism_list", "measure_mechanism", "needed_documents",
+           "prompt_of"]
