@@ -6,6 +6,7 @@ Language Models")."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ctxleak.report import Report, plots
@@ -58,6 +59,18 @@ def frontier_rows(front: dict[str, Any]) -> list[dict[str, Any]]:
             "kept": None if kept is None else f"{100 * kept:.0f} %",
             "Pareto": {True: "yes", False: "no"}.get(r.get("pareto"), "—")})
     return rows
+
+
+def setting_columns(setting: dict[str, Any], settings: Sequence[dict[str, Any]]
+                    ) -> dict[str, Any]:
+    """The columns that name a setting in the report's table: λ and T, led by ``mode`` (the
+    mechanism's key, or CID) where the run measured other mechanisms than CID, whose λ is
+    then "—" (their answers are scored at λ = 1, but not decoded by CID)."""
+    if not any(s.get("mechanism") for s in settings):
+        return {"λ": setting["lambda"], "T": setting["temperature"]}
+    mechanism = setting.get("mechanism")
+    return {"mode": mechanism or "CID", "λ": "—" if mechanism else setting["lambda"],
+            "T": setting["temperature"]}
 
 
 def frontier_plots(front: dict[str, Any] | None) -> dict[str, bytes]:
@@ -118,4 +131,4 @@ def frontier_section(report: Report, front: dict[str, Any] | None) -> None:
 
 
 __all__ = ["FRONTIER_PNG", "frontier_plots", "frontier_rows", "frontier_section",
-           "print_frontier"]
+           "print_frontier", "setting_columns"]

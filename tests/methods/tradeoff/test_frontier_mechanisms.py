@@ -9,7 +9,7 @@ import pytest
 
 from ctxleak.methods.influence.metrics import mean_with_ci
 from ctxleak.methods.tradeoff.frontier import COLUMNS, MIN_QUESTIONS, frontier
-from ctxleak.report.frontier import frontier_rows
+from ctxleak.report.frontier import frontier_rows, setting_columns
 
 N = 30
 BASE = "lambda=1,T=0.8,context=all"
@@ -92,3 +92,12 @@ def test_fewer_than_30_questions_leave_utility_differences_unresolved():
         f"than 30); measure at least 30 questions to choose between settings.")
     assert all(r["utility"] is not None for r in front["rows"])  # the table still shows them
     assert frontier(_settings(n), _records(n), min_questions=n)["recommended"] == VOTE
+
+
+def test_the_reports_setting_table_names_the_mode_only_where_a_run_has_mechanisms():
+    settings = _settings()
+    assert [setting_columns(s, settings) for s in settings] == [
+        {"mode": "CID", "λ": 1.0, "T": 0.8},
+        {"mode": "dp-vote(eps=2,shards=4)", "λ": "—", "T": 0.8},
+        {"mode": "scrub(operator=replace)", "λ": "—", "T": 0.8}]
+    assert setting_columns(settings[0], settings[:1]) == {"λ": 1.0, "T": 0.8}  # as before
