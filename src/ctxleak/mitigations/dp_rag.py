@@ -1,0 +1,194 @@
+"""DP-RAG ("RAG with Differential Privacy", Grislain) as a
+:class:`~ctxleak.mitigations.mechanisms.Mechanism` decoded by the engine.
+
+1. Private retrieval (:mod:`ctxleak.mitigations.dp_retrieval`): a similarity threshold drawn by
+   an exponential mechanism of ``eps_retrieval``; the documents scoring at least it are used.
+   A request without similarity scores uses all its documents (nothing to retrieve privately).
+2. Per-token exponential mechanism: each used document is one prompt stream, and the prompt
+   without retrieval is the public prior ``p_∅`` (at the decoding temperature). Document d's
+   score of token y is its clipped log-likelihood ratio over the prior,
+   ``s_d(y) = min(max(log p_d(y) − log p_∅(y), 0), C)``, and the token is drawn from
+   ``P(y) ∝ p_∅(y) · exp(ε_t · Σ_d s_d(y) / C)``. Adding or removing one document adds or
+   removes one ``s_d`` in ``[0, C]`` for every token at once (a monotone change of at most
+   ``C``), so each token is ε_t-DP and ε_t-bounded-range, with respect to one document.
+3. Composition: the retrieval and every step (the stopping EOS included, ``max_new_tokens``
+   at most) compose in Rényi DP (:class:`~ctxleak.mitigations.accounting.RDPAccountant`,
+   the exponential mechanism's bound) and convert to ``(ε, δ)``; ε_t is the largest per-token
+   ε whose composition stays within ``eps`` at ``delta`` (bisection).
+
+The claim's relation is "document": adding or removing one document of the request's
+documents. Noise is drawn from the request's seed and the step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from ctxleak.engine.lm import LanguageModel
+from ctxleak.engine.streams import StreamJob
+from ctxleak.errors import ConfigError
+from ctxleak.kernels.draw import draw
+from ctxleak.mitigations.accounting import ExponentialMechanismEvent, RDPAccountant
+from ctxleak.mitigations.dp_retrieval import private_retrieval, threshold_grid
+from ctxleak.mitigations.dp_vote import (
+    check_delta,
+    check_eps,
+    decode_jobs,
+    finish_answer,
+    noise_generator,
+    one_hot_logprobs,
+)
+from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
+
+#: Bisection steps of the per-token ε (to within eps · 2⁻⁶⁰).
+CALIBRATION_STEPS = 60
+
+
+def dp_rag_logprobs(doc_logits: torch.Tensor, empty_logits: torch.Tensor, eps_token: float,
+                    clip: float, temperature: float, excluded: Sequence[int] = ()
+                    ) -> torch.Tensor:
+    """One step's sampling distribution (module docstring, step 2), float64 log-probs
+    ``[V]`` from the used documents' logits ``[n, V]`` (n may be 0) and the prior's ``[V]``;
+    ``excluded`` token ids (EOS before the minimum length) get probability 0."""
+    prior = torch.log_softmax(empty_logits.double() / temperature, dim=-1)
+    score = torch.zeros_like(prior)
+    if doc_logits.shape[0]:
+        docs = torch.log_softmax(doc_logits.double() / temperature, dim=-1)
+        score = torch.clamp(docs - prior, min=0.0, max=clip).sum(dim=0)
+    logits = prior + eps_token * score / clip
+    if excluded:
+        logits[list(excluded)] = -math.inf
+    return torch.log_softmax(logits, dim=-1)
+
+
+def composed_epsilon(eps_token: float, steps: int, eps_retrieval: float, delta: float) -> float:
+    """The ``(ε, δ)`` ε of one retrieval and ``steps`` tokens (module docstring, step 3): the
+    smaller of the Rényi-DP composition converted at ``delta`` and the basic composition of
+    the pure ε's (``eps_retrieval + steps·eps_token``, which holds at δ = 0 and so at any δ)."""
+    acc = RDPAccountant()
+    if eps_retrieval > 0:
+        acc.compose(ExponentialMechanismEvent(eps_retrieval))
+    acc.compose(ExponentialMechanismEvent(eps_token), steps)
+    return min(acc.get_epsilon(delta), eps_retrieval + steps * eps_token)
+
+
+def calibrate_token_eps(eps: float, steps: int, eps_retrieval: float, delta: float) -> float:
+    """The largest per-token ε whose composition is at most ``eps`` (bisection); a
+    :class:`ConfigError` when the retrieval alone spends it."""
+    if eps_retrieval >= eps:
+        raise ConfigError(f"eps_retrieval: {eps_retrieval:g} spends all of eps {eps:g}",
+                          param="eps_retrieval")
+    low, high = 0.0, eps
+    for _ in range(CALIBRATION_STEPS):
+        mid = (low + high) / 2
+        low, high = (mid, high) if composed_epsilon(mid, steps, eps_retrieval, delta) <= eps \
+            else (low, mid)
+    return low
+
+
+@dataclass(frozen=True)
+class DPRAG:
+    """DP-RAG (module docstring): ``eps``, ``delta``: the whole response's budget (relation
+    "document"); ``clip``: the cap C of a document's log-likelihood ratio (nats);
+    ``eps_retrieval``: the threshold's ε (default ``eps / 10``; 0: use every document, no
+    retrieval); ``top_k``: the documents the threshold aims at; ``score_range``, ``grid``:
+    the public thresholds."""
+
+    name: ClassVar[str] = "dp-rag"
+    min_documents: ClassVar[int] = 1
+
+    eps: float
+    delta: float = 1e-3
+    clip: float = 1.0
+    eps_retrieval: float | None = None
+    top_k: int = 3
+    score_range: tuple[float, float] = (0.0, 1.0)
+    grid: int = 32
+
+    def __post_init__(self) -> None:
+        check_eps(self.eps)
+        check_delta(self.delta)
+        check_eps(self.clip, "clip")
+        if self.eps_retrieval is not None and not (
+                math.isfinite(self.eps_retrieval) and 0 <= self.eps_retrieval < self.eps):
+            raise ConfigError(f"eps_retrieval: {self.eps_retrieval} is not an ε in [0, eps)",
+                              param="eps_retrieval")
+        if not (isinstance(self.top_k, int) and self.top_k >= 1):
+            raise ConfigError(f"top_k: {self.top_k} is not a number of documents >= 1",
+                              param="top_k")
+        threshold_grid(*self.score_range, self.grid)
+
+    @property
+    def retrieval_eps(self) -> float:
+        return self.eps / 10 if self.eps_retrieval is None else self.eps_retrieval
+
+    def key(self) -> str:
+        extra = "" if self.clip == 1.0 else f",clip={self.clip:g}"
+        if self.eps_retrieval is not None:
+            extra += f",eps_retrieval={self.eps_retrieval:g}"
+        return f"dp-rag(eps={self.eps:g},delta={self.delta:g}{extra})"
+
+    def token_eps(self, decoding: Decoding) -> float:
+        """ε_t: each of ``max_new_tokens`` steps' ε (module docstring, step 3)."""
+        return calibrate_token_eps(self.eps, decoding.max_new_tokens, self.retrieval_eps,
+                                   self.delta)
+
+    def claim(self, decoding: Decoding) -> Claim:
+        eps = composed_epsilon(self.token_eps(decoding), decoding.max_new_tokens,
+                               self.retrieval_eps, self.delta)
+        return Claim(eps=eps, delta=self.delta, relation="document")
+
+    def decode(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+               decoding: Decoding) -> list[MechanismAnswer]:
+        eps_token, claim = self.token_eps(decoding), self.claim(decoding)
+        parts = [self._job(r, decoding, eps_token) for r in requests]
+        gens = decode_jobs(lm, [job for job, _ in parts], what="the dp-rag mechanism")
+        return [finish_answer(g, claim, used) for g, (_, used) in zip(gens, parts)]
+
+    def _retrieve(self, request: AnswerRequest) -> tuple[tuple[int, ...], float | None]:
+        """The used documents' indices and the drawn threshold (None: no retrieval)."""
+        if not request.documents:
+            raise ConfigError("documents: dp-rag needs at least one document", param="documents")
+        if request.scores is None or self.retrieval_eps == 0:
+            return tuple(range(len(request.documents))), None
+        if len(request.scores) != len(request.documents):
+            raise ConfigError(f"scores: {len(request.scores)} similarities for "
+                              f"{len(request.documents)} documents", param="scores")
+        tau, used = private_retrieval(request.scores, threshold_grid(*self.score_range, self.grid),
+                                      self.top_k, self.retrieval_eps,
+                                      noise_generator(request.seed, 2, 0))
+        return used, tau
+
+    def _job(self, request: AnswerRequest, decoding: Decoding, eps_token: float
+             ) -> tuple[StreamJob, tuple[int, ...]]:
+        used, tau = self._retrieve(request)
+        n, t = len(used), decoding.temperature
+        prompts = [list(request.prompt([request.documents[i]])) for i in used]
+        prompts.append(list(request.prompt([])))
+        chosen: dict[str, Any] = {}
+
+        def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()
+                    ) -> torch.Tensor:
+            logprobs = dp_rag_logprobs(logits[:n], logits[n], eps_token, self.clip, t, excluded)
+            token = draw(logprobs, noise_generator(request.seed, 3, step), sample=True)
+            chosen.update(token=token, logp=float(logprobs[token]))
+            return one_hot_logprobs(token, logits.shape[-1])
+
+        def observe(logits: torch.Tensor, logprobs: torch.Tensor, token: int, step: int
+                    ) -> dict[str, Any]:
+            prior = torch.log_softmax(logits[n].double() / t, dim=-1)
+            return {"step": step, "token_id": int(token), "paid": True, "eps_step": eps_token,
+                    "logp_mechanism": chosen["logp"], "logp_empty": float(prior[token]),
+                    "documents": n, "threshold": tau}
+
+        job = StreamJob(prompts, combine, observe, request.seed, decoding.max_new_tokens,
+                        decoding.min_new_tokens, replay=False)
+        return job, used
+
+
+__all__ = ["DPRAG", "calibrate_token_eps", "composed_epsilon", "dp_rag_logprobs"]

@@ -1,0 +1,55 @@
+"""Differentially private retrieval by a similarity threshold ("RAG with Differential Privacy",
+Grislain): an exponential mechanism picks a threshold τ from a public grid, and every document
+whose similarity is at least τ is retrieved, so each document is one privacy unit.
+
+The utility of a threshold is ``u(τ) = −|n(τ) − k|``, with ``n(τ)`` the number of documents
+scoring at least τ and ``k`` the number wanted. Adding or removing one document changes every
+``n(τ)`` by at most 1, so ``u`` has sensitivity 1 and sampling τ with probability
+``∝ exp(ε·u(τ)/2)`` is ε-DP (and ε-bounded-range: the privacy-loss ratios of all thresholds
+lie within a factor e^ε of each other, what the accountant's exponential-mechanism bound
+needs). This holds where a document's similarity depends only on that document and the query
+(embedding similarity); a score that depends on the other documents (BM25's inverse document
+frequency) breaks the sensitivity bound, and the claim with it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ctxleak.errors import ConfigError
+
+
+def threshold_grid(low: float, high: float, points: int) -> torch.Tensor:
+    """The public candidate thresholds: ``points`` evenly spaced from ``low`` to ``high``."""
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ConfigError(f"score_range: ({low}, {high}) is not a finite interval low < high",
+                          param="score_range")
+    if points < 2:
+        raise ConfigError(f"grid: at least 2 thresholds, not {points}", param="grid")
+    return torch.linspace(low, high, points, dtype=torch.float64)
+
+
+def threshold_logprobs(scores: Sequence[float], grid: torch.Tensor, top_k: int, eps: float
+                       ) -> torch.Tensor:
+    """The exponential mechanism's log-probabilities over ``grid``: ``ε·u(τ)/2`` normalised,
+    ``u(τ) = −|#{scores ≥ τ} − top_k|``."""
+    s = torch.as_tensor(list(scores), dtype=torch.float64)
+    counts = (s.unsqueeze(0) >= grid.unsqueeze(1)).sum(dim=1).to(torch.float64)
+    utility = -(counts - top_k).abs()
+    return torch.log_softmax(eps * utility / 2.0, dim=0)
+
+
+def private_retrieval(scores: Sequence[float], grid: torch.Tensor, top_k: int, eps: float,
+                      generator: torch.Generator) -> tuple[float, tuple[int, ...]]:
+    """The drawn threshold τ and the indices of the documents scoring at least τ, in their
+    order."""
+    logp = threshold_logprobs(scores, grid, top_k, eps)
+    j = int(torch.multinomial(torch.exp(logp), 1, generator=generator))
+    tau = float(grid[j])
+    return tau, tuple(i for i, s in enumerate(scores) if float(s) >= tau)
+
+
+__all__ = ["private_retrieval", "threshold_grid", "threshold_logprobs"]
