@@ -76,3 +76,10 @@ def test_every_real_mechanism_is_registered_and_a_missing_module_is_named():
                                           "installation") as err:
         parse_mechanism("test-missing:eps=1")
     assert err.value.param == "mechanisms"
+
+
+def test_dp_rag_parses_by_name_and_a_tuple_parameter_is_refused_as_text():
+    m = parse_mechanism("dp-rag:eps=5,top_k=2")
+    assert (m.name, m.eps, m.top_k) == ("dp-rag", 5.0, 2)
+    with pytest.raises(ConfigError, match="score_range cannot be given as text"):
+        parse_mechanism("dp-rag:eps=5,score_range=0")

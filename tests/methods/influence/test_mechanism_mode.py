@@ -18,10 +18,16 @@ from ctxleak.engine.generation import derive_seed, sample
 from ctxleak.engine.prompts import build_prompt
 from ctxleak.engine.scoring import continuation_logprobs
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.data import TASK_TEMPLATES
-from ctxleak.methods.influence.mechanism_mode import cid_claim, claim_summary, mechanism_list
+from ctxleak.methods.influence.data import TASK_TEMPLATES, load_log
+from ctxleak.methods.influence.mechanism_mode import (
+    answer_request,
+    cid_claim,
+    claim_summary,
+    mechanism_list,
+    word_similarity,
+)
 from ctxleak.methods.influence.params import InfluenceParams
-from ctxleak.methods.influence.setting import Setting
+from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.rag.passages import LIST_SEPARATOR
 
 ROWS = [{"id": f"q{i}", "query": q, "reference": r,
@@ -164,3 +170,21 @@ def test_mechanism_lists():
     assert mechanism_list(None) == ()
     assert mechanism_list("toy-first:eps=2;toy-first") == (FirstDocuments(eps=2.0),
                                                            FirstDocuments())
+
+
+def test_requests_carry_the_retrievers_scores_else_the_word_similarity_to_the_query(llama_lm):
+    # {where, is, rome} . {rome, is, in, italy} = 2 shared words; norms sqrt(3) and sqrt(4)
+    assert word_similarity("Where is Rome?", "rome is in italy .") == pytest.approx(2 / 12 ** 0.5)
+    assert word_similarity("", "rome") == 0.0 and word_similarity("a a", "a") == 1.0
+    scored = [{**ROWS[0], "documents": [{**d, "score": 0.9 - j / 10}
+                                        for j, d in enumerate(ROWS[0]["documents"])]}]
+    (given,), _ = load_log(scored)
+    (plain,), _ = load_log(ROWS[:1])
+    job = (given, Setting(1.0, 1.0), 7)
+    request = answer_request(llama_lm, job, InfluenceOptions())
+    assert request.scores == (0.9, 0.8) and request.ids == ("q0-d0", "q0-d1")
+    assert request.seed == 7 and request.documents == ("rome is in italy .",
+                                                       "paris is in france .")
+    assert request.prompt([]) != request.prompt(list(request.documents))
+    bare = answer_request(llama_lm, (plain, Setting(1.0, 1.0), 7), InfluenceOptions())
+    assert bare.scores == (pytest.approx(2 / 12 ** 0.5), pytest.approx(1 / 12 ** 0.5))

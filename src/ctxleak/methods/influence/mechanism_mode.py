@@ -25,11 +25,16 @@ nothing.
 The prompt a mechanism is given for a set of document texts is the run's own template holding
 those texts as a retrieved list (:func:`~ctxleak.methods.rag.passages.list_pieces`): for
 retrieved documents and passages given as a list, the prompt with every document is the very
-prompt the answer is scored under.
+prompt the answer is scored under. A private retrieval (DP-RAG's) thresholds the documents'
+retrieval scores: the retriever's where the data records them, else each document's word
+similarity to the query (:func:`word_similarity`).
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -55,6 +60,8 @@ from ctxleak.mitigations.named import PARAM, parse_mechanism
 
 #: One measurement job: the example, its setting, its seed.
 Job = tuple[InfluenceExample, Setting, int]
+
+_WORD = re.compile(r"[^\W_]+")
 
 #: The claim fields of every record, in order.
 CLAIM_FIELDS = ("claim_eps", "claim_delta", "claim_relation", "tokens_paid")
@@ -152,13 +159,26 @@ def prompt_of(lm: LanguageModel, example: InfluenceExample, setting: Setting,
     return prompt
 
 
+def word_similarity(query: str, text: str) -> float:
+    """The cosine similarity of the word counts of ``query`` and ``text`` (lower-cased words
+    of letters and digits), in [0, 1]; 0 where either has no word."""
+    a, b = Counter(_WORD.findall(query.lower())), Counter(_WORD.findall(text.lower()))
+    dot = sum(a[w] * b[w] for w in a)
+    norm = math.sqrt(sum(v * v for v in a.values()) * sum(v * v for v in b.values()))
+    return dot / norm if norm else 0.0
+
+
 def answer_request(lm: LanguageModel, job: Job, options: InfluenceOptions) -> AnswerRequest:
     """The request a mechanism answers for one job: the example's documents, its prompt
-    builder, the job's seed, and the documents' retrieval scores and ids where known."""
+    builder, the job's seed, the documents' ids where known, and their retrieval scores: the
+    retriever's where every document has one, else each document's
+    :func:`word_similarity` to the query (in [0, 1]), so that a private retrieval has a
+    similarity to threshold on data that does not record the retriever's."""
     example, setting, seed = job
     docs = example.documents or ()
     known = [d.score for d in docs if d.score is not None]
-    scores = tuple(float(x) for x in known) if docs and len(known) == len(docs) else None
+    scores = tuple(float(x) for x in known) if docs and len(known) == len(docs) else \
+        tuple(word_similarity(example.query, text) for text in example_documents(example))
     ids = tuple(str(d.id) for d in docs) if docs and all(d.id is not None for d in docs) \
         else None
     return AnswerRequest(example_documents(example), prompt_of(lm, example, setting, options),
@@ -246,4 +266,4 @@ def claim_summary(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str,
 __all__ = ["CLAIM_FIELDS", "answer_request", "check_examples", "check_mechanism_options",
            "cid_claim", "claim_fields", "claim_summary", "example_documents",
            "mechanism_fields", "mechanism_list", "measure_mechanism", "needed_documents",
-           "prompt_of"]
+           "prompt_of", "word_similarity"]
