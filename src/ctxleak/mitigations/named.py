@@ -11,9 +11,11 @@ operators). The CLI's ``--mechanism`` and the API's ``mechanisms=`` both go thro
 The grammar: ``name`` or ``name:param=value,param=value``; the form a mechanism's ``key()``
 writes, ``name(param=value,...)``, is read too, so a stored key parses back to the same
 mechanism. Each value is converted to the type its parameter declares (a float, an integer, a
-string, a switch, ``none`` for an optional one). What a mechanism cannot take from a command
-line is supplied here: scrubbing's detector is :func:`ctxleak.sensitive.find_sensitive`, the
-same detection layer as the audit's PII and secret columns and ``--redact``.
+string, a switch, ``none`` for an optional one); a parameter of another type gets the text as
+written, for the class to read or refuse (scrubbing's ``entities=email+phone``). What a
+mechanism cannot take from a command line is supplied here: scrubbing's detector is
+:func:`ctxleak.sensitive.find_sensitive`, the same detection layer as the audit's PII and
+secret columns and ``--redact``.
 
 To add a mechanism: its entry in :data:`MECHANISMS` (and in :data:`SUPPLIED` what it needs
 that is not a number or a word).
@@ -127,7 +129,8 @@ def build(name: str, given: Mapping[str, Any], spec: str) -> Mechanism:
         return typing.cast(Mechanism, cls(**{**SUPPLIED.get(name, {}), **values}))
     except ConfigError as exc:
         raise ConfigError(f"{PARAM}: '{spec}': {exc}", param=PARAM) from None
-    except TypeError as exc:  # a required parameter left out
+    except (TypeError, ValueError) as exc:  # a required parameter left out, a text the
+        # class cannot read
         raise ConfigError(f"{PARAM}: '{spec}': {exc}", param=PARAM) from None
 
 
@@ -142,9 +145,8 @@ def _convert(value: Any, kind: Any, key: str, spec: str) -> Any:
         kind = next((a for a in args if a is not type(None)), str)
     if optional and value.lower() in _NONE:
         return None
-    if kind not in (bool, int, float, str):
-        raise ConfigError(f"{PARAM}: '{spec}': {key} cannot be given as text (a Python "
-                          f"object: build the mechanism in Python and pass it)", param=PARAM)
+    if kind not in (bool, int, float, str):  # the class reads its own text (e.g. "a+b")
+        return value
     try:
         if kind is bool:
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
