@@ -67,17 +67,18 @@ def _histograms(voters: int, vocab: int):
         yield torch.bincount(torch.tensor(votes), minlength=vocab).to(torch.float64)
 
 
+@pytest.mark.parametrize("voters,vocab", [(4, 4), (6, 5)])
 @pytest.mark.parametrize("domain", [1, 2, 3])
 @pytest.mark.parametrize("eps,delta", [(1.0, 0.05), (3.0, 0.01)])
-def test_every_neighbour_pair_within_eps_delta(domain, eps, delta):
+def test_every_neighbour_pair_within_eps_delta(voters, vocab, domain, eps, delta):
     """Neighbours move one vote; for every event E, P[E] ≤ e^ε·P'[E] + δ, i.e.
-    Σ_o max(0, p_o − e^ε·p'_o) ≤ δ, over all histograms of 4 voters on 4 tokens."""
+    Σ_o max(0, p_o − e^ε·p'_o) ≤ δ, over all histograms of a few voters on a few tokens."""
     scale = vote_scale(eps, delta)
     gap = limited_domain_gap(scale, delta, domain)
     worst = 0.0
-    for h in _histograms(4, 4):
+    for h in _histograms(voters, vocab):
         p = limited_domain_probs(h, scale, gap, domain)
-        for src, dst in itertools.permutations(range(4), 2):
+        for src, dst in itertools.permutations(range(vocab), 2):
             if h[src] == 0:
                 continue
             h2 = h.clone()
@@ -116,3 +117,13 @@ def test_svt_pays_when_agreement_is_far_below_the_threshold():
     # noise 4/ε = 0.004: the comparison is the plain one
     assert svt_pays(0.0, 2.0, 1000.0, gen, rho=0.0)
     assert not svt_pays(4.0, 2.0, 1000.0, gen, rho=0.0)
+
+
+def test_svt_pays_with_the_laplace_probability():
+    """P[pay] = P[agree + ν < threshold + ρ] with ν ~ Laplace(4/ε): for agree 2, threshold
+    2.5, ρ 0.3, ε 2 that is the Laplace(2) CDF at 0.8, 1 − e^{−0.4}/2."""
+    gen = torch.Generator().manual_seed(11)
+    n = 20_000
+    pays = sum(svt_pays(2.0, 2.5, 2.0, gen, rho=0.3) for _ in range(n)) / n
+    p = 1 - 0.5 * math.exp(-0.4)
+    assert abs(pays - p) <= 4 * math.sqrt(p * (1 - p) / n)

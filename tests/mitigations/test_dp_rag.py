@@ -167,3 +167,21 @@ def test_bad_requests(tiny_lm):
     with pytest.raises(ConfigError) as info:
         DPRAG(eps=1).decode(tiny_lm, [_request(tiny_lm, scores=(0.5,))], Decoding())
     assert info.value.param == "scores"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_each_token_stays_within_the_accountants_renyi_bound(seed):
+    """The accountant charges each token the exponential mechanism's Rényi bound at ε_t: the
+    actual Rényi divergences between the step's distributions with and without a document,
+    both ways, stay under it at every order."""
+    from ctxleak.mitigations.accounting import ExponentialMechanismEvent, renyi_divergence
+
+    g = torch.Generator().manual_seed(seed)
+    docs = 4 * torch.randn((3, 40), generator=g, dtype=torch.float64)
+    prior = 4 * torch.randn(40, generator=g, dtype=torch.float64)
+    eps_t, orders = 0.8, np.arange(2, 40, dtype=np.float64)
+    bound = ExponentialMechanismEvent(eps_t).rdp(orders)
+    p = dp_rag_logprobs(docs, prior, eps_t, 1.5, 1.0).numpy()
+    q = dp_rag_logprobs(docs[:2], prior, eps_t, 1.5, 1.0).numpy()
+    for a, b in zip(orders, bound):
+        assert renyi_divergence(p, q, a, symmetric=True) <= b + 1e-12

@@ -150,6 +150,14 @@ class DPRAG:
         gens = decode_jobs(lm, [job for job, _ in parts], what="the dp-rag mechanism")
         return [finish_answer(g, claim, used) for g, (_, used) in zip(gens, parts)]
 
+    def step_logprobs(self, doc_logits: torch.Tensor, empty_logits: torch.Tensor,
+                      eps_token: float, temperature: float, excluded: Sequence[int]
+                      ) -> torch.Tensor:
+        """One step's distribution (:func:`dp_rag_logprobs`; a test's broken variant
+        overrides it)."""
+        return dp_rag_logprobs(doc_logits, empty_logits, eps_token, self.clip, temperature,
+                               excluded)
+
     def _retrieve(self, request: AnswerRequest) -> tuple[tuple[int, ...], float | None]:
         """The used documents' indices and the drawn threshold (None: no retrieval)."""
         if not request.documents:
@@ -174,7 +182,7 @@ class DPRAG:
 
         def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()
                     ) -> torch.Tensor:
-            logprobs = dp_rag_logprobs(logits[:n], logits[n], eps_token, self.clip, t, excluded)
+            logprobs = self.step_logprobs(logits[:n], logits[n], eps_token, t, excluded)
             token = draw(logprobs, noise_generator(request.seed, 3, step), sample=True)
             chosen.update(token=token, logp=float(logprobs[token]))
             return one_hot_logprobs(token, logits.shape[-1])

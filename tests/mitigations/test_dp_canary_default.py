@@ -1,0 +1,120 @@
+"""The canary audit of the DP mechanisms on the real default model ("Auditing Differentially
+Private Machine Learning: How Private is Private SGD?"): a broken variant of each (a test-only
+subclass whose noisy step adds no noise) gives a lower bound above its claim, and the honest
+mechanism's lower bound stays under it.
+
+The neighbours: a trial's context holds the target or the other canary. For the votes the
+context is every shard's document, so the two datasets differ in all ``SHARDS`` shards: the
+shard-level claim ε becomes SHARDS·ε by group privacy (δ: SHARDS·e^{(SHARDS−1)ε}·δ). For DP-RAG
+the context is the one document, replaced: two add/remove steps, 2ε (δ: (1 + e^ε)·δ). The
+lower bound is the canary audit's, with the claim's δ taken off the true-positive rate
+(an (ε, δ)-DP test has TPR ≤ e^ε·FPR + δ)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ctxleak.methods.attacks.canary import (
+    CANARY_QUERY,
+    attack_score,
+    plant_canaries,
+    summarize_trials,
+)
+from ctxleak.methods.influence.data import InfluenceExample, load_examples, prompt_parts
+from ctxleak.mitigations.dp_rag import DPRAG
+from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
+from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
+
+DOCS = [{"id": f"d{i}", "context": c} for i, c in enumerate((
+    "Customer file.", "Billing record.", "Support ticket.", "Bank letter."))]
+# as the canary audit's own test: 4 of the 6 digits repeated, any order
+TRIALS, TOKENS, T, THRESHOLD, SHARDS, EPS = 16, 10, 0.5, 4, 3, 0.05
+DECODING = Decoding(temperature=T, max_new_tokens=TOKENS, min_new_tokens=TOKENS)
+
+
+class NoNoiseVote(DPVote):
+    """Broken: the plurality released as is (no Gumbel noise, no threshold)."""
+
+    def release(self, counts, scale, gap, generator):
+        return int(torch.argmax(counts))
+
+
+class NoNoiseSparseVote(DPSparseVote):
+    """Broken: neither the sparse-vector test nor the vote adds noise."""
+
+    def release(self, counts, scale, gap, generator):
+        return int(torch.argmax(counts))
+
+    def pays(self, agree, eps_svt, generator, rho):
+        return agree < self.threshold * self.shards
+
+
+class NoNoiseDPRAG(DPRAG):
+    """Broken: the documents' most likely token, no exponential mechanism."""
+
+    def step_logprobs(self, doc_logits, empty_logits, eps_token, temperature, excluded):
+        z = torch.log_softmax(doc_logits.double(), dim=-1).sum(dim=0)
+        if excluded:
+            z[list(excluded)] = -math.inf
+        out = torch.full_like(z, -math.inf)
+        out[int(torch.argmax(z))] = 0.0
+        return out
+
+
+def _requests(lm, trials, copies):
+    def prompt_for(trial):
+        def prompt(texts):
+            ex = InfluenceExample(trial.key, "\n".join(texts), CANARY_QUERY, None, "qa")
+            parts = prompt_parts(lm, ex, reserve=TOKENS)[0]
+            return parts.full if texts else parts.empty
+        return prompt
+
+    return [AnswerRequest(documents=(t.context,) * copies, prompt=prompt_for(t), seed=t.trial)
+            for t in trials]
+
+
+def _audit(lm, mech, trials, requests, group_eps, group_delta):
+    answers = mech.decode(lm, requests, DECODING)
+    records = [{"score": attack_score(lm.decode(list(a.response_ids)), t.canary),
+                "included": t.included, "composed_eps": group_eps}
+               for t, a in zip(trials, answers)]
+    out = summarize_trials(records, threshold=THRESHOLD)
+    tpr_lo, fpr_hi = out["tpr_ci"][0], out["fpr_ci"][1]
+    lower = max(math.log(max(tpr_lo - group_delta, 1e-300) / fpr_hi) if fpr_hi > 0 else math.inf,
+                math.log(max(1 - fpr_hi - group_delta, 1e-300) / (1 - tpr_lo)) if tpr_lo < 1
+                else math.inf, 0.0)
+    return lower, out
+
+
+@pytest.mark.integration
+def test_broken_dp_mechanisms_are_caught_and_honest_ones_hold(default_lm):
+    trials = plant_canaries(load_examples(DOCS, task="summarization"), TRIALS, seed=0)
+    votes = _requests(default_lm, trials, SHARDS)
+    single = _requests(default_lm, trials, 1)
+    cases = [
+        (DPVote, NoNoiseVote, {"eps": EPS, "shards": SHARDS}, votes, "shard"),
+        # a paid vote for every step (the default of three would cap what even a broken
+        # mechanism releases)
+        (DPSparseVote, NoNoiseSparseVote, {"eps": EPS, "shards": SHARDS, "eps_token": EPS / 40,
+                                           "eps_svt": EPS / 40}, votes, "shard"),
+        (DPRAG, NoNoiseDPRAG, {"eps": EPS}, single, "document"),
+    ]
+    for honest_cls, broken_cls, kwargs, requests, relation in cases:
+        claim = honest_cls(**kwargs).claim(DECODING)
+        assert claim.relation == relation and claim.eps <= EPS
+        if relation == "shard":  # every shard holds the canary: group privacy over them
+            k, d = SHARDS, SHARDS * math.exp((SHARDS - 1) * claim.eps) * claim.delta
+        else:  # one document replaced: removed, then added
+            k, d = 2, (1 + math.exp(claim.eps)) * claim.delta
+        group_eps = k * claim.eps
+        broken, b_out = _audit(default_lm, broken_cls(**kwargs), trials, requests, group_eps, d)
+        honest, h_out = _audit(default_lm, honest_cls(**kwargs), trials, requests, group_eps, d)
+        print(f"{honest_cls.name}: claim {group_eps:.3g} for the canary's neighbours; lower bound "
+              f"broken {broken:.3g} (TP {b_out['tp']}/{b_out['n_in']}, FP {b_out['fp']}/"
+              f"{b_out['n_out']}), honest {honest:.3g} (TP {h_out['tp']}/{h_out['n_in']}, FP "
+              f"{h_out['fp']}/{h_out['n_out']})")
+        assert broken > group_eps, (honest_cls.name, b_out)
+        assert honest <= group_eps, (honest_cls.name, h_out)
