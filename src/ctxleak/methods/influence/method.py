@@ -31,6 +31,7 @@ from ctxleak.methods.influence.mechanism_mode import (
     check_examples,
     cid_claim,
     claim_summary,
+    example_documents,
     measure_mechanism,
 )
 from ctxleak.methods.influence.params import InfluenceParams, greedy_temperature, parse_ngram
@@ -183,11 +184,16 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
     def batches(self, ready: Ready, items: Sequence[Item],
                 policy: BatchPolicy) -> list[list[Item]]:
         """Two CID streams per item, each its prompt plus the new tokens (the generation's KV
-        cache): the token slots an item keeps in flight."""
+        cache): the token slots an item keeps in flight. Another mechanism's item: at most one
+        stream per document plus the no-retrieval one (a vote's voters, DP-RAG's documents),
+        together no longer than the whole context and one prompt without it per stream."""
         costs: list[int | None] = []
+        new = self.options.max_new_tokens
         for setting, ex in items:
             parts, _ = example_parts(ready.lm, ex, setting, self.options)
-            costs.append(len(parts.full) + len(parts.empty) + 2 * self.options.max_new_tokens)
+            costs.append(len(parts.full) + len(parts.empty) + 2 * new
+                         if setting.mechanism is None else len(parts.full)
+                         + (len(example_documents(ex)) + 1) * (len(parts.empty) + new))
         return list(batches_by_cost(items, costs, policy))
 
     def measure(self, lm: LanguageModel, ready: Ready,
