@@ -85,3 +85,12 @@ def test_dp_rag_parses_by_name_and_a_text_its_class_cannot_read_is_one_line():
         parse_mechanism("dp-rag:eps=5,score_range=0")
     assert str(err.value).startswith("mechanisms: 'dp-rag:eps=5,score_range=0': ")
     assert "\n" not in str(err.value)
+
+
+def test_scrubbing_parses_by_name_with_the_one_detection_layer():
+    m = parse_mechanism("scrub:operator=mask,entities=person+email")
+    assert (m.operator, m.entities, m.detect) == ("mask", ("person", "email"), find_sensitive)
+    assert parse_mechanism(m.key()) == m
+    with pytest.raises(ConfigError, match="operator: 'blur' is not a Presidio operator") as err:
+        parse_mechanism("scrub:operator=blur")
+    assert err.value.param == "mechanisms"
