@@ -77,6 +77,15 @@ def influence(
                                               "sweeps, combined with every λ: 'none' is plain "
                                               "CID (no bound; 'inf' the same), 0 forces λ_t = "
                                               "0 (the no-context answer), e.g. none,2,8."),
+    mechanisms: list[str] = typer.Option([], "--mechanism", help="Another mechanism than "
+                                         "CID as a decoding mode, scored as CID at λ = 1 "
+                                         "scores an answer, beside the λ and ε settings "
+                                         "(repeatable): dp-vote:eps=2,shards=4, "
+                                         "dp-sparse-vote:eps=2,shards=4, dp-rag:eps=5, "
+                                         "scrub:operator=replace. Each records its claimed ε, "
+                                         "δ and relation and the tokens it paid; the data "
+                                         "needs several documents per question for the "
+                                         "votes (e.g. --data demo-qa-large)."),
     repeat_threshold: float = typer.Option(0.5, "--repeat-threshold", help="Share of a "
                                            "response's tokens found in the context above which "
                                            "it counts as repeating the context, in [0, 1]."),
@@ -159,6 +168,7 @@ def influence(
                              temperature=temperature, max_new_tokens=max_new_tokens,
                              min_new_tokens=min_new_tokens, ngram=ngram, stride=stride,
                              context_sizes=context_sizes, bounded_eps=bounded_eps,
+                             mechanisms=list(mechanisms) or None,
                              repeat_threshold=repeat_threshold, rouge_threshold=rouge_threshold,
                              bertscore_model=bertscore_model, factkb_model=factkb_model,
                              redact=redact, control=control, controls=controls,
@@ -236,7 +246,7 @@ def frontier_cmd(
     front = result.frontier_summary(keep, [ctxleak.load_result(a) for a in audit])
     if not front.get("rows") or len(front["rows"]) < 2:
         raise ConfigError(f"{run} measured one setting: a frontier needs a sweep (--lambda "
-                          f"0,0.5,1 or --bounded-eps 2,8)", param="run")
+                          f"0,0.5,1, --bounded-eps 2,8 or --mechanism)", param="run")
     print_frontier(front, plain=plain_output())
 
 

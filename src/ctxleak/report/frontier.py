@@ -6,6 +6,7 @@ Language Models")."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ctxleak.report import Report, plots
@@ -27,22 +28,49 @@ def frontier_rows(front: dict[str, Any]) -> list[dict[str, Any]]:
     privacy = "above control/token" if front.get("privacy", "").endswith(
         "above control per token") else "influence/token"
     utility = front.get("utility") or "utility"
-    audited = any(r.get("eps_lower") is not None for r in front.get("rows") or [])
+    all_rows = front.get("rows") or []
+    audited = any(r.get("eps_lower") is not None for r in all_rows)
+    claims = any(r.get("relation") is not None for r in all_rows)
+    paid = any(r.get("mechanism") for r in all_rows)
+    others = [(k, name) for k, name in (("exact_match", "EM"), ("f1", "F1"),
+                                         ("rouge_l", "ROUGE-L"))
+              if k != front.get("utility_key") and any(r.get(k) is not None for r in all_rows)]
     rows = []
-    for r in front.get("rows") or []:
+    for r in all_rows:
         kept = r.get("utility_kept")
         attack = {"attack ε ≥ (95%)": r.get("eps_lower")} if audited else {}
+        claim = {"covers": r.get("relation")} if claims else {}
+        tokens = {"paid tokens": r.get("tokens_paid")} if paid else {}
+        more = {}
+        for k, name in others:
+            more[name] = r.get(k)
+            more[f"Δ {name} (95% CI)"] = None if r.get(f"{k}_difference") is None else (
+                f"{r[f'{k}_difference']:.3g} "
+                f"{_ci(r.get(f'{k}_difference_ci_low'), r.get(f'{k}_difference_ci_high'))}")
         rows.append({
             "setting": r["label"], privacy: r["privacy"],
             "95% CI": _ci(r["privacy_ci_low"], r["privacy_ci_high"]),
-            "ε/response": r["eps_guarantee"], **attack, utility: r["utility"],
+            "ε/response": r["eps_guarantee"], **claim, **tokens, **attack,
+            utility: r["utility"],
             f"Δ {utility} vs λ = 1": ("baseline (added)" if r.get("added_baseline")
                                       else "baseline") if r.get("baseline")
             else r["utility_difference"],
-            "Δ 95% CI": _ci(r["difference_ci_low"], r["difference_ci_high"]),
+            "Δ 95% CI": _ci(r["difference_ci_low"], r["difference_ci_high"]), **more,
             "kept": None if kept is None else f"{100 * kept:.0f} %",
             "Pareto": {True: "yes", False: "no"}.get(r.get("pareto"), "—")})
     return rows
+
+
+def setting_columns(setting: dict[str, Any], settings: Sequence[dict[str, Any]]
+                    ) -> dict[str, Any]:
+    """The columns that name a setting in the report's table: λ and T, led by ``mode`` (the
+    mechanism's key, or CID) where the run measured other mechanisms than CID, whose λ is
+    then "—" (their answers are scored at λ = 1, but not decoded by CID)."""
+    if not any(s.get("mechanism") for s in settings):
+        return {"λ": setting["lambda"], "T": setting["temperature"]}
+    mechanism = setting.get("mechanism")
+    return {"mode": mechanism or "CID", "λ": "—" if mechanism else setting["lambda"],
+            "T": setting["temperature"]}
 
 
 def frontier_plots(front: dict[str, Any] | None) -> dict[str, bytes]:
@@ -88,7 +116,7 @@ def frontier_section(report: Report, front: dict[str, Any] | None) -> None:
     """The frontier in the HTML report: the table, the recommendation and how to read it."""
     if not front:
         return
-    report.add_heading("Choosing λ or ε: the privacy–utility frontier")
+    report.add_heading("Choosing a mitigation: the privacy–utility frontier")
     report.add_table(frontier_rows(front))
     report.add_text("\n".join(notes(front)) + (
         f"\nPrivacy loss is the {front.get('privacy')} (nats per token); utility is "
@@ -97,8 +125,10 @@ def frontier_section(report: Report, front: dict[str, Any] | None) -> None:
         "95%). A setting is on the Pareto front when no other has privacy loss no higher and "
         "utility no lower, one of them strictly. The recommendation is the Pareto setting with "
         f"the least privacy loss that keeps {100 * float(front.get('keep') or 0):.0f} % of the "
-        "best utility."))
+        "best utility. 'covers' names the neighbouring relation of each claimed ε: a "
+        "shard-level ε is not a document-level ε, and 'none' claims nothing; 'paid tokens' "
+        "are the released tokens per answer that spent privacy budget."))
 
 
 __all__ = ["FRONTIER_PNG", "frontier_plots", "frontier_rows", "frontier_section",
-           "print_frontier"]
+           "print_frontier", "setting_columns"]

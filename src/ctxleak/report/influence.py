@@ -16,7 +16,7 @@ from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import print_closing, print_rows
 from ctxleak.report.documents import document_lines, documents_section
-from ctxleak.report.frontier import frontier_section, print_frontier
+from ctxleak.report.frontier import frontier_section, print_frontier, setting_columns
 from ctxleak.report.leakmap import add_leak_section, add_record_map, explain_map, flag_states
 from ctxleak.report.redaction import names_in
 
@@ -52,7 +52,7 @@ def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     added = any(s.get("added_baseline") for s in summaries)
     for s in summaries:
         infl = s["influence"]
-        row = {"λ": s["lambda"], "T": s["temperature"]}
+        row = setting_columns(s, summaries)
         if bounded:  # plain and bounded settings side by side: ε per token, or none
             row["ε"] = "none" if s.get("bounded_eps") is None else s["bounded_eps"]
         if added:

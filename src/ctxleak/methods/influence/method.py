@@ -27,6 +27,13 @@ from ctxleak.methods.influence.decoys import (
     passage_decoys,
     uses_documents,
 )
+from ctxleak.methods.influence.mechanism_mode import (
+    check_examples,
+    cid_claim,
+    claim_summary,
+    example_documents,
+    measure_mechanism,
+)
 from ctxleak.methods.influence.params import InfluenceParams, greedy_temperature, parse_ngram
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
 from ctxleak.methods.influence.roads import influence_needs
@@ -128,6 +135,8 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         check_class_budgets(self.params.budgets().classes, self.params.class_field,
                             [ex.documents for ex in examples])
         self._check_budgets_have_documents(examples)
+        for mechanism in self.params.mechanisms or ():  # before anything heavy
+            check_examples(mechanism, examples)
         state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},
                          [], seed=self.common.seed, traces=traces).with_controls(per_example)
         # the default, resolved from this run's number of examples, is kept for its resumes
@@ -175,11 +184,16 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
     def batches(self, ready: Ready, items: Sequence[Item],
                 policy: BatchPolicy) -> list[list[Item]]:
         """Two CID streams per item, each its prompt plus the new tokens (the generation's KV
-        cache): the token slots an item keeps in flight."""
+        cache): the token slots an item keeps in flight. Another mechanism's item: at most one
+        stream per document plus the no-retrieval one (a vote's voters, DP-RAG's documents),
+        together no longer than the whole context and one prompt without it per stream."""
         costs: list[int | None] = []
+        new = self.options.max_new_tokens
         for setting, ex in items:
             parts, _ = example_parts(ready.lm, ex, setting, self.options)
-            costs.append(len(parts.full) + len(parts.empty) + 2 * self.options.max_new_tokens)
+            costs.append(len(parts.full) + len(parts.empty) + 2 * new
+                         if setting.mechanism is None else len(parts.full)
+                         + (len(example_documents(ex)) + 1) * (len(parts.empty) + new))
         return list(batches_by_cost(items, costs, policy))
 
     def measure(self, lm: LanguageModel, ready: Ready,
@@ -196,20 +210,26 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
                 if self.options.control else None
             decoys = [ready.examples.decoys[index[ex.id]] for _, ex in items] \
                 if ready.examples.decoys else None
-            # one pipeline call per bounded ε (plain CID: None) in the batch, records in order
+            # one pipeline call per bounded ε (plain CID: None) and per other mechanism in the
+            # batch, records in order
             records: list[dict[str, Any]] = [{} for _ in items]
-            for eps in dict.fromkeys(setting.bounded_eps for setting, _ in items):
-                where = [i for i, (setting, _) in enumerate(items) if setting.bounded_eps == eps]
+            for eps, mech in dict.fromkeys((s.bounded_eps, s.mechanism) for s, _ in items):
+                where = [i for i, (s, _) in enumerate(items)
+                         if (s.bounded_eps, s.mechanism) == (eps, mech)]
+                how: dict[str, Any] = {
+                    "controls": None if controls is None else [controls[i] for i in where],
+                    "cost": ready.cost,
+                    "decoys": None if decoys is None else [decoys[i] for i in where]}
                 got = measure_examples(lm, [jobs[i] for i in where],
-                                       replace(self.options, bounded_eps=eps),
-                                       controls=None if controls is None
-                                       else [controls[i] for i in where], cost=ready.cost,
-                                       decoys=None if decoys is None
-                                       else [decoys[i] for i in where])
+                                       replace(self.options, bounded_eps=eps), **how) \
+                    if mech is None else \
+                    measure_mechanism(lm, [jobs[i] for i in where], self.options, mech, **how)
                 for i, record in zip(where, got):
                     records[i] = record
             for (setting, _), record in zip(items, records):  # the sweep's context size, None: all
                 record.setdefault("context_limit", setting.context_tokens)
+                if setting.mechanism is None:  # what CID claims (the other mechanisms': theirs)
+                    record.update(cid_claim(setting, record))
             ready.cost.measure_seconds += time.perf_counter() - start
             return records
 
@@ -231,6 +251,7 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
                                             class_field=self.params.class_field)
                 if setting.added:  # λ = 1 without a bound, measured though not asked for
                     summary["added_baseline"] = True
+                summary.update(claim_summary(rows, seed=self.common.seed))
                 examples_of = [by_id[i] for i in Column(rows, "id")]
                 references: list[Any] = [ex.reference for ex in examples_of]
                 summary["quality"] = quality_scores(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxleak.errors import ConfigError, warn
+from ctxleak.methods.influence.mechanism_mode import check_mechanism_options, mechanism_list
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, eps_list, settings_grid
 from ctxleak.methods.rag.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.methods.rag.budgets import CLASS_FIELD, Budgets, parse_budgets
@@ -81,6 +82,11 @@ class InfluenceParams:
         None, "Bounded CID: ε-DP per token for any n-gram (App. B); λ becomes the upper bound "
         "λ_max. A list sweeps, combined with every λ: 'none' (or None) is plain CID, 'inf' "
         "the same (no bound), 0 forces λ_t = 0 (the no-context answer), e.g. 'none,2,8'.")
+    mechanisms: Any = option(
+        None, "Other mechanisms than CID, each a decoding mode of the run scored as CID at "
+        "λ = 1 scores an answer: 'dp-vote:eps=2,shards=4', 'dp-sparse-vote:eps=2,shards=4,"
+        "threshold=0.5', 'dp-rag:eps=5', 'scrub:operator=replace' (a list, or mechanism "
+        "objects); each at every temperature, beside the λ and ε settings.")
     repeat_threshold: float = option(0.5, "Response-to-context overlap above which a response "
                                      "counts as repeating its context, in [0, 1].")
     rouge_threshold: float = option(0.5, "ROUGE-L above which a response counts as close to "
@@ -177,6 +183,9 @@ class InfluenceParams:
             raise ConfigError(f"log_format must be {', '.join(LOG_FORMATS)}, not "
                               f"'{self.log_format}'", param="log_format")
         self._check_app_prompt(put)
+        if self.mechanisms is not None:
+            put("mechanisms", mechanism_list(self.mechanisms) or None)
+            check_mechanism_options(self)
         if self.controls is not None:
             check_limit(self.controls, "controls")
         if not isinstance(self.control, bool):
@@ -261,10 +270,12 @@ class InfluenceParams:
         T where it lacks it: every setting's utility difference is read against it. A run of
         one setting measures that setting alone."""
         lams: list[float] = list(self.lambda_)  # type: ignore[arg-type]
-        asked = settings_grid(lams, self.temperatures, self.sizes, self.eps_values)
+        mechanisms = list(self.mechanisms or ())
+        asked = settings_grid(lams, self.temperatures, self.sizes, self.eps_values,
+                              mechanisms=mechanisms)
         mitigated = any(not s.is_baseline for s in asked)
         return settings_grid(lams, self.temperatures, self.sizes, self.eps_values,
-                             baseline=mitigated and len(asked) > 1)
+                             baseline=mitigated and len(asked) > 1, mechanisms=mechanisms)
 
     @property
     def eps_values(self) -> list[float | None]:
@@ -286,6 +297,8 @@ class InfluenceParams:
                 **{k: getattr(self, k) for k in ("system_prompt", "app_prompt")
                    if getattr(self, k) is not None},
                 **({} if self.controls is None else {"controls": self.controls}),
+                **({} if not self.mechanisms else {"mechanisms": [
+                    m.key() for m in self.mechanisms]}),
                 **({} if self.exposure_budget is None
                    else {"exposure_budget": self.exposure_budget}),
                 **({} if self.class_field == CLASS_FIELD else {"class_field": self.class_field}),

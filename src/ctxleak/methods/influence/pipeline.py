@@ -249,12 +249,9 @@ def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Settin
                           "bounded_eps unset, or drop the response field",
                           param="bounded_eps")
     mine = [jobs[k] for k in given]
-    parts = _example_parts(lm, mine, options)
-    answers = [(ex.logged_ids(lm), False) for ex, _, _ in mine]
-    scorer = score_responses if _road(lm, mine, options).name == ANSWERS else _score_in_process
-    records = _scored_records(lm, mine, parts, answers, options, scorer,
-                              None if controls is None else [controls[k] for k in given], cost,
-                              None if decoys is None else [decoys[k] for k in given])
+    records = score_drawn(lm, mine, [(ex.logged_ids(lm), False) for ex, _, _ in mine], options,
+                          None if controls is None else [controls[k] for k in given], cost,
+                          None if decoys is None else [decoys[k] for k in given])
     out: list[dict[str, Any] | None] = [None] * len(jobs)
     for k, record in zip(given, records):
         out[k] = record
@@ -268,6 +265,19 @@ def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Settin
         for k, record in zip(others, rest):
             out[k] = record
     return out  # type: ignore[return-value]
+
+
+def score_drawn(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                answers: Sequence[tuple[list[int], bool]], options: InfluenceOptions,
+                controls: Controls | None = None, cost: ControlCost | None = None,
+                decoys: Decoys | None = None) -> list[dict[str, Any]]:
+    """The records of answers drawn elsewhere, (token ids, stopped on EOS) per job (a logged
+    answer, another mechanism's): each scored as CID at its job's λ and T would have produced
+    it, as :func:`measure_examples` scores its own (whole context, windows, passages, control,
+    decoys), in-process or from a served model's log-probs."""
+    parts = _example_parts(lm, jobs, options)
+    scorer = score_responses if _road(lm, jobs, options).name == ANSWERS else _score_in_process
+    return _scored_records(lm, jobs, parts, answers, options, scorer, controls, cost, decoys)
 
 
 def _score_in_process(lm: LanguageModel, answers: AnswersToScore) -> ScoredAnswers:

@@ -15,6 +15,7 @@ from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import (
     CIDConfig,
 )
+from ctxleak.mitigations.mechanisms import Mechanism
 
 #: How the sweep grammar writes "no bound" (plain CID) in an ε list; ``inf`` means the same.
 NO_BOUND = "none"
@@ -25,25 +26,29 @@ class Setting:
     """One cell of a sweep: λ, temperature, context size (None = whole context) and, for
     bounded CID, ε per token (λ is then λ_max; None: plain CID). ``added``: the unmitigated
     baseline (λ = 1, no bound) the sweep did not ask for, measured so that every setting has
-    its utility difference to it; not part of the key."""
+    its utility difference to it; not part of the key. ``mechanism``: another mechanism than
+    CID decodes the response (:mod:`ctxleak.mitigations.mechanisms`), which is then scored
+    as CID at λ = 1 would score it (``lam`` is 1); None: CID."""
 
     lam: float
     temperature: float
     context_tokens: int | None = None
     bounded_eps: float | None = None
     added: bool = field(default=False, compare=False)
+    mechanism: Mechanism | None = None
 
     @property
     def is_baseline(self) -> bool:
         """λ = 1 without a bound: plain decoding, the setting a sweep's utility is read
         against."""
-        return self.lam == 1 and self.bounded_eps is None
+        return self.lam == 1 and self.bounded_eps is None and self.mechanism is None
 
     @property
     def key(self) -> str:
         k = "all" if self.context_tokens is None else str(self.context_tokens)
         eps = "" if self.bounded_eps is None else f",eps={self.bounded_eps:g}"
-        return f"lambda={self.lam:g},T={self.temperature:g},context={k}{eps}"
+        mech = "" if self.mechanism is None else f",mechanism={self.mechanism.key()}"
+        return f"lambda={self.lam:g},T={self.temperature:g},context={k}{eps}{mech}"
 
 
 @dataclass(frozen=True)
@@ -76,13 +81,15 @@ def round_floats(values: Sequence[float] | np.ndarray, digits: int = 6) -> list[
 def settings_grid(lams: Sequence[float], temps: Sequence[float],
                   context_sizes: Sequence[int | None],
                   bounded_eps: Sequence[float | None] = (None,),
-                  baseline: bool = False) -> list[Setting]:
-    """Every combination, λ varying fastest, then T, then bounded ε, then the context size.
-    ``baseline``: each context size's settings start with λ = 1 without a bound at every T
-    the combinations lack (``added``)."""
+                  baseline: bool = False,
+                  mechanisms: Sequence[Mechanism] = ()) -> list[Setting]:
+    """Every combination, λ varying fastest, then T, then bounded ε, then the context size;
+    then each of ``mechanisms`` at every T (scored at λ = 1). ``baseline``: each context size's
+    settings start with λ = 1 without a bound at every T the combinations lack (``added``)."""
     out: list[Setting] = []
     for k in context_sizes:
         asked = [Setting(lam, t, k, eps) for eps in bounded_eps for t in temps for lam in lams]
+        asked += [Setting(1.0, t, k, None, mechanism=m) for m in mechanisms for t in temps]
         if baseline:
             out += [Setting(1.0, t, k, None, added=True) for t in temps
                     if Setting(1.0, t, k, None) not in asked]

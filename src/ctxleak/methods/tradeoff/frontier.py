@@ -1,5 +1,5 @@
-"""The privacy–utility frontier of an influence sweep: which λ or ε keeps answers useful and
-documents private.
+"""The privacy–utility frontier of an influence sweep: which mechanism, λ or ε keeps answers
+useful and documents private.
 
 "Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models" offers two
 mitigations, a lower λ (Context Influence Decoding) and bounded CID with ε per token
@@ -22,9 +22,18 @@ settings side by side, one row each:
 * ``pareto``: no other setting is at least as good on both (privacy loss no higher, utility no
   lower) and better on one.
 
+A sweep may hold other mechanisms than CID (``--mechanism``: a DP vote over shards, DP-RAG,
+scrubbing; :mod:`ctxleak.methods.influence.mechanism_mode`), each measured by the same influence
+and the same utility. Every row then shows what its setting claims (``eps_guarantee`` per
+response, ``delta``, the ``relation`` the claim covers, ``tokens_paid``) beside the leak
+measured, and exact match, token F1 and ROUGE-L each with its paired difference to the
+baseline.
+
 The recommendation is the Pareto setting with the least privacy loss that keeps at least
-``keep`` (default 90 %) of the best utility, said in one sentence; it says so when no setting with
-less privacy loss than the best one does.
+``keep`` (default 90 %) of the best utility, said in one sentence with what its claim covers
+(a shard-level ε is not a document-level ε); it says so when no setting with less privacy
+loss than the best one does. With fewer than :data:`MIN_QUESTIONS` questions the utility
+differences are not resolved, and it recommends nothing.
 """
 
 from __future__ import annotations
@@ -41,12 +50,22 @@ KEEP = 0.9
 #: The utility a frontier reads, first found first: key, name.
 UTILITIES = (("f1", "F1"), ("rouge_l", "ROUGE-L"))
 
+#: Every utility a row shows, each with its paired difference to the baseline: key, name.
+ALL_UTILITIES = (("exact_match", "exact match"), ("f1", "F1"), ("rouge_l", "ROUGE-L"))
+
+#: Fewer questions than this and utility differences are not resolved: no recommendation.
+MIN_QUESTIONS = 30
+
 #: The columns of a frontier row, in order.
-COLUMNS = ("setting", "label", "lambda", "temperature", "bounded_eps", "privacy",
-           "privacy_ci_low", "privacy_ci_high", "eps_guarantee", "eps_lower", "utility", "utility_ci_low",
+COLUMNS = ("setting", "label", "mechanism", "lambda", "temperature", "bounded_eps", "privacy",
+           "privacy_ci_low", "privacy_ci_high", "eps_guarantee", "delta", "relation",
+           "tokens_paid", "eps_lower", "utility", "utility_ci_low",
            "utility_ci_high", "baseline", "added_baseline", "utility_difference", "difference_ci_low",
            "difference_ci_high", "difference_pairs", "difference_reason", "pareto",
-           "utility_kept")
+           "utility_kept",
+           *(f"{k}{part}" for k, _ in ALL_UTILITIES
+             for part in ("", "_ci_low", "_ci_high", "_difference", "_difference_ci_low",
+                          "_difference_ci_high")))
 
 ABOVE_CONTROL = "influence above control per token"
 PER_TOKEN = "influence per token"
@@ -54,15 +73,17 @@ PER_TOKEN = "influence per token"
 
 def frontier(settings: Sequence[dict[str, Any]],
              records: Sequence[dict[str, Any]] | None = None, *, keep: float = KEEP,
-             seed: int = 0, audits: Mapping[str, float | None] | None = None) -> dict[str, Any]:
+             seed: int = 0, audits: Mapping[str, float | None] | None = None,
+             min_questions: int = MIN_QUESTIONS) -> dict[str, Any]:
     """The frontier of an influence run's ``settings`` (``summary["settings"]``); ``records``
     (the run's samples) give the paired utility differences to λ = 1, left ``None`` without;
     ``audits``: the canary audits' ε lower bounds by setting key (``eps_lower``, None where a
     setting has none); a key that is none of the settings' is refused, naming it.
 
     Returns ``rows`` (one per setting, in the sweep's order), the ``privacy`` and ``utility``
-    they read (with ``privacy_note`` where the control is missing), ``keep``, the
-    ``recommended`` setting's key (``None`` where none is) and the ``recommendation``."""
+    they read (with ``privacy_note`` where the control is missing), ``keep``, ``questions``
+    (the fewest any setting measured), the ``recommended`` setting's key (``None`` where none
+    is, and with fewer than ``min_questions`` questions) and the ``recommendation``."""
     if not (isinstance(keep, (int, float)) and not isinstance(keep, bool) and 0 < keep <= 1):
         raise ConfigError(f"keep must be a share of the best utility in (0, 1], got {keep!r}",
                           param="keep")
@@ -84,23 +105,22 @@ def frontier(settings: Sequence[dict[str, Any]],
         stats = (((s.get("control") or {}).get("above_control_per_token") or {})
                  if privacy == ABOVE_CONTROL else (s.get("influence_per_token") or {}))
         util = (s.get(key) or {}) if key else {}
-        eps = s.get("bounded_eps")
         row: dict[str, Any] = {
-            "setting": s.get("setting"), "label": label, "lambda": s.get("lambda"),
-            "temperature": s.get("temperature"), "bounded_eps": eps,
+            "setting": s.get("setting"), "label": label, "mechanism": s.get("mechanism"),
+            "lambda": s.get("lambda"), "temperature": s.get("temperature"),
+            "bounded_eps": s.get("bounded_eps"),
             "privacy": stats.get("mean"), "privacy_ci_low": stats.get("ci_low"),
-            "privacy_ci_high": stats.get("ci_high"),
-            "eps_guarantee": (s.get("composed_eps") or {}).get("mean") if eps is not None
-            else None,
+            "privacy_ci_high": stats.get("ci_high"), **claim_columns(s),
             "eps_lower": (audits or {}).get(str(s.get("setting"))),
             "utility": util.get("mean"), "utility_ci_low": util.get("ci_low"),
             "utility_ci_high": util.get("ci_high")}
         base = baseline_key(s)
         row["baseline"] = s.get("setting") == base
         row["added_baseline"] = bool(s.get("added_baseline"))
-        row.update(_difference(by_setting.get(s.get("setting"), []),
-                               by_setting.get(base, []) if base in keys else [],
-                               key, row["baseline"], seed))
+        mine, theirs = by_setting.get(s.get("setting"), []), \
+            by_setting.get(base, []) if base in keys else []
+        row.update(_difference(mine, theirs, key, row["baseline"], seed))
+        row.update(utility_columns(s, mine, theirs, row["baseline"], seed))
         rows.append(row)
     mark_pareto(rows)
     best = _best(rows)
@@ -108,12 +128,51 @@ def frontier(settings: Sequence[dict[str, Any]],
         row["utility_kept"] = (row["utility"] / best["utility"]
                                if best and row["utility"] is not None and best["utility"] > 0
                                else None)
-    chosen = recommend(rows, keep)
+    questions = min((int(s["n"]) for s in settings if s.get("n") is not None), default=None)
+    resolved = questions is None or questions >= min_questions
+    chosen = recommend(rows, keep) if resolved else None
+    sentence = recommendation(rows, chosen, keep, privacy, name) if resolved else (
+        f"No recommendation: utility differences not resolved with {questions} question(s) "
+        f"(fewer than {min_questions}); measure at least {min_questions} questions to choose "
+        f"between settings.")
     return {"privacy": privacy, "privacy_unit": "nats per token", "privacy_note": note,
-            "utility": name, "utility_key": key, "keep": keep,
+            "utility": name, "utility_key": key, "keep": keep, "questions": questions,
+            "min_questions": min_questions, "resolved": resolved,
             "recommended": chosen["setting"] if chosen else None,
-            "recommendation": recommendation(rows, chosen, keep, privacy, name),
-            "rows": rows}
+            "recommendation": sentence, "rows": rows}
+
+
+def claim_columns(setting: dict[str, Any]) -> dict[str, Any]:
+    """What a setting claims: ε per response (the mean over its answers; bounded CID's
+    composed ε in a run from before claims were recorded), δ, the relation the claim covers
+    (:data:`~ctxleak.mitigations.mechanisms.RELATIONS`) and the tokens paid per response."""
+    claim = setting.get("claim") or {}
+    if claim:
+        eps = (claim.get("eps") or {}).get("mean") if claim.get("relation") != "none" else None
+        return {"eps_guarantee": eps, "delta": claim.get("delta"),
+                "relation": claim.get("relation"),
+                "tokens_paid": (setting.get("tokens_paid") or {}).get("mean")}
+    bounded = setting.get("bounded_eps") is not None
+    return {"eps_guarantee": (setting.get("composed_eps") or {}).get("mean") if bounded
+            else None, "delta": 0.0 if bounded else None,
+            "relation": "context" if bounded else None, "tokens_paid": None}
+
+
+def utility_columns(setting: dict[str, Any], mine: Sequence[dict[str, Any]],
+                    base: Sequence[dict[str, Any]], is_base: bool,
+                    seed: int) -> dict[str, Any]:
+    """Exact match, token F1 and ROUGE-L of a setting, each with its interval and its paired
+    difference to the baseline with that interval (None where not measured)."""
+    out: dict[str, Any] = {}
+    for k, _ in ALL_UTILITIES:
+        stats = setting.get(k) or {}
+        diff = _difference(mine, base, k if stats else None, is_base, seed)
+        out.update({k: stats.get("mean"), f"{k}_ci_low": stats.get("ci_low"),
+                    f"{k}_ci_high": stats.get("ci_high"),
+                    f"{k}_difference": diff["utility_difference"],
+                    f"{k}_difference_ci_low": diff["difference_ci_low"],
+                    f"{k}_difference_ci_high": diff["difference_ci_high"]})
+    return out
 
 
 def _privacy_measure(settings: Sequence[dict[str, Any]]) -> tuple[str, str | None]:
@@ -138,6 +197,10 @@ def setting_labels(settings: Sequence[dict[str, Any]]) -> list[str]:
     contexts = {context_part(s.get("setting")) for s in settings}
     out = []
     for s in settings:
+        if s.get("mechanism"):
+            extra = [f"T = {s.get('temperature'):g}"] if len(temps) > 1 else []
+            out.append(", ".join([str(s["mechanism"]), *extra]))
+            continue
         parts = [f"λ = {s.get('lambda'):g}" if s.get("lambda") is not None else "λ = ?"]
         if s.get("bounded_eps") is not None:
             parts.append(f"ε = {s['bounded_eps']:g}")
@@ -246,10 +309,41 @@ def recommendation(rows: Sequence[dict[str, Any]], chosen: dict[str, Any] | None
         cost = f"{privacy} {chosen['privacy']:.3g} {unit}"
     sentence = (f"{chosen['label']} keeps {_pct(chosen['utility'] / best['utility'])} of the "
                 f"best {utility} at {cost} ({head}")
-    if chosen.get("eps_guarantee") is not None:
+    if chosen.get("eps_guarantee") is not None and chosen.get("relation") is None:
         sentence += f"; ε {chosen['eps_guarantee']:.3g} per response guaranteed"
-    return sentence + ")."
+    return sentence + ")." + claim_sentence(chosen)
 
 
-__all__ = ["ABOVE_CONTROL", "COLUMNS", "KEEP", "PER_TOKEN", "UTILITIES", "baseline_key", "context_part",
-           "frontier", "mark_pareto", "recommend", "recommendation", "setting_labels"]
+#: What a claim under each relation covers, and what it does not, in a few words.
+CLAIM_SCOPE = {
+    "document": "per document: adding or removing any one document; a person whose data "
+                "sits in k documents is covered at k times ε",
+    "shard": "per shard: a shard-level ε is not a document-level ε, unless each document "
+             "sits in exactly one shard",
+    "context": "for the whole retrieved context replaced by any other",
+    "none": "no guarantee: the measured leak is all that is known",
+}
+
+
+def claim_sentence(row: dict[str, Any]) -> str:
+    """What the recommended row claims and what the claim covers, with the ε an attack
+    demonstrated beside it where one was given; empty for a row of a run from before claims
+    were recorded."""
+    relation = row.get("relation")
+    if relation is None:
+        return ""
+    if relation == "none" or row.get("eps_guarantee") is None:
+        text = f" Its claim: {CLAIM_SCOPE['none']}."
+    else:
+        delta = f", δ = {row['delta']:.2g}" if row.get("delta") else ""
+        text = (f" Its claim: ε = {row['eps_guarantee']:.3g}{delta} per response, "
+                f"{CLAIM_SCOPE.get(relation, relation)}.")
+    if row.get("eps_lower") is not None:
+        text += f" A canary attack demonstrated ε ≥ {row['eps_lower']:.3g} (95 %)."
+    return text
+
+
+__all__ = ["ABOVE_CONTROL", "ALL_UTILITIES", "CLAIM_SCOPE", "COLUMNS", "KEEP", "MIN_QUESTIONS",
+           "PER_TOKEN", "UTILITIES", "baseline_key", "claim_columns", "claim_sentence",
+           "context_part", "frontier", "mark_pareto", "recommend", "recommendation",
+           "setting_labels", "utility_columns"]

@@ -1,0 +1,269 @@
+"""Another mechanism than CID as a decoding mode of the influence run.
+
+A RAG team weighs more mitigations than a lower λ or bounded CID ("Estimating Privacy Leakage of
+Augmented Contextual Knowledge in Language Models"): a differentially private vote of voters
+that each read one shard ("Privacy-Preserving Retrieval-Augmented Generation with Differential
+Privacy", Koga, Wu and Chaudhuri), DP-RAG's exponential mechanism after a private retrieval
+("RAG with Differential Privacy", Grislain), or personal data scrubbed from the documents. Each
+implements :class:`~ctxleak.mitigations.mechanisms.Mechanism`; here it decodes the answer of
+each example from the example's documents (its retrieved documents, its passages, or its
+context as one document), and the answer is then measured exactly as the run measures a CID
+answer: scored as CID at λ = 1 (plain decoding's log-probabilities) with the whole context,
+without it, without each passage, and under the control context
+(:func:`~ctxleak.methods.influence.pipeline.score_drawn`). The context's influence on the
+answer is thus one measure across every mechanism, beside what each mechanism claims.
+
+Every record of the run, CID's included, carries the claim: ``claim_eps`` (ε per response,
+composed over the released tokens), ``claim_delta``, ``claim_relation`` (the neighbouring
+relation it covers, :data:`~ctxleak.mitigations.mechanisms.RELATIONS`) and ``tokens_paid``
+(the released tokens that spent privacy budget). CID's claims: bounded CID's ε per token
+composed over the response (Thm B.1, basic composition), under any replacement of the
+context, since every context's next-token distribution stays within ε/2 of the no-context
+one; λ = 0 never reads the context (ε = 0, bounded or not); plain CID at λ > 0 guarantees
+nothing.
+
+The prompt a mechanism is given for a set of document texts is the run's own template holding
+those texts as a retrieved list (:func:`~ctxleak.methods.rag.passages.list_pieces`): for
+retrieved documents and passages given as a list, the prompt with every document is the very
+prompt the answer is scored under. A private retrieval (DP-RAG's) thresholds the documents'
+retrieval scores: the retriever's where the data records them, else each document's word
+similarity to the query (:func:`word_similarity`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ctxleak.engine.lm import LanguageModel
+from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.control import ControlCost
+from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
+from ctxleak.methods.influence.decoys import Decoys
+from ctxleak.methods.influence.metrics import mean_with_ci
+from ctxleak.methods.influence.pipeline import Controls, score_drawn
+from ctxleak.methods.influence.setting import InfluenceOptions, Setting
+from ctxleak.methods.rag.passages import LIST_SEPARATOR, list_pieces
+from ctxleak.mitigations.mechanisms import (
+    RELATIONS,
+    AnswerRequest,
+    Claim,
+    Decoding,
+    Mechanism,
+    MechanismAnswer,
+)
+from ctxleak.mitigations.named import PARAM, parse_mechanism
+
+#: One measurement job: the example, its setting, its seed.
+Job = tuple[InfluenceExample, Setting, int]
+
+_WORD = re.compile(r"[^\W_]+")
+
+#: The claim fields of every record, in order.
+CLAIM_FIELDS = ("claim_eps", "claim_delta", "claim_relation", "tokens_paid")
+
+
+def mechanism_list(value: Any) -> tuple[Mechanism, ...]:
+    """``mechanisms`` as mechanism objects: one spec or object, a list of them, or specs
+    joined by ``;`` (``"dp-vote:eps=2,shards=4;scrub"``); a mechanism listed twice (the same
+    key) is refused."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        items: list[Any] = [part for part in value.split(";") if part.strip()]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [value]
+    out: dict[str, Mechanism] = {}
+    for item in items:
+        mechanism = parse_mechanism(item)
+        if mechanism.key() in out:
+            raise ConfigError(f"{PARAM} lists {mechanism.key()} twice: each setting once",
+                              param=PARAM)
+        out[mechanism.key()] = mechanism
+    return tuple(out.values())
+
+
+def check_mechanism_options(params: Any) -> None:
+    """Refuse the options a mechanism setting cannot honour: a context cut to k tokens (a
+    mechanism reads whole documents) and the app's own prompt (a mechanism builds its prompts
+    from ctxleak's template)."""
+    if not params.mechanisms:
+        return
+    if params.context_sizes is not None:
+        raise ConfigError(f"{PARAM} decode from whole documents: leave out context_sizes, or "
+                          f"sweep the context sizes in a run without {PARAM}", param=PARAM,
+                          also=("context_sizes",))
+    if params.prompt_messages is not None or params.system_prompt is not None \
+            or params.app_prompt:
+        raise ConfigError(f"{PARAM} build their prompts from ctxleak's template: leave out "
+                          f"prompt_messages, system_prompt and app_prompt", param=PARAM,
+                          also=("prompt_messages", "system_prompt", "app_prompt"))
+
+
+def example_documents(example: InfluenceExample) -> tuple[str, ...]:
+    """The documents a mechanism reads for ``example``: its retrieved documents' texts, its
+    passages (a list's separator taken off), or its context as one document."""
+    if example.documents:
+        return tuple(d.text for d in example.documents)
+    if example.passages:
+        return tuple(p[len(LIST_SEPARATOR):] if j and p.startswith(LIST_SEPARATOR) else p
+                     for j, p in enumerate(example.passages))
+    return (example.context,)
+
+
+def check_examples(mechanism: Mechanism, examples: Sequence[InfluenceExample]) -> None:
+    """Refuse, before anything is decoded, an example with a logged answer (a mechanism decodes
+    its own) or with fewer documents than ``mechanism`` needs, naming the first."""
+    for ex in examples:
+        if ex.response_source != "generated":
+            raise ConfigError(f"{PARAM}: example {ex.id} carries a logged answer (its "
+                              f"'response' field), which {mechanism.key()} did not decode: drop "
+                              f"the response field to measure {PARAM}", param=PARAM)
+        if ex.prompt is not None:
+            raise ConfigError(f"{PARAM}: example {ex.id} has the app's own prompt; "
+                              f"{mechanism.key()} builds its prompts from ctxleak's template",
+                              param=PARAM)
+        n, need = len(example_documents(ex)), needed_documents(mechanism)
+        if n < need:
+            raise ConfigError(f"{PARAM}: {mechanism.key()} needs at least {need} documents per "
+                              f"question, and example {ex.id} has {n}: give data with a "
+                              f"'documents' list (e.g. demo-qa-large), or fewer shards",
+                              param=PARAM)
+
+
+def needed_documents(mechanism: Mechanism) -> int:
+    """The fewest documents a request of ``mechanism`` needs: its ``min_documents``, and for a
+    vote over shards one document per shard."""
+    shards = getattr(mechanism, "shards", None)
+    return max(mechanism.min_documents, shards if isinstance(shards, int) else 0)
+
+
+def prompt_of(lm: LanguageModel, example: InfluenceExample, setting: Setting,
+              options: InfluenceOptions) -> Callable[[Sequence[str]], list[int]]:
+    """The token ids of ``example``'s prompt holding the given document texts (in order; none:
+    the prompt without retrieval), under the run's template and the model's window."""
+    def prompt(texts: Sequence[str]) -> list[int]:
+        pieces = tuple(list_pieces(list(texts)))
+        shown = replace(example, context="".join(pieces), passages=pieces or None,
+                        documents=None, prompt=None)
+        parts, _ = prompt_parts(lm, shown, options.template, setting.context_tokens,
+                                reserve=options.max_new_tokens)
+        return parts.full
+
+    return prompt
+
+
+def word_similarity(query: str, text: str) -> float:
+    """The cosine similarity of the word counts of ``query`` and ``text`` (lower-cased words
+    of letters and digits), in [0, 1]; 0 where either has no word."""
+    a, b = Counter(_WORD.findall(query.lower())), Counter(_WORD.findall(text.lower()))
+    dot = sum(a[w] * b[w] for w in a)
+    norm = math.sqrt(sum(v * v for v in a.values()) * sum(v * v for v in b.values()))
+    return dot / norm if norm else 0.0
+
+
+def answer_request(lm: LanguageModel, job: Job, options: InfluenceOptions) -> AnswerRequest:
+    """The request a mechanism answers for one job: the example's documents, its prompt
+    builder, the job's seed, the documents' ids where known, and their retrieval scores: the
+    retriever's where every document has one, else each document's
+    :func:`word_similarity` to the query (in [0, 1]), so that a private retrieval has a
+    similarity to threshold on data that does not record the retriever's."""
+    example, setting, seed = job
+    docs = example.documents or ()
+    known = [d.score for d in docs if d.score is not None]
+    scores = tuple(float(x) for x in known) if docs and len(known) == len(docs) else \
+        tuple(word_similarity(example.query, text) for text in example_documents(example))
+    ids = tuple(str(d.id) for d in docs) if docs and all(d.id is not None for d in docs) \
+        else None
+    return AnswerRequest(example_documents(example), prompt_of(lm, example, setting, options),
+                         seed=seed, scores=scores, ids=ids, query=example.query)
+
+
+def measure_mechanism(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions,
+                      mechanism: Mechanism, *, controls: Controls | None = None,
+                      cost: ControlCost | None = None,
+                      decoys: Decoys | None = None) -> list[dict[str, Any]]:
+    """One record per job, in order: the answer ``mechanism`` decodes (all jobs of one
+    temperature in one call, each from its own seed), measured as the run measures a CID
+    answer at λ = 1, with the mechanism's claim, paid tokens and steps."""
+    check_examples(mechanism, [ex for ex, _, _ in jobs])
+    answers: list[MechanismAnswer | None] = [None] * len(jobs)
+    for temperature in sorted({setting.temperature for _, setting, _ in jobs}):
+        ks = [k for k, (_, s, _) in enumerate(jobs) if s.temperature == temperature]
+        decoding = Decoding(temperature=temperature, max_new_tokens=options.max_new_tokens,
+                            min_new_tokens=options.min_new_tokens)
+        got = mechanism.decode(lm, [answer_request(lm, jobs[k], options) for k in ks],
+                               decoding)
+        if len(got) != len(ks):
+            raise ConfigError(f"{PARAM}: {mechanism.key()} answered {len(got)} of {len(ks)} "
+                              f"requests: a mechanism answers every request", param=PARAM)
+        for k, answer in zip(ks, got):
+            answers[k] = answer
+    done = [a for a in answers if a is not None]
+    records = score_drawn(lm, jobs, [(list(a.response_ids), a.stopped_on_eos) for a in done],
+                          options, controls, cost, decoys)
+    for record, answer in zip(records, done):
+        record.update(mechanism_fields(mechanism, answer))
+    return records
+
+
+def mechanism_fields(mechanism: Mechanism, answer: MechanismAnswer) -> dict[str, Any]:
+    """The fields a mechanism adds to its answer's record: its key, the claim, the paid tokens,
+    the documents that reached a prompt (indices), each step's record, and whether it stopped
+    on EOS."""
+    return {"mechanism": mechanism.key(), **claim_fields(answer.claim, answer.tokens_paid),
+            "documents_used": list(answer.documents_used),
+            "mechanism_steps": [dict(step) for step in answer.steps],
+            "stopped_on_eos": answer.stopped_on_eos}
+
+
+def claim_fields(claim: Claim, tokens_paid: int) -> dict[str, Any]:
+    """A claim and its paid tokens under the record's keys (:data:`CLAIM_FIELDS`)."""
+    return {"claim_eps": claim.eps, "claim_delta": claim.delta,
+            "claim_relation": claim.relation, "tokens_paid": int(tokens_paid)}
+
+
+def cid_claim(setting: Setting, record: dict[str, Any]) -> dict[str, Any]:
+    """The claim of a CID answer (the module docstring): ε = 0 at λ = 0 (with a bound or
+    without: λ_t never exceeds λ = 0); bounded CID's composed ε under any replacement of the
+    context, paid by every released token (the stopping EOS included); no guarantee
+    otherwise."""
+    if setting.lam == 0:  # λ_t <= λ_max = 0: the context is never read, bound or not
+        return claim_fields(Claim(0.0, 0.0, "context"), 0)
+    if record.get("composed_eps") is not None:
+        released = len(record.get("response_ids") or ()) + int(bool(record.get("stopped_on_eos")))
+        return claim_fields(Claim(float(record["composed_eps"]), 0.0, "context"), released)
+    return claim_fields(Claim(None), 0)
+
+
+def claim_summary(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """A setting's claim over its records: ``mechanism`` (its key; None for CID), ``claim``
+    (ε per response: mean with its interval and the largest; δ the largest; the relation and
+    what it covers) and ``tokens_paid`` (per response, mean with its interval)."""
+    if not records or any("claim_relation" not in r for r in records):
+        return {}
+    relations = sorted({str(r["claim_relation"]) for r in records})
+    eps = [float(r["claim_eps"]) for r in records if r.get("claim_eps") is not None]
+    relation = relations[0] if len(relations) == 1 else "mixed"
+    claim: dict[str, Any] = {
+        "relation": relation,
+        "covers": RELATIONS.get(relation, "the answers claim under different relations: "
+                                + ", ".join(relations)),
+        "eps": mean_with_ci(eps, seed=seed) if len(eps) == len(records) else None,
+        "eps_max": max(eps) if len(eps) == len(records) else None,
+        "delta": max(float(r.get("claim_delta") or 0.0) for r in records)}
+    return {"mechanism": records[0].get("mechanism"), "claim": claim,
+            "tokens_paid": mean_with_ci([float(r.get("tokens_paid") or 0) for r in records],
+                                        seed=seed)}
+
+
+__all__ = ["CLAIM_FIELDS", "answer_request", "check_examples", "check_mechanism_options",
+           "cid_claim", "claim_fields", "claim_summary", "example_documents",
+           "mechanism_fields", "mechanism_list", "measure_mechanism", "needed_documents",
+           "prompt_of", "word_similarity"]

@@ -1,0 +1,190 @@
+"""Another mechanism than CID as a decoding mode of the influence run, on a tiny model with a
+toy mechanism (:mod:`helpers.toy_mechanism`): its answer is the one it decodes, measured as CID
+at λ = 1 measures an answer (recomputed here from the model's log-probs), every record carries
+a claim (CID's included), the setting's key, grid and config name it, and bad input is refused
+in one line before anything is decoded."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import run_cli
+from helpers.toy_mechanism import FirstDocuments, register_toy
+
+import ctxleak
+from ctxleak.engine.generation import derive_seed, sample
+from ctxleak.engine.prompts import build_prompt
+from ctxleak.engine.scoring import continuation_logprobs
+from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.data import TASK_TEMPLATES, load_log
+from ctxleak.methods.influence.mechanism_mode import (
+    answer_request,
+    cid_claim,
+    claim_summary,
+    mechanism_list,
+    word_similarity,
+)
+from ctxleak.methods.influence.params import InfluenceParams
+from ctxleak.methods.influence.setting import InfluenceOptions, Setting
+from ctxleak.methods.rag.passages import LIST_SEPARATOR
+
+ROWS = [{"id": f"q{i}", "query": q, "reference": r,
+         "documents": [{"id": f"q{i}-d{j}", "text": t} for j, t in enumerate(docs)]}
+        for i, (q, r, docs) in enumerate((
+            ("where is rome ?", "italy", ["rome is in italy .", "paris is in france ."]),
+            ("who is the doctor ?", "anna", ["the doctor is anna .", "berlin is big .",
+                                             "one page ."]),
+            ("what is the news ?", "rain", ["the news is rain .", "the city is old ."])))]
+KW = dict(max_new_tokens=4, min_new_tokens=0, temperature=1.0, seed=3, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def _toy():
+    register_toy()
+
+
+def test_the_setting_key_grid_and_config_name_the_mechanism():
+    toy = FirstDocuments(eps=2.0)
+    params = InfluenceParams(lambda_="0,1", mechanisms=[toy, "toy-first:eps=1,k=2"])
+    grid = params.grid()
+    assert [s.key for s in grid] == [
+        "lambda=0,T=0.8,context=all", "lambda=1,T=0.8,context=all",
+        "lambda=1,T=0.8,context=all,mechanism=toy-first(eps=2,k=1)",
+        "lambda=1,T=0.8,context=all,mechanism=toy-first(eps=1,k=2)"]
+    assert [s.is_baseline for s in grid] == [False, True, False, False]
+    assert params.to_config()["mechanisms"] == ["toy-first(eps=2,k=1)", "toy-first(eps=1,k=2)"]
+    assert "mechanisms" not in InfluenceParams().to_config()  # old run folders still resume
+    # a mechanism alone: the unmitigated baseline leads (λ = 1 is the default λ)
+    alone = InfluenceParams(mechanisms="toy-first;toy-first:eps=3").grid()
+    assert [s.mechanism for s in alone] == [None, FirstDocuments(), FirstDocuments(eps=3.0)]
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"mechanisms": ["toy-first", "toy-first:eps=1"]}, "lists toy-first(eps=1,k=1) twice"),
+    ({"mechanisms": "toy-first", "context_sizes": "8"}, "leave out context_sizes"),
+    ({"mechanisms": "toy-first", "system_prompt": "be nice"}, "from ctxleak's template"),
+    ({"mechanisms": "nope"}, "no mechanism named 'nope'"),
+])
+def test_options_a_mechanism_cannot_honour_are_refused(kw, says):
+    with pytest.raises(ConfigError) as err:
+        InfluenceParams(**kw)
+    assert err.value.param == "mechanisms" and says in str(err.value)
+
+
+def test_the_answer_is_the_mechanisms_and_its_influence_is_cids_at_lambda_1(llama_lm, tmp_path):
+    toy = FirstDocuments(eps=0.5)
+    result = ctxleak.influence(llama_lm, ROWS, mechanisms=[toy], output=str(tmp_path / "r"),
+                               **KW)
+    mine = [r for r in result.records if r.get("mechanism") == toy.key()]
+    assert len(mine) == 3 and len(result.records) == 6  # λ = 1 and the toy
+    template = TASK_TEMPLATES["qa"]
+    for k, (row, rec) in enumerate(zip(ROWS, mine)):
+        texts = [d["text"] for d in row["documents"]]
+        # what the toy was given: the first document alone, under the run's template
+        first = build_prompt(llama_lm, template, {"context": texts[0],
+                                                  "query": row["query"]}).ids
+        (g,), = sample(llama_lm, [list(first)], [derive_seed(3, k)], temperature=1.0,
+                       max_new_tokens=4)
+        assert rec["response_ids"] == list(g.token_ids)
+        # scored with every document (the very prompt the toy builds for all of them)
+        context = [t for j, x in enumerate(texts)
+                   for t in llama_lm.encode(x if j == 0 else LIST_SEPARATOR + x)]
+        full = build_prompt(llama_lm, template, {"context": context, "query": row["query"]}).ids
+        empty = build_prompt(llama_lm, template, {"context": [], "query": row["query"]}).ids
+        lc, le = continuation_logprobs(llama_lm, [list(full), list(empty)], list(g.token_ids))
+        assert rec["context_tokens"] == len(context)
+        assert rec["logp_context"] == pytest.approx(lc.tolist(), abs=1e-5)
+        assert rec["influence"] == pytest.approx(float(np.sum(np.abs(lc - le))), abs=1e-4)
+        released = len(g.token_ids) + int(g.stopped_on_eos)
+        assert (rec["claim_eps"], rec["claim_delta"], rec["claim_relation"]) == (
+            pytest.approx(0.5 * released), 0.0, "document")
+        assert rec["tokens_paid"] == released and rec["documents_used"] == [0]
+        assert [s["token_id"] for s in rec["mechanism_steps"]] == rec["response_ids"]
+        assert rec["lambda"] == 1.0 and len(rec["passage_influence"]) == len(texts)
+    plain = [r for r in result.records if "mechanism" not in r]
+    assert all((r["claim_eps"], r["claim_relation"], r["tokens_paid"]) == (None, "none", 0)
+               for r in plain)
+    setting = next(s for s in result.summary["settings"] if s.get("mechanism"))
+    assert setting["claim"]["relation"] == "document"
+    assert setting["claim"]["eps"]["mean"] == pytest.approx(np.mean([r["claim_eps"]
+                                                                     for r in mine]))
+    assert setting["tokens_paid"]["mean"] == pytest.approx(np.mean([r["tokens_paid"]
+                                                                    for r in mine]))
+    row = result.summary["frontier"]["rows"][1]
+    assert row["label"] == toy.key() and row["relation"] == "document"
+    assert row["eps_guarantee"] == pytest.approx(setting["claim"]["eps"]["mean"])
+
+
+def test_cid_claims_by_hand():
+    assert cid_claim(Setting(0.0, 1.0), {})["claim_eps"] == 0.0  # λ = 0 reads no context
+    bounded = cid_claim(Setting(1.0, 1.0, None, 2.0), {"composed_eps": 10.0,
+                                                        "response_ids": [1, 2, 3, 4],
+                                                        "stopped_on_eos": True})
+    assert bounded == {"claim_eps": 10.0, "claim_delta": 0.0, "claim_relation": "context",
+                       "tokens_paid": 5}
+    assert cid_claim(Setting(0.5, 1.0), {})["claim_relation"] == "none"
+    assert cid_claim(Setting(0.0, 1.0, None, 2.0), {"composed_eps": 10.0})["claim_eps"] == 0.0
+    assert claim_summary([{"claim_eps": None, "claim_relation": "none", "tokens_paid": 0}] * 2
+                         )["claim"]["eps"] is None
+
+
+def test_too_few_documents_or_a_logged_answer_is_refused_before_decoding(llama_lm, tmp_path):
+    one = [{"id": "a", "context": "rome is in italy .", "query": "where ?"}]
+    with pytest.raises(ConfigError) as err:
+        ctxleak.influence(llama_lm, one, mechanisms="toy-first", output=str(tmp_path / "a"),
+                          **KW)
+    assert str(err.value).startswith("mechanisms: toy-first(eps=1,k=1) needs at least 2 "
+                                     "documents per question, and example a has 1")
+    with pytest.raises(ConfigError, match=r"dp-vote\(eps=2,shards=4,delta=0.0001\) needs at "
+                                          r"least 4 documents per question, and example q0 "
+                                          r"has 2"):
+        ctxleak.influence(llama_lm, ROWS, mechanisms="dp-vote:eps=2,shards=4",
+                          output=str(tmp_path / "c"), **KW)
+    logged = [{**ROWS[0], "response": "italy"}]
+    with pytest.raises(ConfigError, match="carries a logged answer"):
+        ctxleak.influence(llama_lm, logged, mechanisms="toy-first", output=str(tmp_path / "b"),
+                          **KW)
+
+
+def test_the_cli_flag_is_repeatable_and_errors_name_it(tiny_dir, tmp_path, capsys):
+    data, out = tmp_path / "rows.jsonl", tmp_path / "run"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    argv = ["influence", "--model", tiny_dir, "--data", str(data), "--max-new-tokens", "3",
+            "--min-new-tokens", "0", "--output", str(out), "--mechanism", "toy-first",
+            "--mechanism", "toy-first:eps=2,k=2"]
+    code, stdout, err = run_cli(argv, capsys)
+    assert code == 0, err
+    saved = json.loads((out / "results.json").read_text())["summary"]
+    assert [s.get("mechanism") for s in saved["settings"]] == [
+        None, "toy-first(eps=1,k=1)", "toy-first(eps=2,k=2)"]
+    assert "Privacy–utility frontier" in stdout and "covers" in stdout
+    code, _, err = run_cli(["influence", "--model", tiny_dir, "--data", str(data),
+                            "--mechanism", "toy-first:eps=-1", "--output",
+                            str(tmp_path / "bad")], capsys)
+    assert code != 0 and "--mechanism: 'toy-first:eps=-1': eps: -1.0 is not > 0" in err
+
+
+def test_mechanism_lists():
+    assert mechanism_list(None) == ()
+    assert mechanism_list("toy-first:eps=2;toy-first") == (FirstDocuments(eps=2.0),
+                                                           FirstDocuments())
+
+
+def test_requests_carry_the_retrievers_scores_else_the_word_similarity_to_the_query(llama_lm):
+    # {where, is, rome} . {rome, is, in, italy} = 2 shared words; norms sqrt(3) and sqrt(4)
+    assert word_similarity("Where is Rome?", "rome is in italy .") == pytest.approx(2 / 12 ** 0.5)
+    assert word_similarity("", "rome") == 0.0 and word_similarity("a a", "a") == 1.0
+    scored = [{**ROWS[0], "documents": [{**d, "score": 0.9 - j / 10}
+                                        for j, d in enumerate(ROWS[0]["documents"])]}]
+    (given,), _ = load_log(scored)
+    (plain,), _ = load_log(ROWS[:1])
+    job = (given, Setting(1.0, 1.0), 7)
+    request = answer_request(llama_lm, job, InfluenceOptions())
+    assert request.scores == (0.9, 0.8) and request.ids == ("q0-d0", "q0-d1")
+    assert request.seed == 7 and request.documents == ("rome is in italy .",
+                                                       "paris is in france .")
+    assert request.prompt([]) != request.prompt(list(request.documents))
+    bare = answer_request(llama_lm, (plain, Setting(1.0, 1.0), 7), InfluenceOptions())
+    assert bare.scores == (pytest.approx(2 / 12 ** 0.5), pytest.approx(1 / 12 ** 0.5))
