@@ -24,9 +24,9 @@ and stopped at the end.
 
 ``--table`` measures instead what docs/attacks.md reports: both attacks against the bundled
 Northwind app answered by the default model in process, under no mitigation (λ = 1), λ = 0.5
-and bounded CID at ε = 2 and 8 (T = 1, seed 0), one markdown row per setting:
+and bounded CID at ε = 2 and 8 (T = 0.5 by default, seed 0), one markdown row per setting:
 
-    python bench/bench_attacks.py --table [--max-new-tokens 48] [--device cuda]
+    python bench/bench_attacks.py --table [--max-new-tokens 48] [--temperature 0.5] [--device cuda]
 """
 
 from __future__ import annotations
@@ -78,8 +78,9 @@ SETTINGS = {"λ = 1 (no mitigation)": {}, "λ = 0.5": {"lambda_": 0.5},
             "bounded ε = 2": {"bounded_eps": 2.0}, "bounded ε = 8": {"bounded_eps": 8.0}}
 
 
-def table(max_new_tokens: int, device: str, out: Path) -> None:
-    """The docs' table: extraction and membership on the default model, per setting."""
+def table(max_new_tokens: int, device: str, out: Path, temperature: float) -> None:
+    """The docs' table: extraction and membership on the default model, per setting, every
+    answer sampled at ``temperature`` (bounded CID's guarantee holds for sampled tokens)."""
     lm = ctxleak.load_model("default", device=device)
     print("| setting | documents extracted verbatim (of 15) | near-verbatim (of 15) | values "
           "carried out | best membership AUC [95 % CI] | ε lower bound (nats, 95 %) | ε "
@@ -87,7 +88,7 @@ def table(max_new_tokens: int, device: str, out: Path) -> None:
     print("|---|---|---|---|---|---|---|")
     for k, (label, setting) in enumerate(SETTINGS.items()):
         target = ctxleak.attack_target(rag_demo=True, model=lm, max_new_tokens=max_new_tokens,
-                                       **setting)
+                                       temperature=temperature, **setting)
         ex = ctxleak.attack_extract(target, "demo-rag", output=str(out / f"extract-{k}"),
                                     progress=False)
         mem = ctxleak.attack_membership(target, "demo-rag", output=str(out / f"member-{k}"),
@@ -117,11 +118,13 @@ def main() -> None:
     ap.add_argument("--table", action="store_true", help="the docs' table (module docstring)")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="--table: tokens per answer")
     ap.add_argument("--device", default="auto", help="--table: the model's device")
+    ap.add_argument("--temperature", type=float, default=0.5,
+                    help="--table: the sampling temperature of every answer")
     ap.add_argument("--out", default=None, help="--table: keep the run folders here")
     args = ap.parse_args()
     if args.table:
         out = Path(args.out or tempfile.mkdtemp(prefix="attack-table-"))
-        table(args.max_new_tokens, args.device, out)
+        table(args.max_new_tokens, args.device, out, args.temperature)
         return
     with ExitStack() as stack:
         if args.fake:
