@@ -100,11 +100,9 @@ class InfluenceExample:
 
 HUB_DATASETS = ("cnn_dailymail", "pubmedqa")
 
-#: Bundled demo sets: ``demo`` (answers that depend little on the context), ``demo-qa`` (private
-#: facts only in the document), ``demo-qa-large`` (the same over four retrieved documents per
-#: question), ``demo-rag-log``/``-spans`` (RAG turns, ``data/demo/rag_audit``).
-DEMO_SETS = {"demo": "influence.jsonl", "demo-qa": "rag_qa.jsonl",
-             "demo-qa-large": "rag_qa_large.jsonl",
+#: Bundled demo sets: ``demo``, ``demo-qa`` (private facts only in the document), ``demo-qa-large``
+#: (four documents per question), ``demo-rag-log``/``-spans`` (RAG turns, ``data/demo/rag_audit``).
+DEMO_SETS = {"demo": "influence.jsonl", "demo-qa": "rag_qa.jsonl", "demo-qa-large": "rag_qa_large.jsonl",
              "demo-rag-log": "rag_audit/log.jsonl", "demo-rag-spans": "rag_audit/spans.jsonl"}
 
 
