@@ -85,10 +85,16 @@ def settings_grid(lams: Sequence[float], temps: Sequence[float],
                   mechanisms: Sequence[Mechanism] = ()) -> list[Setting]:
     """Every combination, λ varying fastest, then T, then bounded ε, then the context size;
     then each of ``mechanisms`` at every T (scored at λ = 1). ``baseline``: each context size's
-    settings start with λ = 1 without a bound at every T the combinations lack (``added``)."""
+    settings start with λ = 1 without a bound at every T the combinations lack (``added``).
+
+    λ = 0 is the no-context answer under any bound (bounded CID's λ_t ∈ [0, λ_max] = {0}), so
+    it is kept once per T and context size: without a bound where the list has none, else at
+    the first ε."""
     out: list[Setting] = []
     for k in context_sizes:
-        asked = [Setting(lam, t, k, eps) for eps in bounded_eps for t in temps for lam in lams]
+        first_eps = None if None in bounded_eps else bounded_eps[0]
+        asked = [Setting(lam, t, k, eps) for eps in bounded_eps for t in temps for lam in lams
+                 if lam != 0 or eps == first_eps]
         asked += [Setting(1.0, t, k, None, mechanism=m) for m in mechanisms for t in temps]
         if baseline:
             out += [Setting(1.0, t, k, None, added=True) for t in temps
