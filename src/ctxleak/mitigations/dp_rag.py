@@ -91,13 +91,24 @@ def calibrate_token_eps(eps: float, steps: int, eps_retrieval: float, delta: flo
     return low
 
 
+def _score_range(value: Any) -> tuple[float, float]:
+    """``score_range`` as a pair of floats, from a pair or the text ``"low:high"``."""
+    parts = value.split(":") if isinstance(value, str) else value
+    try:
+        low, high = (float(v) for v in parts)
+    except (TypeError, ValueError):
+        raise ConfigError(f"score_range: {value!r} is not two numbers low:high, e.g. 0:1",
+                          param="score_range") from None
+    return low, high
+
+
 @dataclass(frozen=True)
 class DPRAG:
     """DP-RAG (module docstring): ``eps``, ``delta``: the whole response's budget (relation
     "document"); ``clip``: the cap C of a document's log-likelihood ratio (nats);
     ``eps_retrieval``: the threshold's ε (default ``eps / 10``; 0: use every document, no
-    retrieval); ``top_k``: the documents the threshold aims at; ``score_range``, ``grid``:
-    the public thresholds."""
+    retrieval); ``top_k``: the documents the threshold aims at; ``score_range`` (a pair, or
+    ``"low:high"`` as a command line writes it), ``grid``: the public thresholds."""
 
     name: ClassVar[str] = "dp-rag"
     min_documents: ClassVar[int] = 1
@@ -111,6 +122,7 @@ class DPRAG:
     grid: int = 32
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "score_range", _score_range(self.score_range))
         check_eps(self.eps)
         check_delta(self.delta)
         check_eps(self.clip, "clip")
@@ -131,6 +143,12 @@ class DPRAG:
         extra = "" if self.clip == 1.0 else f",clip={self.clip:g}"
         if self.eps_retrieval is not None:
             extra += f",eps_retrieval={self.eps_retrieval:g}"
+        if self.top_k != 3:
+            extra += f",top_k={self.top_k}"
+        if self.score_range != (0.0, 1.0):
+            extra += f",score_range={self.score_range[0]:g}:{self.score_range[1]:g}"
+        if self.grid != 32:
+            extra += f",grid={self.grid}"
         return f"dp-rag(eps={self.eps:g},delta={self.delta:g}{extra})"
 
     def token_eps(self, decoding: Decoding) -> float:
