@@ -16,7 +16,7 @@ from ctxleak.methods.influence.decoys import (
 )
 from ctxleak.methods.influence.params import InfluenceParams
 from ctxleak.methods.rag.budgets import Budgets, check_class_budgets
-from ctxleak.methods.rag.copying import copied_spans, masked, verbatim_spans
+from ctxleak.methods.rag.copying import beyond_question, copied_spans, masked, verbatim_spans
 from ctxleak.methods.rag.documents import RetrievedDocument
 from ctxleak.methods.rag.exposure import document_ledger, documents_summary
 from ctxleak.methods.rag.overlap import OVERLAP_WORDS, Corpus
@@ -144,6 +144,31 @@ def test_copied_spans_verbatim_and_values() -> None:
                           "Use 730519 at the lab door.")
     assert (pin["kind"], pin["type"], pin["text"], pin["shown"]) == \
         ("secret", "pin", "730519", "… (pin)")
+
+
+def test_what_the_question_gave_is_not_a_copy_of_the_document() -> None:
+    """Asked about a person by name, the answer that repeats the name copied nothing; the run
+    after the name is counted only when it alone is long enough."""
+    doc = ("People team memo. From 3 March, Yusuf Abernathy-Kole is promoted to regional "
+           "planning lead and his salary rises to 44,750 pounds.")
+    asked = "What will Yusuf Abernathy-Kole's new salary be?"
+    assert verbatim_spans(doc, "Yusuf Abernathy-Kole is a dispatcher.") == [
+        "Yusuf Abernathy-Kole is"]  # 23 characters: a copy when nothing was asked
+    assert copied_spans([doc], ["memo"], "Yusuf Abernathy-Kole is a dispatcher.", asked) == []
+    # without the question the same answer is a copy, and so is the name as a value
+    alone = copied_spans([doc], ["memo"], "Yusuf Abernathy-Kole is a dispatcher.")
+    assert [c["kind"] for c in alone] == ["verbatim"]
+    # what the document adds beyond the question still counts
+    leak = "Yusuf Abernathy-Kole is promoted to regional planning lead."
+    (got,) = [c for c in copied_spans([doc], ["memo"], leak, asked) if c["kind"] == "verbatim"]
+    assert got["text"] == "Yusuf Abernathy-Kole is promoted to regional planning lead"
+    assert beyond_question(got["text"], asked) and not beyond_question("Yusuf Abernathy-Kole is",
+                                                                       asked)
+    # a value the question holds is not carried out; one it does not hold is
+    values = copied_spans([SALARY], ["hr"], "It is $142,000.", "Is it $142,000 for Marta?")
+    assert values == []
+    assert [c["type"] for c in copied_spans([SALARY], ["hr"], "It is $142,000.",
+                                            "What does Marta earn?")] == ["money"]
 
 
 def rec(rid: str, docs: list[tuple[str, str]], influence: list[float], **extra: object

@@ -64,7 +64,8 @@ def add_passage_fields(record: dict[str, Any], example: InfluenceExample,
     log p̄_λ(y_t | D∖j), by passage j."""
     record.update(passage_fields(example, spans, win.per_window[n_windows:]))
     answer = example.response if example.response is not None else record["response"]
-    record["copied"] = copied_spans(record["passages"], record["passage_ids"], answer)
+    record["copied"] = copied_spans(record["passages"], record["passage_ids"], answer,
+                                    example.query)
     kept = [j for j, s in enumerate(spans) if s is not None]
     return {j: np.asarray(win.logp_ablated[n_windows + i], dtype=np.float64)
             for i, j in enumerate(kept)}
