@@ -227,3 +227,17 @@ def test_a_mechanism_answers_over_the_retrieved_documents(gpt2_lm):
     with pytest.raises(ConfigError, match="at least 2 documents per question") as err:
         RAGApp(DOCS, answerer=answerer, top_k=1).answer(["capital"])
     assert err.value.param == "top_k"
+
+
+def test_the_cost_of_an_app_ctxleak_answers_is_counted_by_its_model(gpt2_lm):
+    """A RAG app whose model ctxleak holds: the estimate counts each filled prompt with that
+    model's tokenizer (recomputed here), not characters / 4."""
+    from ctxleak.api.attacks import cost_line, sent_prompts
+
+    app = RAGApp(DOCS, answerer=ModelAnswerer(gpt2_lm), top_k=2)
+    questions = ["capital of italy", "capital of germany"]
+    prompts = sent_prompts(app, questions)
+    tokens = sum(len(gpt2_lm.encode(p)) for p in prompts)
+    line = cost_line(app, prompts, 8)
+    assert f"2 queries, {tokens:,} prompt tokens in all (counted by the tokenizer)" in line
+    assert "at most 16 answer tokens" in line

@@ -114,10 +114,14 @@ def influence_ledger(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, An
                       param="influence")
 
 
-def cost_line(target: Target, questions: Sequence[str], max_tokens: int | None) -> str:
-    """What the run will send, in one line (:func:`ctxleak.targets.journal.estimate_cost`)."""
+def cost_line(target: Target, prompts: Sequence[str], max_tokens: int | None) -> str:
+    """What the run will send (``prompts``: :func:`sent_prompts`), in one line
+    (:func:`ctxleak.targets.journal.estimate_cost`), its tokens counted by the target's own
+    model where ctxleak holds it (a RAG app answered by a model loaded here), else estimated
+    from the characters."""
+    encode = getattr(target.model, "encode", None) if isinstance(target, RAGApp) else None
     return (f"cost estimate for {target.describe()}: "
-            f"{estimate_cost(questions, max_tokens=max_tokens).describe()}")
+            f"{estimate_cost(prompts, tokenizer=encode, max_tokens=max_tokens).describe()}")
 
 
 def sent_prompts(target: Target, questions: Sequence[str]) -> list[str]:
