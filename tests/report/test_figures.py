@@ -84,3 +84,35 @@ def test_icl_heatmap_rows_are_queries_and_columns_positions(monkeypatch):
     icl.loss_heatmap(records, "labels")
     assert seen["matrix"] == [[0.1, 0.2], [0.5, 0.6]]  # the largest shot count only
     assert seen["row_labels"] == ["q1", "q3"] and seen["col_labels"] == ["1", "2"]
+
+
+def test_frontier_labels_of_coinciding_points_are_one_and_none_covers_another(monkeypatch):
+    """Four settings at one place (DP votes that never release) get one label of four lines;
+    labels of points too close to hold both side by side are stacked without overlapping, as
+    matplotlib measures the drawn text."""
+    from ctxleak.report.frontier import short_label
+
+    seen: list = []
+    real = plots._png
+
+    def spy(fig):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        seen.extend((t.get_text(), t.get_window_extent(renderer)) for t in fig.axes[0].texts)
+        return real(fig)
+
+    monkeypatch.setattr(plots, "_png", spy)
+    votes = [{"x": 0.08, "y": 0.009, "label": f"vote {k}"} for k in range(4)]
+    near = [{"x": 0.0, "y": 0.0, "label": "λ = 0"}, {"x": 0.005, "y": 0.0, "label": "λ = 1, ε = 2"},
+            {"x": 0.03, "y": 0.0, "label": "λ = 1, ε = 8"}, {"x": 1.1, "y": 0.02, "label": "λ = 1"}]
+    plots.frontier_plot(votes + near, title="t", xlabel="x", ylabel="y")
+    texts = [t for t, _ in seen]
+    assert sorted(texts) == sorted(["vote 0\nvote 1\nvote 2\nvote 3", "λ = 0", "λ = 1, ε = 2",
+                                    "λ = 1, ε = 8", "λ = 1"])
+    boxes = [box for _, box in seen]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+    assert short_label("dp-vote(eps=2,shards=4,delta=0.0001)") == "dp-vote eps=2,shards=4"
+    assert short_label("dp-rag(eps=5,delta=0.001)") == "dp-rag eps=5"
+    assert short_label("λ = 1, ε = 2") == "λ = 1, ε = 2"

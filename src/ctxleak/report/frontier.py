@@ -73,13 +73,23 @@ def setting_columns(setting: dict[str, Any], settings: Sequence[dict[str, Any]]
             "T": setting["temperature"]}
 
 
+def short_label(label: str) -> str:
+    """A setting's label as a plot shows it: a mechanism's key without its δ,
+    ``dp-vote(eps=2,shards=4,delta=0.0001)`` as ``dp-vote eps=2,shards=4``; others as they are."""
+    name, sep, params = label.partition("(")
+    if not sep or not params.endswith(")") or " " in name:
+        return label
+    kept = [p for p in params[:-1].split(",") if not p.startswith("delta=")]
+    return f"{name} {','.join(kept)}".strip()
+
+
 def frontier_plots(front: dict[str, Any] | None) -> dict[str, bytes]:
     """``frontier.png``: utility against privacy loss, one point per setting, Pareto points
     filled; 95% interval bars on both axes where a setting has them, and the title says so only
     then. Empty without a frontier or without utility."""
     if not front or not front.get("utility"):
         return {}
-    points = [{"x": r["privacy"], "y": r["utility"], "label": r["label"],
+    points = [{"x": r["privacy"], "y": r["utility"], "label": short_label(r["label"]),
                "marked": bool(r.get("pareto")), "x_low": r["privacy_ci_low"],
                "x_high": r["privacy_ci_high"], "y_low": r["utility_ci_low"],
                "y_high": r["utility_ci_high"]} for r in front.get("rows") or []]
@@ -130,5 +140,5 @@ def frontier_section(report: Report, front: dict[str, Any] | None) -> None:
         "are the released tokens per answer that spent privacy budget."))
 
 
-__all__ = ["FRONTIER_PNG", "frontier_plots", "frontier_rows", "frontier_section",
+__all__ = ["FRONTIER_PNG", "frontier_plots", "frontier_rows", "frontier_section", "short_label",
            "print_frontier", "setting_columns"]

@@ -213,9 +213,8 @@ def frontier_plot(points: Sequence[Mapping[str, Any]], *, title: str, xlabel: st
                             capsize=3, linewidth=1)
             ax.plot([x], [y], marker="o", markersize=7, linestyle="none", color=_PALETTE[0],
                     markerfacecolor=_PALETTE[0] if marked else "white")
-            ax.annotate(_t(p.get("label", "")), (x, y), textcoords="offset points",
-                        xytext=(5, 5), fontsize="small")
         ax.margins(0.15)  # room for the labels of the outermost points
+        _point_labels(ax, pts)
         front = sorted((float(p["x"]), float(p["y"])) for p in pts if p.get("marked"))
         if len(front) > 1:
             ax.plot([a for a, _ in front], [b for _, b in front], color=_PALETTE[0],
@@ -223,6 +222,31 @@ def frontier_plot(points: Sequence[Mapping[str, Any]], *, title: str, xlabel: st
             ax.legend(loc="best", fontsize="small")
         _label(ax, title, xlabel, ylabel)
         return _png(fig)
+
+
+def _point_labels(ax: Any, pts: Sequence[Mapping[str, Any]]) -> None:
+    """One label per place: the labels of points that coincide are one label, a line each;
+    a label that would cover one already placed moves up until it does not (boxes estimated
+    from the characters, in points, small font). Written here: matplotlib places annotations
+    where told and has no overlap avoidance of its own."""
+    places: dict[tuple[float, float], list[str]] = {}
+    for p in pts:
+        places.setdefault((float(p["x"]), float(p["y"])), []).append(_t(p.get("label", "")))
+    ax.autoscale_view()
+    scale = 72.0 / ax.figure.dpi  # display pixels to points
+    taken: list[tuple[float, float, float, float]] = []
+    for (x, y), labels in sorted(places.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        text = "\n".join(dict.fromkeys(labels))
+        px, py = (float(v) * scale for v in ax.transData.transform((x, y)))
+        width = 4.8 * max(len(line) for line in text.split("\n"))
+        height = 10.0 * (text.count("\n") + 1)
+        dy = 5.0
+        while any(px + 5 < r and px + 5 + width > left and py + dy < top and
+                  py + dy + height > bottom for left, bottom, r, top in taken):
+            dy += 4.0
+        taken.append((px + 5, py + dy, px + 5 + width, py + dy + height))
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(5, dy),
+                    fontsize="small")
 
 
 def _bar(v: float, low: Any, high: Any) -> list[list[float]] | None:
