@@ -164,6 +164,11 @@ def test_what_the_question_gave_is_not_a_copy_of_the_document() -> None:
     assert got["text"] == "Yusuf Abernathy-Kole is promoted to regional planning lead"
     assert beyond_question(got["text"], asked) and not beyond_question("Yusuf Abernathy-Kole is",
                                                                        asked)
+    # a logged question that holds the document (the filled prompt) excuses nothing
+    prompt = f"Document: {doc} Question: {asked}"
+    assert [c["kind"] for c in copied_spans([doc], ["memo"], leak, prompt)] == ["verbatim"]
+    assert [c["type"] for c in copied_spans([SALARY], ["hr"], "It is $142,000.",
+                                            f"{SALARY} What does Marta earn?")] == ["money"]
     # a value the question holds is not carried out; one it does not hold is
     values = copied_spans([SALARY], ["hr"], "It is $142,000.", "Is it $142,000 for Marta?")
     assert values == []
