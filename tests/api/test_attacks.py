@@ -184,6 +184,18 @@ def test_claimed_eps_of_bounded_cid(llama_lm):
     assert claimed_eps(builder, ["direct", "interrogation"], 3) == pytest.approx(0.5 * 6 * 3)
     assert claimed_eps(builder, ["direct"], 3) == pytest.approx(0.5 * 6)
     assert claimed_eps(RAGBuilder(ModelAnswerer(llama_lm, CIDConfig())), ["direct"], 3) is None
+    # any defence: its claim where it covers a document, none for a shard's
+    from ctxleak.mitigations.dp_rag import DPRAG
+    from ctxleak.mitigations.dp_vote import DPVote
+    from ctxleak.mitigations.mechanisms import Decoding
+    from ctxleak.targets.mechanism_answerer import MechanismAnswerer
+
+    dec = Decoding(max_new_tokens=6, min_new_tokens=0)
+    dp_rag = MechanismAnswerer(llama_lm, DPRAG(eps=3.0), dec)
+    assert claimed_eps(RAGBuilder(dp_rag), ["direct"], 3) == pytest.approx(
+        DPRAG(eps=3.0).claim(dec).eps)
+    vote = MechanismAnswerer(llama_lm, DPVote(eps=3.0, shards=3), dec)
+    assert claimed_eps(RAGBuilder(vote), ["direct"], 3) is None
     # through ctxleak serve: its epsilon × the answer's max_tokens
     served = ctxleak.attack_target(rag_demo=True, endpoint="http://127.0.0.1:9/v1",
                                    endpoint_model="m", endpoint_context="ctxleak",

@@ -37,7 +37,13 @@ class FirstDocuments:
         label = "" if self.label is None else f",label={self.label}"
         return f"{self.name}(eps={self.eps:g},k={self.k}{label})"
 
-    def decode(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+    def describe(self) -> str:
+        return f"the mechanism {self.key()}"
+
+    def claim(self, decoding: Decoding) -> Claim:
+        return Claim(self.eps * (decoding.max_new_tokens + 1), 0.0, "document")
+
+    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
                decoding: Decoding) -> list[MechanismAnswer]:
         prompts = [r.prompt(list(r.documents[:self.k])) for r in requests]
         drawn = sample(lm, prompts, [r.seed for r in requests],

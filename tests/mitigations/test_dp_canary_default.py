@@ -77,7 +77,7 @@ def _requests(lm, trials, copies):
 
 
 def _audit(lm, mech, trials, requests, group_eps, group_delta):
-    answers = mech.decode(lm, requests, DECODING)
+    answers = mech.answer(lm, requests, DECODING)
     records = [{"score": attack_score(lm.decode(list(a.response_ids)), t.canary),
                 "included": t.included, "composed_eps": group_eps}
                for t, a in zip(trials, answers)]

@@ -122,7 +122,7 @@ def test_decode_records_and_retrieval(tiny_lm):
     dec = Decoding(max_new_tokens=6, min_new_tokens=6)
     eps_t = mech.token_eps(dec)
     reqs = [_request(tiny_lm, seed=s, scores=(0.95, 0.5, 0.05)) for s in range(4)]
-    answers = mech.decode(tiny_lm, reqs, dec)
+    answers = mech.answer(tiny_lm, reqs, dec)
     for answer in answers:
         assert answer.claim == mech.claim(dec) and answer.claim.eps <= 4
         assert answer.tokens_paid == len(answer.steps) == 6
@@ -132,17 +132,17 @@ def test_decode_records_and_retrieval(tiny_lm):
                                               if s >= tau)
         assert [s["token_id"] for s in answer.steps] == list(answer.response_ids)
     # seeded: alone, together and again the same
-    alone = [mech.decode(tiny_lm, [r], dec)[0] for r in reqs]
+    alone = [mech.answer(tiny_lm, [r], dec)[0] for r in reqs]
     assert [a.response_ids for a in alone] == [a.response_ids for a in answers]
     # without scores: every document, no threshold
-    plain = mech.decode(tiny_lm, [_request(tiny_lm)], dec)[0]
+    plain = mech.answer(tiny_lm, [_request(tiny_lm)], dec)[0]
     assert plain.documents_used == (0, 1, 2) and plain.steps[0]["threshold"] is None
 
 
 def test_a_huge_budget_follows_the_documents(tiny_lm):
     """ε_t → large: the clipped ratios dominate the prior: the token the documents raise most."""
     dec = Decoding(max_new_tokens=1, min_new_tokens=1, temperature=1.0)
-    answer = DPRAG(eps=5000, clip=1.0, eps_retrieval=0).decode(tiny_lm, [_request(tiny_lm)],
+    answer = DPRAG(eps=5000, clip=1.0, eps_retrieval=0).answer(tiny_lm, [_request(tiny_lm)],
                                                                dec)[0]
     assert answer.steps[0]["logp_mechanism"] > -1e-3  # almost sure
     assert answer.steps[0]["documents"] == 3
@@ -162,10 +162,10 @@ def test_bad_parameters_name_the_parameter(kwargs, param):
 
 def test_bad_requests(tiny_lm):
     with pytest.raises(ConfigError) as info:
-        DPRAG(eps=1).decode(tiny_lm, [_request(tiny_lm, docs=())], Decoding())
+        DPRAG(eps=1).answer(tiny_lm, [_request(tiny_lm, docs=())], Decoding())
     assert info.value.param == "documents"
     with pytest.raises(ConfigError) as info:
-        DPRAG(eps=1).decode(tiny_lm, [_request(tiny_lm, scores=(0.5,))], Decoding())
+        DPRAG(eps=1).answer(tiny_lm, [_request(tiny_lm, scores=(0.5,))], Decoding())
     assert info.value.param == "scores"
 
 

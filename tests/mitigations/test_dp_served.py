@@ -41,7 +41,7 @@ def test_a_served_model_decodes_what_in_process_decodes(served, tiny, mech):
     reqs = [AnswerRequest(documents=DOCS, prompt=prompt, seed=s, scores=(0.9, 0.4, 0.2))
             for s in (5, 6)]
     dec = Decoding(max_new_tokens=6, min_new_tokens=2)
-    for here, there in zip(mech.decode(tiny, reqs, dec), mech.decode(served, reqs, dec)):
+    for here, there in zip(mech.answer(tiny, reqs, dec), mech.answer(served, reqs, dec)):
         assert here.response_ids == there.response_ids
         assert here.tokens_paid == there.tokens_paid and here.claim == there.claim
         assert here.documents_used == there.documents_used

@@ -58,7 +58,7 @@ def _spent(answer):
 def test_vote_pays_every_vote_and_no_more(tiny_lm):
     mech = DPVote(eps=3, shards=3, eps_token=1)
     dec = Decoding(max_new_tokens=6, min_new_tokens=6)
-    for answer in mech.decode(tiny_lm, [_request(tiny_lm, seed=s) for s in range(3)], dec):
+    for answer in mech.answer(tiny_lm, [_request(tiny_lm, seed=s) for s in range(3)], dec):
         paid = [s["paid"] for s in answer.steps]
         assert paid == [True] * 3 + [False] * (len(paid) - 3)
         assert answer.tokens_paid == 3
@@ -73,7 +73,7 @@ def test_sparse_pays_nothing_where_the_voters_agree_with_no_retrieval(tiny_lm):
     sparse-vector test no step pays, and the response is the no-retrieval greedy answer."""
     mech = DPSparseVote(eps=600, shards=4, eps_token=100, eps_svt=100)
     dec = Decoding(max_new_tokens=8, min_new_tokens=8)
-    answers = mech.decode(tiny_lm, [_request(tiny_lm, seed=s, ignore_docs=True)
+    answers = mech.answer(tiny_lm, [_request(tiny_lm, seed=s, ignore_docs=True)
                                     for s in range(4)], dec)
     for answer in answers:
         assert answer.tokens_paid == 0 and _spent(answer) == 0
@@ -85,7 +85,7 @@ def test_sparse_pays_nothing_where_the_voters_agree_with_no_retrieval(tiny_lm):
 def test_sparse_free_steps_release_the_no_retrieval_token(tiny_lm):
     mech = DPSparseVote(eps=4, shards=4, eps_token=1, eps_svt=1, threshold=0.75)
     dec = Decoding(max_new_tokens=10, min_new_tokens=10)
-    answers = mech.decode(tiny_lm, [_request(tiny_lm, seed=s) for s in range(6)], dec)
+    answers = mech.answer(tiny_lm, [_request(tiny_lm, seed=s) for s in range(6)], dec)
     assert any(a.tokens_paid for a in answers)
     for answer in answers:
         assert answer.tokens_paid <= 2
@@ -107,7 +107,7 @@ def test_a_sharp_vote_releases_the_plurality_of_the_shards(tiny_lm):
     each voter reading its own document; otherwise the vote abstains."""
     req = _request(tiny_lm)
     mech = DPVote(eps=2000, shards=4, eps_token=1000, delta=1e-6)
-    answer = mech.decode(tiny_lm, [req], Decoding(max_new_tokens=1, min_new_tokens=1))[0]
+    answer = mech.answer(tiny_lm, [req], Decoding(max_new_tokens=1, min_new_tokens=1))[0]
     votes = [int(torch.argmax(_first_logits(tiny_lm, req.prompt([d])))) for d in DOCS]
     counts = torch.bincount(torch.tensor(votes), minlength=tiny_lm.vocab_size)
     top, second = torch.sort(counts, descending=True).values[:2].tolist()
@@ -125,7 +125,7 @@ def test_unanimous_sharp_voters_release_their_token(tiny_lm):
     """Every voter reads the same prompt: 4 votes against a gap of 2.03 — released."""
     req = _request(tiny_lm, ignore_docs=True)
     mech = DPVote(eps=3000, shards=4, eps_token=1000, delta=1e-6, abstain="stop")
-    answer = mech.decode(tiny_lm, [req], Decoding(max_new_tokens=3, min_new_tokens=3))[0]
+    answer = mech.answer(tiny_lm, [req], Decoding(max_new_tokens=3, min_new_tokens=3))[0]
     assert [s["source"] for s in answer.steps] == ["vote"] * 3
     assert all(s["top_votes"] == 4 for s in answer.steps)
 
@@ -133,7 +133,7 @@ def test_unanimous_sharp_voters_release_their_token(tiny_lm):
 def test_abstain_stop_ends_the_response(tiny_lm):
     # 0.01 per token: the gap is ~ 2 + 200·ln(1e4) votes: two voters always abstain
     mech = DPVote(eps=0.02, shards=3, eps_token=0.01, abstain="stop")
-    answer = mech.decode(tiny_lm, [_request(tiny_lm)], Decoding())[0]
+    answer = mech.answer(tiny_lm, [_request(tiny_lm)], Decoding())[0]
     assert answer.response_ids == () and answer.stopped_on_eos
     assert answer.tokens_paid == 1 and answer.steps[0]["source"] == "abstained"
 
@@ -142,9 +142,9 @@ def test_noise_is_seeded_per_request(tiny_lm):
     mech = DPSparseVote(eps=6, shards=3, threshold=1.0)
     dec = Decoding(max_new_tokens=8, min_new_tokens=8)
     reqs = [_request(tiny_lm, seed=s) for s in (11, 12, 13)]
-    together = mech.decode(tiny_lm, reqs, dec)
-    alone = [mech.decode(tiny_lm, [r], dec)[0] for r in reqs]
-    again = mech.decode(tiny_lm, reqs, dec)
+    together = mech.answer(tiny_lm, reqs, dec)
+    alone = [mech.answer(tiny_lm, [r], dec)[0] for r in reqs]
+    again = mech.answer(tiny_lm, reqs, dec)
     for a, b, c in zip(together, alone, again):
         assert a.response_ids == b.response_ids == c.response_ids
         assert [s["paid"] for s in a.steps] == [s["paid"] for s in b.steps]
@@ -182,10 +182,10 @@ def test_a_token_dearer_than_the_budget():
 
 def test_too_many_shards_or_one_document(tiny_lm):
     with pytest.raises(ConfigError) as info:
-        DPVote(eps=1, shards=5).decode(tiny_lm, [_request(tiny_lm)], Decoding())
+        DPVote(eps=1, shards=5).answer(tiny_lm, [_request(tiny_lm)], Decoding())
     assert info.value.param == "shards" and "5 shards" in str(info.value)
     with pytest.raises(ConfigError) as info:
-        DPSparseVote(eps=1, shards=3).decode(tiny_lm, [_request(tiny_lm, DOCS[:1])], Decoding())
+        DPSparseVote(eps=1, shards=3).answer(tiny_lm, [_request(tiny_lm, DOCS[:1])], Decoding())
     assert info.value.param == "documents"
 
 

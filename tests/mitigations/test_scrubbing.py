@@ -109,7 +109,7 @@ def test_decoding_draws_from_the_prompt_with_the_scrubbed_documents(tiny_lm):
     decoding = Decoding(temperature=0.8, max_new_tokens=6, min_new_tokens=2)
     seen: list[list[str]] = []
     request = _request(tiny_lm, [NOTE, NOTE], seed=11, seen=seen)
-    (answer,) = scrub.decode(tiny_lm, [request], decoding)
+    (answer,) = scrub.answer(tiny_lm, [request], decoding)
     scrubbed = "Reviewer: <PERSON>, <EMAIL>, phone <PHONE>."
     assert seen == [[scrubbed, scrubbed], []]  # the documents, scrubbed; the empty prompt
     config = CIDConfig(lam=1.0, temperature=0.8, max_new_tokens=6, min_new_tokens=2)
@@ -127,8 +127,8 @@ def test_each_answer_depends_on_its_own_request_only(tiny_lm):
     scrub = Scrubbing("mask", detect=_fixed)
     decoding = Decoding(temperature=0.8, max_new_tokens=5, min_new_tokens=5)
     first, second = (_request(tiny_lm, [NOTE], seed=s, seen=[]) for s in (3, 4))
-    together = scrub.decode(tiny_lm, [first, second], decoding)
-    alone = scrub.decode(tiny_lm, [second], decoding)
+    together = scrub.answer(tiny_lm, [first, second], decoding)
+    alone = scrub.answer(tiny_lm, [second], decoding)
     assert together[1].response_ids == alone[0].response_ids
     assert len(together[0].response_ids) == 5 and scrub.name == "scrub"
     assert Scrubbing.min_documents == 1

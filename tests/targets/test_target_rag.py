@@ -184,7 +184,10 @@ def test_a_chat_model_gets_the_app_messages_through_its_template():
     assert text.endswith("where is it?</s><assistant>")
     assert text_of(empty) == text.replace("the capital is paris.", "")
     assert isinstance(answerer.answer([prompt])[0], str)
-    assert "greedy" in answerer.describe() and answerer.fingerprint().startswith("model:")
+    assert "greedy" in answerer.describe() and answerer.fingerprint().startswith("mechanism:")
+    sampled = ModelAnswerer(lm, CIDConfig(max_new_tokens=3, min_new_tokens=0))
+    assert "greedy" not in sampled.describe()
+    assert sampled.fingerprint() != answerer.fingerprint()  # a resume tells them apart
 
 
 class FirstTokens:
@@ -200,7 +203,15 @@ class FirstTokens:
     def key(self):
         return "first-tokens()"
 
-    def decode(self, lm, requests, decoding):
+    def describe(self):
+        return "the mechanism first-tokens()"
+
+    def claim(self, decoding):
+        from ctxleak.mitigations.mechanisms import Claim
+
+        return Claim(1.0, relation="document")
+
+    def answer(self, lm, requests, decoding):
         from ctxleak.mitigations.mechanisms import Claim, MechanismAnswer
 
         self.requests += requests

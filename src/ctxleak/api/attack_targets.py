@@ -19,6 +19,7 @@ from ctxleak.targets.base import Target
 from ctxleak.targets.endpoint import ChatEndpointTarget
 from ctxleak.targets.endpoint_answerer import EndpointAnswerer
 from ctxleak.targets.frameworks import as_target
+from ctxleak.targets.mechanism_answerer import MechanismAnswerer
 from ctxleak.targets.model_answerer import ModelAnswerer
 from ctxleak.targets.rag import RAGApp
 
@@ -123,7 +124,7 @@ def _endpoint_answerer(endpoint: str, model: str, context: str, lambda_: float,
 
 def _model_answerer(model: Any, lambda_: float, bounded_eps: float | None,
                     temperature: float | None, max_new_tokens: int,
-                    run: Mapping[str, Any]) -> ModelAnswerer:
+                    run: Mapping[str, Any]) -> MechanismAnswerer:
     """The demo RAG app's answerer: ``model`` (loaded with the run options ``run`` when given
     by name) decoding by CID at ``lambda_`` / ``bounded_eps``, sampling at ``temperature``
     (default 1; 0: greedy, which voids bounded CID's guarantee and is refused with it), each
@@ -159,9 +160,11 @@ def claimed_eps(target: Any, attacks: Sequence[str], questions: int) -> float | 
     if not isinstance(target, RAGBuilder):
         return None
     answerer = target.answerer
-    cid = getattr(answerer, "cid", None)
-    if cid is not None:
-        eps, tokens = cid.bounded_eps, cid.max_new_tokens
+    if isinstance(answerer, MechanismAnswerer):  # what its defence claims per response
+        claim = answerer.mechanism.claim(answerer.decoding)
+        # an ε per shard is not one per document; ε over any replacement of the context is
+        eps = claim.eps if claim.relation in ("document", "context") else None
+        tokens: float | None = 1.0
     else:  # an endpoint answerer: ctxleak serve's settings and the answer's bound
         eps = (getattr(answerer, "settings", None) or {}).get("epsilon")
         tokens = getattr(getattr(answerer, "endpoint", None), "max_tokens", None)

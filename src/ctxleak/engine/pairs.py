@@ -1,13 +1,13 @@
 """An answer of Context Influence Decoding that a server decodes itself (Estimating Privacy
 Leakage of Augmented Contextual Knowledge in Language Models, Def. 3.4; bounded CID: App. B,
 Alg. 1): the request (:class:`PairJob`) and what comes back (:class:`PairAnswer`, one
-:class:`PairStep` per drawn token). Backend-free: the model interface
+:class:`LedgerEntry` per drawn token, the ledger's own record). Backend-free: the model interface
 (:meth:`ctxleak.engine.lm.LanguageModel.decode_pairs`) takes and returns these, and a backend
 that decodes CID itself declares :data:`~ctxleak.engine.capabilities.CID_DECODING`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -28,26 +28,38 @@ class PairJob:
 
 
 @dataclass(frozen=True)
-class PairStep:
-    """One drawn token (the stopping EOS included): its id, λ_t, log p̄_λ(y_t | D) and
-    log p(y_t | ∅) at T (nats, float64), and bounded CID's ex-post ε of the step (None for
-    plain CID)."""
+class LedgerEntry:
+    """One released token of one CID response, the one record of a step wherever it was drawn
+    (ctxleak's own loop, a server's plugin, ``transformers``' ``generate``): its index, id,
+    λ_t, ``log p̄_λ(y_t | D)`` and ``log p(y_t | ∅)`` at the decoding temperature (nats,
+    float64), bounded CID's ε per token (Thm B.1) and its ex-post ε_t = 2·max_y |log p̄_λ(y|D)
+    − log p(y|∅)| (about D alone; None for plain CID). ``influence``, the whole-context token
+    influence |log p̄_λ(y_t|D) − log p(y_t|∅)| (Def. 3.1 with n = |D|), follows from the two
+    log-probabilities and is not given."""
 
-    token: int
+    step: int
+    token_id: int
     lam: float
-    logp_mix: float
+    logp_context: float
     logp_empty: float
-    eps_ex_post: float | None
+    eps: float | None = None  # bounded CID: the token's ε-DP guarantee (Thm B.1)
+    eps_ex_post: float | None = None  # 2·max_y |log p̄_λ(y|D) − log p(y|∅)|, about D alone
+    influence: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Def. 3.1 (n = |D|) in float64: the same number as mitigations.influence.token_influence
+        object.__setattr__(self, "influence",
+                           abs(float(self.logp_context) - float(self.logp_empty)))
 
 
 @dataclass(frozen=True)
 class PairAnswer:
     """The answer's token ids (the stopping EOS left out), whether EOS ended it, and one
-    :class:`PairStep` per drawn token."""
+    :class:`LedgerEntry` per drawn token."""
 
     token_ids: tuple[int, ...]
     stopped_on_eos: bool
-    steps: tuple[PairStep, ...]
+    steps: tuple[LedgerEntry, ...]
 
 
 def pluggable(lam: float, eps: float | None) -> bool:

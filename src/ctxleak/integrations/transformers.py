@@ -48,7 +48,6 @@ from ctxleak.integrations.ledger import ledger_result
 from ctxleak.integrations.renamed import cid_config, lam_renamed
 from ctxleak.kernels.cid import MASKED_LOGIT
 from ctxleak.mitigations.cid import cid_combine
-from ctxleak.mitigations.influence import token_influence
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger, to_records
 from ctxleak.results import InfluenceResult
 
@@ -288,7 +287,7 @@ class ContextInfluenceProcessor(LogitsProcessor):
         for (p, g), lc, le in zip(todo, mix, emp):
             self._entries[(self._row_of_group(p), g)] = LedgerEntry(
                 step=len(g) - 1, token_id=g[-1], lam=float(self._step["lam"][p]),
-                logp_context=lc, logp_empty=le, influence=float(token_influence(lc, le)),
+                logp_context=lc, logp_empty=le,
                 eps=None if eps is None else float(self.config.bounded_eps),  # type: ignore[arg-type]
                 eps_ex_post=None if eps is None else float(eps[p]))
 

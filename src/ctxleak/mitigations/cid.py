@@ -8,7 +8,8 @@ streams of many examples in one batched KV cache. A model whose server decodes C
 (:data:`~ctxleak.engine.capabilities.CID_DECODING`: vLLM with ctxleak's plugin) gets the answers
 from there instead (:meth:`~ctxleak.engine.lm.LanguageModel.decode_pairs`), with the same
 ledger; an answer the plugin cannot keep in step is decoded the other way, and a warning says
-so.
+so. :class:`CID` is CID as one :class:`~ctxleak.mitigations.mechanisms.Mechanism` among the
+defences: the influence run, the attack targets and the privacy proxy ask it as they ask any.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -34,8 +35,8 @@ from ctxleak.engine.served_client import ServerError
 from ctxleak.engine.streams import Generation, StreamJob
 from ctxleak.errors import ConfigError, warn
 from ctxleak.kernels.cid import CIDSettingError, bounded_lambda, check_cid_settings, cid_logprobs
-from ctxleak.mitigations.influence import token_influence
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
+from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
 
 #: Why CID decoding needs the whole next-token distributions (the words of a refusal).
 CID_NEEDS = ("Context Influence Decoding mixes the whole next-token distributions of two "
@@ -81,6 +82,90 @@ class CIDConfig:
                               f"than the largest float over {self.max_new_tokens + 1} tokens: "
                               "give a smaller ε",
                               param="bounded_eps")
+
+
+@dataclass(frozen=True)
+class CID:
+    """Context Influence Decoding as a mechanism (Def. 3.4): each response drawn from the
+    mixture ``λ·z(y | D, x) + (1−λ)·z(y | x)`` of the prompt holding the request's documents
+    and the prompt without them; ``bounded_eps``: bounded CID, each step's λ_t the largest in
+    ``[0, lam]`` that keeps the token ε-DP under any replacement of the documents (App. B,
+    Alg. 1, Thm B.1). Each answer carries its CID ledger (:class:`RowLedger`)."""
+
+    lam: float = 1.0
+    bounded_eps: float | None = None
+
+    name: ClassVar[str] = "cid"
+    min_documents: ClassVar[int] = 0
+
+    def __post_init__(self) -> None:
+        _check(lam=self.lam)
+        _check(bounded_eps=self.bounded_eps)
+
+    def key(self) -> str:
+        eps = "" if self.bounded_eps is None else f",bounded_eps={self.bounded_eps:g}"
+        return f"cid(lam={self.lam:g}{eps})"
+
+    def describe(self) -> str:
+        if self.bounded_eps is not None:
+            return f"bounded CID ε = {self.bounded_eps:g} per token (λ ≤ {self.lam:g})"
+        return "plain decoding (CID λ = 1)" if self.lam == 1 else f"CID λ = {self.lam:g}"
+
+    def config(self, decoding: Decoding) -> CIDConfig:
+        """These settings with ``decoding``'s temperature and lengths."""
+        return CIDConfig(lam=self.lam, temperature=decoding.temperature,
+                         max_new_tokens=decoding.max_new_tokens,
+                         min_new_tokens=decoding.min_new_tokens, bounded_eps=self.bounded_eps)
+
+    def claim(self, decoding: Decoding) -> Claim:
+        """The most a response may spend: nothing at λ = 0 (the documents are never read),
+        bounded CID's ε per token over the most tokens a response may release
+        (``max_new_tokens``, a stopping EOS among them; Thm B.1 by basic composition) under any
+        replacement of the documents, no guarantee for plain CID at λ > 0."""
+        if self.lam == 0:
+            return Claim(0.0, 0.0, "context")
+        if self.bounded_eps is None:
+            return Claim(None)
+        return Claim(self.bounded_eps * decoding.max_new_tokens, 0.0, "context")
+
+    def spent(self, ledger: RowLedger) -> tuple[Claim, int]:
+        """What one decoded response claims and the tokens that paid for it: ε = 0 at λ = 0
+        (λ_t never exceeds λ = 0), bounded CID's composed ε over its released tokens (the
+        stopping EOS included), no guarantee otherwise."""
+        if self.lam == 0:
+            return Claim(0.0, 0.0, "context"), 0
+        if ledger.composed_eps is not None:
+            return Claim(ledger.composed_eps, 0.0, "context"), len(ledger.entries)
+        return Claim(None), 0
+
+    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+               decoding: Decoding, *, context_caches: list[Any] | None = None,
+               rescored: bool = False,
+               on_entry: Callable[[int, LedgerEntry], None] | None = None
+               ) -> list[MechanismAnswer]:
+        """One CID response per request, the prompt with all its documents against the prompt
+        without any, all requests in one batched KV cache (or inside vLLM with ctxleak's
+        plugin); CID's fast paths as :func:`generate_cid_many` has them (``context_caches``,
+        ``rescored``, ``on_entry``)."""
+        config = self.config(decoding)
+        jobs = [(r.prompt(r.documents), r.prompt([]), config, r.seed) for r in requests]
+        ledgers = generate_cid_many(lm, jobs, sample=not decoding.greedy,
+                                    context_caches=context_caches, rescored=rescored,
+                                    on_entry=on_entry)
+        return [self.answer_of(ledger, len(r.documents)) for ledger, r in zip(ledgers, requests)]
+
+    def answer_of(self, ledger: RowLedger, documents: int) -> MechanismAnswer:
+        """A decoded response's answer: its ledger, what it spent (:meth:`spent`), one step
+        record per released token, and every document used (none at λ = 0)."""
+        claim, paid = self.spent(ledger)
+        steps = tuple({"token_id": e.token_id, "paid": paid > 0, "eps_step": e.eps,
+                       "lam": e.lam, "logp": e.logp_context, "logp_empty": e.logp_empty}
+                      for e in ledger.entries)
+        return MechanismAnswer(response_ids=tuple(ledger.response_ids),
+                               stopped_on_eos=ledger.stopped_on_eos, claim=claim,
+                               tokens_paid=paid, steps=steps,
+                               documents_used=tuple(range(documents)) if self.lam else (),
+                               ledger=ledger)
 
 
 def _check(**settings: float | None) -> None:
@@ -209,12 +294,7 @@ def _in_server(lm: LanguageModel, jobs: Sequence[CIDJob], sample: bool,
 
 def _ledger(row: int, answer: PairAnswer, config: CIDConfig) -> RowLedger:
     """The ledger of an answer the server decoded: the same entries as ctxleak's own loop."""
-    entries = tuple(LedgerEntry(step=k, token_id=s.token, lam=s.lam, logp_context=s.logp_mix,
-                                logp_empty=s.logp_empty,
-                                influence=float(token_influence(s.logp_mix, s.logp_empty)),
-                                eps=config.bounded_eps, eps_ex_post=s.eps_ex_post)
-                    for k, s in enumerate(answer.steps))
-    return RowLedger(row=row, entries=entries, stopped_on_eos=answer.stopped_on_eos,
+    return RowLedger(row=row, entries=answer.steps, stopped_on_eos=answer.stopped_on_eos,
                      lam=config.lam, temperature=config.temperature,
                      bounded_eps=config.bounded_eps)
 
@@ -257,8 +337,7 @@ def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config:
         empty = torch.log_softmax(logits[1] / config.temperature, dim=-1)
         lc, le = float(logprobs[token]), float(empty[token])
         entry = LedgerEntry(step=step, token_id=int(token), lam=chosen["lam"], logp_context=lc,
-                            logp_empty=le, influence=float(token_influence(lc, le)),
-                            eps=config.bounded_eps, eps_ex_post=chosen["eps"])
+                            logp_empty=le, eps=config.bounded_eps, eps_ex_post=chosen["eps"])
         if on_entry is not None and step == heard[0]:
             heard[0] += 1
             on_entry(row, entry)

@@ -43,7 +43,13 @@ from ctxleak.mitigations.dp_vote import (
     noise_generator,
     one_hot_logprobs,
 )
-from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
+from ctxleak.mitigations.mechanisms import (
+    AnswerRequest,
+    Claim,
+    Decoding,
+    MechanismAnswer,
+    refuse_greedy,
+)
 
 #: Bisection steps of the per-token ε (to within eps · 2⁻⁶⁰).
 CALIBRATION_STEPS = 60
@@ -156,13 +162,17 @@ class DPRAG:
         return calibrate_token_eps(self.eps, decoding.max_new_tokens, self.retrieval_eps,
                                    self.delta)
 
+    def describe(self) -> str:
+        return f"the mechanism {self.key()}"
+
     def claim(self, decoding: Decoding) -> Claim:
         eps = composed_epsilon(self.token_eps(decoding), decoding.max_new_tokens,
                                self.retrieval_eps, self.delta)
         return Claim(eps=eps, delta=self.delta, relation="document")
 
-    def decode(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
                decoding: Decoding) -> list[MechanismAnswer]:
+        refuse_greedy(self, decoding)
         eps_token, claim = self.token_eps(decoding), self.claim(decoding)
         parts = [self._job(r, decoding, eps_token) for r in requests]
         gens = decode_jobs(lm, [job for job, _ in parts], what="the dp-rag mechanism")

@@ -49,7 +49,13 @@ from ctxleak.kernels.vote import (
     vote_counts,
     vote_scale,
 )
-from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
+from ctxleak.mitigations.mechanisms import (
+    AnswerRequest,
+    Claim,
+    Decoding,
+    MechanismAnswer,
+    refuse_greedy,
+)
 
 #: What the mechanisms do when the vote abstains or the budget is spent.
 ABSTAIN_MODES = ("no-retrieval", "stop")
@@ -233,8 +239,9 @@ def _decide(mech: Any, budget: VoteBudget, state: dict[str, Any], counts: torch.
     return None if token == ABSTAIN else token
 
 
-def _decode(mech: Any, lm: LanguageModel, requests: Sequence[AnswerRequest],
+def _answer(mech: Any, lm: LanguageModel, requests: Sequence[AnswerRequest],
             decoding: Decoding, budget: VoteBudget) -> list[MechanismAnswer]:
+    refuse_greedy(mech, decoding)
     jobs = [_vote_job(mech, lm, r, decoding, budget) for r in requests]
     gens = decode_jobs(lm, jobs, what=f"the {mech.name} mechanism")
     return [finish_answer(g, budget.claim, range(len(r.documents)))
@@ -245,6 +252,12 @@ class _Voting:
     """The noisy steps of a vote, as methods (a test's broken variant overrides them)."""
 
     domain: int
+
+    def key(self) -> str:
+        raise NotImplementedError  # each vote writes its own
+
+    def describe(self) -> str:
+        return f"the mechanism {self.key()}"
 
     def release(self, counts: torch.Tensor, scale: float, gap: float,
                 generator: torch.Generator) -> int:
@@ -285,9 +298,9 @@ class DPVote(_Voting):
     def claim(self, decoding: Decoding) -> Claim:
         return self.budget(decoding).claim
 
-    def decode(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
                decoding: Decoding) -> list[MechanismAnswer]:
-        return _decode(self, lm, requests, decoding, self.budget(decoding))
+        return _answer(self, lm, requests, decoding, self.budget(decoding))
 
 
 @dataclass(frozen=True)
@@ -336,9 +349,9 @@ class DPSparseVote(_Voting):
     def claim(self, decoding: Decoding) -> Claim:
         return self.budget(decoding).claim
 
-    def decode(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
                decoding: Decoding) -> list[MechanismAnswer]:
-        return _decode(self, lm, requests, decoding, self.budget(decoding))
+        return _answer(self, lm, requests, decoding, self.budget(decoding))
 
 
 def _extras(mech: Any) -> str:

@@ -1,7 +1,8 @@
 """The record of one Context Influence Decoding response (Estimating Privacy Leakage of Augmented
 Contextual Knowledge in Language Models, Def. 3.4): its ledger.
 
-One :class:`LedgerEntry` per released token: the λ_t used at that step, the token id, its
+One :class:`~ctxleak.engine.pairs.LedgerEntry` per released token (the record a server's
+plugin answers too): the λ_t used at that step, the token id, its
 log-probabilities ``log p̄_λ(y_t | D)`` and ``log p(y_t | ∅)`` at the decoding temperature, the
 whole-context token influence ``|log p̄_λ(y_t|D) − log p(y_t|∅)|`` (Def. 3.1 with n = |D|) and, for
 bounded CID (App. B, Alg. 1), the token's ε. A :class:`RowLedger` holds one response's entries.
@@ -24,26 +25,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
+
+from ctxleak.engine.pairs import LedgerEntry
 from ctxleak.mitigations.influence import response_influence
+
+#: The document class no budget charges: what a ledger spends on it is never counted against
+#: a leak budget (the influence run's class budgets and the privacy proxy's alike).
+PUBLIC = "public"
 
 
 def _listed(values: Sequence[float], digits: int | None) -> list[float]:
     """``values`` as a list, each rounded to ``digits`` decimals when given."""
     return list(values) if digits is None else [round(float(v), digits) for v in values]
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One released token of one response."""
-
-    step: int
-    token_id: int
-    lam: float
-    logp_context: float
-    logp_empty: float
-    influence: float
-    eps: float | None = None  # bounded CID: the token's ε-DP guarantee (Thm B.1)
-    eps_ex_post: float | None = None  # 2·max_y |log p̄_λ(y|D) − log p(y|∅)|, about D alone
 
 
 @dataclass(frozen=True)
@@ -61,6 +55,21 @@ class RowLedger:
     lam: float
     temperature: float
     bounded_eps: float | None = None
+
+    @classmethod
+    def from_scores(cls, row: int, tokens: Sequence[int],
+                    logp_context: Sequence[float] | np.ndarray,
+                    logp_empty: Sequence[float] | np.ndarray, *, lam: float, temperature: float,
+                    stopped_on_eos: bool) -> RowLedger:
+        """The ledger of a response drawn elsewhere and scored teacher-forced (a served model's
+        own answer, a logged one, another mechanism's): each token with its log-probabilities
+        with and without the context at λ and T (one λ for every step, no ε)."""
+        entries = tuple(LedgerEntry(step=t, token_id=int(tok), lam=lam,
+                                    logp_context=float(logp_context[t]),
+                                    logp_empty=float(logp_empty[t]))
+                        for t, tok in enumerate(tokens))
+        return cls(row=row, entries=entries, stopped_on_eos=stopped_on_eos, lam=lam,
+                   temperature=temperature)
 
     @property
     def _response(self) -> tuple[LedgerEntry, ...]:
@@ -144,6 +153,9 @@ class RowLedger:
         if self.bounded_eps is not None:
             record.update({"bounded_eps": self.bounded_eps, **self.eps_fields()})
         return record
+
+
+__all__ = ["PUBLIC", "LedgerEntry", "RowLedger", "to_records"]
 
 
 def to_records(ledger: Sequence[RowLedger], texts: Sequence[str] | None = None

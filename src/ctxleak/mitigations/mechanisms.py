@@ -1,19 +1,23 @@
-"""One interface for the mechanisms a RAG team may put between its documents and its answers.
+"""One interface for the mechanisms a RAG team may put between its documents and its answers,
+Context Influence Decoding included.
 
 Context Influence Decoding and its bounded form ("Estimating Privacy Leakage of Augmented
-Contextual Knowledge in Language Models", Def. 3.4, App. B) mix two prompts; the published
+Contextual Knowledge in Language Models", Def. 3.4, App. B; :class:`~ctxleak.mitigations.cid.CID`)
+mix two prompts; the published
 alternatives read the documents otherwise: a differentially private vote of voters that each
 see one shard ("Privacy-Preserving Retrieval-Augmented Generation with Differential Privacy",
 Koga, Wu and Chaudhuri), an exponential mechanism over per-document next-token scores after a
 private retrieval ("RAG with Differential Privacy", Grislain), or personal data replaced in the
-documents before the prompt (Presidio scrubbing, no guarantee). A :class:`Mechanism` decodes
+documents before the prompt (Presidio scrubbing, no guarantee). A :class:`Mechanism` answers
 one response per :class:`AnswerRequest` and returns a :class:`MechanismAnswer` with what it
-claims, so that an influence run, a frontier and an attack can put them side by side.
+claims, so that an influence run, a frontier, an attack target and the privacy proxy ask every
+defence the same way and put them side by side.
 
 The contract:
 
-* ``decode`` is given every request of a batch and returns one answer per request, in order;
+* ``answer`` is given every request of a batch and returns one answer per request, in order;
   each request draws only from its own ``seed`` (the answer does not depend on the batch);
+  ``decoding.greedy`` is honoured or refused (:func:`refuse_greedy`), never ignored;
 * a mechanism never reads a document it was not given, and states in ``claim`` the ε and δ it
   guarantees for the whole response, composed over its released tokens, with the neighbouring
   relation the guarantee covers (:data:`RELATIONS`): an ε per shard is not an ε per document;
@@ -23,7 +27,8 @@ The contract:
 
 To add a mechanism: a frozen dataclass that validates its parameters in ``__post_init__``
 (naming the parameter, :class:`~ctxleak.errors.ConfigError`), a ``name``, a
-``min_documents``, ``key()`` and ``decode``; then its entry where mechanisms are parsed by name.
+``min_documents``, ``key()``, ``claim(decoding)`` (the most a whole response may spend) and
+``answer``; then its entry where mechanisms are parsed by name.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any, ClassVar, Protocol
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
+from ctxleak.mitigations.ledger import RowLedger
 
 #: The neighbouring relations a claim can cover, and what each means for the user.
 RELATIONS: Mapping[str, str] = {
@@ -85,6 +91,7 @@ class Decoding:
     temperature: float = 0.8
     max_new_tokens: int = 50
     min_new_tokens: int = 10
+    greedy: bool = False  # the most likely token at each step (where the mechanism allows)
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,10 @@ class MechanismAnswer:
     """One decoded response: its token ids (the stopping EOS left out), whether it stopped on
     EOS, the whole response's :class:`Claim`, the released tokens that paid privacy budget, one
     plain-data record per step (at least ``token_id`` and ``paid``) and the indices of the
-    request's documents that reached any prompt (a private retrieval may drop some)."""
+    request's documents that reached any prompt (a private retrieval may drop some);
+    ``ledger``: a mechanism that decodes by Context Influence Decoding gives its CID ledger
+    (:class:`~ctxleak.mitigations.ledger.RowLedger`: each token's λ_t and log-probabilities with
+    and without the documents), None otherwise."""
 
     response_ids: tuple[int, ...]
     stopped_on_eos: bool
@@ -116,6 +126,7 @@ class MechanismAnswer:
     tokens_paid: int
     steps: tuple[Mapping[str, Any], ...] = ()
     documents_used: tuple[int, ...] = ()
+    ledger: RowLedger | None = None
 
 
 class Mechanism(Protocol):
@@ -130,7 +141,24 @@ class Mechanism(Protocol):
         key in a sweep."""
         ...
 
-    def decode(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+    def describe(self) -> str:
+        """The mechanism in a few words for a report, e.g. ``the mechanism dp-vote(...)``."""
+        ...
+
+    def claim(self, decoding: Decoding) -> Claim:
+        """The most a whole response decoded with ``decoding`` may spend (each answer states
+        what it did spend)."""
+        ...
+
+    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
                decoding: Decoding) -> list[MechanismAnswer]:
         """One answer per request, in order (the module docstring's contract)."""
         ...
+
+
+def refuse_greedy(mechanism: Mechanism, decoding: Decoding) -> None:
+    """A :class:`ConfigError` where ``decoding`` asks a mechanism that samples by its
+    definition (a noisy vote, an exponential mechanism) for greedy decoding."""
+    if decoding.greedy:
+        raise ConfigError(f"{mechanism.key()} samples by its definition: greedy decoding is "
+                          "Context Influence Decoding's and scrubbing's only", param="greedy")

@@ -56,8 +56,8 @@ _SCALARS: dict[str, Any] = {"float": float, "int": int, "str": str, "bool": bool
 
 
 def is_mechanism(value: Any) -> bool:
-    """Whether ``value`` is a mechanism object (has ``name``, ``key`` and ``decode``)."""
-    return all(hasattr(value, attr) for attr in ("name", "key", "decode")) \
+    """Whether ``value`` is a mechanism object (has ``name``, ``key`` and ``answer``)."""
+    return all(hasattr(value, attr) for attr in ("name", "key", "answer")) \
         and not isinstance(value, (str, type))
 
 

@@ -26,14 +26,13 @@ written in words, a value the model recovers from its surroundings) reaches the 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, ClassVar
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
-from ctxleak.mitigations.ledger import RowLedger
+from ctxleak.mitigations.cid import CID
 from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
 from ctxleak.sensitive import SENSITIVE_TYPES, find_sensitive
 from ctxleak.sensitive.detect import Span
@@ -99,17 +98,21 @@ class Scrubbing:
         spans = tuple((s.type, s.start, s.end, float(s.score)) for s in self.spans(text))
         return _anonymized(text, spans, self.operator) if spans else text
 
-    def decode(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+    def describe(self) -> str:
+        return f"the mechanism {self.key()}"
+
+    def claim(self, decoding: Decoding) -> Claim:
+        """No guarantee: a value the detector misses reaches the prompt as it is."""
+        return Claim(eps=None)
+
+    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
                decoding: Decoding) -> list[MechanismAnswer]:
-        """One response per request, drawn at λ = 1 from the prompt holding its scrubbed
-        documents (every one reaches it), seeded by the request's own seed."""
-        config = CIDConfig(lam=1.0, temperature=decoding.temperature,
-                           max_new_tokens=decoding.max_new_tokens,
-                           min_new_tokens=decoding.min_new_tokens)
-        jobs = [(r.prompt([self.scrub(d) for d in r.documents]), r.prompt([]), config, r.seed)
-                for r in requests]
-        return [_answer(ledger, len(r.documents))
-                for ledger, r in zip(generate_cid_many(lm, jobs), requests)]
+        """One response per request, plain decoding (Context Influence Decoding at λ = 1) of
+        the prompt holding its scrubbed documents (every one reaches it), seeded by the
+        request's own seed."""
+        scrubbed = [replace(r, documents=tuple(self.scrub(d) for d in r.documents))
+                    for r in requests]
+        return [_answer(answer) for answer in CID(1.0).answer(lm, scrubbed, decoding)]
 
 
 def _entity_types(entities: Any) -> tuple[str, ...]:
@@ -127,16 +130,13 @@ def _entity_types(entities: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _answer(ledger: RowLedger, n_documents: int) -> MechanismAnswer:
+def _answer(answer: MechanismAnswer) -> MechanismAnswer:
     """A scrubbed response as a mechanism's answer: no claim, no token paid; each step's token,
     its log-probability given the scrubbed documents and without them (at the temperature)."""
     steps = tuple({"token_id": e.token_id, "paid": False, "eps_step": None,
                    "logp": e.logp_context, "logp_empty": e.logp_empty}
-                  for e in ledger.entries)
-    return MechanismAnswer(response_ids=tuple(ledger.response_ids),
-                           stopped_on_eos=ledger.stopped_on_eos, claim=Claim(eps=None),
-                           tokens_paid=0, steps=steps,
-                           documents_used=tuple(range(n_documents)))
+                  for e in answer.ledger.entries) if answer.ledger is not None else ()
+    return replace(answer, claim=Claim(eps=None), tokens_paid=0, steps=steps)
 
 
 @lru_cache(maxsize=8192)

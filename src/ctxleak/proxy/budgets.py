@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ctxleak.errors import ConfigError
-from ctxleak.methods.rag.budgets import PUBLIC
+from ctxleak.mitigations.ledger import PUBLIC
 
 #: Slack for float sums: a reservation that passes a budget by less than this is granted.
 TOLERANCE = 1e-9

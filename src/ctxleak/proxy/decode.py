@@ -9,15 +9,14 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from ctxleak.engine.capabilities import WEIGHTS, capabilities_of
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.methods.influence.answers import eos_masked, own_answers
-from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
-from ctxleak.methods.influence.ngrams import PromptParts
-from ctxleak.methods.rag.passages import list_pieces
 from ctxleak.mitigations.cid import CIDConfig, CIDJob, generate_cid
-from ctxleak.mitigations.influence import token_influence
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
+from ctxleak.mitigations.prompts import PromptParts, document_parts
+from ctxleak.mitigations.sampled import eos_masked, own_answers
 from ctxleak.proxy.request import CIDRequest, Document
 
 #: Plain CID decodes as bounded CID with this ε per token, which no step's divergence reaches,
@@ -69,11 +68,7 @@ def answer_parts(lm: LanguageModel, documents: Sequence[Document], query: str,
     """The prompt with and without the documents: the qa template of ``ctxleak influence``
     (``Document: {context}. {query}``, in the model's chat template where it has one), the
     documents as passages in their order, the context cut to the window minus ``max_tokens``."""
-    pieces = list_pieces([d.text for d in documents])
-    example = InfluenceExample(id="request", context="".join(pieces), query=query,
-                               reference=None, task="qa",
-                               passages=tuple(pieces) if pieces else None)
-    return prompt_parts(lm, example, reserve=max_tokens)
+    return document_parts(lm, [d.text for d in documents], query, reserve=max_tokens)
 
 
 def server_samples(lm: LanguageModel, request: CIDRequest) -> bool:
@@ -167,16 +162,11 @@ class Sampled:
         with and without the context, EOS masked before ``min_tokens`` as when it was drawn."""
         ledger = self.answer.ledger
         released = [e.token_id for e in ledger.entries]
-        entries: list[LedgerEntry] = []
-        if released:
-            lc, le = eos_masked(self.lm, [self.parts.full, self.parts.empty],
-                                [released, released], self.request.min_tokens)
-            entries = [LedgerEntry(step=k, token_id=int(t), lam=1.0, logp_context=float(lc[k]),
-                                   logp_empty=float(le[k]),
-                                   influence=float(token_influence(float(lc[k]),
-                                                                   float(le[k]))))
-                       for k, t in enumerate(released)]
-        return replace(self.answer, ledger=replace(ledger, entries=tuple(entries)))
+        lc, le = eos_masked(self.lm, [self.parts.full, self.parts.empty],
+                            [released, released], self.request.min_tokens) \
+            if released else [np.zeros(0), np.zeros(0)]
+        return replace(self.answer, ledger=RowLedger.from_scores(
+            0, released, lc, le, lam=1.0, temperature=1.0, stopped_on_eos=ledger.stopped_on_eos))
 
 
 def release_sampled(lm: LanguageModel, request: CIDRequest, documents: Sequence[Document],
@@ -190,15 +180,12 @@ def release_sampled(lm: LanguageModel, request: CIDRequest, documents: Sequence[
     [(ids, stopped)] = own_answers(lm, [parts], [seed], 1.0, request.max_tokens,
                                    request.min_tokens)
     released = list(ids) + ([lm.eos_ids[0]] if stopped and lm.eos_ids else [])
-    nan = float("nan")
-    entries = tuple(LedgerEntry(step=k, token_id=int(t), lam=1.0, logp_context=nan,
-                                logp_empty=nan, influence=nan)
-                    for k, t in enumerate(released))
+    nan = [float("nan")] * len(released)
+    ledger = RowLedger.from_scores(0, released, nan, nan, lam=1.0, temperature=1.0,
+                                   stopped_on_eos=stopped)
     if on_entry is not None:
-        for entry in entries:
+        for entry in ledger.entries:
             on_entry(entry)
-    ledger = RowLedger(row=0, entries=entries, stopped_on_eos=stopped, lam=1.0,
-                       temperature=1.0)
     answer = Answer(ledger=ledger, eps_ex_post=None, text=lm.decode(ids),
                     prompt_tokens=len(parts.full), context_tokens_cut=cut, seed=seed)
     return Sampled(lm=lm, parts=parts, request=request, answer=answer)

@@ -23,7 +23,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from ctxleak.engine.pairs import PairAnswer, PairJob, PairStep
+from ctxleak.engine.pairs import LedgerEntry, PairAnswer, PairJob
 from ctxleak.engine.served.base import ServedLM
 from ctxleak.engine.served_client import ServerError
 from ctxleak.errors import ConfigError
@@ -145,7 +145,7 @@ def read_answer(lm: ServedLM, job: PairJob, answer: Any, got: Any) -> PairAnswer
     if got.get("error"):
         raise PairFailed(f"the plugin voided the answer: {got['error']}")
     steps = [_step(s, k, job, where) for k, s in enumerate(got["steps"])]
-    tokens = [s.token for s in steps]
+    tokens = [s.token_id for s in steps]
     for choice in lm._choices(answer, 2):
         if [int(t) for t in choice.get("token_ids") or []] != tokens:
             raise PairFailed(f"{where} answered a stream whose tokens are not the plugin's")
@@ -160,18 +160,19 @@ def read_answer(lm: ServedLM, job: PairJob, answer: Any, got: Any) -> PairAnswer
                       stopped_on_eos=stopped, steps=tuple(steps))
 
 
-def _step(raw: Any, k: int, job: PairJob, where: str) -> PairStep:
+def _step(raw: Any, k: int, job: PairJob, where: str) -> LedgerEntry:
     """One step's record, checked: its index, finite log-probs ≤ 0, λ_t in [0, λ] (= λ for
     plain CID), bounded CID's ex-post ε within ε."""
     try:
-        step = PairStep(token=int(raw["token"]), lam=float(raw["lam"]),
-                        logp_mix=float(raw["logp_mix"]), logp_empty=float(raw["logp_empty"]),
-                        eps_ex_post=None if raw.get("eps_ex_post") is None
-                        else float(raw["eps_ex_post"]))
+        step = LedgerEntry(step=k, token_id=int(raw["token"]), lam=float(raw["lam"]),
+                           logp_context=float(raw["logp_mix"]),
+                           logp_empty=float(raw["logp_empty"]), eps=job.eps,
+                           eps_ex_post=None if raw.get("eps_ex_post") is None
+                           else float(raw["eps_ex_post"]))
         index = int(raw["step"])
     except (KeyError, TypeError, ValueError):
         raise PairFailed(f"{where} answered a record of step {k} without its fields") from None
-    logps = (step.logp_mix, step.logp_empty)
+    logps = (step.logp_context, step.logp_empty)
     bad = (index != k or not all(math.isfinite(v) and v <= SLACK for v in logps)
            or not -SLACK <= step.lam <= job.lam + SLACK
            or (job.eps is None and step.lam != job.lam)

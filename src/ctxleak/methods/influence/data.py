@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.engine.prompts import build_prompt, template_fields
+from ctxleak.engine.prompts import template_fields
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.methods.influence.ngrams import PromptParts
 from ctxleak.methods.rag.app_prompt import (
     AppPromptChoice,
     ExamplePrompt,
@@ -34,17 +33,9 @@ from ctxleak.methods.rag.passages import (
     split_context,
 )
 from ctxleak.methods.rag.spans import LOG_FORMATS, is_span_log, read_span_log
+from ctxleak.mitigations.prompts import TASK_TEMPLATES, PromptParts, fit_window, template_parts
 from ctxleak.run.inputs import is_named
 from ctxleak.run.records import demo_path, example_id, iter_rows, reject_duplicate_ids
-
-# The paper's formats: PubMedQA-style QA and CNN-DM summarisation, with the wording of the paper,
-# Fig. 5-6 ("Document:", "News article:"); the prompt without context keeps the empty slot
-# ("News article: . Summary of the above news article:"). The figures show the query on its own
-# line, which may be layout: ctxleak joins with a space, as it always has.
-TASK_TEMPLATES = {
-    "qa": "Document: {context}. {query}",
-    "summarization": "News article: {context}. Summary of the above news article:",
-}
 
 
 @dataclass(frozen=True)
@@ -426,25 +417,12 @@ def prompt_parts(lm: LanguageModel, example: InfluenceExample, template: str | N
     ``context_tokens`` tokens (Fig. 2b) and to the model's window minus ``reserve`` new tokens.
     Returns the parts and how many context tokens the window forced out (0 if none)."""
     whole = app_whole_prompt(lm, example)
-    if whole is not None:  # the app's messages, tokenised whole
-        kept = whole.context[:context_tokens]  # [:None]: all of it
-        ids = [*whole.before, *kept, *whole.after]
-        start, end = len(whole.before), len(whole.before) + len(kept)
-    else:
-        tmpl = template_for(example, template)
-        ids_of_context = context_ids(lm, example)[0]
-        if context_tokens is not None:
-            ids_of_context = ids_of_context[:context_tokens]
-        prompt = build_prompt(lm, tmpl, {"context": ids_of_context, "query": example.query})
-        start, end = prompt.spans["context"]
-        ids = list(prompt.ids)
-    dropped = 0
-    window = lm.max_length
-    if window is not None and len(ids) + reserve > window:
-        dropped = min(end - start, len(ids) + reserve - window)
-        end_kept = end - dropped
-        ids = ids[:end_kept] + ids[end:]
-        end = end_kept
+    if whole is None:
+        return template_parts(lm, template_for(example, template), context_ids(lm, example)[0],
+                              example.query, context_tokens, reserve)
+    kept = whole.context[:context_tokens]  # the app's messages, tokenised whole ([:None]: all)
+    start = len(whole.before)
+    ids, end, dropped = fit_window(lm, [*whole.before, *kept, *whole.after], start,
+                                   start + len(kept), reserve)
     return PromptParts(tuple(ids[:start]), tuple(ids[start:end]), tuple(ids[end:]),
-                       **(whole.extra(end - start) if whole is not None else {})), dropped
-
+                       **whole.extra(end - start)), dropped

@@ -31,7 +31,6 @@ from ctxleak.methods.rag.app_prompt import prompt_fields
 from ctxleak.methods.rag.copying import copied_spans
 from ctxleak.methods.rag.documents import document_fields
 from ctxleak.methods.tradeoff.utility import reference_scores, rouge_l_f1
-from ctxleak.mitigations.influence import token_influence
 from ctxleak.mitigations.ledger import RowLedger
 
 #: The control examples of each job, nearest first (empty: the job has none).
@@ -133,7 +132,5 @@ def with_logprobs(response: RowLedger, logp_context: Iterable[float],
     from the example's own scoring passes; the stopping EOS's entry is kept as drawn."""
     entries = list(response.entries)
     for t, (lc, le) in enumerate(zip(logp_context, logp_empty)):
-        lc, le = float(lc), float(le)
-        entries[t] = replace(entries[t], logp_context=lc, logp_empty=le,
-                             influence=float(token_influence(lc, le)))
+        entries[t] = replace(entries[t], logp_context=float(lc), logp_empty=float(le))
     return replace(response, entries=tuple(entries))

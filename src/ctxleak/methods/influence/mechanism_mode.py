@@ -23,7 +23,7 @@ one; λ = 0 never reads the context (ε = 0, bounded or not); plain CID at λ > 
 nothing.
 
 The prompt a mechanism is given for a set of document texts is the run's own template holding
-those texts as a retrieved list (:func:`~ctxleak.methods.rag.passages.list_pieces`): for
+those texts as a retrieved list (:func:`~ctxleak.mitigations.prompts.list_pieces`): for
 retrieved documents and passages given as a list, the prompt with every document is the very
 prompt the answer is scored under. A private retrieval (DP-RAG's) thresholds the documents'
 retrieval scores: the retriever's where the data records them, else each document's word
@@ -35,19 +35,17 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from typing import Any
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.control import ControlCost
-from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
+from ctxleak.methods.influence.data import InfluenceExample, template_for
 from ctxleak.methods.influence.decoys import Decoys
 from ctxleak.methods.influence.metrics import mean_with_ci
 from ctxleak.methods.influence.pipeline import Controls, score_drawn
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
-from ctxleak.methods.rag.passages import LIST_SEPARATOR, list_pieces
 from ctxleak.mitigations.mechanisms import (
     RELATIONS,
     AnswerRequest,
@@ -57,6 +55,7 @@ from ctxleak.mitigations.mechanisms import (
     MechanismAnswer,
 )
 from ctxleak.mitigations.named import PARAM, parse_mechanism
+from ctxleak.mitigations.prompts import LIST_SEPARATOR, PromptOf, template_prompt
 
 #: One measurement job: the example, its setting, its seed.
 Job = tuple[InfluenceExample, Setting, int]
@@ -145,18 +144,11 @@ def needed_documents(mechanism: Mechanism) -> int:
 
 
 def prompt_of(lm: LanguageModel, example: InfluenceExample, setting: Setting,
-              options: InfluenceOptions) -> Callable[[Sequence[str]], list[int]]:
+              options: InfluenceOptions) -> PromptOf:
     """The token ids of ``example``'s prompt holding the given document texts (in order; none:
     the prompt without retrieval), under the run's template and the model's window."""
-    def prompt(texts: Sequence[str]) -> list[int]:
-        pieces = tuple(list_pieces(list(texts)))
-        shown = replace(example, context="".join(pieces), passages=pieces or None,
-                        documents=None, prompt=None)
-        parts, _ = prompt_parts(lm, shown, options.template, setting.context_tokens,
-                                reserve=options.max_new_tokens)
-        return parts.full
-
-    return prompt
+    return template_prompt(lm, example.query, template_for(example, options.template),
+                           setting.context_tokens, options.max_new_tokens)
 
 
 def word_similarity(query: str, text: str) -> float:
@@ -198,7 +190,7 @@ def measure_mechanism(lm: LanguageModel, jobs: Sequence[Job], options: Influence
         ks = [k for k, (_, s, _) in enumerate(jobs) if s.temperature == temperature]
         decoding = Decoding(temperature=temperature, max_new_tokens=options.max_new_tokens,
                             min_new_tokens=options.min_new_tokens)
-        got = mechanism.decode(lm, [answer_request(lm, jobs[k], options) for k in ks],
+        got = mechanism.answer(lm, [answer_request(lm, jobs[k], options) for k in ks],
                                decoding)
         if len(got) != len(ks):
             raise ConfigError(f"{PARAM}: {mechanism.key()} answered {len(got)} of {len(ks)} "

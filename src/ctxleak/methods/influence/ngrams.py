@@ -21,39 +21,7 @@ from ctxleak.engine.streams import mask_eos_before_min
 from ctxleak.errors import ConfigError
 from ctxleak.kernels.cid import bounded_lambdas, cid_logprobs
 from ctxleak.mitigations.influence import response_influence, token_influence
-
-
-@dataclass(frozen=True)
-class PromptParts:
-    """A prompt as ids before the context, the context ids, and ids after it. For a prompt
-    tokenised whole, whose text merges into other tokens where part of the context is left out:
-    ``empty_ids`` the prompt without the context, ``exact`` the prompt without the context
-    tokens ``[a, b)`` as ``((a, b), ids)`` pairs, each tokenised as a text of its own."""
-
-    before: tuple[int, ...]
-    context: tuple[int, ...]
-    after: tuple[int, ...]
-    empty_ids: tuple[int, ...] | None = None
-    exact: tuple[tuple[tuple[int, int], tuple[int, ...]], ...] = ()
-
-    def with_context(self, context: Sequence[int]) -> list[int]:
-        return list(self.before) + list(context) + list(self.after)
-
-    def without(self, a: int, b: int) -> list[int]:
-        """The prompt with the context tokens ``[a, b)`` left out (D∖S): its own ids where
-        :attr:`exact` has them, else the ids around the span."""
-        for span, ids in self.exact:
-            if span == (a, b):
-                return list(ids)
-        return self.with_context(self.context[:a] + self.context[b:])
-
-    @property
-    def full(self) -> list[int]:
-        return self.with_context(self.context)
-
-    @property
-    def empty(self) -> list[int]:
-        return self.with_context(()) if self.empty_ids is None else list(self.empty_ids)
+from ctxleak.mitigations.prompts import PromptParts
 
 
 def windows(length: int, n: int, stride: int | None = None) -> list[tuple[int, int]]:

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxleak.errors import ConfigError
+from ctxleak.mitigations.ledger import PUBLIC  # the class that never fails the gate
 
-#: The class that never fails the gate.
-PUBLIC = "public"
 #: The metadata field read for a document's class unless the user names another.
 CLASS_FIELD = "classification"
 

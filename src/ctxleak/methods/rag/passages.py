@@ -19,10 +19,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+# The separator between passages given as a list (it starts every passage but the first) and
+# the pieces of a list: defined with the prompts every defence answers from.
+from ctxleak.mitigations.prompts import LIST_SEPARATOR, list_pieces
+
 #: How one context string may be split into passages.
 SPLITS = ("sentence", "paragraph")
-#: The separator between passages given as a list (it starts every passage but the first).
-LIST_SEPARATOR = "\n\n"
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 _PARAGRAPH_END = re.compile(r"\n[ \t]*\n\s*(?=\S)")
@@ -66,12 +68,6 @@ def split_context(text: str, mode: str) -> list[str]:
             if mode == "paragraph" or _ends_sentence(text, m.start())]
     bounds = [0, *cuts, len(text)]
     return [text[a:b] for a, b in zip(bounds, bounds[1:]) if text[a:b]]
-
-
-def list_pieces(passages: Sequence[str]) -> list[str]:
-    """Passages given as a list, as the pieces of one context: the separator starts every
-    passage but the first."""
-    return [p if j == 0 else LIST_SEPARATOR + p for j, p in enumerate(passages)]
 
 
 def piece_spans(lengths: Sequence[int]) -> list[tuple[int, int]]:
