@@ -128,14 +128,14 @@ class CID:
             return Claim(None)
         return Claim(self.bounded_eps * decoding.max_new_tokens, 0.0, "context")
 
-    def spent(self, ledger: RowLedger) -> tuple[Claim, int]:
-        """What one decoded response claims and the tokens that paid for it: ε = 0 at λ = 0
-        (λ_t never exceeds λ = 0), bounded CID's composed ε over its released tokens (the
-        stopping EOS included), no guarantee otherwise."""
+    def spent(self, composed_eps: float | None, released: int) -> tuple[Claim, int]:
+        """What one decoded response claims and the tokens that paid for it, from its ledger's
+        composed ε and its ``released`` tokens (the stopping EOS included): ε = 0 at λ = 0
+        (λ_t never exceeds λ = 0), bounded CID's composed ε, no guarantee otherwise."""
         if self.lam == 0:
             return Claim(0.0, 0.0, "context"), 0
-        if ledger.composed_eps is not None:
-            return Claim(ledger.composed_eps, 0.0, "context"), len(ledger.entries)
+        if composed_eps is not None:
+            return Claim(composed_eps, 0.0, "context"), released
         return Claim(None), 0
 
     def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
@@ -157,7 +157,7 @@ class CID:
     def answer_of(self, ledger: RowLedger, documents: int) -> MechanismAnswer:
         """A decoded response's answer: its ledger, what it spent (:meth:`spent`), one step
         record per released token, and every document used (none at λ = 0)."""
-        claim, paid = self.spent(ledger)
+        claim, paid = self.spent(ledger.composed_eps, len(ledger.entries))
         steps = tuple({"token_id": e.token_id, "paid": paid > 0, "eps_step": e.eps,
                        "lam": e.lam, "logp": e.logp_context, "logp_empty": e.logp_empty}
                       for e in ledger.entries)

@@ -2,7 +2,9 @@
 
 One registry (:data:`MECHANISMS`, lazy ``"module:Class"`` entries, as the package's own names)
 for every mechanism a user may put between the documents and the answers
-(:mod:`ctxleak.mitigations.mechanisms`): the DP vote over shards and its sparse form
+(:mod:`ctxleak.mitigations.mechanisms`): Context Influence Decoding and its bounded form
+(``cid:lam=0.5,bounded_eps=2``, "Estimating Privacy Leakage of Augmented Contextual Knowledge in
+Language Models"), the DP vote over shards and its sparse form
 ("Privacy-Preserving Retrieval-Augmented Generation with Differential Privacy", Koga, Wu and
 Chaudhuri), DP-RAG ("RAG with Differential Privacy", Grislain) and PII scrubbing (Presidio's
 operators). The CLI's ``--mechanism`` and the API's ``mechanisms=`` both go through
@@ -37,6 +39,7 @@ from ctxleak.sensitive import find_sensitive
 
 #: The mechanisms by name, each its class (imported on first use).
 MECHANISMS = Registry("mechanism", {
+    "cid": "ctxleak.mitigations.cid:CID",
     "dp-vote": "ctxleak.mitigations.dp_vote:DPVote",
     "dp-sparse-vote": "ctxleak.mitigations.dp_vote:DPSparseVote",
     "dp-rag": "ctxleak.mitigations.dp_rag:DPRAG",

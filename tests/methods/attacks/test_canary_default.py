@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from ctxleak.methods.attacks.canary import HOLDS, VIOLATED, plant_canaries, summarize_trials
+from ctxleak.methods.attacks.canary import plant_canaries, summarize_trials
 from ctxleak.methods.attacks.canary_method import measure_trials
+from ctxleak.methods.attacks.lower_bound import HOLDS, VIOLATED
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.mitigations.cid import CIDConfig
 

@@ -10,7 +10,7 @@ import pytest
 from helpers.run_folders import without_manifest
 
 from ctxleak.errors import EditedRunError
-from ctxleak.methods.attacks.canary import eps_lower_bound, law
+from ctxleak.methods.attacks.lower_bound import eps_lower_bound, law
 from ctxleak.results import CanaryResult, load_result
 
 TRIAL = {"id": "trial-0", "trial": 0, "document_id": "d0", "canary": "885440",

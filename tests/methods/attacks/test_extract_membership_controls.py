@@ -24,9 +24,10 @@ from ctxleak.methods.attacks.attack_method import (
     MembershipMethod,
     MembershipParams,
 )
-from ctxleak.methods.attacks.extract import AttackDocument, as_documents, words
+from ctxleak.methods.attacks.extract import AttackDocument, as_documents
 from ctxleak.methods.attacks.membership import ATTACKS, split_members
 from ctxleak.methods.attacks.roc import covers
+from ctxleak.methods.text_match import words
 from ctxleak.run.method import Method
 from ctxleak.run.runner import run_method
 from ctxleak.targets.base import FunctionTarget, TargetError

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ctxleak.errors import InputError
-from ctxleak.methods.attacks.canary import audit_scores, clopper_pearson
+from ctxleak.methods.attacks.lower_bound import audit_scores, clopper_pearson
 from ctxleak.methods.attacks.roc import (
     auc,
     auc_interval,

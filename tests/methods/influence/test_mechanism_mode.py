@@ -29,6 +29,7 @@ from ctxleak.methods.influence.mechanism_mode import (
 from ctxleak.methods.influence.params import InfluenceParams
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.rag.passages import LIST_SEPARATOR
+from ctxleak.mitigations.cid import CID
 
 ROWS = [{"id": f"q{i}", "query": q, "reference": r,
          "documents": [{"id": f"q{i}-d{j}", "text": t} for j, t in enumerate(docs)]}
@@ -58,7 +59,8 @@ def test_the_setting_key_grid_and_config_name_the_mechanism():
     assert "mechanisms" not in InfluenceParams().to_config()  # old run folders still resume
     # a mechanism alone: the unmitigated baseline leads (λ = 1 is the default λ)
     alone = InfluenceParams(mechanisms="toy-first;toy-first:eps=3").grid()
-    assert [s.mechanism for s in alone] == [None, FirstDocuments(), FirstDocuments(eps=3.0)]
+    assert [s.mechanism for s in alone] == [CID(), FirstDocuments(), FirstDocuments(eps=3.0)]
+    assert [s.decoded_by_cid for s in alone] == [True, False, False]
 
 
 @pytest.mark.parametrize("kw, says", [

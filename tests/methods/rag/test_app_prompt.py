@@ -377,4 +377,6 @@ def test_a_decoy_under_the_apps_messages_by_hand(logs, tmp_path):
         placed = [DOCS[2][1] if k == j else d for k, d in enumerate(docs)]
         without = [d for k, d in enumerate(docs) if k != j]
         by_hand = np.abs(under(placed) - under(without)).sum()
-        assert abs(record["passage_decoy_influence"][j] - by_hand) < 1e-6
+        # the record keeps 6 decimals (up to 5e-7 of rounding) of float32 forward passes
+        # batched otherwise than these (measured: 1.15e-6 apart on this 2-core CPU)
+        assert abs(record["passage_decoy_influence"][j] - by_hand) < 2e-6

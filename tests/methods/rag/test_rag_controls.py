@@ -16,10 +16,11 @@ from ctxleak.methods.influence.decoys import (
 )
 from ctxleak.methods.influence.params import InfluenceParams
 from ctxleak.methods.rag.budgets import Budgets, check_class_budgets
-from ctxleak.methods.rag.copying import beyond_question, copied_spans, masked, verbatim_spans
+from ctxleak.methods.rag.copying import DETECTOR, MIN_VERBATIM, copied_spans, masked
 from ctxleak.methods.rag.documents import RetrievedDocument
 from ctxleak.methods.rag.exposure import document_ledger, documents_summary
 from ctxleak.methods.rag.overlap import OVERLAP_WORDS, Corpus
+from ctxleak.methods.text_match import verbatim_spans
 
 SALARY = ("Employee Marta Velikova, payroll id 4417-B, earns $142,000 a year and her database "
           "password is Tr0ub4dor-88.")
@@ -117,18 +118,20 @@ def test_a_verbatim_copy_is_whole_words() -> None:
     """Twenty characters in common that cut words at both ends are no copy: the public travel
     policy is not "copied" by an answer quoting the expense policy's wording."""
     travel = "Hotels are covered up to $180 a night."
-    assert verbatim_spans(travel, "Meals on business trips are covered up to $55 a day.") == []
-    assert verbatim_spans(travel, "Hotels are covered up to $180 a night, it says.") == \
+    meals, hotels = ("Meals on business trips are covered up to $55 a day.",
+                     "Hotels are covered up to $180 a night, it says.")
+    assert verbatim_spans(travel, meals, MIN_VERBATIM) == []
+    assert verbatim_spans(travel, hotels, MIN_VERBATIM) == \
         ["Hotels are covered up to $180 a night"]
 
 
 def test_copied_spans_verbatim_and_values() -> None:
     answer = "Marta Velikova earns $142,000 a year. The DATABASE  password is Tr0ub4dor-88."
-    spans = verbatim_spans(SALARY, answer)
+    spans = verbatim_spans(SALARY, answer, MIN_VERBATIM)
     # as the document writes them (its case, its spaces), the joining full stop left off
     assert spans == ["earns $142,000 a year", "database password is Tr0ub4dor-88"]
     assert all(len(s) >= 20 for s in spans)
-    assert verbatim_spans(SALARY, "She is paid well.") == []
+    assert verbatim_spans(SALARY, "She is paid well.", MIN_VERBATIM) == []
     copied = copied_spans([DOCS["travel"], SALARY], ["travel", "hr-salary"], answer)
     assert {c["passage"] for c in copied} == {1}
     assert {c["document"] for c in copied} == {"hr-salary"}
@@ -152,7 +155,7 @@ def test_what_the_question_gave_is_not_a_copy_of_the_document() -> None:
     doc = ("People team memo. From 3 March, Yusuf Abernathy-Kole is promoted to regional "
            "planning lead and his salary rises to 44,750 pounds.")
     asked = "What will Yusuf Abernathy-Kole's new salary be?"
-    assert verbatim_spans(doc, "Yusuf Abernathy-Kole is a dispatcher.") == [
+    assert verbatim_spans(doc, "Yusuf Abernathy-Kole is a dispatcher.", MIN_VERBATIM) == [
         "Yusuf Abernathy-Kole is"]  # 23 characters: a copy when nothing was asked
     assert copied_spans([doc], ["memo"], "Yusuf Abernathy-Kole is a dispatcher.", asked) == []
     # without the question the same answer is a copy, and so is the name as a value
@@ -162,8 +165,8 @@ def test_what_the_question_gave_is_not_a_copy_of_the_document() -> None:
     leak = "Yusuf Abernathy-Kole is promoted to regional planning lead."
     (got,) = [c for c in copied_spans([doc], ["memo"], leak, asked) if c["kind"] == "verbatim"]
     assert got["text"] == "Yusuf Abernathy-Kole is promoted to regional planning lead"
-    assert beyond_question(got["text"], asked) and not beyond_question("Yusuf Abernathy-Kole is",
-                                                                       asked)
+    assert DETECTOR.beyond_question(got["text"], asked)
+    assert not DETECTOR.beyond_question("Yusuf Abernathy-Kole is", asked)
     # a logged question that holds the document (the filled prompt) excuses nothing
     prompt = f"Document: {doc} Question: {asked}"
     assert [c["kind"] for c in copied_spans([doc], ["memo"], leak, prompt)] == ["verbatim"]

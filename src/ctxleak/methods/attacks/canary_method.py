@@ -17,13 +17,12 @@ from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.attacks.canary import (
     CANARY_QUERY,
     CANARY_SENTENCE,
-    CONFIDENCE,
     CanaryTrial,
     attack_score,
-    eps_lower_bound,
     plant_canaries,
     summarize_trials,
 )
+from ctxleak.methods.attacks.lower_bound import CONFIDENCE, eps_lower_bound
 from ctxleak.methods.influence.data import load_examples, prompt_parts, resolve_data
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting

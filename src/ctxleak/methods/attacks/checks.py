@@ -2,7 +2,7 @@
 Learning: How Private is Private SGD?"), checked by resume and :func:`ctxleak.load_result`: a
 trial's score a count of the canary's characters, the summary's counts, rates and confidence in
 range, ``tp ≤ n_in`` and ``fp ≤ n_out``, the ε lower bound the one its counts give (Clopper–
-Pearson, :func:`~ctxleak.methods.attacks.canary.eps_lower_bound`) and the law the one its bound
+Pearson, :func:`~ctxleak.methods.attacks.lower_bound.eps_lower_bound`) and the law the one its bound
 and guarantee give, so an edited ``eps_lower`` above its guarantee cannot read "holds"."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ctxleak.methods.attacks.canary import eps_lower_bound, law
+from ctxleak.methods.attacks.lower_bound import eps_lower_bound, law
 from ctxleak.methods.checks import Bound, RecordChecks, close, count, is_number, probability
 from ctxleak.run.samples import RowProblem
 

@@ -22,7 +22,7 @@ Three black-box attacks, each a question builder and a score read off the answer
   whose answer gives the word.
 
 A word counts as given when it is one of the answer's words
-(:func:`ctxleak.methods.attacks.extract.words`: case folded, punctuation aside). Members are
+(:func:`ctxleak.methods.text_match.words`: case folded, punctuation aside). Members are
 documents in the datastore; non-members are the user's, or held-out documents of the same
 corpus (:func:`split_members`, seeded) that the audit leaves out of the index it builds.
 :func:`membership_summary` reads each attack's per-document scores with
@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxleak.errors import InputError
-from ctxleak.methods.attacks.canary import CONFIDENCE
-from ctxleak.methods.attacks.extract import AttackDocument, as_documents, match_document, words
+from ctxleak.methods.attacks.extract import AttackDocument, as_documents, match_document
+from ctxleak.methods.attacks.lower_bound import CONFIDENCE
 from ctxleak.methods.attacks.roc import FPR_TARGETS, RESAMPLES, roc_summary
+from ctxleak.methods.text_match import words
 
 #: The attacks, in the order they are run and reported.
 ATTACKS = ("direct", "mask", "interrogation")

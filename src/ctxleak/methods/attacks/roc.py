@@ -23,7 +23,7 @@ from the scores and the true labels alone:
   off the same scores it is measured on (as the papers report it), so the point is optimistic;
   with fewer than 1/FPR non-members the only FPR at most that target is 0 (``resolved`` False);
 - :func:`roc_summary` adds the ε lower bound at 95 %
-  (:func:`ctxleak.methods.attacks.canary.audit_scores`: the threshold chosen on one seeded half
+  (:func:`ctxleak.methods.attacks.lower_bound.audit_scores`: the threshold chosen on one seeded half
   of each side, the rates measured on the other, Clopper–Pearson with a union bound), which is
   what the canary audit reports: members are its heads, non-members its tails.
 """
@@ -38,7 +38,7 @@ import numpy as np
 from scipy.stats import mannwhitneyu, rankdata
 
 from ctxleak.errors import InputError
-from ctxleak.methods.attacks.canary import CONFIDENCE, audit_scores, clopper_pearson
+from ctxleak.methods.attacks.lower_bound import CONFIDENCE, audit_scores, clopper_pearson
 
 #: Scores (one per document) and labels (True: member): lists or one-dimensional arrays.
 Scores = Sequence[float] | np.ndarray
@@ -168,7 +168,7 @@ def roc_summary(scores: Scores, labels: Labels, *, seed: int = 0,
     (:func:`auc_test`), the ``roc``
     points, ``tpr_at_fpr`` (one entry per target in ``fprs``), and ``eps`` (the ε lower bound
     in nats at ``confidence``, threshold chosen on a seeded half:
-    :func:`ctxleak.methods.attacks.canary.audit_scores`). ``n_members``, ``n_non_members``."""
+    :func:`ctxleak.methods.attacks.lower_bound.audit_scores`). ``n_members``, ``n_non_members``."""
     s, y = _arrays(scores, labels)
     eps = audit_scores(s.tolist(), y.tolist(), seed=seed, confidence=confidence)
     return {"n_members": int(y.sum()), "n_non_members": int((~y).sum()),

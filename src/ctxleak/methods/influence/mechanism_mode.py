@@ -46,6 +46,7 @@ from ctxleak.methods.influence.decoys import Decoys
 from ctxleak.methods.influence.metrics import mean_with_ci
 from ctxleak.methods.influence.pipeline import Controls, score_drawn
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
+from ctxleak.mitigations.cid import CID
 from ctxleak.mitigations.mechanisms import (
     RELATIONS,
     AnswerRequest,
@@ -81,6 +82,10 @@ def mechanism_list(value: Any) -> tuple[Mechanism, ...]:
     out: dict[str, Mechanism] = {}
     for item in items:
         mechanism = parse_mechanism(item)
+        if isinstance(mechanism, CID):  # the run's own decoding: a setting of its sweep
+            raise ConfigError(f"{PARAM}: {mechanism.key()} is the run's own decoding: give "
+                              "lambda_ (and bounded_eps) instead", param=PARAM,
+                              also=("lambda_", "bounded_eps"))
         if mechanism.key() in out:
             raise ConfigError(f"{PARAM} lists {mechanism.key()} twice: each setting once",
                               param=PARAM)
@@ -222,16 +227,11 @@ def claim_fields(claim: Claim, tokens_paid: int) -> dict[str, Any]:
 
 
 def cid_claim(setting: Setting, record: dict[str, Any]) -> dict[str, Any]:
-    """The claim of a CID answer (the module docstring): ε = 0 at λ = 0 (with a bound or
-    without: λ_t never exceeds λ = 0); bounded CID's composed ε under any replacement of the
-    context, paid by every released token (the stopping EOS included); no guarantee
-    otherwise."""
-    if setting.lam == 0:  # λ_t <= λ_max = 0: the context is never read, bound or not
-        return claim_fields(Claim(0.0, 0.0, "context"), 0)
-    if record.get("composed_eps") is not None:
-        released = len(record.get("response_ids") or ()) + int(bool(record.get("stopped_on_eos")))
-        return claim_fields(Claim(float(record["composed_eps"]), 0.0, "context"), released)
-    return claim_fields(Claim(None), 0)
+    """The claim of an answer the setting's CID decoded (:meth:`~ctxleak.mitigations.cid.CID.spent`)
+    from its record: its composed ε and its released tokens (the stopping EOS included)."""
+    released = len(record.get("response_ids") or ()) + int(bool(record.get("stopped_on_eos")))
+    return claim_fields(*CID(setting.lam, setting.bounded_eps).spent(record.get("composed_eps"),
+                                                                      released))
 
 
 def claim_summary(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:

@@ -192,7 +192,7 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         for setting, ex in items:
             parts, _ = example_parts(ready.lm, ex, setting, self.options)
             costs.append(len(parts.full) + len(parts.empty) + 2 * new
-                         if setting.mechanism is None else len(parts.full)
+                         if setting.decoded_by_cid else len(parts.full)
                          + (len(example_documents(ex)) + 1) * (len(parts.empty) + new))
         return list(batches_by_cost(items, costs, policy))
 
@@ -210,25 +210,26 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
                 if self.options.control else None
             decoys = [ready.examples.decoys[index[ex.id]] for _, ex in items] \
                 if ready.examples.decoys else None
-            # one pipeline call per bounded ε (plain CID: None) and per other mechanism in the
-            # batch, records in order
+            # one pipeline call per bounded ε of CID (plain CID: None; every λ in one batched
+            # KV cache) and per other mechanism in the batch, records in order
             records: list[dict[str, Any]] = [{} for _ in items]
-            for eps, mech in dict.fromkeys((s.bounded_eps, s.mechanism) for s, _ in items):
-                where = [i for i, (s, _) in enumerate(items)
-                         if (s.bounded_eps, s.mechanism) == (eps, mech)]
+            for group in dict.fromkeys(_group(s) for s, _ in items):
+                where = [i for i, (s, _) in enumerate(items) if _group(s) == group]
+                first = items[where[0]][0]
                 how: dict[str, Any] = {
                     "controls": None if controls is None else [controls[i] for i in where],
                     "cost": ready.cost,
                     "decoys": None if decoys is None else [decoys[i] for i in where]}
                 got = measure_examples(lm, [jobs[i] for i in where],
-                                       replace(self.options, bounded_eps=eps), **how) \
-                    if mech is None else \
-                    measure_mechanism(lm, [jobs[i] for i in where], self.options, mech, **how)
+                                       replace(self.options, bounded_eps=first.bounded_eps),
+                                       **how) if first.decoded_by_cid else \
+                    measure_mechanism(lm, [jobs[i] for i in where], self.options,
+                                      first.mechanism, **how)
                 for i, record in zip(where, got):
                     records[i] = record
             for (setting, _), record in zip(items, records):  # the sweep's context size, None: all
                 record.setdefault("context_limit", setting.context_tokens)
-                if setting.mechanism is None:  # what CID claims (the other mechanisms': theirs)
+                if setting.decoded_by_cid:  # what CID spent (another mechanism's answer says)
                     record.update(cid_claim(setting, record))
             ready.cost.measure_seconds += time.perf_counter() - start
             return records
@@ -279,6 +280,12 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         if apps:  # the app's prompts as scored: through the model's chat template, with slots
             out["app_prompt_templates"] = apps
         return out
+
+
+def _group(setting: Setting) -> Any:
+    """What settings are measured in one pipeline call: CID's by bounded ε (all λ together),
+    another mechanism by itself."""
+    return setting.bounded_eps if setting.decoded_by_cid else setting.mechanism
 
 
 def _in_setting(key: str, record: dict[str, Any]) -> bool:

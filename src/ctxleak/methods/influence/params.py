@@ -192,14 +192,15 @@ class InfluenceParams:
             raise ConfigError(f"control must be True or False, not {self.control!r}",
                               param="control")
         options = self.options()
-        for setting in self.grid():  # every setting checked before anything heavy
-            try:
+        try:  # every setting checked before anything heavy
+            settings = self.grid()
+            for setting in settings:
                 options.cid(setting)
-            except ConfigError as exc:  # CID's λ is ``lam``; this face's keyword is lambda_
-                if exc.param != "lam":
-                    raise
-                raise ConfigError(str(exc).replace("lam", "lambda_", 1),
-                                  param="lambda_") from None
+        except ConfigError as exc:  # CID's λ is ``lam``; this face's keyword is lambda_
+            if exc.param != "lam":
+                raise
+            raise ConfigError(str(exc).replace("lam", "lambda_", 1), param="lambda_") from None
+        for setting in settings:
             if setting.context_tokens is not None and setting.context_tokens < 1:
                 raise ConfigError("context_sizes must be positive integers",
                                   param="context_sizes")

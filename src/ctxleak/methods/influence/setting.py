@@ -7,14 +7,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ctxleak.errors import ConfigError
-from ctxleak.mitigations.cid import (
-    CIDConfig,
-)
+from ctxleak.mitigations.cid import CID, CIDConfig
 from ctxleak.mitigations.mechanisms import Mechanism
 
 #: How the sweep grammar writes "no bound" (plain CID) in an ε list; ``inf`` means the same.
@@ -26,28 +24,39 @@ class Setting:
     """One cell of a sweep: λ, temperature, context size (None = whole context) and, for
     bounded CID, ε per token (λ is then λ_max; None: plain CID). ``added``: the unmitigated
     baseline (λ = 1, no bound) the sweep did not ask for, measured so that every setting has
-    its utility difference to it; not part of the key. ``mechanism``: another mechanism than
-    CID decodes the response (:mod:`ctxleak.mitigations.mechanisms`), which is then scored
-    as CID at λ = 1 would score it (``lam`` is 1); None: CID."""
+    its utility difference to it; not part of the key. ``mechanism``: the defence that decodes
+    the response (:mod:`ctxleak.mitigations.mechanisms`): CID at ``lam`` and ``bounded_eps``
+    unless another is given, which is then scored as CID at λ = 1 would score it (``lam`` is
+    1)."""
 
     lam: float
     temperature: float
     context_tokens: int | None = None
     bounded_eps: float | None = None
     added: bool = field(default=False, compare=False)
-    mechanism: Mechanism | None = None
+    mechanism: Mechanism = cast("Mechanism", None)  # CID(lam, bounded_eps) when not given
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mechanism", self.mechanism or CID(self.lam, self.bounded_eps))
+
+    @property
+    def decoded_by_cid(self) -> bool:
+        """Whether the response is decoded by the CID that ``lam`` and ``bounded_eps`` name
+        (its influence is that decoding's own), not by another mechanism scored as CID at
+        λ = 1."""
+        return self.mechanism == CID(self.lam, self.bounded_eps)
 
     @property
     def is_baseline(self) -> bool:
         """λ = 1 without a bound: plain decoding, the setting a sweep's utility is read
         against."""
-        return self.lam == 1 and self.bounded_eps is None and self.mechanism is None
+        return self.mechanism == CID()
 
     @property
     def key(self) -> str:
         k = "all" if self.context_tokens is None else str(self.context_tokens)
         eps = "" if self.bounded_eps is None else f",eps={self.bounded_eps:g}"
-        mech = "" if self.mechanism is None else f",mechanism={self.mechanism.key()}"
+        mech = "" if self.decoded_by_cid else f",mechanism={self.mechanism.key()}"
         return f"lambda={self.lam:g},T={self.temperature:g},context={k}{eps}{mech}"
 
 
