@@ -14,11 +14,12 @@ from helpers.fake_chat import Reply, fake_chat, script
 
 import ctxleak
 from ctxleak.api.attack_targets import RAGBuilder, claimed_eps
-from ctxleak.api.attacks import JOURNAL_FILE, read_documents
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.methods.attacks.attack_method import attack_documents
 from ctxleak.results import ExtractResult, MembershipResult
 from ctxleak.targets.base import FunctionTarget, TargetError
 from ctxleak.targets.endpoint import ChatEndpointTarget
+from ctxleak.targets.journal import JOURNAL_FILE
 
 DOCS = [{"id": f"d{k}", "text": text} for k, text in enumerate([
     "Ana Lopez works in the Lisbon office and her badge number is 4471 since March.",
@@ -221,7 +222,7 @@ def test_demo_rag_on_a_tiny_model(llama_lm, tmp_path):
     # ctxleak holds the app's model: the run says what context influence would add
     assert "ctxleak influence" in result.summary["influence_note"]
     assert "what influence would add" in result.to_html()
-    assert len(read_documents("demo-rag")) == 15
+    assert len(attack_documents("demo-rag")) == 15
 
 
 def test_the_ledger_joins_an_influence_run_by_document_id(llama_lm, tmp_path):
@@ -229,13 +230,13 @@ def test_the_ledger_joins_an_influence_run_by_document_id(llama_lm, tmp_path):
                                   min_new_tokens=0, max_new_tokens=3, limit=3, progress=False,
                                   output=str(tmp_path / "influence"))
     measured = {d["document"]: d for d in influence.summary["settings"][0]["documents"]}
-    corpus = read_documents("demo-rag")
+    corpus = attack_documents("demo-rag")
     result = ctxleak.attack_extract(FunctionTarget(repeat_all, "repeat"), corpus,
                                     influence=str(tmp_path / "influence"),
                                     output=str(tmp_path / "x"), progress=False)
     assert result.summary["influence_run"]["path"] == str(tmp_path / "influence")
     rows = {r["document"]: r for r in result.ledger()}
-    assert set(rows) == {d["id"] for d in corpus}
+    assert set(rows) == {d.id for d in corpus}
     for doc_id, row in rows.items():  # joined where the influence run measured the document
         if doc_id in measured:
             assert row["influence"]["influence_sum"] == measured[doc_id]["influence_sum"]
@@ -255,7 +256,7 @@ def test_a_langchain_chain_over_the_bundled_corpus(tmp_path):
     from ctxleak.methods.attacks.membership import split_members
     from ctxleak.targets.rag import RAGApp
 
-    members, outs = split_members(read_documents("demo-rag"), held_out=0.5, seed=0)
+    members, outs = split_members(attack_documents("demo-rag"), held_out=0.5, seed=0)
     index = RAGApp([{"id": d.id, "text": d.text} for d in members], answerer=Echo(), top_k=2)
     chain = runnables.RunnableLambda(lambda q: {"question": q, "docs": index.retrieve(q)}) | \
         runnables.RunnableLambda(lambda x: {"answer": " ".join(d.text for d in x["docs"]),

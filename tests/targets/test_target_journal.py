@@ -125,6 +125,21 @@ def test_the_journal_file(tmp_path):
     assert answer_from_json(answer_json(answer)) == answer
 
 
+def test_a_journal_not_yet_written_makes_nothing(tmp_path):
+    """A fresh run's journal is read (and max_queries checked) before its run folder exists:
+    reading makes no file; the first answer stored makes it."""
+    path = tmp_path / "run" / "answers.sqlite"
+    with AnswerJournal(path) as journal:
+        target = JournaledTarget(FunctionTarget(str.upper, "up"), journal, max_queries=2)
+        assert target.check(["a", "b", "a"]) == ["a", "b"] and journal.count(target.key) == 0
+        with pytest.raises(ConfigError, match="3 new queries"):
+            target.check(["a", "b", "c"])
+        assert not path.parent.exists()
+        path.parent.mkdir()
+        assert [a.text for a in target.answer(["a"])] == ["A"]
+        assert path.is_file() and journal.count(target.key) == 1
+
+
 def test_estimate_cost_by_hand():
     est = estimate_cost(["abcd", "abcde"], extra_prompt="xy", max_tokens=10)
     assert (est.queries, est.prompt_tokens, est.answer_tokens) == (2, 2 + math.ceil(7 / 4), 20)

@@ -243,12 +243,18 @@ def test_a_mechanism_answers_over_the_retrieved_documents(gpt2_lm):
 def test_the_cost_of_an_app_ctxleak_answers_is_counted_by_its_model(gpt2_lm):
     """A RAG app whose model ctxleak holds: the estimate counts each filled prompt with that
     model's tokenizer (recomputed here), not characters / 4."""
-    from ctxleak.api.attacks import cost_line, sent_prompts
+    from ctxleak.targets.endpoint import ChatEndpointTarget
+    from ctxleak.targets.journal import cost_line
 
     app = RAGApp(DOCS, answerer=ModelAnswerer(gpt2_lm), top_k=2)
     questions = ["capital of italy", "capital of germany"]
-    prompts = sent_prompts(app, questions)
+    prompts = ["\n".join(m["content"] for m in RAGPrompt(q, app.retrieve(q), app.messages).filled())
+               for q in questions]  # the filled prompt: the retrieved documents with the question
     tokens = sum(len(gpt2_lm.encode(p)) for p in prompts)
-    line = cost_line(app, prompts, 8)
+    line = cost_line(app, questions)
     assert f"2 queries, {tokens:,} prompt tokens in all (counted by the tokenizer)" in line
-    assert "at most 16 answer tokens" in line
+    # a chat endpoint: its system message with each question, characters / 4, and its bound
+    chat = ChatEndpointTarget("http://127.0.0.1:9/v1", "m", system="Be brief.", max_tokens=8)
+    assert "2 queries, 8 prompt tokens in all (estimated as characters / 4" in \
+        cost_line(chat, ["abcd", "efgh"])  # ⌈len("Be brief.\nabcd") / 4⌉ = 4 each
+    assert "at most 16 answer tokens" in cost_line(chat, ["abcd", "efgh"])

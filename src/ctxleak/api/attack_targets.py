@@ -14,6 +14,7 @@ from typing import Any
 
 from ctxleak.api.retrieval import load_retriever
 from ctxleak.errors import ConfigError
+from ctxleak.methods.attacks.extract import AttackDocument
 from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.targets.base import Target
 from ctxleak.targets.endpoint import ChatEndpointTarget
@@ -143,11 +144,11 @@ def _model_answerer(model: Any, lambda_: float, bounded_eps: float | None,
                          greedy=temperature == 0)
 
 
-def on_target(target: Any, documents: Sequence[Mapping[str, Any]]) -> Target:
+def on_target(target: Any, documents: Sequence[AttackDocument]) -> Target:
     """The Target attacked: a :class:`RAGBuilder` built over ``documents``, any other as
     :func:`~ctxleak.targets.frameworks.as_target` makes it."""
     if isinstance(target, RAGBuilder):
-        return target.build(documents)
+        return target.build([{"id": d.id, "text": d.text} for d in documents])
     return as_target(target)
 
 

@@ -28,6 +28,7 @@ from ctxleak.run import runner
 from ctxleak.run.method import Method
 from ctxleak.run.options import RunOptions
 from ctxleak.run.params import Renamed, check_keywords, rename_keywords
+from ctxleak.targets.base import Target
 
 R = TypeVar("R")
 A = ParamSpec("A")
@@ -144,7 +145,7 @@ def keywords(func: Callable[Concatenate[Bound, A], R]) -> Callable[A, R]:
 def run_options(model: str | LanguageModel, given: Mapping[str, Any]
                 ) -> tuple[RunOptions, LanguageModel | None]:
     """(the checked run options among the keywords ``given``, the loaded model or None)."""
-    lm = cast(LanguageModel, model) if runner.is_lm(model) else None
+    lm = model if isinstance(model, LanguageModel) else None
     if lm is None and not isinstance(model, (str, os.PathLike)):
         raise ConfigError(f"model must be a name, a Hugging Face id, a path or a loaded model "
                           f"(ctxleak.load_model), not a {type(model).__name__}", param="model")
@@ -175,19 +176,22 @@ def method_for(params: MethodParams, common: RunOptions) -> Method:
     return ProbeMethod(common, params)
 
 
-def run_method(method: Method, lm: LanguageModel | None = None, data: Any = None,
-               output: str | None = None,
-               resume: bool | None = None, progress: bool = True) -> Result | None:
-    """Run ``method`` on ``data`` with the model ``lm`` and return its Result, its run folder
-    holding ``samples.jsonl``, ``results.json``, ``report.html`` and the figures.
+def run_method(method: Method, lm: LanguageModel | Target | None = None, data: Any = None,
+               output: str | None = None, resume: bool | None = None, progress: bool = True,
+               max_queries: int | None = None) -> Result | None:
+    """Run ``method`` on ``data`` over ``lm`` and return its Result, its run folder holding
+    ``samples.jsonl``, ``results.json``, ``report.html`` and the figures.
 
-    ``lm``: a loaded model (any backend) or None to load ``method.common.model`` (after the
-    data are checked). ``output``/``resume`` override the method's run options. Every process
-    of a data-parallel launch calls this; only rank 0 gets the Result (the others get None).
+    ``lm``: what answers: a loaded model (any backend), None to load ``method.common.model``
+    (after the data are checked), or a Target (``ctxleak.targets``), asked at most
+    ``max_queries`` questions in the run folder. ``output``/``resume`` override the method's
+    run options. Every process of a data-parallel launch calls this; only rank 0 gets the
+    Result (the others get None).
     """
     checks = result_class(method.name).checks  # a resume checks the stored rows with them
     done = runner.run_method(method, lm, data, output=output, resume=resume, progress=progress,
-                             check_row=checks.row_problem if checks is not None else None)
+                             check_row=checks.row_problem if checks is not None else None,
+                             max_queries=max_queries)
     return finish_run(done) if done is not None else None
 
 

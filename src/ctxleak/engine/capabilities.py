@@ -44,6 +44,8 @@ NEXT_TOKEN_LOGITS = "next_token_logits"
 CID_DECODING = "cid_decoding"
 EMBEDDING_GRADIENTS = "embedding_gradients"
 WEIGHTS = "weights"
+#: What a Target (:mod:`ctxleak.targets`) can do and nothing more: answer questions in text.
+ANSWERS = "answers"
 
 #: What a model loaded in-process has: every capability but :data:`CID_DECODING` (its CID
 #: mixes the logits in ctxleak's own decoding loop).
@@ -67,6 +69,7 @@ DESCRIPTIONS: dict[str, str] = {
     CID_DECODING: "Context Influence Decoding inside the server",
     EMBEDDING_GRADIENTS: "gradients with respect to the input embeddings",
     WEIGHTS: "the model's weights",
+    ANSWERS: "answers to questions in text (a Target: a RAG app, an endpoint, a function)",
 }
 
 

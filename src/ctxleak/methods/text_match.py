@@ -1,7 +1,7 @@
 """One detector of copied text: does an answer hold a document beyond what its question gave?
 
 Context extraction ("The Good and The Bad: Exploring Privacy Issues in Retrieval-Augmented
-Generation", §3: :mod:`ctxleak.methods.attacks.extract`) counts a copy in words, the copies of an
+Generation (RAG)", §3: :mod:`ctxleak.methods.attacks.extract`) counts a copy in words, the copies of an
 audited answer (:mod:`ctxleak.methods.rag.copying`) in characters: :class:`TextMatch` serves both,
 its ``unit`` a parameter, ``words`` (:func:`words`: "142,000" and "base-pay" are one word; case
 folded, other punctuation aside) or ``characters`` (:func:`normalised`). What the question gave is

@@ -1,24 +1,26 @@
 """The Method: what a method tells :func:`ctxleak.run.run_method`, in eight hooks.
 
 A method is maths: it never opens files, prints or builds HTML, and it keeps no state between
-its hooks. What one hook prepares is returned and handed to the next:
+its hooks. What one hook prepares is returned and handed to the next. ``over``, the first
+argument of ``prepare``, ``measure`` and ``provenance``, is what answers: a model (any backend),
+or for the black-box attacks a :class:`ctxleak.targets.base.Target`, as the subclass annotates.
 
 1. ``plan(data) -> Plan``: the work items, the method's part of ``config.json``, the input
-   files that resume checks, the model-load overrides, and ``state`` (what reading the data
-   prepared: examples, their index, controls); checked before any model is loaded;
+   files that resume checks, the model-load overrides, the questions a target is asked, and
+   ``state`` (what reading the data prepared: examples, their index, controls); checked first;
 2. ``ids(item) -> ItemIds``: the item's ``key`` (its line in ``samples.jsonl``, what resume goes
    by) and the user's own ``example_id`` (the row's ``id``; by default the key);
-3. ``requires()``: the model operations the run needs (capability -> why,
-   :mod:`ctxleak.engine.capabilities`); a backend that lacks one is refused before the first
-   request;
-4. ``prepare(lm, plan, run) -> ReadyT``: once, after the model is loaded (scorers, trained soft
-   prompts, run-scoped counters), returned, not stored;
+3. ``requires()``: the operations the run needs (capability -> why,
+   :mod:`ctxleak.engine.capabilities`); a backend or target that lacks one is refused before
+   the first request;
+4. ``prepare(over, plan, run) -> ReadyT``: once, after the model is loaded (scorers, trained
+   soft prompts, run-scoped counters), returned, not stored;
 5. ``batches(ready, items, policy)``: the items still to measure, grouped into the lists given to
    ``measure`` (default: :func:`batches_by_cost` with no cost, one item at a time unless the
    batch size says otherwise);
-6. ``measure(lm, ready, items)``: one record per item, in order;
+6. ``measure(over, ready, items)``: one record per item, in order;
 7. ``summarize(ready, records)``: the ``summary`` of ``results.json``;
-8. ``provenance(lm, ready)``: what the provenance adds (prompt templates).
+8. ``provenance(over, ready)``: what the provenance adds (prompt templates).
 
 A method whose own options are one frozen params dataclass subclasses :class:`ParamsMethod`,
 which binds ``XMethod(common=None, params=None)`` once. A Result and its report are made above
@@ -33,7 +35,6 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from ctxleak.engine.batching import BatchPolicy, next_example_batch
 from ctxleak.engine.capabilities import DESCRIPTIONS, IN_PROCESS
-from ctxleak.engine.lm import LanguageModel
 from ctxleak.run.options import RunOptions
 from ctxleak.run.rundir import RunDir
 
@@ -52,6 +53,7 @@ class Plan(Generic[ItemT, StateT]):
     state: StateT  # what reading the data prepared, for the later hooks
     inputs: dict[str, Any] = field(default_factory=dict)  # {"data": path}: SHA-256 on resume
     load_options: dict[str, Any] = field(default_factory=dict)  # RunOptions overrides to load
+    questions: Sequence[str] = ()  # a target's, one per item: cost and max_queries checked first
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ class Method(Generic[ItemT, StateT, ReadyT]):
         return {c: f"{self.name} uses {DESCRIPTIONS[c]}: run it with the model loaded "
                    "in-process" for c in sorted(IN_PROCESS)}
 
-    def prepare(self, lm: LanguageModel, plan: Plan[ItemT, StateT], run: RunDir) -> ReadyT:
+    def prepare(self, over: Any, plan: Plan[ItemT, StateT], run: RunDir) -> ReadyT:
         """Default: the plan's state as it is."""
         return cast(ReadyT, plan.state)
 
@@ -111,14 +113,13 @@ class Method(Generic[ItemT, StateT, ReadyT]):
                 policy: BatchPolicy) -> Iterable[list[ItemT]]:
         return batches_by_cost(items, [None] * len(items), policy)
 
-    def measure(self, lm: LanguageModel, ready: ReadyT,
-                items: Sequence[ItemT]) -> list[dict[str, Any]]:
+    def measure(self, over: Any, ready: ReadyT, items: Sequence[ItemT]) -> list[dict[str, Any]]:
         raise NotImplementedError
 
     def summarize(self, ready: ReadyT, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         raise NotImplementedError
 
-    def provenance(self, lm: LanguageModel, ready: ReadyT) -> dict[str, Any]:
+    def provenance(self, over: Any, ready: ReadyT) -> dict[str, Any]:
         return {}
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from ctxleak.engine.batching import BatchPolicy, is_out_of_memory, policy_of, using
-from ctxleak.engine.capabilities import backend_of, check_capabilities
+from ctxleak.engine.batching import BatchPolicy, is_out_of_memory, using
+from ctxleak.engine.capabilities import Backend, backend_of, check_capabilities
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.progress import counting
 from ctxleak.errors import ConfigError
@@ -40,6 +40,11 @@ from ctxleak.run.rundir import (
 )
 from ctxleak.run.samples import RowCheck
 from ctxleak.run.stored import StoredRows
+from ctxleak.targets.base import CAPABILITIES, Target, TargetError, is_target
+from ctxleak.targets.journal import JOURNAL_FILE, AnswerJournal, JournaledTarget, cost_line
+
+#: What a Method runs over: a model (any backend) or a target that only answers questions.
+Over = LanguageModel | Target
 
 
 def say(message: str) -> None:
@@ -122,11 +127,6 @@ def load_lm(common: RunOptions) -> LanguageModel:
     return lm
 
 
-def is_lm(model: object) -> bool:
-    """Whether ``model`` is a loaded model (any backend of the model interface), not a name."""
-    return isinstance(model, LanguageModel)
-
-
 def check_unique_keys(method: Method[Any, Any, Any], items: Sequence[Any]) -> None:
     """Two items stored under one id would overwrite each other: refused (before any model is
     loaded, when :func:`run_method` calls it)."""
@@ -157,14 +157,14 @@ def stored_row(method: Method[Any, Any, Any], item: Any, row: dict[str, Any]) ->
     return sample_row(method, item, {k: v for k, v in row.items() if k != "id"})
 
 
-def measure_items(run: Any, method: Method[Any, Any, Any], lm: LanguageModel, ready: Any,
+def measure_items(run: Any, method: Method[Any, Any, Any], over: Over | None, ready: Any,
                   items: Sequence[Any], *,
                   progress: bool = True, policy: BatchPolicy | None = None
                   ) -> StoredRows:
-    """Measure every item not yet in the samples, in the method's batches under ``policy``
-    (default: the one the model was handed), appending each record (with its ``id``) as it
-    comes; return all records, earlier ones included, in item order, as rows read back from
-    ``samples.jsonl`` on demand (:class:`~ctxleak.run.stored.StoredRows`): a run keeps the
+    """Measure every item not yet in the samples over ``over`` (what answers), in the method's
+    batches under ``policy`` (default: :class:`BatchPolicy`'s), appending each record (with its
+    ``id``) as it comes; return all records, earlier ones included, in item order, as rows
+    read back from ``samples.jsonl`` on demand (:class:`~ctxleak.run.stored.StoredRows`): a run keeps the
     rows' names and byte spans in memory, not the rows.
 
     In a data-parallel run each process takes the items ``index % size == rank``, then waits
@@ -187,7 +187,7 @@ def measure_items(run: Any, method: Method[Any, Any, Any], lm: LanguageModel, re
             run.append_sample(sample_row(method, item, record))
             bar.example_done()
 
-        measure_todo(method, lm, ready, todo, policy or policy_of(lm), append)
+        measure_todo(method, over, ready, todo, policy or BatchPolicy(), append)
     if world.distributed:
         run.close()
         barrier()
@@ -204,7 +204,7 @@ def measure_items(run: Any, method: Method[Any, Any, Any], lm: LanguageModel, re
     return rows
 
 
-def measure_todo(method: Method[Any, Any, Any], lm: LanguageModel, ready: Any,
+def measure_todo(method: Method[Any, Any, Any], over: Over | None, ready: Any,
                  todo: Sequence[Any], policy: BatchPolicy,
                  emit: Callable[[Any, dict[str, Any]], None]) -> BatchPolicy:
     """Measure ``todo`` in the method's batches under ``policy``, handing each ``(item,
@@ -214,7 +214,7 @@ def measure_todo(method: Method[Any, Any, Any], lm: LanguageModel, ready: Any,
     start = 0
     while start < len(todo):
         for batch in method.batches(ready, todo[start:], policy):
-            pairs, after = measure_batch(method, lm, ready, batch, policy)
+            pairs, after = measure_batch(method, over, ready, batch, policy)
             for item, record in pairs:
                 emit(item, record)
             start += len(batch)
@@ -224,7 +224,7 @@ def measure_todo(method: Method[Any, Any, Any], lm: LanguageModel, ready: Any,
     return policy
 
 
-def measure_batch(method: Method[Any, Any, Any], lm: LanguageModel, ready: Any,
+def measure_batch(method: Method[Any, Any, Any], over: Over | None, ready: Any,
                   batch: list[Any], policy: BatchPolicy
                   ) -> tuple[list[tuple[Any, dict[str, Any]]], BatchPolicy]:
     """``(item, record)`` for each item of ``batch``, measured together, and the policy for
@@ -232,7 +232,7 @@ def measure_batch(method: Method[Any, Any, Any], lm: LanguageModel, ready: Any,
     (and later batches capped at that size through the returned policy's ``max_in_flight``)
     until it fits, the engine's back-off one level up."""
     try:
-        records = method.measure(lm, ready, batch)
+        records = method.measure(over, ready, batch)
     except Exception as exc:
         if not is_out_of_memory(exc) or len(batch) == 1 or policy.batch_size is not None:
             raise
@@ -240,8 +240,8 @@ def measure_batch(method: Method[Any, Any, Any], lm: LanguageModel, ready: Any,
         policy = policy.capped(half)
         say(f"out of memory with {len(batch)} examples in flight; retrying with {half}")
         _free_accelerator_memory()
-        first, policy = measure_batch(method, lm, ready, batch[:half], policy)
-        second, policy = measure_batch(method, lm, ready, batch[half:], policy)
+        first, policy = measure_batch(method, over, ready, batch[:half], policy)
+        second, policy = measure_batch(method, over, ready, batch[half:], policy)
         return first + second, policy
     if len(records) != len(batch):
         raise RuntimeError(f"{type(method).__name__}.measure returned {len(records)} "
@@ -254,33 +254,46 @@ def _free_accelerator_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def run_method(method: Method[Any, Any, Any], lm: LanguageModel | None = None, data: Any = None,
+def run_method(method: Method[Any, Any, Any], over: Over | None = None, data: Any = None,
                output: str | None = None, resume: bool | None = None,
-               progress: bool = True, check_row: RowCheck | None = None) -> RunOutput | None:
-    """Run ``method`` on ``data`` with the model ``lm`` and return what it measured as plain
-    data (:class:`~ctxleak.run.output.RunOutput`: records, summary, config, provenance, the run
+               progress: bool = True, check_row: RowCheck | None = None,
+               max_queries: int | None = None) -> RunOutput | None:
+    """Run ``method`` on ``data`` over ``over`` and return what it measured as plain data
+    (:class:`~ctxleak.run.output.RunOutput`: records, summary, config, provenance, the run
     folder); :func:`ctxleak.results.finish_run` makes the Result, its files and its report.
 
-    ``lm``: a loaded LM, or None to load ``method.common.model`` (after the data are checked).
-    ``output``/``resume`` override the method's run options. ``check_row``: what the
-    method's stored rows must satisfy (:data:`~ctxleak.run.samples.RowCheck`, declared in
-    ``methods/<m>/checks.py``): a resume refuses a stored row that breaks it. Every process of
+    ``over``, what answers: a loaded model, None to load ``method.common.model`` (after the data
+    are checked), or a :class:`~ctxleak.targets.base.Target` (:func:`over_target`), refused
+    before the run folder and the first request when it lacks what ``method.requires()``.
+    ``output``/``resume`` override the method's run options. ``check_row``: what the method's
+    stored rows must satisfy (:data:`~ctxleak.run.samples.RowCheck`, declared in
+    ``methods/<m>/checks.py``): a resume refuses a stored row that breaks it. ``max_queries``:
+    the most questions sent to a target in this run folder, resumes included. Every process of
     a data-parallel launch calls this; only rank 0 gets the output (the others get None).
     """
     common = method.common
     if output is not None or resume is not None:
         common = replace(common, output=output if output is not None else common.output,
                          resume=bool(resume) if resume is not None else common.resume)
-    if isinstance(lm, LanguageModel):  # a loaded model names itself in the config (a served
-        common = replace(common, **lm.run_options())  # one: where, under which name)
+    if isinstance(over, LanguageModel):  # a loaded model names itself in the config (a served
+        common = replace(common, **over.run_options())  # one: where, under which name)
+    elif over is not None and not is_target(over):
+        raise ConfigError(f"a run is over a model or a target, not a {type(over).__name__}")
     plan = method.plan(data)  # checked before any model is loaded
-    items = plan.items
-    check_unique_keys(method, items)
+    check_unique_keys(method, plan.items)
     what = f"this {method.name} run"
-    model = lm if is_lm(lm) else None
-    # refused before the run folder, the model's load or any request to its server
-    check_capabilities(model or backend_of(common.model, common.server_url), method.requires(),
-                       what=what)
+    model = over if isinstance(over, LanguageModel) else None
+    target = None if over is None or isinstance(over, LanguageModel) else over
+    # refused before the run folder, the model's load or any request to a server or target
+    backend: LanguageModel | Backend = model or (
+        Backend(CAPABILITIES, target.describe()) if target is not None
+        else backend_of(common.model, common.server_url))
+    check_capabilities(backend, method.requires(), what=what)
+    if target is not None:
+        return over_target(method, target, plan, common, progress=progress,
+                           check_row=check_row, max_queries=max_queries)
+    if max_queries is not None:
+        raise ConfigError("max_queries bounds a target's questions, not a model's", param="max_queries")
     run = open_run(method.name, common, plan.config, private=method.private,
                    inputs=plan.inputs, check_row=check_row)
     with run:
@@ -291,7 +304,7 @@ def run_method(method: Method[Any, Any, Any], lm: LanguageModel | None = None, d
         policy = BatchPolicy.of(common.batch_size, common.batch_invariant, model.device)
         with using(model, policy):  # the engine decides batching from here on
             ready = method.prepare(model, plan, run)
-            records = measure_items(run, method, model, ready, items, progress=progress,
+            records = measure_items(run, method, model, ready, plan.items, progress=progress,
                                     policy=policy)
     if not run.world.is_main:
         return None
@@ -301,3 +314,43 @@ def run_method(method: Method[Any, Any, Any], lm: LanguageModel | None = None, d
     prov = provenance(model, **method.provenance(model, ready))
     return RunOutput(command=method.name, records=records, summary=summary, config=run.config,
                      provenance=prov, run=run)
+
+
+def over_target(method: Method[Any, Any, Any], target: Target, plan: Any, common: RunOptions,
+                *, progress: bool, check_row: RowCheck | None,
+                max_queries: int | None) -> RunOutput | None:
+    """:func:`run_method` over a target, no model loaded: the cost estimate (stderr); the
+    target wrapped in the run folder's journal before the method sees it (a resume sends no
+    question twice), which refuses ``max_queries`` before the first question (and the folder
+    of a fresh run); the config naming the target; the queries sent and replayed."""
+    held = getattr(target, "model", None)
+    common = replace(common, model=held.info.name if isinstance(held, LanguageModel) else "none",
+                     output=common.output or default_output(method.name))
+    say(cost_line(target, plan.questions))
+    with AnswerJournal(Path(str(common.output)) / JOURNAL_FILE) as journal:
+        asked = JournaledTarget(target, journal, max_queries)
+        asked.check(plan.questions)
+        run = open_run(method.name, common, {**plan.config, "target": target.describe(),
+                                             "target_fingerprint": target.fingerprint()},
+                       private=method.private, inputs=plan.inputs, check_row=check_row)
+        with run:
+            ready = method.prepare(asked, plan, run)
+            try:
+                records = measure_items(run, method, asked, ready, plan.items,
+                                        progress=progress, policy=BatchPolicy.of(
+                                            common.batch_size, common.batch_invariant, "cpu"))
+            except TargetError as exc:
+                raise TargetError(f"{exc} ({run.count} answered questions are kept in "
+                                  f"{run.path}: rerun with resume=True, --resume --output "
+                                  f"{run.path}, to go on; none is sent again)",
+                                  index=exc.index) from exc
+    if not run.world.is_main:
+        return None
+    note = getattr(target, "influence_note", None)
+    summary = {**method.summarize(ready, records), "queries_sent": asked.sent,
+               "queries_replayed": asked.replayed,
+               "influence_note": note() if callable(note) else None}
+    from ctxleak.run.provenance import provenance  # lazy, as in run_method
+
+    return RunOutput(command=method.name, records=records, summary=summary, config=run.config,
+                     provenance=provenance(None, **method.provenance(asked, ready)), run=run)

@@ -9,7 +9,9 @@ question when an answer cannot be had. It never needs log-probabilities.
 
 ``describe()`` names the target for a report and for the run's provenance (never a key);
 ``fingerprint()`` is stable across processes for the same target and settings, so a resumed
-audit finds the answers it already has.
+audit finds the answers it already has; ``model``, where ctxleak holds the model that writes
+its answers (a RAG app's), is named in the run's config. A target can do :data:`ANSWERS` and
+nothing else (:mod:`ctxleak.engine.capabilities`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ctxleak.engine.capabilities import ANSWERS
 from ctxleak.errors import CtxleakError
+
+#: What every target can do: answer, never give log-probabilities, seeded samples or weights.
+CAPABILITIES: frozenset[str] = frozenset({ANSWERS})
 
 
 class TargetError(CtxleakError):
@@ -57,6 +63,13 @@ class Target(Protocol):
     def fingerprint(self) -> str:
         """A stable id of the target and its settings (no secrets)."""
         ...
+
+
+def is_target(obj: object) -> bool:
+    """Whether ``obj`` answers as a :class:`Target` does (``answer``, ``describe``,
+    ``fingerprint``)."""
+    return all(callable(getattr(obj, name, None)) for name in ("answer", "describe",
+                                                               "fingerprint"))
 
 
 @dataclass(frozen=True)

@@ -3,16 +3,19 @@ what a run will cost before it starts.
 
 :class:`AnswerJournal` is a SQLite database (write-ahead log) with one row per (target
 fingerprint, question): the answer as JSON (text, retrieved document ids and texts), committed
-as it is stored. :class:`JournaledTarget` answers from the journal first and sends only the
-questions it does not hold, each distinct question once, ``chunk`` at a time, storing each
-chunk's answers as they come back; when the target fails mid-chunk, the answers it did give
-(:attr:`~.base.TargetError.answered`) are stored before the error goes on. A resumed audit thus
-sends no question twice and reads back the very answers of the first run. ``max_queries``
-bounds the queries the journal holds for the target plus those a batch would send: a batch
-that would pass it is refused before anything is sent.
+as it is stored (the file made with the first answer). :class:`JournaledTarget` wraps a target
+before the runner sees it, as lm-evaluation-harness's ``CachingLM`` wraps a model
+(:func:`ctxleak.run.runner.run_method`, over a run folder's :data:`JOURNAL_FILE`): it answers
+from the journal first and sends only the questions it does not hold, each distinct question
+once, ``chunk`` at a time, storing each chunk's answers as they come back; when the target fails
+mid-chunk, the answers it did give (:attr:`~.base.TargetError.answered`) are stored before the
+error goes on. A resumed audit thus sends no question twice and reads back the very answers of
+the first run. ``max_queries`` bounds the queries the journal holds for the target plus those
+still to send: :meth:`JournaledTarget.check` refuses questions that would pass it before
+anything is sent (a run's whole list before its first question, each call its own).
 
 :func:`estimate_cost` counts what a run sends: queries × prompt tokens, by a tokenizer where
-one is given, else by the stated estimate of 4 characters per token.
+one is given, else by the stated estimate of 4 characters per token (:func:`cost_line`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from typing import Any
 
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.targets.base import Target, TargetAnswer, TargetError
+from ctxleak.targets.rag import RAGApp, RAGPrompt
+
+#: The file of a run folder that keeps every answer its target gave.
+JOURNAL_FILE = "answers.sqlite"
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS answers (
     target TEXT NOT NULL, question TEXT NOT NULL, answer TEXT NOT NULL,
@@ -52,25 +59,36 @@ def answer_from_json(text: str) -> TargetAnswer:
 
 
 class AnswerJournal:
-    """The answers a target gave, by (target fingerprint, question), in SQLite at ``path``."""
+    """The answers a target gave, by (target fingerprint, question), in SQLite at ``path``
+    (opened at once where the file is there, else made with the first answer stored)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        try:
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False,
-                                       isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise InputError(f"not an answer journal (SQLite): {exc}", file=str(self.path)
-                             ) from None
+        self._db: sqlite3.Connection | None = None
+        if self.path.exists():
+            self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        """The database, opened (and made) on first use."""
+        if self._db is None:
+            try:
+                self._db = sqlite3.connect(str(self.path), check_same_thread=False,
+                                           isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute(_SCHEMA)
+            except sqlite3.DatabaseError as exc:
+                raise InputError(f"not an answer journal (SQLite): {exc}",
+                                 file=str(self.path)) from None
+        return self._db
 
     def get(self, target: str, questions: Sequence[str]) -> dict[str, TargetAnswer]:
         """The stored answers of those ``questions`` the journal holds for ``target``."""
         out: dict[str, TargetAnswer] = {}
         wanted = list(dict.fromkeys(questions))
         with self._lock:
+            if self._db is None:
+                return out
             for start in range(0, len(wanted), 500):  # SQLite's bound on parameters
                 part = wanted[start:start + 500]
                 rows = self._db.execute(
@@ -82,18 +100,20 @@ class AnswerJournal:
     def put(self, target: str, question: str, answer: TargetAnswer) -> None:
         """Store one answer, committed at once (an answer already stored is kept)."""
         with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO answers (target, question, answer) "
-                             "VALUES (?, ?, ?)", (target, question, answer_json(answer)))
+            self._open().execute("INSERT OR IGNORE INTO answers (target, question, answer) "
+                                 "VALUES (?, ?, ?)", (target, question, answer_json(answer)))
 
     def count(self, target: str) -> int:
         """How many answers the journal holds for ``target``."""
         with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM answers WHERE target = ?",
-                                        (target,)).fetchone()[0])
+            return 0 if self._db is None else int(self._db.execute(
+                "SELECT COUNT(*) FROM answers WHERE target = ?", (target,)).fetchone()[0])
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     def __enter__(self) -> AnswerJournal:
         return self
@@ -117,14 +137,12 @@ class JournaledTarget:
         self.key = target.fingerprint()
         self.sent = self.replayed = 0
 
-    def pending(self, questions: Sequence[str]) -> list[str]:
-        """The distinct questions of ``questions`` the journal does not hold: what a call would
-        send, in order."""
+    def check(self, questions: Sequence[str]) -> list[str]:
+        """The distinct questions of ``questions`` the journal does not hold, what a call sends,
+        in order; refused (:class:`ConfigError`, nothing sent) when they would take the queries
+        the journal holds for the target past ``max_queries``."""
         have = self.journal.get(self.key, questions)
-        return [q for q in dict.fromkeys(questions) if q not in have]
-
-    def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
-        todo = self.pending(questions)
+        todo = [q for q in dict.fromkeys(questions) if q not in have]
         if self.max_queries is not None:
             held = self.journal.count(self.key)
             if held + len(todo) > self.max_queries:
@@ -133,6 +151,10 @@ class JournaledTarget:
                     f"and the journal holds {held} already: {held + len(todo)} in all, more "
                     f"than the {self.max_queries} allowed (nothing was sent)",
                     param="max_queries")
+        return todo
+
+    def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
+        todo = self.check(questions)
         for start in range(0, len(todo), self.chunk):
             self._send(todo[start:start + self.chunk], questions)
         have = self.journal.get(self.key, questions)
@@ -190,6 +212,24 @@ class CostEstimate:
         return out
 
 
+def cost_line(target: Target, questions: Sequence[str]) -> str:
+    """What asking ``questions`` of ``target`` sends, in one line (:func:`estimate_cost`): a
+    RAG app's filled prompts (its retrieved documents included), their tokens counted by its
+    model where ctxleak holds it; a chat endpoint's system message with each question; else the
+    questions; the answer tokens where the target bounds them (``max_tokens``)."""
+    encode, system = None, getattr(target, "system", None)
+    if isinstance(target, RAGApp):
+        encode = getattr(target.model, "encode", None)
+        questions = ["\n".join(m["content"] for m in RAGPrompt(q, target.retrieve(q),
+                                                             target.messages).filled())
+                     for q in questions]
+    elif isinstance(system, str):
+        questions = [f"{system}\n{q}" for q in questions]
+    bound = getattr(target, "max_tokens", None)
+    cost = estimate_cost(questions, tokenizer=encode, max_tokens=bound)
+    return f"cost estimate for {target.describe()}: {cost.describe()}"
+
+
 def estimate_cost(questions: Sequence[str], *, tokenizer: Any = None, extra_prompt: str = "",
                   max_tokens: int | None = None) -> CostEstimate:
     """Queries × prompt tokens of sending ``questions``, each with ``extra_prompt`` (a system
@@ -207,5 +247,5 @@ def estimate_cost(questions: Sequence[str], *, tokenizer: Any = None, extra_prom
     return CostEstimate(len(questions), total, how, answers)
 
 
-__all__ = ["AnswerJournal", "CostEstimate", "JournaledTarget", "answer_from_json", "answer_json",
-           "estimate_cost"]
+__all__ = ["JOURNAL_FILE", "AnswerJournal", "CostEstimate", "JournaledTarget", "answer_from_json",
+           "answer_json", "cost_line", "estimate_cost"]

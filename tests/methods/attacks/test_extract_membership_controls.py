@@ -20,7 +20,6 @@ from scipy.stats import beta
 import ctxleak
 from ctxleak.methods.attacks.attack_method import (
     ExtractMethod,
-    ExtractParams,
     MembershipMethod,
     MembershipParams,
 )
@@ -94,21 +93,20 @@ def ignorer(vocabulary: Sequence[AttackDocument]) -> FunctionTarget:
     return FunctionTarget(answer, "ignorer")
 
 
-def run_hooks(method: Method[Any, Any, Any], data: Any) -> tuple[list[dict[str, Any]],
-                                                                 dict[str, Any]]:
-    """The Method's hooks in the runner's order, without a run folder or a model."""
+def run_hooks(method: Method[Any, Any, Any], target: FunctionTarget,
+              data: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The Method's hooks in the runner's order over ``target``, without a run folder."""
     plan = method.plan(data)
-    ready = method.prepare(None, plan, None)  # type: ignore[arg-type]
+    ready = method.prepare(target, plan, None)  # type: ignore[arg-type]
     records: list[dict[str, Any]] = []
     for batch in method.batches(ready, plan.items, None):  # type: ignore[arg-type]
-        records += method.measure(None, ready, batch)  # type: ignore[arg-type]
+        records += method.measure(target, ready, batch)
     return records, method.summarize(ready, records)
 
 
 def test_extraction_positive_control_extracts_every_document() -> None:
     docs = corpus()
-    records, summary = run_hooks(ExtractMethod(params=ExtractParams(target=repeater(docs))),
-                                 docs)
+    records, summary = run_hooks(ExtractMethod(), repeater(docs), docs)
     assert summary["documents_verbatim"] == len(docs) == summary["documents"]
     assert summary["fraction_documents_verbatim"] == 1.0
     assert all(r["source"] in [m["document_id"] for m in r["matches"] if m["verbatim"]]
@@ -120,7 +118,7 @@ def test_extraction_positive_control_extracts_every_document() -> None:
 
 def test_extraction_negative_control_extracts_nothing() -> None:
     docs = corpus()
-    _, summary = run_hooks(ExtractMethod(params=ExtractParams(target=ignorer(docs))), docs)
+    _, summary = run_hooks(ExtractMethod(), ignorer(docs), docs)
     assert summary["documents_verbatim"] == 0 and summary["documents_near_verbatim"] == 0
 
 
@@ -131,8 +129,8 @@ def split() -> tuple[list[AttackDocument], list[AttackDocument]]:
 
 def test_membership_positive_control(split: Any) -> None:
     members, non_members = split
-    method = MembershipMethod(params=MembershipParams(target=repeater(members)))
-    _, summary = run_hooks(method, {"members": members, "non_members": non_members})
+    _, summary = run_hooks(MembershipMethod(), repeater(members),
+                           {"members": members, "non_members": non_members})
     for attack in ATTACKS:
         out = summary["attacks"][attack]
         assert out["auc"] >= 0.95, (attack, out["auc"])
@@ -145,9 +143,9 @@ def test_membership_positive_control(split: Any) -> None:
 
 def test_membership_negative_control(split: Any) -> None:
     members, non_members = split
-    method = MembershipMethod(params=MembershipParams(target=ignorer([*members, *non_members]),
-                                                      eps_claimed=1.0))
-    _, summary = run_hooks(method, {"members": members, "non_members": non_members})
+    method = MembershipMethod(params=MembershipParams(eps_claimed=1.0))
+    _, summary = run_hooks(method, ignorer([*members, *non_members]),
+                           {"members": members, "non_members": non_members})
     for attack in ATTACKS:
         out = summary["attacks"][attack]
         assert covers(out["auc_ci"], 0.5), (attack, out["auc_ci"])
@@ -164,8 +162,8 @@ def test_hand_recomputation_of_one_audit() -> None:
     """AUC, TPR at FPR 10 % and the ε lower bound of the mask attack, from the records."""
     members, non_members = split_members(synthetic(60), seed=2)
     target = repeater(members[:-4])  # four members' documents missing: an imperfect attack
-    method = MembershipMethod(params=MembershipParams(target=target, attacks=("mask",)))
-    records, summary = run_hooks(method, {"members": members, "non_members": non_members})
+    method = MembershipMethod(params=MembershipParams(attacks=("mask",)))
+    records, summary = run_hooks(method, target, {"members": members, "non_members": non_members})
     out = summary["attacks"]["mask"]
     per: dict[str, list[float]] = {}
     member: dict[str, bool] = {}
@@ -208,8 +206,7 @@ def test_hand_recomputation_of_one_audit() -> None:
     assert out["auc"] < 1.0 and eps["eps_lower"] > 0  # the case is not degenerate
 
 
-def test_a_target_failing_mid_run_keeps_the_answers(tmp_path: Path, llama_lm: Any,
-                                                   split: Any) -> None:
+def test_a_target_failing_mid_run_keeps_the_answers(tmp_path: Path, split: Any) -> None:
     """Through the real runner: a target that raises on its 5th call stops the run with a
     TargetError naming the question; a resume sends only the questions not yet answered."""
     members, non_members = split
@@ -225,16 +222,16 @@ def test_a_target_failing_mid_run_keeps_the_answers(tmp_path: Path, llama_lm: An
 
     target = FunctionTarget(flaky, "flaky")
     data = {"members": members, "non_members": non_members}
-    params = MembershipParams(target=target, attacks=("direct",), batch=2)
+    params = MembershipParams(attacks=("direct",), batch=2)
     out = tmp_path / "run"
     with pytest.raises(TargetError, match="flaky raised TimeoutError on question 1"):
-        run_method(MembershipMethod(params=params), llama_lm, data, output=str(out),
+        run_method(MembershipMethod(params=params), target, data, output=str(out),
                    progress=False)
     kept = (out / "samples.jsonl").read_text().splitlines()
     assert len(kept) == 4  # two batches of two answered before the failure
     fail["at"] = -1
     before = len(calls)
-    result = run_method(MembershipMethod(params=params), llama_lm, data, output=str(out),
+    result = run_method(MembershipMethod(params=params), target, data, output=str(out),
                         resume=True, progress=False)
     assert result is not None and len(result.records) == len(members) + len(non_members)
     assert len(calls) - before == len(members) + len(non_members) - 4

@@ -7,22 +7,22 @@ record per question, and a summary with the attacks' tables and the per-document
 - :class:`MembershipMethod`: membership inference (:mod:`.membership`: direct, mask-based and
   interrogation attacks); the data are the members and the non-members.
 
-Neither needs anything of a model: :meth:`requires` is empty and ``lm`` is never read (the
-target is given in the params and handed on by :meth:`prepare`). The target owns its
-concurrency and retries; a question it cannot answer raises
+Neither needs anything of a model: :meth:`requires` asks for answers only, and the runner hands
+the target, journaled, to :meth:`prepare` (:func:`ctxleak.run.runner.run_method`). The target
+owns its concurrency and retries; a question it cannot answer raises
 :class:`ctxleak.targets.base.TargetError`, and the records of the batches answered before it
-stay in the run folder for a resume. A batch is :attr:`AttackParams.batch` questions, sent in
-one :meth:`Target.answer` call.
+stay in the run folder for a resume. A batch is ``params.batch`` questions, sent in one
+:meth:`Target.answer` call. :func:`attack_documents` and :func:`anchor_list` read the inputs.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy
-from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.attacks.attack_ledger import attack_ledger
 from ctxleak.methods.attacks.canary import CONFIDENCE, law
@@ -46,8 +46,11 @@ from ctxleak.methods.attacks.membership import (
     score_answer,
 )
 from ctxleak.methods.attacks.roc import RESAMPLES
+from ctxleak.run.inputs import is_named, is_path
 from ctxleak.run.method import ParamsMethod, Plan
-from ctxleak.targets.base import Target, TargetAnswer, TargetError
+from ctxleak.run.records import read_rows, read_text_file
+from ctxleak.targets.base import ANSWERS, Target, TargetAnswer
+from ctxleak.targets.rag import demo_corpus
 
 
 @dataclass(frozen=True)
@@ -60,28 +63,41 @@ class AttackReady:
     values: dict[str, dict[str, str]]
 
 
-def _check_target(target: Any) -> Target:
-    if target is None or not all(callable(getattr(target, m, None))
-                                 for m in ("answer", "describe", "fingerprint")):
-        raise ConfigError("an attack needs a target with answer, describe and fingerprint "
-                          "(ctxleak.targets: a chat endpoint, a chain, a function)",
-                          param="target")
-    return target  # type: ignore[no-any-return]
+@dataclass(frozen=True)
+class InfluenceRun:
+    """An influence run's (``path``) ledger per document, of its ``setting``: to join by id."""
+
+    path: str
+    setting: str
+    rows: tuple[Mapping[str, Any], ...]
+
+
+def attack_documents(documents: Any, param: str = "documents") -> list[AttackDocument]:
+    """The documents attacked, checked: ``demo-rag`` (the bundled Northwind corpus), a JSONL or
+    CSV file of rows with ``text`` (or ``context``) and ``id``, or a list of strings or dicts."""
+    rows: Sequence[Any]
+    if is_named(documents, "demo-rag"):
+        rows = [{"id": d.id, "text": d.text} for d in demo_corpus()]
+    elif is_path(documents):
+        rows = [{"id": r.get("id", k + 1), "text": r.get("text", r.get("context"))}
+                for k, r in enumerate(read_rows(documents))]
+    else:
+        rows = list(documents)
+    return as_documents(rows, param=param)
+
+
+def anchor_list(anchors: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """``anchors``: a list as given, a text file's lines, or comma separated anchors."""
+    if anchors is None or not isinstance(anchors, str):
+        return None if anchors is None else tuple(str(a) for a in anchors)
+    parts = read_text_file(anchors).splitlines() if os.path.isfile(anchors) else \
+        anchors.split(",")
+    return tuple(a.strip() for a in parts if a.strip())
 
 
 def _check_batch(batch: int) -> None:
     if not 1 <= batch <= 1024:
         raise ConfigError(f"batch must be from 1 to 1024 questions, not {batch}", param="batch")
-
-
-def ask(target: Target, questions: Sequence[str]) -> list[TargetAnswer]:
-    """The target's answers, one per question, or :class:`TargetError` saying it gave
-    another number."""
-    answers = target.answer(list(questions))
-    if len(answers) != len(questions):
-        raise TargetError(f"{target.describe()} gave {len(answers)} answers to "
-                          f"{len(questions)} questions")
-    return answers
 
 
 def _retrieved(answer: TargetAnswer) -> list[str] | None:
@@ -90,18 +106,18 @@ def _retrieved(answer: TargetAnswer) -> list[str] | None:
 
 @dataclass(frozen=True)
 class ExtractParams:
-    """The extraction attack's parameters: the ``target``, the anchors' ``kind``
-    (``targeted``: drawn from the documents; ``untargeted``: from a seeded word list), the
-    number of ``queries`` (default: one per document), ``anchors`` given instead, the
-    ``command``, ``anchor_words`` and ``batch`` (questions per call to the target)."""
+    """The extraction attack's parameters: the anchors' ``kind`` (``targeted``: drawn from the
+    documents; ``untargeted``: from a seeded word list), the number of ``queries`` (default: one
+    per document), ``anchors`` given instead, the ``command``, ``anchor_words``, ``batch``
+    (questions per call to the target) and the ``influence`` run whose ledger is joined."""
 
-    target: Any = None
     kind: str = "targeted"
     queries: int | None = None
     anchors: tuple[str, ...] | None = None
     command: str = COMMANDS[0]
     anchor_words: int = 8
     batch: int = 8
+    influence: InfluenceRun | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("targeted", "untargeted"):
@@ -113,33 +129,43 @@ class ExtractParams:
             raise ConfigError("command must not be empty", param="command")
         _check_batch(self.batch)
 
-    def to_config(self, target: Target) -> dict[str, Any]:
-        return {"attack": "extract", "target": target.describe(),
-                "target_fingerprint": target.fingerprint(), "kind": self.kind,
-                "queries": self.queries, "anchors": list(self.anchors or []) or None,
-                "command": self.command, "anchor_words": self.anchor_words,
-                "batch": self.batch}
+    def to_config(self) -> dict[str, Any]:
+        # the prompt's command apart from the run's own (config["command"]: the method's name)
+        return {"attack": "extract", "kind": self.kind, "queries": self.queries,
+                "anchors": list(self.anchors or []) or None, "prompt_command": self.command,
+                "anchor_words": self.anchor_words, "batch": self.batch,
+                "influence": None if self.influence is None else self.influence.path}
 
 
 class _AttackMethod(ParamsMethod[Any, Any, AttackReady, Any]):
-    """What both attacks share: no model operation, the target handed on, batches of
-    ``params.batch`` questions, the target named in the provenance."""
+    """What both attacks share: answers only, the target handed on, batches of
+    ``params.batch`` questions, the target named in the provenance, the ledger joined to the
+    influence run's where one is given."""
 
     def requires(self) -> dict[str, str]:
-        return {}
+        return {ANSWERS: f"{self.name} asks a Target (ctxleak.targets: a chat endpoint, a chain, "
+                         "a function, a RAG app) and reads only its answers: give it one"}
 
-    def prepare(self, lm: LanguageModel | None, plan: Plan[Any, Any], run: Any) -> AttackReady:
+    def prepare(self, over: Target, plan: Plan[Any, Any], run: Any) -> AttackReady:
         docs: list[AttackDocument] = plan.state
-        return AttackReady(_check_target(self.params.target), {d.id: d for d in docs},
-                           document_values(docs))
+        return AttackReady(over, {d.id: d for d in docs}, document_values(docs))
 
     def batches(self, ready: AttackReady, items: Sequence[Any],
                 policy: BatchPolicy) -> list[list[Any]]:
         size = self.params.batch
         return [list(items[k:k + size]) for k in range(0, len(items), size)]
 
-    def provenance(self, lm: LanguageModel | None, ready: AttackReady) -> dict[str, Any]:
+    def provenance(self, over: Target, ready: AttackReady) -> dict[str, Any]:
         return {"target": ready.target.describe()}
+
+    def _per_document(self, ready: AttackReady, **records: Sequence[Mapping[str, Any]]
+                      ) -> dict[str, Any]:
+        """The ledger per document of ``records`` (by attack), joined to the influence run's."""
+        joined: InfluenceRun | None = self.params.influence
+        return {"ledger": attack_ledger(list(ready.documents.values()), **records,
+                                        influence=None if joined is None else joined.rows),
+                **({} if joined is None else {"influence_run": {"path": joined.path,
+                                                                 "setting": joined.setting}})}
 
 
 def _rows(docs: Sequence[AttackDocument]) -> list[dict[str, str]]:
@@ -156,20 +182,19 @@ class ExtractMethod(_AttackMethod):
 
     def plan(self, data: Any) -> Plan[ExtractPrompt, list[AttackDocument]]:
         p: ExtractParams = self.params
-        target = _check_target(p.target)
-        docs = as_documents(data if data is not None else [])
+        docs = attack_documents(data if data is not None else [])
         prompts = extraction_prompts(docs, kind=p.kind, n=p.queries, seed=self.common.seed,
                                      anchors=p.anchors, command=p.command,
                                      anchor_words=p.anchor_words)
         return Plan(items=prompts, state=docs,
-                    config={"documents": f"<{len(docs)} documents>", **p.to_config(target)},
-                    inputs={"documents": _rows(docs)})
+                    config={"documents": f"<{len(docs)} documents>", **p.to_config()},
+                    inputs={"documents": _rows(docs)}, questions=[q.question for q in prompts])
 
-    def measure(self, lm: LanguageModel | None, ready: AttackReady,
+    def measure(self, over: Target, ready: AttackReady,
                 items: Sequence[ExtractPrompt]) -> list[dict[str, Any]]:
         """One record per prompt: the prompt, the answer, the documents the target says it
         retrieved, and what the answer copied of each document (:func:`.extract.match_answer`)."""
-        answers = ask(ready.target, [p.question for p in items])
+        answers = over.answer([p.question for p in items])
         docs = list(ready.documents.values())
         return [{"kind": p.kind, "anchor": p.anchor, "command": p.command, "source": p.source,
                  "question": p.question, "answer": a.text, "retrieved": _retrieved(a),
@@ -179,19 +204,18 @@ class ExtractMethod(_AttackMethod):
     def summarize(self, ready: AttackReady, records: Sequence[Mapping[str, Any]]
                   ) -> dict[str, Any]:
         """The totals (:func:`.extract.extraction_summary`) and the ledger."""
-        docs = list(ready.documents.values())
-        return {**extraction_summary(records, docs), "target": ready.target.describe(),
-                "ledger": attack_ledger(docs, extraction=records)}
+        return {**extraction_summary(records, list(ready.documents.values())),
+                "target": ready.target.describe(),
+                **self._per_document(ready, extraction=records)}
 
 
 @dataclass(frozen=True)
 class MembershipParams:
-    """The membership attacks' parameters: the ``target``, which ``attacks``, ``masks`` per
-    document (mask-based), ``questions`` per document (interrogation), the ``confidence`` of
-    the intervals and the ε lower bound, the bootstrap ``resamples``, the ε the target's
-    mitigation claims (``eps_claimed``, None: no claim) and ``batch``."""
+    """The membership attacks' parameters: which ``attacks``, ``masks`` per document
+    (mask-based), ``questions`` per document (interrogation), the ``confidence`` of the
+    intervals and the ε lower bound, the bootstrap ``resamples``, the ε the target's mitigation
+    claims (``eps_claimed``, None: no claim), ``batch`` and the ``influence`` run joined."""
 
-    target: Any = None
     attacks: tuple[str, ...] = ATTACKS
     masks: int = 5
     questions: int = 3
@@ -199,6 +223,7 @@ class MembershipParams:
     resamples: int = RESAMPLES
     eps_claimed: float | None = None
     batch: int = 8
+    influence: InfluenceRun | None = None
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.attacks if a not in ATTACKS]
@@ -216,12 +241,12 @@ class MembershipParams:
                               param="eps_claimed")
         _check_batch(self.batch)
 
-    def to_config(self, target: Target) -> dict[str, Any]:
-        return {"attack": "membership", "target": target.describe(),
-                "target_fingerprint": target.fingerprint(), "attacks": list(self.attacks),
-                "masks": self.masks, "questions": self.questions,
-                "confidence": self.confidence, "resamples": self.resamples,
-                "eps_claimed": self.eps_claimed, "batch": self.batch}
+    def to_config(self) -> dict[str, Any]:
+        return {"attack": "membership", "attacks": list(self.attacks), "masks": self.masks,
+                "questions": self.questions, "confidence": self.confidence,
+                "resamples": self.resamples, "eps_claimed": self.eps_claimed,
+                "batch": self.batch,
+                "influence": None if self.influence is None else self.influence.path}
 
 
 def membership_data(data: Any) -> tuple[Any, Any]:
@@ -244,20 +269,20 @@ class MembershipMethod(_AttackMethod):
 
     def plan(self, data: Any) -> Plan[MembershipQuestion, list[AttackDocument]]:
         p: MembershipParams = self.params
-        target = _check_target(p.target)
         ins, outs = check_membership(*membership_data(data))
         questions = membership_questions(ins, outs, attacks=p.attacks, masks=p.masks,
                                          questions=p.questions)
         return Plan(items=questions, state=[*ins, *outs],
                     config={"members": f"<{len(ins)} documents>",
-                            "non_members": f"<{len(outs)} documents>", **p.to_config(target)},
-                    inputs={"members": _rows(ins), "non_members": _rows(outs)})
+                            "non_members": f"<{len(outs)} documents>", **p.to_config()},
+                    inputs={"members": _rows(ins), "non_members": _rows(outs)},
+                    questions=[q.question for q in questions])
 
-    def measure(self, lm: LanguageModel | None, ready: AttackReady,
+    def measure(self, over: Target, ready: AttackReady,
                 items: Sequence[MembershipQuestion]) -> list[dict[str, Any]]:
         """One record per question (:func:`.membership.score_answer`), with the documents the
         target says it retrieved and whether the asked one is among them."""
-        answers = ask(ready.target, [q.question for q in items])
+        answers = over.answer([q.question for q in items])
         out = []
         for q, a in zip(items, answers):
             record = score_answer(q, a.text, ready.documents[q.document_id])
@@ -288,8 +313,8 @@ class MembershipMethod(_AttackMethod):
                 eps["documents_needed"] = None if eps["tpr"] is None or eps["fpr"] is None \
                     else trials_needed(eps["tpr"], eps["fpr"], p.confidence)
         return {**out, "target": ready.target.describe(), "eps_claimed": p.eps_claimed,
-                "ledger": attack_ledger(list(ready.documents.values()), membership=records)}
+                **self._per_document(ready, membership=records)}
 
 
-__all__ = ["AttackReady", "ExtractMethod", "ExtractParams", "MembershipMethod",
-           "MembershipParams", "ask", "membership_data"]
+__all__ = ["AttackReady", "ExtractMethod", "ExtractParams", "InfluenceRun", "MembershipMethod",
+           "MembershipParams", "anchor_list", "attack_documents", "membership_data"]
