@@ -69,7 +69,8 @@ def test_an_attack_given_a_model_is_refused_before_it_is_loaded(tmp_path, llama_
 
     monkeypatch.setattr(runner, "load_lm", lambda *a, **k: pytest.fail("model loaded"))
     for over in (llama_lm, None):  # loaded, or named by the run options (not loaded)
-        with pytest.raises(MissingCapability, match="answers to questions in text .*: attack-extract asks a Target") as info:
+        with pytest.raises(MissingCapability,
+                           match="answers to questions in text .*: attack-extract asks") as info:
             run_method(extract(tmp_path), over, DOCS, progress=False)
         assert info.value.missing == (ANSWERS,)
     assert not (tmp_path / "run").exists()
