@@ -53,9 +53,10 @@ def test_plugin_answers_equal_in_process_cid(served_lm, default_lm, config):
         for e, f in zip(a.entries, b.entries, strict=True):
             assert abs(e.logp_context - f.logp_context) < 1e-4
             assert abs(e.logp_empty - f.logp_empty) < 1e-4
-            # λ_t moves with the logits: vLLM's CPU kernels and transformers differ by about
-            # 1e-5 in a float32 logit, which moves Alg. 1's λ_t by about 1e-6
-            assert abs(e.lam - f.lam) < 5e-6
+            # λ_t moves with the logits: vLLM's CPU kernels and transformers differ by up to
+            # about 1e-5 in a float32 logit, and Alg. 1's λ_t moves about as much (measured:
+            # 6.8e-6 at step 14 of a bounded answer whose log-probs differed by 4.8e-6)
+            assert abs(e.lam - f.lam) < 2e-5
             if config.bounded_eps is not None:
                 assert f.eps_ex_post <= config.bounded_eps
                 assert abs(e.eps_ex_post - f.eps_ex_post) < 1e-4
