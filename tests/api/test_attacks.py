@@ -185,16 +185,19 @@ def test_claimed_eps_of_bounded_cid(llama_lm):
     assert claimed_eps(builder, ["direct", "interrogation"], 3) == pytest.approx(0.5 * 6 * 3)
     assert claimed_eps(builder, ["direct"], 3) == pytest.approx(0.5 * 6)
     assert claimed_eps(RAGBuilder(ModelAnswerer(llama_lm, CIDConfig())), ["direct"], 3) is None
-    # any defence: its claim where it covers a document, none for a shard's
+    # a defence's pure ε claim over a document or the context; none for a shard's, nor for an
+    # (ε, δ) claim, which the attacks' pure-ε lower bound is not compared with
+    from ctxleak.mitigations.cid import CID
     from ctxleak.mitigations.dp_rag import DPRAG
     from ctxleak.mitigations.dp_vote import DPVote
     from ctxleak.mitigations.mechanisms import Decoding
     from ctxleak.targets.mechanism_answerer import MechanismAnswerer
 
     dec = Decoding(max_new_tokens=6, min_new_tokens=0)
-    dp_rag = MechanismAnswerer(llama_lm, DPRAG(eps=3.0), dec)
-    assert claimed_eps(RAGBuilder(dp_rag), ["direct"], 3) == pytest.approx(
-        DPRAG(eps=3.0).claim(dec).eps)
+    dp_rag = MechanismAnswerer(llama_lm, DPRAG(eps=3.0), dec)  # δ = 1e-3
+    assert claimed_eps(RAGBuilder(dp_rag), ["direct"], 3) is None
+    bounded = MechanismAnswerer(llama_lm, CID(1.0, 0.5), dec)
+    assert claimed_eps(RAGBuilder(bounded), ["interrogation"], 3) == pytest.approx(0.5 * 6 * 3)
     vote = MechanismAnswerer(llama_lm, DPVote(eps=3.0, shards=3), dec)
     assert claimed_eps(RAGBuilder(vote), ["direct"], 3) is None
     # through ctxleak serve: its epsilon × the answer's max_tokens

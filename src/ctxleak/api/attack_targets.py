@@ -153,26 +153,28 @@ def on_target(target: Any, documents: Sequence[AttackDocument]) -> Target:
 
 
 def claimed_eps(target: Any, attacks: Sequence[str], questions: int) -> float | None:
-    """The ε a RAGBuilder's bounded CID claims for one document over the queries one attack
-    asks of it: ε per token × new tokens per answer (as the canary audit's ex-ante guarantee)
-    × the most queries per document (the interrogation attack asks ``questions``, the others
-    one); in process (a model's CID setting) or through ``ctxleak serve`` (its ``epsilon``);
-    None without a bound."""
+    """The ε a RAGBuilder's defence claims for one document over the queries one attack asks
+    of it: its claim per response (bounded CID: ε per token × new tokens, as the canary audit's
+    ex-ante guarantee) × the most queries per document (the interrogation attack asks
+    ``questions``, the others one); in process (the answerer's mechanism) or through ``ctxleak
+    serve`` (its ``epsilon`` × ``max_tokens``). None without a pure ε-DP claim that covers a
+    document: a shard's ε is not a document's, and the attacks' lower bound is one on a pure
+    ε (δ = 0), which an (ε, δ) claim does not bound."""
     if not isinstance(target, RAGBuilder):
         return None
     answerer = target.answerer
-    if isinstance(answerer, MechanismAnswerer):  # what its defence claims per response
+    per_response: float | None = None
+    if isinstance(answerer, MechanismAnswerer):
         claim = answerer.mechanism.claim(answerer.decoding)
-        # an ε per shard is not one per document; ε over any replacement of the context is
-        eps = claim.eps if claim.relation in ("document", "context") else None
-        tokens: float | None = 1.0
+        if claim.relation in ("document", "context") and claim.delta == 0:
+            per_response = claim.eps
     else:  # an endpoint answerer: ctxleak serve's settings and the answer's bound
         eps = (getattr(answerer, "settings", None) or {}).get("epsilon")
         tokens = getattr(getattr(answerer, "endpoint", None), "max_tokens", None)
-    if eps is None or tokens is None:
+        per_response = None if eps is None or tokens is None else eps * tokens
+    if per_response is None:
         return None
-    per_document = questions if "interrogation" in attacks else 1
-    return float(eps * tokens * per_document)
+    return float(per_response * (questions if "interrogation" in attacks else 1))
 
 
 __all__ = ["RAGBuilder", "attack_target", "claimed_eps", "load_object", "on_target"]
