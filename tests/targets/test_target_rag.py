@@ -14,8 +14,8 @@ import pytest
 from helpers.tiny_bpe import tiny_bpe_llama
 
 from ctxleak.errors import ConfigError
+from ctxleak.mitigations.bm25 import BM25, words
 from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
-from ctxleak.targets.bm25 import BM25, words
 from ctxleak.targets.model_answerer import ModelAnswerer, question_seed
 from ctxleak.targets.rag import RAGApp, RAGPrompt, demo_corpus, demo_rag, load_messages
 

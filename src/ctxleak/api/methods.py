@@ -80,7 +80,7 @@ def influence(bound: Bound, /, model: str | LanguageModel = "default", data: Any
               min_new_tokens: int | None = None, ngram: int | str | None = "full",
               stride: int | None = None, context_sizes: int | Sequence[int] | str | None = None,
               bounded_eps: float | Sequence[float | None] | str | None = None,
-              mechanisms: Any = None, repeat_threshold: float = 0.5,
+              mechanisms: Any = None, datastore: Any = None, repeat_threshold: float = 0.5,
               rouge_threshold: float = 0.5, bertscore_model: str | None = None,
               factkb_model: str | None = None, redact: bool = False, control: bool = True,
               controls: int | None = None,

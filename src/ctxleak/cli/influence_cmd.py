@@ -86,6 +86,12 @@ def influence(
                                          "δ and relation and the tokens it paid; the data "
                                          "needs several documents per question for the "
                                          "votes (e.g. --data demo-qa-large)."),
+    datastore: Optional[str] = typer.Option(None, "--datastore", help="What the mechanisms "
+                                            "retrieve from, as their papers define it: a JSONL "
+                                            "of {id, text}, or 'retrieved' for each question's "
+                                            "own retrieved list. Default: the bundled set's "
+                                            "datastore (demo-datastore), else every document "
+                                            "the examples retrieved, pooled by id."),
     repeat_threshold: float = typer.Option(0.5, "--repeat-threshold", help="Share of a "
                                            "response's tokens found in the context above which "
                                            "it counts as repeating the context, in [0, 1]."),
@@ -168,7 +174,7 @@ def influence(
                              temperature=temperature, max_new_tokens=max_new_tokens,
                              min_new_tokens=min_new_tokens, ngram=ngram, stride=stride,
                              context_sizes=context_sizes, bounded_eps=bounded_eps,
-                             mechanisms=list(mechanisms) or None,
+                             mechanisms=list(mechanisms) or None, datastore=datastore,
                              repeat_threshold=repeat_threshold, rouge_threshold=rouge_threshold,
                              bertscore_model=bertscore_model, factkb_model=factkb_model,
                              redact=redact, control=control, controls=controls,

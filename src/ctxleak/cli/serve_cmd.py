@@ -107,9 +107,18 @@ def register(app: typer.Typer) -> None:
         metrics_documents: int = typer.Option(20, "--metrics-documents", help="/metrics "
                                               "reports the remaining budget of this many "
                                               "documents, those with the least left."),
+        # named as influence's --mechanism: the library's errors name "mechanisms"
+        mechanisms: Optional[str] = typer.Option(
+            None, "--mechanism", help="The defence that answers a request naming none "
+            "(no ctxleak.lambda, ctxleak.epsilon or ctxleak.mechanism), e.g. dp-rag:eps=5, "
+            "dp-vote:eps=2,shards=4, dp-sparse-vote:eps=2,shards=4, scrub, "
+            "cid:lam=0.5,bounded_eps=0.1: each answer reserves the mechanism's claim ε of "
+            "every private document and is charged the ε its answer claims; a stream gets "
+            "the finished answer in chunks."),
     ) -> None:
         """Serve an OpenAI-compatible privacy proxy: answers whose marked documents are decoded
-        by Context Influence Decoding (ctxleak.lambda) or bounded CID (ctxleak.epsilon), with
+        by Context Influence Decoding (ctxleak.lambda) or bounded CID (ctxleak.epsilon), or by
+        another defence (--mechanism, ctxleak.mechanism: a DP vote, DP-RAG, scrubbing), with
         their privacy ledger and a per-document ε budget."""
         from ctxleak.engine.models import load_model
         from ctxleak.engine.served_client import public_url
@@ -117,7 +126,7 @@ def register(app: typer.Typer) -> None:
         from ctxleak.mitigations.cid import cid_route
         from ctxleak.proxy import Budgets, ProxyConfig, run_proxy
         from ctxleak.proxy.budget import open_ledger, public_ledger_url
-        from ctxleak.proxy.charging import sizing_text
+        from ctxleak.proxy.charging import mechanism_text, sizing_text
 
         if not 0 <= port <= 65535:
             raise ConfigError(f"--port must be between 0 and 65535, not {port}", param="port")
@@ -146,7 +155,7 @@ def register(app: typer.Typer) -> None:
                              max_body_bytes=max_body_bytes, max_concurrent=max_concurrent,
                              upstream_timeout=upstream_timeout, body_timeout=body_timeout,
                              threads=threads,
-                             metrics_documents=metrics_documents)
+                             metrics_documents=metrics_documents, mechanism=mechanisms)
         store = open_ledger(ledger)
         # through the upstream, each of CID's requests waits --upstream-timeout at most
         lm = load_model(model, server_url=upstream if decode == "upstream" else None,
@@ -160,5 +169,7 @@ def register(app: typer.Typer) -> None:
                        "anyone who reaches this address can spend the documents' budgets "
                        "(give --api-key-env)", err=True)
         typer.echo(f"ctxleak serve: {cid_route(lm)}", err=True)
+        if config.mechanism is not None:
+            typer.echo(f"ctxleak serve: {mechanism_text(config)}", err=True)
         typer.echo(f"ctxleak serve: {sizing_text(config.budgets, config.max_tokens)}", err=True)
         run_proxy(lm, host=host, port=port, ledger=store, config=config)

@@ -58,6 +58,11 @@ def datasets() -> list[Dataset]:
                 "Fictional private documents in groups of four related ones (HR, clinic, "
                 "finance, legal, IT, school, travel...), each question given its group: the "
                 "answer is in one document only, so a mechanism that hides it loses utility."),
+        Dataset("demo-datastore", "influence", f"{_lines(DEMO_SETS['demo-datastore'])} questions",
+                "A datastore of fictional organisations' documents where some facts are common "
+                "(stated in 40+ documents) and some private (in one): each question, marked "
+                "'fact', is given its top 2 BM25 documents; a DP defence should answer only "
+                "the common ones."),
         Dataset("demo-rag-log", "influence", f"{_lines(DEMO_SETS['demo-rag-log'])} turns",
                 "One day of a fictional company assistant's RAG turns (query, retrieved "
                 "documents, logged answer), some repeating secrets or personal data of "

@@ -68,6 +68,22 @@ def bootstrap_ci(values: Sequence[float | None], *, level: float = 0.95, n_resam
     return low, high, None
 
 
+def mean_with_ci(values: Sequence[float], *, n_boot: int = 2000, level: float = 0.95,
+              seed: int = 0) -> dict[str, float | int | str | None]:
+    """Mean, median, std and the BCa bootstrap confidence interval of the mean
+    (:func:`ctxleak.methods.stats.bootstrap_ci`, :func:`scipy.stats.bootstrap`). With fewer than
+    :data:`~ctxleak.methods.stats.MIN_BOOTSTRAP_N` values the interval is ``None`` and
+    ``ci_reason`` says why; ``ci_method`` names the interval."""
+    x = finite(values)
+    if x.size == 0:
+        return {"n": 0, "mean": None, "median": None, "std": None, "ci_low": None,
+                "ci_high": None, "ci_method": None, "ci_reason": "no values"}
+    low, high, reason = bootstrap_ci(x.tolist(), level=level, n_resamples=n_boot, seed=seed)
+    return {"n": int(x.size), "mean": float(x.mean()), "median": float(np.median(x)),
+            "std": float(x.std(ddof=1)) if x.size > 1 else 0.0, "ci_low": low, "ci_high": high,
+            "ci_method": "BCa bootstrap" if reason is None else None, "ci_reason": reason}
+
+
 def kde_reason(values: Sequence[float | None]) -> str | None:
     """Why a kernel density estimate of ``values`` is not drawn (fewer than
     :data:`MIN_KDE_DISTINCT` distinct finite values), or ``None`` when it can be."""

@@ -3,7 +3,11 @@
 
 1. Private retrieval (:mod:`ctxleak.mitigations.dp_retrieval`): a similarity threshold drawn by
    an exponential mechanism of ``eps_retrieval``; the documents scoring at least it are used.
-   A request without similarity scores uses all its documents (nothing to retrieve privately).
+   Where the request gives the datastore, as the paper does, the threshold runs over every
+   document of the datastore, each scored by its word similarity to the question
+   (:func:`~ctxleak.mitigations.datastore.word_similarity`, which reads no other document);
+   else over the request's documents and their scores. A request without similarity scores
+   uses all its documents (nothing to retrieve privately).
 2. Per-token exponential mechanism: each used document is one prompt stream, and the prompt
    without retrieval is the public prior ``p_∅`` (at the decoding temperature). Document d's
    score of token y is its clipped log-likelihood ratio over the prior,
@@ -16,8 +20,8 @@
    the exponential mechanism's bound) and convert to ``(ε, δ)``; ε_t is the largest per-token
    ε whose composition stays within ``eps`` at ``delta`` (bisection).
 
-The claim's relation is "document": adding or removing one document of the request's
-documents. Noise is drawn from the request's seed and the step.
+The claim's relation is "document": adding or removing one document of the datastore (or, for
+a request without one, of the request's documents). Noise is drawn from the request's seed and the step.
 """
 
 from __future__ import annotations
@@ -176,7 +180,9 @@ class DPRAG:
         eps_token, claim = self.token_eps(decoding), self.claim(decoding)
         parts = [self._job(r, decoding, eps_token) for r in requests]
         gens = decode_jobs(lm, [job for job, _ in parts], what="the dp-rag mechanism")
-        return [finish_answer(g, claim, used) for g, (_, used) in zip(gens, parts)]
+        return [finish_answer(g, claim, used) if r.datastore is None
+                else finish_answer(g, claim, (), [r.datastore.documents[i][0] for i in used])
+                for g, r, (_, used) in zip(gens, requests, parts)]
 
     def step_logprobs(self, doc_logits: torch.Tensor, empty_logits: torch.Tensor,
                       eps_token: float, temperature: float, excluded: Sequence[int]
@@ -186,25 +192,43 @@ class DPRAG:
         return dp_rag_logprobs(doc_logits, empty_logits, eps_token, self.clip, temperature,
                                excluded)
 
-    def _retrieve(self, request: AnswerRequest) -> tuple[tuple[int, ...], float | None]:
+    def _candidates(self, request: AnswerRequest
+                    ) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+        """The documents the private retrieval chooses from and their similarities: the
+        datastore's where the request gives one, else the request's."""
+        store = request.datastore
+        if store is None:
+            return request.documents, request.scores
+        if not request.query.strip():
+            raise ConfigError("query: dp-rag retrieves from the datastore for the question, and "
+                              "the request has none", param="query")
+        if self.retrieval_eps == 0:
+            raise ConfigError(f"eps_retrieval: 0 would read every document of "
+                              f"{store.describe()}: give an ε for the private retrieval",
+                              param="eps_retrieval")
+        return tuple(text for _, text in store.documents), tuple(store.similarities(request.query))
+
+    def _retrieve(self, documents: Sequence[str], scores: Sequence[float] | None,
+                  seed: int) -> tuple[tuple[int, ...], float | None]:
         """The used documents' indices and the drawn threshold (None: no retrieval)."""
-        if not request.documents:
+        if not documents:
             raise ConfigError("documents: dp-rag needs at least one document", param="documents")
-        if request.scores is None or self.retrieval_eps == 0:
-            return tuple(range(len(request.documents))), None
-        if len(request.scores) != len(request.documents):
-            raise ConfigError(f"scores: {len(request.scores)} similarities for "
-                              f"{len(request.documents)} documents", param="scores")
-        tau, used = private_retrieval(request.scores, threshold_grid(*self.score_range, self.grid),
+        if scores is None or self.retrieval_eps == 0:
+            return tuple(range(len(documents))), None
+        if len(scores) != len(documents):
+            raise ConfigError(f"scores: {len(scores)} similarities for {len(documents)} "
+                              "documents", param="scores")
+        tau, used = private_retrieval(scores, threshold_grid(*self.score_range, self.grid),
                                       self.top_k, self.retrieval_eps,
-                                      noise_generator(request.seed, 2, 0))
+                                      noise_generator(seed, 2, 0))
         return used, tau
 
     def _job(self, request: AnswerRequest, decoding: Decoding, eps_token: float
              ) -> tuple[StreamJob, tuple[int, ...]]:
-        used, tau = self._retrieve(request)
+        documents, scores = self._candidates(request)
+        used, tau = self._retrieve(documents, scores, request.seed)
         n, t = len(used), decoding.temperature
-        prompts = [list(request.prompt([request.documents[i]])) for i in used]
+        prompts = [list(request.prompt([documents[i]])) for i in used]
         prompts.append(list(request.prompt([])))
         chosen: dict[str, Any] = {}
 

@@ -2,9 +2,15 @@
 Differential Privacy", Koga, Wu and Chaudhuri) as :class:`~ctxleak.mitigations.mechanisms.Mechanism`
 s decoded by the engine.
 
-The request's documents are split into ``shards`` disjoint shards (document i in shard
-``i mod shards``, by retrieval position: a split that does not look at the texts). Each shard
-is one voter's prompt; a last stream holds the prompt without retrieval. At every step each
+Where the request gives the datastore (:class:`~ctxleak.mitigations.datastore.Datastore`), as
+the paper does, the datastore is partitioned into ``shards`` disjoint shards by a hash of each
+document's id, and each voter retrieves its ``per_voter`` best documents for the question from
+its own shard (BM25 over that shard alone): adding or removing one document of the datastore
+changes one voter's prompt, and the claim (relation "document") is over the datastore. Where
+the request gives only its retrieved list, that list is dealt into ``shards`` shards (document
+i in shard ``i mod shards``, by retrieval position) and the claim (relation "shard") covers
+changing one shard of that list; which documents were retrieved is outside it. Each voter's
+documents make one prompt; a last stream holds the prompt without retrieval. At every step each
 voter votes its most likely next token and :func:`~ctxleak.kernels.vote.limited_domain`
 releases the winner, or abstains (⊥).
 
@@ -19,9 +25,7 @@ releases the winner, or abstains (⊥).
 After an abstention, and once the budget is spent, the mechanism releases the no-retrieval
 token (``abstain="no-retrieval"``, the default: a function of public data and of what was
 already released, so it costs nothing) or stops the response as the paper does
-(``abstain="stop"``). The claim (relation "shard") covers changing every document of one
-shard; where each document sits in one shard, changing one document: which documents were
-retrieved is outside it. Noise is drawn from the request's seed and the step (and the
+(``abstain="stop"``). Noise is drawn from the request's seed and the step (and the
 sparse-vector round), so a step run again draws the same noise.
 """
 
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -100,12 +104,15 @@ def decode_jobs(lm: LanguageModel, jobs: Sequence[StreamJob], what: str) -> list
     return generate_many(lm, jobs, sample=True)
 
 
-def finish_answer(gen: Generation, claim: Claim, used: Sequence[int]) -> MechanismAnswer:
-    """A decoded job as a :class:`MechanismAnswer` (its step records say which steps paid)."""
+def finish_answer(gen: Generation, claim: Claim, used: Sequence[int],
+                  read: Sequence[str] = ()) -> MechanismAnswer:
+    """A decoded job as a :class:`MechanismAnswer` (its step records say which steps paid):
+    ``used`` the request's documents that reached a prompt, ``read`` the datastore's ids."""
     steps = tuple(gen.records)
     return MechanismAnswer(response_ids=tuple(gen.token_ids), stopped_on_eos=gen.stopped_on_eos,
                            claim=claim, tokens_paid=sum(1 for s in steps if s["paid"]),
-                           steps=steps, documents_used=tuple(used))
+                           steps=steps, documents_used=tuple(used),
+                           datastore_used=tuple(dict.fromkeys(read)))
 
 
 def eos_id(lm: LanguageModel) -> int:
@@ -142,6 +149,9 @@ def _check_vote(mech: Any) -> None:
     if not (isinstance(mech.domain, int) and mech.domain >= 1):
         raise ConfigError(f"domain: the limited domain holds at least 1 token, not "
                           f"{mech.domain}", param="domain")
+    if not (isinstance(mech.per_voter, int) and mech.per_voter >= 1):
+        raise ConfigError(f"per_voter: each voter reads at least 1 document of its shard, not "
+                          f"{mech.per_voter}", param="per_voter")
     if mech.abstain not in ABSTAIN_MODES:
         raise ConfigError(f"abstain: '{mech.abstain}' is not one of {', '.join(ABSTAIN_MODES)}",
                           param="abstain")
@@ -162,9 +172,25 @@ def _budget(votes: int, eps_token: float, eps_svt: float, delta: float, param: s
     return VoteBudget(votes, eps_token, delta_step, eps_svt, claim)
 
 
-def _shard_prompts(mech: Any, request: AnswerRequest) -> list[list[int]]:
-    """One voter's prompt per shard (document i in shard i mod shards), then the prompt
-    without retrieval."""
+def _voter_documents(mech: Any, request: AnswerRequest
+                     ) -> tuple[list[list[str]], tuple[str, ...]]:
+    """Each voter's document texts and the datastore ids read (module docstring): retrieved
+    from the voter's shard of the request's datastore, else dealt from its retrieved list."""
+    store = request.datastore
+    if store is None:
+        return _dealt_shards(mech, request), ()
+    if not request.query.strip():
+        raise ConfigError(f"query: {mech.name} retrieves from the datastore for the question, "
+                          "and the request has none", param="query")
+    if mech.shards > len(store):
+        raise ConfigError(f"shards: {mech.shards} shards of {store.describe()} leave some "
+                          f"empty: at most {len(store)}", param="shards")
+    hits = store.shard_search(request.query, mech.shards, mech.per_voter)
+    return [[h.text for h in shard] for shard in hits], tuple(h.id for s in hits for h in s)
+
+
+def _dealt_shards(mech: Any, request: AnswerRequest) -> list[list[str]]:
+    """The request's documents dealt into shards (document i in shard i mod shards)."""
     docs = request.documents
     if len(docs) < 2:
         raise ConfigError(f"documents: {mech.name} needs several documents (one shard per "
@@ -172,12 +198,11 @@ def _shard_prompts(mech: Any, request: AnswerRequest) -> list[list[int]]:
     if mech.shards > len(docs):
         raise ConfigError(f"shards: {mech.shards} shards need at least {mech.shards} documents, "
                           f"the request has {len(docs)}", param="shards")
-    shards = [[d for i, d in enumerate(docs) if i % mech.shards == s] for s in range(mech.shards)]
-    return [list(request.prompt(texts)) for texts in shards] + [list(request.prompt([]))]
+    return [[d for i, d in enumerate(docs) if i % mech.shards == s] for s in range(mech.shards)]
 
 
 def _vote_job(mech: Any, lm: LanguageModel, request: AnswerRequest, decoding: Decoding,
-              budget: VoteBudget) -> StreamJob:
+              budget: VoteBudget, voters: list[list[str]]) -> StreamJob:
     """The stream job of one response: ``shards`` voter streams and the no-retrieval stream;
     ``combine`` takes the step's decision (:func:`_decide`), ``observe`` records it."""
     m, sparse = mech.shards, isinstance(mech, DPSparseVote)
@@ -209,7 +234,8 @@ def _vote_job(mech: Any, lm: LanguageModel, request: AnswerRequest, decoding: De
 
     new = decoding.max_new_tokens if stop is None or sparse else min(decoding.max_new_tokens,
                                                                      budget.votes)
-    return StreamJob(_shard_prompts(mech, request), combine, observe, request.seed, new,
+    prompts = [list(request.prompt(texts)) for texts in voters] + [list(request.prompt([]))]
+    return StreamJob(prompts, combine, observe, request.seed, new,
                      min(decoding.min_new_tokens, new), replay=False)
 
 
@@ -242,10 +268,14 @@ def _decide(mech: Any, budget: VoteBudget, state: dict[str, Any], counts: torch.
 def _answer(mech: Any, lm: LanguageModel, requests: Sequence[AnswerRequest],
             decoding: Decoding, budget: VoteBudget) -> list[MechanismAnswer]:
     refuse_greedy(mech, decoding)
-    jobs = [_vote_job(mech, lm, r, decoding, budget) for r in requests]
+    voters = [_voter_documents(mech, r) for r in requests]
+    jobs = [_vote_job(mech, lm, r, decoding, budget, texts)
+            for r, (texts, _) in zip(requests, voters)]
     gens = decode_jobs(lm, jobs, what=f"the {mech.name} mechanism")
-    return [finish_answer(g, budget.claim, range(len(r.documents)))
-            for g, r in zip(gens, requests)]
+    over_store = replace(budget.claim, relation="document")
+    return [finish_answer(g, budget.claim, range(len(r.documents))) if r.datastore is None
+            else finish_answer(g, over_store, (), read)
+            for g, r, (_, read) in zip(gens, requests, voters)]
 
 
 class _Voting:
@@ -269,8 +299,10 @@ class _Voting:
 class DPVote(_Voting):
     """DPVoteRAG: ``shards`` voters, every released token a paid limited-domain vote of
     ``eps_token`` (default ``eps / min(max_new_tokens, 10)``); ``eps`` and ``delta``: the
-    whole response's budget (relation "shard"); ``domain``: the limited domain's size k̄;
-    ``abstain``: what ⊥ and a spent budget release (module docstring)."""
+    whole response's budget (relation "document" over a request's datastore, "shard" over its
+    retrieved list); ``domain``: the limited domain's size k̄; ``abstain``: what ⊥ and a spent
+    budget release; ``per_voter``: the documents each voter retrieves from its shard of a
+    datastore (module docstring)."""
 
     name: ClassVar[str] = "dp-vote"
     min_documents: ClassVar[int] = 3
@@ -281,6 +313,7 @@ class DPVote(_Voting):
     eps_token: float | None = None
     domain: int = 1
     abstain: str = "no-retrieval"
+    per_voter: int = 1
 
     def __post_init__(self) -> None:
         _check_vote(self)
@@ -308,7 +341,8 @@ class DPSparseVote(_Voting):
     """DPSparseVoteRAG: the no-retrieval token released free while at least ``threshold`` (a
     fraction of the voters, noisily) agree with it; otherwise a paid vote of ``eps_token``
     plus ``eps_svt`` for the sparse-vector round (each default ``eps / 6``: three paid
-    tokens); ``eps`` and ``delta``: the whole response's budget (relation "shard")."""
+    tokens); ``eps`` and ``delta``: the whole response's budget (relations as
+    :class:`DPVote`'s)."""
 
     name: ClassVar[str] = "dp-sparse-vote"
     min_documents: ClassVar[int] = 3
@@ -321,6 +355,7 @@ class DPSparseVote(_Voting):
     eps_svt: float | None = None
     domain: int = 1
     abstain: str = "no-retrieval"
+    per_voter: int = 1
 
     def __post_init__(self) -> None:
         _check_vote(self)
@@ -361,6 +396,8 @@ def _extras(mech: Any) -> str:
         parts.append(f",domain={mech.domain}")
     if mech.abstain != "no-retrieval":
         parts.append(f",abstain={mech.abstain}")
+    if mech.per_voter != 1:
+        parts.append(f",per_voter={mech.per_voter}")
     return "".join(parts)
 
 

@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Protocol
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
+from ctxleak.mitigations.datastore import Datastore
 from ctxleak.mitigations.ledger import RowLedger
 
 #: The neighbouring relations a claim can cover, and what each means for the user.
@@ -100,7 +101,10 @@ class AnswerRequest:
     order; ``prompt(texts)``: the token ids of the whole prompt (template, query) holding those
     document texts, in that order (``prompt([])``: the prompt without retrieval); ``seed``: this
     response's own seed; ``scores``: each document's retrieval similarity where known (a
-    private retrieval needs them); ``ids``: each document's id where known."""
+    private retrieval needs them); ``ids``: each document's id where known; ``datastore``:
+    the whole datastore the system retrieves from, where the mechanism retrieves for itself
+    (the DP votes from their shards, DP-RAG privately) for ``query``: its claim is then over
+    the datastore's documents, not over ``documents``."""
 
     documents: tuple[str, ...]
     prompt: Callable[[Sequence[str]], list[int]] = field(compare=False)
@@ -108,6 +112,7 @@ class AnswerRequest:
     scores: tuple[float, ...] | None = None
     ids: tuple[str, ...] | None = None
     query: str = ""
+    datastore: Datastore | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,8 @@ class MechanismAnswer:
     request's documents that reached any prompt (a private retrieval may drop some);
     ``ledger``: a mechanism that decodes by Context Influence Decoding gives its CID ledger
     (:class:`~ctxleak.mitigations.ledger.RowLedger`: each token's λ_t and log-probabilities with
-    and without the documents), None otherwise."""
+    and without the documents), None otherwise; ``datastore_used``: the ids of the datastore's
+    documents that reached any prompt, where the mechanism retrieved from a datastore."""
 
     response_ids: tuple[int, ...]
     stopped_on_eos: bool
@@ -127,6 +133,7 @@ class MechanismAnswer:
     steps: tuple[Mapping[str, Any], ...] = ()
     documents_used: tuple[int, ...] = ()
     ledger: RowLedger | None = None
+    datastore_used: tuple[str, ...] = ()
 
 
 class Mechanism(Protocol):

@@ -33,6 +33,18 @@ TASK_TEMPLATES = {
     "summarization": "News article: {context}. Summary of the above news article:",
 }
 
+#: Chat prompts a run may name instead of giving its app's messages (``prompt_messages``).
+#: ``short-answer``: a system turn asking for the short answer from the document, then the
+#: document and the question, through the model's chat template; the bundled 135M instruct
+#: model answers 9 of 20 demo-qa-large questions with it from the question's own document
+#: (greedy, 24 new tokens), and none of 8 under ctxleak's template.
+NAMED_MESSAGES: dict[str, tuple[tuple[str, str], ...]] = {
+    "short-answer": (
+        ("system", "Answer the question using the document. Reply with the short answer "
+                   "only, a few words."),
+        ("user", "Document: {context}\n\nQuestion: {query}")),
+}
+
 #: A prompt as a function of the document texts it holds, in order (none: no retrieval).
 PromptOf = Callable[[Sequence[str]], list[int]]
 
@@ -139,6 +151,21 @@ def messages_ids(lm: LanguageModel, messages: Messages, query: str, context: str
                              chat=False).ids)
 
 
+def app_chat_prompt(lm: LanguageModel, messages: Messages, query: str) -> PromptOf:
+    """The app's chat ``messages`` rendered once through the model's chat template
+    (:func:`~ctxleak.engine.chat_prompt.render_messages`) as a function of the document texts:
+    the texts as list pieces (:func:`list_pieces`) in ``{context}`` and the whole text
+    tokenised at once, the very ids :func:`~ctxleak.engine.chat_prompt.whole_prompt` gives the
+    prompt an answer is scored under."""
+    rendered = render_messages(lm, messages)
+
+    def prompt(texts: Sequence[str]) -> list[int]:
+        whole = whole_prompt(lm, rendered, list_pieces(texts) or [""], query)
+        return [*whole.before, *whole.context, *whole.after]
+
+    return prompt
+
+
 def messages_prompt(lm: LanguageModel, messages: Messages, query: str, separator: str,
                     rendered: dict[Messages, str] | None = None) -> PromptOf:
     """The prompt of :func:`messages_ids` as a function of the document texts, joined by
@@ -149,6 +176,6 @@ def messages_prompt(lm: LanguageModel, messages: Messages, query: str, separator
     return prompt
 
 
-__all__ = ["LIST_SEPARATOR", "TASK_TEMPLATES", "PromptOf", "PromptParts", "document_parts",
-           "fit_window", "list_pieces", "messages_ids", "messages_prompt", "template_parts",
-           "template_prompt"]
+__all__ = ["LIST_SEPARATOR", "NAMED_MESSAGES", "TASK_TEMPLATES", "PromptOf", "PromptParts",
+           "app_chat_prompt", "document_parts", "fit_window", "list_pieces", "messages_ids",
+           "messages_prompt", "template_parts", "template_prompt"]

@@ -3,7 +3,11 @@ OpenAI client at it; a request whose private context is marked (retrieved docume
 its ``ctxleak`` field) is decoded by Context Influence Decoding (Estimating Privacy Leakage of
 Augmented Contextual Knowledge in Language Models, Def. 3.4; bounded CID, App. B, Alg. 1) and
 answered with its privacy ledger, each document's ε charged to a budget kept across requests
-(:mod:`ctxleak.proxy.budget`); any other request passes through to the upstream server.
+(:mod:`ctxleak.proxy.budget`); any other request passes through to the upstream server. Another
+defence (a DP vote, DP-RAG, scrubbing: ``ctxleak serve --mechanism``, a request's
+``ctxleak.mechanism``) answers through the one
+:class:`~ctxleak.mitigations.mechanisms.Mechanism` interface, each document charged the
+answer's claim (:mod:`ctxleak.proxy.mechanism`).
 
 :func:`create_app` builds the ASGI app, :func:`run_proxy` serves it. This package imports its
 web and model parts lazily, so that :mod:`ctxleak.proxy.budget` can be imported alone."""

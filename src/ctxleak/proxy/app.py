@@ -1,7 +1,8 @@
 """The privacy proxy's ASGI app: an OpenAI-compatible ``/v1/chat/completions`` that decodes a
 request with marked private context by Context Influence Decoding (Estimating Privacy Leakage of
 Augmented Contextual Knowledge in Language Models, Def. 3.4; bounded, ε per token: App. B,
-Alg. 1) and charges each document's budget, and passes any other request to the upstream server
+Alg. 1), or by another defence (:mod:`~ctxleak.proxy.mechanism`: a DP vote, DP-RAG, scrubbing),
+and charges each document's budget, and passes any other request to the upstream server
 unchanged. Also ``/health``, ``/metrics`` (Prometheus) and ``/v1/models``.
 
 Here the HTTP front (the key, the limits, the body) and the answer's course; beside it what each
@@ -29,25 +30,33 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ctxleak.engine.capabilities import NEXT_TOKEN_DISTRIBUTION, check_capabilities
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.errors import CtxleakError
+from ctxleak.errors import ConfigError, CtxleakError
 from ctxleak.mitigations.cid import CID_NEEDS
 from ctxleak.mitigations.ledger import LedgerEntry
 from ctxleak.proxy.batching import BatchDecoder
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger, open_ledger
-from ctxleak.proxy.charging import Charging, Held, answer_headers, stream_headers
+from ctxleak.proxy.charging import AnyRequest, Charging, Held, answer_headers, stream_headers
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import Answer, Sampled, decode_answer, release_sampled, server_samples
 from ctxleak.proxy.errors import answered, decoding_failed, error_response, unauthorised
+from ctxleak.proxy.mechanism import Reply, answer_alone, refusal
 from ctxleak.proxy.metrics import ProxyMetrics
 from ctxleak.proxy.request import (
     CIDRequest,
+    MechanismRequest,
     ProxyError,
     is_marked,
     parse_body,
-    parse_cid_request,
+    parse_request,
 )
 from ctxleak.proxy.routes import list_documents, list_models, one_document, timed
-from ctxleak.proxy.streaming import Event, decode_and_settle, settle_released, sse_chunks
+from ctxleak.proxy.streaming import (
+    Event,
+    answer_and_settle,
+    decode_and_settle,
+    settle_released,
+    sse_chunks,
+)
 from ctxleak.proxy.upstream import Upstream
 
 log = logging.getLogger("ctxleak.proxy")
@@ -92,8 +101,11 @@ class Proxy:
 
     async def cid(self, body: dict[str, Any]) -> Response:
         """A request with marked context answered by CID, its budget reserved before decoding
-        and settled after (:mod:`ctxleak.proxy.charging`)."""
-        request = parse_cid_request(body, self.config)
+        and settled after (:mod:`ctxleak.proxy.charging`); one that another mechanism answers
+        goes to :meth:`mechanism`."""
+        request = parse_request(body, self.config)
+        if isinstance(request, MechanismRequest):
+            return await self.mechanism(request)
         rid = "chatcmpl-" + uuid.uuid4().hex
         held = await self.charging.reserve(rid, request)
         if request.stream:
@@ -104,6 +116,12 @@ class Proxy:
             await self.charging.release_unspent(held)  # nothing was released
             raise
         answer, info = await settle_released(self.charging, request, held, released, self._tasks)
+        return self._completion(rid, request, answer, info)
+
+    @staticmethod
+    def _completion(rid: str, request: AnyRequest, answer: Answer | Reply,
+                    info: dict[str, Any]) -> Response:
+        """The OpenAI ``chat.completion`` of an answer, its ledger in the ``ctxleak`` field."""
         return JSONResponse({
             "id": rid, "object": "chat.completion", "created": int(time.time()),
             "model": request.model,
@@ -111,15 +129,56 @@ class Proxy:
                          "finish_reason": answer.finish_reason, "logprobs": None}],
             "usage": answer.usage, "ctxleak": info})
 
-    async def _stream(self, request: CIDRequest, held: Held) -> Response:
+    # ---- the other mechanisms -------------------------------------------------------------
+    def _answer(self, request: MechanismRequest, docs: Any) -> Reply:
+        """The answer of ``request``'s mechanism, whole: in-process, in one ``answer`` call
+        with the waiting requests of the same mechanism and settings
+        (:mod:`~ctxleak.proxy.batching`); a served model's, alone. The mechanism's refusal of
+        the request is HTTP 400 naming the field."""
+        try:
+            if self.batcher is not None:
+                return self.batcher.answer(request, docs)
+            return answer_alone(self.lm, request, docs)
+        except ConfigError as exc:
+            raise refusal(exc, request) from None
+
+    async def mechanism(self, request: MechanismRequest) -> Response:
+        """A request answered by a mechanism other than CID: its claim reserved of each
+        private document before decoding and settled at the answer's own claim after
+        (:meth:`Charging.reserve_claim`, :meth:`Charging.settle_mechanism`)."""
+        rid = "chatcmpl-" + uuid.uuid4().hex
+        held = await self.charging.reserve_claim(rid, request)
+        least = request.mechanism.min_documents
+        if len(held.docs) < least:  # budgets spent: too few documents left to answer from
+            await self.charging.release_unspent(held)
+            raise ProxyError(429, f"ctxleak.documents: the privacy budget of document(s) "
+                                  f"{', '.join(held.dropped)} is spent, and "
+                                  f"{request.mechanism.key()} needs at least {least} "
+                                  f"documents ({len(held.docs)} left)",
+                             param="ctxleak.documents", kind="insufficient_quota",
+                             code="budget_exhausted")
+        if request.stream:
+            return await self._stream(request, held)
+        try:
+            reply = await run_in_threadpool(self._answer, request, held.docs)
+        except Exception:
+            await self.charging.release_unspent(held)  # nothing was released
+            raise
+        info = await self.charging.settle_mechanism(request, reply, held)
+        return self._completion(rid, request, reply, info)
+
+    async def _stream(self, request: AnyRequest, held: Held) -> Response:
         """A streamed answer, each token sent as it is drawn (:mod:`ctxleak.proxy.streaming`).
         Decoding and the settling of the budget run in a task of their own, so a client that
         goes away mid-answer changes nothing: what was drawn is charged. A failure before the
         first token is an HTTP error (nothing released, the reservation given back); after it,
-        an ``error`` event, and the tokens already sent count as spent."""
+        an ``error`` event, and the tokens already sent count as spent. Another mechanism's
+        answer is decoded whole, settled, then sent in chunks."""
         events: asyncio.Queue[Event] = asyncio.Queue()
-        task = asyncio.ensure_future(decode_and_settle(self._decode, self.charging, request,
-                                                       held, events, self._tasks))
+        task = asyncio.ensure_future(
+            answer_and_settle(self._answer, self.charging, request, held, events)
+            if isinstance(request, MechanismRequest) else
+            decode_and_settle(self._decode, self.charging, request, held, events, self._tasks))
         self._tasks.add(task)  # kept until done: the answer is settled whatever the client does
         self._active += 1  # a streamed answer counts against the limit until it is decoded
 

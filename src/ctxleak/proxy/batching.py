@@ -18,6 +18,11 @@ a change to the engine's decoding loop that every method relies on, for a gain o
 answers arrive while others are mid-way. A client that sends its next request when its answer
 comes back joins the next batch, so closed-loop clients settle into full batches.
 
+A request for another mechanism (:mod:`~ctxleak.proxy.mechanism`: a DP vote, DP-RAG,
+scrubbing) waits in the same queue; the requests of one batch with the same mechanism (its
+``key()``) and decoding settings go through one ``mechanism.answer`` call, whole answers (if
+that call fails, each request again alone, so one the mechanism refuses fails alone).
+
 What stays equal: each answer draws from its own generator, seeded by its request's seed, so
 its tokens are those of the same request decoded alone (up to float noise in the logits, as for
 any batch of the engine); its entries reach its ``on_entry`` as they are drawn, so streaming
@@ -35,13 +40,16 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 from ctxleak.engine.batching import policy_of
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.mitigations.cid import generate_cid_many
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 from ctxleak.proxy.decode import Answer, Prepared, finish_answer, prepare_answer
-from ctxleak.proxy.request import CIDRequest, Document
+from ctxleak.proxy.mechanism import Prepared as PreparedAsk
+from ctxleak.proxy.mechanism import Reply, prepare, reply_of
+from ctxleak.proxy.request import CIDRequest, Document, MechanismRequest
 
 #: Seconds the collector waits after the first answer of a batch for more to arrive.
 WINDOW_S = 0.005
@@ -73,6 +81,20 @@ class _Waiting:
             self.future.set_exception(exc)
 
 
+@dataclass(eq=False)
+class _Asked:
+    """One request waiting for a mechanism other than CID, and what became of it."""
+
+    request: MechanismRequest
+    docs: Sequence[Document]
+    future: Future[Reply] = field(default_factory=Future)
+    prepared: PreparedAsk | None = None
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
 class BatchDecoder:
     """Decodes the answers of many threads together on one in-process model: :meth:`decode`
     from any thread; the model is used under ``lock`` (one batch at a time). ``max_batch``: the
@@ -86,7 +108,7 @@ class BatchDecoder:
         self.lm, self.max_batch, self.window_s = lm, max_batch, window_s
         self.lock = lock or threading.Lock()
         self.sizes: Counter[int] = Counter()
-        self._queue: queue.Queue[_Waiting | None] = queue.Queue()
+        self._queue: queue.Queue[_Waiting | _Asked | None] = queue.Queue()
         self._pending, self._counting = 0, threading.Lock()
         self._thread = threading.Thread(target=self._serve, name="ctxleak-batch-decoder",
                                         daemon=True)
@@ -99,7 +121,18 @@ class BatchDecoder:
         drawn (in the decoder's thread). Raises what its decoding raised."""
         if not self._thread.is_alive():
             raise RuntimeError("the batch decoder is closed")
-        waiting = _Waiting(request, docs, on_entry)
+        return self._wait(_Waiting(request, docs, on_entry))
+
+    def answer(self, request: MechanismRequest, docs: Sequence[Document]) -> Reply:
+        """The answer of ``request`` by its mechanism (not CID) with ``docs`` as its
+        documents, in one ``answer`` call with the requests other threads are waiting for that
+        have the same mechanism and decoding settings. Raises what its decoding raised."""
+        if not self._thread.is_alive():
+            raise RuntimeError("the batch decoder is closed")
+        return self._wait(_Asked(request, docs))
+
+    def _wait(self, waiting: _Waiting | _Asked) -> Any:
+        """Queue ``waiting`` and wait for its result."""
         with self._counting:
             self._pending += 1
         try:
@@ -142,7 +175,7 @@ class BatchDecoder:
             if closing:
                 return
 
-    def _gather(self, first: _Waiting) -> tuple[list[_Waiting], bool]:
+    def _gather(self, first: _Waiting | _Asked) -> tuple[list[_Waiting | _Asked], bool]:
         """The batch: ``first`` and those that arrive within the window, up to ``max_batch``;
         and whether :meth:`close` was called meanwhile."""
         batch = [first]
@@ -160,7 +193,7 @@ class BatchDecoder:
             batch.append(more)
         return batch, False
 
-    def _drain(self, batch: list[_Waiting]) -> bool:
+    def _drain(self, batch: list[_Waiting | _Asked]) -> bool:
         """Add to ``batch`` the answers that came while it waited for the model, up to
         ``max_batch``; whether :meth:`close` was called meanwhile."""
         while len(batch) < self.max_batch:
@@ -173,11 +206,13 @@ class BatchDecoder:
             batch.append(more)
         return False
 
-    def _run(self, batch: list[_Waiting]) -> None:
-        """Prepare each answer (one failing fails alone), then decode the greedy ones and the
-        sampled ones, each kind in one batch."""
+    def _run(self, batch: list[_Waiting | _Asked]) -> None:
+        """Prepare each answer (one failing fails alone), then decode CID's greedy ones and
+        sampled ones, each kind in one batch, and the other mechanisms' ones, one ``answer``
+        call per mechanism and decoding settings."""
+        self._ask([item for item in batch if isinstance(item, _Asked)])
         ready = []
-        for item in batch:
+        for item in (item for item in batch if isinstance(item, _Waiting)):
             try:
                 item.prepared = prepare_answer(self.lm, item.request, item.docs)
             except Exception as exc:
@@ -189,6 +224,42 @@ class BatchDecoder:
             if group:
                 self.sizes[len(group)] += 1
                 self._decode(group, sample)
+
+    def _ask(self, asked: list[_Asked]) -> None:
+        """Prepare each request for its mechanism (one failing fails alone), then answer those
+        of one mechanism and decoding settings in one call."""
+        groups: dict[tuple[str, Any], list[_Asked]] = {}
+        for item in asked:
+            try:
+                item.prepared = prepare(self.lm, item.request, item.docs)
+            except Exception as exc:
+                item.fail(exc)
+                continue
+            groups.setdefault(item.prepared.group, []).append(item)
+        for group in groups.values():
+            self.sizes[len(group)] += 1
+            self._answer(group)
+
+    def _answer(self, group: list[_Asked]) -> None:
+        """One ``answer`` call for ``group``; if it fails, each request again alone (so one
+        request the mechanism refuses fails alone)."""
+        prepared = [item.prepared for item in group if item.prepared is not None]
+        first = prepared[0]
+        try:
+            answers = first.mechanism.answer(self.lm, [p.request for p in prepared],
+                                             first.decoding)
+        except Exception as exc:
+            if len(group) == 1:
+                group[0].fail(exc)
+            else:
+                for item in group:
+                    self._answer([item])
+            return
+        for item, p, answer in zip(group, prepared, answers):
+            try:
+                item.future.set_result(reply_of(self.lm, p, answer))
+            except Exception as exc:
+                item.fail(exc)
 
     def _decode(self, group: list[_Waiting], sample: bool) -> None:
         """One batch through :func:`generate_cid_many`, each answer's entries to its own

@@ -22,11 +22,19 @@ from starlette.concurrency import run_in_threadpool
 
 from ctxleak.errors import CtxleakError
 from ctxleak.mitigations.ledger import LedgerEntry
+from ctxleak.mitigations.mechanisms import RELATIONS
 from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import Answer
+from ctxleak.proxy.mechanism import Reply
 from ctxleak.proxy.metrics import ProxyMetrics
-from ctxleak.proxy.request import CIDRequest, Document, ProxyError
+from ctxleak.proxy.request import (
+    CIDRequest,
+    Document,
+    MechanismRequest,
+    ProxyError,
+    cid_settings,
+)
 
 log = logging.getLogger("ctxleak.proxy")
 
@@ -37,6 +45,19 @@ NO_GUARANTEE = ("plain CID (a fixed λ) has no DP guarantee: epsilon_ex_post is 
                 "p̄_λ(y|D) − log p(y|∅)| summed over tokens, a figure about this context alone "
                 "(null at λ = 1 and T = 1 through a served model, whose server samples the "
                 "answer itself)")
+
+
+RELATIONS_NONE = RELATIONS["none"]
+
+#: A request the proxy charges: answered by CID, or by another mechanism.
+AnyRequest = CIDRequest | MechanismRequest
+
+
+def mode_of(request: AnyRequest) -> str:
+    """The answer's mode: ``bounded`` CID, plain CID (``lambda``), or another ``mechanism``."""
+    if isinstance(request, MechanismRequest):
+        return "mechanism"
+    return "bounded" if request.eps is not None else "lambda"
 
 
 class NotANumber(CtxleakError):
@@ -109,6 +130,34 @@ def sizing_text(budgets: Budgets, max_tokens: int,
     return f"budgets: {'; '.join(parts)} ({head})"
 
 
+def mechanism_text(config: ProxyConfig) -> str:
+    """The proxy's default mechanism in words, for ``ctxleak serve``'s start line: what it
+    claims for an answer of ``max_tokens`` tokens, what it reserves and how many answers the
+    default budget allows."""
+    from ctxleak.mitigations.mechanisms import Decoding
+
+    mechanism = config.mechanism
+    settings = cid_settings(mechanism)
+    if settings is not None:
+        lam, eps = settings
+        how = f"λ = {lam:g}" if eps is None else f"ε = {eps:g} per token (λ ≤ {lam:g})"
+        return (f"requests that name no mechanism are answered by CID at {how}, as "
+                f"ctxleak.lambda / ctxleak.epsilon ask")
+    claim = mechanism.claim(Decoding(temperature=config.temperature,
+                                     max_new_tokens=config.max_tokens,
+                                     min_new_tokens=config.min_tokens))
+    head = f"requests that name no mechanism are answered by {mechanism.key()}"
+    if claim.eps is None:
+        return f"{head}: {claim.covers()}; nothing is charged"
+    allowed = ""
+    if config.budgets.default is not None and claim.eps > 0:
+        allowed = (f"; a budget of {config.budgets.default:g} allows "
+                   f"{answers_allowed(config.budgets.default, claim.eps, 0)} such answers")
+    return (f"{head}: each answer of up to {config.max_tokens} tokens reserves and is charged "
+            f"ε = {claim.eps:.4g} (δ = {claim.delta:.2g}, relation {claim.relation}) of every "
+            f"private document it carries{allowed}")
+
+
 class Charging:
     """The proxy's charging of the budget ledger, counted in its metrics and logged."""
 
@@ -122,6 +171,35 @@ class Charging:
         token or the whole remaining budget. A document whose budget could never cover it is
         refused with HTTP 400 (``on_unfittable``); one whose budget is spent is dropped, or the
         whole request refused with HTTP 429 (``on_exhausted="refuse"``)."""
+        ids, classes, public, private = await self._classes(request)
+        if not (request.eps is not None or self.config.charge_ex_post):
+            return await self._uncharged(rid, request, ids, private, classes)
+        warnings = self._unfittable(request, private, classes)
+        per_token = per_token_reserve(request, self.config)
+        amount = 0.0 if per_token is None else per_token * (request.max_tokens + 1)
+        return await self._reserve(rid, request, ids, private, public, classes, amount,
+                                   per_token is None, warnings)
+
+    async def reserve_claim(self, rid: str, request: MechanismRequest) -> Held:
+        """Reserve, before anything is decoded, the claim's ε (the most the whole answer may
+        spend, :meth:`~ctxleak.mitigations.mechanisms.Mechanism.claim`) of each private
+        document the request carries, whatever the claim's relation (document, context or
+        shard); a claim without ε (scrubbing) reserves nothing, and a document whose budget is
+        spent is dropped or refused as by plain CID. As :meth:`reserve`: HTTP 400 for a
+        budget that could never cover it (``on_unfittable``), HTTP 429 with
+        ``on_exhausted="refuse"``."""
+        ids, classes, public, private = await self._classes(request)
+        claim = request.claim
+        if claim.eps is None:
+            return await self._uncharged(rid, request, ids, private, classes)
+        warnings = self._unfittable_claim(request, claim.eps, private, classes)
+        return await self._reserve(rid, request, ids, private, public, classes, claim.eps,
+                                   False, warnings)
+
+    async def _classes(self, request: AnyRequest
+                       ) -> tuple[list[str], dict[str, str], tuple[str, ...], list[str]]:
+        """The request's document ids (each once, in order), their classes (a class given
+        that differs from the ledger's is HTTP 400), the public ones and the private ones."""
         ids = list(dict.fromkeys(d.id for d in request.documents))
         given = {d.id: d.cls for d in request.documents if d.cls is not None}
         recorded = await run_in_threadpool(self.ledger.classes_of, ids)
@@ -135,25 +213,28 @@ class Charging:
         budgets = self.config.budgets
         public = tuple(i for i in ids if budgets.public(i, classes.get(i)))
         private = [i for i in ids if i not in public]
-        if not (request.eps is not None or self.config.charge_ex_post):
-            return await self._uncharged(rid, request, ids, private, classes)
-        warnings = self._unfittable(request, private, classes)
-        per_token = per_token_reserve(request, self.config)
-        amount = 0.0 if per_token is None else per_token * (request.max_tokens + 1)
+        return ids, classes, public, private
+
+    async def _reserve(self, rid: str, request: AnyRequest, ids: list[str], private: list[str],
+                       public: tuple[str, ...], classes: Mapping[str, str], amount: float,
+                       hold_rest: bool, warnings: tuple[str, ...]) -> Held:
+        """Reserve ``amount`` of each private document (``hold_rest``: its whole remaining
+        budget); the documents kept, those dropped (or HTTP 429)."""
+        budgets = self.config.budgets
         refuse = self.config.on_exhausted == "refuse"
         res = await run_in_threadpool(
             lambda: self.ledger.reserve(rid, private, amount, budgets, all_or_nothing=refuse,
                                         classes={i: classes[i] for i in private if i in classes},
-                                        hold_rest=per_token is None))
+                                        hold_rest=hold_rest))
         if res.exhausted:
             self._exhausted(res.exhausted)
         kept = set(res.granted) | set(public)
         dropped = [i for i in ids if i not in kept]
         self.metrics.dropped.inc(len(dropped))
         return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
-                    dict(res.held), public, classes, warnings)
+                    dict(res.held), public, dict(classes), warnings)
 
-    async def _uncharged(self, rid: str, request: CIDRequest, ids: list[str],
+    async def _uncharged(self, rid: str, request: AnyRequest, ids: list[str],
                          private: list[str], classes: Mapping[str, str]) -> Held:
         """Plain CID not charged: nothing is reserved, but a document whose budget is spent
         (or 0) is used by no further answer, as by a charged one: dropped, or the request
@@ -201,6 +282,26 @@ class Charging:
                 said.append(never_fits(doc, budget, per_token, request.max_tokens))
         if said and self.config.on_unfittable == "refuse":
             raise ProxyError(400, f"max_tokens: {said[0]}", param="max_tokens",
+                             code="reservation_exceeds_budget")
+        for text in said:
+            log.warning(json.dumps({"event": "unfittable", "message": text}))
+        return tuple(said)
+
+    def _unfittable_claim(self, request: MechanismRequest, need: float, private: list[str],
+                          classes: Mapping[str, str]) -> tuple[str, ...]:
+        """:meth:`_unfittable` for a mechanism's claim ``need``: HTTP 400 (or warnings) for the
+        documents whose whole budget is less than it."""
+        said = []
+        for doc in private:
+            budget = self.config.budgets.of(doc, classes.get(doc))
+            if budget is not None and 0 < budget and need > budget + TOLERANCE:
+                said.append(f"the reservation of {request.mechanism.key()} at max_tokens "
+                            f"{request.max_tokens}, its claim ε = {need:g} per answer, is more "
+                            f"than document {doc!r}'s whole budget of {budget:g}, so this "
+                            f"request could never use it: raise the budget or deploy a "
+                            f"mechanism with a smaller ε")
+        if said and self.config.on_unfittable == "refuse":
+            raise ProxyError(400, f"ctxleak.mechanism: {said[0]}", param="ctxleak.mechanism",
                              code="reservation_exceeds_budget")
         for text in said:
             log.warning(json.dumps({"event": "unfittable", "message": text}))
@@ -263,10 +364,47 @@ class Charging:
             "epsilon_spent": info["epsilon_spent"], "epsilon_ex_post": info["epsilon_ex_post"]}))
         return info
 
-    def budget_rows(self, request: CIDRequest, held: Held) -> dict[str, dict[str, Any]]:
+    async def settle_mechanism(self, request: MechanismRequest, reply: Reply,
+                               held: Held) -> dict[str, Any]:
+        """Charge what the mechanism's answer says it spent (its own claim's ε,
+        :attr:`~ctxleak.mitigations.mechanisms.MechanismAnswer.claim`) to each document
+        reserved, count it, log it; the response's ``ctxleak`` field, whose ``charged`` and
+        ``epsilon_spent`` are what the ledger charged each document."""
+        rid, answer = held.rid, reply.answer
+        charged: dict[str, float] = {}
+        if held.charged:
+            # an answer without a figure (never for a mechanism with a claim) keeps it all
+            spent = answer.claim.eps if answer.claim.eps is not None else \
+                max(held.held.values(), default=0.0)
+            await run_in_threadpool(self.ledger.settle, rid, float(spent))
+            charged = {doc: float(spent) for doc in held.held}
+            over = [d for d, h in held.held.items() if spent > h + TOLERANCE]
+            if over:  # a mechanism that spent more than it claimed: charged in full, said
+                log.warning(json.dumps({"event": "over_reservation", "id": rid,
+                                        "documents": over, "epsilon": spent}))
+            self.metrics.eps.inc(sum(charged.values()))
+        self.metrics.tokens.labels("mechanism").inc(reply.tokens)
+        kept = {d.id for d in held.docs}
+        info = mechanism_fields(request, reply, [i for i in held.ids if i in kept],
+                                held.dropped, held.docs,
+                                charged=charged if held.charged else None)
+        info["warnings"] = list(held.warnings)
+        info["budgets"] = await run_in_threadpool(self.budget_rows, request, held)
+        log.info(json.dumps({"event": "mechanism", "id": rid, "mechanism": info["mechanism"],
+                             "documents": info["documents"], "dropped": held.dropped,
+                             "tokens": info["tokens"], "epsilon_spent": info["epsilon_spent"],
+                             "delta_spent": info["delta_spent"]}))
+        return info
+
+    def budget_rows(self, request: AnyRequest, held: Held) -> dict[str, dict[str, Any]]:
         """Each charged document's budget after this answer: its class, budget, ε spent and
-        left, and how many more answers like this one (same ε and max_tokens) it allows."""
-        per_token = per_token_reserve(request, self.config)
+        left, and how many more answers like this one (same ε and max_tokens, or the same
+        mechanism's claim) it allows."""
+        if isinstance(request, MechanismRequest):
+            per_token = request.claim.eps or None
+            tokens = 0  # a claim is per answer: ⌊left / claim⌋
+        else:
+            per_token, tokens = per_token_reserve(request, self.config), request.max_tokens
         out: dict[str, dict[str, Any]] = {}
         for doc in held.held:
             row = self.ledger.document(doc)
@@ -274,7 +412,7 @@ class Charging:
             out[doc] = {"class": row.doc_class, "budget": row.budget, "spent": row.spent,
                         "remaining": left,
                         "answers_left": None if left is None or per_token is None
-                        else answers_allowed(max(left, 0.0), per_token, request.max_tokens)}
+                        else answers_allowed(max(left, 0.0), per_token, tokens)}
         return out
 
 
@@ -304,6 +442,45 @@ def ledger_fields(request: CIDRequest, answer: Answer, kept: list[str], dropped:
     }
 
 
+def mechanism_fields(request: MechanismRequest, reply: Reply, kept: list[str],
+                     dropped: list[str], docs: Sequence[Document], *,
+                     charged: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The ``ctxleak`` field of a mechanism's answer (docs/deploy-cid.md, "Deploying another
+    defence"): the mechanism, its claim (``epsilon``, ``delta``, ``relation``: the most an
+    answer may spend, reserved), what the ledger charged each document (``charged``;
+    ``epsilon_spent`` that charge, 0 where no document was charged, null for a mechanism
+    without a guarantee) and the δ of the answer's claim (``delta_spent``)."""
+    answer, claim = reply.answer, request.claim
+    spent: float | None = answer.claim.eps
+    if charged is not None:
+        spent = max(charged.values(), default=0.0)
+    used = [docs[i].id for i in answer.documents_used if 0 <= i < len(docs)]
+    return {
+        "mode": "mechanism", "mechanism": request.mechanism.key(),
+        "relation": answer.claim.relation, "epsilon": claim.eps, "delta": claim.delta,
+        "temperature": request.temperature, "seed": reply.seed,
+        "epsilon_spent": spent,
+        "delta_spent": answer.claim.delta if answer.claim.eps is not None else None,
+        "epsilon_ex_post": None,
+        "charged": dict(charged or {}),
+        "guarantee": mechanism_guarantee(request, answer.claim.covers()),
+        "token_ids": list(answer.response_ids),
+        "tokens": reply.tokens, "tokens_paid": answer.tokens_paid,
+        "stopped_on_eos": answer.stopped_on_eos,
+        "documents": kept, "documents_used": list(dict.fromkeys(used)), "dropped": dropped,
+        "context_tokens_cut": reply.context_tokens_cut,
+    }
+
+
+def mechanism_guarantee(request: MechanismRequest, covers: str) -> str:
+    """What a mechanism's answer guarantees, in words: its claim, and what was charged."""
+    key = request.mechanism.key()
+    if covers == RELATIONS_NONE:
+        return f"{key}: {covers}; nothing is charged to the budgets"
+    return (f"{key}: {covers}; each private document in documents is charged epsilon_spent, "
+            f"the ε of this answer's claim")
+
+
 def answer_headers(rid: str, info: Mapping[str, Any]) -> dict[str, str]:
     """The ledger as response headers, for clients that see headers but not the body's extra
     fields (LangChain's ``ChatOpenAI`` with ``include_response_headers=True``): numbers as
@@ -317,17 +494,22 @@ def answer_headers(rid: str, info: Mapping[str, Any]) -> dict[str, str]:
             "x-ctxleak-documents": json.dumps(info["documents"]),
             "x-ctxleak-dropped": json.dumps(info["dropped"]),
             "x-ctxleak-charged": json.dumps(info["charged"]),
-            "x-ctxleak-warnings": str(len(info.get("warnings") or []))}
+            "x-ctxleak-warnings": str(len(info.get("warnings") or [])),
+            **({"x-ctxleak-mechanism": str(info["mechanism"]),
+                "x-ctxleak-delta-spent": number(info["delta_spent"])}
+               if "mechanism" in info else {})}
 
 
-def stream_headers(request: CIDRequest, held: Held) -> dict[str, str]:
+def stream_headers(request: AnyRequest, held: Held) -> dict[str, str]:
     """A streamed answer's headers, sent before its first token: the documents it uses and
     drops, and what each charged document holds (the most the answer can be charged; the
     charge itself comes in the last chunk's ``ctxleak`` field and in the ledger API)."""
     kept = {d.id for d in held.docs}
     return {"x-ctxleak-request-id": held.rid,
-            "x-ctxleak-mode": "bounded" if request.eps is not None else "lambda",
+            "x-ctxleak-mode": mode_of(request),
             "x-ctxleak-documents": json.dumps([i for i in held.ids if i in kept]),
             "x-ctxleak-dropped": json.dumps(held.dropped),
             "x-ctxleak-epsilon-reserved": json.dumps(dict(held.held)),
-            "x-ctxleak-warnings": str(len(held.warnings))}
+            "x-ctxleak-warnings": str(len(held.warnings)),
+            **({"x-ctxleak-mechanism": request.mechanism.key()}
+               if isinstance(request, MechanismRequest) else {})}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from ctxleak.errors import ConfigError
@@ -69,6 +70,12 @@ class ProxyConfig:
       above it, counted once a request's body is read), ``upstream_timeout`` seconds (HTTP 504
       after it; also each request of CID decoding through the upstream), ``body_timeout``
       seconds a client may take to send its request body (HTTP 408 after it).
+    - ``mechanism``: the defence that answers a request naming none (neither
+      ``ctxleak.lambda``/``ctxleak.epsilon`` nor ``ctxleak.mechanism``): a
+      :class:`~ctxleak.mitigations.mechanisms.Mechanism` or its spec (``"dp-rag:eps=5"``,
+      :func:`~ctxleak.mitigations.named.parse_mechanism`); None: such a request is refused, as
+      before. A ``cid`` spec answers by CID exactly as ``ctxleak.lambda``/``ctxleak.epsilon``
+      do; any other is charged its claim (:mod:`ctxleak.proxy.charging`).
     - ``threads``: the worker threads that run decoding and ledger calls (None: the server's
       default, 40); ``metrics_documents``: how many documents, those with the least budget
       left, ``/metrics`` reports one by one.
@@ -93,6 +100,7 @@ class ProxyConfig:
     served_name: str = "ctxleak-cid"
     threads: int | None = None
     metrics_documents: int = 20
+    mechanism: Any = None  # a Mechanism after __post_init__ (a spec string is parsed)
 
     def __post_init__(self) -> None:
         if self.on_exhausted not in ON_EXHAUSTED:
@@ -133,3 +141,21 @@ class ProxyConfig:
                 raise ConfigError(f"{name} must be > 0, not {getattr(self, name)}", param=name)
         if self.upstream is not None:
             check_upstream(self.upstream)
+        if self.mechanism is not None:
+            self._check_mechanism()
+
+    def _check_mechanism(self) -> None:
+        """Parse ``mechanism`` (a :class:`ConfigError` naming ``mechanisms``, the CLI's
+        ``--mechanism``) and check that it can claim an answer of ``max_tokens``."""
+        from ctxleak.mitigations.mechanisms import Decoding
+        from ctxleak.mitigations.named import PARAM, parse_mechanism
+
+        mechanism = parse_mechanism(self.mechanism)
+        object.__setattr__(self, "mechanism", mechanism)
+        try:
+            mechanism.claim(Decoding(temperature=self.temperature,
+                                     max_new_tokens=self.max_tokens,
+                                     min_new_tokens=self.min_tokens))
+        except ConfigError as exc:
+            raise ConfigError(f"{PARAM}: {mechanism.key()} cannot answer max_tokens "
+                              f"{self.max_tokens}: {exc}", param=PARAM) from None

@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import Any
 
+from ctxleak.errors import ConfigError
+from ctxleak.mitigations.mechanisms import Claim, Decoding, Mechanism
 from ctxleak.proxy.config import MIN_TEMPERATURE, ProxyConfig
 
 #: Request fields the proxy does not implement for a CID answer (refused, not ignored).
@@ -86,6 +89,83 @@ class CIDRequest:
     stream: bool
     model: str
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
+
+
+@dataclass(frozen=True)
+class MechanismRequest:
+    """A request with marked context answered by a defence other than Context Influence
+    Decoding (:class:`~ctxleak.mitigations.mechanisms.Mechanism`: a DP vote, DP-RAG,
+    scrubbing): its documents, the prompt text (every message, as CID's), the user's last
+    message (``question``, the mechanism's query), the mechanism, temperature (None: greedy),
+    new-token limits, seed (None: a fresh one) and ``stream``."""
+
+    documents: tuple[Document, ...]
+    query: str
+    question: str
+    mechanism: Mechanism
+    temperature: float | None
+    max_tokens: int
+    min_tokens: int
+    seed: int | None
+    stream: bool
+    model: str
+    include_usage: bool = False
+
+    @property
+    def decoding(self) -> Decoding:
+        """The mechanism's decoding settings: this request's temperature (greedy at 0) and
+        new-token limits."""
+        return Decoding(temperature=self.temperature or 1.0, max_new_tokens=self.max_tokens,
+                        min_new_tokens=self.min_tokens, greedy=self.temperature is None)
+
+    @cached_property
+    def claim(self) -> Claim:
+        """The most the mechanism's answer may spend at this request's settings (reserved
+        before decoding)."""
+        return claim_of(self.mechanism, self.decoding)
+
+
+def claim_of(mechanism: Mechanism, decoding: Decoding) -> Claim:
+    """``mechanism.claim(decoding)``, kept: a claim depends on the settings only, and DP-RAG's
+    calibrates its per-token ε by bisection (tens of milliseconds)."""
+    try:
+        hash(mechanism)
+    except TypeError:  # a mechanism object that cannot be a key: asked each time
+        return mechanism.claim(decoding)
+    return _kept_claim(mechanism, decoding)  # type: ignore[arg-type]  # hashed above
+
+
+@lru_cache(maxsize=256)
+def _kept_claim(mechanism: Mechanism, decoding: Decoding) -> Claim:
+    return mechanism.claim(decoding)
+
+
+def cid_settings(mechanism: Mechanism) -> tuple[float, float | None] | None:
+    """CID's λ and ε per token where ``mechanism`` is Context Influence Decoding (answered by
+    the proxy's own CID path, :func:`~ctxleak.mitigations.cid.generate_cid_many` with its
+    ledger, as ``ctxleak.lambda``/``ctxleak.epsilon`` ask); None for any other mechanism (the
+    one place the proxy tells CID from the other defences)."""
+    from ctxleak.mitigations.cid import CID
+
+    if isinstance(mechanism, CID):
+        return mechanism.lam, mechanism.bounded_eps
+    return None
+
+
+def parse_mechanism_field(value: Any) -> Mechanism:
+    """``ctxleak.mechanism``: a spec such as ``"dp-rag:eps=5"`` or ``{"name": "dp-rag", "eps":
+    5}`` (:func:`~ctxleak.mitigations.named.parse_mechanism`); a bad one is HTTP 400 naming
+    the field."""
+    from ctxleak.mitigations.named import parse_mechanism
+
+    if not isinstance(value, (str, dict)):
+        raise _bad("ctxleak.mechanism", f"must be a mechanism such as \"dp-rag:eps=5\" or "
+                                        f"{{\"name\": \"dp-rag\", \"eps\": 5}}, not {value!r}")
+    try:
+        return parse_mechanism(value)
+    except ConfigError as exc:
+        text = str(exc).removeprefix("mechanisms: ")
+        raise _bad("ctxleak.mechanism", text) from None
 
 
 #: The deepest nesting of arrays and objects a request body may have (a chat request needs 6).
@@ -217,19 +297,45 @@ def _documents(marked: dict[str, Any]) -> tuple[Document, ...]:
 
 
 def parse_cid_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest:
-    """The request's marked context and settings, each bad field refused by name."""
+    """The request's marked context and settings, each bad field refused by name; a request
+    answered by a mechanism other than CID is refused (:func:`parse_request` reads both)."""
+    request = parse_request(body, config)
+    if not isinstance(request, CIDRequest):
+        raise _bad("ctxleak.mechanism", f"{request.mechanism.key()} is not Context Influence "
+                                        "Decoding")
+    return request
+
+
+def parse_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest | MechanismRequest:
+    """The request's marked context and settings, each bad field refused by name: a
+    :class:`CIDRequest` where CID answers it (``ctxleak.lambda``/``ctxleak.epsilon``, a
+    ``cid`` mechanism), else a :class:`MechanismRequest` (``ctxleak.mechanism``, or the
+    proxy's ``mechanism`` for a request that names neither)."""
     marked = body.get("ctxleak")
     if not isinstance(marked, dict):
         raise _bad("ctxleak", "must be an object such as {\"documents\": [{\"id\": …, \"text\": "
                               "…}], \"lambda\": 0.5} or with \"epsilon\"")
-    unknown = sorted(set(marked) - {"documents", "lambda", "epsilon"})
+    unknown = sorted(set(marked) - {"documents", "lambda", "epsilon", "mechanism"})
     if unknown:
         raise _bad(f"ctxleak.{unknown[0]}", "is not a field of the marked context (documents, "
-                                            "lambda, epsilon)")
+                                            "lambda, epsilon, mechanism)")
     documents = _documents(marked)
-    if "lambda" not in marked and "epsilon" not in marked:
-        raise _bad("ctxleak.lambda", "give ctxleak.lambda (CID's λ in [0, 1]) or "
-                                     "ctxleak.epsilon (bounded CID's ε per token)")
+    mechanism: Mechanism | None = None
+    if marked.get("mechanism") is not None:
+        if marked.get("lambda") is not None or marked.get("epsilon") is not None:
+            raise _bad("ctxleak.mechanism", "give ctxleak.mechanism or CID's ctxleak.lambda / "
+                                            "ctxleak.epsilon, not both")
+        mechanism = parse_mechanism_field(marked["mechanism"])
+    elif "lambda" not in marked and "epsilon" not in marked:
+        mechanism = config.mechanism
+        if mechanism is None:
+            raise _bad("ctxleak.lambda", "give ctxleak.lambda (CID's λ in [0, 1]) or "
+                                         "ctxleak.epsilon (bounded CID's ε per token)")
+    if mechanism is not None:
+        cid = cid_settings(mechanism)
+        if cid is None:
+            return _mechanism_request(body, config, documents, mechanism)
+        marked = {"lambda": cid[0], "epsilon": cid[1]}
     lam = 1.0
     if marked.get("lambda") is not None:
         lam = _number(marked["lambda"], "ctxleak.lambda")
@@ -245,6 +351,24 @@ def parse_cid_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest:
         if body.get(name) is not None:
             raise _bad(name, "is not supported for an answer decoded with Context Influence "
                              "Decoding")
+    query, temperature = _prompt_and_temperature(body, config)
+    if temperature is None and eps is not None:
+        raise _bad("temperature", "must be > 0 with ctxleak.epsilon: bounded CID's guarantee "
+                                  "holds for sampled tokens, not greedy ones")
+    max_tokens, min_tokens = _lengths(body, config)
+    if eps is not None and not math.isfinite(eps * (max_tokens + 1)):
+        raise _bad("ctxleak.epsilon", f"the reservation ε × (max_tokens + 1) = {eps:g} × "
+                                      f"{max_tokens + 1} is not a finite number")
+    seed, stream, include_usage = _seed_and_stream(body)
+    return CIDRequest(documents=documents, query=query, lam=lam, eps=eps,
+                      temperature=temperature, max_tokens=max_tokens, min_tokens=min_tokens,
+                      seed=seed, stream=stream, model=str(body.get("model") or config.served_name),
+                      include_usage=include_usage)
+
+
+def _prompt_and_temperature(body: dict[str, Any], config: ProxyConfig
+                            ) -> tuple[str, float | None]:
+    """``n`` (one choice), the prompt text and the temperature (None: greedy)."""
     n = body.get("n")
     if n is not None and n != 1:
         raise _bad("n", f"only one choice per request (n = 1), not {n!r}")
@@ -258,9 +382,11 @@ def parse_cid_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest:
             raise _bad("temperature", f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, not "
                                       f"{t:g}: below it CID could not decode at the λ asked")
         temperature = t if t > 0 else None
-    if temperature is None and eps is not None:
-        raise _bad("temperature", "must be > 0 with ctxleak.epsilon: bounded CID's guarantee "
-                                  "holds for sampled tokens, not greedy ones")
+    return query, temperature
+
+
+def _lengths(body: dict[str, Any], config: ProxyConfig) -> tuple[int, int]:
+    """``max_tokens`` (or ``max_completion_tokens``) and ``min_tokens``."""
     limit = config.max_tokens_limit
     max_tokens = config.max_tokens
     for name in ("max_completion_tokens", "max_tokens"):
@@ -269,9 +395,11 @@ def parse_cid_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest:
     min_tokens = min(config.min_tokens, max_tokens)
     if body.get("min_tokens") is not None:
         min_tokens = _integer(body["min_tokens"], "min_tokens", 0, max_tokens)
-    if eps is not None and not math.isfinite(eps * (max_tokens + 1)):
-        raise _bad("ctxleak.epsilon", f"the reservation ε × (max_tokens + 1) = {eps:g} × "
-                                      f"{max_tokens + 1} is not a finite number")
+    return max_tokens, min_tokens
+
+
+def _seed_and_stream(body: dict[str, Any]) -> tuple[int | None, bool, bool]:
+    """``seed`` (None: a fresh one), ``stream`` and ``stream_options.include_usage``."""
     seed = None
     if body.get("seed") is not None:
         seed = _integer(body["seed"], "seed", 0, (1 << 63) - 1)
@@ -281,8 +409,45 @@ def parse_cid_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest:
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise _bad("stream_options", f"must be an object, not {options!r}")
-    model = body.get("model")
-    return CIDRequest(documents=documents, query=query, lam=lam, eps=eps,
-                      temperature=temperature, max_tokens=max_tokens, min_tokens=min_tokens,
-                      seed=seed, stream=stream, model=str(model or config.served_name),
-                      include_usage=bool(options.get("include_usage")))
+    return seed, stream, bool(options.get("include_usage"))
+
+
+def last_user_message(messages: list[Any]) -> str:
+    """The text of the last message whose role is ``user`` (a mechanism's query; the whole
+    prompt text where none is)."""
+    for k in range(len(messages) - 1, -1, -1):
+        message = messages[k]
+        if isinstance(message, dict) and message.get("role") == "user":
+            text = _content(message, k)
+            if text.strip():
+                return text
+    return prompt_text(messages)
+
+
+def _mechanism_request(body: dict[str, Any], config: ProxyConfig,
+                       documents: tuple[Document, ...], mechanism: Mechanism
+                       ) -> MechanismRequest:
+    """A request answered by ``mechanism`` (not CID): the fields CID's requests take, the
+    mechanism's fewest documents and its claim at this request's settings checked (HTTP 400
+    naming the field)."""
+    key = mechanism.key()
+    for name in UNSUPPORTED:
+        if body.get(name) is not None:
+            raise _bad(name, f"is not supported for an answer of {key}")
+    if len(documents) < mechanism.min_documents:
+        raise _bad("ctxleak.documents", f"{key} needs at least {mechanism.min_documents} "
+                                        f"documents, the request has {len(documents)}")
+    query, temperature = _prompt_and_temperature(body, config)
+    max_tokens, min_tokens = _lengths(body, config)
+    seed, stream, include_usage = _seed_and_stream(body)
+    request = MechanismRequest(documents=documents, query=query,
+                               question=last_user_message(body["messages"]),
+                               mechanism=mechanism, temperature=temperature,
+                               max_tokens=max_tokens, min_tokens=min_tokens, seed=seed,
+                               stream=stream, model=str(body.get("model") or config.served_name),
+                               include_usage=include_usage)
+    try:
+        _ = request.claim
+    except ConfigError as exc:
+        raise _bad("ctxleak.mechanism", f"{key} at max_tokens {max_tokens}: {exc}") from None
+    return request

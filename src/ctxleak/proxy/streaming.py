@@ -5,6 +5,10 @@ Language Models, Def. 3.4; bounded: App. B, Alg. 1). And the settling of any ans
 or not (:func:`settle_released`): an answer a served model's server sampled itself (λ = 1,
 T = 1) is released at once and scored with and without the context afterwards.
 
+A defence other than CID (:mod:`ctxleak.proxy.mechanism`) decodes the whole answer before
+its release: its stream sends the finished answer in the same chunks
+(:func:`answer_and_settle`).
+
 The task tells the stream what happened through a queue of events: ``("token", id)`` for each
 drawn token, then ``("done", (answer, ctxleak field))`` or ``("failed", exception)``."""
 
@@ -22,10 +26,11 @@ from starlette.concurrency import run_in_threadpool
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.mitigations.ledger import LedgerEntry
-from ctxleak.proxy.charging import Charging, Held, ledger_fields
+from ctxleak.proxy.charging import AnyRequest, Charging, Held, ledger_fields
 from ctxleak.proxy.decode import Answer, Sampled
 from ctxleak.proxy.errors import failed_midway
-from ctxleak.proxy.request import CIDRequest, Document
+from ctxleak.proxy.mechanism import Reply
+from ctxleak.proxy.request import CIDRequest, Document, MechanismRequest
 
 #: One event of the decoding task: its kind (``token``, ``done``, ``failed``) and value.
 Event = tuple[str, Any]
@@ -65,6 +70,33 @@ async def decode_and_settle(decode: Decode, charging: Charging, request: CIDRequ
         except Exception as exc:  # the ledger itself failed: the reservation stays open
             outcome = ("failed", exc)
             return
+    finally:
+        events.put_nowait(outcome)
+
+
+async def answer_and_settle(answer: Callable[[MechanismRequest, Sequence[Document]], Reply],
+                            charging: Charging, request: MechanismRequest, held: Held,
+                            events: asyncio.Queue[Event]) -> None:
+    """A mechanism other than CID decodes the whole answer before anything is released: decode
+    it, settle its budget (:meth:`Charging.settle_mechanism`), then put its tokens in
+    ``events`` (the stream sends them in chunks, as CID's as they are drawn) and how it ended.
+    A failure before the answer is whole releases nothing: the reservation is given back."""
+    outcome: Event = ("failed", RuntimeError("the answer was not finished"))
+    try:
+        try:
+            reply = await run_in_threadpool(answer, request, held.docs)
+        except Exception as exc:
+            outcome = ("failed", exc)
+            await charging.release_unspent(held)  # nothing was released
+            return
+        try:
+            info = await charging.settle_mechanism(request, reply, held)
+        except Exception as exc:  # the ledger itself failed: the reservation stays open
+            outcome = ("failed", exc)
+            return
+        for token in reply.answer.response_ids:
+            events.put_nowait(("token", token))
+        outcome = ("done", (reply, info))
     finally:
         events.put_nowait(outcome)
 
@@ -111,12 +143,13 @@ async def _score_and_settle(charging: Charging, request: CIDRequest, held: Held,
                          "influence": influence if math.isfinite(influence) else None}))
 
 
-async def sse_chunks(lm: LanguageModel, rid: str, request: CIDRequest, first: Event,
+async def sse_chunks(lm: LanguageModel, rid: str, request: AnyRequest, first: Event,
                      events: asyncio.Queue[Event]) -> AsyncIterator[str]:
     """The answer as OpenAI ``chat.completion.chunk`` server-sent events: the role, then a
     chunk for each drawn token as soon as its text is complete, then the finish reason with
     the ``ctxleak`` field (and the usage when asked), then ``[DONE]``. A failure mid-answer
-    is an ``error`` event, as OpenAI's streams carry one."""
+    is an ``error`` event, as OpenAI's streams carry one. A mechanism's answer (a
+    :class:`~ctxleak.proxy.mechanism.Reply`) comes the same way, once it is whole."""
     created = int(time.time())
 
     def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:

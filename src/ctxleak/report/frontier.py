@@ -32,8 +32,8 @@ def frontier_rows(front: dict[str, Any]) -> list[dict[str, Any]]:
     audited = any(r.get("eps_lower") is not None for r in all_rows)
     claims = any(r.get("relation") is not None for r in all_rows)
     paid = any(r.get("mechanism") for r in all_rows)
-    others = [(k, name) for k, name in (("exact_match", "EM"), ("f1", "F1"),
-                                         ("rouge_l", "ROUGE-L"))
+    others = [(k, name) for k, name in (("match", "match"), ("exact_match", "EM"),
+                                         ("f1", "F1"), ("rouge_l", "ROUGE-L"))
               if k != front.get("utility_key") and any(r.get(k) is not None for r in all_rows)]
     rows = []
     for r in all_rows:
@@ -59,6 +59,35 @@ def frontier_rows(front: dict[str, Any]) -> list[dict[str, Any]]:
             "kept": None if kept is None else f"{100 * kept:.0f} %",
             "Pareto": {True: "yes", False: "no"}.get(r.get("pareto"), "—")})
     return rows
+
+
+def compact_rows(front: dict[str, Any]) -> list[dict[str, Any]]:
+    """The frontier as the report shows it open, one row per setting in six columns: the
+    setting, its leak (nats per token, with its 95% interval), its utility (with its
+    interval), its claimed ε per response (and what it covers), whether it is on the Pareto
+    front and whether it is recommended; every column is in :func:`frontier_rows`."""
+    leak = ("leak above control, nats/token" if front.get("privacy", "").endswith(
+        "above control per token") else "leak (influence), nats/token")
+    utility = front.get("utility") or "utility"
+    rows = []
+    for r in front.get("rows") or []:
+        claim = "—" if r.get("eps_guarantee") is None or r.get("relation") == "none" else (
+            f"{r['eps_guarantee']:.3g}" + (f" ({r['relation']})" if r.get("relation") else ""))
+        rows.append({
+            "setting": r["label"],
+            leak: _value_ci(r.get("privacy"), r.get("privacy_ci_low"), r.get("privacy_ci_high")),
+            utility: _value_ci(r.get("utility"), r.get("utility_ci_low"),
+                               r.get("utility_ci_high")),
+            "claim ε/response": claim,
+            "Pareto": {True: "yes", False: "no"}.get(r.get("pareto"), "—"),
+            "recommended": "yes" if r["setting"] == front.get("recommended") else ""})
+    return rows
+
+
+def _value_ci(value: Any, low: Any, high: Any) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.3g}" + ("" if low is None or high is None else f" {_ci(low, high)}")
 
 
 def setting_columns(setting: dict[str, Any], settings: Sequence[dict[str, Any]]
@@ -103,8 +132,11 @@ def frontier_plots(front: dict[str, Any] | None) -> dict[str, bytes]:
 
 
 def notes(front: dict[str, Any]) -> list[str]:
-    """The recommendation, then the fallback note where privacy is not above a control."""
+    """The recommendation, the questions utility and leak were read on where the sweep split
+    them by fact group, then the fallback note where privacy is not above a control."""
     out = [f"Recommendation: {front.get('recommendation')}"]
+    if front.get("fact_note"):
+        out.append(f"Fact groups: {front['fact_note']}.")
     if front.get("privacy_note"):
         out.append(f"Note: {front['privacy_note']}")
     return out
@@ -127,7 +159,9 @@ def frontier_section(report: Report, front: dict[str, Any] | None) -> None:
     if not front:
         return
     report.add_heading("Choosing a mitigation: the privacy–utility frontier")
-    report.add_table(frontier_rows(front))
+    report.add_table(compact_rows(front))
+    report.add_table(frontier_rows(front), folded="Every column of the frontier (paired "
+                     "differences to λ = 1, other utilities, tokens paid, share kept)")
     report.add_text("\n".join(notes(front)) + (
         f"\nPrivacy loss is the {front.get('privacy')} (nats per token); utility is "
         f"{front.get('utility') or 'not measured (no references)'} against the references, its "
@@ -140,5 +174,5 @@ def frontier_section(report: Report, front: dict[str, Any] | None) -> None:
         "are the released tokens per answer that spent privacy budget."))
 
 
-__all__ = ["FRONTIER_PNG", "frontier_plots", "frontier_rows", "frontier_section", "short_label",
-           "print_frontier", "setting_columns"]
+__all__ = ["FRONTIER_PNG", "compact_rows", "frontier_plots", "frontier_rows", "frontier_section",
+           "short_label", "print_frontier", "setting_columns"]

@@ -84,11 +84,15 @@ _CSS += interactive.CSS
 # The verdict first; tables that fit the page (cells wrap, never a sideways scroll); printing.
 _CSS += """
 .verdict{border-left:5px solid #b5471b;background:#fdf4ee;padding:.5em .9em;margin:1em 0}
-.verdict p{margin:.3em 0}.verdict-text{font-size:1.08em}.verdict .label{font-weight:700}
+.verdict p{margin:.3em 0}.verdict-text{font-size:1.08em;white-space:pre-line}
+.verdict .label{font-weight:700}
 .verdict-rule{color:#444;font-size:.92em}
 .tablewrap{overflow-x:visible}.tablewrap table{max-width:100%}
 td{overflow-wrap:anywhere}th{overflow-wrap:anywhere;hyphens:auto}td.id{white-space:normal;min-width:6ch}td.long{min-width:12em}
 td.num{white-space:nowrap}th.sortable{white-space:normal}
+details.table:not([open])>.tablewrap{display:none}details.table>.tablewrap{overflow-x:auto}
+details.table th{white-space:nowrap;overflow-wrap:normal}details.table td{overflow-wrap:normal}
+details.table td.long{white-space:normal}
 .scalebar{display:inline-block;vertical-align:middle;width:12em;height:.9em;border:1px solid #bbb;
 background:linear-gradient(to right,rgb(31,119,180),#fff,rgb(214,39,40))}
 .scaleend{font-size:.85em;color:#555;margin:0 .3em;font-style:normal}
@@ -184,9 +188,13 @@ class Report:
                             f"<tbody>{''.join(rows)}</tbody></table>")
 
     def add_table(self, rows: Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]],
-                  headers: Sequence[str] | None = None, caption: str = "") -> None:
+                  headers: Sequence[str] | None = None, caption: str = "", *,
+                  folded: str = "") -> None:
         """A table from a list of dicts (columns: ``headers`` or the keys in first-seen order;
-        missing keys show "—") or from ``headers`` plus a list of row sequences."""
+        missing keys show "—") or from ``headers`` plus a list of row sequences. ``folded``:
+        the table closed in a ``<details>`` block under that summary, its headers on one line
+        and the table scrolled sideways where it is wider than the page (for a table of every
+        column beside a shorter one shown open)."""
         rows = list(rows)  # type: ignore[assignment]  # a list of one of the two kinds
         if rows and all(isinstance(r, Mapping) for r in rows):
             if headers is None:
@@ -211,8 +219,12 @@ class Report:
                for r in body]
         cls = ' class="interactive"' if headers is not None and len(body) > 1 else ""
         box = interactive.filter_box(len(body)) if cls else ""
-        self._blocks.append(f'<div class="tablewrap">{box}<table{cls}>{self._caption(caption)}'
-                            f"{head}<tbody>{''.join(trs)}</tbody></table></div>")
+        table = (f'<div class="tablewrap">{box}<table{cls}>{self._caption(caption)}'
+                 f"{head}<tbody>{''.join(trs)}</tbody></table></div>")
+        if folded:
+            table = (f'<details class="table"><summary>{_esc(self.clean(folded))}</summary>'
+                     f"{table}</details>")
+        self._blocks.append(table)
 
     def add_image(self, png_bytes: bytes, caption: str = "") -> None:
         """A PNG image embedded as a base64 ``data:`` URI."""

@@ -66,7 +66,8 @@ def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             row["above control"] = (control.get("above_control") or {}).get("mean")
             row["leak beyond control"] = f"{len(control.get('flagged') or [])}/{control['n']}"
         row["ROUGE-L"] = (s["rouge_l"] or {}).get("mean")
-        for key, label in (("f1", "F1"), ("exact_match", "EM")):  # where references exist
+        for key, label in (("match", "match"), ("f1", "F1"),
+                           ("exact_match", "EM")):  # where references exist
             if any(x.get(key) for x in summaries):
                 row[label] = (s.get(key) or {}).get("mean")
         row.update({"Repeat": s["repeat_prompts"], "Rouge": s["rouge_prompts"]})
@@ -84,6 +85,28 @@ def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append(row)
     columns = dict.fromkeys(key for row in rows for key in row)  # plain rows: bounded ones' too
     return [{key: row.get(key) for key in columns} for row in rows]
+
+
+#: The summary's columns a sweep's report shows open, after the columns that name the setting
+#: (:func:`~ctxleak.report.frontier.setting_columns`, ε, baseline); the others are folded.
+SUMMARY_OPEN = ("n", "influence", "95% CI", "per token", "above control",
+                "leak beyond control")
+SETTING_COLUMNS = ("mode", "λ", "T", "ε", "baseline")
+
+
+def summary_table(report: Report, summaries: Sequence[dict[str, Any]]) -> None:
+    """The summary table in the report: a sweep's with the columns that name each setting and
+    its influence open (:data:`SUMMARY_OPEN`), every column in a folded table below it (a
+    table of twenty columns squeezed into the page's width shows a letter a line); one
+    setting's as it is."""
+    rows = table_rows(summaries)
+    shown = [k for k in (rows[0] if rows else ()) if k in SETTING_COLUMNS or k in SUMMARY_OPEN]
+    if len(rows) < 2 or len(shown) == len(rows[0]):
+        report.add_table(rows)
+        return
+    report.add_table([{k: r[k] for k in shown} for r in rows])
+    report.add_table(rows, folded="Every column of the summary (utility, regurgitation, "
+                     "bounded CID's ε, quality)")
 
 
 def _ci(stats: dict[str, Any]) -> str:
@@ -172,7 +195,7 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
                     names=names_in(records) if redact else ())
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
-    report.add_table(table_rows(summaries))
+    summary_table(report, summaries)
     report.add_text(UNITS_NOTE)
     frontier_section(report, frontier)  # a sweep's: which λ or ε to choose
     control_section(report, summaries, records)

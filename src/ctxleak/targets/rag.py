@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 from ctxleak.engine.chat_prompt import Messages
 from ctxleak.errors import ConfigError
+from ctxleak.mitigations.bm25 import BM25, index
 from ctxleak.targets.base import TargetAnswer, TargetError
-from ctxleak.targets.bm25 import BM25, index
 
 #: The separator between retrieved documents in ``{context}`` (the RAG audit's).
 SEPARATOR = "\n\n"

@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 from conftest import run_cli
+from helpers.tiny_models import tiny_llama
 from helpers.toy_mechanism import FirstDocuments, register_toy
 
 import ctxleak
@@ -18,7 +19,7 @@ from ctxleak.engine.generation import derive_seed, sample
 from ctxleak.engine.prompts import build_prompt
 from ctxleak.engine.scoring import continuation_logprobs
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.data import TASK_TEMPLATES, load_log
+from ctxleak.methods.influence.data import TASK_TEMPLATES, load_log, prompt_parts
 from ctxleak.methods.influence.mechanism_mode import (
     answer_request,
     cid_claim,
@@ -28,6 +29,7 @@ from ctxleak.methods.influence.mechanism_mode import (
 )
 from ctxleak.methods.influence.params import InfluenceParams
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
+from ctxleak.methods.rag.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.methods.rag.passages import LIST_SEPARATOR
 from ctxleak.mitigations.cid import CID
 
@@ -66,7 +68,6 @@ def test_the_setting_key_grid_and_config_name_the_mechanism():
 @pytest.mark.parametrize("kw, says", [
     ({"mechanisms": ["toy-first", "toy-first:eps=1"]}, "lists toy-first(eps=1,k=1) twice"),
     ({"mechanisms": "toy-first", "context_sizes": "8"}, "leave out context_sizes"),
-    ({"mechanisms": "toy-first", "system_prompt": "be nice"}, "from ctxleak's template"),
     ({"mechanisms": "nope"}, "no mechanism named 'nope'"),
 ])
 def test_options_a_mechanism_cannot_honour_are_refused(kw, says):
@@ -143,7 +144,15 @@ def test_too_few_documents_or_a_logged_answer_is_refused_before_decoding(llama_l
                                           r"least 4 documents per question, and example q0 "
                                           r"has 2"):
         ctxleak.influence(llama_lm, ROWS, mechanisms="dp-vote:eps=2,shards=4",
-                          output=str(tmp_path / "c"), **KW)
+                          datastore="retrieved", output=str(tmp_path / "c"), **KW)
+    # over the pooled datastore (7 documents), a vote needs no more shards than documents
+    with pytest.raises(ConfigError, match=r"shards=8,delta=0.0001\) has more shards than a "
+                                          r"datastore of 7 documents: at most 7"):
+        ctxleak.influence(llama_lm, ROWS, mechanisms="dp-vote:eps=2,shards=8",
+                          output=str(tmp_path / "d"), **KW)
+    with pytest.raises(ConfigError, match="datastore is read by the mechanisms only"):
+        ctxleak.influence(llama_lm, ROWS, datastore="retrieved", output=str(tmp_path / "e"),
+                          **KW)
     logged = [{**ROWS[0], "response": "italy"}]
     with pytest.raises(ConfigError, match="carries a logged answer"):
         ctxleak.influence(llama_lm, logged, mechanisms="toy-first", output=str(tmp_path / "b"),
@@ -190,3 +199,33 @@ def test_requests_carry_the_retrievers_scores_else_the_word_similarity_to_the_qu
     assert request.prompt([]) != request.prompt(list(request.documents))
     bare = answer_request(llama_lm, (plain, Setting(1.0, 1.0), 7), InfluenceOptions())
     assert bare.scores == (pytest.approx(2 / 12 ** 0.5), pytest.approx(1 / 12 ** 0.5))
+
+
+def test_a_mechanism_asks_the_apps_own_prompt_through_the_chat_template():
+    """Under the app's messages, a mechanism's prompt for any document texts is the chat
+    template's rendering of the messages with those texts (joined by a blank line) as
+    {context}; the named ``short-answer`` prompt is such messages."""
+    lm = tiny_llama()
+    lm.tokenizer.chat_template = (
+        "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}summary"
+        "{% else %}question{% endif %} : {{ m['content'] }} \n{% endfor %}"
+        "{% if add_generation_prompt %}answer :{% endif %}")
+    prompt = [{"role": "system", "content": "answer the question ."},
+              {"role": "user", "content": "document : {context} \n question : {query}"}]
+    (example,), _ = load_log(ROWS[1:2], app=AppPromptChoice(load_prompt_messages(prompt)))
+    request = answer_request(lm, (example, Setting(1.0, 1.0), 5), InfluenceOptions())
+
+    def chat_ids(context):
+        messages = [{"role": m["role"], "content": m["content"].format(
+            context=context, query=example.query)} for m in prompt]
+        ids = lm.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    texts = list(request.documents[:2])
+    assert request.prompt(texts) == chat_ids(LIST_SEPARATOR.join(texts))
+    assert request.prompt([]) == chat_ids("")
+    # with every document: the very prompt the answer is scored under
+    assert request.prompt(list(request.documents)) == prompt_parts(lm, example)[0].full
+    named = load_prompt_messages("short-answer")
+    assert [role for role, _ in named] == ["system", "user"]
+    assert "{context}" in named[1][1] and "{query}" in named[1][1]

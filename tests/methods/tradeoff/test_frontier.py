@@ -14,15 +14,23 @@ from conftest import run_cli
 import ctxleak
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.metrics import mean_with_ci
+from ctxleak.methods.influence.summary import fact_groups
 from ctxleak.methods.tradeoff.frontier import (
     ABOVE_CONTROL,
     PER_TOKEN,
+    closest,
     frontier,
     mark_pareto,
     setting_labels,
 )
-from ctxleak.report import plots
-from ctxleak.report.frontier import frontier_plots, frontier_rows
+from ctxleak.report import Report, plots
+from ctxleak.report.frontier import (
+    compact_rows,
+    frontier_plots,
+    frontier_rows,
+    frontier_section,
+    notes,
+)
 
 IDS = [f"e{i}" for i in range(10)]
 # per-example F1 of each setting; the λ = 1 baseline answers e0-e5
@@ -84,8 +92,13 @@ def test_rows_pareto_differences_and_the_recommendation_by_hand():
 def test_none_keeps_enough_and_the_sentence_says_so():
     front = frontier([_setting(k) for k in F1], _records(), keep=0.95)  # 0.57 > 0.56
     assert front["recommended"] == "lambda=1,T=0.8,context=all"
-    assert front["recommendation"].startswith(
-        "No setting with less influence above control per token keeps 95 % of the best F1")
+    # the closest: of the settings leaking less than λ = 1 (1.0), the most F1 is λ = 0.5's:
+    # 0.56 / 0.6 = 93 %, with 1.0 − 0.4 = 0.6 nats per token less leak
+    assert front["recommendation"] == (
+        "No setting with less influence above control per token keeps 95 % of the best F1 "
+        "(λ = 1: F1 0.6, influence above control per token 1 nats per token). Closest: "
+        "λ = 0.5 keeps 93 % of the best F1 (F1 0.56 vs 0.60) with 0.6 nats per token less "
+        "leak.")
     for bad in (0, float("nan"), 2, -1):
         with pytest.raises(ConfigError, match=r"keep must be a share .* in \(0, 1\]") as err:
             frontier([_setting(k) for k in F1], keep=bad)
@@ -239,3 +252,111 @@ def test_the_cli_prints_the_frontier_of_a_bounded_eps_sweep(tiny_dir, tmp_path, 
     assert "baseline (added)" in stdout
     assert "Privacy–utility frontier" in stdout and "ε/response" in stdout
     assert f"Recommendation: {front['recommendation']}" in stdout
+
+
+def test_closest_names_none_where_no_setting_leaks_less_than_the_best():
+    settings = [_setting(k) for k in F1]
+    for s in settings:  # λ = 1 now leaks least and answers best: nothing comes closer
+        s["control"]["above_control_per_token"]["mean"] = \
+            0.05 if s["setting"] == "lambda=1,T=0.8,context=all" else 0.9
+    front = frontier(settings, _records(), keep=0.95)
+    assert front["recommended"] == "lambda=1,T=0.8,context=all"
+    assert "Closest" not in front["recommendation"]
+    assert closest(front["rows"]) is None
+
+
+# --------------------------------------------------------------------------- fact groups
+# 2 common-fact questions (c0, c1) and 3 private-fact ones (p0-p2) per setting, and one with no
+# group (n0): F1 and leak per question, by hand
+FACT_ROWS = {
+    "lambda=0,T=0.8,context=all": {"c0": (1.0, 0.9), "c1": (0.0, 0.9), "p0": (0.0, 0.1),
+                                   "p1": (0.0, 0.2), "p2": (0.0, 0.3), "n0": (1.0, 5.0)},
+    "lambda=1,T=0.8,context=all": {"c0": (1.0, 0.0), "c1": (1.0, 0.0), "p0": (1.0, 1.0),
+                                   "p1": (1.0, 2.0), "p2": (1.0, 3.0), "n0": (0.0, 5.0)},
+}
+
+
+def _fact_records():
+    return [{"id": q, "setting": key, "fact": {"c": "common", "p": "private"}.get(q[0]),
+             "f1": f1, "influence_above_control_per_token": leak,
+             "influence_per_token": leak + 1}
+            for key, rows in FACT_ROWS.items() for q, (f1, leak) in rows.items()]
+
+
+def _fact_settings():
+    """The settings' summaries over all 6 questions, as before fact groups."""
+    out = []
+    for key, rows in FACT_ROWS.items():
+        f1 = [v[0] for v in rows.values()]
+        leak = [v[1] for v in rows.values()]
+        out.append({"setting": key, "lambda": float(key.split(",")[0][7:]), "temperature": 0.8,
+                    "n": len(rows), "f1": mean_with_ci(f1),
+                    "influence_per_token": mean_with_ci([x + 1 for x in leak]),
+                    "control": {"enabled": True,
+                                "above_control_per_token": mean_with_ci(leak)}})
+    return out
+
+
+@pytest.mark.parametrize("where", ["records", "summaries"])
+def test_fact_groups_read_utility_on_common_and_leak_on_private_questions(where):
+    settings, records = _fact_settings(), _fact_records()
+    if where == "summaries":  # the summary's fact_groups, computed where the summary is built
+        for s in settings:
+            s["fact_groups"] = fact_groups([r for r in records if r["setting"] == s["setting"]])
+    front = frontier(settings, records if where == "records" else None, min_questions=2)
+    zero, one = front["rows"]
+    # utility: F1 on c0, c1 only; leak: above the control on p0-p2 only (n0 in neither)
+    assert zero["utility"] == pytest.approx(0.5) and one["utility"] == pytest.approx(1.0)
+    assert zero["privacy"] == pytest.approx(0.2) and one["privacy"] == pytest.approx(2.0)
+    assert front["facts"] == {"common": 2, "private": 3} and front["questions"] == 2
+    assert front["fact_note"] == ("utility on the 2 common-fact questions, leak on the 3 "
+                                  "private-fact questions")
+    if where == "records":  # the paired difference to λ = 1 pairs c0 and c1 only
+        assert zero["utility_difference"] == pytest.approx(-0.5)
+        assert zero["difference_pairs"] == 2
+    assert any(line == f"Fact groups: {front['fact_note']}." for line in notes(front))
+
+
+def test_without_both_fact_groups_nothing_changes():
+    settings = _fact_settings()
+    records = [{**r, "fact": None if r["fact"] == "private" else r["fact"]}
+               for r in _fact_records()]  # common only: no split
+    front = frontier(settings, records, min_questions=2)
+    plain = frontier(_fact_settings(), [{k: v for k, v in r.items() if k != "fact"}
+                                        for r in _fact_records()], min_questions=2)
+    assert front["facts"] is None and front["fact_note"] is None
+    assert [r["utility"] for r in front["rows"]] == [r["utility"] for r in plain["rows"]] \
+        == [pytest.approx(2 / 6), pytest.approx(5 / 6)]  # all 6 questions
+    assert [r["privacy"] for r in front["rows"]] == [r["privacy"] for r in plain["rows"]]
+    assert fact_groups(records) is None
+
+
+def test_answer_match_is_the_utility_where_the_records_have_it():
+    settings = [_setting(k) for k in F1]
+    for s in settings:  # answer match: 1 where λ ≥ 0.5 answers, 0 at λ = 0
+        s["match"] = mean_with_ci([0.0 if s["lambda"] == 0 else 1.0] * 10)
+    front = frontier(settings, [{**r, "match": 0.0 if r["setting"].startswith("lambda=0,")
+                                 else 1.0} for r in _records()])
+    assert front["utility"] == "answer match" and front["utility_key"] == "match"
+    assert [r["utility"] for r in front["rows"]] == [0.0, 1.0, 1.0, 1.0]
+    assert front["rows"][0]["match_difference"] == pytest.approx(-1.0)
+    assert front["rows"][0]["f1"] == pytest.approx(0.2)  # F1 still shown beside it
+    assert front["recommended"] == "lambda=0.5,T=0.8,context=all"
+    assert frontier_rows(front)[0]["F1"] == pytest.approx(0.2)
+
+
+def test_the_report_shows_six_columns_open_and_every_column_folded():
+    front = frontier([_setting(k) for k in F1], _records())
+    shown = compact_rows(front)
+    assert list(shown[1]) == ["setting", "leak above control, nats/token", "F1",
+                              "claim ε/response", "Pareto", "recommended"]
+    assert shown[1]["recommended"] == "yes" and shown[1]["F1"].startswith("0.56 [")
+    assert shown[3]["claim ε/response"] == "24 (context)" and shown[0]["claim ε/response"] == "—"
+    page = Report("t", redact=False)
+    frontier_section(page, front)
+    html = page.render()
+    assert html.count("<table") == 2 and html.count('<details class="table">') == 1
+    folded = html[html.index('<details class="table">'):]
+    assert "Δ F1 vs λ = 1" in folded and "Δ F1 vs λ = 1" not in html[:html.index(
+        '<details class="table">')]
+    assert "details.table:not([open])>.tablewrap{display:none}" in html

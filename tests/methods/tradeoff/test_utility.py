@@ -51,8 +51,21 @@ def test_scores_take_the_best_reference_and_none_without_one():
     assert got["exact_match"] == 0.0
     assert got["f1"] == pytest.approx(2 * 0.5 * 1 / 1.5)  # "peanut allergy" vs "peanut"
     assert reference_scores("peanuts", ["peanut", "peanuts"])["exact_match"] == 1.0
-    assert reference_scores("anything", []) == {"rouge_l": None, "exact_match": None, "f1": None}
+    assert reference_scores("anything", []) == {"rouge_l": None, "exact_match": None, "f1": None,
+                                                "match": None}
     assert reference_scores("anything", [""])["f1"] is None
+    assert got["match"] == 1.0  # "peanut" appears in "a peanut allergy" as a word
+
+
+def test_answer_match_is_the_reference_as_whole_words_in_the_answer():
+    from ctxleak.methods.tradeoff.utility import answer_match
+
+    said = "Yusuf Abernathy-Kole's new annual salary will be 44,750 pounds."
+    assert answer_match(said, "44,750 pounds") == 1.0  # exact match scores this 0
+    assert reference_scores(said, ["44,750 pounds"])["exact_match"] == 0.0
+    assert answer_match("The room is Saltmarshes.", "Saltmarsh") == 0.0  # not a whole word
+    assert answer_match("it is the Saltmarsh room", "The Saltmarsh") == 1.0  # articles dropped
+    assert answer_match("anything", "the") == 0.0  # normalises to nothing: no match
 
 
 def test_paired_difference_pairs_by_id_and_gives_a_bootstrap_interval():

@@ -203,6 +203,7 @@ CHECKS = RecordChecks(
         nonnegative("passage_influence.*", NATS), nonnegative("max_passage_influence", NATS),
         probability("context_token_fraction"), probability("rouge_context"),
         probability("rouge_l"), probability("exact_match"), probability("f1"),
+        probability("match"),
         Bound("eps", 0, None, "bounded CID's ε per token (0: λ_t = 0)"),
         Bound("lambdas.*", 0, None, "CID's λ_t"), nonnegative("composed_eps", "ε"),
         nonnegative("token_eps_ex_post.*", "ε"), nonnegative("composed_eps_ex_post", "ε"),
@@ -211,7 +212,8 @@ CHECKS = RecordChecks(
     summary=(count("settings.*.n"), Bound("settings.*.lambda", 0, None, "CID's λ"),
              Bound("settings.*.temperature", 0, None, "a temperature", open_low=True),
              Bound("settings.*.influence.mean", 0, None, NATS),
-             *(probability(f"settings.*.{k}.mean") for k in ("rouge_l", "exact_match", "f1")),
+             *(probability(f"settings.*.{k}.mean") for k in ("rouge_l", "exact_match", "f1",
+                                                              "match")),
              # a sweep's frontier: utility a score in [0, 1], its difference in [-1, 1]
              *(probability(f"frontier.rows.*.{k}") for k in ("utility", "utility_ci_low",
                                                              "utility_ci_high")),

@@ -33,6 +33,7 @@ from ctxleak.methods.rag.passages import (
     split_context,
 )
 from ctxleak.methods.rag.spans import LOG_FORMATS, is_span_log, read_span_log
+from ctxleak.methods.tradeoff.facts import FACTS
 from ctxleak.mitigations.prompts import TASK_TEMPLATES, PromptParts, fit_window, template_parts
 from ctxleak.run.inputs import is_named
 from ctxleak.run.records import demo_path, example_id, iter_rows, reject_duplicate_ids
@@ -77,6 +78,9 @@ class InfluenceExample:
         return lm.encode(self.response or "")
     # every reference answer where the row gives a list (``reference`` is the first)
     references: tuple[str, ...] = ()
+    # what the answer rests on (the ``fact`` field, :data:`FACTS`): ``common`` (stated in many
+    # documents of the datastore), ``private`` (in one document only); None where not given
+    fact: str | None = None
 
     @property
     def all_references(self) -> tuple[str, ...]:
@@ -92,9 +96,12 @@ class InfluenceExample:
 HUB_DATASETS = ("cnn_dailymail", "pubmedqa")
 
 #: Bundled demo sets: ``demo``, ``demo-qa`` (private facts only in the document), ``demo-qa-large``
-#: (four documents per question), ``demo-rag-log``/``-spans`` (RAG turns, ``data/demo/rag_audit``).
+#: (four documents per question), ``demo-rag-log``/``-spans`` (RAG turns, ``data/demo/rag_audit``),
+#: ``demo-datastore`` (questions on common and private facts, each over its top 2 documents of
+#: ``data/demo/datastore/documents.jsonl``).
 DEMO_SETS = {"demo": "influence.jsonl", "demo-qa": "rag_qa.jsonl", "demo-qa-large": "rag_qa_large.jsonl",
-             "demo-rag-log": "rag_audit/log.jsonl", "demo-rag-spans": "rag_audit/spans.jsonl"}
+             "demo-rag-log": "rag_audit/log.jsonl", "demo-rag-spans": "rag_audit/spans.jsonl",
+             "demo-datastore": "datastore/questions.jsonl"}
 
 
 def resolve_data(data: Any) -> Any:
@@ -149,7 +156,8 @@ def load_log(data: Any, *, task: str = "auto", rename: Mapping[str, str] | None 
     """Read ``context``, ``query`` (may be empty for summarisation) and optional ``reference``
     (a string, or a list of acceptable answers), ``response`` (a logged answer, scored instead
     of generating one), ``response_ids`` (its token ids, scored exactly as given;
-    :func:`check_logged_ids`) and ``id`` from JSONL/CSV, the bundled demo sets with
+    :func:`check_logged_ids`), ``fact`` (``common`` or ``private``: what the answer rests on,
+    copied to every record) and ``id`` from JSONL/CSV, the bundled demo sets with
     ``data='demo'`` or ``'demo-qa'`` (:data:`DEMO_SETS`), or the paper's
     datasets with ``data='cnn_dailymail'`` / ``'pubmedqa'`` (through ``datasets``).
 
@@ -242,7 +250,7 @@ def _example(row: Any, k: int, task: str, passages: str | None,
                                references=references,
                                task=ex_task, passages=tuple(pieces) if pieces else None,
                                response=response, documents=docs,
-                               response_ids=logged_ids)
+                               response_ids=logged_ids, fact=_row_fact(row))
     return example if pieces else _split(example, passages)
 
 
@@ -293,6 +301,16 @@ def _shared_document(doc: RetrievedDocument, shared: dict[Any, Any]) -> Retrieve
     return RetrievedDocument(text=shared.setdefault(doc.text, doc.text), rank=doc.rank,
                              id=one(doc.id), source=one(doc.source),
                              metadata=shared.setdefault(key, doc.metadata), score=doc.score)
+
+
+def _row_fact(row: Any) -> str | None:
+    """The row's ``fact`` field (one of :data:`FACTS`), None without it; any other value an error
+    naming the file, line and field."""
+    value = row.get("fact")
+    if value is None or (isinstance(value, str) and value in FACTS):
+        return value
+    raise InputError(f"must be {' or '.join(repr(f) for f in FACTS)}, not {value!r}",
+                     file=row.file, line=row.line, field="fact")
 
 
 def _row_response_ids(row: Any, query: str) -> tuple[int, ...] | None:

@@ -107,7 +107,7 @@ def response_record(lm: LanguageModel, example: InfluenceExample, setting: Setti
     record: dict[str, Any] = {
         "setting": setting.key, "lambda": setting.lam, "temperature": setting.temperature,
         "context_tokens": len(parts.context), "context_truncated_by": dropped,
-        "seed": seed, "query": example.query, "response": text,
+        "seed": seed, "query": example.query, "fact": example.fact, "response": text,
         "response_source": example.response_source, **response.response_fields(digits=6),
         "context_token_fraction": context_token_fraction(ids, parts.context),
         "repeat": is_repeat(ids, parts.context, options.repeat_threshold),

@@ -22,19 +22,23 @@ context, since every context's next-token distribution stays within ε/2 of the 
 one; λ = 0 never reads the context (ε = 0, bounded or not); plain CID at λ > 0 guarantees
 nothing.
 
-The prompt a mechanism is given for a set of document texts is the run's own template holding
-those texts as a retrieved list (:func:`~ctxleak.mitigations.prompts.list_pieces`): for
-retrieved documents and passages given as a list, the prompt with every document is the very
-prompt the answer is scored under. A private retrieval (DP-RAG's) thresholds the documents'
-retrieval scores: the retriever's where the data records them, else each document's word
-similarity to the query (:func:`word_similarity`).
+The prompt a mechanism is given for a set of document texts is the run's own prompt holding
+those texts as a retrieved list: ctxleak's template (:func:`~ctxleak.mitigations.prompts.list_pieces`)
+or the app's chat messages (``prompt_messages``, e.g. the built-in ``short-answer``, the texts
+joined by a blank line as ``{context}``); for retrieved documents and passages given as a
+list, the prompt with every document is the prompt the answer is scored under.
+
+The mechanisms retrieve from the datastore, as their papers define them
+(:func:`resolve_datastore`: the bundled set's own, a file, or every document the examples
+retrieved, pooled): each vote's voters from their own shards, DP-RAG privately over every
+document, and each claim is over the datastore's documents. With ``datastore="retrieved"`` they
+read each question's own retrieved list instead, and a private retrieval thresholds the
+retriever's scores where the data records them, else each document's word similarity to the
+query (:func:`~ctxleak.mitigations.datastore.word_similarity`).
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,7 +50,9 @@ from ctxleak.methods.influence.decoys import Decoys
 from ctxleak.methods.influence.metrics import mean_with_ci
 from ctxleak.methods.influence.pipeline import Controls, score_drawn
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
+from ctxleak.methods.rag.app_prompt import app_messages
 from ctxleak.mitigations.cid import CID
+from ctxleak.mitigations.datastore import Datastore, datastore_of, word_similarity
 from ctxleak.mitigations.mechanisms import (
     RELATIONS,
     AnswerRequest,
@@ -56,12 +62,23 @@ from ctxleak.mitigations.mechanisms import (
     MechanismAnswer,
 )
 from ctxleak.mitigations.named import PARAM, parse_mechanism
-from ctxleak.mitigations.prompts import LIST_SEPARATOR, PromptOf, template_prompt
+from ctxleak.mitigations.prompts import (
+    LIST_SEPARATOR,
+    PromptOf,
+    app_chat_prompt,
+    template_prompt,
+)
+from ctxleak.run.inputs import is_named
+from ctxleak.run.records import demo_path
 
 #: One measurement job: the example, its setting, its seed.
 Job = tuple[InfluenceExample, Setting, int]
 
-_WORD = re.compile(r"[^\W_]+")
+#: The bundled sets that come with a datastore of their own (a JSONL of {id, text}).
+DEMO_DATASTORES = {"demo-datastore": "datastore/documents.jsonl"}
+
+#: The ``datastore`` value that keeps each question's own retrieved list.
+RETRIEVED = "retrieved"
 
 #: The claim fields of every record, in order.
 CLAIM_FIELDS = ("claim_eps", "claim_delta", "claim_relation", "tokens_paid")
@@ -95,19 +112,13 @@ def mechanism_list(value: Any) -> tuple[Mechanism, ...]:
 
 def check_mechanism_options(params: Any) -> None:
     """Refuse the options a mechanism setting cannot honour: a context cut to k tokens (a
-    mechanism reads whole documents) and the app's own prompt (a mechanism builds its prompts
-    from ctxleak's template)."""
+    mechanism reads whole documents)."""
     if not params.mechanisms:
         return
     if params.context_sizes is not None:
         raise ConfigError(f"{PARAM} decode from whole documents: leave out context_sizes, or "
                           f"sweep the context sizes in a run without {PARAM}", param=PARAM,
                           also=("context_sizes",))
-    if params.prompt_messages is not None or params.system_prompt is not None \
-            or params.app_prompt:
-        raise ConfigError(f"{PARAM} build their prompts from ctxleak's template: leave out "
-                          f"prompt_messages, system_prompt and app_prompt", param=PARAM,
-                          also=("prompt_messages", "system_prompt", "app_prompt"))
 
 
 def example_documents(example: InfluenceExample) -> tuple[str, ...]:
@@ -121,20 +132,40 @@ def example_documents(example: InfluenceExample) -> tuple[str, ...]:
     return (example.context,)
 
 
-def check_examples(mechanism: Mechanism, examples: Sequence[InfluenceExample]) -> None:
+def resolve_datastore(option: Any, data: Any, examples: Sequence[InfluenceExample]
+                      ) -> Datastore | None:
+    """The datastore the mechanisms retrieve from: ``option`` as given (a JSONL path, pairs, a
+    :class:`Datastore`); None: the bundled set's own (:data:`DEMO_DATASTORES`), else every
+    retrieved document of ``examples`` with an id, pooled by id (None where there is none);
+    ``"retrieved"``: None, each question's own list."""
+    if isinstance(option, str) and option == RETRIEVED:
+        return None
+    if option is not None:
+        return datastore_of(option)
+    for name, file in DEMO_DATASTORES.items():
+        if is_named(data, name):
+            return Datastore.read(demo_path(file))
+    pooled = [(str(d.id), d.text) for ex in examples for d in ex.documents or ()
+              if d.id is not None]
+    return Datastore.of(pooled) if pooled else None
+
+
+def check_examples(mechanism: Mechanism, examples: Sequence[InfluenceExample],
+                   datastore: Datastore | None = None) -> None:
     """Refuse, before anything is decoded, an example with a logged answer (a mechanism decodes
-    its own) or with fewer documents than ``mechanism`` needs, naming the first."""
+    its own) or, without a ``datastore``, with fewer documents than ``mechanism`` needs, naming
+    the first; with one, a vote with more shards than it has documents."""
+    shards = getattr(mechanism, "shards", None)
+    if datastore is not None and isinstance(shards, int) and shards > len(datastore):
+        raise ConfigError(f"{PARAM}: {mechanism.key()} has more shards than "
+                          f"{datastore.describe()}: at most {len(datastore)}", param=PARAM)
     for ex in examples:
         if ex.response_source != "generated":
             raise ConfigError(f"{PARAM}: example {ex.id} carries a logged answer (its "
                               f"'response' field), which {mechanism.key()} did not decode: drop "
                               f"the response field to measure {PARAM}", param=PARAM)
-        if ex.prompt is not None:
-            raise ConfigError(f"{PARAM}: example {ex.id} has the app's own prompt; "
-                              f"{mechanism.key()} builds its prompts from ctxleak's template",
-                              param=PARAM)
         n, need = len(example_documents(ex)), needed_documents(mechanism)
-        if n < need:
+        if datastore is None and n < need:
             raise ConfigError(f"{PARAM}: {mechanism.key()} needs at least {need} documents per "
                               f"question, and example {ex.id} has {n}: give data with a "
                               f"'documents' list (e.g. demo-qa-large), or fewer shards",
@@ -151,26 +182,22 @@ def needed_documents(mechanism: Mechanism) -> int:
 def prompt_of(lm: LanguageModel, example: InfluenceExample, setting: Setting,
               options: InfluenceOptions) -> PromptOf:
     """The token ids of ``example``'s prompt holding the given document texts (in order; none:
-    the prompt without retrieval), under the run's template and the model's window."""
+    the prompt without retrieval): under the app's messages where the example is scored under
+    them, else the run's template cut to the model's window."""
+    messages = app_messages(lm, example)
+    if messages is not None:
+        return app_chat_prompt(lm, messages, example.query)
     return template_prompt(lm, example.query, template_for(example, options.template),
                            setting.context_tokens, options.max_new_tokens)
 
 
-def word_similarity(query: str, text: str) -> float:
-    """The cosine similarity of the word counts of ``query`` and ``text`` (lower-cased words
-    of letters and digits), in [0, 1]; 0 where either has no word."""
-    a, b = Counter(_WORD.findall(query.lower())), Counter(_WORD.findall(text.lower()))
-    dot = sum(a[w] * b[w] for w in a)
-    norm = math.sqrt(sum(v * v for v in a.values()) * sum(v * v for v in b.values()))
-    return dot / norm if norm else 0.0
-
-
-def answer_request(lm: LanguageModel, job: Job, options: InfluenceOptions) -> AnswerRequest:
+def answer_request(lm: LanguageModel, job: Job, options: InfluenceOptions,
+                   datastore: Datastore | None = None) -> AnswerRequest:
     """The request a mechanism answers for one job: the example's documents, its prompt
-    builder, the job's seed, the documents' ids where known, and their retrieval scores: the
-    retriever's where every document has one, else each document's
-    :func:`word_similarity` to the query (in [0, 1]), so that a private retrieval has a
-    similarity to threshold on data that does not record the retriever's."""
+    builder, the job's seed, the documents' ids where known, their retrieval scores (the
+    retriever's where every document has one, else each document's word similarity to the
+    query, in [0, 1], so that a private retrieval has a similarity to threshold on data that
+    does not record the retriever's), and the ``datastore`` the mechanism retrieves from."""
     example, setting, seed = job
     docs = example.documents or ()
     known = [d.score for d in docs if d.score is not None]
@@ -179,24 +206,27 @@ def answer_request(lm: LanguageModel, job: Job, options: InfluenceOptions) -> An
     ids = tuple(str(d.id) for d in docs) if docs and all(d.id is not None for d in docs) \
         else None
     return AnswerRequest(example_documents(example), prompt_of(lm, example, setting, options),
-                         seed=seed, scores=scores, ids=ids, query=example.query)
+                         seed=seed, scores=scores, ids=ids, query=example.query,
+                         datastore=datastore)
 
 
 def measure_mechanism(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions,
                       mechanism: Mechanism, *, controls: Controls | None = None,
                       cost: ControlCost | None = None,
-                      decoys: Decoys | None = None) -> list[dict[str, Any]]:
+                      decoys: Decoys | None = None, datastore: Datastore | None = None
+                      ) -> list[dict[str, Any]]:
     """One record per job, in order: the answer ``mechanism`` decodes (all jobs of one
-    temperature in one call, each from its own seed), measured as the run measures a CID
-    answer at λ = 1, with the mechanism's claim, paid tokens and steps."""
-    check_examples(mechanism, [ex for ex, _, _ in jobs])
+    temperature in one call, each from its own seed, retrieving from ``datastore`` where
+    given), measured as the run measures a CID answer at λ = 1, with the mechanism's claim,
+    paid tokens and steps."""
+    check_examples(mechanism, [ex for ex, _, _ in jobs], datastore)
     answers: list[MechanismAnswer | None] = [None] * len(jobs)
     for temperature in sorted({setting.temperature for _, setting, _ in jobs}):
         ks = [k for k, (_, s, _) in enumerate(jobs) if s.temperature == temperature]
         decoding = Decoding(temperature=temperature, max_new_tokens=options.max_new_tokens,
                             min_new_tokens=options.min_new_tokens)
-        got = mechanism.answer(lm, [answer_request(lm, jobs[k], options) for k in ks],
-                               decoding)
+        got = mechanism.answer(lm, [answer_request(lm, jobs[k], options, datastore)
+                                    for k in ks], decoding)
         if len(got) != len(ks):
             raise ConfigError(f"{PARAM}: {mechanism.key()} answered {len(got)} of {len(ks)} "
                               f"requests: a mechanism answers every request", param=PARAM)
@@ -216,6 +246,7 @@ def mechanism_fields(mechanism: Mechanism, answer: MechanismAnswer) -> dict[str,
     on EOS."""
     return {"mechanism": mechanism.key(), **claim_fields(answer.claim, answer.tokens_paid),
             "documents_used": list(answer.documents_used),
+            **({"datastore_used": list(answer.datastore_used)} if answer.datastore_used else {}),
             "mechanism_steps": [dict(step) for step in answer.steps],
             "stopped_on_eos": answer.stopped_on_eos}
 
@@ -258,4 +289,4 @@ def claim_summary(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str,
 __all__ = ["CLAIM_FIELDS", "answer_request", "check_examples", "check_mechanism_options",
            "cid_claim", "claim_fields", "claim_summary", "example_documents",
            "mechanism_fields", "mechanism_list", "measure_mechanism", "needed_documents",
-           "prompt_of", "word_similarity"]
+           "prompt_of", "resolve_datastore", "word_similarity"]

@@ -33,6 +33,7 @@ from ctxleak.methods.influence.mechanism_mode import (
     claim_summary,
     example_documents,
     measure_mechanism,
+    resolve_datastore,
 )
 from ctxleak.methods.influence.params import InfluenceParams, greedy_temperature, parse_ngram
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
@@ -46,6 +47,7 @@ from ctxleak.methods.rag.documents import RetrievedDocument
 from ctxleak.methods.rag.exposure import documents_summary
 from ctxleak.methods.tradeoff.frontier import frontier
 from ctxleak.methods.tradeoff.quality import quality_scores
+from ctxleak.mitigations.datastore import Datastore
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, ParamsMethod, Plan, batches_by_cost
 from ctxleak.run.records import parse_mapping
@@ -73,6 +75,8 @@ class Examples:
     # each example's decoy document per passage (retrieved documents, :mod:`.decoys`)
     decoys: list[list[RetrievedDocument | None]] = field(default_factory=list)
     traces: dict[str, int] | None = None  # a span log's answers and retriever-only traces
+    # what the mechanisms retrieve from (:func:`.mechanism_mode.resolve_datastore`)
+    datastore: Datastore | None = None
 
     def with_controls(self, per_example: int) -> Examples:
         """These examples with ``per_example`` controls each: for retrieved documents contexts
@@ -124,7 +128,7 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
                                     template=self.params.template, limit=limit,
                                     passages=self.params.passages,
                                     log_format=self.params.log_format,
-                                    app=self.params.app_choice())
+                                    app=self.params.app_choice(data))
         examples = examples[:limit] if limit is not None else examples
         if not self.temperature_given and any(ex.logged_temperature == 0 for ex in examples):
             self.params = greedy_temperature(self.params)
@@ -135,10 +139,13 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         check_class_budgets(self.params.budgets().classes, self.params.class_field,
                             [ex.documents for ex in examples])
         self._check_budgets_have_documents(examples)
+        datastore = resolve_datastore(self.params.datastore, data, examples) \
+            if self.params.mechanisms else None
         for mechanism in self.params.mechanisms or ():  # before anything heavy
-            check_examples(mechanism, examples)
+            check_examples(mechanism, examples, datastore)
         state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},
-                         [], seed=self.common.seed, traces=traces).with_controls(per_example)
+                         [], seed=self.common.seed, traces=traces,
+                         datastore=datastore).with_controls(per_example)
         # the default, resolved from this run's number of examples, is kept for its resumes
         resolved = {} if self.params.controls is not None or not self.params.control \
             else {"resolved_controls": per_example}
@@ -224,7 +231,7 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
                                        replace(self.options, bounded_eps=first.bounded_eps),
                                        **how) if first.decoded_by_cid else \
                     measure_mechanism(lm, [jobs[i] for i in where], self.options,
-                                      first.mechanism, **how)
+                                      first.mechanism, datastore=ready.examples.datastore, **how)
                 for i, record in zip(where, got):
                     records[i] = record
             for (setting, _), record in zip(items, records):  # the sweep's context size, None: all

@@ -15,6 +15,7 @@ from ctxleak.methods.rag.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.methods.rag.budgets import CLASS_FIELD, Budgets, parse_budgets
 from ctxleak.methods.rag.passages import SPLITS
 from ctxleak.methods.rag.spans import LOG_FORMATS
+from ctxleak.run.inputs import is_named
 from ctxleak.run.options import float_list, int_list
 from ctxleak.run.params import option
 from ctxleak.run.validate import (
@@ -24,6 +25,10 @@ from ctxleak.run.validate import (
     check_template,
     check_unique,
 )
+
+#: Bundled sets asked under their app's own prompt by default: ``demo-datastore``'s app asks
+#: through the model's chat template for the short answer (the built-in ``short-answer``).
+DEMO_PROMPTS = {"demo-datastore": "short-answer"}
 
 
 def parse_ngram(value: Any) -> int | None:
@@ -87,6 +92,12 @@ class InfluenceParams:
         "λ = 1 scores an answer: 'dp-vote:eps=2,shards=4', 'dp-sparse-vote:eps=2,shards=4,"
         "threshold=0.5', 'dp-rag:eps=5', 'scrub:operator=replace' (a list, or mechanism "
         "objects); each at every temperature, beside the λ and ε settings.")
+    datastore: Any = option(
+        None, "The datastore the mechanisms retrieve from, as their papers define them (each "
+        "vote's voters from their own shards, DP-RAG's private retrieval over every document): "
+        "a JSONL file of {id, text}, or 'retrieved' for each question's own retrieved list (the "
+        "claim then covers that list, not the datastore). Default: the bundled set's own "
+        "datastore (demo-datastore), else every document the examples retrieved, pooled by id.")
     repeat_threshold: float = option(0.5, "Response-to-context overlap above which a response "
                                      "counts as repeating its context, in [0, 1].")
     rouge_threshold: float = option(0.5, "ROUGE-L above which a response counts as close to "
@@ -186,6 +197,9 @@ class InfluenceParams:
         if self.mechanisms is not None:
             put("mechanisms", mechanism_list(self.mechanisms) or None)
             check_mechanism_options(self)
+        if self.datastore is not None and not self.mechanisms:
+            raise ConfigError("datastore is read by the mechanisms only: give mechanisms too, or "
+                              "leave it out", param="datastore", also=("mechanisms",))
         if self.controls is not None:
             check_limit(self.controls, "controls")
         if not isinstance(self.control, bool):
@@ -221,9 +235,16 @@ class InfluenceParams:
                               "prompt_messages and system_prompt, or app_prompt",
                               param="app_prompt", also=("prompt_messages", "system_prompt"))
 
-    def app_choice(self) -> AppPromptChoice:
-        """The app's prompt as the run chose it (:mod:`.app_prompt`)."""
-        return AppPromptChoice(self.prompt_messages, self.system_prompt, self.app_prompt)
+    def app_choice(self, data: Any = None) -> AppPromptChoice:
+        """The app's prompt as the run chose it (:mod:`.app_prompt`); a bundled set that comes
+        with its app's prompt (:data:`DEMO_PROMPTS`) is asked under it where the run gives no
+        prompt of its own and does not ask for ctxleak's template (``app_prompt=False``)."""
+        messages = self.prompt_messages
+        if messages is None and self.system_prompt is None and self.app_prompt is not False:
+            for name, prompt in DEMO_PROMPTS.items():
+                if is_named(data, name):
+                    messages = load_prompt_messages(prompt)
+        return AppPromptChoice(messages, self.system_prompt, self.app_prompt)
 
     def with_default_temperature(self, served: bool) -> InfluenceParams:
         """These parameters with the temperature the user did not give filled in: 0.8
@@ -300,6 +321,7 @@ class InfluenceParams:
                 **({} if self.controls is None else {"controls": self.controls}),
                 **({} if not self.mechanisms else {"mechanisms": [
                     m.key() for m in self.mechanisms]}),
+                **({} if self.datastore is None else {"datastore": str(self.datastore)}),
                 **({} if self.exposure_budget is None
                    else {"exposure_budget": self.exposure_budget}),
                 **({} if self.class_field == CLASS_FIELD else {"class_field": self.class_field}),

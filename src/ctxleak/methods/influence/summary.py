@@ -19,6 +19,7 @@ from ctxleak.methods.influence.metrics import (
 from ctxleak.methods.influence.quantities import expected_influence
 from ctxleak.methods.influence.units import UNITS, dp_scale, likelihood_ratio
 from ctxleak.methods.rag.budgets import CLASS_FIELD
+from ctxleak.methods.tradeoff.facts import fact_groups
 from ctxleak.run.stored import without_fields
 
 #: Per-token and per-context fields of a record, which the control's summary and the frontier
@@ -38,10 +39,11 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
     interval) and per token, its reading as a likelihood ratio and as an ex-post ε
     (:mod:`.units`), the control (:func:`~.control.control_summary`, with ``control_cost``),
     regurgitation counts, utility (ROUGE-L, exact match and token F1 against the
-    references), the per-position curve and, for n-gram runs, the per-window
-    curve; for runs with passages the most influential passages; for runs with retrieved
-    documents the per-document control (:func:`~.decoys.document_control`, classes read from
-    the metadata's ``class_field``).
+    references; answer match, ``match``, where the records have it), per fact group where
+    the records hold both (``fact_groups``, :func:`fact_groups`), the per-position curve
+    and, for n-gram runs, the per-window curve; for runs with passages the most influential
+    passages; for runs with retrieved documents the per-document control
+    (:func:`~.decoys.document_control`, classes read from the metadata's ``class_field``).
 
     Records that do not know their context (a ledger's, :meth:`RowLedger.to_record
     <ctxleak.mitigations.ledger.RowLedger.to_record>`) give ``None`` for the
@@ -49,6 +51,7 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
     infl = [r["influence"] for r in records]
     scored = {k: [r[k] for r in records if r.get(k) is not None]
               for k in ("rouge_l", "exact_match", "f1")}
+    matched = [r["match"] for r in records if r.get("match") is not None]
     first = records[0] if records else {}
     knows_context = all("context_tokens" in r for r in records)
     out: dict[str, Any] = {
@@ -72,6 +75,11 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
         "ngram_clipped": sum(1 for r in records if r.get("ngram_clipped_from")),
         "units": UNITS,
     }
+    if matched:  # answer match (:func:`ctxleak.methods.tradeoff.utility.reference_scores`)
+        out["match"] = mean_with_ci(matched, seed=seed)
+    groups = fact_groups(records, seed=seed)
+    if groups is not None:  # both fact groups: the frontier reads each where it belongs
+        out["fact_groups"] = groups
     eps = first.get("eps", first.get("bounded_eps"))  # samples' key, a ledger record's
     if eps is not None:  # bounded CID: ε-DP per token of this setting
         out["bounded_eps"] = eps

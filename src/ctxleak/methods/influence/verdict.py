@@ -1,5 +1,7 @@
 """Influence's verdict: one plain sentence saying which examples leak beyond what any context
-does, with the rule behind it (``summary["verdict"] = {"text": ..., "rule": ...}``).
+does, with the rule behind it (``summary["verdict"] = {"text": ..., "rule": ...}``). A sweep's
+verdict is lines instead: the recommendation, one line per setting, a few caveats
+(:func:`sweep_verdict`).
 
 An example leaks beyond what any context does when its response influence ("Estimating Privacy
 Leakage of Augmented Contextual Knowledge in Language Models", Def. 3.2, nats) exceeds the
@@ -18,6 +20,7 @@ from typing import Any
 from ctxleak.methods.influence.control import ALPHA, min_n_for
 from ctxleak.methods.influence.summary import copying_reading
 from ctxleak.methods.influence.units import dp_scale
+from ctxleak.methods.tradeoff.frontier import ABOVE_CONTROL, CLAIM_SCOPE, frontier
 
 #: Examples named in the sentence before "and N more".
 NAMED = 5
@@ -191,15 +194,135 @@ def _with_unjudged(text: str, control: dict[str, Any]) -> str:
 
 
 def run_verdict(settings: Sequence[dict[str, Any]]) -> dict[str, str]:
-    """The run's verdict: its one setting's, or each setting's prefixed by the setting."""
+    """The run's verdict: its one setting's, or a sweep's (:func:`sweep_verdict`)."""
     if not settings:
         return {"text": "No example was measured.", "rule": "—"}
     if len(settings) == 1:
         return setting_verdict(settings[0])
-    parts = [(s.get("setting"), setting_verdict(s)) for s in settings]
-    text = " ".join(f"[{name}] {v['text']}" for name, v in parts)
-    return {"text": text, "rule": parts[0][1]["rule"]}
+    return sweep_verdict(settings)
 
 
-__all__ = ["documents_sentence", "examples_verdict", "leaks_sentence", "run_verdict",
-           "setting_verdict"]
+#: Caveat lines a sweep's verdict keeps at most.
+CAVEATS = 3
+
+
+def sweep_verdict(settings: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """A sweep's verdict, one line each (``text`` joined by newlines): the recommendation
+    first (:func:`recommendation_line`, from the frontier of the settings,
+    :func:`~ctxleak.methods.tradeoff.frontier.frontier`), then one line per setting
+    (:func:`setting_line`: its leak above the control in nats per token and its utility, each
+    with its interval, its claimed ε), then at most :data:`CAVEATS` caveats
+    (:func:`caveat_lines`). The rule is the first setting's."""
+    front = frontier(settings)
+    pick = _recommended(front)
+    lines = [recommendation_line(front)]
+    lines += [setting_line(row, s, row is pick, front)
+              for row, s in zip(front["rows"], settings)]
+    lines += caveat_lines(front, settings)[:CAVEATS]
+    return {"text": "\n".join(lines), "rule": setting_verdict(settings[0])["rule"]}
+
+
+def _leak_name(front: dict[str, Any]) -> str:
+    return "above the control" if front.get("privacy") == ABOVE_CONTROL else \
+        "(influence, no control)"
+
+
+def _interval(low: Any, high: Any) -> str:
+    return "" if low is None or high is None else f" [{low:.2g}, {high:.2g}]"
+
+
+def _claim(row: dict[str, Any]) -> str:
+    """``ε = 12 per response (shard)``; ``no claim`` where the setting claims nothing."""
+    if row.get("eps_guarantee") is None or row.get("relation") == "none":
+        return "no claim"
+    delta = f", δ = {row['delta']:.2g}" if row.get("delta") else ""
+    relation = f" ({row['relation']})" if row.get("relation") else ""
+    return f"ε = {row['eps_guarantee']:.3g}{delta} per response{relation}"
+
+
+def _recommended(front: dict[str, Any]) -> dict[str, Any] | None:
+    """The frontier's recommended row where it gives up some utility for less leak; None
+    where it recommends nothing, or only the best-utility setting (no setting that leaks less
+    keeps enough)."""
+    row: dict[str, Any] | None = next(
+        (r for r in front["rows"] if r["setting"] == front.get("recommended")), None)
+    best = max((r["utility"] for r in front["rows"] if r.get("utility") is not None),
+               default=None)
+    if row is None or row.get("utility") is None or row["utility"] == best:
+        return None
+    return row
+
+
+def recommendation_line(front: dict[str, Any]) -> str:
+    """One sentence: the recommended setting, its utility and leak with their units and
+    what its claim covers; where none is recommended (or only the best-utility setting), the
+    frontier's own sentence, which names the setting that comes closest."""
+    row = _recommended(front)
+    if row is None:
+        return str(front.get("recommendation"))
+    relation = row.get("relation")
+    if relation is None:
+        covers = "no DP claim" if row.get("eps_guarantee") is None else \
+            f"a claim of ε = {row['eps_guarantee']:.3g} per response"
+    elif relation == "none" or row.get("eps_guarantee") is None:
+        covers = "it claims no guarantee (the measured leak is all that is known)"
+    else:
+        covers = (f"its claim: ε = {row['eps_guarantee']:.3g} per response, "
+                  f"{CLAIM_SCOPE.get(relation, relation)}")
+    kept = f", {100 * row['utility_kept']:.0f} % of the best" \
+        if row.get("utility_kept") is not None else ""
+    return (f"Recommended: {row['label']}, {front.get('utility')} {row['utility']:.2f}{kept}, "
+            f"leak {row['privacy']:.2g} nats/token {_leak_name(front)}; {covers}.")
+
+
+def setting_line(row: dict[str, Any], summary: dict[str, Any], chosen: bool,
+                 front: dict[str, Any]) -> str:
+    """One setting in one line: ``- λ = 0.5: leak 0.4 [0.1, 0.7] nats/token above the control;
+    F1 0.56 [0.3, 0.8]; ε = 24 per response (context); 2 of 40 flagged``."""
+    leak = "leak —" if row.get("privacy") is None else (
+        f"leak {row['privacy']:.2g}{_interval(row['privacy_ci_low'], row['privacy_ci_high'])}"
+        f" nats/token {_leak_name(front)}")
+    utility = front.get("utility") or "utility"
+    useful = f"{utility} —" if row.get("utility") is None else (
+        f"{utility} {row['utility']:.2f}"
+        f"{_interval(row['utility_ci_low'], row['utility_ci_high'])}")
+    control = summary.get("control") or {}
+    judged = int(control.get("n") or 0)
+    flagged = f"; {len(control.get('flagged') or [])} of {judged} flagged" \
+        if control.get("enabled") and judged >= min_n_for(ALPHA) else ""
+    mark = " (recommended)" if chosen else ""
+    return f"- {row['label']}{mark}: {leak}; {useful}; {_claim(row)}{flagged}"
+
+
+def caveat_lines(front: dict[str, Any], settings: Sequence[dict[str, Any]]) -> list[str]:
+    """What to keep in mind reading the lines above, most important first: which questions
+    utility and leak were read on (fact groups), privacy without a control, too few examples
+    to flag one, answers that copy a document, documents over a budget."""
+    labels = [r["label"] for r in front["rows"]]
+    out = []
+    if front.get("fact_note"):
+        out.append(f"Read on fact groups: {front['fact_note']}.")
+    if front.get("privacy_note"):
+        out.append(f"Note: {front['privacy_note']}.")
+    need = min_n_for(ALPHA)
+    few = [int((s.get("control") or {}).get("n") or 0) for s in settings
+           if (s.get("control") or {}).get("enabled")]
+    if few and min(few) < need:
+        out.append(f"Too few examples to flag any as a leak: {min(few)} with a control, at "
+                   f"least {need} needed; the leak figures are means, not flags.")
+    copying = [f"{label} ({len((s.get('document_control') or {}).get('copying_answers') or [])})"
+               for label, s in zip(labels, settings)
+               if (s.get("document_control") or {}).get("copying_answers")]
+    if copying:
+        out.append(f"Answers copy a document verbatim in {', '.join(copying)}: no ε describes "
+                   f"a copy.")
+    over = [f"{label} ({len(s.get('over_budget') or [])})" for label, s in zip(labels, settings)
+            if s.get("over_budget")]
+    if over:
+        out.append(f"Documents over a budget: {', '.join(over)}.")
+    return out
+
+
+__all__ = ["CAVEATS", "caveat_lines", "documents_sentence", "examples_verdict",
+           "leaks_sentence", "recommendation_line", "run_verdict", "setting_line",
+           "setting_verdict", "sweep_verdict"]

@@ -33,6 +33,7 @@ from ctxleak.engine.chat_prompt import (
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, InputError, warn
 from ctxleak.methods.rag.spans import INPUT_MESSAGES
+from ctxleak.mitigations.prompts import NAMED_MESSAGES
 from ctxleak.run.records import parse_json, read_text_file
 
 CTXLEAK, APP_MESSAGES, APP_TEMPLATE = "ctxleak template", "app messages", "app template"
@@ -74,9 +75,13 @@ def _escape(text: str) -> str:
 def load_prompt_messages(value: Any, param: str = "prompt_messages") -> Messages:
     """``value`` as chat messages with slots: a list of ``{"role", "content"}`` objects, or the
     path of a JSON file holding one. Each content a ``str.format`` template whose slots are
-    ``{context}`` (exactly once over all messages) and ``{query}`` (at most once). A bad one is
-    an error naming the file (or the parameter) and the field (``[1].content``)."""
+    ``{context}`` (exactly once over all messages) and ``{query}`` (at most once); or the name
+    of a built-in prompt (:data:`~ctxleak.mitigations.prompts.NAMED_MESSAGES`, e.g.
+    ``short-answer``). A bad one is an error naming the file (or the parameter) and the field
+    (``[1].content``)."""
     where = param
+    if isinstance(value, str) and value in NAMED_MESSAGES and not Path(value).exists():
+        value = NAMED_MESSAGES[value]
     if isinstance(value, (str, Path)):
         where = str(value)
         if not Path(value).is_file():

@@ -16,9 +16,11 @@ settings side by side, one row each:
   key: :mod:`ctxleak.methods.attacks.canary`): ``eps_lower``, the ε an attacker demonstrated at
   95 % confidence, in
   nats per response, beside the guarantee;
-* utility: token F1 against the references where they have one (SQuAD's, :mod:`.utility`), else
-  ROUGE-L F1, with its interval, and the paired difference to the λ = 1 unbounded setting of the
-  same temperature and context size (the paired bootstrap of :func:`.utility.paired_difference`);
+* utility: answer match (the normalised reference inside the normalised answer, 0/1 per
+  question) where the records have it, else token F1 against the references (SQuAD's,
+  :mod:`.utility`), else ROUGE-L F1, with its interval, and the paired difference to the
+  λ = 1 unbounded setting of the same temperature and context size (the paired bootstrap of
+  :func:`.utility.paired_difference`);
 * ``pareto``: no other setting is at least as good on both (privacy loss no higher, utility no
   lower) and better on one.
 
@@ -29,11 +31,20 @@ response, ``delta``, the ``relation`` the claim covers, ``tokens_paid``) beside 
 measured, and exact match, token F1 and ROUGE-L each with its paired difference to the
 baseline.
 
+Fact groups: where every setting's questions come in both groups of ``record["fact"]``,
+"common" (a fact the model may know without the document) and "private" (only the document
+holds it), utility is read on the common-fact questions only and privacy loss on the
+private-fact questions only (the summary's ``fact_groups``,
+:func:`ctxleak.methods.influence.summary.fact_groups`, else the records'), and ``fact_note``
+says so in one line; without both groups nothing changes.
+
 The recommendation is the Pareto setting with the least privacy loss that keeps at least
 ``keep`` (default 90 %) of the best utility, said in one sentence with what its claim covers
-(a shard-level ε is not a document-level ε); it says so when no setting with less privacy
-loss than the best one does. With fewer than :data:`MIN_QUESTIONS` questions the utility
-differences are not resolved, and it recommends nothing.
+(a shard-level ε is not a document-level ε); when no setting with less privacy loss than the
+best one does, it says so and names the setting that comes closest (the most utility among
+those that leak less) with its share of the best utility and how much less it leaks. With
+fewer than :data:`MIN_QUESTIONS` questions the utility differences are not resolved, and it
+recommends nothing (naming the setting the rule would pick on those few questions).
 """
 
 from __future__ import annotations
@@ -42,16 +53,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxleak.errors import ConfigError
+from ctxleak.methods.tradeoff.facts import FACTS, fact_groups
 from ctxleak.methods.tradeoff.utility import paired_difference
 
 #: The share of the best utility a recommended setting keeps, by default.
 KEEP = 0.9
 
-#: The utility a frontier reads, first found first: key, name.
-UTILITIES = (("f1", "F1"), ("rouge_l", "ROUGE-L"))
+#: The utility a frontier reads, first found first: key, name. Answer match (the normalised
+#: reference inside the normalised answer, :func:`.utility.reference_scores`) where the records
+#: have it, else F1, else ROUGE-L.
+UTILITIES = (("match", "answer match"), ("f1", "F1"), ("rouge_l", "ROUGE-L"))
 
 #: Every utility a row shows, each with its paired difference to the baseline: key, name.
-ALL_UTILITIES = (("exact_match", "exact match"), ("f1", "F1"), ("rouge_l", "ROUGE-L"))
+ALL_UTILITIES = (("match", "answer match"), ("exact_match", "exact match"), ("f1", "F1"),
+                 ("rouge_l", "ROUGE-L"))
 
 #: Fewer questions than this and utility differences are not resolved: no recommendation.
 MIN_QUESTIONS = 30
@@ -82,8 +97,10 @@ def frontier(settings: Sequence[dict[str, Any]],
 
     Returns ``rows`` (one per setting, in the sweep's order), the ``privacy`` and ``utility``
     they read (with ``privacy_note`` where the control is missing), ``keep``, ``questions``
-    (the fewest any setting measured), the ``recommended`` setting's key (``None`` where none
-    is, and with fewer than ``min_questions`` questions) and the ``recommendation``."""
+    (the fewest any setting measured utility on), the ``recommended`` setting's key (``None``
+    where none is, and with fewer than ``min_questions`` questions) and the
+    ``recommendation``; ``facts`` (questions per fact group, ``None`` without both groups) and
+    ``fact_note``, the line that says which questions utility and privacy loss were read on."""
     if not (isinstance(keep, (int, float)) and not isinstance(keep, bool) and 0 < keep <= 1):
         raise ConfigError(f"keep must be a share of the best utility in (0, 1], got {keep!r}",
                           param="keep")
@@ -92,14 +109,18 @@ def frontier(settings: Sequence[dict[str, Any]],
     if unknown:
         raise ConfigError(f"the audit of setting {unknown[0]} matches none of the sweep's "
                           f"settings ({'; '.join(map(str, keys))})", param="audits")
+    by_setting: dict[Any, list[dict[str, Any]]] = {}
+    for r in records or ():
+        by_setting.setdefault(r.get("setting"), []).append(r)
+    settings, facts = fact_views(settings, by_setting, seed)
+    if facts is not None:  # utility's paired differences on the common-fact questions only
+        by_setting = {k: [r for r in v if r.get("fact") == "common"]
+                      for k, v in by_setting.items()}
     privacy, note = _privacy_measure(settings)
     key, name = next(((k, n) for k, n in UTILITIES
                       if any((s.get(k) or {}).get("mean") is not None for s in settings)),
                      (None, None))
     labels = setting_labels(settings)
-    by_setting: dict[Any, list[dict[str, Any]]] = {}
-    for r in records or ():
-        by_setting.setdefault(r.get("setting"), []).append(r)
     rows = []
     for s, label in zip(settings, labels):
         stats = (((s.get("control") or {}).get("above_control_per_token") or {})
@@ -134,12 +155,47 @@ def frontier(settings: Sequence[dict[str, Any]],
     sentence = recommendation(rows, chosen, keep, privacy, name) if resolved else (
         f"No recommendation: utility differences not resolved with {questions} question(s) "
         f"(fewer than {min_questions}); measure at least {min_questions} questions to choose "
-        f"between settings.")
+        f"between settings." + _indicative(rows, keep, name))
     return {"privacy": privacy, "privacy_unit": "nats per token", "privacy_note": note,
             "utility": name, "utility_key": key, "keep": keep, "questions": questions,
             "min_questions": min_questions, "resolved": resolved,
+            "facts": facts, "fact_note": fact_note(facts),
             "recommended": chosen["setting"] if chosen else None,
             "recommendation": sentence, "rows": rows}
+
+
+def fact_views(settings: Sequence[dict[str, Any]], by_setting: Mapping[Any, Sequence[dict[str,
+               Any]]], seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, int] | None]:
+    """The settings as the frontier reads them, and the questions per fact group. Where every
+    setting has both fact groups (its summary's ``fact_groups``, else computed from its
+    records in ``by_setting``), each is read with its utilities (and ``n``) from the
+    "common" group and its influence per token and above the control from the "private"
+    group; otherwise the settings as they are and ``None``."""
+    groups = [s.get("fact_groups") or (fact_groups(by_setting.get(s.get("setting")) or (),
+                                                   seed=seed) if by_setting else None)
+              for s in settings]
+    if not settings or not all(g and all((g.get(f) or {}).get("n") for f in FACTS)
+                               for g in groups):
+        return list(settings), None
+    views = []
+    for s, g in zip(settings, groups):
+        assert g is not None  # checked above
+        common, private = g["common"], g["private"]
+        views.append({**s, "n": common["n"], **{k: common.get(k) for k, _ in ALL_UTILITIES},
+                      "influence_per_token": private.get("influence_per_token"),
+                      "control": {**(s.get("control") or {}), "above_control_per_token":
+                                  private.get("above_control_per_token")}})
+    counts = {f: min(int(g[f]["n"]) for g in groups if g) for f in FACTS}
+    return views, counts
+
+
+def fact_note(facts: Mapping[str, int] | None) -> str | None:
+    """The line that says what a fact-split frontier read where: ``utility on the 24
+    common-fact questions, leak on the 64 private-fact questions``; None without a split."""
+    if not facts:
+        return None
+    return (f"utility on the {facts['common']} common-fact questions, leak on the "
+            f"{facts['private']} private-fact questions")
 
 
 def claim_columns(setting: dict[str, Any]) -> dict[str, Any]:
@@ -301,8 +357,9 @@ def recommendation(rows: Sequence[dict[str, Any]], chosen: dict[str, Any] | None
     head = (f"{best['label']}: {utility} {best['utility']:.3g}, {privacy} "
             f"{best['privacy']:.3g} {unit}")
     if chosen is best:
+        near = closest(rows)
         return (f"No setting with less {privacy} keeps {_pct(keep)} of the best {utility} "
-                f"({head}).")
+                f"({head})." + (f" Closest: {_kept_text(near, best, utility)}." if near else ""))
     if best["privacy"] > 0 and chosen["privacy"] >= 0:
         cost = f"{_pct(chosen['privacy'] / best['privacy'])} of its {privacy}"
     else:
@@ -312,6 +369,39 @@ def recommendation(rows: Sequence[dict[str, Any]], chosen: dict[str, Any] | None
     if chosen.get("eps_guarantee") is not None and chosen.get("relation") is None:
         sentence += f"; ε {chosen['eps_guarantee']:.3g} per response guaranteed"
     return sentence + ")." + claim_sentence(chosen)
+
+
+def closest(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The setting that comes closest to a recommendation where none keeps enough utility:
+    of those with less privacy loss than the best-utility setting, the one with the most
+    utility (of those tied, the least privacy loss); None where none leaks less."""
+    best = _best(rows)
+    if best is None:
+        return None
+    fewer = [r for r in rows if _scored(r) and r["privacy"] < best["privacy"]]
+    return min(fewer, key=lambda r: (-r["utility"], r["privacy"])) if fewer else None
+
+
+def _kept_text(row: dict[str, Any], best: dict[str, Any], utility: str | None) -> str:
+    """``λ = 0.5 keeps 84 % of the best F1 (F1 0.42 vs 0.50) with 0.12 nats per token less
+    leak``: a setting against the best-utility one."""
+    kept = _pct(row["utility"] / best["utility"]) if best["utility"] > 0 else "—"
+    return (f"{row['label']} keeps {kept} of the best {utility} ({utility} "
+            f"{row['utility']:.2f} vs {best['utility']:.2f}) with "
+            f"{best['privacy'] - row['privacy']:.2g} nats per token less leak")
+
+
+def _indicative(rows: Sequence[dict[str, Any]], keep: float, utility: str | None) -> str:
+    """What the rule would pick on too few questions to resolve it, said as indicative
+    only: the setting it picks where that leaks less than the best-utility one, else the
+    closest (:func:`closest`); empty where neither is."""
+    best = _best(rows)
+    if best is None or utility is None or best["utility"] <= 0:
+        return ""
+    pick = recommend(rows, keep)
+    near = pick if pick is not None and pick is not best else closest(rows)
+    return (f" Indicative only, on these questions: {_kept_text(near, best, utility)}."
+            if near else "")
 
 
 #: What a claim under each relation covers, and what it does not, in a few words.
@@ -345,5 +435,5 @@ def claim_sentence(row: dict[str, Any]) -> str:
 
 __all__ = ["ABOVE_CONTROL", "ALL_UTILITIES", "CLAIM_SCOPE", "COLUMNS", "KEEP", "MIN_QUESTIONS",
            "PER_TOKEN", "UTILITIES", "baseline_key", "claim_columns", "claim_sentence",
-           "context_part", "frontier", "mark_pareto", "recommend", "recommendation",
-           "setting_labels", "utility_columns"]
+           "closest", "context_part", "fact_note", "fact_views", "frontier", "mark_pareto",
+           "recommend", "recommendation", "setting_labels", "utility_columns"]

@@ -6,8 +6,11 @@ reports ROUGE-L, BERTScore and FactKB as the utility a mitigation costs).
 Both answers are normalised first: lower-cased, punctuation removed, the articles *a*, *an* and
 *the* removed as words, whitespace collapsed. Exact match is 1 when the normalised strings are
 equal; token F1 is the harmonic mean of precision and recall of the tokens both share, counted
-as multisets. With several references, each score is the largest over them. Written here from
-the paper's definitions (no evaluation script copied).
+as multisets. Answer match is 1 when the normalised reference appears in the normalised answer
+as whole words: a small model's answer restates the question before the fact ("Yusuf's new
+salary will be 44,750 pounds"), which exact match scores 0 and F1 dilutes, so match is the QA
+utility a frontier reads first. With several references, each score is the largest over them.
+Written here from the paper's definitions (no evaluation script copied).
 
 :func:`paired_difference` reads a mitigation's cost: the mean per-example difference between two
 settings with a paired bootstrap interval (:func:`scipy.stats.bootstrap`).
@@ -55,6 +58,13 @@ def exact_match(prediction: str, reference: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(reference))
 
 
+def answer_match(prediction: str, reference: str) -> float:
+    """1.0 when the normalised ``reference`` appears in the normalised ``prediction`` as whole
+    words (a reference that normalises to nothing matches nothing), else 0.0."""
+    ref = normalize_answer(reference)
+    return float(bool(ref) and f" {ref} " in f" {normalize_answer(prediction)} ")
+
+
 def token_f1(prediction: str, reference: str) -> float:
     """F1 of the normalised answers' tokens, as multisets; 0 when they share no token (SQuAD
     v1.1: an answer that normalises to nothing, "The.", scores 0 even against another such)."""
@@ -67,18 +77,20 @@ def token_f1(prediction: str, reference: str) -> float:
 
 
 def reference_scores(prediction: str, references: Sequence[str]) -> dict[str, float | None]:
-    """A record's utility fields: ``rouge_l``, ``exact_match`` and ``f1``, each the best over
-    ``references``; all ``None`` when there is no reference."""
+    """A record's utility fields: ``rouge_l``, ``exact_match``, ``f1`` and ``match``
+    (:func:`answer_match`), each the best over ``references``; all ``None`` when there is no
+    reference."""
     refs = [r for r in references if r]
     if not refs:
-        return {"rouge_l": None, "exact_match": None, "f1": None}
+        return {"rouge_l": None, "exact_match": None, "f1": None, "match": None}
     return {"rouge_l": max(rouge_l_f1(prediction, r) for r in refs),
             "exact_match": max(exact_match(prediction, r) for r in refs),
-            "f1": max(token_f1(prediction, r) for r in refs)}
+            "f1": max(token_f1(prediction, r) for r in refs),
+            "match": max(answer_match(prediction, r) for r in refs)}
 
 
 #: The per-record utility fields, as the summary and ``compare`` name them.
-UTILITY_KEYS = ("f1", "exact_match", "rouge_l")
+UTILITY_KEYS = ("f1", "exact_match", "rouge_l", "match")
 
 
 def paired_difference(left: Sequence[dict[str, Any]], right: Sequence[dict[str, Any]],

@@ -1,0 +1,163 @@
+"""The datastore a RAG system retrieves from, as the DP mechanisms' input: its documents, the
+disjoint shards the DP votes partition it into, and the retrieval each reader runs.
+
+"Privacy-Preserving Retrieval-Augmented Generation with Differential Privacy" (Koga, Wu and
+Chaudhuri) partitions the datastore into disjoint parts, one per voter, and each voter retrieves
+from its own part: adding or removing one document changes one part, so one voter, and a vote
+that is DP with respect to one voter's change is DP with respect to one document of the
+datastore. ctxleak assigns a document to a shard by a hash of its id alone
+(:meth:`Datastore.shard_of`), a split that looks at no text and at no other document, so adding
+a document moves no other; each voter ranks its own shard with BM25 indexed on that shard alone
+(its inverse document frequencies read no other shard).
+
+"RAG with Differential Privacy" (Grislain) thresholds every document's similarity to the query;
+the threshold's exponential mechanism has sensitivity 1 only where a document's similarity
+depends on that document and the query alone. BM25's inverse document frequency reads the other
+documents, so the private retrieval thresholds :func:`word_similarity` (the cosine of word
+counts) instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ctxleak.errors import ConfigError, InputError
+from ctxleak.mitigations.bm25 import BM25
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def word_similarity(query: str, text: str) -> float:
+    """The cosine similarity of the word counts of ``query`` and ``text`` (lower-cased words
+    of letters and digits), in [0, 1]; 0 where either has no word. It reads only the two texts,
+    so one document's similarity never moves another's."""
+    a, b = Counter(_WORD.findall(query.lower())), Counter(_WORD.findall(text.lower()))
+    dot = sum(a[w] * b[w] for w in a)
+    norm = math.sqrt(sum(v * v for v in a.values()) * sum(v * v for v in b.values()))
+    return dot / norm if norm else 0.0
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """One retrieved document: its id, its text and the retriever's score."""
+
+    id: str
+    text: str
+    score: float
+
+
+@dataclass(frozen=True)
+class Datastore:
+    """The documents a RAG system retrieves from, as ``(id, text)`` pairs with unique ids."""
+
+    documents: tuple[tuple[str, str], ...]
+    _indexes: dict[int, tuple[BM25 | None, ...]] = field(default_factory=dict, init=False,
+                                                        repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        docs = tuple((str(i), str(t)) for i, t in self.documents)
+        if not docs:
+            raise ConfigError("datastore: no documents", param="datastore")
+        seen: set[str] = set()
+        for doc_id, _ in docs:
+            if doc_id in seen:
+                raise ConfigError(f"datastore: document id '{doc_id}' appears twice",
+                                  param="datastore")
+            seen.add(doc_id)
+        object.__setattr__(self, "documents", docs)
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str]]) -> Datastore:
+        """A datastore of ``(id, text)`` pairs; a pair seen twice (same id, same text) counts
+        once, an id with two texts is refused."""
+        texts: dict[str, str] = {}
+        for doc_id, text in pairs:
+            if texts.setdefault(str(doc_id), str(text)) != str(text):
+                raise ConfigError(f"datastore: document id '{doc_id}' has two different texts",
+                                  param="datastore")
+        return cls(tuple(texts.items()))
+
+    @classmethod
+    def read(cls, path: str | Path) -> Datastore:
+        """A datastore from a JSONL file of ``{"id", "text"}`` objects (other fields ignored);
+        a bad line is an :class:`InputError` naming the file, the line and the field."""
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"datastore: {path} is not a file", param="datastore")
+        pairs = []
+        with path.open(encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{path}:{line_no}: not JSON ({exc.msg})") from None
+                for key in ("id", "text"):
+                    if not isinstance(row, dict) or not isinstance(row.get(key), (str, int)) \
+                            or str(row[key]) == "":
+                        raise InputError(f"{path}:{line_no}: field '{key}' must be a non-empty "
+                                         "string")
+                pairs.append((str(row["id"]), str(row["text"])))
+        if not pairs:
+            raise InputError(f"{path}: no documents")
+        return cls.of(pairs)
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+    @staticmethod
+    def shard_of(doc_id: str, shards: int) -> int:
+        """The shard of the document ``doc_id`` among ``shards``: a hash of the id alone."""
+        digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest()
+        return int.from_bytes(digest, "big") % shards
+
+    def shards(self, shards: int) -> tuple[tuple[tuple[str, str], ...], ...]:
+        """The documents of each of ``shards`` disjoint shards (:meth:`shard_of`), each in the
+        datastore's order; a shard may be empty."""
+        parts: list[list[tuple[str, str]]] = [[] for _ in range(shards)]
+        for doc in self.documents:
+            parts[self.shard_of(doc[0], shards)].append(doc)
+        return tuple(tuple(p) for p in parts)
+
+    def shard_search(self, query: str, shards: int, k: int) -> list[list[Retrieved]]:
+        """Each shard's ``k`` best documents for ``query`` by BM25 over that shard alone
+        (nothing for an empty shard)."""
+        indexes = self._indexes.get(shards)
+        if indexes is None:
+            indexes = self._indexes[shards] = tuple(BM25(part) if part else None
+                                                    for part in self.shards(shards))
+        out = []
+        for index in indexes:
+            hits = [] if index is None else index.search(query, k)
+            out.append([Retrieved(*index.documents[i], score) for i, score in hits
+                        if index is not None])
+        return out
+
+    def similarities(self, query: str) -> list[float]:
+        """Every document's :func:`word_similarity` to ``query``, in order."""
+        return [word_similarity(query, text) for _, text in self.documents]
+
+    def describe(self) -> str:
+        return f"a datastore of {len(self)} documents"
+
+
+def datastore_of(documents: Sequence[tuple[str, str]] | Datastore | str | Path | None
+                 ) -> Datastore | None:
+    """``documents`` as a :class:`Datastore`: one as is, a JSONL path read, pairs collected;
+    None stays None."""
+    if documents is None or isinstance(documents, Datastore):
+        return documents
+    if isinstance(documents, (str, Path)):
+        return Datastore.read(documents)
+    return Datastore.of(documents)
+
+
+__all__ = ["Datastore", "Retrieved", "datastore_of", "word_similarity"]

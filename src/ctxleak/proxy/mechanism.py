@@ -1,0 +1,119 @@
+"""One answer of the privacy proxy by a defence other than Context Influence Decoding: a
+:class:`~ctxleak.mitigations.mechanisms.Mechanism` (a DP vote over shards, DP-RAG, scrubbing;
+``ctxleak serve --mechanism``, a request's ``ctxleak.mechanism``) asked as every part of ctxleak
+asks it: one :class:`~ctxleak.mitigations.mechanisms.AnswerRequest` per chat request, whose
+``prompt(texts)`` is the prompt CID's answers use (:func:`~ctxleak.proxy.decode.answer_parts`:
+``ctxleak influence``'s qa template holding those document texts in order, cut to the model's
+window minus ``max_tokens``), and ``mechanism.answer(lm, requests, decoding)``.
+
+A mechanism decodes the whole answer before anything is released: a streamed request gets the
+finished answer in chunks (:func:`ctxleak.proxy.streaming.answer_and_settle`)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ctxleak.engine.lm import LanguageModel
+from ctxleak.errors import ConfigError
+from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding, Mechanism, MechanismAnswer
+from ctxleak.mitigations.prompts import template_prompt
+from ctxleak.proxy.decode import answer_parts
+from ctxleak.proxy.request import Document, MechanismRequest, ProxyError
+
+#: Where a mechanism's refusal of a request points (its :class:`ConfigError`'s parameter ->
+#: the request field); any other parameter is the mechanism's own (``ctxleak.mechanism``).
+FIELDS = {"greedy": "temperature", "documents": "ctxleak.documents",
+          "shards": "ctxleak.documents", "scores": "ctxleak.documents"}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request ready for its mechanism: its :class:`AnswerRequest`, the mechanism, its
+    decoding settings, the prompt's length with every document and the context tokens the
+    model's window cut."""
+
+    mechanism: Mechanism
+    request: AnswerRequest
+    decoding: Decoding
+    prompt_tokens: int
+    cut: int
+
+    @property
+    def group(self) -> tuple[str, Decoding]:
+        """The requests one ``answer`` call may take together: the same mechanism (its key)
+        and the same decoding settings."""
+        return self.mechanism.key(), self.decoding
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A mechanism's decoded answer as the proxy releases it: the mechanism's answer, its
+    text, the prompt's length, the context tokens cut and the seed."""
+
+    answer: MechanismAnswer
+    text: str
+    prompt_tokens: int
+    context_tokens_cut: int
+    seed: int
+
+    @property
+    def finish_reason(self) -> str:
+        """OpenAI's ``finish_reason``: ``stop`` on the model's EOS, else ``length``."""
+        return "stop" if self.answer.stopped_on_eos else "length"
+
+    @property
+    def tokens(self) -> int:
+        """The released tokens, the stopping EOS included (as CID's ledger counts them)."""
+        return len(self.answer.response_ids) + int(self.answer.stopped_on_eos)
+
+    @property
+    def usage(self) -> dict[str, int]:
+        """OpenAI's ``usage``: the prompt with every document and the answer's tokens (the
+        stopping EOS left out)."""
+        n_out = len(self.answer.response_ids)
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n_out,
+                "total_tokens": self.prompt_tokens + n_out}
+
+
+def prepare(lm: LanguageModel, request: MechanismRequest,
+            documents: Sequence[Document]) -> Prepared:
+    """``request`` with ``documents`` (those the budget let through) as its mechanism's
+    :class:`AnswerRequest`: the texts and ids in order, ``prompt(texts)`` the proxy's prompt
+    holding those texts (``prompt([])``: without retrieval), the request's seed (a fresh one
+    where it gives none) and the user's last message as the query."""
+    parts, cut = answer_parts(lm, documents, request.query, request.max_tokens)
+    seed = request.seed if request.seed is not None else secrets.randbits(63)
+    asked = AnswerRequest(documents=tuple(d.text for d in documents),
+                          prompt=template_prompt(lm, request.query, reserve=request.max_tokens),
+                          seed=seed, ids=tuple(d.id for d in documents),
+                          query=request.question)
+    return Prepared(request.mechanism, asked, request.decoding, len(parts.full), cut)
+
+
+def reply_of(lm: LanguageModel, prepared: Prepared, answer: MechanismAnswer) -> Reply:
+    """The :class:`Reply` of a prepared request's decoded ``answer``."""
+    return Reply(answer=answer, text=lm.decode(list(answer.response_ids)),
+                 prompt_tokens=prepared.prompt_tokens, context_tokens_cut=prepared.cut,
+                 seed=prepared.request.seed)
+
+
+def answer_alone(lm: LanguageModel, request: MechanismRequest,
+                 documents: Sequence[Document]) -> Reply:
+    """``request`` answered by its mechanism on its own (a served model, whose server takes
+    several requests at once)."""
+    prepared = prepare(lm, request, documents)
+    [answer] = prepared.mechanism.answer(lm, [prepared.request], prepared.decoding)
+    return reply_of(lm, prepared, answer)
+
+
+def refusal(exc: ConfigError, request: MechanismRequest) -> ProxyError:
+    """A mechanism's refusal of a request (greedy decoding for a mechanism that samples, too
+    few documents for its shards) as HTTP 400 naming the request field."""
+    param = FIELDS.get(str(getattr(exc, "param", "") or ""), "ctxleak.mechanism")
+    return ProxyError(400, f"{param}: {request.mechanism.key()} cannot answer this request: "
+                           f"{exc}", param=param)
+
+
+__all__ = ["Prepared", "Reply", "answer_alone", "prepare", "refusal", "reply_of"]

@@ -1,0 +1,134 @@
+"""The datastore as the DP mechanisms' input: disjoint shards by id, each voter retrieving from
+its own shard, DP-RAG's private retrieval over every document, and claims over the datastore."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from ctxleak.errors import ConfigError, InputError
+from ctxleak.mitigations.bm25 import BM25
+from ctxleak.mitigations.datastore import Datastore, word_similarity
+from ctxleak.mitigations.dp_rag import DPRAG
+from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
+from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
+
+CITIES = ("paris", "rome", "berlin", "madrid", "lisbon", "vienna", "athens", "dublin", "oslo",
+          "prague", "warsaw", "sofia")
+STORE = Datastore(tuple((f"doc-{i}", f"{city} is a capital city number {i}")
+                        for i, city in enumerate(CITIES)))
+
+
+def _request(lm, store=STORE, query="which city is the capital ?", seed=0):
+    def prompt(texts):
+        return lm.encode(f"{' '.join(texts)} question : {query} answer :".strip())
+
+    return AnswerRequest(documents=(), prompt=prompt, seed=seed, query=query, datastore=store)
+
+
+def test_a_document_sits_in_one_shard_chosen_by_its_id_alone():
+    grown = Datastore((*STORE.documents, ("new-doc", "a new document about paris")))
+    before, after = STORE.shards(4), grown.shards(4)
+    assert sorted(d for part in before for d in part) == sorted(STORE.documents)
+    changed = [s for s in range(4) if before[s] != after[s]]
+    assert changed == [Datastore.shard_of("new-doc", 4)]
+    assert after[changed[0]] == (*before[changed[0]], ("new-doc", "a new document about paris"))
+
+
+def test_each_voter_ranks_its_own_shard_alone():
+    """Adding a document changes the retrieval of its own shard and of no other: BM25 is
+    indexed per shard."""
+    grown = Datastore((*STORE.documents, ("new-doc", "paris paris capital")))
+    query = "paris capital"
+    before, after = STORE.shard_search(query, 4, 2), grown.shard_search(query, 4, 2)
+    home = Datastore.shard_of("new-doc", 4)
+    for s, (a, b) in enumerate(zip(before, after)):
+        part = STORE.shards(4)[s]
+        assert {h.id for h in a} <= {i for i, _ in part}
+        if s != home:
+            assert a == b
+    assert after[home][0].id == "new-doc"
+    expected = BM25(STORE.shards(4)[home]).search(query, 2)
+    assert [round(h.score, 4) for h in before[home]] == [s for _, s in expected]
+
+
+def test_pairs_and_files(tmp_path):
+    assert len(Datastore.of([("a", "x"), ("a", "x"), ("b", "y")])) == 2
+    with pytest.raises(ConfigError, match="'a' has two different texts"):
+        Datastore.of([("a", "x"), ("a", "z")])
+    with pytest.raises(ConfigError, match="appears twice"):
+        Datastore((("a", "x"), ("a", "x")))
+    path = tmp_path / "store.jsonl"
+    path.write_text(json.dumps({"id": "a", "text": "x"}) + "\n\n" + json.dumps({"id": "b"}) + "\n")
+    with pytest.raises(InputError, match=r"store.jsonl:3: field 'text'"):
+        Datastore.read(path)
+    path.write_text('{"id": "a", "text": "x"}\n{oops\n')
+    with pytest.raises(InputError, match=r"store.jsonl:2: not JSON"):
+        Datastore.read(path)
+
+
+def test_word_similarity_reads_only_the_two_texts():
+    assert word_similarity("Where is Rome?", "rome is in italy .") == pytest.approx(2 / 12 ** 0.5)
+    assert STORE.similarities("paris capital") == [word_similarity("paris capital", t)
+                                                   for _, t in STORE.documents]
+
+
+def _first_logits(lm, ids):
+    with torch.no_grad():
+        return lm.model(torch.tensor([ids])).logits[0, -1].double()
+
+
+def test_a_vote_over_the_datastore_reads_each_voters_shard(tiny_lm):
+    """Each voter's prompt holds its shard's best document for the question; the claim is over
+    the datastore's documents; the first vote's counts are the voters' own argmaxes."""
+    req = _request(tiny_lm)
+    mech = DPVote(eps=2000, shards=4, eps_token=1000, delta=1e-6)
+    answer = mech.answer(tiny_lm, [req], Decoding(max_new_tokens=1, min_new_tokens=1))[0]
+    hits = STORE.shard_search(req.query, 4, 1)
+    assert answer.datastore_used == tuple(h.id for shard in hits for h in shard)
+    assert answer.claim.relation == "document" and answer.documents_used == ()
+    votes = [int(torch.argmax(_first_logits(tiny_lm, req.prompt([h.text for h in shard]))))
+             for shard in hits]
+    counts = torch.bincount(torch.tensor(votes), minlength=tiny_lm.vocab_size)
+    assert answer.steps[0]["top_votes"] == int(counts.max())
+    # over the request's own list instead, the claim is per shard of that list
+    listed = AnswerRequest(documents=tuple(t for _, t in STORE.documents[:4]),
+                           prompt=req.prompt, seed=0)
+    assert mech.answer(tiny_lm, [listed], Decoding(max_new_tokens=1, min_new_tokens=1)
+                       )[0].claim.relation == "shard"
+
+
+def test_per_voter_documents_and_key(tiny_lm):
+    mech = DPSparseVote(eps=6, shards=3, per_voter=2)
+    assert mech.key().endswith(",per_voter=2)")
+    answer = mech.answer(tiny_lm, [_request(tiny_lm)], Decoding(max_new_tokens=2,
+                                                               min_new_tokens=2))[0]
+    hits = STORE.shard_search("which city is the capital ?", 3, 2)
+    assert answer.datastore_used == tuple(h.id for shard in hits for h in shard)
+    assert [len(shard) for shard in hits] == [min(2, len(p)) for p in STORE.shards(3)]
+    with pytest.raises(ConfigError, match="per_voter"):
+        DPVote(eps=1, shards=3, per_voter=0)
+    with pytest.raises(ConfigError, match="shards: 20 shards"):
+        DPVote(eps=1, shards=20).answer(tiny_lm, [_request(tiny_lm)], Decoding())
+    with pytest.raises(ConfigError, match="query"):
+        DPVote(eps=1, shards=3).answer(tiny_lm, [_request(tiny_lm, query=" ")], Decoding())
+
+
+def test_dp_rag_retrieves_privately_over_every_document(tiny_lm):
+    """The used documents are those whose word similarity reaches the drawn threshold, taken
+    over the whole datastore; the claim is per document of the datastore."""
+    query = "is paris or rome a capital city ?"
+    mech = DPRAG(eps=5, top_k=2)
+    answer = mech.answer(tiny_lm, [_request(tiny_lm, query=query, seed=3)],
+                         Decoding(max_new_tokens=3, min_new_tokens=3))[0]
+    tau = answer.steps[0]["threshold"]
+    expected = tuple(doc_id for (doc_id, text) in STORE.documents
+                     if word_similarity(query, text) >= tau)
+    assert answer.datastore_used == expected
+    assert answer.steps[0]["documents"] == len(expected)
+    assert answer.claim.relation == "document" and math.isfinite(answer.claim.eps or math.nan)
+    with pytest.raises(ConfigError, match="eps_retrieval: 0 would read every document"):
+        DPRAG(eps=5, eps_retrieval=0).answer(tiny_lm, [_request(tiny_lm)], Decoding())
