@@ -9,10 +9,13 @@ from __future__ import annotations
 import pytest
 
 import ctxleak
+from ctxleak.methods.influence.data import load_examples
 
 MECHANISMS = ["dp-vote:eps=2,shards=4", "dp-sparse-vote:eps=2,shards=4", "dp-rag:eps=5",
               "scrub:operator=replace"]
-RELATIONS = {"dp-vote": "shard", "dp-sparse-vote": "shard", "dp-rag": "document",
+# the votes and DP-RAG retrieve from the questions' documents pooled into a datastore: each
+# claim is per document of it
+RELATIONS = {"dp-vote": "document", "dp-sparse-vote": "document", "dp-rag": "document",
              "scrub": "none"}
 QUESTIONS = 2
 
@@ -24,6 +27,7 @@ def test_the_mixed_sweep_runs_every_mode_on_the_default_model(default_lm, tmp_pa
                                bounded_eps="none,2", mechanisms=MECHANISMS, max_new_tokens=8,
                                progress=False, output=str(out))
     settings = result.summary["settings"]
+    pooled = {d.id for ex in load_examples("demo-qa-large")[:QUESTIONS] for d in ex.documents}
     assert len(settings) == 2 + len(MECHANISMS)
     assert all(s["n"] == QUESTIONS for s in settings)
     by_mode = {s.get("mechanism"): s for s in settings}
@@ -38,6 +42,9 @@ def test_the_mixed_sweep_runs_every_mode_on_the_default_model(default_lm, tmp_pa
         assert record["claim_relation"] in ("none", "context", "shard", "document")
         assert record["tokens_paid"] <= len(record["response_ids"]) + 1
         assert len(record["passage_influence"]) == 4  # every document left out, scored
+        if (record.get("mechanism") or "").startswith("dp-vote"):  # one document per voter
+            assert 1 <= len(record["datastore_used"]) <= 4
+            assert set(record["datastore_used"]) <= pooled
     front = result.summary["frontier"]
     assert [r["setting"] for r in front["rows"]] == [s["setting"] for s in settings]
     assert front["recommended"] is None and "not resolved" in front["recommendation"]
