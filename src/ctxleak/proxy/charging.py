@@ -26,14 +26,13 @@ from ctxleak.mitigations.mechanisms import RELATIONS
 from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import Answer
-from ctxleak.proxy.mechanism import Reply
+from ctxleak.proxy.mechanism import Reply, mechanism_fields
 from ctxleak.proxy.metrics import ProxyMetrics
 from ctxleak.proxy.request import (
     CIDRequest,
     Document,
     MechanismRequest,
     ProxyError,
-    cid_settings,
 )
 
 log = logging.getLogger("ctxleak.proxy")
@@ -128,34 +127,6 @@ def sizing_text(budgets: Budgets, max_tokens: int,
         allowed = ", ".join(f"{answers_allowed(b, e, max_tokens)} at ε {e:g}" for e in examples)
         parts.append(f"{who}: {b:g} → answers of {max_tokens} tokens: {allowed}")
     return f"budgets: {'; '.join(parts)} ({head})"
-
-
-def mechanism_text(config: ProxyConfig) -> str:
-    """The proxy's default mechanism in words, for ``ctxleak serve``'s start line: what it
-    claims for an answer of ``max_tokens`` tokens, what it reserves and how many answers the
-    default budget allows."""
-    from ctxleak.mitigations.mechanisms import Decoding
-
-    mechanism = config.mechanism
-    settings = cid_settings(mechanism)
-    if settings is not None:
-        lam, eps = settings
-        how = f"λ = {lam:g}" if eps is None else f"ε = {eps:g} per token (λ ≤ {lam:g})"
-        return (f"requests that name no mechanism are answered by CID at {how}, as "
-                f"ctxleak.lambda / ctxleak.epsilon ask")
-    claim = mechanism.claim(Decoding(temperature=config.temperature,
-                                     max_new_tokens=config.max_tokens,
-                                     min_new_tokens=config.min_tokens))
-    head = f"requests that name no mechanism are answered by {mechanism.key()}"
-    if claim.eps is None:
-        return f"{head}: {claim.covers()}; nothing is charged"
-    allowed = ""
-    if config.budgets.default is not None and claim.eps > 0:
-        allowed = (f"; a budget of {config.budgets.default:g} allows "
-                   f"{answers_allowed(config.budgets.default, claim.eps, 0)} such answers")
-    return (f"{head}: each answer of up to {config.max_tokens} tokens reserves and is charged "
-            f"ε = {claim.eps:.4g} (δ = {claim.delta:.2g}, relation {claim.relation}) of every "
-            f"private document it carries{allowed}")
 
 
 class Charging:
@@ -440,45 +411,6 @@ def ledger_fields(request: CIDRequest, answer: Answer, kept: list[str], dropped:
         "documents": kept, "dropped": dropped,
         "context_tokens_cut": answer.context_tokens_cut,
     }
-
-
-def mechanism_fields(request: MechanismRequest, reply: Reply, kept: list[str],
-                     dropped: list[str], docs: Sequence[Document], *,
-                     charged: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The ``ctxleak`` field of a mechanism's answer (docs/deploy-cid.md, "Deploying another
-    defence"): the mechanism, its claim (``epsilon``, ``delta``, ``relation``: the most an
-    answer may spend, reserved), what the ledger charged each document (``charged``;
-    ``epsilon_spent`` that charge, 0 where no document was charged, null for a mechanism
-    without a guarantee) and the δ of the answer's claim (``delta_spent``)."""
-    answer, claim = reply.answer, request.claim
-    spent: float | None = answer.claim.eps
-    if charged is not None:
-        spent = max(charged.values(), default=0.0)
-    used = [docs[i].id for i in answer.documents_used if 0 <= i < len(docs)]
-    return {
-        "mode": "mechanism", "mechanism": request.mechanism.key(),
-        "relation": answer.claim.relation, "epsilon": claim.eps, "delta": claim.delta,
-        "temperature": request.temperature, "seed": reply.seed,
-        "epsilon_spent": spent,
-        "delta_spent": answer.claim.delta if answer.claim.eps is not None else None,
-        "epsilon_ex_post": None,
-        "charged": dict(charged or {}),
-        "guarantee": mechanism_guarantee(request, answer.claim.covers()),
-        "token_ids": list(answer.response_ids),
-        "tokens": reply.tokens, "tokens_paid": answer.tokens_paid,
-        "stopped_on_eos": answer.stopped_on_eos,
-        "documents": kept, "documents_used": list(dict.fromkeys(used)), "dropped": dropped,
-        "context_tokens_cut": reply.context_tokens_cut,
-    }
-
-
-def mechanism_guarantee(request: MechanismRequest, covers: str) -> str:
-    """What a mechanism's answer guarantees, in words: its claim, and what was charged."""
-    key = request.mechanism.key()
-    if covers == RELATIONS_NONE:
-        return f"{key}: {covers}; nothing is charged to the budgets"
-    return (f"{key}: {covers}; each private document in documents is charged epsilon_spent, "
-            f"the ε of this answer's claim")
 
 
 def answer_headers(rid: str, info: Mapping[str, Any]) -> dict[str, str]:

@@ -12,7 +12,9 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from ctxleak.errors import ConfigError
+from ctxleak.mitigations.cid import CID
 from ctxleak.mitigations.mechanisms import Claim, Decoding, Mechanism
+from ctxleak.mitigations.named import parse_mechanism
 from ctxleak.proxy.config import MIN_TEMPERATURE, ProxyConfig
 
 #: Request fields the proxy does not implement for a CID answer (refused, not ignored).
@@ -126,8 +128,8 @@ class MechanismRequest:
 
 
 def claim_of(mechanism: Mechanism, decoding: Decoding) -> Claim:
-    """``mechanism.claim(decoding)``, kept: a claim depends on the settings only, and DP-RAG's
-    calibrates its per-token ε by bisection (tens of milliseconds)."""
+    """``mechanism.claim(decoding)``, kept: a claim depends on the settings only (DP-RAG's
+    bisection takes tens of milliseconds)."""
     try:
         hash(mechanism)
     except TypeError:  # a mechanism object that cannot be a key: asked each time
@@ -136,7 +138,7 @@ def claim_of(mechanism: Mechanism, decoding: Decoding) -> Claim:
 
 
 @lru_cache(maxsize=256)
-def _kept_claim(mechanism: Mechanism, decoding: Decoding) -> Claim:
+def _kept_claim(mechanism: Mechanism, decoding: Decoding) -> Claim:  # claim_of's cache
     return mechanism.claim(decoding)
 
 
@@ -145,8 +147,6 @@ def cid_settings(mechanism: Mechanism) -> tuple[float, float | None] | None:
     the proxy's own CID path, :func:`~ctxleak.mitigations.cid.generate_cid_many` with its
     ledger, as ``ctxleak.lambda``/``ctxleak.epsilon`` ask); None for any other mechanism (the
     one place the proxy tells CID from the other defences)."""
-    from ctxleak.mitigations.cid import CID
-
     if isinstance(mechanism, CID):
         return mechanism.lam, mechanism.bounded_eps
     return None
@@ -156,8 +156,6 @@ def parse_mechanism_field(value: Any) -> Mechanism:
     """``ctxleak.mechanism``: a spec such as ``"dp-rag:eps=5"`` or ``{"name": "dp-rag", "eps":
     5}`` (:func:`~ctxleak.mitigations.named.parse_mechanism`); a bad one is HTTP 400 naming
     the field."""
-    from ctxleak.mitigations.named import parse_mechanism
-
     if not isinstance(value, (str, dict)):
         raise _bad("ctxleak.mechanism", f"must be a mechanism such as \"dp-rag:eps=5\" or "
                                         f"{{\"name\": \"dp-rag\", \"eps\": 5}}, not {value!r}")
@@ -427,9 +425,8 @@ def last_user_message(messages: list[Any]) -> str:
 def _mechanism_request(body: dict[str, Any], config: ProxyConfig,
                        documents: tuple[Document, ...], mechanism: Mechanism
                        ) -> MechanismRequest:
-    """A request answered by ``mechanism`` (not CID): the fields CID's requests take, the
-    mechanism's fewest documents and its claim at this request's settings checked (HTTP 400
-    naming the field)."""
+    """A request answered by ``mechanism`` (not CID): CID's fields, the mechanism's fewest
+    documents and its claim at these settings checked (HTTP 400 naming the field)."""
     key = mechanism.key()
     for name in UNSUPPORTED:
         if body.get(name) is not None:
