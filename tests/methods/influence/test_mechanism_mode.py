@@ -25,6 +25,7 @@ from ctxleak.methods.influence.mechanism_mode import (
     cid_claim,
     claim_summary,
     mechanism_list,
+    mechanism_streams,
     word_similarity,
 )
 from ctxleak.methods.influence.params import InfluenceParams
@@ -229,3 +230,18 @@ def test_a_mechanism_asks_the_apps_own_prompt_through_the_chat_template():
     named = load_prompt_messages("short-answer")
     assert [role for role, _ in named] == ["system", "user"]
     assert "{context}" in named[1][1] and "{query}" in named[1][1]
+
+
+def test_a_mechanisms_streams_size_its_batch():
+    """What an answer keeps in flight: a vote's voters and the no-retrieval stream, DP-RAG's
+    aim over a datastore, else every document of the example and the prior."""
+    from ctxleak.mitigations.datastore import Datastore
+    from ctxleak.mitigations.dp_rag import DPRAG
+    from ctxleak.mitigations.dp_vote import DPVote
+
+    (example,), _ = load_log(ROWS[1:2])
+    store = Datastore((("a", "x"), ("b", "y")))
+    assert mechanism_streams(DPVote(eps=10, shards=32), example, store) == 33
+    assert mechanism_streams(DPVote(eps=10, shards=3), example, None) == 4
+    assert mechanism_streams(DPRAG(eps=5, top_k=8), example, store) == 9
+    assert mechanism_streams(DPRAG(eps=5, top_k=8), example, None) == 4

@@ -179,6 +179,21 @@ def needed_documents(mechanism: Mechanism) -> int:
     return max(mechanism.min_documents, shards if isinstance(shards, int) else 0)
 
 
+def mechanism_streams(mechanism: Mechanism, example: InfluenceExample,
+                      datastore: Datastore | None) -> int:
+    """The prompt streams one answer of ``mechanism`` keeps in flight: a vote's voters (one
+    per shard) and the no-retrieval stream; DP-RAG's kept documents and the prior (over a
+    datastore about ``top_k``, at most every document of the example otherwise); one
+    document's otherwise."""
+    shards = getattr(mechanism, "shards", None)
+    if isinstance(shards, int):
+        return shards + 1
+    top_k = getattr(mechanism, "top_k", None)
+    if datastore is not None and isinstance(top_k, int):
+        return top_k + 1
+    return len(example_documents(example)) + 1
+
+
 def prompt_of(lm: LanguageModel, example: InfluenceExample, setting: Setting,
               options: InfluenceOptions) -> PromptOf:
     """The token ids of ``example``'s prompt holding the given document texts (in order; none:
@@ -288,5 +303,6 @@ def claim_summary(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str,
 
 __all__ = ["CLAIM_FIELDS", "answer_request", "check_examples", "check_mechanism_options",
            "cid_claim", "claim_fields", "claim_summary", "example_documents",
-           "mechanism_fields", "mechanism_list", "measure_mechanism", "needed_documents",
+           "mechanism_fields", "mechanism_list", "mechanism_streams", "measure_mechanism",
+           "needed_documents",
            "prompt_of", "resolve_datastore", "word_similarity"]

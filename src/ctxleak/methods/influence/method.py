@@ -31,8 +31,8 @@ from ctxleak.methods.influence.mechanism_mode import (
     check_examples,
     cid_claim,
     claim_summary,
-    example_documents,
     measure_mechanism,
+    mechanism_streams,
     resolve_datastore,
 )
 from ctxleak.methods.influence.params import InfluenceParams, greedy_temperature, parse_ngram
@@ -191,16 +191,18 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
     def batches(self, ready: Ready, items: Sequence[Item],
                 policy: BatchPolicy) -> list[list[Item]]:
         """Two CID streams per item, each its prompt plus the new tokens (the generation's KV
-        cache): the token slots an item keeps in flight. Another mechanism's item: at most one
-        stream per document plus the no-retrieval one (a vote's voters, DP-RAG's documents),
-        together no longer than the whole context and one prompt without it per stream."""
+        cache): the token slots an item keeps in flight. Another mechanism's item: its streams
+        (:func:`.mechanism_mode.mechanism_streams`: a vote's voters, DP-RAG's documents, the
+        no-retrieval one), each at most the whole prompt plus the new tokens."""
         costs: list[int | None] = []
         new = self.options.max_new_tokens
         for setting, ex in items:
             parts, _ = example_parts(ready.lm, ex, setting, self.options)
-            costs.append(len(parts.full) + len(parts.empty) + 2 * new
-                         if setting.decoded_by_cid else len(parts.full)
-                         + (len(example_documents(ex)) + 1) * (len(parts.empty) + new))
+            if setting.decoded_by_cid:
+                costs.append(len(parts.full) + len(parts.empty) + 2 * new)
+            else:
+                costs.append(mechanism_streams(setting.mechanism, ex, ready.examples.datastore)
+                             * (len(parts.full) + new))
         return list(batches_by_cost(items, costs, policy))
 
     def measure(self, lm: LanguageModel, ready: Ready,
