@@ -13,9 +13,9 @@ datastore holds both kinds of fact:
 
 ``documents.jsonl`` holds every document (``id``, ``text``, ``fact``); ``questions.jsonl``
 (``demo-datastore``) holds questions in ``rag_qa_large.jsonl``'s format plus ``fact``: those of
-``rag_qa_large.jsonl`` whose gold document BM25 ranks in the top 2 of the whole datastore, and 3
-questions per common fact; each question's ``documents`` are its top 2 BM25 documents
-(:class:`ctxleak.mitigations.bm25.BM25`) with their scores. Everything is fictional: no real people,
+``rag_qa_large.jsonl`` whose gold document BM25 ranks first in the whole datastore, and 3
+questions per common fact; each question's ``documents`` are its top BM25 document,
+(:class:`ctxleak.mitigations.bm25.BM25`) with its score: one document a 135M model can read. Everything is fictional: no real people,
 e-mail only at ``example.org``/``.com``, no phone numbers in the new documents.
 
 Deterministic (``random.Random(SEED)``), standard library and ctxleak only, no network.
@@ -49,7 +49,7 @@ SEED = 2025
 DOCS_PER_ORG = 48
 MIN_STATING = 40  # documents that state each common fact, at least
 MIN_WORDS, MAX_WORDS = 30, 70
-TOP_K = 2
+TOP_K = 1
 MIN_PRIVATE = 64
 
 MONTHS = ("January", "February", "March", "June", "July", "August", "September", "October",

@@ -1,6 +1,6 @@
 """The bundled ``demo-datastore``: a datastore where common facts are stated in many documents and
 private ones in a single document (``scripts/make_demo_datastore.py`` writes it), its questions
-(each over its top 2 BM25 documents) and the ``fact`` field the loader reads."""
+(each over its top BM25 document) and the ``fact`` field the loader reads."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_questions_their_documents_and_references():
         assert ref not in normalize_answer(q["query"]), q["id"]
         assert q["gold"] in _holders(docs, q["reference"]), q["id"]
         assert [(d["id"], d["score"]) for d in q["documents"]] == \
-            [(docs[i]["id"], s) for i, s in index.search(q["query"], 2)], q["id"]
+            [(docs[i]["id"], s) for i, s in index.search(q["query"], 1)], q["id"]
         assert all(d["text"] == texts[d["id"]] for d in q["documents"])
         ids = [d["id"] for d in q["documents"]]
         hits += q["gold"] in ids
@@ -109,7 +109,7 @@ def test_loads_with_its_fact_and_is_listed():
     examples = load_examples("demo-datastore")
     assert [str(ex.id) for ex in examples] == [r["id"] for r in rows]
     assert [ex.fact for ex in examples] == [r["fact"] for r in rows]
-    assert all(ex.documents is not None and len(ex.documents) == 2 for ex in examples)
+    assert all(ex.documents is not None and len(ex.documents) == 1 for ex in examples)
     listed = {(d.name, d.command): d.rows for d in datasets()}
     assert listed[("demo-datastore", "influence")] == f"{len(rows)} questions"
 

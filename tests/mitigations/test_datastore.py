@@ -130,5 +130,10 @@ def test_dp_rag_retrieves_privately_over_every_document(tiny_lm):
     assert answer.datastore_used == expected
     assert answer.steps[0]["documents"] == len(expected)
     assert answer.claim.relation == "document" and math.isfinite(answer.claim.eps or math.nan)
+    # the public thresholds span word similarity's range over a datastore, 0 to 0.6
+    grid = torch.linspace(0.0, 0.6, 32, dtype=torch.float64).tolist()
+    assert min(abs(tau - g) for g in grid) < 1e-12
+    assert DPRAG(eps=5).key() == "dp-rag(eps=5,delta=0.001)"
+    assert DPRAG(eps=5, score_range="0:1").key() == "dp-rag(eps=5,delta=0.001,score_range=0:1)"
     with pytest.raises(ConfigError, match="eps_retrieval: 0 would read every document"):
         DPRAG(eps=5, eps_retrieval=0).answer(tiny_lm, [_request(tiny_lm)], Decoding())

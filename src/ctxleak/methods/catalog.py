@@ -61,7 +61,7 @@ def datasets() -> list[Dataset]:
         Dataset("demo-datastore", "influence", f"{_lines(DEMO_SETS['demo-datastore'])} questions",
                 "A datastore of fictional organisations' documents where some facts are common "
                 "(stated in 40+ documents) and some private (in one): each question, marked "
-                "'fact', is given its top 2 BM25 documents; a DP defence should answer only "
+                "'fact', is given its top BM25 document; a DP defence should answer only "
                 "the common ones."),
         Dataset("demo-rag-log", "influence", f"{_lines(DEMO_SETS['demo-rag-log'])} turns",
                 "One day of a fictional company assistant's RAG turns (query, retrieved "

@@ -33,6 +33,13 @@ from ctxleak.mitigations.bm25 import BM25
 
 _WORD = re.compile(r"[^\W_]+")
 
+#: The public range of :func:`word_similarity` a private retrieval's thresholds span over a
+#: datastore. A question of q distinct words found once each in a document of d words has a
+#: cosine near sqrt(q / d): 0.4 for 8 words in 50. Thresholds above 0.6 would keep no
+#: document for any question, and an exponential mechanism over a grid mostly made of them
+#: mostly keeps nothing.
+SIMILARITY_RANGE = (0.0, 0.6)
+
 
 def word_similarity(query: str, text: str) -> float:
     """The cosine similarity of the word counts of ``query`` and ``text`` (lower-cased words
@@ -160,4 +167,4 @@ def datastore_of(documents: Sequence[tuple[str, str]] | Datastore | str | Path |
     return Datastore.of(documents)
 
 
-__all__ = ["Datastore", "Retrieved", "datastore_of", "word_similarity"]
+__all__ = ["SIMILARITY_RANGE", "Datastore", "Retrieved", "datastore_of", "word_similarity"]

@@ -38,6 +38,7 @@ from ctxleak.engine.streams import StreamJob
 from ctxleak.errors import ConfigError
 from ctxleak.kernels.draw import draw
 from ctxleak.mitigations.accounting import ExponentialMechanismEvent, RDPAccountant
+from ctxleak.mitigations.datastore import SIMILARITY_RANGE
 from ctxleak.mitigations.dp_retrieval import private_retrieval, threshold_grid
 from ctxleak.mitigations.dp_vote import (
     check_delta,
@@ -101,8 +102,11 @@ def calibrate_token_eps(eps: float, steps: int, eps_retrieval: float, delta: flo
     return low
 
 
-def _score_range(value: Any) -> tuple[float, float]:
-    """``score_range`` as a pair of floats, from a pair or the text ``"low:high"``."""
+def _score_range(value: Any) -> tuple[float, float] | None:
+    """``score_range`` as a pair of floats, from a pair or the text ``"low:high"``; None: the
+    default of what is thresholded (:meth:`DPRAG.thresholds`)."""
+    if value is None:
+        return None
     parts = value.split(":") if isinstance(value, str) else value
     try:
         low, high = (float(v) for v in parts)
@@ -117,7 +121,9 @@ class DPRAG:
     """DP-RAG (module docstring): ``eps``, ``delta``: the whole response's budget (relation
     "document"); ``clip``: the cap C of a document's log-likelihood ratio (nats);
     ``eps_retrieval``: the threshold's ε (default ``eps / 10``; 0: use every document, no
-    retrieval); ``top_k``: the documents the threshold aims at; ``score_range`` (a pair, or
+    retrieval); ``top_k``: the documents the threshold aims at; ``score_range`` (None: 0 to 1
+    for a request's retrieval scores, 0 to 0.6 for the word similarities over a datastore,
+    :data:`~ctxleak.mitigations.datastore.SIMILARITY_RANGE`; or a pair, or
     ``"low:high"`` as a command line writes it), ``grid``: the public thresholds."""
 
     name: ClassVar[str] = "dp-rag"
@@ -128,7 +134,7 @@ class DPRAG:
     clip: float = 1.0
     eps_retrieval: float | None = None
     top_k: int = 3
-    score_range: tuple[float, float] = (0.0, 1.0)
+    score_range: tuple[float, float] | None = None
     grid: int = 32
 
     def __post_init__(self) -> None:
@@ -143,7 +149,7 @@ class DPRAG:
         if not (isinstance(self.top_k, int) and self.top_k >= 1):
             raise ConfigError(f"top_k: {self.top_k} is not a number of documents >= 1",
                               param="top_k")
-        threshold_grid(*self.score_range, self.grid)
+        threshold_grid(*(self.score_range or (0.0, 1.0)), self.grid)
 
     @property
     def retrieval_eps(self) -> float:
@@ -155,7 +161,7 @@ class DPRAG:
             extra += f",eps_retrieval={self.eps_retrieval:g}"
         if self.top_k != 3:
             extra += f",top_k={self.top_k}"
-        if self.score_range != (0.0, 1.0):
+        if self.score_range is not None:
             extra += f",score_range={self.score_range[0]:g}:{self.score_range[1]:g}"
         if self.grid != 32:
             extra += f",grid={self.grid}"
@@ -209,7 +215,7 @@ class DPRAG:
         return tuple(text for _, text in store.documents), tuple(store.similarities(request.query))
 
     def _retrieve(self, documents: Sequence[str], scores: Sequence[float] | None,
-                  seed: int) -> tuple[tuple[int, ...], float | None]:
+                  seed: int, scale: tuple[float, float]) -> tuple[tuple[int, ...], float | None]:
         """The used documents' indices and the drawn threshold (None: no retrieval)."""
         if not documents:
             raise ConfigError("documents: dp-rag needs at least one document", param="documents")
@@ -218,7 +224,7 @@ class DPRAG:
         if len(scores) != len(documents):
             raise ConfigError(f"scores: {len(scores)} similarities for {len(documents)} "
                               "documents", param="scores")
-        tau, used = private_retrieval(scores, threshold_grid(*self.score_range, self.grid),
+        tau, used = private_retrieval(scores, threshold_grid(*scale, self.grid),
                                       self.top_k, self.retrieval_eps,
                                       noise_generator(seed, 2, 0))
         return used, tau
@@ -226,7 +232,9 @@ class DPRAG:
     def _job(self, request: AnswerRequest, decoding: Decoding, eps_token: float
              ) -> tuple[StreamJob, tuple[int, ...]]:
         documents, scores = self._candidates(request)
-        used, tau = self._retrieve(documents, scores, request.seed)
+        scale = self.score_range or (SIMILARITY_RANGE if request.datastore is not None
+                                     else (0.0, 1.0))
+        used, tau = self._retrieve(documents, scores, request.seed, scale)
         n, t = len(used), decoding.temperature
         prompts = [list(request.prompt([documents[i]])) for i in used]
         prompts.append(list(request.prompt([])))
