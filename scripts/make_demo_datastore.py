@@ -14,9 +14,10 @@ datastore holds both kinds of fact:
 ``documents.jsonl`` holds every document (``id``, ``text``, ``fact``); ``questions.jsonl``
 (``demo-datastore``) holds questions in ``rag_qa_large.jsonl``'s format plus ``fact``: those of
 ``rag_qa_large.jsonl`` whose gold document BM25 ranks first in the whole datastore, and 3
-questions per common fact; each question's ``documents`` are its top BM25 document,
-(:class:`ctxleak.mitigations.bm25.BM25`) with its score: one document a 135M model can read. Everything is fictional: no real people,
-e-mail only at ``example.org``/``.com``, no phone numbers in the new documents.
+questions per common fact; each question's ``documents`` are its top BM25 document
+(:class:`ctxleak.mitigations.bm25.BM25`) with its score: one document a 135M model can
+read. Everything is fictional: no real people, e-mail only at ``example.org``/``.com``, no
+phone numbers in the new documents.
 
 Deterministic (``random.Random(SEED)``), standard library and ctxleak only, no network.
 ``python scripts/make_demo_datastore.py`` writes the folder and prints a summary; ``--check`` only

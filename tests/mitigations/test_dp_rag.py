@@ -153,6 +153,7 @@ def test_a_huge_budget_follows_the_documents(tiny_lm):
     ({"eps": 1, "delta": 1.5}, "delta"), ({"eps": 1, "clip": 0}, "clip"),
     ({"eps": 1, "eps_retrieval": 1}, "eps_retrieval"), ({"eps": 1, "top_k": 0}, "top_k"),
     ({"eps": 1, "score_range": (1.0, 0.0)}, "score_range"), ({"eps": 1, "grid": 1}, "grid"),
+    ({"eps": 1, "grid": 4097}, "grid"),  # a request's grid cannot fill the server's memory
 ])
 def test_bad_parameters_name_the_parameter(kwargs, param):
     with pytest.raises(ConfigError) as info:

@@ -21,14 +21,18 @@ import torch
 
 from ctxleak.errors import ConfigError
 
+#: The most public thresholds a grid holds: a request naming a larger grid (``ctxleak serve``
+#: takes a mechanism per request) would fill memory with the documents × thresholds counts.
+MAX_GRID = 4096
+
 
 def threshold_grid(low: float, high: float, points: int) -> torch.Tensor:
     """The public candidate thresholds: ``points`` evenly spaced from ``low`` to ``high``."""
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
         raise ConfigError(f"score_range: ({low}, {high}) is not a finite interval low < high",
                           param="score_range")
-    if points < 2:
-        raise ConfigError(f"grid: at least 2 thresholds, not {points}", param="grid")
+    if not 2 <= points <= MAX_GRID:
+        raise ConfigError(f"grid: 2 to {MAX_GRID} thresholds, not {points}", param="grid")
     return torch.linspace(low, high, points, dtype=torch.float64)
 
 
@@ -52,4 +56,4 @@ def private_retrieval(scores: Sequence[float], grid: torch.Tensor, top_k: int, e
     return tau, tuple(i for i, s in enumerate(scores) if float(s) >= tau)
 
 
-__all__ = ["private_retrieval", "threshold_grid", "threshold_logprobs"]
+__all__ = ["MAX_GRID", "private_retrieval", "threshold_grid", "threshold_logprobs"]
