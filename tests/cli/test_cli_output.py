@@ -107,6 +107,29 @@ def test_progress_moves_with_tokens_inside_a_batch(llama_lm, tmp_path, monkeypat
     assert sum(1 for e in events if e[0] == "example") == 4
 
 
+def test_under_auto_the_first_example_is_measured_alone(llama_lm, tmp_path, monkeypatch):
+    """The bar estimates the run's tokens, so the time left, from the first example within
+    seconds; the rest are batched as before, and the records are those of one batch."""
+    from ctxleak.methods.influence.method import InfluenceMethod
+
+    sizes = []
+    measure = InfluenceMethod.measure
+
+    def recording(self, over, ready, items):
+        sizes.append(len(items))
+        return measure(self, over, ready, items)
+
+    monkeypatch.setattr(InfluenceMethod, "measure", recording)
+    docs = [{"id": f"d{i}", "context": "the capital of france is paris .", "query": "what ?"}
+            for i in range(4)]
+    runs = [ctxleak.influence(llama_lm, docs, max_new_tokens=3, min_new_tokens=3,
+                              batch_size=size, batch_invariant=True, progress=False,
+                              output=str(tmp_path / size)) for size in ("auto", "4")]
+    assert sizes == [1, 3, 4]
+    assert [r["response_ids"] for r in runs[0].records] == \
+        [r["response_ids"] for r in runs[1].records]
+
+
 def test_progress_falls_back_to_examples_without_tokens():
     bar = run_progress.RunProgress(3, "x")
     bar.example_done()

@@ -79,3 +79,15 @@ def test_a_terminal_keeps_the_bar(monkeypatch):
             assert run_progress.bar_class() is run_progress.text_tqdm
     finally:
         os.close(main)
+
+
+def test_a_line_says_the_time_left_at_the_rate_so_far(monkeypatch):
+    log = io.StringIO()
+    clock = iter([100.0, 130.0, 130.0, 160.0, 160.0])
+    monkeypatch.setattr(run_progress.time, "monotonic", lambda: next(clock))
+    bar = run_progress.LineProgress(total=4, desc="influence", unit="ex", file=log, every=0.0)
+    bar.update(1)  # 1 of 4 in 30 s: 3 more at 30 s each
+    bar.update(1)  # 2 of 4 in 60 s: 2 more at 30 s each
+    lines = log.getvalue().splitlines()
+    assert lines == ["influence: 1/4 ex (00:30, about 01:30 left)",
+                     "influence: 2/4 ex (01:00, about 01:00 left)"], lines

@@ -26,8 +26,8 @@ LINE_EVERY_S = 10.0
 
 class LineProgress:
     """The part of tqdm's interface :class:`RunProgress` uses, written as whole lines (``desc:
-    n/total unit, elapsed``) at most every ``every`` seconds and once at the end: progress for
-    a log file or a pipe."""
+    n/total unit, elapsed, about the time left``) at most every ``every`` seconds and once at
+    the end: progress for a log file or a pipe."""
 
     def __init__(self, total: int | None, desc: str, unit: str = "it",
                  unit_scale: bool = False, file: TextIO | None = None, disable: bool = False,
@@ -62,7 +62,11 @@ class LineProgress:
             return
         total = f"/{self._count(self.total)}" if self.total else ""
         extra = f", {self.postfix}" if self.postfix else ""
-        elapsed = text_tqdm.format_interval(self.last - self.start)
+        seconds = self.last - self.start
+        elapsed = text_tqdm.format_interval(seconds)
+        if self.total and 0 < self.n < self.total:  # at the rate so far, as tqdm's bar says
+            left = text_tqdm.format_interval(seconds * (self.total - self.n) / self.n)
+            elapsed += f", about {left} left"
         print(f"{self.desc}: {self._count(self.n)}{total} {self.unit}{extra} ({elapsed})",
               file=self.file, flush=True)
 

@@ -187,7 +187,14 @@ def measure_items(run: Any, method: Method[Any, Any, Any], over: Over | None, re
             run.append_sample(sample_row(method, item, record))
             bar.example_done()
 
-        measure_todo(method, over, ready, todo, policy or BatchPolicy(), append)
+        policy = policy or BatchPolicy()
+        if policy.batch_size is None and len(todo) > 1:
+            # under auto the first example alone (whether or not a bar is shown, so the batches
+            # and the records never depend on it): the bar's total, so the time left, is
+            # estimated from it within seconds, not after a first batch that may hold the run
+            policy = measure_todo(method, over, ready, todo[:1], policy, append)
+            todo = todo[1:]
+        measure_todo(method, over, ready, todo, policy, append)
     if world.distributed:
         run.close()
         barrier()
