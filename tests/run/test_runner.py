@@ -71,7 +71,9 @@ TEXTS = ["one", "one two", "one two three", "a b c d", "e"]
 def test_run_method_batches_records_and_writes_the_folder(llama_lm, tmp_path):
     method = WordCount(RunOptions(output=str(tmp_path / "run")))
     result = run_method(method, llama_lm, TEXTS, progress=False)
-    assert method.calls == [["t0", "t1"], ["t2", "t3"], ["t4"]]  # lists, in item order
+    # lists, in item order: under auto the first alone (the progress bar's early estimate),
+    # then the method's batches of two
+    assert method.calls == [["t0"], ["t1", "t2"], ["t3", "t4"]]
     assert [r["id"] for r in result.records] == ["t0", "t1", "t2", "t3", "t4"]
     assert [r["words"] for r in result.records] == [1, 2, 3, 4, 1]
     assert result.summary == {"total": 11}
@@ -97,10 +99,11 @@ def test_a_failed_run_resumes_where_it_stopped(llama_lm, tmp_path):
         run_method(WordCount(RunOptions(output=out), fail_on="a b c d"), llama_lm, TEXTS,
                    progress=False)
     kept = (tmp_path / "run" / "samples.jsonl").read_text().splitlines()
-    assert [json.loads(x)["id"] for x in kept] == ["t0", "t1"]  # the first batch was flushed
+    # the batches before the failing one ([t3, t4]) were flushed: t0 alone, then [t1, t2]
+    assert [json.loads(x)["id"] for x in kept] == ["t0", "t1", "t2"]
     again = WordCount(RunOptions(output=out))
     result = run_method(again, llama_lm, TEXTS, resume=True, progress=False)
-    assert again.calls == [["t2", "t3"], ["t4"]]  # only what was left
+    assert again.calls == [["t3"], ["t4"]]  # only what was left, the first of it alone
     assert [r["words"] for r in result.records] == [1, 2, 3, 4, 1]
 
 

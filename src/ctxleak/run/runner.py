@@ -159,8 +159,8 @@ def stored_row(method: Method[Any, Any, Any], item: Any, row: dict[str, Any]) ->
 
 def measure_items(run: Any, method: Method[Any, Any, Any], over: Over | None, ready: Any,
                   items: Sequence[Any], *,
-                  progress: bool = True, policy: BatchPolicy | None = None
-                  ) -> StoredRows:
+                  progress: bool = True, policy: BatchPolicy | None = None,
+                  first_alone: bool = False) -> StoredRows:
     """Measure every item not yet in the samples over ``over`` (what answers), in the method's
     batches under ``policy`` (default: :class:`BatchPolicy`'s), appending each record (with its
     ``id``) as it comes; return all records, earlier ones included, in item order, as rows
@@ -170,6 +170,11 @@ def measure_items(run: Any, method: Method[Any, Any, Any], over: Over | None, re
     In a data-parallel run each process takes the items ``index % size == rank``, then waits
     for the others; every process returns the merged records and rank 0 writes the merged
     ``samples.jsonl``.
+
+    ``first_alone`` (a model's run): under ``auto`` the first example is measured alone
+    (whether or not a bar is shown, so the batches and the records never depend on it): the
+    bar's total, so the time left, is estimated from it within seconds, not after a first batch
+    that may hold the whole run. A target's batches are the questions it is sent together.
     """
     world = run.world
     check_unique_keys(method, items)
@@ -188,10 +193,7 @@ def measure_items(run: Any, method: Method[Any, Any, Any], over: Over | None, re
             bar.example_done()
 
         policy = policy or BatchPolicy()
-        if policy.batch_size is None and len(todo) > 1:
-            # under auto the first example alone (whether or not a bar is shown, so the batches
-            # and the records never depend on it): the bar's total, so the time left, is
-            # estimated from it within seconds, not after a first batch that may hold the run
+        if first_alone and policy.batch_size is None and len(todo) > 1:
             policy = measure_todo(method, over, ready, todo[:1], policy, append)
             todo = todo[1:]
         measure_todo(method, over, ready, todo, policy, append)
@@ -312,7 +314,7 @@ def run_method(method: Method[Any, Any, Any], over: Over | None = None, data: An
         with using(model, policy):  # the engine decides batching from here on
             ready = method.prepare(model, plan, run)
             records = measure_items(run, method, model, ready, plan.items, progress=progress,
-                                    policy=policy)
+                                    policy=policy, first_alone=True)
     if not run.world.is_main:
         return None
     summary = method.summarize(ready, records)
