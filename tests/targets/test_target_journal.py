@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import stat
+from pathlib import Path
 
 import pytest
 from helpers.fake_chat import Reply, echo, fake_chat
@@ -113,6 +115,10 @@ def test_the_journal_file(tmp_path):
     with AnswerJournal(path) as journal:
         journal.put("t", "q", TargetAnswer("first"))
         journal.put("t", "q", TargetAnswer("second"))  # an answer stored is kept
+        # the target's answers are private, as every file of a run folder: 0600, and SQLite's
+        # write-ahead log beside it the same
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(Path(f"{path}-wal").stat().st_mode) == 0o600
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with AnswerJournal(path) as journal:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -73,6 +74,9 @@ class AnswerJournal:
         """The database, opened (and made) on first use."""
         if self._db is None:
             try:
+                # made 0600 as every file of a run folder (the answers are the target's
+                # text); SQLite gives its -wal and -shm files the database's mode
+                os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
                 self._db = sqlite3.connect(str(self.path), check_same_thread=False,
                                            isolation_level=None)
                 self._db.execute("PRAGMA journal_mode=WAL")
