@@ -258,3 +258,5 @@ def test_the_cost_of_an_app_ctxleak_answers_is_counted_by_its_model(gpt2_lm):
     assert "2 queries, 8 prompt tokens in all (estimated as characters / 4" in \
         cost_line(chat, ["abcd", "efgh"])  # ⌈len("Be brief.\nabcd") / 4⌉ = 4 each
     assert "at most 16 answer tokens" in cost_line(chat, ["abcd", "efgh"])
+    # a question asked twice is sent once: counted once, as max_queries counts it
+    assert "2 queries, 8 prompt tokens" in cost_line(chat, ["abcd", "efgh", "abcd"])

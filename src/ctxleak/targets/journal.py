@@ -220,7 +220,10 @@ def cost_line(target: Target, questions: Sequence[str]) -> str:
     """What asking ``questions`` of ``target`` sends, in one line (:func:`estimate_cost`): a
     RAG app's filled prompts (its retrieved documents included), their tokens counted by its
     model where ctxleak holds it; a chat endpoint's system message with each question; else the
-    questions; the answer tokens where the target bounds them (``max_tokens``)."""
+    questions; the answer tokens where the target bounds them (``max_tokens``). A question
+    asked twice is sent once (:class:`JournaledTarget`), so it is counted once, as the
+    ``max_queries`` refusal counts."""
+    questions = list(dict.fromkeys(questions))
     encode, system = None, getattr(target, "system", None)
     if isinstance(target, RAGApp):
         encode = getattr(target.model, "encode", None)
