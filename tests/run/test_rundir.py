@@ -308,6 +308,15 @@ def test_ctrl_c_while_a_row_is_written_counts_the_row_kept(tmp_path, monkeypatch
         assert run.count == 1
         info.value.run = run  # type: ignore[attr-defined]  # as the runner carries it
         assert "interrupted: 1 finished example(s) are saved" in interrupted_message(info.value)
+        # an attack's folder: the target's answers journaled before their records are told
+        from ctxleak.targets.base import TargetAnswer
+        from ctxleak.targets.journal import JOURNAL_FILE, AnswerJournal
+
+        with AnswerJournal(tmp_path / "r" / JOURNAL_FILE) as journal:
+            for question in ("q1", "q2", "q3"):
+                journal.put("app", question, TargetAnswer("no idea"))
+        assert "1 finished example(s) and 3 answer(s) of the target (none is asked again) " \
+            "are saved" in interrupted_message(info.value)
     lines = (tmp_path / "r" / "samples.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [{"id": "a", "x": 1.0}]
     resumed = RunDir(tmp_path / "r", {"model": "m"}, resume=True)

@@ -10,6 +10,7 @@ to ``samples.jsonl`` -> ``Method.summarize`` -> RunOutput (-> Result -> report, 
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from ctxleak.engine.batching import BatchPolicy, is_out_of_memory, using
 from ctxleak.engine.capabilities import Backend, backend_of, check_capabilities
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.progress import counting
-from ctxleak.errors import ConfigError
+from ctxleak.errors import ConfigError, InputError
 from ctxleak.run.distributed import barrier, current_world, init_distributed, local_device
 from ctxleak.run.inputs import rows_sha256
 from ctxleak.run.method import Method
@@ -67,7 +68,17 @@ def interrupted_message(exc: BaseException | None = None) -> str:
         link = link.__cause__ or link.__context__
     if run is None:
         return "interrupted before any run folder was written; nothing was kept"
-    return (f"interrupted: {run.count} finished example(s) are saved in {run.path}; "
+    kept = f"{run.count} finished example(s)"
+    journal = Path(run.path) / JOURNAL_FILE
+    if journal.is_file():  # an attack's: the target's answers are kept before their records
+        try:
+            with AnswerJournal(journal) as answers:
+                held = answers.total()
+        except (InputError, sqlite3.Error):  # unreadable: the message says what it can
+            held = None
+        if held is not None:
+            kept += f" and {held} answer(s) of the target (none is asked again)"
+    return (f"interrupted: {kept} are saved in {run.path}; "
             f"rerun the same command with --resume --output {run.path} to continue")
 
 

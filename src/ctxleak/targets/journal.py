@@ -113,6 +113,12 @@ class AnswerJournal:
             return 0 if self._db is None else int(self._db.execute(
                 "SELECT COUNT(*) FROM answers WHERE target = ?", (target,)).fetchone()[0])
 
+    def total(self) -> int:
+        """How many answers the journal holds, for every target."""
+        with self._lock:
+            return 0 if self._db is None else int(self._db.execute(
+                "SELECT COUNT(*) FROM answers").fetchone()[0])
+
     def close(self) -> None:
         with self._lock:
             if self._db is not None:
