@@ -107,7 +107,7 @@ def test_run_labels_are_unique(runs):
 
 @pytest.mark.integration
 def test_compare_default_model_with_a_tiny_one(default_lm, llama_lm, tmp_path):
-    kw = dict(limit=2, max_new_tokens=6, ngram=16, seed=1, progress=False)
+    kw = dict(limit=1, max_new_tokens=6, seed=1, progress=False)
     big = ctxleak.influence(default_lm, "demo", output=str(tmp_path / "default"), **kw)
     small = ctxleak.influence(llama_lm, "demo", output=str(tmp_path / "tiny"), **kw)
     comp = ctxleak.compare([big, small], output=tmp_path / "cmp")

@@ -55,8 +55,11 @@ LOG = [
 ]
 
 
-def test_the_ledger_ranks_the_planted_secret_first_and_the_unused_document_last(default_lm):
-    res = ctxleak.influence(default_lm, LOG, temperature=1.0, progress=False)
+def test_the_ledger_ranks_the_planted_secret_first_and_the_unused_document_last(default_lm,
+                                                                                 tmp_path):
+    # the ledger's order and sums read no control run
+    res = ctxleak.influence(default_lm, LOG, temperature=1.0, control=False, progress=False,
+                            output=str(tmp_path / "run"))
     ledger = res.summary["settings"][0]["documents"]
     assert [d["document"] for d in ledger][0] == "acct-7"
     assert [d["document"] for d in ledger][-1] == "garage"
