@@ -104,9 +104,10 @@ def test_a_resume_may_change_the_budget(llama_lm, tmp_path) -> None:
     assert (out / "samples.jsonl").read_bytes() == samples
 
 
-def test_a_run_without_passages_has_no_ledger(llama_lm) -> None:
+def test_a_run_without_passages_has_no_ledger(llama_lm, tmp_path) -> None:
     res = ctxleak.influence(llama_lm, [{"context": SHARED, "query": "capital ?"}],
-                            max_new_tokens=3, temperature=1.0, progress=False)
+                            max_new_tokens=3, temperature=1.0, progress=False,
+                            output=str(tmp_path / "run"))  # not ./runs of the checkout
     assert "documents" not in res.summary["settings"][0]
     assert len(res.documents()) == 0 and res.over_budget() == []
 
