@@ -291,3 +291,25 @@ def test_a_claim_the_answers_do_not_keep_is_caught(tmp_path):
     assert result.summary["attacks"]["mask"]["auc"] == 1.0
     assert eps["eps_lower"] > 0.1 and eps["law"] == "violated"
     assert "violated" in result.to_html()
+
+
+def test_ctrl_c_mid_batch_keeps_each_answer_and_a_resume_asks_only_the_rest(tmp_path):
+    calls: list[str] = []
+    stop = {"at": 4}
+
+    def app(question: str) -> str:
+        if len(calls) == stop["at"]:
+            raise KeyboardInterrupt
+        calls.append(question)
+        return "no idea"
+
+    out = str(tmp_path / "run")
+    target = FunctionTarget(app, "app")
+    with pytest.raises(KeyboardInterrupt):  # one batch of 6: interrupted after 4 answers
+        ctxleak.attack_extract(target, DOCS, output=out, progress=False)
+    first = list(calls)
+    stop["at"] = 99
+    result = ctxleak.attack_extract(target, DOCS, output=out, resume=True, progress=False)
+    assert len(first) == 4 and calls[4:] == [q for q in calls[4:] if q not in first]
+    assert len(calls) == len(DOCS)  # the 4 answered questions were not asked again
+    assert result.summary["queries_replayed"] == 4

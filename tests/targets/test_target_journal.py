@@ -153,3 +153,93 @@ def test_estimate_cost_by_hand():
     words = estimate_cost(["one two", "three"], tokenizer=str.split)
     assert (words.prompt_tokens, words.how) == (3, "tokenizer")
     assert "counted by the tokenizer" in words.describe()
+
+
+def test_each_answer_is_committed_as_it_comes_and_ctrl_c_loses_none(tmp_path):
+    """A function target interrupted (Ctrl-C) after 4 of 8 answers: the 4 are journaled and a
+    resume asks only the other 4; a chain interrupted after its last answer asks none again."""
+    questions = QUESTIONS[:8]
+    calls: list[str] = []
+
+    def stops_after(n):
+        def fn(question):
+            if len(calls) == n:
+                calls.append("interrupted")
+                raise KeyboardInterrupt
+            calls.append(question)
+            return question.upper()
+        return fn
+
+    with AnswerJournal(tmp_path / "a.db") as journal:
+        with pytest.raises(KeyboardInterrupt):
+            JournaledTarget(FunctionTarget(stops_after(4), "f"), journal).answer(questions)
+        calls.clear()
+        again = JournaledTarget(FunctionTarget(stops_after(99), "f"), journal)
+        assert [a.text for a in again.answer(questions)] == [q.upper() for q in questions]
+        assert calls == questions[4:] and (again.sent, again.replayed) == (4, 4)
+
+
+class _Batch:
+    """A target that returns its whole batch at once (no reports_answers)."""
+
+    def __init__(self):
+        self.asked: list[str] = []
+
+    def answer(self, questions):
+        self.asked += questions
+        return [TargetAnswer(q[::-1]) for q in questions]
+
+    def describe(self):
+        return "batch"
+
+    def fingerprint(self):
+        return "batch"
+
+
+def test_a_batch_returned_as_ctrl_c_arrives_is_kept(tmp_path, monkeypatch):
+    """Ctrl-C right after a whole batch came back (as it is being stored): the batch is in the
+    journal, all of it, and nothing is asked again."""
+    real = AnswerJournal.put_many
+    hits = []
+
+    def interrupted(self, target, answers):
+        if not hits:
+            hits.append(1)
+            raise KeyboardInterrupt  # before anything was stored
+        return real(self, target, answers)
+
+    monkeypatch.setattr(AnswerJournal, "put_many", interrupted)
+    batch = _Batch()
+    with AnswerJournal(tmp_path / "a.db") as journal:
+        with pytest.raises(KeyboardInterrupt):
+            JournaledTarget(batch, journal).answer(QUESTIONS[:8])
+        assert journal.count("batch") == 8
+        JournaledTarget(batch, journal).answer(QUESTIONS[:8])
+    assert batch.asked == QUESTIONS[:8]
+
+
+_KILLED = """
+import os, signal, sys
+from ctxleak.targets.base import FunctionTarget
+from ctxleak.targets.journal import AnswerJournal, JournaledTarget
+n = [0]
+def fn(q):
+    n[0] += 1
+    if n[0] == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return q.upper()
+with AnswerJournal(sys.argv[1]) as journal:
+    JournaledTarget(FunctionTarget(fn, "f"), journal).answer([f"q{k}" for k in range(8)])
+"""
+
+
+def test_kill_9_after_4_answers_keeps_the_4(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "a.db"
+    done = subprocess.run([sys.executable, "-c", _KILLED, str(path)], check=False)
+    assert done.returncode == -9
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT question FROM answers").fetchall()
+    assert sorted(q for q, in rows) == ["q0", "q1", "q2", "q3"]

@@ -7,6 +7,11 @@ nothing of a RAG system but its answers. A :class:`Target` answers a batch of qu
 lm-evaluation-harness's ``TemplateAPI`` does), and raises :class:`TargetError` naming the
 question when an answer cannot be had. It never needs log-probabilities.
 
+A target may report each answer as soon as it has it (``reports_answers = True``: its
+``answer`` takes ``on_answer``, called with the answer's index in the batch and the answer, on
+the calling thread), so that a journal commits it before the next is asked
+(:class:`~.journal.JournaledTarget`); ctxleak's own targets do.
+
 ``describe()`` names the target for a report and for the run's provenance (never a key);
 ``fingerprint()`` is stable across processes for the same target and settings, so a resumed
 audit finds the answers it already has; ``model``, where ctxleak holds the model that writes
@@ -25,6 +30,10 @@ from ctxleak.errors import CtxleakError
 
 #: What every target can do: answer, never give log-probabilities, seeded samples or weights.
 CAPABILITIES: frozenset[str] = frozenset({ANSWERS})
+
+
+#: What a target calls with each answer as soon as it has it: its index in the batch, the answer.
+OnAnswer = Callable[[int, "TargetAnswer"], None]
 
 
 class TargetError(CtxleakError):
@@ -80,8 +89,10 @@ class FunctionTarget:
 
     fn: Callable[[str], Any]
     name: str = "function"
+    reports_answers = True
 
-    def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
+    def answer(self, questions: Sequence[str], *,
+               on_answer: OnAnswer | None = None) -> list[TargetAnswer]:
         out: list[TargetAnswer] = []
         for index, question in enumerate(questions):
             try:
@@ -95,6 +106,8 @@ class FunctionTarget:
             except TargetError as exc:
                 exc.answered = dict(enumerate(out))
                 raise
+            if on_answer is not None:
+                on_answer(index, out[-1])
         return out
 
     def describe(self) -> str:

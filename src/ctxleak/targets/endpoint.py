@@ -21,14 +21,14 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
 from ctxleak.engine.served_client import key_forms, mask_key
 from ctxleak.errors import ConfigError
-from ctxleak.targets.base import TargetAnswer, TargetError
+from ctxleak.targets.base import OnAnswer, TargetAnswer, TargetError
 from ctxleak.targets.rag import fingerprint_of
 
 #: The longest wait between two tries, in seconds (a longer Retry-After is cut to it).
@@ -112,7 +112,10 @@ class ChatEndpointTarget:
         self._client = _openai().OpenAI(base_url=self.base_url, api_key=key or "EMPTY",
                                         max_retries=0, timeout=timeout_s)
 
-    def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
+    reports_answers = True
+
+    def answer(self, questions: Sequence[str], *,
+               on_answer: OnAnswer | None = None) -> list[TargetAnswer]:
         head = [{"role": "system", "content": self.system}] if self.system else []
         requests = []
         for k, q in enumerate(questions):
@@ -121,26 +124,38 @@ class ChatEndpointTarget:
                                   index=k)
             requests.append(ChatRequest((*head, {"role": "user", "content": q}),
                                         seed=self.seed, label=q))
-        return [TargetAnswer(text) for text in self.chat(requests)]
+        each = None if on_answer is None else \
+            (lambda k, text: on_answer(k, TargetAnswer(text)))
+        return [TargetAnswer(text) for text in self.chat(requests, each)]
 
-    def chat(self, requests: Sequence[ChatRequest]) -> list[str]:
-        """One answer text per request, in order, ``concurrency`` at a time. A failure raises
-        :class:`TargetError` for the first question that failed, with every answer received."""
+    def chat(self, requests: Sequence[ChatRequest],
+             on_answer: Callable[[int, str], None] | None = None) -> list[str]:
+        """One answer text per request, in order, ``concurrency`` at a time, each given to
+        ``on_answer`` (index, text) on this thread as it arrives. A failure raises
+        :class:`TargetError` for the question that failed, with every answer received."""
         results: dict[int, str] = {}
         failures: dict[int, TargetError] = {}
+
+        def got(k: int, text: str) -> None:
+            results[k] = text
+            if on_answer is not None:
+                on_answer(k, text)
+
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             futures = {pool.submit(self._one, k, r): k for k, r in enumerate(requests)}
-            for future, k in futures.items():
+            for future in as_completed(futures):
+                k = futures[future]
                 try:
-                    results[k] = future.result()
+                    text = future.result()
                 except TargetError as exc:
                     failures[k] = exc
                     pool.shutdown(wait=True, cancel_futures=True)
                     break
+                got(k, text)
             for future, k in futures.items():  # what finished beside the failure
-                if k not in results and future.done() and not future.cancelled() \
-                        and future.exception() is None:
-                    results[k] = future.result()
+                if k not in results and k not in failures and future.done() \
+                        and not future.cancelled() and future.exception() is None:
+                    got(k, future.result())
         if failures:
             first = min(failures)
             raise TargetError(str(failures[first]), index=first,

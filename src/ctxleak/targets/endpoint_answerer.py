@@ -18,7 +18,7 @@ answer does not depend on the batch. The settings of :class:`~.endpoint.ChatEndp
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ctxleak.errors import ConfigError
@@ -63,8 +63,11 @@ class EndpointAnswerer:
                            extra_body={"ctxleak": {**self.settings, "documents": docs}},
                            seed=seed, label=prompt.query)
 
-    def answer(self, prompts: Sequence[RAGPrompt]) -> list[str]:
-        return self.endpoint.chat([self.request(p) for p in prompts])
+    reports_answers = True
+
+    def answer(self, prompts: Sequence[RAGPrompt], *,
+               on_answer: Callable[[int, str], None] | None = None) -> list[str]:
+        return self.endpoint.chat([self.request(p) for p in prompts], on_answer)
 
     def describe(self) -> str:
         if self.context == "inline":

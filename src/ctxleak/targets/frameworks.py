@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ctxleak.errors import ConfigError
-from ctxleak.targets.base import FunctionTarget, Target, TargetAnswer, TargetError
+from ctxleak.targets.base import FunctionTarget, OnAnswer, Target, TargetAnswer, TargetError
 
 ANSWER_KEYS = ("answer", "output", "result", "text", "response")
 DOCUMENT_KEYS = ("context", "source_documents", "documents")
@@ -73,9 +73,10 @@ def answer_of(text: Any, docs: Any = None) -> TargetAnswer:
 
 
 def _answer_all(questions: Sequence[str], ask: Callable[[int, str], Any],
-                read: Callable[[Any], TargetAnswer], kind: str) -> list[TargetAnswer]:
-    """``read(ask(k, question))`` for each question, in order; the first failure a
-    :class:`TargetError` with the answers before it."""
+                read: Callable[[Any], TargetAnswer], kind: str,
+                on_answer: OnAnswer | None = None) -> list[TargetAnswer]:
+    """``read(ask(k, question))`` for each question, in order, each given to ``on_answer`` as
+    it comes; the first failure a :class:`TargetError` with the answers before it."""
     out: list[TargetAnswer] = []
     for k, question in enumerate(questions):
         try:
@@ -84,6 +85,8 @@ def _answer_all(questions: Sequence[str], ask: Callable[[int, str], Any],
             raise TargetError(f"the {kind} raised {type(exc).__name__} on question {k + 1} "
                               f"({question[:60]!r}): {exc}", index=k,
                               answered=dict(enumerate(out))) from exc
+        if on_answer is not None:
+            on_answer(k, out[-1])
     return out
 
 
@@ -114,12 +117,15 @@ class RunnableTarget:
         docs_key = self.documents_key or next((k for k in DOCUMENT_KEYS if k in out), None)
         return answer_of(out[key], out.get(docs_key) if docs_key else None)
 
-    def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
+    reports_answers = True
+
+    def answer(self, questions: Sequence[str], *,
+               on_answer: OnAnswer | None = None) -> list[TargetAnswer]:
         batch = getattr(self.chain, "batch", None)
         kind = f"chain {self.name}"
         if not callable(batch) or len(questions) < 2:
             return _answer_all(questions, lambda _, q: self.chain.invoke(self._input(q)),
-                               self._read, kind)
+                               self._read, kind, on_answer)
         try:
             outs = list(batch([self._input(q) for q in questions],
                               config={"max_concurrency": self.concurrency},
@@ -130,7 +136,8 @@ class RunnableTarget:
         if len(outs) != len(questions):
             raise TargetError(f"the {kind} gave {len(outs)} answers to {len(questions)} "
                               "questions")
-        return _answer_all(questions, lambda k, _: _raised(outs[k]), self._read, kind)
+        return _answer_all(questions, lambda k, _: _raised(outs[k]), self._read, kind,
+                           on_answer)
 
     def describe(self) -> str:
         return f"LangChain runnable {self.name}"
@@ -161,9 +168,12 @@ class QueryEngineTarget:
             raise TypeError("its response has no text")
         return answer_of(str(text), getattr(response, "source_nodes", None))
 
-    def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
+    reports_answers = True
+
+    def answer(self, questions: Sequence[str], *,
+               on_answer: OnAnswer | None = None) -> list[TargetAnswer]:
         return _answer_all(questions, lambda _, q: self.engine.query(q), self._read,
-                           f"query engine {self.name}")
+                           f"query engine {self.name}", on_answer)
 
     def describe(self) -> str:
         return f"LlamaIndex query engine {self.name}"
@@ -216,9 +226,12 @@ class HaystackTarget:
                             "documents='<component>'")
         return answer_of(got, result[found[0]]["documents"] if found else None)
 
-    def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
+    reports_answers = True
+
+    def answer(self, questions: Sequence[str], *,
+               on_answer: OnAnswer | None = None) -> list[TargetAnswer]:
         return _answer_all(questions, lambda _, q: self._ask(q), self._read,
-                           f"pipeline {self.name}")
+                           f"pipeline {self.name}", on_answer)
 
     def describe(self) -> str:
         return f"Haystack pipeline {self.name}"

@@ -7,7 +7,10 @@ as it is stored (the file made with the first answer). :class:`JournaledTarget` 
 before the runner sees it, as lm-evaluation-harness's ``CachingLM`` wraps a model
 (:func:`ctxleak.run.runner.run_method`, over a run folder's :data:`JOURNAL_FILE`): it answers
 from the journal first and sends only the questions it does not hold, each distinct question
-once, ``chunk`` at a time, storing each chunk's answers as they come back; when the target fails
+once, ``chunk`` at a time, committing each answer as soon as it is known (a target that reports
+its answers one by one, ``reports_answers`` (:mod:`.base`), has each committed before the next is
+asked, so a kill -9 loses none it gave; one that returns a whole batch has the batch committed
+at once, in one transaction, even when Ctrl-C arrives as it returns); when the target fails
 mid-chunk, the answers it did give (:attr:`~.base.TargetError.answered`) are stored before the
 error goes on. A resumed audit thus sends no question twice and reads back the very answers of
 the first run. ``max_queries`` bounds the queries the journal holds for the target plus those
@@ -28,7 +31,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.targets.base import Target, TargetAnswer, TargetError
@@ -103,9 +106,18 @@ class AnswerJournal:
 
     def put(self, target: str, question: str, answer: TargetAnswer) -> None:
         """Store one answer, committed at once (an answer already stored is kept)."""
+        self.put_many(target, [(question, answer)])
+
+    def put_many(self, target: str, answers: Sequence[tuple[str, TargetAnswer]]) -> None:
+        """Store (question, answer) pairs in one transaction: all committed, or none (an
+        answer already stored is kept)."""
+        rows = [(target, question, answer_json(answer)) for question, answer in answers]
         with self._lock:
-            self._open().execute("INSERT OR IGNORE INTO answers (target, question, answer) "
-                                 "VALUES (?, ?, ?)", (target, question, answer_json(answer)))
+            db = self._open()
+            with db:  # one transaction: committed on leaving, rolled back on an error
+                db.execute("BEGIN")
+                db.executemany("INSERT OR IGNORE INTO answers (target, question, answer) "
+                               "VALUES (?, ?, ?)", rows)
 
     def count(self, target: str) -> int:
         """How many answers the journal holds for ``target``."""
@@ -175,25 +187,43 @@ class JournaledTarget:
     def _send(self, part: list[str], questions: Sequence[str]) -> None:
         """Send ``part``, storing what comes back, even when the target fails mid-way."""
         self.sent += len(part)
-        try:
-            got = self.target.answer(part)
-        except TargetError as exc:
-            for k, answer in exc.answered.items():
+        got: list[TargetAnswer] | None = None
+
+        def keep(k: int, answer: TargetAnswer) -> None:  # committed as soon as it is known
+            if 0 <= k < len(part):
                 self.journal.put(self.key, part[k], answer)
-            index = exc.index
-            if index is not None and 0 <= index < len(part):
-                index = list(questions).index(part[index])
-            have = self.journal.get(self.key, questions)
-            raise TargetError(f"{exc} (numbered among the {len(part)} questions sent together;"
-                              f" the journal {self.journal.path.name} keeps the "
-                              f"{self.journal.count(self.key)} answers had: run again to go on)",
-                              index=index, answered={k: have[q] for k, q in enumerate(questions)
-                                                     if q in have}) from exc
-        if len(got) != len(part):
-            raise TargetError(f"{self.target.describe()} gave {len(got)} answers to "
-                              f"{len(part)} questions")
-        for question, answer in zip(part, got):
-            self.journal.put(self.key, question, answer)
+
+        try:
+            try:
+                if getattr(self.target, "reports_answers", False):
+                    got = self.target.answer(part, on_answer=keep)  # type: ignore[call-arg]
+                else:
+                    got = self.target.answer(part)
+            except TargetError as exc:
+                self._failed(exc, part, questions)
+            if len(got) != len(part):
+                raise TargetError(f"{self.target.describe()} gave {len(got)} answers to "
+                                  f"{len(part)} questions")
+            self.journal.put_many(self.key, list(zip(part, got)))
+        except KeyboardInterrupt:  # Ctrl-C as the batch returned or was stored: it is kept
+            if got is not None and len(got) == len(part):  # (one transaction: again is safe)
+                self.journal.put_many(self.key, list(zip(part, got)))
+            raise
+
+    def _failed(self, exc: TargetError, part: list[str], questions: Sequence[str]) -> NoReturn:
+        """Store the answers the target gave before failing, and fail naming the question
+        among ``questions``."""
+        self.journal.put_many(self.key, [(part[k], a) for k, a in exc.answered.items()
+                                         if 0 <= k < len(part)])
+        index = exc.index
+        if index is not None and 0 <= index < len(part):
+            index = list(questions).index(part[index])
+        have = self.journal.get(self.key, questions)
+        raise TargetError(f"{exc} (numbered among the {len(part)} questions sent together;"
+                          f" the journal {self.journal.path.name} keeps the "
+                          f"{self.journal.count(self.key)} answers had: run again to go on)",
+                          index=index, answered={k: have[q] for k, q in enumerate(questions)
+                                                 if q in have}) from exc
 
     def describe(self) -> str:
         return self.target.describe()

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from ctxleak.engine.chat_prompt import Messages
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.bm25 import BM25, index
-from ctxleak.targets.base import TargetAnswer, TargetError
+from ctxleak.targets.base import OnAnswer, TargetAnswer, TargetError
 
 #: The separator between retrieved documents in ``{context}`` (the RAG audit's).
 SEPARATOR = "\n\n"
@@ -64,7 +64,8 @@ class RAGPrompt:
 
 
 class Answerer(Protocol):
-    """Writes one answer per prompt, in order; names itself without secrets."""
+    """Writes one answer per prompt, in order; names itself without secrets. One that has
+    ``reports_answers = True`` takes ``on_answer`` (index, text), called as each is written."""
 
     def answer(self, prompts: Sequence[RAGPrompt]) -> list[str]: ...
 
@@ -184,10 +185,20 @@ class RAGApp:
                               param="retriever") from exc
         return as_documents(list(got)[:self.top_k], param="retriever")
 
-    def answer(self, questions: Sequence[str]) -> list[TargetAnswer]:
+    reports_answers = True
+
+    def answer(self, questions: Sequence[str], *,
+               on_answer: OnAnswer | None = None) -> list[TargetAnswer]:
         prompts = [RAGPrompt(q, self.retrieve(q), self.messages) for q in questions]
         try:
-            texts = self.answerer.answer(prompts)
+            if on_answer is not None and getattr(self.answerer, "reports_answers", False):
+                texts = self.answerer.answer(  # type: ignore[call-arg]
+                    prompts, on_answer=lambda k, text: on_answer(k, _answer(text, prompts[k])))
+            else:
+                texts = self.answerer.answer(prompts)
+                if on_answer is not None and len(texts) == len(prompts):
+                    for k, (text, p) in enumerate(zip(texts, prompts)):
+                        on_answer(k, _answer(text, p))
         except TargetError as exc:  # the answers had before it, with their documents
             exc.answered = {k: _answer(got.text, prompts[k])
                             for k, got in exc.answered.items()}
