@@ -7,14 +7,18 @@ in-process CID on the same logits (hand-checked: λ-mix at T, the seeded float64
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from ctxleak.kernels.cid import bounded_lambda, cid_logprobs
 from ctxleak.kernels.draw import draw, seeded_generator
+from ctxleak.plugins import cid_pairs
 from ctxleak.plugins.cid_pairs import PairBook
 from ctxleak.plugins.protocol import (
     PairSettingError,
+    check_request,
     is_pair_request,
     pair_xargs,
     prompt_digest,
@@ -38,8 +42,27 @@ def _xargs(**change):
     ({"ctxleak_eps": -1}, "must be > 0"), ({"ctxleak_temperature": 0}, "must be > 0"),
     ({"ctxleak_pair": "../../etc"}, "32 lowercase hex"), ({"ctxleak_context": "zz"}, "16 hex"),
     ({"ctxleak_stops": ""}, "EOS ids"), ({"ctxleak_stops": "a,b"}, "comma-separated"),
-    ({"ctxleak_min": -1}, ">= 0"), ({"ctxleak_seed": "x"}, "integer"),
-    ({"ctxleak_lamda": 0.5}, "unknown vllm_xargs")])
+    ({"ctxleak_min": -1}, "'ctxleak_min' must be an integer in \\[0, "),
+    ({"ctxleak_seed": "x"}, "integer"), ({"ctxleak_lamda": 0.5}, "unknown vllm_xargs"),
+    # what would raise in the engine (torch.Generator.manual_seed, indexing) is refused here
+    ({"ctxleak_seed": str(2**64)},
+     "'ctxleak_seed' must be an integer in \\[0, 18446744073709551615\\], not '1844"),
+    ({"ctxleak_seed": 2**70}, "'ctxleak_seed'.*\\[0, 18446744073709551615\\]"),
+    ({"ctxleak_seed": "-1"}, "'ctxleak_seed'.*not '-1'"),
+    ({"ctxleak_seed": 1.5}, "'ctxleak_seed' must be an integer"),
+    ({"ctxleak_seed": None}, "lacks 'ctxleak_seed'"),
+    ({"ctxleak_lam": float("nan")}, "'ctxleak_lam' must be finite"),
+    ({"ctxleak_temperature": "inf"}, "'ctxleak_temperature' must be finite"),
+    ({"ctxleak_eps": float("nan")}, "'ctxleak_eps' must be finite"),
+    ({"ctxleak_temperature": 10**400}, "'ctxleak_temperature' must be a number"),
+    ({"ctxleak_lam": True}, "'ctxleak_lam' must be a number"),
+    ({"ctxleak_greedy": 2}, "'ctxleak_greedy' must be an integer in \\[0, 1\\]"),
+    ({"ctxleak_greedy": -1}, "'ctxleak_greedy'"),
+    ({"ctxleak_min": 2**31}, "'ctxleak_min' must be an integer in \\[0, 2147483647\\]"),
+    ({"ctxleak_stops": "-1"}, "'ctxleak_stops' must be token ids in \\[0, 2\\^31\\)"),
+    ({"ctxleak_stops": f"0,{2**31}"}, "'ctxleak_stops' must be token ids"),
+    ({"ctxleak_stops": ["0"]}, "'ctxleak_stops' must be comma-separated"),
+    ({"ctxleak_pair": PAIR + "\n"}, "32 lowercase hex")])
 def test_settings_outside_their_domain_are_refused_naming_them(change, message):
     with pytest.raises(PairSettingError, match=message):
         read_settings(_xargs(**change))
@@ -155,3 +178,110 @@ def test_records_are_written_once_when_the_answer_ends():
     book.leave(b)
     assert PAIR not in book.pairs
     assert prompt_digest(CTX) == settings.context_digest
+
+
+def test_the_request_checks_beyond_the_arguments_name_them():
+    settings = read_settings(_xargs(ctxleak_min=5))
+    check_request(settings, max_tokens=5, n=1)
+    check_request(settings, max_tokens=None, n=1)  # vLLM fills it in later
+    with pytest.raises(PairSettingError, match="'ctxleak_min' \\(5\\) must be at most the "
+                                               "request's max_tokens \\(4\\)"):
+        check_request(settings, max_tokens=4, n=1)
+    with pytest.raises(PairSettingError, match="n = 1"):
+        check_request(settings, max_tokens=5, n=2)
+
+
+def test_every_seed_torch_takes_is_sent_as_the_plugin_reads_it():
+    """The ends of torch's range are admitted and run; a negative seed is sent as torch reads
+    it (s + 2^64), so the served draw is in-process CID's."""
+    for seed in (0, 2**64 - 1, 2**63):
+        assert read_settings(_xargs(ctxleak_seed=str(seed))).seed == seed
+    sent = pair_xargs(pair=PAIR, context_ids=CTX, lam=0.5, temperature=0.8, seed=-1,
+                      greedy=False, eps=None, min_new_tokens=0, stops=[STOP])
+    assert sent["ctxleak_seed"] == str(2**64 - 1)
+    book, _ = _book()
+    settings = read_settings(sent)
+    a, b = book.admit(settings, 4, CTX), book.admit(settings, 4, EMPTY)
+    z = _logits(11)
+    out = book.apply(z.clone(), [(0, a, 0), (1, b, 0)])
+    want = draw(cid_logprobs(z[0].double(), z[1].double(), 0.5, 0.8), seeded_generator(-1), True)
+    assert int(out[0].argmax()) == want and book.pairs[PAIR].error is None
+
+
+OTHER = "fedcba9876543210" * 2
+
+
+def _two_pairs(book, max_tokens=3):
+    """Pair A (λ = 0.25) on rows 0-1, pair B (λ = 0.5, this module's settings) on rows 2-3."""
+    sa = read_settings(_xargs(ctxleak_pair=OTHER, ctxleak_lam=0.25))
+    sb = read_settings(_xargs())
+    members = [book.admit(sa, max_tokens, CTX), book.admit(sa, max_tokens, EMPTY),
+               book.admit(sb, max_tokens, CTX), book.admit(sb, max_tokens, EMPTY)]
+    return members
+
+
+def test_a_pair_whose_step_raises_is_voided_alone(monkeypatch):
+    """A kernel that raises for pair A's λ voids A (EOS, the error in its records); pair B of
+    the same batch decodes the tokens it decodes alone, and the engine sees no exception."""
+    steps = 3
+    logits = [_logits(20 + t, rows=4) for t in range(steps)]
+    alone, alone_written = _book()
+    sb = read_settings(_xargs())
+    b0, b1 = alone.admit(sb, steps, CTX), alone.admit(sb, steps, EMPTY)
+    want = [int(alone.apply(z[2:].clone(), [(0, b0, t), (1, b1, t)])[0].argmax())
+            for t, z in enumerate(logits)]
+
+    real = cid_pairs.cid_logprobs
+
+    def failing(zc, ze, lam, temperature):
+        if lam == 0.25:
+            raise RuntimeError("kernel failure injected for pair A")
+        return real(zc, ze, lam, temperature)
+
+    monkeypatch.setattr(cid_pairs, "cid_logprobs", failing)
+    book, written = _book()
+    members = _two_pairs(book, steps)
+    got = []
+    for t, z in enumerate(logits):
+        out = book.apply(z.clone(), [(r, m, t if r >= 2 else 0) for r, m in enumerate(members)])
+        assert int(out[0].argmax()) == int(out[1].argmax()) == STOP
+        assert int(out[2].argmax()) == int(out[3].argmax())
+        got.append(int(out[2].argmax()))
+    assert got == want
+    assert written[PAIR]["steps"] == alone_written[PAIR]["steps"]
+    assert written[PAIR]["error"] is None
+    assert "RuntimeError: kernel failure injected for pair A" in written[OTHER]["error"]
+    assert written[OTHER]["steps"] == []
+
+
+def test_settings_that_would_raise_in_the_engine_void_their_pair_at_admission():
+    """Past the admission check (here by hand): a seed torch refuses, EOS ids outside the
+    vocabulary; the pair is void, its rows end where an EOS id is a column, nothing raises."""
+    book, written = _book()
+    bad_seed = replace(read_settings(_xargs()), seed=2**70)
+    a, b = book.admit(bad_seed, 4, CTX), book.admit(bad_seed, 4, EMPTY)
+    out = book.apply(_logits(30), [(0, a, 0), (1, b, 0)])
+    assert int(out[0].argmax()) == int(out[1].argmax()) == STOP
+    assert "seed was refused" in written[PAIR]["error"]
+
+    vocab_book = PairBook(lambda pair, payload: None, {}, vocab=11)
+    vocab_book.admit(replace(read_settings(_xargs()), stops=(50,)), 4, CTX)
+    assert "EOS ids [50] are outside the vocabulary of 11" in str(vocab_book.pairs[PAIR].error)
+
+    book, written = _book()  # vocabulary unknown: the masking step raises, the pair is void
+    far = replace(read_settings(_xargs()), stops=(50,), min_new_tokens=2)
+    a, b = book.admit(far, 4, CTX), book.admit(far, 4, EMPTY)
+    z = _logits(31)
+    out = book.apply(z.clone(), [(0, a, 0), (1, b, 0)])
+    assert torch.equal(out, z) and "IndexError" in written[PAIR]["error"]
+
+
+def test_records_that_cannot_be_written_do_not_stop_the_batch():
+    def full_disk(pair, payload):
+        raise OSError(28, "No space left on device")
+
+    book = PairBook(full_disk, {})
+    settings = read_settings(_xargs())
+    a, b = book.admit(settings, 1, CTX), book.admit(settings, 1, EMPTY)
+    out = book.apply(_logits(32), [(0, a, 0), (1, b, 0)])
+    assert int(out[0].argmax()) == int(out[1].argmax()) and book.pairs[PAIR].written

@@ -4,12 +4,13 @@ default model (Estimating Privacy Leakage of Augmented Contextual Knowledge in L
 Def. 3.4; bounded CID: App. B, Alg. 1) and the whole-distribution route; pairs broken on purpose
 inside the real engine (a partner that never comes, one aborted midway, lengths made unequal)
 are voided with the reason in their records, never answered with a wrong stream; bad settings
-are HTTP 400 and the server goes on serving; the Model Runner V2 class keeps vLLM's interface
-contract."""
+(a seed beyond 64 bits included) are HTTP 400 and the server goes on serving; the Model Runner
+V2 class keeps vLLM's interface contract."""
 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import subprocess
 from dataclasses import replace
@@ -159,6 +160,22 @@ def test_bad_settings_are_http_400_and_the_server_goes_on(served_lm, vllm_server
     bad = httpx.post(vllm_server.url + "/v1/completions",
                      json=_request(served_lm, [ctx, empty], {**xargs, **change}, 4), timeout=60)
     assert bad.status_code == 400 and re.search(message, bad.json()["error"]["message"])
+    good = generate_cid_many(served_lm, _jobs(served_lm, CIDConfig(max_new_tokens=2,
+                                                                   min_new_tokens=0))[:1])
+    assert len(good[0].entries) >= 1
+
+
+def test_a_seed_beyond_64_bits_is_http_400_and_the_server_goes_on(served_lm, vllm_server):
+    """A seed that torch.Generator.manual_seed refuses (2^70) used to pass admission and stop
+    the engine (EngineDeadError); it is refused at admission naming the field, as is a minimum
+    length over max_tokens, and the same server then answers a plugin request."""
+    ctx, empty, xargs = _pair(served_lm, secrets.token_hex(16))
+    for change, field in (({"ctxleak_seed": str(2**70)}, "'ctxleak_seed'"),
+                          ({"ctxleak_min": 5}, "'ctxleak_min' \\(5\\)")):
+        bad = httpx.post(vllm_server.url + "/v1/completions",
+                         json=_request(served_lm, [ctx, empty], {**xargs, **change}, 4),
+                         timeout=60)
+        assert bad.status_code == 400 and re.search(field, bad.json()["error"]["message"])
     good = generate_cid_many(served_lm, _jobs(served_lm, CIDConfig(max_new_tokens=2,
                                                                    min_new_tokens=0))[:1])
     assert len(good[0].entries) >= 1

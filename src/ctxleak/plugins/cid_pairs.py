@@ -19,7 +19,12 @@ has produced). For each pair, :meth:`PairBook.apply`:
   partner is not in the batch at that step (not yet scheduled, preempted, aborted), a row ahead
   of the decisions, a third request, or settings or lengths that differ between the two. Its
   rows are forced to EOS (the requests end) and the error goes into its records, so the client
-  sees the answer void and tries it again.
+  sees the answer void and tries it again;
+- **fails a pair whose step raises**, alone: whatever a request carries (an EOS id outside the
+  vocabulary, logits that are not finite, a seed torch refuses) voids its own pair as above,
+  with the exception in its records, and the other pairs of the batch go on; nothing a request
+  carries stops the engine. A record that cannot be written is logged and dropped (the client
+  then finds none and tries the answer again).
 
 A pair's records are written once, when it ends (EOS or its last token) or fails, by the
 ``write`` callable (the plugin writes a file per answer, :mod:`ctxleak.plugins.vllm_records`
@@ -29,6 +34,7 @@ a simulated batch.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +48,8 @@ from ctxleak.plugins.protocol import PROTOCOL_VERSION, PairSettings, prompt_dige
 
 #: Seconds after which a pair none of whose requests is in the batch is given up.
 STALE_SECONDS = 600.0
+
+LOG = logging.getLogger(__name__)
 
 Write = Callable[[str, dict[str, Any]], None]
 
@@ -81,10 +89,12 @@ class Pair:
 
 class PairBook:
     """The pairs in flight in one vLLM engine (see the module docstring). ``server``: the flags
-    the plugin runs under, sent in every record."""
+    the plugin runs under, sent in every record; ``vocab``: the model's vocabulary size, where
+    known (a pair whose EOS ids fall outside it is voided when it is admitted)."""
 
-    def __init__(self, write: Write, server: dict[str, Any]) -> None:
-        self.write, self.server = write, dict(server)
+    def __init__(self, write: Write, server: dict[str, Any], *, vocab: int | None = None
+                 ) -> None:
+        self.write, self.server, self.vocab = write, dict(server), vocab
         self.pairs: dict[str, Pair] = {}
 
     # ---- the batch's membership -----------------------------------------------------------
@@ -98,8 +108,7 @@ class PairBook:
         member = Member(settings, int(max_tokens), got)
         pair = self.pairs.get(settings.pair)
         if pair is None:
-            pair = self.pairs[settings.pair] = Pair(settings, int(max_tokens),
-                                                    seeded_generator(settings.seed))
+            pair = self.pairs[settings.pair] = self._new_pair(settings, int(max_tokens))
         pair.last_seen = time.monotonic()
         wants = "context" if got == settings.context_digest else "empty"
         held = pair.members.get(wants)
@@ -119,6 +128,22 @@ class PairBook:
         pair.members[wants] = member
         return member
 
+    def _new_pair(self, settings: PairSettings, max_tokens: int) -> Pair:
+        """A pair, voided from the start where its settings cannot be run (checked at
+        admission already; here so that nothing a request carries raises in the engine)."""
+        why = None
+        try:
+            generator = seeded_generator(settings.seed)
+        except (ValueError, RuntimeError, OverflowError, TypeError) as exc:
+            generator, why = torch.Generator(device="cpu"), f"its seed was refused: {exc}"
+        outside = [s for s in settings.stops if self.vocab is not None and s >= self.vocab]
+        if outside:
+            why = f"its EOS ids {outside} are outside the vocabulary of {self.vocab} ids"
+        pair = Pair(settings, max_tokens, generator)
+        if why is not None:
+            self.fail(pair, why)
+        return pair
+
     def leave(self, member: Member) -> None:
         """A request left the batch (finished, aborted or preempted): its pair is dropped once
         neither request is left and its records are out."""
@@ -135,7 +160,8 @@ class PairBook:
     def apply(self, logits: torch.Tensor, rows: Sequence[tuple[int, Member, int]]
               ) -> torch.Tensor:
         """Decide, repeat or fail each pair's step on ``logits`` ``[rows, V]`` (in place);
-        ``rows``: (row index, request, its step) of every row of a pair request."""
+        ``rows``: (row index, request, its step) of every row of a pair request. A pair whose
+        step raises is voided alone (the module docstring)."""
         by_pair: dict[str, list[tuple[int, Member, int]]] = {}
         for row in rows:
             by_pair.setdefault(row[1].settings.pair, []).append(row)
@@ -143,10 +169,16 @@ class PairBook:
             pair = self.pairs.get(pair_id)
             if pair is None:  # cannot happen through admit; end the rows rather than guess
                 for index, member, _ in own:
-                    force(logits, index, member.settings.stops[0])
+                    end(logits, index, member.settings.stops)
                 continue
             pair.last_seen = time.monotonic()
-            self._step_pair(logits, pair, own)
+            try:
+                self._step_pair(logits, pair, own)
+            except Exception as exc:  # noqa: BLE001 - one request never stops the engine
+                LOG.exception("ctxleak's CID plugin voids pair %s", pair_id)
+                self.fail(pair, f"the plugin's step failed: {type(exc).__name__}: {exc}")
+                for index, _, _ in own:
+                    end(logits, index, pair.settings.stops)
         return logits
 
     def _step_pair(self, logits: torch.Tensor, pair: Pair,
@@ -166,7 +198,7 @@ class PairBook:
                 self._decide(logits, pair, by_role["context"], by_role["empty"])
         for row, _, step in own:
             if pair.error is not None:
-                force(logits, row, pair.settings.stops[0])
+                end(logits, row, pair.settings.stops)
             else:
                 force(logits, row, pair.steps[step]["token"])
 
@@ -203,9 +235,13 @@ class PairBook:
         if pair.written:
             return
         pair.written = True
-        self.write(pair.settings.pair, {
-            "protocol": PROTOCOL_VERSION, "pair": pair.settings.pair, "steps": pair.steps,
-            "stopped": pair.stopped, "error": pair.error, "server": self.server})
+        try:
+            self.write(pair.settings.pair, {
+                "protocol": PROTOCOL_VERSION, "pair": pair.settings.pair, "steps": pair.steps,
+                "stopped": pair.stopped, "error": pair.error, "server": self.server})
+        except Exception:  # noqa: BLE001 - a full disk voids the answer, not the engine
+            LOG.exception("ctxleak's CID plugin could not write the records of pair %s",
+                          pair.settings.pair)
 
     def _sweep(self) -> None:
         """Give up pairs none of whose requests has been in the batch for
@@ -217,6 +253,15 @@ class PairBook:
                 if not pair.complete:
                     self.fail(pair, "the pair's requests left the batch before it ended")
                 del self.pairs[pair_id]
+
+
+def end(logits: torch.Tensor, row: int, stops: Sequence[int]) -> None:
+    """Force ``row`` to the first of the EOS ids ``stops`` that is a column of ``logits`` (the
+    request ends); where none is, the row is left as it is (the pair is void all the same)."""
+    width = logits.shape[-1]
+    token = next((int(s) for s in stops if 0 <= int(s) < width), None)
+    if token is not None:
+        force(logits, row, token)
 
 
 def force(logits: torch.Tensor, row: int, token: int) -> None:

@@ -17,15 +17,18 @@ Start vLLM with the class of the model runner it runs and the route that returns
 Both hand the batch to :class:`~ctxleak.plugins.cid_pairs.PairBook`, which does the work; a
 request without ``ctxleak_`` arguments is left alone. The plugin refuses to start where chunked
 prefill is on: a row of a partial prefill gets logits that vLLM samples and then discards, and
-the V1 interface cannot tell such a row from a real one. Imports torch, vLLM and ctxleak's
+the V1 interface cannot tell such a row from a real one; and where its records folder is not its
+user's alone (:class:`~ctxleak.plugins.protocol.RecordsFolder`). A request's arguments are
+checked at admission (``validate_params``: HTTP 400 naming the field), and nothing a request
+carries raises in the engine: a pair whose step fails is voided alone
+(:meth:`~ctxleak.plugins.cid_pairs.PairBook.apply`). Imports torch, vLLM and ctxleak's
 kernels and plugins only (the server's environment needs ctxleak installed, without its
 dependencies: ``pip install --no-deps ctxleak``).
 """
 
 from __future__ import annotations
 
-import json
-import os
+import logging
 from typing import Any
 
 import torch
@@ -39,11 +42,14 @@ from ctxleak.plugins.cid_pairs import Member, PairBook
 from ctxleak.plugins.protocol import (
     PROTOCOL_VERSION,
     PairSettingError,
+    PairSettings,
+    RecordsFolder,
+    check_request,
     is_pair_request,
     read_settings,
-    record_path,
-    records_dir,
 )
+
+LOG = logging.getLogger(__name__)
 
 #: The server flag that must be off, in the words of the refusal.
 CHUNKED_PREFILL = ("ctxleak's CID plugin needs --no-enable-chunked-prefill: a partial prefill's "
@@ -66,24 +72,32 @@ def server_flags(vllm_config: Any, runner: str) -> dict[str, Any]:
     return flags
 
 
-def write_records(pair: str, payload: dict[str, Any]) -> None:
-    """One answer's records as a file, written whole (a temporary file renamed into place)."""
-    path = record_path(pair)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload), encoding="utf-8")
-    os.replace(tmp, path)
+def vocab_size(vllm_config: Any) -> int | None:
+    """The model's vocabulary size (the width of the logits), where the config says it."""
+    model = getattr(vllm_config, "model_config", None)
+    get = getattr(model, "get_vocab_size", None)
+    return int(get()) if callable(get) else None
 
 
 def _validate(params: SamplingParams) -> None:
     """vLLM's check at admission: a plugin request's arguments in their domain (else HTTP 400
-    with the message), one answer per request (``n`` = 1)."""
+    with the message), one answer per request (``n`` = 1), its minimum length within
+    ``max_tokens``."""
     xargs = params.extra_args
     if not is_pair_request(xargs):
         return
-    read_settings(dict(xargs or {}))
-    if params.n != 1:
-        raise PairSettingError("a CID plugin request must have n = 1")
+    settings = read_settings(dict(xargs or {}))
+    check_request(settings, max_tokens=params.max_tokens, n=params.n)
+
+
+def _settings(params: SamplingParams) -> PairSettings | None:
+    """A request's settings in the engine (checked at admission already; None, logged, for
+    one that did not pass there: its row is then left to vLLM)."""
+    try:
+        return read_settings(dict(params.extra_args or {}))
+    except PairSettingError as exc:
+        LOG.error("ctxleak's CID plugin leaves a request alone: %s", exc)
+        return None
 
 
 class CIDLogitsProcessor(LogitsProcessor):
@@ -95,8 +109,8 @@ class CIDLogitsProcessor(LogitsProcessor):
         _validate(sampling_params)
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
-        records_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.book = PairBook(write_records, server_flags(vllm_config, "v1"))
+        flags = server_flags(vllm_config, "v1")
+        self.book = PairBook(RecordsFolder().write, flags, vocab=vocab_size(vllm_config))
         self.rows: dict[int, tuple[Member, list[int]]] = {}
 
     def is_argmax_invariant(self) -> bool:
@@ -110,7 +124,9 @@ class CIDLogitsProcessor(LogitsProcessor):
         for index, params, prompt_ids, output_ids in batch_update.added:
             self._drop(index)
             if params is not None and is_pair_request(params.extra_args):
-                settings = read_settings(dict(params.extra_args or {}))
+                settings = _settings(params)
+                if settings is None:
+                    continue
                 member = self.book.admit(settings, int(params.max_tokens or 0), prompt_ids)
                 self.rows[index] = (member, output_ids)
         for a, b, how in batch_update.moved:
@@ -146,8 +162,8 @@ class CIDLogitsProcessorV2(LogitsProcessorV2):
         _validate(sampling_params)
 
     def __init__(self, vllm_config: Any, req_states: Any) -> None:
-        records_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.book = PairBook(write_records, server_flags(vllm_config, "v2"))
+        flags = server_flags(vllm_config, "v2")
+        self.book = PairBook(RecordsFolder().write, flags, vocab=vocab_size(vllm_config))
         self.req_states = req_states
         self.slots: dict[int, Member] = {}
         self.pending: dict[int, tuple[Any, int]] = {}
@@ -159,8 +175,10 @@ class CIDLogitsProcessorV2(LogitsProcessorV2):
         self.pending.pop(req_idx, None)
         if not is_pair_request(sampling_params.extra_args):
             return False
-        self.pending[req_idx] = (read_settings(dict(sampling_params.extra_args or {})),
-                                 int(sampling_params.max_tokens or 0))
+        settings = _settings(sampling_params)
+        if settings is None:
+            return False
+        self.pending[req_idx] = (settings, int(sampling_params.max_tokens or 0))
         return True
 
     def apply_staged_writes(self) -> None:

@@ -3,9 +3,11 @@
 
 ``GET /v1/ctxleak/pairs/{pair}`` answers the JSON the plugin wrote when the answer ended
 (:mod:`ctxleak.plugins.protocol`: per token λ_t, log p̄_λ(y_t | D), log p(y_t | ∅) and bounded
-CID's ex-post ε) and removes it: an answer's records are read once. A pair it holds nothing for
-is HTTP 404 with the error type ``ctxleak_unknown_pair``, which tells a client that the route is
-there (the plugin may not be). Every other request goes on to vLLM unchanged.
+CID's ex-post ε) and removes it: an answer's records are read once (by one reader, where two
+ask at once). A pair it holds nothing for is HTTP 404 with the error type
+``ctxleak_unknown_pair``, which tells a client that the route is there (the plugin may not be).
+A records folder that is not the server's user's alone (:class:`RecordsFolder`) is HTTP 500
+naming it, and nothing in it is read. Every other request goes on to vLLM unchanged.
 
 The pair id, 32 random hex digits the client drew, is what grants access, as a capability URL
 does (the route runs before vLLM's own key check, as every middleware added after it does).
@@ -14,14 +16,19 @@ Standard library and Starlette only (vLLM's API server runs on Starlette).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ctxleak.plugins.protocol import PAIR_ID, PAIRS_PATH, UNKNOWN_PAIR, record_path
+from ctxleak.plugins.protocol import (
+    PAIR_ID,
+    PAIRS_PATH,
+    UNKNOWN_PAIR,
+    RecordsFolder,
+    RecordsFolderError,
+)
 
 
 def _error(status: int, message: str, kind: str) -> JSONResponse:
@@ -30,15 +37,9 @@ def _error(status: int, message: str, kind: str) -> JSONResponse:
 
 
 def read_records(pair: str) -> dict[str, Any] | None:
-    """The records of ``pair`` (removed once read), or None where there are none."""
-    path = record_path(pair)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    path.unlink(missing_ok=True)
-    out: dict[str, Any] = json.loads(text)
-    return out
+    """The records of ``pair`` (removed once read), or None where there are none; raises
+    :class:`~ctxleak.plugins.protocol.RecordsFolderError` where the folder is unsafe."""
+    return RecordsFolder(create=False).read(pair)
 
 
 async def records_route(request: Request,
@@ -50,9 +51,12 @@ async def records_route(request: Request,
     if request.method != "GET":
         return _error(405, "only GET reads a pair's records", "invalid_request_error")
     pair = path[len(PAIRS_PATH):]
-    if not PAIR_ID.match(pair):
+    if not PAIR_ID.fullmatch(pair):
         return _error(400, "a pair id is 32 lowercase hex digits", "invalid_request_error")
-    records = read_records(pair)
+    try:
+        records = read_records(pair)
+    except RecordsFolderError as exc:
+        return _error(500, str(exc), "ctxleak_records_folder")
     if records is None:
         return _error(404, f"no records of pair {pair}: the answer is still running, was read "
                            "already, or the server runs without ctxleak's logits processor",
