@@ -313,3 +313,23 @@ def test_ctrl_c_mid_batch_keeps_each_answer_and_a_resume_asks_only_the_rest(tmp_
     assert len(first) == 4 and calls[4:] == [q for q in calls[4:] if q not in first]
     assert len(calls) == len(DOCS)  # the 4 answered questions were not asked again
     assert result.summary["queries_replayed"] == 4
+
+
+def test_a_resume_against_another_function_of_the_same_name_is_refused(tmp_path):
+    """Two files each define ``answer``: a run folder of the first is not resumed with the
+    second (its answers are not this target's); the refusal names the folder and what
+    differs. The same file loaded again is the same target."""
+    for name, text in (("one.py", "nothing"), ("two.py", "something else")):
+        (tmp_path / name).write_text(f"def answer(question):\n    return {text!r}\n")
+    out = tmp_path / "run"
+    one = ctxleak.attack_target(function=f"{tmp_path / 'one.py'}:answer")
+    ctxleak.attack_extract(one, DOCS[:2], output=str(out), progress=False)
+    again = ctxleak.attack_target(function=f"{tmp_path / 'one.py'}:answer")
+    ctxleak.attack_extract(again, DOCS[:2], output=str(out), resume=True, progress=False)
+    two = ctxleak.attack_target(function=f"{tmp_path / 'two.py'}:answer")
+    with pytest.raises(ConfigError) as info:
+        ctxleak.attack_extract(two, DOCS[:2], output=str(out), resume=True, progress=False)
+    message = str(info.value)
+    assert "\n" not in message and f"cannot resume {out}" in message
+    assert "another target than Python function answer" in message
+    assert "one.py.answer@" in message and "two.py.answer@" in message

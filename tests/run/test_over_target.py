@@ -101,7 +101,7 @@ def test_max_queries_is_refused_before_any_question_fresh_and_resumed(tmp_path):
     assert fn.asked[len(sent):] == [r["question"] for r in done.records[2:]]
     assert (done.summary["queries_sent"], done.summary["queries_replayed"]) == (2, 0)
     with AnswerJournal(tmp_path / "run" / JOURNAL_FILE) as journal:
-        assert journal.count("function:app") == len(DOCS)
+        assert journal.count(target.fingerprint()) == len(DOCS)
 
 
 def test_the_journal_wraps_the_target_so_a_resume_sends_nothing_twice(tmp_path):
@@ -121,7 +121,7 @@ def test_the_journal_wraps_the_target_so_a_resume_sends_nothing_twice(tmp_path):
     assert len(set(fn.asked)) == len(DOCS) and len(fn.asked) == len(DOCS) + 1
     assert (done.summary["queries_sent"], done.summary["queries_replayed"]) == (2, 2)
     assert done.config["target"] == "Python function app"
-    assert done.config["target_fingerprint"] == "function:app" and done.config["model"] == "none"
+    assert done.config["target_fingerprint"] == target.fingerprint() and done.config["model"] == "none"
     with pytest.raises(ConfigError, match="target"):  # another target: not this run's resume
         run_method(extract(tmp_path, batch=4), FunctionTarget(fn, "other"), DOCS,
                    progress=False, resume=True)

@@ -78,7 +78,7 @@ def test_a_chain_that_raises_keeps_the_answers_before_it(tmp_path):
         target = JournaledTarget(FunctionTarget(chain, "chain"), journal)
         with pytest.raises(TargetError, match="chain raised RuntimeError on question 4"):
             target.answer(QUESTIONS)
-        assert journal.count("function:chain") == 3
+        assert journal.count(target.key) == 3
         got = target.answer(QUESTIONS)
     assert calls == QUESTIONS[:4] + QUESTIONS[3:]
     assert got[0] == TargetAnswer(QUESTIONS[0].upper(), ("d1",), ("doc",))
@@ -243,3 +243,64 @@ def test_kill_9_after_4_answers_keeps_the_4(tmp_path):
     with sqlite3.connect(path) as db:
         rows = db.execute("SELECT question FROM answers").fetchall()
     assert sorted(q for q, in rows) == ["q0", "q1", "q2", "q3"]
+
+
+def test_a_tampered_row_is_not_scored_but_asked_again(tmp_path):
+    """A row edited after it was written (another answer, text that is not JSON, the digest
+    wiped) fails its keyed digest: a warning says so, its question is asked again and the row
+    replaced; the rows left alone are read back."""
+    asked: list[str] = []
+
+    def fn(question):
+        asked.append(question)
+        return question.upper()
+
+    path = tmp_path / "a.db"
+    with AnswerJournal(path) as journal:
+        JournaledTarget(FunctionTarget(fn, "f"), journal).answer(QUESTIONS[:4])
+    key = tmp_path / "a.db.key"
+    assert key.is_file() and stat.S_IMODE(key.stat().st_mode) == 0o600
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE answers SET answer = ? WHERE question = ?",
+                   ('{"text": "the secret is 1234", "document_ids": null, "documents": null}',
+                    QUESTIONS[0]))
+        db.execute("UPDATE answers SET answer = 'not json {' WHERE question = ?", (QUESTIONS[1],))
+        db.execute("UPDATE answers SET digest = NULL WHERE question = ?", (QUESTIONS[2],))
+    asked.clear()
+    with AnswerJournal(path) as journal:
+        again = JournaledTarget(FunctionTarget(fn, "f"), journal)
+        with pytest.warns(UserWarning, match=r"a.db: 3 stored answer\(s\) do not match their "
+                          r"digest .*a.db.key.*asked again"):
+            got = again.answer(QUESTIONS[:4])
+        assert [a.text for a in got] == [q.upper() for q in QUESTIONS[:4]]
+        assert asked == QUESTIONS[:3] and again.replayed == 1
+        assert journal.count(again.key) == 4  # replaced, and they verify now
+        assert again.answer(QUESTIONS[:4]) == got and asked == QUESTIONS[:3]
+
+
+def test_a_journal_without_its_key_asks_again(tmp_path):
+    path = tmp_path / "a.db"
+    with AnswerJournal(path) as journal:
+        JournaledTarget(FunctionTarget(str.upper, "f"), journal).answer(["a", "b"])
+    (tmp_path / "a.db.key").unlink()
+    with AnswerJournal(path) as journal, pytest.warns(UserWarning, match="2 stored answer"):
+        again = JournaledTarget(FunctionTarget(str.upper, "f"), journal)
+        assert [a.text for a in again.answer(["a", "b"])] == ["A", "B"]
+        assert again.sent == 2
+
+
+def test_functions_of_one_name_are_different_targets(tmp_path):
+    def answer(question):
+        return "one"
+
+    first = FunctionTarget(answer, "answer")
+
+    def answer(question):  # noqa: F811 - the same name, other code
+        return "two"
+
+    second = FunctionTarget(answer, "answer")
+    assert first.fingerprint() != second.fingerprint()
+    assert first.fingerprint() == FunctionTarget(first.fn, "answer").fingerprint()
+    with AnswerJournal(tmp_path / "a.db") as journal:
+        assert JournaledTarget(first, journal).answer(["q"])[0].text == "one"
+        assert JournaledTarget(second, journal).answer(["q"])[0].text == "two"

@@ -71,7 +71,8 @@ from ctxleak.run.stored import KEY_FIELD, Convert, StoredRows, row_key
 __all__ = ["CONFIG_FILE", "IDENTITY_KEY", "INPUTS_KEY", "KEY_FIELD", "LOCK_FILE",
            "MANIFEST_FILE", "MODEL_KEY", "OWNER_FILE", "RESOLVED_KEYS", "RESULTS_FILE",
            "RESUME_NEUTRAL_KEYS",
-           "RUN_MARKERS", "SAMPLES_FILE", "RunDir", "config_differences", "file_sha256",
+           "RUN_MARKERS", "SAMPLES_FILE", "TARGET_KEY", "RunDir", "config_differences",
+           "file_sha256",
            "input_hashes", "is_run_folder", "os_advice", "os_errors", "output_error",
            "read_json_file", "read_samples", "refuse_foreign_output", "row_key", "write_atomic",
            "write_recorded"]
@@ -79,6 +80,7 @@ __all__ = ["CONFIG_FILE", "IDENTITY_KEY", "INPUTS_KEY", "KEY_FIELD", "LOCK_FILE"
 INPUTS_KEY = "input_sha256"  # config key: {input file: SHA-256 of its bytes}
 MODEL_KEY = "model_sha256"  # config key: {model file: SHA-256}, engine.models.model_fingerprint
 IDENTITY_KEY = "model_identity"  # config key: what a server says of its model (RunDir.pin_model)
+TARGET_KEY = "target_fingerprint"  # config key: the attacked target's identity (Target.fingerprint)
 
 # Keys that may change between a run and its resume without changing any number of a sample
 # (``redact`` and the budgets change only what the summary and the report say of them).
@@ -124,6 +126,22 @@ def _refuse_other_command(config_path: Path, old: dict[str, Any], new: dict[str,
         raise ConfigError(f"cannot resume {config_path.parent}: it holds a "
                           f"'{old['command']}' run, not '{new['command']}' "
                           f"(stored in {config_path})")
+
+
+def _refuse_other_target(config_path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Resume refuses another target than the one a black-box attack's answers came from (a
+    function of the same name in another module or with other code, another endpoint or model,
+    a RAG app over other documents): its journaled answers are not this target's."""
+    before, now = old.get(TARGET_KEY), new.get(TARGET_KEY)
+    if before is None or now is None or before == now:
+        return
+    a, b = str(before).split(":"), str(now).split(":")
+    parts = [f"{x!r} then, {y!r} now" for x, y in zip(a, b) if x != y] or \
+        [f"{before!r} then, {now!r} now"]
+    raise ConfigError(f"cannot resume {config_path.parent}: its answers came from another "
+                      f"target than {new.get('target') or now} (the target's identity differs: "
+                      f"{'; '.join(parts)}; stored in {config_path}); give the same target, or "
+                      "start a new output=...", also=("output",))
 
 
 def _refuse_changed_inputs(config_path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -217,6 +235,7 @@ class RunDir:
                         check_file(self.path, manifest, CONFIG_FILE, required=True)
                 old = read_json_file(config_path)
                 _refuse_other_command(config_path, old, self.config)
+                _refuse_other_target(config_path, old, self.config)
                 _refuse_changed_inputs(config_path, old, self.config)
                 _refuse_changed_model(config_path, old, self.config)
                 diff = config_differences(old, self.config)

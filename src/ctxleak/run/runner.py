@@ -36,6 +36,7 @@ from ctxleak.run.rundir import (
     INPUTS_KEY,
     KEY_FIELD,
     MODEL_KEY,
+    TARGET_KEY,
     RunDir,
     input_hashes,
 )
@@ -351,7 +352,7 @@ def over_target(method: Method[Any, Any, Any], target: Target, plan: Any, common
         asked = JournaledTarget(target, journal, max_queries)
         asked.check(plan.questions)
         run = open_run(method.name, common, {**plan.config, "target": target.describe(),
-                                             "target_fingerprint": target.fingerprint()},
+                                             TARGET_KEY: target.fingerprint()},
                        private=method.private, inputs=plan.inputs, check_row=check_row)
         with run:
             ready = method.prepare(asked, plan, run)

@@ -21,6 +21,8 @@ nothing else (:mod:`ctxleak.engine.capabilities`).
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -81,11 +83,38 @@ def is_target(obj: object) -> bool:
                                                                "fingerprint"))
 
 
+#: The prefix of the module a file named ``PATH.py:NAME`` is run as (:mod:`ctxleak.api.retrieval`):
+#: its number changes from process to process, so such a function is known by its file instead.
+FILE_MODULE_PREFIX = "ctxleak_retriever_"
+
+
+def code_identity(fn: Any) -> str:
+    """What tells a Python function from another of the same name, stable across processes:
+    ``module.qualname`` (a function loaded from a file by ctxleak: the file's path) and 16 hex
+    digits of the SHA-256 of its source (where Python has none: of its bytecode and
+    constants), ``"mod.answer@1f0c..."``. A callable object is known by its class."""
+    fn = getattr(fn, "__func__", fn)  # a bound method: its function
+    owner = fn if hasattr(fn, "__qualname__") else type(fn)
+    module = str(getattr(owner, "__module__", None)
+                 or getattr(getattr(fn, "__objclass__", None), "__module__", None) or "?")
+    call = vars(type(fn)).get("__call__")  # a callable object's method
+    code = getattr(fn, "__code__", None) or getattr(call, "__code__", None)
+    if module.startswith(FILE_MODULE_PREFIX) and code is not None:
+        module = code.co_filename
+    try:
+        text = inspect.getsource(fn if hasattr(fn, "__code__") else type(fn))
+    except (OSError, TypeError):  # a builtin, a lambda typed at a prompt: its bytecode
+        text = "" if code is None else repr((code.co_code, code.co_consts, code.co_names))
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{module}.{getattr(owner, '__qualname__', '?')}@{digest}"
+
+
 @dataclass(frozen=True)
 class FunctionTarget:
     """A plain Python function ``question -> answer`` as a target. It may return a string, or
     a ``(answer, documents)`` pair whose documents are strings or dicts with ``id`` and
-    ``text``. ``name`` names it in reports and in the fingerprint."""
+    ``text``. ``name`` names it in reports; the fingerprint holds it and the function's
+    :func:`code_identity` (another function of the same name is another target)."""
 
     fn: Callable[[str], Any]
     name: str = "function"
@@ -114,7 +143,7 @@ class FunctionTarget:
         return f"Python function {self.name}"
 
     def fingerprint(self) -> str:
-        return f"function:{self.name}"
+        return f"function:{self.name}:{code_identity(self.fn)}"
 
 
 def _as_answer(got: Any, name: str, index: int) -> TargetAnswer:

@@ -23,9 +23,12 @@ one is given, else by the stated estimate of 4 characters per token (:func:`cost
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import os
+import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -33,15 +36,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ctxleak.errors import ConfigError, InputError
+from ctxleak.errors import ConfigError, InputError, warn
 from ctxleak.targets.base import Target, TargetAnswer, TargetError
 from ctxleak.targets.rag import RAGApp, RAGPrompt
 
 #: The file of a run folder that keeps every answer its target gave.
 JOURNAL_FILE = "answers.sqlite"
+#: Beside the journal, the random key of its rows' digests (``answers.sqlite.key``).
+KEY_SUFFIX = ".key"
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS answers (
-    target TEXT NOT NULL, question TEXT NOT NULL, answer TEXT NOT NULL,
+    target TEXT NOT NULL, question TEXT NOT NULL, answer TEXT NOT NULL, digest TEXT,
     PRIMARY KEY (target, question))"""
 
 
@@ -64,12 +69,21 @@ def answer_from_json(text: str) -> TargetAnswer:
 
 class AnswerJournal:
     """The answers a target gave, by (target fingerprint, question), in SQLite at ``path``
-    (opened at once where the file is there, else made with the first answer stored)."""
+    (opened at once where the file is there, else made with the first answer stored).
+
+    Each row carries a keyed digest (BLAKE2b, keyed by a random key kept beside the database
+    in ``<path>.key``, mode 0600, made with it) over its target, question and answer: a row
+    edited by hand, or written without this key, does not verify, and is not used (a warning
+    says how many; the question is asked again and the row replaced). It guards against edits
+    and mix-ups, not against someone who can read the key."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.key_path = self.path.with_name(self.path.name + KEY_SUFFIX)
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._key: bytes | None = None
+        self._warned: set[tuple[str, str]] = set()
         if self.path.exists():
             self._open()
 
@@ -84,24 +98,84 @@ class AnswerJournal:
                                            isolation_level=None)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute(_SCHEMA)
+                columns = {row[1] for row in self._db.execute("PRAGMA table_info(answers)")}
+                if "digest" not in columns:  # a journal of a ctxleak that kept no digests
+                    self._db.execute("ALTER TABLE answers ADD COLUMN digest TEXT")
             except sqlite3.DatabaseError as exc:
                 raise InputError(f"not an answer journal (SQLite): {exc}",
                                  file=str(self.path)) from None
+            self._key = self._read_key(create=False)
         return self._db
 
+    def _read_key(self, *, create: bool) -> bytes | None:
+        """The folder's digest key (None: there is none yet and ``create`` is off)."""
+        try:
+            key = self.key_path.read_bytes()
+        except FileNotFoundError:
+            if not create:
+                return None
+            try:
+                fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:  # made a moment ago by another process
+                return self.key_path.read_bytes()
+            key = secrets.token_bytes(32)
+            with os.fdopen(fd, "wb") as out:
+                out.write(key)
+                out.flush()
+                os.fsync(out.fileno())
+            return key
+        except OSError as exc:
+            raise InputError(f"the journal's key cannot be read ({exc.strerror})",
+                             file=str(self.key_path)) from None
+        return key
+
+    def _digest(self, target: str, question: str, answer: str) -> str:
+        assert self._key is not None
+        data = json.dumps([target, question, answer], ensure_ascii=False)
+        return hashlib.blake2b(data.encode("utf-8", "surrogatepass"), key=self._key,
+                               digest_size=32, person=b"ctxleak-answers").hexdigest()
+
+    def _verifies(self, target: str, question: str, answer: str, digest: str | None) -> bool:
+        return self._key is not None and digest is not None and \
+            hmac.compare_digest(self._digest(target, question, answer), digest)
+
+    def _rows(self, target: str, questions: Sequence[str]) -> list[tuple[str, str, str | None]]:
+        """(question, answer, digest) of the rows of ``questions`` (the lock held)."""
+        assert self._db is not None
+        rows: list[tuple[str, str, str | None]] = []
+        for start in range(0, len(questions), 500):  # SQLite's bound on parameters
+            part = questions[start:start + 500]
+            rows += self._db.execute(
+                f"SELECT question, answer, digest FROM answers WHERE target = ? AND question "
+                f"IN ({', '.join('?' * len(part))})", [target, *part]).fetchall()
+        return rows
+
     def get(self, target: str, questions: Sequence[str]) -> dict[str, TargetAnswer]:
-        """The stored answers of those ``questions`` the journal holds for ``target``."""
+        """The stored answers of those ``questions`` the journal holds for ``target``, each
+        verified by its digest (those that do not verify are left out, with a warning)."""
         out: dict[str, TargetAnswer] = {}
-        wanted = list(dict.fromkeys(questions))
+        bad: list[str] = []
         with self._lock:
             if self._db is None:
                 return out
-            for start in range(0, len(wanted), 500):  # SQLite's bound on parameters
-                part = wanted[start:start + 500]
-                rows = self._db.execute(
-                    f"SELECT question, answer FROM answers WHERE target = ? AND question IN "
-                    f"({', '.join('?' * len(part))})", [target, *part]).fetchall()
-                out.update((q, answer_from_json(a)) for q, a in rows)
+            for question, answer, digest in self._rows(target, list(dict.fromkeys(questions))):
+                if not self._verifies(target, question, answer, digest):
+                    if (target, question) not in self._warned:
+                        self._warned.add((target, question))
+                        bad.append(question)
+                    continue
+                try:
+                    out[question] = answer_from_json(answer)
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                    raise InputError(f"the stored answer to {question[:60]!r} is not an "
+                                     f"answer as ctxleak writes it ({type(exc).__name__}: "
+                                     f"{exc}); start a new output=...",
+                                     file=str(self.path)) from None
+        if bad:
+            warn(f"{self.path}: {len(bad)} stored answer(s) do not match their digest (edited "
+                 f"after they were written, or written without this folder's key "
+                 f"{self.key_path.name}), first to {bad[0][:60]!r}: not used; their questions "
+                 "are asked again")
         return out
 
     def put(self, target: str, question: str, answer: TargetAnswer) -> None:
@@ -110,20 +184,31 @@ class AnswerJournal:
 
     def put_many(self, target: str, answers: Sequence[tuple[str, TargetAnswer]]) -> None:
         """Store (question, answer) pairs in one transaction: all committed, or none (an
-        answer already stored is kept)."""
-        rows = [(target, question, answer_json(answer)) for question, answer in answers]
+        answer already stored is kept where it verifies, else replaced)."""
+        texts = {question: answer_json(answer) for question, answer in answers}
+        if not texts:
+            return
         with self._lock:
             db = self._open()
+            if self._key is None:
+                self._key = self._read_key(create=True)
             with db:  # one transaction: committed on leaving, rolled back on an error
                 db.execute("BEGIN")
-                db.executemany("INSERT OR IGNORE INTO answers (target, question, answer) "
-                               "VALUES (?, ?, ?)", rows)
+                kept = {q for q, a, d in self._rows(target, list(texts))
+                        if self._verifies(target, q, a, d)}
+                db.executemany("INSERT OR REPLACE INTO answers (target, question, answer, "
+                               "digest) VALUES (?, ?, ?, ?)",
+                               [(target, q, a, self._digest(target, q, a))
+                                for q, a in texts.items() if q not in kept])
 
     def count(self, target: str) -> int:
-        """How many answers the journal holds for ``target``."""
+        """How many answers the journal holds for ``target`` (that verify)."""
         with self._lock:
-            return 0 if self._db is None else int(self._db.execute(
-                "SELECT COUNT(*) FROM answers WHERE target = ?", (target,)).fetchone()[0])
+            if self._db is None:
+                return 0
+            rows = self._db.execute("SELECT question, answer, digest FROM answers WHERE "
+                                    "target = ?", (target,)).fetchall()
+            return sum(1 for q, a, d in rows if self._verifies(target, q, a, d))
 
     def total(self) -> int:
         """How many answers the journal holds, for every target."""
@@ -290,5 +375,5 @@ def estimate_cost(questions: Sequence[str], *, tokenizer: Any = None, extra_prom
     return CostEstimate(len(questions), total, how, answers)
 
 
-__all__ = ["JOURNAL_FILE", "AnswerJournal", "CostEstimate", "JournaledTarget", "answer_from_json",
-           "answer_json", "cost_line", "estimate_cost"]
+__all__ = ["JOURNAL_FILE", "KEY_SUFFIX", "AnswerJournal", "CostEstimate", "JournaledTarget",
+           "answer_from_json", "answer_json", "cost_line", "estimate_cost"]

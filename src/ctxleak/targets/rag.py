@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from ctxleak.engine.chat_prompt import Messages
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.bm25 import BM25, index
-from ctxleak.targets.base import OnAnswer, TargetAnswer, TargetError
+from ctxleak.targets.base import OnAnswer, TargetAnswer, TargetError, code_identity
 
 #: The separator between retrieved documents in ``{context}`` (the RAG audit's).
 SEPARATOR = "\n\n"
@@ -212,7 +212,8 @@ class RAGApp:
 
     def fingerprint(self) -> str:
         docs = sorted((d.id, d.text, d.source) for d in self.documents)
-        how = "bm25(k1=1.2,b=0.75)" if self._index is not None else f"retriever:{self.name}"
+        how = "bm25(k1=1.2,b=0.75)" if self._index is not None else \
+            f"retriever:{self.name}:{code_identity(self.retriever)}"
         return "rag:" + fingerprint_of(docs, how, self.top_k, self.messages,
                                        self.answerer.fingerprint())
 
