@@ -5,13 +5,17 @@ refuses before anything is sent; the cost estimate recomputed by hand."""
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from helpers.fake_chat import Reply, echo, fake_chat
 
+import ctxleak
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.targets.base import FunctionTarget, TargetAnswer, TargetError
 from ctxleak.targets.endpoint import ChatEndpointTarget
@@ -22,6 +26,9 @@ from ctxleak.targets.journal import (
     answer_json,
     estimate_cost,
 )
+
+#: The environment of a child process: it imports the ctxleak these tests import.
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(Path(ctxleak.__file__).parents[1])}
 
 QUESTIONS = [f"question number {k}" for k in range(10)]
 
@@ -234,11 +241,9 @@ with AnswerJournal(sys.argv[1]) as journal:
 
 
 def test_kill_9_after_4_answers_keeps_the_4(tmp_path):
-    import subprocess
-    import sys
-
     path = tmp_path / "a.db"
-    done = subprocess.run([sys.executable, "-c", _KILLED, str(path)], check=False)
+    done = subprocess.run([sys.executable, "-c", _KILLED, str(path)], check=False,
+                          env=CHILD_ENV)
     assert done.returncode == -9
     with sqlite3.connect(path) as db:
         rows = db.execute("SELECT question FROM answers").fetchall()
@@ -304,3 +309,4 @@ def test_functions_of_one_name_are_different_targets(tmp_path):
     with AnswerJournal(tmp_path / "a.db") as journal:
         assert JournaledTarget(first, journal).answer(["q"])[0].text == "one"
         assert JournaledTarget(second, journal).answer(["q"])[0].text == "two"
+

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from ctxleak.engine.capabilities import ANSWERS
 from ctxleak.errors import CtxleakError
@@ -74,6 +77,48 @@ class Target(Protocol):
     def fingerprint(self) -> str:
         """A stable id of the target and its settings (no secrets)."""
         ...
+
+
+class ProcessExit(SystemExit):
+    """``os._exit(code)`` called by a target's code while ctxleak called it (:func:`no_exit`)."""
+
+
+_REAL_EXIT = os._exit
+_exit_guard = threading.Lock()
+_exit_depth = 0
+
+
+def _refuse_exit(status: int) -> NoReturn:
+    raise ProcessExit(status)
+
+
+@contextmanager
+def no_exit() -> Iterator[None]:
+    """While ctxleak calls a target's (or a retriever's) own code: ``os._exit`` raises
+    :class:`ProcessExit` instead of ending the process, restored when the last such call ends
+    (threads included). A target may not end the audit's process: that would leave the run
+    unfinished, lose the answers not yet journaled and give an exit status (0, or 3, which a
+    CI gate reads as "over budget") that says nothing of what happened. Catch ``SystemExit``
+    around it (:func:`exit_words` says what was called)."""
+    global _exit_depth
+    with _exit_guard:
+        if _exit_depth == 0:
+            os._exit = _refuse_exit
+        _exit_depth += 1
+    try:
+        yield
+    finally:
+        with _exit_guard:
+            _exit_depth -= 1
+            if _exit_depth == 0:
+                os._exit = _REAL_EXIT
+
+
+def exit_words(exc: SystemExit) -> str:
+    """What a target's code called to end the process: ``"called os._exit(3)"``,
+    ``"called sys.exit(0)"`` (or raised SystemExit)."""
+    how = "os._exit" if isinstance(exc, ProcessExit) else "sys.exit"
+    return f"called {how}({exc.code!r}) (a target may not end the audit's process)"
 
 
 def is_target(obj: object) -> bool:
@@ -125,7 +170,11 @@ class FunctionTarget:
         out: list[TargetAnswer] = []
         for index, question in enumerate(questions):
             try:
-                got = self.fn(question)
+                with no_exit():
+                    got = self.fn(question)
+            except SystemExit as exc:
+                raise TargetError(f"{self.name} {exit_words(exc)} on question {index + 1}",
+                                  index=index, answered=dict(enumerate(out))) from None
             except Exception as exc:  # the user's function: any failure is its answer's
                 raise TargetError(f"{self.name} raised {type(exc).__name__} on question "
                                   f"{index + 1}: {exc}", index=index,

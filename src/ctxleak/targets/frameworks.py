@@ -27,7 +27,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ctxleak.errors import ConfigError
-from ctxleak.targets.base import FunctionTarget, OnAnswer, Target, TargetAnswer, TargetError
+from ctxleak.targets.base import (
+    FunctionTarget,
+    OnAnswer,
+    Target,
+    TargetAnswer,
+    TargetError,
+    exit_words,
+    no_exit,
+)
 
 ANSWER_KEYS = ("answer", "output", "result", "text", "response")
 DOCUMENT_KEYS = ("context", "source_documents", "documents")
@@ -80,7 +88,12 @@ def _answer_all(questions: Sequence[str], ask: Callable[[int, str], Any],
     out: list[TargetAnswer] = []
     for k, question in enumerate(questions):
         try:
-            out.append(read(ask(k, question)))
+            with no_exit():
+                out.append(read(ask(k, question)))
+        except SystemExit as exc:
+            raise TargetError(f"the {kind} {exit_words(exc)} on question {k + 1} "
+                              f"({question[:60]!r})", index=k,
+                              answered=dict(enumerate(out))) from None
         except Exception as exc:  # the user's object: any failure is its answer's
             raise TargetError(f"the {kind} raised {type(exc).__name__} on question {k + 1} "
                               f"({question[:60]!r}): {exc}", index=k,
@@ -127,9 +140,13 @@ class RunnableTarget:
             return _answer_all(questions, lambda _, q: self.chain.invoke(self._input(q)),
                                self._read, kind, on_answer)
         try:
-            outs = list(batch([self._input(q) for q in questions],
-                              config={"max_concurrency": self.concurrency},
-                              return_exceptions=True))
+            with no_exit():
+                outs = list(batch([self._input(q) for q in questions],
+                                  config={"max_concurrency": self.concurrency},
+                                  return_exceptions=True))
+        except SystemExit as exc:
+            raise TargetError(f"the {kind} {exit_words(exc)} on a batch of {len(questions)} "
+                              "questions") from None
         except Exception as exc:  # a batch() of the user's own that raises at once
             raise TargetError(f"the {kind} raised {type(exc).__name__} on a batch of "
                               f"{len(questions)} questions: {exc}") from exc

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ctxleak.errors import ConfigError, InputError, warn
-from ctxleak.targets.base import Target, TargetAnswer, TargetError
+from ctxleak.targets.base import Target, TargetAnswer, TargetError, exit_words, no_exit
 from ctxleak.targets.rag import RAGApp, RAGPrompt
 
 #: The file of a run folder that keeps every answer its target gave.
@@ -280,10 +280,14 @@ class JournaledTarget:
 
         try:
             try:
-                if getattr(self.target, "reports_answers", False):
-                    got = self.target.answer(part, on_answer=keep)  # type: ignore[call-arg]
-                else:
-                    got = self.target.answer(part)
+                with no_exit():  # a target of the user's own, an answerer of a RAG app
+                    if getattr(self.target, "reports_answers", False):
+                        got = self.target.answer(part, on_answer=keep)  # type: ignore[call-arg]
+                    else:
+                        got = self.target.answer(part)
+            except SystemExit as exc:
+                self._failed(TargetError(f"{self.target.describe()} {exit_words(exc)}"), part,
+                             questions)
             except TargetError as exc:
                 self._failed(exc, part, questions)
             if len(got) != len(part):

@@ -25,7 +25,14 @@ from typing import Any, Protocol
 from ctxleak.engine.chat_prompt import Messages
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.bm25 import BM25, index
-from ctxleak.targets.base import OnAnswer, TargetAnswer, TargetError, code_identity
+from ctxleak.targets.base import (
+    OnAnswer,
+    TargetAnswer,
+    TargetError,
+    code_identity,
+    exit_words,
+    no_exit,
+)
 
 #: The separator between retrieved documents in ``{context}`` (the RAG audit's).
 SEPARATOR = "\n\n"
@@ -179,11 +186,15 @@ class RAGApp:
             return tuple(self.documents[i] for i, _ in self._index.search(query, self.top_k))
         assert self.retriever is not None
         try:
-            got = self.retriever(query)
+            with no_exit():
+                got = list(self.retriever(query))
+        except SystemExit as exc:
+            raise TargetError(f"the retriever of RAG app '{self.name}' {exit_words(exc)} on "
+                              f"{query[:60]!r}") from None
         except Exception as exc:  # the user's retriever: any failure is its own
             raise ConfigError(f"retriever raised {type(exc).__name__} on {query[:60]!r}: {exc}",
                               param="retriever") from exc
-        return as_documents(list(got)[:self.top_k], param="retriever")
+        return as_documents(got[:self.top_k], param="retriever")
 
     reports_answers = True
 
