@@ -211,7 +211,112 @@ def test_console_tables_and_lines_go_through_the_active_redactor(plain, capsys):
         print_closing("runs/x", plain)
     out = capsys.readouterr().out
     assert "Marta" not in out and "Velikova" not in out and "bob@" not in out
-    assert "84,500" not in out and out.count("[REDACTED]") == 6
+    # the title's and the cells' words, and in the line the name (one value of the run, masked
+    # whole) and the amount
+    assert "84,500" not in out and out.count("[REDACTED]") == 5
     assert "runs/x/report.html" in out  # the run folder's path is no data
     print_rows([{"who": "Marta"}], plain=plain)  # outside a redacted run: as it is
     assert "Marta" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- one set of values
+
+KEY = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e8f7a"
+PHONE = "555 014 2298"
+IVAN = "Иван Петров"
+VALUE_ROWS = [
+    {"id": "ops-1",  # the key split over two lines in the document, the answer states it whole
+     "context": "Billing service notes.\nAPI key: sk-live-4f9a8b7c6d5e\n4f3a2b1c0d9e8f7a "
+                f"(rotate it every year).\nFront desk phone: {PHONE}.",
+     "query": "How do I reach the billing service?", "reference": "Through the front desk."},
+    {"id": "hr-2",  # a Cyrillic name the document holds, repeated by the answer
+     "context": f"Сотрудник: {IVAN}, отдел кадров.\nThe onboarding checklist is reviewed "
+                "every spring.",
+     "query": "Who runs onboarding?", "reference": "Someone in human resources."}]
+RESPONSES = {"ops-1": f"Use {KEY} and rotate it every year.",
+             "hr-2": f"{IVAN} handles onboarding."}
+SHOWN_VALUES = [KEY, PHONE, "555-014-2298", "014\n2298", IVAN, "Иван", "Петров",
+                "иван петров"]
+
+
+def values_run(tiny_dir, tmp_path, capsys):
+    """An influence run with ``--redact`` on :data:`VALUE_ROWS`, loaded again with the
+    answers of :data:`RESPONSES` (as if the model had given them), a per-document ledger
+    naming the values the answers repeat, and the verdict the run's summary gives when the
+    first answer copied the phone number split over two lines."""
+    data = tmp_path / "ops.jsonl"
+    data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in VALUE_ROWS))
+    out = tmp_path / "run"
+    code, _, err = run_cli(["influence", "--model", tiny_dir, "--data", str(data),
+                            "--max-new-tokens", "2", "--ngram", "3", "--redact",
+                            "--output", str(out)], capsys)
+    assert code == 0, err
+    result = ctxleak.load_result(out)
+    by_id = {r["id"]: r for r in VALUE_ROWS}
+    for record in result.records:
+        record["context_token_strings"] = pieces(by_id[record["id"]]["context"])
+        record["response"] = RESPONSES[record["id"]]
+        record["response_token_strings"] = pieces(record["response"])
+        record["token_influence"] = [0.1] * len(record["response_token_strings"])
+    setting = result.summary["settings"][0]
+    setting["documents"] = [
+        {"document": "doc-ops", "source": "ops.txt", "retrieved": 1, "leaked": 1, "copied": 1,
+         "flagged": 0, "scored": 1, "influence_sum": 0.5, "influence_max": 0.5,
+         "top_queries": [{"id": "ops-1", "query": "How do I reach the billing service?",
+                          "setting": setting["setting"]}],
+         "pii_in_answers": [{"text": KEY}, {"text": "555-014-2298"}, {"text": IVAN}]}]
+    setting["document_control"] = {
+        "rule": "the answer copied the document", "decoys": 1, "threshold": None,
+        "false_flag_rate": None, "n_leaks": 1, "answers": 1,
+        "leaks": [{"id": "ops-1", "document": "doc-ops", "copied": ["555 014\n2298"],
+                   "above": None}]}
+    result.summary["verdict"] = run_verdict(result.summary["settings"])
+    return result
+
+
+def shown_text(page: str) -> str:
+    """A page's text as a reader sees it (no images, styles or scripts; entities decoded)."""
+    page = re.sub(r"<(style|script)\b.*?</\1>|<img\b[^>]*>", "", page, flags=re.S)
+    return html.unescape(page)
+
+
+def test_one_set_of_values_is_masked_in_every_text_of_the_run(tiny_dir, tmp_path, capsys):
+    result = values_run(tiny_dir, tmp_path, capsys)
+    assert "555 014\\n2298" in result.summary["verdict"]["text"]  # the copied phone, quoted
+    page = shown_text(result.render())
+    fragments = shown_text(result._repr_html_() + "".join(
+        result.example(r["id"]).show().html for r in VALUE_ROWS))
+    result.show()
+    result.show(plain=True)
+    console = capsys.readouterr().out
+    fragments_of_key = {KEY[i:i + 6] for i in range(len(KEY) - 5)}
+    for shown in (page, fragments, console):
+        assert [v for v in SHOWN_VALUES if v in shown] == []
+        assert "2298" not in shown
+        assert sorted(f for f in fragments_of_key if f in shown) == []
+        assert "ops-1" in shown
+    for word in ("rotate", "onboarding", "hr-2", "billing service", "doc-ops"):
+        assert word in page, word
+    assert "Verdict: " in console and "ops-1 leaked doc-ops (copied '[REDACTED]')" in console
+    assert "handles onboarding" in page and "[REDACTED] handles onboarding" in page
+    result.config["redact"] = False  # unredacted, the page shows every value: the test sees
+    plain = shown_text(result.render())
+    assert KEY in plain and IVAN in plain and "555 014\\n2298" in plain
+
+
+def test_a_value_is_masked_whatever_its_whitespace_and_case():
+    from ctxleak.report import Redactor
+
+    document = ("API key: sk-live-4f9a8b7c6d5e\n4f3a2b1c0d9e8f7a\nContact: Ada Quill, "
+                "ada.quill@example.com")
+    redactor = Redactor.of_run(True, [document])
+    for text in (f"the key {KEY} works", "the key sk-live-4f9a8b7c6d5e 4f3a2b1c0d9e8f7a",
+                 "copied 'sk-live-4f9a8b7c6d5e\\n4f3a2b1c0d9e8f7a'", "ADA.QUILL@EXAMPLE.COM",
+                 "ada\nquill is away"):
+        shown = redactor.text(text)
+        assert "4f3a2b" not in shown and "4f9a8b" not in shown and "quill" not in \
+            shown.lower(), shown
+    # a value is matched whole: not inside a longer word
+    assert redactor.text("a quillfeather pen") == "a quillfeather pen"
+    assert redactor.tokens([" the", " sk-live-4f", "9a8b7c6d5e4f3a", "2b1c0d9e8f7a", " ok"]) \
+        == [" the", "[REDACTED]", "", "", " ok"]

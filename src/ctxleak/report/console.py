@@ -56,7 +56,10 @@ _COLUMN_OPTIONS = ("footer", "header_style", "highlight", "footer_style", "style
 
 def redacted(obj: Any, redactor: Redactor) -> Any:
     """What the console prints of ``obj`` under ``redactor``: a string or rich Text masked, a
-    rich Table copied with its title, headers and cells masked (other objects as they are)."""
+    rich Table copied with its title, headers and cells masked, any other value that is not a
+    rich renderable (a number, a dict, a list) as its masked string (other renderables as they
+    are)."""
+    from rich.protocol import is_renderable
     from rich.table import Table
     from rich.text import Text
 
@@ -66,6 +69,8 @@ def redacted(obj: Any, redactor: Redactor) -> Any:
         return redactor.text(obj)
     if isinstance(obj, Text):
         return Text(redactor.text(obj.plain), style=obj.style)
+    if not is_renderable(obj):
+        return redactor.text(obj)
     if not isinstance(obj, Table):
         return obj
     out = copy.copy(obj)

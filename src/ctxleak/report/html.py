@@ -28,9 +28,9 @@ from ctxleak.report.interactive import Link
 from ctxleak.report.redaction import (
     REDACTED,
     Redactor,
-    active,
     redact_text,
     redaction_spans,
+    redactor_for,
 )
 from ctxleak.run.atomic import refuse_replacing, write_atomic
 
@@ -114,15 +114,17 @@ class Report:
     """A self-contained HTML report built block by block; every text argument is escaped.
 
     Every text (title, headings, cells, captions, tokens, details, the verdict) also goes through
-    one :class:`~ctxleak.report.redaction.Redactor` first: with ``redact=True`` one that masks
-    PII (``names``: person names known beforehand, e.g. found in a run's texts, masked wherever
-    they appear), with ``redact=False`` none, and by default the active one
-    (:func:`ctxleak.report.redaction.redacting`: a run's view sets it from its ``--redact``).
+    one :class:`~ctxleak.report.redaction.Redactor` first: by default the active one
+    (:func:`ctxleak.report.redaction.redacting`: a run's view sets it from its ``--redact``);
+    with ``redact=True`` one that masks PII, the active run's when one is active (``names``:
+    person names known beforehand, e.g. found in a run's texts, added to it and masked wherever
+    they appear), with ``redact=False`` none; or the Redactor given.
     """
 
-    def __init__(self, title: str, subtitle: str = "", *, redact: bool | None = None,
-                 names: Iterable[str] = ()) -> None:
-        self.redactor = active() if redact is None else Redactor(bool(redact), tuple(names))
+    def __init__(self, title: str, subtitle: str = "", *,
+                 redact: bool | Redactor | None = None, names: Iterable[str] = ()) -> None:
+        self.redactor = redact if isinstance(redact, Redactor) \
+            else redactor_for(redact, names=tuple(names))
         self.redact = self.redactor.on
         self.names = self.redactor.names
         self.title = self.clean(title)

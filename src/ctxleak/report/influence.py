@@ -19,7 +19,7 @@ from ctxleak.report.documents import document_lines, documents_section
 from ctxleak.report.frontier import frontier_section, print_frontier
 from ctxleak.report.influence_table import summary_table, table_rows
 from ctxleak.report.leakmap import add_leak_section, add_record_map, explain_map, flag_states
-from ctxleak.report.redaction import names_in
+from ctxleak.report.redaction import redactor_for
 
 #: Rows a per-example table of the report shows at most (every value is in samples.jsonl).
 SHOWN = 200
@@ -117,11 +117,12 @@ def influence_report(summaries: Sequence[dict[str, Any]], records: Sequence[dict
                      frontier: dict[str, Any] | None = None) -> Report:
     """The HTML report of an influence run: summary table, where the context leaked (ranked
     examples and passages, one leak map per example, when ``tokens_of(i)`` gives record i's
-    context and response tokens), plots, examples. ``redact``: mask PII (with the names found
-    in any of the records' texts); None: as the active Redactor (the run's view sets it)."""
+    context and response tokens), plots, examples. ``redact``: mask PII (with the values found
+    in any text of the records and summaries, unless a run's Redactor is active); None: as the
+    active Redactor (the run's view sets it)."""
     report = Report("ctxleak influence", "Context influence and CID (Estimating Privacy Leakage "
-                    "of Augmented Contextual Knowledge in Language Models)", redact=redact,
-                    names=names_in(records) if redact else ())
+                    "of Augmented Contextual Knowledge in Language Models)",
+                    redact=redactor_for(redact, records, summaries, frontier))
     report.add_kv(meta)
     report.add_heading("Summary (layout of the paper's Tables 2-3)")
     summary_table(report, summaries)
@@ -306,7 +307,7 @@ def example_fragment(record: dict[str, Any], *, redact: bool | None = None) -> s
     :func:`influence_report`)."""
     rid = user_id(record)
     report = Report(f"ctxleak influence: {rid}", str(record.get("setting") or ""),
-                    redact=redact, names=names_in(record) if redact else ())
+                    redact=redactor_for(redact, record))
     tokens = len(record.get("response_ids") or []) or None
     facts: dict[str, Any] = {"response": record.get("response"),
                              "influence": reading(float(record["influence"]), tokens)}

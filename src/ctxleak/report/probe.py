@@ -6,17 +6,16 @@ value."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from ctxleak.methods.pii.summary import GROUP_BY, short_names, unit_values
 from ctxleak.methods.pii.verdict import HITS_FILE
 from ctxleak.methods.stats import signed_rank_min_n, signed_rank_power_note
-from ctxleak.report import Report, plots, redact_text
+from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import format_cell, print_closing
 from ctxleak.report.leakmap import probe_maps
-from ctxleak.report.redaction import active
+from ctxleak.report.redaction import redactor_for
 
 #: What each timing of a probe run measured (its seconds).
 TIMING_LABELS = {"probing_s": "spent probing", "soft_prompt_training_s": "training the soft prompt",
@@ -76,24 +75,16 @@ def exact_match_by_template(rows: list[dict]) -> dict[str, float]:
     return {t: sum(v) / len(v) for t, v in hits.items()}
 
 
-def _masker(records: list, redact: bool) -> Callable[[Any], Any]:
-    """Masks every PII value of the records (names, e-mails, phones, addresses, relatives,
-    universities) in a string, for --redact; the Report also masks e-mail/phone patterns."""
-    if not redact:
-        return lambda x: x
-    values: set[str] = set()
+def subject_values(records: list) -> tuple[list[str], list[str]]:
+    """The probed subjects' names (masked word by word under --redact) and every PII value of
+    theirs (names, e-mails, phones, addresses, relatives, universities; masked whole, whatever
+    the whitespace they are written with)."""
+    names = [r.name for r in records if r.name]
+    values = [*names]
     for r in records:
-        values.update(v for v in (r.name, r.email, r.phone, r.address, r.university) if v)
-        values.update(v for v in r.relations.values() if v)
-    pattern = re.compile("|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))) \
-        if values else None
-
-    def mask(text: Any) -> Any:
-        if not isinstance(text, str) or pattern is None:
-            return text
-        return redact_text(text, spans=[m.span() for m in pattern.finditer(text)])
-
-    return mask
+        values += [v for v in (r.email, r.phone, r.address, r.university) if v]
+        values += [v for v in r.relations.values() if v]
+    return names, values
 
 
 def p_shown(wilcoxon: dict[str, Any], alpha: float) -> tuple[float | None, str | None]:
@@ -142,12 +133,11 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
     Models): the settings, the results per group, the canary check, the white-box training, the
     plots, the in-context leak maps, the timings and the first samples (PII masked under
     ``redact``)."""
-    mask = _masker(records, redact)
-    # the run's names (the view's Redactor) and the probed subjects': masked in every text
-    names = [*active().names, *(r.name for r in records if r.name)] if redact else []
+    # the run's values (the view's Redactor) and the probed subjects': masked in every text
+    names, values = subject_values(records) if redact else ([], [])
     report = Report("ctxleak probe", "PII probing (ProPILE: Probing Privacy Leakage in Large "
-                    "Language Models): black-box, white-box and in-context", redact=redact,
-                    names=names)
+                    "Language Models): black-box, white-box and in-context",
+                    redact=redactor_for(redact, rows, summary, names=names, extra=values))
     report.add_kv({"model": model, "data": config["data"],
                    "subjects": len(records) if subjects is None else subjects,
                    "modes": ", ".join(config["mode"]) or "—", "PII types": ", ".join(config["pii"]),
@@ -176,8 +166,8 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
     examples = []
     for r in rows[:25]:
         examples.append({"mode": r["mode"], "variant": r.get("variant"), "subject": r["subject"],
-                         "template": r["template"], "target": mask(r["target"]),
-                         "generation": mask(r.get("generation")), "exact": r.get("exact_match"),
+                         "template": r["template"], "target": r["target"],
+                         "generation": r.get("generation"), "exact": r.get("exact_match"),
                          "target LL": r.get("target_ll"), "null LL": r.get("null_ll")})
     report.add_table(examples, caption="First samples (all are in samples.jsonl, mode 0600)")
     return report

@@ -2,27 +2,37 @@
 the HTML report (:class:`ctxleak.report.Report`) and the console (``Result.show()``, the CLI),
 goes through a :class:`Redactor`.
 
-A Redactor masks what the detectors of secrets and personal data find in each text
-(:func:`ctxleak.sensitive.find_sensitive`: Presidio with spaCy's English pipeline for
-names, places, ids, PINs and diagnoses; detect-secrets for passwords, keys and tokens; e-mail
-addresses, phone numbers, postal addresses, money amounts and dates) and, everywhere, the words
-of every name found anywhere in the run's texts (:func:`names_in`): a name found once
-(``Employee: Marta Velikova``) is masked also where nothing marks it, at the start of a passage,
-in a response, or split across passages. Token sequences (leak maps) are masked on their joined
-text, so a name split across tokens is masked in every token it spans.
+A Redactor masks, in each text, what the detectors of secrets and personal data find there
+(:func:`ctxleak.sensitive.find_sensitive`: Presidio with spaCy's English pipeline for names,
+places, ids, PINs and diagnoses; detect-secrets for passwords, keys and tokens; e-mail
+addresses, phone numbers, postal addresses, money amounts and dates) and, everywhere, **the
+run's values**: one set of the sensitive values found in any text of the run (documents,
+contexts, passages, responses, the verdict, the ledger, the summary; :func:`run_values`). A
+value is matched whatever whitespace or line breaks it is written with (a key split over two
+lines in a document is masked where a response states it whole, and the other way round, and
+where a repr writes its line break as ``\\n``), case-folded where that is safe (e-mail
+addresses, addresses, diagnoses, names of two words or more, tokens of 8 characters or more).
+The words of every person name found in the run are masked wherever they stand alone
+(``Employee: Marta Velikova`` found once, ``Velikova`` masked in a response). Token sequences
+(leak maps) are masked on their joined text, so a value split across tokens is masked in every
+token it spans.
 
 A report view builds the run's Redactor once from its result and makes it the active one
 (:func:`redacting`) while it renders the page or prints: :class:`Report` and the console take
-the active Redactor, so no table, token map, verdict or line can leave it out.
+the active Redactor, so no table, token map, verdict or line can leave it out; a page given a
+``redact`` of its own while a run's Redactor is active extends that one (:meth:`Redactor.adding`)
+rather than starting afresh.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 REDACTED = "[REDACTED]"
@@ -36,11 +46,10 @@ def _pattern_spans(text: str, patterns: bool | Iterable[str | re.Pattern[str]],
     if patterns is True:
         # lazy: the detectors (spaCy, Presidio, detect-secrets) load only when something is
         # redacted
-        from ctxleak.sensitive import find_sensitive
         from ctxleak.sensitive.detect import find_names
 
         names = tuple(names)
-        found = [(s.start, s.end) for s in find_sensitive(text)]
+        found = [(s.start, s.end) for s in _sensitive(text)]
         return found + [(s.start, s.end) for s in find_names(text, names)] if names else found
     for p in patterns:
         rx = re.compile(p) if isinstance(p, str) else p
@@ -50,11 +59,15 @@ def _pattern_spans(text: str, patterns: bool | Iterable[str | re.Pattern[str]],
 
 def redaction_spans(text: str, spans: Sequence[tuple[int, int]] | None = None,
                     patterns: bool | Iterable[str | re.Pattern[str]] = True,
-                    names: Iterable[str] = ()) -> list[tuple[int, int]]:
+                    names: Iterable[str] = (), values: Iterable[str] = ()
+                    ) -> list[tuple[int, int]]:
     """The sorted, merged ``[start, end)`` character spans that :func:`redact_text` would mask."""
     from ctxleak.sensitive.detect import merge_spans
 
     found = list(_pattern_spans(text, patterns, names))
+    values = tuple(values)
+    if values:
+        found += _Matcher(values).spans(text)
     for span in spans or ():
         start, end = int(span[0]), int(span[1])
         if not 0 <= start <= end <= len(text):
@@ -65,7 +78,7 @@ def redaction_spans(text: str, spans: Sequence[tuple[int, int]] | None = None,
 
 def redact_text(text: str, spans: Sequence[tuple[int, int]] | None = None,
                 patterns: bool | Iterable[str | re.Pattern[str]] = True,
-                names: Iterable[str] = ()) -> str:
+                names: Iterable[str] = (), values: Iterable[str] = ()) -> str:
     """Replace PII in ``text`` by ``[REDACTED]``.
 
     ``spans`` are extra ``(start, end)`` character offsets into ``text`` to mask (e.g. the known
@@ -73,23 +86,30 @@ def redact_text(text: str, spans: Sequence[tuple[int, int]] | None = None,
     :func:`ctxleak.sensitive.find_sensitive` finds (passwords, keys, tokens, PINs, ids,
     names, addresses, places, e-mail addresses, phone numbers, money amounts, dates, diagnoses)
     and every word of ``names``. ``False`` masks only the spans; an iterable of regexes masks
-    their matches instead of the detectors'. Overlapping or touching regions become a single
-    ``[REDACTED]``.
+    their matches instead of the detectors'. ``values`` (a run's, :func:`run_values`) are
+    masked wherever they appear, whatever the whitespace or line breaks they are written with.
+    Overlapping or touching regions become a single ``[REDACTED]``.
     """
     out, pos = [], 0
-    for start, end in redaction_spans(text, spans, patterns, names):
+    for start, end in redaction_spans(text, spans, patterns, names, values):
         out += [text[pos:start], REDACTED]
         pos = end
     out.append(text[pos:])
     return "".join(out)
 
 
-def redact_tokens(tokens: Sequence[str], names: Iterable[str] = ()) -> list[str]:
+def redact_tokens(tokens: Sequence[str], names: Iterable[str] = (),
+                  values: Iterable[str] = ()) -> list[str]:
     """Mask tokens that overlap PII in their joined text: the first token of each masked region
     shows ``[REDACTED]``, the rest of the region is emptied (the token count is kept), so a name
     or an amount split across tokens is masked in every token it spans."""
     tokens = [str(t) for t in tokens]
-    regions = redaction_spans("".join(tokens), names=names)
+    return _mask_tokens(tokens, redaction_spans("".join(tokens), names=names, values=values))
+
+
+def _mask_tokens(tokens: list[str], regions: Sequence[tuple[int, int]]) -> list[str]:
+    """The tokens with those overlapping ``regions`` of their joined text masked (the first of
+    a region ``[REDACTED]``, the rest emptied)."""
     out, pos, r, last_region = [], 0, 0, -1
     for tok in tokens:
         start, end = pos, pos + len(tok)
@@ -103,6 +123,8 @@ def redact_tokens(tokens: Sequence[str], names: Iterable[str] = ()) -> list[str]
             out.append(tok)
     return out
 
+
+# --------------------------------------------------------------------------- the run's values
 
 def _texts(value: Any) -> Iterator[str]:
     """Every string in a nested value (dict values, list items), and each list of strings
@@ -121,63 +143,281 @@ def _texts(value: Any) -> Iterator[str]:
 
 
 #: types of single-token values that are masked wherever they appear once found in a run (a PIN
-#: with its cue in a document, repeated without one in an answer)
+#: with its cue in a document, repeated without one in an answer): they are also "names"
 _TOKEN_TYPES = frozenset({"password", "secret", "pin", "id", "email"})
-#: a person's name as a model finds it, masked wherever its words appear: two or three
-#: capitalised words, a possessive allowed at the end
-_NAME_RE = re.compile(r"[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z\u00e0-\u00ff]+)?"
-                      r"(?: [A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z\u00e0-\u00ff]+)?){1,2}"
-                      r"(?:['\u2019]s)?")
+#: types whose values, found once, are masked wherever they appear (whole values); places are
+#: left to each text's own detection (a city named alone is no one's personal data), and so are
+#: a person's single words a model finds (``Verdict``, ``Config``: too often a mistake)
+_RUN_TYPES = frozenset({*_TOKEN_TYPES, "phone", "address", "money", "date", "medical", "person"})
+#: credentials whose pieces, parted only by whitespace (a key split over two lines), are one value
+_JOINED_TYPES = frozenset({"password", "secret", "pin", "id"})
+#: types whose values are matched case-folded (a name of two words or more: person)
+_FOLDED_TYPES = frozenset({"email", "address", "medical", "person"})
+_LATIN_MAX = "\u024f"  # letters above: scripts other than Latin (Cyrillic, Greek, ...)
+_WORD_RE = re.compile(r"[^\s]+")
+_POSSESSIVE_RE = re.compile(r"['\u2019]s$")
+
+
+def _name_word(word: str) -> bool:
+    """A capitalised word of a name in any script (``Марта``, ``Fenwick-Oduya``, ``Lucía``)."""
+    word = _POSSESSIVE_RE.sub("", word)
+    parts = word.split("-")
+    return all(len(p) >= 2 and p.isalpha() and p[0].isupper() and p[1:].islower() for p in parts)
+
+
+def _other_script(word: str) -> bool:
+    return _name_word(word) and any(c > _LATIN_MAX for c in word)
+
+
+def _widen_name(text: str, start: int, end: int) -> tuple[int, int]:
+    """A person's name grown by the capitalised words of other scripts than Latin beside it
+    ("Иван" of "Иван Петров"; spaCy's English model finds the last word only, and
+    :mod:`ctxleak.sensitive` grows names by Latin words)."""
+    while True:
+        before = re.search(r"(\S+) $", text[:start])
+        if not before or not _other_script(before.group(1)):
+            break
+        start = before.start(1)
+    while True:
+        after = re.match(r" ([^\s,.;:!?()\"]+)", text[end:])
+        if not after or not _other_script(after.group(1)):
+            break
+        end += after.end(1)
+    return start, end
+
+
+def _sensitive(text: str) -> list[Any]:
+    """:func:`ctxleak.sensitive.find_sensitive` with names of other scripts than Latin grown to
+    their whole (:func:`_widen_name`)."""
+    from ctxleak.sensitive import find_sensitive
+    from ctxleak.sensitive.detect import Span
+
+    out = []
+    for s in find_sensitive(text):
+        if s.type == "person":
+            start, end = _widen_name(text, s.start, s.end)
+            if (start, end) != (s.start, s.end):
+                s = Span(s.type, start, end, text[start:end], s.score)
+        out.append(s)
+    return out
+
+
+def _person(value: str) -> bool:
+    """A person's name a model found that is masked wherever it appears: two or three
+    capitalised words (any script), a possessive allowed at the end ("Martin Luther King Jr.
+    Day" is not one)."""
+    words = value.split()
+    return 2 <= len(words) <= 3 and all(_name_word(w) for w in words)
+
+
+def _kept(value: str, kind: str) -> bool:
+    """Whether a value of type ``kind`` found once is masked wherever it appears."""
+    key = "".join(value.split())
+    if kind not in _RUN_TYPES or len(key) < 4:
+        return False
+    if kind == "person":
+        return _person(value)
+    if kind in ("money", "date"):  # a bare number is too often another number ("950 tokens")
+        return any(c.isalpha() or not (c.isdigit() or c in ".,'-/:") for c in key) \
+            or (kind == "date" and len(key) >= 8)
+    return True
+
+
+def run_values(*values: Any) -> dict[str, str]:
+    """The sensitive values found in any text of ``values`` (records, summaries, verdicts:
+    every string, and every list of strings joined), whitespace folded -> their type: what
+    :func:`ctxleak.sensitive.find_sensitive` finds in every text of two words or more (or one
+    long token), but places and single words it takes for a person; the names found after a
+    cue (:func:`ctxleak.sensitive.detect.find_names`, by word); and a credential's pieces
+    parted only by whitespace or a line break, joined (a key split over two lines)."""
+    # lazy: only when redacting
+    from ctxleak.sensitive.detect import find_names
+
+    found: dict[str, str] = {}
+    for text in dict.fromkeys(t for v in values for t in _texts(v)):
+        for span in find_names(text):
+            found.setdefault(span.text, "person")
+        if len(text) < 8 or (len(text.split()) < 2 and len(text) < 16):
+            continue  # a single token holds no name a model could find, and there are many
+        spans = _sensitive(text)
+        for s in spans:
+            value = " ".join(_POSSESSIVE_RE.sub("", s.text).split()) if s.type == "person" \
+                else " ".join(s.text.split())
+            if _kept(value, s.type):
+                found.setdefault(value, s.type)
+        group: list[Any] = []  # credentials parted by whitespace only
+        for s in [*spans, None]:
+            joinable = s is not None and s.type in _JOINED_TYPES
+            if joinable and group and not text[group[-1].end:s.start].strip():
+                group.append(s)
+                continue
+            if len(group) > 1:
+                whole = text[group[0].start:group[-1].end]
+                found.setdefault(" ".join(whole.split()), group[0].type)
+            group = [s] if joinable else []
+    return found
+
+
+def _names_of(found: Mapping[str, str]) -> set[str]:
+    """Of a run's values, those whose words are masked wherever they stand alone: person names
+    and single-token secrets, PINs, ids and e-mail addresses."""
+    return {v for v, kind in found.items()
+            if kind == "person" or (kind in _TOKEN_TYPES and " " not in v)}
 
 
 def names_in(*values: Any) -> set[str]:
     """The person names found in any text of ``values`` (records, summaries: every string, and
     every list of strings joined), and the single-token secrets, PINs, ids and e-mail addresses
-    found there: by :func:`ctxleak.sensitive.detect.find_names` in every text, and by
-    :func:`ctxleak.sensitive.find_sensitive` in those of two words or more (a single
-    token holds no name a model could find, and there are many of them)."""
-    # lazy: only when redacting
-    from ctxleak.sensitive import find_sensitive
-    from ctxleak.sensitive.detect import find_names
+    found there (:func:`run_values`): masked, word by word, wherever they appear."""
+    return _names_of(run_values(*values))
 
-    names: set[str] = set()
-    for text in dict.fromkeys(t for v in values for t in _texts(v)):
-        names.update(span.text for span in find_names(text))
-        if len(text) >= 8 and len(text.split()) >= 2:
-            for s in find_sensitive(text):
-                # a model's name of one word ("Verdict"), or of words that are not all
-                # names ("Martin Luther King Jr. Day"), is too often a mistake to mask
-                # everywhere
-                if s.type == "person" and _NAME_RE.fullmatch(s.text):
-                    names.add(re.sub(r"['\u2019]s$", "", s.text))
-                elif s.type in _TOKEN_TYPES and len(s.text) >= 4 and " " not in s.text:
-                    names.add(s.text)
-    return names
 
+# --------------------------------------------------------------------------- matching values
+
+_GAP_RE = re.compile(r"\s+|\\[nrt]")  # whitespace, and a line break as a repr writes it
+
+
+def _word_char(c: str) -> bool:
+    return c.isalnum() or c in "_-"
+
+
+def _fold(text: str) -> str:
+    """Lower case of the same length (a character whose lower case is longer stays)."""
+    low = text.lower()
+    return low if len(low) == len(text) else "".join(
+        c.lower() if len(c.lower()) == 1 else c for c in text)
+
+
+@dataclass(frozen=True)
+class _Key:
+    """A value as it is looked for: without whitespace (folded or not), and whether its first
+    and last characters must not continue a word."""
+
+    text: str
+    folded: bool
+    word_start: bool
+    word_end: bool
+
+
+class _Matcher:
+    """Finds the run's values in a text, whatever whitespace (or ``\\n``) parts their
+    characters: the text without whitespace is searched, and the finds mapped back."""
+
+    def __init__(self, values: Iterable[str], folded: Iterable[str] = ()) -> None:
+        fold = set(folded)
+        keys = {}
+        for value in values:
+            key = "".join(_GAP_RE.sub(" ", value).split())
+            if len(key) < 2:
+                continue
+            is_folded = value in fold
+            k = _Key(_fold(key) if is_folded else key, is_folded, _word_char(key[0]),
+                     _word_char(key[-1]))
+            keys[(k.text, k.folded)] = k
+        self.keys = sorted(keys.values(), key=lambda k: -len(k.text))
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        if not self.keys or not text:
+            return []
+        # the kept characters: where each piece between gaps starts in the text and in the
+        # squeezed text
+        starts, squeezed_starts, pieces, pos, n = [], [], [], 0, 0
+        gaps = [(m.start(), m.end()) for m in _GAP_RE.finditer(text)] + [(len(text), len(text))]
+        for a, b in gaps:
+            if a > pos:
+                starts.append(pos)
+                squeezed_starts.append(n)
+                pieces.append(text[pos:a])
+                n += a - pos
+            pos = b
+        squeezed = "".join(pieces)
+        folded = _fold(squeezed) if any(k.folded for k in self.keys) else squeezed
+
+        def continues(start: int) -> bool:  # a word goes on before ``start`` (not a "\\n")
+            return start > 0 and _word_char(text[start - 1]) and not (
+                start >= 2 and text[start - 2] == "\\" and text[start - 1] in "nrt")
+
+        def original(i: int) -> int:
+            j = bisect.bisect_right(squeezed_starts, i) - 1
+            return starts[j] + i - squeezed_starts[j]
+
+        found = []
+        for k in self.keys:
+            hay = folded if k.folded else squeezed
+            i = hay.find(k.text)
+            while i >= 0:
+                start, end = original(i), original(i + len(k.text) - 1) + 1
+                if not (k.word_start and continues(start)) \
+                        and not (k.word_end and end < len(text) and _word_char(text[end])):
+                    found.append((start, end))
+                i = hay.find(k.text, i + 1)
+        return found
+
+
+# --------------------------------------------------------------------------- the Redactor
 
 @dataclass(frozen=True)
 class Redactor:
     """What a run shows passes through :meth:`text` (and token sequences through
     :meth:`tokens`): masked when ``on``, as they are otherwise. ``names``: person names and
-    single-token secrets known beforehand (found anywhere in the run, :func:`names_in`), masked
-    wherever their words appear."""
+    single-token secrets known beforehand, masked wherever their words appear; ``values``: the
+    run's values (:func:`run_values`; ``folded``, those matched case-folded), masked wherever
+    they appear, whatever the whitespace they are written with."""
 
     on: bool = False
     names: tuple[str, ...] = ()
+    values: tuple[str, ...] = ()
+    folded: frozenset[str] = field(default=frozenset())
 
     @classmethod
     def of_run(cls, on: bool, *values: Any) -> Redactor:
-        """The Redactor of a run: on or off, with the names found in its ``values``."""
-        return cls(True, tuple(sorted(names_in(*values)))) if on else cls()
+        """The Redactor of a run: on or off, with the values found in any text of its
+        ``values`` (records, summary, verdict, ...)."""
+        if not on:
+            return cls()
+        return cls(True).adding_found(run_values(*values))
+
+    def adding(self, names: Iterable[str] = (), values: Iterable[str] = ()) -> Redactor:
+        """This Redactor with more ``names`` (masked word by word) and ``values`` (masked
+        whole; both, for instance, a probe's subjects)."""
+        names = [n for n in names if n and n.strip()]
+        values = [" ".join(v.split()) for v in values if v and v.strip()]
+        return Redactor(self.on, tuple(sorted({*self.names, *names})),
+                        tuple(sorted({*self.values, *values})), self.folded)
+
+    def adding_found(self, found: Mapping[str, str]) -> Redactor:
+        """This Redactor with the values of :func:`run_values` (their types say which are
+        names and which are matched case-folded)."""
+        folded = {v for v, kind in found.items()
+                  if (kind in _FOLDED_TYPES and (kind != "person" or " " in v))
+                  or (kind != "person" and len("".join(v.split())) >= 8)}
+        out = self.adding(_names_of(found), found)
+        return Redactor(out.on, out.names, out.values, self.folded | frozenset(folded))
+
+    @cached_property
+    def _values(self) -> _Matcher:
+        return _Matcher(self.values, self.folded)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """The merged spans :meth:`text` masks in ``text`` (none when off)."""
+        from ctxleak.sensitive.detect import merge_spans
+
+        if not self.on or not text:
+            return []
+        return merge_spans(_pattern_spans(text, True, self.names) + self._values.spans(text))
 
     def text(self, value: Any) -> str:
         """``value`` as a string, its PII masked when on."""
         s = str(value)
-        return redact_text(s, names=self.names) if self.on and s else s
+        if not self.on or not s:
+            return s
+        return redact_text(s, spans=self.spans(s), patterns=False)
 
     def tokens(self, tokens: Sequence[str]) -> list[str]:
-        """The tokens as shown: :func:`redact_tokens` when on (the count is kept)."""
-        return redact_tokens(tokens, self.names) if self.on else [str(t) for t in tokens]
+        """The tokens as shown: masked on their joined text when on (the first token of each
+        masked region shows ``[REDACTED]``, the rest are emptied; the count is kept)."""
+        tokens = [str(t) for t in tokens]
+        return _mask_tokens(tokens, self.spans("".join(tokens))) if self.on else tokens
 
 
 OFF = Redactor()
@@ -200,5 +440,18 @@ def active() -> Redactor:
     return _ACTIVE.get()
 
 
+def redactor_for(redact: bool | None, *values: Any, names: Iterable[str] = (),
+                 extra: Iterable[str] = ()) -> Redactor:
+    """The Redactor of a page asked to ``redact`` (None: the active one, as it is): the active
+    run's Redactor when one is active, else one built from ``values`` (:meth:`Redactor.of_run`);
+    with ``names`` and ``extra`` values added. ``False``: none."""
+    if redact is None:
+        return active()
+    if not redact:
+        return OFF
+    base = active() if active().on else Redactor.of_run(True, *values)
+    return base.adding(names, extra) if names or extra else base
+
+
 __all__ = ["OFF", "REDACTED", "Redactor", "active", "names_in", "redact_text", "redact_tokens",
-           "redacting", "redaction_spans"]
+           "redacting", "redaction_spans", "redactor_for", "run_values"]

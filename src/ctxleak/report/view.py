@@ -57,10 +57,12 @@ class View:
 
     def redactor(self, result: Any) -> Redactor:
         """What everything shown of ``result`` goes through: masking PII when the run was made
-        with ``--redact``, with the person names found in any text of its records and summary
-        (so a name cued once is masked everywhere), else nothing."""
-        return Redactor.of_run(bool(result.config.get("redact", False)), result.records,
-                               result.summary)
+        with ``--redact``, with the one set of values found in any text of its records, summary
+        and verdict (so a name cued once, a key a document splits over two lines, a phone number
+        a verdict quotes are masked everywhere), else nothing."""
+        if not result.config.get("redact", False):
+            return Redactor()
+        return Redactor.of_run(True, result.records, result.summary, self.verdict(result))
 
     def full_page(self, result: Any) -> Report:
         """:meth:`page` with the verdict at its top (what ``report.html`` shows)."""

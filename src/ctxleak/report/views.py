@@ -38,7 +38,7 @@ from ctxleak.report import susceptibility as susceptibility_view
 from ctxleak.report.attacks import ExtractView, MembershipView
 from ctxleak.report.console import console, print_closing, print_rows
 from ctxleak.report.logs import log_notes
-from ctxleak.report.redaction import redacting
+from ctxleak.report.redaction import Redactor, redacting
 from ctxleak.report.view import View, run_model
 
 
@@ -308,6 +308,12 @@ class ProbeView(View):
     def figure_names(self, result: Any) -> list[str]:
         return [*(probe_view.density_name(s) for s in result.summary.get("groups", [])),
                 "exact_match_by_template.png", "white_box_training.png"]
+
+    def redactor(self, result: Any) -> Redactor:
+        """The run's Redactor, with the probed subjects' names and PII values added."""
+        redactor = super().redactor(result)
+        return redactor.adding(*probe_view.subject_values(_probe_subjects(result))) \
+            if redactor.on else redactor
 
     def page(self, result: Any) -> Report:
         model = (result.provenance.get("model") or {}).get("name", "")
