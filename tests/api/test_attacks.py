@@ -333,3 +333,35 @@ def test_a_resume_against_another_function_of_the_same_name_is_refused(tmp_path)
     assert "\n" not in message and f"cannot resume {out}" in message
     assert "another target than Python function answer" in message
     assert "one.py.answer@" in message and "two.py.answer@" in message
+
+
+def test_an_endpoint_that_echoes_its_key_stores_and_shows_it_nowhere(tmp_path, monkeypatch,
+                                                                     capsys):
+    """The key verbatim, spaced out, split every few characters, on several lines, in base64,
+    base64url and inside a base64 header: each is "[API KEY]" in the answers, and no form of
+    it is in samples.jsonl, answers.sqlite, results.json or the HTML report, nor printed."""
+    import base64
+
+    from helpers.fake_chat import completion
+
+    key = "sk-proj-7Hq2Lm9Xv4Rt8Wz1Kp6Nd3Fs"
+    forms = [key, " ".join(key), "-".join(key[i:i + 3] for i in range(0, len(key), 3)),
+             "\n".join(key[i:i + 5] for i in range(0, len(key), 5)),
+             base64.b64encode(key.encode()).decode(),
+             base64.urlsafe_b64encode(b"\xfb" + key.encode()).decode(),
+             base64.b64encode(b"Authorization: Bearer " + key.encode()).decode()]
+    monkeypatch.setenv("LEAKY_KEY", key)
+    answer = " | ".join(f"form {k}: {form}" for k, form in enumerate(forms))
+    with fake_chat(lambda body, headers: Reply(body=completion(answer))) as server:
+        target = ChatEndpointTarget(server.url, "fake", api_key_env="LEAKY_KEY")
+        result = ctxleak.attack_extract(target, DOCS[:2], output=str(tmp_path / "run"),
+                                        progress=False)
+        html = result.to_html()
+    texts = {r["answer"] for r in result.records}
+    assert texts == {" | ".join(f"form {k}: [API KEY]" for k in range(len(forms)))}
+    stored = b"".join(p.read_bytes() for p in (tmp_path / "run").iterdir() if p.is_file()
+                      and not p.name.endswith(".key"))
+    printed = "".join(capsys.readouterr()) + html
+    for form in forms + [key[:10], key[-10:]]:
+        assert form.encode() not in stored and form not in printed, form
+    assert b"[API KEY]" in stored

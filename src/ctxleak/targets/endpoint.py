@@ -11,14 +11,19 @@ completion and a refusal (``refusal`` set, or finish reason ``content_filter``) 
 retried: each raises :class:`~.base.TargetError` naming the
 question, with the answers already received. The API key is read from the environment variable
 ``api_key_env`` names, when the target is made; it is in no description, fingerprint or error
-(whatever a server echoes is masked, :func:`~ctxleak.engine.served_client.mask_key`).
+(whatever a server echoes is masked, :func:`~ctxleak.engine.served_client.mask_key`), nor in
+any answer: an answer that echoes it (verbatim, with spaces, line breaks or punctuation between
+its characters, in base64 or base64url, or 8 of its characters in a row) has it replaced by
+:data:`KEY_MASK` before anything journals or stores it (:class:`KeyMask`).
 """
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,13 +31,65 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from ctxleak.engine.served_client import key_forms, mask_key
+from ctxleak.engine.served_client import KEY_PART, key_forms, mask_key
 from ctxleak.errors import ConfigError
 from ctxleak.targets.base import OnAnswer, TargetAnswer, TargetError
 from ctxleak.targets.rag import fingerprint_of
 
 #: The longest wait between two tries, in seconds (a longer Retry-After is cut to it).
 MAX_WAIT_S = 60.0
+
+#: What an answer shows where it echoed the endpoint's API key.
+KEY_MASK = "[API KEY]"
+
+#: What may stand between two characters of a key an answer spells out: whitespace and ASCII
+#: punctuation, at most this many characters.
+_SPACER = r"[\s!-/:-@\[-`{-~]{0,8}"
+_BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
+_BASE64_END = _BASE64 | {"="}
+
+
+def _base64_cores(key: bytes) -> set[str]:
+    """The base64 and base64url text of ``key`` wherever it starts in what is encoded (at each
+    of the three offsets), without the groups it shares with what is around it."""
+    out = set()
+    for offset in range(3):
+        head = 4 if offset else 0  # the group that holds bytes before the key
+        tail = (offset + len(key)) // 3 * 4  # the last group made of the key's bytes only
+        text = base64.b64encode(b"\0" * offset + key).decode()[head:tail]
+        if len(text) >= 8:
+            out |= {text, text.replace("+", "-").replace("/", "_")}
+    return out
+
+
+class KeyMask:
+    """Replaces every form of an API key an answer may echo by :data:`KEY_MASK` (see the
+    module docstring): a pattern of its letters and digits with up to 8 spaces or punctuation
+    marks between each two (the key verbatim included), its other forms
+    (:func:`~ctxleak.engine.served_client.key_forms`), and each base64 or base64url token that
+    holds it, whole. Linear in the answer's length (the base64 tokens are widened by hand, not
+    by a pattern that could backtrack)."""
+
+    def __init__(self, key: str) -> None:
+        forms = [re.escape(f) for f in key_forms(key)]  # plain, JSON, URL-encoded, 8-char runs
+        letters = [c for c in key if c.isalnum()]  # its punctuation may be spelled otherwise
+        if len(letters) >= KEY_PART:
+            forms.insert(0, _SPACER.join(re.escape(c) for c in letters))
+        self.pattern = re.compile("|".join(forms))
+        self.cores = sorted(_base64_cores(key.encode()), key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for core in self.cores:
+            at = text.find(core)
+            while at >= 0:
+                start, end = at, at + len(core)
+                while start > 0 and text[start - 1] in _BASE64:
+                    start -= 1
+                while end < len(text) and text[end] in _BASE64_END:
+                    end += 1
+                text = text[:start] + KEY_MASK + text[end:]
+                at = text.find(core, start + len(KEY_MASK))
+        return self.pattern.sub(KEY_MASK, text)
 
 
 @dataclass(frozen=True)
@@ -108,6 +165,7 @@ class ChatEndpointTarget:
         self.extra_body = dict(extra_body or {})
         key = _read_key(api_key_env)
         self._forms = key_forms(key)
+        self._answer_mask = KeyMask(key) if key else None
         self._pace = _Pace(rate_per_s)
         self._client = _openai().OpenAI(base_url=self.base_url, api_key=key or "EMPTY",
                                         max_retries=0, timeout=timeout_s)
@@ -220,6 +278,8 @@ class ChatEndpointTarget:
         if not isinstance(content, str):
             raise TargetError(f"{name}: the answer has no text (content "
                               f"{type(content).__name__})", index=index)
+        if self._answer_mask is not None:  # an answer that echoes the key never stores it
+            content = self._answer_mask(content)
         return content
 
     def _masked(self, exc: Any) -> str:
@@ -288,4 +348,5 @@ def _openai() -> Any:
     return openai
 
 
-__all__ = ["MAX_WAIT_S", "SPENT", "ChatEndpointTarget", "ChatRequest", "retry_delay"]
+__all__ = ["KEY_MASK", "MAX_WAIT_S", "SPENT", "ChatEndpointTarget", "ChatRequest", "KeyMask",
+           "retry_delay"]
