@@ -320,3 +320,18 @@ def test_a_value_is_masked_whatever_its_whitespace_and_case():
     assert redactor.text("a quillfeather pen") == "a quillfeather pen"
     assert redactor.tokens([" the", " sk-live-4f", "9a8b7c6d5e4f3a", "2b1c0d9e8f7a", " ok"]) \
         == [" the", "[REDACTED]", "", "", " ok"]
+
+
+def test_a_masked_number_is_kept_nowhere_in_the_page_or_the_console(capsys):
+    from ctxleak.report import Redactor, Report, redacting
+    from ctxleak.report.console import console
+
+    redactor = Redactor(True, values=("730519",))  # a PIN found elsewhere in the run
+    report = Report("t", redact=redactor)
+    report.add_table([{"id": "a", "pin": 730519}, {"id": "b", "pin": 3}])
+    page = report.render()
+    assert "730519" not in page and 'data-v="3.0"' in page  # no value kept for sorting
+    with redacting(redactor):
+        console().print({"pin": 730519, "n": 3})  # not a rich renderable: printed masked
+    out = capsys.readouterr().out
+    assert "730519" not in out and "[REDACTED]" in out

@@ -163,6 +163,8 @@ class Report:
                     f"{_esc(self.clean(value.text))}</a></td>")
         if isinstance(value, numbers.Number) and not isinstance(value, bool):
             cell, _ = self._cell(value)
+            if cell != _esc(format_value(value)):  # masked: its value is not kept for sorting
+                return f'<td class="num">{cell}</td>'
             number = float(value)  # type: ignore[arg-type]  # Number: int, float, numpy, Decimal
             return f'<td class="num" data-v="{_esc(repr(number))}">{cell}</td>'
         text = self.clean(format_value(value))

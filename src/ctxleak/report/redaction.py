@@ -154,7 +154,7 @@ _JOINED_TYPES = frozenset({"password", "secret", "pin", "id"})
 #: types whose values are matched case-folded (a name of two words or more: person)
 _FOLDED_TYPES = frozenset({"email", "address", "medical", "person"})
 _LATIN_MAX = "\u024f"  # letters above: scripts other than Latin (Cyrillic, Greek, ...)
-_WORD_RE = re.compile(r"[^\s]+")
+_NEXT_WORD_RE = re.compile(r" ([^\s,.;:!?()\"]+)")
 _POSSESSIVE_RE = re.compile(r"['\u2019]s$")
 
 
@@ -173,16 +173,15 @@ def _widen_name(text: str, start: int, end: int) -> tuple[int, int]:
     """A person's name grown by the capitalised words of other scripts than Latin beside it
     ("Иван" of "Иван Петров"; spaCy's English model finds the last word only, and
     :mod:`ctxleak.sensitive` grows names by Latin words)."""
-    while True:
-        before = re.search(r"(\S+) $", text[:start])
-        if not before or not _other_script(before.group(1)):
+    while start >= 2 and text[start - 1] == " ":
+        first = start - 1
+        while first > 0 and not text[first - 1].isspace() and start - first <= 64:
+            first -= 1
+        if first == start - 1 or not _other_script(text[first:start - 1]):
             break
-        start = before.start(1)
-    while True:
-        after = re.match(r" ([^\s,.;:!?()\"]+)", text[end:])
-        if not after or not _other_script(after.group(1)):
-            break
-        end += after.end(1)
+        start = first
+    while (after := _NEXT_WORD_RE.match(text, end)) and _other_script(after.group(1)):
+        end = after.end(1)
     return start, end
 
 
