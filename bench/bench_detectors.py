@@ -18,6 +18,14 @@ loaded (their load is timed apart), against the RAG audit's time per turn on the
 its detectors read 6 texts).
 
     python bench/bench_detectors.py [--rag-dir DIR] [--audit-turns-per-s 0.28]
+
+ADVERSARIAL (``--adversarial``): processor seconds to detect each adversarial shape (digits, digits and
+spaces, a long run of spaces, dates, names, "salary" or "password" repeated, a document holding a
+PDF table's spaces) at 2,000, 8,000 and 32,000 characters (``--sizes``), one text at a time on a
+cold cache after the engines have loaded, and the ratio time(32k) / time(8k): about 4 when
+detection is linear in the text's length, 16 when it is quadratic.
+
+    python bench/bench_detectors.py --adversarial [--sizes 2000 8000 32000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -147,15 +155,62 @@ def timing(texts: list[str], turns_per_s: float, load: float) -> None:
           f"{100 * 6 * per_text / turn_ms:.1f} %")
 
 
+#: texts built to make a detector's time grow faster than their length (the reliability issue's
+#: shapes): a prefix, a unit repeated, a suffix (tests/sensitive/test_linear.py reads them too)
+SHAPES = ROOT / "bench" / "data" / "adversarial_shapes.json"
+
+
+def shape_text(shape: dict[str, str], n: int) -> str:
+    """``shape``'s text of about ``n`` characters."""
+    repeat = max(0, n - len(shape["prefix"]) - len(shape["suffix"])) // len(shape["unit"])
+    return shape["prefix"] + shape["unit"] * repeat + shape["suffix"]
+
+
+def adversarial(sizes: list[int], repeat: int = 1) -> None:
+    """Seconds per text for each adversarial shape and size (the least of ``repeat`` runs), and
+    time(largest) / time(the size before it). Processor time of this process
+    (:func:`time.process_time`): on a CPU shared with other jobs, wall time says as much about
+    them as about the detectors."""
+    print(f"\nadversarial texts: processor seconds for one text (cold cache, engines loaded; "
+          f"least of {repeat} run(s)); ratio = time({sizes[-1]:,}) / time({sizes[-2]:,}) "
+          f"(linear: {sizes[-1] / sizes[-2]:.0f})")
+    print(f"  {'shape':<24}" + "".join(f"{n:>10,}" for n in sizes) + f"{'ratio':>8}")
+    for shape in json.loads(SHAPES.read_text()):
+        name = shape["name"]
+        spent = []
+        for n in sizes:
+            text = shape_text(shape, n)
+            runs = []
+            for _ in range(repeat):
+                sensitive._find.cache_clear()
+                t0 = time.process_time()
+                sensitive.find_sensitive(text)
+                runs.append(time.process_time() - t0)
+            spent.append(min(runs))
+        print(f"  {name:<24}" + "".join(f"{t:>10.2f}" for t in spent)
+              + f"{spent[-1] / max(spent[-2], 1e-9):>8.1f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rag-dir", type=Path, default=next(
         (p for p in RAG_DIRS if (p / "truth.json").exists()), RAG_DIRS[0]))
     parser.add_argument("--audit-turns-per-s", type=float, default=0.28)
+    parser.add_argument("--adversarial", action="store_true",
+                        help="time the adversarial shapes only (see the module's docstring)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2000, 8000, 32000],
+                        help="characters per adversarial text (two sizes or more)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per adversarial text; the least time is shown")
     args = parser.parse_args()
     t0 = time.perf_counter()
     sensitive.find_sensitive("Warm-up: Ada Lovelace, password: x9!Lk2pQ.")
     load = time.perf_counter() - t0
+    if args.adversarial:
+        if len(args.sizes) < 2:
+            parser.error("--sizes takes two sizes or more")
+        adversarial(args.sizes, max(1, args.repeat))
+        return
     rows = [json.loads(line) for line in HELDOUT.read_text().splitlines() if line.strip()]
     held = _labelled(rows)
     score("held-out set (bench/data/detectors_heldout.jsonl)", held)

@@ -6,14 +6,16 @@ formats: what a RAG audit reports as copied and what ``--redact`` masks.
   (:mod:`.presidio`);
 - detect-secrets (Yelp's credential scanner) finds passwords, keys and tokens (:mod:`.secrets`);
 - phonenumbers, pyap2 and ctxleak's own patterns (:mod:`ctxleak.sensitive.detect`) find phone
-  numbers, postal addresses, e-mail addresses, money amounts and cued names, as before;
+  numbers, postal addresses (US, British and Canadian by pyap2; German street addresses by a
+  pattern), e-mail addresses, IBANs (with their mod-97 check), money amounts and cued names;
 - money, dates and numbers are compared across formats (:func:`value_in`, :mod:`.values`).
 
 Types: ``person``, ``address``, ``location``, ``email``, ``phone``, ``id``, ``password``,
 ``secret``, ``pin``, ``money``, ``date``, ``medical``. Overlapping finds are resolved by type
 (credentials first, then contact details and addresses, places last), then by length. The
 engines load on first use, once per process (importing this module loads none of them); results
-are cached per text.
+are cached per text. A long text is read in windows of about a thousand characters
+(:mod:`.windows`), so detection takes time linear in the text's length.
 """
 
 from __future__ import annotations
@@ -21,8 +23,17 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from ctxleak.sensitive.detect import Span, find_amounts, find_emails, find_names, find_pii
+from ctxleak.sensitive.detect import (
+    Span,
+    find_amounts,
+    find_emails,
+    find_ibans,
+    find_names,
+    find_pii,
+    keep_disjoint,
+)
 from ctxleak.sensitive.values import date_values, value_in
+from ctxleak.sensitive.windows import find_windowed
 
 __all__ = ["SENSITIVE_TYPES", "carried_values", "find_sensitive", "value_in"]
 
@@ -31,7 +42,7 @@ SENSITIVE_TYPES = ("password", "secret", "pin", "email", "phone", "address", "id
                    "medical", "person", "date", "location")
 _RANK = {t: i for i, t in enumerate(SENSITIVE_TYPES)}
 _OLD_TYPES = {"name": "person", "amount": "money"}
-_MONTH_RE = re.compile(r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b",
+_MONTH_RE = re.compile(r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]{0,9}\b",
                        re.IGNORECASE)
 
 
@@ -50,28 +61,32 @@ def _label(text: str, span: Span) -> bool:
 
 
 def _deoverlap(spans: list[Span]) -> list[Span]:
-    kept: list[Span] = []
-    for span in sorted(spans, key=lambda s: (_RANK.get(s.type, 99), -(s.end - s.start),
-                                             s.start)):
-        if all(span.end <= k.start or span.start >= k.end for k in kept):
-            kept.append(span)
-    return sorted(kept, key=lambda s: (s.start, s.end))
+    return keep_disjoint(spans, key=lambda s: (_RANK.get(s.type, 99), -(s.end - s.start),
+                                               s.start))
 
 
 @lru_cache(maxsize=8192)
 def _find(text: str) -> tuple[Span, ...]:
-    # lazy: the engines (spaCy, Presidio, detect-secrets) load on the first text only
-    from ctxleak.sensitive.presidio import find_presidio
-    from ctxleak.sensitive.secrets import find_secrets
-
     if len(text) < 13 and not any(c.isalpha() for c in text):  # a number, a table cell
         spans = [*find_amounts(text), *find_pii(text, valid_only=False, types=("phone",))]
         return tuple(_deoverlap([Span(_OLD_TYPES.get(s.type, s.type), s.start, s.end, s.text,
                                       s.score) for s in spans]))
+    # every engine reads one window at a time (at most longest_window() characters): pyap2,
+    # Presidio's context enhancer and others take time that grows faster than what they read
+    return tuple(_deoverlap(find_windowed(_find_window, text)))
+
+
+def _find_window(text: str) -> list[Span]:
+    """Everything found in one window, overlaps resolved."""
+    # lazy: the engines (spaCy, Presidio, detect-secrets) load on the first text only
+    from ctxleak.sensitive.presidio import find_presidio
+    from ctxleak.sensitive.secrets import find_secrets
+
     found = [_widen(text, s) for s in find_presidio(text)
              if (s.type != "date" or _keep_date(s)) and not _label(text, s)]
     found += [_widen(text, s) for s in find_secrets(text)]
     found += find_emails(text)
+    found += find_ibans(text)
     # full dates in words or digits, as value_in reads them (spaCy misses some in a range)
     found += [Span("date", a, b, text[a:b], 0.8) for _, a, b in date_values(text)]
     old = [*find_pii(text, valid_only=False, types=("phone", "address")), *find_amounts(text)]
@@ -82,11 +97,16 @@ def _find(text: str) -> tuple[Span, ...]:
     found += [Span(_OLD_TYPES.get(s.type, s.type), s.start, s.end, s.text, s.score)
               for s in old]
     found += _whole_names(text)
-    return tuple(_deoverlap(found))
+    return _deoverlap(found)
 
 
 _TOKEN_END = ".,;:)]}'\"\u201d"
-_CAPITALISED_RE = re.compile(r"[A-Z\u00c0-\u00de][a-z\u00df-\u00ff'\u2019\-]+")
+_CAPITALISED_RE = re.compile(r"[A-Z\u00c0-\u00de][a-z\u00df-\u00ff'\u2019\-]{1,40}")
+#: the next sentence glued on after a full stop ("Qx7!vR2.The")
+_GLUED_RE = re.compile(r"\.[A-Z][a-z]{1,40}(?![\w-])")
+#: a word of at most 41 characters and one space right before a name, or right after it
+_WORD_BEFORE_RE = re.compile(r"(\S{1,41}) $")
+_WORD_AFTER_RE = re.compile(r" (\S{1,41})(?!\S)")
 #: capitalised words that are not part of a name next to one
 _NOT_NAME = frozenset(
     "The A An This That Please Call Contact Mail Email Send Ship Ask Thanks Thank Dear Hi Hello "
@@ -110,18 +130,20 @@ def _widen(text: str, span: Span) -> Span:
         while end > span.end and text[end - 1] in _TOKEN_END:
             end -= 1
         # the next sentence, glued on ("Qx7!vR2.The"): texts joined without spaces read so
-        glued = re.search(r"\.[A-Z][a-z]+(?![\w-])", text[start:end])
+        glued = _GLUED_RE.search(text, start, end)
         if glued:
-            end = start + glued.start()
+            end = glued.start()
     elif span.type == "person":
-        before = re.search(r"([^\s]+) $", text[:start])
-        if before and _CAPITALISED_RE.fullmatch(before.group(1)) \
+        # read near the name only (a slice of the text before it would make this quadratic)
+        before = _WORD_BEFORE_RE.search(text, max(0, start - 43), start)
+        if before and (before.start(1) == 0 or text[before.start(1) - 1].isspace()) \
+                and _CAPITALISED_RE.fullmatch(before.group(1)) \
                 and before.group(1) not in _NOT_NAME and not before.group(1).endswith("'s"):
             start = before.start(1)
-        after = re.match(r" ([^\s]+)", text[end:])
+        after = _WORD_AFTER_RE.match(text, end)
         if after and _CAPITALISED_RE.fullmatch(after.group(1)) \
                 and after.group(1) not in _NOT_NAME:
-            end += after.end(1)
+            end = after.end(1)
     if (start, end) == (span.start, span.end):
         return span
     return Span(span.type, start, end, text[start:end], span.score)

@@ -26,16 +26,21 @@ address (``Customer``, ``Team``, ``Dear``) are never taken for a name.
 
 from __future__ import annotations
 
+import bisect
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import phonenumbers
 import pyap
+import pyap.source_CA.data
+import pyap.source_GB.data
+import pyap.source_US.data
 
 from ctxleak.errors import ConfigError
+from ctxleak.sensitive.windows import windows
 
 __all__ = [
     "EMAIL_RE",
@@ -45,7 +50,11 @@ __all__ = [
     "find_addresses",
     "find_amounts",
     "find_emails",
+    "find_german_addresses",
+    "find_ibans",
     "find_phones",
+    "is_iban",
+    "keep_disjoint",
     "find_names",
     "find_pii",
     "merge_spans",
@@ -57,12 +66,15 @@ SPAN_TYPES = ("email", "phone", "address")
 _PRIORITY = {"email": 0, "phone": 1, "amount": 2, "address": 3, "name": 4}
 _ADDRESS_COUNTRIES = ("US", "CA", "GB")
 
-_LOCAL_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+# Every quantifier in the patterns of this package is bounded ({0,n}, never * or +), so each
+# pattern does a bounded amount of work at each position of a text: linear in its length
+# (tests/sensitive/test_linear.py checks it).
+_LOCAL_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,64}"
 _DOMAIN_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 EMAIL_RE = re.compile(
     rf"(?<![A-Za-z0-9!#$%&'*+/=?^_`{{|}}~.@-])"
-    rf"{_LOCAL_ATOM}(?:\.{_LOCAL_ATOM})*"
-    rf"@(?:{_DOMAIN_LABEL}\.)+[A-Za-z]{{2,63}}"
+    rf"{_LOCAL_ATOM}(?:\.{_LOCAL_ATOM}){{0,16}}"
+    rf"@(?:{_DOMAIN_LABEL}\.){{1,8}}[A-Za-z]{{2,63}}"
     rf"(?![A-Za-z0-9-]|\.[A-Za-z0-9])"
 )
 
@@ -92,7 +104,7 @@ _NANP_RE = re.compile(
     r"(?<![\w+.\-])(?:\+?1[ .\-]?)?(?:\(\d{3}\)[ ]?|\d{3}[ .\-]?)\d{3}[ .\-]?\d{4}"
     r"(?![\w\-]|\.\d)"
 )
-_NAME_LINE_RE = re.compile(r"^[ \t]*name[ \t]*:[ \t]*(\S[^\n]*?)[ \t]*$",
+_NAME_LINE_RE = re.compile(r"^[ \t]{0,40}name[ \t]{0,40}:[ \t]{0,40}(\S[^\n]{0,300}?)[ \t]{0,40}$",
                            re.IGNORECASE | re.MULTILINE)
 
 
@@ -169,13 +181,48 @@ def find_phones(text: str, region: str = "US", *, _masked: str | None = None,
             continue
         if phonenumbers.is_valid_number(number):
             spans.append(Span("phone", m.start(), m.end(), text[m.start():m.end()], 0.95))
-    if not valid_only:
-        for m in PHONE_SHAPE_RE.finditer(masked):
-            if any(m.start() < s.end and s.start < m.end() for s in spans):
-                continue
-            if 7 <= sum(c.isdigit() for c in m.group(0)) <= 15:
-                spans.append(Span("phone", m.start(), m.end(), text[m.start():m.end()], 0.5))
+    # A phone shape runs on over the digits after the number ("+49 171 5550 2291 3 times"):
+    # the number is its longest prefix, in whole digit groups, that phonenumbers validates.
+    for m in PHONE_SHAPE_RE.finditer(masked):
+        if any(m.start() < s.end and s.start < m.end() for s in spans):
+            continue
+        end = _valid_prefix_end(m.group(0), region)
+        if end:
+            spans.append(Span("phone", m.start(), m.start() + end,
+                              text[m.start():m.start() + end], 0.95))
+        elif not valid_only and 7 <= sum(c.isdigit() for c in m.group(0)) <= 15:
+            spans.append(Span("phone", m.start(), m.end(), text[m.start():m.end()], 0.5))
     return sorted(spans, key=lambda s: s.start)
+
+
+def _valid_prefix_end(shape: str, region: str) -> int:
+    """The end of the longest prefix of ``shape`` ending a digit group that phonenumbers
+    validates (7 digits or more), or 0."""
+    ends = [i + 1 for i, c in enumerate(shape)
+            if c.isdigit() and (i + 1 == len(shape) or not shape[i + 1].isdigit())]
+    for end in reversed(ends):
+        prefix = shape[:end]
+        if sum(c.isdigit() for c in prefix) < 7:
+            break
+        try:
+            number = phonenumbers.parse(prefix, region)
+        except phonenumbers.NumberParseException:
+            continue
+        if phonenumbers.is_valid_number(number):
+            return end
+    return 0
+
+
+#: the longest run the patterns below read at once: more than any window pyap is handed
+_RUN = 4096
+#: pyap's own text normalisation (``[\ \t]*(\,[\ \t]*)+`` -> ", ", ``\ +`` -> " ", dashes), the
+#: same finds on any text of up to :data:`_RUN` characters; each match starts only where a run
+#: of spaces starts, so a long run of spaces is read once, not once per space as pyap's is
+_PYAP_NORMALIZE = (
+    (re.compile(rf"(?<![ \t])[ \t]{{0,{_RUN}}}(?:,[ \t]{{0,{_RUN}}}){{1,{_RUN}}}"), ", "),
+    (re.compile(rf"(?<! ) {{1,{_RUN}}}"), " "),
+    (re.compile("[\u2010\u2011\u2012\u2013\u2014\u2015]"), "-"),
+)
 
 
 def _normalize_with_offsets(text: str) -> tuple[str, list[int], list[int]]:
@@ -183,12 +230,7 @@ def _normalize_with_offsets(text: str) -> tuple[str, list[int], list[int]]:
     character the start and end of the input characters it came from."""
     starts = list(range(len(text)))
     ends = [i + 1 for i in range(len(text))]
-    steps = [
-        (re.compile(r"[\ \t]*(\,[\ \t]*)+"), ", "),
-        (re.compile(r"\ +"), " "),
-        (re.compile("[\u2010\u2011\u2012\u2013\u2014\u2015]"), "-"),
-    ]
-    for pattern, repl in steps:
+    for pattern, repl in _PYAP_NORMALIZE:
         out: list[str] = []
         new_starts: list[int] = []
         new_ends: list[int] = []
@@ -213,20 +255,47 @@ def _normalize_with_offsets(text: str) -> tuple[str, list[int], list[int]]:
 _TRIM = " ,;:\n\t\r"
 
 
-def find_addresses(text: str, country: str = "US", *, _masked: str | None = None) -> list[Span]:
-    """Physical addresses found by pyap2 (``country`` is US, CA or GB), with offsets into
-    ``text``. Dates, card-like numbers, e-mails and phones should be masked in ``_masked``."""
-    country = country.upper()
-    if country not in _ADDRESS_COUNTRIES:
-        raise ConfigError(f"addresses can be found for US, CA or GB, not {country!r}")
-    masked = _masked if _masked is not None else _mask(text, _noise_spans(text))
-    norm, starts, ends = _normalize_with_offsets(masked)
+#: What every address pyap2 finds ends in, by country: a state or a ZIP code (US), a postcode
+#: (GB), a province (CA); pyap's own patterns (a library's: their quantifiers are its own).
+#: pyap reads only the text around one (:data:`_BEFORE_ANCHOR` characters before it,
+#: :data:`_AFTER_ANCHOR` after), in windows: its patterns take about a millisecond a
+#: character on digits and spaces ("1 1 1 ...", a table), wherever they start.
+_PYAP_ANCHORS = {
+    country: re.compile(pattern, re.VERBOSE | re.UNICODE) for country, pattern in (
+        ("US", rf"{pyap.source_US.data.make_region1()}|{pyap.source_US.data.postal_code_re}"),
+        ("GB", pyap.source_GB.data.postal_code),
+        ("CA", pyap.source_CA.data.region1),
+    )}
+_BEFORE_ANCHOR = 300
+_AFTER_ANCHOR = 80
+#: the windows pyap reads (characters each owns, and the margin: the longest address found)
+_PYAP_SIZE = 600
+_PYAP_MARGIN = 300
+
+
+def _pyap_regions(masked: str, country: str) -> list[tuple[int, int]]:
+    """The parts of ``masked`` that may hold an address: around each anchor, starting after a
+    space where one is near."""
+    regions = []
+    for m in _PYAP_ANCHORS[country].finditer(masked):
+        start = max(0, m.start() - _BEFORE_ANCHOR)
+        for i in range(start, max(0, start - 100), -1):
+            if masked[i - 1].isspace():
+                start = i
+                break
+        regions.append((start, min(len(masked), m.end() + _AFTER_ANCHOR)))
+    return merge_spans(regions)
+
+
+def _pyap_spans(text: str, masked: str, lo: int, hi: int, country: str) -> list[Span]:
+    """What pyap2 finds in ``masked[lo:hi]``, with offsets into ``text``."""
+    norm, starts, ends = _normalize_with_offsets(masked[lo:hi])
     spans = []
-    for addr in pyap.parse(norm, country=country):  # type: ignore[arg-type]  # checked above
+    for addr in pyap.parse(norm, country=country):  # type: ignore[arg-type]  # checked
         ms, me = int(addr.match_start), int(addr.match_end)
         if not 0 <= ms < me <= len(norm):
             continue
-        start, end = starts[ms], ends[me - 1]
+        start, end = lo + starts[ms], lo + ends[me - 1]
         while start < end and text[start] in _TRIM:
             start += 1
         while end > start and text[end - 1] in _TRIM:
@@ -247,12 +316,95 @@ def find_addresses(text: str, country: str = "US", *, _masked: str | None = None
     return spans
 
 
-def _deoverlap(spans: Sequence[Span]) -> list[Span]:
+def find_addresses(text: str, country: str = "US", *, _masked: str | None = None) -> list[Span]:
+    """Physical addresses found by pyap2 (``country`` is US, CA or GB), with offsets into
+    ``text``. Dates, card-like numbers, e-mails and phones should be masked in ``_masked``.
+
+    pyap reads only the text near a state, ZIP code, postcode or province (every address it
+    finds ends in one), in windows of at most ``_PYAP_SIZE + 2 * _PYAP_MARGIN`` characters
+    (:mod:`ctxleak.sensitive.windows`): linear time in the text's length."""
+    country = country.upper()
+    if country not in _ADDRESS_COUNTRIES:
+        raise ConfigError(f"addresses can be found for US, CA or GB, not {country!r}")
+    masked = _masked if _masked is not None else _mask(text, _noise_spans(text))
+    spans = []
+    for a, b in _pyap_regions(masked, country):
+        for w in windows(masked[a:b], _PYAP_SIZE, _PYAP_MARGIN):
+            spans += [s for s in _pyap_spans(text, masked, a + w.start, a + w.end, country)
+                      if a + w.own_start <= s.start < a + w.own_end]
+    return spans
+
+
+_DE_CAP = r"[A-Z\u00c4\u00d6\u00dc]"
+_DE_LOW = r"[a-z\u00e4\u00f6\u00fc\u00df]"
+_DE_WORD = rf"{_DE_CAP}{_DE_LOW}{{1,30}}"
+_DE_STREET_TYPE = (r"(?:[Ss]tra(?:\u00df|ss)e|[Ss]tr\.|[Ww]eg|[Aa]llee|[Pp]latz|[Gg]asse|[Rr]ing|"
+                   r"[Dd]amm|[Uu]fer|[Cc]haussee|[Ss]teig|[Pp]fad|[Mm]arkt|[Gg]raben|[Kk]ai)")
+#: A German street address: the street (``Lindenstraße``, ``Karl-Marx-Allee``, ``Berliner
+#: Straße``, ``Am Markt``), the house number (``14``, ``14a``, ``14-16``), a comma or a line
+#: break, the five-digit postcode and the town (``Frankfurt am Main``, ``Halle (Saale)``).
+GERMAN_ADDRESS_RE = re.compile(
+    r"(?<![\w-])(?:"
+    rf"{_DE_CAP}{_DE_LOW}{{0,30}}(?:-{_DE_WORD}){{0,3}}[- ]?{_DE_STREET_TYPE}"
+    rf"|(?:Am|An der|Auf dem|Im|In der|Zum|Zur|Unter den|Alt)[ ]{_DE_WORD}"
+    r")[ ]{1,3}\d{1,4}[ ]?[a-zA-Z]?(?:[ ]?[-/][ ]?\d{1,4}[a-zA-Z]?)?"
+    r"(?:[ ]{0,3},[ ]{0,3}|[ ]{1,3}|[ ]{0,3}\r?\n[ \t]{0,20})(?:D-)?\d{5}[ ]{1,3}"
+    rf"{_DE_WORD}(?:-{_DE_WORD}){{0,2}}"
+    rf"(?:[ ](?:am|an der|im|in|ob der|bei)[ ]{_DE_WORD}|[ ]?\({_DE_WORD}\))?"
+    r"(?![\w-])")
+
+
+def find_german_addresses(text: str, *, _masked: str | None = None) -> list[Span]:
+    """German street addresses (:data:`GERMAN_ADDRESS_RE`; pyap2 reads US, British and Canadian
+    ones only), score 0.9. Phones and e-mails should be masked in ``_masked``."""
+    masked = text if _masked is None else _masked
+    return [Span("address", m.start(), m.end(), text[m.start():m.end()], 0.9)
+            for m in GERMAN_ADDRESS_RE.finditer(masked)]
+
+
+_IBAN_RE = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,3})?"
+                      r"(?![A-Za-z0-9])")
+
+
+def is_iban(value: str) -> bool:
+    """Whether ``value`` (spaces allowed) is an IBAN: two letters, two check digits, 11 to 30
+    letters and digits, and the ISO 13616 mod-97 check (written here: no IBAN package is
+    installed, and Presidio's IBAN recognizer wants a cue or a country's exact layout)."""
+    compact = value.replace(" ", "").upper()
+    if not (15 <= len(compact) <= 34 and compact[:2].isalpha() and compact[2:4].isdigit()
+            and compact.isalnum() and compact.isascii()):
+        return False
+    digits = "".join(str(int(c, 36)) for c in compact[4:] + compact[:4])
+    return int(digits) % 97 == 1
+
+
+def find_ibans(text: str) -> list[Span]:
+    """IBANs, grouped by four or written whole, that pass the mod-97 check (type ``id``,
+    score 0.95)."""
+    return [Span("id", m.start(), m.end(), m.group(0), 0.95) for m in _IBAN_RE.finditer(text)
+            if is_iban(m.group(0))]
+
+
+def keep_disjoint(spans: Iterable[Span], key: Callable[[Span], tuple[int, int, int]]
+                  ) -> list[Span]:
+    """Spans taken in ``key`` order, each kept unless it overlaps one kept before; sorted by
+    position. Spans that do not overlap, sorted by (start, end), have their ends in order too,
+    so the one kept span that may overlap a new one is found by bisection: n log n, not n
+    squared."""
+    bounds: list[tuple[int, int]] = []
     kept: list[Span] = []
-    for span in sorted(spans, key=lambda s: (_PRIORITY[s.type], -(s.end - s.start), s.start)):
-        if all(span.end <= k.start or span.start >= k.end for k in kept):
-            kept.append(span)
-    return sorted(kept, key=lambda s: (s.start, s.end))
+    for span in sorted(spans, key=key):
+        j = bisect.bisect_left(bounds, (span.end,))  # the kept spans starting before its end
+        if j and kept[j - 1].end > span.start:
+            continue
+        i = bisect.bisect_right(bounds, (span.start, span.end))
+        bounds.insert(i, (span.start, span.end))
+        kept.insert(i, span)
+    return kept
+
+
+def _deoverlap(spans: Sequence[Span]) -> list[Span]:
+    return keep_disjoint(spans, key=lambda s: (_PRIORITY[s.type], -(s.end - s.start), s.start))
 
 
 def find_pii(text: str, region: str = "US", *, address_country: str | None = None,
@@ -279,11 +431,13 @@ def find_pii(text: str, region: str = "US", *, address_country: str | None = Non
     if "address" in types:
         masked_more = _mask(masked, [(s.start, s.end) for s in phones])
         spans += find_addresses(text, address_country, _masked=masked_more)
+        spans += find_german_addresses(text, _masked=masked_more)
     return _deoverlap(spans)
 
 
 # A capitalised word of a name: "Ellory-Tan", "Sauvé-Morrow", "O'Neil".
-_NAME_WORD = r"[A-Z\u00c0-\u00de][\w\u00c0-\u024f'\u2019]*(?:-[A-Z\u00c0-\u00de][\w\u00c0-\u024f'\u2019]*)*"
+_NAME_WORD = (r"[A-Z\u00c0-\u00de][\w\u00c0-\u024f'\u2019]{0,40}"
+              r"(?:-[A-Z\u00c0-\u00de][\w\u00c0-\u024f'\u2019]{0,40}){0,3}")
 _NAME_RUN_RE = re.compile(rf"(?<![\w-]){_NAME_WORD}(?:[ ]{_NAME_WORD}){{0,3}}(?![\w-])")
 # People's roles in records and letters: "Employee: Marta Velikova", "Approved by: Ines Okafor".
 _ROLES = ("employee|staff|worker|customer|client|patient|member|tenant|contact|manager|supervisor|"
@@ -294,18 +448,20 @@ _ROLES = ("employee|staff|worker|customer|client|patient|member|tenant|contact|m
 #: Words after which capitalised words are a person's name (the name may start on one of the
 #: next two lines after a colon: a label whose value, or passage, starts a new line).
 _NAME_CUE_RE = re.compile(
-    r"(?:\b(?:full |first |last |patient |member |tenant |contact )?name[ \t]*(?::|is)"
-    rf"|\b(?:{_ROLES})(?:[ \t]+name)?[ \t]*:"
-    r"|\b(?:patient|member|tenant|contact|attn|to|from|signed)[ \t]*[:,]"
+    r"(?:\b(?:full |first |last |patient |member |tenant |contact )?name[ \t]{0,20}(?::|is)"
+    rf"|\b(?:{_ROLES})(?:[ \t]{{1,20}}name)?[ \t]{{0,20}}:"
+    r"|\b(?:patient|member|tenant|contact|attn|to|from|signed)[ \t]{0,20}[:,]"
     r"|\b(?:dr|mr|mrs|ms|mx|miss|prof)\.?"
     r"|\b(?:dear|hi|hello|cheers|regards|thanks|sincerely|faithfully),?"
-    r"|\bmy name(?:,[^,.]{0,60},)? is)(?:[ \t]+|(?<=:)[ \t]*(?:\r?\n[ \t]*){1,2})",
+    r"|\bmy name(?:,[^,.]{0,60},)? is)"
+    r"(?:[ \t]{1,20}|(?<=:)[ \t]{0,20}(?:\r?\n[ \t]{0,20}){1,2})",
     re.IGNORECASE)
 #: Any field label at a line start followed by two or three capitalised words and the end of the
 #: field: "Reviewer: Ines Okafor", "- Prepared for: Jonas Ekdahl (HR)".
 _LABEL_RE = re.compile(
-    r"^[ \t]*(?:[-*\u2022][ \t]*)?([A-Za-z][A-Za-z ]{0,30}?)[ \t]*:[ \t]*"
-    rf"({_NAME_WORD}(?:[ ]{_NAME_WORD}){{1,2}})[ \t]*(?=$|[,;(|]|\.(?:\s|$))", re.MULTILINE)
+    r"^[ \t]{0,20}(?:[-*\u2022][ \t]{0,20})?([A-Za-z][A-Za-z ]{0,30}?)[ \t]{0,20}:[ \t]{0,20}"
+    rf"({_NAME_WORD}(?:[ ]{_NAME_WORD}){{1,2}})[ \t]{{0,20}}(?=$|[,;(|]|\.(?:\s|$))",
+    re.MULTILINE)
 #: Labels whose value is a thing, a place or an organisation, not a person.
 _THING_LABELS = frozenset(
     "city country state county region location place site office branch address street "
@@ -370,9 +526,9 @@ def find_names(text: str, known: Iterable[str] = ()) -> list[Span]:
 _CURRENCY = (r"(?:US\$|[ACR]\$|[$€£¥₹₩₽₺₪]|\b(?:USD|EUR|GBP|CHF|JPY|CNY|CAD|AUD|NZD|INR|SEK|NOK|"
              r"DKK|PLN|CZK|HUF|RUB|BRL|MXN|ZAR|SGD|HKD|KRW|TRY|ILS|AED|RON|BGN)\b)")
 # 84,500 / 84.500 / 84 500 / 84'500 (one separator throughout), 84500, 84,500.00, 84.500,50
-_AMOUNT = (r"(?<![\d.,])(?:" + "|".join(rf"\d{{1,3}}(?:{sep}\d{{3}})+" for sep in
+_AMOUNT = (r"(?<![\d.,])(?:" + "|".join(rf"\d{{1,3}}(?:{sep}\d{{3}}){{1,8}}" for sep in
                                       (",", r"\.", "'", "[ \u00a0\u202f]"))
-           + r"|\d+)(?:[.,]\d{1,2})?(?!\d|[.,]\d)")
+           + r"|\d{1,24})(?:[.,]\d{1,2})?(?!\d|[.,]\d)")
 _SCALE = r"(?:[ \t]?(?:k|K|m|M|bn|million|billion|thousand)\b)?"
 _AMOUNT_RE = re.compile(
     rf"{_CURRENCY}[ \t\u00a0]?-?(?:{_AMOUNT}){_SCALE}"
@@ -382,8 +538,8 @@ _AMOUNT_RE = re.compile(
 _MONEY_WORD_RE = re.compile(
     r"\b(?:salary|salaries|wages?|income|pay|paid|earns?|earned|earnings|amount|price|balance|"
     r"bonus|compensation|remuneration|fees?|costs?|rent|payment|debt|loan|owes?|owed)"
-    r"(?:[ \t]*(?:[:=]|\b(?:is|was|of|at|to|now|about|approx\.?|totals?|amounts to)\b))*"
-    rf"[ \t]*((?:{_CURRENCY}[ \t\u00a0]?)?(?:{_AMOUNT}){_SCALE})", re.IGNORECASE)
+    r"(?:[ \t]{0,10}(?:[:=]|\b(?:is|was|of|at|to|now|about|approx\.?|totals?|amounts to)\b))"
+    rf"{{0,6}}[ \t]{{0,10}}((?:{_CURRENCY}[ \t\u00a0]?)?(?:{_AMOUNT}){_SCALE})", re.IGNORECASE)
 
 
 def find_amounts(text: str) -> list[Span]:
@@ -429,7 +585,7 @@ def redaction_spans(text: str, names: Iterable[str] = (), region: str = "US") ->
 
 def clean_address(text: str) -> str:
     """One-line form of an address: line breaks become ``", "``, runs of spaces one space."""
-    lines = [" ".join(part.split()) for part in re.split(r"[\r\n]+", text)]
+    lines = [" ".join(part.split()) for part in re.split(r"[\r\n]", text)]
     out = ""
     for line in (ln.strip(" ,") for ln in lines):
         if not line:

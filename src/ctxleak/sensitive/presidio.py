@@ -39,52 +39,52 @@ _TYPES = {"PERSON": "person", "LOCATION": "location", "DATE_TIME": "date", "CRED
           "IBAN_CODE": "id", "IP_ADDRESS": "id", "US_SSN": "id", "PASSWORD": "password",
           "PIN": "pin", "SECRET": "secret", "ID": "id", "MEDICAL": "medical"}
 #: a password's cue: the word, and what it is for ("password for the backup NAS")
-_PW = (r"\b(?:pass(?:word|phrase|wd)|pwd)\b(?:\s+(?:for|of|to|on)\s+(?:the\s+)?[\w\-]+"
-       r"(?:\s+[\w\-]+)?)?")
+_PW = (r"\b(?:pass(?:word|phrase|wd)|pwd)\b(?:\s{1,10}(?:for|of|to|on)\s{1,10}(?:the\s{1,10})?[\w\-]{1,40}"
+       r"(?:\s{1,10}[\w\-]{1,40})?)?")
 #: a token that looks like a secret, not a word: a digit, a symbol or an inner capital
-_LOOKS_SECRET = r"(?=\S*(?:\d|[^\w\s.,;:]|(?-i:[a-z][A-Z])))"
-_SEP = r"\s*(?:is|was|are|:|=|->|of)?\s*[\"'`\u201c]?"
+_LOOKS_SECRET = r"(?=\S{0,200}(?:\d|[^\w\s.,;:]|(?-i:[a-z][A-Z])))"
+_SEP = r"\s{0,10}(?:is|was|are|:|=|->|of)?\s{0,10}[\"'`\u201c]?"
 _CUES: dict[str, tuple[str, ...]] = {
     "PASSWORD": (
-        rf"{_PW}\s*(?::|=|->)\s*[\"'`\u201c]?(?P<v>[^\s\"'`\u201d]{{4,}})",
-        rf"{_PW}\s+(?:is|was|remains|reads|(?:was\s+|has\s+been\s+)?(?:rotated|changed|reset|"
-        rf"set|updated)\s+to)\s+(?:now\s+|still\s+)?[\"'`\u201c]?(?P<v>{_LOOKS_SECRET}"
-        rf"[^\s\"'`\u201d]{{4,}})",
+        rf"{_PW}\s{{0,10}}(?::|=|->)\s{{0,10}}[\"'`\u201c]?(?P<v>[^\s\"'`\u201d]{{4,200}})",
+        rf"{_PW}\s{{1,10}}(?:is|was|remains|reads|(?:was\s{{1,10}}|has\s{{1,10}}been\s{{1,10}})?(?:rotated|changed|reset|"
+        rf"set|updated)\s{{1,10}}to)\s{{1,10}}(?:now\s{{1,10}}|still\s{{1,10}})?[\"'`\u201c]?(?P<v>{_LOOKS_SECRET}"
+        rf"[^\s\"'`\u201d]{{4,200}})",
         # a password right after the word, no verb: only a token with a letter and a digit
-        rf"{_PW}\s+(?P<v>(?=\S*\d)(?=\S*[A-Za-z])[^\s\"'`\u201d]{{6,}})",
+        rf"{_PW}\s{{1,10}}(?P<v>(?=\S{{0,200}}\d)(?=\S{{0,200}}[A-Za-z])[^\s\"'`\u201d]{{6,200}})",
     ),
     "PIN": (
-        rf"\b(?:PIN(?:\s+code)?|passcode|(?:door|alarm|access|entry|keypad|lock|gate|safe|"
-        rf"locker|building|security)\s+code|combination)s?\b(?:\s+(?:for|of|to|on)\s+(?:the\s+)?[\w\-]+"
-        rf"(?:\s+[\w\-]+)?)?{_SEP}(?P<v>\d{{3,8}}(?:-[A-Z0-9]{{1,3}})?#?|\d{{1,3}}(?:-\d{{1,3}}){{2}})(?![\w-])",
+        rf"\b(?:PIN(?:\s{{1,10}}code)?|passcode|(?:door|alarm|access|entry|keypad|lock|gate|safe|"
+        rf"locker|building|security)\s{{1,10}}code|combination)s?\b(?:\s{{1,10}}(?:for|of|to|on)\s{{1,10}}(?:the\s{{1,10}})?[\w\-]{{1,40}}"
+        rf"(?:\s{{1,10}}[\w\-]{{1,40}})?)?{_SEP}(?P<v>\d{{3,8}}(?:-[A-Z0-9]{{1,3}})?#?|\d{{1,3}}(?:-\d{{1,3}}){{2}})(?![\w-])",
     ),
     "SECRET": (
         rf"\b(?:api[ _-]?key|(?:access|auth|bearer|session|refresh|api|service)[ _-]?token|"
         rf"token|secret(?:[ _-]?key)?|client[ _-]secret|access[ _-]key(?:[ _-]id)?|"
-        rf"private[ _-]key|signing[ _-]key|webhook[ _-]secret)\b(?:\s+(?:for|of|to|on)\s+"
-        rf"(?:the\s+)?[\w\-]+(?:\s+[\w\-]+)?)?{_SEP}"
-        rf"(?P<v>(?=[\w\-./+=]*\d)[A-Za-z0-9][\w\-./+=]{{11,}})",
+        rf"private[ _-]key|signing[ _-]key|webhook[ _-]secret)\b(?:\s{{1,10}}(?:for|of|to|on)\s{{1,10}}"
+        rf"(?:the\s{{1,10}})?[\w\-]{{1,40}}(?:\s{{1,10}}[\w\-]{{1,40}})?)?{_SEP}"
+        rf"(?P<v>(?=[\w\-./+=]{{0,200}}\d)[A-Za-z0-9][\w\-./+=]{{11,200}})",
     ),
     "ID": (
         rf"\b(?:employee|staff|payroll|badge|personnel|member|customer|account|patient|"
         rf"record|case|ticket|policy|passport|licen[cs]e|tax|social security|national "
-        rf"insurance|MRN|medical record)\s*(?:(?:id|no|number|num|code)\b\.?|#){_SEP}"
-        rf"(?P<v>(?=[\w\-/]*\d)[A-Za-z0-9][\w\-/]{{3,}})",
-        r"(?<![\w-])(?P<v>[A-Z]{2,5}-\d{4,}(?:-\d+)?)(?![\w-])",
+        rf"insurance|MRN|medical record)\s{{0,10}}(?:(?:id|no|number|num|code)\b\.?|#){_SEP}"
+        rf"(?P<v>(?=[\w\-/]{{0,100}}\d)[A-Za-z0-9][\w\-/]{{3,100}})",
+        r"(?<![\w-])(?P<v>[A-Z]{2,5}-\d{4,20}(?:-\d{1,20})?)(?![\w-])",
         # a number right after the kind of record ("badge 77341") or after a bare "ID"
-        r"\b(?:[Ee]mployee|[Ss]taff|[Bb]adge|[Pp]ayroll|ID)\s*:?\s+(?P<v>(?=[\w\-]*\d)\d[\w\-]{3,})",
+        r"\b(?:[Ee]mployee|[Ss]taff|[Bb]adge|[Pp]ayroll|ID)\s{0,10}:?\s{1,10}(?P<v>(?=[\w\-]{0,100}\d)\d[\w\-]{3,100})",
     ),
     "MEDICAL": (
         r"\b(?:diagnos(?:is|ed with|es)|treated for|treatment for|suffers from|"
-        r"condition(?=\s*:)|medical leave for|is being treated for|history of)\b\s*:?\s*"
-        r"(?P<v>(?!(?:and|or|of|the|is|was|to|in|on|for|a|an)\b)[A-Za-z][\w'\-]*"
-        r"(?:\s+(?!and\b|on\b|in\b|since\b|from\b|with\b|for\b|at\b|by\b|after\b|until\b)"
-        r"[\w'\-]+){0,4})",
+        r"condition(?=\s{0,10}:)|medical leave for|is being treated for|history of)\b\s{0,10}:?\s{0,10}"
+        r"(?P<v>(?!(?:and|or|of|the|is|was|to|in|on|for|a|an)\b)[A-Za-z][\w'\-]{0,40}"
+        r"(?:\s{1,10}(?!and\b|on\b|in\b|since\b|from\b|with\b|for\b|at\b|by\b|after\b|until\b)"
+        r"[\w'\-]{1,40}){0,4})",
         # a condition named by the organ or kind, without a cue ("off sick with a heart
         # condition")
         r"\b(?P<v>(?:heart|cardiac|lung|kidney|liver|skin|blood|bowel|thyroid|mental[ -]health|"
         r"mental|psychiatric|chronic|rare|autoimmune|neurological|genetic|degenerative|"
-        r"terminal|respiratory)\s+(?:condition|disorder|disease|illness|infection|failure))\b",
+        r"terminal|respiratory)\s{1,10}(?:condition|disorder|disease|illness|infection|failure))\b",
     ),
 }
 #: common conditions named without a cue (a deny-list: Presidio's medical NER needs a hub model)

@@ -25,7 +25,9 @@ __all__ = ["find_secrets"]
 
 #: detect-secrets' plugins that find network addresses, not credentials
 _SKIP = {"IPPublicDetector"}
-_TOKEN_RE = re.compile(r"[A-Za-z0-9_\-+/=.:@!$%&*#~]{16,}")
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_\-+/=.:@!$%&*#~]{16,1024}")  # bounded, as every pattern here
+#: the next sentence glued on after a full stop
+_GLUED_RE = re.compile(r"\.[A-Z][a-z]{1,40}(?![\w-])")
 _TRIM = ".,;:)]}'\""
 _lock = threading.Lock()
 _plugins: list[Any] | None = None
@@ -84,7 +86,7 @@ def _line_spans(line: str, plugins: list[Any]) -> list[tuple[int, int, str]]:
 def _glued(value: str) -> str:
     """``value`` without a next sentence glued on after a full stop ("Qx7!vR2.The"): texts
     joined without spaces (a passage list) read so."""
-    m = re.search(r"\.[A-Z][a-z]+(?![\w-])", value)
+    m = _GLUED_RE.search(value)
     return value[:m.start()] if m else value
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from ctxleak.sensitive.detect import is_iban
+
 __all__ = ["money_values", "date_values", "number_values", "value_in"]
 
 _CURRENCY = {
@@ -32,7 +34,8 @@ _CUR_AFTER = (r"(?:\b(?:USD|EUR|GBP|JPY|CHF|CAD|AUD|INR|dollars?|euros?|pounds?(
 # A number: digits with thousands separators (comma, space, thin space, apostrophe, dot before
 # three digits in European style is left out: "1.500" stays one and a half thousandths), an
 # optional decimal part.
-_NUM = r"\d{1,3}(?:[,\u202f\u00a0 ']\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+# (Every quantifier is bounded, as in ctxleak.sensitive.detect: linear time.)
+_NUM = r"\d{1,3}(?:[,\u202f\u00a0 ']\d{3}){1,8}(?:\.\d{1,12})?|\d{1,24}(?:\.\d{1,12})?"
 _SCALE = r"(?:\s?(?P<scale>k|K|m|M|bn|million|billion|thousand)\b)?"
 _MONEY_RE = re.compile(
     rf"(?<![\w.,])(?:(?P<pre>{_CUR_WORD})\s?(?P<n1>{_NUM}){_SCALE}"
@@ -80,8 +83,8 @@ _MON = r"(?P<mon>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 _YEAR = r"(?P<year>(?:19|20)\d{2})"
 _DATE_RES = [
-    re.compile(rf"\b{_DAY}(?:\s+of)?\s+{_MON}(?:,)?\s+{_YEAR}\b", re.IGNORECASE),
-    re.compile(rf"\b{_MON}\s+{_DAY},?\s+{_YEAR}\b", re.IGNORECASE),
+    re.compile(rf"\b{_DAY}(?:\s{{1,5}}of)?\s{{1,5}}{_MON}(?:,)?\s{{1,5}}{_YEAR}\b", re.IGNORECASE),
+    re.compile(rf"\b{_MON}\s{{1,5}}{_DAY},?\s{{1,5}}{_YEAR}\b", re.IGNORECASE),
     re.compile(r"(?<![\d.\-/])(?P<year>\d{4})([-/.])(?P<mon>[01]?\d)\2(?P<day>[0-3]?\d)(?![\d\-/])"),
     re.compile(r"(?<![\d.\-/])(?P<a>[0-3]?\d)([-/.])(?P<b>[0-3]?\d)\2(?P<year>\d{4})(?![\d\-/])"),
 ]
@@ -157,13 +160,41 @@ def value_in(value: str, kind: str, answer: str) -> bool:
         numbers = number_values(value)
         return bool(numbers) and numbers[0] in number_values(answer)
     if kind == "phone":
-        digits = _digits(value)[-10:]
-        return len(digits) >= 7 and any(
-            _digits(m.group(0))[-10:] == digits
-            for m in re.finditer(r"\+?\(?\d[\d\s().\-]{5,}\d", answer))
+        return _phone_in(value, answer)
     if kind in ("person", "name", "address", "location", "email", "medical", "text"):
         return _fold(value) in _fold(answer)
+    if kind == "id" and is_iban(value):  # an IBAN grouped by four or written whole
+        compact = value.replace(" ", "").upper()
+        return any(m.group(0).replace(" ", "").upper() == compact
+                   for m in _IBAN_LIKE_RE.finditer(answer))
     return _exact(value, answer)
+
+
+_IBAN_LIKE_RE = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{2}\d{2}(?:[ ]?[A-Za-z0-9]{1,4}){2,9}"
+                           r"(?![A-Za-z0-9])")
+#: digit groups joined by spaces, dots, dashes or brackets: a phone number and the digits next
+#: to it ("+49 171 5550 2291 10969 Berlin"), at most 12 groups at a time
+_PHONE_RUN_RE = re.compile(r"\+?\(?\d{1,15}\)?(?:[\s.\-\u2013]{0,3}\(?\d{1,15}\)?){0,11}")
+
+
+def _phone_in(value: str, answer: str) -> bool:
+    """The value's digits (the last ten, so a country code may come or go) in a run of whole
+    digit groups of ``answer``: a number copied with other digits right after or before it
+    still counts, a number inside a longer group does not."""
+    digits = _digits(value)[-10:]
+    if len(digits) < 7:
+        return False
+    for run in _PHONE_RUN_RE.finditer(answer):
+        groups = re.findall(r"\d{1,15}", run.group(0))
+        for i in range(len(groups)):
+            joined = ""
+            for group in groups[i:]:
+                joined += group
+                if len(joined) >= 7 and joined[-10:] == digits:
+                    return True
+                if len(joined) > 15:
+                    break
+    return False
 
 
 def _money_in(value: str, answer: str) -> bool:
