@@ -13,6 +13,7 @@ import pytest
 from helpers.fake_chat import Reply, fake_chat, script
 
 import ctxleak
+import ctxleak.targets.journal as journal_module
 from ctxleak.api.attack_targets import RAGBuilder, claimed_eps
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.attacks.attack_method import attack_documents
@@ -365,3 +366,30 @@ def test_an_endpoint_that_echoes_its_key_stores_and_shows_it_nowhere(tmp_path, m
     for form in forms + [key[:10], key[-10:]]:
         assert form.encode() not in stored and form not in printed, form
     assert b"[API KEY]" in stored
+
+
+def test_what_a_target_returns_wrong_is_one_line_or_kept_with_a_warning(tmp_path, monkeypatch):
+    """A lone surrogate in an answer: kept, replaced by U+FFFD, with a warning naming the
+    question (a reader wants the answer, not a refusal); documents that are not a list: one
+    TargetError naming the function and what it returned; one string: one document;
+    documents=None: one ConfigError."""
+    warned: list[str] = []  # (detect-secrets, imported on the way, sends warnings to logging)
+    monkeypatch.setattr(journal_module, "warn", lambda message, *a, **k: warned.append(message))
+    result = ctxleak.attack_extract(FunctionTarget(lambda q: "bad \ud800 answer", "f"),
+                                    DOCS[:1], output=str(tmp_path / "a"), progress=False)
+    assert result.records[0]["answer"] == "bad \ufffd answer"
+    assert len(warned) == 1 and "holds lone surrogates" in warned[0] and \
+        result.records[0]["question"][:60] in warned[0]
+    with pytest.raises(TargetError) as info:
+        ctxleak.attack_extract(FunctionTarget(lambda q: ("answer", 5), "five"), DOCS[:1],
+                               output=str(tmp_path / "b"), progress=False)
+    assert "five returned (str, int) for question 1: expected (answer, documents) with the " \
+        "documents a list" in str(info.value) and "\n" not in str(info.value)
+    one = ctxleak.attack_extract(FunctionTarget(lambda q: ("answer", "a document"), "one"),
+                                 DOCS[:1], output=str(tmp_path / "c"), progress=False)
+    assert one.records[0]["retrieved"] == ["0"]
+    with pytest.raises(ConfigError, match="documents: give 'demo-rag', a JSONL or CSV file, or "
+                       "a list of strings or of dicts with 'text', not NoneType") as info:
+        ctxleak.attack_extract(FunctionTarget(str, "f"), None, output=str(tmp_path / "d"),
+                               progress=False)
+    assert info.value.param == "documents"

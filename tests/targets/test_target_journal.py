@@ -310,3 +310,17 @@ def test_functions_of_one_name_are_different_targets(tmp_path):
         assert JournaledTarget(first, journal).answer(["q"])[0].text == "one"
         assert JournaledTarget(second, journal).answer(["q"])[0].text == "two"
 
+
+
+def test_a_verified_row_that_is_not_json_is_one_line(tmp_path):
+    path = tmp_path / "a.db"
+    with AnswerJournal(path) as journal:
+        target = JournaledTarget(FunctionTarget(str.upper, "f"), journal)
+        target.answer(["a"])
+        digest = journal._digest(target.key, "a", "not json {")  # as if ctxleak wrote it
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE answers SET answer = 'not json {', digest = ?", (digest,))
+    with AnswerJournal(path) as journal, pytest.raises(InputError) as info:
+        journal.get(target.key, ["a"])
+    assert "a.db: the stored answer to 'a' is not an answer as ctxleak writes it" in \
+        str(info.value) and "\n" not in str(info.value)

@@ -158,7 +158,8 @@ def code_identity(fn: Any) -> str:
 class FunctionTarget:
     """A plain Python function ``question -> answer`` as a target. It may return a string, or
     a ``(answer, documents)`` pair whose documents are strings or dicts with ``id`` and
-    ``text``. ``name`` names it in reports; the fingerprint holds it and the function's
+    ``text`` (a single string or dict: one document). ``name`` names it in reports; the
+    fingerprint holds it and the function's
     :func:`code_identity` (another function of the same name is another target)."""
 
     fn: Callable[[str], Any]
@@ -205,6 +206,12 @@ def _as_answer(got: Any, name: str, index: int) -> TargetAnswer:
                           f"expected the answer as a string", index=index)
     if docs is None:
         return TargetAnswer(got)
+    if isinstance(docs, (str, Mapping)):  # one document, not its characters or keys
+        docs = [docs]
+    if not isinstance(docs, (list, tuple)):
+        raise TargetError(f"{name} returned ({type(got).__name__}, {type(docs).__name__}) for "
+                          f"question {index + 1}: expected (answer, documents) with the "
+                          f"documents a list of strings or of dicts with 'text'", index=index)
     ids, texts = [], []
     for k, doc in enumerate(docs):
         if isinstance(doc, str):

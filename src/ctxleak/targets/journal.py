@@ -28,6 +28,7 @@ import hmac
 import json
 import math
 import os
+import re
 import secrets
 import sqlite3
 import threading
@@ -229,6 +230,26 @@ class AnswerJournal:
         self.close()
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def checked(answer: TargetAnswer, question: str) -> TargetAnswer:
+    """``answer`` as the journal stores it: a lone surrogate (``"\\ud800"``, which no UTF-8
+    file can hold) in its text or documents replaced by U+FFFD, with a warning naming the
+    question; the answer is kept, as a reader of it expects, not refused."""
+    parts = [answer.text, *(answer.document_ids or ()), *(answer.documents or ())]
+    if not any(_SURROGATE.search(p) for p in parts):
+        return answer
+    warn(f"the answer to {question[:60]!r} holds lone surrogates (text no UTF-8 file can "
+         "hold): kept with each replaced by U+FFFD")
+
+    def fix(texts: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if texts is None else tuple(_SURROGATE.sub("\ufffd", t) for t in texts)
+
+    return TargetAnswer(_SURROGATE.sub("\ufffd", answer.text), fix(answer.document_ids),
+                        fix(answer.documents))
+
+
 class JournaledTarget:
     """``target`` answered from ``journal`` first (see the module docstring); ``sent``: the
     queries this object has sent, ``replayed``: the answers it read back."""
@@ -273,10 +294,17 @@ class JournaledTarget:
         """Send ``part``, storing what comes back, even when the target fails mid-way."""
         self.sent += len(part)
         got: list[TargetAnswer] | None = None
+        kept: set[int] = set()
 
         def keep(k: int, answer: TargetAnswer) -> None:  # committed as soon as it is known
-            if 0 <= k < len(part):
-                self.journal.put(self.key, part[k], answer)
+            if 0 <= k < len(part) and k not in kept:
+                self.journal.put(self.key, part[k], checked(answer, part[k]))
+                kept.add(k)
+
+        def keep_all(answers: Sequence[TargetAnswer]) -> None:  # those not reported, at once
+            self.journal.put_many(self.key, [(q, checked(a, q)) for k, (q, a) in
+                                             enumerate(zip(part, answers)) if k not in kept])
+            kept.update(range(len(answers)))
 
         try:
             try:
@@ -293,16 +321,17 @@ class JournaledTarget:
             if len(got) != len(part):
                 raise TargetError(f"{self.target.describe()} gave {len(got)} answers to "
                                   f"{len(part)} questions")
-            self.journal.put_many(self.key, list(zip(part, got)))
+            keep_all(got)
         except KeyboardInterrupt:  # Ctrl-C as the batch returned or was stored: it is kept
             if got is not None and len(got) == len(part):  # (one transaction: again is safe)
-                self.journal.put_many(self.key, list(zip(part, got)))
+                keep_all(got)
             raise
 
     def _failed(self, exc: TargetError, part: list[str], questions: Sequence[str]) -> NoReturn:
         """Store the answers the target gave before failing, and fail naming the question
         among ``questions``."""
-        self.journal.put_many(self.key, [(part[k], a) for k, a in exc.answered.items()
+        self.journal.put_many(self.key, [(part[k], checked(a, part[k]))
+                                         for k, a in exc.answered.items()
                                          if 0 <= k < len(part)])
         index = exc.index
         if index is not None and 0 <= index < len(part):

@@ -18,7 +18,7 @@ stay in the run folder for a resume. A batch is ``params.batch`` questions, sent
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +81,11 @@ def attack_documents(documents: Any, param: str = "documents") -> list[AttackDoc
     elif is_path(documents):
         rows = [{"id": r.get("id", k + 1), "text": r.get("text", r.get("context"))}
                 for k, r in enumerate(read_rows(documents))]
+    elif documents is None or isinstance(documents, Mapping) or \
+            not isinstance(documents, Iterable):
+        raise ConfigError(f"{param}: give 'demo-rag', a JSONL or CSV file, or a list of "
+                          f"strings or of dicts with 'text', not {type(documents).__name__}",
+                          param=param)
     else:
         rows = list(documents)
     return as_documents(rows, param=param)
