@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from conftest import run_cli
-from helpers.fake_chat import fake_chat
+from helpers.fake_chat import Reply, fake_chat, script
 
 import ctxleak
 
@@ -186,3 +186,20 @@ def test_a_target_that_exits_is_an_error_not_the_audits_exit(tmp_path, capsys):
     assert done.returncode == 2 and len(errors) == 1, done.stderr
     assert "dies called os._exit(3)" in errors[0]
 
+
+
+def test_a_slow_endpoint_with_request_timeout_and_its_timeouts_retried(tmp_path, capsys):
+    """--request-timeout and --retries go to --endpoint's requests (they were refused without
+    --server-url): the first request hangs past 0.5 s, is sent again, and the run finishes."""
+    _, docs = _files(tmp_path)
+    with fake_chat(script([Reply(hang=True)])) as server:
+        code, _, stderr = run_cli(["attack", "extract", "--endpoint", server.url,
+                                   "--endpoint-model", "fake", "--documents", str(docs),
+                                   "--concurrency", "1", "--request-timeout", "0.5",
+                                   "--retries", "1", "--output", str(tmp_path / "x")], capsys)
+        assert code == 0, stderr
+        asked = server.asked()
+    assert len(asked) == 4 and asked[0] == asked[1] and len(set(asked)) == 3
+    code, _, stderr = run_cli(["attack", "extract", "--function", "m:f", "--request-timeout",
+                               "5", "--documents", str(docs)], capsys)
+    assert code == 2 and "--request-timeout" in stderr

@@ -1,5 +1,5 @@
 """An OpenAI-compatible chat endpoint as a target, through the real openai client against a
-scripted fake server: answers in order, 429 and 5xx retried (Retry-After honoured), a timeout,
+scripted fake server: answers in order, 429, 5xx and a timeout retried (Retry-After honoured),
 garbage and a refusal each one TargetError naming the question with the answers already had,
 and the API key read from the variable named and never shown."""
 
@@ -75,12 +75,19 @@ def test_5xx_past_the_retries_is_one_error_naming_the_question_keeping_the_answe
     assert server.asked().count("the bad one") == 3
 
 
-def test_a_timeout_is_not_retried():
+def test_a_timeout_is_retried_a_bounded_number_of_times():
+    waits: list[float] = []
+    with fake_chat(script([Reply(hang=True)])) as server:  # the first request hangs
+        t = target(server.url, timeout_s=0.5, retries=2, backoff_s=0.25)
+        t._sleep = waits.append
+        assert [a.text for a in t.answer(["slow"])] == ["answer: slow"]
+        assert server.asked() == ["slow", "slow"] and waits == [0.25]
     with fake_chat(failing_on("slow", Reply(hang=True))) as server:
-        t = target(server.url, timeout_s=0.5, retries=3)
-        with pytest.raises(TargetError, match=r"question 1 \('slow'\): no answer within 0.5 s"):
+        t = target(server.url, timeout_s=0.5, retries=1)
+        with pytest.raises(TargetError, match=r"question 1 \('slow'\): no answer within 0.5 s "
+                           r"from .* after 2 tries"):
             t.answer(["slow"])
-    assert len(server.requests) == 1
+        assert len(server.requests) == 2
 
 
 @pytest.mark.parametrize("reply, words", [

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxleak.api.retrieval import load_retriever
+from ctxleak.engine.served_options import check_request_timeout, check_retries
 from ctxleak.errors import ConfigError
 from ctxleak.methods.attacks.extract import AttackDocument
 from ctxleak.mitigations.cid import CIDConfig
@@ -58,11 +59,14 @@ def attack_target(target: Any = None, *, endpoint: str | None = None,
                   model: Any = "default", lambda_: float = 1.0,
                   bounded_eps: float | None = None, temperature: float | None = None,
                   max_new_tokens: int = 64, top_k: int = 3, endpoint_context: str = "inline",
+                  request_timeout: float | None = None, retries: int | None = None,
                   run: Mapping[str, Any] | None = None) -> Any:
     """The target the CLI's flags name, exactly one of: ``target`` (anything
     :func:`~ctxleak.targets.frameworks.as_target` takes), ``endpoint`` (an OpenAI-compatible
     chat API: ``endpoint_model``, its key from the environment variable ``api_key_env``,
-    ``concurrency`` questions in flight, ``rate_per_s``), ``chain`` or ``function``
+    ``concurrency`` questions in flight, ``rate_per_s``; ``request_timeout`` seconds for one
+    answer, default 60, and ``retries`` of a timed-out or transiently failed request, default
+    4), ``chain`` or ``function``
     (``module:NAME``), or ``rag_demo``: a :class:`RAGBuilder` answered by ``model`` (a name or
     loaded model, with the run options ``run``; decoded by CID at ``lambda_`` and
     ``bounded_eps``) or, with ``endpoint``, by that endpoint: the documents inline in the app's
@@ -77,8 +81,16 @@ def attack_target(target: Any = None, *, endpoint: str | None = None,
         raise ConfigError("give exactly one target: endpoint, chain, function or rag_demo"
                           + (f" (got {', '.join(given)})" if given else ""),
                           param=given[1] if len(given) > 1 else "endpoint")
-    endpoint_kw: dict[str, Any] = {"api_key_env": api_key_env, "system": system, "max_tokens": max_new_tokens,
-                   "concurrency": concurrency, "rate_per_s": rate_per_s}
+    endpoint_kw: dict[str, Any] = {"api_key_env": api_key_env, "system": system,
+                                   "max_tokens": max_new_tokens, "concurrency": concurrency,
+                                   "rate_per_s": rate_per_s}
+    for name, value, key in ((("request_timeout", check_request_timeout(request_timeout),
+                               "timeout_s"), ("retries", check_retries(retries), "retries"))):
+        if value is not None:
+            if endpoint is None:
+                raise ConfigError(f"{name} is for an endpoint's requests: give endpoint=URL, or "
+                                  "leave it out", param=name, also=("endpoint",))
+            endpoint_kw[key] = value
     if target is not None:
         return target if isinstance(target, RAGBuilder) else as_target(target)
     if chain is not None:

@@ -25,7 +25,9 @@ attack_app = typer.Typer(
          "(ctxleak canary) is the third attack of the family.\n\n"
          "Target: --endpoint URL --endpoint-model NAME (an OpenAI-compatible chat API; "
          "ctxleak serve too), --chain module:obj, --function module:fn, or --rag-demo (the "
-         "bundled Northwind RAG app answered by --model under --lambda / --bounded-eps).\n\n"
+         "bundled Northwind RAG app answered by --model under --lambda / --bounded-eps). "
+         "With --endpoint, --request-timeout SECONDS (default 60) and --retries N (default 4) "
+         "are its requests': a timed-out request is sent again, with backoff.\n\n"
          "Example: ctxleak attack extract --rag-demo --max-queries 40 --output runs/extract")
 
 _P = "Target"  # the help panel of the target flags
@@ -104,6 +106,28 @@ TARGET_FLAGS: list[tuple[str, Any, Any]] = [
     ("endpoint_context", str, ENDPOINT_CONTEXT)]
 
 
+#: The keyword that carries --request-timeout and --retries from :func:`endpoint_requests` to
+#: the target flags.
+_ENDPOINT_REQUESTS = "endpoint_requests"
+
+
+def endpoint_requests(func: Callable[..., Any]) -> Callable[..., Any]:
+    """With --endpoint (and no --server-url), --request-timeout and --retries are the
+    endpoint's (seconds one answer may take, times a timed-out or transiently failed request is
+    sent again): taken out of the common options, which keep them for a served model, and
+    handed to :func:`~ctxleak.api.attacks.attack_target` with the target flags. Outside
+    :func:`~ctxleak.cli.options.with_common_options`, whose check runs first."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("endpoint") is not None and kwargs.get("server_url") is None:
+            kwargs[_ENDPOINT_REQUESTS] = {"request_timeout": kwargs.get("request_timeout"),
+                                          "retries": kwargs.get("retries")}
+            kwargs["request_timeout"] = kwargs["retries"] = None
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
 def with_target_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Give ``func(..., target_flags: dict)`` the target flags (:data:`TARGET_FLAGS`) as CLI
     options, handed on as one dict of :func:`~ctxleak.api.attacks.attack_target`'s keywords."""
@@ -115,6 +139,7 @@ def with_target_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         flags = {name: kwargs.pop(name) for name, _, _ in TARGET_FLAGS}
+        flags.update(kwargs.pop(_ENDPOINT_REQUESTS, {}))
         return func(*args, target_flags=flags, **kwargs)
 
     positional = [p for p in own if p.kind is p.POSITIONAL_OR_KEYWORD]
@@ -125,6 +150,7 @@ def with_target_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @attack_app.command("extract")
+@endpoint_requests
 @with_common_options
 @with_target_options
 def extract(
@@ -166,6 +192,7 @@ def extract(
 
 
 @attack_app.command("membership")
+@endpoint_requests
 @with_common_options
 @with_target_options
 def membership(

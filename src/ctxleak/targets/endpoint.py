@@ -2,13 +2,13 @@
 vLLM server, or ``ctxleak serve`` in front of one.
 
 Requests go through the real ``openai`` client (its own retries off) with at most
-``concurrency`` in flight and at most ``rate_per_s`` started per second. HTTP 429 and 5xx, and a
-dropped connection, are retried ``retries`` times: the wait is the server's ``Retry-After``
-(``retry-after-ms`` first, seconds or an HTTP date, at most :data:`MAX_WAIT_S`), or else
-``backoff_s · 2^attempt`` (at most :data:`MAX_WAIT_S`). A 429 that says a quota or a privacy
-budget is spent (:data:`SPENT`), a timeout, another HTTP error, a body that is not a chat
-completion and a refusal (``refusal`` set, or finish reason ``content_filter``) are not
-retried: each raises :class:`~.base.TargetError` naming the
+``concurrency`` in flight and at most ``rate_per_s`` started per second. HTTP 429 and 5xx, a
+dropped connection and no answer within ``timeout_s`` are retried ``retries`` times: the
+wait is the server's ``Retry-After`` (``retry-after-ms`` first, seconds or an HTTP date, at
+most :data:`MAX_WAIT_S`), or else ``backoff_s · 2^attempt`` (at most :data:`MAX_WAIT_S`). A
+429 that says a quota or a privacy budget is spent (:data:`SPENT`), another HTTP error, a body
+that is not a chat completion and a refusal (``refusal`` set, or finish reason
+``content_filter``) are not retried: each raises :class:`~.base.TargetError` naming the
 question, with the answers already received. The API key is read from the environment variable
 ``api_key_env`` names, when the target is made; it is in no description, fingerprint or error
 (whatever a server echoes is masked, :func:`~ctxleak.engine.served_client.mask_key`), nor in
@@ -234,12 +234,16 @@ class ChatEndpointTarget:
             self._pace.wait()
             try:
                 got = self._client.chat.completions.create(**kwargs)
-            except openai.APITimeoutError:
-                raise TargetError(f"{name}: no answer within {self.timeout_s:g} s from "
-                                  f"{self.base_url} (timeout_s)", index=index) from None
             except (openai.RateLimitError, openai.InternalServerError,
-                    openai.APIConnectionError) as exc:
+                    openai.APIConnectionError) as exc:  # APITimeoutError among them
                 status = getattr(exc, "status_code", None)
+                if isinstance(exc, openai.APITimeoutError):
+                    if attempt == self.retries:
+                        raise TargetError(f"{name}: no answer within {self.timeout_s:g} s from "
+                                          f"{self.base_url} after {attempt + 1} tries "
+                                          "(timeout_s)", index=index) from None
+                    self._sleep(retry_delay(attempt, None, self.backoff_s))
+                    continue
                 why = f"HTTP {status}" if status else "connection failed"
                 if _spent(exc):
                     raise TargetError(f"{name}: HTTP 429 from {self.base_url}, a quota or "
