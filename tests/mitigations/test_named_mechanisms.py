@@ -100,3 +100,30 @@ def test_scrubbing_parses_by_name_with_the_one_detection_layer():
     with pytest.raises(ConfigError, match="operator: 'blur' is not a Presidio operator") as err:
         parse_mechanism("scrub:operator=blur")
     assert err.value.param == "mechanisms"
+
+
+@pytest.mark.parametrize("spec,says", [
+    ("dp-rag:eps=2_0", "eps=2_0 is not a number"),  # float() would read 20
+    ("dp-rag:eps=\uff12", "is not a number"),  # a full-width digit
+    ("dp-rag:eps=\u0665", "is not a number"),  # an Arabic-Indic digit
+    ("dp-rag:eps=nan", "eps=nan is not a number"),
+    ("dp-rag:eps=1e400", "is not a number"),  # infinite
+    ("dp-rag:eps=5,", "a comma too many"),
+    ("dp-rag:eps=5,,delta=0.001", "a comma too many"),
+])
+def test_numbers_are_ascii_and_finite_and_no_parameter_is_empty(spec, says):
+    with pytest.raises(ConfigError) as err:
+        parse_mechanism(spec)
+    assert says in str(err.value) and "\n" not in str(err.value)
+    assert parse_mechanism("dp-rag:eps=.5,delta=1e-3").key() == "dp-rag(eps=0.5,delta=0.001)"
+
+
+@pytest.mark.parametrize("field,bad", [("temperature", float("nan")),
+                                       ("temperature", float("inf")),
+                                       ("temperature", -0.5), ("max_new_tokens", -1),
+                                       ("min_new_tokens", 2.5)])
+def test_decoding_settings_are_refused_before_any_mechanism_decodes(field, bad):
+    from ctxleak.mitigations.mechanisms import Decoding
+
+    with pytest.raises(ConfigError, match=field):
+        Decoding(**{field: bad})

@@ -120,13 +120,15 @@ def test_the_old_docs_example_is_refused_with_its_arithmetic_the_new_one_answers
     assert ledger.open_reservations() == []
 
 
-def test_budgets_by_class_public_never_charged_and_the_class_kept(proxy):
+def test_budgets_by_class_public_never_charged_and_classes_are_the_operators(proxy):
     eps, max_tokens = 0.25, 3
     need = eps * (max_tokens + 1)
     budgets = Budgets(default=10.0, classes={"restricted": need}, overrides={"pinned": 5.0})
-    url, ledger = proxy(budgets=budgets)
-    docs = [{**DOCS[0], "class": "restricted"}, {**DOCS[1], "class": "public"},
-            {"id": "pinned", "text": "a pinned note", "class": "public"}]
+    url, ledger = proxy(budgets=budgets, classes={"acct-7": "restricted", "faq-2": "public",
+                                                  "pinned": "public"})
+    # a client may repeat the operator's class, or give none
+    docs = [{**DOCS[0], "class": "restricted"}, DOCS[1],
+            {"id": "pinned", "text": "a pinned note"}]
     info = ask(url, {"documents": docs, "epsilon": eps}, max_tokens=max_tokens,
                seed=1).parse().model_extra["ctxleak"]
     assert info["documents"] == ["acct-7", "faq-2", "pinned"]
@@ -136,15 +138,21 @@ def test_budgets_by_class_public_never_charged_and_the_class_kept(proxy):
     assert ledger.find("acct-7").doc_class == "restricted"
     assert ledger.find("acct-7").budget == need
     assert info["budgets"]["acct-7"]["class"] == "restricted"
-    # the class stays with the document: a request without one gets the restricted budget,
-    # which one answer has used up (dropped); a request calling it public is refused
+    # the restricted budget is used up by one answer: dropped from the next
     again = ask(url, {"documents": DOCS[:1], "epsilon": eps}, max_tokens=max_tokens,
                 seed=2).parse().model_extra["ctxleak"]
     assert again["dropped"] == ["acct-7"] and again["charged"] == {}
+    # a client cannot call a restricted document public, nor class a document the operator
+    # did not: first-come classes would let any client lift a budget
     with pytest.raises(openai.BadRequestError) as caught:
         ask(url, {"documents": [{**DOCS[0], "class": "public"}], "epsilon": eps})
     assert caught.value.body["code"] == "class_conflict"
     assert "'restricted'" in caught.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(url, {"documents": [{"id": "new-1", "text": "a note", "class": "public"}],
+                  "epsilon": eps})
+    assert caught.value.body["code"] == "class_not_set"
+    assert ledger.find("new-1") is None
     with pytest.raises(ConfigError, match="never charged"):
         Budgets(classes={"public": 1.0})
     with pytest.raises(openai.BadRequestError) as caught:
@@ -229,7 +237,7 @@ def test_threads_set_the_worker_pool_and_are_validated(proxy, monkeypatch):
     import anyio.to_thread
 
     seen: list[int] = []
-    url, ledger = proxy(budgets=Budgets(default=10.0), threads=3)
+    url, ledger = proxy(budgets=Budgets(default=10.0), worker_threads=3)
     real = ledger.classes_of
 
     def spy(ids):  # runs in a worker thread: ask the server's loop for its pool's size
@@ -242,7 +250,7 @@ def test_threads_set_the_worker_pool_and_are_validated(proxy, monkeypatch):
     assert seen == [3]
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ConfigError, match="threads"):
-            ProxyConfig(threads=bad)
+            ProxyConfig(worker_threads=bad)
     for name, bad in [("on_unfittable", "ignore"), ("ex_post_reserve", 0.0),
                       ("ex_post_reserve", float("inf")), ("metrics_documents", -1)]:
         with pytest.raises(ConfigError) as caught:
@@ -260,21 +268,39 @@ def test_cli_serve_budget_flags_and_its_start_line(monkeypatch, tmp_path, capsys
     calls: dict = {}
     monkeypatch.setattr(models, "load_model", lambda name, **kw: None)
     monkeypatch.setattr(proxy_app, "run_proxy", lambda lm, **kw: calls.setdefault("run", kw))
+    classes = tmp_path / "classes.csv"
+    classes.write_text("id,class\nacct-7,restricted\nfaq-2,public\n")
     args = ["serve", "--ledger", str(tmp_path / "l.db"), "--budget", "16", "--class-budget",
-            "restricted=4,internal=8", "--threads", "3", "--on-unfittable", "drop",
+            "restricted=4,internal=8", "--worker-threads", "3", "--on-unfittable", "drop",
             "--charge-ex-post", "--ex-post-reserve", "0.5", "--metrics-documents", "5",
-            "--max-tokens", "32"]
+            "--max-tokens", "32", "--classes", str(classes), "--unguaranteed", "drop",
+            "--max-concurrent", "2", "--max-queued", "5", "--threads", "1"]
+    torch_threads: list[int] = []
+    monkeypatch.setattr("torch.set_num_threads", torch_threads.append)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     config = calls["run"]["config"]
+    assert torch_threads == [1]  # --threads means torch's threads, as in every command
+    assert config.classes == {"acct-7": "restricted", "faq-2": "public"}
+    assert config.unguaranteed == "drop" and config.max_queued == 5
+    assert "2 requests answered at once, 5 more wait in arrival order, past that HTTP 429" in \
+        result.output
+    assert "2 document class(es) set by the operator" in result.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "class": "public"}\n{"id": "a", "class": "restricted"}\n')
+    with pytest.raises(SystemExit) as code:
+        main(["serve", "--ledger", str(tmp_path / "c.db"), "--classes", str(bad)])
+    err = capsys.readouterr().err
+    assert code.value.code == 2 and f"{bad}:2, field 'class'" in err
     assert config.budgets.of("x", "restricted") == 4 and config.budgets.of("x", "other") == 16
-    assert config.threads == 3 and config.on_unfittable == "drop"
+    assert config.worker_threads == 3 and config.on_unfittable == "drop"
     assert config.ex_post_reserve == 0.5 and config.metrics_documents == 5
     assert "every document: 16 → answers of 32 tokens: 9 at ε 0.05, 4 at ε 0.1" in \
         result.output
     with pytest.raises(SystemExit) as code:
-        main(["serve", "--ledger", str(tmp_path / "m.db"), "--threads", "0"])
-    assert code.value.code == 2 and "threads must be an integer >= 1" in capsys.readouterr().err
+        main(["serve", "--ledger", str(tmp_path / "m.db"), "--worker-threads", "0"])
+    assert code.value.code == 2 and "--worker-threads must be an integer >= 1" in \
+        capsys.readouterr().err
 
 
 def test_decoding_raises_no_deprecation_warning(lm):

@@ -112,7 +112,7 @@ def test_a_streamed_answer_sends_each_token_as_it_is_drawn(lm, tmp_path, monkeyp
         return real(decoder, request, docs, entry)
 
     monkeypatch.setattr(BatchDecoder, "decode", held)
-    with serving(lm, tmp_path, max_concurrent=1) as (url, _, _):
+    with serving(lm, tmp_path, max_concurrent=1, max_queued=0) as (url, _, app):
         stream = client(url).chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
             seed=11, temperature=0.8, max_tokens=8,
@@ -127,6 +127,12 @@ def test_a_streamed_answer_sends_each_token_as_it_is_drawn(lm, tmp_path, monkeyp
                 received.set()
         assert timed_out == [False]
         assert busy is not None and busy.status_code == 429
+        proxy = app.state.proxy
+        for _ in range(200):  # the stream's task gives its slot back once it is decoded
+            if proxy._active == 0:
+                break
+            threading.Event().wait(0.01)
+        assert proxy._active == 0 and not proxy._slots.locked()
         info = chunks[-1].model_extra["ctxleak"]
         assert chunks[1].choices[0].delta.content == lm.decode(info["token_ids"][:1])
 
@@ -347,7 +353,7 @@ def test_pass_through_unmarked_and_upstream_errors(lm, tmp_path):
 
 def test_operations_key_size_and_concurrency_limits(lm, tmp_path):
     with serving(lm, tmp_path, api_key="s3cret", max_body_bytes=2000,
-                 max_concurrent=1) as (url, _, app):
+                 max_concurrent=1, max_queued=1) as (url, _, app):
         assert httpx.get(url + "/health").json() == {"status": "ok"}
         with pytest.raises(openai.AuthenticationError):
             ask(url, {"documents": DOCS, "lambda": 0.5})
@@ -360,17 +366,22 @@ def test_operations_key_size_and_concurrency_limits(lm, tmp_path):
         resp = httpx.post(url + "/v1/chat/completions", json=big,
                           headers={"authorization": "Bearer s3cret"})
         assert resp.status_code == 413 and resp.json()["error"]["code"] == "request_too_large"
-        # one request holds the model: a second is refused with 429, not queued
+        # one request holds the model, a second waits in the queue, a third is refused (429)
         proxy = app.state.proxy
         proxy._model_lock.acquire()
         held: list[Any] = []
-        first = threading.Thread(target=lambda: held.append(client(url, "s3cret").chat.completions
-                                 .create(model="tiny", max_tokens=2, messages=[
-                                     {"role": "user", "content": QUESTION}],
-                                     extra_body={"ctxleak": {"documents": DOCS,
-                                                             "lambda": 0.5}})))
+
+        def asking() -> None:
+            held.append(client(url, "s3cret").chat.completions.create(
+                model="tiny", max_tokens=2, messages=[{"role": "user", "content": QUESTION}],
+                extra_body={"ctxleak": {"documents": DOCS, "lambda": 0.5}}))
+
+        first, second = threading.Thread(target=asking), threading.Thread(target=asking)
         first.start()
         while proxy._active == 0:
+            threading.Event().wait(0.005)
+        second.start()
+        while proxy._queued == 0:
             threading.Event().wait(0.005)
         body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
                 "ctxleak": {"documents": DOCS, "lambda": 0.5}}
@@ -378,8 +389,11 @@ def test_operations_key_size_and_concurrency_limits(lm, tmp_path):
                           headers={"authorization": "Bearer s3cret"})
         proxy._model_lock.release()
         first.join(10)
+        second.join(10)
         assert resp.status_code == 429 and resp.json()["error"]["code"] == "too_many_requests"
-        assert held and held[0].model_extra["ctxleak"]["tokens"] <= 2
+        assert "1 more are waiting" in resp.json()["error"]["message"]
+        assert len(held) == 2 and all(h.model_extra["ctxleak"]["tokens"] <= 2 for h in held)
+        assert proxy._active == 0 and proxy._queued == 0
         metrics = httpx.get(url + "/metrics").text
         assert 'ctxleak_proxy_requests_total{route="chat",status="429"} 1.0' in metrics
         assert 'ctxleak_proxy_requests_total{route="chat",status="401"} 1.0' in metrics

@@ -178,7 +178,8 @@ def test_a_dp_vote_with_too_few_documents_for_its_shards_is_a_clear_400(lm, tmp_
 
 def test_scrubbing_charges_nothing_and_says_it_has_no_guarantee(lm, tmp_path):
     scrub = Scrubbing(detect=lambda text: [])  # no detector to load: the documents as they are
-    with serving(lm, tmp_path, mechanism=scrub, budgets=Budgets(default=1.0)) as (url, ledger, _):
+    with serving(lm, tmp_path, mechanism=scrub, budgets=Budgets(default=1.0),
+                 unguaranteed="use") as (url, ledger, _):
         out = post(url, seed=4, max_tokens=8, temperature=0.8)
         assert out.status_code == 200, out.text
         info = out.json()["ctxleak"]

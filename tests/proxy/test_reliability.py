@@ -146,7 +146,7 @@ def test_a_spent_document_is_kept_out_of_plain_cid(lm, tmp_path, refuse):
     """``"epsilon": null`` (plain CID at λ = 1, nothing charged) does not use a document whose
     budget is spent: dropped as a bounded answer drops it, or HTTP 429 with refuse."""
     budgets = Budgets(default=1.0)
-    with serving(lm, tmp_path, budgets=budgets,
+    with serving(lm, tmp_path, budgets=budgets, unguaranteed="use",
                  on_exhausted="refuse" if refuse else "drop") as (url, ledger, _):
         ledger.reserve("spend", ["acct-7"], 1.0, budgets)
         ledger.settle("spend", 1.0)
@@ -162,6 +162,75 @@ def test_a_spent_document_is_kept_out_of_plain_cid(lm, tmp_path, refuse):
             info = resp.json()["ctxleak"]
             assert info["documents"] == ["acct-9"] and info["dropped"] == ["acct-7"]
         assert ledger.document("acct-7").spent == 1.0  # nothing more charged
+
+
+@pytest.mark.parametrize("policy", ["refuse", "drop"])
+def test_plain_cid_does_not_spend_a_budgeted_document_uncharged(lm, tmp_path, policy):
+    """A client's ``ctxleak.lambda`` (no guarantee, not charged) cannot read a document with a
+    budget: refused (HTTP 403, the default) or the document dropped, as the operator says; a
+    document without a budget, and λ = 0 (which reads none), are answered as before."""
+    budgets = Budgets(overrides={"acct-7": 1.0})
+    config: dict[str, Any] = {} if policy == "refuse" else {"unguaranteed": "drop"}
+    with serving(lm, tmp_path, budgets=budgets, **config) as (url, ledger, _):
+        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
+                "max_tokens": 3, "ctxleak": {"documents": DOCS, "lambda": 0.5}}
+        resp = post(url, body)
+        if policy == "refuse":
+            assert resp.status_code == 403, resp.text
+            error = resp.json()["error"]
+            assert error["code"] == "uncharged_on_budgeted" and "acct-7" in error["message"]
+            assert "acct-9" not in error["message"]
+        else:
+            assert resp.status_code == 200, resp.text
+            info = resp.json()["ctxleak"]
+            assert info["documents"] == ["acct-9"] and info["dropped"] == ["acct-7"]
+            assert "acct-7" in info["warnings"][0]
+        assert ledger.find("acct-7") is None  # nothing recorded, ex post included
+        # bounded CID still reads it, charged
+        body["ctxleak"] = {"documents": DOCS, "epsilon": 0.05}
+        body["temperature"] = 1.0
+        resp = post(url, body)
+        assert resp.status_code == 200 and "acct-7" in resp.json()["ctxleak"]["charged"]
+        body["ctxleak"] = {"documents": DOCS, "lambda": 0.0}
+        assert post(url, body).status_code == 200
+    with pytest.raises(ConfigError, match="unguaranteed"):
+        ProxyConfig(unguaranteed="allow")
+
+
+def test_a_vanishing_epsilon_is_answered_not_a_500(lm, tmp_path):
+    """ε = 5e-324 (the least float > 0) is a valid bounded-CID request: answered, charged, and
+    its count of answers left is capped, not an overflow."""
+    with serving(lm, tmp_path, budgets=Budgets(default=1.0)) as (url, ledger, _):
+        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
+                "max_tokens": 3, "temperature": 1.0,
+                "ctxleak": {"documents": DOCS[:1], "epsilon": 5e-324}}
+        resp = post(url, body)
+        assert resp.status_code == 200, resp.text
+        row = resp.json()["ctxleak"]["budgets"]["acct-7"]
+        assert row["answers_left"] == 2 ** 53
+        assert ledger.open_reservations() == []
+
+
+def test_a_ledger_that_stops_answering_is_a_503_in_one_line(lm, tmp_path, caplog):
+    """The ledger's store fails under a request (PostgreSQL down, SQLite's file gone): HTTP 503
+    ``ledger_unavailable``, one log line and no traceback; nothing answered."""
+    import sqlite3
+
+    with serving(lm, tmp_path, budgets=Budgets(default=4.0)) as (url, ledger, _):
+        def down(*args: Any, **kw: Any) -> Any:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        ledger.reserve = down
+        ledger.classes_of = down
+        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
+                "max_tokens": 3, "temperature": 1.0,
+                "ctxleak": {"documents": DOCS, "epsilon": 0.1}}
+        with caplog.at_level("INFO", logger="ctxleak.proxy"):
+            resp = post(url, body)
+        assert resp.status_code == 503, resp.text
+        assert resp.json()["error"]["code"] == "ledger_unavailable"
+        assert "OperationalError" in resp.json()["error"]["message"]
+        assert not any(r.exc_info for r in caplog.records)
 
 
 def _nested(depth: int) -> bytes:
@@ -279,7 +348,8 @@ def test_nan_from_the_upstream_is_a_502_and_the_ledger_stays_consistent(tmp_path
     with NaNVLLM(tiny, never=(0, 1, 3)) as upstream:
         served = serve("tiny", upstream.url, tokenizer=str(tok_dir), check=False)
         budgets = Budgets(default=10.0)
-        with serving(served, tmp_path, upstream=upstream.url, budgets=budgets) as (url, ledger, _):
+        with serving(served, tmp_path, upstream=upstream.url, budgets=budgets,
+                     unguaranteed="use") as (url, ledger, _):
             for marked in [{"documents": DOCS, "lambda": 0.5},
                            {"documents": DOCS, "epsilon": 0.5}]:
                 body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
@@ -346,6 +416,11 @@ def test_a_postgres_ledger_reconnects_after_a_restart():
         ledger.reserve("r1", ["a"], 1.0, budgets)
         _run(["pg_ctl", "-D", data, "-m", "immediate", "-w", "stop"])
         assert "does not answer" in (ledger.check() or "")
+        # what the proxy answers HTTP 503 ledger_unavailable for, in one line
+        with pytest.raises(ledger.unavailable):
+            ledger.reserve("down", ["a"], 1.0, budgets)
+        with pytest.raises(ledger.unavailable):
+            ledger.classes_of(["a"])
         _run(["pg_ctl", "-D", data, "-o", f"-k {folder} -c listen_addresses='' -c fsync=off",
               "-l", f"{folder}/log", "-w", "start"])
         assert ledger.check() is None

@@ -38,11 +38,13 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option("default", "--model", "-m", help="The model CID decodes "
                                   "with: 'default', a Hugging Face id or a folder (served: the "
                                   "upstream model's name for its tokenizer)."),
-        decode: str = typer.Option("auto", "--decode", help="upstream: CID from every token's "
-                                   "log-prob at each step from --upstream (vLLM started with "
-                                   "--max-logprobs -1; exact, one request per stream and "
-                                   "token); in-process: load --model here (faster); auto "
-                                   "(default): upstream when --upstream is given."),
+        decode: str = typer.Option(
+            "auto", "--decode", help="upstream: CID decodes on the --upstream vLLM server, "
+            "inside it where the server runs ctxleak's CID plugin (exact and fast; the start "
+            "line says which), else from every token's log-prob at each step (vLLM started "
+            "with --max-logprobs -1; exact, one request per stream and token: slow); "
+            "in-process: load --model here; auto (default): upstream when --upstream is "
+            "given."),
         served_model: Optional[str] = typer.Option(None, "--served-model", help="With --decode "
                                                    "upstream: the name the upstream serves the "
                                                    "model under (default: its only model)."),
@@ -58,9 +60,19 @@ def register(app: typer.Typer) -> None:
                                              "document's own budget (repeatable)."),
         class_budget: Optional[str] = typer.Option(
             None, "--class-budget", help="ε budget per document class, e.g. restricted=4,"
-            "internal=16: a request gives a document's class (ctxleak.documents[].class), the "
-            "ledger keeps the first one; class public is never charged. --budget-for wins over "
-            "it, it over --budget."),
+            "internal=16, for the classes --classes gives; class public is never charged. "
+            "--budget-for wins over it, it over --budget."),
+        classes: Optional[str] = typer.Option(
+            None, "--classes", help="JSONL or CSV file of rows with id and class: each "
+            "document's class (e.g. public, restricted). Classes are the operator's: a request "
+            "may repeat a document's class, but one that differs or that this file (or the "
+            "ledger) does not hold is refused with HTTP 400."),
+        unguaranteed: str = typer.Option(
+            "refuse", "--unguaranteed", help="What an answer without a DP guarantee that is "
+            "not charged (plain CID's ctxleak.lambda without --charge-ex-post, scrubbing) may "
+            "do with a document that has a budget: refuse (HTTP 403), drop it (answer "
+            "without it), or use it uncharged (the budget is then only as strong as the "
+            "clients' choice of ctxleak.epsilon)."),
         on_unfittable: str = typer.Option(
             "refuse", "--on-unfittable", help="A request whose reservation ε·(max_tokens+1) is "
             "more than a document's whole budget: refuse (HTTP 400 with the arithmetic) or drop "
@@ -93,7 +105,9 @@ def register(app: typer.Typer) -> None:
         max_tokens_limit: int = typer.Option(512, "--max-tokens-limit", help="The most new "
                                              "tokens a request may ask for."),
         max_concurrent: int = typer.Option(8, "--max-concurrent", help="Requests answered at "
-                                           "once; more get HTTP 429."),
+                                           "once; more wait in arrival order (--max-queued)."),
+        max_queued: int = typer.Option(32, "--max-queued", help="Requests that wait for a "
+                                       "slot past --max-concurrent; more get HTTP 429."),
         max_body_bytes: int = typer.Option(1 << 20, "--max-body-bytes", help="Largest request "
                                            "body; larger get HTTP 413."),
         upstream_timeout: float = typer.Option(60.0, "--upstream-timeout", help="Seconds the "
@@ -102,8 +116,12 @@ def register(app: typer.Typer) -> None:
                                            "take to send its request body (then HTTP 408); a "
                                            "request counts against --max-concurrent only once "
                                            "its body is read."),
-        threads: Optional[int] = typer.Option(None, "--threads", help="Worker threads for "
-                                              "decoding and ledger calls (default 40)."),
+        worker_threads: Optional[int] = typer.Option(
+            None, "--worker-threads", help="Worker threads for decoding and ledger calls "
+            "(default 40)."),
+        threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch "
+                                              "in-process (default: torch's choice), as in "
+                                              "every other command."),
         metrics_documents: int = typer.Option(20, "--metrics-documents", help="/metrics "
                                               "reports the remaining budget of this many "
                                               "documents, those with the least left."),
@@ -127,6 +145,7 @@ def register(app: typer.Typer) -> None:
         from ctxleak.proxy import Budgets, ProxyConfig, run_proxy
         from ctxleak.proxy.budget import open_ledger, public_ledger_url
         from ctxleak.proxy.charging import sizing_text
+        from ctxleak.proxy.config import read_classes
         from ctxleak.proxy.mechanism import mechanism_text
 
         if not 0 <= port <= 65535:
@@ -151,12 +170,21 @@ def register(app: typer.Typer) -> None:
                                                                    "class_budget")),
                              on_exhausted=on_exhausted, on_unfittable=on_unfittable,
                              charge_ex_post=charge_ex_post, ex_post_reserve=ex_post_reserve,
+                             unguaranteed=unguaranteed,
+                             classes=read_classes(classes) if classes else {},
                              temperature=temperature, max_tokens=max_tokens,
                              max_tokens_limit=max_tokens_limit, api_key=api_key,
                              max_body_bytes=max_body_bytes, max_concurrent=max_concurrent,
+                             max_queued=max_queued,
                              upstream_timeout=upstream_timeout, body_timeout=body_timeout,
-                             threads=threads,
+                             worker_threads=worker_threads,
                              metrics_documents=metrics_documents, mechanism=mechanisms)
+        if threads is not None:
+            if threads < 1:
+                raise ConfigError(f"--threads must be >= 1, not {threads}", param="threads")
+            import torch
+
+            torch.set_num_threads(threads)
         store = open_ledger(ledger)
         # through the upstream, each of CID's requests waits --upstream-timeout at most
         lm = load_model(model, server_url=upstream if decode == "upstream" else None,
@@ -173,4 +201,5 @@ def register(app: typer.Typer) -> None:
         if config.mechanism is not None:
             typer.echo(f"ctxleak serve: {mechanism_text(config)}", err=True)
         typer.echo(f"ctxleak serve: {sizing_text(config.budgets, config.max_tokens)}", err=True)
+        typer.echo(f"ctxleak serve: {config.limits_text()}", err=True)
         run_proxy(lm, host=host, port=port, ledger=store, config=config)

@@ -94,6 +94,18 @@ class Decoding:
     min_new_tokens: int = 10
     greedy: bool = False  # the most likely token at each step (where the mechanism allows)
 
+    def __post_init__(self) -> None:
+        # checked here, before any mechanism decodes: a NaN temperature would sample from NaN
+        if isinstance(self.temperature, bool) or not (
+                isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
+                and self.temperature >= 0):
+            raise ConfigError(f"temperature must be a finite number >= 0, not "
+                              f"{self.temperature!r}", param="temperature")
+        for name in ("max_new_tokens", "min_new_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be an integer >= 0, not {value!r}", param=name)
+
 
 @dataclass(frozen=True)
 class AnswerRequest:

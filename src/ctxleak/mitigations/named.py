@@ -26,6 +26,7 @@ that is not a number or a word).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -55,6 +56,7 @@ PARAM = "mechanisms"
 
 _SPEC = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?::(.*)|\((.*)\))?\s*$", re.DOTALL)
 _NONE = ("none", "null")
+_NUMBER = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
 _SCALARS: dict[str, Any] = {"float": float, "int": int, "str": str, "bool": bool}
 
 
@@ -106,7 +108,11 @@ def parse_mechanism(spec: Any) -> Mechanism:
                           f"'dp-vote:eps=2,shards=4'", param=PARAM)
     name, body = match.group(1), match.group(2) or match.group(3) or ""
     given: dict[str, Any] = {}
-    for part in (p for p in body.split(",") if p.strip()):
+    parts = body.split(",") if body.strip() else []
+    for part in parts:
+        if not part.strip():
+            raise ConfigError(f"{PARAM}: '{spec}' has an empty parameter (a comma too many)",
+                              param=PARAM)
         key, sep, value = part.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"{PARAM}: '{spec}': '{part.strip()}' is not param=value",
@@ -156,7 +162,12 @@ def _convert(value: Any, kind: Any, key: str, spec: str) -> Any:
                 raise ValueError
             return value.lower() in ("true", "1", "yes")
         if kind in (int, float):
+            # ASCII digits only: float() also reads "2_0" as 20 and other scripts' digits
+            if not _NUMBER.match(value):
+                raise ValueError
             number = float(value)
+            if not math.isfinite(number):
+                raise ValueError
             if kind is int:
                 if number != int(number):
                     raise ValueError

@@ -13,6 +13,7 @@ pass-through) and :mod:`~ctxleak.proxy.errors` (failures as OpenAI-shaped HTTP e
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hmac
 import json
 import logging
@@ -60,6 +61,9 @@ from ctxleak.proxy.streaming import (
 from ctxleak.proxy.upstream import Upstream
 
 log = logging.getLogger("ctxleak.proxy")
+#: The slot of the request being handled, marked when a stream takes it over: a context
+#: variable, so that the handler's slot reaches the stream without threading it through.
+_SLOT: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("slot", default=None)
 
 
 class Proxy:
@@ -77,6 +81,9 @@ class Proxy:
         self.batcher = None if lm.info.source == "served" else \
             BatchDecoder(lm, max_batch=config.max_concurrent, lock=self._model_lock)
         self._active = 0
+        # past max_concurrent, up to max_queued requests wait for a slot in arrival order
+        self._slots = asyncio.Semaphore(config.max_concurrent)
+        self._queued = 0
         # streamed answers still decoding, answers released and still being scored
         self._tasks: set[asyncio.Future[None]] = set()
 
@@ -180,11 +187,17 @@ class Proxy:
             if isinstance(request, MechanismRequest) else
             decode_and_settle(self._decode, self.charging, request, held, events, self._tasks))
         self._tasks.add(task)  # kept until done: the answer is settled whatever the client does
-        self._active += 1  # a streamed answer counts against the limit until it is decoded
+        # a streamed answer keeps its request's slot until it is decoded (released here, not
+        # when the handler returns the stream)
+        slot = _SLOT.get()
+        if slot is not None:
+            slot.append(True)
 
         def done(finished: asyncio.Future[None]) -> None:
             self._tasks.discard(finished)
-            self._active -= 1
+            if slot is not None:
+                self._active -= 1
+                self._slots.release()
 
         task.add_done_callback(done)
         first = await events.get()
@@ -234,20 +247,43 @@ class Proxy:
         if not self.authorised(request):
             raise unauthorised()
         body, raw = parse_body(await self.read_body(request))
-        if self._active >= self.config.max_concurrent:
-            raise ProxyError(429, f"the proxy is answering {self._active} requests, its limit; "
-                                  "try again later", kind="rate_limit_error",
-                             code="too_many_requests")
-        self._active += 1
-        try:
+        async with self._slot():
             if not is_marked(body):
                 return await self.upstream.pass_through(raw, body)
             try:
                 return await self.cid(body)
+            except self.charging.ledger.unavailable as exc:  # PostgreSQL down: one line
+                log.error(json.dumps({"event": "ledger_unavailable", "error":
+                                      f"{type(exc).__name__}: {str(exc).splitlines()[0:1]}"}))
+                raise ProxyError(503, f"the budget ledger does not answer "
+                                      f"({type(exc).__name__}): nothing was charged or "
+                                      f"answered; try again later", kind="server_error",
+                                 code="ledger_unavailable") from None
             except CtxleakError as exc:  # the request was read: the model or server failed
                 raise decoding_failed(exc, self.lm.info.source == "served") from exc
+
+    @asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of ``max_concurrent`` slots, waited for in arrival order behind at most
+        ``max_queued`` others; HTTP 429 when the queue is full too."""
+        if self._slots.locked() and self._queued >= self.config.max_queued:
+            raise ProxyError(429, f"the proxy is answering {self._active} requests and "
+                                  f"{self._queued} more are waiting, its limits; try again "
+                                  "later", kind="rate_limit_error", code="too_many_requests")
+        self._queued += 1
+        try:
+            await self._slots.acquire()
         finally:
-            self._active -= 1
+            self._queued -= 1
+        self._active += 1
+        handed = _SLOT.set([])  # a stream takes the slot over (:meth:`_stream`)
+        try:
+            yield
+        finally:
+            if not _SLOT.get():
+                self._active -= 1
+                self._slots.release()
+            _SLOT.reset(handed)
 
 
 def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
@@ -267,8 +303,9 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if config.threads is not None:  # the worker threads that decode and call the ledger
-            anyio.to_thread.current_default_thread_limiter().total_tokens = config.threads
+        if config.worker_threads is not None:  # the threads that decode and call the ledger
+            anyio.to_thread.current_default_thread_limiter().total_tokens = \
+                config.worker_threads
         yield
         await proxy.drain()
         await proxy.upstream.aclose()

@@ -117,6 +117,8 @@ class BudgetLedger:
     # writes the transaction and the reservation, whose row locking differs; the rest is shared
     _db: Any
     _lock: threading.Lock
+    #: what the store's driver raises when the store does not answer (the proxy's HTTP 503)
+    unavailable: tuple[type[Exception], ...] = ()
     #: what a settlement adds to its SELECT to lock the reservation's rows (PostgreSQL)
     _LOCK_ROWS = ""
 
@@ -293,6 +295,8 @@ class SQLiteLedger(BudgetLedger):
     settlement one ``BEGIN IMMEDIATE`` transaction, so two proxies or threads on the same file
     never both pass a budget."""
 
+    unavailable = (sqlite3.OperationalError,)  # locked past its timeout, disk I/O
+
     def __init__(self, path: str | Path, timeout: float = 30.0) -> None:
         self.path = Path(path)
         if self.path.exists() and not self.path.is_file():
@@ -360,6 +364,7 @@ class PostgresLedger(BudgetLedger):
             raise ConfigError("a PostgreSQL ledger needs psycopg: pip install 'ctxleak[serve]'",
                               param="ledger") from exc
         self._psycopg, self._url = psycopg, url
+        self.unavailable = (psycopg.OperationalError, psycopg.InterfaceError)
         self._lock = threading.Lock()
         try:
             self._db = psycopg.connect(url, autocommit=True)

@@ -14,16 +14,21 @@ from ctxleak.mitigations.ledger import PUBLIC
 
 #: Slack for float sums: a reservation that passes a budget by less than this is granted.
 TOLERANCE = 1e-9
+#: The most answers :func:`answers_allowed` reports (2**53, the last integer a float counts
+#: exactly): a vanishing ε (5e-324) would otherwise make the count infinite.
+MOST_ANSWERS = 2 ** 53
 
 
 def answers_allowed(budget: float, eps: float, max_tokens: int) -> int:
     """How many answers of up to ``max_tokens`` tokens a budget of ``budget`` allows at ``eps``
     per token, each reserving ε·(max_tokens + 1) (the stopping EOS included; basic
-    composition, Thm B.1): ⌊budget / (ε·(max_tokens + 1))⌋, within :data:`TOLERANCE`."""
+    composition, Thm B.1): ⌊budget / (ε·(max_tokens + 1))⌋, within :data:`TOLERANCE`, at most
+    :data:`MOST_ANSWERS`."""
     if not (math.isfinite(eps) and eps > 0) or max_tokens < 0:
         raise ConfigError(f"answers_allowed needs ε > 0 and max_tokens >= 0, not {eps} and "
                           f"{max_tokens}", param="eps")
-    return max(0, math.floor((budget + TOLERANCE) / (eps * (max_tokens + 1))))
+    count = (budget + TOLERANCE) / (eps * (max_tokens + 1))
+    return MOST_ANSWERS if not count < MOST_ANSWERS else max(0, math.floor(count))
 
 
 @dataclass(frozen=True)

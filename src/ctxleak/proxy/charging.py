@@ -90,6 +90,13 @@ class Held:
     warnings: tuple[str, ...] = ()
 
 
+def _what(request: AnyRequest) -> str:
+    """The answer's defence in words, for an error."""
+    if isinstance(request, MechanismRequest):
+        return f"{request.mechanism.key()} (a claim without ε)"
+    return f"plain CID (ctxleak.lambda {request.lam:g})"
+
+
 def per_token_reserve(request: CIDRequest, config: ProxyConfig) -> float | None:
     """The ε per token an answer reserves: bounded CID's ε; plain CID's ``ex_post_reserve``
     (None: it holds each document's whole remaining budget instead)."""
@@ -169,18 +176,27 @@ class Charging:
 
     async def _classes(self, request: AnyRequest
                        ) -> tuple[list[str], dict[str, str], tuple[str, ...], list[str]]:
-        """The request's document ids (each once, in order), their classes (a class given
-        that differs from the ledger's is HTTP 400), the public ones and the private ones."""
+        """The request's document ids (each once, in order), their classes, the public ones and
+        the private ones. A document's class is the operator's (``classes``, else the one the
+        ledger holds): a client may repeat it, but a class it gives that differs, or that the
+        operator never set, is HTTP 400 (first-come classes would let any client call a
+        restricted document public)."""
         ids = list(dict.fromkeys(d.id for d in request.documents))
         given = {d.id: d.cls for d in request.documents if d.cls is not None}
         recorded = await run_in_threadpool(self.ledger.classes_of, ids)
+        classes = {**recorded, **{i: self.config.classes[i] for i in ids
+                                  if i in self.config.classes}}
         for doc, cls in given.items():
-            if recorded.get(doc, cls) != cls:
+            if doc not in classes:
                 raise ProxyError(400, f"ctxleak.documents: document {doc!r} is given class "
-                                      f"{cls!r}, but the ledger holds it as {recorded[doc]!r} "
-                                      f"(a document keeps its first class)",
+                                      f"{cls!r}, but document classes are the operator's "
+                                      f"(ctxleak serve --classes FILE) and it has none",
+                                 param="ctxleak.documents", code="class_not_set")
+            if classes[doc] != cls:
+                raise ProxyError(400, f"ctxleak.documents: document {doc!r} is given class "
+                                      f"{cls!r}, but its class is {classes[doc]!r} (set by "
+                                      f"the operator)",
                                  param="ctxleak.documents", code="class_conflict")
-        classes = {**given, **recorded}
         budgets = self.config.budgets
         public = tuple(i for i in ids if budgets.public(i, classes.get(i)))
         private = [i for i in ids if i not in public]
@@ -207,26 +223,40 @@ class Charging:
 
     async def _uncharged(self, rid: str, request: AnyRequest, ids: list[str],
                          private: list[str], classes: Mapping[str, str]) -> Held:
-        """Plain CID not charged: nothing is reserved, but a document whose budget is spent
-        (or 0) is used by no further answer, as by a charged one: dropped, or the request
-        refused with HTTP 429 (``on_exhausted="refuse"``)."""
+        """An answer without a guarantee that is not charged (plain CID, scrubbing): a
+        document with a budget is refused (HTTP 403), dropped or used uncharged, as the
+        operator's ``unguaranteed`` says; with ``use``, one whose budget is spent (or 0) is
+        still used by no further answer: dropped, or HTTP 429 (``on_exhausted="refuse"``)."""
         budgets = self.config.budgets
+        policy = self.config.unguaranteed
+        reads = not (isinstance(request, CIDRequest) and request.lam == 0.0)  # λ = 0: none
+        budgeted = [d for d in private if budgets.of(d, classes.get(d)) is not None] \
+            if reads else []
+        if budgeted and policy == "refuse":
+            raise ProxyError(403, f"ctxleak.documents: document(s) {', '.join(budgeted)} have "
+                                  f"a privacy budget, and {_what(request)} carries no "
+                                  f"guarantee and is not charged: ask with ctxleak.epsilon "
+                                  f"(bounded CID) or a mechanism with an ε claim",
+                             param="ctxleak.documents", kind="permission_error",
+                             code="uncharged_on_budgeted")
+        warnings: tuple[str, ...] = ()
+        if budgeted and policy == "drop":
+            out = budgeted
+            warnings = (f"document(s) {', '.join(budgeted)} left out: they have a privacy "
+                        f"budget and {_what(request)} is not charged",)
+        else:
+            def spent_out() -> list[str]:
+                return [doc for doc in budgeted
+                        if not self.ledger.document(doc).spent
+                        < (budgets.of(doc, classes.get(doc)) or 0.0)]
 
-        def spent_out() -> list[str]:
-            out = []
-            for doc in private:
-                budget = budgets.of(doc, classes.get(doc))
-                if budget is not None and not self.ledger.document(doc).spent < budget:
-                    out.append(doc)
-            return out
-
-        exhausted = await run_in_threadpool(spent_out) if private else []
-        if exhausted:
-            self._exhausted(exhausted)
-        dropped = [i for i in ids if i in exhausted]
+            out = await run_in_threadpool(spent_out) if budgeted else []
+            if out:
+                self._exhausted(out)
+        dropped = [i for i in ids if i in out]
         self.metrics.dropped.inc(len(dropped))
-        return Held(rid, ids, [d for d in request.documents if d.id not in exhausted], dropped,
-                    False, classes=dict(classes))
+        return Held(rid, ids, [d for d in request.documents if d.id not in out], dropped,
+                    False, classes=dict(classes), warnings=warnings)
 
     def _exhausted(self, exhausted: Sequence[str]) -> None:
         """Count documents found exhausted; HTTP 429 with ``on_exhausted="refuse"``."""

@@ -4,7 +4,9 @@ keyword)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -13,11 +15,33 @@ from ctxleak.proxy.budget import Budgets
 
 ON_EXHAUSTED = ("drop", "refuse")
 ON_UNFITTABLE = ("refuse", "drop")
+#: What an answer without a DP guarantee that is not charged (plain CID's fixed λ without
+#: ``charge_ex_post``, scrubbing) may do with a document that has a budget: ``refuse`` the
+#: request (HTTP 403), ``drop`` the document (answer without it, said in the response), or
+#: ``use`` it uncharged (plain CID's ex-post ε recorded only).
+UNGUARANTEED = ("refuse", "drop", "use")
 
 #: The smallest temperature > 0 a request may give: below it the logits divided by T are so
 #: large that the mixture's divergence is no longer a finite number and CID would silently
 #: decode at another λ (0 asks for greedy decoding).
 MIN_TEMPERATURE = 1e-6
+
+
+def read_classes(path: str | Path) -> dict[str, str]:
+    """The operator's class of each document: a JSONL or CSV file of rows with ``id`` and
+    ``class`` (``ctxleak serve --classes FILE``). An id given twice with two classes, a missing
+    or empty field, is an error naming the file, line and field."""
+    from ctxleak.errors import InputError
+    from ctxleak.run.records import iter_rows
+
+    out: dict[str, str] = {}
+    for row in iter_rows(Path(path), required=("id", "class")):
+        doc, cls = row.text("id"), row.text("class")
+        if out.get(doc, cls) != cls:
+            raise InputError(f"document {doc!r} is given class {cls!r} here and "
+                             f"{out[doc]!r} above", file=row.file, line=row.line, field="class")
+        out[doc] = cls
+    return out
 
 
 def check_upstream(url: str) -> None:
@@ -63,11 +87,19 @@ class ProxyConfig:
       remaining budget while it decodes (one answer per document at a time), or, with
       ``ex_post_reserve`` ε per token, reserves ε·(max_tokens + 1) like bounded CID (answers
       run side by side; one whose ex-post ε passes its reservation is charged all of it).
+    - ``unguaranteed``: what an uncharged answer without a guarantee (plain CID without
+      ``charge_ex_post``, scrubbing) may do with a private document that has a budget
+      (:data:`UNGUARANTEED`): ``refuse`` (the default: HTTP 403, so no client reads a budgeted
+      document without a charge), ``drop`` it, or ``use`` it (nothing is spent: a budget is then
+      only as strong as the clients' choice of ``ctxleak.epsilon``).
+    - ``classes``: the operator's class of each document id (``ctxleak serve --classes FILE``);
+      a class a client sends must be the operator's or the ledger's, never a new one.
     - ``temperature``, ``max_tokens``, ``min_tokens``: the defaults of a request that does not
       give them; ``max_tokens_limit`` the most a request may ask for.
     - ``api_key``: the Bearer key clients must send (None: none needed).
-    - ``max_body_bytes`` (HTTP 413 above it), ``max_concurrent`` requests at once (HTTP 429
-      above it, counted once a request's body is read), ``upstream_timeout`` seconds (HTTP 504
+    - ``max_body_bytes`` (HTTP 413 above it), ``max_concurrent`` requests answered at once
+      (counted once a request's body is read) and ``max_queued`` more waiting in arrival order
+      for a slot (HTTP 429 past both), ``upstream_timeout`` seconds (HTTP 504
       after it; also each request of CID decoding through the upstream), ``body_timeout``
       seconds a client may take to send its request body (HTTP 408 after it).
     - ``mechanism``: the defence that answers a request naming none (neither
@@ -76,8 +108,8 @@ class ProxyConfig:
       :func:`~ctxleak.mitigations.named.parse_mechanism`); None: such a request is refused, as
       before. A ``cid`` spec answers by CID exactly as ``ctxleak.lambda``/``ctxleak.epsilon``
       do; any other is charged its claim (:mod:`ctxleak.proxy.charging`).
-    - ``threads``: the worker threads that run decoding and ledger calls (None: the server's
-      default, 40); ``metrics_documents``: how many documents, those with the least budget
+    - ``worker_threads``: the worker threads that run decoding and ledger calls (None: the
+      server's default, 40); ``metrics_documents``: how many documents, those with the least budget
       left, ``/metrics`` reports one by one.
     """
 
@@ -88,6 +120,8 @@ class ProxyConfig:
     on_unfittable: str = "refuse"
     charge_ex_post: bool = False
     ex_post_reserve: float | None = None
+    unguaranteed: str = "refuse"
+    classes: Mapping[str, str] = field(default_factory=dict)
     temperature: float = 1.0
     max_tokens: int = 64
     min_tokens: int = 0
@@ -95,10 +129,11 @@ class ProxyConfig:
     api_key: str | None = None
     max_body_bytes: int = 1 << 20
     max_concurrent: int = 8
+    max_queued: int = 32
     upstream_timeout: float = 60.0
     body_timeout: float = 30.0
     served_name: str = "ctxleak-cid"
-    threads: int | None = None
+    worker_threads: int | None = None
     metrics_documents: int = 20
     mechanism: Any = None  # a Mechanism after __post_init__ (a spec string is parsed)
 
@@ -109,17 +144,24 @@ class ProxyConfig:
         if self.on_unfittable not in ON_UNFITTABLE:
             raise ConfigError(f"on_unfittable must be one of {', '.join(ON_UNFITTABLE)}, not "
                               f"{self.on_unfittable!r}", param="on_unfittable")
+        if self.unguaranteed not in UNGUARANTEED:
+            raise ConfigError(f"unguaranteed must be one of {', '.join(UNGUARANTEED)}, not "
+                              f"{self.unguaranteed!r}", param="unguaranteed")
+        for doc, cls in self.classes.items():
+            if not (isinstance(doc, str) and isinstance(cls, str) and doc and cls):
+                raise ConfigError(f"classes: document {doc!r} must have a class name, not "
+                                  f"{cls!r}", param="classes")
         if self.ex_post_reserve is not None and not (
                 math.isfinite(self.ex_post_reserve * (self.max_tokens_limit + 1))
                 and self.ex_post_reserve > 0):
             raise ConfigError(f"ex_post_reserve must be a number > 0 (ε per token) whose "
                               f"reservation × (max_tokens_limit + 1) is finite, not "
                               f"{self.ex_post_reserve}", param="ex_post_reserve")
-        if self.threads is not None and (isinstance(self.threads, bool)
-                                         or not isinstance(self.threads, int)
-                                         or self.threads < 1):
-            raise ConfigError(f"threads must be an integer >= 1, not {self.threads!r}",
-                              param="threads")
+        workers = self.worker_threads
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                    or workers < 1):
+            raise ConfigError(f"worker_threads must be an integer >= 1, not {workers!r}",
+                              param="worker_threads")
         if self.metrics_documents < 0:
             raise ConfigError(f"metrics_documents must be >= 0, not {self.metrics_documents}",
                               param="metrics_documents")
@@ -136,6 +178,9 @@ class ProxyConfig:
         for name in ("max_body_bytes", "max_concurrent"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, not {getattr(self, name)}", param=name)
+        if self.max_queued < 0:
+            raise ConfigError(f"max_queued must be >= 0, not {self.max_queued}",
+                              param="max_queued")
         for name in ("upstream_timeout", "body_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, not {getattr(self, name)}", param=name)
@@ -143,6 +188,18 @@ class ProxyConfig:
             check_upstream(self.upstream)
         if self.mechanism is not None:
             self._check_mechanism()
+
+    def limits_text(self) -> str:
+        """What a client meets at the proxy's limits, in words (``ctxleak serve``'s start
+        line)."""
+        policy = {"refuse": "refused (HTTP 403)", "drop": "left out of the answer",
+                  "use": "used uncharged"}[self.unguaranteed]
+        what = "scrubbing" if self.charge_ex_post else "plain CID, scrubbing"
+        charged = "plain CID is charged its ex-post ε; " if self.charge_ex_post else ""
+        return (f"{self.max_concurrent} requests answered at once, {self.max_queued} more wait "
+                f"in arrival order, past that HTTP 429; {charged}a document with a budget "
+                f"asked for without a guarantee ({what}) is {policy}; "
+                f"{len(self.classes)} document class(es) set by the operator")
 
     def _check_mechanism(self) -> None:
         """Parse ``mechanism`` (a :class:`ConfigError` naming ``mechanisms``, the CLI's
