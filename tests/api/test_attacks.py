@@ -393,3 +393,16 @@ def test_what_a_target_returns_wrong_is_one_line_or_kept_with_a_warning(tmp_path
         ctxleak.attack_extract(FunctionTarget(str, "f"), None, output=str(tmp_path / "d"),
                                progress=False)
     assert info.value.param == "documents"
+
+
+def test_a_20_mb_answer_is_cut_to_the_limit_with_a_warning(tmp_path, monkeypatch):
+    from ctxleak.targets.journal import MAX_ANSWER_CHARS
+
+    warned: list[str] = []
+    monkeypatch.setattr(journal_module, "warn", lambda message, *a, **k: warned.append(message))
+    huge = "x" * 20_000_000  # one word: the matching stays cheap, the size is what is tested
+    result = ctxleak.attack_extract(FunctionTarget(lambda q: huge, "huge"), DOCS[:1],
+                                    output=str(tmp_path / "a"), progress=False)
+    assert len(result.records[0]["answer"]) == MAX_ANSWER_CHARS == 1_000_000
+    assert len(warned) == 1 and "has 20,000,000 characters: cut to the first 1,000,000" in \
+        warned[0] and result.records[0]["question"][:60] in warned[0]

@@ -324,3 +324,19 @@ def test_a_verified_row_that_is_not_json_is_one_line(tmp_path):
         journal.get(target.key, ["a"])
     assert "a.db: the stored answer to 'a' is not an answer as ctxleak writes it" in \
         str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_answer_past_the_limit_is_cut_with_a_warning(tmp_path, monkeypatch):
+    import ctxleak.targets.journal as journal_module
+
+    warned: list[str] = []
+    monkeypatch.setattr(journal_module, "warn", lambda message, *a, **k: warned.append(message))
+    with AnswerJournal(tmp_path / "a.db") as journal:
+        target = JournaledTarget(FunctionTarget(lambda q: q * 50, "long"), journal,
+                                 max_answer_chars=100)
+        got = target.answer(["short", "a longer question"])  # 250 and 850 characters
+        assert got[0].text == "short" * 20 and got[1].text == ("a longer question" * 50)[:100]
+        assert target.answer(["a longer question"])[0].text == got[1].text  # stored cut
+    assert warned == [f"the answer to {q!r} has {n} characters: cut to the first 100 (the "
+                      "most an answer keeps)" for q, n in (("short", 250),
+                                                           ("a longer question", 850))]

@@ -232,11 +232,22 @@ class AnswerJournal:
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
+#: The most characters of one answer's text the journal keeps (1,000,000, about 1 MB of
+#: English): a longer one (a function that answers 20 MB) is cut to it, with a warning naming
+#: the question, so that it neither fills the run folder nor stalls the attack's matching.
+MAX_ANSWER_CHARS = 1_000_000
 
-def checked(answer: TargetAnswer, question: str) -> TargetAnswer:
-    """``answer`` as the journal stores it: a lone surrogate (``"\\ud800"``, which no UTF-8
-    file can hold) in its text or documents replaced by U+FFFD, with a warning naming the
-    question; the answer is kept, as a reader of it expects, not refused."""
+
+def checked(answer: TargetAnswer, question: str,
+            max_chars: int = MAX_ANSWER_CHARS) -> TargetAnswer:
+    """``answer`` as the journal stores it: its text cut to ``max_chars`` characters, and a
+    lone surrogate (``"\\ud800"``, which no UTF-8 file can hold) in its text or documents
+    replaced by U+FFFD, each with a warning naming the question; the answer is kept, as a
+    reader of it expects, not refused."""
+    if len(answer.text) > max_chars:
+        warn(f"the answer to {question[:60]!r} has {len(answer.text):,} characters: cut to "
+             f"the first {max_chars:,} (the most an answer keeps)")
+        answer = TargetAnswer(answer.text[:max_chars], answer.document_ids, answer.documents)
     parts = [answer.text, *(answer.document_ids or ()), *(answer.documents or ())]
     if not any(_SURROGATE.search(p) for p in parts):
         return answer
@@ -255,12 +266,16 @@ class JournaledTarget:
     queries this object has sent, ``replayed``: the answers it read back."""
 
     def __init__(self, target: Target, journal: AnswerJournal, max_queries: int | None = None,
-                 *, chunk: int = 16) -> None:
+                 *, chunk: int = 16, max_answer_chars: int = MAX_ANSWER_CHARS) -> None:
         if max_queries is not None and max_queries < 0:
             raise ConfigError(f"max_queries must be >= 0, not {max_queries}",
                               param="max_queries")
         if chunk < 1:
             raise ConfigError(f"chunk must be >= 1, not {chunk}", param="chunk")
+        if max_answer_chars < 1:
+            raise ConfigError(f"max_answer_chars must be >= 1, not {max_answer_chars}",
+                              param="max_answer_chars")
+        self.max_answer_chars = max_answer_chars
         self.target, self.journal, self.max_queries, self.chunk = target, journal, max_queries, chunk
         self.key = target.fingerprint()
         self.sent = self.replayed = 0
@@ -298,11 +313,11 @@ class JournaledTarget:
 
         def keep(k: int, answer: TargetAnswer) -> None:  # committed as soon as it is known
             if 0 <= k < len(part) and k not in kept:
-                self.journal.put(self.key, part[k], checked(answer, part[k]))
+                self.journal.put(self.key, part[k], self._checked(answer, part[k]))
                 kept.add(k)
 
         def keep_all(answers: Sequence[TargetAnswer]) -> None:  # those not reported, at once
-            self.journal.put_many(self.key, [(q, checked(a, q)) for k, (q, a) in
+            self.journal.put_many(self.key, [(q, self._checked(a, q)) for k, (q, a) in
                                              enumerate(zip(part, answers)) if k not in kept])
             kept.update(range(len(answers)))
 
@@ -330,7 +345,7 @@ class JournaledTarget:
     def _failed(self, exc: TargetError, part: list[str], questions: Sequence[str]) -> NoReturn:
         """Store the answers the target gave before failing, and fail naming the question
         among ``questions``."""
-        self.journal.put_many(self.key, [(part[k], checked(a, part[k]))
+        self.journal.put_many(self.key, [(part[k], self._checked(a, part[k]))
                                          for k, a in exc.answered.items()
                                          if 0 <= k < len(part)])
         index = exc.index
@@ -342,6 +357,9 @@ class JournaledTarget:
                           f"{self.journal.count(self.key)} answers had: run again to go on)",
                           index=index, answered={k: have[q] for k, q in enumerate(questions)
                                                  if q in have}) from exc
+
+    def _checked(self, answer: TargetAnswer, question: str) -> TargetAnswer:
+        return checked(answer, question, self.max_answer_chars)
 
     def describe(self) -> str:
         return self.target.describe()
@@ -408,5 +426,6 @@ def estimate_cost(questions: Sequence[str], *, tokenizer: Any = None, extra_prom
     return CostEstimate(len(questions), total, how, answers)
 
 
-__all__ = ["JOURNAL_FILE", "KEY_SUFFIX", "AnswerJournal", "CostEstimate", "JournaledTarget",
-           "answer_from_json", "answer_json", "cost_line", "estimate_cost"]
+__all__ = ["JOURNAL_FILE", "KEY_SUFFIX", "MAX_ANSWER_CHARS", "AnswerJournal", "CostEstimate",
+           "JournaledTarget", "answer_from_json", "answer_json", "checked", "cost_line",
+           "estimate_cost"]
