@@ -406,3 +406,27 @@ def test_a_20_mb_answer_is_cut_to_the_limit_with_a_warning(tmp_path, monkeypatch
     assert len(result.records[0]["answer"]) == MAX_ANSWER_CHARS == 1_000_000
     assert len(warned) == 1 and "has 20,000,000 characters: cut to the first 1,000,000" in \
         warned[0] and result.records[0]["question"][:60] in warned[0]
+
+
+def test_an_attack_with_no_question_is_named_in_the_summary_with_why(tmp_path):
+    members = [{"id": f"m{k}", "text": w} for k, w in enumerate(["Lisbon", "payroll", "cluster"])]
+    outs = [{"id": f"n{k}", "text": w} for k, w in enumerate(["badge", "rotation", "breakfast"])]
+    result = ctxleak.attack_membership(FunctionTarget(lambda q: "yes", "yes"), members,
+                                       non_members=outs, attacks=["direct", "interrogation"],
+                                       output=str(tmp_path / "m"), progress=False)
+    attacks = result.summary["attacks"]
+    assert set(attacks) == {"direct", "interrogation"}
+    assert "no document gave it a question" in attacks["interrogation"]["skipped"]
+    assert len(attacks["interrogation"]["unasked"]) == 6
+    assert {r["attack"] for r in result.records} == {"direct"}
+
+
+@pytest.mark.parametrize("twin", ["Cafe\u0301 menu changes every Monday at nine.",
+                                  "Caf\u00e9 menu changes every Mon\u200bday at nine.",
+                                  "\ufeffCaf\u00e9 menu changes every Monday at nine."])
+def test_texts_that_differ_only_in_normal_form_or_zero_width_are_duplicates(tmp_path, twin):
+    docs = [{"id": "a", "text": "Caf\u00e9 menu changes every Monday at nine."},
+            {"id": "b", "text": twin}]
+    with pytest.raises(InputError, match="documents 'a' and 'b' have the same text"):
+        ctxleak.attack_membership(FunctionTarget(str, "f"), docs[:1], non_members=docs[1:],
+                                  output=str(tmp_path / "m"), progress=False)

@@ -308,6 +308,10 @@ class MembershipMethod(_AttackMethod):
         p: MembershipParams = self.params
         out = membership_summary(records, seed=self.common.seed, confidence=p.confidence,
                                  resamples=p.resamples)
+        for name in p.attacks:  # an attack that made no question is named, not dropped
+            out["attacks"].setdefault(name, {"skipped": (
+                "no document gave it a question: none has a word that occurs once in it and "
+                "could be masked or asked for (documents too short?)")})
         for name, attack in out["attacks"].items():
             asked = {r["document_id"] for r in records if r["attack"] == name}
             attack["unasked"] = sorted(set(ready.documents) - asked)

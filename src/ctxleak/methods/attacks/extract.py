@@ -44,6 +44,7 @@ longest common subsequence is never longer than the common multiset) reaches
 from __future__ import annotations
 
 import random
+import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -115,6 +116,17 @@ def as_documents(items: Sequence[Any], param: str = "documents") -> list[AttackD
     return docs
 
 
+#: Characters that show as nothing: zero-width space, non-joiner and joiner, word joiner, BOM.
+ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
+
+
+def same_text_key(text: str) -> str:
+    """What two documents with the same text share: NFC-normalised (a letter and its
+    composed form alike), characters that show as nothing removed, whitespace runs as one
+    space, case folded."""
+    return " ".join(unicodedata.normalize("NFC", text).translate(ZERO_WIDTH).split()).casefold()
+
+
 def _refuse_duplicates(docs: Sequence[AttackDocument], param: str) -> None:
     ids: dict[str, int] = {}
     texts: dict[str, str] = {}
@@ -123,7 +135,7 @@ def _refuse_duplicates(docs: Sequence[AttackDocument], param: str) -> None:
             raise InputError(f"two documents have the id {doc.id!r}: ids must be unique",
                              param=param)
         ids[doc.id] = 1
-        key = " ".join(doc.text.split()).casefold()
+        key = same_text_key(doc.text)
         if key in texts:
             raise InputError(f"documents {texts[key]!r} and {doc.id!r} have the same text",
                              param=param)
