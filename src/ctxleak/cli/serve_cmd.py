@@ -125,6 +125,16 @@ def register(app: typer.Typer) -> None:
         metrics_documents: int = typer.Option(20, "--metrics-documents", help="/metrics "
                                               "reports the remaining budget of this many "
                                               "documents, those with the least left."),
+        datastore: Optional[str] = typer.Option(
+            None, "--datastore", help="JSONL file of {id, text} documents (or demo-datastore) "
+            "that --mechanism answers over, as its paper defines it: each DP voter retrieves "
+            "from its own shard, DP-RAG retrieves privately. Every chat request is then "
+            "answered over it (none is passed through) and charged to every private document "
+            "of it."),
+        prompt_messages: Optional[str] = typer.Option(
+            None, "--prompt-messages", help="The app's chat prompt a mechanism's answer is "
+            "decoded under: a JSON file of {role, content} messages with {context} and "
+            "{query} slots, or a built-in name (short-answer); default: ctxleak's template."),
         # named as influence's --mechanism: the library's errors name "mechanisms"
         mechanisms: Optional[str] = typer.Option(
             None, "--mechanism", help="The defence that answers a request naming none "
@@ -178,7 +188,8 @@ def register(app: typer.Typer) -> None:
                              max_queued=max_queued,
                              upstream_timeout=upstream_timeout, body_timeout=body_timeout,
                              worker_threads=worker_threads,
-                             metrics_documents=metrics_documents, mechanism=mechanisms)
+                             metrics_documents=metrics_documents, mechanism=mechanisms,
+                             datastore=datastore, prompt_messages=prompt_messages)
         if threads is not None:
             if threads < 1:
                 raise ConfigError(f"--threads must be >= 1, not {threads}", param="threads")

@@ -30,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ctxleak.engine.capabilities import NEXT_TOKEN_DISTRIBUTION, check_capabilities
+from ctxleak.engine.chat_prompt import has_chat_template
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, CtxleakError
 from ctxleak.mitigations.cid import CID_NEEDS
@@ -248,7 +249,7 @@ class Proxy:
             raise unauthorised()
         body, raw = parse_body(await self.read_body(request))
         async with self._slot():
-            if not is_marked(body):
+            if not is_marked(body) and self.config.datastore is None:
                 return await self.upstream.pass_through(raw, body)
             try:
                 return await self.cid(body)
@@ -295,6 +296,11 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
     config = config or ProxyConfig()
     # a served model must give the whole next-token distribution (vLLM): refused before serving
     check_capabilities(lm, {NEXT_TOKEN_DISTRIBUTION: CID_NEEDS}, what="the privacy proxy")
+    if config.prompt_messages is not None and not has_chat_template(lm):
+        raise ConfigError(f"prompt_messages: the model {lm.info.name} has no chat template to "
+                          f"render the app's messages through: leave --prompt-messages out "
+                          f"(ctxleak's template) or serve a chat model",
+                          param="prompt_messages")
     if ledger is None:
         ledger = SQLiteLedger("ctxleak-ledger.db")
     elif isinstance(ledger, str):

@@ -443,6 +443,19 @@ def ledger_fields(request: CIDRequest, answer: Answer, kept: list[str], dropped:
     }
 
 
+#: The longest JSON a header holds; a longer list (an answer over a datastore charges every
+#: one of its documents) is given as its count, the whole of it being in the body: clients
+#: refuse response headers past about 16 KB (h11, which httpx and the openai client use).
+HEADER_JSON_LIMIT = 2048
+
+
+def _header_json(value: Any) -> str:
+    text = json.dumps(value)
+    if len(text) <= HEADER_JSON_LIMIT:
+        return text
+    return json.dumps({"count": len(value), "listed": "in the response's ctxleak field"})
+
+
 def answer_headers(rid: str, info: Mapping[str, Any]) -> dict[str, str]:
     """The ledger as response headers, for clients that see headers but not the body's extra
     fields (LangChain's ``ChatOpenAI`` with ``include_response_headers=True``): numbers as
@@ -453,9 +466,9 @@ def answer_headers(rid: str, info: Mapping[str, Any]) -> dict[str, str]:
     return {"x-ctxleak-request-id": rid, "x-ctxleak-mode": str(info["mode"]),
             "x-ctxleak-epsilon-spent": number(info["epsilon_spent"]),
             "x-ctxleak-epsilon-ex-post": number(info["epsilon_ex_post"]),
-            "x-ctxleak-documents": json.dumps(info["documents"]),
-            "x-ctxleak-dropped": json.dumps(info["dropped"]),
-            "x-ctxleak-charged": json.dumps(info["charged"]),
+            "x-ctxleak-documents": _header_json(info["documents"]),
+            "x-ctxleak-dropped": _header_json(info["dropped"]),
+            "x-ctxleak-charged": _header_json(info["charged"]),
             "x-ctxleak-warnings": str(len(info.get("warnings") or [])),
             **({"x-ctxleak-mechanism": str(info["mechanism"]),
                 "x-ctxleak-delta-spent": number(info["delta_spent"])}
@@ -469,9 +482,9 @@ def stream_headers(request: AnyRequest, held: Held) -> dict[str, str]:
     kept = {d.id for d in held.docs}
     return {"x-ctxleak-request-id": held.rid,
             "x-ctxleak-mode": mode_of(request),
-            "x-ctxleak-documents": json.dumps([i for i in held.ids if i in kept]),
-            "x-ctxleak-dropped": json.dumps(held.dropped),
-            "x-ctxleak-epsilon-reserved": json.dumps(dict(held.held)),
+            "x-ctxleak-documents": _header_json([i for i in held.ids if i in kept]),
+            "x-ctxleak-dropped": _header_json(held.dropped),
+            "x-ctxleak-epsilon-reserved": _header_json(dict(held.held)),
             "x-ctxleak-warnings": str(len(held.warnings)),
             **({"x-ctxleak-mechanism": request.mechanism.key()}
                if isinstance(request, MechanismRequest) else {})}

@@ -108,6 +108,15 @@ class ProxyConfig:
       :func:`~ctxleak.mitigations.named.parse_mechanism`); None: such a request is refused, as
       before. A ``cid`` spec answers by CID exactly as ``ctxleak.lambda``/``ctxleak.epsilon``
       do; any other is charged its claim (:mod:`ctxleak.proxy.charging`).
+    - ``datastore``: the documents a mechanism answers over, as its paper has it (a DP vote's
+      voters each retrieve from their own shard, DP-RAG retrieves privately): a
+      :class:`~ctxleak.mitigations.datastore.Datastore`, a JSONL file of ``{"id", "text"}``,
+      or ``demo-datastore`` (the bundled one). Every chat request is then answered by the
+      mechanism over it (none is passed through), and each answer is charged its claim's ε
+      to every private document of the datastore: the claim is over the datastore.
+    - ``prompt_messages``: the app's chat messages the mechanism's prompt is rendered from
+      (``{context}`` and ``{query}`` slots, or a built-in name such as ``short-answer``);
+      None: ctxleak's template.
     - ``worker_threads``: the worker threads that run decoding and ledger calls (None: the
       server's default, 40); ``metrics_documents``: how many documents, those with the least budget
       left, ``/metrics`` reports one by one.
@@ -136,6 +145,8 @@ class ProxyConfig:
     worker_threads: int | None = None
     metrics_documents: int = 20
     mechanism: Any = None  # a Mechanism after __post_init__ (a spec string is parsed)
+    datastore: Any = None  # a Datastore after __post_init__ (a path or a name is read)
+    prompt_messages: Any = None  # chat messages after __post_init__ (a name or path is read)
 
     def __post_init__(self) -> None:
         if self.on_exhausted not in ON_EXHAUSTED:
@@ -188,6 +199,35 @@ class ProxyConfig:
             check_upstream(self.upstream)
         if self.mechanism is not None:
             self._check_mechanism()
+        if self.prompt_messages is not None:
+            from ctxleak.methods.rag.app_prompt import load_prompt_messages
+
+            object.__setattr__(self, "prompt_messages",
+                               load_prompt_messages(self.prompt_messages))
+        if self.datastore is not None:
+            self._read_datastore()
+
+    def _read_datastore(self) -> None:
+        """``datastore`` as a :class:`~ctxleak.mitigations.datastore.Datastore` (a file, or a
+        bundled set's name), and a mechanism to answer over it."""
+        from ctxleak.methods.influence.mechanism_mode import DEMO_DATASTORES
+        from ctxleak.mitigations.datastore import Datastore
+        from ctxleak.run.records import demo_path
+
+        store = self.datastore
+        if isinstance(store, (str, Path)) and str(store) in DEMO_DATASTORES \
+                and not Path(store).exists():
+            store = demo_path(DEMO_DATASTORES[str(store)])
+        if isinstance(store, (str, Path)):
+            store = Datastore.read(store)
+        if not isinstance(store, Datastore):
+            raise ConfigError(f"datastore must be a Datastore, a JSONL file or "
+                              f"{', '.join(DEMO_DATASTORES)}, not {type(store).__name__}",
+                              param="datastore")
+        if self.mechanism is None:
+            raise ConfigError("a datastore is answered over by a mechanism: give one too "
+                              "(--mechanism, e.g. dp-rag:eps=5)", param="datastore")
+        object.__setattr__(self, "datastore", store)
 
     def limits_text(self) -> str:
         """What a client meets at the proxy's limits, in words (``ctxleak serve``'s start

@@ -18,6 +18,7 @@ from typing import Any
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
+from ctxleak.mitigations.datastore import Datastore
 from ctxleak.mitigations.mechanisms import (
     RELATIONS,
     AnswerRequest,
@@ -25,7 +26,7 @@ from ctxleak.mitigations.mechanisms import (
     Mechanism,
     MechanismAnswer,
 )
-from ctxleak.mitigations.prompts import template_prompt
+from ctxleak.mitigations.prompts import app_chat_prompt, template_prompt
 from ctxleak.proxy.budget import answers_allowed
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import answer_parts
@@ -92,10 +93,23 @@ def prepare(lm: LanguageModel, request: MechanismRequest,
     :class:`AnswerRequest`: the texts and ids in order, ``prompt(texts)`` the proxy's prompt
     holding those texts (``prompt([])``: without retrieval), the request's seed (a fresh one
     where it gives none) and the user's last message as the query."""
-    parts, cut = answer_parts(lm, documents, request.query, request.max_tokens)
     seed = request.seed if request.seed is not None else secrets.randbits(63)
-    asked = AnswerRequest(documents=tuple(d.text for d in documents),
-                          prompt=template_prompt(lm, request.query, reserve=request.max_tokens),
+    if request.messages is not None:  # the app's chat messages, the user's question in them
+        prompt = app_chat_prompt(lm, request.messages, request.question)
+    else:
+        prompt = template_prompt(lm, request.query, reserve=request.max_tokens)
+    if request.datastore is not None:  # the mechanism retrieves for itself
+        kept = {d.id for d in documents}
+        store: Datastore | None = request.datastore
+        if len(kept) < len(request.datastore):  # a document whose budget is spent is not retrieved
+            store = Datastore(tuple((i, t) for i, t in request.datastore.documents
+                                    if i in kept)) \
+                if kept else None
+        asked = AnswerRequest(documents=(), prompt=prompt, seed=seed, query=request.question,
+                              datastore=store)
+        return Prepared(request.mechanism, asked, request.decoding, len(prompt([])), 0)
+    parts, cut = answer_parts(lm, documents, request.query, request.max_tokens)
+    asked = AnswerRequest(documents=tuple(d.text for d in documents), prompt=prompt,
                           seed=seed, ids=tuple(d.id for d in documents),
                           query=request.question)
     return Prepared(request.mechanism, asked, request.decoding, len(parts.full), cut)
@@ -148,9 +162,11 @@ def mechanism_text(config: ProxyConfig) -> str:
     if config.budgets.default is not None and claim.eps > 0:
         allowed = (f"; a budget of {config.budgets.default:g} allows "
                    f"{answers_allowed(config.budgets.default, claim.eps, 0)} such answers")
+    whose = "it carries" if config.datastore is None else \
+        f"of the datastore ({len(config.datastore)} documents, which it retrieves from itself)"
     return (f"{head}: each answer of up to {config.max_tokens} tokens reserves and is charged "
             f"ε = {claim.eps:.4g} (δ = {claim.delta:.2g}, relation {claim.relation}) of every "
-            f"private document it carries{allowed}")
+            f"private document {whose}{allowed}")
 
 
 def mechanism_fields(request: MechanismRequest, reply: Reply, kept: list[str],
@@ -165,7 +181,8 @@ def mechanism_fields(request: MechanismRequest, reply: Reply, kept: list[str],
     spent: float | None = answer.claim.eps
     if charged is not None:
         spent = max(charged.values(), default=0.0)
-    used = [docs[i].id for i in answer.documents_used if 0 <= i < len(docs)]
+    used = list(answer.datastore_used) if request.datastore is not None else \
+        [docs[i].id for i in answer.documents_used if 0 <= i < len(docs)]
     return {
         "mode": "mechanism", "mechanism": request.mechanism.key(),
         "relation": answer.claim.relation, "epsilon": claim.eps, "delta": claim.delta,

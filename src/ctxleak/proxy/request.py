@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import CID
+from ctxleak.mitigations.datastore import Datastore
 from ctxleak.mitigations.mechanisms import Claim, Decoding, Mechanism
 from ctxleak.mitigations.named import parse_mechanism
 from ctxleak.proxy.config import MIN_TEMPERATURE, ProxyConfig
@@ -112,6 +113,10 @@ class MechanismRequest:
     stream: bool
     model: str
     include_usage: bool = False
+    #: the datastore the mechanism answers over (``documents`` are then its documents, each
+    #: charged), and the app's chat messages its prompt is rendered from (None: the template)
+    datastore: Datastore | None = field(default=None, compare=False)
+    messages: Any = None
 
     @property
     def decoding(self) -> Decoding:
@@ -261,6 +266,17 @@ def prompt_text(messages: Any) -> str:
     return query
 
 
+def datastore_documents(config: ProxyConfig) -> tuple[Document, ...]:
+    """The proxy's datastore as the documents of a request answered over it (the same tuple
+    every time)."""
+    return _as_documents(config.datastore)
+
+
+@lru_cache(maxsize=4)
+def _as_documents(store: Datastore) -> tuple[Document, ...]:
+    return tuple(Document(i, t, None) for i, t in store.documents)
+
+
 def _documents(marked: dict[str, Any]) -> tuple[Document, ...]:
     docs = marked.get("documents")
     if not isinstance(docs, list) or not docs:
@@ -310,6 +326,8 @@ def parse_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest | Mec
     ``cid`` mechanism), else a :class:`MechanismRequest` (``ctxleak.mechanism``, or the
     proxy's ``mechanism`` for a request that names neither)."""
     marked = body.get("ctxleak")
+    if marked is None and config.datastore is not None:  # every request is answered over it
+        marked = {}
     if not isinstance(marked, dict):
         raise _bad("ctxleak", "must be an object such as {\"documents\": [{\"id\": …, \"text\": "
                               "…}], \"lambda\": 0.5} or with \"epsilon\"")
@@ -317,7 +335,13 @@ def parse_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest | Mec
     if unknown:
         raise _bad(f"ctxleak.{unknown[0]}", "is not a field of the marked context (documents, "
                                             "lambda, epsilon, mechanism)")
-    documents = _documents(marked)
+    over_datastore = config.datastore is not None and "lambda" not in marked \
+        and "epsilon" not in marked
+    if over_datastore and marked.get("documents"):
+        raise _bad("ctxleak.documents", f"this proxy answers over its datastore of "
+                                        f"{len(config.datastore)} documents: send the "
+                                        f"question only")
+    documents = datastore_documents(config) if over_datastore else _documents(marked)
     mechanism: Mechanism | None = None
     if marked.get("mechanism") is not None:
         if marked.get("lambda") is not None or marked.get("epsilon") is not None:
@@ -333,6 +357,9 @@ def parse_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest | Mec
         cid = cid_settings(mechanism)
         if cid is None:
             return _mechanism_request(body, config, documents, mechanism)
+        if over_datastore:
+            raise _bad("ctxleak.mechanism", f"{mechanism.key()} decodes with the documents "
+                                            f"a request gives, not over a datastore")
         marked = {"lambda": cid[0], "epsilon": cid[1]}
     lam = 1.0
     if marked.get("lambda") is not None:
@@ -437,12 +464,15 @@ def _mechanism_request(body: dict[str, Any], config: ProxyConfig,
     query, temperature = _prompt_and_temperature(body, config)
     max_tokens, min_tokens = _lengths(body, config)
     seed, stream, include_usage = _seed_and_stream(body)
+    over = config.datastore is not None and documents is datastore_documents(config)
     request = MechanismRequest(documents=documents, query=query,
                                question=last_user_message(body["messages"]),
                                mechanism=mechanism, temperature=temperature,
                                max_tokens=max_tokens, min_tokens=min_tokens, seed=seed,
                                stream=stream, model=str(body.get("model") or config.served_name),
-                               include_usage=include_usage)
+                               include_usage=include_usage,
+                               datastore=config.datastore if over else None,
+                               messages=config.prompt_messages)
     try:
         _ = request.claim
     except ConfigError as exc:
