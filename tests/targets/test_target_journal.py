@@ -340,3 +340,25 @@ def test_an_answer_past_the_limit_is_cut_with_a_warning(tmp_path, monkeypatch):
     assert warned == [f"the answer to {q!r} has {n} characters: cut to the first 100 (the "
                       "most an answer keeps)" for q, n in (("short", 250),
                                                            ("a longer question", 850))]
+
+
+def test_a_child_the_target_forks_still_ends_with_os_exit(tmp_path):
+    """os._exit raises only in the audit's own process: a child the target's code forks (a
+    process pool) ends as it asks, and os._exit is itself again after the call."""
+    import signal
+
+    real = os._exit
+
+    def forks(question):
+        pid = os.fork()
+        if pid == 0:  # the child
+            try:
+                os._exit(7)
+            finally:  # had os._exit raised here, the child must not go on as a test process
+                os.kill(os.getpid(), signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        return f"child exit {os.waitstatus_to_exitcode(status)}"
+
+    with AnswerJournal(tmp_path / "a.db") as journal:
+        got = JournaledTarget(FunctionTarget(forks, "forks"), journal).answer(["q"])
+    assert got[0].text == "child exit 7" and os._exit is real

@@ -86,9 +86,12 @@ class ProcessExit(SystemExit):
 _REAL_EXIT = os._exit
 _exit_guard = threading.Lock()
 _exit_depth = 0
+_GUARDED_PID = os.getpid()
 
 
 def _refuse_exit(status: int) -> NoReturn:
+    if os.getpid() != _GUARDED_PID:  # a child forked by the target's code ends as it asks
+        _REAL_EXIT(status)
     raise ProcessExit(status)
 
 
@@ -96,13 +99,15 @@ def _refuse_exit(status: int) -> NoReturn:
 def no_exit() -> Iterator[None]:
     """While ctxleak calls a target's (or a retriever's) own code: ``os._exit`` raises
     :class:`ProcessExit` instead of ending the process, restored when the last such call ends
-    (threads included). A target may not end the audit's process: that would leave the run
+    (threads included); in a child the target's code forks (a process pool), it still ends
+    the child. A target may not end the audit's process: that would leave the run
     unfinished, lose the answers not yet journaled and give an exit status (0, or 3, which a
     CI gate reads as "over budget") that says nothing of what happened. Catch ``SystemExit``
     around it (:func:`exit_words` says what was called)."""
-    global _exit_depth
+    global _exit_depth, _GUARDED_PID
     with _exit_guard:
         if _exit_depth == 0:
+            _GUARDED_PID = os.getpid()
             os._exit = _refuse_exit
         _exit_depth += 1
     try:
