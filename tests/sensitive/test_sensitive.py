@@ -187,3 +187,26 @@ def test_import_loads_no_engine() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_loading_detect_secrets_leaves_the_processs_warnings_shown(monkeypatch):
+    """detect-secrets turns on logging.captureWarnings when imported, which silenced every
+    later warning of an attack (a cut answer, a tampered journal row): ctxleak puts the
+    process's own display back."""
+    import logging
+    import sys
+    import warnings
+
+    import ctxleak.sensitive.secrets as secrets
+
+    for name in [m for m in sys.modules if m.startswith("detect_secrets")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(logging, "_warnings_showwarning", None)  # as in a fresh process
+    monkeypatch.setattr(secrets, "_plugins", None)
+    shown = []
+    monkeypatch.setattr(warnings, "showwarning", lambda *a, **k: shown.append(a[0]))
+    secrets._load()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("still shown", UserWarning, stacklevel=1)
+    assert [str(m) for m in shown] == ["still shown"]

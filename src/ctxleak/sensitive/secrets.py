@@ -38,8 +38,15 @@ def _load() -> list[Any]:
     global _plugins
     with _lock:
         if _plugins is None:
+            import warnings
+
+            shown = warnings.showwarning
             from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
             from detect_secrets.settings import default_settings
+
+            # detect-secrets' import turns on logging.captureWarnings, which sends every later
+            # warning of the process to a logger nobody reads: the user's warnings come back
+            warnings.showwarning = shown
 
             with default_settings():
                 classes: list[Any] = list(get_mapping_from_secret_type_to_class().values())
