@@ -150,6 +150,7 @@ def register(app: typer.Typer) -> None:
         their privacy ledger and a per-document ε budget."""
         from ctxleak.engine.models import load_model
         from ctxleak.engine.served_client import public_url
+        from ctxleak.methods.rag.app_prompt import load_prompt_messages
         from ctxleak.methods.rag.budgets import parse_budgets
         from ctxleak.mitigations.cid import cid_route
         from ctxleak.proxy import Budgets, ProxyConfig, run_proxy
@@ -189,7 +190,9 @@ def register(app: typer.Typer) -> None:
                              upstream_timeout=upstream_timeout, body_timeout=body_timeout,
                              worker_threads=worker_threads,
                              metrics_documents=metrics_documents, mechanism=mechanisms,
-                             datastore=datastore, prompt_messages=prompt_messages)
+                             datastore=datastore,
+                             prompt_messages=None if prompt_messages is None
+                             else load_prompt_messages(prompt_messages, "prompt_messages"))
         if threads is not None:
             if threads < 1:
                 raise ConfigError(f"--threads must be >= 1, not {threads}", param="threads")

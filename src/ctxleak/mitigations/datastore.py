@@ -26,6 +26,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from ctxleak.errors import ConfigError, InputError
@@ -58,6 +59,11 @@ class Retrieved:
     id: str
     text: str
     score: float
+
+
+#: The bundled sets that come with a datastore of their own (a JSONL of {id, text}, under the
+#: package's data/demo folder).
+BUNDLED_DATASTORES = {"demo-datastore": "datastore/documents.jsonl"}
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,15 @@ class Datastore:
         if not pairs:
             raise InputError(f"{path}: no documents")
         return cls.of(pairs)
+
+    @classmethod
+    def bundled(cls, name: str) -> Datastore:
+        """The datastore of a bundled set (:data:`BUNDLED_DATASTORES`, e.g. ``demo-datastore``)."""
+        if name not in BUNDLED_DATASTORES:
+            raise ConfigError(f"datastore: no bundled datastore named {name!r}; there are "
+                              f"{', '.join(BUNDLED_DATASTORES)}", param="datastore")
+        return cls.read(Path(str(resources.files("ctxleak") / "data" / "demo"
+                                 / BUNDLED_DATASTORES[name])))
 
     def __len__(self) -> int:
         return len(self.documents)

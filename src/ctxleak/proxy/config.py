@@ -44,6 +44,33 @@ def read_classes(path: str | Path) -> dict[str, str]:
     return out
 
 
+def _messages(value: Any) -> tuple[tuple[str, str], ...]:
+    """``prompt_messages`` as (role, content) pairs: a built-in name
+    (:data:`~ctxleak.mitigations.prompts.NAMED_MESSAGES`), or messages as pairs or
+    ``{"role", "content"}`` objects (``ctxleak serve --prompt-messages FILE`` reads a file with
+    every check of the influence run's ``prompt_messages``)."""
+    from ctxleak.mitigations.prompts import NAMED_MESSAGES
+
+    if isinstance(value, str):
+        if value not in NAMED_MESSAGES:
+            raise ConfigError(f"prompt_messages: no built-in prompt named {value!r}; there are "
+                              f"{', '.join(NAMED_MESSAGES)} (a file is read by ctxleak serve "
+                              f"--prompt-messages)", param="prompt_messages")
+        return NAMED_MESSAGES[value]
+    out = []
+    for item in value if isinstance(value, (list, tuple)) else ():
+        pair = (item.get("role"), item.get("content")) if isinstance(item, Mapping) else item
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2
+                and all(isinstance(x, str) for x in pair)):
+            raise ConfigError(f"prompt_messages: {item!r} is not a {{role, content}} message",
+                              param="prompt_messages")
+        out.append((pair[0], pair[1]))
+    if sum(content.count("{context}") for _, content in out) != 1:
+        raise ConfigError("prompt_messages: must be a non-empty list of messages with the slot "
+                          "{context} exactly once", param="prompt_messages")
+    return tuple(out)
+
+
 def check_upstream(url: str) -> None:
     """Refuse an upstream URL the proxy cannot or must not use: a scheme other than http or
     https (named), no host, or credentials written into it (``user:pass@host``), which would
@@ -200,29 +227,23 @@ class ProxyConfig:
         if self.mechanism is not None:
             self._check_mechanism()
         if self.prompt_messages is not None:
-            from ctxleak.methods.rag.app_prompt import load_prompt_messages
-
-            object.__setattr__(self, "prompt_messages",
-                               load_prompt_messages(self.prompt_messages))
+            object.__setattr__(self, "prompt_messages", _messages(self.prompt_messages))
         if self.datastore is not None:
             self._read_datastore()
 
     def _read_datastore(self) -> None:
         """``datastore`` as a :class:`~ctxleak.mitigations.datastore.Datastore` (a file, or a
         bundled set's name), and a mechanism to answer over it."""
-        from ctxleak.methods.influence.mechanism_mode import DEMO_DATASTORES
-        from ctxleak.mitigations.datastore import Datastore
-        from ctxleak.run.records import demo_path
+        from ctxleak.mitigations.datastore import BUNDLED_DATASTORES, Datastore
 
         store = self.datastore
-        if isinstance(store, (str, Path)) and str(store) in DEMO_DATASTORES \
-                and not Path(store).exists():
-            store = demo_path(DEMO_DATASTORES[str(store)])
+        if isinstance(store, str) and store in BUNDLED_DATASTORES and not Path(store).exists():
+            store = Datastore.bundled(store)
         if isinstance(store, (str, Path)):
             store = Datastore.read(store)
         if not isinstance(store, Datastore):
             raise ConfigError(f"datastore must be a Datastore, a JSONL file or "
-                              f"{', '.join(DEMO_DATASTORES)}, not {type(store).__name__}",
+                              f"{', '.join(BUNDLED_DATASTORES)}, not {type(store).__name__}",
                               param="datastore")
         if self.mechanism is None:
             raise ConfigError("a datastore is answered over by a mechanism: give one too "

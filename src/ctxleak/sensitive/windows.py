@@ -22,10 +22,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar, cast
 
-if TYPE_CHECKING:  # detect.py reads its addresses in windows: no import at run time
-    from ctxleak.sensitive.detect import Span
+
+class _Found(Protocol):
+    """A find: a dataclass with its offsets and text (detect.py's ``Span``, which imports this
+    module, so it is not named here)."""
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def end(self) -> int: ...
+
+
+Found = TypeVar("Found", bound=_Found)
 
 __all__ = ["MARGIN", "SIZE", "SNAP", "Window", "find_windowed", "longest_window", "windows"]
 
@@ -90,17 +101,17 @@ def longest_window(size: int = SIZE, margin: int = MARGIN) -> int:
     return size + 2 * margin + SNAP
 
 
-def find_windowed(finder: Callable[[str], list[Span]], text: str, size: int = SIZE,
-                  margin: int = MARGIN) -> list[Span]:
+def find_windowed(finder: Callable[[str], list[Found]], text: str, size: int = SIZE,
+                  margin: int = MARGIN) -> list[Found]:
     """What ``finder`` finds in each window of ``text``, with offsets into ``text``: each find
     kept from the window that owns its start (so never twice), sorted by position. ``finder``
     may return overlapping spans; they are returned as found."""
-    found: list[Span] = []
+    found: list[Found] = []
     for w in windows(text, size, margin):
         part = text[w.start:w.end]
         for s in finder(part):
             start, end = w.start + s.start, w.start + s.end
             if w.own_start <= start < w.own_end:
                 found.append(s if w.start == 0 else
-                             replace(s, start=start, end=end, text=text[start:end]))
+                             replace(cast(Any, s), start=start, end=end, text=text[start:end]))
     return sorted(found, key=lambda s: (s.start, s.end))

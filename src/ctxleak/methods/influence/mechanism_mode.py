@@ -52,7 +52,12 @@ from ctxleak.methods.influence.pipeline import Controls, score_drawn
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.rag.app_prompt import app_messages
 from ctxleak.mitigations.cid import CID
-from ctxleak.mitigations.datastore import Datastore, datastore_of, word_similarity
+from ctxleak.mitigations.datastore import (
+    BUNDLED_DATASTORES,
+    Datastore,
+    datastore_of,
+    word_similarity,
+)
 from ctxleak.mitigations.mechanisms import (
     RELATIONS,
     AnswerRequest,
@@ -69,13 +74,12 @@ from ctxleak.mitigations.prompts import (
     template_prompt,
 )
 from ctxleak.run.inputs import is_named
-from ctxleak.run.records import demo_path
 
 #: One measurement job: the example, its setting, its seed.
 Job = tuple[InfluenceExample, Setting, int]
 
 #: The bundled sets that come with a datastore of their own (a JSONL of {id, text}).
-DEMO_DATASTORES = {"demo-datastore": "datastore/documents.jsonl"}
+DEMO_DATASTORES = BUNDLED_DATASTORES
 
 #: The ``datastore`` value that keeps each question's own retrieved list.
 RETRIEVED = "retrieved"
@@ -142,9 +146,9 @@ def resolve_datastore(option: Any, data: Any, examples: Sequence[InfluenceExampl
         return None
     if option is not None:
         return datastore_of(option)
-    for name, file in DEMO_DATASTORES.items():
+    for name in DEMO_DATASTORES:
         if is_named(data, name):
-            return Datastore.read(demo_path(file))
+            return Datastore.bundled(name)
     pooled = [(str(d.id), d.text) for ex in examples for d in ex.documents or ()
               if d.id is not None]
     return Datastore.of(pooled) if pooled else None
