@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ctxleak.methods.attacks.attack_ledger import EXTRACTION_FIELDS
 from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import print_closing, print_rows
@@ -144,6 +145,7 @@ def extraction_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 #: The ledger's columns as shown, with their units.
 LEDGER_COLUMNS = {"rank": "rank", "document": "document",
+                  "harm": "harm (worst thing got out)",
                   "verbatim": "verbatim copies (answers)",
                   "near_verbatim": "near-verbatim copies (answers)",
                   "longest_span": "longest span (words)", "best_rouge_l": "best ROUGE-L F1",
@@ -159,7 +161,8 @@ def ledger_rows(ledger: Sequence[Mapping[str, Any]], limit: int = 50) -> list[di
         for key, label in LEDGER_COLUMNS.items():
             if key in r and (key != "member" or r[key] is not None):
                 value = r[key]
-                row[label] = len(value) if isinstance(value, (list, tuple)) else value
+                row[label] = len(value) if isinstance(value, (list, tuple)) else \
+                    "not measured" if value is None and key in EXTRACTION_FIELDS else value
         for attack, score in (r.get("membership") or {}).items():
             row[f"{attack} score (0-1)"] = score
         for key, value in (r.get("influence") or {}).items():

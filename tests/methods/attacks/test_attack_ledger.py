@@ -40,10 +40,40 @@ def test_counts_and_rank_by_hand() -> None:
         (0, 1, 1)
     assert by["pay"]["best_rouge_l"] == 0.55 and by["pay"]["membership"] == {"mask": 0.2}
     assert by["never"]["verbatim"] == 0 and by["never"]["member"] is None
-    # hr (verbatim) > pay (a value) > quiet (member scoring 0.6) > never > out (a non-member
-    # scores nothing an attacker gets, whatever its score)
+    # by harm: hr and pay carried personal data (hr's e-mail, pay's money; hr's copies break
+    # the tie) > quiet (a member scoring 0.6) > never > out (a non-member gets an attacker
+    # nothing, whatever its score)
     assert [r["document"] for r in rows] == ["hr", "pay", "quiet", "never", "out"]
+    assert [r["harm"] for r in rows] == ["personal data", "personal data", "membership",
+                                         "none", "none"]
     assert [r["rank"] for r in rows] == [1, 2, 3, 4, 5]
+
+
+def test_a_secret_carried_out_ranks_above_a_public_note_copied_whole() -> None:
+    """A runbook whose answer carried a database password and an API key ranks first, above a
+    note copied verbatim many times: the ledger ranks harm, not volume."""
+    secrets = ({"text": "Tr0ub4dor&3", "type": "password"},
+               {"text": "sk-live-4f9a8b7c6d5e", "type": "secret"})
+    extraction = [{"matches": [match("quarterly-note", 40, 1.0)]} for _ in range(5)]
+    extraction += [{"matches": [match("runbook", 3, None, secrets)]},
+                   {"matches": [match("hr-file", 2, None, (EMAIL,))]},
+                   {"matches": [match("draft", 5, 0.6)]}]
+    rows = attack_ledger(["quiet"], extraction=extraction)
+    assert [(r["document"], r["harm"]) for r in rows] == [
+        ("runbook", "secrets"), ("hr-file", "personal data"), ("quarterly-note", "verbatim"),
+        ("draft", "near-verbatim"), ("quiet", "none")]
+
+
+def test_a_measure_no_attack_took_is_not_measured_not_zero() -> None:
+    """A run of membership alone looked for no copies: its ledger says so, never 0 copies."""
+    from ctxleak.report.attacks import ledger_rows
+
+    rows = attack_ledger(["quiet"], membership=MEMBERSHIP)
+    assert all(r["verbatim"] is None and r["values"] is None for r in rows)
+    shown = ledger_rows(rows)
+    assert shown[0]["verbatim copies (answers)"] == "not measured"
+    assert shown[0]["harm (worst thing got out)"] == "membership"
+    assert attack_ledger(["hr"], extraction=EXTRACTION)[0]["verbatim"] == 2
 
 
 def test_join_with_influence_by_document_id() -> None:

@@ -14,9 +14,13 @@ Language Models"); this one says what came out of the black box:
   ``member``.
 
 Where an influence run of the same corpus has a per-document ledger, its rows are joined by
-document id (their ``document`` field) under ``influence``. Documents are ranked by what an
-attacker demonstrably gets: verbatim copies, then values carried out, then near-verbatim
-copies, then the largest membership score of a member, then the id.
+document id (their ``document`` field) under ``influence``. Documents are ranked by harm, what
+an attacker demonstrably got that hurts most, and ``harm`` names the tier (:data:`HARMS`):
+secrets and credentials carried out (passwords, keys, PINs), then personal data, then verbatim
+copies, then near-verbatim copies, then membership (a member's largest score), then nothing;
+within a tier by the counts of each, in that order, then the id. A measure no attack of the
+run took (no extraction records: no copies were looked for) is None, shown as not measured,
+never 0.
 """
 
 from __future__ import annotations
@@ -26,6 +30,14 @@ from typing import Any
 
 from ctxleak.methods.attacks.extract import AttackDocument
 from ctxleak.methods.attacks.membership import document_scores
+
+#: The tiers of harm, most harmful first (the ledger's ``harm`` column).
+HARMS = ("secrets", "personal data", "verbatim", "near-verbatim", "membership", "none")
+#: The value types that are secrets and credentials (:data:`ctxleak.sensitive.SENSITIVE_TYPES`);
+#: every other type carried out is personal data.
+SECRET_TYPES = frozenset({"password", "secret", "pin"})
+#: The fields only an extraction attack measures.
+EXTRACTION_FIELDS = ("verbatim", "near_verbatim", "longest_span", "values")
 
 #: The influence ledger's fields carried into a joined row.
 INFLUENCE_FIELDS = ("retrieved", "leaked", "leak_max", "copied", "influence_sum",
@@ -53,10 +65,25 @@ def _add_extraction(rows: dict[str, dict[str, Any]],
                     row["values"].append(dict(value))
 
 
-def _rank_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+def _counts(row: Mapping[str, Any]) -> tuple[int, int, int, int, float]:
+    """Secrets, personal values, verbatim and near-verbatim copies, and a member's best
+    membership score (0 for what was not measured)."""
+    values = row["values"] or []
+    secrets = sum(1 for v in values if v.get("type") in SECRET_TYPES)
     best = max(row["membership"].values(), default=0.0) if row["member"] else 0.0
-    return (-row["verbatim"], -len(row["values"]), -row["near_verbatim"], -best,
-            row["document"])
+    return (secrets, len(values) - secrets, row["verbatim"] or 0, row["near_verbatim"] or 0,
+            best)
+
+
+def harm(row: Mapping[str, Any]) -> str:
+    """The row's tier of harm (:data:`HARMS`): the most harmful thing an attack got."""
+    counts = _counts(row)
+    first = next((k for k, c in enumerate(counts) if c > 0), len(counts))
+    return HARMS[first]
+
+
+def _rank_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (HARMS.index(row["harm"]), *(-c for c in _counts(row)), row["document"])
 
 
 def attack_ledger(documents: Sequence[AttackDocument | str] = (), *,
@@ -64,8 +91,8 @@ def attack_ledger(documents: Sequence[AttackDocument | str] = (), *,
                   membership: Sequence[Mapping[str, Any]] = (),
                   influence: Sequence[Mapping[str, Any]] | None = None
                   ) -> list[dict[str, Any]]:
-    """The ledger's rows, most exposed first (module docstring), each with its ``rank`` (1 is
-    the most exposed). ``documents``: every document to list (ids or documents), also those
+    """The ledger's rows, most harmful first (module docstring), each with its ``harm`` and
+    ``rank`` (1 is the most harmful). ``documents``: every document to list (ids or documents), also those
     no attack touched; ``extraction``/``membership``: the attacks' records; ``influence``: an
     influence run's per-document ledger rows (joined on their ``document`` field)."""
     rows: dict[str, dict[str, Any]] = {}
@@ -84,10 +111,16 @@ def attack_ledger(documents: Sequence[AttackDocument | str] = (), *,
             found = joined.get(doc_id)
             row["influence"] = None if found is None else {
                 k: found.get(k) for k in INFLUENCE_FIELDS if k in found}
+    if not extraction:  # nothing looked for copies: not measured, never 0
+        for row in rows.values():
+            row.update(dict.fromkeys(EXTRACTION_FIELDS))
+    for row in rows.values():
+        row["harm"] = harm(row)
     ranked = sorted(rows.values(), key=_rank_key)
     for k, row in enumerate(ranked):
         row["rank"] = k + 1
     return ranked
 
 
-__all__ = ["INFLUENCE_FIELDS", "attack_ledger"]
+__all__ = ["EXTRACTION_FIELDS", "HARMS", "INFLUENCE_FIELDS", "SECRET_TYPES", "attack_ledger",
+           "harm"]
