@@ -136,9 +136,24 @@ def test_membership_positive_control(split: Any) -> None:
         assert out["auc"] >= 0.95, (attack, out["auc"])
         assert out["auc_ci"]["low"] > 0.5
         assert out["unasked"] == [] and out["n_members"] + out["n_non_members"] == 15
-        # 15 documents are too few to show any ε at 95 % even at perfect separation: the
-        # summary says how many would (6 measured per side: 0.025^(1/6) > 1/2)
-        assert out["eps"]["eps_lower"] == 0 and 20 <= out["eps"]["documents_needed"] <= 30
+        # 7 members and 8 non-members, every score 0 or 1 (one candidate threshold): every
+        # document measures, at 1 − 0.05/3 (the best of 3 attacks is reported), so a perfect
+        # attack shows a little (the split-half rule, before, measured 4 + 4 and showed 0)
+        eps = out["eps"]
+        assert (eps["threshold_rule"], eps["candidates"]) == ("all-trials", 1)
+        assert eps["confidence"] == pytest.approx(1 - 0.05 / 3, abs=1e-15)
+        a = 0.05 / 3 / 2  # each one-sided end
+        tpr_lo, fpr_hi = a ** (1 / 7), 1 - a ** (1 / 8)
+        assert eps["eps_lower"] == pytest.approx(math.log(tpr_lo / fpr_hi), abs=1e-12)
+        assert eps["eps_lower"] == eps["eps_max_showable"] and eps["documents_needed"] <= 15
+    assert summary["eps_lower"] == pytest.approx(math.log(tpr_lo / fpr_hi), abs=1e-12)
+    assert (summary["joint_confidence"], summary["attacks_compared"]) == (0.95, 3)
+    text = summary["verdict"]["text"]
+    assert text.startswith("ε ≥ 0.11 nats shown (joint confidence 95 % over 3 attacks")
+    assert "no attack could show more than 0.11 nats" in text
+    assert "1 − α/3 (Bonferroni)" in summary["verdict"]["rule"]
+    assert "independent trials" in summary["assumptions"]
+    assert "distribution shift" in summary["assumptions"]
 
 
 def test_membership_negative_control(split: Any) -> None:
@@ -150,6 +165,9 @@ def test_membership_negative_control(split: Any) -> None:
         out = summary["attacks"][attack]
         assert covers(out["auc_ci"], 0.5), (attack, out["auc_ci"])
         assert out["eps"]["eps_lower"] == 0.0 and out["eps"]["law"] == "holds"
+    assert summary["verdict"]["text"].startswith("Not shown: a bound of 0 means the attack did "
+                                                 "not show a leak, not that there is none")
+    assert summary["law"] == "holds"
 
 
 def clopper_pearson_by_hand(k: int, n: int, alpha: float) -> tuple[float, float]:
@@ -198,12 +216,35 @@ def test_hand_recomputation_of_one_audit() -> None:
     n_in = sum(member[d] for d in measured)
     n_out = len(measured) - n_in
     assert (tp, fp, n_in, n_out) == (eps["tp"], eps["fp"], eps["n_in"], eps["n_out"])
-    tpr_lo = clopper_pearson_by_hand(tp, n_in, 0.05)[0]
-    fpr_hi = clopper_pearson_by_hand(fp, n_out, 0.05)[1]
-    sides = [math.log(tpr_lo / fpr_hi) if tpr_lo > 0 else 0.0,
-             math.log((1 - fpr_hi) / (1 - tpr_lo)) if 1 - fpr_hi > 0 else 0.0]
-    assert eps["eps_lower"] == pytest.approx(max(0.0, *sides))
+    # the all-trials rule: every document measures, each candidate threshold (the distinct
+    # scores above the lowest, fewer than 20 here) at 1 − 0.05/m, the largest bound kept
+    assert eps["threshold_rule"] == "all-trials" and len(measured) == len(score)
+    grid = sorted(set(score.values()))[1:]
+    assert eps["candidates"] == len(grid) < 20
+    alpha = 0.05 / len(grid)
+
+    def bound(k: int, n: int, j: int, m: int) -> float:
+        tpr_lo = clopper_pearson_by_hand(k, n, alpha)[0]
+        fpr_hi = clopper_pearson_by_hand(j, m, alpha)[1]
+        sides = [math.log(tpr_lo / fpr_hi) if tpr_lo > 0 else 0.0,
+                 math.log((1 - fpr_hi) / (1 - tpr_lo)) if 1 - fpr_hi > 0 else 0.0]
+        return max(0.0, *sides)
+
+    assert eps["eps_lower"] == pytest.approx(bound(tp, n_in, fp, n_out), abs=1e-12)
+    best_by_hand = max(bound(sum(p >= c for p in pos), len(pos), sum(n >= c for n in neg),
+                             len(neg)) for c in grid)
+    assert eps["eps_lower"] == pytest.approx(best_by_hand, abs=1e-12)
     assert out["auc"] < 1.0 and eps["eps_lower"] > 0  # the case is not degenerate
+    # a perfect attack with these counts, and the documents these rates need, by a scan
+    perfect = bound(len(pos), len(pos), 0, len(neg))
+    assert eps["eps_max_showable"] == pytest.approx(perfect, abs=1e-12)
+    need = eps["documents_needed"]
+
+    def shows(n: int) -> bool:
+        k, j = (n + 1) // 2, n // 2
+        return bound(round(eps["tpr"] * k), k, round(eps["fpr"] * j), j) > 0
+
+    assert shows(need) and not any(shows(n) for n in range(2, need))
 
 
 def test_a_target_failing_mid_run_keeps_the_answers(tmp_path: Path, split: Any) -> None:

@@ -9,18 +9,27 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import beta, norm
 
 from ctxleak.errors import ConfigError
 from ctxleak.methods.attacks.lower_bound import (
     HOLDS,
     NO_GUARANTEE,
     VIOLATED,
+    auc_min_detectable,
     audit_scores,
+    candidate_thresholds,
+    choose_rule,
     choose_threshold,
     clopper_pearson,
+    documents_needed,
     eps_lower_bound,
+    eps_max_showable,
+    joint_confidence,
     law,
+    power_verdict,
 )
+from ctxleak.methods.attacks.roc import covers, roc_summary
 
 
 def test_perfect_attack_bound_by_hand():
@@ -60,7 +69,7 @@ def test_threshold_chosen_on_one_half_measured_on_the_other():
     rng = np.random.default_rng(0)
     coins = (rng.random(41) < 0.5).tolist()
     scores = rng.normal(size=41).tolist()
-    out = audit_scores(scores, coins, seed=3)
+    out = audit_scores(scores, coins, seed=3, rule="split-half")
     n_in = sum(coins)
     # half of each side of the coin (rounded down) chooses, the rest measures
     assert out["n_in"] == n_in - n_in // 2 and out["n_out"] == (41 - n_in) - (41 - n_in) // 2
@@ -72,6 +81,7 @@ def test_threshold_chosen_on_one_half_measured_on_the_other():
                                                 [coins[i] for i in select])
     fixed = audit_scores(scores, coins, threshold=0.0)
     assert fixed["n_in"] + fixed["n_out"] == 41 and fixed["split_seed"] is None
+    assert fixed["threshold_rule"] == "fixed" and fixed["bound_confidence"] == 0.95
 
 
 def test_threshold_picked_on_the_measured_trials_would_inflate():
@@ -109,3 +119,134 @@ def test_bad_confidence_and_scores_are_refused():
             eps_lower_bound(1, 2, 0, 2, confidence)
     with pytest.raises(ConfigError, match="one length"):
         audit_scores([1.0, 2.0], [True])
+
+
+def bound_by_hand(tp: int, n_in: int, fp: int, n_out: int, alpha: float) -> float:
+    """The ε lower bound from the Beta quantiles, each end one-sided at α/2."""
+    lo = 0.0 if tp == 0 else float(beta.ppf(alpha / 2, tp, n_in - tp + 1))
+    hi = 1.0 if fp == n_out else float(beta.ppf(1 - alpha / 2, fp + 1, n_out - fp))
+    sides = [math.log(lo / hi) if lo > 0 else 0.0,
+             math.log((1 - hi) / (1 - lo)) if 1 - hi > 0 else 0.0]
+    return max(0.0, *sides)
+
+
+def test_all_trials_rule_by_hand():
+    # 30 + 30 trials, scores on a grid of 0..5: the 5 candidates (the distinct scores above the
+    # lowest) each bounded on all 60 trials at 1 − 0.05/5, the largest kept
+    rng = np.random.default_rng(1)
+    coins = [True] * 30 + [False] * 30
+    scores = [int(min(5, max(0, round(x)))) for x in rng.normal(1.5, 1.0, 60) + 2.5 *
+              np.asarray(coins)]
+    out = audit_scores(scores, coins, rule="all-trials")
+    grid = sorted(set(scores))[1:]
+    assert candidate_thresholds(scores) == grid and out["candidates"] == len(grid)
+    assert out["bound_confidence"] == pytest.approx(1 - 0.05 / len(grid), abs=1e-15)
+    assert out["confidence"] == 0.95 and out["n_in"] + out["n_out"] == 60
+    want = max(bound_by_hand(sum(s >= t for s, c in zip(scores, coins) if c), 30,
+                             sum(s >= t for s, c in zip(scores, coins) if not c), 30,
+                             0.05 / len(grid)) for t in grid)
+    assert want > 0 and out["eps_lower"] == pytest.approx(want, abs=1e-12)
+    # more distinct scores than the cap: that many of them, evenly spaced, the lowest left out
+    many = candidate_thresholds(list(range(100)), 20)
+    assert len(many) == 20 and many[0] == 1.0 and many[-1] == 99.0
+
+
+def test_power_of_a_perfect_attack_by_hand():
+    # the split-half rule: 15 documents (8 + 7) measure 4 + 4: 0.025^(1/4) < 1/2, nothing shows
+    assert eps_max_showable(8, 7, rule="split-half") == 0.0
+    # 25 documents (13 + 12) measure 7 + 6
+    lo, hi = 0.025 ** (1 / 7), 1 - 0.025 ** (1 / 6)
+    assert eps_max_showable(13, 12, rule="split-half") == pytest.approx(
+        max(math.log(lo / hi), math.log((1 - hi) / (1 - lo))), abs=1e-12)
+    # the all-trials rule with 4 candidates: all 13 + 12 at 1 − 0.05/4
+    a = 0.05 / 4 / 2
+    lo, hi = a ** (1 / 13), 1 - a ** (1 / 12)
+    assert eps_max_showable(13, 12, rule="all-trials", candidates=4) == pytest.approx(
+        max(math.log(lo / hi), math.log((1 - hi) / (1 - lo))), abs=1e-12)
+    # the verdicts: nothing shown and nothing showable, nothing shown, something shown
+    none = power_verdict(0.0, 0.0, 8, 7, 0.95)
+    assert none.startswith("Not shown: a bound of 0 means the attack did not show a leak, "
+                           "not that there is none") and "with 15 documents" in none
+    assert "no attack could show ε > 0" in none
+    weak = power_verdict(0.0, 2.3, 40, 40, 0.95)
+    assert "a perfect attack could have shown ε ≥ 2.3 nats" in weak
+    shown = power_verdict(0.41, 2.3, 40, 40, 0.95, attacks=3, best="mask")
+    assert shown == ("ε ≥ 0.41 nats shown (joint confidence 95 % over 3 attacks, by the mask "
+                     "attack); with 40 members and 40 non-members no attack could show more "
+                     "than 2.3 nats.")
+
+
+def test_the_rule_is_chosen_from_the_counts_alone():
+    # two attacks with the same counts and candidates but different scores get the same rule
+    coins = [True] * 20 + [False] * 20
+    strong = audit_scores([2.0] * 20 + [1.0] * 10 + [0.0] * 10, coins)
+    noise = audit_scores([0.0, 1.0, 2.0, 1.0] * 10, coins)
+    assert strong["candidates"] == noise["candidates"] == 2
+    assert strong["threshold_rule"] == noise["threshold_rule"] == choose_rule(20, 20, 0.95, 2)
+    # at many candidates and large counts the split half can win
+    assert choose_rule(5000, 5000, 0.95, 10 ** 6) == "split-half"
+    assert joint_confidence(0.95, 3) == pytest.approx(1 - 0.05 / 3, abs=1e-15)
+
+
+def test_all_trials_shows_more_than_split_half_on_a_separating_attack():
+    # members N(2, 1), non-members N(0, 1), scores on a 0.1 grid: 120 trials, 20 seeds
+    split, every = [], []
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        coins = np.array([True] * 60 + [False] * 60)
+        scores = np.round(rng.normal(size=120) + 2.0 * coins, 1).tolist()
+        split.append(audit_scores(scores, coins.tolist(), seed=seed,
+                                  rule="split-half")["eps_lower"])
+        every.append(audit_scores(scores, coins.tolist(), seed=seed)["eps_lower"])
+    assert np.mean(every) > np.mean(split) + 0.2
+
+
+def test_documents_needed_is_the_fewest_where_the_criterion_is_not_monotone():
+    # TPR 0.85, FPR 0.25, split-half: the bisection this replaced answered 57
+    def shows(n: int) -> bool:
+        heads, tails = (n + 1) // 2, n // 2
+        k, j = heads - heads // 2, tails - tails // 2
+        return eps_lower_bound(round(0.85 * k), k, round(0.25 * j), j)["eps_lower"] > 0
+
+    found = [n for n in range(2, 80) if shows(n)]
+    assert found[0] == 50
+    assert any(n + 1 not in found for n in found if n < 70)  # shown at n, not at n + 1
+    assert documents_needed(0.85, 0.25, rule="split-half") == 50
+    # the all-trials rule with m candidates, against a scan of the scalar bound
+    def shows_all(n: int, m: int) -> bool:
+        k, j = (n + 1) // 2, n // 2
+        return bound_by_hand(round(0.8 * k), k, round(0.1 * j), j, 0.05 / m) > 0
+
+    need = documents_needed(0.8, 0.1, rule="all-trials", candidates=5)
+    assert need is not None and shows_all(need, 5)
+    assert not any(shows_all(n, 5) for n in range(2, need))
+    assert documents_needed(0.5, 0.5) is None
+
+
+def test_auc_min_detectable_by_hand():
+    # the null standard deviation of the Mann–Whitney AUC, √((n₁ + n₀ + 1) / (12 n₁ n₀)),
+    # times the one-sided normal quantile
+    assert auc_min_detectable(40, 40, 0.95) == pytest.approx(
+        norm.ppf(0.95) * math.sqrt(81 / (12 * 1600)), abs=1e-12)
+    assert auc_min_detectable(0, 5) is None
+    # an AUC that far above ½ is where the approximate one-sided p-value reaches α
+    d = auc_min_detectable(30, 50, 0.99)
+    assert d is not None
+    z = d / math.sqrt((30 + 50 + 1) / (12 * 30 * 50))
+    assert norm.sf(z) == pytest.approx(0.01, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_shuffled_labels_show_nothing(seed: int):
+    """The null check: a strong attack's scores against labels shuffled at random, 20 seeded
+    shuffles: the ε bound is 0 and the AUC interval covers ½ in at least 19 (95 %)."""
+    rng = np.random.default_rng(seed)
+    labels = np.array([True] * 30 + [False] * 30)
+    scores = np.round(rng.normal(size=60) + 3.0 * labels, 1)
+    assert roc_summary(scores, labels, resamples=500)["eps"]["eps_lower"] > 1  # real signal
+    clean = 0
+    for shuffle in range(20):
+        shuffled = np.random.default_rng(1000 + shuffle).permutation(labels)
+        out = roc_summary(scores, shuffled, seed=shuffle, resamples=500)
+        clean += out["eps"]["eps_lower"] == 0 and covers(out["auc_ci"], 0.5)
+    assert clean >= 19

@@ -99,9 +99,19 @@ def test_summary_reuses_the_canary_bound() -> None:
     out = roc_summary(scores, labels, seed=3)
     assert out["auc"] == 1.0 and out["n_members"] == out["n_non_members"] == 20
     assert out["eps"] == audit_scores(scores, labels, seed=3)
-    # measured on 10 + 10: TPR_lo = (0.025)^(1/10), FPR_hi = 1 - 0.025^(1/10)
-    lo = 0.025 ** (1 / 10)
-    assert out["eps"]["eps_lower"] == pytest.approx(math.log(lo / (1 - lo)))
+    # one candidate threshold (scores 0 and 1): the all-trials rule measures on 20 + 20 at
+    # 95 %, TPR_lo = 0.025^(1/20), FPR_hi = 1 - 0.025^(1/20) (the split-half rule, this
+    # figure before, measured on 10 + 10 only: 0.025^(1/10))
+    lo = 0.025 ** (1 / 20)
+    assert out["eps"]["threshold_rule"] == "all-trials" and out["eps"]["candidates"] == 1
+    assert out["eps"]["eps_lower"] == pytest.approx(math.log(lo / (1 - lo)), abs=1e-12)
+    assert out["eps"]["eps_max_showable"] == out["eps"]["eps_lower"]  # a perfect attack
+    half = 0.025 ** (1 / 10)
+    split = audit_scores(scores, labels, seed=3, rule="split-half")
+    assert split["eps_lower"] == pytest.approx(math.log(half / (1 - half)), abs=1e-12)
+    # the smallest AUC − ½ the one-sided rank test detects at 95 %: z_0.95 · √(41 / (12·400))
+    assert out["auc_min_detectable"] == pytest.approx(1.6448536269514722 * math.sqrt(41 / 4800),
+                                                      abs=1e-12)
     assert [t["fpr_target"] for t in out["tpr_at_fpr"]] == [0.01, 0.1]
 
 

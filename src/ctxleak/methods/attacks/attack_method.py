@@ -26,7 +26,6 @@ from ctxleak.engine.batching import BatchPolicy
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.attacks.attack_ledger import attack_ledger
 from ctxleak.methods.attacks.canary import CONFIDENCE, law
-from ctxleak.methods.attacks.canary_method import trials_needed
 from ctxleak.methods.attacks.extract import (
     COMMANDS,
     AttackDocument,
@@ -37,6 +36,7 @@ from ctxleak.methods.attacks.extract import (
     extraction_summary,
     match_answer,
 )
+from ctxleak.methods.attacks.lower_bound import documents_needed
 from ctxleak.methods.attacks.membership import (
     ATTACKS,
     MembershipQuestion,
@@ -300,11 +300,14 @@ class MembershipMethod(_AttackMethod):
     def summarize(self, ready: AttackReady, records: Sequence[Mapping[str, Any]]
                   ) -> dict[str, Any]:
         """Per attack: ROC, AUC with its interval, TPR at FPR 1 % and 10 %, the ε lower bound
-        (:func:`.membership.membership_summary`), beside ``eps_claimed`` with the ``law``
-        (:func:`.canary.law`) and the ``documents_needed`` (half members) to show an ε above
-        0 at the measured rates (:func:`.canary_method.trials_needed`), and ``unasked``: the
+        at 1 − α/k with its power (:func:`.membership.membership_summary`), beside
+        ``eps_claimed`` with the ``law`` (:func:`.canary.law`) and the ``documents_needed``
+        (half members) to show an ε above 0 at the measured rates under the same threshold
+        rule and confidence (:func:`.lower_bound.documents_needed`), and ``unasked``: the
         documents the attack had no question for (no word to mask or ask for), left out of
-        its ROC; the ledger."""
+        its ROC; the joint figures (``eps_lower``: the best attack's bound at ``confidence``
+        jointly, ``eps_max_showable``, ``verdict`` …) with the ``law`` of the best bound; the
+        ledger."""
         p: MembershipParams = self.params
         out = membership_summary(records, seed=self.common.seed, confidence=p.confidence,
                                  resamples=p.resamples)
@@ -320,7 +323,11 @@ class MembershipMethod(_AttackMethod):
                 eps["eps_claimed"] = p.eps_claimed
                 eps["law"] = law(eps["eps_lower"], p.eps_claimed)
                 eps["documents_needed"] = None if eps["tpr"] is None or eps["fpr"] is None \
-                    else trials_needed(eps["tpr"], eps["fpr"], p.confidence)
+                    else documents_needed(eps["tpr"], eps["fpr"], eps["confidence"],
+                                          rule=eps["threshold_rule"],
+                                          candidates=eps["candidates"])
+        if out.get("eps_lower") is not None:
+            out["law"] = law(out["eps_lower"], p.eps_claimed)
         return {**out, "target": ready.target.describe(), "eps_claimed": p.eps_claimed,
                 **self._per_document(ready, membership=records)}
 

@@ -34,7 +34,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxleak.errors import ConfigError
-from ctxleak.methods.attacks.lower_bound import CONFIDENCE, VIOLATED, audit_scores, law
+from ctxleak.methods.attacks.lower_bound import (
+    CONFIDENCE,
+    SPLIT_HALF,
+    VIOLATED,
+    audit_scores,
+    law,
+)
 from ctxleak.methods.influence.data import InfluenceExample
 
 #: The sentence that plants a canary in a document, and the question that asks for it.
@@ -131,7 +137,9 @@ def reading(summary: dict[str, Any]) -> str:
     rates = ", ".join(f"{name} {summary[key]:.2f}" for name, key in (("TPR", "tpr"), ("FPR", "fpr"))
                       if summary.get(key) is not None)
     head = (f"An attacker demonstrates ε ≥ {lo:.3g} at {conf} confidence ({rates} on "
-            f"{summary['n_in'] + summary['n_out']} measured trials)")
+            f"{summary['n_in'] + summary['n_out']} measured trials")
+    top = summary.get("eps_max_showable")
+    head += ")" if top is None else f"; no attack on these trials could show more than {top:.3g})"
     if up is None:
         return head + "; the setting has no bound, so this is the leak an attacker can demonstrate."
     if summary["law"] == VIOLATED:
@@ -148,8 +156,11 @@ def summarize_trials(records: Sequence[dict[str, Any]], *, seed: int = 0,
     (:func:`audit_scores`), the guarantee (:func:`guarantee`), the law and its reading."""
     if len(records) < 2:
         raise ConfigError(f"an audit needs at least 2 trials, got {len(records)}", param="trials")
+    # the split-half rule, as this audit has always been read: its stored numbers are checked
+    # (checks.counts_and_bound) against the counts at the summary's confidence, which the
+    # all-trials rule's Bonferroni share would not match
     out = audit_scores([r["score"] for r in records], [bool(r["included"]) for r in records],
-                       seed=seed, confidence=confidence, threshold=threshold)
+                       seed=seed, confidence=confidence, threshold=threshold, rule=SPLIT_HALF)
     up = guarantee([r.get("composed_eps") for r in records])
     out.update({"n_trials": len(records), "eps_guarantee": up,
                 "law": law(out["eps_lower"], up)})

@@ -40,9 +40,15 @@ from typing import Any
 
 from ctxleak.errors import InputError
 from ctxleak.methods.attacks.extract import AttackDocument, as_documents, match_document
-from ctxleak.methods.attacks.lower_bound import CONFIDENCE
+from ctxleak.methods.attacks.lower_bound import (
+    CONFIDENCE,
+    MAX_CANDIDATES,
+    joint_confidence,
+    power_verdict,
+)
 from ctxleak.methods.attacks.roc import FPR_TARGETS, RESAMPLES, roc_summary
 from ctxleak.methods.text_match import words
+from ctxleak.methods.verdict import make_verdict
 
 #: The attacks, in the order they are run and reported.
 ATTACKS = ("direct", "mask", "interrogation")
@@ -251,27 +257,96 @@ def document_scores(records: Sequence[Mapping[str, Any]]
     return out
 
 
+#: What the bound assumes, in words (every membership summary carries it).
+ASSUMPTIONS = ("The documents of one datastore are treated as independent trials: the ε bound "
+               "holds for the datastore's documents as drawn, each document one trial. "
+               "Non-members the user gives (not a random hold-out of the same corpus) also "
+               "measure distribution shift: an attack may tell the two sets apart by their "
+               "topic or style, not by membership.")
+
+
 def membership_summary(records: Sequence[Mapping[str, Any]], *, seed: int = 0,
                        confidence: float = CONFIDENCE, fprs: Sequence[float] = FPR_TARGETS,
                        resamples: int = RESAMPLES) -> dict[str, Any]:
     """Per attack, :func:`ctxleak.methods.attacks.roc.roc_summary` over its documents'
     scores (:func:`document_scores`), or ``{"skipped": why}`` where its documents are all on
-    one side; plus ``best``: the attack with the largest AUC."""
+    one side; plus ``best``: the attack with the largest AUC.
+
+    The summary reports the best ε bound of the k attacks scored, so each attack's bound is at
+    1 − α/k (Bonferroni: :func:`ctxleak.methods.attacks.lower_bound.joint_confidence`) and the
+    maximum ``eps_lower`` (by ``eps_attack``) holds at ``joint_confidence`` = ``confidence``
+    over ``attacks_compared`` = k; ``eps_max_showable`` is the most a perfect attack could
+    show with these documents (the largest over the attacks), ``auc_min_detectable`` the
+    smallest AUC − ½ detectable (the smallest over the attacks), ``threshold_rule`` the rules
+    used, ``verdict`` the sentence that opens the report and ``assumptions`` what the bound
+    assumes (:data:`ASSUMPTIONS`)."""
     per = document_scores(records)
     out: dict[str, Any] = {}
+    scorable = [a for a in ATTACKS if a in per and
+                len({m for _, m in per[a].values()}) == 2]  # from the labels alone
+    level = joint_confidence(confidence, len(scorable))
     for attack in [a for a in ATTACKS if a in per]:
         pairs = list(per[attack].values())
         labels = [m for _, m in pairs]
-        if all(labels) or not any(labels):
+        if attack not in scorable:
             out[attack] = {"skipped": "its questions cover members or non-members only"}
             continue
         out[attack] = roc_summary([s for s, _ in pairs], labels, seed=seed,
-                                  confidence=confidence, fprs=fprs, resamples=resamples)
+                                  confidence=confidence, fprs=fprs, resamples=resamples,
+                                  eps_confidence=level)
     scored = {a: v["auc"] for a, v in out.items() if "auc" in v}
-    return {"attacks": out, "best": max(scored, key=lambda a: scored[a]) if scored else None}
+    summary: dict[str, Any] = {"attacks": out,
+                               "best": max(scored, key=lambda a: scored[a]) if scored else None}
+    return {**summary, **power_summary(out, confidence)}
 
 
-__all__ = ["ATTACKS", "DIRECT_TEMPLATE", "INTERROGATION_TEMPLATE", "MASK_TEMPLATE",
+def power_summary(attacks: Mapping[str, Mapping[str, Any]], confidence: float
+                  ) -> dict[str, Any]:
+    """The summary's joint figures over the attacks with an ``eps`` (membership_summary's
+    docstring): the best bound and its attack, the joint confidence, the power, the rules, the
+    verdict and the assumptions."""
+    bounds = {a: v for a, v in attacks.items() if isinstance(v.get("eps"), Mapping)}
+    if not bounds:
+        return {"eps_lower": None, "eps_attack": None, "joint_confidence": confidence,
+                "attacks_compared": 0, "eps_max_showable": None, "auc_min_detectable": None,
+                "threshold_rule": None, "verdict": make_verdict(
+                    "No attack could be scored: each needs members and non-members among the "
+                    "documents it asked about.", ASSUMPTIONS), "assumptions": ASSUMPTIONS}
+    top = max(bounds, key=lambda a: bounds[a]["eps"]["eps_lower"])
+    eps = float(bounds[top]["eps"]["eps_lower"])
+    eps_max = max(float(v["eps"]["eps_max_showable"]) for v in bounds.values())
+    widest = max(bounds.values(), key=lambda v: (v["n_members"] + v["n_non_members"]))
+    detectable = [v["auc_min_detectable"] for v in bounds.values()
+                  if v.get("auc_min_detectable") is not None]
+    rules = sorted({str(v["eps"]["threshold_rule"]) for v in bounds.values()})
+    return {"eps_lower": eps, "eps_attack": top if eps > 0 else None,
+            "joint_confidence": confidence, "attacks_compared": len(bounds),
+            "eps_max_showable": eps_max,
+            "auc_min_detectable": min(detectable) if detectable else None,
+            "threshold_rule": ", ".join(rules),
+            "verdict": make_verdict(power_verdict(
+                eps, eps_max, int(widest["n_members"]), int(widest["n_non_members"]),
+                confidence, attacks=len(bounds), best=top if eps > 0 else None),
+                verdict_rule(len(bounds), confidence, ", ".join(rules))),
+            "assumptions": ASSUMPTIONS}
+
+
+def verdict_rule(attacks: int, confidence: float, rules: str) -> str:
+    """The rule behind the membership verdict, in words, with what it assumes."""
+    conf = f"{100 * confidence:.0f} %"
+    each = (f"each of the {attacks} attacks bounded at 1 − α/{attacks} (Bonferroni) so that "
+            f"the best holds at {conf} jointly" if attacks > 1 else f"at {conf} confidence")
+    return (f"ε ≥: the Clopper–Pearson lower bound from the true and false positives of "
+            f"'score ≥ threshold: member' (\"Auditing Differentially Private Machine Learning: "
+            f"How Private is Private SGD?\"), {each}; threshold rule: {rules} (all-trials: every "
+            f"document measures, at each of at most {MAX_CANDIDATES} candidate thresholds with "
+            f"a Bonferroni share; split-half: chosen on half, measured on the other; the rule "
+            f"is chosen from the counts alone). The most any attack could show: a perfect "
+            f"attack's bound with the same counts, confidence and rule. {ASSUMPTIONS}")
+
+
+__all__ = ["ASSUMPTIONS", "ATTACKS", "DIRECT_TEMPLATE", "INTERROGATION_TEMPLATE", "MASK_TEMPLATE",
            "MembershipQuestion", "check_membership", "direct_verdict", "document_frequency",
            "document_scores", "given", "interrogation_questions", "mask_question",
-           "membership_questions", "membership_summary", "score_answer", "split_members"]
+           "membership_questions", "membership_summary", "power_summary", "score_answer",
+           "split_members", "verdict_rule"]

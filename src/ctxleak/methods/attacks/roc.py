@@ -23,9 +23,13 @@ from the scores and the true labels alone:
   off the same scores it is measured on (as the papers report it), so the point is optimistic;
   with fewer than 1/FPR non-members the only FPR at most that target is 0 (``resolved`` False);
 - :func:`roc_summary` adds the ε lower bound at 95 %
-  (:func:`ctxleak.methods.attacks.lower_bound.audit_scores`: the threshold chosen on one seeded half
-  of each side, the rates measured on the other, Clopper–Pearson with a union bound), which is
-  what the canary audit reports: members are its heads, non-members its tails.
+  (:func:`ctxleak.methods.attacks.lower_bound.audit_scores`: Clopper–Pearson with a union bound,
+  the threshold rule chosen from the counts before looking: every document measuring at each of
+  at most 20 candidate thresholds with a Bonferroni share of α, or the threshold chosen on one
+  seeded half of each side and the rates measured on the other), the canary audit's bound:
+  members are its heads, non-members its tails; and its power: ``eps_max_showable`` (what a
+  perfect attack would show with these counts) and ``auc_min_detectable`` (the smallest
+  AUC − ½ the rank test detects at the bound's confidence).
 """
 
 from __future__ import annotations
@@ -38,7 +42,13 @@ import numpy as np
 from scipy.stats import mannwhitneyu, rankdata
 
 from ctxleak.errors import InputError
-from ctxleak.methods.attacks.lower_bound import CONFIDENCE, audit_scores, clopper_pearson
+from ctxleak.methods.attacks.lower_bound import (
+    AUTO,
+    CONFIDENCE,
+    auc_min_detectable,
+    audit_scores,
+    clopper_pearson,
+)
 
 #: Scores (one per document) and labels (True: member): lists or one-dimensional arrays.
 Scores = Sequence[float] | np.ndarray
@@ -163,15 +173,22 @@ def tpr_at_fpr(scores: Scores, labels: Labels, fpr: float, *,
 
 def roc_summary(scores: Scores, labels: Labels, *, seed: int = 0,
                 confidence: float = CONFIDENCE, fprs: Sequence[float] = FPR_TARGETS,
-                resamples: int = RESAMPLES) -> dict[str, Any]:
+                resamples: int = RESAMPLES, eps_confidence: float | None = None,
+                rule: str = AUTO) -> dict[str, Any]:
     """One attack's numbers: ``auc`` with ``auc_ci`` (:func:`auc_interval`) and ``auc_test``
     (:func:`auc_test`), the ``roc``
     points, ``tpr_at_fpr`` (one entry per target in ``fprs``), and ``eps`` (the ε lower bound
-    in nats at ``confidence``, threshold chosen on a seeded half:
-    :func:`ctxleak.methods.attacks.lower_bound.audit_scores`). ``n_members``, ``n_non_members``."""
+    in nats at ``eps_confidence``, default ``confidence``, by the threshold ``rule``:
+    :func:`ctxleak.methods.attacks.lower_bound.audit_scores`, with ``eps_max_showable``).
+    ``n_members``, ``n_non_members``; ``auc_min_detectable``: the smallest AUC − ½ the one-sided
+    rank test detects at ``eps_confidence``
+    (:func:`ctxleak.methods.attacks.lower_bound.auc_min_detectable`)."""
     s, y = _arrays(scores, labels)
-    eps = audit_scores(s.tolist(), y.tolist(), seed=seed, confidence=confidence)
-    return {"n_members": int(y.sum()), "n_non_members": int((~y).sum()),
+    level = confidence if eps_confidence is None else eps_confidence
+    eps = audit_scores(s.tolist(), y.tolist(), seed=seed, confidence=level, rule=rule)
+    n_in, n_out = int(y.sum()), int((~y).sum())
+    return {"n_members": n_in, "n_non_members": n_out,
+            "auc_min_detectable": auc_min_detectable(n_in, n_out, level),
             "auc": _mann_whitney(s, y),
             "auc_ci": auc_interval(s, y, confidence=confidence, seed=seed, resamples=resamples),
             "auc_test": auc_test(s, y),
