@@ -72,6 +72,16 @@ def test_membership_of_a_chain_that_refuses(tmp_path, capsys):
     result = ctxleak.load_result(tmp_path / "m")
     # a target that never reads its context: every document scores alike, AUC 1/2
     assert result.summary["attacks"]["mask"]["auc"] == 0.5
+    # the verdict opens the console summary and the page, with the power of the audit
+    verdict = result.summary["verdict"]
+    assert verdict["text"].startswith("Not shown: a bound of 0 means the attack did not show "
+                                      "a leak, not that there is none")
+    assert "no attack could show ε > 0" in verdict["text"]  # a handful of documents
+    assert stdout.lstrip().startswith("Verdict: Not shown")
+    page = (tmp_path / "m" / "report.html").read_text()
+    assert page.index('id="verdict"') < page.index("What the attacks could show") < \
+        page.index("<h2>Attacks</h2>")
+    assert "ε a perfect attack could show" in page and "independent trials" in page
 
 
 def test_endpoint_over_max_queries_sends_nothing(tmp_path, capsys):

@@ -33,7 +33,36 @@ FIGURE_CAPTIONS = {ROC_PNG: "Each attack's ROC: the share of members found (TPR)
 FAMILY = ("These attacks need only the target's answers. The canary audit (ctxleak canary) is "
           "the third of the family: it plants canaries in documents it controls and gives the "
           "same ε lower bound (Clopper–Pearson with a union bound, at 95 %). An ε lower bound "
-          "is what the attack proves at least; a mitigation's claimed ε must stay above it.")
+          "is what the attack proves at least; a mitigation's claimed ε must stay above it. A "
+          "bound of 0 means the attack did not show a leak, not that there is none: the most "
+          "any attack could show with the documents given is beside it.")
+
+
+def power_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The joint figures of a membership run: the best bound over the attacks at the joint
+    confidence, what a perfect attack could show, the smallest detectable AUC − 0.5, the
+    threshold rule and what the bound assumes (none for a run written before them)."""
+    if "eps_max_showable" not in summary:
+        return []
+    conf = summary.get("joint_confidence")
+    k = summary.get("attacks_compared")
+    conf_text = None if conf is None else f"{100 * conf:.0f} %"
+    return [
+        {"quantity": "ε lower bound, best attack (nats)", "value": summary.get("eps_lower"),
+         "meaning": f"at joint confidence {conf_text} over {k} attack(s) (each at 1 − α/{k}); "
+                    f"by {summary.get('eps_attack') or 'none'}"},
+        {"quantity": "ε a perfect attack could show (nats)",
+         "value": summary.get("eps_max_showable"),
+         "meaning": "every member scored above every non-member, with these documents, the "
+                    "same confidence and threshold rule: no attack could show more"},
+        {"quantity": "smallest detectable AUC − 0.5", "value": summary.get("auc_min_detectable"),
+         "meaning": "z·√((n₁ + n₀ + 1)/(12·n₁·n₀)): the one-sided rank test at the bound's "
+                    "confidence calls a smaller difference chance"},
+        {"quantity": "threshold rule", "value": summary.get("threshold_rule"),
+         "meaning": "all-trials: every document measures, a Bonferroni share per candidate "
+                    "threshold; split-half: chosen on half, measured on the other"},
+        {"quantity": "assumes", "value": "independent documents",
+         "meaning": summary.get("assumptions")}]
 
 
 def _ci(interval: Any) -> str:
@@ -54,9 +83,11 @@ def _tpr_at(entry: Mapping[str, Any]) -> str:
 
 def membership_rows(attacks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per attack: AUC (a probability: a random member scores above a random
-    non-member) with its interval and the one-sided p-value of AUC > 0.5, TPR at each fixed
-    FPR with its exact interval, the ε lower bound (nats) at the bound's confidence, how many
-    documents (half members) would show one above 0 at these rates, and the counts."""
+    non-member) with its interval and the one-sided p-value of AUC > 0.5, the smallest
+    AUC − 0.5 these documents can detect, TPR at each fixed FPR with its exact interval, the ε
+    lower bound (nats) at the bound's confidence (1 − α/k over k attacks), the most a perfect
+    attack could show, the threshold rule, how many documents (half members) would show one
+    above 0 at these rates, and the counts."""
     rows = []
     for name, s in attacks.items():
         row: dict[str, Any] = {"attack": name, "members": s.get("n_members"),
@@ -65,8 +96,13 @@ def membership_rows(attacks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, 
                                "p (AUC > 0.5)": (s.get("auc_test") or {}).get("p_value")}
         for entry in s.get("tpr_at_fpr") or []:
             row[f"TPR @ FPR {100 * entry['fpr_target']:g} %"] = _tpr_at(entry)
+        row["AUC − 0.5 detectable"] = s.get("auc_min_detectable")
         eps = s.get("eps") or {}
-        row["ε ≥ (95%, nats)"] = eps.get("eps_lower")
+        row["ε ≥ (nats)"] = eps.get("eps_lower")
+        if eps.get("confidence") is not None:
+            row["ε confidence"] = f"{100 * eps['confidence']:.4g} %"
+        row["ε a perfect attack shows (nats)"] = eps.get("eps_max_showable")
+        row["threshold rule"] = eps.get("threshold_rule")
         row["documents for ε > 0"] = eps.get("documents_needed")
         rows.append(row)
     return rows
@@ -225,11 +261,16 @@ class MembershipView(View):
                  "law": v["eps"].get("law")} for k, v in (s.get("attacks") or {}).items()
                 if isinstance(v.get("eps"), Mapping)]
         return attack_report(self.title, _meta(result), [
+            ("What the attacks could show", "The verdict's figures: the best bound, and the "
+             "most any attack could show with these documents.", power_rows(s)),
             ("Attacks", "AUC: the probability that a random member scores above a random "
              "non-member (0.5: a coin), with its bootstrap interval and the p-value of the "
              "one-sided Mann–Whitney test of AUC > 0.5; TPR at a fixed FPR with "
-             "exact Clopper–Pearson intervals; ε ≥: the ε lower bound in nats at 95 % (the "
-             "threshold chosen on half of the documents, the rates measured on the other half).",
+             "exact Clopper–Pearson intervals; ε ≥: the ε lower bound in nats, each attack at "
+             "1 − α/k so that the best of the k holds at 95 % (all-trials: every document "
+             "measures at each candidate threshold with a Bonferroni share; split-half: the "
+             "threshold chosen on half of the documents, the rates measured on the other "
+             "half); beside it what a perfect attack would show with the same documents.",
              self.table(result)),
             ("The lower bound beside the claim", "The law: the lower bound never exceeds the ε "
              "the mitigation claims; 'violated' means it is not as private as it claims.",
@@ -260,5 +301,5 @@ def _notes(result: Any) -> list[str]:
 
 
 __all__ = ["FAMILY", "ROC_PNG", "ExtractView", "MembershipView", "attack_report",
-           "extraction_rows", "ledger_rows", "membership_rows", "print_attack",
+           "extraction_rows", "ledger_rows", "membership_rows", "power_rows", "print_attack",
            "roc_plot", "table_rows"]
