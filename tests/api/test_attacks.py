@@ -388,8 +388,9 @@ def test_what_a_target_returns_wrong_is_one_line_or_kept_with_a_warning(tmp_path
     one = ctxleak.attack_extract(FunctionTarget(lambda q: ("answer", "a document"), "one"),
                                  DOCS[:1], output=str(tmp_path / "c"), progress=False)
     assert one.records[0]["retrieved"] == ["0"]
-    with pytest.raises(ConfigError, match="documents: give 'demo-rag', a JSONL or CSV file, or "
-                       "a list of strings or of dicts with 'text', not NoneType") as info:
+    with pytest.raises(ConfigError, match="documents: give 'demo-rag', 'demo-datastore', a "
+                       "JSONL or CSV file, or a list of strings or of dicts with 'text', not "
+                       "NoneType") as info:
         ctxleak.attack_extract(FunctionTarget(str, "f"), None, output=str(tmp_path / "d"),
                                progress=False)
     assert info.value.param == "documents"

@@ -82,8 +82,10 @@ TOP_K = typer.Option(3, "--top-k", rich_help_panel=_P,
 _A = "Attack"
 DOCUMENTS = typer.Option("demo-rag", "--documents", "-d", rich_help_panel=_A,
                          help="The documents attacked, JSONL/CSV with id and text fields "
-                              "('demo-rag': the bundled Northwind corpus): the target's "
-                              "datastore as far as you know it.")
+                              "('demo-rag': the bundled Northwind corpus, 15 documents; "
+                              "'demo-datastore': the bundled datastore, 288, enough for "
+                              "membership to show ε > 2 nats): the target's datastore as far "
+                              "as you know it.")
 MAX_QUERIES = typer.Option(None, "--max-queries", rich_help_panel=_A,
                            help="Most questions sent to the target in this run folder, resumes "
                                 "included; refused before the first one is sent when the "
