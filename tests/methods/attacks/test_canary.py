@@ -177,6 +177,19 @@ def test_trials_needed():
     assert trials_needed(1.0, 0.0) == 21
     assert trials_needed(0.5, 0.5) is None
     assert trials_needed(0.6, 0.1) > trials_needed(0.9, 0.0)
+    # the fewest, not a count within 2 % of it: no smaller count shows a bound (the criterion,
+    # written out here by hand, is not monotone)
+    from ctxleak.methods.attacks.lower_bound import eps_lower_bound
+
+    def shows(n: int, tpr: float, fpr: float) -> bool:
+        heads, tails = (n + 1) // 2, n // 2
+        n_in, n_out = heads - heads // 2, tails - tails // 2
+        return eps_lower_bound(round(tpr * n_in), n_in, round(fpr * n_out),
+                               n_out)["eps_lower"] > 0
+
+    for tpr, fpr in [(0.85, 0.25), (0.7, 0.3), (0.9, 0.05)]:
+        n = trials_needed(tpr, fpr)
+        assert shows(n, tpr, fpr) and not any(shows(m, tpr, fpr) for m in range(2, n))
 
 
 def test_cli_canary(tiny_dir, tmp_path, capsys):

@@ -22,7 +22,7 @@ from ctxleak.methods.attacks.canary import (
     plant_canaries,
     summarize_trials,
 )
-from ctxleak.methods.attacks.lower_bound import CONFIDENCE, eps_lower_bound
+from ctxleak.methods.attacks.lower_bound import CONFIDENCE, SPLIT_HALF, documents_needed
 from ctxleak.methods.influence.data import load_examples, prompt_parts, resolve_data
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
@@ -110,26 +110,10 @@ def trials_needed(tpr: float, fpr: float, confidence: float = CONFIDENCE,
     """The fewest trials (half choosing the threshold, half measuring, half the coins heads) whose
     expected counts at these true and false positive rates give a lower bound above ``target``
     at ``confidence``; None when the rates cannot (TPR ≤ FPR) or need more than
-    :data:`MAX_TRIALS`."""
-    if tpr <= fpr:
-        return None
-
-    def enough(n: int) -> bool:
-        heads, tails = (n + 1) // 2, n // 2  # the coins of :func:`.canary.plant_canaries`
-        n_in, n_out = heads - heads // 2, tails - tails // 2  # the half that measures
-        out = eps_lower_bound(round(tpr * n_in), n_in, round(fpr * n_out), n_out, confidence)
-        return bool(out["eps_lower"] > target)
-
-    hi = 4
-    while not enough(hi):
-        if hi >= MAX_TRIALS:
-            return None
-        hi *= 2
-    lo = hi // 2
-    while hi - lo > max(1, hi // 50):  # within 2 %
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
-    return hi
+    :data:`MAX_TRIALS`. Every count is tried in order (:func:`.lower_bound.documents_needed`):
+    the criterion is not monotone, so a bisection could name more trials than suffice."""
+    return documents_needed(tpr, fpr, confidence, rule=SPLIT_HALF, target=target,
+                            most=MAX_TRIALS)
 
 
 class CanaryMethod(ParamsMethod[CanaryTrial, list[CanaryTrial], LanguageModel, CanaryParams]):
