@@ -24,7 +24,7 @@ class ExtractResult(Result):
                       "near_verbatim_rouge", "queries_sent", "queries_replayed")
 
     def ledger(self) -> list[dict[str, Any]]:
-        """The ledger per document, most exposed first."""
+        """The ledger per document, most harmful first."""
         return list(self.summary.get("ledger") or [])
 
 
@@ -43,10 +43,14 @@ class MembershipResult(Result):
                       "attacks.*.auc_ci.confidence", "attacks.*.tpr_at_fpr.*.tpr",
                       "attacks.*.tpr_at_fpr.*.fpr", "attacks.*.tpr_at_fpr.*.fpr_target",
                       "attacks.*.eps.eps_lower", "attacks.*.eps.eps_claimed",
-                      "attacks.*.eps.documents_needed", "attacks.*.auc_test.p_value")
+                      "attacks.*.eps.documents_needed", "attacks.*.auc_test.p_value",
+                      "attacks.*.auc_min_detectable", "attacks.*.eps.eps_max_showable",
+                      "attacks.*.eps.bound_confidence", "attacks.*.eps.confidence",
+                      "eps_lower", "eps_max_showable", "auc_min_detectable",
+                      "joint_confidence", "attacks_compared")
 
     def ledger(self) -> list[dict[str, Any]]:
-        """The ledger per document, most exposed first."""
+        """The ledger per document, most harmful first."""
         return list(self.summary.get("ledger") or [])
 
 
