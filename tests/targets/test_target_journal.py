@@ -311,6 +311,19 @@ def test_functions_of_one_name_are_different_targets(tmp_path):
         assert JournaledTarget(second, journal).answer(["q"])[0].text == "two"
 
 
+def test_a_function_compiled_under_another_files_name_is_known_by_its_bytecode(tmp_path):
+    """A function defined in a block run from a page (compiled under the page's name, as the
+    docs' blocks are): inspect cannot parse that file as Python, so the identity is its
+    bytecode, stable and distinct, not a traceback."""
+    page = tmp_path / "page.md"
+    page.write_text("# A page\n\nSome prose (with an open bracket\n\n" * 3)
+    made = []
+    for body in ("'one'", "'two'", "'one'"):
+        space: dict = {}
+        exec(compile(f"def answer(question):\n    return {body}\n", str(page), "exec"), space)
+        made.append(FunctionTarget(space["answer"], "answer").fingerprint())
+    assert made[0] == made[2] != made[1]
+
 
 def test_a_verified_row_that_is_not_json_is_one_line(tmp_path):
     path = tmp_path / "a.db"

@@ -153,7 +153,9 @@ def code_identity(fn: Any) -> str:
         module = code.co_filename
     try:
         text = inspect.getsource(fn if hasattr(fn, "__code__") else type(fn))
-    except (OSError, TypeError):  # a builtin, a lambda typed at a prompt: its bytecode
+    except Exception:  # noqa: BLE001 - a builtin, a lambda typed at a prompt, code compiled
+        # under another file's name (a docs page's block) whose lines inspect cannot parse
+        # (tokenize.TokenError, SyntaxError): its bytecode
         text = "" if code is None else repr((code.co_code, code.co_consts, code.co_names))
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return f"{module}.{getattr(owner, '__qualname__', '?')}@{digest}"
