@@ -420,6 +420,11 @@ def test_an_attack_with_no_question_is_named_in_the_summary_with_why(tmp_path):
     assert "no document gave it a question" in attacks["interrogation"]["skipped"]
     assert len(attacks["interrogation"]["unasked"]) == 6
     assert {r["attack"] for r in result.records} == {"direct"}
+    # the console names it too (its table has no row for an attack without figures)
+    from ctxleak.report.attacks import _notes
+
+    assert any(line.startswith("not scored: interrogation (") and
+               "no document gave it a question" in line for line in _notes(result))
 
 
 @pytest.mark.parametrize("twin", ["Cafe\u0301 menu changes every Monday at nine.",

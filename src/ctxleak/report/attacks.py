@@ -294,10 +294,15 @@ def _meta(result: Any) -> dict[str, Any]:
 
 
 def _notes(result: Any) -> list[str]:
+    """The console's lines under the table: the target, the queries, and each attack that was
+    not scored with why (the table leaves it out, as it has no figures)."""
     s = result.summary
+    attacks = s.get("attacks") if isinstance(s.get("attacks"), Mapping) else {}
+    skipped = [f"not scored: {k} ({v['skipped']})" for k, v in attacks.items()
+               if isinstance(v, Mapping) and "skipped" in v]
     return [f"target: {s.get('target')}",
             f"queries sent: {s.get('queries_sent')}, read back from the journal: "
-            f"{s.get('queries_replayed')}"]
+            f"{s.get('queries_replayed')}", *skipped]
 
 
 __all__ = ["FAMILY", "ROC_PNG", "ExtractView", "MembershipView", "attack_report",
