@@ -75,37 +75,15 @@ class Document:
     cls: str | None = None
 
 
-@dataclass(frozen=True)
-class CIDRequest:
-    """A request with marked context: its documents, the prompt text, λ (the cap of bounded
-    CID's λ_t) and ε per token (None: plain CID), temperature (None: greedy, a client's
-    ``temperature: 0``), new-token limits, seed (None: a fresh one) and ``stream``."""
+@dataclass(frozen=True, kw_only=True)
+class ChatRequest:
+    """What every request with marked context carries, whoever answers it: its documents, the
+    prompt text (every message), temperature (None: greedy, a client's ``temperature: 0``),
+    new-token limits, seed (None: a fresh one), ``stream``, the model name it gave and
+    ``stream_options.include_usage`` (a last chunk with the usage)."""
 
     documents: tuple[Document, ...]
     query: str
-    lam: float
-    eps: float | None
-    temperature: float | None
-    max_tokens: int
-    min_tokens: int
-    seed: int | None
-    stream: bool
-    model: str
-    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
-
-
-@dataclass(frozen=True)
-class MechanismRequest:
-    """A request with marked context answered by a defence other than Context Influence
-    Decoding (:class:`~ctxleak.mitigations.mechanisms.Mechanism`: a DP vote, DP-RAG,
-    scrubbing): its documents, the prompt text (every message, as CID's), the user's last
-    message (``question``, the mechanism's query), the mechanism, temperature (None: greedy),
-    new-token limits, seed (None: a fresh one) and ``stream``."""
-
-    documents: tuple[Document, ...]
-    query: str
-    question: str
-    mechanism: Mechanism
     temperature: float | None
     max_tokens: int
     min_tokens: int
@@ -113,8 +91,27 @@ class MechanismRequest:
     stream: bool
     model: str
     include_usage: bool = False
-    #: the datastore the mechanism answers over (``documents`` are then its documents, each
-    #: charged), and the app's chat messages its prompt is rendered from (None: the template)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CIDRequest(ChatRequest):
+    """A request answered by Context Influence Decoding: λ (the cap of bounded CID's λ_t) and ε
+    per token (None: plain CID)."""
+
+    lam: float
+    eps: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MechanismRequest(ChatRequest):
+    """A request answered by a defence other than Context Influence Decoding
+    (:class:`~ctxleak.mitigations.mechanisms.Mechanism`: a DP vote, DP-RAG, scrubbing): the
+    user's last message (``question``, the mechanism's query) and the mechanism; ``datastore``
+    the datastore it answers over (``documents`` are then its documents, each charged) and
+    ``messages`` the app's chat messages its prompt is rendered from (None: the template)."""
+
+    question: str
+    mechanism: Mechanism
     datastore: Datastore | None = field(default=None, compare=False)
     messages: Any = None
 
