@@ -19,7 +19,20 @@ import pyap
 import pytest
 
 import ctxleak.sensitive as sensitive
-from ctxleak.sensitive import detect, find_sensitive, presidio, secrets, value_in, values
+from ctxleak.sensitive import (
+    amounts,
+    detect,
+    european,
+    find_sensitive,
+    names,
+    presidio,
+    secrets,
+    value_in,
+    values,
+)
+from ctxleak.sensitive import (
+    span as span_module,
+)
 from ctxleak.sensitive.detect import Span, find_phones, is_iban, keep_disjoint
 from ctxleak.sensitive.windows import MARGIN, find_windowed, longest_window, windows
 
@@ -53,7 +66,8 @@ def _patterns(obj: Any) -> Iterator[re.Pattern[str]]:
 
 def _hand_written() -> list[tuple[str, re.Pattern[str]]]:
     found = []
-    for module in (sensitive, detect, values, presidio, secrets):
+    for module in (sensitive, detect, values, presidio, secrets, span_module, names, amounts,
+                   european):
         for name, obj in vars(module).items():
             if name == "_PYAP_ANCHORS":  # pyap2's own patterns, read in windows
                 continue

@@ -28,10 +28,7 @@ from __future__ import annotations
 
 import bisect
 import re
-import unicodedata
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import phonenumbers
 import pyap
@@ -40,6 +37,10 @@ import pyap.source_GB.data
 import pyap.source_US.data
 
 from ctxleak.errors import ConfigError
+from ctxleak.sensitive.amounts import find_amounts
+from ctxleak.sensitive.european import find_german_addresses, find_ibans, is_iban
+from ctxleak.sensitive.names import find_names, name_from_text
+from ctxleak.sensitive.span import EMAIL_RE, Span, merge_spans
 from ctxleak.sensitive.windows import windows
 
 __all__ = [
@@ -65,18 +66,6 @@ __all__ = [
 SPAN_TYPES = ("email", "phone", "address")
 _PRIORITY = {"email": 0, "phone": 1, "amount": 2, "address": 3, "name": 4}
 _ADDRESS_COUNTRIES = ("US", "CA", "GB")
-
-# Every quantifier in the patterns of this package is bounded ({0,n}, never * or +), so each
-# pattern does a bounded amount of work at each position of a text: linear in its length
-# (tests/sensitive/test_linear.py checks it).
-_LOCAL_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,64}"
-_DOMAIN_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-EMAIL_RE = re.compile(
-    rf"(?<![A-Za-z0-9!#$%&'*+/=?^_`{{|}}~.@-])"
-    rf"{_LOCAL_ATOM}(?:\.{_LOCAL_ATOM}){{0,16}}"
-    rf"@(?:{_DOMAIN_LABEL}\.){{1,8}}[A-Za-z]{{2,63}}"
-    rf"(?![A-Za-z0-9-]|\.[A-Za-z0-9])"
-)
 
 # Dates: ISO (2024-05-01, 2024/05/01, 2024.05.01) and day/month/year either way round.
 _DATE_RE = re.compile(
@@ -104,25 +93,6 @@ _NANP_RE = re.compile(
     r"(?<![\w+.\-])(?:\+?1[ .\-]?)?(?:\(\d{3}\)[ ]?|\d{3}[ .\-]?)\d{3}[ .\-]?\d{4}"
     r"(?![\w\-]|\.\d)"
 )
-_NAME_LINE_RE = re.compile(r"^[ \t]{0,40}name[ \t]{0,40}:[ \t]{0,40}(\S[^\n]{0,300}?)[ \t]{0,40}$",
-                           re.IGNORECASE | re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class Span:
-    """A piece of PII found in a text: ``text == source[start:end]``. ``score`` is a fixed
-    confidence by detector (1.0 e-mail, 0.95 validated phone, 0.9 address with a postal code,
-    0.6 address without one)."""
-
-    type: str
-    start: int
-    end: int
-    text: str
-    score: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "start": self.start, "end": self.end, "text": self.text,
-                "score": self.score}
 
 
 def _mask(text: str, spans: Iterable[tuple[int, int]]) -> str:
@@ -335,56 +305,6 @@ def find_addresses(text: str, country: str = "US", *, _masked: str | None = None
     return spans
 
 
-_DE_CAP = r"[A-Z\u00c4\u00d6\u00dc]"
-_DE_LOW = r"[a-z\u00e4\u00f6\u00fc\u00df]"
-_DE_WORD = rf"{_DE_CAP}{_DE_LOW}{{1,30}}"
-_DE_STREET_TYPE = (r"(?:[Ss]tra(?:\u00df|ss)e|[Ss]tr\.|[Ww]eg|[Aa]llee|[Pp]latz|[Gg]asse|[Rr]ing|"
-                   r"[Dd]amm|[Uu]fer|[Cc]haussee|[Ss]teig|[Pp]fad|[Mm]arkt|[Gg]raben|[Kk]ai)")
-#: A German street address: the street (``Lindenstraße``, ``Karl-Marx-Allee``, ``Berliner
-#: Straße``, ``Am Markt``), the house number (``14``, ``14a``, ``14-16``), a comma or a line
-#: break, the five-digit postcode and the town (``Frankfurt am Main``, ``Halle (Saale)``).
-GERMAN_ADDRESS_RE = re.compile(
-    r"(?<![\w-])(?:"
-    rf"{_DE_CAP}{_DE_LOW}{{0,30}}(?:-{_DE_WORD}){{0,3}}[- ]?{_DE_STREET_TYPE}"
-    rf"|(?:Am|An der|Auf dem|Im|In der|Zum|Zur|Unter den|Alt)[ ]{_DE_WORD}"
-    r")[ ]{1,3}\d{1,4}[ ]?[a-zA-Z]?(?:[ ]?[-/][ ]?\d{1,4}[a-zA-Z]?)?"
-    r"(?:[ ]{0,3},[ ]{0,3}|[ ]{1,3}|[ ]{0,3}\r?\n[ \t]{0,20})(?:D-)?\d{5}[ ]{1,3}"
-    rf"{_DE_WORD}(?:-{_DE_WORD}){{0,2}}"
-    rf"(?:[ ](?:am|an der|im|in|ob der|bei)[ ]{_DE_WORD}|[ ]?\({_DE_WORD}\))?"
-    r"(?![\w-])")
-
-
-def find_german_addresses(text: str, *, _masked: str | None = None) -> list[Span]:
-    """German street addresses (:data:`GERMAN_ADDRESS_RE`; pyap2 reads US, British and Canadian
-    ones only), score 0.9. Phones and e-mails should be masked in ``_masked``."""
-    masked = text if _masked is None else _masked
-    return [Span("address", m.start(), m.end(), text[m.start():m.end()], 0.9)
-            for m in GERMAN_ADDRESS_RE.finditer(masked)]
-
-
-_IBAN_RE = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,3})?"
-                      r"(?![A-Za-z0-9])")
-
-
-def is_iban(value: str) -> bool:
-    """Whether ``value`` (spaces allowed) is an IBAN: two letters, two check digits, 11 to 30
-    letters and digits, and the ISO 13616 mod-97 check (written here: no IBAN package is
-    installed, and Presidio's IBAN recognizer wants a cue or a country's exact layout)."""
-    compact = value.replace(" ", "").upper()
-    if not (15 <= len(compact) <= 34 and compact[:2].isalpha() and compact[2:4].isdigit()
-            and compact.isalnum() and compact.isascii()):
-        return False
-    digits = "".join(str(int(c, 36)) for c in compact[4:] + compact[:4])
-    return int(digits) % 97 == 1
-
-
-def find_ibans(text: str) -> list[Span]:
-    """IBANs, grouped by four or written whole, that pass the mod-97 check (type ``id``,
-    score 0.95)."""
-    return [Span("id", m.start(), m.end(), m.group(0), 0.95) for m in _IBAN_RE.finditer(text)
-            if is_iban(m.group(0))]
-
-
 def keep_disjoint(spans: Iterable[Span], key: Callable[[Span], tuple[int, int, int]]
                   ) -> list[Span]:
     """Spans taken in ``key`` order, each kept unless it overlaps one kept before; sorted by
@@ -435,136 +355,6 @@ def find_pii(text: str, region: str = "US", *, address_country: str | None = Non
     return _deoverlap(spans)
 
 
-# A capitalised word of a name: "Ellory-Tan", "Sauvé-Morrow", "O'Neil".
-_NAME_WORD = (r"[A-Z\u00c0-\u00de][\w\u00c0-\u024f'\u2019]{0,40}"
-              r"(?:-[A-Z\u00c0-\u00de][\w\u00c0-\u024f'\u2019]{0,40}){0,3}")
-_NAME_RUN_RE = re.compile(rf"(?<![\w-]){_NAME_WORD}(?:[ ]{_NAME_WORD}){{0,3}}(?![\w-])")
-# People's roles in records and letters: "Employee: Marta Velikova", "Approved by: Ines Okafor".
-_ROLES = ("employee|staff|worker|customer|client|patient|member|tenant|contact|manager|supervisor|"
-          "applicant|candidate|user|owner|holder|guest|student|author|reviewer|approver|requester|"
-          "recipient|sender|beneficiary|claimant|witness|spouse|partner|parent|guardian|referee|"
-          "agent|representative|assignee|reporter|physician|doctor|nurse|caller|buyer|seller|"
-          "landlord|borrower|next of kin|by")
-#: Words after which capitalised words are a person's name (the name may start on one of the
-#: next two lines after a colon: a label whose value, or passage, starts a new line).
-_NAME_CUE_RE = re.compile(
-    r"(?:\b(?:full |first |last |patient |member |tenant |contact )?name[ \t]{0,20}(?::|is)"
-    rf"|\b(?:{_ROLES})(?:[ \t]{{1,20}}name)?[ \t]{{0,20}}:"
-    r"|\b(?:patient|member|tenant|contact|attn|to|from|signed)[ \t]{0,20}[:,]"
-    r"|\b(?:dr|mr|mrs|ms|mx|miss|prof)\.?"
-    r"|\b(?:dear|hi|hello|cheers|regards|thanks|sincerely|faithfully),?"
-    r"|\bmy name(?:,[^,.]{0,60},)? is)"
-    r"(?:[ \t]{1,20}|(?<=:)[ \t]{0,20}(?:\r?\n[ \t]{0,20}){1,2})",
-    re.IGNORECASE)
-#: Any field label at a line start followed by two or three capitalised words and the end of the
-#: field: "Reviewer: Ines Okafor", "- Prepared for: Jonas Ekdahl (HR)".
-_LABEL_RE = re.compile(
-    r"^[ \t]{0,20}(?:[-*\u2022][ \t]{0,20})?([A-Za-z][A-Za-z ]{0,30}?)[ \t]{0,20}:[ \t]{0,20}"
-    rf"({_NAME_WORD}(?:[ ]{_NAME_WORD}){{1,2}})[ \t]{{0,20}}(?=$|[,;(|]|\.(?:\s|$))",
-    re.MULTILINE)
-#: Labels whose value is a thing, a place or an organisation, not a person.
-_THING_LABELS = frozenset(
-    "city country state county region location place site office branch address street "
-    "department dept division unit team company employer organisation organization firm bank "
-    "school university college degree programme program course title position role job grade "
-    "level status type category subject re product plan project model brand currency language "
-    "nationality citizenship gender diagnosis condition medication treatment insurer insurance "
-    "policy contract date day month".split())
-#: Capitalised words that are no name: roles, greetings and forms of address ("Dear Customer",
-#: "Customer since 2019", "Hi Team"); dropped from every name found.
-_NOT_NAMES = frozenset(
-    "customer customers client clients employee employees staff member members patient "
-    "patients tenant tenants contact manager supervisor user users team service support care "
-    "sir madam all everyone there the this that our your valued dear hi hello thanks thank "
-    "regards best kind sincerely applicant candidate guest owner holder account doctor nurse "
-    "reviewer approver colleague colleagues friend friends".split())
-
-
-def _fold(text: str) -> str:
-    """Lower case without accents or hyphens: "Lucía Fenwick-Oduya" -> "lucia fenwickoduya"."""
-    plain = unicodedata.normalize("NFKD", text)
-    return "".join(c for c in plain if not unicodedata.combining(c)).lower().replace("-", "")
-
-
-def _cued_names(text: str) -> set[str]:
-    """Capitalised runs after a cue or a person's field label (not a label themselves)."""
-    names: set[str] = set()
-    for cue in _NAME_CUE_RE.finditer(text):
-        run = _NAME_RUN_RE.match(text, cue.end())
-        if run and not text[run.end():].lstrip(" \t").startswith(":"):
-            names.add(run.group(0))
-    for m in _LABEL_RE.finditer(text):
-        label = m.group(1).split()
-        if label and label[-1].lower() not in _THING_LABELS:
-            names.add(m.group(2))
-    return names
-
-
-def find_names(text: str, known: Iterable[str] = ()) -> list[Span]:
-    """Person names in ``text`` (score 0.5; a heuristic, no NER model): the ``known`` names
-    (e.g. a record's ``name``), capitalised words (1 to 4) right after a cue such as
-    ``Patient:``, ``Employee:``, ``Name:``, ``my name is``, ``Dr``, ``Hi`` or ``Cheers,``, two or
-    three after any other field label at a line start (``Reviewer: Ines Okafor``; not labels of
-    places or things such as ``City:``), and runs of capitalised words one of which matches a
-    word of an e-mail's local part (``dana.whitlock@...`` -> ``Dana Whitlock``); then every
-    occurrence of each of their words, except roles and greetings (``Customer``, ``Dear``)."""
-    names = {n.strip() for n in known if n and n.strip()} | _cued_names(text)
-    local_words = {w for m in EMAIL_RE.finditer(text)
-                   for w in re.split(r"[._+\-]", _fold(m.group(0).split("@")[0])) if len(w) > 2}
-    if local_words:
-        for run in _NAME_RUN_RE.finditer(text):
-            if any(_fold(w) in local_words for w in run.group(0).split()):
-                names.add(run.group(0))
-    words = {w for n in names for w in n.split() if len(w) > 1 and w.lower() not in _NOT_NAMES}
-    if not words:
-        return []
-    pattern = re.compile(r"(?<![\w-])(?:" + "|".join(
-        re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")(?![\w-])")
-    return [Span("name", m.start(), m.end(), m.group(0), 0.5) for m in pattern.finditer(text)]
-
-
-_CURRENCY = (r"(?:US\$|[ACR]\$|[$€£¥₹₩₽₺₪]|\b(?:USD|EUR|GBP|CHF|JPY|CNY|CAD|AUD|NZD|INR|SEK|NOK|"
-             r"DKK|PLN|CZK|HUF|RUB|BRL|MXN|ZAR|SGD|HKD|KRW|TRY|ILS|AED|RON|BGN)\b)")
-# 84,500 / 84.500 / 84 500 / 84'500 (one separator throughout), 84500, 84,500.00, 84.500,50
-_AMOUNT = (r"(?<![\d.,])(?:" + "|".join(rf"\d{{1,3}}(?:{sep}\d{{3}}){{1,8}}" for sep in
-                                      (",", r"\.", "'", "[ \u00a0\u202f]"))
-           + r"|\d{1,24})(?:[.,]\d{1,2})?(?!\d|[.,]\d)")
-_SCALE = r"(?:[ \t]?(?:k|K|m|M|bn|million|billion|thousand)\b)?"
-_AMOUNT_RE = re.compile(
-    rf"{_CURRENCY}[ \t\u00a0]?-?(?:{_AMOUNT}){_SCALE}"
-    rf"|(?:{_AMOUNT}){_SCALE}[ \t\u00a0]?(?:{_CURRENCY}|\b(?:euros?|dollars?|pounds?|francs?|"
-    r"yen|rupees?|yuan|kronor|kroner)\b)")
-#: A number after a word about money: "salary: 84500", "earns 84 500", "balance of 1,200".
-_MONEY_WORD_RE = re.compile(
-    r"\b(?:salary|salaries|wages?|income|pay|paid|earns?|earned|earnings|amount|price|balance|"
-    r"bonus|compensation|remuneration|fees?|costs?|rent|payment|debt|loan|owes?|owed)"
-    r"(?:[ \t]{0,10}(?:[:=]|\b(?:is|was|of|at|to|now|about|approx\.?|totals?|amounts to)\b))"
-    rf"{{0,6}}[ \t]{{0,10}}((?:{_CURRENCY}[ \t\u00a0]?)?(?:{_AMOUNT}){_SCALE})", re.IGNORECASE)
-
-
-def find_amounts(text: str) -> list[Span]:
-    """Money amounts (for redaction; score 0.7): digits with a currency symbol or code before
-    or after them (``EUR 84,500``, ``$84,500``, ``84.500 €``, ``84 500 euros``), and numbers
-    of three digits or more right after a word about money (``salary: 84500``, ``balance of
-    1,200``)."""
-    spans = [m.span() for m in _AMOUNT_RE.finditer(text)]
-    spans += [m.span(1) for m in _MONEY_WORD_RE.finditer(text)
-              if sum(c.isdigit() for c in m.group(1)) >= 3]  # not "cost: 3 passes"
-    return [Span("amount", a, b, text[a:b], 0.7) for a, b in merge_spans(spans)]
-
-
-def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The sorted union of ``[start, end)`` spans: overlapping or touching ones become one,
-    empty ones are dropped."""
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(spans):
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        elif b > a:
-            merged.append((a, b))
-    return merged
-
-
 def redaction_spans(text: str, names: Iterable[str] = (), region: str = "US") -> list[Span]:
     """What ``--redact`` masks in ``text``: e-mails, phones (validated or phone-shaped) and
     addresses (:func:`find_pii`), money amounts (:func:`find_amounts`; an amount overlapping
@@ -592,12 +382,3 @@ def clean_address(text: str) -> str:
             continue
         out = line if not out else f"{out}, {line}"
     return out
-
-
-def name_from_text(text: str) -> str | None:
-    """The name on a labelled line ``Name: First Last`` (2-5 words), or ``None``."""
-    for m in _NAME_LINE_RE.finditer(text):
-        words = m.group(1).split()
-        if 1 < len(words) <= 5 and all(w[:1].isupper() for w in words):
-            return " ".join(words)
-    return None
