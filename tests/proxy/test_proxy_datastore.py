@@ -78,7 +78,7 @@ def test_a_plain_request_is_answered_over_the_datastore_and_every_document_charg
 
 def test_a_spent_document_is_not_retrieved_and_documents_in_a_request_are_refused(
         lm, tmp_path, monkeypatch):
-    import ctxleak.proxy.charging as charging
+    import ctxleak.proxy.headers as headers
 
     claim = DPVote(eps=2, shards=4).claim(DECODING)
     budgets = Budgets(default=10.0)
@@ -86,7 +86,7 @@ def test_a_spent_document_is_not_retrieved_and_documents_in_a_request_are_refuse
                         budgets=budgets) as (url, ledger, _):
         ledger.reserve("spend", ["doc-3"], 10.0, budgets)
         ledger.settle("spend", 10.0)
-        monkeypatch.setattr(charging, "HEADER_JSON_LIMIT", 40)
+        monkeypatch.setattr(headers, "HEADER_JSON_LIMIT", 40)
         resp = ask(url, ctxleak={})
         assert resp.status_code == 200, resp.text
         info = resp.json()["ctxleak"]

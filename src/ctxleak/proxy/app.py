@@ -37,10 +37,11 @@ from ctxleak.mitigations.cid import CID_NEEDS
 from ctxleak.mitigations.ledger import LedgerEntry
 from ctxleak.proxy.batching import BatchDecoder
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger, open_ledger
-from ctxleak.proxy.charging import AnyRequest, Charging, Held, answer_headers, stream_headers
+from ctxleak.proxy.charging import AnyRequest, Charging, Held
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import Answer, Sampled, decode_answer, release_sampled, server_samples
 from ctxleak.proxy.errors import answered, decoding_failed, error_response, unauthorised
+from ctxleak.proxy.headers import answer_headers, stream_headers
 from ctxleak.proxy.mechanism import Reply, answer_alone, refusal
 from ctxleak.proxy.metrics import ProxyMetrics
 from ctxleak.proxy.request import (

@@ -117,8 +117,7 @@ class BudgetLedger:
     # writes the transaction and the reservation, whose row locking differs; the rest is shared
     _db: Any
     _lock: threading.Lock
-    #: what the store's driver raises when the store does not answer (the proxy's HTTP 503)
-    unavailable: tuple[type[Exception], ...] = ()
+    unavailable: tuple[type[Exception], ...] = ()  # the driver's "store down" (HTTP 503)
     #: what a settlement adds to its SELECT to lock the reservation's rows (PostgreSQL)
     _LOCK_ROWS = ""
 
