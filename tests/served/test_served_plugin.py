@@ -4,17 +4,15 @@ default model (Estimating Privacy Leakage of Augmented Contextual Knowledge in L
 Def. 3.4; bounded CID: App. B, Alg. 1) and the whole-distribution route; pairs broken on purpose
 inside the real engine (a partner that never comes, one aborted midway, lengths made unequal)
 are voided with the reason in their records, never answered with a wrong stream; bad settings
-(a seed beyond 64 bits included) are HTTP 400 and the server goes on serving; the Model Runner
-V2 class keeps vLLM's interface contract."""
+(a seed beyond 64 bits included) are HTTP 400 and the server goes on serving. The plugin's
+contracts with vLLM's code that need no server (both model runners' loaders, Model Runner V2's
+steps, the schedulers) are in tests/served/test_plugin_contracts.py."""
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
-import subprocess
 from dataclasses import replace
-from pathlib import Path
 
 import httpx
 import pytest
@@ -179,15 +177,3 @@ def test_a_seed_beyond_64_bits_is_http_400_and_the_server_goes_on(served_lm, vll
     good = generate_cid_many(served_lm, _jobs(served_lm, CIDConfig(max_new_tokens=2,
                                                                    min_new_tokens=0))[:1])
     assert len(good[0].entries) >= 1
-
-
-V2_CHECK = Path(__file__).with_name("v2_contract.py")
-
-
-def test_the_model_runner_v2_class_keeps_vllms_interface(vllm_py):
-    """In the server's own environment: the V2 class is a subclass of vLLM's V2 interface, its
-    loader accepts it, and on a simulated batch it decides the same tokens as the V1 class."""
-    res = subprocess.run([str(vllm_py), str(V2_CHECK)], capture_output=True, text=True,
-                         timeout=300)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
-    assert json.loads(res.stdout.strip().splitlines()[-1]) == {"same_tokens": True, "steps": 6}
