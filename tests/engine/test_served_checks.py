@@ -48,7 +48,7 @@ def answering(lm, logprob, tokens=None):
         return out
 
     lm.client.post_many = post_many
-    lm.client.post = lambda path, body: post_many(path, [body])[0]
+    lm.client.post = lambda path, body, **headers: post_many(path, [body])[0]
 
 
 def test_a_plausible_server_passes(tokenizer):

@@ -11,6 +11,11 @@ serves them.
 batch after two steps, as a preempted request does), ``"short"`` (its ``max_tokens`` is one
 less), ``"repeat"`` (step 1 runs twice, as a discarded sample is run again), ``"lie"`` (the
 records claim a positive log-prob).
+
+A request with one prompt of a pair (what vLLM's data-parallel router makes of an answer whose
+two prompts it sends to two engines) runs alone, and the book voids it at its first step.
+``records``: a dict several fake engines share, as the engines of one server share the
+plugin's records folder.
 """
 
 from __future__ import annotations
@@ -33,10 +38,11 @@ class FakePluginVLLM(FakeVLLM):
     """``FakePluginVLLM(lm, faults=["late"], flags={...})``: see the module docstring."""
 
     def __init__(self, lm: Any, *, faults: list[str] | None = None,
-                 flags: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 flags: dict[str, Any] | None = None,
+                 records: dict[str, dict[str, Any]] | None = None, **kwargs: Any) -> None:
         super().__init__(lm, **kwargs)
         self.faults = deque(faults or [])
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, dict[str, Any]] = {} if records is None else records
         self.book = PairBook(self.records.__setitem__, {**SERVER_FLAGS, **(flags or {})})
         self.pair_requests = 0
 
@@ -56,21 +62,22 @@ class FakePluginVLLM(FakeVLLM):
         fault = self.faults.popleft() if self.faults else None
         settings = read_settings(dict(xargs))
         prompts = [list(map(int, p)) for p in body["prompt"]]
-        limits = [int(body["max_tokens"])] * 2
+        both = range(len(prompts))
+        limits = [int(body["max_tokens"])] * len(prompts)
         if fault == "short":
             limits[1] -= 1
-        members = [self.book.admit(settings, limits[0], prompts[0]), None]
-        outs: list[list[int]] = [[], []]
-        live = [True, True]
+        members = [self.book.admit(settings, limits[0], prompts[0]), None][:len(prompts)]
+        outs: list[list[int]] = [[] for _ in both]
+        live = [True for _ in both]
         stops = set(body.get("stop_token_ids") or [])
         step = 0
         while any(live):
-            if members[1] is None and (fault != "late" or step >= 1):
+            if len(prompts) > 1 and members[1] is None and (fault != "late" or step >= 1):
                 members[1] = self.book.admit(settings, limits[1], prompts[1])
             if fault == "drop" and step == 2 and members[1] is not None and live[1]:
                 self.book.leave(members[1])
                 live[1] = False
-            rows = [i for i in (0, 1) if live[i] and members[i] is not None]
+            rows = [i for i in both if live[i] and members[i] is not None]
             for _ in range(2 if fault == "repeat" and step == 1 else 1):
                 logits = torch.stack([self._raw(prompts[i] + outs[i]) for i in rows])
                 self.book.apply(logits, [(r, members[i], len(outs[i]))
@@ -88,7 +95,7 @@ class FakePluginVLLM(FakeVLLM):
         return {"id": "cmpl-fake", "object": "text_completion", "model": body.get("model"),
                 "choices": [{"index": i, "text": "", "token_ids": outs[i],
                              "finish_reason": "stop" if outs[i][-1:] and outs[i][-1] in stops
-                             else "length"} for i in (0, 1)]}
+                             else "length"} for i in both]}
 
     def _raw(self, seq: list[int]) -> torch.Tensor:
         """The raw float32 next-token logits after ``seq``."""

@@ -1,7 +1,8 @@
 """The plugin's records folder, without vLLM: it is made with mode 0700; one that is open to
 other users, a symbolic link, not a folder or another user's is refused naming it; a record is
 written whole with mode 0600 and read once; records nobody read are swept after their bound;
-the route answers 500 on an unsafe folder and 404 on a missing one, reading nothing."""
+the route answers 500 on an unsafe folder and 404 on a missing one, reading nothing, and adds
+the number of data-parallel ranks the API server routes to."""
 
 from __future__ import annotations
 
@@ -116,3 +117,25 @@ def test_the_route_reads_a_safe_folder_only(tmp_path, monkeypatch):
     unsafe = client.get(PAIRS_PATH + PAIR)
     assert unsafe.status_code == 500 and "open to other users" in unsafe.json()["error"]["message"]
     assert (path / f"{PAIR}.json").exists()
+
+
+@pytest.mark.parametrize("parallel, ranks", [
+    ({"data_parallel_size": 4, "data_parallel_size_local": 2, "local_engines_only": False}, 4),
+    ({"data_parallel_size": 4, "data_parallel_size_local": 2, "local_engines_only": True}, 2),
+    (None, None)])
+def test_the_route_tells_the_number_of_data_parallel_ranks(tmp_path, monkeypatch, parallel,
+                                                           ranks):
+    """As vLLM's API server counts the ranks an ``X-data-parallel-rank`` header may name: all of
+    them, or this node's where each node balances its own; nothing where the app has no vLLM
+    config."""
+    from types import SimpleNamespace
+
+    monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "records"))
+    app = Starlette(middleware=[Middleware(BaseHTTPMiddleware, dispatch=records_route)])
+    if parallel is not None:
+        app.state.vllm_config = SimpleNamespace(parallel_config=SimpleNamespace(**parallel))
+    RecordsFolder().write(PAIR, {**RECORD, "server": {"plugin": "ctxleak-cid",
+                                                      "data_parallel_rank": 1}})
+    got = TestClient(app).get(PAIRS_PATH + PAIR).json()
+    assert got["server"].get("data_parallel_size") == ranks
+    assert got["server"]["data_parallel_rank"] == 1

@@ -218,7 +218,7 @@ class ServedClient:
                            "own base URL", status=response.status_code)
 
     async def _send(self, client: httpx.AsyncClient, method: str, path: str,
-                    body: dict[str, Any] | None) -> Any:
+                    body: dict[str, Any] | None, headers: dict[str, str] | None = None) -> Any:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(max(1, self.options.attempts)),
             wait=wait_exponential(multiplier=self.options.backoff_s, max=30.0),
@@ -229,7 +229,7 @@ class ServedClient:
             async for attempt in retrying:
                 with attempt:
                     response = await client.request(method, self.base_url + path, json=body,
-                                                    headers=self._headers)
+                                                    headers={**(headers or {}), **self._headers})
                     if response.status_code in RETRY_STATUS:
                         raise _Transient(response)
         except RetryError as exc:
@@ -262,40 +262,46 @@ class ServedClient:
             return {self._masked(k): self._masked_json(v) for k, v in value.items()}
         return value
 
-    async def _many(self, method: str, path: str,
-                    bodies: Sequence[dict[str, Any] | None]) -> list[Any]:
-        return await self._each(method, [(path, b) for b in bodies])
+    async def _many(self, method: str, path: str, bodies: Sequence[dict[str, Any] | None],
+                    headers: Sequence[dict[str, str] | None] | None = None) -> list[Any]:
+        return await self._each(method, [(path, b) for b in bodies], headers=headers)
 
     async def _each(self, method: str, calls: Sequence[tuple[str, dict[str, Any] | None]],
-                    keep_errors: bool = False) -> list[Any]:
+                    keep_errors: bool = False,
+                    headers: Sequence[dict[str, str] | None] | None = None) -> list[Any]:
         """``method`` on each (path, body), at most ``max_in_flight`` open at once; the
         answers in order. ``keep_errors``: a failed call's :class:`ServerError` takes its place
-        in the list; else the first failure cancels the rest and is raised."""
+        in the list; else the first failure cancels the rest and is raised. ``headers``: each
+        call's own extra headers (the API key's header is always the client's)."""
         limit = asyncio.Semaphore(max(1, self.options.max_in_flight))
         timeout = httpx.Timeout(self.options.timeout, connect=min(30.0, self.options.timeout))
         limits = httpx.Limits(max_connections=max(1, self.options.max_in_flight))
         async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
-            async def one(path: str, body: dict[str, Any] | None) -> Any:
+            async def one(path: str, body: dict[str, Any] | None,
+                          extra: dict[str, str] | None) -> Any:
                 async with limit:
                     try:
-                        return await self._send(client, method, path, body)
+                        return await self._send(client, method, path, body, extra)
                     except ServerError as exc:
                         if keep_errors:
                             return exc
                         raise
 
-            tasks = [asyncio.ensure_future(one(p, b)) for p, b in calls]
+            extras = list(headers) if headers is not None else [None] * len(calls)
+            tasks = [asyncio.ensure_future(one(p, b, h)) for (p, b), h in zip(calls, extras)]
             try:
                 return list(await asyncio.gather(*tasks))
             finally:
                 for task in tasks:  # the first failure cancels the rest
                     task.cancel()
 
-    def post_many(self, path: str, bodies: Sequence[dict[str, Any]]) -> list[Any]:
-        """POST each body to ``path``; the JSON answers in order."""
+    def post_many(self, path: str, bodies: Sequence[dict[str, Any]], *,
+                  headers: Sequence[dict[str, str] | None] | None = None) -> list[Any]:
+        """POST each body to ``path``; the JSON answers in order. ``headers``: extra headers
+        of each request, in the order of ``bodies`` (e.g. vLLM's ``X-data-parallel-rank``)."""
         if not bodies:
             return []
-        return _run(self._many("POST", path, list(bodies)))
+        return _run(self._many("POST", path, list(bodies), headers))
 
     def get_each(self, paths: Sequence[str]) -> list[Any]:
         """GET each path at once; the JSON answers in order, a failed one's
@@ -304,8 +310,11 @@ class ServedClient:
             return []
         return _run(self._each("GET", [(p, None) for p in paths], keep_errors=True))
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        return self.post_many(path, [body])[0]
+    def post(self, path: str, body: dict[str, Any], *,
+             headers: dict[str, str] | None = None) -> Any:
+        if headers is None:
+            return self.post_many(path, [body])[0]
+        return self.post_many(path, [body], headers=[headers])[0]
 
     def get(self, path: str) -> Any:
         return _run(self._many("GET", path, [None]))[0]

@@ -27,7 +27,10 @@ a request outside these domains is HTTP 400 naming the field, and never reaches 
 drawn token, the stopping EOS included: ``token``, ``lam`` λ_t, ``logp_mix``
 log p̄_λ(y_t | D) and ``logp_empty`` log p(y_t | ∅) at T, in float64, ``eps_ex_post`` for
 bounded CID), ``stopped`` (EOS ended it), ``error`` (None, or why the pair failed: the answer is
-then void and is tried again) and ``server`` (the flags the plugin runs under). The route reads
+then void and is tried again) and ``server`` (the flags the plugin runs under, with the
+data-parallel rank that decoded the answer and the number of ranks the API server routes to).
+A server with several data-parallel ranks gets both requests of an answer on one of them by the
+``X-data-parallel-rank`` header (:func:`pair_rank`). The route reads
 the plugin's files (:class:`RecordsFolder`), which each server process writes once per answer:
 a folder of the server's user alone (mode 0700; one that is a link, another user's or open to
 others is refused), each file written whole with mode 0600 and removed once read; the records
@@ -56,6 +59,10 @@ UNKNOWN_PAIR = "ctxleak_unknown_pair"
 #: Environment variable naming the folder the plugin and the route share (both run in the
 #: processes of one ``vllm serve``); default: a folder of this user's under the temp folder.
 RECORDS_ENV = "CTXLEAK_VLLM_RECORDS"
+#: The header by which vLLM's API server sends a request to one data-parallel rank (vLLM reads
+#: it in ``GenerateBaseServing._get_data_parallel_rank``; without it, each prompt of a
+#: completions request goes to the least loaded engine, so an answer's two requests may part).
+RANK_HEADER = "X-data-parallel-rank"
 #: The plugin's version of this protocol, sent in every record.
 PROTOCOL_VERSION = 1
 
@@ -121,6 +128,13 @@ def pair_xargs(*, pair: str, context_ids: list[int], lam: float, temperature: fl
         xargs["ctxleak_eps"] = float(eps)
     read_settings(xargs)
     return xargs
+
+
+def pair_rank(pair: str, ranks: int) -> int:
+    """The data-parallel rank both requests of answer ``pair`` are sent to, among ``ranks``
+    (``X-data-parallel-rank``, :data:`RANK_HEADER`): fixed by the answer's id, so the two land
+    on one engine, and spread evenly over the ranks (the ids are random)."""
+    return int(pair, 16) % max(1, int(ranks))
 
 
 def is_pair_request(xargs: dict[str, Any] | None) -> bool:

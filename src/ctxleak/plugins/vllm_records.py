@@ -9,6 +9,11 @@ ask at once). A pair it holds nothing for is HTTP 404 with the error type
 A records folder that is not the server's user's alone (:class:`RecordsFolder`) is HTTP 500
 naming it, and nothing in it is read. Every other request goes on to vLLM unchanged.
 
+The records' ``server`` flags (written by the engine that decoded the answer, its
+``data_parallel_rank`` among them) get the number of data-parallel ranks this API server routes
+to (:func:`data_parallel_ranks`), so that a client learns which ``X-data-parallel-rank``
+headers it may send to keep an answer's two requests on one engine.
+
 The pair id, 32 random hex digits the client drew, is what grants access, as a capability URL
 does (the route runs before vLLM's own key check, as every middleware added after it does).
 Standard library and Starlette only (vLLM's API server runs on Starlette).
@@ -36,6 +41,20 @@ def _error(status: int, message: str, kind: str) -> JSONResponse:
                         status_code=status)
 
 
+def data_parallel_ranks(app: Any) -> int | None:
+    """How many data-parallel engines vLLM's API server (``app``) routes requests to, as its
+    check of the ``X-data-parallel-rank`` header counts them (``InputProcessor``: the local
+    engines where each node balances its own, all of them otherwise); None where the app holds
+    no vLLM config."""
+    config = getattr(getattr(app, "state", None), "vllm_config", None)
+    parallel = getattr(config, "parallel_config", None)
+    if parallel is None:
+        return None
+    local = bool(getattr(parallel, "local_engines_only", False))
+    size = parallel.data_parallel_size_local if local else parallel.data_parallel_size
+    return int(size or 1)
+
+
 def read_records(pair: str) -> dict[str, Any] | None:
     """The records of ``pair`` (removed once read), or None where there are none; raises
     :class:`~ctxleak.plugins.protocol.RecordsFolderError` where the folder is unsafe."""
@@ -61,4 +80,7 @@ async def records_route(request: Request,
         return _error(404, f"no records of pair {pair}: the answer is still running, was read "
                            "already, or the server runs without ctxleak's logits processor",
                       UNKNOWN_PAIR)
+    ranks = data_parallel_ranks(request.scope.get("app"))
+    if ranks is not None and isinstance(records.get("server"), dict):
+        records["server"]["data_parallel_size"] = ranks
     return JSONResponse(records)

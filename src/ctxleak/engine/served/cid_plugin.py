@@ -8,7 +8,13 @@ bounded CID: App. B, Alg. 1). The server's half and the wire protocol:
   naming the flag); no records: the server has no plugin and CID decodes by whole distributions.
 - :func:`decode_pairs`: each answer is one completions request with both prompts; its records
   (per token λ_t, log p̄_λ(y_t | D), log p(y_t | ∅) and bounded CID's ex-post ε) come back
-  from ``/v1/ctxleak/pairs/{id}``. Every answer is checked as it arrives: both streams hold the
+  from ``/v1/ctxleak/pairs/{id}``. On a server with several data-parallel ranks (vLLM's
+  ``--data-parallel-size``; the records' flags say how many) each answer is sent with an
+  ``X-data-parallel-rank`` header drawn from its id (:func:`~ctxleak.plugins.protocol.pair_rank`):
+  vLLM otherwise sends each prompt of a request to the least loaded engine, and an answer whose
+  two requests land on two engines is void (retried, slower). The probe goes to rank 0, which
+  every server has. The rank that decoded each answer, where the records say it, is counted
+  in ``ranks``. Every answer is checked as it arrives: both streams hold the
   records' tokens, the steps run 0, 1, …, the numbers are possible (finite log-probs ≤ 0, λ_t in
   [0, λ], bounded CID's ex-post ε within its ε), and it ended where the limits say. A pair the
   plugin voided (its two requests fell out of step) or that fails a check is tried again with a
@@ -27,7 +33,7 @@ from ctxleak.engine.pairs import LedgerEntry, PairAnswer, PairJob
 from ctxleak.engine.served.base import ServedLM
 from ctxleak.engine.served_client import ServerError
 from ctxleak.errors import ConfigError
-from ctxleak.plugins.protocol import PAIRS_PATH, UNKNOWN_PAIR, pair_xargs
+from ctxleak.plugins.protocol import PAIRS_PATH, RANK_HEADER, UNKNOWN_PAIR, pair_rank, pair_xargs
 
 #: Tries of one answer (a voided pair is tried again with a new id).
 TRIES = 3
@@ -53,7 +59,7 @@ def probe_plugin(lm: ServedLM) -> dict[str, Any] | None:
                   max_new_tokens=1, min_new_tokens=0, seed=0)
     pair = secrets.token_hex(16)
     try:
-        lm.client.post("/v1/completions", _body(lm, job, pair))
+        lm.client.post("/v1/completions", _body(lm, job, pair), headers={RANK_HEADER: "0"})
         [got] = lm.client.get_each([PAIRS_PATH + pair])
     except ServerError:
         return None
@@ -103,9 +109,22 @@ def check_fits(lm: ServedLM, job: PairJob, server: dict[str, Any]) -> None:
                           "--max-num-batched-tokens", param="server_url")
 
 
-def decode_pairs(lm: ServedLM, jobs: Sequence[PairJob], server: dict[str, Any]
-                 ) -> list[PairAnswer]:
-    """One answer per job, decoded by the server's plugin and checked (module docstring)."""
+def rank_headers(pairs: Sequence[str], server: dict[str, Any]) -> list[dict[str, str]] | None:
+    """Each answer's ``X-data-parallel-rank`` header, where the server has several ranks (None
+    where it has one, or does not say)."""
+    try:
+        ranks = int(server.get("data_parallel_size") or 1)
+    except (TypeError, ValueError):
+        ranks = 1
+    if ranks <= 1:
+        return None
+    return [{RANK_HEADER: str(pair_rank(p, ranks))} for p in pairs]
+
+
+def decode_pairs(lm: ServedLM, jobs: Sequence[PairJob], server: dict[str, Any],
+                 ranks: dict[int, int] | None = None) -> list[PairAnswer]:
+    """One answer per job, decoded by the server's plugin and checked (module docstring);
+    ``ranks`` counts the answers by the data-parallel rank that decoded them."""
     for job in jobs:
         check_fits(lm, job, server)
     out: list[PairAnswer | None] = [None] * len(jobs)
@@ -115,13 +134,18 @@ def decode_pairs(lm: ServedLM, jobs: Sequence[PairJob], server: dict[str, Any]
         if not todo:
             break
         pairs = [secrets.token_hex(16) for _ in todo]
-        answers = lm.client.post_many("/v1/completions",
-                                      [_body(lm, jobs[j], p) for j, p in zip(todo, pairs)])
+        bodies = [_body(lm, jobs[j], p) for j, p in zip(todo, pairs)]
+        pinned = rank_headers(pairs, server)
+        answers = lm.client.post_many("/v1/completions", bodies, headers=pinned) \
+            if pinned is not None else lm.client.post_many("/v1/completions", bodies)
         records = lm.client.get_each([PAIRS_PATH + p for p in pairs])
         still = []
         for j, answer, got in zip(todo, answers, records):
             try:
                 out[j] = read_answer(lm, jobs[j], answer, got)
+                rank = decoded_rank(got)
+                if ranks is not None and rank is not None:
+                    ranks[rank] = ranks.get(rank, 0) + 1
             except PairFailed as exc:
                 why[j] = str(exc)
                 still.append(j)
@@ -130,6 +154,12 @@ def decode_pairs(lm: ServedLM, jobs: Sequence[PairJob], server: dict[str, Any]
         raise PairFailed(f"{len(todo)} answer(s) fell out of step in the plugin of the vLLM "
                          f"server at {lm.info.base_url} {TRIES} times, e.g. {why[todo[0]]}")
     return [a for a in out if a is not None]
+
+
+def decoded_rank(got: Any) -> int | None:
+    """The data-parallel rank of the engine that decoded an answer, where its records say."""
+    rank = (got.get("server") or {}).get("data_parallel_rank") if isinstance(got, dict) else None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
 
 def read_answer(lm: ServedLM, job: PairJob, answer: Any, got: Any) -> PairAnswer:

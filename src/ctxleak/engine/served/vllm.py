@@ -47,6 +47,9 @@ class VLLMServedLM(ServedLM):
     capabilities: frozenset[str] = SERVED_DISTRIBUTION
     #: The flags of the server's CID plugin (None: no plugin, or not probed).
     plugin: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    #: Answers the plugin decoded, by the data-parallel rank of the engine that decoded them
+    #: (as its records say; one rank, 0, on a server without data parallelism).
+    decoded_ranks: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
 
     def check_server(self) -> None:
         """The checks of every served model, then the probe for ctxleak's CID plugin: where it
@@ -60,7 +63,7 @@ class VLLMServedLM(ServedLM):
         """CID answers decoded by the server's plugin (:func:`cid_plugin.decode_pairs`)."""
         if self.plugin is None:
             return super().decode_pairs(jobs)
-        return cid_plugin.decode_pairs(self, jobs, self.plugin)
+        return cid_plugin.decode_pairs(self, jobs, self.plugin, self.decoded_ranks)
 
     def _continuations(self, prompts: Sequence[Sequence[int]],
                        continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
