@@ -39,10 +39,11 @@ def register(app: typer.Typer) -> None:
                                   "with: 'default', a Hugging Face id or a folder (served: the "
                                   "upstream model's name for its tokenizer)."),
         decode: str = typer.Option(
-            "auto", "--decode", help="upstream: CID decodes on the --upstream vLLM server, "
-            "inside it where the server runs ctxleak's CID plugin (exact and fast; the start "
-            "line says which), else from every token's log-prob at each step (vLLM started "
-            "with --max-logprobs -1; exact, one request per stream and token: slow); "
+            "auto", "--decode", help="upstream: CID decodes inside the --upstream vLLM "
+            "server, by ctxleak's CID plugin (one request per answer, batched with every "
+            "other client's; docs/deploy-cid.md gives the server's flags). A server without "
+            "the plugin is a slow fallback, said on the start line: the proxy then reads the "
+            "whole next-token distributions itself (vLLM with --max-logprobs -1). "
             "in-process: load --model here; auto (default): upstream when --upstream is "
             "given."),
         served_model: Optional[str] = typer.Option(None, "--served-model", help="With --decode "
