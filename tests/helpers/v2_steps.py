@@ -131,8 +131,9 @@ class Engine:
     record of a request's new tokens). ``seen`` keeps, per (request, step), the output row of
     every row the plugin had to decide or force."""
 
-    def __init__(self, reqs: list[Req], driver: Any, seed: int = 0) -> None:
-        self.reqs, self.driver = reqs, driver
+    def __init__(self, reqs: list[Req], driver: Any, seed: int = 0, device: str = "cpu"
+                 ) -> None:
+        self.reqs, self.driver, self.device = reqs, driver, device
         self.rng = random.Random(seed)
         self.truth = reference(reqs)
         self.seen: dict[tuple[str, int], torch.Tensor] = {}
@@ -156,10 +157,10 @@ class Engine:
                 continue
             self.rng.shuffle(rows)
             logits = torch.stack([row.logits for row in rows])
-            got = self.driver.apply(logits.clone(), [row.req.slot for row in rows],
-                                    [row.pos for row in rows], [row.offset for row in rows],
-                                    [row.fed for row in rows])
-            self._sample(step, rows, logits, got)
+            got = self.driver.apply(logits.to(self.device, copy=True),
+                                    [row.req.slot for row in rows], [row.pos for row in rows],
+                                    [row.offset for row in rows], [row.fed for row in rows])
+            self._sample(step, rows, logits, got.cpu())
         raise AssertionError("the requests did not finish")
 
     def _live(self, step: int) -> list[Req]:
@@ -223,12 +224,13 @@ def one_hot(token: int) -> torch.Tensor:
     return row
 
 
-def check(engine: Engine, records: dict[str, dict[str, Any]], voided: Callable[[str], bool]
-          ) -> None:
+def check(engine: Engine, records: dict[str, dict[str, Any]], voided: Callable[[str], bool],
+          tol: float = 0.0) -> None:
     """What every test of the plugin's V2 side asserts: each pair not ``voided`` has the
-    records and both streams the tokens of in-process CID, every row it decided or forced is
-    the one-hot row of that step's token, and the rows of plain requests and of partial
-    prefills are as vLLM computed them."""
+    records and both streams the tokens of in-process CID (its floats within ``tol``: 0 for
+    the same arithmetic on the CPU), every row it decided or forced is the one-hot row of that
+    step's token, and the rows of plain requests and of partial prefills are as vLLM computed
+    them."""
     for before, after in engine.untouched:
         assert torch.equal(before, after)
     for pair, steps in engine.truth.items():
@@ -236,7 +238,12 @@ def check(engine: Engine, records: dict[str, dict[str, Any]], voided: Callable[[
             assert records[pair]["error"], records[pair]
             continue
         assert records[pair]["error"] is None, records[pair]["error"]
-        assert records[pair]["steps"] == steps
+        got = records[pair]["steps"]
+        assert [s["token"] for s in got] == [s["token"] for s in steps]
+        for a, b in zip(got, steps):
+            for key in ("lam", "logp_mix", "logp_empty", "eps_ex_post"):
+                assert (a[key] is None) == (b[key] is None), (key, a, b)
+                assert a[key] is None or abs(a[key] - b[key]) <= tol, (key, a, b)
         tokens = [s["token"] for s in steps]
         for r in [r for r in engine.reqs if r.pair == pair]:
             assert r.out == tokens, (r.name, r.out, tokens)

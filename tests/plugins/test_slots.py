@@ -8,6 +8,8 @@ answer's streams, and a third request on a slot taken as left, void the answer."
 
 from __future__ import annotations
 
+import pytest
+import torch
 from helpers import v2_steps
 from helpers.v2_steps import STOP, Engine, Req, V, pair_id, pair_of
 
@@ -56,14 +58,23 @@ class SlotDriver:
         self.tokens[int(req.slot)] = req.prompt + req.out
 
 
-def _play(name: str, seed: int = 0):
+def _play(name: str, seed: int = 0, device: str = "cpu", tol: float = 0.0):
     make, slots, voided = v2_steps.SCENARIOS[name]
     reqs = make()
     driver = SlotDriver(slots)
-    engine = Engine(reqs, driver, seed=seed)
+    engine = Engine(reqs, driver, seed=seed, device=device)
     engine.run()
-    v2_steps.check(engine, driver.records, voided=voided.__contains__)
+    v2_steps.check(engine, driver.records, voided=voided.__contains__, tol=tol)
     return engine, driver, reqs
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (a vLLM GPU "
+                    "server hands the plugin its logits on the GPU)")
+@pytest.mark.parametrize("name", sorted(v2_steps.SCENARIOS))
+def test_logits_on_a_gpu_decide_the_same_answers(name):
+    """The logits on the GPU, as a GPU server hands them over: the same tokens as in-process CID
+    on the CPU, its float64 figures within 1e-9 (the GPU's own float64 arithmetic)."""
+    _play(name, device="cuda", tol=1e-9)
 
 
 def test_answers_equal_in_process_cid_with_rows_shuffled_and_slots_recycled():
