@@ -31,8 +31,8 @@ BLOCK = re.compile(r"(?:<!-- ci: skip \((?P<why>[^)]+)\) -->\n)?^```(?P<lang>[\w
 RUN = {"python", "bash", "console"}
 SHOW = {"text", "bibtex", "json", ""}
 #: Pages whose Python blocks another test runs (the same code is not run twice in CI): the README's
-#: (tests/api/test_readme.py), the CID page's (tests/integrations/test_readme_cid.py) and the
-#: tutorial's, the cells of examples/api.ipynb (tests/api/test_notebook.py).
+#: and the tutorial's, the same blocks, are the cells of examples/api.ipynb
+#: (tests/api/test_notebook.py), and the CID page's (tests/integrations/test_readme_cid.py).
 PYTHON_ELSEWHERE = {"README.md", "integration.md", "tutorial.md"}
 #: Shell commands already run in this session: a command shown on two pages (the README's example
 #: and its method's page) runs once.

@@ -1,40 +1,57 @@
-"""examples/api.ipynb runs top to bottom on the default model (tiny limits) and every method's
-result renders as HTML in the notebook."""
+"""examples/api.ipynb is the README's Python API, one cell per block, each cell ending with the
+result it made so that the notebook shows it; running the notebook on the default model (the
+tiny limits written in the README) is how the README's blocks are run as a new user would run
+them, in a fresh working directory, and shows every result rendered as HTML in a notebook."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from helpers.readme_blocks import python_api_blocks
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "api.ipynb"
-METHOD_CALLS = ("ctxleak.influence(", "ctxleak.iclinf(", "ctxleak.audit(",
-                "ctxleak.susceptibility(", "ctxleak.probe(")
+#: The name of the result each README block makes, shown by the last line of its cell.
+SHOWN = ("inf", "icl", "aud", "sus", "pii", "mine")
 
 
-def test_the_notebook_has_one_cell_per_method():
+def _code_cells(nb) -> list[str]:
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def test_the_notebook_is_the_readmes_python_api():
     nbformat = pytest.importorskip("nbformat")
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    code = [c.source for c in nb.cells if c.cell_type == "code"]
-    for call in METHOD_CALLS:
-        assert sum(call in c for c in code) == 1, call
+    cells = _code_cells(nb)
+    blocks = [b.rstrip("\n") for b in python_api_blocks()]
+    assert len(cells) == len(blocks) == len(SHOWN)
+    for cell, block, name in zip(cells, blocks, SHOWN):
+        assert cell == f"{block}\n{name}", (cell, block)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")  # stored clean
 
 
 @pytest.mark.integration
-def test_the_notebook_runs_and_each_result_renders_html(tmp_path):
+def test_the_notebook_runs_the_readme_and_each_result_renders_html(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
-    for cell in nb.cells:
-        if cell.cell_type != "code" or not any(c in cell.source for c in METHOD_CALLS):
-            continue
+    client.execute()  # raises CellExecutionError with the traceback if a block fails
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    printed = "".join(o.get("text", "") for c in code for o in c.outputs
+                      if o.get("output_type") == "stream")
+    assert "Expected context influence" in printed and "PII probing" in printed
+    for cell in code:
         html = [o["data"]["text/html"] for o in cell.outputs
                 if o.get("output_type") == "execute_result" and "text/html" in o.get("data", {})]
         assert html and "<table" in html[0] and "<html" not in html[0], cell.source
-    assert (tmp_path / "runs" / "nb-influence" / "report.html").is_file()
-    last = nb.cells[-1].outputs[0]["data"]
-    assert "text/html" in last and "influence" in last["text/html"]
+    for run in ("api-inf", "api-icl", "api-audit", "api-susc", "api-probe", "api-mine"):
+        assert (tmp_path / "runs" / run / "report.html").is_file(), run
+
+
+def test_the_tutorial_shows_the_readmes_python_api():
+    page = (NOTEBOOK.parents[1] / "docs" / "tutorial.md").read_text(encoding="utf-8")
+    shown = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert [b.rstrip("\n") for b in shown] == [b.rstrip("\n") for b in python_api_blocks()]
