@@ -1,6 +1,7 @@
 """CID's kernel (:mod:`ctxleak.kernels`) on tiny cases computed by hand, and its one vectorised
-λ_t search against the scalar bisection it replaced (Estimating Privacy Leakage of Augmented
-Contextual Knowledge in Language Models, Def. 3.4 and App. B, Alg. 1)."""
+λ_t search against the scalar bisection that ran before it (Estimating Privacy Leakage of
+Augmented Contextual Knowledge in Language Models, Def. 3.4 and App. B, Alg. 1). The search
+against an exact edge, and its passes: test_cid_edge_search.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import pytest
 import torch
 
 from ctxleak.kernels.cid import (
-    BISECTION_STEPS,
     BOUND_MARGIN,
     MASKED_LOGIT,
     CIDSettingError,
@@ -22,9 +22,10 @@ from ctxleak.kernels.cid import (
 from ctxleak.kernels.draw import draw, seeded_generator
 
 
-def _scalar_bounded_lambda(z_context, z_empty, eps, lam_max, temperature):
-    """The scalar bisection ctxleak ran per decoding step before the kernel, line for line:
-    the kernel's one-row search must give the same floats, bit for bit."""
+def _scalar_bounded_lambda(z_context, z_empty, eps, lam_max, temperature, steps=40):
+    """The scalar 40-step bisection ctxleak ran per decoding step before the kernel, line for
+    line (see :func:`_lands_on_the_bisection`); with ``steps=60``, the edge itself to float
+    precision."""
     def divergence(lam, base, valid):
         diff = (cid_logprobs(z_context, z_empty, lam, temperature) - base).abs()
         return float(diff[valid].max())
@@ -36,7 +37,7 @@ def _scalar_bounded_lambda(z_context, z_empty, eps, lam_max, temperature):
     if top <= half:
         return lam_max, top
     lo, hi, lo_div = 0.0, lam_max, 0.0
-    for _ in range(BISECTION_STEPS):
+    for _ in range(steps):
         mid = 0.5 * (lo + hi)
         d = divergence(mid, base, valid)
         if d <= half:
@@ -44,6 +45,24 @@ def _scalar_bounded_lambda(z_context, z_empty, eps, lam_max, temperature):
         else:
             hi = mid
     return lo, lo_div
+
+
+def _lands_on_the_bisection(z_context, z_empty, eps, lam_max, temperature):
+    """The kernel's one-row search against the scalar bisection: λ_t within 1e-12 of the edge
+    (a 60-step bisection) and of the old 40-step λ_t, or within the old one's resolution
+    λ_max · 2⁻⁴⁰ where that is wider (λ_max > 1: it stopped up to that far below the edge); the
+    divergence it returns is the one at its own λ_t, bit for bit, and within the bound (λ_t = 0
+    where ε/2 is below the margin). Returns the search's ``(λ_t, divergence)``."""
+    lam, div = bounded_lambda(z_context, z_empty, eps, lam_max, temperature)
+    old, _ = _scalar_bounded_lambda(z_context, z_empty, eps, lam_max, temperature)
+    edge, _ = _scalar_bounded_lambda(z_context, z_empty, eps, lam_max, temperature, steps=60)
+    assert abs(lam - old) <= max(1e-12, lam_max * 2.0 ** -40) and abs(lam - edge) <= 1e-12
+    base = torch.log_softmax(z_empty.double() / temperature, dim=-1)
+    valid = (z_empty > MASKED_LOGIT / 2) & (z_context > MASKED_LOGIT / 2)
+    gap = (cid_logprobs(z_context, z_empty, lam, temperature) - base).abs()[valid].max()
+    assert div == float(gap)
+    assert div <= eps / 2 - BOUND_MARGIN or (lam, div) == (0.0, 0.0)
+    return lam, div
 
 
 def _logits(seed: int, vocab: int = 50, masked: int = 0, scale: float = 3.0):
@@ -105,29 +124,28 @@ CASES = [  # (seed, vocab, masked, eps, lam_max, temperature)
 
 
 @pytest.mark.parametrize("seed,vocab,masked,eps,lam_max,temperature", CASES)
-def test_one_row_search_is_the_old_scalar_bisection_bit_for_bit(seed, vocab, masked, eps,
-                                                                lam_max, temperature):
+def test_one_row_search_lands_on_the_old_scalar_bisection(seed, vocab, masked, eps, lam_max,
+                                                          temperature):
     zc, ze = _logits(seed, vocab, masked)
-    assert bounded_lambda(zc, ze, eps, lam_max, temperature) \
-        == _scalar_bounded_lambda(zc, ze, eps, lam_max, temperature)
+    _lands_on_the_bisection(zc, ze, eps, lam_max, temperature)
 
 
 def test_ties_and_equal_streams():
     """Equal streams (no divergence at any λ), tied logits, and a context stream that masks a
-    token the other does not: still the scalar bisection's floats."""
+    token the other does not: still the scalar bisection's λ_t."""
     zc, ze = _logits(20)
     for a, b in [(zc, zc.clone()), (torch.zeros(9, dtype=torch.float64),
                                    torch.zeros(9, dtype=torch.float64)),
                  (torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64),
                   torch.tensor([0.0, 0.0, 1.0, 1.0], dtype=torch.float64))]:
-        assert bounded_lambda(a, b, 0.3, 1.0, 0.9) == _scalar_bounded_lambda(a, b, 0.3, 1.0, 0.9)
+        _lands_on_the_bisection(a, b, 0.3, 1.0, 0.9)
     zc[5] = MASKED_LOGIT  # masked in one stream only: out of the maximum
-    assert bounded_lambda(zc, ze, 0.3, 1.0, 0.9) == _scalar_bounded_lambda(zc, ze, 0.3, 1.0, 0.9)
+    _lands_on_the_bisection(zc, ze, 0.3, 1.0, 0.9)
 
 
-def test_float32_logits_give_the_scalar_floats():
+def test_float32_logits_give_the_scalar_lambda():
     zc, ze = (z.float() for z in _logits(21, masked=2))
-    assert bounded_lambda(zc, ze, 0.5, 1.0, 0.8) == _scalar_bounded_lambda(zc, ze, 0.5, 1.0, 0.8)
+    _lands_on_the_bisection(zc, ze, 0.5, 1.0, 0.8)
 
 
 def test_rows_at_once_are_each_row_alone():
@@ -198,7 +216,7 @@ def test_lambda_max_comes_back_as_given_where_the_bound_holds():
 
 def test_infinite_logits_at_lambda_zero_and_one_stay_exact():
     """A -inf logit (a token a model rules out) at λ = 0 or 1 takes its stream as it is, where
-    0 · -inf would give NaN: the one-row search equals the scalar bisection there too."""
+    0 · -inf would give NaN: the one-row search lands on the scalar bisection there too."""
     zc, ze = _logits(4)
     zc[5], ze[7] = -math.inf, -math.inf
     w = torch.tensor([0.0, 1.0], dtype=torch.float64)
@@ -209,11 +227,12 @@ def test_infinite_logits_at_lambda_zero_and_one_stay_exact():
 
 
 def test_a_row_whose_divergence_is_nan_is_searched_as_a_step_is():
-    """A NaN divergence at λ_max does not pass the bound: the row is bisected, in a batch as in
-    one decoding step (the old batched search kept λ_max for it)."""
+    """A NaN divergence at λ_max does not pass the bound: the row is searched (down to λ_t = 0,
+    as the bisection did), in a batch as in one decoding step (the old batched search kept
+    λ_max for it)."""
     zc, ze = _logits(5)
     bad = zc.clone()
     bad[3] = math.nan
     lams, _ = bounded_lambdas(torch.stack([bad, zc]), torch.stack([ze, ze]), 1e6, 1.0, 0.8)
-    assert lams[0].item() == bounded_lambda(bad, ze, 1e6, 1.0, 0.8)[0] < 1.0
+    assert lams[0].item() == bounded_lambda(bad, ze, 1e6, 1.0, 0.8)[0] == 0.0
     assert lams[1].item() == 1.0

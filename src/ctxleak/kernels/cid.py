@@ -4,9 +4,10 @@ Knowledge in Language Models, Def. 3.4, Eq. 6; bounded CID: App. B, Alg. 1), tor
 - :func:`cid_logprobs`: ``log p̄_λ = log_softmax((λ·z_D + (1−λ)·z_∅) / T)`` in float64, where
   ``z_D`` and ``z_∅`` are the next-token logits with and without the context D;
 - :func:`bounded_lambdas`: Alg. 1's λ_t of every row of ``[T, V]`` logits at once, the largest λ
-  in ``[0, λ_max]`` whose mixture stays within ε/2 of the no-context distribution (bisection,
-  float64); :func:`bounded_lambda` is the same search on one step's ``[V]`` logits, run as a
-  one-row batch, so a decoding step and a scored response get the same floats;
+  in ``[0, λ_max]`` whose mixture stays within ε/2 of the no-context distribution (a bracketed
+  Halley search, float64, about 4 passes over the vocabulary per row); :func:`bounded_lambda` is
+  the same search on one step's ``[V]`` logits, run as a one-row batch, so a decoding step and a
+  scored response get the same floats;
 - :data:`MASKED_LOGIT`: the logit of a token that must never be drawn;
 - :func:`check_cid_settings`: the one check of λ, T and ε, raising :class:`CIDSettingError`
   (a ``ValueError`` naming the parameter) that ctxleak's callers turn into their own errors.
@@ -17,6 +18,7 @@ Nothing here imports anything but torch and the standard library (see :mod:`ctxl
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -25,8 +27,13 @@ import torch
 #: inf − inf = NaN.
 MASKED_LOGIT = -1e30
 
-#: Bisection steps of bounded CID's λ_t search (λ_t to within λ_max · 2⁻⁴⁰).
-BISECTION_STEPS = 40
+#: Bounded CID's λ_t is found to within ``min(λ_max, 1) · 2**-LAMBDA_BITS`` (≈ 9e-13): its search
+#: stops when the bracket around the edge of the bound is that narrow. The 40-step bisection it
+#: replaced reached ``λ_max · 2**-40``.
+LAMBDA_BITS = 40
+#: A backstop on each row's probes after the one at λ_max (rows take about 3; a row of NaN
+#: logits is bisected down to λ = 0 in about LAMBDA_BITS probes).
+MAX_PROBES = 3 * LAMBDA_BITS
 #: Bounded CID aims this far below ε/2 so that float noise between the two streams' forward
 #: passes (about 1e-7 in float32) can never push a released token over the bound.
 BOUND_MARGIN = 1e-6
@@ -79,10 +86,7 @@ def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float | to
     z_context, z_empty = z_context.double(), z_empty.double()
     if isinstance(lam, torch.Tensor):
         w = lam.to(z_context.device, torch.float64).reshape(-1, *([1] * (z_context.dim() - 1)))
-        mixed = w * z_context + (1.0 - w) * z_empty
-        # rows at λ = 0 or 1 take one stream as it is (0 · -inf would be NaN)
-        mixed = torch.where(w == 0, z_empty, torch.where(w == 1, z_context, mixed))
-        return torch.log_softmax(mixed / temperature, dim=-1)
+        return _mixture(z_context, z_empty, w, temperature, ends=True)
     if lam == 0:
         mixed = z_empty
     elif lam == 1:
@@ -92,40 +96,177 @@ def cid_logprobs(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float | to
     return torch.log_softmax(mixed / temperature, dim=-1)
 
 
+def _mixture(z_context: torch.Tensor, z_empty: torch.Tensor, w: torch.Tensor, temperature: float,
+             ends: bool) -> torch.Tensor:
+    """:func:`cid_logprobs` of float64 logits at per-row weights ``w`` (``[n, 1]``); ``ends``
+    selects the stream itself on rows at λ = 0 or 1 (0 · -inf would be NaN), and can be left
+    off where no row is at either."""
+    mixed = w * z_context + (1.0 - w) * z_empty
+    if ends:
+        mixed = torch.where(w == 0, z_empty, torch.where(w == 1, z_context, mixed))
+    return torch.log_softmax(mixed / temperature, dim=-1)
+
+
+class _Rows(NamedTuple):
+    """The float64 rows a λ_t search reads, on the logits' device, ``[n, V]`` unless said: the
+    two streams' logits, the no-context log-probs at T, the tokens masked in either stream,
+    ``Δ = z_D − z_∅`` (0 where masked) and ``Δ²`` (``powers``, ``[n, 2, V]``), and the drawable
+    tokens of largest and of smallest Δ (``ends``, ``[n, 2]``)."""
+
+    zc: torch.Tensor
+    ze: torch.Tensor
+    base: torch.Tensor
+    invalid: torch.Tensor
+    powers: torch.Tensor
+    ends: torch.Tensor
+
+    def take(self, rows: torch.Tensor | slice) -> _Rows:
+        return _Rows(*(t[rows] for t in self))
+
+
+def _rows(zc: torch.Tensor, ze: torch.Tensor, temperature: float) -> _Rows:
+    """:class:`_Rows` of float64 logits ``[n, V]`` at temperature T."""
+    base = torch.log_softmax(ze / temperature, dim=-1)
+    invalid = (ze <= MASKED_LOGIT / 2) | (zc <= MASKED_LOGIT / 2)
+    delta = (zc - ze).masked_fill_(invalid, 0.0)
+    ends = torch.stack([torch.where(invalid, -math.inf, delta).max(dim=-1).indices,
+                        torch.where(invalid, math.inf, delta).min(dim=-1).indices], dim=-1)
+    return _Rows(zc, ze, base, invalid, torch.stack([delta, delta * delta], dim=1), ends)
+
+
+def _probe(r: _Rows, lam: torch.Tensor, temperature: float, ends: bool) -> torch.Tensor:
+    """One pass over the vocabulary at one λ per row (``ends``: some row is at λ = 0 or 1), on
+    the logits' device: ``[n, 5]`` of the divergence ``max_y |log p̄_λ(y|D) − log p(y|∅)|``
+    over the drawable tokens (the floats of :func:`cid_logprobs`, App. B, Alg. 1 line 2), the
+    log-prob shifts of ``r.ends``, and the mixture's moments ``E[Δ], E[Δ²]``."""
+    logp = _mixture(r.zc, r.ze, lam[:, None], temperature, ends)
+    diff = (logp - r.base).masked_fill_(r.invalid, 0.0)
+    shifts = diff.gather(-1, r.ends)
+    div = diff.abs_().amax(dim=-1, keepdim=True)
+    return torch.cat([div, shifts, (r.powers @ logp.exp_()[:, :, None])[:, :, 0]], dim=-1)
+
+
+def _right_of_zero(r: _Rows) -> torch.Tensor:
+    """``[n, 3]`` on the logits' device: the no-context mass of the drawable tokens and its
+    unnormalised moments ``Σ p(y|∅)·Δ(y), Σ p(y|∅)·Δ(y)²`` over them."""
+    p0 = r.base.exp().masked_fill_(r.invalid, 0.0)
+    return torch.cat([p0.sum(dim=-1, keepdim=True), (r.powers @ p0[:, :, None])[:, :, 0]], -1)
+
+
+def _rounded(sums: torch.Tensor) -> torch.Tensor:
+    """Sums over the vocabulary rounded to float32's 24 bits. A lone row's sum is split across
+    threads (or blocks) where a batch's rows are each summed whole, so the same row's sum can
+    differ in its last bits between batch shapes; rounded, each row steers its search as it
+    would alone (log_softmax and the maximum, which decide the bound, do not depend on it)."""
+    return sums.float().double()
+
+
+def _slope(spread: torch.Tensor, shifts: torch.Tensor, moments: torch.Tensor,
+           temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The divergence's slope and curvature in λ from the log-prob shifts of the tokens of
+    largest and smallest Δ (their Δ: ``spread``) and the mixture's moments ``E[Δ], E[Δ²]``
+    (``[n, 2]`` each). ``log p̄_λ(y) − log p(y|∅)`` is ``λ·Δ(y)/T − (A(λ) − A(0))`` with A the
+    log-partition, so the largest shift is at the token of largest Δ, the most negative at the
+    one of smallest Δ, and the divergence is the larger of the two;
+    ``d/dλ log p̄_λ(y) = (Δ(y) − E[Δ]) / T`` and ``A'' = Var[Δ] / T²``."""
+    mean, var = moments[:, 0], moments[:, 1] - moments[:, 0] ** 2
+    top = shifts[:, 0] >= -shifts[:, 1]
+    slope = torch.where(top, spread[:, 0] - mean, mean - spread[:, 1]) / temperature
+    return slope, torch.where(top, -var, var) / temperature ** 2
+
+
+def _edge(r: _Rows, half: float, lam_max: float, temperature: float, at_max: torch.Tensor
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Alg. 1 line 2's λ_t of rows whose bound fails at ``lam_max`` (``at_max``: the
+    :func:`_probe` there, on the host): the largest λ with divergence ≤ ``half``, and that
+    divergence (float64 ``[n]`` each, on the host).
+
+    A bracket [lo, hi] holds the edge: lo keeps the bound (divergence ≤ half), hi breaks it (or is
+    NaN). The divergence grows with λ (it is the larger of a concave and a convex increasing
+    function of λ, see :func:`_slope`), so each probe's verdict moves one end. The next probe is
+    Halley's step from the last one; it falls back to the midpoint when the step leaves the
+    bracket or is not under half the step before last (Numerical Recipes' ``rtsafe`` rule). A
+    step within the tolerance lands just past the estimate, on the far side of the edge, so that
+    the probe closes the bracket. torch has no vectorised bracketed root finder, hence this one,
+    run on every row at once, each row probed until its bracket is narrower than
+    ``min(lam_max, 1) · 2**-LAMBDA_BITS``. The passes over the vocabulary run on the logits'
+    device; the bracket's few numbers per row are kept on the host, where they cost no kernel
+    launches."""
+    tol = min(lam_max, 1.0) * 2.0 ** -LAMBDA_BITS
+    dev, n = r.zc.device, at_max.shape[0]
+    spread = r.powers[:, 0].gather(-1, r.ends).cpu()
+    zero = _right_of_zero(r).cpu()
+    mass = _rounded(zero[:, 0])
+    moments = _rounded(zero[:, 1:]) / mass[:, None]
+    # every shift is 0 at λ = 0 (but for the jump): the one that grows fastest binds
+    slope0, curve0 = _slope(spread, spread - moments[:, :1], moments, temperature)
+    # each end of the bracket as [5, n]: λ, its divergence, divergence − half, slope, curvature
+    low = torch.stack([torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64),
+                       -mass.log() - half, slope0, curve0])
+    top = at_max[:, 0]
+    high = torch.stack([torch.full((n,), lam_max, dtype=torch.float64), top, top - half,
+                        *_slope(spread, at_max[:, 1:3], _rounded(at_max[:, 3:]), temperature)])
+    high[0] = torch.where(low[2] > 0, tol, high[0])  # past the bound at every λ > 0: λ_t = 0
+    from_low = ~(high[2].abs() < -low[2])  # the first step from the end nearer the edge
+    step1 = step2 = 2 * high[0]  # the last two probes' distances (none yet: any step)
+    for _ in range(MAX_PROBES):
+        lo, hi = low[0], high[0]
+        active = (hi - lo > tol).nonzero()[:, 0]
+        if active.numel() == 0:
+            break
+        origin, _, g, slope, curve = torch.where(from_low, low, high)
+        # Halley's step: Newton's, corrected by the curvature (at most doubled)
+        step = -g / (slope * (1 - torch.clamp(g * curve / (2 * slope * slope), max=0.5)))
+        # within the tolerance: just past the estimate, on the far side of the edge
+        x = origin + torch.where(step.abs() <= tol / 2,
+                                 step + torch.where(from_low, tol / 4, -tol / 4), step)
+        dist = (x - origin).abs()
+        take = (x > lo) & (x < hi) & (dist <= step2 / 2)
+        x = torch.where(take, x, 0.5 * (lo + hi))
+        step1, step2 = torch.where(take, dist, 0.5 * (hi - lo)), step1
+        rows: torch.Tensor | slice = active if active.numel() < n else slice(None)
+        xs = x[rows]
+        on = r if isinstance(rows, slice) else r.take(rows.to(dev))
+        got = _probe(on, xs.to(dev), temperature, bool(((xs == 0) | (xs == 1)).any())).cpu()
+        d, ok = got[:, 0], got[:, 0] <= half
+        probe = torch.stack([xs, d, d - half,
+                             *_slope(spread[rows], got[:, 1:3], _rounded(got[:, 3:]),
+                                     temperature)])
+        low[:, rows] = torch.where(ok, probe, low[:, rows])
+        high[:, rows] = torch.where(ok, high[:, rows], probe)
+        from_low[rows] = ok
+    return low[0], low[1]
+
+
 def bounded_lambdas(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, lam_max: float,
                     temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """For each row t of ``[T, V]`` logits, Alg. 1's λ_t (line 2): the largest λ in
     ``[0, lam_max]`` with ``max_y |log p̄_λ(y|D) − log p(y|∅)| ≤ ε/2`` (both at temperature T),
-    found by bisection in float64, and that maximum (float64 ``[T]`` each).
+    to within ``min(lam_max, 1) · 2**-LAMBDA_BITS`` and never above the edge (a bracketed Halley
+    search in float64, :func:`_edge`: about 4 passes over the vocabulary per row, the one at
+    ``lam_max`` included, where bisection took 41), and that maximum (float64 ``[T]`` each).
 
     λ = 0 always qualifies (the maximum is 0). Tokens masked out in either stream (at or below
     ``MASKED_LOGIT / 2``: EOS before the minimum length) are left out of the maximum: both
     distributions give them probability 0. A row whose maximum at ``lam_max`` is not within the
-    bound (NaN included) is bisected. Scoring a neighbour context D' = D∖D_i as bounded CID
-    would run on it uses this on z(·|D') and z(·|∅): Thm B.1 compares the mechanism on D with
-    the mechanism on D', which picks its own λ'_t."""
-    zc, ze = z_context.double(), z_empty.double()
-    base = torch.log_softmax(ze / temperature, dim=-1)
-    invalid = (ze <= MASKED_LOGIT / 2) | (zc <= MASKED_LOGIT / 2)
+    bound (NaN included) is searched; where ε/2 is below :data:`BOUND_MARGIN`, λ_t = 0. Scoring a
+    neighbour context D' = D∖D_i as bounded CID would run on it uses this on z(·|D') and z(·|∅):
+    Thm B.1 compares the mechanism on D with the mechanism on D', which picks its own λ'_t."""
+    r = _rows(z_context.double(), z_empty.double(), temperature)
     half = eps / 2.0 - BOUND_MARGIN
-
-    def divergence(lam: torch.Tensor) -> torch.Tensor:
-        diff = (cid_logprobs(zc, ze, lam, temperature) - base).abs()
-        return diff.masked_fill(invalid, 0.0).amax(dim=-1)
-
-    cap = torch.full((zc.shape[0],), float(lam_max), dtype=torch.float64, device=zc.device)
-    top = divergence(cap)
+    cap = torch.full((r.zc.shape[0],), float(lam_max), dtype=torch.float64, device=r.zc.device)
+    at_max = _probe(r, cap, temperature, ends=lam_max in (0, 1))
+    top = at_max[:, 0].contiguous()
     binds = ~(top <= half)
     if not bool(binds.any()):
         return cap, top
-    lo, hi, lo_div = torch.zeros_like(cap), cap.clone(), torch.zeros_like(cap)
-    for _ in range(BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        d = divergence(mid)
-        ok = d <= half
-        lo, lo_div = torch.where(ok, mid, lo), torch.where(ok, d, lo_div)
-        hi = torch.where(ok, hi, mid)
-    return torch.where(binds, lo, cap), torch.where(binds, lo_div, top)
+    lam, div = torch.where(binds, 0.0, cap), torch.where(binds, 0.0, top)
+    if half >= 0:  # below 0 not even λ = 0 keeps the bound: λ_t = 0
+        rows: torch.Tensor | slice = binds.nonzero()[:, 0] if not bool(binds.all()) \
+            else slice(None)
+        found = _edge(r.take(rows), half, float(lam_max), temperature, at_max[rows].cpu())
+        lam[rows], div[rows] = (t.to(lam.device) for t in found)
+    return lam, div
 
 
 def bounded_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, lam_max: float,
