@@ -22,6 +22,8 @@ FOLDER = Path(str(resources.files("ctxleak") / "data" / "demo" / "rag_audit"))
 TRUTH = json.loads((FOLDER / "truth.json").read_text())
 #: The first twelve turns: copies of secrets and personal data, a paraphrase, an unrelated
 #: answer and answers from public documents (the whole log takes about 4 minutes on a 2-core CPU).
+#: Not fewer: on the first ten the per-document threshold (the decoys' 95th percentile) falls
+#: below the payroll record's leave-one-out influence in turn-09, which does not use it.
 TURNS = 12
 COPYING = ("verbatim", "secret", "pii")
 
@@ -73,7 +75,7 @@ def test_restricted_documents_rank_first_and_fail_the_gate(spans_audit) -> None:
 
 def test_the_jsonl_log_with_the_apps_prompt_gives_the_same_numbers(spans_audit, default_lm,
                                                                    tmp_path) -> None:
-    rows = ctxleak.influence(default_lm, "demo-rag-log", limit=3, temperature=1.0,
+    rows = ctxleak.influence(default_lm, "demo-rag-log", limit=2, temperature=1.0,
                              min_new_tokens=0, prompt_messages=str(FOLDER / "prompt.json"),
                              control=False, progress=False, output=tmp_path / "rows")
     by_id = {r["id"]: r for r in spans_audit.records}
