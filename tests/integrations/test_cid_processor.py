@@ -202,7 +202,7 @@ def test_batched_rows_equal_one_at_a_time(tiny_lm):
 
 
 def test_bounded_batched_rows_equal_one_at_a_time(llama_lm):
-    """Each batched row's λ_t and ε_t are Alg. 1's bisection on that row alone, recomputed
+    """Each batched row's λ_t and ε_t are Alg. 1's λ_t search on that row alone, recomputed
     from scratch (sampling, so the row's own tokens are replayed)."""
     eps, lam_max, temp = 0.3, 2.0, 0.8
     torch.manual_seed(2)

@@ -99,7 +99,7 @@ class RowLedger:
         context alone, not a DP guarantee."""
         if self.bounded_eps is None:
             return None
-        # every entry of a bounded run records it (the bisection of Alg. 1 sets it per step)
+        # every entry of a bounded run records it (Alg. 1's λ_t search sets it per step)
         return [float(e.eps_ex_post) for e in self.entries if e.eps_ex_post is not None]
 
     @property

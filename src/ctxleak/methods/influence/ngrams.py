@@ -79,7 +79,7 @@ class WindowRequest:
     # the full prompt's KV cache, already computed (engine.local.prefill.prefill_alone): not recomputed
     prefix_cache: Any = field(default=None, repr=False, compare=False)
     # bounded CID (App. B, Alg. 1): ``lam`` is λ_max, and the full prompt and every
-    # ablated one each get their own λ_t by Alg. 1's bisection on their own logits
+    # ablated one each get their own λ_t by Alg. 1's search on their own logits
     bounded_eps: float | None = None
     # also ``logp_empty``, the response's log-probs without the context at temperature T (the
     # no-context pass then runs at λ = 1 too), so that with ``logp_context`` the scoring gives
