@@ -1,5 +1,5 @@
 """Bounded CID's λ_t search (Estimating Privacy Leakage of Augmented Contextual Knowledge in
-Language Models, App. B, Alg. 1 line 2; issue 64) against the 40-step bisection it replaced, on
+Language Models, App. B, Alg. 1 line 2) against the 40-step bisection it replaced, on
 float32 logits shaped like a model's: ``[rows, vocab]`` no-context logits (normal, a few
 favourites lifted) and context logits that perturb them and lift a few context-supported
 tokens. Both run in one process, interleaved, best of ``--repeat``; the ratio is measured in the
@@ -21,7 +21,7 @@ from ctxleak.kernels.cid import BOUND_MARGIN, MASKED_LOGIT, bounded_lambdas, cid
 
 
 def naive(z_context, z_empty, eps, lam_max, temperature, passes=None):
-    """The bisection ``bounded_lambdas`` ran before issue 64: 40 halvings after the pass at
+    """The bisection ``bounded_lambdas`` ran before the Halley search: 40 halvings after the pass at
     λ_max, every row of the batch probed at every step."""
     zc, ze = z_context.double(), z_empty.double()
     base = torch.log_softmax(ze / temperature, dim=-1)
