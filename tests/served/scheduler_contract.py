@@ -1,4 +1,4 @@
-"""Run by tests/served/test_plugin_contracts.py in the vLLM server's environment (.venv-vllm):
+"""Run by tests/served/test_served_plugin_contracts.py in the vLLM server's environment (.venv-vllm):
 ctxleak's pairing scheduler against vLLM's own schedulers, driven as vLLM's engine drives them
 (``schedule``, then ``update_from_output`` with a token per request; under asynchronous
 scheduling two steps in flight, as the engine's batch queue keeps them) on a server config of

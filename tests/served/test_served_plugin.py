@@ -6,7 +6,7 @@ inside the real engine (a partner that never comes, one aborted midway, lengths 
 are voided with the reason in their records, never answered with a wrong stream; bad settings
 (a seed beyond 64 bits included) are HTTP 400 and the server goes on serving. The plugin's
 contracts with vLLM's code that need no server (both model runners' loaders, Model Runner V2's
-steps, the schedulers) are in tests/served/test_plugin_contracts.py."""
+steps, the schedulers) are in tests/served/test_served_plugin_contracts.py."""
 
 from __future__ import annotations
 

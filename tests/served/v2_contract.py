@@ -1,4 +1,4 @@
-"""Run by tests/served/test_plugin_contracts.py in the vLLM server's environment (.venv-vllm):
+"""Run by tests/served/test_served_plugin_contracts.py in the vLLM server's environment (.venv-vllm):
 ctxleak's CID plugin against vLLM's own code for both model runners.
 
 - **Loading**: vLLM's V1 loader and its Model Runner V2 loader both take
