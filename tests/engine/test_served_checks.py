@@ -33,7 +33,7 @@ def served(tokenizer, api="vllm"):
 def answering(lm, logprob, tokens=None):
     """Replace the client's requests: /tokenize gives ``tokens`` (default: the local ids),
     completions give ``logprob(position, token)`` at every prompt position."""
-    def post_many(path, bodies):
+    def post_many(path, bodies, headers=None):
         out = []
         for body in bodies:
             if path == "/tokenize":
@@ -48,7 +48,7 @@ def answering(lm, logprob, tokens=None):
         return out
 
     lm.client.post_many = post_many
-    lm.client.post = lambda path, body, **headers: post_many(path, [body])[0]
+    lm.client.post = lambda path, body, headers=None: post_many(path, [body])[0]
 
 
 def test_a_plausible_server_passes(tokenizer):
@@ -101,7 +101,7 @@ def test_continuation_log_probs_are_read_by_position_and_id(tokenizer):
 def test_the_echo_form_is_read_by_token_id(tokenizer):
     lm = served(tokenizer, api="openai-echo")
 
-    def post_many(path, bodies):
+    def post_many(path, bodies, headers=None):
         out = []
         for body in bodies:
             assert body["echo"] is True and body["return_tokens_as_token_ids"] is True
@@ -121,7 +121,7 @@ def test_samples_drop_the_stopping_eos(tokenizer):
     lm = served(tokenizer)
     seen = []
 
-    def post_many(path, bodies):
+    def post_many(path, bodies, headers=None):
         seen.extend(bodies)
         return [{"choices": [{"index": 0, "token_ids": [4, 5, 2], "finish_reason": "stop"},
                              {"index": 1, "token_ids": [4, 5, 6], "finish_reason": "length"}]}

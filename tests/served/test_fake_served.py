@@ -295,7 +295,7 @@ def test_a_wrong_shaped_answer_is_one_line_naming_the_field(tiny, tok_dir, answe
     good = FakeVLLM(tiny).start()
     try:
         lm = serve("tiny", good.url, tokenizer=tok_dir)
-        lm.client.post_many = lambda path, bodies: [answer for _ in bodies]
+        lm.client.post_many = lambda path, bodies, headers=None: [answer for _ in bodies]
         with pytest.raises(ServerError, match=says):
             lm.continuation_logprobs([[1, 5, 6, 7]], [[8, 9, 10, 11, 12, 13]])
     finally:

@@ -312,9 +312,7 @@ class ServedClient:
 
     def post(self, path: str, body: dict[str, Any], *,
              headers: dict[str, str] | None = None) -> Any:
-        if headers is None:
-            return self.post_many(path, [body])[0]
-        return self.post_many(path, [body], headers=[headers])[0]
+        return self.post_many(path, [body], headers=None if headers is None else [headers])[0]
 
     def get(self, path: str) -> Any:
         return _run(self._many("GET", path, [None]))[0]

@@ -135,9 +135,8 @@ def decode_pairs(lm: ServedLM, jobs: Sequence[PairJob], server: dict[str, Any],
             break
         pairs = [secrets.token_hex(16) for _ in todo]
         bodies = [_body(lm, jobs[j], p) for j, p in zip(todo, pairs)]
-        pinned = rank_headers(pairs, server)
-        answers = lm.client.post_many("/v1/completions", bodies, headers=pinned) \
-            if pinned is not None else lm.client.post_many("/v1/completions", bodies)
+        answers = lm.client.post_many("/v1/completions", bodies,
+                                      headers=rank_headers(pairs, server))
         records = lm.client.get_each([PAIRS_PATH + p for p in pairs])
         still = []
         for j, answer, got in zip(todo, answers, records):
