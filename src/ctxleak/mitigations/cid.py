@@ -294,7 +294,15 @@ def _in_server(lm: LanguageModel, jobs: Sequence[CIDJob], sample: bool,
 
 def _ledger(row: int, answer: PairAnswer, config: CIDConfig) -> RowLedger:
     """The ledger of an answer the server decoded: the same entries as ctxleak's own loop."""
-    return RowLedger(row=row, entries=answer.steps, stopped_on_eos=answer.stopped_on_eos,
+    return ledger_of(answer.steps, answer.stopped_on_eos, config, row=row)
+
+
+def ledger_of(entries: Sequence[LedgerEntry], stopped_on_eos: bool, config: CIDConfig, *,
+              row: int = 0) -> RowLedger:
+    """The ledger of a response decoded by CID under ``config`` from its released tokens'
+    ``entries`` (the stopping EOS included when it ``stopped_on_eos``): every CID ledger ctxleak
+    decodes is made here (in-process, by the plugin, token by token in the proxy)."""
+    return RowLedger(row=row, entries=tuple(entries), stopped_on_eos=stopped_on_eos,
                      lam=config.lam, temperature=config.temperature,
                      bounded_eps=config.bounded_eps)
 
@@ -344,9 +352,7 @@ def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config:
         return entry
 
     def finish(gen: Generation) -> RowLedger:
-        return RowLedger(row=row, entries=tuple(gen.records), stopped_on_eos=gen.stopped_on_eos,
-                         lam=config.lam, temperature=config.temperature,
-                         bounded_eps=config.bounded_eps)
+        return ledger_of(gen.records, gen.stopped_on_eos, config, row=row)
 
     job = StreamJob([list(prompt_context), list(prompt_empty)], combine, observe, seed,
                     config.max_new_tokens, config.min_new_tokens,

@@ -44,8 +44,8 @@ from typing import Any
 
 from ctxleak.engine.batching import policy_of
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.mitigations.cid import generate_cid_many
-from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
+from ctxleak.mitigations.cid import generate_cid_many, ledger_of
+from ctxleak.mitigations.ledger import LedgerEntry
 from ctxleak.proxy.decode import Answer, Prepared, finish_answer, prepare_answer
 from ctxleak.proxy.mechanism import Prepared as PreparedAsk
 from ctxleak.proxy.mechanism import Reply, prepare, reply_of
@@ -303,9 +303,7 @@ class BatchDecoder:
         if item.error is not None or item.future.done() or \
                 (not stopped and entry.step + 1 < config.max_new_tokens):
             return
-        ledger = RowLedger(row=0, entries=tuple(item.entries), stopped_on_eos=stopped,
-                           lam=config.lam, temperature=config.temperature,
-                           bounded_eps=config.bounded_eps)
+        ledger = ledger_of(item.entries, stopped, config)
         try:
             item.future.set_result(finish_answer(self.lm, prepared, ledger))
         except Exception as exc:
