@@ -11,7 +11,8 @@
 #   fill in at the end, so the two workers finish together instead of each tier waiting for its
 #   slowest module.
 # Line and branch coverage of src/ (subprocesses included) is measured over the test run and
-# must not fall below the floor in pyproject.toml ([tool.coverage.report] fail_under).
+# must not fall below the floor in pyproject.toml ([tool.coverage.report] fail_under); the
+# tracer is paused in-process during integration and served tests (tests/conftest.py says why).
 # (CTXLEAK_COVERAGE=0 leaves coverage out.) Each phase's wall-clock time is printed as it ends,
 # and all of them at the end. Arguments go to both pytest runs (e.g. bash scripts/check.sh -x).
 # Usage: bash scripts/check.sh [pytest args]
