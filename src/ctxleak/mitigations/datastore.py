@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from ctxleak.bundled import with_datastore
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.mitigations.bm25 import BM25
 
@@ -62,8 +63,8 @@ class Retrieved:
 
 
 #: The bundled sets that come with a datastore of their own (a JSONL of {id, text}, under the
-#: package's data/demo folder).
-BUNDLED_DATASTORES = {"demo-datastore": "datastore/documents.jsonl"}
+#: package's data/demo folder), from :data:`ctxleak.bundled.BUNDLED_SETS`.
+BUNDLED_DATASTORES = with_datastore()
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ctxleak.bundled import BUNDLED_SETS
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.prompts import template_fields
 from ctxleak.errors import ConfigError, InputError
@@ -95,13 +96,9 @@ class InfluenceExample:
 
 HUB_DATASETS = ("cnn_dailymail", "pubmedqa")
 
-#: Bundled demo sets: ``demo``, ``demo-qa`` (private facts only in the document), ``demo-qa-large``
-#: (four documents per question), ``demo-rag-log``/``-spans`` (RAG turns, ``data/demo/rag_audit``),
-#: ``demo-datastore`` (questions on common and private facts, each over its top 2 documents of
-#: ``data/demo/datastore/documents.jsonl``).
-DEMO_SETS = {"demo": "influence.jsonl", "demo-qa": "rag_qa.jsonl", "demo-qa-large": "rag_qa_large.jsonl",
-             "demo-rag-log": "rag_audit/log.jsonl", "demo-rag-spans": "rag_audit/spans.jsonl",
-             "demo-datastore": "datastore/questions.jsonl"}
+#: Bundled demo sets by name -> their file under ``data/demo`` (:data:`ctxleak.bundled.BUNDLED_SETS`,
+#: the one registry, says what each is).
+DEMO_SETS = {name: s.file for name, s in BUNDLED_SETS.items()}
 
 
 def resolve_data(data: Any) -> Any:

@@ -78,9 +78,6 @@ from ctxleak.run.inputs import is_named
 #: One measurement job: the example, its setting, its seed.
 Job = tuple[InfluenceExample, Setting, int]
 
-#: The bundled sets that come with a datastore of their own (a JSONL of {id, text}).
-DEMO_DATASTORES = BUNDLED_DATASTORES
-
 #: The ``datastore`` value that keeps each question's own retrieved list.
 RETRIEVED = "retrieved"
 
@@ -139,14 +136,14 @@ def example_documents(example: InfluenceExample) -> tuple[str, ...]:
 def resolve_datastore(option: Any, data: Any, examples: Sequence[InfluenceExample]
                       ) -> Datastore | None:
     """The datastore the mechanisms retrieve from: ``option`` as given (a JSONL path, pairs, a
-    :class:`Datastore`); None: the bundled set's own (:data:`DEMO_DATASTORES`), else every
+    :class:`Datastore`); None: the bundled set's own (:data:`ctxleak.bundled.BUNDLED_SETS`), else every
     retrieved document of ``examples`` with an id, pooled by id (None where there is none);
     ``"retrieved"``: None, each question's own list."""
     if isinstance(option, str) and option == RETRIEVED:
         return None
     if option is not None:
         return datastore_of(option)
-    for name in DEMO_DATASTORES:
+    for name in BUNDLED_DATASTORES:
         if is_named(data, name):
             return Datastore.bundled(name)
     pooled = [(str(d.id), d.text) for ex in examples for d in ex.documents or ()

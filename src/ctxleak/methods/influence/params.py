@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ctxleak.bundled import with_prompt
 from ctxleak.errors import ConfigError, warn
 from ctxleak.methods.influence.mechanism_mode import check_mechanism_options, mechanism_list
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting, eps_list, settings_grid
@@ -26,9 +27,10 @@ from ctxleak.run.validate import (
     check_unique,
 )
 
-#: Bundled sets asked under their app's own prompt by default: ``demo-datastore``'s app asks
-#: through the model's chat template for the short answer (the built-in ``short-answer``).
-DEMO_PROMPTS = {"demo-datastore": "short-answer"}
+#: Bundled sets asked under their app's own prompt by default (:data:`ctxleak.bundled.BUNDLED_SETS`):
+#: ``demo-datastore``'s app asks through the model's chat template for the short answer (the
+#: built-in ``short-answer``).
+DEMO_PROMPTS = with_prompt()
 
 
 def parse_ngram(value: Any) -> int | None:
