@@ -16,7 +16,7 @@ from helpers.fake_server import fake_vllm
 from helpers.proxy_server import serving as proxy_serving
 from helpers.tiny_models import tiny_llama
 
-import ctxleak.proxy.batching as batching
+import ctxleak.mitigations.cid as cid
 from ctxleak.mitigations.ledger import LedgerEntry
 from ctxleak.proxy.batching import BatchDecoder
 from ctxleak.proxy.budget import SQLiteLedger
@@ -151,7 +151,7 @@ def test_an_answer_that_fails_fails_alone(lm, monkeypatch):
             same_answer(got[k], decode_answer(lm, requests[k], requests[k].documents))
         # the batch itself fails (the model): each answer that released nothing is decoded
         # again alone; one that released tokens fails with the batch's error
-        real = batching.generate_cid_many
+        real = cid.generate_cid_many
 
         def fails_in_a_batch(lm_, jobs, **kw):
             if len(jobs) > 1:
@@ -161,7 +161,7 @@ def test_an_answer_that_fails_fails_alone(lm, monkeypatch):
                 raise MemoryError("out of memory")
             return real(lm_, jobs, **kw)
 
-        monkeypatch.setattr(batching, "generate_cid_many", fails_in_a_batch)
+        monkeypatch.setattr(cid, "generate_cid_many", fails_in_a_batch)
         got = together(decoder, [
             (lambda k=k: decoder.decode(requests[k], requests[k].documents))
             for k in range(len(requests))])

@@ -147,12 +147,9 @@ class CID:
         without any, all requests in one batched KV cache (or inside vLLM with ctxleak's
         plugin); CID's fast paths as :func:`generate_cid_many` has them (``context_caches``,
         ``rescored``, ``on_entry``)."""
-        config = self.config(decoding)
-        jobs = [(r.prompt(r.documents), r.prompt([]), config, r.seed) for r in requests]
-        ledgers = generate_cid_many(lm, jobs, sample=not decoding.greedy,
-                                    context_caches=context_caches, rescored=rescored,
-                                    on_entry=on_entry)
-        return [self.answer_of(ledger, len(r.documents)) for ledger, r in zip(ledgers, requests)]
+        return answer_together(lm, [(self, r, decoding) for r in requests],
+                               context_caches=context_caches, rescored=rescored,
+                               on_entry=on_entry)
 
     def answer_of(self, ledger: RowLedger, documents: int) -> MechanismAnswer:
         """A decoded response's answer: its ledger, what it spent (:meth:`spent`), one step
@@ -166,6 +163,25 @@ class CID:
                                tokens_paid=paid, steps=steps,
                                documents_used=tuple(range(documents)) if self.lam else (),
                                ledger=ledger)
+
+
+def answer_together(lm: LanguageModel, asked: Sequence[tuple[CID, AnswerRequest, Decoding]], *,
+                    context_caches: list[Any] | None = None, rescored: bool = False,
+                    on_entry: Callable[[int, LedgerEntry], None] | None = None
+                    ) -> list[MechanismAnswer]:
+    """:meth:`CID.answer` of requests each under its own CID setting and decoding (λ, ε,
+    temperature, lengths; all greedy or all sampled), decoded together in one batch, as the
+    privacy proxy decodes the answers of concurrent clients; ``on_entry(k, entry)`` hears
+    request k's entries as they are drawn."""
+    greedy = {decoding.greedy for _, _, decoding in asked}
+    if len(greedy) > 1:
+        raise ValueError("answer_together: the requests must be all greedy or all sampled")
+    jobs = [(r.prompt(r.documents), r.prompt([]), cid.config(decoding), r.seed)
+            for cid, r, decoding in asked]
+    ledgers = generate_cid_many(lm, jobs, sample=not greedy.pop(), context_caches=context_caches,
+                                rescored=rescored, on_entry=on_entry) if jobs else []
+    return [cid.answer_of(ledger, len(r.documents))
+            for ledger, (cid, r, _) in zip(ledgers, asked)]
 
 
 def _check(**settings: float | None) -> None:

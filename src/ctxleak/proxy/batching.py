@@ -6,9 +6,11 @@ Def. 3.4; bounded: App. B, Alg. 1).
 
 Design: a collector. One thread owns the model. It takes the first answer waiting, gathers
 those that arrive within :data:`WINDOW_S` (or until the batch holds ``max_batch``), then, once it
-holds the model's lock, every answer still waiting too, and decodes them all with one
-:func:`~ctxleak.mitigations.cid.generate_cid_many` call, the engine's batched decoding
-(:func:`ctxleak.engine.local.generation.decode_streams`). An answer that finishes (EOS or its
+holds the model's lock, every answer still waiting too, and decodes them all, each under its own
+CID setting (λ, ε, temperature, lengths), as CID answers them
+(:func:`~ctxleak.mitigations.cid.answer_together`, :meth:`CID.answer
+<ctxleak.mitigations.cid.CID.answer>` for several settings at once): the engine's batched
+decoding (:func:`ctxleak.engine.local.generation.decode_streams`). An answer that finishes (EOS or its
 ``max_tokens``) leaves the batch at once, so it stops costing compute, and is returned then
 (a streamed one has sent each token as it was drawn). Answers that arrive meanwhile wait and
 form the next batch. Answers do not join a batch between its steps:
@@ -44,7 +46,7 @@ from typing import Any
 
 from ctxleak.engine.batching import policy_of
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.mitigations.cid import generate_cid_many, ledger_of
+from ctxleak.mitigations.cid import answer_together, ledger_of
 from ctxleak.mitigations.ledger import LedgerEntry
 from ctxleak.proxy.decode import Answer, Prepared, finish_answer, prepare_answer
 from ctxleak.proxy.mechanism import Prepared as PreparedAsk
@@ -223,7 +225,7 @@ class BatchDecoder:
             group = [item for item in ready if item.prepared and item.prepared.sample == sample]
             if group:
                 self.sizes[len(group)] += 1
-                self._decode(group, sample)
+                self._decode(group)
 
     def _ask(self, asked: list[_Asked]) -> None:
         """Prepare each request for its mechanism (one failing fails alone), then answer those
@@ -261,9 +263,10 @@ class BatchDecoder:
             except Exception as exc:
                 item.fail(exc)
 
-    def _decode(self, group: list[_Waiting], sample: bool) -> None:
-        """One batch through :func:`generate_cid_many`, each answer's entries to its own
-        ``on_entry`` as they are drawn; each answer's future gets its answer or its error."""
+    def _decode(self, group: list[_Waiting]) -> None:
+        """One batch of answers (all greedy or all sampled), each under its own CID setting
+        (:func:`answer_together`), each answer's entries to its own ``on_entry`` as they are
+        drawn; each answer's future gets its answer or its error."""
         prepared = [item.prepared for item in group if item.prepared is not None]
         # without a replay of the floats (batch-invariant policy), the entries heard are the
         # ledger's: an answer is returned as soon as it ends, not when its batch does
@@ -275,16 +278,18 @@ class BatchDecoder:
                 self._finish_if_ended(group[row], prepared[row], entry)
 
         try:
-            ledgers = generate_cid_many(self.lm, [p.job for p in prepared], sample=sample,
-                                        on_entry=heard)
+            answers = answer_together(self.lm, [(p.mechanism, p.request, p.decoding)
+                                                for p in prepared], on_entry=heard)
         except Exception as exc:
             for item in group:  # whose tokens were released fails; the others again alone
                 if item.entries or item.error is not None or len(group) == 1:
                     item.fail(item.error or exc)
                 else:
-                    self._decode([item], sample)
+                    self._decode([item])
             return
-        for item, p, ledger in zip(group, prepared, ledgers):
+        for item, p, answer in zip(group, prepared, answers):
+            ledger = answer.ledger
+            assert ledger is not None  # CID's answers carry their ledger
             if item.future.done():  # returned as it ended
                 continue
             if item.error is not None:

@@ -95,9 +95,9 @@ def _kept_claim(mechanism: Mechanism, decoding: Decoding) -> Claim:  # claim_of'
 
 def cid_settings(mechanism: Mechanism) -> tuple[float, float | None] | None:
     """CID's λ and ε per token where ``mechanism`` is Context Influence Decoding (answered by
-    the proxy's own CID path, :func:`~ctxleak.mitigations.cid.generate_cid_many` with its
-    ledger, as ``ctxleak.lambda``/``ctxleak.epsilon`` ask); None for any other mechanism (the
-    one place the proxy tells CID from the other defences)."""
+    the proxy's CID path, which streams each token's ledger entry as it is drawn and charges
+    bounded CID per token, as ``ctxleak.lambda``/``ctxleak.epsilon`` ask); None for any other
+    mechanism (the one place the proxy tells CID from the other defences)."""
     if isinstance(mechanism, CID):
         return mechanism.lam, mechanism.bounded_eps
     return None

@@ -1,7 +1,8 @@
-"""One answer of the privacy proxy: the request's documents and prompt built into the two prompts
-of Context Influence Decoding the way ``ctxleak influence`` builds them, decoded by
-:func:`~ctxleak.mitigations.cid.generate_cid` (Estimating Privacy Leakage of Augmented
-Contextual Knowledge in Language Models, Def. 3.4, Eq. 6; bounded: App. B, Alg. 1)."""
+"""One answer of the privacy proxy by Context Influence Decoding: the request's documents and
+prompt built into the two prompts of CID the way ``ctxleak influence`` builds them, and answered
+as every defence is, by its mechanism (:class:`~ctxleak.mitigations.cid.CID`'s ``answer``;
+Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models, Def. 3.4,
+Eq. 6; bounded: App. B, Alg. 1)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import numpy as np
 
 from ctxleak.engine.capabilities import WEIGHTS, capabilities_of
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.mitigations.cid import CIDConfig, CIDJob, generate_cid
+from ctxleak.mitigations.cid import CID, CIDConfig
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
+from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
 from ctxleak.mitigations.prompts import PromptParts, document_parts
 from ctxleak.mitigations.sampled import eos_masked, own_answers
 from ctxleak.proxy.request import CIDRequest, Document
@@ -82,7 +84,8 @@ def server_samples(lm: LanguageModel, request: CIDRequest) -> bool:
 @dataclass(frozen=True)
 class Prepared:
     """An answer ready to be decoded by CID: its two prompts, the context tokens cut, its
-    seed, its decoding settings and whether it samples (``False``: greedy CID)."""
+    seed, its decoding settings, whether it samples (``False``: greedy CID) and the texts of its
+    documents; asked as its :attr:`mechanism`'s :attr:`request` under :attr:`decoding`."""
 
     parts: PromptParts
     cut: int
@@ -90,11 +93,32 @@ class Prepared:
     config: CIDConfig
     sample: bool
     plain: bool  # plain CID (no ε): the ledger keeps no guarantee
+    documents: tuple[str, ...] = ()
 
     @property
-    def job(self) -> CIDJob:
-        """Its job for :func:`~ctxleak.mitigations.cid.generate_cid_many`."""
-        return (self.parts.full, self.parts.empty, self.config, self.seed)
+    def mechanism(self) -> CID:
+        """CID at the request's λ and ε per token (plain CID: :data:`EX_POST_ONLY`)."""
+        return CID(lam=self.config.lam, bounded_eps=self.config.bounded_eps)
+
+    @property
+    def decoding(self) -> Decoding:
+        """The request's temperature, lengths and greedy choice."""
+        return Decoding(temperature=self.config.temperature,
+                        max_new_tokens=self.config.max_new_tokens,
+                        min_new_tokens=self.config.min_new_tokens, greedy=not self.sample)
+
+    @property
+    def request(self) -> AnswerRequest:
+        """Its :class:`AnswerRequest`: the prompt holds its documents or none, tokenised once
+        (:attr:`parts`)."""
+        return AnswerRequest(documents=self.documents, prompt=self._prompt, seed=self.seed)
+
+    def _prompt(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return list(self.parts.empty)
+        if tuple(texts) == self.documents:
+            return list(self.parts.full)
+        raise ValueError("the proxy's CID prompt holds its request's documents or none")
 
 
 def prepare_answer(lm: LanguageModel, request: CIDRequest,
@@ -108,7 +132,8 @@ def prepare_answer(lm: LanguageModel, request: CIDRequest,
                        max_new_tokens=request.max_tokens, min_new_tokens=request.min_tokens,
                        bounded_eps=request.eps if request.eps is not None else EX_POST_ONLY)
     return Prepared(parts=parts, cut=cut, seed=seed, config=config,
-                    sample=request.temperature is not None, plain=request.eps is None)
+                    sample=request.temperature is not None, plain=request.eps is None,
+                    documents=tuple(d.text for d in documents))
 
 
 def finish_answer(lm: LanguageModel, prepared: Prepared, ledger: RowLedger) -> Answer:
@@ -141,9 +166,11 @@ def decode_answer(lm: LanguageModel, request: CIDRequest, documents: Sequence[Do
                 on_entry(entry)
         return answer
     prepared = prepare_answer(lm, request, documents)
-    ledger = generate_cid(lm, prepared.parts.full, prepared.parts.empty, prepared.config,
-                          prepared.seed, sample=prepared.sample, on_entry=on_entry)
-    return finish_answer(lm, prepared, ledger)
+    heard = None if on_entry is None else (lambda _row, entry: on_entry(entry))
+    [decoded] = prepared.mechanism.answer(lm, [prepared.request], prepared.decoding,
+                                          on_entry=heard)
+    assert decoded.ledger is not None  # CID's answers carry their ledger
+    return finish_answer(lm, prepared, decoded.ledger)
 
 
 @dataclass(frozen=True)
