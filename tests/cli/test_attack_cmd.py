@@ -5,18 +5,12 @@ run folder the API writes, and the errors: one line, exit status 2, nothing sent
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 from conftest import run_cli
+from helpers.exits import exit_restored, exits_trapped
 from helpers.fake_chat import Reply, fake_chat, script
 
 import ctxleak
-
-#: The environment of a child process: it imports the ctxleak these tests import.
-CHILD_ENV = {**os.environ, "PYTHONPATH": str(Path(ctxleak.__file__).parents[1])}
 
 APP = '''
 DOCS = {"a1": "Ana Lopez works in the Lisbon office and her badge number is 4471 since March.",
@@ -187,14 +181,17 @@ def test_a_target_that_exits_is_an_error_not_the_audits_exit(tmp_path, capsys):
     assert code == 2 and len(errors) == 1, stderr
     assert "quits called sys.exit(3) (a target may not end the audit's process) on question 1" \
         in errors[0]
-    # os._exit in a child process: the test runner itself survives whatever happens
-    done = subprocess.run([sys.executable, "-m", "ctxleak", "attack", "extract", "--function",
-                           f"{exits}:dies", "--documents", str(docs), "--output",
-                           str(tmp_path / "d")], capture_output=True, text=True, timeout=600,
-                          check=False, env=CHILD_ENV)
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert done.returncode == 2 and len(errors) == 1, done.stderr
+    # os._exit: in this process, under a trap (helpers/exits.py) that turns an exit the guard
+    # let through into a failure instead of the end of the test runner
+    with exits_trapped():
+        code, _, stderr = run_cli(["attack", "extract", "--function", f"{exits}:dies",
+                                   "--documents", str(docs), "--output", str(tmp_path / "d")],
+                                  capsys)
+        restored = exit_restored()
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1, stderr
     assert "dies called os._exit(3)" in errors[0]
+    assert restored
 
 
 

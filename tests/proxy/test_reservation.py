@@ -7,12 +7,8 @@ reservation charged in full."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import subprocess
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,8 +23,6 @@ from ctxleak.proxy.budget import SQLiteLedger
 DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
         {"id": "faq-2", "text": "the doctor said the capital of italy is rome"}]
 QUESTION = "what is the name of the patient ?"
-TESTS = Path(__file__).resolve().parents[1]
-SRC = str(TESTS.parent / "src")
 
 
 @pytest.fixture(scope="module")
@@ -145,60 +139,67 @@ def test_twelve_concurrent_ex_post_clients_overspend_by_at_most_one_answer(lm, t
     ledger.close()
 
 
-CHILD = """
-import sys, threading
-from helpers.tiny_models import tiny_llama
-from helpers.proxy_server import serving
-from ctxleak.proxy import Budgets
-from ctxleak.proxy.budget import SQLiteLedger
+def _killed_proxy(path: str, said: Any) -> None:
+    """The proxy on a tiny model and a SQLite ledger at ``path``, in a process of its own: puts
+    its URL on ``said``, then ``"decoding"`` once the second forward pass of an answer starts,
+    which never ends (the process is killed mid-answer)."""
+    import torch
 
-lm = tiny_llama()
-calls = []
-def hold(*_):  # the second forward pass of the answer never ends: killed mid-answer
-    calls.append(1)
-    if len(calls) == 2:
-        print("decoding", flush=True)
+    torch.set_num_threads(1)  # forked: no OpenMP thread pool inherited from the parent
+    lm = tiny_llama()
+    calls = []
+
+    def hold(*_):
+        calls.append(1)
+        if len(calls) == 2:
+            said.put("decoding")
+            threading.Event().wait()
+
+    lm.model.base_model.register_forward_pre_hook(hold)
+    with proxy_serving(lm, SQLiteLedger(path), budgets=Budgets(default=10.0)) as (url, _):
+        said.put(url)
         threading.Event().wait()
-lm.model.base_model.register_forward_pre_hook(hold)
-with serving(lm, SQLiteLedger(sys.argv[1]), budgets=Budgets(default=10.0)) as (url, _):
-    print(url, flush=True)
-    threading.Event().wait()
-"""
 
 
-def line_within(child: subprocess.Popen[str], seconds: float) -> str:
-    """The child's next line of output, or "" when none comes in ``seconds``."""
-    got: list[str] = []
-    reader = threading.Thread(target=lambda: got.append(child.stdout.readline()  # type: ignore
-                                                        .strip()), daemon=True)
-    reader.start()
-    reader.join(seconds)
-    return got[0] if got else ""
+def _next_said(said: Any, child: Any, seconds: float) -> str:
+    """What the child puts on ``said`` next, or why nothing came in ``seconds``."""
+    import queue
+    import time
+
+    deadline = time.monotonic() + seconds
+    while child.is_alive() and time.monotonic() < deadline:
+        with contextlib.suppress(queue.Empty):
+            return said.get(timeout=0.5)
+    return f"nothing from the child (exit code {child.exitcode})"
 
 
 def test_a_killed_proxy_leaves_the_reservation_charged(tmp_path):
     """kill -9 of the proxy while it decodes (the reservation recorded, settle never run):
     both documents stay charged ε·(max_tokens + 1), the reservation open, and the next
-    reservation sees it."""
+    reservation sees it. The proxy's process is forked from this one (no interpreter to start,
+    no torch to import again)."""
+    import multiprocessing
+
     path = tmp_path / "killed.db"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, str(TESTS)])}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env)
+    fork = multiprocessing.get_context("fork")
+    said = fork.Queue()
+    child = fork.Process(target=_killed_proxy, args=(str(path), said), daemon=True)
+    child.start()
     try:
-        assert child.stdout is not None
-        url = line_within(child, 120)
-        assert url.startswith("http://"), child.stderr.read() if child.stderr else ""
+        url = _next_said(said, child, 120)
+        assert url.startswith("http://"), url
+
         def send() -> None:  # the proxy dies before it answers
             with contextlib.suppress(httpx.HTTPError):
                 httpx.post(url + "/v1/chat/completions", timeout=60, json=body(
                     {"documents": DOCS, "epsilon": 0.5}, max_tokens=7, stream=True))
 
         threading.Thread(target=send, daemon=True).start()
-        assert line_within(child, 60) == "decoding"
+        assert said.get(timeout=60) == "decoding"
     finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
-    assert child.returncode == -signal.SIGKILL
+        child.kill()
+        child.join(10)
+    assert child.exitcode == -signal.SIGKILL
     ledger = SQLiteLedger(path)
     assert ledger.document("acct-7").spent == 4.0 and ledger.document("faq-2").spent == 4.0
     assert sorted((doc, amount) for _, doc, amount in ledger.open_reservations()) == [

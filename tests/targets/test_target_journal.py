@@ -8,14 +8,11 @@ import math
 import os
 import sqlite3
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from helpers.fake_chat import Reply, echo, fake_chat
 
-import ctxleak
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.targets.base import FunctionTarget, TargetAnswer, TargetError
 from ctxleak.targets.endpoint import ChatEndpointTarget
@@ -26,9 +23,6 @@ from ctxleak.targets.journal import (
     answer_json,
     estimate_cost,
 )
-
-#: The environment of a child process: it imports the ctxleak these tests import.
-CHILD_ENV = {**os.environ, "PYTHONPATH": str(Path(ctxleak.__file__).parents[1])}
 
 QUESTIONS = [f"question number {k}" for k in range(10)]
 
@@ -225,26 +219,32 @@ def test_a_batch_returned_as_ctrl_c_arrives_is_kept(tmp_path, monkeypatch):
     assert batch.asked == QUESTIONS[:8]
 
 
-_KILLED = """
-import os, signal, sys
-from ctxleak.targets.base import FunctionTarget
-from ctxleak.targets.journal import AnswerJournal, JournaledTarget
-n = [0]
-def fn(q):
-    n[0] += 1
-    if n[0] == 5:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return q.upper()
-with AnswerJournal(sys.argv[1]) as journal:
-    JournaledTarget(FunctionTarget(fn, "f"), journal).answer([f"q{k}" for k in range(8)])
-"""
+def _killed(path: str) -> None:
+    """Answers 8 questions into the journal at ``path``; SIGKILL during the 5th."""
+    import signal
+
+    n = [0]
+
+    def fn(q):
+        n[0] += 1
+        if n[0] == 5:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return q.upper()
+
+    with AnswerJournal(path) as journal:
+        JournaledTarget(FunctionTarget(fn, "f"), journal).answer([f"q{k}" for k in range(8)])
 
 
 def test_kill_9_after_4_answers_keeps_the_4(tmp_path):
+    """A process of its own, killed: forked from this one (no interpreter to start, no torch to
+    import again), the journal opened there."""
+    import multiprocessing
+
     path = tmp_path / "a.db"
-    done = subprocess.run([sys.executable, "-c", _KILLED, str(path)], check=False,
-                          env=CHILD_ENV)
-    assert done.returncode == -9
+    child = multiprocessing.get_context("fork").Process(target=_killed, args=(str(path),))
+    child.start()
+    child.join(timeout=300)
+    assert child.exitcode == -9
     with sqlite3.connect(path) as db:
         rows = db.execute("SELECT question FROM answers").fetchall()
     assert sorted(q for q, in rows) == ["q0", "q1", "q2", "q3"]

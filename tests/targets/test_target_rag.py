@@ -9,23 +9,19 @@ import importlib.util
 import json
 import math
 import os
-import subprocess
 import sys
 from importlib import resources
-from pathlib import Path
 
 import pytest
+from helpers.exits import exit_restored, exits_trapped
 from helpers.tiny_bpe import tiny_bpe_llama
 
-import ctxleak
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.bm25 import BM25, words
 from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.targets.base import TargetError
 from ctxleak.targets.model_answerer import ModelAnswerer, question_seed
 from ctxleak.targets.rag import RAGApp, RAGPrompt, demo_corpus, demo_rag, load_messages
-
-#: The environment of a child process: it imports the ctxleak these tests import.
-CHILD_ENV = {**os.environ, "PYTHONPATH": str(Path(ctxleak.__file__).parents[1])}
 
 DEMO = resources.files("ctxleak") / "data" / "demo" / "rag_audit"
 DOCS = ["the capital of france is paris .", "the capital of italy is rome .",
@@ -270,38 +266,33 @@ def test_the_cost_of_an_app_ctxleak_answers_is_counted_by_its_model(gpt2_lm):
     assert "2 queries, 8 prompt tokens" in cost_line(chat, ["abcd", "efgh", "abcd"])
 
 
-_RETRIEVER_EXITS = """
-import os, sys
-from ctxleak.targets.base import TargetError
-from ctxleak.targets.rag import RAGApp
-
-class Echo:
+class _Echo:
     def answer(self, prompts):
         return [p.context for p in prompts]
+
     def describe(self):
         return "echo"
+
     def fingerprint(self):
         return "echo"
 
-real = os._exit
-for how in ("os", "sys"):
-    stop = (lambda q: os._exit(3)) if how == "os" else (lambda q: sys.exit(0))
-    app = RAGApp(["a document"], answerer=Echo(), retriever=stop, name="mine")
-    try:
-        app.answer(["q"])
-    except TargetError as exc:
-        print(exc)
-print("restored" if os._exit is real else "not restored")
-"""
-
 
 def test_a_retriever_that_exits_is_a_target_error():
-    done = subprocess.run([sys.executable, "-c", _RETRIEVER_EXITS], capture_output=True,
-                          text=True, timeout=300, check=False, env=CHILD_ENV)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    """os._exit and sys.exit in the retriever: a TargetError naming the retriever, and os._exit
+    put back afterwards. In this process, under a trap (helpers/exits.py) that turns an exit
+    the guard let through into a failure instead of the end of the test runner."""
+    lines = []
+    with exits_trapped():
+        for how in ("os", "sys"):
+            stop = (lambda q: os._exit(3)) if how == "os" else (lambda q: sys.exit(0))
+            app = RAGApp(["a document"], answerer=_Echo(), retriever=stop, name="mine")
+            with pytest.raises(TargetError) as caught:
+                app.answer(["q"])
+            lines.append(str(caught.value))
+        restored = exit_restored()
     assert lines == ["the retriever of RAG app 'mine' called os._exit(3) (a target may not end "
                      "the audit's process) on 'q'",
                      "the retriever of RAG app 'mine' called sys.exit(0) (a target may not end "
-                     "the audit's process) on 'q'", "restored"]
+                     "the audit's process) on 'q'"]
+    assert restored
 
