@@ -19,18 +19,23 @@ settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True
 settings.register_profile("dev", max_examples=20, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
-from helpers.tiny_models import tiny_gpt2, tiny_llama  # noqa: E402 (after the offline switches)
+# helpers.tiny_models (torch and transformers, about 10 s) is imported by the fixtures that use
+# it, not here: the xdist controller and a run of modules that need no model never import it.
 
 
 @pytest.fixture(scope="session")
 def llama_lm():
     """A Llama-like model whose tokenizer adds a BOS token."""
+    from helpers.tiny_models import tiny_llama
+
     return tiny_llama()
 
 
 @pytest.fixture(scope="session")
 def gpt2_lm():
     """A GPT-2-like model whose tokenizer adds no BOS token."""
+    from helpers.tiny_models import tiny_gpt2
+
     return tiny_gpt2()
 
 
