@@ -6,6 +6,8 @@ by a blank line are the prompt of a model without a chat template."""
 
 from __future__ import annotations
 
+import pytest
+
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 from ctxleak.mitigations.prompts import (
     LIST_SEPARATOR,
@@ -54,3 +56,14 @@ def test_messages_without_a_chat_template_are_joined_by_a_blank_line(tiny_lm, mo
     ids = messages_ids(tiny_lm, messages, QUERY, TEXTS[0])
     text = f"be brief .\n\ndocs : {TEXTS[0]} question : {QUERY}\n"
     assert tiny_lm.decode(ids) == tiny_lm.decode(tiny_lm.encode(text))
+
+
+def test_parts_as_a_requests_prompt_give_each_prompt_once_and_refuse_other_texts(tiny_lm):
+    parts, _ = document_parts(tiny_lm, TEXTS, QUERY, reserve=4)
+    prompt = parts.prompt_of(TEXTS)
+    assert prompt(TEXTS) == parts.full == template_prompt(tiny_lm, QUERY, reserve=4)(TEXTS)
+    assert prompt([]) == parts.empty == template_prompt(tiny_lm, QUERY, reserve=4)([])
+    assert prompt(tuple(TEXTS)) == parts.full
+    for other in (TEXTS[:1], TEXTS[::-1], [*TEXTS, "more"]):
+        with pytest.raises(ValueError, match="its request's documents or none"):
+            prompt(other)

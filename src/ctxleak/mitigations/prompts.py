@@ -81,6 +81,23 @@ class PromptParts:
     def empty(self) -> list[int]:
         return self.with_context(()) if self.empty_ids is None else list(self.empty_ids)
 
+    def prompt_of(self, documents: Sequence[str]) -> PromptOf:
+        """These parts as the prompt function of a request holding ``documents`` (a
+        mechanism's :class:`~ctxleak.mitigations.mechanisms.AnswerRequest`): :attr:`full` for
+        those texts, :attr:`empty` for none, tokenised once; any other texts are refused (a
+        mechanism that rearranges documents needs :func:`template_prompt` or
+        :func:`messages_prompt`)."""
+        held = tuple(documents)
+
+        def prompt(texts: Sequence[str]) -> list[int]:
+            if not texts:
+                return self.empty
+            if tuple(texts) == held:
+                return self.full
+            raise ValueError("this prompt holds its request's documents or none")
+
+        return prompt
+
 
 def list_pieces(passages: Sequence[str]) -> list[str]:
     """Passages given as a list, as the pieces of one context: the separator starts every

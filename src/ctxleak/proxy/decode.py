@@ -111,14 +111,8 @@ class Prepared:
     def request(self) -> AnswerRequest:
         """Its :class:`AnswerRequest`: the prompt holds its documents or none, tokenised once
         (:attr:`parts`)."""
-        return AnswerRequest(documents=self.documents, prompt=self._prompt, seed=self.seed)
-
-    def _prompt(self, texts: Sequence[str]) -> list[int]:
-        if not texts:
-            return list(self.parts.empty)
-        if tuple(texts) == self.documents:
-            return list(self.parts.full)
-        raise ValueError("the proxy's CID prompt holds its request's documents or none")
+        return AnswerRequest(documents=self.documents,
+                             prompt=self.parts.prompt_of(self.documents), seed=self.seed)
 
 
 def prepare_answer(lm: LanguageModel, request: CIDRequest,
