@@ -10,7 +10,9 @@ serves them.
 ``"late"`` (the no-context request joins a step after the other), ``"drop"`` (it leaves the
 batch after two steps, as a preempted request does), ``"short"`` (its ``max_tokens`` is one
 less), ``"repeat"`` (step 1 runs twice, as a discarded sample is run again), ``"lie"`` (the
-records claim a positive log-prob).
+records claim a positive log-prob). A request's ``vllm_xargs`` are checked as the plugin's
+``validate_params`` checks them at admission (HTTP 400 naming the field), and the book knows
+the model's vocabulary, as the plugin's does.
 
 A request with one prompt of a pair (what vLLM's data-parallel router makes of an answer whose
 two prompts it sends to two engines) runs alone, and the book voids it at its first step.
@@ -26,10 +28,17 @@ from typing import Any
 import torch
 
 from ctxleak.plugins.cid_pairs import PairBook
-from ctxleak.plugins.protocol import PAIRS_PATH, UNKNOWN_PAIR, is_pair_request, read_settings
+from ctxleak.plugins.protocol import (
+    PAIRS_PATH,
+    PROTOCOL_VERSION,
+    UNKNOWN_PAIR,
+    check_request,
+    is_pair_request,
+    read_settings,
+)
 from helpers.fake_server import FakeVLLM
 
-SERVER_FLAGS = {"plugin": "ctxleak-cid", "protocol": 1, "runner": "v1",
+SERVER_FLAGS = {"plugin": "ctxleak-cid", "protocol": PROTOCOL_VERSION, "runner": "v1",
                 "chunked_prefill": False, "max_num_batched_tokens": 8192, "max_num_seqs": 128,
                 "async_scheduling": False, "pairing_scheduler": True, "max_model_len": 256}
 
@@ -43,7 +52,8 @@ class FakePluginVLLM(FakeVLLM):
         super().__init__(lm, **kwargs)
         self.faults = deque(faults or [])
         self.records: dict[str, dict[str, Any]] = {} if records is None else records
-        self.book = PairBook(self.records.__setitem__, {**SERVER_FLAGS, **(flags or {})})
+        self.book = PairBook(self.records.__setitem__, {**SERVER_FLAGS, **(flags or {})},
+                             vocab=int(lm.model.config.vocab_size))
         self.pair_requests = 0
 
     def extra_get(self, path: str) -> tuple[int, Any] | None:
@@ -60,7 +70,8 @@ class FakePluginVLLM(FakeVLLM):
             return super().completions(body, mode)
         self.pair_requests += 1
         fault = self.faults.popleft() if self.faults else None
-        settings = read_settings(dict(xargs))
+        settings = read_settings(dict(xargs))  # vLLM's admission: HTTP 400 naming the field
+        check_request(settings, max_tokens=int(body["max_tokens"]), n=int(body.get("n", 1)))
         prompts = [list(map(int, p)) for p in body["prompt"]]
         both = range(len(prompts))
         limits = [int(body["max_tokens"])] * len(prompts)

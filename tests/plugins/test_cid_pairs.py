@@ -285,3 +285,80 @@ def test_records_that_cannot_be_written_do_not_stop_the_batch():
     a, b = book.admit(settings, 1, CTX), book.admit(settings, 1, EMPTY)
     out = book.apply(_logits(32), [(0, a, 0), (1, b, 0)])
     assert int(out[0].argmax()) == int(out[1].argmax()) and book.pairs[PAIR].written
+
+
+# ---- teacher-forced answers (``ctxleak_forced``) ---------------------------------------------
+@pytest.mark.parametrize("forced, message", [
+    ("a,b", "'ctxleak_forced' must be comma-separated token ids"),
+    ([4, 5], "'ctxleak_forced' must be comma-separated token ids"),
+    ("4,-1", "'ctxleak_forced' must be token ids in \\[0, 2\\^31\\)"),
+    (f"4,{2**31}", "'ctxleak_forced' must be token ids in \\[0, 2\\^31\\)"),
+    (f"4,{STOP},5", "EOS id \\('ctxleak_stops'\\) only as its last token")])
+def test_forced_tokens_outside_their_domain_are_refused_naming_them(forced, message):
+    with pytest.raises(PairSettingError, match=message):
+        read_settings(_xargs(ctxleak_forced=forced))
+
+
+def test_forced_tokens_are_checked_against_max_tokens_and_an_eos_may_end_them():
+    settings = read_settings(_xargs(ctxleak_forced=f"4,5,{STOP}"))
+    assert settings.forced == (4, 5, STOP)
+    check_request(settings, max_tokens=3, n=1)
+    with pytest.raises(PairSettingError, match="'ctxleak_forced' holds 3 tokens, more than "
+                                               "the request's max_tokens \\(2\\)"):
+        check_request(settings, max_tokens=2, n=1)
+    assert read_settings(_xargs(ctxleak_forced=7)).forced == (7,)
+    sent = pair_xargs(pair=PAIR, context_ids=CTX, lam=0.5, temperature=0.8, seed=0,
+                      greedy=False, eps=None, min_new_tokens=0, stops=[STOP], forced=[4, 5])
+    assert sent["ctxleak_forced"] == "4,5" and "ctxleak_forced" not in _xargs()
+
+
+def test_forced_steps_record_the_mixture_of_the_given_tokens_then_draw_on():
+    """Each forced step is a decided step with the given token (EOS masked before the minimum,
+    bounded CID's λ_t and ex-post ε as when drawing); the generator is not drawn from, so the
+    first step past the forced tokens draws its first number."""
+    book, written = _book()
+    settings = read_settings(_xargs(ctxleak_forced="3,9", ctxleak_eps=0.5, ctxleak_lam=1.0,
+                                    ctxleak_min=1))
+    a, b = book.admit(settings, 3, CTX), book.admit(settings, 3, EMPTY)
+    zs = [_logits(40 + t) for t in range(3)]
+    tokens = [int(book.apply(z.clone(), [(0, a, t), (1, b, t)])[0].argmax())
+              for t, z in enumerate(zs)]
+    gen = seeded_generator(4)
+    for t, z in enumerate(zs):
+        zc, ze = z[0].double(), z[1].double()
+        if t < 1:
+            zc[STOP], ze[STOP] = -1e30, -1e30
+        lam, div = bounded_lambda(zc, ze, 0.5, 1.0, 0.8)
+        mixed = cid_logprobs(zc, ze, lam, 0.8)
+        token = [3, 9][t] if t < 2 else draw(mixed, gen, True)
+        step = written[PAIR]["steps"][t] if PAIR in written else book.pairs[PAIR].steps[t]
+        assert tokens[t] == step["token"] == token
+        assert step["lam"] == lam and step["eps_ex_post"] == pytest.approx(2 * div)
+        assert step["logp_mix"] == pytest.approx(float(mixed[token]), abs=1e-12)
+        empty = torch.log_softmax(ze / 0.8, dim=-1)
+        assert step["logp_empty"] == pytest.approx(float(empty[token]), abs=1e-12)
+    assert written[PAIR]["error"] is None and len(written[PAIR]["steps"]) == 3
+
+
+def test_a_forced_eos_at_the_end_ends_the_answer():
+    book, written = _book()
+    settings = read_settings(_xargs(ctxleak_forced=f"6,{STOP}"))
+    a, b = book.admit(settings, 2, CTX), book.admit(settings, 2, EMPTY)
+    for t in range(2):
+        book.apply(_logits(50 + t), [(0, a, t), (1, b, t)])
+    assert written[PAIR]["stopped"] and [s["token"] for s in written[PAIR]["steps"]] == [6, STOP]
+
+
+def test_forced_tokens_outside_the_vocabulary_void_their_pair_alone():
+    """Known vocabulary: void at admission. Unknown: the step raises, and the pair alone is
+    void (its rows end); nothing reaches the engine."""
+    vocab_book = PairBook(lambda pair, payload: None, {}, vocab=11)
+    vocab_book.admit(read_settings(_xargs(ctxleak_forced="4,11")), 2, CTX)
+    assert "forced token ids [11] are outside the vocabulary of 11" in \
+        str(vocab_book.pairs[PAIR].error)
+    book, written = _book()
+    far = read_settings(_xargs(ctxleak_forced="4000"))
+    a, b = book.admit(far, 1, CTX), book.admit(far, 1, EMPTY)
+    out = book.apply(_logits(60), [(0, a, 0), (1, b, 0)])
+    assert int(out[0].argmax()) == int(out[1].argmax()) == STOP
+    assert "IndexError" in written[PAIR]["error"] and written[PAIR]["steps"] == []

@@ -20,6 +20,9 @@ server returns log-probabilities and samples, never logits or gradients:
 - :data:`CID_DECODING`: Context Influence Decoding done by the backend itself, both streams
   mixed inside the serving engine (a vLLM server with ctxleak's plugin, detected when ctxleak
   connects): what CID uses instead of :data:`NEXT_TOKEN_DISTRIBUTION` where it is there;
+- :data:`CID_SCORING`: a given response scored under CID by the backend itself (teacher-forced
+  pairs in the same plugin, protocol 2): per token log p̄_λ(y_t | D) and log p(y_t | ∅), what
+  influence scoring uses instead of :data:`NEXT_TOKEN_DISTRIBUTION` where it is there;
 - :data:`EMBEDDING_GRADIENTS`: gradients with respect to the input embeddings;
 - :data:`WEIGHTS`: the weights themselves (fine-tuning, soft prompts).
 
@@ -42,13 +45,14 @@ SAMPLING = "sampling"
 NEXT_TOKEN_DISTRIBUTION = "next_token_distribution"
 NEXT_TOKEN_LOGITS = "next_token_logits"
 CID_DECODING = "cid_decoding"
+CID_SCORING = "cid_scoring"
 EMBEDDING_GRADIENTS = "embedding_gradients"
 WEIGHTS = "weights"
 #: What a Target (:mod:`ctxleak.targets`) can do and nothing more: answer questions in text.
 ANSWERS = "answers"
 
-#: What a model loaded in-process has: every capability but :data:`CID_DECODING` (its CID
-#: mixes the logits in ctxleak's own decoding loop).
+#: What a model loaded in-process has: every capability but :data:`CID_DECODING` and
+#: :data:`CID_SCORING` (its CID mixes the logits in ctxleak's own loops).
 IN_PROCESS: frozenset[str] = frozenset({CONTINUATION_LOGPROBS, NEXT_TOKEN_LOGPROBS, SAMPLING,
                                         NEXT_TOKEN_DISTRIBUTION, NEXT_TOKEN_LOGITS,
                                         EMBEDDING_GRADIENTS, WEIGHTS})
@@ -67,6 +71,7 @@ DESCRIPTIONS: dict[str, str] = {
     NEXT_TOKEN_DISTRIBUTION: "the whole next-token distribution at every step",
     NEXT_TOKEN_LOGITS: "the raw next-token logits at every step",
     CID_DECODING: "Context Influence Decoding inside the server",
+    CID_SCORING: "responses scored under Context Influence Decoding inside the server",
     EMBEDDING_GRADIENTS: "gradients with respect to the input embeddings",
     WEIGHTS: "the model's weights",
     ANSWERS: "answers to questions in text (a Target: a RAG app, an endpoint, a function)",

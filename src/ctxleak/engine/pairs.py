@@ -3,10 +3,17 @@ Leakage of Augmented Contextual Knowledge in Language Models, Def. 3.4; bounded 
 Alg. 1): the request (:class:`PairJob`) and what comes back (:class:`PairAnswer`, one
 :class:`LedgerEntry` per drawn token, the ledger's own record). Backend-free: the model interface
 (:meth:`ctxleak.engine.lm.LanguageModel.decode_pairs`) takes and returns these, and a backend
-that decodes CID itself declares :data:`~ctxleak.engine.capabilities.CID_DECODING`."""
+that decodes CID itself declares :data:`~ctxleak.engine.capabilities.CID_DECODING`.
+
+A response decoded elsewhere is scored the same way (:func:`scoring_job`: a job whose tokens
+are forced, given to the same ``decode_pairs`` where the backend declares
+:data:`~ctxleak.engine.capabilities.CID_SCORING`): per token log p̄_λ(y_t | D) under the
+prompt with the context, log p(y_t | ∅) and λ_t, the numbers a teacher-forced pass over the
+whole next-token distributions gives, without the distributions leaving the server."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -14,7 +21,8 @@ from dataclasses import dataclass, field
 class PairJob:
     """One answer: the prompt with the context and the one without it (token ids), λ (in
     [0, 1]; bounded CID's λ_max), T, bounded CID's ε per token (None: plain CID), the length
-    limits, the seed of its own generator and greedy CID."""
+    limits, the seed of its own generator and greedy CID; ``forced``: the tokens of a response
+    to score instead of drawing them (:func:`scoring_job`)."""
 
     context_ids: tuple[int, ...]
     empty_ids: tuple[int, ...]
@@ -25,6 +33,7 @@ class PairJob:
     min_new_tokens: int
     seed: int
     greedy: bool = False
+    forced: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,3 +76,24 @@ def pluggable(lam: float, eps: float | None) -> bool:
     or > 0 (λ > 1, which amplifies the context, and ε = 0, the no-context answer, decode by
     the other routes)."""
     return 0.0 <= lam <= 1.0 and (eps is None or eps > 0)
+
+
+def scoring_job(context_ids: Sequence[int], empty_ids: Sequence[int], response: Sequence[int],
+                *, lam: float | Sequence[float], temperature: float, eps: float | None,
+                min_new_tokens: int, stops: Sequence[int]) -> PairJob | None:
+    """The pair that scores ``response`` (token ids) as CID at λ, T and ε would have decoded it
+    under the two prompts, EOS (``stops``) masked before ``min_new_tokens`` as then, or None
+    where a server's plugin cannot: λ one per token or outside [0, 1], ε ≤ 0 (:func:`pluggable`),
+    an empty prompt or response, an EOS id inside the response (one at its end ends it), or no
+    EOS ids to mask where a minimum length masks them."""
+    response = tuple(int(t) for t in response)
+    if not isinstance(lam, int | float) or not pluggable(float(lam), eps):
+        return None
+    if not context_ids or not empty_ids or not response:
+        return None
+    if (not stops and min_new_tokens > 0) or any(t in set(stops) for t in response[:-1]):
+        return None
+    return PairJob(tuple(int(t) for t in context_ids), tuple(int(t) for t in empty_ids),
+                   float(lam), float(temperature), eps, max_new_tokens=len(response),
+                   min_new_tokens=min(int(min_new_tokens), len(response)), seed=0,
+                   forced=response)

@@ -13,6 +13,10 @@ has produced). For each pair, :meth:`PairBook.apply`:
   ``log p̄_λ`` is mixed in float64 and one token is drawn from the pair's own generator
   (:func:`ctxleak.kernels.draw.draw`: the same float64 draw on the CPU as in-process CID), all as
   :func:`ctxleak.engine.streams.take_step` does; both rows are then forced to that token;
+- **emits a forced token** where the answer is teacher-forced (``ctxleak_forced``): the same
+  step, the token given instead of drawn (the generator is not drawn from), so that the records
+  hold the CID log-probs of a response decoded elsewhere; past the forced tokens (where
+  ``max_tokens`` allows more) the answer is drawn on;
 - **repeats a decided step**: a row at a step already decided (a recompute after preemption, a
   sample vLLM discards) is forced to the same token, and the generator is not drawn from again;
 - **fails a pair that falls out of step**, never guessing: a row at an undecided step whose
@@ -136,9 +140,10 @@ class PairBook:
             generator = seeded_generator(settings.seed)
         except (ValueError, RuntimeError, OverflowError, TypeError) as exc:
             generator, why = torch.Generator(device="cpu"), f"its seed was refused: {exc}"
-        outside = [s for s in settings.stops if self.vocab is not None and s >= self.vocab]
-        if outside:
-            why = f"its EOS ids {outside} are outside the vocabulary of {self.vocab} ids"
+        for what, ids in (("EOS ids", settings.stops), ("forced token ids", settings.forced)):
+            outside = sorted({t for t in ids if self.vocab is not None and t >= self.vocab})
+            if outside:
+                why = f"its {what} {outside[:8]} are outside the vocabulary of {self.vocab} ids"
         pair = Pair(settings, max_tokens, generator)
         if why is not None:
             self.fail(pair, why)
@@ -205,7 +210,7 @@ class PairBook:
     def _decide(self, logits: torch.Tensor, pair: Pair, row_context: int, row_empty: int
                 ) -> None:
         """One step of CID on the pair's two rows (the order of ``take_step``: mask, combine,
-        draw, record)."""
+        draw or take the forced token, record)."""
         cfg, step = pair.settings, len(pair.steps)
         zc, ze = logits[row_context].double(), logits[row_empty].double()
         if step < cfg.min_new_tokens:
@@ -217,7 +222,8 @@ class PairBook:
             lam, div = bounded_lambda(zc, ze, cfg.eps, cfg.lam, cfg.temperature)
             eps_ex_post = 2.0 * div
         mixed = cid_logprobs(zc, ze, lam, cfg.temperature)
-        token = draw(mixed, pair.generator, not cfg.greedy)
+        token = cfg.forced[step] if step < len(cfg.forced) else \
+            draw(mixed, pair.generator, not cfg.greedy)
         empty = torch.log_softmax(ze / cfg.temperature, dim=-1)
         pair.steps.append({"step": step, "token": token, "lam": lam,
                            "logp_mix": float(mixed[token]), "logp_empty": float(empty[token]),

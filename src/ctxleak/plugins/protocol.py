@@ -17,7 +17,13 @@ token ids, ``temperature: 0`` (the plugin forces the token, vLLM's greedy pick k
   negative seed as torch reads it, + 2^64) and greedy CID (0 or 1);
 - ``ctxleak_eps``: bounded CID's ε per token (finite, > 0), absent for plain CID;
 - ``ctxleak_min``, ``ctxleak_stops``: the minimum number of new tokens (EOS masked before it;
-  at most the request's ``max_tokens``) and the EOS ids, comma-separated (each in [0, 2^31)).
+  at most the request's ``max_tokens``) and the EOS ids, comma-separated (each in [0, 2^31));
+- ``ctxleak_forced`` (optional): a teacher-forced answer, comma-separated token ids (each in
+  [0, 2^31), at most the request's ``max_tokens`` of them, an EOS id only as the last: it ends
+  the answer), which the plugin emits instead of drawing, recording the same numbers per step
+  (the answer's CID log-probs: scoring a response costs its tokens' records, not the whole
+  vocabulary per position); the plugin voids a pair whose forced ids fall outside the model's
+  vocabulary. Protocol 2; a plugin of protocol 1 refuses the key.
 
 Every value is checked at admission (:func:`read_settings`, the plugin's ``validate_params``):
 a request outside these domains is HTTP 400 naming the field, and never reaches the engine.
@@ -48,6 +54,7 @@ import secrets
 import stat
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +71,7 @@ RECORDS_ENV = "CTXLEAK_VLLM_RECORDS"
 #: completions request goes to the least loaded engine, so an answer's two requests may part).
 RANK_HEADER = "X-data-parallel-rank"
 #: The plugin's version of this protocol, sent in every record.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 #: The seeds ``torch.Generator.manual_seed`` takes without wrapping: [0, 2^64 − 1] (it reads a
 #: negative seed s ≥ −2^63 as s + 2^64 and raises beyond; the plugin takes the unwrapped form).
@@ -80,7 +87,8 @@ SWEEP_INTERVAL_SECONDS = 60.0
 PAIR_ID = re.compile(r"[0-9a-f]{32}")
 CONTEXT_DIGEST = re.compile(r"[0-9a-f]{16}")
 KEYS = ("ctxleak_pair", "ctxleak_context", "ctxleak_lam", "ctxleak_temperature",
-        "ctxleak_seed", "ctxleak_greedy", "ctxleak_eps", "ctxleak_min", "ctxleak_stops")
+        "ctxleak_seed", "ctxleak_greedy", "ctxleak_eps", "ctxleak_min", "ctxleak_stops",
+        "ctxleak_forced")
 
 
 class PairSettingError(ValueError):
@@ -106,6 +114,7 @@ class PairSettings:
     eps: float | None
     min_new_tokens: int
     stops: tuple[int, ...]
+    forced: tuple[int, ...] = ()  # a teacher-forced answer's tokens (empty: drawn)
 
 
 def prompt_digest(ids: list[int]) -> str:
@@ -115,19 +124,26 @@ def prompt_digest(ids: list[int]) -> str:
 
 def pair_xargs(*, pair: str, context_ids: list[int], lam: float, temperature: float, seed: int,
                greedy: bool, eps: float | None, min_new_tokens: int,
-               stops: list[int]) -> dict[str, Any]:
-    """The ``vllm_xargs`` of one answer (checked by :func:`read_settings` as the plugin will)."""
+               stops: list[int], forced: Sequence[int] = ()) -> dict[str, Any]:
+    """The ``vllm_xargs`` of one answer (checked by :func:`read_settings` as the plugin will);
+    ``forced``: the tokens of a teacher-forced answer (empty: the plugin draws them)."""
     seed = int(seed) + 2**64 if -2**63 <= int(seed) < 0 else int(seed)  # as torch reads it
     xargs: dict[str, Any] = {
         "ctxleak_pair": pair, "ctxleak_context": prompt_digest(context_ids),
         "ctxleak_lam": float(lam), "ctxleak_temperature": float(temperature),
         "ctxleak_seed": str(seed), "ctxleak_greedy": int(bool(greedy)),
         "ctxleak_min": int(min_new_tokens),
-        "ctxleak_stops": ",".join(str(int(s)) for s in stops)}
+        "ctxleak_stops": _ids(stops)}
     if eps is not None:
         xargs["ctxleak_eps"] = float(eps)
+    if forced:
+        xargs["ctxleak_forced"] = _ids(forced)
     read_settings(xargs)
     return xargs
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(str(int(i)) for i in ids)
 
 
 def pair_rank(pair: str, ranks: int) -> int:
@@ -182,11 +198,28 @@ def _integer(xargs: dict[str, Any], key: str, low: int, high: int, default: Any 
     return out
 
 
+def _token_ids(xargs: dict[str, Any], key: str) -> tuple[int, ...]:
+    """``xargs[key]``: comma-separated token ids (a string, or one id), each in [0, 2^31)."""
+    raw = xargs.get(key, "")
+    if not isinstance(raw, str | int) or isinstance(raw, bool):
+        raise PairSettingError(f"vllm_xargs '{key}' must be comma-separated token ids")
+    try:
+        ids = tuple(int(s) for s in str(raw).split(",") if s.strip())
+    except ValueError:
+        raise PairSettingError(f"vllm_xargs '{key}' must be comma-separated token "
+                               "ids") from None
+    if any(not 0 <= t < INT32_END for t in ids):
+        raise PairSettingError(f"vllm_xargs '{key}' must be token ids in [0, 2^31), "
+                               f"not {_shown(raw)}")
+    return ids
+
+
 def read_settings(xargs: dict[str, Any]) -> PairSettings:
     """The settings of a plugin request, each checked against its domain (the module
     docstring): an unknown ``ctxleak_`` key, a pair id that is not 32 hex digits, a number that
     is not finite, λ outside [0, 1], T ≤ 0, ε ≤ 0, a seed outside [0, 2^64 − 1], greedy other
-    than 0 or 1, a minimum outside [0, 2^31), no EOS id or one outside [0, 2^31) raise
+    than 0 or 1, a minimum outside [0, 2^31), no EOS id or one outside [0, 2^31), a forced
+    token outside [0, 2^31) or an EOS id forced before the last token raise
     :class:`PairSettingError` naming it. Nothing that passes can raise in the engine."""
     unknown = sorted(str(k) for k in xargs if str(k).startswith("ctxleak_") and k not in KEYS)
     if unknown:
@@ -208,30 +241,28 @@ def read_settings(xargs: dict[str, Any]) -> PairSettings:
     if eps is not None and eps <= 0:
         raise PairSettingError(f"vllm_xargs 'ctxleak_eps' (ε per token) must be > 0, not {eps}")
     minimum = _integer(xargs, "ctxleak_min", 0, INT32_END - 1, 0)
-    raw_stops = xargs.get("ctxleak_stops", "")
-    if not isinstance(raw_stops, str | int) or isinstance(raw_stops, bool):
-        raise PairSettingError("vllm_xargs 'ctxleak_stops' must be comma-separated token ids")
-    try:
-        stops = tuple(int(s) for s in str(raw_stops).split(",") if s.strip())
-    except ValueError:
-        raise PairSettingError("vllm_xargs 'ctxleak_stops' must be comma-separated token "
-                               "ids") from None
+    stops = _token_ids(xargs, "ctxleak_stops")
     if not stops:
         raise PairSettingError("vllm_xargs 'ctxleak_stops' must name the EOS ids")
-    if any(not 0 <= s < INT32_END for s in stops):
-        raise PairSettingError(f"vllm_xargs 'ctxleak_stops' must be token ids in [0, 2^31), "
-                               f"not {_shown(raw_stops)}")
+    forced = _token_ids(xargs, "ctxleak_forced")
+    if any(t in stops for t in forced[:-1]):
+        raise PairSettingError("vllm_xargs 'ctxleak_forced' may hold an EOS id "
+                               "('ctxleak_stops') only as its last token, which ends the answer")
     return PairSettings(pair=pair, context_digest=digest, lam=lam, temperature=temperature,
                         seed=_integer(xargs, "ctxleak_seed", 0, SEED_MAX),
                         greedy=bool(_integer(xargs, "ctxleak_greedy", 0, 1, 0)), eps=eps,
-                        min_new_tokens=minimum, stops=stops)
+                        min_new_tokens=minimum, stops=stops, forced=forced)
 
 
 def check_request(settings: PairSettings, *, max_tokens: int | None, n: int) -> None:
     """What the plugin checks of a request beyond its ``vllm_xargs`` (at admission): one answer
-    per request (``n`` = 1) and a minimum length within ``max_tokens`` (where it is set)."""
+    per request (``n`` = 1), a minimum length and the forced tokens within ``max_tokens``
+    (where it is set)."""
     if n != 1:
         raise PairSettingError("a CID plugin request must have n = 1")
+    if max_tokens is not None and len(settings.forced) > max_tokens:
+        raise PairSettingError(f"vllm_xargs 'ctxleak_forced' holds {len(settings.forced)} "
+                               f"tokens, more than the request's max_tokens ({max_tokens})")
     if max_tokens is not None and settings.min_new_tokens > max_tokens:
         raise PairSettingError(f"vllm_xargs 'ctxleak_min' ({settings.min_new_tokens}) must be "
                                f"at most the request's max_tokens ({max_tokens})")

@@ -20,6 +20,11 @@ bounded CID: App. B, Alg. 1). The server's half and the wire protocol:
   plugin voided (its two requests fell out of step) or that fails a check is tried again with a
   new pair id, :data:`TRIES` times in all; then :class:`PairFailed` names why, and the caller
   decodes it by the whole-distribution route instead.
+- Scoring: a job with ``forced`` tokens (:func:`~ctxleak.engine.pairs.scoring_job`) goes the
+  same way, the plugin emitting those tokens instead of drawing them (protocol 2:
+  :func:`scores_pairs` says whether the server's plugin takes them); its answer is checked as
+  above and must hold exactly the forced tokens. Per position a few hundred bytes come back
+  (the step's record) instead of every token's log-prob.
 """
 
 from __future__ import annotations
@@ -72,6 +77,15 @@ def probe_plugin(lm: ServedLM) -> dict[str, Any] | None:
     return None
 
 
+def scores_pairs(server: dict[str, Any] | None) -> bool:
+    """Whether the server's plugin (its flags, as :func:`probe_plugin` returns them) takes
+    teacher-forced answers (``ctxleak_forced``, protocol 2 and later)."""
+    try:
+        return server is not None and int(server.get("protocol") or 0) >= 2
+    except (TypeError, ValueError):
+        return False
+
+
 def check_flags(lm: ServedLM, server: dict[str, Any]) -> None:
     """Refuse a plugin whose server would break pairs: chunked prefill on, or vLLM's own
     scheduler (which samples an answer's first stream before its second arrives)."""
@@ -95,7 +109,8 @@ def _body(lm: ServedLM, job: PairJob, pair: str) -> dict[str, Any]:
             "vllm_xargs": pair_xargs(pair=pair, context_ids=list(job.context_ids),
                                      lam=job.lam, temperature=job.temperature, seed=job.seed,
                                      greedy=job.greedy, eps=job.eps,
-                                     min_new_tokens=job.min_new_tokens, stops=stops)}
+                                     min_new_tokens=job.min_new_tokens, stops=stops,
+                                     forced=job.forced)}
 
 
 def check_fits(lm: ServedLM, job: PairJob, server: dict[str, Any]) -> None:
@@ -178,6 +193,9 @@ def read_answer(lm: ServedLM, job: PairJob, answer: Any, got: Any) -> PairAnswer
     for choice in lm._choices(answer, 2):
         if [int(t) for t in choice.get("token_ids") or []] != tokens:
             raise PairFailed(f"{where} answered a stream whose tokens are not the plugin's")
+    if job.forced and tuple(tokens) != job.forced:
+        raise PairFailed(f"{where} answered {len(tokens)} tokens that are not the "
+                         f"{len(job.forced)} forced ones")
     stops = set(lm.eos_ids) or {0}
     stopped = bool(tokens) and tokens[-1] in stops
     if any(t in stops for t in tokens[:-1]) or not tokens or \

@@ -18,7 +18,10 @@
 - the server's tokenizer is compared with the local one on a probe text (``/tokenize``);
 - Context Influence Decoding inside the server, where ctxleak's plugin is loaded (probed when
   ctxleak connects, :mod:`ctxleak.engine.served.cid_plugin`): the model then declares
-  :data:`~ctxleak.engine.capabilities.CID_DECODING` and every CID answer goes to the plugin.
+  :data:`~ctxleak.engine.capabilities.CID_DECODING` and every CID answer goes to the plugin;
+  where the plugin takes teacher-forced answers (protocol 2) it declares
+  :data:`~ctxleak.engine.capabilities.CID_SCORING` too, and responses are scored under CID
+  there (``decode_pairs`` with forced jobs) instead of by whole distributions.
 """
 
 from __future__ import annotations
@@ -30,7 +33,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ctxleak.engine.capabilities import CID_DECODING, SERVED_DISTRIBUTION
+from ctxleak.engine.capabilities import (
+    CID_DECODING,
+    CID_SCORING,
+    SERVED_DISTRIBUTION,
+    check_capabilities,
+)
 from ctxleak.engine.pairs import PairAnswer, PairJob
 from ctxleak.engine.served import cid_plugin
 from ctxleak.engine.served.answers import TOP_CHECKED, token_id
@@ -53,16 +61,24 @@ class VLLMServedLM(ServedLM):
 
     def check_server(self) -> None:
         """The checks of every served model, then the probe for ctxleak's CID plugin: where it
-        answers, CID decodes inside the server (:data:`CID_DECODING`)."""
+        answers, CID decodes inside the server (:data:`CID_DECODING`), and scores there where
+        the plugin takes forced answers (:data:`CID_SCORING`)."""
         super().check_server()
         self.plugin = cid_plugin.probe_plugin(self)
         if self.plugin is not None:
             self.capabilities = self.capabilities | {CID_DECODING}
+        if cid_plugin.scores_pairs(self.plugin):
+            self.capabilities = self.capabilities | {CID_SCORING}
 
     def decode_pairs(self, jobs: Sequence[PairJob]) -> list[PairAnswer]:
-        """CID answers decoded by the server's plugin (:func:`cid_plugin.decode_pairs`)."""
+        """CID answers decoded by the server's plugin (:func:`cid_plugin.decode_pairs`), jobs
+        with ``forced`` tokens scored there (refused where the plugin does not take them)."""
         if self.plugin is None:
             return super().decode_pairs(jobs)
+        if any(job.forced for job in jobs):
+            check_capabilities(self, {CID_SCORING: "a forced answer needs ctxleak's plugin of "
+                                      "protocol 2 or later in the server: install this "
+                                      "ctxleak there and restart it"}, what="this scoring")
         return cid_plugin.decode_pairs(self, jobs, self.plugin, self.decoded_ranks)
 
     def _continuations(self, prompts: Sequence[Sequence[int]],

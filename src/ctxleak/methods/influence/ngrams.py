@@ -3,7 +3,10 @@ Knowledge in Language Models, Def. 3.1-3.2).
 
 ``τ_{i,n,t} = |log p̄_λ(y_t | D) − log p̄_λ(y_t | D∖D_{i,n})|`` where the ablated distribution is
 ``softmax((λ·z(·|D∖D_{i,n}) + (1−λ)·z(·|∅)) / T)``. Every ablated prompt shares the prompt up to
-its deleted window with the full prompt, so the engine reuses that KV prefix.
+its deleted window with the full prompt, so the engine reuses that KV prefix. A backend that
+scores CID itself (:data:`~ctxleak.engine.capabilities.CID_SCORING`: a vLLM server with
+ctxleak's plugin) gets each prompt's response as a teacher-forced pair instead, and answers the
+per-token numbers, not the whole next-token distribution at every position.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from ctxleak.engine.capabilities import CID_SCORING, capabilities_of
 from ctxleak.engine.lm import LanguageModel
+from ctxleak.engine.pairs import PairJob, scoring_job
 from ctxleak.engine.scoring import continuation_logits
+from ctxleak.engine.served_client import ServerError
 from ctxleak.engine.streams import mask_eos_before_min
-from ctxleak.errors import ConfigError
+from ctxleak.errors import ConfigError, warn
 from ctxleak.kernels.cid import bounded_lambdas, cid_logprobs
 from ctxleak.mitigations.influence import response_influence, token_influence
 from ctxleak.mitigations.prompts import PromptParts
@@ -130,9 +136,53 @@ def window_influence_many(lm: LanguageModel, requests: Sequence[WindowRequest], 
 
 def _scored_influences(lm: LanguageModel, live: list[WindowRequest], reuse_prefix: bool
                        ) -> list[WindowInfluence]:
-    """:func:`window_influence_many` of requests with a response: the no-context pass, then
-    one pass over every request's full and ablated prompts, cut back into one
-    :class:`WindowInfluence` per request."""
+    """:func:`window_influence_many` of requests with a response: those the model's server
+    scores under CID itself (:func:`_scored_in_server`), the others here
+    (:func:`_scored_here`), in order."""
+    there = _scored_in_server(lm, live)
+    here = [r for g, r in enumerate(live) if g not in there]
+    done = iter(_scored_here(lm, here, reuse_prefix) if here else [])
+    return [there[g] if g in there else next(done) for g in range(len(live))]
+
+
+def _scored_in_server(lm: LanguageModel, live: list[WindowRequest]) -> dict[int, WindowInfluence]:
+    """The requests a backend with :data:`~ctxleak.engine.capabilities.CID_SCORING` scores, by
+    index: each prompt (full and ablated) with the no-context one as a forced pair
+    (:func:`~ctxleak.engine.pairs.scoring_job`), whose records give log p̄_λ(y_t | ·) and
+    log p(y_t | ∅) at T, EOS masked before the minimum length (bounded CID: each prompt its own
+    λ_t). A request a pair cannot carry (one λ per token), or all of them where the server
+    fails, is left to :func:`_scored_here` (said in a warning)."""
+    if CID_SCORING not in capabilities_of(lm):
+        return {}
+    jobs: dict[int, list[PairJob]] = {}
+    for g, r in enumerate(live):
+        prompts = [r.parts.full] + [r.parts.without(a, b) for a, b in r.spans]
+        made = [scoring_job(p, r.parts.empty, r.response, lam=r.lam, temperature=r.temperature,
+                            eps=r.bounded_eps, min_new_tokens=r.min_new_tokens,
+                            stops=lm.eos_ids) for p in prompts]
+        if all(j is not None for j in made):
+            jobs[g] = cast("list[PairJob]", made)
+    try:
+        answers = iter(lm.decode_pairs([j for js in jobs.values() for j in js]) if jobs else [])
+    except ServerError as exc:
+        warn(f"{exc}: these responses are scored by whole next-token distributions instead")
+        return {}
+    out = {}
+    for g, js in jobs.items():
+        got = [[(e.logp_context, e.logp_empty) for e in next(answers).steps] for _ in js]
+        rows = [np.array([c for c, _ in steps], dtype=np.float64) for steps in got]
+        empty = np.array([e for _, e in got[0]], dtype=np.float64) if live[g].with_empty \
+            else None
+        ablated = np.stack(rows[1:]) if len(rows) > 1 else np.zeros((0, len(live[g].response)))
+        out[g] = WindowInfluence(list(live[g].spans), rows[0], ablated, empty)
+    return out
+
+
+def _scored_here(lm: LanguageModel, live: list[WindowRequest], reuse_prefix: bool
+                 ) -> list[WindowInfluence]:
+    """The requests scored from the logits: the no-context pass, then one pass over every
+    request's full and ablated prompts, cut back into one :class:`WindowInfluence` per
+    request."""
     z_empty = _no_context_logits(lm, live)
     prompts, conts, groups = _prompt_variants(live)
     given = {g: r.prefix_cache for g, r in enumerate(live) if r.prefix_cache is not None}
