@@ -18,7 +18,7 @@ COMMANDS = {
     "susceptibility": lambda d: ["susceptibility", "--data", str(d / "rel.json"),
                                  "--contexts", "6", "--limit", "8"],
     "probe": lambda d: ["probe", "--data", str(d / "records.jsonl"), "--pii", "phone,relation",
-                        "--shots", "1", "--beam", "2", "--limit", "8"],
+                        "--shots", "1", "--beam", "2", "--limit", "4"],
     "probe-white-box": lambda d: ["probe", "--data", str(d / "records.jsonl"), "--pii", "phone",
                                   "--mode", "white-box", "--epochs", "2", "--soft-tokens", "2"],
     "audit": lambda d: ["audit", "--data", "demo", "--subset-size", "3", "--sequences", "4",
