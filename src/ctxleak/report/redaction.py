@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from ctxleak.report.value_matcher import ValueMatcher
@@ -186,9 +186,12 @@ def _widen_name(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-def _sensitive(text: str) -> list[Any]:
+@lru_cache(maxsize=4096)
+def _sensitive(text: str) -> tuple[Any, ...]:
     """:func:`ctxleak.sensitive.find_sensitive` with names of other scripts than Latin grown to
-    their whole (:func:`_widen_name`)."""
+    their whole (:func:`_widen_name`). Kept per text: a run's report, its console summary and
+    its pages each ask the same texts again (the detectors are a function of the text alone),
+    and Presidio's pass over a text costs milliseconds to seconds."""
     from ctxleak.sensitive import find_sensitive
     from ctxleak.sensitive.detect import Span
 
@@ -199,7 +202,7 @@ def _sensitive(text: str) -> list[Any]:
             if (start, end) != (s.start, s.end):
                 s = Span(s.type, start, end, text[start:end], s.score)
         out.append(s)
-    return out
+    return tuple(out)
 
 
 def _person(value: str) -> bool:
