@@ -1,12 +1,14 @@
 """ctxleak's CID plugin inside the session's real vLLM server (started with it loaded, see
 tests/helpers/vllm_server.py): its answers equal in-process Context Influence Decoding on the
 default model (Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models,
-Def. 3.4; bounded CID: App. B, Alg. 1) and the whole-distribution route; pairs broken on purpose
-inside the real engine (a partner that never comes, one aborted midway, lengths made unequal)
-are voided with the reason in their records, never answered with a wrong stream; bad settings
-(a seed beyond 64 bits included) are HTTP 400 and the server goes on serving. The plugin's
-contracts with vLLM's code that need no server (both model runners' loaders, Model Runner V2's
-steps, the schedulers) are in tests/served/test_served_plugin_contracts.py."""
+Def. 3.4; bounded CID: App. B, Alg. 1) and the whole-distribution route; responses scored by
+teacher-forced pairs (``ctxleak_forced``) equal in-process teacher-forced CID scores under the
+context, each ablated window and without it; pairs broken on purpose inside the real engine (a
+partner that never comes, one aborted midway, lengths made unequal) are voided with the reason
+in their records, never answered with a wrong stream; bad settings (a seed beyond 64 bits,
+malformed or too many forced tokens included) are HTTP 400 and the server goes on serving. The
+plugin's contracts with vLLM's code that need no server (both model runners' loaders, Model
+Runner V2's steps, the schedulers) are in tests/served/test_served_plugin_contracts.py."""
 
 from __future__ import annotations
 
@@ -15,11 +17,14 @@ import secrets
 from dataclasses import replace
 
 import httpx
+import numpy as np
 import pytest
 
-from ctxleak.engine.capabilities import CID_DECODING
+from ctxleak.engine.capabilities import CID_DECODING, CID_SCORING
 from ctxleak.engine.served import serve
+from ctxleak.methods.influence.ngrams import WindowRequest, window_influence_many, windows
 from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.prompts import PromptParts
 from ctxleak.plugins.protocol import PAIRS_PATH, pair_xargs
 
 pytestmark = [pytest.mark.served, pytest.mark.integration]
@@ -59,6 +64,37 @@ def test_plugin_answers_equal_in_process_cid(served_lm, default_lm, config):
             if config.bounded_eps is not None:
                 assert f.eps_ex_post <= config.bounded_eps
                 assert abs(e.eps_ex_post - f.eps_ex_post) < 1e-4
+
+
+@pytest.mark.parametrize("config", [
+    CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=12, min_new_tokens=4),
+    CIDConfig(lam=1.0, temperature=0.8, max_new_tokens=12, min_new_tokens=4, bounded_eps=2.0)],
+    ids=["lambda-0.5", "bounded-eps-2"])
+def test_forced_pairs_score_responses_as_in_process_cid(served_lm, default_lm, config,
+                                                        monkeypatch):
+    """In-process CID answers (the stopping EOS kept where there is one) scored inside the
+    server by teacher-forced pairs, under the context, each 8-token window left out and without
+    the context: the in-process teacher-forced scores within 1e-4 nats, no distribution sent."""
+    assert CID_SCORING in served_lm.capabilities
+    requests = []
+    for (doc, q), seed in zip(QUESTIONS, (5, 6, 7)):
+        parts = PromptParts(tuple(default_lm.encode("Document: ")),
+                            tuple(default_lm.encode(doc)), tuple(default_lm.encode(" " + q)))
+        [answer] = generate_cid_many(default_lm, [(parts.full, parts.empty, config, seed)])
+        response = list(answer.response_ids) + \
+            ([default_lm.eos_ids[0]] if answer.stopped_on_eos else [])
+        requests.append(WindowRequest(parts, response, windows(len(parts.context), 8),
+                                      lam=config.lam, temperature=config.temperature,
+                                      min_new_tokens=config.min_new_tokens,
+                                      bounded_eps=config.bounded_eps, with_empty=True))
+    here = window_influence_many(default_lm, requests)
+    monkeypatch.setattr(served_lm, "vocab_logprobs",
+                        lambda *a, **k: pytest.fail("a whole distribution was asked for"))
+    there = window_influence_many(served_lm, requests)
+    for a, b in zip(here, there, strict=True):
+        for key in ("logp_context", "logp_ablated", "logp_empty"):
+            np.testing.assert_allclose(getattr(b, key), getattr(a, key), atol=1e-4, rtol=1e-6,
+                                       err_msg=key)
 
 
 def test_the_whole_distribution_route_gives_the_plugins_answers(served_lm, default_lm):
@@ -150,7 +186,10 @@ def test_a_partner_aborted_midway_voids_the_pair(served_lm, vllm_server):
 @pytest.mark.parametrize("change, message", [
     ({"ctxleak_lam": 1.5}, "must be in \\[0, 1\\]"), ({"ctxleak_eps": 0.0}, "must be > 0"),
     ({"ctxleak_temperature": 0.0}, "must be > 0"), ({"ctxleak_pair": "x"}, "32 lowercase hex"),
-    ({"ctxleak_typo": 1}, "unknown vllm_xargs")])
+    ({"ctxleak_typo": 1}, "unknown vllm_xargs"),
+    ({"ctxleak_forced": "7,x"}, "'ctxleak_forced' must be comma-separated token ids"),
+    ({"ctxleak_forced": "7,8,9,10,11"}, "'ctxleak_forced' holds 5 tokens, more than the "
+                                        "request's max_tokens \\(4\\)")])
 def test_bad_settings_are_http_400_and_the_server_goes_on(served_lm, vllm_server, change,
                                                          message):
     import re
