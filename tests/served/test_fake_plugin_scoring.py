@@ -183,3 +183,15 @@ def test_a_served_influence_run_with_the_plugin_equals_in_process(tiny, tok_dir,
         for key in ("logp_context", "logp_empty", "token_influence", "window_influence",
                     "passage_influence", "control_influence"):
             np.testing.assert_allclose(c[key], b[key], atol=1e-4, err_msg=key)
+
+
+def test_prompts_over_the_step_budget_are_scored_the_other_way_and_said(tiny, tok_dir):
+    """Decoding refuses them, naming the flag; scoring a response already drawn goes by whole
+    distributions instead, and says why."""
+    requests = _requests(tiny, lam=0.5, temperature=0.8)[:1]
+    with FakePluginVLLM(tiny, never=NEVER, flags={"max_num_batched_tokens": 8}) as server:
+        lm = serve("tiny", server.url, tokenizer=tok_dir)
+        with pytest.warns(UserWarning, match="--max-num-batched-tokens.*scored by whole"):
+            there = window_influence_many(lm, requests)
+        assert _whole_distribution_requests(server) > 0
+    _same(window_influence_many(tiny, requests), there)

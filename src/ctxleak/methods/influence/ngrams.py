@@ -151,7 +151,8 @@ def _scored_in_server(lm: LanguageModel, live: list[WindowRequest]) -> dict[int,
     (:func:`~ctxleak.engine.pairs.scoring_job`), whose records give log p̄_λ(y_t | ·) and
     log p(y_t | ∅) at T, EOS masked before the minimum length (bounded CID: each prompt its own
     λ_t). A request a pair cannot carry (one λ per token), or all of them where the server
-    fails, is left to :func:`_scored_here` (said in a warning)."""
+    fails or cannot take the pairs' prompts in one step, is left to :func:`_scored_here` (said
+    in a warning)."""
     if CID_SCORING not in capabilities_of(lm):
         return {}
     jobs: dict[int, list[PairJob]] = {}
@@ -164,7 +165,7 @@ def _scored_in_server(lm: LanguageModel, live: list[WindowRequest]) -> dict[int,
             jobs[g] = cast("list[PairJob]", made)
     try:
         answers = iter(lm.decode_pairs([j for js in jobs.values() for j in js]) if jobs else [])
-    except ServerError as exc:
+    except (ServerError, ConfigError) as exc:  # ConfigError: prompts over the step budget
         warn(f"{exc}: these responses are scored by whole next-token distributions instead")
         return {}
     out = {}
