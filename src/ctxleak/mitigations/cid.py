@@ -83,6 +83,13 @@ class CIDConfig:
                               "give a smaller ε",
                               param="bounded_eps")
 
+    def as_mechanism(self, greedy: bool = False) -> tuple[CID, Decoding]:
+        """This setting as CID's mechanism and its decoding settings (``greedy``: the most
+        likely token at each step): :meth:`CID.config` of the two is this setting again."""
+        return (CID(lam=self.lam, bounded_eps=self.bounded_eps),
+                Decoding(temperature=self.temperature, max_new_tokens=self.max_new_tokens,
+                         min_new_tokens=self.min_new_tokens, greedy=greedy))
+
 
 @dataclass(frozen=True)
 class CID:

@@ -98,14 +98,12 @@ class Prepared:
     @property
     def mechanism(self) -> CID:
         """CID at the request's λ and ε per token (plain CID: :data:`EX_POST_ONLY`)."""
-        return CID(lam=self.config.lam, bounded_eps=self.config.bounded_eps)
+        return self.config.as_mechanism()[0]
 
     @property
     def decoding(self) -> Decoding:
         """The request's temperature, lengths and greedy choice."""
-        return Decoding(temperature=self.config.temperature,
-                        max_new_tokens=self.config.max_new_tokens,
-                        min_new_tokens=self.config.min_new_tokens, greedy=not self.sample)
+        return self.config.as_mechanism(greedy=not self.sample)[1]
 
     @property
     def request(self) -> AnswerRequest:

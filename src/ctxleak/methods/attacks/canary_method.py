@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.generation import derive_seed
@@ -26,8 +26,9 @@ from ctxleak.methods.attacks.lower_bound import CONFIDENCE, SPLIT_HALF, document
 from ctxleak.methods.influence.data import load_examples, prompt_parts, resolve_data
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CIDConfig, answer_together
 from ctxleak.mitigations.ledger import RowLedger
+from ctxleak.mitigations.mechanisms import AnswerRequest
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, ParamsMethod, Plan, batches_by_cost
 
@@ -97,12 +98,17 @@ def measure_trials(lm: LanguageModel, trials: Sequence[CanaryTrial],
     """Each trial's record (:func:`trial_record`) under its own decoding setting, all responses
     drawn by CID in one batched KV cache, each from its own seed (``seed``, trial number). The
     audit reads only the tokens, so the ledgers' floats are not replayed one by one."""
-    jobs = []
+    asked = []
     for trial, config in zip(trials, configs, strict=True):
-        parts, _ = prompt_parts(lm, trial.example(), reserve=config.max_new_tokens)
-        jobs.append((parts.full, parts.empty, config, derive_seed(seed, trial.trial)))
-    ledgers = generate_cid_many(lm, jobs, rescored=True)
-    return [trial_record(lm, t, g) for t, g in zip(trials, ledgers)]
+        example = trial.example()
+        parts, _ = prompt_parts(lm, example, reserve=config.max_new_tokens)
+        cid, decoding = config.as_mechanism()
+        asked.append((cid, AnswerRequest(documents=(example.context,),
+                                         prompt=parts.prompt_of((example.context,)),
+                                         seed=derive_seed(seed, trial.trial)), decoding))
+    answers = answer_together(lm, asked, rescored=True)
+    # CID's answers always carry their ledger
+    return [trial_record(lm, t, cast(RowLedger, a.ledger)) for t, a in zip(trials, answers)]
 
 
 def trials_needed(tpr: float, fpr: float, confidence: float = CONFIDENCE,
