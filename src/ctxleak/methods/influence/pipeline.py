@@ -198,12 +198,12 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
     if cost is None:
         return
     cost.decoy_forward_passes += len(decoys)
-    if scorer is None:
-        cost.add(requests, time.perf_counter() - start, responses=owners)
-    else:  # each answer with the control context (and, in-process, without any)
-        cost.forward_passes += len(owners) * (1 if scorer is score_responses else 2)
+    if scorer is score_responses:  # a served model: each answer with the control context
+        cost.forward_passes += len(owners)
         cost.examples += len(set(owners))
         cost.seconds += time.perf_counter() - start
+    else:
+        cost.add(requests, time.perf_counter() - start, responses=owners)
 
 
 def _score_under(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
@@ -213,25 +213,33 @@ def _score_under(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setti
     """log p̄_λ(y_t | C) of answer ``owners[i]`` under the prompt ``parts[i]`` (another
     context), at its job's λ and T, and the requests scored (in-process only). ``scorer``:
     None scores in-process with the CID mixture (:func:`window_influence_many`, bounded CID
-    included); otherwise a function like
-    :func:`~ctxleak.methods.influence.answers.score_responses` (a served model, or logged
-    answers), which scores each answer with the context and without it."""
+    included); :func:`_score_in_process` (answers drawn elsewhere, in-process) the same way
+    as it scores them, at one λ; :func:`~ctxleak.methods.influence.answers.score_responses`
+    from a served model's log-probs. Only the prompt with C is scored: each answer's
+    no-context log-probs are its record's already (the no-context logits are computed only
+    where the mixture needs them, λ ≠ 1)."""
     if scorer is None:
         requests = [_request(jobs[k], p, answers[k], [], options) for k, p in zip(owners, parts)]
         return [win.logp_context for win in
                 window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)], requests
-    if scorer is score_responses:  # only the other prompt: each answer's no-context
-        # log-probs are its record's already
+    if scorer is score_responses:
         return eos_masked(lm, [p.full for p in parts], [list(answers[k]) for k in owners],
                           options.min_new_tokens), []
-    ledgers = scorer(lm, AnswersToScore(
-        list(parts), [(list(answers[k]), False) for k in owners],
-        lam=[jobs[k][1].lam for k in owners],
-        temperature=[jobs[k][1].temperature for k in owners],
-        min_new_tokens=options.min_new_tokens, ngram=None, stride=None,
-        ids=[jobs[k][0].id for k in owners])).ledgers
-    return [np.array([e.logp_context for e in led.entries], dtype=np.float64)
-            for led in ledgers], []
+    drawn = answers_under(jobs, answers, owners, parts, options)
+    requests = [drawn.request(i, []) for i in range(len(owners))]
+    return [win.logp_context for win in window_influence_many(lm, requests)], requests
+
+
+def answers_under(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                  answers: Sequence[Sequence[int]], owners: Sequence[int],
+                  parts: Sequence[PromptParts], options: InfluenceOptions) -> AnswersToScore:
+    """Answer ``owners[i]`` (token ids) under the prompt ``parts[i]``, at its job's λ and T,
+    as answers drawn elsewhere are scored (no n-gram windows, no passages)."""
+    return AnswersToScore(list(parts), [(list(answers[k]), False) for k in owners],
+                          lam=[jobs[k][1].lam for k in owners],
+                          temperature=[jobs[k][1].temperature for k in owners],
+                          min_new_tokens=options.min_new_tokens, ngram=None, stride=None,
+                          ids=[jobs[k][0].id for k in owners])
 
 
 def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
