@@ -186,12 +186,26 @@ def _widen_name(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-@lru_cache(maxsize=4096)
+#: The longest text whose detections :func:`_sensitive` keeps (at most 4,096 of them: up to
+#: about 80 MB of kept text, where answers may be up to 1,000,000 characters each).
+CACHED_TEXT = 20_000
+
+
 def _sensitive(text: str) -> tuple[Any, ...]:
     """:func:`ctxleak.sensitive.find_sensitive` with names of other scripts than Latin grown to
-    their whole (:func:`_widen_name`). Kept per text: a run's report, its console summary and
-    its pages each ask the same texts again (the detectors are a function of the text alone),
-    and Presidio's pass over a text costs milliseconds to seconds."""
+    their whole (:func:`_widen_name`). Kept per text up to :data:`CACHED_TEXT` characters: a
+    run's report, its console summary and its pages each ask the same texts again (the
+    detectors are a function of the text alone), and Presidio's pass over a text costs
+    milliseconds to seconds."""
+    return _sensitive_kept(text) if len(text) <= CACHED_TEXT else _sensitive_found(text)
+
+
+@lru_cache(maxsize=4096)
+def _sensitive_kept(text: str) -> tuple[Any, ...]:
+    return _sensitive_found(text)
+
+
+def _sensitive_found(text: str) -> tuple[Any, ...]:
     from ctxleak.sensitive import find_sensitive
     from ctxleak.sensitive.detect import Span
 
