@@ -148,6 +148,56 @@ def pytest_runtest_protocol(item, nextitem):
         controller.resume()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _served_requests_on_a_thread_of_their_own(request):
+    """Under a tracer (coverage) on Python 3.11, the served client's requests run their event
+    loop on a thread of their own, as they already do inside a running loop (a notebook).
+
+    CPython 3.11 reports no ``call`` event when a coroutine is resumed by a thrown exception
+    (python/cpython#106749, coveragepy#2124), and anyio throws one into every connection it
+    opens (its connection race cancels itself when the first attempt succeeds). The tracer of
+    the thread that opened the connection then pops one frame too many, and every line run
+    afterwards in the frames that were waiting on the request (``serve``, the served model's
+    operations, the runs that call them) went unrecorded: served code the fast tier runs was
+    reported as covered only by the real-server tier. On a thread of its own the lost event
+    shifts only that thread's tracer, which ends with the request. Nothing measured changes:
+    the requests, their order and their answers are the same."""
+    import sys
+
+    plugin = request.config.pluginmanager.getplugin("_cov")
+    measured = getattr(plugin, "cov_controller", None) is not None or sys.gettrace() is not None
+    if sys.version_info >= (3, 12) or not measured:  # (the tracer is paused during a real test)
+        yield
+        return
+    import threading
+    from typing import Any
+
+    from ctxleak.engine import served_client
+
+    original = served_client._run
+
+    def run_on_a_thread(coro: Any) -> Any:
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = original(coro)
+            except BaseException as exc:  # handed to the caller's thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, name="served-requests")
+        thread.start()
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(served_client, "_run", run_on_a_thread)
+    yield
+    patch.undo()
+
+
 #: Test modules named so run on one worker, one after another: the ones that use the session's
 #: real vLLM server (tests/test_scheduling.py checks that each of them is named so).
 REAL_SERVER_MODULES = "tests/served/test_served_"
