@@ -15,12 +15,13 @@ from ctxleak.engine.pairs import LedgerEntry
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.mechanism_mode import mechanism_list
 from ctxleak.methods.influence.setting import Setting
-from ctxleak.mitigations.cid import CID, CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CID, CIDConfig, answer_together, generate_cid_many
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_vote import DPVote
 from ctxleak.mitigations.ledger import RowLedger
 from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
 from ctxleak.mitigations.named import parse_mechanism
+from ctxleak.mitigations.prompts import document_parts
 
 DOCS = ("the capital is paris .", "rome is in italy .", "the sea is blue .")
 
@@ -55,6 +56,19 @@ def test_an_answer_is_the_engines_cid_response_with_its_ledger(tiny_lm, lam, eps
             assert answer.tokens_paid == len(ledger.entries)
             assert answer.claim.eps == pytest.approx(eps * len(ledger.entries))
             assert answer.claim.relation == "context"
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_a_setting_asked_from_prompt_parts_is_the_engines_cid_response(llama_lm, greedy):
+    config = CIDConfig(lam=0.5, temperature=0.9, max_new_tokens=4, min_new_tokens=1)
+    parts, _ = document_parts(llama_lm, DOCS[:1], "what is the capital ?")
+    cid, request, decoding = config.ask(parts, DOCS[:1], seed=7, greedy=greedy)
+    assert (cid, decoding) == config.as_mechanism(greedy) and cid.config(decoding) == config
+    assert (request.prompt(DOCS[:1]), request.prompt([]), request.seed) == \
+        (parts.full, parts.empty, 7)
+    [answer] = answer_together(llama_lm, [(cid, request, decoding)])
+    assert answer.ledger == generate_cid_many(llama_lm, [(parts.full, parts.empty, config, 7)],
+                                              sample=not greedy)[0]
 
 
 def test_claims_by_hand():

@@ -19,9 +19,8 @@ from ctxleak.errors import ConfigError, warn
 from ctxleak.integrations.ledger import ledger_result
 from ctxleak.integrations.renamed import cid_config, lam_renamed
 from ctxleak.integrations.transformers import ContextInfluenceProcessor, number_param
-from ctxleak.methods.influence.data import TASK_TEMPLATES, InfluenceExample, prompt_parts
-from ctxleak.methods.influence.ngrams import PromptParts
 from ctxleak.mitigations.ledger import RowLedger, to_records
+from ctxleak.mitigations.prompts import TASK_TEMPLATES, PromptParts, document_parts
 from ctxleak.results import InfluenceResult
 
 # generate() settings the processor cannot follow: their steps do not extend one sequence by
@@ -257,8 +256,7 @@ def _prompt_parts(lm: InProcessLM, checked: _Checked, reserve: int) -> list[Prom
     ``reserve`` new tokens in the model's window."""
     parts = []
     for i, (ctx, q) in enumerate(zip(checked.contexts, checked.queries)):
-        example = InfluenceExample(id=str(i), context=ctx, query=q, reference=None, task="qa")
-        part, dropped = prompt_parts(lm, example, checked.template, reserve=reserve)
+        part, dropped = document_parts(lm, (ctx,), q, checked.template, reserve=reserve)
         if dropped:
             warn(f"context {i} cut by {dropped} tokens to fit the model's window")
         parts.append(part)

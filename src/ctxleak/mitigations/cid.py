@@ -37,6 +37,7 @@ from ctxleak.errors import ConfigError, warn
 from ctxleak.kernels.cid import CIDSettingError, bounded_lambda, check_cid_settings, cid_logprobs
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
+from ctxleak.mitigations.prompts import PromptParts
 
 #: Why CID decoding needs the whole next-token distributions (the words of a refusal).
 CID_NEEDS = ("Context Influence Decoding mixes the whole next-token distributions of two "
@@ -89,6 +90,14 @@ class CIDConfig:
         return (CID(lam=self.lam, bounded_eps=self.bounded_eps),
                 Decoding(temperature=self.temperature, max_new_tokens=self.max_new_tokens,
                          min_new_tokens=self.min_new_tokens, greedy=greedy))
+
+    def ask(self, parts: PromptParts, documents: Sequence[str], seed: int, greedy: bool = False
+            ) -> tuple[CID, AnswerRequest, Decoding]:
+        """One response asked of this setting's mechanism (:meth:`as_mechanism`) from the
+        prompt ``parts`` holding ``documents`` (:meth:`PromptParts.prompt_of`, tokenised once),
+        drawn from ``seed``: what :func:`answer_together` takes."""
+        cid, decoding = self.as_mechanism(greedy)
+        return cid, AnswerRequest(tuple(documents), parts.prompt_of(documents), seed), decoding
 
 
 @dataclass(frozen=True)

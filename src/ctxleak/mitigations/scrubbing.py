@@ -16,7 +16,8 @@ the same detectors. The operators (:data:`OPERATORS`), on ``Reviewer: Ines Okafo
 The response is then drawn from the prompt holding the scrubbed documents, as plain decoding
 does: Context Influence Decoding at λ = 1 (Estimating Privacy Leakage of Augmented Contextual
 Knowledge in Language Models, Def. 3.4), whose mixture is the distribution given the context
-alone, through :func:`~ctxleak.mitigations.cid.generate_cid_many` (batched, seeded per request).
+alone, through CID's mechanism (:meth:`~ctxleak.mitigations.cid.CID.answer`: batched, seeded
+per request).
 
 Scrubbing gives no differential-privacy guarantee (``Claim(eps=None, relation="none")``) and
 pays no budget: whatever the detectors miss (a fact that is no one's name or number, a secret

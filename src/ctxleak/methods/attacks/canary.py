@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 from ctxleak.methods.attacks.lower_bound import (
     CONFIDENCE,
@@ -42,6 +43,7 @@ from ctxleak.methods.attacks.lower_bound import (
     law,
 )
 from ctxleak.methods.influence.data import InfluenceExample
+from ctxleak.mitigations.prompts import PromptParts, document_parts
 
 #: The sentence that plants a canary in a document, and the question that asks for it.
 CANARY_SENTENCE = "Account number {canary}."
@@ -77,9 +79,10 @@ class CanaryTrial:
         start of its context more often than one at the end)."""
         return f"{CANARY_SENTENCE.format(canary=self.planted)} {self.document}".strip()
 
-    def example(self) -> InfluenceExample:
-        """The trial as a question-answering example (its prompt is built like any other)."""
-        return InfluenceExample(self.key, self.context, self.query, None, "qa")
+    def parts(self, lm: LanguageModel, reserve: int = 0) -> PromptParts:
+        """The trial's question-answering prompt (ctxleak's template, Sec. 4) split around its
+        context, cut to the model's window minus ``reserve`` new tokens."""
+        return document_parts(lm, (self.context,), self.query, reserve=reserve)[0]
 
 
 def plant_canaries(examples: Sequence[InfluenceExample], trials: int, seed: int,

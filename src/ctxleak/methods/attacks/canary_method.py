@@ -23,12 +23,11 @@ from ctxleak.methods.attacks.canary import (
     summarize_trials,
 )
 from ctxleak.methods.attacks.lower_bound import CONFIDENCE, SPLIT_HALF, documents_needed
-from ctxleak.methods.influence.data import load_examples, prompt_parts, resolve_data
+from ctxleak.methods.influence.data import load_examples, resolve_data
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
 from ctxleak.mitigations.cid import CIDConfig, answer_together
 from ctxleak.mitigations.ledger import RowLedger
-from ctxleak.mitigations.mechanisms import AnswerRequest
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, ParamsMethod, Plan, batches_by_cost
 
@@ -98,14 +97,9 @@ def measure_trials(lm: LanguageModel, trials: Sequence[CanaryTrial],
     """Each trial's record (:func:`trial_record`) under its own decoding setting, all responses
     drawn by CID in one batched KV cache, each from its own seed (``seed``, trial number). The
     audit reads only the tokens, so the ledgers' floats are not replayed one by one."""
-    asked = []
-    for trial, config in zip(trials, configs, strict=True):
-        example = trial.example()
-        parts, _ = prompt_parts(lm, example, reserve=config.max_new_tokens)
-        cid, decoding = config.as_mechanism()
-        asked.append((cid, AnswerRequest(documents=(example.context,),
-                                         prompt=parts.prompt_of((example.context,)),
-                                         seed=derive_seed(seed, trial.trial)), decoding))
+    asked = [config.ask(trial.parts(lm, config.max_new_tokens), (trial.context,),
+                        derive_seed(seed, trial.trial))
+             for trial, config in zip(trials, configs, strict=True)]
     answers = answer_together(lm, asked, rescored=True)
     # CID's answers always carry their ledger
     return [trial_record(lm, t, cast(RowLedger, a.ledger)) for t, a in zip(trials, answers)]
@@ -156,7 +150,7 @@ class CanaryMethod(ParamsMethod[CanaryTrial, list[CanaryTrial], LanguageModel, C
         new = self.params.decoding.max_new_tokens
         costs: list[int | None] = []
         for trial in items:
-            parts, _ = prompt_parts(ready, trial.example(), reserve=new)
+            parts = trial.parts(ready, reserve=new)
             costs.append(len(parts.full) + len(parts.empty) + 2 * new)
         return list(batches_by_cost(items, costs, policy))
 

@@ -7,20 +7,21 @@ response token, and the context n-grams (stride 1) with the most influence on th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
 from ctxleak.methods.influence.ngrams import (
     next_token_unigram_influence,
     window_influence,
     windows,
 )
-from ctxleak.mitigations.cid import CIDConfig, generate_cid
+from ctxleak.mitigations.cid import CIDConfig, answer_together
+from ctxleak.mitigations.ledger import RowLedger
+from ctxleak.mitigations.prompts import TASK_TEMPLATES, document_parts
 from ctxleak.run.method import ItemIds, Method, Plan
 from ctxleak.run.options import RunOptions
 from ctxleak.run.records import read_text_file
@@ -55,9 +56,10 @@ def explain_prompt(lm: LanguageModel, context: str, query: str, *, task: str = "
     ``config``: a :class:`CIDConfig`. The summary holds the response and its ids, the response
     influence and its per-token values, the uni-gram influence of each context token on the
     first response token, the context tokens and the ``top`` n-grams by influence."""
-    example = InfluenceExample("explain", context, query, None, task)
-    parts, dropped = prompt_parts(lm, example, template, reserve=config.max_new_tokens)
-    response = generate_cid(lm, parts.full, parts.empty, config, derive_seed(seed, 0))
+    parts, dropped = document_parts(lm, (context,), query, template or TASK_TEMPLATES[task],
+                                    reserve=config.max_new_tokens)
+    [answer] = answer_together(lm, [config.ask(parts, (context,), derive_seed(seed, 0))])
+    response = cast(RowLedger, answer.ledger)  # CID's answers carry their ledger
     if not response.response_ids:
         raise ConfigError("the model ended its response at once: raise min_new_tokens or try "
                           "another seed", param="min_new_tokens")

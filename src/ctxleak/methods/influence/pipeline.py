@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from ctxleak.methods.influence.ngrams import (
 )
 from ctxleak.methods.influence.roads import ANSWERS, Road, road
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
-from ctxleak.mitigations.cid import generate_cid_many
+from ctxleak.mitigations.cid import answer_together
 from ctxleak.mitigations.ledger import RowLedger
 
 #: The control examples of each job, nearest first (empty: the job has none).
@@ -67,8 +67,9 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
                      cost: ControlCost | None = None,
                      decoys: Decoys | None = None) -> list[dict[str, Any]]:
     """Measure several (example, setting, seed) together, one JSON record each, in order: their
-    CID responses decoded in one batched KV cache (each from its own seed, so its tokens do not
-    depend on the batch), then the n-gram windows scored
+    responses asked of CID's mechanism (:func:`~ctxleak.mitigations.cid.answer_together`) and
+    decoded in one batched KV cache (each from its own seed, so its tokens do not depend on the
+    batch), then the n-gram windows scored
     (:func:`~ctxleak.methods.influence.ngrams.window_influence_many`). The model's batching
     policy decides which floats may share forward passes (:mod:`ctxleak.engine.batching`).
 
@@ -93,9 +94,10 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
     rescored = options.ngram is not None and options.bounded_eps is None
     caches: list[Any] | None = [] if hand_over_prefill and options.ngram is not None \
         and options.reuse_prefix else None
-    responses = generate_cid_many(lm, [(p.full, p.empty, options.cid(setting), seed)
-                                       for (p, _), (_, setting, seed) in zip(parts, jobs)],
-                                  context_caches=caches, rescored=rescored)
+    answers = answer_together(lm, [options.cid(setting).ask(p, (ex.context,), seed)
+                                   for (p, _), (ex, setting, seed) in zip(parts, jobs)],
+                              context_caches=caches, rescored=rescored)
+    responses = [cast(RowLedger, a.ledger) for a in answers]  # CID's answers carry their ledger
     todo = [k for k, r in enumerate(responses) if r.response_ids]
     spans_of = [passage_spans(lm, ex, len(p.context)) for (ex, _, _), (p, _) in zip(jobs, parts)]
     ablated: Ablated = {}
