@@ -80,3 +80,16 @@ def test_two_threads_take_turns_and_leave_the_package_as_it_was(tiny_gguf):
     for t in threads:
         t.join(10)
     assert seen == [True] and gguf.GGUFReader is original_reader
+
+
+@pytest.mark.parametrize("missing", ["GGUFReader", "get_tensor_name_map"])
+def test_a_gguf_package_without_either_name_is_left_as_it_is(tiny_gguf, monkeypatch, missing):
+    """Another version of the package, lacking one of the two names: nothing is changed,
+    within or after."""
+    monkeypatch.delattr(gguf, missing)
+    kept = getattr(gguf, "get_tensor_name_map" if missing == "GGUFReader" else "GGUFReader")
+    with gguf_read_once():
+        assert not hasattr(gguf, missing)
+        assert getattr(gguf, "get_tensor_name_map" if missing == "GGUFReader"
+                       else "GGUFReader") is kept
+    assert not hasattr(gguf, missing)
