@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -64,7 +65,8 @@ def load_local(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     model.eval()
     rev = revision
     if source == "hub":
-        rev = getattr(model.config, "_commit_hash", None) or revision
+        rev = getattr(model.config, "_commit_hash", None) or _cached_commit(
+            name_or_path, revision) or revision
     has_template = bool(getattr(tokenizer, "chat_template", None))
     if chat_template == "on" and not has_template:
         raise ConfigError(f"chat_template='on', but model '{display}' has no chat template",
@@ -93,6 +95,14 @@ def files_fingerprint(name_or_path: str) -> dict[str, str] | None:
         return fingerprint(path, cache_root() / "sha256")
     except OSError:
         return None
+
+
+def _cached_commit(model_id: str, revision: str | None) -> str | None:
+    """The commit a Hub model's files were loaded from: the snapshot folder of its cached
+    config.json (transformers 5 no longer keeps it in the config as ``_commit_hash``; the id
+    is a valid one: the model was loaded by it)."""
+    cached = try_to_load_from_cache(model_id, "config.json", revision=revision)
+    return Path(cached).parent.name if isinstance(cached, str) else None
 
 
 def _hub_offline() -> bool:
