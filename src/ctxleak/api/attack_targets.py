@@ -15,6 +15,7 @@ from typing import Any
 from ctxleak.api.retrieval import load_retriever
 from ctxleak.engine.served_options import check_request_timeout, check_retries
 from ctxleak.errors import ConfigError
+from ctxleak.methods.attacks.attack_method import document_eps, queries_per_document
 from ctxleak.methods.attacks.extract import AttackDocument
 from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.targets.base import Target
@@ -169,24 +170,20 @@ def claimed_eps(target: Any, attacks: Sequence[str], questions: int) -> float | 
     of it: its claim per response (bounded CID: ε per token × new tokens, as the canary audit's
     ex-ante guarantee) × the most queries per document (the interrogation attack asks
     ``questions``, the others one); in process (the answerer's mechanism) or through ``ctxleak
-    serve`` (its ``epsilon`` × ``max_tokens``). None without a pure ε-DP claim that covers a
-    document: a shard's ε is not a document's, and the attacks' lower bound is one on a pure
-    ε (δ = 0), which an (ε, δ) claim does not bound."""
+    serve`` (its ``epsilon`` × ``max_tokens``; another defence the proxy deploys says its claim
+    with each answer, which the attack reads instead). None without a pure ε-DP claim that
+    covers a document (:func:`~ctxleak.methods.attacks.attack_method.document_eps`)."""
     if not isinstance(target, RAGBuilder):
         return None
-    answerer = target.answerer
-    per_response: float | None = None
+    answerer, queries = target.answerer, queries_per_document(attacks, questions)
     if isinstance(answerer, MechanismAnswerer):
         claim = answerer.mechanism.claim(answerer.decoding)
-        if claim.relation in ("document", "context") and claim.delta == 0:
-            per_response = claim.eps
-    else:  # an endpoint answerer: ctxleak serve's settings and the answer's bound
-        eps = (getattr(answerer, "settings", None) or {}).get("epsilon")
-        tokens = getattr(getattr(answerer, "endpoint", None), "max_tokens", None)
-        per_response = None if eps is None or tokens is None else eps * tokens
-    if per_response is None:
-        return None
-    return float(per_response * (questions if "interrogation" in attacks else 1))
+        return document_eps(claim.eps, claim.delta, claim.relation, queries)
+    # an endpoint answerer: ctxleak serve's settings (else the claim its answers say)
+    eps = (getattr(answerer, "settings", None) or {}).get("epsilon")
+    tokens = getattr(getattr(answerer, "endpoint", None), "max_tokens", None)
+    return None if eps is None or tokens is None else \
+        document_eps(eps * tokens, 0.0, "context", queries)
 
 
 __all__ = ["RAGBuilder", "attack_target", "claimed_eps", "load_object", "on_target"]

@@ -294,15 +294,25 @@ def _meta(result: Any) -> dict[str, Any]:
 
 
 def _notes(result: Any) -> list[str]:
-    """The console's lines under the table: the target, the queries, and each attack that was
-    not scored with why (the table leaves it out, as it has no figures)."""
+    """The console's lines under the table: the target, the queries, the claim the answers
+    said they were released under (``ctxleak serve``'s), and each attack that was not scored
+    with why (the table leaves it out, as it has no figures)."""
     s = result.summary
     attacks = s.get("attacks") if isinstance(s.get("attacks"), Mapping) else {}
     skipped = [f"not scored: {k} ({v['skipped']})" for k, v in attacks.items()
                if isinstance(v, Mapping) and "skipped" in v]
+    claim = s.get("claim")
+    said = []
+    if isinstance(claim, Mapping):
+        eps = claim.get("eps_max")
+        what = "no differential-privacy guarantee" if eps is None else \
+            (f"ε ≤ {eps:.3g} nats, δ = {claim.get('delta') or 0:.2g} per response, relation "
+             f"{claim.get('relation')}")
+        said = [f"the answers' claim ({claim.get('answers')} of {claim.get('of')} said it): "
+                f"{what}"]
     return [f"target: {s.get('target')}",
             f"queries sent: {s.get('queries_sent')}, read back from the journal: "
-            f"{s.get('queries_replayed')}", *skipped]
+            f"{s.get('queries_replayed')}", *said, *skipped]
 
 
 __all__ = ["FAMILY", "ROC_PNG", "ExtractView", "MembershipView", "attack_report",

@@ -32,6 +32,7 @@ from typing import Any, NoReturn, Protocol
 
 from ctxleak.engine.capabilities import ANSWERS
 from ctxleak.errors import CtxleakError
+from ctxleak.mitigations.mechanisms import Claim
 
 #: What every target can do: answer, never give log-probabilities, seeded samples or weights.
 CAPABILITIES: frozenset[str] = frozenset({ANSWERS})
@@ -56,11 +57,13 @@ class TargetError(CtxleakError):
 @dataclass(frozen=True)
 class TargetAnswer:
     """One answer: its text and, where the target also returns them, the retrieved documents'
-    ids and texts (``None``: the target does not say)."""
+    ids and texts, and the claim of the defence it was released under (a ``ctxleak serve``
+    answer's; ``None``: the target does not say)."""
 
     text: str
     document_ids: tuple[str, ...] | None = None
     documents: tuple[str, ...] | None = None
+    claim: Claim | None = None
 
 
 class Target(Protocol):

@@ -14,7 +14,9 @@ question, with the answers already received. The API key is read from the enviro
 (whatever a server echoes is masked, :func:`~ctxleak.engine.served_client.mask_key`), nor in
 any answer: an answer that echoes it (verbatim, with spaces, line breaks or punctuation between
 its characters, in base64 or base64url, or 8 of its characters in a row) has it replaced by
-:data:`KEY_MASK` before anything journals or stores it (:class:`KeyMask`).
+:data:`KEY_MASK` before anything journals or stores it (:class:`KeyMask`). An answer of
+``ctxleak serve`` carries the claim it was released under, read from its ``ctxleak`` field
+(:func:`served_claim`), so that an attack sets its bound beside the deployed defence's claim.
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
 from ctxleak.engine.served_client import KEY_PART, key_forms, mask_key
 from ctxleak.errors import ConfigError
+from ctxleak.mitigations.mechanisms import Claim
 from ctxleak.targets.base import OnAnswer, TargetAnswer, TargetError
 from ctxleak.targets.rag import fingerprint_of
 
@@ -182,22 +185,22 @@ class ChatEndpointTarget:
                                   index=k)
             requests.append(ChatRequest((*head, {"role": "user", "content": q}),
                                         seed=self.seed, label=q))
-        each = None if on_answer is None else \
-            (lambda k, text: on_answer(k, TargetAnswer(text)))
-        return [TargetAnswer(text) for text in self.chat(requests, each)]
+        return self.answers(requests, on_answer)
 
-    def chat(self, requests: Sequence[ChatRequest],
-             on_answer: Callable[[int, str], None] | None = None) -> list[str]:
-        """One answer text per request, in order, ``concurrency`` at a time, each given to
-        ``on_answer`` (index, text) on this thread as it arrives. A failure raises
-        :class:`TargetError` for the question that failed, with every answer received."""
-        results: dict[int, str] = {}
+    def answers(self, requests: Sequence[ChatRequest],
+                on_answer: OnAnswer | None = None) -> list[TargetAnswer]:
+        """One answer per request, in order, ``concurrency`` at a time, each given to
+        ``on_answer`` (index, answer) on this thread as it arrives: its text and, from a
+        ``ctxleak serve`` answer, the claim it was released under (:func:`served_claim`). A
+        failure raises :class:`TargetError` for the question that failed, with every answer
+        received."""
+        results: dict[int, TargetAnswer] = {}
         failures: dict[int, TargetError] = {}
 
-        def got(k: int, text: str) -> None:
-            results[k] = text
+        def got(k: int, answer: TargetAnswer) -> None:
+            results[k] = answer
             if on_answer is not None:
-                on_answer(k, text)
+                on_answer(k, answer)
 
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             futures = {pool.submit(self._one, k, r): k for k, r in enumerate(requests)}
@@ -216,11 +219,11 @@ class ChatEndpointTarget:
                     got(k, future.result())
         if failures:
             first = min(failures)
-            raise TargetError(str(failures[first]), index=first,
-                              answered={k: TargetAnswer(t) for k, t in sorted(results.items())})
+            raise TargetError(str(failures[first]), index=first, answered=dict(sorted(
+                results.items())))
         return [results[k] for k in range(len(requests))]
 
-    def _one(self, index: int, request: ChatRequest) -> str:
+    def _one(self, index: int, request: ChatRequest) -> TargetAnswer:
         """One request, retried as the module docstring says."""
         openai = _openai()
         body = {**self.extra_body, **(request.extra_body or {})}
@@ -266,8 +269,8 @@ class ChatEndpointTarget:
             return self._text(got, name, index)
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    def _text(self, got: Any, name: str, index: int) -> str:
-        """The answer's text, or a :class:`TargetError` for garbage or a refusal."""
+    def _text(self, got: Any, name: str, index: int) -> TargetAnswer:
+        """The answer's text and claim, or a :class:`TargetError` for garbage or a refusal."""
         try:
             choice = got.choices[0]
             message, finish = choice.message, choice.finish_reason
@@ -284,7 +287,12 @@ class ChatEndpointTarget:
                               f"{type(content).__name__})", index=index)
         if self._answer_mask is not None:  # an answer that echoes the key never stores it
             content = self._answer_mask(content)
-        return content
+        field = (getattr(got, "model_extra", None) or {}).get("ctxleak")
+        try:
+            return TargetAnswer(content, claim=served_claim(field))
+        except ValueError as exc:
+            raise TargetError(f"{name}: {self.base_url} answered a ctxleak field whose claim "
+                              f"cannot be read: {exc}", index=index) from None
 
     def _masked(self, exc: Any) -> str:
         return mask_key(" ".join(str(exc).split())[:300], self._forms)
@@ -296,6 +304,34 @@ class ChatEndpointTarget:
         return "endpoint:" + fingerprint_of(self.base_url, self.model, self.system,
                                             self.max_tokens, self.temperature, self.seed,
                                             self.extra_body)
+
+
+def served_claim(field: Any) -> Claim | None:
+    """The claim a ``ctxleak serve`` answer was released under, from its ``ctxleak`` field
+    (docs/deploy-cid.md): another mechanism's claim per response (``epsilon``, ``delta``,
+    ``relation``: the most the answer may spend, reserved and charged); bounded Context
+    Influence Decoding's ε per token over the tokens it released ("Estimating Privacy Leakage
+    of Augmented Contextual Knowledge in Language Models", Thm B.1), any replacement of the
+    context; plain CID's none (ε = 0 at λ = 0). None where the answer has no such field (not
+    a ``ctxleak serve`` answer, or one passed through to its upstream). A field that is not
+    one of these raises :class:`ValueError`."""
+    if field is None:
+        return None
+    if not isinstance(field, Mapping):
+        raise ValueError(f"a {type(field).__name__}, not an object")
+    mode = field.get("mode")
+    try:
+        if mode == "mechanism":
+            eps = field.get("epsilon")
+            return Claim(None if eps is None else float(eps), float(field.get("delta") or 0.0),
+                         str(field.get("relation")))
+        if mode == "bounded":
+            return Claim(float(field["epsilon"]) * int(field["tokens"]), 0.0, "context")
+        if mode == "lambda":
+            return Claim(0.0, 0.0, "context") if float(field["lambda"]) == 0 else Claim(None)
+    except (ConfigError, KeyError, TypeError) as exc:
+        raise ValueError(f"{mode} answer: {exc}") from None
+    raise ValueError(f"mode {mode!r} is none of mechanism, bounded, lambda")
 
 
 #: The error codes and types of a 429 that no wait undoes: OpenAI's spent quota, ``ctxleak
@@ -353,4 +389,4 @@ def _openai() -> Any:
 
 
 __all__ = ["KEY_MASK", "MAX_WAIT_S", "SPENT", "ChatEndpointTarget", "ChatRequest", "KeyMask",
-           "retry_delay"]
+           "retry_delay", "served_claim"]

@@ -12,16 +12,19 @@ Two ways to hand it the retrieved documents:
   endpoint; greedy (T = 0) by default.
 
 Each question is sent with its own seed (:func:`~.model_answerer.question_seed`), so a sampled
-answer does not depend on the batch. The settings of :class:`~.endpoint.ChatEndpointTarget`
+answer does not depend on the batch. Each answer carries the claim ``ctxleak serve`` says it was
+released under (its ``ctxleak`` field, :func:`~.endpoint.served_claim`), which the attacks set
+beside their bound. The settings of :class:`~.endpoint.ChatEndpointTarget`
 (key, concurrency, rate, timeout, retries) apply as they do there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxleak.errors import ConfigError
+from ctxleak.targets.base import OnAnswer, TargetAnswer
 from ctxleak.targets.endpoint import ChatEndpointTarget, ChatRequest
 from ctxleak.targets.model_answerer import question_seed
 from ctxleak.targets.rag import RAGPrompt, fingerprint_of
@@ -66,8 +69,10 @@ class EndpointAnswerer:
     reports_answers = True
 
     def answer(self, prompts: Sequence[RAGPrompt], *,
-               on_answer: Callable[[int, str], None] | None = None) -> list[str]:
-        return self.endpoint.chat([self.request(p) for p in prompts], on_answer)
+               on_answer: OnAnswer | None = None) -> list[TargetAnswer]:
+        """One answer per prompt, each with the claim ``ctxleak serve`` says it was released
+        under (:func:`~.endpoint.served_claim`; None from a plain endpoint)."""
+        return self.endpoint.answers([self.request(p) for p in prompts], on_answer)
 
     def describe(self) -> str:
         if self.context == "inline":

@@ -33,11 +33,12 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ctxleak.errors import ConfigError, InputError, warn
+from ctxleak.mitigations.mechanisms import Claim
 from ctxleak.targets.base import Target, TargetAnswer, TargetError, exit_words, no_exit
 from ctxleak.targets.rag import RAGApp, RAGPrompt
 
@@ -52,20 +53,23 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS answers (
 
 
 def answer_json(answer: TargetAnswer) -> str:
-    """An answer as the journal stores it (keys sorted: the same answer, the same bytes)."""
+    """An answer as the journal stores it (keys sorted: the same answer, the same bytes; its
+    claim only where it has one)."""
+    claim = {} if answer.claim is None else {"claim": asdict(answer.claim)}
     return json.dumps({"text": answer.text,
                        "document_ids": None if answer.document_ids is None
                        else list(answer.document_ids),
-                       "documents": None if answer.documents is None else list(answer.documents)},
-                      sort_keys=True, ensure_ascii=False)
+                       "documents": None if answer.documents is None else list(answer.documents),
+                       **claim}, sort_keys=True, ensure_ascii=False)
 
 
 def answer_from_json(text: str) -> TargetAnswer:
     """The answer :func:`answer_json` stored."""
     got = json.loads(text)
-    ids, docs = got.get("document_ids"), got.get("documents")
+    ids, docs, claim = got.get("document_ids"), got.get("documents"), got.get("claim")
     return TargetAnswer(got["text"], None if ids is None else tuple(ids),
-                        None if docs is None else tuple(docs))
+                        None if docs is None else tuple(docs),
+                        None if claim is None else Claim(**claim))
 
 
 class AnswerJournal:
@@ -247,7 +251,7 @@ def checked(answer: TargetAnswer, question: str,
     if len(answer.text) > max_chars:
         warn(f"the answer to {question[:60]!r} has {len(answer.text):,} characters: cut to "
              f"the first {max_chars:,} (the most an answer keeps)")
-        answer = TargetAnswer(answer.text[:max_chars], answer.document_ids, answer.documents)
+        answer = replace(answer, text=answer.text[:max_chars])
     parts = [answer.text, *(answer.document_ids or ()), *(answer.documents or ())]
     if not any(_SURROGATE.search(p) for p in parts):
         return answer
@@ -257,8 +261,8 @@ def checked(answer: TargetAnswer, question: str,
     def fix(texts: tuple[str, ...] | None) -> tuple[str, ...] | None:
         return None if texts is None else tuple(_SURROGATE.sub("\ufffd", t) for t in texts)
 
-    return TargetAnswer(_SURROGATE.sub("\ufffd", answer.text), fix(answer.document_ids),
-                        fix(answer.documents))
+    return replace(answer, text=_SURROGATE.sub("\ufffd", answer.text),
+                   document_ids=fix(answer.document_ids), documents=fix(answer.documents))
 
 
 class JournaledTarget:

@@ -71,10 +71,12 @@ class RAGPrompt:
 
 
 class Answerer(Protocol):
-    """Writes one answer per prompt, in order; names itself without secrets. One that has
-    ``reports_answers = True`` takes ``on_answer`` (index, text), called as each is written."""
+    """Writes one answer per prompt, in order: its text, or a :class:`~.base.TargetAnswer`
+    whose text and claim the app keeps (an endpoint's, :mod:`.endpoint_answerer`); names
+    itself without secrets. One that has ``reports_answers = True`` takes ``on_answer`` (index,
+    answer), called as each is written."""
 
-    def answer(self, prompts: Sequence[RAGPrompt]) -> list[str]: ...
+    def answer(self, prompts: Sequence[RAGPrompt]) -> Sequence[str | TargetAnswer]: ...
 
     def describe(self) -> str: ...
 
@@ -211,8 +213,7 @@ class RAGApp:
                     for k, (text, p) in enumerate(zip(texts, prompts)):
                         on_answer(k, _answer(text, p))
         except TargetError as exc:  # the answers had before it, with their documents
-            exc.answered = {k: _answer(got.text, prompts[k])
-                            for k, got in exc.answered.items()}
+            exc.answered = {k: _answer(got, prompts[k]) for k, got in exc.answered.items()}
             raise
         return [_answer(text, p) for text, p in zip(texts, prompts, strict=True)]
 
@@ -229,9 +230,11 @@ class RAGApp:
                                        self.answerer.fingerprint())
 
 
-def _answer(text: str, prompt: RAGPrompt) -> TargetAnswer:
+def _answer(got: str | TargetAnswer, prompt: RAGPrompt) -> TargetAnswer:
+    """An answerer's answer (its text, or its text and claim) with the prompt's documents."""
+    text, claim = (got.text, got.claim) if isinstance(got, TargetAnswer) else (got, None)
     return TargetAnswer(text, tuple(d.id for d in prompt.documents),
-                        tuple(d.text for d in prompt.documents))
+                        tuple(d.text for d in prompt.documents), claim)
 
 
 def _demo_file(name: str) -> str:

@@ -47,6 +47,7 @@ from ctxleak.methods.attacks.membership import (
 )
 from ctxleak.methods.attacks.roc import RESAMPLES
 from ctxleak.mitigations.datastore import Datastore
+from ctxleak.mitigations.mechanisms import RELATIONS
 from ctxleak.run.inputs import is_named, is_path
 from ctxleak.run.method import ParamsMethod, Plan
 from ctxleak.run.records import read_rows, read_text_file
@@ -113,6 +114,50 @@ def _check_batch(batch: int) -> None:
 
 def _retrieved(answer: TargetAnswer) -> list[str] | None:
     return None if answer.document_ids is None else list(answer.document_ids)
+
+
+def claim_fields(answer: TargetAnswer) -> dict[str, Any]:
+    """The claim an answer says it was released under (a ``ctxleak serve`` answer's), under
+    the keys of the influence run's mechanism records (``claim_eps``: null for no guarantee,
+    ``claim_delta``, ``claim_relation``); nothing where the target does not say."""
+    claim = answer.claim
+    return {} if claim is None else {"claim_eps": claim.eps, "claim_delta": claim.delta,
+                                     "claim_relation": claim.relation}
+
+
+def answers_claim(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """What the target's answers say they were released under: the ``relation`` (``mixed``
+    where they differ) and what it ``covers``, the largest ε per response (``eps_max``; None
+    where an answer claims no guarantee), the largest δ, and how many of the ``answers`` said
+    it; None where none did."""
+    said = [r for r in records if "claim_relation" in r]
+    if not said:
+        return None
+    relations = sorted({str(r["claim_relation"]) for r in said})
+    relation = relations[0] if len(relations) == 1 else "mixed"
+    eps = [r["claim_eps"] for r in said]
+    return {"relation": relation, "covers": RELATIONS.get(relation, "the answers claim under "
+                                                          "different relations"),
+            "eps_max": None if any(e is None for e in eps) else float(max(eps)),
+            "delta": float(max(r.get("claim_delta") or 0.0 for r in said)),
+            "answers": len(said), "of": len(records)}
+
+
+def document_eps(eps: float | None, delta: float, relation: str, queries: int) -> float | None:
+    """The ε one document is claimed over the ``queries`` answers an attack asks of it, from a
+    claim per response: ε × queries (basic composition) where the claim covers a document
+    (relation ``document``, or ``context``: any replacement of the context) at δ = 0; None
+    otherwise: a shard's ε is not a document's, and the attacks' lower bound is one on a
+    pure ε, which an (ε, δ) claim does not bound."""
+    if eps is None or delta != 0 or relation not in ("document", "context"):
+        return None
+    return float(eps * queries)
+
+
+def queries_per_document(attacks: Sequence[str], questions: int) -> int:
+    """The most answers one membership attack reads of a document: the interrogation
+    attack's ``questions``, the others' one."""
+    return questions if "interrogation" in attacks else 1
 
 
 @dataclass(frozen=True)
@@ -209,14 +254,16 @@ class ExtractMethod(_AttackMethod):
         docs = list(ready.documents.values())
         return [{"kind": p.kind, "anchor": p.anchor, "command": p.command, "source": p.source,
                  "question": p.question, "answer": a.text, "retrieved": _retrieved(a),
-                 "matches": match_answer(a.text, docs, ready.values, p.question)}
+                 "matches": match_answer(a.text, docs, ready.values, p.question),
+                 **claim_fields(a)}
                 for p, a in zip(items, answers)]
 
     def summarize(self, ready: AttackReady, records: Sequence[Mapping[str, Any]]
                   ) -> dict[str, Any]:
-        """The totals (:func:`.extract.extraction_summary`) and the ledger."""
+        """The totals (:func:`.extract.extraction_summary`), the claim the answers say they
+        were released under (:func:`answers_claim`) and the ledger."""
         return {**extraction_summary(records, list(ready.documents.values())),
-                "target": ready.target.describe(),
+                "target": ready.target.describe(), "claim": answers_claim(records),
                 **self._per_document(ready, extraction=records)}
 
 
@@ -225,7 +272,8 @@ class MembershipParams:
     """The membership attacks' parameters: which ``attacks``, ``masks`` per document
     (mask-based), ``questions`` per document (interrogation), the ``confidence`` of the
     intervals and the ε lower bound, the bootstrap ``resamples``, the ε the target's mitigation
-    claims (``eps_claimed``, None: no claim), ``batch`` and the ``influence`` run joined."""
+    claims per document (``eps_claimed``; None: the one its answers say, where each does, as
+    ``ctxleak serve``'s do, else no claim), ``batch`` and the ``influence`` run joined."""
 
     attacks: tuple[str, ...] = ATTACKS
     masks: int = 5
@@ -299,7 +347,7 @@ class MembershipMethod(_AttackMethod):
             record = score_answer(q, a.text, ready.documents[q.document_id])
             retrieved = _retrieved(a)
             record.update(retrieved=retrieved, asked_retrieved=None if retrieved is None
-                          else q.document_id in retrieved)
+                          else q.document_id in retrieved, **claim_fields(a))
             out.append(record)
         return out
 
@@ -307,7 +355,9 @@ class MembershipMethod(_AttackMethod):
                   ) -> dict[str, Any]:
         """Per attack: ROC, AUC with its interval, TPR at FPR 1 % and 10 %, the ε lower bound
         at 1 − α/k with its power (:func:`.membership.membership_summary`), beside
-        ``eps_claimed`` with the ``law`` (:func:`.canary.law`) and the ``documents_needed``
+        ``eps_claimed`` (given, or from the claim every answer says it was released under,
+        ``claim``: :func:`answers_claim`, :func:`document_eps`) with the ``law``
+        (:func:`.canary.law`) and the ``documents_needed``
         (half members) to show an ε above 0 at the measured rates under the same threshold
         rule and confidence (:func:`.lower_bound.documents_needed`), and ``unasked``: the
         documents the attack had no question for (no word to mask or ask for), left out of
@@ -317,6 +367,12 @@ class MembershipMethod(_AttackMethod):
         p: MembershipParams = self.params
         out = membership_summary(records, seed=self.common.seed, confidence=p.confidence,
                                  resamples=p.resamples)
+        claim = answers_claim(records)
+        claimed = p.eps_claimed
+        if claimed is None and claim is not None and claim["answers"] == len(records):
+            # every answer said its claim (ctxleak serve's): per document over the queries
+            claimed = document_eps(claim["eps_max"], claim["delta"], claim["relation"],
+                                   queries_per_document(p.attacks, p.questions))
         for name in p.attacks:  # an attack that made no question is named, not dropped
             out["attacks"].setdefault(name, {"skipped": (
                 "no document gave it a question: none has a word that occurs once in it and "
@@ -326,17 +382,18 @@ class MembershipMethod(_AttackMethod):
             attack["unasked"] = sorted(set(ready.documents) - asked)
             if "eps" in attack:
                 eps = attack["eps"]
-                eps["eps_claimed"] = p.eps_claimed
-                eps["law"] = law(eps["eps_lower"], p.eps_claimed)
+                eps["eps_claimed"] = claimed
+                eps["law"] = law(eps["eps_lower"], claimed)
                 eps["documents_needed"] = None if eps["tpr"] is None or eps["fpr"] is None \
                     else documents_needed(eps["tpr"], eps["fpr"], eps["confidence"],
                                           rule=eps["threshold_rule"],
                                           candidates=eps["candidates"])
         if out.get("eps_lower") is not None:
-            out["law"] = law(out["eps_lower"], p.eps_claimed)
-        return {**out, "target": ready.target.describe(), "eps_claimed": p.eps_claimed,
-                **self._per_document(ready, membership=records)}
+            out["law"] = law(out["eps_lower"], claimed)
+        return {**out, "target": ready.target.describe(), "eps_claimed": claimed,
+                "claim": claim, **self._per_document(ready, membership=records)}
 
 
 __all__ = ["AttackReady", "ExtractMethod", "ExtractParams", "InfluenceRun", "MembershipMethod",
-           "MembershipParams", "anchor_list", "attack_documents", "membership_data"]
+           "MembershipParams", "anchor_list", "answers_claim", "attack_documents", "claim_fields",
+           "document_eps", "membership_data", "queries_per_document"]
