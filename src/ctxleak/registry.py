@@ -92,6 +92,7 @@ API = Registry("ctxleak function", {
     "influence": "ctxleak.api:influence",
     "influence_explain": "ctxleak.api:influence_explain",
     "canary_audit": "ctxleak.api:canary_audit",
+    "canary_audit_proxy": "ctxleak.api.canary:canary_audit_proxy",
     "attack_extract": "ctxleak.api.attacks:attack_extract",
     "attack_membership": "ctxleak.api.attacks:attack_membership",
     "attack_target": "ctxleak.api.attack_targets:attack_target",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
+from helpers.broken_dp import NoNoiseDPRAG, NoNoiseSparseVote, NoNoiseVote
 
 from ctxleak.methods.attacks.canary import (
     CANARY_QUERY,
@@ -33,35 +33,6 @@ DOCS = [{"id": f"d{i}", "context": c} for i, c in enumerate((
 # as the canary audit's own test: 4 of the 6 digits repeated, any order
 TRIALS, TOKENS, T, THRESHOLD, SHARDS, EPS = 16, 10, 0.5, 4, 3, 0.05
 DECODING = Decoding(temperature=T, max_new_tokens=TOKENS, min_new_tokens=TOKENS)
-
-
-class NoNoiseVote(DPVote):
-    """Broken: the plurality released as is (no Gumbel noise, no threshold)."""
-
-    def release(self, counts, scale, gap, generator):
-        return int(torch.argmax(counts))
-
-
-class NoNoiseSparseVote(DPSparseVote):
-    """Broken: neither the sparse-vector test nor the vote adds noise."""
-
-    def release(self, counts, scale, gap, generator):
-        return int(torch.argmax(counts))
-
-    def pays(self, agree, eps_svt, generator, rho):
-        return agree < self.threshold * self.shards
-
-
-class NoNoiseDPRAG(DPRAG):
-    """Broken: the documents' most likely token, no exponential mechanism."""
-
-    def step_logprobs(self, doc_logits, empty_logits, eps_token, temperature, excluded):
-        z = torch.log_softmax(doc_logits.double(), dim=-1).sum(dim=0)
-        if excluded:
-            z[list(excluded)] = -math.inf
-        out = torch.full_like(z, -math.inf)
-        out[int(torch.argmax(z))] = 0.0
-        return out
 
 
 def _requests(lm, trials, copies):

@@ -342,13 +342,15 @@ class CanaryView(View):
         s = result.summary
         conf = f"{100 * s.get('confidence', 0.95):.0f} %"
         guarantee = s.get("eps_guarantee")
+        bounded = ("the proxy's claim per response between a trial's two contexts (group "
+                   f"privacy), δ = {s.get('delta') or 0:.2g} taken off the bound"
+                   if "copies" in s else "bounded CID: ε per token summed over the released "
+                   "tokens, the largest of the responses")
         return [
             {"quantity": f"ε lower bound ({conf})", "value": s.get("eps_lower"),
              "meaning": "what this attack demonstrates (nats per response)"},
             {"quantity": "ε guarantee", "value": guarantee,
-             "meaning": "bounded CID: ε per token summed over the released tokens, the largest "
-                        "of the responses" if guarantee is not None
-             else "none: the setting is unbounded"},
+             "meaning": bounded if guarantee is not None else "none: the setting is unbounded"},
             {"quantity": "law", "value": s.get("law"),
              "meaning": "the lower bound never exceeds the guarantee"},
             {"quantity": "TPR", "value": s.get("tpr"),

@@ -40,6 +40,7 @@ from ctxleak.methods.attacks.lower_bound import (
     SPLIT_HALF,
     VIOLATED,
     audit_scores,
+    eps_lower_bound,
     law,
 )
 from ctxleak.methods.influence.data import InfluenceExample
@@ -145,18 +146,22 @@ def reading(summary: dict[str, Any]) -> str:
     head += ")" if top is None else f"; no attack on these trials could show more than {top:.3g})"
     if up is None:
         return head + "; the setting has no bound, so this is the leak an attacker can demonstrate."
+    up_text = f"ε = {up:.3g}" + (f" (δ = {summary['delta']:.2g})" if summary.get("delta")
+                                  else "")
     if summary["law"] == VIOLATED:
-        return head + (f", above the claimed guarantee ε = {up:.3g} per response: the mechanism "
+        return head + (f", above the claimed guarantee {up_text} per response: the mechanism "
                        f"is not as private as it claims.")
-    return head + f", under the guarantee ε = {up:.3g} per response."
+    return head + f", under the guarantee {up_text} per response."
 
 
 def summarize_trials(records: Sequence[dict[str, Any]], *, seed: int = 0,
-                     confidence: float = CONFIDENCE, threshold: float | None = None
-                     ) -> dict[str, Any]:
+                     confidence: float = CONFIDENCE, threshold: float | None = None,
+                     delta: float = 0.0) -> dict[str, Any]:
     """The audit's summary from its records (each with ``score``, ``included`` and
     ``composed_eps``, None for an unbounded response): the lower bound
-    (:func:`audit_scores`), the guarantee (:func:`guarantee`), the law and its reading."""
+    (:func:`audit_scores`), the guarantee (:func:`guarantee`), the law and its reading.
+    ``delta``: the guarantee's δ (an (ε, δ) claim): the lower bound is then the one the same
+    counts give with δ taken off (:func:`.lower_bound.eps_lower_bound`), set against ε."""
     if len(records) < 2:
         raise ConfigError(f"an audit needs at least 2 trials, got {len(records)}", param="trials")
     # the split-half rule, as this audit has always been read: its stored numbers are checked
@@ -164,8 +169,12 @@ def summarize_trials(records: Sequence[dict[str, Any]], *, seed: int = 0,
     # all-trials rule's Bonferroni share would not match
     out = audit_scores([r["score"] for r in records], [bool(r["included"]) for r in records],
                        seed=seed, confidence=confidence, threshold=threshold, rule=SPLIT_HALF)
+    if delta:  # the same test, held against an (ε, δ) claim
+        out.update({k: v for k, v in eps_lower_bound(
+            out["tp"], out["n_in"], out["fp"], out["n_out"], out["bound_confidence"],
+            delta).items() if k in ("eps_lower", "from")})
     up = guarantee([r.get("composed_eps") for r in records])
-    out.update({"n_trials": len(records), "eps_guarantee": up,
+    out.update({"n_trials": len(records), "eps_guarantee": up, "delta": float(delta),
                 "law": law(out["eps_lower"], up)})
     out["reading"] = reading(out)
     return out

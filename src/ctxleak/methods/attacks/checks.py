@@ -37,8 +37,10 @@ def counts_and_bound(summary: Mapping[str, Any]) -> RowProblem | None:
         return "fp", f"{fp!r} false positives of {n_out!r} trials without it"
     lower, confidence = summary.get("eps_lower"), summary.get("confidence")
     if numbers and is_number(lower) and is_number(confidence) and 0 < confidence < 1:
+        delta = summary.get("delta") or 0.0  # an (ε, δ) guarantee's δ, 0 for a pure one
         want = float(eps_lower_bound(int(tp), int(n_in), int(fp), int(n_out),
-                                     float(confidence))["eps_lower"])
+                                     float(confidence),
+                                     float(delta) if is_number(delta) else 0.0)["eps_lower"])
         if not close(float(lower), want, 1e-9 * (1 + abs(want))):
             return "eps_lower", (f"{lower!r} is not the lower bound its counts give ({want!r}: "
                                  f"tp {tp}/{n_in}, fp {fp}/{n_out} at {confidence})")
@@ -58,6 +60,7 @@ CHECKS = RecordChecks(
     cross=(score_in_range,),
     summary=(Bound("eps_lower", 0, None, EPS), Bound("eps_guarantee", 0, None, EPS),
              Bound("eps_guarantee_ex_ante", 0, None, EPS),
+             Bound("delta", 0, 1, "a δ", open_high=True),
              Bound("confidence", 0, 1, "a confidence", open_low=True, open_high=True),
              count("tp"), count("n_in"), count("fp"), count("n_out"), count("n_trials", 2),
              probability("tpr"), probability("fpr"), probability("tpr_ci.*"),

@@ -88,21 +88,27 @@ def clopper_pearson(k: int, n: int, confidence: float) -> tuple[float, float]:
 
 
 def eps_lower_bound(tp: int, n_in: int, fp: int, n_out: int,
-                    confidence: float = CONFIDENCE) -> dict[str, Any]:
+                    confidence: float = CONFIDENCE, delta: float = 0.0) -> dict[str, Any]:
     """The ε lower bound of one test, true positives ``tp`` of ``n_in`` trials with the target
     planted and false positives ``fp`` of ``n_out`` without (module docstring, step 2).
+
+    ``delta``: the δ of the (ε, δ) claim the bound is set against: every test of an (ε, δ)-DP
+    mechanism has TPR ≤ e^ε·FPR + δ and 1 − FPR ≤ e^ε·(1 − TPR) + δ (Jagielski et al. 2020,
+    Thm 1), so δ is taken off both numerators; 0 (the default): the pure-ε bound.
 
     Returns ``eps_lower`` (≥ 0, in nats), which inequality gave it (``from``: ``"TPR/FPR"`` or
     ``"TNR/FNR"``, None at 0), both rates and their two-sided exact intervals at
     1 − α (each interval's one side used at 1 − α/2)."""
     if not 0 < confidence < 1:
         raise ConfigError(f"confidence must be in (0, 1), not {confidence}", param="confidence")
+    if not 0 <= delta < 1:
+        raise ConfigError(f"delta must be in [0, 1), not {delta}", param="delta")
     alpha = 1.0 - confidence
     tpr_ci = clopper_pearson(tp, n_in, 1.0 - alpha)
     fpr_ci = clopper_pearson(fp, n_out, 1.0 - alpha)
     tpr_lo, fpr_hi = tpr_ci[0], fpr_ci[1]
-    candidates = {"TPR/FPR": _log_ratio(tpr_lo, fpr_hi),
-                  "TNR/FNR": _log_ratio(1.0 - fpr_hi, 1.0 - tpr_lo)}
+    candidates = {"TPR/FPR": _log_ratio(tpr_lo - delta, fpr_hi),
+                  "TNR/FNR": _log_ratio(1.0 - fpr_hi - delta, 1.0 - tpr_lo)}
     side = max(candidates, key=lambda k: candidates[k])
     eps = max(0.0, candidates[side])
     return {"eps_lower": eps, "from": side if eps > 0 else None, "confidence": confidence,

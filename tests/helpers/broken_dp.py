@@ -1,0 +1,43 @@
+"""Broken variants of the DP mechanisms, for tests only: each subclass's noisy step adds no
+noise, so an audit must catch it ("Auditing Differentially Private Machine Learning: How Private
+is Private SGD?"). DPVoteRAG and DPSparseVoteRAG: Koga, Wu and Chaudhuri, "Privacy-Preserving
+Retrieval-Augmented Generation with Differential Privacy"; DP-RAG: Grislain, "RAG with
+Differential Privacy". Each keeps its honest parent's claim."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ctxleak.mitigations.dp_rag import DPRAG
+from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
+
+
+class NoNoiseVote(DPVote):
+    """Broken: the plurality released as is (no Gumbel noise, no threshold)."""
+
+    def release(self, counts, scale, gap, generator):
+        return int(torch.argmax(counts))
+
+
+class NoNoiseSparseVote(DPSparseVote):
+    """Broken: neither the sparse-vector test nor the vote adds noise."""
+
+    def release(self, counts, scale, gap, generator):
+        return int(torch.argmax(counts))
+
+    def pays(self, agree, eps_svt, generator, rho):
+        return agree < self.threshold * self.shards
+
+
+class NoNoiseDPRAG(DPRAG):
+    """Broken: the documents' most likely token, no exponential mechanism."""
+
+    def step_logprobs(self, doc_logits, empty_logits, eps_token, temperature, excluded):
+        z = torch.log_softmax(doc_logits.double(), dim=-1).sum(dim=0)
+        if excluded:
+            z[list(excluded)] = -math.inf
+        out = torch.full_like(z, -math.inf)
+        out[int(torch.argmax(z))] = 0.0
+        return out
