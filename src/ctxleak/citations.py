@@ -283,6 +283,24 @@ INTERROGATION = Paper(
   archivePrefix = {arXiv}
 }""")
 
+CALIBRATED_MEMBERSHIP = Paper(
+    key="gao2025dcmi",
+    title="DCMI: A Differential Calibration Membership Inference Attack Against "
+          "Retrieval-Augmented Generation",
+    authors=("Xinyu Gao", "Xiangtao Meng", "Yingkai Dong", "Zheng Li", "Shanqing Guo"),
+    venue="arXiv preprint",
+    year=2025,
+    arxiv="2509.06026",
+    url=None,
+    bibtex="""@misc{gao2025dcmi,
+  title     = {{DCMI}: A Differential Calibration Membership Inference Attack Against
+               Retrieval-Augmented Generation},
+  author    = {Gao, Xinyu and Meng, Xiangtao and Dong, Yingkai and Li, Zheng and Guo, Shanqing},
+  year      = {2025},
+  eprint    = {2509.06026},
+  archivePrefix = {arXiv}
+}""")
+
 #: ctxleak itself (also in ``CITATION.cff`` at the repository's root).
 CTXLEAK_BIBTEX = """@software{ctxleak,
   title  = {ctxleak: how much of a language model's output comes from, and leaks, its
@@ -296,7 +314,7 @@ CTXLEAK_BIBTEX = """@software{ctxleak,
 PAPERS: dict[str, Paper] = {p.key: p for p in (
     CONTEXT_INFLUENCE, ICL_LEAKAGE, FISHER_SUSCEPTIBILITY, CONTEXT_VS_PRIOR, PROPILE,
     PRIVATE_PREDICTION, CALIBRATE, DP_AUDITING, RAG_EXTRACTION, RAG_MEMBERSHIP, MASK_MEMBERSHIP,
-    INTERROGATION)}
+    INTERROGATION, CALIBRATED_MEMBERSHIP)}
 
 #: The papers behind each method, by command name; the first defines what the method measures.
 METHOD_PAPERS: dict[str, tuple[str, ...]] = {
@@ -311,7 +329,7 @@ METHOD_PAPERS: dict[str, tuple[str, ...]] = {
     "pii": (PROPILE.key,),
     "attack-extract": (RAG_EXTRACTION.key,),
     "attack-membership": (RAG_MEMBERSHIP.key, MASK_MEMBERSHIP.key, INTERROGATION.key,
-                          DP_AUDITING.key),
+                          CALIBRATED_MEMBERSHIP.key, DP_AUDITING.key),
 }
 
 

@@ -185,6 +185,10 @@ def test_claimed_eps_of_bounded_cid(llama_lm):
     # ε per token × tokens per answer × the interrogation's 3 questions per document
     assert claimed_eps(builder, ["direct", "interrogation"], 3) == pytest.approx(0.5 * 6 * 3)
     assert claimed_eps(builder, ["direct"], 3) == pytest.approx(0.5 * 6)
+    # the calibrated attack reads 1 + perturbations answers about a document
+    assert claimed_eps(builder, ["direct", "calibrated"], 3) == pytest.approx(0.5 * 6 * 4)
+    assert claimed_eps(builder, ["interrogation", "calibrated"], 8, 2) == \
+        pytest.approx(0.5 * 6 * 8)
     assert claimed_eps(RAGBuilder(ModelAnswerer(llama_lm, CIDConfig())), ["direct"], 3) is None
     # a defence's pure ε claim over a document or the context; none for a shard's, nor for an
     # (ε, δ) claim, which the attacks' pure-ε lower bound is not compared with
@@ -436,3 +440,61 @@ def test_texts_that_differ_only_in_normal_form_or_zero_width_are_duplicates(tmp_
     with pytest.raises(InputError, match="documents 'a' and 'b' have the same text"):
         ctxleak.attack_membership(FunctionTarget(str, "f"), docs[:1], non_members=docs[1:],
                                   output=str(tmp_path / "m"), progress=False)
+
+
+def test_the_calibrated_attack_by_name_its_queries_counted_against_max_queries(tmp_path):
+    asked = []
+
+    def repeat(question):  # the positive control: answers with every member document
+        asked.append(question)
+        return " ".join(d["text"] for d in DOCS[:3])
+
+    target = FunctionTarget(repeat, "repeat")
+    # 6 direct questions and 1 + 2 calibrated ones per document
+    with pytest.raises(ConfigError, match="max_queries") as info:
+        ctxleak.attack_membership(target, DOCS[:3], non_members=DOCS[3:],
+                                  attacks=["direct", "calibrated"], perturbations=2,
+                                  max_queries=6 + 6 * 3 - 1, output=str(tmp_path / "a"),
+                                  progress=False)
+    assert info.value.param == "max_queries" and asked == []
+    result = ctxleak.attack_membership(target, DOCS[:3], non_members=DOCS[3:],
+                                       attacks=["direct", "calibrated"], perturbations=2,
+                                       max_queries=6 + 6 * 3, output=str(tmp_path / "b"),
+                                       progress=False)
+    assert len(asked) == 24 and result.config["perturbations"] == 2
+    calibrated = [r for r in result.records if r["attack"] == "calibrated"]
+    assert sorted(r["part"] for r in calibrated) == sorted([0, 1, 2] * 6)
+    # a target that shows every member whatever it is asked: the original and the perturbed
+    # queries alike give a member's masked words, so the calibrated scores are all 0: it
+    # cannot tell (the uncalibrated mask attack would call every member)
+    assert {r["document"]: r["membership"]["calibrated"] for r in result.ledger()} == \
+        dict.fromkeys([d["id"] for d in DOCS], 0.0)
+    with pytest.raises(ConfigError, match="^perturbations must be") as info:
+        ctxleak.attack_membership(target, DOCS[:3], non_members=DOCS[3:],
+                                  attacks=["calibrated"], perturbations=0,
+                                  output=str(tmp_path / "c"), progress=False)
+    assert info.value.param == "perturbations" and not (tmp_path / "c").exists()
+
+
+def test_interrogation_asks_the_questions_per_document_it_is_given(tmp_path):
+    sentences = [{"id": f"s{k}", "text": f"{a} Lisbon office opened in {1990 + k}. Its badge "
+                                        f"readers were replaced by {b} in March. The canteen "
+                                        f"now serves {c} every Friday."}
+                 for k, (a, b, c) in enumerate([("Northwind's", "Kestrel", "paella"),
+                                                ("Harbor's", "Osprey", "ramen"),
+                                                ("Alder's", "Merlin", "falafel"),
+                                                ("Birch's", "Condor", "pierogi")])]
+    target = FunctionTarget(lambda q: " ".join(d["text"] for d in sentences[:2]), "two")
+    counts = {}
+    for n in (1, 2, 3, 10):  # one per sentence at most: three sentences, three questions
+        result = ctxleak.attack_membership(target, sentences[:2], non_members=sentences[2:],
+                                           attacks=["interrogation"], questions=n,
+                                           output=str(tmp_path / f"q{n}"), progress=False)
+        counts[n] = len(result.records)
+        assert result.config["questions"] == n
+    assert counts == {1: 4, 2: 8, 3: 12, 10: 12}
+    with pytest.raises(ConfigError, match="^questions must be a whole number") as info:
+        ctxleak.attack_membership(target, sentences[:2], non_members=sentences[2:],
+                                  attacks=["interrogation"], questions=0,
+                                  output=str(tmp_path / "q0"), progress=False)
+    assert info.value.param == "questions" and not (tmp_path / "q0").exists()

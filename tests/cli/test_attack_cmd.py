@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import run_cli
 from helpers.exits import exit_restored, exits_trapped
 from helpers.fake_chat import Reply, fake_chat, script
@@ -210,3 +211,33 @@ def test_a_slow_endpoint_with_request_timeout_and_its_timeouts_retried(tmp_path,
     code, _, stderr = run_cli(["attack", "extract", "--function", "m:f", "--request-timeout",
                                "5", "--documents", str(docs)], capsys)
     assert code == 2 and "--request-timeout" in stderr
+
+
+
+@pytest.mark.parametrize(("attack", "flag", "queries"), [
+    ("calibrated", "--perturbations", 4 * (1 + 2)),  # 4 documents, 1 + 2 queries each
+    # one question per sentence at most: one each for the one-sentence documents, two for z9
+    ("interrogation", "--questions", 3 + 2)])
+def test_membership_queries_per_document(attack, flag, queries, tmp_path, capsys):
+    app, docs = _files(tmp_path)
+    outs = tmp_path / "outs.jsonl"
+    outs.write_text(json.dumps({"id": "z9", "text": "The gym on floor two opens at six. It "
+                                                    "closes at ten every weekday."}) + "\n")
+    argv = ["attack", "membership", "--function", f"{app}:answer", "--documents", str(docs),
+            "--non-members", str(outs), "--attacks", attack]
+    code, _, stderr = run_cli([*argv, flag, "2", "--output", str(tmp_path / "m")], capsys)
+    assert code == 0, stderr
+    assert f"cost estimate for Python function answer: {queries} queries" in stderr
+    result = ctxleak.load_result(tmp_path / "m")
+    assert result.config[flag[2:]] == 2 and len(result.records) == queries
+    code, _, stderr = run_cli([*argv, flag, "0", "--output", str(tmp_path / "z")], capsys)
+    lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(lines) == 1 and flag in lines[0]
+    assert not (tmp_path / "z").exists()
+
+
+def test_membership_help_names_the_calibrated_attack(capsys):
+    code, stdout, _ = run_cli(["attack", "membership", "--help"], capsys)
+    flat = " ".join(stdout.split())
+    assert code == 0 and "--perturbations" in flat and "calibrated" in flat
+    assert "DCMI: A Differential Calibration Membership Inference Attack" in flat

@@ -17,6 +17,7 @@ from ctxleak.engine.served_options import check_request_timeout, check_retries
 from ctxleak.errors import ConfigError
 from ctxleak.methods.attacks.attack_method import document_eps, queries_per_document
 from ctxleak.methods.attacks.extract import AttackDocument
+from ctxleak.methods.attacks.membership import PERTURBATIONS
 from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.targets.base import Target
 from ctxleak.targets.endpoint import ChatEndpointTarget
@@ -165,17 +166,20 @@ def on_target(target: Any, documents: Sequence[AttackDocument]) -> Target:
     return as_target(target)
 
 
-def claimed_eps(target: Any, attacks: Sequence[str], questions: int) -> float | None:
+def claimed_eps(target: Any, attacks: Sequence[str], questions: int,
+                perturbations: int = PERTURBATIONS) -> float | None:
     """The ε a RAGBuilder's defence claims for one document over the queries one attack asks
     of it: its claim per response (bounded CID: ε per token × new tokens, as the canary audit's
     ex-ante guarantee) × the most queries per document (the interrogation attack asks
-    ``questions``, the others one); in process (the answerer's mechanism) or through ``ctxleak
-    serve`` (its ``epsilon`` × ``max_tokens``; another defence the proxy deploys says its claim
-    with each answer, which the attack reads instead). None without a pure ε-DP claim that
-    covers a document (:func:`~ctxleak.methods.attacks.attack_method.document_eps`)."""
+    ``questions``, the calibrated one 1 + ``perturbations``, the others one); in process (the
+    answerer's mechanism) or through ``ctxleak serve`` (its ``epsilon`` × ``max_tokens``;
+    another defence the proxy deploys says its claim with each answer, which the attack reads
+    instead). None without a pure ε-DP claim that covers a document
+    (:func:`~ctxleak.methods.attacks.attack_method.document_eps`)."""
     if not isinstance(target, RAGBuilder):
         return None
-    answerer, queries = target.answerer, queries_per_document(attacks, questions)
+    answerer = target.answerer
+    queries = queries_per_document(attacks, questions, perturbations)
     if isinstance(answerer, MechanismAnswerer):
         claim = answerer.mechanism.claim(answerer.decoding)
         return document_eps(claim.eps, claim.delta, claim.relation, queries)

@@ -6,9 +6,12 @@ that only answers questions (:mod:`ctxleak.targets`), the canary audit's family
   matched against every document ("The Good and The Bad: Exploring Privacy Issues in
   Retrieval-Augmented Generation (RAG)");
 - membership: a direct yes/no question ("Is My Data in Your Retrieval Database?"), masked words
-  predicted ("Mask-based Membership Inference Attacks for Retrieval-Augmented Generation") and
+  predicted ("Mask-based Membership Inference Attacks for Retrieval-Augmented Generation"),
   natural questions ("Riddle Me This! Stealthy Membership Inference for Retrieval-Augmented
-  Generation"), with ROC, AUC, TPR at fixed FPR and the ε lower bound their rates prove.
+  Generation") and, by name, masked words asked with and without the document's distinctive
+  words ("DCMI: A Differential Calibration Membership Inference Attack Against
+  Retrieval-Augmented Generation"), with ROC, AUC, TPR at fixed FPR and the ε lower bound their
+  rates prove.
 
 The target is anything :func:`ctxleak.targets.frameworks.as_target` takes, or a
 :class:`RAGBuilder` (:func:`attack_target` ``rag_demo=True``): a RAG app the audit builds
@@ -40,7 +43,7 @@ from ctxleak.methods.attacks.attack_method import (
 )
 from ctxleak.methods.attacks.canary import CONFIDENCE
 from ctxleak.methods.attacks.extract import COMMANDS, extraction_prompts
-from ctxleak.methods.attacks.membership import ATTACKS, split_members
+from ctxleak.methods.attacks.membership import DEFAULT_ATTACKS, PERTURBATIONS, split_members
 from ctxleak.results import Result, load_result
 from ctxleak.run.method import Method
 
@@ -107,9 +110,14 @@ MEMBERSHIP_DOCS = {
     "held_out": "Without non_members: the share of documents held out of the index (seeded by "
                 "the run seed; default 0.5); needs a RAGBuilder target.",
     "attacks": "Which attacks: 'direct' (a yes/no question), 'mask' (masked rare words "
-               "predicted) and 'interrogation' (questions answered from the document).",
-    "masks": "Words masked per document (mask attack).",
-    "questions": "Questions per document (interrogation attack).",
+               "predicted), 'interrogation' (questions answered from the document) and "
+               "'calibrated' (the masked words asked for again with the document's distinctive "
+               "words swapped out, the difference scored: 1 + perturbations queries per "
+               "document; not run unless named).",
+    "masks": "Words masked per document (mask and calibrated attacks).",
+    "questions": "Questions per document (interrogation attack), one per sentence at most.",
+    "perturbations": "Perturbed queries per document beside the original one (calibrated "
+                     "attack), 1 to 100.",
     "confidence": "Confidence of the intervals and of the ε lower bound.",
     "eps_claimed": "The ε the target's mitigation claims per document over the attack's "
                    "queries (shown beside the lower bound with the law). None: taken from a "
@@ -147,7 +155,8 @@ def attack_extract(bound: Bound, /, target: Any, documents: Any = "demo-rag", *,
 @keywords
 def attack_membership(bound: Bound, /, target: Any, documents: Any = "demo-rag", *,
                       non_members: Any = None, held_out: float | None = None,
-                      attacks: Sequence[str] = ATTACKS, masks: int = 5, questions: int = 3,
+                      attacks: Sequence[str] = DEFAULT_ATTACKS, masks: int = 5,
+                      questions: int = 3, perturbations: int = PERTURBATIONS,
                       confidence: float = CONFIDENCE, eps_claimed: float | None = None,
                       max_queries: int | None = None, influence: str | None = None,
                       batch: int = 32, progress: bool = True,
@@ -156,7 +165,10 @@ def attack_membership(bound: Bound, /, target: Any, documents: Any = "demo-rag",
     in its datastore? A direct yes/no question ("Is My Data in Your Retrieval Database?"),
     masked words predicted ("Mask-based Membership Inference Attacks for Retrieval-Augmented
     Generation") and natural questions ("Riddle Me This! Stealthy Membership Inference for
-    Retrieval-Augmented Generation"), each scored per document.
+    Retrieval-Augmented Generation"), each scored per document; ``attacks`` may add
+    ``"calibrated"`` ("DCMI: A Differential Calibration Membership Inference Attack Against
+    Retrieval-Augmented Generation"): the masked words asked for with and without the
+    document's distinctive words, the difference scored.
     """
     docs = attack_documents(documents)
     if non_members is not None:
@@ -170,10 +182,11 @@ def attack_membership(bound: Bound, /, target: Any, documents: Any = "demo-rag",
         raise ConfigError("membership needs non_members (documents not in the target's "
                           "datastore); held_out needs a RAG app the audit builds itself "
                           "(attack_target(rag_demo=True), --rag-demo)", param="non_members")
-    claim = eps_claimed if eps_claimed is not None else claimed_eps(target, attacks, questions)
+    claim = eps_claimed if eps_claimed is not None else \
+        claimed_eps(target, attacks, questions, perturbations)
     params = MembershipParams(attacks=tuple(attacks), masks=masks, questions=questions,
-                              confidence=confidence, eps_claimed=claim, batch=batch,
-                              influence=influence_run(influence))
+                              perturbations=perturbations, confidence=confidence,
+                              eps_claimed=claim, batch=batch, influence=influence_run(influence))
     return _attack(MembershipMethod(run_options("none", bound)[0], params), target, members,
                    {"members": members, "non_members": outs}, bound)
 

@@ -2,8 +2,8 @@
 questions (an OpenAI-compatible chat endpoint, a chain, a function, or the bundled RAG demo):
 context extraction (The Good and The Bad: Exploring Privacy Issues in Retrieval-Augmented
 Generation) and document membership inference (Is My Data in Your Retrieval Database?; Riddle
-Me This!; mask-based membership inference). The flags are parsed here; the library does the
-rest (:mod:`ctxleak.api.attacks`)."""
+Me This!; mask-based membership inference; DCMI's differential calibration). The flags are
+parsed here; the library does the rest (:mod:`ctxleak.api.attacks`)."""
 
 from __future__ import annotations
 
@@ -211,11 +211,19 @@ def membership(
     attacks: str = typer.Option("direct,mask,interrogation", "--attacks", rich_help_panel=_A,
                                 help="Which attacks, comma separated: direct (a yes/no "
                                      "question), mask (masked words predicted), interrogation "
-                                     "(questions answered from the document)."),
+                                     "(questions answered from the document), calibrated "
+                                     "(the masked words asked for again with the document's "
+                                     "distinctive words swapped out, the difference scored; "
+                                     "1 + --perturbations queries per document; run only when "
+                                     "named)."),
     masks: int = typer.Option(5, "--masks", rich_help_panel=_A,
-                              help="Words masked per document (mask attack)."),
+                              help="Words masked per document (mask and calibrated attacks)."),
     questions: int = typer.Option(3, "--questions", rich_help_panel=_A,
-                                  help="Questions per document (interrogation attack)."),
+                                  help="Questions per document (interrogation attack), one per "
+                                       "sentence at most."),
+    perturbations: int = typer.Option(3, "--perturbations", rich_help_panel=_A,
+                                      help="Perturbed queries per document beside the original "
+                                           "one (calibrated attack), 1 to 100."),
     eps_claimed: Optional[float] = typer.Option(None, "--eps-claimed", rich_help_panel=_A,
                                                 help="The ε the target's mitigation claims "
                                                      "per document over the attack's queries, "
@@ -228,9 +236,12 @@ def membership(
 ) -> None:
     """Document membership inference: is each document in the target's datastore? Three
     attacks (a direct yes/no question, Is My Data in Your Retrieval Database?; masked words
-    predicted, mask-based membership inference; natural questions, Riddle Me This!), each
-    scored per document, with ROC, AUC and TPR at 1 % and 10 % FPR (exact or bootstrap
-    intervals) and the ε lower bound at 95 % their rates prove.
+    predicted, mask-based membership inference; natural questions, Riddle Me This!) and, named
+    in --attacks, a fourth (calibrated: the masked words asked for with and without the
+    document's distinctive words, DCMI: A Differential Calibration Membership Inference Attack
+    Against Retrieval-Augmented Generation), each scored per document, with ROC, AUC and TPR
+    at 1 % and 10 % FPR (exact or bootstrap intervals) and the ε lower bound at 95 % their
+    rates prove.
 
     Example:  ctxleak attack membership --rag-demo --held-out 0.5 --output runs/membership
     """
@@ -241,7 +252,8 @@ def membership(
     target = attack_target(**target_flags, model=common.model, run=api_options(common))
     result = attack_membership(target, documents, non_members=non_members, held_out=held_out,
                                attacks=[a.strip() for a in attacks.split(",") if a.strip()],
-                               masks=masks, questions=questions, eps_claimed=eps_claimed,
+                               masks=masks, questions=questions, perturbations=perturbations,
+                               eps_claimed=eps_claimed,
                                max_queries=max_queries, influence=influence,
                                **api_options(common))
     show(result)

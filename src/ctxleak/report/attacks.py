@@ -4,7 +4,8 @@ of the canary audit (``ctxleak canary``, the same ε lower bound).
 
 - membership ("Is My Data in Your Retrieval Database?"; "Mask-based Membership Inference
   Attacks for Retrieval-Augmented Generation"; "Riddle Me This! Stealthy Membership Inference
-  for Retrieval-Augmented Generation"): one row per attack with its AUC and interval, the
+  for Retrieval-Augmented Generation"; "DCMI: A Differential Calibration Membership Inference
+  Attack Against Retrieval-Augmented Generation"): one row per attack with its AUC and interval, the
   TPR at 1 % and 10 % FPR with exact intervals, and the ε lower bound at 95 %; the ROC curves;
 - extraction ("The Good and The Bad: Exploring Privacy Issues in Retrieval-Augmented
   Generation (RAG)"): documents copied verbatim and near-verbatim, personal data and secrets
@@ -190,7 +191,8 @@ LEDGER_COLUMNS = {"rank": "rank", "document": "document",
 
 def ledger_rows(ledger: Sequence[Mapping[str, Any]], limit: int = 50) -> list[dict[str, Any]]:
     """The ledger as shown, most exposed first: rank, document, copies, values carried out,
-    each attack's score (0 to 1) and the influence run's columns where joined."""
+    each attack's score (0 to 1; the calibrated attack's a difference, −1 to 1) and the
+    influence run's columns where joined."""
     rows = []
     for r in list(ledger)[:limit]:
         row: dict[str, Any] = {}
@@ -200,7 +202,8 @@ def ledger_rows(ledger: Sequence[Mapping[str, Any]], limit: int = 50) -> list[di
                 row[label] = len(value) if isinstance(value, (list, tuple)) else \
                     "not measured" if value is None and key in EXTRACTION_FIELDS else value
         for attack, score in (r.get("membership") or {}).items():
-            row[f"{attack} score (0-1)"] = score
+            scale = "-1 to 1" if attack == "calibrated" else "0-1"
+            row[f"{attack} score ({scale})"] = score
         for key, value in (r.get("influence") or {}).items():
             if not isinstance(value, (Mapping, list, tuple)):
                 row[f"influence: {key}"] = value

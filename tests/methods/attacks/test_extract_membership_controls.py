@@ -24,7 +24,7 @@ from ctxleak.methods.attacks.attack_method import (
     MembershipParams,
 )
 from ctxleak.methods.attacks.extract import AttackDocument, as_documents
-from ctxleak.methods.attacks.membership import ATTACKS, split_members
+from ctxleak.methods.attacks.membership import DEFAULT_ATTACKS, split_members
 from ctxleak.methods.attacks.roc import covers
 from ctxleak.methods.text_match import words
 from ctxleak.run.method import Method
@@ -131,7 +131,7 @@ def test_membership_positive_control(split: Any) -> None:
     members, non_members = split
     _, summary = run_hooks(MembershipMethod(), repeater(members),
                            {"members": members, "non_members": non_members})
-    for attack in ATTACKS:
+    for attack in DEFAULT_ATTACKS:
         out = summary["attacks"][attack]
         assert out["auc"] >= 0.95, (attack, out["auc"])
         assert out["auc_ci"]["low"] > 0.5
@@ -161,7 +161,7 @@ def test_membership_negative_control(split: Any) -> None:
     method = MembershipMethod(params=MembershipParams(eps_claimed=1.0))
     _, summary = run_hooks(method, ignorer([*members, *non_members]),
                            {"members": members, "non_members": non_members})
-    for attack in ATTACKS:
+    for attack in DEFAULT_ATTACKS:
         out = summary["attacks"][attack]
         assert covers(out["auc_ci"], 0.5), (attack, out["auc_ci"])
         assert out["eps"]["eps_lower"] == 0.0 and out["eps"]["law"] == "holds"

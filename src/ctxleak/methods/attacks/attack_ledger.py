@@ -10,8 +10,8 @@ Language Models"); this one says what came out of the black box:
   longest span (words) and largest ROUGE-L;
 - ``values``: its secrets and personal data that some answer carried out (distinct values);
 - ``membership``: each membership attack's score of it (:mod:`.membership`, 0 to 1: the
-  fraction of its queries answered as only a system holding it would) and whether it is a
-  ``member``.
+  fraction of its queries answered as only a system holding it would; the calibrated attack's
+  a difference of two such fractions, −1 to 1) and whether it is a ``member``.
 
 Where an influence run of the same corpus has a per-document ledger, its rows are joined by
 document id (their ``document`` field) under ``influence``. Documents are ranked by harm, what

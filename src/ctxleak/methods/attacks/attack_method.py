@@ -4,8 +4,8 @@ record per question, and a summary with the attacks' tables and the per-document
 - :class:`ExtractMethod`: context extraction (:mod:`.extract`, "The Good and The Bad:
   Exploring Privacy Issues in Retrieval-Augmented Generation"); the data are the documents of
   the datastore, each answer matched against every one of them;
-- :class:`MembershipMethod`: membership inference (:mod:`.membership`: direct, mask-based and
-  interrogation attacks); the data are the members and the non-members.
+- :class:`MembershipMethod`: membership inference (:mod:`.membership`: direct, mask-based,
+  interrogation and calibrated attacks); the data are the members and the non-members.
 
 Neither needs anything of a model: :meth:`requires` asks for answers only, and the runner hands
 the target, journaled, to :meth:`prepare` (:func:`ctxleak.run.runner.run_method`). The target
@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy
@@ -39,6 +40,8 @@ from ctxleak.methods.attacks.extract import (
 from ctxleak.methods.attacks.lower_bound import documents_needed
 from ctxleak.methods.attacks.membership import (
     ATTACKS,
+    DEFAULT_ATTACKS,
+    PERTURBATIONS,
     MembershipQuestion,
     check_membership,
     membership_questions,
@@ -58,7 +61,8 @@ from ctxleak.targets.rag import demo_corpus
 @dataclass(frozen=True)
 class AttackReady:
     """What the attacks' :meth:`prepare` hands on: the ``target`` asked, the ``documents`` the
-    answers are matched against (by id) and their secrets and personal data (``values``)."""
+    answers are matched against (by id) and their secrets and personal data (``values``; empty
+    where the attack does not look for them: :attr:`_AttackMethod.finds_values`)."""
 
     target: Target
     documents: dict[str, AttackDocument]
@@ -154,10 +158,12 @@ def document_eps(eps: float | None, delta: float, relation: str, queries: int) -
     return float(eps * queries)
 
 
-def queries_per_document(attacks: Sequence[str], questions: int) -> int:
+def queries_per_document(attacks: Sequence[str], questions: int,
+                         perturbations: int = PERTURBATIONS) -> int:
     """The most answers one membership attack reads of a document: the interrogation
-    attack's ``questions``, the others' one."""
-    return questions if "interrogation" in attacks else 1
+    attack's ``questions``, the calibrated attack's 1 + ``perturbations``, the others' one."""
+    return max(questions if "interrogation" in attacks else 1,
+               1 + perturbations if "calibrated" in attacks else 1)
 
 
 @dataclass(frozen=True)
@@ -202,9 +208,14 @@ class _AttackMethod(ParamsMethod[Any, Any, AttackReady, Any]):
         return {ANSWERS: f"{self.name} asks a Target (ctxleak.targets: a chat endpoint, a chain, "
                          "a function, a RAG app) and reads only its answers: give it one"}
 
+    #: Whether the answers are searched for the documents' secrets and personal data (the
+    #: extraction attack's; membership reads only the words asked for, so it skips the search).
+    finds_values = False
+
     def prepare(self, over: Target, plan: Plan[Any, Any], run: Any) -> AttackReady:
         docs: list[AttackDocument] = plan.state
-        return AttackReady(over, {d.id: d for d in docs}, document_values(docs))
+        return AttackReady(over, {d.id: d for d in docs},
+                           document_values(docs) if self.finds_values else {})
 
     def batches(self, ready: AttackReady, items: Sequence[Any],
                 policy: BatchPolicy) -> list[list[Any]]:
@@ -235,6 +246,7 @@ class ExtractMethod(_AttackMethod):
     name = "attack-extract"
     desc = "extraction queries"
     params_type = ExtractParams
+    finds_values = True
 
     def plan(self, data: Any) -> Plan[ExtractPrompt, list[AttackDocument]]:
         p: ExtractParams = self.params
@@ -270,14 +282,16 @@ class ExtractMethod(_AttackMethod):
 @dataclass(frozen=True)
 class MembershipParams:
     """The membership attacks' parameters: which ``attacks``, ``masks`` per document
-    (mask-based), ``questions`` per document (interrogation), the ``confidence`` of the
+    (mask-based and calibrated), ``questions`` per document (interrogation), ``perturbations``
+    per document (calibrated: perturbed queries beside the original), the ``confidence`` of the
     intervals and the ε lower bound, the bootstrap ``resamples``, the ε the target's mitigation
     claims per document (``eps_claimed``; None: the one its answers say, where each does, as
     ``ctxleak serve``'s do, else no claim), ``batch`` and the ``influence`` run joined."""
 
-    attacks: tuple[str, ...] = ATTACKS
+    attacks: tuple[str, ...] = DEFAULT_ATTACKS
     masks: int = 5
     questions: int = 3
+    perturbations: int = PERTURBATIONS
     confidence: float = CONFIDENCE
     resamples: int = RESAMPLES
     eps_claimed: float | None = None
@@ -289,6 +303,13 @@ class MembershipParams:
         if unknown or not self.attacks:
             raise ConfigError(f"attacks must be some of {', '.join(ATTACKS)}, not "
                               f"{list(self.attacks)}", param="attacks")
+        for name, value, what in (("masks", self.masks, "words masked"),
+                                  ("questions", self.questions, "questions"),
+                                  ("perturbations", self.perturbations, "perturbed queries")):
+            if isinstance(value, bool) or not isinstance(value, Integral) or \
+                    not 1 <= value <= 100:
+                raise ConfigError(f"{name} must be a whole number from 1 to 100 ({what} per "
+                                  f"document), not {value!r}", param=name)
         if not 0 < self.confidence < 1:
             raise ConfigError(f"confidence must be in (0, 1), not {self.confidence}",
                               param="confidence")
@@ -301,8 +322,12 @@ class MembershipParams:
         _check_batch(self.batch)
 
     def to_config(self) -> dict[str, Any]:
+        # perturbations only where the calibrated attack runs: the other runs' configs (and
+        # their resumes) stay as they were
+        calibrated = {"perturbations": self.perturbations} if "calibrated" in self.attacks \
+            else {}
         return {"attack": "membership", "attacks": list(self.attacks), "masks": self.masks,
-                "questions": self.questions, "confidence": self.confidence,
+                "questions": self.questions, **calibrated, "confidence": self.confidence,
                 "resamples": self.resamples, "eps_claimed": self.eps_claimed,
                 "batch": self.batch,
                 "influence": None if self.influence is None else self.influence.path}
@@ -330,7 +355,8 @@ class MembershipMethod(_AttackMethod):
         p: MembershipParams = self.params
         ins, outs = check_membership(*membership_data(data))
         questions = membership_questions(ins, outs, attacks=p.attacks, masks=p.masks,
-                                         questions=p.questions)
+                                         questions=p.questions,
+                                         perturbations=p.perturbations)
         return Plan(items=questions, state=[*ins, *outs],
                     config={"members": f"<{len(ins)} documents>",
                             "non_members": f"<{len(outs)} documents>", **p.to_config()},
@@ -372,11 +398,14 @@ class MembershipMethod(_AttackMethod):
         if claimed is None and claim is not None and claim["answers"] == len(records):
             # every answer said its claim (ctxleak serve's): per document over the queries
             claimed = document_eps(claim["eps_max"], claim["delta"], claim["relation"],
-                                   queries_per_document(p.attacks, p.questions))
+                                   queries_per_document(p.attacks, p.questions,
+                                                        p.perturbations))
         for name in p.attacks:  # an attack that made no question is named, not dropped
             out["attacks"].setdefault(name, {"skipped": (
                 "no document gave it a question: none has a word that occurs once in it and "
-                "could be masked or asked for (documents too short?)")})
+                "could be masked or asked for (documents too short?)" + (
+                    ", or besides those a word at most half of the documents hold, and other "
+                    "documents' words to swap it for" if name == "calibrated" else ""))})
         for name, attack in out["attacks"].items():
             asked = {r["document_id"] for r in records if r["attack"] == name}
             attack["unasked"] = sorted(set(ready.documents) - asked)
