@@ -61,14 +61,15 @@ def lm():
     return digit_copier()
 
 
-def _audit(lm, path, mechanism, copies):
-    """The audit of the proxy deploying ``mechanism``, and its ledger's charge to each trial's
-    documents."""
-    with serving_sqlite(lm, path, mechanism=mechanism) as (url, ledger, _):
+def _audit(lm, path, mechanism, copies, **served):
+    """The audit of the proxy deploying ``mechanism`` (``served``: more of its settings), and
+    its ledger's charge to each trial's documents."""
+    key = {"api_key_env": "CTXLEAK_PROXY_KEY"} if "api_key" in served else {}
+    with serving_sqlite(lm, path, mechanism=mechanism, **served) as (url, ledger, _):
         result = ctxleak.canary_audit_proxy(url + "/v1", "tiny", DOCS, copies=copies,
                                             trials=TRIALS, digits=DIGITS, temperature=0.8,
                                             max_new_tokens=TOKENS, threshold=THRESHOLD,
-                                            concurrency=8)
+                                            concurrency=8, **key)
         charged = {f"{r['id']}/{k}": ledger.document(f"{r['id']}/{k}").spent
                    for r in result.records for k in range(copies)}
     return result, charged
@@ -119,10 +120,14 @@ def test_the_audit_through_the_proxy_catches_the_broken_variant(lm, tmp_path, na
     assert "not as private as it claims" in out["broken"]["reading"]
 
 
-def test_bounded_cid_through_the_proxy_holds_its_guarantee(lm, tmp_path):
+def test_bounded_cid_through_the_proxy_holds_its_guarantee(lm, tmp_path, monkeypatch):
     """Bounded CID's claim: ε per token over the 4 tokens released (EOS masked before), any
-    replacement of the context, so one step between the trial's contexts, δ = 0."""
-    result, charged = _audit(lm, tmp_path / "cid.db", CID(lam=1.0, bounded_eps=EPS), 1)
+    replacement of the context, so one step between the trial's contexts, δ = 0. The proxy
+    asks for an API key, which the audit reads from the environment, as docs/deploy-cid.md's
+    call does."""
+    monkeypatch.setenv("CTXLEAK_PROXY_KEY", "key-for-the-audit")
+    result, charged = _audit(lm, tmp_path / "cid.db", CID(lam=1.0, bounded_eps=EPS), 1,
+                             api_key="key-for-the-audit")
     s = result.summary
     assert {r["claim_relation"] for r in result.records} == {"context"}
     assert s["eps_guarantee"] == pytest.approx(EPS * TOKENS) and s["delta"] == 0
