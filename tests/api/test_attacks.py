@@ -17,6 +17,7 @@ import ctxleak.targets.journal as journal_module
 from ctxleak.api.attack_targets import RAGBuilder, claimed_eps
 from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.attacks.attack_method import attack_documents
+from ctxleak.methods.attacks.membership import membership_questions
 from ctxleak.results import ExtractResult, MembershipResult
 from ctxleak.targets.base import FunctionTarget, TargetError
 from ctxleak.targets.endpoint import ChatEndpointTarget
@@ -485,13 +486,14 @@ def test_interrogation_asks_the_questions_per_document_it_is_given(tmp_path):
                                                 ("Alder's", "Merlin", "falafel"),
                                                 ("Birch's", "Condor", "pierogi")])]
     target = FunctionTarget(lambda q: " ".join(d["text"] for d in sentences[:2]), "two")
-    counts = {}
-    for n in (1, 2, 3, 10):  # one per sentence at most: three sentences, three questions
-        result = ctxleak.attack_membership(target, sentences[:2], non_members=sentences[2:],
-                                           attacks=["interrogation"], questions=n,
-                                           output=str(tmp_path / f"q{n}"), progress=False)
-        counts[n] = len(result.records)
-        assert result.config["questions"] == n
+    result = ctxleak.attack_membership(target, sentences[:2], non_members=sentences[2:],
+                                       attacks=["interrogation"], questions=2,
+                                       output=str(tmp_path / "q2"), progress=False)
+    assert result.config["questions"] == 2 and len(result.records) == 4 * 2
+    # one per sentence at most: three sentences, three questions
+    counts = {n: len(membership_questions(sentences[:2], sentences[2:],
+                                          attacks=["interrogation"], questions=n))
+              for n in (1, 2, 3, 10)}
     assert counts == {1: 4, 2: 8, 3: 12, 10: 12}
     with pytest.raises(ConfigError, match="^questions must be a whole number") as info:
         ctxleak.attack_membership(target, sentences[:2], non_members=sentences[2:],
