@@ -54,6 +54,20 @@ def test_extract_a_function_named_by_its_file(tmp_path, capsys):
     assert result.summary["documents_verbatim"] == 3 and len(result.records) == 3
 
 
+def test_extract_adaptive_reports_its_coverage(tmp_path, capsys):
+    app, docs = _files(tmp_path)
+    out = tmp_path / "crawl"
+    code, stdout, stderr = run_cli(["--plain", "attack", "extract", "--function", f"{app}:answer",
+                                    "--documents", str(docs), "--queries", "4", "--adaptive",
+                                    "--kind", "untargeted", "--output", str(out)], capsys)
+    assert code == 0, stderr
+    assert "queries to 80 % of the documents\t1" in stdout
+    result = ctxleak.load_result(out)
+    assert result.config["adaptive"] is True and result.summary["mode"] == "adaptive"
+    assert len(result.records) == 4 and result.summary["coverage"][-1] == [4, 1.0]
+    assert "coverage.png" in result.images
+
+
 def test_membership_of_a_chain_that_refuses(tmp_path, capsys):
     app, docs = _files(tmp_path)
     outs = tmp_path / "outs.jsonl"

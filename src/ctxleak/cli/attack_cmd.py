@@ -168,6 +168,10 @@ def extract(
     queries: Optional[int] = typer.Option(None, "--queries", rich_help_panel=_A,
                                           help="Composite prompts sent (default: one per "
                                                "document)."),
+    adaptive: bool = typer.Option(False, "--adaptive", rich_help_panel=_A,
+                                  help="Crawl: after the first round, each anchor is the rarest "
+                                       "word the answers gave so far that no question used "
+                                       "(the idea of RAGCrawler), within the same --queries."),
     *,
     common: CommonOptions,
     target_flags: dict[str, Any],
@@ -188,7 +192,7 @@ def extract(
 
     target = attack_target(**target_flags, model=common.model, run=api_options(common))
     result = attack_extract(target, documents, kind=kind, anchors=anchors, queries=queries,
-                            max_queries=max_queries, influence=influence,
+                            max_queries=max_queries, influence=influence, adaptive=adaptive,
                             **api_options(common))
     show(result)
 

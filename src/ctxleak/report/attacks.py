@@ -26,10 +26,14 @@ from ctxleak.report.console import print_closing, print_rows
 from ctxleak.report.view import View
 
 ROC_PNG = "roc.png"
+COVERAGE_PNG = "coverage.png"
 #: What each figure shows.
 FIGURE_CAPTIONS = {ROC_PNG: "Each attack's ROC: the share of members found (TPR) against the "
                             "share of non-members guessed member (FPR), over every threshold; "
-                            "the diagonal is a coin."}
+                            "the diagonal is a coin.",
+                   COVERAGE_PNG: "The share of the documents some answer copied verbatim or "
+                                 "near-verbatim, after each query (fixed anchors, or the "
+                                 "adaptive crawl's)."}
 #: What the page says of the family the attacks belong to.
 FAMILY = ("These attacks need only the target's answers. The canary audit (ctxleak canary) is "
           "the third of the family: it plants canaries in documents it controls and gives the "
@@ -177,7 +181,32 @@ def extraction_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         {"quantity": "answers with a near-verbatim copy",
          "value": summary.get("answers_near_verbatim"), "meaning": f"of {n} composite prompts"},
         {"quantity": "values carried out", "value": summary.get("values_carried"),
-         "meaning": "distinct secrets and personal data of a document found in an answer"}]
+         "meaning": "distinct secrets and personal data of a document found in an answer"},
+        *coverage_rows(summary)]
+
+
+def coverage_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The coverage's rows: documents extracted either way, and the queries to 50 % and 80 %
+    (none for a run written before them)."""
+    if "coverage" not in summary:
+        return []
+    mode = summary.get("mode")
+    return [{"quantity": "documents extracted (verbatim or near-verbatim)",
+             "value": summary.get("documents_extracted"),
+             "meaning": f"of {summary.get('documents', 0)}, with {mode} anchors"},
+            *({"quantity": f"queries to {share} % of the documents",
+               "value": summary.get(f"queries_to_{share}") or "not reached",
+               "meaning": f"the {mode} run's coverage curve"} for share in (50, 80))]
+
+
+def coverage_plot(curves: Mapping[str, Sequence[Sequence[float]]]) -> bytes:
+    """``coverage.png``: per run (its label), the share of documents extracted against the
+    queries (points ``[queries, share]``): give two runs' curves to compare their modes."""
+    return plots.line_plot({name: ([p[0] for p in pts], [p[1] for p in pts])
+                            for name, pts in curves.items()},
+                           title="Documents extracted against queries",
+                           xlabel="queries sent", ylabel="share of documents extracted",
+                           integer_x=True)
 
 
 #: The ledger's columns as shown, with their units.
@@ -219,6 +248,14 @@ class ExtractView(View):
     def table(self, result: Any) -> list[dict[str, Any]]:
         return extraction_rows(result.summary)
 
+    def files(self, result: Any) -> dict[str, bytes | str]:
+        s = result.summary
+        return {COVERAGE_PNG: coverage_plot({f"{s.get('mode')} anchors": s["coverage"]})} \
+            if s.get("coverage") else {}
+
+    def figure_names(self, result: Any) -> list[str]:
+        return [COVERAGE_PNG]
+
     def page(self, result: Any) -> Report:
         s = result.summary
         copied = sorted(result.records, key=lambda r: -max(
@@ -232,7 +269,7 @@ class ExtractView(View):
             ("What was extracted", "", extraction_rows(s)),
             ("Ledger per document", "Ranked by what an attacker gets: verbatim copies, then "
              "values carried out, then near-verbatim copies.", ledger_rows(s.get("ledger") or [])),
-            ("Answers that copied most", "", examples)], {})
+            ("Answers that copied most", "", examples)], self.figures(result))
 
     def show(self, result: Any, *, plain: bool = False) -> None:
         print_attack(self.title, self.table(result), _notes(result), result.path, plain=plain)
@@ -318,6 +355,6 @@ def _notes(result: Any) -> list[str]:
             f"{s.get('queries_replayed')}", *said, *skipped]
 
 
-__all__ = ["FAMILY", "ROC_PNG", "ExtractView", "MembershipView", "attack_report",
-           "extraction_rows", "ledger_rows", "membership_rows", "power_rows", "print_attack",
-           "roc_plot", "table_rows"]
+__all__ = ["COVERAGE_PNG", "FAMILY", "ROC_PNG", "ExtractView", "MembershipView",
+           "attack_report", "coverage_plot", "coverage_rows", "extraction_rows", "ledger_rows",
+           "membership_rows", "power_rows", "print_attack", "roc_plot", "table_rows"]

@@ -19,14 +19,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Integral
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.methods.attacks.attack_claims import (
+    answers_claim,
+    claim_fields,
+    document_eps,
+    queries_per_document,
+)
 from ctxleak.methods.attacks.attack_ledger import attack_ledger
 from ctxleak.methods.attacks.canary import CONFIDENCE, law
+from ctxleak.methods.attacks.crawl import Crawler, coverage_summary, crawl_round
 from ctxleak.methods.attacks.extract import (
     COMMANDS,
     AttackDocument,
@@ -50,7 +57,6 @@ from ctxleak.methods.attacks.membership import (
 )
 from ctxleak.methods.attacks.roc import RESAMPLES
 from ctxleak.mitigations.datastore import Datastore
-from ctxleak.mitigations.mechanisms import RELATIONS
 from ctxleak.run.inputs import is_named, is_path
 from ctxleak.run.method import ParamsMethod, Plan
 from ctxleak.run.records import read_rows, read_text_file
@@ -62,11 +68,13 @@ from ctxleak.targets.rag import demo_corpus
 class AttackReady:
     """What the attacks' :meth:`prepare` hands on: the ``target`` asked, the ``documents`` the
     answers are matched against (by id) and their secrets and personal data (``values``; empty
-    where the attack does not look for them: :attr:`_AttackMethod.finds_values`)."""
+    where the attack does not look for them: :attr:`_AttackMethod.finds_values`) and, for an
+    adaptive extraction, the crawl's state (:class:`.crawl.Crawler`)."""
 
     target: Target
     documents: dict[str, AttackDocument]
     values: dict[str, dict[str, str]]
+    crawl: Crawler | None = None
 
 
 @dataclass(frozen=True)
@@ -120,58 +128,14 @@ def _retrieved(answer: TargetAnswer) -> list[str] | None:
     return None if answer.document_ids is None else list(answer.document_ids)
 
 
-def claim_fields(answer: TargetAnswer) -> dict[str, Any]:
-    """The claim an answer says it was released under (a ``ctxleak serve`` answer's), under
-    the keys of the influence run's mechanism records (``claim_eps``: null for no guarantee,
-    ``claim_delta``, ``claim_relation``); nothing where the target does not say."""
-    claim = answer.claim
-    return {} if claim is None else {"claim_eps": claim.eps, "claim_delta": claim.delta,
-                                     "claim_relation": claim.relation}
-
-
-def answers_claim(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """What the target's answers say they were released under: the ``relation`` (``mixed``
-    where they differ) and what it ``covers``, the largest ε per response (``eps_max``; None
-    where an answer claims no guarantee), the largest δ, and how many of the ``answers`` said
-    it; None where none did."""
-    said = [r for r in records if "claim_relation" in r]
-    if not said:
-        return None
-    relations = sorted({str(r["claim_relation"]) for r in said})
-    relation = relations[0] if len(relations) == 1 else "mixed"
-    eps = [r["claim_eps"] for r in said]
-    return {"relation": relation, "covers": RELATIONS.get(relation, "the answers claim under "
-                                                          "different relations"),
-            "eps_max": None if any(e is None for e in eps) else float(max(eps)),
-            "delta": float(max(r.get("claim_delta") or 0.0 for r in said)),
-            "answers": len(said), "of": len(records)}
-
-
-def document_eps(eps: float | None, delta: float, relation: str, queries: int) -> float | None:
-    """The ε one document is claimed over the ``queries`` answers an attack asks of it, from a
-    claim per response: ε × queries (basic composition) where the claim covers a document
-    (relation ``document``, or ``context``: any replacement of the context) at δ = 0; None
-    otherwise: a shard's ε is not a document's, and the attacks' lower bound is one on a
-    pure ε, which an (ε, δ) claim does not bound."""
-    if eps is None or delta != 0 or relation not in ("document", "context"):
-        return None
-    return float(eps * queries)
-
-
-def queries_per_document(attacks: Sequence[str], questions: int,
-                         perturbations: int = PERTURBATIONS) -> int:
-    """The most answers one membership attack reads of a document: the interrogation
-    attack's ``questions``, the calibrated attack's 1 + ``perturbations``, the others' one."""
-    return max(questions if "interrogation" in attacks else 1,
-               1 + perturbations if "calibrated" in attacks else 1)
-
-
 @dataclass(frozen=True)
 class ExtractParams:
     """The extraction attack's parameters: the anchors' ``kind`` (``targeted``: drawn from the
     documents; ``untargeted``: from a seeded word list), the number of ``queries`` (default: one
     per document), ``anchors`` given instead, the ``command``, ``anchor_words``, ``batch``
-    (questions per call to the target) and the ``influence`` run whose ledger is joined."""
+    (questions per call to the target), the ``influence`` run whose ledger is joined, and
+    ``adaptive``: each later query's anchor chosen from the words the answers gave so far
+    (:mod:`.crawl`), within the same ``queries``."""
 
     kind: str = "targeted"
     queries: int | None = None
@@ -180,8 +144,19 @@ class ExtractParams:
     anchor_words: int = 8
     batch: int = 8
     influence: InfluenceRun | None = None
+    adaptive: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.adaptive, bool):
+            raise ConfigError(f"adaptive must be True or False, not {self.adaptive!r}",
+                              param="adaptive")
+        if self.queries is not None and (isinstance(self.queries, bool) or
+                                         not isinstance(self.queries, Integral)):
+            raise ConfigError(f"queries must be a whole number, not {self.queries!r}",
+                              param="queries")
+        if self.adaptive and self.queries is not None and self.queries < 1:
+            raise ConfigError(f"queries must be at least 1 for an adaptive extraction (its "
+                              f"budget of queries), not {self.queries}", param="queries")
         if self.kind not in ("targeted", "untargeted"):
             raise ConfigError(f"kind must be 'targeted' or 'untargeted', not {self.kind!r}",
                               param="kind")
@@ -196,7 +171,14 @@ class ExtractParams:
         return {"attack": "extract", "kind": self.kind, "queries": self.queries,
                 "anchors": list(self.anchors or []) or None, "prompt_command": self.command,
                 "anchor_words": self.anchor_words, "batch": self.batch,
-                "influence": None if self.influence is None else self.influence.path}
+                "influence": None if self.influence is None else self.influence.path,
+                # only where set: the configs (and resumes) of fixed runs stay as they were
+                **({"adaptive": True} if self.adaptive else {})}
+
+    def budget(self, documents: int) -> int:
+        """The queries asked: ``queries``, else one per anchor given, else one per document."""
+        return self.queries if self.queries is not None else \
+            len(self.anchors) if self.anchors else documents
 
 
 class _AttackMethod(ParamsMethod[Any, Any, AttackReady, Any]):
@@ -254,16 +236,50 @@ class ExtractMethod(_AttackMethod):
         prompts = extraction_prompts(docs, kind=p.kind, n=p.queries, seed=self.common.seed,
                                      anchors=p.anchors, command=p.command,
                                      anchor_words=p.anchor_words)
+        if p.adaptive:  # the fixed prompts: the seeds, and each slot's prompt when no word is left
+            budget = p.budget(len(docs))
+            drawn = extraction_prompts(docs, kind=p.kind, n=budget, seed=self.common.seed,
+                                       command=p.command, anchor_words=p.anchor_words)
+            prompts = [ExtractPrompt(k, q.kind, q.anchor, q.command, q.source)
+                       for k, q in enumerate([*prompts, *drawn][:budget])]
         return Plan(items=prompts, state=docs,
                     config={"documents": f"<{len(docs)} documents>", **p.to_config()},
                     inputs={"documents": _rows(docs)}, questions=[q.question for q in prompts])
 
+    def _round(self, ready: AttackReady) -> int:
+        return crawl_round(self.params.batch, self.params.budget(len(ready.documents)))
+
+    def prepare(self, over: Target, plan: Plan[Any, Any], run: Any) -> AttackReady:
+        """The documents and their values; for an adaptive run the crawl, with the answers a
+        resumed run folder already holds read back into it, in the order they were asked."""
+        ready = super().prepare(over, plan, run)
+        if not self.params.adaptive:
+            return ready
+        crawl = Crawler(self.params.command, self.common.seed)
+        order = {self.ids(p).key: p.index for p in plan.items}
+        stored = sorted(run.rows(), key=lambda r: order.get(r.get("id"), len(order)))
+        crawl.replay(stored)
+        return replace(ready, crawl=crawl)
+
+    def batches(self, ready: AttackReady, items: Sequence[Any],
+                policy: BatchPolicy) -> list[list[Any]]:
+        """``batch`` questions a call; an adaptive run's rounds (:func:`.crawl.crawl_round`)."""
+        size = self._round(ready) if ready.crawl is not None else self.params.batch
+        return [list(items[k:k + size]) for k in range(0, len(items), size)]
+
     def measure(self, over: Target, ready: AttackReady,
                 items: Sequence[ExtractPrompt]) -> list[dict[str, Any]]:
         """One record per prompt: the prompt, the answer, the documents the target says it
-        retrieved, and what the answer copied of each document (:func:`.extract.match_answer`)."""
+        retrieved, and what the answer copied of each document (:func:`.extract.match_answer`);
+        an adaptive run's prompts after its first round chosen by the crawl
+        (:meth:`.crawl.Crawler.choose`), which then reads their answers."""
+        if ready.crawl is not None:
+            items = ready.crawl.choose(items, self._round(ready))
         answers = over.answer([p.question for p in items])
         docs = list(ready.documents.values())
+        if ready.crawl is not None:
+            for p, a in zip(items, answers):
+                ready.crawl.observe(p.question, a.text)
         return [{"kind": p.kind, "anchor": p.anchor, "command": p.command, "source": p.source,
                  "question": p.question, "answer": a.text, "retrieved": _retrieved(a),
                  "matches": match_answer(a.text, docs, ready.values, p.question),
@@ -272,9 +288,12 @@ class ExtractMethod(_AttackMethod):
 
     def summarize(self, ready: AttackReady, records: Sequence[Mapping[str, Any]]
                   ) -> dict[str, Any]:
-        """The totals (:func:`.extract.extraction_summary`), the claim the answers say they
-        were released under (:func:`answers_claim`) and the ledger."""
+        """The totals (:func:`.extract.extraction_summary`), the coverage against the queries
+        (:func:`.crawl.coverage_summary`), the claim the answers say they were released under
+        (:func:`answers_claim`) and the ledger."""
         return {**extraction_summary(records, list(ready.documents.values())),
+                **coverage_summary(records, len(ready.documents),
+                                   adaptive=self.params.adaptive),
                 "target": ready.target.describe(), "claim": answers_claim(records),
                 **self._per_document(ready, extraction=records)}
 
