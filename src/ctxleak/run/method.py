@@ -54,6 +54,9 @@ class Plan(Generic[ItemT, StateT]):
     inputs: dict[str, Any] = field(default_factory=dict)  # {"data": path}: SHA-256 on resume
     load_options: dict[str, Any] = field(default_factory=dict)  # RunOptions overrides to load
     questions: Sequence[str] = ()  # a target's, one per item: cost and max_queries checked first
+    # the questions are chosen from the answers as they come (an adaptive attack's): as many as
+    # ``questions`` are asked, not these; max_queries is checked on their number
+    questions_later: bool = False
 
 
 @dataclass(frozen=True)

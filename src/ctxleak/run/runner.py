@@ -337,6 +337,20 @@ def run_method(method: Method[Any, Any, Any], over: Over | None = None, data: An
                      provenance=prov, run=run)
 
 
+def check_query_count(asked: JournaledTarget, queries: int) -> None:
+    """Refuse (:class:`ConfigError`, nothing sent) a run of ``queries`` questions not known
+    before they are asked (chosen from the answers) when it would take the target past
+    ``max_queries``: a resume asks them again as before, so those the journal holds are among
+    them (each send is checked again, :meth:`JournaledTarget.answer`)."""
+    if asked.max_queries is None:
+        return
+    held = asked.journal.count(asked.key)
+    if max(held, queries) > asked.max_queries:
+        raise ConfigError(f"max_queries: this run asks {queries} questions of the target and the "
+                          f"journal holds {held} already, more than the {asked.max_queries} "
+                          f"allowed (nothing was sent)", param="max_queries")
+
+
 def over_target(method: Method[Any, Any, Any], target: Target, plan: Any, common: RunOptions,
                 *, progress: bool, check_row: RowCheck | None,
                 max_queries: int | None) -> RunOutput | None:
@@ -350,7 +364,10 @@ def over_target(method: Method[Any, Any, Any], target: Target, plan: Any, common
     say(cost_line(target, plan.questions))
     with AnswerJournal(Path(str(common.output)) / JOURNAL_FILE) as journal:
         asked = JournaledTarget(target, journal, max_queries)
-        asked.check(plan.questions)
+        if plan.questions_later:
+            check_query_count(asked, len(plan.questions))
+        else:
+            asked.check(plan.questions)
         run = open_run(method.name, common, {**plan.config, "target": target.describe(),
                                              TARGET_KEY: target.fingerprint()},
                        private=method.private, inputs=plan.inputs, check_row=check_row)

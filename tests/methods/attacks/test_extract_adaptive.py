@@ -24,7 +24,7 @@ from ctxleak.methods.attacks.crawl import (
 from ctxleak.methods.attacks.extract import WORDS
 from ctxleak.methods.text_match import words
 from ctxleak.report.attacks import COVERAGE_PNG, coverage_plot
-from ctxleak.targets.base import FunctionTarget
+from ctxleak.targets.base import FunctionTarget, TargetError
 
 KEYS = ["zorvath", "quintelle", "marbridge", "oskavine", "telluvar", "ferranthe", "vostrikan",
         "pellacorn"]
@@ -52,17 +52,21 @@ class Chain:
     """The target: the records whose key the question names, repeated verbatim; the entry
     record (the first) for any other question. Keeps every question it was asked."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail_after: int | None = None) -> None:
         self.asked: list[str] = []
+        self.fail_after = fail_after
 
     def __call__(self, question: str) -> str:
+        if self.fail_after is not None and len(self.asked) >= self.fail_after:
+            raise RuntimeError("the index is offline")
         self.asked.append(question)
         hit = [INDEX[w] for w in words(question) if w in INDEX]
         return " ".join(d["text"] for d in hit or DOCS[:1])
 
 
-def _run(tmp_path, name: str, *, adaptive: bool, seed: int = 0, **kw):
-    app = Chain()
+def _run(tmp_path, name: str, *, adaptive: bool, seed: int = 0, app: Chain | None = None,
+         **kw):
+    app = app or Chain()
     result = ctxleak.attack_extract(FunctionTarget(app, "chain"), DOCS, kind="untargeted",
                                     queries=BUDGET, adaptive=adaptive, seed=seed,
                                     output=str(tmp_path / name), progress=False, **kw)
@@ -141,6 +145,19 @@ def test_deterministic_for_a_seed_and_a_resume_sends_nothing(runs, tmp_path):
     resumed, resent = _run(tmp_path, "again", adaptive=True, seed=0, resume=True)
     assert resent.asked == [] and resumed.summary["queries_sent"] == 0
     assert [r["question"] for r in resumed.records] == app.asked
+
+
+def test_an_interrupted_crawl_resumes_as_it_would_have_gone_within_max_queries(runs, tmp_path):
+    # the target fails at the sixth question; the resume, under max_queries at the budget
+    # (the journal's 5 answers among them), asks the rest, as the uninterrupted crawl did
+    failing = Chain(fail_after=5)
+    with pytest.raises(TargetError):
+        _run(tmp_path, "cut", adaptive=True, app=failing, max_queries=BUDGET)
+    resumed, app = _run(tmp_path, "cut", adaptive=True, max_queries=BUDGET,
+                        resume=True)
+    assert failing.asked + app.asked == runs[True, 0][1].asked
+    assert len(failing.asked + app.asked) == BUDGET
+    assert resumed.summary["coverage"] == runs[True, 0][0].summary["coverage"]
 
 
 def test_the_rule_rarest_words_of_new_answers_first():

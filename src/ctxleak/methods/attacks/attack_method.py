@@ -244,7 +244,8 @@ class ExtractMethod(_AttackMethod):
                        for k, q in enumerate([*prompts, *drawn][:budget])]
         return Plan(items=prompts, state=docs,
                     config={"documents": f"<{len(docs)} documents>", **p.to_config()},
-                    inputs={"documents": _rows(docs)}, questions=[q.question for q in prompts])
+                    inputs={"documents": _rows(docs)}, questions=[q.question for q in prompts],
+                    questions_later=p.adaptive)
 
     def _round(self, ready: AttackReady) -> int:
         return crawl_round(self.params.batch, self.params.budget(len(ready.documents)))
