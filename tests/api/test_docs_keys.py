@@ -15,19 +15,22 @@ import pytest
 from helpers.tiny_data import TEMPLATES, TEST, TINY_RELATIONS, TRAIN
 
 import ctxleak
+from ctxleak.targets.base import FunctionTarget
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 METHODS = ("influence", "icl", "susceptibility", "probe", "audit")
 #: Results a mention names only explicitly (its variable, its section's command): the canary
 #: audit of influence's mitigation, which the pages about every method do not mean.
-NAMED_ONLY = ("canary",)
+NAMED_ONLY = ("canary", "extract")
 #: How the docs name each method: its API function, its command, its page.
 NAMES = {"influence": "influence", "iclinf": "icl", "icl": "icl",
          "susceptibility": "susceptibility", "probe": "probe", "pii": "probe", "audit": "audit",
-         "canary_audit": "canary", "canary": "canary"}
+         "canary_audit": "canary", "canary": "canary", "attack_extract": "extract"}
 #: Pages about one method outside docs/methods: CID in your own generate() is influence.
 PAGE_METHOD = {"integration.md": ("influence",)}
+#: Sections about one method on a page about several: (page, heading) -> method.
+SECTION_METHOD = {("attacks.md", "Adaptive extraction and the coverage curve"): "extract"}
 STEP = r'\[(?:"\w+"|\'\w+\'|\d+)\]'
 ACCESS = re.compile(rf"(?:(?P<var>\w+)\.)?(?P<what>summary|records\[\d+\]|record)"
                     rf"(?P<path>(?:{STEP})+)")
@@ -54,6 +57,9 @@ def _method_of(page: Path, text: str, at: int, var: str | None) -> tuple[str, ..
             return (NAMES[named[1]],)
     headings = [m[0] for m in HEADING.finditer(text[:at])]
     if headings:
+        section = SECTION_METHOD.get((page.name, headings[-1].lstrip("#").strip()))
+        if section:
+            return (section,)
         named = re.search(r"`ctxleak (\w+)", headings[-1])
         if named and named[1] in NAMES:
             return (NAMES[named[1]],)
@@ -120,7 +126,22 @@ def results(tmp_path_factory, llama_lm):
         "canary": ctxleak.canary_audit(llama_lm, [{"id": "d", "context": "a note ."}],
                                        bounded_eps=0.5, trials=4, max_new_tokens=2,
                                        output=str(root / "k"), **quiet),
+        # the adaptive crawl of a bot that repeats what it was given (no model)
+        "extract": ctxleak.attack_extract(FunctionTarget(_repeating_bot, "repeating-bot"),
+                                          BOT_DOCUMENTS, anchors=["Monday"], queries=3,
+                                          adaptive=True, output=str(root / "e"), **quiet),
     }
+
+
+BOT_DOCUMENTS = [{"id": "mon", "text": "On Monday the depot opens at six."},
+                 {"id": "six", "text": "Six vans leave the depot before noon."}]
+
+
+def _repeating_bot(question: str) -> str:
+    """Every document sharing a word with the question, repeated whole."""
+    words = {w.strip(".?").lower() for w in question.split()}
+    return " ".join(d["text"] for d in BOT_DOCUMENTS
+                    if words & {w.strip(".").lower() for w in d["text"].split()}) or "Nothing."
 
 
 def _walk(value, path):

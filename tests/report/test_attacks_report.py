@@ -76,7 +76,8 @@ def test_attack_report_in_chromium(name, reports):
         assert browser.errors() == []
         assert state["scripts"] == [SCRIPT] and state["js"]
         assert state["pwned"] == "undefined"
-        assert state["images"] == ([True] if name == "membership" else [])
+        # one figure each, loaded: membership's ROC curve, extraction's coverage against queries
+        assert state["images"] == [True]
         assert state["tables"] >= 2
         assert "ctxleak canary" in state["text"]  # the family, named on the page
         if name == "membership":
