@@ -78,6 +78,7 @@ class Crawler:
 
     def __post_init__(self) -> None:
         self._excluded = {*words(self.command), *WORDS, *STOP}
+        self._ties: dict[str, float] = {}
 
     def candidates(self, text: str) -> set[str]:
         """The words of ``text`` that may be an anchor (module docstring), used or not."""
@@ -103,7 +104,10 @@ class Crawler:
     def best(self, k: int) -> list[str]:
         """The ``k`` best candidates no question has used (fewer when fewer are left)."""
         left = [w for w in self.counts if w not in self.used]
-        left.sort(key=lambda w: (-self.score(w), _stable_key(self.seed, w), w))
+        for w in left:  # each word's seeded tie-break drawn once, not at every round's sort
+            if w not in self._ties:
+                self._ties[w] = _stable_key(self.seed, w)
+        left.sort(key=lambda w: (-self.score(w), self._ties[w], w))
         return left[:k]
 
     def choose(self, items: Sequence[ExtractPrompt], seeds: int) -> list[ExtractPrompt]:
