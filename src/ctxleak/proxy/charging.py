@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,34 +275,37 @@ class Charging:
         per_token = per_token_reserve(request, self.config)
         if per_token is None:
             return ()
-        need = per_token * (request.max_tokens + 1)
-        said = []
-        for doc in private:
-            budget = self.config.budgets.of(doc, classes.get(doc))
-            if budget is not None and 0 < budget and need > budget + TOLERANCE:
-                said.append(never_fits(doc, budget, per_token, request.max_tokens))
-        if said and self.config.on_unfittable == "refuse":
-            raise ProxyError(400, f"max_tokens: {said[0]}", param="max_tokens",
-                             code="reservation_exceeds_budget")
-        for text in said:
-            log.warning(json.dumps({"event": "unfittable", "message": text}))
-        return tuple(said)
+
+        def says(doc: str, budget: float) -> str:
+            return never_fits(doc, budget, per_token, request.max_tokens)
+
+        return self._over_budget(per_token * (request.max_tokens + 1), private, classes,
+                                 "max_tokens", says)
 
     def _unfittable_claim(self, request: MechanismRequest, need: float, private: list[str],
                           classes: Mapping[str, str]) -> tuple[str, ...]:
         """:meth:`_unfittable` for a mechanism's claim ``need``: HTTP 400 (or warnings) for the
         documents whose whole budget is less than it."""
+        def says(doc: str, budget: float) -> str:
+            return (f"the reservation of {request.mechanism.key()} at max_tokens "
+                    f"{request.max_tokens}, its claim ε = {need:g} per answer, is more "
+                    f"than document {doc!r}'s whole budget of {budget:g}, so this "
+                    f"request could never use it: raise the budget or deploy a "
+                    f"mechanism with a smaller ε")
+
+        return self._over_budget(need, private, classes, "ctxleak.mechanism", says)
+
+    def _over_budget(self, need: float, private: list[str], classes: Mapping[str, str],
+                     param: str, says: Callable[[str, float], str]) -> tuple[str, ...]:
+        """HTTP 400 on ``param`` (or, with ``on_unfittable="drop"``, warnings) for the documents
+        whose whole budget, above 0, is less than ``need``: ``says(doc, budget)`` words each."""
         said = []
         for doc in private:
             budget = self.config.budgets.of(doc, classes.get(doc))
             if budget is not None and 0 < budget and need > budget + TOLERANCE:
-                said.append(f"the reservation of {request.mechanism.key()} at max_tokens "
-                            f"{request.max_tokens}, its claim ε = {need:g} per answer, is more "
-                            f"than document {doc!r}'s whole budget of {budget:g}, so this "
-                            f"request could never use it: raise the budget or deploy a "
-                            f"mechanism with a smaller ε")
+                said.append(says(doc, budget))
         if said and self.config.on_unfittable == "refuse":
-            raise ProxyError(400, f"ctxleak.mechanism: {said[0]}", param="ctxleak.mechanism",
+            raise ProxyError(400, f"{param}: {said[0]}", param=param,
                              code="reservation_exceeds_budget")
         for text in said:
             log.warning(json.dumps({"event": "unfittable", "message": text}))
