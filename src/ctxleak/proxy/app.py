@@ -37,7 +37,7 @@ from ctxleak.mitigations.cid import CID_NEEDS
 from ctxleak.mitigations.ledger import LedgerEntry
 from ctxleak.proxy.batching import BatchDecoder
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger, open_ledger
-from ctxleak.proxy.charging import AnyRequest, Charging, Held
+from ctxleak.proxy.charging import AnyRequest, Charging, Held, budget_spent
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import Answer, Sampled, decode_answer, release_sampled, server_samples
 from ctxleak.proxy.errors import answered, decoding_failed, error_response, unauthorised
@@ -160,12 +160,10 @@ class Proxy:
         least = request.mechanism.min_documents
         if len(held.docs) < least:  # budgets spent: too few documents left to answer from
             await self.charging.release_unspent(held)
-            raise ProxyError(429, f"ctxleak.documents: the privacy budget of document(s) "
-                                  f"{', '.join(held.dropped)} is spent, and "
-                                  f"{request.mechanism.key()} needs at least {least} "
-                                  f"documents ({len(held.docs)} left)",
-                             param="ctxleak.documents", kind="insufficient_quota",
-                             code="budget_exhausted")
+            raise budget_spent(f"ctxleak.documents: the privacy budget of document(s) "
+                               f"{', '.join(held.dropped)} is spent, and "
+                               f"{request.mechanism.key()} needs at least {least} "
+                               f"documents ({len(held.docs)} left)")
         if request.stream:
             return await self._stream(request, held)
         try:

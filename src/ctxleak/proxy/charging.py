@@ -116,6 +116,13 @@ def never_fits(doc_id: str, budget: float, per_token: float, max_tokens: int) ->
             f"{budget / (max_tokens + 1):.4g} at this max_tokens, or raise the budget")
 
 
+def budget_spent(message: str) -> ProxyError:
+    """HTTP 429 ``budget_exhausted`` on ``ctxleak.documents``: ``message`` says whose budget
+    is spent."""
+    return ProxyError(429, message, param="ctxleak.documents", kind="insufficient_quota",
+                      code="budget_exhausted")
+
+
 def sizing_text(budgets: Budgets, max_tokens: int,
                 examples: Sequence[float] = (0.05, 0.1, 0.5)) -> str:
     """The budgets' arithmetic in words, for ``ctxleak serve``'s start line: what each budget is
@@ -263,10 +270,8 @@ class Charging:
         refuse = self.config.on_exhausted == "refuse"
         self.metrics.exhausted.labels("refuse" if refuse else "drop").inc(len(exhausted))
         if refuse:
-            raise ProxyError(429, f"the privacy budget of document(s) "
-                                  f"{', '.join(exhausted)} is spent",
-                             param="ctxleak.documents", kind="insufficient_quota",
-                             code="budget_exhausted")
+            raise budget_spent(f"the privacy budget of document(s) {', '.join(exhausted)} "
+                               f"is spent")
 
     def _unfittable(self, request: CIDRequest, private: list[str],
                     classes: Mapping[str, str]) -> tuple[str, ...]:
