@@ -8,13 +8,17 @@ parsed here; the library does the rest (:mod:`ctxleak.api.attacks`)."""
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
 from typing import Any, Optional
 
 import typer
 
-from ctxleak.cli.options import CommonOptions, api_options, with_common_options
+from ctxleak.cli.options import (
+    CommonOptions,
+    api_options,
+    flags_signature,
+    with_common_options,
+)
 
 attack_app = typer.Typer(
     name="attack", no_args_is_help=True,
@@ -133,21 +137,14 @@ def endpoint_requests(func: Callable[..., Any]) -> Callable[..., Any]:
 def with_target_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Give ``func(..., target_flags: dict)`` the target flags (:data:`TARGET_FLAGS`) as CLI
     options, handed on as one dict of :func:`~ctxleak.api.attacks.attack_target`'s keywords."""
-    sig = inspect.signature(func)
-    own = [p for p in sig.parameters.values() if p.name != "target_flags"]
-    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                               annotation=annotation) for name, annotation, option in TARGET_FLAGS]
-
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         flags = {name: kwargs.pop(name) for name, _, _ in TARGET_FLAGS}
         flags.update(kwargs.pop(_ENDPOINT_REQUESTS, {}))
         return func(*args, target_flags=flags, **kwargs)
 
-    positional = [p for p in own if p.kind is p.POSITIONAL_OR_KEYWORD]
-    keyword = [p for p in own if p not in positional]
-    wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]
-        parameters=positional + extra + keyword)
+    wrapper.__signature__ = flags_signature(  # type: ignore[attr-defined]
+        func, "target_flags", TARGET_FLAGS)
     return wrapper
 
 

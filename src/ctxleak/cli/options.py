@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 import typer
@@ -111,13 +111,22 @@ _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
 COMMON_NAMES = [name for name, _, _ in _COMMON if name != "config"]
 
 
+def flags_signature(func: Callable[..., Any], replaced: str,
+                    flags: Sequence[tuple[str, Any, Any]]) -> inspect.Signature:
+    """``func``'s signature with its parameter ``replaced`` taken out and ``flags`` (name,
+    annotation, typer.Option) added after its own as keyword-only ones: what a decorator that
+    adds CLI flags shows typer."""
+    sig = inspect.signature(func)
+    own = [p for p in sig.parameters.values() if p.name != replaced]
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                               annotation=annotation) for name, annotation, default in flags]
+    positional = [p for p in own if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keyword = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p not in positional]
+    return sig.replace(parameters=positional + keyword + extra)
+
+
 def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Give ``func(common: CommonOptions, ...)`` the common flags as CLI options."""
-    sig = inspect.signature(func)
-    own = [p for p in sig.parameters.values() if p.name != "common"]
-    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                               annotation=annotation) for name, annotation, default in _COMMON]
-
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from ctxleak.run.options import check_server_url
@@ -129,8 +138,6 @@ def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
         check_server_url(common.server_url)
         return func(*args, common=common, **kwargs)
 
-    positional = [p for p in own if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    keyword = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p not in positional]
-    wrapper.__signature__ = sig.replace(parameters=positional + keyword + extra)  # type: ignore
+    wrapper.__signature__ = flags_signature(func, "common", _COMMON)  # type: ignore
     return wrapper
 
