@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from fastapi import FastAPI, Request
@@ -63,6 +63,7 @@ from ctxleak.proxy.streaming import (
 from ctxleak.proxy.upstream import Upstream
 
 log = logging.getLogger("ctxleak.proxy")
+_R = TypeVar("_R")
 #: The slot of the request being handled, marked when a stream takes it over: a context
 #: variable, so that the handler's slot reaches the stream without threading it through.
 _SLOT: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("slot", default=None)
@@ -119,11 +120,7 @@ class Proxy:
         held = await self.charging.reserve(rid, request)
         if request.stream:
             return await self._stream(request, held)
-        try:
-            released = await run_in_threadpool(self._decode, request, held.docs)
-        except Exception:
-            await self.charging.release_unspent(held)  # nothing was released
-            raise
+        released = await self._unless_failed(held, self._decode, request, held.docs)
         answer, info = await settle_released(self.charging, request, held, released, self._tasks)
         return self._completion(rid, request, answer, info)
 
@@ -166,13 +163,18 @@ class Proxy:
                                f"documents ({len(held.docs)} left)")
         if request.stream:
             return await self._stream(request, held)
+        reply = await self._unless_failed(held, self._answer, request, held.docs)
+        info = await self.charging.settle_mechanism(request, reply, held)
+        return self._completion(rid, request, reply, info)
+
+    async def _unless_failed(self, held: Held, work: Callable[..., _R], *args: Any) -> _R:
+        """``work(*args)`` in a worker thread; if it fails, nothing was released and ``held``'s
+        reservation is given back."""
         try:
-            reply = await run_in_threadpool(self._answer, request, held.docs)
+            return await run_in_threadpool(work, *args)
         except Exception:
             await self.charging.release_unspent(held)  # nothing was released
             raise
-        info = await self.charging.settle_mechanism(request, reply, held)
-        return self._completion(rid, request, reply, info)
 
     async def _stream(self, request: AnyRequest, held: Held) -> Response:
         """A streamed answer, each token sent as it is drawn (:mod:`ctxleak.proxy.streaming`).
