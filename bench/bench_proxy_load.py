@@ -233,6 +233,9 @@ def main() -> None:
                     "--vllm-url is given)")
     ap.add_argument("--model", default="default", help="the model the in-process proxy loads "
                     "(and whose tokenizer the upstream proxy uses)")
+    ap.add_argument("--upstream-only", action="store_true",
+                    help="with --vllm-url: vLLM directly and the proxy before it, no in-process "
+                         "proxy")
     ap.add_argument("--clients", default="8,32")
     ap.add_argument("--per-client", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=32)
@@ -256,15 +259,28 @@ def main() -> None:
             # warm-up: the server's prefix cache holds the prompts then, as for each proxy
             run_level(args.vllm_url.rstrip("/"), 1, len(examples), ("pass-through",), examples,
                       args.tokens, args.model_name)
+            direct = {c: run_level(args.vllm_url.rstrip("/"), c, args.per_client,
+                                   ("pass-through",), examples, args.tokens, args.model_name)
+                      for c in levels}
             for c in levels:
-                print(run_level(args.vllm_url.rstrip("/"), c, args.per_client,
-                                ("pass-through",), examples, args.tokens, args.model_name)
-                      .row("vLLM directly"), flush=True)
-            proxy_target(args, "upstream", "upstream",
-                         [(f"proxy, {what}", c, kinds) for what, kinds in
-                          [("pass-through", ("pass-through",)),
-                           ("CID through the upstream (mix)", MIX)] for c in levels],
-                         examples, tmp)
+                print(direct[c].row("vLLM directly"), flush=True)
+            upstream = proxy_target(
+                args, "upstream", "upstream",
+                [(f"proxy, {what}", c, kinds) for what, kinds in
+                 [("pass-through", ("pass-through",)),
+                  ("CID through the upstream (mix)", MIX),
+                  ("CID through the upstream (λ only)", ("lambda",)),
+                  ("CID through the upstream (bounded ε only)", ("epsilon",))]
+                 for c in levels], examples, tmp)
+            for what in ("λ only", "bounded ε only"):
+                for lv in upstream[f"proxy, CID through the upstream ({what})"]:
+                    plain = direct[lv.clients]
+                    print(f"# {what}, {lv.clients} clients: {lv.tokens / lv.wall:.3g} tokens/s "
+                          f"through the proxy, {plain.tokens / plain.wall:.3g} from vLLM "
+                          f"directly: {(lv.tokens / lv.wall) / (plain.tokens / plain.wall):.2f}x "
+                          f"(the limit is about 0.5: two forward passes per token)", flush=True)
+        if args.upstream_only:
+            return
         inproc = proxy_target(args, "in-process", "in-process",
                               [("proxy, in-process, batched (mix)", c, mix)
                                for c in sorted({1, 8, *levels})], examples, tmp)

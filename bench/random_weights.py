@@ -10,9 +10,14 @@ to its full length. docs/benchmarks.md's GPU section was measured so.
         BENCH [bench args...]
     python bench/random_weights.py --model-dir MODEL_DIR --device cpu --tiny BENCH ...
         (a 2-layer config of the same vocabulary, for a dry run)
+    python bench/random_weights.py --model-dir MODEL_DIR --arch llama-8b BENCH ...
+        (an 8B-sized model: Llama 3 8B's published shapes, 32 layers, hidden size 4,096, MLP
+        14,336, 32 heads and 8 KV heads, vocabulary 128,256, untied embeddings; the default
+        model's tokenizer and chat template, whose 49,152 ids the larger vocabulary contains:
+        an id past them decodes to no text)
 
-BENCH: bench_batched, bench_cid_processor, bench_influence, bench_scoring, bench_proxy,
-bench_proxy_clients.
+BENCH: bench_batched, bench_cid_processor, bench_draw, bench_bounded_lambda (no model),
+bench_influence, bench_scoring, bench_proxy, bench_proxy_clients.
 """
 
 from __future__ import annotations
@@ -29,6 +34,12 @@ sys.path[:0] = [str(HERE), str(ROOT / "src"), str(ROOT / "tests")]
 
 import torch  # noqa: E402
 
+#: Llama 3 8B's shapes (its config.json): 8.03 B parameters with this vocabulary.
+LLAMA_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=128256,
+                tie_word_embeddings=False, max_position_embeddings=8192,
+                rope_parameters={"rope_theta": 500000.0, "rope_type": "default"})
+
 
 def build_lm(a: argparse.Namespace):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
@@ -37,6 +48,9 @@ def build_lm(a: argparse.Namespace):
 
     folder = a.model_dir
     config = AutoConfig.from_pretrained(folder)
+    if a.arch == "llama-8b":  # Llama 3 8B's config.json shapes (Meta, 2024), random weights
+        for key, value in LLAMA_8B.items():
+            setattr(config, key, value)
     if a.tiny:  # dry run on a CPU: same vocabulary and tokenizer, 2 thin layers
         config.num_hidden_layers = 2
         config.hidden_size = 64
@@ -47,12 +61,13 @@ def build_lm(a: argparse.Namespace):
     dtype = getattr(torch, a.dtype)
     t0 = time.perf_counter()
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with torch.device(a.device):  # initialised where it runs: 8B random numbers on a GPU, fast
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.generation_config = GenerationConfig.from_pretrained(folder)
-    model.to(a.device)
     tok = AutoTokenizer.from_pretrained(folder)
     # load_model("default") uses the tokenizer's chat template (chat_template="auto")
-    lm = from_objects(model, tok, name="SmolLM2-135M-Instruct-arch (random weights, seed 0)",
+    arch = "Llama-3-8B-shaped" if a.arch == "llama-8b" else "SmolLM2-135M-Instruct-arch"
+    lm = from_objects(model, tok, name=f"{arch} (random weights, seed 0)",
                       chat_template=bool(getattr(tok, "chat_template", None)))
     if a.device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -81,6 +96,8 @@ def main() -> None:
     ap.add_argument("--model-dir", required=True,
                     help="config.json, generation_config.json and the tokenizer of the model")
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--arch", default="default", choices=["default", "llama-8b"],
+                    help="default: the default model's own config; llama-8b: Llama 3 8B's shapes")
     ap.add_argument("bench")
     ap.add_argument("rest", nargs=argparse.REMAINDER)
     args = ap.parse_args()

@@ -132,7 +132,10 @@ def test_twelve_concurrent_ex_post_clients_overspend_by_at_most_one_answer(lm, t
                for r in results if "acct-7" in r["charged"])
     spent = ledger.document("acct-7").spent
     assert spent == pytest.approx(sum(charged))
-    assert len(charged) >= 3  # each round, at least its first answer had the document
+    # each round's first answer had the document, unless what was left could no longer hold
+    # an answer's reservation (the whole remaining budget, or 0.5 per token of 3 + 1)
+    left = budget - spent
+    assert len(charged) >= 3 or (left <= 0 if reserve is None else left < reserve * 4)
     if reserve is None:
         assert spent - budget <= max(charged) + 1e-9  # at most the last answer's overrun
     assert ledger.open_reservations() == []

@@ -117,8 +117,15 @@ def shown_again(out):
         record["response_token_strings"] = pieces(record["response"])
         record["token_influence"] = [0.1] * len(record["response_token_strings"])
     setting = result.summary["settings"][0]
-    setting["control"].update(flagged=[MAIL_ID], flagged_labels=[f"{MAIL_ID} (passage 2)"],
+    # the largest influence above its control set to the flagged example's (which example it
+    # is depends on the tiny model's sampled answers), so that the verdict names it
+    setting["control"].update(largest_above={"label": f"{MAIL_ID} (passage 2)", "nats": 0.5},
+                              flagged=[MAIL_ID], flagged_labels=[f"{MAIL_ID} (passage 2)"],
                               flagged_where=["passage 2"], flagged_above_control=[0.5])
+    # the greeting's passage ranked first among the documents, so that the page lists it
+    # whatever the tiny model's sampled answers made of the ranking
+    setting["documents"] = sorted(setting.get("documents") or [],
+                                  key=lambda d: not str(d["document"]).startswith("Dear"))
     result.summary["verdict"] = run_verdict(result.summary["settings"])
     return result
 
@@ -270,6 +277,10 @@ def values_run(tiny_dir, tmp_path, capsys):
         "false_flag_rate": None, "n_leaks": 1, "answers": 1,
         "leaks": [{"id": "ops-1", "document": "doc-ops", "copied": ["555 014\n2298"],
                    "above": None}]}
+    # the greeting's passage ranked first among the documents, so that the page lists it
+    # whatever the tiny model's sampled answers made of the ranking
+    setting["documents"] = sorted(setting.get("documents") or [],
+                                  key=lambda d: not str(d["document"]).startswith("Dear"))
     result.summary["verdict"] = run_verdict(result.summary["settings"])
     return result
 
