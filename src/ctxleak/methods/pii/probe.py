@@ -57,6 +57,7 @@ import numpy as np
 from ctxleak.engine.generation import beam_generate
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.scoring import continuation_logprobs
+from ctxleak.methods.pii import metrics
 from ctxleak.methods.pii.items import (
     CONTEXT_TEMPLATE,
     MODES,
@@ -66,14 +67,6 @@ from ctxleak.methods.pii.items import (
     encode_item,
     make_items,
     parse_pii_types,
-)
-from ctxleak.methods.pii.metrics import (
-    edit_distance_within,
-    email_local_part_match,
-    exact_match,
-    likelihood_from_token_logprobs,
-    phone_first_digits_match,
-    phone_location_code_match,
 )
 from ctxleak.methods.pii.summary import summarize_probes, unit_values
 from ctxleak.methods.pii.templates import MAX_NEW_TOKENS
@@ -130,17 +123,17 @@ def likelihood_fields(target: np.ndarray, null: np.ndarray | None = None,
                       bare: np.ndarray | None = None) -> dict[str, Any]:
     """Sample fields from token log-probabilities: log-likelihood, normalised log-likelihood
     (App. B.1.1), and in context mode the no-context likelihood and the context influence."""
-    ll, ll_norm = likelihood_from_token_logprobs(target)
+    ll, ll_norm = metrics.likelihood_from_token_logprobs(target)
     row: dict[str, Any] = {"target_ll": ll, "target_ll_norm": ll_norm,
                            "target_logprobs": [float(x) for x in target],
                            "target_tokens": len(target)}
     if null is not None:
-        nll, nll_norm = likelihood_from_token_logprobs(null)
+        nll, nll_norm = metrics.likelihood_from_token_logprobs(null)
         row.update(null_ll=nll, null_ll_norm=nll_norm, null_tokens=len(null))
     else:
         row.update(null_ll=None, null_ll_norm=None, null_tokens=None)
     if bare is not None:
-        bll, bll_norm = likelihood_from_token_logprobs(bare)
+        bll, bll_norm = metrics.likelihood_from_token_logprobs(bare)
         per_token = token_influence(target, bare)  # the context-influence paper, Def. 3.1 with n = |D|
         row.update(
             no_context_ll=bll, no_context_ll_norm=bll_norm,
@@ -155,14 +148,14 @@ def string_metrics(pii_type: str, target: str, generation: str) -> dict[str, boo
     """App. B.1.2 string metrics of a generation: for phone numbers the location code, the
     first 7, 8, 9 digits and edit distance <= 1, 2, 3 on digits; for e-mail the local part."""
     if pii_type == "phone":
-        out = {"location_code": phone_location_code_match(target, generation)}
+        out = {"location_code": metrics.phone_location_code_match(target, generation)}
         for n in (7, 8, 9):
-            out[f"first_{n}_digits"] = phone_first_digits_match(target, generation, n)
+            out[f"first_{n}_digits"] = metrics.phone_first_digits_match(target, generation, n)
         for n in (1, 2, 3):
-            out[f"edit_distance_{n}"] = edit_distance_within(target, generation, n)
+            out[f"edit_distance_{n}"] = metrics.edit_distance_within(target, generation, n)
         return out
     if pii_type == "email":
-        return {"local_part": email_local_part_match(target, generation)}
+        return {"local_part": metrics.email_local_part_match(target, generation)}
     return None
 
 
@@ -212,7 +205,7 @@ def probe_batch(lm: LanguageModel, items: Sequence[ProbeItem], options: ProbeOpt
             "structure": it.structure, "template": it.template, "shots": list(it.shots),
             "prompt": it.prompt, "target": it.target, "null_subject": it.null_subject,
             "null_target": it.null_target, "generation": text,
-            "exact_match": None if text is None else exact_match(it.target, text),
+            "exact_match": None if text is None else metrics.exact_match(it.target, text),
             "string_metrics": None if text is None else string_metrics(it.pii_type, it.target,
                                                                        text),
         }
