@@ -1,18 +1,20 @@
-"""The seeded draw of a token (``ctxleak.kernels.draw``: one uniform number, a float64 cumulative
-sum and a binary search on the CPU) against ``torch.multinomial``, the draw it replaced, which
-for one sample draws one exponential number per token of the vocabulary. Both are timed in one
-process, interleaved, best of ``--repeat``:
+"""The seeded draw of a token: ``ctxleak.kernels.draw`` (``torch.multinomial`` of one sample:
+one exponential number per token of the vocabulary, the token of largest ``p / E``) against
+inverse transform sampling (one uniform number, a float64 cumulative sum and a binary search),
+the faster alternative that ctxleak does not use. Both in one process, interleaved, best of
+``--repeat``:
 
 1. one draw from a ``[V]`` row of log-probabilities, at the default model's vocabulary (49,152)
-   and an 8B model's (128,256), and the two draws' token frequencies on a small distribution
-   (they differ token by token, not in distribution);
-2. with ``--cid N``: CID decoding of N demo examples x ``--tokens`` new tokens in one batch
-   (``generate_cid_many``, λ = 0.5, T = 0.8, every answer at its full length), each draw
-   replaced by the ``torch.multinomial`` one for the reference run, and plain batched
-   ``generate`` of the same 2N prompts (with and without context) as the floor; per decoding
-   step in ms.
+   and an 8B model's (128,256);
+2. how often each draw's token changes when the logits carry the float noise two engines
+   differ by (``--noise``, Gaussian, on logits shaped like a model's): what keeps the vLLM
+   plugin's answers token for token equal to in-process CID;
+3. with ``--cid N``: CID decoding of N demo answers x ``--tokens`` new tokens in one batch
+   (``generate_cid_many``, λ = 0.5, T = 0.8, every answer at its full length) with each draw,
+   against plain ``generate`` of the same 2N prompts; ms per decoding step;
+4. each draw's token frequencies on a small distribution.
 
-    python bench/bench_draw.py [--repeat 20] [--cid 16 --tokens 50]
+    python bench/bench_draw.py [--repeat 20] [--noise 1e-5 1e-6] [--cid 16 --tokens 50]
 """
 
 from __future__ import annotations
@@ -28,23 +30,43 @@ from _common import device_line, load_default, timed_rounds
 from ctxleak.kernels.draw import draw, seeded_generator
 
 
-def multinomial_draw(logprobs: torch.Tensor, generator: torch.Generator, sample: bool) -> int:
-    """The draw before: ``torch.multinomial`` of ``exp(logprobs − max)`` normalised, in
-    float64 on the CPU."""
+def inverse_draw(logprobs: torch.Tensor, generator: torch.Generator, sample: bool) -> int:
+    """Inverse transform sampling: the first token whose cumulative probability (float64, on
+    the CPU, in vocabulary order) exceeds u · total for one uniform u from ``generator``."""
     logprobs = logprobs.detach().to("cpu", torch.float64)
     if not sample:
         return int(torch.argmax(logprobs))
-    probs = torch.exp(logprobs - logprobs.max())
-    return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
+    cumulative = torch.cumsum(torch.exp(logprobs - logprobs.max()), dim=0)
+    u = float(torch.rand((), generator=generator, dtype=torch.float64))
+    target = torch.tensor([u * float(cumulative[-1])], dtype=torch.float64)
+    return min(int(torch.searchsorted(cumulative, target, right=True)),
+               int(torch.searchsorted(cumulative, cumulative[-1:])))
+
+
+def flips(vocab: int, noise: float, n: int) -> str:
+    """Draws whose token changes when N(0, noise²) is added to the logits, for each draw, over
+    ``n`` seeds on rows shaped like a model's next-token logits (bench_bounded_lambda's)."""
+    from bench_bounded_lambda import model_like
+
+    _, z = model_like(n, vocab, seed=5, device="cpu")
+    z = z.double() / 0.8
+    noisy = z + noise * torch.randn(z.shape, generator=seeded_generator(9), dtype=torch.float64)
+    changed = {}
+    for name, fn in (("multinomial", draw), ("inverse", inverse_draw)):
+        changed[name] = sum(fn(torch.log_softmax(z[k], 0), seeded_generator(k), True)
+                            != fn(torch.log_softmax(noisy[k], 0), seeded_generator(k), True)
+                            for k in range(n))
+    return (f"| tokens changed by logit noise of {noise:g}, V = {vocab:,}, {n:,} draws | "
+            f"{changed['multinomial']} | {changed['inverse']} | — |")
 
 
 def one_draw(vocab: int, repeat: int) -> str:
     logprobs = torch.log_softmax(2.5 * torch.randn(vocab, generator=seeded_generator(vocab),
                                                    dtype=torch.float64), dim=0)
     g = seeded_generator(0)
-    got = timed_rounds({"multinomial": lambda: [multinomial_draw(logprobs, g, True)
-                                                for _ in range(20)],
-                        "inverse": lambda: [draw(logprobs, g, True) for _ in range(20)]},
+    got = timed_rounds({"multinomial": lambda: [draw(logprobs, g, True) for _ in range(20)],
+                        "inverse": lambda: [inverse_draw(logprobs, g, True)
+                                            for _ in range(20)]},
                        repeat=repeat)
     old, new = got["multinomial"][0] / 20 * 1e3, got["inverse"][0] / 20 * 1e3
     return f"| one draw, V = {vocab:,} | {old:.2f} ms | {new:.3f} ms | {old / new:.1f}x |"
@@ -54,10 +76,10 @@ def frequencies(n: int = 20000) -> str:
     p = np.array([0.4, 0.3, 0.2, 0.1])
     logprobs = torch.log(torch.from_numpy(p))
     out = []
-    for fn in (multinomial_draw, draw):
+    for fn in (draw, inverse_draw):
         g = seeded_generator(1)
         out.append(np.bincount([fn(logprobs, g, True) for _ in range(n)], minlength=4) / n)
-    return (f"# token frequencies over {n:,} draws of p = {p.tolist()}: multinomial "
+    return (f"# token frequencies over {n:,} draws of p = {p.tolist()}: torch.multinomial "
             f"{np.round(out[0], 3).tolist()}, inverse transform {np.round(out[1], 3).tolist()}")
 
 
@@ -89,7 +111,7 @@ def cid_steps(n: int, tokens: int, repeat: int) -> list[str]:
 
     generate_cid_many(lm, jobs[:2])  # warm-up of both routes
     hf_sample(lm, both[:2], 2)
-    got = timed_rounds({"multinomial": cid_with(multinomial_draw), "inverse": cid_with(draw),
+    got = timed_rounds({"multinomial": cid_with(draw), "inverse": cid_with(inverse_draw),
                         "generate": lambda: hf_sample(lm, both, tokens)}, repeat=repeat)
     ms = {k: 1e3 * t / tokens for k, (t, _) in got.items()}
     return [f"| CID decoding, {n} answers ({2 * n} rows) x {tokens} tokens, ms per step "
@@ -105,13 +127,18 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--cid", type=int, default=0, help="answers decoded in one CID batch")
     ap.add_argument("--tokens", type=int, default=50)
+    ap.add_argument("--noise", type=float, nargs="*", default=[1e-5, 1e-6],
+                    help="std of the Gaussian noise added to the logits (0 or none: skip)")
+    ap.add_argument("--flip-draws", type=int, default=2000)
     args = ap.parse_args()
     print(f"# {platform.processor() or platform.machine()}, draws on the CPU, "
           f"{torch.get_num_threads()} threads, best of {args.repeat}")
-    print("| what | torch.multinomial | inverse transform (ctxleak) | speed-up |")
+    print("| what | torch.multinomial (ctxleak) | inverse transform | speed-up |")
     print("|---|---|---|---|")
     for vocab in (49152, 128256):
         print(one_draw(vocab, args.repeat), flush=True)
+    for noise in args.noise:
+        print(flips(49152, noise, args.flip_draws), flush=True)
     if args.cid:
         t0 = time.perf_counter()
         for line in cid_steps(args.cid, args.tokens, max(1, args.repeat // 10)):

@@ -2,7 +2,8 @@
 # CID on a GPU, as docs/benchmarks.md's "On a GPU" section reports it: bounded CID's λ_t search
 # at the default model's vocabulary (49,152) and an 8B model's (128,256), then CID's decoding
 # step inside `generate` (plain, CID, bounded CID), in ctxleak's own batched decoder, and with
-# the seeded draw it replaced (bench_draw.py: torch.multinomial), on
+# each of two seeded draws (bench_draw.py: torch.multinomial, ctxleak's, and an inverse
+# transform), on
 # random weights of the default model's architecture and of an 8B-sized one (Llama 3 8B's
 # shapes), bfloat16. Each benchmark runs in its own process; each prints its own table.
 #

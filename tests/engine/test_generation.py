@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from helpers.tiny_models import tiny_gemma3
@@ -23,8 +22,7 @@ def naive_sample(lm, prompt, n, seed, temperature):
             logits = lm.model(torch.tensor([seq])).logits[0, -1].double()
         logp = torch.log_softmax(logits / temperature, -1)
         probs = torch.exp(logp - logp.max())
-        u = float(torch.rand((), generator=g, dtype=torch.float64))  # inverse transform
-        tok = int(np.argmax(np.cumsum(probs.numpy()) > u * float(probs.sum())))
+        tok = int(torch.multinomial(probs / probs.sum(), 1, generator=g))
         if tok in lm.eos_ids:
             break
         out.append(tok)

@@ -120,8 +120,7 @@ def naive_mechanism_generation(lm, prompts, clip, tau, n, seed, min_new):
         rows = [clip_np(naive_logits(lm, p, out, step, min_new).numpy(), clip) for p in prompts]
         logp = torch.from_numpy(mechanism_logprobs(rows, tau))
         probs = torch.exp(logp - logp.max())
-        u = float(torch.rand((), generator=g, dtype=torch.float64))  # inverse transform
-        tok = int(np.argmax(np.cumsum(probs.numpy()) > u * float(probs.sum())))
+        tok = int(torch.multinomial(probs / probs.sum(), 1, generator=g))
         if tok in lm.eos_ids:
             return out, True
         out.append(tok)
