@@ -26,6 +26,12 @@ seeded with k.
 
     python bench/bench_proxy_load.py --in-process-only [--clients 8,32] [--per-client 4]
     python bench/bench_proxy_load.py --vllm-url http://127.0.0.1:8000 [--served-model NAME]
+    python bench/bench_proxy_load.py --vllm-url URL --upstream-only --clients 8
+
+With ``--vllm-url`` the proxy before it also runs λ = 0.5 alone and bounded ε alone, and their
+throughput is printed as a ratio of vLLM's plain throughput at the same number of clients
+(about 0.5 is the limit: two forward passes per token); ``--upstream-only`` leaves out the
+in-process proxy.
 """
 
 from __future__ import annotations
