@@ -48,14 +48,16 @@ def flips(vocab: int, noise: float, n: int) -> str:
     ``n`` seeds on rows shaped like a model's next-token logits (bench_bounded_lambda's)."""
     from bench_bounded_lambda import model_like
 
-    _, z = model_like(n, vocab, seed=5, device="cpu")
-    z = z.double() / 0.8
-    noisy = z + noise * torch.randn(z.shape, generator=seeded_generator(9), dtype=torch.float64)
-    changed = {}
-    for name, fn in (("multinomial", draw), ("inverse", inverse_draw)):
-        changed[name] = sum(fn(torch.log_softmax(z[k], 0), seeded_generator(k), True)
-                            != fn(torch.log_softmax(noisy[k], 0), seeded_generator(k), True)
-                            for k in range(n))
+    changed = {"multinomial": 0, "inverse": 0}
+    noise_g = seeded_generator(9)
+    for k in range(n):  # one row at a time: n rows of the vocabulary at once take gigabytes
+        _, z = model_like(1, vocab, seed=5 + k, device="cpu")
+        clean = torch.log_softmax(z[0].double() / 0.8, 0)
+        noisy = torch.log_softmax(z[0].double() / 0.8 + noise * torch.randn(
+            vocab, generator=noise_g, dtype=torch.float64), 0)
+        for name, fn in (("multinomial", draw), ("inverse", inverse_draw)):
+            changed[name] += fn(clean, seeded_generator(k), True) != \
+                fn(noisy, seeded_generator(k), True)
     return (f"| tokens changed by logit noise of {noise:g}, V = {vocab:,}, {n:,} draws | "
             f"{changed['multinomial']} | {changed['inverse']} | — |")
 
