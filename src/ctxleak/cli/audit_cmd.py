@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from ctxleak.cli.options import CommonOptions, with_common_options
+from ctxleak.cli.options import CommonOptions, generation_option, with_common_options
 
 
 def register(app: typer.Typer) -> None:
@@ -38,10 +38,9 @@ def register(app: typer.Typer) -> None:
         subset_size: int = typer.Option(8, "--subset-size", "-s", help="One-shot prompts per "
                                         "sequence s (paper: 50)."),
         clip: float = typer.Option(10.0, "--clip", help="Logit clip bound c (paper: 10)."),
-        temperature: float = typer.Option(2.0, "--temperature", help="Sampling temperature τ, "
-                                          "one value: fixed when --search is clip or "
-                                          "subset-size (paper: 2), the search's start "
-                                          "otherwise (the calibration sets τ per target ε)."),
+        temperature: float = generation_option(
+            "--temperature", 2.0, " τ, one value: fixed when --search is clip or subset-size "
+            "(paper: 2), the search's start otherwise (the calibration sets τ per target ε)."),
         search: str = typer.Option("temperature", "--search", help="Parameter calibrated to each "
                                    "target ε (Tables 4, 5, 6): temperature, clip or subset-size."),
         target_eps: str = typer.Option("1,10,100", "--target-eps", help="Target ε values, "
@@ -52,8 +51,7 @@ def register(app: typer.Typer) -> None:
                                       "ε, N_gen (paper: 50; was --n-gen)."),
         max_new_tokens: int = typer.Option(24, "--max-new-tokens", help="Max new tokens per "
                                            "sequence T_max (paper: 40; was --max-tokens)."),
-        min_new_tokens: int = typer.Option(0, "--min-new-tokens", help="EOS is masked before "
-                                           "this many tokens (was --min-tokens)."),
+        min_new_tokens: int = generation_option("--min-new-tokens", 0, " (was --min-tokens)."),
         orders: str = typer.Option("2-99", "--orders", help="RDP orders, e.g. '2-99' or "
                                    "'1.5,2,4,8-16'."),
         *,

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ctxleak.cli.options import CommonOptions, api_options, with_common_options
+from ctxleak.cli.options import CommonOptions, api_options, generation_option, with_common_options
 
 
 @with_common_options
@@ -16,17 +16,14 @@ def canary(
     data: str = typer.Option("demo-qa", "--data", "-d", help="The documents the canaries are "
                              "planted in, used in turn: 'demo-qa' (bundled) or a JSONL/CSV "
                              "file with a context field."),
-    lambda_: float = typer.Option(1.0, "--lambda", help="Context influence level λ ≥ 0 (the "
-                                  "upper bound of λ_t with --bounded-eps)."),
-    temperature: float = typer.Option(0.8, "--temperature", help="Sampling temperature > 0."),
+    lambda_: float = generation_option("--lambda", 1.0, " (the upper bound of λ_t with --bounded-eps)."),
+    temperature: float = generation_option("--temperature", 0.8, " > 0."),
     bounded_eps: Optional[float] = typer.Option(None, "--bounded-eps", help="Bounded CID: ε-DP "
                                                 "per released token (App. B); without it, "
                                                 "plain CID, which has no guarantee."),
-    max_new_tokens: int = typer.Option(8, "--max-new-tokens", help="Most new tokens of each "
-                                       "response."),
-    min_new_tokens: Optional[int] = typer.Option(None, "--min-new-tokens", help="EOS is masked "
-                                                 "before this many tokens (default: "
-                                                 "--max-new-tokens)."),
+    max_new_tokens: int = generation_option("--max-new-tokens", 8, " of each response."),
+    min_new_tokens: Optional[int] = generation_option("--min-new-tokens", None,
+                                                      " (default: --max-new-tokens)."),
     trials: int = typer.Option(40, "--trials", "-n", help="Canary trials (half choose the "
                                "threshold, half measure the rates)."),
     digits: int = typer.Option(6, "--digits", help="Digits of each random canary."),

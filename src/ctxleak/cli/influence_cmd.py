@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ctxleak.cli.options import CommonOptions, api_options, with_common_options
+from ctxleak.cli.options import CommonOptions, api_options, generation_option, with_common_options
 
 #: The exit status when a document is over its budget (--exposure-budget, --class-budget,
 #: --document-budget).
@@ -45,24 +45,18 @@ def influence(
                                             "document measured as a passage."),
     task: str = typer.Option("auto", "--task", help="qa, summarization, custom (needs "
                              "--template) or auto (each example's 'task' field, else qa)."),
-    template: Optional[str] = typer.Option(None, "--template", help="Prompt template with "
-                                           "{context} and {query}, e.g. 'Document: {context}. "
-                                           "{query}'."),
+    template: Optional[str] = generation_option("--template", None,
+                                                ", e.g. 'Document: {context}. {query}'."),
     fields: Optional[str] = typer.Option(None, "--fields", help="Rename file fields, e.g. "
                                          "'article=context,highlights=reference'."),
-    lambda_: str = typer.Option("1.0", "--lambda", help="Context influence level λ ≥ 0 "
-                            "(0 = no context, 1 = plain decoding, >1 amplifies); a comma list "
-                            "sweeps."),
-    temperature: Optional[str] = typer.Option(None, "--temperature", help="Sampling "
-                                              "temperature > 0; a comma list sweeps. Default: "
-                                              "0.8 in-process, 1 against a served model (its "
-                                              "influence is measured from temperature-1 "
-                                              "log-probs)."),
-    max_new_tokens: int = typer.Option(50, "--max-new-tokens", help="Most new tokens per "
-                                       "response."),
-    min_new_tokens: Optional[int] = typer.Option(None, "--min-new-tokens", help="EOS is masked "
-                                                 "before this many tokens, in both streams "
-                                                 "(default: 10, or --max-new-tokens if smaller)."),
+    lambda_: str = generation_option("--lambda", "1.0", " (0 = no context, 1 = plain "
+                                     "decoding, >1 amplifies); a comma list sweeps."),
+    temperature: Optional[str] = generation_option(
+        "--temperature", None, " > 0; a comma list sweeps. Default: 0.8 in-process, 1 against a "
+        "served model (its influence is measured from temperature-1 log-probs)."),
+    max_new_tokens: int = generation_option("--max-new-tokens", 50, " per response."),
+    min_new_tokens: Optional[int] = generation_option(
+        "--min-new-tokens", None, ", in both streams (default: 10, or --max-new-tokens if smaller)."),
     ngram: str = typer.Option("full", "--ngram", help="'full' (the whole context, n = |D|) or "
                               "n: also the influence of every n-token window of the context."),
     stride: Optional[int] = typer.Option(None, "--stride", help="Window stride (default n: "
@@ -199,17 +193,12 @@ def explain(
     context: str = typer.Option(..., "--context", help="The context text (or @FILE to read it)."),
     query: str = typer.Option("", "--query", help="The query (empty for summarisation)."),
     task: str = typer.Option("qa", "--task", help="qa, summarization or custom."),
-    template: Optional[str] = typer.Option(None, "--template", help="Prompt template with "
-                                           "{context} and {query}."),
-    lambda_: float = typer.Option(1.0, "--lambda", help="Context influence level λ ≥ 0 (one "
-                                  "value here)."),
-    temperature: float = typer.Option(0.8, "--temperature", help="Sampling temperature > 0 "
-                                      "(one value here)."),
-    max_new_tokens: int = typer.Option(50, "--max-new-tokens", help="Most new tokens of the "
-                                       "response."),
-    min_new_tokens: Optional[int] = typer.Option(None, "--min-new-tokens", help="EOS is "
-                                                 "masked before this many tokens (default: 10, "
-                                                 "or --max-new-tokens if smaller)."),
+    template: Optional[str] = generation_option("--template", None, "."),
+    lambda_: float = generation_option("--lambda", 1.0, " (one value here)."),
+    temperature: float = generation_option("--temperature", 0.8, " > 0 (one value here)."),
+    max_new_tokens: int = generation_option("--max-new-tokens", 50, " of the response."),
+    min_new_tokens: Optional[int] = generation_option(
+        "--min-new-tokens", None, " (default: 10, or --max-new-tokens if smaller)."),
     ngram: int = typer.Option(4, "--ngram", help="Window size of the top n-grams listed."),
     top: int = typer.Option(5, "--top", help="How many top n-grams to list."),
     *,

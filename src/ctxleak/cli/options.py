@@ -27,6 +27,23 @@ COUNT_RULE = ("Counts are named by what they count: --limit N is how many items 
               "--contexts and --shots how many go with each item, --max-new-tokens how many "
               "tokens each generation may add.")
 
+#: The generation flags that several commands declare, each by its one meaning: flag -> the start
+#: of its help, which each command ends with what is its own (a default, one value or a sweep).
+GENERATION_HELP = {
+    "--template": "Prompt template with {context} and {query}",
+    "--lambda": "Context influence level λ ≥ 0",
+    "--temperature": "Sampling temperature",
+    "--max-new-tokens": "Most new tokens",
+    "--min-new-tokens": "EOS is masked before this many tokens",
+}
+
+
+def generation_option(flag: str, default: Any, rest: str) -> Any:
+    """The typer option ``flag`` (a key of :data:`GENERATION_HELP`) with ``default``; its help is
+    the shared start and then ``rest``, the command's own end of the sentence."""
+    return typer.Option(default, flag, help=GENERATION_HELP[flag] + rest)
+
+
 _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
     ("model", str, typer.Option(
         "default", "--model", "-m", help="'default' (SmolLM2-135M-Instruct), 'gemma-270m', a "
