@@ -39,91 +39,82 @@ GENERATION_HELP = {
 
 
 def generation_option(flag: str, default: Any, rest: str) -> Any:
-    """The typer option ``flag`` (a key of :data:`GENERATION_HELP`) with ``default``; its help is
-    the shared start and then ``rest``, the command's own end of the sentence."""
+    """The typer option ``flag`` with ``default``; its help: ``GENERATION_HELP[flag] + rest``."""
     return typer.Option(default, flag, help=GENERATION_HELP[flag] + rest)
 
 
+#: typer.Option in the help panel of the model flags, and in that of the run flags.
+_MODEL = functools.partial(typer.Option, rich_help_panel="Model")
+_RUN = functools.partial(typer.Option, rich_help_panel="Run")
+
 _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
-    ("model", str, typer.Option(
+    ("model", str, _MODEL(
         "default", "--model", "-m", help="'default' (SmolLM2-135M-Instruct), 'gemma-270m', a "
-        "Hugging Face id, a local model directory or a .gguf file.", rich_help_panel="Model")),
-    ("device", str, typer.Option("auto", "--device", help="auto, cpu, cuda, cuda:N or mps.",
-                                 rich_help_panel="Model")),
-    ("dtype", str, typer.Option("auto", "--dtype", help="auto (float32 on CPU, bfloat16 on "
-                                "GPUs that have it), float32, bfloat16 or float16.",
-                                rich_help_panel="Model")),
-    ("chat_template", str, typer.Option("auto", "--chat-template", help="auto (the model's chat "
-                                        "template if it has one; icl and susceptibility: off), "
-                                        "on or off.",
-                                        rich_help_panel="Model")),
-    ("trust_remote_code", bool, typer.Option(False, "--trust-remote-code", help="Allow a hub "
-                                             "model's own code to run (off by default).",
-                                             rich_help_panel="Model")),
-    ("device_map", Optional[str], typer.Option(None, "--device-map", help="'auto' spreads a "
-                                               "large model over the GPUs (accelerate).",
-                                               rich_help_panel="Model")),
-    ("threads", Optional[int], typer.Option(None, "--threads", help="CPU threads for torch "
-                                            "(default: torch's choice). On a shared or busy "
-                                            "machine 1 is often fastest.", rich_help_panel="Model")),
-    ("server_url", Optional[str], typer.Option(
+        "Hugging Face id, a local model directory or a .gguf file.")),
+    ("device", str, _MODEL("auto", "--device", help="auto, cpu, cuda, cuda:N or mps.")),
+    ("dtype", str, _MODEL("auto", "--dtype", help="auto (float32 on CPU, bfloat16 on GPUs that "
+                          "have it), float32, bfloat16 or float16.")),
+    ("chat_template", str, _MODEL("auto", "--chat-template", help="auto (the model's chat "
+                                  "template if it has one; icl and susceptibility: off), on or "
+                                  "off.")),
+    ("trust_remote_code", bool, _MODEL(False, "--trust-remote-code", help="Allow a hub model's "
+                                       "own code to run (off by default).")),
+    ("device_map", Optional[str], _MODEL(None, "--device-map", help="'auto' spreads a large "
+                                         "model over the GPUs (accelerate).")),
+    ("threads", Optional[int], _MODEL(None, "--threads", help="CPU threads for torch (default: "
+                                      "torch's choice). On a shared or busy machine 1 is often "
+                                      "fastest.")),
+    ("server_url", Optional[str], _MODEL(
         None, "--server-url", help="Measure a model served over an OpenAI-compatible API at "
         "this base URL (vLLM for exact log-probs), e.g. http://127.0.0.1:8000; --model then "
         "names it for ctxleak and gives its tokenizer. API key: env CTXLEAK_API_KEY or "
-        "OPENAI_API_KEY.", rich_help_panel="Model")),
-    ("served_model", Optional[str], typer.Option(
+        "OPENAI_API_KEY.")),
+    ("served_model", Optional[str], _MODEL(
         None, "--served-model", help="The name the server serves the model under (default: "
-        "its only model).", rich_help_panel="Model")),
-    ("tokenizer", Optional[str], typer.Option(
+        "its only model).")),
+    ("tokenizer", Optional[str], _MODEL(
         None, "--tokenizer", help="The served model's tokenizer: a Hugging Face id or folder "
-        "(default: --model's own); checked against the server's before the run.",
-        rich_help_panel="Model")),
-    ("request_timeout", Optional[float], typer.Option(
+        "(default: --model's own); checked against the server's before the run.")),
+    ("request_timeout", Optional[float], _MODEL(
         None, "--request-timeout", metavar="SECONDS", help="With --server-url: seconds one "
         "request may take (the whole answer) before it counts as failed and is sent again "
-        "(default: 600). Changes no number: a run may resume with another value.",
-        rich_help_panel="Model")),
-    ("retries", Optional[int], typer.Option(
+        "(default: 600). Changes no number: a run may resume with another value.")),
+    ("retries", Optional[int], _MODEL(
         None, "--retries", metavar="N", help="With --server-url: times a request that failed "
         "for a transient reason (refused connection, timeout, HTTP 429 or 5xx) is sent again, "
         "with exponential backoff (default: 3; 0: tried once). Changes no number: a run may "
-        "resume with another value.", rich_help_panel="Model")),
-    ("revision", Optional[str], typer.Option(None, "--revision", help="Hub model revision: a "
-                                             "branch, tag or commit hash (default: the main "
-                                             "branch; the commit used is recorded in "
-                                             "results.json).", rich_help_panel="Model")),
-    ("model_args", Optional[str], typer.Option(None, "--model-args", help="More arguments of "
-                                               "transformers' from_pretrained, "
-                                               "'key=value,key2=value2', e.g. "
-                                               "'attn_implementation=eager' (recorded in "
-                                               "results.json).", rich_help_panel="Model")),
-    ("batch_size", str, typer.Option("auto", "--batch-size", help="Examples measured together: "
-                                     "auto (as many as fit a token budget, halving on "
-                                     "out-of-memory) or a number N. Same seed, same samples "
-                                     "whatever the size (see --batch-invariant).",
-                                     rich_help_panel="Run")),
-    ("batch_invariant", bool, typer.Option(
+        "resume with another value.")),
+    ("revision", Optional[str], _MODEL(None, "--revision", help="Hub model revision: a branch, "
+                                       "tag or commit hash (default: the main branch; the "
+                                       "commit used is recorded in results.json).")),
+    ("model_args", Optional[str], _MODEL(None, "--model-args", help="More arguments of "
+                                         "transformers' from_pretrained, "
+                                         "'key=value,key2=value2', e.g. "
+                                         "'attn_implementation=eager' (recorded in "
+                                         "results.json).")),
+    ("batch_size", str, _RUN("auto", "--batch-size", help="Examples measured together: auto "
+                             "(as many as fit a token budget, halving on out-of-memory) or a "
+                             "number N. Same seed, same samples whatever the size (see "
+                             "--batch-invariant).")),
+    ("batch_invariant", bool, _RUN(
         True, "--batch-invariant/--no-batch-invariant", help="On (default): every number "
         "written for an example comes from forward passes over that example alone, so "
         "samples.jsonl is byte-identical whatever --batch-size, the examples in flight or "
         "torchrun sharding (generation is still batched across examples). Off: scoring passes "
         "mix examples (N rows each under --batch-size N; faster on GPUs) and floats move by "
-        "about 1e-5 between batch sizes; tokens stay the same.", rich_help_panel="Run")),
-    ("limit", Optional[int], typer.Option(None, "--limit", help="Run only the first N items of "
-                                          "the data (examples, queries, relations, subjects "
-                                          "or sequences per target). " + COUNT_RULE,
-                                          rich_help_panel="Run")),
-    ("seed", int, typer.Option(0, "--seed", help="Run seed; each example's sampling seed is "
-                               "derived from it and the example's index.", rich_help_panel="Run")),
-    ("output", Optional[str], typer.Option(None, "--output", "-o", help="Run directory "
-                                           "(default: runs/<command>-<time>).",
-                                           rich_help_panel="Run")),
-    ("resume", bool, typer.Option(False, "--resume", help="Continue the run in --output, "
-                                  "skipping finished examples; refuses a changed config.",
-                                  rich_help_panel="Run")),
-    ("config", Optional[str], typer.Option(None, "--config", help="YAML file of flag defaults "
-                                           "(max-new-tokens: 20, ...); flags on the command "
-                                           "line win.", rich_help_panel="Run")),
+        "about 1e-5 between batch sizes; tokens stay the same.")),
+    ("limit", Optional[int], _RUN(None, "--limit", help="Run only the first N items of the data "
+                                  "(examples, queries, relations, subjects or sequences per "
+                                  "target). " + COUNT_RULE)),
+    ("seed", int, _RUN(0, "--seed", help="Run seed; each example's sampling seed is derived "
+                       "from it and the example's index.")),
+    ("output", Optional[str], _RUN(None, "--output", "-o", help="Run directory (default: "
+                                   "runs/<command>-<time>).")),
+    ("resume", bool, _RUN(False, "--resume", help="Continue the run in --output, skipping "
+                          "finished examples; refuses a changed config.")),
+    ("config", Optional[str], _RUN(None, "--config", help="YAML file of flag defaults "
+                                   "(max-new-tokens: 20, ...); flags on the command line "
+                                   "win.")),
 ]
 COMMON_NAMES = [name for name, _, _ in _COMMON if name != "config"]
 
