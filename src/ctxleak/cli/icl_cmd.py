@@ -7,15 +7,17 @@ run directory) -> the printed summary.
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import typer
 
 from ctxleak.cli.options import CommonOptions, with_common_options
 
-_DATA = "Data"
-_PROMPT = "Prompt"
-_METHOD = "ICLInf"
+#: typer.Option in each of the command's three help panels.
+_DATA = functools.partial(typer.Option, rich_help_panel="Data")
+_PROMPT = functools.partial(typer.Option, rich_help_panel="Prompt")
+_METHOD = functools.partial(typer.Option, rich_help_panel="ICLInf")
 
 
 def register(app: typer.Typer) -> None:
@@ -23,66 +25,65 @@ def register(app: typer.Typer) -> None:
     @with_common_options
     def icl(
         common: CommonOptions,
-        data: str = typer.Option(
-            "demo", "--data", "-d", rich_help_panel=_DATA,
+        data: str = _DATA(
+            "demo", "--data", "-d",
             help="Training data (the exemplar pool): a JSONL or CSV file of {text, label}, "
                  "'demo' (bundled four-topic news task) or hf:agnews|dbpedia|trec (needs the "
                  "'datasets' package and network)."),
-        test_data: Optional[str] = typer.Option(
-            None, "--test-data", rich_help_panel=_DATA,
+        test_data: Optional[str] = _DATA(
+            None, "--test-data",
             help="Queries: a JSONL or CSV file of {text, label}. Without it, lines of --data "
                  "whose --split field is 'test' are the queries."),
-        split: str = typer.Option(
-            "split", "--split", rich_help_panel=_DATA,
+        split: str = _DATA(
+            "split", "--split",
             help="Field of --data that says 'train' or 'test' (used without --test-data)."),
-        text_field: str = typer.Option("text", "--text-field", rich_help_panel=_DATA,
-                                       help="Name of the text field in the files."),
-        label_field: str = typer.Option("label", "--label-field", rich_help_panel=_DATA,
-                                        help="Name of the label field in the files."),
-        labels: Optional[str] = typer.Option(
-            None, "--labels", rich_help_panel=_DATA,
+        text_field: str = _DATA("text", "--text-field", help="Name of the text field in the files."),
+        label_field: str = _DATA("label", "--label-field",
+                                 help="Name of the label field in the files."),
+        labels: Optional[str] = _DATA(
+            None, "--labels",
             help="Label verbalisers in order, 'World,Sports,...', or raw=name pairs "
                  "'0=World,1=Sports' (default: the format's labels, else those of the data)."),
-        queries: int = typer.Option(
-            100, "--queries", "-q", rich_help_panel=_DATA,
+        queries: int = _DATA(
+            100, "--queries", "-q",
             help="Number of test queries (a seeded sample; all when the test set is smaller). "
                  "The paper uses 500."),
-        format: str = typer.Option(
-            "auto", "--format", rich_help_panel=_PROMPT,
+        format: str = _PROMPT(
+            "auto", "--format",
             help="Prompt format of paper Table 2: agnews, dbpedia, trec, or custom; auto = the "
                  "dataset's own (demo: agnews), custom for files."),
-        instruction: Optional[str] = typer.Option(
-            None, "--instruction", rich_help_panel=_PROMPT,
+        instruction: Optional[str] = _PROMPT(
+            None, "--instruction",
             help="Instruction before the exemplars; '{labels}' becomes the label list; \\n for "
                  "newlines."),
-        exemplar_template: Optional[str] = typer.Option(
-            None, "--exemplar-template", rich_help_panel=_PROMPT,
+        exemplar_template: Optional[str] = _PROMPT(
+            None, "--exemplar-template",
             help="One exemplar, with {text} and {label} (default 'Article: {text}\\nAnswer: "
                  "{label}\\n\\n')."),
-        query_template: Optional[str] = typer.Option(
-            None, "--query-template", rich_help_panel=_PROMPT,
+        query_template: Optional[str] = _PROMPT(
+            None, "--query-template",
             help="The query, with {text} (default 'Article: {text}\\nAnswer:')."),
-        max_text_tokens: int = typer.Option(
-            256, "--max-text-tokens", rich_help_panel=_PROMPT,
+        max_text_tokens: int = _PROMPT(
+            256, "--max-text-tokens",
             help="Cut longer texts to this many tokens (counted per query in samples.jsonl)."),
-        shots: str = typer.Option(
-            "4", "--shots", "-k", rich_help_panel=_METHOD,
+        shots: str = _METHOD(
+            "4", "--shots", "-k",
             help="Exemplars per prompt; a comma list (1,2,4,8) runs a sweep into one run "
                  "directory."),
-        calibration: Optional[str] = typer.Option(
-            None, "--calibration", rich_help_panel=_METHOD,
+        calibration: Optional[str] = _METHOD(
+            None, "--calibration",
             help="Contextual calibration (App. B) of every prompt, leave-one-out ones "
                  "included: off (default), on, or both (report with and without, Fig. 4). "
                  "Was also --calibrate (= on)."),
-        calibration_eps: float = typer.Option(
-            1e-6, "--calibration-eps", rich_help_panel=_METHOD,
+        calibration_eps: float = _METHOD(
+            1e-6, "--calibration-eps",
             help="ε of W = diag(1/(p_cf + ε))."),
-        output_space: str = typer.Option(
-            "labels", "--output-space", rich_help_panel=_METHOD,
+        output_space: str = _METHOD(
+            "labels", "--output-space",
             help="labels (renormalised label distribution, as in the paper), vocab (full "
                  "next-token distribution, App. E.1) or both (Fig. 7)."),
-        label_scoring: str = typer.Option(
-            "first-token", "--label-scoring", rich_help_panel=_METHOD,
+        label_scoring: str = _METHOD(
+            "first-token", "--label-scoring",
             help="first-token: each label's first token with its leading space (the paper); "
                  "full: the whole label string."),
     ) -> None:
