@@ -6,6 +6,7 @@ User mistakes (:class:`ctxleak.errors.CtxleakError`) print one clear line and ex
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import os
@@ -206,9 +207,18 @@ def command_path(argv: list[str]) -> list[str]:
     return words
 
 
+@functools.cache
+def click_app() -> Any:
+    """The click command tree of :data:`app`, built once per process. Typer builds it from every
+    command's signature and type hints (about 0.1 s of introspection on this app), which each
+    call of :func:`main`, each flag named in an error and each warning would otherwise repeat;
+    the commands are all registered when this module is imported, so the tree does not change."""
+    return typer.main.get_command(app)
+
+
 def _command(path: list[str]) -> Any:
     """The click command at ``path`` (None when the words name no command)."""
-    command: Any = typer.main.get_command(app)
+    command: Any = click_app()
     for word in path:
         sub = getattr(command, "commands", {}).get(word)
         if sub is None:
@@ -236,7 +246,7 @@ def nest_defaults(path: list[str], values: dict[str, Any]) -> dict[str, Any]:
     from ctxleak.errors import ConfigError
     from ctxleak.run.params import did_you_mean
 
-    command: Any = typer.main.get_command(app)
+    command: Any = click_app()
     for word in path:
         if word not in getattr(command, "commands", {}):
             raise ConfigError(f"unknown command '{' '.join(path)}' in the config")
@@ -337,7 +347,10 @@ def _run(argv: list[str], debug: bool) -> None:
             values = load_config_file(config_path)
             values.pop("command", None)
             default_map = nest_defaults(command_path(argv), values)
-        app(args=argv, prog_name="ctxleak", default_map=default_map, standalone_mode=True)
+        # what ``app(...)`` does, on the tree built once (typer's exception hook is not needed:
+        # the app is made with pretty_exceptions_enable=False)
+        click_app()(args=argv, prog_name="ctxleak", default_map=default_map,
+                    standalone_mode=True)
     except CtxleakError as exc:
         if debug:
             raise
