@@ -27,6 +27,15 @@ Northwind app answered by the default model in process, under no mitigation (λ 
 and bounded CID at ε = 2 and 8 (T = 0.5 by default, seed 0), one markdown row per setting:
 
     python bench/bench_attacks.py --table [--max-new-tokens 48] [--temperature 0.5] [--device cuda]
+
+``--datastore`` measures the membership attacks on the bundled datastore instead
+(``demo-datastore``, 288 documents, half held out as non-members: enough for a perfect attack to
+show ε above 2 nats at 95 %), against the same app answered by the default model in process,
+without a mitigation and under bounded CID at ε = 2: one row per setting and attack with its AUC
+and 95 % interval, TPR at 1 % FPR, the ε lower bound, the most this many documents could show,
+and the claim:
+
+    python bench/bench_attacks.py --datastore [--attacks direct,mask] [--max-new-tokens 16]
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -106,6 +116,39 @@ def table(max_new_tokens: int, device: str, out: Path, temperature: float) -> No
     print(f"# run folders in {out}")
 
 
+DATASTORE_SETTINGS = {"λ = 1 (no mitigation)": {}, "bounded ε = 2": {"bounded_eps": 2.0}}
+
+
+def datastore_table(attacks: list[str], max_new_tokens: int, device: str, out: Path,
+                    temperature: float) -> None:
+    """Membership on ``demo-datastore`` (module docstring): a row per setting and attack."""
+    lm = ctxleak.load_model("default", device=device)
+    print("| setting | attack | AUC [95 % CI] | TPR at 1 % FPR | ε lower bound (nats) | most "
+          "ε these documents could show | ε claimed per document | queries | minutes |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for k, (label, setting) in enumerate(DATASTORE_SETTINGS.items()):
+        target = ctxleak.attack_target(rag_demo=True, model=lm, max_new_tokens=max_new_tokens,
+                                       temperature=temperature, **setting)
+        start = time.perf_counter()
+        mem = ctxleak.attack_membership(target, "demo-datastore", attacks=attacks,
+                                        output=str(out / f"datastore-{k}"), progress=False)
+        minutes = (time.perf_counter() - start) / 60
+        summary = mem.summary
+        for name, v in summary["attacks"].items():
+            if "auc" not in v:
+                print(f"| {label} | {name} | {v.get('skipped', '—')} | | | | | | |")
+                continue
+            tpr = v["tpr_at_fpr"][0]  # the first target FPR: 1 %
+            tpr_text = (f"{tpr['tpr']:.2f} [{tpr['tpr_ci'][0]:.2f}, {tpr['tpr_ci'][1]:.2f}] "
+                        f"({tpr['tp']}/{tpr['n_in']}, {tpr['fp']}/{tpr['n_out']} FP)")
+            print(f"| {label} | {name} | {v['auc']:.2f} [{v['auc_ci']['low']:.2f}, "
+                  f"{v['auc_ci']['high']:.2f}] | {tpr_text} | {v['eps']['eps_lower']:.2f} | "
+                  f"{v['eps']['eps_max_showable']:.2f} | {summary.get('eps_claimed') or 'none'} "
+                  f"| {summary.get('queries_sent', '?')} | {minutes:.1f} |", flush=True)
+        print(f"# {label}: {summary['verdict']['text']}", flush=True)
+    print(f"# run folders in {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server-url", default=None)
@@ -121,7 +164,15 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.5,
                     help="--table: the sampling temperature of every answer")
     ap.add_argument("--out", default=None, help="--table: keep the run folders here")
+    ap.add_argument("--datastore", action="store_true",
+                    help="membership on demo-datastore (module docstring)")
+    ap.add_argument("--attacks", default="direct,mask", help="--datastore: the attacks")
     args = ap.parse_args()
+    if args.datastore:
+        out = Path(args.out or tempfile.mkdtemp(prefix="attack-datastore-"))
+        datastore_table(args.attacks.split(","), args.max_new_tokens, args.device, out,
+                        args.temperature)
+        return
     if args.table:
         out = Path(args.out or tempfile.mkdtemp(prefix="attack-table-"))
         table(args.max_new_tokens, args.device, out, args.temperature)
