@@ -220,3 +220,27 @@ def test_the_walk_sees_every_command_and_option():
                  ("dp epsilon", "--sequences"), ("pii extract", "--relax")):
         assert item in seen, item
     assert len(seen) > 150
+
+
+def test_the_command_tree_is_built_once_for_every_call_error_and_warning(capsys, monkeypatch):
+    """``ctxleak.cli.app.click_app`` builds typer's command tree once per process: later
+    commands, an error that names a flag and a renamed flag's warning reuse it, and it is the
+    tree typer builds (the same commands and flags)."""
+    from ctxleak.cli import app as cli_app
+
+    built = []
+    real = typer.main.get_command
+    monkeypatch.setattr(typer.main, "get_command",
+                        lambda a: built.append(a) or real(a))  # type: ignore[func-returns-value]
+    cli_app.click_app.cache_clear()
+    try:
+        for argv in (["dp", "epsilon", "--help"], ["influence", "--limit", "0"],
+                     ["dp", "epsilon", "--max-tokens", "x"]):
+            run_cli(argv, capsys)
+        assert len(built) == 1
+        fresh = real(app)
+        assert set(cli_app.click_app().commands) == set(fresh.commands)
+        assert [p.name for p in cli_app.click_app().commands["influence"].params] == \
+            [p.name for p in fresh.commands["influence"].params]
+    finally:
+        cli_app.click_app.cache_clear()
