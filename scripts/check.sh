@@ -58,7 +58,8 @@ phase lint .venv/bin/ruff check src tests bench examples
 phase types .venv/bin/python -m mypy
 phase contracts .venv/bin/lint-imports
 SITE=$(mktemp -d)
-trap 'rm -rf "$SITE"; pkill -P "$WARMING" 2>/dev/null; kill "$WARMING" 2>/dev/null || true' EXIT
+# (set -e holds inside the trap too: pkill finding nothing to stop exits 1, hence the || true)
+trap 'rm -rf "$SITE"; pkill -P "$WARMING" 2>/dev/null || true; kill "$WARMING" 2>/dev/null || true' EXIT
 NO_MKDOCS_2_WARNING=1 phase docs .venv/bin/mkdocs build --strict --site-dir "$SITE"
 # the site just built is the one tests/test_docs_offline.py reads (it builds its own without this)
 export CTXLEAK_SITE_DIR="$SITE"
