@@ -301,6 +301,24 @@ CALIBRATED_MEMBERSHIP = Paper(
   archivePrefix = {arXiv}
 }""")
 
+COMPLETION_MEMBERSHIP = Paper(
+    key="li2024generating",
+    title="Generating Is Believing: Membership Inference Attacks against Retrieval-Augmented "
+          "Generation",
+    authors=("Yuying Li", "Gaoyang Liu", "Chen Wang", "Yang Yang"),
+    venue="arXiv preprint",
+    year=2024,
+    arxiv="2406.19234",
+    url=None,
+    bibtex="""@misc{li2024generating,
+  title     = {Generating Is Believing: Membership Inference Attacks against
+               Retrieval-Augmented Generation},
+  author    = {Li, Yuying and Liu, Gaoyang and Wang, Chen and Yang, Yang},
+  year      = {2024},
+  eprint    = {2406.19234},
+  archivePrefix = {arXiv}
+}""")
+
 #: ctxleak itself (also in ``CITATION.cff`` at the repository's root).
 CTXLEAK_BIBTEX = """@software{ctxleak,
   title  = {ctxleak: how much of a language model's output comes from, and leaks, its
@@ -314,7 +332,7 @@ CTXLEAK_BIBTEX = """@software{ctxleak,
 PAPERS: dict[str, Paper] = {p.key: p for p in (
     CONTEXT_INFLUENCE, ICL_LEAKAGE, FISHER_SUSCEPTIBILITY, CONTEXT_VS_PRIOR, PROPILE,
     PRIVATE_PREDICTION, CALIBRATE, DP_AUDITING, RAG_EXTRACTION, RAG_MEMBERSHIP, MASK_MEMBERSHIP,
-    INTERROGATION, CALIBRATED_MEMBERSHIP)}
+    INTERROGATION, CALIBRATED_MEMBERSHIP, COMPLETION_MEMBERSHIP)}
 
 #: The papers behind each method, by command name; the first defines what the method measures.
 METHOD_PAPERS: dict[str, tuple[str, ...]] = {
@@ -329,7 +347,8 @@ METHOD_PAPERS: dict[str, tuple[str, ...]] = {
     "pii": (PROPILE.key,),
     "attack-extract": (RAG_EXTRACTION.key,),
     "attack-membership": (RAG_MEMBERSHIP.key, MASK_MEMBERSHIP.key, INTERROGATION.key,
-                          CALIBRATED_MEMBERSHIP.key, DP_AUDITING.key),
+                          CALIBRATED_MEMBERSHIP.key, COMPLETION_MEMBERSHIP.key,
+                          DP_AUDITING.key),
 }
 
 

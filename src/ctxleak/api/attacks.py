@@ -118,7 +118,9 @@ MEMBERSHIP_DOCS = {
                "predicted), 'interrogation' (questions answered from the document) and "
                "'calibrated' (the masked words asked for again with the document's distinctive "
                "words swapped out, the difference scored: 1 + perturbations queries per "
-               "document; not run unless named).",
+               "document; not run unless named) and 'completion' (the document's second half "
+               "sent, its first half's words no other document holds looked for in the answer; "
+               "not run unless named).",
     "masks": "Words masked per document (mask and calibrated attacks).",
     "questions": "Questions per document (interrogation attack), one per sentence at most.",
     "perturbations": "Perturbed queries per document beside the original one (calibrated "

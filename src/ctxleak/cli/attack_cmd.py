@@ -216,7 +216,9 @@ def membership(
                                      "(the masked words asked for again with the document's "
                                      "distinctive words swapped out, the difference scored; "
                                      "1 + --perturbations queries per document; run only when "
-                                     "named)."),
+                                     "named), completion (the document's second half sent, "
+                                     "its first half's words no other document holds looked "
+                                     "for in the answer; run only when named)."),
     masks: int = typer.Option(5, "--masks", rich_help_panel=_A,
                               help="Words masked per document (mask and calibrated attacks)."),
     questions: int = typer.Option(3, "--questions", rich_help_panel=_A,

@@ -425,7 +425,9 @@ class MembershipMethod(_AttackMethod):
                 "no document gave it a question: none has a word that occurs once in it and "
                 "could be masked or asked for (documents too short?)" + (
                     ", or besides those a word at most half of the documents hold, and other "
-                    "documents' words to swap it for" if name == "calibrated" else ""))})
+                    "documents' words to swap it for" if name == "calibrated" else
+                    " (completion: in its first half, held by no other document)"
+                    if name == "completion" else ""))})
         for name, attack in out["attacks"].items():
             asked = {r["document_id"] for r in records if r["attack"] == name}
             attack["unasked"] = sorted(set(ready.documents) - asked)

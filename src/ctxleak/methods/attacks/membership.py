@@ -1,6 +1,6 @@
 """Document membership inference against a RAG system: is this document in its datastore?
 
-Four black-box attacks, each a question builder and a score read off the answers alone (the
+Five black-box attacks, each a question builder and a score read off the answers alone (the
 first three run by default, :data:`DEFAULT_ATTACKS`):
 
 - ``direct`` ("Is My Data in Your Retrieval Database? Membership Inference Attacks Against
@@ -26,6 +26,10 @@ first three run by default, :data:`DEFAULT_ATTACKS`):
   query, and ``perturbations`` copies of it with the document's distinctive words swapped for
   other documents'; score = the share of the masked words the original query's answer gives
   less the mean share the perturbed queries' answers give (−1 to 1).
+- ``completion`` ("Generating Is Believing: Membership Inference Attacks against
+  Retrieval-Augmented Generation", S²MIA, Li et al. 2024; :mod:`.completion`): the document's
+  second half as the query; score = the share of its first half's words that no other document
+  holds which the answer gives.
 
 A word counts as given when it is one of the answer's words
 (:func:`ctxleak.methods.text_match.words`: case folded, punctuation aside). Members are
@@ -45,6 +49,7 @@ from typing import Any
 
 from ctxleak.errors import InputError
 from ctxleak.methods.attacks.calibrated import PERTURBATIONS, calibrated_questions, substitute_pool
+from ctxleak.methods.attacks.completion import completion_question
 from ctxleak.methods.attacks.extract import AttackDocument, as_documents, match_document
 from ctxleak.methods.attacks.lower_bound import (
     CONFIDENCE,
@@ -64,9 +69,9 @@ from ctxleak.methods.text_match import words
 from ctxleak.methods.verdict import make_verdict
 
 #: The attacks, in the order they are run and reported.
-ATTACKS = ("direct", "mask", "interrogation", "calibrated")
+ATTACKS = ("direct", "mask", "interrogation", "calibrated", "completion")
 #: The attacks run when none are named: the calibrated one, at 1 + ``perturbations`` queries
-#: per document, is asked for by name.
+#: per document, and the completion one are asked for by name.
 DEFAULT_ATTACKS = ("direct", "mask", "interrogation")
 DIRECT_TEMPLATE = 'Answer with Yes or No. "{document}"\nIs this part of your context?'
 MASK_TEMPLATE = ("{masked}\n\nEach [MASK_i] above hides one word. Give every hidden word, one "
@@ -172,6 +177,9 @@ def membership_questions(members: Sequence[Any], non_members: Sequence[Any], *,
                 out.extend([q] if q is not None else [])
             elif attack == "interrogation":
                 out.extend(interrogation_questions(doc, member, df, questions))
+            elif attack == "completion":
+                q = completion_question(doc, member, df)
+                out.extend([q] if q is not None else [])
             else:
                 out.extend(calibrated_questions(doc, member, df, len(ins) + len(outs), pool,
                                                 masks, perturbations))
@@ -215,9 +223,9 @@ def document_scores(records: Sequence[Mapping[str, Any]]
                     ) -> dict[str, dict[str, tuple[float, bool]]]:
     """attack -> document id -> (score, member): the mean of the document's query scores
     (direct: its one verdict; mask: the fraction of masks given; interrogation: the fraction
-    of questions answered) less the mean of its ``perturbed`` queries' (calibrated: the share
-    of the masked words given to the original query less the mean share given to the perturbed
-    ones, −1 to 1)."""
+    of questions answered; completion: the share of the first half's words given) less the
+    mean of its ``perturbed`` queries' (calibrated: the share of the masked words given to the
+    original query less the mean share given to the perturbed ones, −1 to 1)."""
     sums: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
     member: dict[str, bool] = {}
     for r in records:

@@ -1,0 +1,157 @@
+"""The completion membership attack ("Generating Is Believing: Membership Inference Attacks
+against Retrieval-Augmented Generation"), fast tier, function targets, no model: its queries and
+score by hand on two documents; the controls (a target that repeats what it retrieves: AUC near
+1 and a bound above 1 nat on 60 documents; one that never reads its documents: AUC interval
+covering 0.5, bound 0; one that echoes the question: every score 0); a target that restarts the
+retrieved document as a small model does; on a target that leaks a seeded 60 % of its members
+verbatim, TPR at 1 % FPR and ε lower bound at least the direct question's (and its split-half
+bound); documents with nothing to look for get no query and the summary says why."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from test_calibrated import FAST, _audit, _tpr_at_1, leaker
+from test_extract_membership_controls import Overlap, ignorer, repeater, synthetic
+from test_membership import A, B  # the two documents of the mask attack's hand-made tests
+
+from ctxleak.citations import METHOD_PAPERS
+from ctxleak.methods.attacks.attack_method import MembershipParams
+from ctxleak.methods.attacks.completion import MAX_WORDS, completion_question, halves
+from ctxleak.methods.attacks.extract import AttackDocument
+from ctxleak.methods.attacks.lower_bound import audit_scores
+from ctxleak.methods.attacks.membership import (
+    ATTACKS,
+    DEFAULT_ATTACKS,
+    document_scores,
+    membership_questions,
+    membership_summary,
+    score_answer,
+    split_members,
+)
+from ctxleak.methods.attacks.membership_words import document_frequency
+from ctxleak.methods.attacks.roc import covers
+from ctxleak.targets.base import FunctionTarget
+
+
+def test_two_documents_queries_and_score_by_hand() -> None:
+    assert halves("one two three four five") == ("one two", "three four five")
+    assert halves("  a\n b  ") == ("a", "b")
+    qs = membership_questions([A], [B], attacks=["completion"])
+    # A: "Quillon signed the lease in Porto." | "The rent is 4417 euros monthly."; of its first
+    # half's candidate words only Quillon and signed are in no other document (lease and Porto
+    # are B's too), the longer first
+    # B: "The lease in Porto ends" | "soon. Rent is paid monthly."; "ends" is B's alone
+    assert [(q.document_id, q.member, q.question, q.expected) for q in qs] == [
+        ("a", True, "The rent is 4417 euros monthly.", ("Quillon", "signed")),
+        ("b", False, "soon. Rent is paid monthly.", ("ends",))]
+    docs = {"a": A, "b": B}
+    answers = {"a": "QUILLON signed the lease.", "b": "The lease in Porto is paid monthly."}
+    records = [score_answer(q, answers[q.document_id], docs[q.document_id]) for q in qs]
+    assert [r["correct"] for r in records] == [[True, True], [False]]
+    assert [r["score"] for r in records] == [1.0, 0.0]
+    half = score_answer(qs[0], "Quillon, I think.", A)
+    assert half["correct"] == [True, False] and half["score"] == 0.5
+    assert document_scores(records)["completion"] == {"a": (1.0, True), "b": (0.0, False)}
+    assert membership_summary(records, **FAST)["attacks"]["completion"]["auc"] == 1.0
+
+
+def test_only_first_half_words_no_other_document_holds_at_most_max_words() -> None:
+    # a word of the first half that the sent half repeats is not looked for: the answer could
+    # echo it from the question
+    doc = AttackDocument("d", "Zephyrine paid Quorvath twice. Quorvath thanked Zephyrine.")
+    df = document_frequency([doc])
+    q = completion_question(doc, True, df)
+    # "Zephyrine paid Quorvath" | "twice. Quorvath thanked Zephyrine."
+    assert q is not None and q.question == "twice. Quorvath thanked Zephyrine."
+    assert q.expected == ("paid",)
+    # held by another document: not looked for; nothing left: no question
+    other = AttackDocument("o", "paid in full")
+    assert completion_question(doc, True, document_frequency([doc, other])) is None
+    long = AttackDocument("l", " ".join(f"word{chr(97 + i)}{chr(97 + j)}" for i in range(6)
+                                        for j in range(4)) + " " + "filler " * 24)
+    got = completion_question(long, False, document_frequency([long]))
+    assert got is not None and len(got.expected) == MAX_WORDS and not got.member
+
+
+def test_registered_as_a_fifth_attack_run_only_when_named_and_cited() -> None:
+    assert ATTACKS == ("direct", "mask", "interrogation", "calibrated", "completion")
+    assert "completion" not in DEFAULT_ATTACKS
+    assert "completion" not in {q.attack for q in membership_questions([A], [B])}
+    assert "li2024generating" in METHOD_PAPERS["attack-membership"]
+    params = MembershipParams(attacks=("completion",))
+    assert params.to_config()["attacks"] == ["completion"]
+
+
+def test_positive_control_auc_near_one_and_a_bound() -> None:
+    members, non_members = split_members(synthetic(60), seed=0)
+    records, summary = _audit(repeater(members), members, non_members, ("completion",))
+    out = summary["attacks"]["completion"]
+    assert out["auc"] >= 0.95 and out["auc_ci"]["low"] > 0.5, out["auc"]
+    assert out["unasked"] == [] and len(records) == 60
+    assert out["eps"]["eps_lower"] > 1.0
+
+
+def test_negative_controls_a_target_that_ignores_or_echoes() -> None:
+    members, non_members = split_members(synthetic(60), seed=0)
+    _, summary = _audit(ignorer([*members, *non_members]), members, non_members,
+                        ("completion",))
+    out = summary["attacks"]["completion"]
+    assert covers(out["auc_ci"], 0.5), out["auc_ci"]
+    assert out["eps"]["eps_lower"] == 0.0
+    # echoing the question gives back only the sent half: nothing looked for is in it
+    echo = FunctionTarget(lambda question: f"You said: {question}", "echo")
+    records, summary = _audit(echo, members, non_members, ("completion",))
+    assert {r["score"] for r in records} == {0.0}
+    assert summary["attacks"]["completion"]["auc"] == 0.5
+    assert summary["attacks"]["completion"]["eps"]["eps_lower"] == 0.0
+
+
+def restarter(datastore: Sequence[AttackDocument], words: int = 8) -> FunctionTarget:
+    """A target that starts to copy its best retrieved document from the beginning and stops
+    after ``words`` words, as the bundled default model tends to."""
+    retrieve = Overlap(datastore, k=1)
+    return FunctionTarget(lambda question: " ".join(retrieve(question)[0].text.split()[:words]),
+                          "restarter")
+
+
+def test_a_target_that_restarts_the_retrieved_document_is_found() -> None:
+    members, non_members = split_members(synthetic(60), seed=2)
+    records, summary = _audit(restarter(members), members, non_members, ("completion",))
+    completion = summary["attacks"]["completion"]
+    assert completion["auc"] >= 0.95 and completion["eps"]["eps_lower"] > 1.0
+    # a member's answer gives back its names and place (the first 8 of its words)
+    assert all(r["score"] > 0 for r in records if r["member"])
+
+
+def test_on_a_target_leaking_60_percent_at_least_the_direct_question() -> None:
+    members, non_members = split_members(synthetic(120), seed=0)
+    records, summary = _audit(leaker(members), members, non_members, ("direct", "completion"))
+    direct, completion = summary["attacks"]["direct"], summary["attacks"]["completion"]
+    assert _tpr_at_1(completion) >= max(_tpr_at_1(direct), 0.5)
+    scores = document_scores(records)["direct"]
+    split = audit_scores([s for s, _ in scores.values()], [m for _, m in scores.values()],
+                         confidence=completion["eps"]["confidence"], rule="split-half", seed=0)
+    assert completion["eps"]["eps_lower"] >= max(split["eps_lower"],
+                                                 direct["eps"]["eps_lower"]) > 0
+
+
+def test_documents_with_nothing_to_look_for_get_no_query_and_the_summary_says_why() -> None:
+    ins = [AttackDocument("q", "It is here. Quillon")]
+    outs = [AttackDocument("h", "It is there now.")]
+    assert membership_questions(ins, outs, attacks=["completion"]) == []
+    records, summary = _audit(repeater(ins), ins, outs, ("mask", "completion"))
+    assert {r["attack"] for r in records} == {"mask"}
+    skipped = summary["attacks"]["completion"]
+    assert "in its first half, held by no other document" in skipped["skipped"]
+    assert skipped["unasked"] == ["h", "q"]
+
+
+@pytest.mark.parametrize("bad", [["completion", "completions"], []])
+def test_unknown_attack_names_the_choices(bad: list[str]) -> None:
+    from ctxleak.errors import InputError
+
+    with pytest.raises(InputError, match="completion") as info:
+        membership_questions([A], [B], attacks=bad)
+    assert info.value.param == "attacks"
