@@ -36,7 +36,7 @@ and 95 % interval, TPR at 1 % FPR, the ε lower bound, the most this many docume
 and the claim:
 
     python bench/bench_attacks.py --datastore [--attacks direct,mask] [--max-new-tokens 16]
-        [--unmitigated-only]
+        [--unmitigated-only] [--temperature 0.5] [--seed 0]
 """
 
 from __future__ import annotations
@@ -121,9 +121,11 @@ DATASTORE_SETTINGS = {"λ = 1 (no mitigation)": {}, "bounded ε = 2": {"bounded_
 
 
 def datastore_table(attacks: list[str], max_new_tokens: int, device: str, out: Path,
-                    temperature: float, settings: list[str] | None = None) -> None:
+                    temperature: float, settings: list[str] | None = None, seed: int = 0
+                    ) -> None:
     """Membership on ``demo-datastore`` (module docstring): a row per setting and attack;
-    ``settings``: the labels of :data:`DATASTORE_SETTINGS` to run (None: all)."""
+    ``settings``: the labels of :data:`DATASTORE_SETTINGS` to run (None: all); ``seed``: the
+    run seed, which draws the held-out half and the sampled tokens."""
     lm = ctxleak.load_model("default", device=device)
     chosen = {k: v for k, v in DATASTORE_SETTINGS.items() if settings is None or k in settings}
     print("| setting | attack | AUC [95 % CI] | TPR at 1 % FPR | ε lower bound (nats) | most "
@@ -132,11 +134,11 @@ def datastore_table(attacks: list[str], max_new_tokens: int, device: str, out: P
     for label, setting in chosen.items():
         k = list(DATASTORE_SETTINGS).index(label)
         target = ctxleak.attack_target(rag_demo=True, model=lm, max_new_tokens=max_new_tokens,
-                                       temperature=temperature, **setting)
+                                       temperature=temperature, run={"seed": seed}, **setting)
         start = time.perf_counter()
         mem = ctxleak.attack_membership(target, "demo-datastore", attacks=attacks,
                                         output=str(out / f"datastore-{k}-{'-'.join(attacks)}"),
-                                        progress=False)
+                                        progress=False, seed=seed)
         minutes = (time.perf_counter() - start) / 60
         summary = mem.summary
         for name, v in summary["attacks"].items():
@@ -174,12 +176,15 @@ def main() -> None:
     ap.add_argument("--attacks", default="direct,mask", help="--datastore: the attacks")
     ap.add_argument("--unmitigated-only", action="store_true",
                     help="--datastore: the setting without a mitigation only")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="--datastore: the run seed (the held-out half, the sampled tokens)")
     args = ap.parse_args()
     if args.datastore:
         out = Path(args.out or tempfile.mkdtemp(prefix="attack-datastore-"))
         datastore_table(args.attacks.split(","), args.max_new_tokens, args.device, out,
                         args.temperature,
-                        [next(iter(DATASTORE_SETTINGS))] if args.unmitigated_only else None)
+                        [next(iter(DATASTORE_SETTINGS))] if args.unmitigated_only else None,
+                        args.seed)
         return
     if args.table:
         out = Path(args.out or tempfile.mkdtemp(prefix="attack-table-"))

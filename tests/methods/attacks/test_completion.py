@@ -18,7 +18,12 @@ from test_membership import A, B  # the two documents of the mask attack's hand-
 
 from ctxleak.citations import METHOD_PAPERS
 from ctxleak.methods.attacks.attack_method import MembershipParams
-from ctxleak.methods.attacks.completion import MAX_WORDS, completion_question, halves
+from ctxleak.methods.attacks.completion import (
+    MAX_WORDS,
+    completion_question,
+    completion_score,
+    halves,
+)
 from ctxleak.methods.attacks.extract import AttackDocument
 from ctxleak.methods.attacks.lower_bound import audit_scores
 from ctxleak.methods.attacks.membership import (
@@ -51,8 +56,12 @@ def test_two_documents_queries_and_score_by_hand() -> None:
     records = [score_answer(q, answers[q.document_id], docs[q.document_id]) for q in qs]
     assert [r["correct"] for r in records] == [[True, True], [False]]
     assert [r["score"] for r in records] == [1.0, 0.0]
-    half = score_answer(qs[0], "Quillon, I think.", A)
-    assert half["correct"] == [True, False] and half["score"] == 0.5
+    # one word alone may be a guess: at least two (all where fewer are looked for) score 1
+    one = score_answer(qs[0], "Quillon, I think.", A)
+    assert one["correct"] == [True, False] and one["score"] == 0.0
+    assert score_answer(qs[1], "It ends.", B)["score"] == 1.0
+    assert [completion_score(c) for c in ([True], [False], [True, False, False],
+                                          [False, True, True], [True] * 10)] == [1, 0, 0, 1, 1]
     assert document_scores(records)["completion"] == {"a": (1.0, True), "b": (0.0, False)}
     assert membership_summary(records, **FAST)["attacks"]["completion"]["auc"] == 1.0
 
@@ -155,3 +164,36 @@ def test_unknown_attack_names_the_choices(bad: list[str]) -> None:
     with pytest.raises(InputError, match="completion") as info:
         membership_questions([A], [B], attacks=bad)
     assert info.value.param == "attacks"
+
+
+def test_documents_without_a_question_are_trials_guessed_non_members() -> None:
+    # C's first half ("Rent is") has no word to look for: no query, score 0 as a trial
+    c = AttackDocument("c", "Rent is paid in Porto.")
+    qs = membership_questions([A, c], [B], attacks=["completion"])
+    assert [q.document_id for q in qs] == ["a", "b"]
+    records = [score_answer(qs[0], "Quillon signed", A), score_answer(qs[1], "nothing", B)]
+    alone = membership_summary(records, **FAST)["attacks"]["completion"]
+    assert (alone["n_members"], alone["n_non_members"], "abstained" in alone) == (1, 1, False)
+    every = membership_summary(records, documents={"a": True, "b": False, "c": True},
+                               **FAST)["attacks"]["completion"]
+    assert (every["n_members"], every["n_non_members"], every["abstained"]) == (2, 1, 1)
+    # a: 1 (2 of 2 words), c: 0, b: 0 -> a above b (1), c tied with b (½): AUC ¾
+    assert every["auc"] == pytest.approx(0.75)
+    # the other attacks leave documents without a question out of their ROC
+    mask = membership_questions([A, c], [B], attacks=["mask"])
+    mask_records = [score_answer(q, "nothing", {"a": A, "b": B, "c": c}[q.document_id])
+                    for q in mask]
+    got = membership_summary(mask_records, documents={"a": True, "b": False, "c": True}, **FAST)
+    assert got["attacks"]["mask"]["n_members"] == len({q.document_id for q in mask if q.member})
+
+
+def test_the_audit_counts_every_document_of_the_datastore() -> None:
+    short = [AttackDocument(f"s{i}", f"It is {w}. Quillon{w} lives here.")
+             for i, w in enumerate(["ab", "cd", "ef", "gh"])]
+    members, non_members = split_members(synthetic(40), seed=0)
+    ins, outs = members + short[:2], non_members + short[2:]
+    records, summary = _audit(repeater(ins), ins, outs, ("completion",))
+    out = summary["attacks"]["completion"]
+    assert len(records) == 40 and out["abstained"] == 4
+    assert (out["n_members"], out["n_non_members"]) == (22, 22)
+    assert sorted(out["unasked"]) == ["s0", "s1", "s2", "s3"]

@@ -68,13 +68,15 @@ from ctxleak.targets.rag import demo_corpus
 class AttackReady:
     """What the attacks' :meth:`prepare` hands on: the ``target`` asked, the ``documents`` the
     answers are matched against (by id) and their secrets and personal data (``values``; empty
-    where the attack does not look for them: :attr:`_AttackMethod.finds_values`) and, for an
-    adaptive extraction, the crawl's state (:class:`.crawl.Crawler`)."""
+    where the attack does not look for them: :attr:`_AttackMethod.finds_values`), for an
+    adaptive extraction, the crawl's state (:class:`.crawl.Crawler`), and for membership the
+    ids of the ``members``."""
 
     target: Target
     documents: dict[str, AttackDocument]
     values: dict[str, dict[str, str]]
     crawl: Crawler | None = None
+    members: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -383,6 +385,10 @@ class MembershipMethod(_AttackMethod):
                     inputs={"members": _rows(ins), "non_members": _rows(outs)},
                     questions=[q.question for q in questions])
 
+    def prepare(self, over: Target, plan: Plan[Any, Any], run: Any) -> AttackReady:
+        return replace(super().prepare(over, plan, run),
+                       members=frozenset(row["id"] for row in plan.inputs["members"]))
+
     def measure(self, over: Target, ready: AttackReady,
                 items: Sequence[MembershipQuestion]) -> list[dict[str, Any]]:
         """One record per question (:func:`.membership.score_answer`), with the documents the
@@ -407,12 +413,13 @@ class MembershipMethod(_AttackMethod):
         (half members) to show an ε above 0 at the measured rates under the same threshold
         rule and confidence (:func:`.lower_bound.documents_needed`), and ``unasked``: the
         documents the attack had no question for (no word to mask or ask for), left out of
-        its ROC; the joint figures (``eps_lower``: the best attack's bound at ``confidence``
-        jointly, ``eps_max_showable``, ``verdict`` …) with the ``law`` of the best bound; the
-        ledger."""
+        its ROC (completion's counted as trials guessed non-members: ``abstained``); the
+        joint figures (``eps_lower``: the best attack's bound at ``confidence`` jointly,
+        ``eps_max_showable``, ``verdict`` …) with the ``law`` of the best bound; the ledger."""
         p: MembershipParams = self.params
         out = membership_summary(records, seed=self.common.seed, confidence=p.confidence,
-                                 resamples=p.resamples)
+                                 resamples=p.resamples,
+                                 documents={i: i in ready.members for i in ready.documents})
         claim = answers_claim(records)
         claimed = p.eps_claimed
         if claimed is None and claim is not None and claim["answers"] == len(records):

@@ -17,12 +17,19 @@ paper's procedure):
   (document frequency 1: :func:`.membership_words.candidates`, rarest and longest first, at most
   :data:`MAX_WORDS`), and not in the half that was sent: names, numbers and places that an
   answer can give only from this document, or by a guess;
-- the score is the share of them the answer gives (:func:`.membership.given`), 0 to 1. A member
-  whose answer copies it scores about 1; a non-member's answer may copy similar documents, whose
-  words are not counted, so it scores about 0.
+- the score is 1 when the answer gives at least :data:`MIN_GIVEN` (2) of them
+  (:func:`.membership.given`; every one where fewer are looked for), else 0: one rule fixed
+  before any answer, so the ε bound spends no confidence choosing among thresholds. One word
+  alone can be a guess (a word of everyday English that only this document of the corpus
+  happens to hold: "application", "traffic"); two of a document's own names and numbers hardly
+  are. A member whose answer copies it scores 1; a non-member's answer may copy similar
+  documents, whose words are not counted, so it scores 0.
 
-A document whose first half holds no such word gets no question (it is listed as ``unasked``).
-The attack asks one query per document.
+A document whose first half holds no such word gets no question (it is listed as ``unasked``)
+and still counts as a trial of the bound, guessed a non-member (score 0; ``abstained`` in the
+summary: :data:`.membership.ABSTAINING`): the attack's rule is fixed before any answer, so the
+bound stays valid, and the many non-members it cannot ask about tighten the false positive rate
+it is measured against. The attack asks one query per document.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from ctxleak.methods.text_match import words
 TEMPLATE = "{half}"
 #: The most words of the first half an answer is searched for.
 MAX_WORDS = 10
+#: How many of them an answer must give to score 1 (all, where fewer are looked for).
+MIN_GIVEN = 2
 
 
 def halves(text: str) -> tuple[str, str]:
@@ -61,4 +70,11 @@ def completion_question(doc: AttackDocument, member: bool, df: Mapping[str, int]
                               tuple(expected))
 
 
-__all__ = ["MAX_WORDS", "TEMPLATE", "completion_question", "halves"]
+def completion_score(correct: list[bool]) -> float:
+    """1.0 when at least :data:`MIN_GIVEN` of the expected words were given (all of them where
+    fewer are expected), else 0.0."""
+    return 1.0 if sum(correct) >= min(MIN_GIVEN, len(correct)) else 0.0
+
+
+__all__ = ["MAX_WORDS", "MIN_GIVEN", "TEMPLATE", "completion_question", "completion_score",
+           "halves"]

@@ -28,8 +28,8 @@ first three run by default, :data:`DEFAULT_ATTACKS`):
   less the mean share the perturbed queries' answers give (−1 to 1).
 - ``completion`` ("Generating Is Believing: Membership Inference Attacks against
   Retrieval-Augmented Generation", S²MIA, Li et al. 2024; :mod:`.completion`): the document's
-  second half as the query; score = the share of its first half's words that no other document
-  holds which the answer gives.
+  second half as the query; score 1 when the answer gives at least two of its first half's words
+  that no other document holds (every one where fewer are looked for), else 0.
 
 A word counts as given when it is one of the answer's words
 (:func:`ctxleak.methods.text_match.words`: case folded, punctuation aside). Members are
@@ -49,7 +49,7 @@ from typing import Any
 
 from ctxleak.errors import InputError
 from ctxleak.methods.attacks.calibrated import PERTURBATIONS, calibrated_questions, substitute_pool
-from ctxleak.methods.attacks.completion import completion_question
+from ctxleak.methods.attacks.completion import completion_question, completion_score
 from ctxleak.methods.attacks.extract import AttackDocument, as_documents, match_document
 from ctxleak.methods.attacks.lower_bound import (
     CONFIDENCE,
@@ -206,7 +206,8 @@ def given(expected: Sequence[str], answer: str) -> list[bool]:
 def score_answer(question: MembershipQuestion, answer: str,
                  document: AttackDocument) -> dict[str, Any]:
     """One query's record fields: the ``answer``, what was right (``verdict`` for direct,
-    ``correct`` per expected word otherwise) and its ``score`` in [0, 1]; a calibrated query
+    ``correct`` per expected word otherwise) and its ``score`` in [0, 1] (completion: 0 or 1,
+    :func:`.completion.completion_score`); a calibrated query
     says whether it is a ``perturbed`` one."""
     base = {"attack": question.attack, "document_id": question.document_id,
             "member": question.member, "part": question.part, "question": question.question,
@@ -215,6 +216,8 @@ def score_answer(question: MembershipQuestion, answer: str,
         verdict, score = direct_verdict(answer, document)
         return {**base, "verdict": verdict, "score": score}
     correct = given(question.expected, answer)
+    if question.attack == "completion":
+        return {**base, "correct": correct, "score": completion_score(correct)}
     extra = {"perturbed": question.part > 0} if question.attack == "calibrated" else {}
     return {**base, **extra, "correct": correct, "score": sum(correct) / len(correct)}
 
@@ -223,7 +226,7 @@ def document_scores(records: Sequence[Mapping[str, Any]]
                     ) -> dict[str, dict[str, tuple[float, bool]]]:
     """attack -> document id -> (score, member): the mean of the document's query scores
     (direct: its one verdict; mask: the fraction of masks given; interrogation: the fraction
-    of questions answered; completion: the share of the first half's words given) less the
+    of questions answered; completion: 1 if the answer gave its words, else 0) less the
     mean of its ``perturbed`` queries' (calibrated: the share of the masked words given to the
     original query less the mean share given to the perturbed ones, −1 to 1)."""
     sums: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
@@ -242,6 +245,11 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+#: The attacks whose documents without a question still count as trials, guessed non-members
+#: (score 0): completion has nothing to look for in them, a decision the answers cannot change.
+ABSTAINING = ("completion",)
+
+
 #: What the bound assumes, in words (every membership summary carries it).
 ASSUMPTIONS = ("The documents of one datastore are treated as independent trials: the ε bound "
                "holds for the datastore's documents as drawn, each document one trial. "
@@ -252,7 +260,8 @@ ASSUMPTIONS = ("The documents of one datastore are treated as independent trials
 
 def membership_summary(records: Sequence[Mapping[str, Any]], *, seed: int = 0,
                        confidence: float = CONFIDENCE, fprs: Sequence[float] = FPR_TARGETS,
-                       resamples: int = RESAMPLES) -> dict[str, Any]:
+                       resamples: int = RESAMPLES,
+                       documents: Mapping[str, bool] | None = None) -> dict[str, Any]:
     """Per attack, :func:`ctxleak.methods.attacks.roc.roc_summary` over its documents'
     scores (:func:`document_scores`), or ``{"skipped": why}`` where its documents are all on
     one side; plus ``best``: the attack with the largest AUC.
@@ -264,8 +273,18 @@ def membership_summary(records: Sequence[Mapping[str, Any]], *, seed: int = 0,
     show with these documents (the largest over the attacks), ``auc_min_detectable`` the
     smallest AUC − ½ detectable (the smallest over the attacks), ``threshold_rule`` the rules
     used, ``verdict`` the sentence that opens the report and ``assumptions`` what the bound
-    assumes (:data:`ASSUMPTIONS`)."""
+    assumes (:data:`ASSUMPTIONS`).
+
+    ``documents`` (every document of the audit, id -> member): an attack of :data:`ABSTAINING`
+    that asked about some of them scores the others 0 (guessed non-members, counted in
+    ``abstained``), so every document is a trial of its bound."""
     per = document_scores(records)
+    abstained: dict[str, int] = {}
+    for attack in ABSTAINING:
+        if attack in per and documents:
+            missing = {i: m for i, m in documents.items() if i not in per[attack]}
+            per[attack].update({i: (0.0, m) for i, m in missing.items()})
+            abstained[attack] = len(missing)
     out: dict[str, Any] = {}
     scorable = [a for a in ATTACKS if a in per and
                 len({m for _, m in per[a].values()}) == 2]  # from the labels alone
@@ -279,6 +298,8 @@ def membership_summary(records: Sequence[Mapping[str, Any]], *, seed: int = 0,
         out[attack] = roc_summary([s for s, _ in pairs], labels, seed=seed,
                                   confidence=confidence, fprs=fprs, resamples=resamples,
                                   eps_confidence=level)
+        if attack in abstained:
+            out[attack]["abstained"] = abstained[attack]
     scored = {a: v["auc"] for a, v in out.items() if "auc" in v}
     summary: dict[str, Any] = {"attacks": out,
                                "best": max(scored, key=lambda a: scored[a]) if scored else None}
@@ -330,7 +351,7 @@ def verdict_rule(attacks: int, confidence: float, rules: str) -> str:
             f"attack's bound with the same counts, confidence and rule. {ASSUMPTIONS}")
 
 
-__all__ = ["ASSUMPTIONS", "ATTACKS", "DEFAULT_ATTACKS", "DIRECT_TEMPLATE",
+__all__ = ["ABSTAINING", "ASSUMPTIONS", "ATTACKS", "DEFAULT_ATTACKS", "DIRECT_TEMPLATE",
            "INTERROGATION_TEMPLATE", "MASK_TEMPLATE", "PERTURBATIONS", "MembershipQuestion",
            "check_membership", "direct_verdict", "document_frequency", "document_scores",
            "given", "interrogation_questions", "mask_question", "membership_questions",
