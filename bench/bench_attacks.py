@@ -156,6 +156,42 @@ def datastore_table(attacks: list[str], max_new_tokens: int, device: str, out: P
     print(f"# run folders in {out}")
 
 
+def extraction_curves(queries: int, max_new_tokens: int, device: str, out: Path,
+                      temperature: float, seed: int = 0) -> None:
+    """Extraction on ``demo-datastore`` (all 288 documents in the app's index), the default
+    model in process without a mitigation: the fixed untargeted anchors against the adaptive
+    crawl at the same ``queries``; a row per mode with the coverage at a quarter, half and all
+    of the queries, and both curves on one figure (``out/coverage.png``)."""
+    from ctxleak.methods.attacks.attack_method import attack_documents
+    from ctxleak.report.attacks import coverage_plot
+
+    total = len(attack_documents("demo-datastore"))
+    lm = ctxleak.load_model("default", device=device)
+    target = ctxleak.attack_target(rag_demo=True, model=lm, max_new_tokens=max_new_tokens,
+                                   temperature=temperature, run={"seed": seed})
+    marks = sorted({max(1, queries // 4), max(1, queries // 2), queries})
+    print("| mode | " + " | ".join(f"documents extracted after {m} queries" for m in marks)
+          + " | values carried out | queries to 50 % | minutes |")
+    print("|---|" + "---|" * (len(marks) + 3))
+    curves = {}
+    for mode, adaptive in (("fixed untargeted anchors", False), ("adaptive crawl", True)):
+        start = time.perf_counter()
+        folder = out / ("extract-adaptive" if adaptive else "extract-fixed")
+        run = ctxleak.attack_extract(target, "demo-datastore", kind="untargeted",
+                                     queries=queries, adaptive=adaptive, seed=seed,
+                                     output=str(folder), progress=False)
+        minutes = (time.perf_counter() - start) / 60
+        coverage = run.summary["coverage"]
+        curves[mode] = coverage
+        at = {int(q): share for q, share in coverage}
+        shares = [at.get(m, coverage[-1][1]) for m in marks]
+        cells = [f"{round(x * total)} ({100 * x:.1f} %)" for x in shares]
+        print(f"| {mode} | " + " | ".join(cells) + f" | {run.summary['values_carried']} | "
+              f"{run.summary['queries_to_50'] or 'not reached'} | {minutes:.1f} |", flush=True)
+    (out / "coverage.png").write_bytes(coverage_plot(curves))
+    print(f"# run folders and coverage.png in {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server-url", default=None)
@@ -176,9 +212,16 @@ def main() -> None:
     ap.add_argument("--attacks", default="direct,mask", help="--datastore: the attacks")
     ap.add_argument("--unmitigated-only", action="store_true",
                     help="--datastore: the setting without a mitigation only")
+    ap.add_argument("--extract-datastore", type=int, default=None, metavar="QUERIES",
+                    help="extraction on demo-datastore, fixed against adaptive, at QUERIES")
     ap.add_argument("--seed", type=int, default=0,
                     help="--datastore: the run seed (the held-out half, the sampled tokens)")
     args = ap.parse_args()
+    if args.extract_datastore:
+        out = Path(args.out or tempfile.mkdtemp(prefix="attack-crawl-"))
+        extraction_curves(args.extract_datastore, args.max_new_tokens, args.device, out,
+                          args.temperature, args.seed)
+        return
     if args.datastore:
         out = Path(args.out or tempfile.mkdtemp(prefix="attack-datastore-"))
         datastore_table(args.attacks.split(","), args.max_new_tokens, args.device, out,

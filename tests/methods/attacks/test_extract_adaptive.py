@@ -93,11 +93,14 @@ def test_the_crawl_follows_the_chain_the_fixed_anchors_cannot(runs):
     # another seed: the seeds and ties differ, the crawl still reaches more (6 of 8)
     assert runs[False, 1][0].summary["documents_extracted"] == 1
     assert runs[True, 1][0].summary["documents_extracted"] == 6
-    # the first round is the fixed attack's seed; the crawl asks single words it has read
-    # and never asks a word twice
+    # the first round is the fixed attack's seed; the crawl puts a word it has read before the
+    # fixed attack's anchor of the same slot, and never asks a word twice
     kinds = [r["kind"] for r in crawl.records]
     assert kinds[0] == "untargeted" and kinds[1:] == ["adaptive"] * (BUDGET - 1)
-    anchors = [r["anchor"] for r in crawl.records[1:]]
+    assert crawl.records[0]["anchor"] == fixed.records[0]["anchor"]
+    picked = [r["anchor"].split(" ", 1) for r in crawl.records[1:]]
+    assert [rest for _, rest in picked] == [r["anchor"] for r in fixed.records[1:]]
+    anchors = [word for word, _ in picked]
     assert len(set(anchors)) == len(anchors)
     seen_before = [" ".join(r["answer"] for r in crawl.records[:k])
                    for k in range(1, BUDGET)]

@@ -14,8 +14,12 @@ chooses here is ctxleak's own, small and explainable (:class:`Crawler`):
 - a candidate's *score* is the novelty of the first answer that held it divided by the number
   of answers that held it: the rarest words of the answers that brought something new first;
   ties broken by an order seeded by the run's seed (deterministic for a seed);
-- an adaptive query's anchor is the best candidate, alone: it steers the retriever to what
-  holds that word, not back to the answer it came from.
+- an adaptive query's anchor is the best candidate followed, where the slot's fixed anchor is
+  untargeted (common words, nothing of the documents), by that anchor: the word steers the
+  retriever toward what holds it, and the common words spread the query over the datastore.
+  Alone, a word that one answer held retrieves that answer's document again: on the bundled
+  datastore (288 documents, the default model) a crawl of single words extracted 65 documents
+  in 288 queries where the fixed untargeted anchors extracted 95.
 
 The crawl asks in rounds (:func:`crawl_round`): the first round is the fixed attack's first
 prompts (its seeds: the anchors given first, where some are), each later round takes the best
@@ -112,14 +116,17 @@ class Crawler:
 
     def choose(self, items: Sequence[ExtractPrompt], seeds: int) -> list[ExtractPrompt]:
         """The prompts of one round: a slot of the first ``seeds`` keeps the fixed prompt, each
-        later one takes the next best candidate as its anchor (kind ``adaptive``) while there
-        is one, else keeps its fixed prompt."""
+        later one takes the next best candidate (kind ``adaptive``), followed by the slot's
+        fixed anchor where that is untargeted (common words: nothing of the documents), while
+        there is one, else keeps its fixed prompt."""
         later = [p for p in items if p.index >= seeds]
         picks = iter(self.best(len(later)))
         out = []
         for p in items:
             word = next(picks, None) if p.index >= seeds else None
-            out.append(p if word is None else ExtractPrompt(p.index, "adaptive", word, p.command))
+            spread = f" {p.anchor}" if p.kind == "untargeted" else ""
+            out.append(p if word is None else
+                       ExtractPrompt(p.index, "adaptive", word + spread, p.command))
         return out
 
     def replay(self, records: Iterable[Mapping[str, Any]]) -> None:
