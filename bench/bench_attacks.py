@@ -37,6 +37,14 @@ and the claim:
 
     python bench/bench_attacks.py --datastore [--attacks direct,mask] [--max-new-tokens 16]
         [--unmitigated-only] [--temperature 0.5] [--seed 0]
+
+``--extract-datastore QUERIES`` measures extraction on the same datastore (all 288 documents in
+the index): the fixed untargeted anchors against the adaptive crawl at QUERIES each, the
+documents extracted after a quarter, half and all of them, and both coverage curves in
+``coverage.png``; ``--simulated`` asks a simulated app that copies the first 40 words of its
+best document instead of the model (seconds, no model):
+
+    python bench/bench_attacks.py --extract-datastore 288 [--max-new-tokens 48] [--simulated]
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import httpx
 from _common import load_default, timed_rounds, vllm_server_for
@@ -156,19 +165,36 @@ def datastore_table(attacks: list[str], max_new_tokens: int, device: str, out: P
     print(f"# run folders in {out}")
 
 
+def copying_app(words: int = 40) -> Any:
+    """A simulated app over ``demo-datastore``, no model: the bundled BM25 retriever, and an
+    answer that copies the first ``words`` words of the best document."""
+    from ctxleak.methods.attacks.attack_method import attack_documents
+    from ctxleak.targets.base import FunctionTarget
+    from ctxleak.targets.rag import RAGApp
+
+    docs = attack_documents("demo-datastore")
+    app = RAGApp([{"id": d.id, "text": d.text} for d in docs], answerer=None, top_k=3)
+    return FunctionTarget(lambda q: " ".join(app.retrieve(q)[0].text.split()[:words]),
+                          f"copies the first {words} words of its best document")
+
+
 def extraction_curves(queries: int, max_new_tokens: int, device: str, out: Path,
-                      temperature: float, seed: int = 0) -> None:
+                      temperature: float, seed: int = 0, simulated: bool = False) -> None:
     """Extraction on ``demo-datastore`` (all 288 documents in the app's index), the default
-    model in process without a mitigation: the fixed untargeted anchors against the adaptive
-    crawl at the same ``queries``; a row per mode with the coverage at a quarter, half and all
-    of the queries, and both curves on one figure (``out/coverage.png``)."""
+    model in process without a mitigation (``simulated``: :func:`copying_app` instead): the
+    fixed untargeted anchors against the adaptive crawl at the same ``queries``; a row per mode
+    with the coverage at a quarter, half and all of the queries, and both curves on one figure
+    (``out/coverage.png``)."""
     from ctxleak.methods.attacks.attack_method import attack_documents
     from ctxleak.report.attacks import coverage_plot
 
     total = len(attack_documents("demo-datastore"))
-    lm = ctxleak.load_model("default", device=device)
-    target = ctxleak.attack_target(rag_demo=True, model=lm, max_new_tokens=max_new_tokens,
-                                   temperature=temperature, run={"seed": seed})
+    if simulated:
+        target = copying_app()
+    else:
+        lm = ctxleak.load_model("default", device=device)
+        target = ctxleak.attack_target(rag_demo=True, model=lm, max_new_tokens=max_new_tokens,
+                                       temperature=temperature, run={"seed": seed})
     marks = sorted({max(1, queries // 4), max(1, queries // 2), queries})
     print("| mode | " + " | ".join(f"documents extracted after {m} queries" for m in marks)
           + " | values carried out | queries to 50 % | minutes |")
@@ -214,13 +240,15 @@ def main() -> None:
                     help="--datastore: the setting without a mitigation only")
     ap.add_argument("--extract-datastore", type=int, default=None, metavar="QUERIES",
                     help="extraction on demo-datastore, fixed against adaptive, at QUERIES")
+    ap.add_argument("--simulated", action="store_true",
+                    help="--extract-datastore: a simulated app that copies its best document")
     ap.add_argument("--seed", type=int, default=0,
                     help="--datastore: the run seed (the held-out half, the sampled tokens)")
     args = ap.parse_args()
     if args.extract_datastore:
         out = Path(args.out or tempfile.mkdtemp(prefix="attack-crawl-"))
         extraction_curves(args.extract_datastore, args.max_new_tokens, args.device, out,
-                          args.temperature, args.seed)
+                          args.temperature, args.seed, args.simulated)
         return
     if args.datastore:
         out = Path(args.out or tempfile.mkdtemp(prefix="attack-datastore-"))
