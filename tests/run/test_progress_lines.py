@@ -91,3 +91,24 @@ def test_a_line_says_the_time_left_at_the_rate_so_far(monkeypatch):
     lines = log.getvalue().splitlines()
     assert lines == ["influence: 1/4 ex (00:30, about 01:30 left)",
                      "influence: 2/4 ex (01:00, about 01:00 left)"], lines
+
+
+def test_an_attack_counts_queries_not_examples(monkeypatch, tmp_path):
+    import ctxleak
+    from ctxleak.targets.base import FunctionTarget
+
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    docs = [{"id": "a", "text": "Quillon signed the lease in Porto. The rent is 4417 euros."},
+            {"id": "b", "text": "The lease in Porto ends soon. Rent is paid monthly, Varnholt."}]
+    ctxleak.attack_membership(FunctionTarget(lambda q: "No.", "no"), docs[:1],
+                              non_members=docs[1:], attacks=["direct", "completion"],
+                              output=str(tmp_path / "m"), progress=True)
+    lines = [line for line in log.getvalue().splitlines() if line.startswith("membership:")]
+    # the function target reports no tokens: the bar counts the queries themselves
+    assert lines and lines[-1].startswith("membership: 4/4 queries"), log.getvalue()
+    bar = run_progress.RunProgress(2, "extraction", noun="queries")
+    bar.add_tokens(5)
+    bar.example_done()
+    assert bar.bar.postfix == "1/2 queries"
+    bar.close()

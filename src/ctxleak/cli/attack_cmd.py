@@ -242,9 +242,10 @@ def membership(
     predicted, mask-based membership inference; natural questions, Riddle Me This!) and, named
     in --attacks, a fourth (calibrated: the masked words asked for with and without the
     document's distinctive words, DCMI: A Differential Calibration Membership Inference Attack
-    Against Retrieval-Augmented Generation), each scored per document, with ROC, AUC and TPR
-    at 1 % and 10 % FPR (exact or bootstrap intervals) and the ε lower bound at 95 % their
-    rates prove.
+    Against Retrieval-Augmented Generation) and a fifth (completion: the document's second
+    half sent, its first half's own words looked for in the answer, Generating Is Believing),
+    each scored per document, with ROC, AUC and TPR at 1 % and 10 % FPR (exact or bootstrap
+    intervals) and the ε lower bound at 95 % their rates prove.
 
     Example:  ctxleak attack membership --rag-demo --held-out 0.5 --output runs/membership
     """

@@ -91,6 +91,8 @@ class Method(Generic[ItemT, StateT, ReadyT]):
 
     name: ClassVar[str] = "method"
     desc: ClassVar[str] = "examples"
+    #: What one item is, plural, as the progress bar and the resume line count them.
+    unit: ClassVar[str] = "examples"
     private: ClassVar[bool] = True
 
     def __init__(self, common: RunOptions | None = None) -> None:

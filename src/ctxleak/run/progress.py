@@ -109,10 +109,12 @@ def _is_terminal(stream: Any) -> bool:
 
 
 class RunProgress:
-    """Tokens computed (the bar) and examples finished (beside it) of ``total`` examples."""
+    """Tokens computed (the bar) and examples finished (beside it) of ``total`` examples;
+    ``noun`` names what is counted (an attack's queries, a canary's trials)."""
 
-    def __init__(self, total: int, desc: str, *, disable: bool = False) -> None:
-        self.total, self.done, self.tokens = total, 0, 0
+    def __init__(self, total: int, desc: str, *, disable: bool = False,
+                 noun: str = "examples") -> None:
+        self.total, self.done, self.tokens, self.noun = total, 0, 0, noun
         self.by_examples = False
         self._estimate_due = False
         self.bar = bar_class()(total=None, desc=desc, unit="tok", unit_scale=True,
@@ -121,7 +123,7 @@ class RunProgress:
 
     def _postfix(self) -> None:
         if not self.by_examples:
-            self.bar.set_postfix_str(f"{self.done}/{self.total} examples", refresh=False)
+            self.bar.set_postfix_str(f"{self.done}/{self.total} {self.noun}", refresh=False)
 
     def add_tokens(self, n: int) -> None:
         """``n`` token positions computed (the engine's forward passes)."""
@@ -144,7 +146,8 @@ class RunProgress:
         self.done += 1
         if self.tokens == 0 and not self.by_examples:  # nothing reports tokens: count examples
             self.by_examples = True
-            self.bar.unit, self.bar.unit_scale = "ex", False
+            self.bar.unit = "ex" if self.noun == "examples" else self.noun
+            self.bar.unit_scale = False
             self.bar.set_postfix_str("", refresh=False)
             self.bar.reset(total=self.total)
             self.bar.update(self.done - 1)

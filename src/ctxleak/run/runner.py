@@ -194,10 +194,10 @@ def measure_items(run: Any, method: Method[Any, Any, Any], over: Over | None, re
     mine = [item for i, item in enumerate(items) if world.owns(i)]
     todo = [item for item in mine if method.ids(item).key not in done]
     if len(todo) < len(mine):
-        say(f"resuming: {len(mine) - len(todo)} of {len(mine)} examples already done")
+        say(f"resuming: {len(mine) - len(todo)} of {len(mine)} {method.unit} already done")
     label = method.desc if not world.distributed else \
         f"{method.desc} [rank {world.rank}/{world.size}]"
-    with RunProgress(len(todo), label, disable=not progress) as bar, \
+    with RunProgress(len(todo), label, disable=not progress, noun=method.unit) as bar, \
             counting(bar.add_tokens):
 
         def append(item: Any, record: dict[str, Any]) -> None:

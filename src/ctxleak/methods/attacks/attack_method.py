@@ -228,7 +228,8 @@ class ExtractMethod(_AttackMethod):
     documents (strings, dicts with ``id`` and ``text``, or :class:`.extract.AttackDocument`)."""
 
     name = "attack-extract"
-    desc = "extraction queries"
+    desc = "extraction"
+    unit = "queries"
     params_type = ExtractParams
     finds_values = True
 
@@ -370,7 +371,8 @@ class MembershipMethod(_AttackMethod):
     non-members (:func:`membership_data`)."""
 
     name = "attack-membership"
-    desc = "membership queries"
+    desc = "membership"
+    unit = "queries"
     params_type = MembershipParams
 
     def plan(self, data: Any) -> Plan[MembershipQuestion, list[AttackDocument]]:

@@ -121,7 +121,8 @@ class CanaryMethod(ParamsMethod[CanaryTrial, list[CanaryTrial], LanguageModel, C
     ``common``: the run options; ``params``: the method's own (:class:`CanaryParams`)."""
 
     name = "canary"
-    desc = "canary trials"
+    desc = "canary"
+    unit = "trials"
     params_type = CanaryParams
 
     def plan(self, data: Any) -> Plan[CanaryTrial, list[CanaryTrial]]:
