@@ -316,11 +316,25 @@ class MembershipView(View):
              "the mitigation claims; 'violated' means it is not as private as it claims.",
              laws if claim is not None else []),
             ("Attacks not scored", "", skipped),
+            ("Documents an attack could not ask about", "Counted as trials all the same, each "
+             "guessed a non-member (score 0): the attack's rule before any answer, so its bound "
+             "covers every document of the audit.", abstained_rows(s)),
             ("Ledger per document", "", ledger_rows(s.get("ledger") or []))],
             self.figures(result))
 
     def show(self, result: Any, *, plain: bool = False) -> None:
         print_attack(self.title, self.table(result), _notes(result), result.path, plain=plain)
+
+
+def abstained_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per attack that counts its unasked documents as guessed non-members (``abstained``):
+    the documents asked about and those guessed without a question."""
+    attacks = summary.get("attacks")
+    if not isinstance(attacks, Mapping):
+        return []
+    return [{"attack": k, "documents asked about": v["n_members"] + v["n_non_members"]
+             - v["abstained"], "guessed non-member without a question": v["abstained"]}
+            for k, v in attacks.items() if isinstance(v, Mapping) and v.get("abstained")]
 
 
 def _meta(result: Any) -> dict[str, Any]:
@@ -350,11 +364,15 @@ def _notes(result: Any) -> list[str]:
              f"{claim.get('relation')}")
         said = [f"the answers' claim ({claim.get('answers')} of {claim.get('of')} said it): "
                 f"{what}"]
+    guessed = [f"{r['attack']}: asked about {r['documents asked about']} documents; the "
+               f"other {r['guessed non-member without a question']} have no words of their own "
+               f"and count as guessed non-members" for r in abstained_rows(s)]
     return [f"target: {s.get('target')}",
             f"queries sent: {s.get('queries_sent')}, read back from the journal: "
-            f"{s.get('queries_replayed')}", *said, *skipped]
+            f"{s.get('queries_replayed')}", *said, *skipped, *guessed]
 
 
 __all__ = ["COVERAGE_PNG", "FAMILY", "ROC_PNG", "ExtractView", "MembershipView",
-           "attack_report", "coverage_plot", "coverage_rows", "extraction_rows", "ledger_rows",
-           "membership_rows", "power_rows", "print_attack", "roc_plot", "table_rows"]
+           "abstained_rows", "attack_report", "coverage_plot", "coverage_rows",
+           "extraction_rows", "ledger_rows", "membership_rows", "power_rows", "print_attack",
+           "roc_plot", "table_rows"]

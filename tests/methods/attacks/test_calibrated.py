@@ -135,23 +135,26 @@ def _audit(target: FunctionTarget, members: Sequence[AttackDocument],
     return run_hooks(method, target, {"members": members, "non_members": non_members})
 
 
-@pytest.mark.parametrize("docs", ["northwind", "synthetic"])
-def test_positive_control_auc_near_one(docs: str) -> None:
+# the completion attack ("Generating Is Believing", test_completion.py) meets the same controls
+@pytest.mark.parametrize(("docs", "attack"), [("northwind", "calibrated"),
+                                              ("synthetic", "calibrated"),
+                                              ("synthetic", "completion")])
+def test_positive_control_auc_near_one(docs: str, attack: str) -> None:
     members, non_members = split_members(corpus() if docs == "northwind" else synthetic(60),
                                          seed=0)
-    _, summary = _audit(repeater(members), members, non_members, ("calibrated",))
-    out = summary["attacks"]["calibrated"]
+    _, summary = _audit(repeater(members), members, non_members, (attack,))
+    out = summary["attacks"][attack]
     assert out["auc"] >= 0.95 and out["auc_ci"]["low"] > 0.5, out["auc"]
     assert out["unasked"] == []
     if docs == "synthetic":  # 30 and 30 documents: enough to show a leak
         assert out["eps"]["eps_lower"] > 1.0
 
 
-def test_negative_control_auc_covers_a_half_and_no_bound() -> None:
+@pytest.mark.parametrize("attack", ["calibrated", "completion"])
+def test_negative_control_auc_covers_a_half_and_no_bound(attack: str) -> None:
     members, non_members = split_members(synthetic(60), seed=0)
-    _, summary = _audit(ignorer([*members, *non_members]), members, non_members,
-                        ("calibrated",))
-    out = summary["attacks"]["calibrated"]
+    _, summary = _audit(ignorer([*members, *non_members]), members, non_members, (attack,))
+    out = summary["attacks"][attack]
     assert covers(out["auc_ci"], 0.5), out["auc_ci"]
     assert out["eps"]["eps_lower"] == 0.0 and summary["eps_lower"] == 0.0
 
@@ -177,10 +180,11 @@ def _tpr_at_1(out: dict[str, Any]) -> float:
     return float(next(e["tpr"] for e in out["tpr_at_fpr"] if e["fpr_target"] == 0.01))
 
 
-def test_on_a_target_leaking_60_percent_at_least_the_direct_question() -> None:
+@pytest.mark.parametrize("attack", ["calibrated", "completion"])
+def test_on_a_target_leaking_60_percent_at_least_the_direct_question(attack: str) -> None:
     members, non_members = split_members(synthetic(120), seed=0)
-    records, summary = _audit(leaker(members), members, non_members, ("direct", "calibrated"))
-    direct, calibrated = summary["attacks"]["direct"], summary["attacks"]["calibrated"]
+    records, summary = _audit(leaker(members), members, non_members, ("direct", attack))
+    direct, calibrated = summary["attacks"]["direct"], summary["attacks"][attack]
     assert _tpr_at_1(calibrated) >= _tpr_at_1(direct)
     assert _tpr_at_1(calibrated) >= 0.5  # 36 of the 60 members leak: most of them found
     # the direct question's bound by the split-half rule, at the same confidence, by the same

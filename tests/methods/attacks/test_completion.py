@@ -1,22 +1,21 @@
 """The completion membership attack ("Generating Is Believing: Membership Inference Attacks
 against Retrieval-Augmented Generation"), fast tier, function targets, no model: its queries and
-score by hand on two documents; the controls (a target that repeats what it retrieves: AUC near
-1 and a bound above 1 nat on 60 documents; one that never reads its documents: AUC interval
-covering 0.5, bound 0; one that echoes the question: every score 0); a target that restarts the
-retrieved document as a small model does; on a target that leaks a seeded 60 % of its members
-verbatim, TPR at 1 % FPR and ε lower bound at least the direct question's (and its split-half
-bound); documents with nothing to look for get no query and the summary says why."""
+score by hand on two documents; an answer that echoes the question scores 0; a target that
+restarts the retrieved document as a small model does is found; documents with nothing to look
+for are trials guessed non-members, said in the report; none asked at all: the summary says why.
+The repeater, ignorer and 60 % leaker controls are test_calibrated.py's, run for both attacks."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import pytest
-from test_calibrated import FAST, _audit, _tpr_at_1, leaker
-from test_extract_membership_controls import Overlap, ignorer, repeater, synthetic
+from test_calibrated import FAST, _audit
+from test_extract_membership_controls import Overlap, repeater, synthetic
 from test_membership import A, B  # the two documents of the mask attack's hand-made tests
 
 from ctxleak.citations import METHOD_PAPERS
+from ctxleak.errors import InputError
 from ctxleak.methods.attacks.attack_method import MembershipParams
 from ctxleak.methods.attacks.completion import (
     MAX_WORDS,
@@ -25,7 +24,6 @@ from ctxleak.methods.attacks.completion import (
     halves,
 )
 from ctxleak.methods.attacks.extract import AttackDocument
-from ctxleak.methods.attacks.lower_bound import audit_scores
 from ctxleak.methods.attacks.membership import (
     ATTACKS,
     DEFAULT_ATTACKS,
@@ -36,7 +34,7 @@ from ctxleak.methods.attacks.membership import (
     split_members,
 )
 from ctxleak.methods.attacks.membership_words import document_frequency
-from ctxleak.methods.attacks.roc import covers
+from ctxleak.report.attacks import abstained_rows
 from ctxleak.targets.base import FunctionTarget
 
 
@@ -93,26 +91,12 @@ def test_registered_as_a_fifth_attack_run_only_when_named_and_cited() -> None:
     assert params.to_config()["attacks"] == ["completion"]
 
 
-def test_positive_control_auc_near_one_and_a_bound() -> None:
+def test_an_answer_that_echoes_the_question_scores_0() -> None:
+    # (the repeater, ignorer and 60 % leaker controls: test_calibrated.py, parametrized)
     members, non_members = split_members(synthetic(60), seed=0)
-    records, summary = _audit(repeater(members), members, non_members, ("completion",))
-    out = summary["attacks"]["completion"]
-    assert out["auc"] >= 0.95 and out["auc_ci"]["low"] > 0.5, out["auc"]
-    assert out["unasked"] == [] and len(records) == 60
-    assert out["eps"]["eps_lower"] > 1.0
-
-
-def test_negative_controls_a_target_that_ignores_or_echoes() -> None:
-    members, non_members = split_members(synthetic(60), seed=0)
-    _, summary = _audit(ignorer([*members, *non_members]), members, non_members,
-                        ("completion",))
-    out = summary["attacks"]["completion"]
-    assert covers(out["auc_ci"], 0.5), out["auc_ci"]
-    assert out["eps"]["eps_lower"] == 0.0
-    # echoing the question gives back only the sent half: nothing looked for is in it
     echo = FunctionTarget(lambda question: f"You said: {question}", "echo")
     records, summary = _audit(echo, members, non_members, ("completion",))
-    assert {r["score"] for r in records} == {0.0}
+    assert len(records) == 60 and {r["score"] for r in records} == {0.0}
     assert summary["attacks"]["completion"]["auc"] == 0.5
     assert summary["attacks"]["completion"]["eps"]["eps_lower"] == 0.0
 
@@ -134,18 +118,6 @@ def test_a_target_that_restarts_the_retrieved_document_is_found() -> None:
     assert all(r["score"] > 0 for r in records if r["member"])
 
 
-def test_on_a_target_leaking_60_percent_at_least_the_direct_question() -> None:
-    members, non_members = split_members(synthetic(120), seed=0)
-    records, summary = _audit(leaker(members), members, non_members, ("direct", "completion"))
-    direct, completion = summary["attacks"]["direct"], summary["attacks"]["completion"]
-    assert _tpr_at_1(completion) >= max(_tpr_at_1(direct), 0.5)
-    scores = document_scores(records)["direct"]
-    split = audit_scores([s for s, _ in scores.values()], [m for _, m in scores.values()],
-                         confidence=completion["eps"]["confidence"], rule="split-half", seed=0)
-    assert completion["eps"]["eps_lower"] >= max(split["eps_lower"],
-                                                 direct["eps"]["eps_lower"]) > 0
-
-
 def test_documents_with_nothing_to_look_for_get_no_query_and_the_summary_says_why() -> None:
     ins = [AttackDocument("q", "It is here. Quillon")]
     outs = [AttackDocument("h", "It is there now.")]
@@ -159,8 +131,6 @@ def test_documents_with_nothing_to_look_for_get_no_query_and_the_summary_says_wh
 
 @pytest.mark.parametrize("bad", [["completion", "completions"], []])
 def test_unknown_attack_names_the_choices(bad: list[str]) -> None:
-    from ctxleak.errors import InputError
-
     with pytest.raises(InputError, match="completion") as info:
         membership_questions([A], [B], attacks=bad)
     assert info.value.param == "attacks"
@@ -197,3 +167,6 @@ def test_the_audit_counts_every_document_of_the_datastore() -> None:
     assert len(records) == 40 and out["abstained"] == 4
     assert (out["n_members"], out["n_non_members"]) == (22, 22)
     assert sorted(out["unasked"]) == ["s0", "s1", "s2", "s3"]
+    # the report and the console say how many were asked and how many guessed
+    assert abstained_rows(summary) == [{"attack": "completion", "documents asked about": 40,
+                                        "guessed non-member without a question": 4}]

@@ -24,7 +24,7 @@ from numbers import Integral
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy
-from ctxleak.errors import ConfigError, InputError
+from ctxleak.errors import ConfigError
 from ctxleak.methods.attacks.attack_claims import (
     answers_claim,
     claim_fields,
@@ -48,9 +48,11 @@ from ctxleak.methods.attacks.lower_bound import documents_needed
 from ctxleak.methods.attacks.membership import (
     ATTACKS,
     DEFAULT_ATTACKS,
+    NO_QUESTION,
     PERTURBATIONS,
     MembershipQuestion,
     check_membership,
+    membership_data,
     membership_questions,
     membership_summary,
     score_answer,
@@ -68,9 +70,8 @@ from ctxleak.targets.rag import demo_corpus
 class AttackReady:
     """What the attacks' :meth:`prepare` hands on: the ``target`` asked, the ``documents`` the
     answers are matched against (by id) and their secrets and personal data (``values``; empty
-    where the attack does not look for them: :attr:`_AttackMethod.finds_values`), for an
-    adaptive extraction, the crawl's state (:class:`.crawl.Crawler`), and for membership the
-    ids of the ``members``."""
+    where the attack does not look for them: :attr:`_AttackMethod.finds_values`), an adaptive
+    extraction's crawl (:class:`.crawl.Crawler`) and a membership audit's ``members`` (ids)."""
 
     target: Target
     documents: dict[str, AttackDocument]
@@ -356,19 +357,10 @@ class MembershipParams:
                 "influence": None if self.influence is None else self.influence.path}
 
 
-def membership_data(data: Any) -> tuple[Any, Any]:
-    """(members, non-members) from ``{"members": [...], "non_members": [...]}`` or a pair."""
-    if isinstance(data, Mapping) and "members" in data:
-        return data["members"], data.get("non_members") or []
-    if isinstance(data, (tuple, list)) and len(data) == 2 and not isinstance(data[0], str):
-        return data[0], data[1]
-    raise InputError("membership data must be {'members': [...], 'non_members': [...]} or "
-                     "a (members, non_members) pair", param="data")
-
 
 class MembershipMethod(_AttackMethod):
     """Membership inference against a target (module docstring); data: the members and the
-    non-members (:func:`membership_data`)."""
+    non-members (:func:`.membership.membership_data`)."""
 
     name = "attack-membership"
     desc = "membership"
@@ -388,8 +380,8 @@ class MembershipMethod(_AttackMethod):
                     questions=[q.question for q in questions])
 
     def prepare(self, over: Target, plan: Plan[Any, Any], run: Any) -> AttackReady:
-        return replace(super().prepare(over, plan, run),
-                       members=frozenset(row["id"] for row in plan.inputs["members"]))
+        ins = frozenset(row["id"] for row in plan.inputs["members"])
+        return replace(super().prepare(over, plan, run), members=ins)
 
     def measure(self, over: Target, ready: AttackReady,
                 items: Sequence[MembershipQuestion]) -> list[dict[str, Any]]:
@@ -411,13 +403,13 @@ class MembershipMethod(_AttackMethod):
         at 1 − α/k with its power (:func:`.membership.membership_summary`), beside
         ``eps_claimed`` (given, or from the claim every answer says it was released under,
         ``claim``: :func:`answers_claim`, :func:`document_eps`) with the ``law``
-        (:func:`.canary.law`) and the ``documents_needed``
-        (half members) to show an ε above 0 at the measured rates under the same threshold
-        rule and confidence (:func:`.lower_bound.documents_needed`), and ``unasked``: the
-        documents the attack had no question for (no word to mask or ask for), left out of
-        its ROC (completion's counted as trials guessed non-members: ``abstained``); the
-        joint figures (``eps_lower``: the best attack's bound at ``confidence`` jointly,
-        ``eps_max_showable``, ``verdict`` …) with the ``law`` of the best bound; the ledger."""
+        (:func:`.canary.law`) and the ``documents_needed`` (half members) to show an ε above 0
+        at the measured rates under the same threshold rule and confidence
+        (:func:`.lower_bound.documents_needed`), and ``unasked``: the documents the attack had
+        no question for, left out of its ROC (completion's counted as guessed non-members:
+        ``abstained``); the joint figures (``eps_lower``: the best attack's bound at
+        ``confidence`` jointly, ``eps_max_showable``, ``verdict`` …) with the ``law`` of the
+        best bound; the ledger."""
         p: MembershipParams = self.params
         out = membership_summary(records, seed=self.common.seed, confidence=p.confidence,
                                  resamples=p.resamples,
@@ -430,13 +422,7 @@ class MembershipMethod(_AttackMethod):
                                    queries_per_document(p.attacks, p.questions,
                                                         p.perturbations))
         for name in p.attacks:  # an attack that made no question is named, not dropped
-            out["attacks"].setdefault(name, {"skipped": (
-                "no document gave it a question: none has a word that occurs once in it and "
-                "could be masked or asked for (documents too short?)" + (
-                    ", or besides those a word at most half of the documents hold, and other "
-                    "documents' words to swap it for" if name == "calibrated" else
-                    " (completion: in its first half, held by no other document)"
-                    if name == "completion" else ""))})
+            out["attacks"].setdefault(name, {"skipped": NO_QUESTION[name]})
         for name, attack in out["attacks"].items():
             asked = {r["document_id"] for r in records if r["attack"] == name}
             attack["unasked"] = sorted(set(ready.documents) - asked)
@@ -456,4 +442,4 @@ class MembershipMethod(_AttackMethod):
 
 __all__ = ["AttackReady", "ExtractMethod", "ExtractParams", "InfluenceRun", "MembershipMethod",
            "MembershipParams", "anchor_list", "answers_claim", "attack_documents", "claim_fields",
-           "document_eps", "membership_data", "queries_per_document"]
+           "document_eps", "queries_per_document"]

@@ -113,6 +113,16 @@ def check_membership(members: Sequence[Any], non_members: Sequence[Any]
     return ins, outs
 
 
+def membership_data(data: Any) -> tuple[Any, Any]:
+    """(members, non-members) from ``{"members": [...], "non_members": [...]}`` or a pair."""
+    if isinstance(data, Mapping) and "members" in data:
+        return data["members"], data.get("non_members") or []
+    if isinstance(data, (tuple, list)) and len(data) == 2 and not isinstance(data[0], str):
+        return data[0], data[1]
+    raise InputError("membership data must be {'members': [...], 'non_members': [...]} or "
+                     "a (members, non_members) pair", param="data")
+
+
 def mask_question(doc: AttackDocument, member: bool, df: Mapping[str, int],
                   masks: int) -> MembershipQuestion | None:
     """The MBA question: the ``masks`` rarest candidate words, no two adjacent, masked in text
@@ -245,6 +255,15 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+_NO_WORD = ("no document gave it a question: none has a word that occurs once in it and could "
+            "be masked or asked for (documents too short?)")
+#: Why an attack asked nothing at all, by attack (the summary's ``skipped``).
+NO_QUESTION = {**dict.fromkeys(ATTACKS, _NO_WORD),
+               "calibrated": _NO_WORD + ", or besides those a word at most half of the "
+                             "documents hold, and other documents' words to swap it for",
+               "completion": _NO_WORD + " (completion: in its first half, held by no other "
+                                        "document)"}
+
 #: The attacks whose documents without a question still count as trials, guessed non-members
 #: (score 0): completion has nothing to look for in them, a decision the answers cannot change.
 ABSTAINING = ("completion",)
@@ -352,8 +371,8 @@ def verdict_rule(attacks: int, confidence: float, rules: str) -> str:
 
 
 __all__ = ["ABSTAINING", "ASSUMPTIONS", "ATTACKS", "DEFAULT_ATTACKS", "DIRECT_TEMPLATE",
-           "INTERROGATION_TEMPLATE", "MASK_TEMPLATE", "PERTURBATIONS", "MembershipQuestion",
-           "check_membership", "direct_verdict", "document_frequency", "document_scores",
-           "given", "interrogation_questions", "mask_question", "membership_questions",
-           "membership_summary", "power_summary", "score_answer", "split_members",
-           "verdict_rule"]
+           "INTERROGATION_TEMPLATE", "MASK_TEMPLATE", "NO_QUESTION", "PERTURBATIONS",
+           "MembershipQuestion", "check_membership", "direct_verdict", "document_frequency",
+           "document_scores", "given", "interrogation_questions", "mask_question",
+           "membership_data", "membership_questions", "membership_summary", "power_summary",
+           "score_answer", "split_members", "verdict_rule"]
