@@ -446,6 +446,5 @@ def ledger_fields(request: CIDRequest, answer: Answer, kept: list[str], dropped:
         "lambdas": ledger.lambdas,
         "token_ids": [e.token_id for e in ledger.entries],
         "tokens": len(ledger.entries), "stopped_on_eos": ledger.stopped_on_eos,
-        "documents": kept, "dropped": dropped,
-        "context_tokens_cut": answer.context_tokens_cut,
+        "documents": kept, "dropped": dropped, "context_tokens_cut": answer.context_tokens_cut,
     }
