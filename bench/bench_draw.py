@@ -1,11 +1,12 @@
-"""The seeded draw of a token: ``ctxleak.kernels.draw`` (``torch.multinomial`` of one sample:
-one exponential number per token of the vocabulary, the token of largest ``p / E``) against
-inverse transform sampling (one uniform number, a float64 cumulative sum and a binary search),
-the faster alternative that ctxleak does not use. Both in one process, interleaved, best of
-``--repeat``:
+"""The seeded draw of a token: ``ctxleak.kernels.draw`` (an exponential race whose
+exponentials come from a counter-based hash of two keys and the token id, on the device of the
+log-probabilities) against ``torch.multinomial`` of one sample (the same race with one
+exponential per token from the CPU generator, ctxleak's draw before) and inverse transform
+sampling (one uniform number, a float64 cumulative sum and a binary search). All in one process,
+interleaved, best of ``--repeat``:
 
-1. one draw from a ``[V]`` row of log-probabilities, at the default model's vocabulary (49,152)
-   and an 8B model's (128,256);
+1. one draw from a ``[V]`` row of log-probabilities on ``--device``, at the default model's
+   vocabulary (49,152) and an 8B model's (128,256);
 2. how often each draw's token changes when the logits carry the float noise two engines
    differ by (``--noise``, Gaussian, on logits shaped like a model's): what keeps the vLLM
    plugin's answers token for token equal to in-process CID;
@@ -14,7 +15,8 @@ the faster alternative that ctxleak does not use. Both in one process, interleav
    against plain ``generate`` of the same 2N prompts; ms per decoding step;
 4. each draw's token frequencies on a small distribution.
 
-    python bench/bench_draw.py [--repeat 20] [--noise 1e-5 1e-6] [--cid 16 --tokens 50]
+    python bench/bench_draw.py [--repeat 20] [--device cuda] [--noise 1e-5 1e-6]
+        [--cid 16 --tokens 50]
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ import torch
 from _common import device_line, load_default, timed_rounds
 
 from ctxleak.kernels.draw import draw, seeded_generator
+
+
+def multinomial_draw(logprobs: torch.Tensor, generator: torch.Generator, sample: bool) -> int:
+    """ctxleak's draw before the hashed race: ``torch.multinomial`` of one sample of the float64
+    probabilities on the CPU."""
+    logprobs = logprobs.detach().to("cpu", torch.float64)
+    if not sample:
+        return int(torch.argmax(logprobs))
+    probs = torch.exp(logprobs - logprobs.max())
+    return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
 
 
 def inverse_draw(logprobs: torch.Tensor, generator: torch.Generator, sample: bool) -> int:
@@ -48,41 +60,41 @@ def flips(vocab: int, noise: float, n: int) -> str:
     ``n`` seeds on rows shaped like a model's next-token logits (bench_bounded_lambda's)."""
     from bench_bounded_lambda import model_like
 
-    changed = {"multinomial": 0, "inverse": 0}
+    changed = dict.fromkeys(DRAWS, 0)
     noise_g = seeded_generator(9)
     for k in range(n):  # one row at a time: n rows of the vocabulary at once take gigabytes
         _, z = model_like(1, vocab, seed=5 + k, device="cpu")
         clean = torch.log_softmax(z[0].double() / 0.8, 0)
         noisy = torch.log_softmax(z[0].double() / 0.8 + noise * torch.randn(
             vocab, generator=noise_g, dtype=torch.float64), 0)
-        for name, fn in (("multinomial", draw), ("inverse", inverse_draw)):
+        for name, fn in DRAWS.items():
             changed[name] += fn(clean, seeded_generator(k), True) != \
                 fn(noisy, seeded_generator(k), True)
     return (f"| tokens changed by logit noise of {noise:g}, V = {vocab:,}, {n:,} draws | "
-            f"{changed['multinomial']} | {changed['inverse']} | — |")
+            + " | ".join(str(changed[k]) for k in DRAWS) + " | — |")
 
 
-def one_draw(vocab: int, repeat: int) -> str:
+def one_draw(vocab: int, repeat: int, device: str) -> str:
     logprobs = torch.log_softmax(2.5 * torch.randn(vocab, generator=seeded_generator(vocab),
-                                                   dtype=torch.float64), dim=0)
+                                                   dtype=torch.float64), dim=0).to(device)
     g = seeded_generator(0)
-    got = timed_rounds({"multinomial": lambda: [draw(logprobs, g, True) for _ in range(20)],
-                        "inverse": lambda: [inverse_draw(logprobs, g, True)
-                                            for _ in range(20)]},
-                       repeat=repeat)
-    old, new = got["multinomial"][0] / 20 * 1e3, got["inverse"][0] / 20 * 1e3
-    return f"| one draw, V = {vocab:,} | {old:.2f} ms | {new:.3f} ms | {old / new:.1f}x |"
+    got = timed_rounds({k: (lambda fn=fn: [fn(logprobs, g, True) for _ in range(20)])
+                        for k, fn in DRAWS.items()}, repeat=repeat)
+    ms = {k: got[k][0] / 20 * 1e3 for k in DRAWS}
+    return (f"| one draw, V = {vocab:,}, log-probs on {device} | "
+            + " | ".join(f"{ms[k]:.3f} ms" for k in DRAWS)
+            + f" | {ms['multinomial'] / ms['hashed']:.1f}x |")
 
 
 def frequencies(n: int = 20000) -> str:
     p = np.array([0.4, 0.3, 0.2, 0.1])
     logprobs = torch.log(torch.from_numpy(p))
-    out = []
-    for fn in (draw, inverse_draw):
+    out = {}
+    for name, fn in DRAWS.items():
         g = seeded_generator(1)
-        out.append(np.bincount([fn(logprobs, g, True) for _ in range(n)], minlength=4) / n)
-    return (f"# token frequencies over {n:,} draws of p = {p.tolist()}: torch.multinomial "
-            f"{np.round(out[0], 3).tolist()}, inverse transform {np.round(out[1], 3).tolist()}")
+        counts = np.bincount([fn(logprobs, g, True) for _ in range(n)], minlength=4) / n
+        out[name] = np.round(counts, 3).tolist()
+    return f"# token frequencies over {n:,} draws of p = {p.tolist()}: {out}"
 
 
 def cid_steps(n: int, tokens: int, repeat: int) -> list[str]:
@@ -113,15 +125,14 @@ def cid_steps(n: int, tokens: int, repeat: int) -> list[str]:
 
     generate_cid_many(lm, jobs[:2])  # warm-up of both routes
     hf_sample(lm, both[:2], 2)
-    got = timed_rounds({"multinomial": cid_with(draw), "inverse": cid_with(inverse_draw),
+    got = timed_rounds({**{k: cid_with(fn) for k, fn in DRAWS.items()},
                         "generate": lambda: hf_sample(lm, both, tokens)}, repeat=repeat)
     ms = {k: 1e3 * t / tokens for k, (t, _) in got.items()}
     return [f"| CID decoding, {n} answers ({2 * n} rows) x {tokens} tokens, ms per step "
-            f"(prefill included) | {ms['multinomial']:.1f} ms | {ms['inverse']:.1f} ms | "
-            f"{ms['multinomial'] / ms['inverse']:.2f}x |",
-            f"| plain `generate` of the same {2 * n} prompts, ms per step: CID / generate "
-            f"before {ms['multinomial'] / ms['generate']:.2f}x, after "
-            f"{ms['inverse'] / ms['generate']:.2f}x | {ms['generate']:.1f} ms | | |"]
+            f"(prefill included) | " + " | ".join(f"{ms[k]:.1f} ms" for k in DRAWS)
+            + f" | {ms['multinomial'] / ms['hashed']:.2f}x |",
+            f"| CID / plain `generate` of the same {2 * n} prompts ({ms['generate']:.1f} ms per "
+            f"step) | " + " | ".join(f"{ms[k] / ms['generate']:.2f}x" for k in DRAWS) + " | |"]
 
 
 def main() -> None:
@@ -132,13 +143,15 @@ def main() -> None:
     ap.add_argument("--noise", type=float, nargs="*", default=[1e-5, 1e-6],
                     help="std of the Gaussian noise added to the logits (0 or none: skip)")
     ap.add_argument("--flip-draws", type=int, default=2000)
+    ap.add_argument("--device", default="cpu", help="where the one-draw rows' log-probs are")
     args = ap.parse_args()
-    print(f"# {platform.processor() or platform.machine()}, draws on the CPU, "
-          f"{torch.get_num_threads()} threads, best of {args.repeat}")
-    print("| what | torch.multinomial (ctxleak) | inverse transform | speed-up |")
-    print("|---|---|---|---|")
+    print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+          f"best of {args.repeat}")
+    print("| what | hashed race (ctxleak) | torch.multinomial (before) | inverse transform | "
+          "multinomial / hashed |")
+    print("|---|---|---|---|---|")
     for vocab in (49152, 128256):
-        print(one_draw(vocab, args.repeat), flush=True)
+        print(one_draw(vocab, args.repeat, args.device), flush=True)
     for noise in args.noise:
         print(flips(49152, noise, args.flip_draws), flush=True)
     if args.cid:
@@ -148,6 +161,9 @@ def main() -> None:
         print(f"# CID section: {time.perf_counter() - t0:.1f} s")
     print(frequencies())
 
+
+#: The draws compared, each (log-probs, generator, sample) -> token id.
+DRAWS = {"hashed": draw, "multinomial": multinomial_draw, "inverse": inverse_draw}
 
 if __name__ == "__main__":
     main()

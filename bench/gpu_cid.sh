@@ -2,8 +2,8 @@
 # CID on a GPU, as docs/benchmarks.md's "On a GPU" section reports it: bounded CID's λ_t search
 # at the default model's vocabulary (49,152) and an 8B model's (128,256), then CID's decoding
 # step inside `generate` (plain, CID, bounded CID), in ctxleak's own batched decoder, and with
-# each of two seeded draws (bench_draw.py: torch.multinomial, ctxleak's, and an inverse
-# transform), on
+# each of three seeded draws (bench_draw.py: ctxleak's hashed race on the GPU, torch.multinomial
+# on the CPU, its draw before, and an inverse transform), on
 # random weights of the default model's architecture and of an 8B-sized one (Llama 3 8B's
 # shapes), bfloat16. Each benchmark runs in its own process; each prints its own table.
 #
@@ -22,13 +22,13 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
   LAMBDA=(--rows 1 --eps 2 --repeat 1 --device cpu)
   PROC=(--batch 2 --tokens 4 --repeat 1)
   BATCHED=(--only cid --examples 2)
-  DRAW=(--repeat 2 --cid 2 --tokens 4)
+  DRAW=(--repeat 2 --device cpu --noise --cid 2 --tokens 4)
 else
   RW=(--model-dir "$MODEL_DIR")
   LAMBDA=(--rows 8 1 --repeat 10 --device cuda)
   PROC=(--batch 4 --tokens 50 --repeat 3)
   BATCHED=(--only cid --examples 16)
-  DRAW=(--repeat 20 --cid 16 --tokens 50)
+  DRAW=(--repeat 20 --device cuda --noise --cid 16 --tokens 50)
   nvidia-smi --query-gpu=name,driver_version,memory.total,utilization.gpu,temperature.gpu \
     --format=csv
 fi

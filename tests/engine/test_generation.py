@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.naive_draw import naive_draw
 from helpers.tiny_models import tiny_gemma3
 
 from ctxleak.engine.generation import derive_seed, generate_streams
@@ -14,15 +15,14 @@ from ctxleak.kernels.cid import MASKED_LOGIT
 
 
 def naive_sample(lm, prompt, n, seed, temperature):
-    """One stream, full recomputation each step, the same CPU float64 draw."""
+    """One stream, full recomputation each step, the same seeded draw, written again in numpy."""
     g = torch.Generator().manual_seed(seed)
     seq, out = list(prompt), []
     for _ in range(n):
         with torch.no_grad():
             logits = lm.model(torch.tensor([seq])).logits[0, -1].double()
         logp = torch.log_softmax(logits / temperature, -1)
-        probs = torch.exp(logp - logp.max())
-        tok = int(torch.multinomial(probs / probs.sum(), 1, generator=g))
+        tok = naive_draw(logp, g)
         if tok in lm.eos_ids:
             break
         out.append(tok)

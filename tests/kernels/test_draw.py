@@ -1,5 +1,6 @@
-"""The seeded draw: its distribution, masked tokens, its errors, and that float noise between
-two engines' logits leaves its tokens alone."""
+"""The seeded draw: its hash against a numpy reimplementation, its distribution, masked tokens,
+its errors, that float noise between two engines' logits leaves its tokens alone, and (where a
+GPU is present) that a GPU draws the same tokens as the CPU."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import naive_draw as naive
+from scipy import stats
 
 from ctxleak.kernels.cid import MASKED_LOGIT
-from ctxleak.kernels.draw import draw, seeded_generator
+from ctxleak.kernels.draw import draw, mix32, seeded_generator, uniforms
 
 
 def test_frequencies_follow_the_distribution():
@@ -58,3 +61,51 @@ def test_no_drawable_token_is_an_error(bad):
     logits = torch.full((4,), bad, dtype=torch.float64)
     with pytest.raises(ValueError, match="cannot draw a token"):
         draw(logits, seeded_generator(0), True)
+
+
+def test_the_hash_by_hand_and_against_numpy():
+    # mix32(1) by hand: 1 ^ (1 >> 16) = 1; 1 * 0x7FEB352D = 0x7FEB352D;
+    # 0x7FEB352D ^ (0x7FEB352D >> 15) = 0x7FEB352D ^ 0xFFD6 = 0x7FEBCAFB;
+    # 0x7FEBCAFB * 0x5BD1E995 mod 2**32, then x ^ (x >> 16)
+    x = (0x7FEBCAFB * 0x5BD1E995) % 2**32
+    assert int(mix32(torch.tensor([1]))) == x ^ (x >> 16)
+    values = torch.tensor([0, 1, 2**31, 2**32 - 1, 123456789, 0xDEADBEEF])
+    assert mix32(values).tolist() == naive.mix32(values.numpy()).astype(np.int64).tolist()
+    for keys, n in [((0, 0), 1), ((2**32 - 1, 7), 5), ((12345, 2**32 - 1), 1000)]:
+        assert np.array_equal(uniforms(keys, n).numpy(), naive.uniforms(keys, n)), (keys, n)
+
+
+def test_uniforms_are_uniform_and_each_key_gives_its_own():
+    u = uniforms((1, 2), 200_000)
+    assert 0.0 < float(u.min()) and float(u.max()) < 1.0
+    assert stats.kstest(u.numpy(), "uniform").pvalue > 1e-3
+    others = [uniforms(keys, 200_000).numpy() for keys in [(1, 3), (2, 2)]]
+    for other in others:  # another key: other numbers, uncorrelated with these
+        assert abs(np.corrcoef(u.numpy(), other)[0, 1]) < 0.02
+
+
+@pytest.mark.parametrize("keys, n", [((0, 2**32), 4), ((-1, 0), 4), ((0, 0), 0)])
+def test_bad_hash_arguments_are_refused(keys, n):
+    with pytest.raises(ValueError):
+        uniforms(keys, n)
+
+
+def test_the_draw_equals_a_numpy_reimplementation():
+    logprobs = torch.log_softmax(3 * torch.randn(2000, dtype=torch.float64), 0)
+    mine, theirs = seeded_generator(3), seeded_generator(3)
+    drawn = [draw(logprobs, mine, True) for _ in range(50)]
+    assert drawn == [naive.naive_draw(logprobs, theirs) for _ in range(50)]
+    assert len(set(drawn)) > 5
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_gpu_draws_the_tokens_of_the_cpu():
+    """Integer hashing is exact on every device: the same uniforms bit for bit, and the same
+    tokens from log-probabilities on the GPU as from the same values on the CPU."""
+    for n in (49152, 128256):
+        assert torch.equal(uniforms((7, 9), n, "cuda").cpu(), uniforms((7, 9), n))
+    g = torch.Generator().manual_seed(0)
+    rows = torch.log_softmax(2.5 * torch.randn(200, 49152, generator=g, dtype=torch.float64), -1)
+    on_cpu = [draw(row, seeded_generator(k), True) for k, row in enumerate(rows)]
+    on_gpu = [draw(row.cuda(), seeded_generator(k), True) for k, row in enumerate(rows)]
+    assert on_cpu == on_gpu

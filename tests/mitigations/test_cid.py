@@ -277,12 +277,13 @@ def test_bounded_cid_windows_score_each_neighbour_at_its_own_lambda(tiny_lm, bat
     np.testing.assert_allclose(rec["window_logp"], ablated, atol=1e-4)
     np.testing.assert_allclose(rec["window_influence"], np.abs(full - ablated).sum(1),
                                atol=1e-3)
-    # the teeth: mixing every neighbour at D's own λ_t gives other numbers on this example
+    # the teeth: mixing every neighbour at D's own λ_t gives other numbers on this example, by
+    # ten times the tolerance of the check above at least (it would fail that check)
     lams = np.array(rec["lambdas"][:len(response)])
     assert lams.min() < lam_max
     z = [[float(x) for x in row] for row in ablated]
     at_d = _neighbours_at_lambdas(tiny_lm, parts, response, spans, lams, temp, min_new)
-    assert np.abs(at_d - np.array(z)).max() > 1e-2
+    assert np.abs(at_d - np.array(z)).max() > 10 * 1e-4
 
 
 def _neighbours_at_lambdas(lm, parts, response, spans, lams, temp, min_new):

@@ -97,7 +97,7 @@ def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path, ca
 
 
 def test_a_streamed_answer_sends_each_token_as_it_is_drawn(lm, tmp_path, monkeypatch):
-    """The first token's chunk reaches the client while decoding is held after that token: a
+    """The first text's chunk reaches the client while decoding is held after its token: a
     stream that waited for the whole answer would never deliver it (the hold times out). While
     it is still decoding, the stream counts against the concurrency limit."""
     from ctxleak.proxy.batching import BatchDecoder
@@ -107,7 +107,8 @@ def test_a_streamed_answer_sends_each_token_as_it_is_drawn(lm, tmp_path, monkeyp
     def held(decoder, request, docs, on_entry=None):
         def entry(e):
             on_entry(e)
-            if e.step == 0:  # hold the decoding until the client has the first chunk
+            # hold the decoding after the first token with text until the client has its chunk
+            if not timed_out and lm.decode([e.token_id]).strip():
                 timed_out.append(not received.wait(timeout=20))
         return real(decoder, request, docs, entry)
 
@@ -133,8 +134,9 @@ def test_a_streamed_answer_sends_each_token_as_it_is_drawn(lm, tmp_path, monkeyp
                 break
             threading.Event().wait(0.01)
         assert proxy._active == 0 and not proxy._slots.locked()
-        info = chunks[-1].model_extra["ctxleak"]
-        assert chunks[1].choices[0].delta.content == lm.decode(info["token_ids"][:1])
+        ids = chunks[-1].model_extra["ctxleak"]["token_ids"]
+        first = next(k for k, t in enumerate(ids) if lm.decode([t]).strip())
+        assert chunks[1].choices[0].delta.content == lm.decode(ids[:first + 1])
 
 
 def test_a_stream_that_fails_midway_charges_the_tokens_it_sent(lm, tmp_path, monkeypatch):

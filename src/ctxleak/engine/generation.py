@@ -13,9 +13,10 @@ without the context); the DP synthetic-text mechanism (App. C.1 of "Evaluating P
 From In-Context Learning") combines s one-shot prompts.
 
 Sampling is seeded by (run seed, example index) through :func:`derive_seed`, so the same example
-gets the same draws whatever the sharding or order of a run. The draw itself happens on the CPU
-in float64 (:mod:`ctxleak.kernels.draw`), so it does not depend on the device's random number
-generator.
+gets the same draws whatever the sharding or order of a run. The draw itself is float64 with
+noise from a counter-based hash keyed by the example's own CPU generator
+(:mod:`ctxleak.kernels.draw`), so it gives the same tokens on every device and does not depend on
+the device's random number generator.
 
 Batch-invariant numerics: the tokens of a job do not depend on the jobs decoded with it, but the
 logits do, by float noise (float32 matrix products change with the number of rows, attention

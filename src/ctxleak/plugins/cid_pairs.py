@@ -11,7 +11,7 @@ has produced). For each pair, :meth:`PairBook.apply`:
 - **decides a step once**: with both rows at step t, the EOS ids are masked before the minimum
   length, λ_t is λ or bounded CID's Alg. 1 search (:func:`ctxleak.kernels.cid.bounded_lambda`),
   ``log p̄_λ`` is mixed in float64 and one token is drawn from the pair's own generator
-  (:func:`ctxleak.kernels.draw.draw`: the same float64 draw on the CPU as in-process CID), all as
+  (:func:`ctxleak.kernels.draw.draw`: the same float64 draw as in-process CID, on any device), all as
   :func:`ctxleak.engine.streams.take_step` does; both rows are then forced to that token;
 - **emits a forced token** where the answer is teacher-forced (``ctxleak_forced``): the same
   step, the token given instead of drawn (the generator is not drawn from), so that the records

@@ -23,7 +23,9 @@ DOCS = [{"id": f"d{i}", "context": c} for i, c in enumerate((
     "Customer file.", "Billing record.", "Support ticket.", "Bank letter."))]
 # THRESHOLD: 4 of the canary's 6 digits repeated, in any order (a tails response repeats up
 # to 3 of them by chance: the other canary shares digits with it)
-TRIALS, TOKENS, T, THRESHOLD = 16, 10, 0.5, 4
+# TRIALS: 64 catch the broken mechanism whatever the draw (measured over four seeds: ε lower
+# bounds 0.26 to 1.12 against its claim of 0.1; 16 trials caught it under one draw and not another)
+TRIALS, TOKENS, T, THRESHOLD = 64, 10, 0.5, 4
 BOUNDED_TRIALS, BOUNDED_TOKENS, EPS = 2, 4, 8.0
 
 
@@ -40,7 +42,7 @@ def test_the_law_catches_a_broken_mechanism_and_holds_for_bounded_cid(default_lm
     broken = summarize_trials(claimed, threshold=THRESHOLD)
     assert broken["eps_guarantee"] == pytest.approx(0.01 * TOKENS)
     assert broken["law"] == VIOLATED, broken
-    assert broken["eps_lower"] > broken["eps_guarantee"]  # 0.25 > 0.1: 7 of 8 vs 0 of 8
+    assert broken["eps_lower"] > broken["eps_guarantee"]  # 0.44 > 0.1: 24 of 32 vs 6 of 32
     # the first trials again under bounded CID at ε = 8 per token: 32 nats per response
     honest = summarize_trials(records[TRIALS:], threshold=THRESHOLD)
     assert honest["n_in"] + honest["n_out"] == BOUNDED_TRIALS

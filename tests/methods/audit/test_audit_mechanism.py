@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import examples
+from helpers.naive_draw import naive_draw
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -113,14 +114,13 @@ def test_leave_one_out_reaverage_equals_prompt_removed(s, v, clip, tau, alpha, s
 
 def naive_mechanism_generation(lm, prompts, clip, tau, n, seed, min_new):
     """Algorithm 1 as a plain loop: every prompt forwarded alone from scratch at every step,
-    clipped, averaged, sampled with the engine's CPU float64 draw."""
+    clipped, averaged, sampled with the engine's seeded draw (written again in numpy)."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for step in range(n):
         rows = [clip_np(naive_logits(lm, p, out, step, min_new).numpy(), clip) for p in prompts]
         logp = torch.from_numpy(mechanism_logprobs(rows, tau))
-        probs = torch.exp(logp - logp.max())
-        tok = int(torch.multinomial(probs / probs.sum(), 1, generator=g))
+        tok = naive_draw(logp, g)
         if tok in lm.eos_ids:
             return out, True
         out.append(tok)

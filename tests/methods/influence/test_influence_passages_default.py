@@ -15,8 +15,10 @@ def test_the_passage_holding_the_copied_fact_ranks_first(default_lm, tmp_path):
              "passages": ["The museum opens at nine in the morning and closes at five.",
                           "Zorvath Quillby's bank account number is 88-4412-9071.",
                           "The weather in spring is mild and often rainy."]}]
+    # T = 0.1: every seed tried (0 to 3) copies passage 2; at T = 0.3 one seed in four answers
+    # from passage 1 first
     res = ctxleak.influence(default_lm, data, max_new_tokens=12, min_new_tokens=4,
-                            temperature=0.3, progress=False, output=str(tmp_path / "run"))
+                            temperature=0.1, progress=False, output=str(tmp_path / "run"))
     record = res.records[0]
     assert "Quillby" in record["response"]  # the response copies from passage 2
     assert record["max_passage"] == 2  # numbered from 1

@@ -8,8 +8,9 @@ from each row's first real token. The prompts go through the model once
 (:mod:`ctxleak.engine.local.kvroom`); then each step is one forward pass over every live row, and
 each job takes :func:`ctxleak.engine.streams.take_step` on its own rows with its own seeded
 generator. A job that stops (EOS or its maximum) leaves the batch: its rows are dropped from the
-cache, so finished examples stop costing compute. The draw happens on the CPU in float64
-(:mod:`ctxleak.kernels.draw`), so it does not depend on the device's random number generator.
+cache, so finished examples stop costing compute. The draw is float64 with noise from a
+counter-based hash (:mod:`ctxleak.kernels.draw`), so it gives the same tokens on every device and
+does not depend on the device's random number generator.
 """
 
 from __future__ import annotations
