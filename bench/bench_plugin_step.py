@@ -3,10 +3,12 @@ Model Runner V1 and V2 both call) deciding N answers' CID step from their ``[2N,
 ``--device`` (where a GPU server hands them over), plain CID (λ = 0.5) and bounded CID (ε = 2
 per token), T = 0.8, logits shaped like a model's (bench_bounded_lambda's). ms per step (best of
 ``--repeat`` rounds of ``--steps`` steps) and per answer, with ctxleak's draw and, for comparison,
-the draws of bench_draw.py (``--draws``: ``multinomial``, the draw before, on the CPU).
+the draws of bench_draw.py (``--draws``: ``multinomial``, the draw before, on the CPU), and with
+bounded CID's λ_t searched for all answers of a step together (ctxleak's way) or, for
+comparison, one answer at a time (``--search alone``, the way before).
 
     python bench/bench_plugin_step.py [--device cuda] [--vocab 49152 128256] [--answers 1 8 32]
-        [--draws hashed multinomial]
+        [--draws hashed multinomial] [--search together alone]
 """
 
 from __future__ import annotations
@@ -58,21 +60,25 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--draws", nargs="+", default=["hashed"], choices=sorted(DRAWS))
+    ap.add_argument("--search", nargs="+", default=["together"], choices=["together", "alone"])
     a = ap.parse_args()
     name = torch.cuda.get_device_name() if a.device.startswith("cuda") else \
         platform.processor() or platform.machine()
     print(f"# {name}, {torch.get_num_threads()} CPU threads, logits on {a.device}, best of "
           f"{a.repeat} x {a.steps} steps")
-    print("| draw | V | answers | plain CID ms per step | per answer | bounded CID ms per step | "
-          "per answer |")
-    print("|---|---|---|---|---|---|---|")
+    print("| draw | λ_t search | V | answers | plain CID ms per step | per answer | bounded CID "
+          "ms per step | per answer |")
+    print("|---|---|---|---|---|---|---|---|")
+    together = PairBook._search_together
     for vocab in a.vocab:
         for n in a.answers:
-            for name in a.draws:
+            for name, search in [(d, s) for d in a.draws for s in a.search]:
                 cid_pairs.draw = DRAWS[name]
+                PairBook._search_together = together if search == "together" else \
+                    (lambda self, logits, by_pair: {})  # type: ignore[method-assign]
                 plain = step_ms(n, vocab, None, a.device, a.steps, a.repeat)
                 bounded = step_ms(n, vocab, 2.0, a.device, a.steps, a.repeat)
-                print(f"| {name} | {vocab:,} | {n} | {plain:.1f} | {plain / n:.2f} | "
+                print(f"| {name} | {search} | {vocab:,} | {n} | {plain:.1f} | {plain / n:.2f} | "
                       f"{bounded:.1f} | {bounded / n:.2f} |", flush=True)
 
 

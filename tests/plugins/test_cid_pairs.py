@@ -362,3 +362,53 @@ def test_forced_tokens_outside_the_vocabulary_void_their_pair_alone():
     out = book.apply(_logits(60), [(0, a, 0), (1, b, 0)])
     assert int(out[0].argmax()) == int(out[1].argmax()) == STOP
     assert "IndexError" in written[PAIR]["error"] and written[PAIR]["steps"] == []
+
+
+def _bounded_pairs(book, ids, max_tokens):
+    """Bounded pairs (ε = 0.5, λ_max = 1, EOS masked at the first step, each seeded by its id)
+    on rows 2k (context) and 2k + 1, one per id."""
+    members = []
+    for pair in ids:
+        s = read_settings(_xargs(ctxleak_pair=pair, ctxleak_eps=0.5, ctxleak_lam=1.0,
+                                 ctxleak_seed=int(pair, 16), ctxleak_min=1))
+        members += [book.admit(s, max_tokens, CTX), book.admit(s, max_tokens, EMPTY)]
+    return members
+
+
+@pytest.mark.parametrize("device, broken_search", [("cpu", False), ("cpu", True), (None, False)])
+def test_bounded_pairs_of_one_batch_search_together_as_each_alone(monkeypatch, device,
+                                                                  broken_search):
+    """Five bounded pairs in one batch (their EOS masked at the first step) get, step by step,
+    the records each gets alone: one λ_t search of five rows is five searches of one, bit for
+    bit (searched together where the device allows it, here the CPU by choice); where that
+    search raises, each pair searches alone and nothing is voided; and by default (a GPU
+    only) the CPU searches one pair at a time."""
+    if device is not None:
+        monkeypatch.setattr(cid_pairs, "SEARCH_TOGETHER_ON", frozenset({device}))
+    ids, steps = [f"{k:032x}" for k in range(1, 6)], 3
+    logits = [_logits(40 + t, rows=10, vocab=50) for t in range(steps)]
+    alone = []
+    for k, pair in enumerate(ids):
+        book, written = _book()
+        c, e = _bounded_pairs(book, [pair], steps)
+        for t, z in enumerate(logits):
+            book.apply(z[2 * k:2 * k + 2].clone(), [(0, c, t), (1, e, t)])
+        alone.append(written[pair]["steps"])
+    calls = []
+    real = cid_pairs.bounded_lambdas
+
+    def counted(zc, ze, *args):
+        calls.append(zc.shape[0])
+        if broken_search:
+            raise RuntimeError("the group's search fails")
+        return real(zc, ze, *args)
+
+    monkeypatch.setattr(cid_pairs, "bounded_lambdas", counted)
+    book, written = _book()
+    members = _bounded_pairs(book, ids, steps)
+    for t, z in enumerate(logits):
+        book.apply(z.clone(), [(r, m, t) for r, m in enumerate(members)])
+    assert calls == ([5] * steps if device else [])
+    assert [written[p]["steps"] for p in ids] == alone
+    assert all(written[p]["error"] is None for p in ids)
+    assert any(0 < s["lam"] < 1 for steps_ in alone for s in steps_)  # the bound binds somewhere

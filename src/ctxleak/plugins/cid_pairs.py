@@ -46,12 +46,16 @@ from typing import Any
 
 import torch
 
-from ctxleak.kernels.cid import MASKED_LOGIT, bounded_lambda, cid_logprobs
+from ctxleak.kernels.cid import MASKED_LOGIT, bounded_lambda, bounded_lambdas, cid_logprobs
 from ctxleak.kernels.draw import draw, seeded_generator
 from ctxleak.plugins.protocol import PROTOCOL_VERSION, PairSettings, prompt_digest
 
 #: Seconds after which a pair none of whose requests is in the batch is given up.
 STALE_SECONDS = 600.0
+
+#: Device types on which the bounded pairs of a step search their λ_t together
+#: (:meth:`PairBook._search_together`).
+SEARCH_TOGETHER_ON = frozenset({"cuda"})
 
 LOG = logging.getLogger(__name__)
 
@@ -170,6 +174,7 @@ class PairBook:
         by_pair: dict[str, list[tuple[int, Member, int]]] = {}
         for row in rows:
             by_pair.setdefault(row[1].settings.pair, []).append(row)
+        searched = self._search_together(logits, by_pair)
         for pair_id, own in by_pair.items():
             pair = self.pairs.get(pair_id)
             if pair is None:  # cannot happen through admit; end the rows rather than guess
@@ -178,7 +183,7 @@ class PairBook:
                 continue
             pair.last_seen = time.monotonic()
             try:
-                self._step_pair(logits, pair, own)
+                self._step_pair(logits, pair, own, searched.get(pair_id))
             except Exception as exc:  # noqa: BLE001 - one request never stops the engine
                 LOG.exception("ctxleak's CID plugin voids pair %s", pair_id)
                 self.fail(pair, f"the plugin's step failed: {type(exc).__name__}: {exc}")
@@ -186,40 +191,76 @@ class PairBook:
                     end(logits, index, pair.settings.stops)
         return logits
 
+    def _search_together(self, logits: torch.Tensor,
+                         by_pair: dict[str, list[tuple[int, Member, int]]]
+                         ) -> dict[str, tuple[float, float]]:
+        """On a GPU, Alg. 1's λ_t and divergence of every bounded pair that decides a step in
+        this batch, one search per group of pairs with equal (ε, λ_max, T): the kernel's rows at
+        once are each row alone, bit for bit, and a one-row search is bound by its kernel
+        launches there (about 96), so N rows cost about what one does. On a CPU each pair
+        searches alone (nothing is returned): one row's passes stay in the cache, and 8 rows at
+        once took 16.8 ms against 12.7 ms one at a time (bench/bench_plugin_step.py). A group
+        whose search raises is left out: its pairs search alone in :meth:`_decide`, and one
+        that raises there is voided alone."""
+        if logits.device.type not in SEARCH_TOGETHER_ON:
+            return {}
+        groups: dict[tuple[float, float, float], list[tuple[str, torch.Tensor, torch.Tensor]]] = {}
+        for pair_id, own in by_pair.items():
+            pair = self.pairs.get(pair_id)
+            eps = None if pair is None else pair.settings.eps
+            if pair is None or eps is None:
+                continue
+            new, problem = _new_rows(pair, own)
+            if new and problem is None:
+                try:
+                    zc, ze = _masked(logits, pair, *new)
+                except Exception:  # noqa: BLE001 - the pair's own step says why, alone
+                    continue
+                key = (eps, pair.settings.lam, pair.settings.temperature)
+                groups.setdefault(key, []).append((pair_id, zc, ze))
+        found: dict[str, tuple[float, float]] = {}
+        for (eps, lam_max, temperature), members in groups.items():
+            if len(members) < 2:
+                continue
+            try:
+                lams, divs = bounded_lambdas(torch.stack([m[1] for m in members]),
+                                             torch.stack([m[2] for m in members]), eps,
+                                             lam_max, temperature)
+            except Exception:  # noqa: BLE001 - each pair searches alone instead
+                LOG.exception("ctxleak's CID plugin searches %d answers' λ_t one at a time",
+                              len(members))
+                continue
+            for (pair_id, _, _), lam, div in zip(members, lams.tolist(), divs.tolist()):
+                found[pair_id] = (lam_max if lam == lam_max else lam, div)
+        return found
+
     def _step_pair(self, logits: torch.Tensor, pair: Pair,
-                   own: list[tuple[int, Member, int]]) -> None:
+                   own: list[tuple[int, Member, int]],
+                   searched: tuple[float, float] | None = None) -> None:
         if pair.error is None:
-            new = [(r, m, s) for r, m, s in own if s >= len(pair.steps)]
-            steps = {s for _, _, s in new}
-            roles = {m.role for _, m, _ in new}
-            if any(s > len(pair.steps) for s in steps):
-                self.fail(pair, f"a stream is at step {max(steps)} but only "
-                                f"{len(pair.steps)} were decided")
-            elif new and (len(new) != 2 or roles != {"context", "empty"}):
-                self.fail(pair, f"the partner stream is missing from the batch at step "
-                                f"{len(pair.steps)}")
+            new, problem = _new_rows(pair, own)
+            if problem is not None:
+                self.fail(pair, problem)
             elif new:
-                by_role = {m.role: r for r, m, _ in new}
-                self._decide(logits, pair, by_role["context"], by_role["empty"])
+                self._decide(logits, pair, *new, searched)
         for row, _, step in own:
             if pair.error is not None:
                 end(logits, row, pair.settings.stops)
             else:
                 force(logits, row, pair.steps[step]["token"])
 
-    def _decide(self, logits: torch.Tensor, pair: Pair, row_context: int, row_empty: int
-                ) -> None:
+    def _decide(self, logits: torch.Tensor, pair: Pair, row_context: int, row_empty: int,
+                searched: tuple[float, float] | None = None) -> None:
         """One step of CID on the pair's two rows (the order of ``take_step``: mask, combine,
-        draw or take the forced token, record)."""
+        draw or take the forced token, record); ``searched``: bounded CID's λ_t and divergence
+        where :meth:`_search_together` found them."""
         cfg, step = pair.settings, len(pair.steps)
-        zc, ze = logits[row_context].double(), logits[row_empty].double()
-        if step < cfg.min_new_tokens:
-            stops = torch.tensor(cfg.stops, dtype=torch.long, device=zc.device)
-            zc[stops], ze[stops] = MASKED_LOGIT, MASKED_LOGIT
+        zc, ze = _masked(logits, pair, row_context, row_empty)
         eps_ex_post = None
         lam: float = cfg.lam
         if cfg.eps is not None:
-            lam, div = bounded_lambda(zc, ze, cfg.eps, cfg.lam, cfg.temperature)
+            lam, div = searched if searched is not None else \
+                bounded_lambda(zc, ze, cfg.eps, cfg.lam, cfg.temperature)
             eps_ex_post = 2.0 * div
         mixed = cid_logprobs(zc, ze, lam, cfg.temperature)
         token = cfg.forced[step] if step < len(cfg.forced) else \
@@ -259,6 +300,31 @@ class PairBook:
                 if not pair.complete:
                     self.fail(pair, "the pair's requests left the batch before it ended")
                 del self.pairs[pair_id]
+
+
+def _new_rows(pair: Pair, own: list[tuple[int, Member, int]]
+              ) -> tuple[tuple[int, int] | None, str | None]:
+    """The (context, no-context) rows of the pair's undecided step in this batch, or None where
+    every row of it repeats a decided step; and why the pair falls out of step, if it does."""
+    new = [(r, m, s) for r, m, s in own if s >= len(pair.steps)]
+    steps = {s for _, _, s in new}
+    if any(s > len(pair.steps) for s in steps):
+        return None, f"a stream is at step {max(steps)} but only {len(pair.steps)} were decided"
+    if new and (len(new) != 2 or {m.role for _, m, _ in new} != {"context", "empty"}):
+        return None, f"the partner stream is missing from the batch at step {len(pair.steps)}"
+    by_role = {m.role: r for r, m, _ in new}
+    return ((by_role["context"], by_role["empty"]) if new else None), None
+
+
+def _masked(logits: torch.Tensor, pair: Pair, row_context: int, row_empty: int
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pair's two rows in float64, its EOS ids masked before its minimum length."""
+    zc, ze = logits[row_context].double(), logits[row_empty].double()
+    if len(pair.steps) < pair.settings.min_new_tokens:
+        stops = torch.tensor(pair.settings.stops, dtype=torch.long, device=zc.device)
+        zc, ze = zc.clone(), ze.clone()
+        zc[stops], ze[stops] = MASKED_LOGIT, MASKED_LOGIT
+    return zc, ze
 
 
 def end(logits: torch.Tensor, row: int, stops: Sequence[int]) -> None:
