@@ -23,12 +23,16 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
   PROC=(--batch 2 --tokens 4 --repeat 1)
   BATCHED=(--only cid --examples 2)
   DRAW=(--repeat 2 --device cpu --noise --cid 2 --tokens 4)
+  BOUNDED=(--answers 2 --tokens 4 --repeat 1)
+  STEP=(--device cpu --vocab 49152 --answers 1 2 --steps 2 --repeat 1)
 else
   RW=(--model-dir "$MODEL_DIR")
   LAMBDA=(--rows 8 1 --repeat 10 --device cuda)
   PROC=(--batch 4 --tokens 50 --repeat 3)
   BATCHED=(--only cid --examples 16)
   DRAW=(--repeat 20 --device cuda --noise --cid 16 --tokens 50)
+  BOUNDED=(--answers 16 --tokens 50 --repeat 2)
+  STEP=(--device cuda --answers 1 8 32 --search together alone --draws hashed multinomial)
   nvidia-smi --query-gpu=name,driver_version,memory.total,utilization.gpu,temperature.gpu \
     --format=csv
 fi
@@ -45,8 +49,12 @@ for arch in default llama-8b; do
   run "$PY" bench/random_weights.py "${RW[@]}" --arch "$arch" bench_batched "${BATCHED[@]}"
 done
 fi
-# the seeded draw, and CID's step with each draw (set SECTIONS=draw to run this part alone)
+# the seeded draw, CID's step with each draw, bounded CID's shared λ_t search in-process and
+# the vLLM plugin's own step (set SECTIONS=draw to run this part alone)
 for arch in default llama-8b; do
   run "$PY" bench/random_weights.py "${RW[@]}" --arch "$arch" bench_draw "${DRAW[@]}"
+  run "$PY" bench/random_weights.py "${RW[@]}" --arch "$arch" bench_bounded_decoding \
+    "${BOUNDED[@]}"
 done
+run "$PY" bench/bench_plugin_step.py "${STEP[@]}"
 exit $status

@@ -16,8 +16,8 @@ to its full length. docs/benchmarks.md's GPU section was measured so.
         model's tokenizer and chat template, whose 49,152 ids the larger vocabulary contains:
         an id past them decodes to no text)
 
-BENCH: bench_batched, bench_cid_processor, bench_draw, bench_bounded_lambda (no model),
-bench_influence, bench_scoring, bench_proxy, bench_proxy_clients.
+BENCH: bench_batched, bench_cid_processor, bench_draw, bench_bounded_decoding,
+bench_bounded_lambda (no model), bench_influence, bench_scoring, bench_proxy, bench_proxy_clients.
 """
 
 from __future__ import annotations

@@ -129,3 +129,36 @@ def test_one_ledger_record_its_influence_follows_from_the_log_probabilities():
                                    temperature=1.0, stopped_on_eos=True)
     assert ledger.response_ids == [5] and ledger.token_influence == [1.25]
     assert [e.step for e in ledger.entries] == [0, 1] and ledger.influence == 1.25
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_bounded_answers_decoded_together_share_one_search_each_step(tiny_lm, monkeypatch,
+                                                                     broken):
+    """Where the λ_t searches of a step's answers are shared (a GPU; here the CPU by choice),
+    each decoding step of four bounded answers with the same ε, λ_max and T runs one search,
+    and every ledger is, float for float, the one decoded without sharing; an answer with
+    other settings searches alone; a shared search that raises leaves each answer to search
+    alone, with the same ledgers."""
+    import ctxleak.mitigations.cid as cid
+
+    config = CIDConfig(lam=1.0, temperature=0.9, max_new_tokens=6, min_new_tokens=3,
+                       bounded_eps=0.5)
+    other = replace(config, bounded_eps=2.0)
+    requests = [_request(tiny_lm, seed=s) for s in (3, 4, 5, 6, 7)]
+    jobs = [(r.prompt(DOCS[:k + 1]), r.prompt([]), config if k < 4 else other, r.seed)
+            for k, r in enumerate(requests)]
+    alone = generate_cid_many(tiny_lm, jobs)
+    real, calls = cid.bounded_lambda_rows, []
+
+    def counted(zc, ze, *args):
+        calls.append(len(zc))
+        if broken and len(zc) > 1:
+            raise RuntimeError("the shared search fails")
+        return real(zc, ze, *args)
+
+    monkeypatch.setattr(cid, "bounded_lambda_rows", counted)
+    monkeypatch.setattr(cid, "SEARCH_TOGETHER_ON", frozenset({"cpu"}))
+    shared = generate_cid_many(tiny_lm, jobs)
+    assert shared == alone
+    assert calls and set(calls) == {4}  # the fifth answer's ε differs: it searches alone
+    assert any(0 < e.lam < 1 for ledger in alone for e in ledger.entries)

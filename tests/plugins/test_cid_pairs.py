@@ -395,15 +395,15 @@ def test_bounded_pairs_of_one_batch_search_together_as_each_alone(monkeypatch, d
             book.apply(z[2 * k:2 * k + 2].clone(), [(0, c, t), (1, e, t)])
         alone.append(written[pair]["steps"])
     calls = []
-    real = cid_pairs.bounded_lambdas
+    real = cid_pairs.bounded_lambda_rows
 
     def counted(zc, ze, *args):
-        calls.append(zc.shape[0])
+        calls.append(len(zc))
         if broken_search:
             raise RuntimeError("the group's search fails")
         return real(zc, ze, *args)
 
-    monkeypatch.setattr(cid_pairs, "bounded_lambdas", counted)
+    monkeypatch.setattr(cid_pairs, "bounded_lambda_rows", counted)
     book, written = _book()
     members = _bounded_pairs(book, ids, steps)
     for t, z in enumerate(logits):

@@ -13,7 +13,7 @@ combines s one-shot prompts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,20 @@ class Generation:
     prompt_caches: dict[int, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Share:
+    """Work a job's step can share with the other jobs of the same step (bounded CID's λ_t
+    search): the jobs whose ``key`` is equal, on a device type in ``devices``, hand their rows'
+    logits (masked as :func:`take_step` masks them) to one ``compute`` call, which returns each
+    job's part; ``receive(step, part)`` gives the job its own before its ``combine`` runs. A job
+    that gets no part (alone, another device, or ``compute`` raised) does the work itself."""
+
+    key: Hashable
+    compute: Callable[[list[torch.Tensor]], list[Any]]
+    receive: Callable[[int, Any], None]
+    devices: frozenset[str]
+
+
 @dataclass
 class StreamJob:
     """One example's generation for :func:`~ctxleak.engine.generation.generate_many`: its
@@ -69,6 +83,8 @@ class StreamJob:
     # batch-invariant policy: recompute the records from this job alone (replay);
     # False when the caller takes these floats from passes of its own example instead
     replay: bool = True
+    # work this job's steps may share with other jobs' (Share); None: none
+    share: Share | None = None
 
     def check(self) -> None:
         if not self.prompts or any(len(p) == 0 for p in self.prompts):
@@ -103,6 +119,29 @@ def masked_ids(eos_ids: Sequence[int], min_new_tokens: int, step: int) -> tuple[
     """The token ids :func:`mask_eos_before_min` masks at generation ``step`` (EOS while
     ``step < min_new_tokens``), given to ``combine`` as its ``excluded`` argument."""
     return tuple(int(t) for t in eos_ids) if step < min_new_tokens else ()
+
+
+def share_step(jobs: Sequence[StreamJob], logits: Sequence[torch.Tensor], step: int,
+               stops: Sequence[int]) -> None:
+    """Before one step of ``jobs`` (``logits``: each job's own rows, masked here in place as
+    :func:`take_step` masks them): each group of two or more jobs with an equal
+    :class:`Share` key, on a device its ``devices`` name, computes its work once and each job
+    receives its part. A group whose ``compute`` raises is left to work alone."""
+    groups: dict[Hashable, list[tuple[int, Share]]] = {}
+    for k, job in enumerate(jobs):
+        if job.share is not None and logits[k].device.type in job.share.devices:
+            groups.setdefault(job.share.key, []).append((k, job.share))
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        for k, _ in members:
+            mask_eos_before_min(logits[k], stops, jobs[k].min_new_tokens, step=step)
+        try:
+            parts = members[0][1].compute([logits[k] for k, _ in members])
+        except Exception:  # noqa: BLE001 - each job does the work itself instead
+            continue
+        for (_, share), part in zip(members, parts):
+            share.receive(step, part)
 
 
 def take_step(job: StreamJob, out: Generation, own: torch.Tensor, step: int, stops: list[int],

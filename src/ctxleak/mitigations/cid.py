@@ -32,9 +32,16 @@ from ctxleak.engine.generation import generate_many, replay
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.pairs import PairAnswer, PairJob, pluggable
 from ctxleak.engine.served_client import ServerError
-from ctxleak.engine.streams import Generation, StreamJob
+from ctxleak.engine.streams import Generation, Share, StreamJob
 from ctxleak.errors import ConfigError, warn
-from ctxleak.kernels.cid import CIDSettingError, bounded_lambda, check_cid_settings, cid_logprobs
+from ctxleak.kernels.cid import (
+    SEARCH_TOGETHER_ON,
+    CIDSettingError,
+    bounded_lambda,
+    bounded_lambda_rows,
+    check_cid_settings,
+    cid_logprobs,
+)
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
 from ctxleak.mitigations.prompts import PromptParts
@@ -366,11 +373,16 @@ def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config:
     entry once, as it is drawn: a replay of the floats observes the same steps again unheard."""
     chosen: dict[str, Any] = {}  # λ_t and ex-post ε_t of the current step, combine to observe
     heard = [0]  # entries already handed to on_entry
+    searched: dict[int, tuple[float, float]] = {}  # step -> bounded λ_t found with other jobs'
 
     def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()) -> torch.Tensor:
         # masked EOS (``excluded``) stays at MASKED_LOGIT in the λ-mix: probability 0
-        logprobs, chosen["lam"], chosen["eps"] = cid_combine(logits[0], logits[1], config)
-        return logprobs
+        found = searched.pop(step, None)
+        if found is None:
+            logprobs, chosen["lam"], chosen["eps"] = cid_combine(logits[0], logits[1], config)
+            return logprobs
+        chosen["lam"], chosen["eps"] = found[0], 2.0 * found[1]  # as cid_lambda gives them
+        return cid_logprobs(logits[0], logits[1], found[0], config.temperature)
 
     def observe(logits: torch.Tensor, logprobs: torch.Tensor, token: int, step: int
                 ) -> LedgerEntry:
@@ -388,5 +400,22 @@ def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config:
 
     job = StreamJob([list(prompt_context), list(prompt_empty)], combine, observe, seed,
                     config.max_new_tokens, config.min_new_tokens,
-                    keep_prompt_cache=(0,) if keep_context_cache else (), replay=replay_floats)
+                    keep_prompt_cache=(0,) if keep_context_cache else (), replay=replay_floats,
+                    share=_shared_search(config, searched.__setitem__))
     return job, finish
+
+
+def _shared_search(config: CIDConfig, receive: Callable[[int, Any], None]) -> Share | None:
+    """Bounded CID's λ_t search, shared by the answers of a step with the same ε, λ_max and T
+    where :data:`~ctxleak.kernels.cid.SEARCH_TOGETHER_ON` says (a GPU): each answer's
+    (λ_t, divergence) are the floats of its own search (:func:`bounded_lambda_rows`)."""
+    eps = config.bounded_eps
+    if eps is None:
+        return None
+
+    def compute(rows: list[torch.Tensor]) -> list[tuple[float, float]]:
+        return bounded_lambda_rows([r[0] for r in rows], [r[1] for r in rows], eps, config.lam,
+                                   config.temperature)
+
+    return Share(("bounded CID", eps, config.lam, config.temperature), compute, receive,
+                 SEARCH_TOGETHER_ON)

@@ -46,16 +46,18 @@ from typing import Any
 
 import torch
 
-from ctxleak.kernels.cid import MASKED_LOGIT, bounded_lambda, bounded_lambdas, cid_logprobs
+from ctxleak.kernels.cid import (
+    MASKED_LOGIT,
+    SEARCH_TOGETHER_ON,
+    bounded_lambda,
+    bounded_lambda_rows,
+    cid_logprobs,
+)
 from ctxleak.kernels.draw import draw, seeded_generator
 from ctxleak.plugins.protocol import PROTOCOL_VERSION, PairSettings, prompt_digest
 
 #: Seconds after which a pair none of whose requests is in the batch is given up.
 STALE_SECONDS = 600.0
-
-#: Device types on which the bounded pairs of a step search their λ_t together
-#: (:meth:`PairBook._search_together`).
-SEARCH_TOGETHER_ON = frozenset({"cuda"})
 
 LOG = logging.getLogger(__name__)
 
@@ -194,14 +196,12 @@ class PairBook:
     def _search_together(self, logits: torch.Tensor,
                          by_pair: dict[str, list[tuple[int, Member, int]]]
                          ) -> dict[str, tuple[float, float]]:
-        """On a GPU, Alg. 1's λ_t and divergence of every bounded pair that decides a step in
-        this batch, one search per group of pairs with equal (ε, λ_max, T): the kernel's rows at
-        once are each row alone, bit for bit, and a one-row search is bound by its kernel
-        launches there (about 96), so N rows cost about what one does. On a CPU each pair
-        searches alone (nothing is returned): one row's passes stay in the cache, and 8 rows at
-        once took 16.8 ms against 12.7 ms one at a time (bench/bench_plugin_step.py). A group
-        whose search raises is left out: its pairs search alone in :meth:`_decide`, and one
-        that raises there is voided alone."""
+        """Where :data:`~ctxleak.kernels.cid.SEARCH_TOGETHER_ON` says (a GPU), Alg. 1's λ_t and
+        divergence of every bounded pair that decides a step in this batch, one search per
+        group of pairs with equal (ε, λ_max, T) (:func:`~ctxleak.kernels.cid.bounded_lambda_rows`:
+        each row's floats as alone). Elsewhere nothing: each pair searches alone. A group whose
+        search raises is left out: its pairs search alone in :meth:`_decide`, and one that
+        raises there is voided alone."""
         if logits.device.type not in SEARCH_TOGETHER_ON:
             return {}
         groups: dict[tuple[float, float, float], list[tuple[str, torch.Tensor, torch.Tensor]]] = {}
@@ -223,15 +223,13 @@ class PairBook:
             if len(members) < 2:
                 continue
             try:
-                lams, divs = bounded_lambdas(torch.stack([m[1] for m in members]),
-                                             torch.stack([m[2] for m in members]), eps,
-                                             lam_max, temperature)
+                rows = bounded_lambda_rows([m[1] for m in members], [m[2] for m in members],
+                                           eps, lam_max, temperature)
             except Exception:  # noqa: BLE001 - each pair searches alone instead
                 LOG.exception("ctxleak's CID plugin searches %d answers' λ_t one at a time",
                               len(members))
                 continue
-            for (pair_id, _, _), lam, div in zip(members, lams.tolist(), divs.tolist()):
-                found[pair_id] = (lam_max if lam == lam_max else lam, div)
+            found.update(zip((m[0] for m in members), rows))
         return found
 
     def _step_pair(self, logits: torch.Tensor, pair: Pair,

@@ -28,7 +28,7 @@ from ctxleak.engine.lm import InProcessLM
 from ctxleak.engine.local.kvroom import give_room
 from ctxleak.engine.local.prefill import prefill, sliding_window
 from ctxleak.engine.progress import count_tokens
-from ctxleak.engine.streams import Generation, StreamJob, single_stream, take_step
+from ctxleak.engine.streams import Generation, StreamJob, share_step, single_stream, take_step
 from ctxleak.kernels.draw import seeded_generator
 
 
@@ -68,6 +68,8 @@ def decode_streams(lm: InProcessLM, jobs: Sequence[StreamJob], stops: Sequence[i
         while True:
             logits = head_logits(lm, hidden[:, -1]).double()
             tokens: dict[int, int] = {}
+            share_step([jobs[j] for j in live], [logits[slice(*rows[j])] for j in live], step,
+                       stop_ids)
             for j in live:
                 token = take_step(jobs[j], outs[j], logits[slice(*rows[j])], step, stop_ids,
                                   gens[j], sample)
