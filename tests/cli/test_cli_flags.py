@@ -193,6 +193,8 @@ def test_revision_and_model_args_reach_the_model_and_the_provenance(tiny_dir, tm
     results = json.loads((out / "results.json").read_text())
     model = results["provenance"]["model"]
     assert model["model_args"] == {"attn_implementation": "eager"} and model["revision"] == "v1"
+    # which seeded draw made the sampled tokens (the same seed gives others under another)
+    assert results["provenance"]["draw"].startswith("exponential race, counter-hashed")
     config = json.loads((out / "config.json").read_text())
     assert config["model_args"] == "attn_implementation=eager" and config["revision"] == "v1"
     lm = ctxleak.load_model(tiny_dir, device="cpu", model_args={"attn_implementation": "eager"})

@@ -31,6 +31,9 @@ import torch
 #: device computes the same bits. Written by hand: torch has no counter-based generator whose
 #: numbers are the same on the CPU and on a GPU.
 _ROUNDS = ((16, 0x7FEB352D), (15, 0x5BD1E995))
+#: Which draw made a run's sampled tokens, recorded in every results.json's provenance: the
+#: same seed gives other tokens under another draw (until 2026-11-28: ``torch.multinomial``).
+DRAW = "exponential race, counter-hashed (ctxleak.kernels.draw, 2026-11-28)"
 _LOW32 = 0xFFFFFFFF
 #: mix32 of the counters 0 .. 2n - 1, per (n, device).
 _counters: dict[tuple[int, str], torch.Tensor] = {}

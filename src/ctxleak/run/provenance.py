@@ -9,6 +9,7 @@ from typing import Any
 
 from ctxleak._version import __version__
 from ctxleak.engine.lm import LanguageModel
+from ctxleak.kernels.draw import DRAW
 
 
 def _version(dist: str) -> str | None:
@@ -19,10 +20,12 @@ def _version(dist: str) -> str | None:
 
 
 def provenance(lm: LanguageModel | None = None, **extra: Any) -> dict[str, Any]:
-    """Versions of ctxleak, torch and transformers, the Python and platform, and the model's
-    id, source, revision or file hash, dtype and device."""
+    """Versions of ctxleak, torch and transformers, the Python and platform, the seeded draw
+    that made the sampled tokens, and the model's id, source, revision or file hash, dtype and
+    device."""
     out: dict[str, Any] = {
         "ctxleak": __version__,
+        "draw": DRAW,
         "torch": _version("torch"),
         "transformers": _version("transformers"),
         "python": sys.version.split()[0],
