@@ -44,7 +44,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ctxleak.errors import InputError
@@ -213,12 +213,20 @@ def given(expected: Sequence[str], answer: str) -> list[bool]:
     return [all(w in said for w in words(e)) for e in expected]
 
 
+def _share(correct: Sequence[bool]) -> float:
+    return sum(correct) / len(correct)
+
+
+#: How an attack's expected words, given or not, become its query's score (by default the
+#: share given): completion's one fixed rule, 0 or 1 (:func:`.completion.completion_score`).
+WORD_SCORES: dict[str, Callable[[list[bool]], float]] = {"completion": completion_score}
+
+
 def score_answer(question: MembershipQuestion, answer: str,
                  document: AttackDocument) -> dict[str, Any]:
     """One query's record fields: the ``answer``, what was right (``verdict`` for direct,
-    ``correct`` per expected word otherwise) and its ``score`` in [0, 1] (completion: 0 or 1,
-    :func:`.completion.completion_score`); a calibrated query
-    says whether it is a ``perturbed`` one."""
+    ``correct`` per expected word otherwise) and its ``score`` in [0, 1]
+    (:data:`WORD_SCORES`); a calibrated query says whether it is a ``perturbed`` one."""
     base = {"attack": question.attack, "document_id": question.document_id,
             "member": question.member, "part": question.part, "question": question.question,
             "expected": list(question.expected), "answer": answer}
@@ -226,10 +234,9 @@ def score_answer(question: MembershipQuestion, answer: str,
         verdict, score = direct_verdict(answer, document)
         return {**base, "verdict": verdict, "score": score}
     correct = given(question.expected, answer)
-    if question.attack == "completion":
-        return {**base, "correct": correct, "score": completion_score(correct)}
     extra = {"perturbed": question.part > 0} if question.attack == "calibrated" else {}
-    return {**base, **extra, "correct": correct, "score": sum(correct) / len(correct)}
+    score = WORD_SCORES.get(question.attack, _share)(correct)
+    return {**base, **extra, "correct": correct, "score": score}
 
 
 def document_scores(records: Sequence[Mapping[str, Any]]
