@@ -126,7 +126,8 @@ def share_step(jobs: Sequence[StreamJob], logits: Sequence[torch.Tensor], step: 
     """Before one step of ``jobs`` (``logits``: each job's own rows, masked here in place as
     :func:`take_step` masks them): each group of two or more jobs with an equal
     :class:`Share` key, on a device its ``devices`` name, computes its work once and each job
-    receives its part. A group whose ``compute`` raises is left to work alone."""
+    receives its part. A group whose ``compute`` runs out of GPU memory (its rows stacked) is
+    left to work alone, one job at a time; any other error is raised."""
     groups: dict[Hashable, list[tuple[int, Share]]] = {}
     for k, job in enumerate(jobs):
         if job.share is not None and logits[k].device.type in job.share.devices:
@@ -138,7 +139,7 @@ def share_step(jobs: Sequence[StreamJob], logits: Sequence[torch.Tensor], step: 
             mask_eos_before_min(logits[k], stops, jobs[k].min_new_tokens, step=step)
         try:
             parts = members[0][1].compute([logits[k] for k, _ in members])
-        except Exception:  # noqa: BLE001 - each job does the work itself instead
+        except torch.cuda.OutOfMemoryError:  # each job does the work itself, in less memory
             continue
         for (_, share), part in zip(members, parts):
             share.receive(step, part)
