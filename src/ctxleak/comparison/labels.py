@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxleak.run.rundir import INPUTS_KEY, MODEL_KEY
+from ctxleak.run.rundir import DRAW_KEY, INPUTS_KEY, MODEL_KEY
 
 #: Config keys that do not change what a run measures, or that other keys already say.
 IGNORED = frozenset({"command", "output", "resume", "progress", "threads", "device",
                      "device_map", "batch_size", "batch_invariant", "limit", INPUTS_KEY,
-                     MODEL_KEY, "trust_remote_code"})
+                     MODEL_KEY, DRAW_KEY, "trust_remote_code"})
 #: How config keys are printed.
 NAMES = {"lambda": "λ", "temperature": "T"}
 

@@ -69,7 +69,7 @@ from ctxleak.run.stored import KEY_FIELD, Convert, StoredRows, row_key
 
 # The run folder's names, importable from here as from the modules that define them.
 __all__ = ["CONFIG_FILE", "IDENTITY_KEY", "INPUTS_KEY", "KEY_FIELD", "LOCK_FILE",
-           "MANIFEST_FILE", "MODEL_KEY", "OWNER_FILE", "RESOLVED_KEYS", "RESULTS_FILE",
+           "MANIFEST_FILE", "DRAW_KEY", "MODEL_KEY", "OWNER_FILE", "RESOLVED_KEYS", "RESULTS_FILE",
            "RESUME_NEUTRAL_KEYS",
            "RUN_MARKERS", "SAMPLES_FILE", "TARGET_KEY", "RunDir", "config_differences",
            "file_sha256",
@@ -81,6 +81,7 @@ INPUTS_KEY = "input_sha256"  # config key: {input file: SHA-256 of its bytes}
 MODEL_KEY = "model_sha256"  # config key: {model file: SHA-256}, engine.models.model_fingerprint
 IDENTITY_KEY = "model_identity"  # config key: what a server says of its model (RunDir.pin_model)
 TARGET_KEY = "target_fingerprint"  # config key: the attacked target's identity (Target.fingerprint)
+DRAW_KEY = "draw"  # config key: the seeded draw of sampled tokens (ctxleak.kernels.draw.DRAW)
 
 # Keys that may change between a run and its resume without changing any number of a sample
 # (``redact`` and the budgets change only what the summary and the report say of them).
@@ -239,9 +240,11 @@ class RunDir:
                 _refuse_changed_inputs(config_path, old, self.config)
                 _refuse_changed_model(config_path, old, self.config)
                 diff = config_differences(old, self.config)
+                why = (" (the seeded draw: this ctxleak samples other tokens for the same seed "
+                       "than the one that started the run)") if DRAW_KEY in diff else ""
                 if diff:
                     raise ConfigError(f"cannot resume {self.path}: the config differs in "
-                                      f"{', '.join(diff)} (stored in {config_path})")
+                                      f"{', '.join(diff)}{why} (stored in {config_path})")
                 if IDENTITY_KEY in old:  # compared once the model is loaded (pin_model)
                     self.config[IDENTITY_KEY] = old[IDENTITY_KEY]
                 for key in RESOLVED_KEYS & set(old):  # as the first rows were measured

@@ -26,6 +26,7 @@ from ctxleak.engine.capabilities import Backend, backend_of, check_capabilities
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.progress import counting
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.kernels.draw import DRAW
 from ctxleak.run.distributed import barrier, current_world, init_distributed, local_device
 from ctxleak.run.inputs import rows_sha256
 from ctxleak.run.method import Method
@@ -33,6 +34,7 @@ from ctxleak.run.options import RunOptions
 from ctxleak.run.output import RunOutput
 from ctxleak.run.progress import RunProgress
 from ctxleak.run.rundir import (
+    DRAW_KEY,
     INPUTS_KEY,
     KEY_FIELD,
     MODEL_KEY,
@@ -105,6 +107,8 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
                           param="output")
     output = common.output or default_output(command)
     full = {"command": command, **common.to_dict(), **config, "output": output}
+    if TARGET_KEY not in config:  # resume refuses another seeded draw: two would mix (a
+        full[DRAW_KEY] = DRAW     # target's journaled answers stay whatever ctxleak draws)
     if inputs:  # files by their bytes, rows given in memory by their canonical JSON lines
         files = {k: v for k, v in inputs.items() if isinstance(v, (str, Path))}
         full[INPUTS_KEY] = {**input_hashes(files), **{

@@ -198,6 +198,38 @@ def test_resume_refuses_a_change_of_batch_invariance(llama_lm, tmp_path):
         ctxleak.influence(llama_lm, _docs(3), batch_invariant="yes", output=str(tmp_path / "x"))
 
 
+def test_resume_refuses_a_run_started_under_another_seeded_draw(llama_lm, tmp_path,
+                                                                 monkeypatch):
+    """A run's samples drawn by one draw and its resumed rows by another would mix two
+    samplers: resume refuses a folder whose config names another draw, or none (a folder of a
+    ctxleak that recorded neither the draw nor a manifest), and resumes one naming this draw."""
+    import json
+
+    import ctxleak.run.runner as runner
+    from ctxleak.errors import ConfigError
+    from ctxleak.kernels.draw import DRAW
+
+    kw = dict(max_new_tokens=3, min_new_tokens=1, seed=1, progress=False)
+    out = tmp_path / "other"
+    monkeypatch.setattr(runner, "DRAW", "torch.multinomial")
+    ctxleak.influence(llama_lm, _docs(3), limit=2, output=str(out), **kw)
+    monkeypatch.undo()
+    with pytest.raises(ConfigError, match=r"differs in draw \(the seeded draw"):
+        ctxleak.influence(llama_lm, _docs(3), resume=True, output=str(out), **kw)
+    out = tmp_path / "old"
+    ctxleak.influence(llama_lm, _docs(3), limit=2, output=str(out), **kw)
+    config = json.loads((out / "config.json").read_text())
+    assert config["draw"] == DRAW
+    ctxleak.influence(llama_lm, _docs(3), resume=True, output=str(out), **kw)  # same draw
+    assert len(_samples(out)) == 3
+    for name in (".ctxleak-manifest.json", ".samples.jsonl.sha256"):
+        (out / name).unlink()
+    del config["draw"]
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    with pytest.raises(ConfigError, match="differs in draw"):
+        ctxleak.influence(llama_lm, _docs(3), resume=True, output=str(out), **kw)
+
+
 @pytest.mark.parametrize("invariant", [True, False])
 def test_prefill_handed_to_scoring_equals_recomputation(llama_lm, monkeypatch, invariant):
     """Generation prefills each prompt with the context alone, in scoring's shape, and hands
