@@ -22,7 +22,6 @@ from starlette.concurrency import run_in_threadpool
 
 from ctxleak.errors import CtxleakError
 from ctxleak.mitigations.ledger import LedgerEntry
-from ctxleak.mitigations.mechanisms import RELATIONS
 from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.decode import Answer
@@ -45,8 +44,6 @@ NO_GUARANTEE = ("plain CID (a fixed λ) has no DP guarantee: epsilon_ex_post is 
                 "(null at λ = 1 and T = 1 through a served model, whose server samples the "
                 "answer itself)")
 
-
-RELATIONS_NONE = RELATIONS["none"]
 
 #: A request the proxy charges: answered by CID, or by another mechanism.
 AnyRequest = CIDRequest | MechanismRequest

@@ -88,8 +88,6 @@ _DATE_RES = [
     re.compile(r"(?<![\d.\-/])(?P<year>\d{4})([-/.])(?P<mon>[01]?\d)\2(?P<day>[0-3]?\d)(?![\d\-/])"),
     re.compile(r"(?<![\d.\-/])(?P<a>[0-3]?\d)([-/.])(?P<b>[0-3]?\d)\2(?P<year>\d{4})(?![\d\-/])"),
 ]
-#: the spans of dates with a day, a month and a year: what :func:`date_values` reads
-DATE_RES = tuple(_DATE_RES)
 
 
 def _day(year: int, month: int, day: int) -> tuple[int, int, int] | None:
