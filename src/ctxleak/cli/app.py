@@ -24,28 +24,6 @@ from tqdm import tqdm
 from ctxleak import __version__
 from ctxleak.errors import CtxleakDeprecationWarning, CtxleakError, CtxleakWarning, flag_message
 
-# Each module defines ``register(app)``; heavy imports stay inside the command functions so that
-# ``ctxleak --help`` is fast.
-# Each adds its commands; ``ctxleak --help`` lists them in COMMAND_ORDER: the one to start
-# with, the other methods, then the helpers (models and data to use, comparing runs, config
-# files, PII files, DP accounting).
-COMMAND_MODULES = [
-    "ctxleak.cli.influence_cmd",
-    "ctxleak.cli.icl_cmd",
-    "ctxleak.cli.susceptibility_cmd",
-    "ctxleak.cli.probe_cmd",
-    "ctxleak.cli.audit_cmd",
-    "ctxleak.cli.canary_cmd",
-    "ctxleak.cli.attack_cmd",
-    "ctxleak.cli.models_cmd",
-    "ctxleak.cli.data_cmd",
-    "ctxleak.cli.compare_cmd",
-    "ctxleak.cli.run_cmd",
-    "ctxleak.cli.pii_cmd",
-    "ctxleak.cli.dp_cmd",
-    "ctxleak.cli.serve_cmd",
-]
-
 _TOKENS: dict[str, tuple[str, str | None]] = {
     "--max-tokens": ("--max-new-tokens", None), "--min-tokens": ("--min-new-tokens", None),
     "--n-gen": ("--sequences", None)}
@@ -59,7 +37,10 @@ RENAMED_FLAGS: dict[str, dict[str, tuple[str, str | None]]] = {
     "icl": {"--calibrate": ("--calibration", "on")},
 }
 
-#: The commands in the order ``ctxleak --help`` lists them.
+#: The commands in the order ``ctxleak --help`` lists them: the one to start with, the other
+#: methods, then the helpers (models and data to use, comparing runs, config files, PII files, DP
+#: accounting). Each is added by ``register(app)`` of its module ``ctxleak.cli.<name>_cmd``,
+#: whose heavy imports stay inside the command functions so that ``ctxleak --help`` is fast.
 COMMAND_ORDER = ["influence", "icl", "susceptibility", "probe", "audit", "canary", "attack",
                  "models", "data",
                  "compare", "run", "pii", "dp", "serve"]
@@ -128,18 +109,8 @@ def _root(
     """ctxleak: context influence, ICL privacy loss, susceptibility and PII probing."""
 
 
-def _register_all() -> None:
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:  # a command module not written yet
-            if exc.name != name:
-                raise
-            continue
-        module.register(app)
-
-
-_register_all()
+for _name in COMMAND_ORDER:
+    importlib.import_module(f"ctxleak.cli.{_name}_cmd").register(app)
 
 
 def _deprecated(old: str, new: str) -> None:
