@@ -128,11 +128,8 @@ def roc_plot(attacks: Mapping[str, Mapping[str, Any]]) -> bytes:
 def table_rows(rows: Sequence[Mapping[str, Any]], limit: int | None = None
                ) -> list[dict[str, Any]]:
     """Rows of plain values (nested lists and dicts as short text), the first ``limit``."""
-    out = []
-    for row in list(rows)[:limit]:
-        out.append({k: (", ".join(map(str, v)) if isinstance(v, (list, tuple))
-                        else v) for k, v in row.items() if not isinstance(v, Mapping)})
-    return out
+    return [{k: ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v
+             for k, v in row.items() if not isinstance(v, Mapping)} for row in list(rows)[:limit]]
 
 
 def attack_report(title: str, meta: Mapping[str, Any], sections: Sequence[

@@ -163,12 +163,10 @@ def probe_report(model: str, records: list, rows: list[dict], summary: dict[str,
     report.add_kv({timing_label(k): f"{v:.1f} s" for k, v in summary["timings_s"].items()},
                   caption="Wall-clock time of each stage")
     report.add_heading("Examples")
-    examples = []
-    for r in rows[:25]:
-        examples.append({"mode": r["mode"], "variant": r.get("variant"), "subject": r["subject"],
-                         "template": r["template"], "target": r["target"],
-                         "generation": r.get("generation"), "exact": r.get("exact_match"),
-                         "target LL": r.get("target_ll"), "null LL": r.get("null_ll")})
+    examples = [{"mode": r["mode"], "variant": r.get("variant"), "subject": r["subject"],
+                 "template": r["template"], "target": r["target"],
+                 "generation": r.get("generation"), "exact": r.get("exact_match"),
+                 "target LL": r.get("target_ll"), "null LL": r.get("null_ll")} for r in rows[:25]]
     report.add_table(examples, caption="First samples (all are in samples.jsonl, mode 0600)")
     return report
 

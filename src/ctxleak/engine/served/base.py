@@ -290,10 +290,8 @@ class ServedLM(LanguageModel):
                 "stop_token_ids": stops, "return_token_ids": True, "skip_special_tokens": False}
             bodies.append(self._sample_body(body))
         answers = self.client.post_many("/v1/completions", bodies)
-        out = []
-        for answer in answers:
-            out.append([self._read_sample(c, stops) for c in self._choices(answer, int(n))])
-        return out
+        return [[self._read_sample(c, stops) for c in self._choices(answer, int(n))]
+                for answer in answers]
 
     def beam_search(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
                     num_beams: int, batch_size: int | None = None) -> list[list[int]]:
