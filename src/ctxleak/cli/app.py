@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import itertools
 import os
 import signal
 import sys
@@ -170,12 +171,7 @@ def _pop_value(argv: list[str], flag: str) -> str | None:
 
 def command_path(argv: list[str]) -> list[str]:
     """The subcommand words at the start of ``argv`` (e.g. ``["dp", "calibrate"]``)."""
-    words = []
-    for arg in argv:
-        if arg.startswith("-"):
-            break
-        words.append(arg)
-    return words
+    return list(itertools.takewhile(lambda arg: not arg.startswith("-"), argv))
 
 
 @functools.cache

@@ -17,10 +17,7 @@ from ctxleak.engine.progress import count_tokens
 
 def pad_id(lm: InProcessLM) -> int:
     tok = lm.tokenizer
-    for candidate in (tok.pad_token_id, tok.eos_token_id, 0):
-        if candidate is not None:
-            return int(candidate)
-    return 0
+    return int(next(c for c in (tok.pad_token_id, tok.eos_token_id, 0) if c is not None))
 
 
 def left_pad(seqs: Sequence[Sequence[int]], pad: int, device: torch.device | str

@@ -68,10 +68,7 @@ def _snap(text: str, pos: int, lowest: int) -> int:
     newline = text.rfind("\n", lo, pos)
     if newline >= 0:
         return newline + 1
-    for i in range(pos, lo, -1):
-        if text[i - 1].isspace():
-            return i
-    return pos
+    return next((i for i in range(pos, lo, -1) if text[i - 1].isspace()), pos)
 
 
 def windows(text: str, size: int = SIZE, margin: int = MARGIN) -> list[Window]:

@@ -420,7 +420,4 @@ class ServedLM(LanguageModel):
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int:
-    for k, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return k
-    return min(len(a), len(b))
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))

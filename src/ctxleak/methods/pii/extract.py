@@ -51,10 +51,8 @@ def _most_common(values: list[str], pii_type: str, region: str) -> str | None:
     keys = [_value_key(pii_type, v, region) for v in values]
     counts = Counter(keys)
     best = max(counts.values())
-    for key, value in zip(keys, values, strict=True):  # ties: the first one seen
-        if counts[key] == best:
-            return value
-    return None  # unreachable
+    # ties: the first one seen
+    return next(value for key, value in zip(keys, values, strict=True) if counts[key] == best)
 
 
 def extract(documents: Iterable[Mapping[str, Any]], require_all: bool = True, *,

@@ -75,10 +75,7 @@ def json_safe(value: Any, depth: int = 0) -> Any:
 
 
 def _first(item: Mapping[str, Any], keys: Sequence[str]) -> tuple[str | None, Any]:
-    for key in keys:
-        if key in item and item[key] is not None:
-            return key, item[key]
-    return None, None
+    return next(((key, item[key]) for key in keys if item.get(key) is not None), (None, None))
 
 
 def _fields(item: Any) -> tuple[Any, Any, Any, Any, Any, str]:
