@@ -1,12 +1,8 @@
 """The Python API: one function per method, each returning its typed Result
 (:mod:`ctxleak.api.methods`, :mod:`ctxleak.api.explain`), and :func:`run_method` for any Method.
 
-Every function takes the model and the data, then keywords only: the method's own parameters
-and the run options (:class:`ctxleak.run.options.RunOptions`), under the CLI's names and with
-the same meaning, so the CLI and the API write the same run directory. Each keyword's
-documentation is written once, on its options dataclass, and shown in every function's
-docstring (:mod:`ctxleak.api.docs`). An unknown keyword raises
-:class:`ctxleak.errors.ConfigError` with a did-you-mean.
+Every function takes the model and the data, then keywords only, under the CLI's names and
+with the same meaning (:mod:`ctxleak.api.methods` says how).
 """
 
 from __future__ import annotations

@@ -24,15 +24,10 @@ __all__ = ["LM", "ModelInfo", "from_objects", "load_model", "model_fingerprint"]
 
 def model_fingerprint(name_or_path: str, server_url: str | None = None
                       ) -> dict[str, str] | None:
-    """``{file name: SHA-256}`` of the files a model is loaded from (a ``.gguf`` file, or a
-    model folder's weights, configs and tokenizer; see :mod:`ctxleak.engine.model_files`),
-    checked on resume so one run never mixes two sets of weights. None for a Hugging Face id
-    (its revision is recorded at load), an in-memory model, or a name that does not resolve
-    (:func:`load_model` reports that), and for a served model (``server_url``: its weights are
-    the server's)."""
-    if server_url:
-        return None
-    return files_fingerprint(name_or_path)
+    """:func:`~ctxleak.engine.local.files_fingerprint` of a model, checked on resume so one run
+    never mixes two sets of weights; None also for a served model (``server_url``: its weights
+    are the server's)."""
+    return None if server_url else files_fingerprint(name_or_path)
 
 
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",

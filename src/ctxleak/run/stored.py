@@ -33,12 +33,10 @@ Convert = Callable[[Any, dict[str, Any]], dict[str, Any]]
 
 
 class StoredRows(Sequence[dict[str, Any]]):
-    """Rows of sample files read on demand: each row is its name (:func:`row_key`) and its
-    line's byte span (file, offset, length), parsed when it is asked for, so a run of any
-    length keeps a name and a few integers per row in memory, not the rows. A
-    :class:`~collections.abc.Sequence`: ``len``, iteration (any number of times, in order),
-    indexing and slicing (a slice is another ``StoredRows``), and equality with any sequence of
-    the same rows (a list included).
+    """Rows of sample files read on demand (the module docstring says how), each row's line
+    span a file, an offset and a length. A :class:`~collections.abc.Sequence`: ``len``,
+    iteration (any number of times, in order), indexing and slicing (a slice is another
+    ``StoredRows``), and equality with any sequence of the same rows (a list included).
 
     ``tags`` (optional, one per row) and ``convert``: each row read is ``convert(tag, row)``
     (the runner gives rows of an older run folder their user's id back this way).

@@ -121,11 +121,10 @@ def shared_prefill_pays(seqs: Sequence[Sequence[int]], shared: int) -> bool:
 
 def prefill_buckets(lm: InProcessLM, seqs: Sequence[Sequence[int]], pad: int,
                     alone: dict[int, Any] | None = None) -> Prefilled:
-    """Prefill of left-padded rows, rows of similar length together: CID's prompt without the
-    context is much shorter than the one with it, and padding it to the longest would compute
-    the padding (a third of the positions on the demo set). Each bucket is left-padded to its
-    own longest row and goes through the model alone; the caches are then left-padded with
-    zeros (masked out) to the longest row and put back in row order. Mask and position ids are
+    """Prefill of left-padded rows, rows of similar length together (the module docstring says
+    why). Each bucket is left-padded to its own longest row and goes through the model alone;
+    the caches are then left-padded with zeros (masked out) to the longest row and put back in
+    row order. Mask and position ids are
     those of left-padding every row to the longest, so decoding goes on as after one prefill.
     Models whose cache is not plain per-layer tensors (sliding windows) get one prefill.
 

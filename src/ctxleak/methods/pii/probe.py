@@ -26,11 +26,8 @@ templates") hold ``k`` templates: ``k - 1`` filled for other subjects and follow
 then the query. A 1-shot prompt is the bare query, as in the paper's 1-shot example ("Please
 contact Hotel Staubbach by 033-855-5454 or email address").
 
-The prompt's trailing space (App. A.3) is moved onto the answer (``scoring_pair``): the model
-sees ``"... is"`` and the answer ``" x"``, the way BPE tokenizers split a word after a space,
-for scoring and for generation alike. The answer's token ids are those of the tokenizer's split
-of ``prompt + " " + answer`` after the prompt's ids (so the model is scored on the ids it would
-itself see), falling back to the ids of ``" " + answer`` when the prompt's ids change.
+The prompt's trailing space (App. A.3) is moved onto the answer, for scoring and for generation
+alike (:mod:`.items` says how).
 
 In-context mode puts the subject's documents before the probe (``"{document}\\n{prompt}"``) and
 also scores the answer without them: the whole-context influence on the answer is
