@@ -116,6 +116,14 @@ def test_the_answer_is_the_mechanisms_and_its_influence_is_cids_at_lambda_1(llam
                                                                      for r in mine]))
     assert setting["tokens_paid"]["mean"] == pytest.approx(np.mean([r["tokens_paid"]
                                                                     for r in mine]))
+    # its influence is the model's under plain decoding, not the toy's loss: never read as ε
+    claim = setting["claim"]["eps_max"]
+    assert setting["dp_reading"].startswith("not an ε: its answers are scored as plain decoding")
+    assert f"{toy.key()}'s own privacy loss is what its claim bounds, ε = {claim:.3g} per " \
+        "response (document)" in setting["dp_reading"]
+    assert "budget" not in setting["dp_reading"]
+    cid_setting = next(s for s in result.summary["settings"] if not s.get("mechanism"))
+    assert cid_setting["dp_reading"].startswith("ε = ")  # CID's: the ex-post ε it reads
     row = result.summary["frontier"]["rows"][1]
     assert row["label"] == toy.key() and row["relation"] == "document"
     assert row["eps_guarantee"] == pytest.approx(setting["claim"]["eps"]["mean"])

@@ -39,7 +39,7 @@ from ctxleak.methods.influence.params import InfluenceParams, greedy_temperature
 from ctxleak.methods.influence.pipeline import example_parts, measure_examples
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
-from ctxleak.methods.influence.summary import HEAVY_FIELDS, summarize_setting
+from ctxleak.methods.influence.summary import HEAVY_FIELDS, mechanism_reading, summarize_setting
 from ctxleak.methods.influence.verdict import run_verdict
 from ctxleak.methods.rag.app_prompt import app_templates, log_summary
 from ctxleak.methods.rag.budgets import check_class_budgets
@@ -262,6 +262,8 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
                 if setting.added:  # λ = 1 without a bound, measured though not asked for
                     summary["added_baseline"] = True
                 summary.update(claim_summary(rows, seed=self.common.seed))
+                if summary.get("mechanism"):  # scored as plain decoding: not its own loss
+                    summary["dp_reading"] = mechanism_reading(summary)
                 examples_of = [by_id[i] for i in Column(rows, "id")]
                 references: list[Any] = [ex.reference for ex in examples_of]
                 summary["quality"] = quality_scores(

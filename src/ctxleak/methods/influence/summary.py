@@ -129,6 +129,24 @@ def copying_reading(documents: dict[str, Any] | None) -> str | None:
             f"so that document leaked whatever ε the influence gives")
 
 
+def mechanism_reading(summary: dict[str, Any]) -> str:
+    """How to read the influence of another mechanism than CID: its answers are scored as plain
+    decoding would score them, so the nats are the model's likelihood ratio with and without
+    the documents, not the mechanism's own privacy loss, which is what its claim bounds (read
+    as ex-post DP only for answers drawn from the distribution that scores them, as CID's).
+    A copied document is named first."""
+    mechanism, claim = summary["mechanism"], summary.get("claim") or {}
+    if claim.get("eps_max") is None or claim.get("relation") in (None, "none"):
+        own = f"{mechanism} claims no DP guarantee"
+    else:
+        own = (f"{mechanism}'s own privacy loss is what its claim bounds, ε = "
+               f"{claim['eps_max']:.3g} per response ({claim['relation']}); the canary audit "
+               "tests that claim")
+    scored = ("not an ε: its answers are scored as plain decoding would score them (the "
+              f"documents' influence on the model); {own}")
+    return "; ".join(x for x in (copying_reading(summary.get("document_control")), scored) if x)
+
+
 def top_passage_rows(records: Sequence[dict[str, Any]], k: int = 20) -> list[dict[str, Any]]:
     """The ``k`` passages with the most influence over the setting's records, most first:
     example id, passage number (from 1), for a retrieved document with an id that id

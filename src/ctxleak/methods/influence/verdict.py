@@ -113,8 +113,8 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
                 "example's context scoring the same response); without one none is flagged."}
     above_mean = (control.get("above_control") or {}).get("mean")
     if above_mean is not None:
-        reading = copying_reading(summary.get("document_control")) \
-            or dp_scale(max(above_mean, 0.0))
+        reading = summary["dp_reading"] if summary.get("mechanism") else (
+            copying_reading(summary.get("document_control")) or dp_scale(max(above_mean, 0.0)))
         scale += f"; {above_mean:.3g} nats above the control on average ({reading})"
     judged = int(control.get("n") or 0)
     test = control.get("test") or {}
