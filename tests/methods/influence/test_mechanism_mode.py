@@ -253,3 +253,25 @@ def test_a_mechanisms_streams_size_its_batch():
     assert mechanism_streams(DPVote(eps=10, shards=3), example, None) == 4
     assert mechanism_streams(DPRAG(eps=5, top_k=8), example, store) == 9
     assert mechanism_streams(DPRAG(eps=5, top_k=8), example, None) == 4
+
+
+def test_a_mechanisms_influence_is_read_beside_its_claim_never_as_its_epsilon():
+    """The reading of a mechanism's influence names its claim (or that it has none) and, first,
+    a document its answers copied; it never places the nats on the DP budget scale."""
+    from ctxleak.methods.influence.summary import mechanism_reading
+
+    dp = {"mechanism": "dp-rag(eps=5)", "claim": {"eps_max": 5.0, "relation": "document"}}
+    assert mechanism_reading(dp) == (
+        "not an ε: its answers are scored as plain decoding would score them (the documents' "
+        "influence on the model); dp-rag(eps=5)'s own privacy loss is what its claim bounds, "
+        "ε = 5 per response (document); the canary audit tests that claim")
+    scrub = {"mechanism": "scrub", "claim": {"eps_max": None, "relation": "none"}}
+    assert mechanism_reading(scrub).endswith("; scrub claims no DP guarantee")
+    copied = {**dp, "document_control": {"copying_answers": ["q1"], "leaks": [
+        {"id": "q1", "document": "d7", "copied": True}]}}
+    first, rest = mechanism_reading(copied).split("; not an ε", 1)
+    assert first == ("1 answer(s) copy a document verbatim or repeat its secret or PII value "
+                     "(e.g. q1 copies d7): the claim still bounds how much more likely that "
+                     "document made the answer")
+    first, rest = mechanism_reading({**copied, **scrub}).split("; not an ε", 1)
+    assert first.startswith("not within any DP budget: 1 answer(s) copy") and "d7" in first

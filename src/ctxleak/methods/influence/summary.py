@@ -136,15 +136,24 @@ def mechanism_reading(summary: dict[str, Any]) -> str:
     as ex-post DP only for answers drawn from the distribution that scores them, as CID's).
     A copied document is named first."""
     mechanism, claim = summary["mechanism"], summary.get("claim") or {}
-    if claim.get("eps_max") is None or claim.get("relation") in (None, "none"):
+    claimed = claim.get("eps_max") is not None and claim.get("relation") not in (None, "none")
+    if not claimed:
         own = f"{mechanism} claims no DP guarantee"
     else:
         own = (f"{mechanism}'s own privacy loss is what its claim bounds, ε = "
                f"{claim['eps_max']:.3g} per response ({claim['relation']}); the canary audit "
                "tests that claim")
-    scored = ("not an ε: its answers are scored as plain decoding would score them (the "
-              f"documents' influence on the model); {own}")
-    return "; ".join(x for x in (copying_reading(summary.get("document_control")), scored) if x)
+    reading = ("not an ε: its answers are scored as plain decoding would score them (the "
+               f"documents' influence on the model); {own}")
+    copying = (summary.get("document_control") or {}).get("copying_answers") or []
+    if not copying:
+        return reading
+    if not claimed:  # nothing bounds what the copied document did
+        return f"{copying_reading(summary.get('document_control'))}; {reading}"
+    first = next(x for x in summary["document_control"]["leaks"] if x["copied"])
+    return (f"{len(copying)} answer(s) copy a document verbatim or repeat its secret or PII "
+            f"value (e.g. {first['id']} copies {first['document']}): the claim still bounds how "
+            f"much more likely that document made the answer; {reading}")
 
 
 def top_passage_rows(records: Sequence[dict[str, Any]], k: int = 20) -> list[dict[str, Any]]:
