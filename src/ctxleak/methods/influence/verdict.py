@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ctxleak.methods.influence.control import ALPHA, min_n_for
-from ctxleak.methods.influence.summary import copying_reading
+from ctxleak.methods.influence.summary import copying_reading, mechanism_reading
 from ctxleak.methods.influence.units import dp_scale
 from ctxleak.methods.tradeoff.frontier import ABOVE_CONTROL, CLAIM_SCOPE, frontier
 
@@ -113,7 +113,7 @@ def examples_verdict(summary: dict[str, Any]) -> dict[str, str]:
                 "example's context scoring the same response); without one none is flagged."}
     above_mean = (control.get("above_control") or {}).get("mean")
     if above_mean is not None:
-        reading = summary["dp_reading"] if summary.get("mechanism") else (
+        reading = mechanism_reading(summary) if summary.get("mechanism") else (
             copying_reading(summary.get("document_control")) or dp_scale(max(above_mean, 0.0)))
         scale += f"; {above_mean:.3g} nats above the control on average ({reading})"
     judged = int(control.get("n") or 0)
