@@ -1,9 +1,9 @@
 """How often DP-RAG's private retrieval ("RAG with Differential Privacy", Grislain) keeps at
 least one document of the bundled ``demo-datastore`` (288 documents) for a question, per fact
 group: exactly, not by sampling. The threshold τ is drawn from the exponential mechanism's
-distribution over the public grid (:func:`ctxleak.mitigations.dp_retrieval.threshold_logprobs`),
-and a document is kept when its word similarity is at least τ, so a question keeps one with
-probability Σ P(τ) over the thresholds at or below its best similarity. No model is loaded.
+distribution over the public grid, and a document is kept when its word similarity is at least
+τ, so a question keeps one with probability Σ P(τ) over the thresholds at or below its best
+similarity (:func:`ctxleak.mitigations.dp_retrieval.retrieval_odds`). No model is loaded.
 
 Printed per setting: the mean of that probability over the common-fact and the private-fact
 questions, and the mean number of documents kept. The default is DP-RAG at ε = 5 with its
@@ -16,28 +16,21 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from ctxleak.methods.influence.data import load_log
 from ctxleak.methods.influence.mechanism_mode import resolve_datastore
 from ctxleak.methods.rag.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.mitigations.datastore import SIMILARITY_RANGE
 from ctxleak.mitigations.dp_rag import DPRAG
-from ctxleak.mitigations.dp_retrieval import threshold_grid, threshold_logprobs
+from ctxleak.mitigations.dp_retrieval import retrieval_odds, threshold_grid
 
 
 def keep_rates(mech: DPRAG, similarities: list[list[float]]) -> tuple[float, float]:
     """The mean probability, over the questions, that the retrieval keeps at least one
-    document, and the mean number it keeps."""
+    document, and the mean number it keeps (:func:`retrieval_odds`)."""
     grid = threshold_grid(*SIMILARITY_RANGE, mech.grid)
-    keep = kept = 0.0
-    for scores in similarities:
-        p = torch.exp(threshold_logprobs(scores, grid, mech.top_k, mech.retrieval_eps))
-        keep += float(p[grid <= max(scores)].sum())
-        counts = torch.tensor([sum(1 for s in scores if s >= float(t)) for t in grid],
-                              dtype=p.dtype)
-        kept += float((p * counts).sum())
-    return keep / len(similarities), kept / len(similarities)
+    odds = [retrieval_odds(scores, grid, mech.top_k, mech.retrieval_eps)
+            for scores in similarities]
+    return (sum(o[0] for o in odds) / len(odds), sum(o[1] for o in odds) / len(odds))
 
 
 def main() -> None:

@@ -12,7 +12,12 @@ import torch
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.dp_rag import DPRAG, calibrate_token_eps, composed_epsilon, dp_rag_logprobs
-from ctxleak.mitigations.dp_retrieval import private_retrieval, threshold_grid, threshold_logprobs
+from ctxleak.mitigations.dp_retrieval import (
+    private_retrieval,
+    retrieval_odds,
+    threshold_grid,
+    threshold_logprobs,
+)
 from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
 
 DOCS = ("paris is the capital of france", "rome is the capital of italy",
@@ -186,3 +191,23 @@ def test_each_token_stays_within_the_accountants_renyi_bound(seed):
     q = dp_rag_logprobs(docs[:2], prior, eps_t, 1.5, 1.0).numpy()
     for a, b in zip(orders, bound):
         assert renyi_divergence(p, q, a, symmetric=True) <= b + 1e-12
+
+
+def test_retrieval_odds_by_hand_and_against_the_sampled_retrieval():
+    """Two documents at similarity 0.2 and 0.6, thresholds 0, 0.5 and 1, one document wanted,
+    ε = 2: the thresholds keep 2, 1 and 0 documents, with weights e^-1, 1 and e^-1, so at least
+    one is kept with probability (1 + e^-1)/Z and (1 + 2e^-1)/Z are kept on average, Z = 1 +
+    2e^-1; and the sampled retrieval keeps one as often (within 4 standard errors)."""
+    grid = threshold_grid(0.0, 1.0, 3)
+    z = 1 + 2 * math.exp(-1)
+    keep, kept = retrieval_odds([0.2, 0.6], grid, top_k=1, eps=2.0)
+    assert keep == pytest.approx((1 + math.exp(-1)) / z, abs=1e-12)
+    assert kept == pytest.approx((1 + 2 * math.exp(-1)) / z, abs=1e-12)
+    scores = [0.05, 0.31, 0.32, 0.44, 0.9]
+    grid = threshold_grid(0.0, 1.0, 17)
+    keep, kept = retrieval_odds(scores, grid, top_k=2, eps=0.7)
+    gen = torch.Generator().manual_seed(0)
+    draws = [private_retrieval(scores, grid, 2, 0.7, gen)[1] for _ in range(4000)]
+    share = sum(1 for used in draws if used) / len(draws)
+    assert abs(share - keep) < 4 * math.sqrt(keep * (1 - keep) / len(draws))
+    assert sum(len(u) for u in draws) / len(draws) == pytest.approx(kept, rel=0.05)

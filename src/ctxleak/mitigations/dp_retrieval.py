@@ -56,4 +56,17 @@ def private_retrieval(scores: Sequence[float], grid: torch.Tensor, top_k: int, e
     return tau, tuple(i for i, s in enumerate(scores) if float(s) >= tau)
 
 
-__all__ = ["MAX_GRID", "private_retrieval", "threshold_grid", "threshold_logprobs"]
+def retrieval_odds(scores: Sequence[float], grid: torch.Tensor, top_k: int, eps: float
+                   ) -> tuple[float, float]:
+    """What :func:`private_retrieval` keeps, exactly rather than by sampling: the probability
+    that it keeps at least one document (the thresholds at or below the best score) and the
+    expected number it keeps (Σ_τ P(τ)·#{scores ≥ τ}). For choosing ``eps_retrieval`` and
+    ``top_k`` before decoding anything."""
+    s = torch.as_tensor(list(scores), dtype=torch.float64)
+    p = torch.exp(threshold_logprobs(scores, grid, top_k, eps))
+    counts = (s.unsqueeze(0) >= grid.unsqueeze(1)).sum(dim=1).to(torch.float64)
+    return float(p[counts > 0].sum()), float((p * counts).sum())
+
+
+__all__ = ["MAX_GRID", "private_retrieval", "retrieval_odds", "threshold_grid",
+           "threshold_logprobs"]
