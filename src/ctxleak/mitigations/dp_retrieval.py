@@ -36,13 +36,17 @@ def threshold_grid(low: float, high: float, points: int) -> torch.Tensor:
     return torch.linspace(low, high, points, dtype=torch.float64)
 
 
+def _counts(scores: Sequence[float], grid: torch.Tensor) -> torch.Tensor:
+    """``n(τ)`` for every threshold of ``grid``: the documents scoring at least it."""
+    s = torch.as_tensor(list(scores), dtype=torch.float64)
+    return (s.unsqueeze(0) >= grid.unsqueeze(1)).sum(dim=1).to(torch.float64)
+
+
 def threshold_logprobs(scores: Sequence[float], grid: torch.Tensor, top_k: int, eps: float
                        ) -> torch.Tensor:
     """The exponential mechanism's log-probabilities over ``grid``: ``ε·u(τ)/2`` normalised,
     ``u(τ) = −|#{scores ≥ τ} − top_k|``."""
-    s = torch.as_tensor(list(scores), dtype=torch.float64)
-    counts = (s.unsqueeze(0) >= grid.unsqueeze(1)).sum(dim=1).to(torch.float64)
-    utility = -(counts - top_k).abs()
+    utility = -(_counts(scores, grid) - top_k).abs()
     return torch.log_softmax(eps * utility / 2.0, dim=0)
 
 
@@ -62,9 +66,7 @@ def retrieval_odds(scores: Sequence[float], grid: torch.Tensor, top_k: int, eps:
     that it keeps at least one document (the thresholds at or below the best score) and the
     expected number it keeps (Σ_τ P(τ)·#{scores ≥ τ}). For choosing ``eps_retrieval`` and
     ``top_k`` before decoding anything."""
-    s = torch.as_tensor(list(scores), dtype=torch.float64)
-    p = torch.exp(threshold_logprobs(scores, grid, top_k, eps))
-    counts = (s.unsqueeze(0) >= grid.unsqueeze(1)).sum(dim=1).to(torch.float64)
+    p, counts = torch.exp(threshold_logprobs(scores, grid, top_k, eps)), _counts(scores, grid)
     return float(p[counts > 0].sum()), float((p * counts).sum())
 
 

@@ -120,13 +120,22 @@ def summarize_setting(records: Sequence[dict[str, Any]], seed: int = 0,
 def copying_reading(documents: dict[str, Any] | None) -> str | None:
     """In place of a DP reading where answers copied a document: which, and that it leaked
     (no ε describes a verbatim copy); None where none copied."""
-    copying = (documents or {}).get("copying_answers") or []
-    if not copying:
+    copies = _copies(documents)
+    if copies is None:
         return None
-    first = next(x for x in documents["leaks"] if x["copied"]) if documents else {}
-    return (f"not within any DP budget: {len(copying)} answer(s) copy a document verbatim or "
-            f"repeat its secret or PII value (e.g. {first['id']} copies {first['document']}), "
-            f"so that document leaked whatever ε the influence gives")
+    return (f"not within any DP budget: {copies}, so that document leaked whatever ε the "
+            "influence gives")
+
+
+def _copies(documents: dict[str, Any] | None) -> str | None:
+    """``N answer(s) copy a document verbatim or repeat its secret or PII value (e.g. q copies
+    d)``; None where none copied."""
+    copying = (documents or {}).get("copying_answers") or []
+    if not copying or documents is None:
+        return None
+    first = next(x for x in documents["leaks"] if x["copied"])
+    return (f"{len(copying)} answer(s) copy a document verbatim or repeat its secret or PII "
+            f"value (e.g. {first['id']} copies {first['document']})")
 
 
 def mechanism_reading(summary: dict[str, Any]) -> str:
@@ -145,15 +154,14 @@ def mechanism_reading(summary: dict[str, Any]) -> str:
                "tests that claim")
     reading = ("not an ε: its answers are scored as plain decoding would score them (the "
                f"documents' influence on the model); {own}")
-    copying = (summary.get("document_control") or {}).get("copying_answers") or []
-    if not copying:
+    documents = summary.get("document_control")
+    copies = _copies(documents)
+    if copies is None:
         return reading
     if not claimed:  # nothing bounds what the copied document did
-        return f"{copying_reading(summary.get('document_control'))}; {reading}"
-    first = next(x for x in summary["document_control"]["leaks"] if x["copied"])
-    return (f"{len(copying)} answer(s) copy a document verbatim or repeat its secret or PII "
-            f"value (e.g. {first['id']} copies {first['document']}): the claim still bounds how "
-            f"much more likely that document made the answer; {reading}")
+        return f"{copying_reading(documents)}; {reading}"
+    return (f"{copies}: the claim still bounds how much more likely that document made the "
+            f"answer; {reading}")
 
 
 def top_passage_rows(records: Sequence[dict[str, Any]], k: int = 20) -> list[dict[str, Any]]:
