@@ -19,13 +19,15 @@ from ctxleak.kernels.vote import (
     svt_pays,
     vote_counts,
     vote_scale,
+    voter_tokens,
 )
 
 
 def test_vote_counts_by_hand():
     logits = torch.tensor([[0.0, 3.0, 1.0], [5.0, 1.0, 1.0], [0.0, 2.0, 2.0]])
     # voter 0 -> 1, voter 1 -> 0, voter 2 ties 1 and 2 -> the lowest id, 1
-    assert vote_counts(logits).tolist() == [1.0, 2.0, 0.0]
+    assert voter_tokens(logits).tolist() == [1, 0, 1]
+    assert vote_counts(voter_tokens(logits), 3).tolist() == [1.0, 2.0, 0.0]
 
 
 def test_scale_and_gap_by_hand():

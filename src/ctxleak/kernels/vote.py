@@ -38,11 +38,16 @@ import torch
 ABSTAIN = -1
 
 
-def vote_counts(voter_logits: torch.Tensor) -> torch.Tensor:
-    """The histogram of the voters' most likely tokens: ``[m, V]`` logits -> ``[V]`` float64
-    counts (a tie inside a voter goes to the lowest token id)."""
-    votes = torch.argmax(voter_logits, dim=-1).to("cpu")
-    return torch.bincount(votes, minlength=voter_logits.shape[-1]).to(torch.float64)
+def voter_tokens(voter_logits: torch.Tensor) -> torch.Tensor:
+    """Each voter's most likely token: ``[m, V]`` logits -> ``[m]`` ids on the CPU (a tie inside
+    a voter goes to the lowest token id)."""
+    return torch.argmax(voter_logits, dim=-1).to("cpu")
+
+
+def vote_counts(votes: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The histogram of the voters' tokens ``votes`` (:func:`voter_tokens`): ``[vocab]``
+    float64 counts."""
+    return torch.bincount(votes.to("cpu"), minlength=vocab).to(torch.float64)
 
 
 def check_step(eps: float, delta: float) -> None:
@@ -124,4 +129,4 @@ def svt_pays(agree: float, threshold: float, eps: float, generator: torch.Genera
 
 
 __all__ = ["ABSTAIN", "check_step", "gumbel", "laplace", "limited_domain", "limited_domain_gap",
-           "limited_domain_probs", "svt_pays", "vote_counts", "vote_scale"]
+           "limited_domain_probs", "svt_pays", "vote_counts", "vote_scale", "voter_tokens"]

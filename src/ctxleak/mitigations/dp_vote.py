@@ -11,8 +11,8 @@ the request gives only its retrieved list, that list is dealt into ``shards`` sh
 i in shard ``i mod shards``, by retrieval position) and the claim (relation "shard") covers
 changing one shard of that list; which documents were retrieved is outside it. Each voter's
 documents make one prompt; a last stream holds the prompt without retrieval. At every step each
-voter votes its most likely next token and :func:`~ctxleak.kernels.vote.limited_domain`
-releases the winner, or abstains (⊥).
+voter votes its most likely next token (each step's record keeps every voter's vote, ``votes``)
+and :func:`~ctxleak.kernels.vote.limited_domain` releases the winner, or abstains (⊥).
 
 - :class:`DPVote` (DPVoteRAG): every step is a paid vote of ``(eps_token, δ/T)``; ``T`` votes
   at most, ``T·eps_token ≤ eps`` by basic composition.
@@ -52,6 +52,7 @@ from ctxleak.kernels.vote import (
     svt_pays,
     vote_counts,
     vote_scale,
+    voter_tokens,
 )
 from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
@@ -214,11 +215,12 @@ def _vote_job(mech: Any, lm: LanguageModel, request: AnswerRequest, decoding: De
     def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()) -> torch.Tensor:
         if step == 0:  # a response (or its replay) starts: no vote paid, no round open
             state.update(paid=0, rho=None)
-        counts = vote_counts(logits[:m])
+        votes = voter_tokens(logits[:m])
+        counts = vote_counts(votes, logits.shape[-1])
         empty = int(torch.argmax(logits[m]))
-        record = {"no_retrieval_token": empty, "agree": int(counts[empty]),
-                  "top_votes": int(counts.max()), "paid": False, "eps_step": 0.0,
-                  "delta_step": 0.0, "gap": gap}
+        record = {"no_retrieval_token": empty, "votes": votes.tolist(),
+                  "agree": int(counts[empty]), "top_votes": int(counts.max()), "paid": False,
+                  "eps_step": 0.0, "delta_step": 0.0, "gap": gap}
         token = _decide(mech, budget, state, counts, empty, step, scale, gap, record,
                         sparse=sparse, seed=request.seed)
         if token is None:  # abstained or spent

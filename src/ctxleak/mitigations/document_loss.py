@@ -1,0 +1,277 @@
+"""What a DP mechanism's answer actually spent on one document of the datastore: its ex-post
+privacy loss ``L = log P(transcript | D) − log P(transcript | D ∖ {d})``, computed from the
+mechanism's own output distributions at every recorded step, the quantity its claim bounds
+(an (ε, δ)-DP claim keeps ``|L| ≤ ε`` but on transcripts of probability at most δ).
+
+This is not the influence an influence run reports for a mechanism's answer (the model's
+likelihood ratio with and without the documents, scored as plain decoding scores it): that
+measures the model, this measures the mechanism. Over a datastore, removing ``d`` changes:
+
+- **DP-RAG** ("RAG with Differential Privacy", Grislain): the threshold's exponential mechanism
+  (the document counts ``n(τ)`` lose ``d``), and, where ``d`` reached a prompt, every step's
+  exponential mechanism, which loses ``d``'s clipped score. Both exact (log-softmaxes).
+- **DPVoteRAG / DPSparseVoteRAG** ("Privacy-Preserving Retrieval-Augmented Generation with
+  Differential Privacy", Koga, Wu and Chaudhuri): the one voter whose shard holds ``d`` reads
+  what its shard's retrieval returns without ``d``, so its vote may move at each step. A paid
+  vote's loss is the limited-domain step's, exact
+  (:func:`~ctxleak.kernels.vote.limited_domain_probs`, ⊥ included); a sparse-vector round's
+  (its free steps and the test that paid, or an unfinished round's free steps) integrates the
+  threshold's Laplace noise ρ numerically: ``∫ f(ρ) Π_free P(a_i + ν ≥ T + ρ) · P(a_k + ν <
+  T + ρ) dρ`` (scipy's ``quad`` between the integrand's kinks; no library computes an SVT
+  transcript's probability). A round's loss is charged to the step that ends it.
+
+The counterfactual voter and streams are scored teacher-forced over the released tokens, so a
+near-tie decided differently in that pass than in decoding can move a vote: ``check`` says how
+far the recomputation of what was recorded lands from the record.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from ctxleak.engine.lm import LanguageModel
+from ctxleak.engine.scoring import continuation_logits
+from ctxleak.engine.streams import mask_eos_before_min, masked_ids
+from ctxleak.errors import ConfigError
+from ctxleak.kernels.vote import (
+    ABSTAIN,
+    limited_domain_gap,
+    limited_domain_probs,
+    vote_counts,
+    vote_scale,
+)
+from ctxleak.mitigations.datastore import SIMILARITY_RANGE, Datastore
+from ctxleak.mitigations.dp_rag import DPRAG
+from ctxleak.mitigations.dp_retrieval import threshold_grid, threshold_logprobs
+from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
+from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
+
+#: Headroom on the claim for float noise when reading whether a loss is within it (nats).
+WITHIN_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class DocumentLoss:
+    """The ex-post privacy loss one answer spent on ``document`` (module docstring), in nats:
+    ``retrieval`` (DP-RAG's threshold; 0 for the votes), ``steps`` (one per released step,
+    a sparse-vector round's loss on the step that ends it) and their ``total``; ``claim``:
+    what the mechanism guarantees per response; ``changed``: what removing the document
+    changed; ``check``: how far the recomputation of the recorded steps lands from the record
+    (DP-RAG: the largest |Δ log P| of a released token, nats; the votes: the steps whose
+    recomputed vote of the document's voter differs from the recorded one)."""
+
+    document: str
+    mechanism: str
+    claim: Claim
+    retrieval: float
+    steps: tuple[float, ...]
+    changed: str
+    check: float
+
+    @property
+    def total(self) -> float:
+        return self.retrieval + math.fsum(self.steps)
+
+    @property
+    def within(self) -> bool:
+        """``|total| ≤ ε`` of the claim (a loss beyond it is a δ event or a broken claim)."""
+        eps = self.claim.eps
+        return eps is not None and abs(self.total) <= eps + WITHIN_TOLERANCE
+
+    def describe(self) -> str:
+        bound = "within" if self.within else "beyond"
+        return (f"{self.mechanism} spent {self.total:.3g} nats of privacy loss on {self.document} "
+                f"in this answer ({self.changed}), {bound} its claim ε = {self.claim.eps:.3g} per "
+                f"response ({self.claim.relation})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "claim": asdict(self.claim), "total": self.total,
+                "within": self.within}
+
+
+def document_loss(mechanism: DPRAG | DPVote | DPSparseVote, lm: LanguageModel,
+                  request: AnswerRequest, answer: MechanismAnswer, document: str,
+                  decoding: Decoding) -> DocumentLoss:
+    """The ex-post privacy loss ``answer`` (decoded by ``mechanism`` for ``request`` with
+    ``decoding``) spent on the datastore's document ``document`` (module docstring)."""
+    store = request.datastore
+    if store is None:
+        raise ConfigError("datastore: a document's loss is over the datastore the mechanism "
+                          "retrieved from, and the request has none", param="datastore")
+    if document not in {doc_id for doc_id, _ in store.documents}:
+        raise ConfigError(f"document: {document!r} is not a document of {store.describe()}",
+                          param="document")
+    without = Datastore.of([pair for pair in store.documents if pair[0] != document])
+    tokens = [int(step["token_id"]) for step in answer.steps]
+    if isinstance(mechanism, DPRAG):
+        return _dp_rag_loss(mechanism, lm, request, answer, document, decoding, without, tokens)
+    if isinstance(mechanism, (DPVote, DPSparseVote)):
+        return _vote_loss(mechanism, lm, request, answer, document, decoding, without, tokens)
+    raise ConfigError(f"{mechanism.describe()}: a document's ex-post loss is computed for the DP "
+                      "mechanisms dp-rag, dp-vote and dp-sparse-vote (CID's is its influence "
+                      "reading)", param="mechanism")
+
+
+def _teacher_forced(lm: LanguageModel, prompts: Sequence[Sequence[int]], tokens: list[int],
+                    min_new_tokens: int) -> list[torch.Tensor]:
+    """Each prompt's float64 logits ``[T, V]`` over the released ``tokens``, EOS masked before
+    the minimum length as the engine masked it while decoding."""
+    def reduce(_: int, logits: torch.Tensor) -> torch.Tensor:
+        return mask_eos_before_min(logits.double().cpu(), lm.eos_ids, min_new_tokens)
+
+    return continuation_logits(lm, prompts, [tokens] * len(prompts), reduce=reduce)
+
+
+# -- DP-RAG ------------------------------------------------------------------------------------
+
+
+def _dp_rag_loss(mech: DPRAG, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
+                 document: str, decoding: Decoding, without: Datastore, tokens: list[int]
+                 ) -> DocumentLoss:
+    store = request.datastore
+    assert store is not None
+    tau = answer.steps[0].get("threshold") if answer.steps else None
+    if tau is None:
+        raise ConfigError("answer: its steps record no retrieval threshold (was it decoded by "
+                          "dp-rag over this datastore?)", param="answer")
+    grid = threshold_grid(*(mech.score_range or SIMILARITY_RANGE), mech.grid)
+    j = int(torch.argmin((grid - float(tau)).abs()))
+    with_d = threshold_logprobs(store.similarities(request.query), grid, mech.top_k,
+                                mech.retrieval_eps)
+    without_d = threshold_logprobs(without.similarities(request.query), grid, mech.top_k,
+                                   mech.retrieval_eps)
+    retrieval = float(with_d[j] - without_d[j])
+    used = list(answer.datastore_used)
+    if document not in used:
+        return DocumentLoss(document, mech.key(), answer.claim, retrieval,
+                            (0.0,) * len(tokens), "the threshold's odds; it reached no prompt",
+                            0.0)
+    texts = dict(store.documents)
+    prompts = [request.prompt([texts[i]]) for i in used] + [request.prompt([])]
+    logits = _teacher_forced(lm, prompts, tokens, decoding.min_new_tokens)
+    docs, prior = torch.stack(logits[:-1]), logits[-1]
+    keep = torch.tensor([i != document for i in used])
+    eps_token, steps, check = mech.token_eps(decoding), [], 0.0
+    for t, token in enumerate(tokens):
+        excluded = masked_ids(lm.eos_ids, decoding.min_new_tokens, t)
+        args = (eps_token, decoding.temperature, excluded)
+        full = mech.step_logprobs(docs[:, t], prior[t], *args)[token]
+        less = mech.step_logprobs(docs[keep, t], prior[t], *args)[token]
+        steps.append(float(full - less))
+        check = max(check, abs(float(full) - float(answer.steps[t]["logp_mechanism"])))
+    return DocumentLoss(document, mech.key(), answer.claim, retrieval, tuple(steps),
+                        f"the threshold's odds and {len(tokens)} steps' scores of one of the "
+                        f"{len(used)} documents in the prompts", check)
+
+
+# -- the votes -----------------------------------------------------------------------------------
+
+
+def _vote_loss(mech: DPVote | DPSparseVote, lm: LanguageModel, request: AnswerRequest,
+               answer: MechanismAnswer, document: str, decoding: Decoding, without: Datastore,
+               tokens: list[int]) -> DocumentLoss:
+    store = request.datastore
+    assert store is not None
+    if any("votes" not in step for step in answer.steps):
+        raise ConfigError("answer: its steps record no voters' votes (decoded by an older "
+                          "ctxleak?): decode it again", param="answer")
+    shard = Datastore.shard_of(document, mech.shards)
+    reads = [[h.text for h in hits] for hits in
+             (s.shard_search(request.query, mech.shards, mech.per_voter)[shard]
+              for s in (store, without))]
+    zeros = (0.0,) * len(tokens)
+    if reads[0] == reads[1]:
+        return DocumentLoss(document, mech.key(), answer.claim, 0.0, zeros,
+                            f"nothing: voter {shard} reads the same documents without it", 0.0)
+    sparse = isinstance(mech, DPSparseVote)
+    line = mech.threshold * mech.shards if isinstance(mech, DPSparseVote) else 0.0
+    budget = mech.budget(decoding)
+    new = decoding.max_new_tokens if mech.abstain != "stop" or sparse else \
+        min(decoding.max_new_tokens, budget.votes)
+    logits = _teacher_forced(lm, [request.prompt(texts) for texts in reads], tokens,
+                             min(decoding.min_new_tokens, new))
+    moved = [torch.argmax(x, dim=-1).tolist() for x in logits]
+    scale = vote_scale(budget.eps_token, budget.delta_step)
+    gap = limited_domain_gap(scale, budget.delta_step, mech.domain)
+    vocab = logits[0].shape[-1]
+    steps, pending = [0.0] * len(tokens), []
+    for t, step in enumerate(answer.steps):
+        votes = [int(v) for v in step["votes"]]
+        with_d = vote_counts(torch.tensor(votes), vocab)
+        without_d = with_d.clone()
+        without_d[votes[shard]] -= 1
+        without_d[moved[1][t]] += 1
+        empty = int(step["no_retrieval_token"])
+        if step.get("source") == "budget spent":
+            continue
+        if sparse:
+            pending.append((float(with_d[empty]), float(without_d[empty])))
+            if not step["paid"]:
+                continue
+            steps[t] += svt_round_loss(pending, line, budget.eps_svt, paid=True)
+            pending = []
+        outcome = int(step["token_id"]) if step["source"] == "vote" else ABSTAIN
+        steps[t] += vote_step_loss(with_d, without_d, outcome, scale, gap, mech.domain)
+    if pending:  # a round the response ended before it paid: its free steps
+        last = max(t for t, s in enumerate(answer.steps) if s.get("source") != "budget spent")
+        steps[last] += svt_round_loss(pending, line, budget.eps_svt, paid=False)
+    check = sum(int(s["votes"][shard]) != v for s, v in zip(answer.steps, moved[0]))
+    return DocumentLoss(document, mech.key(), answer.claim, 0.0, tuple(steps),
+                        f"the documents voter {shard} of {mech.shards} reads", float(check))
+
+
+def vote_step_loss(with_d: torch.Tensor, without_d: torch.Tensor, outcome: int, scale: float,
+                   gap: float, domain: int) -> float:
+    """One limited-domain step's loss: ``log P(outcome | h) − log P(outcome | h')`` for the
+    vote histograms with and without the document (``outcome``: a token id or
+    :data:`~ctxleak.kernels.vote.ABSTAIN`); ±inf where the outcome is impossible on one side
+    (the δ of the step; a released outcome is never impossible with the document)."""
+    index = -1 if outcome == ABSTAIN else outcome
+    p = float(limited_domain_probs(with_d, scale, gap, domain)[index])
+    q = float(limited_domain_probs(without_d, scale, gap, domain)[index])
+    if p == 0 or q == 0:
+        return math.inf if p > 0 else -math.inf
+    return math.log(p) - math.log(q)
+
+
+def svt_round_loss(agree: Sequence[tuple[float, float]], threshold: float, eps_svt: float,
+                   *, paid: bool) -> float:
+    """One sparse-vector round's loss (Lyu, Su and Li's Alg. 1 with one positive): ``agree``
+    holds each tested step's count of voters agreeing with the no-retrieval token, with and
+    without the document; every step but the last (all of them where not ``paid``) let the
+    no-retrieval token through (``a + ν ≥ T + ρ``), the last paid (``a + ν < T + ρ``);
+    ``ρ ~ Lap(2/ε)``, ``ν ~ Lap(4/ε)``."""
+    return math.log(svt_round_probability([a for a, _ in agree], threshold, eps_svt, paid)) - \
+        math.log(svt_round_probability([b for _, b in agree], threshold, eps_svt, paid))
+
+
+def svt_round_probability(agree: Sequence[float], threshold: float, eps_svt: float,
+                          paid: bool) -> float:
+    """The probability of one round's outcomes (:func:`svt_round_loss`), integrated over ρ."""
+    from scipy import integrate  # here: the mechanisms import this module's package lightly
+
+    rho_scale, nu_scale = 2.0 / eps_svt, 4.0 / eps_svt
+    frees, last = (agree[:-1], agree[-1]) if paid else (agree, None)
+
+    def below(x: float) -> float:  # P(ν < x), the Laplace CDF
+        return 0.5 * math.exp(x / nu_scale) if x < 0 else 1.0 - 0.5 * math.exp(-x / nu_scale)
+
+    def integrand(rho: float) -> float:
+        value = math.exp(-abs(rho) / rho_scale) / (2.0 * rho_scale)
+        for a in frees:
+            value *= 1.0 - below(threshold + rho - a)
+        return value * below(threshold + rho - last) if last is not None else value
+
+    kinks = sorted({0.0, *(a - threshold for a in agree)})
+    edges = [-math.inf, *kinks, math.inf]
+    return math.fsum(integrate.quad(integrand, lo, hi, epsabs=0.0, epsrel=1e-11, limit=200)[0]
+                     for lo, hi in zip(edges, edges[1:]))
+
+
+__all__ = ["DocumentLoss", "document_loss", "svt_round_loss", "svt_round_probability",
+           "vote_step_loss"]
