@@ -20,6 +20,23 @@ def load_default():
     return load_model("default", device="auto")
 
 
+def datastore_questions(fact: str, limit: int):
+    """The default model, the first ``limit`` questions of the bundled ``demo-datastore``
+    whose ``fact`` is ``common`` or ``private`` (the ``short-answer`` chat prompt), and the
+    datastore they retrieve from."""
+    from ctxleak.engine.models import load_model
+    from ctxleak.methods.influence.data import load_log
+    from ctxleak.methods.influence.mechanism_mode import resolve_datastore
+    from ctxleak.methods.rag.app_prompt import AppPromptChoice, load_prompt_messages
+
+    lm = load_model("default")
+    examples, _ = load_log("demo-datastore",
+                           app=AppPromptChoice(load_prompt_messages("short-answer")))
+    store = resolve_datastore(None, "demo-datastore", examples)
+    assert store is not None
+    return lm, [ex for ex in examples if ex.fact == fact][:limit], store
+
+
 def long_context(lm, n_tokens: int = 512) -> list[int]:
     """The first n tokens of the bundled demo contexts, joined."""
     texts = [json.loads(line)["context"] for line in open(demo_path("influence.jsonl"))]

@@ -20,12 +20,11 @@ import dataclasses
 import statistics
 import time
 
-from ctxleak.engine.models import load_model
+from _common import datastore_questions
+
 from ctxleak.kernels.vote import limited_domain_gap, vote_scale
-from ctxleak.methods.influence.data import load_log
-from ctxleak.methods.influence.mechanism_mode import answer_request, resolve_datastore
+from ctxleak.methods.influence.mechanism_mode import answer_request
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
-from ctxleak.methods.rag.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.methods.tradeoff.utility import answer_match
 from ctxleak.mitigations.cid import CID
 from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
@@ -45,12 +44,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=32, help="voters")
     parser.add_argument("--tokens", type=int, default=24, help="new tokens per answer")
     args = parser.parse_args()
-    lm = load_model("default")
-    app = AppPromptChoice(load_prompt_messages("short-answer"))
-    examples, _ = load_log("demo-datastore", app=app)
-    common = [ex for ex in examples if ex.fact == "common"][:args.common]
-    store = resolve_datastore(None, "demo-datastore", examples)
-    assert store is not None
+    lm, common, store = datastore_questions("common", args.common)
     greedy = Decoding(temperature=1.0, max_new_tokens=args.tokens, min_new_tokens=1,
                       greedy=True)
     options = InfluenceOptions(max_new_tokens=args.tokens, min_new_tokens=1)

@@ -117,6 +117,20 @@ def document_loss(mechanism: DPRAG | DPVote | DPSparseVote, lm: LanguageModel,
                       "reading)", param="mechanism")
 
 
+def own_document_losses(mechanism: object, lm: LanguageModel, request: AnswerRequest,
+                        answer: MechanismAnswer, decoding: Decoding) -> dict[str, float] | None:
+    """:meth:`DocumentLoss.total` of each of the request's own documents (``request.ids``)
+    that the datastore holds, by id; None where there is nothing to compute: a mechanism
+    other than the DP ones, no datastore, or documents without ids."""
+    store = request.datastore
+    if store is None or request.ids is None or \
+            not isinstance(mechanism, (DPRAG, DPVote, DPSparseVote)):
+        return None
+    held = {doc_id for doc_id, _ in store.documents}
+    return {doc_id: document_loss(mechanism, lm, request, answer, doc_id, decoding).total
+            for doc_id in dict.fromkeys(request.ids) if doc_id in held}
+
+
 def _teacher_forced(lm: LanguageModel, prompts: Sequence[Sequence[int]], tokens: list[int],
                     min_new_tokens: int) -> list[torch.Tensor]:
     """Each prompt's float64 logits ``[T, V]`` over the released ``tokens``, EOS masked before
@@ -273,5 +287,5 @@ def svt_round_probability(agree: Sequence[float], threshold: float, eps_svt: flo
                      for lo, hi in zip(edges, edges[1:]))
 
 
-__all__ = ["DocumentLoss", "document_loss", "svt_round_loss", "svt_round_probability",
+__all__ = ["DocumentLoss", "document_loss", "own_document_losses", "svt_round_loss", "svt_round_probability",
            "vote_step_loss"]

@@ -275,3 +275,37 @@ def test_a_mechanisms_influence_is_read_beside_its_claim_never_as_its_epsilon():
                      "document made the answer")
     first, rest = mechanism_reading({**copied, **scrub}).split("; not an ε", 1)
     assert first.startswith("not within any DP budget: 1 answer(s) copy") and "d7" in first
+    # with the mechanism's own loss of the examples' documents, the reading gives it
+    spent = {**dp, "document_loss": {"documents": 3, "median": 0.25, "max": 6.5,
+                                     "within_claim": 2}}
+    assert mechanism_reading(spent).endswith(
+        "ε = 5 per response (document); recomputed from its recorded steps, it spent 0.25 nats "
+        "(median; largest 6.5) on each example's own document, 2 of 3 within the claim; the "
+        "canary audit tests that claim")
+
+
+def test_the_own_loss_summary_by_hand():
+    from ctxleak.methods.influence.mechanism_mode import spent_summary
+
+    records = [{"document_loss": {"a": 0.5, "b": -3.0}, "claim_eps": 2.0},
+               {"document_loss": {"c": 1.0}, "claim_eps": 2.0}, {"claim_eps": 2.0}]
+    assert spent_summary(records) == {"document_loss": {
+        "documents": 3, "median": 1.0, "max": 3.0, "within_claim": 2}}
+    assert spent_summary([{"claim_eps": 2.0}]) == {}
+
+
+def test_a_dp_mechanism_over_the_datastore_records_its_own_loss_per_document(llama_lm,
+                                                                             tmp_path):
+    """Over the pooled datastore, each record holds the mechanism's own ex-post loss of each of
+    its example's documents, and the setting's summary and reading count them."""
+    result = ctxleak.influence(llama_lm, ROWS, mechanisms="dp-sparse-vote:eps=6,shards=3",
+                               output=str(tmp_path / "run"), **KW)
+    mech = [r for r in result.records if (r.get("mechanism") or "").startswith("dp-sparse")]
+    assert len(mech) == len(ROWS)
+    for record, row in zip(mech, ROWS):
+        assert list(record["document_loss"]) == [d["id"] for d in row["documents"]]
+        assert all(abs(v) <= record["claim_eps"] + 1e-9 for v in record["document_loss"].values())
+    setting = next(s for s in result.summary["settings"] if s.get("mechanism"))
+    assert setting["document_loss"]["documents"] == 7
+    assert setting["document_loss"]["within_claim"] == 7
+    assert "recomputed from its recorded steps" in setting["dp_reading"]

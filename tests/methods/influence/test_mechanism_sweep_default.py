@@ -41,6 +41,9 @@ def test_the_mixed_sweep_runs_every_mode_on_the_default_model(default_lm, tmp_pa
         if "eps=" in spec:  # what a DP mechanism claims stays within its budget
             assert mode["claim"]["eps"]["mean"] <= float(spec.split("eps=")[1].split(",")[0]) \
                 + 1e-9
+        if name.startswith("dp-"):  # its own ex-post loss of each of the question's documents
+            spent = mode["document_loss"]
+            assert spent["documents"] == 4 * QUESTIONS == spent["within_claim"]
     for record in result.records:
         assert record["claim_relation"] in ("none", "context", "shard", "document")
         assert record["tokens_paid"] <= len(record["response_ids"]) + 1

@@ -39,6 +39,7 @@ query (:func:`~ctxleak.mitigations.datastore.word_similarity`).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,6 +59,7 @@ from ctxleak.mitigations.datastore import (
     datastore_of,
     word_similarity,
 )
+from ctxleak.mitigations.document_loss import WITHIN_TOLERANCE, own_document_losses
 from ctxleak.mitigations.mechanisms import (
     RELATIONS,
     AnswerRequest,
@@ -234,25 +236,31 @@ def measure_mechanism(lm: LanguageModel, jobs: Sequence[Job], options: Influence
     """One record per job, in order: the answer ``mechanism`` decodes (all jobs of one
     temperature in one call, each from its own seed, retrieving from ``datastore`` where
     given), measured as the run measures a CID answer at λ = 1, with the mechanism's claim,
-    paid tokens and steps."""
+    paid tokens and steps; over a datastore, a DP mechanism's own ex-post privacy loss of
+    each of the example's documents (``document_loss``, nats by document id,
+    :func:`~ctxleak.mitigations.document_loss.own_document_losses`)."""
     check_examples(mechanism, [ex for ex, _, _ in jobs], datastore)
     answers: list[MechanismAnswer | None] = [None] * len(jobs)
+    spent: list[dict[str, float] | None] = [None] * len(jobs)
     for temperature in sorted({setting.temperature for _, setting, _ in jobs}):
         ks = [k for k, (_, s, _) in enumerate(jobs) if s.temperature == temperature]
         decoding = Decoding(temperature=temperature, max_new_tokens=options.max_new_tokens,
                             min_new_tokens=options.min_new_tokens)
-        got = mechanism.answer(lm, [answer_request(lm, jobs[k], options, datastore)
-                                    for k in ks], decoding)
+        requests = [answer_request(lm, jobs[k], options, datastore) for k in ks]
+        got = mechanism.answer(lm, requests, decoding)
         if len(got) != len(ks):
             raise ConfigError(f"{PARAM}: {mechanism.key()} answered {len(got)} of {len(ks)} "
                               f"requests: a mechanism answers every request", param=PARAM)
-        for k, answer in zip(ks, got):
+        for k, request, answer in zip(ks, requests, got):
             answers[k] = answer
+            spent[k] = own_document_losses(mechanism, lm, request, answer, decoding)
     done = [a for a in answers if a is not None]
     records = score_drawn(lm, jobs, [(list(a.response_ids), a.stopped_on_eos) for a in done],
                           options, controls, cost, decoys)
-    for record, answer in zip(records, done):
+    for record, answer, losses in zip(records, done, spent):
         record.update(mechanism_fields(mechanism, answer))
+        if losses is not None:
+            record["document_loss"] = losses
     return records
 
 
@@ -299,11 +307,27 @@ def claim_summary(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str,
         "delta": max(float(r.get("claim_delta") or 0.0) for r in records)}
     return {"mechanism": records[0].get("mechanism"), "claim": claim,
             "tokens_paid": mean_with_ci([float(r.get("tokens_paid") or 0) for r in records],
-                                        seed=seed)}
+                                        seed=seed), **spent_summary(records)}
+
+
+def spent_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Over the records' ``document_loss`` (a DP mechanism's own ex-post loss of each
+    example's documents, nats): how many losses, their median and largest magnitude, and how
+    many stay within their answer's claimed ε; nothing where no record has one."""
+    pairs = [(abs(float(v)), r.get("claim_eps")) for r in records
+             for v in (r.get("document_loss") or {}).values()]
+    if not pairs:
+        return {}
+    sizes = sorted(size for size, _ in pairs)
+    return {"document_loss": {
+        "documents": len(pairs), "median": float(statistics.median(sizes)), "max": sizes[-1],
+        "within_claim": sum(eps is not None and size <= float(eps) + WITHIN_TOLERANCE
+                            for size, eps in pairs)}}
 
 
 __all__ = ["CLAIM_FIELDS", "answer_request", "check_examples", "check_mechanism_options",
            "cid_claim", "claim_fields", "claim_summary", "example_documents",
            "mechanism_fields", "mechanism_list", "mechanism_streams", "measure_mechanism",
+           "spent_summary",
            "needed_documents",
            "prompt_of", "resolve_datastore", "word_similarity"]

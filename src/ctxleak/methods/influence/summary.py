@@ -150,8 +150,8 @@ def mechanism_reading(summary: dict[str, Any]) -> str:
         own = f"{mechanism} claims no DP guarantee"
     else:
         own = (f"{mechanism}'s own privacy loss is what its claim bounds, ε = "
-               f"{claim['eps_max']:.3g} per response ({claim['relation']}); the canary audit "
-               "tests that claim")
+               f"{claim['eps_max']:.3g} per response ({claim['relation']}){_spent(summary)}; "
+               "the canary audit tests that claim")
     reading = ("not an ε: its answers are scored as plain decoding would score them (the "
                f"documents' influence on the model); {own}")
     documents = summary.get("document_control")
@@ -162,6 +162,17 @@ def mechanism_reading(summary: dict[str, Any]) -> str:
         return f"{copying_reading(documents)}; {reading}"
     return (f"{copies}: the claim still bounds how much more likely that document made the "
             f"answer; {reading}")
+
+
+def _spent(summary: dict[str, Any]) -> str:
+    """The clause on what the mechanism's recorded steps spent on the examples' own documents
+    (its ex-post loss), where the run computed it."""
+    spent = summary.get("document_loss")
+    if not spent:
+        return ""
+    return (f"; recomputed from its recorded steps, it spent {spent['median']:.3g} nats (median; "
+            f"largest {spent['max']:.3g}) on each example's own document, "
+            f"{spent['within_claim']} of {spent['documents']} within the claim")
 
 
 def top_passage_rows(records: Sequence[dict[str, Any]], k: int = 20) -> list[dict[str, Any]]:
