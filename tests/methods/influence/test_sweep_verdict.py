@@ -70,6 +70,15 @@ def test_a_recommended_claim_says_what_it_covers():
                           "shard.")
 
 
+def test_a_mechanisms_own_loss_follows_its_claim():
+    settings = _settings()
+    settings[3]["document_loss"] = {"documents": 40, "median": 0.012, "max": 0.09,
+                                    "within_claim": 40}
+    line = run_verdict(settings)["text"].split("\n")[4]
+    assert line.endswith("ε = 24 per response (context), its own loss 0.012 nats per document "
+                         "(median, largest 0.09), 40 of 40 within it; 1 of 40 flagged")
+
+
 def test_none_recommended_names_the_closest_and_the_caveats_stay_few():
     settings = _settings(judged=3)  # too few to flag, and too few questions to recommend
     for s in settings:

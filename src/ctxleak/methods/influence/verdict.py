@@ -278,7 +278,8 @@ def recommendation_line(front: dict[str, Any]) -> str:
 def setting_line(row: dict[str, Any], summary: dict[str, Any], chosen: bool,
                  front: dict[str, Any]) -> str:
     """One setting in one line: ``- λ = 0.5: leak 0.4 [0.1, 0.7] nats/token above the control;
-    F1 0.56 [0.3, 0.8]; ε = 24 per response (context); 2 of 40 flagged``."""
+    F1 0.56 [0.3, 0.8]; ε = 24 per response (context); 2 of 40 flagged``; a DP mechanism's
+    own ex-post loss of the examples' documents follows its claim where the run computed it."""
     leak = "leak —" if row.get("privacy") is None else (
         f"leak {row['privacy']:.2g}{_interval(row['privacy_ci_low'], row['privacy_ci_high'])}"
         f" nats/token {_leak_name(front)}")
@@ -290,8 +291,12 @@ def setting_line(row: dict[str, Any], summary: dict[str, Any], chosen: bool,
     judged = int(control.get("n") or 0)
     flagged = f"; {len(control.get('flagged') or [])} of {judged} flagged" \
         if control.get("enabled") and judged >= min_n_for(ALPHA) else ""
+    spent = summary.get("document_loss")
+    own = (f", its own loss {spent['median']:.2g} nats per document (median, largest "
+           f"{spent['max']:.2g}), {spent['within_claim']} of {spent['documents']} within it"
+           ) if spent else ""
     mark = " (recommended)" if chosen else ""
-    return f"- {row['label']}{mark}: {leak}; {useful}; {_claim(row)}{flagged}"
+    return f"- {row['label']}{mark}: {leak}; {useful}; {_claim(row)}{own}{flagged}"
 
 
 def caveat_lines(front: dict[str, Any], settings: Sequence[dict[str, Any]]) -> list[str]:
