@@ -71,6 +71,15 @@ def test_a_round_at_the_threshold_is_a_coin_by_hand():
     assert svt_round_probability([205.0], 5.0, 1.0, paid=True) < 1e-12
 
 
+def test_a_round_of_tiny_probability_keeps_its_loss():
+    """At a large ε counts far from the threshold make a round's probability underflow a
+    float64; its log and the loss stay finite and within ε_svt."""
+    agree = [(0.0, 1.0)] * 3 + [(40.0, 39.0)]
+    loss = svt_round_loss(agree, 32.0, 60.0, paid=True)
+    assert svt_round_probability([a for a, _ in agree], 32.0, 60.0, True) == 0.0
+    assert math.isfinite(loss) and 0 < abs(loss) <= 60.0
+
+
 def test_a_round_against_sampling():
     """Two free steps then a paid one, and an unfinished round, against 400,000 sampled rounds
     (numpy's Laplace noise, the mechanism's scales), within 4 standard errors."""

@@ -260,32 +260,47 @@ def svt_round_loss(agree: Sequence[tuple[float, float]], threshold: float, eps_s
     without the document; every step but the last (all of them where not ``paid``) let the
     no-retrieval token through (``a + ν ≥ T + ρ``), the last paid (``a + ν < T + ρ``);
     ``ρ ~ Lap(2/ε)``, ``ν ~ Lap(4/ε)``."""
-    return math.log(svt_round_probability([a for a, _ in agree], threshold, eps_svt, paid)) - \
-        math.log(svt_round_probability([b for _, b in agree], threshold, eps_svt, paid))
+    return svt_round_logprob([a for a, _ in agree], threshold, eps_svt, paid) - \
+        svt_round_logprob([b for _, b in agree], threshold, eps_svt, paid)
 
 
 def svt_round_probability(agree: Sequence[float], threshold: float, eps_svt: float,
                           paid: bool) -> float:
-    """The probability of one round's outcomes (:func:`svt_round_loss`), integrated over ρ."""
+    """The probability of one round's outcomes (:func:`svt_round_loss`)."""
+    return math.exp(svt_round_logprob(agree, threshold, eps_svt, paid))
+
+
+def svt_round_logprob(agree: Sequence[float], threshold: float, eps_svt: float,
+                      paid: bool) -> float:
+    """The log-probability of one round's outcomes (:func:`svt_round_loss`): the integrand
+    over ρ in logs, shifted by its largest value at the kinks so that a round of a tiny
+    probability (counts far from the threshold at a large ε) neither underflows nor
+    overflows, integrated by ``quad`` between the kinks."""
     from scipy import integrate  # here: the mechanisms import this module's package lightly
 
     rho_scale, nu_scale = 2.0 / eps_svt, 4.0 / eps_svt
     frees, last = (agree[:-1], agree[-1]) if paid else (agree, None)
+    half = math.log(0.5)
 
-    def below(x: float) -> float:  # P(ν < x), the Laplace CDF
-        return 0.5 * math.exp(x / nu_scale) if x < 0 else 1.0 - 0.5 * math.exp(-x / nu_scale)
+    def log_below(x: float) -> float:  # log P(ν < x), the Laplace CDF
+        return half + x / nu_scale if x < 0 else math.log1p(-0.5 * math.exp(-x / nu_scale))
 
-    def integrand(rho: float) -> float:
-        value = math.exp(-abs(rho) / rho_scale) / (2.0 * rho_scale)
-        for a in frees:
-            value *= 1.0 - below(threshold + rho - a)
-        return value * below(threshold + rho - last) if last is not None else value
+    def log_above(x: float) -> float:  # log P(ν ≥ x)
+        return math.log1p(-0.5 * math.exp(x / nu_scale)) if x < 0 else half - x / nu_scale
+
+    def log_integrand(rho: float) -> float:
+        value = -abs(rho) / rho_scale - math.log(2.0 * rho_scale)
+        value += math.fsum(log_above(threshold + rho - a) for a in frees)
+        return value + log_below(threshold + rho - last) if last is not None else value
 
     kinks = sorted({0.0, *(a - threshold for a in agree)})
+    shift = max(log_integrand(x) for x in kinks)
     edges = [-math.inf, *kinks, math.inf]
-    return math.fsum(integrate.quad(integrand, lo, hi, epsabs=0.0, epsrel=1e-11, limit=200)[0]
-                     for lo, hi in zip(edges, edges[1:]))
+    total = math.fsum(integrate.quad(lambda rho: math.exp(log_integrand(rho) - shift), lo, hi,
+                                     epsabs=0.0, epsrel=1e-11, limit=200)[0]
+                      for lo, hi in zip(edges, edges[1:]))
+    return shift + math.log(total)
 
 
-__all__ = ["DocumentLoss", "document_loss", "own_document_losses", "svt_round_loss", "svt_round_probability",
-           "vote_step_loss"]
+__all__ = ["DocumentLoss", "document_loss", "own_document_losses", "svt_round_logprob",
+           "svt_round_loss", "svt_round_probability", "vote_step_loss"]
