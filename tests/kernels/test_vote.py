@@ -15,6 +15,7 @@ from ctxleak.kernels.vote import (
     laplace,
     limited_domain,
     limited_domain_gap,
+    limited_domain_logprobs,
     limited_domain_probs,
     svt_pays,
     vote_counts,
@@ -41,6 +42,17 @@ def test_scale_and_gap_by_hand():
         vote_scale(0.0, delta)
     with pytest.raises(ValueError):
         vote_scale(1.0, 1.0)
+
+
+def test_log_probabilities_by_hand_where_probabilities_underflow():
+    # scale 0.01: token 0 leads the threshold 17 + 5 by 8 votes, 800 nats; ⊥'s probability
+    # e^-800 is below float64's range, its log is not
+    counts = torch.tensor([30.0, 17.0, 0.0])
+    logp = limited_domain_logprobs(counts, 0.01, 5.0, 1)
+    assert logp[0] == 0.0
+    assert logp[3] == pytest.approx(-800.0, rel=1e-12)
+    assert logp[1] == logp[2] == -math.inf
+    assert limited_domain_probs(counts, 0.01, 5.0, 1)[3] == 0.0
 
 
 def test_sampler_matches_exact_distribution():

@@ -105,15 +105,22 @@ def limited_domain(counts: torch.Tensor, scale: float, gap: float, domain: int,
 def limited_domain_probs(counts: torch.Tensor, scale: float, gap: float, domain: int
                          ) -> torch.Tensor:
     """The exact output distribution of :func:`limited_domain`: ``[V + 1]`` float64
-    probabilities, entry ``V`` for ⊥ (the largest of Gumbel-noised values is a softmax of the
-    values over ``scale``: the noisy maximum is an exponential mechanism)."""
+    probabilities, entry ``V`` for ⊥ (:func:`limited_domain_logprobs`, exponentiated)."""
+    return torch.exp(limited_domain_logprobs(counts, scale, gap, domain))
+
+
+def limited_domain_logprobs(counts: torch.Tensor, scale: float, gap: float, domain: int
+                            ) -> torch.Tensor:
+    """:func:`limited_domain_probs` as float64 log-probabilities (−inf outside the limited
+    domain), exact where the probabilities underflow: the largest of Gumbel-noised values is a
+    softmax of the values over ``scale`` (the noisy maximum is an exponential mechanism)."""
     counts = counts.to("cpu", torch.float64)
     k = min(domain, counts.numel())
     order = torch.sort(counts, descending=True, stable=True).indices
     below = float(counts[order[k]]) if counts.numel() > k else 0.0
     values = torch.cat([counts[order[:k]], torch.tensor([below + gap], dtype=torch.float64)])
-    weights = torch.softmax(values / scale, dim=0)
-    out = torch.zeros(counts.numel() + 1, dtype=torch.float64)
+    weights = torch.log_softmax(values / scale, dim=0)
+    out = torch.full((counts.numel() + 1,), -math.inf, dtype=torch.float64)
     out[order[:k]] = weights[:k]
     out[-1] = weights[-1]
     return out
@@ -129,4 +136,5 @@ def svt_pays(agree: float, threshold: float, eps: float, generator: torch.Genera
 
 
 __all__ = ["ABSTAIN", "check_step", "gumbel", "laplace", "limited_domain", "limited_domain_gap",
-           "limited_domain_probs", "svt_pays", "vote_counts", "vote_scale", "voter_tokens"]
+           "limited_domain_logprobs", "limited_domain_probs", "svt_pays", "vote_counts",
+           "vote_scale", "voter_tokens"]

@@ -14,7 +14,7 @@ measures the model, this measures the mechanism. Over a datastore, removing ``d`
   Differential Privacy", Koga, Wu and Chaudhuri): the one voter whose shard holds ``d`` reads
   what its shard's retrieval returns without ``d``, so its vote may move at each step. A paid
   vote's loss is the limited-domain step's, exact
-  (:func:`~ctxleak.kernels.vote.limited_domain_probs`, ⊥ included); a sparse-vector round's
+  (:func:`~ctxleak.kernels.vote.limited_domain_logprobs`, ⊥ included); a sparse-vector round's
   (its free steps and the test that paid, or an unfinished round's free steps) integrates the
   threshold's Laplace noise ρ numerically: ``∫ f(ρ) Π_free P(a_i + ν ≥ T + ρ) · P(a_k + ν <
   T + ρ) dρ`` (scipy's ``quad`` between the integrand's kinks; no library computes an SVT
@@ -41,7 +41,7 @@ from ctxleak.errors import ConfigError
 from ctxleak.kernels.vote import (
     ABSTAIN,
     limited_domain_gap,
-    limited_domain_probs,
+    limited_domain_logprobs,
     vote_counts,
     vote_scale,
 )
@@ -246,11 +246,11 @@ def vote_step_loss(with_d: torch.Tensor, without_d: torch.Tensor, outcome: int, 
     :data:`~ctxleak.kernels.vote.ABSTAIN`); ±inf where the outcome is impossible on one side
     (the δ of the step; a released outcome is never impossible with the document)."""
     index = -1 if outcome == ABSTAIN else outcome
-    p = float(limited_domain_probs(with_d, scale, gap, domain)[index])
-    q = float(limited_domain_probs(without_d, scale, gap, domain)[index])
-    if p == 0 or q == 0:
-        return math.inf if p > 0 else -math.inf
-    return math.log(p) - math.log(q)
+    p = float(limited_domain_logprobs(with_d, scale, gap, domain)[index])
+    q = float(limited_domain_logprobs(without_d, scale, gap, domain)[index])
+    if math.isinf(p) or math.isinf(q):
+        return math.inf if q == -math.inf and p > -math.inf else -math.inf
+    return p - q
 
 
 def svt_round_loss(agree: Sequence[tuple[float, float]], threshold: float, eps_svt: float,
