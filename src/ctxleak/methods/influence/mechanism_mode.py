@@ -313,16 +313,20 @@ def claim_summary(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str,
 def spent_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Over the records' ``document_loss`` (a DP mechanism's own ex-post loss of each
     example's documents, nats): how many losses, their median and largest magnitude, and how
-    many stay within their answer's claimed ε; nothing where no record has one."""
+    many stay within their answer's claimed ε, and, where all do, the most often a loss could
+    be beyond it at 95 % confidence (Clopper–Pearson for none of n); nothing where no record
+    has one."""
     pairs = [(abs(float(v)), r.get("claim_eps")) for r in records
              for v in (r.get("document_loss") or {}).values()]
     if not pairs:
         return {}
     sizes = sorted(size for size, _ in pairs)
+    within = sum(eps is not None and size <= float(eps) + WITHIN_TOLERANCE for size, eps in pairs)
+    # none beyond in n: the exact one-sided 95 % bound on how often a loss is, 1 − 0.05^(1/n)
+    bound = 1.0 - 0.05 ** (1.0 / len(pairs)) if within == len(pairs) else None
     return {"document_loss": {
         "documents": len(pairs), "median": float(statistics.median(sizes)), "max": sizes[-1],
-        "within_claim": sum(eps is not None and size <= float(eps) + WITHIN_TOLERANCE
-                            for size, eps in pairs)}}
+        "within_claim": within, "beyond_at_most": bound}}
 
 
 __all__ = ["CLAIM_FIELDS", "answer_request", "check_examples", "check_mechanism_options",

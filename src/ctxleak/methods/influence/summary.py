@@ -170,9 +170,13 @@ def _spent(summary: dict[str, Any]) -> str:
     spent = summary.get("document_loss")
     if not spent:
         return ""
+    power = "" if spent.get("beyond_at_most") is None else (
+        f" ({spent['documents']} losses show a loss beyond it happens in at most "
+        f"{100 * spent['beyond_at_most']:.2g} % of them, at 95 % confidence; the rarer events "
+        "its δ allows need more)")
     return (f"; recomputed from its recorded steps, it spent {spent['median']:.3g} nats (median; "
             f"largest {spent['max']:.3g}) on each example's own document, "
-            f"{spent['within_claim']} of {spent['documents']} within the claim")
+            f"{spent['within_claim']} of {spent['documents']} within the claim{power}")
 
 
 def top_passage_rows(records: Sequence[dict[str, Any]], k: int = 20) -> list[dict[str, Any]]:
