@@ -29,7 +29,12 @@ def serving(lm: Any, ledger: BudgetLedger, **config: Any) -> Iterator[tuple[str,
     # proto 0, Nagle's algorithm and delayed ACKs add 40 ms to every answer)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    # log_config None: uvicorn leaves the process's logging as it is. Its default dictConfig
+    # closes every existing handler, and absl's (imported with rouge_score) closes its stream
+    # when that is not the current sys.stderr: under capsys that stream was pytest's own
+    # capture file, and every later test of the process failed on it
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                           log_config=None))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started and thread.is_alive():
