@@ -314,3 +314,25 @@ def test_decoding_raises_no_deprecation_warning(lm):
         generate_cid(lm, ids, ids[:2], CIDConfig(lam=0.5, max_new_tokens=4, min_new_tokens=0), seed=1)
     assert [str(w.message) for w in caught
             if issubclass(w.category, (FutureWarning, DeprecationWarning))] == []
+
+
+def test_run_proxy_keeps_the_logging_a_process_configured(lm, tmp_path, monkeypatch):
+    """uvicorn's own logging configuration replaces every handler of the process: run_proxy
+    asks for it only where the process has configured none (the command line)."""
+    import logging
+
+    import uvicorn
+
+    from ctxleak.proxy.app import run_proxy
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append(kw))
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [logging.NullHandler()])  # the service's own
+    run_proxy(lm, ledger=SQLiteLedger(tmp_path / "a.db"))
+    monkeypatch.setattr(root, "handlers", [])  # nothing configured
+    run_proxy(lm, ledger=SQLiteLedger(tmp_path / "b.db"))
+    from uvicorn.config import LOGGING_CONFIG
+
+    assert calls[0]["log_config"] is None and calls[1]["log_config"] is LOGGING_CONFIG
+    assert calls[0]["log_level"] == calls[1]["log_level"] == "info"

@@ -374,8 +374,13 @@ def run_proxy(lm: LanguageModel, *, host: str = "127.0.0.1", port: int = 8100,
               ledger: BudgetLedger | str | None = None, config: ProxyConfig | None = None,
               log_level: str = "info") -> None:
     """Serve :func:`create_app` with uvicorn until interrupted; the request log (one JSON line
-    per answer, the ``ctxleak.proxy`` logger) goes to standard error unless it has a handler."""
+    per answer, the ``ctxleak.proxy`` logger) goes to standard error unless it has a handler.
+    uvicorn's own logging configuration replaces every handler of the process, so it is used
+    only where the process has configured none (``ctxleak serve``); a process that configured
+    its logging (a service embedding the proxy) keeps it, and uvicorn's messages go through
+    it."""
     import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
 
     if not log.handlers:
         handler = logging.StreamHandler()
@@ -383,4 +388,5 @@ def run_proxy(lm: LanguageModel, *, host: str = "127.0.0.1", port: int = 8100,
         log.addHandler(handler)
         log.setLevel(getattr(logging, log_level.upper(), logging.INFO))
     uvicorn.run(create_app(lm, ledger=ledger, config=config), host=host, port=port,
-                log_level=log_level)
+                log_level=log_level,
+                log_config=None if logging.getLogger().handlers else LOGGING_CONFIG)
