@@ -242,6 +242,10 @@ def test_bad_input_names_the_field(copier):
     tiny_lm = copier
     mech = DPVote(eps=6, shards=4, eps_token=1)
     request, answer, dec = _vote_answer(copier, mech, tokens=2)
+    # another decoding than the answer's: its claim differs, refused rather than misread
+    with pytest.raises(ConfigError, match="decoding: dp-vote.* claims ε = 6"):
+        document_loss(mech, tiny_lm, request, answer, answer.datastore_used[0],
+                      Decoding(max_new_tokens=12, min_new_tokens=12))
     with pytest.raises(ConfigError, match="document: 'nope'"):
         document_loss(mech, tiny_lm, request, answer, "nope", dec)
     listed = AnswerRequest(documents=("a b", "c d", "e f"), prompt=request.prompt)
@@ -254,3 +258,15 @@ def test_bad_input_names_the_field(copier):
                                                  for s in answer.steps))
     with pytest.raises(ConfigError, match="no voters' votes"):
         document_loss(mech, tiny_lm, request, old, answer.datastore_used[0], dec)
+
+
+def test_a_one_document_datastore(copier):
+    """Without its only document the datastore is empty: DP-RAG's threshold then counts
+    nothing, and the loss is still computed."""
+    one = Datastore((("only", "Customer file Account number 4 4 2"),))
+    dec = Decoding(max_new_tokens=3, min_new_tokens=3)
+    request = _request(copier, 0, one, DIGIT_QUERY)
+    mech = DPRAG(eps=5, top_k=1)
+    answer = mech.answer(copier, [request], dec)[0]
+    loss = document_loss(mech, copier, request, answer, "only", dec)
+    assert math.isfinite(loss.total) and loss.within and loss.retrieval != 0

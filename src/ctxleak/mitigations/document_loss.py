@@ -1,7 +1,7 @@
 """What a DP mechanism's answer actually spent on one document of the datastore: its ex-post
 privacy loss ``L = log P(transcript | D) − log P(transcript | D ∖ {d})``, computed from the
 mechanism's own output distributions at every recorded step, the quantity its claim bounds
-(an (ε, δ)-DP claim keeps ``|L| ≤ ε`` but on transcripts of probability at most δ).
+(an (ε, δ)-DP claim lets ``|L|`` exceed ε only rarely, how rarely set by δ).
 
 This is not the influence an influence run reports for a mechanism's answer (the model's
 likelihood ratio with and without the documents, scored as plain decoding scores it): that
@@ -53,6 +53,10 @@ from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, Mecha
 
 #: Headroom on the claim for float noise when reading whether a loss is within it (nats).
 WITHIN_TOLERANCE = 1e-9
+#: The largest :attr:`DocumentLoss.check` a run reports a loss at: DP-RAG's recomputed
+#: log-probs within 1e-3 nats of the record (float32 forwards differ by about 1e-4), the
+#: votes' recomputed votes all equal to the record.
+CHECK_TOLERANCE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,9 @@ class DocumentLoss:
 
     @property
     def within(self) -> bool:
-        """``|total| ≤ ε`` of the claim (a loss beyond it is a δ event or a broken claim)."""
+        """``|total| ≤ ε`` of the claim. Beyond it is not by itself a broken claim: an
+        (ε, δ) claim bounds the loss's tail through δ (and a Rényi-DP conversion more loosely
+        than δ itself), so a rare loss above ε is allowed; many are not."""
         eps = self.claim.eps
         return eps is not None and abs(self.total) <= eps + WITHIN_TOLERANCE
 
@@ -106,29 +112,41 @@ def document_loss(mechanism: DPRAG | DPVote | DPSparseVote, lm: LanguageModel,
     if document not in {doc_id for doc_id, _ in store.documents}:
         raise ConfigError(f"document: {document!r} is not a document of {store.describe()}",
                           param="document")
-    without = Datastore.of([pair for pair in store.documents if pair[0] != document])
+    if not isinstance(mechanism, (DPRAG, DPVote, DPSparseVote)):
+        raise ConfigError(f"{mechanism.describe()}: a document's ex-post loss is computed for "
+                          "the DP mechanisms dp-rag, dp-vote and dp-sparse-vote (CID's is its "
+                          "influence reading)", param="mechanism")
+    claim = mechanism.claim(decoding)
+    if (answer.claim.eps, answer.claim.delta) != (claim.eps, claim.delta):
+        raise ConfigError(f"decoding: {mechanism.key()} with these settings claims ε = "
+                          f"{claim.eps:.6g}, δ = {claim.delta:.3g}, and the answer says ε = "
+                          f"{answer.claim.eps}, δ = {answer.claim.delta}: give the mechanism "
+                          "and the decoding the answer was decoded with", param="decoding")
+    rest = [pair for pair in store.documents if pair[0] != document]
+    without = Datastore.of(rest) if rest else None
     tokens = [int(step["token_id"]) for step in answer.steps]
     if isinstance(mechanism, DPRAG):
         return _dp_rag_loss(mechanism, lm, request, answer, document, decoding, without, tokens)
     if isinstance(mechanism, (DPVote, DPSparseVote)):
         return _vote_loss(mechanism, lm, request, answer, document, decoding, without, tokens)
-    raise ConfigError(f"{mechanism.describe()}: a document's ex-post loss is computed for the DP "
-                      "mechanisms dp-rag, dp-vote and dp-sparse-vote (CID's is its influence "
-                      "reading)", param="mechanism")
+    raise AssertionError(mechanism)  # refused above
 
 
 def own_document_losses(mechanism: object, lm: LanguageModel, request: AnswerRequest,
                         answer: MechanismAnswer, decoding: Decoding) -> dict[str, float] | None:
     """:meth:`DocumentLoss.total` of each of the request's own documents (``request.ids``)
     that the datastore holds, by id; None where there is nothing to compute: a mechanism
-    other than the DP ones, no datastore, or documents without ids."""
+    other than the DP ones, no datastore, or documents without ids. A loss whose recomputation
+    lands farther from the record than :data:`CHECK_TOLERANCE` is left out rather than
+    reported."""
     store = request.datastore
     if store is None or request.ids is None or \
             not isinstance(mechanism, (DPRAG, DPVote, DPSparseVote)):
         return None
     held = {doc_id for doc_id, _ in store.documents}
-    return {doc_id: document_loss(mechanism, lm, request, answer, doc_id, decoding).total
-            for doc_id in dict.fromkeys(request.ids) if doc_id in held}
+    losses = (document_loss(mechanism, lm, request, answer, doc_id, decoding)
+              for doc_id in dict.fromkeys(request.ids) if doc_id in held)
+    return {loss.document: loss.total for loss in losses if loss.check <= CHECK_TOLERANCE}
 
 
 def _teacher_forced(lm: LanguageModel, prompts: Sequence[Sequence[int]], tokens: list[int],
@@ -145,7 +163,8 @@ def _teacher_forced(lm: LanguageModel, prompts: Sequence[Sequence[int]], tokens:
 
 
 def _dp_rag_loss(mech: DPRAG, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
-                 document: str, decoding: Decoding, without: Datastore, tokens: list[int]
+                 document: str, decoding: Decoding, without: Datastore | None,
+                 tokens: list[int]
                  ) -> DocumentLoss:
     store = request.datastore
     assert store is not None
@@ -155,9 +174,13 @@ def _dp_rag_loss(mech: DPRAG, lm: LanguageModel, request: AnswerRequest, answer:
                           "dp-rag over this datastore?)", param="answer")
     grid = threshold_grid(*(mech.score_range or SIMILARITY_RANGE), mech.grid)
     j = int(torch.argmin((grid - float(tau)).abs()))
+    if abs(float(grid[j]) - float(tau)) > 1e-9:
+        raise ConfigError(f"answer: its threshold {tau} is not on {mech.key()}'s grid: give "
+                          "the mechanism the answer was decoded with", param="answer")
     with_d = threshold_logprobs(store.similarities(request.query), grid, mech.top_k,
                                 mech.retrieval_eps)
-    without_d = threshold_logprobs(without.similarities(request.query), grid, mech.top_k,
+    rest = [] if without is None else without.similarities(request.query)
+    without_d = threshold_logprobs(rest, grid, mech.top_k,
                                    mech.retrieval_eps)
     retrieval = float(with_d[j] - without_d[j])
     used = list(answer.datastore_used)
@@ -187,17 +210,17 @@ def _dp_rag_loss(mech: DPRAG, lm: LanguageModel, request: AnswerRequest, answer:
 
 
 def _vote_loss(mech: DPVote | DPSparseVote, lm: LanguageModel, request: AnswerRequest,
-               answer: MechanismAnswer, document: str, decoding: Decoding, without: Datastore,
+               answer: MechanismAnswer, document: str, decoding: Decoding,
+               without: Datastore | None,
                tokens: list[int]) -> DocumentLoss:
     store = request.datastore
     assert store is not None
-    if any("votes" not in step for step in answer.steps):
+    if any(len(step.get("votes") or ()) != mech.shards for step in answer.steps):
         raise ConfigError("answer: its steps record no voters' votes (decoded by an older "
                           "ctxleak?): decode it again", param="answer")
     shard = Datastore.shard_of(document, mech.shards)
-    reads = [[h.text for h in hits] for hits in
-             (s.shard_search(request.query, mech.shards, mech.per_voter)[shard]
-              for s in (store, without))]
+    reads = [[] if s is None else [h.text for h in s.shard_search(
+        request.query, mech.shards, mech.per_voter)[shard]] for s in (store, without)]
     zeros = (0.0,) * len(tokens)
     if reads[0] == reads[1]:
         return DocumentLoss(document, mech.key(), answer.claim, 0.0, zeros,
@@ -218,8 +241,8 @@ def _vote_loss(mech: DPVote | DPSparseVote, lm: LanguageModel, request: AnswerRe
         votes = [int(v) for v in step["votes"]]
         with_d = vote_counts(torch.tensor(votes), vocab)
         without_d = with_d.clone()
-        without_d[votes[shard]] -= 1
-        without_d[moved[1][t]] += 1
+        without_d[votes[shard]] -= 1  # d's voter moves only where d moved it when recomputed
+        without_d[votes[shard] if moved[0][t] == moved[1][t] else moved[1][t]] += 1
         empty = int(step["no_retrieval_token"])
         if step.get("source") == "budget spent":
             continue
@@ -234,7 +257,8 @@ def _vote_loss(mech: DPVote | DPSparseVote, lm: LanguageModel, request: AnswerRe
     if pending:  # a round the response ended before it paid: its free steps
         last = max(t for t, s in enumerate(answer.steps) if s.get("source") != "budget spent")
         steps[last] += svt_round_loss(pending, line, budget.eps_svt, paid=False)
-    check = sum(int(s["votes"][shard]) != v for s, v in zip(answer.steps, moved[0]))
+    check = sum(int(s["votes"][shard]) != v for s, v in zip(answer.steps, moved[0])
+                if s.get("source") != "budget spent")
     return DocumentLoss(document, mech.key(), answer.claim, 0.0, tuple(steps),
                         f"the documents voter {shard} of {mech.shards} reads", float(check))
 

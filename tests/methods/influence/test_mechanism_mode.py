@@ -282,10 +282,11 @@ def test_a_mechanisms_influence_is_read_beside_its_claim_never_as_its_epsilon():
         "ε = 5 per response (document); recomputed from its recorded steps, it spent 0.25 nats "
         "(median; largest 6.5) on each example's own document, 2 of 3 within the claim; the "
         "canary audit tests that claim")
-    powered = {**dp, "document_loss": {"documents": 148, "median": 0.06, "max": 0.7,
-                                       "within_claim": 148, "beyond_at_most": 0.02004}}
-    assert "148 of 148 within the claim (148 losses show a loss beyond it happens in at most " \
-           "2 % of them, at 95 % confidence; the rarer events its δ allows need more)" in \
+    powered = {**dp, "document_loss": {"documents": 148, "answers": 148, "median": 0.06,
+                                       "max": 0.7, "within_claim": 148,
+                                       "beyond_at_most": 0.02004}}
+    assert "148 of 148 within the claim (148 answers show a loss beyond it happens in at most " \
+           "2 % of answers, at 95 % confidence; the rarer losses its δ allows need more)" in \
         mechanism_reading(powered)
 
 
@@ -295,12 +296,15 @@ def test_the_own_loss_summary_by_hand():
     records = [{"document_loss": {"a": 0.5, "b": -3.0}, "claim_eps": 2.0},
                {"document_loss": {"c": 1.0}, "claim_eps": 2.0}, {"claim_eps": 2.0}]
     assert spent_summary(records) == {"document_loss": {
-        "documents": 3, "median": 1.0, "max": 3.0, "within_claim": 2, "beyond_at_most": None}}
-    # all within: none of 1 beyond, so beyond in at most 1 − 0.05^(1/1) = 95 % of them
+        "documents": 3, "answers": 2, "median": 1.0, "max": 3.0, "within_claim": 2,
+        "beyond_at_most": None}}
+    # all within: none of 1 answer beyond, so beyond in at most 1 − 0.05^(1/1) = 95 % of them
     inside = spent_summary(records[1:])["document_loss"]
     assert inside["within_claim"] == 1 and inside["beyond_at_most"] == pytest.approx(0.95)
-    many = spent_summary([{"document_loss": {f"d{i}": 0.1}, "claim_eps": 2.0}
+    # the answers are the trials, however many documents each holds
+    many = spent_summary([{"document_loss": {f"d{i}": 0.1, f"e{i}": 0.2}, "claim_eps": 2.0}
                           for i in range(148)])["document_loss"]
+    assert many["documents"] == 296 and many["answers"] == 148
     assert many["beyond_at_most"] == pytest.approx(0.02004, abs=1e-5)
     assert spent_summary([{"claim_eps": 2.0}]) == {}
 

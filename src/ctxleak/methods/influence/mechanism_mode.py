@@ -312,21 +312,26 @@ def claim_summary(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str,
 
 def spent_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Over the records' ``document_loss`` (a DP mechanism's own ex-post loss of each
-    example's documents, nats): how many losses, their median and largest magnitude, and how
-    many stay within their answer's claimed ε, and, where all do, the most often a loss could
-    be beyond it at 95 % confidence (Clopper–Pearson for none of n); nothing where no record
-    has one."""
-    pairs = [(abs(float(v)), r.get("claim_eps")) for r in records
-             for v in (r.get("document_loss") or {}).values()]
-    if not pairs:
+    example's documents, nats): how many losses, their median and largest magnitude, how many
+    stay within their answer's claimed ε, and, where all do, the most often an answer's loss
+    could be beyond it at 95 % confidence (Clopper–Pearson for none of n answers: the losses
+    of one answer share its noise, so answers are the trials); nothing where no record has
+    one."""
+    def within(size: float, eps: Any) -> bool:
+        return eps is not None and size <= float(eps) + WITHIN_TOLERANCE
+
+    answers = [([abs(float(v)) for v in r["document_loss"].values()], r.get("claim_eps"))
+               for r in records if r.get("document_loss")]
+    if not answers:
         return {}
-    sizes = sorted(size for size, _ in pairs)
-    within = sum(eps is not None and size <= float(eps) + WITHIN_TOLERANCE for size, eps in pairs)
-    # none beyond in n: the exact one-sided 95 % bound on how often a loss is, 1 − 0.05^(1/n)
-    bound = 1.0 - 0.05 ** (1.0 / len(pairs)) if within == len(pairs) else None
+    sizes = sorted(size for losses, _ in answers for size in losses)
+    inside = sum(within(size, eps) for losses, eps in answers for size in losses)
+    # none beyond in n answers: the exact one-sided 95 % bound, 1 − 0.05^(1/n)
+    bound = 1.0 - 0.05 ** (1.0 / len(answers)) if inside == len(sizes) else None
     return {"document_loss": {
-        "documents": len(pairs), "median": float(statistics.median(sizes)), "max": sizes[-1],
-        "within_claim": within, "beyond_at_most": bound}}
+        "documents": len(sizes), "answers": len(answers),
+        "median": float(statistics.median(sizes)), "max": sizes[-1], "within_claim": inside,
+        "beyond_at_most": bound}}
 
 
 __all__ = ["CLAIM_FIELDS", "answer_request", "check_examples", "check_mechanism_options",

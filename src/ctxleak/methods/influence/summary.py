@@ -171,9 +171,9 @@ def _spent(summary: dict[str, Any]) -> str:
     if not spent:
         return ""
     power = "" if spent.get("beyond_at_most") is None else (
-        f" ({spent['documents']} losses show a loss beyond it happens in at most "
-        f"{100 * spent['beyond_at_most']:.2g} % of them, at 95 % confidence; the rarer events "
-        "its δ allows need more)")
+        f" ({spent['answers']} answers show a loss beyond it happens in at most "
+        f"{100 * spent['beyond_at_most']:.2g} % of answers, at 95 % confidence; the rarer "
+        "losses its δ allows need more)")
     return (f"; recomputed from its recorded steps, it spent {spent['median']:.3g} nats (median; "
             f"largest {spent['max']:.3g}) on each example's own document, "
             f"{spent['within_claim']} of {spent['documents']} within the claim{power}")
