@@ -40,15 +40,13 @@ from ctxleak.engine.streams import mask_eos_before_min, masked_ids
 from ctxleak.errors import ConfigError
 from ctxleak.kernels.vote import (
     ABSTAIN,
-    limited_domain_gap,
     limited_domain_logprobs,
     vote_counts,
-    vote_scale,
 )
 from ctxleak.mitigations.datastore import SIMILARITY_RANGE, Datastore
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_retrieval import threshold_grid, threshold_logprobs
-from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
+from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote, vote_noise, vote_tokens
 from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
 
 #: Headroom on the claim for float noise when reading whether a loss is within it (nats).
@@ -57,6 +55,13 @@ WITHIN_TOLERANCE = 1e-9
 #: log-probs within 1e-3 nats of the record (float32 forwards differ by about 1e-4), the
 #: votes' recomputed votes all equal to the record.
 CHECK_TOLERANCE = 1e-3
+
+
+def within_claim(loss: float, eps: float | None) -> bool:
+    """``|loss| ≤ ε`` of a claim (None: no claim, never within). Beyond it is not by itself a
+    broken claim: an (ε, δ) claim bounds the loss's tail through δ (and a Rényi-DP conversion
+    more loosely than δ itself), so a rare loss above ε is allowed; many are not."""
+    return eps is not None and abs(loss) <= float(eps) + WITHIN_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -83,11 +88,8 @@ class DocumentLoss:
 
     @property
     def within(self) -> bool:
-        """``|total| ≤ ε`` of the claim. Beyond it is not by itself a broken claim: an
-        (ε, δ) claim bounds the loss's tail through δ (and a Rényi-DP conversion more loosely
-        than δ itself), so a rare loss above ε is allowed; many are not."""
-        eps = self.claim.eps
-        return eps is not None and abs(self.total) <= eps + WITHIN_TOLERANCE
+        """:func:`within_claim` of the total."""
+        return within_claim(self.total, self.claim.eps)
 
     def describe(self) -> str:
         bound = "within" if self.within else "beyond"
@@ -228,13 +230,10 @@ def _vote_loss(mech: DPVote | DPSparseVote, lm: LanguageModel, request: AnswerRe
     sparse = isinstance(mech, DPSparseVote)
     line = mech.threshold * mech.shards if isinstance(mech, DPSparseVote) else 0.0
     budget = mech.budget(decoding)
-    new = decoding.max_new_tokens if mech.abstain != "stop" or sparse else \
-        min(decoding.max_new_tokens, budget.votes)
     logits = _teacher_forced(lm, [request.prompt(texts) for texts in reads], tokens,
-                             min(decoding.min_new_tokens, new))
+                             vote_tokens(mech, decoding, budget)[1])
     moved = [torch.argmax(x, dim=-1).tolist() for x in logits]
-    scale = vote_scale(budget.eps_token, budget.delta_step)
-    gap = limited_domain_gap(scale, budget.delta_step, mech.domain)
+    scale, gap = vote_noise(mech, budget)
     vocab = logits[0].shape[-1]
     steps, pending = [0.0] * len(tokens), []
     for t, step in enumerate(answer.steps):
@@ -327,4 +326,4 @@ def svt_round_logprob(agree: Sequence[float], threshold: float, eps_svt: float,
 
 
 __all__ = ["DocumentLoss", "document_loss", "own_document_losses", "svt_round_logprob",
-           "svt_round_loss", "svt_round_probability", "vote_step_loss"]
+           "svt_round_loss", "svt_round_probability", "vote_step_loss", "within_claim"]

@@ -202,13 +202,28 @@ def _dealt_shards(mech: Any, request: AnswerRequest) -> list[list[str]]:
     return [[d for i, d in enumerate(docs) if i % mech.shards == s] for s in range(mech.shards)]
 
 
+def vote_noise(mech: Any, budget: VoteBudget) -> tuple[float, float]:
+    """The limited-domain step's Gumbel scale and threshold gap (votes) at the budget's
+    per-vote ``(eps_token, delta_step)``."""
+    scale = vote_scale(budget.eps_token, budget.delta_step)
+    return scale, limited_domain_gap(scale, budget.delta_step, mech.domain)
+
+
+def vote_tokens(mech: Any, decoding: Decoding, budget: VoteBudget) -> tuple[int, int]:
+    """The most and the fewest new tokens a response is decoded for: a plain vote that stops
+    at ⊥ or a spent budget stops after its paid votes at most; EOS masked before the fewest."""
+    new = decoding.max_new_tokens
+    if mech.abstain == "stop" and not isinstance(mech, DPSparseVote):
+        new = min(new, budget.votes)
+    return new, min(decoding.min_new_tokens, new)
+
+
 def _vote_job(mech: Any, lm: LanguageModel, request: AnswerRequest, decoding: Decoding,
               budget: VoteBudget, voters: list[list[str]]) -> StreamJob:
     """The stream job of one response: ``shards`` voter streams and the no-retrieval stream;
     ``combine`` takes the step's decision (:func:`_decide`), ``observe`` records it."""
     m, sparse = mech.shards, isinstance(mech, DPSparseVote)
-    scale = vote_scale(budget.eps_token, budget.delta_step)
-    gap = limited_domain_gap(scale, budget.delta_step, mech.domain)
+    scale, gap = vote_noise(mech, budget)
     stop = eos_id(lm) if mech.abstain == "stop" else None
     state: dict[str, Any] = {}
 
@@ -234,11 +249,9 @@ def _vote_job(mech: Any, lm: LanguageModel, request: AnswerRequest, decoding: De
         return {"step": step, "token_id": int(token), "logp_empty": float(lp[token]),
                 **state["record"]}
 
-    new = decoding.max_new_tokens if stop is None or sparse else min(decoding.max_new_tokens,
-                                                                     budget.votes)
+    new, least = vote_tokens(mech, decoding, budget)
     prompts = [list(request.prompt(texts)) for texts in voters] + [list(request.prompt([]))]
-    return StreamJob(prompts, combine, observe, request.seed, new,
-                     min(decoding.min_new_tokens, new), replay=False)
+    return StreamJob(prompts, combine, observe, request.seed, new, least, replay=False)
 
 
 def _decide(mech: Any, budget: VoteBudget, state: dict[str, Any], counts: torch.Tensor,
@@ -403,4 +416,4 @@ def _extras(mech: Any) -> str:
     return "".join(parts)
 
 
-__all__ = ["ABSTAIN_MODES", "DPSparseVote", "DPVote", "VoteBudget"]
+__all__ = ["ABSTAIN_MODES", "DPSparseVote", "DPVote", "VoteBudget", "vote_noise", "vote_tokens"]

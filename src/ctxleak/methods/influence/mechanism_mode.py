@@ -59,7 +59,7 @@ from ctxleak.mitigations.datastore import (
     datastore_of,
     word_similarity,
 )
-from ctxleak.mitigations.document_loss import WITHIN_TOLERANCE, own_document_losses
+from ctxleak.mitigations.document_loss import own_document_losses, within_claim
 from ctxleak.mitigations.mechanisms import (
     RELATIONS,
     AnswerRequest,
@@ -317,15 +317,12 @@ def spent_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     could be beyond it at 95 % confidence (Clopper–Pearson for none of n answers: the losses
     of one answer share its noise, so answers are the trials); nothing where no record has
     one."""
-    def within(size: float, eps: Any) -> bool:
-        return eps is not None and size <= float(eps) + WITHIN_TOLERANCE
-
     answers = [([abs(float(v)) for v in r["document_loss"].values()], r.get("claim_eps"))
                for r in records if r.get("document_loss")]
     if not answers:
         return {}
     sizes = sorted(size for losses, _ in answers for size in losses)
-    inside = sum(within(size, eps) for losses, eps in answers for size in losses)
+    inside = sum(within_claim(size, eps) for losses, eps in answers for size in losses)
     # none beyond in n answers: the exact one-sided 95 % bound, 1 − 0.05^(1/n)
     bound = 1.0 - 0.05 ** (1.0 / len(answers)) if inside == len(sizes) else None
     return {"document_loss": {
