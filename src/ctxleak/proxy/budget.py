@@ -128,8 +128,22 @@ class BudgetLedger:
     def _transaction(self, body: Callable[[Any], Any]) -> Any:
         raise NotImplementedError
 
-    def _reserve(self, request_id: str, ask: _Ask) -> Reservation:
+    def _rows_of(self, db: Any, doc_ids: list[str]) -> Callable[[str], tuple[float, str | None]]:
+        """A document's spent ε and recorded class, read inside the reservation's transaction
+        (the store's row locking)."""
         raise NotImplementedError
+
+    def _reserve(self, request_id: str, ask: _Ask) -> Reservation:
+        def body(db: Any) -> Reservation:
+            granted, exhausted = _decide(ask, self._rows_of(db, ask.doc_ids))
+            now = time.time()
+            for doc, (amount, cls, budget) in granted.items():
+                db.execute(self._sql(_CHARGE), (doc, amount, cls, budget))
+                db.execute(self._sql(_RECORD), (request_id, doc, amount, now))
+            return Reservation(request_id, ask.amount, tuple(granted), tuple(exhausted),
+                               {doc: amount for doc, (amount, _, _) in granted.items()})
+
+        return self._transaction(body)
 
     def _settle(self, request_id: str, spent: float) -> None:
         def body(db: Any) -> None:
@@ -333,22 +347,14 @@ class SQLiteLedger(BudgetLedger):
             self._db.execute("COMMIT")
             return out
 
-    def _reserve(self, request_id: str, ask: _Ask) -> Reservation:
-        def body(db: sqlite3.Connection) -> Reservation:
-            def row_of(doc: str) -> tuple[float, str | None]:
-                row = db.execute("SELECT spent, doc_class FROM ctxleak_spend WHERE doc_id = ?",
-                                 (doc,)).fetchone()
-                return (float(row[0]), row[1]) if row else (0.0, None)
+    def _rows_of(self, db: sqlite3.Connection, doc_ids: list[str]
+                 ) -> Callable[[str], tuple[float, str | None]]:
+        def row_of(doc: str) -> tuple[float, str | None]:
+            row = db.execute("SELECT spent, doc_class FROM ctxleak_spend WHERE doc_id = ?",
+                             (doc,)).fetchone()
+            return (float(row[0]), row[1]) if row else (0.0, None)
 
-            granted, exhausted = _decide(ask, row_of)
-            now = time.time()
-            for doc, (amount, cls, budget) in granted.items():
-                db.execute(_CHARGE, (doc, amount, cls, budget))
-                db.execute(_RECORD, (request_id, doc, amount, now))
-            return Reservation(request_id, ask.amount, tuple(granted), tuple(exhausted),
-                               {doc: amount for doc, (amount, _, _) in granted.items()})
-
-        return self._transaction(body)
+        return row_of
 
 
 class PostgresLedger(BudgetLedger):
@@ -406,24 +412,15 @@ class PostgresLedger(BudgetLedger):
             with self._db.transaction():
                 return body(self._db)
 
-    def _reserve(self, request_id: str, ask: _Ask) -> Reservation:
-        def body(db: Any) -> Reservation:
-            ids = sorted(ask.doc_ids)
-            for doc in ids:
-                db.execute("INSERT INTO ctxleak_spend (doc_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                           (doc,))
-            rows = db.execute("SELECT doc_id, spent, doc_class FROM ctxleak_spend WHERE doc_id = "
-                              "ANY(%s) ORDER BY doc_id FOR UPDATE", (ids,)).fetchall()
-            seen = {str(d): (float(s), c) for d, s, c in rows}
-            granted, exhausted = _decide(ask, lambda d: seen.get(d, (0.0, None)))
-            now = time.time()
-            for doc, (amount, cls, budget) in granted.items():
-                db.execute(self._sql(_CHARGE), (doc, amount, cls, budget))
-                db.execute(self._sql(_RECORD), (request_id, doc, amount, now))
-            return Reservation(request_id, ask.amount, tuple(granted), tuple(exhausted),
-                               {doc: amount for doc, (amount, _, _) in granted.items()})
-
-        return self._transaction(body)
+    def _rows_of(self, db: Any, doc_ids: list[str]) -> Callable[[str], tuple[float, str | None]]:
+        ids = sorted(doc_ids)
+        for doc in ids:
+            db.execute("INSERT INTO ctxleak_spend (doc_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                       (doc,))
+        rows = db.execute("SELECT doc_id, spent, doc_class FROM ctxleak_spend WHERE doc_id = "
+                          "ANY(%s) ORDER BY doc_id FOR UPDATE", (ids,)).fetchall()
+        seen = {str(d): (float(s), c) for d, s, c in rows}
+        return lambda d: seen.get(d, (0.0, None))
 
 
 def public_ledger_url(url: str) -> str:
