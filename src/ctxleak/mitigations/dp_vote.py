@@ -294,15 +294,26 @@ def _answer(mech: Any, lm: LanguageModel, requests: Sequence[AnswerRequest],
 
 
 class _Voting:
-    """The noisy steps of a vote, as methods (a test's broken variant overrides them)."""
+    """What the two votes share: the claim and the answer of their budget, and the noisy steps
+    as methods (a test's broken variant overrides them)."""
 
     domain: int
 
     def key(self) -> str:
         raise NotImplementedError  # each vote writes its own
 
+    def budget(self, decoding: Decoding) -> VoteBudget:
+        raise NotImplementedError  # each vote writes its own
+
     def describe(self) -> str:
         return f"the mechanism {self.key()}"
+
+    def claim(self, decoding: Decoding) -> Claim:
+        return self.budget(decoding).claim
+
+    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+               decoding: Decoding) -> list[MechanismAnswer]:
+        return _answer(self, lm, requests, decoding, self.budget(decoding))
 
     def release(self, counts: torch.Tensor, scale: float, gap: float,
                 generator: torch.Generator) -> int:
@@ -342,13 +353,6 @@ class DPVote(_Voting):
         per = self.eps_token or self.eps / min(decoding.max_new_tokens, 10)
         votes = min(decoding.max_new_tokens, math.floor(self.eps / per * (1 + 1e-12)))
         return _budget(votes, per, 0.0, self.delta, "eps_token")
-
-    def claim(self, decoding: Decoding) -> Claim:
-        return self.budget(decoding).claim
-
-    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
-               decoding: Decoding) -> list[MechanismAnswer]:
-        return _answer(self, lm, requests, decoding, self.budget(decoding))
 
 
 @dataclass(frozen=True)
@@ -395,13 +399,6 @@ class DPSparseVote(_Voting):
         per, svt = self.eps_token or self.eps / 6, self.eps_svt or self.eps / 6
         votes = math.floor(self.eps / (per + svt) * (1 + 1e-12))
         return _budget(min(votes, decoding.max_new_tokens), per, svt, self.delta, "eps")
-
-    def claim(self, decoding: Decoding) -> Claim:
-        return self.budget(decoding).claim
-
-    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
-               decoding: Decoding) -> list[MechanismAnswer]:
-        return _answer(self, lm, requests, decoding, self.budget(decoding))
 
 
 def _extras(mech: Any) -> str:
