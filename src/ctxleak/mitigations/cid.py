@@ -30,7 +30,7 @@ from ctxleak.engine.capabilities import (
 )
 from ctxleak.engine.generation import generate_many, replay
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.engine.pairs import PairAnswer, PairJob, pluggable
+from ctxleak.engine.pairs import PairJob, pluggable
 from ctxleak.engine.served_client import ServerError
 from ctxleak.engine.streams import Generation, Share, StreamJob
 from ctxleak.errors import ConfigError, warn
@@ -322,18 +322,14 @@ def _in_server(lm: LanguageModel, jobs: Sequence[CIDJob], sample: bool,
     except ServerError as exc:
         warn(f"{exc}: these answers decode by whole next-token distributions instead")
         return None
-    out = [_ledger(k, answer, config) for k, (answer, (_, _, config, _))
-           in enumerate(zip(answers, jobs))]
+    # the same entries as ctxleak's own loop
+    out = [ledger_of(answer.steps, answer.stopped_on_eos, config, row=k)
+           for k, (answer, (_, _, config, _)) in enumerate(zip(answers, jobs))]
     if on_entry is not None:
         for ledger in out:
             for entry in ledger.entries:
                 on_entry(ledger.row, entry)
     return out
-
-
-def _ledger(row: int, answer: PairAnswer, config: CIDConfig) -> RowLedger:
-    """The ledger of an answer the server decoded: the same entries as ctxleak's own loop."""
-    return ledger_of(answer.steps, answer.stopped_on_eos, config, row=row)
 
 
 def ledger_of(entries: Sequence[LedgerEntry], stopped_on_eos: bool, config: CIDConfig, *,
