@@ -121,20 +121,18 @@ class BatchDecoder:
         """The answer of ``request`` with ``docs`` as its context, decoded in a batch with the
         answers other threads are waiting for; ``on_entry`` hears each of its entries as it is
         drawn (in the decoder's thread). Raises what its decoding raised."""
-        if not self._thread.is_alive():
-            raise RuntimeError("the batch decoder is closed")
         return self._wait(_Waiting(request, docs, on_entry))
 
     def answer(self, request: MechanismRequest, docs: Sequence[Document]) -> Reply:
         """The answer of ``request`` by its mechanism (not CID) with ``docs`` as its
         documents, in one ``answer`` call with the requests other threads are waiting for that
         have the same mechanism and decoding settings. Raises what its decoding raised."""
-        if not self._thread.is_alive():
-            raise RuntimeError("the batch decoder is closed")
         return self._wait(_Asked(request, docs))
 
     def _wait(self, waiting: _Waiting | _Asked) -> Any:
         """Queue ``waiting`` and wait for its result."""
+        if not self._thread.is_alive():
+            raise RuntimeError("the batch decoder is closed")
         with self._counting:
             self._pending += 1
         try:
@@ -165,10 +163,13 @@ class BatchDecoder:
             first = self._queue.get()
             if first is None:
                 return
-            batch, closing = self._gather(first)
+            # the batch: ``first`` and those that arrive within the window, then, once the
+            # model is free, those that came meanwhile
+            batch = [first]
+            closing = self._more(batch, self.window_s)
             with self.lock:
                 if not closing:
-                    closing = self._drain(batch)
+                    closing = self._more(batch, 0.0)
                 try:
                     self._run(batch)
                 except Exception as exc:  # a bug here must not leave a client waiting
@@ -177,30 +178,13 @@ class BatchDecoder:
             if closing:
                 return
 
-    def _gather(self, first: _Waiting | _Asked) -> tuple[list[_Waiting | _Asked], bool]:
-        """The batch: ``first`` and those that arrive within the window, up to ``max_batch``;
-        and whether :meth:`close` was called meanwhile."""
-        batch = [first]
-        deadline = time.monotonic() + self.window_s
-        while len(batch) < self.max_batch:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            try:
-                more = self._queue.get(timeout=left)
-            except queue.Empty:
-                break
-            if more is None:
-                return batch, True
-            batch.append(more)
-        return batch, False
-
-    def _drain(self, batch: list[_Waiting | _Asked]) -> bool:
-        """Add to ``batch`` the answers that came while it waited for the model, up to
-        ``max_batch``; whether :meth:`close` was called meanwhile."""
+    def _more(self, batch: list[_Waiting | _Asked], seconds: float) -> bool:
+        """Add to ``batch`` the answers that arrive within ``seconds`` (0: those waiting now),
+        up to ``max_batch``; whether :meth:`close` was called meanwhile."""
+        deadline = time.monotonic() + seconds
         while len(batch) < self.max_batch:
             try:
-                more = self._queue.get_nowait()
+                more = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0))
             except queue.Empty:
                 return False
             if more is None:
