@@ -176,15 +176,11 @@ class ProxyConfig:
     prompt_messages: Any = None  # chat messages after __post_init__ (a name or path is read)
 
     def __post_init__(self) -> None:
-        if self.on_exhausted not in ON_EXHAUSTED:
-            raise ConfigError(f"on_exhausted must be one of {', '.join(ON_EXHAUSTED)}, not "
-                              f"{self.on_exhausted!r}", param="on_exhausted")
-        if self.on_unfittable not in ON_UNFITTABLE:
-            raise ConfigError(f"on_unfittable must be one of {', '.join(ON_UNFITTABLE)}, not "
-                              f"{self.on_unfittable!r}", param="on_unfittable")
-        if self.unguaranteed not in UNGUARANTEED:
-            raise ConfigError(f"unguaranteed must be one of {', '.join(UNGUARANTEED)}, not "
-                              f"{self.unguaranteed!r}", param="unguaranteed")
+        for name, allowed in (("on_exhausted", ON_EXHAUSTED), ("on_unfittable", ON_UNFITTABLE),
+                              ("unguaranteed", UNGUARANTEED)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not "
+                                  f"{getattr(self, name)!r}", param=name)
         for doc, cls in self.classes.items():
             if not (isinstance(doc, str) and isinstance(cls, str) and doc and cls):
                 raise ConfigError(f"classes: document {doc!r} must have a class name, not "
