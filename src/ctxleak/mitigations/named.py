@@ -136,10 +136,8 @@ def build(name: str, given: Mapping[str, Any], spec: str) -> Mechanism:
     values = {k: _convert(v, declared[k], k, spec) for k, v in given.items()}
     try:
         return typing.cast(Mechanism, cls(**{**SUPPLIED.get(name, {}), **values}))
-    except ConfigError as exc:
-        raise ConfigError(f"{PARAM}: '{spec}': {exc}", param=PARAM) from None
-    except (TypeError, ValueError) as exc:  # a required parameter left out, a text the
-        # class cannot read
+    except (ConfigError, TypeError, ValueError) as exc:  # the class's own check, a required
+        # parameter left out, a text the class cannot read
         raise ConfigError(f"{PARAM}: '{spec}': {exc}", param=PARAM) from None
 
 
