@@ -104,34 +104,31 @@ _lock = threading.Lock()
 _engine: Any = None
 
 
-class _CueRecognizer:
-    """Factory for a Presidio recognizer: the named group ``v`` of any of its patterns is an
-    entity of one type (score 0.85)."""
+def _cue_recognizer(entity: str, patterns: tuple[str, ...]) -> Any:
+    """A Presidio recognizer: the named group ``v`` of any of its patterns is an entity of one
+    type (score 0.85)."""
+    from presidio_analyzer import EntityRecognizer, RecognizerResult
 
-    @staticmethod
-    def build(entity: str, patterns: tuple[str, ...]) -> Any:
-        from presidio_analyzer import EntityRecognizer, RecognizerResult
+    compiled = [re.compile(p, re.IGNORECASE if entity != "ID" or i == 0 else 0)
+                for i, p in enumerate(patterns)]
 
-        compiled = [re.compile(p, re.IGNORECASE if entity != "ID" or i == 0 else 0)
-                    for i, p in enumerate(patterns)]
+    class CueRecognizer(EntityRecognizer):
+        def load(self) -> None:
+            return None
 
-        class CueRecognizer(EntityRecognizer):
-            def load(self) -> None:
-                return None
+        def analyze(self, text: str, entities: list[str], nlp_artifacts: Any = None
+                    ) -> list[Any]:
+            out = []
+            for rx in compiled:
+                for m in rx.finditer(text):
+                    start, end = m.span("v")
+                    while end > start and text[end - 1] in ".,;:)]}'\"\u201d":
+                        end -= 1
+                    if end > start:
+                        out.append(RecognizerResult(entity, start, end, 0.85))
+            return out
 
-            def analyze(self, text: str, entities: list[str], nlp_artifacts: Any = None
-                        ) -> list[Any]:
-                out = []
-                for rx in compiled:
-                    for m in rx.finditer(text):
-                        start, end = m.span("v")
-                        while end > start and text[end - 1] in ".,;:)]}'\"\u201d":
-                            end -= 1
-                        if end > start:
-                            out.append(RecognizerResult(entity, start, end, 0.85))
-                return out
-
-        return CueRecognizer(supported_entities=[entity], name=f"ctxleak {entity.lower()} cue")
+    return CueRecognizer(supported_entities=[entity], name=f"ctxleak {entity.lower()} cue")
 
 
 def _build() -> Any:
@@ -164,7 +161,7 @@ def _build() -> Any:
                        UsSsnRecognizer(), DateRecognizer()):
         registry.add_recognizer(recognizer)
     for entity, patterns in _CUES.items():
-        registry.add_recognizer(_CueRecognizer.build(entity, patterns))
+        registry.add_recognizer(_cue_recognizer(entity, patterns))
     registry.add_recognizer(PatternRecognizer(supported_entity="MEDICAL", deny_list=list(
         _CONDITIONS), name="ctxleak conditions"))
     return AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])
