@@ -6,8 +6,7 @@ answerer (:class:`~.mechanism_answerer.MechanismAnswerer`) with CID as its mecha
 from __future__ import annotations
 
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.mitigations.cid import CID, CIDConfig
-from ctxleak.mitigations.mechanisms import Decoding
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.targets.mechanism_answerer import MechanismAnswerer, question_seed
 
 
@@ -17,10 +16,8 @@ def ModelAnswerer(lm: LanguageModel, cid: CIDConfig | None = None, seed: int = 0
     the model reads its documents as a plain RAG app does); ``greedy`` takes the most likely
     token of the mixture at each step instead of sampling; ``batch_size`` questions are
     decoded together."""
-    cid = cid or CIDConfig()
-    return MechanismAnswerer(lm, CID(cid.lam, cid.bounded_eps),
-                             Decoding(cid.temperature, cid.max_new_tokens, cid.min_new_tokens,
-                                      greedy=greedy), seed=seed, batch_size=batch_size)
+    mechanism, decoding = (cid or CIDConfig()).as_mechanism(greedy)
+    return MechanismAnswerer(lm, mechanism, decoding, seed=seed, batch_size=batch_size)
 
 
 __all__ = ["ModelAnswerer", "question_seed"]
