@@ -122,8 +122,7 @@ class CID:
     min_documents: ClassVar[int] = 0
 
     def __post_init__(self) -> None:
-        _check(lam=self.lam)
-        _check(bounded_eps=self.bounded_eps)
+        _check(lam=self.lam, bounded_eps=self.bounded_eps)
 
     def key(self) -> str:
         eps = "" if self.bounded_eps is None else f",bounded_eps={self.bounded_eps:g}"
