@@ -47,7 +47,7 @@ from ctxleak.errors import ConfigError
 from ctxleak.integrations.ledger import ledger_result
 from ctxleak.integrations.renamed import cid_config, lam_renamed
 from ctxleak.kernels.cid import MASKED_LOGIT
-from ctxleak.mitigations.cid import cid_combine
+from ctxleak.mitigations.cid import cid_combine, ledger_of
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger, to_records
 from ctxleak.results import InfluenceResult
 
@@ -342,9 +342,7 @@ class ContextInfluenceProcessor(LogitsProcessor):
                 if entry.token_id in self.eos_ids:
                     stopped = True
                     break
-            out.append(RowLedger(row=m, entries=tuple(entries), stopped_on_eos=stopped,
-                                 lam=self.config.lam, temperature=self.config.temperature,
-                                 bounded_eps=self.config.bounded_eps))
+            out.append(ledger_of(entries, stopped, self.config, row=m))
         return tuple(out)
 
     def to_records(self) -> list[dict[str, Any]]:
