@@ -160,6 +160,12 @@ def fisher_susceptibility(lm: LanguageModel, query: str, *, top_k: int = 10, sig
                                                  top_k=min(top_k, lm.vocab_size),
                                                  batched=batched, reuse_prefix=reuse_prefix,
                                                  prefix_kv=prefix_kv)
+    return _topk_result(token_ids, logprobs, grads, sigma2, n_tokens, truncation)
+
+
+def _topk_result(token_ids: torch.Tensor, logprobs: torch.Tensor, grads: torch.Tensor,
+                 sigma2: float, n_tokens: int, truncation: str) -> FisherResult:
+    """One query's :class:`FisherResult` from its top-k tokens (:func:`fisher_trace`)."""
     trace, sq = fisher_trace(logprobs, grads, truncation)
     probs = logprobs.double().exp()
     return FisherResult(chi=fisher_chi(trace, sigma2), trace=trace, sigma2=sigma2,
@@ -184,16 +190,8 @@ def fisher_susceptibility_many(lm: LanguageModel, queries: Sequence[str], *, top
     spans = [p.spans["query"] for p in prompts]
     many = next_token_embedding_grads_many(lm.in_process(FISHER_NEEDS), [p.ids for p in prompts], spans,
                                            top_k=min(top_k, lm.vocab_size), prefix_kv=prefix_kv)
-    out = []
-    for res, (start, end) in zip(many, spans):
-        trace, sq = fisher_trace(res.logprobs, res.grads, truncation)
-        probs = res.logprobs.double().exp()
-        out.append(FisherResult(chi=fisher_chi(trace, sigma2), trace=trace, sigma2=sigma2,
-                                token_ids=[int(t) for t in res.token_ids], probs=probs.tolist(),
-                                sq_norms=sq.tolist(), mass=float(probs.sum()),
-                                n_query_tokens=end - start, vocab="topk",
-                                truncation=truncation))
-    return out
+    return [_topk_result(res.token_ids, res.logprobs, res.grads, sigma2, end - start, truncation)
+            for res, (start, end) in zip(many, spans)]
 
 
 def full_vocab_trace(lm: LanguageModel, ids: Sequence[int], span: tuple[int, int], *,
