@@ -34,7 +34,7 @@ from ctxleak.methods.susceptibility import (
     query_contexts,
 )
 from ctxleak.methods.susceptibility.fisher import query_prompt
-from ctxleak.methods.susceptibility.montecarlo import context_prompts
+from ctxleak.methods.susceptibility.montecarlo import fitted_context_prompts
 
 
 def measure(lm, text: str, texts: list[str], counts, k: int, naive: bool, store) -> dict:
@@ -52,7 +52,7 @@ def measure(lm, text: str, texts: list[str], counts, k: int, naive: bool, store)
     t_f, fr = timed(fisher_run(), repeat=3)
     t_loop, fl = timed(fisher_run(batched=False), repeat=3)
     t_whole, fw = timed(fisher_run(reuse_prefix=False), repeat=3)
-    prompts = context_prompts(lm, text, texts)
+    prompts, _ = fitted_context_prompts(lm, text, texts)
     needed = len(prompts[0]) + sum(len(p) - min(common_prefix_length(p, prompts[0]), len(p) - 1)
                                    for p in prompts[1:])
     return {"n": len(texts), "mc": t_mc, "naive": t_naive, "fisher": t_f, "loop": t_loop,

@@ -114,20 +114,6 @@ def query_prompt(lm: LanguageModel, query: str, template: str = PROMPT_TEMPLATE)
     return prompt
 
 
-def query_gradients(lm: LanguageModel, ids: Sequence[int], span: tuple[int, int], *, top_k: int = 10,
-                    batched: bool = True, reuse_prefix: bool = True,
-                    prefix_kv: PrefixKV | None = None
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(token_ids[k], logprobs[k], grads[k, n, d])`` for the top-k next tokens, gradients with
-    respect to the embeddings of ``span`` (float64, CPU), from the engine's
-    :func:`~ctxleak.engine.gradients.next_token_embedding_grads`; ``reuse_prefix=False`` puts
-    the whole prompt in the graph."""
-    res = next_token_embedding_grads(lm.in_process(FISHER_NEEDS), ids, span, top_k=top_k, batched=batched,
-                                     cache_prefix=reuse_prefix,
-                                     prefix_kv=prefix_kv if reuse_prefix else None)
-    return res.token_ids, res.logprobs, res.grads
-
-
 def fisher_susceptibility(lm: LanguageModel, query: str, *, top_k: int = 10, sigma2: float = 1.0,
                           vocab: str = "topk", template: str = PROMPT_TEMPLATE,
                           batched: bool = True, reuse_prefix: bool = True,
@@ -138,8 +124,10 @@ def fisher_susceptibility(lm: LanguageModel, query: str, *, top_k: int = 10, sig
     respect to the query's input embeddings, one forward pass and one batched backward.
 
     Give the same ``prefix_kv`` store to every query of a run: the tokens before the query (a
-    chat template's system turn) then go through the model once. ``truncation``: how the top-k
-    distribution enters the trace (:func:`fisher_trace`); the full vocabulary needs none."""
+    chat template's system turn) then go through the model once; ``reuse_prefix=False`` puts
+    the whole prompt in the graph. The gradients (float64, CPU) are the engine's
+    (:func:`~ctxleak.engine.gradients.next_token_embedding_grads`). ``truncation``: how the
+    top-k distribution enters the trace (:func:`fisher_trace`); the full vocabulary needs none."""
     if vocab not in FISHER_VOCABS:
         raise ValueError(f"vocab must be one of {FISHER_VOCABS}, not '{vocab}'")
     if not sigma2 > 0:
@@ -156,11 +144,11 @@ def fisher_susceptibility(lm: LanguageModel, query: str, *, top_k: int = 10, sig
         return FisherResult(chi=fisher_chi(trace, sigma2), trace=trace, sigma2=sigma2, token_ids=[],
                             probs=[], sq_norms=[], mass=mass, n_query_tokens=n_tokens,
                             vocab="full")
-    token_ids, logprobs, grads = query_gradients(lm, prompt.ids, span,
-                                                 top_k=min(top_k, lm.vocab_size),
-                                                 batched=batched, reuse_prefix=reuse_prefix,
-                                                 prefix_kv=prefix_kv)
-    return _topk_result(token_ids, logprobs, grads, sigma2, n_tokens, truncation)
+    res = next_token_embedding_grads(lm.in_process(FISHER_NEEDS), prompt.ids, span,
+                                     top_k=min(top_k, lm.vocab_size), batched=batched,
+                                     cache_prefix=reuse_prefix,
+                                     prefix_kv=prefix_kv if reuse_prefix else None)
+    return _topk_result(res.token_ids, res.logprobs, res.grads, sigma2, n_tokens, truncation)
 
 
 def _topk_result(token_ids: torch.Tensor, logprobs: torch.Tensor, grads: torch.Tensor,

@@ -91,19 +91,12 @@ def susceptibility_from_logprobs(logprobs: torch.Tensor, weights: Sequence[float
                     reference=name)
 
 
-def context_prompts(lm: LanguageModel, query: str, contexts: Sequence[str],
-                    template: str = PROMPT_TEMPLATE) -> list[tuple[int, ...]]:
-    """Token ids of ``context + query`` for each context: template pieces, context and query
-    tokenised separately and concatenated, so the query's ids are the same in every
-    prompt and in the no-context prompt. Contexts are cut to the model's window (see
-    :func:`fitted_context_prompts`)."""
-    return fitted_context_prompts(lm, query, contexts, template)[0]
-
-
 def fitted_context_prompts(lm: LanguageModel, query: str, contexts: Sequence[str],
                            template: str = PROMPT_TEMPLATE
                            ) -> tuple[list[tuple[int, ...]], list[int]]:
-    """The prompts of :func:`context_prompts` and, per context, how many of its tokens were cut
+    """Token ids of ``context + query`` for each context: template pieces, context and query
+    tokenised separately and concatenated, so the query's ids are the same in every
+    prompt and in the no-context prompt; and, per context, how many of its tokens were cut
     from its end so that the prompt fits the model's window (the query is always whole)."""
     fitted = [fit_to_window(lm, template, {"context": c, "query": query}) for c in contexts]
     return [p.ids for p, _ in fitted], [cut for _, cut in fitted]
