@@ -14,6 +14,7 @@ context is scored once and weighted by how often it was drawn (the empirical dis
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -143,9 +144,7 @@ def check_context_mix(n: int, entity_contexts: int) -> None:
 
 def dedupe_contexts(drawn: Sequence[str]) -> ContextSample:
     """Distinct contexts of a list of draws, each with its count (p̂ = count / draws)."""
-    counts: dict[str, int] = {}
-    for text in drawn:
-        counts[text] = counts.get(text, 0) + 1
+    counts = Counter(drawn)  # in order of first draw
     return ContextSample(texts=list(counts), counts=np.array(list(counts.values()),
                                                               dtype=np.float64))
 
