@@ -210,15 +210,13 @@ def build_prompts(record: PIIRecord, pii_type: str, shots: Sequence[PIIRecord] =
         for i, tpl in enumerate(UNIVERSITY_TEMPLATES, start=1):
             items.append((f"university-{i}", tpl, lambda r: {"name": r.name}, "university"))
 
-    what = {"relation": "relation", "university": "university"}.get(pii_type, pii_type)
     out = []
     for name, tpl, values_of, target_field in items:
-        target = _require(record, target_field, f"{what} {target_field!r}"
-                          if pii_type == "relation" else what)
+        what = f"{pii_type} {target_field!r}" if pii_type == "relation" else pii_type
+        target = _require(record, target_field, what)
         parts = []
         for shot in shots:
-            answer = _require(shot, target_field, f"{what} {target_field!r}"
-                              if pii_type == "relation" else what)
+            answer = _require(shot, target_field, what)
             parts.append(_fill(tpl, **values_of(shot)) + answer)
         parts.append(_fill(tpl, **values_of(record)))
         out.append((name, sep.join(parts), target))
