@@ -19,10 +19,6 @@ STRING_METRICS = {
 }
 
 
-def _group_key(row: Mapping[str, Any], by: Sequence[str]) -> tuple[Any, ...]:
-    return tuple(row.get(k) for k in by)
-
-
 def unit_values(rows: Sequence[Mapping[str, Any]], key: str) -> dict[tuple[str, str], float]:
     """The maximum of ``key`` over templates for each (subject, field) unit (App. A.3)."""
     out: dict[tuple[str, str], float] = {}
@@ -83,7 +79,7 @@ def summarize_probes(rows: Sequence[Mapping[str, Any]],
     and context share."""
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
-        groups[_group_key(row, by)].append(row)
+        groups[tuple(row.get(k) for k in by)].append(row)
     out = []
     for key, grp in groups.items():
         target = unit_values(grp, "target_ll")
