@@ -98,12 +98,8 @@ def _raw_label(value: Any, row: Row, name: str) -> str:
 
 
 def _from_rows(rows: Sequence[Row], text_field: str, label_field: str) -> list[_Raw]:
-    out = []
-    for row in rows:
-        text = row.text(text_field)
-        out.append(_Raw(text, _raw_label(row.get(label_field), row, label_field), row.file,
-                        row.line))
-    return out
+    return [_Raw(row.text(text_field), _raw_label(row.get(label_field), row, label_field),
+                 row.file, row.line) for row in rows]
 
 
 def read_split(path: Any, *, text_field: str = "text", label_field: str = "label") -> list[_Raw]:
