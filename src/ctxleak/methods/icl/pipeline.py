@@ -100,25 +100,19 @@ class LabelScorer:
             if not seq:
                 raise ConfigError(f"label {label!r} has no tokens")
         self.first_ids = [seq[0] for seq in self.sequences]
-        if mode == "first-token":
-            seen: dict[int, str] = {}
-            for label, tok in zip(self.labels, self.first_ids):
-                if tok in seen:
-                    raise ConfigError(
-                        f"labels {seen[tok]!r} and {label!r} share their first token "
-                        f"{lm.decode([tok])!r} (id {tok}), so first-token scoring cannot tell "
-                        "them apart: use label_scoring='full' to score whole label strings, "
-                        "or rename them with labels=...", param="label_scoring",
-                        also=("labels",))
-                seen[tok] = label
-        else:
-            seen_seq: dict[tuple[int, ...], str] = {}
-            for label, seq in zip(self.labels, self.sequences):
-                if tuple(seq) in seen_seq:
-                    raise ConfigError(f"labels {seen_seq[tuple(seq)]!r} and {label!r} have the "
-                                      "same tokens: rename them with labels=...",
-                                      param="labels")
-                seen_seq[tuple(seq)] = label
+        seen: dict[Any, str] = {}  # what the mode scores of each label -> the label
+        for label, seq in zip(self.labels, self.sequences):
+            key: Any = seq[0] if mode == "first-token" else tuple(seq)
+            if key in seen and mode == "first-token":
+                raise ConfigError(
+                    f"labels {seen[key]!r} and {label!r} share their first token "
+                    f"{lm.decode([key])!r} (id {key}), so first-token scoring cannot tell "
+                    "them apart: use label_scoring='full' to score whole label strings, "
+                    "or rename them with labels=...", param="label_scoring", also=("labels",))
+            if key in seen:
+                raise ConfigError(f"labels {seen[key]!r} and {label!r} have the same tokens: "
+                                  "rename them with labels=...", param="labels")
+            seen[key] = label
 
     @property
     def max_label_tokens(self) -> int:
@@ -189,17 +183,13 @@ def _probs(logp: np.ndarray) -> list[Any]:
         else [_probs(row) for row in logp]
 
 
-def _argmax_diff(full: np.ndarray, loo: np.ndarray) -> list[int]:
-    return [int(i) for i in np.abs(full[None, :] - loo).argmax(axis=-1)]
-
-
 def _variant(logp_sets: np.ndarray, labels: Sequence[str] | None) -> dict[str, Any]:
     """Losses of one variant from its distributions, set 0 = all exemplars, 1.. = without i."""
     full, loo = logp_sets[0], logp_sets[1:]
     losses = position_losses(full, loo)
     out: dict[str, Any] = {"loss_by_position": [float(v) for v in losses],
                            "iclinf": query_iclinf(losses)}
-    where = _argmax_diff(full, loo)
+    where = [int(i) for i in np.abs(full[None, :] - loo).argmax(axis=-1)]
     if labels is not None:
         out["max_at_label"] = [labels[i] for i in where]
     else:
