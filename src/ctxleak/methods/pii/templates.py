@@ -129,21 +129,16 @@ def scoring_pair(prompt: str, target: str) -> tuple[str, str]:
 def _structured_variants(pii_type: str, structure: str) -> list[tuple[str, str, dict[str, str]]]:
     """(template name, template, {slot: pii field}) for one structure and target type."""
     others = [t for t in PII_FIELDS if t != pii_type]
-    out: list[tuple[str, str, dict[str, str]]] = []
     if structure == "twins":
-        for i, tpl in enumerate(TWINS, start=1):
-            out.append((f"twins-{i}", tpl, {}))
-    elif structure == "triplets":
-        for other in others:
-            for i, tpl in enumerate(TRIPLETS, start=1):
-                out.append((f"triplets-{i}-{other}", tpl, {"pii_1": other}))
-    elif structure == "quadruplets":
-        for i, tpl in enumerate(QUADRUPLETS, start=1):
-            out.append((f"quadruplets-{i}", tpl, {"pii_1": others[0], "pii_2": others[1]}))
-    else:
-        raise ValueError(f"unknown structure {structure!r}; choose from {', '.join(STRUCTURES)}"
-                         " or all")
-    return out
+        return [(f"twins-{i}", tpl, {}) for i, tpl in enumerate(TWINS, start=1)]
+    if structure == "triplets":
+        return [(f"triplets-{i}-{other}", tpl, {"pii_1": other}) for other in others
+                for i, tpl in enumerate(TRIPLETS, start=1)]
+    if structure == "quadruplets":
+        return [(f"quadruplets-{i}", tpl, {"pii_1": others[0], "pii_2": others[1]})
+                for i, tpl in enumerate(QUADRUPLETS, start=1)]
+    raise ValueError(f"unknown structure {structure!r}; choose from {', '.join(STRUCTURES)}"
+                     " or all")
 
 
 def _structured_values(record: PIIRecord, pii_type: str, slots: dict[str, str]) -> dict[str, str]:
