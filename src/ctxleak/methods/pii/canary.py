@@ -118,12 +118,8 @@ def decoder_blocks(model: Any) -> torch.nn.ModuleList:
 
 
 def _token_rows(lm: InProcessLM, texts: Sequence[str], max_length: int) -> list[list[int]]:
-    rows = []
     eos = list(lm.eos_ids[:1])
-    for text in texts:
-        ids = list(lm.bos_ids) + lm.encode(text) + eos
-        rows.append(ids[:max_length])
-    return rows
+    return [(list(lm.bos_ids) + lm.encode(text) + eos)[:max_length] for text in texts]
 
 
 def finetune_copy(lm: InProcessLM, texts: Sequence[str], config: FinetuneConfig | None = None, *,
