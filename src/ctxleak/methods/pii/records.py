@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -58,16 +58,7 @@ class PIIRecord:
         return self.relations.get(pii_type)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "subject_id": self.subject_id,
-            "name": self.name,
-            "email": self.email,
-            "phone": self.phone,
-            "address": self.address,
-            "relations": dict(self.relations),
-            "university": self.university,
-            "documents": list(self.documents),
-        }
+        return asdict(self)  # the fields in order, relations and documents copied
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None,
