@@ -132,13 +132,10 @@ def plan_probes(records: list[Any], modes: list[str], types: list[str], ks: list
                 for variant in group_variants:
                     tasks += [Task("canary", variant, group, k, it) for it in found]
     for m in modes:
-        if m == "black-box":
-            for k in ks:
-                tasks += [Task(m, "beam", None, k, it) for it in items(records, shots=k)]
-        elif m == "in-context":
+        if m in ("black-box", "in-context"):
             for k in ks:
                 tasks += [Task(m, "beam", None, k, it)
-                          for it in items(records, shots=k, in_context=True)]
+                          for it in items(records, shots=k, in_context=m == "in-context")]
         elif m == "white-box":
             order = list(records)
             random.Random(seed).shuffle(order)
