@@ -173,24 +173,17 @@ def _add_monte_carlo(lm: LanguageModel, queries: Sequence[tuple[Query, int]],
     its seed (§5.1), all of them scored in one planner run, then what was drawn and the most
     persuasive contexts."""
     t0 = time.perf_counter()
-    samples, pools, owns, where = [], [], [], []
-    with_replacement = options.sampling == "replacement"
-    for q, seed in queries:
-        drawn = query_contexts(q, relations, options.n_contexts, np.random.default_rng(seed),
-                               scope=options.context_entities,
-                               entity_contexts=options.entity_draws,
-                               replace=with_replacement)  # §5.1
-        samples.append(drawn.sample)
-        pools.append(drawn.pool)
-        where.append(drawn.pool_indices)
-        owns.append(set(drawn.entity_pool))
-    results = monte_carlo_many(lm, [(q.text, smp.texts, smp.counts)
-                                    for (q, _), smp in zip(queries, samples)],
+    drawn = [query_contexts(q, relations, options.n_contexts, np.random.default_rng(seed),
+                            scope=options.context_entities, entity_contexts=options.entity_draws,
+                            replace=options.sampling == "replacement")  # §5.1
+             for q, seed in queries]
+    results = monte_carlo_many(lm, [(q.text, d.sample.texts, d.sample.counts)
+                                    for (q, _), d in zip(queries, drawn)],
                                reference=options.reference, template=options.template,
                                reuse_prefix=options.reuse_prefix)
     seconds = (time.perf_counter() - t0) / max(len(queries), 1)
-    for (q, _), record, res, sample, pool, own, idx in zip(queries, records, results,
-                                                           samples, pools, owns, where):
+    for (q, _), record, res, contexts in zip(queries, records, results, drawn):
+        sample, own = contexts.sample, set(contexts.entity_pool)
         cut = [c for c in res.context_tokens_cut if c]
         if cut:
             warn(f"query {q.id}: {len(cut)} context(s) cut by up to {max(cut)} "
@@ -203,8 +196,8 @@ def _add_monte_carlo(lm: LanguageModel, queries: Sequence[tuple[Query, int]],
             "n_draws": sample.n_draws, "n_distinct_contexts": len(sample.texts),
             "n_entity_draws": int(sum(c for t, c in zip(sample.texts, sample.counts)
                                       if t in own)),
-            "context_pool_size": len(pool), "seconds_mc": seconds,
-            "context_draws": {"pool_index": idx,
+            "context_pool_size": len(contexts.pool), "seconds_mc": seconds,
+            "context_draws": {"pool_index": contexts.pool_indices,
                               "count": [int(c) for c in sample.counts]},
             "contexts_truncated": len(cut), "context_tokens_cut": int(sum(cut)),
             "persuasive_contexts": [{"context": sample.texts[i], "psi": float(res.psi[i]),
