@@ -42,6 +42,4 @@ def calibrate_sets(logp: np.ndarray, logp_cf: np.ndarray,
     """Calibrate each exemplar set with its own content-free distribution: ``logp`` [s, k] (one
     row per exemplar set: full, then each leave-one-out), ``logp_cf`` [s, c, k] (the c normalised
     content-free distributions of each set) -> calibrated [s, k]."""
-    logp = np.asarray(logp, dtype=np.float64)
-    cf = content_free_logp(np.asarray(logp_cf, dtype=np.float64))
-    return contextual_calibrate(logp, cf, eps)
+    return contextual_calibrate(logp, content_free_logp(logp_cf), eps)  # both in float64
