@@ -93,25 +93,18 @@ def score_items(lm: LanguageModel, encoded: Sequence[Encoded]) -> list[dict[str,
     """Teacher-forced log-probabilities of the target and null PII (and, in context mode, of the
     target without the documents) for each encoded item, with the likelihood summaries. Each
     item is one example for the model's batching policy."""
-    prompts: list[tuple[int, ...]] = []
-    conts: list[tuple[int, ...]] = []
-    slots: list[tuple[int, str]] = []
+    jobs: list[tuple[tuple[int, ...], tuple[int, ...], int, str]] = []  # prompt, scored, item
     for i, enc in enumerate(encoded):
-        prompts.append(enc.prompt)
-        conts.append(enc.target)
-        slots.append((i, "target"))
+        jobs.append((enc.prompt, enc.target, i, "target"))
         if enc.null:
-            prompts.append(enc.prompt)
-            conts.append(enc.null)
-            slots.append((i, "null"))
+            jobs.append((enc.prompt, enc.null, i, "null"))
         if enc.bare is not None:
-            prompts.append(enc.bare)
-            conts.append(enc.target)
-            slots.append((i, "bare"))
-    logprobs = continuation_logprobs(lm, prompts, conts, reuse_prefix=False,
-                                     examples=[i for i, _ in slots]) if prompts else []
+            jobs.append((enc.bare, enc.target, i, "bare"))
+    logprobs = continuation_logprobs(lm, [j[0] for j in jobs], [j[1] for j in jobs],
+                                     reuse_prefix=False,
+                                     examples=[j[2] for j in jobs]) if jobs else []
     found: list[dict[str, np.ndarray]] = [{} for _ in encoded]
-    for (i, what), lp in zip(slots, logprobs):
+    for (_, _, i, what), lp in zip(jobs, logprobs):
         found[i][what] = np.asarray(lp, dtype=np.float64)
     return [likelihood_fields(f["target"], f.get("null"), f.get("bare")) for f in found]
 
