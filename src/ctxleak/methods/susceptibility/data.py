@@ -173,15 +173,11 @@ def _ctxleak_relation(item: Any, i: int, file: str) -> Relation:
         raise InputError("must be a JSON object", file=file, field=f"relations[{i}]")
     name = _string(item, "name", _where(i, None, "name"), file)
     w = lambda key: _where(i, name, key)  # noqa: E731
-    queries = {
-        "closed": [_string(item, "closed_query", w("closed_query"), file)],
-        "open_qa": [_string(item, "open_qa_query", w("open_qa_query"), file)],
-        "open_completion": [_string(item, "open_completion_query", w("open_completion_query"),
-                                    file)],
-    }
-    check_template(queries["closed"][0], ("entity", "answer"), w("closed_query"), file)
-    check_template(queries["open_qa"][0], ("entity",), w("open_qa_query"), file)
-    check_template(queries["open_completion"][0], ("entity",), w("open_completion_query"), file)
+    slots = {"closed": ("entity", "answer"), "open_qa": ("entity",),
+             "open_completion": ("entity",)}  # each query type's form: "<type>_query"
+    queries = {t: [_string(item, f"{t}_query", w(f"{t}_query"), file)] for t in slots}
+    for t, needed in slots.items():
+        check_template(queries[t][0], needed, w(f"{t}_query"), file)
     context = _string(item, "context_template", w("context_template"), file)
     check_template(context, ("entity", "answer"), w("context_template"), file)
     raw_entities = item.get("entities")
