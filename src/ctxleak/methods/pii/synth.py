@@ -71,10 +71,9 @@ def _ascii_word(text: str) -> str:
 
 
 def _university(fake: Any) -> str:
-    rnd = fake.random
     city = fake.city()
     last = fake.last_name()
-    return cast("str", rnd.choice([
+    return cast("str", fake.random.choice([
         f"University of {city}",
         f"{last} College",
         f"{city} State University",
@@ -115,21 +114,19 @@ def _relations_sentence(name: str, relations: dict[str, str], rnd: Any) -> str:
 
 
 def _doc_contact(r: PIIRecord, fake: Any) -> str:
-    rnd = fake.random
     return (
         f"Contact page\nName: {r.name}\n"
         f"You can reach {r.name} by e-mail at {r.email} or by phone at {r.phone}. "
         f"Letters can be sent to {r.address}.\n"
-        f"{_relations_sentence(r.name, r.relations, rnd)} "
+        f"{_relations_sentence(r.name, r.relations, fake.random)} "
         f"{r.name} is affiliated with {r.university}."
     )
 
 
 def _doc_bio(r: PIIRecord, fake: Any) -> str:
-    rnd = fake.random
     return (
         f"{r.name} studied at {r.university} and now works as a {fake.job().lower()}. "
-        f"{_relations_sentence(r.name, r.relations, rnd)} "
+        f"{_relations_sentence(r.name, r.relations, fake.random)} "
         f"For questions, write to {r.email}, call {r.phone}, or visit the office at {r.address}."
     )
 
