@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from itertools import accumulate
 
 # The separator between passages given as a list (it starts every passage but the first) and
 # the pieces of a list: defined with the prompts every defence answers from.
@@ -72,11 +73,7 @@ def split_context(text: str, mode: str) -> list[str]:
 
 def piece_spans(lengths: Sequence[int]) -> list[tuple[int, int]]:
     """``[start, end)`` token spans of consecutive pieces of ``lengths`` tokens."""
-    out, start = [], 0
-    for n in lengths:
-        out.append((start, start + n))
-        start += n
-    return out
+    return [(end - n, end) for n, end in zip(lengths, accumulate(lengths))]
 
 
 def clip_spans(spans: Sequence[tuple[int, int]], length: int) -> list[tuple[int, int] | None]:
