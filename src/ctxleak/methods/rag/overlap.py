@@ -118,15 +118,11 @@ class Corpus:
         overlaps = self._overlaps()
         return frozenset().union(*(overlaps[i] for i in own))
 
-    def eligible(self, own: Iterable[int]) -> list[int]:
-        """The documents (indices) that share nothing with a context made of ``own`` and may
-        be drawn as decoys."""
-        shut = self.forbidden(own)
-        return [i for i, ok in enumerate(self.decoyable) if ok and i not in shut]
-
     def eligible_set(self, own: Iterable[int]) -> set[int]:
-        """:meth:`eligible` as a set (what :func:`pick_near` looks candidates up in)."""
-        return set(self.eligible(own))
+        """The documents (indices) that share nothing with a context made of ``own`` and may
+        be drawn as decoys, as a set (what :func:`pick_near` looks candidates up in)."""
+        shut = self.forbidden(own)
+        return {i for i, ok in enumerate(self.decoyable) if ok and i not in shut}
 
 
 def decoy_rng(seed: int, example_id: str | int, *stream: int) -> np.random.Generator:
