@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ctxleak.errors import ConfigError
@@ -172,15 +172,9 @@ class ProbeParams:
                        train_layers=self.canary_layers).validate()
 
     def settings(self) -> dict[str, Any]:
-        """The parameters as the probe's pipeline and ``config.json`` hold them (lists)."""
-        return {
-            "subjects": self.subjects, "mode": list(self.mode or ()), "pii": list(self.pii or ()),
-            "shots": list(self.shots),  # type: ignore[arg-type]
-            "structure": self.structure, "beam": self.beam,
-            "max_new_tokens": self.max_new_tokens, "generate": self.generate,
-            "soft_tokens": self.soft_tokens, "train_fraction": self.train_fraction,
-            "epochs": self.epochs, "soft_lr": self.soft_lr,
-            "context_template": self.context_template, "canary": self.canary,
-            "canary_epochs": self.canary_epochs, "canary_lr": self.canary_lr,
-            "canary_layers": self.canary_layers, "canary_baseline": self.canary_baseline,
-            "alpha": self.alpha, "redact": self.redact, "leak_maps": self.leak_maps}
+        """The parameters as the probe's pipeline and ``config.json`` hold them (lists), in
+        their order."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out.update(mode=list(self.mode or ()), pii=list(self.pii or ()),
+                   shots=list(self.shots))  # type: ignore[arg-type]
+        return out
