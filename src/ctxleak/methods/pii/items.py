@@ -37,13 +37,7 @@ def parse_pii_types(value: str | Iterable[str]) -> list[str]:
     """``"email,phone"`` -> ``["email", "phone"]`` (canonical names, duplicates dropped, order
     kept). Raises ``ValueError`` naming an unknown type."""
     parts = value.split(",") if isinstance(value, str) else list(value)
-    out: list[str] = []
-    for part in parts:
-        if not str(part).strip():
-            continue
-        kind = canonical_pii_type(part)
-        if kind not in out:
-            out.append(kind)
+    out = list(dict.fromkeys(canonical_pii_type(part) for part in parts if str(part).strip()))
     if not out:
         raise ValueError(f"no PII type given; choose from {', '.join(PII_TYPES)}")
     return out
