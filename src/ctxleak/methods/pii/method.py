@@ -91,8 +91,7 @@ class ProbeMethod(ParamsMethod[Any, Subjects, Ready, ProbeParams]):
     def prepare(self, lm: LanguageModel, plan: Plan[Any, Subjects], run: RunDir) -> Ready:
         s, probes, seed = self.settings, plan.state.plan, self.common.seed
         chat = self.common.chat_template == "on"
-        budgets = token_budgets(lm, probes, s["max_new_tokens"], chat,
-                                generate=bool(s["generate"]))
+        budgets = token_budgets(lm, probes, s["max_new_tokens"], generate=bool(s["generate"]))
         options = ProbeOptions(beam=s["beam"], generate=s["generate"], chat=chat,
                                context_template=s["context_template"], max_new_tokens=budgets)
         extras: dict[str, Any] = {"max_new_tokens": budgets}

@@ -159,8 +159,8 @@ def plan_probes(records: list[Any], modes: list[str], types: list[str], ks: list
     return Plan(tasks, skipped, train_items, inserted, held)
 
 
-def token_budgets(lm: LanguageModel, plan: Plan, setting: str, chat: bool, *,
-                  generate: bool = True) -> dict[str, int]:
+def token_budgets(lm: LanguageModel, plan: Plan, setting: str, *, generate: bool = True
+                  ) -> dict[str, int]:
     """New-token budget per PII type; warns when a target cannot fit in the paper's budget
     (only when the run ``generate``s: without generation no budget is used)."""
     if setting not in ("paper", "auto"):
