@@ -121,11 +121,10 @@ class PIIRecord:
 def _describe(value: Any) -> str:
     if value is None:
         return "null"
-    kind = {dict: "object", list: "array", str: "string", bool: "boolean",
+    if isinstance(value, str) and not value.strip():
+        return "an empty string"
+    return {dict: "object", list: "array", str: "string", bool: "boolean",
             int: "number", float: "number"}.get(type(value), type(value).__name__)
-    if isinstance(value, str):
-        return "an empty string" if not value.strip() else kind
-    return kind
 
 
 def load_records(path: str | Path) -> list[PIIRecord]:
