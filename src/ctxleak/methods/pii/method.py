@@ -9,6 +9,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 from ctxleak.engine.batching import BatchPolicy
@@ -128,14 +129,10 @@ class ProbeMethod(ParamsMethod[Any, Subjects, Ready, ProbeParams]):
         after an out-of-memory back-off), so generation and scoring run batched while each
         sample is still flushed on its own."""
         size = policy.batch_size or min(16, policy.max_in_flight or 16)
-        chunk: list[Any] = []
-        for task in todo:
-            if chunk and (len(chunk) >= size or task.runner != chunk[0].runner):
-                yield chunk
-                chunk = []
-            chunk.append(task)
-        if chunk:
-            yield chunk
+        for _, same in groupby(todo, key=lambda task: task.runner):
+            tasks = list(same)
+            for start in range(0, len(tasks), size):
+                yield tasks[start:start + size]
 
     def measure(self, lm: LanguageModel, ready: Ready,
                 items: Sequence[Any]) -> list[dict[str, Any]]:
