@@ -205,8 +205,8 @@ def compare_rows(method: str, tables: Sequence[list[dict[str, Any]]],
     """Merge the runs' summary tables: rows matched by the method's identity columns (a
     repeat of the same identity within a run gets ``#k``), one column per run."""
     view = view_for(method)  # its report view says which columns name a row
-    ident = view.identity if view is not None else ()
-    skip = view.skip if view is not None else frozenset()
+    ident = view.identity
+    skip = view.skip
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     names = [[", ".join(f"{c}={_fmt(row[c])}" for c in ident if c in row) for row in rows]
              for rows in tables]
@@ -260,8 +260,7 @@ def compare(results: Any, output: str | os.PathLike[str] | None = None, *,
     if output is not None:  # refused before the runs are read and the figures drawn
         check_output(Path(output))
     loaded = [_load(r, f"results[{i}]", strict) for i, r in enumerate(results)]
-    methods = [r.method if r.method != Result.method else str(r.config.get("command"))
-               for r in loaded]
+    methods = [r.method_name() for r in loaded]
     if len(set(methods)) > 1:
         which = ", ".join(f"{r.path or f'results[{i}]'} is {m}"
                           for i, (r, m) in enumerate(zip(loaded, methods)))
