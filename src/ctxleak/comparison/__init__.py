@@ -36,6 +36,7 @@ from ctxleak.errors import ConfigError, OutputError, warn
 from ctxleak.report.comparing import COMPARE
 from ctxleak.report.views import view_for
 from ctxleak.results import Result, load_result
+from ctxleak.results.base import import_pandas
 from ctxleak.run.inputs import to_jsonable
 from ctxleak.run.rundir import is_run_folder, os_errors, write_atomic
 
@@ -94,11 +95,7 @@ class Comparison:
     def to_pandas(self) -> Any:
         """:meth:`examples` as a DataFrame: one row per paired example (merges onto the
         user's table by ``id``)."""
-        try:
-            import pandas as pd
-        except ImportError:
-            raise ImportError("to_pandas() needs pandas: pip install pandas") from None
-        return pd.DataFrame.from_records(self.examples())
+        return import_pandas("to_pandas() needs").DataFrame.from_records(self.examples())
 
     def show(self, *, plain: bool = False) -> None:
         """Print the comparison table (what ``ctxleak compare`` prints; ``plain``: as

@@ -29,6 +29,15 @@ from ctxleak.run.manifest import start_manifest, write_lines_whole, write_record
 from ctxleak.run.rundir import CONFIG_FILE, RESULTS_FILE, SAMPLES_FILE, row_key
 
 
+def import_pandas(what: str) -> Any:
+    """pandas, or an ImportError saying that ``what`` (``"to_pandas() needs"``) needs it."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError(f"{what} pandas: pip install pandas") from None
+    return pd
+
+
 @dataclass
 class Result:
     """The outcome of one method run."""
@@ -72,11 +81,7 @@ class Result:
 
     def to_pandas(self) -> Any:
         """One row per sample (``records``); nested fields stay Python objects in their cells."""
-        try:
-            import pandas as pd
-        except ImportError:
-            raise ImportError("to_pandas() needs pandas: pip install pandas") from None
-        return pd.DataFrame.from_records(list(self.records))
+        return import_pandas("to_pandas() needs").DataFrame.from_records(list(self.records))
 
     def show(self, *, plain: bool = False) -> None:
         """Print the verdict, the console table of this result and where its files are (what

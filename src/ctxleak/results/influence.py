@@ -14,7 +14,7 @@ from ctxleak.methods.influence.checks import CHECKS
 from ctxleak.methods.influence.units import UNITS, likelihood_ratio
 from ctxleak.methods.tradeoff.frontier import COLUMNS, KEEP, frontier
 from ctxleak.report.views import INFLUENCE
-from ctxleak.results.base import Result
+from ctxleak.results.base import Result, import_pandas
 
 
 class InfluenceResult(Result):
@@ -37,11 +37,7 @@ class InfluenceResult(Result):
                 "lambda": record.get("lambda"), "temperature": record.get("temperature")}
 
     def _frame(self, rows: list[dict[str, Any]], columns: list[str]) -> Any:
-        try:
-            import pandas as pd
-        except ImportError:
-            raise ImportError("tidy frames need pandas: pip install pandas") from None
-        frame = pd.DataFrame.from_records(rows, columns=columns)
+        frame = import_pandas("tidy frames need").DataFrame.from_records(rows, columns=columns)
         frame.attrs["units"] = dict(UNITS)
         return frame
 
