@@ -115,8 +115,7 @@ def max_line_bytes() -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{MAX_LINE_BYTES_ENV} must be a positive integer, not '{raw}'"
-                          ) from None
+        value = 0
     if value < 1:
         raise ConfigError(f"{MAX_LINE_BYTES_ENV} must be a positive integer, not '{raw}'")
     return value
@@ -154,9 +153,6 @@ def json_error_message(exc: json.JSONDecodeError) -> str:
     return f"not valid JSON ({msg} at column {exc.colno})"
 
 
-_BOMS = {b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16"}
-
-
 def text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """``(line_number, text)`` of each line of a UTF-8 file (line ends kept; a UTF-8 byte-order
     mark, as Excel writes it, dropped); a line that is not UTF-8 or longer than
@@ -189,10 +185,9 @@ def _drop_bom(raw: bytes, path: Path) -> bytes:
     """The first line without its UTF-8 byte-order mark; a UTF-16 file is a clear error."""
     if raw.startswith(b"\xef\xbb\xbf"):
         return raw[3:]
-    for bom, name in _BOMS.items():
-        if raw.startswith(bom):
-            raise InputError(f"is {name} text: save it as UTF-8 (in Excel: 'CSV UTF-8')",
-                             file=str(path), line=1)
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16, either byte order
+        raise InputError("is UTF-16 text: save it as UTF-8 (in Excel: 'CSV UTF-8')",
+                         file=str(path), line=1)
     return raw
 
 
