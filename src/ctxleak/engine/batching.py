@@ -126,8 +126,7 @@ class BatchPlanner:
 
     def __init__(self, batch_size: int | None = None, device: str = "cpu") -> None:
         self.fixed = batch_size
-        kind = "cuda" if str(device).startswith("cuda") else str(device)
-        self.token_budget = TOKEN_BUDGET.get(kind, 4096)
+        self.token_budget = TOKEN_BUDGET.get(device_kind(device), 4096)
         self.max_rows: int | None = None  # learnt from out-of-memory back-off
 
     def run(self, costs: Sequence[int], fn: Callable[[list[int]], Sequence[T]],
