@@ -55,6 +55,20 @@ def bos_convention(tokenizer: Any) -> list[int]:
     return []
 
 
+def eos_convention(tokenizer: Any, generation_config: Any) -> list[int]:
+    """All ids that end a response: the tokenizer's EOS and the generation config's (None: no
+    generation config)."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    extra = getattr(generation_config, "eos_token_id", None)
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif isinstance(extra, (list, tuple)):
+        ids.update(int(i) for i in extra)
+    return sorted(ids)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelFacts:
     """What every backend records of its model, written into every ``results.json``

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ctxleak.engine.catalogue import DEFAULT_MODEL, cache_root, resolve_source
 from ctxleak.engine.convert import converted, one_line
-from ctxleak.engine.lm import ModelInfo, bos_convention
+from ctxleak.engine.lm import ModelInfo, bos_convention, eos_convention
 from ctxleak.engine.loading import hub_endpoint, hub_reachable, quiet_loading, unreachable_error
 from ctxleak.engine.local.devices import resolve_device, resolve_dtype
 from ctxleak.engine.local.model import LM
@@ -182,16 +182,7 @@ def _place(model: Any, device: str, torch_dtype: torch.dtype) -> None:
 
 def eos_ids(tokenizer: Any, model: Any) -> list[int]:
     """All ids that end a response: the tokenizer's EOS and the generation config's."""
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    gen = getattr(model, "generation_config", None)
-    extra = getattr(gen, "eos_token_id", None) if gen is not None else None
-    if isinstance(extra, int):
-        ids.add(extra)
-    elif isinstance(extra, (list, tuple)):
-        ids.update(int(i) for i in extra)
-    return sorted(ids)
+    return eos_convention(tokenizer, getattr(model, "generation_config", None))
 
 
 def from_objects(model: Any, tokenizer: Any, name: str = "in-memory", chat_template: bool = False) -> LM:

@@ -18,7 +18,7 @@ from transformers import AutoTokenizer, GenerationConfig
 
 from ctxleak.engine.catalogue import NAMED_MODELS, resolve_source
 from ctxleak.engine.convert import converted
-from ctxleak.engine.lm import bos_convention
+from ctxleak.engine.lm import bos_convention, eos_convention
 from ctxleak.engine.served.base import ServedInfo, ServedLM
 from ctxleak.engine.served.openai import OpenAIServedLM
 from ctxleak.engine.served.vllm import VLLMServedLM
@@ -57,16 +57,9 @@ def tokenizer_source(model: str, tokenizer: str | None) -> str:
 
 
 def _eos_ids(tokenizer: Any, folder: str) -> list[int]:
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    if Path(folder, "generation_config.json").is_file():
-        extra = GenerationConfig.from_pretrained(folder).eos_token_id
-        if isinstance(extra, int):
-            ids.add(extra)
-        elif isinstance(extra, (list, tuple)):
-            ids.update(int(i) for i in extra)
-    return sorted(ids)
+    """The tokenizer's EOS and those of the folder's ``generation_config.json``, if it has one."""
+    has_config = Path(folder, "generation_config.json").is_file()
+    return eos_convention(tokenizer, GenerationConfig.from_pretrained(folder) if has_config else None)
 
 
 def _server_facts(client: ServedClient, served_model: str | None) -> tuple[str, dict[str, Any]]:
