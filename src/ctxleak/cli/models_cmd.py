@@ -11,12 +11,10 @@ def register(app: typer.Typer) -> None:
                                             "named models into the safetensors cache now.")
                ) -> None:
         """List the named models (use them with --model NAME) and whether each is ready."""
-        from rich.table import Table
-
         from ctxleak.cli.output import plain_output
         from ctxleak.engine.catalogue import model_status
         from ctxleak.engine.models import load_model
-        from ctxleak.report.console import console as make_console
+        from ctxleak.report.console import print_rows
 
         rows = model_status()
         if prepare:
@@ -24,11 +22,7 @@ def register(app: typer.Typer) -> None:
                 if row["ready"]:
                     load_model(row["name"], device="cpu")
             rows = model_status()
-        table = Table(title="ctxleak models")
-        for col in ("name", "status", "description"):
-            table.add_column(col)
-        for row in rows:
-            table.add_row(row["name"], row["status"], row["description"])
-        make_console(plain_output()).print(table)
+        print_rows([{k: row[k] for k in ("name", "status", "description")} for row in rows],
+                   title="ctxleak models", justify="left", plain=plain_output())
         typer.echo("Any Hugging Face id, local model directory or .gguf file also works with "
                    "--model.")
