@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -21,16 +20,8 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ctxleak.engine.catalogue import CACHE_FORMAT, cache_lock, gguf_cache_dir
-from ctxleak.engine.model_files import safetensors_header
+from ctxleak.engine.model_files import file_sha256, safetensors_header
 from ctxleak.errors import ConfigError
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def say(message: str) -> None:
@@ -125,7 +116,7 @@ def convert_gguf(gguf: Path, out_dir: Path) -> dict[str, Any]:
         save_file(hf_state_dict(model), str(tmp / "model.safetensors"),
                   metadata={"format": "pt"})
         tokenizer.save_pretrained(tmp)
-        meta = {"gguf": str(gguf.resolve()), "gguf_sha256": sha256_file(gguf),
+        meta = {"gguf": str(gguf.resolve()), "gguf_sha256": file_sha256(gguf),
                 "cache_format": CACHE_FORMAT}
         (tmp / "ctxleak_source.json").write_text(json.dumps(meta, indent=1))
         if out_dir.exists():
