@@ -200,11 +200,6 @@ def _sensitive(text: str) -> tuple[Any, ...]:
     return _sensitive_kept(text) if len(text) <= CACHED_TEXT else _sensitive_found(text)
 
 
-@lru_cache(maxsize=4096)
-def _sensitive_kept(text: str) -> tuple[Any, ...]:
-    return _sensitive_found(text)
-
-
 def _sensitive_found(text: str) -> tuple[Any, ...]:
     from ctxleak.sensitive import find_sensitive
     from ctxleak.sensitive.detect import Span
@@ -217,6 +212,9 @@ def _sensitive_found(text: str) -> tuple[Any, ...]:
                 s = Span(s.type, start, end, text[start:end], s.score)
         out.append(s)
     return tuple(out)
+
+
+_sensitive_kept = lru_cache(maxsize=4096)(_sensitive_found)
 
 
 def _person(value: str) -> bool:
