@@ -15,7 +15,6 @@ shown through one redactor, the Jupyter fragment, the figures in page order) is
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -91,9 +90,7 @@ class InfluenceView(View):
         with redacting(self.redactor(result)):
             return influence_view.example_fragment(record)
 
-    def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
-                        ) -> dict[str, bytes]:
-        return compare_view.influence_figures(results, labels)
+    compare_figures = staticmethod(compare_view.influence_figures)
 
 
 class ExplainView(View):
@@ -157,9 +154,7 @@ class ICLView(View):
         out.print(f"time per query: {summary['time_per_query_s']:.2f} s")
         print_closing(result.path, plain)
 
-    def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
-                        ) -> dict[str, bytes]:
-        return compare_view.icl_figures(results, labels)
+    compare_figures = staticmethod(compare_view.icl_figures)
 
 
 def _audit_config(config: dict[str, Any]) -> AuditConfig:
@@ -205,9 +200,7 @@ class AuditView(View):
         audit_view.print_audit(result.summary["rows"], result.summary["search"], result.path,
                                result.wall_time_s or 0.0, plain=plain)
 
-    def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
-                        ) -> dict[str, bytes]:
-        return compare_view.audit_figures(results, labels)
+    compare_figures = staticmethod(compare_view.audit_figures)
 
 
 def _susceptibility_options(config: dict[str, Any]) -> SusceptibilityOptions:
@@ -249,9 +242,7 @@ class SusceptibilityView(View):
             result.summary, result.config.get("reference", "marginal"), str(result.path),
             plain=plain)
 
-    def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
-                        ) -> dict[str, bytes]:
-        return compare_view.susceptibility_figures(results, labels)
+    compare_figures = staticmethod(compare_view.susceptibility_figures)
 
 
 def _probe_extras(result: Any) -> dict[str, Any]:
@@ -328,9 +319,7 @@ class ProbeView(View):
     def show(self, result: Any, *, plain: bool = False) -> None:
         probe_view.print_probe(result.summary, str(result.path), result.config, plain=plain)
 
-    def compare_figures(self, results: Sequence[Any], labels: Sequence[str]
-                        ) -> dict[str, bytes]:
-        return compare_view.probe_figures(results, labels)
+    compare_figures = staticmethod(compare_view.probe_figures)
 
 
 class CanaryView(View):
