@@ -10,7 +10,8 @@ folder's manifest, :mod:`ctxleak.run.manifest`, which pins down the line)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -92,20 +93,15 @@ def load_result(directory: str | os.PathLike[str], *, strict: bool = True) -> Re
     return result
 
 
-class _reported:
+@contextmanager
+def _reported(strict: bool) -> Iterator[None]:
     """Inside: an :class:`EditedRunError` raised (``strict``) or warned, the load going on."""
-
-    def __init__(self, strict: bool) -> None:
-        self.strict = strict
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> bool:
-        if isinstance(exc, EditedRunError) and not self.strict:
-            warn(f"{exc} (loaded anyway: strict=False)")
-            return True
-        return False
+    try:
+        yield
+    except EditedRunError as exc:
+        if strict:
+            raise
+        warn(f"{exc} (loaded anyway: strict=False)")
 
 
 def _check_edits(path: Path, cls: type[Result], summary: dict[str, Any], stored: SampleFile,
