@@ -72,7 +72,7 @@ def load_result(directory: str | os.PathLike[str], *, strict: bool = True) -> Re
     _check_reading(results_path, summary)
     n_effective = _count(results_path, body.get("n_effective"), "n_effective")
     wall = body.get("wall_time_s")
-    if wall is not None and not _is_number(wall):
+    if wall is not None and not is_number(wall):
         raise InputError(f"must be a number, got {wall!r}", file=str(results_path),
                          field="wall_time_s")
     samples = path / SAMPLES_FILE
@@ -120,7 +120,6 @@ def _check_edits(path: Path, cls: type[Result], summary: dict[str, Any], stored:
         problem = checks.summary_problem(summary)
         if problem:
             raise EditedRunError(problem[1], file=str(results_path), field=problem[0])
-    if checks is not None:
         rows = stored.stored_rows()
         check_rows(samples, ((n, rows[i]) for i, n in enumerate(stored.lines)
                              if stored.keys[i] in summarised), checks.row_problem)
@@ -171,9 +170,6 @@ def _json_object(file: Path, value: Any, field: str) -> dict[str, Any]:
     return value
 
 
-_is_number = is_number
-
-
 def _count(file: Path, value: Any, field: str) -> int | None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                               or value < 0):
@@ -186,7 +182,7 @@ def _check_numbers(file: Path, summary: dict[str, Any], patterns: tuple[str, ...
     """Every value at one of ``patterns`` (``settings.*.n``) is a number or null."""
     for pattern in patterns:
         for where, value in find(summary, pattern, "summary"):
-            if value is not None and not _is_number(value):
+            if value is not None and not is_number(value):
                 raise InputError(f"must be a number, got {value!r}", file=str(file),
                                  field=where)
 
