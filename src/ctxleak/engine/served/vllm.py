@@ -114,12 +114,8 @@ class VLLMServedLM(ServedLM):
         vLLM: one next token per prompt restricted to the candidate (``allowed_token_ids``),
         whose returned log-prob is the raw, unrestricted one (its default ``raw_logprobs``);
         such requests use the server's prefix cache, unlike ``prompt_logprobs``."""
-        return self._allowed_logprobs(prompts, [int(c) for c in token_ids])
-
-    def _allowed_logprobs(self, prompts: Sequence[Sequence[int]], cands: list[int]
-                          ) -> np.ndarray:
-        pairs = [(list(p), c) for p in prompts for c in cands]
-        return self._allowed(pairs).reshape(len(prompts), len(cands))
+        pairs = [(list(p), int(c)) for p in prompts for c in token_ids]
+        return self._allowed(pairs).reshape(len(prompts), len(token_ids))
 
     def _allowed(self, pairs: Sequence[tuple[list[int], int]]) -> np.ndarray:
         """``log p(c | prefix)`` of each (prefix, c): one token per prefix restricted to ``c``
