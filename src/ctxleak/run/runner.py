@@ -264,7 +264,8 @@ def measure_batch(method: Method[Any, Any, Any], over: Over | None, ready: Any,
         half = len(batch) // 2
         policy = policy.capped(half)
         say(f"out of memory with {len(batch)} examples in flight; retrying with {half}")
-        _free_accelerator_memory()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
         first, policy = measure_batch(method, over, ready, batch[:half], policy)
         second, policy = measure_batch(method, over, ready, batch[half:], policy)
         return first + second, policy
@@ -272,11 +273,6 @@ def measure_batch(method: Method[Any, Any, Any], over: Over | None, ready: Any,
         raise RuntimeError(f"{type(method).__name__}.measure returned {len(records)} "
                            f"records for {len(batch)} items")
     return list(zip(batch, records)), policy
-
-
-def _free_accelerator_memory() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def run_method(method: Method[Any, Any, Any], over: Over | None = None, data: Any = None,
