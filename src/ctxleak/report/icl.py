@@ -11,10 +11,6 @@ from ctxleak.methods.icl.verdict import by_exemplar
 from ctxleak.report import Report, plots
 
 
-def _fmt_pm(s: dict[str, Any]) -> str:
-    return f"{s['iclinf_mean']:.3f} ± {s['iclinf_std']:.3f}"
-
-
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
@@ -24,8 +20,7 @@ def headline_text(headline: dict[str, Any]) -> dict[str, Any]:
     percent)."""
     shown = {k: v for k, v in headline.items() if k not in ("ICLInf mean", "ICLInf std")}
     out = {"shots": shown.pop("shots"), "variant": shown.pop("variant"),
-           "ICLInf (nats)": _fmt_pm({"iclinf_mean": headline["ICLInf mean"],
-                                     "iclinf_std": headline["ICLInf std"]}),
+           "ICLInf (nats)": f"{headline['ICLInf mean']:.3f} ± {headline['ICLInf std']:.3f}",
            "accuracy": _pct(shown.pop("accuracy"))}
     return {**out, **shown}
 
