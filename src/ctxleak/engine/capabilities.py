@@ -120,9 +120,7 @@ def backend_name(lm: object) -> str:
     if isinstance(lm, Backend):
         return lm.description
     info = getattr(lm, "info", None)
-    name = getattr(info, "name", "?")
-    url = getattr(info, "base_url", None)
-    return f"the served model '{name}' at {url}" if url else f"model '{name}'"
+    return backend_of(getattr(info, "name", "?"), getattr(info, "base_url", None)).description
 
 
 def check_capabilities(lm: object, needs: Mapping[str, str], *, what: str = "this run",
