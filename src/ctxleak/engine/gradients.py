@@ -61,11 +61,7 @@ def input_embeddings(lm: InProcessLM, ids: Sequence[int]) -> torch.Tensor:
 
 def next_token_log_distribution(lm: InProcessLM, embeds: torch.Tensor) -> torch.Tensor:
     """``log p(· | embeds)`` in float64 for one sequence of input embeddings ``[L, d]``."""
-    mask = torch.ones((1, embeds.shape[0]), dtype=torch.long, device=embeds.device)
-    pos = torch.arange(embeds.shape[0], device=embeds.device)[None]
-    hidden, _ = hidden_states(lm, attention_mask=mask, position_ids=pos,
-                              inputs_embeds=embeds[None])
-    return torch.log_softmax(head_logits(lm, hidden[0, -1]).double(), dim=-1)
+    return _log_distribution_after(lm, embeds, None, 0)
 
 
 def next_token_embedding_grads(lm: InProcessLM, prompt: Sequence[int], span: tuple[int, int] | None = None,
@@ -106,11 +102,12 @@ def next_token_embedding_grads(lm: InProcessLM, prompt: Sequence[int], span: tup
 
 
 def _log_distribution_after(lm: InProcessLM, embeds: torch.Tensor, cache: Any, offset: int) -> torch.Tensor:
-    """``log p(· | cached prefix, embeds)`` (float64); ``embeds`` start at position ``offset``."""
+    """``log p(· | cached prefix, embeds)`` (float64); ``embeds`` start at position ``offset``
+    (no cache: the prefix is empty)."""
     mask = torch.ones((1, offset + embeds.shape[0]), dtype=torch.long, device=embeds.device)
     pos = torch.arange(offset, offset + embeds.shape[0], device=embeds.device)[None]
     hidden, _ = hidden_states(lm, attention_mask=mask, position_ids=pos, cache=cache,
-                              use_cache=True, inputs_embeds=embeds[None])
+                              use_cache=cache is not None, inputs_embeds=embeds[None])
     return torch.log_softmax(head_logits(lm, hidden[0, -1]).double(), dim=-1)
 
 
