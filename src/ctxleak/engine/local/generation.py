@@ -15,6 +15,7 @@ does not depend on the device's random number generator.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -153,10 +154,6 @@ def beam_search(lm: InProcessLM, prompts: Sequence[Sequence[int]], *, max_new_to
                                           generation_config=config)
         count_tokens(int(generated.shape[0]) * int(generated.shape[1]))  # for the progress bar
         for row, i in enumerate(chunk):
-            new = [int(t) for t in generated[row, ids.shape[1]:].tolist()]
-            for k, tok in enumerate(new):
-                if tok in eos:
-                    new = new[:k]
-                    break
-            out[i] = new
+            new = (int(t) for t in generated[row, ids.shape[1]:].tolist())
+            out[i] = list(itertools.takewhile(lambda tok: tok not in eos, new))
     return out

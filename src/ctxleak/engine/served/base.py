@@ -13,6 +13,7 @@ in-process scoring to 6e-5 nats per token and are identical across repeats and b
 
 from __future__ import annotations
 
+import itertools
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -313,11 +314,7 @@ class ServedLM(LanguageModel):
             choices = answer.get("choices") if isinstance(answer, dict) else None
             best = self._choices(answer, len(choices) if isinstance(choices, list) else 1)[0]
             ids, _ = self._read_sample(best, stops)
-            for k, tok in enumerate(ids):
-                if tok in stops:
-                    ids = ids[:k]
-                    break
-            out.append(ids)
+            out.append(list(itertools.takewhile(lambda tok: tok not in stops, ids)))
         return out
 
     # ---- every answer checked -------------------------------------------------------------
