@@ -17,13 +17,13 @@ def influence_figures(results: Sequence[Any], labels: Sequence[str]) -> dict[str
     first = [(lab, (r.summary.get("settings") or [None])[0]) for lab, r in zip(labels, results)]
     first = [(lab, s) for lab, s in first if s]
     out["compare_per_position.png"] = plots.line_plot(
-        {lab: _curve(s["per_position_influence"]) for lab, s in first},
+        {lab: plots.position_curve(s["per_position_influence"]) for lab, s in first},
         title="Influence of the t-th generated token (Fig. 2c), first setting",
         xlabel="token position t", ylabel="mean token influence", integer_x=True)
     windows = [(lab, s) for lab, s in first if s.get("per_window_influence")]
     if windows:
         out["compare_per_window.png"] = plots.line_plot(
-            {lab: _curve(s["per_window_influence"]) for lab, s in windows},
+            {lab: plots.position_curve(s["per_window_influence"]) for lab, s in windows},
             title="Influence of the i-th context n-gram (Fig. 3), first setting",
             xlabel="window index i", ylabel="mean response influence", integer_x=True)
     series, bounds = {}, {}
@@ -189,11 +189,6 @@ def _g(value: Any) -> str:
 def _data(config: dict[str, Any]) -> str:
     data = config.get("data")
     return data if isinstance(data, str) else str(data or "")
-
-
-def _curve(values: Sequence[float | None]) -> tuple[list[float], list[float]]:
-    pts = [(i + 1, v) for i, v in enumerate(values) if v is not None]
-    return [float(x) for x, _ in pts], [float(v) for _, v in pts]
 
 
 def _num(value: Any) -> float:

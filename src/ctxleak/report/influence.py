@@ -44,20 +44,11 @@ UNITS_NOTE = (
     "example's context on the same response (what any context does).")
 
 
-def _curve(values: Sequence[float | None]) -> tuple[list[float], list[float]]:
-    xs, ys = [], []
-    for i, v in enumerate(values):
-        if v is not None:
-            xs.append(float(i + 1))
-            ys.append(float(v))
-    return xs, ys
-
-
 def influence_plots(summaries: Sequence[dict[str, Any]]) -> dict[str, bytes]:
     """PNG plots keyed by file name."""
     out: dict[str, bytes] = {}
     out["per_position.png"] = plots.line_plot(
-        {s["setting"]: _curve(s["per_position_influence"]) for s in summaries},
+        {s["setting"]: plots.position_curve(s["per_position_influence"]) for s in summaries},
         title="Influence of the t-th generated token (Fig. 2c)", xlabel="token position t",
         ylabel="mean token influence", integer_x=True)
     sizes = sorted({s["mean_context_tokens"] for s in summaries if s.get("mean_context_tokens")})
@@ -74,7 +65,7 @@ def influence_plots(summaries: Sequence[dict[str, Any]]) -> dict[str, bytes]:
     windows = [s for s in summaries if s.get("per_window_influence")]
     if windows:
         out["per_window.png"] = plots.line_plot(
-            {s["setting"]: _curve(s["per_window_influence"]) for s in windows},
+            {s["setting"]: plots.position_curve(s["per_window_influence"]) for s in windows},
             title="Influence of the i-th context n-gram (Fig. 3)", xlabel="window index i",
             ylabel="mean response influence", integer_x=True)
     out.update(sweep_plots(summaries))

@@ -94,6 +94,13 @@ def _floats(values: Sequence[Any], what: str) -> list[float]:
         raise ValueError(f"{what}: values must be numbers ({exc})") from None
 
 
+def position_curve(values: Sequence[float | None]) -> tuple[list[float], list[float]]:
+    """A per-position series as ``(x, y)`` for :func:`line_plot`: position i + 1 against value
+    i, the positions without a value (None) left out."""
+    pts = [(i + 1, v) for i, v in enumerate(values) if v is not None]
+    return [float(x) for x, _ in pts], [float(v) for _, v in pts]
+
+
 def line_plot(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, title: str,
               xlabel: str, ylabel: str, logx: bool = False, logy: bool = False,
               errors: Mapping[str, Sequence[float]] | None = None,
