@@ -16,7 +16,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Optional
 
 import typer
@@ -276,10 +276,8 @@ def _warning_printer(argv: list[str]) -> Callable[..., None]:
             return
         text = str(message)
         if isinstance(message, CtxleakWarning):
-            try:
+            with suppress(Exception):  # never hide a warning behind a lookup failure
                 text = flag_message(message, command_flags(command_path(argv)))
-            except Exception:  # noqa: BLE001 - never hide a warning behind a lookup failure
-                pass
         line = f"warning: {text}"
         if sys.stderr.isatty():
             line = typer.style(line, fg=typer.colors.YELLOW)

@@ -5,6 +5,7 @@ heavy imports here: the CLI checks them at start)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import suppress
 from typing import Any
 
 from ctxleak.errors import ConfigError
@@ -22,10 +23,8 @@ def _value(text: str) -> Any:
     if low in ("none", "null"):
         return None
     for kind in (int, float):
-        try:
+        with suppress(ValueError):
             return kind(text)
-        except ValueError:
-            pass
     return text.strip()
 
 

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import struct
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +62,11 @@ def file_sha256(path: Path, memo_dir: Path | None = None,
 
 def _write_memo(memo: Path, hexdigest: str) -> None:
     """Best effort: a read-only cache only costs a re-hash next time."""
-    try:
+    with suppress(OSError):
         memo.parent.mkdir(parents=True, exist_ok=True)
         tmp = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
         tmp.write_text(hexdigest + "\n", encoding="ascii")
         os.replace(tmp, memo)
-    except OSError:
-        pass
 
 
 def fingerprint_files(path: Path) -> list[Path]:

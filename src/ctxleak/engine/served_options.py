@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+from contextlib import suppress
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -64,11 +65,9 @@ def _shown(url: str) -> str:
 
 def _host_problem(host: str) -> str | None:
     """Why ``host`` (a URL's host, brackets removed) is not an IP address or a host name."""
-    try:
+    with suppress(ValueError):
         ipaddress.ip_address(host)
         return None
-    except ValueError:
-        pass
     name = host[:-1] if host.endswith(".") else host
     if len(name) > 253 or not all(_HOST_LABEL.fullmatch(part) for part in name.split(".")):
         return (f"its host '{host}' is neither an IP address nor a host name (letters, digits "

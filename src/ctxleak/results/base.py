@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -134,10 +135,8 @@ class Result:
         write_lines_whole(out / SAMPLES_FILE, "".join(
             json.dumps(to_jsonable(r), ensure_ascii=False) + "\n" for r in self.records), mode)
         self.save_results(out, mode)
-        try:
+        with suppress(ValueError):  # a result built by hand, without what its page needs
             write_recorded(out, "report.html", self.to_html(), mode)
-        except ValueError:  # a result built by hand, without what its page needs
-            pass
         for name, png in self.images.items():
             write_recorded(out, name, png, mode)
         return out

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -83,10 +84,8 @@ def describe(data: Any) -> Any:
 def _plain(value: Any) -> Any:
     """numpy scalars (from pandas or Arrow) to Python values; NaN (a missing cell) to None."""
     if hasattr(value, "item") and not isinstance(value, (list, dict, str, bytes)):
-        try:
+        with suppress(ValueError, TypeError):
             value = value.item()
-        except (ValueError, TypeError):
-            pass
     if isinstance(value, float) and value != value:
         return None
     return value

@@ -10,6 +10,7 @@ to tokenize a probe text (where the dialect can) and refuses log-probs that are 
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -91,12 +92,10 @@ def _server_facts(client: ServedClient, served_model: str | None) -> tuple[str, 
     entry = models[ids.index(served_model)]
     facts = {k: entry[k] for k in ("id", "max_model_len", "root", "owned_by")
              if k in entry}
-    try:
+    with suppress(ServerError):
         version = client.get("/version")
         if isinstance(version, dict) and "version" in version:
             facts["version"] = version["version"]
-    except ServerError:
-        pass
     return served_model, facts
 
 
