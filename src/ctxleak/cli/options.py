@@ -137,13 +137,10 @@ def with_common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Give ``func(common: CommonOptions, ...)`` the common flags as CLI options."""
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from ctxleak.run.options import check_server_url
-
         kwargs.pop("config", None)  # read by ctxleak.cli.app.main before the command runs
         common = CommonOptions(**{name: kwargs.pop(name) for name in COMMON_NAMES})
         # checked before the command does anything, the model load included
         common.check()
-        check_server_url(common.server_url)
         return func(*args, common=common, **kwargs)
 
     wrapper.__signature__ = flags_signature(func, "common", _COMMON)  # type: ignore
