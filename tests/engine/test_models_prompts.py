@@ -19,7 +19,8 @@ from transformers import AutoModelForCausalLM
 
 import ctxleak
 from ctxleak.engine import convert
-from ctxleak.engine.batching import BatchPlanner, parse_batch_size
+from ctxleak.engine.batch_size import check_batch_size
+from ctxleak.engine.batching import BatchPlanner
 from ctxleak.engine.catalogue import cache_lock, model_status
 from ctxleak.engine.convert import hf_state_dict
 from ctxleak.engine.lm import bos_convention
@@ -104,9 +105,9 @@ def test_batch_planner_backs_off_on_oom():
     assert calls[0] == 5 and max(calls[1:]) <= 2
     with pytest.raises(ValueError):
         BatchPlanner(None, "cpu").run([1], lambda b: (_ for _ in ()).throw(ValueError("x")))
-    assert parse_batch_size("auto") is None and parse_batch_size("3") == 3
+    assert check_batch_size("auto") is None and check_batch_size("3") == 3
     with pytest.raises(ConfigError):
-        parse_batch_size("0")
+        check_batch_size("0")
 
 
 def test_cache_lock_excludes_other_processes(tmp_path):

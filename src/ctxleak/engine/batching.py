@@ -32,11 +32,6 @@ T = TypeVar("T")
 TOKEN_BUDGET = {"cpu": 4096, "mps": 8192, "cuda": 65536}
 
 
-def parse_batch_size(value: str | int | None) -> int | None:
-    """``auto`` (or None) -> None; a positive integer otherwise."""
-    return check_batch_size(value, "batch_size")
-
-
 @dataclass(frozen=True)
 class BatchPolicy:
     """How a run batches, decided once from its options and kept by the engine.
@@ -62,7 +57,7 @@ class BatchPolicy:
            device: object = "cpu") -> BatchPolicy:
         """The policy of a run's ``batch_size`` (``auto`` or N), ``batch_invariant`` and the
         model's device (a ``torch.device`` or its name)."""
-        return cls(parse_batch_size(batch_size), bool(invariant), device_kind(device))
+        return cls(check_batch_size(batch_size), bool(invariant), device_kind(device))
 
     @property
     def scoring_batch_size(self) -> int | None:
@@ -188,7 +183,7 @@ class OnDevice(Protocol):
 
 def planner_for(lm: OnDevice, batch_size: str | int | None = "auto") -> BatchPlanner:
     """The model's shared planner for ``auto`` (so back-off is remembered), or a fixed one."""
-    fixed = parse_batch_size(batch_size)
+    fixed = check_batch_size(batch_size)
     if fixed is not None:
         return BatchPlanner(fixed, str(lm.device))
     planner = getattr(lm, "_auto_planner", None)
