@@ -16,7 +16,8 @@ from ctxleak.report.console import print_rows
 FRONTIER_PNG = "frontier.png"
 
 
-def _ci(low: Any, high: Any) -> str:
+def ci_text(low: Any, high: Any) -> str:
+    """An interval as the tables show it, ``[low, high]``; — without one."""
     return "—" if low is None or high is None else f"[{low:.3g}, {high:.3g}]"
 
 
@@ -46,16 +47,16 @@ def frontier_rows(front: dict[str, Any]) -> list[dict[str, Any]]:
             more[name] = r.get(k)
             more[f"Δ {name} (95% CI)"] = None if r.get(f"{k}_difference") is None else (
                 f"{r[f'{k}_difference']:.3g} "
-                f"{_ci(r.get(f'{k}_difference_ci_low'), r.get(f'{k}_difference_ci_high'))}")
+                f"{ci_text(r.get(f'{k}_difference_ci_low'), r.get(f'{k}_difference_ci_high'))}")
         rows.append({
             "setting": r["label"], privacy: r["privacy"],
-            "95% CI": _ci(r["privacy_ci_low"], r["privacy_ci_high"]),
+            "95% CI": ci_text(r["privacy_ci_low"], r["privacy_ci_high"]),
             "ε/response": r["eps_guarantee"], **claim, **tokens, **attack,
             utility: r["utility"],
             f"Δ {utility} vs λ = 1": ("baseline (added)" if r.get("added_baseline")
                                       else "baseline") if r.get("baseline")
             else r["utility_difference"],
-            "Δ 95% CI": _ci(r["difference_ci_low"], r["difference_ci_high"]), **more,
+            "Δ 95% CI": ci_text(r["difference_ci_low"], r["difference_ci_high"]), **more,
             "kept": None if kept is None else f"{100 * kept:.0f} %",
             "Pareto": {True: "yes", False: "no"}.get(r.get("pareto"), "—")})
     return rows
@@ -87,7 +88,7 @@ def compact_rows(front: dict[str, Any]) -> list[dict[str, Any]]:
 def _value_ci(value: Any, low: Any, high: Any) -> str:
     if value is None:
         return "—"
-    return f"{value:.3g}" + ("" if low is None or high is None else f" {_ci(low, high)}")
+    return f"{value:.3g}" + ("" if low is None or high is None else f" {ci_text(low, high)}")
 
 
 def setting_columns(setting: dict[str, Any], settings: Sequence[dict[str, Any]]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ctxleak.report import Report
-from ctxleak.report.frontier import setting_columns
+from ctxleak.report.frontier import ci_text, setting_columns
 
 
 def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -27,7 +27,8 @@ def table_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if added:
             row["baseline"] = "added" if s.get("added_baseline") else ""
         row.update({"ctx tokens": s.get("mean_context_tokens"), "n": s["n"],
-                    "influence": infl["mean"], "95% CI": _ci(infl)})
+                    "influence": infl["mean"],
+                    "95% CI": ci_text(infl.get("ci_low"), infl.get("ci_high"))})
         if s.get("influence_per_token"):
             row["per token"] = s["influence_per_token"].get("mean")
         control = s.get("control") or {}
@@ -76,12 +77,6 @@ def summary_table(report: Report, summaries: Sequence[dict[str, Any]]) -> None:
     report.add_table([{k: r[k] for k in shown} for r in rows])
     report.add_table(rows, folded="Every column of the summary (utility, regurgitation, "
                      "bounded CID's ε, quality)")
-
-
-def _ci(stats: dict[str, Any]) -> str:
-    if stats.get("ci_low") is None:
-        return "—"
-    return f"[{stats['ci_low']:.3g}, {stats['ci_high']:.3g}]"
 
 
 __all__ = ["SETTING_COLUMNS", "SUMMARY_OPEN", "summary_table", "table_rows"]
