@@ -23,6 +23,7 @@ from ctxleak.methods.attacks.attack_ledger import EXTRACTION_FIELDS
 from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import print_closing, print_rows
+from ctxleak.report.frontier import ci_text
 from ctxleak.report.view import View
 
 ROC_PNG = "roc.png"
@@ -74,10 +75,7 @@ def _ci(interval: Any) -> str:
     """``[low, high]`` of an interval given as a dict (``low``/``high``) or a pair; — if none."""
     if isinstance(interval, Mapping):
         interval = (interval.get("low"), interval.get("high"))
-    if not interval or any(v is None for v in interval):
-        return "—"
-    low, high = interval
-    return f"[{low:.3g}, {high:.3g}]"
+    return ci_text(*interval) if interval else "—"
 
 
 def _tpr_at(entry: Mapping[str, Any]) -> str:
