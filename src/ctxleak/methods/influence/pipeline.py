@@ -5,7 +5,7 @@ influence, n-gram windows, regurgitation and quality."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -36,6 +36,7 @@ from ctxleak.methods.influence.fields import (
 )
 from ctxleak.methods.influence.ngrams import (
     PromptParts,
+    WindowInfluence,
     WindowRequest,
     window_influence_many,
     windows,
@@ -100,20 +101,14 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
     responses = [cast(RowLedger, a.ledger) for a in answers]  # CID's answers carry their ledger
     todo = [k for k, r in enumerate(responses) if r.response_ids]
     spans_of = [passage_spans(lm, ex, len(p.context)) for (ex, _, _), (p, _) in zip(jobs, parts)]
-    ablated: Ablated = {}
-    if options.ngram is None:
-        records = [response_record(lm, ex, setting, options, seed, p, dropped, response) for
-                   (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
-        with_passages = [k for k in todo if spans_of[k]]
+    clipped: set[int] = set()
+    if options.ngram is None:  # only the passages left out, of the responses that have some
+        todo = [k for k in todo if spans_of[k]]
         requests = [_request(jobs[k], parts[k][0], responses[k].response_ids,
-                             _kept(spans_of[k]), options) for k in with_passages]
-        scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
-        for k, win in zip(with_passages, scored):
-            ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, 0)
-        return _finish(lm, records, jobs, parts, responses, (spans_of, ablated, decoys),
-                       controls, options, cost)
-    requests, clipped = _window_requests(jobs, parts, responses, caches, todo, options,
-                                         rescored, [_kept(spans_of[k]) for k in todo])
+                             _kept(spans_of[k]), options) for k in todo]
+    else:
+        requests, clipped = _window_requests(jobs, parts, responses, caches, todo, options,
+                                             rescored, [_kept(spans_of[k]) for k in todo])
     scored = window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)
     if rescored:  # every float of these responses from their own window scoring
         for k, win in zip(todo, scored):
@@ -123,30 +118,30 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
                for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
     for k in clipped:
         records[k]["ngram_clipped_from"] = options.ngram
-    for k, request, win in zip(todo, requests, scored):
-        n_passages = len(_kept(spans_of[k]))
-        n_windows = len(request.spans) - n_passages
-        records[k].update(window_fields(request, win, options, n_windows))
-        if spans_of[k]:
-            ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, n_windows)
-    return _finish(lm, records, jobs, parts, responses, (spans_of, ablated, decoys), controls,
-                   options, cost)
-
-
-def _finish(lm: LanguageModel, records: list[dict[str, Any]],
-            jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-            parts: Sequence[tuple[PromptParts, int]], responses: Sequence[RowLedger],
-            passages: tuple[Any, Ablated, Decoys | None], controls: Controls | None,
-            options: InfluenceOptions, cost: ControlCost | None) -> list[dict[str, Any]]:
-    """The generated responses' records completed: per-token fields, then the controls and,
-    from ``passages`` = (each job's passage spans, its leave-one-out rows, its decoys), the
-    decoys in the passages' places (:func:`.decoys.decoy_jobs`)."""
-    spans_of, ablated, decoys = passages
+    ablated = _scored_fields(records, jobs, spans_of, zip(todo, requests, scored), options)
     add_token_fields(records, parts, responses)
     _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options, cost,
                  decoys=decoy_jobs(lm, records, [job[0] for job in jobs], parts, spans_of,
                                     ablated, decoys, options))
     return records
+
+
+def _scored_fields(records: list[dict[str, Any]],
+                   jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+                   spans_of: Sequence[Sequence[tuple[int, int] | None]],
+                   scored: Iterable[tuple[int, WindowRequest, WindowInfluence]],
+                   options: InfluenceOptions) -> Ablated:
+    """The records of the ``scored`` responses ((job index, its request, its scoring)) given
+    their n-gram windows' fields and their passages' (the request's spans after its windows);
+    returns each job's leave-one-out rows by passage."""
+    ablated: Ablated = {}
+    for k, request, win in scored:
+        n_windows = len(request.spans) - len(_kept(spans_of[k]))
+        if options.ngram is not None:
+            records[k].update(window_fields(request, win, options, n_windows))
+        if spans_of[k]:
+            ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, n_windows)
+    return ablated
 
 
 def _kept(spans: Sequence[tuple[int, int] | None]) -> list[tuple[int, int]]:
@@ -326,17 +321,11 @@ def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Se
         ids=[ex.id for ex, _, _ in jobs], passages=[_kept(spans) for spans in spans_of]))
     records = [response_record(lm, ex, setting, options, seed, p, dropped, ledger)
                for (ex, setting, seed), (p, dropped), ledger in zip(jobs, parts, ledgers)]
-    ablated: Ablated = {}
-    for k, (request, win) in enumerate(zip(requests, wins)):
-        if k in clipped:
-            records[k]["ngram_clipped_from"] = options.ngram
-        if request is None or win is None:
-            continue
-        n_windows = len(request.spans) - len(_kept(spans_of[k]))
-        if options.ngram is not None:
-            records[k].update(window_fields(request, win, options, n_windows))
-        if spans_of[k]:
-            ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, n_windows)
+    for k in clipped:
+        records[k]["ngram_clipped_from"] = options.ngram
+    ablated = _scored_fields(records, jobs, spans_of,
+                             ((k, r, w) for k, (r, w) in enumerate(zip(requests, wins))
+                              if r is not None and w is not None), options)
     add_token_fields(records, parts, ledgers)
     _add_control(lm, records, jobs, [led.response_ids for led in ledgers], controls, options,
                  cost, scorer, decoy_jobs(lm, records, [job[0] for job in jobs], parts, spans_of,
