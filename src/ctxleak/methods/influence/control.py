@@ -210,9 +210,8 @@ def control_fields(control_id: str | int | None, logp_control: Any, record: dict
         return {"control_id": None, "control_token_influence": None, "control_influence": None,
                 "influence_above_control": None, "influence_above_control_per_token": None,
                 "control_ids": [], "control_influences": None, "control_p": None}
-    tau = token_influence(np.asarray(logp_control, dtype=np.float64),
-                          np.asarray(record["logp_empty"], dtype=np.float64))
-    control = response_influence(tau) if len(tau) else 0.0
+    tau = token_influence(logp_control, record["logp_empty"])
+    control = response_influence(tau)
     above = float(record["influence"]) - control
     tokens = len(record["response_ids"])
     return {"control_id": control_id,
@@ -229,11 +228,8 @@ def control_set_fields(control_ids: Sequence[str | int], logp_controls: Sequence
     often an example whose context adds nothing beyond what these contexts do would reach its
     influence (the rank of the example among its own controls, exchangeable under that
     null)."""
-    empty = np.asarray(record["logp_empty"], dtype=np.float64)
-    influences = []
-    for logp in logp_controls:
-        tau = token_influence(np.asarray(logp, dtype=np.float64), empty)
-        influences.append(response_influence(tau) if len(tau) else 0.0)
+    influences = [response_influence(token_influence(logp, record["logp_empty"]))
+                  for logp in logp_controls]
     own = float(record["influence"])
     at_or_above = sum(1 for c in influences if c >= own)
     return {"control_ids": list(control_ids), "control_influences": influences,

@@ -225,8 +225,7 @@ def decoy_influence(logp_decoy: Any, logp_ablated: Any) -> float:
     log p̄(y_t | D∖j)|`` over the tokens the passage's own influence sums (the ablated row's)."""
     ablated = np.asarray(logp_ablated, dtype=np.float64)
     decoy = np.asarray(logp_decoy, dtype=np.float64)[:len(ablated)]
-    tau = token_influence(decoy, ablated[:len(decoy)])
-    return float(response_influence(tau)) if len(tau) else 0.0
+    return float(response_influence(token_influence(decoy, ablated[:len(decoy)])))
 
 
 def document_rule(influences: Sequence[float]) -> tuple[float | None, str]:
