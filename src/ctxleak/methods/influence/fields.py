@@ -33,8 +33,6 @@ from ctxleak.methods.rag.documents import document_fields
 from ctxleak.methods.tradeoff.utility import reference_scores, rouge_l_f1
 from ctxleak.mitigations.ledger import RowLedger
 
-#: The control examples of each job, nearest first (empty: the job has none).
-
 
 def passage_fields(example: InfluenceExample, spans: Sequence[tuple[int, int] | None],
                    values: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from ctxleak.methods.influence.answers import (
     AnswersToScore,
     ScoredAnswers,
     Scorer,
+    answer_windows,
     eos_masked,
     own_answers,
     score_responses,
@@ -39,7 +40,6 @@ from ctxleak.methods.influence.ngrams import (
     WindowInfluence,
     WindowRequest,
     window_influence_many,
-    windows,
 )
 from ctxleak.methods.influence.roads import ANSWERS, Road, road
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
@@ -385,19 +385,17 @@ def _window_requests(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
     ``todo``) scored after its windows in the same request. Each request takes over its
     response's handed-over KV cache (``caches[k]``, when kept)."""
     assert options.ngram is not None
-    requests, clipped = [], set()
+    requests: list[WindowRequest] = []
+    clipped: set[int] = set()
     for k, extra in zip(todo, extra_spans):
         p, (example, setting, _) = parts[k][0], jobs[k]
-        n = min(options.ngram, len(p.context))
-        if n < options.ngram:  # documented choice: clip to the whole context, and record it
-            warn(f"example {example.id}: the n-gram size {options.ngram} (ngram) is larger "
-                 f"than its context ({len(p.context)} tokens): using n = {n}", param="ngram")
-            clipped.add(k)
+        response = responses[k]
+        # documented choice: n clipped to the whole context, and recorded (answer_windows)
+        spans = answer_windows(p, response.response_ids, options.ngram, options.stride,
+                               example.id, clipped, k)
         # bounded CID: D and every D∖D_i are scored as the mechanism runs on them, each with
         # its own λ_t by Alg. 1 (Def. 3.1 with Thm B.1)
-        response = responses[k]
-        requests.append(WindowRequest(p, response.response_ids,
-                                      windows(len(p.context), n, options.stride) + list(extra),
+        requests.append(WindowRequest(p, response.response_ids, spans + list(extra),
                                       lam=setting.lam, temperature=setting.temperature,
                                       min_new_tokens=options.min_new_tokens,
                                       prefix_cache=caches[k] if caches else None,
