@@ -257,19 +257,14 @@ def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Settin
     records = score_drawn(lm, mine, [(ex.logged_ids(lm), False) for ex, _, _ in mine], options,
                           None if controls is None else [controls[k] for k in given], cost,
                           None if decoys is None else [decoys[k] for k in given])
-    out: list[dict[str, Any] | None] = [None] * len(jobs)
-    for k, record in zip(given, records):
-        out[k] = record
-    others = [k for k in range(len(jobs)) if out[k] is None]
+    out = dict(zip(given, records))
+    others = [k for k in range(len(jobs)) if k not in out]
     if others:
-        rest = measure_examples(lm, [jobs[k] for k in others], options,
-                                hand_over_prefill=hand_over_prefill,
-                                controls=None if controls is None
-                                else [controls[k] for k in others], cost=cost,
-                                decoys=None if decoys is None else [decoys[k] for k in others])
-        for k, record in zip(others, rest):
-            out[k] = record
-    return out  # type: ignore[return-value]
+        out.update(zip(others, measure_examples(
+            lm, [jobs[k] for k in others], options, hand_over_prefill=hand_over_prefill,
+            controls=None if controls is None else [controls[k] for k in others], cost=cost,
+            decoys=None if decoys is None else [decoys[k] for k in others])))
+    return [out[k] for k in range(len(jobs))]
 
 
 def score_drawn(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
