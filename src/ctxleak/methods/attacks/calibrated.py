@@ -102,16 +102,9 @@ def calibrated_questions(doc: AttackDocument, member: bool, df: Mapping[str, int
         # the next len(keys) substitutes, round the shuffled draws: perturbations differ
         first = (part - 1) * len(keys)
         swap = {key: draws[(first + i) % len(draws)] for i, key in enumerate(keys)}
-        edits = sorted([(start, start + len(word), f"[MASK_{i + 1}]")
-                        for i, (start, word) in enumerate(chosen)] +
-                       [(m.start(), m.end(), swap[tuple(words(m.group(0)))]) for m in targets])
-        text, end = [], 0
-        for start, stop, new in edits:
-            text.append(doc.text[end:start] + new)
-            end = stop
-        out.append(MembershipQuestion("calibrated", doc.id, member, part,
-                                      TEMPLATE.format(masked="".join(text) + doc.text[end:]),
-                                      expected))
+        swaps = [(m.start(), m.end(), swap[tuple(words(m.group(0)))]) for m in targets]
+        out.append(MembershipQuestion("calibrated", doc.id, member, part, TEMPLATE.format(
+            masked=masked_text(doc.text, chosen, swaps)), expected))
     return out
 
 

@@ -78,12 +78,16 @@ def mask_words(text: str, df: Mapping[str, int], masks: int) -> list[tuple[int, 
     return sorted(chosen)
 
 
-def masked_text(text: str, chosen: Sequence[tuple[int, str]]) -> str:
-    """``text`` with each chosen word (start, word; in text order) as ``[MASK_i]``."""
+def masked_text(text: str, chosen: Sequence[tuple[int, str]],
+                swaps: Sequence[tuple[int, int, str]] = ()) -> str:
+    """``text`` with each chosen word (start, word; in text order) as ``[MASK_i]``, and each of
+    ``swaps`` (start, end, the text put there; none overlapping another) in its place."""
+    edits = sorted([(start, start + len(word), f"[MASK_{i + 1}]")
+                    for i, (start, word) in enumerate(chosen)] + list(swaps))
     masked, end = [], 0
-    for i, (start, word) in enumerate(chosen):
-        masked.append(text[end:start] + f"[MASK_{i + 1}]")
-        end = start + len(word)
+    for start, stop, put in edits:
+        masked.append(text[end:start] + put)
+        end = stop
     return "".join(masked) + text[end:]
 
 
