@@ -175,11 +175,10 @@ class AuditMethod(ParamsMethod[Any, Private, Private, AuditParams]):
     def prepare(self, lm: LanguageModel, plan: Plan[Any, Private], run: RunDir) -> Private:
         config, settings, n = self.audit, plan.state.settings, len(plan.state.examples)
         per = config.n_gen if self.common.limit is None else min(config.n_gen, self.common.limit)
-        say(f"{n} private examples; {len(settings)} setting(s) x {per} "
-            f"sequence(s) of up to {config.max_tokens} tokens, each from "
-            f"{settings[0].subset_size} one-shot prompts" if config.search != "subset_size" else
-            f"{n} private examples; {len(settings)} setting(s) x {per} "
-            "sequence(s)")
+        each = "" if config.search == "subset_size" else (  # s differs by setting there
+            f" of up to {config.max_tokens} tokens, each from {settings[0].subset_size} "
+            "one-shot prompts")
+        say(f"{n} private examples; {len(settings)} setting(s) x {per} sequence(s){each}")
         return plan.state
 
     def batches(self, ready: Private, items: Sequence[Any],
