@@ -378,8 +378,7 @@ def closest(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     best = _best(rows)
     if best is None:
         return None
-    fewer = [r for r in rows if _scored(r) and r["privacy"] < best["privacy"]]
-    return min(fewer, key=lambda r: (-r["utility"], r["privacy"])) if fewer else None
+    return _best([r for r in rows if _scored(r) and r["privacy"] < best["privacy"]])
 
 
 def _kept_text(row: dict[str, Any], best: dict[str, Any], utility: str | None) -> str:
