@@ -187,8 +187,7 @@ class InfluenceParams:
         if self.exposure_budget is not None:
             check_number(self.exposure_budget, "exposure_budget", minimum=0.0)
         for name in ("class_budgets", "document_budgets"):
-            parsed = parse_budgets(getattr(self, name), name)
-            put(name, parsed or None)
+            put(name, parse_budgets(getattr(self, name), name) or None)
         if not isinstance(self.class_field, str) or not self.class_field.strip():
             raise ConfigError("class_field must be a metadata field's name",
                               param="class_field")
@@ -318,19 +317,16 @@ class InfluenceParams:
                 **({} if self.log_format == "auto" else {"log_format": self.log_format}),
                 **({} if self.prompt_messages is None else {"prompt_messages": [
                     {"role": r, "content": c} for r, c in self.prompt_messages]}),
-                **{k: getattr(self, k) for k in ("system_prompt", "app_prompt")
+                **{k: getattr(self, k) for k in ("system_prompt", "app_prompt", "controls")
                    if getattr(self, k) is not None},
-                **({} if self.controls is None else {"controls": self.controls}),
                 **({} if not self.mechanisms else {"mechanisms": [
                     m.key() for m in self.mechanisms]}),
                 **({} if self.datastore is None else {"datastore": str(self.datastore)}),
                 **({} if self.exposure_budget is None
                    else {"exposure_budget": self.exposure_budget}),
                 **({} if self.class_field == CLASS_FIELD else {"class_field": self.class_field}),
-                **({} if self.class_budgets is None
-                   else {"class_budgets": dict(self.class_budgets)}),  # type: ignore[arg-type]
-                **({} if self.document_budgets is None
-                   else {"document_budgets": dict(self.document_budgets)}),  # type: ignore[arg-type]
+                **{k: dict(getattr(self, k)) for k in ("class_budgets", "document_budgets")
+                   if getattr(self, k) is not None},
                 **{k: v for k, v in options.__dict__.items() if k != "template"},
                 # one value as a number (as before sweeps), several as a list
                 "bounded_eps": (None if self.bounded_eps is None else self.bounded_eps[0]  # type: ignore[index]
