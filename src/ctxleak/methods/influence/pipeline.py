@@ -114,26 +114,25 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
         for k, win in zip(todo, scored):
             assert win.logp_empty is not None  # rescored window requests ask for it
             responses[k] = with_logprobs(responses[k], win.logp_context, win.logp_empty)
+    return _records(lm, jobs, parts, responses, spans_of, clipped, zip(todo, requests, scored),
+                    options, controls, cost, decoys)
+
+
+def _records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+             parts: Sequence[tuple[PromptParts, int]], responses: Sequence[RowLedger],
+             spans_of: Sequence[Sequence[tuple[int, int] | None]], clipped: set[int],
+             scored: Iterable[tuple[int, WindowRequest, WindowInfluence]],
+             options: InfluenceOptions, controls: Controls | None, cost: ControlCost | None,
+             decoys: Decoys | None, scorer: Scorer | None = None) -> list[dict[str, Any]]:
+    """The jobs' records from their ``responses`` (ledgers): ``ngram_clipped_from`` where n was
+    cut to the context (``clipped``), the n-gram windows' and the passages' fields of the
+    ``scored`` ones ((job index, its request, its scoring): the windows first, then the
+    passages), the per-token fields, then the controls and the decoys in the passages' places
+    (:func:`_add_control`, :func:`.decoys.decoy_jobs`)."""
     records = [response_record(lm, ex, setting, options, seed, p, dropped, response)
                for (ex, setting, seed), (p, dropped), response in zip(jobs, parts, responses)]
     for k in clipped:
         records[k]["ngram_clipped_from"] = options.ngram
-    ablated = _scored_fields(records, jobs, spans_of, zip(todo, requests, scored), options)
-    add_token_fields(records, parts, responses)
-    _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options, cost,
-                 decoys=decoy_jobs(lm, records, [job[0] for job in jobs], parts, spans_of,
-                                    ablated, decoys, options))
-    return records
-
-
-def _scored_fields(records: list[dict[str, Any]],
-                   jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                   spans_of: Sequence[Sequence[tuple[int, int] | None]],
-                   scored: Iterable[tuple[int, WindowRequest, WindowInfluence]],
-                   options: InfluenceOptions) -> Ablated:
-    """The records of the ``scored`` responses ((job index, its request, its scoring)) given
-    their n-gram windows' fields and their passages' (the request's spans after its windows);
-    returns each job's leave-one-out rows by passage."""
     ablated: Ablated = {}
     for k, request, win in scored:
         n_windows = len(request.spans) - len(_kept(spans_of[k]))
@@ -141,7 +140,11 @@ def _scored_fields(records: list[dict[str, Any]],
             records[k].update(window_fields(request, win, options, n_windows))
         if spans_of[k]:
             ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, n_windows)
-    return ablated
+    add_token_fields(records, parts, responses)
+    _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options, cost,
+                 scorer, decoy_jobs(lm, records, [job[0] for job in jobs], parts, spans_of,
+                                    ablated, decoys, options))
+    return records
 
 
 def _kept(spans: Sequence[tuple[int, int] | None]) -> list[tuple[int, int]]:
@@ -314,18 +317,9 @@ def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Se
         temperature=[s.temperature for _, s, _ in jobs],
         min_new_tokens=options.min_new_tokens, ngram=options.ngram, stride=options.stride,
         ids=[ex.id for ex, _, _ in jobs], passages=[_kept(spans) for spans in spans_of]))
-    records = [response_record(lm, ex, setting, options, seed, p, dropped, ledger)
-               for (ex, setting, seed), (p, dropped), ledger in zip(jobs, parts, ledgers)]
-    for k in clipped:
-        records[k]["ngram_clipped_from"] = options.ngram
-    ablated = _scored_fields(records, jobs, spans_of,
-                             ((k, r, w) for k, (r, w) in enumerate(zip(requests, wins))
-                              if r is not None and w is not None), options)
-    add_token_fields(records, parts, ledgers)
-    _add_control(lm, records, jobs, [led.response_ids for led in ledgers], controls, options,
-                 cost, scorer, decoy_jobs(lm, records, [job[0] for job in jobs], parts, spans_of,
-                                          ablated, decoys, options))
-    return records
+    return _records(lm, jobs, parts, ledgers, spans_of, clipped,
+                    ((k, r, w) for k, (r, w) in enumerate(zip(requests, wins))
+                     if r is not None and w is not None), options, controls, cost, decoys, scorer)
 
 
 def _road(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
