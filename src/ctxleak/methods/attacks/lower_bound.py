@@ -138,10 +138,7 @@ def choose_threshold(scores: Sequence[float], coins: Sequence[bool],
     best: tuple[float, float, float] | None = None
     chosen = math.inf
     for t in sorted(set(s.tolist())):
-        tp, n_in, fp, n_out = _counts(s, c, t)
-        eps = eps_lower_bound(tp, n_in, fp, n_out, confidence)["eps_lower"]
-        gap = (tp / n_in if n_in else 0.0) - (fp / n_out if n_out else 0.0)
-        rank = (eps, gap, -t)
+        rank = _rank(eps_lower_bound(*_counts(s, c, t), confidence), t)
         if best is None or rank > best:
             best, chosen = rank, t
     return chosen
