@@ -150,8 +150,8 @@ def generate_private_many(lm: LanguageModel, jobs: Sequence[PrivateJob], use_cac
     (:func:`~ctxleak.engine.generation.generate_many`), each sequence from its own seed and
     aggregator, so it does not depend on the other sequences of the batch (nor, under a
     batch-invariant policy, do its losses)."""
-    parts = [_stream_job(job) for job in jobs]
-    gens = generate_many(lm.in_process(MECHANISM_NEEDS), [stream for _, stream in parts], use_cache=use_cache)
+    gens = generate_many(lm.in_process(MECHANISM_NEEDS), [_stream_job(job) for job in jobs],
+                         use_cache=use_cache)
     return [_finish(job, gen) for job, gen in zip(jobs, gens)]
 
 
@@ -160,14 +160,13 @@ def replay_private(lm: LanguageModel, job: PrivateJob, generation: PrivateGenera
     s prompts alone (:func:`ctxleak.engine.generation.replay`, what a batch-invariant run does):
     the same tokens, and per-token RDP that do not depend on the other sequences generated with
     it."""
-    _, stream = _stream_job(job)
     gen = Generation(token_ids=list(generation.token_ids),
                      stopped_on_eos=generation.stopped_on_eos)
-    return _finish(job, replay(lm.in_process(MECHANISM_NEEDS), stream, gen))
+    return _finish(job, replay(lm.in_process(MECHANISM_NEEDS), _stream_job(job), gen))
 
 
-def _stream_job(job: PrivateJob) -> tuple[DPAggregator, StreamJob]:
-    """A fresh aggregator for ``job`` and the stream job that runs it."""
+def _stream_job(job: PrivateJob) -> StreamJob:
+    """The stream job that runs ``job``, with a fresh aggregator."""
     if job.alpha is not None and len(job.prompts) < 2:
         raise ValueError("the leave-one-out accounting needs at least 2 prompts")
     agg = DPAggregator(job.clip, job.temperature, job.alpha)
@@ -177,8 +176,8 @@ def _stream_job(job: PrivateJob) -> tuple[DPAggregator, StreamJob]:
         rdp, p = agg.observe(logits, logprobs, token, step)
         return rdp, p, agg.divergences  # type: ignore[return-value]
 
-    return agg, StreamJob(job.prompts, agg.combine, observe if job.alpha is not None
-                          else None, job.seed, job.max_new_tokens, job.min_new_tokens)
+    return StreamJob(job.prompts, agg.combine, observe if job.alpha is not None else None,
+                     job.seed, job.max_new_tokens, job.min_new_tokens)
 
 
 def _finish(job: PrivateJob, gen: Generation) -> PrivateGeneration:
