@@ -41,7 +41,7 @@ from ctxleak.methods.influence.ngrams import (
     WindowRequest,
     window_influence_many,
 )
-from ctxleak.methods.influence.roads import ANSWERS, Road, road
+from ctxleak.methods.influence.roads import ANSWERS, road
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.mitigations.cid import answer_together
 from ctxleak.mitigations.ledger import RowLedger
@@ -89,7 +89,7 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
     given = [k for k, (ex, _, _) in enumerate(jobs) if ex.response_source != "generated"]
     if given:  # logged answers are scored, the others generated
         return _with_given(lm, jobs, options, given, hand_over_prefill, controls, cost, decoys)
-    if _road(lm, jobs, options).name == ANSWERS:  # the model's own answers, sampled then scored
+    if _road(lm, jobs, options) == ANSWERS:  # the model's own answers, sampled then scored
         return _measure_own_answers(lm, jobs, options, controls, cost, decoys)
     parts = _example_parts(lm, jobs, options)
     rescored = options.ngram is not None and options.bounded_eps is None
@@ -279,7 +279,7 @@ def score_drawn(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Settin
     it, as :func:`measure_examples` scores its own (whole context, windows, passages, control,
     decoys), in-process or from a served model's log-probs."""
     parts = _example_parts(lm, jobs, options)
-    scorer = score_responses if _road(lm, jobs, options).name == ANSWERS else _score_in_process
+    scorer = score_responses if _road(lm, jobs, options) == ANSWERS else _score_in_process
     return _scored_records(lm, jobs, parts, answers, options, scorer, controls, cost, decoys)
 
 
@@ -323,7 +323,7 @@ def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Se
 
 
 def _road(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-          options: InfluenceOptions) -> Road:
+          options: InfluenceOptions) -> str:
     """The road these jobs take on ``lm`` (:func:`~ctxleak.methods.influence.roads.road`: the
     same needs the run was checked against, checked again here)."""
     return road(lm, [s.lam for _, s, _ in jobs], [s.temperature for _, s, _ in jobs],

@@ -21,7 +21,6 @@ traversal).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from ctxleak.engine.capabilities import (
     CONTINUATION_LOGPROBS,
@@ -40,26 +39,17 @@ DECODE = "decode"
 ANSWERS = "answers"
 
 
-@dataclass(frozen=True)
-class Road:
-    """The road of an influence run: its ``name`` (:data:`DECODE` or :data:`ANSWERS`) and what
-    it needs (capability -> why, and what to do instead)."""
-
-    name: str
-    needs: dict[str, str]
-
-
 def road(lm: LanguageModel, lams: Iterable[float], temperatures: Iterable[float],
-         bounded_eps: float | None, *, what: str = "this influence run") -> Road:
-    """The road ``lm`` takes at these settings, its needs checked against what ``lm`` declares
-    (a backend that lacks one is refused, naming why and what to do instead): a model with its
-    weights here always decodes; another decodes where a setting needs the mixture (λ ≠ 1,
-    bounded CID, T ≠ 1) and otherwise has its own answers sampled."""
+         bounded_eps: float | None, *, what: str = "this influence run") -> str:
+    """The road ``lm`` takes at these settings (:data:`DECODE` or :data:`ANSWERS`), its needs
+    (:func:`influence_needs`: capability -> why, and what to do instead) checked against what
+    ``lm`` declares (a backend that lacks one is refused, naming why and what to do instead): a
+    model with its weights here always decodes; another decodes where a setting needs the
+    mixture (λ ≠ 1, bounded CID, T ≠ 1) and otherwise has its own answers sampled."""
     needs = influence_needs(lams, temperatures, bounded_eps)
     decodes = WEIGHTS in capabilities_of(lm) or NEXT_TOKEN_DISTRIBUTION in needs
-    taken = Road(DECODE if decodes else ANSWERS, needs)
-    check_capabilities(lm, taken.needs, what=what)
-    return taken
+    check_capabilities(lm, needs, what=what)
+    return DECODE if decodes else ANSWERS
 
 
 #: What to do where the whole next-token distribution is missing (the end of a refusal).
