@@ -15,6 +15,7 @@ from scipy import stats
 
 import ctxleak
 from ctxleak.errors import ConfigError, InputError
+from ctxleak.methods.influence import control
 from ctxleak.methods.influence.control import (
     COPIED_ABOVE,
     KNOWN_BELOW,
@@ -202,6 +203,19 @@ def test_several_controls_are_other_documents_nearest_first_and_extend_the_first
     assert control_sets(contexts, 1) == [[c] for c in control_indices(contexts)]
     with pytest.raises(ValueError):
         control_sets(contexts, 0)
+
+
+def test_the_first_of_several_controls_is_found_past_a_long_run_of_one_document(monkeypatch):
+    """Both searches look as far in distinct documents: a run of the example's own document
+    longer than the limit, then another document, gives each search the same first control."""
+    monkeypatch.setattr(control, "CONTROL_SEARCH_LIMIT", 3)
+    contexts = ["a"] * 6 + ["b", "c"]
+    assert control_indices(contexts)[0] == 6
+    sets = control_sets(contexts, 2)
+    assert [s[0] if s else None for s in sets] == control_indices(contexts)
+    assert sets[0] == [6, 7]
+    # the limit still counts documents: four other documents later, only three are looked at
+    assert control_sets(["a", "b", "c", "d", "e"], 4)[0] == [1, 2, 3]
 
 
 def test_default_controls_give_20_control_influences_when_there_are_few_examples():

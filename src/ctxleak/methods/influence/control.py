@@ -148,9 +148,15 @@ def control_sets(contexts: Sequence[str], per_example: int = 1) -> list[list[int
             if _another_document(key, other):
                 chosen.append(last_seen[other])
                 taken.add(other)
-        for j in range(k + 1, min(len(keys), k + 1 + CONTROL_SEARCH_LIMIT)):
-            if len(chosen) == per_example:
+        # later ones as :func:`_later_control` looks: up to the limit in distinct contexts, so
+        # that a long run of the example's own document does not hide the first control
+        seen: set[str] = set()
+        for j in range(k + 1, len(keys)):
+            if len(chosen) == per_example or len(seen) >= CONTROL_SEARCH_LIMIT:
                 break
+            if keys[j] in seen:
+                continue
+            seen.add(keys[j])
             if keys[j] not in taken and _another_document(key, keys[j]):
                 chosen.append(j)
                 taken.add(keys[j])
