@@ -206,15 +206,17 @@ def test_several_controls_are_other_documents_nearest_first_and_extend_the_first
 
 
 def test_the_first_of_several_controls_is_found_past_a_long_run_of_one_document(monkeypatch):
-    """Both searches look as far in distinct documents: a run of the example's own document
-    longer than the limit, then another document, gives each search the same first control."""
+    """A run of the example's own document longer than the limit, then other documents: the
+    first of several controls is still control_indices's (which counts documents, not
+    examples); the others are looked for within the limit's examples, as before."""
     monkeypatch.setattr(control, "CONTROL_SEARCH_LIMIT", 3)
     contexts = ["a"] * 6 + ["b", "c"]
     assert control_indices(contexts)[0] == 6
     sets = control_sets(contexts, 2)
     assert [s[0] if s else None for s in sets] == control_indices(contexts)
-    assert sets[0] == [6, 7]
-    # the limit still counts documents: four other documents later, only three are looked at
+    assert sets[0] == [6]  # "c" lies beyond the limit's examples
+    assert sets[5] == [6, 7]
+    # within the limit: four other documents later, only the first three examples are looked at
     assert control_sets(["a", "b", "c", "d", "e"], 4)[0] == [1, 2, 3]
 
 

@@ -137,6 +137,7 @@ def control_sets(contexts: Sequence[str], per_example: int = 1) -> list[list[int
     if per_example == 1:
         return [[] if c is None else [c] for c in control_indices(contexts)]
     keys = [context_key(c) for c in contexts]
+    first = control_indices(contexts)
     last_seen: dict[str, int] = {}  # each distinct key's most recent index, most recent last
     out: list[list[int]] = []
     for k, key in enumerate(keys):
@@ -148,15 +149,15 @@ def control_sets(contexts: Sequence[str], per_example: int = 1) -> list[list[int
             if _another_document(key, other):
                 chosen.append(last_seen[other])
                 taken.add(other)
-        # later ones as :func:`_later_control` looks: up to the limit in distinct contexts, so
-        # that a long run of the example's own document does not hide the first control
-        seen: set[str] = set()
-        for j in range(k + 1, len(keys)):
-            if len(chosen) == per_example or len(seen) >= CONTROL_SEARCH_LIMIT:
+        start, nearest = k + 1, first[k]
+        if not chosen and nearest is not None:  # the nearest later one, found as
+            # control_indices finds it (past a run of this document longer than the limit)
+            chosen.append(nearest)
+            taken.add(keys[nearest])
+            start = nearest + 1
+        for j in range(start, min(len(keys), k + 1 + CONTROL_SEARCH_LIMIT)):
+            if len(chosen) == per_example:
                 break
-            if keys[j] in seen:
-                continue
-            seen.add(keys[j])
             if keys[j] not in taken and _another_document(key, keys[j]):
                 chosen.append(j)
                 taken.add(keys[j])
