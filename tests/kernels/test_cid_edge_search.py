@@ -167,3 +167,16 @@ def test_each_row_of_a_batch_is_its_own_search():
         one = bounded_lambdas(zc[t:t + 1], ze[t:t + 1], 0.5, 1.0, 0.8)
         assert (lams[t].item(), divs[t].item()) == (one[0].item(), one[1].item())
     assert lams[0].item() == 0.0 and lams[3].item() == 1.0
+
+
+def test_the_brackets_division_is_float64_tensor_division():
+    """The search's bookkeeping divides Python floats as float64 tensors do: ±inf or NaN by a
+    zero of either sign, where Python's ``/`` raises (a row whose slope is 0 at a probe)."""
+    values = [0.0, -0.0, 1.5, -2.0, math.inf, -math.inf, math.nan, 1e-300, 1e300]
+    for a in values:
+        for b in values:
+            want = (torch.tensor(a, dtype=torch.float64) / torch.tensor(b, dtype=torch.float64))
+            got = cid._quotient(a, b)
+            assert (math.isnan(got) and math.isnan(want.item())) or \
+                (got == want.item() and math.copysign(1, got) == math.copysign(1, want.item())), \
+                (a, b, got, want.item())

@@ -182,6 +182,15 @@ def _slope(spread: torch.Tensor, shifts: torch.Tensor, moments: torch.Tensor,
     return slope, torch.where(top, -var, var) / temperature ** 2
 
 
+def _quotient(a: float, b: float) -> float:
+    """``a / b`` as float64 tensors divide (IEEE 754: ±inf or NaN where ``b`` is 0, where
+    Python's ``/`` raises)."""
+    if b != 0:
+        return a / b
+    return math.nan if a == 0 or math.isnan(a) else \
+        math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
 def _edge(r: _Rows, half: float, lam_max: float, temperature: float, at_max: torch.Tensor
           ) -> tuple[torch.Tensor, torch.Tensor]:
     """Alg. 1 line 2's λ_t of rows whose bound fails at ``lam_max`` (``at_max``: the
@@ -194,11 +203,11 @@ def _edge(r: _Rows, half: float, lam_max: float, temperature: float, at_max: tor
     Halley's step from the last one; it falls back to the midpoint when the step leaves the
     bracket or is not under half the step before last (Numerical Recipes' ``rtsafe`` rule). A
     step within the tolerance lands just past the estimate, on the far side of the edge, so that
-    the probe closes the bracket. torch has no vectorised bracketed root finder, hence this one,
-    run on every row at once, each row probed until its bracket is narrower than
-    ``min(lam_max, 1) · 2**-LAMBDA_BITS``. The passes over the vocabulary run on the logits'
-    device; the bracket's few numbers per row are kept on the host, where they cost no kernel
-    launches."""
+    the probe closes the bracket. torch has no bracketed root finder, hence this one; each row
+    is probed until its bracket is narrower than ``min(lam_max, 1) · 2**-LAMBDA_BITS``, the
+    rows still open probed together. The passes over the vocabulary run on the logits' device;
+    each bracket's few numbers are Python floats (the same IEEE float64 arithmetic as a tensor's,
+    without a tensor operation's overhead, most of a one-row search's time on a CPU)."""
     tol = min(lam_max, 1.0) * 2.0 ** -LAMBDA_BITS
     dev, n = r.zc.device, at_max.shape[0]
     spread = r.powers[:, 0].gather(-1, r.ends).cpu()
@@ -207,42 +216,49 @@ def _edge(r: _Rows, half: float, lam_max: float, temperature: float, at_max: tor
     moments = _rounded(zero[:, 1:]) / mass[:, None]
     # every shift is 0 at λ = 0 (but for the jump): the one that grows fastest binds
     slope0, curve0 = _slope(spread, spread - moments[:, :1], moments, temperature)
-    # each end of the bracket as [5, n]: λ, its divergence, divergence − half, slope, curvature
-    low = torch.stack([torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64),
-                       -mass.log() - half, slope0, curve0])
+    # each end of each row's bracket: [λ, its divergence, divergence − half, slope, curvature]
     top = at_max[:, 0]
-    high = torch.stack([torch.full((n,), lam_max, dtype=torch.float64), top, top - half,
-                        *_slope(spread, at_max[:, 1:3], _rounded(at_max[:, 3:]), temperature)])
-    high[0] = torch.where(low[2] > 0, tol, high[0])  # past the bound at every λ > 0: λ_t = 0
-    from_low = ~(high[2].abs() < -low[2])  # the first step from the end nearer the edge
-    step1 = step2 = 2 * high[0]  # the last two probes' distances (none yet: any step)
+    low = torch.stack([torch.zeros_like(top), torch.zeros_like(top), -mass.log() - half, slope0,
+                       curve0], dim=1).tolist()
+    high = torch.stack([torch.full_like(top, lam_max), top, top - half,
+                        *_slope(spread, at_max[:, 1:3], _rounded(at_max[:, 3:]), temperature)],
+                       dim=1).tolist()
+    for lo, hi in zip(low, high):  # past the bound at every λ > 0: λ_t = 0
+        hi[0] = tol if lo[2] > 0 else lam_max
+    # the first step from the end nearer the edge; the last two probes' distances (any step)
+    from_low = [not abs(h[2]) < -lo[2] for lo, h in zip(low, high)]
+    steps = [(2 * h[0], 2 * h[0]) for h in high]
+    open_rows = [i for i in range(n) if high[i][0] - low[i][0] > tol]
     for _ in range(MAX_PROBES):
-        lo, hi = low[0], high[0]
-        active = (hi - lo > tol).nonzero()[:, 0]
-        if active.numel() == 0:
+        if not open_rows:
             break
-        origin, _, g, slope, curve = torch.where(from_low, low, high)
-        # Halley's step: Newton's, corrected by the curvature (at most doubled)
-        step = -g / (slope * (1 - torch.clamp(g * curve / (2 * slope * slope), max=0.5)))
-        # within the tolerance: just past the estimate, on the far side of the edge
-        x = origin + torch.where(step.abs() <= tol / 2,
-                                 step + torch.where(from_low, tol / 4, -tol / 4), step)
-        dist = (x - origin).abs()
-        take = (x > lo) & (x < hi) & (dist <= step2 / 2)
-        x = torch.where(take, x, 0.5 * (lo + hi))
-        step1, step2 = torch.where(take, dist, 0.5 * (hi - lo)), step1
-        rows: torch.Tensor | slice = active if active.numel() < n else slice(None)
-        xs = x[rows]
+        xs = []
+        for i in open_rows:
+            lo, hi = low[i][0], high[i][0]
+            origin, _, g, slope, curve = low[i] if from_low[i] else high[i]
+            # Halley's step: Newton's, corrected by the curvature (at most doubled)
+            c = _quotient(g * curve, 2 * slope * slope)
+            step = _quotient(-g, slope * (1 - (0.5 if c > 0.5 else c)))
+            # within the tolerance: just past the estimate, on the far side of the edge
+            x = origin + (step + (tol / 4 if from_low[i] else -tol / 4)
+                          if abs(step) <= tol / 2 else step)
+            dist = abs(x - origin)
+            take = lo < x < hi and dist <= steps[i][1] / 2
+            steps[i] = (dist if take else 0.5 * (hi - lo), steps[i][0])
+            xs.append(x if take else 0.5 * (lo + hi))
+        rows = torch.tensor(open_rows) if len(open_rows) < n else slice(None)
         on = r if isinstance(rows, slice) else r.take(rows.to(dev))
-        got = _probe(on, xs.to(dev), temperature, bool(((xs == 0) | (xs == 1)).any())).cpu()
-        d, ok = got[:, 0], got[:, 0] <= half
-        probe = torch.stack([xs, d, d - half,
-                             *_slope(spread[rows], got[:, 1:3], _rounded(got[:, 3:]),
-                                     temperature)])
-        low[:, rows] = torch.where(ok, probe, low[:, rows])
-        high[:, rows] = torch.where(ok, high[:, rows], probe)
-        from_low[rows] = ok
-    return low[0], low[1]
+        at = torch.tensor(xs, dtype=torch.float64)
+        got = _probe(on, at.to(dev), temperature, any(x in (0, 1) for x in xs)).cpu()
+        probes = torch.stack([at, got[:, 0], got[:, 0] - half,
+                              *_slope(spread[rows], got[:, 1:3], _rounded(got[:, 3:]),
+                                      temperature)], dim=1).tolist()
+        for i, probe in zip(open_rows, probes):
+            from_low[i] = probe[1] <= half
+            (low if from_low[i] else high)[i] = probe
+        open_rows = [i for i in open_rows if high[i][0] - low[i][0] > tol]
+    return (torch.tensor([e[0] for e in low], dtype=torch.float64),
+            torch.tensor([e[1] for e in low], dtype=torch.float64))
 
 
 def bounded_lambdas(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, lam_max: float,
