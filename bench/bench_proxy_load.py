@@ -284,7 +284,8 @@ def main() -> None:
                     print(f"# {what}, {lv.clients} clients: {lv.tokens / lv.wall:.3g} tokens/s "
                           f"through the proxy, {plain.tokens / plain.wall:.3g} from vLLM "
                           f"directly: {(lv.tokens / lv.wall) / (plain.tokens / plain.wall):.2f}x "
-                          f"(the limit is about 0.5: two forward passes per token)", flush=True)
+                          f"(two forward passes per token: about 0.5 where vLLM's plain steps "
+                          f"are bound by compute, more where they are not)", flush=True)
         if args.upstream_only:
             return
         inproc = proxy_target(args, "in-process", "in-process",
