@@ -180,3 +180,22 @@ def test_the_brackets_division_is_float64_tensor_division():
             assert (math.isnan(got) and math.isnan(want.item())) or \
                 (got == want.item() and math.copysign(1, got) == math.copysign(1, want.item())), \
                 (a, b, got, want.item())
+
+
+@pytest.mark.parametrize("lam_max", [0.3, 0.7, 1.0])
+def test_the_search_does_not_depend_on_the_default_dtype(lam_max):
+    """The bracket's arithmetic is float64 whatever ``torch.get_default_dtype()`` says: its
+    nudge past the estimate (a quarter of the tolerance) was once a float32 tensor of Python
+    scalars, which moved λ_t by ulps wherever λ_max · 2⁻⁴² is not a float32 number."""
+    zc = torch.tensor([[4.0, 2.0, -1.0]], dtype=torch.float64)
+    ze = torch.tensor([[0.0, -1.0, 2.0]], dtype=torch.float64)
+    before = torch.get_default_dtype()
+    found = []
+    try:
+        for dtype in (torch.float32, torch.float64):
+            torch.set_default_dtype(dtype)
+            found.append([t.tolist() for t in bounded_lambdas(zc, ze, 0.01, lam_max, 1.0)])
+    finally:
+        torch.set_default_dtype(before)
+    assert found[0] == found[1]
+    assert abs(found[0][0][0] - _edge_by_bisection(zc, ze, 0.01, lam_max, 1.0)[0]) < 1e-12
