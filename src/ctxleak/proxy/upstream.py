@@ -12,7 +12,7 @@ import httpx
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
-from ctxleak.engine.served_client import public_url
+from ctxleak.engine.served_client import public_url, tls_context
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.errors import secret_mask
 from ctxleak.proxy.request import ProxyError
@@ -108,7 +108,8 @@ class Upstream:
         """POST ``raw`` to the upstream's chat completions (None: GET its models), its
         answer's headers read (the body still to come)."""
         if self.http is None:
-            self.http = httpx.AsyncClient(timeout=self.config.upstream_timeout)
+            self.http = httpx.AsyncClient(timeout=self.config.upstream_timeout,
+                                          verify=tls_context())
         route = "/v1/chat/completions" if raw is not None else "/v1/models"
         headers = {"content-type": "application/json"}
         if self.config.upstream_api_key:
