@@ -136,7 +136,7 @@ class ClientOptions:
 def tls_context() -> ssl.SSLContext:
     """httpx's default TLS settings (its CA bundle; ``SSL_CERT_FILE`` and ``SSL_CERT_DIR``
     honoured), built once per process and shared by every client: building them reads the CA
-    bundle, about 25 ms on a 2-core CPU, which each batch of requests paid when its client built
+    bundle, about 29 ms on a 2-core CPU, which each batch of requests paid when its client built
     its own (two per CID answer through the plugin: a 16-token answer took 502 ms, now 442)."""
     return httpx.create_ssl_context()
 
