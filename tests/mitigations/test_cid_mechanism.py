@@ -140,7 +140,7 @@ def test_bounded_answers_decoded_together_share_one_search_each_step(tiny_lm, mo
     and every ledger is, float for float, the one decoded without sharing; an answer with
     other settings searches alone; a shared search that runs out of GPU memory leaves each
     answer to search alone, with the same ledgers."""
-    import ctxleak.mitigations.cid as cid
+    import ctxleak.mitigations.cid_steps as cid
 
     config = CIDConfig(lam=1.0, temperature=0.9, max_new_tokens=6, min_new_tokens=3,
                        bounded_eps=0.5)

@@ -15,36 +15,45 @@ defences: the influence run, the attack targets and the privacy proxy ask it as 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import InitVar, dataclass, replace
 from typing import Any, ClassVar
 
-import torch
+import numpy as np
 
+from ctxleak.engine.batching import policy_of
 from ctxleak.engine.capabilities import (
-    CID_DECODING,
     NEXT_TOKEN_DISTRIBUTION,
     WEIGHTS,
     capabilities_of,
     check_capabilities,
 )
-from ctxleak.engine.generation import generate_many, replay
+from ctxleak.engine.generation import generate_many, sample
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.engine.pairs import PairJob, pluggable
-from ctxleak.engine.served_client import ServerError
-from ctxleak.engine.streams import Generation, Share, StreamJob
-from ctxleak.errors import ConfigError, warn
-from ctxleak.kernels.cid import (
-    SEARCH_TOGETHER_ON,
-    CIDSettingError,
-    bounded_lambda,
-    bounded_lambda_rows,
-    check_cid_settings,
-    cid_logprobs,
+from ctxleak.errors import ConfigError
+from ctxleak.kernels.cid import CIDSettingError, bounded_lambda, check_cid_settings, cid_logprobs
+from ctxleak.mitigations.cid_steps import (
+    cid_combine,
+    cid_job,
+    cid_lambda,
+    cid_route,
+    in_server,
+    ledger_of,
+    replay_cid,
 )
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
-from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
+from ctxleak.mitigations.mechanisms import (
+    AnswerRequest,
+    Asked,
+    Charge,
+    Claim,
+    Decoding,
+    Listener,
+    Mechanism,
+    MechanismAnswer,
+)
 from ctxleak.mitigations.prompts import PromptParts
+from ctxleak.mitigations.sampled import eos_masked
 
 #: Why CID decoding needs the whole next-token distributions (the words of a refusal).
 CID_NEEDS = ("Context Influence Decoding mixes the whole next-token distributions of two "
@@ -58,7 +67,8 @@ class CIDConfig:
 
     ``lambda_=`` (the Python API's keyword) sets ``lam``. ``bounded_eps`` switches to bounded
     CID: at each step the largest λ in ``[0, lam]`` whose distribution stays within
-    ``bounded_eps / 2`` of the no-context one (App. B, Alg. 1).
+    ``bounded_eps / 2`` of the no-context one (App. B, Alg. 1). ``ex_post``: plain CID's
+    ledger keeps each step's ex-post ε.
     """
 
     lam: float = 1.0
@@ -67,6 +77,9 @@ class CIDConfig:
     min_new_tokens: int = 10
     bounded_eps: float | None = None
     lambda_: InitVar[float | None] = None  # the API's spelling of ``lam``
+    #: plain CID: each step's ex-post ε (2·max_y |log p̄_λ(y|D) − log p(y|∅)|, a figure about
+    #: this context alone, no guarantee) computed on the way, as a deployment charges it
+    ex_post: bool = False
 
     def __post_init__(self, lambda_: float | None) -> None:
         if lambda_ is not None:
@@ -108,7 +121,7 @@ class CIDConfig:
 
 
 @dataclass(frozen=True)
-class CID:
+class CID(Mechanism):
     """Context Influence Decoding as a mechanism (Def. 3.4): each response drawn from the
     mixture ``λ·z(y | D, x) + (1−λ)·z(y | x)`` of the prompt holding the request's documents
     and the prompt without them; ``bounded_eps``: bounded CID, each step's λ_t the largest in
@@ -133,11 +146,13 @@ class CID:
             return f"bounded CID ε = {self.bounded_eps:g} per token (λ ≤ {self.lam:g})"
         return "plain decoding (CID λ = 1)" if self.lam == 1 else f"CID λ = {self.lam:g}"
 
-    def config(self, decoding: Decoding) -> CIDConfig:
-        """These settings with ``decoding``'s temperature and lengths."""
+    def config(self, decoding: Decoding, ex_post: bool = False) -> CIDConfig:
+        """These settings with ``decoding``'s temperature and lengths (``ex_post``: plain CID's
+        ledger keeps each step's ex-post ε)."""
         return CIDConfig(lam=self.lam, temperature=decoding.temperature,
                          max_new_tokens=decoding.max_new_tokens,
-                         min_new_tokens=decoding.min_new_tokens, bounded_eps=self.bounded_eps)
+                         min_new_tokens=decoding.min_new_tokens, bounded_eps=self.bounded_eps,
+                         ex_post=ex_post)
 
     def claim(self, decoding: Decoding) -> Claim:
         """The most a response may spend: nothing at λ = 0 (the documents are never read),
@@ -186,19 +201,86 @@ class CID:
                                documents_used=tuple(range(documents)) if self.lam else (),
                                ledger=ledger)
 
+    def charge(self, decoding: Decoding) -> Charge:
+        """Bounded CID: ε per released token (Thm B.1, basic composition); plain CID: no
+        guarantee, its ex-post ε the figure an operator may charge (nothing read at λ = 0)."""
+        if self.bounded_eps is not None:
+            return Charge(per_token=self.bounded_eps)
+        return Charge(ex_post=True, reads=self.lam != 0)
+
+    def mode(self) -> str:
+        """``bounded`` (an ε per token) or ``lambda`` (plain CID)."""
+        return "bounded" if self.bounded_eps is not None else "lambda"
+
+    def batch_key(self, decoding: Decoding) -> Hashable:
+        """Every CID answer, whatever its λ, ε, temperature and lengths, decodes in one batch
+        with the others that sample (or, apart, those that are greedy)."""
+        return self.name, decoding.greedy
+
+    def answer_group(self, lm: LanguageModel, asked: Sequence[Asked],
+                     listener: Listener | None = None) -> list[MechanismAnswer]:
+        """The answers of CID requests each under its own setting, decoded together
+        (:func:`answer_together`), plain CID's ledgers keeping each step's ex-post ε; each
+        released token announced as it is drawn, and each answer as soon as it ends where the
+        engine's floats need no replay. A served model's server samples the answers at λ = 1
+        and T = 1 without ε itself (plain decoding): released unscored, scored with and without
+        the documents by the answer's ``later``."""
+        by_server = [k for k, a in enumerate(asked) if _server_samples(lm, a)]
+        out = {k: _server_sampled(lm, asked[k], k, listener) for k in by_server}
+        rest = [k for k in range(len(asked)) if k not in out]
+        heard: dict[int, list[LedgerEntry]] = {k: [] for k in rest}
+        early = listener is not None and not policy_of(lm).invariant
+
+        def on_entry(row: int, entry: LedgerEntry) -> None:
+            k = rest[row]
+            cid, config = _cid(asked[k].mechanism), _cid(asked[k].mechanism).config(
+                asked[k].decoding, ex_post=True)
+            heard[k].append(entry)
+            assert listener is not None
+            listener.token(k, entry.token_id,
+                           entry.eps if config.bounded_eps is not None else entry.eps_ex_post)
+            stopped = entry.token_id in lm.eos_ids
+            if early and (stopped or entry.step + 1 >= config.max_new_tokens):
+                ledger = _as_asked(ledger_of(heard[k], stopped, _decoded(config)), config)
+                listener.done(k, cid.answer_of(ledger, len(asked[k].request.documents)))
+
+        decoded = answer_together(lm, [(_cid(asked[k].mechanism), asked[k].request,
+                                        asked[k].decoding) for k in rest], ex_post=True,
+                                  on_entry=None if listener is None else on_entry)
+        out.update(zip(rest, decoded))
+        return [out[k] for k in range(len(asked))]
+
+    def figures(self, answer: MechanismAnswer, request: AnswerRequest,
+                decoding: Decoding) -> dict[str, Any]:
+        """The answer's CID ledger in figures: λ and ε per token asked, ε spent (bounded CID's
+        composition), the summed ex-post ε (null where the server sampled the answer), the
+        influence (null until a released answer is scored), each step's λ_t and the released
+        tokens, the stopping EOS included."""
+        ledger = answer.ledger
+        assert ledger is not None  # CID's answers carry their ledger
+        ex_post = [float(e.eps_ex_post) for e in ledger.entries if e.eps_ex_post is not None]
+        return {"mode": self.mode(), "lambda": self.lam, "epsilon": self.bounded_eps,
+                "epsilon_spent": ledger.composed_eps,
+                "epsilon_ex_post": float(sum(ex_post)) if ex_post else None,
+                "influence": None if answer.later is not None
+                else float(sum(e.influence for e in ledger.entries)),
+                "lambdas": ledger.lambdas, "token_ids": [e.token_id for e in ledger.entries],
+                "tokens": len(ledger.entries), "stopped_on_eos": ledger.stopped_on_eos}
+
 
 def answer_together(lm: LanguageModel, asked: Sequence[tuple[CID, AnswerRequest, Decoding]], *,
                     context_caches: list[Any] | None = None, rescored: bool = False,
-                    on_entry: Callable[[int, LedgerEntry], None] | None = None
-                    ) -> list[MechanismAnswer]:
+                    on_entry: Callable[[int, LedgerEntry], None] | None = None,
+                    ex_post: bool = False) -> list[MechanismAnswer]:
     """:meth:`CID.answer` of requests each under its own CID setting and decoding (λ, ε,
     temperature, lengths; all greedy or all sampled), decoded together in one batch, as the
     privacy proxy decodes the answers of concurrent clients; ``on_entry(k, entry)`` hears
-    request k's entries as they are drawn."""
+    request k's entries as they are drawn; ``ex_post``: plain CID's ledgers keep each step's
+    ex-post ε."""
     greedy = {decoding.greedy for _, _, decoding in asked}
     if len(greedy) > 1:
         raise ValueError("answer_together: the requests must be all greedy or all sampled")
-    jobs = [(r.prompt(r.documents), r.prompt([]), cid.config(decoding), r.seed)
+    jobs = [(r.prompt(r.documents), r.prompt([]), cid.config(decoding, ex_post), r.seed)
             for cid, r, decoding in asked]
     ledgers = generate_cid_many(lm, jobs, sample=not greedy.pop(), context_caches=context_caches,
                                 rescored=rescored, on_entry=on_entry) if jobs else []
@@ -213,30 +295,6 @@ def _check(**settings: float | None) -> None:
         check_cid_settings(**settings)
     except CIDSettingError as exc:
         raise ConfigError(str(exc), param=exc.param) from None
-
-
-def cid_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDConfig
-               ) -> tuple[float, float | None]:
-    """The λ of one decoding step and, for bounded CID, its ex-post ε: ``config.lam`` (plain
-    CID), or Alg. 1's λ_t (:func:`bounded_lambda` at ``config.temperature``, App. B)
-    with 2·max_y |log p̄_λ(y|D) − log p(y|∅)|, a figure about this context alone."""
-    if config.bounded_eps is None:
-        return config.lam, None
-    lam, div = bounded_lambda(z_context, z_empty, config.bounded_eps, config.lam,
-                              config.temperature)
-    return lam, 2.0 * div
-
-
-def cid_combine(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDConfig, *,
-                temperature: float | None = None) -> tuple[torch.Tensor, float, float | None]:
-    """One step of CID (Def. 3.4; bounded: App. B, Alg. 1): the step's λ and ex-post
-    ε (:func:`cid_lambda`) and the mixture ``log p̄_λ`` (:func:`cid_logprobs`) at
-    ``temperature`` (default ``config.temperature``; a logits processor returns T = 1 and
-    leaves T to ``generate``'s warper). ``z_context``/``z_empty`` are one step's logits, ``[V]``;
-    plain CID also takes ``[rows, V]`` (one λ for all rows)."""
-    lam, eps_ex_post = cid_lambda(z_context, z_empty, config)
-    t = config.temperature if temperature is None else temperature
-    return cid_logprobs(z_context, z_empty, lam, t), lam, eps_ex_post
 
 
 def generate_cid(lm: LanguageModel, prompt_context: Sequence[int], prompt_empty: Sequence[int],
@@ -269,14 +327,26 @@ def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool
     fill with each job's KV cache of the prompt with the context, prefilled alone, so that
     n-gram scoring need not compute it again. ``rescored``: the caller recomputes the floats by
     scoring each example's streams itself, so the engine need not replay them. ``on_entry``:
-    called with (row, ledger entry) as each token is drawn."""
-    in_server = _in_server(lm, jobs, sample, on_entry)
-    if in_server is not None:
+    called with (row, ledger entry) as each token is drawn. A job whose settings ask for
+    plain CID's ex-post ε (``ex_post``) decodes as bounded CID at :data:`_NEVER_BINDS` and its
+    ledger keeps no ε (:func:`_as_asked`)."""
+    decoded = [(full, empty, _decoded(config), seed) for full, empty, config, seed in jobs]
+    ledgers = _generate_cid_many(lm, decoded, use_cache, sample, context_caches, rescored,
+                                 on_entry)
+    return [_as_asked(ledger, config) for ledger, (_, _, config, _) in zip(ledgers, jobs)]
+
+
+def _generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool,
+                       sample: bool, context_caches: list[Any] | None, rescored: bool,
+                       on_entry: Callable[[int, LedgerEntry], None] | None) -> list[RowLedger]:
+    """:func:`generate_cid_many` of jobs whose settings are decoded as they are."""
+    in_server_ledgers = in_server(lm, jobs, sample, on_entry)
+    if in_server_ledgers is not None:
         if context_caches is not None:  # no KV cache leaves a server
             context_caches.extend([None] * len(jobs))
-        return in_server
+        return in_server_ledgers
     keep = context_caches is not None
-    parts = [_cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored,
+    parts = [cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored,
                       on_entry=on_entry)
              for k, (full, empty, config, seed) in enumerate(jobs)]
     check_capabilities(lm, {NEXT_TOKEN_DISTRIBUTION: CID_NEEDS},
@@ -287,130 +357,79 @@ def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool
     return [finish(gen) for (_, finish), gen in zip(parts, gens)]
 
 
-def cid_route(lm: LanguageModel) -> str:
-    """Where ``lm`` decodes CID, in the words of a start line."""
-    caps = capabilities_of(lm)
-    if WEIGHTS in caps:
-        return "CID decodes in this process"
-    if CID_DECODING in caps:
-        return "CID decodes inside vLLM (ctxleak's plugin)"
-    return ("CID decodes by whole next-token distributions, one request per stream and token "
-            "(the server has no ctxleak CID plugin: slow)")
+#: Plain CID with its ex-post ε decodes as bounded CID at this ε per token, which no step's
+#: divergence reaches: λ_t = λ at every step (the same mixture and tokens as plain CID), each
+#: step's divergence found on the way by the same search, and the same settings on the wire to
+#: ctxleak's vLLM plugin. Not a guarantee: the ledger keeps no ε (:func:`_as_asked`).
+_NEVER_BINDS = 1e300
 
 
-def _in_server(lm: LanguageModel, jobs: Sequence[CIDJob], sample: bool,
-               on_entry: Callable[[int, LedgerEntry], None] | None) -> list[RowLedger] | None:
-    """The answers decoded by the model's server itself (:data:`CID_DECODING`), or None where
-    it cannot (no plugin, a setting it does not take, answers it could not keep in step: said
-    in one warning) and the steps go through ctxleak's own loop."""
-    caps = capabilities_of(lm)
-    if WEIGHTS in caps or not jobs:
-        return None
-    if CID_DECODING not in caps:
-        warn(f"{lm.describe()} has no ctxleak CID plugin: CID decodes by whole next-token "
-             "distributions, one request per stream and token (slow); see 'Served models' "
-             "in the docs for the plugin")
-        return None
-    if not all(pluggable(c.lam, c.bounded_eps) for _, _, c, _ in jobs):
-        return None
-    pair_jobs = [PairJob(tuple(full), tuple(empty), c.lam, c.temperature, c.bounded_eps,
-                         c.max_new_tokens, c.min_new_tokens, seed, greedy=not sample)
-                 for full, empty, c, seed in jobs]
-    try:
-        answers = lm.decode_pairs(pair_jobs)
-    except ServerError as exc:
-        warn(f"{exc}: these answers decode by whole next-token distributions instead")
-        return None
-    # the same entries as ctxleak's own loop
-    out = [ledger_of(answer.steps, answer.stopped_on_eos, config, row=k)
-           for k, (answer, (_, _, config, _)) in enumerate(zip(answers, jobs))]
-    if on_entry is not None:
-        for ledger in out:
-            for entry in ledger.entries:
-                on_entry(ledger.row, entry)
-    return out
+def _decoded(config: CIDConfig) -> CIDConfig:
+    """The settings ``config`` decodes under (plain CID with ``ex_post``: :data:`_NEVER_BINDS`)."""
+    if config.ex_post and config.bounded_eps is None:
+        return replace(config, bounded_eps=_NEVER_BINDS)
+    return config
 
 
-def ledger_of(entries: Sequence[LedgerEntry], stopped_on_eos: bool, config: CIDConfig, *,
-              row: int = 0) -> RowLedger:
-    """The ledger of a response decoded by CID under ``config`` from its released tokens'
-    ``entries`` (the stopping EOS included when it ``stopped_on_eos``): every CID ledger ctxleak
-    decodes is made here (in-process, by the plugin, token by token in the proxy)."""
-    return RowLedger(row=row, entries=tuple(entries), stopped_on_eos=stopped_on_eos,
-                     lam=config.lam, temperature=config.temperature,
-                     bounded_eps=config.bounded_eps)
+def _as_asked(ledger: RowLedger, config: CIDConfig) -> RowLedger:
+    """The ledger of an answer decoded under :func:`_decoded` as ``config`` asked it: plain CID's
+    entries keep their ex-post ε and lose the ε of :data:`_NEVER_BINDS`."""
+    if config.ex_post and config.bounded_eps is None:
+        return replace(ledger, bounded_eps=None,
+                       entries=tuple(replace(e, eps=None) for e in ledger.entries))
+    return ledger
 
 
-def replay_cid(lm: LanguageModel, prompt_context: Sequence[int], prompt_empty: Sequence[int],
-               config: CIDConfig, response: RowLedger) -> RowLedger:
-    """``response`` with its floats (log-probs, λ_t and ε of bounded CID) recomputed from this
-    example's two prompts alone (:func:`ctxleak.engine.generation.replay`, what a
-    batch-invariant run does): the same tokens, and numbers that do not depend on the examples
-    decoded with it."""
-    job, finish = _cid_job(prompt_context, prompt_empty, config, 0, row=response.row)
-    gen = Generation(token_ids=response.response_ids, stopped_on_eos=response.stopped_on_eos)
-    again = finish(replay(lm, job, gen))
-    if not response.stopped_on_eos:
-        return again
-    # the replay draws the first EOS id: the ledger keeps the one the generation drew
-    eos = replace(again.entries[-1], token_id=response.entries[-1].token_id)
-    return replace(again, entries=again.entries[:-1] + (eos,))
+def _cid(mechanism: Mechanism) -> CID:
+    """A member of a CID batch (:meth:`CID.batch_key` groups only CID answers)."""
+    assert isinstance(mechanism, CID)
+    return mechanism
 
 
-def _cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config: CIDConfig,
-             seed: int, keep_context_cache: bool = False, row: int = 0,
-             replay_floats: bool = True,
-             on_entry: Callable[[int, LedgerEntry], None] | None = None
-             ) -> tuple[StreamJob, Callable[[Generation], RowLedger]]:
-    """The stream job of one CID response and the function that reads its ledger. Each step's
-    record is its :class:`LedgerEntry`: the drawn token, λ_t, log p̄_λ(y_t), log p(y_t | ∅) and,
-    for bounded CID, ε and the ex-post ε_t. ``on_entry(row, entry)`` hears each drawn token's
-    entry once, as it is drawn: a replay of the floats observes the same steps again unheard."""
-    chosen: dict[str, Any] = {}  # λ_t and ex-post ε_t of the current step, combine to observe
-    heard = [0]  # entries already handed to on_entry
-    searched: dict[int, tuple[float, float]] = {}  # step -> bounded λ_t found with other jobs'
-
-    def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()) -> torch.Tensor:
-        # masked EOS (``excluded``) stays at MASKED_LOGIT in the λ-mix: probability 0
-        found = searched.pop(step, None)
-        if found is None:
-            logprobs, chosen["lam"], chosen["eps"] = cid_combine(logits[0], logits[1], config)
-            return logprobs
-        chosen["lam"], chosen["eps"] = found[0], 2.0 * found[1]  # as cid_lambda gives them
-        return cid_logprobs(logits[0], logits[1], found[0], config.temperature)
-
-    def observe(logits: torch.Tensor, logprobs: torch.Tensor, token: int, step: int
-                ) -> LedgerEntry:
-        empty = torch.log_softmax(logits[1] / config.temperature, dim=-1)
-        lc, le = float(logprobs[token]), float(empty[token])
-        entry = LedgerEntry(step=step, token_id=int(token), lam=chosen["lam"], logp_context=lc,
-                            logp_empty=le, eps=config.bounded_eps, eps_ex_post=chosen["eps"])
-        if on_entry is not None and step == heard[0]:
-            heard[0] += 1
-            on_entry(row, entry)
-        return entry
-
-    def finish(gen: Generation) -> RowLedger:
-        return ledger_of(gen.records, gen.stopped_on_eos, config, row=row)
-
-    job = StreamJob([list(prompt_context), list(prompt_empty)], combine, observe, seed,
-                    config.max_new_tokens, config.min_new_tokens,
-                    keep_prompt_cache=(0,) if keep_context_cache else (), replay=replay_floats,
-                    share=_shared_search(config, searched.__setitem__))
-    return job, finish
+def _server_samples(lm: LanguageModel, asked: Asked) -> bool:
+    """Whether the model's server samples the answer itself: λ = 1 and T = 1 without ε is plain
+    decoding, which a served model (no weights here) samples on its server, as ``ctxleak
+    influence`` has it do at that setting."""
+    cid, decoding = _cid(asked.mechanism), asked.decoding
+    return cid.lam == 1.0 and cid.bounded_eps is None and not decoding.greedy \
+        and decoding.temperature == 1.0 and WEIGHTS not in capabilities_of(lm)
 
 
-def _shared_search(config: CIDConfig, receive: Callable[[int, Any], None]) -> Share | None:
-    """Bounded CID's λ_t search, shared by the answers of a step with the same ε, λ_max and T
-    where :data:`~ctxleak.kernels.cid.SEARCH_TOGETHER_ON` says (a GPU): each answer's
-    (λ_t, divergence) are the floats of its own search (:func:`bounded_lambda_rows`)."""
-    eps = config.bounded_eps
-    if eps is None:
-        return None
+def _server_sampled(lm: LanguageModel, asked: Asked, k: int,
+                    listener: Listener | None) -> MechanismAnswer:
+    """The answer a served model's server samples (:func:`_server_samples`), released before it
+    is scored: its ledger's log-probs and influence NaN, its ``later`` the answer scored
+    teacher-forced with and without the documents (Def. 3.1 with n = |D|), EOS masked before
+    ``min_new_tokens`` as when it was drawn. Its released tokens are the answer's, the stopping
+    EOS as the model's first EOS id."""
+    cid, request, decoding = _cid(asked.mechanism), asked.request, asked.decoding
+    full, empty = request.prompt(request.documents), request.prompt([])
+    [(drawn,)] = sample(lm, [full], [request.seed], temperature=1.0,
+                        max_new_tokens=decoding.max_new_tokens,
+                        min_new_tokens=decoding.min_new_tokens)
+    stopped = drawn.stopped_on_eos
+    released = list(drawn.token_ids) + ([lm.eos_ids[0]] if stopped and lm.eos_ids else [])
 
-    def compute(rows: list[torch.Tensor]) -> list[tuple[float, float]]:
-        return bounded_lambda_rows([r[0] for r in rows], [r[1] for r in rows], eps, config.lam,
-                                   config.temperature)
+    def scored() -> MechanismAnswer:
+        lc, le = eos_masked(lm, [full, empty], [released, released], decoding.min_new_tokens) \
+            if released else [np.zeros(0), np.zeros(0)]
+        return cid.answer_of(RowLedger.from_scores(0, released, lc, le, lam=1.0,
+                                                   temperature=1.0, stopped_on_eos=stopped),
+                             len(request.documents))
 
-    return Share(("bounded CID", eps, config.lam, config.temperature), compute, receive,
-                 SEARCH_TOGETHER_ON)
+    nan = [float("nan")] * len(released)
+    answer = replace(cid.answer_of(RowLedger.from_scores(
+        0, released, nan, nan, lam=1.0, temperature=1.0, stopped_on_eos=stopped),
+        len(request.documents)), later=scored)
+    if listener is not None:
+        for entry in answer.ledger.entries if answer.ledger else ():
+            listener.token(k, entry.token_id, entry.eps_ex_post)
+        listener.done(k, answer)
+    return answer
+
+
+
+
+__all__ = ["CID", "CIDConfig", "CIDJob", "CID_NEEDS", "answer_together", "bounded_lambda",
+           "cid_combine", "cid_lambda", "cid_logprobs", "cid_route", "generate_cid",
+           "generate_cid_many", "ledger_of", "replay_cid"]

@@ -52,6 +52,7 @@ from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Claim,
     Decoding,
+    Mechanism,
     MechanismAnswer,
     refuse_greedy,
 )
@@ -117,7 +118,7 @@ def _score_range(value: Any) -> tuple[float, float] | None:
 
 
 @dataclass(frozen=True)
-class DPRAG:
+class DPRAG(Mechanism):
     """DP-RAG (module docstring): ``eps``, ``delta``: the whole response's budget (relation
     "document"); ``clip``: the cap C of a document's log-likelihood ratio (nats);
     ``eps_retrieval``: the threshold's ε (default ``eps / 10``; 0: use every document, no

@@ -58,6 +58,7 @@ from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Claim,
     Decoding,
+    Mechanism,
     MechanismAnswer,
     refuse_greedy,
 )
@@ -293,7 +294,7 @@ def _answer(mech: Any, lm: LanguageModel, requests: Sequence[AnswerRequest],
             for g, r, (_, read) in zip(gens, requests, voters)]
 
 
-class _Voting:
+class _Voting(Mechanism):
     """What the two votes share: the claim and the answer of their budget, and the noisy steps
     as methods (a test's broken variant overrides them)."""
 

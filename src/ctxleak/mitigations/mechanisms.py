@@ -25,16 +25,31 @@ The contract:
 * ``tokens_paid``: the released tokens that spent privacy budget (all of them for a plain vote;
   only those that differ from the no-retrieval token for the sparse vote).
 
-To add a mechanism: a frozen dataclass that validates its parameters in ``__post_init__``
-(naming the parameter, :class:`~ctxleak.errors.ConfigError`), a ``name``, a
-``min_documents``, ``key()``, ``claim(decoding)`` (the most a whole response may spend) and
-``answer``; then its entry where mechanisms are parsed by name.
+What its consumers ask beyond ``answer`` (the influence run, the attack targets, the privacy
+proxy), each with a default here that fits a mechanism which decodes a whole answer and claims
+an ε per answer:
+
+* ``charge(decoding)``: what an answer reserves of each private document before it is decoded
+  and how what it spent is read after (:class:`Charge`: per answer, per released token, or an
+  ex-post figure without a guarantee);
+* ``mode()``: the answer's mode as a response names it;
+* ``batch_key(decoding)`` and ``answer_group``: which answers one call may decode together,
+  and that call, each entry announced to a :class:`Listener` as it is decided (Context
+  Influence Decoding streams its tokens as they are drawn; the others announce the whole
+  answer at its end);
+* ``figures(answer, request, decoding)``: what an answer reports of itself, as plain data.
+
+To add a mechanism: a frozen dataclass subclassing :class:`Mechanism` (so it inherits the
+defaults) that validates its parameters in ``__post_init__`` (naming the parameter,
+:class:`~ctxleak.errors.ConfigError`), a ``name``, a ``min_documents``, ``key()``,
+``claim(decoding)`` (the most a whole response may spend) and ``answer``; then its entry where
+mechanisms are parsed by name.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -146,6 +161,66 @@ class MechanismAnswer:
     documents_used: tuple[int, ...] = ()
     ledger: RowLedger | None = None
     datastore_used: tuple[str, ...] = ()
+    #: where the answer's figures are computed after its release (a served model's own sample,
+    #: scored with and without the documents afterwards): the call that computes them
+    later: Callable[[], MechanismAnswer] | None = field(default=None, compare=False)
+
+    @property
+    def released(self) -> int:
+        """The released tokens, the stopping EOS included (as CID's ledger counts them)."""
+        return len(self.response_ids) + int(self.stopped_on_eos)
+
+    @property
+    def numbers_ok(self) -> bool:
+        """Whether no log-probability, influence or ex-post ε of the answer's CID ledger is NaN
+        (a model or server that failed); an answer without a ledger has none."""
+        if self.ledger is None:
+            return True
+        values = [v for e in self.ledger.entries
+                  for v in (e.logp_context, e.logp_empty, e.influence, e.eps_ex_post)
+                  if v is not None]
+        return not any(math.isnan(float(v)) for v in values)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What an answer holds of each private document before it is decoded, and what it is
+    charged after: ``per_answer`` ε (a claim's, whatever the tokens), or ``per_token`` ε for
+    each released token (bounded CID: an answer of up to L tokens reserves ε·(L + 1), the
+    stopping EOS included), or neither and ``ex_post`` (plain CID: no guarantee, an ex-post
+    figure the operator may charge); ``reads``: whether the answer reads its documents at all
+    (CID at λ = 0 does not)."""
+
+    per_answer: float | None = None
+    per_token: float | None = None
+    ex_post: bool = False
+    reads: bool = True
+
+    @property
+    def guaranteed(self) -> bool:
+        """Whether the charge is a DP guarantee's ε (per answer or per token)."""
+        return self.per_answer is not None or self.per_token is not None
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One answer asked of a mechanism: the mechanism (its settings), the request and the
+    decoding settings."""
+
+    mechanism: Mechanism
+    request: AnswerRequest
+    decoding: Decoding
+
+
+class Listener(Protocol):
+    """Hears the answers of one ``answer_group`` call as they are decided: ``token(k, id,
+    spent)`` for each released token of answer k (the stopping EOS too; ``spent`` the ε it
+    spent under its charge, None where it has none), ``done(k, answer)`` once answer k is
+    whole (possibly before the others)."""
+
+    def token(self, k: int, token_id: int, spent: float | None) -> None: ...
+
+    def done(self, k: int, answer: MechanismAnswer) -> None: ...
 
 
 class Mechanism(Protocol):
@@ -173,6 +248,49 @@ class Mechanism(Protocol):
                decoding: Decoding) -> list[MechanismAnswer]:
         """One answer per request, in order (the module docstring's contract)."""
         ...
+
+    def charge(self, decoding: Decoding) -> Charge:
+        """What an answer reserves and is charged (default: its claim's ε per answer)."""
+        return Charge(per_answer=self.claim(decoding).eps)
+
+    def mode(self) -> str:
+        """The answer's mode as a response names it (default: ``mechanism``)."""
+        return "mechanism"
+
+    def batch_key(self, decoding: Decoding) -> Hashable:
+        """Which answers one :meth:`answer_group` call may take together (default: the same
+        mechanism, by its key, and the same decoding settings)."""
+        return self.key(), decoding
+
+    def answer_group(self, lm: LanguageModel, asked: Sequence[Asked],
+                     listener: Listener | None = None) -> list[MechanismAnswer]:
+        """One answer per asked, in order, for answers of one :meth:`batch_key`, each
+        announced to ``listener`` (default: one ``answer`` call, each answer's tokens and the
+        answer announced once it is whole; the stopping EOS is not announced)."""
+        first = asked[0]
+        answers = first.mechanism.answer(lm, [a.request for a in asked], first.decoding)
+        if listener is not None:
+            for k, answer in enumerate(answers):
+                for token in answer.response_ids:
+                    listener.token(k, token, None)
+                listener.done(k, answer)
+        return answers
+
+    def figures(self, answer: MechanismAnswer, request: AnswerRequest,
+                decoding: Decoding) -> dict[str, Any]:
+        """What ``answer`` reports of itself as plain data (default: the mechanism, its claim
+        at ``decoding`` and what the answer spent, its tokens and the documents it used)."""
+        claim, spent = self.claim(decoding), answer.claim
+        used = list(answer.datastore_used) if request.datastore is not None else \
+            [request.ids[i] for i in answer.documents_used
+             if request.ids is not None and 0 <= i < len(request.ids)]
+        return {"mode": self.mode(), "mechanism": self.key(), "relation": spent.relation,
+                "epsilon": claim.eps, "delta": claim.delta, "epsilon_spent": spent.eps,
+                "delta_spent": spent.delta if spent.eps is not None else None,
+                "epsilon_ex_post": None, "token_ids": list(answer.response_ids),
+                "tokens": answer.released, "tokens_paid": answer.tokens_paid,
+                "stopped_on_eos": answer.stopped_on_eos,
+                "documents_used": list(dict.fromkeys(used))}
 
 
 def refuse_greedy(mechanism: Mechanism, decoding: Decoding) -> None:
