@@ -4,7 +4,7 @@ bounded ε.
 
 Each request is one bundled demo example (its context as one document, its question as the user
 message), exactly ``--tokens`` new tokens (``min_tokens`` = ``max_tokens``), the same seed both
-ways, so the proxy and :func:`ctxleak.proxy.decode.decode_answer` decode the same tokens. The
+ways, so the proxy and :func:`ctxleak.proxy.answering.answer_alone` decode the same tokens. The
 proxy runs in this process (uvicorn in a thread, a SQLite ledger in a temporary folder) and is
 called with the real ``openai`` client; the runs are interleaved, best of ``--repeat``.
 
@@ -29,10 +29,10 @@ import openai
 from _common import device_line, load_default, timed_rounds
 
 from ctxleak.methods.influence import load_examples
+from ctxleak.proxy.answering import answer_alone
 from ctxleak.proxy.budget import SQLiteLedger
 from ctxleak.proxy.config import ProxyConfig
-from ctxleak.proxy.decode import decode_answer
-from ctxleak.proxy.request import parse_cid_request
+from ctxleak.proxy.request import parse_request
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers.proxy_server import serving  # noqa: E402
@@ -77,8 +77,8 @@ def main() -> None:
                 def direct(bodies=bodies):
                     out = []
                     for b in bodies:
-                        req = parse_cid_request(b, config)
-                        out.append(decode_answer(lm, req, req.documents).ledger.response_ids)
+                        req = parse_request(b, config)
+                        out.append(answer_alone(lm, req, req.documents).answer.response_ids)
                     return out
 
                 def proxied(bodies=bodies):
@@ -110,7 +110,7 @@ def main() -> None:
 def served(args: argparse.Namespace) -> None:
     from ctxleak.engine.generation import sample
     from ctxleak.engine.served import serve
-    from ctxleak.proxy.decode import answer_parts
+    from ctxleak.proxy.answering import answer_parts
     from ctxleak.proxy.request import Document
 
     lm = serve("default", args.server_url, served_model=args.served_model)

@@ -3,7 +3,7 @@ behind a lock) under C concurrent clients: each client posts requests one after 
 httpx, one thread per client); every request is a bundled demo example (its context as one
 document, its question as the user message), exactly --tokens new tokens, T = 0.8, lambda = 0.5.
 Prints total tokens/s and per-request latency (median, max) per concurrency, and the library's
-own sequential decode (decode_answer, no HTTP) as the reference.
+own sequential decode (answer_alone, no HTTP) as the reference.
 
     python bench/bench_proxy_clients.py [--tokens 32] [--per-client 4] [--clients 1,2,4,8]
     python bench/random_weights.py --model-dir DIR --device cuda bench_proxy_clients ...
@@ -23,10 +23,10 @@ import httpx
 from _common import device_line, load_default, timed
 
 from ctxleak.methods.influence import load_examples
+from ctxleak.proxy.answering import answer_alone
 from ctxleak.proxy.budget import SQLiteLedger
 from ctxleak.proxy.config import ProxyConfig
-from ctxleak.proxy.decode import decode_answer
-from ctxleak.proxy.request import parse_cid_request
+from ctxleak.proxy.request import parse_request
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers.proxy_server import serving  # noqa: E402
@@ -58,8 +58,8 @@ def main() -> None:
     def direct():
         n = 0
         for k in range(n_ref):
-            req = parse_cid_request(body(k), config)
-            n += len(decode_answer(lm, req, req.documents).ledger.response_ids)
+            req = parse_request(body(k), config)
+            n += len(answer_alone(lm, req, req.documents).answer.response_ids)
         return n
 
     direct()  # warm-up
@@ -67,7 +67,7 @@ def main() -> None:
     print("| clients | requests | tokens | wall (s) | tokens/s | requests/s | latency median "
           "(ms) | latency max (ms) |")
     print("|---|---|---|---|---|---|---|---|")
-    print(f"| library, sequential decode_answer (no HTTP) | {n_ref} | {n_direct} | "
+    print(f"| library, sequential answer_alone (no HTTP) | {n_ref} | {n_direct} | "
           f"{t_direct:.2f} | {n_direct / t_direct:.1f} | {n_ref / t_direct:.2f} | "
           f"{1e3 * t_direct / n_ref:.0f} | — |", flush=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -96,23 +96,34 @@ def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path, ca
     assert not any(w in caplog.text for w in ("phone", "patient", "capital", QUESTION))
 
 
+class Heard:
+    """A listener whose tokens go to ``token`` and whose finished answers to ``inner``."""
+
+    def __init__(self, token, inner):
+        self.token, self.inner = token, inner
+
+    def done(self, k, answer):
+        if self.inner is not None:
+            self.inner.done(k, answer)
+
+
 def test_a_streamed_answer_sends_each_token_as_it_is_drawn(lm, tmp_path, monkeypatch):
     """The first text's chunk reaches the client while decoding is held after its token: a
     stream that waited for the whole answer would never deliver it (the hold times out). While
     it is still decoding, the stream counts against the concurrency limit."""
     from ctxleak.proxy.batching import BatchDecoder
 
-    real, received, timed_out = BatchDecoder.decode, threading.Event(), []
+    real, received, timed_out = BatchDecoder.answer, threading.Event(), []
 
-    def held(decoder, request, docs, on_entry=None):
-        def entry(e):
-            on_entry(e)
+    def held(decoder, request, docs, listener=None):
+        def token(k, token_id, spent):
+            listener.token(k, token_id, spent)
             # hold the decoding after the first token with text until the client has its chunk
-            if not timed_out and lm.decode([e.token_id]).strip():
+            if not timed_out and lm.decode([token_id]).strip():
                 timed_out.append(not received.wait(timeout=20))
-        return real(decoder, request, docs, entry)
+        return real(decoder, request, docs, Heard(token, listener))
 
-    monkeypatch.setattr(BatchDecoder, "decode", held)
+    monkeypatch.setattr(BatchDecoder, "answer", held)
     with serving(lm, tmp_path, max_concurrent=1, max_queued=0) as (url, _, app):
         stream = client(url).chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
@@ -146,20 +157,23 @@ def test_a_stream_that_fails_midway_charges_the_tokens_it_sent(lm, tmp_path, mon
     charging 0."""
     from ctxleak.proxy.batching import BatchDecoder
 
-    real = BatchDecoder.decode
+    real = BatchDecoder.answer
     eps = 0.5
 
     def failing(after):
-        def decode(decoder, request, docs, on_entry=None):
-            def entry(e):
-                if e.step == after:
-                    raise ServerError("the model went away")
-                if on_entry is not None:
-                    on_entry(e)
-            return real(decoder, request, docs, entry)
-        return decode
+        def answer(decoder, request, docs, listener=None):
+            drawn = []
 
-    monkeypatch.setattr(BatchDecoder, "decode", failing(3))
+            def token(k, token_id, spent):
+                if len(drawn) == after:
+                    raise ServerError("the model went away")
+                drawn.append(token_id)
+                if listener is not None:
+                    listener.token(k, token_id, spent)
+            return real(decoder, request, docs, Heard(token, listener))
+        return answer
+
+    monkeypatch.setattr(BatchDecoder, "answer", failing(3))
     with serving(lm, tmp_path) as (url, ledger, _):
         stream = client(url).chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
@@ -170,7 +184,7 @@ def test_a_stream_that_fails_midway_charges_the_tokens_it_sent(lm, tmp_path, mon
         for doc in ("acct-7", "acct-9"):
             assert ledger.document(doc).spent == pytest.approx(3 * eps)
         assert ledger.open_reservations() == []
-        monkeypatch.setattr(BatchDecoder, "decode", failing(0))
+        monkeypatch.setattr(BatchDecoder, "answer", failing(0))
         with pytest.raises(openai.InternalServerError) as caught:
             list(client(url).chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
@@ -180,7 +194,7 @@ def test_a_stream_that_fails_midway_charges_the_tokens_it_sent(lm, tmp_path, mon
         assert ledger.open_reservations() == []
         # the ledger fails too while charging the sent tokens: the stream still ends (with an
         # error, not a hang) and the reservation stays open, charged in full
-        monkeypatch.setattr(BatchDecoder, "decode", failing(2))
+        monkeypatch.setattr(BatchDecoder, "answer", failing(2))
         monkeypatch.setattr(ledger, "settle", lambda *a, **k: 1 / 0)
         with pytest.raises(openai.APIError, match="after 2 token"):
             list(client(url).with_options(timeout=30).chat.completions.create(

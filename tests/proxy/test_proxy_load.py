@@ -17,12 +17,13 @@ from helpers.proxy_server import serving as proxy_serving
 from helpers.tiny_models import tiny_llama
 
 import ctxleak.mitigations.cid as cid
-from ctxleak.mitigations.ledger import LedgerEntry
+import ctxleak.proxy.streaming as streaming
+from ctxleak.proxy.answering import Reply, answer_alone, scored
 from ctxleak.proxy.batching import BatchDecoder
 from ctxleak.proxy.budget import SQLiteLedger
+from ctxleak.proxy.chat_request import ChatRequest
 from ctxleak.proxy.config import ProxyConfig
-from ctxleak.proxy.decode import Answer, Sampled, decode_answer
-from ctxleak.proxy.request import CIDRequest, parse_cid_request
+from ctxleak.proxy.request import parse_request
 
 DOCS = [{"id": "acct-7", "text": "the phone of the patient paris is one two three"},
         {"id": "acct-9", "text": "rome is the capital of italy said the doctor"}]
@@ -34,8 +35,8 @@ def lm(llama_lm):
     return llama_lm
 
 
-def request(marked: dict[str, Any], **body: Any) -> CIDRequest:
-    return parse_cid_request({"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
+def request(marked: dict[str, Any], **body: Any) -> ChatRequest:
+    return parse_request({"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
                               "ctxleak": marked, **body}, ProxyConfig())
 
 
@@ -73,37 +74,59 @@ def together(decoder: BatchDecoder, calls: list[Callable[[], Any]]) -> list[Any]
     return out
 
 
-def same_answer(got: Answer, alone: Answer) -> None:
-    assert [e.token_id for e in got.ledger.entries] == \
-        [e.token_id for e in alone.ledger.entries]
+class Heard:
+    """A listener that keeps each token (id, ε spent) and calls ``hook(count)`` after each."""
+
+    def __init__(self, hook: Callable[[int], None] | None = None) -> None:
+        self.tokens: list[tuple[int, float | None]] = []
+        self.hook = hook
+
+    def token(self, k: int, token_id: int, spent: float | None) -> None:
+        self.tokens.append((token_id, spent))
+        if self.hook is not None:
+            self.hook(len(self.tokens))
+
+    def done(self, k: int, answer: Any) -> None:
+        pass
+
+
+def entries(reply: Reply) -> Any:
+    assert reply.answer.ledger is not None
+    return reply.answer.ledger.entries
+
+
+def same_answer(got: Reply, alone: Reply) -> None:
+    assert [e.token_id for e in entries(got)] == [e.token_id for e in entries(alone)]
     assert got.text == alone.text and got.finish_reason == alone.finish_reason
     # the floats agree up to the float32 noise of a batch (a few 1e-6)
-    assert got.ledger.lambdas == pytest.approx(alone.ledger.lambdas, abs=1e-4)
-    assert [e.logp_context for e in got.ledger.entries] == \
-        pytest.approx([e.logp_context for e in alone.ledger.entries], abs=1e-4)
-    assert got.eps_spent == alone.eps_spent and got.seed == alone.seed
+    assert got.figures["lambdas"] == pytest.approx(alone.figures["lambdas"], abs=1e-4)
+    assert [e.logp_context for e in entries(got)] == \
+        pytest.approx([e.logp_context for e in entries(alone)], abs=1e-4)
+    assert got.figures["epsilon_spent"] == alone.figures["epsilon_spent"]
+    assert got.seed == alone.seed
 
 
 def test_answers_decoded_together_equal_each_decoded_alone_and_stream_apart(lm):
     requests = [request(m, **b) for m, b in REQUESTS]
-    heard: list[list[LedgerEntry]] = [[] for _ in requests]
+    heard = [Heard() for _ in requests]
     decoder = BatchDecoder(lm, max_batch=8)
     try:
         got = together(decoder, [
-            (lambda k=k: decoder.decode(requests[k], requests[k].documents, heard[k].append))
+            (lambda k=k: decoder.answer(requests[k], requests[k].documents, heard[k]))
             for k in range(len(requests))])
     finally:
         decoder.close()
     # the four sampled answers in one batch, the greedy one in its own
     assert decoder.sizes == {4: 1, 1: 1}
     for k, req in enumerate(requests):
-        alone = decode_answer(lm, req, req.documents)
+        alone = answer_alone(lm, req, req.documents)
         same_answer(got[k], alone)
-        # each answer's own entries streamed to it, in order, as its ledger has them
-        assert [e.token_id for e in heard[k]] == [e.token_id for e in got[k].ledger.entries]
-        assert [e.step for e in heard[k]] == list(range(len(heard[k])))
-    assert got[2].eps_spent == pytest.approx(1.0 * len(got[2].ledger.entries))
-    assert got[0].eps_spent is None and got[0].eps_ex_post_total > 0
+        # each answer's own tokens streamed to it, in order, as its ledger has them, with what
+        # each spent: ε (bounded CID) or its ex-post ε (plain CID)
+        assert heard[k].tokens == [(e.token_id, e.eps if e.eps is not None else e.eps_ex_post)
+                                   for e in entries(got[k])]
+    assert got[2].figures["epsilon_spent"] == pytest.approx(1.0 * len(entries(got[2])))
+    assert got[0].figures["epsilon_spent"] is None and got[0].figures["epsilon_ex_post"] > 0
 
 
 def test_an_answer_is_returned_when_it_ends_not_when_its_batch_does(lm):
@@ -113,42 +136,43 @@ def test_an_answer_is_returned_when_it_ends_not_when_its_batch_does(lm):
     short = request({"documents": DOCS, "epsilon": 1.0}, seed=2, max_tokens=3, min_tokens=3)
     back, waited = threading.Event(), []
 
-    def hold(entry: LedgerEntry) -> None:
-        if entry.step == 7:
+    def hold(count: int) -> None:
+        if count == 8:
             waited.append(back.wait(timeout=20))
 
-    def ask_short() -> Answer:
-        answer = decoder.decode(short, short.documents)
+    def ask_short() -> Reply:
+        reply = decoder.answer(short, short.documents)
         back.set()
-        return answer
+        return reply
 
     decoder = BatchDecoder(lm, max_batch=8)
     try:
-        got = together(decoder, [lambda: decoder.decode(long, long.documents, hold), ask_short])
+        got = together(decoder, [lambda: decoder.answer(long, long.documents, Heard(hold)),
+                                 ask_short])
     finally:
         decoder.close()
     assert decoder.sizes == {2: 1} and waited == [True]
-    assert len(got[0].ledger.entries) == 8 and len(got[1].ledger.entries) == 3
-    same_answer(got[1], decode_answer(lm, short, short.documents))
-    same_answer(got[0], decode_answer(lm, long, long.documents))
+    assert len(entries(got[0])) == 8 and len(entries(got[1])) == 3
+    same_answer(got[1], answer_alone(lm, short, short.documents))
+    same_answer(got[0], answer_alone(lm, long, long.documents))
 
 
 def test_an_answer_that_fails_fails_alone(lm, monkeypatch):
     requests = [request(m, **b) for m, b in REQUESTS[:4]]
 
-    def broken(entry: LedgerEntry) -> None:
-        if entry.step == 1:
+    def broken(count: int) -> None:
+        if count == 2:
             raise ConnectionError("the client went away")
 
     decoder = BatchDecoder(lm, max_batch=8)
     try:
         got = together(decoder, [
-            (lambda k=k: decoder.decode(requests[k], requests[k].documents,
-                                        broken if k == 1 else None))
+            (lambda k=k: decoder.answer(requests[k], requests[k].documents,
+                                        Heard(broken) if k == 1 else None))
             for k in range(len(requests))])
         assert isinstance(got[1], ConnectionError)
         for k in (0, 2, 3):
-            same_answer(got[k], decode_answer(lm, requests[k], requests[k].documents))
+            same_answer(got[k], answer_alone(lm, requests[k], requests[k].documents))
         # the batch itself fails (the model): each answer that released nothing is decoded
         # again alone; one that released tokens fails with the batch's error
         real = cid.generate_cid_many
@@ -163,15 +187,15 @@ def test_an_answer_that_fails_fails_alone(lm, monkeypatch):
 
         monkeypatch.setattr(cid, "generate_cid_many", fails_in_a_batch)
         got = together(decoder, [
-            (lambda k=k: decoder.decode(requests[k], requests[k].documents))
+            (lambda k=k: decoder.answer(requests[k], requests[k].documents))
             for k in range(len(requests))])
         assert isinstance(got[0], MemoryError)
         for k in (1, 2, 3):
-            same_answer(got[k], decode_answer(lm, requests[k], requests[k].documents))
+            same_answer(got[k], answer_alone(lm, requests[k], requests[k].documents))
     finally:
         decoder.close()
     with pytest.raises(RuntimeError, match="closed"):
-        decoder.decode(requests[0], requests[0].documents)
+        decoder.answer(requests[0], requests[0].documents)
 
 
 def test_concurrent_clients_of_the_proxy_are_decoded_together(lm, tmp_path):
@@ -194,9 +218,9 @@ def test_concurrent_clients_of_the_proxy_are_decoded_together(lm, tmp_path):
     assert proxy.batcher.sizes[len(sampled)] == 1
     for out, (m, b) in zip(got, sampled):
         req = request(m, **b)
-        alone = decode_answer(lm, req, req.documents)
+        alone = answer_alone(lm, req, req.documents)
         info = out.model_extra["ctxleak"]
-        assert info["token_ids"] == [e.token_id for e in alone.ledger.entries]
+        assert info["token_ids"] == [e.token_id for e in entries(alone)]
         assert out.choices[0].message.content == alone.text
 
 
@@ -222,17 +246,17 @@ def test_at_lambda_one_the_served_answer_is_released_before_it_is_scored(
     """The scoring is held until the client has the answer (plain and streamed): an answer
     that waited for its scoring would never come back. Then it is scored and settled."""
     from ctxleak.methods.influence.answers import eos_masked, own_answers
-    from ctxleak.proxy.decode import answer_parts
+    from ctxleak.proxy.answering import answer_parts
 
     caplog.set_level(logging.INFO, logger="ctxleak.proxy")
     lm, upstream = served
-    real, go, waited = Sampled.scored, threading.Event(), []
+    go, waited = threading.Event(), []
 
-    def held(self: Sampled) -> Answer:
+    def held(reply: Reply) -> Reply:
         waited.append(go.wait(timeout=30))
-        return real(self)
+        return scored(reply)
 
-    monkeypatch.setattr(Sampled, "scored", held)
+    monkeypatch.setattr(streaming, "scored", held)
     ledger = SQLiteLedger(tmp_path / "ledger.db")
     with proxy_serving(lm, ledger, upstream=upstream.url, charge_ex_post=True) as (url, app):
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
@@ -258,17 +282,20 @@ def test_at_lambda_one_the_served_answer_is_released_before_it_is_scored(
     ledger.close()
     assert waited == [True, True] and ledger_open == []
     lc, le = eos_masked(lm, [parts.full, parts.empty], [info["token_ids"]] * 2, 0)
-    scored = logged(caplog, "cid_scored")
-    assert [s["influence"] for s in scored] == \
+    scores = logged(caplog, "cid_scored")
+    assert [s["influence"] for s in scores] == \
         pytest.approx([float(abs(lc - le).sum())] * 2, abs=1e-6)
     assert len(logged(caplog, "cid")) == 2
-    # the library's call scores before it returns, and hands each scored entry on
-    heard: list[LedgerEntry] = []
+    # the library's call releases the answer unscored, each token heard; its later scoring
+    # gives the influence the proxy logged
+    heard = Heard()
     req = request({"documents": DOCS, "lambda": 1.0}, seed=4, max_tokens=4)
-    direct = decode_answer(lm, req, req.documents, heard.append)
-    assert [e.token_id for e in direct.ledger.entries] == info["token_ids"]
-    assert heard == list(direct.ledger.entries)
-    assert sum(e.influence for e in heard) == pytest.approx(scored[0]["influence"], abs=1e-9)
+    released = answer_alone(lm, req, req.documents, heard)
+    assert released.figures["influence"] is None and released.answer.later is not None
+    direct = scored(released)
+    assert [e.token_id for e in entries(direct)] == info["token_ids"]
+    assert [t for t, _ in heard.tokens] == info["token_ids"]
+    assert direct.figures["influence"] == pytest.approx(scores[0]["influence"], abs=1e-9)
 
 
 def test_a_released_answer_whose_scoring_fails_closes_its_reservation(
@@ -276,10 +303,10 @@ def test_a_released_answer_whose_scoring_fails_closes_its_reservation(
     caplog.set_level(logging.INFO, logger="ctxleak.proxy")
     lm, upstream = served
 
-    def fails(self: Sampled) -> Answer:
+    def fails(reply: Reply) -> Reply:
         raise ConnectionError("the upstream went away")
 
-    monkeypatch.setattr(Sampled, "scored", fails)
+    monkeypatch.setattr(streaming, "scored", fails)
     ledger = SQLiteLedger(tmp_path / "ledger.db")
     with proxy_serving(lm, ledger, upstream=upstream.url, charge_ex_post=True) as (url, _):
         out = openai.OpenAI(base_url=url + "/v1", api_key="none").chat.completions.create(

@@ -379,15 +379,17 @@ def test_an_answer_with_nan_figures_is_not_released_and_keeps_its_reservation(tm
         with serving(served, tmp_path, upstream=upstream.url,
                      budgets=Budgets(default=10.0)) as (url, ledger, app):
             proxy = app.state.proxy
-            decode = proxy._decode
+            answer_of = proxy._answer
 
-            def poisoned(request: Any, docs: Any, on_entry: Any = None) -> Any:
-                answer = decode(request, docs, on_entry)
-                first = replace(answer.ledger.entries[0], logp_context=float("nan"))
-                entries = (first, *answer.ledger.entries[1:])
-                return replace(answer, ledger=replace(answer.ledger, entries=entries))
+            def poisoned(request: Any, docs: Any, listener: Any = None) -> Any:
+                reply = answer_of(request, docs, listener)
+                ledger = reply.answer.ledger
+                first = replace(ledger.entries[0], logp_context=float("nan"))
+                entries = (first, *ledger.entries[1:])
+                return replace(reply, answer=replace(reply.answer, ledger=replace(
+                    ledger, entries=entries)))
 
-            proxy._decode = poisoned
+            proxy._answer = poisoned
             body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
                     "max_tokens": 3, "temperature": 1.0,
                     "ctxleak": {"documents": DOCS, "epsilon": 0.5}}

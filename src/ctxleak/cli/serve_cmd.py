@@ -155,10 +155,10 @@ def register(app: typer.Typer) -> None:
         from ctxleak.methods.rag.budgets import parse_budgets
         from ctxleak.mitigations.cid import cid_route
         from ctxleak.proxy import Budgets, ProxyConfig, run_proxy
+        from ctxleak.proxy.answering import mechanism_text
         from ctxleak.proxy.budget import open_ledger, public_ledger_url
         from ctxleak.proxy.charging import sizing_text
         from ctxleak.proxy.config import read_classes
-        from ctxleak.proxy.mechanism import mechanism_text
 
         if not 0 <= port <= 65535:
             raise ConfigError(f"--port must be between 0 and 65535, not {port}", param="port")

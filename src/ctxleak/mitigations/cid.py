@@ -33,6 +33,7 @@ from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 from ctxleak.kernels.cid import CIDSettingError, bounded_lambda, check_cid_settings, cid_logprobs
 from ctxleak.mitigations.cid_steps import (
+    CID_NEEDS,
     cid_combine,
     cid_job,
     cid_lambda,
@@ -54,11 +55,6 @@ from ctxleak.mitigations.mechanisms import (
 )
 from ctxleak.mitigations.prompts import PromptParts
 from ctxleak.mitigations.sampled import eos_masked
-
-#: Why CID decoding needs the whole next-token distributions (the words of a refusal).
-CID_NEEDS = ("Context Influence Decoding mixes the whole next-token distributions of two "
-             "prompts at every step: serve the model with vLLM started with --max-logprobs -1, "
-             "or load it in-process")
 
 
 @dataclass(frozen=True)
@@ -133,6 +129,7 @@ class CID(Mechanism):
 
     name: ClassVar[str] = "cid"
     min_documents: ClassVar[int] = 0
+    over_datastore: ClassVar[bool] = False  # it reads the documents a request gives
 
     def __post_init__(self) -> None:
         _check(lam=self.lam, bounded_eps=self.bounded_eps)

@@ -27,6 +27,11 @@ from ctxleak.kernels.cid import (
 )
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 
+#: Why CID decoding needs the whole next-token distributions (the words of a refusal).
+CID_NEEDS = ("Context Influence Decoding mixes the whole next-token distributions of two "
+             "prompts at every step: serve the model with vLLM started with --max-logprobs -1, "
+             "or load it in-process")
+
 
 class CIDSettings(Protocol):
     """The decoding settings of one CID response (:class:`~ctxleak.mitigations.cid.CIDConfig`):
@@ -204,5 +209,5 @@ def in_server(lm: LanguageModel, jobs: Sequence[SettingsJob], sample: bool,
     return out
 
 
-__all__ = ["SettingsJob", "CIDSettings", "cid_combine", "cid_job", "cid_lambda", "cid_route", "in_server",
-           "ledger_of", "replay_cid"]
+__all__ = ["CID_NEEDS", "CIDSettings", "SettingsJob", "cid_combine", "cid_job", "cid_lambda",
+           "cid_route", "in_server", "ledger_of", "replay_cid"]

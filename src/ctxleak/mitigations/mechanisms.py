@@ -229,6 +229,9 @@ class Mechanism(Protocol):
     name: ClassVar[str]
     #: the fewest documents a request needs (a vote over shards needs one per shard)
     min_documents: ClassVar[int]
+    #: whether it may answer over a whole datastore (``AnswerRequest.datastore``), retrieving
+    #: for itself, rather than from the documents a request gives
+    over_datastore: ClassVar[bool] = True
 
     def key(self) -> str:
         """The mechanism and its parameters, e.g. ``dp-vote(eps=2,shards=4)``: a setting's

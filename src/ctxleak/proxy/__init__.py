@@ -1,13 +1,14 @@
 """``ctxleak serve``: a privacy proxy with an OpenAI-compatible API. A RAG application points its
 OpenAI client at it; a request whose private context is marked (retrieved documents with ids in
-its ``ctxleak`` field) is decoded by Context Influence Decoding (Estimating Privacy Leakage of
-Augmented Contextual Knowledge in Language Models, Def. 3.4; bounded CID, App. B, Alg. 1) and
-answered with its privacy ledger, each document's ε charged to a budget kept across requests
-(:mod:`ctxleak.proxy.budget`); any other request passes through to the upstream server. Another
-defence (a DP vote, DP-RAG, scrubbing: ``ctxleak serve --mechanism``, a request's
-``ctxleak.mechanism``) answers through the one
-:class:`~ctxleak.mitigations.mechanisms.Mechanism` interface, each document charged the
-answer's claim (:mod:`ctxleak.proxy.mechanism`).
+its ``ctxleak`` field) is answered by its defence, a
+:class:`~ctxleak.mitigations.mechanisms.Mechanism` asked the one way every part of ctxleak asks
+it (:mod:`ctxleak.proxy.answering`): Context Influence Decoding (Estimating Privacy Leakage of
+Augmented Contextual Knowledge in Language Models, Def. 3.4; bounded CID, App. B, Alg. 1) at
+``ctxleak.lambda`` / ``ctxleak.epsilon``, or the mechanism ``ctxleak serve --mechanism`` or a
+request's ``ctxleak.mechanism`` names (a DP vote, DP-RAG, scrubbing). Each answer carries its
+privacy ledger, each document charged what its mechanism's charge says to a budget kept across
+requests (:mod:`ctxleak.proxy.budget`, :mod:`ctxleak.proxy.charging`); any other request passes
+through to the upstream server.
 
 :func:`create_app` builds the ASGI app, :func:`run_proxy` serves it. This package imports its
 web and model parts lazily, so that :mod:`ctxleak.proxy.budget` can be imported alone."""

@@ -1,7 +1,7 @@
 """The privacy proxy's ASGI app: an OpenAI-compatible ``/v1/chat/completions`` that decodes a
 request with marked private context by Context Influence Decoding (Estimating Privacy Leakage of
 Augmented Contextual Knowledge in Language Models, Def. 3.4; bounded, ε per token: App. B,
-Alg. 1), or by another defence (:mod:`~ctxleak.proxy.mechanism`: a DP vote, DP-RAG, scrubbing),
+Alg. 1), or by another defence (:mod:`~ctxleak.proxy.answering`: a DP vote, DP-RAG, scrubbing),
 and charges each document's budget, and passes any other request to the upstream server
 unchanged. Also ``/health``, ``/metrics`` (Prometheus) and ``/v1/models``.
 
@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -33,33 +33,20 @@ from ctxleak.engine.capabilities import NEXT_TOKEN_DISTRIBUTION, check_capabilit
 from ctxleak.engine.chat_prompt import has_chat_template
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError, CtxleakError
-from ctxleak.mitigations.cid import CID_NEEDS
-from ctxleak.mitigations.ledger import LedgerEntry
+from ctxleak.mitigations.cid_steps import CID_NEEDS
+from ctxleak.mitigations.mechanisms import Listener
+from ctxleak.proxy.answering import Reply, answer_alone, refusal
 from ctxleak.proxy.batching import BatchDecoder
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger, open_ledger
-from ctxleak.proxy.charging import AnyRequest, Charging, Held, budget_spent
+from ctxleak.proxy.charging import Charging, Held, budget_spent
+from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
-from ctxleak.proxy.decode import Answer, Sampled, decode_answer, release_sampled, server_samples
 from ctxleak.proxy.errors import answered, decoding_failed, error_response, unauthorised
 from ctxleak.proxy.headers import answer_headers, stream_headers
-from ctxleak.proxy.mechanism import Reply, answer_alone, refusal
 from ctxleak.proxy.metrics import ProxyMetrics
-from ctxleak.proxy.request import (
-    CIDRequest,
-    MechanismRequest,
-    ProxyError,
-    is_marked,
-    parse_body,
-    parse_request,
-)
+from ctxleak.proxy.request import ProxyError, is_marked, parse_body, parse_request
 from ctxleak.proxy.routes import list_documents, list_models, one_document, timed
-from ctxleak.proxy.streaming import (
-    Event,
-    answer_and_settle,
-    decode_and_settle,
-    settle_released,
-    sse_chunks,
-)
+from ctxleak.proxy.streaming import Event, answer_and_settle, settle_released, sse_chunks
 from ctxleak.proxy.upstream import Upstream
 
 log = logging.getLogger("ctxleak.proxy")
@@ -90,17 +77,18 @@ class Proxy:
         # streamed answers still decoding, answers released and still being scored
         self._tasks: set[asyncio.Future[None]] = set()
 
-    # ---- CID ------------------------------------------------------------------------------
-    def _decode(self, request: CIDRequest, docs: Any,
-                on_entry: Callable[[LedgerEntry], None] | None = None) -> Answer | Sampled:
-        """The answer, released as soon as it is drawn: in-process, decoded in a batch with the
-        answers waiting (:mod:`~ctxleak.proxy.batching`); the answer a served model's server
-        samples itself (λ = 1, T = 1), before it is scored (:class:`Sampled`)."""
-        if self.batcher is not None:
-            return self.batcher.decode(request, docs, on_entry)
-        if server_samples(self.lm, request):
-            return release_sampled(self.lm, request, docs, on_entry)
-        return decode_answer(self.lm, request, docs, on_entry)
+    def _answer(self, request: ChatRequest, docs: Sequence[Document],
+                listener: Listener | None = None) -> Reply:
+        """The answer of ``request``'s mechanism, ``listener`` hearing its tokens as they are
+        decided: in-process, in one ``answer_group`` call with the waiting requests its
+        mechanism may decode together (:mod:`~ctxleak.proxy.batching`); a served model's,
+        alone. The mechanism's refusal of the request is HTTP 400 naming the field."""
+        try:
+            if self.batcher is not None:
+                return self.batcher.answer(request, docs, listener)
+            return answer_alone(self.lm, request, docs, listener)
+        except ConfigError as exc:
+            raise refusal(exc, request) from None
 
     async def drain(self) -> None:
         """Wait for the answers still decoding or being scored, then stop the batch decoder."""
@@ -109,51 +97,12 @@ class Proxy:
         if self.batcher is not None:
             await run_in_threadpool(self.batcher.close)
 
-    async def cid(self, body: dict[str, Any]) -> Response:
-        """A request with marked context answered by CID, its budget reserved before decoding
-        and settled after (:mod:`ctxleak.proxy.charging`); one that another mechanism answers
-        goes to :meth:`mechanism`."""
+    async def answer(self, body: dict[str, Any]) -> Response:
+        """A request with marked context answered by its mechanism, its budget reserved before
+        decoding and settled after (:mod:`ctxleak.proxy.charging`)."""
         request = parse_request(body, self.config)
-        if isinstance(request, MechanismRequest):
-            return await self.mechanism(request)
         rid = "chatcmpl-" + uuid.uuid4().hex
         held = await self.charging.reserve(rid, request)
-        if request.stream:
-            return await self._stream(request, held)
-        released = await self._unless_failed(held, self._decode, request, held.docs)
-        answer, info = await settle_released(self.charging, request, held, released, self._tasks)
-        return self._completion(rid, request, answer, info)
-
-    @staticmethod
-    def _completion(rid: str, request: AnyRequest, answer: Answer | Reply,
-                    info: dict[str, Any]) -> Response:
-        """The OpenAI ``chat.completion`` of an answer, its ledger in the ``ctxleak`` field."""
-        return JSONResponse({
-            "id": rid, "object": "chat.completion", "created": int(time.time()),
-            "model": request.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
-                         "finish_reason": answer.finish_reason, "logprobs": None}],
-            "usage": answer.usage, "ctxleak": info})
-
-    # ---- the other mechanisms -------------------------------------------------------------
-    def _answer(self, request: MechanismRequest, docs: Any) -> Reply:
-        """The answer of ``request``'s mechanism, whole: in-process, in one ``answer`` call
-        with the waiting requests of the same mechanism and settings
-        (:mod:`~ctxleak.proxy.batching`); a served model's, alone. The mechanism's refusal of
-        the request is HTTP 400 naming the field."""
-        try:
-            if self.batcher is not None:
-                return self.batcher.answer(request, docs)
-            return answer_alone(self.lm, request, docs)
-        except ConfigError as exc:
-            raise refusal(exc, request) from None
-
-    async def mechanism(self, request: MechanismRequest) -> Response:
-        """A request answered by a mechanism other than CID: its claim reserved of each
-        private document before decoding and settled at the answer's own claim after
-        (:meth:`Charging.reserve_claim`, :meth:`Charging.settle_mechanism`)."""
-        rid = "chatcmpl-" + uuid.uuid4().hex
-        held = await self.charging.reserve_claim(rid, request)
         least = request.mechanism.min_documents
         if len(held.docs) < least:  # budgets spent: too few documents left to answer from
             await self.charging.release_unspent(held)
@@ -164,8 +113,19 @@ class Proxy:
         if request.stream:
             return await self._stream(request, held)
         reply = await self._unless_failed(held, self._answer, request, held.docs)
-        info = await self.charging.settle_mechanism(request, reply, held)
+        reply, info = await settle_released(self.charging, request, held, reply, self._tasks)
         return self._completion(rid, request, reply, info)
+
+    @staticmethod
+    def _completion(rid: str, request: ChatRequest, reply: Reply,
+                    info: dict[str, Any]) -> Response:
+        """The OpenAI ``chat.completion`` of an answer, its ledger in the ``ctxleak`` field."""
+        return JSONResponse({
+            "id": rid, "object": "chat.completion", "created": int(time.time()),
+            "model": request.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
+                         "finish_reason": reply.finish_reason, "logprobs": None}],
+            "usage": reply.usage, "ctxleak": info})
 
     async def _unless_failed(self, held: Held, work: Callable[..., _R], *args: Any) -> _R:
         """``work(*args)`` in a worker thread; if it fails, nothing was released and ``held``'s
@@ -176,18 +136,17 @@ class Proxy:
             await self.charging.release_unspent(held)  # nothing was released
             raise
 
-    async def _stream(self, request: AnyRequest, held: Held) -> Response:
-        """A streamed answer, each token sent as it is drawn (:mod:`ctxleak.proxy.streaming`).
-        Decoding and the settling of the budget run in a task of their own, so a client that
-        goes away mid-answer changes nothing: what was drawn is charged. A failure before the
-        first token is an HTTP error (nothing released, the reservation given back); after it,
-        an ``error`` event, and the tokens already sent count as spent. Another mechanism's
-        answer is decoded whole, settled, then sent in chunks."""
+    async def _stream(self, request: ChatRequest, held: Held) -> Response:
+        """A streamed answer, each token sent as its mechanism decides it (CID: as it is drawn;
+        a mechanism that decodes the whole answer first: once it is whole;
+        :mod:`ctxleak.proxy.streaming`). Answering and the settling of the budget run in a task
+        of their own, so a client that goes away mid-answer changes nothing: what was drawn is
+        charged. A failure before the first token is an HTTP error (nothing released, the
+        reservation given back); after it, an ``error`` event, and the tokens already sent
+        count as spent."""
         events: asyncio.Queue[Event] = asyncio.Queue()
-        task = asyncio.ensure_future(
-            answer_and_settle(self._answer, self.charging, request, held, events)
-            if isinstance(request, MechanismRequest) else
-            decode_and_settle(self._decode, self.charging, request, held, events, self._tasks))
+        task = asyncio.ensure_future(answer_and_settle(self._answer, self.charging, request,
+                                                       held, events, self._tasks))
         self._tasks.add(task)  # kept until done: the answer is settled whatever the client does
         # a streamed answer keeps its request's slot until it is decoded (released here, not
         # when the handler returns the stream)
@@ -244,8 +203,8 @@ class Proxy:
 
     async def chat(self, request: Request) -> Response:
         """``POST /v1/chat/completions``: the key checked, the body read (a slow body holds no
-        slot), the concurrency limit checked; marked context answered by CID, any other
-        request passed through."""
+        slot), the concurrency limit checked; marked context answered by its mechanism, any
+        other request passed through."""
         if not self.authorised(request):
             raise unauthorised()
         body, raw = parse_body(await self.read_body(request))
@@ -253,7 +212,7 @@ class Proxy:
             if not is_marked(body) and self.config.datastore is None:
                 return await self.upstream.pass_through(raw, body)
             try:
-                return await self.cid(body)
+                return await self.answer(body)
             except self.charging.ledger.unavailable as exc:  # PostgreSQL down: one line
                 log.error(json.dumps({"event": "ledger_unavailable", "error":
                                       f"{type(exc).__name__}: {str(exc).splitlines()[0:1]}"}))

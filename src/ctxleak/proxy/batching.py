@@ -20,10 +20,12 @@ a change to the engine's decoding loop that every method relies on, for a gain o
 answers arrive while others are mid-way. A client that sends its next request when its answer
 comes back joins the next batch, so closed-loop clients settle into full batches.
 
-A request for another mechanism (:mod:`~ctxleak.proxy.mechanism`: a DP vote, DP-RAG,
-scrubbing) waits in the same queue; the requests of one batch with the same mechanism (its
-``key()``) and decoding settings go through one ``mechanism.answer`` call, whole answers (if
-that call fails, each request again alone, so one the mechanism refuses fails alone).
+Every defence waits in the one queue: the answers of a batch are grouped by their mechanism's
+``batch_key`` (every CID answer, whatever its λ, ε, temperature and lengths, in one group of
+those that sample and one of those that are greedy; another mechanism's by its key and decoding
+settings), and each group goes through one ``answer_group`` call (if that call fails, each
+answer that released nothing is answered again alone, so one the mechanism refuses fails
+alone).
 
 What stays equal: each answer draws from its own generator, seeded by its request's seed, so
 its tokens are those of the same request decoded alone (up to float noise in the logits, as for
@@ -39,19 +41,14 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
 
-from ctxleak.engine.batching import policy_of
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.mitigations.cid import answer_together, ledger_of
-from ctxleak.mitigations.ledger import LedgerEntry
-from ctxleak.proxy.decode import Answer, Prepared, finish_answer, prepare_answer
-from ctxleak.proxy.mechanism import Prepared as PreparedAsk
-from ctxleak.proxy.mechanism import Reply, prepare, reply_of
-from ctxleak.proxy.request import CIDRequest, Document, MechanismRequest
+from ctxleak.mitigations.mechanisms import Listener, MechanismAnswer
+from ctxleak.proxy.answering import Prepared, Reply, prepare, reply_of
+from ctxleak.proxy.chat_request import ChatRequest, Document
 
 #: Seconds the collector waits after the first answer of a batch for more to arrive.
 WINDOW_S = 0.005
@@ -59,42 +56,55 @@ WINDOW_S = 0.005
 
 @dataclass(eq=False)
 class _Waiting:
-    """One answer waiting to be decoded, and what became of it."""
+    """One answer waiting to be decoded, and what became of it: the tokens heard so far, and
+    the error of its own listener (it then fails alone)."""
 
-    request: CIDRequest
+    request: ChatRequest
     docs: Sequence[Document]
-    on_entry: Callable[[LedgerEntry], None] | None
-    future: Future[Answer] = field(default_factory=Future)
+    listener: Listener | None
+    future: Future[Reply] = field(default_factory=Future)
     prepared: Prepared | None = None
-    entries: list[LedgerEntry] = field(default_factory=list)  # drawn so far
-    error: BaseException | None = None  # its on_entry failed: it fails alone
+    heard: int = 0
+    error: BaseException | None = None
 
-    def hear(self, entry: LedgerEntry) -> None:
-        self.entries.append(entry)
-        if self.error is not None or self.on_entry is None:
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+    def finish(self, lm: LanguageModel, answer: MechanismAnswer) -> None:
+        """Its reply, unless it failed or was finished as it ended."""
+        if self.future.done():
+            return
+        if self.error is not None:
+            self.fail(self.error)
+            return
+        assert self.prepared is not None
+        try:
+            self.future.set_result(reply_of(lm, self.prepared, answer))
+        except Exception as exc:
+            self.fail(exc)
+
+
+class _Heard:
+    """The listener of one group's ``answer_group`` call: each answer's tokens to its own
+    listener (one that fails fails its answer alone), each answer returned as it ends."""
+
+    def __init__(self, lm: LanguageModel, group: list[_Waiting]) -> None:
+        self.lm, self.group = lm, group
+
+    def token(self, k: int, token_id: int, spent: float | None) -> None:
+        item = self.group[k]
+        item.heard += 1
+        if item.error is not None or item.listener is None:
             return
         try:
-            self.on_entry(entry)
+            item.listener.token(0, token_id, spent)
         except Exception as exc:  # the answer's own failure: the batch goes on without it
-            self.error = exc
+            item.error = exc
 
-    def fail(self, exc: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
-
-
-@dataclass(eq=False)
-class _Asked:
-    """One request waiting for a mechanism other than CID, and what became of it."""
-
-    request: MechanismRequest
-    docs: Sequence[Document]
-    future: Future[Reply] = field(default_factory=Future)
-    prepared: PreparedAsk | None = None
-
-    def fail(self, exc: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
+    def done(self, k: int, answer: MechanismAnswer) -> None:
+        if self.group[k].error is None:
+            self.group[k].finish(self.lm, answer)
 
 
 class BatchDecoder:
@@ -110,26 +120,21 @@ class BatchDecoder:
         self.lm, self.max_batch, self.window_s = lm, max_batch, window_s
         self.lock = lock or threading.Lock()
         self.sizes: Counter[int] = Counter()
-        self._queue: queue.Queue[_Waiting | _Asked | None] = queue.Queue()
+        self._queue: queue.Queue[_Waiting | None] = queue.Queue()
         self._pending, self._counting = 0, threading.Lock()
         self._thread = threading.Thread(target=self._serve, name="ctxleak-batch-decoder",
                                         daemon=True)
         self._thread.start()
 
-    def decode(self, request: CIDRequest, docs: Sequence[Document],
-               on_entry: Callable[[LedgerEntry], None] | None = None) -> Answer:
-        """The answer of ``request`` with ``docs`` as its context, decoded in a batch with the
-        answers other threads are waiting for; ``on_entry`` hears each of its entries as it is
-        drawn (in the decoder's thread). Raises what its decoding raised."""
-        return self._wait(_Waiting(request, docs, on_entry))
+    def answer(self, request: ChatRequest, docs: Sequence[Document],
+               listener: Listener | None = None) -> Reply:
+        """The answer of ``request`` by its mechanism with ``docs`` as its documents, in one
+        ``answer_group`` call with the answers other threads are waiting for that its
+        mechanism may decode together; ``listener`` hears its tokens as they are decided (in
+        the decoder's thread). Raises what its decoding raised."""
+        return self._wait(_Waiting(request, docs, listener))
 
-    def answer(self, request: MechanismRequest, docs: Sequence[Document]) -> Reply:
-        """The answer of ``request`` by its mechanism (not CID) with ``docs`` as its
-        documents, in one ``answer`` call with the requests other threads are waiting for that
-        have the same mechanism and decoding settings. Raises what its decoding raised."""
-        return self._wait(_Asked(request, docs))
-
-    def _wait(self, waiting: _Waiting | _Asked) -> Any:
+    def _wait(self, waiting: _Waiting) -> Reply:
         """Queue ``waiting`` and wait for its result."""
         if not self._thread.is_alive():
             raise RuntimeError("the batch decoder is closed")
@@ -178,7 +183,7 @@ class BatchDecoder:
             if closing:
                 return
 
-    def _more(self, batch: list[_Waiting | _Asked], seconds: float) -> bool:
+    def _more(self, batch: list[_Waiting], seconds: float) -> bool:
         """Add to ``batch`` the answers that arrive within ``seconds`` (0: those waiting now),
         up to ``max_batch``; whether :meth:`close` was called meanwhile."""
         deadline = time.monotonic() + seconds
@@ -192,30 +197,11 @@ class BatchDecoder:
             batch.append(more)
         return False
 
-    def _run(self, batch: list[_Waiting | _Asked]) -> None:
-        """Prepare each answer (one failing fails alone), then decode CID's greedy ones and
-        sampled ones, each kind in one batch, and the other mechanisms' ones, one ``answer``
-        call per mechanism and decoding settings."""
-        self._ask([item for item in batch if isinstance(item, _Asked)])
-        ready = []
-        for item in (item for item in batch if isinstance(item, _Waiting)):
-            try:
-                item.prepared = prepare_answer(self.lm, item.request, item.docs)
-            except Exception as exc:
-                item.fail(exc)
-                continue
-            ready.append(item)
-        for sample in (True, False):
-            group = [item for item in ready if item.prepared and item.prepared.sample == sample]
-            if group:
-                self.sizes[len(group)] += 1
-                self._decode(group)
-
-    def _ask(self, asked: list[_Asked]) -> None:
-        """Prepare each request for its mechanism (one failing fails alone), then answer those
-        of one mechanism and decoding settings in one call."""
-        groups: dict[tuple[str, Any], list[_Asked]] = {}
-        for item in asked:
+    def _run(self, batch: list[_Waiting]) -> None:
+        """Prepare each answer (one failing fails alone), then answer each group of its
+        mechanism's ``batch_key`` in one ``answer_group`` call."""
+        groups: dict[Hashable, list[_Waiting]] = {}
+        for item in batch:
             try:
                 item.prepared = prepare(self.lm, item.request, item.docs)
             except Exception as exc:
@@ -226,74 +212,22 @@ class BatchDecoder:
             self.sizes[len(group)] += 1
             self._answer(group)
 
-    def _answer(self, group: list[_Asked]) -> None:
-        """One ``answer`` call for ``group``; if it fails, each request again alone (so one
-        request the mechanism refuses fails alone)."""
+    def _answer(self, group: list[_Waiting]) -> None:
+        """One ``answer_group`` call for ``group``, each answer's tokens to its own listener
+        as they are decided; each answer's future gets its reply or its error. If the call
+        fails, each answer that released nothing is answered again alone, those that did fail
+        with its error (their released tokens are spent)."""
         prepared = [item.prepared for item in group if item.prepared is not None]
-        first = prepared[0]
+        first = prepared[0].mechanism
         try:
-            answers = first.mechanism.answer(self.lm, [p.request for p in prepared],
-                                             first.decoding)
+            answers = first.answer_group(self.lm, [p.asked for p in prepared],
+                                         _Heard(self.lm, group))
         except Exception as exc:
-            if len(group) == 1:
-                group[0].fail(exc)
-            else:
-                for item in group:
-                    self._answer([item])
-            return
-        for item, p, answer in zip(group, prepared, answers):
-            try:
-                item.future.set_result(reply_of(self.lm, p, answer))
-            except Exception as exc:
-                item.fail(exc)
-
-    def _decode(self, group: list[_Waiting]) -> None:
-        """One batch of answers (all greedy or all sampled), each under its own CID setting
-        (:func:`answer_together`), each answer's entries to its own ``on_entry`` as they are
-        drawn; each answer's future gets its answer or its error."""
-        prepared = [item.prepared for item in group if item.prepared is not None]
-        # without a replay of the floats (batch-invariant policy), the entries heard are the
-        # ledger's: an answer is returned as soon as it ends, not when its batch does
-        early = not policy_of(self.lm).invariant
-
-        def heard(row: int, entry: LedgerEntry) -> None:
-            group[row].hear(entry)
-            if early:
-                self._finish_if_ended(group[row], prepared[row], entry)
-
-        try:
-            answers = answer_together(self.lm, [(p.mechanism, p.request, p.decoding)
-                                                for p in prepared], on_entry=heard)
-        except Exception as exc:
-            for item in group:  # whose tokens were released fails; the others again alone
-                if item.entries or item.error is not None or len(group) == 1:
+            for item in group:
+                if item.heard or item.error is not None or len(group) == 1:
                     item.fail(item.error or exc)
                 else:
-                    self._decode([item])
+                    self._answer([item])
             return
-        for item, p, answer in zip(group, prepared, answers):
-            ledger = answer.ledger
-            assert ledger is not None  # CID's answers carry their ledger
-            if item.future.done():  # returned as it ended
-                continue
-            if item.error is not None:
-                item.fail(item.error)
-                continue
-            try:
-                item.future.set_result(finish_answer(self.lm, p, ledger))
-            except Exception as exc:
-                item.fail(exc)
-
-    def _finish_if_ended(self, item: _Waiting, prepared: Prepared, entry: LedgerEntry) -> None:
-        """Return ``item``'s answer if ``entry`` ended it: the model's EOS, or its last token
-        (as :func:`~ctxleak.engine.streams.take_step` stops)."""
-        config = prepared.config
-        stopped = entry.token_id in self.lm.eos_ids
-        if item.error is not None or item.future.done() or \
-                (not stopped and entry.step + 1 < config.max_new_tokens):
-            return
-        ledger = ledger_of(item.entries, stopped, config)
-        try:
-            item.future.set_result(finish_answer(self.lm, prepared, ledger))
-        except Exception as exc:
-            item.fail(exc)
+        for item, answer in zip(group, answers):
+            item.finish(self.lm, answer)

@@ -1,13 +1,19 @@
-"""What a CID answer of the privacy proxy charges to each document's budget, in the two steps of
+"""What an answer of the privacy proxy charges to each document's budget, in the two steps of
 :mod:`ctxleak.proxy.budget`'s contract: reserve before decoding the most the answer may spend,
-settle after it what it spent. No token is drawn before its reservation is recorded.
+settle after it what it spent. No token is drawn before its reservation is recorded. What to
+reserve and charge is the mechanism's :class:`~ctxleak.mitigations.mechanisms.Charge`:
 
-Bounded Context Influence Decoding (Estimating Privacy Leakage of Augmented Contextual
-Knowledge in Language Models, App. B, Alg. 1, Thm B.1) releases each token ε-DP with respect to
-any one document, so an answer may spend ε × (max_tokens + 1) of each (the stopping EOS
-included) and spends ε per released token. Plain CID (a fixed λ) has no guarantee: its ex-post ε
-is recorded, and charged only when the operator says so (``charge_ex_post``). Documents of class
-``public`` are never charged. The response's figures are what the ledger charged."""
+* per token: bounded Context Influence Decoding (Estimating Privacy Leakage of Augmented
+  Contextual Knowledge in Language Models, App. B, Alg. 1, Thm B.1) releases each token ε-DP
+  with respect to any one document, so an answer may spend ε × (max_tokens + 1) of each (the
+  stopping EOS included) and spends ε per released token;
+* per answer: a mechanism's claim (a DP vote, DP-RAG), whatever the claim's relation;
+* ex post: plain CID (a fixed λ) has no guarantee: its ex-post ε is recorded, and charged only
+  when the operator says so (``charge_ex_post``); a mechanism without a claim (scrubbing) is not
+  charged.
+
+Documents of class ``public`` are never charged. The response's figures are what the ledger
+charged."""
 
 from __future__ import annotations
 
@@ -21,18 +27,13 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from ctxleak.errors import CtxleakError
-from ctxleak.mitigations.ledger import LedgerEntry
+from ctxleak.mitigations.mechanisms import Charge
+from ctxleak.proxy.answering import Reply
 from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
+from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
-from ctxleak.proxy.decode import Answer
-from ctxleak.proxy.mechanism import Reply, mechanism_fields
 from ctxleak.proxy.metrics import ProxyMetrics
-from ctxleak.proxy.request import (
-    CIDRequest,
-    Document,
-    MechanismRequest,
-    ProxyError,
-)
+from ctxleak.proxy.request import ProxyError
 
 log = logging.getLogger("ctxleak.proxy")
 
@@ -45,27 +46,8 @@ NO_GUARANTEE = ("plain CID (a fixed λ) has no DP guarantee: epsilon_ex_post is 
                 "answer itself)")
 
 
-#: A request the proxy charges: answered by CID, or by another mechanism.
-AnyRequest = CIDRequest | MechanismRequest
-
-
-def mode_of(request: AnyRequest) -> str:
-    """The answer's mode: ``bounded`` CID, plain CID (``lambda``), or another ``mechanism``."""
-    if isinstance(request, MechanismRequest):
-        return "mechanism"
-    return "bounded" if request.eps is not None else "lambda"
-
-
 class NotANumber(CtxleakError):
     """A decoded answer whose figures are NaN: the model (or its server) failed."""
-
-
-def answer_is_numbers(answer: Answer) -> bool:
-    """Whether no log-probability, influence or ex-post ε of ``answer`` is NaN."""
-    values = [v for e in answer.ledger.entries
-              for v in (e.logp_context, e.logp_empty, e.influence, e.eps_ex_post)
-              if v is not None]
-    return not any(math.isnan(float(v)) for v in values)
 
 
 @dataclass(frozen=True)
@@ -85,19 +67,6 @@ class Held:
     public: tuple[str, ...] = ()
     classes: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
-
-
-def _what(request: AnyRequest) -> str:
-    """The answer's defence in words, for an error."""
-    if isinstance(request, MechanismRequest):
-        return f"{request.mechanism.key()} (a claim without ε)"
-    return f"plain CID (ctxleak.lambda {request.lam:g})"
-
-
-def per_token_reserve(request: CIDRequest, config: ProxyConfig) -> float | None:
-    """The ε per token an answer reserves: bounded CID's ε; plain CID's ``ex_post_reserve``
-    (None: it holds each document's whole remaining budget instead)."""
-    return request.eps if request.eps is not None else config.ex_post_reserve
 
 
 def never_fits(doc_id: str, budget: float, per_token: float, max_tokens: int) -> str:
@@ -147,38 +116,37 @@ class Charging:
                  metrics: ProxyMetrics) -> None:
         self.ledger, self.config, self.metrics = ledger, config, metrics
 
-    async def reserve(self, rid: str, request: CIDRequest) -> Held:
-        """Reserve the budget the answer may spend before anything is decoded: ε per token the
-        answer may release (bounded), or for plain CID charged ex post ``ex_post_reserve`` per
-        token or the whole remaining budget. A document whose budget could never cover it is
-        refused with HTTP 400 (``on_unfittable``); one whose budget is spent is dropped, or the
-        whole request refused with HTTP 429 (``on_exhausted="refuse"``)."""
+    async def reserve(self, rid: str, request: ChatRequest) -> Held:
+        """Reserve the budget the answer may spend before anything is decoded, as its
+        mechanism's :class:`~ctxleak.mitigations.mechanisms.Charge` says: a claim's ε per
+        answer; ε per token the answer may release (bounded CID); for plain CID charged ex post
+        (``charge_ex_post``) ``ex_post_reserve`` per token or the whole remaining budget; an
+        answer with no ε charged reserves nothing (:meth:`_uncharged`). A document whose budget
+        could never cover it is refused with HTTP 400 (``on_unfittable``); one whose budget is
+        spent is dropped, or the whole request refused with HTTP 429
+        (``on_exhausted="refuse"``)."""
         ids, classes, public, private = await self._classes(request)
-        if not (request.eps is not None or self.config.charge_ex_post):
+        charge = request.charge
+        if not (charge.guaranteed or (charge.ex_post and self.config.charge_ex_post)):
             return await self._uncharged(rid, request, ids, private, classes)
-        warnings = self._unfittable(request, private, classes)
-        per_token = per_token_reserve(request, self.config)
-        amount = 0.0 if per_token is None else per_token * (request.max_tokens + 1)
-        return await self._reserve(rid, request, ids, private, public, classes, amount,
-                                   per_token is None, warnings)
+        per_token = self.per_token(charge)
+        if charge.per_answer is not None:
+            need, hold_rest = charge.per_answer, False
+        else:
+            need, hold_rest = 0.0 if per_token is None else \
+                per_token * (request.max_tokens + 1), per_token is None
+        warnings = () if hold_rest else self._unfittable(request, need, private, classes)
+        return await self._reserve(rid, request, ids, private, public, classes, need,
+                                   hold_rest, warnings)
 
-    async def reserve_claim(self, rid: str, request: MechanismRequest) -> Held:
-        """Reserve, before anything is decoded, the claim's ε (the most the whole answer may
-        spend, :meth:`~ctxleak.mitigations.mechanisms.Mechanism.claim`) of each private
-        document the request carries, whatever the claim's relation (document, context or
-        shard); a claim without ε (scrubbing) reserves nothing, and a document whose budget is
-        spent is dropped or refused as by plain CID. As :meth:`reserve`: HTTP 400 for a
-        budget that could never cover it (``on_unfittable``), HTTP 429 with
-        ``on_exhausted="refuse"``."""
-        ids, classes, public, private = await self._classes(request)
-        claim = request.claim
-        if claim.eps is None:
-            return await self._uncharged(rid, request, ids, private, classes)
-        warnings = self._unfittable_claim(request, claim.eps, private, classes)
-        return await self._reserve(rid, request, ids, private, public, classes, claim.eps,
-                                   False, warnings)
+    def per_token(self, charge: Charge) -> float | None:
+        """The ε per token an answer reserves: bounded CID's ε; plain CID's
+        ``ex_post_reserve`` (None: it holds each document's whole remaining budget instead, or
+        the charge is per answer)."""
+        return charge.per_token if charge.per_token is not None else \
+            self.config.ex_post_reserve if charge.ex_post else None
 
-    async def _classes(self, request: AnyRequest
+    async def _classes(self, request: ChatRequest
                        ) -> tuple[list[str], dict[str, str], tuple[str, ...], list[str]]:
         """The request's document ids (each once, in order), their classes, the public ones and
         the private ones. A document's class is the operator's (``classes``, else the one the
@@ -206,7 +174,7 @@ class Charging:
         private = [i for i in ids if i not in public]
         return ids, classes, public, private
 
-    async def _reserve(self, rid: str, request: AnyRequest, ids: list[str], private: list[str],
+    async def _reserve(self, rid: str, request: ChatRequest, ids: list[str], private: list[str],
                        public: tuple[str, ...], classes: Mapping[str, str], amount: float,
                        hold_rest: bool, warnings: tuple[str, ...]) -> Held:
         """Reserve ``amount`` of each private document (``hold_rest``: its whole remaining
@@ -225,7 +193,7 @@ class Charging:
         return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
                     dict(res.held), public, dict(classes), warnings)
 
-    async def _uncharged(self, rid: str, request: AnyRequest, ids: list[str],
+    async def _uncharged(self, rid: str, request: ChatRequest, ids: list[str],
                          private: list[str], classes: Mapping[str, str]) -> Held:
         """An answer without a guarantee that is not charged (plain CID, scrubbing): a
         document with a budget is refused (HTTP 403), dropped or used uncharged, as the
@@ -233,12 +201,12 @@ class Charging:
         still used by no further answer: dropped, or HTTP 429 (``on_exhausted="refuse"``)."""
         budgets = self.config.budgets
         policy = self.config.unguaranteed
-        reads = not (isinstance(request, CIDRequest) and request.lam == 0.0)  # λ = 0: none
+        what = f"{request.mechanism.key()} (a claim without ε)"
         budgeted = [d for d in private if budgets.of(d, classes.get(d)) is not None] \
-            if reads else []
+            if request.charge.reads else []
         if budgeted and policy == "refuse":
             raise ProxyError(403, f"ctxleak.documents: document(s) {', '.join(budgeted)} have "
-                                  f"a privacy budget, and {_what(request)} carries no "
+                                  f"a privacy budget, and {what} carries no "
                                   f"guarantee and is not charged: ask with ctxleak.epsilon "
                                   f"(bounded CID) or a mechanism with an ε claim",
                              param="ctxleak.documents", kind="permission_error",
@@ -247,7 +215,7 @@ class Charging:
         if budgeted and policy == "drop":
             out = budgeted
             warnings = (f"document(s) {', '.join(budgeted)} left out: they have a privacy "
-                        f"budget and {_what(request)} is not charged",)
+                        f"budget and {what} is not charged",)
         else:
             def spent_out() -> list[str]:
                 return [doc for doc in budgeted
@@ -270,32 +238,26 @@ class Charging:
             raise budget_spent(f"the privacy budget of document(s) {', '.join(exhausted)} "
                                f"is spent")
 
-    def _unfittable(self, request: CIDRequest, private: list[str],
+    def _unfittable(self, request: ChatRequest, need: float, private: list[str],
                     classes: Mapping[str, str]) -> tuple[str, ...]:
         """HTTP 400 (or, with ``on_unfittable="drop"``, warnings) for the documents whose whole
-        budget is less than this answer's reservation; a budget of 0 is no mistake."""
-        per_token = per_token_reserve(request, self.config)
-        if per_token is None:
-            return ()
+        budget is less than this answer's reservation ``need``; a budget of 0 is no mistake."""
+        charge = request.charge
+        per_token = self.per_token(charge)
+        if charge.per_answer is None and per_token is not None:
+            def says(doc: str, budget: float) -> str:
+                return never_fits(doc, budget, per_token, request.max_tokens)
 
-        def says(doc: str, budget: float) -> str:
-            return never_fits(doc, budget, per_token, request.max_tokens)
+            return self._over_budget(need, private, classes, "max_tokens", says)
 
-        return self._over_budget(per_token * (request.max_tokens + 1), private, classes,
-                                 "max_tokens", says)
-
-    def _unfittable_claim(self, request: MechanismRequest, need: float, private: list[str],
-                          classes: Mapping[str, str]) -> tuple[str, ...]:
-        """:meth:`_unfittable` for a mechanism's claim ``need``: HTTP 400 (or warnings) for the
-        documents whose whole budget is less than it."""
-        def says(doc: str, budget: float) -> str:
+        def claimed(doc: str, budget: float) -> str:
             return (f"the reservation of {request.mechanism.key()} at max_tokens "
                     f"{request.max_tokens}, its claim ε = {need:g} per answer, is more "
                     f"than document {doc!r}'s whole budget of {budget:g}, so this "
                     f"request could never use it: raise the budget or deploy a "
                     f"mechanism with a smaller ε")
 
-        return self._over_budget(need, private, classes, "ctxleak.mechanism", says)
+        return self._over_budget(need, private, classes, "ctxleak.mechanism", claimed)
 
     def _over_budget(self, need: float, private: list[str], classes: Mapping[str, str],
                      param: str, says: Callable[[str, float], str]) -> tuple[str, ...]:
@@ -319,98 +281,63 @@ class Charging:
         if held.charged:
             await run_in_threadpool(self.ledger.settle, held.rid, 0.0)
 
-    async def settle_drawn(self, request: CIDRequest, held: Held,
-                           drawn: Sequence[LedgerEntry]) -> None:
-        """A streamed answer that failed midway: the tokens already sent are spent (bounded: ε
-        each; else their ex-post ε)."""
+    async def settle_drawn(self, held: Held, drawn: Sequence[float | None]) -> None:
+        """A streamed answer that failed midway: the tokens already sent are spent (``drawn``:
+        what each spent under its charge: bounded CID's ε, else its ex-post ε)."""
         if held.charged:
-            spent = [e.eps if request.eps is not None else e.eps_ex_post for e in drawn]
-            total = float(sum(x or 0.0 for x in spent))
+            total = float(sum(x or 0.0 for x in drawn))
             if math.isnan(total):  # a figure the model could not give: all it reserved
                 total = max(held.held.values(), default=0.0)
             await run_in_threadpool(self.ledger.settle, held.rid, total)
 
-    async def settle(self, request: CIDRequest, answer: Answer, held: Held) -> dict[str, Any]:
-        """Charge what the answer spent, count it, log it; the response's ``ctxleak`` field,
-        whose ``charged`` and ``epsilon_spent`` are what the ledger charged each document.
-        An answer whose log-probabilities hold NaN (a model or server that failed) is not
-        released: :class:`NotANumber`, its whole reservation kept as spent."""
-        rid, docs = held.rid, held.docs
-        if not answer_is_numbers(answer):
+    async def settle(self, request: ChatRequest, reply: Reply, held: Held) -> dict[str, Any]:
+        """Charge what the answer spent under its mechanism's charge (bounded CID's composed ε,
+        a mechanism's own claim, or plain CID's ex-post ε where the operator charges it), count
+        it, log it; the response's ``ctxleak`` field, whose ``charged`` and ``epsilon_spent``
+        are what the ledger charged each document. An answer whose log-probabilities hold NaN
+        (a model or server that failed) is not released: :class:`NotANumber`, its whole
+        reservation kept as spent."""
+        rid, charge, figures = held.rid, request.charge, reply.figures
+        if not reply.answer.numbers_ok:
             if held.charged:
                 await run_in_threadpool(self.ledger.settle, rid,
                                         max(held.held.values(), default=0.0))
             raise NotANumber("the model's log-probabilities hold NaN (not a number): the "
                              "answer is not released")
-        bounded = request.eps is not None
-        spent = answer.eps_spent if bounded else (answer.eps_ex_post_total or 0.0)
-        charged: dict[str, float] = {}
+        charged: dict[str, float] | None = None
         if held.charged:  # (the server sampled at λ = 1: no ex-post figure, nothing charged)
-            await run_in_threadpool(self.ledger.settle, rid, float(spent or 0.0))
-            charged = {doc: float(spent or 0.0) for doc in held.held}
-            over = [d for d, h in held.held.items() if (spent or 0.0) > h + TOLERANCE]
-            if over:  # an ex-post spend above its reservation: charged in full, said
-                log.warning(json.dumps({"event": "over_reservation", "id": rid,
-                                        "documents": over, "epsilon": spent}))
-            self.metrics.eps.inc(sum(charged.values()) if bounded else 0.0)
-        private = [d.id for d in docs if d.id not in held.public]
-        if not bounded and private and answer.eps_ex_post_total is not None:
-            await run_in_threadpool(self.ledger.record_ex_post, private,
-                                    answer.eps_ex_post_total)
-            self.metrics.eps_ex_post.inc(answer.eps_ex_post_total * len(private))
-        mode = "bounded" if bounded else "lambda"
-        self.metrics.tokens.labels(mode).inc(len(answer.ledger.entries))
-        kept = {d.id for d in docs}
-        info = ledger_fields(request, answer, [i for i in held.ids if i in kept], held.dropped,
-                             charged=charged if held.charged else None)
-        info["warnings"] = list(held.warnings)
-        info["budgets"] = await run_in_threadpool(self.budget_rows, request, held)
-        log.info(json.dumps({"event": "cid", "id": rid, "mode": mode, "documents": info[
-            "documents"], "dropped": held.dropped, "tokens": info["tokens"],
-            "epsilon_spent": info["epsilon_spent"], "epsilon_ex_post": info["epsilon_ex_post"]}))
-        return info
-
-    async def settle_mechanism(self, request: MechanismRequest, reply: Reply,
-                               held: Held) -> dict[str, Any]:
-        """Charge what the mechanism's answer says it spent (its own claim's ε,
-        :attr:`~ctxleak.mitigations.mechanisms.MechanismAnswer.claim`) to each document
-        reserved, count it, log it; the response's ``ctxleak`` field, whose ``charged`` and
-        ``epsilon_spent`` are what the ledger charged each document."""
-        rid, answer = held.rid, reply.answer
-        charged: dict[str, float] = {}
-        if held.charged:
-            # an answer without a figure (never for a mechanism with a claim) keeps it all
-            spent = answer.claim.eps if answer.claim.eps is not None else \
-                max(held.held.values(), default=0.0)
-            await run_in_threadpool(self.ledger.settle, rid, float(spent))
-            charged = {doc: float(spent) for doc in held.held}
+            own = figures["epsilon_spent"] if charge.guaranteed else \
+                (figures["epsilon_ex_post"] or 0.0)
+            spent = float(own if own is not None else max(held.held.values(), default=0.0))
+            await run_in_threadpool(self.ledger.settle, rid, spent)
+            charged = {doc: spent for doc in held.held}
             over = [d for d, h in held.held.items() if spent > h + TOLERANCE]
-            if over:  # a mechanism that spent more than it claimed: charged in full, said
+            if over:  # a spend above its reservation: charged in full, said
                 log.warning(json.dumps({"event": "over_reservation", "id": rid,
                                         "documents": over, "epsilon": spent}))
-            self.metrics.eps.inc(sum(charged.values()))
-        self.metrics.tokens.labels("mechanism").inc(reply.tokens)
-        kept = {d.id for d in held.docs}
-        info = mechanism_fields(request, reply, [i for i in held.ids if i in kept],
-                                held.dropped, held.docs,
-                                charged=charged if held.charged else None)
-        info["warnings"] = list(held.warnings)
+            self.metrics.eps.inc(sum(charged.values()) if charge.guaranteed else 0.0)
+        private = [d.id for d in held.docs if d.id not in held.public]
+        ex_post = figures.get("epsilon_ex_post")
+        if charge.ex_post and private and ex_post is not None:
+            await run_in_threadpool(self.ledger.record_ex_post, private, ex_post)
+            self.metrics.eps_ex_post.inc(ex_post * len(private))
+        self.metrics.tokens.labels(request.mechanism.mode()).inc(reply.tokens)
+        info = answer_fields(request, reply, held, charged)
         info["budgets"] = await run_in_threadpool(self.budget_rows, request, held)
-        log.info(json.dumps({"event": "mechanism", "id": rid, "mechanism": info["mechanism"],
-                             "documents": info["documents"], "dropped": held.dropped,
-                             "tokens": info["tokens"], "epsilon_spent": info["epsilon_spent"],
-                             "delta_spent": info["delta_spent"]}))
+        event = "mechanism" if request.mechanism.mode() == "mechanism" else "cid"
+        log.info(json.dumps({"event": event, "id": rid,
+                             **{k: info[k] for k in LOGGED if k in info}}))
         return info
 
-    def budget_rows(self, request: AnyRequest, held: Held) -> dict[str, dict[str, Any]]:
+    def budget_rows(self, request: ChatRequest, held: Held) -> dict[str, dict[str, Any]]:
         """Each charged document's budget after this answer: its class, budget, ε spent and
         left, and how many more answers like this one (same ε and max_tokens, or the same
         mechanism's claim) it allows."""
-        if isinstance(request, MechanismRequest):
-            per_token = request.claim.eps or None
-            tokens = 0  # a claim is per answer: ⌊left / claim⌋
+        charge = request.charge
+        if charge.per_answer is not None:
+            per_token, tokens = charge.per_answer or None, 0  # a claim is per answer
         else:
-            per_token, tokens = per_token_reserve(request, self.config), request.max_tokens
+            per_token, tokens = self.per_token(charge), request.max_tokens
         out: dict[str, dict[str, Any]] = {}
         for doc in held.held:
             row = self.ledger.document(doc)
@@ -422,26 +349,38 @@ class Charging:
         return out
 
 
-def ledger_fields(request: CIDRequest, answer: Answer, kept: list[str], dropped: list[str],
-                  *, charged: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The ``ctxleak`` field of the response: how to read it is in docs/deploy-cid.md.
-    ``charged``: what the ledger charged each document (None: nothing was reserved);
-    ``epsilon_spent`` of a bounded answer is that charge (0 where no document was charged)."""
-    ledger = answer.ledger
-    spent = answer.eps_spent
-    if request.eps is not None and charged is not None:
-        spent = max(charged.values(), default=0.0)
-    return {
-        "mode": "bounded" if request.eps is not None else "lambda",
-        "lambda": request.lam, "epsilon": request.eps,
-        "temperature": request.temperature, "seed": answer.seed,
-        "epsilon_spent": spent,
-        "epsilon_ex_post": answer.eps_ex_post_total,
-        "charged": dict(charged or {}),
-        "influence": float(sum(e.influence for e in ledger.entries)),
-        "guarantee": GUARANTEE if request.eps is not None else NO_GUARANTEE,
-        "lambdas": ledger.lambdas,
-        "token_ids": [e.token_id for e in ledger.entries],
-        "tokens": len(ledger.entries), "stopped_on_eos": ledger.stopped_on_eos,
-        "documents": kept, "dropped": dropped, "context_tokens_cut": answer.context_tokens_cut,
-    }
+#: The fields of a response's ``ctxleak`` field the request log keeps (never a text).
+LOGGED = ("mode", "mechanism", "documents", "dropped", "tokens", "epsilon_spent",
+          "epsilon_ex_post", "delta_spent")
+
+
+def answer_fields(request: ChatRequest, reply: Reply, held: Held,
+                  charged: Mapping[str, float] | None) -> dict[str, Any]:
+    """The ``ctxleak`` field of the response (docs/deploy-cid.md says how to read it): what the
+    answer reports of itself (its mechanism's ``figures``), the documents it used and dropped,
+    what the ledger charged each (``charged``; None: nothing was reserved) and its
+    ``epsilon_spent`` where the charge is a guarantee's (0 where no document was charged),
+    the guarantee in words, the warnings."""
+    kept = {d.id for d in held.docs}
+    info = {**reply.figures, "temperature": request.temperature, "seed": reply.seed,
+            "charged": dict(charged or {}), "guarantee": guarantee(request, reply),
+            "documents": [i for i in held.ids if i in kept], "dropped": held.dropped,
+            "context_tokens_cut": reply.context_tokens_cut, "warnings": list(held.warnings)}
+    if request.charge.guaranteed and charged is not None:
+        info["epsilon_spent"] = max(charged.values(), default=0.0)
+    return info
+
+
+def guarantee(request: ChatRequest, reply: Reply) -> str:
+    """What the answer guarantees, in words: bounded CID's per-token guarantee, plain CID's
+    ex-post figure, or a mechanism's claim and what was charged."""
+    charge = request.charge
+    if charge.per_token is not None:
+        return GUARANTEE
+    if charge.per_answer is None and charge.ex_post:
+        return NO_GUARANTEE
+    key, covers = request.mechanism.key(), reply.answer.claim.covers()
+    if reply.answer.claim.eps is None:
+        return f"{key}: {covers}; nothing is charged to the budgets"
+    return (f"{key}: {covers}; each private document in documents is charged epsilon_spent, "
+            f"the ε of this answer's claim")

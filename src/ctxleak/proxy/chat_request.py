@@ -1,7 +1,8 @@
-"""The requests the privacy proxy answers, once read (:mod:`ctxleak.proxy.request` reads
-them): a marked :class:`Document`, what every request carries (:class:`ChatRequest`), one that
-Context Influence Decoding answers (:class:`CIDRequest`) and one another defence answers
-(:class:`MechanismRequest`), with its claim kept per mechanism and settings."""
+"""The request the privacy proxy answers, once read (:mod:`ctxleak.proxy.request` reads it): its
+marked :class:`Document` s and one :class:`ChatRequest` whatever defence answers it (Context
+Influence Decoding, a DP vote, DP-RAG, scrubbing: a
+:class:`~ctxleak.mitigations.mechanisms.Mechanism`), with its claim and charge kept per
+mechanism and settings."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
 
-from ctxleak.mitigations.cid import CID
 from ctxleak.mitigations.datastore import Datastore
-from ctxleak.mitigations.mechanisms import Claim, Decoding, Mechanism
+from ctxleak.mitigations.mechanisms import Charge, Claim, Decoding, Mechanism
 
 
 @dataclass(frozen=True)
@@ -26,13 +26,17 @@ class Document:
 
 @dataclass(frozen=True, kw_only=True)
 class ChatRequest:
-    """What every request with marked context carries, whoever answers it: its documents, the
-    prompt text (every message), temperature (None: greedy, a client's ``temperature: 0``),
-    new-token limits, seed (None: a fresh one), ``stream``, the model name it gave and
-    ``stream_options.include_usage`` (a last chunk with the usage)."""
+    """A request with marked context: its documents, the prompt text (every message) and the
+    user's last message (``question``, the mechanism's query), the mechanism that answers it,
+    temperature (None: greedy, a client's ``temperature: 0``), new-token limits, seed (None: a
+    fresh one), ``stream``, the model name it gave, ``stream_options.include_usage`` (a last
+    chunk with the usage), the datastore it is answered over (``documents`` are then its
+    documents) and the app's chat messages its prompt is rendered from (None: the template)."""
 
     documents: tuple[Document, ...]
     query: str
+    question: str
+    mechanism: Mechanism
     temperature: float | None
     max_tokens: int
     min_tokens: int
@@ -40,27 +44,6 @@ class ChatRequest:
     stream: bool
     model: str
     include_usage: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class CIDRequest(ChatRequest):
-    """A request answered by Context Influence Decoding: λ (the cap of bounded CID's λ_t) and ε
-    per token (None: plain CID)."""
-
-    lam: float
-    eps: float | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class MechanismRequest(ChatRequest):
-    """A request answered by a defence other than Context Influence Decoding
-    (:class:`~ctxleak.mitigations.mechanisms.Mechanism`: a DP vote, DP-RAG, scrubbing): the
-    user's last message (``question``, the mechanism's query) and the mechanism; ``datastore``
-    the datastore it answers over (``documents`` are then its documents, each charged) and
-    ``messages`` the app's chat messages its prompt is rendered from (None: the template)."""
-
-    question: str
-    mechanism: Mechanism
     datastore: Datastore | None = field(default=None, compare=False)
     messages: Any = None
 
@@ -73,35 +56,46 @@ class MechanismRequest(ChatRequest):
 
     @cached_property
     def claim(self) -> Claim:
-        """The most the mechanism's answer may spend at this request's settings (reserved
-        before decoding)."""
-        return claim_of(self.mechanism, self.decoding)
+        """The most the mechanism's answer may spend at this request's settings."""
+        return kept(self.mechanism, self.decoding).claim
+
+    @cached_property
+    def charge(self) -> Charge:
+        """What the answer reserves of each private document and how it is charged."""
+        return kept(self.mechanism, self.decoding).charge
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What a mechanism says of an answer at given settings, which depends on the settings
+    only: its claim and its charge."""
+
+    claim: Claim
+    charge: Charge
 
 
 def claim_of(mechanism: Mechanism, decoding: Decoding) -> Claim:
-    """``mechanism.claim(decoding)``, kept: a claim depends on the settings only (DP-RAG's
-    bisection takes tens of milliseconds)."""
+    """``mechanism.claim(decoding)``, kept (:func:`kept`)."""
+    return kept(mechanism, decoding).claim
+
+
+def kept(mechanism: Mechanism, decoding: Decoding) -> Kept:
+    """The mechanism's claim and charge at ``decoding``, kept per mechanism and settings
+    (DP-RAG's bisection takes tens of milliseconds)."""
     try:
         hash(mechanism)
     except TypeError:  # a mechanism object that cannot be a key: asked each time
-        return mechanism.claim(decoding)
-    return _kept_claim(mechanism, decoding)  # type: ignore[arg-type]  # hashed above
+        return _said(mechanism, decoding)
+    return _kept(mechanism, decoding)  # type: ignore[arg-type]  # hashed above
+
+
+def _said(mechanism: Mechanism, decoding: Decoding) -> Kept:
+    return Kept(mechanism.claim(decoding), mechanism.charge(decoding))
 
 
 @lru_cache(maxsize=256)
-def _kept_claim(mechanism: Mechanism, decoding: Decoding) -> Claim:  # claim_of's cache
-    return mechanism.claim(decoding)
+def _kept(mechanism: Mechanism, decoding: Decoding) -> Kept:  # kept's cache
+    return _said(mechanism, decoding)
 
 
-def cid_settings(mechanism: Mechanism) -> tuple[float, float | None] | None:
-    """CID's λ and ε per token where ``mechanism`` is Context Influence Decoding (answered by
-    the proxy's CID path, which streams each token's ledger entry as it is drawn and charges
-    bounded CID per token, as ``ctxleak.lambda``/``ctxleak.epsilon`` ask); None for any other
-    mechanism (the one place the proxy tells CID from the other defences)."""
-    if isinstance(mechanism, CID):
-        return mechanism.lam, mechanism.bounded_eps
-    return None
-
-
-__all__ = ["CIDRequest", "ChatRequest", "Document", "MechanismRequest", "cid_settings",
-           "claim_of"]
+__all__ = ["ChatRequest", "Document", "claim_of", "kept"]

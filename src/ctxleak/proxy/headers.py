@@ -9,8 +9,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ctxleak.proxy.charging import AnyRequest, Held, mode_of
-from ctxleak.proxy.request import MechanismRequest
+from ctxleak.proxy.charging import Held
+from ctxleak.proxy.chat_request import ChatRequest
 
 #: The longest JSON a header holds; a longer list (an answer over a datastore charges every
 #: one of its documents) is given as its count, the whole of it being in the body: clients
@@ -44,19 +44,19 @@ def answer_headers(rid: str, info: Mapping[str, Any]) -> dict[str, str]:
                if "mechanism" in info else {})}
 
 
-def stream_headers(request: AnyRequest, held: Held) -> dict[str, str]:
+def stream_headers(request: ChatRequest, held: Held) -> dict[str, str]:
     """A streamed answer's headers, sent before its first token: the documents it uses and
     drops, and what each charged document holds (the most the answer can be charged; the
     charge itself comes in the last chunk's ``ctxleak`` field and in the ledger API)."""
-    kept = {d.id for d in held.docs}
+    kept, mode = {d.id for d in held.docs}, request.mechanism.mode()
     return {"x-ctxleak-request-id": held.rid,
-            "x-ctxleak-mode": mode_of(request),
+            "x-ctxleak-mode": mode,
             "x-ctxleak-documents": _header_json([i for i in held.ids if i in kept]),
             "x-ctxleak-dropped": _header_json(held.dropped),
             "x-ctxleak-epsilon-reserved": _header_json(dict(held.held)),
             "x-ctxleak-warnings": str(len(held.warnings)),
             **({"x-ctxleak-mechanism": request.mechanism.key()}
-               if isinstance(request, MechanismRequest) else {})}
+               if mode == "mechanism" else {})}
 
 
 __all__ = ["HEADER_JSON_LIMIT", "answer_headers", "stream_headers"]

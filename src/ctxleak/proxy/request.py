@@ -14,12 +14,7 @@ from ctxleak.errors import ConfigError
 from ctxleak.mitigations.datastore import Datastore
 from ctxleak.mitigations.mechanisms import Mechanism
 from ctxleak.mitigations.named import parse_mechanism
-from ctxleak.proxy.chat_request import (
-    CIDRequest,
-    Document,
-    MechanismRequest,
-    cid_settings,
-)
+from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import MIN_TEMPERATURE, ProxyConfig
 
 #: Request fields the proxy does not implement for a CID answer (refused, not ignored).
@@ -222,21 +217,10 @@ def _documents(marked: dict[str, Any]) -> tuple[Document, ...]:
     return tuple(out)
 
 
-def parse_cid_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest:
-    """The request's marked context and settings, each bad field refused by name; a request
-    answered by a mechanism other than CID is refused (:func:`parse_request` reads both)."""
-    request = parse_request(body, config)
-    if not isinstance(request, CIDRequest):
-        raise _bad("ctxleak.mechanism", f"{request.mechanism.key()} is not Context Influence "
-                                        "Decoding")
-    return request
-
-
-def parse_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest | MechanismRequest:
-    """The request's marked context and settings, each bad field refused by name: a
-    :class:`CIDRequest` where CID answers it (``ctxleak.lambda``/``ctxleak.epsilon``, a
-    ``cid`` mechanism), else a :class:`MechanismRequest` (``ctxleak.mechanism``, or the
-    proxy's ``mechanism`` for a request that names neither)."""
+def parse_request(body: dict[str, Any], config: ProxyConfig) -> ChatRequest:
+    """The request's marked context, its mechanism and settings, each bad field refused by
+    name: CID at ``ctxleak.lambda`` / ``ctxleak.epsilon``, the mechanism ``ctxleak.mechanism``
+    names, or the proxy's ``mechanism`` for a request that names neither."""
     marked = body.get("ctxleak")
     if marked is None and config.datastore is not None:  # every request is answered over it
         marked = {}
@@ -254,25 +238,45 @@ def parse_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest | Mec
                                         f"{len(config.datastore)} documents: send the "
                                         f"question only")
     documents = datastore_documents(config) if over_datastore else _documents(marked)
-    mechanism: Mechanism | None = None
+    mechanism = _mechanism(marked, config)
+    if over_datastore and not mechanism.over_datastore:
+        raise _bad("ctxleak.mechanism", f"{mechanism.key()} decodes with the documents "
+                                        f"a request gives, not over a datastore")
+    key = mechanism.key()
+    for name in UNSUPPORTED:
+        if body.get(name) is not None:
+            raise _bad(name, f"is not supported for an answer of {key}")
+    if len(documents) < mechanism.min_documents:
+        raise _bad("ctxleak.documents", f"{key} needs at least {mechanism.min_documents} "
+                                        f"documents, the request has {len(documents)}")
+    query, temperature = _prompt_and_temperature(body, config)
+    max_tokens, min_tokens = _lengths(body, config)
+    seed, stream, include_usage = _seed_and_stream(body)
+    request = ChatRequest(documents=documents, query=query,
+                          question=last_user_message(body["messages"]), mechanism=mechanism,
+                          temperature=temperature, max_tokens=max_tokens,
+                          min_tokens=min_tokens, seed=seed, stream=stream,
+                          model=str(body.get("model") or config.served_name),
+                          include_usage=include_usage,
+                          datastore=config.datastore if over_datastore else None,
+                          messages=config.prompt_messages)
+    _check_charge(request)
+    return request
+
+
+def _mechanism(marked: dict[str, Any], config: ProxyConfig) -> Mechanism:
+    """The request's mechanism: ``ctxleak.mechanism``, or CID at ``ctxleak.lambda`` (λ in
+    [0, 1], default 1) and ``ctxleak.epsilon`` (bounded CID's ε per token), or the proxy's."""
     if marked.get("mechanism") is not None:
         if marked.get("lambda") is not None or marked.get("epsilon") is not None:
             raise _bad("ctxleak.mechanism", "give ctxleak.mechanism or CID's ctxleak.lambda / "
                                             "ctxleak.epsilon, not both")
-        mechanism = parse_mechanism_field(marked["mechanism"])
-    elif "lambda" not in marked and "epsilon" not in marked:
-        mechanism = config.mechanism
-        if mechanism is None:
+        return parse_mechanism_field(marked["mechanism"])
+    if "lambda" not in marked and "epsilon" not in marked:
+        if config.mechanism is None:
             raise _bad("ctxleak.lambda", "give ctxleak.lambda (CID's λ in [0, 1]) or "
                                          "ctxleak.epsilon (bounded CID's ε per token)")
-    if mechanism is not None:
-        cid = cid_settings(mechanism)
-        if cid is None:
-            return _mechanism_request(body, config, documents, mechanism)
-        if over_datastore:
-            raise _bad("ctxleak.mechanism", f"{mechanism.key()} decodes with the documents "
-                                            f"a request gives, not over a datastore")
-        marked = {"lambda": cid[0], "epsilon": cid[1]}
+        return config.mechanism
     lam = 1.0
     if marked.get("lambda") is not None:
         lam = _number(marked["lambda"], "ctxleak.lambda")
@@ -284,23 +288,26 @@ def parse_request(body: dict[str, Any], config: ProxyConfig) -> CIDRequest | Mec
         eps = _number(marked["epsilon"], "ctxleak.epsilon")
         if not eps > 0:
             raise _bad("ctxleak.epsilon", f"must be > 0 (ε per token of bounded CID), not {eps}")
-    for name in UNSUPPORTED:
-        if body.get(name) is not None:
-            raise _bad(name, "is not supported for an answer decoded with Context Influence "
-                             "Decoding")
-    query, temperature = _prompt_and_temperature(body, config)
-    if temperature is None and eps is not None:
+    # Context Influence Decoding by its name in the registry (the proxy names no mechanism class)
+    return parse_mechanism({"name": "cid", "lam": lam,
+                            **({} if eps is None else {"bounded_eps": eps})})
+
+
+def _check_charge(request: ChatRequest) -> None:
+    """What the request would reserve, checked before anything is: an ε per token needs sampled
+    tokens and a finite reservation; a mechanism must be able to claim the answer."""
+    per_token = request.charge.per_token
+    if per_token is not None and request.temperature is None:
         raise _bad("temperature", "must be > 0 with ctxleak.epsilon: bounded CID's guarantee "
                                   "holds for sampled tokens, not greedy ones")
-    max_tokens, min_tokens = _lengths(body, config)
-    if eps is not None and not math.isfinite(eps * (max_tokens + 1)):
-        raise _bad("ctxleak.epsilon", f"the reservation ε × (max_tokens + 1) = {eps:g} × "
-                                      f"{max_tokens + 1} is not a finite number")
-    seed, stream, include_usage = _seed_and_stream(body)
-    return CIDRequest(documents=documents, query=query, lam=lam, eps=eps,
-                      temperature=temperature, max_tokens=max_tokens, min_tokens=min_tokens,
-                      seed=seed, stream=stream, model=str(body.get("model") or config.served_name),
-                      include_usage=include_usage)
+    if per_token is not None and not math.isfinite(per_token * (request.max_tokens + 1)):
+        raise _bad("ctxleak.epsilon", f"the reservation ε × (max_tokens + 1) = {per_token:g} × "
+                                      f"{request.max_tokens + 1} is not a finite number")
+    try:
+        _ = request.claim
+    except ConfigError as exc:
+        raise _bad("ctxleak.mechanism", f"{request.mechanism.key()} at max_tokens "
+                                        f"{request.max_tokens}: {exc}") from None
 
 
 def _prompt_and_temperature(body: dict[str, Any], config: ProxyConfig
@@ -359,34 +366,3 @@ def last_user_message(messages: list[Any]) -> str:
             if text.strip():
                 return text
     return prompt_text(messages)
-
-
-def _mechanism_request(body: dict[str, Any], config: ProxyConfig,
-                       documents: tuple[Document, ...], mechanism: Mechanism
-                       ) -> MechanismRequest:
-    """A request answered by ``mechanism`` (not CID): CID's fields, the mechanism's fewest
-    documents and its claim at these settings checked (HTTP 400 naming the field)."""
-    key = mechanism.key()
-    for name in UNSUPPORTED:
-        if body.get(name) is not None:
-            raise _bad(name, f"is not supported for an answer of {key}")
-    if len(documents) < mechanism.min_documents:
-        raise _bad("ctxleak.documents", f"{key} needs at least {mechanism.min_documents} "
-                                        f"documents, the request has {len(documents)}")
-    query, temperature = _prompt_and_temperature(body, config)
-    max_tokens, min_tokens = _lengths(body, config)
-    seed, stream, include_usage = _seed_and_stream(body)
-    over = config.datastore is not None and documents is datastore_documents(config)
-    request = MechanismRequest(documents=documents, query=query,
-                               question=last_user_message(body["messages"]),
-                               mechanism=mechanism, temperature=temperature,
-                               max_tokens=max_tokens, min_tokens=min_tokens, seed=seed,
-                               stream=stream, model=str(body.get("model") or config.served_name),
-                               include_usage=include_usage,
-                               datastore=config.datastore if over else None,
-                               messages=config.prompt_messages)
-    try:
-        _ = request.claim
-    except ConfigError as exc:
-        raise _bad("ctxleak.mechanism", f"{key} at max_tokens {max_tokens}: {exc}") from None
-    return request

@@ -1,16 +1,14 @@
-"""A streamed CID answer of the privacy proxy: decoded and settled in a task of its own, each
-token sent to the client as OpenAI ``chat.completion.chunk`` server-sent events as it is drawn
-(Context Influence Decoding, Estimating Privacy Leakage of Augmented Contextual Knowledge in
-Language Models, Def. 3.4; bounded: App. B, Alg. 1). And the settling of any answer, streamed
-or not (:func:`settle_released`): an answer a served model's server sampled itself (λ = 1,
-T = 1) is released at once and scored with and without the context afterwards.
-
-A defence other than CID (:mod:`ctxleak.proxy.mechanism`) decodes the whole answer before
-its release: its stream sends the finished answer in the same chunks
-(:func:`answer_and_settle`).
+"""A streamed answer of the privacy proxy: decoded and settled in a task of its own, each token
+sent to the client as OpenAI ``chat.completion.chunk`` server-sent events as its mechanism
+decides it (Context Influence Decoding, Estimating Privacy Leakage of Augmented Contextual
+Knowledge in Language Models, Def. 3.4, bounded: App. B, Alg. 1, as each token is drawn; a
+defence that decodes the whole answer first, such as a DP vote, once it is whole). And the
+settling of any answer, streamed or not (:func:`settle_released`): an answer whose figures come
+after its release (a served model's own sample at λ = 1, T = 1) is released at once and settled
+once they are computed.
 
 The task tells the stream what happened through a queue of events: ``("token", id)`` for each
-drawn token, then ``("done", (answer, ctxleak field))`` or ``("failed", exception)``."""
+decided token, then ``("done", (reply, ctxleak field))`` or ``("failed", exception)``."""
 
 from __future__ import annotations
 
@@ -25,48 +23,55 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from ctxleak.engine.lm import LanguageModel
-from ctxleak.mitigations.ledger import LedgerEntry
-from ctxleak.proxy.charging import AnyRequest, Charging, Held, ledger_fields
-from ctxleak.proxy.decode import Answer, Sampled
+from ctxleak.mitigations.mechanisms import Listener, MechanismAnswer
+from ctxleak.proxy.answering import Reply, scored
+from ctxleak.proxy.charging import Charging, Held, answer_fields
+from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.errors import failed_midway
-from ctxleak.proxy.mechanism import Reply
-from ctxleak.proxy.request import CIDRequest, Document, MechanismRequest
 
 #: One event of the decoding task: its kind (``token``, ``done``, ``failed``) and value.
 Event = tuple[str, Any]
 log = logging.getLogger("ctxleak.proxy")
 
-#: The proxy's decoding: the request, its documents, and a call for each drawn token's entry;
-#: the answer, or the one a served model's server sampled, still to be scored.
-Decode = Callable[[CIDRequest, Sequence[Document], Callable[[LedgerEntry], None] | None],
-                  Answer | Sampled]
+#: The proxy's answering: the request, its documents and a listener for its tokens.
+Answer = Callable[[ChatRequest, Sequence[Document], Listener | None], Reply]
 
 
-async def decode_and_settle(decode: Decode, charging: Charging, request: CIDRequest, held: Held,
-                            events: asyncio.Queue[Event], later: set[asyncio.Future[None]]
-                            ) -> None:
-    """Decode the answer, each drawn token put in ``events`` as it comes, then settle its
-    budget (:func:`settle_released`, a scoring after the release kept in ``later``); whatever
+class _Sent:
+    """Hears the answer's tokens in the decoding thread: each one is put in ``events`` and what
+    it spent is kept (for a failure midway)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, events: asyncio.Queue[Event]) -> None:
+        self.loop, self.events = loop, events
+        self.spent: list[float | None] = []
+
+    def token(self, k: int, token_id: int, spent: float | None) -> None:
+        self.spent.append(spent)
+        self.loop.call_soon_threadsafe(self.events.put_nowait, ("token", token_id))
+
+    def done(self, k: int, answer: MechanismAnswer) -> None:
+        pass
+
+
+async def answer_and_settle(answer: Answer, charging: Charging, request: ChatRequest,
+                            held: Held, events: asyncio.Queue[Event],
+                            later: set[asyncio.Future[None]]) -> None:
+    """Answer the request, each decided token put in ``events`` as it comes, then settle its
+    budget (:func:`settle_released`, a settling after the release kept in ``later``); whatever
     happens, the last event says how it ended. A client that goes away mid-answer changes
-    nothing: what was drawn is charged (a failed decoding: the tokens already sent; a failed
-    ledger: the reservation stays open)."""
-    loop = asyncio.get_running_loop()
-    drawn: list[LedgerEntry] = []
-
-    def heard(entry: LedgerEntry) -> None:  # in the decoding thread
-        drawn.append(entry)
-        loop.call_soon_threadsafe(events.put_nowait, ("token", entry.token_id))
-
+    nothing: what was drawn is charged (a failed decoding: the tokens already sent, nothing if
+    none was; a failed ledger: the reservation stays open)."""
+    sent = _Sent(asyncio.get_running_loop(), events)
     outcome: Event = ("failed", RuntimeError("the answer was not finished"))
     try:  # whatever happens, the stream hears how it ended
         try:
-            released = await run_in_threadpool(decode, request, held.docs, heard)
+            reply = await run_in_threadpool(answer, request, held.docs, sent)
         except Exception as exc:
             outcome = ("failed", exc)
-            await charging.settle_drawn(request, held, drawn)  # the tokens sent are spent
+            await charging.settle_drawn(held, sent.spent)  # the tokens sent are spent
             return
         try:
-            outcome = ("done", await settle_released(charging, request, held, released, later))
+            outcome = ("done", await settle_released(charging, request, held, reply, later))
         except Exception as exc:  # the ledger itself failed: the reservation stays open
             outcome = ("failed", exc)
             return
@@ -74,82 +79,51 @@ async def decode_and_settle(decode: Decode, charging: Charging, request: CIDRequ
         events.put_nowait(outcome)
 
 
-async def answer_and_settle(answer: Callable[[MechanismRequest, Sequence[Document]], Reply],
-                            charging: Charging, request: MechanismRequest, held: Held,
-                            events: asyncio.Queue[Event]) -> None:
-    """A mechanism other than CID decodes the whole answer before anything is released: decode
-    it, settle its budget (:meth:`Charging.settle_mechanism`), then put its tokens in
-    ``events`` (the stream sends them in chunks, as CID's as they are drawn) and how it ended.
-    A failure before the answer is whole releases nothing: the reservation is given back."""
-    outcome: Event = ("failed", RuntimeError("the answer was not finished"))
-    try:
-        try:
-            reply = await run_in_threadpool(answer, request, held.docs)
-        except Exception as exc:
-            outcome = ("failed", exc)
-            await charging.release_unspent(held)  # nothing was released
-            return
-        try:
-            info = await charging.settle_mechanism(request, reply, held)
-        except Exception as exc:  # the ledger itself failed: the reservation stays open
-            outcome = ("failed", exc)
-            return
-        for token in reply.answer.response_ids:
-            events.put_nowait(("token", token))
-        outcome = ("done", (reply, info))
-    finally:
-        events.put_nowait(outcome)
-
-
-async def settle_released(charging: Charging, request: CIDRequest, held: Held,
-                          released: Answer | Sampled, later: set[asyncio.Future[None]]
-                          ) -> tuple[Answer, dict[str, Any]]:
-    """The answer to release and its ``ctxleak`` field. A decoded answer is settled first
-    (:meth:`Charging.settle`). An answer its server sampled (λ = 1, T = 1, nothing it spends is
-    known before it is scored, and its reservation, made before decoding, is zero) is
-    released at once: its field has the tokens and ``influence`` null, and it is scored with
-    and without the context and settled in a task kept in ``later`` until done."""
-    if isinstance(released, Answer):
-        return released, await charging.settle(request, released, held)
-    kept = {d.id for d in held.docs}
-    info = ledger_fields(request, released.answer, [i for i in held.ids if i in kept],
-                         held.dropped)
-    info["influence"] = None  # scored after the release: in the request log
-    task = asyncio.ensure_future(_score_and_settle(charging, request, held, released))
+async def settle_released(charging: Charging, request: ChatRequest, held: Held, reply: Reply,
+                          later: set[asyncio.Future[None]]) -> tuple[Reply, dict[str, Any]]:
+    """The answer to release and its ``ctxleak`` field. An answer is settled first
+    (:meth:`Charging.settle`). One whose figures come after its release (a served model's own
+    sample at λ = 1, T = 1: nothing it spends is known before it is scored, and its
+    reservation, made before decoding, is zero) is released at once, its field without them
+    (``influence`` null), and settled in a task kept in ``later`` until done."""
+    if reply.answer.later is None:
+        return reply, await charging.settle(request, reply, held)
+    info = answer_fields(request, reply, held, None)
+    task = asyncio.ensure_future(_score_and_settle(charging, request, held, reply))
     later.add(task)
     task.add_done_callback(later.discard)
-    return released.answer, info
+    return reply, info
 
 
-async def _score_and_settle(charging: Charging, request: CIDRequest, held: Held,
-                            released: Sampled) -> None:
-    """Score a released answer with and without its context, settle its reservation and log
-    its influence; if the scoring fails, the reservation is settled on the released tokens
-    (:meth:`Charging.settle_drawn`) and the failure logged."""
+async def _score_and_settle(charging: Charging, request: ChatRequest, held: Held,
+                            released: Reply) -> None:
+    """Compute a released answer's figures (score it with and without its documents), settle
+    its reservation and log its influence; if the scoring fails, the reservation is settled on
+    the released tokens (:meth:`Charging.settle_drawn`) and the failure logged."""
     try:
-        answer = await run_in_threadpool(released.scored)
+        reply = await run_in_threadpool(scored, released)
     except Exception as exc:
         log.warning(json.dumps({"event": "cid_scoring_failed", "id": held.rid,
                                 "error": type(exc).__name__}))
-        await charging.settle_drawn(request, held, released.answer.ledger.entries)
+        await charging.settle_drawn(held, [None] * released.tokens)
         return
     try:
-        await charging.settle(request, answer, held)
+        await charging.settle(request, reply, held)
     except Exception:  # the ledger failed: the reservation stays open, charged in full
         log.exception("the ledger failed settling a released answer")
         return
-    influence = float(sum(e.influence for e in answer.ledger.entries))
+    influence = reply.figures.get("influence")
     log.info(json.dumps({"event": "cid_scored", "id": held.rid,
-                         "influence": influence if math.isfinite(influence) else None}))
+                         "influence": influence if influence is not None
+                         and math.isfinite(influence) else None}))
 
 
-async def sse_chunks(lm: LanguageModel, rid: str, request: AnyRequest, first: Event,
+async def sse_chunks(lm: LanguageModel, rid: str, request: ChatRequest, first: Event,
                      events: asyncio.Queue[Event]) -> AsyncIterator[str]:
     """The answer as OpenAI ``chat.completion.chunk`` server-sent events: the role, then a
     chunk for each drawn token as soon as its text is complete, then the finish reason with
     the ``ctxleak`` field (and the usage when asked), then ``[DONE]``. A failure mid-answer
-    is an ``error`` event, as OpenAI's streams carry one. A mechanism's answer (a
-    :class:`~ctxleak.proxy.mechanism.Reply`) comes the same way, once it is whole."""
+    is an ``error`` event, as OpenAI's streams carry one."""
     created = int(time.time())
 
     def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
