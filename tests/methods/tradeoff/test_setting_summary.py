@@ -1,6 +1,8 @@
-"""A setting's summary, typed ("Estimating Privacy Leakage of Augmented Contextual Knowledge in
-Language Models": the frontier of λ and bounded ε against utility): a summary read once is the
-same plain data written back, byte for byte, a tiny model's sweep included."""
+"""A setting's summary and the frontier's rows, typed ("Estimating Privacy Leakage of Augmented
+Contextual Knowledge in Language Models": the frontier of λ and bounded ε against utility):
+a summary read once is the same plain data written back, byte for byte, a tiny model's sweep
+included; a key renamed or missing is an error that names it, not an empty column; a row read
+back from plain data is the row."""
 
 from __future__ import annotations
 
@@ -9,9 +11,18 @@ import json
 import pytest
 
 import ctxleak
+from ctxleak.errors import InputError
 from ctxleak.methods.influence.metrics import mean_with_ci
-from ctxleak.methods.tradeoff.facts import fact_groups
-from ctxleak.methods.tradeoff.frontier import frontier
+from ctxleak.methods.tradeoff.facts import FACT_UTILITIES, fact_groups
+from ctxleak.methods.tradeoff.frontier import (
+    ALL_UTILITIES,
+    COLUMNS,
+    closest,
+    frontier,
+    mark_pareto,
+    pareto_flags,
+)
+from ctxleak.methods.tradeoff.rows import FrontierRow
 from ctxleak.methods.tradeoff.setting_summary import Estimate, SettingSummary
 
 KEYS = ("lambda=0,T=0.8,context=all", "lambda=1,T=0.8,context=all",
@@ -91,3 +102,77 @@ def test_a_sweep_s_summaries_read_back_byte_for_byte_from_results_json(llama_lm,
     assert SettingSummary.from_dict(saved["settings"][1]).composed_eps is not None
     again = frontier(saved["settings"])  # old results: recomputed from the saved summaries
     assert [r["privacy"] for r in again["rows"]] == [r["privacy"] for r in saved["frontier"]["rows"]]
+
+
+def _refused(settings, *words):
+    with pytest.raises(InputError) as err:
+        frontier(settings)
+    for word in words:
+        assert word in str(err.value), str(err.value)
+
+
+def test_a_renamed_utility_is_an_error_naming_it_not_an_empty_column():
+    settings = _settings()
+    settings[1]["f_1"] = settings[1].pop("f1")
+    _refused(settings, "settings[1]", KEYS[1], "'f1'", "renamed? it has 'f_1'")
+    nothing = [{k: v for k, v in s.items() if k not in FACT_UTILITIES} for s in _settings()]
+    _refused(nothing, "records none of the utilities", "match, exact_match, f1, rouge_l")
+
+
+def test_a_figure_without_its_mean_is_an_error_naming_where():
+    settings = _settings()
+    settings[2]["control"]["above_control_per_token"] = {"avg": 0.3, "ci_low": 0.1}
+    _refused(settings, "settings[2]", "control.above_control_per_token has no 'mean'", "avg")
+    settings = _settings()
+    settings[0]["f1"] = [0.5]
+    _refused(settings, "settings[0]", ".f1 must be a mapping, got list")
+
+
+def test_a_renamed_influence_per_token_is_an_error_where_the_frontier_falls_back_to_it():
+    settings = _settings()
+    settings[0]["control"] = {"enabled": False, "reason": "turned off"}
+    settings[0]["influence_per_tok"] = settings[0].pop("influence_per_token")
+    _refused(settings, "settings[0]", "'influence_per_token'", "it has 'influence_per_tok'")
+    # with every setting's control the frontier does not read it: no error
+    settings = _settings()
+    settings[0]["influence_per_tok"] = settings[0].pop("influence_per_token")
+    assert frontier(settings)["rows"][0]["privacy"] == pytest.approx(0.1)
+
+
+def test_a_claim_a_fact_group_or_a_setting_missing_its_key_is_an_error():
+    settings = _settings()
+    settings[2]["claim"]["relations"] = settings[2]["claim"].pop("relation")
+    _refused(settings, "settings[2]", "claim has no 'relation'", "it has 'relations'")
+    settings = _settings(facts=True)
+    settings[1]["fact_groups"]["privates"] = settings[1]["fact_groups"].pop("private")
+    _refused(settings, "fact_groups has no 'private'", "it has 'privates'")
+    settings = _settings(facts=True)
+    settings[1]["fact_groups"]["common"].pop("n")
+    _refused(settings, "fact_groups.common has no 'n'")
+    settings = _settings()
+    settings[0]["key"] = settings[0].pop("setting")
+    _refused(settings, "settings[0] has no 'setting'")
+
+
+def test_a_row_read_back_from_plain_data_is_the_row():
+    front = frontier(_settings())
+    assert [k for k, _ in ALL_UTILITIES] == list(FACT_UTILITIES)
+    for i, row in enumerate(front["rows"]):
+        assert set(row) == set(COLUMNS)
+        typed = FrontierRow.from_dict(row, f"rows[{i}]")
+        assert typed.to_dict() == row and list(typed.to_dict()) == list(row)
+        assert typed.privacy.mean == row["privacy"] and typed.guarantee.eps == \
+            row["eps_guarantee"]
+    assert closest(front["rows"]) == closest([FrontierRow.from_dict(r) for r in front["rows"]])
+    gone = dict(front["rows"][1])
+    del gone["utility_kept"]
+    with pytest.raises(InputError, match=r"rows\[1\] has no 'utility_kept'"):
+        closest([front["rows"][0], gone])
+
+
+def test_the_pareto_flags_of_points_are_those_marked_on_rows():
+    points = [(1.0, 0.5), (1.0, 0.5), (1.0, 0.4), None, (-0.5, 0.1)]
+    rows = [{"privacy": None, "utility": 0.9} if p is None else
+            {"privacy": p[0], "utility": p[1]} for p in points]
+    mark_pareto(rows)
+    assert pareto_flags(points) == [r["pareto"] for r in rows] == [True, True, False, None, True]
