@@ -49,7 +49,7 @@ from ctxleak.methods.influence.control import ControlCost
 from ctxleak.methods.influence.data import InfluenceExample, template_for
 from ctxleak.methods.influence.decoys import Decoys
 from ctxleak.methods.influence.metrics import mean_with_ci
-from ctxleak.methods.influence.pipeline import Controls, score_drawn
+from ctxleak.methods.influence.pipeline import Controls, Job, score_drawn
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.rag.app_prompt import app_messages
 from ctxleak.mitigations.cid import CID
@@ -76,9 +76,6 @@ from ctxleak.mitigations.prompts import (
     template_prompt,
 )
 from ctxleak.run.inputs import is_named
-
-#: One measurement job: the example, its setting, its seed.
-Job = tuple[InfluenceExample, Setting, int]
 
 #: The ``datastore`` value that keeps each question's own retrieved list.
 RETRIEVED = "retrieved"

@@ -36,7 +36,7 @@ from ctxleak.methods.influence.mechanism_mode import (
     resolve_datastore,
 )
 from ctxleak.methods.influence.params import InfluenceParams, greedy_temperature, parse_ngram
-from ctxleak.methods.influence.pipeline import example_parts, measure_examples
+from ctxleak.methods.influence.pipeline import Job, example_parts, measure_examples
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
 from ctxleak.methods.influence.summary import HEAVY_FIELDS, mechanism_reading, summarize_setting
@@ -213,7 +213,7 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         with shared_prefixes():  # a sweep's settings score each prompt's prefix once
             start = time.perf_counter()
             index = ready.examples.index
-            jobs = [(ex, setting, derive_seed(self.common.seed, index[ex.id]))
+            jobs = [Job(ex, setting, derive_seed(self.common.seed, index[ex.id]))
                     for setting, ex in items]
             controls = [_control(ready.examples, ex) for _, ex in items] \
                 if self.options.control else None
