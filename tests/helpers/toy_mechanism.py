@@ -12,12 +12,12 @@ from typing import ClassVar
 from ctxleak.engine.generation import sample
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
-from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
+from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, Mechanism, MechanismAnswer
 from ctxleak.mitigations.named import MECHANISMS
 
 
 @dataclass(frozen=True)
-class FirstDocuments:
+class FirstDocuments(Mechanism):
     """Answers from the first ``k`` documents; claims ``eps`` per released token."""
 
     eps: float = 1.0

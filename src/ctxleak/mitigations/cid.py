@@ -186,6 +186,20 @@ class CID:
                                documents_used=tuple(range(documents)) if self.lam else (),
                                ledger=ledger)
 
+    # -- the Mechanism protocol's words with a default, as CID answers them ---------------------
+
+    def documents_needed(self) -> int:
+        return self.min_documents
+
+    def streams(self, documents: int, over_datastore: bool) -> int:
+        """Two: the prompt holding every document and the prompt without them."""
+        return 2
+
+    def document_losses(self, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
+                        documents: Sequence[str], decoding: Decoding) -> None:
+        """None: CID's loss of a document is its influence reading, the run's own measure."""
+        return None
+
 
 def answer_together(lm: LanguageModel, asked: Sequence[tuple[CID, AnswerRequest, Decoding]], *,
                     context_caches: list[Any] | None = None, rescored: bool = False,

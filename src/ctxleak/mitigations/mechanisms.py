@@ -25,17 +25,19 @@ The contract:
 * ``tokens_paid``: the released tokens that spent privacy budget (all of them for a plain vote;
   only those that differ from the no-retrieval token for the sparse vote).
 
-To add a mechanism: a frozen dataclass that validates its parameters in ``__post_init__``
-(naming the parameter, :class:`~ctxleak.errors.ConfigError`), a ``name``, a
-``min_documents``, ``key()``, ``claim(decoding)`` (the most a whole response may spend) and
-``answer``; then its entry where mechanisms are parsed by name.
+To add a mechanism: a frozen dataclass subclassing :class:`Mechanism` that validates its
+parameters in ``__post_init__`` (naming the parameter, :class:`~ctxleak.errors.ConfigError`),
+a ``name``, a ``min_documents``, ``key()``, ``claim(decoding)`` (the most a whole response may
+spend) and ``answer``, and, where the defaults it inherits do not hold for it,
+``documents_needed()``, ``streams()`` and ``document_losses()``; then its entry where
+mechanisms are parsed by name.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from ctxleak.engine.lm import LanguageModel
@@ -149,7 +151,8 @@ class MechanismAnswer:
 
 
 class Mechanism(Protocol):
-    """A mechanism between the documents and the answer (the module docstring's contract)."""
+    """A mechanism between the documents and the answer (the module docstring's contract); a
+    subclass inherits the words with a default."""
 
     name: ClassVar[str]
     #: the fewest documents a request needs (a vote over shards needs one per shard)
@@ -173,6 +176,79 @@ class Mechanism(Protocol):
                decoding: Decoding) -> list[MechanismAnswer]:
         """One answer per request, in order (the module docstring's contract)."""
         ...
+
+    # -- the words with a default (a subclass inherits it) -------------------------------------
+
+    def documents_needed(self) -> int:
+        """The fewest documents one answer reads (a request's, or a datastore's where it
+        retrieves from one), one per shard where it partitions them; ``min_documents`` by
+        default."""
+        return self.min_documents
+
+    def streams(self, documents: int, over_datastore: bool) -> int:
+        """The prompt streams one answer keeps in flight for a request of ``documents``
+        documents (``over_datastore``: retrieving from the request's datastore); by default one
+        per document and the prompt without retrieval."""
+        return documents + 1
+
+    def document_losses(self, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
+                        documents: Sequence[str], decoding: Decoding) -> list[DocumentLoss] | None:
+        """This mechanism's own ex-post privacy loss of each of the datastore's ``documents``
+        in ``answer`` (decoded for ``request`` with ``decoding``), in order, where it has one
+        (:mod:`~ctxleak.mitigations.document_loss`); None by default."""
+        return None
+
+
+#: Headroom on the claim for float noise when reading whether a loss is within it (nats).
+WITHIN_TOLERANCE = 1e-9
+
+
+def within_claim(loss: float, eps: float | None) -> bool:
+    """``|loss| ≤ ε`` of a claim (None: no claim, never within). Beyond it is not by itself a
+    broken claim: an (ε, δ) claim bounds the loss's tail through δ (and a Rényi-DP conversion
+    more loosely than δ itself), so a rare loss above ε is allowed; many are not."""
+    return eps is not None and abs(loss) <= float(eps) + WITHIN_TOLERANCE
+
+
+@dataclass(frozen=True)
+class DocumentLoss:
+    """The ex-post privacy loss one answer spent on ``document``
+    (:mod:`~ctxleak.mitigations.document_loss`), in nats: ``retrieval`` (DP-RAG's threshold; 0
+    for the votes), ``steps`` (one per released step, a sparse-vector round's loss on the step
+    that ends it) and their ``total``; ``claim``: what the mechanism guarantees per response;
+    ``changed``: what removing the document changed; ``check``: how far the recomputation of
+    the recorded steps lands from the record (DP-RAG: the largest |Δ log P| of a released
+    token, nats; the votes: the steps whose recomputed vote of the document's voter differs
+    from the recorded one)."""
+
+    document: str
+    mechanism: str
+    claim: Claim
+    retrieval: float
+    steps: tuple[float, ...]
+    changed: str
+    check: float
+
+    @property
+    def total(self) -> float:
+        return self.retrieval + math.fsum(self.steps)
+
+    @property
+    def within(self) -> bool:
+        """:func:`within_claim` of the total."""
+        return within_claim(self.total, self.claim.eps)
+
+    def describe(self) -> str:
+        bound = "within" if self.within else "beyond"
+        return (f"{self.mechanism} spent {self.total:.3g} nats of privacy loss on {self.document} "
+                f"in this answer ({self.changed}), {bound} its claim ε = {self.claim.eps:.3g} per "
+                f"response ({self.claim.relation})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "claim": asdict(self.claim), "total": self.total,
+                "within": self.within}
+
+# -- end of the words with a default --------------------------------------------------------------
 
 
 def refuse_greedy(mechanism: Mechanism, decoding: Decoding) -> None:

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import CID
-from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
+from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, Mechanism, MechanismAnswer
 from ctxleak.sensitive import SENSITIVE_TYPES, find_sensitive
 from ctxleak.sensitive.detect import Span
 
@@ -54,7 +54,7 @@ Detector = Callable[[str], Sequence[Span]]
 
 
 @dataclass(frozen=True)
-class Scrubbing:
+class Scrubbing(Mechanism):
     """Presidio scrubbing of the documents, then plain decoding (the module docstring).
 
     ``operator``: one of :data:`OPERATORS`; ``entities``: the types to scrub (of

@@ -153,10 +153,11 @@ def resolve_datastore(option: Any, data: Any, examples: Sequence[InfluenceExampl
 def check_examples(mechanism: Mechanism, examples: Sequence[InfluenceExample],
                    datastore: Datastore | None = None) -> None:
     """Refuse, before anything is decoded, an example with a logged answer (a mechanism decodes
-    its own) or, without a ``datastore``, with fewer documents than ``mechanism`` needs, naming
-    the first; with one, a vote with more shards than it has documents."""
-    shards = getattr(mechanism, "shards", None)
-    if datastore is not None and isinstance(shards, int) and shards > len(datastore):
+    its own) or, without a ``datastore``, with fewer documents than ``mechanism`` needs
+    (:meth:`~ctxleak.mitigations.mechanisms.Mechanism.documents_needed`), naming the first;
+    with one, a mechanism that needs more documents than it holds (a vote: one per shard)."""
+    need = mechanism.documents_needed()
+    if datastore is not None and need > len(datastore):
         raise ConfigError(f"{PARAM}: {mechanism.key()} has more shards than "
                           f"{datastore.describe()}: at most {len(datastore)}", param=PARAM)
     for ex in examples:
@@ -164,7 +165,7 @@ def check_examples(mechanism: Mechanism, examples: Sequence[InfluenceExample],
             raise ConfigError(f"{PARAM}: example {ex.id} carries a logged answer (its "
                               f"'response' field), which {mechanism.key()} did not decode: drop "
                               f"the response field to measure {PARAM}", param=PARAM)
-        n, need = len(example_documents(ex)), needed_documents(mechanism)
+        n = len(example_documents(ex))
         if datastore is None and n < need:
             raise ConfigError(f"{PARAM}: {mechanism.key()} needs at least {need} documents per "
                               f"question, and example {ex.id} has {n}: give data with a "
@@ -172,26 +173,13 @@ def check_examples(mechanism: Mechanism, examples: Sequence[InfluenceExample],
                               param=PARAM)
 
 
-def needed_documents(mechanism: Mechanism) -> int:
-    """The fewest documents a request of ``mechanism`` needs: its ``min_documents``, and for a
-    vote over shards one document per shard."""
-    shards = getattr(mechanism, "shards", None)
-    return max(mechanism.min_documents, shards if isinstance(shards, int) else 0)
-
-
 def mechanism_streams(mechanism: Mechanism, example: InfluenceExample,
                       datastore: Datastore | None) -> int:
-    """The prompt streams one answer of ``mechanism`` keeps in flight: a vote's voters (one
-    per shard) and the no-retrieval stream; DP-RAG's kept documents and the prior (over a
-    datastore about ``top_k``, at most every document of the example otherwise); one
-    document's otherwise."""
-    shards = getattr(mechanism, "shards", None)
-    if isinstance(shards, int):
-        return shards + 1
-    top_k = getattr(mechanism, "top_k", None)
-    if datastore is not None and isinstance(top_k, int):
-        return top_k + 1
-    return len(example_documents(example)) + 1
+    """The prompt streams one answer of ``mechanism`` keeps in flight for ``example``'s
+    documents, retrieving from ``datastore`` where given
+    (:meth:`~ctxleak.mitigations.mechanisms.Mechanism.streams`: a vote's voters and the
+    no-retrieval stream; DP-RAG's kept documents and the prior)."""
+    return mechanism.streams(len(example_documents(example)), datastore is not None)
 
 
 def prompt_of(lm: LanguageModel, example: InfluenceExample, setting: Setting,
@@ -332,5 +320,4 @@ __all__ = ["CLAIM_FIELDS", "answer_request", "check_examples", "check_mechanism_
            "cid_claim", "claim_fields", "claim_summary", "example_documents",
            "mechanism_fields", "mechanism_list", "mechanism_streams", "measure_mechanism",
            "spent_summary",
-           "needed_documents",
            "prompt_of", "resolve_datastore", "word_similarity"]
