@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ctxleak.engine.lm import LanguageModel
@@ -49,7 +50,13 @@ from ctxleak.methods.influence.control import ControlCost
 from ctxleak.methods.influence.data import InfluenceExample, template_for
 from ctxleak.methods.influence.decoys import Decoys
 from ctxleak.methods.influence.metrics import mean_with_ci
-from ctxleak.methods.influence.pipeline import Controls, Job, score_drawn
+from ctxleak.methods.influence.pipeline import (
+    Controls,
+    Job,
+    example_parts,
+    measure_examples,
+    score_drawn,
+)
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.rag.app_prompt import app_messages
 from ctxleak.mitigations.cid import CID
@@ -213,17 +220,51 @@ def answer_request(lm: LanguageModel, job: Job, options: InfluenceOptions,
                          datastore=datastore)
 
 
-def measure_mechanism(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions,
-                      mechanism: Mechanism, *, controls: Controls | None = None,
-                      cost: ControlCost | None = None,
+def cid_slots(lm: LanguageModel, example: InfluenceExample, setting: Setting,
+              options: InfluenceOptions, datastore: Datastore | None) -> int:
+    """The token slots an item CID decodes keeps in flight: two streams, the prompt with the
+    context and the one without, each plus the new tokens (``datastore`` unread)."""
+    parts, _ = example_parts(lm, example, setting, options)
+    return len(parts.full) + len(parts.empty) + 2 * options.max_new_tokens
+
+
+def mechanism_slots(lm: LanguageModel, example: InfluenceExample, setting: Setting,
+                    options: InfluenceOptions, datastore: Datastore | None) -> int:
+    """The token slots an item another mechanism decodes keeps in flight: its streams
+    (:func:`mechanism_streams`), each at most the whole prompt plus the new tokens."""
+    parts, _ = example_parts(lm, example, setting, options)
+    return mechanism_streams(setting.mechanism, example, datastore) * (
+        len(parts.full) + options.max_new_tokens)
+
+
+def measure_cid(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions, *,
+                controls: Controls | None = None, cost: ControlCost | None = None,
+                decoys: Decoys | None = None, datastore: Datastore | None = None
+                ) -> list[dict[str, Any]]:
+    """One record per job, in order, of jobs decoded by their setting's own CID at one bounded
+    ε (every λ in one batched KV cache,
+    :func:`~ctxleak.methods.influence.pipeline.measure_examples`; ``datastore`` unread), with
+    the sweep's context size (None: all) and what CID spent (:func:`cid_claim`)."""
+    records = measure_examples(lm, jobs, replace(options, bounded_eps=jobs[0].setting.bounded_eps),
+                               controls=controls, cost=cost, decoys=decoys)
+    for (_, setting, _), record in zip(jobs, records):
+        record.setdefault("context_limit", setting.context_tokens)
+        record.update(cid_claim(setting, record))
+    return records
+
+
+def measure_mechanism(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions, *,
+                      controls: Controls | None = None, cost: ControlCost | None = None,
                       decoys: Decoys | None = None, datastore: Datastore | None = None
                       ) -> list[dict[str, Any]]:
-    """One record per job, in order: the answer ``mechanism`` decodes (all jobs of one
-    temperature in one call, each from its own seed, retrieving from ``datastore`` where
+    """One record per job, in order: the answer the jobs' one mechanism decodes (all jobs of
+    one temperature in one call, each from its own seed, retrieving from ``datastore`` where
     given), measured as the run measures a CID answer at λ = 1, with the mechanism's claim,
-    paid tokens and steps; over a datastore, a DP mechanism's own ex-post privacy loss of
-    each of the example's documents (``document_loss``, nats by document id,
+    paid tokens and steps, and the sweep's context size (None: all); over a datastore, a DP
+    mechanism's own ex-post privacy loss of each of the example's documents
+    (``document_loss``, nats by document id,
     :func:`~ctxleak.mitigations.document_loss.own_document_losses`)."""
+    mechanism = jobs[0].setting.mechanism
     check_examples(mechanism, [ex for ex, _, _ in jobs], datastore)
     answers: list[MechanismAnswer | None] = [None] * len(jobs)
     spent: list[dict[str, float] | None] = [None] * len(jobs)
@@ -242,10 +283,11 @@ def measure_mechanism(lm: LanguageModel, jobs: Sequence[Job], options: Influence
     done = [a for a in answers if a is not None]
     records = score_drawn(lm, jobs, [(list(a.response_ids), a.stopped_on_eos) for a in done],
                           options, controls, cost, decoys)
-    for record, answer, losses in zip(records, done, spent):
+    for record, answer, losses, job in zip(records, done, spent, jobs):
         record.update(mechanism_fields(mechanism, answer))
         if losses is not None:
             record["document_loss"] = losses
+        record.setdefault("context_limit", job.setting.context_tokens)
     return records
 
 
@@ -317,7 +359,8 @@ def spent_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 __all__ = ["CLAIM_FIELDS", "answer_request", "check_examples", "check_mechanism_options",
-           "cid_claim", "claim_fields", "claim_summary", "example_documents",
-           "mechanism_fields", "mechanism_list", "mechanism_streams", "measure_mechanism",
+           "cid_claim", "cid_slots", "claim_fields", "claim_summary", "example_documents",
+           "mechanism_fields", "mechanism_list", "mechanism_slots", "mechanism_streams",
+           "measure_cid", "measure_mechanism",
            "spent_summary",
            "prompt_of", "resolve_datastore", "word_similarity"]
