@@ -177,7 +177,7 @@ class Mechanism(Protocol):
         """One answer per request, in order (the module docstring's contract)."""
         ...
 
-    # -- the words with a default (a subclass inherits it) -------------------------------------
+    # -- the words with a default (a subclass inherits them) -----------------------------------
 
     def documents_needed(self) -> int:
         """The fewest documents one answer reads (a request's, or a datastore's where it
