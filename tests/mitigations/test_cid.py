@@ -238,7 +238,7 @@ def test_bounded_cid_windows_use_each_steps_lambda(tiny_lm, eps):
     options = InfluenceOptions(max_new_tokens=10, min_new_tokens=3, bounded_eps=eps,
                                ngram=10_000, template="document : {context} . {query}")
     with using(tiny_lm, BatchPolicy(batch_size=1)):
-        rec = measure_example(tiny_lm, example, Setting(lam=2.0, temperature=0.8), options,
+        rec = measure_example(tiny_lm, example, Setting.cid(lam=2.0, temperature=0.8), options,
                               seed=1)
     n = len(rec["response_ids"])
     assert n and rec["ngram"] == rec["context_tokens"] and len(rec["window_influence"]) == 1
@@ -267,7 +267,7 @@ def test_bounded_cid_windows_score_each_neighbour_at_its_own_lambda(tiny_lm, bat
     options = InfluenceOptions(max_new_tokens=8, min_new_tokens=min_new, bounded_eps=eps,
                                ngram=4, stride=3, template=template)
     with using(tiny_lm, BatchPolicy(batch_size=2, invariant=batch_invariant)):
-        rec = measure_example(tiny_lm, example, Setting(lam=lam_max, temperature=temp), options,
+        rec = measure_example(tiny_lm, example, Setting.cid(lam=lam_max, temperature=temp), options,
                               seed=1)
     parts = prompt_parts(tiny_lm, example, template)[0]
     response, spans = rec["response_ids"], [tuple(s) for s in rec["windows"]]

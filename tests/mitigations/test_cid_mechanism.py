@@ -102,16 +102,16 @@ def test_the_influence_run_names_cid_by_its_sweep_not_as_another_mechanism():
 
 
 def test_a_setting_without_another_mechanism_is_cid_at_its_lambda_and_eps():
-    plain, bounded = Setting(0.5, 0.8), Setting(1.0, 0.8, None, 2.0)
+    plain, bounded = Setting.cid(0.5, 0.8), Setting.cid(1.0, 0.8, None, 2.0)
     assert plain.mechanism == CID(0.5) and bounded.mechanism == CID(1.0, 2.0)
     assert plain.decoded_by_cid and bounded.decoded_by_cid
     assert plain.key == "lambda=0.5,T=0.8,context=all"  # the key a stored run holds
     assert bounded.key == "lambda=1,T=0.8,context=all,eps=2"
-    assert Setting(1.0, 0.8).is_baseline and not bounded.is_baseline
+    assert Setting.cid(1.0, 0.8).is_baseline and not bounded.is_baseline
     vote = Setting(1.0, 0.8, mechanism=DPVote(eps=2, shards=3))
     assert not vote.decoded_by_cid and not vote.is_baseline
     assert vote.key == "lambda=1,T=0.8,context=all,mechanism=dp-vote(eps=2,shards=3,delta=0.0001)"
-    assert Setting(1.0, 0.8) == Setting(1.0, 0.8, added=True)  # added is not part of it
+    assert Setting.cid(1.0, 0.8) == Setting.cid(1.0, 0.8, added=True)  # added is not part of it
 
 
 def test_dp_mechanisms_refuse_greedy_decoding(tiny_lm):

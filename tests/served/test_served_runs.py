@@ -68,7 +68,7 @@ def test_library_scoring_equals_in_process(served_lm, default_lm):
 
     prompts, conts = [], []
     for ex in load_examples("demo", task="auto")[:6]:
-        parts = example_parts(default_lm, ex, Setting(1.0, 1.0), InfluenceOptions())[0]
+        parts = example_parts(default_lm, ex, Setting.cid(1.0, 1.0), InfluenceOptions())[0]
         prompts += [parts.full, parts.empty]
         conts += [default_lm.encode(ex.reference)] * 2
     here = continuation_logprobs(default_lm, prompts, conts)
@@ -106,7 +106,7 @@ def test_influence_run_equals_in_process(served_lm, default_lm, tmp_path):
     rec, ex = res.records[0], load_examples("demo", task="auto")[0]
     ids = list(rec["response_ids"])
     assert len(ids) >= min_new
-    parts = example_parts(default_lm, ex, Setting(1.0, 1.0), InfluenceOptions(ngram=32))[0]
+    parts = example_parts(default_lm, ex, Setting.cid(1.0, 1.0), InfluenceOptions(ngram=32))[0]
     answer = ids[:-1] if rec["stopped_on_eos"] else ids
     prompts = [parts.full, parts.empty] + [
         parts.with_context(parts.context[:a] + parts.context[b:]) for a, b in rec["windows"]]
@@ -158,7 +158,7 @@ def test_cid_below_lambda_1_and_bounded_equal_in_process(served_lm, default_lm, 
     for key in ("logp_context", "logp_empty", "token_influence"):
         np.testing.assert_allclose(a[key], b[key], atol=PER_TOKEN, rtol=0, err_msg=key)
     ex = load_examples("demo", task="auto")[1]
-    parts = example_parts(default_lm, ex, Setting(1.0, 1.0), InfluenceOptions())[0]
+    parts = example_parts(default_lm, ex, Setting.cid(1.0, 1.0), InfluenceOptions())[0]
     config = CIDConfig(lam=1.0, temperature=1.0, max_new_tokens=6, min_new_tokens=2,
                        bounded_eps=2.0)
     job = [(parts.full, parts.empty, config, 7)]

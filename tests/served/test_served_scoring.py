@@ -27,7 +27,7 @@ def demo_pairs(default_lm):
     context (a summary and question examples both), its reference answer as the continuation."""
     pairs = []
     for ex in load_examples("demo", task="auto")[:EXAMPLES]:
-        parts = example_parts(default_lm, ex, Setting(1.0, 1.0), InfluenceOptions())[0]
+        parts = example_parts(default_lm, ex, Setting.cid(1.0, 1.0), InfluenceOptions())[0]
         answer = default_lm.encode(ex.reference)
         pairs += [(parts.full, answer), (parts.empty, answer)]
     return pairs

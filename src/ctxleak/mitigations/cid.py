@@ -264,6 +264,10 @@ class CID(Mechanism):
                 "lambdas": ledger.lambdas, "token_ids": [e.token_id for e in ledger.entries],
                 "tokens": len(ledger.entries), "stopped_on_eos": ledger.stopped_on_eos}
 
+    def streams(self, documents: int, over_datastore: bool) -> int:
+        """Two: the prompt holding every document and the prompt without them."""
+        return 2
+
 
 def answer_together(lm: LanguageModel, asked: Sequence[tuple[CID, AnswerRequest, Decoding]], *,
                     context_caches: list[Any] | None = None, rescored: bool = False,

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -44,69 +43,58 @@ from ctxleak.kernels.vote import (
     vote_counts,
 )
 from ctxleak.mitigations.datastore import SIMILARITY_RANGE, Datastore
-from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_retrieval import threshold_grid, threshold_logprobs
-from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote, vote_noise, vote_tokens
-from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding, MechanismAnswer
+from ctxleak.mitigations.mechanisms import (
+    WITHIN_TOLERANCE,
+    AnswerRequest,
+    Decoding,
+    DocumentLoss,
+    Mechanism,
+    MechanismAnswer,
+    within_claim,
+)
 
-#: Headroom on the claim for float noise when reading whether a loss is within it (nats).
-WITHIN_TOLERANCE = 1e-9
 #: The largest :attr:`DocumentLoss.check` a run reports a loss at: DP-RAG's recomputed
 #: log-probs within 1e-3 nats of the record (float32 forwards differ by about 1e-4), the
 #: votes' recomputed votes all equal to the record.
 CHECK_TOLERANCE = 1e-3
 
 
-def within_claim(loss: float, eps: float | None) -> bool:
-    """``|loss| ≤ ε`` of a claim (None: no claim, never within). Beyond it is not by itself a
-    broken claim: an (ε, δ) claim bounds the loss's tail through δ (and a Rényi-DP conversion
-    more loosely than δ itself), so a rare loss above ε is allowed; many are not."""
-    return eps is not None and abs(loss) <= float(eps) + WITHIN_TOLERANCE
-
-
-@dataclass(frozen=True)
-class DocumentLoss:
-    """The ex-post privacy loss one answer spent on ``document`` (module docstring), in nats:
-    ``retrieval`` (DP-RAG's threshold; 0 for the votes), ``steps`` (one per released step,
-    a sparse-vector round's loss on the step that ends it) and their ``total``; ``claim``:
-    what the mechanism guarantees per response; ``changed``: what removing the document
-    changed; ``check``: how far the recomputation of the recorded steps lands from the record
-    (DP-RAG: the largest |Δ log P| of a released token, nats; the votes: the steps whose
-    recomputed vote of the document's voter differs from the recorded one)."""
-
-    document: str
-    mechanism: str
-    claim: Claim
-    retrieval: float
-    steps: tuple[float, ...]
-    changed: str
-    check: float
-
-    @property
-    def total(self) -> float:
-        return self.retrieval + math.fsum(self.steps)
-
-    @property
-    def within(self) -> bool:
-        """:func:`within_claim` of the total."""
-        return within_claim(self.total, self.claim.eps)
-
-    def describe(self) -> str:
-        bound = "within" if self.within else "beyond"
-        return (f"{self.mechanism} spent {self.total:.3g} nats of privacy loss on {self.document} "
-                f"in this answer ({self.changed}), {bound} its claim ε = {self.claim.eps:.3g} per "
-                f"response ({self.claim.relation})")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "claim": asdict(self.claim), "total": self.total,
-                "within": self.within}
-
-
-def document_loss(mechanism: DPRAG | DPVote | DPSparseVote, lm: LanguageModel,
-                  request: AnswerRequest, answer: MechanismAnswer, document: str,
-                  decoding: Decoding) -> DocumentLoss:
+def document_loss(mechanism: Mechanism, lm: LanguageModel, request: AnswerRequest,
+                  answer: MechanismAnswer, document: str, decoding: Decoding) -> DocumentLoss:
     """The ex-post privacy loss ``answer`` (decoded by ``mechanism`` for ``request`` with
-    ``decoding``) spent on the datastore's document ``document`` (module docstring)."""
+    ``decoding``) spent on the datastore's document ``document`` (module docstring;
+    :meth:`~ctxleak.mitigations.mechanisms.Mechanism.document_losses`)."""
+    losses = mechanism.document_losses(lm, request, answer, [document], decoding)
+    if losses is None:
+        raise ConfigError(f"{mechanism.describe()}: a document's ex-post loss is computed for "
+                          "the DP mechanisms dp-rag, dp-vote and dp-sparse-vote (CID's is its "
+                          "influence reading)", param="mechanism")
+    return losses[0]
+
+
+def own_document_losses(mechanism: Mechanism, lm: LanguageModel, request: AnswerRequest,
+                        answer: MechanismAnswer, decoding: Decoding) -> dict[str, float] | None:
+    """:meth:`DocumentLoss.total` of each of the request's own documents (``request.ids``)
+    that the datastore holds, by id; None where there is nothing to compute: a mechanism
+    without a loss of its own, no datastore, or documents without ids. A loss whose
+    recomputation lands farther from the record than :data:`CHECK_TOLERANCE` is left out
+    rather than reported."""
+    store = request.datastore
+    if store is None or request.ids is None:
+        return None
+    held = {doc_id for doc_id, _ in store.documents}
+    losses = mechanism.document_losses(lm, request, answer, [
+        doc_id for doc_id in dict.fromkeys(request.ids) if doc_id in held], decoding)
+    return None if losses is None else \
+        {loss.document: loss.total for loss in losses if loss.check <= CHECK_TOLERANCE}
+
+
+def _without(mech: Any, request: AnswerRequest, answer: MechanismAnswer, document: str,
+             decoding: Decoding) -> tuple[Datastore, Datastore | None, list[int]]:
+    """The request's datastore, that datastore without ``document`` (None: it is empty then)
+    and the released tokens, once ``document``, ``answer`` and ``decoding`` are checked to be
+    what ``mech`` decoded from that datastore."""
     store = request.datastore
     if store is None:
         raise ConfigError("datastore: a document's loss is over the datastore the mechanism "
@@ -114,41 +102,14 @@ def document_loss(mechanism: DPRAG | DPVote | DPSparseVote, lm: LanguageModel,
     if document not in {doc_id for doc_id, _ in store.documents}:
         raise ConfigError(f"document: {document!r} is not a document of {store.describe()}",
                           param="document")
-    if not isinstance(mechanism, (DPRAG, DPVote, DPSparseVote)):
-        raise ConfigError(f"{mechanism.describe()}: a document's ex-post loss is computed for "
-                          "the DP mechanisms dp-rag, dp-vote and dp-sparse-vote (CID's is its "
-                          "influence reading)", param="mechanism")
-    claim = mechanism.claim(decoding)
+    claim = mech.claim(decoding)
     if (answer.claim.eps, answer.claim.delta) != (claim.eps, claim.delta):
-        raise ConfigError(f"decoding: {mechanism.key()} with these settings claims ε = "
+        raise ConfigError(f"decoding: {mech.key()} with these settings claims ε = "
                           f"{claim.eps:.6g}, δ = {claim.delta:.3g}, and the answer says ε = "
                           f"{answer.claim.eps}, δ = {answer.claim.delta}: give the mechanism "
                           "and the decoding the answer was decoded with", param="decoding")
     rest = [pair for pair in store.documents if pair[0] != document]
-    without = Datastore.of(rest) if rest else None
-    tokens = [int(step["token_id"]) for step in answer.steps]
-    if isinstance(mechanism, DPRAG):
-        return _dp_rag_loss(mechanism, lm, request, answer, document, decoding, without, tokens)
-    if isinstance(mechanism, (DPVote, DPSparseVote)):
-        return _vote_loss(mechanism, lm, request, answer, document, decoding, without, tokens)
-    raise AssertionError(mechanism)  # refused above
-
-
-def own_document_losses(mechanism: object, lm: LanguageModel, request: AnswerRequest,
-                        answer: MechanismAnswer, decoding: Decoding) -> dict[str, float] | None:
-    """:meth:`DocumentLoss.total` of each of the request's own documents (``request.ids``)
-    that the datastore holds, by id; None where there is nothing to compute: a mechanism
-    other than the DP ones, no datastore, or documents without ids. A loss whose recomputation
-    lands farther from the record than :data:`CHECK_TOLERANCE` is left out rather than
-    reported."""
-    store = request.datastore
-    if store is None or request.ids is None or \
-            not isinstance(mechanism, (DPRAG, DPVote, DPSparseVote)):
-        return None
-    held = {doc_id for doc_id, _ in store.documents}
-    losses = (document_loss(mechanism, lm, request, answer, doc_id, decoding)
-              for doc_id in dict.fromkeys(request.ids) if doc_id in held)
-    return {loss.document: loss.total for loss in losses if loss.check <= CHECK_TOLERANCE}
+    return store, Datastore.of(rest) if rest else None, [int(s["token_id"]) for s in answer.steps]
 
 
 def _teacher_forced(lm: LanguageModel, prompts: Sequence[Sequence[int]], tokens: list[int],
@@ -164,17 +125,17 @@ def _teacher_forced(lm: LanguageModel, prompts: Sequence[Sequence[int]], tokens:
 # -- DP-RAG ------------------------------------------------------------------------------------
 
 
-def _dp_rag_loss(mech: DPRAG, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
-                 document: str, decoding: Decoding, without: Datastore | None,
-                 tokens: list[int]
-                 ) -> DocumentLoss:
-    store = request.datastore
-    assert store is not None
+def dp_rag_loss(mech: Any, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
+                document: str, decoding: Decoding) -> DocumentLoss:
+    """DP-RAG's loss of ``document`` (module docstring; ``mech``: a
+    :class:`~ctxleak.mitigations.dp_rag.DPRAG`, read by its words and fields)."""
+    store, without, tokens = _without(mech, request, answer, document, decoding)
     tau = answer.steps[0].get("threshold") if answer.steps else None
     if tau is None:
         raise ConfigError("answer: its steps record no retrieval threshold (was it decoded by "
                           "dp-rag over this datastore?)", param="answer")
-    grid = threshold_grid(*(mech.score_range or SIMILARITY_RANGE), mech.grid)
+    low, high = mech.score_range or SIMILARITY_RANGE
+    grid = threshold_grid(low, high, mech.grid)
     j = int(torch.argmin((grid - float(tau)).abs()))
     if abs(float(grid[j]) - float(tau)) > 1e-9:
         raise ConfigError(f"answer: its threshold {tau} is not on {mech.key()}'s grid: give "
@@ -211,12 +172,12 @@ def _dp_rag_loss(mech: DPRAG, lm: LanguageModel, request: AnswerRequest, answer:
 # -- the votes -----------------------------------------------------------------------------------
 
 
-def _vote_loss(mech: DPVote | DPSparseVote, lm: LanguageModel, request: AnswerRequest,
-               answer: MechanismAnswer, document: str, decoding: Decoding,
-               without: Datastore | None,
-               tokens: list[int]) -> DocumentLoss:
-    store = request.datastore
-    assert store is not None
+def vote_loss(mech: Any, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
+              document: str, decoding: Decoding) -> DocumentLoss:
+    """A vote's loss of ``document`` (module docstring; ``mech``: a
+    :class:`~ctxleak.mitigations.dp_vote.DPVote` or ``DPSparseVote``, read by its words and
+    fields: ``svt_threshold()`` None for the plain vote)."""
+    store, without, tokens = _without(mech, request, answer, document, decoding)
     if any(len(step.get("votes") or ()) != mech.shards for step in answer.steps):
         raise ConfigError("answer: its steps record no voters' votes (decoded by an older "
                           "ctxleak?): decode it again", param="answer")
@@ -227,13 +188,12 @@ def _vote_loss(mech: DPVote | DPSparseVote, lm: LanguageModel, request: AnswerRe
     if reads[0] == reads[1]:
         return DocumentLoss(document, mech.key(), answer.claim, 0.0, zeros,
                             f"nothing: voter {shard} reads the same documents without it", 0.0)
-    sparse = isinstance(mech, DPSparseVote)
-    line = mech.threshold * mech.shards if isinstance(mech, DPSparseVote) else 0.0
+    line = mech.svt_threshold()  # the sparse vote's test, in votes (None: a plain vote)
     budget = mech.budget(decoding)
     logits = _teacher_forced(lm, [request.prompt(texts) for texts in reads], tokens,
-                             vote_tokens(mech, decoding, budget)[1])
+                             mech.new_tokens(decoding, budget)[1])
     moved = [torch.argmax(x, dim=-1).tolist() for x in logits]
-    scale, gap = vote_noise(mech, budget)
+    scale, gap = mech.noise(budget)
     vocab = logits[0].shape[-1]
     steps, pending = [0.0] * len(tokens), []
     for t, step in enumerate(answer.steps):
@@ -245,7 +205,7 @@ def _vote_loss(mech: DPVote | DPSparseVote, lm: LanguageModel, request: AnswerRe
         empty = int(step["no_retrieval_token"])
         if step.get("source") == "budget spent":
             continue
-        if sparse:
+        if line is not None:
             pending.append((float(with_d[empty]), float(without_d[empty])))
             if not step["paid"]:
                 continue
@@ -325,5 +285,6 @@ def svt_round_logprob(agree: Sequence[float], threshold: float, eps_svt: float,
     return shift + math.log(total)
 
 
-__all__ = ["DocumentLoss", "document_loss", "own_document_losses", "svt_round_logprob",
-           "svt_round_loss", "svt_round_probability", "vote_step_loss", "within_claim"]
+__all__ = ["WITHIN_TOLERANCE", "DocumentLoss", "document_loss", "dp_rag_loss",
+           "own_document_losses", "svt_round_logprob", "svt_round_loss", "svt_round_probability",
+           "vote_loss", "vote_step_loss", "within_claim"]

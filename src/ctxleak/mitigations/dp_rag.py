@@ -39,6 +39,7 @@ from ctxleak.errors import ConfigError
 from ctxleak.kernels.draw import draw
 from ctxleak.mitigations.accounting import ExponentialMechanismEvent, RDPAccountant
 from ctxleak.mitigations.datastore import SIMILARITY_RANGE
+from ctxleak.mitigations.document_loss import dp_rag_loss
 from ctxleak.mitigations.dp_retrieval import private_retrieval, threshold_grid
 from ctxleak.mitigations.dp_vote import (
     check_delta,
@@ -52,6 +53,7 @@ from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Claim,
     Decoding,
+    DocumentLoss,
     Mechanism,
     MechanismAnswer,
     refuse_greedy,
@@ -190,6 +192,17 @@ class DPRAG(Mechanism):
         return [finish_answer(g, claim, used) if r.datastore is None
                 else finish_answer(g, claim, (), [r.datastore.documents[i][0] for i in used])
                 for g, r, (_, used) in zip(gens, requests, parts)]
+
+    def streams(self, documents: int, over_datastore: bool) -> int:
+        """The documents the retrieval keeps (about ``top_k`` over a datastore, at most every
+        document of the request otherwise) and the prior."""
+        return (self.top_k if over_datastore else documents) + 1
+
+    def document_losses(self, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
+                        documents: Sequence[str], decoding: Decoding) -> list[DocumentLoss]:
+        """Each document's loss: the threshold's odds and, where it reached a prompt, every
+        step's scores (:func:`~.document_loss.dp_rag_loss`)."""
+        return [dp_rag_loss(self, lm, request, answer, d, decoding) for d in documents]
 
     def step_logprobs(self, doc_logits: torch.Tensor, empty_logits: torch.Tensor,
                       eps_token: float, temperature: float, excluded: Sequence[int]

@@ -54,10 +54,12 @@ from ctxleak.kernels.vote import (
     vote_scale,
     voter_tokens,
 )
+from ctxleak.mitigations.document_loss import vote_loss
 from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Claim,
     Decoding,
+    DocumentLoss,
     Mechanism,
     MechanismAnswer,
     refuse_greedy,
@@ -203,28 +205,12 @@ def _dealt_shards(mech: Any, request: AnswerRequest) -> list[list[str]]:
     return [[d for i, d in enumerate(docs) if i % mech.shards == s] for s in range(mech.shards)]
 
 
-def vote_noise(mech: Any, budget: VoteBudget) -> tuple[float, float]:
-    """The limited-domain step's Gumbel scale and threshold gap (votes) at the budget's
-    per-vote ``(eps_token, delta_step)``."""
-    scale = vote_scale(budget.eps_token, budget.delta_step)
-    return scale, limited_domain_gap(scale, budget.delta_step, mech.domain)
-
-
-def vote_tokens(mech: Any, decoding: Decoding, budget: VoteBudget) -> tuple[int, int]:
-    """The most and the fewest new tokens a response is decoded for: a plain vote that stops
-    at ⊥ or a spent budget stops after its paid votes at most; EOS masked before the fewest."""
-    new = decoding.max_new_tokens
-    if mech.abstain == "stop" and not isinstance(mech, DPSparseVote):
-        new = min(new, budget.votes)
-    return new, min(decoding.min_new_tokens, new)
-
-
 def _vote_job(mech: Any, lm: LanguageModel, request: AnswerRequest, decoding: Decoding,
               budget: VoteBudget, voters: list[list[str]]) -> StreamJob:
     """The stream job of one response: ``shards`` voter streams and the no-retrieval stream;
     ``combine`` takes the step's decision (:func:`_decide`), ``observe`` records it."""
-    m, sparse = mech.shards, isinstance(mech, DPSparseVote)
-    scale, gap = vote_noise(mech, budget)
+    m, sparse = mech.shards, mech.svt_threshold() is not None
+    scale, gap = mech.noise(budget)
     stop = eos_id(lm) if mech.abstain == "stop" else None
     state: dict[str, Any] = {}
 
@@ -250,7 +236,7 @@ def _vote_job(mech: Any, lm: LanguageModel, request: AnswerRequest, decoding: De
         return {"step": step, "token_id": int(token), "logp_empty": float(lp[token]),
                 **state["record"]}
 
-    new, least = vote_tokens(mech, decoding, budget)
+    new, least = mech.new_tokens(decoding, budget)
     prompts = [list(request.prompt(texts)) for texts in voters] + [list(request.prompt([]))]
     return StreamJob(prompts, combine, observe, request.seed, new, least, replay=False)
 
@@ -295,10 +281,13 @@ def _answer(mech: Any, lm: LanguageModel, requests: Sequence[AnswerRequest],
 
 
 class _Voting(Mechanism):
-    """What the two votes share: the claim and the answer of their budget, and the noisy steps
-    as methods (a test's broken variant overrides them)."""
+    """What the two votes share: the claim and the answer of their budget, the documents and
+    streams of their voters, and the noisy steps as methods (a test's broken variant overrides
+    them)."""
 
     domain: int
+    shards: int
+    abstain: str
 
     def key(self) -> str:
         raise NotImplementedError  # each vote writes its own
@@ -315,6 +304,38 @@ class _Voting(Mechanism):
     def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
                decoding: Decoding) -> list[MechanismAnswer]:
         return _answer(self, lm, requests, decoding, self.budget(decoding))
+
+    def documents_needed(self) -> int:
+        """One document per shard."""
+        return self.shards
+
+    def streams(self, documents: int, over_datastore: bool) -> int:
+        """The voters, one per shard, and the no-retrieval stream."""
+        return self.shards + 1
+
+    def document_losses(self, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
+                        documents: Sequence[str], decoding: Decoding) -> list[DocumentLoss]:
+        """Each document's loss through its voter (:func:`~.document_loss.vote_loss`)."""
+        return [vote_loss(self, lm, request, answer, d, decoding) for d in documents]
+
+    def svt_threshold(self) -> float | None:
+        """The sparse-vector test's threshold, in votes; None: no test, every step a vote."""
+        return None
+
+    def noise(self, budget: VoteBudget) -> tuple[float, float]:
+        """The limited-domain step's Gumbel scale and threshold gap (votes) at the budget's
+        per-vote ``(eps_token, delta_step)``."""
+        scale = vote_scale(budget.eps_token, budget.delta_step)
+        return scale, limited_domain_gap(scale, budget.delta_step, self.domain)
+
+    def new_tokens(self, decoding: Decoding, budget: VoteBudget) -> tuple[int, int]:
+        """The most and the fewest new tokens a response is decoded for: a plain vote that
+        stops at ⊥ or a spent budget stops after its paid votes at most; EOS masked before the
+        fewest."""
+        new = decoding.max_new_tokens
+        if self.abstain == "stop" and self.svt_threshold() is None:
+            new = min(new, budget.votes)
+        return new, min(decoding.min_new_tokens, new)
 
     def release(self, counts: torch.Tensor, scale: float, gap: float,
                 generator: torch.Generator) -> int:
@@ -391,6 +412,9 @@ class DPSparseVote(_Voting):
         voters against ``threshold`` of them."""
         return svt_pays(agree, self.threshold * self.shards, eps_svt, generator, rho)
 
+    def svt_threshold(self) -> float | None:
+        return self.threshold * self.shards
+
     def key(self) -> str:
         return (f"dp-sparse-vote(eps={self.eps:g},shards={self.shards},"
                 f"threshold={self.threshold:g},delta={self.delta:g}{_extras(self)})")
@@ -414,4 +438,4 @@ def _extras(mech: Any) -> str:
     return "".join(parts)
 
 
-__all__ = ["ABSTAIN_MODES", "DPSparseVote", "DPVote", "VoteBudget", "vote_noise", "vote_tokens"]
+__all__ = ["ABSTAIN_MODES", "DPSparseVote", "DPVote", "VoteBudget"]

@@ -37,7 +37,11 @@ an ε per answer:
   and that call, each entry announced to a :class:`Listener` as it is decided (Context
   Influence Decoding streams its tokens as they are drawn; the others announce the whole
   answer at its end);
-* ``figures(answer, request, decoding)``: what an answer reports of itself, as plain data.
+* ``figures(answer, request, decoding)``: what an answer reports of itself, as plain data;
+* ``documents_needed()``, ``streams(documents, over_datastore)``: the fewest documents one answer
+  reads and the prompt streams it keeps in flight (an influence run's batching);
+* ``document_losses(...)``: the mechanism's own ex-post privacy loss of each document, where it
+  has one.
 
 To add a mechanism: a frozen dataclass subclassing :class:`Mechanism` (so it inherits the
 defaults) that validates its parameters in ``__post_init__`` (naming the parameter,
@@ -50,7 +54,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from ctxleak.engine.lm import LanguageModel
@@ -224,7 +228,8 @@ class Listener(Protocol):
 
 
 class Mechanism(Protocol):
-    """A mechanism between the documents and the answer (the module docstring's contract)."""
+    """A mechanism between the documents and the answer (the module docstring's contract); a
+    subclass inherits the words with a default."""
 
     name: ClassVar[str]
     #: the fewest documents a request needs (a vote over shards needs one per shard)
@@ -294,6 +299,79 @@ class Mechanism(Protocol):
                 "tokens": answer.released, "tokens_paid": answer.tokens_paid,
                 "stopped_on_eos": answer.stopped_on_eos,
                 "documents_used": list(dict.fromkeys(used))}
+
+    # -- the words with a default (a subclass inherits them) -----------------------------------
+
+    def documents_needed(self) -> int:
+        """The fewest documents one answer reads (a request's, or a datastore's where it
+        retrieves from one), one per shard where it partitions them; ``min_documents`` by
+        default."""
+        return self.min_documents
+
+    def streams(self, documents: int, over_datastore: bool) -> int:
+        """The prompt streams one answer keeps in flight for a request of ``documents``
+        documents (``over_datastore``: retrieving from the request's datastore); by default one
+        per document and the prompt without retrieval."""
+        return documents + 1
+
+    def document_losses(self, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
+                        documents: Sequence[str], decoding: Decoding) -> list[DocumentLoss] | None:
+        """This mechanism's own ex-post privacy loss of each of the datastore's ``documents``
+        in ``answer`` (decoded for ``request`` with ``decoding``), in order, where it has one
+        (:mod:`~ctxleak.mitigations.document_loss`); None by default."""
+        return None
+
+
+#: Headroom on the claim for float noise when reading whether a loss is within it (nats).
+WITHIN_TOLERANCE = 1e-9
+
+
+def within_claim(loss: float, eps: float | None) -> bool:
+    """``|loss| ≤ ε`` of a claim (None: no claim, never within). Beyond it is not by itself a
+    broken claim: an (ε, δ) claim bounds the loss's tail through δ (and a Rényi-DP conversion
+    more loosely than δ itself), so a rare loss above ε is allowed; many are not."""
+    return eps is not None and abs(loss) <= float(eps) + WITHIN_TOLERANCE
+
+
+@dataclass(frozen=True)
+class DocumentLoss:
+    """The ex-post privacy loss one answer spent on ``document``
+    (:mod:`~ctxleak.mitigations.document_loss`), in nats: ``retrieval`` (DP-RAG's threshold; 0
+    for the votes), ``steps`` (one per released step, a sparse-vector round's loss on the step
+    that ends it) and their ``total``; ``claim``: what the mechanism guarantees per response;
+    ``changed``: what removing the document changed; ``check``: how far the recomputation of
+    the recorded steps lands from the record (DP-RAG: the largest |Δ log P| of a released
+    token, nats; the votes: the steps whose recomputed vote of the document's voter differs
+    from the recorded one)."""
+
+    document: str
+    mechanism: str
+    claim: Claim
+    retrieval: float
+    steps: tuple[float, ...]
+    changed: str
+    check: float
+
+    @property
+    def total(self) -> float:
+        return self.retrieval + math.fsum(self.steps)
+
+    @property
+    def within(self) -> bool:
+        """:func:`within_claim` of the total."""
+        return within_claim(self.total, self.claim.eps)
+
+    def describe(self) -> str:
+        bound = "within" if self.within else "beyond"
+        return (f"{self.mechanism} spent {self.total:.3g} nats of privacy loss on {self.document} "
+                f"in this answer ({self.changed}), {bound} its claim ε = {self.claim.eps:.3g} per "
+                f"response ({self.claim.relation})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "claim": asdict(self.claim), "total": self.total,
+                "within": self.within}
+
+# -- end of the words with a default --------------------------------------------------------------
 
 
 def refuse_greedy(mechanism: Mechanism, decoding: Decoding) -> None:

@@ -236,7 +236,7 @@ def test_cli_frontier_puts_a_canary_audit_beside_its_setting(tiny_dir, tmp_path,
 
 def test_the_lower_bound_on_the_frontier():
     def setting(lam, eps, privacy, f1):
-        key = Setting(lam, 0.8, None, eps).key
+        key = Setting.cid(lam, 0.8, None, eps).key
         return {"setting": key, "lambda": lam, "temperature": 0.8, "bounded_eps": eps,
                 "control": {"above_control_per_token": {"mean": privacy}},
                 "f1": {"mean": f1}, "composed_eps": {"mean": 16.0} if eps else None}

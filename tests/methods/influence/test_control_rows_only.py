@@ -18,6 +18,7 @@ from ctxleak.methods.influence import ngrams
 from ctxleak.methods.influence.answers import AnswersToScore
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import (
+    Job,
     _score_in_process,
     _score_under,
     example_parts,
@@ -57,7 +58,7 @@ def test_control_rows_are_the_straightforward_ones_without_the_no_context_pass(
         llama_lm, lam, monkeypatch) -> None:
     examples = load_examples(LOG)
     options = InfluenceOptions(min_new_tokens=1)
-    jobs = [(ex, Setting(lam, 0.8), 0) for ex in examples]
+    jobs = [Job(ex, Setting.cid(lam, 0.8), 0) for ex in examples]
     answers = [ex.logged_ids(llama_lm) for ex in examples]
     owners = [0, 0, 1, 2, 3]  # answer 0 under two other contexts
     placed = [replace(examples[k], context=examples[c].context, passages=examples[c].passages,

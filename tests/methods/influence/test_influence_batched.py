@@ -239,8 +239,8 @@ def test_prefill_handed_to_scoring_equals_recomputation(llama_lm, monkeypatch, i
     from ctxleak.methods.influence import pipeline
     from ctxleak.methods.influence.data import InfluenceExample
 
-    jobs = [(InfluenceExample(**d, reference=None, task="qa"),
-             pipeline.Setting(lam, 0.8), 20 + k)
+    jobs = [pipeline.Job(InfluenceExample(**d, reference=None, task="qa"),
+                         pipeline.Setting.cid(lam, 0.8), 20 + k)
             for k, d in enumerate(_docs(4)) for lam in (0.5, 1.0)]
     options = pipeline.InfluenceOptions(max_new_tokens=6, min_new_tokens=2, ngram=3)
     calls = []

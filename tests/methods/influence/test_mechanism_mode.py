@@ -29,6 +29,7 @@ from ctxleak.methods.influence.mechanism_mode import (
     word_similarity,
 )
 from ctxleak.methods.influence.params import InfluenceParams
+from ctxleak.methods.influence.pipeline import Job
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.rag.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.methods.rag.passages import LIST_SEPARATOR
@@ -130,14 +131,14 @@ def test_the_answer_is_the_mechanisms_and_its_influence_is_cids_at_lambda_1(llam
 
 
 def test_cid_claims_by_hand():
-    assert cid_claim(Setting(0.0, 1.0), {})["claim_eps"] == 0.0  # λ = 0 reads no context
-    bounded = cid_claim(Setting(1.0, 1.0, None, 2.0), {"composed_eps": 10.0,
+    assert cid_claim(Setting.cid(0.0, 1.0), {})["claim_eps"] == 0.0  # λ = 0 reads no context
+    bounded = cid_claim(Setting.cid(1.0, 1.0, None, 2.0), {"composed_eps": 10.0,
                                                         "response_ids": [1, 2, 3, 4],
                                                         "stopped_on_eos": True})
     assert bounded == {"claim_eps": 10.0, "claim_delta": 0.0, "claim_relation": "context",
                        "tokens_paid": 5}
-    assert cid_claim(Setting(0.5, 1.0), {})["claim_relation"] == "none"
-    assert cid_claim(Setting(0.0, 1.0, None, 2.0), {"composed_eps": 10.0})["claim_eps"] == 0.0
+    assert cid_claim(Setting.cid(0.5, 1.0), {})["claim_relation"] == "none"
+    assert cid_claim(Setting.cid(0.0, 1.0, None, 2.0), {"composed_eps": 10.0})["claim_eps"] == 0.0
     assert claim_summary([{"claim_eps": None, "claim_relation": "none", "tokens_paid": 0}] * 2
                          )["claim"]["eps"] is None
 
@@ -200,13 +201,13 @@ def test_requests_carry_the_retrievers_scores_else_the_word_similarity_to_the_qu
                                         for j, d in enumerate(ROWS[0]["documents"])]}]
     (given,), _ = load_log(scored)
     (plain,), _ = load_log(ROWS[:1])
-    job = (given, Setting(1.0, 1.0), 7)
+    job = Job(given, Setting.cid(1.0, 1.0), 7)
     request = answer_request(llama_lm, job, InfluenceOptions())
     assert request.scores == (0.9, 0.8) and request.ids == ("q0-d0", "q0-d1")
     assert request.seed == 7 and request.documents == ("rome is in italy .",
                                                        "paris is in france .")
     assert request.prompt([]) != request.prompt(list(request.documents))
-    bare = answer_request(llama_lm, (plain, Setting(1.0, 1.0), 7), InfluenceOptions())
+    bare = answer_request(llama_lm, Job(plain, Setting.cid(1.0, 1.0), 7), InfluenceOptions())
     assert bare.scores == (pytest.approx(2 / 12 ** 0.5), pytest.approx(1 / 12 ** 0.5))
 
 
@@ -222,7 +223,7 @@ def test_a_mechanism_asks_the_apps_own_prompt_through_the_chat_template():
     prompt = [{"role": "system", "content": "answer the question ."},
               {"role": "user", "content": "document : {context} \n question : {query}"}]
     (example,), _ = load_log(ROWS[1:2], app=AppPromptChoice(load_prompt_messages(prompt)))
-    request = answer_request(lm, (example, Setting(1.0, 1.0), 5), InfluenceOptions())
+    request = answer_request(lm, Job(example, Setting.cid(1.0, 1.0), 5), InfluenceOptions())
 
     def chat_ids(context):
         messages = [{"role": m["role"], "content": m["content"].format(

@@ -168,7 +168,7 @@ class CanaryMethod(ParamsMethod[CanaryTrial, list[CanaryTrial], LanguageModel, C
         d = p.decoding
         out = summarize_trials(records, seed=self.common.seed, confidence=p.confidence,
                                threshold=p.threshold)
-        key = Setting(d.lam, d.temperature, None, d.bounded_eps).key  # the influence run's
+        key = Setting.cid(d.lam, d.temperature, None, d.bounded_eps).key  # the influence run's
         out.update({"setting": key, "lambda": d.lam, "temperature": d.temperature,
                     "bounded_eps": d.bounded_eps,
                     "eps_guarantee_ex_ante": (None if d.bounded_eps is None

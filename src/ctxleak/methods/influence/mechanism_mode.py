@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ctxleak.engine.lm import LanguageModel
@@ -49,7 +50,13 @@ from ctxleak.methods.influence.control import ControlCost
 from ctxleak.methods.influence.data import InfluenceExample, template_for
 from ctxleak.methods.influence.decoys import Decoys
 from ctxleak.methods.influence.metrics import mean_with_ci
-from ctxleak.methods.influence.pipeline import Controls, score_drawn
+from ctxleak.methods.influence.pipeline import (
+    Controls,
+    Job,
+    example_parts,
+    measure_examples,
+    score_drawn,
+)
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.rag.app_prompt import app_messages
 from ctxleak.mitigations.cid import CID
@@ -76,9 +83,6 @@ from ctxleak.mitigations.prompts import (
     template_prompt,
 )
 from ctxleak.run.inputs import is_named
-
-#: One measurement job: the example, its setting, its seed.
-Job = tuple[InfluenceExample, Setting, int]
 
 #: The ``datastore`` value that keeps each question's own retrieved list.
 RETRIEVED = "retrieved"
@@ -156,10 +160,11 @@ def resolve_datastore(option: Any, data: Any, examples: Sequence[InfluenceExampl
 def check_examples(mechanism: Mechanism, examples: Sequence[InfluenceExample],
                    datastore: Datastore | None = None) -> None:
     """Refuse, before anything is decoded, an example with a logged answer (a mechanism decodes
-    its own) or, without a ``datastore``, with fewer documents than ``mechanism`` needs, naming
-    the first; with one, a vote with more shards than it has documents."""
-    shards = getattr(mechanism, "shards", None)
-    if datastore is not None and isinstance(shards, int) and shards > len(datastore):
+    its own) or, without a ``datastore``, with fewer documents than ``mechanism`` needs
+    (:meth:`~ctxleak.mitigations.mechanisms.Mechanism.documents_needed`), naming the first;
+    with one, a mechanism that needs more documents than it holds (a vote: one per shard)."""
+    need = mechanism.documents_needed()
+    if datastore is not None and need > len(datastore):
         raise ConfigError(f"{PARAM}: {mechanism.key()} has more shards than "
                           f"{datastore.describe()}: at most {len(datastore)}", param=PARAM)
     for ex in examples:
@@ -167,7 +172,7 @@ def check_examples(mechanism: Mechanism, examples: Sequence[InfluenceExample],
             raise ConfigError(f"{PARAM}: example {ex.id} carries a logged answer (its "
                               f"'response' field), which {mechanism.key()} did not decode: drop "
                               f"the response field to measure {PARAM}", param=PARAM)
-        n, need = len(example_documents(ex)), needed_documents(mechanism)
+        n = len(example_documents(ex))
         if datastore is None and n < need:
             raise ConfigError(f"{PARAM}: {mechanism.key()} needs at least {need} documents per "
                               f"question, and example {ex.id} has {n}: give data with a "
@@ -175,26 +180,13 @@ def check_examples(mechanism: Mechanism, examples: Sequence[InfluenceExample],
                               param=PARAM)
 
 
-def needed_documents(mechanism: Mechanism) -> int:
-    """The fewest documents a request of ``mechanism`` needs: its ``min_documents``, and for a
-    vote over shards one document per shard."""
-    shards = getattr(mechanism, "shards", None)
-    return max(mechanism.min_documents, shards if isinstance(shards, int) else 0)
-
-
 def mechanism_streams(mechanism: Mechanism, example: InfluenceExample,
                       datastore: Datastore | None) -> int:
-    """The prompt streams one answer of ``mechanism`` keeps in flight: a vote's voters (one
-    per shard) and the no-retrieval stream; DP-RAG's kept documents and the prior (over a
-    datastore about ``top_k``, at most every document of the example otherwise); one
-    document's otherwise."""
-    shards = getattr(mechanism, "shards", None)
-    if isinstance(shards, int):
-        return shards + 1
-    top_k = getattr(mechanism, "top_k", None)
-    if datastore is not None and isinstance(top_k, int):
-        return top_k + 1
-    return len(example_documents(example)) + 1
+    """The prompt streams one answer of ``mechanism`` keeps in flight for ``example``'s
+    documents, retrieving from ``datastore`` where given
+    (:meth:`~ctxleak.mitigations.mechanisms.Mechanism.streams`: a vote's voters and the
+    no-retrieval stream; DP-RAG's kept documents and the prior)."""
+    return mechanism.streams(len(example_documents(example)), datastore is not None)
 
 
 def prompt_of(lm: LanguageModel, example: InfluenceExample, setting: Setting,
@@ -228,17 +220,51 @@ def answer_request(lm: LanguageModel, job: Job, options: InfluenceOptions,
                          datastore=datastore)
 
 
-def measure_mechanism(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions,
-                      mechanism: Mechanism, *, controls: Controls | None = None,
-                      cost: ControlCost | None = None,
+def cid_slots(lm: LanguageModel, example: InfluenceExample, setting: Setting,
+              options: InfluenceOptions, datastore: Datastore | None) -> int:
+    """The token slots an item CID decodes keeps in flight: two streams, the prompt with the
+    context and the one without, each plus the new tokens (``datastore`` unread)."""
+    parts, _ = example_parts(lm, example, setting, options)
+    return len(parts.full) + len(parts.empty) + 2 * options.max_new_tokens
+
+
+def mechanism_slots(lm: LanguageModel, example: InfluenceExample, setting: Setting,
+                    options: InfluenceOptions, datastore: Datastore | None) -> int:
+    """The token slots an item another mechanism decodes keeps in flight: its streams
+    (:func:`mechanism_streams`), each at most the whole prompt plus the new tokens."""
+    parts, _ = example_parts(lm, example, setting, options)
+    return mechanism_streams(setting.mechanism, example, datastore) * (
+        len(parts.full) + options.max_new_tokens)
+
+
+def measure_cid(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions, *,
+                controls: Controls | None = None, cost: ControlCost | None = None,
+                decoys: Decoys | None = None, datastore: Datastore | None = None
+                ) -> list[dict[str, Any]]:
+    """One record per job, in order, of jobs decoded by their setting's own CID at one bounded
+    ε (every λ in one batched KV cache,
+    :func:`~ctxleak.methods.influence.pipeline.measure_examples`; ``datastore`` unread), with
+    the sweep's context size (None: all) and what CID spent (:func:`cid_claim`)."""
+    records = measure_examples(lm, jobs, replace(options, bounded_eps=jobs[0].setting.bounded_eps),
+                               controls=controls, cost=cost, decoys=decoys)
+    for (_, setting, _), record in zip(jobs, records):
+        record.setdefault("context_limit", setting.context_tokens)
+        record.update(cid_claim(setting, record))
+    return records
+
+
+def measure_mechanism(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions, *,
+                      controls: Controls | None = None, cost: ControlCost | None = None,
                       decoys: Decoys | None = None, datastore: Datastore | None = None
                       ) -> list[dict[str, Any]]:
-    """One record per job, in order: the answer ``mechanism`` decodes (all jobs of one
-    temperature in one call, each from its own seed, retrieving from ``datastore`` where
+    """One record per job, in order: the answer the jobs' one mechanism decodes (all jobs of
+    one temperature in one call, each from its own seed, retrieving from ``datastore`` where
     given), measured as the run measures a CID answer at λ = 1, with the mechanism's claim,
-    paid tokens and steps; over a datastore, a DP mechanism's own ex-post privacy loss of
-    each of the example's documents (``document_loss``, nats by document id,
+    paid tokens and steps, and the sweep's context size (None: all); over a datastore, a DP
+    mechanism's own ex-post privacy loss of each of the example's documents
+    (``document_loss``, nats by document id,
     :func:`~ctxleak.mitigations.document_loss.own_document_losses`)."""
+    mechanism = jobs[0].setting.mechanism
     check_examples(mechanism, [ex for ex, _, _ in jobs], datastore)
     answers: list[MechanismAnswer | None] = [None] * len(jobs)
     spent: list[dict[str, float] | None] = [None] * len(jobs)
@@ -257,10 +283,11 @@ def measure_mechanism(lm: LanguageModel, jobs: Sequence[Job], options: Influence
     done = [a for a in answers if a is not None]
     records = score_drawn(lm, jobs, [(list(a.response_ids), a.stopped_on_eos) for a in done],
                           options, controls, cost, decoys)
-    for record, answer, losses in zip(records, done, spent):
+    for record, answer, losses, job in zip(records, done, spent, jobs):
         record.update(mechanism_fields(mechanism, answer))
         if losses is not None:
             record["document_loss"] = losses
+        record.setdefault("context_limit", job.setting.context_tokens)
     return records
 
 
@@ -332,8 +359,8 @@ def spent_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 __all__ = ["CLAIM_FIELDS", "answer_request", "check_examples", "check_mechanism_options",
-           "cid_claim", "claim_fields", "claim_summary", "example_documents",
-           "mechanism_fields", "mechanism_list", "mechanism_streams", "measure_mechanism",
+           "cid_claim", "cid_slots", "claim_fields", "claim_summary", "example_documents",
+           "mechanism_fields", "mechanism_list", "mechanism_slots", "mechanism_streams",
+           "measure_cid", "measure_mechanism",
            "spent_summary",
-           "needed_documents",
            "prompt_of", "resolve_datastore", "word_similarity"]

@@ -5,10 +5,10 @@ influence; summarised per setting. Run by :func:`ctxleak.run.run_method`."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxleak.engine.batching import BatchPolicy, shared_prefixes
 from ctxleak.engine.generation import derive_seed
@@ -29,14 +29,15 @@ from ctxleak.methods.influence.decoys import (
 )
 from ctxleak.methods.influence.mechanism_mode import (
     check_examples,
-    cid_claim,
+    cid_slots,
     claim_summary,
+    measure_cid,
     measure_mechanism,
-    mechanism_streams,
+    mechanism_slots,
     resolve_datastore,
 )
 from ctxleak.methods.influence.params import InfluenceParams, greedy_temperature, parse_ngram
-from ctxleak.methods.influence.pipeline import example_parts, measure_examples
+from ctxleak.methods.influence.pipeline import Job
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
 from ctxleak.methods.influence.summary import HEAVY_FIELDS, mechanism_reading, summarize_setting
@@ -190,19 +191,11 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
 
     def batches(self, ready: Ready, items: Sequence[Item],
                 policy: BatchPolicy) -> list[list[Item]]:
-        """Two CID streams per item, each its prompt plus the new tokens (the generation's KV
-        cache): the token slots an item keeps in flight. Another mechanism's item: its streams
-        (:func:`.mechanism_mode.mechanism_streams`: a vote's voters, DP-RAG's documents, the
-        no-retrieval one), each at most the whole prompt plus the new tokens."""
-        costs: list[int | None] = []
-        new = self.options.max_new_tokens
-        for setting, ex in items:
-            parts, _ = example_parts(ready.lm, ex, setting, self.options)
-            if setting.decoded_by_cid:
-                costs.append(len(parts.full) + len(parts.empty) + 2 * new)
-            else:
-                costs.append(mechanism_streams(setting.mechanism, ex, ready.examples.datastore)
-                             * (len(parts.full) + new))
+        """The token slots each item keeps in flight, as its group counts them (:func:`_group`:
+        CID's two streams, or another mechanism's streams, each its prompt plus the new tokens,
+        the generation's KV cache)."""
+        costs = [_group(setting).slots(ready.lm, ex, setting, self.options,
+                                       ready.examples.datastore) for setting, ex in items]
         return list(batches_by_cost(items, costs, policy))
 
     def measure(self, lm: LanguageModel, ready: Ready,
@@ -213,33 +206,23 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         with shared_prefixes():  # a sweep's settings score each prompt's prefix once
             start = time.perf_counter()
             index = ready.examples.index
-            jobs = [(ex, setting, derive_seed(self.common.seed, index[ex.id]))
+            jobs = [Job(ex, setting, derive_seed(self.common.seed, index[ex.id]))
                     for setting, ex in items]
             controls = [_control(ready.examples, ex) for _, ex in items] \
                 if self.options.control else None
             decoys = [ready.examples.decoys[index[ex.id]] for _, ex in items] \
                 if ready.examples.decoys else None
-            # one pipeline call per bounded ε of CID (plain CID: None; every λ in one batched
-            # KV cache) and per other mechanism in the batch, records in order
+            # one pipeline call per group in the batch (:func:`_group`), records in order
             records: list[dict[str, Any]] = [{} for _ in items]
             for group in dict.fromkeys(_group(s) for s, _ in items):
                 where = [i for i, (s, _) in enumerate(items) if _group(s) == group]
-                first = items[where[0]][0]
-                how: dict[str, Any] = {
-                    "controls": None if controls is None else [controls[i] for i in where],
-                    "cost": ready.cost,
-                    "decoys": None if decoys is None else [decoys[i] for i in where]}
-                got = measure_examples(lm, [jobs[i] for i in where],
-                                       replace(self.options, bounded_eps=first.bounded_eps),
-                                       **how) if first.decoded_by_cid else \
-                    measure_mechanism(lm, [jobs[i] for i in where], self.options,
-                                      first.mechanism, datastore=ready.examples.datastore, **how)
+                got = group.measure(
+                    lm, [jobs[i] for i in where], self.options,
+                    controls=None if controls is None else [controls[i] for i in where],
+                    cost=ready.cost, decoys=None if decoys is None else [decoys[i] for i in where],
+                    datastore=ready.examples.datastore)
                 for i, record in zip(where, got):
                     records[i] = record
-            for (setting, _), record in zip(items, records):  # the sweep's context size, None: all
-                record.setdefault("context_limit", setting.context_tokens)
-                if setting.decoded_by_cid:  # what CID spent (another mechanism's answer says)
-                    record.update(cid_claim(setting, record))
             ready.cost.measure_seconds += time.perf_counter() - start
             return records
 
@@ -293,10 +276,22 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         return out
 
 
-def _group(setting: Setting) -> Any:
-    """What settings are measured in one pipeline call: CID's by bounded ε (all λ together),
-    another mechanism by itself."""
-    return setting.bounded_eps if setting.decoded_by_cid else setting.mechanism
+class Group(NamedTuple):
+    """Settings measured in one pipeline call, one mechanism answering them: ``key`` tells the
+    groups apart, ``measure`` (one function per group) measures their jobs, ``slots`` counts
+    the token slots one of their items keeps in flight."""
+
+    key: Any
+    measure: Callable[..., list[dict[str, Any]]]
+    slots: Callable[..., int]
+
+
+def _group(setting: Setting) -> Group:
+    """CID's settings by bounded ε, every λ together (:func:`.mechanism_mode.measure_cid`);
+    another mechanism's by itself (:func:`.mechanism_mode.measure_mechanism`)."""
+    if setting.decoded_by_cid:
+        return Group(setting.bounded_eps, measure_cid, cid_slots)
+    return Group(setting.mechanism, measure_mechanism, mechanism_slots)
 
 
 def _in_setting(key: str, record: dict[str, Any]) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -48,10 +48,21 @@ from ctxleak.mitigations.ledger import RowLedger
 
 #: The control examples of each job, nearest first (empty: the job has none).
 Controls = Sequence[Sequence[InfluenceExample]]
+
+
+class Job(NamedTuple):
+    """One measurement: the example, its setting and its seed (the run seed and the example's
+    index, :func:`~ctxleak.engine.generation.derive_seed`)."""
+
+    example: InfluenceExample
+    setting: Setting
+    seed: int
+
+
 def measure_example(lm: LanguageModel, example: InfluenceExample, setting: Setting,
                     options: InfluenceOptions, seed: int) -> dict[str, Any]:
     """Generate by CID and measure the context's influence on one example (one JSON record)."""
-    return measure_examples(lm, [(example, setting, seed)], options)[0]
+    return measure_examples(lm, [Job(example, setting, seed)], options)[0]
 
 
 def example_parts(lm: LanguageModel, example: InfluenceExample, setting: Setting,
@@ -62,9 +73,8 @@ def example_parts(lm: LanguageModel, example: InfluenceExample, setting: Setting
                         reserve=options.max_new_tokens)
 
 
-def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                     options: InfluenceOptions, *, hand_over_prefill: bool = True,
-                     controls: Controls | None = None,
+def measure_examples(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions, *,
+                     hand_over_prefill: bool = True, controls: Controls | None = None,
                      cost: ControlCost | None = None,
                      decoys: Decoys | None = None) -> list[dict[str, Any]]:
     """Measure several (example, setting, seed) together, one JSON record each, in order: their
@@ -118,8 +128,8 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, S
                     options, controls, cost, decoys)
 
 
-def _records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-             parts: Sequence[tuple[PromptParts, int]], responses: Sequence[RowLedger],
+def _records(lm: LanguageModel, jobs: Sequence[Job], parts: Sequence[tuple[PromptParts, int]],
+             responses: Sequence[RowLedger],
              spans_of: Sequence[Sequence[tuple[int, int] | None]], clipped: set[int],
              scored: Iterable[tuple[int, WindowRequest, WindowInfluence]],
              options: InfluenceOptions, controls: Controls | None, cost: ControlCost | None,
@@ -139,10 +149,10 @@ def _records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, 
         if options.ngram is not None:
             records[k].update(window_fields(request, win, options, n_windows))
         if spans_of[k]:
-            ablated[k] = add_passage_fields(records[k], jobs[k][0], spans_of[k], win, n_windows)
+            ablated[k] = add_passage_fields(records[k], jobs[k].example, spans_of[k], win, n_windows)
     add_token_fields(records, parts, responses)
     _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options, cost,
-                 scorer, decoy_jobs(lm, records, [job[0] for job in jobs], parts, spans_of,
+                 scorer, decoy_jobs(lm, records, [job.example for job in jobs], parts, spans_of,
                                     ablated, decoys, options))
     return records
 
@@ -152,22 +162,19 @@ def _kept(spans: Sequence[tuple[int, int] | None]) -> list[tuple[int, int]]:
     return [s for s in spans if s is not None]
 
 
-def _request(job: tuple[InfluenceExample, Setting, int], parts: PromptParts,
-             response: Sequence[int], spans: Sequence[tuple[int, int]],
-             options: InfluenceOptions) -> WindowRequest:
+def _request(job: Job, parts: PromptParts, response: Sequence[int],
+             spans: Sequence[tuple[int, int]], options: InfluenceOptions) -> WindowRequest:
     """The scoring request of ``response`` (token ids) under ``parts`` leaving out each of
     ``spans``, at the job's λ and T (bounded CID: each context its own λ_t, Alg. 1)."""
-    _, setting, _ = job
-    return WindowRequest(parts, list(response), list(spans), lam=setting.lam,
-                         temperature=setting.temperature,
+    return WindowRequest(parts, list(response), list(spans), lam=job.setting.lam,
+                         temperature=job.setting.temperature,
                          min_new_tokens=options.min_new_tokens,
                          bounded_eps=options.bounded_eps)
 
 
-def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
-                 jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                 answers: Sequence[Sequence[int]],
-                 controls: Controls | None, options: InfluenceOptions,
+def _add_control(lm: LanguageModel, records: list[dict[str, Any]], jobs: Sequence[Job],
+                 answers: Sequence[Sequence[int]], controls: Controls | None,
+                 options: InfluenceOptions,
                  cost: ControlCost | None, scorer: Scorer | None = None,
                  decoys: Sequence[DecoyJob] = ()) -> None:
     """Score each answer (token ids) with its control context (the same query and template,
@@ -179,7 +186,7 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
         return
     start = time.perf_counter()
     todo = [(k, j) for k, cs in enumerate(controls) if answers[k] for j in range(len(cs))]
-    c_parts = [example_parts(lm, controls[k][j], jobs[k][1], options)[0] for k, j in todo]
+    c_parts = [example_parts(lm, controls[k][j], jobs[k].setting, options)[0] for k, j in todo]
     decoys = [d for d in decoys if answers[d.job]]
     owners = [k for k, _ in todo] + [d.job for d in decoys]
     rows, requests = _score_under(lm, jobs, answers, owners, c_parts + [d.parts for d in decoys],
@@ -206,7 +213,7 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]],
         cost.add(requests, time.perf_counter() - start, responses=owners)
 
 
-def _score_under(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+def _score_under(lm: LanguageModel, jobs: Sequence[Job],
                  answers: Sequence[Sequence[int]], owners: Sequence[int],
                  parts: Sequence[PromptParts], options: InfluenceOptions,
                  scorer: Scorer | None) -> tuple[list[np.ndarray], list[WindowRequest]]:
@@ -230,22 +237,20 @@ def _score_under(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setti
     return [win.logp_context for win in window_influence_many(lm, requests)], requests
 
 
-def answers_under(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                  answers: Sequence[Sequence[int]], owners: Sequence[int],
+def answers_under(jobs: Sequence[Job], answers: Sequence[Sequence[int]], owners: Sequence[int],
                   parts: Sequence[PromptParts], options: InfluenceOptions) -> AnswersToScore:
     """Answer ``owners[i]`` (token ids) under the prompt ``parts[i]``, at its job's λ and T,
     as answers drawn elsewhere are scored (no n-gram windows, no passages)."""
     return AnswersToScore(list(parts), [(list(answers[k]), False) for k in owners],
-                          lam=[jobs[k][1].lam for k in owners],
-                          temperature=[jobs[k][1].temperature for k in owners],
+                          lam=[jobs[k].setting.lam for k in owners],
+                          temperature=[jobs[k].setting.temperature for k in owners],
                           min_new_tokens=options.min_new_tokens, ngram=None, stride=None,
-                          ids=[jobs[k][0].id for k in owners])
+                          ids=[jobs[k].example.id for k in owners])
 
 
-def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                options: InfluenceOptions, given: Sequence[int], hand_over_prefill: bool,
-                controls: Controls | None = None,
-                cost: ControlCost | None = None,
+def _with_given(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions,
+                given: Sequence[int], hand_over_prefill: bool,
+                controls: Controls | None = None, cost: ControlCost | None = None,
                 decoys: Decoys | None = None) -> list[dict[str, Any]]:
     """:func:`measure_examples` where the jobs in ``given`` carry a logged answer (the
     ``response`` field): those answers are scored as CID at the setting's λ and T would have
@@ -270,7 +275,7 @@ def _with_given(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Settin
     return [out[k] for k in range(len(jobs))]
 
 
-def score_drawn(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+def score_drawn(lm: LanguageModel, jobs: Sequence[Job],
                 answers: Sequence[tuple[list[int], bool]], options: InfluenceOptions,
                 controls: Controls | None = None, cost: ControlCost | None = None,
                 decoys: Decoys | None = None) -> list[dict[str, Any]]:
@@ -301,7 +306,7 @@ def _score_in_process(lm: LanguageModel, answers: AnswersToScore) -> ScoredAnswe
                          [w if r.spans else None for r, w in zip(requests, wins)], clipped)
 
 
-def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+def _scored_records(lm: LanguageModel, jobs: Sequence[Job],
                     parts: Sequence[tuple[PromptParts, int]],
                     answers: Sequence[tuple[list[int], bool]], options: InfluenceOptions,
                     scorer: Scorer, controls: Controls | None,
@@ -322,19 +327,15 @@ def _scored_records(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Se
                      if r is not None and w is not None), options, controls, cost, decoys, scorer)
 
 
-def _road(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-          options: InfluenceOptions) -> str:
+def _road(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions) -> str:
     """The road these jobs take on ``lm`` (:func:`~ctxleak.methods.influence.roads.road`: the
     same needs the run was checked against, checked again here)."""
     return road(lm, [s.lam for _, s, _ in jobs], [s.temperature for _, s, _ in jobs],
                 options.bounded_eps)
 
 
-def _measure_own_answers(lm: LanguageModel,
-                         jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                         options: InfluenceOptions,
-                         controls: Controls | None = None,
-                         cost: ControlCost | None = None,
+def _measure_own_answers(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions,
+                         controls: Controls | None = None, cost: ControlCost | None = None,
                          decoys: Decoys | None = None) -> list[dict[str, Any]]:
     """:func:`measure_examples` on the :data:`~ctxleak.methods.influence.roads.ANSWERS` road
     (λ = 1, T = 1): each answer sampled by the model from its own seed, then scored
@@ -343,7 +344,7 @@ def _measure_own_answers(lm: LanguageModel,
     responses: list[tuple[list[int], bool]] = [([], False)] * len(jobs)
     for temperature in sorted({setting.temperature for _, setting, _ in jobs}):
         ks = [k for k, (_, setting, _) in enumerate(jobs) if setting.temperature == temperature]
-        drawn = own_answers(lm, [parts[k][0] for k in ks], [jobs[k][2] for k in ks],
+        drawn = own_answers(lm, [parts[k][0] for k in ks], [jobs[k].seed for k in ks],
                                  temperature, options.max_new_tokens, options.min_new_tokens)
         for k, answer in zip(ks, drawn):
             responses[k] = answer
@@ -351,8 +352,8 @@ def _measure_own_answers(lm: LanguageModel,
                            cost, decoys)
 
 
-def _example_parts(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Setting, int]],
-                   options: InfluenceOptions) -> list[tuple[PromptParts, int]]:
+def _example_parts(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions
+                   ) -> list[tuple[PromptParts, int]]:
     """Each job's prompt parts and the context tokens cut to fit the window (warned)."""
     parts = []
     for example, setting, _ in jobs:
@@ -364,7 +365,7 @@ def _example_parts(lm: LanguageModel, jobs: Sequence[tuple[InfluenceExample, Set
     return parts
 
 
-def _window_requests(jobs: Sequence[tuple[InfluenceExample, Setting, int]],
+def _window_requests(jobs: Sequence[Job],
                      parts: Sequence[tuple[PromptParts, int]], responses: Sequence[RowLedger],
                      caches: list[Any] | None, todo: Sequence[int], options: InfluenceOptions,
                      with_empty: bool, extra_spans: Sequence[Sequence[tuple[int, int]]]

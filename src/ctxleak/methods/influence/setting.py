@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -26,18 +26,22 @@ class Setting:
     baseline (λ = 1, no bound) the sweep did not ask for, measured so that every setting has
     its utility difference to it; not part of the key. ``mechanism``: the defence that decodes
     the response (:mod:`ctxleak.mitigations.mechanisms`): CID at ``lam`` and ``bounded_eps``
-    unless another is given, which is then scored as CID at λ = 1 would score it (``lam`` is
-    1)."""
+    (:meth:`cid` builds such a setting), or another, which is then scored as CID at λ = 1
+    would score it (``lam`` is 1)."""
 
     lam: float
     temperature: float
     context_tokens: int | None = None
     bounded_eps: float | None = None
     added: bool = field(default=False, compare=False)
-    mechanism: Mechanism = cast("Mechanism", None)  # CID(lam, bounded_eps) when not given
+    mechanism: Mechanism = field(kw_only=True)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "mechanism", self.mechanism or CID(self.lam, self.bounded_eps))
+    @classmethod
+    def cid(cls, lam: float, temperature: float, context_tokens: int | None = None,
+            bounded_eps: float | None = None, added: bool = False) -> Setting:
+        """The setting whose response CID decodes at ``lam`` and ``bounded_eps``."""
+        return cls(lam, temperature, context_tokens, bounded_eps, added,
+                   mechanism=CID(lam, bounded_eps))
 
     @property
     def decoded_by_cid(self) -> bool:
@@ -102,12 +106,12 @@ def settings_grid(lams: Sequence[float], temps: Sequence[float],
     out: list[Setting] = []
     for k in context_sizes:
         first_eps = None if None in bounded_eps else bounded_eps[0]
-        asked = [Setting(lam, t, k, eps) for eps in bounded_eps for t in temps for lam in lams
-                 if lam != 0 or eps == first_eps]
+        asked = [Setting.cid(lam, t, k, eps) for eps in bounded_eps for t in temps
+                 for lam in lams if lam != 0 or eps == first_eps]
         asked += [Setting(1.0, t, k, None, mechanism=m) for m in mechanisms for t in temps]
         if baseline:
-            out += [Setting(1.0, t, k, None, added=True) for t in temps
-                    if Setting(1.0, t, k, None) not in asked]
+            out += [Setting.cid(1.0, t, k, None, added=True) for t in temps
+                    if Setting.cid(1.0, t, k, None) not in asked]
         out += asked
     return out
 
