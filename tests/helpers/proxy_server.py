@@ -59,6 +59,23 @@ def serving_sqlite(lm: Any, path: Path, **config: Any
         ledger.close()
 
 
+@contextmanager
+def served_tiny(tmp_path: Path, server: Any = None) -> Iterator[tuple[Any, Any]]:
+    """A tiny model served by the fast tier's fake vLLM (``server``: its class or factory,
+    default :func:`helpers.fake_server.fake_vllm`), whose vocabulary is its tokenizer's as a
+    served model's is: the served model (no plausibility probe: it is random) and the server."""
+    from helpers.fake_server import fake_vllm
+    from helpers.tiny_models import tiny_llama
+
+    from ctxleak.engine.served import serve
+
+    tiny = tiny_llama(seed=3, vocab_extra=0)
+    tok_dir = tmp_path / "tok"
+    tiny.tokenizer.save_pretrained(tok_dir)
+    with (server or fake_vllm)(tiny, never=(0, 1, 3)) as upstream:
+        yield serve("tiny", upstream.url, tokenizer=str(tok_dir), check=False), upstream
+
+
 def _as_owner(cmd: list[str]) -> list[str]:
     """PostgreSQL refuses to run as root: run its tools as ``nobody`` there."""
     if os.geteuid() != 0:

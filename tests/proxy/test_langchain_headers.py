@@ -10,16 +10,10 @@ import json
 import langchain_openai
 import pytest
 from helpers.proxy_server import serving as proxy_serving
-from helpers.tiny_models import tiny_llama
 
 from ctxleak.proxy.budget import SQLiteLedger
 
 DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"}]
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_llama()
 
 
 def test_chatopenai_reads_the_ledger_from_the_headers(lm, tmp_path):

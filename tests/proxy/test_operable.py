@@ -16,7 +16,6 @@ import openai
 import pytest
 from helpers.fake_server import fake_vllm
 from helpers.proxy_server import serving as proxy_serving
-from helpers.tiny_models import tiny_llama
 
 from ctxleak.errors import ConfigError
 from ctxleak.proxy import Budgets, ProxyConfig
@@ -26,11 +25,6 @@ from ctxleak.proxy.charging import sizing_text
 DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
         {"id": "faq-2", "text": "the doctor said the capital of italy is rome"}]
 QUESTION = "what is the name of the patient ?"
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_llama()
 
 
 @pytest.fixture

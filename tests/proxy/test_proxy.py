@@ -17,7 +17,6 @@ import openai
 import pytest
 from helpers.fake_server import Fault, fake_vllm
 from helpers.proxy_server import serving_sqlite
-from helpers.tiny_models import tiny_llama
 
 from ctxleak.engine.served_client import ServerError
 from ctxleak.methods.influence.data import load_examples, prompt_parts
@@ -28,11 +27,6 @@ from ctxleak.proxy.budget import SQLiteLedger
 DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
         {"id": "acct-9", "text": "the doctor said the capital of italy is rome"}]
 QUESTION = "what is the name of the patient ?"
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_llama()
 
 
 @contextmanager
@@ -417,33 +411,28 @@ def test_operations_key_size_and_concurrency_limits(lm, tmp_path):
             "authorization": "Bearer s3cret"}).text)["data"][0]["id"] == "ctxleak-cid"
 
 
-def test_decoding_through_a_served_model(tmp_path):
+def test_decoding_through_a_served_model(served, tmp_path):
     """The proxy over a served model (the fake vLLM of the fast tier): at λ = 0.5 it decodes the
     tokens in-process CID decodes from the same seed (every token's log-prob at each step); at
     λ = 1, T = 1 the server samples the answer itself, as ``ctxleak influence`` has it do."""
-    from ctxleak.engine.served import serve
     from ctxleak.methods.influence.answers import own_answers
 
-    tiny = tiny_llama(seed=3, vocab_extra=0)  # vocabulary = tokenizer, as a served model's
-    tok_dir = tmp_path / "tok"
-    tiny.tokenizer.save_pretrained(tok_dir)
-    with fake_vllm(tiny, never=(0, 1, 3)) as upstream:
-        # check=False: the plausibility probe is for real models, not a random tiny one
-        served = serve("tiny", upstream.url, tokenizer=str(tok_dir), check=False)
-        with serving(served, tmp_path, upstream=upstream.url) as (url, ledger, _):
-            mixed = ask(url, {"documents": DOCS, "lambda": 0.5}, seed=4, temperature=0.8,
-                        max_tokens=4).model_extra["ctxleak"]
-            parts = influence_parts(tiny, max_tokens=4)
-            want = generate_cid(tiny, parts.full, parts.empty,
-                                CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=4,
-                                          min_new_tokens=0), seed=4)
-            assert mixed["token_ids"] == [e.token_id for e in want.entries]
-            assert mixed["epsilon_ex_post"] > 0
-            plain = ask(url, {"documents": DOCS, "lambda": 1.0}, seed=4, temperature=1.0,
-                        max_tokens=4).model_extra["ctxleak"]
-            [(ids, stopped)] = own_answers(served, [parts], [4], 1.0, 4, 0)
-            assert plain["token_ids"][:len(ids)] == ids and plain["stopped_on_eos"] == stopped
-            assert plain["epsilon_ex_post"] is None and plain["lambdas"] == [1.0] * plain["tokens"]
-            # released before it is scored: the scoring is after (tests/proxy/test_proxy_load.py)
-            assert plain["influence"] is None
-            assert ledger.document("acct-7").ex_post == pytest.approx(mixed["epsilon_ex_post"])
+    served, upstream = served
+    tiny = upstream.lm
+    with serving(served, tmp_path, upstream=upstream.url) as (url, ledger, _):
+        mixed = ask(url, {"documents": DOCS, "lambda": 0.5}, seed=4, temperature=0.8,
+                    max_tokens=4).model_extra["ctxleak"]
+        parts = influence_parts(tiny, max_tokens=4)
+        want = generate_cid(tiny, parts.full, parts.empty,
+                            CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=4,
+                                      min_new_tokens=0), seed=4)
+        assert mixed["token_ids"] == [e.token_id for e in want.entries]
+        assert mixed["epsilon_ex_post"] > 0
+        plain = ask(url, {"documents": DOCS, "lambda": 1.0}, seed=4, temperature=1.0,
+                    max_tokens=4).model_extra["ctxleak"]
+        [(ids, stopped)] = own_answers(served, [parts], [4], 1.0, 4, 0)
+        assert plain["token_ids"][:len(ids)] == ids and plain["stopped_on_eos"] == stopped
+        assert plain["epsilon_ex_post"] is None and plain["lambdas"] == [1.0] * plain["tokens"]
+        # released before it is scored: the scoring is after (tests/proxy/test_proxy_load.py)
+        assert plain["influence"] is None
+        assert ledger.document("acct-7").ex_post == pytest.approx(mixed["epsilon_ex_post"])

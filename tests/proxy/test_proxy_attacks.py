@@ -19,7 +19,6 @@ import re
 
 import pytest
 from helpers.proxy_server import serving_sqlite
-from helpers.tiny_models import tiny_llama
 
 import ctxleak
 from ctxleak.methods.attacks.lower_bound import HOLDS, NO_GUARANTEE
@@ -61,11 +60,6 @@ MECHANISMS = {
     "dp-rag": DPRAG(eps=5.0),
     "scrub": Scrubbing(detect=_names),
 }
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_llama()
 
 
 def _direct(lm, mechanism, records):

@@ -13,7 +13,6 @@ import httpx
 import openai
 import pytest
 from helpers.proxy_server import serving_sqlite
-from helpers.tiny_models import tiny_llama
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.datastore import Datastore
@@ -34,11 +33,6 @@ STORE = Datastore.of([(f"doc-{k}", text) for k, text in enumerate([
 QUESTION = "what is the capital of italy ?"
 SPEC = "dp-vote:eps=2,shards=4"
 DECODING = Decoding(temperature=0.8, max_new_tokens=6, min_new_tokens=0)
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_llama()
 
 
 def ask(url: str, **body: Any) -> httpx.Response:

@@ -12,9 +12,7 @@ from typing import Any
 
 import openai
 import pytest
-from helpers.fake_server import fake_vllm
 from helpers.proxy_server import serving as proxy_serving
-from helpers.tiny_models import tiny_llama
 
 import ctxleak.mitigations.cid as cid
 import ctxleak.proxy.streaming as streaming
@@ -222,17 +220,6 @@ def test_concurrent_clients_of_the_proxy_are_decoded_together(lm, tmp_path):
         info = out.model_extra["ctxleak"]
         assert info["token_ids"] == [e.token_id for e in entries(alone)]
         assert out.choices[0].message.content == alone.text
-
-
-@pytest.fixture
-def served(tmp_path):
-    from ctxleak.engine.served import serve
-
-    tiny = tiny_llama(seed=3, vocab_extra=0)  # vocabulary = tokenizer, as a served model's
-    tok_dir = tmp_path / "tok"
-    tiny.tokenizer.save_pretrained(tok_dir)
-    with fake_vllm(tiny, never=(0, 1, 3)) as upstream:
-        yield serve("tiny", upstream.url, tokenizer=str(tok_dir), check=False), upstream
 
 
 def logged(caplog: Any, event: str) -> list[dict[str, Any]]:

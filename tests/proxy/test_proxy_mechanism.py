@@ -16,7 +16,6 @@ import httpx
 import openai
 import pytest
 from helpers.proxy_server import serving_sqlite
-from helpers.tiny_models import tiny_llama
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import CIDConfig, generate_cid
@@ -31,11 +30,6 @@ DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one
         {"id": "acct-9", "text": "the doctor said the capital of italy is rome"}]
 QUESTION = "what is the name of the patient ?"
 DECODING = Decoding(temperature=0.8, max_new_tokens=8, min_new_tokens=0)
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_llama()
 
 
 @contextmanager
@@ -243,25 +237,17 @@ def test_a_log_line_per_mechanism_answer_names_no_text(lm, tmp_path, caplog):
     assert not any(w in caplog.text for w in ("phone", "patient", "capital", QUESTION))
 
 
-def test_dp_rag_through_a_served_model(tmp_path):
+def test_dp_rag_through_a_served_model(served, tmp_path):
     """Over a served model (the fast tier's fake vLLM, every token's log-prob at each step),
     the proxy asks the mechanism alone: the tokens DP-RAG draws in-process from the same seed."""
-    from helpers.fake_server import fake_vllm
-
-    from ctxleak.engine.served import serve
-
-    tiny = tiny_llama(seed=3, vocab_extra=0)  # vocabulary = tokenizer, as a served model's
-    tok_dir = tmp_path / "tok"
-    tiny.tokenizer.save_pretrained(tok_dir)
+    model, upstream = served
     decoding = Decoding(temperature=0.8, max_new_tokens=4, min_new_tokens=0)
-    with fake_vllm(tiny, never=(0, 1, 3)) as upstream:
-        served = serve("tiny", upstream.url, tokenizer=str(tok_dir), check=False)
-        with serving(served, tmp_path, upstream=upstream.url,
-                     mechanism="dp-rag:eps=5") as (url, ledger, app):
-            assert app.state.proxy.batcher is None
-            out = post(url, seed=4, temperature=0.8, max_tokens=4)
-            assert out.status_code == 200, out.text
-            info = out.json()["ctxleak"]
-    assert info["token_ids"] == list(direct(tiny, DPRAG(eps=5), 4, decoding=decoding)
+    with serving(model, tmp_path, upstream=upstream.url,
+                 mechanism="dp-rag:eps=5") as (url, ledger, app):
+        assert app.state.proxy.batcher is None
+        out = post(url, seed=4, temperature=0.8, max_tokens=4)
+        assert out.status_code == 200, out.text
+        info = out.json()["ctxleak"]
+    assert info["token_ids"] == list(direct(upstream.lm, DPRAG(eps=5), 4, decoding=decoding)
                                      .response_ids)
     assert info["epsilon_spent"] == pytest.approx(DPRAG(eps=5).claim(decoding).eps)

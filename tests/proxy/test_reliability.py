@@ -18,8 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers.proxy_server import serving_sqlite
-from helpers.tiny_models import tiny_llama
+from helpers.proxy_server import served_tiny, serving_sqlite
 
 from ctxleak.engine.served_client import ClientOptions, ServedClient
 from ctxleak.errors import ConfigError
@@ -31,11 +30,6 @@ DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one
         {"id": "acct-9", "text": "the doctor said the capital of italy is rome"}]
 QUESTION = "what is the name of the patient ?"
 KEY = "sk-upstream-s3cr3t/key"
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_llama()
 
 
 def serving(lm, tmp_path, **config: Any) -> Any:
@@ -334,19 +328,13 @@ def test_nan_from_the_upstream_is_a_502_and_the_ledger_stays_consistent(tmp_path
     (never more than its reservation)."""
     from helpers.fake_server import FakeVLLM
 
-    from ctxleak.engine.served import serve
-
     class NaNVLLM(FakeVLLM):
         def _distort(self, logp: Any, mode: str | None) -> Any:
             logp = logp.clone()
             logp[..., 5] = float("nan")  # one token's log-prob in every distribution
             return logp
 
-    tiny = tiny_llama(seed=3, vocab_extra=0)
-    tok_dir = tmp_path / "tok"
-    tiny.tokenizer.save_pretrained(tok_dir)
-    with NaNVLLM(tiny, never=(0, 1, 3)) as upstream:
-        served = serve("tiny", upstream.url, tokenizer=str(tok_dir), check=False)
+    with served_tiny(tmp_path, NaNVLLM) as (served, upstream):
         budgets = Budgets(default=10.0)
         with serving(served, tmp_path, upstream=upstream.url, budgets=budgets,
                      unguaranteed="use") as (url, ledger, _):
@@ -361,43 +349,35 @@ def test_nan_from_the_upstream_is_a_502_and_the_ledger_stays_consistent(tmp_path
             assert 0 <= ledger.document("acct-7").spent <= 0.5 * 4 + 1e-9
 
 
-def test_an_answer_with_nan_figures_is_not_released_and_keeps_its_reservation(tmp_path):
+def test_an_answer_with_nan_figures_is_not_released_and_keeps_its_reservation(served, tmp_path):
     """Whatever lets NaN through to a decoded answer (here the served model's answer poisoned
     after decoding): HTTP 502 saying NaN, not a 500; the bounded answer's whole reservation
     (ε × (max_tokens + 1)) kept as spent, none left open."""
     from dataclasses import replace
 
-    from helpers.fake_server import fake_vllm
+    served, upstream = served
+    with serving(served, tmp_path, upstream=upstream.url,
+                 budgets=Budgets(default=10.0)) as (url, ledger, app):
+        proxy = app.state.proxy
+        answer_of = proxy._answer
 
-    from ctxleak.engine.served import serve
+        def poisoned(request: Any, docs: Any, listener: Any = None) -> Any:
+            reply = answer_of(request, docs, listener)
+            ledger = reply.answer.ledger
+            first = replace(ledger.entries[0], logp_context=float("nan"))
+            entries = (first, *ledger.entries[1:])
+            return replace(reply, answer=replace(reply.answer, ledger=replace(
+                ledger, entries=entries)))
 
-    tiny = tiny_llama(seed=3, vocab_extra=0)
-    tok_dir = tmp_path / "tok"
-    tiny.tokenizer.save_pretrained(tok_dir)
-    with fake_vllm(tiny, never=(0, 1, 3)) as upstream:
-        served = serve("tiny", upstream.url, tokenizer=str(tok_dir), check=False)
-        with serving(served, tmp_path, upstream=upstream.url,
-                     budgets=Budgets(default=10.0)) as (url, ledger, app):
-            proxy = app.state.proxy
-            answer_of = proxy._answer
-
-            def poisoned(request: Any, docs: Any, listener: Any = None) -> Any:
-                reply = answer_of(request, docs, listener)
-                ledger = reply.answer.ledger
-                first = replace(ledger.entries[0], logp_context=float("nan"))
-                entries = (first, *ledger.entries[1:])
-                return replace(reply, answer=replace(reply.answer, ledger=replace(
-                    ledger, entries=entries)))
-
-            proxy._answer = poisoned
-            body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                    "max_tokens": 3, "temperature": 1.0,
-                    "ctxleak": {"documents": DOCS, "epsilon": 0.5}}
-            resp = post(url, body)
-            assert resp.status_code == 502, resp.text
-            assert "NaN" in resp.json()["error"]["message"]
-            assert ledger.open_reservations() == []
-            assert ledger.document("acct-7").spent == pytest.approx(0.5 * 4)
+        proxy._answer = poisoned
+        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
+                "max_tokens": 3, "temperature": 1.0,
+                "ctxleak": {"documents": DOCS, "epsilon": 0.5}}
+        resp = post(url, body)
+        assert resp.status_code == 502, resp.text
+        assert "NaN" in resp.json()["error"]["message"]
+        assert ledger.open_reservations() == []
+        assert ledger.document("acct-7").spent == pytest.approx(0.5 * 4)
 
 
 def test_a_postgres_ledger_reconnects_after_a_restart():

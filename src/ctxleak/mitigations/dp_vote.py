@@ -54,12 +54,11 @@ from ctxleak.kernels.vote import (
     vote_scale,
     voter_tokens,
 )
-from ctxleak.mitigations.document_loss import vote_loss
+from ctxleak.mitigations.document_loss import DocumentLoss, vote_loss
 from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Claim,
     Decoding,
-    DocumentLoss,
     Mechanism,
     MechanismAnswer,
     refuse_greedy,
