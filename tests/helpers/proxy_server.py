@@ -64,10 +64,9 @@ def served_tiny(tmp_path: Path, server: Any = None) -> Iterator[tuple[Any, Any]]
     """A tiny model served by the fast tier's fake vLLM (``server``: its class or factory,
     default :func:`helpers.fake_server.fake_vllm`), whose vocabulary is its tokenizer's as a
     served model's is: the served model (no plausibility probe: it is random) and the server."""
+    from ctxleak.engine.served import serve
     from helpers.fake_server import fake_vllm
     from helpers.tiny_models import tiny_llama
-
-    from ctxleak.engine.served import serve
 
     tiny = tiny_llama(seed=3, vocab_extra=0)
     tok_dir = tmp_path / "tok"
