@@ -18,11 +18,11 @@ from ctxleak.methods.influence.summary import fact_groups
 from ctxleak.methods.tradeoff.frontier import (
     ABOVE_CONTROL,
     PER_TOKEN,
-    closest,
     frontier,
-    mark_pareto,
+    pareto_flags,
     setting_labels,
 )
+from ctxleak.methods.tradeoff.setting_summary import read_summaries
 from ctxleak.report import Report, plots
 from ctxleak.report.frontier import (
     compact_rows,
@@ -140,18 +140,15 @@ def test_rouge_l_where_no_reference_gives_f1():
 
 
 def test_pareto_with_ties_and_missing_figures():
-    rows = [{"privacy": 1.0, "utility": 0.5}, {"privacy": 1.0, "utility": 0.5},
-            {"privacy": 1.0, "utility": 0.4}, {"privacy": None, "utility": 0.9},
-            {"privacy": -0.5, "utility": 0.1}]
-    mark_pareto(rows)
-    assert [r["pareto"] for r in rows] == [True, True, False, None, True]
+    points = [(1.0, 0.5), (1.0, 0.5), (1.0, 0.4), None, (-0.5, 0.1)]
+    assert pareto_flags(points) == [True, True, False, None, True]
 
 
 def test_labels_name_what_varies():
     settings = [{"setting": "lambda=1,T=0.5,context=16", "lambda": 1.0, "temperature": 0.5},
                 {"setting": "lambda=1,T=1,context=all,eps=8", "lambda": 1.0,
                  "temperature": 1.0, "bounded_eps": 8.0}]
-    assert setting_labels(settings) == ["λ = 1, T = 0.5, context = 16",
+    assert setting_labels(read_summaries(settings)) == ["λ = 1, T = 0.5, context = 16",
                                         "λ = 1, ε = 8, T = 1, context = all"]
 
 
@@ -262,7 +259,6 @@ def test_closest_names_none_where_no_setting_leaks_less_than_the_best():
     front = frontier(settings, _records(), keep=0.95)
     assert front["recommended"] == "lambda=1,T=0.8,context=all"
     assert "Closest" not in front["recommendation"]
-    assert closest(front["rows"]) is None
 
 
 # --------------------------------------------------------------------------- fact groups

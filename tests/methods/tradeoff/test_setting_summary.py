@@ -1,8 +1,8 @@
 """A setting's summary and the frontier's rows, typed ("Estimating Privacy Leakage of Augmented
 Contextual Knowledge in Language Models": the frontier of λ and bounded ε against utility):
-a summary read once is the same plain data written back, byte for byte, a tiny model's sweep
-included; a key renamed or missing is an error that names it, not an empty column; a row read
-back from plain data is the row."""
+a summary is read once by attribute, a tiny model's sweep included, with nothing the frontier
+reads empty; a key renamed or missing is an error that names it, not an empty column; a row
+has every column."""
 
 from __future__ import annotations
 
@@ -14,16 +14,8 @@ import ctxleak
 from ctxleak.errors import InputError
 from ctxleak.methods.influence.metrics import mean_with_ci
 from ctxleak.methods.tradeoff.facts import FACT_UTILITIES, fact_groups
-from ctxleak.methods.tradeoff.frontier import (
-    ALL_UTILITIES,
-    COLUMNS,
-    closest,
-    frontier,
-    mark_pareto,
-    pareto_flags,
-)
-from ctxleak.methods.tradeoff.rows import FrontierRow
-from ctxleak.methods.tradeoff.setting_summary import Estimate, SettingSummary
+from ctxleak.methods.tradeoff.frontier import COLUMNS, frontier
+from ctxleak.methods.tradeoff.setting_summary import Guarantee, Measured, SettingSummary
 
 KEYS = ("lambda=0,T=0.8,context=all", "lambda=1,T=0.8,context=all",
         "lambda=1,T=0.8,context=all,eps=2")
@@ -57,33 +49,22 @@ def _settings(facts=False):
     return out
 
 
-def test_a_summary_read_and_written_back_is_the_same_bytes():
-    for s in _settings(facts=True):
-        read = SettingSummary.from_dict(s)
-        assert read.to_dict() == s
-        assert json.dumps(read.to_dict()) == json.dumps(s)  # the keys in their order too
-    # read by attribute
+def test_a_summary_is_read_by_attribute():
     bounded = SettingSummary.from_dict(_settings(facts=True)[2])
-    assert bounded.f1 is not None and bounded.f1.mean == pytest.approx(0.7)
-    assert bounded.above_control is not None and bounded.above_control.mean == pytest.approx(0.3)
-    assert bounded.claim is not None and bounded.claim.relation == "context"
+    assert bounded.measured.f1 is not None and bounded.measured.f1.mean == pytest.approx(0.7)
+    above = bounded.measured.above_control_per_token
+    assert above is not None and above.mean == pytest.approx(0.3)
+    assert bounded.guarantee == Guarantee(24.0, 0.0, "context", 3.0)
     assert bounded.bounded_eps == 2.0 and bounded.fact_groups is not None
     assert bounded.fact_groups.private.n == 4
-    # a summary with only what a hand-made test gives, and None values, stays as it is
-    bare = {"setting": KEYS[0], "f1": None, "control": {"enabled": False, "reason": "off"},
-            "composed_eps": None, "added_baseline": True}
-    assert SettingSummary.from_dict(bare).to_dict() == bare
-    assert list(SettingSummary.from_dict(bare).to_dict()) == list(bare)
+    # a summary with only what a hand-made test gives, and None values
+    bare = SettingSummary.from_dict({"setting": KEYS[0], "f1": None, "added_baseline": True,
+                                     "control": {"enabled": False, "reason": "off"}})
+    assert bare.measured == Measured() and bare.no_control == "off" and bare.added_baseline
+    assert bare.guarantee == Guarantee() and "f1" in bare.keys
 
 
-def test_a_summary_built_directly_writes_only_what_it_holds():
-    built = SettingSummary(setting=KEYS[1], lambda_=1.0, f1=Estimate(0.5, 0.4, 0.6))
-    assert built.to_dict() == {"setting": KEYS[1], "lambda": 1.0,
-                               "f1": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6}}
-    assert SettingSummary.from_dict(built.to_dict()) == built
-
-
-def test_a_sweep_s_summaries_read_back_byte_for_byte_from_results_json(llama_lm, tmp_path):
+def test_what_a_sweep_saves_is_what_the_frontier_reads(llama_lm, tmp_path):
     docs = [{"id": f"d{i}", "context": c, "query": "what is it ?", "reference": r}
             for i, (c, r) in enumerate((("rome is the capital of italy .", "rome"),
                                         ("berlin is in germany .", "germany"),
@@ -94,12 +75,13 @@ def test_a_sweep_s_summaries_read_back_byte_for_byte_from_results_json(llama_lm,
     saved = json.loads((out / "results.json").read_text(encoding="utf-8"))["summary"]
     for s in saved["settings"]:
         read = SettingSummary.from_dict(s)
-        assert json.dumps(read.to_dict()) == json.dumps(s)
         # what the run writes is what the frontier reads: no field it reads comes back empty
-        assert None not in (read.lambda_, read.temperature, read.n, read.f1, read.rouge_l,
-                            read.exact_match, read.match, read.influence_per_token,
-                            read.above_control, read.claim, read.tokens_paid)
-    assert SettingSummary.from_dict(saved["settings"][1]).composed_eps is not None
+        got = read.measured
+        assert None not in (read.lambda_, read.temperature, got.n, got.f1, got.rouge_l,
+                            got.exact_match, got.match, got.influence_per_token,
+                            got.above_control_per_token, read.guarantee.relation,
+                            read.guarantee.tokens_paid)
+    assert SettingSummary.from_dict(saved["settings"][1]).guarantee.eps is not None
     again = frontier(saved["settings"])  # old results: recomputed from the saved summaries
     assert [r["privacy"] for r in again["rows"]] == [r["privacy"] for r in saved["frontier"]["rows"]]
 
@@ -154,25 +136,6 @@ def test_a_claim_a_fact_group_or_a_setting_missing_its_key_is_an_error():
     _refused(settings, "settings[0] has no 'setting'")
 
 
-def test_a_row_read_back_from_plain_data_is_the_row():
+def test_a_row_has_every_column():
     front = frontier(_settings())
-    assert [k for k, _ in ALL_UTILITIES] == list(FACT_UTILITIES)
-    for i, row in enumerate(front["rows"]):
-        assert set(row) == set(COLUMNS)
-        typed = FrontierRow.from_dict(row, f"rows[{i}]")
-        assert typed.to_dict() == row and list(typed.to_dict()) == list(row)
-        assert typed.privacy.mean == row["privacy"] and typed.guarantee.eps == \
-            row["eps_guarantee"]
-    assert closest(front["rows"]) == closest([FrontierRow.from_dict(r) for r in front["rows"]])
-    gone = dict(front["rows"][1])
-    del gone["utility_kept"]
-    with pytest.raises(InputError, match=r"rows\[1\] has no 'utility_kept'"):
-        closest([front["rows"][0], gone])
-
-
-def test_the_pareto_flags_of_points_are_those_marked_on_rows():
-    points = [(1.0, 0.5), (1.0, 0.5), (1.0, 0.4), None, (-0.5, 0.1)]
-    rows = [{"privacy": None, "utility": 0.9} if p is None else
-            {"privacy": p[0], "utility": p[1]} for p in points]
-    mark_pareto(rows)
-    assert pareto_flags(points) == [r["pareto"] for r in rows] == [True, True, False, None, True]
+    assert all(set(row) == set(COLUMNS) for row in front["rows"])

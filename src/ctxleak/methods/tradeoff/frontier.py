@@ -54,11 +54,10 @@ from dataclasses import replace
 from typing import Any
 
 from ctxleak.errors import ConfigError
-from ctxleak.methods.tradeoff.facts import fact_groups
+from ctxleak.methods.tradeoff.facts import FACT_UTILITIES, fact_groups
 from ctxleak.methods.tradeoff.rows import (
     NOTHING,
     FrontierRow,
-    claim_columns,
     difference,
     utility_columns,
 )
@@ -79,10 +78,6 @@ KEEP = 0.9
 #: have it, else F1, else ROUGE-L.
 UTILITIES = (("match", "answer match"), ("f1", "F1"), ("rouge_l", "ROUGE-L"))
 
-#: Every utility a row shows, each with its paired difference to the baseline: key, name.
-ALL_UTILITIES = (("match", "answer match"), ("exact_match", "exact match"), ("f1", "F1"),
-                 ("rouge_l", "ROUGE-L"))
-
 #: Fewer questions than this and utility differences are not resolved: no recommendation.
 MIN_QUESTIONS = 30
 
@@ -93,7 +88,7 @@ COLUMNS = ("setting", "label", "mechanism", "lambda", "temperature", "bounded_ep
            "utility_ci_high", "baseline", "added_baseline", "utility_difference", "difference_ci_low",
            "difference_ci_high", "difference_pairs", "difference_reason", "pareto",
            "utility_kept",
-           *(f"{k}{part}" for k, _ in ALL_UTILITIES
+           *(f"{k}{part}" for k in FACT_UTILITIES
              for part in ("", "_ci_low", "_ci_high", "_difference", "_difference_ci_low",
                           "_difference_ci_high")))
 
@@ -101,7 +96,7 @@ ABOVE_CONTROL = "influence above control per token"
 PER_TOKEN = "influence per token"
 
 
-def frontier(settings: Sequence[SettingSummary | Mapping[str, Any]],
+def frontier(settings: Sequence[Mapping[str, Any]],
              records: Sequence[dict[str, Any]] | None = None, *, keep: float = KEEP,
              seed: int = 0, audits: Mapping[str, float | None] | None = None,
              min_questions: int = MIN_QUESTIONS) -> dict[str, Any]:
@@ -138,12 +133,13 @@ def frontier(settings: Sequence[SettingSummary | Mapping[str, Any]],
                       for k, v in by_setting.items()}
     privacy, note = _privacy_measure(views)
     key, name = next(((k, n) for k, n in UTILITIES
-                      if any(mean_of(s.utility(k)) is not None for s in views)),
+                      if any(mean_of(s.measured.utility(k)) is not None for s in views)),
                      (None, None))
     rows = _ranked([_row(s, label, privacy, key, by_setting, keys, seed,
                          (audits or {}).get(str(s.setting)))
                     for s, label in zip(views, setting_labels(views))])
-    questions = min((int(s.n) for s in views if s.n is not None), default=None)
+    questions = min((int(s.measured.n) for s in views if s.measured.n is not None),
+                    default=None)
     resolved = questions is None or questions >= min_questions
     chosen = recommend(rows, keep) if resolved else None
     sentence = recommendation(rows, chosen, keep, privacy, name) if resolved else (
@@ -168,13 +164,15 @@ def _row(setting: SettingSummary, label: str, privacy: str, key: str | None,
     is_base = setting.setting == base
     mine = by_setting.get(setting.setting, [])
     theirs = by_setting.get(base, []) if base in keys else []
-    leak = setting.above_control if privacy == ABOVE_CONTROL else setting.influence_per_token
+    measured = setting.measured
+    leak = (measured.above_control_per_token if privacy == ABOVE_CONTROL else
+            measured.influence_per_token)
     return FrontierRow(
         setting=setting.setting, label=label, mechanism=setting.mechanism,
         lambda_=setting.lambda_, temperature=setting.temperature,
         bounded_eps=setting.bounded_eps, privacy=leak or NOTHING,
-        guarantee=claim_columns(setting), eps_lower=eps_lower,
-        utility=(setting.utility(key) if key else None) or NOTHING, baseline=is_base,
+        guarantee=setting.guarantee, eps_lower=eps_lower,
+        utility=(measured.utility(key) if key else None) or NOTHING, baseline=is_base,
         added_baseline=setting.added_baseline,
         difference=difference(mine, theirs, key, is_base, seed),
         scores=utility_columns(setting, mine, theirs, is_base, seed))
@@ -195,8 +193,8 @@ def fact_views(settings: Sequence[SettingSummary],
     split = [g for g in groups if g is not None and g.common.n and g.private.n]
     if not settings or len(split) < len(settings):
         return list(settings), None
-    counts = {"common": min(int(g.common.n) for g in split),
-              "private": min(int(g.private.n) for g in split)}
+    counts = {"common": min(int(g.common.n or 0) for g in split),
+              "private": min(int(g.private.n or 0) for g in split)}
     return [s.on_fact_groups(g) for s, g in zip(settings, split)], counts
 
 
@@ -213,24 +211,22 @@ def _privacy_measure(settings: Sequence[SettingSummary]) -> tuple[str, str | Non
     """Influence above the control per token where every setting has one, else the mean
     influence per token, with the note why; a setting whose summary has neither is refused,
     naming it."""
-    missing = [s for s in settings if mean_of(s.above_control) is None]
+    missing = [s for s in settings if mean_of(s.measured.above_control_per_token) is None]
     if not missing:
         return ABOVE_CONTROL, None
     for i, s in enumerate(settings):
-        if s.influence_per_token is None and not s.recorded("influence_per_token"):
-            raise missing_key(f"settings[{i}] ({s.setting})", "influence_per_token", s.source)
-    control = missing[0].control
-    reason = (control.reason if control else None) or "no example had a control"
+        if s.measured.influence_per_token is None and "influence_per_token" not in s.keys:
+            raise missing_key(f"settings[{i}] ({s.setting})", "influence_per_token", s.keys)
+    reason = missing[0].no_control or "no example had a control"
     return PER_TOKEN, (f"privacy is the mean influence per token, not the influence above a "
                        f"control: {len(missing)} of {len(settings)} setting(s) have no control "
                        f"({reason})")
 
 
-def setting_labels(settings: Sequence[SettingSummary | Mapping[str, Any]]) -> list[str]:
+def setting_labels(summaries: Sequence[SettingSummary]) -> list[str]:
     """Each setting by what varies across the sweep: ``λ = 0.5``, ``λ = 1, ε = 2``, with T and
     the context size where they vary too; ``λ = 1 (added baseline)`` where the sweep did not ask
     for the unmitigated setting and it was measured as the baseline."""
-    summaries = read_summaries(settings)
     temps = {s.temperature for s in summaries}
     contexts = {context_part(s.setting) for s in summaries}
     out = []
@@ -277,16 +273,6 @@ def pareto_flags(points: Sequence[tuple[float, float] | None]) -> list[bool | No
             other is not None and j != i and other[0] <= p and other[1] >= u
             and (other[0] < p or other[1] > u) for j, other in enumerate(points)))
     return flags
-
-
-def mark_pareto(rows: list[dict[str, Any]]) -> None:
-    """``pareto`` on each row as plain data (its ``privacy`` and ``utility``, :func:`pareto_flags`):
-    True when no other row has privacy loss no higher and utility no lower, one of them
-    strictly; None where the row lacks either figure."""
-    points = [None if r["privacy"] is None or r["utility"] is None else
-              (r["privacy"], r["utility"]) for r in rows]
-    for row, flag in zip(rows, pareto_flags(points)):
-        row["pareto"] = flag
 
 
 def _ranked(rows: Sequence[FrontierRow]) -> list[FrontierRow]:
@@ -357,18 +343,15 @@ def recommendation(rows: Sequence[FrontierRow], chosen: FrontierRow | None, keep
     return sentence + ")." + claim_sentence(chosen)
 
 
-def closest(rows: Sequence[FrontierRow | Mapping[str, Any]]) -> FrontierRow | None:
+def closest(rows: Sequence[FrontierRow]) -> FrontierRow | None:
     """The setting that comes closest to a recommendation where none keeps enough utility:
     of those with less privacy loss than the best-utility setting, the one with the most
-    utility (of those tied, the least privacy loss); None where none leaks less. ``rows`` as
-    the frontier returns them, or typed."""
-    typed = [r if isinstance(r, FrontierRow) else FrontierRow.from_dict(r, f"rows[{i}]")
-             for i, r in enumerate(rows)]
-    best = _best(typed)
+    utility (of those tied, the least privacy loss); None where none leaks less."""
+    best = _best(rows)
     if best is None:
         return None
     least = _figures(best)[0]
-    return _best([r for r in typed if r.point is not None and _figures(r)[0] < least])
+    return _best([r for r in rows if r.point is not None and _figures(r)[0] < least])
 
 
 def _kept_text(row: FrontierRow, best: FrontierRow, utility: str | None) -> str:
@@ -422,8 +405,7 @@ def claim_sentence(row: FrontierRow) -> str:
     return text
 
 
-__all__ = ["ABOVE_CONTROL", "ALL_UTILITIES", "CLAIM_SCOPE", "COLUMNS", "KEEP", "MIN_QUESTIONS",
+__all__ = ["ABOVE_CONTROL", "CLAIM_SCOPE", "COLUMNS", "KEEP", "MIN_QUESTIONS",
            "NOTHING", "PER_TOKEN", "UTILITIES", "FrontierRow", "SettingSummary", "baseline_key",
-           "claim_columns", "claim_sentence", "closest", "context_part", "fact_note",
-           "fact_views", "frontier", "mark_pareto", "pareto_flags", "recommend",
-           "recommendation", "setting_labels", "utility_columns"]
+           "claim_sentence", "closest", "context_part", "fact_note", "fact_views", "frontier",
+           "pareto_flags", "recommend", "recommendation", "setting_labels", "utility_columns"]

@@ -1,41 +1,33 @@
 """The rows of the privacy–utility frontier, typed: one :class:`FrontierRow` per setting of an
 influence sweep, read by attribute, with its paired utility differences (:class:`Difference`)
-and what it claims (:class:`Guarantee`) ("Estimating Privacy Leakage of Augmented Contextual
-Knowledge in Language Models", §4: what lowering λ or bounding ε per token costs in utility).
+and what it claims (:class:`.setting_summary.Guarantee`) ("Estimating Privacy Leakage of
+Augmented Contextual Knowledge in Language Models", §4: what lowering λ or bounding ε per token
+costs in utility).
 
 A frontier's rows leave it as plain data (``summary["frontier"]["rows"]``, saved in
 ``results.json``, shown as tables and frames): :meth:`FrontierRow.to_dict` writes the columns
 of :data:`ctxleak.methods.tradeoff.frontier.COLUMNS` in the order the frontier has always
-written them, and :meth:`FrontierRow.from_dict` reads such a row back, a missing column an
-error naming it.
+written them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ctxleak.methods.tradeoff.facts import FACT_UTILITIES
-from ctxleak.methods.tradeoff.setting_summary import (
-    Estimate,
-    SettingSummary,
-    mean_of,
-    missing_key,
-)
+from ctxleak.methods.tradeoff.setting_summary import Estimate, Guarantee, SettingSummary
 from ctxleak.methods.tradeoff.utility import paired_difference
 
 
 @dataclass(frozen=True)
-class Difference:
+class Difference(Estimate):
     """A setting's utility minus its baseline's on the questions both answered, by the paired
     bootstrap of :func:`ctxleak.methods.tradeoff.utility.paired_difference`: the mean
     difference with its 95 % interval (a difference of two scores, in [-1, 1]), the pairs, and
     why there is none (or no interval)."""
 
-    mean: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
     pairs: int = 0
     reason: str | None = None
 
@@ -55,19 +47,6 @@ class Score:
         return {k: value.mean, f"{k}_ci_low": value.ci_low, f"{k}_ci_high": value.ci_high,
                 f"{k}_difference": diff.mean, f"{k}_difference_ci_low": diff.ci_low,
                 f"{k}_difference_ci_high": diff.ci_high}
-
-
-@dataclass(frozen=True)
-class Guarantee:
-    """What a setting claims, as its row shows it: ε per response (the mean over its answers;
-    bounded CID's composed ε, Theorem B.1, in a run from before claims were recorded; None
-    where it claims nothing), δ, the relation the claim covers
-    (:data:`~ctxleak.mitigations.mechanisms.RELATIONS`) and the tokens paid per response."""
-
-    eps: float | None = None
-    delta: float | None = None
-    relation: str | None = None
-    tokens_paid: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,51 +102,10 @@ class FrontierRow:
             **{k: v for score in self.scores for k, v in score.columns().items()},
             "pareto": self.pareto, "utility_kept": self.utility_kept}
 
-    @classmethod
-    def from_dict(cls, row: Mapping[str, Any], where: str = "the frontier's row") -> FrontierRow:
-        """A row as :meth:`to_dict` writes it, read back; a missing column is refused, naming
-        ``where`` (``rows[2]``), the column and the columns found."""
-
-        def col(key: str) -> Any:
-            if key not in row:
-                raise missing_key(where, key, row)
-            return row[key]
-
-        def estimate(key: str) -> Estimate:
-            return Estimate(col(key), col(f"{key}_ci_low"), col(f"{key}_ci_high"))
-
-        return cls(
-            setting=col("setting"), label=col("label"), mechanism=col("mechanism"),
-            lambda_=col("lambda"), temperature=col("temperature"),
-            bounded_eps=col("bounded_eps"), privacy=estimate("privacy"),
-            guarantee=Guarantee(col("eps_guarantee"), col("delta"), col("relation"),
-                                col("tokens_paid")),
-            eps_lower=col("eps_lower"), utility=estimate("utility"), baseline=col("baseline"),
-            added_baseline=col("added_baseline"),
-            difference=Difference(col("utility_difference"), col("difference_ci_low"),
-                                  col("difference_ci_high"), col("difference_pairs"),
-                                  col("difference_reason")),
-            scores=tuple(Score(k, estimate(k), Difference(
-                col(f"{k}_difference"), col(f"{k}_difference_ci_low"),
-                col(f"{k}_difference_ci_high"))) for k in FACT_UTILITIES),
-            pareto=col("pareto"), utility_kept=col("utility_kept"))
 
 
 #: What a row shows where a figure was not measured.
-NOTHING = Estimate(None)
-
-
-def claim_columns(setting: SettingSummary) -> Guarantee:
-    """What a setting claims: ε per response (the mean over its answers; bounded CID's
-    composed ε in a run from before claims were recorded), δ, the relation the claim covers
-    (:data:`~ctxleak.mitigations.mechanisms.RELATIONS`) and the tokens paid per response."""
-    claim = setting.claim
-    if claim is not None:
-        eps = mean_of(claim.eps) if claim.relation != "none" else None
-        return Guarantee(eps, claim.delta, claim.relation, mean_of(setting.tokens_paid))
-    if setting.bounded_eps is None:
-        return Guarantee()
-    return Guarantee(mean_of(setting.composed_eps), 0.0, "context")
+NOTHING = Estimate()
 
 
 def utility_columns(setting: SettingSummary, mine: Sequence[dict[str, Any]],
@@ -177,7 +115,7 @@ def utility_columns(setting: SettingSummary, mine: Sequence[dict[str, Any]],
     and its paired difference to the baseline with that interval (None where not measured)."""
     out = []
     for k in FACT_UTILITIES:
-        stats = setting.utility(k)
+        stats = setting.measured.utility(k)
         diff = difference(mine, base, k if stats is not None else None, is_base, seed)
         out.append(Score(k, stats or NOTHING, diff))
     return tuple(out)
@@ -200,5 +138,4 @@ def difference(rows: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
                       d["ci_reason"])
 
 
-__all__ = ["NOTHING", "Difference", "FrontierRow", "Guarantee", "Score", "claim_columns",
-           "difference", "utility_columns"]
+__all__ = ["NOTHING", "Difference", "FrontierRow", "Score", "difference", "utility_columns"]
