@@ -74,11 +74,6 @@ class Kept:
     charge: Charge
 
 
-def claim_of(mechanism: Mechanism, decoding: Decoding) -> Claim:
-    """``mechanism.claim(decoding)``, kept (:func:`kept`)."""
-    return kept(mechanism, decoding).claim
-
-
 def kept(mechanism: Mechanism, decoding: Decoding) -> Kept:
     """The mechanism's claim and charge at ``decoding``, kept per mechanism and settings
     (DP-RAG's bisection takes tens of milliseconds)."""
@@ -98,4 +93,4 @@ def _kept(mechanism: Mechanism, decoding: Decoding) -> Kept:  # kept's cache
     return _said(mechanism, decoding)
 
 
-__all__ = ["ChatRequest", "Document", "claim_of", "kept"]
+__all__ = ["ChatRequest", "Document", "Kept", "kept"]
