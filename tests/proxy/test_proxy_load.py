@@ -101,7 +101,7 @@ def same_answer(got: Reply, alone: Reply) -> None:
     assert [e.logp_context for e in entries(got)] == \
         pytest.approx([e.logp_context for e in entries(alone)], abs=1e-4)
     assert got.figures["epsilon_spent"] == alone.figures["epsilon_spent"]
-    assert got.seed == alone.seed
+    assert got.prepared.request.seed == alone.prepared.request.seed
 
 
 def test_answers_decoded_together_equal_each_decoded_alone_and_stream_apart(lm):

@@ -78,18 +78,6 @@ class Reply:
     figures: dict[str, Any]
 
     @property
-    def prompt_tokens(self) -> int:
-        return self.prepared.prompt_tokens
-
-    @property
-    def context_tokens_cut(self) -> int:
-        return self.prepared.cut
-
-    @property
-    def seed(self) -> int:
-        return self.prepared.request.seed
-
-    @property
     def finish_reason(self) -> str:
         """OpenAI's ``finish_reason``: ``stop`` on the model's EOS, else ``length``."""
         return "stop" if self.answer.stopped_on_eos else "length"
@@ -103,9 +91,8 @@ class Reply:
     def usage(self) -> dict[str, int]:
         """OpenAI's ``usage``: the prompt with every document and the answer's tokens (the
         stopping EOS left out)."""
-        n_out = len(self.answer.response_ids)
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n_out,
-                "total_tokens": self.prompt_tokens + n_out}
+        n_out, n_in = len(self.answer.response_ids), self.prepared.prompt_tokens
+        return {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
 
 
 def answer_parts(lm: LanguageModel, documents: Sequence[Document], query: str,
@@ -116,11 +103,16 @@ def answer_parts(lm: LanguageModel, documents: Sequence[Document], query: str,
     return document_parts(lm, [d.text for d in documents], query, reserve=max_tokens)
 
 
-def _prompt_of(lm: LanguageModel, parts: PromptParts, held: tuple[str, ...], query: str,
-               reserve: int) -> PromptOf:
-    """The template's prompt as a function of the document texts (:func:`template_prompt`),
-    the request's own documents and none already tokenised in ``parts``."""
-    other = template_prompt(lm, query, reserve=reserve)
+def _prompt_of(lm: LanguageModel, request: ChatRequest, parts: PromptParts | None = None,
+               held: tuple[str, ...] = ()) -> PromptOf:
+    """The app's chat messages with the user's question in them, else the template's prompt as
+    a function of the document texts (:func:`template_prompt`), the request's own documents
+    ``held`` and none already tokenised in ``parts`` where given."""
+    if request.messages is not None:
+        return app_chat_prompt(lm, request.messages, request.question)
+    other = template_prompt(lm, request.query, reserve=request.max_tokens)
+    if parts is None:
+        return other
 
     def prompt(texts: Sequence[str]) -> list[int]:
         if not texts:
@@ -137,7 +129,7 @@ def prepare(lm: LanguageModel, request: ChatRequest, documents: Sequence[Documen
     where it gives none) and the user's last message as the query."""
     seed = request.seed if request.seed is not None else secrets.randbits(63)
     if request.datastore is not None:  # the mechanism retrieves for itself
-        prompt = _app_or_template(lm, request)
+        prompt = _prompt_of(lm, request)
         kept_ids = {d.id for d in documents}
         store: Datastore | None = request.datastore
         if len(kept_ids) < len(request.datastore):  # a spent document is not retrieved
@@ -148,19 +140,10 @@ def prepare(lm: LanguageModel, request: ChatRequest, documents: Sequence[Documen
         return Prepared(request.mechanism, asked, request.decoding, len(prompt([])), 0)
     parts, cut = answer_parts(lm, documents, request.query, request.max_tokens)
     texts = tuple(d.text for d in documents)
-    prompt = app_chat_prompt(lm, request.messages, request.question) \
-        if request.messages is not None else \
-        _prompt_of(lm, parts, texts, request.query, request.max_tokens)
+    prompt = _prompt_of(lm, request, parts, texts)
     asked = AnswerRequest(documents=texts, prompt=prompt, seed=seed,
                           ids=tuple(d.id for d in documents), query=request.question)
     return Prepared(request.mechanism, asked, request.decoding, len(parts.full), cut)
-
-
-def _app_or_template(lm: LanguageModel, request: ChatRequest) -> PromptOf:
-    """The app's chat messages with the user's question in them, else the template."""
-    if request.messages is not None:
-        return app_chat_prompt(lm, request.messages, request.question)
-    return template_prompt(lm, request.query, reserve=request.max_tokens)
 
 
 def reply_of(lm: LanguageModel, prepared: Prepared, answer: MechanismAnswer) -> Reply:

@@ -20,9 +20,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
@@ -41,7 +41,7 @@ from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger, open_ledger
 from ctxleak.proxy.charging import Charging, Held, budget_spent
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
-from ctxleak.proxy.errors import answered, decoding_failed, error_response, unauthorised
+from ctxleak.proxy.errors import decoding_failed, error_response, unauthorised
 from ctxleak.proxy.headers import answer_headers, stream_headers
 from ctxleak.proxy.metrics import ProxyMetrics
 from ctxleak.proxy.request import ProxyError, is_marked, parse_body, parse_request
@@ -50,7 +50,6 @@ from ctxleak.proxy.streaming import Event, answer_and_settle, settle_released, s
 from ctxleak.proxy.upstream import Upstream
 
 log = logging.getLogger("ctxleak.proxy")
-_R = TypeVar("_R")
 #: The slot of the request being handled, marked when a stream takes it over: a context
 #: variable, so that the handler's slot reaches the stream without threading it through.
 _SLOT: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("slot", default=None)
@@ -112,29 +111,21 @@ class Proxy:
                                f"documents ({len(held.docs)} left)")
         if request.stream:
             return await self._stream(request, held)
-        reply = await self._unless_failed(held, self._answer, request, held.docs)
+        try:
+            reply = await run_in_threadpool(self._answer, request, held.docs)
+        except Exception:
+            await self.charging.release_unspent(held)  # nothing was released
+            raise
         reply, info = await settle_released(self.charging, request, held, reply, self._tasks)
-        return self._completion(rid, request, reply, info)
-
-    @staticmethod
-    def _completion(rid: str, request: ChatRequest, reply: Reply,
-                    info: dict[str, Any]) -> Response:
-        """The OpenAI ``chat.completion`` of an answer, its ledger in the ``ctxleak`` field."""
-        return JSONResponse({
+        # the OpenAI ``chat.completion``, its ledger in the ``ctxleak`` field and in headers
+        response = JSONResponse({
             "id": rid, "object": "chat.completion", "created": int(time.time()),
             "model": request.model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
                          "finish_reason": reply.finish_reason, "logprobs": None}],
             "usage": reply.usage, "ctxleak": info})
-
-    async def _unless_failed(self, held: Held, work: Callable[..., _R], *args: Any) -> _R:
-        """``work(*args)`` in a worker thread; if it fails, nothing was released and ``held``'s
-        reservation is given back."""
-        try:
-            return await run_in_threadpool(work, *args)
-        except Exception:
-            await self.charging.release_unspent(held)  # nothing was released
-            raise
+        response.headers.update(answer_headers(rid, info))
+        return response
 
     async def _stream(self, request: ChatRequest, held: Held) -> Response:
         """A streamed answer, each token sent as its mechanism decides it (CID: as it is drawn;
@@ -282,15 +273,8 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        started = time.perf_counter()
-        response = await answered(lambda: proxy.chat(request), proxy.upstream.mask)
-        if response.status_code == 200 and isinstance(response, JSONResponse):
-            body = json.loads(bytes(response.body))  # a CID answer: its ledger in headers too
-            if isinstance(body.get("ctxleak"), dict):
-                response.headers.update(answer_headers(body["id"], body["ctxleak"]))
-        proxy.metrics.requests.labels("chat", str(response.status_code)).inc()
-        proxy.metrics.seconds.labels("chat").observe(time.perf_counter() - started)
-        return response
+        return await timed(proxy.metrics, "chat", lambda: proxy.chat(request),
+                           proxy.upstream.mask)
 
     @app.get("/health")
     async def health() -> Response:

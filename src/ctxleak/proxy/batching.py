@@ -23,17 +23,15 @@ comes back joins the next batch, so closed-loop clients settle into full batches
 Every defence waits in the one queue: the answers of a batch are grouped by their mechanism's
 ``batch_key`` (every CID answer, whatever its λ, ε, temperature and lengths, in one group of
 those that sample and one of those that are greedy; another mechanism's by its key and decoding
-settings), and each group goes through one ``answer_group`` call (if that call fails, each
-answer that released nothing is answered again alone, so one the mechanism refuses fails
-alone).
+settings), and each group goes through one ``answer_group`` call.
 
 What stays equal: each answer draws from its own generator, seeded by its request's seed, so
 its tokens are those of the same request decoded alone (up to float noise in the logits, as for
 any batch of the engine); its entries reach its ``on_entry`` as they are drawn, so streaming
 works per answer. A failure stays with its answer: an answer whose ``on_entry`` fails, or whose
 preparation fails, fails alone while the batch goes on; if the batch itself fails, each answer
-that released nothing yet is decoded again alone, and those that did fail with the batch's
-error (their released tokens are spent)."""
+that released nothing yet is decoded again alone (so one the mechanism refuses fails alone),
+and those that did fail with the batch's error (their released tokens are spent)."""
 
 from __future__ import annotations
 
@@ -132,10 +130,7 @@ class BatchDecoder:
         ``answer_group`` call with the answers other threads are waiting for that its
         mechanism may decode together; ``listener`` hears its tokens as they are decided (in
         the decoder's thread). Raises what its decoding raised."""
-        return self._wait(_Waiting(request, docs, listener))
-
-    def _wait(self, waiting: _Waiting) -> Reply:
-        """Queue ``waiting`` and wait for its result."""
+        waiting = _Waiting(request, docs, listener)
         if not self._thread.is_alive():
             raise RuntimeError("the batch decoder is closed")
         with self._counting:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,8 +136,19 @@ class Charging:
             need, hold_rest = 0.0 if per_token is None else \
                 per_token * (request.max_tokens + 1), per_token is None
         warnings = () if hold_rest else self._unfittable(request, need, private, classes)
-        return await self._reserve(rid, request, ids, private, public, classes, need,
-                                   hold_rest, warnings)
+        refuse = self.config.on_exhausted == "refuse"
+        res = await run_in_threadpool(
+            lambda: self.ledger.reserve(rid, private, need, self.config.budgets,
+                                        all_or_nothing=refuse,
+                                        classes={i: classes[i] for i in private if i in classes},
+                                        hold_rest=hold_rest))
+        if res.exhausted:
+            self._exhausted(res.exhausted)
+        kept = set(res.granted) | set(public)
+        dropped = [i for i in ids if i not in kept]
+        self.metrics.dropped.inc(len(dropped))
+        return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
+                    dict(res.held), public, dict(classes), warnings)
 
     def per_token(self, charge: Charge) -> float | None:
         """The ε per token an answer reserves: bounded CID's ε; plain CID's
@@ -173,25 +184,6 @@ class Charging:
         public = tuple(i for i in ids if budgets.public(i, classes.get(i)))
         private = [i for i in ids if i not in public]
         return ids, classes, public, private
-
-    async def _reserve(self, rid: str, request: ChatRequest, ids: list[str], private: list[str],
-                       public: tuple[str, ...], classes: Mapping[str, str], amount: float,
-                       hold_rest: bool, warnings: tuple[str, ...]) -> Held:
-        """Reserve ``amount`` of each private document (``hold_rest``: its whole remaining
-        budget); the documents kept, those dropped (or HTTP 429)."""
-        budgets = self.config.budgets
-        refuse = self.config.on_exhausted == "refuse"
-        res = await run_in_threadpool(
-            lambda: self.ledger.reserve(rid, private, amount, budgets, all_or_nothing=refuse,
-                                        classes={i: classes[i] for i in private if i in classes},
-                                        hold_rest=hold_rest))
-        if res.exhausted:
-            self._exhausted(res.exhausted)
-        kept = set(res.granted) | set(public)
-        dropped = [i for i in ids if i not in kept]
-        self.metrics.dropped.inc(len(dropped))
-        return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
-                    dict(res.held), public, dict(classes), warnings)
 
     async def _uncharged(self, rid: str, request: ChatRequest, ids: list[str],
                          private: list[str], classes: Mapping[str, str]) -> Held:
@@ -241,33 +233,25 @@ class Charging:
     def _unfittable(self, request: ChatRequest, need: float, private: list[str],
                     classes: Mapping[str, str]) -> tuple[str, ...]:
         """HTTP 400 (or, with ``on_unfittable="drop"``, warnings) for the documents whose whole
-        budget is less than this answer's reservation ``need``; a budget of 0 is no mistake."""
-        charge = request.charge
-        per_token = self.per_token(charge)
-        if charge.per_answer is None and per_token is not None:
-            def says(doc: str, budget: float) -> str:
-                return never_fits(doc, budget, per_token, request.max_tokens)
-
-            return self._over_budget(need, private, classes, "max_tokens", says)
-
-        def claimed(doc: str, budget: float) -> str:
-            return (f"the reservation of {request.mechanism.key()} at max_tokens "
-                    f"{request.max_tokens}, its claim ε = {need:g} per answer, is more "
-                    f"than document {doc!r}'s whole budget of {budget:g}, so this "
-                    f"request could never use it: raise the budget or deploy a "
-                    f"mechanism with a smaller ε")
-
-        return self._over_budget(need, private, classes, "ctxleak.mechanism", claimed)
-
-    def _over_budget(self, need: float, private: list[str], classes: Mapping[str, str],
-                     param: str, says: Callable[[str, float], str]) -> tuple[str, ...]:
-        """HTTP 400 on ``param`` (or, with ``on_unfittable="drop"``, warnings) for the documents
-        whose whole budget, above 0, is less than ``need``: ``says(doc, budget)`` words each."""
+        budget, above 0, is less than this answer's reservation ``need`` (a budget of 0 is no
+        mistake): on ``max_tokens`` for an ε per token (:func:`never_fits`), else on
+        ``ctxleak.mechanism`` for a claim per answer."""
+        per_token = self.per_token(request.charge)
+        param = "max_tokens" if request.charge.per_answer is None and per_token is not None \
+            else "ctxleak.mechanism"
         said = []
         for doc in private:
             budget = self.config.budgets.of(doc, classes.get(doc))
-            if budget is not None and 0 < budget and need > budget + TOLERANCE:
-                said.append(says(doc, budget))
+            if budget is None or not 0 < budget or not need > budget + TOLERANCE:
+                continue
+            if param == "max_tokens" and per_token is not None:
+                said.append(never_fits(doc, budget, per_token, request.max_tokens))
+            else:
+                said.append(f"the reservation of {request.mechanism.key()} at max_tokens "
+                            f"{request.max_tokens}, its claim ε = {need:g} per answer, is more "
+                            f"than document {doc!r}'s whole budget of {budget:g}, so this "
+                            f"request could never use it: raise the budget or deploy a "
+                            f"mechanism with a smaller ε")
         if said and self.config.on_unfittable == "refuse":
             raise ProxyError(400, f"{param}: {said[0]}", param=param,
                              code="reservation_exceeds_budget")
@@ -362,10 +346,11 @@ def answer_fields(request: ChatRequest, reply: Reply, held: Held,
     ``epsilon_spent`` where the charge is a guarantee's (0 where no document was charged),
     the guarantee in words, the warnings."""
     kept = {d.id for d in held.docs}
-    info = {**reply.figures, "temperature": request.temperature, "seed": reply.seed,
+    info = {**reply.figures, "temperature": request.temperature,
+            "seed": reply.prepared.request.seed,
             "charged": dict(charged or {}), "guarantee": guarantee(request, reply),
             "documents": [i for i in held.ids if i in kept], "dropped": held.dropped,
-            "context_tokens_cut": reply.context_tokens_cut, "warnings": list(held.warnings)}
+            "context_tokens_cut": reply.prepared.cut, "warnings": list(held.warnings)}
     if request.charge.guaranteed and charged is not None:
         info["epsilon_spent"] = max(charged.values(), default=0.0)
     return info

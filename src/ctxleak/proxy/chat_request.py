@@ -80,17 +80,13 @@ def kept(mechanism: Mechanism, decoding: Decoding) -> Kept:
     try:
         hash(mechanism)
     except TypeError:  # a mechanism object that cannot be a key: asked each time
-        return _said(mechanism, decoding)
+        return _kept.__wrapped__(mechanism, decoding)
     return _kept(mechanism, decoding)  # type: ignore[arg-type]  # hashed above
-
-
-def _said(mechanism: Mechanism, decoding: Decoding) -> Kept:
-    return Kept(mechanism.claim(decoding), mechanism.charge(decoding))
 
 
 @lru_cache(maxsize=256)
 def _kept(mechanism: Mechanism, decoding: Decoding) -> Kept:  # kept's cache
-    return _said(mechanism, decoding)
+    return Kept(mechanism.claim(decoding), mechanism.charge(decoding))
 
 
 __all__ = ["ChatRequest", "Document", "Kept", "kept"]

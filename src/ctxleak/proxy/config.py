@@ -209,12 +209,10 @@ class ProxyConfig:
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise ConfigError(f"min_tokens must be between 0 and max_tokens, not "
                               f"{self.min_tokens}", param="min_tokens")
-        for name in ("max_body_bytes", "max_concurrent"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, not {getattr(self, name)}", param=name)
-        if self.max_queued < 0:
-            raise ConfigError(f"max_queued must be >= 0, not {self.max_queued}",
-                              param="max_queued")
+        for name, least in (("max_body_bytes", 1), ("max_concurrent", 1), ("max_queued", 0)):
+            if getattr(self, name) < least:
+                raise ConfigError(f"{name} must be >= {least}, not {getattr(self, name)}",
+                                  param=name)
         for name in ("upstream_timeout", "body_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, not {getattr(self, name)}", param=name)

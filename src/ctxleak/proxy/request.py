@@ -173,14 +173,10 @@ def prompt_text(messages: Any) -> str:
     return query
 
 
-def datastore_documents(config: ProxyConfig) -> tuple[Document, ...]:
+@lru_cache(maxsize=4)
+def datastore_documents(store: Datastore) -> tuple[Document, ...]:
     """The proxy's datastore as the documents of a request answered over it (the same tuple
     every time)."""
-    return _as_documents(config.datastore)
-
-
-@lru_cache(maxsize=4)
-def _as_documents(store: Datastore) -> tuple[Document, ...]:
     return tuple(Document(i, t, None) for i, t in store.documents)
 
 
@@ -237,7 +233,7 @@ def parse_request(body: dict[str, Any], config: ProxyConfig) -> ChatRequest:
         raise _bad("ctxleak.documents", f"this proxy answers over its datastore of "
                                         f"{len(config.datastore)} documents: send the "
                                         f"question only")
-    documents = datastore_documents(config) if over_datastore else _documents(marked)
+    documents = datastore_documents(config.datastore) if over_datastore else _documents(marked)
     mechanism = _mechanism(marked, config)
     if over_datastore and not mechanism.over_datastore:
         raise _bad("ctxleak.mechanism", f"{mechanism.key()} decodes with the documents "

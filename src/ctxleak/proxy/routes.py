@@ -23,11 +23,12 @@ from ctxleak.proxy.upstream import Upstream
 MAX_PAGE = 1000
 
 
-async def timed(metrics: ProxyMetrics, route: str,
-                handle: Callable[[], Awaitable[Response]]) -> Response:
-    """``handle``'s response (its failure in the OpenAI shape), counted and timed by route."""
+async def timed(metrics: ProxyMetrics, route: str, handle: Callable[[], Awaitable[Response]],
+                mask: Callable[[str], str] | None = None) -> Response:
+    """``handle``'s response (its failure in the OpenAI shape, masked by ``mask``: see
+    :func:`~ctxleak.proxy.errors.answered`), counted and timed by route."""
     started = time.perf_counter()
-    response = await answered(handle)
+    response = await answered(handle, mask)
     metrics.requests.labels(route, str(response.status_code)).inc()
     metrics.seconds.labels(route).observe(time.perf_counter() - started)
     return response

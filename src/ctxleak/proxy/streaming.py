@@ -124,14 +124,12 @@ async def sse_chunks(lm: LanguageModel, rid: str, request: ChatRequest, first: E
     chunk for each drawn token as soon as its text is complete, then the finish reason with
     the ``ctxleak`` field (and the usage when asked), then ``[DONE]``. A failure mid-answer
     is an ``error`` event, as OpenAI's streams carry one."""
-    created = int(time.time())
+    head = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": request.model}
 
     def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
-        chunk = {"id": rid, "object": "chat.completion.chunk", "created": created,
-                 "model": request.model,
-                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
-                              "logprobs": None}], **extra}
-        return f"data: {json.dumps(chunk)}\n\n"
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return f"data: {json.dumps({**head, 'choices': [choice], **extra})}\n\n"
 
     yield event({"role": "assistant", "content": ""})
     ids: list[int] = []
@@ -156,7 +154,5 @@ async def sse_chunks(lm: LanguageModel, rid: str, request: ChatRequest, first: E
         yield event({"content": answer.text[len(sent):]})
     yield event({}, answer.finish_reason, ctxleak=info)
     if request.include_usage:  # OpenAI's last chunk: no choices, the usage
-        usage = {"id": rid, "object": "chat.completion.chunk", "created": created,
-                 "model": request.model, "choices": [], "usage": answer.usage}
-        yield f"data: {json.dumps(usage)}\n\n"
+        yield f"data: {json.dumps({**head, 'choices': [], 'usage': answer.usage})}\n\n"
     yield "data: [DONE]\n\n"

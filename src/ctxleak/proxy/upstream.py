@@ -18,12 +18,6 @@ from ctxleak.proxy.errors import secret_mask
 from ctxleak.proxy.request import ProxyError
 
 
-def upstream_base(url: str) -> str:
-    """The server's base URL, without a trailing ``/v1``."""
-    base = url.rstrip("/")
-    return base[:-3] if base.endswith("/v1") else base
-
-
 class Upstream:
     """The upstream server of ``config`` and the HTTP client that reaches it (opened with the
     first request, closed by :meth:`aclose`). What it answers is relayed with the upstream's
@@ -60,33 +54,23 @@ class Upstream:
         if "ctxleak" in body:
             body = {k: v for k, v in body.items() if k != "ctxleak"}
             raw = json.dumps(body).encode()
-        resp = await self._send(self.config.upstream, raw)
+        resp = await self._send(raw)
         streamed = resp.headers.get("content-type", "").startswith("text/event-stream")
         if resp.status_code < 400 and streamed:
             return StreamingResponse(self._lines(resp), status_code=resp.status_code,
                                      media_type="text/event-stream",
                                      background=BackgroundTask(resp.aclose))
-        content = await self._json(resp)
-        if resp.status_code >= 500:
-            raise ProxyError(502, f"the upstream {self.name} failed: HTTP "
-                                  f"{resp.status_code}: {content[:200].decode(errors='replace')}",
-                             kind="upstream_error", code="upstream_failed")
-        return Response(content, status_code=resp.status_code, media_type="application/json")
+        return await self._whole(resp, "failed", shown=True)
 
     async def models(self) -> Response:
         """The upstream's ``GET /v1/models`` answer as it came (HTTP 502 or 504 when it is
         down, slow, failing or not JSON)."""
-        assert self.config.upstream is not None
-        resp = await self._send(self.config.upstream, None)
-        content = await self._json(resp)
-        if resp.status_code >= 500:
-            raise ProxyError(502, f"the upstream {self.name} did not list its "
-                                  f"models: HTTP {resp.status_code}", kind="upstream_error",
-                             code="upstream_failed")
-        return Response(content, status_code=resp.status_code, media_type="application/json")
+        return await self._whole(await self._send(None), "did not list its models")
 
-    async def _json(self, resp: httpx.Response) -> bytes:
-        """The upstream's whole answer, which must be JSON (else HTTP 502; too slow: 504)."""
+    async def _whole(self, resp: httpx.Response, failed: str, shown: bool = False) -> Response:
+        """The upstream's whole answer as it came, which must be JSON (else HTTP 502; too slow:
+        504); an HTTP 5xx of the upstream is HTTP 502 saying it ``failed`` (with the start of
+        its answer where ``shown``)."""
         try:
             content = await resp.aread()
         except httpx.TimeoutException as exc:
@@ -102,11 +86,18 @@ class Upstream:
                                   f"{resp.status_code} with what is not JSON: "
                                   f"{self._masked(content)[:80]!r}", kind="upstream_error",
                              code="upstream_bad_answer") from None
-        return self._masked(content)
+        content = self._masked(content)
+        if resp.status_code >= 500:
+            said = f": {content[:200].decode(errors='replace')}" if shown else ""
+            raise ProxyError(502, f"the upstream {self.name} {failed}: HTTP {resp.status_code}"
+                                  f"{said}", kind="upstream_error", code="upstream_failed")
+        return Response(content, status_code=resp.status_code, media_type="application/json")
 
-    async def _send(self, upstream: str, raw: bytes | None) -> httpx.Response:
+    async def _send(self, raw: bytes | None) -> httpx.Response:
         """POST ``raw`` to the upstream's chat completions (None: GET its models), its
         answer's headers read (the body still to come)."""
+        assert self.config.upstream is not None
+        base = self.config.upstream.rstrip("/").removesuffix("/v1")
         if self.http is None:
             self.http = httpx.AsyncClient(timeout=self.config.upstream_timeout,
                                           verify=tls_context())
@@ -115,8 +106,7 @@ class Upstream:
         if self.config.upstream_api_key:
             headers["authorization"] = f"Bearer {self.config.upstream_api_key}"
         request = self.http.build_request("POST" if raw is not None else "GET",
-                                          upstream_base(upstream) + route, content=raw,
-                                          headers=headers)
+                                          base + route, content=raw, headers=headers)
         try:
             return await self.http.send(request, stream=True)
         except httpx.TimeoutException as exc:
