@@ -6,11 +6,10 @@ Def. 3.4; bounded: App. B, Alg. 1).
 
 Design: a collector. One thread owns the model. It takes the first answer waiting, gathers
 those that arrive within :data:`WINDOW_S` (or until the batch holds ``max_batch``), then, once it
-holds the model's lock, every answer still waiting too, and decodes them all, each under its own
-CID setting (λ, ε, temperature, lengths), as CID answers them
-(:func:`~ctxleak.mitigations.cid.answer_together`, :meth:`CID.answer
-<ctxleak.mitigations.cid.CID.answer>` for several settings at once): the engine's batched
-decoding (:func:`ctxleak.engine.local.generation.decode_streams`). An answer that finishes (EOS or its
+holds the model's lock, every answer still waiting too, and answers them all, each group of them
+in one call of its mechanism's ``answer_group`` (CID's: every answer under its own λ, ε,
+temperature and lengths, in the engine's batched decoding,
+:func:`ctxleak.engine.local.generation.decode_streams`). A CID answer that finishes (EOS or its
 ``max_tokens``) leaves the batch at once, so it stops costing compute, and is returned then
 (a streamed one has sent each token as it was drawn). Answers that arrive meanwhile wait and
 form the next batch. Answers do not join a batch between its steps:
@@ -27,8 +26,8 @@ settings), and each group goes through one ``answer_group`` call.
 
 What stays equal: each answer draws from its own generator, seeded by its request's seed, so
 its tokens are those of the same request decoded alone (up to float noise in the logits, as for
-any batch of the engine); its entries reach its ``on_entry`` as they are drawn, so streaming
-works per answer. A failure stays with its answer: an answer whose ``on_entry`` fails, or whose
+any batch of the engine); its tokens reach its own listener as they are decided, so streaming
+works per answer. A failure stays with its answer: an answer whose listener fails, or whose
 preparation fails, fails alone while the batch goes on; if the batch itself fails, each answer
 that released nothing yet is decoded again alone (so one the mechanism refuses fails alone),
 and those that did fail with the batch's error (their released tokens are spent)."""
