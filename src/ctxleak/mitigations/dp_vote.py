@@ -266,19 +266,6 @@ def _decide(mech: Any, budget: VoteBudget, state: dict[str, Any], counts: torch.
     return None if token == ABSTAIN else token
 
 
-def _answer(mech: Any, lm: LanguageModel, requests: Sequence[AnswerRequest],
-            decoding: Decoding, budget: VoteBudget) -> list[MechanismAnswer]:
-    refuse_greedy(mech, decoding)
-    voters = [_voter_documents(mech, r) for r in requests]
-    jobs = [_vote_job(mech, lm, r, decoding, budget, texts)
-            for r, (texts, _) in zip(requests, voters)]
-    gens = decode_jobs(lm, jobs, what=f"the {mech.name} mechanism")
-    over_store = replace(budget.claim, relation="document")
-    return [finish_answer(g, budget.claim, range(len(r.documents))) if r.datastore is None
-            else finish_answer(g, over_store, (), read)
-            for g, r, (_, read) in zip(gens, requests, voters)]
-
-
 class _Voting(Mechanism):
     """What the two votes share: the claim and the answer of their budget, the documents and
     streams of their voters, and the noisy steps as methods (a test's broken variant overrides
@@ -288,21 +275,24 @@ class _Voting(Mechanism):
     shards: int
     abstain: str
 
-    def key(self) -> str:
-        raise NotImplementedError  # each vote writes its own
-
     def budget(self, decoding: Decoding) -> VoteBudget:
         raise NotImplementedError  # each vote writes its own
-
-    def describe(self) -> str:
-        return f"the mechanism {self.key()}"
 
     def claim(self, decoding: Decoding) -> Claim:
         return self.budget(decoding).claim
 
     def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
                decoding: Decoding) -> list[MechanismAnswer]:
-        return _answer(self, lm, requests, decoding, self.budget(decoding))
+        refuse_greedy(self, decoding)
+        budget = self.budget(decoding)
+        voters = [_voter_documents(self, r) for r in requests]
+        jobs = [_vote_job(self, lm, r, decoding, budget, texts)
+                for r, (texts, _) in zip(requests, voters)]
+        gens = decode_jobs(lm, jobs, what=f"the {self.name} mechanism")
+        over_store = replace(budget.claim, relation="document")
+        return [finish_answer(g, budget.claim, range(len(r.documents))) if r.datastore is None
+                else finish_answer(g, over_store, (), read)
+                for g, r, (_, read) in zip(gens, requests, voters)]
 
     def documents_needed(self) -> int:
         """One document per shard."""

@@ -105,9 +105,6 @@ class Scrubbing(Mechanism):
         spans = tuple((s.type, s.start, s.end, float(s.score)) for s in self.spans(text))
         return _anonymized(text, spans, self.operator) if spans else text
 
-    def describe(self) -> str:
-        return f"the mechanism {self.key()}"
-
     def claim(self, decoding: Decoding) -> Claim:
         """No guarantee: a value the detector misses reaches the prompt as it is."""
         return Claim(eps=None)
