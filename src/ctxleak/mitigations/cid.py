@@ -332,30 +332,21 @@ def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool
     plain CID's ex-post ε (``ex_post``) decodes as bounded CID at :data:`_NEVER_BINDS` and its
     ledger keeps no ε (:func:`_as_asked`)."""
     decoded = [(full, empty, _decoded(config), seed) for full, empty, config, seed in jobs]
-    ledgers = _generate_cid_many(lm, decoded, use_cache, sample, context_caches, rescored,
-                                 on_entry)
+    ledgers = in_server(lm, decoded, sample, on_entry)
+    if ledgers is None:
+        keep = context_caches is not None
+        parts = [cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored,
+                          on_entry=on_entry)
+                 for k, (full, empty, config, seed) in enumerate(decoded)]
+        check_capabilities(lm, {NEXT_TOKEN_DISTRIBUTION: CID_NEEDS},
+                           what="Context Influence Decoding")
+        gens = generate_many(lm, [job for job, _ in parts], use_cache=use_cache, sample=sample)
+        if context_caches is not None:
+            context_caches.extend(gen.prompt_caches.get(0) for gen in gens)
+        ledgers = [finish(gen) for (_, finish), gen in zip(parts, gens)]
+    elif context_caches is not None:  # no KV cache leaves a server
+        context_caches.extend([None] * len(jobs))
     return [_as_asked(ledger, config) for ledger, (_, _, config, _) in zip(ledgers, jobs)]
-
-
-def _generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool,
-                       sample: bool, context_caches: list[Any] | None, rescored: bool,
-                       on_entry: Callable[[int, LedgerEntry], None] | None) -> list[RowLedger]:
-    """:func:`generate_cid_many` of jobs whose settings are decoded as they are."""
-    in_server_ledgers = in_server(lm, jobs, sample, on_entry)
-    if in_server_ledgers is not None:
-        if context_caches is not None:  # no KV cache leaves a server
-            context_caches.extend([None] * len(jobs))
-        return in_server_ledgers
-    keep = context_caches is not None
-    parts = [cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored,
-                      on_entry=on_entry)
-             for k, (full, empty, config, seed) in enumerate(jobs)]
-    check_capabilities(lm, {NEXT_TOKEN_DISTRIBUTION: CID_NEEDS},
-                       what="Context Influence Decoding")
-    gens = generate_many(lm, [job for job, _ in parts], use_cache=use_cache, sample=sample)
-    if context_caches is not None:
-        context_caches.extend(gen.prompt_caches.get(0) for gen in gens)
-    return [finish(gen) for (_, finish), gen in zip(parts, gens)]
 
 
 #: Plain CID with its ex-post ε decodes as bounded CID at this ε per token, which no step's
@@ -427,8 +418,6 @@ def _server_sampled(lm: LanguageModel, asked: Asked, k: int,
             listener.token(k, entry.token_id, entry.eps_ex_post)
         listener.done(k, answer)
     return answer
-
-
 
 
 __all__ = ["CID", "CIDConfig", "CIDJob", "CID_NEEDS", "answer_together", "bounded_lambda",

@@ -271,6 +271,7 @@ class _Voting(Mechanism):
     streams of their voters, and the noisy steps as methods (a test's broken variant overrides
     them)."""
 
+    min_documents: ClassVar[int] = 3
     domain: int
     shards: int
     abstain: str
@@ -342,7 +343,6 @@ class DPVote(_Voting):
     datastore (module docstring)."""
 
     name: ClassVar[str] = "dp-vote"
-    min_documents: ClassVar[int] = 3
 
     eps: float
     shards: int
@@ -375,7 +375,6 @@ class DPSparseVote(_Voting):
     :class:`DPVote`'s)."""
 
     name: ClassVar[str] = "dp-sparse-vote"
-    min_documents: ClassVar[int] = 3
 
     eps: float
     shards: int
