@@ -118,14 +118,6 @@ def finish_answer(gen: Generation, claim: Claim, used: Sequence[int],
                            datastore_used=tuple(dict.fromkeys(read)))
 
 
-def eos_id(lm: LanguageModel) -> int:
-    """The id a stopping mechanism releases to end a response."""
-    if not lm.eos_ids:
-        raise ConfigError(f"{lm.describe()} has no end-of-sequence token: abstain='stop' cannot "
-                          "end a response", param="abstain")
-    return int(lm.eos_ids[0])
-
-
 # -- the vote ------------------------------------------------------------------------------------
 
 
@@ -210,7 +202,10 @@ def _vote_job(mech: Any, lm: LanguageModel, request: AnswerRequest, decoding: De
     ``combine`` takes the step's decision (:func:`_decide`), ``observe`` records it."""
     m, sparse = mech.shards, mech.svt_threshold() is not None
     scale, gap = mech.noise(budget)
-    stop = eos_id(lm) if mech.abstain == "stop" else None
+    if mech.abstain == "stop" and not lm.eos_ids:
+        raise ConfigError(f"{lm.describe()} has no end-of-sequence token: abstain='stop' cannot "
+                          "end a response", param="abstain")
+    stop = int(lm.eos_ids[0]) if mech.abstain == "stop" else None  # what ends a response
     state: dict[str, Any] = {}
 
     def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()) -> torch.Tensor:
