@@ -36,7 +36,6 @@ from ctxleak.mitigations.cid_steps import (
     CID_NEEDS,
     cid_combine,
     cid_job,
-    cid_lambda,
     cid_route,
     in_server,
     ledger_of,
@@ -173,17 +172,11 @@ class CID(Mechanism):
         return Claim(None), 0
 
     def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
-               decoding: Decoding, *, context_caches: list[Any] | None = None,
-               rescored: bool = False,
-               on_entry: Callable[[int, LedgerEntry], None] | None = None
-               ) -> list[MechanismAnswer]:
+               decoding: Decoding) -> list[MechanismAnswer]:
         """One CID response per request, the prompt with all its documents against the prompt
         without any, all requests in one batched KV cache (or inside vLLM with ctxleak's
-        plugin); CID's fast paths as :func:`generate_cid_many` has them (``context_caches``,
-        ``rescored``, ``on_entry``)."""
-        return answer_together(lm, [(self, r, decoding) for r in requests],
-                               context_caches=context_caches, rescored=rescored,
-                               on_entry=on_entry)
+        plugin): :func:`answer_together` of this one setting, which has CID's fast paths."""
+        return answer_together(lm, [(self, r, decoding) for r in requests])
 
     def answer_of(self, ledger: RowLedger, documents: int) -> MechanismAnswer:
         """A decoded response's answer: its ledger, what it spent (:meth:`spent`), one step
@@ -421,5 +414,5 @@ def _server_sampled(lm: LanguageModel, asked: Asked, k: int,
 
 
 __all__ = ["CID", "CIDConfig", "CIDJob", "CID_NEEDS", "answer_together", "bounded_lambda",
-           "cid_combine", "cid_lambda", "cid_logprobs", "cid_route", "generate_cid",
-           "generate_cid_many", "ledger_of", "replay_cid"]
+           "cid_combine", "cid_logprobs", "cid_route", "generate_cid", "generate_cid_many",
+           "ledger_of", "replay_cid"]
