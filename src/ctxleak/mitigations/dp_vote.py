@@ -171,9 +171,16 @@ def _voter_documents(mech: Any, request: AnswerRequest
                      ) -> tuple[list[list[str]], tuple[str, ...]]:
     """Each voter's document texts and the datastore ids read (module docstring): retrieved
     from the voter's shard of the request's datastore, else dealt from its retrieved list."""
-    store = request.datastore
-    if store is None:
-        return _dealt_shards(mech, request), ()
+    store, docs = request.datastore, request.documents
+    if store is None:  # the request's documents dealt into shards: document i in shard i mod m
+        if len(docs) < 2:
+            raise ConfigError(f"documents: {mech.name} needs several documents (one shard per "
+                              f"voter), got {len(docs)}", param="documents")
+        if mech.shards > len(docs):
+            raise ConfigError(f"shards: {mech.shards} shards need at least {mech.shards} "
+                              f"documents, the request has {len(docs)}", param="shards")
+        return [[d for i, d in enumerate(docs) if i % mech.shards == s]
+                for s in range(mech.shards)], ()
     if not request.query.strip():
         raise ConfigError(f"query: {mech.name} retrieves from the datastore for the question, "
                           "and the request has none", param="query")
@@ -182,18 +189,6 @@ def _voter_documents(mech: Any, request: AnswerRequest
                           f"empty: at most {len(store)}", param="shards")
     hits = store.shard_search(request.query, mech.shards, mech.per_voter)
     return [[h.text for h in shard] for shard in hits], tuple(h.id for s in hits for h in s)
-
-
-def _dealt_shards(mech: Any, request: AnswerRequest) -> list[list[str]]:
-    """The request's documents dealt into shards (document i in shard i mod shards)."""
-    docs = request.documents
-    if len(docs) < 2:
-        raise ConfigError(f"documents: {mech.name} needs several documents (one shard per "
-                          f"voter), got {len(docs)}", param="documents")
-    if mech.shards > len(docs):
-        raise ConfigError(f"shards: {mech.shards} shards need at least {mech.shards} documents, "
-                          f"the request has {len(docs)}", param="shards")
-    return [[d for i, d in enumerate(docs) if i % mech.shards == s] for s in range(mech.shards)]
 
 
 def _vote_job(mech: Any, lm: LanguageModel, request: AnswerRequest, decoding: Decoding,
