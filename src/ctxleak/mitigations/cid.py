@@ -62,8 +62,7 @@ class CIDConfig:
 
     ``lambda_=`` (the Python API's keyword) sets ``lam``. ``bounded_eps`` switches to bounded
     CID: at each step the largest λ in ``[0, lam]`` whose distribution stays within
-    ``bounded_eps / 2`` of the no-context one (App. B, Alg. 1). ``ex_post``: plain CID's
-    ledger keeps each step's ex-post ε.
+    ``bounded_eps / 2`` of the no-context one (App. B, Alg. 1).
     """
 
     lam: float = 1.0
@@ -321,9 +320,8 @@ def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool
     fill with each job's KV cache of the prompt with the context, prefilled alone, so that
     n-gram scoring need not compute it again. ``rescored``: the caller recomputes the floats by
     scoring each example's streams itself, so the engine need not replay them. ``on_entry``:
-    called with (row, ledger entry) as each token is drawn. A job whose settings ask for
-    plain CID's ex-post ε (``ex_post``) decodes as bounded CID at :data:`_NEVER_BINDS` and its
-    ledger keeps no ε (:func:`_as_asked`)."""
+    called with (row, ledger entry) as each token is drawn. A job asking plain CID's ex-post
+    ε (``ex_post``) decodes as :data:`_NEVER_BINDS` says."""
     decoded = [(full, empty, _decoded(config), seed) for full, empty, config, seed in jobs]
     ledgers = in_server(lm, decoded, sample, on_entry)
     if ledgers is None:
