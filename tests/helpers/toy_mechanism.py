@@ -43,9 +43,6 @@ class FirstDocuments(Mechanism):
         label = "" if self.label is None else f",label={self.label}"
         return f"{self.name}(eps={self.eps:g},k={self.k}{label})"
 
-    def describe(self) -> str:
-        return f"the mechanism {self.key()}"
-
     def claim(self, decoding: Decoding) -> Claim:
         return Claim(self.eps * (decoding.max_new_tokens + 1), 0.0, "document")
 

@@ -36,7 +36,6 @@ from ctxleak.mitigations.cid_steps import (
     CID_NEEDS,
     cid_combine,
     cid_job,
-    cid_lambda,
     cid_route,
     in_server,
     ledger_of,
@@ -63,8 +62,7 @@ class CIDConfig:
 
     ``lambda_=`` (the Python API's keyword) sets ``lam``. ``bounded_eps`` switches to bounded
     CID: at each step the largest λ in ``[0, lam]`` whose distribution stays within
-    ``bounded_eps / 2`` of the no-context one (App. B, Alg. 1). ``ex_post``: plain CID's
-    ledger keeps each step's ex-post ε.
+    ``bounded_eps / 2`` of the no-context one (App. B, Alg. 1).
     """
 
     lam: float = 1.0
@@ -173,17 +171,11 @@ class CID(Mechanism):
         return Claim(None), 0
 
     def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
-               decoding: Decoding, *, context_caches: list[Any] | None = None,
-               rescored: bool = False,
-               on_entry: Callable[[int, LedgerEntry], None] | None = None
-               ) -> list[MechanismAnswer]:
+               decoding: Decoding) -> list[MechanismAnswer]:
         """One CID response per request, the prompt with all its documents against the prompt
         without any, all requests in one batched KV cache (or inside vLLM with ctxleak's
-        plugin); CID's fast paths as :func:`generate_cid_many` has them (``context_caches``,
-        ``rescored``, ``on_entry``)."""
-        return answer_together(lm, [(self, r, decoding) for r in requests],
-                               context_caches=context_caches, rescored=rescored,
-                               on_entry=on_entry)
+        plugin): :func:`answer_together` of this one setting, which has CID's fast paths."""
+        return answer_together(lm, [(self, r, decoding) for r in requests])
 
     def answer_of(self, ledger: RowLedger, documents: int) -> MechanismAnswer:
         """A decoded response's answer: its ledger, what it spent (:meth:`spent`), one step
@@ -328,34 +320,24 @@ def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool
     fill with each job's KV cache of the prompt with the context, prefilled alone, so that
     n-gram scoring need not compute it again. ``rescored``: the caller recomputes the floats by
     scoring each example's streams itself, so the engine need not replay them. ``on_entry``:
-    called with (row, ledger entry) as each token is drawn. A job whose settings ask for
-    plain CID's ex-post ε (``ex_post``) decodes as bounded CID at :data:`_NEVER_BINDS` and its
-    ledger keeps no ε (:func:`_as_asked`)."""
+    called with (row, ledger entry) as each token is drawn. A job asking plain CID's ex-post
+    ε (``ex_post``) decodes as :data:`_NEVER_BINDS` says."""
     decoded = [(full, empty, _decoded(config), seed) for full, empty, config, seed in jobs]
-    ledgers = _generate_cid_many(lm, decoded, use_cache, sample, context_caches, rescored,
-                                 on_entry)
+    ledgers = in_server(lm, decoded, sample, on_entry)
+    if ledgers is None:
+        keep = context_caches is not None
+        parts = [cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored,
+                          on_entry=on_entry)
+                 for k, (full, empty, config, seed) in enumerate(decoded)]
+        check_capabilities(lm, {NEXT_TOKEN_DISTRIBUTION: CID_NEEDS},
+                           what="Context Influence Decoding")
+        gens = generate_many(lm, [job for job, _ in parts], use_cache=use_cache, sample=sample)
+        if context_caches is not None:
+            context_caches.extend(gen.prompt_caches.get(0) for gen in gens)
+        ledgers = [finish(gen) for (_, finish), gen in zip(parts, gens)]
+    elif context_caches is not None:  # no KV cache leaves a server
+        context_caches.extend([None] * len(jobs))
     return [_as_asked(ledger, config) for ledger, (_, _, config, _) in zip(ledgers, jobs)]
-
-
-def _generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool,
-                       sample: bool, context_caches: list[Any] | None, rescored: bool,
-                       on_entry: Callable[[int, LedgerEntry], None] | None) -> list[RowLedger]:
-    """:func:`generate_cid_many` of jobs whose settings are decoded as they are."""
-    in_server_ledgers = in_server(lm, jobs, sample, on_entry)
-    if in_server_ledgers is not None:
-        if context_caches is not None:  # no KV cache leaves a server
-            context_caches.extend([None] * len(jobs))
-        return in_server_ledgers
-    keep = context_caches is not None
-    parts = [cid_job(full, empty, config, seed, keep, row=k, replay_floats=not rescored,
-                      on_entry=on_entry)
-             for k, (full, empty, config, seed) in enumerate(jobs)]
-    check_capabilities(lm, {NEXT_TOKEN_DISTRIBUTION: CID_NEEDS},
-                       what="Context Influence Decoding")
-    gens = generate_many(lm, [job for job, _ in parts], use_cache=use_cache, sample=sample)
-    if context_caches is not None:
-        context_caches.extend(gen.prompt_caches.get(0) for gen in gens)
-    return [finish(gen) for (_, finish), gen in zip(parts, gens)]
 
 
 #: Plain CID with its ex-post ε decodes as bounded CID at this ε per token, which no step's
@@ -429,8 +411,6 @@ def _server_sampled(lm: LanguageModel, asked: Asked, k: int,
     return answer
 
 
-
-
 __all__ = ["CID", "CIDConfig", "CIDJob", "CID_NEEDS", "answer_together", "bounded_lambda",
-           "cid_combine", "cid_lambda", "cid_logprobs", "cid_route", "generate_cid",
-           "generate_cid_many", "ledger_of", "replay_cid"]
+           "cid_combine", "cid_logprobs", "cid_route", "generate_cid", "generate_cid_many",
+           "ledger_of", "replay_cid"]

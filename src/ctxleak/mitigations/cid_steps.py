@@ -57,26 +57,21 @@ class CIDSettings(Protocol):
 SettingsJob = tuple[Sequence[int], Sequence[int], CIDSettings, int]
 """(prompt with the context, prompt without it, decoding settings, seed) of one example."""
 
-def cid_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDSettings
-               ) -> tuple[float, float | None]:
-    """The λ of one decoding step and, for bounded CID, its ex-post ε: ``config.lam`` (plain
-    CID), or Alg. 1's λ_t (:func:`bounded_lambda` at ``config.temperature``, App. B)
-    with 2·max_y |log p̄_λ(y|D) − log p(y|∅)|, a figure about this context alone."""
-    if config.bounded_eps is None:
-        return config.lam, None
-    lam, div = bounded_lambda(z_context, z_empty, config.bounded_eps, config.lam,
-                              config.temperature)
-    return lam, 2.0 * div
-
 
 def cid_combine(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDSettings, *,
                 temperature: float | None = None) -> tuple[torch.Tensor, float, float | None]:
-    """One step of CID (Def. 3.4; bounded: App. B, Alg. 1): the step's λ and ex-post
-    ε (:func:`cid_lambda`) and the mixture ``log p̄_λ`` (:func:`cid_logprobs`) at
-    ``temperature`` (default ``config.temperature``; a logits processor returns T = 1 and
-    leaves T to ``generate``'s warper). ``z_context``/``z_empty`` are one step's logits, ``[V]``;
-    plain CID also takes ``[rows, V]`` (one λ for all rows)."""
-    lam, eps_ex_post = cid_lambda(z_context, z_empty, config)
+    """One step of CID (Def. 3.4; bounded: App. B, Alg. 1): the mixture ``log p̄_λ``
+    (:func:`cid_logprobs`) at ``temperature`` (default ``config.temperature``; a logits
+    processor returns T = 1 and leaves T to ``generate``'s warper), the step's λ and, for
+    bounded CID, its ex-post ε: ``config.lam`` (plain CID), or Alg. 1's λ_t
+    (:func:`bounded_lambda` at ``config.temperature``, App. B) with 2·max_y |log p̄_λ(y|D) −
+    log p(y|∅)|, a figure about this context alone. ``z_context``/``z_empty`` are one step's
+    logits, ``[V]``; plain CID also takes ``[rows, V]`` (one λ for all rows)."""
+    lam, eps_ex_post = config.lam, None  # plain CID
+    if config.bounded_eps is not None:
+        lam, div = bounded_lambda(z_context, z_empty, config.bounded_eps, config.lam,
+                                  config.temperature)
+        eps_ex_post = 2.0 * div
     t = config.temperature if temperature is None else temperature
     return cid_logprobs(z_context, z_empty, lam, t), lam, eps_ex_post
 
@@ -126,7 +121,7 @@ def cid_job(prompt_context: Sequence[int], prompt_empty: Sequence[int], config: 
         if found is None:
             logprobs, chosen["lam"], chosen["eps"] = cid_combine(logits[0], logits[1], config)
             return logprobs
-        chosen["lam"], chosen["eps"] = found[0], 2.0 * found[1]  # as cid_lambda gives them
+        chosen["lam"], chosen["eps"] = found[0], 2.0 * found[1]  # as cid_combine gives them
         return cid_logprobs(logits[0], logits[1], found[0], config.temperature)
 
     def observe(logits: torch.Tensor, logprobs: torch.Tensor, token: int, step: int
@@ -209,5 +204,5 @@ def in_server(lm: LanguageModel, jobs: Sequence[SettingsJob], sample: bool,
     return out
 
 
-__all__ = ["CID_NEEDS", "CIDSettings", "SettingsJob", "cid_combine", "cid_job", "cid_lambda",
-           "cid_route", "in_server", "ledger_of", "replay_cid"]
+__all__ = ["CID_NEEDS", "CIDSettings", "SettingsJob", "cid_combine", "cid_job", "cid_route",
+           "in_server", "ledger_of", "replay_cid"]

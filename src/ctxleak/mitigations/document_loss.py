@@ -45,7 +45,6 @@ from ctxleak.kernels.vote import (
 from ctxleak.mitigations.datastore import SIMILARITY_RANGE, Datastore
 from ctxleak.mitigations.dp_retrieval import threshold_grid, threshold_logprobs
 from ctxleak.mitigations.mechanisms import (
-    WITHIN_TOLERANCE,
     AnswerRequest,
     Decoding,
     DocumentLoss,
@@ -143,8 +142,7 @@ def dp_rag_loss(mech: Any, lm: LanguageModel, request: AnswerRequest, answer: Me
     with_d = threshold_logprobs(store.similarities(request.query), grid, mech.top_k,
                                 mech.retrieval_eps)
     rest = [] if without is None else without.similarities(request.query)
-    without_d = threshold_logprobs(rest, grid, mech.top_k,
-                                   mech.retrieval_eps)
+    without_d = threshold_logprobs(rest, grid, mech.top_k, mech.retrieval_eps)
     retrieval = float(with_d[j] - without_d[j])
     used = list(answer.datastore_used)
     if document not in used:
@@ -285,6 +283,6 @@ def svt_round_logprob(agree: Sequence[float], threshold: float, eps_svt: float,
     return shift + math.log(total)
 
 
-__all__ = ["WITHIN_TOLERANCE", "DocumentLoss", "document_loss", "dp_rag_loss",
-           "own_document_losses", "svt_round_logprob", "svt_round_loss", "svt_round_probability",
-           "vote_loss", "vote_step_loss", "within_claim"]
+__all__ = ["DocumentLoss", "document_loss", "dp_rag_loss", "own_document_losses",
+           "svt_round_logprob", "svt_round_loss", "svt_round_probability", "vote_loss",
+           "vote_step_loss", "within_claim"]

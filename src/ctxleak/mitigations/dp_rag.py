@@ -175,9 +175,6 @@ class DPRAG(Mechanism):
         return calibrate_token_eps(self.eps, decoding.max_new_tokens, self.retrieval_eps,
                                    self.delta)
 
-    def describe(self) -> str:
-        return f"the mechanism {self.key()}"
-
     def claim(self, decoding: Decoding) -> Claim:
         eps = composed_epsilon(self.token_eps(decoding), decoding.max_new_tokens,
                                self.retrieval_eps, self.delta)

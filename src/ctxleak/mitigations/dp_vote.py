@@ -118,14 +118,6 @@ def finish_answer(gen: Generation, claim: Claim, used: Sequence[int],
                            datastore_used=tuple(dict.fromkeys(read)))
 
 
-def eos_id(lm: LanguageModel) -> int:
-    """The id a stopping mechanism releases to end a response."""
-    if not lm.eos_ids:
-        raise ConfigError(f"{lm.describe()} has no end-of-sequence token: abstain='stop' cannot "
-                          "end a response", param="abstain")
-    return int(lm.eos_ids[0])
-
-
 # -- the vote ------------------------------------------------------------------------------------
 
 
@@ -179,9 +171,16 @@ def _voter_documents(mech: Any, request: AnswerRequest
                      ) -> tuple[list[list[str]], tuple[str, ...]]:
     """Each voter's document texts and the datastore ids read (module docstring): retrieved
     from the voter's shard of the request's datastore, else dealt from its retrieved list."""
-    store = request.datastore
-    if store is None:
-        return _dealt_shards(mech, request), ()
+    store, docs = request.datastore, request.documents
+    if store is None:  # the request's documents dealt into shards: document i in shard i mod m
+        if len(docs) < 2:
+            raise ConfigError(f"documents: {mech.name} needs several documents (one shard per "
+                              f"voter), got {len(docs)}", param="documents")
+        if mech.shards > len(docs):
+            raise ConfigError(f"shards: {mech.shards} shards need at least {mech.shards} "
+                              f"documents, the request has {len(docs)}", param="shards")
+        return [[d for i, d in enumerate(docs) if i % mech.shards == s]
+                for s in range(mech.shards)], ()
     if not request.query.strip():
         raise ConfigError(f"query: {mech.name} retrieves from the datastore for the question, "
                           "and the request has none", param="query")
@@ -192,25 +191,16 @@ def _voter_documents(mech: Any, request: AnswerRequest
     return [[h.text for h in shard] for shard in hits], tuple(h.id for s in hits for h in s)
 
 
-def _dealt_shards(mech: Any, request: AnswerRequest) -> list[list[str]]:
-    """The request's documents dealt into shards (document i in shard i mod shards)."""
-    docs = request.documents
-    if len(docs) < 2:
-        raise ConfigError(f"documents: {mech.name} needs several documents (one shard per "
-                          f"voter), got {len(docs)}", param="documents")
-    if mech.shards > len(docs):
-        raise ConfigError(f"shards: {mech.shards} shards need at least {mech.shards} documents, "
-                          f"the request has {len(docs)}", param="shards")
-    return [[d for i, d in enumerate(docs) if i % mech.shards == s] for s in range(mech.shards)]
-
-
 def _vote_job(mech: Any, lm: LanguageModel, request: AnswerRequest, decoding: Decoding,
               budget: VoteBudget, voters: list[list[str]]) -> StreamJob:
     """The stream job of one response: ``shards`` voter streams and the no-retrieval stream;
     ``combine`` takes the step's decision (:func:`_decide`), ``observe`` records it."""
     m, sparse = mech.shards, mech.svt_threshold() is not None
     scale, gap = mech.noise(budget)
-    stop = eos_id(lm) if mech.abstain == "stop" else None
+    if mech.abstain == "stop" and not lm.eos_ids:
+        raise ConfigError(f"{lm.describe()} has no end-of-sequence token: abstain='stop' cannot "
+                          "end a response", param="abstain")
+    stop = int(lm.eos_ids[0]) if mech.abstain == "stop" else None  # what ends a response
     state: dict[str, Any] = {}
 
     def combine(logits: torch.Tensor, step: int, excluded: tuple[int, ...] = ()) -> torch.Tensor:
@@ -266,43 +256,34 @@ def _decide(mech: Any, budget: VoteBudget, state: dict[str, Any], counts: torch.
     return None if token == ABSTAIN else token
 
 
-def _answer(mech: Any, lm: LanguageModel, requests: Sequence[AnswerRequest],
-            decoding: Decoding, budget: VoteBudget) -> list[MechanismAnswer]:
-    refuse_greedy(mech, decoding)
-    voters = [_voter_documents(mech, r) for r in requests]
-    jobs = [_vote_job(mech, lm, r, decoding, budget, texts)
-            for r, (texts, _) in zip(requests, voters)]
-    gens = decode_jobs(lm, jobs, what=f"the {mech.name} mechanism")
-    over_store = replace(budget.claim, relation="document")
-    return [finish_answer(g, budget.claim, range(len(r.documents))) if r.datastore is None
-            else finish_answer(g, over_store, (), read)
-            for g, r, (_, read) in zip(gens, requests, voters)]
-
-
 class _Voting(Mechanism):
     """What the two votes share: the claim and the answer of their budget, the documents and
     streams of their voters, and the noisy steps as methods (a test's broken variant overrides
     them)."""
 
+    min_documents: ClassVar[int] = 3
     domain: int
     shards: int
     abstain: str
 
-    def key(self) -> str:
-        raise NotImplementedError  # each vote writes its own
-
     def budget(self, decoding: Decoding) -> VoteBudget:
         raise NotImplementedError  # each vote writes its own
-
-    def describe(self) -> str:
-        return f"the mechanism {self.key()}"
 
     def claim(self, decoding: Decoding) -> Claim:
         return self.budget(decoding).claim
 
     def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
                decoding: Decoding) -> list[MechanismAnswer]:
-        return _answer(self, lm, requests, decoding, self.budget(decoding))
+        refuse_greedy(self, decoding)
+        budget = self.budget(decoding)
+        voters = [_voter_documents(self, r) for r in requests]
+        jobs = [_vote_job(self, lm, r, decoding, budget, texts)
+                for r, (texts, _) in zip(requests, voters)]
+        gens = decode_jobs(lm, jobs, what=f"the {self.name} mechanism")
+        over_store = replace(budget.claim, relation="document")
+        return [finish_answer(g, budget.claim, range(len(r.documents))) if r.datastore is None
+                else finish_answer(g, over_store, (), read)
+                for g, r, (_, read) in zip(gens, requests, voters)]
 
     def documents_needed(self) -> int:
         """One document per shard."""
@@ -352,7 +333,6 @@ class DPVote(_Voting):
     datastore (module docstring)."""
 
     name: ClassVar[str] = "dp-vote"
-    min_documents: ClassVar[int] = 3
 
     eps: float
     shards: int
@@ -385,7 +365,6 @@ class DPSparseVote(_Voting):
     :class:`DPVote`'s)."""
 
     name: ClassVar[str] = "dp-sparse-vote"
-    min_documents: ClassVar[int] = 3
 
     eps: float
     shards: int

@@ -3,15 +3,14 @@ Context Influence Decoding included.
 
 Context Influence Decoding and its bounded form ("Estimating Privacy Leakage of Augmented
 Contextual Knowledge in Language Models", Def. 3.4, App. B; :class:`~ctxleak.mitigations.cid.CID`)
-mix two prompts; the published
-alternatives read the documents otherwise: a differentially private vote of voters that each
-see one shard ("Privacy-Preserving Retrieval-Augmented Generation with Differential Privacy",
-Koga, Wu and Chaudhuri), an exponential mechanism over per-document next-token scores after a
-private retrieval ("RAG with Differential Privacy", Grislain), or personal data replaced in the
-documents before the prompt (Presidio scrubbing, no guarantee). A :class:`Mechanism` answers
-one response per :class:`AnswerRequest` and returns a :class:`MechanismAnswer` with what it
-claims, so that an influence run, a frontier, an attack target and the privacy proxy ask every
-defence the same way and put them side by side.
+mix two prompts; the published alternatives read the documents otherwise: a differentially private
+vote of voters that each see one shard ("Privacy-Preserving Retrieval-Augmented Generation with
+Differential Privacy", Koga, Wu and Chaudhuri), an exponential mechanism over per-document
+next-token scores after a private retrieval ("RAG with Differential Privacy", Grislain), or
+personal data replaced in the documents before the prompt (Presidio scrubbing, no guarantee). A
+:class:`Mechanism` answers one response per :class:`AnswerRequest` and returns a
+:class:`MechanismAnswer` with what it claims, so that an influence run, a frontier, an attack
+target and the privacy proxy ask every defence the same way and put them side by side.
 
 The contract:
 
@@ -26,22 +25,10 @@ The contract:
   only those that differ from the no-retrieval token for the sparse vote).
 
 What its consumers ask beyond ``answer`` (the influence run, the attack targets, the privacy
-proxy), each with a default here that fits a mechanism which decodes a whole answer and claims
-an ε per answer:
-
-* ``charge(decoding)``: what an answer reserves of each private document before it is decoded
-  and how what it spent is read after (:class:`Charge`: per answer, per released token, or an
-  ex-post figure without a guarantee);
-* ``mode()``: the answer's mode as a response names it;
-* ``batch_key(decoding)`` and ``answer_group``: which answers one call may decode together,
-  and that call, each entry announced to a :class:`Listener` as it is decided (Context
-  Influence Decoding streams its tokens as they are drawn; the others announce the whole
-  answer at its end);
-* ``figures(answer, request, decoding)``: what an answer reports of itself, as plain data;
-* ``documents_needed()``, ``streams(documents, over_datastore)``: the fewest documents one answer
-  reads and the prompt streams it keeps in flight (an influence run's batching);
-* ``document_losses(...)``: the mechanism's own ex-post privacy loss of each document, where it
-  has one.
+proxy) are :class:`Mechanism`'s other words (what an answer is charged, how answers batch and
+stream to a :class:`Listener`, what it reports, the documents and streams it needs, a
+document's own loss), each with a default that fits a mechanism which decodes a whole answer
+and claims an ε per answer.
 
 To add a mechanism: a frozen dataclass subclassing :class:`Mechanism` (so it inherits the
 defaults) that validates its parameters in ``__post_init__`` (naming the parameter,
@@ -244,8 +231,9 @@ class Mechanism(Protocol):
         ...
 
     def describe(self) -> str:
-        """The mechanism in a few words for a report, e.g. ``the mechanism dp-vote(...)``."""
-        ...
+        """The mechanism in a few words for a report (default: ``the mechanism`` and its
+        :meth:`key`)."""
+        return f"the mechanism {self.key()}"
 
     def claim(self, decoding: Decoding) -> Claim:
         """The most a whole response decoded with ``decoding`` may spend (each answer states
@@ -299,8 +287,6 @@ class Mechanism(Protocol):
                 "tokens": answer.released, "tokens_paid": answer.tokens_paid,
                 "stopped_on_eos": answer.stopped_on_eos,
                 "documents_used": list(dict.fromkeys(used))}
-
-    # -- the words with a default (a subclass inherits them) -----------------------------------
 
     def documents_needed(self) -> int:
         """The fewest documents one answer reads (a request's, or a datastore's where it
@@ -370,8 +356,6 @@ class DocumentLoss:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "claim": asdict(self.claim), "total": self.total,
                 "within": self.within}
-
-# -- end of the words with a default --------------------------------------------------------------
 
 
 def refuse_greedy(mechanism: Mechanism, decoding: Decoding) -> None:

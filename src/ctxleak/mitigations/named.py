@@ -181,10 +181,5 @@ def _article(kind: Any) -> str:
     return {bool: "true or false", int: "an integer", float: "a number"}.get(kind, str(kind))
 
 
-def describe_mechanisms() -> str:
-    """The registered names, for a flag's help: ``dp-vote, dp-sparse-vote, ...``."""
-    return ", ".join(MECHANISMS)
-
-
-__all__ = ["MECHANISMS", "SUPPLIED", "build", "describe_mechanisms", "is_mechanism",
-           "mechanism_class", "parameters", "parse_mechanism"]
+__all__ = ["MECHANISMS", "SUPPLIED", "build", "is_mechanism", "mechanism_class", "parameters",
+           "parse_mechanism"]

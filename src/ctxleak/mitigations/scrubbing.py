@@ -105,9 +105,6 @@ class Scrubbing(Mechanism):
         spans = tuple((s.type, s.start, s.end, float(s.score)) for s in self.spans(text))
         return _anonymized(text, spans, self.operator) if spans else text
 
-    def describe(self) -> str:
-        return f"the mechanism {self.key()}"
-
     def claim(self, decoding: Decoding) -> Claim:
         """No guarantee: a value the detector misses reaches the prompt as it is."""
         return Claim(eps=None)
@@ -116,10 +113,14 @@ class Scrubbing(Mechanism):
                decoding: Decoding) -> list[MechanismAnswer]:
         """One response per request, plain decoding (Context Influence Decoding at λ = 1) of
         the prompt holding its scrubbed documents (every one reaches it), seeded by the
-        request's own seed."""
+        request's own seed: CID's answer (no claim, no token paid), each step's record its
+        token and log-probabilities given the scrubbed documents and without them (at the
+        temperature), without CID's λ."""
         scrubbed = [replace(r, documents=tuple(self.scrub(d) for d in r.documents))
                     for r in requests]
-        return [_answer(answer) for answer in CID(1.0).answer(lm, scrubbed, decoding)]
+        return [replace(a, steps=tuple({k: v for k, v in s.items() if k != "lam"}
+                                       for s in a.steps))
+                for a in CID(1.0).answer(lm, scrubbed, decoding)]
 
 
 def _entity_types(entities: Any) -> tuple[str, ...]:
@@ -135,15 +136,6 @@ def _entity_types(entities: Any) -> tuple[str, ...]:
         raise ConfigError("entities: no type given: leave it out (None) to scrub every type",
                           param="entities")
     return tuple(dict.fromkeys(names))
-
-
-def _answer(answer: MechanismAnswer) -> MechanismAnswer:
-    """A scrubbed response as a mechanism's answer: no claim, no token paid; each step's token,
-    its log-probability given the scrubbed documents and without them (at the temperature)."""
-    steps = tuple({"token_id": e.token_id, "paid": False, "eps_step": None,
-                   "logp": e.logp_context, "logp_empty": e.logp_empty}
-                  for e in answer.ledger.entries) if answer.ledger is not None else ()
-    return replace(answer, claim=Claim(eps=None), tokens_paid=0, steps=steps)
 
 
 @lru_cache(maxsize=8192)
