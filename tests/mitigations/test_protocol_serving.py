@@ -109,3 +109,24 @@ def test_a_mixed_cid_group_answers_each_as_alone_and_streams_what_each_token_spe
         [done] = [s[2] for s in heard.said if s[0] == "done" and s[1] == k]
         assert (done.response_ids, done.claim, done.ledger.entries) == \
             (answer.response_ids, answer.claim, answer.ledger.entries)
+
+
+def test_a_claim_is_computed_once_per_mechanism_and_settings(llama_lm):
+    """The defaults of ``charge`` and ``figures`` read the claim through ``claim_of``: DP-RAG's
+    bisection (about 11 ms) is not repeated for every answer of a deployment."""
+    calls: list[Decoding] = []
+
+    class Counted(FirstDocuments):
+        def claim(self, decoding: Decoding) -> Any:
+            calls.append(decoding)
+            return super().claim(decoding)
+
+    toy = Counted(eps=0.25, label="counted")
+    decoding = Decoding(temperature=0.9, max_new_tokens=3, min_new_tokens=0)
+    [answer] = toy.answer(llama_lm, [_request(llama_lm)], decoding)
+    for _ in range(3):
+        assert toy.charge(decoding) == Charge(per_answer=0.25 * 4)
+        assert toy.figures(answer, _request(llama_lm), decoding)["epsilon"] == 0.25 * 4
+    assert calls == [decoding]
+    other = Decoding(temperature=0.9, max_new_tokens=5, min_new_tokens=0)
+    assert toy.charge(other) == Charge(per_answer=0.25 * 6) and calls == [decoding, other]

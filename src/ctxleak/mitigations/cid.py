@@ -219,11 +219,12 @@ class CID(Mechanism):
         rest = [k for k in range(len(asked)) if k not in out]
         heard: dict[int, list[LedgerEntry]] = {k: [] for k in rest}
         early = listener is not None and not policy_of(lm).invariant
+        configs = {k: _cid(asked[k].mechanism).config(asked[k].decoding, ex_post=True)
+                   for k in rest}  # once per answer, not per token
 
         def on_entry(row: int, entry: LedgerEntry) -> None:
             k = rest[row]
-            cid, config = _cid(asked[k].mechanism), _cid(asked[k].mechanism).config(
-                asked[k].decoding, ex_post=True)
+            cid, config = _cid(asked[k].mechanism), configs[k]
             heard[k].append(entry)
             assert listener is not None
             listener.token(k, entry.token_id,

@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any, ClassVar, Protocol
 
 from ctxleak.engine.lm import LanguageModel
@@ -205,9 +206,10 @@ class Asked:
 
 class Listener(Protocol):
     """Hears the answers of one ``answer_group`` call as they are decided: ``token(k, id,
-    spent)`` for each released token of answer k (the stopping EOS too; ``spent`` the ε it
-    spent under its charge, None where it has none), ``done(k, answer)`` once answer k is
-    whole (possibly before the others)."""
+    spent)`` for each released token of answer k (``spent`` the ε it spent under its charge,
+    None where it has none; CID announces its stopping EOS too, a mechanism that answers whole
+    announces its response's tokens), ``done(k, answer)`` once answer k is whole (possibly
+    before the others)."""
 
     def token(self, k: int, token_id: int, spent: float | None) -> None: ...
 
@@ -247,7 +249,7 @@ class Mechanism(Protocol):
 
     def charge(self, decoding: Decoding) -> Charge:
         """What an answer reserves and is charged (default: its claim's ε per answer)."""
-        return Charge(per_answer=self.claim(decoding).eps)
+        return Charge(per_answer=claim_of(self, decoding).eps)
 
     def mode(self) -> str:
         """The answer's mode as a response names it (default: ``mechanism``)."""
@@ -276,7 +278,7 @@ class Mechanism(Protocol):
                 decoding: Decoding) -> dict[str, Any]:
         """What ``answer`` reports of itself as plain data (default: the mechanism, its claim
         at ``decoding`` and what the answer spent, its tokens and the documents it used)."""
-        claim, spent = self.claim(decoding), answer.claim
+        claim, spent = claim_of(self, decoding), answer.claim
         used = list(answer.datastore_used) if request.datastore is not None else \
             [request.ids[i] for i in answer.documents_used
              if request.ids is not None and 0 <= i < len(request.ids)]
@@ -306,6 +308,23 @@ class Mechanism(Protocol):
         in ``answer`` (decoded for ``request`` with ``decoding``), in order, where it has one
         (:mod:`~ctxleak.mitigations.document_loss`); None by default."""
         return None
+
+
+def claim_of(mechanism: Mechanism, decoding: Decoding) -> Claim:
+    """``mechanism.claim(decoding)``, kept per mechanism and settings: a claim depends on them
+    only, and DP-RAG's bisection of its per-token ε takes about 11 ms (2-core CPU), too long to
+    repeat for every answer of a deployment. A mechanism that cannot be a key is asked each
+    time."""
+    try:
+        hash(mechanism)
+    except TypeError:
+        return mechanism.claim(decoding)
+    return _kept_claim(mechanism, decoding)  # type: ignore[arg-type]  # hashed above
+
+
+@lru_cache(maxsize=256)
+def _kept_claim(mechanism: Mechanism, decoding: Decoding) -> Claim:  # claim_of's cache
+    return mechanism.claim(decoding)
 
 
 #: Headroom on the claim for float noise when reading whether a loss is within it (nats).

@@ -25,6 +25,7 @@ from ctxleak.mitigations.mechanisms import (
     Listener,
     Mechanism,
     MechanismAnswer,
+    claim_of,
 )
 from ctxleak.mitigations.prompts import (
     PromptOf,
@@ -34,7 +35,7 @@ from ctxleak.mitigations.prompts import (
     template_prompt,
 )
 from ctxleak.proxy.budget import answers_allowed
-from ctxleak.proxy.chat_request import ChatRequest, Document, kept
+from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.request import ProxyError
 
@@ -185,13 +186,12 @@ def mechanism_text(config: ProxyConfig) -> str:
     mechanism = config.mechanism
     decoding = Decoding(temperature=config.temperature, max_new_tokens=config.max_tokens,
                         min_new_tokens=config.min_tokens)
-    said = kept(mechanism, decoding)
+    charge = mechanism.charge(decoding)
     head = f"requests that name no mechanism are answered by {mechanism.key()}"
-    if said.charge.per_answer is None and (said.charge.per_token is not None
-                                           or said.charge.ex_post):
+    if charge.per_answer is None and (charge.per_token is not None or charge.ex_post):
         return (f"requests that name no mechanism are answered by "
                 f"{mechanism.describe()}, as ctxleak.lambda / ctxleak.epsilon ask")
-    claim = said.claim
+    claim = claim_of(mechanism, decoding)
     if claim.eps is None:
         return f"{head}: {claim.covers()}; nothing is charged"
     allowed = ""

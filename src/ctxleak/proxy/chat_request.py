@@ -7,11 +7,11 @@ mechanism and settings."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 
 from ctxleak.mitigations.datastore import Datastore
-from ctxleak.mitigations.mechanisms import Charge, Claim, Decoding, Mechanism
+from ctxleak.mitigations.mechanisms import Charge, Claim, Decoding, Mechanism, claim_of
 
 
 @dataclass(frozen=True)
@@ -57,36 +57,12 @@ class ChatRequest:
     @cached_property
     def claim(self) -> Claim:
         """The most the mechanism's answer may spend at this request's settings."""
-        return kept(self.mechanism, self.decoding).claim
+        return claim_of(self.mechanism, self.decoding)
 
     @cached_property
     def charge(self) -> Charge:
         """What the answer reserves of each private document and how it is charged."""
-        return kept(self.mechanism, self.decoding).charge
+        return self.mechanism.charge(self.decoding)
 
 
-@dataclass(frozen=True)
-class Kept:
-    """What a mechanism says of an answer at given settings, which depends on the settings
-    only: its claim and its charge."""
-
-    claim: Claim
-    charge: Charge
-
-
-def kept(mechanism: Mechanism, decoding: Decoding) -> Kept:
-    """The mechanism's claim and charge at ``decoding``, kept per mechanism and settings
-    (DP-RAG's bisection takes tens of milliseconds)."""
-    try:
-        hash(mechanism)
-    except TypeError:  # a mechanism object that cannot be a key: asked each time
-        return _kept.__wrapped__(mechanism, decoding)
-    return _kept(mechanism, decoding)  # type: ignore[arg-type]  # hashed above
-
-
-@lru_cache(maxsize=256)
-def _kept(mechanism: Mechanism, decoding: Decoding) -> Kept:  # kept's cache
-    return Kept(mechanism.claim(decoding), mechanism.charge(decoding))
-
-
-__all__ = ["ChatRequest", "Document", "Kept", "kept"]
+__all__ = ["ChatRequest", "Document"]
