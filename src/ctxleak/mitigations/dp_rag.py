@@ -190,6 +190,24 @@ class DPRAG(Mechanism):
                 else finish_answer(g, claim, (), [r.datastore.documents[i][0] for i in used])
                 for g, r, (_, used) in zip(gens, requests, parts)]
 
+    def document_charges(self, request: AnswerRequest, decoding: Decoding
+                         ) -> dict[str, float] | None:
+        """Over a datastore, each document's loss: the private retrieval's ε for every document
+        (its threshold's utility counts them all), and the whole claim's for those the drawn
+        threshold keeps (drawn from the request's seed as :meth:`answer` draws it): a document
+        below the threshold reaches no prompt, so the steps after the retrieval do not read
+        it."""
+        if request.datastore is None:
+            return None
+        documents, scores = self._candidates(request)
+        used, _ = self._retrieve(documents, scores, request.seed,
+                                 self.score_range or SIMILARITY_RANGE)
+        ids = [doc_id for doc_id, _ in request.datastore.documents]
+        out = dict.fromkeys(ids, float(self.retrieval_eps))
+        claim = float(self.claim(decoding).eps or 0.0)
+        out.update({ids[i]: claim for i in used})
+        return out
+
     def streams(self, documents: int, over_datastore: bool) -> int:
         """The documents the retrieval keeps (about ``top_k`` over a datastore, at most every
         document of the request otherwise) and the prior."""

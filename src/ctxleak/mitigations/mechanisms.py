@@ -302,6 +302,19 @@ class Mechanism(Protocol):
         per document and the prompt without retrieval."""
         return documents + 1
 
+    def document_charges(self, request: AnswerRequest, decoding: Decoding
+                         ) -> Mapping[str, float] | None:
+        """Each datastore document's individual privacy loss in the answer to ``request`` (ε,
+        under the claim's relation), known before the answer is decoded: what a privacy filter
+        charges it ("Individual Privacy Accounting via a Rényi Filter", Feldman and Zrnic;
+        "Privacy Odometers and Filters: Pay-as-you-Go Composition", Rogers, Roth, Ullman and
+        Vadhan). A document not named costs 0: adding or removing it cannot change the
+        answer's distribution (a vote's shard whose voter reads another document). It must be
+        computed from the request's own seed and datastore exactly as ``answer`` will decode
+        them. None (the default, and for a request without a datastore): every document is
+        charged the claim's ε."""
+        return None
+
     def document_losses(self, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
                         documents: Sequence[str], decoding: Decoding) -> list[DocumentLoss] | None:
         """This mechanism's own ex-post privacy loss of each of the datastore's ``documents``

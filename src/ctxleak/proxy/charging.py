@@ -17,6 +17,7 @@ charged."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -26,9 +27,9 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from ctxleak.errors import CtxleakError
-from ctxleak.mitigations.mechanisms import Charge
-from ctxleak.proxy.answering import Reply
+from ctxleak.errors import ConfigError, CtxleakError
+from ctxleak.mitigations.mechanisms import AnswerRequest, Charge
+from ctxleak.proxy.answering import Reply, refusal, store_of
 from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
@@ -67,6 +68,8 @@ class Held:
     public: tuple[str, ...] = ()
     classes: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    #: whether each document holds its own individual charge (:meth:`Charging._individual`)
+    individual: bool = False
 
 
 def never_fits(doc_id: str, budget: float, per_token: float, max_tokens: int) -> str:
@@ -129,6 +132,10 @@ class Charging:
         charge = request.charge
         if not (charge.guaranteed or (charge.ex_post and self.config.charge_ex_post)):
             return await self._uncharged(rid, request, ids, private, classes)
+        if request.datastore is not None and charge.per_answer is not None:
+            held = await self._individual(rid, request, ids, public, classes)
+            if held is not None:
+                return held
         per_token = self.per_token(charge)
         if charge.per_answer is not None:
             need, hold_rest = charge.per_answer, False
@@ -149,6 +156,42 @@ class Charging:
         self.metrics.dropped.inc(len(dropped))
         return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
                     dict(res.held), public, dict(classes), warnings)
+
+    async def _individual(self, rid: str, request: ChatRequest, ids: list[str],
+                          public: tuple[str, ...], classes: Mapping[str, str]) -> Held | None:
+        """Individual per-document accounting over the datastore, as a privacy filter
+        ("Individual Privacy Accounting via a Rényi Filter", Feldman and Zrnic): each private
+        document is reserved what this answer can cost it (the mechanism's
+        ``document_charges``, computed from the answer's own seed: 0 for a document that cannot
+        change the answer, which is not written to the ledger), and a document whose budget
+        that would pass is left out before the answer; leaving it out can change what the
+        others are charged (a vote's shard reads its next best), so the charges are computed
+        again until every one fits. None: the mechanism has no individual charges."""
+        mechanism, decoding, kept = request.mechanism, request.decoding, set(ids)
+        public_ids, out = set(public), []
+        while True:
+            store = store_of(request, kept)
+            asked = AnswerRequest(documents=(), prompt=lambda texts: [], seed=request.seed or 0,
+                                  query=request.question, datastore=store)
+            try:
+                charges = None if store is None else mechanism.document_charges(asked, decoding)
+            except ConfigError as exc:
+                raise refusal(exc, request) from None
+            if charges is None and store is not None:
+                return None
+            own = {d: float(e) for d, e in (charges or {}).items()
+                   if d not in public_ids and e > 0}
+            res = await run_in_threadpool(functools.partial(
+                self.ledger.reserve, rid, list(own), own, self.config.budgets,
+                all_or_nothing=True, classes={i: classes[i] for i in own if i in classes}))
+            if not res.exhausted:
+                break
+            self._exhausted(res.exhausted)  # (HTTP 429 with on_exhausted="refuse")
+            out.extend(res.exhausted)
+            kept -= set(res.exhausted)
+        self.metrics.dropped.inc(len(out))
+        return Held(rid, ids, [d for d in request.documents if d.id in kept], out, True,
+                    dict(res.held), public, dict(classes), individual=True)
 
     def per_token(self, charge: Charge) -> float | None:
         """The ε per token an answer reserves: bounded CID's ε; plain CID's
@@ -293,9 +336,13 @@ class Charging:
             own = figures["epsilon_spent"] if charge.guaranteed else \
                 (figures["epsilon_ex_post"] or 0.0)
             spent = float(own if own is not None else max(held.held.values(), default=0.0))
-            await run_in_threadpool(self.ledger.settle, rid, spent)
-            charged = {doc: spent for doc in held.held}
-            over = [d for d, h in held.held.items() if spent > h + TOLERANCE]
+            # individual charges: each document spends what it held (its loss was fixed before
+            # the answer, from the answer's own seed)
+            await run_in_threadpool(self.ledger.settle, rid,
+                                    dict(held.held) if held.individual else spent)
+            charged = dict(held.held) if held.individual else {doc: spent for doc in held.held}
+            over = [d for d, h in held.held.items()
+                    if charged[d] > h + TOLERANCE]
             if over:  # a spend above its reservation: charged in full, said
                 log.warning(json.dumps({"event": "over_reservation", "id": rid,
                                         "documents": over, "epsilon": spent}))
