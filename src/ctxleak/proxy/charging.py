@@ -168,7 +168,7 @@ class Charging:
         others are charged (a vote's shard reads its next best), so the charges are computed
         again until every one fits. None: the mechanism has no individual charges."""
         mechanism, decoding, kept = request.mechanism, request.decoding, set(ids)
-        public_ids, out = set(public), []
+        public_ids, out = set(public), list[str]()
         while True:
             store = store_of(request, kept)
             asked = AnswerRequest(documents=(), prompt=lambda texts: [], seed=request.seed or 0,
