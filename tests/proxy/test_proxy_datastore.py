@@ -66,7 +66,9 @@ def test_a_plain_request_is_answered_over_the_datastore_each_document_charged_it
         assert info["mode"] == "mechanism" and info["relation"] == "document"
         assert info["token_ids"] == list(want.response_ids)
         read = set(want.datastore_used)
-        assert len(read) == 4  # one document per voter's shard (per_voter = 1)
+        # at most one per voter's shard (per_voter = 1), and only documents sharing a content
+        # word with "capital of italy": doc-1, 2, 3, 6, 7 (a shard with none gives its voter none)
+        assert 0 < len(read) <= 4 and read <= {"doc-1", "doc-2", "doc-3", "doc-6", "doc-7"}
         for doc_id, _ in STORE.documents:
             row = ledger.find(doc_id)
             if doc_id in read:

@@ -180,9 +180,11 @@ class Datastore:
 
     def shard_search(self, query: str, shards: int, k: int) -> list[list[Retrieved]]:
         """Each shard's ``k`` best documents for ``query`` by :func:`relevance` (a score of the
-        question and the document alone), ties in the datastore's order (nothing for an empty
-        shard). A score that read the shard's other documents (BM25's inverse document
-        frequency) would let a document no voter reads still change which documents its voter
+        question and the document alone), ties in the datastore's order; a document that shares
+        no content word with the question (relevance 0) is never read, so a shard may give
+        fewer than ``k``, or none (its voter then votes on the prompt without documents). A
+        score that read the shard's other documents (BM25's inverse document frequency) would
+        let a document no voter reads still change which documents its voter
         reads; with this one, removing a document outside its shard's best ``k`` leaves every
         voter's prompt as it was, what the per-document accounting of the votes needs."""
         parts = self._parts.get(shards)
@@ -196,7 +198,7 @@ class Datastore:
         asked = content_words(query)
         out = []
         for part in parts:
-            scored = sorted((-_cosine(asked, words[n]), n) for n in part)
+            scored = sorted((-score, n) for n in part if (score := _cosine(asked, words[n])))
             out.append([Retrieved(*self.documents[n], -neg) for neg, n in scored[:k]])
         return out
 
