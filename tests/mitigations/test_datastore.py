@@ -170,7 +170,8 @@ def test_individual_charges_are_what_the_answer_reads(tiny_lm, seed):
     vote = DPVote(eps=2, shards=3)
     charges = vote.document_charges(req, decoding)
     read = {h.id for shard in STORE.shard_search(query, 3, 1) for h in shard}
-    assert charges == dict.fromkeys(read, 2.0)
+    assert {d: loss.eps for d, loss in charges.items()} == dict.fromkeys(read, 2.0)
+    assert all(loss.events is None for loss in charges.values())  # (ε, δ) votes
     assert set(vote.answer(tiny_lm, [req], decoding)[0].datastore_used) == read
     rag = DPRAG(eps=4, eps_retrieval=0.4, top_k=2)
     scores = [word_similarity(query, t) for _, t in STORE.documents]
@@ -178,7 +179,16 @@ def test_individual_charges_are_what_the_answer_reads(tiny_lm, seed):
                                 noise_generator(seed, 2, 0))
     claim = rag.claim(decoding).eps
     want = {i: (claim if n in kept else 0.4) for n, (i, _) in enumerate(STORE.documents)}
-    assert rag.document_charges(req, decoding) == pytest.approx(want)
+    got = rag.document_charges(req, decoding)
+    assert {d: loss.eps for d, loss in got.items()} == pytest.approx(want)
+    # in Rényi DP: the threshold's exponential mechanism, and the kept ones every step too
+    order, eps_t = 8.0, rag.token_eps(decoding)
+    em = [(math.log(math.sinh(a * e) - math.sinh((a - 1) * e)) - math.log(math.sinh(e))) / (a - 1)
+          for a, e in [(order, 0.4), (order, eps_t)]]
+    em = [min(v, order * e * e / 2) for v, e in zip(em, (0.4, eps_t))]
+    for n, (doc_id, _) in enumerate(STORE.documents):
+        want_rdp = em[0] + (2 * em[1] if n in kept else 0.0)
+        assert got[doc_id].rdp(order) == pytest.approx(want_rdp, rel=1e-9)
     used = rag.answer(tiny_lm, [req], decoding)[0].datastore_used
     assert set(used) == {STORE.documents[n][0] for n in kept}
     assert vote.document_charges(AnswerRequest(documents=("a", "b", "c"), prompt=req.prompt),

@@ -235,6 +235,29 @@ class BudgetLedger:
                                     "ORDER BY created, request_id, doc_id").fetchall()
         return [(str(r), str(d), float(a)) for r, d, a in rows]
 
+    def keep_unit(self, unit: str) -> None:
+        """Record that the ledger's figures are in ``unit`` (``epsilon``, or a Rényi order and
+        δ: :meth:`~ctxleak.proxy.composition.Composition.unit`), or check that they already are:
+        a ledger keeps one unit for its whole life (a ledger from before units were recorded
+        holds ε). Another unit is a :class:`ConfigError` naming both."""
+        def body(db: Any) -> str:
+            row = db.execute(self._sql("SELECT value FROM ctxleak_meta WHERE key = ?"),
+                             ("unit",)).fetchone()
+            if row is not None:
+                return str(row[0])
+            used = db.execute("SELECT COUNT(*) FROM ctxleak_spend").fetchone()[0]
+            kept = "epsilon" if used else unit
+            db.execute(self._sql("INSERT INTO ctxleak_meta (key, value) VALUES (?, ?)"),
+                       ("unit", kept))
+            return kept
+
+        kept = self._transaction(body)
+        if kept != unit:
+            raise ConfigError(f"the ledger's figures are in {kept}, and this proxy would charge "
+                              f"in {unit}: start it with the ledger's composition (--accounting, "
+                              f"--budget-delta, --renyi-order) or give a new ledger",
+                              param="accounting")
+
     def check(self) -> str | None:
         """None while the store answers (a lost PostgreSQL connection is opened again first);
         else what is wrong, for ``/health``."""
@@ -303,6 +326,7 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS ctxleak_reservation (request_id TEXT NOT NULL, "
     "doc_id TEXT NOT NULL, amount DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL, "
     "PRIMARY KEY (request_id, doc_id))",
+    "CREATE TABLE IF NOT EXISTS ctxleak_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
 #: Columns a ledger made before documents had classes lacks: added when it is opened.
 _ADDED = {"doc_class": "TEXT", "budget": "DOUBLE PRECISION"}
