@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.mitigations.bm25 import BM25
-from ctxleak.mitigations.datastore import Datastore, word_similarity
+from ctxleak.mitigations.datastore import Datastore, relevance, word_similarity
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
 from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
@@ -39,8 +38,8 @@ def test_a_document_sits_in_one_shard_chosen_by_its_id_alone():
 
 
 def test_each_voter_ranks_its_own_shard_alone():
-    """Adding a document changes the retrieval of its own shard and of no other: BM25 is
-    indexed per shard."""
+    """Adding a document changes the retrieval of its own shard and of no other; each shard is
+    ranked by the content-word cosine of the question and each document, computed by hand."""
     grown = Datastore((*STORE.documents, ("new-doc", "paris paris capital")))
     query = "paris capital"
     before, after = STORE.shard_search(query, 4, 2), grown.shard_search(query, 4, 2)
@@ -51,8 +50,25 @@ def test_each_voter_ranks_its_own_shard_alone():
         if s != home:
             assert a == b
     assert after[home][0].id == "new-doc"
-    expected = BM25(STORE.shards(4)[home]).search(query, 2)
-    assert [round(h.score, 4) for h in before[home]] == [s for _, s in expected]
+    ranked = sorted(((-relevance(query, t), n, i) for n, (i, t) in
+                     enumerate(STORE.shards(4)[home])))[:2]
+    assert [(h.id, h.score) for h in before[home]] == [(i, -neg) for neg, _, i in ranked]
+    # by hand: "paris capital" against "paris paris capital": (2 + 1) / sqrt(2 * 5)
+    assert relevance(query, "paris paris capital") == pytest.approx(3 / math.sqrt(10))
+    assert relevance("what is the capital", "the capital of it") == pytest.approx(1.0)
+
+
+def test_a_document_no_voter_reads_changes_no_voters_documents():
+    """Removing any document outside its shard's best k leaves every voter's documents as they
+    were (what makes its individual charge 0); removing one inside changes its shard only."""
+    query, k = "paris capital france", 1
+    before = STORE.shard_search(query, 3, k)
+    read = {h.id for shard in before for h in shard}
+    for doc_id, _ in STORE.documents:
+        smaller = Datastore(tuple(d for d in STORE.documents if d[0] != doc_id))
+        after = smaller.shard_search(query, 3, k)
+        changed = [s for s in range(3) if [h.id for h in before[s]] != [h.id for h in after[s]]]
+        assert changed == ([Datastore.shard_of(doc_id, 3)] if doc_id in read else [])
 
 
 def test_pairs_and_files(tmp_path):
@@ -137,3 +153,43 @@ def test_dp_rag_retrieves_privately_over_every_document(tiny_lm):
     assert DPRAG(eps=5, score_range="0:1").key() == "dp-rag(eps=5,delta=0.001,score_range=0:1)"
     with pytest.raises(ConfigError, match="eps_retrieval: 0 would read every document"):
         DPRAG(eps=5, eps_retrieval=0).answer(tiny_lm, [_request(tiny_lm)], Decoding())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_individual_charges_are_what_the_answer_reads(tiny_lm, seed):
+    """Each mechanism's individual charges, recomputed by hand: the votes charge the claim to
+    each document a voter reads and nothing to the others; DP-RAG charges every document its
+    threshold's ε and the documents the threshold drawn from the same seed keeps the whole
+    claim; and the answer decoded from that seed reads exactly the documents charged more."""
+    from ctxleak.mitigations.dp_retrieval import private_retrieval, threshold_grid
+    from ctxleak.mitigations.dp_vote import noise_generator
+
+    decoding = Decoding(max_new_tokens=2, min_new_tokens=0)
+    query = "paris capital city"
+    req = _request(tiny_lm, query=query, seed=seed)
+    vote = DPVote(eps=2, shards=3)
+    charges = vote.document_charges(req, decoding)
+    read = {h.id for shard in STORE.shard_search(query, 3, 1) for h in shard}
+    assert {d: loss.eps for d, loss in charges.items()} == dict.fromkeys(read, 2.0)
+    assert all(loss.events is None for loss in charges.values())  # (ε, δ) votes
+    assert set(vote.answer(tiny_lm, [req], decoding)[0].datastore_used) == read
+    rag = DPRAG(eps=4, eps_retrieval=0.4, top_k=2)
+    scores = [word_similarity(query, t) for _, t in STORE.documents]
+    _, kept = private_retrieval(scores, threshold_grid(0.0, 0.6, 32), 2, 0.4,
+                                noise_generator(seed, 2, 0))
+    claim = rag.claim(decoding).eps
+    want = {i: (claim if n in kept else 0.4) for n, (i, _) in enumerate(STORE.documents)}
+    got = rag.document_charges(req, decoding)
+    assert {d: loss.eps for d, loss in got.items()} == pytest.approx(want)
+    # in Rényi DP: the threshold's exponential mechanism, and the kept ones every step too
+    order, eps_t = 8.0, rag.token_eps(decoding)
+    em = [(math.log(math.sinh(a * e) - math.sinh((a - 1) * e)) - math.log(math.sinh(e))) / (a - 1)
+          for a, e in [(order, 0.4), (order, eps_t)]]
+    em = [min(v, order * e * e / 2) for v, e in zip(em, (0.4, eps_t))]
+    for n, (doc_id, _) in enumerate(STORE.documents):
+        want_rdp = em[0] + (2 * em[1] if n in kept else 0.0)
+        assert got[doc_id].rdp(order) == pytest.approx(want_rdp, rel=1e-9)
+    used = rag.answer(tiny_lm, [req], decoding)[0].datastore_used
+    assert set(used) == {STORE.documents[n][0] for n in kept}
+    assert vote.document_charges(AnswerRequest(documents=("a", "b", "c"), prompt=req.prompt),
+                                 decoding) is None

@@ -5,13 +5,15 @@ Augmented Contextual Knowledge in Language Models, Def. 3.4; bounded: App. B, Al
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 from helpers.toy_mechanism import FirstDocuments
 
+from ctxleak.mitigations.accounting import PureDPEvent
 from ctxleak.mitigations.cid import CID, CIDConfig, generate_cid
-from ctxleak.mitigations.mechanisms import AnswerRequest, Asked, Charge, Decoding
+from ctxleak.mitigations.mechanisms import AnswerRequest, Asked, Charge, Decoding, events_rdp
 
 DOCS = ("the capital is paris .", "rome is in italy .", "the sea is blue .")
 
@@ -42,7 +44,12 @@ def test_the_charge_of_each_kind_of_defence():
     toy = FirstDocuments(eps=0.5)
     # a claim per answer: its ε, whatever the tokens (0.5 × (7 + 1) for the toy)
     assert toy.charge(decoding) == Charge(per_answer=4.0) and toy.charge(decoding).guaranteed
-    assert CID(1.0, bounded_eps=0.3).charge(decoding) == Charge(per_token=0.3)
+    # ε per token, and in Rényi DP any ε-DP token's curve
+    bounded = CID(1.0, bounded_eps=0.3).charge(decoding)
+    assert bounded == Charge(per_token=0.3, events=((PureDPEvent(0.3), 1),))
+    # order 2: log((sinh 0.6 − sinh 0.3) / sinh 0.3), below 2 · 0.3² / 2 (Bun and Steinke)
+    want = math.log((math.sinh(0.6) - math.sinh(0.3)) / math.sinh(0.3))
+    assert events_rdp(bounded.events, 2.0) == pytest.approx(want) and want < 0.09
     plain = CID(0.5).charge(decoding)
     assert plain == Charge(ex_post=True) and not plain.guaranteed
     assert CID(0.0).charge(decoding) == Charge(ex_post=True, reads=False)  # reads nothing

@@ -93,6 +93,17 @@ def register(app: typer.Typer) -> None:
             None, "--ex-post-reserve", help="With --charge-ex-post: reserve this ε per token "
             "(×(max_tokens+1)) instead of the whole remaining budget, so answers on one "
             "document run side by side; one whose ex-post ε passes it is charged in full."),
+        accounting: str = typer.Option(
+            "basic", "--accounting", help="How a document's answers compose into what it has "
+            "spent: basic (ε adds up) or renyi (Rényi DP at one order, each budget ε holding at "
+            "--budget-delta: many small steps, DP-RAG's or bounded CID's tokens, spend far "
+            "less; not for the votes, whose steps have no Rényi curve)."),
+        budget_delta: float = typer.Option(1e-6, "--budget-delta", help="With --accounting "
+                                           "renyi: the δ at which each budget's ε holds."),
+        renyi_order: Optional[float] = typer.Option(
+            None, "--renyi-order", help="With --accounting renyi: the Rényi order the ledger "
+            "keeps (default: the one at which the smallest budget holds the most answers of "
+            "--mechanism; a ledger keeps its order for life)."),
         api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment "
                                                   "variable holding the key clients must send "
                                                   "(Authorization: Bearer KEY)."),
@@ -182,7 +193,8 @@ def register(app: typer.Typer) -> None:
                                                                    "class_budget")),
                              on_exhausted=on_exhausted, on_unfittable=on_unfittable,
                              charge_ex_post=charge_ex_post, ex_post_reserve=ex_post_reserve,
-                             unguaranteed=unguaranteed,
+                             unguaranteed=unguaranteed, accounting=accounting,
+                             budget_delta=budget_delta, renyi_order=renyi_order,
                              classes=read_classes(classes) if classes else {},
                              temperature=temperature, max_tokens=max_tokens,
                              max_tokens_limit=max_tokens_limit, api_key=api_key,
@@ -216,5 +228,11 @@ def register(app: typer.Typer) -> None:
         if config.mechanism is not None:
             typer.echo(f"ctxleak serve: {mechanism_text(config)}", err=True)
         typer.echo(f"ctxleak serve: {sizing_text(config.budgets, config.max_tokens)}", err=True)
+        if config.composition.renyi:
+            typer.echo(f"ctxleak serve: budgets compose in Rényi DP at order "
+                       f"{config.composition.order:g}, each budget's ε holding at δ = "
+                       f"{config.composition.delta:g} (the ledger's figures are Rényi "
+                       f"divergences at that order; the counts above are basic composition's, "
+                       f"a floor)", err=True)
         typer.echo(f"ctxleak serve: {config.limits_text()}", err=True)
         run_proxy(lm, host=host, port=port, ledger=store, config=config)

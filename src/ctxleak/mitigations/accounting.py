@@ -126,6 +126,14 @@ class ExponentialMechanismEvent(PrivacyEvent):
 
 
 @dataclass(frozen=True)
+class PureDPEvent(ExponentialMechanismEvent):
+    """Any ``ε``-DP mechanism (a bounded-CID token, Thm B.1 of the context-influence paper):
+    the same curve, which bounds every ε-DP mechanism ("Concentrated Differential Privacy:
+    Simplifications, Extensions, and Lower Bounds", Bun and Steinke, Prop. 3.3: ε²/2-zCDP; the
+    sinh form is the worst case, randomized response)."""
+
+
+@dataclass(frozen=True)
 class MinEvent(PrivacyEvent):
     """Several RDP bounds that each hold for the *same* mechanism: their pointwise minimum."""
 
@@ -197,6 +205,17 @@ class ComposedEvent(PrivacyEvent):
 # ---------------------------------------------------------------------------------------------
 # Accountant and conversions
 # ---------------------------------------------------------------------------------------------
+
+
+def rdp_budget(eps: float, delta: float, order: float) -> float:
+    """The Rényi divergence at ``order`` that Theorem C.8 converts to exactly ``(eps, delta)``:
+    ``eps − log((α−1)/α) + (log δ + log α)/(α−1)``, floored at 0 (the Rényi budget of a
+    privacy filter at a fixed order: "Individual Privacy Accounting via a Rényi Filter",
+    Feldman and Zrnic)."""
+    if not 0 < delta < 1 or not order > 1:
+        raise ValueError(f"need delta in (0, 1) and order > 1, got {delta}, {order}")
+    a = float(order)
+    return max(0.0, eps - math.log1p(-1.0 / a) + (math.log(delta) + math.log(a)) / (a - 1))
 
 
 def rdp_to_approx_dp(orders: Iterable[float], rdp: Sequence[float] | np.ndarray,

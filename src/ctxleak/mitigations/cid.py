@@ -32,6 +32,7 @@ from ctxleak.engine.generation import generate_many, sample
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 from ctxleak.kernels.cid import CIDSettingError, bounded_lambda, check_cid_settings, cid_logprobs
+from ctxleak.mitigations.accounting import PureDPEvent
 from ctxleak.mitigations.cid_steps import (
     CID_NEEDS,
     cid_combine,
@@ -194,7 +195,8 @@ class CID(Mechanism):
         """Bounded CID: ε per released token (Thm B.1, basic composition); plain CID: no
         guarantee, its ex-post ε the figure an operator may charge (nothing read at λ = 0)."""
         if self.bounded_eps is not None:
-            return Charge(per_token=self.bounded_eps)
+            return Charge(per_token=self.bounded_eps,
+                          events=((PureDPEvent(self.bounded_eps), 1),))
         return Charge(ex_post=True, reads=self.lam != 0)
 
     def mode(self) -> str:

@@ -7,8 +7,9 @@ from its own part: adding or removing one document changes one part, so one vote
 that is DP with respect to one voter's change is DP with respect to one document of the
 datastore. ctxleak assigns a document to a shard by a hash of its id alone
 (:meth:`Datastore.shard_of`), a split that looks at no text and at no other document, so adding
-a document moves no other; each voter ranks its own shard with BM25 indexed on that shard alone
-(its inverse document frequencies read no other shard).
+a document moves no other; each voter ranks its own shard by :func:`relevance`, a score of the
+question and one document alone, so a document outside its voter's best few can change no
+voter's prompt (what the per-document accounting of the votes needs).
 
 "RAG with Differential Privacy" (Grislain) thresholds every document's similarity to the query;
 the threshold's exponential mechanism has sensitivity 1 only where a document's similarity
@@ -31,7 +32,6 @@ from pathlib import Path
 
 from ctxleak.bundled import with_datastore
 from ctxleak.errors import ConfigError, InputError
-from ctxleak.mitigations.bm25 import BM25
 
 _WORD = re.compile(r"[^\W_]+")
 
@@ -48,6 +48,32 @@ def word_similarity(query: str, text: str) -> float:
     of letters and digits), in [0, 1]; 0 where either has no word. It reads only the two texts,
     so one document's similarity never moves another's."""
     a, b = Counter(_WORD.findall(query.lower())), Counter(_WORD.findall(text.lower()))
+    dot = sum(a[w] * b[w] for w in a)
+    norm = math.sqrt(sum(v * v for v in a.values()) * sum(v * v for v in b.values()))
+    return dot / norm if norm else 0.0
+
+
+#: Function words left out of :func:`relevance`: a question's "what is the" says nothing of
+#: which document answers it.
+STOP_WORDS = frozenset(
+    "a an and are as at be by did do does for from had has have he her his how i in is it its "
+    "me my of on or our s she that the their them they this to was we were what when where "
+    "which who whom whose why will with you your".split())
+
+
+def content_words(text: str) -> Counter[str]:
+    """The lower-cased words of ``text`` that are not :data:`STOP_WORDS`, counted."""
+    return Counter(w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS)
+
+
+def relevance(query: str, text: str) -> float:
+    """:func:`word_similarity` over the words that are not :data:`STOP_WORDS`: the cosine of
+    the content-word counts of ``query`` and ``text``, in [0, 1]. It reads only the two texts,
+    so adding or removing one document never moves another's score."""
+    return _cosine(content_words(query), content_words(text))
+
+
+def _cosine(a: Counter[str], b: Counter[str]) -> float:
     dot = sum(a[w] * b[w] for w in a)
     norm = math.sqrt(sum(v * v for v in a.values()) * sum(v * v for v in b.values()))
     return dot / norm if norm else 0.0
@@ -72,8 +98,10 @@ class Datastore:
     """The documents a RAG system retrieves from, as ``(id, text)`` pairs with unique ids."""
 
     documents: tuple[tuple[str, str], ...]
-    _indexes: dict[int, tuple[BM25 | None, ...]] = field(default_factory=dict, init=False,
-                                                        repr=False, compare=False)
+    _parts: dict[int, tuple[tuple[int, ...], ...]] = field(default_factory=dict, init=False,
+                                                           repr=False, compare=False)
+    _words: dict[str, tuple[Counter[str], ...]] = field(default_factory=dict, init=False,
+                                                       repr=False, compare=False)
 
     def __post_init__(self) -> None:
         docs = tuple((str(i), str(t)) for i, t in self.documents)
@@ -151,17 +179,27 @@ class Datastore:
         return tuple(tuple(p) for p in parts)
 
     def shard_search(self, query: str, shards: int, k: int) -> list[list[Retrieved]]:
-        """Each shard's ``k`` best documents for ``query`` by BM25 over that shard alone
-        (nothing for an empty shard)."""
-        indexes = self._indexes.get(shards)
-        if indexes is None:
-            indexes = self._indexes[shards] = tuple(BM25(part) if part else None
-                                                    for part in self.shards(shards))
+        """Each shard's ``k`` best documents for ``query`` by :func:`relevance` (a score of the
+        question and the document alone), ties in the datastore's order; a document that shares
+        no content word with the question (relevance 0) is never read, so a shard may give
+        fewer than ``k``, or none (its voter then votes on the prompt without documents). A
+        score that read the shard's other documents (BM25's inverse document frequency) would
+        let a document no voter reads still change which documents its voter
+        reads; with this one, removing a document outside its shard's best ``k`` leaves every
+        voter's prompt as it was, what the per-document accounting of the votes needs."""
+        parts = self._parts.get(shards)
+        if parts is None:
+            rows: list[list[int]] = [[] for _ in range(shards)]
+            for n, (doc_id, _) in enumerate(self.documents):
+                rows[self.shard_of(doc_id, shards)].append(n)
+            parts = self._parts.setdefault(shards, tuple(tuple(r) for r in rows))
+        words = self._words.get("all") or self._words.setdefault(
+            "all", tuple(content_words(text) for _, text in self.documents))
+        asked = content_words(query)
         out = []
-        for index in indexes:
-            hits = [] if index is None else index.search(query, k)
-            out.append([Retrieved(*index.documents[i], score) for i, score in hits
-                        if index is not None])
+        for part in parts:
+            scored = sorted((-score, n) for n in part if (score := _cosine(asked, words[n])))
+            out.append([Retrieved(*self.documents[n], -neg) for neg, n in scored[:k]])
         return out
 
     def similarities(self, query: str) -> list[float]:

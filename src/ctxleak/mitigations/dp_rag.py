@@ -37,7 +37,11 @@ from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.streams import StreamJob
 from ctxleak.errors import ConfigError
 from ctxleak.kernels.draw import draw
-from ctxleak.mitigations.accounting import ExponentialMechanismEvent, RDPAccountant
+from ctxleak.mitigations.accounting import (
+    ExponentialMechanismEvent,
+    PrivacyEvent,
+    RDPAccountant,
+)
 from ctxleak.mitigations.datastore import SIMILARITY_RANGE
 from ctxleak.mitigations.document_loss import dp_rag_loss
 from ctxleak.mitigations.dp_retrieval import private_retrieval, threshold_grid
@@ -54,6 +58,8 @@ from ctxleak.mitigations.mechanisms import (
     Claim,
     Decoding,
     DocumentLoss,
+    Events,
+    Loss,
     Mechanism,
     MechanismAnswer,
     refuse_greedy,
@@ -189,6 +195,34 @@ class DPRAG(Mechanism):
         return [finish_answer(g, claim, used) if r.datastore is None
                 else finish_answer(g, claim, (), [r.datastore.documents[i][0] for i in used])
                 for g, r, (_, used) in zip(gens, requests, parts)]
+
+    def renyi_events(self, decoding: Decoding) -> Events:
+        """The retrieval's exponential mechanism and ``max_new_tokens`` steps of ε_t (module
+        docstring, step 3)."""
+        events: list[tuple[PrivacyEvent, int]] = [
+            (ExponentialMechanismEvent(self.token_eps(decoding)), decoding.max_new_tokens)]
+        if self.retrieval_eps > 0:
+            events.insert(0, (ExponentialMechanismEvent(self.retrieval_eps), 1))
+        return tuple(events)
+
+    def document_charges(self, request: AnswerRequest, decoding: Decoding
+                         ) -> dict[str, Loss] | None:
+        """Over a datastore, each document's loss: the private retrieval's ε for every document
+        (its threshold's utility counts them all), and the whole claim's for those the drawn
+        threshold keeps (drawn from the request's seed as :meth:`answer` draws it): a document
+        below the threshold reaches no prompt, so the steps after the retrieval do not read
+        it."""
+        if request.datastore is None:
+            return None
+        documents, scores = self._candidates(request)
+        used, _ = self._retrieve(documents, scores, request.seed,
+                                 self.score_range or SIMILARITY_RANGE)
+        ids = [doc_id for doc_id, _ in request.datastore.documents]
+        out = dict.fromkeys(ids, Loss(float(self.retrieval_eps),
+                                      ((ExponentialMechanismEvent(self.retrieval_eps), 1),)))
+        whole = Loss(float(self.claim(decoding).eps or 0.0), self.renyi_events(decoding))
+        out.update({ids[i]: whole for i in used})
+        return out
 
     def streams(self, documents: int, over_datastore: bool) -> int:
         """The documents the retrieval keeps (about ``top_k`` over a datastore, at most every

@@ -59,6 +59,7 @@ from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Claim,
     Decoding,
+    Loss,
     Mechanism,
     MechanismAnswer,
     refuse_greedy,
@@ -284,6 +285,18 @@ class _Voting(Mechanism):
         return [finish_answer(g, budget.claim, range(len(r.documents))) if r.datastore is None
                 else finish_answer(g, over_store, (), read)
                 for g, r, (_, read) in zip(gens, requests, voters)]
+
+    def document_charges(self, request: AnswerRequest, decoding: Decoding
+                         ) -> dict[str, Loss] | None:
+        """Over a datastore, the claim's ε for each document a voter reads (its shard's best
+        ``per_voter`` for the question, ranked by a score of the question and that document
+        alone), 0 for every other: removing a document no voter reads leaves every voter's
+        prompt, and so the answer's distribution, unchanged; adding it back the same."""
+        if request.datastore is None:
+            return None
+        _, read = _voter_documents(self, request)
+        loss = Loss(float(self.budget(decoding).claim.eps or 0.0))  # (ε, δ) steps: no Rényi
+        return dict.fromkeys(read, loss)
 
     def documents_needed(self) -> int:
         """One document per shard."""

@@ -47,6 +47,7 @@ from typing import Any, ClassVar, Protocol
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
+from ctxleak.mitigations.accounting import ComposedEvent, PrivacyEvent
 from ctxleak.mitigations.datastore import Datastore
 from ctxleak.mitigations.ledger import RowLedger
 
@@ -174,6 +175,36 @@ class MechanismAnswer:
         return not any(math.isnan(float(v)) for v in values)
 
 
+#: Rényi-DP events that compose to a loss: (event, how many runs of it).
+Events = tuple[tuple[PrivacyEvent, int], ...]
+
+
+def events_rdp(events: Events | None, order: float) -> float:
+    """The Rényi divergence at ``order`` of ``events`` composed (adding up, Theorem C.7 of
+    "Evaluating Privacy Leakage From In-Context Learning"); infinite where there are none (an
+    (ε, δ) mechanism without a Rényi curve)."""
+    if events is None:
+        return math.inf
+    import numpy as np
+
+    orders = np.asarray([float(order)])
+    return float(sum(float(ComposedEvent(e, n).rdp(orders)[0]) for e, n in events))
+
+
+@dataclass(frozen=True)
+class Loss:
+    """What one answer can cost one document: ``eps`` (its ε under basic composition, δ being
+    the claim's) and the Rényi-DP ``events`` it composes from (None: an (ε, δ) mechanism with
+    no Rényi curve, such as a vote's limited-domain steps)."""
+
+    eps: float
+    events: Events | None = None
+
+    def rdp(self, order: float) -> float:
+        """:func:`events_rdp` of this loss."""
+        return events_rdp(self.events, order)
+
+
 @dataclass(frozen=True)
 class Charge:
     """What an answer holds of each private document before it is decoded, and what it is
@@ -181,12 +212,16 @@ class Charge:
     each released token (bounded CID: an answer of up to L tokens reserves ε·(L + 1), the
     stopping EOS included), or neither and ``ex_post`` (plain CID: no guarantee, an ex-post
     figure the operator may charge); ``reads``: whether the answer reads its documents at all
-    (CID at λ = 0 does not)."""
+    (CID at λ = 0 does not); ``events``: the Rényi-DP events of one charged unit, for a ledger
+    that composes in Rényi DP."""
 
     per_answer: float | None = None
     per_token: float | None = None
     ex_post: bool = False
     reads: bool = True
+    #: the Rényi-DP events of one charged unit (an answer per answer, a token per token); None:
+    #: none (an (ε, δ) mechanism, or no guarantee)
+    events: Events | None = None
 
     @property
     def guaranteed(self) -> bool:
@@ -248,8 +283,14 @@ class Mechanism(Protocol):
         ...
 
     def charge(self, decoding: Decoding) -> Charge:
-        """What an answer reserves and is charged (default: its claim's ε per answer)."""
-        return Charge(per_answer=claim_of(self, decoding).eps)
+        """What an answer reserves and is charged (default: its claim's ε per answer, and
+        :meth:`renyi_events`)."""
+        return Charge(per_answer=claim_of(self, decoding).eps, events=self.renyi_events(decoding))
+
+    def renyi_events(self, decoding: Decoding) -> Events | None:
+        """The Rényi-DP events one whole answer composes from, for any one document, where the
+        mechanism has them (None by default: an (ε, δ) claim without a Rényi curve)."""
+        return None
 
     def mode(self) -> str:
         """The answer's mode as a response names it (default: ``mechanism``)."""
@@ -301,6 +342,19 @@ class Mechanism(Protocol):
         documents (``over_datastore``: retrieving from the request's datastore); by default one
         per document and the prompt without retrieval."""
         return documents + 1
+
+    def document_charges(self, request: AnswerRequest, decoding: Decoding
+                         ) -> Mapping[str, Loss] | None:
+        """Each datastore document's individual privacy loss in the answer to ``request`` (a
+        :class:`Loss`, under the claim's relation), known before the answer is decoded: what a privacy filter
+        charges it ("Individual Privacy Accounting via a Rényi Filter", Feldman and Zrnic;
+        "Privacy Odometers and Filters: Pay-as-you-Go Composition", Rogers, Roth, Ullman and
+        Vadhan). A document not named costs 0: adding or removing it cannot change the
+        answer's distribution (a vote's shard whose voter reads another document). It must be
+        computed from the request's own seed and datastore exactly as ``answer`` will decode
+        them. None (the default, and for a request without a datastore): every document is
+        charged the claim's ε."""
+        return None
 
     def document_losses(self, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
                         documents: Sequence[str], decoding: Decoding) -> list[DocumentLoss] | None:

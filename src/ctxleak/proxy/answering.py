@@ -11,7 +11,7 @@ listener)``: CID streams its tokens as they are drawn, the others announce the w
 from __future__ import annotations
 
 import secrets
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -131,13 +131,8 @@ def prepare(lm: LanguageModel, request: ChatRequest, documents: Sequence[Documen
     seed = request.seed if request.seed is not None else secrets.randbits(63)
     if request.datastore is not None:  # the mechanism retrieves for itself
         prompt = _prompt_of(lm, request)
-        kept_ids = {d.id for d in documents}
-        store: Datastore | None = request.datastore
-        if len(kept_ids) < len(request.datastore):  # a spent document is not retrieved
-            store = Datastore(tuple((i, t) for i, t in request.datastore.documents
-                                    if i in kept_ids)) if kept_ids else None
         asked = AnswerRequest(documents=(), prompt=prompt, seed=seed, query=request.question,
-                              datastore=store)
+                              datastore=store_of(request, {d.id for d in documents}))
         return Prepared(request.mechanism, asked, request.decoding, len(prompt([])), 0)
     parts, cut = answer_parts(lm, documents, request.query, request.max_tokens)
     texts = tuple(d.text for d in documents)
@@ -145,6 +140,16 @@ def prepare(lm: LanguageModel, request: ChatRequest, documents: Sequence[Documen
     asked = AnswerRequest(documents=texts, prompt=prompt, seed=seed,
                           ids=tuple(d.id for d in documents), query=request.question)
     return Prepared(request.mechanism, asked, request.decoding, len(parts.full), cut)
+
+
+def store_of(request: ChatRequest, kept: Collection[str]) -> Datastore | None:
+    """The datastore a request's mechanism answers over: the proxy's, less the documents the
+    budgets left out (``kept``: those it may read); None where none is left."""
+    store = request.datastore
+    if store is None or len(kept) >= len(store):
+        return store
+    left = tuple((i, t) for i, t in store.documents if i in kept)
+    return Datastore(left) if left else None
 
 
 def reply_of(lm: LanguageModel, prepared: Prepared, answer: MechanismAnswer) -> Reply:
@@ -206,4 +211,4 @@ def mechanism_text(config: ProxyConfig) -> str:
 
 
 __all__ = ["Prepared", "Reply", "answer_alone", "answer_parts", "mechanism_text", "prepare",
-           "refusal", "reply_of", "scored"]
+           "refusal", "reply_of", "scored", "store_of"]

@@ -17,11 +17,13 @@ import contextvars
 import hmac
 import json
 import logging
+import secrets
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -100,6 +102,9 @@ class Proxy:
         """A request with marked context answered by its mechanism, its budget reserved before
         decoding and settled after (:mod:`ctxleak.proxy.charging`)."""
         request = parse_request(body, self.config)
+        if request.seed is None:  # the answer's noise: a server secret, drawn once, so that
+            # what it is charged before and how it is decoded after read the same draws
+            request = replace(request, seed=secrets.randbits(63))
         rid = "chatcmpl-" + uuid.uuid4().hex
         held = await self.charging.reserve(rid, request)
         least = request.mechanism.min_documents

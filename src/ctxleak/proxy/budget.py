@@ -84,30 +84,40 @@ class DocumentSpend:
 class BudgetLedger:
     """The ledger's operations; :class:`SQLiteLedger` and :class:`PostgresLedger` store it."""
 
-    def reserve(self, request_id: str, doc_ids: Sequence[str], amount: float, budgets: Budgets,
-                *, all_or_nothing: bool = False, classes: Mapping[str, str] | None = None,
-                hold_rest: bool = False) -> Reservation:
+    def reserve(self, request_id: str, doc_ids: Sequence[str], amount: float | Mapping[str, float],
+                budgets: Budgets, *, all_or_nothing: bool = False,
+                classes: Mapping[str, str] | None = None, hold_rest: bool = False
+                ) -> Reservation:
         """Charge ``amount`` to each of ``doc_ids`` whose spent ε plus ``amount`` stays within its
-        budget, in one transaction, and record the reservation under ``request_id``.
+        budget, in one transaction, and record the reservation under ``request_id``. ``amount``
+        may be a mapping: each document's own amount (its individual privacy loss in this
+        answer; a document it does not name is asked 0).
         ``all_or_nothing``: when any document is exhausted, charge none of them. ``classes``:
         a class per document id, recorded where the ledger holds none (the ledger's wins: its
         budget is that class's). ``hold_rest``: hold each document's whole remaining budget
         (which must be > 0) instead of ``amount``."""
-        if not math.isfinite(amount) or amount < 0:
-            raise ConfigError(f"a reservation must be a finite number >= 0, not {amount}",
-                              param="amount")
-        ask = _Ask(list(dict.fromkeys(doc_ids)), float(amount), budgets, all_or_nothing,
-                   dict(classes or {}), hold_rest)
+        ids = list(dict.fromkeys(doc_ids))
+        amounts = {d: float(amount[d]) if d in amount else 0.0 for d in ids} \
+            if isinstance(amount, Mapping) else {d: float(amount) for d in ids}
+        for value in amounts.values():
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"a reservation must be a finite number >= 0, not {value}",
+                                  param="amount")
+        ask = _Ask(ids, max(amounts.values(), default=0.0), budgets, all_or_nothing,
+                   dict(classes or {}), hold_rest, amounts)
         return self._reserve(request_id, ask)
 
-    def settle(self, request_id: str, spent: float) -> None:
-        """The answer of ``request_id`` spent ``spent`` per document: give back the rest of its
+    def settle(self, request_id: str, spent: float | Mapping[str, float]) -> None:
+        """The answer of ``request_id`` spent ``spent`` per document (or each document its own,
+        a mapping; a document it does not name spent what it holds): give back the rest of its
         reservation (or charge the excess, for ex-post charging, which reserves 0) and close it,
         in one transaction. An unknown or already settled request changes nothing."""
-        if not math.isfinite(spent) or spent < 0:
-            raise ConfigError(f"the ε spent must be a finite number >= 0, not {spent}",
-                              param="spent")
-        self._settle(request_id, float(spent))
+        values = spent.values() if isinstance(spent, Mapping) else [spent]
+        for value in values:
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"the ε spent must be a finite number >= 0, not {value}",
+                                  param="spent")
+        self._settle(request_id, dict(spent) if isinstance(spent, Mapping) else float(spent))
 
     def record_ex_post(self, doc_ids: Sequence[str], eps_ex_post: float) -> None:
         """Add a plain CID answer's ex-post ε (about this context alone, not a guarantee)."""
@@ -145,14 +155,15 @@ class BudgetLedger:
 
         return self._transaction(body)
 
-    def _settle(self, request_id: str, spent: float) -> None:
+    def _settle(self, request_id: str, spent: float | dict[str, float]) -> None:
         def body(db: Any) -> None:
             rows = db.execute(self._sql("SELECT doc_id, amount FROM ctxleak_reservation WHERE "
                                         "request_id = ?" + self._LOCK_ROWS),
                               (request_id,)).fetchall()
             for doc, amount in rows:
+                own = float(spent.get(doc, amount)) if isinstance(spent, dict) else spent
                 db.execute(self._sql("UPDATE ctxleak_spend SET spent = spent - ? WHERE "
-                                     "doc_id = ?"), (float(amount) - spent, doc))
+                                     "doc_id = ?"), (float(amount) - own, doc))
             db.execute(self._sql("DELETE FROM ctxleak_reservation WHERE request_id = ?"),
                        (request_id,))
 
@@ -224,6 +235,29 @@ class BudgetLedger:
                                     "ORDER BY created, request_id, doc_id").fetchall()
         return [(str(r), str(d), float(a)) for r, d, a in rows]
 
+    def keep_unit(self, unit: str) -> None:
+        """Record that the ledger's figures are in ``unit`` (``epsilon``, or a Rényi order and
+        δ: :meth:`~ctxleak.proxy.composition.Composition.unit`), or check that they already are:
+        a ledger keeps one unit for its whole life (a ledger from before units were recorded
+        holds ε). Another unit is a :class:`ConfigError` naming both."""
+        def body(db: Any) -> str:
+            row = db.execute(self._sql("SELECT value FROM ctxleak_meta WHERE key = ?"),
+                             ("unit",)).fetchone()
+            if row is not None:
+                return str(row[0])
+            used = db.execute("SELECT COUNT(*) FROM ctxleak_spend").fetchone()[0]
+            kept = "epsilon" if used else unit
+            db.execute(self._sql("INSERT INTO ctxleak_meta (key, value) VALUES (?, ?)"),
+                       ("unit", kept))
+            return kept
+
+        kept = self._transaction(body)
+        if kept != unit:
+            raise ConfigError(f"the ledger's figures are in {kept}, and this proxy would charge "
+                              f"in {unit}: start it with the ledger's composition (--accounting, "
+                              f"--budget-delta, --renyi-order) or give a new ledger",
+                              param="accounting")
+
     def check(self) -> str | None:
         """None while the store answers (a lost PostgreSQL connection is opened again first);
         else what is wrong, for ``/health``."""
@@ -253,6 +287,7 @@ class _Ask:
     all_or_nothing: bool
     classes: dict[str, str]
     hold_rest: bool
+    amounts: dict[str, float] = field(default_factory=dict)  # each document's own amount
 
 
 def _decide(ask: _Ask, row_of: Callable[[str], tuple[float, str | None]]
@@ -265,7 +300,7 @@ def _decide(ask: _Ask, row_of: Callable[[str], tuple[float, str | None]]
         spent, recorded = row_of(doc)
         cls = recorded if recorded is not None else ask.classes.get(doc)
         budget = ask.budgets.of(doc, cls)
-        amount = ask.amount
+        amount = ask.amounts.get(doc, ask.amount)
         if ask.hold_rest:  # an unbounded spend: all that is left, which must be something
             amount = 0.0 if budget is None else max(budget - spent, 0.0)
             fits = budget is None or spent < budget
@@ -291,6 +326,7 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS ctxleak_reservation (request_id TEXT NOT NULL, "
     "doc_id TEXT NOT NULL, amount DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL, "
     "PRIMARY KEY (request_id, doc_id))",
+    "CREATE TABLE IF NOT EXISTS ctxleak_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
 #: Columns a ledger made before documents had classes lacks: added when it is opened.
 _ADDED = {"doc_class": "TEXT", "budget": "DOUBLE PRECISION"}

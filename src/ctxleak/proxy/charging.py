@@ -17,6 +17,7 @@ charged."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -26,9 +27,9 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from ctxleak.errors import CtxleakError
-from ctxleak.mitigations.mechanisms import Charge
-from ctxleak.proxy.answering import Reply
+from ctxleak.errors import ConfigError, CtxleakError
+from ctxleak.mitigations.mechanisms import AnswerRequest, Charge
+from ctxleak.proxy.answering import Reply, refusal, store_of
 from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
@@ -67,6 +68,10 @@ class Held:
     public: tuple[str, ...] = ()
     classes: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    #: whether each document holds its own individual charge (:meth:`Charging._individual`)
+    individual: bool = False
+    #: under Rényi composition, what one released token holds in the ledger (bounded CID)
+    renyi_token: float | None = None
 
 
 def never_fits(doc_id: str, budget: float, per_token: float, max_tokens: int) -> str:
@@ -115,6 +120,10 @@ class Charging:
     def __init__(self, ledger: BudgetLedger, config: ProxyConfig,
                  metrics: ProxyMetrics) -> None:
         self.ledger, self.config, self.metrics = ledger, config, metrics
+        #: how a document's answers compose, and its budgets in the ledger's unit
+        self.composition = config.composition
+        self.budgets = self.composition.budgets(config.budgets)
+        ledger.keep_unit(self.composition.unit())
 
     async def reserve(self, rid: str, request: ChatRequest) -> Held:
         """Reserve the budget the answer may spend before anything is decoded, as its
@@ -129,16 +138,20 @@ class Charging:
         charge = request.charge
         if not (charge.guaranteed or (charge.ex_post and self.config.charge_ex_post)):
             return await self._uncharged(rid, request, ids, private, classes)
-        per_token = self.per_token(charge)
-        if charge.per_answer is not None:
-            need, hold_rest = charge.per_answer, False
+        if request.datastore is not None and charge.per_answer is not None:
+            held = await self._individual(rid, request, ids, public, classes)
+            if held is not None:
+                return held
+        per_answer, per_token = self.units(request)
+        if per_answer is not None:
+            need, hold_rest = per_answer, False
         else:
             need, hold_rest = 0.0 if per_token is None else \
                 per_token * (request.max_tokens + 1), per_token is None
         warnings = () if hold_rest else self._unfittable(request, need, private, classes)
         refuse = self.config.on_exhausted == "refuse"
         res = await run_in_threadpool(
-            lambda: self.ledger.reserve(rid, private, need, self.config.budgets,
+            lambda: self.ledger.reserve(rid, private, need, self.budgets,
                                         all_or_nothing=refuse,
                                         classes={i: classes[i] for i in private if i in classes},
                                         hold_rest=hold_rest))
@@ -148,7 +161,67 @@ class Charging:
         dropped = [i for i in ids if i not in kept]
         self.metrics.dropped.inc(len(dropped))
         return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
-                    dict(res.held), public, dict(classes), warnings)
+                    dict(res.held), public, dict(classes), warnings,
+                    renyi_token=per_token if self.composition.renyi else None)
+
+    async def _individual(self, rid: str, request: ChatRequest, ids: list[str],
+                          public: tuple[str, ...], classes: Mapping[str, str]) -> Held | None:
+        """Individual per-document accounting over the datastore, as a privacy filter
+        ("Individual Privacy Accounting via a Rényi Filter", Feldman and Zrnic): each private
+        document is reserved what this answer can cost it (the mechanism's
+        ``document_charges``, computed from the answer's own seed: 0 for a document that cannot
+        change the answer, which is not written to the ledger), and a document whose budget
+        that would pass is left out before the answer; leaving it out can change what the
+        others are charged (a vote's shard reads its next best), so the charges are computed
+        again until every one fits. None: the mechanism has no individual charges."""
+        mechanism, decoding, kept = request.mechanism, request.decoding, set(ids)
+        public_ids, out = set(public), list[str]()
+        while True:
+            store = store_of(request, kept)
+            asked = AnswerRequest(documents=(), prompt=lambda texts: [], seed=request.seed or 0,
+                                  query=request.question, datastore=store)
+            try:
+                charges = None if store is None else mechanism.document_charges(asked, decoding)
+            except ConfigError as exc:
+                raise refusal(exc, request) from None
+            if charges is None and store is not None:
+                return None
+            own = {d: self._amount(request, loss.eps, loss.events)
+                   for d, loss in (charges or {}).items() if d not in public_ids}
+            own = {d: a for d, a in own.items() if a > 0}
+            res = await run_in_threadpool(functools.partial(
+                self.ledger.reserve, rid, list(own), own, self.budgets,
+                all_or_nothing=True, classes={i: classes[i] for i in own if i in classes}))
+            if not res.exhausted:
+                break
+            self._exhausted(res.exhausted)  # (HTTP 429 with on_exhausted="refuse")
+            out.extend(res.exhausted)
+            kept -= set(res.exhausted)
+        self.metrics.dropped.inc(len(out))
+        return Held(rid, ids, [d for d in request.documents if d.id in kept], out, True,
+                    dict(res.held), public, dict(classes), individual=True)
+
+    def _amount(self, request: ChatRequest, eps: float, events: Any) -> float:
+        """A loss in the ledger's unit; HTTP 400 for one a Rényi ledger cannot hold."""
+        amount = self.composition.amount(eps, events)
+        if not math.isfinite(amount):
+            raise ProxyError(400, f"ctxleak.mechanism: {request.mechanism.key()} has (ε, δ) "
+                                  f"steps with no Rényi curve, and this proxy composes its "
+                                  f"budgets in Rényi DP ({self.composition.unit()})",
+                             param="ctxleak.mechanism", code="no_renyi_curve")
+        return amount
+
+    def units(self, request: ChatRequest) -> tuple[float | None, float | None]:
+        """What the answer holds in the ledger's unit per answer and per token (each None where
+        it is not charged that way): ε under basic composition (:meth:`per_token`), the Rényi
+        divergence of the charge's events under Rényi composition."""
+        charge = request.charge
+        per_token = self.per_token(charge)
+        if not self.composition.renyi or not charge.guaranteed:
+            return charge.per_answer, per_token
+        amount = self._amount(request, charge.per_answer or charge.per_token or 0.0,
+                              charge.events)
+        return (amount, None) if charge.per_answer is not None else (None, amount)
 
     def per_token(self, charge: Charge) -> float | None:
         """The ε per token an answer reserves: bounded CID's ε; plain CID's
@@ -180,7 +253,7 @@ class Charging:
                                       f"{cls!r}, but its class is {classes[doc]!r} (set by "
                                       f"the operator)",
                                  param="ctxleak.documents", code="class_conflict")
-        budgets = self.config.budgets
+        budgets = self.budgets
         public = tuple(i for i in ids if budgets.public(i, classes.get(i)))
         private = [i for i in ids if i not in public]
         return ids, classes, public, private
@@ -191,7 +264,7 @@ class Charging:
         document with a budget is refused (HTTP 403), dropped or used uncharged, as the
         operator's ``unguaranteed`` says; with ``use``, one whose budget is spent (or 0) is
         still used by no further answer: dropped, or HTTP 429 (``on_exhausted="refuse"``)."""
-        budgets = self.config.budgets
+        budgets = self.budgets
         policy = self.config.unguaranteed
         what = f"{request.mechanism.key()} (a claim without ε)"
         budgeted = [d for d in private if budgets.of(d, classes.get(d)) is not None] \
@@ -241,10 +314,18 @@ class Charging:
             else "ctxleak.mechanism"
         said = []
         for doc in private:
-            budget = self.config.budgets.of(doc, classes.get(doc))
+            budget = self.budgets.of(doc, classes.get(doc))
             if budget is None or not 0 < budget or not need > budget + TOLERANCE:
                 continue
-            if param == "max_tokens" and per_token is not None:
+            if self.composition.renyi:
+                said.append(f"the reservation of {request.mechanism.key()} at max_tokens "
+                            f"{request.max_tokens}, a Rényi divergence of {need:.4g} at order "
+                            f"{self.composition.order:g}, is more than document {doc!r}'s whole "
+                            f"budget ({self.composition.epsilon(budget):g} ε at δ = "
+                            f"{self.composition.delta:g}, {budget:.4g} at that order), so this "
+                            f"request could never use it: ask for fewer tokens or a smaller ε, "
+                            f"or raise the budget")
+            elif param == "max_tokens" and per_token is not None:
                 said.append(never_fits(doc, budget, per_token, request.max_tokens))
             else:
                 said.append(f"the reservation of {request.mechanism.key()} at max_tokens "
@@ -269,7 +350,8 @@ class Charging:
         """A streamed answer that failed midway: the tokens already sent are spent (``drawn``:
         what each spent under its charge: bounded CID's ε, else its ex-post ε)."""
         if held.charged:
-            total = float(sum(x or 0.0 for x in drawn))
+            total = float(sum(x or 0.0 for x in drawn)) if held.renyi_token is None else \
+                held.renyi_token * sum(x is not None for x in drawn)
             if math.isnan(total):  # a figure the model could not give: all it reserved
                 total = max(held.held.values(), default=0.0)
             await run_in_threadpool(self.ledger.settle, held.rid, total)
@@ -293,9 +375,17 @@ class Charging:
             own = figures["epsilon_spent"] if charge.guaranteed else \
                 (figures["epsilon_ex_post"] or 0.0)
             spent = float(own if own is not None else max(held.held.values(), default=0.0))
-            await run_in_threadpool(self.ledger.settle, rid, spent)
-            charged = {doc: spent for doc in held.held}
-            over = [d for d, h in held.held.items() if spent > h + TOLERANCE]
+            if self.composition.renyi and charge.guaranteed:  # in the ledger's unit
+                per_answer, per_token = self.units(request)
+                spent = per_answer if per_answer is not None else \
+                    reply.tokens * float(per_token or 0.0)
+            # individual charges: each document spends what it held (its loss was fixed before
+            # the answer, from the answer's own seed)
+            await run_in_threadpool(self.ledger.settle, rid,
+                                    dict(held.held) if held.individual else spent)
+            charged = dict(held.held) if held.individual else {doc: spent for doc in held.held}
+            over = [d for d, h in held.held.items()
+                    if charged[d] > h + TOLERANCE]
             if over:  # a spend above its reservation: charged in full, said
                 log.warning(json.dumps({"event": "over_reservation", "id": rid,
                                         "documents": over, "epsilon": spent}))
@@ -317,11 +407,10 @@ class Charging:
         """Each charged document's budget after this answer: its class, budget, ε spent and
         left, and how many more answers like this one (same ε and max_tokens, or the same
         mechanism's claim) it allows."""
-        charge = request.charge
-        if charge.per_answer is not None:
-            per_token, tokens = charge.per_answer or None, 0  # a claim is per answer
-        else:
-            per_token, tokens = self.per_token(charge), request.max_tokens
+        per_answer, per_token = self.units(request)
+        tokens = request.max_tokens
+        if per_answer is not None:
+            per_token, tokens = per_answer or None, 0  # a claim is per answer
         out: dict[str, dict[str, Any]] = {}
         for doc in held.held:
             row = self.ledger.document(doc)

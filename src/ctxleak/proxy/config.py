@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from ctxleak.errors import ConfigError
 from ctxleak.proxy.budget import Budgets
+from ctxleak.proxy.composition import Composition, best_order
 
 ON_EXHAUSTED = ("drop", "refuse")
 ON_UNFITTABLE = ("refuse", "drop")
@@ -144,6 +145,9 @@ class ProxyConfig:
     - ``prompt_messages``: the app's chat messages the mechanism's prompt is rendered from
       (``{context}`` and ``{query}`` slots, or a built-in name such as ``short-answer``);
       None: ctxleak's template.
+    - ``accounting``: how a document's answers compose (:mod:`~ctxleak.proxy.composition`):
+      ``basic`` (ε adds up) or ``renyi`` (Rényi DP at one order, ``renyi_order`` or the best
+      for ``mechanism`` and the smallest budget; each budget ε holds at ``budget_delta``).
     - ``worker_threads``: the worker threads that run decoding and ledger calls (None: the
       server's default, 40); ``metrics_documents``: how many documents, those with the least budget
       left, ``/metrics`` reports one by one.
@@ -171,9 +175,14 @@ class ProxyConfig:
     served_name: str = "ctxleak-cid"
     worker_threads: int | None = None
     metrics_documents: int = 20
+    accounting: str = "basic"
+    budget_delta: float = 1e-6
+    renyi_order: float | None = None
     mechanism: Any = None  # a Mechanism after __post_init__ (a spec string is parsed)
     datastore: Any = None  # a Datastore after __post_init__ (a path or a name is read)
     prompt_messages: Any = None  # chat messages after __post_init__ (a name or path is read)
+    #: the ledger's composition (:mod:`~ctxleak.proxy.composition`), set from ``accounting``
+    composition: Composition = field(default_factory=Composition, init=False, compare=False)
 
     def __post_init__(self) -> None:
         for name, allowed in (("on_exhausted", ON_EXHAUSTED), ("on_unfittable", ON_UNFITTABLE),
@@ -224,6 +233,38 @@ class ProxyConfig:
             object.__setattr__(self, "prompt_messages", _messages(self.prompt_messages))
         if self.datastore is not None:
             self._read_datastore()
+        self._compose()
+
+    def _compose(self) -> None:
+        """``composition`` from ``accounting``, ``budget_delta`` and ``renyi_order`` (None: the
+        order at which the smallest budget holds the most answers of ``mechanism`` at
+        ``max_tokens``, :func:`~ctxleak.proxy.composition.best_order`)."""
+        from ctxleak.mitigations.mechanisms import Decoding
+
+        order = self.renyi_order
+        charge = None
+        if self.mechanism is not None:
+            charge = self.mechanism.charge(Decoding(
+                temperature=self.temperature, max_new_tokens=self.max_tokens,
+                min_new_tokens=self.min_tokens))
+        if self.accounting == "renyi":
+            if self.charge_ex_post:
+                raise ConfigError("charge_ex_post: plain CID's ex-post ε has no Rényi curve, so "
+                                  "a ledger kept in Rényi DP cannot charge it", param="accounting")
+            if charge is not None and charge.guaranteed and charge.events is None:
+                raise ConfigError(f"accounting: {self.mechanism.key()}'s steps are (ε, δ)-DP "
+                                  "with no Rényi curve: keep its ledger with basic composition",
+                                  param="accounting")
+            if order is None:
+                events = None if charge is None else charge.events
+                if charge is not None and events is not None and charge.per_token is not None:
+                    events = tuple((e, n * (self.max_tokens + 1)) for e, n in events)
+                b = self.budgets
+                limits = [x for x in (b.default, *b.classes.values(), *b.overrides.values())
+                          if x is not None and x > 0]
+                order = best_order(events, min(limits, default=0.0), self.budget_delta)
+        object.__setattr__(self, "composition", Composition(self.accounting, order,
+                                                            self.budget_delta))
 
     def _read_datastore(self) -> None:
         """``datastore`` as a :class:`~ctxleak.mitigations.datastore.Datastore` (a file, or a
