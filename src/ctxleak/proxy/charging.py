@@ -30,6 +30,7 @@ from ctxleak.errors import CtxleakError
 from ctxleak.mitigations.mechanisms import Charge
 from ctxleak.proxy.answering import Reply
 from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
+from ctxleak.proxy.callers import Caller
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.metrics import ProxyMetrics
@@ -56,7 +57,8 @@ class Held:
     (each once, in order), the documents it may decode with, the ids dropped for their budget,
     whether a reservation was charged (bounded CID, or ``charge_ex_post``), what each charged
     document holds, the public documents (never charged), each document's class where known,
-    and the warnings the response carries."""
+    and the warnings the response carries; ``over_share``: the documents left out because
+    this caller's share of their budget is spent."""
 
     rid: str
     ids: list[str]
@@ -67,6 +69,16 @@ class Held:
     public: tuple[str, ...] = ()
     classes: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    over_share: tuple[str, ...] = ()
+
+
+def caller_share_spent(share: float) -> ProxyError:
+    """HTTP 429 ``caller_share_spent`` on ``ctxleak.documents``: this caller has spent its
+    ``share`` of a document's budget (other callers may still use it)."""
+    return ProxyError(429, f"ctxleak.documents: this caller has spent its share ({share:g}) of "
+                           f"the privacy budget of the documents it needs; other callers are "
+                           f"not affected", param="ctxleak.documents",
+                      kind="insufficient_quota", code="caller_share_spent")
 
 
 def never_fits(doc_id: str, budget: float, per_token: float, max_tokens: int) -> str:
@@ -116,7 +128,8 @@ class Charging:
                  metrics: ProxyMetrics) -> None:
         self.ledger, self.config, self.metrics = ledger, config, metrics
 
-    async def reserve(self, rid: str, request: ChatRequest) -> Held:
+    async def reserve(self, rid: str, request: ChatRequest,
+                      caller: Caller | None = None) -> Held:
         """Reserve the budget the answer may spend before anything is decoded, as its
         mechanism's :class:`~ctxleak.mitigations.mechanisms.Charge` says: a claim's ε per
         answer; ε per token the answer may release (bounded CID); for plain CID charged ex post
@@ -124,7 +137,9 @@ class Charging:
         answer with no ε charged reserves nothing (:meth:`_uncharged`). A document whose budget
         could never cover it is refused with HTTP 400 (``on_unfittable``); one whose budget is
         spent is dropped, or the whole request refused with HTTP 429
-        (``on_exhausted="refuse"``)."""
+        (``on_exhausted="refuse"``). ``caller``: whose reservation it is; with a
+        ``caller_share`` below 1, a document of which it has spent its share is dropped (or
+        HTTP 429 ``caller_share_spent``), whatever other callers left of it."""
         ids, classes, public, private = await self._classes(request)
         charge = request.charge
         if not (charge.guaranteed or (charge.ex_post and self.config.charge_ex_post)):
@@ -137,18 +152,25 @@ class Charging:
                 per_token * (request.max_tokens + 1), per_token is None
         warnings = () if hold_rest else self._unfittable(request, need, private, classes)
         refuse = self.config.on_exhausted == "refuse"
+        share = self.config.caller_share if self.config.caller_share < 1 else None
         res = await run_in_threadpool(
             lambda: self.ledger.reserve(rid, private, need, self.config.budgets,
                                         all_or_nothing=refuse,
                                         classes={i: classes[i] for i in private if i in classes},
-                                        hold_rest=hold_rest))
+                                        hold_rest=hold_rest,
+                                        caller=None if caller is None else caller.name,
+                                        share=share))
         if res.exhausted:
             self._exhausted(res.exhausted)
+        if res.over_share:
+            self._over_share(res.over_share, caller)
+            warnings += (f"{len(res.over_share)} document(s) left out: this caller's share of "
+                         f"their budget is spent",)
         kept = set(res.granted) | set(public)
         dropped = [i for i in ids if i not in kept]
         self.metrics.dropped.inc(len(dropped))
         return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
-                    dict(res.held), public, dict(classes), warnings)
+                    dict(res.held), public, dict(classes), warnings, res.over_share)
 
     def per_token(self, charge: Charge) -> float | None:
         """The ε per token an answer reserves: bounded CID's ε; plain CID's
@@ -221,6 +243,13 @@ class Charging:
         self.metrics.dropped.inc(len(dropped))
         return Held(rid, ids, [d for d in request.documents if d.id not in out], dropped,
                     False, classes=dict(classes), warnings=warnings)
+
+    def _over_share(self, docs: Sequence[str], caller: Caller | None) -> None:
+        """Count documents refused for the caller's share; HTTP 429 with
+        ``on_exhausted="refuse"``."""
+        self.metrics.share_spent.labels(caller.label if caller else "").inc(len(docs))
+        if self.config.on_exhausted == "refuse":
+            raise caller_share_spent(self.config.caller_share)
 
     def _exhausted(self, exhausted: Sequence[str]) -> None:
         """Count documents found exhausted; HTTP 429 with ``on_exhausted="refuse"``."""
