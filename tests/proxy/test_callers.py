@@ -281,3 +281,33 @@ def test_a_caller_over_its_share_is_refused_when_the_operator_refuses(lm, tmp_pa
         assert metric(text, 'ctxleak_proxy_caller_requests_total{caller="app"}') == 3
         assert "u1" not in text and "u2" not in text
         assert ask(url, "key-eve").status_code == 401
+
+
+def test_cli_serve_reads_the_callers_before_loading(monkeypatch, tmp_path, capsys):
+    """serve --caller-keys: a bad row refused naming file and line before the model loads;
+    good flags reach the config and the start line."""
+    import ctxleak.engine.models as models
+    import ctxleak.proxy.app as proxy_app
+    from ctxleak.cli.app import main
+
+    calls: dict = {}
+    monkeypatch.setattr(models, "load_model", lambda name, **kw: calls.setdefault("lm", kw))
+    monkeypatch.setattr(proxy_app, "run_proxy", lambda lm, **kw: calls.setdefault("run", kw))
+    keys = tmp_path / "callers.jsonl"
+    keys.write_text('{"caller": "app", "key_env": "APP_KEY_FOR_TEST"}\n{"caller": "x"}\n')
+    with pytest.raises(SystemExit) as code:
+        main(["serve", "--ledger", str(tmp_path / "a.db"), "--caller-keys", str(keys)])
+    err = capsys.readouterr().err
+    assert code.value.code != 0 and f"{keys}:1" in err and "APP_KEY_FOR_TEST" in err
+    assert "lm" not in calls
+    monkeypatch.setenv("APP_KEY_FOR_TEST", "s3cret-key")
+    keys.write_text('{"caller": "app", "key_env": "APP_KEY_FOR_TEST"}\n')
+    with pytest.raises(SystemExit) as code:
+        main(["serve", "--ledger", str(tmp_path / "a.db"), "--caller-keys", str(keys),
+              "--caller-share", "0.25", "--caller-rate", "30", "--caller-header", "X-User"])
+    err = capsys.readouterr().err
+    assert code.value.code == 0, err
+    config = calls["run"]["config"]
+    assert (config.caller_keys, config.caller_share, config.caller_rate,
+            config.caller_header) == ({"s3cret-key": "app"}, 0.25, 30.0, "x-user")
+    assert "each may spend 0.25 of a document's budget" in err and "s3cret" not in err
