@@ -311,3 +311,31 @@ def test_cli_serve_reads_the_callers_before_loading(monkeypatch, tmp_path, capsy
     assert (config.caller_keys, config.caller_share, config.caller_rate,
             config.caller_header) == ({"s3cret-key": "app"}, 0.25, 30.0, "x-user")
     assert "each may spend 0.25 of a document's budget" in err and "s3cret" not in err
+
+
+def test_concurrent_reservations_of_one_caller_never_pass_its_share(tmp_path):
+    """8 threads on 4 connections to one SQLite file, 40 reservations of 1 by one caller,
+    budget 10, share 0.5: exactly 5 granted, and its figure and the document's are 5."""
+    import threading
+
+    ledgers = [SQLiteLedger(tmp_path / "l.db") for _ in range(4)]
+    granted: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def run(k: int) -> None:
+        barrier.wait()
+        for j in range(5):
+            res = ledgers[k % 4].reserve(f"r{k}-{j}", ["d"], 1.0, Budgets(default=10.0),
+                                         caller="alice", share=0.5)
+            granted.extend(res.granted)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(granted) == 5
+    assert ledgers[0].caller_spent("alice") == {"d": 5.0}
+    assert ledgers[0].document("d").spent == 5.0
+    for ledger in ledgers:
+        ledger.close()

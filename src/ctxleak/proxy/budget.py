@@ -164,10 +164,10 @@ class BudgetLedger:
     def _reserve(self, request_id: str, ask: _Ask) -> Reservation:
         def body(db: Any) -> Reservation:
             over_share: list[str] = []
+            row_of = self._rows_of(db, ask.doc_ids)  # (first: PostgreSQL locks the rows)
             caller_of = None if ask.caller is None else \
                 self._caller_rows_of(db, ask.caller, ask.doc_ids)
-            granted, exhausted = _decide(ask, self._rows_of(db, ask.doc_ids), caller_of,
-                                         over_share)
+            granted, exhausted = _decide(ask, row_of, caller_of, over_share)
             now = time.time()
             for doc, (amount, cls, budget) in granted.items():
                 db.execute(self._sql(_CHARGE), (doc, amount, cls, budget))
