@@ -107,6 +107,23 @@ def register(app: typer.Typer) -> None:
         api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment "
                                                   "variable holding the key clients must send "
                                                   "(Authorization: Bearer KEY)."),
+        caller_keys: Optional[str] = typer.Option(
+            None, "--caller-keys", help="JSONL or CSV file of rows with caller and key_env (the "
+            "environment variable holding that caller's API key; or key, the key itself): "
+            "each key is a caller, whose share and rate are its own. The --api-key-env key is "
+            "caller default; without any key, every client is one caller, anonymous."),
+        caller_header: Optional[str] = typer.Option(
+            None, "--caller-header", help="A header (e.g. x-ctxleak-user) in which the "
+            "operator's app, authenticated by its key, names its end user: the caller is then "
+            "KEY'S-CALLER/VALUE (1 to 64 printable characters)."),
+        caller_share: float = typer.Option(
+            1.0, "--caller-share", help="The fraction in (0, 1] of each document's budget one "
+            "caller may spend, e.g. 0.25 (default 1: no share limit); past it the caller is "
+            "answered without the document, or HTTP 429 with --on-exhausted refuse."),
+        caller_rate: Optional[float] = typer.Option(
+            None, "--caller-rate", help="Requests a minute one caller may send (burst the "
+            "same; each replica counts its own), e.g. 30; past it HTTP 429 with Retry-After "
+            "(default: no limit)."),
         upstream_key_env: Optional[str] = typer.Option(
             None, "--upstream-key-env", help="Environment variable holding the upstream's API "
             "key."),
@@ -168,6 +185,7 @@ def register(app: typer.Typer) -> None:
         from ctxleak.proxy import Budgets, ProxyConfig, run_proxy
         from ctxleak.proxy.answering import mechanism_text
         from ctxleak.proxy.budget import open_ledger, public_ledger_url
+        from ctxleak.proxy.callers import read_caller_keys
         from ctxleak.proxy.charging import sizing_text
         from ctxleak.proxy.config import read_classes
 
@@ -198,6 +216,9 @@ def register(app: typer.Typer) -> None:
                              classes=read_classes(classes) if classes else {},
                              temperature=temperature, max_tokens=max_tokens,
                              max_tokens_limit=max_tokens_limit, api_key=api_key,
+                             caller_keys=read_caller_keys(caller_keys) if caller_keys else {},
+                             caller_header=caller_header, caller_share=caller_share,
+                             caller_rate=caller_rate,
                              max_body_bytes=max_body_bytes, max_concurrent=max_concurrent,
                              max_queued=max_queued,
                              upstream_timeout=upstream_timeout, body_timeout=body_timeout,
@@ -220,7 +241,7 @@ def register(app: typer.Typer) -> None:
         where = public_url(upstream) if upstream else "nothing"
         typer.echo(f"ctxleak serve: http://{host}:{port}/v1 (CID on {model}, {decode}; ledger "
                    f"{public_ledger_url(ledger)}; pass-through to {where})", err=True)
-        if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+        if api_key is None and not config.caller_keys and host not in ("127.0.0.1", "localhost", "::1"):
             typer.echo(f"ctxleak serve: warning: listening on {host} without an API key: "
                        "anyone who reaches this address can spend the documents' budgets "
                        "(give --api-key-env)", err=True)
@@ -235,4 +256,5 @@ def register(app: typer.Typer) -> None:
                        f"divergences at that order; the counts above are basic composition's, "
                        f"a floor)", err=True)
         typer.echo(f"ctxleak serve: {config.limits_text()}", err=True)
+        typer.echo(f"ctxleak serve: {config.callers_text()}", err=True)
         run_proxy(lm, host=host, port=port, ledger=store, config=config)

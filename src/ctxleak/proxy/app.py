@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import hmac
 import json
 import logging
 import secrets
@@ -40,7 +39,8 @@ from ctxleak.mitigations.mechanisms import Listener
 from ctxleak.proxy.answering import Reply, answer_alone, refusal
 from ctxleak.proxy.batching import BatchDecoder
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger, open_ledger
-from ctxleak.proxy.charging import Charging, Held, budget_spent
+from ctxleak.proxy.callers import Caller, RateLimited, RateLimiter, identify
+from ctxleak.proxy.charging import Charging, Held, budget_spent, caller_share_spent
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.errors import decoding_failed, error_response, unauthorised
@@ -63,7 +63,10 @@ class Proxy:
 
     def __init__(self, lm: LanguageModel, ledger: BudgetLedger, config: ProxyConfig) -> None:
         self.lm, self.config = lm, config
-        self.metrics = ProxyMetrics(ledger, config.metrics_documents)
+        self.metrics = ProxyMetrics(ledger, config.metrics_documents,
+                                    share=config.caller_share, rate=config.caller_rate)
+        # each caller's requests a minute, counted in this process (replicas keep their own)
+        self.limiter = None if config.caller_rate is None else RateLimiter(config.caller_rate)
         self.charging = Charging(ledger, config, self.metrics)
         self.upstream = Upstream(config)
         # an in-process model decodes the answers waiting together, one batch at a time (under
@@ -98,18 +101,21 @@ class Proxy:
         if self.batcher is not None:
             await run_in_threadpool(self.batcher.close)
 
-    async def answer(self, body: dict[str, Any]) -> Response:
+    async def answer(self, body: dict[str, Any], caller: Caller | None = None) -> Response:
         """A request with marked context answered by its mechanism, its budget reserved before
-        decoding and settled after (:mod:`ctxleak.proxy.charging`)."""
+        decoding and settled after (:mod:`ctxleak.proxy.charging`), for ``caller`` (its share
+        of each document's budget)."""
         request = parse_request(body, self.config)
         if request.seed is None:  # the answer's noise: a server secret, drawn once, so that
             # what it is charged before and how it is decoded after read the same draws
             request = replace(request, seed=secrets.randbits(63))
         rid = "chatcmpl-" + uuid.uuid4().hex
-        held = await self.charging.reserve(rid, request)
+        held = await self.charging.reserve(rid, request, caller)
         least = request.mechanism.min_documents
         if len(held.docs) < least:  # budgets spent: too few documents left to answer from
             await self.charging.release_unspent(held)
+            if held.over_share:  # the caller's share, not the documents' budgets
+                raise caller_share_spent(self.config.caller_share)
             raise budget_spent(f"ctxleak.documents: the privacy budget of document(s) "
                                f"{', '.join(held.dropped)} is spent, and "
                                f"{request.mechanism.key()} needs at least {least} "
@@ -165,13 +171,29 @@ class Proxy:
                                  headers=stream_headers(request, held))
 
     # ---- the HTTP front -------------------------------------------------------------------
+    def caller(self, request: Request, user: bool = True) -> Caller | None:
+        """The request's caller (:func:`~ctxleak.proxy.callers.identify`), None when its key
+        is none of the proxy's; ``user``: read the operator's ``caller_header`` too."""
+        config = self.config
+        header = config.caller_header if user else None
+        return identify(request.headers.get("authorization", ""), config.api_key,
+                        config.caller_keys, header,
+                        None if header is None else request.headers.get(header))
+
     def authorised(self, request: Request) -> bool:
-        key = self.config.api_key
-        if key is None:
-            return True
-        given = request.headers.get("authorization", "")
-        return given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(),
-                                                                   key.encode())
+        return self.caller(request, user=False) is not None
+
+    def admit(self, caller: Caller) -> None:
+        """Count ``caller``'s request; HTTP 429 ``rate_limited`` (with ``Retry-After``) past
+        its requests a minute (``caller_rate``), before anything is read, reserved or
+        decoded."""
+        self.metrics.caller_requests.labels(caller.label).inc()
+        if self.limiter is not None:
+            try:
+                self.limiter.check(caller.name)
+            except RateLimited:
+                self.metrics.rate_limited.labels(caller.label).inc()
+                raise
 
     async def read_body(self, request: Request) -> bytes:
         """The request's body, at most ``max_body_bytes`` (HTTP 413) within ``body_timeout``
@@ -201,14 +223,16 @@ class Proxy:
         """``POST /v1/chat/completions``: the key checked, the body read (a slow body holds no
         slot), the concurrency limit checked; marked context answered by its mechanism, any
         other request passed through."""
-        if not self.authorised(request):
+        caller = self.caller(request)
+        if caller is None:
             raise unauthorised()
+        self.admit(caller)
         body, raw = parse_body(await self.read_body(request))
         async with self._slot():
             if not is_marked(body) and self.config.datastore is None:
                 return await self.upstream.pass_through(raw, body)
             try:
-                return await self.answer(body)
+                return await self.answer(body, caller)
             except self.charging.ledger.unavailable as exc:  # PostgreSQL down: one line
                 log.error(json.dumps({"event": "ledger_unavailable", "error":
                                       f"{type(exc).__name__}: {str(exc).splitlines()[0:1]}"}))

@@ -18,7 +18,15 @@ Every answer is paid in two steps, each one transaction:
    reservation.
 
 A crash between the two leaves the reservation charged: a half-written answer never counts as
-unspent. Plain CID (a fixed λ, no ε) has no guarantee; its data-dependent ex-post ε is recorded
+unspent.
+
+A reservation made for a ``caller`` also adds what it holds to that caller's figure of each
+document (table ``ctxleak_caller_spend``, in the unit of ``spent``), in the same transaction, and
+its settlement gives the caller back what it gives the document; with a ``share`` a caller may
+hold at most share × budget of a document (:func:`~ctxleak.proxy.budgets.share_hold`), so no one
+caller can take a document's budget from the others.
+
+Plain CID (a fixed λ, no ε) has no guarantee; its data-dependent ex-post ε is recorded
 in a column of its own (:meth:`BudgetLedger.record_ex_post`) and is not a budget unless the
 operator says so.
 
@@ -43,7 +51,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ctxleak.errors import ConfigError
-from ctxleak.proxy.budgets import TOLERANCE, Budgets, answers_allowed
+from ctxleak.proxy.budgets import TOLERANCE, Budgets, answers_allowed, share_hold
 
 __all__ = ["TOLERANCE", "BudgetLedger", "Budgets", "DocumentSpend", "PostgresLedger",
            "Reservation", "SQLiteLedger", "answers_allowed", "open_ledger", "public_ledger_url"]
@@ -52,13 +60,16 @@ __all__ = ["TOLERANCE", "BudgetLedger", "Budgets", "DocumentSpend", "PostgresLed
 class Reservation:
     """What :meth:`BudgetLedger.reserve` granted: the request, the amount asked of each
     document, the documents granted and those whose budget could not cover it, and what each
-    granted document holds (the amount, or with ``hold_rest`` its remaining budget)."""
+    granted document holds (the amount, or with ``hold_rest`` its remaining budget);
+    ``over_share``: the documents refused because the caller's share of them is spent (not in
+    ``exhausted``: others may still use them)."""
 
     request_id: str
     amount: float
     granted: tuple[str, ...]
     exhausted: tuple[str, ...]
     held: Mapping[str, float] = field(default_factory=dict)
+    over_share: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,8 +97,8 @@ class BudgetLedger:
 
     def reserve(self, request_id: str, doc_ids: Sequence[str], amount: float | Mapping[str, float],
                 budgets: Budgets, *, all_or_nothing: bool = False,
-                classes: Mapping[str, str] | None = None, hold_rest: bool = False
-                ) -> Reservation:
+                classes: Mapping[str, str] | None = None, hold_rest: bool = False,
+                caller: str | None = None, share: float | None = None) -> Reservation:
         """Charge ``amount`` to each of ``doc_ids`` whose spent ε plus ``amount`` stays within its
         budget, in one transaction, and record the reservation under ``request_id``. ``amount``
         may be a mapping: each document's own amount (its individual privacy loss in this
@@ -95,7 +106,9 @@ class BudgetLedger:
         ``all_or_nothing``: when any document is exhausted, charge none of them. ``classes``:
         a class per document id, recorded where the ledger holds none (the ledger's wins: its
         budget is that class's). ``hold_rest``: hold each document's whole remaining budget
-        (which must be > 0) instead of ``amount``."""
+        (which must be > 0) instead of ``amount``. ``caller``: whose reservation it is (its
+        holdings recorded per document); ``share``: with a caller, the fraction in (0, 1] of a
+        document's budget one caller may hold and spend (None: no limit)."""
         ids = list(dict.fromkeys(doc_ids))
         amounts = {d: float(amount[d]) if d in amount else 0.0 for d in ids} \
             if isinstance(amount, Mapping) else {d: float(amount) for d in ids}
@@ -103,8 +116,10 @@ class BudgetLedger:
             if not math.isfinite(value) or value < 0:
                 raise ConfigError(f"a reservation must be a finite number >= 0, not {value}",
                                   param="amount")
+        if share is not None and not 0 < share <= 1:
+            raise ConfigError(f"a caller's share must be in (0, 1], not {share}", param="share")
         ask = _Ask(ids, max(amounts.values(), default=0.0), budgets, all_or_nothing,
-                   dict(classes or {}), hold_rest, amounts)
+                   dict(classes or {}), hold_rest, amounts, caller, share)
         return self._reserve(request_id, ask)
 
     def settle(self, request_id: str, spent: float | Mapping[str, float]) -> None:
@@ -143,27 +158,50 @@ class BudgetLedger:
         (the store's row locking)."""
         raise NotImplementedError
 
+    def _caller_rows_of(self, db: Any, caller: str, doc_ids: list[str]
+                        ) -> Callable[[str], float]:
+        """What ``caller`` holds and spent of a document, read inside the reservation's
+        transaction (the document rows :meth:`_rows_of` read are locked: a caller's row of a
+        document changes only with its document's)."""
+        rows = {}
+        for doc in doc_ids:
+            row = db.execute(self._sql("SELECT spent FROM ctxleak_caller_spend WHERE caller = ? "
+                                       "AND doc_id = ?"), (caller, doc)).fetchone()
+            rows[doc] = float(row[0]) if row else 0.0
+        return lambda d: rows.get(d, 0.0)
+
     def _reserve(self, request_id: str, ask: _Ask) -> Reservation:
         def body(db: Any) -> Reservation:
-            granted, exhausted = _decide(ask, self._rows_of(db, ask.doc_ids))
+            over_share: list[str] = []
+            row_of = self._rows_of(db, ask.doc_ids)  # (first: PostgreSQL locks the rows)
+            caller_of = None if ask.caller is None else \
+                self._caller_rows_of(db, ask.caller, ask.doc_ids)
+            granted, exhausted = _decide(ask, row_of, caller_of, over_share)
             now = time.time()
             for doc, (amount, cls, budget) in granted.items():
                 db.execute(self._sql(_CHARGE), (doc, amount, cls, budget))
-                db.execute(self._sql(_RECORD), (request_id, doc, amount, now))
+                db.execute(self._sql(_RECORD), (request_id, doc, amount, now, ask.caller))
+                if ask.caller is not None:
+                    db.execute(self._sql(_CALLER_CHARGE), (ask.caller, doc, amount))
             return Reservation(request_id, ask.amount, tuple(granted), tuple(exhausted),
-                               {doc: amount for doc, (amount, _, _) in granted.items()})
+                               {doc: amount for doc, (amount, _, _) in granted.items()},
+                               tuple(over_share))
 
         return self._transaction(body)
 
     def _settle(self, request_id: str, spent: float | dict[str, float]) -> None:
         def body(db: Any) -> None:
-            rows = db.execute(self._sql("SELECT doc_id, amount FROM ctxleak_reservation WHERE "
-                                        "request_id = ?" + self._LOCK_ROWS),
-                              (request_id,)).fetchall()
-            for doc, amount in rows:
+            rows = db.execute(self._sql("SELECT doc_id, amount, caller FROM "
+                                        "ctxleak_reservation WHERE request_id = ?"
+                                        + self._LOCK_ROWS), (request_id,)).fetchall()
+            for doc, amount, caller in rows:
                 own = float(spent.get(doc, amount)) if isinstance(spent, dict) else spent
                 db.execute(self._sql("UPDATE ctxleak_spend SET spent = spent - ? WHERE "
                                      "doc_id = ?"), (float(amount) - own, doc))
+                if caller is not None:  # the caller's figure follows its document's
+                    db.execute(self._sql("UPDATE ctxleak_caller_spend SET spent = spent - ? "
+                                         "WHERE caller = ? AND doc_id = ?"),
+                               (float(amount) - own, caller, doc))
             db.execute(self._sql("DELETE FROM ctxleak_reservation WHERE request_id = ?"),
                        (request_id,))
 
@@ -228,6 +266,15 @@ class BudgetLedger:
                     out[doc] = str(row[0])
         return out
 
+    def caller_spent(self, caller: str) -> dict[str, float]:
+        """What ``caller`` holds and spent of each document it reserved (open reservations
+        counted as spent), in the unit of the documents' ``spent``."""
+        with self._lock:
+            rows = self._db.execute(self._sql("SELECT doc_id, spent FROM ctxleak_caller_spend "
+                                              "WHERE caller = ? ORDER BY doc_id"),
+                                    (caller,)).fetchall()
+        return {str(d): float(s) for d, s in rows}
+
     def open_reservations(self) -> list[tuple[str, str, float]]:
         """(request id, document id, amount) of every reservation not settled."""
         with self._lock:
@@ -288,14 +335,19 @@ class _Ask:
     classes: dict[str, str]
     hold_rest: bool
     amounts: dict[str, float] = field(default_factory=dict)  # each document's own amount
+    caller: str | None = None
+    share: float | None = None
 
 
-def _decide(ask: _Ask, row_of: Callable[[str], tuple[float, str | None]]
+def _decide(ask: _Ask, row_of: Callable[[str], tuple[float, str | None]],
+            caller_of: Callable[[str], float] | None = None, over_share: list[str] | None = None
             ) -> tuple[dict[str, tuple[float, str | None, float | None]], list[str]]:
     """Which documents the reservation is granted for: {id: (amount held, class, budget)},
-    and the exhausted ids. ``row_of``: a document's spent ε and recorded class."""
+    and the exhausted ids. ``row_of``: a document's spent ε and recorded class;
+    ``caller_of``: what the caller holds of it, whose share (:func:`share_hold`) may refuse
+    a document that fits its budget (its id added to ``over_share``)."""
     granted: dict[str, tuple[float, str | None, float | None]] = {}
-    exhausted = []
+    exhausted: list[str] = []
     for doc in ask.doc_ids:
         spent, recorded = row_of(doc)
         cls = recorded if recorded is not None else ask.classes.get(doc)
@@ -310,11 +362,17 @@ def _decide(ask: _Ask, row_of: Callable[[str], tuple[float, str | None]]
             fits = spent + amount <= budget + TOLERANCE
         else:  # an answer that reserves nothing (ex-post charging) needs some budget left
             fits = spent < budget
+        if fits and caller_of is not None and ask.share is not None:
+            held = share_hold(amount, budget, ask.share, caller_of(doc), ask.hold_rest)
+            if held is None:
+                (over_share if over_share is not None else exhausted).append(doc)
+                continue
+            amount = held
         if fits:
             granted[doc] = (amount, cls, budget)
         else:
             exhausted.append(doc)
-    if ask.all_or_nothing and exhausted:
+    if ask.all_or_nothing and (exhausted or over_share):
         granted = {}
     return granted, exhausted
 
@@ -327,6 +385,8 @@ _SCHEMA = (
     "doc_id TEXT NOT NULL, amount DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL, "
     "PRIMARY KEY (request_id, doc_id))",
     "CREATE TABLE IF NOT EXISTS ctxleak_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS ctxleak_caller_spend (caller TEXT NOT NULL, doc_id TEXT NOT "
+    "NULL, spent DOUBLE PRECISION NOT NULL DEFAULT 0, PRIMARY KEY (caller, doc_id))",
 )
 #: Columns a ledger made before documents had classes lacks: added when it is opened.
 _ADDED = {"doc_class": "TEXT", "budget": "DOUBLE PRECISION"}
@@ -336,7 +396,14 @@ _CHARGE = ("INSERT INTO ctxleak_spend (doc_id, spent, doc_class, budget) VALUES 
            "ON CONFLICT (doc_id) DO UPDATE SET spent = ctxleak_spend.spent + excluded.spent, "
            "doc_class = COALESCE(ctxleak_spend.doc_class, excluded.doc_class), "
            "budget = excluded.budget")
-_RECORD = "INSERT INTO ctxleak_reservation VALUES (?, ?, ?, ?)"
+_RECORD = ("INSERT INTO ctxleak_reservation (request_id, doc_id, amount, created, caller) "
+           "VALUES (?, ?, ?, ?, ?)")
+#: What a caller's reservation adds to its figure of the document.
+_CALLER_CHARGE = ("INSERT INTO ctxleak_caller_spend (caller, doc_id, spent) VALUES (?, ?, ?) "
+                  "ON CONFLICT (caller, doc_id) DO UPDATE SET "
+                  "spent = ctxleak_caller_spend.spent + excluded.spent")
+#: A reservation's caller, a column a ledger made before callers lacks: added when opened.
+_ADDED_RESERVATION = {"caller": "TEXT"}
 
 
 class SQLiteLedger(BudgetLedger):
@@ -371,6 +438,10 @@ class SQLiteLedger(BudgetLedger):
         for column, kind in _ADDED.items():
             if column not in have:
                 self._db.execute(f"ALTER TABLE ctxleak_spend ADD COLUMN {column} {kind}")
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(ctxleak_reservation)")}
+        for column, kind in _ADDED_RESERVATION.items():
+            if column not in have:
+                self._db.execute(f"ALTER TABLE ctxleak_reservation ADD COLUMN {column} {kind}")
 
     def _transaction(self, body: Callable[[sqlite3.Connection], Any]) -> Any:
         with self._lock:
@@ -419,6 +490,9 @@ class PostgresLedger(BudgetLedger):
             for column, kind in _ADDED.items():
                 self._db.execute(f"ALTER TABLE ctxleak_spend ADD COLUMN IF NOT EXISTS {column} "
                                  f"{kind}")
+            for column, kind in _ADDED_RESERVATION.items():
+                self._db.execute(f"ALTER TABLE ctxleak_reservation ADD COLUMN IF NOT EXISTS "
+                                 f"{column} {kind}")
 
     _LOCK_ROWS = " ORDER BY doc_id FOR UPDATE"
 

@@ -63,3 +63,20 @@ class Budgets:
         """Whether the document is public (never charged): class ``public``, no budget of its
         own."""
         return doc_class == PUBLIC and doc_id not in self.overrides
+
+
+def share_hold(amount: float, budget: float | None, share: float, caller_spent: float,
+               hold_rest: bool = False) -> float | None:
+    """What one caller may hold of a document for a reservation of ``amount`` (in the unit of
+    the ledger's ``spent``), when it may spend at most ``share`` × ``budget`` of it and holds
+    ``caller_spent`` already; None: its share is spent. A reservation of 0 (ex-post charging)
+    needs some share left; ``hold_rest`` (an unbounded spend) holds at most what is left of the
+    share. No budget: no share limit."""
+    if budget is None:
+        return amount
+    cap = share * budget
+    if hold_rest:
+        return min(amount, cap - caller_spent) if caller_spent < cap else None
+    if amount > 0:
+        return amount if caller_spent + amount <= cap + TOLERANCE else None
+    return amount if caller_spent < cap else None

@@ -31,6 +31,7 @@ from ctxleak.errors import ConfigError, CtxleakError
 from ctxleak.mitigations.mechanisms import AnswerRequest, Charge
 from ctxleak.proxy.answering import Reply, refusal, store_of
 from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
+from ctxleak.proxy.callers import Caller
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.metrics import ProxyMetrics
@@ -57,7 +58,8 @@ class Held:
     (each once, in order), the documents it may decode with, the ids dropped for their budget,
     whether a reservation was charged (bounded CID, or ``charge_ex_post``), what each charged
     document holds, the public documents (never charged), each document's class where known,
-    and the warnings the response carries."""
+    and the warnings the response carries; ``over_share``: the documents left out because
+    this caller's share of their budget is spent."""
 
     rid: str
     ids: list[str]
@@ -68,10 +70,20 @@ class Held:
     public: tuple[str, ...] = ()
     classes: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    over_share: tuple[str, ...] = ()
     #: whether each document holds its own individual charge (:meth:`Charging._individual`)
     individual: bool = False
     #: under Rényi composition, what one released token holds in the ledger (bounded CID)
     renyi_token: float | None = None
+
+
+def caller_share_spent(share: float) -> ProxyError:
+    """HTTP 429 ``caller_share_spent`` on ``ctxleak.documents``: this caller has spent its
+    ``share`` of a document's budget (other callers may still use it)."""
+    return ProxyError(429, f"ctxleak.documents: this caller has spent its share ({share:g}) of "
+                           f"the privacy budget of the documents it needs; other callers are "
+                           f"not affected", param="ctxleak.documents",
+                      kind="insufficient_quota", code="caller_share_spent")
 
 
 def never_fits(doc_id: str, budget: float, per_token: float, max_tokens: int) -> str:
@@ -125,7 +137,8 @@ class Charging:
         self.budgets = self.composition.budgets(config.budgets)
         ledger.keep_unit(self.composition.unit())
 
-    async def reserve(self, rid: str, request: ChatRequest) -> Held:
+    async def reserve(self, rid: str, request: ChatRequest,
+                      caller: Caller | None = None) -> Held:
         """Reserve the budget the answer may spend before anything is decoded, as its
         mechanism's :class:`~ctxleak.mitigations.mechanisms.Charge` says: a claim's ε per
         answer; ε per token the answer may release (bounded CID); for plain CID charged ex post
@@ -133,13 +146,15 @@ class Charging:
         answer with no ε charged reserves nothing (:meth:`_uncharged`). A document whose budget
         could never cover it is refused with HTTP 400 (``on_unfittable``); one whose budget is
         spent is dropped, or the whole request refused with HTTP 429
-        (``on_exhausted="refuse"``)."""
+        (``on_exhausted="refuse"``). ``caller``: whose reservation it is; with a
+        ``caller_share`` below 1, a document of which it has spent its share is dropped (or
+        HTTP 429 ``caller_share_spent``), whatever other callers left of it."""
         ids, classes, public, private = await self._classes(request)
         charge = request.charge
         if not (charge.guaranteed or (charge.ex_post and self.config.charge_ex_post)):
             return await self._uncharged(rid, request, ids, private, classes)
         if request.datastore is not None and charge.per_answer is not None:
-            held = await self._individual(rid, request, ids, public, classes)
+            held = await self._individual(rid, request, ids, public, classes, caller)
             if held is not None:
                 return held
         per_answer, per_token = self.units(request)
@@ -150,22 +165,30 @@ class Charging:
                 per_token * (request.max_tokens + 1), per_token is None
         warnings = () if hold_rest else self._unfittable(request, need, private, classes)
         refuse = self.config.on_exhausted == "refuse"
+        share = self.config.caller_share if self.config.caller_share < 1 else None
         res = await run_in_threadpool(
             lambda: self.ledger.reserve(rid, private, need, self.budgets,
                                         all_or_nothing=refuse,
                                         classes={i: classes[i] for i in private if i in classes},
-                                        hold_rest=hold_rest))
+                                        hold_rest=hold_rest,
+                                        caller=None if caller is None else caller.name,
+                                        share=share))
         if res.exhausted:
             self._exhausted(res.exhausted)
+        if res.over_share:
+            self._over_share(res.over_share, caller)
+            warnings += (f"{len(res.over_share)} document(s) left out: this caller's share of "
+                         f"their budget is spent",)
         kept = set(res.granted) | set(public)
         dropped = [i for i in ids if i not in kept]
         self.metrics.dropped.inc(len(dropped))
         return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
-                    dict(res.held), public, dict(classes), warnings,
+                    dict(res.held), public, dict(classes), warnings, res.over_share,
                     renyi_token=per_token if self.composition.renyi else None)
 
     async def _individual(self, rid: str, request: ChatRequest, ids: list[str],
-                          public: tuple[str, ...], classes: Mapping[str, str]) -> Held | None:
+                          public: tuple[str, ...], classes: Mapping[str, str],
+                          caller: Caller | None) -> Held | None:
         """Individual per-document accounting over the datastore, as a privacy filter
         ("Individual Privacy Accounting via a Rényi Filter", Feldman and Zrnic): each private
         document is reserved what this answer can cost it (the mechanism's
@@ -173,9 +196,12 @@ class Charging:
         change the answer, which is not written to the ledger), and a document whose budget
         that would pass is left out before the answer; leaving it out can change what the
         others are charged (a vote's shard reads its next best), so the charges are computed
-        again until every one fits. None: the mechanism has no individual charges."""
+        again until every one fits (a document this caller's share no longer covers is left
+        out the same way, for this caller only). None: the mechanism has no individual
+        charges."""
         mechanism, decoding, kept = request.mechanism, request.decoding, set(ids)
-        public_ids, out = set(public), list[str]()
+        public_ids, out, over = set(public), list[str](), list[str]()
+        share = self.config.caller_share if self.config.caller_share < 1 else None
         while True:
             store = store_of(request, kept)
             asked = AnswerRequest(documents=(), prompt=lambda texts: [], seed=request.seed or 0,
@@ -191,15 +217,23 @@ class Charging:
             own = {d: a for d, a in own.items() if a > 0}
             res = await run_in_threadpool(functools.partial(
                 self.ledger.reserve, rid, list(own), own, self.budgets,
-                all_or_nothing=True, classes={i: classes[i] for i in own if i in classes}))
-            if not res.exhausted:
+                all_or_nothing=True, classes={i: classes[i] for i in own if i in classes},
+                caller=None if caller is None else caller.name, share=share))
+            if not (res.exhausted or res.over_share):
                 break
-            self._exhausted(res.exhausted)  # (HTTP 429 with on_exhausted="refuse")
-            out.extend(res.exhausted)
-            kept -= set(res.exhausted)
+            if res.exhausted:
+                self._exhausted(res.exhausted)  # (HTTP 429 with on_exhausted="refuse")
+            if res.over_share:
+                self._over_share(res.over_share, caller)
+            out.extend([*res.exhausted, *res.over_share])
+            over.extend(res.over_share)
+            kept -= {*res.exhausted, *res.over_share}
         self.metrics.dropped.inc(len(out))
+        warnings = (f"{len(over)} document(s) left out: this caller's share of their budget "
+                    f"is spent",) if over else ()
         return Held(rid, ids, [d for d in request.documents if d.id in kept], out, True,
-                    dict(res.held), public, dict(classes), individual=True)
+                    dict(res.held), public, dict(classes), warnings, tuple(over),
+                    individual=True)
 
     def _amount(self, request: ChatRequest, eps: float, events: Any) -> float:
         """A loss in the ledger's unit; HTTP 400 for one a Rényi ledger cannot hold."""
@@ -294,6 +328,13 @@ class Charging:
         self.metrics.dropped.inc(len(dropped))
         return Held(rid, ids, [d for d in request.documents if d.id not in out], dropped,
                     False, classes=dict(classes), warnings=warnings)
+
+    def _over_share(self, docs: Sequence[str], caller: Caller | None) -> None:
+        """Count documents refused for the caller's share; HTTP 429 with
+        ``on_exhausted="refuse"``."""
+        self.metrics.share_spent.labels(caller.label if caller else "").inc(len(docs))
+        if self.config.on_exhausted == "refuse":
+            raise caller_share_spent(self.config.caller_share)
 
     def _exhausted(self, exhausted: Sequence[str]) -> None:
         """Count documents found exhausted; HTTP 429 with ``on_exhausted="refuse"``."""

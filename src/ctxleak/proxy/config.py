@@ -4,6 +4,7 @@ keyword)."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,25 @@ ON_UNFITTABLE = ("refuse", "drop")
 #: request (HTTP 403), ``drop`` the document (answer without it, said in the response), or
 #: ``use`` it uncharged (plain CID's ex-post ε recorded only).
 UNGUARANTEED = ("refuse", "drop", "use")
+
+#: The caller of the single ``api_key``, and of a proxy without keys
+#: (:mod:`ctxleak.proxy.callers`); the longest caller or end-user name.
+DEFAULT, ANONYMOUS = "default", "anonymous"
+MAX_USER_CHARS = 64
+
+
+def check_caller_keys(keys: Mapping[str, str]) -> None:
+    """``caller_keys`` as the proxy takes them: non-empty keys, each to a caller name that is
+    non-empty, printable and without ``/`` (which separates a key's caller from an end user)."""
+    for key, caller in keys.items():
+        if not (isinstance(key, str) and key):
+            raise ConfigError("caller_keys: a key must be a non-empty string", param="caller_keys")
+        if not (isinstance(caller, str) and caller and caller.isprintable() and "/" not in caller
+                and len(caller) <= MAX_USER_CHARS):
+            raise ConfigError(f"caller_keys: caller name {caller!r} must be 1 to "
+                              f"{MAX_USER_CHARS} printable characters without '/'",
+                              param="caller_keys")
+
 
 #: The smallest temperature > 0 a request may give: below it the logits divided by T are so
 #: large that the mixture's divergence is no longer a finite number and CID would silently
@@ -124,7 +144,16 @@ class ProxyConfig:
       a class a client sends must be the operator's or the ledger's, never a new one.
     - ``temperature``, ``max_tokens``, ``min_tokens``: the defaults of a request that does not
       give them; ``max_tokens_limit`` the most a request may ask for.
-    - ``api_key``: the Bearer key clients must send (None: none needed).
+    - ``api_key``: the Bearer key clients must send (None: none needed), caller ``default``;
+      ``caller_keys``: more keys, API key → caller name (:mod:`ctxleak.proxy.callers`,
+      ``ctxleak serve --caller-keys FILE``); ``caller_header``: a header (e.g.
+      ``x-ctxleak-user``) in which the operator's app names its end user, the caller then
+      ``<key's caller>/<value>``.
+    - ``caller_share``: the fraction in (0, 1] of each document's budget one caller may spend
+      (1: no share limit); a caller past it is answered without the document, or HTTP 429
+      ``caller_share_spent`` (``on_exhausted="refuse"``). ``caller_rate``: requests a minute
+      per caller (None: no limit), a token bucket in this process (HTTP 429 ``rate_limited``
+      with ``Retry-After``).
     - ``max_body_bytes`` (HTTP 413 above it), ``max_concurrent`` requests answered at once
       (counted once a request's body is read) and ``max_queued`` more waiting in arrival order
       for a slot (HTTP 429 past both), ``upstream_timeout`` seconds (HTTP 504
@@ -167,6 +196,10 @@ class ProxyConfig:
     min_tokens: int = 0
     max_tokens_limit: int = 512
     api_key: str | None = None
+    caller_keys: Mapping[str, str] = field(default_factory=dict)
+    caller_header: str | None = None
+    caller_share: float = 1.0
+    caller_rate: float | None = None
     max_body_bytes: int = 1 << 20
     max_concurrent: int = 8
     max_queued: int = 32
@@ -194,6 +227,7 @@ class ProxyConfig:
             if not (isinstance(doc, str) and isinstance(cls, str) and doc and cls):
                 raise ConfigError(f"classes: document {doc!r} must have a class name, not "
                                   f"{cls!r}", param="classes")
+        self._check_callers()
         if self.ex_post_reserve is not None and not (
                 math.isfinite(self.ex_post_reserve * (self.max_tokens_limit + 1))
                 and self.ex_post_reserve > 0):
@@ -266,6 +300,30 @@ class ProxyConfig:
         object.__setattr__(self, "composition", Composition(self.accounting, order,
                                                             self.budget_delta))
 
+    def _check_callers(self) -> None:
+        """The callers' keys, header, share and rate (:mod:`ctxleak.proxy.callers`)."""
+        check_caller_keys(self.caller_keys)
+        if self.api_key is not None and self.caller_keys.get(self.api_key, DEFAULT) \
+                != DEFAULT:
+            raise ConfigError("caller_keys: the api_key is caller 'default', not "
+                              f"{self.caller_keys[self.api_key]!r}", param="caller_keys")
+        header = self.caller_header
+        if header is not None:
+            if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}", header) or \
+                    header.lower() in ("authorization", "host", "content-length", "cookie"):
+                raise ConfigError(f"caller_header must be an HTTP header name other than "
+                                  f"authorization, host, cookie and content-length, not "
+                                  f"{header!r}", param="caller_header")
+            object.__setattr__(self, "caller_header", header.lower())
+        if not (isinstance(self.caller_share, (int, float)) and 0 < self.caller_share <= 1):
+            raise ConfigError(f"caller_share must be a fraction in (0, 1], not "
+                              f"{self.caller_share!r}", param="caller_share")
+        rate = self.caller_rate
+        if rate is not None and not (isinstance(rate, (int, float)) and math.isfinite(rate)
+                                     and rate > 0):
+            raise ConfigError(f"caller_rate must be a number > 0 (requests per minute), not "
+                              f"{rate!r}", param="caller_rate")
+
     def _read_datastore(self) -> None:
         """``datastore`` as a :class:`~ctxleak.mitigations.datastore.Datastore` (a file, or a
         bundled set's name), and a mechanism to answer over it."""
@@ -296,6 +354,19 @@ class ProxyConfig:
                 f"in arrival order, past that HTTP 429; {charged}a document with a budget "
                 f"asked for without a guarantee ({what}) is {policy}; "
                 f"{len(self.classes)} document class(es) set by the operator")
+
+    def callers_text(self) -> str:
+        """Who the callers are and what each may take, in words (``ctxleak serve``'s start
+        line)."""
+        keys = len(self.caller_keys) + (self.api_key is not None)
+        who = f"{keys} caller key(s)" if keys else "no keys: one caller, anonymous"
+        if self.caller_header is not None:
+            who += f", end users named by the app in {self.caller_header}"
+        share = "no share limit" if self.caller_share >= 1 else \
+            f"each may spend {self.caller_share:g} of a document's budget"
+        rate = "no rate limit" if self.caller_rate is None else \
+            f"{self.caller_rate:g} requests a minute each (this replica's own count)"
+        return f"callers: {who}; {share}; {rate}"
 
     def _check_mechanism(self) -> None:
         """Parse ``mechanism`` (a :class:`ConfigError` naming ``mechanisms``, the CLI's

@@ -47,8 +47,10 @@ def masked(exc: ProxyError, mask: Callable[[str], str]) -> ProxyError:
 
 
 def error_response(exc: ProxyError) -> JSONResponse:
-    """The error as an HTTP response: its status, the OpenAI error body."""
-    return JSONResponse(exc.body(), status_code=exc.status)
+    """The error as an HTTP response: its status, the OpenAI error body, and the headers it
+    carries (``Retry-After`` of :class:`~ctxleak.proxy.callers.RateLimited`)."""
+    return JSONResponse(exc.body(), status_code=exc.status,
+                        headers=getattr(exc, "headers", None))
 
 
 def unauthorised() -> ProxyError:

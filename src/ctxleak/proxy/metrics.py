@@ -4,7 +4,10 @@ registry of their own per app so that several apps in one process keep separate 
 What an operator alerts on: the remaining budget of the documents closest to exhaustion (one
 gauge per document for the ``lowest`` documents only, so that a ledger of a million documents
 gives a bounded scrape, plus the count of documents), exhaustion events, and request latency
-per route. The budget gauges are read from the ledger at each scrape, so every replica on a
+per route; per caller (labelled by the key's caller name only, so as many labels as the
+operator has keys, whatever end users an app names): requests, rate-limited requests and
+documents refused for the caller's share, beside the configured share and rate. The budget
+gauges are read from the ledger at each scrape, so every replica on a
 shared ledger reports the same figures."""
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -42,9 +45,12 @@ class LedgerGauges(Collector):
 class ProxyMetrics:
     """Requests by route and status, their seconds by route, released tokens, ε spent
     (guaranteed, and the ex-post figure of plain CID, which is not a guarantee), documents
-    dropped for their budget, exhaustion events and, with a ledger, its budget gauges."""
+    dropped for their budget, exhaustion events, the callers' figures (their share of each
+    document's budget, ``share``, and requests a minute, ``rate``: None is +Inf, no limit) and,
+    with a ledger, its budget gauges."""
 
-    def __init__(self, ledger: BudgetLedger | None = None, lowest: int = 20) -> None:
+    def __init__(self, ledger: BudgetLedger | None = None, lowest: int = 20, *,
+                 share: float = 1.0, rate: float | None = None) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("ctxleak_proxy_requests", "Requests answered, by route and status",
                                 ["route", "status"], registry=self.registry)
@@ -65,6 +71,21 @@ class ProxyMetrics:
                                  ["action"], registry=self.registry)
         self.seconds = Histogram("ctxleak_proxy_request_seconds", "Seconds per request, by route",
                                  ["route"], registry=self.registry)
+        Gauge("ctxleak_proxy_caller_share", "The fraction of each document's budget one "
+              "caller may spend (1: no share limit)", registry=self.registry).set(share)
+        Gauge("ctxleak_proxy_caller_rate", "Requests a minute one caller may send to this "
+              "replica (+Inf: no limit)", registry=self.registry
+              ).set(float("inf") if rate is None else rate)
+        self.caller_requests = Counter("ctxleak_proxy_caller_requests", "Chat requests by "
+                                       "caller (its key's name)", ["caller"],
+                                       registry=self.registry)
+        self.rate_limited = Counter("ctxleak_proxy_caller_rate_limited", "Chat requests "
+                                    "refused for the caller's rate (HTTP 429), by caller",
+                                    ["caller"], registry=self.registry)
+        self.share_spent = Counter("ctxleak_proxy_caller_share_spent", "Documents left out "
+                                   "of (or refusing) an answer because the caller's share of "
+                                   "their budget is spent, by caller", ["caller"],
+                                   registry=self.registry)
         if ledger is not None:
             self.registry.register(LedgerGauges(ledger, lowest))
 
