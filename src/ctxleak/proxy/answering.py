@@ -17,7 +17,6 @@ from typing import Any
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
-from ctxleak.mitigations.datastore import Datastore
 from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Asked,
@@ -37,6 +36,7 @@ from ctxleak.mitigations.prompts import (
 from ctxleak.proxy.budget import answers_allowed
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
+from ctxleak.proxy.public import public_hits, store_of, with_public
 from ctxleak.proxy.request import ProxyError
 
 #: Where a mechanism's refusal of a request points (its :class:`ConfigError`'s parameter ->
@@ -105,45 +105,58 @@ def answer_parts(lm: LanguageModel, documents: Sequence[Document], query: str,
 
 
 def _prompt_of(lm: LanguageModel, request: ChatRequest, parts: PromptParts | None = None,
-               held: tuple[str, ...] = ()) -> PromptOf:
+               held: tuple[str, ...] = (), public: tuple[str, ...] = ()) -> PromptOf:
     """The app's chat messages with the user's question in them, else the template's prompt as
-    a function of the document texts (:func:`template_prompt`), the request's own documents
-    ``held`` and none already tokenised in ``parts`` where given."""
+    a function of the document texts (:func:`template_prompt`), the ``public`` texts first
+    (:func:`~ctxleak.proxy.public.with_public`); the public and the request's own documents
+    ``held`` together, or none, already tokenised in ``parts`` where given."""
     if request.messages is not None:
-        return app_chat_prompt(lm, request.messages, request.question)
+        return with_public(app_chat_prompt(lm, request.messages, request.question), public)
     other = template_prompt(lm, request.query, reserve=request.max_tokens)
     if parts is None:
-        return other
+        return with_public(other, public)
+    whole = public + held
 
     def prompt(texts: Sequence[str]) -> list[int]:
+        texts = public + tuple(texts)
         if not texts:
             return list(parts.empty)
-        return list(parts.full) if tuple(texts) == held else other(texts)
+        return list(parts.full) if texts == whole else other(texts)
 
     return prompt
 
 
 def prepare(lm: LanguageModel, request: ChatRequest, documents: Sequence[Document]) -> Prepared:
     """``request`` with ``documents`` (those the budget let through) as its mechanism's
-    :class:`AnswerRequest`: the texts and ids in order, ``prompt(texts)`` the proxy's prompt
-    holding those texts (``prompt([])``: without retrieval), the request's seed (a fresh one
-    where it gives none) and the user's last message as the query."""
+    :class:`AnswerRequest`: the private texts and ids in order, ``prompt(texts)`` the proxy's
+    prompt holding the public documents (:attr:`Document.public`) then those texts
+    (``prompt([])``: without retrieval, the public documents still in it), the request's seed
+    (a fresh one where it gives none) and the user's last message as the query. Over a
+    datastore, its best ``public_top_k`` public documents for the question are in the prompt
+    and the mechanism's datastore holds the private ones (:mod:`ctxleak.proxy.public`)."""
     seed = request.seed if request.seed is not None else secrets.randbits(63)
+    private = [d for d in documents if not d.public]
     if request.datastore is not None:  # the mechanism retrieves for itself
-        prompt = _prompt_of(lm, request)
-        kept_ids = {d.id for d in documents}
-        store: Datastore | None = request.datastore
-        if len(kept_ids) < len(request.datastore):  # a spent document is not retrieved
-            store = Datastore(tuple((i, t) for i, t in request.datastore.documents
-                                    if i in kept_ids)) if kept_ids else None
+        # (a spent document is not retrieved: the datastore holds those let through)
+        public = public_hits(tuple((d.id, d.text) for d in documents if d.public),
+                             request.question, request.public_top_k)
+        prompt = _prompt_of(lm, request, public=public)
+        store = store_of(tuple((d.id, d.text) for d in private))
         asked = AnswerRequest(documents=(), prompt=prompt, seed=seed, query=request.question,
                               datastore=store)
         return Prepared(request.mechanism, asked, request.decoding, len(prompt([])), 0)
-    parts, cut = answer_parts(lm, documents, request.query, request.max_tokens)
-    texts = tuple(d.text for d in documents)
-    prompt = _prompt_of(lm, request, parts, texts)
+    shown = [d for d in documents if d.public]
+    need = request.mechanism.documents_needed()
+    if shown and len(private) < need:  # refused as too few documents are (FIELDS)
+        raise ConfigError(f"documents: {request.mechanism.key()} needs at least {need} private "
+                          f"documents, the request has {len(private)} ({len(shown)} public "
+                          f"ones are in the prompt, not given to the mechanism)",
+                          param="documents")
+    parts, cut = answer_parts(lm, shown + private, request.query, request.max_tokens)
+    texts = tuple(d.text for d in private)
+    prompt = _prompt_of(lm, request, parts, texts, tuple(d.text for d in shown))
     asked = AnswerRequest(documents=texts, prompt=prompt, seed=seed,
-                          ids=tuple(d.id for d in documents), query=request.question)
+                          ids=tuple(d.id for d in private), query=request.question)
     return Prepared(request.mechanism, asked, request.decoding, len(parts.full), cut)
 
 

@@ -21,7 +21,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -67,6 +67,13 @@ class Held:
     public: tuple[str, ...] = ()
     classes: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+
+
+def flag_public(docs: Sequence[Document], public: Sequence[str]) -> list[Document]:
+    """``docs`` with those whose id is in ``public`` marked :attr:`Document.public` (they go in
+    the prompt, not to the mechanism; :mod:`ctxleak.proxy.public`)."""
+    ids = set(public)
+    return [replace(d, public=True) if d.id in ids and not d.public else d for d in docs]
 
 
 def never_fits(doc_id: str, budget: float, per_token: float, max_tokens: int) -> str:
@@ -128,7 +135,7 @@ class Charging:
         ids, classes, public, private = await self._classes(request)
         charge = request.charge
         if not (charge.guaranteed or (charge.ex_post and self.config.charge_ex_post)):
-            return await self._uncharged(rid, request, ids, private, classes)
+            return await self._uncharged(rid, request, ids, public, private, classes)
         per_token = self.per_token(charge)
         if charge.per_answer is not None:
             need, hold_rest = charge.per_answer, False
@@ -147,7 +154,8 @@ class Charging:
         kept = set(res.granted) | set(public)
         dropped = [i for i in ids if i not in kept]
         self.metrics.dropped.inc(len(dropped))
-        return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
+        return Held(rid, ids, flag_public([d for d in request.documents if d.id in kept],
+                                          public), dropped, True,
                     dict(res.held), public, dict(classes), warnings)
 
     def per_token(self, charge: Charge) -> float | None:
@@ -186,7 +194,8 @@ class Charging:
         return ids, classes, public, private
 
     async def _uncharged(self, rid: str, request: ChatRequest, ids: list[str],
-                         private: list[str], classes: Mapping[str, str]) -> Held:
+                         public: tuple[str, ...], private: list[str],
+                         classes: Mapping[str, str]) -> Held:
         """An answer without a guarantee that is not charged (plain CID, scrubbing): a
         document with a budget is refused (HTTP 403), dropped or used uncharged, as the
         operator's ``unguaranteed`` says; with ``use``, one whose budget is spent (or 0) is
@@ -219,8 +228,10 @@ class Charging:
                 self._exhausted(out)
         dropped = [i for i in ids if i in out]
         self.metrics.dropped.inc(len(dropped))
-        return Held(rid, ids, [d for d in request.documents if d.id not in out], dropped,
-                    False, classes=dict(classes), warnings=warnings)
+        # public documents are never written to the ledger, not even plain CID's ex-post ε
+        return Held(rid, ids, flag_public([d for d in request.documents if d.id not in out],
+                                          public), dropped,
+                    False, public=public, classes=dict(classes), warnings=warnings)
 
     def _exhausted(self, exhausted: Sequence[str]) -> None:
         """Count documents found exhausted; HTTP 429 with ``on_exhausted="refuse"``."""
