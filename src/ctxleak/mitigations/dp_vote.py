@@ -20,7 +20,10 @@ and :func:`~ctxleak.kernels.vote.limited_domain` releases the winner, or abstain
   voters (``threshold``, a fraction of them, noisily) agree with the no-retrieval model's most
   likely token; if so that token is released and nothing is paid; otherwise a vote is paid
   (``eps_svt`` for the test's round and ``eps_token`` for the vote). ``c`` paid votes at most,
-  ``c·(eps_svt + eps_token) ≤ eps``.
+  ``c·(eps_svt + eps_token) ≤ eps``. Each step record of a round carries it (``round``); a
+  round's ``eps_svt`` is recorded on the step that opens it, the vote's ``eps_token`` on the
+  step that pays, so the steps' ε add up to what the answer spent, a round still open when it
+  ends included (:attr:`~ctxleak.mitigations.mechanisms.MechanismAnswer.rounds_opened`).
 
 After an abstention, and once the budget is spent, the mechanism releases the no-retrieval
 token (``abstain="no-retrieval"``, the default: a function of public data and of what was
@@ -241,15 +244,19 @@ def _decide(mech: Any, budget: VoteBudget, state: dict[str, Any], counts: torch.
         return None
     generator = noise_generator(seed, 0, step)
     if sparse:
+        # each step of a round records it; the round's ε_svt is spent (and recorded) on the
+        # step that opens it, when its threshold's noise is drawn, paid or not
+        record["round"] = state["paid"]
         if state["rho"] is None:  # a new round: its threshold's noise
             state["rho"] = float(laplace(1, 2.0 / budget.eps_svt,
                                          noise_generator(seed, 1, state["paid"]))[0])
+            record["eps_step"] = budget.eps_svt
         if not mech.pays(float(counts[empty]), budget.eps_svt, generator, state["rho"]):
             record["source"] = "no-retrieval (free)"
             return empty
         state["rho"] = None  # the round ends on its first paid step
     state["paid"] += 1
-    record.update(paid=True, eps_step=budget.eps_token + budget.eps_svt,
+    record.update(paid=True, eps_step=record["eps_step"] + budget.eps_token,
                   delta_step=budget.delta_step)
     token = mech.release(counts, scale, gap, generator)
     record["source"] = "vote" if token != ABSTAIN else "abstained"

@@ -22,7 +22,8 @@ The contract:
   relation the guarantee covers (:data:`RELATIONS`): an ε per shard is not an ε per document;
 * a mechanism with no guarantee says so (``Claim(eps=None, relation="none")``);
 * ``tokens_paid``: the released tokens that spent privacy budget (all of them for a plain vote;
-  only those that differ from the no-retrieval token for the sparse vote).
+  only those that paid a vote for the sparse vote, whose rounds, the last one open included,
+  its steps record: ``rounds_opened``, and ``eps_used`` the ε its steps spent).
 
 What its consumers ask beyond ``answer`` (the influence run, the attack targets, the privacy
 proxy) are :class:`Mechanism`'s other words (what an answer is charged, how answers batch and
@@ -161,6 +162,18 @@ class MechanismAnswer:
     def released(self) -> int:
         """The released tokens, the stopping EOS included (as CID's ledger counts them)."""
         return len(self.response_ids) + int(self.stopped_on_eos)
+
+    @property
+    def rounds_opened(self) -> int:
+        """The sparse-vector rounds the answer opened (its steps' ``round``), the one still open
+        when it ended included; 0 for a mechanism without rounds."""
+        return len({s["round"] for s in self.steps if s.get("round") is not None})
+
+    @property
+    def eps_used(self) -> float:
+        """The ε its noisy steps used, the sum of its steps' ``eps_step`` (at most the claim's
+        ε; a sparse vote's open last round included)."""
+        return math.fsum(float(s.get("eps_step") or 0.0) for s in self.steps)
 
     @property
     def numbers_ok(self) -> bool:
