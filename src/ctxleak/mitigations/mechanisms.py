@@ -55,9 +55,11 @@ from ctxleak.mitigations.ledger import RowLedger
 RELATIONS: Mapping[str, str] = {
     "document": "adding or removing one document of the datastore changes the probability of "
                 "any response by at most a factor e^ε (plus δ)",
-    "shard": "changing one shard (every document one voter reads) changes the probability of "
-             "any response by at most a factor e^ε (plus δ); a document-level ε follows only "
-             "where each document sits in one shard",
+    "shard": "shard-level over the dealt list: changing one shard (every document one voter "
+             "reads, the request's list dealt by position) changes the probability of any "
+             "response by at most a factor e^ε (plus δ); a document-level ε does not follow "
+             "from it, since adding or removing one document shifts every later document's "
+             "shard, and which documents were retrieved is outside it",
     "context": "replacing the whole retrieved context by any other changes the probability of "
                "any response by at most a factor e^ε",
     "none": "no differential-privacy guarantee",
