@@ -158,3 +158,23 @@ def test_over_the_datastore_only_private_documents_are_charged(lm, tmp_path):
     assert len(rows) == 48 and {r.doc_class for r in rows} == {"restricted"}
     # (each charged the claim, ε = 2, today; at most it under individual accounting)
     assert 0 < max(r.spent for r in rows) <= 2.0 + 1e-9
+
+
+def test_serve_takes_the_bundled_classes_and_public_top_k(monkeypatch, tmp_path, capsys):
+    import ctxleak.engine.models as models
+    import ctxleak.proxy.app as proxy_app
+    from ctxleak.cli.app import main
+
+    calls: dict = {}
+    monkeypatch.setattr(models, "load_model", lambda name, **kw: None)
+    monkeypatch.setattr(proxy_app, "run_proxy", lambda lm, **kw: calls.setdefault("run", kw))
+    with pytest.raises(SystemExit) as ok:
+        main(["serve", "--ledger", str(tmp_path / "l.db"), "--mechanism", "dp-rag:eps=5",
+              "--datastore", "demo-datastore", "--classes", "demo-datastore",
+              "--public-top-k", "3", "--class-budget", "restricted=10"])
+    assert ok.value.code == 0
+    config = calls["run"]["config"]
+    assert config.public_top_k == 3 and len(config.classes) == 288
+    assert "(288 documents, which it retrieves from itself; 48 private: its 240 public ones " \
+           "are retrieved into every prompt, 3 per question, and never charged)" \
+           in capsys.readouterr().err

@@ -211,8 +211,15 @@ def mechanism_text(config: ProxyConfig) -> str:
     if config.budgets.default is not None and claim.eps > 0:
         allowed = (f"; a budget of {config.budgets.default:g} allows "
                    f"{answers_allowed(config.budgets.default, claim.eps, 0)} such answers")
-    whose = "it carries" if config.datastore is None else \
-        f"of the datastore ({len(config.datastore)} documents, which it retrieves from itself)"
+    whose = "it carries"
+    if config.datastore is not None:
+        private = sum(not config.budgets.public(i, config.classes.get(i))
+                      for i, _ in config.datastore.documents)
+        public = len(config.datastore) - private
+        whose = (f"of the datastore ({len(config.datastore)} documents, which it retrieves "
+                 f"from itself" + (f"; {private} private: its {public} public ones are "
+                                   f"retrieved into every prompt, {config.public_top_k} per "
+                                   f"question, and never charged)" if public else ")"))
     return (f"{head}: each answer of up to {config.max_tokens} tokens reserves and is charged "
             f"ε = {claim.eps:.4g} (δ = {claim.delta:.2g}, relation {claim.relation}) of every "
             f"private document {whose}{allowed}")
