@@ -36,10 +36,11 @@ def with_public(prompt: PromptOf, public: Sequence[str]) -> PromptOf:
     return wrapped
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=4)
 def store_of(pairs: tuple[tuple[str, str], ...]) -> Datastore | None:
     """The datastore of ``pairs`` (None: none), kept so that its BM25 indexes are built once
-    for the same documents, not once per request."""
+    for the same documents, not once per request (the last few sets only: a large datastore's
+    indexes are large, and the set changes each time a document's budget runs out)."""
     return Datastore(pairs) if pairs else None
 
 
