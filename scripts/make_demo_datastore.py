@@ -488,8 +488,16 @@ def build() -> tuple[dict[str, str], list[str]]:
     files = {
         "documents.jsonl": "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs),
         "questions.jsonl": "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in questions),
+        # the operator's classes for ctxleak serve --classes demo-datastore: common facts are
+        # public (never charged, in every prompt), a person's record is restricted
+        "classes.jsonl": "".join(json.dumps({"id": d["id"], "class": CLASS_OF[d["fact"]]})
+                                 + "\n" for d in docs),
     }
     return files, summary
+
+
+#: Each document's class in classes.jsonl, by its fact.
+CLASS_OF = {"common": "public", "private": "restricted"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,13 +15,15 @@ from types import MappingProxyType
 @dataclass(frozen=True)
 class BundledSet:
     """One bundled set: ``file`` (its examples, under ``data/demo``), ``datastore`` (a JSONL of
-    ``{id, text}`` under ``data/demo`` its app retrieves from, or None) and ``prompt`` (the name
+    ``{id, text}`` under ``data/demo`` its app retrieves from, or None), ``prompt`` (the name
     of the built-in app prompt it is asked under where a run gives none, or None: ctxleak's
-    template)."""
+    template) and ``classes`` (a JSONL of ``{id, class}`` for its datastore's documents, the
+    privacy proxy's ``--classes``, or None)."""
 
     file: str
     datastore: str | None = None
     prompt: str | None = None
+    classes: str | None = None
 
 
 #: ``demo`` (news and facts), ``demo-qa`` (private facts only in the document),
@@ -36,7 +38,8 @@ BUNDLED_SETS: Mapping[str, BundledSet] = MappingProxyType({
     "demo-rag-log": BundledSet("rag_audit/log.jsonl"),
     "demo-rag-spans": BundledSet("rag_audit/spans.jsonl"),
     "demo-datastore": BundledSet("datastore/questions.jsonl",
-                                 datastore="datastore/documents.jsonl", prompt="short-answer"),
+                                 datastore="datastore/documents.jsonl", prompt="short-answer",
+                                 classes="datastore/classes.jsonl"),
 })
 
 
@@ -45,9 +48,15 @@ def with_datastore() -> dict[str, str]:
     return {name: s.datastore for name, s in BUNDLED_SETS.items() if s.datastore is not None}
 
 
+def with_classes() -> dict[str, str]:
+    """The bundled sets whose datastore comes with document classes: name -> its file under
+    ``data/demo``."""
+    return {name: s.classes for name, s in BUNDLED_SETS.items() if s.classes is not None}
+
+
 def with_prompt() -> dict[str, str]:
     """The bundled sets asked under an app prompt of their own: name -> the prompt's name."""
     return {name: s.prompt for name, s in BUNDLED_SETS.items() if s.prompt is not None}
 
 
-__all__ = ["BUNDLED_SETS", "BundledSet", "with_datastore", "with_prompt"]
+__all__ = ["BUNDLED_SETS", "BundledSet", "with_classes", "with_datastore", "with_prompt"]

@@ -5,6 +5,8 @@ the shards, the seeded noise, and one-line errors on bad input."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 import torch
@@ -76,9 +78,12 @@ def test_sparse_pays_nothing_where_the_voters_agree_with_no_retrieval(tiny_lm):
     answers = mech.answer(tiny_lm, [_request(tiny_lm, seed=s, ignore_docs=True)
                                     for s in range(4)], dec)
     for answer in answers:
-        assert answer.tokens_paid == 0 and _spent(answer) == 0
+        # one round opened at the first step and never ended: its ε_svt (100) is spent there
+        assert answer.tokens_paid == 0 and answer.rounds_opened == 1
+        assert _spent(answer) == answer.eps_used == 100
+        assert [s["eps_step"] for s in answer.steps] == [100] + [0] * 7
         for step in answer.steps:
-            assert step["agree"] == 4 and not step["paid"] and step["eps_step"] == 0
+            assert step["agree"] == 4 and not step["paid"] and step["round"] == 0
             assert step["token_id"] == step["no_retrieval_token"]
 
 
@@ -89,10 +94,47 @@ def test_sparse_free_steps_release_the_no_retrieval_token(tiny_lm):
     assert any(a.tokens_paid for a in answers)
     for answer in answers:
         assert answer.tokens_paid <= 2
-        assert _spent(answer) == pytest.approx(2.0 * answer.tokens_paid)
+        # ε_token per paid vote, ε_svt per round opened (the last one may be open)
+        assert answer.rounds_opened - answer.tokens_paid in (0, 1)
+        assert _spent(answer) == pytest.approx(answer.tokens_paid + answer.rounds_opened)
         for step in answer.steps:
             if not step["paid"]:
-                assert step["eps_step"] == 0 and step["token_id"] == step["no_retrieval_token"]
+                assert step["token_id"] == step["no_retrieval_token"]
+                assert step["eps_step"] in (0, 1)  # ε_svt where it opened a round
+
+
+@dataclass(frozen=True)
+class _PaysOn(DPSparseVote):
+    """A sparse vote whose sparse-vector test pays on the tests numbered in ``PAYS`` (counted
+    from 0 across the answer), whatever the votes."""
+
+    PAYS: ClassVar[list[int]] = []
+    tests: ClassVar[list[int]] = [0]
+
+    def pays(self, agree, eps_svt, generator, rho):
+        self.tests[0] += 1
+        return self.tests[0] - 1 in self.PAYS
+
+
+def test_sparse_records_every_round_it_opened_an_open_last_round_included(tiny_lm):
+    """Tests pay at steps 1 and 3 of 6 (ε_token 0.5, ε_svt 0.25, 4 paid votes allowed):
+    rounds 0 (steps 0-1), 1 (steps 2-3) and 2 (steps 4-5, open when the answer ends). By hand:
+    2 paid votes, 3 rounds, ε used 2·0.5 + 3·0.25 = 1.75, each round's 0.25 on the step that
+    opens it (the records said 2·0.75 = 1.5 before, the open round's 0.25 nowhere); the claim
+    (4·0.75 = 3) is what the answer may spend."""
+    _PaysOn.PAYS[:], _PaysOn.tests[0] = [1, 3], 0
+    mech = _PaysOn(eps=3, shards=3, eps_token=0.5, eps_svt=0.25)
+    answer = mech.answer(tiny_lm, [_request(tiny_lm)], Decoding(max_new_tokens=6,
+                                                                min_new_tokens=6))[0]
+    assert [s["round"] for s in answer.steps] == [0, 0, 1, 1, 2, 2]
+    assert [s["paid"] for s in answer.steps] == [False, True] * 2 + [False] * 2
+    assert [s["eps_step"] for s in answer.steps] == [0.25, 0.5, 0.25, 0.5, 0.25, 0.0]
+    assert (answer.tokens_paid, answer.rounds_opened) == (2, 3)
+    assert answer.eps_used == pytest.approx(1.75) and answer.claim.eps == pytest.approx(3.0)
+    # the plain vote has no rounds
+    plain = DPVote(eps=3, shards=3, eps_token=1).answer(
+        tiny_lm, [_request(tiny_lm)], Decoding(max_new_tokens=4, min_new_tokens=4))[0]
+    assert plain.rounds_opened == 0 and plain.eps_used == pytest.approx(3.0)
 
 
 def _first_logits(lm, ids):

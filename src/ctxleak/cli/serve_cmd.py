@@ -65,9 +65,15 @@ def register(app: typer.Typer) -> None:
             "--budget-for wins over it, it over --budget."),
         classes: Optional[str] = typer.Option(
             None, "--classes", help="JSONL or CSV file of rows with id and class: each "
-            "document's class (e.g. public, restricted). Classes are the operator's: a request "
-            "may repeat a document's class, but one that differs or that this file (or the "
-            "ledger) does not hold is refused with HTTP 400."),
+            "document's class (e.g. public, restricted), or demo-datastore (the bundled "
+            "datastore's: common documents public, private ones restricted). Class public "
+            "documents are in the prompt under every mechanism, never bounded or charged. "
+            "Classes are the operator's: a request may repeat a document's class, but one that "
+            "differs or that this file (or the ledger) does not hold is refused with HTTP 400."),
+        public_top_k: int = typer.Option(
+            2, "--public-top-k", help="With --datastore: the best this many public documents "
+            "for the question (BM25 over the public documents alone) are put in every prompt; "
+            "the mechanism answers over the private documents."),
         unguaranteed: str = typer.Option(
             "refuse", "--unguaranteed", help="What an answer without a DP guarantee that is "
             "not charged (plain CID's ctxleak.lambda without --charge-ex-post, scrubbing) may "
@@ -187,7 +193,6 @@ def register(app: typer.Typer) -> None:
         from ctxleak.proxy.budget import open_ledger, public_ledger_url
         from ctxleak.proxy.callers import read_caller_keys
         from ctxleak.proxy.charging import sizing_text
-        from ctxleak.proxy.config import read_classes
 
         if not 0 <= port <= 65535:
             raise ConfigError(f"--port must be between 0 and 65535, not {port}", param="port")
@@ -213,7 +218,7 @@ def register(app: typer.Typer) -> None:
                              charge_ex_post=charge_ex_post, ex_post_reserve=ex_post_reserve,
                              unguaranteed=unguaranteed, accounting=accounting,
                              budget_delta=budget_delta, renyi_order=renyi_order,
-                             classes=read_classes(classes) if classes else {},
+                             classes=classes or {}, public_top_k=public_top_k,
                              temperature=temperature, max_tokens=max_tokens,
                              max_tokens_limit=max_tokens_limit, api_key=api_key,
                              caller_keys=read_caller_keys(caller_keys) if caller_keys else {},

@@ -9,7 +9,9 @@ its own shard (BM25 over that shard alone): adding or removing one document of t
 changes one voter's prompt, and the claim (relation "document") is over the datastore. Where
 the request gives only its retrieved list, that list is dealt into ``shards`` shards (document
 i in shard ``i mod shards``, by retrieval position) and the claim (relation "shard") covers
-changing one shard of that list; which documents were retrieved is outside it. Each voter's
+changing one shard of that dealt list only: adding or removing one document shifts every later
+document's shard, so no document-level ε follows, and which documents were retrieved is
+outside it. Each voter's
 documents make one prompt; a last stream holds the prompt without retrieval. At every step each
 voter votes its most likely next token (each step's record keeps every voter's vote, ``votes``)
 and :func:`~ctxleak.kernels.vote.limited_domain` releases the winner, or abstains (⊥).
@@ -20,7 +22,10 @@ and :func:`~ctxleak.kernels.vote.limited_domain` releases the winner, or abstain
   voters (``threshold``, a fraction of them, noisily) agree with the no-retrieval model's most
   likely token; if so that token is released and nothing is paid; otherwise a vote is paid
   (``eps_svt`` for the test's round and ``eps_token`` for the vote). ``c`` paid votes at most,
-  ``c·(eps_svt + eps_token) ≤ eps``.
+  ``c·(eps_svt + eps_token) ≤ eps``. Each step record of a round carries it (``round``); a
+  round's ``eps_svt`` is recorded on the step that opens it, the vote's ``eps_token`` on the
+  step that pays, so the steps' ε add up to what the answer spent, a round still open when it
+  ends included (:attr:`~ctxleak.mitigations.mechanisms.MechanismAnswer.rounds_opened`).
 
 After an abstention, and once the budget is spent, the mechanism releases the no-retrieval
 token (``abstain="no-retrieval"``, the default: a function of public data and of what was
@@ -242,15 +247,19 @@ def _decide(mech: Any, budget: VoteBudget, state: dict[str, Any], counts: torch.
         return None
     generator = noise_generator(seed, 0, step)
     if sparse:
+        # each step of a round records it; the round's ε_svt is spent (and recorded) on the
+        # step that opens it, when its threshold's noise is drawn, paid or not
+        record["round"] = state["paid"]
         if state["rho"] is None:  # a new round: its threshold's noise
             state["rho"] = float(laplace(1, 2.0 / budget.eps_svt,
                                          noise_generator(seed, 1, state["paid"]))[0])
+            record["eps_step"] = budget.eps_svt
         if not mech.pays(float(counts[empty]), budget.eps_svt, generator, state["rho"]):
             record["source"] = "no-retrieval (free)"
             return empty
         state["rho"] = None  # the round ends on its first paid step
     state["paid"] += 1
-    record.update(paid=True, eps_step=budget.eps_token + budget.eps_svt,
+    record.update(paid=True, eps_step=record["eps_step"] + budget.eps_token,
                   delta_step=budget.delta_step)
     token = mech.release(counts, scale, gap, generator)
     record["source"] = "vote" if token != ABSTAIN else "abstained"

@@ -22,7 +22,8 @@ The contract:
   relation the guarantee covers (:data:`RELATIONS`): an ε per shard is not an ε per document;
 * a mechanism with no guarantee says so (``Claim(eps=None, relation="none")``);
 * ``tokens_paid``: the released tokens that spent privacy budget (all of them for a plain vote;
-  only those that differ from the no-retrieval token for the sparse vote).
+  only those that paid a vote for the sparse vote, whose rounds, the last one open included,
+  its steps record: ``rounds_opened``, and ``eps_used`` the ε its steps spent).
 
 What its consumers ask beyond ``answer`` (the influence run, the attack targets, the privacy
 proxy) are :class:`Mechanism`'s other words (what an answer is charged, how answers batch and
@@ -55,9 +56,11 @@ from ctxleak.mitigations.ledger import RowLedger
 RELATIONS: Mapping[str, str] = {
     "document": "adding or removing one document of the datastore changes the probability of "
                 "any response by at most a factor e^ε (plus δ)",
-    "shard": "changing one shard (every document one voter reads) changes the probability of "
-             "any response by at most a factor e^ε (plus δ); a document-level ε follows only "
-             "where each document sits in one shard",
+    "shard": "shard-level over the dealt list: changing one shard (every document one voter "
+             "reads, the request's list dealt by position) changes the probability of any "
+             "response by at most a factor e^ε (plus δ); a document-level ε does not follow "
+             "from it, since adding or removing one document shifts every later document's "
+             "shard, and which documents were retrieved is outside it",
     "context": "replacing the whole retrieved context by any other changes the probability of "
                "any response by at most a factor e^ε",
     "none": "no differential-privacy guarantee",
@@ -162,6 +165,18 @@ class MechanismAnswer:
     def released(self) -> int:
         """The released tokens, the stopping EOS included (as CID's ledger counts them)."""
         return len(self.response_ids) + int(self.stopped_on_eos)
+
+    @property
+    def rounds_opened(self) -> int:
+        """The sparse-vector rounds the answer opened (its steps' ``round``), the one still open
+        when it ended included; 0 for a mechanism without rounds."""
+        return len({s["round"] for s in self.steps if s.get("round") is not None})
+
+    @property
+    def eps_used(self) -> float:
+        """The ε its noisy steps used, the sum of its steps' ``eps_step`` (at most the claim's
+        ε; a sparse vote's open last round included)."""
+        return math.fsum(float(s.get("eps_step") or 0.0) for s in self.steps)
 
     @property
     def numbers_ok(self) -> bool:

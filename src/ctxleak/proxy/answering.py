@@ -11,13 +11,12 @@ listener)``: CID streams its tokens as they are drawn, the others announce the w
 from __future__ import annotations
 
 import secrets
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
-from ctxleak.mitigations.datastore import Datastore
 from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Asked,
@@ -37,6 +36,7 @@ from ctxleak.mitigations.prompts import (
 from ctxleak.proxy.budget import answers_allowed
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
+from ctxleak.proxy.public import public_hits, store_of, with_public
 from ctxleak.proxy.request import ProxyError
 
 #: Where a mechanism's refusal of a request points (its :class:`ConfigError`'s parameter ->
@@ -105,51 +105,59 @@ def answer_parts(lm: LanguageModel, documents: Sequence[Document], query: str,
 
 
 def _prompt_of(lm: LanguageModel, request: ChatRequest, parts: PromptParts | None = None,
-               held: tuple[str, ...] = ()) -> PromptOf:
+               held: tuple[str, ...] = (), public: tuple[str, ...] = ()) -> PromptOf:
     """The app's chat messages with the user's question in them, else the template's prompt as
-    a function of the document texts (:func:`template_prompt`), the request's own documents
-    ``held`` and none already tokenised in ``parts`` where given."""
+    a function of the document texts (:func:`template_prompt`), the ``public`` texts first
+    (:func:`~ctxleak.proxy.public.with_public`); the public and the request's own documents
+    ``held`` together, or none, already tokenised in ``parts`` where given."""
     if request.messages is not None:
-        return app_chat_prompt(lm, request.messages, request.question)
+        return with_public(app_chat_prompt(lm, request.messages, request.question), public)
     other = template_prompt(lm, request.query, reserve=request.max_tokens)
     if parts is None:
-        return other
+        return with_public(other, public)
+    whole = public + held
 
     def prompt(texts: Sequence[str]) -> list[int]:
+        texts = public + tuple(texts)
         if not texts:
             return list(parts.empty)
-        return list(parts.full) if tuple(texts) == held else other(texts)
+        return list(parts.full) if texts == whole else other(texts)
 
     return prompt
 
 
 def prepare(lm: LanguageModel, request: ChatRequest, documents: Sequence[Document]) -> Prepared:
     """``request`` with ``documents`` (those the budget let through) as its mechanism's
-    :class:`AnswerRequest`: the texts and ids in order, ``prompt(texts)`` the proxy's prompt
-    holding those texts (``prompt([])``: without retrieval), the request's seed (a fresh one
-    where it gives none) and the user's last message as the query."""
+    :class:`AnswerRequest`: the private texts and ids in order, ``prompt(texts)`` the proxy's
+    prompt holding the public documents (:attr:`Document.public`) then those texts
+    (``prompt([])``: without retrieval, the public documents still in it), the request's seed
+    (a fresh one where it gives none) and the user's last message as the query. Over a
+    datastore, its best ``public_top_k`` public documents for the question are in the prompt
+    and the mechanism's datastore holds the private ones (:mod:`ctxleak.proxy.public`)."""
     seed = request.seed if request.seed is not None else secrets.randbits(63)
+    private = [d for d in documents if not d.public]
     if request.datastore is not None:  # the mechanism retrieves for itself
-        prompt = _prompt_of(lm, request)
+        # (a spent document is not retrieved: the datastore holds those let through)
+        public = public_hits(tuple((d.id, d.text) for d in documents if d.public),
+                             request.question, request.public_top_k)
+        prompt = _prompt_of(lm, request, public=public)
+        store = store_of(tuple((d.id, d.text) for d in private))
         asked = AnswerRequest(documents=(), prompt=prompt, seed=seed, query=request.question,
-                              datastore=store_of(request, {d.id for d in documents}))
+                              datastore=store)
         return Prepared(request.mechanism, asked, request.decoding, len(prompt([])), 0)
-    parts, cut = answer_parts(lm, documents, request.query, request.max_tokens)
-    texts = tuple(d.text for d in documents)
-    prompt = _prompt_of(lm, request, parts, texts)
+    shown = [d for d in documents if d.public]
+    need = request.mechanism.documents_needed()
+    if shown and len(private) < need:  # refused as too few documents are (FIELDS)
+        raise ConfigError(f"documents: {request.mechanism.key()} needs at least {need} private "
+                          f"documents, the request has {len(private)} ({len(shown)} public "
+                          f"ones are in the prompt, not given to the mechanism)",
+                          param="documents")
+    parts, cut = answer_parts(lm, shown + private, request.query, request.max_tokens)
+    texts = tuple(d.text for d in private)
+    prompt = _prompt_of(lm, request, parts, texts, tuple(d.text for d in shown))
     asked = AnswerRequest(documents=texts, prompt=prompt, seed=seed,
-                          ids=tuple(d.id for d in documents), query=request.question)
+                          ids=tuple(d.id for d in private), query=request.question)
     return Prepared(request.mechanism, asked, request.decoding, len(parts.full), cut)
-
-
-def store_of(request: ChatRequest, kept: Collection[str]) -> Datastore | None:
-    """The datastore a request's mechanism answers over: the proxy's, less the documents the
-    budgets left out (``kept``: those it may read); None where none is left."""
-    store = request.datastore
-    if store is None or len(kept) >= len(store):
-        return store
-    left = tuple((i, t) for i, t in store.documents if i in kept)
-    return Datastore(left) if left else None
 
 
 def reply_of(lm: LanguageModel, prepared: Prepared, answer: MechanismAnswer) -> Reply:
@@ -203,12 +211,19 @@ def mechanism_text(config: ProxyConfig) -> str:
     if config.budgets.default is not None and claim.eps > 0:
         allowed = (f"; a budget of {config.budgets.default:g} allows "
                    f"{answers_allowed(config.budgets.default, claim.eps, 0)} such answers")
-    whose = "it carries" if config.datastore is None else \
-        f"of the datastore ({len(config.datastore)} documents, which it retrieves from itself)"
+    whose = "it carries"
+    if config.datastore is not None:
+        private = sum(not config.budgets.public(i, config.classes.get(i))
+                      for i, _ in config.datastore.documents)
+        public = len(config.datastore) - private
+        whose = (f"of the datastore ({len(config.datastore)} documents, which it retrieves "
+                 f"from itself" + (f"; {private} private: its {public} public ones are "
+                                   f"retrieved into every prompt, {config.public_top_k} per "
+                                   f"question, and never charged)" if public else ")"))
     return (f"{head}: each answer of up to {config.max_tokens} tokens reserves and is charged "
             f"ε = {claim.eps:.4g} (δ = {claim.delta:.2g}, relation {claim.relation}) of every "
             f"private document {whose}{allowed}")
 
 
 __all__ = ["Prepared", "Reply", "answer_alone", "answer_parts", "mechanism_text", "prepare",
-           "refusal", "reply_of", "scored", "store_of"]
+           "refusal", "reply_of", "scored"]

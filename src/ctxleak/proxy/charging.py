@@ -22,19 +22,20 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
 from ctxleak.errors import ConfigError, CtxleakError
 from ctxleak.mitigations.mechanisms import AnswerRequest, Charge
-from ctxleak.proxy.answering import Reply, refusal, store_of
+from ctxleak.proxy.answering import Reply, refusal
 from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
 from ctxleak.proxy.callers import Caller
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.metrics import ProxyMetrics
+from ctxleak.proxy.public import store_of
 from ctxleak.proxy.request import ProxyError
 
 log = logging.getLogger("ctxleak.proxy")
@@ -84,6 +85,13 @@ def caller_share_spent(share: float) -> ProxyError:
                            f"the privacy budget of the documents it needs; other callers are "
                            f"not affected", param="ctxleak.documents",
                       kind="insufficient_quota", code="caller_share_spent")
+
+
+def flag_public(docs: Sequence[Document], public: Sequence[str]) -> list[Document]:
+    """``docs`` with those whose id is in ``public`` marked :attr:`Document.public` (they go in
+    the prompt, not to the mechanism; :mod:`ctxleak.proxy.public`)."""
+    ids = set(public)
+    return [replace(d, public=True) if d.id in ids and not d.public else d for d in docs]
 
 
 def never_fits(doc_id: str, budget: float, per_token: float, max_tokens: int) -> str:
@@ -152,7 +160,7 @@ class Charging:
         ids, classes, public, private = await self._classes(request)
         charge = request.charge
         if not (charge.guaranteed or (charge.ex_post and self.config.charge_ex_post)):
-            return await self._uncharged(rid, request, ids, private, classes)
+            return await self._uncharged(rid, request, ids, public, private, classes)
         if request.datastore is not None and charge.per_answer is not None:
             held = await self._individual(rid, request, ids, public, classes, caller)
             if held is not None:
@@ -182,7 +190,8 @@ class Charging:
         kept = set(res.granted) | set(public)
         dropped = [i for i in ids if i not in kept]
         self.metrics.dropped.inc(len(dropped))
-        return Held(rid, ids, [d for d in request.documents if d.id in kept], dropped, True,
+        return Held(rid, ids, flag_public([d for d in request.documents if d.id in kept],
+                                          public), dropped, True,
                     dict(res.held), public, dict(classes), warnings, res.over_share,
                     renyi_token=per_token if self.composition.renyi else None)
 
@@ -202,8 +211,9 @@ class Charging:
         mechanism, decoding, kept = request.mechanism, request.decoding, set(ids)
         public_ids, out, over = set(public), list[str](), list[str]()
         share = self.config.caller_share if self.config.caller_share < 1 else None
-        while True:
-            store = store_of(request, kept)
+        while True:  # the private documents the mechanism would retrieve from (prepare's store)
+            store = store_of(tuple((d.id, d.text) for d in request.documents
+                                   if d.id in kept and d.id not in public_ids))
             asked = AnswerRequest(documents=(), prompt=lambda texts: [], seed=request.seed or 0,
                                   query=request.question, datastore=store)
             try:
@@ -231,7 +241,8 @@ class Charging:
         self.metrics.dropped.inc(len(out))
         warnings = (f"{len(over)} document(s) left out: this caller's share of their budget "
                     f"is spent",) if over else ()
-        return Held(rid, ids, [d for d in request.documents if d.id in kept], out, True,
+        return Held(rid, ids, flag_public([d for d in request.documents if d.id in kept],
+                                          public), out, True,
                     dict(res.held), public, dict(classes), warnings, tuple(over),
                     individual=True)
 
@@ -293,7 +304,8 @@ class Charging:
         return ids, classes, public, private
 
     async def _uncharged(self, rid: str, request: ChatRequest, ids: list[str],
-                         private: list[str], classes: Mapping[str, str]) -> Held:
+                         public: tuple[str, ...], private: list[str],
+                         classes: Mapping[str, str]) -> Held:
         """An answer without a guarantee that is not charged (plain CID, scrubbing): a
         document with a budget is refused (HTTP 403), dropped or used uncharged, as the
         operator's ``unguaranteed`` says; with ``use``, one whose budget is spent (or 0) is
@@ -326,8 +338,10 @@ class Charging:
                 self._exhausted(out)
         dropped = [i for i in ids if i in out]
         self.metrics.dropped.inc(len(dropped))
-        return Held(rid, ids, [d for d in request.documents if d.id not in out], dropped,
-                    False, classes=dict(classes), warnings=warnings)
+        # public documents are never written to the ledger, not even plain CID's ex-post ε
+        return Held(rid, ids, flag_public([d for d in request.documents if d.id not in out],
+                                          public), dropped,
+                    False, public=public, classes=dict(classes), warnings=warnings)
 
     def _over_share(self, docs: Sequence[str], caller: Caller | None) -> None:
         """Count documents refused for the caller's share; HTTP 429 with

@@ -17,11 +17,14 @@ from ctxleak.mitigations.mechanisms import Charge, Claim, Decoding, Mechanism, c
 @dataclass(frozen=True)
 class Document:
     """A marked document: its id (the budget is kept per id), text and class (None: the one the
-    ledger holds, else the default budget's; ``public``: never charged)."""
+    ledger holds, else the default budget's; ``public``: never charged); ``public``: set by the
+    proxy's charging, never by a client, for a document the operator's budgets make public (it
+    goes in the prompt, not to the mechanism: :mod:`ctxleak.proxy.public`)."""
 
     id: str
     text: str
     cls: str | None = None
+    public: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,7 +34,8 @@ class ChatRequest:
     temperature (None: greedy, a client's ``temperature: 0``), new-token limits, seed (None: a
     fresh one), ``stream``, the model name it gave, ``stream_options.include_usage`` (a last
     chunk with the usage), the datastore it is answered over (``documents`` are then its
-    documents) and the app's chat messages its prompt is rendered from (None: the template)."""
+    documents) and the app's chat messages its prompt is rendered from (None: the template);
+    ``public_top_k``: over a datastore, the public documents retrieved into every prompt."""
 
     documents: tuple[Document, ...]
     query: str
@@ -46,6 +50,7 @@ class ChatRequest:
     include_usage: bool = False
     datastore: Datastore | None = field(default=None, compare=False)
     messages: Any = None
+    public_top_k: int = 2
 
     @property
     def decoding(self) -> Decoding:

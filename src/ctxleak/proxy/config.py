@@ -65,6 +65,20 @@ def read_classes(path: str | Path) -> dict[str, str]:
     return out
 
 
+def classes_of(source: str | Path) -> dict[str, str]:
+    """The classes ``source`` names: a bundled set's (``demo-datastore``, unless a file of that
+    name exists), else a file (:func:`read_classes`)."""
+    from ctxleak.bundled import with_classes
+
+    bundled = with_classes()
+    if isinstance(source, str) and source in bundled and not Path(source).exists():
+        from importlib import resources
+
+        return read_classes(Path(str(resources.files("ctxleak") / "data" / "demo"
+                                     / bundled[source])))
+    return read_classes(source)
+
+
 def _messages(value: Any) -> tuple[tuple[str, str], ...]:
     """``prompt_messages`` as (role, content) pairs: a built-in name
     (:data:`~ctxleak.mitigations.prompts.NAMED_MESSAGES`), or messages as pairs or
@@ -140,8 +154,15 @@ class ProxyConfig:
       (:data:`UNGUARANTEED`): ``refuse`` (the default: HTTP 403, so no client reads a budgeted
       document without a charge), ``drop`` it, or ``use`` it (nothing is spent: a budget is then
       only as strong as the clients' choice of ``ctxleak.epsilon``).
-    - ``classes``: the operator's class of each document id (``ctxleak serve --classes FILE``);
-      a class a client sends must be the operator's or the ledger's, never a new one.
+    - ``classes``: the operator's class of each document id (``ctxleak serve --classes FILE``:
+      a mapping, a JSONL or CSV file, or ``demo-datastore``, the bundled datastore's: its 240
+      common documents ``public``, its 48 private ones ``restricted``); a class a client sends
+      must be the operator's or the ledger's, never a new one. Class ``public`` documents are
+      part of the prompt under every mechanism (never bounded, never charged, never in the
+      ledger).
+    - ``public_top_k``: over a datastore, the best this many of its public documents for the
+      question (BM25 over the public documents alone) are put in every prompt, not private
+      ones; the mechanism answers over the datastore's private documents only.
     - ``temperature``, ``max_tokens``, ``min_tokens``: the defaults of a request that does not
       give them; ``max_tokens_limit`` the most a request may ask for.
     - ``api_key``: the Bearer key clients must send (None: none needed), caller ``default``;
@@ -190,7 +211,8 @@ class ProxyConfig:
     charge_ex_post: bool = False
     ex_post_reserve: float | None = None
     unguaranteed: str = "refuse"
-    classes: Mapping[str, str] = field(default_factory=dict)
+    classes: Any = field(default_factory=dict)  # a Mapping after __post_init__ (a file is read)
+    public_top_k: int = 2
     temperature: float = 1.0
     max_tokens: int = 64
     min_tokens: int = 0
@@ -223,6 +245,12 @@ class ProxyConfig:
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not "
                                   f"{getattr(self, name)!r}", param=name)
+        if isinstance(self.classes, (str, Path)):
+            object.__setattr__(self, "classes", classes_of(self.classes))
+        if isinstance(self.public_top_k, bool) or not isinstance(self.public_top_k, int) \
+                or self.public_top_k < 0:
+            raise ConfigError(f"public_top_k must be an integer >= 0, not {self.public_top_k!r}",
+                              param="public_top_k")
         for doc, cls in self.classes.items():
             if not (isinstance(doc, str) and isinstance(cls, str) and doc and cls):
                 raise ConfigError(f"classes: document {doc!r} must have a class name, not "

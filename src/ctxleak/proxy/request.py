@@ -255,7 +255,8 @@ def parse_request(body: dict[str, Any], config: ProxyConfig) -> ChatRequest:
                           model=str(body.get("model") or config.served_name),
                           include_usage=include_usage,
                           datastore=config.datastore if over_datastore else None,
-                          messages=config.prompt_messages)
+                          messages=config.prompt_messages,
+                          public_top_k=config.public_top_k)
     _check_charge(request)
     return request
 

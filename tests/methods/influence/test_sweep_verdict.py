@@ -65,9 +65,9 @@ def test_a_recommended_claim_says_what_it_covers():
     settings = _settings()
     settings[1]["claim"] = {"relation": "shard", "delta": 0.0, "eps": {"mean": 10.0}}
     first = run_verdict(settings)["text"].split("\n")[0]
-    assert first.endswith("; its claim: ε = 10 per response, per shard: a shard-level ε is not "
-                          "a document-level ε, unless each document sits in exactly one "
-                          "shard.")
+    assert first.endswith("; its claim: ε = 10 per response, shard-level over the dealt list: "
+                          "adding or removing one document shifts every later document's "
+                          "shard, so a document-level ε does not follow.")
 
 
 def test_a_mechanisms_own_loss_follows_its_claim():

@@ -74,8 +74,9 @@ def test_the_recommendation_names_what_the_claim_covers_and_the_attack_beside_it
     sentence = front["recommendation"]
     assert sentence.startswith("dp-vote(eps=2,shards=4) keeps 98 % of the best F1 at 20 % of "
                                "its influence above control per token")
-    assert "Its claim: ε = 12 per response, per shard: a shard-level ε is not a document-level " \
-           "ε" in sentence
+    assert "Its claim: ε = 12 per response, shard-level over the dealt list: adding or " \
+           "removing one document shifts every later document's shard, so a document-level ε " \
+           "does not follow." in sentence
     assert "A canary attack demonstrated ε ≥ 3.5 (95 %)." in sentence
     shown = frontier_rows(front)
     assert shown[1]["covers"] == "shard" and shown[1]["paid tokens"] == 6.0

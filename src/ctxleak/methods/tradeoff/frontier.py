@@ -380,8 +380,8 @@ def _indicative(rows: Sequence[FrontierRow], keep: float, utility: str | None) -
 CLAIM_SCOPE = {
     "document": "per document: adding or removing any one document; a person whose data "
                 "sits in k documents is covered at k times ε",
-    "shard": "per shard: a shard-level ε is not a document-level ε, unless each document "
-             "sits in exactly one shard",
+    "shard": "shard-level over the dealt list: adding or removing one document shifts "
+             "every later document's shard, so a document-level ε does not follow",
     "context": "for the whole retrieved context replaced by any other",
     "none": "no guarantee: the measured leak is all that is known",
 }
