@@ -115,7 +115,8 @@ async def stream(spec: str, budget: float, most: int, individual: bool, folder: 
                 "max_tokens": MAX_TOKENS, "seed": 1000 + n}
         request = parse_request(body, config)
         held = await charging.reserve(f"r{n}", request)
-        if held.dropped:
+        if held.dropped:  # this answer is not counted: give its reservation back
+            ledger.settle(f"r{n}", 0.0)
             break
         ledger.settle(f"r{n}", dict(held.held) if held.individual else
                       max(held.held.values(), default=0.0))
@@ -171,7 +172,9 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=10.0, help="ε per restricted document")
     ap.add_argument("--most", type=int, default=2000, help="answers at most")
     ap.add_argument("--mechanisms", nargs="+", default=[
-        "dp-rag:eps=1,eps_retrieval=0.05", "dp-sparse-vote:eps=1,shards=8,delta=1e-6"])
+        "dp-rag:eps=1,eps_retrieval=0.05,top_k=1", "dp-rag:eps=0.5,eps_retrieval=0.02,top_k=1",
+        "dp-sparse-vote:eps=1,shards=8,delta=1e-6",
+        "dp-sparse-vote:eps=0.5,shards=8,delta=1e-6"])
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.mechanisms:
