@@ -51,8 +51,9 @@ def direct(lm: Any, store: Datastore) -> Any:
 def test_a_plain_request_is_answered_over_the_datastore_and_every_document_charged(
         lm, tmp_path):
     claim = DPVote(eps=2, shards=4).claim(DECODING)
+    # the answer is compared with the mechanism's under the client's seed: an audit
     with serving_sqlite(lm, tmp_path / "l.db", mechanism=SPEC, datastore=STORE,
-                        budgets=Budgets(default=10.0)) as (url, ledger, _):
+                        budgets=Budgets(default=10.0), audit_seeds=True) as (url, ledger, _):
         # the real openai client, no ctxleak field at all: the app as it is
         raw = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0) \
             .chat.completions.with_raw_response.create(
@@ -62,12 +63,11 @@ def test_a_plain_request_is_answered_over_the_datastore_and_every_document_charg
         want = direct(lm, STORE)
         assert info["mode"] == "mechanism" and info["relation"] == "document"
         assert info["token_ids"] == list(want.response_ids)
-        assert info["documents_used"] == list(dict.fromkeys(want.datastore_used))
-        assert set(info["documents_used"]) <= {i for i, _ in STORE.documents}
-        assert info["charged"] == {i: claim.eps for i, _ in STORE.documents}
+        # no datastore id leaves the proxy (issue 81): the ledger has the charges
+        assert not {"documents_used", "documents", "dropped", "charged", "budgets"} & set(info)
         for doc_id, _ in STORE.documents:
             assert ledger.document(doc_id).spent == pytest.approx(claim.eps)
-        assert json.loads(raw.headers["x-ctxleak-charged"]) == info["charged"]
+        assert "x-ctxleak-charged" not in raw.headers
 
 
 def test_a_spent_document_is_not_retrieved_and_documents_in_a_request_are_refused(
@@ -77,7 +77,7 @@ def test_a_spent_document_is_not_retrieved_and_documents_in_a_request_are_refuse
     claim = DPVote(eps=2, shards=4).claim(DECODING)
     budgets = Budgets(default=10.0)
     with serving_sqlite(lm, tmp_path / "l.db", mechanism=SPEC, datastore=STORE,
-                        budgets=budgets) as (url, ledger, _):
+                        budgets=budgets, audit_seeds=True) as (url, ledger, _):
         ledger.reserve("spend", ["doc-3"], 10.0, budgets)
         ledger.settle("spend", 10.0)
         monkeypatch.setattr(headers, "HEADER_JSON_LIMIT", 40)
@@ -85,17 +85,15 @@ def test_a_spent_document_is_not_retrieved_and_documents_in_a_request_are_refuse
         assert resp.status_code == 200, resp.text
         info = resp.json()["ctxleak"]
         rest = Datastore(tuple(d for d in STORE.documents if d[0] != "doc-3"))
-        assert info["dropped"] == ["doc-3"] and "doc-3" not in info["documents_used"]
+        assert "dropped" not in info  # which document is spent is the operator's (issue 81)
         assert info["token_ids"] == list(direct(lm, rest).response_ids)
-        assert set(info["charged"]) == {i for i, _ in rest.documents}
         assert ledger.document("doc-3").spent == 10.0
-        # a listing too long for a header is given as its count (the body has it whole)
-        assert json.loads(resp.headers["x-ctxleak-charged"])["count"] == 7
         assert all(ledger.document(i).spent == pytest.approx(claim.eps)
                    for i, _ in rest.documents)
         bad = ask(url, ctxleak={"documents": [{"id": "x", "text": "a note"}]})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "ctxleak.documents"
-        assert "datastore of 8 documents" in bad.json()["error"]["message"]
+        assert "own datastore" in bad.json()["error"]["message"]
+        assert "8" not in bad.json()["error"]["message"]  # nor its size
 
 
 def test_a_datastore_needs_a_mechanism_and_a_readable_file(tmp_path):
@@ -154,7 +152,7 @@ def test_the_apps_messages_are_the_prompt_the_mechanism_answers_under(lm, tmp_pa
     messages = [{"role": "system", "content": "answer in a few words."},
                 {"role": "user", "content": "document: {context} question: {query}"}]
     with serving_sqlite(model, tmp_path / "l.db", mechanism=SPEC, datastore=STORE,
-                        prompt_messages=messages) as (url, _, _):
+                        prompt_messages=messages, audit_seeds=True) as (url, _, _):
         resp = ask(url)
         assert resp.status_code == 200, resp.text
         info = resp.json()["ctxleak"]
