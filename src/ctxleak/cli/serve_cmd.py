@@ -84,7 +84,9 @@ def register(app: typer.Typer) -> None:
             "postgresql://... (replicas share it)."),
         on_exhausted: str = typer.Option("drop", "--on-exhausted", help="When a document's "
                                          "budget is spent: drop (answer without it, said in "
-                                         "the response) or refuse (HTTP 429)."),
+                                         "the response) or refuse (HTTP 429; a DP answer "
+                                         "over --datastore always drops: a refusal would "
+                                         "tell about one document)."),
         charge_ex_post: bool = typer.Option(False, "--charge-ex-post", help="Also charge plain "
                                             "CID's ex-post ε (data-dependent, not a guarantee) "
                                             "against the budgets (each such answer holds the "

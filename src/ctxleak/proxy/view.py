@@ -1,17 +1,18 @@
 """What of an answer leaves the privacy proxy towards its client: one function,
-:func:`client_view`, read by the response body, its headers, every streamed chunk and the
-refusals, so that they cannot drift. The operator's log line and the ledger keep everything.
+:func:`client_view`, read by the response body, its headers and every streamed chunk, so that
+they cannot drift. The operator's log line and the ledger keep everything.
 
-A differential-privacy claim ("The Algorithmic Foundations of Differential Privacy", Def. 2.4)
-bounds what the released output says about one document; anything released beside it is
-outside the claim. So an answer whose charge is a DP guarantee (a mechanism's claim, bounded
-Context Influence Decoding) carries only its tokens, its claim and the caller's own figures:
-never a datastore id (``documents_used``, ``charged``, ``budgets``), the datastore's size, a
-per-document charge or reservation, a per-step figure computed from the documents (CID's
-``lambdas``, ``influence``, ``epsilon_ex_post``) or the seed its noise came from. Where the
-client sent the documents itself, what it already knows is echoed: its own ids, and which of
-them its budget left out. An answer without a guarantee (plain CID, scrubbing) keeps every
-field."""
+A differential-privacy claim bounds what the released output says about one document;
+anything released beside it is outside the claim. So an answer whose charge is a DP
+guarantee (a mechanism's claim, bounded Context Influence Decoding) carries only its
+tokens, its claim and the caller's own figures: never a datastore id (``documents_used``,
+``charged``, ``budgets``), the datastore's size, a per-document charge or reservation, a
+per-step figure computed from the documents (CID's ``lambdas``, ``influence``,
+``epsilon_ex_post``) or the seed its noise came from. Where the client sent the documents
+itself, what it already knows is echoed: its own ids, and which of them its budget left out.
+An answer without a guarantee (plain CID, scrubbing) keeps every field. (The refusals over a
+datastore say no id or size either: :mod:`~ctxleak.proxy.request`,
+:func:`~ctxleak.proxy.answering.refusal`.)"""
 
 from __future__ import annotations
 
