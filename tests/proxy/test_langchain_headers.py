@@ -25,16 +25,17 @@ def test_chatopenai_reads_the_ledger_from_the_headers(lm, tmp_path):
         reply = llm.invoke("what is the name of the patient ?",
                            extra_body={"ctxleak": {"documents": DOCS, "epsilon": 0.5}})
         headers = reply.response_metadata["headers"]
-        charged = json.loads(headers["x-ctxleak-charged"])
+        assert "x-ctxleak-charged" not in headers  # the operator's (issue 81)
         assert headers["x-ctxleak-mode"] == "bounded"
         assert json.loads(headers["x-ctxleak-documents"]) == ["acct-7"]
         assert json.loads(headers["x-ctxleak-dropped"]) == []
         spent = ledger.find("acct-7").spent
-        assert charged == {"acct-7": pytest.approx(spent)} and spent > 0
+        assert spent > 0
         assert float(headers["x-ctxleak-epsilon-spent"]) == pytest.approx(spent)
         first = next(iter(llm.stream("what is the name of the patient ?",
                                      extra_body={"ctxleak": {"documents": DOCS,
                                                              "epsilon": 0.5}})))
-        reserved = json.loads(first.response_metadata["headers"]["x-ctxleak-epsilon-reserved"])
-        assert reserved == {"acct-7": pytest.approx(0.5 * 7)}
+        streamed = first.response_metadata["headers"]
+        assert json.loads(streamed["x-ctxleak-documents"]) == ["acct-7"]
+        assert "x-ctxleak-epsilon-reserved" not in streamed
     ledger.close()

@@ -79,7 +79,8 @@ def test_the_attacks_read_what_the_proxy_releases_and_the_claim_it_charges(lm, t
                                                                            capsys):
     mechanism = MECHANISMS[name]
     with serving_sqlite(lm, tmp_path / "ledger.db", mechanism=mechanism,
-                        budgets=Budgets(default=1e6), unguaranteed="use") as (url, ledger, _):
+                        budgets=Budgets(default=1e6), unguaranteed="use",
+                        audit_seeds=True) as (url, ledger, _):  # the attacks send seeds
         target = ctxleak.attack_target(rag_demo=True, endpoint=url + "/v1",
                                        endpoint_model="tiny", endpoint_context="ctxleak",
                                        max_new_tokens=TOKENS, top_k=3)

@@ -65,7 +65,9 @@ def _audit(lm, path, mechanism, copies, **served):
     """The audit of the proxy deploying ``mechanism`` (``served``: more of its settings), and
     its ledger's charge to each trial's documents."""
     key = {"api_key_env": "CTXLEAK_PROXY_KEY"} if "api_key" in served else {}
-    with serving_sqlite(lm, path, mechanism=mechanism, **served) as (url, ledger, _):
+    # the audit sends a seed per trial: the proxy is started for an audit (--audit-seeds)
+    with serving_sqlite(lm, path, mechanism=mechanism, audit_seeds=True,
+                        **served) as (url, ledger, _):
         result = ctxleak.canary_audit_proxy(url + "/v1", "tiny", DOCS, copies=copies,
                                             trials=TRIALS, digits=DIGITS, temperature=0.8,
                                             max_new_tokens=TOKENS, threshold=THRESHOLD,

@@ -54,8 +54,9 @@ def test_a_plain_request_is_answered_over_the_datastore_each_document_charged_it
     """Each document a voter reads is charged the claim, every other nothing (its removal
     could not change the answer): none of them is written to the ledger."""
     claim = DPVote(eps=2, shards=4).claim(DECODING)
+    # the answer is compared with the mechanism's under the client's seed: an audit
     with serving_sqlite(lm, tmp_path / "l.db", mechanism=SPEC, datastore=STORE,
-                        budgets=Budgets(default=10.0)) as (url, ledger, _):
+                        budgets=Budgets(default=10.0), audit_seeds=True) as (url, ledger, _):
         # the real openai client, no ctxleak field at all: the app as it is
         raw = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0) \
             .chat.completions.with_raw_response.create(
@@ -75,6 +76,9 @@ def test_a_plain_request_is_answered_over_the_datastore_each_document_charged_it
                 assert row is not None and row.spent == pytest.approx(claim.eps)
             else:
                 assert row is None
+        # no datastore id leaves the proxy: the ledger has the charges
+        assert not {"documents_used", "documents", "dropped", "charged", "budgets"} & set(info)
+        assert "x-ctxleak-charged" not in raw.headers
 
 
 def test_a_spent_document_a_voter_would_read_is_left_out_and_the_next_best_charged(
@@ -84,7 +88,7 @@ def test_a_spent_document_a_voter_would_read_is_left_out_and_the_next_best_charg
     read = direct(lm, STORE).datastore_used
     spent, idle = read[0], next(i for i, _ in STORE.documents if i not in read)
     with serving_sqlite(lm, tmp_path / "l.db", mechanism=SPEC, datastore=STORE,
-                        budgets=budgets) as (url, ledger, _):
+                        budgets=budgets, audit_seeds=True) as (url, ledger, _):
         for doc in (spent, idle):  # both budgets spent before the question
             ledger.reserve("spend-" + doc, [doc], 10.0, budgets)
             ledger.settle("spend-" + doc, 10.0)
@@ -99,9 +103,11 @@ def test_a_spent_document_a_voter_would_read_is_left_out_and_the_next_best_charg
         assert ledger.document(spent).spent == ledger.document(idle).spent == 10.0
         for doc in want.datastore_used:
             assert ledger.document(doc).spent == pytest.approx(claim.eps)
+        assert "dropped" not in info  # which document is spent is the operator's
         bad = ask(url, ctxleak={"documents": [{"id": "x", "text": "a note"}]})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "ctxleak.documents"
-        assert "datastore of 8 documents" in bad.json()["error"]["message"]
+        assert "own datastore" in bad.json()["error"]["message"]
+        assert "8" not in bad.json()["error"]["message"]  # nor its size
 
 
 def test_a_datastore_needs_a_mechanism_and_a_readable_file(tmp_path):
@@ -160,7 +166,7 @@ def test_the_apps_messages_are_the_prompt_the_mechanism_answers_under(lm, tmp_pa
     messages = [{"role": "system", "content": "answer in a few words."},
                 {"role": "user", "content": "document: {context} question: {query}"}]
     with serving_sqlite(model, tmp_path / "l.db", mechanism=SPEC, datastore=STORE,
-                        prompt_messages=messages) as (url, _, _):
+                        prompt_messages=messages, audit_seeds=True) as (url, _, _):
         resp = ask(url)
         assert resp.status_code == 200, resp.text
         info = resp.json()["ctxleak"]

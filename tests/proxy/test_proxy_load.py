@@ -35,7 +35,7 @@ def lm(llama_lm):
 
 def request(marked: dict[str, Any], **body: Any) -> ChatRequest:
     return parse_request({"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                              "ctxleak": marked, **body}, ProxyConfig())
+                              "ctxleak": marked, **body}, ProxyConfig(audit_seeds=True))
 
 
 #: Answers of different settings, documents and lengths, each with its own seed.
@@ -199,7 +199,7 @@ def test_an_answer_that_fails_fails_alone(lm, monkeypatch):
 def test_concurrent_clients_of_the_proxy_are_decoded_together(lm, tmp_path):
     ledger = SQLiteLedger(tmp_path / "ledger.db")
     sampled = [(m, b) for m, b in REQUESTS if b["temperature"] > 0]
-    with proxy_serving(lm, ledger) as (url, app):
+    with proxy_serving(lm, ledger, audit_seeds=True) as (url, app):  # the answers' own seeds
         proxy = app.state.proxy
 
         def ask(marked: dict[str, Any], body: dict[str, Any]) -> Callable[[], Any]:

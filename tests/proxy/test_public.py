@@ -84,7 +84,7 @@ def test_public_documents_never_reach_the_ledger_under_any_charge(lm, tmp_path):
     with class None and their ex-post ε); the private one is charged alone."""
     with serving_sqlite(lm, tmp_path / "l.db", classes=CLASSES,
                         budgets=Budgets(classes={"restricted": 50.0}),
-                        unguaranteed="use") as (url, ledger, _):
+                        unguaranteed="use", allow_any_mechanism=True) as (url, ledger, _):
         for marked in ({"lambda": 0.5}, {"epsilon": 0.05},
                        {"mechanism": "dp-vote:eps=2,shards=3"}):
             docs = DOCS if "mechanism" not in marked else \

@@ -23,7 +23,7 @@ from helpers.proxy_server import served_tiny, serving_sqlite
 from ctxleak.engine.served_client import ClientOptions, ServedClient
 from ctxleak.errors import ConfigError
 from ctxleak.proxy import Budgets, ProxyConfig
-from ctxleak.proxy.budget import SQLiteLedger, public_ledger_url
+from ctxleak.proxy.budget import SQLiteLedger, answers_allowed, public_ledger_url
 from ctxleak.proxy.errors import decoding_failed
 
 DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
@@ -33,6 +33,10 @@ KEY = "sk-upstream-s3cr3t/key"
 
 
 def serving(lm, tmp_path, **config: Any) -> Any:
+    # these tests compare a served answer with the mechanism's in-process one under one seed,
+    # or repeat an answer by its seed: a client's seed is refused for a DP answer unless the
+    # operator audits (issue 81), so they serve as an audit
+    config.setdefault("audit_seeds", True)
     return serving_sqlite(lm, tmp_path / "ledger.db", **config)
 
 
@@ -184,7 +188,9 @@ def test_plain_cid_does_not_spend_a_budgeted_document_uncharged(lm, tmp_path, po
         body["ctxleak"] = {"documents": DOCS, "epsilon": 0.05}
         body["temperature"] = 1.0
         resp = post(url, body)
-        assert resp.status_code == 200 and "acct-7" in resp.json()["ctxleak"]["charged"]
+        assert resp.status_code == 200 and resp.json()["ctxleak"]["documents"] == \
+            ["acct-7", "acct-9"]
+        assert ledger.document("acct-7").spent > 0
         body["ctxleak"] = {"documents": DOCS, "lambda": 0.0}
         assert post(url, body).status_code == 200
     with pytest.raises(ConfigError, match="unguaranteed"):
@@ -200,8 +206,9 @@ def test_a_vanishing_epsilon_is_answered_not_a_500(lm, tmp_path):
                 "ctxleak": {"documents": DOCS[:1], "epsilon": 5e-324}}
         resp = post(url, body)
         assert resp.status_code == 200, resp.text
-        row = resp.json()["ctxleak"]["budgets"]["acct-7"]
-        assert row["answers_left"] == 2 ** 53
+        assert ledger.document("acct-7").spent > 0
+        # (a DP answer names no budget: issue 81) the count the operator's figures give
+        assert answers_allowed(ledger.document("acct-7").remaining, 5e-324, 3) == 2 ** 53
         assert ledger.open_reservations() == []
 
 

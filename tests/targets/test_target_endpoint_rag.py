@@ -87,7 +87,9 @@ def test_bad_answerer_settings(kw, param):
 
 def test_through_ctxleak_serve_the_answer_is_cid_on_the_retrieved_documents(tmp_path):
     lm = tiny_llama()
-    with serving_sqlite(lm, tmp_path / "ledger.db") as (url, _, _):
+    # the answerer sends each question's seed: a bounded (DP) answer takes it only from a
+    # proxy started for an audit (issue 81)
+    with serving_sqlite(lm, tmp_path / "ledger.db", audit_seeds=True) as (url, _, _):
         answerer = EndpointAnswerer(url + "/v1", "tiny", ctxleak={"lambda": 0.5}, seed=2,
                                     max_tokens=8)
         app = RAGApp(DOCS, answerer=answerer, top_k=2)
@@ -110,7 +112,7 @@ def test_a_spent_privacy_budget_is_not_retried(tmp_path):
 
     lm = tiny_llama()
     with serving_sqlite(lm, tmp_path / "ledger.db", budgets=Budgets(default=0.0),
-                        on_exhausted="refuse") as (url, _, _):
+                        on_exhausted="refuse", audit_seeds=True) as (url, _, _):
         answerer = EndpointAnswerer(url + "/v1", "tiny", ctxleak={"epsilon": 0.5},
                                     max_tokens=4, retries=3, backoff_s=30.0)
         with pytest.raises(TargetError, match="budget that waiting does not restore "

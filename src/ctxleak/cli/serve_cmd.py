@@ -90,7 +90,9 @@ def register(app: typer.Typer) -> None:
             "postgresql://... (replicas share it)."),
         on_exhausted: str = typer.Option("drop", "--on-exhausted", help="When a document's "
                                          "budget is spent: drop (answer without it, said in "
-                                         "the response) or refuse (HTTP 429)."),
+                                         "the response) or refuse (HTTP 429; a DP answer "
+                                         "over --datastore always drops: a refusal would "
+                                         "tell about one document)."),
         charge_ex_post: bool = typer.Option(False, "--charge-ex-post", help="Also charge plain "
                                             "CID's ex-post ε (data-dependent, not a guarantee) "
                                             "against the budgets (each such answer holds the "
@@ -130,6 +132,32 @@ def register(app: typer.Typer) -> None:
             None, "--caller-rate", help="Requests a minute one caller may send (burst the "
             "same; each replica counts its own), e.g. 30; past it HTTP 429 with Retry-After "
             "(default: no limit)."),
+        operator_key_env: Optional[str] = typer.Option(
+            None, "--operator-key-env", help="Environment variable holding the operator's key "
+            "(Authorization: Bearer KEY): the only key that reads the ledger's documents "
+            "(/v1/ctxleak/documents) and /metrics's per-document series. Without it, those are "
+            "refused (HTTP 403) where clients need --api-key-env, and open to anyone on a "
+            "keyless proxy."),
+        audit_seeds: bool = typer.Option(
+            False, "--audit-seeds", help="For an audit only: use a client's seed for answers "
+            "under a DP guarantee; each such answer says the seed is known and its guarantee "
+            "void (seed_known). Without it a client's seed on such an answer is HTTP 400: the "
+            "noise comes from a server secret."),
+        allow_mechanism: list[str] = typer.Option(
+            [], "--allow-mechanism", help="SPEC: a mechanism a request's ctxleak.mechanism may "
+            "name (repeatable; --mechanism always may); any other is HTTP 400 "
+            "mechanism_not_allowed. ctxleak.lambda / ctxleak.epsilon (CID) stay allowed."),
+        allow_any_mechanism: bool = typer.Option(
+            False, "--allow-any-mechanism", help="For research: a request may name any "
+            "mechanism, still within --max-documents and --max-streams."),
+        max_documents: int = typer.Option(64, "--max-documents", help="The most documents "
+                                          "one request may give (HTTP 400 over_limit past "
+                                          "it)."),
+        max_streams: int = typer.Option(
+            64, "--max-streams", help="The most prompt streams one answer decodes at once (a "
+            "vote's voters plus its no-retrieval stream, DP-RAG's documents plus one): a "
+            "request past it is HTTP 400 over_limit before anything is reserved or decoded; "
+            "--mechanism past it is refused at start."),
         upstream_key_env: Optional[str] = typer.Option(
             None, "--upstream-key-env", help="Environment variable holding the upstream's API "
             "key."),
@@ -209,6 +237,12 @@ def register(app: typer.Typer) -> None:
             if not api_key:
                 raise ConfigError(f"--api-key-env {api_key_env}: that variable is not set",
                                   param="api_key_env")
+        operator_key = None
+        if operator_key_env is not None:
+            operator_key = os.environ.get(operator_key_env)
+            if not operator_key:
+                raise ConfigError(f"--operator-key-env {operator_key_env}: that variable is "
+                                  f"not set", param="operator_key_env")
         upstream_key = os.environ.get(upstream_key_env) if upstream_key_env else None
         config = ProxyConfig(upstream=upstream, upstream_api_key=upstream_key,
                              budgets=Budgets(default=budget, overrides=_overrides(budget_for),
@@ -229,6 +263,10 @@ def register(app: typer.Typer) -> None:
                              upstream_timeout=upstream_timeout, body_timeout=body_timeout,
                              worker_threads=worker_threads,
                              metrics_documents=metrics_documents, mechanism=mechanisms,
+                             audit_seeds=audit_seeds, operator_api_key=operator_key,
+                             allowed_mechanisms=tuple(allow_mechanism),
+                             allow_any_mechanism=allow_any_mechanism,
+                             max_documents=max_documents, max_streams=max_streams,
                              datastore=datastore,
                              prompt_messages=None if prompt_messages is None
                              else load_prompt_messages(prompt_messages, "prompt_messages"))
@@ -250,6 +288,10 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"ctxleak serve: warning: listening on {host} without an API key: "
                        "anyone who reaches this address can spend the documents' budgets "
                        "(give --api-key-env)", err=True)
+        if audit_seeds:
+            typer.echo("ctxleak serve: warning: --audit-seeds: a client's seed fixes the noise "
+                       "of its answer, whose DP guarantee is then void (said in each such "
+                       "answer): for an audit, never for a deployment", err=True)
         typer.echo(f"ctxleak serve: {cid_route(lm)}", err=True)
         if config.mechanism is not None:
             typer.echo(f"ctxleak serve: {mechanism_text(config)}", err=True)

@@ -188,8 +188,10 @@ def refusal(exc: ConfigError, request: ChatRequest) -> ProxyError:
     """A mechanism's refusal of a request (greedy decoding for a mechanism that samples, too
     few documents for its shards) as HTTP 400 naming the request field."""
     param = FIELDS.get(str(getattr(exc, "param", "") or ""), "ctxleak.mechanism")
-    return ProxyError(400, f"{param}: {request.mechanism.key()} cannot answer this request: "
-                           f"{exc}", param=param)
+    why = f": {exc}" if request.datastore is None else \
+        " over this proxy's datastore (the operator's log says why)"  # its words may size it
+    return ProxyError(400, f"{param}: {request.mechanism.key()} cannot answer this "
+                           f"request{why}", param=param)
 
 
 def mechanism_text(config: ProxyConfig) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hmac
 import json
 import logging
 import secrets
@@ -50,6 +51,7 @@ from ctxleak.proxy.request import ProxyError, is_marked, parse_body, parse_reque
 from ctxleak.proxy.routes import list_documents, list_models, one_document, timed
 from ctxleak.proxy.streaming import Event, answer_and_settle, settle_released, sse_chunks
 from ctxleak.proxy.upstream import Upstream
+from ctxleak.proxy.view import client_view
 
 log = logging.getLogger("ctxleak.proxy")
 #: The slot of the request being handled, marked when a stream takes it over: a context
@@ -92,6 +94,8 @@ class Proxy:
                 return self.batcher.answer(request, docs, listener)
             return answer_alone(self.lm, request, docs, listener)
         except ConfigError as exc:
+            if request.datastore is not None:  # the client's error names no reason: this does
+                log.warning(json.dumps({"event": "mechanism_refused", "error": str(exc)}))
             raise refusal(exc, request) from None
 
     async def drain(self) -> None:
@@ -116,6 +120,10 @@ class Proxy:
             await self.charging.release_unspent(held)
             if held.over_share:  # the caller's share, not the documents' budgets
                 raise caller_share_spent(self.config.caller_share)
+            if request.datastore is not None:  # names no document of it, nor their count
+                raise budget_spent(f"ctxleak.documents: too few documents of the datastore "
+                                   f"have privacy budget left for {request.mechanism.key()} "
+                                   f"to answer")
             raise budget_spent(f"ctxleak.documents: the privacy budget of document(s) "
                                f"{', '.join(held.dropped)} is spent, and "
                                f"{request.mechanism.key()} needs at least {least} "
@@ -128,14 +136,15 @@ class Proxy:
             await self.charging.release_unspent(held)  # nothing was released
             raise
         reply, info = await settle_released(self.charging, request, held, reply, self._tasks)
+        view = client_view(info, request)  # what the client may read (the log has the rest)
         # the OpenAI ``chat.completion``, its ledger in the ``ctxleak`` field and in headers
         response = JSONResponse({
             "id": rid, "object": "chat.completion", "created": int(time.time()),
             "model": request.model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
                          "finish_reason": reply.finish_reason, "logprobs": None}],
-            "usage": reply.usage, "ctxleak": info})
-        response.headers.update(answer_headers(rid, info))
+            "usage": reply.usage, "ctxleak": view})
+        response.headers.update(answer_headers(rid, view))
         return response
 
     async def _stream(self, request: ChatRequest, held: Held) -> Response:
@@ -194,6 +203,27 @@ class Proxy:
             except RateLimited:
                 self.metrics.rate_limited.labels(caller.label).inc()
                 raise
+
+    def operator_refusal(self, request: Request) -> ProxyError | None:
+        """Why ``request`` may not read the operator's views (the documents API, ``/metrics``'s
+        per-document series), None where it may: it carries the operator's key
+        (``operator_api_key``), or the proxy has neither key (a keyless development proxy,
+        where anyone who reaches it reads them: docs/deploy-cid.md says so)."""
+        key = self.config.operator_api_key
+        if key is None and self.config.api_key is None:
+            return None
+        if key is None:
+            return ProxyError(403, "the ledger's documents are the operator's and this proxy "
+                                   "has no operator key: start ctxleak serve with "
+                                   "--operator-key-env NAME and send that key",
+                              kind="permission_error", code="operator_key_not_configured")
+        if _bearer(request, key):
+            return None
+        if not request.headers.get("authorization"):
+            return unauthorised()
+        return ProxyError(403, "the ledger's documents are the operator's: send the operator "
+                               "key (ctxleak serve --operator-key-env), not a client's",
+                          kind="permission_error", code="operator_key_required")
 
     async def read_body(self, request: Request) -> bytes:
         """The request's body, at most ``max_body_bytes`` (HTTP 413) within ``body_timeout``
@@ -267,6 +297,12 @@ class Proxy:
             _SLOT.reset(handed)
 
 
+def _bearer(request: Request, key: str) -> bool:
+    """Whether ``request`` carries ``Authorization: Bearer key`` (compared in constant time)."""
+    given = request.headers.get("authorization", "")
+    return given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), key.encode())
+
+
 def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
                config: ProxyConfig | None = None) -> FastAPI:
     """The proxy as an ASGI app decoding with ``lm``: in-process, or a served model whose
@@ -315,8 +351,12 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
         return JSONResponse({"status": "ok"})
 
     @app.get("/metrics")
-    async def metrics() -> Response:
-        text = await run_in_threadpool(proxy.metrics.text)  # the budget gauges read the ledger
+    async def metrics(request: Request) -> Response:
+        """Every series for the operator (:meth:`Proxy.operator_refusal`); to anyone else,
+        those that count no document."""
+        operator = proxy.operator_refusal(request) is None
+        # the budget gauges read the ledger
+        text = await run_in_threadpool(proxy.metrics.text, operator)
         return Response(text, media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models")
@@ -327,16 +367,18 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
 
     @app.get("/v1/ctxleak/documents")
     async def documents(request: Request) -> Response:
-        if not proxy.authorised(request):
-            return error_response(unauthorised())
+        refused = proxy.operator_refusal(request)
+        if refused is not None:
+            return error_response(refused)
         query = request.query_params
         return await timed(proxy.metrics, "documents", lambda: list_documents(
             ledger, query.get("offset"), query.get("limit")))
 
     @app.get("/v1/ctxleak/documents/{doc_id:path}")
     async def document(request: Request, doc_id: str) -> Response:
-        if not proxy.authorised(request):
-            return error_response(unauthorised())
+        refused = proxy.operator_refusal(request)
+        if refused is not None:
+            return error_response(refused)
         return await timed(proxy.metrics, "documents", lambda: one_document(ledger, doc_id))
 
     return app

@@ -37,6 +37,7 @@ from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.metrics import ProxyMetrics
 from ctxleak.proxy.public import store_of
 from ctxleak.proxy.request import ProxyError
+from ctxleak.proxy.view import AUDIT
 
 log = logging.getLogger("ctxleak.proxy")
 
@@ -172,7 +173,7 @@ class Charging:
             need, hold_rest = 0.0 if per_token is None else \
                 per_token * (request.max_tokens + 1), per_token is None
         warnings = () if hold_rest else self._unfittable(request, need, private, classes)
-        refuse = self.config.on_exhausted == "refuse"
+        refuse = self.refuses(request, self.config.on_exhausted)
         share = self.config.caller_share if self.config.caller_share < 1 else None
         res = await run_in_threadpool(
             lambda: self.ledger.reserve(rid, private, need, self.budgets,
@@ -182,9 +183,9 @@ class Charging:
                                         caller=None if caller is None else caller.name,
                                         share=share))
         if res.exhausted:
-            self._exhausted(res.exhausted)
+            self._exhausted(res.exhausted, refuse)
         if res.over_share:
-            self._over_share(res.over_share, caller)
+            self._over_share(res.over_share, caller, refuse)
             warnings += (f"{len(res.over_share)} document(s) left out: this caller's share of "
                          f"their budget is spent",)
         kept = set(res.granted) | set(public)
@@ -231,10 +232,11 @@ class Charging:
                 caller=None if caller is None else caller.name, share=share))
             if not (res.exhausted or res.over_share):
                 break
+            # (never refused: over a datastore, a refusal would tell about one document)
             if res.exhausted:
-                self._exhausted(res.exhausted)  # (HTTP 429 with on_exhausted="refuse")
+                self._exhausted(res.exhausted, False)
             if res.over_share:
-                self._over_share(res.over_share, caller)
+                self._over_share(res.over_share, caller, False)
             out.extend([*res.exhausted, *res.over_share])
             over.extend(res.over_share)
             kept -= {*res.exhausted, *res.over_share}
@@ -335,7 +337,7 @@ class Charging:
 
             out = await run_in_threadpool(spent_out) if budgeted else []
             if out:
-                self._exhausted(out)
+                self._exhausted(out, self.config.on_exhausted == "refuse")
         dropped = [i for i in ids if i in out]
         self.metrics.dropped.inc(len(dropped))
         # public documents are never written to the ledger, not even plain CID's ex-post ε
@@ -343,16 +345,24 @@ class Charging:
                                           public), dropped,
                     False, public=public, classes=dict(classes), warnings=warnings)
 
-    def _over_share(self, docs: Sequence[str], caller: Caller | None) -> None:
-        """Count documents refused for the caller's share; HTTP 429 with
-        ``on_exhausted="refuse"``."""
+    def _over_share(self, docs: Sequence[str], caller: Caller | None, refuse: bool) -> None:
+        """Count documents refused for the caller's share; HTTP 429 where ``refuse``
+        (:meth:`refuses`)."""
         self.metrics.share_spent.labels(caller.label if caller else "").inc(len(docs))
-        if self.config.on_exhausted == "refuse":
+        if refuse:
             raise caller_share_spent(self.config.caller_share)
 
-    def _exhausted(self, exhausted: Sequence[str]) -> None:
-        """Count documents found exhausted; HTTP 429 with ``on_exhausted="refuse"``."""
-        refuse = self.config.on_exhausted == "refuse"
+    @staticmethod
+    def refuses(request: ChatRequest, policy: str) -> bool:
+        """Whether ``policy`` (``on_exhausted``, ``on_unfittable``) refuses ``request``: an
+        answer under a DP guarantee over the datastore never is, its documents are left out
+        instead (a refusal naming, or caused by, one document of the datastore would tell the
+        client about it outside the claim; leaving a document out is within it)."""
+        return policy == "refuse" and not (request.datastore is not None
+                                           and request.charge.guaranteed)
+
+    def _exhausted(self, exhausted: Sequence[str], refuse: bool) -> None:
+        """Count documents found exhausted; HTTP 429 where ``refuse``."""
         self.metrics.exhausted.labels("refuse" if refuse else "drop").inc(len(exhausted))
         if refuse:
             raise budget_spent(f"the privacy budget of document(s) {', '.join(exhausted)} "
@@ -388,7 +398,7 @@ class Charging:
                             f"than document {doc!r}'s whole budget of {budget:g}, so this "
                             f"request could never use it: raise the budget or deploy a "
                             f"mechanism with a smaller ε")
-        if said and self.config.on_unfittable == "refuse":
+        if said and self.refuses(request, self.config.on_unfittable):
             raise ProxyError(400, f"{param}: {said[0]}", param=param,
                              code="reservation_exceeds_budget")
         for text in said:
@@ -478,8 +488,8 @@ class Charging:
 
 
 #: The fields of a response's ``ctxleak`` field the request log keeps (never a text).
-LOGGED = ("mode", "mechanism", "documents", "dropped", "tokens", "epsilon_spent",
-          "epsilon_ex_post", "delta_spent")
+LOGGED = ("mode", "mechanism", "documents", "dropped", "documents_used", "tokens",
+          "epsilon_spent", "epsilon_ex_post", "delta_spent", "seed", "seed_known")
 
 
 def answer_fields(request: ChatRequest, reply: Reply, held: Held,
@@ -497,12 +507,20 @@ def answer_fields(request: ChatRequest, reply: Reply, held: Held,
             "context_tokens_cut": reply.prepared.cut, "warnings": list(held.warnings)}
     if request.charge.guaranteed and charged is not None:
         info["epsilon_spent"] = max(charged.values(), default=0.0)
+    if request.charge.guaranteed:  # the client chose the seed only where the operator audits
+        info["seed_known"] = request.seed_known
     return info
 
 
 def guarantee(request: ChatRequest, reply: Reply) -> str:
     """What the answer guarantees, in words: bounded CID's per-token guarantee, plain CID's
-    ex-post figure, or a mechanism's claim and what was charged."""
+    ex-post figure, or a mechanism's claim and what was charged; a guarantee whose seed the
+    client chose (an audit, ``audit_seeds``) starts by saying it is void."""
+    said = _guarantee(request, reply)
+    return AUDIT + said if request.charge.guaranteed and request.seed_known else said
+
+
+def _guarantee(request: ChatRequest, reply: Reply) -> str:
     charge = request.charge
     if charge.per_token is not None:
         return GUARANTEE

@@ -51,6 +51,9 @@ class ChatRequest:
     datastore: Datastore | None = field(default=None, compare=False)
     messages: Any = None
     public_top_k: int = 2
+    #: whether ``seed`` is the client's (an audit: the answer's noise is known to it) rather
+    #: than the server's secret draw
+    seed_known: bool = False
 
     @property
     def decoding(self) -> Decoding:

@@ -201,6 +201,18 @@ class ProxyConfig:
     - ``worker_threads``: the worker threads that run decoding and ledger calls (None: the
       server's default, 40); ``metrics_documents``: how many documents, those with the least budget
       left, ``/metrics`` reports one by one.
+    - ``audit_seeds``: a client's ``seed`` is used for an answer under a DP guarantee, whose
+      claim then says the seed is known and the guarantee void (an operator's audit); by
+      default such a seed is HTTP 400 and the noise comes from a server secret.
+    - ``operator_api_key``: the Bearer key of the documents API and of ``/metrics``'s
+      per-document series; None: those are refused (HTTP 403) where clients need ``api_key``,
+      and open to anyone on a keyless (development) proxy.
+    - ``allowed_mechanisms``: the mechanisms a request's ``ctxleak.mechanism`` may name (specs
+      or mechanisms, compared by key; the proxy's ``mechanism`` always is);
+      ``allow_any_mechanism``: any (research), still within the bounds below.
+    - ``max_documents``: the most documents one request may give; ``max_streams``: the most
+      prompt streams one answer decodes at once (a vote's voters and its no-retrieval
+      stream); a request past either is HTTP 400 ``over_limit``.
     """
 
     upstream: str | None = None
@@ -236,6 +248,12 @@ class ProxyConfig:
     mechanism: Any = None  # a Mechanism after __post_init__ (a spec string is parsed)
     datastore: Any = None  # a Datastore after __post_init__ (a path or a name is read)
     prompt_messages: Any = None  # chat messages after __post_init__ (a name or path is read)
+    audit_seeds: bool = False
+    operator_api_key: str | None = None
+    allowed_mechanisms: tuple[Any, ...] = ()  # Mechanisms after __post_init__
+    allow_any_mechanism: bool = False
+    max_documents: int = 64
+    max_streams: int = 64
     #: the ledger's composition (:mod:`~ctxleak.proxy.composition`), set from ``accounting``
     composition: Composition = field(default_factory=Composition, init=False, compare=False)
 
@@ -280,7 +298,8 @@ class ProxyConfig:
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise ConfigError(f"min_tokens must be between 0 and max_tokens, not "
                               f"{self.min_tokens}", param="min_tokens")
-        for name, least in (("max_body_bytes", 1), ("max_concurrent", 1), ("max_queued", 0)):
+        for name, least in (("max_body_bytes", 1), ("max_concurrent", 1), ("max_queued", 0),
+                            ("max_documents", 1), ("max_streams", 2)):
             if getattr(self, name) < least:
                 raise ConfigError(f"{name} must be >= {least}, not {getattr(self, name)}",
                                   param=name)
@@ -295,6 +314,7 @@ class ProxyConfig:
             object.__setattr__(self, "prompt_messages", _messages(self.prompt_messages))
         if self.datastore is not None:
             self._read_datastore()
+        self._check_allowed()
         self._compose()
 
     def _compose(self) -> None:
@@ -411,3 +431,37 @@ class ProxyConfig:
         except ConfigError as exc:
             raise ConfigError(f"{PARAM}: {mechanism.key()} cannot answer max_tokens "
                               f"{self.max_tokens}: {exc}", param=PARAM) from None
+
+    def _check_allowed(self) -> None:
+        """Parse ``allowed_mechanisms`` (a bad spec names ``allowed_mechanisms``, the CLI's
+        ``--allow-mechanism``) and check the proxy's own mechanism against ``max_streams``: the
+        fewest documents it reads, or the whole datastore it answers over."""
+        from ctxleak.mitigations.named import parse_mechanism
+
+        parsed = []
+        for spec in self.allowed_mechanisms:
+            try:
+                parsed.append(parse_mechanism(spec))
+            except ConfigError as exc:
+                raise ConfigError(f"allowed_mechanisms: "
+                                  f"{str(exc).removeprefix('mechanisms: ')}",
+                                  param="allowed_mechanisms") from None
+        object.__setattr__(self, "allowed_mechanisms", tuple(parsed))
+        for mechanism in (self.mechanism, *parsed):
+            if mechanism is None:
+                continue
+            store = self.datastore
+            streams = mechanism.streams(len(store), True) if store is not None and \
+                mechanism.over_datastore else mechanism.streams(mechanism.documents_needed(),
+                                                                False)
+            if streams > self.max_streams:
+                raise ConfigError(f"max_streams: {mechanism.key()} decodes {streams} prompt "
+                                  f"streams at once, more than max_streams "
+                                  f"({self.max_streams}): raise --max-streams or deploy a "
+                                  f"smaller mechanism", param="max_streams")
+
+    def allowed_keys(self) -> tuple[str, ...]:
+        """The keys of the mechanisms a request may name: the proxy's own first, then
+        ``allowed_mechanisms``, each once."""
+        own = () if self.mechanism is None else (self.mechanism.key(),)
+        return tuple(dict.fromkeys((*own, *(m.key() for m in self.allowed_mechanisms))))

@@ -43,15 +43,18 @@ class LedgerGauges(Collector):
 
 
 class ProxyMetrics:
-    """Requests by route and status, their seconds by route, released tokens, ε spent
+    """Requests by route and status, their seconds by route and released tokens (``registry``,
+    anyone's); and the operator's series counted over documents (``documents``): ε spent
     (guaranteed, and the ex-post figure of plain CID, which is not a guarantee), documents
     dropped for their budget, exhaustion events, the callers' figures (their share of each
     document's budget, ``share``, and requests a minute, ``rate``: None is +Inf, no limit) and,
-    with a ledger, its budget gauges."""
+    with a ledger, its budget gauges. Those that name documents or count them (over a
+    datastore: its size) only the operator reads (:meth:`text`)."""
 
     def __init__(self, ledger: BudgetLedger | None = None, lowest: int = 20, *,
                  share: float = 1.0, rate: float | None = None) -> None:
         self.registry = CollectorRegistry()
+        self.documents = CollectorRegistry()
         self.requests = Counter("ctxleak_proxy_requests", "Requests answered, by route and status",
                                 ["route", "status"], registry=self.registry)
         self.tokens = Counter("ctxleak_proxy_tokens", "Tokens released by CID answers "
@@ -59,16 +62,16 @@ class ProxyMetrics:
                               registry=self.registry)
         self.eps = Counter("ctxleak_proxy_epsilon_spent", "Guaranteed ε spent by bounded CID "
                            "answers, summed over answers and their documents",
-                           registry=self.registry)
+                           registry=self.documents)
         self.eps_ex_post = Counter("ctxleak_proxy_epsilon_ex_post", "Ex-post ε of plain CID "
                                    "answers (data-dependent, not a guarantee), summed over answers "
-                                   "and their documents", registry=self.registry)
+                                   "and their documents", registry=self.documents)
         self.dropped = Counter("ctxleak_proxy_documents_dropped", "Documents left out of an "
-                               "answer because their budget was spent", registry=self.registry)
+                               "answer because their budget was spent", registry=self.documents)
         self.exhausted = Counter("ctxleak_proxy_budget_exhausted", "Exhaustion events: a "
                                  "document whose budget could not cover an answer's "
                                  "reservation, by what the proxy did (drop, refuse)",
-                                 ["action"], registry=self.registry)
+                                 ["action"], registry=self.documents)
         self.seconds = Histogram("ctxleak_proxy_request_seconds", "Seconds per request, by route",
                                  ["route"], registry=self.registry)
         Gauge("ctxleak_proxy_caller_share", "The fraction of each document's budget one "
@@ -87,7 +90,10 @@ class ProxyMetrics:
                                    "their budget is spent, by caller", ["caller"],
                                    registry=self.registry)
         if ledger is not None:
-            self.registry.register(LedgerGauges(ledger, lowest))
+            self.documents.register(LedgerGauges(ledger, lowest))
 
-    def text(self) -> bytes:
-        return generate_latest(self.registry)
+    def text(self, operator: bool = True) -> bytes:
+        """The Prometheus text: every series for the operator, else only those that count no
+        document."""
+        public = generate_latest(self.registry)
+        return public + generate_latest(self.documents) if operator else public

@@ -185,7 +185,7 @@ def _documents(marked: dict[str, Any]) -> tuple[Document, ...]:
     if not isinstance(docs, list) or not docs:
         raise _bad("ctxleak.documents", "must be a non-empty list of {\"id\", \"text\"} objects")
     out: list[Document] = []
-    seen: dict[str, str] = {}
+    seen: dict[str, int] = {}
     for k, doc in enumerate(docs):
         where = f"ctxleak.documents[{k}]"
         if not isinstance(doc, dict):
@@ -206,9 +206,11 @@ def _documents(marked: dict[str, Any]) -> tuple[Document, ...]:
         _text(text, f"{where}.text")
         if cls is not None:
             _stored(cls, f"{where}.class")
-        if doc_id in seen and seen[doc_id] != text:
-            raise _bad(f"{where}.id", f"{doc_id!r} is given twice with different texts")
-        seen[doc_id] = text
+        if doc_id in seen:  # each copy would take its own place (a shard) for one charge
+            raise ProxyError(400, f"{where}.id: {doc_id!r} is given twice (as document "
+                                  f"{seen[doc_id]} too): a document is listed once",
+                             param=f"{where}.id", code="duplicate_document")
+        seen[doc_id] = k
         out.append(Document(doc_id, text, cls))
     return tuple(out)
 
@@ -229,10 +231,9 @@ def parse_request(body: dict[str, Any], config: ProxyConfig) -> ChatRequest:
                                             "lambda, epsilon, mechanism)")
     over_datastore = config.datastore is not None and "lambda" not in marked \
         and "epsilon" not in marked
-    if over_datastore and marked.get("documents"):
-        raise _bad("ctxleak.documents", f"this proxy answers over its datastore of "
-                                        f"{len(config.datastore)} documents: send the "
-                                        f"question only")
+    if over_datastore and marked.get("documents"):  # (its size is the operator's)
+        raise _bad("ctxleak.documents", "this proxy answers over its own datastore: send the "
+                                        "question only")
     documents = datastore_documents(config.datastore) if over_datastore else _documents(marked)
     mechanism = _mechanism(marked, config)
     if over_datastore and not mechanism.over_datastore:
@@ -242,9 +243,7 @@ def parse_request(body: dict[str, Any], config: ProxyConfig) -> ChatRequest:
     for name in UNSUPPORTED:
         if body.get(name) is not None:
             raise _bad(name, f"is not supported for an answer of {key}")
-    if len(documents) < mechanism.min_documents:
-        raise _bad("ctxleak.documents", f"{key} needs at least {mechanism.min_documents} "
-                                        f"documents, the request has {len(documents)}")
+    _within_bounds(mechanism, len(documents), over_datastore, config)
     query, temperature = _prompt_and_temperature(body, config)
     max_tokens, min_tokens = _lengths(body, config)
     seed, stream, include_usage = _seed_and_stream(body)
@@ -256,9 +255,44 @@ def parse_request(body: dict[str, Any], config: ProxyConfig) -> ChatRequest:
                           include_usage=include_usage,
                           datastore=config.datastore if over_datastore else None,
                           messages=config.prompt_messages,
-                          public_top_k=config.public_top_k)
+                          public_top_k=config.public_top_k, seed_known=seed is not None)
     _check_charge(request)
+    if seed is not None and request.charge.guaranteed and not config.audit_seeds:
+        raise ProxyError(400, f"seed: an answer of {key} is differentially private only while "
+                              f"its noise is secret: the proxy draws its seed itself, and a "
+                              f"client's seed is refused (an operator auditing the proxy "
+                              f"starts it with --audit-seeds)", param="seed",
+                         code="seed_not_allowed")
     return request
+
+
+def over_limit(param: str, message: str) -> ProxyError:
+    """HTTP 400 ``over_limit`` on ``param``: a request past a bound the operator set at
+    start."""
+    return ProxyError(400, f"{param}: {message}", param=param, code="over_limit")
+
+
+def _within_bounds(mechanism: Mechanism, n_documents: int, over_datastore: bool,
+                   config: ProxyConfig) -> None:
+    """The operator's bounds on one request, checked before anything is reserved or decoded:
+    at most ``max_documents`` documents of its own, at most ``max_streams`` prompt streams
+    decoded at once (:meth:`~ctxleak.mitigations.mechanisms.Mechanism.streams`), and enough
+    documents for the mechanism; over the datastore, no message says its size."""
+    key = mechanism.key()
+    if not over_datastore and n_documents > config.max_documents:
+        raise over_limit("ctxleak.documents", f"{n_documents} documents, more than this "
+                                              f"proxy's max_documents of "
+                                              f"{config.max_documents} per request")
+    streams = mechanism.streams(n_documents, over_datastore)
+    if streams > config.max_streams:
+        raise over_limit("ctxleak.mechanism", f"{key} would decode {streams} prompt streams "
+                                              f"at once, more than this proxy's max_streams "
+                                              f"of {config.max_streams}")
+    if n_documents < mechanism.min_documents:
+        raise _bad("ctxleak.documents", f"{key} needs at least {mechanism.min_documents} "
+                                        f"documents, the request has {n_documents}"
+                   if not over_datastore else f"{key} needs more documents than this "
+                                              f"proxy's datastore holds")
 
 
 def _mechanism(marked: dict[str, Any], config: ProxyConfig) -> Mechanism:
@@ -268,7 +302,7 @@ def _mechanism(marked: dict[str, Any], config: ProxyConfig) -> Mechanism:
         if marked.get("lambda") is not None or marked.get("epsilon") is not None:
             raise _bad("ctxleak.mechanism", "give ctxleak.mechanism or CID's ctxleak.lambda / "
                                             "ctxleak.epsilon, not both")
-        return parse_mechanism_field(marked["mechanism"])
+        return _allowed(parse_mechanism_field(marked["mechanism"]), config)
     if "lambda" not in marked and "epsilon" not in marked:
         if config.mechanism is None:
             raise _bad("ctxleak.lambda", "give ctxleak.lambda (CID's λ in [0, 1]) or "
@@ -288,6 +322,21 @@ def _mechanism(marked: dict[str, Any], config: ProxyConfig) -> Mechanism:
     # Context Influence Decoding by its name in the registry (the proxy names no mechanism class)
     return parse_mechanism({"name": "cid", "lam": lam,
                             **({} if eps is None else {"bounded_eps": eps})})
+
+
+def _allowed(mechanism: Mechanism, config: ProxyConfig) -> Mechanism:
+    """A client's ``ctxleak.mechanism`` where the operator allows it (one of
+    ``allowed_mechanisms`` or the proxy's own, compared by key; any with
+    ``allow_any_mechanism``), else HTTP 400 ``mechanism_not_allowed`` listing the allowed.
+    (Context Influence Decoding asked by ``ctxleak.lambda`` / ``ctxleak.epsilon`` is not
+    checked here: those stay a client's choice.)"""
+    keys = config.allowed_keys()
+    if config.allow_any_mechanism or mechanism.key() in keys:
+        return mechanism
+    listed = ", ".join(keys) if keys else "none: this proxy answers by its own settings only"
+    raise ProxyError(400, f"ctxleak.mechanism: {mechanism.key()} is not one of the mechanisms "
+                          f"this proxy's operator allows ({listed})", param="ctxleak.mechanism",
+                     code="mechanism_not_allowed")
 
 
 def _check_charge(request: ChatRequest) -> None:

@@ -28,6 +28,7 @@ from ctxleak.proxy.answering import Reply, scored
 from ctxleak.proxy.charging import Charging, Held, answer_fields
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.errors import failed_midway
+from ctxleak.proxy.view import client_view
 
 #: One event of the decoding task: its kind (``token``, ``done``, ``failed``) and value.
 Event = tuple[str, Any]
@@ -152,7 +153,7 @@ async def sse_chunks(lm: LanguageModel, rid: str, request: ChatRequest, first: E
     answer, info = value
     if answer.text.startswith(sent) and len(answer.text) > len(sent):
         yield event({"content": answer.text[len(sent):]})
-    yield event({}, answer.finish_reason, ctxleak=info)
+    yield event({}, answer.finish_reason, ctxleak=client_view(info, request))
     if request.include_usage:  # OpenAI's last chunk: no choices, the usage
         yield f"data: {json.dumps({**head, 'choices': [], 'usage': answer.usage})}\n\n"
     yield "data: [DONE]\n\n"
