@@ -95,6 +95,13 @@ def test_bounded_cid_is_charged_its_tokens_renyi_divergence_through_the_proxy(lm
         assert held == ledger.document("d").budget
         # a budget of 4 ε holds this many such answers, against ⌊4 / (0.05 · 7)⌋ = 11 adding ε
         assert math.floor(held / (7 * pure_rdp(eps, 16.0))) > 11
+        # the operator's documents API says the unit and the ε the divergence guarantees
+        row = httpx.get(url + "/v1/ctxleak/documents/d", timeout=30).json()
+        spent = ledger.document("d").spent
+        assert row["unit"] == "renyi(order=16,delta=1e-06)" and row["renyi_spent"] == spent
+        by_hand = spent + math.log(15 / 16) - (math.log(1e-6) + math.log(16)) / 15
+        assert row["epsilon_spent"] == pytest.approx(max(by_hand, 0.0))
+        assert row["budget"] == pytest.approx(4.0)
 
 
 def test_dp_rag_over_a_datastore_charges_each_document_its_own_divergence(lm, tmp_path):

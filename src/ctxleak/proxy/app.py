@@ -372,14 +372,15 @@ def create_app(lm: LanguageModel, *, ledger: BudgetLedger | str | None = None,
             return error_response(refused)
         query = request.query_params
         return await timed(proxy.metrics, "documents", lambda: list_documents(
-            ledger, query.get("offset"), query.get("limit")))
+            ledger, query.get("offset"), query.get("limit"), proxy.config.composition))
 
     @app.get("/v1/ctxleak/documents/{doc_id:path}")
     async def document(request: Request, doc_id: str) -> Response:
         refused = proxy.operator_refusal(request)
         if refused is not None:
             return error_response(refused)
-        return await timed(proxy.metrics, "documents", lambda: one_document(ledger, doc_id))
+        return await timed(proxy.metrics, "documents", lambda: one_document(
+            ledger, doc_id, proxy.config.composition))
 
     return app
 
