@@ -83,7 +83,7 @@ def test_the_attacks_read_what_the_proxy_releases_and_the_claim_it_charges(lm, t
                         audit_seeds=True) as (url, ledger, _):  # the attacks send seeds
         target = ctxleak.attack_target(rag_demo=True, endpoint=url + "/v1",
                                        endpoint_model="tiny", endpoint_context="ctxleak",
-                                       max_new_tokens=TOKENS, top_k=3)
+                                       max_new_tokens=TOKENS, top_k=3, endpoint_seeded=True)
         extract = ctxleak.attack_extract(target, DOCS, queries=4, seed=SEED, progress=False,
                                          output=str(tmp_path / "extract"))
         member = ctxleak.attack_membership(target, DOCS, held_out=0.5, attacks=["direct"],

@@ -61,14 +61,17 @@ def lm():
     return digit_copier()
 
 
-def _audit(lm, path, mechanism, copies, **served):
+def _audit(lm, path, mechanism, copies, *, deployed=False, **served):
     """The audit of the proxy deploying ``mechanism`` (``served``: more of its settings), and
-    its ledger's charge to each trial's documents."""
+    its ledger's charge to each trial's documents. By default the audit sends a seed per trial
+    to a proxy started for an audit (--audit-seeds), so its answers repeat the mechanism's
+    asked directly; ``deployed``: the proxy as deployed, which draws the noise from its own
+    secret and refuses a client's seed, and the audit sends none."""
     key = {"api_key_env": "CTXLEAK_PROXY_KEY"} if "api_key" in served else {}
-    # the audit sends a seed per trial: the proxy is started for an audit (--audit-seeds)
-    with serving_sqlite(lm, path, mechanism=mechanism, audit_seeds=True,
+    with serving_sqlite(lm, path, mechanism=mechanism, audit_seeds=not deployed,
                         **served) as (url, ledger, _):
         result = ctxleak.canary_audit_proxy(url + "/v1", "tiny", DOCS, copies=copies,
+                                            seeded=not deployed,
                                             trials=TRIALS, digits=DIGITS, temperature=0.8,
                                             max_new_tokens=TOKENS, threshold=THRESHOLD,
                                             concurrency=8, **key)
@@ -135,3 +138,27 @@ def test_bounded_cid_through_the_proxy_holds_its_guarantee(lm, tmp_path, monkeyp
     assert s["eps_guarantee"] == pytest.approx(EPS * TOKENS) and s["delta"] == 0
     assert list(charged.values()) == pytest.approx([EPS * TOKENS] * TRIALS)
     assert s["law"] == HOLDS and s["eps_lower"] <= EPS * TOKENS
+
+
+@pytest.mark.parametrize("name", [*CASES, "bounded-cid"])
+def test_the_audit_of_each_deployed_proxy_stays_within_its_claim(lm, tmp_path, name):
+    """Each DP defence as deployed (no --audit-seeds: the noise is the server's secret, the
+    audit sends no seed, and a seed would be refused): the audit's ε lower bound is not above
+    the guarantee the proxy's claim gives between a trial's two contexts."""
+    if name == "bounded-cid":
+        mechanism, copies, steps = CID(lam=1.0, bounded_eps=EPS), 1, 1
+        claim_eps, claim_delta = EPS * TOKENS, 0.0
+    else:
+        mechanism, _, copies, steps = CASES[name]
+        claim = mechanism.claim(DECODING)
+        claim_eps, claim_delta = claim.eps, claim.delta
+    result, _ = _audit(lm, tmp_path / "deployed.db", mechanism, copies, deployed=True)
+    s = result.summary
+    group_eps = steps * claim_eps
+    assert s["eps_guarantee"] == pytest.approx(group_eps)
+    assert s["delta"] == pytest.approx(claim_delta * sum(math.exp(i * claim_eps)
+                                                         for i in range(steps)))
+    assert s["n_trials"] == TRIALS and result.config["seeded"] is False
+    print(f"{name} as deployed: lower bound {s['eps_lower']:.3g} (TP {s['tp']}/{s['n_in']}, "
+          f"FP {s['fp']}/{s['n_out']}) against its guarantee ε = {group_eps:.3g}")
+    assert s["law"] == HOLDS and s["eps_lower"] <= group_eps

@@ -44,7 +44,8 @@ def test_proxy_before_vllm_with_a_postgres_ledger(default_lm, vllm_server):
     budgets = Budgets(default=RESERVATION + EPS / 2)
     with postgres() as url:
         first_ledger, second_ledger = open_ledger(url), open_ledger(url)
-        config = {"upstream": vllm_server.url, "budgets": budgets}
+        # the test repeats generate_cid's draws under one seed: an audit's proxy
+        config = {"upstream": vllm_server.url, "budgets": budgets, "audit_seeds": True}
         lm = serve("default", vllm_server.url, served_model=vllm_server.served_name)
         with serving(lm, first_ledger, **config) as (one, _):
             # no marked context: vLLM's own answer, unchanged

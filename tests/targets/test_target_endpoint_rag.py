@@ -39,9 +39,15 @@ def test_documents_go_as_marked_context_with_the_question_alone():
     assert [d["id"] for d in marked["documents"]] == list(got[0].document_ids)
     assert [d["text"] for d in marked["documents"]] == list(got[0].documents)
     assert first["temperature"] == 1.0 and first["max_tokens"] == 9
-    assert (first["seed"], second["seed"]) == (question_seed(4, QUESTION),
-                                               question_seed(4, "where is rome ?"))
+    # no seed to ctxleak serve by default: it draws a DP answer's noise itself
+    assert "seed" not in first and "seed" not in second
     assert "epsilon 2" in answerer.describe()
+    with fake_chat() as server:
+        seeded = EndpointAnswerer(server.url, "m", ctxleak={"epsilon": 2}, seed=4, seeded=True)
+        RAGApp(DOCS, answerer=seeded, top_k=2).answer([QUESTION, "where is rome ?"])
+        bodies = sorted(server.bodies(), key=lambda b: b["messages"][-1]["content"] != QUESTION)
+    assert [b["seed"] for b in bodies] == [question_seed(4, QUESTION),
+                                           question_seed(4, "where is rome ?")]
 
 
 def test_inline_documents_fill_the_app_prompt():
@@ -87,11 +93,11 @@ def test_bad_answerer_settings(kw, param):
 
 def test_through_ctxleak_serve_the_answer_is_cid_on_the_retrieved_documents(tmp_path):
     lm = tiny_llama()
-    # the answerer sends each question's seed: a bounded (DP) answer takes it only from a
-    # proxy started for an audit (issue 81)
+    # the answerer sends each question's seed here (seeded): a DP answer takes it only from a
+    # proxy started for an audit; by default it sends none to ctxleak serve (the bounded one)
     with serving_sqlite(lm, tmp_path / "ledger.db", audit_seeds=True) as (url, _, _):
         answerer = EndpointAnswerer(url + "/v1", "tiny", ctxleak={"lambda": 0.5}, seed=2,
-                                    max_tokens=8)
+                                    max_tokens=8, seeded=True)
         app = RAGApp(DOCS, answerer=answerer, top_k=2)
         [got] = app.answer([QUESTION])
         bounded = RAGApp(DOCS, answerer=EndpointAnswerer(url + "/v1", "tiny",

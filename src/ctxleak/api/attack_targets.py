@@ -62,7 +62,8 @@ def attack_target(target: Any = None, *, endpoint: str | None = None,
                   bounded_eps: float | None = None, temperature: float | None = None,
                   max_new_tokens: int = 64, top_k: int = 3, endpoint_context: str = "inline",
                   request_timeout: float | None = None, retries: int | None = None,
-                  run: Mapping[str, Any] | None = None) -> Any:
+                  run: Mapping[str, Any] | None = None,
+                  endpoint_seeded: bool | None = None) -> Any:
     """The target the CLI's flags name, exactly one of: ``target`` (anything
     :func:`~ctxleak.targets.frameworks.as_target` takes), ``endpoint`` (an OpenAI-compatible
     chat API: ``endpoint_model``, its key from the environment variable ``api_key_env``,
@@ -73,7 +74,10 @@ def attack_target(target: Any = None, *, endpoint: str | None = None,
     loaded model, with the run options ``run``; decoded by CID at ``lambda_`` and
     ``bounded_eps``) or, with ``endpoint``, by that endpoint: the documents inline in the app's
     prompt (``endpoint_context="inline"``) or, for a ``ctxleak serve`` proxy, as its marked
-    context (``"ctxleak"``), decoded there at ``lambda_`` / ``bounded_eps``."""
+    context (``"ctxleak"``), decoded there at ``lambda_`` / ``bounded_eps``;
+    ``endpoint_seeded``: send each question's seed to the endpoint (default: inline yes, to
+    ``ctxleak serve`` no, as it draws a DP answer's noise itself and refuses a client's seed
+    unless started with ``--audit-seeds``)."""
     given = [name for name, on in (("target", target is not None),
                                    ("endpoint", endpoint is not None and not rag_demo),
                                    ("chain", chain is not None),
@@ -105,7 +109,8 @@ def attack_target(target: Any = None, *, endpoint: str | None = None,
     if endpoint is not None:
         return RAGBuilder(_endpoint_answerer(endpoint, _endpoint_model(endpoint, endpoint_model),
                                              endpoint_context, lambda_, bounded_eps,
-                                             {**endpoint_kw, "temperature": temperature},
+                                             {**endpoint_kw, "temperature": temperature,
+                                              "seeded": endpoint_seeded},
                                              (run or {}).get("seed", 0)),
                           top_k=top_k)
     return RAGBuilder(_model_answerer(model, lambda_, bounded_eps, temperature, max_new_tokens,

@@ -78,7 +78,8 @@ def canary_audit_proxy(endpoint: str, endpoint_model: str, data: Any = "demo-qa"
                        min_new_tokens: int | None = None, seed: int = 0,
                        confidence: float = CONFIDENCE, threshold: float | None = None,
                        api_key_env: str | None = None, concurrency: int = 4,
-                       request_timeout: float | None = None) -> CanaryResult:
+                       request_timeout: float | None = None,
+                       seeded: bool = False) -> CanaryResult:
     """The canary audit of a running ``ctxleak serve`` (``endpoint``: its ``…/v1`` URL,
     ``endpoint_model`` the name it serves, its key from the environment variable
     ``api_key_env``): ``trials`` canaries of ``digits`` digits planted in ``data``'s documents
@@ -89,20 +90,24 @@ def canary_audit_proxy(endpoint: str, endpoint_model: str, data: Any = "demo-qa"
     summary holds the lower bound beside the guarantee the answers' claim gives between a
     trial's two contexts (group privacy; δ taken off the bound) and the law. Each trial's
     documents are charged to the proxy's budgets under ids of their own (``trial-N/k``).
-    Returns the Result unsaved (``.save(folder)`` writes it)."""
+    ``seeded``: send each trial's seed (to a proxy started with ``--audit-seeds``, whose
+    answers then repeat the in-process audit's); by default none, as a deployed proxy draws a
+    DP answer's noise from its own secret and refuses a client's seed. Returns the Result
+    unsaved (``.save(folder)`` writes it)."""
     timeout = check_request_timeout(request_timeout)
     target = ChatEndpointTarget(
         endpoint, endpoint_model, api_key_env=api_key_env, max_tokens=max_new_tokens,
         temperature=temperature, concurrency=concurrency, timeout_s=timeout or 60.0,
         extra_body={"min_tokens": max_new_tokens if min_new_tokens is None else min_new_tokens})
     planted = plant_canaries(load_examples(data, task="summarization"), trials, seed, digits)
-    records = proxy_trials(target, planted, copies=copies, seed=seed)
+    records = proxy_trials(target, planted, copies=copies, seed=seed, seeded=seeded)
     summary = proxy_summary(records, seed=seed, confidence=confidence, threshold=threshold)
     summary.update({"target": target.describe(), "copies": copies, "temperature": temperature,
                     "max_new_tokens": max_new_tokens})
     config = {"command": "canary", "data": describe(data), "endpoint": target.describe(),
               "copies": copies, "trials": trials, "digits": digits, "temperature": temperature,
               "max_new_tokens": max_new_tokens, "min_new_tokens": min_new_tokens,
-              "seed": seed, "confidence": confidence, "threshold": threshold,
+              "seed": seed, "seeded": seeded, "confidence": confidence,
+              "threshold": threshold,
               "canary_sentence": CANARY_SENTENCE, "query": CANARY_QUERY}
     return CanaryResult(records=records, summary=summary, config=config)

@@ -34,11 +34,15 @@ CONTEXTS = ("ctxleak", "inline")
 
 class EndpointAnswerer:
     """Answers through ``base_url``'s chat completions as ``model`` (see the module
-    docstring); ``settings``: :class:`~.endpoint.ChatEndpointTarget`'s keywords."""
+    docstring); ``seeded``: send each question's seed (default: to an inline endpoint, not to
+    ``ctxleak serve``, which draws a DP answer's noise itself and refuses a client's seed
+    unless started with ``--audit-seeds``); ``settings``: :class:`~.endpoint.ChatEndpointTarget`'s
+    keywords."""
 
     def __init__(self, base_url: str, model: str, *, context: str = "ctxleak",
                  ctxleak: Mapping[str, Any] | None = None, seed: int = 0,
-                 temperature: float | None = None, **settings: Any) -> None:
+                 temperature: float | None = None, seeded: bool | None = None,
+                 **settings: Any) -> None:
         if context not in CONTEXTS:
             raise ConfigError(f"context must be one of {', '.join(CONTEXTS)}, not {context!r}",
                               param="context")
@@ -51,12 +55,15 @@ class EndpointAnswerer:
         if temperature is None:
             temperature = 1.0 if context == "ctxleak" else 0.0
         self.context, self.seed = context, seed
+        # ctxleak serve draws a DP answer's noise from its own secret and refuses a client's
+        # seed (unless started with --audit-seeds): by default none is sent to it
+        self.seeded = context == "inline" if seeded is None else bool(seeded)
         self.settings = dict(ctxleak or {})
         self.endpoint = ChatEndpointTarget(base_url, model, temperature=temperature, **settings)
 
     def request(self, prompt: RAGPrompt) -> ChatRequest:
         """The chat request of one prompt."""
-        seed = question_seed(self.seed, prompt.query)
+        seed = question_seed(self.seed, prompt.query) if self.seeded else None
         if self.context == "inline":
             return ChatRequest(tuple(prompt.filled()), seed=seed, label=prompt.query)
         head = ({"role": "system", "content": self.endpoint.system},) \
@@ -82,7 +89,7 @@ class EndpointAnswerer:
 
     def fingerprint(self) -> str:
         return "endpoint-answerer:" + fingerprint_of(self.endpoint.fingerprint(), self.context,
-                                                     self.settings, self.seed)
+                                                     self.settings, self.seed, self.seeded)
 
 
 __all__ = ["CONTEXTS", "EndpointAnswerer"]

@@ -74,7 +74,7 @@ def test_the_delta_lower_bound_by_hand():
 def test_a_server_that_answers_the_planted_canary_is_caught(tmp_path):
     with fake_chat(served(liar)) as server:
         result = ctxleak.canary_audit_proxy(server.url, "tiny", DOCS, trials=40, seed=3,
-                                            max_new_tokens=6, copies=2)
+                                            max_new_tokens=6, copies=2, seeded=True)
         bodies = sorted(server.bodies(), key=lambda b: b["seed"])
     trials = plant_canaries(load_examples(DOCS, task="summarization"), 40, 3)
     # each trial as one request: the question alone, its context twice, its own seed

@@ -36,13 +36,15 @@ from ctxleak.mitigations.mechanisms import Claim
 from ctxleak.targets.endpoint import ChatEndpointTarget, ChatRequest
 
 
-def trial_request(trial: CanaryTrial, copies: int, seed: int) -> ChatRequest:
+def trial_request(trial: CanaryTrial, copies: int, seed: int, *,
+                  seeded: bool = True) -> ChatRequest:
     """One trial as ``ctxleak serve``'s chat request (module docstring, step 1): its seed is
-    the in-process audit's (``seed``, trial number)."""
+    the in-process audit's (``seed``, trial number); ``seeded`` False: no seed (a deployed
+    proxy draws a DP answer's noise from its own secret and refuses a client's)."""
     docs = [{"id": f"{trial.key}/{k}", "text": trial.context} for k in range(copies)]
     return ChatRequest(({"role": "user", "content": trial.query},),
                        extra_body={"ctxleak": {"documents": docs}},
-                       seed=derive_seed(seed, trial.trial), label=trial.key)
+                       seed=derive_seed(seed, trial.trial) if seeded else None, label=trial.key)
 
 
 def neighbour_guarantee(claim: Claim | None, copies: int) -> tuple[float | None, float]:
@@ -61,14 +63,14 @@ def neighbour_guarantee(claim: Claim | None, copies: int) -> tuple[float | None,
 
 
 def proxy_trials(endpoint: ChatEndpointTarget, trials: Sequence[CanaryTrial], *,
-                 copies: int = 1, seed: int = 0) -> list[dict[str, Any]]:
+                 copies: int = 1, seed: int = 0, seeded: bool = True) -> list[dict[str, Any]]:
     """Each trial's record, its answer drawn by the proxy at ``endpoint`` (module docstring):
     the coin and both canaries, the answer, the attacker's ``score``, the claim the answer
     says (``claim_eps``, ``claim_delta``, ``claim_relation``) and the guarantee between the
     trial's contexts (``composed_eps``, None without one, and ``composed_delta``)."""
     if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
         raise ConfigError(f"copies must be an integer >= 1, not {copies!r}", param="copies")
-    answers = endpoint.answers([trial_request(t, copies, seed) for t in trials])
+    answers = endpoint.answers([trial_request(t, copies, seed, seeded=seeded) for t in trials])
     out = []
     for trial, answer in zip(trials, answers, strict=True):
         eps, delta = neighbour_guarantee(answer.claim, copies)
