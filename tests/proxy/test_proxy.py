@@ -309,8 +309,18 @@ def test_bad_input_names_the_field(lm, tmp_path):
         # nothing was reserved nor spent by a refused request
         assert ledger.open_reservations() == []
         assert ledger.document("acct-7").spent == 0
-        resp = httpx.post(url + "/v1/chat/completions", content=b"{not json")
+        resp = httpx.post(url + "/v1/chat/completions", content=b"{not json",
+                          headers={"content-type": "application/json"})
         assert resp.status_code == 400 and resp.json()["error"]["type"] == "invalid_request_error"
+        # a body not sent as JSON (a browser's form or text/plain, which needs no CORS
+        # preflight) is not read at all: HTTP 415, nothing reserved
+        for kind in ("text/plain", "application/x-www-form-urlencoded", None):
+            resp = httpx.post(url + "/v1/chat/completions", content=json.dumps(
+                {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}).encode(),
+                headers={"content-type": kind} if kind else {})
+            assert resp.status_code == 415, (kind, resp.text)
+            assert resp.json()["error"]["code"] == "unsupported_media_type"
+        assert ledger.open_reservations() == []
         # a lost ledger is the proxy's failure: HTTP 500 in the OpenAI shape, nothing decoded
         ledger.close()
         with pytest.raises(openai.InternalServerError) as caught:

@@ -76,10 +76,18 @@ ABSTAIN_MODES = ("no-retrieval", "stop")
 # -- shared by the DP mechanisms (the vote and DP-RAG) ------------------------------------------
 
 
+#: The smallest ε a mechanism takes: below it the claim's arithmetic (a Rényi composition's
+#: conversion, subnormal floats) rounds the guarantee to 0, and an answer would be charged
+#: nothing for what it spent.
+MIN_EPS = 1e-9
+
+
 def check_eps(value: float, param: str = "eps") -> None:
-    """``value`` a finite ε > 0, else a one-line :class:`ConfigError` naming ``param``."""
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ConfigError(f"{param}: {value} is not a finite ε > 0", param=param)
+    """``value`` a finite ε of at least :data:`MIN_EPS`, else a one-line
+    :class:`ConfigError` naming ``param``."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float))
+                                       and math.isfinite(value) and value >= MIN_EPS):
+        raise ConfigError(f"{param}: {value} is not a finite ε ≥ {MIN_EPS:g}", param=param)
 
 
 def check_delta(value: float, param: str = "delta") -> None:

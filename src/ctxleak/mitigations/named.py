@@ -98,7 +98,7 @@ def parse_mechanism(spec: Any) -> Mechanism:
         return typing.cast(Mechanism, spec)
     if isinstance(spec, Mapping):
         return build(str(spec.get("name")),
-                     {str(k): v for k, v in spec.items() if k != "name"}, str(dict(spec)))
+                     {str(k): v for k, v in spec.items() if k != "name"}, _shown(dict(spec)))
     if not isinstance(spec, str):
         raise ConfigError(f"{PARAM}: {spec!r} is not a mechanism: give a name such as "
                           f"'dp-vote:eps=2,shards=4' or a mechanism object", param=PARAM)
@@ -123,6 +123,13 @@ def parse_mechanism(spec: Any) -> Mechanism:
     return build(name, given, spec)
 
 
+def _shown(spec: Any) -> str:
+    """``spec`` as an error message quotes it: 120 characters at most (a request's spec may
+    hold a number of any length)."""
+    text = str(spec)
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
 def build(name: str, given: Mapping[str, Any], spec: str) -> Mechanism:
     """The mechanism ``name`` with the parameters ``given`` (strings converted to the declared
     types), and what :data:`SUPPLIED` adds; the class's own check of its values is reported
@@ -143,13 +150,16 @@ def build(name: str, given: Mapping[str, Any], spec: str) -> Mechanism:
 
 def _convert(value: Any, kind: Any, key: str, spec: str) -> Any:
     """``value`` as ``kind`` (float, int, str, bool, or one of them or None); a value that is
-    not a string is kept as given."""
-    if not isinstance(value, str):
-        return value
+    not a string (a JSON spec's) is kept as given, but a number must be one: not true or false,
+    and within float64 (a 400-digit integer is refused, not an overflow later)."""
     args = typing.get_args(kind)
     optional = type(None) in args
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
         kind = next((a for a in args if a is not type(None)), str)
+    if not isinstance(value, str):
+        if kind in (int, float) and value is not None:
+            _check_number(value, kind, key, spec)
+        return value
     if optional and value.lower() in _NONE:
         return None
     if kind not in (bool, int, float, str):  # the class reads its own text (e.g. "a+b")
@@ -175,6 +185,20 @@ def _convert(value: Any, kind: Any, key: str, spec: str) -> Any:
         raise ConfigError(f"{PARAM}: '{spec}': {key}={value} is not {_article(kind)}",
                           param=PARAM) from None
     return value
+
+
+def _check_number(value: Any, kind: Any, key: str, spec: str) -> None:
+    """A JSON spec's number: an int or float (not a bool), finite in float64, an integer where
+    ``kind`` is int; else a :class:`ConfigError` naming ``key``."""
+    try:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) \
+            and math.isfinite(float(value)) and (kind is float or isinstance(value, int))
+    except OverflowError:  # an integer beyond float64
+        ok = False
+    if not ok:
+        shown = f"{str(value)[:20]}…" if len(str(value)) > 24 else repr(value)
+        raise ConfigError(f"{PARAM}: '{spec}': {key}={shown} is not {_article(kind)} (a finite "
+                          f"float64 number)", param=PARAM)
 
 
 def _article(kind: Any) -> str:

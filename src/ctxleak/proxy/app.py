@@ -257,6 +257,7 @@ class Proxy:
         if caller is None:
             raise unauthorised()
         self.admit(caller)
+        json_body(request)
         body, raw = parse_body(await self.read_body(request))
         async with self._slot():
             if not is_marked(body) and self.config.datastore is None:
@@ -295,6 +296,28 @@ class Proxy:
                 self._active -= 1
                 self._slots.release()
             _SLOT.reset(handed)
+
+
+def json_body(request: Request) -> None:
+    """HTTP 415 unless the body is sent as ``application/json``: a web page may send a form or
+    ``text/plain`` body to a local proxy without the browser's CORS preflight, and such a body
+    read as JSON would let any page the operator visits spend the budgets of a keyless proxy."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise ProxyError(415, f"the request body must be JSON sent with Content-Type: "
+                              f"application/json, not {kind[:40] or 'no Content-Type'}",
+                         param="content-type", code="unsupported_media_type")
+
+
+class NoQueryString(logging.Filter):
+    """Drops the query string from uvicorn's access-log lines: a key sent as ``?api_key=`` (which
+    the proxy never reads) must not land in the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            record.args = (*args[:2], args[2].split("?", 1)[0], *args[3:])
+        return True
 
 
 def _bearer(request: Request, key: str) -> bool:
@@ -397,6 +420,9 @@ def run_proxy(lm: LanguageModel, *, host: str = "127.0.0.1", port: int = 8100,
     import uvicorn
     from uvicorn.config import LOGGING_CONFIG
 
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, NoQueryString) for f in access.filters):
+        access.addFilter(NoQueryString())
     if not log.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))

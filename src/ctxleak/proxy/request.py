@@ -127,9 +127,17 @@ def is_marked(body: dict[str, Any]) -> bool:
 
 
 def _number(value: Any, param: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(param, f"must be a finite number, not {value!r}")
-    return float(value)
+    """A request's number: an int or float (not true or false), finite in float64 (an integer
+    too large for it is HTTP 400, not an overflow)."""
+    try:
+        number = float(value) if isinstance(value, (int, float)) and \
+            not isinstance(value, bool) else math.nan
+    except OverflowError:
+        number = math.nan
+    if not math.isfinite(number):
+        shown = f"{str(value)[:20]}…" if len(str(value)) > 24 else repr(value)
+        raise _bad(param, f"must be a finite number, not {shown}")
+    return number
 
 
 def _integer(value: Any, param: str, low: int, high: int) -> int:
