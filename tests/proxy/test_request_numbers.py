@@ -63,3 +63,41 @@ def test_a_key_in_the_query_string_never_reaches_the_access_log():
     assert NoQueryString().filter(record)
     assert "sk-1" not in record.getMessage()
     assert record.getMessage() == '127.0.0.1:5 - "POST /v1/chat/completions HTTP/1.1" 200'
+
+
+def test_decoding_through_the_upstream_sends_only_the_key_named_for_it(monkeypatch, tmp_path):
+    """``ctxleak serve --decode upstream`` sends its upstream the key of --upstream-key-env
+    and no other: not OPENAI_API_KEY or CTXLEAK_API_KEY, which may be another service's."""
+    import ctxleak.engine.models as models
+    import ctxleak.engine.served.connect as connect
+    import ctxleak.proxy.app as proxy_app
+    from ctxleak.cli.app import main
+
+    seen: list[dict] = []
+    monkeypatch.setattr(models, "load_model", lambda name, **kw: seen.append(kw))
+    monkeypatch.setattr(proxy_app, "run_proxy", lambda lm, **kw: None)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-another-service")
+    monkeypatch.setenv("UPSTREAM_KEY", "sk-the-upstream")
+    for extra, want in (([], None), (["--upstream-key-env", "UPSTREAM_KEY"], "UPSTREAM_KEY")):
+        with pytest.raises(SystemExit) as ok:
+            main(["serve", "--ledger", str(tmp_path / f"l{len(seen)}.db"), "--decode",
+                  "upstream", "--upstream", "http://127.0.0.1:9", *extra])
+        assert ok.value.code == 0
+        assert seen[-1]["api_key_env"] == want and seen[-1]["env_fallback"] is False
+    # and the client the served model makes reads no other variable
+    keys: list = []
+
+    class Client:
+        def __init__(self, url, api_key=None, options=None):
+            keys.append(api_key)
+            raise RuntimeError("stop here")
+
+    monkeypatch.setattr(connect, "ServedClient", Client)
+    for fallback, want in ((False, None), (True, "sk-another-service")):
+        with pytest.raises(RuntimeError):
+            connect.serve("default", "http://127.0.0.1:9", env_fallback=fallback, check=False)
+        assert keys[-1] == want
+    with pytest.raises(RuntimeError):
+        connect.serve("default", "http://127.0.0.1:9", api_key_env="UPSTREAM_KEY",
+                      env_fallback=False, check=False)
+    assert keys[-1] == "sk-the-upstream"

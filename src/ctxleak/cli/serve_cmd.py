@@ -278,9 +278,12 @@ def register(app: typer.Typer) -> None:
             torch.set_num_threads(threads)
         store = open_ledger(ledger)
         # through the upstream, each of CID's requests waits --upstream-timeout at most
+        # (decoding through the upstream sends it --upstream-key-env's key, and no other: a
+        # key the environment holds for another service never leaves the proxy)
         lm = load_model(model, server_url=upstream if decode == "upstream" else None,
                         served_model=served_model,
-                        request_timeout=upstream_timeout if decode == "upstream" else None)
+                        request_timeout=upstream_timeout if decode == "upstream" else None,
+                        api_key_env=upstream_key_env, env_fallback=False)
         where = public_url(upstream) if upstream else "nothing"
         typer.echo(f"ctxleak serve: http://{host}:{port}/v1 (CID on {model}, {decode}; ledger "
                    f"{public_ledger_url(ledger)}; pass-through to {where})", err=True)

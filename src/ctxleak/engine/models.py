@@ -36,7 +36,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
                model_args: str | Mapping[str, Any] | None = None, *,
                server_url: str | None = None, served_model: str | None = None,
                tokenizer: str | None = None, request_timeout: float | None = None,
-               retries: int | None = None) -> LanguageModel:
+               retries: int | None = None, api_key_env: str | None = None,
+               env_fallback: bool = True) -> LanguageModel:
     """Load a causal LM and its tokenizer: the one road from a model argument to a backend.
 
     ``server_url``: the model is not loaded but measured on a server that serves it over an
@@ -45,7 +46,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     :class:`ctxleak.engine.served.ServedLM` (:func:`ctxleak.engine.served.serve`), which every
     method that needs only log-probs and samples accepts. ``request_timeout`` (seconds one
     request may take, default 600) and ``retries`` (times a failed request is sent again,
-    default 3) set how its client waits; they change no measured number.
+    default 3) set how its client waits; they change no measured number. ``api_key_env``: the
+    environment variable holding the server's key (else CTXLEAK_API_KEY or OPENAI_API_KEY,
+    unless ``env_fallback`` is False).
 
     ``name_or_path``: ``default``, ``gemma-270m``, a Hugging Face id, a local directory or a
     ``.gguf`` file. ``chat_template``: ``auto`` (use the tokenizer's chat template when it has
@@ -60,7 +63,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     if server_url is not None:
         return serve(name_or_path, server_url, served_model=served_model, tokenizer=tokenizer,
                      chat_template=chat_template, request_timeout=request_timeout,
-                     retries=retries)
+                     retries=retries, api_key_env=api_key_env, env_fallback=env_fallback)
     return load_local(name_or_path, device=device, dtype=dtype, chat_template=chat_template,
                       trust_remote_code=trust_remote_code, revision=revision,
                       device_map=device_map, model_args=model_args)

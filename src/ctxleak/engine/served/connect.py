@@ -124,7 +124,8 @@ def serve(model: str = "default", server_url: str = "http://127.0.0.1:8000", *,
           served_model: str | None = None, tokenizer: str | None = None,
           chat_template: str = "auto", api: str = "auto", api_key_env: str | None = None,
           options: ClientOptions | None = None, request_timeout: float | None = None,
-          retries: int | None = None, check: bool = True) -> ServedLM:
+          retries: int | None = None, check: bool = True,
+          env_fallback: bool = True) -> ServedLM:
     """A model served at ``server_url`` (an OpenAI-compatible API; vLLM for exact scoring) as
     an LM every method that needs only log-probs and samples accepts.
 
@@ -133,7 +134,9 @@ def serve(model: str = "default", server_url: str = "http://127.0.0.1:8000", *,
     the server serves it under (default: the server's only model). ``api``: ``vllm`` (token-id
     prompts with ``prompt_logprobs``), ``openai-echo`` (``echo`` + ``logprobs``) or ``auto``
     (vLLM when the server answers ``prompt_logprobs``). The API key, if any, is read from the
-    environment (``api_key_env``, else CTXLEAK_API_KEY or OPENAI_API_KEY) and never stored.
+    environment (``api_key_env``, else CTXLEAK_API_KEY or OPENAI_API_KEY unless
+    ``env_fallback`` is False: a proxy sends its upstream only the key named for it) and never
+    stored.
     ``check``: the tokenizer and log-prob checks of :meth:`ServedLM.check_server`.
     ``request_timeout``: seconds one request may take (the whole answer; default 600);
     ``retries``: times a request that failed for a transient reason (a refused connection, a
@@ -149,7 +152,8 @@ def serve(model: str = "default", server_url: str = "http://127.0.0.1:8000", *,
     check_server_url(server_url)  # host, port and scheme (in any case), shown as given
     server_url = normal_server_url(server_url)
     options = client_options(options, request_timeout, retries)
-    client = ServedClient(server_url, api_key=api_key_from_env(api_key_env), options=options)
+    key = api_key_from_env(api_key_env) if api_key_env or env_fallback else None
+    client = ServedClient(server_url, api_key=key, options=options)
     served_model, facts = _server_facts(client, served_model)
     source = tokenizer_source(model, tokenizer)
     try:
