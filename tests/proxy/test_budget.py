@@ -140,8 +140,10 @@ def test_cli_serve_parses_flags_and_calls_run_proxy(monkeypatch, tmp_path, capsy
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     # --upstream given: CID decodes over it (--decode auto)
+    # (and sends it no key: none was named with --upstream-key-env, and no other is read)
     assert calls["lm"] == ("default", {"server_url": "http://127.0.0.1:9", "served_model": None,
-                                       "request_timeout": 60.0})
+                                       "request_timeout": 60.0, "api_key_env": None,
+                                       "env_fallback": False})
     run = calls["run"]
     config = run["config"]
     assert run["port"] == 8123 and isinstance(run["ledger"], SQLiteLedger) and db.exists()
