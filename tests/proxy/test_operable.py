@@ -20,7 +20,7 @@ from helpers.proxy_server import serving as proxy_serving
 from ctxleak.errors import ConfigError
 from ctxleak.proxy import Budgets, ProxyConfig
 from ctxleak.proxy.budget import SQLiteLedger, answers_allowed
-from ctxleak.proxy.charging import sizing_text
+from ctxleak.proxy.held import sizing_text
 
 DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
         {"id": "faq-2", "text": "the doctor said the capital of italy is rome"}]

@@ -20,7 +20,7 @@ from ctxleak.mitigations.datastore import Datastore
 from ctxleak.mitigations.prompts import template_prompt
 from ctxleak.proxy import Budgets, ProxyConfig
 from ctxleak.proxy.answering import prepare
-from ctxleak.proxy.charging import flag_public
+from ctxleak.proxy.held import flag_public
 from ctxleak.proxy.request import parse_request
 
 DOCS = [{"id": "faq-2", "text": "the doctor said the capital of italy is rome"},

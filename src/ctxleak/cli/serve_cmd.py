@@ -220,7 +220,7 @@ def register(app: typer.Typer) -> None:
         from ctxleak.proxy.answering import mechanism_text
         from ctxleak.proxy.budget import open_ledger, public_ledger_url
         from ctxleak.proxy.callers import read_caller_keys
-        from ctxleak.proxy.charging import sizing_text
+        from ctxleak.proxy.held import sizing_text
 
         if not 0 <= port <= 65535:
             raise ConfigError(f"--port must be between 0 and 65535, not {port}", param="port")

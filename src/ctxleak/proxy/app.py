@@ -41,11 +41,12 @@ from ctxleak.proxy.answering import Reply, answer_alone, refusal
 from ctxleak.proxy.batching import BatchDecoder
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger, open_ledger
 from ctxleak.proxy.callers import Caller, RateLimited, RateLimiter, identify
-from ctxleak.proxy.charging import Charging, Held, budget_spent, caller_share_spent
+from ctxleak.proxy.charging import Charging
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import ProxyConfig
 from ctxleak.proxy.errors import decoding_failed, error_response, unauthorised
 from ctxleak.proxy.headers import answer_headers, stream_headers
+from ctxleak.proxy.held import Held, budget_spent, caller_share_spent
 from ctxleak.proxy.metrics import ProxyMetrics
 from ctxleak.proxy.request import ProxyError, is_marked, parse_body, parse_request
 from ctxleak.proxy.routes import list_documents, list_models, one_document, timed

@@ -22,7 +22,6 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -30,109 +29,26 @@ from starlette.concurrency import run_in_threadpool
 from ctxleak.errors import ConfigError, CtxleakError
 from ctxleak.mitigations.mechanisms import AnswerRequest, Charge
 from ctxleak.proxy.answering import Reply, refusal
-from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Budgets, answers_allowed
+from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, answers_allowed
 from ctxleak.proxy.callers import Caller
-from ctxleak.proxy.chat_request import ChatRequest, Document
+from ctxleak.proxy.chat_request import ChatRequest
 from ctxleak.proxy.config import ProxyConfig
+from ctxleak.proxy.fields import LOGGED, answer_fields
+from ctxleak.proxy.held import (
+    Held,
+    budget_spent,
+    caller_share_spent,
+    flag_public,
+    never_fits,
+)
 from ctxleak.proxy.metrics import ProxyMetrics
 from ctxleak.proxy.public import store_of
 from ctxleak.proxy.request import ProxyError
-from ctxleak.proxy.view import AUDIT
 
 log = logging.getLogger("ctxleak.proxy")
 
-GUARANTEE = ("bounded CID: each released token (the stopping EOS included) is ε-DP with respect "
-             "to any one document of the context, so this answer spends epsilon_spent of each "
-             "document in documents (basic composition)")
-NO_GUARANTEE = ("plain CID (a fixed λ) has no DP guarantee: epsilon_ex_post is 2·max_y |log "
-                "p̄_λ(y|D) − log p(y|∅)| summed over tokens, a figure about this context alone "
-                "(null at λ = 1 and T = 1 through a served model, whose server samples the "
-                "answer itself)")
-
-
 class NotANumber(CtxleakError):
     """A decoded answer whose figures are NaN: the model (or its server) failed."""
-
-
-@dataclass(frozen=True)
-class Held:
-    """What one answer holds of the budgets: its request id ``rid``, the request's document ids
-    (each once, in order), the documents it may decode with, the ids dropped for their budget,
-    whether a reservation was charged (bounded CID, or ``charge_ex_post``), what each charged
-    document holds, the public documents (never charged), each document's class where known,
-    and the warnings the response carries; ``over_share``: the documents left out because
-    this caller's share of their budget is spent."""
-
-    rid: str
-    ids: list[str]
-    docs: list[Document]
-    dropped: list[str]
-    charged: bool
-    held: Mapping[str, float] = field(default_factory=dict)
-    public: tuple[str, ...] = ()
-    classes: Mapping[str, str] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
-    over_share: tuple[str, ...] = ()
-    #: whether each document holds its own individual charge (:meth:`Charging._individual`)
-    individual: bool = False
-    #: under Rényi composition, what one released token holds in the ledger (bounded CID)
-    renyi_token: float | None = None
-
-
-def caller_share_spent(share: float) -> ProxyError:
-    """HTTP 429 ``caller_share_spent`` on ``ctxleak.documents``: this caller has spent its
-    ``share`` of a document's budget (other callers may still use it)."""
-    return ProxyError(429, f"ctxleak.documents: this caller has spent its share ({share:g}) of "
-                           f"the privacy budget of the documents it needs; other callers are "
-                           f"not affected", param="ctxleak.documents",
-                      kind="insufficient_quota", code="caller_share_spent")
-
-
-def flag_public(docs: Sequence[Document], public: Sequence[str]) -> list[Document]:
-    """``docs`` with those whose id is in ``public`` marked :attr:`Document.public` (they go in
-    the prompt, not to the mechanism; :mod:`ctxleak.proxy.public`)."""
-    ids = set(public)
-    return [replace(d, public=True) if d.id in ids and not d.public else d for d in docs]
-
-
-def never_fits(doc_id: str, budget: float, per_token: float, max_tokens: int) -> str:
-    """Why an answer of up to ``max_tokens`` tokens at ``per_token`` ε can never use a
-    document of budget ``budget``, with the arithmetic and what would fit."""
-    need = per_token * (max_tokens + 1)
-    fit = answers_allowed(budget, per_token, 0) - 1  # the most tokens one answer may have
-    longest = (f"max_tokens ≤ {fit} ({per_token:g} × {fit + 1} = {per_token * (fit + 1):g})"
-               if fit >= 1 else "no max_tokens")
-    return (f"the reservation ε × (max_tokens + 1) = {per_token:g} × {max_tokens + 1} = "
-            f"{need:g} is more than document {doc_id!r}'s whole budget of {budget:g}, so this "
-            f"request could never use it: ask for {longest} at this ε, or ε ≤ "
-            f"{budget / (max_tokens + 1):.4g} at this max_tokens, or raise the budget")
-
-
-def budget_spent(message: str) -> ProxyError:
-    """HTTP 429 ``budget_exhausted`` on ``ctxleak.documents``: ``message`` says whose budget
-    is spent."""
-    return ProxyError(429, message, param="ctxleak.documents", kind="insufficient_quota",
-                      code="budget_exhausted")
-
-
-def sizing_text(budgets: Budgets, max_tokens: int,
-                examples: Sequence[float] = (0.05, 0.1, 0.5)) -> str:
-    """The budgets' arithmetic in words, for ``ctxleak serve``'s start line: what each budget is
-    and how many answers of up to ``max_tokens`` tokens it allows at a few ε per token."""
-    named = [("every document", budgets.default), *((f"class {c}", b)
-                                                    for c, b in budgets.classes.items()),
-             *((f"document {d}", b) for d, b in budgets.overrides.items())]
-    limited = [(who, b) for who, b in named if b is not None]
-    head = ("an answer of up to L tokens at ε per token reserves ε·(L+1) of each private "
-            "document (the stopping EOS included), so a budget B allows ⌊B / (ε·(L+1))⌋ "
-            "answers; class public is never charged")
-    if not limited:
-        return f"budgets: none (ε is recorded, not limited); {head}"
-    parts = []
-    for who, b in limited:
-        allowed = ", ".join(f"{answers_allowed(b, e, max_tokens)} at ε {e:g}" for e in examples)
-        parts.append(f"{who}: {b:g} → answers of {max_tokens} tokens: {allowed}")
-    return f"budgets: {'; '.join(parts)} ({head})"
 
 
 class Charging:
@@ -485,49 +401,3 @@ class Charging:
                         "answers_left": None if left is None or per_token is None
                         else answers_allowed(max(left, 0.0), per_token, tokens)}
         return out
-
-
-#: The fields of a response's ``ctxleak`` field the request log keeps (never a text).
-LOGGED = ("mode", "mechanism", "documents", "dropped", "documents_used", "tokens",
-          "epsilon_spent", "epsilon_ex_post", "delta_spent", "seed", "seed_known")
-
-
-def answer_fields(request: ChatRequest, reply: Reply, held: Held,
-                  charged: Mapping[str, float] | None) -> dict[str, Any]:
-    """The ``ctxleak`` field of the response (docs/deploy-cid.md says how to read it): what the
-    answer reports of itself (its mechanism's ``figures``), the documents it used and dropped,
-    what the ledger charged each (``charged``; None: nothing was reserved) and its
-    ``epsilon_spent`` where the charge is a guarantee's (0 where no document was charged),
-    the guarantee in words, the warnings."""
-    kept = {d.id for d in held.docs}
-    info = {**reply.figures, "temperature": request.temperature,
-            "seed": reply.prepared.request.seed,
-            "charged": dict(charged or {}), "guarantee": guarantee(request, reply),
-            "documents": [i for i in held.ids if i in kept], "dropped": held.dropped,
-            "context_tokens_cut": reply.prepared.cut, "warnings": list(held.warnings)}
-    if request.charge.guaranteed and charged is not None:
-        info["epsilon_spent"] = max(charged.values(), default=0.0)
-    if request.charge.guaranteed:  # the client chose the seed only where the operator audits
-        info["seed_known"] = request.seed_known
-    return info
-
-
-def guarantee(request: ChatRequest, reply: Reply) -> str:
-    """What the answer guarantees, in words: bounded CID's per-token guarantee, plain CID's
-    ex-post figure, or a mechanism's claim and what was charged; a guarantee whose seed the
-    client chose (an audit, ``audit_seeds``) starts by saying it is void."""
-    said = _guarantee(request, reply)
-    return AUDIT + said if request.charge.guaranteed and request.seed_known else said
-
-
-def _guarantee(request: ChatRequest, reply: Reply) -> str:
-    charge = request.charge
-    if charge.per_token is not None:
-        return GUARANTEE
-    if charge.per_answer is None and charge.ex_post:
-        return NO_GUARANTEE
-    key, covers = request.mechanism.key(), reply.answer.claim.covers()
-    if reply.answer.claim.eps is None:
-        return f"{key}: {covers}; nothing is charged to the budgets"
-    return (f"{key}: {covers}; each private document in documents is charged epsilon_spent, "
-            f"the ε of this answer's claim")

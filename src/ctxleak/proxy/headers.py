@@ -10,8 +10,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ctxleak.proxy.charging import Held
 from ctxleak.proxy.chat_request import ChatRequest
+from ctxleak.proxy.held import Held
 from ctxleak.proxy.view import client_view
 
 #: The longest JSON a header holds; a longer list is given as its count, the whole of it being

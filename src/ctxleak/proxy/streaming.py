@@ -25,9 +25,11 @@ from starlette.concurrency import run_in_threadpool
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.mitigations.mechanisms import Listener, MechanismAnswer
 from ctxleak.proxy.answering import Reply, scored
-from ctxleak.proxy.charging import Charging, Held, answer_fields
+from ctxleak.proxy.charging import Charging
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.errors import failed_midway
+from ctxleak.proxy.fields import answer_fields
+from ctxleak.proxy.held import Held
 from ctxleak.proxy.view import client_view
 
 #: One event of the decoding task: its kind (``token``, ``done``, ``failed``) and value.
