@@ -158,6 +158,14 @@ def register(app: typer.Typer) -> None:
             "vote's voters plus its no-retrieval stream, DP-RAG's documents plus one): a "
             "request past it is HTTP 400 over_limit before anything is reserved or decoded; "
             "--mechanism past it is refused at start."),
+        max_messages: int = typer.Option(
+            256, "--max-messages", help="The most chat messages one request may send (HTTP 400 "
+            "over_limit past it). A prompt whose tokens plus max_tokens pass the model's "
+            "window is HTTP 413 prompt_too_long; both are checked before anything is "
+            "reserved or decoded."),
+        max_message_chars: int = typer.Option(
+            65536, "--max-message-chars", help="The most characters one message's text may "
+            "have (HTTP 413 message_too_long past it)."),
         upstream_key_env: Optional[str] = typer.Option(
             None, "--upstream-key-env", help="Environment variable holding the upstream's API "
             "key."),
@@ -267,6 +275,7 @@ def register(app: typer.Typer) -> None:
                              allowed_mechanisms=tuple(allow_mechanism),
                              allow_any_mechanism=allow_any_mechanism,
                              max_documents=max_documents, max_streams=max_streams,
+                             max_messages=max_messages, max_message_chars=max_message_chars,
                              datastore=datastore,
                              prompt_messages=None if prompt_messages is None
                              else load_prompt_messages(prompt_messages, "prompt_messages"))

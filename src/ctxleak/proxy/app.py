@@ -39,6 +39,7 @@ from ctxleak.mitigations.cid_steps import CID_NEEDS
 from ctxleak.mitigations.mechanisms import Listener
 from ctxleak.proxy.answering import Reply, answer_alone, refusal
 from ctxleak.proxy.batching import BatchDecoder
+from ctxleak.proxy.bounds import check_messages, check_prompt
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger, open_ledger
 from ctxleak.proxy.callers import Caller, RateLimited, RateLimiter, identify
 from ctxleak.proxy.charging import Charging
@@ -110,7 +111,9 @@ class Proxy:
         """A request with marked context answered by its mechanism, its budget reserved before
         decoding and settled after (:mod:`ctxleak.proxy.charging`), for ``caller`` (its share
         of each document's budget)."""
+        check_messages(body.get("messages"), self.config)  # before any text is joined
         request = parse_request(body, self.config)
+        await run_in_threadpool(check_prompt, self.lm, request)  # tokenised once, off the loop
         if request.seed is None:  # the answer's noise: a server secret, drawn once, so that
             # what it is charged before and how it is decoded after read the same draws
             request = replace(request, seed=secrets.randbits(63))

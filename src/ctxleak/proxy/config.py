@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from ctxleak.errors import ConfigError
 from ctxleak.proxy.budget import Budgets
 from ctxleak.proxy.composition import Composition, best_order
+from ctxleak.proxy.config_inputs import classes_of, prompt_messages_of
 
 ON_EXHAUSTED = ("drop", "refuse")
 ON_UNFITTABLE = ("refuse", "drop")
@@ -46,64 +47,6 @@ def check_caller_keys(keys: Mapping[str, str]) -> None:
 #: large that the mixture's divergence is no longer a finite number and CID would silently
 #: decode at another λ (0 asks for greedy decoding).
 MIN_TEMPERATURE = 1e-6
-
-
-def read_classes(path: str | Path) -> dict[str, str]:
-    """The operator's class of each document: a JSONL or CSV file of rows with ``id`` and
-    ``class`` (``ctxleak serve --classes FILE``). An id given twice with two classes, a missing
-    or empty field, is an error naming the file, line and field."""
-    from ctxleak.errors import InputError
-    from ctxleak.run.records import iter_rows
-
-    out: dict[str, str] = {}
-    for row in iter_rows(Path(path), required=("id", "class")):
-        doc, cls = row.text("id"), row.text("class")
-        if out.get(doc, cls) != cls:
-            raise InputError(f"document {doc!r} is given class {cls!r} here and "
-                             f"{out[doc]!r} above", file=row.file, line=row.line, field="class")
-        out[doc] = cls
-    return out
-
-
-def classes_of(source: str | Path) -> dict[str, str]:
-    """The classes ``source`` names: a bundled set's (``demo-datastore``, unless a file of that
-    name exists), else a file (:func:`read_classes`)."""
-    from ctxleak.bundled import with_classes
-
-    bundled = with_classes()
-    if isinstance(source, str) and source in bundled and not Path(source).exists():
-        from importlib import resources
-
-        return read_classes(Path(str(resources.files("ctxleak") / "data" / "demo"
-                                     / bundled[source])))
-    return read_classes(source)
-
-
-def _messages(value: Any) -> tuple[tuple[str, str], ...]:
-    """``prompt_messages`` as (role, content) pairs: a built-in name
-    (:data:`~ctxleak.mitigations.prompts.NAMED_MESSAGES`), or messages as pairs or
-    ``{"role", "content"}`` objects (``ctxleak serve --prompt-messages FILE`` reads a file with
-    every check of the influence run's ``prompt_messages``)."""
-    from ctxleak.mitigations.prompts import NAMED_MESSAGES
-
-    if isinstance(value, str):
-        if value not in NAMED_MESSAGES:
-            raise ConfigError(f"prompt_messages: no built-in prompt named {value!r}; there are "
-                              f"{', '.join(NAMED_MESSAGES)} (a file is read by ctxleak serve "
-                              f"--prompt-messages)", param="prompt_messages")
-        return NAMED_MESSAGES[value]
-    out = []
-    for item in value if isinstance(value, (list, tuple)) else ():
-        pair = (item.get("role"), item.get("content")) if isinstance(item, Mapping) else item
-        if not (isinstance(pair, (list, tuple)) and len(pair) == 2
-                and all(isinstance(x, str) for x in pair)):
-            raise ConfigError(f"prompt_messages: {item!r} is not a {{role, content}} message",
-                              param="prompt_messages")
-        out.append((pair[0], pair[1]))
-    if sum(content.count("{context}") for _, content in out) != 1:
-        raise ConfigError("prompt_messages: must be a non-empty list of messages with the slot "
-                          "{context} exactly once", param="prompt_messages")
-    return tuple(out)
 
 
 def check_upstream(url: str) -> None:
@@ -213,6 +156,11 @@ class ProxyConfig:
     - ``max_documents``: the most documents one request may give; ``max_streams``: the most
       prompt streams one answer decodes at once (a vote's voters and its no-retrieval
       stream); a request past either is HTTP 400 ``over_limit``.
+    - ``max_messages``: the most chat messages one request may send (HTTP 400 ``over_limit``);
+      ``max_message_chars``: the most characters one message's text may have (HTTP 413
+      ``message_too_long``); a prompt whose tokens and ``max_tokens`` do not fit the model's
+      window is HTTP 413 ``prompt_too_long`` (:mod:`~ctxleak.proxy.bounds`), all before
+      anything is reserved or decoded.
     """
 
     upstream: str | None = None
@@ -254,6 +202,8 @@ class ProxyConfig:
     allow_any_mechanism: bool = False
     max_documents: int = 64
     max_streams: int = 64
+    max_messages: int = 256
+    max_message_chars: int = 65536
     #: the ledger's composition (:mod:`~ctxleak.proxy.composition`), set from ``accounting``
     composition: Composition = field(default_factory=Composition, init=False, compare=False)
 
@@ -299,7 +249,8 @@ class ProxyConfig:
             raise ConfigError(f"min_tokens must be between 0 and max_tokens, not "
                               f"{self.min_tokens}", param="min_tokens")
         for name, least in (("max_body_bytes", 1), ("max_concurrent", 1), ("max_queued", 0),
-                            ("max_documents", 1), ("max_streams", 2)):
+                            ("max_documents", 1), ("max_streams", 2), ("max_messages", 1),
+                            ("max_message_chars", 1)):
             if getattr(self, name) < least:
                 raise ConfigError(f"{name} must be >= {least}, not {getattr(self, name)}",
                                   param=name)
@@ -311,7 +262,7 @@ class ProxyConfig:
         if self.mechanism is not None:
             self._check_mechanism()
         if self.prompt_messages is not None:
-            object.__setattr__(self, "prompt_messages", _messages(self.prompt_messages))
+            object.__setattr__(self, "prompt_messages", prompt_messages_of(self.prompt_messages))
         if self.datastore is not None:
             self._read_datastore()
         self._check_allowed()

@@ -17,10 +17,17 @@ from ctxleak.mitigations.named import parse_mechanism
 from ctxleak.proxy.chat_request import ChatRequest, Document
 from ctxleak.proxy.config import MIN_TEMPERATURE, ProxyConfig
 
-#: Request fields the proxy does not implement for a CID answer (refused, not ignored).
-UNSUPPORTED = ("tools", "tool_choice", "functions", "logprobs", "top_logprobs", "stop",
-               "response_format", "logit_bias", "top_p", "presence_penalty",
-               "frequency_penalty")
+#: Request fields the proxy does not implement for an answer (refused with HTTP 400
+#: ``unsupported_field``, not ignored): OpenAI's, and the sampling and decoding fields vLLM's
+#: OpenAI server takes beside them, each of which would change the answer a client expects.
+UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
+               "logprobs", "top_logprobs", "stop", "response_format", "logit_bias", "top_p",
+               "presence_penalty", "frequency_penalty", "top_k", "min_p", "typical_p",
+               "repetition_penalty", "length_penalty", "best_of", "use_beam_search",
+               "ignore_eos", "stop_token_ids", "bad_words", "allowed_token_ids",
+               "prompt_logprobs", "truncate_prompt_tokens", "guided_json", "guided_regex",
+               "guided_choice", "guided_grammar", "structured_outputs", "prediction",
+               "reasoning_effort", "modalities", "audio", "web_search_options")
 
 
 class ProxyError(Exception):
@@ -250,7 +257,8 @@ def parse_request(body: dict[str, Any], config: ProxyConfig) -> ChatRequest:
     key = mechanism.key()
     for name in UNSUPPORTED:
         if body.get(name) is not None:
-            raise _bad(name, f"is not supported for an answer of {key}")
+            raise ProxyError(400, f"{name}: is not supported for an answer of {key} (refused, "
+                                  f"not ignored)", param=name, code="unsupported_field")
     _within_bounds(mechanism, len(documents), over_datastore, config)
     query, temperature = _prompt_and_temperature(body, config)
     max_tokens, min_tokens = _lengths(body, config)
