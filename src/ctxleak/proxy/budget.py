@@ -45,52 +45,27 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ctxleak.errors import ConfigError
-from ctxleak.proxy.budgets import TOLERANCE, Budgets, answers_allowed, share_hold
+from ctxleak.proxy.budgets import TOLERANCE, Budgets, answers_allowed
+from ctxleak.proxy.ledger_rows import (
+    ADDED_RESERVATION,
+    ADDED_SPEND,
+    CALLER_CHARGE,
+    CHARGE,
+    RECORD,
+    SCHEMA,
+    Ask,
+    DocumentSpend,
+    Reservation,
+    decide,
+)
 
 __all__ = ["TOLERANCE", "BudgetLedger", "Budgets", "DocumentSpend", "PostgresLedger",
            "Reservation", "SQLiteLedger", "answers_allowed", "open_ledger", "public_ledger_url"]
-
-@dataclass(frozen=True)
-class Reservation:
-    """What :meth:`BudgetLedger.reserve` granted: the request, the amount asked of each
-    document, the documents granted and those whose budget could not cover it, and what each
-    granted document holds (the amount, or with ``hold_rest`` its remaining budget);
-    ``over_share``: the documents refused because the caller's share of them is spent (not in
-    ``exhausted``: others may still use them)."""
-
-    request_id: str
-    amount: float
-    granted: tuple[str, ...]
-    exhausted: tuple[str, ...]
-    held: Mapping[str, float] = field(default_factory=dict)
-    over_share: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class DocumentSpend:
-    """One document's row: guaranteed ε charged (settled answers plus open reservations), how
-    much of it is still reserved, the ex-post ε of plain CID answers (not a guarantee), its class
-    (the first one a request gave) and the budget in force at its last reservation (None: no
-    limit)."""
-
-    doc_id: str
-    spent: float
-    reserved: float
-    ex_post: float
-    doc_class: str | None = None
-    budget: float | None = None
-
-    @property
-    def remaining(self) -> float | None:
-        """ε left: the budget minus what is spent (None: no limit)."""
-        return None if self.budget is None else self.budget - self.spent
-
 
 class BudgetLedger:
     """The ledger's operations; :class:`SQLiteLedger` and :class:`PostgresLedger` store it."""
@@ -118,7 +93,7 @@ class BudgetLedger:
                                   param="amount")
         if share is not None and not 0 < share <= 1:
             raise ConfigError(f"a caller's share must be in (0, 1], not {share}", param="share")
-        ask = _Ask(ids, max(amounts.values(), default=0.0), budgets, all_or_nothing,
+        ask = Ask(ids, max(amounts.values(), default=0.0), budgets, all_or_nothing,
                    dict(classes or {}), hold_rest, amounts, caller, share)
         return self._reserve(request_id, ask)
 
@@ -170,19 +145,19 @@ class BudgetLedger:
             rows[doc] = float(row[0]) if row else 0.0
         return lambda d: rows.get(d, 0.0)
 
-    def _reserve(self, request_id: str, ask: _Ask) -> Reservation:
+    def _reserve(self, request_id: str, ask: Ask) -> Reservation:
         def body(db: Any) -> Reservation:
             over_share: list[str] = []
             row_of = self._rows_of(db, ask.doc_ids)  # (first: PostgreSQL locks the rows)
             caller_of = None if ask.caller is None else \
                 self._caller_rows_of(db, ask.caller, ask.doc_ids)
-            granted, exhausted = _decide(ask, row_of, caller_of, over_share)
+            granted, exhausted = decide(ask, row_of, caller_of, over_share)
             now = time.time()
             for doc, (amount, cls, budget) in granted.items():
-                db.execute(self._sql(_CHARGE), (doc, amount, cls, budget))
-                db.execute(self._sql(_RECORD), (request_id, doc, amount, now, ask.caller))
+                db.execute(self._sql(CHARGE), (doc, amount, cls, budget))
+                db.execute(self._sql(RECORD), (request_id, doc, amount, now, ask.caller))
                 if ask.caller is not None:
-                    db.execute(self._sql(_CALLER_CHARGE), (ask.caller, doc, amount))
+                    db.execute(self._sql(CALLER_CHARGE), (ask.caller, doc, amount))
             return Reservation(request_id, ask.amount, tuple(granted), tuple(exhausted),
                                {doc: amount for doc, (amount, _, _) in granted.items()},
                                tuple(over_share))
@@ -324,88 +299,6 @@ class BudgetLedger:
             self._db.close()
 
 
-@dataclass(frozen=True)
-class _Ask:
-    """One reservation's question (:meth:`BudgetLedger.reserve`'s arguments)."""
-
-    doc_ids: list[str]
-    amount: float
-    budgets: Budgets
-    all_or_nothing: bool
-    classes: dict[str, str]
-    hold_rest: bool
-    amounts: dict[str, float] = field(default_factory=dict)  # each document's own amount
-    caller: str | None = None
-    share: float | None = None
-
-
-def _decide(ask: _Ask, row_of: Callable[[str], tuple[float, str | None]],
-            caller_of: Callable[[str], float] | None = None, over_share: list[str] | None = None
-            ) -> tuple[dict[str, tuple[float, str | None, float | None]], list[str]]:
-    """Which documents the reservation is granted for: {id: (amount held, class, budget)},
-    and the exhausted ids. ``row_of``: a document's spent ε and recorded class;
-    ``caller_of``: what the caller holds of it, whose share (:func:`share_hold`) may refuse
-    a document that fits its budget (its id added to ``over_share``)."""
-    granted: dict[str, tuple[float, str | None, float | None]] = {}
-    exhausted: list[str] = []
-    for doc in ask.doc_ids:
-        spent, recorded = row_of(doc)
-        cls = recorded if recorded is not None else ask.classes.get(doc)
-        budget = ask.budgets.of(doc, cls)
-        amount = ask.amounts.get(doc, ask.amount)
-        if ask.hold_rest:  # an unbounded spend: all that is left, which must be something
-            amount = 0.0 if budget is None else max(budget - spent, 0.0)
-            fits = budget is None or spent < budget
-        elif budget is None:
-            fits = True
-        elif amount > 0:
-            fits = spent + amount <= budget + TOLERANCE
-        else:  # an answer that reserves nothing (ex-post charging) needs some budget left
-            fits = spent < budget
-        if fits and caller_of is not None and ask.share is not None:
-            held = share_hold(amount, budget, ask.share, caller_of(doc), ask.hold_rest)
-            if held is None:
-                (over_share if over_share is not None else exhausted).append(doc)
-                continue
-            amount = held
-        if fits:
-            granted[doc] = (amount, cls, budget)
-        else:
-            exhausted.append(doc)
-    if ask.all_or_nothing and (exhausted or over_share):
-        granted = {}
-    return granted, exhausted
-
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS ctxleak_spend (doc_id TEXT PRIMARY KEY, "
-    "spent DOUBLE PRECISION NOT NULL DEFAULT 0, ex_post DOUBLE PRECISION NOT NULL DEFAULT 0, "
-    "doc_class TEXT, budget DOUBLE PRECISION)",
-    "CREATE TABLE IF NOT EXISTS ctxleak_reservation (request_id TEXT NOT NULL, "
-    "doc_id TEXT NOT NULL, amount DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL, "
-    "PRIMARY KEY (request_id, doc_id))",
-    "CREATE TABLE IF NOT EXISTS ctxleak_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS ctxleak_caller_spend (caller TEXT NOT NULL, doc_id TEXT NOT "
-    "NULL, spent DOUBLE PRECISION NOT NULL DEFAULT 0, PRIMARY KEY (caller, doc_id))",
-)
-#: Columns a ledger made before documents had classes lacks: added when it is opened.
-_ADDED = {"doc_class": "TEXT", "budget": "DOUBLE PRECISION"}
-#: A reservation's writes: the document's charge (its class kept once given, the budget in
-#: force), then the reservation's row.
-_CHARGE = ("INSERT INTO ctxleak_spend (doc_id, spent, doc_class, budget) VALUES (?, ?, ?, ?) "
-           "ON CONFLICT (doc_id) DO UPDATE SET spent = ctxleak_spend.spent + excluded.spent, "
-           "doc_class = COALESCE(ctxleak_spend.doc_class, excluded.doc_class), "
-           "budget = excluded.budget")
-_RECORD = ("INSERT INTO ctxleak_reservation (request_id, doc_id, amount, created, caller) "
-           "VALUES (?, ?, ?, ?, ?)")
-#: What a caller's reservation adds to its figure of the document.
-_CALLER_CHARGE = ("INSERT INTO ctxleak_caller_spend (caller, doc_id, spent) VALUES (?, ?, ?) "
-                  "ON CONFLICT (caller, doc_id) DO UPDATE SET "
-                  "spent = ctxleak_caller_spend.spent + excluded.spent")
-#: A reservation's caller, a column a ledger made before callers lacks: added when opened.
-_ADDED_RESERVATION = {"caller": "TEXT"}
-
-
 class SQLiteLedger(BudgetLedger):
     """The ledger in one SQLite file (WAL journal, full sync): each reservation and each
     settlement one ``BEGIN IMMEDIATE`` transaction, so two proxies or threads on the same file
@@ -432,14 +325,14 @@ class SQLiteLedger(BudgetLedger):
                                    check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        for statement in _SCHEMA:
+        for statement in SCHEMA:
             self._db.execute(statement)
         have = {row[1] for row in self._db.execute("PRAGMA table_info(ctxleak_spend)")}
-        for column, kind in _ADDED.items():
+        for column, kind in ADDED_SPEND.items():
             if column not in have:
                 self._db.execute(f"ALTER TABLE ctxleak_spend ADD COLUMN {column} {kind}")
         have = {row[1] for row in self._db.execute("PRAGMA table_info(ctxleak_reservation)")}
-        for column, kind in _ADDED_RESERVATION.items():
+        for column, kind in ADDED_RESERVATION.items():
             if column not in have:
                 self._db.execute(f"ALTER TABLE ctxleak_reservation ADD COLUMN {column} {kind}")
 
@@ -485,12 +378,12 @@ class PostgresLedger(BudgetLedger):
                               param="ledger") from exc
         with self._db.transaction():
             self._db.execute("SELECT pg_advisory_xact_lock(7405911)")  # one schema creator
-            for statement in _SCHEMA:
+            for statement in SCHEMA:
                 self._db.execute(statement)
-            for column, kind in _ADDED.items():
+            for column, kind in ADDED_SPEND.items():
                 self._db.execute(f"ALTER TABLE ctxleak_spend ADD COLUMN IF NOT EXISTS {column} "
                                  f"{kind}")
-            for column, kind in _ADDED_RESERVATION.items():
+            for column, kind in ADDED_RESERVATION.items():
                 self._db.execute(f"ALTER TABLE ctxleak_reservation ADD COLUMN IF NOT EXISTS "
                                  f"{column} {kind}")
 
