@@ -93,6 +93,10 @@ class Retrieved:
 BUNDLED_DATASTORES = with_datastore()
 
 
+#: How many queries' similarities a :class:`Datastore` keeps.
+KEPT_QUERIES = 8
+
+
 @dataclass(frozen=True)
 class Datastore:
     """The documents a RAG system retrieves from, as ``(id, text)`` pairs with unique ids."""
@@ -102,6 +106,9 @@ class Datastore:
                                                            repr=False, compare=False)
     _words: dict[str, tuple[Counter[str], ...]] = field(default_factory=dict, init=False,
                                                        repr=False, compare=False)
+    #: the last few queries' similarities (a mechanism's charges and its answer read the same)
+    _similar: dict[str, tuple[float, ...]] = field(default_factory=dict, init=False,
+                                                   repr=False, compare=False)
 
     def __post_init__(self) -> None:
         docs = tuple((str(i), str(t)) for i, t in self.documents)
@@ -203,8 +210,19 @@ class Datastore:
         return out
 
     def similarities(self, query: str) -> list[float]:
-        """Every document's :func:`word_similarity` to ``query``, in order."""
-        return [word_similarity(query, text) for _, text in self.documents]
+        """Every document's :func:`word_similarity` to ``query``, in order, computed once for
+        the last :data:`KEPT_QUERIES` queries (an answer over the datastore reads them twice:
+        what each document is charged before it, and the answer's own retrieval)."""
+        kept = self._similar.get(query)
+        if kept is None:
+            kept = tuple(word_similarity(query, text) for _, text in self.documents)
+            while len(self._similar) >= KEPT_QUERIES:
+                try:  # the oldest query out (another thread may have taken it already)
+                    self._similar.pop(next(iter(self._similar)), None)
+                except (StopIteration, RuntimeError):
+                    break
+            self._similar[query] = kept
+        return list(kept)
 
     def describe(self) -> str:
         return f"a datastore of {len(self)} documents"

@@ -51,6 +51,7 @@ from urllib.parse import unquote, urlsplit
 
 from ctxleak.errors import ConfigError
 from ctxleak.proxy.budgets import TOLERANCE, Budgets, answers_allowed
+from ctxleak.proxy.ledger_common import EFFECTIVE, CommonSpend
 from ctxleak.proxy.ledger_rows import (
     ADDED_RESERVATION,
     ADDED_SPEND,
@@ -67,7 +68,7 @@ from ctxleak.proxy.ledger_rows import (
 __all__ = ["TOLERANCE", "BudgetLedger", "Budgets", "DocumentSpend", "PostgresLedger",
            "Reservation", "SQLiteLedger", "answers_allowed", "open_ledger", "public_ledger_url"]
 
-class BudgetLedger:
+class BudgetLedger(CommonSpend):
     """The ledger's operations; :class:`SQLiteLedger` and :class:`PostgresLedger` store it."""
 
     def reserve(self, request_id: str, doc_ids: Sequence[str], amount: float | Mapping[str, float],
@@ -115,23 +116,10 @@ class BudgetLedger:
 
     # the storage's part: each store opens ``_db`` (a DB-API connection) and ``_lock``, and
     # writes the transaction and the reservation, whose row locking differs; the rest is shared
-    _db: Any
-    _lock: threading.Lock
+    # (``_db``, ``_lock``, ``_sql``, ``_transaction``, ``_rows_of``: :class:`CommonSpend`)
     unavailable: tuple[type[Exception], ...] = ()  # the driver's "store down" (HTTP 503)
     #: what a settlement adds to its SELECT to lock the reservation's rows (PostgreSQL)
     _LOCK_ROWS = ""
-
-    def _sql(self, statement: str) -> str:
-        """``statement`` (written with ``?`` placeholders) in the driver's parameter style."""
-        return statement
-
-    def _transaction(self, body: Callable[[Any], Any]) -> Any:
-        raise NotImplementedError
-
-    def _rows_of(self, db: Any, doc_ids: list[str]) -> Callable[[str], tuple[float, str | None]]:
-        """A document's spent ε and recorded class, read inside the reservation's transaction
-        (the store's row locking)."""
-        raise NotImplementedError
 
     def _caller_rows_of(self, db: Any, caller: str, doc_ids: list[str]
                         ) -> Callable[[str], float]:
@@ -179,6 +167,7 @@ class BudgetLedger:
                                (float(amount) - own, caller, doc))
             db.execute(self._sql("DELETE FROM ctxleak_reservation WHERE request_id = ?"),
                        (request_id,))
+            self._settle_common(db, request_id, spent)
 
         self._transaction(body)
 
@@ -192,19 +181,22 @@ class BudgetLedger:
 
         self._transaction(body)
 
-    _COLUMNS = "doc_id, spent, ex_post, doc_class, budget"
+    #: a document's row as read back, its common spend counted (:data:`EFFECTIVE`)
+    _VIEW = (f"SELECT * FROM (SELECT s.doc_id AS doc_id, {EFFECTIVE} AS spent, s.ex_post AS "
+             f"ex_post, s.doc_class AS doc_class, s.budget AS budget, s.scope AS scope FROM "
+             f"ctxleak_spend s) v ")
 
     def _rows(self, where: str, params: tuple[Any, ...]) -> list[DocumentSpend]:
         """The documents' rows selected by ``where``, each with its open reservations."""
         with self._lock:
             self._revive()
-            rows = self._db.execute(self._sql(f"SELECT {self._COLUMNS} FROM ctxleak_spend "
-                                              + where), params).fetchall()
+            rows = self._db.execute(self._sql(self._VIEW + where), params).fetchall()
             held = dict(self._db.execute("SELECT doc_id, SUM(amount) FROM ctxleak_reservation "
                                          "GROUP BY doc_id").fetchall()) if rows else {}
-        return [DocumentSpend(str(d), float(s), float(held.get(d, 0.0)), float(e),
-                              None if c is None else str(c), None if b is None else float(b))
-                for d, s, e, c, b in rows]
+            common = self._common_held() if rows else {}
+        return [DocumentSpend(str(d), float(s), float(held.get(d, 0.0)) + common.get(g, 0.0),
+                              float(e), None if c is None else str(c),
+                              None if b is None else float(b)) for d, s, e, c, b, g in rows]
 
     def find(self, doc_id: str) -> DocumentSpend | None:
         """``doc_id``'s row, or None when the ledger has never seen it."""
@@ -350,8 +342,8 @@ class SQLiteLedger(BudgetLedger):
     def _rows_of(self, db: sqlite3.Connection, doc_ids: list[str]
                  ) -> Callable[[str], tuple[float, str | None]]:
         def row_of(doc: str) -> tuple[float, str | None]:
-            row = db.execute("SELECT spent, doc_class FROM ctxleak_spend WHERE doc_id = ?",
-                             (doc,)).fetchone()
+            row = db.execute(f"SELECT {EFFECTIVE}, s.doc_class FROM ctxleak_spend s WHERE "
+                             f"s.doc_id = ?", (doc,)).fetchone()
             return (float(row[0]), row[1]) if row else (0.0, None)
 
         return row_of
@@ -388,6 +380,7 @@ class PostgresLedger(BudgetLedger):
                                  f"{column} {kind}")
 
     _LOCK_ROWS = " ORDER BY doc_id FOR UPDATE"
+    _LOCK_ONE = " FOR UPDATE"
 
     def _sql(self, statement: str) -> str:
         return statement.replace("?", "%s")  # psycopg's parameter style
@@ -420,8 +413,9 @@ class PostgresLedger(BudgetLedger):
         for doc in ids:
             db.execute("INSERT INTO ctxleak_spend (doc_id) VALUES (%s) ON CONFLICT DO NOTHING",
                        (doc,))
-        rows = db.execute("SELECT doc_id, spent, doc_class FROM ctxleak_spend WHERE doc_id = "
-                          "ANY(%s) ORDER BY doc_id FOR UPDATE", (ids,)).fetchall()
+        rows = db.execute(f"SELECT s.doc_id, {EFFECTIVE}, s.doc_class FROM ctxleak_spend s "
+                          f"WHERE s.doc_id = ANY(%s) ORDER BY s.doc_id FOR UPDATE OF s",
+                          (ids,)).fetchall()
         seen = {str(d): (float(s), c) for d, s, c in rows}
         return lambda d: seen.get(d, (0.0, None))
 

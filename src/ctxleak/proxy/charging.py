@@ -29,11 +29,11 @@ from starlette.concurrency import run_in_threadpool
 from ctxleak.errors import ConfigError, CtxleakError
 from ctxleak.mitigations.mechanisms import AnswerRequest, Charge
 from ctxleak.proxy.answering import Reply, refusal
-from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, answers_allowed
+from ctxleak.proxy.budget import TOLERANCE, BudgetLedger, Reservation, answers_allowed
 from ctxleak.proxy.callers import Caller
 from ctxleak.proxy.chat_request import ChatRequest
 from ctxleak.proxy.config import ProxyConfig
-from ctxleak.proxy.fields import LOGGED, answer_fields
+from ctxleak.proxy.fields import answer_fields, logged
 from ctxleak.proxy.held import (
     Held,
     budget_spent,
@@ -41,6 +41,7 @@ from ctxleak.proxy.held import (
     flag_public,
     never_fits,
 )
+from ctxleak.proxy.ledger_common import common_part, scope_of
 from ctxleak.proxy.metrics import ProxyMetrics
 from ctxleak.proxy.public import store_of
 from ctxleak.proxy.request import ProxyError
@@ -60,6 +61,8 @@ class Charging:
         #: how a document's answers compose, and its budgets in the ledger's unit
         self.composition = config.composition
         self.budgets = self.composition.budgets(config.budgets)
+        #: the datastores' scopes attached to the ledger's common row by this process
+        self._attached: set[str] = set()
         ledger.keep_unit(self.composition.unit())
 
     async def reserve(self, rid: str, request: ChatRequest,
@@ -127,6 +130,8 @@ class Charging:
         charges."""
         mechanism, decoding, kept = request.mechanism, request.decoding, set(ids)
         public_ids, out, over = set(public), list[str](), list[str]()
+        everyone = [d.id for d in request.documents if d.id not in public_ids]
+        totals: dict[str, float] = {}
         share = self.config.caller_share if self.config.caller_share < 1 else None
         while True:  # the private documents the mechanism would retrieve from (prepare's store)
             store = store_of(tuple((d.id, d.text) for d in request.documents
@@ -142,6 +147,17 @@ class Charging:
             own = {d: self._amount(request, loss.eps, loss.events)
                    for d, loss in (charges or {}).items() if d not in public_ids}
             own = {d: a for d, a in own.items() if a > 0}
+            held_ids = [] if store is None else [i for i, _ in store.documents]
+            common = 0.0 if share is not None else common_part(own, held_ids)
+            if common > 0:  # one row for what every document is charged alike
+                res, totals = await self._reserve_common(rid, own, common, everyone,
+                                                         held_ids, classes)
+                if not res.exhausted:
+                    break
+                self._exhausted(res.exhausted, False)
+                out.extend(res.exhausted)
+                kept -= set(res.exhausted)
+                continue
             res = await run_in_threadpool(functools.partial(
                 self.ledger.reserve, rid, list(own), own, self.budgets,
                 all_or_nothing=True, classes={i: classes[i] for i in own if i in classes},
@@ -162,7 +178,28 @@ class Charging:
         return Held(rid, ids, flag_public([d for d in request.documents if d.id in kept],
                                           public), out, True,
                     dict(res.held), public, dict(classes), warnings, tuple(over),
-                    individual=True)
+                    individual=True, common=res.common,
+                    common_docs=len(held_ids) if res.common else 0,
+                    totals=totals if res.common else {})
+
+    async def _reserve_common(self, rid: str, own: Mapping[str, float], common: float,
+                              everyone: list[str], ids: list[str], classes: Mapping[str, str]
+                              ) -> tuple[Reservation, dict[str, float]]:
+        """Reserve ``common`` of each of ``ids`` (the private documents the answer reads) in
+        the ledger's one common row of the datastore's private documents ``everyone``
+        (:mod:`~ctxleak.proxy.ledger_common`; attached once per process) and each document's
+        loss above it in its own row: the reservation and each row document's whole loss."""
+        scope = scope_of(everyone)
+        if scope not in self._attached:
+            budgets = {i: self.budgets.of(i, classes.get(i)) for i in everyone}
+            await run_in_threadpool(self.ledger.attach, scope, budgets,
+                                    {i: classes[i] for i in everyone if i in classes})
+            self._attached.add(scope)
+        extra = {d: a - common for d, a in own.items() if a - common > TOLERANCE}
+        res = await run_in_threadpool(functools.partial(
+            self.ledger.reserve_common, rid, scope, ids, common, extra, self.budgets,
+            {i: classes[i] for i in extra if i in classes}))
+        return res, {d: own[d] for d in res.held}
 
     def _amount(self, request: ChatRequest, eps: float, events: Any) -> float:
         """A loss in the ledger's unit; HTTP 400 for one a Rényi ledger cannot hold."""
@@ -370,7 +407,10 @@ class Charging:
             if over:  # a spend above its reservation: charged in full, said
                 log.warning(json.dumps({"event": "over_reservation", "id": rid,
                                         "documents": over, "epsilon": spent}))
-            self.metrics.eps.inc(sum(charged.values()) if charge.guaranteed else 0.0)
+            if held.common:  # each row document's whole loss; the rest charged the common
+                charged = dict(held.totals)
+            total = sum(charged.values()) + held.common * (held.common_docs - len(charged))
+            self.metrics.eps.inc(total if charge.guaranteed else 0.0)
         private = [d.id for d in held.docs if d.id not in held.public]
         ex_post = figures.get("epsilon_ex_post")
         if charge.ex_post and private and ex_post is not None:
@@ -380,8 +420,7 @@ class Charging:
         info = answer_fields(request, reply, held, charged)
         info["budgets"] = await run_in_threadpool(self.budget_rows, request, held)
         event = "mechanism" if request.mechanism.mode() == "mechanism" else "cid"
-        log.info(json.dumps({"event": event, "id": rid,
-                             **{k: info[k] for k in LOGGED if k in info}}))
+        log.info(json.dumps({"event": event, "id": rid, **logged(info, request)}))
         return info
 
     def budget_rows(self, request: ChatRequest, held: Held) -> dict[str, dict[str, Any]]:

@@ -4,6 +4,7 @@ guarantee in words, and what the request log keeps of it."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,11 +40,32 @@ def answer_fields(request: ChatRequest, reply: Reply, held: Held,
             "charged": dict(charged or {}), "guarantee": guarantee(request, reply),
             "documents": [i for i in held.ids if i in kept], "dropped": held.dropped,
             "context_tokens_cut": reply.prepared.cut, "warnings": list(held.warnings)}
+    if held.common:  # what every private document of the datastore was charged alike
+        info["charged_common"] = held.common
     if request.charge.guaranteed and charged is not None:
-        info["epsilon_spent"] = max(charged.values(), default=0.0)
+        info["epsilon_spent"] = max([*charged.values(), held.common], default=0.0)
     if request.charge.guaranteed:  # the client chose the seed only where the operator audits
         info["seed_known"] = request.seed_known
     return info
+
+
+def logged(info: Mapping[str, Any], request: ChatRequest) -> dict[str, Any]:
+    """What the request log keeps of an answer's ``ctxleak`` field (:data:`LOGGED`), in a size
+    that does not grow with the datastore: over one, its documents as a count and a digest of
+    their ids, the dropped as a count, and only the documents charged more than what every one
+    was charged alike (``charged``, beside ``charged_common``)."""
+    out = {k: info[k] for k in LOGGED if k in info}
+    if request.datastore is None:
+        return out
+    ids = list(info.get("documents") or ())
+    out["documents"] = {"count": len(ids), "sha256": hashlib.sha256(
+        "\n".join(ids).encode("utf-8")).hexdigest()[:16]}
+    out["dropped"] = len(info.get("dropped") or ())
+    common = float(info.get("charged_common") or 0.0)
+    out["charged"] = {d: v for d, v in (info.get("charged") or {}).items() if v > common}
+    if common:
+        out["charged_common"] = common
+    return out
 
 
 def guarantee(request: ChatRequest, reply: Reply) -> str:
@@ -71,4 +93,4 @@ def _guarantee(request: ChatRequest, reply: Reply) -> str:
             f"the ε of this answer's claim")
 
 
-__all__ = ["GUARANTEE", "LOGGED", "NO_GUARANTEE", "answer_fields", "guarantee"]
+__all__ = ["GUARANTEE", "LOGGED", "NO_GUARANTEE", "answer_fields", "guarantee", "logged"]

@@ -37,6 +37,12 @@ class Held:
     individual: bool = False
     #: under Rényi composition, what one released token holds in the ledger (bounded CID)
     renyi_token: float | None = None
+    #: over a datastore, what each of ``common_docs`` documents holds in the ledger's common
+    #: row (:mod:`~ctxleak.proxy.ledger_common`), ``held`` naming only those charged more,
+    #: whose whole loss in this answer ``totals`` gives
+    common: float = 0.0
+    common_docs: int = 0
+    totals: Mapping[str, float] = field(default_factory=dict)
 
 
 def caller_share_spent(share: float) -> ProxyError:

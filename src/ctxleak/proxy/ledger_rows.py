@@ -24,6 +24,9 @@ class Reservation:
     exhausted: tuple[str, ...]
     held: Mapping[str, float] = field(default_factory=dict)
     over_share: tuple[str, ...] = ()
+    #: what every document attached to the datastore's common accumulator holds
+    #: (:mod:`~ctxleak.proxy.ledger_common`), beside ``held``
+    common: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -109,9 +112,17 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS ctxleak_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS ctxleak_caller_spend (caller TEXT NOT NULL, doc_id TEXT NOT "
     "NULL, spent DOUBLE PRECISION NOT NULL DEFAULT 0, PRIMARY KEY (caller, doc_id))",
+    # what every document attached to a datastore has spent in common, and its reservations
+    # (:mod:`~ctxleak.proxy.ledger_common`)
+    "CREATE TABLE IF NOT EXISTS ctxleak_common (scope TEXT PRIMARY KEY, "
+    "spent DOUBLE PRECISION NOT NULL DEFAULT 0)",
+    "CREATE TABLE IF NOT EXISTS ctxleak_common_reservation (request_id TEXT NOT NULL, "
+    "scope TEXT NOT NULL, amount DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL, "
+    "PRIMARY KEY (request_id, scope))",
 )
 #: Columns a ledger made before documents had classes lacks: added when it is opened.
-ADDED_SPEND = {"doc_class": "TEXT", "budget": "DOUBLE PRECISION"}
+ADDED_SPEND = {"doc_class": "TEXT", "budget": "DOUBLE PRECISION", "scope": "TEXT",
+               "base": "DOUBLE PRECISION NOT NULL DEFAULT 0"}
 #: A reservation's writes: the document's charge (its class kept once given, the budget in
 #: force), then the reservation's row.
 CHARGE = ("INSERT INTO ctxleak_spend (doc_id, spent, doc_class, budget) VALUES (?, ?, ?, ?) "
