@@ -116,10 +116,10 @@ class CommonSpend:
                    if d not in have]
             changed = [(b, d) for d, b in budgets.items() if d in have and have[d] != b]
             if new:
-                db.executemany(self._sql(_ATTACH), new)
+                db.cursor().executemany(self._sql(_ATTACH), new)
             if changed:
-                db.executemany(self._sql("UPDATE ctxleak_spend SET budget = ? WHERE doc_id = ?"),
-                               changed)
+                db.cursor().executemany(self._sql("UPDATE ctxleak_spend SET budget = ? WHERE "
+                                                  "doc_id = ?"), changed)
             return len(new) + len(changed)
 
         return int(self._transaction(body))
@@ -155,8 +155,8 @@ class CommonSpend:
             granted, exhausted = decide(ask, with_common)
             out = [*over, *exhausted]
             if out:
-                db.executemany(self._sql(_DETACH), [(spent, d, scope) for d in out
-                                                    if d in attached])
+                db.cursor().executemany(self._sql(_DETACH), [(spent, d, scope) for d in out
+                                                             if d in attached])
                 return Reservation(request_id, common, (), tuple(out))
             now = time.time()
             db.execute(self._sql("UPDATE ctxleak_common SET spent = spent + ? WHERE scope = ?"),
