@@ -134,7 +134,10 @@ class Charging:
         totals: dict[str, float] = {}
         share = self.config.caller_share if self.config.caller_share < 1 else None
         while True:  # the private documents the mechanism would retrieve from (prepare's store)
-            store = store_of(tuple((d.id, d.text) for d in request.documents
+            data = request.datastore
+            store = store_of(data.documents if data is not None and not public_ids and
+                             len(kept) == len(ids) else  # (all of it: as it is)
+                             tuple((d.id, d.text) for d in request.documents
                                    if d.id in kept and d.id not in public_ids))
             asked = AnswerRequest(documents=(), prompt=lambda texts: [], seed=request.seed or 0,
                                   query=request.question, datastore=store)
@@ -144,7 +147,9 @@ class Charging:
                 raise refusal(exc, request) from None
             if charges is None and store is not None:
                 return None
-            own = {d: self._amount(request, loss.eps, loss.events)
+            amounts: dict[int, float] = {}  # (a loss shared by many documents: once)
+            own = {d: amounts.get(id(loss)) or amounts.setdefault(
+                       id(loss), self._amount(request, loss.eps, loss.events))
                    for d, loss in (charges or {}).items() if d not in public_ids}
             own = {d: a for d, a in own.items() if a > 0}
             held_ids = [] if store is None else [i for i, _ in store.documents]

@@ -56,9 +56,9 @@ def scope_of(doc_ids: Sequence[str]) -> str:
 def common_part(own: Mapping[str, float], doc_ids: Sequence[str]) -> float:
     """What every one of ``doc_ids`` is charged alike in ``own`` (each document's amount): the
     least of them, 0 where one of them is charged nothing."""
-    if not doc_ids or len(own) < len(doc_ids):
+    if not doc_ids or len(own) < len(doc_ids) or not own.keys() >= set(doc_ids):
         return 0.0
-    return min(own.get(d, 0.0) for d in doc_ids)
+    return min(own[d] for d in doc_ids) if len(own) > len(doc_ids) else min(own.values())
 
 
 class CommonSpend:
@@ -141,8 +141,9 @@ class CommonSpend:
             over = [str(d) for (d,) in db.execute(self._sql(
                 "SELECT doc_id FROM ctxleak_spend WHERE scope = ? AND budget IS NOT NULL AND "
                 "spent - base + ? > budget + ?"), (scope, spent + common, TOLERANCE)).fetchall()]
+            alone = set(doc_ids) - attached  # (set arithmetic: no loop over the datastore)
             own = {d: extra.get(d, 0.0) + (0.0 if d in attached else common)
-                   for d in dict.fromkeys(doc_ids)}
+                   for d in alone.union(extra)}
             own = {d: a for d, a in own.items() if a > 0 and d not in over}
             row_of = self._rows_of(db, list(own))
 

@@ -59,8 +59,9 @@ def client_view(info: Mapping[str, Any], request: ChatRequest) -> dict[str, Any]
 def own_warnings(warnings: Iterable[str], request: ChatRequest) -> list[str]:
     """The warnings a client may read: all of them where it sent its own documents; over a
     datastore (under a guarantee), those that name no document of it."""
-    if request.datastore is None or not guaranteed(request):
-        return list(warnings)
+    warnings = list(warnings)
+    if not warnings or request.datastore is None or not guaranteed(request):
+        return warnings
     ids = [repr(i) for i, _ in request.datastore.documents]
     return [w for w in warnings if not any(i in w for i in ids)]
 
