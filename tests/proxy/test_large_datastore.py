@@ -130,6 +130,12 @@ def common_row_checks(ledger: Any) -> None:
     assert ledger.document("b").spent == pytest.approx(1.4)
     # the lowest remaining budgets read the common spend: a has 0.1 left, b 0.6
     assert [r.doc_id for r in ledger.lowest_remaining(2)] == ["a", "b"]
+    ledger.settle("r4", dict(res.held))
+    # c, attached, left out of an answer: detached with what it spent, not charged this one
+    res = ledger.reserve_common("r5", "s", ["b"], 0.1, {}, budgets)
+    assert res.exhausted == () and res.held == {}
+    assert ledger.document("c").spent == pytest.approx(0.6)
+    assert ledger.document("b").spent == pytest.approx(1.5)
 
 
 def test_the_common_row_charges_detaches_and_gives_back(tmp_path):
@@ -138,8 +144,9 @@ def test_the_common_row_charges_detaches_and_gives_back(tmp_path):
     common_row_checks(ledger)
     # rows written, by hand: attaching 1 common row + 3 documents (again: 0); r1 4 (the
     # common row and its reservation, b's row and its reservation) and 4 to settle them; r2 1
-    # (a detached); r3 2 and 2 to give them back; r4 4 (common 2, a's row and reservation)
-    assert ledger._db.total_changes - before == 4 + 0 + 4 + 4 + 1 + 2 + 2 + 4
+    # (a detached); r3 2 and 2 to give them back; r4 4 (common 2, a's row and reservation) and
+    # 4 to settle them; r5 3 (c detached, the common row and its reservation)
+    assert ledger._db.total_changes - before == 4 + 0 + 4 + 4 + 1 + 2 + 2 + 4 + 4 + 3
     ledger.close()
 
 

@@ -133,11 +133,16 @@ class CommonSpend:
         its extra) and each attached one charged extra. Where a document's budget would be
         passed, nothing is charged: the attached ones among those are detached, and all are
         the reservation's ``exhausted``. The granted reservation's ``held`` names the
-        documents charged as rows; its ``common`` is what every attached document holds."""
+        documents charged as rows; its ``common`` is what every attached document holds. An
+        attached document not in ``doc_ids`` (left out of the answer) is detached first."""
         def body(db: Any) -> Reservation:
             spent = self._common(db, scope)
             attached = {str(d) for (d,) in db.execute(self._sql(
                 "SELECT doc_id FROM ctxleak_spend WHERE scope = ?"), (scope,)).fetchall()}
+            absent = attached - set(doc_ids)  # out of this answer: detached before the charge
+            if absent:
+                db.cursor().executemany(self._sql(_DETACH), [(spent, d, scope) for d in absent])
+                attached -= absent
             over = [str(d) for (d,) in db.execute(self._sql(
                 "SELECT doc_id FROM ctxleak_spend WHERE scope = ? AND budget IS NOT NULL AND "
                 "spent - base + ? > budget + ?"), (scope, spent + common, TOLERANCE)).fetchall()]
