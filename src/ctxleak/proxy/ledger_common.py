@@ -1,21 +1,21 @@
 """What every private document of a datastore is charged in common, kept in one row.
 
 A mechanism over a datastore may charge every document the same loss in each answer: DP-RAG's
-private retrieval reads every document's score, so each is charged the threshold's ε ("Privacy-
-Preserving Retrieval-Augmented Generation with Differential Privacy"), and only the few it keeps
-are charged more. Written per document, each answer would write a row per document of the
-datastore. Instead the documents of a datastore are *attached* to one accumulator (a scope,
-named by a digest of their ids): table ``ctxleak_common`` holds what every attached document has
-been charged in common, and a document's row holds its own charges and the common figure at the
-time it was attached (``base``), so that its spend is
+private retrieval ("RAG with Differential Privacy", Grislain) reads every document's score, so
+each is charged the threshold's ε, and only the few it keeps are charged more. Written per
+document, each answer would write a row per document of the datastore. Instead the documents of
+a datastore are *attached* to one accumulator (a scope, named by a digest of their ids): table
+``ctxleak_common`` holds what every attached document has been charged in common, and a
+document's row holds its own charges and the common figure at the time it was attached
+(``base``), so that its spend is
 
     spent = own + (common − base)
 
-which the ledger's reads (the documents API, ``/metrics``, every budget check) compute in SQL.
-A reservation over the datastore then writes one common row, one common reservation row and
-rows only for the documents charged more than the common amount; settling gives back what was
-not spent the same way. A document whose budget the common charge would pass is *detached*
-(its common spend folded into its own row, once) and left out of the answer, as any exhausted
+which the ledger's reads (the documents API, ``/metrics``, every budget check) compute in SQL. A
+reservation over the datastore then writes one common row, one common reservation row and rows
+only for the documents charged more than the common amount; settling gives back what was not
+spent the same way. A document whose budget the common charge would pass is *detached* (its
+common spend folded into its own row, once) and left out of the answer, as any exhausted
 document is; from then on it is charged as its own row. Attaching a datastore writes each of its
 documents once, at the first such answer of a process."""
 
