@@ -36,11 +36,12 @@ def register(app: typer.Typer) -> None:
             "above LEVEL: secret (a secret or credential carried out), personal (or personal "
             "data), verbatim (or a verbatim copy), any (any finding but public documents)."),
     ) -> None:
-        """One sheet a security lead acts on: one row per document across the runs, its class,
-        its worst harm (secrets and credentials carried out first, then personal data, then
-        verbatim copies of non-public text, public documents last), what was carried out and
-        by which question, the membership evidence and the proxy's budget state, the strongest
-        evidence on top. Values are named by type and SHA-256 prefix, never written out.
+        """One sheet to act on: a row per document across the runs, the worst harm first.
+
+        Each row: the document's class, its worst harm (secrets and credentials carried out
+        first, then personal data, then verbatim copies of non-public text, public documents
+        last), what was carried out and by which question, the membership evidence and the
+        proxy's budget state. Values are named by type and SHA-256 prefix, never written out.
 
         Example:  ctxleak findings runs/audit runs/extract runs/membership --classes
         classes.jsonl --output runs/findings --fail-on personal
