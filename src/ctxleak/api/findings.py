@@ -73,7 +73,7 @@ def findings(runs: PathLike | Sequence[PathLike | Any], *, classes: Any = None,
             mapping = recorded or None
     result = findings_of(results, classes=mapping, budgets=budgets, config=config)
     if output is not None:
-        result.path = result.save(output, overwrite=overwrite)
+        result.path = result.save(Path(output), overwrite=overwrite)
     return result
 
 
