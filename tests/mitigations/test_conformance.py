@@ -104,7 +104,7 @@ def test_a_third_party_mechanism_is_certified_and_its_leaky_twin_caught():
     leaky = check_mechanism(LeakyRetrieval())
     assert [r.check for r in leaky.failed] == ["canary_audit"], leaky.summary()
     table = leaky.to_pandas()
-    assert list(table.columns) == ["check", "passed", "detail"] and len(table) == 5
+    assert list(table.columns) == ["check", "passed", "detail"] and len(table) == 6
 
 
 @pytest.mark.parametrize(("make", "field"), [
@@ -121,3 +121,17 @@ def test_bools_and_fractions_found_by_the_checks_are_refused_in_one_line(make, f
 def test_unknown_checks_are_refused():
     with pytest.raises(ConfigError, match="checks: nope not among"):
         check_mechanism(NoRetrieval(), checks=["nope"])
+
+
+def test_the_served_view_check_sees_a_proxy_that_shows_the_operator_view(monkeypatch):
+    """Not vacuous: with the proxy's client view replaced by the operator's (every field), the
+    served answer names the datastore's documents and the check fails."""
+    import ctxleak.proxy.app as app_module
+
+    mechanism = DPRAG(eps=EPS)
+    assert check_mechanism(mechanism, checks=["served_view"]).passed
+    monkeypatch.setattr(app_module, "client_view", lambda info, request: dict(info),
+                        raising=True)
+    found = check_mechanism(mechanism, checks=["served_view"])
+    assert not found.passed and "names or quotes the datastore's document" in \
+        found.failed[0].detail

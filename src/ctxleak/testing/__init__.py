@@ -16,13 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ctxleak.mitigations.mechanisms import Mechanism
-from ctxleak.testing.checks import (
-    CHECKS,
-    Bench,
-    CheckFailed,
-    CheckRecord,
-    MechanismChecks,
-)
+from ctxleak.testing.bench import Bench, CheckFailed
+from ctxleak.testing.checks import CHECKS, CheckRecord, MechanismChecks
 from ctxleak.testing.digit_copier import digit_copier
 
 

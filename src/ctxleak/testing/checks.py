@@ -20,80 +20,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxleak.engine.generation import derive_seed
-from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
-from ctxleak.methods.attacks.canary import (
-    CANARY_QUERY,
-    CANARY_SENTENCE,
-    attack_score,
-    plant_canaries,
-    summarize_trials,
-)
+from ctxleak.methods.attacks.canary import attack_score, plant_canaries, summarize_trials
 from ctxleak.methods.attacks.lower_bound import VIOLATED
 from ctxleak.methods.influence.data import load_examples
-from ctxleak.mitigations.datastore import Datastore
-from ctxleak.mitigations.mechanisms import (
-    AnswerRequest,
-    Decoding,
-    Mechanism,
-    MechanismAnswer,
-    claim_of,
-    within_claim,
+from ctxleak.mitigations.mechanisms import Mechanism, MechanismAnswer, claim_of, within_claim
+from ctxleak.testing.bench import (
+    DIGITS,
+    DOCUMENTS,
+    THRESHOLD,
+    TRIALS,
+    Bench,
+    CheckFailed,
+    datastore_for,
+    fail,
 )
-from ctxleak.mitigations.prompts import template_prompt
-
-#: The audit's settings, fixed before any mechanism was checked (as the proxy's canary tests
-#: fixed them for the digit copier): 24 trials, 4 tokens, canaries of 3 digits, a hit at 2.
-TRIALS, TOKENS, DIGITS, THRESHOLD = 24, 4, 3, 2
-DECODING = Decoding(temperature=0.8, max_new_tokens=TOKENS, min_new_tokens=TOKENS)
-#: The neighbouring documents of the trials (one holds the canary in the audit).
-DOCUMENTS = [{"id": "d0", "context": "Customer file."},
-             {"id": "d1", "context": "Billing record."}]
-#: A datastore for the checks that answer over one (the canary's document added in one).
-STORE = [("customer", "Customer file ."), ("billing", "Billing record ."),
-         ("customer-account", "Customer record of the account ."),
-         ("billing-account", "Billing file of the account ."),
-         ("both", "Customer Billing record .")]
-CANARY = "472"
-
-
-class CheckFailed(AssertionError):
-    """A mechanism failed a check: the message says which and why, in one line."""
-
-
-@dataclass
-class Bench:
-    """What the checks run on: the model and the decoding settings."""
-
-    lm: LanguageModel
-    decoding: Decoding = DECODING
-
-    def prompt(self) -> Callable[[Any], list[int]]:
-        return template_prompt(self.lm, CANARY_QUERY, reserve=self.decoding.max_new_tokens)
-
-    def request(self, mechanism: Mechanism, seed: int, text: str = "Customer file .",
-                datastore: Datastore | None = None) -> AnswerRequest:
-        """A request the mechanism can answer: over ``datastore``, or ``text`` as every one of
-        the documents the mechanism needs."""
-        copies = max(1, mechanism.documents_needed())
-        if datastore is not None:
-            return AnswerRequest(documents=(), prompt=self.prompt(), seed=seed,
-                                 query=CANARY_QUERY, datastore=datastore)
-        return AnswerRequest(documents=(text,) * copies, prompt=self.prompt(), seed=seed,
-                             ids=tuple(f"doc-{i}" for i in range(copies)), query=CANARY_QUERY)
-
-
-def _fail(message: str) -> CheckFailed:
-    return CheckFailed(" ".join(message.split()))
-
-
-def _datastore(mechanism: Mechanism, with_canary: bool) -> Datastore:
-    docs = list(STORE)
-    while len(docs) < mechanism.documents_needed() + 1:  # a vote needs a document per shard
-        docs.append((f"filler-{len(docs)}", "Billing file ."))
-    if with_canary:
-        docs.append(("canary", CANARY_SENTENCE.format(canary=CANARY)))
-    return Datastore.of(docs)
+from ctxleak.testing.served import check_served_view
 
 
 def check_parameters_refused(mechanism: Mechanism, bench: Bench) -> str:
@@ -115,16 +57,16 @@ def check_parameters_refused(mechanism: Mechanism, bench: Bench) -> str:
             except ConfigError as exc:
                 text = str(exc)
                 if "\n" in text or len(text) > 300:
-                    raise _fail(f"{f.name}={wrong!r} is refused, but not in one line: "
+                    raise fail(f"{f.name}={wrong!r} is refused, but not in one line: "
                                 f"{text[:120]!r}") from None
                 if f.name not in text and getattr(exc, "param", None) != f.name:
-                    raise _fail(f"{f.name}={wrong!r} is refused without naming {f.name}: "
+                    raise fail(f"{f.name}={wrong!r} is refused without naming {f.name}: "
                                 f"{text!r}") from None
             except Exception as exc:  # noqa: BLE001 - anything but a ConfigError is the defect
-                raise _fail(f"{f.name}={wrong!r} raises {type(exc).__name__} ({exc}), not a "
+                raise fail(f"{f.name}={wrong!r} raises {type(exc).__name__} ({exc}), not a "
                             f"one-line ConfigError") from None
             else:
-                raise _fail(f"{f.name}={wrong!r} is accepted") from None
+                raise fail(f"{f.name}={wrong!r} is accepted") from None
     return f"{tried} bad values refused"
 
 
@@ -142,11 +84,11 @@ def check_same_seed_same_answer(mechanism: Mechanism, bench: Bench) -> str:
     again = mechanism.answer(bench.lm, [one], bench.decoding)
     batched = mechanism.answer(bench.lm, [other, one], bench.decoding)
     if len(first) != 1 or len(batched) != 2:
-        raise _fail(f"answer gave {len(first)} and {len(batched)} answers for 1 and 2 requests")
+        raise fail(f"answer gave {len(first)} and {len(batched)} answers for 1 and 2 requests")
     if not _same(first[0], again[0]):
-        raise _fail("the same request with the same seed gave two different answers")
+        raise fail("the same request with the same seed gave two different answers")
     if not _same(first[0], batched[1]):
-        raise _fail("a request's answer changed when another request shared its batch")
+        raise fail("a request's answer changed when another request shared its batch")
     return f"{len(first[0].response_ids)} tokens, repeated alone and in a batch"
 
 
@@ -162,22 +104,22 @@ def check_claim_from_steps(mechanism: Mechanism, bench: Bench) -> str:
     for answer in answers:
         spent = answer.claim
         if spent.relation != claim.relation:
-            raise _fail(f"an answer claims relation {spent.relation!r}, the mechanism "
+            raise fail(f"an answer claims relation {spent.relation!r}, the mechanism "
                         f"{claim.relation!r}")
         if claim.eps is None:
             continue
         if spent.eps is None or not within_claim(spent.eps, claim.eps) or \
                 spent.delta > claim.delta + 1e-15:
-            raise _fail(f"an answer spent (ε = {spent.eps}, δ = {spent.delta}), beyond the "
+            raise fail(f"an answer spent (ε = {spent.eps}, δ = {spent.delta}), beyond the "
                         f"claim (ε = {claim.eps}, δ = {claim.delta})")
         if any("token_id" not in s or "paid" not in s for s in answer.steps):
-            raise _fail("a recorded step lacks its token_id or paid")
+            raise fail("a recorded step lacks its token_id or paid")
         paid = sum(bool(s["paid"]) for s in answer.steps)
         if answer.steps and paid != answer.tokens_paid:
-            raise _fail(f"the answer says {answer.tokens_paid} tokens paid, its steps record "
+            raise fail(f"the answer says {answer.tokens_paid} tokens paid, its steps record "
                         f"{paid}")
         if answer.tokens_paid > answer.released:
-            raise _fail(f"{answer.tokens_paid} tokens paid of {answer.released} released")
+            raise fail(f"{answer.tokens_paid} tokens paid of {answer.released} released")
     return ("no guarantee claimed" if claim.eps is None
             else f"4 answers within (ε = {claim.eps:.4g}, δ = {claim.delta:.2g}), {claim.relation}")
 
@@ -191,14 +133,14 @@ def check_charges_within_claim(mechanism: Mechanism, bench: Bench) -> str:
     charge = mechanism.charge(bench.decoding)
     if claim.eps is None:
         if charge.guaranteed:
-            raise _fail("no claim, but its charge is a guarantee's ε")
+            raise fail("no claim, but its charge is a guarantee's ε")
         return "no guarantee claimed: nothing charged as one"
     if charge.per_answer is not None and not within_claim(charge.per_answer, claim.eps):
-        raise _fail(f"an answer is charged ε = {charge.per_answer} per answer, beyond the "
+        raise fail(f"an answer is charged ε = {charge.per_answer} per answer, beyond the "
                     f"claim ε = {claim.eps}")
     if not getattr(mechanism, "over_datastore", True):
         return "charged the claim; answers only from a request's documents"
-    store = _datastore(mechanism, with_canary=True)
+    store = datastore_for(mechanism, with_canary=True)
     ids = [doc_id for doc_id, _ in store.documents]
     checked = 0
     for k in range(3):
@@ -206,14 +148,14 @@ def check_charges_within_claim(mechanism: Mechanism, bench: Bench) -> str:
         charges = mechanism.document_charges(request, bench.decoding) or {}
         for doc, loss in charges.items():
             if not within_claim(loss.eps, claim.eps):
-                raise _fail(f"document {doc} is charged ε = {loss.eps} in one answer, beyond "
+                raise fail(f"document {doc} is charged ε = {loss.eps} in one answer, beyond "
                             f"the claim ε = {claim.eps}")
         answer = mechanism.answer(bench.lm, [request], bench.decoding)[0]
         losses = mechanism.document_losses(bench.lm, request, answer, ids, bench.decoding)
         for own in losses or []:
             checked += 1
             if not math.isfinite(own.total) or not own.within:
-                raise _fail(f"its own loss of {own.document} recomputed from the steps is "
+                raise fail(f"its own loss of {own.document} recomputed from the steps is "
                             f"{own.total:.6g}, beyond the claim ε = {claim.eps:.6g}")
     return f"charges within ε = {claim.eps:.4g}; {checked} documents' own losses within it"
 
@@ -250,7 +192,7 @@ def check_canary_audit(mechanism: Mechanism, bench: Bench) -> str:
              f"{group_eps:.3g} (TP {summary['tp']}/{summary['n_in']}, FP "
              f"{summary['fp']}/{summary['n_out']}, {steps} steps apart)")
     if summary["law"] == VIOLATED:
-        raise _fail(f"the canary audit's {found}: not as private as it claims")
+        raise fail(f"the canary audit's {found}: not as private as it claims")
     return found
 
 
@@ -261,7 +203,9 @@ CHECKS: dict[str, Callable[[Mechanism, Bench], str]] = {
     "claim_from_steps": check_claim_from_steps,
     "charges_within_claim": check_charges_within_claim,
     "canary_audit": check_canary_audit,
+    "served_view": check_served_view,
 }
+
 
 
 @dataclass
