@@ -349,6 +349,9 @@ METHOD_PAPERS: dict[str, tuple[str, ...]] = {
     "attack-membership": (RAG_MEMBERSHIP.key, MASK_MEMBERSHIP.key, INTERROGATION.key,
                           CALIBRATED_MEMBERSHIP.key, COMPLETION_MEMBERSHIP.key,
                           DP_AUDITING.key),
+    # the sheet joins the influence audit's and the attacks' runs: the papers of their measures
+    "findings": (CONTEXT_INFLUENCE.key, RAG_EXTRACTION.key, RAG_MEMBERSHIP.key,
+                 MASK_MEMBERSHIP.key, INTERROGATION.key),
 }
 
 

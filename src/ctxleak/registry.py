@@ -103,6 +103,7 @@ API = Registry("ctxleak function", {
     "probe": "ctxleak.api:probe",
     "load_result": "ctxleak.results:load_result",
     "compare": "ctxleak.comparison:compare",
+    "findings": "ctxleak.api.findings:findings",
     "load_model": "ctxleak.engine.models:load_model",
     "serve": "ctxleak.engine.served:serve",
     "run_method": "ctxleak.api:run_method",

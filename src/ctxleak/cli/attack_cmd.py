@@ -98,6 +98,11 @@ INFLUENCE = typer.Option(None, "--influence", metavar="RUN_DIR", rich_help_panel
                          help="An influence run over the same documents (ctxleak influence "
                               "--data demo-rag-log ...): its per-document ledger is joined to "
                               "the attack's by document id.")
+CLASSES = typer.Option(None, "--classes", metavar="FILE", rich_help_panel=_A,
+                       help="JSONL or CSV file of rows with id and class (the same file as "
+                            "ctxleak serve --classes), or demo-datastore: the ledger ranks class "
+                            "public documents last (what they hold is public: a date on a "
+                            "holiday page is no one's personal data).")
 
 
 #: The target flags: (keyword of :func:`ctxleak.api.attacks.attack_target`, type, option).
@@ -154,7 +159,7 @@ def with_target_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @with_target_options
 def extract(
     documents: str = DOCUMENTS, max_queries: Optional[int] = MAX_QUERIES,
-    influence: Optional[str] = INFLUENCE,
+    influence: Optional[str] = INFLUENCE, classes: Optional[str] = CLASSES,
     anchors: Optional[str] = typer.Option(None, "--anchors", rich_help_panel=_A,
                                           help="The anchors of the composite prompts, comma "
                                                "separated or a text file (one a line); default: "
@@ -190,6 +195,7 @@ def extract(
     target = attack_target(**target_flags, model=common.model, run=api_options(common))
     result = attack_extract(target, documents, kind=kind, anchors=anchors, queries=queries,
                             max_queries=max_queries, influence=influence, adaptive=adaptive,
+                            classes=classes,
                             **api_options(common))
     show(result)
 
@@ -200,7 +206,7 @@ def extract(
 @with_target_options
 def membership(
     documents: str = DOCUMENTS, max_queries: Optional[int] = MAX_QUERIES,
-    influence: Optional[str] = INFLUENCE,
+    influence: Optional[str] = INFLUENCE, classes: Optional[str] = CLASSES,
     non_members: Optional[str] = typer.Option(None, "--non-members", rich_help_panel=_A,
                                               help="Documents NOT in the target's datastore "
                                                    "(JSONL/CSV with id and text), the "
@@ -258,7 +264,7 @@ def membership(
                                attacks=[a.strip() for a in attacks.split(",") if a.strip()],
                                masks=masks, questions=questions, perturbations=perturbations,
                                eps_claimed=eps_claimed,
-                               max_queries=max_queries, influence=influence,
+                               max_queries=max_queries, influence=influence, classes=classes,
                                **api_options(common))
     show(result)
 

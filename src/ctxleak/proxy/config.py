@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 from ctxleak.errors import ConfigError
 from ctxleak.proxy.budget import Budgets
 from ctxleak.proxy.composition import Composition, best_order
-from ctxleak.proxy.config_inputs import classes_of, prompt_messages_of
+from ctxleak.proxy.config_inputs import prompt_messages_of
+from ctxleak.run.classes import classes_of
 
 ON_EXHAUSTED = ("drop", "refuse")
 ON_UNFITTABLE = ("refuse", "drop")

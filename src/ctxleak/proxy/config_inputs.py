@@ -1,45 +1,13 @@
-"""What ``ctxleak serve``'s settings read from files or names: the operator's document classes
-(``--classes``) and the app's chat messages (``--prompt-messages``), each checked as
-:class:`~ctxleak.proxy.config.ProxyConfig` takes it."""
+"""What ``ctxleak serve``'s settings read by name or as given: the app's chat messages
+(``--prompt-messages``), checked as :class:`~ctxleak.proxy.config.ProxyConfig` takes them (the
+operator's document classes are read by :mod:`ctxleak.run.classes`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ctxleak.errors import ConfigError
-
-
-def read_classes(path: str | Path) -> dict[str, str]:
-    """The operator's class of each document: a JSONL or CSV file of rows with ``id`` and
-    ``class`` (``ctxleak serve --classes FILE``). An id given twice with two classes, a missing
-    or empty field, is an error naming the file, line and field."""
-    from ctxleak.errors import InputError
-    from ctxleak.run.records import iter_rows
-
-    out: dict[str, str] = {}
-    for row in iter_rows(Path(path), required=("id", "class")):
-        doc, cls = row.text("id"), row.text("class")
-        if out.get(doc, cls) != cls:
-            raise InputError(f"document {doc!r} is given class {cls!r} here and "
-                             f"{out[doc]!r} above", file=row.file, line=row.line, field="class")
-        out[doc] = cls
-    return out
-
-
-def classes_of(source: str | Path) -> dict[str, str]:
-    """The classes ``source`` names: a bundled set's (``demo-datastore``, unless a file of that
-    name exists), else a file (:func:`read_classes`)."""
-    from ctxleak.bundled import with_classes
-
-    bundled = with_classes()
-    if isinstance(source, str) and source in bundled and not Path(source).exists():
-        from importlib import resources
-
-        return read_classes(Path(str(resources.files("ctxleak") / "data" / "demo"
-                                     / bundled[source])))
-    return read_classes(source)
 
 
 def prompt_messages_of(value: Any) -> tuple[tuple[str, str], ...]:
@@ -69,4 +37,4 @@ def prompt_messages_of(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-__all__ = ["classes_of", "prompt_messages_of", "read_classes"]
+__all__ = ["prompt_messages_of"]

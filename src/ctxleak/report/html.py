@@ -89,7 +89,7 @@ _CSS += """
 .verdict-rule{color:#444;font-size:.92em}
 .tablewrap{overflow-x:visible}.tablewrap table{max-width:100%}
 td{overflow-wrap:anywhere}th{overflow-wrap:anywhere;hyphens:auto}td.id{white-space:normal;min-width:6ch}td.long{min-width:12em}
-td.num{white-space:nowrap}th.sortable{white-space:normal}
+td.num{white-space:nowrap}th.sortable{white-space:normal}td.word{overflow-wrap:break-word}
 details.table:not([open])>.tablewrap{display:none}details.table>.tablewrap{overflow-x:auto}
 details.table th{white-space:nowrap;overflow-wrap:normal}details.table td{overflow-wrap:normal}
 details.table td.long{white-space:normal}
@@ -170,6 +170,8 @@ class Report:
         text = self.clean(format_value(value))
         if str(column).lower() in interactive.ID_COLUMNS:
             return f'<td class="id">{_esc(text)}</td>'
+        if str(column).lower() in interactive.WORD_COLUMNS:
+            return f'<td class="word">{_esc(text)}</td>'
         cls = ' class="long"' if len(text) > 40 else ""  # never squeezed to a word per line
         return f"<td{cls}>{interactive.collapse(text)}</td>"
 

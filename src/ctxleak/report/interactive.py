@@ -66,6 +66,9 @@ color:#06c;display:inline}
 """
 
 ID_COLUMNS = frozenset({"id", "example", "setting", "group", "subject", "run", "query id"})
+#: Columns of short names (a document id, a class, a harm) broken only between words, never
+#: inside one: a narrow column is widened to its longest word rather than cut mid-word.
+WORD_COLUMNS = frozenset({"document", "class", "harm"})
 LONG_TEXT = 200  # characters shown before "more"
 _ANCHOR_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
@@ -102,5 +105,6 @@ def filter_box(n_rows: int) -> str:
             f'aria-label="filter rows"><span class="count">{n_rows} rows</span>')
 
 
-__all__ = ["CSP", "CSS", "ID_COLUMNS", "LONG_TEXT", "Link", "SCRIPT", "SCRIPT_HASH", "collapse",
+__all__ = ["CSP", "CSS", "ID_COLUMNS", "LONG_TEXT", "WORD_COLUMNS", "Link", "SCRIPT",
+           "SCRIPT_HASH", "collapse",
            "filter_box"]

@@ -36,6 +36,7 @@ from ctxleak.report import probe as probe_view
 from ctxleak.report import susceptibility as susceptibility_view
 from ctxleak.report.attacks import ExtractView, MembershipView
 from ctxleak.report.console import console, print_closing, print_rows
+from ctxleak.report.findings import FINDINGS
 from ctxleak.report.logs import log_notes
 from ctxleak.report.redaction import Redactor, redacting
 from ctxleak.report.view import View, run_model
@@ -369,7 +370,8 @@ GENERIC = View()
 VIEWS: dict[str, View] = {"result": GENERIC, "influence": INFLUENCE, "influence-explain": EXPLAIN,
                           "icl": ICL, "audit": AUDIT, "susceptibility": SUSCEPTIBILITY,
                           "probe": PROBE, "canary": CanaryView(),
-                          "attack-extract": ExtractView(), "attack-membership": MembershipView()}
+                          "attack-extract": ExtractView(), "attack-membership": MembershipView(),
+                          "findings": FINDINGS}
 
 
 def view_for(command: str) -> View:

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ctxleak.results.base import Result
+from ctxleak.results.tables import DocumentTable
 
 
 class ExtractResult(Result):
@@ -23,9 +22,10 @@ class ExtractResult(Result):
                       "fraction_documents_verbatim", "values_carried", "verbatim_words",
                       "near_verbatim_rouge", "queries_sent", "queries_replayed")
 
-    def ledger(self) -> list[dict[str, Any]]:
-        """The ledger per document, most harmful first."""
-        return list(self.summary.get("ledger") or [])
+    def ledger(self) -> DocumentTable:
+        """The ledger per document, most harmful first (a :class:`DocumentTable`: its rows,
+        ``.to_pandas()``)."""
+        return DocumentTable(list(self.summary.get("ledger") or []))
 
 
 class MembershipResult(Result):
@@ -49,9 +49,10 @@ class MembershipResult(Result):
                       "eps_lower", "eps_max_showable", "auc_min_detectable",
                       "joint_confidence", "attacks_compared")
 
-    def ledger(self) -> list[dict[str, Any]]:
-        """The ledger per document, most harmful first."""
-        return list(self.summary.get("ledger") or [])
+    def ledger(self) -> DocumentTable:
+        """The ledger per document, most harmful first (a :class:`DocumentTable`: its rows,
+        ``.to_pandas()``)."""
+        return DocumentTable(list(self.summary.get("ledger") or []))
 
 
 __all__ = ["ExtractResult", "MembershipResult"]

@@ -15,6 +15,7 @@ from ctxleak.methods.influence.units import UNITS, likelihood_ratio
 from ctxleak.methods.tradeoff.frontier import COLUMNS, KEEP, frontier
 from ctxleak.report.views import INFLUENCE
 from ctxleak.results.base import Result, import_pandas
+from ctxleak.results.tables import DocumentTable
 
 
 class InfluenceResult(Result):
@@ -189,7 +190,7 @@ class InfluenceResult(Result):
                     f"{self.path or 'this run'} ({a!r}): its ε lower bound does not belong on "
                     f"this frontier; audit the sweep's own {what}", param="audits")
 
-    def documents(self) -> Any:
+    def documents(self) -> DocumentTable:
         """The leak ledger per document (runs with retrieved documents or passages), one row per
         (setting, document), most leaked first: its ``class``, times ``retrieved``, ``scored``
         (in the context the answer was scored with), ``leaked`` (answers in which it was judged
@@ -199,7 +200,8 @@ class InfluenceResult(Result):
         sum and largest of its leave-one-out influence (nats), per response token; the
         questions it moved most; the PII it carries that answers repeated; under bounded CID
         its composed ε guarantee (``eps_basic``, ``eps_tight`` at ``delta``). See
-        :mod:`ctxleak.methods.rag.exposure`."""
+        :mod:`ctxleak.methods.rag.exposure`. A :class:`DocumentTable`, as the attacks' ledgers:
+        its rows, ``.to_pandas()``."""
         rows = [{"setting": s.get("setting"), "lambda": s.get("lambda"),
                  "temperature": s.get("temperature"), **row,
                  "over_budget": row["document"] in (s.get("over_budget") or ())}
@@ -212,7 +214,7 @@ class InfluenceResult(Result):
         if any("eps_basic" in r for r in rows):
             columns += ["eps_per_token", "released_tokens", "eps_basic", "eps_tight", "delta",
                         "composition"]
-        return self._frame(rows, columns)
+        return DocumentTable(rows, columns, dict(UNITS))
 
     def over_budget(self) -> list[tuple[str, str]]:
         """``(setting, document)`` of every document over a budget: its summed influence over

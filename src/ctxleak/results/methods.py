@@ -10,6 +10,7 @@ from ctxleak.methods.pii.checks import CHECKS as PROBE_CHECKS
 from ctxleak.methods.susceptibility.checks import CHECKS as SUSCEPTIBILITY_CHECKS
 from ctxleak.results.attacks import ExtractResult, MembershipResult
 from ctxleak.results.base import Result
+from ctxleak.results.findings import Findings
 from ctxleak.results.influence import InfluenceResult
 
 
@@ -102,7 +103,7 @@ RESULT_CLASSES: dict[str, type[Result]] = {
     cls.method: cls for cls in (Result, InfluenceResult, ExplainResult, CanaryResult, ICLInfResult,
                                 AuditResult,
                                 SusceptibilityResult, ProbeResult, ExtractResult,
-                                MembershipResult)}
+                                MembershipResult, Findings)}
 
 
 def result_class(command: str) -> type[Result]:

@@ -54,7 +54,7 @@ def test_the_ledger_adds_each_documents_own_influence(run) -> None:
 
 def test_the_ledger_reaches_pandas_the_saved_run_and_the_report(run) -> None:
     res, out = run
-    frame = res.documents()
+    frame = res.documents()  # a DocumentTable: its columns as pandas gives them
     assert list(frame["document"])[:1] == [res.summary["settings"][0]["documents"][0]["document"]]
     assert frame["over_budget"].any()
     saved = json.loads((out / "results.json").read_text())

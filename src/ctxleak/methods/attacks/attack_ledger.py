@@ -18,7 +18,10 @@ document id (their ``document`` field) under ``influence``. Documents are ranked
 an attacker demonstrably got that hurts most, and ``harm`` names the tier (:data:`HARMS`):
 secrets and credentials carried out (passwords, keys, PINs), then personal data, then verbatim
 copies, then near-verbatim copies, then membership (a member's largest score), then nothing;
-within a tier by the counts of each, in that order, then the id. A measure no attack of the
+within a tier by the counts of each, in that order, then the id. With the operator's classes
+(``classes``, the privacy proxy's ``--classes`` file), a document of class ``public`` is ranked
+last, its tier ``public`` whatever was copied of it: what it holds is public, so a date on a
+holiday page is no one's personal data. A measure no attack of the
 run took (no extraction records: no copies were looked for) is None, shown as not measured,
 never 0.
 """
@@ -30,9 +33,11 @@ from typing import Any
 
 from ctxleak.methods.attacks.extract import AttackDocument
 from ctxleak.methods.attacks.membership import document_scores
+from ctxleak.mitigations.ledger import PUBLIC
 
 #: The tiers of harm, most harmful first (the ledger's ``harm`` column).
-HARMS = ("secrets", "personal data", "verbatim", "near-verbatim", "membership", "none")
+HARMS = ("secrets", "personal data", "verbatim", "near-verbatim", "membership", "none",
+         "public")
 #: The value types that are secrets and credentials (:data:`ctxleak.sensitive.SENSITIVE_TYPES`);
 #: every other type carried out is personal data.
 SECRET_TYPES = frozenset({"password", "secret", "pin"})
@@ -45,7 +50,7 @@ INFLUENCE_FIELDS = ("retrieved", "leaked", "leak_max", "copied", "influence_sum"
 
 
 def _empty(doc_id: str) -> dict[str, Any]:
-    return {"document": doc_id, "verbatim": 0, "near_verbatim": 0, "longest_span": 0,
+    return {"document": doc_id, "class": None, "verbatim": 0, "near_verbatim": 0, "longest_span": 0,
             "best_rouge_l": None, "values": [], "membership": {}, "member": None,
             "influence": None}
 
@@ -76,7 +81,10 @@ def _counts(row: Mapping[str, Any]) -> tuple[int, int, int, int, float]:
 
 
 def harm(row: Mapping[str, Any]) -> str:
-    """The row's tier of harm (:data:`HARMS`): the most harmful thing an attack got."""
+    """The row's tier of harm (:data:`HARMS`): the most harmful thing an attack got
+    (``public`` for a document of that class)."""
+    if row.get("class") == PUBLIC:
+        return "public"
     counts = _counts(row)
     first = next((k for k, c in enumerate(counts) if c > 0), len(counts))
     return HARMS[first]
@@ -89,12 +97,13 @@ def _rank_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
 def attack_ledger(documents: Sequence[AttackDocument | str] = (), *,
                   extraction: Sequence[Mapping[str, Any]] = (),
                   membership: Sequence[Mapping[str, Any]] = (),
-                  influence: Sequence[Mapping[str, Any]] | None = None
-                  ) -> list[dict[str, Any]]:
+                  influence: Sequence[Mapping[str, Any]] | None = None,
+                  classes: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """The ledger's rows, most harmful first (module docstring), each with its ``harm`` and
     ``rank`` (1 is the most harmful). ``documents``: every document to list (ids or documents), also those
     no attack touched; ``extraction``/``membership``: the attacks' records; ``influence``: an
-    influence run's per-document ledger rows (joined on their ``document`` field)."""
+    influence run's per-document ledger rows (joined on their ``document`` field);
+    ``classes``: the operator's class of each document id (``class`` of each row)."""
     rows: dict[str, dict[str, Any]] = {}
     for doc in documents:
         doc_id = doc.id if isinstance(doc, AttackDocument) else str(doc)
@@ -115,6 +124,7 @@ def attack_ledger(documents: Sequence[AttackDocument | str] = (), *,
         for row in rows.values():
             row.update(dict.fromkeys(EXTRACTION_FIELDS))
     for row in rows.values():
+        row["class"] = (classes or {}).get(row["document"])
         row["harm"] = harm(row)
     ranked = sorted(rows.values(), key=_rank_key)
     for k, row in enumerate(ranked):

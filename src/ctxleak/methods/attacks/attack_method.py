@@ -17,9 +17,8 @@ stay in the run folder for a resume. A batch is ``params.batch`` questions, sent
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from numbers import Integral
 from typing import Any
 
@@ -31,6 +30,7 @@ from ctxleak.methods.attacks.attack_claims import (
     document_eps,
     queries_per_document,
 )
+from ctxleak.methods.attacks.attack_inputs import anchor_list, attack_documents
 from ctxleak.methods.attacks.attack_ledger import attack_ledger
 from ctxleak.methods.attacks.canary import CONFIDENCE, law
 from ctxleak.methods.attacks.crawl import Crawler, coverage_summary, crawl_round
@@ -38,7 +38,6 @@ from ctxleak.methods.attacks.extract import (
     COMMANDS,
     AttackDocument,
     ExtractPrompt,
-    as_documents,
     document_values,
     extraction_prompts,
     extraction_summary,
@@ -58,12 +57,8 @@ from ctxleak.methods.attacks.membership import (
     score_answer,
 )
 from ctxleak.methods.attacks.roc import RESAMPLES
-from ctxleak.mitigations.datastore import Datastore
-from ctxleak.run.inputs import is_named, is_path
 from ctxleak.run.method import ParamsMethod, Plan
-from ctxleak.run.records import read_rows, read_text_file
 from ctxleak.targets.base import ANSWERS, Target, TargetAnswer
-from ctxleak.targets.rag import demo_corpus
 
 
 @dataclass(frozen=True)
@@ -89,39 +84,6 @@ class InfluenceRun:
     rows: tuple[Mapping[str, Any], ...]
 
 
-def attack_documents(documents: Any, param: str = "documents") -> list[AttackDocument]:
-    """The documents attacked, checked: ``demo-rag`` (the bundled Northwind corpus, 15
-    documents), ``demo-datastore`` (the bundled datastore, 288 documents: enough for a
-    membership audit that holds half out to show ε above 2 nats at 95 %), a JSONL or CSV file of
-    rows with ``text`` (or ``context``) and ``id``, or a list of strings or dicts."""
-    rows: Sequence[Any]
-    if is_named(documents, "demo-rag"):
-        rows = [{"id": d.id, "text": d.text} for d in demo_corpus()]
-    elif is_named(documents, "demo-datastore"):
-        rows = [{"id": i, "text": t} for i, t in Datastore.bundled("demo-datastore").documents]
-    elif is_path(documents):
-        rows = [{"id": r.get("id", k + 1), "text": r.get("text", r.get("context"))}
-                for k, r in enumerate(read_rows(documents))]
-    elif documents is None or isinstance(documents, Mapping) or \
-            not isinstance(documents, Iterable):
-        raise ConfigError(f"{param}: give 'demo-rag', 'demo-datastore', a JSONL or CSV file, "
-                          f"or a list of strings or of dicts with 'text', not "
-                          f"{type(documents).__name__}",
-                          param=param)
-    else:
-        rows = list(documents)
-    return as_documents(rows, param=param)
-
-
-def anchor_list(anchors: str | Sequence[str] | None) -> tuple[str, ...] | None:
-    """``anchors``: a list as given, a text file's lines, or comma separated anchors."""
-    if anchors is None or not isinstance(anchors, str):
-        return None if anchors is None else tuple(str(a) for a in anchors)
-    parts = read_text_file(anchors).splitlines() if os.path.isfile(anchors) else \
-        anchors.split(",")
-    return tuple(a.strip() for a in parts if a.strip())
-
-
 def _check_batch(batch: int) -> None:
     if not 1 <= batch <= 1024:
         raise ConfigError(f"batch must be from 1 to 1024 questions, not {batch}", param="batch")
@@ -138,7 +100,8 @@ class ExtractParams:
     per document), ``anchors`` given instead, the ``command``, ``anchor_words``, ``batch``
     (questions per call to the target), the ``influence`` run whose ledger is joined, and
     ``adaptive``: each later query's anchor chosen from the words the answers gave so far
-    (:mod:`.crawl`), within the same ``queries``."""
+    (:mod:`.crawl`), within the same ``queries``; ``classes``: the operator's class of each
+    document id (the ledger ranks class ``public`` last)."""
 
     kind: str = "targeted"
     queries: int | None = None
@@ -148,6 +111,7 @@ class ExtractParams:
     batch: int = 8
     influence: InfluenceRun | None = None
     adaptive: bool = False
+    classes: Mapping[str, str] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.adaptive, bool):
@@ -176,7 +140,8 @@ class ExtractParams:
                 "anchor_words": self.anchor_words, "batch": self.batch,
                 "influence": None if self.influence is None else self.influence.path,
                 # only where set: the configs (and resumes) of fixed runs stay as they were
-                **({"adaptive": True} if self.adaptive else {})}
+                **({"adaptive": True} if self.adaptive else {}),
+                **({"classes": dict(self.classes)} if self.classes is not None else {})}
 
     def budget(self, documents: int) -> int:
         """The queries asked: ``queries``, else one per anchor given, else one per document."""
@@ -215,7 +180,8 @@ class _AttackMethod(ParamsMethod[Any, Any, AttackReady, Any]):
         """The ledger per document of ``records`` (by attack), joined to the influence run's."""
         joined: InfluenceRun | None = self.params.influence
         return {"ledger": attack_ledger(list(ready.documents.values()), **records,
-                                        influence=None if joined is None else joined.rows),
+                                        influence=None if joined is None else joined.rows,
+                                        classes=self.params.classes),
                 **({} if joined is None else {"influence_run": {"path": joined.path,
                                                                  "setting": joined.setting}})}
 
@@ -310,7 +276,8 @@ class MembershipParams:
     per document (calibrated: perturbed queries beside the original), the ``confidence`` of the
     intervals and the ε lower bound, the bootstrap ``resamples``, the ε the target's mitigation
     claims per document (``eps_claimed``; None: the one its answers say, where each does, as
-    ``ctxleak serve``'s do, else no claim), ``batch`` and the ``influence`` run joined."""
+    ``ctxleak serve``'s do, else no claim), ``batch``, the ``influence`` run joined and the
+    documents' ``classes`` (the ledger ranks class ``public`` last)."""
 
     attacks: tuple[str, ...] = DEFAULT_ATTACKS
     masks: int = 5
@@ -321,6 +288,7 @@ class MembershipParams:
     eps_claimed: float | None = None
     batch: int = 8
     influence: InfluenceRun | None = None
+    classes: Mapping[str, str] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.attacks if a not in ATTACKS]
@@ -354,7 +322,8 @@ class MembershipParams:
                 "questions": self.questions, **calibrated, "confidence": self.confidence,
                 "resamples": self.resamples, "eps_claimed": self.eps_claimed,
                 "batch": self.batch,
-                "influence": None if self.influence is None else self.influence.path}
+                "influence": None if self.influence is None else self.influence.path,
+                **({"classes": dict(self.classes)} if self.classes is not None else {})}
 
 
 
