@@ -33,6 +33,7 @@ from ctxleak.sensitive.detect import (
     find_pii,
     keep_disjoint,
 )
+from ctxleak.sensitive.national import find_cjk_names, find_spaced_secrets
 from ctxleak.sensitive.span import on_normal
 from ctxleak.sensitive.values import date_values, value_in
 from ctxleak.sensitive.windows import find_windowed
@@ -99,6 +100,7 @@ def _find_window(text: str) -> list[Span]:
     found += [Span(_OLD_TYPES.get(s.type, s.type), s.start, s.end, s.text, s.score)
               for s in old]
     found += _whole_names(text)
+    found += find_cjk_names(text) + find_spaced_secrets(text)
     return _deoverlap(found)
 
 

@@ -42,6 +42,7 @@ from ctxleak.normal_text import normal_text
 from ctxleak.sensitive.amounts import find_amounts
 from ctxleak.sensitive.european import find_german_addresses, find_ibans, is_iban
 from ctxleak.sensitive.names import find_names as _find_names
+from ctxleak.sensitive.national import find_local_phones, find_national_phones
 from ctxleak.sensitive.names import name_from_text
 from ctxleak.sensitive.span import EMAIL_RE, Span, merge_spans, on_normal
 from ctxleak.sensitive.windows import windows
@@ -130,7 +131,8 @@ def find_phones(text: str, region: str = "US", *, _masked: str | None = None,
                 valid_only: bool = True) -> list[Span]:
     """Phone numbers that :mod:`phonenumbers` finds (default region ``region``) and validates;
     with ``valid_only=False`` (redaction) also phone-shaped numbers it does not validate
-    (:data:`PHONE_SHAPE_RE`, 7 to 15 digits; score 0.5).
+    (:data:`PHONE_SHAPE_RE`, 7 to 15 digits; score 0.5), national numbers of other regions
+    and seven-digit local ones (:mod:`ctxleak.sensitive.national`).
 
     Dates and card-like numbers are masked first, so ``05/01/2024`` or ``4111 1111 1111 1111``
     never count and never swallow a phone number next to them.
@@ -165,6 +167,10 @@ def find_phones(text: str, region: str = "US", *, _masked: str | None = None,
                               text[m.start():m.start() + end], 0.95))
         elif not valid_only and 7 <= sum(c.isdigit() for c in m.group(0)) <= 15:
             spans.append(Span("phone", m.start(), m.end(), text[m.start():m.end()], 0.5))
+    if not valid_only:  # numbers written at home in another country, seven-digit local ones
+        for s in [*find_national_phones(masked), *find_local_phones(masked)]:
+            if not any(s.start < t.end and t.start < s.end for t in spans):
+                spans.append(Span("phone", s.start, s.end, text[s.start:s.end], s.score))
     return sorted(spans, key=lambda s: s.start)
 
 
