@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import re
 import ssl
 import threading
 from collections.abc import Coroutine, Sequence

