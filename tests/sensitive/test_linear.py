@@ -18,6 +18,7 @@ import phonenumbers
 import pyap
 import pytest
 
+import ctxleak.normal_text as normal_text
 import ctxleak.sensitive as sensitive
 from ctxleak.sensitive import (
     amounts,
@@ -25,6 +26,7 @@ from ctxleak.sensitive import (
     european,
     find_sensitive,
     names,
+    national,
     presidio,
     secrets,
     value_in,
@@ -67,7 +69,7 @@ def _patterns(obj: Any) -> Iterator[re.Pattern[str]]:
 def _hand_written() -> list[tuple[str, re.Pattern[str]]]:
     found = []
     for module in (sensitive, detect, values, presidio, secrets, span_module, names, amounts,
-                   european):
+                   european, national, normal_text):
         for name, obj in vars(module).items():
             if name == "_PYAP_ANCHORS":  # pyap2's own patterns, read in windows
                 continue

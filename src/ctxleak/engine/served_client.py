@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
-import re
 import ssl
 import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from tenacity import (
@@ -37,6 +35,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from ctxleak.engine.key_mask import key_forms, mask_key
 from ctxleak.errors import CtxleakError
 
 T = TypeVar("T")
@@ -44,44 +43,6 @@ T = TypeVar("T")
 #: Environment variables read for the server's API key, first set wins.
 API_KEY_ENVS = ("CTXLEAK_API_KEY", "OPENAI_API_KEY")
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-#: The fewest characters of the API key masked where a server echoes a part of it.
-KEY_PART = 8
-
-
-def key_forms(api_key: str | None) -> list[str]:
-    """The API key as a server may echo it (plain, JSON-escaped, URL-encoded), longest first,
-    then every run of :data:`KEY_PART` of its characters (a key split over lines or fields)."""
-    if not api_key:
-        return []
-    whole = {api_key, json.dumps(api_key)[1:-1], quote(api_key, safe="")}
-    parts = {api_key[i:i + KEY_PART] for i in range(len(api_key) - KEY_PART + 1)} \
-        if len(api_key) > KEY_PART else set()
-    return sorted(whole, key=len, reverse=True) + sorted(parts - whole)
-
-
-def mask_key(text: str, forms: Sequence[str]) -> str:
-    """``text`` with every form of a key (:func:`key_forms`), ``\\u``-escaped or not, as
-    ``***``: what the served client and the privacy proxy do to whatever a server echoes."""
-    if not forms:
-        return text
-    text = _unescaped(text)
-    for secret in forms:
-        text = text.replace(secret, "***")
-    return text
-
-
-def _unescaped(text: str) -> str:
-    """``text`` with JSON's ``\\uXXXX`` escapes read as the characters they stand for (a key a
-    server echoes so is masked as the key)."""
-    if "\\u" not in text:
-        return text
-    def read(match: re.Match[str]) -> str:
-        point = int(match.group(1), 16)  # a surrogate stays escaped: alone it cannot be printed
-        return match.group(0) if 0xD800 <= point <= 0xDFFF else chr(point)
-
-    return re.sub(r"\\u([0-9a-fA-F]{4})", read, text)
-
-
 class ServerError(CtxleakError):
     """The server failed a request (after the retries) or answered what ctxleak cannot use.
     ``status``: the HTTP status when there was one."""
@@ -179,8 +140,7 @@ class ServedClient:
 
     def _shows_key(self, text: str) -> bool:
         """Whether ``text`` holds the key or a part of it, ``\\u``-escaped or not."""
-        text = _unescaped(text)
-        return any(secret in text for secret in self._secrets)
+        return mask_key(text, self._secrets) != text
 
     def _masked(self, text: str) -> str:
         """``text`` from the server with the API key, wherever it is echoed, as ``***``

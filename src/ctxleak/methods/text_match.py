@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ctxleak.errors import ConfigError
+from ctxleak.normal_text import normal_text, normal_view
 from ctxleak.sensitive import value_in
 
 #: The units a detector counts in.
@@ -32,13 +33,15 @@ _EDGES = " .,;:"  # left off a span's ends: what joins it to the text around it
 
 
 def words(text: str) -> list[str]:
-    """The words a ``words`` detector counts (module docstring)."""
-    return _WORD.findall(text.casefold())
+    """The words a ``words`` detector counts (module docstring), read from
+    :func:`ctxleak.normal_text.normal_text` (NFKC, invisible characters removed)."""
+    return _WORD.findall(normal_text(text).casefold())
 
 
 def normalised(text: str) -> str:
-    """Whitespace runs as one space, no leading or trailing space, case folded."""
-    return _SPACES.sub(" ", text).strip().casefold()
+    """:func:`ctxleak.normal_text.normal_text` of ``text`` (NFKC, invisible characters
+    removed), whitespace runs as one space, no leading or trailing space, case folded."""
+    return _SPACES.sub(" ", normal_text(text)).strip().casefold()
 
 
 @lru_cache(maxsize=4096)
@@ -46,8 +49,11 @@ def _units(unit: str, text: str) -> Sequence[str]:
     return tuple(words(text)) if unit == "words" else normalised(text)
 
 
-def _with_origins(text: str) -> tuple[str, list[int]]:
-    """:func:`normalised` ``text`` and, for each of its characters, where it came from."""
+def _with_origins(text: str) -> tuple[str, list[int], list[int]]:
+    """:func:`normalised` ``text`` and, for each of its characters, the start and the end of
+    the characters of ``text`` it came from."""
+    view = normal_view(text)
+    text = view.text
     chars: list[str] = []
     origins: list[int] = []
     end = 0  # where the last word ended: where the whitespace run after it starts
@@ -60,14 +66,17 @@ def _with_origins(text: str) -> tuple[str, list[int]]:
             chars.extend(folded)
             origins.extend([k] * len(folded))
         end = m.end()
-    return "".join(chars), origins
+    if view.unchanged:
+        return "".join(chars), origins, [k + 1 for k in origins]
+    spans = [view.span(k, k + 1) for k in origins]  # back to the text as given
+    return "".join(chars), [a for a, _ in spans], [b for _, b in spans]
 
 
 def verbatim_spans(document: str, answer: str, least: int) -> list[str]:
     """The longest runs (each at least ``least`` characters after :func:`normalised`, whole
     words only, not nested in one already found) of ``document`` that ``answer`` reproduces, in
     the answer's order, each as the document writes it."""
-    doc, origins = _with_origins(document)
+    doc, starts, ends = _with_origins(document)
     ans = normalised(answer)
     if len(doc) < least or len(ans) < least:
         return []
@@ -83,7 +92,7 @@ def verbatim_spans(document: str, answer: str, least: int) -> list[str]:
         a, b = _whole_words(ans, i, end)
         if b - a >= least:
             at = doc.find(ans[a:b])
-            out.append(document[origins[at]:origins[at + b - a - 1] + 1].strip(_EDGES))
+            out.append(document[starts[at]:ends[at + b - a - 1]].strip(_EDGES))
         i = end
     return out
 

@@ -13,7 +13,8 @@ from collections.abc import Awaitable, Callable
 
 from starlette.responses import JSONResponse, Response
 
-from ctxleak.engine.served_client import ServerError, key_forms, mask_key
+from ctxleak.engine.key_mask import key_pattern, mask_spelled
+from ctxleak.engine.served_client import ServerError
 from ctxleak.errors import CtxleakError
 from ctxleak.proxy.request import ProxyError
 
@@ -28,12 +29,14 @@ _BEARER = re.compile(r"(?i)\b(bearer)(?:\s+|%20|\+)(?=[A-Za-z0-9._~+/-]{6})"
 
 def secret_mask(key: str | None = None) -> Callable[[str], str]:
     """What masks secrets in text the proxy relays or logs: the upstream's API key ``key``
-    wherever it is echoed (plain, JSON-escaped or URL-encoded, as the served client masks it)
-    and any Bearer token, each as ``***``."""
-    forms = key_forms(key)
+    wherever it is echoed (plain, JSON-escaped, URL-encoded, reversed, hex-encoded, spelled
+    out with spaces, punctuation or zero-width characters between its characters, in
+    ``\\u`` escapes: :func:`~ctxleak.engine.key_mask.key_pattern`) and any Bearer token, each
+    as ``***``."""
+    pattern = key_pattern(key) if key else None
 
     def mask(text: str) -> str:
-        return _BEARER.sub(r"\1 ***", mask_key(text, forms))
+        return _BEARER.sub(r"\1 ***", mask_spelled(text, pattern, "***") if pattern else text)
 
     return mask
 

@@ -1,5 +1,6 @@
 """The run's known values found in a text whatever whitespace, line breaks or a repr's ``\\n``
-part their characters (:class:`ValueMatcher`), for ``--redact``'s one set of values
+part their characters, and in any code points (:func:`ctxleak.normal_text.normal_text`)
+(:class:`ValueMatcher`), for ``--redact``'s one set of values
 (:mod:`ctxleak.report.redaction`). Hand-written: a regex per value with optional gaps between
 every character would backtrack; the text is squeezed once and each value found in it."""
 
@@ -9,6 +10,8 @@ import bisect
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from ctxleak.normal_text import normal_text, normal_view
 
 _GAP_RE = re.compile(r"\s+|\\[nrt]")  # whitespace, and a line break as a repr writes it
 
@@ -43,7 +46,7 @@ class ValueMatcher:
         fold = set(folded)
         keys = {}
         for value in values:
-            key = "".join(_GAP_RE.sub(" ", value).split())
+            key = "".join(_GAP_RE.sub(" ", normal_text(value)).split())
             if len(key) < 2:
                 continue
             is_folded = value in fold
@@ -53,8 +56,15 @@ class ValueMatcher:
         self.keys = sorted(keys.values(), key=lambda k: -len(k.text))
 
     def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where the values stand in ``text``, read in
+        :func:`ctxleak.normal_text.normal_text` (NFKC, invisible characters removed) and mapped
+        back: a value written with zero-width characters between its letters is found."""
         if not self.keys or not text:
             return []
+        view = normal_view(text)
+        return [view.span(a, b) for a, b in self._spans(view.text)]
+
+    def _spans(self, text: str) -> list[tuple[int, int]]:
         # the kept characters: where each piece between gaps starts in the text and in the
         # squeezed text
         starts, squeezed_starts, pieces, pos, n = [], [], [], 0, 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from ctxleak.normal_text import normal_text
 from ctxleak.sensitive.detect import (
     Span,
     find_amounts,
@@ -32,6 +33,8 @@ from ctxleak.sensitive.detect import (
     find_pii,
     keep_disjoint,
 )
+from ctxleak.sensitive.national import find_cjk_names, find_spaced_secrets
+from ctxleak.sensitive.span import on_normal
 from ctxleak.sensitive.values import date_values, value_in
 from ctxleak.sensitive.windows import find_windowed
 
@@ -97,6 +100,7 @@ def _find_window(text: str) -> list[Span]:
     found += [Span(_OLD_TYPES.get(s.type, s.type), s.start, s.end, s.text, s.score)
               for s in old]
     found += _whole_names(text)
+    found += find_cjk_names(text) + find_spaced_secrets(text)
     return _deoverlap(found)
 
 
@@ -164,22 +168,24 @@ def _whole_names(text: str) -> list[Span]:
 
 def find_sensitive(text: str) -> list[Span]:
     """Every secret and piece of personal data in ``text``: sorted by position, not
-    overlapping, ``span.text == text[span.start:span.end]``."""
+    overlapping, ``span.text == text[span.start:span.end]``. The detectors read
+    :func:`ctxleak.normal_text.normal_text` of ``text`` (NFKC, invisible characters removed);
+    their spans are mapped back to ``text``."""
     if len(text) < 3 or not any(c.isalnum() for c in text):
         return []
-    return list(_find(text))
+    return on_normal(lambda normal: list(_find(normal)), text)
 
 
 def carried_values(text: str) -> dict[str, str]:
-    """The secrets and personal data a document carries, as written (whitespace folded) ->
-    type: what an answer would repeat (compare with :func:`value_in`). Values under three
-    characters are left out, and places (a city named alone is no one's personal data; an
-    address is kept)."""
+    """The secrets and personal data a document carries, as written in
+    :func:`ctxleak.normal_text.normal_text` (whitespace folded) -> type: what an answer would
+    repeat (compare with :func:`value_in`). Values under three characters are left out, and
+    places (a city named alone is no one's personal data; an address is kept)."""
     found: dict[str, str] = {}
     for span in find_sensitive(text):
         if span.type == "location":
             continue
-        value = " ".join(span.text.split())
+        value = " ".join(normal_text(span.text).split())
         if len(value) >= 3:
             found.setdefault(value, span.type)
     return found

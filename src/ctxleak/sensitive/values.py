@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-from ctxleak.sensitive.detect import is_iban
+from ctxleak.normal_text import normal_text
+from ctxleak.sensitive.european import iban_spans, is_iban
 
 __all__ = ["money_values", "date_values", "number_values", "value_in"]
 
@@ -144,7 +145,11 @@ def value_in(value: str, kind: str, answer: str) -> bool:
     - ``person``, ``address``, ``location``, ``email``, ``medical``: the same words, case and
       punctuation aside;
     - anything else (``password``, ``secret``, ``pin``, ``id``): the exact value as a token.
+
+    Both are compared in :func:`ctxleak.normal_text.normal_text` (NFKC, invisible characters
+    removed): a value written with zero-width characters or in decomposed form is the value.
     """
+    value, answer = normal_text(value), normal_text(answer)
     if not value or not answer:
         return False
     if kind in ("money", "amount"):
@@ -163,13 +168,9 @@ def value_in(value: str, kind: str, answer: str) -> bool:
         return _fold(value) in _fold(answer)
     if kind == "id" and is_iban(value):  # an IBAN grouped by four or written whole
         compact = value.replace(" ", "").upper()
-        return any(m.group(0).replace(" ", "").upper() == compact
-                   for m in _IBAN_LIKE_RE.finditer(answer))
+        return any(answer[a:b].replace(" ", "").upper() == compact
+                   for a, b in iban_spans(answer, any_case=True))
     return _exact(value, answer)
-
-
-_IBAN_LIKE_RE = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{2}\d{2}(?:[ ]?[A-Za-z0-9]{1,4}){2,9}"
-                           r"(?![A-Za-z0-9])")
 #: digit groups joined by spaces, dots, dashes or brackets: a phone number and the digits next
 #: to it ("+49 171 5550 2291 10969 Berlin"), at most 12 groups at a time
 _PHONE_RUN_RE = re.compile(r"\+?\(?\d{1,15}\)?(?:[\s.\-\u2013]{0,3}\(?\d{1,15}\)?){0,11}")

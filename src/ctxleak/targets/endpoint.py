@@ -12,8 +12,9 @@ that is not a chat completion and a refusal (``refusal`` set, or finish reason
 question, with the answers already received. The API key is read from the environment variable
 ``api_key_env`` names, when the target is made; it is in no description, fingerprint or error
 (whatever a server echoes is masked, :func:`~ctxleak.engine.served_client.mask_key`), nor in
-any answer: an answer that echoes it (verbatim, with spaces, line breaks or punctuation between
-its characters, in base64 or base64url, or 8 of its characters in a row) has it replaced by
+any answer: an answer that echoes it (verbatim or reversed, with spaces, line breaks,
+punctuation or zero-width characters between its characters, ``\\u``-escaped, in hex, base64
+or base64url, or 8 of its characters in a row) has it replaced by
 :data:`KEY_MASK` before anything journals or stores it (:class:`KeyMask`). An answer of
 ``ctxleak serve`` carries the claim it was released under, read from its ``ctxleak`` field
 (:func:`served_claim`), so that an attack sets its bound beside the deployed defence's claim.
@@ -25,7 +26,6 @@ import base64
 import email.utils
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from ctxleak.engine.served_client import KEY_PART, key_forms, mask_key
+from ctxleak.engine.key_mask import key_forms, key_pattern, mask_key, mask_spelled
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.mechanisms import Claim
 from ctxleak.targets.base import OnAnswer, TargetAnswer, TargetError
@@ -45,9 +45,6 @@ MAX_WAIT_S = 60.0
 #: What an answer shows where it echoed the endpoint's API key.
 KEY_MASK = "[API KEY]"
 
-#: What may stand between two characters of a key an answer spells out: whitespace and ASCII
-#: punctuation, at most this many characters.
-_SPACER = r"[\s!-/:-@\[-`{-~]{0,8}"
 _BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
 _BASE64_END = _BASE64 | {"="}
 
@@ -74,11 +71,7 @@ class KeyMask:
     by a pattern that could backtrack)."""
 
     def __init__(self, key: str) -> None:
-        forms = [re.escape(f) for f in key_forms(key)]  # plain, JSON, URL-encoded, 8-char runs
-        letters = [c for c in key if c.isalnum()]  # its punctuation may be spelled otherwise
-        if len(letters) >= KEY_PART:
-            forms.insert(0, _SPACER.join(re.escape(c) for c in letters))
-        self.pattern = re.compile("|".join(forms))
+        self.pattern = key_pattern(key)
         self.cores = sorted(_base64_cores(key.encode()), key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
@@ -92,7 +85,8 @@ class KeyMask:
                     end += 1
                 text = text[:start] + KEY_MASK + text[end:]
                 at = text.find(core, start + len(KEY_MASK))
-        return self.pattern.sub(KEY_MASK, text)
+        # in the text and in its view with \u escapes read and invisible characters left out
+        return mask_spelled(text, self.pattern, KEY_MASK)
 
 
 @dataclass(frozen=True)

@@ -117,3 +117,12 @@ def test_squad_like_run_scores_each_question_against_the_other_document(llama_lm
     for r in res.records:
         assert r["control_influence"] != r["influence"]
     assert res.summary["settings"][0]["control"]["without_control"] == []
+
+
+def test_invisible_and_compatibility_twins_are_the_same_document():
+    """Zero-width spaces, soft hyphens, bidi isolates and full-width digits do not make a
+    context another document (the one normal text of ctxleak.normal_text)."""
+    twin = ("Marta Velik\u00adova joined the Ber\u200blin office. \u2066Her\u2069 salary is "
+            "\uff18\uff14,500 euros.")
+    assert context_key(twin) == context_key(DOC_A)
+    assert control_indices([DOC_A, twin]) == [None, None]

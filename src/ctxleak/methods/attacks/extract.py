@@ -44,7 +44,6 @@ longest common subsequence is never longer than the common multiset) reaches
 from __future__ import annotations
 
 import random
-import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -55,6 +54,7 @@ from rouge_score import tokenizers
 
 from ctxleak.errors import InputError
 from ctxleak.methods.text_match import TextMatch, values_beyond
+from ctxleak.normal_text import normal_text
 from ctxleak.sensitive import carried_values
 
 #: The commands of the composite prompt: the paper's, then the variants of its ablation.
@@ -109,6 +109,9 @@ def as_documents(items: Sequence[Any], param: str = "documents") -> list[AttackD
                              f"or a dict with 'text'", param=param)
         if not doc.text.strip():
             raise InputError(f"document {doc.id!r} has no text", param=param)
+        if not normal_text(doc.text).strip():
+            raise InputError(f"document {doc.id!r} holds only invisible characters (zero-width, "
+                             f"format or variation selectors): no text", param=param)
         docs.append(doc)
     if not docs:
         raise InputError("no documents given", param=param)
@@ -116,15 +119,12 @@ def as_documents(items: Sequence[Any], param: str = "documents") -> list[AttackD
     return docs
 
 
-#: Characters that show as nothing: zero-width space, non-joiner and joiner, word joiner, BOM.
-ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
-
-
 def same_text_key(text: str) -> str:
-    """What two documents with the same text share: NFC-normalised (a letter and its
-    composed form alike), characters that show as nothing removed, whitespace runs as one
-    space, case folded."""
-    return " ".join(unicodedata.normalize("NFC", text).translate(ZERO_WIDTH).split()).casefold()
+    """What two documents with the same text share: :func:`ctxleak.normal_text.normal_text`
+    (NFKC, so a letter and its composed form alike; characters that show as nothing removed:
+    zero-width, soft hyphens, bidirectional controls), whitespace runs as one space, case
+    folded."""
+    return " ".join(normal_text(text).split()).casefold()
 
 
 def _refuse_duplicates(docs: Sequence[AttackDocument], param: str) -> None:
@@ -204,7 +204,7 @@ def extraction_prompts(documents: Sequence[AttackDocument], *, kind: str = "targ
 @lru_cache(maxsize=4096)
 def _tokens(text: str) -> tuple[str, ...]:
     """rouge-score's tokens of ``text`` (lower case, stemmed): what ROUGE-L compares."""
-    return tuple(_TOKENIZER.tokenize(text))
+    return tuple(_TOKENIZER.tokenize(normal_text(text)))
 
 
 def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +42,7 @@ from scipy import stats
 from ctxleak.methods.ids import user_id
 from ctxleak.methods.influence.metrics import mean_with_ci
 from ctxleak.mitigations.influence import response_influence, token_influence
+from ctxleak.normal_text import normal_text
 
 #: A response token found in the context with influence below this (nats; likelihood ratio
 #: below e^0.1 ≈ 1.105) is one the model already knew.
@@ -75,10 +75,11 @@ _SPACES = re.compile(r"\s+")
 
 
 def context_key(context: str) -> str:
-    """A context as compared for the control: Unicode NFC, every whitespace run as one space,
+    """A context as compared for the control: :func:`ctxleak.normal_text.normal_text` (NFKC,
+    invisible characters removed), every whitespace run as one space,
     no leading or trailing whitespace, case folded. Two contexts with the same key are one
     document; a passage split or a re-wrapped line does not make a context "another" one."""
-    return _SPACES.sub(" ", unicodedata.normalize("NFC", context)).strip().casefold()
+    return _SPACES.sub(" ", normal_text(context)).strip().casefold()
 
 
 def control_indices(contexts: Sequence[str]) -> list[int | None]:

@@ -18,7 +18,6 @@ batch size or on which examples are processed together).
 from __future__ import annotations
 
 import re
-import unicodedata
 import zlib
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
@@ -26,6 +25,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ctxleak.methods.rag.documents import RetrievedDocument
+from ctxleak.normal_text import normal_text
 
 #: Two passages overlap when their normalised words share a run of this many consecutive words
 #: (about one clause: enough that a shared sentence counts, not a shared stock phrase).
@@ -36,8 +36,9 @@ _WORD = re.compile(r"\w+")
 
 
 def words(text: str) -> tuple[str, ...]:
-    """``text`` as compared for overlap: NFC, case folded, its runs of letters and digits."""
-    return tuple(_WORD.findall(unicodedata.normalize("NFC", text).casefold()))
+    """``text`` as compared for overlap: :func:`ctxleak.normal_text.normal_text` (NFKC,
+    invisible characters removed), case folded, its runs of letters and digits."""
+    return tuple(_WORD.findall(normal_text(text).casefold()))
 
 
 class Corpus:
