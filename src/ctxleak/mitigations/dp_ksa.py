@@ -78,7 +78,9 @@ class DPKSA(Mechanism):
     """DP-KSA (module docstring): ``shards`` voters, the ``keywords`` most frequent keywords of
     their responses released by propose-test-release at ``(eps, delta)`` per response, the
     final answer decoded from the question and those keywords; ``voter_tokens``: each voter's
-    response length; ``per_voter``: the documents each voter retrieves from its shard."""
+    response length; ``per_voter``: the documents each voter retrieves from its shard;
+    ``content_words``: whether a response without a name or number gives its content words
+    (:func:`~ctxleak.mitigations.keywords.response_keywords`)."""
 
     name: ClassVar[str] = "dp-ksa"
     min_documents: ClassVar[int] = 3
@@ -89,6 +91,7 @@ class DPKSA(Mechanism):
     keywords: int = 1
     voter_tokens: int = 24
     per_voter: int = 1
+    content_words: bool = True
 
     def __post_init__(self) -> None:
         check_eps(self.eps)
@@ -101,11 +104,16 @@ class DPKSA(Mechanism):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{name}: {value!r} is not an integer >= {least} ({why})",
                                   param=name)
+        if not isinstance(self.content_words, bool):
+            raise ConfigError(f"content_words: {self.content_words!r} is not true or false",
+                              param="content_words")
 
     def key(self) -> str:
         extras = "".join(f",{n}={getattr(self, n)}" for n, default in (
             ("keywords", 1), ("voter_tokens", 24), ("per_voter", 1))
             if getattr(self, n) != default)
+        if not self.content_words:
+            extras += ",content_words=false"
         return f"dp-ksa(eps={self.eps:g},shards={self.shards},delta={self.delta:g}{extras})"
 
     def describe(self) -> str:
@@ -146,9 +154,17 @@ class DPKSA(Mechanism):
         voters = [_voter_documents(self, r) for r in requests]
         texts = voter_responses(self, lm, [(r, docs) for r, (vs, _) in zip(requests, voters)
                                            for docs in vs])
+        return self.answer_from(lm, requests, texts, decoding)
+
+    def answer_from(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+                    texts: Sequence[str], decoding: Decoding) -> list[MechanismAnswer]:
+        """:meth:`answer` from the voters' responses ``texts`` (``shards`` per request, in
+        order), as :func:`voter_responses` gives them: the release and the final answer."""
+        voters = [_voter_documents(self, r) for r in requests]
         records, at = [], 0
         for r in requests:
-            sets = [response_keywords(t, r.query) for t in texts[at:at + self.shards]]
+            sets = [response_keywords(t, r.query, self.content_words)
+                    for t in texts[at:at + self.shards]]
             at += self.shards
             records.append(self.release(r, sets))
         prompts = [list(r.prompt([keywords_context(rec["released"])] if rec["released"]
@@ -178,7 +194,7 @@ class DPKSA(Mechanism):
         ``request``: its greedy response (:func:`voter_responses`) read by
         :func:`~ctxleak.mitigations.keywords.response_keywords`."""
         texts = voter_responses(self, lm, [(request, list(v)) for v in voters])
-        return [response_keywords(t, request.query) for t in texts]
+        return [response_keywords(t, request.query, self.content_words) for t in texts]
 
     def document_charges(self, request: AnswerRequest, decoding: Decoding
                          ) -> dict[str, Loss] | None:

@@ -53,9 +53,10 @@ def question_words(question: str) -> frozenset[str]:
     return frozenset(_plain(w) for w in _WORD.findall(question))
 
 
-def response_keywords(response: str, question: str) -> frozenset[str]:
-    """One voter's keyword set (module docstring): runs of name or number words, else content
-    words, the question's words and function words left out."""
+def response_keywords(response: str, question: str, content_words: bool = True
+                      ) -> frozenset[str]:
+    """One voter's keyword set (module docstring): runs of name or number words, else (where
+    ``content_words``) its content words, the question's words and function words left out."""
     asked = question_words(question)
     runs: list[str] = []
     current: list[str] = []
@@ -77,7 +78,9 @@ def response_keywords(response: str, question: str) -> frozenset[str]:
             current = []
     if current:
         runs.append(" ".join(current))
-    return frozenset(runs) if runs else frozenset(w for w in words if len(w) > 1)
+    if runs or not content_words:
+        return frozenset(runs)
+    return frozenset(w for w in words if len(w) > 1)
 
 
 def keyword_counts(sets: Iterable[Iterable[str]]) -> Counter[str]:
