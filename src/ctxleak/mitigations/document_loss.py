@@ -234,8 +234,8 @@ def ksa_loss(mech: Any, lm: LanguageModel, request: AnswerRequest, answer: Mecha
     where the voter's keyword set, recomputed from its documents, differs from the record."""
     store, without, _ = _without(mech, request, answer, document, decoding)
     record = answer.steps[0] if answer.steps else {}
-    sets = record.get("voter_keywords")
-    if record.get("source") != "propose-test-release" or len(sets or ()) != mech.shards:
+    sets = record.get("voter_keywords") or []
+    if record.get("source") != "propose-test-release" or len(sets) != mech.shards:
         raise ConfigError("answer: its first step records no voters' keyword sets (was it "
                           "decoded by dp-ksa over this datastore?)", param="answer")
     shard = Datastore.shard_of(document, mech.shards)
