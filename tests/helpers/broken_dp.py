@@ -2,7 +2,8 @@
 noise, so an audit must catch it ("Auditing Differentially Private Machine Learning: How Private
 is Private SGD?"). DPVoteRAG and DPSparseVoteRAG: Koga, Wu and Chaudhuri, "Privacy-Preserving
 Retrieval-Augmented Generation with Differential Privacy"; DP-RAG: Grislain, "RAG with
-Differential Privacy". Each keeps its honest parent's claim."""
+Differential Privacy"; DP-KSA: Tang, Flemings, Wang and Annavaram, "Differentially Private
+Retrieval-Augmented Generation". Each keeps its honest parent's claim."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import math
 
 import torch
 
+from ctxleak.mitigations.dp_ksa import DPKSA
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
 
@@ -41,3 +43,10 @@ class NoNoiseDPRAG(DPRAG):
         out = torch.full_like(z, -math.inf)
         out[int(torch.argmax(z))] = 0.0
         return out
+
+
+class NoNoiseKSA(DPKSA):
+    """Broken: the voters' top keywords released whatever their gap (no noisy test)."""
+
+    def test(self, distance, generator):
+        return True

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import pytest
-from helpers.broken_dp import NoNoiseDPRAG, NoNoiseSparseVote, NoNoiseVote
+from helpers.broken_dp import NoNoiseDPRAG, NoNoiseKSA, NoNoiseSparseVote, NoNoiseVote
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import CID
@@ -33,6 +33,7 @@ BUNDLED = {
     "dp-sparse-vote": ["dp-sparse-vote:eps=0.05,shards=3,eps_token=0.00125,eps_svt=0.00125"],
     "dp-rag": ["dp-rag:eps=0.05"],
     "scrub": ["scrub"],
+    "dp-ksa": ["dp-ksa:eps=0.05,shards=3,voter_tokens=4"],
 }
 
 
@@ -46,7 +47,9 @@ def test_bundled_mechanisms_pass_every_check(mechanism, check):
 
 
 @pytest.mark.parametrize("broken", [NoNoiseVote(eps=EPS, shards=3), NoNoiseSparseVote(**SPARSE),
-                                    NoNoiseDPRAG(eps=EPS)], ids=lambda m: type(m).__name__)
+                                    NoNoiseDPRAG(eps=EPS),
+                                    NoNoiseKSA(eps=EPS, shards=3, voter_tokens=4)],
+                         ids=lambda m: type(m).__name__)
 def test_a_mechanism_without_its_noise_fails_the_canary_audit(broken):
     found = check_mechanism(broken, checks=["canary_audit", "same_seed_same_answer"])
     assert [r.check for r in found.failed] == ["canary_audit"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from helpers.broken_dp import NoNoiseDPRAG, NoNoiseSparseVote, NoNoiseVote
+from helpers.broken_dp import NoNoiseDPRAG, NoNoiseKSA, NoNoiseSparseVote, NoNoiseVote
 
 from ctxleak.methods.attacks.canary import (
     CANARY_QUERY,
@@ -24,6 +24,7 @@ from ctxleak.methods.attacks.canary import (
     summarize_trials,
 )
 from ctxleak.methods.influence.data import InfluenceExample, load_examples, prompt_parts
+from ctxleak.mitigations.dp_ksa import DPKSA
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
 from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
@@ -89,3 +90,23 @@ def test_broken_dp_mechanisms_are_caught_and_honest_ones_hold(default_lm):
               f"{h_out['fp']}/{h_out['n_out']})")
         assert broken > group_eps, (honest_cls.name, b_out)
         assert honest <= group_eps, (honest_cls.name, h_out)
+
+
+@pytest.mark.integration
+def test_broken_dp_ksa_is_caught_and_the_honest_one_holds(default_lm):
+    """DP-KSA ("Differentially Private Retrieval-Augmented Generation", Tang, Flemings, Wang and
+    Annavaram) over the same shards as the votes: its broken variant releases the voters' top
+    keyword (the canary's digits) untested; the honest test at ε = 0.05 needs a noisy distance
+    above ln(1/(2δ))/ε ≈ 170 voters and releases nothing."""
+    trials = plant_canaries(load_examples(DOCS, task="summarization"), TRIALS, seed=0)
+    requests = _requests(default_lm, trials, SHARDS)
+    kwargs = {"eps": EPS, "shards": SHARDS, "voter_tokens": TOKENS}
+    claim = DPKSA(**kwargs).claim(DECODING)
+    group_eps = SHARDS * claim.eps
+    d = SHARDS * math.exp((SHARDS - 1) * claim.eps) * claim.delta
+    broken, b_out = _audit(default_lm, NoNoiseKSA(**kwargs), trials, requests, group_eps, d)
+    honest, h_out = _audit(default_lm, DPKSA(**kwargs), trials, requests, group_eps, d)
+    print(f"dp-ksa: claim {group_eps:.3g}; lower bound broken {broken:.3g} (TP {b_out['tp']}/"
+          f"{b_out['n_in']}, FP {b_out['fp']}/{b_out['n_out']}), honest {honest:.3g}")
+    assert broken > group_eps, b_out
+    assert honest <= group_eps, h_out

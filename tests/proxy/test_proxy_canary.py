@@ -2,7 +2,8 @@
 Learning: How Private is Private SGD?"; ``ctxleak.canary_audit_proxy``) catches a broken variant
 of each DP mechanism the proxy deploys and holds for the honest one: DPVoteRAG and
 DPSparseVoteRAG (Koga, Wu and Chaudhuri, "Privacy-Preserving Retrieval-Augmented Generation with
-Differential Privacy") and DP-RAG (Grislain, "RAG with Differential Privacy"), each broken
+Differential Privacy"), DP-RAG (Grislain, "RAG with Differential Privacy") and DP-KSA (Tang,
+Flemings, Wang and Annavaram, "Differentially Private Retrieval-Augmented Generation"), each broken
 variant a test-only subclass whose noisy step adds no noise (:mod:`helpers.broken_dp`, the ones
 the default-model audit uses), handed to the proxy as a Mechanism object; and bounded Context
 Influence Decoding holds. Every trial's answer is drawn by the proxy, through the real
@@ -17,7 +18,7 @@ alternately, which shares 2 digits with the target canary when it is planted and
 other is, so the threshold is fixed in advance at 2 digits (every trial measures).
 
 The guarantee between a trial's two contexts is the proxy's claim per response by group
-privacy: the votes read the canary in each of their 3 shards (3 documents, one a shard), 3 steps;
+privacy: the votes and DP-KSA read the canary in each of their 3 shards (3 documents, one a shard), 3 steps;
 DP-RAG's one document is replaced, removed then added, 2 steps; bounded CID's claim covers any
 replacement of the context, 1 step. The lower bound takes the group's δ off (an (ε, δ)-DP test
 has TPR ≤ e^ε·FPR + δ), checked here against that inequality by hand."""
@@ -27,7 +28,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from helpers.broken_dp import NoNoiseDPRAG, NoNoiseSparseVote, NoNoiseVote
+from helpers.broken_dp import NoNoiseDPRAG, NoNoiseKSA, NoNoiseSparseVote, NoNoiseVote
 from helpers.digit_copier import digit_copier
 from helpers.proxy_server import serving_sqlite
 
@@ -37,6 +38,7 @@ from ctxleak.methods.attacks.canary import CANARY_QUERY, plant_canaries
 from ctxleak.methods.attacks.lower_bound import HOLDS, VIOLATED
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.mitigations.cid import CID
+from ctxleak.mitigations.dp_ksa import DPKSA
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
 from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
@@ -53,6 +55,9 @@ CASES = {
     # mechanism releases)
     "dp-sparse-vote": (DPSparseVote(**SPARSE), NoNoiseSparseVote(**SPARSE), 3, 3),
     "dp-rag": (DPRAG(eps=EPS), NoNoiseDPRAG(eps=EPS), 1, 2),
+    # keyword-space aggregation: the broken variant releases the voters' top keyword untested
+    "dp-ksa": (DPKSA(eps=EPS, shards=SHARDS, voter_tokens=TOKENS),
+               NoNoiseKSA(eps=EPS, shards=SHARDS, voter_tokens=TOKENS), 3, 3),
 }
 
 

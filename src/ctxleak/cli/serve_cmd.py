@@ -210,7 +210,8 @@ def register(app: typer.Typer) -> None:
         mechanisms: Optional[str] = typer.Option(
             None, "--mechanism", help="The defence that answers a request naming none "
             "(no ctxleak.lambda, ctxleak.epsilon or ctxleak.mechanism), e.g. dp-rag:eps=5, "
-            "dp-vote:eps=2,shards=4, dp-sparse-vote:eps=2,shards=4, scrub, "
+            "dp-vote:eps=2,shards=4, dp-sparse-vote:eps=2,shards=4, dp-ksa:eps=10,shards=32, "
+            "scrub, "
             "cid:lam=0.5,bounded_eps=0.1: each answer reserves the mechanism's claim ε of "
             "every private document and is charged the ε its answer claims; a stream gets "
             "the finished answer in chunks."),

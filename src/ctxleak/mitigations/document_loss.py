@@ -19,6 +19,11 @@ measures the model, this measures the mechanism. Over a datastore, removing ``d`
   threshold's Laplace noise ρ numerically: ``∫ f(ρ) Π_free P(a_i + ν ≥ T + ρ) · P(a_k + ν <
   T + ρ) dρ`` (scipy's ``quad`` between the integrand's kinks; no library computes an SVT
   transcript's probability). A round's loss is charged to the step that ends it.
+- **DP-KSA** ("Differentially Private Retrieval-Augmented Generation", Tang, Flemings, Wang and
+  Annavaram): the one voter whose shard holds ``d`` answers again from what its shard's
+  retrieval returns without ``d`` (greedily, as it answered), its keyword set replaces the
+  recorded one, and the loss is the propose-test-release outcome's log-probability with the
+  recorded sets less that with the changed one (exact: the Laplace tail).
 
 The counterfactual voter and streams are scored teacher-forced over the released tokens, so a
 near-tie decided differently in that pass than in decoding can move a vote: ``check`` says how
@@ -44,6 +49,7 @@ from ctxleak.kernels.vote import (
 )
 from ctxleak.mitigations.datastore import SIMILARITY_RANGE, Datastore
 from ctxleak.mitigations.dp_retrieval import threshold_grid, threshold_logprobs
+from ctxleak.mitigations.keywords import outcome_logprob
 from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Decoding,
@@ -67,7 +73,7 @@ def document_loss(mechanism: Mechanism, lm: LanguageModel, request: AnswerReques
     losses = mechanism.document_losses(lm, request, answer, [document], decoding)
     if losses is None:
         raise ConfigError(f"{mechanism.describe()}: a document's ex-post loss is computed for "
-                          "the DP mechanisms dp-rag, dp-vote and dp-sparse-vote (CID's is its "
+                          "the DP mechanisms dp-rag, dp-vote, dp-sparse-vote and dp-ksa (CID's is its "
                           "influence reading)", param="mechanism")
     return losses[0]
 
@@ -108,7 +114,8 @@ def _without(mech: Any, request: AnswerRequest, answer: MechanismAnswer, documen
                           f"{answer.claim.eps}, δ = {answer.claim.delta}: give the mechanism "
                           "and the decoding the answer was decoded with", param="decoding")
     rest = [pair for pair in store.documents if pair[0] != document]
-    return store, Datastore.of(rest) if rest else None, [int(s["token_id"]) for s in answer.steps]
+    return store, Datastore.of(rest) if rest else None, \
+        [int(s["token_id"]) for s in answer.steps if s.get("token_id") is not None]
 
 
 def _teacher_forced(lm: LanguageModel, prompts: Sequence[Sequence[int]], tokens: list[int],
@@ -220,6 +227,34 @@ def vote_loss(mech: Any, lm: LanguageModel, request: AnswerRequest, answer: Mech
                         f"the documents voter {shard} of {mech.shards} reads", float(check))
 
 
+def ksa_loss(mech: Any, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
+             document: str, decoding: Decoding) -> DocumentLoss:
+    """DP-KSA's loss of ``document`` (module docstring; ``mech``: a
+    :class:`~ctxleak.mitigations.dp_ksa.DPKSA`, read by its words and fields). ``check``: 1
+    where the voter's keyword set, recomputed from its documents, differs from the record."""
+    store, without, _ = _without(mech, request, answer, document, decoding)
+    record = answer.steps[0] if answer.steps else {}
+    sets = record.get("voter_keywords") or []
+    if record.get("source") != "propose-test-release" or len(sets) != mech.shards:
+        raise ConfigError("answer: its first step records no voters' keyword sets (was it "
+                          "decoded by dp-ksa over this datastore?)", param="answer")
+    shard = Datastore.shard_of(document, mech.shards)
+    reads = [[] if s is None else [h.text for h in s.shard_search(
+        request.query, mech.shards, mech.per_voter)[shard]] for s in (store, without)]
+    if reads[0] == reads[1]:
+        return DocumentLoss(document, mech.key(), answer.claim, 0.0, (0.0,),
+                            f"nothing: voter {shard} reads the same documents without it", 0.0)
+    again, changed = mech.keyword_sets(lm, request, reads)
+    recorded = [frozenset(s) for s in sets]
+    less = [*recorded[:shard], changed, *recorded[shard + 1:]]
+    released = record.get("released")
+    args = (released, mech.keywords, mech.eps, mech.delta)
+    loss = outcome_logprob(recorded, *args) - outcome_logprob(less, *args)
+    return DocumentLoss(document, mech.key(), answer.claim, 0.0, (loss,),
+                        f"the keyword set of voter {shard} of {mech.shards}",
+                        float(again != recorded[shard]))
+
+
 def vote_step_loss(with_d: torch.Tensor, without_d: torch.Tensor, outcome: int, scale: float,
                    gap: float, domain: int) -> float:
     """One limited-domain step's loss: ``log P(outcome | h) − log P(outcome | h')`` for the
@@ -283,6 +318,6 @@ def svt_round_logprob(agree: Sequence[float], threshold: float, eps_svt: float,
     return shift + math.log(total)
 
 
-__all__ = ["DocumentLoss", "document_loss", "dp_rag_loss", "own_document_losses",
+__all__ = ["DocumentLoss", "document_loss", "dp_rag_loss", "ksa_loss", "own_document_losses",
            "svt_round_logprob", "svt_round_loss", "svt_round_probability", "vote_loss",
            "vote_step_loss", "within_claim"]

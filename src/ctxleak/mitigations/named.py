@@ -45,6 +45,8 @@ MECHANISMS = Registry("mechanism", {
     "dp-sparse-vote": "ctxleak.mitigations.dp_vote:DPSparseVote",
     "dp-rag": "ctxleak.mitigations.dp_rag:DPRAG",
     "scrub": "ctxleak.mitigations.scrubbing:Scrubbing",
+    # keyword-space aggregation ("Differentially Private Retrieval-Augmented Generation")
+    "dp-ksa": "ctxleak.mitigations.dp_ksa:DPKSA",
 })
 
 #: What the registry hands a mechanism besides the parameters given: scrubbing finds what to

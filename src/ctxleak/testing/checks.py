@@ -114,7 +114,8 @@ def check_claim_from_steps(mechanism: Mechanism, bench: Bench) -> str:
                         f"claim (ε = {claim.eps}, δ = {claim.delta})")
         if any("token_id" not in s or "paid" not in s for s in answer.steps):
             raise fail("a recorded step lacks its token_id or paid")
-        paid = sum(bool(s["paid"]) for s in answer.steps)
+        # a step that releases no token (DP-KSA's keyword release) pays for none
+        paid = sum(bool(s["paid"]) for s in answer.steps if s["token_id"] is not None)
         if answer.steps and paid != answer.tokens_paid:
             raise fail(f"the answer says {answer.tokens_paid} tokens paid, its steps record "
                         f"{paid}")

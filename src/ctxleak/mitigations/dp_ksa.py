@@ -1,0 +1,223 @@
+"""DP-KSA, keyword-space aggregation ("Differentially Private Retrieval-Augmented Generation",
+Tang, Flemings, Wang and Annavaram), as a :class:`~ctxleak.mitigations.mechanisms.Mechanism`.
+
+1. Voters: as the DP votes partition them (:mod:`ctxleak.mitigations.dp_vote`), ``shards``
+   voters each read the ``per_voter`` best documents of their own shard of the request's
+   datastore for the question (relation "document" over the datastore: one document lives in
+   one shard and changes one voter), or, without a datastore, the request's documents dealt
+   into shards by position (relation "shard"). Each voter answers once, greedily, in at most
+   ``voter_tokens`` tokens, from the question and its documents.
+2. Keywords: each voter's response gives a set of keywords
+   (:func:`~ctxleak.mitigations.keywords.response_keywords`), and the histogram counts the
+   voters holding each; one voter's change moves every count by at most 1.
+3. Propose-test-release (:mod:`ctxleak.mitigations.keywords`): the ``keywords`` most frequent
+   keywords are released, in alphabetical order, when a noisy distance to instability clears
+   ``ln(1/(2δ))/ε``; otherwise nothing is (the answer is then the question's alone). The one
+   noisy step is (ε, δ)-DP, so the claim per response is (ε, δ).
+4. The final answer is decoded from the question and the released keywords only (the
+   keywords in the prompt's document slot, no document), with the request's decoding
+   (greedy honoured: it post-processes what was released).
+
+The steps: a first record of the release (every voter's keyword set ``voter_keywords``, the
+top counts ``top_counts``, the gap, the distance, the threshold, whether the test passed and
+the keywords ``released``, None on an abstention; ``paid`` with ``eps_step`` ε and
+``delta_step`` δ), then one record per released token (``token_id``, nothing paid). Noise is
+drawn from the request's seed, so the same request draws the same test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from ctxleak.engine.generation import sample
+from ctxleak.engine.lm import LanguageModel
+from ctxleak.errors import ConfigError
+from ctxleak.kernels.vote import laplace
+from ctxleak.mitigations.document_loss import ksa_loss
+from ctxleak.mitigations.dp_vote import _voter_documents, check_delta, check_eps, noise_generator
+from ctxleak.mitigations.keywords import (
+    keyword_counts,
+    keywords_context,
+    ptr_threshold,
+    response_keywords,
+    stability_distance,
+    top_keywords,
+)
+from ctxleak.mitigations.mechanisms import (
+    AnswerRequest,
+    Claim,
+    Decoding,
+    DocumentLoss,
+    Loss,
+    Mechanism,
+    MechanismAnswer,
+)
+
+#: The noise site of the test (``noise_generator``'s tag): apart from the votes' 0 and 1.
+_TEST_TAG = 3
+
+
+def voter_responses(mech: Any, lm: LanguageModel,
+                    asked: Sequence[tuple[AnswerRequest, Sequence[str]]]) -> list[str]:
+    """Each (request, documents) pair's greedy response of at most ``mech.voter_tokens``
+    tokens, decoded to text, all in one batch."""
+    if not asked:
+        return []
+    prompts = [list(r.prompt(list(docs))) for r, docs in asked]
+    gens = sample(lm, prompts, [r.seed for r, _ in asked], temperature=0.0,
+                  max_new_tokens=mech.voter_tokens, min_new_tokens=1)
+    return [lm.decode(list(g[0].token_ids)) for g in gens]
+
+
+@dataclass(frozen=True)
+class DPKSA(Mechanism):
+    """DP-KSA (module docstring): ``shards`` voters, the ``keywords`` most frequent keywords of
+    their responses released by propose-test-release at ``(eps, delta)`` per response, the
+    final answer decoded from the question and those keywords; ``voter_tokens``: each voter's
+    response length; ``per_voter``: the documents each voter retrieves from its shard;
+    ``content_words``: whether a response without a name or number gives its content words
+    (:func:`~ctxleak.mitigations.keywords.response_keywords`)."""
+
+    name: ClassVar[str] = "dp-ksa"
+    min_documents: ClassVar[int] = 3
+
+    eps: float
+    shards: int
+    delta: float = 1e-4
+    keywords: int = 1
+    voter_tokens: int = 24
+    per_voter: int = 1
+    content_words: bool = True
+
+    def __post_init__(self) -> None:
+        check_eps(self.eps)
+        check_delta(self.delta)
+        for name, least, why in (("shards", 3, "a released keyword leads the next by 3 voters"),
+                                 ("keywords", 1, "the test releases at least one keyword"),
+                                 ("voter_tokens", 1, "each voter answers in at least 1 token"),
+                                 ("per_voter", 1, "each voter reads at least 1 document")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"{name}: {value!r} is not an integer >= {least} ({why})",
+                                  param=name)
+        if not isinstance(self.content_words, bool):
+            raise ConfigError(f"content_words: {self.content_words!r} is not true or false",
+                              param="content_words")
+
+    def key(self) -> str:
+        extras = "".join(f",{n}={getattr(self, n)}" for n, default in (
+            ("keywords", 1), ("voter_tokens", 24), ("per_voter", 1))
+            if getattr(self, n) != default)
+        if not self.content_words:
+            extras += ",content_words=false"
+        return f"dp-ksa(eps={self.eps:g},shards={self.shards},delta={self.delta:g}{extras})"
+
+    def describe(self) -> str:
+        return (f"DP-KSA {self.key()}: {self.shards} voters' keywords, the top {self.keywords} "
+                f"released by propose-test-release")
+
+    def claim(self, decoding: Decoding) -> Claim:
+        """(ε, δ) per response, whatever the decoding (one noisy test)."""
+        return Claim(eps=float(self.eps), delta=float(self.delta), relation="shard")
+
+    def threshold(self) -> float:
+        """The test's threshold on the noisy distance
+        (:func:`~ctxleak.mitigations.keywords.ptr_threshold`)."""
+        return ptr_threshold(self.eps, self.delta)
+
+    def test(self, distance: int, generator: torch.Generator) -> bool:
+        """The noisy test: ``distance + Lap(1/ε) > threshold`` (a test's broken variant
+        overrides it)."""
+        return distance + float(laplace(1, 1.0 / self.eps, generator)[0]) > self.threshold()
+
+    def release(self, request: AnswerRequest, sets: Sequence[frozenset[str]]
+                ) -> dict[str, Any]:
+        """The release's record (module docstring) from the voters' keyword sets."""
+        counts = keyword_counts(sets)
+        top, gap = top_keywords(counts, self.keywords)
+        distance = stability_distance(gap)
+        passed = bool(top) and self.test(distance,
+                                         noise_generator(request.seed, _TEST_TAG, 0))
+        ranked = sorted(counts.values(), reverse=True)[:self.keywords + 1]
+        return {"step": "release", "token_id": None, "paid": True, "eps_step": float(self.eps),
+                "delta_step": float(self.delta), "source": "propose-test-release",
+                "voter_keywords": [sorted(s) for s in sets], "top_counts": ranked,
+                "gap": gap, "distance": distance, "threshold": self.threshold(),
+                "passed": passed, "released": sorted(top) if passed else None}
+
+    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+               decoding: Decoding) -> list[MechanismAnswer]:
+        voters = [_voter_documents(self, r) for r in requests]
+        texts = voter_responses(self, lm, [(r, docs) for r, (vs, _) in zip(requests, voters)
+                                           for docs in vs])
+        return self.answer_from(lm, requests, texts, decoding)
+
+    def answer_from(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
+                    texts: Sequence[str], decoding: Decoding) -> list[MechanismAnswer]:
+        """:meth:`answer` from the voters' responses ``texts`` (``shards`` per request, in
+        order), as :func:`voter_responses` gives them: the release and the final answer."""
+        voters = [_voter_documents(self, r) for r in requests]
+        records, at = [], 0
+        for r in requests:
+            sets = [response_keywords(t, r.query, self.content_words)
+                    for t in texts[at:at + self.shards]]
+            at += self.shards
+            records.append(self.release(r, sets))
+        prompts = [list(r.prompt([keywords_context(rec["released"])] if rec["released"]
+                                 else [])) for r, rec in zip(requests, records)]
+        temperature = 0.0 if decoding.greedy else decoding.temperature
+        gens = sample(lm, prompts, [r.seed for r in requests], temperature=temperature,
+                      max_new_tokens=decoding.max_new_tokens,
+                      min_new_tokens=decoding.min_new_tokens)
+        out = []
+        for r, (_, read), rec, g in zip(requests, voters, records, gens):
+            gen = g[0]
+            source = "keywords" if rec["released"] else "question only"
+            steps = (rec, *({"step": t, "token_id": int(tok), "paid": False, "eps_step": 0.0,
+                             "source": source} for t, tok in enumerate(gen.token_ids)))
+            claim = Claim(eps=float(self.eps), delta=float(self.delta),
+                          relation="shard" if r.datastore is None else "document")
+            out.append(MechanismAnswer(
+                response_ids=tuple(int(t) for t in gen.token_ids),
+                stopped_on_eos=gen.stopped_on_eos, claim=claim, tokens_paid=0, steps=steps,
+                documents_used=tuple(range(len(r.documents))) if r.datastore is None else (),
+                datastore_used=tuple(dict.fromkeys(read))))
+        return out
+
+    def keyword_sets(self, lm: LanguageModel, request: AnswerRequest,
+                     voters: Sequence[Sequence[str]]) -> list[frozenset[str]]:
+        """The keyword set of a voter reading each of ``voters`` (document texts) for
+        ``request``: its greedy response (:func:`voter_responses`) read by
+        :func:`~ctxleak.mitigations.keywords.response_keywords`."""
+        texts = voter_responses(self, lm, [(request, list(v)) for v in voters])
+        return [response_keywords(t, request.query, self.content_words) for t in texts]
+
+    def document_charges(self, request: AnswerRequest, decoding: Decoding
+                         ) -> dict[str, Loss] | None:
+        """Over a datastore, the claim's ε for each document a voter reads, 0 for every other
+        (removing a document no voter reads leaves every voter's prompt unchanged)."""
+        if request.datastore is None:
+            return None
+        _, read = _voter_documents(self, request)
+        return dict.fromkeys(read, Loss(float(self.eps)))
+
+    def documents_needed(self) -> int:
+        """One document per shard."""
+        return self.shards
+
+    def streams(self, documents: int, over_datastore: bool) -> int:
+        """The voters' responses, one stream each (the final answer's one comes after)."""
+        return self.shards
+
+    def document_losses(self, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
+                        documents: Sequence[str], decoding: Decoding) -> list[DocumentLoss]:
+        """Each document's loss through its voter's keyword set
+        (:func:`~ctxleak.mitigations.document_loss.ksa_loss`)."""
+        return [ksa_loss(self, lm, request, answer, d, decoding) for d in documents]
+
+
+__all__ = ["DPKSA", "voter_responses"]
