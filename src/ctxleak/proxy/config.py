@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from ctxleak.errors import ConfigError
 from ctxleak.proxy.budget import Budgets
 from ctxleak.proxy.composition import Composition, best_order
+from ctxleak.proxy.datastore_file import classes_of, datastore_option
 
 ON_EXHAUSTED = ("drop", "refuse")
 ON_UNFITTABLE = ("refuse", "drop")
@@ -46,37 +47,6 @@ def check_caller_keys(keys: Mapping[str, str]) -> None:
 #: large that the mixture's divergence is no longer a finite number and CID would silently
 #: decode at another λ (0 asks for greedy decoding).
 MIN_TEMPERATURE = 1e-6
-
-
-def read_classes(path: str | Path) -> dict[str, str]:
-    """The operator's class of each document: a JSONL or CSV file of rows with ``id`` and
-    ``class`` (``ctxleak serve --classes FILE``). An id given twice with two classes, a missing
-    or empty field, is an error naming the file, line and field."""
-    from ctxleak.errors import InputError
-    from ctxleak.run.records import iter_rows
-
-    out: dict[str, str] = {}
-    for row in iter_rows(Path(path), required=("id", "class")):
-        doc, cls = row.text("id"), row.text("class")
-        if out.get(doc, cls) != cls:
-            raise InputError(f"document {doc!r} is given class {cls!r} here and "
-                             f"{out[doc]!r} above", file=row.file, line=row.line, field="class")
-        out[doc] = cls
-    return out
-
-
-def classes_of(source: str | Path) -> dict[str, str]:
-    """The classes ``source`` names: a bundled set's (``demo-datastore``, unless a file of that
-    name exists), else a file (:func:`read_classes`)."""
-    from ctxleak.bundled import with_classes
-
-    bundled = with_classes()
-    if isinstance(source, str) and source in bundled and not Path(source).exists():
-        from importlib import resources
-
-        return read_classes(Path(str(resources.files("ctxleak") / "data" / "demo"
-                                     / bundled[source])))
-    return read_classes(source)
 
 
 def _messages(value: Any) -> tuple[tuple[str, str], ...]:
@@ -313,7 +283,8 @@ class ProxyConfig:
         if self.prompt_messages is not None:
             object.__setattr__(self, "prompt_messages", _messages(self.prompt_messages))
         if self.datastore is not None:
-            self._read_datastore()
+            object.__setattr__(self, "datastore", datastore_option(self.datastore,
+                                                                   self.mechanism))
         self._check_allowed()
         self._compose()
 
@@ -371,25 +342,6 @@ class ProxyConfig:
                                      and rate > 0):
             raise ConfigError(f"caller_rate must be a number > 0 (requests per minute), not "
                               f"{rate!r}", param="caller_rate")
-
-    def _read_datastore(self) -> None:
-        """``datastore`` as a :class:`~ctxleak.mitigations.datastore.Datastore` (a file, or a
-        bundled set's name), and a mechanism to answer over it."""
-        from ctxleak.mitigations.datastore import BUNDLED_DATASTORES, Datastore
-
-        store = self.datastore
-        if isinstance(store, str) and store in BUNDLED_DATASTORES and not Path(store).exists():
-            store = Datastore.bundled(store)
-        if isinstance(store, (str, Path)):
-            store = Datastore.read(store)
-        if not isinstance(store, Datastore):
-            raise ConfigError(f"datastore must be a Datastore, a JSONL file or "
-                              f"{', '.join(BUNDLED_DATASTORES)}, not {type(store).__name__}",
-                              param="datastore")
-        if self.mechanism is None:
-            raise ConfigError("a datastore is answered over by a mechanism: give one too "
-                              "(--mechanism, e.g. dp-rag:eps=5)", param="datastore")
-        object.__setattr__(self, "datastore", store)
 
     def limits_text(self) -> str:
         """What a client meets at the proxy's limits, in words (``ctxleak serve``'s start

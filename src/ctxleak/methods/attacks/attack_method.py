@@ -58,7 +58,7 @@ from ctxleak.methods.attacks.membership import (
     score_answer,
 )
 from ctxleak.methods.attacks.roc import RESAMPLES
-from ctxleak.mitigations.datastore import Datastore
+from ctxleak.run.datastore_file import bundled_datastore
 from ctxleak.run.inputs import is_named, is_path
 from ctxleak.run.method import ParamsMethod, Plan
 from ctxleak.run.records import read_rows, read_text_file
@@ -98,7 +98,7 @@ def attack_documents(documents: Any, param: str = "documents") -> list[AttackDoc
     if is_named(documents, "demo-rag"):
         rows = [{"id": d.id, "text": d.text} for d in demo_corpus()]
     elif is_named(documents, "demo-datastore"):
-        rows = [{"id": i, "text": t} for i, t in Datastore.bundled("demo-datastore").documents]
+        rows = [{"id": i, "text": t} for i, t in bundled_datastore("demo-datastore").documents]
     elif is_path(documents):
         rows = [{"id": r.get("id", k + 1), "text": r.get("text", r.get("context"))}
                 for k, r in enumerate(read_rows(documents))]
