@@ -106,3 +106,24 @@ def test_the_audit_reads_its_numbers_once(keywords, param):
     with pytest.raises(ConfigError) as caught:
         audit_config(**keywords)
     assert caught.value.param == param and len(str(caught.value)) < 120
+
+
+@pytest.mark.parametrize("keywords, param", [
+    ({"max_tokens": 12.5}, "max_tokens"), ({"max_tokens": True}, "max_tokens"),
+    ({"temperature": math.inf}, "temperature"), ({"concurrency": 2.0}, "concurrency"),
+    ({"timeout_s": math.nan}, "timeout_s"), ({"retries": -1}, "retries"),
+    ({"rate_per_s": 0}, "rate_per_s"), ({"backoff_s": "1"}, "backoff_s"),
+])
+def test_an_endpoint_target_reads_its_numbers_once(keywords, param):
+    from ctxleak.targets.endpoint import ChatEndpointTarget
+
+    with pytest.raises(ConfigError) as caught:
+        ChatEndpointTarget("http://127.0.0.1:9/v1", "m", **keywords)
+    assert caught.value.param == param and "\n" not in str(caught.value)
+
+
+def test_a_served_claim_beyond_float64_is_a_value_error_not_an_overflow():
+    from ctxleak.targets.endpoint import served_claim
+
+    with pytest.raises(ValueError, match="bounded answer"):
+        served_claim({"mode": "bounded", "epsilon": HUGE, "tokens": 3})
