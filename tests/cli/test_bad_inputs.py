@@ -85,7 +85,7 @@ CASES = {
         (["--context-sizes", "0"], ["--context-sizes"]),
         (["--bounded-eps", "none,-2"], ["--bounded-eps", "'-2'", "none"]),
         (["--repeat-threshold", "nan"], ["--repeat-threshold", "finite"]),
-        (["--rouge-threshold", "2"], ["--rouge-threshold", "<= 1"]),
+        (["--rouge-threshold", "2"], ["--rouge-threshold", "must be a number from 0 to 1, got 2"]),
         (["--data", "{folder}"], ["{folder}", "is a folder"]),
         (["--data", "{bad_utf8.jsonl}"], ["{bad_utf8.jsonl}:2", "not UTF-8"]),
         (["--data", "{control.jsonl}"], ["{control.jsonl}:2", "not valid JSON",

@@ -14,6 +14,7 @@ from ctxleak.mitigations.datastore import Datastore, relevance, word_similarity
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
 from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
+from ctxleak.run.datastore_file import read_datastore
 
 CITIES = ("paris", "rome", "berlin", "madrid", "lisbon", "vienna", "athens", "dublin", "oslo",
           "prague", "warsaw", "sofia")
@@ -79,11 +80,11 @@ def test_pairs_and_files(tmp_path):
         Datastore((("a", "x"), ("a", "x")))
     path = tmp_path / "store.jsonl"
     path.write_text(json.dumps({"id": "a", "text": "x"}) + "\n\n" + json.dumps({"id": "b"}) + "\n")
-    with pytest.raises(InputError, match=r"store.jsonl:3: field 'text'"):
-        Datastore.read(path)
+    with pytest.raises(InputError, match=r"store.jsonl:3, field 'text': missing field"):
+        read_datastore(path)
     path.write_text('{"id": "a", "text": "x"}\n{oops\n')
-    with pytest.raises(InputError, match=r"store.jsonl:2: not JSON"):
-        Datastore.read(path)
+    with pytest.raises(InputError, match=r"store.jsonl:2: not valid JSON"):
+        read_datastore(path)
 
 
 def test_word_similarity_reads_only_the_two_texts():

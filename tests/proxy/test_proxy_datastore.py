@@ -115,7 +115,7 @@ def test_a_datastore_needs_a_mechanism_and_a_readable_file(tmp_path):
         ProxyConfig(datastore=STORE)
     bad = tmp_path / "store.jsonl"
     bad.write_text('{"id": "a", "text": "t"}\n{"id": "b"}\n')
-    with pytest.raises(Exception, match=r"store.jsonl:2: field 'text'"):
+    with pytest.raises(Exception, match=r"store.jsonl:2, field 'text': missing field"):
         ProxyConfig(datastore=str(bad), mechanism=SPEC)
     config = ProxyConfig(datastore="demo-datastore", mechanism="dp-rag:eps=5",
                          prompt_messages="short-answer")

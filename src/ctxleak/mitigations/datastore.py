@@ -21,17 +21,14 @@ counts) instead.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 
 from ctxleak.bundled import with_datastore
-from ctxleak.errors import ConfigError, InputError
+from ctxleak.errors import ConfigError
 
 _WORD = re.compile(r"[^\W_]+")
 
@@ -133,41 +130,6 @@ class Datastore:
                                   param="datastore")
         return cls(tuple(texts.items()))
 
-    @classmethod
-    def read(cls, path: str | Path) -> Datastore:
-        """A datastore from a JSONL file of ``{"id", "text"}`` objects (other fields ignored);
-        a bad line is an :class:`InputError` naming the file, the line and the field."""
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"datastore: {path} is not a file", param="datastore")
-        pairs = []
-        with path.open(encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{path}:{line_no}: not JSON ({exc.msg})") from None
-                for key in ("id", "text"):
-                    if not isinstance(row, dict) or not isinstance(row.get(key), (str, int)) \
-                            or str(row[key]) == "":
-                        raise InputError(f"{path}:{line_no}: field '{key}' must be a non-empty "
-                                         "string")
-                pairs.append((str(row["id"]), str(row["text"])))
-        if not pairs:
-            raise InputError(f"{path}: no documents")
-        return cls.of(pairs)
-
-    @classmethod
-    def bundled(cls, name: str) -> Datastore:
-        """The datastore of a bundled set (:data:`BUNDLED_DATASTORES`, e.g. ``demo-datastore``)."""
-        if name not in BUNDLED_DATASTORES:
-            raise ConfigError(f"datastore: no bundled datastore named {name!r}; there are "
-                              f"{', '.join(BUNDLED_DATASTORES)}", param="datastore")
-        return cls.read(Path(str(resources.files("ctxleak") / "data" / "demo"
-                                 / BUNDLED_DATASTORES[name])))
-
     def __len__(self) -> int:
         return len(self.documents)
 
@@ -228,15 +190,4 @@ class Datastore:
         return f"a datastore of {len(self)} documents"
 
 
-def datastore_of(documents: Sequence[tuple[str, str]] | Datastore | str | Path | None
-                 ) -> Datastore | None:
-    """``documents`` as a :class:`Datastore`: one as is, a JSONL path read, pairs collected;
-    None stays None."""
-    if documents is None or isinstance(documents, Datastore):
-        return documents
-    if isinstance(documents, (str, Path)):
-        return Datastore.read(documents)
-    return Datastore.of(documents)
-
-
-__all__ = ["SIMILARITY_RANGE", "Datastore", "Retrieved", "datastore_of", "word_similarity"]
+__all__ = ["SIMILARITY_RANGE", "Datastore", "Retrieved", "word_similarity"]

@@ -15,6 +15,7 @@ from ctxleak.errors import ConfigError
 from ctxleak.proxy.budget import Budgets
 from ctxleak.proxy.composition import Composition, best_order
 from ctxleak.proxy.config_inputs import prompt_messages_of
+from ctxleak.proxy.datastore_file import datastore_option
 from ctxleak.run.classes import classes_of
 
 ON_EXHAUSTED = ("drop", "refuse")
@@ -265,7 +266,8 @@ class ProxyConfig:
         if self.prompt_messages is not None:
             object.__setattr__(self, "prompt_messages", prompt_messages_of(self.prompt_messages))
         if self.datastore is not None:
-            self._read_datastore()
+            object.__setattr__(self, "datastore", datastore_option(self.datastore,
+                                                                   self.mechanism))
         self._check_allowed()
         self._compose()
 
@@ -323,25 +325,6 @@ class ProxyConfig:
                                      and rate > 0):
             raise ConfigError(f"caller_rate must be a number > 0 (requests per minute), not "
                               f"{rate!r}", param="caller_rate")
-
-    def _read_datastore(self) -> None:
-        """``datastore`` as a :class:`~ctxleak.mitigations.datastore.Datastore` (a file, or a
-        bundled set's name), and a mechanism to answer over it."""
-        from ctxleak.mitigations.datastore import BUNDLED_DATASTORES, Datastore
-
-        store = self.datastore
-        if isinstance(store, str) and store in BUNDLED_DATASTORES and not Path(store).exists():
-            store = Datastore.bundled(store)
-        if isinstance(store, (str, Path)):
-            store = Datastore.read(store)
-        if not isinstance(store, Datastore):
-            raise ConfigError(f"datastore must be a Datastore, a JSONL file or "
-                              f"{', '.join(BUNDLED_DATASTORES)}, not {type(store).__name__}",
-                              param="datastore")
-        if self.mechanism is None:
-            raise ConfigError("a datastore is answered over by a mechanism: give one too "
-                              "(--mechanism, e.g. dp-rag:eps=5)", param="datastore")
-        object.__setattr__(self, "datastore", store)
 
     def limits_text(self) -> str:
         """What a client meets at the proxy's limits, in words (``ctxleak serve``'s start

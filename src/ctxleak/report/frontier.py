@@ -119,10 +119,12 @@ def frontier_plots(front: dict[str, Any] | None) -> dict[str, bytes]:
     then. Empty without a frontier or without utility."""
     if not front or not front.get("utility"):
         return {}
+    left_out = skipped_settings(front)
     points = [{"x": r["privacy"], "y": r["utility"], "label": short_label(r["label"]),
                "marked": bool(r.get("pareto")), "x_low": r["privacy_ci_low"],
                "x_high": r["privacy_ci_high"], "y_low": r["utility_ci_low"],
-               "y_high": r["utility_ci_high"]} for r in front.get("rows") or []]
+               "y_high": r["utility_ci_high"]} for r in front.get("rows") or []
+              if r["setting"] not in left_out]
     bars = any(p["x_low"] is not None or p["y_low"] is not None for p in points
                if p["x"] is not None and p["y"] is not None)
     title = "Utility against privacy loss, one point per setting"
@@ -134,13 +136,23 @@ def frontier_plots(front: dict[str, Any] | None) -> dict[str, bytes]:
 
 def notes(front: dict[str, Any]) -> list[str]:
     """The recommendation, the questions utility and leak were read on where the sweep split
-    them by fact group, then the fallback note where privacy is not above a control."""
+    them by fact group, the fallback note where privacy is not above a control, then the
+    settings skipped because a figure is not finite, each with its reason."""
     out = [f"Recommendation: {front.get('recommendation')}"]
     if front.get("fact_note"):
         out.append(f"Fact groups: {front['fact_note']}.")
     if front.get("privacy_note"):
         out.append(f"Note: {front['privacy_note']}")
+    if front.get("skipped"):
+        out.append("Skipped (a figure that is not a finite number; never on the Pareto front, "
+                   "never recommended, not plotted): " + "; ".join(
+                       f"{s['label']} ({s['reason']})" for s in front["skipped"]) + ".")
     return out
+
+
+def skipped_settings(front: dict[str, Any]) -> set[Any]:
+    """The keys of the settings the frontier skipped (a figure not finite)."""
+    return {s["setting"] for s in front.get("skipped") or ()}
 
 
 def print_frontier(front: dict[str, Any] | None, *, plain: bool = False) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ctxleak.domains import whole
 from ctxleak.engine.batching import BatchPolicy, is_out_of_memory, using
 from ctxleak.engine.capabilities import Backend, backend_of, check_capabilities
 from ctxleak.engine.lm import LanguageModel
@@ -292,6 +293,7 @@ def run_method(method: Method[Any, Any, Any], over: Over | None = None, data: An
     the most questions sent to a target in this run folder, resumes included. Every process of
     a data-parallel launch calls this; only rank 0 gets the output (the others get None).
     """
+    max_queries = whole(max_queries, "max_queries", minimum=0, allow_none=True)
     common = method.common
     if output is not None or resume is not None:
         common = replace(common, output=output if output is not None else common.output,

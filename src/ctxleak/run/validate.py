@@ -7,11 +7,11 @@ says what is allowed. They import nothing heavy, so a command can call them all 
 
 from __future__ import annotations
 
-import math
 import string
 from collections.abc import Sequence
 from typing import Any
 
+from ctxleak.domains import real, whole
 from ctxleak.engine.batch_size import check_batch_size
 from ctxleak.errors import ConfigError
 
@@ -23,36 +23,19 @@ def _named(name: str, message: str) -> ConfigError:
 
 
 def check_limit(limit: int | None, name: str = "limit", minimum: int = 1) -> int | None:
-    """``None`` (all examples) or an integer of at least ``minimum``."""
-    if limit is None:
-        return None
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise _named(name, f"{name} must be an integer, got {limit!r}")
-    if limit < minimum:
-        raise _named(name, f"{name} must be at least {minimum}, got {limit}")
-    return limit
+    """``None`` (all examples) or an integer of at least ``minimum``
+    (:func:`ctxleak.domains.whole`: not ``True``, not ``12.5``)."""
+    return whole(limit, name, minimum=minimum, allow_none=True)
 
 
 def check_number(value: float | None, name: str, *, minimum: float | None = None,
                  maximum: float | None = None, strict_min: bool = False,
                  allow_none: bool = False) -> float | None:
-    """A finite number within ``[minimum, maximum]`` (``(minimum, ...`` with ``strict_min``);
-    NaN and ±inf are refused with their own message."""
-    if value is None:
-        if allow_none:
-            return None
-        raise _named(name, f"{name} needs a value")
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise _named(name, f"{name} must be a number, not '{value}'") from None
-    if not math.isfinite(x):
-        raise _named(name, f"{name} must be a finite number, not {value}")
-    if minimum is not None and (x <= minimum if strict_min else x < minimum):
-        raise _named(name, f"{name} must be {'>' if strict_min else '>='} {minimum:g}, got {x:g}")
-    if maximum is not None and x > maximum:
-        raise _named(name, f"{name} must be <= {maximum:g}, got {x:g}")
-    return x
+    """A finite number within ``[minimum, maximum]`` (``(minimum, ...`` with ``strict_min``):
+    :func:`ctxleak.domains.real` (not ``True``, not NaN or ±inf, not an integer beyond
+    float64)."""
+    return real(value, name, minimum=minimum, maximum=maximum, strict_min=strict_min,
+                allow_none=allow_none)
 
 
 def check_nonempty(values: Sequence[Any], name: str, example: str = "") -> Sequence[Any]:

@@ -21,6 +21,7 @@ nothing else (:mod:`ctxleak.engine.capabilities`).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import os
@@ -86,6 +87,23 @@ class ProcessExit(SystemExit):
     """``os._exit(code)`` called by a target's code while ctxleak called it (:func:`no_exit`)."""
 
 
+class ForeignExit(SystemExit):
+    """A ``BaseException`` that is not an error raised by a target's code while ctxleak called
+    it (:func:`no_exit`): ``GeneratorExit``, or a class of the user's own. ``raised`` is it."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(1)
+        self.raised = raised
+
+
+def _passes(exc: BaseException) -> bool:
+    """Whether ``exc`` leaves a target's call as it is: an error (the call site says whose), an
+    exit (:func:`exit_words`), Ctrl-C or SIGTERM (a ``KeyboardInterrupt``: the run stops and
+    keeps what it has), a task's cancellation, or a class of ctxleak's own."""
+    return isinstance(exc, (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError)) \
+        or type(exc).__module__.split(".")[0] == "ctxleak"
+
+
 _REAL_EXIT = os._exit
 _exit_guard = threading.Lock()
 _exit_depth = 0
@@ -105,8 +123,10 @@ def no_exit() -> Iterator[None]:
     (threads included); in a child the target's code forks (a process pool), it still ends
     the child. A target may not end the audit's process: that would leave the run
     unfinished, lose the answers not yet journaled and give an exit status (0, or 3, which a
-    CI gate reads as "over budget") that says nothing of what happened. Catch ``SystemExit``
-    around it (:func:`exit_words` says what was called)."""
+    CI gate reads as "over budget") that says nothing of what happened. Any other
+    ``BaseException`` that is not an error (``GeneratorExit``, a class of the user's own) comes
+    out as :class:`ForeignExit`. Catch ``SystemExit`` around it (:func:`exit_words` says what
+    was called or raised)."""
     global _exit_depth, _GUARDED_PID
     with _exit_guard:
         if _exit_depth == 0:
@@ -115,6 +135,10 @@ def no_exit() -> Iterator[None]:
         _exit_depth += 1
     try:
         yield
+    except BaseException as exc:
+        if _passes(exc):
+            raise
+        raise ForeignExit(exc) from None
     finally:
         with _exit_guard:
             _exit_depth -= 1
@@ -125,6 +149,10 @@ def no_exit() -> Iterator[None]:
 def exit_words(exc: SystemExit) -> str:
     """What a target's code called to end the process: ``"called os._exit(3)"``,
     ``"called sys.exit(0)"`` (or raised SystemExit)."""
+    if isinstance(exc, ForeignExit):
+        said = str(exc.raised).splitlines()[0][:200] if str(exc.raised).strip() else ""
+        return (f"raised {type(exc.raised).__name__}{': ' + said if said else ''} (not an "
+                f"error: a target's code may raise only Exceptions)")
     how = "os._exit" if isinstance(exc, ProcessExit) else "sys.exit"
     return f"called {how}({exc.code!r}) (a target may not end the audit's process)"
 

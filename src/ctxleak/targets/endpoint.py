@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
+from ctxleak.domains import real, whole
 from ctxleak.engine.key_mask import key_forms, key_pattern, mask_key, mask_spelled
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.mechanisms import Claim
@@ -323,7 +324,7 @@ def served_claim(field: Any) -> Claim | None:
             return Claim(float(field["epsilon"]) * int(field["tokens"]), 0.0, "context")
         if mode == "lambda":
             return Claim(0.0, 0.0, "context") if float(field["lambda"]) == 0 else Claim(None)
-    except (ConfigError, KeyError, TypeError) as exc:
+    except (ConfigError, KeyError, TypeError, OverflowError) as exc:
         raise ValueError(f"{mode} answer: {exc}") from None
     raise ValueError(f"mode {mode!r} is none of mechanism, bounded, lambda")
 
@@ -356,20 +357,18 @@ def _read_key(env: str | None) -> str | None:
 
 def _check(*, base_url: str, max_tokens: int, temperature: float, concurrency: int,
            rate_per_s: float | None, timeout_s: float, retries: int, backoff_s: float) -> None:
-    """One :class:`ConfigError` naming the first bad setting."""
-    bad = [("base_url", not base_url.startswith(("http://", "https://")),
-            f"an http(s) address, not {base_url!r}"),
-           ("max_tokens", max_tokens < 1, f">= 1, not {max_tokens}"),
-           ("temperature", not temperature >= 0, f">= 0, not {temperature}"),
-           ("concurrency", concurrency < 1, f">= 1, not {concurrency}"),
-           ("rate_per_s", rate_per_s is not None and not rate_per_s > 0,
-            f"> 0 (or None), not {rate_per_s}"),
-           ("timeout_s", not timeout_s > 0, f"> 0, not {timeout_s}"),
-           ("retries", retries < 0, f">= 0, not {retries}"),
-           ("backoff_s", not backoff_s >= 0, f">= 0, not {backoff_s}")]
-    for param, wrong, want in bad:
-        if wrong:
-            raise ConfigError(f"{param} must be {want}", param=param)
+    """One :class:`ConfigError` naming the first bad setting (numbers read by
+    :mod:`ctxleak.domains`: counts are integers, not ``True``; quantities finite)."""
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"base_url must be an http(s) address, not {base_url!r}",
+                          param="base_url")
+    whole(max_tokens, "max_tokens", minimum=1)
+    real(temperature, "temperature", minimum=0)
+    whole(concurrency, "concurrency", minimum=1)
+    real(rate_per_s, "rate_per_s", minimum=0, strict_min=True, allow_none=True)
+    real(timeout_s, "timeout_s", minimum=0, strict_min=True)
+    whole(retries, "retries", minimum=0)
+    real(backoff_s, "backoff_s", minimum=0)
 
 
 def _openai() -> Any:

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ctxleak.domains import whole
 from ctxleak.errors import ConfigError, InputError, warn
 from ctxleak.mitigations.mechanisms import Claim
 from ctxleak.targets.base import Target, TargetAnswer, TargetError, exit_words, no_exit
@@ -271,14 +272,9 @@ class JournaledTarget:
 
     def __init__(self, target: Target, journal: AnswerJournal, max_queries: int | None = None,
                  *, chunk: int = 16, max_answer_chars: int = MAX_ANSWER_CHARS) -> None:
-        if max_queries is not None and max_queries < 0:
-            raise ConfigError(f"max_queries must be >= 0, not {max_queries}",
-                              param="max_queries")
-        if chunk < 1:
-            raise ConfigError(f"chunk must be >= 1, not {chunk}", param="chunk")
-        if max_answer_chars < 1:
-            raise ConfigError(f"max_answer_chars must be >= 1, not {max_answer_chars}",
-                              param="max_answer_chars")
+        max_queries = whole(max_queries, "max_queries", minimum=0, allow_none=True)
+        chunk = whole(chunk, "chunk", minimum=1)
+        max_answer_chars = whole(max_answer_chars, "max_answer_chars", minimum=1)
         self.max_answer_chars = max_answer_chars
         self.target, self.journal, self.max_queries, self.chunk = target, journal, max_queries, chunk
         self.key = target.fingerprint()

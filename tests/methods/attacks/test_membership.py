@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxleak.errors import InputError
+from ctxleak.errors import ConfigError, InputError
 from ctxleak.methods.attacks.extract import AttackDocument
 from ctxleak.methods.attacks.membership import (
     MASK_TEMPLATE,
@@ -117,8 +117,10 @@ def test_bad_options() -> None:
         membership_questions([A], [B], attacks=["guess"])
     with pytest.raises(InputError, match="masks"):
         membership_questions([A], [B], masks=0)
-    with pytest.raises(InputError, match="held_out"):
-        split_members([A, B], held_out=1.0)
+    with pytest.raises(ConfigError, match=r"held_out must be in \(0, 1\), got 1"):
+        split_members([A, B], held_out=1.0)  # a parameter's domain: a ConfigError since issue 84
+    with pytest.raises(ConfigError, match="held_out must be a number, got True"):
+        split_members([A, B], held_out=True)
     with pytest.raises(InputError, match="at least 2"):
         split_members([A])
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from ctxleak.errors import ConfigError
 from ctxleak.methods.attacks.extract import AttackDocument, as_documents
-from ctxleak.mitigations.datastore import Datastore
 from ctxleak.run.classes import classes_of
+from ctxleak.run.datastore_file import bundled_datastore
 from ctxleak.run.inputs import is_named, is_path
 from ctxleak.run.records import read_rows, read_text_file
 from ctxleak.targets.rag import demo_corpus
@@ -25,7 +25,7 @@ def attack_documents(documents: Any, param: str = "documents") -> list[AttackDoc
     if is_named(documents, "demo-rag"):
         rows = [{"id": d.id, "text": d.text} for d in demo_corpus()]
     elif is_named(documents, "demo-datastore"):
-        rows = [{"id": i, "text": t} for i, t in Datastore.bundled("demo-datastore").documents]
+        rows = [{"id": i, "text": t} for i, t in bundled_datastore("demo-datastore").documents]
     elif is_path(documents):
         rows = [{"id": r.get("id", k + 1), "text": r.get("text", r.get("context"))}
                 for k, r in enumerate(read_rows(documents))]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from numbers import Integral
 from typing import Any
 
+from ctxleak.domains import real, whole
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.errors import ConfigError
 from ctxleak.methods.attacks.attack_claims import (
@@ -85,8 +86,7 @@ class InfluenceRun:
 
 
 def _check_batch(batch: int) -> None:
-    if not 1 <= batch <= 1024:
-        raise ConfigError(f"batch must be from 1 to 1024 questions, not {batch}", param="batch")
+    whole(batch, "batch", minimum=1, maximum=1024)
 
 
 def _retrieved(answer: TargetAnswer) -> list[str] | None:
@@ -117,18 +117,15 @@ class ExtractParams:
         if not isinstance(self.adaptive, bool):
             raise ConfigError(f"adaptive must be True or False, not {self.adaptive!r}",
                               param="adaptive")
-        if self.queries is not None and (isinstance(self.queries, bool) or
-                                         not isinstance(self.queries, Integral)):
-            raise ConfigError(f"queries must be a whole number, not {self.queries!r}",
-                              param="queries")
+        whole(self.queries, "queries", allow_none=True)
+        whole(self.anchor_words, "anchor_words", minimum=1, maximum=1000)
         if self.adaptive and self.queries is not None and self.queries < 1:
             raise ConfigError(f"queries must be at least 1 for an adaptive extraction (its "
                               f"budget of queries), not {self.queries}", param="queries")
         if self.kind not in ("targeted", "untargeted"):
             raise ConfigError(f"kind must be 'targeted' or 'untargeted', not {self.kind!r}",
                               param="kind")
-        if self.queries is not None and self.queries < 1:
-            raise ConfigError(f"queries must be at least 1, not {self.queries}", param="queries")
+        whole(self.queries, "queries", minimum=1, allow_none=True)
         if not self.command.strip():
             raise ConfigError("command must not be empty", param="command")
         _check_batch(self.batch)
@@ -302,15 +299,10 @@ class MembershipParams:
                     not 1 <= value <= 100:
                 raise ConfigError(f"{name} must be a whole number from 1 to 100 ({what} per "
                                   f"document), not {value!r}", param=name)
-        if not 0 < self.confidence < 1:
-            raise ConfigError(f"confidence must be in (0, 1), not {self.confidence}",
-                              param="confidence")
-        if self.resamples < 100:
-            raise ConfigError(f"resamples must be at least 100, not {self.resamples}",
-                              param="resamples")
-        if self.eps_claimed is not None and not self.eps_claimed >= 0:
-            raise ConfigError(f"eps_claimed must be >= 0, not {self.eps_claimed}",
-                              param="eps_claimed")
+        real(self.confidence, "confidence", minimum=0, maximum=1, strict_min=True,
+             strict_max=True)
+        whole(self.resamples, "resamples", minimum=100, maximum=1_000_000)
+        real(self.eps_claimed, "eps_claimed", minimum=0, allow_none=True)
         _check_batch(self.batch)
 
     def to_config(self) -> dict[str, Any]:

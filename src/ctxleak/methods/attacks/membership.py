@@ -47,6 +47,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ctxleak.domains import real
 from ctxleak.errors import InputError
 from ctxleak.methods.attacks.calibrated import PERTURBATIONS, calibrated_questions, substitute_pool
 from ctxleak.methods.attacks.completion import completion_question, completion_score
@@ -86,9 +87,7 @@ def split_members(documents: Sequence[Any], *, held_out: float = 0.5, seed: int 
     """(members, non-members) of one corpus: a seeded ``held_out`` fraction (at least one
     document, at most all but one) held out of the datastore, in the corpus order."""
     docs = as_documents(documents)
-    if not 0 < held_out < 1:
-        raise InputError(f"held_out must be a fraction in (0, 1), not {held_out}",
-                         param="held_out")
+    real(held_out, "held_out", minimum=0, maximum=1, strict_min=True, strict_max=True)
     if len(docs) < 2:
         raise InputError("membership needs at least 2 documents (members and held-out "
                          "non-members)", param="documents")

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ctxleak.domains import real, whole
 from ctxleak.engine.batching import BatchPolicy
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
@@ -42,9 +43,7 @@ def _positive(param: str, value: float) -> None:
     """``value`` in the dp accounting's meaningful range
     (:data:`~ctxleak.mitigations.accounting_params.PARAM_RANGE`)."""
     low, high = PARAM_RANGE
-    if not low <= value <= high:
-        raise ConfigError(f"{param} must be a number from {low:g} to {high:g}, got {value:g}",
-                          param=param)
+    real(value, param, minimum=low, maximum=high)
 
 
 def audit_config(*, target_eps: Any = "1,10,100", delta: Any = "1e-5", subset_size: int = 8,
@@ -64,13 +63,13 @@ def audit_config(*, target_eps: Any = "1,10,100", delta: Any = "1e-5", subset_si
                               f"{', '.join(f'{v:g}' for v in values)}", param=param)
     _positive("clip", clip)
     _positive("temperature", temperature)
-    if subset_size < 2:
+    if whole(subset_size, "subset_size") < 2:
         raise ConfigError(f"subset_size must be at least 2 (the leave-one-out neighbours need "
                           f"s - 1 >= 1 prompts), got {subset_size}", param="subset_size")
     for name, value in (("n_gen", n_gen), ("max_tokens", max_tokens)):
-        if value < 1:
+        if whole(value, name) < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}", param=name)
-    if not 0 <= min_tokens <= max_tokens:
+    if not 0 <= whole(min_tokens, "min_tokens") <= max_tokens:
         raise ConfigError(f"min_tokens must be between 0 and max_tokens ({max_tokens}), "
                           f"got {min_tokens}", param="min_tokens")
     if not label.strip():

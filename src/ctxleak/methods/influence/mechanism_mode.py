@@ -63,7 +63,6 @@ from ctxleak.mitigations.cid import CID
 from ctxleak.mitigations.datastore import (
     BUNDLED_DATASTORES,
     Datastore,
-    datastore_of,
     word_similarity,
 )
 from ctxleak.mitigations.document_loss import own_document_losses, within_claim
@@ -82,6 +81,7 @@ from ctxleak.mitigations.prompts import (
     app_chat_prompt,
     template_prompt,
 )
+from ctxleak.run.datastore_file import bundled_datastore, datastore_of
 from ctxleak.run.inputs import is_named
 
 #: The ``datastore`` value that keeps each question's own retrieved list.
@@ -151,7 +151,7 @@ def resolve_datastore(option: Any, data: Any, examples: Sequence[InfluenceExampl
         return datastore_of(option)
     for name in BUNDLED_DATASTORES:
         if is_named(data, name):
-            return Datastore.bundled(name)
+            return bundled_datastore(name)
     pooled = [(str(d.id), d.text) for ex in examples for d in ex.documents or ()
               if d.id is not None]
     return Datastore.of(pooled) if pooled else None

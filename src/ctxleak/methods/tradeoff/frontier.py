@@ -38,6 +38,10 @@ private-fact questions only (the summary's ``fact_groups``,
 :func:`ctxleak.methods.influence.summary.fact_groups`, else the records'), and ``fact_note``
 says so in one line; without both groups nothing changes.
 
+A setting whose privacy loss or utility is not a finite number (NaN, ±inf: a run cut short,
+a summary edited by hand) is skipped: it keeps its row, but is never on the Pareto front, never
+compared and never recommended, and ``skipped`` names it with the reason.
+
 The recommendation is the Pareto setting with the least privacy loss that keeps at least
 ``keep`` (default 90 %) of the best utility, said in one sentence with what its claim covers
 (a shard-level ε is not a document-level ε); when no setting with less privacy loss than the
@@ -49,6 +53,7 @@ recommends nothing (naming the setting the rule would pick on those few question
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -59,6 +64,7 @@ from ctxleak.methods.tradeoff.rows import (
     NOTHING,
     FrontierRow,
     difference,
+    skipped,
     utility_columns,
 )
 from ctxleak.methods.tradeoff.setting_summary import (
@@ -113,7 +119,8 @@ def frontier(settings: Sequence[Mapping[str, Any]],
     setting measured utility on), the ``recommended`` setting's key (``None`` where none is,
     and with fewer than ``min_questions`` questions) and the ``recommendation``; ``facts``
     (questions per fact group, ``None`` without both groups) and ``fact_note``, the line that
-    says which questions utility and privacy loss were read on."""
+    says which questions utility and privacy loss were read on; ``skipped``, the settings
+    left out of every comparison because a figure is not finite (:func:`.rows.skipped`)."""
     if not (isinstance(keep, (int, float)) and not isinstance(keep, bool) and 0 < keep <= 1):
         raise ConfigError(f"keep must be a share of the best utility in (0, 1], got {keep!r}",
                           param="keep")
@@ -142,16 +149,21 @@ def frontier(settings: Sequence[Mapping[str, Any]],
                     default=None)
     resolved = questions is None or questions >= min_questions
     chosen = recommend(rows, keep) if resolved else None
-    sentence = recommendation(rows, chosen, keep, privacy, name) if resolved else (
+    left_out = skipped(rows, privacy, name)
+    sentence = (f"No recommendation: every setting with figures was skipped ({len(left_out)} "
+                f"of {len(rows)}: a leak or utility that is not a finite number)."
+                if left_out and not any(r.point for r in rows)
+                else recommendation(rows, chosen, keep, privacy, name) if resolved else (
         f"No recommendation: utility differences not resolved with {questions} question(s) "
         f"(fewer than {min_questions}); measure at least {min_questions} questions to choose "
-        f"between settings." + _indicative(rows, keep, name))
+        f"between settings." + _indicative(rows, keep, name)))
     return {"privacy": privacy, "privacy_unit": "nats per token", "privacy_note": note,
             "utility": name, "utility_key": key, "keep": keep, "questions": questions,
             "min_questions": min_questions, "resolved": resolved,
             "facts": facts, "fact_note": fact_note(facts),
             "recommended": chosen.setting if chosen else None,
-            "recommendation": sentence, "rows": [row.to_dict() for row in rows]}
+            "recommendation": sentence, "skipped": left_out,
+            "rows": [row.to_dict() for row in rows]}
 
 
 def _row(setting: SettingSummary, label: str, privacy: str, key: str | None,
@@ -262,7 +274,8 @@ def baseline_key(setting: SettingSummary) -> str | None:
 def pareto_flags(points: Sequence[tuple[float, float] | None]) -> list[bool | None]:
     """For each (privacy loss, utility) point, whether it is on the Pareto front: True when no
     other point has privacy loss no higher and utility no lower, one of them strictly; None
-    where a point is missing."""
+    where a point is missing or not finite (NaN, ±inf), which is compared with no other."""
+    points = [p if p is not None and all(map(math.isfinite, p)) else None for p in points]
     flags: list[bool | None] = []
     for i, point in enumerate(points):
         if point is None:
@@ -282,7 +295,8 @@ def _ranked(rows: Sequence[FrontierRow]) -> list[FrontierRow]:
     best = _best(flagged)
     top = None if best is None else _figures(best)[1]
     return [replace(r, utility_kept=r.utility.mean / top
-                    if top is not None and r.utility.mean is not None and top > 0 else None)
+                    if top is not None and r.utility.mean is not None and top > 0
+                    and math.isfinite(r.utility.mean) else None)
             for r in flagged]
 
 
@@ -408,4 +422,5 @@ def claim_sentence(row: FrontierRow) -> str:
 __all__ = ["ABOVE_CONTROL", "CLAIM_SCOPE", "COLUMNS", "KEEP", "MIN_QUESTIONS",
            "NOTHING", "PER_TOKEN", "UTILITIES", "FrontierRow", "SettingSummary", "baseline_key",
            "claim_sentence", "closest", "context_part", "fact_note", "fact_views", "frontier",
-           "pareto_flags", "recommend", "recommendation", "setting_labels", "utility_columns"]
+           "pareto_flags", "recommend", "recommendation", "setting_labels", "skipped",
+           "utility_columns"]

@@ -12,6 +12,7 @@ written them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,9 +80,11 @@ class FrontierRow:
 
     @property
     def point(self) -> tuple[float, float] | None:
-        """(privacy loss, utility) where the row has both; None otherwise."""
+        """(privacy loss, utility) where the row has both and both are finite numbers; None
+        otherwise (a NaN or infinite figure is never compared: :func:`.frontier.skipped`)."""
         p, u = self.privacy.mean, self.utility.mean
-        return None if p is None or u is None else (p, u)
+        return None if p is None or u is None or not (math.isfinite(p) and math.isfinite(u)) \
+            else (p, u)
 
     def to_dict(self) -> dict[str, Any]:
         """The row as plain data, its columns in the frontier's order."""
@@ -138,4 +141,20 @@ def difference(rows: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
                       d["ci_reason"])
 
 
-__all__ = ["NOTHING", "Difference", "FrontierRow", "Score", "difference", "utility_columns"]
+def skipped(rows: Sequence[FrontierRow], privacy: str, utility: str | None
+            ) -> list[dict[str, Any]]:
+    """The rows the frontier compares with no other (their :attr:`FrontierRow.point` is None)
+    because a figure is not a finite number: each as ``{"setting", "label", "reason"}``, the
+    reason naming the figure and its value (``F1 is nan``)."""
+    out = []
+    for row in rows:
+        bad = [f"{what} is {value}" for what, value in ((privacy, row.privacy.mean),
+                                                        (utility or "utility", row.utility.mean))
+               if value is not None and not math.isfinite(value)]
+        if bad:
+            out.append({"setting": row.setting, "label": row.label, "reason": "; ".join(bad)})
+    return out
+
+
+__all__ = ["NOTHING", "Difference", "FrontierRow", "Score", "difference", "skipped",
+           "utility_columns"]
