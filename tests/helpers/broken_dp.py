@@ -1,8 +1,9 @@
 """Broken variants of the DP mechanisms, for tests only: each subclass's noisy step adds no
 noise, so an audit must catch it ("Auditing Differentially Private Machine Learning: How Private
 is Private SGD?"). DPVoteRAG and DPSparseVoteRAG: Koga, Wu and Chaudhuri, "Privacy-Preserving
-Retrieval-Augmented Generation with Differential Privacy"; DP-RAG: Grislain, "RAG with
-Differential Privacy". Each keeps its honest parent's claim."""
+Retrieval-Augmented Generation with Differential Privacy" (and the answer vote, their step over
+whole answers); DP-RAG: Grislain, "RAG with Differential Privacy". Each keeps its honest
+parent's claim."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import math
 
 import torch
 
+from ctxleak.mitigations.dp_answer_vote import DPAnswerVote
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
 
@@ -41,3 +43,10 @@ class NoNoiseDPRAG(DPRAG):
         out = torch.full_like(z, -math.inf)
         out[int(torch.argmax(z))] = 0.0
         return out
+
+
+class NoNoiseAnswerVote(DPAnswerVote):
+    """Broken: the most frequent answer released as is (no Gumbel noise, no threshold)."""
+
+    def release(self, counts, scale, gap, generator):
+        return int(torch.argmax(counts))
