@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from ctxleak.errors import ConfigError
 from ctxleak.proxy.budget import Budgets
 from ctxleak.proxy.composition import Composition, best_order
+from ctxleak.run.classes import classes_of
 
 ON_EXHAUSTED = ("drop", "refuse")
 ON_UNFITTABLE = ("refuse", "drop")
@@ -46,37 +47,6 @@ def check_caller_keys(keys: Mapping[str, str]) -> None:
 #: large that the mixture's divergence is no longer a finite number and CID would silently
 #: decode at another λ (0 asks for greedy decoding).
 MIN_TEMPERATURE = 1e-6
-
-
-def read_classes(path: str | Path) -> dict[str, str]:
-    """The operator's class of each document: a JSONL or CSV file of rows with ``id`` and
-    ``class`` (``ctxleak serve --classes FILE``). An id given twice with two classes, a missing
-    or empty field, is an error naming the file, line and field."""
-    from ctxleak.errors import InputError
-    from ctxleak.run.records import iter_rows
-
-    out: dict[str, str] = {}
-    for row in iter_rows(Path(path), required=("id", "class")):
-        doc, cls = row.text("id"), row.text("class")
-        if out.get(doc, cls) != cls:
-            raise InputError(f"document {doc!r} is given class {cls!r} here and "
-                             f"{out[doc]!r} above", file=row.file, line=row.line, field="class")
-        out[doc] = cls
-    return out
-
-
-def classes_of(source: str | Path) -> dict[str, str]:
-    """The classes ``source`` names: a bundled set's (``demo-datastore``, unless a file of that
-    name exists), else a file (:func:`read_classes`)."""
-    from ctxleak.bundled import with_classes
-
-    bundled = with_classes()
-    if isinstance(source, str) and source in bundled and not Path(source).exists():
-        from importlib import resources
-
-        return read_classes(Path(str(resources.files("ctxleak") / "data" / "demo"
-                                     / bundled[source])))
-    return read_classes(source)
 
 
 def _messages(value: Any) -> tuple[tuple[str, str], ...]:
