@@ -61,7 +61,7 @@ def main() -> None:
         chunk = list(enumerate(common))[at:at + args.batch]
         requests = [answer_request(lm, (ex, Setting.cid(1.0, 1.0), derive_seed(0, k)), options,
                                    store) for k, ex in chunk]
-        for (k, ex), answer in zip(chunk, mech.answer(lm, requests, decoding)):
+        for (_, ex), answer in zip(chunk, mech.answer(lm, requests, decoding)):
             step = answer.steps[0]
             refs = ex.all_references
             response = lm.decode(list(answer.response_ids))
