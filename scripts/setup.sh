@@ -22,12 +22,20 @@ if [ "${1:-}" = "--dev" ]; then
   { bash scripts/setup_vllm.sh \
       || echo "setup: no vLLM server virtualenv (served-model tests will be skipped)" >&2; } &
   side+=($!)
-  # Headless Chromium for the browser tests of the reports (tests/report/test_browser.py skip
-  # without it). Only where apt is available and we may use it; never fatal.
-  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  # From Debian's packages, only where apt is available and we may use it, each never fatal:
+  # headless Chromium for the browser tests of the reports (tests/report/test_browser.py skip
+  # without it) and Prometheus (promtool checks the shipped alert rules, the server scrapes a
+  # running proxy in tests/proxy/test_prometheus_live.py; skipped without it).
+  apt_wanted=()
+  command -v chromium >/dev/null 2>&1 || apt_wanted+=(chromium)
+  command -v promtool >/dev/null 2>&1 || apt_wanted+=(prometheus)
+  if [ ${#apt_wanted[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
-    { { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null; } \
-        || echo "setup: could not install chromium (browser tests will be skipped)" >&2; } &
+    { $SUDO apt-get update -qq || true
+      for package in "${apt_wanted[@]}"; do  # one at a time: apt holds one lock
+        $SUDO apt-get install -y -qq "$package" >/dev/null \
+          || echo "setup: could not install $package (its tests will be skipped)" >&2
+      done; } &
     side+=($!)
   fi
 fi

@@ -44,7 +44,7 @@ RENAMED_FLAGS: dict[str, dict[str, tuple[str, str | None]]] = {
 #: whose heavy imports stay inside the command functions so that ``ctxleak --help`` is fast.
 COMMAND_ORDER = ["influence", "icl", "susceptibility", "probe", "audit", "canary", "attack",
                  "models", "data",
-                 "compare", "run", "pii", "dp", "serve"]
+                 "compare", "run", "pii", "dp", "serve", "monitoring"]
 
 
 class _InOrder(typer.core.TyperGroup):

@@ -60,7 +60,11 @@ def check_cid_settings(*, lam: float | None = None, temperature: float | None = 
     """Check the settings given, in this order: λ finite and ≥ 0 (0 = no context, 1 = plain
     decoding, > 1 amplifies the context), T finite and > 0, bounded CID's ε finite and ≥ 0
     (ε = 0 leaves only λ_t = 0: the no-context answer).
-    Raises :class:`CIDSettingError` for the first one outside its domain."""
+    Raises :class:`CIDSettingError` for the first one outside its domain (a bool is not a
+    number: ``True`` is refused, not read as 1)."""
+    for name, value in (("lam", lam), ("temperature", temperature), ("bounded_eps", bounded_eps)):
+        if isinstance(value, bool):
+            raise CIDSettingError(f"{name} must be a number, not {value}", name)
     if lam is not None:
         if not math.isfinite(lam):
             raise CIDSettingError(f"lam must be a finite number, not {lam}", "lam")

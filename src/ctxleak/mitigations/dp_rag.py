@@ -155,7 +155,7 @@ class DPRAG(Mechanism):
                 math.isfinite(self.eps_retrieval) and 0 <= self.eps_retrieval < self.eps):
             raise ConfigError(f"eps_retrieval: {self.eps_retrieval} is not an ε in [0, eps)",
                               param="eps_retrieval")
-        if not (isinstance(self.top_k, int) and self.top_k >= 1):
+        if isinstance(self.top_k, bool) or not (isinstance(self.top_k, int) and self.top_k >= 1):
             raise ConfigError(f"top_k: {self.top_k} is not a number of documents >= 1",
                               param="top_k")
         threshold_grid(*(self.score_range or (0.0, 1.0)), self.grid)

@@ -31,7 +31,7 @@ def threshold_grid(low: float, high: float, points: int) -> torch.Tensor:
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
         raise ConfigError(f"score_range: ({low}, {high}) is not a finite interval low < high",
                           param="score_range")
-    if not 2 <= points <= MAX_GRID:
+    if isinstance(points, bool) or not isinstance(points, int) or not 2 <= points <= MAX_GRID:
         raise ConfigError(f"grid: 2 to {MAX_GRID} thresholds, not {points}", param="grid")
     return torch.linspace(low, high, points, dtype=torch.float64)
 

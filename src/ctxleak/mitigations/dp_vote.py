@@ -150,15 +150,15 @@ class VoteBudget:
 def _check_vote(mech: Any) -> None:
     check_eps(mech.eps)
     check_delta(mech.delta)
-    if not (isinstance(mech.shards, int) and mech.shards >= 3):
+    if isinstance(mech.shards, bool) or not (isinstance(mech.shards, int) and mech.shards >= 3):
         raise ConfigError(f"shards: a vote needs at least 3 voters (a released token leads the "
                           f"next by more than 2 votes), not {mech.shards}", param="shards")
     if mech.eps_token is not None:
         check_eps(mech.eps_token, "eps_token")
-    if not (isinstance(mech.domain, int) and mech.domain >= 1):
+    if isinstance(mech.domain, bool) or not (isinstance(mech.domain, int) and mech.domain >= 1):
         raise ConfigError(f"domain: the limited domain holds at least 1 token, not "
                           f"{mech.domain}", param="domain")
-    if not (isinstance(mech.per_voter, int) and mech.per_voter >= 1):
+    if isinstance(mech.per_voter, bool) or not (isinstance(mech.per_voter, int) and mech.per_voter >= 1):
         raise ConfigError(f"per_voter: each voter reads at least 1 document of its shard, not "
                           f"{mech.per_voter}", param="per_voter")
     if mech.abstain not in ABSTAIN_MODES:
@@ -410,7 +410,8 @@ class DPSparseVote(_Voting):
         _check_vote(self)
         if self.eps_svt is not None:
             check_eps(self.eps_svt, "eps_svt")
-        if not (isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1):
+        if isinstance(self.threshold, bool) or not (isinstance(self.threshold, (int, float))
+                                                   and 0 < self.threshold <= 1):
             raise ConfigError(f"threshold: {self.threshold} is not a fraction of the voters in "
                               "(0, 1]", param="threshold")
 

@@ -24,8 +24,10 @@ from ctxleak.proxy.budget import BudgetLedger
 
 class LedgerGauges(Collector):
     """At each scrape: ``ctxleak_proxy_budget_remaining{document}`` (ε left, budget − spent,
-    open reservations counted as spent) of the ``lowest`` documents with a budget, and
-    ``ctxleak_proxy_ledger_documents`` (documents in the ledger)."""
+    open reservations counted as spent) and ``ctxleak_proxy_budget_used_fraction{document}``
+    (spent / budget, what the shipped alert rules read, whatever the budgets' sizes) of the
+    ``lowest`` documents with a budget, and ``ctxleak_proxy_ledger_documents`` (documents in
+    the ledger)."""
 
     def __init__(self, ledger: BudgetLedger, lowest: int) -> None:
         self.ledger, self.lowest = ledger, lowest
@@ -35,9 +37,16 @@ class LedgerGauges(Collector):
             "ctxleak_proxy_budget_remaining", f"ε left (budget − spent, open reservations "
             f"included) of the {self.lowest} documents with the least left",
             labels=["document"])
+        used = GaugeMetricFamily(
+            "ctxleak_proxy_budget_used_fraction", f"Fraction of its budget spent (open "
+            f"reservations included) of the {self.lowest} documents with the least left",
+            labels=["document"])
         for row in self.ledger.lowest_remaining(self.lowest) if self.lowest else []:
             remaining.add_metric([row.doc_id], float(row.remaining or 0.0))
+            if row.budget:
+                used.add_metric([row.doc_id], float(row.spent) / float(row.budget))
         yield remaining
+        yield used
         yield GaugeMetricFamily("ctxleak_proxy_ledger_documents", "Documents in the ledger",
                                 value=self.ledger.count())
 
