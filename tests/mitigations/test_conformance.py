@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import pytest
-from helpers.broken_dp import NoNoiseDPRAG, NoNoiseSparseVote, NoNoiseVote
+from helpers.broken_dp import NoNoiseAnswerVote, NoNoiseDPRAG, NoNoiseSparseVote, NoNoiseVote
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import CID
@@ -32,6 +32,7 @@ BUNDLED = {
     "dp-vote": ["dp-vote:eps=0.05,shards=3"],
     "dp-sparse-vote": ["dp-sparse-vote:eps=0.05,shards=3,eps_token=0.00125,eps_svt=0.00125"],
     "dp-rag": ["dp-rag:eps=0.05"],
+    "dp-answer-vote": ["dp-answer-vote:eps=0.05,shards=3,answer_tokens=4"],
     "scrub": ["scrub"],
 }
 
@@ -46,7 +47,8 @@ def test_bundled_mechanisms_pass_every_check(mechanism, check):
 
 
 @pytest.mark.parametrize("broken", [NoNoiseVote(eps=EPS, shards=3), NoNoiseSparseVote(**SPARSE),
-                                    NoNoiseDPRAG(eps=EPS)], ids=lambda m: type(m).__name__)
+                                    NoNoiseDPRAG(eps=EPS), NoNoiseAnswerVote(eps=EPS, shards=3)],
+                         ids=lambda m: type(m).__name__)
 def test_a_mechanism_without_its_noise_fails_the_canary_audit(broken):
     found = check_mechanism(broken, checks=["canary_audit", "same_seed_same_answer"])
     assert [r.check for r in found.failed] == ["canary_audit"]

@@ -159,10 +159,15 @@ class DPAnswerVote(Mechanism):
     def voter_answers(self, lm: LanguageModel, prompts: Sequence[Sequence[int]],
                       decoding: Decoding) -> list[str]:
         """Each prompt's greedy answer, cut (:func:`short_answer`), not normalised."""
+        return [short_answer(lm.decode(ids)) for ids in self._greedy(lm, prompts, decoding)]
+
+    def _greedy(self, lm: LanguageModel, prompts: Sequence[Sequence[int]],
+                decoding: Decoding) -> list[list[int]]:
+        """Each prompt's greedy answer's token ids, at most ``answer_tokens``."""
         tokens = max(1, min(self.answer_tokens, decoding.max_new_tokens))
         gens = sample(lm, prompts, [0] * len(prompts), temperature=0.0, max_new_tokens=tokens,
                       min_new_tokens=1)
-        return [short_answer(lm.decode(list(g[0].token_ids))) for g in gens]
+        return [list(g[0].token_ids) for g in gens]
 
     def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
                decoding: Decoding) -> list[MechanismAnswer]:
@@ -170,7 +175,8 @@ class DPAnswerVote(Mechanism):
         voters = [_voter_documents(self, r) for r in requests]
         prompts = [p for r, (texts, _) in zip(requests, voters)
                    for p in [r.prompt(t) for t in texts] + [r.prompt([])]]
-        texts = self.voter_answers(lm, prompts, decoding)
+        raw = self._greedy(lm, prompts, decoding)
+        texts = [short_answer(lm.decode(ids)) for ids in raw]
         scale, gap = self.noise()
         claim = self.claim(decoding)
         out = []
@@ -182,7 +188,8 @@ class DPAnswerVote(Mechanism):
             won = self.release(counts, scale, gap, noise_generator(request.seed, NOISE_TAG, 0))
             voted = won != ABSTAIN and candidates[won] != ""
             released = candidates[won] if voted else own[-1]
-            ids = tuple(lm.encode(released))
+            # an answer whose text is empty: the question-alone answer's own tokens (public)
+            ids = tuple(lm.encode(released)) or tuple(raw[(k + 1) * (self.shards + 1) - 1])
             step = {"step": 0, "token_id": ids[0] if ids else None, "paid": True,
                     "eps_step": float(self.eps), "delta_step": float(self.delta),
                     "scale": scale, "gap": gap, "answers": answers,
