@@ -38,7 +38,8 @@ OWN: dict[str, list[tuple[str, Any]]] = {
         ("task", "auto"), ("template", None), ("fields", None), ("lambda_", 1.0),
         ("temperature", None), ("max_new_tokens", 50), ("min_new_tokens", None),
         ("ngram", "full"), ("stride", None), ("context_sizes", None), ("bounded_eps", None),
-        ("mechanisms", None), ("datastore", None),
+        ("mechanisms", None), ("datastore", None), ("classes", None),
+        ("deployed_temperature", None),
         ("repeat_threshold", 0.5), ("rouge_threshold", 0.5), ("bertscore_model", None),
         ("factkb_model", None), ("redact", False), ("control", True), ("controls", None),
         ("passages", None), ("exposure_budget", None), ("log_format", "auto"),
@@ -142,12 +143,13 @@ def test_every_keyword_of_before_is_accepted_and_no_other(name):
     assert {p.kind for p in own[first:]} == {inspect.Parameter.KEYWORD_ONLY}
 
 
-def test_influence_shows_at_most_34_parameters():
+def test_influence_shows_at_most_36_parameters():
     # 26, then 29 with the ledger's class field and budgets (class_budgets, document_budgets),
     # then 32 with the app's prompt (prompt_messages, system_prompt, app_prompt), then 33 with
     # the other mechanisms than CID as decoding modes (mechanisms), 34 with the datastore they
-    # retrieve from (datastore)
-    assert len(inspect.signature(ctxleak.influence).parameters) <= 34
+    # retrieve from (datastore), 36 with the deployment the sweep models (classes,
+    # deployed_temperature)
+    assert len(inspect.signature(ctxleak.influence).parameters) <= 36
 
 
 @pytest.mark.parametrize("name", sorted(OWN))

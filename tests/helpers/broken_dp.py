@@ -1,9 +1,10 @@
 """Broken variants of the DP mechanisms, for tests only: each subclass's noisy step adds no
 noise, so an audit must catch it ("Auditing Differentially Private Machine Learning: How Private
 is Private SGD?"). DPVoteRAG and DPSparseVoteRAG: Koga, Wu and Chaudhuri, "Privacy-Preserving
-Retrieval-Augmented Generation with Differential Privacy"; DP-RAG: Grislain, "RAG with
-Differential Privacy"; DP-KSA: Tang, Flemings, Wang and Annavaram, "Differentially Private
-Retrieval-Augmented Generation". Each keeps its honest parent's claim."""
+Retrieval-Augmented Generation with Differential Privacy" (and the answer vote, their step over
+whole answers); DP-RAG: Grislain, "RAG with Differential Privacy"; DP-KSA: Tang, Flemings, Wang
+and Annavaram, "Differentially Private Retrieval-Augmented Generation". Each keeps its honest
+parent's claim."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import math
 
 import torch
 
+from ctxleak.mitigations.dp_answer_vote import DPAnswerVote
 from ctxleak.mitigations.dp_ksa import DPKSA
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
@@ -50,3 +52,10 @@ class NoNoiseKSA(DPKSA):
 
     def test(self, distance, generator):
         return True
+
+
+class NoNoiseAnswerVote(DPAnswerVote):
+    """Broken: the most frequent answer released as is (no Gumbel noise, no threshold)."""
+
+    def release(self, counts, scale, gap, generator):
+        return int(torch.argmax(counts))

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import pytest
-from helpers.broken_dp import NoNoiseDPRAG, NoNoiseKSA, NoNoiseSparseVote, NoNoiseVote
+from helpers.broken_dp import (
+    NoNoiseAnswerVote,
+    NoNoiseDPRAG,
+    NoNoiseKSA,
+    NoNoiseSparseVote,
+    NoNoiseVote,
+)
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import CID
@@ -32,6 +38,7 @@ BUNDLED = {
     "dp-vote": ["dp-vote:eps=0.05,shards=3"],
     "dp-sparse-vote": ["dp-sparse-vote:eps=0.05,shards=3,eps_token=0.00125,eps_svt=0.00125"],
     "dp-rag": ["dp-rag:eps=0.05"],
+    "dp-answer-vote": ["dp-answer-vote:eps=0.05,shards=3,answer_tokens=4"],
     "scrub": ["scrub"],
     "dp-ksa": ["dp-ksa:eps=0.05,shards=3,voter_tokens=4"],
 }
@@ -48,7 +55,8 @@ def test_bundled_mechanisms_pass_every_check(mechanism, check):
 
 @pytest.mark.parametrize("broken", [NoNoiseVote(eps=EPS, shards=3), NoNoiseSparseVote(**SPARSE),
                                     NoNoiseDPRAG(eps=EPS),
-                                    NoNoiseKSA(eps=EPS, shards=3, voter_tokens=4)],
+                                    NoNoiseKSA(eps=EPS, shards=3, voter_tokens=4),
+                                    NoNoiseAnswerVote(eps=EPS, shards=3)],
                          ids=lambda m: type(m).__name__)
 def test_a_mechanism_without_its_noise_fails_the_canary_audit(broken):
     found = check_mechanism(broken, checks=["canary_audit", "same_seed_same_answer"])

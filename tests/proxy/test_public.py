@@ -179,3 +179,19 @@ def test_serve_takes_the_bundled_classes_and_public_top_k(monkeypatch, tmp_path,
     assert "(288 documents, which it retrieves from itself; 48 private: its 240 public ones " \
            "are retrieved into every prompt, 3 per question, and never charged)" \
            in capsys.readouterr().err
+
+
+def test_the_answer_vote_is_served_over_the_datastore(lm, tmp_path):
+    """``ctxleak serve --mechanism dp-answer-vote``: its answer and claim reach the client, and
+    each restricted document a voter reads is charged the claim, ε = 2, no public one."""
+    with serving_sqlite(lm, tmp_path / "l.db", datastore="demo-datastore",
+                        classes="demo-datastore", mechanism="dp-answer-vote:eps=2,shards=4",
+                        budgets=Budgets(classes={"restricted": 10.0})) as (url, ledger, _):
+        resp = httpx.post(url + "/v1/chat/completions", timeout=120, json={
+            "model": "tiny", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "Where is the recycling centre?"}]})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["ctxleak"]["mechanism"].startswith("dp-answer-vote(eps=2,")
+        rows = ledger.documents(limit=1000)
+    assert 1 <= len(rows) <= 4 and {r.doc_class for r in rows} == {"restricted"}
+    assert [r.spent for r in rows] == pytest.approx([2.0] * len(rows))

@@ -86,6 +86,17 @@ def influence(
                                             "own retrieved list. Default: the bundled set's "
                                             "datastore (demo-datastore), else every document "
                                             "the examples retrieved, pooled by id."),
+    classes: Optional[str] = typer.Option(None, "--classes", help="JSONL or CSV file of rows "
+                                          "with id and class (as ctxleak serve --classes "
+                                          "takes), or demo-datastore (the bundled one's): "
+                                          "documents of class public stay in every prompt at "
+                                          "full strength, CID's prompt without the documents "
+                                          "included, and are never bounded or charged; the "
+                                          "mechanisms read the private ones only."),
+    deployed_temperature: Optional[float] = typer.Option(
+        None, "--deployed-temperature", help="The temperature the team deploys (0: greedy): "
+        "the default of --temperature, so that the sweep measures the decoding served "
+        "(greedy: CID's answers drawn greedily, scored at T = 1)."),
     repeat_threshold: float = typer.Option(0.5, "--repeat-threshold", help="Share of a "
                                            "response's tokens found in the context above which "
                                            "it counts as repeating the context, in [0, 1]."),
@@ -169,6 +180,7 @@ def influence(
                              min_new_tokens=min_new_tokens, ngram=ngram, stride=stride,
                              context_sizes=context_sizes, bounded_eps=bounded_eps,
                              mechanisms=list(mechanisms) or None, datastore=datastore,
+                             classes=classes, deployed_temperature=deployed_temperature,
                              repeat_threshold=repeat_threshold, rouge_threshold=rouge_threshold,
                              bertscore_model=bertscore_model, factkb_model=factkb_model,
                              redact=redact, control=control, controls=controls,

@@ -43,6 +43,7 @@ MECHANISMS = Registry("mechanism", {
     "cid": "ctxleak.mitigations.cid:CID",
     "dp-vote": "ctxleak.mitigations.dp_vote:DPVote",
     "dp-sparse-vote": "ctxleak.mitigations.dp_vote:DPSparseVote",
+    "dp-answer-vote": "ctxleak.mitigations.dp_answer_vote:DPAnswerVote",
     "dp-rag": "ctxleak.mitigations.dp_rag:DPRAG",
     "scrub": "ctxleak.mitigations.scrubbing:Scrubbing",
     # keyword-space aggregation ("Differentially Private Retrieval-Augmented Generation")

@@ -16,25 +16,11 @@ datastore's private documents is untouched by it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import lru_cache
 
 from ctxleak.mitigations.bm25 import BM25
 from ctxleak.mitigations.datastore import Datastore
-from ctxleak.mitigations.prompts import PromptOf
-
-
-def with_public(prompt: PromptOf, public: Sequence[str]) -> PromptOf:
-    """``prompt`` with the ``public`` texts before the texts it is given (``[]``: the public
-    texts alone); ``prompt`` itself where there are none."""
-    if not public:
-        return prompt
-    head = tuple(public)
-
-    def wrapped(texts: Sequence[str]) -> list[int]:
-        return prompt(head + tuple(texts))
-
-    return wrapped
+from ctxleak.run.classes import with_public
 
 
 @lru_cache(maxsize=4)

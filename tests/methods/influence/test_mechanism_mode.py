@@ -325,3 +325,20 @@ def test_a_dp_mechanism_over_the_datastore_records_its_own_loss_per_document(lla
     assert setting["document_loss"]["documents"] == 7
     assert setting["document_loss"]["within_claim"] == 7
     assert "recomputed from its recorded steps" in setting["dp_reading"]
+
+
+def test_the_answer_vote_is_a_setting_of_the_sweep(llama_lm, tmp_path):
+    """The answer vote over the pooled datastore (issue 82): one paid vote per answer, its
+    claim ε per response over the datastore's documents, and its own loss of each of the
+    example's documents within it."""
+    result = ctxleak.influence(llama_lm, ROWS, mechanisms="dp-answer-vote:eps=4,shards=3",
+                               output=str(tmp_path / "run"), **KW)
+    mech = [r for r in result.records if (r.get("mechanism") or "").startswith("dp-answer")]
+    assert len(mech) == len(ROWS)
+    for record, row in zip(mech, ROWS):
+        assert (record["claim_eps"], record["claim_relation"], record["tokens_paid"]) == \
+            (4.0, "document", 1)
+        [step] = record["mechanism_steps"]
+        assert step["source"] in ("vote", "abstained") and len(step["answers"]) == 3
+        assert set(record["document_loss"]) <= {d["id"] for d in row["documents"]}
+        assert all(abs(v) <= 4.0 + 1e-9 for v in record["document_loss"].values())

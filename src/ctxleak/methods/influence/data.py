@@ -82,6 +82,9 @@ class InfluenceExample:
     # what the answer rests on (the ``fact`` field, :data:`FACTS`): ``common`` (stated in many
     # documents of the datastore), ``private`` (in one document only); None where not given
     fact: str | None = None
+    # its documents of class public (``classes``), first among its passages: in every prompt,
+    # the one without the documents included (:mod:`.classes`)
+    public: tuple[str, ...] = ()
 
     @property
     def all_references(self) -> tuple[str, ...]:

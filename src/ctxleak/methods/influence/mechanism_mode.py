@@ -46,8 +46,9 @@ from typing import Any
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.classes import prompt_holding
 from ctxleak.methods.influence.control import ControlCost
-from ctxleak.methods.influence.data import InfluenceExample, template_for
+from ctxleak.methods.influence.data import InfluenceExample
 from ctxleak.methods.influence.decoys import Decoys
 from ctxleak.methods.influence.metrics import mean_with_ci
 from ctxleak.methods.influence.pipeline import (
@@ -58,7 +59,6 @@ from ctxleak.methods.influence.pipeline import (
     score_drawn,
 )
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
-from ctxleak.methods.rag.app_prompt import app_messages
 from ctxleak.mitigations.cid import CID
 from ctxleak.mitigations.datastore import (
     BUNDLED_DATASTORES,
@@ -78,9 +78,8 @@ from ctxleak.mitigations.named import PARAM, parse_mechanism
 from ctxleak.mitigations.prompts import (
     LIST_SEPARATOR,
     PromptOf,
-    app_chat_prompt,
-    template_prompt,
 )
+from ctxleak.run.classes import with_public
 from ctxleak.run.datastore_file import bundled_datastore, datastore_of
 from ctxleak.run.inputs import is_named
 
@@ -192,13 +191,11 @@ def mechanism_streams(mechanism: Mechanism, example: InfluenceExample,
 def prompt_of(lm: LanguageModel, example: InfluenceExample, setting: Setting,
               options: InfluenceOptions) -> PromptOf:
     """The token ids of ``example``'s prompt holding the given document texts (in order; none:
-    the prompt without retrieval): under the app's messages where the example is scored under
-    them, else the run's template cut to the model's window."""
-    messages = app_messages(lm, example)
-    if messages is not None:
-        return app_chat_prompt(lm, messages, example.query)
-    return template_prompt(lm, example.query, template_for(example, options.template),
-                           setting.context_tokens, options.max_new_tokens)
+    the prompt without retrieval), its public documents first where it has them
+    (:mod:`.classes`): under the app's messages where the example is scored under them, else
+    the run's template cut to the model's window."""
+    return with_public(prompt_holding(lm, example, options.template, setting.context_tokens,
+                                      options.max_new_tokens), example.public)
 
 
 def answer_request(lm: LanguageModel, job: Job, options: InfluenceOptions,
@@ -209,13 +206,14 @@ def answer_request(lm: LanguageModel, job: Job, options: InfluenceOptions,
     query, in [0, 1], so that a private retrieval has a similarity to threshold on data that
     does not record the retriever's), and the ``datastore`` the mechanism retrieves from."""
     example, setting, seed = job
-    docs = example.documents or ()
+    skip = len(example.public)  # its public documents: in the prompt, not the mechanism's
+    docs, texts = (example.documents or ())[skip:], example_documents(example)[skip:]
     known = [d.score for d in docs if d.score is not None]
     scores = tuple(float(x) for x in known) if docs and len(known) == len(docs) else \
-        tuple(word_similarity(example.query, text) for text in example_documents(example))
+        tuple(word_similarity(example.query, text) for text in texts)
     ids = tuple(str(d.id) for d in docs) if docs and all(d.id is not None for d in docs) \
         else None
-    return AnswerRequest(example_documents(example), prompt_of(lm, example, setting, options),
+    return AnswerRequest(texts, prompt_of(lm, example, setting, options),
                          seed=seed, scores=scores, ids=ids, query=example.query,
                          datastore=datastore)
 

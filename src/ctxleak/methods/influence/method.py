@@ -14,6 +14,7 @@ from ctxleak.engine.batching import BatchPolicy, shared_prefixes
 from ctxleak.engine.generation import derive_seed
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
+from ctxleak.methods.influence.classes import private_datastore, with_classes
 from ctxleak.methods.influence.control import ControlCost, control_sets, default_controls
 from ctxleak.methods.influence.data import (
     InfluenceExample,
@@ -49,6 +50,7 @@ from ctxleak.methods.rag.exposure import documents_summary
 from ctxleak.methods.tradeoff.frontier import frontier
 from ctxleak.methods.tradeoff.quality import quality_scores
 from ctxleak.mitigations.datastore import Datastore
+from ctxleak.run.classes import resolve_classes
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, ParamsMethod, Plan, batches_by_cost
 from ctxleak.run.records import parse_mapping
@@ -140,8 +142,10 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         check_class_budgets(self.params.budgets().classes, self.params.class_field,
                             [ex.documents for ex in examples])
         self._check_budgets_have_documents(examples)
-        datastore = resolve_datastore(self.params.datastore, data, examples) \
-            if self.params.mechanisms else None
+        classes = resolve_classes(self.params.classes)
+        examples = [with_classes(ex, classes) for ex in examples]  # public documents first
+        datastore = private_datastore(resolve_datastore(self.params.datastore, data, examples),
+                                      classes) if self.params.mechanisms else None
         for mechanism in self.params.mechanisms or ():  # before anything heavy
             check_examples(mechanism, examples, datastore)
         state = Examples(examples, {ex.id: i for i, ex in enumerate(examples)},

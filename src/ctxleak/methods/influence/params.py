@@ -4,6 +4,7 @@ dataclass that checks itself."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -16,6 +17,7 @@ from ctxleak.methods.rag.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.methods.rag.budgets import CLASS_FIELD, Budgets, parse_budgets
 from ctxleak.methods.rag.passages import SPLITS
 from ctxleak.methods.rag.spans import LOG_FORMATS
+from ctxleak.run.classes import resolve_classes
 from ctxleak.run.inputs import is_named
 from ctxleak.run.options import float_list, int_list
 from ctxleak.run.params import option
@@ -100,6 +102,17 @@ class InfluenceParams:
         "a JSONL file of {id, text}, or 'retrieved' for each question's own retrieved list (the "
         "claim then covers that list, not the datastore). Default: the bundled set's own "
         "datastore (demo-datastore), else every document the examples retrieved, pooled by id.")
+    classes: Any = option(
+        None, "Document classes, as ctxleak serve --classes takes them: a JSONL or CSV file of "
+        "id and class rows, 'demo-datastore' for the bundled datastore's, or a mapping. A "
+        "document of class public stays in every prompt at full strength (CID's prompt "
+        "without the documents included) and no setting bounds or charges it; the mechanisms "
+        "read the private documents only.")
+    deployed_temperature: float | None = option(
+        None, "The temperature the team deploys (0: greedy): the sweep's default when no "
+        "temperature is given, so that it measures the decoding that is served (greedy: CID's "
+        "answers drawn greedily and scored at T = 1; the DP mechanisms sample by their "
+        "definition, at T = 1).")
     repeat_threshold: float = option(0.5, "Response-to-context overlap above which a response "
                                      "counts as repeating its context, in [0, 1].")
     rouge_threshold: float = option(0.5, "ROUGE-L above which a response counts as close to "
@@ -198,6 +211,13 @@ class InfluenceParams:
         if self.mechanisms is not None:
             put("mechanisms", mechanism_list(self.mechanisms) or None)
             check_mechanism_options(self)
+        resolve_classes(self.classes)  # a missing file or a bad mapping named now
+        if self.deployed_temperature is not None and (
+                isinstance(self.deployed_temperature, bool)
+                or not isinstance(self.deployed_temperature, (int, float))
+                or not math.isfinite(self.deployed_temperature) or self.deployed_temperature < 0):
+            raise ConfigError(f"deployed_temperature must be a finite number >= 0 (0: greedy), "
+                              f"not {self.deployed_temperature!r}", param="deployed_temperature")
         if self.datastore is not None and not self.mechanisms:
             raise ConfigError("datastore is read by the mechanisms only: give mechanisms too, or "
                               "leave it out", param="datastore", also=("mechanisms",))
@@ -253,6 +273,9 @@ class InfluenceParams:
         user did not choose; unchanged where a temperature was given."""
         if self.temperature is not None:
             return self
+        if self.deployed_temperature is not None:  # the decoding the team deploys
+            deployed = float(self.deployed_temperature)
+            return replace(self, temperature=(deployed if deployed > 0 else SERVED_TEMPERATURE,))
         if served:
             warn(f"temperature {SERVED_TEMPERATURE:g}: the default against a served model, "
                  f"whose influence is measured from temperature-1 log-probs (in-process the "
@@ -284,7 +307,8 @@ class InfluenceParams:
                                 bounded_eps=None, ngram=self.ngram,  # type: ignore[arg-type]
                                 stride=self.stride, template=self.template,
                                 repeat_threshold=self.repeat_threshold,
-                                rouge_threshold=self.rouge_threshold, control=self.control)
+                                rouge_threshold=self.rouge_threshold, control=self.control,
+                                greedy=self.deployed_temperature == 0)
 
     def grid(self) -> list[Setting]:
         """Every (λ, T, bounded ε, context size) setting, in the order of each example's
@@ -322,6 +346,10 @@ class InfluenceParams:
                 **({} if not self.mechanisms else {"mechanisms": [
                     m.key() for m in self.mechanisms]}),
                 **({} if self.datastore is None else {"datastore": str(self.datastore)}),
+                **({} if self.classes is None else {"classes": dict(self.classes) if isinstance(
+                    self.classes, Mapping) else str(self.classes)}),
+                **({} if self.deployed_temperature is None
+                   else {"deployed_temperature": float(self.deployed_temperature)}),
                 **({} if self.exposure_budget is None
                    else {"exposure_budget": self.exposure_budget}),
                 **({} if self.class_field == CLASS_FIELD else {"class_field": self.class_field}),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -21,6 +22,7 @@ from ctxleak.methods.influence.answers import (
     own_answers,
     score_responses,
 )
+from ctxleak.methods.influence.classes import public_prompt
 from ctxleak.methods.influence.control import (
     ControlCost,
     control_fields,
@@ -68,9 +70,13 @@ def measure_example(lm: LanguageModel, example: InfluenceExample, setting: Setti
 def example_parts(lm: LanguageModel, example: InfluenceExample, setting: Setting,
                   options: InfluenceOptions) -> tuple[PromptParts, int]:
     """The example's prompt parts under ``setting`` (context cut to the window) and how many
-    context tokens the window forced out."""
-    return prompt_parts(lm, example, options.template, setting.context_tokens,
-                        reserve=options.max_new_tokens)
+    context tokens the window forced out; its prompt without the documents holds its public
+    ones (:mod:`.classes`) where it has them."""
+    parts, dropped = prompt_parts(lm, example, options.template, setting.context_tokens,
+                                  reserve=options.max_new_tokens)
+    public = public_prompt(lm, example, options.template, setting.context_tokens,
+                           options.max_new_tokens)
+    return (parts if public is None else replace(parts, empty_ids=public)), dropped
 
 
 def measure_examples(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceOptions, *,
@@ -105,7 +111,8 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceO
     rescored = options.ngram is not None and options.bounded_eps is None
     caches: list[Any] | None = [] if hand_over_prefill and options.ngram is not None \
         and options.reuse_prefix else None
-    answers = answer_together(lm, [options.cid(setting).ask(p, (ex.context,), seed)
+    answers = answer_together(lm, [options.cid(setting).ask(p, (ex.context,), seed,
+                                                            greedy=options.greedy)
                                    for (p, _), (ex, setting, seed) in zip(parts, jobs)],
                               context_caches=caches, rescored=rescored)
     responses = [cast(RowLedger, a.ledger) for a in answers]  # CID's answers carry their ledger
@@ -345,7 +352,8 @@ def _measure_own_answers(lm: LanguageModel, jobs: Sequence[Job], options: Influe
     for temperature in sorted({setting.temperature for _, setting, _ in jobs}):
         ks = [k for k, (_, setting, _) in enumerate(jobs) if setting.temperature == temperature]
         drawn = own_answers(lm, [parts[k][0] for k in ks], [jobs[k].seed for k in ks],
-                                 temperature, options.max_new_tokens, options.min_new_tokens)
+                                 0.0 if options.greedy else temperature, options.max_new_tokens,
+                                 options.min_new_tokens)
         for k, answer in zip(ks, drawn):
             responses[k] = answer
     return _scored_records(lm, jobs, parts, responses, options, score_responses, controls,

@@ -78,6 +78,9 @@ class InfluenceOptions:
     rouge_threshold: float = 0.5
     reuse_prefix: bool = True
     control: bool = True  # also score each response with another example's context
+    # CID's answers drawn greedily (the most likely token of p̄_λ at each step), scored at T:
+    # the decoding a team deploys at temperature 0
+    greedy: bool = False
 
     def cid(self, setting: Setting) -> CIDConfig:
         """CID at ``setting`` (its bounded ε, where it has one, else these options')."""
