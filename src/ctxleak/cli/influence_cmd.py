@@ -182,8 +182,9 @@ def influence(
     result = run_params(params, common, rows)
     show(result)
     if isinstance(result, InfluenceResult) and result.over_budget():
-        for line in result.budget_breaches():
-            typer.echo(f"over budget: {line}", err=True)
+        # the breaches are listed once, in the console's lines above ("over budget: ...")
+        typer.echo(f"{len(result.over_budget())} document(s) over budget (listed above): exit "
+                   f"status {OVER_BUDGET}", err=True)
         raise typer.Exit(OVER_BUDGET)
 
 

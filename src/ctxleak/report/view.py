@@ -72,8 +72,14 @@ class View:
             report = self.page(result)
             verdict = self.verdict(result)
             if verdict:
-                report.set_verdict(verdict["text"], verdict.get("rule", ""))
+                report.set_verdict(verdict["text"], verdict.get("rule", ""),
+                                   *self.verdict_table(result))
         return report
+
+    def verdict_table(self, result: Any) -> tuple[list[dict[str, Any]], str]:
+        """The few rows a reader acts on, shown in the verdict's box between its first
+        sentence and the rest, with their caption; none by default."""
+        return [], ""
 
     def full_show(self, result: Any, *, plain: bool = False) -> None:
         """The verdict first, then :meth:`show` (what ``result.show()`` and the CLI print)."""
