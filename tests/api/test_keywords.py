@@ -28,7 +28,7 @@ RUN = [("device", "auto", "str"), ("dtype", "auto", "str"), ("batch_size", "auto
        ("server_url", None, "str | None"), ("served_model", None, "str | None"),
        ("tokenizer", None, "str | None"), ("request_timeout", None, "float | None"),
        ("retries", None, "int | None"), ("revision", None, "str | None"),
-       ("model_args", None, "Any")]
+       ("model_args", None, "Any"), ("keep_texts", False, "bool")]
 
 #: Each function's other keywords, in order, with their defaults (the first ones positional:
 #: ``POSITIONAL``).
@@ -93,7 +93,7 @@ RUN_GIVEN = {"device": "cpu", "dtype": "float32", "batch_size": "3", "batch_inva
              "chat_template": "off", "trust_remote_code": True, "device_map": "auto",
              "threads": 1, "server_url": "http://127.0.0.1:9", "served_model": "m",
              "tokenizer": "t", "request_timeout": 5.0, "retries": 1, "revision": "r",
-             "model_args": "attn_implementation=eager"}
+             "model_args": "attn_implementation=eager", "keep_texts": True}
 
 
 def accepted(name: str) -> list[str]:

@@ -84,6 +84,7 @@ class RunKeywords(TypedDict, total=False):
     retries: int | None
     revision: str | None
     model_args: Any
+    keep_texts: bool
 
 
 #: One call of an API function as :func:`keywords` binds it: every parameter of the function's

@@ -64,13 +64,13 @@ class RunOptions:
                                     "or 5xx) is sent again (default: 3; 0: tried once).")
     revision: Optional[str] = option(None, "Hub model revision: a branch, tag or commit hash "
                                      "(default: the main branch; the commit used is recorded).")
+    model_args: Any = option(None, "More keyword arguments of transformers' from_pretrained, "
+                             "'key=value,key2=value2' or a mapping, e.g. "
+                             "'attn_implementation=eager' (recorded in the provenance).")
     keep_texts: bool = option(False, "Keep the run's texts whole in its folder: by default "
                               "the secrets and direct identifiers found in them (passwords, keys, "
                               "PINs, ids, e-mail addresses, phone numbers) are masked in "
                               "samples.jsonl, results.json and report.html.")
-    model_args: Any = option(None, "More keyword arguments of transformers' from_pretrained, "
-                             "'key=value,key2=value2' or a mapping, e.g. "
-                             "'attn_implementation=eager' (recorded in the provenance).")
 
     def __post_init__(self) -> None:
         if isinstance(self.server_url, str):
