@@ -43,7 +43,8 @@ OWN: dict[str, list[tuple[str, Any]]] = {
         ("factkb_model", None), ("redact", False), ("control", True), ("controls", None),
         ("passages", None), ("exposure_budget", None), ("log_format", "auto"),
         ("class_field", "classification"), ("class_budgets", None), ("document_budgets", None),
-        ("prompt_messages", None), ("system_prompt", None), ("app_prompt", None)],
+        ("prompt_messages", None), ("system_prompt", None), ("app_prompt", None),
+        ("deployed_temperature", None)],
     "iclinf": [
         ("model", "default"), ("data", "demo"), ("progress", True), ("test_data", None),
         ("split", "split"), ("text_field", "text"), ("label_field", "label"), ("labels", None),
@@ -142,12 +143,12 @@ def test_every_keyword_of_before_is_accepted_and_no_other(name):
     assert {p.kind for p in own[first:]} == {inspect.Parameter.KEYWORD_ONLY}
 
 
-def test_influence_shows_at_most_34_parameters():
+def test_influence_shows_at_most_35_parameters():
     # 26, then 29 with the ledger's class field and budgets (class_budgets, document_budgets),
     # then 32 with the app's prompt (prompt_messages, system_prompt, app_prompt), then 33 with
     # the other mechanisms than CID as decoding modes (mechanisms), 34 with the datastore they
-    # retrieve from (datastore)
-    assert len(inspect.signature(ctxleak.influence).parameters) <= 34
+    # retrieve from (datastore), 35 with the deployment's temperature (deployed_temperature)
+    assert len(inspect.signature(ctxleak.influence).parameters) <= 35
 
 
 @pytest.mark.parametrize("name", sorted(OWN))

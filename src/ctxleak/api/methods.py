@@ -90,6 +90,7 @@ def influence(bound: Bound, /, model: str | LanguageModel = "default", data: Any
               document_budgets: Mapping[str, float] | str | None = None,
               prompt_messages: Any = None,
               system_prompt: str | None = None, app_prompt: bool | None = None,
+              deployed_temperature: float | None = None,
               **run: Unpack[RunKeywords]) -> InfluenceResult:
     """Expected context influence of ``data`` under Context Influence Decoding ("Estimating
     Privacy Leakage of Augmented Contextual Knowledge in Language Models", Def. 3.1-3.4):

@@ -150,6 +150,10 @@ def influence(
         None, "--app-prompt/--no-app-prompt", help="Score logged answers under the app's "
         "prompt: by default a trace's LLM input messages where it has them; --app-prompt "
         "requires them (or --prompt-messages); --no-app-prompt uses ctxleak's template."),
+    deployed_temperature: Optional[float] = typer.Option(
+        None, "--deployed-temperature", help="The temperature the deployment answers at (0: "
+        "greedy). The run warns, in the console and the report, when it measured at another. "
+        "Default: a served model's greedy default (0) with --server-url, else no warning."),
     *,
     common: CommonOptions,
 ) -> None:
@@ -177,7 +181,7 @@ def influence(
                              class_field=class_field, class_budgets=class_budget,
                              document_budgets=document_budget,
                              prompt_messages=prompt_messages, system_prompt=system_prompt,
-                             app_prompt=app_prompt)
+                             app_prompt=app_prompt, deployed_temperature=deployed_temperature)
     rows = data if retriever is None else retrieve(load_retriever(retriever), data)
     result = run_params(params, common, rows)
     show(result)

@@ -22,6 +22,7 @@ from ctxleak.methods.influence.data import (
     resolve_data,
     template_for,
 )
+from ctxleak.methods.influence.deployment import decoding_note
 from ctxleak.methods.influence.decoys import (
     document_control_sets,
     passage_decoys,
@@ -262,6 +263,10 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         out = {"verdict": run_verdict(summaries), "settings": summaries}
         out.update(log_summary(ready.lm, ready.examples.examples, ready.examples.traces,
                                [s.temperature for s in self.grid]))
+        note = decoding_note(sorted({s.temperature for s in self.grid}),
+                             self.params.deployed_temperature, bool(self.common.server_url))
+        if note:  # the audit's decoding is not the deployment's
+            out["decoding_note"] = note
         if len(summaries) > 1:  # a sweep: which setting keeps utility at least privacy loss
             out["frontier"] = frontier(summaries, without_fields(records, HEAVY_FIELDS),
                                        seed=self.common.seed)

@@ -148,6 +148,10 @@ class InfluenceParams:
         None, "Score logged answers under the app's prompt: None uses a trace's LLM input "
         "messages where it has them, True requires them (or prompt_messages), False uses "
         "ctxleak's template.")
+    deployed_temperature: float | None = option(
+        None, "The temperature the deployment answers at (0: greedy): the run warns, in the "
+        "console and the report, when it measured at another. Default: a served model's greedy "
+        "default (0) against a server, else no warning.")
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -175,6 +179,8 @@ class InfluenceParams:
             put("context_sizes", tuple(check_unique(sizes, "context_sizes")))
         for param in ("repeat_threshold", "rouge_threshold"):
             check_number(getattr(self, param), param, minimum=0.0, maximum=1.0)
+        if self.deployed_temperature is not None:
+            check_number(self.deployed_temperature, "deployed_temperature", minimum=0.0)
         if self.stride is not None:
             check_limit(self.stride, "stride")
         check_template(self.template, "template", ("context", "query"), required=("context",))
@@ -317,7 +323,8 @@ class InfluenceParams:
                 **({} if self.log_format == "auto" else {"log_format": self.log_format}),
                 **({} if self.prompt_messages is None else {"prompt_messages": [
                     {"role": r, "content": c} for r, c in self.prompt_messages]}),
-                **{k: getattr(self, k) for k in ("system_prompt", "app_prompt", "controls")
+                **{k: getattr(self, k) for k in ("system_prompt", "app_prompt", "controls",
+                                                  "deployed_temperature")
                    if getattr(self, k) is not None},
                 **({} if not self.mechanisms else {"mechanisms": [
                     m.key() for m in self.mechanisms]}),
