@@ -40,7 +40,6 @@ from ctxleak.report.logs import log_notes
 from ctxleak.report.redaction import Redactor, redacting
 from ctxleak.report.view import View, run_model
 
-
 #: Rows of the table in the verdict's box.
 VERDICT_ROWS = 8
 

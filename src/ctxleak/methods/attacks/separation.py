@@ -84,5 +84,5 @@ def lead_with_separation(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "verdict": make_verdict(lead, summary["verdict"]["rule"])}
 
 
-__all__ = ["lead_with_separation", "leading_verdict", "members_at_zero_fp", "separates", "separation_sentence",
-           "why_no_bound"]
+__all__ = ["lead_with_separation", "leading_verdict", "members_at_zero_fp", "separates",
+           "separation_sentence", "why_no_bound"]

@@ -22,12 +22,12 @@ from ctxleak.methods.influence.data import (
     resolve_data,
     template_for,
 )
-from ctxleak.methods.influence.deployment import decoding_note
 from ctxleak.methods.influence.decoys import (
     document_control_sets,
     passage_decoys,
     uses_documents,
 )
+from ctxleak.methods.influence.deployment import decoding_note
 from ctxleak.methods.influence.mechanism_mode import (
     check_examples,
     cid_slots,
