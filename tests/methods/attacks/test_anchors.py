@@ -34,9 +34,10 @@ def test_an_answer_repeating_both_carries_them_out():
 
 
 def test_shorter_anchor_where_no_whole_window_is_clean():
-    text = f"pw {PASSWORD} then restart it key {API_KEY} done"
+    text = f"password is {PASSWORD} then restart it, key is {API_KEY} done"
     words, starts, size = anchor_windows(text, 8)
-    # the clean runs: "pw" (1), "then restart it key" (4), "done" (1): the longest is taken
-    assert size == 4 and [" ".join(words[s:s + size]) for s in starts] == ["then restart it key"]
+    # the clean runs: "password is" (2), "then restart it, key is" (5), "done" (1): the longest
+    assert size == 5 and [" ".join(words[s:s + size]) for s in starts] == [
+        "then restart it, key is"]
     # a document of values only has nothing else: every window
     assert anchor_windows(PASSWORD, 8) == ([PASSWORD], [0], 1)
