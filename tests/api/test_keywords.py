@@ -28,7 +28,7 @@ RUN = [("device", "auto", "str"), ("dtype", "auto", "str"), ("batch_size", "auto
        ("server_url", None, "str | None"), ("served_model", None, "str | None"),
        ("tokenizer", None, "str | None"), ("request_timeout", None, "float | None"),
        ("retries", None, "int | None"), ("revision", None, "str | None"),
-       ("model_args", None, "Any")]
+       ("model_args", None, "Any"), ("keep_texts", False, "bool")]
 
 #: Each function's other keywords, in order, with their defaults (the first ones positional:
 #: ``POSITIONAL``).
@@ -44,7 +44,8 @@ OWN: dict[str, list[tuple[str, Any]]] = {
         ("factkb_model", None), ("redact", False), ("control", True), ("controls", None),
         ("passages", None), ("exposure_budget", None), ("log_format", "auto"),
         ("class_field", "classification"), ("class_budgets", None), ("document_budgets", None),
-        ("prompt_messages", None), ("system_prompt", None), ("app_prompt", None)],
+        ("prompt_messages", None), ("system_prompt", None), ("app_prompt", None),
+        ("deployed_temperature", None)],
     "iclinf": [
         ("model", "default"), ("data", "demo"), ("progress", True), ("test_data", None),
         ("split", "split"), ("text_field", "text"), ("label_field", "label"), ("labels", None),
@@ -94,7 +95,7 @@ RUN_GIVEN = {"device": "cpu", "dtype": "float32", "batch_size": "3", "batch_inva
              "chat_template": "off", "trust_remote_code": True, "device_map": "auto",
              "threads": 1, "server_url": "http://127.0.0.1:9", "served_model": "m",
              "tokenizer": "t", "request_timeout": 5.0, "retries": 1, "revision": "r",
-             "model_args": "attn_implementation=eager"}
+             "model_args": "attn_implementation=eager", "keep_texts": True}
 
 
 def accepted(name: str) -> list[str]:

@@ -23,6 +23,7 @@ from ctxleak.methods.influence.params import InfluenceParams
 from ctxleak.methods.pii.method import ProbeMethod
 from ctxleak.methods.pii.params import ProbeParams
 from ctxleak.methods.susceptibility.method import SusceptibilityMethod, SusceptibilityParams
+from ctxleak.report.forwarding import scrubber_for
 from ctxleak.results import Result, finish_run, result_class
 from ctxleak.run import runner
 from ctxleak.run.method import Method
@@ -83,6 +84,7 @@ class RunKeywords(TypedDict, total=False):
     retries: int | None
     revision: str | None
     model_args: Any
+    keep_texts: bool
 
 
 #: One call of an API function as :func:`keywords` binds it: every parameter of the function's
@@ -191,7 +193,7 @@ def run_method(method: Method, lm: LanguageModel | Target | None = None, data: A
     checks = result_class(method.name).checks  # a resume checks the stored rows with them
     done = runner.run_method(method, lm, data, output=output, resume=resume, progress=progress,
                              check_row=checks.row_problem if checks is not None else None,
-                             max_queries=max_queries)
+                             max_queries=max_queries, scrubber=scrubber_for)
     return finish_run(done) if done is not None else None
 
 

@@ -265,6 +265,27 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+#: The width of ``--help`` when stdout is not a terminal (a pipe, a file) and neither COLUMNS
+#: nor TERMINAL_WIDTH says one: rich would take 80 columns and give each flag's help about 20.
+HELP_COLUMNS = 120
+
+
+@contextmanager
+def _help_width(argv: list[str]) -> Iterator[None]:
+    """Within: COLUMNS is :data:`HELP_COLUMNS` for a help page printed into a pipe (put back
+    after; a terminal's width and a width the user set are left as they are)."""
+    asked = not argv or "--help" in argv or "-h" in argv
+    if not asked or sys.stdout.isatty() or "COLUMNS" in os.environ \
+            or "TERMINAL_WIDTH" in os.environ:
+        yield
+        return
+    os.environ["COLUMNS"] = str(HELP_COLUMNS)
+    try:
+        yield
+    finally:
+        os.environ.pop("COLUMNS", None)
+
+
 def _warning_printer(argv: list[str]) -> Callable[..., None]:
     """``warnings.showwarning`` for the CLI: a :class:`CtxleakWarning` is one line
     ``warning: ...`` naming flags, not parameters; other warnings print as Python prints them."""
@@ -293,7 +314,8 @@ def main(argv: list[str] | None = None) -> None:
     from ctxleak.cli.output import plain_tables
 
     plain = _pop_flag(argv, "--plain")
-    with warnings.catch_warnings(), _sigterm_as_interrupt(), plain_tables(plain):
+    with warnings.catch_warnings(), _sigterm_as_interrupt(), plain_tables(plain), \
+            _help_width(argv):
         warnings.showwarning = _warning_printer(argv)
         warnings.simplefilter("always", CtxleakDeprecationWarning)
         _run(argv, debug)

@@ -96,7 +96,9 @@ def influence(
     deployed_temperature: Optional[float] = typer.Option(
         None, "--deployed-temperature", help="The temperature the team deploys (0: greedy): "
         "the default of --temperature, so that the sweep measures the decoding served "
-        "(greedy: CID's answers drawn greedily, scored at T = 1)."),
+        "(greedy: CID's answers drawn greedily, scored at T = 1); the run warns when it "
+        "measured at another. Default: a served model's greedy default (0) with --server-url, "
+        "for the warning only."),
     repeat_threshold: float = typer.Option(0.5, "--repeat-threshold", help="Share of a "
                                            "response's tokens found in the context above which "
                                            "it counts as repeating the context, in [0, 1]."),
@@ -194,8 +196,9 @@ def influence(
     result = run_params(params, common, rows)
     show(result)
     if isinstance(result, InfluenceResult) and result.over_budget():
-        for line in result.budget_breaches():
-            typer.echo(f"over budget: {line}", err=True)
+        # the breaches are listed once, in the console's lines above ("over budget: ...")
+        typer.echo(f"{len(result.over_budget())} document(s) over budget (listed above): exit "
+                   f"status {OVER_BUDGET}", err=True)
         raise typer.Exit(OVER_BUDGET)
 
 

@@ -112,6 +112,11 @@ _COMMON: list[tuple[str, Any, Any]] = [  # (name, annotation, typer.Option)
                                    "runs/<command>-<time>).")),
     ("resume", bool, _RUN(False, "--resume", help="Continue the run in --output, skipping "
                           "finished examples; refuses a changed config.")),
+    ("keep_texts", bool, _RUN(False, "--keep-texts", help="Keep the run's texts whole in its "
+                              "folder. By default the secrets and direct identifiers found in "
+                              "them (passwords, keys, PINs and door codes, ids, e-mail addresses, "
+                              "phone numbers) are masked in every file the run writes, so the "
+                              "folder is safe to forward.")),
     ("config", Optional[str], _RUN(None, "--config", help="YAML file of flag defaults "
                                    "(max-new-tokens: 20, ...); flags on the command line "
                                    "win.")),

@@ -19,6 +19,7 @@ import html
 import math
 import numbers
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ from ctxleak.report.redaction import (
 )
 from ctxleak.run.atomic import refuse_replacing, write_atomic
 
+#: Where a verdict's first sentence ends: a stop, then a capital (not "Def. 3.2").
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MISSING = "\u2014"  # em dash, shown for None
 
@@ -86,7 +89,7 @@ _CSS += """
 .verdict{border-left:5px solid #b5471b;background:#fdf4ee;padding:.5em .9em;margin:1em 0}
 .verdict p{margin:.3em 0}.verdict-text{font-size:1.08em;white-space:pre-line}
 .verdict .label{font-weight:700}
-.verdict-rule{color:#444;font-size:.92em}
+.verdict-rule{color:#444;font-size:.92em}.verdict .tablewrap{margin:.4em 0}
 .tablewrap{overflow-x:visible}.tablewrap table{max-width:100%}
 td{overflow-wrap:anywhere}th{overflow-wrap:anywhere;hyphens:auto}td.id{white-space:normal;min-width:6ch}td.long{min-width:12em}
 td.num{white-space:nowrap}th.sortable{white-space:normal}td.word{overflow-wrap:break-word}
@@ -133,14 +136,24 @@ class Report:
         self._verdict = ""
         self._footer = ""
 
-    def set_verdict(self, text: str, rule: str = "") -> None:
+    def set_verdict(self, text: str, rule: str = "",
+                    table: Sequence[Mapping[str, Any]] = (), caption: str = "") -> None:
         """The run's verdict (one plain sentence) and the rule behind it, shown first: right
-        under the title, above every other block (:mod:`ctxleak.methods.verdict`)."""
+        under the title, above every other block (:mod:`ctxleak.methods.verdict`). With a
+        ``table`` (the few rows a reader acts on), the verdict's first sentence, then the
+        table, then the rest of its text: the first screen holds a table, not a paragraph."""
         rule_html = (f'<p class="verdict-rule"><span class="label">Rule:</span> '
                      f"{_esc(self.clean(rule))}</p>") if rule else ""
+        head, rest, table_html = text, "", ""
+        if table:
+            self.add_table(list(table), caption=caption)
+            table_html = self._blocks.pop()
+            head, *more = _SENTENCE_END.split(str(text).strip(), maxsplit=1)
+            rest = more[0] if more else ""
+        rest_html = f'<p class="verdict-more">{_esc(self.clean(rest))}</p>' if rest else ""
         self._verdict = (f'<section class="verdict" id="verdict"><p class="verdict-text">'
-                         f'<span class="label">Verdict:</span> {_esc(self.clean(text))}</p>'
-                         f"{rule_html}</section>")
+                         f'<span class="label">Verdict:</span> {_esc(self.clean(head))}</p>'
+                         f"{table_html}{rest_html}{rule_html}</section>")
 
     def clean(self, text: Any) -> str:
         """``text`` as this report shows it (PII masked when it redacts)."""

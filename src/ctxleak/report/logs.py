@@ -10,7 +10,8 @@ from typing import Any
 
 def log_notes(summary: Mapping[str, Any]) -> dict[str, str]:
     """``{label: sentence}`` from the summary's ``traces``, ``prompt_sources`` and
-    ``temperature_note`` (empty for a run without them)."""
+    ``temperature_note``, and ``decoding_note`` (the audit's temperature is not the
+    deployment's; empty for a run without them)."""
     out: dict[str, str] = {}
     traces = summary.get("traces")
     if isinstance(traces, Mapping):
@@ -24,6 +25,9 @@ def log_notes(summary: Mapping[str, Any]) -> dict[str, str]:
     note = summary.get("temperature_note")
     if isinstance(note, str):
         out["temperature"] = note
+    decoding = summary.get("decoding_note")
+    if isinstance(decoding, str):
+        out["decoding differs from the deployment's"] = decoding
     return out
 
 

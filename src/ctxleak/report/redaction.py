@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -234,7 +234,7 @@ def _kept(value: str, kind: str) -> bool:
         return _person(value)
     if kind in ("money", "date"):  # a bare number is too often another number ("950 tokens")
         return any(c.isalpha() or not (c.isdigit() or c in ".,'-/:") for c in key) \
-            or (kind == "date" and len(key) >= 8)
+            or (kind == "date" and len(key) >= 8) or (kind == "money" and len(key) >= 5)
     return True
 
 
@@ -246,14 +246,20 @@ def run_values(*values: Any) -> dict[str, str]:
     cue (:func:`ctxleak.sensitive.detect.find_names`, by word); and a credential's pieces
     parted only by whitespace or a line break, joined (a key split over two lines)."""
     # lazy: only when redacting
-    from ctxleak.sensitive.detect import find_names
+    from ctxleak.sensitive.detect import find_names, find_pii
 
     found: dict[str, str] = {}
     for text in dict.fromkeys(t for v in values for t in _texts(v)):
         for span in find_names(text):
             found.setdefault(span.text, "person")
-        if len(text) < 8 or (len(text.split()) < 2 and len(text) < 16):
-            continue  # a single token holds no name a model could find, and there are many
+        if len(text) < 8:
+            continue
+        if len(text.split()) < 2 and len(text) < 16:
+            # a single token holds no name a model could find, and there are many: only the
+            # pattern detectors of phone numbers and e-mail addresses read it
+            for s in find_pii(text, valid_only=False, types=("email", "phone")):
+                found.setdefault(" ".join(s.text.split()), s.type)
+            continue
         spans = _sensitive(text)
         for s in spans:
             value = " ".join(_POSSESSIVE_RE.sub("", s.text).split()) if s.type == "person" \
@@ -297,12 +303,16 @@ class Redactor:
     :meth:`tokens`): masked when ``on``, as they are otherwise. ``names``: person names and
     single-token secrets known beforehand, masked wherever their words appear; ``values``: the
     run's values (:func:`run_values`; ``folded``, those matched case-folded), masked wherever
-    they appear, whatever the whitespace they are written with."""
+    they appear, whatever the whitespace they are written with. ``detect``: also mask what the
+    detectors find in each text shown; off for a run's Redactor, which masks the values found in
+    the run's own texts and never ctxleak's words around them (the detectors take "Def." or
+    "≥" for a person)."""
 
     on: bool = False
     names: tuple[str, ...] = ()
     values: tuple[str, ...] = ()
     folded: frozenset[str] = field(default=frozenset())
+    detect: bool = True
 
     @classmethod
     def of_run(cls, on: bool, *values: Any) -> Redactor:
@@ -317,8 +327,8 @@ class Redactor:
         whole; both, for instance, a probe's subjects)."""
         names = [n for n in names if n and n.strip()]
         values = [" ".join(v.split()) for v in values if v and v.strip()]
-        return Redactor(self.on, tuple(sorted({*self.names, *names})),
-                        tuple(sorted({*self.values, *values})), self.folded)
+        return replace(self, names=tuple(sorted({*self.names, *names})),
+                       values=tuple(sorted({*self.values, *values})))
 
     def adding_found(self, found: Mapping[str, str]) -> Redactor:
         """This Redactor with the values of :func:`run_values` (their types say which are
@@ -327,7 +337,7 @@ class Redactor:
                   if (kind in _FOLDED_TYPES and (kind != "person" or " " in v))
                   or (kind != "person" and len("".join(v.split())) >= 8)}
         out = self.adding(_names_of(found), found)
-        return Redactor(out.on, out.names, out.values, self.folded | frozenset(folded))
+        return replace(out, folded=self.folded | frozenset(folded))
 
     @cached_property
     def _values(self) -> ValueMatcher:
@@ -339,7 +349,13 @@ class Redactor:
 
         if not self.on or not text:
             return []
-        return merge_spans(_pattern_spans(text, True, self.names) + self._values.spans(text))
+        if self.detect:
+            found = _pattern_spans(text, True, self.names)
+        else:
+            from ctxleak.sensitive.detect import find_names
+
+            found = [(s.start, s.end) for s in find_names(text, self.names)] if self.names else []
+        return merge_spans(found + self._values.spans(text))
 
     def text(self, value: Any) -> str:
         """``value`` as a string, its PII masked when on."""

@@ -17,7 +17,7 @@ from typing import Any
 from ctxleak.methods.verdict import check_verdict
 from ctxleak.report import Report
 from ctxleak.report.console import print_rows, print_verdict
-from ctxleak.report.redaction import Redactor, redacting
+from ctxleak.report.redaction import Redactor, redacting, run_values
 
 
 class View:
@@ -59,10 +59,12 @@ class View:
         """What everything shown of ``result`` goes through: masking PII when the run was made
         with ``--redact``, with the one set of values found in any text of its records, summary
         and verdict (so a name cued once, a key a document splits over two lines, a phone number
-        a verdict quotes are masked everywhere), else nothing."""
+        a verdict quotes are masked everywhere), else nothing. Only those values are masked,
+        never what the detectors would find in ctxleak's own words around them ("Def.", "≥")."""
         if not result.config.get("redact", False):
             return Redactor()
-        return Redactor.of_run(True, result.records, result.summary, self.verdict(result))
+        return Redactor(True, detect=False).adding_found(
+            run_values(result.records, result.summary, self.verdict(result)))
 
     def full_page(self, result: Any) -> Report:
         """:meth:`page` with the verdict at its top (what ``report.html`` shows)."""
@@ -70,8 +72,14 @@ class View:
             report = self.page(result)
             verdict = self.verdict(result)
             if verdict:
-                report.set_verdict(verdict["text"], verdict.get("rule", ""))
+                report.set_verdict(verdict["text"], verdict.get("rule", ""),
+                                   *self.verdict_table(result))
         return report
+
+    def verdict_table(self, result: Any) -> tuple[list[dict[str, Any]], str]:
+        """The few rows a reader acts on, shown in the verdict's box between its first
+        sentence and the rest, with their caption; none by default."""
+        return [], ""
 
     def full_show(self, result: Any, *, plain: bool = False) -> None:
         """The verdict first, then :meth:`show` (what ``result.show()`` and the CLI print)."""

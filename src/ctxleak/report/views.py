@@ -41,6 +41,9 @@ from ctxleak.report.logs import log_notes
 from ctxleak.report.redaction import Redactor, redacting
 from ctxleak.report.view import View, run_model
 
+#: Rows of the table in the verdict's box.
+VERDICT_ROWS = 8
+
 
 class InfluenceView(View):
     title = "Expected context influence (Def. 3.3)"
@@ -79,6 +82,24 @@ class InfluenceView(View):
         return influence_view.influence_report(
             settings, records, self.figures(result), meta, token_strings=first,
             tokens_of=tokens_of, frontier=result.summary.get("frontier"))
+
+    def verdict_table(self, result: Any) -> tuple[list[dict[str, Any]], str]:
+        """The documents most leaked (the first setting with a ledger), else the summary's
+        rows: above the fold, under the verdict's first sentence."""
+        settings = result.summary.get("settings") or []
+        ledger = next((s for s in settings if s.get("documents")), None)
+        if ledger is None:
+            return self.table(result)[:VERDICT_ROWS], "Settings measured"
+        over = set(ledger.get("over_budget") or ())
+        rows = [{"document": d["document"], "class": d.get("class") or "—",
+                 "leaked in (answers)": d.get("leaked", 0), "copied in (answers)":
+                 d.get("copied", 0), "max above control (nats)": d.get("leak_max"),
+                 **({"over budget": "yes" if d["document"] in over else "no"}
+                    if ledger.get("over_budget") is not None else {})}
+                for d in ledger["documents"][:VERDICT_ROWS]]
+        docs = len(ledger["documents"])
+        return rows, (f"The {min(docs, VERDICT_ROWS)} most leaked of {docs} documents "
+                      f"(the whole ledger below)")
 
     def show(self, result: Any, *, plain: bool = False) -> None:
         influence_view.print_influence(result.summary["settings"], result.path, plain=plain,

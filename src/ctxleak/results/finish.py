@@ -24,6 +24,8 @@ def finish_run(output: RunOutput) -> Result:
         run.write_file(name, content)
         if isinstance(content, bytes):
             result.images[name] = content
+    if run.scrub is not None:  # the run's secrets, found in its records, masked here too
+        result.summary = run.scrub.value(result.summary)
     result.wall_time_s = round(time.time() - run.started, 3)
     run.write_results(result)
     html = result.render()

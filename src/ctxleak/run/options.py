@@ -67,6 +67,10 @@ class RunOptions:
     model_args: Any = option(None, "More keyword arguments of transformers' from_pretrained, "
                              "'key=value,key2=value2' or a mapping, e.g. "
                              "'attn_implementation=eager' (recorded in the provenance).")
+    keep_texts: bool = option(False, "Keep the run's texts whole in its folder: by default "
+                              "the secrets and direct identifiers found in them (passwords, keys, "
+                              "PINs, ids, e-mail addresses, phone numbers) are masked in "
+                              "samples.jsonl, results.json and report.html.")
 
     def __post_init__(self) -> None:
         if isinstance(self.server_url, str):

@@ -61,6 +61,7 @@ from ctxleak.run.manifest import (
 from ctxleak.run.records import parse_json
 from ctxleak.run.samples import (
     RowCheck,
+    Scrub,
     has_manifest,
     read_sample_file,
     read_samples,
@@ -199,9 +200,11 @@ class RunDir:
 
     def __init__(self, path: str | Path, config: dict[str, Any], *, resume: bool = False,
                  private: bool = False, world: World | None = None,
-                 check_row: RowCheck | None = None) -> None:
+                 check_row: RowCheck | None = None,
+                 scrub: Scrub | None = None) -> None:
         self.path = Path(path)
         self.check_row = check_row
+        self.scrub = scrub  # a record before it is written (report.forwarding's masking)
         self.config = to_jsonable(config)
         self.private = private
         self.file_mode = 0o600 if private else 0o644
@@ -356,7 +359,7 @@ class RunDir:
                                f"that is not finite at '{bad}': not written. A model or server "
                                "that answers NaN or infinite log-probs made it; rerun with "
                                "resume=True once that is fixed")
-        row = to_jsonable(record)
+        row = to_jsonable(self.scrub.record(record) if self.scrub is not None else record)
         if row_key(row) in self._where:
             raise ConfigError(f"{path}: a row named {row_key(row)!r} is already stored; ids "
                               "must be unique")

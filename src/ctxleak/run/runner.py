@@ -43,7 +43,7 @@ from ctxleak.run.rundir import (
     RunDir,
     input_hashes,
 )
-from ctxleak.run.samples import RowCheck
+from ctxleak.run.samples import RowCheck, Scrubbing
 from ctxleak.run.stored import StoredRows
 from ctxleak.targets.base import CAPABILITIES, Target, TargetError, is_target
 from ctxleak.targets.journal import JOURNAL_FILE, AnswerJournal, JournaledTarget, cost_line
@@ -88,7 +88,7 @@ def interrupted_message(exc: BaseException | None = None) -> str:
 
 def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
              private: bool = True, inputs: dict[str, Any] | None = None,
-             check_row: RowCheck | None = None) -> Any:
+             check_row: RowCheck | None = None, scrubber: Scrubbing | None = None) -> Any:
     """The run directory with the full config (run options included) stored for resume, and
     the SHA-256 of each input file (``inputs``: ``{"data": path}``) and of each model file
     (:func:`ctxleak.engine.models.model_fingerprint`) that resume checks.
@@ -97,6 +97,8 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
     Under ``torchrun``/``accelerate launch`` this joins the process group first; every process
     must then be given the same ``output`` (the default name is not shared between them).
     ``check_row``: the method's check of a stored row, run on each one a resume reads.
+    ``scrubber``: the full config -> what each record goes through before it is written (the
+    face's masking of the run's secrets), or None.
     """
     # lazy: the CLI imports this module at startup, and engine.models imports transformers
     # (seconds); tests also replace models.load_model
@@ -119,8 +121,9 @@ def open_run(command: str, common: RunOptions, config: dict[str, Any], *,
     model_files = model_fingerprint(common.model, common.server_url)
     if model_files:
         full[MODEL_KEY] = model_files
+    scrub = scrubber(full) if scrubber is not None else None
     return RunDir(output, full, resume=common.resume, private=private, world=world,
-                  check_row=check_row)
+                  check_row=check_row, scrub=scrub)
 
 
 def load_lm(common: RunOptions) -> LanguageModel:
@@ -279,7 +282,8 @@ def measure_batch(method: Method[Any, Any, Any], over: Over | None, ready: Any,
 def run_method(method: Method[Any, Any, Any], over: Over | None = None, data: Any = None,
                output: str | None = None, resume: bool | None = None,
                progress: bool = True, check_row: RowCheck | None = None,
-               max_queries: int | None = None) -> RunOutput | None:
+               max_queries: int | None = None,
+               scrubber: Scrubbing | None = None) -> RunOutput | None:
     """Run ``method`` on ``data`` over ``over`` and return what it measured as plain data
     (:class:`~ctxleak.run.output.RunOutput`: records, summary, config, provenance, the run
     folder); :func:`ctxleak.results.finish_run` makes the Result, its files and its report.
@@ -290,7 +294,8 @@ def run_method(method: Method[Any, Any, Any], over: Over | None = None, data: An
     ``output``/``resume`` override the method's run options. ``check_row``: what the method's
     stored rows must satisfy (:data:`~ctxleak.run.samples.RowCheck`, declared in
     ``methods/<m>/checks.py``): a resume refuses a stored row that breaks it. ``max_queries``:
-    the most questions sent to a target in this run folder, resumes included. Every process of
+    the most questions sent to a target in this run folder, resumes included. ``scrubber``: as
+    :func:`open_run`'s. Every process of
     a data-parallel launch calls this; only rank 0 gets the output (the others get None).
     """
     max_queries = whole(max_queries, "max_queries", minimum=0, allow_none=True)
@@ -314,11 +319,11 @@ def run_method(method: Method[Any, Any, Any], over: Over | None = None, data: An
     check_capabilities(backend, method.requires(), what=what)
     if target is not None:
         return over_target(method, target, plan, common, progress=progress,
-                           check_row=check_row, max_queries=max_queries)
+                           check_row=check_row, max_queries=max_queries, scrubber=scrubber)
     if max_queries is not None:
         raise ConfigError("max_queries bounds a target's questions, not a model's", param="max_queries")
     run = open_run(method.name, common, plan.config, private=method.private,
-                   inputs=plan.inputs, check_row=check_row)
+                   inputs=plan.inputs, check_row=check_row, scrubber=scrubber)
     with run:
         if model is None:  # after the folder's checks (a resume of another run is refused first)
             model = load_lm(replace(common, **plan.load_options))
@@ -355,7 +360,7 @@ def check_query_count(asked: JournaledTarget, queries: int) -> None:
 
 def over_target(method: Method[Any, Any, Any], target: Target, plan: Any, common: RunOptions,
                 *, progress: bool, check_row: RowCheck | None,
-                max_queries: int | None) -> RunOutput | None:
+                max_queries: int | None, scrubber: Scrubbing | None = None) -> RunOutput | None:
     """:func:`run_method` over a target, no model loaded: the cost estimate (stderr); the
     target wrapped in the run folder's journal before the method sees it (a resume sends no
     question twice), which refuses ``max_queries`` before the first question (and the folder
@@ -372,7 +377,8 @@ def over_target(method: Method[Any, Any, Any], target: Target, plan: Any, common
             asked.check(plan.questions)
         run = open_run(method.name, common, {**plan.config, "target": target.describe(),
                                              TARGET_KEY: target.fingerprint()},
-                       private=method.private, inputs=plan.inputs, check_row=check_row)
+                       private=method.private, inputs=plan.inputs, check_row=check_row,
+                       scrubber=scrubber)
         with run:
             ready = method.prepare(asked, plan, run)
             try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ctxleak.errors import EditedRunError, InputError
 from ctxleak.run.manifest import (
@@ -35,6 +35,23 @@ from ctxleak.run.stored import (
 RowProblem = tuple[str, str]
 #: A method's check of one stored row (``samples.jsonl`` line): its problem, or None.
 RowCheck = Callable[[Mapping[str, Any]], "RowProblem | None"]
+
+
+class Scrub(Protocol):
+    """What a run folder's records and summary go through before they are written: the face's
+    masking of the run's secrets (:mod:`ctxleak.report.forwarding`)."""
+
+    def record(self, row: dict[str, Any]) -> dict[str, Any]:
+        """``row`` as written (its values found, then masked)."""
+        ...
+
+    def value(self, value: Any, key: str = "") -> Any:
+        """``value`` (the summary) with the values found so far masked."""
+        ...
+
+
+#: The full config of a run -> its :class:`Scrub` (None: records written as measured).
+Scrubbing = Callable[[dict[str, Any]], "Scrub | None"]
 
 
 @dataclass(frozen=True)

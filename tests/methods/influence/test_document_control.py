@@ -120,13 +120,16 @@ def test_the_gate_names_document_answer_and_amount(tiny_dir, tmp_path, capsys) -
     data.write_text("".join(json.dumps(r) + "\n" for r in LOG))
     argv = ["influence", "--model", tiny_dir, "--data", str(data), "--lambda", "1",
             "--temperature", "1", "--min-new-tokens", "0", "--max-new-tokens", "4"]
-    code, _, err = run_cli([*argv, "--class-budget", "restricted=0,public=0",
-                            "--output", str(tmp_path / "a")], capsys)
+    code, out, err = run_cli([*argv, "--class-budget", "restricted=0,public=0",
+                              "--output", str(tmp_path / "a")], capsys)
     assert code == 3, err
-    line = next(x for x in err.splitlines() if x.startswith("over budget: hr-salary"))
+    line = next(x for x in out.splitlines() if x.startswith("over budget: hr-salary"))
     assert "(restricted, budget 0 nats)" in line and "first into t1" in line
     assert "nats above its control in all" in line
-    assert "over budget: travel" not in err  # public: reported, never failing
+    assert "over budget: travel" not in out  # public: reported, never failing
+    # each breach is printed once (the console's line), the gate's stderr says how many
+    assert sum(x.startswith("over budget: hr-salary") for x in (out + err).splitlines()) == 1
+    assert "over budget (listed above): exit status 3" in err
     code, _, err = run_cli([*argv, "--class-budget", "public=0", "--output",
                             str(tmp_path / "b")], capsys)
     assert code == 0, err

@@ -58,6 +58,7 @@ from ctxleak.methods.attacks.membership import (
     score_answer,
 )
 from ctxleak.methods.attacks.roc import RESAMPLES
+from ctxleak.methods.attacks.separation import lead_with_separation
 from ctxleak.run.method import ParamsMethod, Plan
 from ctxleak.targets.base import ANSWERS, Target, TargetAnswer
 
@@ -397,6 +398,7 @@ class MembershipMethod(_AttackMethod):
                                           candidates=eps["candidates"])
         if out.get("eps_lower") is not None:
             out["law"] = law(out["eps_lower"], claimed)
+        out = lead_with_separation(out)  # no bound, but a separation: said first, in numbers
         return {**out, "target": ready.target.describe(), "eps_claimed": claimed,
                 "claim": claim, **self._per_document(ready, membership=records)}
 

@@ -53,6 +53,7 @@ from typing import Any
 from rouge_score import tokenizers
 
 from ctxleak.errors import InputError
+from ctxleak.methods.attacks.anchors import anchor_windows
 from ctxleak.methods.text_match import TextMatch, values_beyond
 from ctxleak.normal_text import normal_text
 from ctxleak.sensitive import carried_values
@@ -171,7 +172,9 @@ def extraction_prompts(documents: Sequence[AttackDocument], *, kind: str = "targ
     """The attack's prompts. ``anchors`` given: one prompt each (kind ``given``). Otherwise
     ``n`` prompts (default: one per document) of ``kind``: ``untargeted`` anchors of
     ``anchor_words`` words drawn from :data:`WORDS`, ``targeted`` anchors of ``anchor_words``
-    consecutive words of each document in turn (a seeded order, a seeded window)."""
+    consecutive words of each document in turn (a seeded order, a seeded window that quotes
+    none of the document's secrets and personal data where it has other words:
+    :func:`ctxleak.methods.attacks.anchors.anchor_windows`)."""
     if anchors is not None:
         if not anchors or any(not a.strip() for a in anchors):
             raise InputError("anchors must be a non-empty list of non-empty texts",
@@ -194,9 +197,10 @@ def extraction_prompts(documents: Sequence[AttackDocument], *, kind: str = "targ
     out = []
     for k in range(count):
         doc = order[k % len(order)]
-        words = doc.text.split()
-        start = rng.randrange(max(1, len(words) - anchor_words + 1))
-        out.append(ExtractPrompt(k, kind, " ".join(words[start:start + anchor_words]), command,
+        # never across a secret or personal data where the document has other words
+        words, starts, size = anchor_windows(doc.text, anchor_words)
+        start = starts[rng.randrange(len(starts))]
+        out.append(ExtractPrompt(k, kind, " ".join(words[start:start + size]), command,
                                  doc.id))
     return out
 

@@ -28,6 +28,7 @@ from ctxleak.methods.influence.decoys import (
     passage_decoys,
     uses_documents,
 )
+from ctxleak.methods.influence.deployment import decoding_note
 from ctxleak.methods.influence.mechanism_mode import (
     check_examples,
     cid_slots,
@@ -266,6 +267,13 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         out = {"verdict": run_verdict(summaries), "settings": summaries}
         out.update(log_summary(ready.lm, ready.examples.examples, ready.examples.traces,
                                [s.temperature for s in self.grid]))
+        # a greedy deployment's sweep draws its answers greedily (scored at T = 1)
+        audited = [0.0] if self.params.options().greedy else \
+            sorted({s.temperature for s in self.grid})
+        note = decoding_note(audited,
+                             self.params.deployed_temperature, bool(self.common.server_url))
+        if note:  # the audit's decoding is not the deployment's
+            out["decoding_note"] = note
         if len(summaries) > 1:  # a sweep: which setting keeps utility at least privacy loss
             out["frontier"] = frontier(summaries, without_fields(records, HEAVY_FIELDS),
                                        seed=self.common.seed)

@@ -112,7 +112,9 @@ class InfluenceParams:
         None, "The temperature the team deploys (0: greedy): the sweep's default when no "
         "temperature is given, so that it measures the decoding that is served (greedy: CID's "
         "answers drawn greedily and scored at T = 1; the DP mechanisms sample by their "
-        "definition, at T = 1).")
+        "definition, at T = 1); the run warns, in the console and the report, when it measured "
+        "at another. Default: a served model's greedy default (0) against a server, for the "
+        "warning only.")
     repeat_threshold: float = option(0.5, "Response-to-context overlap above which a response "
                                      "counts as repeating its context, in [0, 1].")
     rouge_threshold: float = option(0.5, "ROUGE-L above which a response counts as close to "
@@ -341,7 +343,8 @@ class InfluenceParams:
                 **({} if self.log_format == "auto" else {"log_format": self.log_format}),
                 **({} if self.prompt_messages is None else {"prompt_messages": [
                     {"role": r, "content": c} for r, c in self.prompt_messages]}),
-                **{k: getattr(self, k) for k in ("system_prompt", "app_prompt", "controls")
+                **{k: getattr(self, k) for k in ("system_prompt", "app_prompt", "controls",
+                                                  "deployed_temperature")
                    if getattr(self, k) is not None},
                 **({} if not self.mechanisms else {"mechanisms": [
                     m.key() for m in self.mechanisms]}),
