@@ -44,8 +44,7 @@ OWN: dict[str, list[tuple[str, Any]]] = {
         ("factkb_model", None), ("redact", False), ("control", True), ("controls", None),
         ("passages", None), ("exposure_budget", None), ("log_format", "auto"),
         ("class_field", "classification"), ("class_budgets", None), ("document_budgets", None),
-        ("prompt_messages", None), ("system_prompt", None), ("app_prompt", None),
-        ("deployed_temperature", None)],
+        ("prompt_messages", None), ("system_prompt", None), ("app_prompt", None)],
     "iclinf": [
         ("model", "default"), ("data", "demo"), ("progress", True), ("test_data", None),
         ("split", "split"), ("text_field", "text"), ("label_field", "label"), ("labels", None),

@@ -268,7 +268,7 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         out.update(log_summary(ready.lm, ready.examples.examples, ready.examples.traces,
                                [s.temperature for s in self.grid]))
         # a greedy deployment's sweep draws its answers greedily (scored at T = 1)
-        audited = [0.0] if self.params.options().greedy else \
+        audited = [0.0] if self.params.deploys_greedily() else \
             sorted({s.temperature for s in self.grid})
         note = decoding_note(audited,
                              self.params.deployed_temperature, bool(self.common.server_url))

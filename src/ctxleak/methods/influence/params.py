@@ -302,6 +302,13 @@ class InfluenceParams:
         """The context sizes measured: None is the whole context."""
         return [None] if self.context_sizes is None else list(self.context_sizes)  # type: ignore[arg-type]
 
+    def deploys_greedily(self) -> bool:
+        """Whether the sweep draws CID's answers greedily, as a greedy deployment does
+        (``deployed_temperature`` 0 and no temperature of its own but the T = 1 it scores
+        at); a temperature the user chose is sampled at, and the run warns."""
+        return self.deployed_temperature == 0 and (
+            self.temperature is None or tuple(self.temperature) == (SERVED_TEMPERATURE,))
+
     def options(self) -> InfluenceOptions:
         """What the pipeline needs besides λ and T."""
         return InfluenceOptions(max_new_tokens=self.max_new_tokens,
@@ -310,7 +317,7 @@ class InfluenceParams:
                                 stride=self.stride, template=self.template,
                                 repeat_threshold=self.repeat_threshold,
                                 rouge_threshold=self.rouge_threshold, control=self.control,
-                                greedy=self.deployed_temperature == 0)
+                                greedy=self.deploys_greedily())
 
     def grid(self) -> list[Setting]:
         """Every (λ, T, bounded ε, context size) setting, in the order of each example's
