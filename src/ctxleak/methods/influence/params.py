@@ -307,7 +307,7 @@ class InfluenceParams:
         (``deployed_temperature`` 0 and no temperature of its own but the T = 1 it scores
         at); a temperature the user chose is sampled at, and the run warns."""
         return self.deployed_temperature == 0 and (
-            self.temperature is None or tuple(self.temperature) == (SERVED_TEMPERATURE,))
+            self.temperature is None or self.temperatures == [SERVED_TEMPERATURE])
 
     def options(self) -> InfluenceOptions:
         """What the pipeline needs besides λ and T."""
