@@ -165,3 +165,27 @@ def test_the_chain_wants_a_ctxleak_chat_and_spent_wants_its_replies(lm):
         SENT: [{"id": "a"}, {"id": "b", "class": "restricted"}]})
     assert spent_by_document([reply, again]) == {"a": 1.75, "b": 0.25}
     assert re.fullmatch(r"sha256-[0-9a-f]{16}", stable_id("é"))
+
+
+def test_the_example_app_runs_through_the_proxy_with_its_classes(lm, tmp_path, monkeypatch,
+                                                                 capsys):
+    """examples/rag_langchain_proxy.py against ``ctxleak serve --budget 16 --classes
+    examples/rag_classes.jsonl``: the public help-desk page is used and never charged, and the
+    ledger holds, per restricted document, the sum of what the answers report."""
+    from pathlib import Path
+
+    examples = Path(__file__).parents[2] / "examples"
+    monkeypatch.syspath_prepend(str(examples))
+    import rag_langchain_proxy as app
+
+    with serving_sqlite(lm, tmp_path / "l.db", classes=examples / "rag_classes.jsonl",
+                        budgets=Budgets(default=16.0)) as (url, ledger, _):
+        answers = app.main(url + "/v1", model="tiny", max_tokens=8)
+        used = {i for a in answers for i in a.response_metadata[FIELD]["documents"]}
+        assert "it-helpdesk" in used and ledger.find("it-helpdesk") is None
+        spent = spent_by_document(answers)
+        assert set(spent) == used - {"it-helpdesk"} and len(spent) >= 4
+        assert {d.doc_id: d.spent for d in ledger.documents(0, 100)} == pytest.approx(spent)
+        assert all(ledger.document(i).doc_class == "restricted" for i in spent)
+    out = capsys.readouterr().out
+    assert out.count("Q: ") == 5 and "ε spent per restricted document:" in out
