@@ -54,7 +54,7 @@ class KeywordRetriever(BaseRetriever):
 
 
 def main(base_url: str = "http://127.0.0.1:8100/v1", model: str = "default",
-         epsilon: float = 0.1, max_tokens: int = 24, api_key: str = "none"
+         epsilon: float = 0.1, max_tokens: int = 16, api_key: str = "none"
          ) -> list[BaseMessage]:
     """Ask every question through the proxy at ``base_url``; print each answer, what it spent
     and, at the end, ε spent per restricted document (what the proxy's ledger holds)."""
