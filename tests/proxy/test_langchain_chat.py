@@ -146,6 +146,12 @@ def test_a_class_the_file_does_not_give_is_one_line_and_charges_nothing(lm, tmp_
         with pytest.raises(InputError, match=r"metadata\['doc'\].*not 7"):
             chat(url, epsilon=0.5, id_key="doc").invoke(
                 QUESTIONS[0], documents=[Document(page_content="x", metadata={"doc": 7})])
+        # plain CID for a budgeted document: the proxy's HTTP 403, one line too
+        with pytest.raises(InputError) as err:
+            chat(url, cid_lambda=0.5).invoke(QUESTIONS[0], documents=STORE[1:2])
+        assert str(err.value).startswith("field 'ctxleak.documents': ctxleak serve refused the "
+                                         "request (HTTP 403")
+        assert "\n" not in str(err.value) and "acct-7" in str(err.value)
         assert ledger.count() == 0
 
 

@@ -32,6 +32,9 @@ from ctxleak.errors import ConfigError, InputError
 PUBLIC = "public"
 #: ``response_metadata`` keys: the proxy's ``ctxleak`` field, and the ids and classes sent.
 FIELD, SENT = "ctxleak", "ctxleak_sent"
+#: The proxy's refusals of what a request asks (a class, an id, a mechanism for a budgeted
+#: document), raised as one-line errors; a 429 (a spent budget, a rate) stays the client's.
+REFUSED = (openai.BadRequestError, openai.PermissionDeniedError)
 
 
 def stable_id(text: str) -> str:
@@ -82,8 +85,8 @@ class CtxleakChat(ChatOpenAI):
     none of the three: the proxy's own mechanism. Each answer's ``response_metadata`` holds the
     proxy's ``ctxleak`` field under :data:`FIELD` and the ids and classes sent under
     :data:`SENT`; a streamed answer's last chunk carries the field. A request the proxy refuses
-    (HTTP 400: a class its classes file does not give, a duplicate id) is a one-line
-    :class:`~ctxleak.errors.InputError`."""
+    (HTTP 400: a class its classes file does not give, a duplicate id; HTTP 403: plain CID for a
+    budgeted document) is a one-line :class:`~ctxleak.errors.InputError`."""
 
     epsilon: float | None = None
     cid_lambda: float | None = None
@@ -118,7 +121,7 @@ class CtxleakChat(ChatOpenAI):
         sent = _sent(self, kwargs)
         try:
             result = super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
-        except openai.BadRequestError as e:
+        except REFUSED as e:
             raise _refused(e) from None
         for gen in result.generations:
             if sent is not None:
@@ -134,7 +137,7 @@ class CtxleakChat(ChatOpenAI):
                 if k == 0 and sent is not None:
                     chunk.message.response_metadata[SENT] = sent
                 yield chunk
-        except openai.BadRequestError as e:
+        except REFUSED as e:
             raise _refused(e) from None
 
     def _create_chat_result(self, response: Any, generation_info: dict[str, Any] | None = None
@@ -213,14 +216,14 @@ def _field_of(response: Any) -> dict[str, Any] | None:
     return field if isinstance(field, dict) else None
 
 
-def _refused(error: openai.BadRequestError) -> InputError:
-    """The proxy's HTTP 400 as one line naming the request field it names."""
+def _refused(error: openai.APIStatusError) -> InputError:
+    """The proxy's refusal (HTTP 400 or 403) as one line naming the request field it names."""
     body: dict[str, Any] = error.body if isinstance(error.body, dict) else {}
     nested = body.get("error")
     inner: dict[str, Any] = nested if isinstance(nested, dict) else body
     message = str(inner.get("message") or error.message)
     code, param = inner.get("code"), inner.get("param")
-    line = re.sub(r"\s+", " ", f"ctxleak serve refused the request (HTTP 400"
+    line = re.sub(r"\s+", " ", f"ctxleak serve refused the request (HTTP {error.status_code}"
                                f"{', ' + str(code) if code else ''}): {message}").strip()
     return InputError(line, field=str(param) if param else None)
 
