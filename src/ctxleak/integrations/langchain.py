@@ -14,33 +14,28 @@ Needs ``langchain-openai`` (``pip install "ctxleak[langchain]"``).
 
 from __future__ import annotations
 
-import hashlib
-import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-import openai
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_openai import ChatOpenAI
 
-from ctxleak.errors import ConfigError, InputError
+from ctxleak.errors import ConfigError
+from ctxleak.integrations.marked import (
+    PUBLIC,
+    REFUSED,
+    marked,
+    refused,
+    settings,
+    spent_over,
+    stable_id,
+)
 
-#: The class the proxy never charges (its operator's ``public`` documents).
-PUBLIC = "public"
 #: ``response_metadata`` keys: the proxy's ``ctxleak`` field, and the ids and classes sent.
 FIELD, SENT = "ctxleak", "ctxleak_sent"
-#: The proxy's refusals of what a request asks (a class, an id, a mechanism for a budgeted
-#: document), raised as one-line errors; a 429 (a spent budget, a rate) stays the client's.
-REFUSED = (openai.BadRequestError, openai.PermissionDeniedError)
-
-
-def stable_id(text: str) -> str:
-    """The id of a document that has none: ``sha256-`` and the first 16 hex digits of the
-    SHA-256 of its UTF-8 text (the same text, the same id, in every process)."""
-    return "sha256-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def marked_documents(documents: Iterable[Any], *, class_key: str = "class",
@@ -48,32 +43,18 @@ def marked_documents(documents: Iterable[Any], *, class_key: str = "class",
     """The proxy's ``ctxleak.documents`` for LangChain ``documents``: ``{"id", "text"}`` and
     ``"class"`` where ``metadata[class_key]`` has one (as the operator's classes file has it).
     The id is ``metadata[id_key]`` (``id_key`` None: the ``Document``'s own ``id``); a document
-    without one gets :func:`stable_id` of its text. A non-string id or class, or an empty text,
-    is a one-line :class:`~ctxleak.errors.InputError` naming the document and field."""
+    without one gets :func:`~ctxleak.integrations.marked.stable_id` of its text. A non-string
+    id or class, or an empty text, is a one-line :class:`~ctxleak.errors.InputError` naming the
+    document and field."""
     out: list[dict[str, str]] = []
     for k, doc in enumerate(documents):
         if isinstance(doc, str):
             doc = Document(page_content=doc)
-        text, meta = getattr(doc, "page_content", None), getattr(doc, "metadata", None) or {}
-        if not isinstance(text, str) or not text.strip():
-            raise InputError(f"document {k} has no text (a langchain Document with a non-empty "
-                             f"page_content is needed)", field="page_content")
-        field = f"metadata[{id_key!r}]" if id_key is not None else "id"
+        meta = getattr(doc, "metadata", None) or {}
         doc_id = meta.get(id_key) if id_key is not None else getattr(doc, "id", None)
-        if doc_id is None:
-            doc_id = stable_id(text)
-        elif isinstance(doc_id, bool) or not isinstance(doc_id, str) or not doc_id.strip():
-            raise InputError(f"document {k}: the id must be a non-empty string, not {doc_id!r}",
-                             field=field)
-        marked = {"id": doc_id, "text": text}
-        cls = meta.get(class_key)
-        if cls is not None:
-            if not isinstance(cls, str) or not cls.strip():
-                raise InputError(f"document {k} ({doc_id!r}): the class must be a class name "
-                                 f"of the proxy's classes file such as 'public', not {cls!r}",
-                                 field=f"metadata[{class_key!r}]")
-            marked["class"] = cls
-        out.append(marked)
+        out.append(marked(k, getattr(doc, "page_content", None), doc_id, meta,
+                          class_key=class_key, text_field="page_content",
+                          id_field=f"metadata[{id_key!r}]" if id_key is not None else "id"))
     return out
 
 
@@ -95,16 +76,9 @@ class CtxleakChat(ChatOpenAI):
     id_key: str | None = None
 
     def _marked(self, documents: Any) -> dict[str, Any]:
-        if self.epsilon is not None and self.mechanism is not None:
-            raise ConfigError("give epsilon (bounded CID) or mechanism, not both",
-                              param="mechanism")
-        marked: dict[str, Any] = {"documents": marked_documents(
-            documents, class_key=self.class_key, id_key=self.id_key)}
-        for key, value in (("epsilon", self.epsilon), ("lambda", self.cid_lambda),
-                           ("mechanism", self.mechanism)):
-            if value is not None:
-                marked[key] = value
-        return marked
+        return {"documents": marked_documents(documents, class_key=self.class_key,
+                                              id_key=self.id_key),
+                **settings(self.epsilon, self.cid_lambda, self.mechanism)}
 
     def _get_request_payload(self, input_: Any, *, stop: list[str] | None = None,
                              **kwargs: Any) -> dict[str, Any]:
@@ -122,7 +96,7 @@ class CtxleakChat(ChatOpenAI):
         try:
             result = super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
         except REFUSED as e:
-            raise _refused(e) from None
+            raise refused(e) from None
         for gen in result.generations:
             if sent is not None:
                 gen.message.response_metadata[SENT] = sent
@@ -138,7 +112,7 @@ class CtxleakChat(ChatOpenAI):
                     chunk.message.response_metadata[SENT] = sent
                 yield chunk
         except REFUSED as e:
-            raise _refused(e) from None
+            raise refused(e) from None
 
     def _create_chat_result(self, response: Any, generation_info: dict[str, Any] | None = None
                             ) -> ChatResult:
@@ -180,20 +154,8 @@ def spent_by_document(answers: Iterable[BaseMessage]) -> dict[str, float]:
     answer's ``epsilon_spent`` added to every document it used (not dropped) that was sent
     with a class other than ``public``. A document sent without a class that the operator's
     file makes public is counted here but not charged by the proxy: send the classes."""
-    total: dict[str, float] = {}
-    for k, message in enumerate(answers):
-        meta = message.response_metadata
-        field, sent = meta.get(FIELD), meta.get(SENT)
-        if not isinstance(field, Mapping) or not isinstance(sent, Sequence):
-            raise InputError(f"answer {k} has no ctxleak field and sent documents in its "
-                             f"response_metadata (a CtxleakChat reply with documents)",
-                             field="response_metadata")
-        spent = field.get("epsilon_spent") or 0.0
-        classes = {d["id"]: d.get("class") for d in sent}
-        for doc_id in field.get("documents") or []:
-            if classes.get(doc_id) != PUBLIC:
-                total[doc_id] = total.get(doc_id, 0.0) + float(spent)
-    return total
+    return spent_over((m.response_metadata.get(FIELD), m.response_metadata.get(SENT))
+                      for m in answers)
 
 
 def _sent(llm: CtxleakChat, kwargs: dict[str, Any]) -> list[dict[str, str]] | None:
@@ -214,18 +176,6 @@ def _field_of(response: Any) -> dict[str, Any] | None:
     else:
         field = (getattr(response, "model_extra", None) or {}).get(FIELD)
     return field if isinstance(field, dict) else None
-
-
-def _refused(error: openai.APIStatusError) -> InputError:
-    """The proxy's refusal (HTTP 400 or 403) as one line naming the request field it names."""
-    body: dict[str, Any] = error.body if isinstance(error.body, dict) else {}
-    nested = body.get("error")
-    inner: dict[str, Any] = nested if isinstance(nested, dict) else body
-    message = str(inner.get("message") or error.message)
-    code, param = inner.get("code"), inner.get("param")
-    line = re.sub(r"\s+", " ", f"ctxleak serve refused the request (HTTP {error.status_code}"
-                               f"{', ' + str(code) if code else ''}): {message}").strip()
-    return InputError(line, field=str(param) if param else None)
 
 
 __all__ = ["CtxleakChat", "FIELD", "PUBLIC", "SENT", "ctxleak_rag_chain", "marked_documents",
