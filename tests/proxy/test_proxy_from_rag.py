@@ -1,5 +1,6 @@
-"""The proxy from LangChain (issue 83, item 2): ``CtxleakChat`` (the real langchain-openai client)
-and ``ctxleak_rag_chain`` through ``ctxleak serve`` with the operator's classes; public documents
+"""The proxy from LangChain and LlamaIndex (issue 83, item 2): ``CtxleakChat`` (the real
+langchain-openai client), ``ctxleak_rag_chain``, the bundled example app and LlamaIndex's
+``CtxleakQueryEngine`` through ``ctxleak serve`` with the operator's classes; public documents
 are not charged, the ledger equals what the answers report, bad metadata is one line."""
 
 from __future__ import annotations
@@ -195,3 +196,51 @@ def test_the_example_app_runs_through_the_proxy_with_its_classes(lm, tmp_path, m
         assert all(ledger.document(i).doc_class == "restricted" for i in spent)
     out = capsys.readouterr().out
     assert out.count("Q: ") == 5 and "ε spent per restricted document:" in out
+
+
+def test_the_llamaindex_engine_runs_through_the_proxy_and_its_ledger_agrees(lm, tmp_path):
+    """The LlamaIndex query engine over the same documents as nodes, through the proxy with
+    classes: the public node is used and never charged, the ledger equals the responses, a
+    node id that is no string and a class the file lacks are one line."""
+    from llama_index.core.retrievers import BaseRetriever as LlamaRetriever
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from ctxleak.integrations import llamaindex
+
+    nodes = [TextNode(text=d.page_content, id_=d.id or stable_id(d.page_content),
+                      metadata=dict(d.metadata)) for d in STORE]
+
+    class Words(LlamaRetriever):
+        def __init__(self, store: list[TextNode]) -> None:
+            super().__init__()
+            self.store = store
+
+        def _retrieve(self, query_bundle: Any) -> list[NodeWithScore]:
+            words = set(query_bundle.query_str.split())
+            scored = [NodeWithScore(node=n, score=float(len(words & set(n.text.split()))))
+                      for n in self.store]
+            return sorted(scored, key=lambda s: -s.score)[:2]
+
+    with serving_sqlite(lm, tmp_path / "l.db", classes=CLASSES,
+                        budgets=Budgets(default=40.0)) as (url, ledger, _):
+        engine = llamaindex.CtxleakQueryEngine(retriever=Words(nodes), base_url=url + "/v1",
+                                               model="tiny", epsilon=0.5, max_tokens=6,
+                                               temperature=1.0)
+        responses = [engine.query(q) for q in QUESTIONS]
+        for r in responses:
+            field = r.metadata[llamaindex.FIELD]
+            assert field["epsilon_spent"] == pytest.approx(0.5 * field["tokens"])
+            assert field["documents"] == [n.node.node_id for n in r.source_nodes]
+        spent = llamaindex.spent_by_document(responses)
+        assert ledger.find("faq-2") is None and "faq-2" not in spent
+        assert {d.doc_id: d.spent for d in ledger.documents(0, 100)} == pytest.approx(spent)
+        assert set(spent) == {"acct-7", "acct-8", stable_id(NO_ID)}
+        bad = TextNode(text="x", metadata={"doc": 7})
+        with pytest.raises(InputError, match=r"^field 'metadata\['doc'\]': document 0: the id"):
+            llamaindex.marked_nodes([bad], id_key="doc")
+        secret = TextNode(text="the phone is one two three", id_="acct-9",
+                          metadata={"class": "secret"})
+        engine.retriever = Words([secret])
+        with pytest.raises(InputError, match=r"^field 'ctxleak.documents'.*class_not_set"):
+            engine.query(QUESTIONS[0])
+        assert ledger.find("acct-9") is None
