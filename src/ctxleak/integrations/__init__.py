@@ -5,4 +5,4 @@ Augmented Contextual Knowledge in Language Models, Def. 3.4 and App. B):
 ``cid_generate`` (CID through ``model.generate`` in one call) and :mod:`ctxleak.integrations.ledger`
 turns a ledger into a result; :mod:`ctxleak.integrations.langchain` has ``CtxleakChat`` (a
 LangChain chat model that sends a retriever's documents, with their classes, to ``ctxleak
-serve``). Import those modules explicitly; this package imports nothing heavy."""
+serve``) and :mod:`ctxleak.integrations.llamaindex` its LlamaIndex query engine. Import those modules explicitly; this package imports nothing heavy."""
