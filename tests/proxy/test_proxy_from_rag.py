@@ -5,6 +5,7 @@ are not charged, the ledger equals what the answers report, bad metadata is one 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -88,7 +89,8 @@ def test_the_rag_chain_runs_through_the_proxy_and_the_ledger_equals_its_answers(
                         budgets=Budgets(default=40.0, classes={"restricted": 30.0})
                         ) as (url, ledger, _):
         chain = ctxleak_rag_chain(WordRetriever(documents=STORE), chat(url, epsilon=0.5))
-        answers = [chain.invoke(q) for q in QUESTIONS]
+        answers = [chain.invoke(q) for q in QUESTIONS[:2]]
+        answers.append(asyncio.run(chain.ainvoke(QUESTIONS[2])))  # the async road too
         seen: set[str] = set()
         for answer in answers:
             field = answer.response_metadata[FIELD]
@@ -133,7 +135,8 @@ def test_a_class_the_file_does_not_give_is_one_line_and_charges_nothing(lm, tmp_
         llm = chat(url, epsilon=0.5)
         doc = Document(page_content="the phone is one two three", id="acct-9",
                        metadata={"class": "secret"})
-        for call in (llm.invoke, lambda q, **kw: list(llm.stream(q, **kw))):
+        for call in (llm.invoke, lambda q, **kw: list(llm.stream(q, **kw)),
+                     lambda q, **kw: asyncio.run(llm.ainvoke(q, **kw))):
             with pytest.raises(InputError) as err:
                 call(QUESTIONS[0], documents=[doc])
             message = str(err.value)

@@ -14,7 +14,7 @@ Needs ``langchain-openai`` (``pip install "ctxleak[langchain]"``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from langchain_core.documents import Document
@@ -114,6 +114,34 @@ class CtxleakChat(ChatOpenAI):
         except REFUSED as e:
             raise refused(e) from None
 
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        sent = _sent(self, kwargs)
+        try:
+            result = await super()._agenerate(messages, stop=stop, run_manager=run_manager,
+                                              **kwargs)
+        except REFUSED as e:
+            raise refused(e) from None
+        for gen in result.generations:
+            if sent is not None:
+                gen.message.response_metadata[SENT] = sent
+        return result
+
+    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                       run_manager: Any = None, **kwargs: Any
+                       ) -> AsyncIterator[ChatGenerationChunk]:
+        sent = _sent(self, kwargs)
+        first = True
+        try:
+            async for chunk in super()._astream(messages, stop=stop, run_manager=run_manager,
+                                                **kwargs):
+                if first and sent is not None:
+                    chunk.message.response_metadata[SENT] = sent
+                first = False
+                yield chunk
+        except REFUSED as e:
+            raise refused(e) from None
+
     def _create_chat_result(self, response: Any, generation_info: dict[str, Any] | None = None
                             ) -> ChatResult:
         result = super()._create_chat_result(response, generation_info)
@@ -146,7 +174,10 @@ def ctxleak_rag_chain(retriever: Any, llm: CtxleakChat) -> Runnable[str, BaseMes
     def answer(question: str) -> BaseMessage:
         return llm.invoke(question, documents=retriever.invoke(question))
 
-    return RunnableLambda(answer, name="ctxleak_rag_chain")
+    async def aanswer(question: str) -> BaseMessage:
+        return await llm.ainvoke(question, documents=await retriever.ainvoke(question))
+
+    return RunnableLambda(answer, afunc=aanswer, name="ctxleak_rag_chain")
 
 
 def spent_by_document(answers: Iterable[BaseMessage]) -> dict[str, float]:
