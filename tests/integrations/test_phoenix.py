@@ -50,7 +50,7 @@ def measured(llama_lm, tmp_path):
                      [{"id": "kb-3", "content": "rome is in italy ."}])]
     spans.write_text("".join(json.dumps(s) + "\n" for s in lines))
     result = ctxleak.influence(llama_lm, str(spans), max_new_tokens=3, min_new_tokens=0,
-                               progress=False)
+                               progress=False, output=str(tmp_path / "run"))
     return spans, result
 
 

@@ -48,6 +48,10 @@ FAIL_LEVELS: Mapping[str, tuple[str, ...]] = {
     "secret": HARMS[:1], "personal": HARMS[:2], "verbatim": HARMS[:3], "any": HARMS[:6]}
 
 
+#: How a run folder written without ``--keep-texts`` shows a value it masked.
+MASKED = "[REDACTED]"
+
+
 def fingerprint(value: str) -> str:
     """A value as the sheet names it: ``#`` and the first 8 hex digits of the SHA-256 of its
     whitespace-folded text (never the value itself)."""
@@ -142,8 +146,11 @@ def add_extraction(docs: dict[str, _Doc], records: Iterable[Mapping[str, Any]],
             if (m.get("verbatim") or m.get("near_verbatim")) and (
                     doc.copy_question is None or span > doc.copy_question[0]):
                 doc.copy_question = (span, str(question or ""))
-            for value in m.get("values") or ():
-                doc.carried(str(value.get("text", "")), value.get("type"), question, run)
+            for k, value in enumerate(m.get("values") or ()):
+                text = str(value.get("text", ""))
+                if text == MASKED:  # masked in the run folder: told apart by type and place
+                    text = f"{MASKED} {value.get('type')} {question} {k}"
+                doc.carried(text, value.get("type"), question, run)
 
 
 def add_listed(docs: dict[str, _Doc], ids: Iterable[Any], run: str) -> None:
