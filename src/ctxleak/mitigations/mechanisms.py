@@ -25,17 +25,14 @@ The contract:
   only those that paid a vote for the sparse vote, whose rounds, the last one open included,
   its steps record: ``rounds_opened``, and ``eps_used`` the ε its steps spent).
 
-What its consumers ask beyond ``answer`` (the influence run, the attack targets, the privacy
-proxy) are :class:`Mechanism`'s other words (what an answer is charged, how answers batch and
-stream to a :class:`Listener`, what it reports, the documents and streams it needs, a
-document's own loss), each with a default that fits a mechanism which decodes a whole answer
-and claims an ε per answer.
-
-To add a mechanism: a frozen dataclass subclassing :class:`Mechanism` (so it inherits the
-defaults) that validates its parameters in ``__post_init__`` (naming the parameter,
-:class:`~ctxleak.errors.ConfigError`), a ``name``, a ``min_documents``, ``key()``,
-``claim(decoding)`` (the most a whole response may spend) and ``answer``; then its entry where
-mechanisms are parsed by name.
+What its consumers ask beyond ``answer`` are :class:`Mechanism`'s other words (charge,
+batching and streaming to a :class:`Listener`, figures, documents and streams needed, a
+document's own loss), each with a default for a mechanism that decodes a whole answer and
+claims an ε per answer. To add one: a frozen dataclass subclassing :class:`Mechanism` that
+validates its parameters in ``__post_init__`` (:class:`~ctxleak.errors.ConfigError` naming
+the parameter), with ``name``, ``min_documents``, ``key()``, ``claim(decoding)`` and
+``answer``; its entry where mechanisms are parsed by name; and
+:func:`ctxleak.testing.check_mechanism` passed.
 """
 
 from __future__ import annotations
@@ -174,20 +171,18 @@ class MechanismAnswer:
 
     @property
     def eps_used(self) -> float:
-        """The ε its noisy steps used, the sum of its steps' ``eps_step`` (at most the claim's
-        ε; a sparse vote's open last round included)."""
+        """The ε its noisy steps used, the sum of its steps' ``eps_step`` (a sparse vote's open
+        last round included; above the claim's ε where the claim composes them more tightly
+        than a sum, as DP-RAG's does)."""
         return math.fsum(float(s.get("eps_step") or 0.0) for s in self.steps)
 
     @property
     def numbers_ok(self) -> bool:
         """Whether no log-probability, influence or ex-post ε of the answer's CID ledger is NaN
         (a model or server that failed); an answer without a ledger has none."""
-        if self.ledger is None:
-            return True
-        values = [v for e in self.ledger.entries
-                  for v in (e.logp_context, e.logp_empty, e.influence, e.eps_ex_post)
-                  if v is not None]
-        return not any(math.isnan(float(v)) for v in values)
+        entries = self.ledger.entries if self.ledger is not None else ()
+        return not any(v is not None and math.isnan(float(v)) for e in entries
+                       for v in (e.logp_context, e.logp_empty, e.influence, e.eps_ex_post))
 
 
 #: Rényi-DP events that compose to a loss: (event, how many runs of it).
