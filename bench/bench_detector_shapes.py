@@ -9,6 +9,10 @@ detectors cache per text), the engines are loaded before timing, and each time i
 ``--repeat`` runs of processor time.
 
     python bench/bench_detector_shapes.py [--size 20000] [--repeat 1] [--only NAME ...]
+        [--unit TEXT ...] [--detector find_sensitive|find_pii]
+
+``--unit`` adds shapes of your own (a unit repeated to the size; ``\n`` for a line break), so
+that shapes made up after the detectors changed can be timed beside these.
 
 Prints, per shape, seconds and the ratio to prose for :func:`ctxleak.sensitive.find_sensitive`
 (the audit's and ``--redact``'s detectors) and :func:`ctxleak.sensitive.detect.find_pii` (the
@@ -87,13 +91,21 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=20_000, help="characters per text")
     parser.add_argument("--repeat", type=int, default=1, help="runs per text (least shown)")
     parser.add_argument("--only", nargs="*", help="shapes to run (default: all)")
+    parser.add_argument("--unit", nargs="*", default=[], help="more shapes: units to repeat")
+    parser.add_argument("--detector", nargs="*", choices=["find_sensitive", "find_pii"],
+                        help="detectors to time (default: both)")
     args = parser.parse_args()
+    shapes = dict(SHAPES)
+    for unit in args.unit:
+        shapes[f"unit {unit!r}"] = unit.replace("\\n", "\n")
 
     from ctxleak.sensitive import find_sensitive
     from ctxleak.sensitive.detect import find_pii
 
     detectors: dict[str, Callable[[str], object]] = {
-        "find_sensitive": find_sensitive, "find_pii": find_pii}
+        name: fn for name, fn in (("find_sensitive", find_sensitive), ("find_pii", find_pii))
+        if not args.detector or name in args.detector}
+    find_pii("warm up: 12 Main St, Springfield, IL 62701")
     find_sensitive("warm up: Ann Lee, ann@example.org, +1 415 555 0142, password: x7Y!q2")
     salt = [0]
     prose = build(PROSE, args.size, 0)
@@ -102,8 +114,9 @@ def main() -> None:
         f"{name} {s:.2f} s" for name, s in base.items()))
     ratios: dict[str, list[float]] = {name: [] for name in detectors}
     print(f"{'shape':32s}" + "".join(f"{name:>28s}" for name in detectors))
-    for shape_name, shape in SHAPES.items():
-        if args.only and shape_name not in args.only:
+    for shape_name, shape in shapes.items():
+        if args.only and shape_name not in args.only and shape_name not in (
+                f"unit {u!r}" for u in args.unit):
             continue
         text = build(shape, args.size, 1)
         cells = []

@@ -198,6 +198,7 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[int]]]:
     monkeypatch.setattr(secrets, "find_secrets", engine("detect-secrets"))
     monkeypatch.setattr(phonenumbers, "PhoneNumberMatcher", engine("phonenumbers"))
     monkeypatch.setattr(pyap, "parse", engine("pyap"))
+    monkeypatch.setattr(detect, "us_address_matches", engine("pyap"))
     sensitive._find.cache_clear()
     yield seen
     sensitive._find.cache_clear()
@@ -210,7 +211,8 @@ def test_no_engine_is_handed_more_than_a_window(recorded: dict[str, list[int]],
     find_sensitive(text + " Springfield, IL 62704 and 10 Downing Street, London SW1A 2AA")
     assert recorded["presidio"] and recorded["phonenumbers"]
     for engine, lengths in recorded.items():
-        assert max(lengths, default=0) <= longest_window(), engine
+        if engine != "pyap":  # pyap2's windows own more (its time is linear in their length)
+            assert max(lengths, default=0) <= longest_window(), engine
     assert max(recorded["pyap"], default=0) <= longest_window(
         detect._PYAP_SIZE, detect._PYAP_MARGIN)
     # every character read a bounded number of times: the cost is linear

@@ -45,6 +45,7 @@ from ctxleak.sensitive.names import find_names as _find_names
 from ctxleak.sensitive.names import name_from_text
 from ctxleak.sensitive.national import find_local_phones, find_national_phones
 from ctxleak.sensitive.span import EMAIL_RE, Span, merge_spans, on_normal
+from ctxleak.sensitive.us_addresses import street_cues, us_address_matches, with_cue_before
 from ctxleak.sensitive.windows import windows
 
 __all__ = [
@@ -237,8 +238,9 @@ _TRIM = " ,;:\n\t\r"
 #: What every address pyap2 finds ends in, by country: a state or a ZIP code (US), a postcode
 #: (GB), a province (CA); pyap's own patterns (a library's: their quantifiers are its own).
 #: pyap reads only the text around one (:data:`_BEFORE_ANCHOR` characters before it,
-#: :data:`_AFTER_ANCHOR` after), in windows: its patterns take about a millisecond a
-#: character on digits and spaces ("1 1 1 ...", a table), wherever they start.
+#: :data:`_AFTER_ANCHOR` after; for the US only where a street word comes before it), in
+#: windows: its patterns take up to 0.3 ms a character on digits and spaces ("1 1 1 ...", a
+#: table) and where street numbers, states and ZIP codes are dense, wherever they start.
 _PYAP_ANCHORS = {
     country: re.compile(pattern, re.VERBOSE | re.UNICODE) for country, pattern in (
         ("US", rf"{pyap.source_US.data.make_region1()}|{pyap.source_US.data.postal_code_re}"),
@@ -247,31 +249,43 @@ _PYAP_ANCHORS = {
     )}
 _BEFORE_ANCHOR = 300
 _AFTER_ANCHOR = 80
-#: the windows pyap reads (characters each owns, and the margin: the longest address found)
-_PYAP_SIZE = 600
+#: the windows pyap reads (characters each owns, and the margin: the longest address found);
+#: pyap's time is linear in a window's length, so a window owns much more than its margins
+_PYAP_SIZE = 4000
 _PYAP_MARGIN = 300
 
 
 def _pyap_regions(masked: str, country: str) -> list[tuple[int, int]]:
-    """The parts of ``masked`` that may hold an address: around each anchor, starting after a
+    """The parts of ``masked`` that may hold an address: around each anchor (for the US, each
+    with a street word before it: :mod:`ctxleak.sensitive.us_addresses`), starting after a
     space where one is near."""
+    anchors = [m.span() for m in _PYAP_ANCHORS[country].finditer(masked)]
+    if country == "US":  # only an anchor with a street word before it can end an address
+        anchors = with_cue_before(anchors, street_cues(masked), _BEFORE_ANCHOR + 100)
     regions = []
-    for m in _PYAP_ANCHORS[country].finditer(masked):
-        start = max(0, m.start() - _BEFORE_ANCHOR)
+    for a_start, a_end in anchors:
+        start = max(0, a_start - _BEFORE_ANCHOR)
         for i in range(start, max(0, start - 100), -1):
             if masked[i - 1].isspace():
                 start = i
                 break
-        regions.append((start, min(len(masked), m.end() + _AFTER_ANCHOR)))
+        regions.append((start, min(len(masked), a_end + _AFTER_ANCHOR)))
     return merge_spans(regions)
+
+
+def _pyap_matches(norm: str, country: str) -> list[tuple[int, int, str | None]]:
+    """(start, end, postal code) of each address pyap2's grammar finds in ``norm``."""
+    if country == "US":
+        return us_address_matches(norm)
+    return [(int(a.match_start), int(a.match_end), getattr(a, "postal_code", None) or None)
+            for a in pyap.parse(norm, country=country)]  # type: ignore[arg-type]  # checked
 
 
 def _pyap_spans(text: str, masked: str, lo: int, hi: int, country: str) -> list[Span]:
     """What pyap2 finds in ``masked[lo:hi]``, with offsets into ``text``."""
     norm, starts, ends = _normalize_with_offsets(masked[lo:hi])
     spans = []
-    for addr in pyap.parse(norm, country=country):  # type: ignore[arg-type]  # checked
-        ms, me = int(addr.match_start), int(addr.match_end)
+    for ms, me, postal in _pyap_matches(norm, country):
         if not 0 <= ms < me <= len(norm):
             continue
         start, end = lo + starts[ms], lo + ends[me - 1]
@@ -279,7 +293,6 @@ def _pyap_spans(text: str, masked: str, lo: int, hi: int, country: str) -> list[
             start += 1
         while end > start and text[end - 1] in _TRIM:
             end -= 1
-        postal = getattr(addr, "postal_code", None)
         if postal:
             # pyap matches regions case-insensitively, so "..., CA 94043 or call" ends in the
             # region "or"; a lowercase word after the postal code is never part of the address.
@@ -300,8 +313,9 @@ def find_addresses(text: str, country: str = "US", *, _masked: str | None = None
     ``text``. Dates, card-like numbers, e-mails and phones should be masked in ``_masked``.
 
     pyap reads only the text near a state, ZIP code, postcode or province (every address it
-    finds ends in one), in windows of at most ``_PYAP_SIZE + 2 * _PYAP_MARGIN`` characters
-    (:mod:`ctxleak.sensitive.windows`): linear time in the text's length."""
+    finds ends in one; a US one with a street word before it), in windows of at most
+    ``_PYAP_SIZE + 2 * _PYAP_MARGIN`` characters (:mod:`ctxleak.sensitive.windows`): linear
+    time in the text's length."""
     country = country.upper()
     if country not in _ADDRESS_COUNTRIES:
         raise ConfigError(f"addresses can be found for US, CA or GB, not {country!r}")
