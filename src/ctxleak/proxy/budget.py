@@ -123,13 +123,17 @@ class BudgetLedger(CommonSpend):
 
     def _caller_rows_of(self, db: Any, caller: str, doc_ids: list[str]
                         ) -> Callable[[str], float]:
-        """What ``caller`` holds and spent of a document, read inside the reservation's
-        transaction (the document rows :meth:`_rows_of` read are locked: a caller's row of a
-        document changes only with its document's)."""
+        """What ``caller`` holds and spent of a document (its row, plus its common figure of
+        the datastore the document is attached to), read inside the reservation's transaction
+        (the document rows :meth:`_rows_of` read are locked: a caller's row of a document
+        changes only with its document's)."""
         rows = {}
         for doc in doc_ids:
-            row = db.execute(self._sql("SELECT spent FROM ctxleak_caller_spend WHERE caller = ? "
-                                       "AND doc_id = ?"), (caller, doc)).fetchone()
+            row = db.execute(self._sql(
+                "SELECT COALESCE((SELECT spent FROM ctxleak_caller_spend WHERE caller = ? AND "
+                "doc_id = ?), 0) + COALESCE((SELECT c.spent FROM ctxleak_caller_common c JOIN "
+                "ctxleak_spend s ON s.scope = c.scope WHERE c.caller = ? AND s.doc_id = ?), 0)"),
+                (caller, doc, caller, doc)).fetchone()
             rows[doc] = float(row[0]) if row else 0.0
         return lambda d: rows.get(d, 0.0)
 
@@ -233,15 +237,6 @@ class BudgetLedger(CommonSpend):
         wanted = set(doc_ids)
         return {str(d): str(c) for d, c in rows if d in wanted}
 
-    def caller_spent(self, caller: str) -> dict[str, float]:
-        """What ``caller`` holds and spent of each document it reserved (open reservations
-        counted as spent), in the unit of the documents' ``spent``."""
-        with self._lock:
-            rows = self._db.execute(self._sql("SELECT doc_id, spent FROM ctxleak_caller_spend "
-                                              "WHERE caller = ? ORDER BY doc_id"),
-                                    (caller,)).fetchall()
-        return {str(d): float(s) for d, s in rows}
-
     def open_reservations(self) -> list[tuple[str, str, float]]:
         """(request id, document id, amount) of every reservation not settled."""
         with self._lock:
@@ -323,10 +318,11 @@ class SQLiteLedger(BudgetLedger):
         for column, kind in ADDED_SPEND.items():
             if column not in have:
                 self._db.execute(f"ALTER TABLE ctxleak_spend ADD COLUMN {column} {kind}")
-        have = {row[1] for row in self._db.execute("PRAGMA table_info(ctxleak_reservation)")}
-        for column, kind in ADDED_RESERVATION.items():
-            if column not in have:
-                self._db.execute(f"ALTER TABLE ctxleak_reservation ADD COLUMN {column} {kind}")
+        for table in ("ctxleak_reservation", "ctxleak_common_reservation"):
+            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            for column, kind in ADDED_RESERVATION.items():
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def _transaction(self, body: Callable[[sqlite3.Connection], Any]) -> Any:
         with self._lock:
@@ -375,9 +371,10 @@ class PostgresLedger(BudgetLedger):
             for column, kind in ADDED_SPEND.items():
                 self._db.execute(f"ALTER TABLE ctxleak_spend ADD COLUMN IF NOT EXISTS {column} "
                                  f"{kind}")
-            for column, kind in ADDED_RESERVATION.items():
-                self._db.execute(f"ALTER TABLE ctxleak_reservation ADD COLUMN IF NOT EXISTS "
-                                 f"{column} {kind}")
+            for table in ("ctxleak_reservation", "ctxleak_common_reservation"):
+                for column, kind in ADDED_RESERVATION.items():
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "
+                                     f"{column} {kind}")
 
     _LOCK_ROWS = " ORDER BY doc_id FOR UPDATE"
     _LOCK_ONE = " FOR UPDATE"

@@ -153,20 +153,15 @@ class Charging:
                    for d, loss in (charges or {}).items() if d not in public_ids}
             own = {d: a for d, a in own.items() if a > 0}
             held_ids = [] if store is None else [i for i, _ in store.documents]
-            common = 0.0 if share is not None else common_part(own, held_ids)
-            if common > 0:  # one row for what every document is charged alike
-                res, totals = await self._reserve_common(rid, own, common, everyone,
-                                                         held_ids, classes)
-                if not res.exhausted:
-                    break
-                self._exhausted(res.exhausted, False)
-                out.extend(res.exhausted)
-                kept -= set(res.exhausted)
-                continue
-            res = await run_in_threadpool(functools.partial(
-                self.ledger.reserve, rid, list(own), own, self.budgets,
-                all_or_nothing=True, classes={i: classes[i] for i in own if i in classes},
-                caller=None if caller is None else caller.name, share=share))
+            common = common_part(own, held_ids)
+            if common > 0:  # one row for what every document is charged alike (and caller)
+                res, totals = await self._reserve_common(rid, own, common, everyone, held_ids,
+                                                         classes, caller, share)
+            else:
+                res = await run_in_threadpool(functools.partial(
+                    self.ledger.reserve, rid, list(own), own, self.budgets,
+                    all_or_nothing=True, classes={i: classes[i] for i in own if i in classes},
+                    caller=None if caller is None else caller.name, share=share))
             if not (res.exhausted or res.over_share):
                 break
             # (never refused: over a datastore, a refusal would tell about one document)
@@ -188,7 +183,8 @@ class Charging:
                     totals=totals if res.common else {})
 
     async def _reserve_common(self, rid: str, own: Mapping[str, float], common: float,
-                              everyone: list[str], ids: list[str], classes: Mapping[str, str]
+                              everyone: list[str], ids: list[str], classes: Mapping[str, str],
+                              caller: Caller | None = None, share: float | None = None
                               ) -> tuple[Reservation, dict[str, float]]:
         """Reserve ``common`` of each of ``ids`` (the private documents the answer reads) in
         the ledger's one common row of the datastore's private documents ``everyone``
@@ -203,7 +199,8 @@ class Charging:
         extra = {d: a - common for d, a in own.items() if a - common > TOLERANCE}
         res = await run_in_threadpool(functools.partial(
             self.ledger.reserve_common, rid, scope, ids, common, extra, self.budgets,
-            {i: classes[i] for i in extra if i in classes}))
+            {i: classes[i] for i in extra if i in classes},
+            None if caller is None else caller.name, share))
         return res, {d: own[d] for d in res.held}
 
     def _amount(self, request: ChatRequest, eps: float, events: Any) -> float:

@@ -119,6 +119,9 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS ctxleak_common_reservation (request_id TEXT NOT NULL, "
     "scope TEXT NOT NULL, amount DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL, "
     "PRIMARY KEY (request_id, scope))",
+    # what a caller has been charged in common on every document attached to a scope
+    "CREATE TABLE IF NOT EXISTS ctxleak_caller_common (caller TEXT NOT NULL, scope TEXT NOT "
+    "NULL, spent DOUBLE PRECISION NOT NULL DEFAULT 0, PRIMARY KEY (caller, scope))",
 )
 #: Columns a ledger made before documents had classes lacks: added when it is opened.
 ADDED_SPEND = {"doc_class": "TEXT", "budget": "DOUBLE PRECISION", "scope": "TEXT",
