@@ -157,15 +157,20 @@ def dp_rag_loss(mech: Any, lm: LanguageModel, request: AnswerRequest, answer: Me
                             (0.0,) * len(tokens), "the threshold's odds; it reached no prompt",
                             0.0)
     texts = dict(store.documents)
-    prompts = [request.prompt([texts[i]]) for i in used] + [request.prompt([])]
+    # without it, the threshold keeps the next document in its place where more passed
+    rest_ids = [] if without is None else [d for d, _ in without.documents]
+    neighbour = [rest_ids[i] for i in mech.kept(rest, float(tau))]
+    ids = list(dict.fromkeys([*used, *neighbour]))
+    prompts = [request.prompt([texts[i]]) for i in ids] + [request.prompt([])]
     logits = _teacher_forced(lm, prompts, tokens, decoding.min_new_tokens)
     docs, prior = torch.stack(logits[:-1]), logits[-1]
-    keep = torch.tensor([i != document for i in used])
-    eps_token, steps, check = mech.token_eps(decoding), [], 0.0
+    mine = torch.tensor([i in used for i in ids])
+    keep = torch.tensor([i in neighbour for i in ids])
+    eps_token, steps, check = mech.step_eps(decoding, True), [], 0.0
     for t, token in enumerate(tokens):
         excluded = masked_ids(lm.eos_ids, decoding.min_new_tokens, t)
         args = (eps_token, decoding.temperature, excluded)
-        full = mech.step_logprobs(docs[:, t], prior[t], *args)[token]
+        full = mech.step_logprobs(docs[mine, t], prior[t], *args)[token]
         less = mech.step_logprobs(docs[keep, t], prior[t], *args)[token]
         steps.append(float(full - less))
         check = max(check, abs(float(full) - float(answer.steps[t]["logp_mechanism"])))

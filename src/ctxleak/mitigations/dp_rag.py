@@ -22,6 +22,14 @@
 
 The claim's relation is "document": adding or removing one document of the datastore (or, for
 a request without one, of the request's documents). Noise is drawn from the request's seed and the step.
+
+Over a datastore the retrieval keeps at most ``top_k`` of the documents at or above the
+threshold (the highest similarities, a tie going to the document listed first), so an answer
+decodes at most ``top_k + 1`` streams, what :meth:`DPRAG.streams` reports and the proxy checks
+against ``--max-streams``, however many documents tie at the threshold or pass a low one. A
+document added can then displace one of the ``top_k`` (a swap, not only an addition): a token's
+score moves by at most ``C`` either way, so over a datastore each step's exponent is ε_t / 2,
+which keeps every step ε_t-bounded-range and the claim as composed.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from ctxleak.mitigations.accounting import (
 )
 from ctxleak.mitigations.datastore import SIMILARITY_RANGE
 from ctxleak.mitigations.document_loss import dp_rag_loss
-from ctxleak.mitigations.dp_retrieval import private_retrieval, threshold_grid
+from ctxleak.mitigations.dp_retrieval import passing, private_retrieval, threshold_grid
 from ctxleak.mitigations.dp_vote import (
     check_delta,
     check_eps,
@@ -216,7 +224,7 @@ class DPRAG(Mechanism):
             return None
         documents, scores = self._candidates(request)
         used, _ = self._retrieve(documents, scores, request.seed,
-                                 self.score_range or SIMILARITY_RANGE)
+                                 self.score_range or SIMILARITY_RANGE, self.top_k)
         ids = [doc_id for doc_id, _ in request.datastore.documents]
         out = dict.fromkeys(ids, Loss(float(self.retrieval_eps),
                                       ((ExponentialMechanismEvent(self.retrieval_eps), 1),)))
@@ -225,9 +233,19 @@ class DPRAG(Mechanism):
         return out
 
     def streams(self, documents: int, over_datastore: bool) -> int:
-        """The documents the retrieval keeps (about ``top_k`` over a datastore, at most every
+        """The documents the retrieval keeps (at most ``top_k`` over a datastore, at most every
         document of the request otherwise) and the prior."""
         return (self.top_k if over_datastore else documents) + 1
+
+    def step_eps(self, decoding: Decoding, over_datastore: bool) -> float:
+        """A step's exponent: ε_t; over a datastore ε_t / 2 (module docstring: the retrieval
+        keeps at most ``top_k``, so one document added may displace another)."""
+        eps_token = self.token_eps(decoding)
+        return eps_token / 2 if over_datastore else eps_token
+
+    def kept(self, scores: Sequence[float], tau: float) -> tuple[int, ...]:
+        """The datastore documents (indices) a threshold ``tau`` keeps: at most ``top_k``."""
+        return passing(scores, tau, self.top_k)
 
     def document_losses(self, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
                         documents: Sequence[str], decoding: Decoding) -> list[DocumentLoss]:
@@ -260,8 +278,10 @@ class DPRAG(Mechanism):
         return tuple(text for _, text in store.documents), tuple(store.similarities(request.query))
 
     def _retrieve(self, documents: Sequence[str], scores: Sequence[float] | None,
-                  seed: int, scale: tuple[float, float]) -> tuple[tuple[int, ...], float | None]:
-        """The used documents' indices and the drawn threshold (None: no retrieval)."""
+                  seed: int, scale: tuple[float, float], cap: int | None = None
+                  ) -> tuple[tuple[int, ...], float | None]:
+        """The used documents' indices (at most ``cap``) and the drawn threshold (None: no
+        retrieval)."""
         if not documents:
             raise ConfigError("documents: dp-rag needs at least one document", param="documents")
         if scores is None or self.retrieval_eps == 0:
@@ -271,7 +291,7 @@ class DPRAG(Mechanism):
                               "documents", param="scores")
         tau, used = private_retrieval(scores, threshold_grid(*scale, self.grid),
                                       self.top_k, self.retrieval_eps,
-                                      noise_generator(seed, 2, 0))
+                                      noise_generator(seed, 2, 0), cap)
         return used, tau
 
     def _job(self, request: AnswerRequest, decoding: Decoding, eps_token: float
@@ -279,7 +299,11 @@ class DPRAG(Mechanism):
         documents, scores = self._candidates(request)
         scale = self.score_range or (SIMILARITY_RANGE if request.datastore is not None
                                      else (0.0, 1.0))
-        used, tau = self._retrieve(documents, scores, request.seed, scale)
+        over_datastore = request.datastore is not None
+        used, tau = self._retrieve(documents, scores, request.seed, scale,
+                                   self.top_k if over_datastore else None)
+        if over_datastore:  # (module docstring: a swap moves a score by C either way)
+            eps_token /= 2
         n, t = len(used), decoding.temperature
         prompts = [list(request.prompt([documents[i]])) for i in used]
         prompts.append(list(request.prompt([])))

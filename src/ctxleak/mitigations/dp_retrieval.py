@@ -50,14 +50,24 @@ def threshold_logprobs(scores: Sequence[float], grid: torch.Tensor, top_k: int, 
     return torch.log_softmax(eps * utility / 2.0, dim=0)
 
 
+def passing(scores: Sequence[float], tau: float, cap: int | None = None) -> tuple[int, ...]:
+    """The indices of the documents scoring at least ``tau``, in their order; with ``cap``, at
+    most ``cap`` of them: the highest scores, a tie going to the document listed first."""
+    kept = [i for i, s in enumerate(scores) if float(s) >= tau]
+    if cap is not None and len(kept) > cap:
+        kept = sorted(sorted(kept, key=lambda i: (-float(scores[i]), i))[:cap])
+    return tuple(kept)
+
+
 def private_retrieval(scores: Sequence[float], grid: torch.Tensor, top_k: int, eps: float,
-                      generator: torch.Generator) -> tuple[float, tuple[int, ...]]:
+                      generator: torch.Generator, cap: int | None = None
+                      ) -> tuple[float, tuple[int, ...]]:
     """The drawn threshold τ and the indices of the documents scoring at least τ, in their
-    order."""
+    order (at most ``cap`` of them: :func:`passing`)."""
     logp = threshold_logprobs(scores, grid, top_k, eps)
     j = int(torch.multinomial(torch.exp(logp), 1, generator=generator))
     tau = float(grid[j])
-    return tau, tuple(i for i, s in enumerate(scores) if float(s) >= tau)
+    return tau, passing(scores, tau, cap)
 
 
 def retrieval_odds(scores: Sequence[float], grid: torch.Tensor, top_k: int, eps: float
@@ -70,5 +80,5 @@ def retrieval_odds(scores: Sequence[float], grid: torch.Tensor, top_k: int, eps:
     return float(p[counts > 0].sum()), float((p * counts).sum())
 
 
-__all__ = ["MAX_GRID", "private_retrieval", "retrieval_odds", "threshold_grid",
+__all__ = ["MAX_GRID", "passing", "private_retrieval", "retrieval_odds", "threshold_grid",
            "threshold_logprobs"]
