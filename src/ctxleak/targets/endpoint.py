@@ -309,7 +309,8 @@ def served_claim(field: Any) -> Claim | None:
     of Augmented Contextual Knowledge in Language Models", Thm B.1), any replacement of the
     context; plain CID's none (ε = 0 at λ = 0). None where the answer has no such field (not
     a ``ctxleak serve`` answer, or one passed through to its upstream). A field that is not
-    one of these raises :class:`ValueError`."""
+    one of these raises :class:`ValueError` in one line naming the field: its numbers are read
+    by :mod:`ctxleak.domains` (``true`` is not an ε, ``7.5`` not a count of tokens)."""
     if field is None:
         return None
     if not isinstance(field, Mapping):
@@ -317,13 +318,18 @@ def served_claim(field: Any) -> Claim | None:
     mode = field.get("mode")
     try:
         if mode == "mechanism":
-            eps = field.get("epsilon")
-            return Claim(None if eps is None else float(eps), float(field.get("delta") or 0.0),
-                         str(field.get("relation")))
+            relation = field.get("relation")
+            if not isinstance(relation, str):
+                raise ConfigError(f"relation must be text, got {type(relation).__name__}")
+            delta = real(field.get("delta"), "delta", minimum=0.0, maximum=1.0, allow_none=True)
+            return Claim(real(field.get("epsilon"), "epsilon", minimum=0.0, allow_none=True),
+                         delta or 0.0, relation)
         if mode == "bounded":
-            return Claim(float(field["epsilon"]) * int(field["tokens"]), 0.0, "context")
+            return Claim(real(field.get("epsilon"), "epsilon", minimum=0.0)
+                         * whole(field.get("tokens"), "tokens", minimum=0), 0.0, "context")
         if mode == "lambda":
-            return Claim(0.0, 0.0, "context") if float(field["lambda"]) == 0 else Claim(None)
+            return Claim(0.0, 0.0, "context") if real(field.get("lambda"), "lambda") == 0 \
+                else Claim(None)
     except (ConfigError, KeyError, TypeError, OverflowError) as exc:
         raise ValueError(f"{mode} answer: {exc}") from None
     raise ValueError(f"mode {mode!r} is none of mechanism, bounded, lambda")
