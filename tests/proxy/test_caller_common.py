@@ -4,29 +4,36 @@ row, not one per document; the share still leaves a document out for that caller
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ctxleak.proxy import Budgets
 from ctxleak.proxy.budget import SQLiteLedger
 
 
-def _caller_rows(ledger: SQLiteLedger) -> int:
+def _caller_rows(ledger: Any) -> int:
     return int(ledger._db.execute("SELECT COUNT(*) FROM ctxleak_caller_spend").fetchone()[0])
 
 
-def test_a_callers_share_of_a_datastore_by_hand(tmp_path):
-    ledger = SQLiteLedger(tmp_path / "l.db")
+def _writes(ledger: Any) -> int | None:
+    """SQLite's count of rows changed (None on PostgreSQL)."""
+    return getattr(ledger._db, "total_changes", None)
+
+
+def caller_share_checks(ledger: Any) -> None:
     budgets = Budgets(default=2.0, overrides={"a": 1.0})
     ids = ["a", "b", "c"]
     ledger.attach("s", {"a": 1.0, "b": 2.0, "c": 2.0})
     # share 0.5: u may spend 0.5 of a, 1.0 of b and of c; each answer charges 0.2 in common
     for k in range(2):
-        before = ledger._db.total_changes
+        before = _writes(ledger)
         res = ledger.reserve_common(f"r{k}", "s", ids, 0.2, {}, budgets, caller="u", share=0.5)
         assert res.exhausted == () and res.over_share == () and res.common == 0.2
         # the common row, its reservation and u's common row (made the first time): no
         # per-document row, for the ledger or for the caller
-        assert ledger._db.total_changes - before == (3 if k else 4)
+        if before is not None:
+            assert _writes(ledger) - before == (3 if k else 4)
         ledger.settle(f"r{k}", 0.2)
     assert _caller_rows(ledger) == 0
     assert ledger.caller_spent("u") == pytest.approx({"a": 0.4, "b": 0.4, "c": 0.4})
@@ -62,7 +69,26 @@ def test_a_callers_share_of_a_datastore_by_hand(tmp_path):
     ledger.attach("t", {"b": 2.0})
     assert ledger.caller_spent("u")["b"] == pytest.approx(0.6)
     assert ledger.caller_spent("v")["b"] == pytest.approx(0.5)
+
+
+def test_a_callers_share_of_a_datastore_by_hand(tmp_path):
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    caller_share_checks(ledger)
     ledger.close()
+
+
+def test_a_callers_share_of_a_datastore_on_postgresql():
+    from helpers.proxy_server import postgres, postgres_tools
+
+    why = postgres_tools()
+    if why is not None:
+        pytest.skip(why)
+    from ctxleak.proxy.budget import PostgresLedger
+
+    with postgres() as url:
+        ledger = PostgresLedger(url)
+        caller_share_checks(ledger)
+        ledger.close()
 
 
 def test_a_share_without_a_caller_is_not_kept(tmp_path):
