@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from ctxleak.proxy import Budgets
@@ -98,3 +99,54 @@ def test_a_share_without_a_caller_is_not_kept(tmp_path):
     assert res.over_share == () and res.common == 0.2
     assert ledger._db.execute("SELECT COUNT(*) FROM ctxleak_caller_common").fetchone()[0] == 0
     ledger.close()
+
+
+def test_a_caller_whose_share_is_spent_everywhere_detaches_nothing(tmp_path):
+    """Alike charges reach a caller's share of every document at once: it is refused, and the
+    documents stay on the common row, so other callers' answers still write no row each."""
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    budgets = Budgets(default=1.0)
+    ids = [f"d{i}" for i in range(50)]
+    ledger.attach("s", dict.fromkeys(ids, 1.0))
+    ledger.settle("r0", dict(ledger.reserve_common("r0", "s", ids, 0.3, {}, budgets,
+                                                   caller="u", share=0.5).held))
+    res = ledger.reserve_common("r1", "s", ids, 0.3, {}, budgets, caller="u", share=0.5)
+    assert set(res.over_share) == set(ids) and res.exhausted == ()  # 0.6 > 0.5 of each
+    attached = ledger._db.execute("SELECT COUNT(*) FROM ctxleak_spend WHERE scope = 's'")
+    assert attached.fetchone()[0] == 50
+    before = ledger._db.total_changes
+    res = ledger.reserve_common("r2", "s", ids, 0.3, {}, budgets, caller="v", share=0.5)
+    assert res.over_share == () and ledger._db.total_changes - before == 4
+    assert ledger.document("d7").spent == pytest.approx(0.6)
+    assert ledger.caller_spent("u")["d7"] == pytest.approx(0.3)
+    assert _caller_rows(ledger) == 0
+    ledger.close()
+
+
+def _rows_an_answer_writes(lm: Any, path: Any, n: int) -> tuple[int, int]:
+    """Rows the second of two answers writes over ``n`` documents with a share of 0.5, and the
+    documents it kept."""
+    from helpers.proxy_server import serving_sqlite
+
+    from ctxleak.mitigations.datastore import Datastore
+
+    relevant = ["the capital of italy is rome", "rome is the capital of italy"]
+    store = Datastore.of([(f"doc-{k}", relevant[k] if k < 2 else f"filler {k} zz")
+                          for k in range(n)])
+    with serving_sqlite(lm, path, mechanism="dp-rag:eps=5", datastore=store, caller_share=0.5,
+                        budgets=Budgets(default=100.0), audit_seeds=True) as (url, ledger, _):
+        for seed in (5, 6):
+            before = ledger._db.total_changes
+            r = httpx.post(url + "/v1/chat/completions", timeout=300, json={
+                "model": "tiny", "max_tokens": 2, "temperature": 0.8, "seed": seed,
+                "messages": [{"role": "user", "content": "what is the capital of italy ?"}]})
+            assert r.status_code == 200, r.text
+        writes = ledger._db.total_changes - before
+        kept = sum(1 for d in ledger.documents(0, n) if d.spent > 2 * 0.5 + 1e-9)
+        assert ledger.caller_spent("anonymous")[f"doc-{n - 1}"] == pytest.approx(2 * 0.5)
+    return writes, kept
+
+
+def test_a_served_share_writes_the_same_rows_at_any_size(lm, tmp_path):
+    small, large = (_rows_an_answer_writes(lm, tmp_path / f"{n}.db", n) for n in (500, 5000))
+    assert small == large and small[0] < 60

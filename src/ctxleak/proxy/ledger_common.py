@@ -209,7 +209,7 @@ class CommonSpend:
         ``caller`` and ``share``: whose reservation it is, and the fraction of each budget it
         may hold: its common figure is charged once, in one row; a document whose share the
         charge would pass is in ``over_share`` (detached, for this caller's next answer to
-        leave it out)."""
+        leave it out; where every document is, nothing is detached: the caller is refused)."""
         def body(db: Any) -> Reservation:
             spent = self._common(db, scope)
             mine = 0.0 if caller is None else self._caller_common(db, caller, scope)
@@ -250,7 +250,10 @@ class CommonSpend:
             over_share += more_over_share
             out = [*over, *exhausted]
             if out or over_share:
-                self._detach(db, spent, scope, [d for d in [*out, *over_share] if d in attached])
+                # a caller left with no document is refused: its shares spent everywhere
+                # detach nothing (other callers' answers keep the common row)
+                shared = [] if set(doc_ids) <= {*out, *over_share} else over_share
+                self._detach(db, spent, scope, [d for d in [*out, *shared] if d in attached])
                 return Reservation(request_id, common, (), tuple(out),
                                    over_share=tuple(over_share))
             now = time.time()
