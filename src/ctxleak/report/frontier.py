@@ -130,7 +130,7 @@ def frontier_plots(front: Mapping[str, Any] | None) -> dict[str, bytes]:
     got = Frontier.read(front) if front else None
     if got is None or not got.utility:
         return {}
-    left_out = {s.setting for s in got.skipped}
+    left_out = {s["setting"] for s in got.skipped}
     points = [{"x": r.privacy.mean, "y": r.utility.mean, "label": short_label(r.label),
                "marked": bool(r.pareto), "x_low": r.privacy.ci_low,
                "x_high": r.privacy.ci_high, "y_low": r.utility.ci_low,
@@ -156,7 +156,7 @@ def notes(front: Mapping[str, Any]) -> list[str]:
     if got.skipped:
         out.append("Skipped (a figure that is not a finite number; never on the Pareto front, "
                    "never recommended, not plotted): " + "; ".join(
-                       f"{s.label} ({s.reason})" for s in got.skipped) + ".")
+                       f"{s['label']} ({s['reason']})" for s in got.skipped) + ".")
     return out
 
 

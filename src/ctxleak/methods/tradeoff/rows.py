@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ctxleak.methods.tradeoff.facts import FACT_UTILITIES
@@ -38,6 +38,9 @@ SCORE_PARTS = ("", "_ci_low", "_ci_high", "_difference", "_difference_ci_low",
 SHOWN = ("setting", "label", "privacy", "privacy_ci_low", "privacy_ci_high", "eps_guarantee",
          "utility", "utility_ci_low", "utility_ci_high", "utility_difference",
          "difference_ci_low", "difference_ci_high")
+
+#: The keys of a setting the frontier skipped (:func:`skipped`).
+SKIPPED = ("setting", "label", "reason")
 
 
 @dataclass(frozen=True)
@@ -190,33 +193,18 @@ def difference(rows: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
                       d["ci_reason"])
 
 
-@dataclass(frozen=True)
-class Skipped:
-    """A setting the frontier compares with no other (:func:`skipped`): its key, its label and
-    why, naming the figure and its value (``F1 is nan``)."""
-
-    setting: str
-    label: str
-    reason: str
-
-    @classmethod
-    def read(cls, data: Any, where: str) -> Skipped:
-        """A skipped setting as :meth:`Frontier.to_dict` wrote it; one missing a key is
-        refused, naming ``where`` and the key."""
-        got = mapping_with(data, where, "setting", "label", "reason")
-        return cls(got["setting"], got["label"], got["reason"])
-
-
-def skipped(rows: Sequence[FrontierRow], privacy: str, utility: str | None) -> list[Skipped]:
+def skipped(rows: Sequence[FrontierRow], privacy: str, utility: str | None
+            ) -> list[dict[str, Any]]:
     """The rows the frontier compares with no other (their :attr:`FrontierRow.point` is None)
-    because a figure is not a finite number."""
+    because a figure is not a finite number: each as ``{"setting", "label", "reason"}``, the
+    reason naming the figure and its value (``F1 is nan``)."""
     out = []
     for row in rows:
         bad = [f"{what} is {value}" for what, value in ((privacy, row.privacy.mean),
                                                         (utility or "utility", row.utility.mean))
                if value is not None and not math.isfinite(value)]
         if bad:
-            out.append(Skipped(row.setting, row.label, "; ".join(bad)))
+            out.append({"setting": row.setting, "label": row.label, "reason": "; ".join(bad)})
     return out
 
 
@@ -243,29 +231,29 @@ class Frontier:
     fact_note: str | None = None
     recommended: str | None = None
     recommendation: str
-    skipped: tuple[Skipped, ...] = ()
+    skipped: tuple[Mapping[str, Any], ...] = ()
     rows: tuple[FrontierRow, ...]
 
     def to_dict(self) -> dict[str, Any]:
         """The frontier as plain data (``summary["frontier"]``), keyed by its fields."""
         return {**{f.name: getattr(self, f.name) for f in fields(self)},
-                "skipped": [asdict(s) for s in self.skipped],
+                "skipped": [dict(s) for s in self.skipped],
                 "rows": [row.to_dict() for row in self.rows]}
 
     @classmethod
     def read(cls, data: Any, where: str = "the frontier") -> Frontier:
         """A frontier as :meth:`to_dict` wrote it, read once: one without ``privacy``,
         ``utility``, ``recommendation`` or ``rows``, or with a row or a skipped setting
-        missing a key, is refused, naming ``where`` and the key; another field a run from
-        before it lacks reads as its default."""
+        (:data:`SKIPPED`) missing a key, is refused, naming ``where`` and the key; another
+        field a run from before it lacks reads as its default."""
         got = mapping_with(data, where, "privacy", "utility", "recommendation", "rows")
         return cls(**{f.name: got[f.name] for f in fields(cls)
                       if f.name in got and f.name not in ("skipped", "rows")},
-                   skipped=tuple(Skipped.read(s, f"{where}.skipped[{i}]")
+                   skipped=tuple(mapping_with(s, f"{where}.skipped[{i}]", *SKIPPED)
                                  for i, s in enumerate(got.get("skipped") or ())),
                    rows=tuple(FrontierRow.read(r, f"{where}.rows[{i}]")
                               for i, r in enumerate(got["rows"])))
 
 
-__all__ = ["NOTHING", "SCORE_PARTS", "SHOWN", "Difference", "Frontier", "FrontierRow", "Score",
-           "Skipped", "difference", "skipped", "utility_columns"]
+__all__ = ["NOTHING", "SCORE_PARTS", "SHOWN", "SKIPPED", "Difference", "Frontier", "FrontierRow",
+           "Score", "difference", "skipped", "utility_columns"]
