@@ -6,9 +6,11 @@ Language Models")."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ctxleak.methods.tradeoff.rows import Frontier
+from ctxleak.methods.tradeoff.setting_summary import Estimate
 from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import print_rows
@@ -21,74 +23,81 @@ def ci_text(low: Any, high: Any) -> str:
     return "—" if low is None or high is None else f"[{low:.3g}, {high:.3g}]"
 
 
-def frontier_rows(front: dict[str, Any]) -> list[dict[str, Any]]:
+#: The Pareto column: on the front, not on it, or compared with no other.
+PARETO = {True: "yes", False: "no", None: "—"}
+
+#: Each utility beside the one the frontier reads, by its key: its column's name.
+OTHER_UTILITIES = (("match", "match"), ("exact_match", "EM"), ("f1", "F1"),
+                   ("rouge_l", "ROUGE-L"))
+
+
+def frontier_rows(front: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One display row per setting: privacy loss (nats per token) with its 95% interval, the ε
     guarantee per response (and, where canary audits were given, the ε an attack demonstrated),
     utility, its paired difference to λ = 1 with the interval, the
     share of the best utility kept, and whether it is on the Pareto front."""
-    privacy = "above control/token" if front.get("privacy", "").endswith(
+    got = Frontier.read(front)
+    privacy = "above control/token" if got.privacy.endswith(
         "above control per token") else "influence/token"
-    utility = front.get("utility") or "utility"
-    all_rows = front.get("rows") or []
-    audited = any(r.get("eps_lower") is not None for r in all_rows)
-    claims = any(r.get("relation") is not None for r in all_rows)
-    paid = any(r.get("mechanism") for r in all_rows)
-    others = [(k, name) for k, name in (("match", "match"), ("exact_match", "EM"),
-                                         ("f1", "F1"), ("rouge_l", "ROUGE-L"))
-              if k != front.get("utility_key") and any(r.get(k) is not None for r in all_rows)]
+    utility = got.utility or "utility"
+    audited = any(r.eps_lower is not None for r in got.rows)
+    claims = any(r.guarantee.relation is not None for r in got.rows)
+    paid = any(r.mechanism for r in got.rows)
+    others = [(k, name) for k, name in OTHER_UTILITIES
+              if k != got.utility_key and any(r.score(k).value.mean is not None
+                                               for r in got.rows)]
     rows = []
-    for r in all_rows:
-        kept = r.get("utility_kept")
-        attack = {"attack ε ≥ (95%)": r.get("eps_lower")} if audited else {}
-        claim = {"covers": r.get("relation")} if claims else {}
-        tokens = {"paid tokens": r.get("tokens_paid")} if paid else {}
-        more = {}
+    for r in got.rows:
+        kept, diff = r.utility_kept, r.difference
+        attack = {"attack ε ≥ (95%)": r.eps_lower} if audited else {}
+        claim = {"covers": r.guarantee.relation} if claims else {}
+        tokens = {"paid tokens": r.guarantee.tokens_paid} if paid else {}
+        more: dict[str, Any] = {}
         for k, name in others:
-            more[name] = r.get(k)
-            more[f"Δ {name} (95% CI)"] = None if r.get(f"{k}_difference") is None else (
-                f"{r[f'{k}_difference']:.3g} "
-                f"{ci_text(r.get(f'{k}_difference_ci_low'), r.get(f'{k}_difference_ci_high'))}")
+            score = r.score(k)
+            more[name] = score.value.mean
+            more[f"Δ {name} (95% CI)"] = None if score.difference.mean is None else (
+                f"{score.difference.mean:.3g} "
+                f"{ci_text(score.difference.ci_low, score.difference.ci_high)}")
         rows.append({
-            "setting": r["label"], privacy: r["privacy"],
-            "95% CI": ci_text(r["privacy_ci_low"], r["privacy_ci_high"]),
-            "ε/response": r["eps_guarantee"], **claim, **tokens, **attack,
-            utility: r["utility"],
-            f"Δ {utility} vs λ = 1": ("baseline (added)" if r.get("added_baseline")
-                                      else "baseline") if r.get("baseline")
-            else r["utility_difference"],
-            "Δ 95% CI": ci_text(r["difference_ci_low"], r["difference_ci_high"]), **more,
+            "setting": r.label, privacy: r.privacy.mean,
+            "95% CI": ci_text(r.privacy.ci_low, r.privacy.ci_high),
+            "ε/response": r.guarantee.eps, **claim, **tokens, **attack,
+            utility: r.utility.mean,
+            f"Δ {utility} vs λ = 1": ("baseline (added)" if r.added_baseline
+                                      else "baseline") if r.baseline else diff.mean,
+            "Δ 95% CI": ci_text(diff.ci_low, diff.ci_high), **more,
             "kept": None if kept is None else f"{100 * kept:.0f} %",
-            "Pareto": {True: "yes", False: "no"}.get(r.get("pareto"), "—")})
+            "Pareto": PARETO[r.pareto]})
     return rows
 
 
-def compact_rows(front: dict[str, Any]) -> list[dict[str, Any]]:
+def compact_rows(front: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The frontier as the report shows it open, one row per setting in six columns: the
     setting, its leak (nats per token, with its 95% interval), its utility (with its
     interval), its claimed ε per response (and what it covers), whether it is on the Pareto
     front and whether it is recommended; every column is in :func:`frontier_rows`."""
-    leak = ("leak above control, nats/token" if front.get("privacy", "").endswith(
+    got = Frontier.read(front)
+    leak = ("leak above control, nats/token" if got.privacy.endswith(
         "above control per token") else "leak (influence), nats/token")
-    utility = front.get("utility") or "utility"
+    utility = got.utility or "utility"
     rows = []
-    for r in front.get("rows") or []:
-        claim = "—" if r.get("eps_guarantee") is None or r.get("relation") == "none" else (
-            f"{r['eps_guarantee']:.3g}" + (f" ({r['relation']})" if r.get("relation") else ""))
+    for r in got.rows:
+        eps, relation = r.guarantee.eps, r.guarantee.relation
+        claim = "—" if eps is None or relation == "none" else (
+            f"{eps:.3g}" + (f" ({relation})" if relation else ""))
         rows.append({
-            "setting": r["label"],
-            leak: _value_ci(r.get("privacy"), r.get("privacy_ci_low"), r.get("privacy_ci_high")),
-            utility: _value_ci(r.get("utility"), r.get("utility_ci_low"),
-                               r.get("utility_ci_high")),
-            "claim ε/response": claim,
-            "Pareto": {True: "yes", False: "no"}.get(r.get("pareto"), "—"),
-            "recommended": "yes" if r["setting"] == front.get("recommended") else ""})
+            "setting": r.label, leak: _value_ci(r.privacy), utility: _value_ci(r.utility),
+            "claim ε/response": claim, "Pareto": PARETO[r.pareto],
+            "recommended": "yes" if r.setting == got.recommended else ""})
     return rows
 
 
-def _value_ci(value: Any, low: Any, high: Any) -> str:
-    if value is None:
+def _value_ci(value: Estimate) -> str:
+    if value.mean is None:
         return "—"
-    return f"{value:.3g}" + ("" if low is None or high is None else f" {ci_text(low, high)}")
+    return f"{value.mean:.3g}" + ("" if value.ci_low is None or value.ci_high is None
+                                  else f" {ci_text(value.ci_low, value.ci_high)}")
 
 
 def setting_columns(setting: dict[str, Any], settings: Sequence[dict[str, Any]]
@@ -113,49 +122,45 @@ def short_label(label: str) -> str:
     return f"{name} {','.join(kept)}".strip()
 
 
-def frontier_plots(front: dict[str, Any] | None) -> dict[str, bytes]:
+def frontier_plots(front: Mapping[str, Any] | None) -> dict[str, bytes]:
     """``frontier.png``: utility against privacy loss, one point per setting, Pareto points
     filled; 95% interval bars on both axes where a setting has them, and the title says so only
-    then. Empty without a frontier or without utility."""
-    if not front or not front.get("utility"):
+    then. Empty without a frontier or without utility; the settings it skipped (a figure not
+    finite) are left out."""
+    got = Frontier.read(front) if front else None
+    if got is None or not got.utility:
         return {}
-    left_out = skipped_settings(front)
-    points = [{"x": r["privacy"], "y": r["utility"], "label": short_label(r["label"]),
-               "marked": bool(r.get("pareto")), "x_low": r["privacy_ci_low"],
-               "x_high": r["privacy_ci_high"], "y_low": r["utility_ci_low"],
-               "y_high": r["utility_ci_high"]} for r in front.get("rows") or []
-              if r["setting"] not in left_out]
+    left_out = {s["setting"] for s in got.skipped}
+    points = [{"x": r.privacy.mean, "y": r.utility.mean, "label": short_label(r.label),
+               "marked": bool(r.pareto), "x_low": r.privacy.ci_low,
+               "x_high": r.privacy.ci_high, "y_low": r.utility.ci_low,
+               "y_high": r.utility.ci_high} for r in got.rows if r.setting not in left_out]
     bars = any(p["x_low"] is not None or p["y_low"] is not None for p in points
                if p["x"] is not None and p["y"] is not None)
     title = "Utility against privacy loss, one point per setting"
     title += "\nbars: 95% bootstrap CI; filled: Pareto front" if bars else "\nfilled: Pareto front"
     return {FRONTIER_PNG: plots.frontier_plot(
-        points, title=title, xlabel=f"{front['privacy']} (nats)",
-        ylabel=str(front["utility"]))}
+        points, title=title, xlabel=f"{got.privacy} (nats)", ylabel=str(got.utility))}
 
 
-def notes(front: dict[str, Any]) -> list[str]:
+def notes(front: Mapping[str, Any]) -> list[str]:
     """The recommendation, the questions utility and leak were read on where the sweep split
     them by fact group, the fallback note where privacy is not above a control, then the
     settings skipped because a figure is not finite, each with its reason."""
-    out = [f"Recommendation: {front.get('recommendation')}"]
-    if front.get("fact_note"):
-        out.append(f"Fact groups: {front['fact_note']}.")
-    if front.get("privacy_note"):
-        out.append(f"Note: {front['privacy_note']}")
-    if front.get("skipped"):
+    got = Frontier.read(front)
+    out = [f"Recommendation: {got.recommendation}"]
+    if got.fact_note:
+        out.append(f"Fact groups: {got.fact_note}.")
+    if got.privacy_note:
+        out.append(f"Note: {got.privacy_note}")
+    if got.skipped:
         out.append("Skipped (a figure that is not a finite number; never on the Pareto front, "
                    "never recommended, not plotted): " + "; ".join(
-                       f"{s['label']} ({s['reason']})" for s in front["skipped"]) + ".")
+                       f"{s['label']} ({s['reason']})" for s in got.skipped) + ".")
     return out
 
 
-def skipped_settings(front: dict[str, Any]) -> set[Any]:
-    """The keys of the settings the frontier skipped (a figure not finite)."""
-    return {s["setting"] for s in front.get("skipped") or ()}
-
-
-def print_frontier(front: dict[str, Any] | None, *, plain: bool = False) -> None:
+def print_frontier(front: Mapping[str, Any] | None, *, plain: bool = False) -> None:
     """The frontier table and its recommendation on the console (nothing for a single
     setting's run)."""
     if not front:
@@ -167,21 +172,22 @@ def print_frontier(front: dict[str, Any] | None, *, plain: bool = False) -> None
         out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def frontier_section(report: Report, front: dict[str, Any] | None) -> None:
+def frontier_section(report: Report, front: Mapping[str, Any] | None) -> None:
     """The frontier in the HTML report: the table, the recommendation and how to read it."""
     if not front:
         return
+    got = Frontier.read(front)
     report.add_heading("Choosing a mitigation: the privacy–utility frontier")
     report.add_table(compact_rows(front))
     report.add_table(frontier_rows(front), folded="Every column of the frontier (paired "
                      "differences to λ = 1, other utilities, tokens paid, share kept)")
     report.add_text("\n".join(notes(front)) + (
-        f"\nPrivacy loss is the {front.get('privacy')} (nats per token); utility is "
-        f"{front.get('utility') or 'not measured (no references)'} against the references, its "
+        f"\nPrivacy loss is the {got.privacy} (nats per token); utility is "
+        f"{got.utility or 'not measured (no references)'} against the references, its "
         "difference paired by example with the λ = 1 setting without a bound (BCa bootstrap, "
         "95%). A setting is on the Pareto front when no other has privacy loss no higher and "
         "utility no lower, one of them strictly. The recommendation is the Pareto setting with "
-        f"the least privacy loss that keeps {100 * float(front.get('keep') or 0):.0f} % of the "
+        f"the least privacy loss that keeps {100 * float(got.keep or 0):.0f} % of the "
         "best utility. 'covers' names the neighbouring relation of each claimed ε: a "
         "shard-level ε is not a document-level ε, and 'none' claims nothing; 'paid tokens' "
         "are the released tokens per answer that spent privacy budget."))

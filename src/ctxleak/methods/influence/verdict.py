@@ -20,7 +20,9 @@ from typing import Any
 from ctxleak.methods.influence.control import ALPHA, min_n_for
 from ctxleak.methods.influence.summary import copying_reading, mechanism_reading
 from ctxleak.methods.influence.units import dp_scale
-from ctxleak.methods.tradeoff.frontier import ABOVE_CONTROL, CLAIM_SCOPE, frontier
+from ctxleak.methods.tradeoff.frontier import ABOVE_CONTROL, CLAIM_SCOPE, frontier_of
+from ctxleak.methods.tradeoff.rows import Frontier, FrontierRow
+from ctxleak.methods.tradeoff.setting_summary import Estimate
 
 #: Examples named in the sentence before "and N more".
 NAMED = 5
@@ -213,80 +215,75 @@ def sweep_verdict(settings: Sequence[dict[str, Any]]) -> dict[str, str]:
     (:func:`setting_line`: its leak above the control in nats per token and its utility, each
     with its interval, its claimed ε), then at most :data:`CAVEATS` caveats
     (:func:`caveat_lines`). The rule is the first setting's."""
-    front = frontier(settings)
+    front = frontier_of(settings)
     pick = _recommended(front)
     lines = [recommendation_line(front)]
-    lines += [setting_line(row, s, row is pick, front)
-              for row, s in zip(front["rows"], settings)]
+    lines += [setting_line(row, s, row is pick, front) for row, s in zip(front.rows, settings)]
     lines += caveat_lines(front, settings)[:CAVEATS]
     return {"text": "\n".join(lines), "rule": setting_verdict(settings[0])["rule"]}
 
 
-def _leak_name(front: dict[str, Any]) -> str:
-    return "above the control" if front.get("privacy") == ABOVE_CONTROL else \
-        "(influence, no control)"
+def _leak_name(front: Frontier) -> str:
+    return "above the control" if front.privacy == ABOVE_CONTROL else "(influence, no control)"
 
 
-def _interval(low: Any, high: Any) -> str:
+def _interval(value: Estimate) -> str:
+    low, high = value.ci_low, value.ci_high
     return "" if low is None or high is None else f" [{low:.2g}, {high:.2g}]"
 
 
-def _claim(row: dict[str, Any]) -> str:
+def _claim(row: FrontierRow) -> str:
     """``ε = 12 per response (shard)``; ``no claim`` where the setting claims nothing."""
-    if row.get("eps_guarantee") is None or row.get("relation") == "none":
+    claim = row.guarantee
+    if claim.eps is None or claim.relation == "none":
         return "no claim"
-    delta = f", δ = {row['delta']:.2g}" if row.get("delta") else ""
-    relation = f" ({row['relation']})" if row.get("relation") else ""
-    return f"ε = {row['eps_guarantee']:.3g}{delta} per response{relation}"
+    delta = f", δ = {claim.delta:.2g}" if claim.delta else ""
+    relation = f" ({claim.relation})" if claim.relation else ""
+    return f"ε = {claim.eps:.3g}{delta} per response{relation}"
 
 
-def _recommended(front: dict[str, Any]) -> dict[str, Any] | None:
+def _recommended(front: Frontier) -> FrontierRow | None:
     """The frontier's recommended row where it gives up some utility for less leak; None
     where it recommends nothing, or only the best-utility setting (no setting that leaks less
     keeps enough)."""
-    row: dict[str, Any] | None = next(
-        (r for r in front["rows"] if r["setting"] == front.get("recommended")), None)
-    best = max((r["utility"] for r in front["rows"] if r.get("utility") is not None),
-               default=None)
-    if row is None or row.get("utility") is None or row["utility"] == best:
+    row = next((r for r in front.rows if r.setting == front.recommended), None)
+    best = max((r.utility.mean for r in front.rows if r.utility.mean is not None), default=None)
+    if row is None or row.utility.mean is None or row.utility.mean == best:
         return None
     return row
 
 
-def recommendation_line(front: dict[str, Any]) -> str:
+def recommendation_line(front: Frontier) -> str:
     """One sentence: the recommended setting, its utility and leak with their units and
     what its claim covers; where none is recommended (or only the best-utility setting), the
     frontier's own sentence, which names the setting that comes closest."""
     row = _recommended(front)
     if row is None:
-        return str(front.get("recommendation"))
-    relation = row.get("relation")
+        return str(front.recommendation)
+    eps, relation = row.guarantee.eps, row.guarantee.relation
     if relation is None:
-        covers = "no DP claim" if row.get("eps_guarantee") is None else \
-            f"a claim of ε = {row['eps_guarantee']:.3g} per response"
-    elif relation == "none" or row.get("eps_guarantee") is None:
+        covers = "no DP claim" if eps is None else f"a claim of ε = {eps:.3g} per response"
+    elif relation == "none" or eps is None:
         covers = "it claims no guarantee (the measured leak is all that is known)"
     else:
-        covers = (f"its claim: ε = {row['eps_guarantee']:.3g} per response, "
+        covers = (f"its claim: ε = {eps:.3g} per response, "
                   f"{CLAIM_SCOPE.get(relation, relation)}")
-    kept = f", {100 * row['utility_kept']:.0f} % of the best" \
-        if row.get("utility_kept") is not None else ""
-    return (f"Recommended: {row['label']}, {front.get('utility')} {row['utility']:.2f}{kept}, "
-            f"leak {row['privacy']:.2g} nats/token {_leak_name(front)}; {covers}.")
+    kept = f", {100 * row.utility_kept:.0f} % of the best" \
+        if row.utility_kept is not None else ""
+    return (f"Recommended: {row.label}, {front.utility} {row.utility.mean:.2f}{kept}, "
+            f"leak {row.privacy.mean:.2g} nats/token {_leak_name(front)}; {covers}.")
 
 
-def setting_line(row: dict[str, Any], summary: dict[str, Any], chosen: bool,
-                 front: dict[str, Any]) -> str:
+def setting_line(row: FrontierRow, summary: dict[str, Any], chosen: bool,
+                 front: Frontier) -> str:
     """One setting in one line: ``- λ = 0.5: leak 0.4 [0.1, 0.7] nats/token above the control;
     F1 0.56 [0.3, 0.8]; ε = 24 per response (context); 2 of 40 flagged``; a DP mechanism's
     own ex-post loss of the examples' documents follows its claim where the run computed it."""
-    leak = "leak —" if row.get("privacy") is None else (
-        f"leak {row['privacy']:.2g}{_interval(row['privacy_ci_low'], row['privacy_ci_high'])}"
-        f" nats/token {_leak_name(front)}")
-    utility = front.get("utility") or "utility"
-    useful = f"{utility} —" if row.get("utility") is None else (
-        f"{utility} {row['utility']:.2f}"
-        f"{_interval(row['utility_ci_low'], row['utility_ci_high'])}")
+    leak = "leak —" if row.privacy.mean is None else (
+        f"leak {row.privacy.mean:.2g}{_interval(row.privacy)} nats/token {_leak_name(front)}")
+    utility = front.utility or "utility"
+    useful = f"{utility} —" if row.utility.mean is None else (
+        f"{utility} {row.utility.mean:.2f}{_interval(row.utility)}")
     control = summary.get("control") or {}
     judged = int(control.get("n") or 0)
     flagged = f"; {len(control.get('flagged') or [])} of {judged} flagged" \
@@ -296,19 +293,19 @@ def setting_line(row: dict[str, Any], summary: dict[str, Any], chosen: bool,
            f"{spent['max']:.2g}), {spent['within_claim']} of {spent['documents']} within it"
            ) if spent else ""
     mark = " (recommended)" if chosen else ""
-    return f"- {row['label']}{mark}: {leak}; {useful}; {_claim(row)}{own}{flagged}"
+    return f"- {row.label}{mark}: {leak}; {useful}; {_claim(row)}{own}{flagged}"
 
 
-def caveat_lines(front: dict[str, Any], settings: Sequence[dict[str, Any]]) -> list[str]:
+def caveat_lines(front: Frontier, settings: Sequence[dict[str, Any]]) -> list[str]:
     """What to keep in mind reading the lines above, most important first: which questions
     utility and leak were read on (fact groups), privacy without a control, too few examples
     to flag one, answers that copy a document, documents over a budget."""
-    labels = [r["label"] for r in front["rows"]]
+    labels = [r.label for r in front.rows]
     out = []
-    if front.get("fact_note"):
-        out.append(f"Read on fact groups: {front['fact_note']}.")
-    if front.get("privacy_note"):
-        out.append(f"Note: {front['privacy_note']}.")
+    if front.fact_note:
+        out.append(f"Read on fact groups: {front.fact_note}.")
+    if front.privacy_note:
+        out.append(f"Note: {front.privacy_note}.")
     need = min_n_for(ALPHA)
     few = [int((s.get("control") or {}).get("n") or 0) for s in settings
            if (s.get("control") or {}).get("enabled")]

@@ -62,6 +62,8 @@ from ctxleak.errors import ConfigError
 from ctxleak.methods.tradeoff.facts import FACT_UTILITIES, fact_groups
 from ctxleak.methods.tradeoff.rows import (
     NOTHING,
+    SCORE_PARTS,
+    Frontier,
     FrontierRow,
     difference,
     skipped,
@@ -94,9 +96,7 @@ COLUMNS = ("setting", "label", "mechanism", "lambda", "temperature", "bounded_ep
            "utility_ci_high", "baseline", "added_baseline", "utility_difference", "difference_ci_low",
            "difference_ci_high", "difference_pairs", "difference_reason", "pareto",
            "utility_kept",
-           *(f"{k}{part}" for k in FACT_UTILITIES
-             for part in ("", "_ci_low", "_ci_high", "_difference", "_difference_ci_low",
-                          "_difference_ci_high")))
+           *(f"{k}{part}" for k in FACT_UTILITIES for part in SCORE_PARTS))
 
 ABOVE_CONTROL = "influence above control per token"
 PER_TOKEN = "influence per token"
@@ -106,6 +106,15 @@ def frontier(settings: Sequence[Mapping[str, Any]],
              records: Sequence[dict[str, Any]] | None = None, *, keep: float = KEEP,
              seed: int = 0, audits: Mapping[str, float | None] | None = None,
              min_questions: int = MIN_QUESTIONS) -> dict[str, Any]:
+    """:func:`frontier_of` as plain data (:meth:`.rows.Frontier.to_dict`)."""
+    return frontier_of(settings, records, keep=keep, seed=seed, audits=audits,
+                       min_questions=min_questions).to_dict()
+
+
+def frontier_of(settings: Sequence[Mapping[str, Any]],
+                records: Sequence[dict[str, Any]] | None = None, *, keep: float = KEEP,
+                seed: int = 0, audits: Mapping[str, float | None] | None = None,
+                min_questions: int = MIN_QUESTIONS) -> Frontier:
     """The frontier of an influence run's ``settings`` (``summary["settings"]``, each read once
     as a :class:`~.setting_summary.SettingSummary`: a summary missing a key the frontier reads
     is refused, naming the setting and the key); ``records`` (the run's samples) give the
@@ -113,14 +122,14 @@ def frontier(settings: Sequence[Mapping[str, Any]],
     ε lower bounds by setting key (``eps_lower``, None where a setting has none); a key that is
     none of the settings' is refused, naming it.
 
-    Returns ``rows`` (one per setting, in the sweep's order, as plain data:
-    :meth:`.rows.FrontierRow.to_dict`), the ``privacy`` and ``utility`` they read (with
-    ``privacy_note`` where the control is missing), ``keep``, ``questions`` (the fewest any
-    setting measured utility on), the ``recommended`` setting's key (``None`` where none is,
-    and with fewer than ``min_questions`` questions) and the ``recommendation``; ``facts``
-    (questions per fact group, ``None`` without both groups) and ``fact_note``, the line that
-    says which questions utility and privacy loss were read on; ``skipped``, the settings
-    left out of every comparison because a figure is not finite (:func:`.rows.skipped`)."""
+    Returns (:class:`.rows.Frontier`) the ``rows`` (one per setting, in the sweep's order), the
+    ``privacy`` and ``utility`` they read (with ``privacy_note`` where the control is missing),
+    ``keep``, ``questions`` (the fewest any setting measured utility on), the ``recommended``
+    setting's key (``None`` where none is, and with fewer than ``min_questions`` questions) and
+    the ``recommendation``; ``facts`` (questions per fact group, ``None`` without both groups)
+    and ``fact_note``, the line that says which questions utility and privacy loss were read
+    on; ``skipped``, the settings left out of every comparison because a figure is not finite
+    (:func:`.rows.skipped`)."""
     if not (isinstance(keep, (int, float)) and not isinstance(keep, bool) and 0 < keep <= 1):
         raise ConfigError(f"keep must be a share of the best utility in (0, 1], got {keep!r}",
                           param="keep")
@@ -157,13 +166,11 @@ def frontier(settings: Sequence[Mapping[str, Any]],
         f"No recommendation: utility differences not resolved with {questions} question(s) "
         f"(fewer than {min_questions}); measure at least {min_questions} questions to choose "
         f"between settings." + _indicative(rows, keep, name)))
-    return {"privacy": privacy, "privacy_unit": "nats per token", "privacy_note": note,
-            "utility": name, "utility_key": key, "keep": keep, "questions": questions,
-            "min_questions": min_questions, "resolved": resolved,
-            "facts": facts, "fact_note": fact_note(facts),
-            "recommended": chosen.setting if chosen else None,
-            "recommendation": sentence, "skipped": left_out,
-            "rows": [row.to_dict() for row in rows]}
+    return Frontier(privacy=privacy, privacy_note=note, utility=name, utility_key=key, keep=keep,
+                    questions=questions, min_questions=min_questions, resolved=resolved,
+                    facts=facts, fact_note=fact_note(facts),
+                    recommended=chosen.setting if chosen else None, recommendation=sentence,
+                    skipped=tuple(left_out), rows=tuple(rows))
 
 
 def _row(setting: SettingSummary, label: str, privacy: str, key: str | None,
@@ -422,5 +429,6 @@ def claim_sentence(row: FrontierRow) -> str:
 __all__ = ["ABOVE_CONTROL", "CLAIM_SCOPE", "COLUMNS", "KEEP", "MIN_QUESTIONS",
            "NOTHING", "PER_TOKEN", "UTILITIES", "FrontierRow", "SettingSummary", "baseline_key",
            "claim_sentence", "closest", "context_part", "fact_note", "fact_views", "frontier",
+           "frontier_of",
            "pareto_flags", "recommend", "recommendation", "setting_labels", "skipped",
            "utility_columns"]

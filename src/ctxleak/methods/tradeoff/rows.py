@@ -1,25 +1,46 @@
-"""The rows of the privacy–utility frontier, typed: one :class:`FrontierRow` per setting of an
-influence sweep, read by attribute, with its paired utility differences (:class:`Difference`)
-and what it claims (:class:`.setting_summary.Guarantee`) ("Estimating Privacy Leakage of
-Augmented Contextual Knowledge in Language Models", §4: what lowering λ or bounding ε per token
-costs in utility).
+"""The privacy–utility frontier, typed: one :class:`FrontierRow` per setting of an influence
+sweep, read by attribute, with its paired utility differences (:class:`Difference`) and what it
+claims (:class:`.setting_summary.Guarantee`), and the :class:`Frontier` that holds them with its
+recommendation ("Estimating Privacy Leakage of Augmented Contextual Knowledge in Language
+Models", §4: what lowering λ or bounding ε per token costs in utility).
 
-A frontier's rows leave it as plain data (``summary["frontier"]["rows"]``, saved in
-``results.json``, shown as tables and frames): :meth:`FrontierRow.to_dict` writes the columns
-of :data:`ctxleak.methods.tradeoff.frontier.COLUMNS` in the order the frontier has always
-written them.
+A frontier leaves :func:`ctxleak.methods.tradeoff.frontier.frontier` as plain data
+(``summary["frontier"]``, saved in ``results.json``, shown as tables and frames):
+:meth:`Frontier.to_dict` writes it, each row's columns (:data:`ctxleak.methods.tradeoff.frontier.
+COLUMNS`) in the order the frontier has always written them, and :meth:`Frontier.read` reads it
+back once where the report shows it: a column missing there is an error naming the row and the
+key, not an empty column.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ctxleak.methods.tradeoff.facts import FACT_UTILITIES
-from ctxleak.methods.tradeoff.setting_summary import Estimate, Guarantee, SettingSummary
+from ctxleak.methods.tradeoff.setting_summary import (
+    Estimate,
+    Guarantee,
+    SettingSummary,
+    mapping_with,
+)
 from ctxleak.methods.tradeoff.utility import paired_difference
+
+#: The columns of one utility ``k`` in a row, each ``f"{k}{part}"``: its mean and interval,
+#: then its paired difference to the baseline and that interval.
+SCORE_PARTS = ("", "_ci_low", "_ci_high", "_difference", "_difference_ci_low",
+               "_difference_ci_high")
+
+#: The columns every saved row has held since the frontier was written, which the report
+#: shows: a row without one is refused; the others read as None where a run lacks them.
+SHOWN = ("setting", "label", "privacy", "privacy_ci_low", "privacy_ci_high", "eps_guarantee",
+         "utility", "utility_ci_low", "utility_ci_high", "utility_difference",
+         "difference_ci_low", "difference_ci_high")
+
+#: The keys of a setting the frontier skipped (:func:`skipped`).
+SKIPPED = ("setting", "label", "reason")
 
 
 @dataclass(frozen=True)
@@ -43,11 +64,18 @@ class Score:
     difference: Difference
 
     def columns(self) -> dict[str, Any]:
-        """``f1``, ``f1_ci_low``, ``f1_ci_high``, ``f1_difference`` and its interval."""
-        k, value, diff = self.key, self.value, self.difference
-        return {k: value.mean, f"{k}_ci_low": value.ci_low, f"{k}_ci_high": value.ci_high,
-                f"{k}_difference": diff.mean, f"{k}_difference_ci_low": diff.ci_low,
-                f"{k}_difference_ci_high": diff.ci_high}
+        """``f1``, ``f1_ci_low``, ``f1_ci_high``, ``f1_difference`` and its interval
+        (:data:`SCORE_PARTS`)."""
+        value, diff = self.value, self.difference
+        return dict(zip((f"{self.key}{part}" for part in SCORE_PARTS), (
+            value.mean, value.ci_low, value.ci_high, diff.mean, diff.ci_low, diff.ci_high)))
+
+    @classmethod
+    def read(cls, got: Mapping[str, Any], key: str) -> Score:
+        """The utility ``key`` of a saved row, from the columns :meth:`columns` writes (None
+        where a run lacks them)."""
+        v = [got.get(f"{key}{part}") for part in SCORE_PARTS]
+        return cls(key, Estimate(v[0], v[1], v[2]), Difference(v[3], v[4], v[5]))
 
 
 @dataclass(frozen=True)
@@ -105,6 +133,30 @@ class FrontierRow:
             **{k: v for score in self.scores for k, v in score.columns().items()},
             "pareto": self.pareto, "utility_kept": self.utility_kept}
 
+    @classmethod
+    def read(cls, data: Any, where: str) -> FrontierRow:
+        """A row as :meth:`to_dict` wrote it, read once: one without a column of :data:`SHOWN`
+        is refused, naming ``where`` and the key; another column a run lacks reads as None."""
+        got = mapping_with(data, where, *SHOWN)
+        return cls(
+            setting=got["setting"], label=got["label"], mechanism=got.get("mechanism"),
+            lambda_=got.get("lambda"), temperature=got.get("temperature"),
+            bounded_eps=got.get("bounded_eps"),
+            privacy=Estimate(got["privacy"], got["privacy_ci_low"], got["privacy_ci_high"]),
+            guarantee=Guarantee(got["eps_guarantee"], got.get("delta"), got.get("relation"),
+                                got.get("tokens_paid")),
+            eps_lower=got.get("eps_lower"),
+            utility=Estimate(got["utility"], got["utility_ci_low"], got["utility_ci_high"]),
+            baseline=bool(got.get("baseline")), added_baseline=bool(got.get("added_baseline")),
+            difference=Difference(got["utility_difference"], got["difference_ci_low"],
+                                  got["difference_ci_high"], got.get("difference_pairs") or 0,
+                                  got.get("difference_reason")),
+            scores=tuple(Score.read(got, k) for k in FACT_UTILITIES),
+            pareto=got.get("pareto"), utility_kept=got.get("utility_kept"))
+
+    def score(self, key: str) -> Score:
+        """The utility ``key`` (one of :data:`.facts.FACT_UTILITIES`) with its difference."""
+        return next(s for s in self.scores if s.key == key)
 
 
 #: What a row shows where a figure was not measured.
@@ -156,5 +208,52 @@ def skipped(rows: Sequence[FrontierRow], privacy: str, utility: str | None
     return out
 
 
-__all__ = ["NOTHING", "Difference", "FrontierRow", "Score", "difference", "skipped",
-           "utility_columns"]
+@dataclass(frozen=True, kw_only=True)
+class Frontier:
+    """The frontier of a sweep (:func:`.frontier.frontier`), its fields in the order of its plain
+    data: the ``privacy`` measure its rows read (nats per token), with ``privacy_note`` where
+    a setting has no control; the ``utility`` (its name and ``utility_key``); ``keep``, the
+    share of the best utility a recommendation keeps; ``questions``, the fewest any setting
+    measured utility on, ``resolved`` where that is at least ``min_questions``; the questions
+    per fact group (``facts``) and the ``fact_note`` that says so; the ``recommended``
+    setting's key and the ``recommendation``; the settings ``skipped``; the rows."""
+
+    privacy: str
+    privacy_unit: str = "nats per token"
+    privacy_note: str | None = None
+    utility: str | None
+    utility_key: str | None = None
+    keep: float | None = None
+    questions: int | None = None
+    min_questions: int | None = None
+    resolved: bool | None = None
+    facts: Mapping[str, int] | None = None
+    fact_note: str | None = None
+    recommended: str | None = None
+    recommendation: str
+    skipped: tuple[Mapping[str, Any], ...] = ()
+    rows: tuple[FrontierRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The frontier as plain data (``summary["frontier"]``), keyed by its fields."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "skipped": [dict(s) for s in self.skipped],
+                "rows": [row.to_dict() for row in self.rows]}
+
+    @classmethod
+    def read(cls, data: Any, where: str = "the frontier") -> Frontier:
+        """A frontier as :meth:`to_dict` wrote it, read once: one without ``privacy``,
+        ``utility``, ``recommendation`` or ``rows``, or with a row or a skipped setting
+        (:data:`SKIPPED`) missing a key, is refused, naming ``where`` and the key; another
+        field a run from before it lacks reads as its default."""
+        got = mapping_with(data, where, "privacy", "utility", "recommendation", "rows")
+        return cls(**{f.name: got[f.name] for f in fields(cls)
+                      if f.name in got and f.name not in ("skipped", "rows")},
+                   skipped=tuple(mapping_with(s, f"{where}.skipped[{i}]", *SKIPPED)
+                                 for i, s in enumerate(got.get("skipped") or ())),
+                   rows=tuple(FrontierRow.read(r, f"{where}.rows[{i}]")
+                              for i, r in enumerate(got["rows"])))
+
+
+__all__ = ["NOTHING", "SCORE_PARTS", "SHOWN", "SKIPPED", "Difference", "Frontier", "FrontierRow",
+           "Score", "difference", "skipped", "utility_columns"]

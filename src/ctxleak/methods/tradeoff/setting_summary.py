@@ -34,7 +34,7 @@ def missing_key(where: str, key: str, found: Iterable[Any]) -> InputError:
     return InputError(f"{where} has no {key!r}{hint}; its keys: {', '.join(keys) or 'none'}")
 
 
-def _fields(value: Any, where: str, *required: str) -> Mapping[str, Any]:
+def mapping_with(value: Any, where: str, *required: str) -> Mapping[str, Any]:
     """``value`` where it is a mapping holding every ``required`` key; anything else is
     refused, naming ``where`` (and the key missing, :func:`missing_key`)."""
     if not isinstance(value, Mapping):
@@ -62,7 +62,7 @@ def estimate(got: Mapping[str, Any], key: str, where: str) -> Estimate | None:
     mapping, or has no ``mean``, is refused, naming ``where.key``."""
     if got.get(key) is None:
         return None
-    value = _fields(got[key], f"{where}.{key}", "mean")
+    value = mapping_with(got[key], f"{where}.{key}", "mean")
     return Estimate(value["mean"], value.get("ci_low"), value.get("ci_high"))
 
 
@@ -120,8 +120,8 @@ class FactGroups:
         without ``n``, is refused, naming ``where``."""
         if value is None:
             return None
-        got = _fields(value, where, *FACTS)
-        return cls(*(Measured.read(_fields(got[g], f"{where}.{g}", "n"), f"{where}.{g}")
+        got = mapping_with(value, where, *FACTS)
+        return cls(*(Measured.read(mapping_with(got[g], f"{where}.{g}", "n"), f"{where}.{g}")
                      for g in FACTS))
 
 
@@ -146,7 +146,7 @@ class Guarantee:
         is refused, naming ``where``."""
         paid, composed = estimate(got, "tokens_paid", where), estimate(got, "composed_eps", where)
         if got.get("claim") is not None:
-            claim = _fields(got["claim"], f"{where}.claim", "relation")
+            claim = mapping_with(got["claim"], f"{where}.claim", "relation")
             eps = mean_of(estimate(claim, "eps", f"{where}.claim"))
             return cls(eps if claim["relation"] != "none" else None, claim.get("delta"),
                        claim["relation"], mean_of(paid))
@@ -181,9 +181,9 @@ class SettingSummary:
         """A setting's summary as plain data read once; one without ``setting``, or with a
         figure, control, claim or fact group missing what it holds, is refused, naming
         ``where`` (``settings[2]``), the key and the keys found."""
-        got = _fields(data, where, "setting")
+        got = mapping_with(data, where, "setting")
         where = f"{where} ({got['setting']})"
-        control = _fields({} if got.get("control") is None else got["control"],
+        control = mapping_with({} if got.get("control") is None else got["control"],
                           f"{where}.control")
         return cls(
             setting=got["setting"], measured=Measured.read(got, where, control),
@@ -227,4 +227,5 @@ def check_utilities(summaries: Sequence[SettingSummary]) -> None:
 
 
 __all__ = ["Estimate", "FactGroups", "Guarantee", "Measured", "SettingSummary",
-           "check_utilities", "estimate", "mean_of", "missing_key", "read_summaries"]
+           "check_utilities", "estimate", "mapping_with", "mean_of", "missing_key",
+           "read_summaries"]
