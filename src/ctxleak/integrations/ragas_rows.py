@@ -45,17 +45,19 @@ def ragas_rows(dataset: Any) -> list[dict[str, Any]]:
     samples = getattr(dataset, "samples", dataset)
     rows = []
     for n, sample in enumerate(samples, 1):
-        where = {"file": "ragas dataset", "line": n}
+
+        def bad(message: str, field: str, n: int = n) -> InputError:
+            return InputError(message, file="ragas dataset", line=n, field=field)
+
         query, contexts, response = (_field(sample, k) for k in
                                      ("user_input", "retrieved_contexts", "response"))
         if not isinstance(query, str) or not query.strip():
-            raise InputError("needs the question as text", field="user_input", **where)
+            raise bad("needs the question as text", "user_input")
         if not isinstance(contexts, Sequence) or isinstance(contexts, str) or not contexts \
                 or not all(isinstance(c, str) for c in contexts):
-            raise InputError("needs a non-empty list of texts", field="retrieved_contexts",
-                             **where)
+            raise bad("needs a non-empty list of texts", "retrieved_contexts")
         if not isinstance(response, str):
-            raise InputError("needs the logged response as text", field="response", **where)
+            raise bad("needs the logged response as text", "response")
         rows.append({"id": f"row-{n}", "query": query, "documents": list(contexts),
                      "response": response})
     if not rows:
