@@ -57,15 +57,15 @@ def _ragas_python() -> Path:
 
 
 @pytest.mark.integration
-def test_ragas_evaluate_agrees_with_ctxleak_influence(default_lm):
+def test_ragas_evaluate_agrees_with_ctxleak_influence(default_lm, tmp_path):
     import torch
 
     python = _ragas_python()
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "RAGAS_DO_NOT_TRACK": "true",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     done = subprocess.run([str(python), "-c", SCRIPT, str(torch.get_num_threads())],
-                          input=json.dumps([SAMPLES, OPTIONS]), capture_output=True, text=True,
-                          env=env, timeout=600, check=False)
+                          input=json.dumps([SAMPLES, {**OPTIONS, "output": str(tmp_path / "m")}]),
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     # the real ragas, this checkout's metric, a real ragas metric class
@@ -74,7 +74,8 @@ def test_ragas_evaluate_agrees_with_ctxleak_influence(default_lm):
     assert out["names"] == ["ctxleak_influence_above_control_nats", "ctxleak_influence_nats",
                             "ctxleak_copied_spans", "ctxleak_values_carried_out"]
 
-    result = ctxleak.influence(default_lm, ragas_rows(SAMPLES), progress=False, **OPTIONS)
+    result = ctxleak.influence(default_lm, ragas_rows(SAMPLES), progress=False,
+                               output=str(tmp_path / "library"), **OPTIONS)
     assert len(out["scores"]) == len(result.records) == 2
     for scores, record in zip(out["scores"], result.records):
         for name, metric in zip(FIGURES, out["names"]):

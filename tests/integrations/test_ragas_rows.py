@@ -73,9 +73,11 @@ def test_the_dataset_is_measured_once_for_every_row():
         measured.record({**SAMPLES[1], "response": "rome is in spain ."})
 
 
-def test_each_row_scores_what_ctxleak_influence_gives_it(llama_lm):
-    measured = Measured(SAMPLES, ctxleak.influence, llama_lm, max_new_tokens=3)
-    result = ctxleak.influence(llama_lm, ragas_rows(SAMPLES), progress=False, max_new_tokens=3)
+def test_each_row_scores_what_ctxleak_influence_gives_it(llama_lm, tmp_path):
+    measured = Measured(SAMPLES, ctxleak.influence, llama_lm, max_new_tokens=3,
+                        output=str(tmp_path / "metric"))
+    result = ctxleak.influence(llama_lm, ragas_rows(SAMPLES), progress=False, max_new_tokens=3,
+                               output=str(tmp_path / "library"))
     for sample, record in zip(SAMPLES, result.records):
         ours = measured.record(sample)
         assert ours["id"] == record["id"]

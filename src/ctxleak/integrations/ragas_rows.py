@@ -66,9 +66,8 @@ def ragas_rows(dataset: Any) -> list[dict[str, Any]]:
 
 
 def row_key(sample: Any) -> tuple[str, tuple[str, ...], str]:
-    """What names a sample: its question, contexts and response."""
-    return (str(_field(sample, "user_input") or _field(sample, "query")),
-            tuple(_field(sample, "retrieved_contexts") or _field(sample, "documents") or ()),
+    """What names a ragas sample: its question, contexts and response."""
+    return (str(_field(sample, "user_input")), tuple(_field(sample, "retrieved_contexts") or ()),
             str(_field(sample, "response")))
 
 
@@ -97,7 +96,7 @@ class Measured:
                  **options: Any) -> None:
         self.rows = ragas_rows(dataset)
         self.influence, self.model, self.options = influence, model, options
-        self._by_key = {row_key(r | {"retrieved_contexts": r["documents"]}): r["id"]
+        self._by_key = {(r["query"], tuple(r["documents"]), r["response"]): r["id"]
                         for r in self.rows}
         self._records: dict[str, Mapping[str, Any]] | None = None
         self._lock = threading.Lock()
