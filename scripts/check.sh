@@ -33,8 +33,8 @@ if [ "${CTXLEAK_COVERAGE:-1}" != 0 ]; then PYTEST+=(--cov --cov-report=); fi
 # started in 53 s instead of 27 s, `import ctxleak.cli.app` took 5.4 s instead of 2.4 s.
 unset PYTHONDONTWRITEBYTECODE
 # While lint, types and docs keep one core busy, the other imports what the tests' processes
-# import (scripts/warm_bytecode.py), the vLLM server's virtualenv included, so that they all
-# start from bytecode. Never a failure; stopped at exit if still running.
+# import (scripts/warm_bytecode.py), the vLLM server's and the ragas metric's virtualenvs
+# included, so that they all start from bytecode. Never a failure; stopped at exit if still running.
 WARM=(ctxleak.api ctxleak.cli.app ctxleak.proxy ctxleak.report
       transformers.models.llama.modeling_llama transformers.models.gpt2.modeling_gpt2
       transformers.models.gemma3.modeling_gemma3 matplotlib.backends.backend_agg
@@ -43,10 +43,15 @@ WARM=(ctxleak.api ctxleak.cli.app ctxleak.proxy ctxleak.report
 WARM_VLLM=(vllm.entrypoints.openai.api_server vllm.v1.engine.core
            vllm.model_executor.models.llama ctxleak.plugins.vllm_cid ctxleak.plugins.vllm_pairing
            ctxleak.plugins.vllm_records)
+# the ragas metric's virtualenv (scripts/setup_ragas.sh): its own ragas, langchain and instructor
+WARM_RAGAS=(ragas.evaluation ragas.metrics.base langchain_community.chat_models instructor)
 {
   .venv/bin/python scripts/warm_bytecode.py "${WARM[@]}"
   if [ -x .venv-vllm/bin/python ]; then
     .venv-vllm/bin/python scripts/warm_bytecode.py "${WARM_VLLM[@]}"
+  fi
+  if [ -x .venv-ragas/bin/python ]; then
+    RAGAS_DO_NOT_TRACK=true .venv-ragas/bin/python scripts/warm_bytecode.py "${WARM_RAGAS[@]}"
   fi
 } >/dev/null 2>&1 &
 WARMING=$!
