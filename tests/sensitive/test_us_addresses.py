@@ -84,6 +84,14 @@ def test_states_and_zip_codes_without_a_street_are_not_read(pyap_reads: list[int
     assert pyap_reads == []
 
 
+@pytest.mark.parametrize("unit", ["1 N CA ", "1 E IN ", "CA 12 ", "Box 1 CA 94043 ", "N 12 CA "])
+def test_street_words_and_states_without_a_city_are_not_read(pyap_reads: list[int],
+                                                               unit: str) -> None:
+    # every word a street word or a state, but no city: a number ends every run of letters
+    assert [s for s in find_pii(unit * 2000) if s.type == "address"] == []
+    assert pyap_reads == []
+
+
 def test_an_address_in_such_text_is_still_found(pyap_reads: list[int]) -> None:
     address = "1600 Pennsylvania Ave NW, Washington, DC 20500"
     text = ("94043 CA " * 1000 + f"and so on.\nThe office has moved: write to {address} soon. "
