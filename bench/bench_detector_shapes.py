@@ -12,7 +12,10 @@ detectors cache per text), the engines are loaded before timing, and each time i
         [--unit TEXT ...] [--detector find_sensitive|find_pii]
 
 ``--unit`` adds shapes of your own (a unit repeated to the size; ``\n`` for a line break), so
-that shapes made up after the detectors changed can be timed beside these.
+that shapes made up after the detectors changed can be timed beside these. In a unit, ``{n}``
+is drawn anew at each repetition as a number of 1 to 5 digits, ``{z}`` as five digits and
+``{S}`` as a US state's two letters (``"{n} N {S} "``: random street numbers and states, which
+no cache of repeated text can serve).
 
 Prints, per shape, seconds and the ratio to prose for :func:`ctxleak.sensitive.find_sensitive`
 (the audit's and ``--redact``'s detectors) and :func:`ctxleak.sensitive.detect.find_pii` (the
@@ -23,6 +26,7 @@ worst and the median ratio.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -67,11 +71,34 @@ SHAPES: dict[str, str | Callable[[int], str]] = {
 }
 
 
+STATES = ("AL AK AZ AR CA CO CT DE FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV "
+          "NH NJ NM NY NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY DC").split()
+
+
+def draw(unit: str, rng: random.Random) -> str:
+    """One repetition of ``unit``: each ``{n}``, ``{z}`` and ``{S}`` drawn anew."""
+    parts = unit.split("{")
+    out = [parts[0]]
+    for part in parts[1:]:
+        key, _, rest = part.partition("}")
+        value = {"n": lambda: str(rng.randint(1, 10 ** rng.randint(1, 5) - 1)),
+                 "z": lambda: f"{rng.randrange(100_000):05d}",
+                 "S": lambda: rng.choice(STATES)}.get(key)
+        out.append((value() if value else "{" + part.partition("}")[0] + "}") + rest)
+    return "".join(out)
+
+
 def build(shape: str | Callable[[int], str], size: int, salt: int) -> str:
     """``size`` characters of the shape, a unique tag at the end (each text new to caches)."""
     tag = f" #{salt}"
     if callable(shape):
         return shape(size - len(tag)) + tag
+    if any(key in shape for key in ("{n}", "{z}", "{S}")):
+        rng, units, length = random.Random(salt), [], 0
+        while length < size:
+            units.append(draw(shape, rng))
+            length += len(units[-1])
+        return "".join(units)[:size - len(tag)] + tag
     return (shape * (size // len(shape) + 1))[:size - len(tag)] + tag
 
 

@@ -45,7 +45,13 @@ from ctxleak.sensitive.names import find_names as _find_names
 from ctxleak.sensitive.names import name_from_text
 from ctxleak.sensitive.national import find_local_phones, find_national_phones
 from ctxleak.sensitive.span import EMAIL_RE, Span, merge_spans, on_normal
-from ctxleak.sensitive.us_addresses import street_cues, us_address_matches, with_cue_before
+from ctxleak.sensitive.us_addresses import (
+    city_ranges,
+    intersect,
+    street_cues,
+    us_address_matches,
+    with_cue_before,
+)
 from ctxleak.sensitive.windows import windows
 
 __all__ = [
@@ -238,7 +244,8 @@ _TRIM = " ,;:\n\t\r"
 #: What every address pyap2 finds ends in, by country: a state or a ZIP code (US), a postcode
 #: (GB), a province (CA); pyap's own patterns (a library's: their quantifiers are its own).
 #: pyap reads only the text around one (:data:`_BEFORE_ANCHOR` characters before it,
-#: :data:`_AFTER_ANCHOR` after; for the US only where a street word comes before it), in
+#: :data:`_AFTER_ANCHOR` after; for the US only where a street word comes before it, and
+#: only near a city that a state or a ZIP code follows: :func:`city_ranges`), in
 #: windows: its patterns take up to 0.3 ms a character on digits and spaces ("1 1 1 ...", a
 #: table) and where street numbers, states and ZIP codes are dense, wherever they start.
 _PYAP_ANCHORS = {
@@ -257,20 +264,25 @@ _PYAP_MARGIN = 300
 
 def _pyap_regions(masked: str, country: str) -> list[tuple[int, int]]:
     """The parts of ``masked`` that may hold an address: around each anchor (for the US, each
-    with a street word before it: :mod:`ctxleak.sensitive.us_addresses`), starting after a
-    space where one is near."""
+    with a street word before it, and near a city with a state or ZIP code after it:
+    :mod:`ctxleak.sensitive.us_addresses`), starting after a space where one is near."""
     anchors = [m.span() for m in _PYAP_ANCHORS[country].finditer(masked)]
     if country == "US":  # only an anchor with a street word before it can end an address
         anchors = with_cue_before(anchors, street_cues(masked), _BEFORE_ANCHOR + 100)
-    regions = []
-    for a_start, a_end in anchors:
-        start = max(0, a_start - _BEFORE_ANCHOR)
-        for i in range(start, max(0, start - 100), -1):
-            if masked[i - 1].isspace():
-                start = i
-                break
-        regions.append((start, min(len(masked), a_end + _AFTER_ANCHOR)))
-    return merge_spans(regions)
+    regions = merge_spans((_after_space(masked, max(0, a_start - _BEFORE_ANCHOR)),
+                           min(len(masked), a_end + _AFTER_ANCHOR)) for a_start, a_end in anchors)
+    if country == "US" and regions:  # and only around a city with a state or ZIP code after it
+        regions = merge_spans((_after_space(masked, a), b) for a, b in intersect(
+            regions, city_ranges(masked, _BEFORE_ANCHOR)))
+    return regions
+
+
+def _after_space(text: str, start: int) -> int:
+    """``start``, or the nearest place at most 100 characters before it that follows a space."""
+    for i in range(start, max(0, start - 100), -1):
+        if text[i - 1].isspace():
+            return i
+    return start
 
 
 def _pyap_matches(norm: str, country: str) -> list[tuple[int, int, str | None]]:
@@ -313,7 +325,8 @@ def find_addresses(text: str, country: str = "US", *, _masked: str | None = None
     ``text``. Dates, card-like numbers, e-mails and phones should be masked in ``_masked``.
 
     pyap reads only the text near a state, ZIP code, postcode or province (every address it
-    finds ends in one; a US one with a street word before it), in windows of at most
+    finds ends in one; a US one with a street word before it and a city just before the
+    state or ZIP code), in windows of at most
     ``_PYAP_SIZE + 2 * _PYAP_MARGIN`` characters (:mod:`ctxleak.sensitive.windows`): linear
     time in the text's length."""
     country = country.upper()

@@ -17,6 +17,12 @@ alternation of 561 street types. Two things bound that here, neither changing wh
   the ``regex`` module, its street-type alternation replaced by a named list (a hash look-up of
   the same words, case-insensitive as pyap2's ``[Ss][Tt]`` classes are): the same matches,
   4 to 5 times faster on such text.
+- *A city, then a state or a ZIP code.* Every address pyap2 finds ends in a city followed by a
+  state, a country or a ZIP code (``full_address``: ``... {city}{region1_postal_code}``).
+  :func:`city_ranges` finds, in one pass, every place where a city may start with one of
+  those after it (pyap2's ``city``, loosened to read the text before pyap2's own
+  normalisation) and keeps only the text around them: a number, a direction and a state
+  repeated (``1 N CA 1 N CA``) holds street words and states but no city, and is not read.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from typing import Any
 import pyap.source_US.data as us
 import regex
 
-__all__ = ["STREET_WORDS", "street_cues", "us_address_matches", "with_cue_before"]
+__all__ = ["CITY_TAIL", "STREET_WORDS", "city_ranges", "intersect", "street_cues",
+           "us_address_matches", "with_cue_before"]
 
 
 def _first_word(entry: str) -> str:
@@ -75,6 +82,70 @@ def with_cue_before(anchors: list[tuple[int, int]], cues: list[int], before: int
         if i < len(cues) and cues[i] < start:
             kept.append((start, end))
     return kept
+
+
+#: dashes pyap2 reads as ``-`` (its normalisation replaces them)
+_DASH = "\\-\u2010-\u2015"
+#: where a city may start that a state, a country or a ZIP code follows: pyap2's ``city`` (a
+#: letter and 3 to 20 of letters, spaces, ``-``, ``'`` and ``.``; ``NY``, ``N.Y.``; three
+#: letters), then its ``part_div`` (``[,\s]{1,3}`` or `` - ``) and a letter (a state or a
+#: country), or at most a ``part_div`` or ``-`` and a ZIP code's five digits. Read before
+#: pyap2's normalisation, which makes each run of spaces one and each run of commas and spaces
+#: ``, ``: here a run of spaces is one character of the city and a run of spaces and commas one
+#: divider, each read once (possessive). A superset of where pyap2 finds a city and a region.
+_CITY_BEFORE_REGION = regex.compile(
+    rf"(?:[A-Za-z](?:[A-Za-z'.{_DASH}]| ++){{3,20}}|[Nn]\.?[Yy]\.?|[A-Za-z]{{3}})"
+    rf"(?:(?:[,\s]++| ++[{_DASH}] ++)[A-Za-z]|(?:[,\s]++| ++[{_DASH}] ++|[{_DASH}])?\d{{5}})")
+#: the most characters of pyap2's text from a city's start to an address's end (its ``city``,
+#: ``region1_postal_code`` and country: 142, ``tests/sensitive/test_us_addresses.py`` checks
+#: it) and the 40 its look-aheads read past the end
+CITY_TAIL = 142 + 40
+#: at most ``CITY_TAIL`` characters of pyap2's text, each run of spaces, tabs and commas one
+#: (pyap2's normalisation makes each run one or two characters): where its look ends
+_TAIL = regex.compile(rf"(?:[^ \t,]|[ \t,]++){{0,{CITY_TAIL}}}")
+
+
+def _tail_end(text: str, pos: int) -> int:
+    """Where :data:`CITY_TAIL` characters of pyap2's text from ``pos`` end in ``text``."""
+    match = _TAIL.match(text, pos)
+    return match.end() if match else pos
+
+
+def city_ranges(text: str, before: int) -> list[tuple[int, int]]:
+    """The parts of ``text`` an address pyap2 finds can lie in, merged: from ``before``
+    characters before a city that a state, a country or a ZIP code follows to
+    :data:`CITY_TAIL` characters of pyap2's text after it.
+
+    One pass: each match takes the longest city it can, and a city starting inside a match
+    (``pringfield, IL`` inside ``Springfield, IL``) ends its address no later than
+    :data:`CITY_TAIL` after the match's end, so the range of the match covers it."""
+    ranges: list[tuple[int, int]] = []
+    last = 0  # the end of the open range's last match (its tail read when the range closes)
+    for m in _CITY_BEFORE_REGION.finditer(text):
+        start = max(0, m.start() - before)
+        if not ranges or start > last and start > (end := _tail_end(text, last)):
+            if ranges:
+                ranges[-1] = (ranges[-1][0], end)
+            ranges.append((start, start))
+        last = m.end()
+    if ranges:
+        ranges[-1] = (ranges[-1][0], _tail_end(text, last))
+    return ranges
+
+
+def intersect(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts two sorted lists of disjoint ``[start, end)`` ranges have in common."""
+    out = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
 
 
 @functools.cache
