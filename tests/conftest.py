@@ -3,6 +3,7 @@ tokenizer (no hub, no network), and the real default model for integration tests
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -72,8 +73,10 @@ DEFAULT_LOADS: list[str] = []
 def default_lm():
     """The real default model, loaded once per test process. From then on a load of
     ``default`` on the CPU (the CLI's, the API's, the docs' commands) returns a shared model
-    instead of loading it again: this one, or the one loaded with the same ``chat_template``;
-    other options load for real."""
+    instead of loading it again: this one, or, under another ``chat_template`` (ICL and
+    susceptibility ask for ``off``), this model's weights and tokenizer with the template
+    flags a load with that option sets (``use_chat_template`` and ``info.chat_template``: all
+    that the option changes, engine/local/load.py); other options load for real."""
     from ctxleak.engine import catalogue, models
 
     if catalogue.NAMED_MODELS["default"].locate() is None:
@@ -92,6 +95,13 @@ def default_lm():
                 and not kwargs.get("trust_remote_code") and not kwargs.get("device_map")
                 and not kwargs.get("revision") and not kwargs.get("model_args"))
         if same and template in shared:
+            return shared[template]
+        if same and template in ("on", "off") and (template == "off" or lm.info.chat_template):
+            # the flags load_local sets for this option ("on" without a template is refused
+            # by a real load, below); the weights, about 5 s of a load, are shared
+            use = template == "on"
+            shared[template] = dataclasses.replace(
+                lm, info=dataclasses.replace(lm.info, chat_template=use), use_chat_template=use)
             return shared[template]
         if name_or_path in ("default", catalogue.DEFAULT_MODEL) and kwargs.get("server_url") is None:
             DEFAULT_LOADS.append(f"load_model({name_or_path!r}, {args}, {kwargs})")

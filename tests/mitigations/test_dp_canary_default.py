@@ -12,6 +12,7 @@ lower bound is the canary audit's, with the claim's δ taken off the true-positi
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -34,6 +35,33 @@ DOCS = [{"id": f"d{i}", "context": c} for i, c in enumerate((
 # as the canary audit's own test: 4 of the 6 digits repeated, any order
 TRIALS, TOKENS, T, THRESHOLD, SHARDS, EPS = 16, 10, 0.5, 4, 3, 0.05
 DECODING = Decoding(temperature=T, max_new_tokens=TOKENS, min_new_tokens=TOKENS)
+
+
+@pytest.fixture
+def prefilled_once(monkeypatch):
+    """Each distinct prefill (the same prompts, padding and options) computed once in a test:
+    the broken variant and the honest mechanism decode from the same prompts (the two votes
+    from the same voters), so each after the first starts from a copy of the first's prefill,
+    the very numbers a prefill of its own gives (one process, the same shapes: the answers
+    were compared token for token). The repeated prefills were about a third of the time of
+    these tests (84 s against 57 s on a busy 2-core CPU)."""
+    from ctxleak.engine.local import generation
+
+    real, done = generation.prefill, {}
+
+    def once(lm, seqs, pad, *, share_prefix=True, longest_new=0, alone=None):
+        key = (id(lm), tuple(map(tuple, seqs)), pad, share_prefix, longest_new,
+               None if alone is None else tuple(sorted(alone)))
+        if key not in done:
+            own = None if alone is None else dict(alone)
+            done[key] = (real(lm, seqs, pad, share_prefix=share_prefix,
+                              longest_new=longest_new, alone=own), own)
+        out, own = done[key]
+        if alone is not None:  # the prompts' own caches, as a prefill fills them in
+            alone.update(copy.deepcopy(own))
+        return copy.deepcopy(out)  # decoding extends the cache in place
+
+    monkeypatch.setattr(generation, "prefill", once)
 
 
 def _requests(lm, trials, copies):
@@ -62,7 +90,7 @@ def _audit(lm, mech, trials, requests, group_eps, group_delta):
 
 
 @pytest.mark.integration
-def test_broken_dp_mechanisms_are_caught_and_honest_ones_hold(default_lm):
+def test_broken_dp_mechanisms_are_caught_and_honest_ones_hold(default_lm, prefilled_once):
     trials = plant_canaries(load_examples(DOCS, task="summarization"), TRIALS, seed=0)
     votes = _requests(default_lm, trials, SHARDS)
     single = _requests(default_lm, trials, 1)
@@ -93,7 +121,7 @@ def test_broken_dp_mechanisms_are_caught_and_honest_ones_hold(default_lm):
 
 
 @pytest.mark.integration
-def test_broken_dp_ksa_is_caught_and_the_honest_one_holds(default_lm):
+def test_broken_dp_ksa_is_caught_and_the_honest_one_holds(default_lm, prefilled_once):
     """DP-KSA ("Differentially Private Retrieval-Augmented Generation", Tang, Flemings, Wang and
     Annavaram) over the same shards as the votes: its broken variant releases the voters' top
     keyword (the canary's digits) untested; the honest test at ε = 0.05 needs a noisy distance
