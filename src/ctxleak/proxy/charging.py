@@ -38,8 +38,10 @@ from ctxleak.proxy.held import (
     Held,
     budget_spent,
     caller_share_spent,
+    claim_never_fits,
     flag_public,
     never_fits,
+    share_warnings,
 )
 from ctxleak.proxy.ledger_common import common_part, scope_of
 from ctxleak.proxy.metrics import ProxyMetrics
@@ -47,6 +49,7 @@ from ctxleak.proxy.public import store_of
 from ctxleak.proxy.request import ProxyError
 
 log = logging.getLogger("ctxleak.proxy")
+
 
 class NotANumber(CtxleakError):
     """A decoded answer whose figures are NaN: the model (or its server) failed."""
@@ -101,12 +104,8 @@ class Charging:
                                         hold_rest=hold_rest,
                                         caller=None if caller is None else caller.name,
                                         share=share))
-        if res.exhausted:
-            self._exhausted(res.exhausted, refuse)
-        if res.over_share:
-            self._over_share(res.over_share, caller, refuse)
-            warnings += (f"{len(res.over_share)} document(s) left out: this caller's share of "
-                         f"their budget is spent",)
+        self._left_out(res, caller, refuse)
+        warnings += share_warnings(res.over_share)
         kept = set(res.granted) | set(public)
         dropped = [i for i in ids if i not in kept]
         self.metrics.dropped.inc(len(dropped))
@@ -165,19 +164,14 @@ class Charging:
             if not (res.exhausted or res.over_share):
                 break
             # (never refused: over a datastore, a refusal would tell about one document)
-            if res.exhausted:
-                self._exhausted(res.exhausted, False)
-            if res.over_share:
-                self._over_share(res.over_share, caller, False)
+            self._left_out(res, caller, False)
             out.extend([*res.exhausted, *res.over_share])
             over.extend(res.over_share)
             kept -= {*res.exhausted, *res.over_share}
         self.metrics.dropped.inc(len(out))
-        warnings = (f"{len(over)} document(s) left out: this caller's share of their budget "
-                    f"is spent",) if over else ()
         return Held(rid, ids, flag_public([d for d in request.documents if d.id in kept],
                                           public), out, True,
-                    dict(res.held), public, dict(classes), warnings, tuple(over),
+                    dict(res.held), public, dict(classes), share_warnings(over), tuple(over),
                     individual=True, common=res.common,
                     common_docs=len(held_ids) if res.common else 0,
                     totals=totals if res.common else {})
@@ -300,6 +294,15 @@ class Charging:
                                           public), dropped,
                     False, public=public, classes=dict(classes), warnings=warnings)
 
+    def _left_out(self, res: Reservation, caller: Caller | None, refuse: bool) -> None:
+        """Count the documents ``res`` could not hold, their budget spent
+        (:meth:`_exhausted`) or this caller's share of it (:meth:`_over_share`); HTTP 429
+        where ``refuse``."""
+        if res.exhausted:
+            self._exhausted(res.exhausted, refuse)
+        if res.over_share:
+            self._over_share(res.over_share, caller, refuse)
+
     def _over_share(self, docs: Sequence[str], caller: Caller | None, refuse: bool) -> None:
         """Count documents refused for the caller's share; HTTP 429 where ``refuse``
         (:meth:`refuses`)."""
@@ -337,22 +340,10 @@ class Charging:
             budget = self.budgets.of(doc, classes.get(doc))
             if budget is None or not 0 < budget or not need > budget + TOLERANCE:
                 continue
-            if self.composition.renyi:
-                said.append(f"the reservation of {request.mechanism.key()} at max_tokens "
-                            f"{request.max_tokens}, a Rényi divergence of {need:.4g} at order "
-                            f"{self.composition.order:g}, is more than document {doc!r}'s whole "
-                            f"budget ({self.composition.epsilon(budget):g} ε at δ = "
-                            f"{self.composition.delta:g}, {budget:.4g} at that order), so this "
-                            f"request could never use it: ask for fewer tokens or a smaller ε, "
-                            f"or raise the budget")
-            elif param == "max_tokens" and per_token is not None:
+            if param == "max_tokens" and per_token is not None and not self.composition.renyi:
                 said.append(never_fits(doc, budget, per_token, request.max_tokens))
             else:
-                said.append(f"the reservation of {request.mechanism.key()} at max_tokens "
-                            f"{request.max_tokens}, its claim ε = {need:g} per answer, is more "
-                            f"than document {doc!r}'s whole budget of {budget:g}, so this "
-                            f"request could never use it: raise the budget or deploy a "
-                            f"mechanism with a smaller ε")
+                said.append(claim_never_fits(doc, budget, need, request, self.composition))
         if said and self.refuses(request, self.config.on_unfittable):
             raise ProxyError(400, f"{param}: {said[0]}", param=param,
                              code="reservation_exceeds_budget")
