@@ -364,7 +364,7 @@ class Charging:
             total = float(sum(x or 0.0 for x in drawn)) if held.renyi_token is None else \
                 held.renyi_token * sum(x is not None for x in drawn)
             if math.isnan(total):  # a figure the model could not give: all it reserved
-                total = max(held.held.values(), default=0.0)
+                total = held.most
             await run_in_threadpool(self.ledger.settle, held.rid, total)
 
     async def settle(self, request: ChatRequest, reply: Reply, held: Held) -> dict[str, Any]:
@@ -377,15 +377,14 @@ class Charging:
         rid, charge, figures = held.rid, request.charge, reply.figures
         if not reply.answer.numbers_ok:
             if held.charged:
-                await run_in_threadpool(self.ledger.settle, rid,
-                                        max(held.held.values(), default=0.0))
+                await run_in_threadpool(self.ledger.settle, rid, held.most)
             raise NotANumber("the model's log-probabilities hold NaN (not a number): the "
                              "answer is not released")
         charged: dict[str, float] | None = None
         if held.charged:  # (the server sampled at λ = 1: no ex-post figure, nothing charged)
             own = figures["epsilon_spent"] if charge.guaranteed else \
                 (figures["epsilon_ex_post"] or 0.0)
-            spent = float(own if own is not None else max(held.held.values(), default=0.0))
+            spent = float(own if own is not None else held.most)
             if self.composition.renyi and charge.guaranteed:  # in the ledger's unit
                 per_answer, per_token = self.units(request)
                 spent = per_answer if per_answer is not None else \

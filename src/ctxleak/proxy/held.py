@@ -45,6 +45,11 @@ class Held:
     common_docs: int = 0
     totals: Mapping[str, float] = field(default_factory=dict)
 
+    @property
+    def most(self) -> float:
+        """The most one document holds: what an answer whose spend is unknown is charged."""
+        return max(self.held.values(), default=0.0)
+
 
 def caller_share_spent(share: float) -> ProxyError:
     """HTTP 429 ``caller_share_spent`` on ``ctxleak.documents``: this caller has spent its
