@@ -66,6 +66,8 @@ class Charging:
         self.budgets = self.composition.budgets(config.budgets)
         #: the datastores' scopes attached to the ledger's common row by this process
         self._attached: set[str] = set()
+        #: the fraction of a document's budget one caller may hold (None: no share limit)
+        self.share = config.caller_share if config.caller_share < 1 else None
         ledger.keep_unit(self.composition.unit())
 
     async def reserve(self, rid: str, request: ChatRequest,
@@ -96,14 +98,8 @@ class Charging:
                 per_token * (request.max_tokens + 1), per_token is None
         warnings = () if hold_rest else self._unfittable(request, need, private, classes)
         refuse = self.refuses(request, self.config.on_exhausted)
-        share = self.config.caller_share if self.config.caller_share < 1 else None
-        res = await run_in_threadpool(
-            lambda: self.ledger.reserve(rid, private, need, self.budgets,
-                                        all_or_nothing=refuse,
-                                        classes={i: classes[i] for i in private if i in classes},
-                                        hold_rest=hold_rest,
-                                        caller=None if caller is None else caller.name,
-                                        share=share))
+        res = await self._reserve(rid, private, need, classes, caller, all_or_nothing=refuse,
+                                  hold_rest=hold_rest)
         self._left_out(res, caller, refuse)
         warnings += share_warnings(res.over_share)
         kept = set(res.granted) | set(public)
@@ -131,7 +127,6 @@ class Charging:
         public_ids, out, over = set(public), list[str](), list[str]()
         everyone = [d.id for d in request.documents if d.id not in public_ids]
         totals: dict[str, float] = {}
-        share = self.config.caller_share if self.config.caller_share < 1 else None
         while True:  # the private documents the mechanism would retrieve from (prepare's store)
             data = request.datastore
             store = store_of(data.documents if data is not None and not public_ids and
@@ -155,12 +150,10 @@ class Charging:
             common = common_part(own, held_ids)
             if common > 0:  # one row for what every document is charged alike (and caller)
                 res, totals = await self._reserve_common(rid, own, common, everyone, held_ids,
-                                                         classes, caller, share)
+                                                         classes, caller)
             else:
-                res = await run_in_threadpool(functools.partial(
-                    self.ledger.reserve, rid, list(own), own, self.budgets,
-                    all_or_nothing=True, classes={i: classes[i] for i in own if i in classes},
-                    caller=None if caller is None else caller.name, share=share))
+                res = await self._reserve(rid, list(own), own, classes, caller,
+                                          all_or_nothing=True)
             if not (res.exhausted or res.over_share):
                 break
             # (never refused: over a datastore, a refusal would tell about one document)
@@ -178,7 +171,7 @@ class Charging:
 
     async def _reserve_common(self, rid: str, own: Mapping[str, float], common: float,
                               everyone: list[str], ids: list[str], classes: Mapping[str, str],
-                              caller: Caller | None = None, share: float | None = None
+                              caller: Caller | None = None
                               ) -> tuple[Reservation, dict[str, float]]:
         """Reserve ``common`` of each of ``ids`` (the private documents the answer reads) in
         the ledger's one common row of the datastore's private documents ``everyone``
@@ -194,8 +187,18 @@ class Charging:
         res = await run_in_threadpool(functools.partial(
             self.ledger.reserve_common, rid, scope, ids, common, extra, self.budgets,
             {i: classes[i] for i in extra if i in classes},
-            None if caller is None else caller.name, share))
+            None if caller is None else caller.name, self.share))
         return res, {d: own[d] for d in res.held}
+
+    async def _reserve(self, rid: str, ids: list[str], amount: float | Mapping[str, float],
+                       classes: Mapping[str, str], caller: Caller | None, *,
+                       all_or_nothing: bool, hold_rest: bool = False) -> Reservation:
+        """The ledger's reservation of ``amount`` of each of ``ids`` (their classes recorded)
+        for ``caller`` within its share, off the event loop."""
+        return await run_in_threadpool(functools.partial(
+            self.ledger.reserve, rid, ids, amount, self.budgets, all_or_nothing=all_or_nothing,
+            classes={i: classes[i] for i in ids if i in classes}, hold_rest=hold_rest,
+            caller=None if caller is None else caller.name, share=self.share))
 
     def _amount(self, request: ChatRequest, eps: float, events: Any) -> float:
         """A loss in the ledger's unit; HTTP 400 for one a Rényi ledger cannot hold."""
