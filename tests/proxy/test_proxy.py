@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 from helpers.fake_server import Fault, fake_vllm
-from helpers.proxy_server import DOCS, QUESTION, audited, openai_client
+from helpers.proxy_server import DOCS, QUESTION, audited, chat_body, openai_client
 
 from ctxleak.engine.served_client import ServerError
 from ctxleak.methods.influence.data import load_examples, prompt_parts
@@ -109,9 +109,8 @@ def test_a_streamed_answer_sends_each_token_as_it_is_drawn(lm, tmp_path, monkeyp
         for chunk in stream:
             chunks.append(chunk)
             if len(chunks) == 2:  # the role, then the first token's text
-                busy = httpx.post(url + "/v1/chat/completions", json={
-                    "model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                    "ctxleak": {"documents": DOCS, "lambda": 0.5}})
+                busy = httpx.post(url + "/v1/chat/completions",
+                                  json=chat_body({"documents": DOCS, "lambda": 0.5}))
                 received.set()
         assert timed_out == [False]
         assert busy is not None and busy.status_code == 429
@@ -310,9 +309,8 @@ def test_bad_input_names_the_field(lm, tmp_path):
 
 def test_pass_through_unmarked_and_upstream_errors(lm, tmp_path):
     with fake_vllm(lm) as upstream:
-        direct = httpx.post(upstream.url + "/v1/chat/completions", json={
-            "model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-            "max_tokens": 5}).json()
+        direct = httpx.post(upstream.url + "/v1/chat/completions",
+                            json=chat_body(max_tokens=5)).json()
         upstream.requests.clear()
         with audited(lm, tmp_path, upstream=upstream.url + "/v1") as (url, ledger, _):
             out = ask(url, None, max_tokens=5)
@@ -385,8 +383,7 @@ def test_operations_key_size_and_concurrency_limits(lm, tmp_path):
         second.start()
         while proxy._queued == 0:
             threading.Event().wait(0.005)
-        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "ctxleak": {"documents": DOCS, "lambda": 0.5}}
+        body = chat_body({"documents": DOCS, "lambda": 0.5})
         resp = httpx.post(url + "/v1/chat/completions", json=body,
                           headers={"authorization": "Bearer s3cret"})
         proxy._model_lock.release()

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers.proxy_server import openai_client, serving_sqlite
+from helpers.proxy_server import chat_body, openai_client, serving_sqlite
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.datastore import Datastore
@@ -36,9 +36,8 @@ DECODING = Decoding(temperature=0.8, max_new_tokens=6, min_new_tokens=0)
 
 
 def ask(url: str, **body: Any) -> httpx.Response:
-    return httpx.post(url + "/v1/chat/completions", timeout=120, json={
-        "model": "tiny", "messages": [{"role": "user", "content": QUESTION}], "seed": 5,
-        "temperature": 0.8, "max_tokens": 6, **body})
+    return httpx.post(url + "/v1/chat/completions", timeout=120, json=chat_body(
+        None, QUESTION, **{"seed": 5, "temperature": 0.8, "max_tokens": 6, **body}))
 
 
 def direct(lm: Any, store: Datastore) -> Any:

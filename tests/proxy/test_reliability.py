@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers.proxy_server import DOCS, QUESTION, audited, served_tiny
+from helpers.proxy_server import DOCS, audited, chat_body, served_tiny
 
 from ctxleak.engine.served_client import ClientOptions, ServedClient
 from ctxleak.errors import ConfigError
@@ -137,9 +137,7 @@ def test_a_spent_document_is_kept_out_of_plain_cid(lm, tmp_path, refuse):
                  on_exhausted="refuse" if refuse else "drop") as (url, ledger, _):
         ledger.reserve("spend", ["acct-7"], 1.0, budgets)
         ledger.settle("spend", 1.0)
-        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "max_tokens": 3, "ctxleak": {"documents": DOCS, "lambda": 1.0,
-                                             "epsilon": None}}
+        body = chat_body({"documents": DOCS, "lambda": 1.0, "epsilon": None}, max_tokens=3)
         resp = post(url, body)
         if refuse:
             assert resp.status_code == 429
@@ -159,8 +157,7 @@ def test_plain_cid_does_not_spend_a_budgeted_document_uncharged(lm, tmp_path, po
     budgets = Budgets(overrides={"acct-7": 1.0})
     config: dict[str, Any] = {} if policy == "refuse" else {"unguaranteed": "drop"}
     with audited(lm, tmp_path, budgets=budgets, **config) as (url, ledger, _):
-        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "max_tokens": 3, "ctxleak": {"documents": DOCS, "lambda": 0.5}}
+        body = chat_body({"documents": DOCS, "lambda": 0.5}, max_tokens=3)
         resp = post(url, body)
         if policy == "refuse":
             assert resp.status_code == 403, resp.text
@@ -190,9 +187,8 @@ def test_a_vanishing_epsilon_is_answered_not_a_500(lm, tmp_path):
     """ε = 5e-324 (the least float > 0) is a valid bounded-CID request: answered, charged, and
     its count of answers left is capped, not an overflow."""
     with audited(lm, tmp_path, budgets=Budgets(default=1.0)) as (url, ledger, _):
-        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "max_tokens": 3, "temperature": 1.0,
-                "ctxleak": {"documents": DOCS[:1], "epsilon": 5e-324}}
+        body = chat_body({"documents": DOCS[:1], "epsilon": 5e-324}, max_tokens=3,
+                         temperature=1.0)
         resp = post(url, body)
         assert resp.status_code == 200, resp.text
         assert ledger.document("acct-7").spent > 0
@@ -212,9 +208,7 @@ def test_a_ledger_that_stops_answering_is_a_503_in_one_line(lm, tmp_path, caplog
 
         ledger.reserve = down
         ledger.classes_of = down
-        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "max_tokens": 3, "temperature": 1.0,
-                "ctxleak": {"documents": DOCS, "epsilon": 0.1}}
+        body = chat_body({"documents": DOCS, "epsilon": 0.1}, max_tokens=3, temperature=1.0)
         with caplog.at_level("INFO", logger="ctxleak.proxy"):
             resp = post(url, body)
         assert resp.status_code == 503, resp.text
@@ -269,8 +263,7 @@ def test_a_client_that_never_sends_its_body_holds_no_slot(lm, tmp_path):
         with socket.create_connection(("127.0.0.1", port)) as slow:
             slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
                          b"content-type: application/json\r\ncontent-length: 500\r\n\r\n{")
-            body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                    "max_tokens": 2, "ctxleak": {"documents": DOCS, "lambda": 0.5}}
+            body = chat_body({"documents": DOCS, "lambda": 0.5}, max_tokens=2)
             assert post(url, body).status_code == 200
             slow.settimeout(30)
             answer = b""
@@ -336,8 +329,7 @@ def test_nan_from_the_upstream_is_a_502_and_the_ledger_stays_consistent(tmp_path
                      unguaranteed="use") as (url, ledger, _):
             for marked in [{"documents": DOCS, "lambda": 0.5},
                            {"documents": DOCS, "epsilon": 0.5}]:
-                body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                        "max_tokens": 3, "temperature": 1.0, "ctxleak": marked}
+                body = chat_body(marked, max_tokens=3, temperature=1.0)
                 resp = post(url, body)
                 assert resp.status_code == 502, resp.text
                 assert resp.json()["error"]["type"] == "upstream_error"
@@ -366,9 +358,7 @@ def test_an_answer_with_nan_figures_is_not_released_and_keeps_its_reservation(se
                 ledger, entries=entries)))
 
         proxy._answer = poisoned
-        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "max_tokens": 3, "temperature": 1.0,
-                "ctxleak": {"documents": DOCS, "epsilon": 0.5}}
+        body = chat_body({"documents": DOCS, "epsilon": 0.5}, max_tokens=3, temperature=1.0)
         resp = post(url, body)
         assert resp.status_code == 502, resp.text
         assert "NaN" in resp.json()["error"]["message"]
