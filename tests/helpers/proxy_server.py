@@ -20,6 +20,28 @@ import uvicorn
 from ctxleak.proxy import ProxyConfig, create_app
 from ctxleak.proxy.budget import BudgetLedger, SQLiteLedger
 
+#: The documents most of the proxy's tests mark (a patient's record, a doctor's note) and the
+#: question they ask about them.
+DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
+        {"id": "acct-9", "text": "the doctor said the capital of italy is rome"}]
+QUESTION = "what is the name of the patient ?"
+
+
+def chat_body(marked: dict[str, Any] | None = None, question: str = QUESTION,
+              **body: Any) -> dict[str, Any]:
+    """A chat request to the proxy for model ``tiny``: one user message ``question``, the
+    marked context ``marked`` (none: left out) and the other fields ``body``."""
+    extra = {} if marked is None else {"ctxleak": marked}
+    return {"model": "tiny", "messages": [{"role": "user", "content": question}], **extra,
+            **body}
+
+
+def openai_client(url: str, key: str = "none") -> Any:
+    """The real ``openai`` client of the proxy at ``url``, without retries."""
+    import openai
+
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
+
 
 @contextmanager
 def serving(lm: Any, ledger: BudgetLedger, **config: Any) -> Iterator[tuple[str, Any]]:
@@ -57,6 +79,18 @@ def serving_sqlite(lm: Any, path: Path, **config: Any
             yield url, ledger, app
     finally:
         ledger.close()
+
+
+@contextmanager
+def audited(lm: Any, tmp_path: Path, **config: Any
+            ) -> Iterator[tuple[str, SQLiteLedger, Any]]:
+    """:func:`serving_sqlite` on ``tmp_path / "ledger.db"``, serving as an audit
+    (``audit_seeds``, unless ``config`` says otherwise): tests that compare a served answer
+    with the mechanism's in-process one under one seed, or repeat an answer by its seed, send
+    seeds, and a client's seed is refused for a DP answer unless the operator audits."""
+    config.setdefault("audit_seeds", True)
+    with serving_sqlite(lm, tmp_path / "ledger.db", **config) as served:
+        yield served
 
 
 @contextmanager

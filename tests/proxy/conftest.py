@@ -1,6 +1,10 @@
 """What the privacy proxy's tests share: the tiny in-process Llama-like model, one per module
 (a module that needs another model, or its own, defines ``lm`` itself), and a tiny model served
-by the fast tier's fake vLLM (:func:`helpers.proxy_server.served_tiny`)."""
+by the fast tier's fake vLLM (:func:`helpers.proxy_server.served_tiny`). The rest of their
+set-up is in :mod:`helpers.proxy_server`: the proxy served in a thread (``serving``,
+``serving_sqlite``, ``audited`` for tests that send seeds), the documents and question most of
+them mark (``DOCS``, ``QUESTION``), a chat body (``chat_body``) and the ``openai`` client
+(``openai_client``)."""
 
 from __future__ import annotations
 

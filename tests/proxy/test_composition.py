@@ -9,7 +9,7 @@ import math
 
 import httpx
 import pytest
-from helpers.proxy_server import serving_sqlite
+from helpers.proxy_server import chat_body, serving_sqlite
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.accounting import ExponentialMechanismEvent, PureDPEvent
@@ -82,10 +82,9 @@ def test_bounded_cid_is_charged_its_tokens_renyi_divergence_through_the_proxy(lm
     config = dict(budgets=Budgets(default=4.0), accounting="renyi", renyi_order=16.0,
                   budget_delta=1e-6)
     with serving_sqlite(lm, tmp_path / "l.db", **config) as (url, ledger, _):
-        body = {"model": "tiny", "messages": [{"role": "user", "content": "the phone ?"}],
-                "temperature": 1.0, "max_tokens": tokens, "min_tokens": tokens,
-                "ctxleak": {"documents": [{"id": "d", "text": "the phone is one two"}],
-                            "epsilon": eps}}
+        body = chat_body({"documents": [{"id": "d", "text": "the phone is one two"}],
+                          "epsilon": eps}, "the phone ?", temperature=1.0, max_tokens=tokens,
+                         min_tokens=tokens)
         resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
         assert resp.status_code == 200, resp.text
         released = resp.json()["ctxleak"]["tokens"]
@@ -117,9 +116,9 @@ def test_dp_rag_over_a_datastore_charges_each_document_its_own_divergence(lm, tm
     with serving_sqlite(lm, tmp_path / "l.db", mechanism=mech, datastore=store,
                         budgets=Budgets(default=20.0), accounting="renyi", renyi_order=order,
                         max_tokens=4) as (url, ledger, _):
-        resp = httpx.post(url + "/v1/chat/completions", timeout=60, json={
-            "model": "tiny", "messages": [{"role": "user", "content": "capital of italy ?"}],
-            "temperature": 1.0, "max_tokens": 4})
+        resp = httpx.post(url + "/v1/chat/completions", timeout=60,
+                          json=chat_body(None, "capital of italy ?", temperature=1.0,
+                                         max_tokens=4))
         assert resp.status_code == 200, resp.text
         decoding = Decoding(temperature=1.0, max_new_tokens=4, min_new_tokens=0)
         retrieval = pure_rdp(0.2, order)

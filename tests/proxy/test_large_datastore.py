@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers.proxy_server import serving_sqlite
+from helpers.proxy_server import chat_body, serving_sqlite
 
 from ctxleak.mitigations.datastore import Datastore
 from ctxleak.proxy import Budgets
@@ -39,9 +39,8 @@ def answer_sizes(lm: Any, tmp_path: Any, n: int, caplog: Any) -> dict[str, Any]:
         for k in range(3):
             caplog.clear()
             before = ledger._db.total_changes
-            r = httpx.post(url + "/v1/chat/completions", timeout=300, json={
-                "model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "max_tokens": 3, "temperature": 0.8, "seed": 11 + k})  # (the same at both n)
+            r = httpx.post(url + "/v1/chat/completions", timeout=300, json=chat_body(
+                None, QUESTION, max_tokens=3, temperature=0.8, seed=11 + k))  # (same at both n)
             assert r.status_code == 200, r.text
             if k == 1:
                 out["writes"] = ledger._db.total_changes - before

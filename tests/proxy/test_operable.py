@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 from helpers.fake_server import fake_vllm
+from helpers.proxy_server import QUESTION, openai_client
 from helpers.proxy_server import serving as proxy_serving
 
 from ctxleak.errors import ConfigError
@@ -24,7 +25,6 @@ from ctxleak.proxy.held import sizing_text
 
 DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
         {"id": "faq-2", "text": "the doctor said the capital of italy is rome"}]
-QUESTION = "what is the name of the patient ?"
 
 
 @pytest.fixture
@@ -48,12 +48,8 @@ def proxy(lm, tmp_path):
         ledger.close()
 
 
-def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
-
-
 def ask(url: str, marked: dict[str, Any], **kwargs: Any) -> Any:
-    return client(url).chat.completions.with_raw_response.create(
+    return openai_client(url).chat.completions.with_raw_response.create(
         model="tiny", messages=[{"role": "user", "content": QUESTION}],
         extra_body={"ctxleak": marked}, **kwargs)
 
@@ -185,10 +181,10 @@ def test_ledger_api_pages_and_unknown_ids(proxy):
 
 def test_models_lists_the_upstreams(lm, proxy):
     url, _ = proxy()
-    assert [m.id for m in client(url).models.list().data] == ["ctxleak-cid"]
+    assert [m.id for m in openai_client(url).models.list().data] == ["ctxleak-cid"]
     with fake_vllm(lm, served_name="smollm2-135m") as upstream:
         url, _ = proxy(upstream=upstream.url + "/v1")
-        assert [m.id for m in client(url).models.list().data] == ["smollm2-135m"]
+        assert [m.id for m in openai_client(url).models.list().data] == ["smollm2-135m"]
     url, _ = proxy(upstream=upstream.url)  # the upstream has stopped
     gone = httpx.get(url + "/v1/models")
     assert gone.status_code == 502 and gone.json()["error"]["type"] == "upstream_error"

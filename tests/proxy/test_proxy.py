@@ -8,45 +8,23 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import openai
 import pytest
 from helpers.fake_server import Fault, fake_vllm
-from helpers.proxy_server import serving_sqlite
+from helpers.proxy_server import DOCS, QUESTION, audited, chat_body, openai_client
 
 from ctxleak.engine.served_client import ServerError
 from ctxleak.methods.influence.data import load_examples, prompt_parts
 from ctxleak.mitigations.cid import CIDConfig, generate_cid
 from ctxleak.proxy import Budgets
-from ctxleak.proxy.budget import SQLiteLedger
-
-DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
-        {"id": "acct-9", "text": "the doctor said the capital of italy is rome"}]
-QUESTION = "what is the name of the patient ?"
-
-
-@contextmanager
-def serving(lm, tmp_path, **config: Any) -> Iterator[tuple[str, SQLiteLedger, Any]]:
-    """The proxy on 127.0.0.1 (a free port) in a thread: its base URL, ledger and app."""
-    # these tests compare a served answer with the mechanism's in-process one under one seed,
-    # or repeat an answer by its seed: a client's seed is refused for a DP answer unless the
-    # operator audits (issue 81), so they serve as an audit
-    config.setdefault("audit_seeds", True)
-    with serving_sqlite(lm, tmp_path / "ledger.db", **config) as served:
-        yield served
-
-
-def client(url: str, key: str = "none") -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
 
 
 def ask(url: str, marked: dict[str, Any] | None, **kwargs: Any) -> Any:
     extra = {"extra_body": {"ctxleak": marked}} if marked is not None else {}
-    return client(url).chat.completions.create(
+    return openai_client(url).chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": QUESTION}], **extra, **kwargs)
 
 
@@ -58,7 +36,7 @@ def influence_parts(lm, docs=DOCS, max_tokens: int = 8):
 
 def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="ctxleak.proxy")
-    with serving(lm, tmp_path) as (url, ledger, _):
+    with audited(lm, tmp_path) as (url, ledger, _):
         out = ask(url, {"documents": DOCS, "lambda": 0.5}, seed=11, temperature=0.8,
                   max_tokens=8, extra_query=None)
         info = out.model_extra["ctxleak"]
@@ -79,7 +57,7 @@ def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path, ca
         for doc in ("acct-7", "acct-9"):
             row = ledger.document(doc)
             assert row.spent == 0 and row.ex_post == pytest.approx(info["epsilon_ex_post"])
-        chunks = list(client(url).chat.completions.create(
+        chunks = list(openai_client(url).chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
             seed=11, temperature=0.8, max_tokens=8, stream_options={"include_usage": True},
             extra_body={"ctxleak": {"documents": DOCS, "lambda": 0.5}}))
@@ -122,8 +100,8 @@ def test_a_streamed_answer_sends_each_token_as_it_is_drawn(lm, tmp_path, monkeyp
         return real(decoder, request, docs, Heard(token, listener))
 
     monkeypatch.setattr(BatchDecoder, "answer", held)
-    with serving(lm, tmp_path, max_concurrent=1, max_queued=0) as (url, _, app):
-        stream = client(url).chat.completions.create(
+    with audited(lm, tmp_path, max_concurrent=1, max_queued=0) as (url, _, app):
+        stream = openai_client(url).chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
             seed=11, temperature=0.8, max_tokens=8,
             extra_body={"ctxleak": {"documents": DOCS, "lambda": 0.5}, "min_tokens": 2})
@@ -131,9 +109,8 @@ def test_a_streamed_answer_sends_each_token_as_it_is_drawn(lm, tmp_path, monkeyp
         for chunk in stream:
             chunks.append(chunk)
             if len(chunks) == 2:  # the role, then the first token's text
-                busy = httpx.post(url + "/v1/chat/completions", json={
-                    "model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                    "ctxleak": {"documents": DOCS, "lambda": 0.5}})
+                busy = httpx.post(url + "/v1/chat/completions",
+                                  json=chat_body({"documents": DOCS, "lambda": 0.5}))
                 received.set()
         assert timed_out == [False]
         assert busy is not None and busy.status_code == 429
@@ -172,8 +149,8 @@ def test_a_stream_that_fails_midway_charges_the_tokens_it_sent(lm, tmp_path, mon
         return answer
 
     monkeypatch.setattr(BatchDecoder, "answer", failing(3))
-    with serving(lm, tmp_path) as (url, ledger, _):
-        stream = client(url).chat.completions.create(
+    with audited(lm, tmp_path) as (url, ledger, _):
+        stream = openai_client(url).chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
             seed=3, temperature=1.0, max_tokens=8,
             extra_body={"ctxleak": {"documents": DOCS, "epsilon": eps}, "min_tokens": 6})
@@ -184,7 +161,7 @@ def test_a_stream_that_fails_midway_charges_the_tokens_it_sent(lm, tmp_path, mon
         assert ledger.open_reservations() == []
         monkeypatch.setattr(BatchDecoder, "answer", failing(0))
         with pytest.raises(openai.InternalServerError) as caught:
-            list(client(url).chat.completions.create(
+            list(openai_client(url).chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
                 max_tokens=8, extra_body={"ctxleak": {"documents": DOCS, "epsilon": eps}}))
         assert caught.value.body["code"] == "upstream_failed"
@@ -195,7 +172,7 @@ def test_a_stream_that_fails_midway_charges_the_tokens_it_sent(lm, tmp_path, mon
         monkeypatch.setattr(BatchDecoder, "answer", failing(2))
         monkeypatch.setattr(ledger, "settle", lambda *a, **k: 1 / 0)
         with pytest.raises(openai.APIError, match="after 2 token"):
-            list(client(url).with_options(timeout=30).chat.completions.create(
+            list(openai_client(url).with_options(timeout=30).chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
                 seed=3, max_tokens=8, extra_body={"ctxleak": {"documents": DOCS, "epsilon": eps},
                                                   "min_tokens": 6}))
@@ -210,7 +187,7 @@ def test_bounded_answer_ledger_and_budget_drop_then_refuse(lm, tmp_path):
     reservation = eps * (max_tokens + 1)
     # one answer's reservation fits acct-7's budget, not a second (each answer spends >= ε)
     budgets = Budgets(default=10 * reservation, overrides={"acct-7": reservation + eps / 2})
-    with serving(lm, tmp_path, budgets=budgets) as (url, ledger, _):
+    with audited(lm, tmp_path, budgets=budgets) as (url, ledger, _):
         first = ask(url, {"documents": DOCS, "epsilon": eps}, seed=3, max_tokens=max_tokens,
                     temperature=1.0).model_extra["ctxleak"]
         parts = influence_parts(lm, max_tokens=max_tokens)
@@ -241,7 +218,7 @@ def test_bounded_answer_ledger_and_budget_drop_then_refuse(lm, tmp_path):
         assert "ctxleak_proxy_documents_dropped_total 1.0" in metrics
         total = spent * 2 + second["epsilon_spent"]
         assert f"ctxleak_proxy_epsilon_spent_total {total}" in metrics
-    with serving(lm, tmp_path, budgets=budgets, on_exhausted="refuse") as (url, ledger, _):
+    with audited(lm, tmp_path, budgets=budgets, on_exhausted="refuse") as (url, ledger, _):
         with pytest.raises(openai.RateLimitError) as caught:
             ask(url, {"documents": DOCS, "epsilon": eps}, max_tokens=max_tokens)
         assert caught.value.status_code == 429
@@ -255,7 +232,7 @@ def test_bounded_answer_ledger_and_budget_drop_then_refuse(lm, tmp_path):
 def test_two_concurrent_clients_never_overspend(lm, tmp_path):
     eps, max_tokens = 0.25, 4
     budget = eps * (max_tokens + 1) + eps / 2  # room for one reservation, not two
-    with serving(lm, tmp_path, budgets=Budgets(default=budget)) as (url, ledger, _):
+    with audited(lm, tmp_path, budgets=Budgets(default=budget)) as (url, ledger, _):
         results: list[Any] = [None] * 4
         barrier = threading.Barrier(4)
 
@@ -295,11 +272,11 @@ BAD = [
 
 
 def test_bad_input_names_the_field(lm, tmp_path):
-    with serving(lm, tmp_path, budgets=Budgets(default=1.0)) as (url, ledger, _):
+    with audited(lm, tmp_path, budgets=Budgets(default=1.0)) as (url, ledger, _):
         for marked, extra, param in BAD:
             with pytest.raises(openai.BadRequestError) as caught:
                 if marked is None:  # marked context, bad messages
-                    client(url).chat.completions.create(
+                    openai_client(url).chat.completions.create(
                         model="tiny", **extra,
                         extra_body={"ctxleak": {"documents": DOCS, "lambda": 0.5}})
                 else:
@@ -332,11 +309,10 @@ def test_bad_input_names_the_field(lm, tmp_path):
 
 def test_pass_through_unmarked_and_upstream_errors(lm, tmp_path):
     with fake_vllm(lm) as upstream:
-        direct = httpx.post(upstream.url + "/v1/chat/completions", json={
-            "model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-            "max_tokens": 5}).json()
+        direct = httpx.post(upstream.url + "/v1/chat/completions",
+                            json=chat_body(max_tokens=5)).json()
         upstream.requests.clear()
-        with serving(lm, tmp_path, upstream=upstream.url + "/v1") as (url, ledger, _):
+        with audited(lm, tmp_path, upstream=upstream.url + "/v1") as (url, ledger, _):
             out = ask(url, None, max_tokens=5)
             assert out.choices[0].message.content == direct["choices"][0]["message"]["content"]
             assert "ctxleak" not in (out.model_extra or {})
@@ -346,7 +322,7 @@ def test_pass_through_unmarked_and_upstream_errors(lm, tmp_path):
             assert body == {"model": "tiny", "max_tokens": 5,
                             "messages": [{"role": "user", "content": QUESTION}]}
             # streamed: the upstream's events relayed as they came
-            chunks = list(client(url).chat.completions.create(
+            chunks = list(openai_client(url).chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": QUESTION}], max_tokens=5,
                 stream=True))
             assert "".join(c.choices[0].delta.content or "" for c in chunks) == \
@@ -357,7 +333,7 @@ def test_pass_through_unmarked_and_upstream_errors(lm, tmp_path):
             assert "ctxleak" not in upstream.requests[-1][1]
             assert ledger.open_reservations() == []
     # the upstream is gone: 502 in the OpenAI error shape
-    with serving(lm, tmp_path, upstream=upstream.url) as (url, _, _):
+    with audited(lm, tmp_path, upstream=upstream.url) as (url, _, _):
         with pytest.raises(openai.InternalServerError) as caught:
             ask(url, None, max_tokens=5)
         assert caught.value.status_code == 502
@@ -368,7 +344,7 @@ def test_pass_through_unmarked_and_upstream_errors(lm, tmp_path):
                                 (Fault("http", status=503), 502, "upstream_failed"),
                                 (Fault("not-json"), 502, "upstream_bad_answer")]:
         with fake_vllm(lm, fault=fault) as bad, \
-                serving(lm, tmp_path, upstream=bad.url, upstream_timeout=0.3) as (url, _, _):
+                audited(lm, tmp_path, upstream=bad.url, upstream_timeout=0.3) as (url, _, _):
             with pytest.raises(openai.APIStatusError) as caught:
                 ask(url, None, max_tokens=5)
             assert caught.value.status_code == status
@@ -376,12 +352,12 @@ def test_pass_through_unmarked_and_upstream_errors(lm, tmp_path):
 
 
 def test_operations_key_size_and_concurrency_limits(lm, tmp_path):
-    with serving(lm, tmp_path, api_key="s3cret", max_body_bytes=2000,
+    with audited(lm, tmp_path, api_key="s3cret", max_body_bytes=2000,
                  max_concurrent=1, max_queued=1) as (url, _, app):
         assert httpx.get(url + "/health").json() == {"status": "ok"}
         with pytest.raises(openai.AuthenticationError):
             ask(url, {"documents": DOCS, "lambda": 0.5})
-        ok = client(url, "s3cret").chat.completions.create(
+        ok = openai_client(url, "s3cret").chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": QUESTION}], max_tokens=3,
             extra_body={"ctxleak": {"documents": DOCS, "lambda": 0.5}})
         assert ok.model_extra["ctxleak"]["tokens"] <= 3
@@ -396,7 +372,7 @@ def test_operations_key_size_and_concurrency_limits(lm, tmp_path):
         held: list[Any] = []
 
         def asking() -> None:
-            held.append(client(url, "s3cret").chat.completions.create(
+            held.append(openai_client(url, "s3cret").chat.completions.create(
                 model="tiny", max_tokens=2, messages=[{"role": "user", "content": QUESTION}],
                 extra_body={"ctxleak": {"documents": DOCS, "lambda": 0.5}}))
 
@@ -407,8 +383,7 @@ def test_operations_key_size_and_concurrency_limits(lm, tmp_path):
         second.start()
         while proxy._queued == 0:
             threading.Event().wait(0.005)
-        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "ctxleak": {"documents": DOCS, "lambda": 0.5}}
+        body = chat_body({"documents": DOCS, "lambda": 0.5})
         resp = httpx.post(url + "/v1/chat/completions", json=body,
                           headers={"authorization": "Bearer s3cret"})
         proxy._model_lock.release()
@@ -433,7 +408,7 @@ def test_decoding_through_a_served_model(served, tmp_path):
 
     served, upstream = served
     tiny = upstream.lm
-    with serving(served, tmp_path, upstream=upstream.url) as (url, ledger, _):
+    with audited(served, tmp_path, upstream=upstream.url) as (url, ledger, _):
         mixed = ask(url, {"documents": DOCS, "lambda": 0.5}, seed=4, temperature=0.8,
                     max_tokens=4).model_extra["ctxleak"]
         parts = influence_parts(tiny, max_tokens=4)

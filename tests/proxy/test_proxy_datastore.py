@@ -11,9 +11,8 @@ import json
 from typing import Any
 
 import httpx
-import openai
 import pytest
-from helpers.proxy_server import serving_sqlite
+from helpers.proxy_server import chat_body, openai_client, serving_sqlite
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.datastore import Datastore
@@ -37,9 +36,8 @@ DECODING = Decoding(temperature=0.8, max_new_tokens=6, min_new_tokens=0)
 
 
 def ask(url: str, **body: Any) -> httpx.Response:
-    return httpx.post(url + "/v1/chat/completions", timeout=120, json={
-        "model": "tiny", "messages": [{"role": "user", "content": QUESTION}], "seed": 5,
-        "temperature": 0.8, "max_tokens": 6, **body})
+    return httpx.post(url + "/v1/chat/completions", timeout=120, json=chat_body(
+        None, QUESTION, **{"seed": 5, "temperature": 0.8, "max_tokens": 6, **body}))
 
 
 def direct(lm: Any, store: Datastore) -> Any:
@@ -58,10 +56,9 @@ def test_a_plain_request_is_answered_over_the_datastore_each_document_charged_it
     with serving_sqlite(lm, tmp_path / "l.db", mechanism=SPEC, datastore=STORE,
                         budgets=Budgets(default=10.0), audit_seeds=True) as (url, ledger, _):
         # the real openai client, no ctxleak field at all: the app as it is
-        raw = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0) \
-            .chat.completions.with_raw_response.create(
-                model="tiny", messages=[{"role": "user", "content": QUESTION}], seed=5,
-                temperature=0.8, max_tokens=6)
+        raw = openai_client(url).chat.completions.with_raw_response.create(
+            model="tiny", messages=[{"role": "user", "content": QUESTION}], seed=5,
+            temperature=0.8, max_tokens=6)
         info = raw.parse().model_extra["ctxleak"]
         want = direct(lm, STORE)
         assert info["mode"] == "mechanism" and info["relation"] == "document"

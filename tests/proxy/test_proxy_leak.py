@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers.proxy_server import serving_sqlite
+from helpers.proxy_server import chat_body, serving_sqlite
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.datastore import Datastore
@@ -33,9 +33,9 @@ SPECS = ["dp-rag:eps=5", "dp-vote:eps=2,shards=4", "dp-sparse-vote:eps=2,shards=
 
 
 def post(url: str, headers: dict[str, str] | None = None, **body: Any) -> httpx.Response:
-    return httpx.post(url + "/v1/chat/completions", timeout=120, headers=headers, json={
-        "model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-        "temperature": 0.8, "max_tokens": 6, **body})
+    return httpx.post(url + "/v1/chat/completions", timeout=120, headers=headers,
+                      json=chat_body(None, QUESTION, **{"temperature": 0.8, "max_tokens": 6,
+                                                        **body}))
 
 
 def everything(resp: httpx.Response) -> str:

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
-import openai
 import pytest
-from helpers.proxy_server import serving_sqlite
+from helpers.proxy_server import DOCS, QUESTION, audited, chat_body, openai_client
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import CIDConfig, generate_cid
@@ -24,28 +21,13 @@ from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
 from ctxleak.mitigations.prompts import document_parts, template_prompt
 from ctxleak.mitigations.scrubbing import Scrubbing
 from ctxleak.proxy import Budgets, ProxyConfig
-from ctxleak.proxy.budget import SQLiteLedger
 
-DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
-        {"id": "acct-9", "text": "the doctor said the capital of italy is rome"}]
-QUESTION = "what is the name of the patient ?"
 DECODING = Decoding(temperature=0.8, max_new_tokens=8, min_new_tokens=0)
 
 
-@contextmanager
-def serving(lm, tmp_path, **config: Any) -> Iterator[tuple[str, SQLiteLedger, Any]]:
-    # these tests compare a served answer with the mechanism's in-process one under one seed,
-    # or repeat an answer by its seed: a client's seed is refused for a DP answer unless the
-    # operator audits (issue 81), so they serve as an audit
-    config.setdefault("audit_seeds", True)
-    with serving_sqlite(lm, tmp_path / "ledger.db", **config) as served:
-        yield served
-
-
 def post(url: str, marked: dict[str, Any] | None = None, **body: Any) -> httpx.Response:
-    return httpx.post(url + "/v1/chat/completions", timeout=120, json={
-        "model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-        "ctxleak": {"documents": DOCS, **(marked or {})}, **body})
+    return httpx.post(url + "/v1/chat/completions", timeout=120,
+                      json=chat_body({"documents": DOCS, **(marked or {})}, **body))
 
 
 def direct(lm, mechanism, seed: int, docs=DOCS, decoding=DECODING):
@@ -57,12 +39,11 @@ def direct(lm, mechanism, seed: int, docs=DOCS, decoding=DECODING):
 
 
 def test_dp_rag_through_the_proxy_equals_the_mechanism_and_charges_its_claim(lm, tmp_path):
-    with serving(lm, tmp_path, mechanism="dp-rag:eps=5",
+    with audited(lm, tmp_path, mechanism="dp-rag:eps=5",
                  budgets=Budgets(default=12.0)) as (url, ledger, _):
-        out = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0) \
-            .chat.completions.with_raw_response.create(
-                model="tiny", messages=[{"role": "user", "content": QUESTION}], seed=11,
-                temperature=0.8, max_tokens=8, extra_body={"ctxleak": {"documents": DOCS}})
+        out = openai_client(url).chat.completions.with_raw_response.create(
+            model="tiny", messages=[{"role": "user", "content": QUESTION}], seed=11,
+            temperature=0.8, max_tokens=8, extra_body={"ctxleak": {"documents": DOCS}})
         reply = out.parse()
         info = reply.model_extra["ctxleak"]
         want = direct(lm, DPRAG(eps=5), 11)
@@ -91,12 +72,10 @@ def test_dp_rag_through_the_proxy_equals_the_mechanism_and_charges_its_claim(lm,
         assert out.headers["x-ctxleak-mechanism"] == DPRAG(eps=5).key()
         assert out.headers["x-ctxleak-mode"] == "mechanism"
         # streamed: the finished answer in chunks, the same tokens and charge
-        chunks = list(openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
-                      .chat.completions.create(
-                          model="tiny", messages=[{"role": "user", "content": QUESTION}],
-                          stream=True, seed=11, temperature=0.8, max_tokens=8,
-                          stream_options={"include_usage": True},
-                          extra_body={"ctxleak": {"documents": DOCS}}))
+        chunks = list(openai_client(url).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": QUESTION}], stream=True,
+            seed=11, temperature=0.8, max_tokens=8, stream_options={"include_usage": True},
+            extra_body={"ctxleak": {"documents": DOCS}}))
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert text == reply.choices[0].message.content
         last = chunks[-2].model_extra["ctxleak"]
@@ -113,7 +92,7 @@ def test_dp_rag_through_the_proxy_equals_the_mechanism_and_charges_its_claim(lm,
 
 def test_a_budget_that_cannot_cover_the_claim_refuses_the_request(lm, tmp_path):
     claim = DPRAG(eps=5).claim(DECODING).eps
-    with serving(lm, tmp_path, mechanism="dp-rag:eps=5", on_exhausted="refuse",
+    with audited(lm, tmp_path, mechanism="dp-rag:eps=5", on_exhausted="refuse",
                  budgets=Budgets(default=7.0, overrides={"acct-9": 3.0})) as (url, ledger, _):
         never = post(url, seed=1, max_tokens=8)  # acct-9's whole budget is less than the claim
         assert never.status_code == 400 and never.json()["error"]["param"] == \
@@ -129,7 +108,7 @@ def test_a_budget_that_cannot_cover_the_claim_refuses_the_request(lm, tmp_path):
 
 def test_a_request_names_its_mechanism_and_cid_specs_answer_as_cid(lm, tmp_path):
     allowed = ("dp-rag:eps=2", "dp-vote:eps=2,shards=3")  # the operator's (issue 81)
-    with serving(lm, tmp_path, mechanism="cid:lam=0.5",
+    with audited(lm, tmp_path, mechanism="cid:lam=0.5",
                  allowed_mechanisms=allowed) as (url, ledger, _):
         # no λ given: the proxy's CID spec, the same answer as ctxleak.lambda 0.5
         by_default = post(url, seed=11, max_tokens=8, temperature=0.8).json()["ctxleak"]
@@ -164,7 +143,7 @@ def test_a_request_names_its_mechanism_and_cid_specs_answer_as_cid(lm, tmp_path)
 
 def test_a_dp_vote_with_too_few_documents_for_its_shards_is_a_clear_400(lm, tmp_path):
     docs = [*DOCS, {"id": "acct-11", "text": "the nurse is called anna"}]
-    with serving(lm, tmp_path, mechanism="dp-vote:eps=2,shards=4",
+    with audited(lm, tmp_path, mechanism="dp-vote:eps=2,shards=4",
                  budgets=Budgets(default=10.0)) as (url, ledger, _):
         short = post(url, {"documents": docs}, seed=3, max_tokens=8)
         assert short.status_code == 400, short.text
@@ -181,7 +160,7 @@ def test_a_dp_vote_with_too_few_documents_for_its_shards_is_a_clear_400(lm, tmp_
 
 def test_scrubbing_charges_nothing_and_says_it_has_no_guarantee(lm, tmp_path):
     scrub = Scrubbing(detect=lambda text: [])  # no detector to load: the documents as they are
-    with serving(lm, tmp_path, mechanism=scrub, budgets=Budgets(default=1.0),
+    with audited(lm, tmp_path, mechanism=scrub, budgets=Budgets(default=1.0),
                  unguaranteed="use") as (url, ledger, _):
         out = post(url, seed=4, max_tokens=8, temperature=0.8)
         assert out.status_code == 200, out.text
@@ -195,7 +174,7 @@ def test_scrubbing_charges_nothing_and_says_it_has_no_guarantee(lm, tmp_path):
 
 
 def test_concurrent_requests_of_one_mechanism_are_answered_in_one_call(lm, tmp_path):
-    with serving(lm, tmp_path, mechanism="dp-rag:eps=5") as (url, _, app):
+    with audited(lm, tmp_path, mechanism="dp-rag:eps=5") as (url, _, app):
         batcher = app.state.proxy.batcher
         batcher.window_s = 0.5  # time for every request to arrive before the batch starts
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
@@ -238,7 +217,7 @@ def test_a_log_line_per_mechanism_answer_names_no_text(lm, tmp_path, caplog):
     import logging
 
     caplog.set_level(logging.INFO, logger="ctxleak.proxy")
-    with serving(lm, tmp_path, mechanism="dp-rag:eps=5") as (url, _, _):
+    with audited(lm, tmp_path, mechanism="dp-rag:eps=5") as (url, _, _):
         assert post(url, seed=3, max_tokens=4).status_code == 200
     logged = [json.loads(r.getMessage()) for r in caplog.records if r.name == "ctxleak.proxy"]
     assert [e["event"] for e in logged] == ["mechanism"]
@@ -253,7 +232,7 @@ def test_dp_rag_through_a_served_model(served, tmp_path):
     the proxy asks the mechanism alone: the tokens DP-RAG draws in-process from the same seed."""
     model, upstream = served
     decoding = Decoding(temperature=0.8, max_new_tokens=4, min_new_tokens=0)
-    with serving(model, tmp_path, upstream=upstream.url,
+    with audited(model, tmp_path, upstream=upstream.url,
                  mechanism="dp-rag:eps=5") as (url, ledger, app):
         assert app.state.proxy.batcher is None
         out = post(url, seed=4, temperature=0.8, max_tokens=4)

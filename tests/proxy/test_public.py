@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers.proxy_server import serving_sqlite
+from helpers.proxy_server import chat_body, serving_sqlite
 
 from ctxleak.mitigations.bm25 import BM25
 from ctxleak.mitigations.datastore import Datastore
@@ -89,17 +89,15 @@ def test_public_documents_never_reach_the_ledger_under_any_charge(lm, tmp_path):
                        {"mechanism": "dp-vote:eps=2,shards=3"}):
             docs = DOCS if "mechanism" not in marked else \
                 DOCS + [{"id": f"acct-{k}", "text": f"note {k} of the patient"} for k in (8, 9)]
-            resp = httpx.post(url + "/v1/chat/completions", timeout=120, json={
-                "model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "max_tokens": 4, "temperature": 1.0, "ctxleak": {"documents": docs, **marked}})
+            resp = httpx.post(url + "/v1/chat/completions", timeout=120, json=chat_body(
+                {"documents": docs, **marked}, QUESTION, max_tokens=4, temperature=1.0))
             assert resp.status_code == 200, resp.text
             assert ledger.find("faq-2") is None and ledger.find("faq-3") is None, marked
         assert ledger.find("acct-7").doc_class == "restricted"
         assert ledger.find("acct-7").spent > 0
         # two public and one private document: a vote of 3 shards has too few to deal
-        resp = httpx.post(url + "/v1/chat/completions", timeout=120, json={
-            "model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-            "ctxleak": {"documents": DOCS, "mechanism": "dp-vote:eps=2,shards=3"}})
+        resp = httpx.post(url + "/v1/chat/completions", timeout=120, json=chat_body(
+            {"documents": DOCS, "mechanism": "dp-vote:eps=2,shards=3"}, QUESTION))
         assert resp.status_code == 400 and resp.json()["error"]["param"] == "ctxleak.documents"
         assert "needs at least 3 private documents, the request has 1 (2 public" \
             in resp.json()["error"]["message"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers.proxy_server import served_tiny, serving_sqlite
+from helpers.proxy_server import DOCS, audited, chat_body, served_tiny
 
 from ctxleak.engine.served_client import ClientOptions, ServedClient
 from ctxleak.errors import ConfigError
@@ -26,18 +26,7 @@ from ctxleak.proxy import Budgets, ProxyConfig
 from ctxleak.proxy.budget import SQLiteLedger, answers_allowed, public_ledger_url
 from ctxleak.proxy.errors import decoding_failed
 
-DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
-        {"id": "acct-9", "text": "the doctor said the capital of italy is rome"}]
-QUESTION = "what is the name of the patient ?"
 KEY = "sk-upstream-s3cr3t/key"
-
-
-def serving(lm, tmp_path, **config: Any) -> Any:
-    # these tests compare a served answer with the mechanism's in-process one under one seed,
-    # or repeat an answer by its seed: a client's seed is refused for a DP answer unless the
-    # operator audits (issue 81), so they serve as an audit
-    config.setdefault("audit_seeds", True)
-    return serving_sqlite(lm, tmp_path / "ledger.db", **config)
 
 
 @contextmanager
@@ -90,7 +79,7 @@ def test_an_upstream_echoing_the_key_never_hands_it_to_a_client(lm, tmp_path):
     ``Bearer``), in an error relayed as it came, a 502 quoting it, a 200 or a stream, the
     client reads ``***``."""
     with echoing_upstream() as upstream, \
-            serving(lm, tmp_path, upstream=upstream, upstream_api_key=KEY) as (url, _, _):
+            audited(lm, tmp_path, upstream=upstream, upstream_api_key=KEY) as (url, _, _):
         for mode, status in [("401", 401), ("500", 502), ("200", 200), ("stream", 200),
                              ("text", 502)]:
             resp = post(url, {"model": mode, "messages": [{"role": "user", "content": "hi"}],
@@ -144,13 +133,11 @@ def test_a_spent_document_is_kept_out_of_plain_cid(lm, tmp_path, refuse):
     """``"epsilon": null`` (plain CID at λ = 1, nothing charged) does not use a document whose
     budget is spent: dropped as a bounded answer drops it, or HTTP 429 with refuse."""
     budgets = Budgets(default=1.0)
-    with serving(lm, tmp_path, budgets=budgets, unguaranteed="use",
+    with audited(lm, tmp_path, budgets=budgets, unguaranteed="use",
                  on_exhausted="refuse" if refuse else "drop") as (url, ledger, _):
         ledger.reserve("spend", ["acct-7"], 1.0, budgets)
         ledger.settle("spend", 1.0)
-        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "max_tokens": 3, "ctxleak": {"documents": DOCS, "lambda": 1.0,
-                                             "epsilon": None}}
+        body = chat_body({"documents": DOCS, "lambda": 1.0, "epsilon": None}, max_tokens=3)
         resp = post(url, body)
         if refuse:
             assert resp.status_code == 429
@@ -169,9 +156,8 @@ def test_plain_cid_does_not_spend_a_budgeted_document_uncharged(lm, tmp_path, po
     document without a budget, and λ = 0 (which reads none), are answered as before."""
     budgets = Budgets(overrides={"acct-7": 1.0})
     config: dict[str, Any] = {} if policy == "refuse" else {"unguaranteed": "drop"}
-    with serving(lm, tmp_path, budgets=budgets, **config) as (url, ledger, _):
-        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "max_tokens": 3, "ctxleak": {"documents": DOCS, "lambda": 0.5}}
+    with audited(lm, tmp_path, budgets=budgets, **config) as (url, ledger, _):
+        body = chat_body({"documents": DOCS, "lambda": 0.5}, max_tokens=3)
         resp = post(url, body)
         if policy == "refuse":
             assert resp.status_code == 403, resp.text
@@ -200,10 +186,9 @@ def test_plain_cid_does_not_spend_a_budgeted_document_uncharged(lm, tmp_path, po
 def test_a_vanishing_epsilon_is_answered_not_a_500(lm, tmp_path):
     """ε = 5e-324 (the least float > 0) is a valid bounded-CID request: answered, charged, and
     its count of answers left is capped, not an overflow."""
-    with serving(lm, tmp_path, budgets=Budgets(default=1.0)) as (url, ledger, _):
-        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "max_tokens": 3, "temperature": 1.0,
-                "ctxleak": {"documents": DOCS[:1], "epsilon": 5e-324}}
+    with audited(lm, tmp_path, budgets=Budgets(default=1.0)) as (url, ledger, _):
+        body = chat_body({"documents": DOCS[:1], "epsilon": 5e-324}, max_tokens=3,
+                         temperature=1.0)
         resp = post(url, body)
         assert resp.status_code == 200, resp.text
         assert ledger.document("acct-7").spent > 0
@@ -217,15 +202,13 @@ def test_a_ledger_that_stops_answering_is_a_503_in_one_line(lm, tmp_path, caplog
     ``ledger_unavailable``, one log line and no traceback; nothing answered."""
     import sqlite3
 
-    with serving(lm, tmp_path, budgets=Budgets(default=4.0)) as (url, ledger, _):
+    with audited(lm, tmp_path, budgets=Budgets(default=4.0)) as (url, ledger, _):
         def down(*args: Any, **kw: Any) -> Any:
             raise sqlite3.OperationalError("disk I/O error")
 
         ledger.reserve = down
         ledger.classes_of = down
-        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "max_tokens": 3, "temperature": 1.0,
-                "ctxleak": {"documents": DOCS, "epsilon": 0.1}}
+        body = chat_body({"documents": DOCS, "epsilon": 0.1}, max_tokens=3, temperature=1.0)
         with caplog.at_level("INFO", logger="ctxleak.proxy"):
             resp = post(url, body)
         assert resp.status_code == 503, resp.text
@@ -256,7 +239,7 @@ def _nested(depth: int) -> bytes:
      b'"ctxleak": {"documents": [{"id": "a", "text": "t"}], "lambda": 0.5}}', "temperature"),
 ])
 def test_bad_input_is_a_400_in_the_openai_shape(lm, tmp_path, raw, param):
-    with serving(lm, tmp_path, budgets=Budgets(default=4.0)) as (url, ledger, _):
+    with audited(lm, tmp_path, budgets=Budgets(default=4.0)) as (url, ledger, _):
         resp = post(url, raw)
         assert resp.status_code == 400, resp.text
         error = resp.json()["error"]
@@ -265,7 +248,7 @@ def test_bad_input_is_a_400_in_the_openai_shape(lm, tmp_path, raw, param):
 
 
 def test_health_says_unavailable_when_the_ledger_does_not_answer(lm, tmp_path):
-    with serving(lm, tmp_path) as (url, ledger, _):
+    with audited(lm, tmp_path) as (url, ledger, _):
         assert httpx.get(url + "/health").json() == {"status": "ok"}
         ledger.close()  # a store that is gone (a database restarted under a closed connection)
         resp = httpx.get(url + "/health")
@@ -275,13 +258,12 @@ def test_health_says_unavailable_when_the_ledger_does_not_answer(lm, tmp_path):
 def test_a_client_that_never_sends_its_body_holds_no_slot(lm, tmp_path):
     """Headers sent, the body never: the request holds no --max-concurrent slot (another is
     answered meanwhile) and ends with HTTP 408 after body_timeout."""
-    with serving(lm, tmp_path, max_concurrent=1, body_timeout=1.0) as (url, _, _):
+    with audited(lm, tmp_path, max_concurrent=1, body_timeout=1.0) as (url, _, _):
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as slow:
             slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
                          b"content-type: application/json\r\ncontent-length: 500\r\n\r\n{")
-            body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                    "max_tokens": 2, "ctxleak": {"documents": DOCS, "lambda": 0.5}}
+            body = chat_body({"documents": DOCS, "lambda": 0.5}, max_tokens=2)
             assert post(url, body).status_code == 200
             slow.settimeout(30)
             answer = b""
@@ -343,12 +325,11 @@ def test_nan_from_the_upstream_is_a_502_and_the_ledger_stays_consistent(tmp_path
 
     with served_tiny(tmp_path, NaNVLLM) as (served, upstream):
         budgets = Budgets(default=10.0)
-        with serving(served, tmp_path, upstream=upstream.url, budgets=budgets,
+        with audited(served, tmp_path, upstream=upstream.url, budgets=budgets,
                      unguaranteed="use") as (url, ledger, _):
             for marked in [{"documents": DOCS, "lambda": 0.5},
                            {"documents": DOCS, "epsilon": 0.5}]:
-                body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                        "max_tokens": 3, "temperature": 1.0, "ctxleak": marked}
+                body = chat_body(marked, max_tokens=3, temperature=1.0)
                 resp = post(url, body)
                 assert resp.status_code == 502, resp.text
                 assert resp.json()["error"]["type"] == "upstream_error"
@@ -363,7 +344,7 @@ def test_an_answer_with_nan_figures_is_not_released_and_keeps_its_reservation(se
     from dataclasses import replace
 
     served, upstream = served
-    with serving(served, tmp_path, upstream=upstream.url,
+    with audited(served, tmp_path, upstream=upstream.url,
                  budgets=Budgets(default=10.0)) as (url, ledger, app):
         proxy = app.state.proxy
         answer_of = proxy._answer
@@ -377,9 +358,7 @@ def test_an_answer_with_nan_figures_is_not_released_and_keeps_its_reservation(se
                 ledger, entries=entries)))
 
         proxy._answer = poisoned
-        body = {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-                "max_tokens": 3, "temperature": 1.0,
-                "ctxleak": {"documents": DOCS, "epsilon": 0.5}}
+        body = chat_body({"documents": DOCS, "epsilon": 0.5}, max_tokens=3, temperature=1.0)
         resp = post(url, body)
         assert resp.status_code == 502, resp.text
         assert "NaN" in resp.json()["error"]["message"]

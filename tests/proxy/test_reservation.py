@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from helpers.proxy_server import QUESTION, chat_body
 from helpers.proxy_server import serving as proxy_serving
 from helpers.tiny_models import tiny_llama
 
@@ -22,17 +23,6 @@ from ctxleak.proxy.budget import SQLiteLedger
 
 DOCS = [{"id": "acct-7", "text": "the patient name is paris and the phone is one two three"},
         {"id": "faq-2", "text": "the doctor said the capital of italy is rome"}]
-QUESTION = "what is the name of the patient ?"
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_llama()
-
-
-def body(marked: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"model": "tiny", "messages": [{"role": "user", "content": QUESTION}],
-            "ctxleak": marked, **extra}
 
 
 @pytest.mark.parametrize("mode", ["bounded", "bounded-stream", "ex-post", "ex-post-reserve"])
@@ -57,8 +47,8 @@ def test_no_forward_pass_before_the_reservation_is_recorded(lm, tmp_path, mode):
         # the answer's seed is the client's: an audit (a DP answer refuses it otherwise)
         with proxy_serving(lm, ledger, audit_seeds=True, **config) as (url, _):
             with httpx.stream("POST", url + "/v1/chat/completions", timeout=60,
-                              json=body(marked, max_tokens=3, seed=5,
-                                        stream=mode == "bounded-stream")) as resp:
+                              json=chat_body(marked, max_tokens=3, seed=5,
+                                             stream=mode == "bounded-stream")) as resp:
                 assert resp.status_code == 200
                 resp.read()
     finally:
@@ -197,7 +187,7 @@ def test_a_killed_proxy_leaves_the_reservation_charged(tmp_path):
 
         def send() -> None:  # the proxy dies before it answers
             with contextlib.suppress(httpx.HTTPError):
-                httpx.post(url + "/v1/chat/completions", timeout=60, json=body(
+                httpx.post(url + "/v1/chat/completions", timeout=60, json=chat_body(
                     {"documents": DOCS, "epsilon": 0.5}, max_tokens=7, stream=True))
 
         threading.Thread(target=send, daemon=True).start()

@@ -198,9 +198,7 @@ def mechanism_text(config: ProxyConfig) -> str:
     """The proxy's default mechanism in words, for ``ctxleak serve``'s start line: what it
     claims for an answer of ``max_tokens`` tokens, what it reserves and how many answers the
     default budget allows."""
-    mechanism = config.mechanism
-    decoding = Decoding(temperature=config.temperature, max_new_tokens=config.max_tokens,
-                        min_new_tokens=config.min_tokens)
+    mechanism, decoding = config.mechanism, config.decoding()
     charge = mechanism.charge(decoding)
     head = f"requests that name no mechanism are answered by {mechanism.key()}"
     if charge.per_answer is None and (charge.per_token is not None or charge.ex_post):

@@ -55,9 +55,6 @@ from ctxleak.proxy.ledger_common import EFFECTIVE, CommonSpend
 from ctxleak.proxy.ledger_rows import (
     ADDED_RESERVATION,
     ADDED_SPEND,
-    CALLER_CHARGE,
-    CHARGE,
-    RECORD,
     SCHEMA,
     Ask,
     DocumentSpend,
@@ -144,12 +141,7 @@ class BudgetLedger(CommonSpend):
             caller_of = None if ask.caller is None else \
                 self._caller_rows_of(db, ask.caller, ask.doc_ids)
             granted, exhausted = decide(ask, row_of, caller_of, over_share)
-            now = time.time()
-            for doc, (amount, cls, budget) in granted.items():
-                db.execute(self._sql(CHARGE), (doc, amount, cls, budget))
-                db.execute(self._sql(RECORD), (request_id, doc, amount, now, ask.caller))
-                if ask.caller is not None:
-                    db.execute(self._sql(CALLER_CHARGE), (ask.caller, doc, amount))
+            self._charge_rows(db, request_id, granted, time.time(), ask.caller)
             return Reservation(request_id, ask.amount, tuple(granted), tuple(exhausted),
                                {doc: amount for doc, (amount, _, _) in granted.items()},
                                tuple(over_share))

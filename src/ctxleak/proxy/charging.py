@@ -38,8 +38,10 @@ from ctxleak.proxy.held import (
     Held,
     budget_spent,
     caller_share_spent,
+    claim_never_fits,
     flag_public,
     never_fits,
+    share_warnings,
 )
 from ctxleak.proxy.ledger_common import common_part, scope_of
 from ctxleak.proxy.metrics import ProxyMetrics
@@ -47,6 +49,7 @@ from ctxleak.proxy.public import store_of
 from ctxleak.proxy.request import ProxyError
 
 log = logging.getLogger("ctxleak.proxy")
+
 
 class NotANumber(CtxleakError):
     """A decoded answer whose figures are NaN: the model (or its server) failed."""
@@ -63,6 +66,8 @@ class Charging:
         self.budgets = self.composition.budgets(config.budgets)
         #: the datastores' scopes attached to the ledger's common row by this process
         self._attached: set[str] = set()
+        #: the fraction of a document's budget one caller may hold (None: no share limit)
+        self.share = config.caller_share if config.caller_share < 1 else None
         ledger.keep_unit(self.composition.unit())
 
     async def reserve(self, rid: str, request: ChatRequest,
@@ -93,20 +98,10 @@ class Charging:
                 per_token * (request.max_tokens + 1), per_token is None
         warnings = () if hold_rest else self._unfittable(request, need, private, classes)
         refuse = self.refuses(request, self.config.on_exhausted)
-        share = self.config.caller_share if self.config.caller_share < 1 else None
-        res = await run_in_threadpool(
-            lambda: self.ledger.reserve(rid, private, need, self.budgets,
-                                        all_or_nothing=refuse,
-                                        classes={i: classes[i] for i in private if i in classes},
-                                        hold_rest=hold_rest,
-                                        caller=None if caller is None else caller.name,
-                                        share=share))
-        if res.exhausted:
-            self._exhausted(res.exhausted, refuse)
-        if res.over_share:
-            self._over_share(res.over_share, caller, refuse)
-            warnings += (f"{len(res.over_share)} document(s) left out: this caller's share of "
-                         f"their budget is spent",)
+        res = await self._reserve(rid, private, need, classes, caller, all_or_nothing=refuse,
+                                  hold_rest=hold_rest)
+        self._left_out(res, caller, refuse)
+        warnings += share_warnings(res.over_share)
         kept = set(res.granted) | set(public)
         dropped = [i for i in ids if i not in kept]
         self.metrics.dropped.inc(len(dropped))
@@ -132,7 +127,6 @@ class Charging:
         public_ids, out, over = set(public), list[str](), list[str]()
         everyone = [d.id for d in request.documents if d.id not in public_ids]
         totals: dict[str, float] = {}
-        share = self.config.caller_share if self.config.caller_share < 1 else None
         while True:  # the private documents the mechanism would retrieve from (prepare's store)
             data = request.datastore
             store = store_of(data.documents if data is not None and not public_ids and
@@ -156,35 +150,28 @@ class Charging:
             common = common_part(own, held_ids)
             if common > 0:  # one row for what every document is charged alike (and caller)
                 res, totals = await self._reserve_common(rid, own, common, everyone, held_ids,
-                                                         classes, caller, share)
+                                                         classes, caller)
             else:
-                res = await run_in_threadpool(functools.partial(
-                    self.ledger.reserve, rid, list(own), own, self.budgets,
-                    all_or_nothing=True, classes={i: classes[i] for i in own if i in classes},
-                    caller=None if caller is None else caller.name, share=share))
+                res = await self._reserve(rid, list(own), own, classes, caller,
+                                          all_or_nothing=True)
             if not (res.exhausted or res.over_share):
                 break
             # (never refused: over a datastore, a refusal would tell about one document)
-            if res.exhausted:
-                self._exhausted(res.exhausted, False)
-            if res.over_share:
-                self._over_share(res.over_share, caller, False)
+            self._left_out(res, caller, False)
             out.extend([*res.exhausted, *res.over_share])
             over.extend(res.over_share)
             kept -= {*res.exhausted, *res.over_share}
         self.metrics.dropped.inc(len(out))
-        warnings = (f"{len(over)} document(s) left out: this caller's share of their budget "
-                    f"is spent",) if over else ()
         return Held(rid, ids, flag_public([d for d in request.documents if d.id in kept],
                                           public), out, True,
-                    dict(res.held), public, dict(classes), warnings, tuple(over),
+                    dict(res.held), public, dict(classes), share_warnings(over), tuple(over),
                     individual=True, common=res.common,
                     common_docs=len(held_ids) if res.common else 0,
                     totals=totals if res.common else {})
 
     async def _reserve_common(self, rid: str, own: Mapping[str, float], common: float,
                               everyone: list[str], ids: list[str], classes: Mapping[str, str],
-                              caller: Caller | None = None, share: float | None = None
+                              caller: Caller | None = None
                               ) -> tuple[Reservation, dict[str, float]]:
         """Reserve ``common`` of each of ``ids`` (the private documents the answer reads) in
         the ledger's one common row of the datastore's private documents ``everyone``
@@ -200,8 +187,18 @@ class Charging:
         res = await run_in_threadpool(functools.partial(
             self.ledger.reserve_common, rid, scope, ids, common, extra, self.budgets,
             {i: classes[i] for i in extra if i in classes},
-            None if caller is None else caller.name, share))
+            None if caller is None else caller.name, self.share))
         return res, {d: own[d] for d in res.held}
+
+    async def _reserve(self, rid: str, ids: list[str], amount: float | Mapping[str, float],
+                       classes: Mapping[str, str], caller: Caller | None, *,
+                       all_or_nothing: bool, hold_rest: bool = False) -> Reservation:
+        """The ledger's reservation of ``amount`` of each of ``ids`` (their classes recorded)
+        for ``caller`` within its share, off the event loop."""
+        return await run_in_threadpool(functools.partial(
+            self.ledger.reserve, rid, ids, amount, self.budgets, all_or_nothing=all_or_nothing,
+            classes={i: classes[i] for i in ids if i in classes}, hold_rest=hold_rest,
+            caller=None if caller is None else caller.name, share=self.share))
 
     def _amount(self, request: ChatRequest, eps: float, events: Any) -> float:
         """A loss in the ledger's unit; HTTP 400 for one a Rényi ledger cannot hold."""
@@ -300,6 +297,15 @@ class Charging:
                                           public), dropped,
                     False, public=public, classes=dict(classes), warnings=warnings)
 
+    def _left_out(self, res: Reservation, caller: Caller | None, refuse: bool) -> None:
+        """Count the documents ``res`` could not hold, their budget spent
+        (:meth:`_exhausted`) or this caller's share of it (:meth:`_over_share`); HTTP 429
+        where ``refuse``."""
+        if res.exhausted:
+            self._exhausted(res.exhausted, refuse)
+        if res.over_share:
+            self._over_share(res.over_share, caller, refuse)
+
     def _over_share(self, docs: Sequence[str], caller: Caller | None, refuse: bool) -> None:
         """Count documents refused for the caller's share; HTTP 429 where ``refuse``
         (:meth:`refuses`)."""
@@ -337,22 +343,10 @@ class Charging:
             budget = self.budgets.of(doc, classes.get(doc))
             if budget is None or not 0 < budget or not need > budget + TOLERANCE:
                 continue
-            if self.composition.renyi:
-                said.append(f"the reservation of {request.mechanism.key()} at max_tokens "
-                            f"{request.max_tokens}, a Rényi divergence of {need:.4g} at order "
-                            f"{self.composition.order:g}, is more than document {doc!r}'s whole "
-                            f"budget ({self.composition.epsilon(budget):g} ε at δ = "
-                            f"{self.composition.delta:g}, {budget:.4g} at that order), so this "
-                            f"request could never use it: ask for fewer tokens or a smaller ε, "
-                            f"or raise the budget")
-            elif param == "max_tokens" and per_token is not None:
+            if param == "max_tokens" and per_token is not None and not self.composition.renyi:
                 said.append(never_fits(doc, budget, per_token, request.max_tokens))
             else:
-                said.append(f"the reservation of {request.mechanism.key()} at max_tokens "
-                            f"{request.max_tokens}, its claim ε = {need:g} per answer, is more "
-                            f"than document {doc!r}'s whole budget of {budget:g}, so this "
-                            f"request could never use it: raise the budget or deploy a "
-                            f"mechanism with a smaller ε")
+                said.append(claim_never_fits(doc, budget, need, request, self.composition))
         if said and self.refuses(request, self.config.on_unfittable):
             raise ProxyError(400, f"{param}: {said[0]}", param=param,
                              code="reservation_exceeds_budget")
@@ -373,7 +367,7 @@ class Charging:
             total = float(sum(x or 0.0 for x in drawn)) if held.renyi_token is None else \
                 held.renyi_token * sum(x is not None for x in drawn)
             if math.isnan(total):  # a figure the model could not give: all it reserved
-                total = max(held.held.values(), default=0.0)
+                total = held.most
             await run_in_threadpool(self.ledger.settle, held.rid, total)
 
     async def settle(self, request: ChatRequest, reply: Reply, held: Held) -> dict[str, Any]:
@@ -386,15 +380,14 @@ class Charging:
         rid, charge, figures = held.rid, request.charge, reply.figures
         if not reply.answer.numbers_ok:
             if held.charged:
-                await run_in_threadpool(self.ledger.settle, rid,
-                                        max(held.held.values(), default=0.0))
+                await run_in_threadpool(self.ledger.settle, rid, held.most)
             raise NotANumber("the model's log-probabilities hold NaN (not a number): the "
                              "answer is not released")
         charged: dict[str, float] | None = None
         if held.charged:  # (the server sampled at λ = 1: no ex-post figure, nothing charged)
             own = figures["epsilon_spent"] if charge.guaranteed else \
                 (figures["epsilon_ex_post"] or 0.0)
-            spent = float(own if own is not None else max(held.held.values(), default=0.0))
+            spent = float(own if own is not None else held.most)
             if self.composition.renyi and charge.guaranteed:  # in the ledger's unit
                 per_answer, per_token = self.units(request)
                 spent = per_answer if per_answer is not None else \

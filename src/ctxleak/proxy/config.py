@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ctxleak.errors import ConfigError
@@ -17,6 +17,9 @@ from ctxleak.proxy.composition import Composition, best_order
 from ctxleak.proxy.config_inputs import prompt_messages_of
 from ctxleak.proxy.datastore_file import datastore_option
 from ctxleak.run.classes import classes_of
+
+if TYPE_CHECKING:  # (imported when asked: the budget module stays light)
+    from ctxleak.mitigations.mechanisms import Decoding
 
 ON_EXHAUSTED = ("drop", "refuse")
 ON_UNFITTABLE = ("refuse", "drop")
@@ -43,6 +46,12 @@ def check_caller_keys(keys: Mapping[str, str]) -> None:
             raise ConfigError(f"caller_keys: caller name {caller!r} must be 1 to "
                               f"{MAX_USER_CHARS} printable characters without '/'",
                               param="caller_keys")
+
+
+def _whole(name: str, value: Any, least: int) -> None:
+    """A setting that must be an integer (not true or false) of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"{name} must be an integer >= {least}, not {value!r}", param=name)
 
 
 #: The smallest temperature > 0 a request may give: below it the logits divided by T are so
@@ -217,10 +226,7 @@ class ProxyConfig:
                                   f"{getattr(self, name)!r}", param=name)
         if isinstance(self.classes, (str, Path)):
             object.__setattr__(self, "classes", classes_of(self.classes))
-        if isinstance(self.public_top_k, bool) or not isinstance(self.public_top_k, int) \
-                or self.public_top_k < 0:
-            raise ConfigError(f"public_top_k must be an integer >= 0, not {self.public_top_k!r}",
-                              param="public_top_k")
+        _whole("public_top_k", self.public_top_k, 0)
         for doc, cls in self.classes.items():
             if not (isinstance(doc, str) and isinstance(cls, str) and doc and cls):
                 raise ConfigError(f"classes: document {doc!r} must have a class name, not "
@@ -232,14 +238,8 @@ class ProxyConfig:
             raise ConfigError(f"ex_post_reserve must be a number > 0 (ε per token) whose "
                               f"reservation × (max_tokens_limit + 1) is finite, not "
                               f"{self.ex_post_reserve}", param="ex_post_reserve")
-        workers = self.worker_threads
-        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                    or workers < 1):
-            raise ConfigError(f"worker_threads must be an integer >= 1, not {workers!r}",
-                              param="worker_threads")
-        if self.metrics_documents < 0:
-            raise ConfigError(f"metrics_documents must be >= 0, not {self.metrics_documents}",
-                              param="metrics_documents")
+        if self.worker_threads is not None:
+            _whole("worker_threads", self.worker_threads, 1)
         if not math.isfinite(self.temperature) or self.temperature < MIN_TEMPERATURE:
             raise ConfigError(f"temperature must be at least {MIN_TEMPERATURE:g}, not "
                               f"{self.temperature}", param="temperature")
@@ -250,7 +250,8 @@ class ProxyConfig:
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise ConfigError(f"min_tokens must be between 0 and max_tokens, not "
                               f"{self.min_tokens}", param="min_tokens")
-        for name, least in (("max_body_bytes", 1), ("max_concurrent", 1), ("max_queued", 0),
+        for name, least in (("metrics_documents", 0), ("max_body_bytes", 1),
+                            ("max_concurrent", 1), ("max_queued", 0),
                             ("max_documents", 1), ("max_streams", 2), ("max_messages", 1),
                             ("max_message_chars", 1)):
             if getattr(self, name) < least:
@@ -275,14 +276,8 @@ class ProxyConfig:
         """``composition`` from ``accounting``, ``budget_delta`` and ``renyi_order`` (None: the
         order at which the smallest budget holds the most answers of ``mechanism`` at
         ``max_tokens``, :func:`~ctxleak.proxy.composition.best_order`)."""
-        from ctxleak.mitigations.mechanisms import Decoding
-
         order = self.renyi_order
-        charge = None
-        if self.mechanism is not None:
-            charge = self.mechanism.charge(Decoding(
-                temperature=self.temperature, max_new_tokens=self.max_tokens,
-                min_new_tokens=self.min_tokens))
+        charge = None if self.mechanism is None else self.mechanism.charge(self.decoding())
         if self.accounting == "renyi":
             if self.charge_ex_post:
                 raise ConfigError("charge_ex_post: plain CID's ex-post ε has no Rényi curve, so "
@@ -301,6 +296,14 @@ class ProxyConfig:
                 order = best_order(events, min(limits, default=0.0), self.budget_delta)
         object.__setattr__(self, "composition", Composition(self.accounting, order,
                                                             self.budget_delta))
+
+    def decoding(self) -> Decoding:
+        """The :class:`~ctxleak.mitigations.mechanisms.Decoding` of a request that gives no
+        settings of its own: ``temperature``, ``max_tokens``, ``min_tokens``."""
+        from ctxleak.mitigations.mechanisms import Decoding
+
+        return Decoding(temperature=self.temperature, max_new_tokens=self.max_tokens,
+                        min_new_tokens=self.min_tokens)
 
     def _check_callers(self) -> None:
         """The callers' keys, header, share and rate (:mod:`ctxleak.proxy.callers`)."""
@@ -354,15 +357,12 @@ class ProxyConfig:
     def _check_mechanism(self) -> None:
         """Parse ``mechanism`` (a :class:`ConfigError` naming ``mechanisms``, the CLI's
         ``--mechanism``) and check that it can claim an answer of ``max_tokens``."""
-        from ctxleak.mitigations.mechanisms import Decoding
         from ctxleak.mitigations.named import PARAM, parse_mechanism
 
         mechanism = parse_mechanism(self.mechanism)
         object.__setattr__(self, "mechanism", mechanism)
         try:
-            mechanism.claim(Decoding(temperature=self.temperature,
-                                     max_new_tokens=self.max_tokens,
-                                     min_new_tokens=self.min_tokens))
+            mechanism.claim(self.decoding())
         except ConfigError as exc:
             raise ConfigError(f"{PARAM}: {mechanism.key()} cannot answer max_tokens "
                               f"{self.max_tokens}: {exc}", param=PARAM) from None

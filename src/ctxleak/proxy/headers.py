@@ -31,23 +31,32 @@ def _number(value: Any) -> str:
     return "none" if value is None else repr(float(value))
 
 
+def _headers(rid: str, view: Mapping[str, Any], lists: tuple[str, ...]) -> dict[str, str]:
+    """The headers every answer carries from its client's ``view``: its id, mode, how many
+    warnings, the id lists and maps of ``lists`` (as JSON) and the mechanism where the view
+    has them, and whether the client chose the seed."""
+    out = {"x-ctxleak-request-id": rid, "x-ctxleak-mode": str(view["mode"]),
+           "x-ctxleak-warnings": str(len(view.get("warnings") or []))}
+    for name in lists:
+        if name in view:
+            out[f"x-ctxleak-{name.replace('_', '-')}"] = _header_json(view[name])
+    if "mechanism" in view:
+        out["x-ctxleak-mechanism"] = str(view["mechanism"])
+    if view.get("seed_known"):
+        out["x-ctxleak-seed-known"] = "true"
+    return out
+
+
 def answer_headers(rid: str, view: Mapping[str, Any]) -> dict[str, str]:
     """The headers of a released answer whose ``ctxleak`` field, as its client may read it, is
     ``view``: numbers as decimals (``none`` where there is none), id lists and the charges as
     JSON, each only where the view has it."""
-    out = {"x-ctxleak-request-id": rid, "x-ctxleak-mode": str(view["mode"]),
-           "x-ctxleak-epsilon-spent": _number(view.get("epsilon_spent")),
-           "x-ctxleak-warnings": str(len(view.get("warnings") or []))}
+    out = _headers(rid, view, ("documents", "dropped", "charged"))
+    out["x-ctxleak-epsilon-spent"] = _number(view.get("epsilon_spent"))
     if "epsilon_ex_post" in view:
         out["x-ctxleak-epsilon-ex-post"] = _number(view["epsilon_ex_post"])
-    for name in ("documents", "dropped", "charged"):
-        if name in view:
-            out[f"x-ctxleak-{name}"] = _header_json(view[name])
     if "mechanism" in view:
-        out["x-ctxleak-mechanism"] = str(view["mechanism"])
         out["x-ctxleak-delta-spent"] = _number(view.get("delta_spent"))
-    if view.get("seed_known"):
-        out["x-ctxleak-seed-known"] = "true"
     return out
 
 
@@ -64,16 +73,7 @@ def stream_headers(request: ChatRequest, held: Held) -> dict[str, str]:
                         and request.charge.guaranteed,
                         **({"mechanism": request.mechanism.key()} if mode == "mechanism"
                            else {})}, request)
-    out = {"x-ctxleak-request-id": held.rid, "x-ctxleak-mode": mode,
-           "x-ctxleak-warnings": str(len(view["warnings"]))}
-    for name in ("documents", "dropped", "epsilon_reserved"):
-        if name in view:
-            out[f"x-ctxleak-{name.replace('_', '-')}"] = _header_json(view[name])
-    if "mechanism" in view:
-        out["x-ctxleak-mechanism"] = str(view["mechanism"])
-    if view.get("seed_known"):
-        out["x-ctxleak-seed-known"] = "true"
-    return out
+    return _headers(held.rid, view, ("documents", "dropped", "epsilon_reserved"))
 
 
 __all__ = ["HEADER_JSON_LIMIT", "answer_headers", "stream_headers"]

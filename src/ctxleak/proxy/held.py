@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ctxleak.proxy.budget import Budgets, answers_allowed
-from ctxleak.proxy.chat_request import Document
+from ctxleak.proxy.chat_request import ChatRequest, Document
+from ctxleak.proxy.composition import Composition
 from ctxleak.proxy.request import ProxyError
 
 
@@ -44,6 +45,11 @@ class Held:
     common_docs: int = 0
     totals: Mapping[str, float] = field(default_factory=dict)
 
+    @property
+    def most(self) -> float:
+        """The most one document holds: what an answer whose spend is unknown is charged."""
+        return max(self.held.values(), default=0.0)
+
 
 def caller_share_spent(share: float) -> ProxyError:
     """HTTP 429 ``caller_share_spent`` on ``ctxleak.documents``: this caller has spent its
@@ -74,6 +80,30 @@ def never_fits(doc_id: str, budget: float, per_token: float, max_tokens: int) ->
             f"{budget / (max_tokens + 1):.4g} at this max_tokens, or raise the budget")
 
 
+def claim_never_fits(doc_id: str, budget: float, need: float, request: ChatRequest,
+                     composition: Composition) -> str:
+    """Why an answer reserving ``need`` (its claim's ε per answer, or under Rényi composition
+    a divergence) can never use a document of budget ``budget``, and what would fit."""
+    head = f"the reservation of {request.mechanism.key()} at max_tokens {request.max_tokens}"
+    if composition.renyi:
+        return (f"{head}, a Rényi divergence of {need:.4g} at order {composition.order:g}, is "
+                f"more than document {doc_id!r}'s whole budget ({composition.epsilon(budget):g}"
+                f" ε at δ = {composition.delta:g}, {budget:.4g} at that order), so this request "
+                f"could never use it: ask for fewer tokens or a smaller ε, or raise the budget")
+    return (f"{head}, its claim ε = {need:g} per answer, is more than document {doc_id!r}'s "
+            f"whole budget of {budget:g}, so this request could never use it: raise the budget "
+            f"or deploy a mechanism with a smaller ε")
+
+
+def share_warnings(over_share: Sequence[str]) -> tuple[str, ...]:
+    """The response's warning for the documents left out for this caller's share (none where
+    no document was)."""
+    if not over_share:
+        return ()
+    return (f"{len(over_share)} document(s) left out: this caller's share of their budget is "
+            f"spent",)
+
+
 def budget_spent(message: str) -> ProxyError:
     """HTTP 429 ``budget_exhausted`` on ``ctxleak.documents``: ``message`` says whose budget
     is spent."""
@@ -101,5 +131,5 @@ def sizing_text(budgets: Budgets, max_tokens: int,
     return f"budgets: {'; '.join(parts)} ({head})"
 
 
-__all__ = ["Held", "budget_spent", "caller_share_spent", "flag_public", "never_fits",
-           "sizing_text"]
+__all__ = ["Held", "budget_spent", "caller_share_spent", "claim_never_fits", "flag_public",
+           "never_fits", "share_warnings", "sizing_text"]

@@ -265,15 +265,23 @@ class CommonSpend:
             if caller is not None:
                 db.execute(self._sql("UPDATE ctxleak_caller_common SET spent = spent + ? WHERE "
                                      "caller = ? AND scope = ?"), (common, caller, scope))
-            for doc, (amount, cls, budget) in granted.items():
-                db.execute(self._sql(CHARGE), (doc, amount, cls, budget))
-                db.execute(self._sql(RECORD), (request_id, doc, amount, now, caller))
-                if caller is not None:
-                    db.execute(self._sql(CALLER_CHARGE), (caller, doc, amount))
+            self._charge_rows(db, request_id, granted, now, caller)
             return Reservation(request_id, common, tuple(dict.fromkeys(doc_ids)), (),
                                {d: a for d, (a, _, _) in granted.items()}, common=common)
 
         return self._transaction(body)
+
+    def _charge_rows(self, db: Any, request_id: str,
+                     granted: Mapping[str, tuple[float, str | None, float | None]], now: float,
+                     caller: str | None) -> None:
+        """Write a granted reservation's document rows (inside its transaction): each
+        document charged its amount (its class and budget recorded), the reservation row, and
+        the caller's figure of it."""
+        for doc, (amount, cls, budget) in granted.items():
+            db.execute(self._sql(CHARGE), (doc, amount, cls, budget))
+            db.execute(self._sql(RECORD), (request_id, doc, amount, now, caller))
+            if caller is not None:
+                db.execute(self._sql(CALLER_CHARGE), (caller, doc, amount))
 
     def _settle_common(self, db: Any, request_id: str, spent: float | dict[str, float]) -> None:
         """A settlement's common part (inside its transaction): a common reservation spends
