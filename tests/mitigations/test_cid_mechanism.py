@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from helpers.toy_mechanism import FirstDocuments
 
 from ctxleak.engine.pairs import LedgerEntry
 from ctxleak.errors import ConfigError
@@ -20,7 +21,7 @@ from ctxleak.mitigations.cid import CID, CIDConfig, answer_together, generate_ci
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_vote import DPVote
 from ctxleak.mitigations.ledger import RowLedger
-from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
+from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding
 from ctxleak.mitigations.named import parse_mechanism
 from ctxleak.mitigations.prompts import document_parts
 
@@ -98,7 +99,18 @@ def test_key_parses_back_and_bad_settings_are_refused():
 def test_the_influence_run_names_cid_by_its_sweep_not_as_another_mechanism():
     with pytest.raises(ConfigError, match="the run's own decoding") as err:
         mechanism_list("cid:lam=0.5")
-    assert err.value.param == "mechanisms"
+    assert err.value.param == "mechanisms" and err.value.also == ("lambda_", "bounded_eps")
+    assert "give lambda_ (and bounded_eps) instead" in str(err.value)
+
+
+def test_the_protocols_defaults_claim_nothing_from_a_ledger_and_sweep_by_no_option():
+    # a mechanism without a CID ledger: no guarantee, nothing paid, whatever the ledger composed
+    toy = FirstDocuments()
+    assert toy.swept_by == () and toy.spent(3.0, 7) == (Claim(None), 0)
+    # CID: 0 at λ = 0 (no token paid), the composed ε over the released tokens, else none
+    assert CID(0.0).spent(None, 5) == (Claim(0.0, 0.0, "context"), 0)
+    assert CID(1.0, 2.0).spent(6.5, 4) == (Claim(6.5, 0.0, "context"), 4)
+    assert CID(0.5).spent(None, 4) == (Claim(None), 0)
 
 
 def test_a_setting_without_another_mechanism_is_cid_at_its_lambda_and_eps():

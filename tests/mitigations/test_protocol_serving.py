@@ -13,7 +13,8 @@ from helpers.toy_mechanism import FirstDocuments
 
 from ctxleak.mitigations.accounting import PureDPEvent
 from ctxleak.mitigations.cid import CID, CIDConfig, generate_cid
-from ctxleak.mitigations.mechanisms import AnswerRequest, Asked, Charge, Decoding, events_rdp
+from ctxleak.mitigations.losses import events_rdp
+from ctxleak.mitigations.mechanisms import AnswerRequest, Asked, Charge, Decoding
 
 DOCS = ("the capital is paris .", "rome is in italy .", "the sea is blue .")
 

@@ -129,6 +129,7 @@ class CID(Mechanism):
     name: ClassVar[str] = "cid"
     min_documents: ClassVar[int] = 0
     over_datastore: ClassVar[bool] = False  # it reads the documents a request gives
+    swept_by: ClassVar[tuple[str, ...]] = ("lambda_", "bounded_eps")
 
     def __post_init__(self) -> None:
         _check(lam=self.lam, bounded_eps=self.bounded_eps)

@@ -50,12 +50,12 @@ from ctxleak.kernels.vote import (
 )
 from ctxleak.mitigations.datastore import Datastore
 from ctxleak.mitigations.dp_vote import _voter_documents, check_delta, check_eps, noise_generator
+from ctxleak.mitigations.losses import Loss
 from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Claim,
     Decoding,
     DocumentLoss,
-    Loss,
     Mechanism,
     MechanismAnswer,
     refuse_greedy,

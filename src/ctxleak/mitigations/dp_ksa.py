@@ -47,12 +47,12 @@ from ctxleak.mitigations.keywords import (
     stability_distance,
     top_keywords,
 )
+from ctxleak.mitigations.losses import Loss
 from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Claim,
     Decoding,
     DocumentLoss,
-    Loss,
     Mechanism,
     MechanismAnswer,
 )

@@ -60,11 +60,11 @@ from ctxleak.kernels.vote import (
     voter_tokens,
 )
 from ctxleak.mitigations.document_loss import DocumentLoss, vote_loss
+from ctxleak.mitigations.losses import Loss
 from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Claim,
     Decoding,
-    Loss,
     Mechanism,
     MechanismAnswer,
     refuse_greedy,
