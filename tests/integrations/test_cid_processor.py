@@ -11,8 +11,9 @@ from transformers import LogitsProcessor
 from ctxleak.errors import ConfigError, CtxleakDeprecationWarning
 from ctxleak.integrations.generate import cid_generate
 from ctxleak.integrations.transformers import ContextInfluenceProcessor
+from ctxleak.methods.influence import generate_cid
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
-from ctxleak.mitigations.cid import CIDConfig, bounded_lambda, cid_logprobs, generate_cid
+from ctxleak.mitigations.cid import CIDConfig, bounded_lambda, cid_logprobs
 
 CONTEXTS = ["paris is the capital of france and rome is the capital of italy",
             "the doctor said the patient name is one two three",

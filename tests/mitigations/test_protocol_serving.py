@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from helpers.toy_mechanism import FirstDocuments
 
+from ctxleak.methods.influence import generate_cid
 from ctxleak.mitigations.accounting import PureDPEvent
-from ctxleak.mitigations.cid import CID, CIDConfig, generate_cid
+from ctxleak.mitigations.cid import CID, CIDConfig
 from ctxleak.mitigations.losses import events_rdp
 from ctxleak.mitigations.mechanisms import AnswerRequest, Asked, Charge, Decoding
 

@@ -18,6 +18,7 @@ from helpers.fake_server import fake_vllm
 from helpers.proxy_server import serving as proxy_serving
 
 from ctxleak.errors import ConfigError
+from ctxleak.methods.influence import generate_cid
 from ctxleak.proxy import Budgets, ProxyConfig
 from ctxleak.proxy.budget import SQLiteLedger, answers_allowed
 from ctxleak.proxy.held import sizing_text
@@ -307,7 +308,7 @@ def test_cli_serve_budget_flags_and_its_start_line(monkeypatch, tmp_path, capsys
 def test_decoding_raises_no_deprecation_warning(lm):
     """The KV cache goes to the model under the name its transformers release takes (no
     FutureWarning on every forward pass of every model command)."""
-    from ctxleak.mitigations.cid import CIDConfig, generate_cid
+    from ctxleak.mitigations.cid import CIDConfig
 
     ids = lm.tokenizer("the patient name is paris", add_special_tokens=False)["input_ids"]
     with warnings.catch_warnings(record=True) as caught:

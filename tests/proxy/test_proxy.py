@@ -19,8 +19,9 @@ from helpers.fake_server import Fault, fake_vllm
 from helpers.proxy_server import serving_sqlite
 
 from ctxleak.engine.served_client import ServerError
+from ctxleak.methods.influence import generate_cid
 from ctxleak.methods.influence.data import load_examples, prompt_parts
-from ctxleak.mitigations.cid import CIDConfig, generate_cid
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.proxy import Budgets
 from ctxleak.proxy.budget import SQLiteLedger
 

@@ -18,7 +18,8 @@ import pytest
 from helpers.proxy_server import serving_sqlite
 
 from ctxleak.errors import ConfigError
-from ctxleak.mitigations.cid import CIDConfig, generate_cid
+from ctxleak.methods.influence import generate_cid
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
 from ctxleak.mitigations.prompts import document_parts, template_prompt

@@ -15,8 +15,9 @@ import pytest
 from helpers.proxy_server import postgres, postgres_tools, serving
 
 from ctxleak.engine.served import serve
+from ctxleak.methods.influence import generate_cid
 from ctxleak.methods.influence.data import load_examples, prompt_parts
-from ctxleak.mitigations.cid import CIDConfig, generate_cid
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.proxy import Budgets
 from ctxleak.proxy.budget import open_ledger
 

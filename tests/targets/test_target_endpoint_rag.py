@@ -11,8 +11,9 @@ from helpers.proxy_server import serving_sqlite
 from helpers.tiny_models import tiny_llama
 
 from ctxleak.errors import ConfigError
+from ctxleak.methods.influence import generate_cid
 from ctxleak.methods.influence.data import load_examples, prompt_parts
-from ctxleak.mitigations.cid import CIDConfig, generate_cid
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.targets.base import TargetError
 from ctxleak.targets.endpoint_answerer import EndpointAnswerer
 from ctxleak.targets.model_answerer import question_seed

@@ -7,6 +7,7 @@ from ctxleak.methods.influence.data import (
                                            load_examples,
                                            prompt_parts,
 )
+from ctxleak.methods.influence.explain import generate_cid
 from ctxleak.methods.influence.ngrams import (
                                            PromptParts,
                                            WindowInfluence,
@@ -22,7 +23,6 @@ from ctxleak.mitigations.cid import (
                                            bounded_lambda,
                                            cid_combine,
                                            cid_logprobs,
-                                           generate_cid,
 )
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 
