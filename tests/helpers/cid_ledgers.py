@@ -1,11 +1,21 @@
-"""CID's ledgers of (prompt with the context, prompt without it, CIDConfig, seed) jobs, each
-under its own setting, decoded together through the one door of CID
+"""CID's ledger of one response, and the ledgers of (prompt with the context, prompt without
+it, CIDConfig, seed) jobs, each under its own setting, decoded together through the one door of CID
 (:meth:`ctxleak.mitigations.cid.CID.answer_group`, as the influence run measures)."""
 
 from __future__ import annotations
 
 from ctxleak.mitigations.cid import CID
 from ctxleak.mitigations.mechanisms import AnswerRequest, Asked
+
+
+def cid_ledger(lm, prompt_context, prompt_empty, config, seed, use_cache=True, sample=True):
+    """One response's ledger drawn by CID from the prompt with the context and the one without
+    it (:meth:`CID.answer`; ``use_cache`` False: every step recomputes the whole prompt)."""
+    cid, decoding = config.as_mechanism(greedy=not sample)
+    full, empty = list(prompt_context), list(prompt_empty)
+    request = AnswerRequest(("context",), lambda texts: full if texts else empty, seed)
+    [answer] = cid.answer(lm, [request], decoding, use_cache=use_cache)
+    return answer.ledger
 
 
 def cid_ledgers(lm, jobs, sample=True):

@@ -9,9 +9,9 @@ import math
 from typing import Any
 
 import pytest
+from helpers.cid_ledgers import cid_ledger
 from helpers.toy_mechanism import FirstDocuments
 
-from ctxleak.methods.influence import generate_cid
 from ctxleak.mitigations.accounting import PureDPEvent
 from ctxleak.mitigations.cid import CID, CIDConfig
 from ctxleak.mitigations.losses import events_rdp
@@ -96,7 +96,7 @@ def test_a_mixed_cid_group_answers_each_as_alone_and_streams_what_each_token_spe
     got = CID(0.5).answer_group(llama_lm, asked, heard)
     for k, (answer, (cid, dec)) in enumerate(zip(got, settings)):
         r = asked[k].request
-        alone = generate_cid(llama_lm, r.prompt(r.documents), r.prompt([]),
+        alone = cid_ledger(llama_lm, r.prompt(r.documents), r.prompt([]),
                              CIDConfig(lam=cid.lam, temperature=dec.temperature,
                                        max_new_tokens=dec.max_new_tokens,
                                        min_new_tokens=dec.min_new_tokens,

@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from helpers.cid_ledgers import cid_ledger
 from helpers.fake_server import fake_vllm
 from helpers.proxy_server import serving as proxy_serving
 
 from ctxleak.errors import ConfigError
-from ctxleak.methods.influence import generate_cid
 from ctxleak.proxy import Budgets, ProxyConfig
 from ctxleak.proxy.budget import SQLiteLedger, answers_allowed
 from ctxleak.proxy.held import sizing_text
@@ -313,7 +313,7 @@ def test_decoding_raises_no_deprecation_warning(lm):
     ids = lm.tokenizer("the patient name is paris", add_special_tokens=False)["input_ids"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        generate_cid(lm, ids, ids[:2], CIDConfig(lam=0.5, max_new_tokens=4, min_new_tokens=0), seed=1)
+        cid_ledger(lm, ids, ids[:2], CIDConfig(lam=0.5, max_new_tokens=4, min_new_tokens=0), seed=1)
     assert [str(w.message) for w in caught
             if issubclass(w.category, (FutureWarning, DeprecationWarning))] == []
 

@@ -172,9 +172,9 @@ class CID(Mechanism):
         cache of the prompt with its documents, prefilled alone, for n-gram scoring to reuse;
         ``rescored``: the caller scores the responses' floats itself, so they are not replayed;
         ``use_cache`` False: every step recomputes the whole prompt (a check of the cache)."""
-        return _answer_together(lm, [(self, r, decoding) for r in requests],
-                                context_caches=context_caches, rescored=rescored,
-                                use_cache=use_cache)
+        return self.answer_group(lm, [Asked(self, r, decoding) for r in requests],
+                                 deployed=False, context_caches=context_caches,
+                                 rescored=rescored, use_cache=use_cache)
 
     def answer_of(self, ledger: RowLedger, documents: int) -> MechanismAnswer:
         """A decoded response's answer: its ledger, what it spent (:meth:`spent`), one step
@@ -208,8 +208,8 @@ class CID(Mechanism):
 
     def answer_group(self, lm: LanguageModel, asked: Sequence[Asked],
                      listener: Listener | None = None, *, deployed: bool = True,
-                     context_caches: list[Any] | None = None,
-                     rescored: bool = False) -> list[MechanismAnswer]:
+                     context_caches: list[Any] | None = None, rescored: bool = False,
+                     use_cache: bool = True) -> list[MechanismAnswer]:
         """The answers of CID requests each under its own setting (λ, ε, temperature, lengths;
         all greedy or all sampled), decoded together in one batch with :meth:`answer`'s fast
         paths; each released token announced as it is drawn, and each answer as soon as it
@@ -238,11 +238,17 @@ class CID(Mechanism):
                 ledger = _as_asked(ledger_of(heard[k], stopped, _decoded(config)), config)
                 listener.done(k, cid.answer_of(ledger, len(asked[k].request.documents)))
 
-        decoded = _answer_together(lm, [(_cid(asked[k].mechanism), asked[k].request,
-                                         asked[k].decoding) for k in rest], ex_post=deployed,
-                                   on_entry=None if listener is None else on_entry,
-                                   context_caches=context_caches, rescored=rescored)
-        out.update(zip(rest, decoded))
+        greedy = {asked[k].decoding.greedy for k in rest}
+        if len(greedy) > 1:
+            raise ValueError("CID answers together are all greedy or all sampled")
+        requests = [asked[k].request for k in rest]
+        jobs = [(r.prompt(r.documents), r.prompt([]), configs[k], r.seed)
+                for k, r in zip(rest, requests)]
+        ledgers = _generate_many(lm, jobs, use_cache=use_cache, sample=not greedy.pop(),
+                                 context_caches=context_caches, rescored=rescored,
+                                 on_entry=None if listener is None else on_entry) if jobs else []
+        out.update((k, _cid(asked[k].mechanism).answer_of(ledger, len(r.documents)))
+                   for k, r, ledger in zip(rest, requests, ledgers))
         return [out[k] for k in range(len(asked))]
 
     def figures(self, answer: MechanismAnswer, request: AnswerRequest,
@@ -265,26 +271,6 @@ class CID(Mechanism):
     def streams(self, documents: int, over_datastore: bool) -> int:
         """Two: the prompt holding every document and the prompt without them."""
         return 2
-
-
-def _answer_together(lm: LanguageModel, asked: Sequence[tuple[CID, AnswerRequest, Decoding]], *,
-                     context_caches: list[Any] | None = None, rescored: bool = False,
-                     on_entry: Callable[[int, LedgerEntry], None] | None = None,
-                     ex_post: bool = False, use_cache: bool = True) -> list[MechanismAnswer]:
-    """:meth:`CID.answer` of requests each under its own CID setting and decoding, decoded
-    together in one batch (:meth:`CID.answer_group`); ``on_entry(k, entry)`` hears request
-    k's entries as they are drawn; ``ex_post``: plain CID's ledgers keep each step's ex-post
-    ε."""
-    greedy = {decoding.greedy for _, _, decoding in asked}
-    if len(greedy) > 1:
-        raise ValueError("CID answers together are all greedy or all sampled")
-    jobs = [(r.prompt(r.documents), r.prompt([]), cid.config(decoding, ex_post), r.seed)
-            for cid, r, decoding in asked]
-    ledgers = _generate_many(lm, jobs, use_cache=use_cache, sample=not greedy.pop(),
-                             context_caches=context_caches, rescored=rescored,
-                             on_entry=on_entry) if jobs else []
-    return [cid.answer_of(ledger, len(r.documents))
-            for ledger, (cid, r, _) in zip(ledgers, asked)]
 
 
 def _check(**settings: float | None) -> None:

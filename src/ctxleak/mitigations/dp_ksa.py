@@ -1,12 +1,9 @@
 """DP-KSA, keyword-space aggregation ("Differentially Private Retrieval-Augmented Generation",
 Tang, Flemings, Wang and Annavaram), as a :class:`~ctxleak.mitigations.mechanisms.Mechanism`.
 
-1. Voters: as the DP votes partition them (:mod:`ctxleak.mitigations.dp_vote`), ``shards``
-   voters each read the ``per_voter`` best documents of their own shard of the request's
-   datastore for the question (relation "document" over the datastore: one document lives in
-   one shard and changes one voter), or, without a datastore, the request's documents dealt
-   into shards by position (relation "shard"). Each voter answers once, greedily, in at most
-   ``voter_tokens`` tokens, from the question and its documents.
+1. Voters: ``shards`` voters each read their shard (:mod:`~ctxleak.mitigations.sharded`, with
+   the relation each claim covers) and answer once, greedily, in at most ``voter_tokens``
+   tokens, from the question and its documents.
 2. Keywords: each voter's response gives a set of keywords
    (:func:`~ctxleak.mitigations.keywords.response_keywords`), and the histogram counts the
    voters holding each; one voter's change moves every count by at most 1.

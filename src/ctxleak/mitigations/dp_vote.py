@@ -2,17 +2,9 @@
 Differential Privacy", Koga, Wu and Chaudhuri) as :class:`~ctxleak.mitigations.mechanisms.Mechanism`
 s decoded by the engine.
 
-Where the request gives the datastore (:class:`~ctxleak.mitigations.datastore.Datastore`), as
-the paper does, the datastore is partitioned into ``shards`` disjoint shards by a hash of each
-document's id, and each voter retrieves its ``per_voter`` best documents for the question from
-its own shard (BM25 over that shard alone): adding or removing one document of the datastore
-changes one voter's prompt, and the claim (relation "document") is over the datastore. Where
-the request gives only its retrieved list, that list is dealt into ``shards`` shards (document
-i in shard ``i mod shards``, by retrieval position) and the claim (relation "shard") covers
-changing one shard of that dealt list only: adding or removing one document shifts every later
-document's shard, so no document-level ε follows, and which documents were retrieved is
-outside it. Each voter's
-documents make one prompt; a last stream holds the prompt without retrieval. At every step each
+The voters read their shards of the datastore, or of the request's retrieved list, as
+:mod:`~ctxleak.mitigations.sharded` says (with the relation each claim then covers). Each
+voter's documents make one prompt; a last stream holds the prompt without retrieval. At every step each
 voter votes its most likely next token (each step's record keeps every voter's vote, ``votes``)
 and :func:`~ctxleak.kernels.vote.limited_domain` releases the winner, or abstains (⊥).
 

@@ -4,11 +4,18 @@ Differential Privacy", Koga, Wu and Chaudhuri), the answer vote
 (:mod:`~ctxleak.mitigations.dp_answer_vote`) and DP-KSA (:mod:`~ctxleak.mitigations.dp_ksa`,
 "Differentially Private Retrieval-Augmented Generation", Tang, Flemings, Wang and Annavaram).
 
-Over a datastore each of ``shards`` voters retrieves its ``per_voter`` best documents for the
-question from its own shard; over a request's retrieved list, that list is dealt into the
-shards by position (:meth:`ShardedVoters.voter_documents`). Each mechanism keeps its own claim,
-answer and document losses; the documents an answer needs, the streams it keeps in flight and
-each document's charge are the voters' and are written once here.
+Where the request gives the datastore (:class:`~ctxleak.mitigations.datastore.Datastore`), as
+the papers do, the datastore is partitioned into ``shards`` disjoint shards by a hash of each
+document's id, and each voter retrieves its ``per_voter`` best documents for the question from
+its own shard (BM25 over that shard alone): adding or removing one document of the datastore
+changes one voter's prompt, and the claim (relation "document") is over the datastore. Where
+the request gives only its retrieved list, that list is dealt into ``shards`` shards (document
+i in shard ``i mod shards``, by retrieval position) and the claim (relation "shard") covers
+changing one shard of that dealt list only: adding or removing one document shifts every later
+document's shard, so no document-level ε follows, and which documents were retrieved is
+outside it (:meth:`ShardedVoters.voter_documents`). Each mechanism keeps its own claim, answer
+and document losses; the documents an answer needs, the streams it keeps in flight and each
+document's charge are the voters' and are written once here.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ from ctxleak.methods.influence.data import (
                                            load_examples,
                                            prompt_parts,
 )
-from ctxleak.methods.influence.explain import generate_cid
 from ctxleak.methods.influence.ngrams import (
                                            PromptParts,
                                            WindowInfluence,
@@ -39,7 +38,6 @@ __all__ = [
                                            "bounded_lambda",
                                            "cid_combine",
                                            "cid_logprobs",
-                                           "generate_cid",
                                            "load_examples",
                                            "measure_example",
                                            "next_token_unigram_influence",

@@ -90,20 +90,6 @@ def explain_prompt(lm: LanguageModel, context: str, query: str, *, task: str = "
     return summary, curve
 
 
-def generate_cid(lm: LanguageModel, prompt_context: Sequence[int], prompt_empty: Sequence[int],
-                 config: CIDConfig, seed: int, use_cache: bool = True,
-                 sample: bool = True) -> RowLedger:
-    """One response drawn by CID from the prompt with the context and the one without it
-    (``sample=False``: the most likely token of ``p̄_λ`` at each step, greedy CID): the ledger
-    of :meth:`~ctxleak.mitigations.cid.CID.answer` of one request holding the two prompts
-    (``use_cache`` False: every step recomputes the whole prompt)."""
-    cid, decoding = config.as_mechanism(greedy=not sample)
-    full, empty = list(prompt_context), list(prompt_empty)
-    request = AnswerRequest(("context",), lambda texts: full if texts else empty, seed)
-    [answer] = cid.answer(lm, [request], decoding, use_cache=use_cache)
-    return cast(RowLedger, answer.ledger)  # CID's answers carry their ledger
-
-
 class ExplainMethod(Method[str, None, None]):
     """``influence explain``: one item, the prompt (``context`` and ``query``); its record and
     the summary are the explanation of :func:`explain_prompt`, the per-window ``curve``
