@@ -46,7 +46,7 @@ from ctxleak.methods.influence.pipeline import (
     example_parts,
     measure_examples,
 )
-from ctxleak.mitigations.cid import generate_cid_many
+from ctxleak.mitigations.cid import _generate_many
 
 
 def hf_sample(lm, prompts, tokens: int, seed: int = 0) -> None:
@@ -128,11 +128,11 @@ def cid(lm, n: int, clock=time.perf_counter) -> list[str]:
         return timed(fn, clock=clock)
 
     full, empty = [p.full for p in parts], [p.empty for p in parts]
-    generate_cid_many(lm, jobs(2)[:2])  # warm-up
-    t_batch, batched = t(lambda: generate_cid_many(lm, jobs(50)))
-    t_one, alone = t(lambda: [generate_cid_many(lm, [j])[0] for j in jobs(50)])
+    _generate_many(lm, jobs(2)[:2])  # warm-up
+    t_batch, batched = t(lambda: _generate_many(lm, jobs(50)))
+    t_one, alone = t(lambda: [_generate_many(lm, [j])[0] for j in jobs(50)])
     same = [r.response_ids for r in batched] == [r.response_ids for r in alone]
-    t_cid1, _ = t(lambda: generate_cid_many(lm, jobs(1)))
+    t_cid1, _ = t(lambda: _generate_many(lm, jobs(1)))
     t_full, _ = t(lambda: hf_sample(lm, full, 50))
     t_full1, _ = t(lambda: hf_sample(lm, full, 1))
     t_empty, _ = t(lambda: hf_sample(lm, empty, 50))

@@ -1,7 +1,7 @@
 """Bounded CID decoding in-process, its λ_t searches shared by the answers of a step (one
 search of every answer's rows, ctxleak's way on a GPU) against each answer searching alone (the
 way before, and ctxleak's way on a CPU), in one process, interleaved, best of ``--repeat``:
-``generate_cid_many`` of ``--answers`` demo answers x ``--tokens`` new tokens in one batch
+``cid._generate_many`` of ``--answers`` demo answers x ``--tokens`` new tokens in one batch
 (bounded CID, ε = ``--eps`` per token, λ_max = 1, T = 0.8, every answer at its full length),
 beside plain CID (λ = 0.5) and plain ``generate`` of the same prompts; ms per decoding step
 (prefill included), and whether the shared and the lone searches gave the same ledgers.
@@ -57,17 +57,17 @@ def main() -> None:
         def run():
             cid.SEARCH_TOGETHER_ON = devices
             try:
-                return cid.generate_cid_many(lm, jobs["bounded"])
+                return cid._generate_many(lm, jobs["bounded"])
             finally:
                 cid.SEARCH_TOGETHER_ON = shared_on
         return run
 
     here = frozenset({lm.device.type})
-    cid.generate_cid_many(lm, jobs["bounded"][:2])  # warm-up
+    cid._generate_many(lm, jobs["bounded"][:2])  # warm-up
     hf_sample(lm, prompts[:2], 2)
     got = timed_rounds({"shared": bounded_with(here), "alone": bounded_with(frozenset()),
                         "alone again": bounded_with(frozenset()),
-                        "plain CID": lambda: cid.generate_cid_many(lm, jobs["plain"]),
+                        "plain CID": lambda: cid._generate_many(lm, jobs["plain"]),
                         "generate": lambda: hf_sample(lm, prompts, a.tokens)}, repeat=a.repeat)
     ms = {k: 1e3 * t / a.tokens for k, (t, _) in got.items()}
     same, tokens, dlam, dlogp = compare(got["shared"][1], got["alone"][1])

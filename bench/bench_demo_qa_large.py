@@ -20,7 +20,7 @@ from collections import Counter
 from ctxleak.engine.models import load_model
 from ctxleak.methods.influence.data import load_examples, prompt_parts
 from ctxleak.methods.tradeoff.utility import exact_match, normalize_answer, token_f1
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CIDConfig, _generate_many
 
 
 def right(answer: str, reference: str) -> bool:
@@ -43,7 +43,7 @@ def main() -> None:
         cfg = CIDConfig(lam=lam, max_new_tokens=args.tokens, min_new_tokens=0)
         jobs = [(p.full if lam else p.empty, p.empty, cfg, k) for k, p in enumerate(parts)]
         answers = [lm.decode(led.response_ids)
-                   for led in generate_cid_many(lm, jobs, sample=False)]
+                   for led in _generate_many(lm, jobs, sample=False)]
         hits = [right(a, r) for a, r in zip(answers, refs)]
         groups = Counter(str(ex.id).rsplit("-", 1)[0] for ex, h in zip(examples, hits) if h)
         f1 = sum(token_f1(a, r) for a, r in zip(answers, refs)) / n

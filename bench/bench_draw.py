@@ -11,7 +11,7 @@ interleaved, best of ``--repeat``:
    differ by (``--noise``, Gaussian, on logits shaped like a model's): what keeps the vLLM
    plugin's answers token for token equal to in-process CID;
 3. with ``--cid N``: CID decoding of N demo answers x ``--tokens`` new tokens in one batch
-   (``generate_cid_many``, λ = 0.5, T = 0.8, every answer at its full length) with each draw,
+   (``cid._generate_many``, λ = 0.5, T = 0.8, every answer at its full length) with each draw,
    against plain ``generate`` of the same 2N prompts; ms per decoding step;
 4. each draw's token frequencies on a small distribution.
 
@@ -30,6 +30,7 @@ import torch
 from _common import device_line, load_default, timed_rounds
 
 from ctxleak.kernels.draw import draw, seeded_generator
+from ctxleak.mitigations.cid import _generate_many
 
 
 def multinomial_draw(logprobs: torch.Tensor, generator: torch.Generator, sample: bool) -> int:
@@ -103,7 +104,7 @@ def cid_steps(n: int, tokens: int, repeat: int) -> list[str]:
     import ctxleak.engine.streams as streams
     from ctxleak.methods.influence.data import load_examples
     from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
-    from ctxleak.mitigations.cid import generate_cid_many
+
 
     lm = load_default()
     print(f"# CID section: {device_line(lm)}, {lm.info.dtype}")
@@ -118,12 +119,12 @@ def cid_steps(n: int, tokens: int, repeat: int) -> list[str]:
         def run():
             streams.draw = fn
             try:
-                return generate_cid_many(lm, jobs)
+                return _generate_many(lm, jobs)
             finally:
                 streams.draw = draw
         return run
 
-    generate_cid_many(lm, jobs[:2])  # warm-up of both routes
+    _generate_many(lm, jobs[:2])  # warm-up of both routes
     hf_sample(lm, both[:2], 2)
     got = timed_rounds({**{k: cid_with(fn) for k, fn in DRAWS.items()},
                         "generate": lambda: hf_sample(lm, both, tokens)}, repeat=repeat)

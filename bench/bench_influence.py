@@ -15,7 +15,8 @@ import argparse
 import numpy as np
 from _common import device_line, load_default, long_context, throughput, timed
 
-from ctxleak.methods.influence import CIDConfig, PromptParts, generate_cid, window_influence, windows
+from ctxleak.methods.influence import CIDConfig, PromptParts, window_influence, windows
+from ctxleak.mitigations.cid import _generate_many
 
 
 def main() -> None:
@@ -31,12 +32,12 @@ def main() -> None:
                         tuple(lm.encode(". Summary of the above news article:")))
     cfg = CIDConfig(lam=1.0, temperature=0.8, max_new_tokens=args.tokens,
                     min_new_tokens=args.tokens)
-    generate_cid(lm, parts.full, parts.empty, CIDConfig(max_new_tokens=2, min_new_tokens=2), 0)
-    t_cached, fast = timed(lambda: generate_cid(lm, parts.full, parts.empty, cfg, seed=0))
+    _generate_many(lm, [(parts.full, parts.empty, CIDConfig(max_new_tokens=2, min_new_tokens=2), 0)])
+    t_cached, [fast] = timed(lambda: _generate_many(lm, [(parts.full, parts.empty, cfg, 0)]))
     t_naive, same = float("nan"), None
     if args.only != "ngram":
-        t_naive, slow = timed(lambda: generate_cid(lm, parts.full, parts.empty, cfg, seed=0,
-                                                   use_cache=False))
+        t_naive, [slow] = timed(lambda: _generate_many(lm, [(parts.full, parts.empty, cfg, 0)],
+                                                       use_cache=False))
         same = fast.response_ids == slow.response_ids
     tps = throughput(lm)
     # floor of generation: both prompts once, then one position per stream per step

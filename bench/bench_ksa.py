@@ -35,7 +35,6 @@ from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.tradeoff.utility import answer_match
 from ctxleak.mitigations.document_loss import document_loss
 from ctxleak.mitigations.dp_ksa import DPKSA, voter_responses
-from ctxleak.mitigations.dp_vote import _voter_documents
 from ctxleak.mitigations.mechanisms import Decoding
 
 EPS, DELTA, SHARDS, KEYWORDS, TOKENS = 10.0, 1e-4, 32, 1, 24
@@ -62,7 +61,7 @@ def main() -> None:
     for k, ex in enumerate(common):
         request = answer_request(lm, (ex, Setting(1.0, 1.0, mechanism=mech), 1000 + k), options,
                                  store)
-        voters, _ = _voter_documents(mech, request)
+        voters, _ = mech.voter_documents(request)
         texts = voter_responses(mech, lm, [(request, docs) for docs in voters])
         for name, m in (("rule", mech), ("named only", variant)):
             answer = m.answer_from(lm, [request], texts, decoding)[0]

@@ -31,7 +31,7 @@ from ctxleak.engine.generation import derive_seed, sample
 from ctxleak.methods.influence.data import load_log, prompt_parts
 from ctxleak.methods.influence.mechanism_mode import answer_request
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CIDConfig, _generate_many
 from ctxleak.mitigations.mechanisms import Decoding
 from ctxleak.mitigations.named import parse_mechanism
 
@@ -57,7 +57,7 @@ def modes(lm, args) -> dict[str, Callable[[], int]]:
     def cid(lam: float, eps: float | None) -> Callable[[], int]:
         config = CIDConfig(lam=lam, temperature=args.temperature, max_new_tokens=args.tokens,
                            min_new_tokens=options.min_new_tokens, bounded_eps=eps)
-        return lambda: sum(len(r.entries) for r in generate_cid_many(
+        return lambda: sum(len(r.entries) for r in _generate_many(
             lm, [(p.full, p.empty, config, seed) for p, (_, _, seed) in zip(parts, jobs)]))
 
     def mechanism(spec: str) -> Callable[[], int]:

@@ -27,7 +27,7 @@ from ctxleak.engine.served import serve
 from ctxleak.engine.served_client import tls_context
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CIDConfig, _generate_many
 
 
 def main() -> None:
@@ -66,7 +66,7 @@ def main() -> None:
             speed = {"plain": n / (time.perf_counter() - t0)}
             for label, config in configs.items():
                 t0 = time.perf_counter()
-                generate_cid_many(plugin, [(p.full, p.empty, config, 1000 + k)])
+                _generate_many(plugin, [(p.full, p.empty, config, 1000 + k)])
                 speed[label] = n / (time.perf_counter() - t0)
             print(f"| {example.id} | {len(p.full)} / {len(p.empty)} | {speed['plain']:.1f} | "
                   f"{speed['CID']:.1f} | {speed['bounded']:.1f} | "

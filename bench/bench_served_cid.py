@@ -39,7 +39,7 @@ from ctxleak.engine.capabilities import CID_DECODING
 from ctxleak.engine.served import serve
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CIDConfig, _generate_many
 
 
 def jobs_for(lm, count: int, config: CIDConfig) -> list:
@@ -68,7 +68,7 @@ def rates(models: dict, jobs: list, repeat: int) -> dict[str, float]:
     """Tokens per second of each model decoding ``jobs`` together (best of ``repeat``)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the whole-distribution route says it is slow
-        times = timed_rounds({k: (lambda m=m: generate_cid_many(m, jobs))
+        times = timed_rounds({k: (lambda m=m: _generate_many(m, jobs))
                               for k, m in models.items()}, repeat=repeat)
     return {k: sum(len(r.entries) for r in out) / t for k, (t, out) in times.items()}
 
@@ -100,12 +100,12 @@ def main() -> None:
                     lam=1.0, temperature=0.8, bounded_eps=2.0, max_new_tokens=args.tokens,
                     min_new_tokens=args.tokens))]:
             jobs = jobs_for(lm, args.answers, config)
-            generate_cid_many(plugin, jobs[:1])  # warm-up (and the server's prefix cache)
-            local, remote = generate_cid_many(lm, jobs), generate_cid_many(plugin, jobs)
+            _generate_many(plugin, jobs[:1])  # warm-up (and the server's prefix cache)
+            local, remote = _generate_many(lm, jobs), _generate_many(plugin, jobs)
             few = jobs[:args.whole_answers]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the whole-distribution route says it is slow
-                slow = generate_cid_many(whole, few)
+                slow = _generate_many(whole, few)
             exact.append((label, len(jobs), *agreement(local, remote), len(few),
                           *agreement(slow, remote[:len(few)])))
             alone.append((label, rates({"in-process": lm, "plugin": plugin, "whole": whole},

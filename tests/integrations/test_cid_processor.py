@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.cid_ledgers import cid_ledger
 from transformers import LogitsProcessor
 
 from ctxleak.errors import ConfigError, CtxleakDeprecationWarning
 from ctxleak.integrations.generate import cid_generate
 from ctxleak.integrations.transformers import ContextInfluenceProcessor
 from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
-from ctxleak.mitigations.cid import CIDConfig, bounded_lambda, cid_logprobs, generate_cid
+from ctxleak.mitigations.cid import CIDConfig, bounded_lambda, cid_logprobs
 
 CONTEXTS = ["paris is the capital of france and rome is the capital of italy",
             "the doctor said the patient name is one two three",
@@ -63,7 +64,7 @@ def test_greedy_matches_generate_cid(tiny_lm, lam):
     """Greedy decoding with the processor = ctxleak's own two-stream CID loop, token for token,
     and the ledger's log-probabilities equal its records to 1e-5."""
     part = parts_of(tiny_lm, 0)
-    own = generate_cid(tiny_lm, part.full, part.empty,
+    own = cid_ledger(tiny_lm, part.full, part.empty,
                        CIDConfig(lam=lam, temperature=0.8, max_new_tokens=8, min_new_tokens=3),
                        seed=0, sample=False)
     out = cid_generate(tiny_lm, context=CONTEXTS[0], query=QUERIES[0], lambda_=lam, do_sample=False,
@@ -321,7 +322,7 @@ def test_default_model_greedy_matches_generate_cid(default_lm):
     ex = InfluenceExample("0", "Maria Lopez, born 12 March 1984, lives at 14 Elm Street.",
                           "Where does Maria live?", None, "qa")
     part = prompt_parts(default_lm, ex, TEMPLATE)[0]
-    own = generate_cid(default_lm, part.full, part.empty,
+    own = cid_ledger(default_lm, part.full, part.empty,
                        CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=8, min_new_tokens=2),
                        seed=0, sample=False)
     out = cid_generate(default_lm, context=ex.context, query=ex.query, lambda_=0.5, do_sample=False,

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import examples
+from helpers.cid_ledgers import cid_ledger
 from helpers.hand_influence import hand_bounded_window_logp, hand_unigram_influence
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,6 @@ from ctxleak.methods.influence import (
     PromptParts,
     bounded_lambda,
     cid_logprobs,
-    generate_cid,
     next_token_unigram_influence,
     window_influence,
     windows,
@@ -35,7 +35,7 @@ def parts_for(lm, context="the capital of france is paris . the capital of italy
 def test_lambda_zero_is_no_context_decoding(tiny_lm):
     parts = parts_for(tiny_lm)
     cfg = CIDConfig(lam=0.0, temperature=0.8, max_new_tokens=12, min_new_tokens=0)
-    res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=11)
+    res = cid_ledger(tiny_lm, parts.full, parts.empty, cfg, seed=11)
     assert np.all(np.asarray(res.token_influence) == 0.0)
     plain = generate_streams(tiny_lm, [parts.empty], single_stream(0.8), max_new_tokens=12,
                              seed=11)
@@ -45,7 +45,7 @@ def test_lambda_zero_is_no_context_decoding(tiny_lm):
 def test_lambda_one_is_plain_decoding_with_context(tiny_lm):
     parts = parts_for(tiny_lm)
     cfg = CIDConfig(lam=1.0, temperature=0.7, max_new_tokens=10, min_new_tokens=0)
-    res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=3)
+    res = cid_ledger(tiny_lm, parts.full, parts.empty, cfg, seed=3)
     plain = generate_streams(tiny_lm, [parts.full], single_stream(0.7), max_new_tokens=10,
                              seed=3)
     assert res.response_ids == plain.token_ids
@@ -54,8 +54,8 @@ def test_lambda_one_is_plain_decoding_with_context(tiny_lm):
 def test_cid_cached_equals_uncached(tiny_lm):
     parts = parts_for(tiny_lm)
     cfg = CIDConfig(lam=1.5, temperature=0.9, max_new_tokens=10, min_new_tokens=4)
-    a = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=5)
-    b = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=5, use_cache=False)
+    a = cid_ledger(tiny_lm, parts.full, parts.empty, cfg, seed=5)
+    b = cid_ledger(tiny_lm, parts.full, parts.empty, cfg, seed=5, use_cache=False)
     assert a.response_ids == b.response_ids
     np.testing.assert_allclose(a.logp_context, b.logp_context, atol=1e-6)
 
@@ -63,7 +63,7 @@ def test_cid_cached_equals_uncached(tiny_lm):
 def test_full_window_equals_whole_context_influence(tiny_lm):
     parts = parts_for(tiny_lm)
     cfg = CIDConfig(lam=1.3, temperature=0.8, max_new_tokens=10, min_new_tokens=3)
-    res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=2)
+    res = cid_ledger(tiny_lm, parts.full, parts.empty, cfg, seed=2)
     assert res.response_ids
     spans = windows(len(parts.context), len(parts.context))
     assert spans == [(0, len(parts.context))]
@@ -136,7 +136,7 @@ def test_bounded_cid_respects_eps_at_every_step(tiny_lm, eps):
     parts = parts_for(tiny_lm)
     cfg = CIDConfig(lam=2.0, temperature=0.8, max_new_tokens=10, min_new_tokens=3,
                     bounded_eps=eps)
-    res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=1)
+    res = cid_ledger(tiny_lm, parts.full, parts.empty, cfg, seed=1)
     assert len(res.lambdas) >= len(res.response_ids) and res.token_eps_ex_post
     assert all(0 <= lam <= 2.0 for lam in res.lambdas)
     assert all(e <= eps + 1e-9 for e in res.token_eps_ex_post)
@@ -167,14 +167,14 @@ def test_bounded_cid_composed_eps_is_the_guarantee(tiny_lm):
     eps = 8.0
     cfg = CIDConfig(lam=0.3, temperature=0.8, max_new_tokens=10, min_new_tokens=3,
                     bounded_eps=eps)
-    res = generate_cid(tiny_lm, parts.full, parts.empty, cfg, seed=1)
+    res = cid_ledger(tiny_lm, parts.full, parts.empty, cfg, seed=1)
     released = len(res.response_ids) + int(res.stopped_on_eos)
     assert res.bounded_eps == eps and len(res.lambdas) == released
     assert all(lam == 0.3 for lam in res.lambdas)  # λ_max everywhere: the bound never bound
     assert res.composed_eps == pytest.approx(eps * released, rel=1e-12)
     assert res.composed_eps_ex_post == pytest.approx(sum(res.token_eps_ex_post), rel=1e-12)
     assert res.composed_eps_ex_post < res.composed_eps / 2  # the two differ on this case
-    plain = generate_cid(tiny_lm, parts.full, parts.empty, CIDConfig(lam=0.3), seed=1)
+    plain = cid_ledger(tiny_lm, parts.full, parts.empty, CIDConfig(lam=0.3), seed=1)
     assert plain.composed_eps is None and plain.composed_eps_ex_post is None
 
 

@@ -11,16 +11,18 @@ from dataclasses import replace
 
 import pytest
 import torch
+from helpers.cid_ledgers import cid_ledgers
+from helpers.toy_mechanism import FirstDocuments
 
 from ctxleak.engine.pairs import LedgerEntry
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.mechanism_mode import mechanism_list
-from ctxleak.methods.influence.setting import Setting
-from ctxleak.mitigations.cid import CID, CIDConfig, answer_together, generate_cid_many
+from ctxleak.methods.influence.setting import InfluenceOptions, Setting
+from ctxleak.mitigations.cid import CID, CIDConfig, _generate_many
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_vote import DPVote
 from ctxleak.mitigations.ledger import RowLedger
-from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
+from ctxleak.mitigations.mechanisms import AnswerRequest, Claim, Decoding
 from ctxleak.mitigations.named import parse_mechanism
 from ctxleak.mitigations.prompts import document_parts
 
@@ -42,8 +44,8 @@ def test_an_answer_is_the_engines_cid_response_with_its_ledger(tiny_lm, lam, eps
     answers = CID(lam, eps).answer(tiny_lm, requests, dec)
     config = CIDConfig(lam=lam, temperature=0.9, max_new_tokens=5, min_new_tokens=2,
                        bounded_eps=eps)
-    ledgers = generate_cid_many(tiny_lm, [(r.prompt(DOCS), r.prompt([]), config, r.seed)
-                                          for r in requests], sample=not greedy)
+    ledgers = _generate_many(tiny_lm, [(r.prompt(DOCS), r.prompt([]), config, r.seed)
+                                       for r in requests], sample=not greedy)
     for answer, ledger in zip(answers, ledgers):
         assert answer.ledger == ledger
         assert list(answer.response_ids) == ledger.response_ids
@@ -63,13 +65,15 @@ def test_an_answer_is_the_engines_cid_response_with_its_ledger(tiny_lm, lam, eps
 def test_a_setting_asked_from_prompt_parts_is_the_engines_cid_response(llama_lm, greedy):
     config = CIDConfig(lam=0.5, temperature=0.9, max_new_tokens=4, min_new_tokens=1)
     parts, _ = document_parts(llama_lm, DOCS[:1], "what is the capital ?")
-    cid, request, decoding = config.ask(parts, DOCS[:1], seed=7, greedy=greedy)
+    options = InfluenceOptions(max_new_tokens=4, min_new_tokens=1, greedy=greedy)
+    asked = options.asked(Setting.cid(0.5, 0.9), parts, DOCS[:1], seed=7)
+    cid, request, decoding = asked.mechanism, asked.request, asked.decoding
     assert (cid, decoding) == config.as_mechanism(greedy) and cid.config(decoding) == config
     assert (request.prompt(DOCS[:1]), request.prompt([]), request.seed) == \
         (parts.full, parts.empty, 7)
-    [answer] = answer_together(llama_lm, [(cid, request, decoding)])
-    assert answer.ledger == generate_cid_many(llama_lm, [(parts.full, parts.empty, config, 7)],
-                                              sample=not greedy)[0]
+    [answer] = CID(0.5).answer(llama_lm, [request], decoding)
+    assert answer.ledger == _generate_many(llama_lm, [(parts.full, parts.empty, config, 7)],
+                                           sample=not greedy)[0]
 
 
 def test_claims_by_hand():
@@ -98,7 +102,18 @@ def test_key_parses_back_and_bad_settings_are_refused():
 def test_the_influence_run_names_cid_by_its_sweep_not_as_another_mechanism():
     with pytest.raises(ConfigError, match="the run's own decoding") as err:
         mechanism_list("cid:lam=0.5")
-    assert err.value.param == "mechanisms"
+    assert err.value.param == "mechanisms" and err.value.also == ("lambda_", "bounded_eps")
+    assert "give lambda_ (and bounded_eps) instead" in str(err.value)
+
+
+def test_the_protocols_defaults_claim_nothing_from_a_ledger_and_sweep_by_no_option():
+    # a mechanism without a CID ledger: no guarantee, nothing paid, whatever the ledger composed
+    toy = FirstDocuments()
+    assert toy.swept_by == () and toy.spent(3.0, 7) == (Claim(None), 0)
+    # CID: 0 at λ = 0 (no token paid), the composed ε over the released tokens, else none
+    assert CID(0.0).spent(None, 5) == (Claim(0.0, 0.0, "context"), 0)
+    assert CID(1.0, 2.0).spent(6.5, 4) == (Claim(6.5, 0.0, "context"), 4)
+    assert CID(0.5).spent(None, 4) == (Claim(None), 0)
 
 
 def test_a_setting_without_another_mechanism_is_cid_at_its_lambda_and_eps():
@@ -148,7 +163,7 @@ def test_bounded_answers_decoded_together_share_one_search_each_step(tiny_lm, mo
     requests = [_request(tiny_lm, seed=s) for s in (3, 4, 5, 6, 7)]
     jobs = [(r.prompt(DOCS[:k + 1]), r.prompt([]), config if k < 4 else other, r.seed)
             for k, r in enumerate(requests)]
-    alone = generate_cid_many(tiny_lm, jobs)
+    alone = cid_ledgers(tiny_lm, jobs)
     real, calls = cid.bounded_lambda_rows, []
 
     def counted(zc, ze, *args):
@@ -159,7 +174,7 @@ def test_bounded_answers_decoded_together_share_one_search_each_step(tiny_lm, mo
 
     monkeypatch.setattr(cid, "bounded_lambda_rows", counted)
     monkeypatch.setattr(cid, "SEARCH_TOGETHER_ON", frozenset({"cpu"}))
-    shared = generate_cid_many(tiny_lm, jobs)
+    shared = cid_ledgers(tiny_lm, jobs)
     assert shared == alone
     assert calls and set(calls) == {4}  # the fifth answer's ε differs: it searches alone
     assert any(0 < e.lam < 1 for ledger in alone for e in ledger.entries)

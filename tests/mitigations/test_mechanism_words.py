@@ -14,6 +14,8 @@ from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import CID
 from ctxleak.mitigations.datastore import SIMILARITY_RANGE, Datastore
 from ctxleak.mitigations.document_loss import document_loss, own_document_losses
+from ctxleak.mitigations.dp_answer_vote import DPAnswerVote
+from ctxleak.mitigations.dp_ksa import DPKSA
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.dp_retrieval import threshold_grid, threshold_logprobs
 from ctxleak.mitigations.dp_vote import DPSparseVote, DPVote
@@ -33,6 +35,16 @@ def test_each_mechanism_answers_the_documents_it_needs_and_its_streams():
     for vote in (DPVote(eps=2, shards=5), DPSparseVote(eps=2, shards=5)):
         assert vote.documents_needed() == 5  # one per shard, above min_documents (3)
         assert vote.streams(2, False) == vote.streams(40, True) == 6  # voters, no-retrieval
+    # the answer vote: its voters and the question alone; DP-KSA: its voters only (the final
+    # answer is decoded after them); all three need a document per shard, 3 shards at least
+    answers, ksa = DPAnswerVote(eps=2, shards=4), DPKSA(eps=2, shards=4)
+    assert answers.streams(9, False) == 5 and ksa.streams(9, True) == 4
+    assert answers.documents_needed() == ksa.documents_needed() == 4
+    assert DPAnswerVote.min_documents == DPKSA.min_documents == DPVote.min_documents == 3
+    # without a datastore nothing is charged per document (the claim covers the dealt shards)
+    request = AnswerRequest(documents=("a", "b", "c", "d"), prompt=lambda texts: [1])
+    assert answers.document_charges(request, Decoding()) is None
+    assert ksa.document_charges(request, Decoding()) is None
     rag = DPRAG(eps=5, top_k=8)
     assert rag.documents_needed() == 1
     assert rag.streams(3, over_datastore=False) == 4  # every document of the request, prior

@@ -9,11 +9,13 @@ import math
 from typing import Any
 
 import pytest
+from helpers.cid_ledgers import cid_ledger
 from helpers.toy_mechanism import FirstDocuments
 
 from ctxleak.mitigations.accounting import PureDPEvent
-from ctxleak.mitigations.cid import CID, CIDConfig, generate_cid
-from ctxleak.mitigations.mechanisms import AnswerRequest, Asked, Charge, Decoding, events_rdp
+from ctxleak.mitigations.cid import CID, CIDConfig
+from ctxleak.mitigations.losses import events_rdp
+from ctxleak.mitigations.mechanisms import AnswerRequest, Asked, Charge, Decoding
 
 DOCS = ("the capital is paris .", "rome is in italy .", "the sea is blue .")
 
@@ -94,7 +96,7 @@ def test_a_mixed_cid_group_answers_each_as_alone_and_streams_what_each_token_spe
     got = CID(0.5).answer_group(llama_lm, asked, heard)
     for k, (answer, (cid, dec)) in enumerate(zip(got, settings)):
         r = asked[k].request
-        alone = generate_cid(llama_lm, r.prompt(r.documents), r.prompt([]),
+        alone = cid_ledger(llama_lm, r.prompt(r.documents), r.prompt([]),
                              CIDConfig(lam=cid.lam, temperature=dec.temperature,
                                        max_new_tokens=dec.max_new_tokens,
                                        min_new_tokens=dec.min_new_tokens,

@@ -6,10 +6,11 @@ decoding (CID at λ = 1) draws from it, with no claim and no token paid."""
 from __future__ import annotations
 
 import pytest
+from helpers.cid_ledgers import cid_ledgers
 
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.data import load_examples
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding, Mechanism
 from ctxleak.mitigations.scrubbing import OPERATORS, Scrubbing
 from ctxleak.sensitive import find_sensitive
@@ -113,7 +114,7 @@ def test_decoding_draws_from_the_prompt_with_the_scrubbed_documents(tiny_lm):
     scrubbed = "Reviewer: <PERSON>, <EMAIL>, phone <PHONE>."
     assert seen == [[scrubbed, scrubbed], []]  # the documents, scrubbed; the empty prompt
     config = CIDConfig(lam=1.0, temperature=0.8, max_new_tokens=6, min_new_tokens=2)
-    (plain,) = generate_cid_many(tiny_lm, [(request.prompt([scrubbed, scrubbed]),
+    (plain,) = cid_ledgers(tiny_lm, [(request.prompt([scrubbed, scrubbed]),
                                             request.prompt([]), config, 11)])
     assert list(answer.response_ids) == plain.response_ids
     assert answer.stopped_on_eos == plain.stopped_on_eos

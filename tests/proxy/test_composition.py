@@ -13,7 +13,7 @@ from helpers.proxy_server import chat_body, serving_sqlite
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.accounting import ExponentialMechanismEvent, PureDPEvent
-from ctxleak.mitigations.mechanisms import events_rdp
+from ctxleak.mitigations.losses import events_rdp
 from ctxleak.proxy import Budgets, ProxyConfig
 from ctxleak.proxy.budget import SQLiteLedger
 from ctxleak.proxy.composition import Composition, best_order

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from helpers.cid_ledgers import cid_ledger
 from helpers.fake_server import fake_vllm
 from helpers.proxy_server import QUESTION, openai_client
 from helpers.proxy_server import serving as proxy_serving
@@ -303,12 +304,12 @@ def test_cli_serve_budget_flags_and_its_start_line(monkeypatch, tmp_path, capsys
 def test_decoding_raises_no_deprecation_warning(lm):
     """The KV cache goes to the model under the name its transformers release takes (no
     FutureWarning on every forward pass of every model command)."""
-    from ctxleak.mitigations.cid import CIDConfig, generate_cid
+    from ctxleak.mitigations.cid import CIDConfig
 
     ids = lm.tokenizer("the patient name is paris", add_special_tokens=False)["input_ids"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        generate_cid(lm, ids, ids[:2], CIDConfig(lam=0.5, max_new_tokens=4, min_new_tokens=0), seed=1)
+        cid_ledger(lm, ids, ids[:2], CIDConfig(lam=0.5, max_new_tokens=4, min_new_tokens=0), seed=1)
     assert [str(w.message) for w in caught
             if issubclass(w.category, (FutureWarning, DeprecationWarning))] == []
 

@@ -13,12 +13,13 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from helpers.cid_ledgers import cid_ledger
 from helpers.fake_server import Fault, fake_vllm
 from helpers.proxy_server import DOCS, QUESTION, audited, chat_body, openai_client
 
 from ctxleak.engine.served_client import ServerError
 from ctxleak.methods.influence.data import load_examples, prompt_parts
-from ctxleak.mitigations.cid import CIDConfig, generate_cid
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.proxy import Budgets
 
 
@@ -41,7 +42,7 @@ def test_lambda_answer_equals_generate_cid_and_streams_the_same(lm, tmp_path, ca
                   max_tokens=8, extra_query=None)
         info = out.model_extra["ctxleak"]
         parts = influence_parts(lm)
-        want = generate_cid(lm, parts.full, parts.empty,
+        want = cid_ledger(lm, parts.full, parts.empty,
                             CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=8,
                                       min_new_tokens=0), seed=11)
         assert info["token_ids"] == [e.token_id for e in want.entries]
@@ -191,7 +192,7 @@ def test_bounded_answer_ledger_and_budget_drop_then_refuse(lm, tmp_path):
         first = ask(url, {"documents": DOCS, "epsilon": eps}, seed=3, max_tokens=max_tokens,
                     temperature=1.0).model_extra["ctxleak"]
         parts = influence_parts(lm, max_tokens=max_tokens)
-        want = generate_cid(lm, parts.full, parts.empty,
+        want = cid_ledger(lm, parts.full, parts.empty,
                             CIDConfig(lam=1.0, temperature=1.0, max_new_tokens=max_tokens,
                                       min_new_tokens=0, bounded_eps=eps), seed=3)
         assert first["token_ids"] == [e.token_id for e in want.entries]
@@ -207,7 +208,7 @@ def test_bounded_answer_ledger_and_budget_drop_then_refuse(lm, tmp_path):
                      temperature=1.0).model_extra["ctxleak"]
         assert second["dropped"] == ["acct-7"] and second["documents"] == ["acct-9"]
         only9 = influence_parts(lm, docs=DOCS[1:], max_tokens=max_tokens)
-        want9 = generate_cid(lm, only9.full, only9.empty,
+        want9 = cid_ledger(lm, only9.full, only9.empty,
                              CIDConfig(lam=1.0, temperature=1.0, max_new_tokens=max_tokens,
                                        min_new_tokens=0, bounded_eps=eps), seed=3)
         assert second["token_ids"] == [e.token_id for e in want9.entries]
@@ -412,7 +413,7 @@ def test_decoding_through_a_served_model(served, tmp_path):
         mixed = ask(url, {"documents": DOCS, "lambda": 0.5}, seed=4, temperature=0.8,
                     max_tokens=4).model_extra["ctxleak"]
         parts = influence_parts(tiny, max_tokens=4)
-        want = generate_cid(tiny, parts.full, parts.empty,
+        want = cid_ledger(tiny, parts.full, parts.empty,
                             CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=4,
                                       min_new_tokens=0), seed=4)
         assert mixed["token_ids"] == [e.token_id for e in want.entries]

@@ -173,7 +173,7 @@ def test_an_answer_that_fails_fails_alone(lm, monkeypatch):
             same_answer(got[k], answer_alone(lm, requests[k], requests[k].documents))
         # the batch itself fails (the model): each answer that released nothing is decoded
         # again alone; one that released tokens fails with the batch's error
-        real = cid.generate_cid_many
+        real = cid._generate_many
 
         def fails_in_a_batch(lm_, jobs, **kw):
             if len(jobs) > 1:
@@ -183,7 +183,7 @@ def test_an_answer_that_fails_fails_alone(lm, monkeypatch):
                 raise MemoryError("out of memory")
             return real(lm_, jobs, **kw)
 
-        monkeypatch.setattr(cid, "generate_cid_many", fails_in_a_batch)
+        monkeypatch.setattr(cid, "_generate_many", fails_in_a_batch)
         got = together(decoder, [
             (lambda k=k: decoder.answer(requests[k], requests[k].documents))
             for k in range(len(requests))])

@@ -12,10 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers.cid_ledgers import cid_ledger
 from helpers.proxy_server import DOCS, QUESTION, audited, chat_body, openai_client
 
 from ctxleak.errors import ConfigError
-from ctxleak.mitigations.cid import CIDConfig, generate_cid
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.mitigations.dp_rag import DPRAG
 from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
 from ctxleak.mitigations.prompts import document_parts, template_prompt
@@ -115,7 +116,7 @@ def test_a_request_names_its_mechanism_and_cid_specs_answer_as_cid(lm, tmp_path)
         by_lambda = post(url, {"lambda": 0.5}, seed=11, max_tokens=8,
                          temperature=0.8).json()["ctxleak"]
         parts = document_parts(lm, [d["text"] for d in DOCS], QUESTION, reserve=8)[0]
-        want = generate_cid(lm, parts.full, parts.empty,
+        want = cid_ledger(lm, parts.full, parts.empty,
                             CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=8,
                                       min_new_tokens=0), seed=11)
         assert by_default == {**by_lambda, "budgets": by_default["budgets"]}

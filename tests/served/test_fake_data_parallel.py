@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import secrets
 
+from helpers.cid_ledgers import cid_ledgers
 from helpers.fake_dp import FakeDataParallel
 
 from ctxleak.engine.capabilities import CID_DECODING
 from ctxleak.engine.served import serve
-from ctxleak.mitigations.cid import generate_cid_many
 from ctxleak.plugins.protocol import PAIRS_PATH, RANK_HEADER, pair_rank, pair_xargs
 from served.test_fake_plugin import CONFIGS, NEVER, _jobs, _same
 
@@ -25,7 +25,7 @@ def test_answers_are_pinned_to_one_rank_and_equal_in_process_cid(tiny, tok_dir):
         lm = serve("tiny", server.url, tokenizer=tok_dir)
         assert CID_DECODING in lm.capabilities
         assert lm.plugin["data_parallel_size"] == 2 and server.headers_seen == ["0"]
-        there = generate_cid_many(lm, jobs)
+        there = cid_ledgers(lm, jobs)
         routed = [(p, rank) for p, rank in server.routed if p is not None][1:]  # no probe
         assert len(routed) == len(jobs)  # one try per answer, its two prompts on one engine
         assert all(rank == pair_rank(p, 2) for p, rank in routed)
@@ -33,7 +33,7 @@ def test_answers_are_pinned_to_one_rank_and_equal_in_process_cid(tiny, tok_dir):
         assert sum(lm.decoded_ranks.values()) == len(jobs)
         assert lm.decoded_ranks == {k: [r for _, r in routed].count(k)
                                     for k in {r for _, r in routed}}
-    _same(generate_cid_many(tiny, jobs), there)
+    _same(cid_ledgers(tiny, jobs), there)
 
 
 def test_an_answer_sent_without_the_header_is_split_and_void(tiny, tok_dir):

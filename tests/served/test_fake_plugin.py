@@ -11,13 +11,14 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from helpers.cid_ledgers import cid_ledgers
 from helpers.fake_plugin import FakePluginVLLM
 from helpers.fake_server import fake_vllm
 
 from ctxleak.engine.capabilities import CID_DECODING
 from ctxleak.engine.served import serve
 from ctxleak.errors import ConfigError
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CIDConfig
 
 NEVER = (0, 1, 3)  # the tiny tokenizer's <pad>, <bos> and <unk>: never sampled
 PAIRS = [("rome is in italy . the city of", "the city of"),
@@ -72,10 +73,10 @@ def test_answers_through_the_plugin_equal_in_process_cid(tiny, tok_dir, config):
         lm = serve("tiny", server.url, tokenizer=tok_dir)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # the plugin route says nothing
-            there = generate_cid_many(lm, jobs)
+            there = cid_ledgers(lm, jobs)
         assert _whole_distribution_requests(server) == 0
         assert server.pair_requests == 1 + len(jobs)  # the probe, then one per answer
-    _same(generate_cid_many(tiny, jobs), there)
+    _same(cid_ledgers(tiny, jobs), there)
     assert all(len(r.entries) >= 2 for r in there)
 
 
@@ -87,10 +88,10 @@ def test_a_broken_pair_is_caught_and_tried_again(tiny, tok_dir, fault):
     with FakePluginVLLM(tiny, never=NEVER) as server:
         lm = serve("tiny", server.url, tokenizer=tok_dir)
         server.faults.extend([fault])
-        there = generate_cid_many(lm, jobs)
+        there = cid_ledgers(lm, jobs)
         assert server.pair_requests == 1 + 2  # the probe, the broken try, the retry
         assert not server.records  # every record read once, the void one too
-    _same(generate_cid_many(tiny, jobs), there)
+    _same(cid_ledgers(tiny, jobs), there)
 
 
 def test_a_step_run_twice_gets_the_same_token_and_one_draw(tiny, tok_dir):
@@ -98,9 +99,9 @@ def test_a_step_run_twice_gets_the_same_token_and_one_draw(tiny, tok_dir):
     with FakePluginVLLM(tiny, never=NEVER) as server:
         lm = serve("tiny", server.url, tokenizer=tok_dir)
         server.faults.extend(["repeat"])
-        there = generate_cid_many(lm, jobs)
+        there = cid_ledgers(lm, jobs)
         assert server.pair_requests == 2
-    _same(generate_cid_many(tiny, jobs), there)
+    _same(cid_ledgers(tiny, jobs), there)
 
 
 def test_a_pair_that_keeps_failing_decodes_the_other_way_and_says_so(tiny, tok_dir):
@@ -110,9 +111,9 @@ def test_a_pair_that_keeps_failing_decodes_the_other_way_and_says_so(tiny, tok_d
         server.faults.extend(["late"] * 3)
         with pytest.warns(UserWarning, match="fell out of step.*3 times.*partner stream is "
                                              "missing.*whole next-token distributions"):
-            there = generate_cid_many(lm, jobs)
+            there = cid_ledgers(lm, jobs)
         assert _whole_distribution_requests(server) > 0
-    _same(generate_cid_many(tiny, jobs), there)
+    _same(cid_ledgers(tiny, jobs), there)
 
 
 @pytest.mark.parametrize("flags, flag", [({"chunked_prefill": True}, "--no-enable-chunked"),
@@ -128,4 +129,4 @@ def test_prompts_over_the_step_budget_are_refused_naming_the_flag(tiny, tok_dir)
     with FakePluginVLLM(tiny, never=NEVER, flags={"max_num_batched_tokens": 8}) as server:
         lm = serve("tiny", server.url, tokenizer=tok_dir)
         with pytest.raises(ConfigError, match="--max-num-batched-tokens"):
-            generate_cid_many(lm, _jobs(tiny, CONFIGS[0])[:1])
+            cid_ledgers(lm, _jobs(tiny, CONFIGS[0])[:1])

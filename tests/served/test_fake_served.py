@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from conftest import run_cli
+from helpers.cid_ledgers import cid_ledgers
 from helpers.fake_server import FakeVLLM, Fault, fake_vllm, wait_until
 from helpers.rundiff import untimed
 from helpers.tiny_data import icl_keywords, write_command_data
@@ -23,7 +24,7 @@ from ctxleak.engine.scoring import continuation_logprobs
 from ctxleak.engine.served import serve
 from ctxleak.engine.served_client import ClientOptions, ServerError
 from ctxleak.errors import ConfigError
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.run.records import demo_path
 
 TOL = 1e-5  # nats per token: the same float32 weights, one forward pass here and there
@@ -133,9 +134,9 @@ def test_cid_through_a_server_decodes_what_in_process_cid_decodes(served, server
     full, empty = tiny.encode("rome is in italy . the city of rome"), tiny.encode("the city of")
     jobs = [(full, empty, config, 11), (empty + full, empty, config, 12)]
     since = len(server.requests)
-    there = generate_cid_many(served, jobs)
+    there = cid_ledgers(served, jobs)
     assert all(body["logprobs"] == len(tiny.tokenizer) for _, body in server.requests[since:])
-    for a, b in zip(generate_cid_many(tiny, jobs), there):
+    for a, b in zip(cid_ledgers(tiny, jobs), there):
         assert a.response_ids == b.response_ids and a.stopped_on_eos == b.stopped_on_eos
         assert len(a.response_ids) >= config.min_new_tokens
         for e, f in zip(a.entries, b.entries):

@@ -19,11 +19,12 @@ from dataclasses import replace
 import httpx
 import numpy as np
 import pytest
+from helpers.cid_ledgers import cid_ledgers
 
 from ctxleak.engine.capabilities import CID_DECODING, CID_SCORING
 from ctxleak.engine.served import serve
 from ctxleak.methods.influence.ngrams import WindowRequest, window_influence_many, windows
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.mitigations.prompts import PromptParts
 from ctxleak.plugins.protocol import PAIRS_PATH, pair_xargs
 
@@ -51,7 +52,7 @@ def _jobs(lm, config, seeds=(5, 6, 7)):
 def test_plugin_answers_equal_in_process_cid(served_lm, default_lm, config):
     assert CID_DECODING in served_lm.capabilities
     jobs = _jobs(default_lm, config)
-    here, there = generate_cid_many(default_lm, jobs), generate_cid_many(served_lm, jobs)
+    here, there = cid_ledgers(default_lm, jobs), cid_ledgers(served_lm, jobs)
     for a, b in zip(here, there):
         assert a.response_ids == b.response_ids and a.stopped_on_eos == b.stopped_on_eos
         for e, f in zip(a.entries, b.entries, strict=True):
@@ -80,7 +81,7 @@ def test_forced_pairs_score_responses_as_in_process_cid(served_lm, default_lm, c
     for (doc, q), seed in zip(QUESTIONS, (5, 6, 7)):
         parts = PromptParts(tuple(default_lm.encode("Document: ")),
                             tuple(default_lm.encode(doc)), tuple(default_lm.encode(" " + q)))
-        [answer] = generate_cid_many(default_lm, [(parts.full, parts.empty, config, seed)])
+        [answer] = cid_ledgers(default_lm, [(parts.full, parts.empty, config, seed)])
         response = list(answer.response_ids) + \
             ([default_lm.eos_ids[0]] if answer.stopped_on_eos else [])
         requests.append(WindowRequest(parts, response, windows(len(parts.context), 8),
@@ -102,8 +103,8 @@ def test_the_whole_distribution_route_gives_the_plugins_answers(served_lm, defau
     jobs = _jobs(default_lm, config)[:1]
     without = replace(served_lm, capabilities=served_lm.capabilities - {CID_DECODING})
     with pytest.warns(UserWarning, match="no ctxleak CID plugin"):
-        slow = generate_cid_many(without, jobs)
-    fast = generate_cid_many(served_lm, jobs)
+        slow = cid_ledgers(without, jobs)
+    fast = cid_ledgers(served_lm, jobs)
     assert slow[0].response_ids == fast[0].response_ids
     for e, f in zip(slow[0].entries, fast[0].entries, strict=True):
         assert abs(e.logp_context - f.logp_context) < 1e-4
@@ -197,7 +198,7 @@ def test_bad_settings_are_http_400_and_the_server_goes_on(served_lm, vllm_server
     bad = httpx.post(vllm_server.url + "/v1/completions",
                      json=_request(served_lm, [ctx, empty], {**xargs, **change}, 4), timeout=60)
     assert bad.status_code == 400 and re.search(message, bad.json()["error"]["message"])
-    good = generate_cid_many(served_lm, _jobs(served_lm, CIDConfig(max_new_tokens=2,
+    good = cid_ledgers(served_lm, _jobs(served_lm, CIDConfig(max_new_tokens=2,
                                                                    min_new_tokens=0))[:1])
     assert len(good[0].entries) >= 1
 
@@ -213,6 +214,6 @@ def test_a_seed_beyond_64_bits_is_http_400_and_the_server_goes_on(served_lm, vll
                          json=_request(served_lm, [ctx, empty], {**xargs, **change}, 4),
                          timeout=60)
         assert bad.status_code == 400 and re.search(field, bad.json()["error"]["message"])
-    good = generate_cid_many(served_lm, _jobs(served_lm, CIDConfig(max_new_tokens=2,
+    good = cid_ledgers(served_lm, _jobs(served_lm, CIDConfig(max_new_tokens=2,
                                                                    min_new_tokens=0))[:1])
     assert len(good[0].entries) >= 1

@@ -12,11 +12,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from helpers.cid_ledgers import cid_ledger
 from helpers.proxy_server import postgres, postgres_tools, serving
 
 from ctxleak.engine.served import serve
 from ctxleak.methods.influence.data import load_examples, prompt_parts
-from ctxleak.mitigations.cid import CIDConfig, generate_cid
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.proxy import Budgets
 from ctxleak.proxy.budget import open_ledger
 
@@ -60,7 +61,7 @@ def test_proxy_before_vllm_with_a_postgres_ledger(default_lm, vllm_server):
             info = ask(one, DOCS, seed=5).model_extra["ctxleak"]
             example = load_examples([{"query": QUESTION, "documents": DOCS}])[0]
             parts = prompt_parts(lm, example, reserve=MAX_TOKENS)[0]
-            want = generate_cid(lm, parts.full, parts.empty,
+            want = cid_ledger(lm, parts.full, parts.empty,
                                 CIDConfig(temperature=1.0, max_new_tokens=MAX_TOKENS,
                                           min_new_tokens=0, bounded_eps=EPS), seed=5)
             assert info["token_ids"] == [e.token_id for e in want.entries]

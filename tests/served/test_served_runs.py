@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers.cid_ledgers import cid_ledgers
 from helpers.rundiff import untimed
 
 import ctxleak
@@ -18,7 +19,7 @@ from ctxleak.engine.scoring import continuation_logits
 from ctxleak.engine.served import serve
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.run.records import demo_path
 
 pytestmark = [pytest.mark.served, pytest.mark.integration]
@@ -162,7 +163,7 @@ def test_cid_below_lambda_1_and_bounded_equal_in_process(served_lm, default_lm, 
     config = CIDConfig(lam=1.0, temperature=1.0, max_new_tokens=6, min_new_tokens=2,
                        bounded_eps=2.0)
     job = [(parts.full, parts.empty, config, 7)]
-    (c,), (d,) = generate_cid_many(served_lm, job), generate_cid_many(default_lm, job)
+    (c,), (d,) = cid_ledgers(served_lm, job), cid_ledgers(default_lm, job)
     assert c.response_ids == d.response_ids
     for e, f in zip(c.entries, d.entries):
         assert e.eps == f.eps == 2.0 and e.eps_ex_post <= 2.0

@@ -6,13 +6,14 @@ the answers had, with their documents."""
 from __future__ import annotations
 
 import pytest
+from helpers.cid_ledgers import cid_ledger
 from helpers.fake_chat import Reply, echo, fake_chat
 from helpers.proxy_server import serving_sqlite
 from helpers.tiny_models import tiny_llama
 
 from ctxleak.errors import ConfigError
 from ctxleak.methods.influence.data import load_examples, prompt_parts
-from ctxleak.mitigations.cid import CIDConfig, generate_cid
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.targets.base import TargetError
 from ctxleak.targets.endpoint_answerer import EndpointAnswerer
 from ctxleak.targets.model_answerer import question_seed
@@ -107,7 +108,7 @@ def test_through_ctxleak_serve_the_answer_is_cid_on_the_retrieved_documents(tmp_
     retrieved = [d for i in got.document_ids for d in DOCS if d["id"] == i]
     example = load_examples([{"id": "q", "query": QUESTION, "documents": retrieved}])[0]
     parts = prompt_parts(lm, example, reserve=8)[0]
-    want = generate_cid(lm, parts.full, parts.empty,
+    want = cid_ledger(lm, parts.full, parts.empty,
                         CIDConfig(lam=0.5, temperature=1.0, max_new_tokens=8, min_new_tokens=0),
                         seed=question_seed(2, QUESTION))
     assert got.text == lm.decode(want.response_ids)

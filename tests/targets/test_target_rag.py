@@ -13,12 +13,13 @@ import sys
 from importlib import resources
 
 import pytest
+from helpers.cid_ledgers import cid_ledgers
 from helpers.exits import exit_restored, exits_trapped
 from helpers.tiny_bpe import tiny_bpe_llama
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.bm25 import BM25, words
-from ctxleak.mitigations.cid import CIDConfig, generate_cid_many
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.targets.base import TargetError
 from ctxleak.targets.model_answerer import ModelAnswerer, question_seed
 from ctxleak.targets.rag import RAGApp, RAGPrompt, demo_corpus, demo_rag, load_messages
@@ -153,7 +154,7 @@ def test_model_answers_are_cid_of_their_own_seed_whatever_the_batch(llama_lm):
     # recomputed by hand: the same prompt ids and the question's seed through CID
     prompt = RAGPrompt(questions[1], app.retrieve(questions[1]), app.messages)
     full, empty = answerer.prompt_ids(prompt)
-    [ledger] = generate_cid_many(llama_lm, [(full, empty, cid, question_seed(5, questions[1]))])
+    [ledger] = cid_ledgers(llama_lm, [(full, empty, cid, question_seed(5, questions[1]))])
     assert together[1] == llama_lm.decode(ledger.response_ids)
     assert len(empty) < len(full) and llama_lm.decode(full).count("rome") == 1
     assert "rome" not in llama_lm.decode(empty)

@@ -53,7 +53,6 @@ from ctxleak.mitigations.mechanisms import (
     Mechanism,
     MechanismAnswer,
 )
-from ctxleak.mitigations.prompts import PromptParts
 from ctxleak.mitigations.sampled import eos_masked
 
 
@@ -106,14 +105,6 @@ class CIDConfig:
                 Decoding(temperature=self.temperature, max_new_tokens=self.max_new_tokens,
                          min_new_tokens=self.min_new_tokens, greedy=greedy))
 
-    def ask(self, parts: PromptParts, documents: Sequence[str], seed: int, greedy: bool = False
-            ) -> tuple[CID, AnswerRequest, Decoding]:
-        """One response asked of this setting's mechanism (:meth:`as_mechanism`) from the
-        prompt ``parts`` holding ``documents`` (:meth:`PromptParts.prompt_of`, tokenised once),
-        drawn from ``seed``: what :func:`answer_together` takes."""
-        cid, decoding = self.as_mechanism(greedy)
-        return cid, AnswerRequest(tuple(documents), parts.prompt_of(documents), seed), decoding
-
 
 @dataclass(frozen=True)
 class CID(Mechanism):
@@ -129,6 +120,7 @@ class CID(Mechanism):
     name: ClassVar[str] = "cid"
     min_documents: ClassVar[int] = 0
     over_datastore: ClassVar[bool] = False  # it reads the documents a request gives
+    swept_by: ClassVar[tuple[str, ...]] = ("lambda_", "bounded_eps")
 
     def __post_init__(self) -> None:
         _check(lam=self.lam, bounded_eps=self.bounded_eps)
@@ -171,12 +163,18 @@ class CID(Mechanism):
             return Claim(composed_eps, 0.0, "context"), released
         return Claim(None), 0
 
-    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
-               decoding: Decoding) -> list[MechanismAnswer]:
+    def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest], decoding: Decoding,
+               *, context_caches: list[Any] | None = None, rescored: bool = False,
+               use_cache: bool = True) -> list[MechanismAnswer]:
         """One CID response per request, the prompt with all its documents against the prompt
         without any, all requests in one batched KV cache (or inside vLLM with ctxleak's
-        plugin): :func:`answer_together` of this one setting, which has CID's fast paths."""
-        return answer_together(lm, [(self, r, decoding) for r in requests])
+        plugin). CID's fast paths: ``context_caches``, a list to fill with each request's KV
+        cache of the prompt with its documents, prefilled alone, for n-gram scoring to reuse;
+        ``rescored``: the caller scores the responses' floats itself, so they are not replayed;
+        ``use_cache`` False: every step recomputes the whole prompt (a check of the cache)."""
+        return self.answer_group(lm, [Asked(self, r, decoding) for r in requests],
+                                 deployed=False, context_caches=context_caches,
+                                 rescored=rescored, use_cache=use_cache)
 
     def answer_of(self, ledger: RowLedger, documents: int) -> MechanismAnswer:
         """A decoded response's answer: its ledger, what it spent (:meth:`spent`), one step
@@ -209,19 +207,23 @@ class CID(Mechanism):
         return self.name, decoding.greedy
 
     def answer_group(self, lm: LanguageModel, asked: Sequence[Asked],
-                     listener: Listener | None = None) -> list[MechanismAnswer]:
-        """The answers of CID requests each under its own setting, decoded together
-        (:func:`answer_together`), plain CID's ledgers keeping each step's ex-post ε; each
-        released token announced as it is drawn, and each answer as soon as it ends where the
-        engine's floats need no replay. A served model's server samples the answers at λ = 1
-        and T = 1 without ε itself (plain decoding): released unscored, scored with and without
-        the documents by the answer's ``later``."""
-        by_server = [k for k, a in enumerate(asked) if _server_samples(lm, a)]
+                     listener: Listener | None = None, *, deployed: bool = True,
+                     context_caches: list[Any] | None = None, rescored: bool = False,
+                     use_cache: bool = True) -> list[MechanismAnswer]:
+        """The answers of CID requests each under its own setting (λ, ε, temperature, lengths;
+        all greedy or all sampled), decoded together in one batch with :meth:`answer`'s fast
+        paths; each released token announced as it is drawn, and each answer as soon as it
+        ends where the engine's floats need no replay. ``deployed`` (as the privacy proxy
+        answers): plain CID's ledgers keep each step's ex-post ε, and a served model's server
+        samples the answers at λ = 1 and T = 1 without ε itself (plain decoding), released
+        unscored, scored with and without the documents by the answer's ``later``; False (as
+        the influence run and the canary audit measure): neither."""
+        by_server = [k for k, a in enumerate(asked) if deployed and _server_samples(lm, a)]
         out = {k: _server_sampled(lm, asked[k], k, listener) for k in by_server}
         rest = [k for k in range(len(asked)) if k not in out]
         heard: dict[int, list[LedgerEntry]] = {k: [] for k in rest}
         early = listener is not None and not policy_of(lm).invariant
-        configs = {k: _cid(asked[k].mechanism).config(asked[k].decoding, ex_post=True)
+        configs = {k: _cid(asked[k].mechanism).config(asked[k].decoding, ex_post=deployed)
                    for k in rest}  # once per answer, not per token
 
         def on_entry(row: int, entry: LedgerEntry) -> None:
@@ -236,10 +238,17 @@ class CID(Mechanism):
                 ledger = _as_asked(ledger_of(heard[k], stopped, _decoded(config)), config)
                 listener.done(k, cid.answer_of(ledger, len(asked[k].request.documents)))
 
-        decoded = answer_together(lm, [(_cid(asked[k].mechanism), asked[k].request,
-                                        asked[k].decoding) for k in rest], ex_post=True,
-                                  on_entry=None if listener is None else on_entry)
-        out.update(zip(rest, decoded))
+        greedy = {asked[k].decoding.greedy for k in rest}
+        if len(greedy) > 1:
+            raise ValueError("CID answers together are all greedy or all sampled")
+        requests = [asked[k].request for k in rest]
+        jobs = [(r.prompt(r.documents), r.prompt([]), configs[k], r.seed)
+                for k, r in zip(rest, requests)]
+        ledgers = _generate_many(lm, jobs, use_cache=use_cache, sample=not greedy.pop(),
+                                 context_caches=context_caches, rescored=rescored,
+                                 on_entry=None if listener is None else on_entry) if jobs else []
+        out.update((k, _cid(asked[k].mechanism).answer_of(ledger, len(r.documents)))
+                   for k, r, ledger in zip(rest, requests, ledgers))
         return [out[k] for k in range(len(asked))]
 
     def figures(self, answer: MechanismAnswer, request: AnswerRequest,
@@ -264,26 +273,6 @@ class CID(Mechanism):
         return 2
 
 
-def answer_together(lm: LanguageModel, asked: Sequence[tuple[CID, AnswerRequest, Decoding]], *,
-                    context_caches: list[Any] | None = None, rescored: bool = False,
-                    on_entry: Callable[[int, LedgerEntry], None] | None = None,
-                    ex_post: bool = False) -> list[MechanismAnswer]:
-    """:meth:`CID.answer` of requests each under its own CID setting and decoding (λ, ε,
-    temperature, lengths; all greedy or all sampled), decoded together in one batch, as the
-    privacy proxy decodes the answers of concurrent clients; ``on_entry(k, entry)`` hears
-    request k's entries as they are drawn; ``ex_post``: plain CID's ledgers keep each step's
-    ex-post ε."""
-    greedy = {decoding.greedy for _, _, decoding in asked}
-    if len(greedy) > 1:
-        raise ValueError("answer_together: the requests must be all greedy or all sampled")
-    jobs = [(r.prompt(r.documents), r.prompt([]), cid.config(decoding, ex_post), r.seed)
-            for cid, r, decoding in asked]
-    ledgers = generate_cid_many(lm, jobs, sample=not greedy.pop(), context_caches=context_caches,
-                                rescored=rescored, on_entry=on_entry) if jobs else []
-    return [cid.answer_of(ledger, len(r.documents))
-            for ledger, (cid, r, _) in zip(ledgers, asked)]
-
-
 def _check(**settings: float | None) -> None:
     """:func:`~ctxleak.kernels.cid.check_cid_settings`, its error a :class:`ConfigError` with
     the same message and parameter."""
@@ -293,29 +282,15 @@ def _check(**settings: float | None) -> None:
         raise ConfigError(str(exc), param=exc.param) from None
 
 
-def generate_cid(lm: LanguageModel, prompt_context: Sequence[int], prompt_empty: Sequence[int],
-                 config: CIDConfig, seed: int, use_cache: bool = True,
-                 sample: bool = True, on_entry: Callable[[LedgerEntry], None] | None = None
-                 ) -> RowLedger:
-    """Draw one response by CID from the prompt with the context and the one without it
-    (``sample=False``: the most likely token of ``p̄_λ`` at each step, greedy CID).
-    ``on_entry``: called with each token's ledger entry as the token is drawn (the stopping EOS
-    too), in order, before the response is finished: what streams it."""
-    return generate_cid_many(lm, [(prompt_context, prompt_empty, config, seed)],
-                             use_cache=use_cache, sample=sample,
-                             on_entry=None if on_entry is None else lambda _row, e: on_entry(e)
-                             )[0]
-
-
 CIDJob = tuple[Sequence[int], Sequence[int], CIDConfig, int]
 """(prompt with the context, prompt without it, decoding settings, seed) of one example."""
 
 
-def generate_cid_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool = True,
-                      sample: bool = True, context_caches: list[Any] | None = None,
-                      rescored: bool = False,
-                      on_entry: Callable[[int, LedgerEntry], None] | None = None
-                      ) -> list[RowLedger]:
+def _generate_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool = True,
+                   sample: bool = True, context_caches: list[Any] | None = None,
+                   rescored: bool = False,
+                   on_entry: Callable[[int, LedgerEntry], None] | None = None
+                   ) -> list[RowLedger]:
     """One CID response (its ledger, row k for job k) per job, the two streams of every job
     decoded in one batched KV cache (:func:`~ctxleak.engine.generation.generate_many`); each
     job draws from its own seed, so its response does not depend on the other jobs in the
@@ -414,6 +389,5 @@ def _server_sampled(lm: LanguageModel, asked: Asked, k: int,
     return answer
 
 
-__all__ = ["CID", "CIDConfig", "CIDJob", "CID_NEEDS", "answer_together", "bounded_lambda",
-           "cid_combine", "cid_logprobs", "cid_route", "generate_cid", "generate_cid_many",
-           "ledger_of", "replay_cid"]
+__all__ = ["CID", "CIDConfig", "CIDJob", "CID_NEEDS", "bounded_lambda", "cid_combine",
+           "cid_logprobs", "cid_route", "ledger_of", "replay_cid"]

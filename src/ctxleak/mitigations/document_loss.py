@@ -50,14 +50,8 @@ from ctxleak.kernels.vote import (
 from ctxleak.mitigations.datastore import SIMILARITY_RANGE, Datastore
 from ctxleak.mitigations.dp_retrieval import threshold_grid, threshold_logprobs
 from ctxleak.mitigations.keywords import outcome_logprob
-from ctxleak.mitigations.mechanisms import (
-    AnswerRequest,
-    Decoding,
-    DocumentLoss,
-    Mechanism,
-    MechanismAnswer,
-    within_claim,
-)
+from ctxleak.mitigations.losses import within_claim
+from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding, DocumentLoss, Mechanism, MechanismAnswer
 
 #: The largest :attr:`DocumentLoss.check` a run reports a loss at: DP-RAG's recomputed
 #: log-probs within 1e-3 nats of the record (float32 forwards differ by about 1e-4), the

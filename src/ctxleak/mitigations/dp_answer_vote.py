@@ -49,17 +49,16 @@ from ctxleak.kernels.vote import (
     vote_scale,
 )
 from ctxleak.mitigations.datastore import Datastore
-from ctxleak.mitigations.dp_vote import _voter_documents, check_delta, check_eps, noise_generator
+from ctxleak.mitigations.dp_vote import check_delta, check_eps, noise_generator
 from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Claim,
     Decoding,
     DocumentLoss,
-    Loss,
-    Mechanism,
     MechanismAnswer,
     refuse_greedy,
 )
+from ctxleak.mitigations.sharded import ShardedVoters
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -105,13 +104,12 @@ def outcome_logprob(answers: Sequence[str], candidates: Sequence[str], released:
 
 
 @dataclass(frozen=True)
-class DPAnswerVote(Mechanism):
+class DPAnswerVote(ShardedVoters):
     """The answer vote (module docstring): ``shards`` voters, each reading ``per_voter``
     documents of its shard and answering greedily in at most ``answer_tokens`` tokens; one
     limited-domain step over their normalised answers at ``(eps, delta)`` per response."""
 
     name: ClassVar[str] = "dp-answer-vote"
-    min_documents: ClassVar[int] = 3
 
     eps: float
     shards: int
@@ -172,7 +170,7 @@ class DPAnswerVote(Mechanism):
     def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
                decoding: Decoding) -> list[MechanismAnswer]:
         refuse_greedy(self, decoding)
-        voters = [_voter_documents(self, r) for r in requests]
+        voters = [self.voter_documents(r) for r in requests]
         prompts = [p for r, (texts, _) in zip(requests, voters)
                    for p in [r.prompt(t) for t in texts] + [r.prompt([])]]
         raw = self._greedy(lm, prompts, decoding)
@@ -204,23 +202,6 @@ class DPAnswerVote(Mechanism):
                 documents_used=() if over_store else tuple(range(len(request.documents))),
                 datastore_used=tuple(dict.fromkeys(read))))
         return out
-
-    def document_charges(self, request: AnswerRequest, decoding: Decoding
-                         ) -> dict[str, Loss] | None:
-        """Over a datastore, ε to each document a voter reads, 0 to every other (removing a
-        document no voter reads leaves every voter's prompt unchanged)."""
-        if request.datastore is None:
-            return None
-        _, read = _voter_documents(self, request)
-        return dict.fromkeys(read, Loss(float(self.eps)))
-
-    def documents_needed(self) -> int:
-        """One document per shard."""
-        return self.shards
-
-    def streams(self, documents: int, over_datastore: bool) -> int:
-        """The voters, one per shard, and the question alone."""
-        return self.shards + 1
 
     def document_losses(self, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
                         documents: Sequence[str], decoding: Decoding) -> list[DocumentLoss]:

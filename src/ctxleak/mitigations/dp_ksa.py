@@ -1,12 +1,9 @@
 """DP-KSA, keyword-space aggregation ("Differentially Private Retrieval-Augmented Generation",
 Tang, Flemings, Wang and Annavaram), as a :class:`~ctxleak.mitigations.mechanisms.Mechanism`.
 
-1. Voters: as the DP votes partition them (:mod:`ctxleak.mitigations.dp_vote`), ``shards``
-   voters each read the ``per_voter`` best documents of their own shard of the request's
-   datastore for the question (relation "document" over the datastore: one document lives in
-   one shard and changes one voter), or, without a datastore, the request's documents dealt
-   into shards by position (relation "shard"). Each voter answers once, greedily, in at most
-   ``voter_tokens`` tokens, from the question and its documents.
+1. Voters: ``shards`` voters each read their shard (:mod:`~ctxleak.mitigations.sharded`, with
+   the relation each claim covers) and answer once, greedily, in at most ``voter_tokens``
+   tokens, from the question and its documents.
 2. Keywords: each voter's response gives a set of keywords
    (:func:`~ctxleak.mitigations.keywords.response_keywords`), and the histogram counts the
    voters holding each; one voter's change moves every count by at most 1.
@@ -38,7 +35,7 @@ from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
 from ctxleak.kernels.vote import laplace
 from ctxleak.mitigations.document_loss import ksa_loss
-from ctxleak.mitigations.dp_vote import _voter_documents, check_delta, check_eps, noise_generator
+from ctxleak.mitigations.dp_vote import check_delta, check_eps, noise_generator
 from ctxleak.mitigations.keywords import (
     keyword_counts,
     keywords_context,
@@ -52,10 +49,9 @@ from ctxleak.mitigations.mechanisms import (
     Claim,
     Decoding,
     DocumentLoss,
-    Loss,
-    Mechanism,
     MechanismAnswer,
 )
+from ctxleak.mitigations.sharded import ShardedVoters
 
 #: The noise site of the test (``noise_generator``'s tag): apart from the votes' 0 and 1.
 _TEST_TAG = 3
@@ -74,7 +70,7 @@ def voter_responses(mech: Any, lm: LanguageModel,
 
 
 @dataclass(frozen=True)
-class DPKSA(Mechanism):
+class DPKSA(ShardedVoters):
     """DP-KSA (module docstring): ``shards`` voters, the ``keywords`` most frequent keywords of
     their responses released by propose-test-release at ``(eps, delta)`` per response, the
     final answer decoded from the question and those keywords; ``voter_tokens``: each voter's
@@ -83,7 +79,7 @@ class DPKSA(Mechanism):
     (:func:`~ctxleak.mitigations.keywords.response_keywords`)."""
 
     name: ClassVar[str] = "dp-ksa"
-    min_documents: ClassVar[int] = 3
+    extra_streams: ClassVar[int] = 0  # the final answer is decoded after the voters
 
     eps: float
     shards: int
@@ -151,7 +147,7 @@ class DPKSA(Mechanism):
 
     def answer(self, lm: LanguageModel, requests: Sequence[AnswerRequest],
                decoding: Decoding) -> list[MechanismAnswer]:
-        voters = [_voter_documents(self, r) for r in requests]
+        voters = [self.voter_documents(r) for r in requests]
         texts = voter_responses(self, lm, [(r, docs) for r, (vs, _) in zip(requests, voters)
                                            for docs in vs])
         return self.answer_from(lm, requests, texts, decoding)
@@ -160,7 +156,7 @@ class DPKSA(Mechanism):
                     texts: Sequence[str], decoding: Decoding) -> list[MechanismAnswer]:
         """:meth:`answer` from the voters' responses ``texts`` (``shards`` per request, in
         order), as :func:`voter_responses` gives them: the release and the final answer."""
-        voters = [_voter_documents(self, r) for r in requests]
+        voters = [self.voter_documents(r) for r in requests]
         records, at = [], 0
         for r in requests:
             sets = [response_keywords(t, r.query, self.content_words)
@@ -195,23 +191,6 @@ class DPKSA(Mechanism):
         :func:`~ctxleak.mitigations.keywords.response_keywords`."""
         texts = voter_responses(self, lm, [(request, list(v)) for v in voters])
         return [response_keywords(t, request.query, self.content_words) for t in texts]
-
-    def document_charges(self, request: AnswerRequest, decoding: Decoding
-                         ) -> dict[str, Loss] | None:
-        """Over a datastore, the claim's ε for each document a voter reads, 0 for every other
-        (removing a document no voter reads leaves every voter's prompt unchanged)."""
-        if request.datastore is None:
-            return None
-        _, read = _voter_documents(self, request)
-        return dict.fromkeys(read, Loss(float(self.eps)))
-
-    def documents_needed(self) -> int:
-        """One document per shard."""
-        return self.shards
-
-    def streams(self, documents: int, over_datastore: bool) -> int:
-        """The voters' responses, one stream each (the final answer's one comes after)."""
-        return self.shards
 
     def document_losses(self, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
                         documents: Sequence[str], decoding: Decoding) -> list[DocumentLoss]:

@@ -61,13 +61,12 @@ from ctxleak.mitigations.dp_vote import (
     noise_generator,
     one_hot_logprobs,
 )
+from ctxleak.mitigations.losses import Events, Loss
 from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Claim,
     Decoding,
     DocumentLoss,
-    Events,
-    Loss,
     Mechanism,
     MechanismAnswer,
     refuse_greedy,

@@ -2,17 +2,9 @@
 Differential Privacy", Koga, Wu and Chaudhuri) as :class:`~ctxleak.mitigations.mechanisms.Mechanism`
 s decoded by the engine.
 
-Where the request gives the datastore (:class:`~ctxleak.mitigations.datastore.Datastore`), as
-the paper does, the datastore is partitioned into ``shards`` disjoint shards by a hash of each
-document's id, and each voter retrieves its ``per_voter`` best documents for the question from
-its own shard (BM25 over that shard alone): adding or removing one document of the datastore
-changes one voter's prompt, and the claim (relation "document") is over the datastore. Where
-the request gives only its retrieved list, that list is dealt into ``shards`` shards (document
-i in shard ``i mod shards``, by retrieval position) and the claim (relation "shard") covers
-changing one shard of that dealt list only: adding or removing one document shifts every later
-document's shard, so no document-level ε follows, and which documents were retrieved is
-outside it. Each voter's
-documents make one prompt; a last stream holds the prompt without retrieval. At every step each
+The voters read their shards of the datastore, or of the request's retrieved list, as
+:mod:`~ctxleak.mitigations.sharded` says (with the relation each claim then covers). Each
+voter's documents make one prompt; a last stream holds the prompt without retrieval. At every step each
 voter votes its most likely next token (each step's record keeps every voter's vote, ``votes``)
 and :func:`~ctxleak.kernels.vote.limited_domain` releases the winner, or abstains (⊥).
 
@@ -64,11 +56,10 @@ from ctxleak.mitigations.mechanisms import (
     AnswerRequest,
     Claim,
     Decoding,
-    Loss,
-    Mechanism,
     MechanismAnswer,
     refuse_greedy,
 )
+from ctxleak.mitigations.sharded import ShardedVoters
 
 #: What the mechanisms do when the vote abstains or the budget is spent.
 ABSTAIN_MODES = ("no-retrieval", "stop")
@@ -181,30 +172,6 @@ def _budget(votes: int, eps_token: float, eps_svt: float, delta: float, param: s
     return VoteBudget(votes, eps_token, delta_step, eps_svt, claim)
 
 
-def _voter_documents(mech: Any, request: AnswerRequest
-                     ) -> tuple[list[list[str]], tuple[str, ...]]:
-    """Each voter's document texts and the datastore ids read (module docstring): retrieved
-    from the voter's shard of the request's datastore, else dealt from its retrieved list."""
-    store, docs = request.datastore, request.documents
-    if store is None:  # the request's documents dealt into shards: document i in shard i mod m
-        if len(docs) < 2:
-            raise ConfigError(f"documents: {mech.name} needs several documents (one shard per "
-                              f"voter), got {len(docs)}", param="documents")
-        if mech.shards > len(docs):
-            raise ConfigError(f"shards: {mech.shards} shards need at least {mech.shards} "
-                              f"documents, the request has {len(docs)}", param="shards")
-        return [[d for i, d in enumerate(docs) if i % mech.shards == s]
-                for s in range(mech.shards)], ()
-    if not request.query.strip():
-        raise ConfigError(f"query: {mech.name} retrieves from the datastore for the question, "
-                          "and the request has none", param="query")
-    if mech.shards > len(store):
-        raise ConfigError(f"shards: {mech.shards} shards of {store.describe()} leave some "
-                          f"empty: at most {len(store)}", param="shards")
-    hits = store.shard_search(request.query, mech.shards, mech.per_voter)
-    return [[h.text for h in shard] for shard in hits], tuple(h.id for s in hits for h in s)
-
-
 def _vote_job(mech: Any, lm: LanguageModel, request: AnswerRequest, decoding: Decoding,
               budget: VoteBudget, voters: list[list[str]]) -> StreamJob:
     """The stream job of one response: ``shards`` voter streams and the no-retrieval stream;
@@ -274,14 +241,12 @@ def _decide(mech: Any, budget: VoteBudget, state: dict[str, Any], counts: torch.
     return None if token == ABSTAIN else token
 
 
-class _Voting(Mechanism):
-    """What the two votes share: the claim and the answer of their budget, the documents and
-    streams of their voters, and the noisy steps as methods (a test's broken variant overrides
+class _Voting(ShardedVoters):
+    """What the two votes share beyond their voters (:class:`ShardedVoters`): the claim and the
+    answer of their budget, and the noisy steps as methods (a test's broken variant overrides
     them)."""
 
-    min_documents: ClassVar[int] = 3
     domain: int
-    shards: int
     abstain: str
 
     def budget(self, decoding: Decoding) -> VoteBudget:
@@ -294,7 +259,7 @@ class _Voting(Mechanism):
                decoding: Decoding) -> list[MechanismAnswer]:
         refuse_greedy(self, decoding)
         budget = self.budget(decoding)
-        voters = [_voter_documents(self, r) for r in requests]
+        voters = [self.voter_documents(r) for r in requests]
         jobs = [_vote_job(self, lm, r, decoding, budget, texts)
                 for r, (texts, _) in zip(requests, voters)]
         gens = decode_jobs(lm, jobs, what=f"the {self.name} mechanism")
@@ -302,26 +267,6 @@ class _Voting(Mechanism):
         return [finish_answer(g, budget.claim, range(len(r.documents))) if r.datastore is None
                 else finish_answer(g, over_store, (), read)
                 for g, r, (_, read) in zip(gens, requests, voters)]
-
-    def document_charges(self, request: AnswerRequest, decoding: Decoding
-                         ) -> dict[str, Loss] | None:
-        """Over a datastore, the claim's ε for each document a voter reads (its shard's best
-        ``per_voter`` for the question, ranked by a score of the question and that document
-        alone), 0 for every other: removing a document no voter reads leaves every voter's
-        prompt, and so the answer's distribution, unchanged; adding it back the same."""
-        if request.datastore is None:
-            return None
-        _, read = _voter_documents(self, request)
-        loss = Loss(float(self.budget(decoding).claim.eps or 0.0))  # (ε, δ) steps: no Rényi
-        return dict.fromkeys(read, loss)
-
-    def documents_needed(self) -> int:
-        """One document per shard."""
-        return self.shards
-
-    def streams(self, documents: int, over_datastore: bool) -> int:
-        """The voters, one per shard, and the no-retrieval stream."""
-        return self.shards + 1
 
     def document_losses(self, lm: LanguageModel, request: AnswerRequest, answer: MechanismAnswer,
                         documents: Sequence[str], decoding: Decoding) -> list[DocumentLoss]:

@@ -7,7 +7,7 @@ log-probabilities ``log p̄_λ(y_t | D)`` and ``log p(y_t | ∅)`` at the decodi
 whole-context token influence ``|log p̄_λ(y_t|D) − log p(y_t|∅)|`` (Def. 3.1 with n = |D|) and, for
 bounded CID (App. B, Alg. 1), the token's ε. A :class:`RowLedger` holds one response's entries.
 It is the one record shape of CID: ctxleak's own decoding
-(:func:`~ctxleak.mitigations.cid.generate_cid_many`), the influence samples of
+(:meth:`~ctxleak.mitigations.cid.CID.answer`), the influence samples of
 ``samples.jsonl`` and the logits processor inside ``transformers``' ``generate``
 (:mod:`ctxleak.integrations.transformers`) all write it.
 

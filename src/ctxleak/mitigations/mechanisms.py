@@ -45,9 +45,9 @@ from typing import Any, ClassVar, Protocol
 
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.errors import ConfigError
-from ctxleak.mitigations.accounting import ComposedEvent, PrivacyEvent
 from ctxleak.mitigations.datastore import Datastore
 from ctxleak.mitigations.ledger import RowLedger
+from ctxleak.mitigations.losses import Events, Loss, within_claim
 
 #: The neighbouring relations a claim can cover, and what each means for the user.
 RELATIONS: Mapping[str, str] = {
@@ -185,36 +185,6 @@ class MechanismAnswer:
                        for v in (e.logp_context, e.logp_empty, e.influence, e.eps_ex_post))
 
 
-#: Rényi-DP events that compose to a loss: (event, how many runs of it).
-Events = tuple[tuple[PrivacyEvent, int], ...]
-
-
-def events_rdp(events: Events | None, order: float) -> float:
-    """The Rényi divergence at ``order`` of ``events`` composed (adding up, Theorem C.7 of
-    "Evaluating Privacy Leakage From In-Context Learning"); infinite where there are none (an
-    (ε, δ) mechanism without a Rényi curve)."""
-    if events is None:
-        return math.inf
-    import numpy as np
-
-    orders = np.asarray([float(order)])
-    return float(sum(float(ComposedEvent(e, n).rdp(orders)[0]) for e, n in events))
-
-
-@dataclass(frozen=True)
-class Loss:
-    """What one answer can cost one document: ``eps`` (its ε under basic composition, δ being
-    the claim's) and the Rényi-DP ``events`` it composes from (None: an (ε, δ) mechanism with
-    no Rényi curve, such as a vote's limited-domain steps)."""
-
-    eps: float
-    events: Events | None = None
-
-    def rdp(self, order: float) -> float:
-        """:func:`events_rdp` of this loss."""
-        return events_rdp(self.events, order)
-
-
 @dataclass(frozen=True)
 class Charge:
     """What an answer holds of each private document before it is decoded, and what it is
@@ -271,6 +241,10 @@ class Mechanism(Protocol):
     #: whether it may answer over a whole datastore (``AnswerRequest.datastore``), retrieving
     #: for itself, rather than from the documents a request gives
     over_datastore: ClassVar[bool] = True
+    #: the run options that set it in an influence sweep, where it is the run's own decoding
+    #: and not one of its listed mechanisms (CID: ``lambda_`` and ``bounded_eps``); none by
+    #: default
+    swept_by: ClassVar[tuple[str, ...]] = ()
 
     def key(self) -> str:
         """The mechanism and its parameters, e.g. ``dp-vote(eps=2,shards=4)``: a setting's
@@ -291,6 +265,13 @@ class Mechanism(Protocol):
                decoding: Decoding) -> list[MechanismAnswer]:
         """One answer per request, in order (the module docstring's contract)."""
         ...
+
+    def spent(self, composed_eps: float | None, released: int) -> tuple[Claim, int]:
+        """What one answer claims and the released tokens that paid for it, from the ε its CID
+        ledger composed (None: none) and its ``released`` tokens, the stopping EOS included
+        (default: no guarantee and nothing paid; a mechanism without a ledger states its claim
+        on its answer)."""
+        return Claim(None), 0
 
     def charge(self, decoding: Decoding) -> Charge:
         """What an answer reserves and is charged (default: its claim's ε per answer, and
@@ -389,17 +370,6 @@ def claim_of(mechanism: Mechanism, decoding: Decoding) -> Claim:
 @lru_cache(maxsize=256)
 def _kept_claim(mechanism: Mechanism, decoding: Decoding) -> Claim:  # claim_of's cache
     return mechanism.claim(decoding)
-
-
-#: Headroom on the claim for float noise when reading whether a loss is within it (nats).
-WITHIN_TOLERANCE = 1e-9
-
-
-def within_claim(loss: float, eps: float | None) -> bool:
-    """``|loss| ≤ ε`` of a claim (None: no claim, never within). Beyond it is not by itself a
-    broken claim: an (ε, δ) claim bounds the loss's tail through δ (and a Rényi-DP conversion
-    more loosely than δ itself), so a rare loss above ε is allowed; many are not."""
-    return eps is not None and abs(loss) <= float(eps) + WITHIN_TOLERANCE
 
 
 @dataclass(frozen=True)

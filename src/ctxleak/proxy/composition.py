@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.accounting import DEFAULT_ORDERS, rdp_budget, rdp_to_approx_dp
-from ctxleak.mitigations.mechanisms import Events, events_rdp
+from ctxleak.mitigations.losses import Events, events_rdp
 from ctxleak.proxy.budgets import Budgets
 
 #: The compositions a proxy may keep its ledger in.

@@ -24,7 +24,8 @@ from ctxleak.errors import ConfigError
 from ctxleak.methods.attacks.canary import attack_score, plant_canaries, summarize_trials
 from ctxleak.methods.attacks.lower_bound import VIOLATED
 from ctxleak.methods.influence.data import load_examples
-from ctxleak.mitigations.mechanisms import Mechanism, MechanismAnswer, claim_of, within_claim
+from ctxleak.mitigations.losses import within_claim
+from ctxleak.mitigations.mechanisms import Mechanism, MechanismAnswer, claim_of
 from ctxleak.testing.bench import (
     DIGITS,
     DOCUMENTS,

@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers.cid_ledgers import cid_ledgers
 
 import ctxleak
 from ctxleak.engine.batching import BatchPolicy, using
@@ -102,14 +103,14 @@ def test_replayed_cid_floats_equal_the_generation_ones(llama_lm):
     """The recomputed (per-example, teacher-forced) log-probs, λ_t and ε describe the
     distributions the response was drawn from: equal to the generation's own to float noise."""
     from ctxleak.methods.influence.data import InfluenceExample, prompt_parts
-    from ctxleak.mitigations.cid import CIDConfig, generate_cid_many, replay_cid
+    from ctxleak.mitigations.cid import CIDConfig, replay_cid
 
     parts = [prompt_parts(llama_lm, InfluenceExample(**d, reference=None, task="qa"))[0]
              for d in _docs(4)]
     for config in (CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=8, min_new_tokens=3),
                    CIDConfig(lam=1.5, temperature=0.8, max_new_tokens=8, min_new_tokens=3,
                              bounded_eps=2.0)):
-        gens = generate_cid_many(llama_lm, [(p.full, p.empty, config, 10 + k)
+        gens = cid_ledgers(llama_lm, [(p.full, p.empty, config, 10 + k)
                                             for k, p in enumerate(parts)])
         for p, gen in zip(parts, gens):
             again = replay_cid(llama_lm, p.full, p.empty, config, gen)

@@ -26,8 +26,9 @@ from ctxleak.methods.attacks.lower_bound import CONFIDENCE, SPLIT_HALF, document
 from ctxleak.methods.influence.data import load_examples, resolve_data
 from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
-from ctxleak.mitigations.cid import CIDConfig, answer_together
+from ctxleak.mitigations.cid import CID, CIDConfig
 from ctxleak.mitigations.ledger import RowLedger
+from ctxleak.mitigations.mechanisms import AnswerRequest, Asked
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, ParamsMethod, Plan, batches_by_cost
 
@@ -97,10 +98,13 @@ def measure_trials(lm: LanguageModel, trials: Sequence[CanaryTrial],
     """Each trial's record (:func:`trial_record`) under its own decoding setting, all responses
     drawn by CID in one batched KV cache, each from its own seed (``seed``, trial number). The
     audit reads only the tokens, so the ledgers' floats are not replayed one by one."""
-    asked = [config.ask(trial.parts(lm, config.max_new_tokens), (trial.context,),
-                        derive_seed(seed, trial.trial))
-             for trial, config in zip(trials, configs, strict=True)]
-    answers = answer_together(lm, asked, rescored=True)
+    asked = []
+    for trial, config in zip(trials, configs, strict=True):
+        cid, decoding = config.as_mechanism()
+        prompt = trial.parts(lm, config.max_new_tokens).prompt_of((trial.context,))
+        request = AnswerRequest((trial.context,), prompt, derive_seed(seed, trial.trial))
+        asked.append(Asked(cid, request, decoding))
+    answers = CID().answer_group(lm, asked, deployed=False, rescored=True)
     # CID's answers always carry their ledger
     return [trial_record(lm, t, cast(RowLedger, a.ledger)) for t, a in zip(trials, answers)]
 

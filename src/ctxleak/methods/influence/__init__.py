@@ -22,7 +22,6 @@ from ctxleak.mitigations.cid import (
                                            bounded_lambda,
                                            cid_combine,
                                            cid_logprobs,
-                                           generate_cid,
 )
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 
@@ -39,7 +38,6 @@ __all__ = [
                                            "bounded_lambda",
                                            "cid_combine",
                                            "cid_logprobs",
-                                           "generate_cid",
                                            "load_examples",
                                            "measure_example",
                                            "next_token_unigram_influence",

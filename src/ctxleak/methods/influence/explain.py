@@ -19,8 +19,9 @@ from ctxleak.methods.influence.ngrams import (
     window_influence,
     windows,
 )
-from ctxleak.mitigations.cid import CIDConfig, answer_together
+from ctxleak.mitigations.cid import CIDConfig
 from ctxleak.mitigations.ledger import RowLedger
+from ctxleak.mitigations.mechanisms import AnswerRequest
 from ctxleak.mitigations.prompts import TASK_TEMPLATES, document_parts
 from ctxleak.run.method import ItemIds, Method, Plan
 from ctxleak.run.options import RunOptions
@@ -58,7 +59,9 @@ def explain_prompt(lm: LanguageModel, context: str, query: str, *, task: str = "
     first response token, the context tokens and the ``top`` n-grams by influence."""
     parts, dropped = document_parts(lm, (context,), query, template or TASK_TEMPLATES[task],
                                     reserve=config.max_new_tokens)
-    [answer] = answer_together(lm, [config.ask(parts, (context,), derive_seed(seed, 0))])
+    cid, decoding = config.as_mechanism()
+    request = AnswerRequest((context,), parts.prompt_of((context,)), derive_seed(seed, 0))
+    [answer] = cid.answer(lm, [request], decoding)
     response = cast(RowLedger, answer.ledger)  # CID's answers carry their ledger
     if not response.response_ids:
         raise ConfigError("the model ended its response at once: raise min_new_tokens or try "

@@ -59,7 +59,6 @@ from ctxleak.methods.influence.pipeline import (
     score_drawn,
 )
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
-from ctxleak.mitigations.cid import CID
 from ctxleak.mitigations.datastore import (
     BUNDLED_DATASTORES,
     Datastore,
@@ -105,10 +104,11 @@ def mechanism_list(value: Any) -> tuple[Mechanism, ...]:
     out: dict[str, Mechanism] = {}
     for item in items:
         mechanism = parse_mechanism(item)
-        if isinstance(mechanism, CID):  # the run's own decoding: a setting of its sweep
+        if mechanism.swept_by:  # the run's own decoding: a setting of its sweep
+            first, *more = mechanism.swept_by
+            give = first + "".join(f" (and {name})" for name in more)
             raise ConfigError(f"{PARAM}: {mechanism.key()} is the run's own decoding: give "
-                              "lambda_ (and bounded_eps) instead", param=PARAM,
-                              also=("lambda_", "bounded_eps"))
+                              f"{give} instead", param=PARAM, also=mechanism.swept_by)
         if mechanism.key() in out:
             raise ConfigError(f"{PARAM} lists {mechanism.key()} twice: each setting once",
                               param=PARAM)
@@ -307,11 +307,11 @@ def claim_fields(claim: Claim, tokens_paid: int) -> dict[str, Any]:
 
 
 def cid_claim(setting: Setting, record: dict[str, Any]) -> dict[str, Any]:
-    """The claim of an answer the setting's CID decoded (:meth:`~ctxleak.mitigations.cid.CID.spent`)
-    from its record: its composed ε and its released tokens (the stopping EOS included)."""
+    """The claim of an answer the setting's mechanism decoded by CID
+    (:meth:`~ctxleak.mitigations.mechanisms.Mechanism.spent`) from its record: its composed ε
+    and its released tokens (the stopping EOS included)."""
     released = len(record.get("response_ids") or ()) + int(bool(record.get("stopped_on_eos")))
-    return claim_fields(*CID(setting.lam, setting.bounded_eps).spent(record.get("composed_eps"),
-                                                                      released))
+    return claim_fields(*setting.mechanism.spent(record.get("composed_eps"), released))
 
 
 def claim_summary(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:

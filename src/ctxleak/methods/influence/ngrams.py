@@ -298,7 +298,7 @@ def next_token_unigram_influence(lm: LanguageModel, parts: PromptParts, prefix: 
 
     The token follows ``prefix`` (response tokens already generated), so it is scored with the
     distribution it was sampled from: EOS masked when ``len(prefix) < min_new_tokens``, as in
-    :func:`~ctxleak.mitigations.cid.generate_cid`, at the same λ and T.
+    :meth:`~ctxleak.mitigations.cid.CID.answer`, at the same λ and T.
     """
     spans = windows(len(parts.context), 1)
     empty = None if parts.empty_ids is None else parts.empty_ids + tuple(prefix)

@@ -45,7 +45,7 @@ from ctxleak.methods.influence.ngrams import (
 )
 from ctxleak.methods.influence.roads import ANSWERS, road
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
-from ctxleak.mitigations.cid import answer_together
+from ctxleak.mitigations.cid import CID
 from ctxleak.mitigations.ledger import RowLedger
 
 #: The control examples of each job, nearest first (empty: the job has none).
@@ -84,7 +84,7 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceO
                      cost: ControlCost | None = None,
                      decoys: Decoys | None = None) -> list[dict[str, Any]]:
     """Measure several (example, setting, seed) together, one JSON record each, in order: their
-    responses asked of CID's mechanism (:func:`~ctxleak.mitigations.cid.answer_together`) and
+    responses asked of CID's mechanism (:meth:`~ctxleak.mitigations.cid.CID.answer_group`) and
     decoded in one batched KV cache (each from its own seed, so its tokens do not depend on the
     batch), then the n-gram windows scored
     (:func:`~ctxleak.methods.influence.ngrams.window_influence_many`). The model's batching
@@ -111,10 +111,10 @@ def measure_examples(lm: LanguageModel, jobs: Sequence[Job], options: InfluenceO
     rescored = options.ngram is not None and options.bounded_eps is None
     caches: list[Any] | None = [] if hand_over_prefill and options.ngram is not None \
         and options.reuse_prefix else None
-    answers = answer_together(lm, [options.cid(setting).ask(p, (ex.context,), seed,
-                                                            greedy=options.greedy)
-                                   for (p, _), (ex, setting, seed) in zip(parts, jobs)],
-                              context_caches=caches, rescored=rescored)
+    asked = [options.asked(setting, p, (ex.context,), seed)
+             for (p, _), (ex, setting, seed) in zip(parts, jobs)]
+    answers = CID().answer_group(lm, asked, deployed=False, context_caches=caches,
+                                 rescored=rescored)
     responses = [cast(RowLedger, a.ledger) for a in answers]  # CID's answers carry their ledger
     todo = [k for k, r in enumerate(responses) if r.response_ids]
     spans_of = [passage_spans(lm, ex, len(p.context)) for (ex, _, _), (p, _) in zip(jobs, parts)]

@@ -13,7 +13,8 @@ import numpy as np
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import CID, CIDConfig
-from ctxleak.mitigations.mechanisms import Mechanism
+from ctxleak.mitigations.mechanisms import AnswerRequest, Asked, Mechanism
+from ctxleak.mitigations.prompts import PromptParts
 
 #: How the sweep grammar writes "no bound" (plain CID) in an ε list; ``inf`` means the same.
 NO_BOUND = "none"
@@ -88,6 +89,14 @@ class InfluenceOptions:
         return CIDConfig(lam=setting.lam, temperature=setting.temperature,
                          max_new_tokens=self.max_new_tokens, min_new_tokens=self.min_new_tokens,
                          bounded_eps=eps)
+
+    def asked(self, setting: Setting, parts: PromptParts, documents: Sequence[str],
+              seed: int) -> Asked:
+        """One response asked of CID at ``setting`` (:meth:`cid`; greedy where these options
+        say so) from the prompt ``parts`` holding ``documents``, drawn from ``seed``."""
+        cid, decoding = self.cid(setting).as_mechanism(self.greedy)
+        request = AnswerRequest(tuple(documents), parts.prompt_of(documents), seed)
+        return Asked(cid, request, decoding)
 
 
 def round_floats(values: Sequence[float] | np.ndarray, digits: int = 6) -> list[float]:
