@@ -2,8 +2,9 @@
 
 DP-KSA ("Differentially Private Retrieval-Augmented Generation", Tang, Flemings, Wang and
 Annavaram; :class:`ctxleak.mitigations.dp_ksa.DPKSA`) releases the most frequent keyword of its
-voters' responses by propose-test-release and answers from the question and that keyword. The
-rule, fixed before the run: ε = 10 per response, δ = 1e-4, 32 voters (shards of
+voters' responses by propose-test-release and answers from the question and that keyword.
+
+Two rules, each fixed before a run. Both: ε = 10 per response, δ = 1e-4, 32 voters (shards of
 ``demo-datastore``), each reading its shard's best document and answering greedily in at most
 24 tokens, 1 keyword released, the final answer greedy in at most 24 tokens (EOS allowed from
 the first), the ``short-answer`` chat prompt; every common-fact question (30), then the first
@@ -11,11 +12,17 @@ the first), the ``short-answer`` chat prompt; every common-fact question (30), t
 document is recomputed from its steps (:func:`ctxleak.mitigations.document_loss.document_loss`)
 and read against the claim.
 
-One variant is read from the same voters' responses (no second generation) and its own final
-answer: ``content_words=false``, where a response without a name or number gives no keyword.
-It was added after the first question of the run showed the rule's fallback to content words
-outvoting the answer (``dedicated``, 7 voters, over ``19 May``, 6): it is a reading after the
-fact, not the rule fixed in advance.
+- ``rule 1`` (fixed 2026-11-29, before the first run): content words as the keywords of a
+  response without a name or number; the final answer decoded from the question and
+  "Keywords: …".
+- ``rule 2`` (fixed 2026-11-29, after the first run and before the second, from what the
+  first run's misses showed on these same 30 questions, so not a held-out result):
+  ``content_words=false`` (a response without a name or number gives no keyword) and
+  ``keyword_first=true`` (the final answer opens with the released keyword). The private
+  questions are answered by rule 2.
+
+Both read the same voters' responses (one generation per voter). The headline of the second
+run is rule 2's count.
 
 An answer is right when the SQuAD-normalised reference appears in it as whole words
 (:func:`ctxleak.methods.tradeoff.utility.answer_match`).
@@ -45,7 +52,11 @@ def main() -> None:
     parser.add_argument("--common", type=int, default=30, help="common-fact questions")
     parser.add_argument("--private", type=int, default=16, help="private-fact questions")
     args = parser.parse_args()
-    mech = DPKSA(eps=EPS, shards=SHARDS, delta=DELTA, keywords=KEYWORDS, voter_tokens=TOKENS)
+    rules = {"rule 1": DPKSA(eps=EPS, shards=SHARDS, delta=DELTA, keywords=KEYWORDS,
+                             voter_tokens=TOKENS),
+             "rule 2": DPKSA(eps=EPS, shards=SHARDS, delta=DELTA, keywords=KEYWORDS,
+                             voter_tokens=TOKENS, content_words=False, keyword_first=True)}
+    mech = rules["rule 1"]
     decoding = Decoding(temperature=1.0, max_new_tokens=TOKENS, min_new_tokens=1, greedy=True)
     options = InfluenceOptions(max_new_tokens=TOKENS, min_new_tokens=1)
     lm, common, store = datastore_questions("common", args.common)
@@ -54,16 +65,14 @@ def main() -> None:
           f"(ε = {EPS:g}, δ = {DELTA:g}) per response over the datastore's documents; "
           f"threshold {mech.threshold():.3f} (distance)")
     start = time.perf_counter()
-    variant = DPKSA(eps=EPS, shards=SHARDS, delta=DELTA, keywords=KEYWORDS,
-                    voter_tokens=TOKENS, content_words=False)
-    right = {"rule": 0, "named only": 0}
-    released = {"rule": 0, "named only": 0}
+    right = dict.fromkeys(rules, 0)
+    released = dict.fromkeys(rules, 0)
     for k, ex in enumerate(common):
         request = answer_request(lm, (ex, Setting(1.0, 1.0, mechanism=mech), 1000 + k), options,
                                  store)
         voters, _ = mech.voter_documents(request)
         texts = voter_responses(mech, lm, [(request, docs) for docs in voters])
-        for name, m in (("rule", mech), ("named only", variant)):
+        for name, m in rules.items():
             answer = m.answer_from(lm, [request], texts, decoding)[0]
             text = lm.decode(list(answer.response_ids))
             ok = answer_match(text, ex.reference or "")
@@ -83,6 +92,7 @@ def main() -> None:
         print(f"COMMON [{name}]: {right[name]} of {len(common)} right ({right[name] / n:.0%}), "
               f"keywords released for {released[name]}; {time.perf_counter() - start:.0f} s",
               flush=True)
+    mech = rules["rule 2"]
     within = beyond = skipped = 0
     worst = 0.0
     for k, ex in enumerate(private):

@@ -237,3 +237,44 @@ def test_named_and_keyed():
     assert mech.key() == "dp-ksa(eps=2,shards=4,delta=0.0001,keywords=2)"
     assert parse_mechanism(mech.key()) == mech
     assert mech.streams(10, over_datastore=True) == 4 and mech.documents_needed() == 4
+
+
+def test_keyword_first_opens_the_answer_with_the_release_and_keeps_the_claim(copier):
+    plain = DPKSA(eps=10, shards=6, voter_tokens=4)
+    first = DPKSA(eps=10, shards=6, voter_tokens=4, keyword_first=True)
+    assert first.key() == "dp-ksa(eps=10,shards=6,delta=0.0001,voter_tokens=4,keyword_first=true)"
+    assert parse_mechanism(first.key()) == first
+    requests = [_request(copier, seed=s) for s in range(6)]
+    dec = Decoding(temperature=0.8, max_new_tokens=8, min_new_tokens=1)
+    for a, b, r in zip(plain.answer(copier, requests, dec), first.answer(copier, requests, dec),
+                       requests):
+        # the same release (the voters and the test do not see the final step)
+        assert b.steps[0] == a.steps[0] and (b.claim, b.tokens_paid) == (a.claim, 0)
+        released = a.steps[0]["released"]
+        if not released:  # an abstention: the question's own answer, as without the option
+            assert b.response_ids == a.response_ids
+            continue
+        opening = copier.encode(", ".join(released))
+        assert list(b.response_ids[:len(opening)]) == opening
+        assert len(b.response_ids) <= 8 and [s["token_id"] for s in b.steps[1:]] == \
+            list(b.response_ids)
+        # the rest is the model's own continuation of the final prompt and the opening,
+        # drawn from the request's seed as a plain answer is
+        from ctxleak.engine.generation import sample
+
+        prompt = list(r.prompt([keywords_context(released)])) + opening
+        again = sample(copier, [prompt], [r.seed], temperature=0.8,
+                       max_new_tokens=8 - len(opening), min_new_tokens=0)[0][0]
+        assert list(b.response_ids[len(opening):]) == list(again.token_ids)
+        assert b.stopped_on_eos == again.stopped_on_eos
+    assert any(a.steps[0]["released"] for a in plain.answer(copier, requests, dec))
+    # an opening longer than the answer's tokens is cut, and nothing is decoded after it
+    short = first.answer(copier, requests, Decoding(temperature=0.8, max_new_tokens=2,
+                                                    min_new_tokens=1))
+    for b in short:
+        if b.steps[0]["released"]:
+            assert list(b.response_ids) == \
+                copier.encode(", ".join(b.steps[0]["released"]))[:2]
+            assert not b.stopped_on_eos
+    with pytest.raises(ConfigError, match="^keyword_first: 'yes' is not true or false"):
+        DPKSA(eps=1, shards=4, keyword_first="yes")

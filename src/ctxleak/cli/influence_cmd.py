@@ -233,7 +233,9 @@ def explain(
 
 @influence_app.command("frontier")
 def frontier_cmd(
-    run: str = typer.Argument(..., help="The run folder of an influence sweep."),
+    runs: list[str] = typer.Argument(..., help="The run folder of an influence sweep; several "
+                                     "join their settings on one frontier (the same "
+                                     "questions, model and options)."),
     audit: list[str] = typer.Option([], "--audit", help="The run folder of a canary audit "
                                     "(ctxleak canary) of one of the sweep's settings; its "
                                     "attack's ε lower bound joins that setting's row. "
@@ -241,22 +243,26 @@ def frontier_cmd(
     keep: float = typer.Option(0.9, "--keep", help="Share of the best utility the "
                                "recommendation must keep, in (0, 1]."),
 ) -> None:
-    """The privacy–utility frontier of a finished sweep, with the ε lower bounds of canary
-    audits beside each setting's guarantee (no model is loaded)."""
+    """The privacy–utility frontier of a finished sweep, or of runs measured apart, with the ε
+    lower bounds of canary audits beside each setting's guarantee (no model is loaded)."""
     import ctxleak
     from ctxleak.cli.output import plain_output
     from ctxleak.errors import ConfigError
     from ctxleak.report.frontier import print_frontier
     from ctxleak.results.influence import InfluenceResult
 
-    result = ctxleak.load_result(run)
-    if not isinstance(result, InfluenceResult):
-        raise ConfigError(f"{run} is a {result.config.get('command')} run, not an influence "
-                          f"sweep", param="run")
-    front = result.frontier_summary(keep, [ctxleak.load_result(a) for a in audit])
+    results = [ctxleak.load_result(run) for run in runs]
+    for run, result in zip(runs, results):
+        if not isinstance(result, InfluenceResult):
+            raise ConfigError(f"{run} is a {result.config.get('command')} run, not an "
+                              f"influence sweep", param="run")
+    first = results[0]
+    assert isinstance(first, InfluenceResult)
+    front = first.frontier_summary(keep, [ctxleak.load_result(a) for a in audit], results[1:])
     if not front.get("rows") or len(front["rows"]) < 2:
-        raise ConfigError(f"{run} measured one setting: a frontier needs a sweep (--lambda "
-                          f"0,0.5,1, --bounded-eps 2,8 or --mechanism)", param="run")
+        raise ConfigError(f"{' and '.join(runs)} measured one setting: a frontier needs a "
+                          f"sweep (--lambda 0,0.5,1, --bounded-eps 2,8 or --mechanism)",
+                          param="run")
     print_frontier(front, plain=plain_output())
 
 

@@ -13,7 +13,11 @@ Tang, Flemings, Wang and Annavaram), as a :class:`~ctxleak.mitigations.mechanism
    noisy step is (ε, δ)-DP, so the claim per response is (ε, δ).
 4. The final answer is decoded from the question and the released keywords only (the
    keywords in the prompt's document slot, no document), with the request's decoding
-   (greedy honoured: it post-processes what was released).
+   (greedy honoured: it post-processes what was released). With ``keyword_first`` the answer
+   opens with the released keywords, joined by ", ", and the model continues from them: a
+   small model given "Keywords: Orrin Theatre." can still answer without the name, and the
+   paper leaves the final step's form open. It reads only what was released and the
+   question, so the claim is unchanged.
 
 The steps: a first record of the release (every voter's keyword set ``voter_keywords``, the
 top counts ``top_counts``, the gap, the distance, the threshold, whether the test passed and
@@ -76,7 +80,8 @@ class DPKSA(ShardedVoters):
     final answer decoded from the question and those keywords; ``voter_tokens``: each voter's
     response length; ``per_voter``: the documents each voter retrieves from its shard;
     ``content_words``: whether a response without a name or number gives its content words
-    (:func:`~ctxleak.mitigations.keywords.response_keywords`)."""
+    (:func:`~ctxleak.mitigations.keywords.response_keywords`); ``keyword_first``: whether the
+    final answer opens with the released keywords (module docstring, step 4)."""
 
     name: ClassVar[str] = "dp-ksa"
     extra_streams: ClassVar[int] = 0  # the final answer is decoded after the voters
@@ -88,6 +93,7 @@ class DPKSA(ShardedVoters):
     voter_tokens: int = 24
     per_voter: int = 1
     content_words: bool = True
+    keyword_first: bool = False
 
     def __post_init__(self) -> None:
         check_eps(self.eps)
@@ -100,9 +106,10 @@ class DPKSA(ShardedVoters):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{name}: {value!r} is not an integer >= {least} ({why})",
                                   param=name)
-        if not isinstance(self.content_words, bool):
-            raise ConfigError(f"content_words: {self.content_words!r} is not true or false",
-                              param="content_words")
+        for name in ("content_words", "keyword_first"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}: {getattr(self, name)!r} is not true or false",
+                                  param=name)
 
     def key(self) -> str:
         extras = "".join(f",{n}={getattr(self, n)}" for n, default in (
@@ -110,6 +117,8 @@ class DPKSA(ShardedVoters):
             if getattr(self, n) != default)
         if not self.content_words:
             extras += ",content_words=false"
+        if self.keyword_first:
+            extras += ",keyword_first=true"
         return f"dp-ksa(eps={self.eps:g},shards={self.shards},delta={self.delta:g}{extras})"
 
     def describe(self) -> str:
@@ -165,23 +174,56 @@ class DPKSA(ShardedVoters):
             records.append(self.release(r, sets))
         prompts = [list(r.prompt([keywords_context(rec["released"])] if rec["released"]
                                  else [])) for r, rec in zip(requests, records)]
-        temperature = 0.0 if decoding.greedy else decoding.temperature
-        gens = sample(lm, prompts, [r.seed for r in requests], temperature=temperature,
-                      max_new_tokens=decoding.max_new_tokens,
-                      min_new_tokens=decoding.min_new_tokens)
+        openings = [self.opening(lm, rec["released"], decoding.max_new_tokens)
+                    for rec in records]
+        gens = self._continued(lm, requests, prompts, openings, decoding)
         out = []
         for r, (_, read), rec, g in zip(requests, voters, records, gens):
-            gen = g[0]
+            ids, stopped = g
             source = "keywords" if rec["released"] else "question only"
             steps = (rec, *({"step": t, "token_id": int(tok), "paid": False, "eps_step": 0.0,
-                             "source": source} for t, tok in enumerate(gen.token_ids)))
+                             "source": source} for t, tok in enumerate(ids)))
             claim = Claim(eps=float(self.eps), delta=float(self.delta),
                           relation="shard" if r.datastore is None else "document")
             out.append(MechanismAnswer(
-                response_ids=tuple(int(t) for t in gen.token_ids),
-                stopped_on_eos=gen.stopped_on_eos, claim=claim, tokens_paid=0, steps=steps,
+                response_ids=tuple(int(t) for t in ids),
+                stopped_on_eos=stopped, claim=claim, tokens_paid=0, steps=steps,
                 documents_used=tuple(range(len(r.documents))) if r.datastore is None else (),
                 datastore_used=tuple(dict.fromkeys(read))))
+        return out
+
+    def opening(self, lm: LanguageModel, released: Sequence[str] | None, most: int
+                ) -> list[int]:
+        """The tokens the final answer opens with: the released keywords joined by ", "
+        under ``keyword_first`` (at most ``most`` tokens), else none."""
+        if not (self.keyword_first and released):
+            return []
+        return lm.encode(", ".join(released))[:most]
+
+    @staticmethod
+    def _continued(lm: LanguageModel, requests: Sequence[AnswerRequest],
+                   prompts: Sequence[list[int]], openings: Sequence[list[int]],
+                   decoding: Decoding) -> list[tuple[list[int], bool]]:
+        """Each final answer's token ids and whether it stopped on EOS: its opening, then the
+        model's continuation of ``prompt + opening`` in the tokens the decoding leaves (EOS
+        masked until the answer holds ``min_new_tokens``), answers of one opening length
+        decoded together."""
+        temperature = 0.0 if decoding.greedy else decoding.temperature
+        out: list[tuple[list[int], bool]] = [([], False)] * len(requests)
+        for length in sorted({len(o) for o in openings}):
+            at = [i for i, o in enumerate(openings) if len(o) == length]
+            left = decoding.max_new_tokens - length
+            if left <= 0:
+                for i in at:
+                    out[i] = (list(openings[i]), False)
+                continue
+            gens = sample(lm, [prompts[i] + openings[i] for i in at],
+                          [requests[i].seed for i in at], temperature=temperature,
+                          max_new_tokens=left,
+                          min_new_tokens=max(0, decoding.min_new_tokens - length))
+            for i, g in zip(at, gens):
+                out[i] = (list(openings[i]) + [int(t) for t in g[0].token_ids],
+                          g[0].stopped_on_eos)
         return out
 
     def keyword_sets(self, lm: LanguageModel, request: AnswerRequest,

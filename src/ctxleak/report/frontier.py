@@ -145,10 +145,13 @@ def frontier_plots(front: Mapping[str, Any] | None) -> dict[str, bytes]:
 
 def notes(front: Mapping[str, Any]) -> list[str]:
     """The recommendation, the questions utility and leak were read on where the sweep split
-    them by fact group, the fallback note where privacy is not above a control, then the
-    settings skipped because a figure is not finite, each with its reason."""
+    them by fact group, the fallback note where privacy is not above a control, the settings
+    measured by two joined runs, then the settings skipped because a figure is not finite,
+    each with its reason."""
     got = Frontier.read(front)
     out = [f"Recommendation: {got.recommendation}"]
+    for line in front.get("joined") or ():
+        out.append(f"Joined runs: {line}.")
     if got.fact_note:
         out.append(f"Fact groups: {got.fact_note}.")
     if got.privacy_note:

@@ -15,6 +15,7 @@ from ctxleak.methods.influence.units import UNITS, likelihood_ratio
 from ctxleak.methods.tradeoff.frontier import COLUMNS, KEEP, frontier
 from ctxleak.report.views import INFLUENCE
 from ctxleak.results.base import Result, import_pandas
+from ctxleak.results.joined import join_runs
 from ctxleak.results.tables import DocumentTable
 
 
@@ -119,7 +120,8 @@ class InfluenceResult(Result):
         return self._frame(rows, ["id", "setting", "lambda", "temperature", "passage", "text",
                                   "start", "end", "influence", "rank"])
 
-    def frontier(self, keep: float = KEEP, audits: Sequence[Any] = ()) -> Any:
+    def frontier(self, keep: float = KEEP, audits: Sequence[Any] = (),
+                 joined: Sequence[Any] = ()) -> Any:
         """The privacy–utility frontier, one row per setting (:mod:`~ctxleak.methods.influence.
         frontier`): privacy loss (influence above the control per token, nats, with its
         interval), bounded CID's ε per response, utility (F1, else ROUGE-L) and its paired
@@ -128,29 +130,39 @@ class InfluenceResult(Result):
 
         ``audits``: canary audits (:func:`ctxleak.canary_audit` results) of some of the
         settings; each fills ``eps_lower``, the ε its attack demonstrated, on the row of the
-        same λ, T and ε (a second privacy axis beside the guarantee)."""
-        got = self.frontier_summary(keep, audits)
+        same λ, T and ε (a second privacy axis beside the guarantee).
+
+        ``joined``: other influence runs over the same questions, model and options (their
+        results, e.g. ``ctxleak.load_result`` of their folders; :mod:`ctxleak.results.joined`),
+        whose settings join this run's on one frontier; ``frame.attrs["joined"]`` lists the
+        settings measured twice."""
+        got = self.frontier_summary(keep, audits, joined)
         frame = self._frame(list(got["rows"]), list(COLUMNS))
         frame.attrs.update({k: got.get(k) for k in ("privacy", "privacy_unit", "privacy_note",
-                                                    "utility", "keep", "recommendation")})
+                                                    "utility", "keep", "recommendation",
+                                                    "joined")})
         return frame
 
-    def frontier_summary(self, keep: float = KEEP, audits: Sequence[Any] = ()) -> dict[str, Any]:
+    def frontier_summary(self, keep: float = KEEP, audits: Sequence[Any] = (),
+                         joined: Sequence[Any] = ()) -> dict[str, Any]:
         """:meth:`frontier` as plain data (``summary["frontier"]``'s shape: ``rows``,
-        ``recommendation``, ``privacy``, ``utility``, ``keep``), recomputed where ``keep`` or
-        ``audits`` ask for it. An audit of a setting the run did not measure, or a second audit
-        of one setting, is refused, naming it."""
+        ``recommendation``, ``privacy``, ``utility``, ``keep``; ``joined`` where other runs
+        joined), recomputed where ``keep``, ``audits`` or ``joined`` ask for it. An audit of a
+        setting no run measured, or a second audit of one setting, is refused, naming it; so
+        is a run that answered other questions or ran with other options."""
+        both = join_runs(self, joined)
         got = self.summary.get("frontier")
-        lower = self._audit_bounds(audits)
-        if not got or got.get("keep") != keep or lower:  # a single setting, another share
-            got = frontier(self.summary.get("settings") or [], self.records, keep=keep,
+        lower = self._audit_bounds(audits, both.settings)
+        if not got or got.get("keep") != keep or lower or joined:
+            got = frontier(both.settings, both.records, keep=keep,
                            seed=int(self.config.get("seed") or 0), audits=lower)
-        return dict(got)
+        return {**got, "joined": list(both.notes)} if joined else dict(got)
 
-    def _audit_bounds(self, audits: Sequence[Any]) -> dict[str, float | None]:
+    def _audit_bounds(self, audits: Sequence[Any], settings: Sequence[dict[str, Any]]
+                      ) -> dict[str, float | None]:
         """Each canary audit's ε lower bound by the key of the setting it audited, every audit
-        matched to one of this run's settings."""
-        keys = [str(s.get("setting")) for s in self.summary.get("settings") or ()]
+        matched to one of ``settings``."""
+        keys = [str(s.get("setting")) for s in settings]
         lower: dict[str, float | None] = {}
         where: dict[str, str] = {}
         for audit in audits:

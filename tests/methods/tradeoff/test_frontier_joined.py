@@ -1,0 +1,81 @@
+"""One frontier over runs measured apart (ctxleak.results.joined, ``ctxleak influence frontier
+RUN RUN``): two runs' settings joined give the very rows one run of every setting gives (each
+example draws from its own seed whatever its neighbours, and its control is another
+question's); a setting both runs measured is read once, and said; runs over other questions or
+options are refused in one line naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_cli
+
+import ctxleak
+from ctxleak.errors import ConfigError
+
+DOCS = [{"id": f"q{i}", "context": c, "query": "where is it ?", "reference": r}
+        for i, (c, r) in enumerate((
+            ("the museum is in paris near the river .", "paris"),
+            ("the office moved to rome last year .", "rome"),
+            ("the depot sits in harwich by the port .", "harwich"),
+            ("the school is in leeds on the hill .", "leeds")))]
+
+
+def _run(tiny_dir, data, out, capsys, *flags: str) -> None:
+    code, _, err = run_cli(["influence", "--model", tiny_dir, "--data", str(data),
+                            "--max-new-tokens", "3", "--output", str(out), *flags], capsys)
+    assert code == 0, err
+
+
+def _by_setting(front: dict) -> dict[str, dict]:
+    return {row["setting"]: row for row in front["rows"]}
+
+
+def test_two_runs_joined_are_one_run_of_every_setting(tiny_dir, tmp_path, capsys):
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    _run(tiny_dir, data, tmp_path / "half", capsys, "--lambda", "0.5,1")
+    _run(tiny_dir, data, tmp_path / "zero", capsys, "--lambda", "0,1")
+    _run(tiny_dir, data, tmp_path / "all", capsys, "--lambda", "0,0.5,1")
+    half, zero, whole = (ctxleak.load_result(tmp_path / n) for n in ("half", "zero", "all"))
+    joined = half.frontier_summary(joined=[zero])
+    alone = whole.frontier_summary()
+    assert _by_setting(joined) == _by_setting(alone) and len(joined["rows"]) == 3
+    assert joined["recommendation"] == alone["recommendation"]
+    # λ = 1 was measured by both: read from the first, and said
+    one = next(k for k in _by_setting(joined) if k.startswith("lambda=1,"))
+    assert joined["joined"] == [f"{one}: read from {tmp_path / 'half'}, also measured by "
+                                f"{tmp_path / 'zero'}"]
+    assert half.frontier(joined=[zero]).attrs["joined"] == joined["joined"]
+    # the command line joins the folders the same way
+    code, stdout, err = run_cli(["--plain", "influence", "frontier", str(tmp_path / "half"),
+                                 str(tmp_path / "zero")], capsys)
+    assert code == 0, err
+    labels = [line.split("\t")[0] for line in stdout.splitlines() if "\t" in line][1:]
+    assert sorted(labels) == ["λ = 0", "λ = 0.5", "λ = 1"]
+    assert "Joined runs: " in stdout
+
+
+def test_runs_over_other_questions_or_options_are_refused(tiny_dir, tmp_path, capsys):
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    _run(tiny_dir, data, tmp_path / "a", capsys, "--lambda", "0.5,1")
+    _run(tiny_dir, data, tmp_path / "longer", capsys, "--lambda", "0", "--max-new-tokens", "4")
+    _run(tiny_dir, data, tmp_path / "fewer", capsys, "--lambda", "0", "--limit", "3")
+    first = ctxleak.load_result(tmp_path / "a")
+    with pytest.raises(ConfigError, match=r"^.*longer ran with max_new_tokens 4 and .*/a with "
+                                          r"3: a frontier joins runs over the same questions"):
+        first.frontier_summary(joined=[ctxleak.load_result(tmp_path / "longer")])
+    with pytest.raises(ConfigError, match=r"fewer answered other questions than .*/a \(3 "
+                                          r"against 4; 'q3' is not in it\)"):
+        first.frontier_summary(joined=[ctxleak.load_result(tmp_path / "fewer")])
+    other = tmp_path / "other.jsonl"  # the same ids over other texts: another SHA-256
+    other.write_text("".join(json.dumps({**d, "context": d["context"].upper()}) + "\n"
+                             for d in DOCS))
+    _run(tiny_dir, other, tmp_path / "b", capsys, "--lambda", "0")
+    with pytest.raises(ConfigError, match="ran with input_sha256"):
+        first.frontier_summary(joined=[ctxleak.load_result(tmp_path / "b")])
+    code, _, err = run_cli(["influence", "frontier", str(tmp_path / "a"),
+                            str(tmp_path / "longer")], capsys)
+    assert code != 0 and "max_new_tokens 4" in err
