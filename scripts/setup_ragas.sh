@@ -30,5 +30,16 @@ fi
 main=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 own=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "import site; site.addsitedir('$(cd "$main" && pwd)')" > "$own/zz_ctxleak_main_venv.pth"
+# First the locked list (scripts/ragas-lock.txt: every package this virtualenv holds of its own,
+# exact) without resolving: 12 s instead of 31 s measured side by side on a 2-core machine (pip
+# spends the rest resolving against ./.venv's packages and fetching metadata). Where that
+# install or its import fails (./.venv's pins moved, a wheel gone), pip resolves the pins as before.
+ready() { RAGAS_DO_NOT_TRACK=true "$VENV/bin/python" -c 'import ragas.metrics.base, instructor, ctxleak'; }
+if "$VENV/bin/python" -m pip install "${PIP_OPTS[@]}" --no-deps -r scripts/ragas-lock.txt \
+    && ready 2>/dev/null; then
+  echo "setup: $VENV ready (${PINS[*]}, from scripts/ragas-lock.txt)"
+  exit 0
+fi
+echo "setup: $VENV: the locked install did not import; resolving ${PINS[*]} instead" >&2
 "$VENV/bin/python" -m pip install "${PIP_OPTS[@]}" "${PINS[@]}"
-"$VENV/bin/python" -c 'import ragas.metrics.base, ctxleak' && echo "setup: $VENV ready (${PINS[*]})"
+ready && echo "setup: $VENV ready (${PINS[*]})"

@@ -249,18 +249,40 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+#: When this process's run began, and when each xdist worker ended (seconds after it): printed
+#: at the end, since two workers that end far apart left one core idle for the difference.
+RUN_START: list[float] = []
+WORKER_ENDS: dict[str, float] = {}
+
+
+def pytest_sessionstart(session):
+    import time
+
+    RUN_START.append(time.time())
+
+
 def pytest_sessionfinish(session):
+    import time
+
     if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the count over
         session.config.workeroutput["default_loads"] = list(DEFAULT_LOADS)
+        session.config.workeroutput["ended_at"] = time.time()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
-    DEFAULT_LOADS.extend(f"{node.gateway.id}: {load}"
-                         for load in getattr(node, "workeroutput", {}).get("default_loads", []))
+    output = getattr(node, "workeroutput", {})
+    DEFAULT_LOADS.extend(f"{node.gateway.id}: {load}" for load in output.get("default_loads", []))
+    if "ended_at" in output and RUN_START:
+        WORKER_ENDS[node.gateway.id] = output["ended_at"] - RUN_START[0]
 
 
 def pytest_terminal_summary(terminalreporter):
     if DEFAULT_LOADS:
         terminalreporter.write_line(f"default model loaded {len(DEFAULT_LOADS)} time(s) in the "
                                     f"test processes: {'; '.join(DEFAULT_LOADS)}")
+    if len(WORKER_ENDS) > 1:
+        ends = ", ".join(f"{worker} {end:.1f} s" for worker, end in sorted(WORKER_ENDS.items()))
+        spread = max(WORKER_ENDS.values()) - min(WORKER_ENDS.values())
+        terminalreporter.write_line(f"workers ended after {ends} ({spread:.1f} s apart: one core "
+                                    "idle for that long)")

@@ -246,10 +246,14 @@ def run_values(*values: Any) -> dict[str, str]:
     cue (:func:`ctxleak.sensitive.detect.find_names`, by word); and a credential's pieces
     parted only by whitespace or a line break, joined (a key split over two lines)."""
     # lazy: only when redacting
+    from ctxleak.sensitive import prepare_sensitive
     from ctxleak.sensitive.detect import find_names, find_pii
 
     found: dict[str, str] = {}
-    for text in dict.fromkeys(t for v in values for t in _texts(v)):
+    texts = list(dict.fromkeys(t for v in values for t in _texts(v)))
+    # the texts the detectors will read, read by spaCy in one batch
+    prepare_sensitive([t for t in texts if len(t) >= 8 and not (len(t.split()) < 2 and len(t) < 16)])
+    for text in texts:
         for span in find_names(text):
             found.setdefault(span.text, "person")
         if len(text) < 8:

@@ -21,9 +21,10 @@ are cached per text. A long text is read in windows of about a thousand characte
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from functools import lru_cache
 
-from ctxleak.normal_text import normal_text
+from ctxleak.normal_text import normal_text, normal_view
 from ctxleak.sensitive.detect import (
     Span,
     find_amounts,
@@ -36,9 +37,9 @@ from ctxleak.sensitive.detect import (
 from ctxleak.sensitive.national import find_cjk_names, find_spaced_secrets
 from ctxleak.sensitive.span import on_normal
 from ctxleak.sensitive.values import date_values, value_in
-from ctxleak.sensitive.windows import find_windowed
+from ctxleak.sensitive.windows import find_windowed, windows
 
-__all__ = ["SENSITIVE_TYPES", "carried_values", "find_sensitive", "value_in"]
+__all__ = ["SENSITIVE_TYPES", "carried_values", "find_sensitive", "prepare_sensitive", "value_in"]
 
 #: every type :func:`find_sensitive` gives, most important first (the order overlaps resolve in)
 SENSITIVE_TYPES = ("password", "secret", "pin", "email", "phone", "address", "id", "money",
@@ -68,9 +69,23 @@ def _deoverlap(spans: list[Span]) -> list[Span]:
                                                s.start))
 
 
-@lru_cache(maxsize=8192)
+_CACHED = 8192
+#: the normal texts :func:`_find` has read, as many as its cache keeps (what
+#: :func:`prepare_sensitive` need not prepare again)
+_read: OrderedDict[str, None] = OrderedDict()
+
+
+def _short(text: str) -> bool:
+    """A number or a table cell: read by the pattern detectors alone."""
+    return len(text) < 13 and not any(c.isalpha() for c in text)
+
+
+@lru_cache(maxsize=_CACHED)
 def _find(text: str) -> tuple[Span, ...]:
-    if len(text) < 13 and not any(c.isalpha() for c in text):  # a number, a table cell
+    _read[text] = None
+    while len(_read) > _CACHED:
+        _read.popitem(last=False)
+    if _short(text):
         spans = [*find_amounts(text), *find_pii(text, valid_only=False, types=("phone",))]
         return tuple(_deoverlap([Span(_OLD_TYPES.get(s.type, s.type), s.start, s.end, s.text,
                                       s.score) for s in spans]))
@@ -174,6 +189,24 @@ def find_sensitive(text: str) -> list[Span]:
     if len(text) < 3 or not any(c.isalnum() for c in text):
         return []
     return on_normal(lambda normal: list(_find(normal)), text)
+
+
+def prepare_sensitive(texts: list[str]) -> None:
+    """Prepare :func:`find_sensitive`'s coming calls on ``texts``: spaCy reads the windows of
+    those not read before in one batch (:func:`ctxleak.sensitive.presidio.prepare_presidio`),
+    which costs less than one text at a time. What is found is the same either way."""
+    parts = []
+    for text in texts:
+        if len(text) < 3 or not any(c.isalnum() for c in text):
+            continue
+        normal = normal_view(text).text
+        if normal in _read or _short(normal):
+            continue
+        parts += [normal[w.start:w.end] for w in windows(normal)]
+    if parts:
+        from ctxleak.sensitive.presidio import prepare_presidio
+
+        prepare_presidio(parts)
 
 
 def carried_values(text: str) -> dict[str, str]:
