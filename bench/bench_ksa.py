@@ -14,12 +14,12 @@ and read against the claim.
 
 - ``rule 1`` (fixed 2026-11-29, before the first run): content words as the keywords of a
   response without a name or number; the final answer decoded from the question and
-  "Keywords: …".
+  "Keywords: …" (``content_words=true,keyword_first=false``, then the defaults).
 - ``rule 2`` (fixed 2026-11-29, after the first run and before the second, from what the
   first run's misses showed on these same 30 questions, so not a held-out result):
   ``content_words=false`` (a response without a name or number gives no keyword) and
-  ``keyword_first=true`` (the final answer opens with the released keyword). The private
-  questions are answered by rule 2.
+  ``keyword_first=true`` (the final answer opens with the released keyword), the defaults
+  since. The private questions are answered by rule 2.
 
 Both read the same voters' responses (one generation per voter). The headline of the second
 run is rule 2's count.
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--private", type=int, default=16, help="private-fact questions")
     args = parser.parse_args()
     rules = {"rule 1": DPKSA(eps=EPS, shards=SHARDS, delta=DELTA, keywords=KEYWORDS,
-                             voter_tokens=TOKENS),
+                             voter_tokens=TOKENS, content_words=True, keyword_first=False),
              "rule 2": DPKSA(eps=EPS, shards=SHARDS, delta=DELTA, keywords=KEYWORDS,
                              voter_tokens=TOKENS, content_words=False, keyword_first=True)}
     mech = rules["rule 1"]

@@ -128,7 +128,12 @@ def test_broken_dp_ksa_is_caught_and_the_honest_one_holds(default_lm, prefilled_
     above ln(1/(2δ))/ε ≈ 170 voters and releases nothing."""
     trials = plant_canaries(load_examples(DOCS, task="summarization"), TRIALS, seed=0)
     requests = _requests(default_lm, trials, SHARDS)
-    kwargs = {"eps": EPS, "shards": SHARDS, "voter_tokens": TOKENS}
+    # The release is what is audited; the final step only post-processes it. Opened with the
+    # released keyword (the default), the answers' continuations carried digits that scored one
+    # of 8 trials without the canary as a hit (TP 7/8, FP 1/8: no bound from 16 trials), so
+    # the release is read here through the plain final step; tests/proxy/test_proxy_canary.py
+    # audits the defaults (tiny model, through the proxy).
+    kwargs = {"eps": EPS, "shards": SHARDS, "voter_tokens": TOKENS, "keyword_first": False}
     claim = DPKSA(**kwargs).claim(DECODING)
     group_eps = SHARDS * claim.eps
     d = SHARDS * math.exp((SHARDS - 1) * claim.eps) * claim.delta

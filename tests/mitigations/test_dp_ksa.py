@@ -240,10 +240,13 @@ def test_named_and_keyed():
 
 
 def test_keyword_first_opens_the_answer_with_the_release_and_keeps_the_claim(copier):
-    plain = DPKSA(eps=10, shards=6, voter_tokens=4)
-    first = DPKSA(eps=10, shards=6, voter_tokens=4, keyword_first=True)
-    assert first.key() == "dp-ksa(eps=10,shards=6,delta=0.0001,voter_tokens=4,keyword_first=true)"
-    assert parse_mechanism(first.key()) == first
+    plain = DPKSA(eps=10, shards=6, voter_tokens=4, keyword_first=False)
+    first = DPKSA(eps=10, shards=6, voter_tokens=4)  # the default
+    assert first.keyword_first and not first.content_words
+    assert plain.key() == "dp-ksa(eps=10,shards=6,delta=0.0001,voter_tokens=4,keyword_first=false)"
+    assert parse_mechanism(plain.key()) == plain and parse_mechanism(first.key()) == first
+    assert parse_mechanism("dp-ksa:eps=1,shards=4,content_words=true").key() == \
+        "dp-ksa(eps=1,shards=4,delta=0.0001,content_words=true)"
     requests = [_request(copier, seed=s) for s in range(6)]
     dec = Decoding(temperature=0.8, max_new_tokens=8, min_new_tokens=1)
     for a, b, r in zip(plain.answer(copier, requests, dec), first.answer(copier, requests, dec),
