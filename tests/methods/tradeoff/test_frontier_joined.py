@@ -7,6 +7,7 @@ options are refused in one line naming the field."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from conftest import run_cli
@@ -61,21 +62,29 @@ def test_runs_over_other_questions_or_options_are_refused(tiny_dir, tmp_path, ca
     data = tmp_path / "qa.jsonl"
     data.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
     _run(tiny_dir, data, tmp_path / "a", capsys, "--lambda", "0.5,1")
-    _run(tiny_dir, data, tmp_path / "longer", capsys, "--lambda", "0", "--max-new-tokens", "4")
-    _run(tiny_dir, data, tmp_path / "fewer", capsys, "--lambda", "0", "--limit", "3")
     first = ctxleak.load_result(tmp_path / "a")
+
+    def other(name, config=None, records=None):  # the run as another run would have saved it
+        return replace(first, path=tmp_path / name, config={**first.config, **(config or {})},
+                       records=first.records if records is None else records)
+
     with pytest.raises(ConfigError, match=r"^.*longer ran with max_new_tokens 4 and .*/a with "
                                           r"3: a frontier joins runs over the same questions"):
-        first.frontier_summary(joined=[ctxleak.load_result(tmp_path / "longer")])
+        first.frontier_summary(joined=[other("longer", {"max_new_tokens": 4})])
+    with pytest.raises(ConfigError, match="b ran with input_sha256"):
+        first.frontier_summary(joined=[other("b", {"input_sha256": {"data": "0" * 64}})])
+    fewer = [r for r in first.records if r["id"] != "q3"]
     with pytest.raises(ConfigError, match=r"fewer answered other questions than .*/a \(3 "
                                           r"against 4; 'q3' is not in it\)"):
-        first.frontier_summary(joined=[ctxleak.load_result(tmp_path / "fewer")])
-    other = tmp_path / "other.jsonl"  # the same ids over other texts: another SHA-256
-    other.write_text("".join(json.dumps({**d, "context": d["context"].upper()}) + "\n"
-                             for d in DOCS))
-    _run(tiny_dir, other, tmp_path / "b", capsys, "--lambda", "0")
-    with pytest.raises(ConfigError, match="ran with input_sha256"):
-        first.frontier_summary(joined=[ctxleak.load_result(tmp_path / "b")])
-    code, _, err = run_cli(["influence", "frontier", str(tmp_path / "a"),
-                            str(tmp_path / "longer")], capsys)
+        first.frontier_summary(joined=[other("fewer", records=fewer)])
+    shuffled = sorted(first.records, key=lambda r: r["id"] != "q2")
+    with pytest.raises(ConfigError, match="the same questions come in another order"):
+        first.frontier_summary(joined=[other("shuffled", records=shuffled)])
+    # what may differ: the settings, where and how fast the run went
+    moved = other("moved", {"output": "elsewhere", "threads": 1, "lambda": [0.25]})
+    assert len(first.frontier_summary(joined=[moved])["rows"]) == 2
+    # the command line refuses in one line, naming the field
+    longer = tmp_path / "longer"
+    _run(tiny_dir, data, longer, capsys, "--lambda", "0", "--max-new-tokens", "4", "--limit", "1")
+    code, _, err = run_cli(["influence", "frontier", str(tmp_path / "a"), str(longer)], capsys)
     assert code != 0 and "max_new_tokens 4" in err
