@@ -47,7 +47,7 @@ def main() -> None:
              for k in range(a.answers)]
     opts = InfluenceOptions(max_new_tokens=a.tokens, min_new_tokens=a.tokens)
     plain = opts.cid(setting)
-    bounded = replace(plain, lam=1.0, bounded_eps=a.eps)
+    bounded = (replace(plain[0], lam=1.0, bounded_eps=a.eps), plain[1])
     jobs = {name: [(p.full, p.empty, config, k) for k, p in enumerate(parts)]
             for name, config in (("plain", plain), ("bounded", bounded))}
     prompts = [p.full for p in parts] + [p.empty for p in parts]

@@ -42,14 +42,14 @@ from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, exampl
 from ctxleak.mitigations.cid import CIDConfig, _generate_many
 
 
-def jobs_for(lm, count: int, config: CIDConfig) -> list:
+def jobs_for(lm, count: int, config: tuple) -> list:
     """(prompt with the context, prompt without it, config, seed) of ``count`` answers: the demo
     examples in order, again with other seeds once they run out."""
     examples = load_examples("demo", task="auto")
     out = []
     for k in range(count):
         parts = example_parts(lm, examples[k % len(examples)],
-                              Setting(config.lam, config.temperature), InfluenceOptions())[0]
+                              Setting(config[0].lam, config[1].temperature), InfluenceOptions())[0]
         out.append((parts.full, parts.empty, config, 1000 + k))
     return out
 

@@ -212,7 +212,8 @@ def test_config_validation():
                                           "than the largest float over 9 tokens") as info:
         CIDConfig(bounded_eps=1e308, max_new_tokens=8, min_new_tokens=8)
     assert info.value.param == "bounded_eps"
-    assert CIDConfig(bounded_eps=1e300, max_new_tokens=8, min_new_tokens=8).bounded_eps == 1e300
+    cid, _ = CIDConfig(bounded_eps=1e300, max_new_tokens=8, min_new_tokens=8)
+    assert cid.bounded_eps == 1e300
 
 
 def test_windows():

@@ -68,7 +68,8 @@ def test_a_setting_asked_from_prompt_parts_is_the_engines_cid_response(llama_lm,
     options = InfluenceOptions(max_new_tokens=4, min_new_tokens=1, greedy=greedy)
     asked = options.asked(Setting.cid(0.5, 0.9), parts, DOCS[:1], seed=7)
     cid, request, decoding = asked.mechanism, asked.request, asked.decoding
-    assert (cid, decoding) == config.as_mechanism(greedy) and cid.config(decoding) == config
+    assert (cid, decoding) == CIDConfig(lam=0.5, temperature=0.9, max_new_tokens=4,
+                                        min_new_tokens=1, greedy=greedy)
     assert (request.prompt(DOCS[:1]), request.prompt([]), request.seed) == \
         (parts.full, parts.empty, 7)
     [answer] = CID(0.5).answer(llama_lm, [request], decoding)
@@ -159,7 +160,8 @@ def test_bounded_answers_decoded_together_share_one_search_each_step(tiny_lm, mo
 
     config = CIDConfig(lam=1.0, temperature=0.9, max_new_tokens=6, min_new_tokens=3,
                        bounded_eps=0.5)
-    other = replace(config, bounded_eps=2.0)
+    other = CIDConfig(lam=1.0, temperature=0.9, max_new_tokens=6, min_new_tokens=3,
+                      bounded_eps=2.0)
     requests = [_request(tiny_lm, seed=s) for s in (3, 4, 5, 6, 7)]
     jobs = [(r.prompt(DOCS[:k + 1]), r.prompt([]), config if k < 4 else other, r.seed)
             for k, r in enumerate(requests)]

@@ -138,7 +138,7 @@ def test_cid_through_a_server_decodes_what_in_process_cid_decodes(served, server
     assert all(body["logprobs"] == len(tiny.tokenizer) for _, body in server.requests[since:])
     for a, b in zip(cid_ledgers(tiny, jobs), there):
         assert a.response_ids == b.response_ids and a.stopped_on_eos == b.stopped_on_eos
-        assert len(a.response_ids) >= config.min_new_tokens
+        assert len(a.response_ids) >= config[1].min_new_tokens
         for e, f in zip(a.entries, b.entries):
             np.testing.assert_allclose([f.lam, f.logp_context, f.logp_empty],
                                        [e.lam, e.logp_context, e.logp_empty], atol=1e-5)

@@ -62,8 +62,8 @@ def test_plugin_answers_equal_in_process_cid(served_lm, default_lm, config):
             # about 1e-5 in a float32 logit, and Alg. 1's λ_t moves about as much (measured:
             # 6.8e-6 at step 14 of a bounded answer whose log-probs differed by 4.8e-6)
             assert abs(e.lam - f.lam) < 2e-5
-            if config.bounded_eps is not None:
-                assert f.eps_ex_post <= config.bounded_eps
+            if config[0].bounded_eps is not None:
+                assert f.eps_ex_post <= config[0].bounded_eps
                 assert abs(e.eps_ex_post - f.eps_ex_post) < 1e-4
 
 
@@ -85,9 +85,9 @@ def test_forced_pairs_score_responses_as_in_process_cid(served_lm, default_lm, c
         response = list(answer.response_ids) + \
             ([default_lm.eos_ids[0]] if answer.stopped_on_eos else [])
         requests.append(WindowRequest(parts, response, windows(len(parts.context), 8),
-                                      lam=config.lam, temperature=config.temperature,
-                                      min_new_tokens=config.min_new_tokens,
-                                      bounded_eps=config.bounded_eps, with_empty=True))
+                                      lam=config[0].lam, temperature=config[1].temperature,
+                                      min_new_tokens=config[1].min_new_tokens,
+                                      bounded_eps=config[0].bounded_eps, with_empty=True))
     here = window_influence_many(default_lm, requests)
     monkeypatch.setattr(served_lm, "vocab_logprobs",
                         lambda *a, **k: pytest.fail("a whole distribution was asked for"))

@@ -97,10 +97,7 @@ class CtxleakChat(ChatOpenAI):
             result = super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
         except REFUSED as e:
             raise refused(e) from None
-        for gen in result.generations:
-            if sent is not None:
-                gen.message.response_metadata[SENT] = sent
-        return result
+        return _stamped(result, sent)
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: Any = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
@@ -122,10 +119,7 @@ class CtxleakChat(ChatOpenAI):
                                               **kwargs)
         except REFUSED as e:
             raise refused(e) from None
-        for gen in result.generations:
-            if sent is not None:
-                gen.message.response_metadata[SENT] = sent
-        return result
+        return _stamped(result, sent)
 
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: Any = None, **kwargs: Any
@@ -198,6 +192,15 @@ def _sent(llm: CtxleakChat, kwargs: dict[str, Any]) -> list[dict[str, str]] | No
     documents = kwargs["documents"] = list(documents)
     return [{k: v for k, v in d.items() if k != "text"}
             for d in llm._marked(documents)["documents"]]
+
+
+def _stamped(result: ChatResult, sent: list[dict[str, str]] | None) -> ChatResult:
+    """``result`` with the documents sent (:func:`_sent`) under :data:`SENT` in each
+    answer's ``response_metadata``."""
+    for gen in result.generations:
+        if sent is not None:
+            gen.message.response_metadata[SENT] = sent
+    return result
 
 
 def _field_of(response: Any) -> dict[str, Any] | None:

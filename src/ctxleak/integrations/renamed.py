@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ctxleak.errors import ConfigError
-from ctxleak.mitigations.cid import CIDConfig
+from ctxleak.mitigations.cid import CID, CIDConfig
+from ctxleak.mitigations.mechanisms import Decoding
 from ctxleak.run.params import rename_keywords
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,8 +29,8 @@ def lam_renamed(where: str) -> Callable[[F], F]:
     return wrap
 
 
-def cid_config(lambda_: float, **settings: Any) -> CIDConfig:
-    """:class:`CIDConfig` with λ = ``lambda_``; its errors about λ name ``lambda_``."""
+def cid_config(lambda_: float, **settings: Any) -> tuple[CID, Decoding]:
+    """:func:`CIDConfig` with λ = ``lambda_``; its errors about λ name ``lambda_``."""
     try:
         return CIDConfig(lam=lambda_, **settings)
     except ConfigError as exc:

@@ -129,10 +129,11 @@ class ContextInfluenceProcessor(LogitsProcessor):
                  temperature: float = 1.0, bounded_eps: float | None = None,
                  full_ids: Ids | Sequence[Ids] | None = None,
                  eos_token_id: int | Sequence[int] | None = None) -> None:
-        self.config = cid_config(
+        cid, decoding = cid_config(
             number_param(lambda_, "lambda_"), temperature=number_param(temperature, "temperature"),
             bounded_eps=None if bounded_eps is None else number_param(bounded_eps, "bounded_eps"),
             min_new_tokens=0)
+        self.config = cid.settings(decoding)
         self.lm = as_lm(model)
         self.empty_ids = _rows(empty_ids, "empty_ids")
         self.full_ids = _rows(full_ids, "full_ids") if full_ids is not None else None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import InitVar, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -35,6 +35,7 @@ from ctxleak.kernels.cid import CIDSettingError, bounded_lambda, check_cid_setti
 from ctxleak.mitigations.accounting import PureDPEvent
 from ctxleak.mitigations.cid_steps import (
     CID_NEEDS,
+    CIDSettings,
     cid_combine,
     cid_job,
     cid_route,
@@ -54,56 +55,6 @@ from ctxleak.mitigations.mechanisms import (
     MechanismAnswer,
 )
 from ctxleak.mitigations.sampled import eos_masked
-
-
-@dataclass(frozen=True)
-class CIDConfig:
-    """Decoding settings (the paper's defaults: λ = 1, T = 0.8, 10 to 50 new tokens).
-
-    ``lambda_=`` (the Python API's keyword) sets ``lam``. ``bounded_eps`` switches to bounded
-    CID: at each step the largest λ in ``[0, lam]`` whose distribution stays within
-    ``bounded_eps / 2`` of the no-context one (App. B, Alg. 1).
-    """
-
-    lam: float = 1.0
-    temperature: float = 0.8
-    max_new_tokens: int = 50
-    min_new_tokens: int = 10
-    bounded_eps: float | None = None
-    lambda_: InitVar[float | None] = None  # the API's spelling of ``lam``
-    #: plain CID: each step's ex-post ε (2·max_y |log p̄_λ(y|D) − log p(y|∅)|, a figure about
-    #: this context alone, no guarantee) computed on the way, as a deployment charges it
-    ex_post: bool = False
-
-    def __post_init__(self, lambda_: float | None) -> None:
-        if lambda_ is not None:
-            if self.lam != 1.0:
-                raise ConfigError("CIDConfig got both 'lam' and 'lambda_': give only 'lambda_'",
-                                  param="lambda_")
-            object.__setattr__(self, "lam", float(lambda_))
-        _check(lam=self.lam, temperature=self.temperature)
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be >= 1, not {self.max_new_tokens}",
-                              param="max_new_tokens")
-        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
-            raise ConfigError(f"min_new_tokens must be between 0 and the maximum number of new "
-                              f"tokens ({self.max_new_tokens}), not {self.min_new_tokens}",
-                              param="min_new_tokens")
-        _check(bounded_eps=self.bounded_eps)
-        # a response's ε composes over its tokens (the stopping EOS included): it must be a number
-        if self.bounded_eps is not None and \
-                not math.isfinite(self.bounded_eps * (self.max_new_tokens + 1)):
-            raise ConfigError(f"bounded_eps {self.bounded_eps:g} per token composes to more "
-                              f"than the largest float over {self.max_new_tokens + 1} tokens: "
-                              "give a smaller ε",
-                              param="bounded_eps")
-
-    def as_mechanism(self, greedy: bool = False) -> tuple[CID, Decoding]:
-        """This setting as CID's mechanism and its decoding settings (``greedy``: the most
-        likely token at each step): :meth:`CID.config` of the two is this setting again."""
-        return (CID(lam=self.lam, bounded_eps=self.bounded_eps),
-                Decoding(temperature=self.temperature, max_new_tokens=self.max_new_tokens,
-                         min_new_tokens=self.min_new_tokens, greedy=greedy))
 
 
 @dataclass(frozen=True)
@@ -134,13 +85,14 @@ class CID(Mechanism):
             return f"bounded CID ε = {self.bounded_eps:g} per token (λ ≤ {self.lam:g})"
         return "plain decoding (CID λ = 1)" if self.lam == 1 else f"CID λ = {self.lam:g}"
 
-    def config(self, decoding: Decoding, ex_post: bool = False) -> CIDConfig:
-        """These settings with ``decoding``'s temperature and lengths (``ex_post``: plain CID's
-        ledger keeps each step's ex-post ε)."""
-        return CIDConfig(lam=self.lam, temperature=decoding.temperature,
-                         max_new_tokens=decoding.max_new_tokens,
-                         min_new_tokens=decoding.min_new_tokens, bounded_eps=self.bounded_eps,
-                         ex_post=ex_post)
+    def settings(self, decoding: Decoding, ex_post: bool = False) -> CIDSettings:
+        """These settings with ``decoding``'s temperature and lengths, as the steps decode
+        them (``ex_post``: plain CID with its ex-post ε decodes as :data:`_NEVER_BINDS` says)."""
+        never_binds = ex_post and self.bounded_eps is None
+        return CIDSettings(lam=self.lam, temperature=decoding.temperature,
+                           max_new_tokens=decoding.max_new_tokens,
+                           min_new_tokens=decoding.min_new_tokens,
+                           bounded_eps=_NEVER_BINDS if never_binds else self.bounded_eps)
 
     def claim(self, decoding: Decoding) -> Claim:
         """The most a response may spend: nothing at λ = 0 (the documents are never read),
@@ -223,29 +175,29 @@ class CID(Mechanism):
         rest = [k for k in range(len(asked)) if k not in out]
         heard: dict[int, list[LedgerEntry]] = {k: [] for k in rest}
         early = listener is not None and not policy_of(lm).invariant
-        configs = {k: _cid(asked[k].mechanism).config(asked[k].decoding, ex_post=deployed)
-                   for k in rest}  # once per answer, not per token
+        settings = {k: _cid(asked[k].mechanism).settings(asked[k].decoding, ex_post=deployed)
+                    for k in rest}  # once per answer, not per token
 
         def on_entry(row: int, entry: LedgerEntry) -> None:
             k = rest[row]
-            cid, config = _cid(asked[k].mechanism), configs[k]
+            cid, decoded = _cid(asked[k].mechanism), settings[k]
             heard[k].append(entry)
             assert listener is not None
             listener.token(k, entry.token_id,
-                           entry.eps if config.bounded_eps is not None else entry.eps_ex_post)
+                           entry.eps if cid.bounded_eps is not None else entry.eps_ex_post)
             stopped = entry.token_id in lm.eos_ids
-            if early and (stopped or entry.step + 1 >= config.max_new_tokens):
-                ledger = _as_asked(ledger_of(heard[k], stopped, _decoded(config)), config)
+            if early and (stopped or entry.step + 1 >= decoded.max_new_tokens):
+                ledger = _as_asked(ledger_of(heard[k], stopped, decoded), cid, deployed)
                 listener.done(k, cid.answer_of(ledger, len(asked[k].request.documents)))
 
         greedy = {asked[k].decoding.greedy for k in rest}
         if len(greedy) > 1:
             raise ValueError("CID answers together are all greedy or all sampled")
         requests = [asked[k].request for k in rest]
-        jobs = [(r.prompt(r.documents), r.prompt([]), configs[k], r.seed)
-                for k, r in zip(rest, requests)]
+        jobs = [(r.prompt(r.documents), r.prompt([]), (_cid(a.mechanism), a.decoding), r.seed)
+                for a, r in zip((asked[k] for k in rest), requests)]
         ledgers = _generate_many(lm, jobs, use_cache=use_cache, sample=not greedy.pop(),
-                                 context_caches=context_caches, rescored=rescored,
+                                 ex_post=deployed, context_caches=context_caches, rescored=rescored,
                                  on_entry=None if listener is None else on_entry) if jobs else []
         out.update((k, _cid(asked[k].mechanism).answer_of(ledger, len(r.documents)))
                    for k, r, ledger in zip(rest, requests, ledgers))
@@ -273,6 +225,42 @@ class CID(Mechanism):
         return 2
 
 
+def CIDConfig(lam: float = 1.0, temperature: float = 0.8,  # noqa: N802
+              max_new_tokens: int = 50, min_new_tokens: int = 10,
+              bounded_eps: float | None = None, lambda_: float | None = None,
+              greedy: bool = False) -> tuple[CID, Decoding]:
+    """The CID setting a user gives, checked in one place, as CID's mechanism and its decoding
+    (the paper's defaults: λ = 1, T = 0.8, 10 to 50 new tokens; ``greedy``: the most likely
+    token at each step).
+
+    ``lambda_=`` (the Python API's keyword) sets ``lam``. ``bounded_eps`` switches to bounded
+    CID: at each step the largest λ in ``[0, lam]`` whose distribution stays within
+    ``bounded_eps / 2`` of the no-context one (App. B, Alg. 1).
+    """
+    if lambda_ is not None:
+        if lam != 1.0:
+            raise ConfigError("CIDConfig got both 'lam' and 'lambda_': give only 'lambda_'",
+                              param="lambda_")
+        lam = float(lambda_)
+    _check(lam=lam, temperature=temperature)
+    if max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be >= 1, not {max_new_tokens}",
+                          param="max_new_tokens")
+    if not 0 <= min_new_tokens <= max_new_tokens:
+        raise ConfigError(f"min_new_tokens must be between 0 and the maximum number of new "
+                          f"tokens ({max_new_tokens}), not {min_new_tokens}",
+                          param="min_new_tokens")
+    _check(bounded_eps=bounded_eps)
+    # a response's ε composes over its tokens (the stopping EOS included): it must be a number
+    if bounded_eps is not None and not math.isfinite(bounded_eps * (max_new_tokens + 1)):
+        raise ConfigError(f"bounded_eps {bounded_eps:g} per token composes to more than the "
+                          f"largest float over {max_new_tokens + 1} tokens: give a smaller ε",
+                          param="bounded_eps")
+    return (CID(lam=lam, bounded_eps=bounded_eps),
+            Decoding(temperature=temperature, max_new_tokens=max_new_tokens,
+                     min_new_tokens=min_new_tokens, greedy=greedy))
+
+
 def _check(**settings: float | None) -> None:
     """:func:`~ctxleak.kernels.cid.check_cid_settings`, its error a :class:`ConfigError` with
     the same message and parameter."""
@@ -282,15 +270,15 @@ def _check(**settings: float | None) -> None:
         raise ConfigError(str(exc), param=exc.param) from None
 
 
-CIDJob = tuple[Sequence[int], Sequence[int], CIDConfig, int]
-"""(prompt with the context, prompt without it, decoding settings, seed) of one example."""
+CIDJob = tuple[Sequence[int], Sequence[int], tuple[CID, Decoding], int]
+"""(prompt with the context, prompt without it, CID and its decoding, seed) of one example."""
 
 
 def _generate_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool = True,
                    sample: bool = True, context_caches: list[Any] | None = None,
                    rescored: bool = False,
-                   on_entry: Callable[[int, LedgerEntry], None] | None = None
-                   ) -> list[RowLedger]:
+                   on_entry: Callable[[int, LedgerEntry], None] | None = None,
+                   ex_post: bool = False) -> list[RowLedger]:
     """One CID response (its ledger, row k for job k) per job, the two streams of every job
     decoded in one batched KV cache (:func:`~ctxleak.engine.generation.generate_many`); each
     job draws from its own seed, so its response does not depend on the other jobs in the
@@ -298,9 +286,10 @@ def _generate_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool = 
     fill with each job's KV cache of the prompt with the context, prefilled alone, so that
     n-gram scoring need not compute it again. ``rescored``: the caller recomputes the floats by
     scoring each example's streams itself, so the engine need not replay them. ``on_entry``:
-    called with (row, ledger entry) as each token is drawn. A job asking plain CID's ex-post
-    ε (``ex_post``) decodes as :data:`_NEVER_BINDS` says."""
-    decoded = [(full, empty, _decoded(config), seed) for full, empty, config, seed in jobs]
+    called with (row, ledger entry) as each token is drawn. ``ex_post``: plain CID's ledgers
+    keep each step's ex-post ε (decoded as :data:`_NEVER_BINDS` says)."""
+    decoded = [(full, empty, cid.settings(decoding, ex_post), seed)
+               for full, empty, (cid, decoding), seed in jobs]
     ledgers = in_server(lm, decoded, sample, on_entry)
     if ledgers is None:
         keep = context_caches is not None
@@ -315,7 +304,7 @@ def _generate_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool = 
         ledgers = [finish(gen) for (_, finish), gen in zip(parts, gens)]
     elif context_caches is not None:  # no KV cache leaves a server
         context_caches.extend([None] * len(jobs))
-    return [_as_asked(ledger, config) for ledger, (_, _, config, _) in zip(ledgers, jobs)]
+    return [_as_asked(ledger, cid, ex_post) for ledger, (_, _, (cid, _), _) in zip(ledgers, jobs)]
 
 
 #: Plain CID with its ex-post ε decodes as bounded CID at this ε per token, which no step's
@@ -325,17 +314,11 @@ def _generate_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool = 
 _NEVER_BINDS = 1e300
 
 
-def _decoded(config: CIDConfig) -> CIDConfig:
-    """The settings ``config`` decodes under (plain CID with ``ex_post``: :data:`_NEVER_BINDS`)."""
-    if config.ex_post and config.bounded_eps is None:
-        return replace(config, bounded_eps=_NEVER_BINDS)
-    return config
-
-
-def _as_asked(ledger: RowLedger, config: CIDConfig) -> RowLedger:
-    """The ledger of an answer decoded under :func:`_decoded` as ``config`` asked it: plain CID's
-    entries keep their ex-post ε and lose the ε of :data:`_NEVER_BINDS`."""
-    if config.ex_post and config.bounded_eps is None:
+def _as_asked(ledger: RowLedger, cid: CID, ex_post: bool) -> RowLedger:
+    """The ledger of an answer decoded under :meth:`CID.settings` as ``cid`` asked it (with its
+    ex-post ε where ``ex_post``): plain CID's entries keep their ex-post ε and lose the ε of
+    :data:`_NEVER_BINDS`."""
+    if ex_post and cid.bounded_eps is None:
         return replace(ledger, bounded_eps=None,
                        entries=tuple(replace(e, eps=None) for e in ledger.entries))
     return ledger

@@ -7,8 +7,8 @@ floats. Everything here reads a response's settings through :class:`CIDSettings`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -33,25 +33,19 @@ CID_NEEDS = ("Context Influence Decoding mixes the whole next-token distribution
              "or load it in-process")
 
 
-class CIDSettings(Protocol):
-    """The decoding settings of one CID response (:class:`~ctxleak.mitigations.cid.CIDConfig`):
-    λ (bounded CID's cap on λ_t), temperature, new-token limits and bounded CID's ε per token
-    (None: plain CID)."""
+@dataclass(frozen=True)
+class CIDSettings:
+    """The settings one CID response decodes under, read by every step here: a
+    :class:`~ctxleak.mitigations.cid.CID`'s λ (bounded CID's cap on λ_t) and ε per token (None:
+    plain CID) with a :class:`~ctxleak.mitigations.mechanisms.Decoding`'s temperature and
+    new-token limits (:meth:`CID.settings <ctxleak.mitigations.cid.CID.settings>` makes them;
+    those two types check what a user gives)."""
 
-    @property
-    def lam(self) -> float: ...
-
-    @property
-    def temperature(self) -> float: ...
-
-    @property
-    def max_new_tokens(self) -> int: ...
-
-    @property
-    def min_new_tokens(self) -> int: ...
-
-    @property
-    def bounded_eps(self) -> float | None: ...
+    lam: float
+    temperature: float
+    max_new_tokens: int
+    min_new_tokens: int
+    bounded_eps: float | None
 
 
 SettingsJob = tuple[Sequence[int], Sequence[int], CIDSettings, int]

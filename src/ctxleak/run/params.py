@@ -3,7 +3,7 @@
 A field is declared with :func:`option` (its default and one line of documentation), and the
 dataclass validates every field in ``__post_init__``, raising
 :class:`ctxleak.errors.ConfigError` with ``param=`` set to the field's name, the way
-:class:`ctxleak.mitigations.cid.CIDConfig` does. The same fields are the keyword
+:func:`ctxleak.mitigations.cid.CIDConfig` does. The same fields are the keyword
 parameters of :mod:`ctxleak.api` (whose docstrings read :func:`option_docs`) and of the CLI's
 commands; :func:`check_keywords` refuses an unknown keyword with a did-you-mean.
 """

@@ -113,12 +113,12 @@ def test_replayed_cid_floats_equal_the_generation_ones(llama_lm):
         gens = cid_ledgers(llama_lm, [(p.full, p.empty, config, 10 + k)
                                             for k, p in enumerate(parts)])
         for p, gen in zip(parts, gens):
-            again = replay_cid(llama_lm, p.full, p.empty, config, gen)
+            again = replay_cid(llama_lm, p.full, p.empty, config[0].settings(config[1]), gen)
             assert again.response_ids == gen.response_ids and again.stopped_on_eos == gen.stopped_on_eos
             np.testing.assert_allclose(again.logp_context, gen.logp_context, atol=1e-5)
             np.testing.assert_allclose(again.logp_empty, gen.logp_empty, atol=1e-5)
             np.testing.assert_allclose(again.lambdas, gen.lambdas, atol=1e-5)
-            if config.bounded_eps is None:  # plain CID: no ε figures
+            if config[0].bounded_eps is None:  # plain CID: no ε figures
                 assert again.token_eps_ex_post is None and gen.token_eps_ex_post is None
             else:
                 np.testing.assert_allclose(again.token_eps_ex_post, gen.token_eps_ex_post,

@@ -28,7 +28,7 @@ from ctxleak.methods.influence.roads import influence_needs
 from ctxleak.methods.influence.setting import Setting
 from ctxleak.mitigations.cid import CID, CIDConfig
 from ctxleak.mitigations.ledger import RowLedger
-from ctxleak.mitigations.mechanisms import AnswerRequest, Asked
+from ctxleak.mitigations.mechanisms import AnswerRequest, Asked, Decoding
 from ctxleak.run.inputs import describe
 from ctxleak.run.method import ItemIds, ParamsMethod, Plan, batches_by_cost
 
@@ -37,19 +37,20 @@ from ctxleak.run.method import ItemIds, ParamsMethod, Plan, batches_by_cost
 MAX_TRIALS = 100_000
 
 
-def _default_decoding() -> CIDConfig:
+def _default_decoding() -> tuple[CID, Decoding]:
     """The command's CID setting: λ = 1, T = 0.8 and 8 new tokens, all of them released."""
     return CIDConfig(max_new_tokens=8, min_new_tokens=8)
 
 
 @dataclass(frozen=True)
 class CanaryParams:
-    """The audit's own parameters, checked on construction: the CID setting (``decoding``;
-    default: the command's, λ = 1, T = 0.8 and 8 new tokens, all released), the number of
-    ``trials``, the canary's ``digits``, the bound's ``confidence`` and a ``threshold`` fixed in
-    advance (None: chosen on half of the trials)."""
+    """The audit's own parameters, checked on construction: the CID setting (``decoding``, CID
+    and its decoding as :func:`~ctxleak.mitigations.cid.CIDConfig` gives them; default: the
+    command's, λ = 1, T = 0.8 and 8 new tokens, all released), the number of ``trials``, the
+    canary's ``digits``, the bound's ``confidence`` and a ``threshold`` fixed in advance (None:
+    chosen on half of the trials)."""
 
-    decoding: CIDConfig = field(default_factory=_default_decoding)
+    decoding: tuple[CID, Decoding] = field(default_factory=_default_decoding)
     trials: int = 40
     digits: int = 6
     confidence: float = CONFIDENCE
@@ -71,8 +72,8 @@ class CanaryParams:
                  "bound is 0", param="threshold")
 
     def to_config(self) -> dict[str, Any]:
-        d = self.decoding
-        return {"lambda": d.lam, "temperature": d.temperature, "bounded_eps": d.bounded_eps,
+        cid, d = self.decoding
+        return {"lambda": cid.lam, "temperature": d.temperature, "bounded_eps": cid.bounded_eps,
                 "max_new_tokens": d.max_new_tokens, "min_new_tokens": d.min_new_tokens,
                 "trials": self.trials, "digits": self.digits, "confidence": self.confidence,
                 "threshold": self.threshold, "canary_sentence": CANARY_SENTENCE,
@@ -94,14 +95,13 @@ def trial_record(lm: LanguageModel, trial: CanaryTrial, ledger: RowLedger) -> di
 
 
 def measure_trials(lm: LanguageModel, trials: Sequence[CanaryTrial],
-                   configs: Sequence[CIDConfig], seed: int) -> list[dict[str, Any]]:
+                   configs: Sequence[tuple[CID, Decoding]], seed: int) -> list[dict[str, Any]]:
     """Each trial's record (:func:`trial_record`) under its own decoding setting, all responses
     drawn by CID in one batched KV cache, each from its own seed (``seed``, trial number). The
     audit reads only the tokens, so the ledgers' floats are not replayed one by one."""
     asked = []
-    for trial, config in zip(trials, configs, strict=True):
-        cid, decoding = config.as_mechanism()
-        prompt = trial.parts(lm, config.max_new_tokens).prompt_of((trial.context,))
+    for trial, (cid, decoding) in zip(trials, configs, strict=True):
+        prompt = trial.parts(lm, decoding.max_new_tokens).prompt_of((trial.context,))
         request = AnswerRequest((trial.context,), prompt, derive_seed(seed, trial.trial))
         asked.append(Asked(cid, request, decoding))
     answers = CID().answer_group(lm, asked, deployed=False, rescored=True)
@@ -142,8 +142,8 @@ class CanaryMethod(ParamsMethod[CanaryTrial, list[CanaryTrial], LanguageModel, C
         return ItemIds(item.key, item.key)
 
     def requires(self) -> dict[str, str]:
-        d = self.params.decoding
-        return influence_needs([d.lam], [d.temperature], d.bounded_eps)
+        cid, d = self.params.decoding
+        return influence_needs([cid.lam], [d.temperature], cid.bounded_eps)
 
     def prepare(self, lm: LanguageModel, plan: Plan[CanaryTrial, list[CanaryTrial]],
                 run: Any) -> LanguageModel:
@@ -152,7 +152,7 @@ class CanaryMethod(ParamsMethod[CanaryTrial, list[CanaryTrial], LanguageModel, C
     def batches(self, ready: LanguageModel, items: Sequence[CanaryTrial],
                 policy: BatchPolicy) -> list[list[CanaryTrial]]:
         """Two CID streams per trial, each its prompt plus the new tokens."""
-        new = self.params.decoding.max_new_tokens
+        new = self.params.decoding[1].max_new_tokens
         costs: list[int | None] = []
         for trial in items:
             parts = trial.parts(ready, reserve=new)
@@ -169,14 +169,15 @@ class CanaryMethod(ParamsMethod[CanaryTrial, list[CanaryTrial], LanguageModel, C
         guarantee a response of ``max_new_tokens`` could spend, and the trials needed to show a
         bound above 0 at the measured rates."""
         p = self.params
-        d = p.decoding
+        cid, d = p.decoding
         out = summarize_trials(records, seed=self.common.seed, confidence=p.confidence,
                                threshold=p.threshold)
-        key = Setting.cid(d.lam, d.temperature, None, d.bounded_eps).key  # the influence run's
-        out.update({"setting": key, "lambda": d.lam, "temperature": d.temperature,
-                    "bounded_eps": d.bounded_eps,
-                    "eps_guarantee_ex_ante": (None if d.bounded_eps is None
-                                              else d.bounded_eps * d.max_new_tokens),
+        # the influence run's key
+        key = Setting.cid(cid.lam, d.temperature, None, cid.bounded_eps).key
+        out.update({"setting": key, "lambda": cid.lam, "temperature": d.temperature,
+                    "bounded_eps": cid.bounded_eps,
+                    "eps_guarantee_ex_ante": (None if cid.bounded_eps is None
+                                              else cid.bounded_eps * d.max_new_tokens),
                     "trials_needed": (None if out["tpr"] is None or out["fpr"] is None else
                                       trials_needed(out["tpr"], out["fpr"], p.confidence))})
         return out

@@ -19,9 +19,9 @@ from ctxleak.methods.influence.ngrams import (
     window_influence,
     windows,
 )
-from ctxleak.mitigations.cid import CIDConfig
+from ctxleak.mitigations.cid import CID, CIDConfig
 from ctxleak.mitigations.ledger import RowLedger
-from ctxleak.mitigations.mechanisms import AnswerRequest
+from ctxleak.mitigations.mechanisms import AnswerRequest, Decoding
 from ctxleak.mitigations.prompts import TASK_TEMPLATES, document_parts
 from ctxleak.run.method import ItemIds, Method, Plan
 from ctxleak.run.options import RunOptions
@@ -50,16 +50,17 @@ def explain_inputs(context: str, task: str, template: str | None, ngram: int = 4
 
 
 def explain_prompt(lm: LanguageModel, context: str, query: str, *, task: str = "qa",
-                   template: str | None = None, config: Any, ngram: int = 4, top: int = 5,
+                   template: str | None = None, config: tuple[CID, Decoding], ngram: int = 4, top: int = 5,
                    seed: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the ``results.json`` summary of one explained prompt, the per-window curve for its plot).
 
-    ``config``: a :class:`CIDConfig`. The summary holds the response and its ids, the response
-    influence and its per-token values, the uni-gram influence of each context token on the
-    first response token, the context tokens and the ``top`` n-grams by influence."""
+    ``config``: CID and its decoding (:func:`CIDConfig`). The summary holds the response and
+    its ids, the response influence and its per-token values, the uni-gram influence of each
+    context token on the first response token, the context tokens and the ``top`` n-grams by
+    influence."""
     parts, dropped = document_parts(lm, (context,), query, template or TASK_TEMPLATES[task],
-                                    reserve=config.max_new_tokens)
-    cid, decoding = config.as_mechanism()
+                                    reserve=config[1].max_new_tokens)
+    cid, decoding = config
     request = AnswerRequest((context,), parts.prompt_of((context,)), derive_seed(seed, 0))
     [answer] = cid.answer(lm, [request], decoding)
     response = cast(RowLedger, answer.ledger)  # CID's answers carry their ledger
@@ -67,13 +68,14 @@ def explain_prompt(lm: LanguageModel, context: str, query: str, *, task: str = "
         raise ConfigError("the model ended its response at once: raise min_new_tokens or try "
                           "another seed", param="min_new_tokens")
     first = response.response_ids[0]
-    unigram = next_token_unigram_influence(lm, parts, [], first, lam=config.lam,
-                                           temperature=config.temperature,
-                                           min_new_tokens=config.min_new_tokens)
+    unigram = next_token_unigram_influence(lm, parts, [], first, lam=cid.lam,
+                                           temperature=decoding.temperature,
+                                           min_new_tokens=decoding.min_new_tokens)
     n = min(ngram, len(parts.context))
     spans = windows(len(parts.context), n, stride=1)
-    win = window_influence(lm, parts, response.response_ids, spans, lam=config.lam,
-                           temperature=config.temperature, min_new_tokens=config.min_new_tokens)
+    win = window_influence(lm, parts, response.response_ids, spans, lam=cid.lam,
+                           temperature=decoding.temperature,
+                           min_new_tokens=decoding.min_new_tokens)
     order = np.argsort(-win.per_window)[:top]
     top_rows = [{"rank": k + 1, "tokens": f"{spans[i][0]}-{spans[i][1]}",
                  "n-gram": lm.decode(list(parts.context[spans[i][0]:spans[i][1]])),

@@ -13,7 +13,7 @@ import numpy as np
 
 from ctxleak.errors import ConfigError
 from ctxleak.mitigations.cid import CID, CIDConfig
-from ctxleak.mitigations.mechanisms import AnswerRequest, Asked, Mechanism
+from ctxleak.mitigations.mechanisms import AnswerRequest, Asked, Decoding, Mechanism
 from ctxleak.mitigations.prompts import PromptParts
 
 #: How the sweep grammar writes "no bound" (plain CID) in an ε list; ``inf`` means the same.
@@ -83,18 +83,19 @@ class InfluenceOptions:
     # the decoding a team deploys at temperature 0
     greedy: bool = False
 
-    def cid(self, setting: Setting) -> CIDConfig:
-        """CID at ``setting`` (its bounded ε, where it has one, else these options')."""
+    def cid(self, setting: Setting) -> tuple[CID, Decoding]:
+        """CID at ``setting`` (its bounded ε, where it has one, else these options') and its
+        decoding (greedy where these options say so)."""
         eps = setting.bounded_eps if setting.bounded_eps is not None else self.bounded_eps
         return CIDConfig(lam=setting.lam, temperature=setting.temperature,
                          max_new_tokens=self.max_new_tokens, min_new_tokens=self.min_new_tokens,
-                         bounded_eps=eps)
+                         bounded_eps=eps, greedy=self.greedy)
 
     def asked(self, setting: Setting, parts: PromptParts, documents: Sequence[str],
               seed: int) -> Asked:
         """One response asked of CID at ``setting`` (:meth:`cid`; greedy where these options
         say so) from the prompt ``parts`` holding ``documents``, drawn from ``seed``."""
-        cid, decoding = self.cid(setting).as_mechanism(self.greedy)
+        cid, decoding = self.cid(setting)
         request = AnswerRequest(tuple(documents), parts.prompt_of(documents), seed)
         return Asked(cid, request, decoding)
 
