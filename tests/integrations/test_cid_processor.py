@@ -60,7 +60,7 @@ def assert_close_finite(actual, expected, tol=1e-5):
 
 
 @pytest.mark.parametrize("lam", [0.5, 1.5])
-def test_greedy_matches_generate_cid(tiny_lm, lam):
+def test_greedy_matches_cid_answer(tiny_lm, lam):
     """Greedy decoding with the processor = ctxleak's own two-stream CID loop, token for token,
     and the ledger's log-probabilities equal its records to 1e-5."""
     part = parts_of(tiny_lm, 0)
@@ -318,7 +318,7 @@ def test_import_ctxleak_stays_light():
 
 
 @pytest.mark.integration
-def test_default_model_greedy_matches_generate_cid(default_lm):
+def test_default_model_greedy_matches_cid_answer(default_lm):
     ex = InfluenceExample("0", "Maria Lopez, born 12 March 1984, lives at 14 Elm Street.",
                           "Where does Maria live?", None, "qa")
     part = prompt_parts(default_lm, ex, TEMPLATE)[0]

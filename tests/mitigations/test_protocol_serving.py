@@ -84,7 +84,7 @@ def test_the_default_group_is_one_answer_call_announced_when_whole(llama_lm):
 
 def test_a_mixed_cid_group_answers_each_as_alone_and_streams_what_each_token_spent(llama_lm):
     """λ 0.5 plain, bounded ε 0.4 and λ 0.3 at another temperature and length in one group: each
-    answer's tokens are those of generate_cid alone; plain CID's ledger keeps no ε and each
+    answer's tokens are those of CID.answer alone; plain CID's ledger keeps no ε and each
     step's ex-post ε, announced as the token's spend; bounded CID announces ε per token."""
     settings = [(CID(0.5), Decoding(temperature=0.9, max_new_tokens=5, min_new_tokens=2)),
                 (CID(1.0, bounded_eps=0.4), Decoding(temperature=1.0, max_new_tokens=4,

@@ -1,5 +1,5 @@
 """The privacy proxy (ctxleak.proxy) with the real ``openai`` client, in front of a tiny in-process
-model: answers equal generate_cid on the prompts ``ctxleak influence`` builds, the ledger's
+model: answers equal CID.answer's on the prompts ``ctxleak influence`` builds, the ledger's
 numbers, budgets running out (drop, refuse), concurrent clients, pass-through, bad input, and the
 operations endpoints."""
 

@@ -45,7 +45,7 @@ def test_proxy_before_vllm_with_a_postgres_ledger(default_lm, vllm_server):
     budgets = Budgets(default=RESERVATION + EPS / 2)
     with postgres() as url:
         first_ledger, second_ledger = open_ledger(url), open_ledger(url)
-        # the test repeats generate_cid's draws under one seed: an audit's proxy
+        # the test repeats CID.answer's draws under one seed: an audit's proxy
         config = {"upstream": vllm_server.url, "budgets": budgets, "audit_seeds": True}
         lm = serve("default", vllm_server.url, served_model=vllm_server.served_name)
         with serving(lm, first_ledger, **config) as (one, _):
@@ -56,7 +56,7 @@ def test_proxy_before_vllm_with_a_postgres_ledger(default_lm, vllm_server):
             plain = ask(one, None)
             assert plain.choices[0].message.content == \
                 direct["choices"][0]["message"]["content"]
-            # a bounded-CID answer through vLLM: the tokens generate_cid draws on the prompts
+            # a bounded-CID answer through vLLM: the tokens CID.answer draws on the prompts
             # of ctxleak influence with the same seed, its ε charged in PostgreSQL
             info = ask(one, DOCS, seed=5).model_extra["ctxleak"]
             example = load_examples([{"query": QUESTION, "documents": DOCS}])[0]
