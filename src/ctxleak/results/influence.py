@@ -150,13 +150,19 @@ class InfluenceResult(Result):
         joined), recomputed where ``keep``, ``audits`` or ``joined`` ask for it. An audit of a
         setting no run measured, or a second audit of one setting, is refused, naming it; so
         is a run that answered other questions or ran with other options."""
-        both = join_runs(self, joined)
+        settings: Sequence[dict[str, Any]]
+        records: Sequence[dict[str, Any]]
+        if joined:  # the runs' settings and records read as one sweep
+            both = join_runs(self, joined)
+            settings, records, notes = both.settings, both.records, list(both.notes)
+        else:
+            settings, records, notes = tuple(self.summary.get("settings") or ()), self.records, []
         got = self.summary.get("frontier")
-        lower = self._audit_bounds(audits, both.settings)
+        lower = self._audit_bounds(audits, settings)
         if not got or got.get("keep") != keep or lower or joined:
-            got = frontier(both.settings, both.records, keep=keep,
+            got = frontier(settings, records, keep=keep,
                            seed=int(self.config.get("seed") or 0), audits=lower)
-        return {**got, "joined": list(both.notes)} if joined else dict(got)
+        return {**got, "joined": notes} if joined else dict(got)
 
     def _audit_bounds(self, audits: Sequence[Any], settings: Sequence[dict[str, Any]]
                       ) -> dict[str, float | None]:
