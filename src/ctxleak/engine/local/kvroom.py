@@ -18,7 +18,7 @@ import torch
 try:  # transformers >= 4.56: caches made of per-layer objects
     from transformers.cache_utils import DynamicLayer
 except ImportError:  # pragma: no cover - older transformers keep plain per-layer lists
-    DynamicLayer = None  # type: ignore[assignment,misc]
+    DynamicLayer = None
 
 
 if DynamicLayer is not None:
