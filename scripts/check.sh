@@ -23,7 +23,8 @@ source scripts/phases.sh
 export HYPOTHESIS_PROFILE=ci      # the full Hypothesis example counts (plain pytest: fewer)
 export COVERAGE_FILE="$PWD/.coverage"  # absolute: subprocesses in other folders write here too
 rm -f .coverage .coverage.*
-PYTEST=(.venv/bin/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder
+# CTXLEAK_TEST_WORKERS: pytest-xdist workers (default 2, one per core of the machine CI runs on)
+PYTEST=(.venv/bin/python -m pytest -q -n "${CTXLEAK_TEST_WORKERS:-2}" --dist loadscope --no-loadscope-reorder
         --durations=25)
 if [ "${CTXLEAK_COVERAGE:-1}" != 0 ]; then PYTEST+=(--cov --cov-report=); fi
 
