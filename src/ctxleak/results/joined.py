@@ -84,19 +84,21 @@ def join_runs(first: Any, others: Sequence[Any]) -> Joined:
     settings: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
     seen: dict[str, str] = {}
-    notes: list[str] = []
+    again: dict[str, list[str]] = {}  # a setting measured twice: the later runs that did
     for run in (first, *others):
         if run is not first:
             check_joinable(first, run)
         for s in run.summary.get("settings") or ():
             key = str(s.get("setting"))
             if key in seen:
-                notes.append(f"{key}: read from {seen[key]}, also measured by {_name(run)}")
+                again.setdefault(key, []).append(_name(run))
                 continue
             seen[key] = _name(run)
             settings.append(dict(s))
             records.extend(r for r in run.records if str(r.get("setting")) == key)
-    return Joined(tuple(settings), tuple(records), tuple(notes))
+    notes = tuple(f"{key}: read from {seen[key]}, also measured by {', '.join(runs)}"
+                  for key, runs in again.items())
+    return Joined(tuple(settings), tuple(records), notes)
 
 
 __all__ = ["MAY_DIFFER", "Joined", "check_joinable", "join_runs", "questions"]

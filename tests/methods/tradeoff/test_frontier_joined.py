@@ -49,6 +49,13 @@ def test_two_runs_joined_are_one_run_of_every_setting(tiny_dir, tmp_path, capsys
     assert joined["joined"] == [f"{one}: read from {tmp_path / 'half'}, also measured by "
                                 f"{tmp_path / 'zero'}"]
     assert half.frontier(joined=[zero]).attrs["joined"] == joined["joined"]
+    # measured by three runs: one line a setting, the later runs named in order
+    again = replace(zero, path=tmp_path / "again")
+    nought = next(k for k in _by_setting(joined) if k.startswith("lambda=0,"))
+    assert half.frontier_summary(joined=[zero, again])["joined"] == [
+        f"{one}: read from {tmp_path / 'half'}, also measured by {tmp_path / 'zero'}, "
+        f"{tmp_path / 'again'}",
+        f"{nought}: read from {tmp_path / 'zero'}, also measured by {tmp_path / 'again'}"]
     # the command line joins the folders the same way
     code, stdout, err = run_cli(["--plain", "influence", "frontier", str(tmp_path / "half"),
                                  str(tmp_path / "zero")], capsys)
