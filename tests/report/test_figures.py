@@ -116,3 +116,27 @@ def test_frontier_labels_of_coinciding_points_are_one_and_none_covers_another(mo
     assert short_label("dp-vote(eps=2,shards=4,delta=0.0001)") == "dp-vote eps=2,shards=4"
     assert short_label("dp-rag(eps=5,delta=0.001)") == "dp-rag eps=5"
     assert short_label("λ = 1, ε = 2") == "λ = 1, ε = 2"
+
+
+def test_a_pareto_point_is_drawn_over_a_hollow_one_at_the_same_place(monkeypatch):
+    """Two settings with the same figures, one on the Pareto front and one not (bounded CID at
+    λ = 1 and λ = 0.75 when ε binds at every token): the filled marker is drawn last, so the
+    plot shows the point as on the front, whatever order the settings came in."""
+    from matplotlib.colors import to_rgba
+
+    faces: list = []
+    real = plots._png
+
+    def spy(fig):
+        faces.extend(to_rgba(line.get_markerfacecolor()) for line in fig.axes[0].lines
+                     if line.get_marker() == "o")
+        return real(fig)
+
+    monkeypatch.setattr(plots, "_png", spy)
+    on, off = ({"x": 0.0, "y": 0.5, "label": label, "marked": marked}
+               for label, marked in (("λ = 1, ε = 2", True), ("λ = 0.75, ε = 2", False)))
+    white = to_rgba("white")
+    for order in ([on, off], [off, on]):
+        faces.clear()
+        plots.frontier_plot(order, title="t", xlabel="x", ylabel="y")
+        assert len(faces) == 2 and faces[0] == white and faces[1] != white

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import typer
@@ -242,15 +243,22 @@ def frontier_cmd(
                                     "Repeatable."),
     keep: float = typer.Option(0.9, "--keep", help="Share of the best utility the "
                                "recommendation must keep, in (0, 1]."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Also write the frontier's plot "
+                                       "(utility against leak, one point per setting, the "
+                                       "Pareto front filled) to this new PNG file."),
 ) -> None:
     """The privacy–utility frontier of a finished sweep, or of runs measured apart, with the ε
     lower bounds of canary audits beside each setting's guarantee (no model is loaded)."""
     import ctxleak
     from ctxleak.cli.output import plain_output
     from ctxleak.errors import ConfigError
-    from ctxleak.report.frontier import print_frontier
+    from ctxleak.report.frontier import FRONTIER_PNG, frontier_plots, print_frontier
     from ctxleak.results.influence import InfluenceResult
+    from ctxleak.run.atomic import write_atomic
 
+    if plot is not None and os.path.lexists(plot):
+        raise ConfigError(f"{plot} exists: ctxleak does not replace a file it did not make; "
+                          f"give --plot a new name", param="plot")
     results = [ctxleak.load_result(run) for run in runs]
     for run, result in zip(runs, results):
         if not isinstance(result, InfluenceResult):
@@ -264,6 +272,13 @@ def frontier_cmd(
                           f"sweep (--lambda 0,0.5,1, --bounded-eps 2,8 or --mechanism)",
                           param="run")
     print_frontier(front, plain=plain_output())
+    if plot is not None:
+        png = frontier_plots(front).get(FRONTIER_PNG)
+        if png is None:
+            raise ConfigError(f"{runs[0]}: no utility against the references to plot (a "
+                              f"frontier plot needs references)", param="plot")
+        write_atomic(plot, png, replace=False)  # a file that exists is refused, never replaced
+        print(f"plot: {plot}")
 
 
 def register(app: typer.Typer) -> None:

@@ -210,7 +210,7 @@ def frontier_plot(points: Sequence[Mapping[str, Any]], *, title: str, xlabel: st
     with _figure() as (fig, ax):
         if not pts:
             _no_data(ax)
-        for p in pts:
+        for p in drawing_order(pts):
             x, y = float(p["x"]), float(p["y"])
             marked = bool(p.get("marked"))
             xerr = _bar(x, p.get("x_low"), p.get("x_high"))
@@ -229,6 +229,13 @@ def frontier_plot(points: Sequence[Mapping[str, Any]], *, title: str, xlabel: st
             ax.legend(loc="best", fontsize="small")
         _label(ax, title, xlabel, ylabel)
         return _png(fig)
+
+
+def drawing_order(pts: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The hollow points first, then the ``marked`` (filled) ones, each in the given order:
+    where a setting off the front coincides with one on it (two settings with the same
+    figures), the filled marker is drawn last, on top."""
+    return sorted(pts, key=lambda p: bool(p.get("marked")))
 
 
 def _point_labels(ax: Any, pts: Sequence[Mapping[str, Any]]) -> None:

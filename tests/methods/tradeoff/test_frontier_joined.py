@@ -63,6 +63,17 @@ def test_two_runs_joined_are_one_run_of_every_setting(tiny_dir, tmp_path, capsys
     labels = [line.split("\t")[0] for line in stdout.splitlines() if "\t" in line][1:]
     assert sorted(labels) == ["λ = 0", "λ = 0.5", "λ = 1"]
     assert "Joined runs: " in stdout
+    # --plot writes the joined frontier's plot to a new file, and never replaces one
+    png = tmp_path / "front.png"
+    code, stdout, err = run_cli(["influence", "frontier", str(tmp_path / "half"),
+                                 str(tmp_path / "zero"), "--plot", str(png)], capsys)
+    assert code == 0, err
+    made = png.read_bytes()
+    assert made.startswith(b"\x89PNG") and f"plot: {png}" in stdout
+    code, _, err = run_cli(["influence", "frontier", str(tmp_path / "half"), "--plot",
+                            str(png)], capsys)
+    assert code != 0 and "exists: ctxleak does not replace a file" in err
+    assert png.read_bytes() == made
 
 
 def test_runs_over_other_questions_or_options_are_refused(tiny_dir, tmp_path, capsys):
