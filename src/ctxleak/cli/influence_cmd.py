@@ -257,8 +257,8 @@ def frontier_cmd(
     from ctxleak.run.atomic import write_atomic
 
     if plot is not None and os.path.lexists(plot):
-        raise ConfigError(f"{plot} exists: ctxleak does not replace a file it did not make; "
-                          f"give --plot a new name", param="plot")
+        raise ConfigError(f"plot {plot} exists: ctxleak does not replace a file it did not "
+                          f"make; give it a new name", param="plot")
     results = [ctxleak.load_result(run) for run in runs]
     for run, result in zip(runs, results):
         if not isinstance(result, InfluenceResult):
@@ -275,8 +275,9 @@ def frontier_cmd(
     if plot is not None:
         png = frontier_plots(front).get(FRONTIER_PNG)
         if png is None:
-            raise ConfigError(f"{runs[0]}: no utility against the references to plot (a "
-                              f"frontier plot needs references)", param="plot")
+            raise ConfigError(f"plot: {runs[0]} has no references to score utility against, "
+                              f"and the frontier's plot draws utility against leak",
+                              param="plot")
         write_atomic(plot, png, replace=False)  # a file that exists is refused, never replaced
         print(f"plot: {plot}")
 

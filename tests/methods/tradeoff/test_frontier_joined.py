@@ -72,7 +72,7 @@ def test_two_runs_joined_are_one_run_of_every_setting(tiny_dir, tmp_path, capsys
     assert made.startswith(b"\x89PNG") and f"plot: {png}" in stdout
     code, _, err = run_cli(["influence", "frontier", str(tmp_path / "half"), "--plot",
                             str(png)], capsys)
-    assert code != 0 and "exists: ctxleak does not replace a file" in err
+    assert code != 0 and f"--plot {png} exists: ctxleak does not replace a file" in err
     assert png.read_bytes() == made
 
 
@@ -106,3 +106,17 @@ def test_runs_over_other_questions_or_options_are_refused(tiny_dir, tmp_path, ca
     _run(tiny_dir, data, longer, capsys, "--lambda", "0", "--max-new-tokens", "4", "--limit", "1")
     code, _, err = run_cli(["influence", "frontier", str(tmp_path / "a"), str(longer)], capsys)
     assert code != 0 and "max_new_tokens 4" in err
+
+
+def test_a_plot_needs_references(tiny_dir, tmp_path, capsys):
+    """A sweep without references has a frontier of leak only, and no plot of utility against
+    it: --plot is refused in one line, and no file is made."""
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({k: v for k, v in d.items() if k != "reference"}) + "\n"
+                            for d in DOCS))
+    _run(tiny_dir, data, tmp_path / "run", capsys, "--lambda", "0.5,1")
+    png = tmp_path / "front.png"
+    code, _, err = run_cli(["influence", "frontier", str(tmp_path / "run"), "--plot", str(png)],
+                           capsys)
+    assert code != 0 and f"--plot: {tmp_path / 'run'} has no references to score" in err
+    assert not png.exists()
