@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import typer
@@ -245,20 +244,18 @@ def frontier_cmd(
                                "recommendation must keep, in (0, 1]."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Also write the frontier's plot "
                                        "(utility against leak, one point per setting, the "
-                                       "Pareto front filled) to this new PNG file."),
+                                       "Pareto front filled) to this PNG file."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --plot "
+                                   "file."),
 ) -> None:
     """The privacy–utility frontier of a finished sweep, or of runs measured apart, with the ε
     lower bounds of canary audits beside each setting's guarantee (no model is loaded)."""
     import ctxleak
     from ctxleak.cli.output import plain_output
     from ctxleak.errors import ConfigError
-    from ctxleak.report.frontier import FRONTIER_PNG, frontier_plots, print_frontier
+    from ctxleak.report.frontier import print_frontier, save_frontier_plot
     from ctxleak.results.influence import InfluenceResult
-    from ctxleak.run.atomic import write_atomic
 
-    if plot is not None and os.path.lexists(plot):
-        raise ConfigError(f"plot {plot} exists: ctxleak does not replace a file it did not "
-                          f"make; give it a new name", param="plot")
     results = [ctxleak.load_result(run) for run in runs]
     for run, result in zip(runs, results):
         if not isinstance(result, InfluenceResult):
@@ -271,14 +268,10 @@ def frontier_cmd(
         raise ConfigError(f"{' and '.join(runs)} measured one setting: a frontier needs a "
                           f"sweep (--lambda 0,0.5,1, --bounded-eps 2,8 or --mechanism)",
                           param="run")
+    if plot is not None:
+        save_frontier_plot(front, plot, overwrite=overwrite)
     print_frontier(front, plain=plain_output())
     if plot is not None:
-        png = frontier_plots(front).get(FRONTIER_PNG)
-        if png is None:
-            raise ConfigError(f"plot: {runs[0]} has no references to score utility against, "
-                              f"and the frontier's plot draws utility against leak",
-                              param="plot")
-        write_atomic(plot, png, replace=False)  # a file that exists is refused, never replaced
         print(f"plot: {plot}")
 
 

@@ -7,13 +7,16 @@ Language Models")."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from ctxleak.errors import ConfigError
 from ctxleak.methods.tradeoff.rows import Frontier
 from ctxleak.methods.tradeoff.setting_summary import Estimate
 from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import print_rows
+from ctxleak.run.atomic import refuse_replacing, write_atomic
 
 FRONTIER_PNG = "frontier.png"
 
@@ -141,6 +144,23 @@ def frontier_plots(front: Mapping[str, Any] | None) -> dict[str, bytes]:
     title += "\nbars: 95% bootstrap CI; filled: Pareto front" if bars else "\nfilled: Pareto front"
     return {FRONTIER_PNG: plots.frontier_plot(
         points, title=title, xlabel=f"{got.privacy} (nats)", ylabel=str(got.utility))}
+
+
+def save_frontier_plot(front: Mapping[str, Any], path: str | Path, *,
+                       overwrite: bool = False) -> Path:
+    """Write :func:`frontier_plots`' ``frontier.png`` of ``front`` (a frontier summary, e.g.
+    ``result.frontier_summary(joined=[...])``) to ``path``, whole or not at all. An existing
+    file is refused unless ``overwrite``; a frontier without utility (no references) has no
+    plot, a :class:`~ctxleak.errors.ConfigError`."""
+    path = Path(path)
+    refuse_replacing(path, overwrite=overwrite, name="plot")
+    png = frontier_plots(front).get(FRONTIER_PNG)
+    if png is None:
+        raise ConfigError(f"plot {path}: the frontier has no utility against the references "
+                          f"(its questions have none), and its plot draws utility against leak",
+                          param="plot")
+    write_atomic(path, png, replace=overwrite)  # without overwrite: never replaces a file
+    return path
 
 
 def notes(front: Mapping[str, Any]) -> list[str]:

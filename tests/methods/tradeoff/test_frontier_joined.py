@@ -72,8 +72,18 @@ def test_two_runs_joined_are_one_run_of_every_setting(tiny_dir, tmp_path, capsys
     assert made.startswith(b"\x89PNG") and f"plot: {png}" in stdout
     code, _, err = run_cli(["influence", "frontier", str(tmp_path / "half"), "--plot",
                             str(png)], capsys)
-    assert code != 0 and f"--plot {png} exists: ctxleak does not replace a file" in err
+    assert code != 0 and f"--plot {png} already exists: ctxleak does not replace a file" in err
     assert png.read_bytes() == made
+    # with --overwrite it is replaced, by the one run's frontier (another picture)
+    code, _, err = run_cli(["influence", "frontier", str(tmp_path / "half"), "--plot",
+                            str(png), "--overwrite"], capsys)
+    assert code == 0, err
+    assert png.read_bytes().startswith(b"\x89PNG") and png.read_bytes() != made
+    # in Python, the same plot as the command line's from the same summary
+    from ctxleak.report.frontier import save_frontier_plot
+
+    again_png = save_frontier_plot(half.frontier_summary(joined=[zero]), tmp_path / "py.png")
+    assert again_png.read_bytes() == made
 
 
 def test_runs_over_other_questions_or_options_are_refused(tiny_dir, tmp_path, capsys):
@@ -118,5 +128,11 @@ def test_a_plot_needs_references(tiny_dir, tmp_path, capsys):
     png = tmp_path / "front.png"
     code, _, err = run_cli(["influence", "frontier", str(tmp_path / "run"), "--plot", str(png)],
                            capsys)
-    assert code != 0 and f"--plot: {tmp_path / 'run'} has no references to score" in err
+    assert code != 0 and f"--plot {png}: the frontier has no utility against the references" \
+        in err
     assert not png.exists()
+    # in Python: the summary of the runs, then the plot
+    from ctxleak.report.frontier import save_frontier_plot
+
+    with pytest.raises(ConfigError, match="no utility against the references"):
+        save_frontier_plot(ctxleak.load_result(tmp_path / "run").frontier_summary(), png)
