@@ -21,11 +21,12 @@ def cid_ledger(lm, prompt_context, prompt_empty, config, seed, use_cache=True, s
     return answer.ledger
 
 
-def cid_ledgers(lm, jobs, sample=True):
-    """One ledger per job, in order (``sample`` False: greedy CID)."""
+def cid_ledgers(lm, jobs, sample=True, deployed=False):
+    """One ledger per job, in order (``sample`` False: greedy CID; ``deployed``: as the privacy
+    proxy answers, plain CID's ledgers keep each step's ex-post ε)."""
     asked = []
     for full, empty, config, seed in jobs:
         cid, decoding = config[0], replace(config[1], greedy=not sample)
         prompt = (lambda f, e: lambda texts: list(f) if texts else list(e))(full, empty)
         asked.append(Asked(cid, AnswerRequest(("context",), prompt, seed), decoding))
-    return [a.ledger for a in CID().answer_group(lm, asked, deployed=False)]
+    return [a.ledger for a in CID().answer_group(lm, asked, deployed=deployed)]

@@ -18,6 +18,7 @@ from ctxleak.kernels.cid import (
     bounded_lambdas,
     check_cid_settings,
     cid_logprobs,
+    divergence_at,
 )
 from ctxleak.kernels.draw import draw, seeded_generator
 
@@ -236,3 +237,21 @@ def test_a_row_whose_divergence_is_nan_is_searched_as_a_step_is():
     lams, _ = bounded_lambdas(torch.stack([bad, zc]), torch.stack([ze, ze]), 1e6, 1.0, 0.8)
     assert lams[0].item() == bounded_lambda(bad, ze, 1e6, 1.0, 0.8)[0] == 0.0
     assert lams[1].item() == 1.0
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.3, 1.0])
+def test_divergence_at_lambda_is_the_maximum_by_hand_and_the_searchs_at_a_loose_bound(lam):
+    """Plain CID's ex-post figure: max_y |log p̄_λ(y|D) − log p(y|∅)| at λ itself, over the
+    tokens neither stream masks (by hand, in float64), 0 at λ = 0; and the floats bounded CID's
+    search reports where its bound never binds (λ_t = λ)."""
+    gen = torch.Generator().manual_seed(3)
+    zc, ze = torch.randn(17, generator=gen) * 3, torch.randn(17, generator=gen) * 3
+    zc[4] = MASKED_LOGIT  # masked in one stream: left out of the maximum
+    mixed = torch.log_softmax((lam * zc.double() + (1 - lam) * ze.double()) / 0.7, dim=-1)
+    base = torch.log_softmax(ze.double() / 0.7, dim=-1)
+    keep = torch.arange(17) != 4
+    by_hand = float((mixed - base).abs()[keep].max())
+    got = divergence_at(zc, ze, lam, 0.7)
+    assert got == pytest.approx(by_hand, rel=1e-12, abs=1e-15)
+    assert (got == 0.0) == (lam == 0.0)
+    assert bounded_lambda(zc, ze, 1e6, lam, 0.7) == (lam, got)

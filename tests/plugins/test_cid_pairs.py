@@ -58,6 +58,8 @@ def _xargs(**change):
     ({"ctxleak_lam": True}, "'ctxleak_lam' must be a number"),
     ({"ctxleak_greedy": 2}, "'ctxleak_greedy' must be an integer in \\[0, 1\\]"),
     ({"ctxleak_greedy": -1}, "'ctxleak_greedy'"),
+    ({"ctxleak_ex_post": 2}, "'ctxleak_ex_post' must be an integer in \\[0, 1\\]"),
+    ({"ctxleak_ex_post": "yes"}, "'ctxleak_ex_post' must be an integer"),
     ({"ctxleak_min": 2**31}, "'ctxleak_min' must be an integer in \\[0, 2147483647\\]"),
     ({"ctxleak_stops": "-1"}, "'ctxleak_stops' must be token ids in \\[0, 2\\^31\\)"),
     ({"ctxleak_stops": f"0,{2**31}"}, "'ctxleak_stops' must be token ids"),
@@ -113,6 +115,32 @@ def test_bounded_steps_record_lambda_t_and_the_ex_post_epsilon():
     step = book.pairs[PAIR].steps[0]
     assert step["lam"] == lam and step["eps_ex_post"] == pytest.approx(2 * div)
     assert step["eps_ex_post"] <= 0.5
+
+
+def test_plain_steps_record_the_ex_post_epsilon_only_where_asked():
+    """Plain CID asked for its ex-post ε records 2·max_y |log p̄_λ(y|D) − log p(y|∅)| at λ
+    itself (computed here by hand over the vocabulary); λ_t stays λ; not asked, none. The key
+    is sent only where set, so every other request still reads as protocol 2 wrote it."""
+    assert "ctxleak_ex_post" not in _xargs()
+    sent = pair_xargs(pair=PAIR, context_ids=CTX, lam=0.5, temperature=0.8, seed=4,
+                      greedy=False, eps=None, min_new_tokens=0, stops=[STOP], ex_post=True)
+    assert sent["ctxleak_ex_post"] == 1 and read_settings(sent).ex_post
+    for asked in (True, False):
+        book, _ = _book()
+        settings = read_settings(_xargs(ctxleak_ex_post=int(asked)))
+        a, b = book.admit(settings, 3, CTX), book.admit(settings, 3, EMPTY)
+        z = _logits(7)
+        book.apply(z.clone(), [(0, a, 0), (1, b, 0)])
+        step = book.pairs[PAIR].steps[0]
+        assert step["lam"] == 0.5
+        if not asked:
+            assert step["eps_ex_post"] is None
+            continue
+        zc, ze = z[0].double(), z[1].double()
+        mixed = torch.log_softmax((0.5 * zc + 0.5 * ze) / 0.8, dim=-1)
+        by_hand = 2 * float((mixed - torch.log_softmax(ze / 0.8, dim=-1)).abs().max())
+        assert step["eps_ex_post"] == pytest.approx(by_hand, rel=1e-12)
+        assert step["eps_ex_post"] > 0
 
 
 def test_a_repeated_step_gets_its_token_again_without_a_new_draw():

@@ -9,6 +9,7 @@ server whose flags would break pairs is refused, naming the flag."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import pytest
 from helpers.cid_ledgers import cid_ledgers
@@ -17,7 +18,7 @@ from helpers.fake_server import fake_vllm
 
 from ctxleak.engine.capabilities import CID_DECODING
 from ctxleak.engine.served import serve
-from ctxleak.errors import ConfigError
+from ctxleak.errors import ConfigError, CtxleakWarning
 from ctxleak.mitigations.cid import CIDConfig
 
 NEVER = (0, 1, 3)  # the tiny tokenizer's <pad>, <bos> and <unk>: never sampled
@@ -55,6 +56,35 @@ def _whole_distribution_requests(server):
 CONFIGS = [CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=8, min_new_tokens=2),
            CIDConfig(lam=0.7, temperature=1.0, max_new_tokens=6, min_new_tokens=0,
                      bounded_eps=2.0)]
+
+
+def test_deployed_plain_cid_records_its_ex_post_epsilon_through_the_plugin(tiny, tok_dir):
+    """As the privacy proxy answers, plain CID's ledger keeps each step's ex-post ε and no ε:
+    through the plugin the floats of in-process CID; the tokens and ex-post figures of bounded
+    CID at a bound that never binds (λ_t = λ, App. B, Alg. 1); a plugin of protocol 2, which
+    does not take the request, is not sent it: the answers decode by ctxleak's own loop, said."""
+    config = CONFIGS[0]
+    jobs = _jobs(tiny, config)
+    with FakePluginVLLM(tiny, never=NEVER) as server:
+        lm = serve("tiny", server.url, tokenizer=tok_dir)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            there = cid_ledgers(lm, jobs, deployed=True)
+        assert _whole_distribution_requests(server) == 0
+    here = cid_ledgers(tiny, jobs, deployed=True)
+    _same(here, there)
+    loose = [(f, e, (replace(config[0], bounded_eps=1e6), config[1]), s) for f, e, _, s in jobs]
+    for plain, bounded in zip(here, cid_ledgers(tiny, loose)):
+        assert plain.response_ids == bounded.response_ids and plain.bounded_eps is None
+        assert all(e.eps is None and e.eps_ex_post > 0 for e in plain.entries)
+        assert [e.eps_ex_post for e in plain.entries] == [e.eps_ex_post for e in bounded.entries]
+    assert all(e.eps_ex_post is None for r in cid_ledgers(tiny, jobs) for e in r.entries)
+    with FakePluginVLLM(tiny, never=NEVER, flags={"protocol": 2}) as old:
+        lm = serve("tiny", old.url, tokenizer=tok_dir)
+        with pytest.warns(CtxleakWarning, match="protocol 3"):
+            again = cid_ledgers(lm, jobs, deployed=True)
+        assert old.pair_requests == 1  # the probe alone
+    _same(here, again)
 
 
 def test_the_plugin_is_found_when_ctxleak_connects(tiny, tok_dir):

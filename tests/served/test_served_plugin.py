@@ -45,14 +45,18 @@ def _jobs(lm, config, seeds=(5, 6, 7)):
             for (doc, q), seed in zip(QUESTIONS, seeds)]
 
 
-@pytest.mark.parametrize("config", [
-    CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=16, min_new_tokens=2),
-    CIDConfig(lam=1.0, temperature=1.0, max_new_tokens=16, min_new_tokens=2, bounded_eps=2.0)],
-    ids=["lambda-0.5", "bounded-eps-2"])
-def test_plugin_answers_equal_in_process_cid(served_lm, default_lm, config):
+@pytest.mark.parametrize("config, deployed", [
+    (CIDConfig(lam=0.5, temperature=0.8, max_new_tokens=16, min_new_tokens=2), True),
+    (CIDConfig(lam=1.0, temperature=1.0, max_new_tokens=16, min_new_tokens=2, bounded_eps=2.0),
+     False)],
+    ids=["lambda-0.5-ex-post", "bounded-eps-2"])
+def test_plugin_answers_equal_in_process_cid(served_lm, default_lm, config, deployed):
+    """Tokens and per-token floats of the plugin's answers against in-process CID; plain CID
+    deployed (as the privacy proxy answers) with each step's ex-post ε (protocol 3)."""
     assert CID_DECODING in served_lm.capabilities
     jobs = _jobs(default_lm, config)
-    here, there = cid_ledgers(default_lm, jobs), cid_ledgers(served_lm, jobs)
+    here = cid_ledgers(default_lm, jobs, deployed=deployed)
+    there = cid_ledgers(served_lm, jobs, deployed=deployed)
     for a, b in zip(here, there):
         assert a.response_ids == b.response_ids and a.stopped_on_eos == b.stopped_on_eos
         for e, f in zip(a.entries, b.entries, strict=True):
@@ -64,7 +68,9 @@ def test_plugin_answers_equal_in_process_cid(served_lm, default_lm, config):
             assert abs(e.lam - f.lam) < 2e-5
             if config[0].bounded_eps is not None:
                 assert f.eps_ex_post <= config[0].bounded_eps
-                assert abs(e.eps_ex_post - f.eps_ex_post) < 1e-4
+            assert f.eps == e.eps == config[0].bounded_eps
+            assert e.eps_ex_post is not None and f.eps_ex_post is not None
+            assert abs(e.eps_ex_post - f.eps_ex_post) < 1e-4
 
 
 @pytest.mark.parametrize("config", [

@@ -22,7 +22,8 @@ class PairJob:
     """One answer: the prompt with the context and the one without it (token ids), λ (in
     [0, 1]; bounded CID's λ_max), T, bounded CID's ε per token (None: plain CID), the length
     limits, the seed of its own generator and greedy CID; ``forced``: the tokens of a response
-    to score instead of drawing them (:func:`scoring_job`)."""
+    to score instead of drawing them (:func:`scoring_job`); ``ex_post``: plain CID also records
+    each step's ex-post ε (bounded CID always does)."""
 
     context_ids: tuple[int, ...]
     empty_ids: tuple[int, ...]
@@ -34,6 +35,7 @@ class PairJob:
     seed: int
     greedy: bool = False
     forced: tuple[int, ...] = ()
+    ex_post: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ Knowledge in Language Models, Def. 3.4, Eq. 6; bounded CID: App. B, Alg. 1), tor
   Halley search, float64, about 4 passes over the vocabulary per row); :func:`bounded_lambda` is
   the same search on one step's ``[V]`` logits, run as a one-row batch, so a decoding step and a
   scored response get the same floats;
+- :func:`divergence_at`: plain CID's ex-post figure of one step, the maximum of Alg. 1 line 2
+  at the step's own λ (no search);
 - :data:`MASKED_LOGIT`: the logit of a token that must never be drawn;
 - :func:`check_cid_settings`: the one check of λ, T and ε, raising :class:`CIDSettingError`
   (a ``ValueError`` naming the parameter) that ctxleak's callers turn into their own errors.
@@ -302,6 +304,17 @@ def bounded_lambda(z_context: torch.Tensor, z_empty: torch.Tensor, eps: float, l
     step's λ_t (``lam_max`` itself where the bound holds at it) and its
     ``max_y |log p̄_λ(y|D) − log p(y|∅)|``."""
     return bounded_lambda_rows([z_context], [z_empty], eps, lam_max, temperature)[0]
+
+
+def divergence_at(z_context: torch.Tensor, z_empty: torch.Tensor, lam: float,
+                  temperature: float) -> float:
+    """``max_y |log p̄_λ(y|D) − log p(y|∅)|`` of one decoding step's logits ``[V]`` at ``lam``
+    itself (App. B, Alg. 1 line 2's maximum, over the drawable tokens): plain CID's ex-post
+    figure, ε_t = 2 · this, a number about this context alone and not a guarantee. The floats of
+    :func:`bounded_lambda` at a bound that ``lam`` keeps (the same one-row probe)."""
+    r = _rows(z_context[None].double(), z_empty[None].double(), temperature)
+    at = torch.full((1,), float(lam), dtype=torch.float64, device=r.zc.device)
+    return float(_probe(r, at, temperature, ends=lam in (0, 1))[0, 0])
 
 
 def bounded_lambda_rows(z_context: Sequence[torch.Tensor], z_empty: Sequence[torch.Tensor],

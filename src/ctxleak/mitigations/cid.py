@@ -87,12 +87,12 @@ class CID(Mechanism):
 
     def settings(self, decoding: Decoding, ex_post: bool = False) -> CIDSettings:
         """These settings with ``decoding``'s temperature and lengths, as the steps decode
-        them (``ex_post``: plain CID with its ex-post ε decodes as :data:`_NEVER_BINDS` says)."""
-        never_binds = ex_post and self.bounded_eps is None
+        them (``ex_post``: plain CID records each step's ex-post ε too)."""
         return CIDSettings(lam=self.lam, temperature=decoding.temperature,
                            max_new_tokens=decoding.max_new_tokens,
                            min_new_tokens=decoding.min_new_tokens,
-                           bounded_eps=_NEVER_BINDS if never_binds else self.bounded_eps)
+                           bounded_eps=self.bounded_eps,
+                           ex_post=ex_post and self.bounded_eps is None)
 
     def claim(self, decoding: Decoding) -> Claim:
         """The most a response may spend: nothing at λ = 0 (the documents are never read),
@@ -187,7 +187,7 @@ class CID(Mechanism):
                            entry.eps if cid.bounded_eps is not None else entry.eps_ex_post)
             stopped = entry.token_id in lm.eos_ids
             if early and (stopped or entry.step + 1 >= decoded.max_new_tokens):
-                ledger = _as_asked(ledger_of(heard[k], stopped, decoded), cid, deployed)
+                ledger = ledger_of(heard[k], stopped, decoded)
                 listener.done(k, cid.answer_of(ledger, len(asked[k].request.documents)))
 
         greedy = {asked[k].decoding.greedy for k in rest}
@@ -287,7 +287,7 @@ def _generate_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool = 
     n-gram scoring need not compute it again. ``rescored``: the caller recomputes the floats by
     scoring each example's streams itself, so the engine need not replay them. ``on_entry``:
     called with (row, ledger entry) as each token is drawn. ``ex_post``: plain CID's ledgers
-    keep each step's ex-post ε (decoded as :data:`_NEVER_BINDS` says)."""
+    keep each step's ex-post ε."""
     decoded = [(full, empty, cid.settings(decoding, ex_post), seed)
                for full, empty, (cid, decoding), seed in jobs]
     ledgers = in_server(lm, decoded, sample, on_entry)
@@ -304,24 +304,7 @@ def _generate_many(lm: LanguageModel, jobs: Sequence[CIDJob], use_cache: bool = 
         ledgers = [finish(gen) for (_, finish), gen in zip(parts, gens)]
     elif context_caches is not None:  # no KV cache leaves a server
         context_caches.extend([None] * len(jobs))
-    return [_as_asked(ledger, cid, ex_post) for ledger, (_, _, (cid, _), _) in zip(ledgers, jobs)]
-
-
-#: Plain CID with its ex-post ε decodes as bounded CID at this ε per token, which no step's
-#: divergence reaches: λ_t = λ at every step (the same mixture and tokens as plain CID), each
-#: step's divergence found on the way by the same search, and the same settings on the wire to
-#: ctxleak's vLLM plugin. Not a guarantee: the ledger keeps no ε (:func:`_as_asked`).
-_NEVER_BINDS = 1e300
-
-
-def _as_asked(ledger: RowLedger, cid: CID, ex_post: bool) -> RowLedger:
-    """The ledger of an answer decoded under :meth:`CID.settings` as ``cid`` asked it (with its
-    ex-post ε where ``ex_post``): plain CID's entries keep their ex-post ε and lose the ε of
-    :data:`_NEVER_BINDS`."""
-    if ex_post and cid.bounded_eps is None:
-        return replace(ledger, bounded_eps=None,
-                       entries=tuple(replace(e, eps=None) for e in ledger.entries))
-    return ledger
+    return ledgers
 
 
 def _cid(mechanism: Mechanism) -> CID:

@@ -24,6 +24,7 @@ from ctxleak.kernels.cid import (
     bounded_lambda,
     bounded_lambda_rows,
     cid_logprobs,
+    divergence_at,
 )
 from ctxleak.mitigations.ledger import LedgerEntry, RowLedger
 
@@ -39,13 +40,16 @@ class CIDSettings:
     :class:`~ctxleak.mitigations.cid.CID`'s λ (bounded CID's cap on λ_t) and ε per token (None:
     plain CID) with a :class:`~ctxleak.mitigations.mechanisms.Decoding`'s temperature and
     new-token limits (:meth:`CID.settings <ctxleak.mitigations.cid.CID.settings>` makes them;
-    those two types check what a user gives)."""
+    those two types check what a user gives); ``ex_post``: plain CID also records each step's
+    ex-post ε (:func:`~ctxleak.kernels.cid.divergence_at`, a figure, not a guarantee), which a
+    deployment that charges it needs (bounded CID always records it)."""
 
     lam: float
     temperature: float
     max_new_tokens: int
     min_new_tokens: int
     bounded_eps: float | None
+    ex_post: bool = False
 
 
 SettingsJob = tuple[Sequence[int], Sequence[int], CIDSettings, int]
@@ -57,15 +61,18 @@ def cid_combine(z_context: torch.Tensor, z_empty: torch.Tensor, config: CIDSetti
     """One step of CID (Def. 3.4; bounded: App. B, Alg. 1): the mixture ``log p̄_λ``
     (:func:`cid_logprobs`) at ``temperature`` (default ``config.temperature``; a logits
     processor returns T = 1 and leaves T to ``generate``'s warper), the step's λ and, for
-    bounded CID, its ex-post ε: ``config.lam`` (plain CID), or Alg. 1's λ_t
-    (:func:`bounded_lambda` at ``config.temperature``, App. B) with 2·max_y |log p̄_λ(y|D) −
-    log p(y|∅)|, a figure about this context alone. ``z_context``/``z_empty`` are one step's
-    logits, ``[V]``; plain CID also takes ``[rows, V]`` (one λ for all rows)."""
+    bounded CID (and plain CID with ``config.ex_post``), its ex-post ε: ``config.lam`` (plain
+    CID), or Alg. 1's λ_t (:func:`bounded_lambda` at ``config.temperature``, App. B), with
+    2·max_y |log p̄_λ(y|D) − log p(y|∅)| at that λ, a figure about this context alone.
+    ``z_context``/``z_empty`` are one step's logits, ``[V]``; plain CID without ``ex_post`` also
+    takes ``[rows, V]`` (one λ for all rows)."""
     lam, eps_ex_post = config.lam, None  # plain CID
     if config.bounded_eps is not None:
         lam, div = bounded_lambda(z_context, z_empty, config.bounded_eps, config.lam,
                                   config.temperature)
         eps_ex_post = 2.0 * div
+    elif config.ex_post:
+        eps_ex_post = 2.0 * divergence_at(z_context, z_empty, lam, config.temperature)
     t = config.temperature if temperature is None else temperature
     return cid_logprobs(z_context, z_empty, lam, t), lam, eps_ex_post
 
@@ -181,7 +188,8 @@ def in_server(lm: LanguageModel, jobs: Sequence[SettingsJob], sample: bool,
     if not all(pluggable(c.lam, c.bounded_eps) for _, _, c, _ in jobs):
         return None
     pair_jobs = [PairJob(tuple(full), tuple(empty), c.lam, c.temperature, c.bounded_eps,
-                         c.max_new_tokens, c.min_new_tokens, seed, greedy=not sample)
+                         c.max_new_tokens, c.min_new_tokens, seed, greedy=not sample,
+                         ex_post=c.ex_post)
                  for full, empty, c, seed in jobs]
     try:
         answers = lm.decode_pairs(pair_jobs)

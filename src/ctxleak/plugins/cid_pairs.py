@@ -9,7 +9,8 @@ logits and, for each row of a pair request, the request and its step (the number
 has produced). For each pair, :meth:`PairBook.apply`:
 
 - **decides a step once**: with both rows at step t, the EOS ids are masked before the minimum
-  length, λ_t is λ or bounded CID's Alg. 1 search (:func:`ctxleak.kernels.cid.bounded_lambda`),
+  length, λ_t is λ or bounded CID's Alg. 1 search (:func:`ctxleak.kernels.cid.bounded_lambda`)
+  (plain CID's ex-post ε, where asked: :func:`ctxleak.kernels.cid.divergence_at`),
   ``log p̄_λ`` is mixed in float64 and one token is drawn from the pair's own generator
   (:func:`ctxleak.kernels.draw.draw`: the same float64 draw as in-process CID, on any device), all as
   :func:`ctxleak.engine.streams.take_step` does; both rows are then forced to that token;
@@ -52,6 +53,7 @@ from ctxleak.kernels.cid import (
     bounded_lambda,
     bounded_lambda_rows,
     cid_logprobs,
+    divergence_at,
 )
 from ctxleak.kernels.draw import draw, seeded_generator
 from ctxleak.plugins.protocol import PROTOCOL_VERSION, PairSettings, prompt_digest
@@ -260,6 +262,8 @@ class PairBook:
             lam, div = searched if searched is not None else \
                 bounded_lambda(zc, ze, cfg.eps, cfg.lam, cfg.temperature)
             eps_ex_post = 2.0 * div
+        elif cfg.ex_post:
+            eps_ex_post = 2.0 * divergence_at(zc, ze, lam, cfg.temperature)
         mixed = cid_logprobs(zc, ze, lam, cfg.temperature)
         token = cfg.forced[step] if step < len(cfg.forced) else \
             draw(mixed, pair.generator, not cfg.greedy)

@@ -23,7 +23,10 @@ token ids, ``temperature: 0`` (the plugin forces the token, vLLM's greedy pick k
   the answer), which the plugin emits instead of drawing, recording the same numbers per step
   (the answer's CID log-probs: scoring a response costs its tokens' records, not the whole
   vocabulary per position); the plugin voids a pair whose forced ids fall outside the model's
-  vocabulary. Protocol 2; a plugin of protocol 1 refuses the key.
+  vocabulary. Protocol 2; a plugin of protocol 1 refuses the key;
+- ``ctxleak_ex_post`` (optional, 0 or 1): plain CID also records each step's ex-post ε (what a
+  deployment that charges it needs; bounded CID always records it). Protocol 3; a plugin of
+  protocol 2 refuses the key.
 
 Every value is checked at admission (:func:`read_settings`, the plugin's ``validate_params``):
 a request outside these domains is HTTP 400 naming the field, and never reaches the engine.
@@ -32,9 +35,10 @@ a request outside these domains is HTTP 400 naming the field, and never reaches 
 :mod:`ctxleak.plugins.vllm_records` adds to the server): a JSON object with ``steps`` (one per
 drawn token, the stopping EOS included: ``token``, ``lam`` λ_t, ``logp_mix``
 log p̄_λ(y_t | D) and ``logp_empty`` log p(y_t | ∅) at T, in float64, ``eps_ex_post`` for
-bounded CID), ``stopped`` (EOS ended it), ``error`` (None, or why the pair failed: the answer is
-then void and is tried again) and ``server`` (the flags the plugin runs under, with the
-data-parallel rank that decoded the answer and the number of ranks the API server routes to).
+bounded CID and for plain CID with ``ctxleak_ex_post``), ``stopped`` (EOS ended it),
+``error`` (None, or why the pair failed: the answer is then void and is tried again) and
+``server`` (the flags the plugin runs under, with the data-parallel rank that decoded the
+answer and the number of ranks the API server routes to).
 A server with several data-parallel ranks gets both requests of an answer on one of them by the
 ``X-data-parallel-rank`` header (:func:`pair_rank`). The route reads
 the plugin's files (:class:`RecordsFolder`), which each server process writes once per answer:
@@ -71,7 +75,7 @@ RECORDS_ENV = "CTXLEAK_VLLM_RECORDS"
 #: completions request goes to the least loaded engine, so an answer's two requests may part).
 RANK_HEADER = "X-data-parallel-rank"
 #: The plugin's version of this protocol, sent in every record.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 #: The seeds ``torch.Generator.manual_seed`` takes without wrapping: [0, 2^64 − 1] (it reads a
 #: negative seed s ≥ −2^63 as s + 2^64 and raises beyond; the plugin takes the unwrapped form).
@@ -88,7 +92,7 @@ PAIR_ID = re.compile(r"[0-9a-f]{32}")
 CONTEXT_DIGEST = re.compile(r"[0-9a-f]{16}")
 KEYS = ("ctxleak_pair", "ctxleak_context", "ctxleak_lam", "ctxleak_temperature",
         "ctxleak_seed", "ctxleak_greedy", "ctxleak_eps", "ctxleak_min", "ctxleak_stops",
-        "ctxleak_forced")
+        "ctxleak_forced", "ctxleak_ex_post")
 
 
 class PairSettingError(ValueError):
@@ -115,6 +119,7 @@ class PairSettings:
     min_new_tokens: int
     stops: tuple[int, ...]
     forced: tuple[int, ...] = ()  # a teacher-forced answer's tokens (empty: drawn)
+    ex_post: bool = False  # plain CID records each step's ex-post ε too
 
 
 def prompt_digest(ids: list[int]) -> str:
@@ -124,9 +129,12 @@ def prompt_digest(ids: list[int]) -> str:
 
 def pair_xargs(*, pair: str, context_ids: list[int], lam: float, temperature: float, seed: int,
                greedy: bool, eps: float | None, min_new_tokens: int,
-               stops: list[int], forced: Sequence[int] = ()) -> dict[str, Any]:
+               stops: list[int], forced: Sequence[int] = (), ex_post: bool = False
+               ) -> dict[str, Any]:
     """The ``vllm_xargs`` of one answer (checked by :func:`read_settings` as the plugin will);
-    ``forced``: the tokens of a teacher-forced answer (empty: the plugin draws them)."""
+    ``forced``: the tokens of a teacher-forced answer (empty: the plugin draws them);
+    ``ex_post``: plain CID records each step's ex-post ε (sent only where set, so a plugin of
+    protocol 2 takes every other request)."""
     seed = int(seed) + 2**64 if -2**63 <= int(seed) < 0 else int(seed)  # as torch reads it
     xargs: dict[str, Any] = {
         "ctxleak_pair": pair, "ctxleak_context": prompt_digest(context_ids),
@@ -138,6 +146,8 @@ def pair_xargs(*, pair: str, context_ids: list[int], lam: float, temperature: fl
         xargs["ctxleak_eps"] = float(eps)
     if forced:
         xargs["ctxleak_forced"] = _ids(forced)
+    if ex_post:
+        xargs["ctxleak_ex_post"] = 1
     read_settings(xargs)
     return xargs
 
@@ -218,7 +228,7 @@ def read_settings(xargs: dict[str, Any]) -> PairSettings:
     """The settings of a plugin request, each checked against its domain (the module
     docstring): an unknown ``ctxleak_`` key, a pair id that is not 32 hex digits, a number that
     is not finite, λ outside [0, 1], T ≤ 0, ε ≤ 0, a seed outside [0, 2^64 − 1], greedy other
-    than 0 or 1, a minimum outside [0, 2^31), no EOS id or one outside [0, 2^31), a forced
+    or ex-post other than 0 or 1, a minimum outside [0, 2^31), no EOS id or one outside [0, 2^31), a forced
     token outside [0, 2^31) or an EOS id forced before the last token raise
     :class:`PairSettingError` naming it. Nothing that passes can raise in the engine."""
     unknown = sorted(str(k) for k in xargs if str(k).startswith("ctxleak_") and k not in KEYS)
@@ -251,7 +261,8 @@ def read_settings(xargs: dict[str, Any]) -> PairSettings:
     return PairSettings(pair=pair, context_digest=digest, lam=lam, temperature=temperature,
                         seed=_integer(xargs, "ctxleak_seed", 0, SEED_MAX),
                         greedy=bool(_integer(xargs, "ctxleak_greedy", 0, 1, 0)), eps=eps,
-                        min_new_tokens=minimum, stops=stops, forced=forced)
+                        min_new_tokens=minimum, stops=stops, forced=forced,
+                        ex_post=bool(_integer(xargs, "ctxleak_ex_post", 0, 1, 0)))
 
 
 def check_request(settings: PairSettings, *, max_tokens: int | None, n: int) -> None:

@@ -86,6 +86,15 @@ def scores_pairs(server: dict[str, Any] | None) -> bool:
         return False
 
 
+def records_ex_post(server: dict[str, Any] | None) -> bool:
+    """Whether the server's plugin records plain CID's ex-post ε where asked
+    (``ctxleak_ex_post``, protocol 3 and later)."""
+    try:
+        return server is not None and int(server.get("protocol") or 0) >= 3
+    except (TypeError, ValueError):
+        return False
+
+
 def check_flags(lm: ServedLM, server: dict[str, Any]) -> None:
     """Refuse a plugin whose server would break pairs: chunked prefill on, or vLLM's own
     scheduler (which samples an answer's first stream before its second arrives)."""
@@ -110,7 +119,7 @@ def _body(lm: ServedLM, job: PairJob, pair: str) -> dict[str, Any]:
                                      lam=job.lam, temperature=job.temperature, seed=job.seed,
                                      greedy=job.greedy, eps=job.eps,
                                      min_new_tokens=job.min_new_tokens, stops=stops,
-                                     forced=job.forced)}
+                                     forced=job.forced, ex_post=job.ex_post)}
 
 
 def check_fits(lm: ServedLM, job: PairJob, server: dict[str, Any]) -> None:
@@ -209,7 +218,8 @@ def read_answer(lm: ServedLM, job: PairJob, answer: Any, got: Any) -> PairAnswer
 
 def _step(raw: Any, k: int, job: PairJob, where: str) -> LedgerEntry:
     """One step's record, checked: its index, finite log-probs ≤ 0, λ_t in [0, λ] (= λ for
-    plain CID), bounded CID's ex-post ε within ε."""
+    plain CID), bounded CID's ex-post ε within ε, plain CID's (where asked) finite and ≥ 0
+    (no guarantee bounds it), none where not asked."""
     try:
         step = LedgerEntry(step=k, token_id=int(raw["token"]), lam=float(raw["lam"]),
                            logp_context=float(raw["logp_mix"]),
@@ -224,7 +234,9 @@ def _step(raw: Any, k: int, job: PairJob, where: str) -> LedgerEntry:
            or not -SLACK <= step.lam <= job.lam + SLACK
            or (job.eps is None and step.lam != job.lam)
            or (job.eps is not None and (step.eps_ex_post is None or
-                                        not 0 <= step.eps_ex_post <= job.eps + SLACK)))
+                                        not 0 <= step.eps_ex_post <= job.eps + SLACK))
+           or (job.eps is None and job.ex_post != (step.eps_ex_post is not None))
+           or (step.eps_ex_post is not None and not 0 <= step.eps_ex_post < math.inf))
     if bad:
         raise PairFailed(f"{where} answered an impossible record at step {k} (λ_t "
                          f"{step.lam}, log-probs {logps}, ex-post ε {step.eps_ex_post})")

@@ -72,13 +72,19 @@ class VLLMServedLM(ServedLM):
 
     def decode_pairs(self, jobs: Sequence[PairJob]) -> list[PairAnswer]:
         """CID answers decoded by the server's plugin (:func:`cid_plugin.decode_pairs`), jobs
-        with ``forced`` tokens scored there (refused where the plugin does not take them)."""
+        with ``forced`` tokens scored there (refused where the plugin does not take them), jobs
+        with ``ex_post`` refused (a :class:`ServerError`: the caller decodes them by its own
+        loop) where the plugin is older than protocol 3."""
         if self.plugin is None:
             return super().decode_pairs(jobs)
         if any(job.forced for job in jobs):
             check_capabilities(self, {CID_SCORING: "a forced answer needs ctxleak's plugin of "
                                       "protocol 2 or later in the server: install this "
                                       "ctxleak there and restart it"}, what="this scoring")
+        if any(job.ex_post for job in jobs) and not cid_plugin.records_ex_post(self.plugin):
+            raise ServerError(f"the CID plugin of the vLLM server at {self.info.base_url} does "
+                              "not record plain CID's ex-post ε (protocol 3): install this "
+                              "ctxleak there and restart it")
         return cid_plugin.decode_pairs(self, jobs, self.plugin, self.decoded_ranks)
 
     def _continuations(self, prompts: Sequence[Sequence[int]],
