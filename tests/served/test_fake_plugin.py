@@ -78,7 +78,12 @@ def test_deployed_plain_cid_records_its_ex_post_epsilon_through_the_plugin(tiny,
         assert plain.response_ids == bounded.response_ids and plain.bounded_eps is None
         assert all(e.eps is None and e.eps_ex_post > 0 for e in plain.entries)
         assert [e.eps_ex_post for e in plain.entries] == [e.eps_ex_post for e in bounded.entries]
-    assert all(e.eps_ex_post is None for r in cid_ledgers(tiny, jobs) for e in r.entries)
+        assert plain.token_eps_ex_post == bounded.token_eps_ex_post
+        assert plain.composed_eps_ex_post == bounded.composed_eps_ex_post
+        assert plain.composed_eps is None and plain.eps_fields() == {}
+    undeployed = cid_ledgers(tiny, jobs)
+    assert all(e.eps_ex_post is None for r in undeployed for e in r.entries)
+    assert all(r.token_eps_ex_post is None and r.composed_eps_ex_post is None for r in undeployed)
     with FakePluginVLLM(tiny, never=NEVER, flags={"protocol": 2}) as old:
         lm = serve("tiny", old.url, tokenizer=tok_dir)
         with pytest.warns(CtxleakWarning, match="protocol 3"):

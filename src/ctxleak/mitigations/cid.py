@@ -211,10 +211,9 @@ class CID(Mechanism):
         tokens, the stopping EOS included."""
         ledger = answer.ledger
         assert ledger is not None  # CID's answers carry their ledger
-        ex_post = [float(e.eps_ex_post) for e in ledger.entries if e.eps_ex_post is not None]
         return {"mode": self.mode(), "lambda": self.lam, "epsilon": self.bounded_eps,
                 "epsilon_spent": ledger.composed_eps,
-                "epsilon_ex_post": float(sum(ex_post)) if ex_post else None,
+                "epsilon_ex_post": ledger.composed_eps_ex_post,
                 "influence": None if answer.later is not None
                 else float(sum(e.influence for e in ledger.entries)),
                 "lambdas": ledger.lambdas, "token_ids": [e.token_id for e in ledger.entries],

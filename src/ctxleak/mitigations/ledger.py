@@ -95,9 +95,11 @@ class RowLedger:
 
     @property
     def token_eps_ex_post(self) -> list[float] | None:
-        """Each released token's 2·max_y |log p̄_λ(y|D) − log p(y|∅)| (bounded CID): about this
-        context alone, not a DP guarantee."""
-        if self.bounded_eps is None:
+        """Each released token's 2·max_y |log p̄_λ(y|D) − log p(y|∅)| (bounded CID, and plain
+        CID decoded with its ex-post ε recorded): about this context alone, not a DP
+        guarantee. None for plain CID whose steps did not record it."""
+        if self.bounded_eps is None and (not self.entries or
+                                         any(e.eps_ex_post is None for e in self.entries)):
             return None
         # every entry of a bounded run records it (Alg. 1's λ_t search sets it per step)
         return [float(e.eps_ex_post) for e in self.entries if e.eps_ex_post is not None]
