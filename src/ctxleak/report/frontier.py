@@ -16,7 +16,7 @@ from ctxleak.methods.tradeoff.setting_summary import Estimate
 from ctxleak.report import Report, plots
 from ctxleak.report.console import console as make_console
 from ctxleak.report.console import print_rows
-from ctxleak.run.atomic import refuse_replacing, write_atomic
+from ctxleak.run.atomic import os_errors, refuse_replacing, write_atomic
 
 FRONTIER_PNG = "frontier.png"
 
@@ -151,7 +151,8 @@ def save_frontier_plot(front: Mapping[str, Any], path: str | Path, *,
     """Write :func:`frontier_plots`' ``frontier.png`` of ``front`` (a frontier summary, e.g.
     ``result.frontier_summary(joined=[...])``) to ``path``, whole or not at all. An existing
     file is refused unless ``overwrite``; a frontier without utility (no references) has no
-    plot, a :class:`~ctxleak.errors.ConfigError`."""
+    plot, a :class:`~ctxleak.errors.ConfigError`; a path that cannot be written (its folder
+    missing, read-only) is an :class:`~ctxleak.errors.OutputError` naming it."""
     path = Path(path)
     refuse_replacing(path, overwrite=overwrite, name="plot")
     png = frontier_plots(front).get(FRONTIER_PNG)
@@ -159,7 +160,8 @@ def save_frontier_plot(front: Mapping[str, Any], path: str | Path, *,
         raise ConfigError(f"plot {path}: the frontier has no utility against the references "
                           f"(its questions have none), and its plot draws utility against leak",
                           param="plot")
-    write_atomic(path, png, replace=overwrite)  # without overwrite: never replaces a file
+    with os_errors(path, "write the plot to"):  # e.g. a folder that does not exist: one line
+        write_atomic(path, png, replace=overwrite)  # without overwrite: never replaces a file
     return path
 
 

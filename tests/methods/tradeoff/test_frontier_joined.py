@@ -84,6 +84,12 @@ def test_two_runs_joined_are_one_run_of_every_setting(tiny_dir, tmp_path, capsys
 
     again_png = save_frontier_plot(half.frontier_summary(joined=[zero]), tmp_path / "py.png")
     assert again_png.read_bytes() == made
+    # a folder that does not exist: one line naming the path, nothing written
+    missing = tmp_path / "no-such-folder" / "front.png"
+    code, _, err = run_cli(["influence", "frontier", str(tmp_path / "half"), "--plot",
+                            str(missing)], capsys)
+    assert code == 2 and f"cannot write the plot to {missing}" in err and "Traceback" not in err
+    assert not missing.parent.exists()
 
 
 def test_runs_over_other_questions_or_options_are_refused(tiny_dir, tmp_path, capsys):
