@@ -374,6 +374,13 @@ def test_only_a_plugin_of_protocol_2_or_later_scores_pairs(server, scores):
     assert cid_plugin.scores_pairs(server) is scores
 
 
+@pytest.mark.parametrize("server, records", [(None, False), ({"protocol": 2}, False),
+                                             ({"protocol": 3}, True), ({"protocol": "4"}, True),
+                                             ({"protocol": "three"}, False)])
+def test_only_a_plugin_of_protocol_3_or_later_records_plain_cids_ex_post(server, records):
+    assert cid_plugin.records_ex_post(server) is records
+
+
 @pytest.mark.parametrize("records", [
     ServerError(f"{WHERE} answered HTTP 404", status=404),  # no route: no plugin
     {"steps": [], "server": {"plugin": "another"}},

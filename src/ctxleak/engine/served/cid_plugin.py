@@ -77,22 +77,25 @@ def probe_plugin(lm: ServedLM) -> dict[str, Any] | None:
     return None
 
 
-def scores_pairs(server: dict[str, Any] | None) -> bool:
-    """Whether the server's plugin (its flags, as :func:`probe_plugin` returns them) takes
-    teacher-forced answers (``ctxleak_forced``, protocol 2 and later)."""
+def plugin_protocol(server: dict[str, Any] | None) -> int:
+    """The protocol version of the server's plugin (its flags, as :func:`probe_plugin` returns
+    them): 0 where there is none or it does not say."""
     try:
-        return server is not None and int(server.get("protocol") or 0) >= 2
+        return int(server.get("protocol") or 0) if server is not None else 0
     except (TypeError, ValueError):
-        return False
+        return 0
+
+
+def scores_pairs(server: dict[str, Any] | None) -> bool:
+    """Whether the server's plugin takes teacher-forced answers (``ctxleak_forced``, protocol 2
+    and later)."""
+    return plugin_protocol(server) >= 2
 
 
 def records_ex_post(server: dict[str, Any] | None) -> bool:
     """Whether the server's plugin records plain CID's ex-post ε where asked
     (``ctxleak_ex_post``, protocol 3 and later)."""
-    try:
-        return server is not None and int(server.get("protocol") or 0) >= 3
-    except (TypeError, ValueError):
-        return False
+    return plugin_protocol(server) >= 3
 
 
 def check_flags(lm: ServedLM, server: dict[str, Any]) -> None:
