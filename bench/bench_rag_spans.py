@@ -6,10 +6,13 @@ The audit scores each logged answer with its context, without it and without eac
 document, then under its controls: other contexts, and per document a decoy in its place
 ("Estimating Privacy Leakage of Augmented Contextual Knowledge in Language Models", Def. 3.1-3.2,
 and its per-document control). The straightforward way scores a control or decoy prompt as it
-scores the answer itself, with the no-context logits too, which the mixture does not read at
-λ = 1 and the answer's record already holds; ctxleak scores only the prompt with the other
-context. Both sides give the same records (checked, byte for byte as JSON); the benchmark prints
-each side's CPU seconds (this process's, best of ``--repeat``, rounds interleaved: on a shared
+scores the answer itself: the whole prompt computed on its own, with the no-context logits too,
+which the mixture does not read at λ = 1 and the answer's record already holds. ctxleak scores
+only the prompt with the other context, and starts it from the KV cache of the answer's own
+prompt up to where the two differ (the template before the context; for a decoy, the documents
+before the one it replaces). The two sides' records agree to float rounding (the prefix's
+floats come from another pass: checked, every number within 1e-4); the benchmark prints each
+side's CPU seconds (this process's, best of ``--repeat``, rounds interleaved: on a shared
 machine wall time follows the other jobs' load more than the work), their ratio, and each
 side's forward passes and token positions per part. The call is the one of
 tests/methods/rag/test_rag_audit_default.py (its first twelve turns: ``--turns 12``).
@@ -44,9 +47,11 @@ WITH_CONTEXT = "answer with the context, each document left out"
 
 def straightforward_score_under(lm: Any, jobs: Sequence[Any], answers: Sequence[Sequence[int]],
                                 owners: Sequence[int], parts: Sequence[Any], options: Any,
-                                scorer: Any) -> tuple[list[np.ndarray], list[Any]]:
+                                scorer: Any, bases: Any = None
+                                ) -> tuple[list[np.ndarray], list[Any]]:
     """The control's scoring the straightforward way: answers drawn elsewhere scored in-process
-    as the answer itself is (with the no-context row, then dropped); other roads unchanged."""
+    as the answer itself is (each prompt whole, with the no-context row, then dropped); other
+    roads unchanged but for the prompts' bases (none)."""
     if scorer is not pipeline._score_in_process:
         return REAL_SCORE_UNDER(lm, jobs, answers, owners, parts, options, scorer)
     ledgers = scorer(lm, pipeline.answers_under(jobs, answers, owners, parts, options)).ledgers
@@ -86,6 +91,28 @@ def counted(passes: Counter[str], positions: Counter[str]) -> Iterator[None]:
         scoring.hidden_states = real
 
 
+#: How far a number of the two sides' records may differ: float32 rounding of a prefix's
+#: hidden states computed in another pass, summed over an answer's tokens (nats).
+TOLERANCE = 1e-4
+
+
+def largest_difference(a: Any, b: Any) -> float:
+    """The largest absolute difference between two JSON values' numbers (inf where anything
+    else differs), keys about time left out."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return float("inf")
+        return max((largest_difference(a[k], b[k]) for k in a if "second" not in k), default=0.0)
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return float("inf")
+        return max((largest_difference(x, y) for x, y in zip(a, b)), default=0.0)
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool):
+        return abs(float(a) - float(b))
+    return 0.0 if a == b else float("inf")
+
+
 def audit(lm: Any, turns: int) -> list[str]:
     """The span audit of the first ``turns`` turns, as the integration test runs it: its
     records as JSON."""
@@ -119,9 +146,11 @@ def main() -> None:
     times = timed_rounds({name: side(name) for name in counts}, repeat=args.repeat,
                          clock=time.process_time)
     (t_naive, r_naive), (t_ours, r_ours) = times["straightforward"], times["ctxleak"]
-    assert r_ours == r_naive, "the records differ"
+    gap = max(largest_difference(json.loads(a), json.loads(b)) for a, b in zip(r_ours, r_naive))
     print(f"span audit of {args.turns} turns, CPU seconds: straightforward {t_naive:.1f} s, "
-          f"ctxleak {t_ours:.1f} s: {t_naive / t_ours:.2f}x (records identical)")
+          f"ctxleak {t_ours:.1f} s: {t_naive / t_ours:.2f}x (largest difference of a number "
+          f"in the records: {gap:.1e})")
+    assert len(r_ours) == len(r_naive) and gap <= TOLERANCE, f"the records differ by {gap}"
     print("forward passes and token positions (rows x columns, padding included), "
           "straightforward -> ctxleak:")
     (n_passes, n_positions), (passes, positions) = counts["straightforward"], counts["ctxleak"]

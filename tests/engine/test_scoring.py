@@ -9,7 +9,7 @@ import torch
 from ctxleak.engine.batching import shared_prefixes
 from ctxleak.engine.forward import left_pad, right_pad
 from ctxleak.engine.local import scoring as local_scoring
-from ctxleak.engine.scoring import continuation_logprobs, next_token_logprobs
+from ctxleak.engine.scoring import continuation_logits, continuation_logprobs, next_token_logprobs
 
 
 def naive_logits(lm, ids):
@@ -233,3 +233,72 @@ def test_shared_prefixes_compute_a_prompt_once_across_calls_with_the_same_number
             alone = continuation_logprobs(tiny_lm, [prompt], c, reuse_prefix=True)[0]
         assert np.array_equal(got, alone)
         np.testing.assert_allclose(got, naive_continuation(tiny_lm, prompt, c), atol=1e-5)
+
+
+def _scored(lm, prompts, cont, **kw):
+    """log p(cont | prompt) of each prompt through ``continuation_logits`` (where ``bases`` goes)."""
+    def reduce(i, logits):
+        logp = torch.log_softmax(logits, dim=-1)
+        return np.array([logp[t, tok].item() for t, tok in enumerate(cont)])
+
+    return continuation_logits(lm, prompts, cont, reduce=reduce, **kw)
+
+
+def test_a_prompt_is_built_on_another_prompts_cache(tiny_lm, monkeypatch):
+    """``bases``: a prompt sharing its first tokens with another (a control or a decoy with the
+    example's own prompt) takes that prefix from the other's KV cache, inside
+    ``shared_prefixes``: only its own remaining tokens are computed, the numbers equal a
+    from-scratch recomputation, and they are bitwise the same in a fresh store (the cache built
+    on the base is one computation, stored under both prompts' ids)."""
+    prompts = ablations(tiny_lm)
+    full, other = prompts[0], prompts[6]  # other: the window [20, 24) of the context deleted
+    shared = next(i for i, (a, b) in enumerate(zip(full, other)) if a != b)
+    assert shared >= local_scoring.MIN_REUSE_TOKENS
+    cont = random_ids(tiny_lm, 4, 7)
+    computed = []
+    real = local_scoring.hidden_states
+
+    def spy(lm, ids, *args, **kwargs):
+        computed.append(int(ids.shape[1]))
+        return real(lm, ids, *args, **kwargs)
+
+    monkeypatch.setattr(local_scoring, "hidden_states", spy)
+    runs = []
+    for _ in range(2):
+        with shared_prefixes():
+            _scored(tiny_lm, [full], cont)  # the example's own prompt, scored first
+            computed.clear()
+            runs.append(_scored(tiny_lm, [other], cont, bases={0: full[:-1]})[0])
+        # the rest of its prompt on the base's cache, then the continuation's positions
+        assert computed == [len(other) - 1 - shared, len(cont) + 1]
+    assert np.array_equal(runs[0], runs[1])
+    np.testing.assert_allclose(runs[0], naive_continuation(tiny_lm, other, cont), atol=1e-5)
+    with shared_prefixes():  # without the base: the whole prompt computed on its own
+        computed.clear()
+        alone = _scored(tiny_lm, [other], cont)[0]
+    assert computed == [len(other) - 1, len(cont) + 1]
+    np.testing.assert_allclose(runs[0], alone, atol=1e-5)
+    # outside the store there is no base to keep: the base is not used
+    computed.clear()
+    assert np.array_equal(_scored(tiny_lm, [other, other], cont, bases={0: full[:-1]})[0],
+                          _scored(tiny_lm, [other, other], cont)[0])
+
+
+def test_a_base_too_short_or_on_sliding_layers_is_not_used(llama_lm):
+    """A base that shares fewer than ``MIN_REUSE_TOKENS`` tokens, or a model with
+    sliding-window layers (whose cache cannot be cut), gives the plain reference cache:
+    the same numbers, bitwise, as no base."""
+    from helpers.tiny_models import tiny_gemma3
+
+    sliding = tiny_gemma3(sliding_window=4)
+    for lm in (llama_lm, sliding):
+        prompts = ablations(lm)
+        full, other = prompts[0], prompts[4]
+        unrelated = random_ids(lm, len(full), 99)
+        cont = random_ids(lm, 3, 5)
+        base = unrelated if lm is llama_lm else full[:-1]
+        with shared_prefixes():
+            got = _scored(lm, [other], cont, bases={0: base})[0]
+        with shared_prefixes():
+            plain = _scored(lm, [other], cont)[0]
+        assert np.array_equal(got, plain)

@@ -249,8 +249,9 @@ def next_example_batch(costs: Sequence[int | None], start: int, policy: BatchPol
 
 
 #: Reference KV caches kept across scoring calls inside :func:`shared_prefixes`, by their ids
-#: (the in-process backend's, :func:`ctxleak.engine.local.scoring.reference_cache`).
-SHARED_PREFIXES: ContextVar[OrderedDict[tuple[int, ...], Any] | None] = ContextVar(
+#: (and the ids of the cache they were built on: the in-process backend's,
+#: :func:`ctxleak.engine.local.scoring.reference_cache`).
+SHARED_PREFIXES: ContextVar[OrderedDict[Hashable, Any] | None] = ContextVar(
     "ctxleak_shared_prefixes", default=None)
 #: How many reference caches :func:`shared_prefixes` keeps (the most recently used).
 SHARED_PREFIXES_KEPT = 64

@@ -200,7 +200,8 @@ class LanguageModel(ABC):
                             reuse_prefix: bool = True, batch_size: str | int | None = None,
                             groups: Sequence[int] | None = None,
                             examples: Sequence[int] | None = None,
-                            prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
+                            prefix_caches: Mapping[int, Any] | None = None,
+                            bases: Mapping[int, Sequence[int]] | None = None) -> list[Any]:
         """Raw float64 logits ``[T, V]`` at each continuation position, reduced per prompt."""
 
     @abstractmethod

@@ -68,20 +68,23 @@ def continuation_logits(lm: LanguageModel, prompts: Sequence[Sequence[int]],
                         reduce: Callable[[int, torch.Tensor], object],
                         groups: Sequence[int] | None = None,
                         examples: Sequence[int] | None = None,
-                        prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
+                        prefix_caches: Mapping[int, Any] | None = None,
+                        bases: Mapping[int, Sequence[int]] | None = None) -> list[Any]:
     """Raw float64 logits ``[T, V]`` at each continuation position, reduced per prompt by
     ``reduce(i, logits)`` so that full-vocabulary tensors never pile up.
 
     ``continuation``: one id list for all prompts, or one per prompt. ``groups``: the example
     each prompt belongs to, when several examples are scored together (prefix reuse stays
     within an example, against its first prompt). ``prefix_caches``: the first prompt's KV cache
-    of a group when already computed; ``examples`` and ``batch_size``: see
-    :mod:`ctxleak.engine.local.scoring`."""
+    of a group when already computed; ``bases``: other ids a group's first prompt shares a
+    prefix with (its example's own full prompt), whose KV cache its own is built on in-process;
+    ``examples`` and ``batch_size``: see :mod:`ctxleak.engine.local.scoring`. A served model
+    leaves prefixes to its server's cache."""
     shared = not continuation or isinstance(continuation[0], (int, np.integer))
     conts = _one_per_prompt(len(prompts), continuation, shared)
     return lm.continuation_logits(prompts, conts, reduce=reduce, reuse_prefix=reuse_prefix,
                                   batch_size=batch_size, groups=groups, examples=examples,
-                                  prefix_caches=prefix_caches)
+                                  prefix_caches=prefix_caches, bases=bases)
 
 
 def _one_per_prompt(n: int, continuations: Sequence[int] | Sequence[Sequence[int]],

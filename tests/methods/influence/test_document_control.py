@@ -6,10 +6,12 @@ and the CI gate's lines."""
 from __future__ import annotations
 
 import json
+import random
 
 import numpy as np
 import pytest
 from conftest import run_cli
+from helpers.tiny_models import WORDS
 
 import ctxleak
 from ctxleak.engine.scoring import continuation_logprobs
@@ -102,11 +104,61 @@ def test_a_copied_restricted_record_is_named_and_never_within_a_dp_budget(run) -
 
 def test_decoys_do_not_depend_on_the_batch_size(run, llama_lm, tmp_path) -> None:
     one = ctxleak.influence(llama_lm, LOG, batch_size=1, output=tmp_path / "one", **KW)
-    for a, b in zip(run.records, one.records):
-        assert a["passage_decoy_ids"] == b["passage_decoy_ids"]
-        assert a["control_ids"] == b["control_ids"]
-        assert np.allclose(a["passage_decoy_influence"], b["passage_decoy_influence"],
-                           atol=1e-5)
+    assert one.records == run.records  # every float, the controls' and decoys' included
+
+
+def _close(a, b, path=""):
+    """Where two records differ beyond float rounding (1e-5 on each number)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [f"{path}/{k}" for k in set(a) ^ set(b)] + [
+            d for k in set(a) & set(b) for d in _close(a[k], b[k], f"{path}/{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _close(x, y, f"{path}[{i}]")]
+    if isinstance(a, float) and isinstance(b, float):
+        return [] if abs(a - b) <= 1e-5 else [path]
+    return [] if a == b else [path]
+
+
+def _text(seed: int, words: int = 20) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+#: Four turns of three documents of 20 words each, none shared: a decoy's prompt shares the
+#: template and the documents before the one it replaces with the turn's own prompt.
+LONG_LOG = [{"id": f"q{k}", "query": "what is the capital ?", "response": "paris is the capital .",
+             "documents": [{"id": f"d{k}{j}", "text": _text(10 * k + j)} for j in range(3)]}
+            for k in range(4)]
+
+
+def test_controls_and_decoys_start_from_the_examples_own_prompt(llama_lm, tmp_path,
+                                                                monkeypatch) -> None:
+    """A control's prompt shares the template before the context with the example's own, a
+    decoy's the documents before the one it replaces as well: those positions come from the
+    KV cache of the example's prompt. The records equal those of each prompt computed whole,
+    to float rounding, for fewer positions computed."""
+    from ctxleak.engine.local import scoring as local_scoring
+    from ctxleak.methods.influence import pipeline
+
+    positions: list[int] = []
+    real_hidden = local_scoring.hidden_states
+
+    def counting(lm, ids, *args, **kwargs):
+        positions.append(int(ids.shape[0]) * int(ids.shape[1]))
+        return real_hidden(lm, ids, *args, **kwargs)
+
+    monkeypatch.setattr(local_scoring, "hidden_states", counting)
+    built = ctxleak.influence(llama_lm, LONG_LOG, output=tmp_path / "built", **KW)
+    assert all(len(r["passage_decoy_influence"]) == 3 for r in built.records)
+    on_the_prompt = sum(positions)
+    positions.clear()
+    real_score_under = pipeline._score_under
+    monkeypatch.setattr(pipeline, "_score_under",  # without the bases: each prompt whole
+                        lambda *args: real_score_under(*args[:7]))
+    whole = ctxleak.influence(llama_lm, LONG_LOG, output=tmp_path / "whole", **KW)
+    assert on_the_prompt < 0.9 * sum(positions)
+    for a, b in zip(built.records, whole.records):
+        assert not _close(a, b), (a["id"], _close(a, b))
 
 
 def test_an_unknown_class_budget_is_refused_before_measuring(llama_lm) -> None:

@@ -13,12 +13,14 @@ variant takes its own prefix from its own reference (the caches cut and left-pad
 variants of several examples share forward passes. Models with sliding-window layers, whose
 caches cannot be padded, batch one example's variants together on the shortest prefix among
 them, ordered by prefix length. Inside :func:`~ctxleak.engine.batching.shared_prefixes` the
-reference caches are kept across calls.
+reference caches are kept across calls, and a group's reference may be built on another
+prompt's cache (``bases``: a control or decoy prompt on its example's own, up to where the two
+differ), one fixed computation kept under both prompts' ids.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,7 +55,8 @@ def _forward_ranges(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequ
                     consume: Callable[[int, torch.Tensor], object], *, reuse_prefix: bool,
                     batch_size: str | int | None = None, groups: Sequence[int] | None = None,
                     examples: Sequence[int] | None = None,
-                    prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
+                    prefix_caches: Mapping[int, Any] | None = None,
+                    bases: Mapping[int, Sequence[int]] | None = None) -> list[Any]:
     """Hidden states of ``seqs[i]`` at positions ``starts[i] .. len(seqs[i]) - 1``, handed to
     ``consume(i, hidden[n_i, d])``; returns the consumed results in request order.
 
@@ -67,7 +70,10 @@ def _forward_ranges(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequ
     only (None: the policy's).
     ``prefix_caches[g]``: a KV cache of group g's first sequence already computed (at least the
     prefix that reuse needs, in one batch-1 pass as here, e.g. by
-    :func:`~ctxleak.engine.local.prefill.prefill_alone`), used instead of computing it again."""
+    :func:`~ctxleak.engine.local.prefill.prefill_alone`), used instead of computing it again.
+    ``bases[g]``: other ids group g's reference prefix is built on (:func:`reference_cache`'s
+    ``base``), inside :func:`~ctxleak.engine.batching.shared_prefixes` only, where that
+    base's cache is kept across calls (elsewhere it would be computed once per group)."""
     for i, (seq, start) in enumerate(zip(seqs, starts)):
         if not 0 <= start < len(seq):
             raise ValueError(f"request {i}: position {start} outside a sequence of {len(seq)}")
@@ -79,7 +85,7 @@ def _forward_ranges(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequ
     parts = example_passes(policy, group if examples is None else list(examples))
     if len(parts) <= 1:
         return _forward_part(lm, seqs, starts, consume, reuse_prefix, planner, group,
-                             prefix_caches)
+                             prefix_caches, bases)
     out: list[Any] = [None] * len(seqs)
     for part in parts:
         def consume_part(k: int, hidden: torch.Tensor, part: list[int] = part) -> object:
@@ -87,37 +93,59 @@ def _forward_ranges(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequ
 
         got = _forward_part(lm, [seqs[i] for i in part], [starts[i] for i in part],
                             consume_part, reuse_prefix, planner, [group[i] for i in part],
-                            prefix_caches)
+                            prefix_caches, bases)
         for i, result in zip(part, got):
             out[i] = result
     return out
 
 
-def reference_cache(lm: InProcessLM, ids: Sequence[int]) -> Any:
+def reference_cache(lm: InProcessLM, ids: Sequence[int], base: Sequence[int] | None = None
+                    ) -> Any:
     """The KV cache of ``ids`` from one batch-1 pass, or from the store of
-    :func:`~ctxleak.engine.batching.shared_prefixes` when it holds these ids."""
+    :func:`~ctxleak.engine.batching.shared_prefixes` when it holds these ids.
+
+    ``base``: other ids that ``ids`` share a prefix with (another prompt of the same example,
+    its own full prompt): the cache is then ``base``'s (this function's, from the store when
+    held) cut to that prefix, with the rest of ``ids`` computed on top of it in one batch-1
+    pass. Its floats depend on ``ids`` and ``base`` alone, so it is stored under both. Without a
+    prefix of :data:`MIN_REUSE_TOKENS` in common, or for a model with sliding-window layers
+    (whose cache cannot be cut), the cache is the plain one."""
     store = SHARED_PREFIXES.get()
     key = tuple(int(t) for t in ids)
-    if store is not None and key in store:
-        store.move_to_end(key)
-        return store[key]
+    shared = 0 if base is None else min(common_prefix_length(key, base), len(key) - 1)
+    if shared < MIN_REUSE_TOKENS:
+        base = None
+    stored: Hashable = key if base is None else (key, tuple(int(t) for t in base))
+    if store is not None and stored in store:
+        store.move_to_end(stored)
+        return store[stored]
     with torch.inference_mode():
-        tensor = torch.tensor([list(key)], device=lm.device)
-        _, cache = hidden_states(lm, tensor, torch.ones_like(tensor), use_cache=True)
+        below = None if base is None else reference_cache(lm, base)
+        if below is not None and not _plain_layers(below):
+            return reference_cache(lm, ids)
+        tensor = torch.tensor([list(key[shared:] if below is not None else key)],
+                              device=lm.device)
+        if below is None:
+            _, cache = hidden_states(lm, tensor, torch.ones_like(tensor), use_cache=True)
+        else:
+            positions = torch.arange(shared, len(key), device=lm.device)[None]
+            _, cache = hidden_states(lm, tensor, None, positions,
+                                     cache=expand_cache(below, shared, 1), use_cache=True)
     if store is not None:
-        store[key] = cache
+        store[stored] = cache
         while len(store) > SHARED_PREFIXES_KEPT:
             store.popitem(last=False)
     return cache
 
 
 def _reference_caches(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
-                      group: Sequence[int], prefix_caches: Mapping[int, Any] | None
+                      group: Sequence[int], prefix_caches: Mapping[int, Any] | None,
+                      bases: Mapping[int, Sequence[int]] | None = None
                       ) -> tuple[list[int], dict[int, Any]]:
     """Prefix reuse: each request's reusable prefix (its common prefix with its group's first
     sequence, up to its first scored position; 0 where the group's longest is under
     ``MIN_REUSE_TOKENS``) and each group's reference KV cache (given, or computed here in one
-    batch-1 pass)."""
+    batch-1 pass, on ``bases[g]`` where given and the store is on)."""
     first: dict[int, int] = {}
     for i, g in enumerate(group):
         first.setdefault(g, i)
@@ -137,7 +165,8 @@ def _reference_caches(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Se
                 and given.get_seq_length() >= longest:
             ref_caches[g] = given  # the positions past ``longest`` are never read
         elif longest >= MIN_REUSE_TOKENS:
-            ref_caches[g] = reference_cache(lm, ref[:longest])
+            base = (bases or {}).get(g) if shared else None
+            ref_caches[g] = reference_cache(lm, ref[:longest], base)
         else:
             for i in members:
                 prefix[i] = 0
@@ -147,10 +176,11 @@ def _reference_caches(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Se
 def _forward_part(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
                   consume: Callable[[int, torch.Tensor], object], reuse_prefix: bool,
                   planner: BatchPlanner, group: Sequence[int],
-                  prefix_caches: Mapping[int, Any] | None) -> list[Any]:
+                  prefix_caches: Mapping[int, Any] | None,
+                  bases: Mapping[int, Sequence[int]] | None = None) -> list[Any]:
     """:func:`_forward_ranges` of requests that may share forward passes: prefix reuse planned,
     then the planner's batches, ordered so that batching never undoes the prefix saving."""
-    prefix, ref_caches = _reference_caches(lm, seqs, starts, group, prefix_caches) \
+    prefix, ref_caches = _reference_caches(lm, seqs, starts, group, prefix_caches, bases) \
         if reuse_prefix else ([0] * len(seqs), {})
     mergeable = bool(ref_caches) and all(_plain_layers(c) for c in ref_caches.values())
     cached = [group[i] in ref_caches and (prefix[i] >= MIN_REUSE_TOKENS or not mergeable)
@@ -329,7 +359,8 @@ def continuation_logits(lm: InProcessLM, prompts: Sequence[Sequence[int]],
                         reuse_prefix: bool = True, batch_size: str | int | None = None,
                         groups: Sequence[int] | None = None,
                         examples: Sequence[int] | None = None,
-                        prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
+                        prefix_caches: Mapping[int, Any] | None = None,
+                        bases: Mapping[int, Sequence[int]] | None = None) -> list[Any]:
     """:func:`ctxleak.engine.scoring.continuation_logits` in-process, one continuation per
     prompt (checked)."""
     seqs = [list(p) + list(c) for p, c in zip(prompts, continuations)]
@@ -343,4 +374,4 @@ def continuation_logits(lm: InProcessLM, prompts: Sequence[Sequence[int]],
 
     return _forward_ranges(lm, seqs, starts, consume, reuse_prefix=reuse_prefix,
                            batch_size=batch_size, groups=groups, examples=examples,
-                           prefix_caches=prefix_caches)
+                           prefix_caches=prefix_caches, bases=bases)

@@ -142,7 +142,8 @@ class ServedLM(LanguageModel):
                             reuse_prefix: bool = True, batch_size: str | int | None = None,
                             groups: Sequence[int] | None = None,
                             examples: Sequence[int] | None = None,
-                            prefix_caches: Mapping[int, Any] | None = None) -> list[Any]:
+                            prefix_caches: Mapping[int, Any] | None = None,
+                            bases: Mapping[int, Sequence[int]] | None = None) -> list[Any]:
         """The whole next-token distribution at every continuation position, float64
         ``[T, V]`` reduced per prompt, as the log-probs of every token: they equal the logits
         up to one constant per position, which every use removes (the CID mixture, its bounded

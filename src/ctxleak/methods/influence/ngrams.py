@@ -91,6 +91,10 @@ class WindowRequest:
     # no-context pass then runs at λ = 1 too), so that with ``logp_context`` the scoring gives
     # every float of the CID response (Def. 3.1 with n = |D|)
     with_empty: bool = False
+    # another prompt this one shares a prefix with (its example's own full prompt, scored in
+    # the same run, when this one holds a control context or a decoy): in-process, the prefix
+    # is taken from that prompt's KV cache (the engine's ``bases``), not computed again
+    base: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
 
 
 def window_influence(lm: LanguageModel, parts: PromptParts, response: Sequence[int], spans: Sequence[
@@ -187,9 +191,10 @@ def _scored_here(lm: LanguageModel, live: list[WindowRequest], reuse_prefix: boo
     z_empty = _no_context_logits(lm, live)
     prompts, conts, groups = _prompt_variants(live)
     given = {g: r.prefix_cache for g, r in enumerate(live) if r.prefix_cache is not None}
+    bases = {g: r.base for g, r in enumerate(live) if r.base is not None}
     scored = continuation_logits(lm, prompts, conts, reuse_prefix=reuse_prefix,
                                  reduce=_cid_scorer(lm, live, groups, z_empty), groups=groups,
-                                 prefix_caches=given)
+                                 prefix_caches=given, bases=bases)
     out = []
     begin = 0
     for g, r in enumerate(live):

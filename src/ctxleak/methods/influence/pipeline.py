@@ -160,7 +160,7 @@ def _records(lm: LanguageModel, jobs: Sequence[Job], parts: Sequence[tuple[Promp
     add_token_fields(records, parts, responses)
     _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options, cost,
                  scorer, decoy_jobs(lm, records, [job.example for job in jobs], parts, spans_of,
-                                    ablated, decoys, options))
+                                    ablated, decoys, options), [p for p, _ in parts])
     return records
 
 
@@ -183,12 +183,14 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]], jobs: Sequenc
                  answers: Sequence[Sequence[int]], controls: Controls | None,
                  options: InfluenceOptions,
                  cost: ControlCost | None, scorer: Scorer | None = None,
-                 decoys: Sequence[DecoyJob] = ()) -> None:
+                 decoys: Sequence[DecoyJob] = (), own: Sequence[PromptParts] = ()) -> None:
     """Score each answer (token ids) with its control context (the same query and template,
     another example's context) at the job's λ and T, and add the control fields to its
     record; with ``decoys``, in the same scoring, each answer with a decoy in a passage's place
     (``passage_decoy_influence``, :func:`.decoys.decoy_influence`). ``scorer``: see
-    :func:`_score_under`."""
+    :func:`_score_under`. ``own``: each job's own prompt, whose KV cache a control or decoy
+    prompt starts from in-process, up to where the two differ (the template before the
+    context; a decoy's passages before its own)."""
     if not options.control or controls is None:
         return
     start = time.perf_counter()
@@ -196,8 +198,9 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]], jobs: Sequenc
     c_parts = [example_parts(lm, controls[k][j], jobs[k].setting, options)[0] for k, j in todo]
     decoys = [d for d in decoys if answers[d.job]]
     owners = [k for k, _ in todo] + [d.job for d in decoys]
+    bases = [tuple(own[k].full[:-1]) for k in owners] if own else None
     rows, requests = _score_under(lm, jobs, answers, owners, c_parts + [d.parts for d in decoys],
-                                  options, scorer)
+                                  options, scorer, bases)
     for d, row in zip(decoys, rows[len(todo):]):
         records[d.job]["passage_decoy_influence"][d.passage] = round(
             decoy_influence(row, d.ablated), 6)
@@ -223,7 +226,8 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]], jobs: Sequenc
 def _score_under(lm: LanguageModel, jobs: Sequence[Job],
                  answers: Sequence[Sequence[int]], owners: Sequence[int],
                  parts: Sequence[PromptParts], options: InfluenceOptions,
-                 scorer: Scorer | None) -> tuple[list[np.ndarray], list[WindowRequest]]:
+                 scorer: Scorer | None, bases: Sequence[tuple[int, ...]] | None = None
+                 ) -> tuple[list[np.ndarray], list[WindowRequest]]:
     """log p̄_λ(y_t | C) of answer ``owners[i]`` under the prompt ``parts[i]`` (another
     context), at its job's λ and T, and the requests scored (in-process only). ``scorer``:
     None scores in-process with the CID mixture (:func:`window_influence_many`, bounded CID
@@ -231,17 +235,21 @@ def _score_under(lm: LanguageModel, jobs: Sequence[Job],
     as it scores them, at one λ; :func:`~ctxleak.methods.influence.answers.score_responses`
     from a served model's log-probs. Only the prompt with C is scored: each answer's
     no-context log-probs are its record's already (the no-context logits are computed only
-    where the mixture needs them, λ ≠ 1)."""
-    if scorer is None:
-        requests = [_request(jobs[k], p, answers[k], [], options) for k, p in zip(owners, parts)]
-        return [win.logp_context for win in
-                window_influence_many(lm, requests, reuse_prefix=options.reuse_prefix)], requests
+    where the mixture needs them, λ ≠ 1). ``bases[i]``: the prompt whose KV cache prompt i
+    starts from in-process (:attr:`WindowRequest.base`)."""
     if scorer is score_responses:
         return eos_masked(lm, [p.full for p in parts], [list(answers[k]) for k in owners],
                           options.min_new_tokens), []
-    drawn = answers_under(jobs, answers, owners, parts, options)
-    requests = [drawn.request(i, []) for i in range(len(owners))]
-    return [win.logp_context for win in window_influence_many(lm, requests)], requests
+    if scorer is None:
+        requests = [_request(jobs[k], p, answers[k], [], options) for k, p in zip(owners, parts)]
+    else:
+        drawn = answers_under(jobs, answers, owners, parts, options)
+        requests = [drawn.request(i, []) for i in range(len(owners))]
+    if bases is not None:
+        requests = [replace(r, base=b) for r, b in zip(requests, bases)]
+    reuse = options.reuse_prefix if scorer is None else True
+    return [win.logp_context for win in
+            window_influence_many(lm, requests, reuse_prefix=reuse)], requests
 
 
 def answers_under(jobs: Sequence[Job], answers: Sequence[Sequence[int]], owners: Sequence[int],
