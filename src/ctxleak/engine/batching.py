@@ -263,13 +263,25 @@ def shared_prefixes() -> Iterator[None]:
     (the prompt before the scored tokens) from the ones already computed with the same token
     ids, the last :data:`SHARED_PREFIXES_KEPT` of them, and a request alone in its group reuses
     its own prompt's cache as well. The settings of a sweep score one example's responses
-    after the same prompts: each prompt is then computed once, not once per setting. Each
-    cache is one batch-1 pass over exactly those ids, as it would be computed again, so the
-    numbers are those of a request scored without the others (batch invariance holds); the
-    caches are only read (:func:`~ctxleak.engine.forward.expand_cache` copies). A served model
-    leaves this to its server's prefix cache."""
+    after the same prompts: each prompt is then computed once, not once per setting, its
+    variants' included (:func:`keeps_variants`). Each cache is one batch-1 pass over exactly
+    those ids (or one on another prompt's cache,
+    :func:`~ctxleak.engine.local.scoring.reference_cache`), as it would be computed again, so
+    the numbers are those of a request scored without the others (batch invariance holds, and
+    a sweep's records are those of each setting's own run); the caches are only read
+    (:func:`~ctxleak.engine.forward.expand_cache` copies). A served model leaves this to its
+    server's prefix cache."""
     token = SHARED_PREFIXES.set(OrderedDict())
     try:
         yield
     finally:
         SHARED_PREFIXES.reset(token)
+
+
+def keeps_variants() -> bool:
+    """Inside :func:`shared_prefixes`: a prompt's few variants (a document left out) keep KV
+    caches of their own prompts (built on the full prompt's), so that a sweep's settings, each
+    scoring another answer after the same variants, compute each variant's prompt once; one
+    setting alone computes each variant's tokens after the document once too, unpadded, where
+    a shared pass pads every variant to the longest."""
+    return SHARED_PREFIXES.get() is not None

@@ -131,23 +131,31 @@ LONG_LOG = [{"id": f"q{k}", "query": "what is the capital ?", "response": "paris
             for k in range(4)]
 
 
-def test_controls_and_decoys_start_from_the_examples_own_prompt(llama_lm, tmp_path,
+@pytest.fixture
+def positions(monkeypatch) -> list[int]:
+    """The token positions of each in-process forward pass from now on (rows x columns,
+    padding included)."""
+    from ctxleak.engine.local import scoring as local_scoring
+
+    counted: list[int] = []
+    real_hidden = local_scoring.hidden_states
+
+    def counting(lm, ids, *args, **kwargs):
+        counted.append(int(ids.shape[0]) * int(ids.shape[1]))
+        return real_hidden(lm, ids, *args, **kwargs)
+
+    monkeypatch.setattr(local_scoring, "hidden_states", counting)
+    return counted
+
+
+def test_controls_and_decoys_start_from_the_examples_own_prompt(llama_lm, tmp_path, positions,
                                                                 monkeypatch) -> None:
     """A control's prompt shares the template before the context with the example's own, a
     decoy's the documents before the one it replaces as well: those positions come from the
     KV cache of the example's prompt. The records equal those of each prompt computed whole,
     to float rounding, for fewer positions computed."""
-    from ctxleak.engine.local import scoring as local_scoring
     from ctxleak.methods.influence import pipeline
 
-    positions: list[int] = []
-    real_hidden = local_scoring.hidden_states
-
-    def counting(lm, ids, *args, **kwargs):
-        positions.append(int(ids.shape[0]) * int(ids.shape[1]))
-        return real_hidden(lm, ids, *args, **kwargs)
-
-    monkeypatch.setattr(local_scoring, "hidden_states", counting)
     built = ctxleak.influence(llama_lm, LONG_LOG, output=tmp_path / "built", **KW)
     assert all(len(r["passage_decoy_influence"]) == 3 for r in built.records)
     on_the_prompt = sum(positions)
@@ -201,3 +209,18 @@ def test_generated_answers_get_decoys_on_every_road(llama_lm, ngram, tmp_path) -
         assert all(v is not None and np.isfinite(v) and v >= 0 for v in values)
     cost = res.summary["settings"][0]["control"]["cost"]
     assert cost["decoy_forward_passes"] == 6
+
+
+def test_a_sweep_computes_each_prompt_with_a_document_left_out_once(llama_lm, tmp_path,
+                                                                    positions) -> None:
+    """A prompt with one document left out keeps its own KV cache (built on the full prompt's):
+    the settings of a sweep each compute only their answer after it, so two settings cost far
+    less than twice one; and each setting's records are bitwise those of its own run."""
+    kw = {**KW, "control": False}
+    one = ctxleak.influence(llama_lm, LONG_LOG, output=tmp_path / "one", **kw)
+    alone = sum(positions)
+    positions.clear()
+    both = ctxleak.influence(llama_lm, LONG_LOG, lambda_=[1.0, 0.9], output=tmp_path / "both",
+                             **{k: v for k, v in kw.items() if k != "lambda_"})
+    assert sum(positions) < 1.5 * alone
+    assert [r for r in both.records if r["lambda"] == 1.0] == one.records

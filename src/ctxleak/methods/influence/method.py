@@ -208,7 +208,7 @@ class InfluenceMethod(ParamsMethod[Item, Examples, Ready, InfluenceParams]):
         """CID responses and influence of the items, measured together (one batched KV cache for
         generation, one planner for n-gram scoring); each item samples from its own seed,
         (run seed, example index), the same across settings and batches."""
-        with shared_prefixes():  # a sweep's settings score each prompt's prefix once
+        with shared_prefixes():  # a sweep's settings score each prompt once
             start = time.perf_counter()
             index = ready.examples.index
             jobs = [Job(ex, setting, derive_seed(self.common.seed, index[ex.id]))

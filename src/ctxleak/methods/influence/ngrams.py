@@ -18,6 +18,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from ctxleak.engine.batching import keeps_variants
 from ctxleak.engine.capabilities import CID_SCORING, capabilities_of
 from ctxleak.engine.lm import LanguageModel
 from ctxleak.engine.pairs import PairJob, scoring_job
@@ -50,6 +51,12 @@ def windows(length: int, n: int, stride: int | None = None) -> list[tuple[int, i
             break
         start += stride
     return out
+
+
+#: The most variants of one prompt that keep a KV cache of their own
+#: (:func:`~ctxleak.engine.batching.keeps_variants`): a few documents left out; a context's
+#: n-gram windows, often many more, stay one group (each kept cache holds its whole prompt).
+KEPT_VARIANTS = 16
 
 
 @dataclass
@@ -189,11 +196,10 @@ def _scored_here(lm: LanguageModel, live: list[WindowRequest], reuse_prefix: boo
     request's full and ablated prompts, cut back into one :class:`WindowInfluence` per
     request."""
     z_empty = _no_context_logits(lm, live)
-    prompts, conts, groups = _prompt_variants(live)
+    prompts, conts, owners, groups, bases = _prompt_variants(live)
     given = {g: r.prefix_cache for g, r in enumerate(live) if r.prefix_cache is not None}
-    bases = {g: r.base for g, r in enumerate(live) if r.base is not None}
     scored = continuation_logits(lm, prompts, conts, reuse_prefix=reuse_prefix,
-                                 reduce=_cid_scorer(lm, live, groups, z_empty), groups=groups,
+                                 reduce=_cid_scorer(lm, live, owners, z_empty), groups=groups,
                                  prefix_caches=given, bases=bases)
     out = []
     begin = 0
@@ -248,19 +254,36 @@ def _no_context_logits(lm: LanguageModel, live: list[WindowRequest]) -> dict[int
     return {g: by_key[key(g)] for g in mixed}
 
 
-def _prompt_variants(live: list[WindowRequest]
-                     ) -> tuple[list[list[int]], list[list[int]], list[int]]:
+def _prompt_variants(live: list[WindowRequest]) -> tuple[
+        list[list[int]], list[list[int]], list[int], list[int], dict[int, tuple[int, ...]]]:
     """Every request's full prompt and one prompt per window with that window deleted
-    (D∖D_{i,n}), each with the request's response as continuation and its index as group."""
+    (D∖D_{i,n}), each with the request's response as continuation: the prompts, their
+    continuations, the request each belongs to, the engine's group of each and the groups'
+    bases. A request's prompts are its group (the full prompt's KV prefix reused, on the
+    request's :attr:`~WindowRequest.base` where it has one); where prompts are kept across
+    calls (:func:`~ctxleak.engine.batching.keeps_variants`), each of a few variants (at most
+    :data:`KEPT_VARIANTS`: documents left out, not a context's many n-gram windows) is a group
+    of its own, built on the full prompt's cache, so that its prompt is computed once for every
+    setting of a sweep, unpadded."""
     prompts: list[list[int]] = []
     conts: list[list[int]] = []
+    owners: list[int] = []
     groups: list[int] = []
+    bases = {g: r.base for g, r in enumerate(live) if r.base is not None}
+    keep = keeps_variants()
     for g, r in enumerate(live):
         variants = [r.parts.full] + [r.parts.without(a, b) for a, b in r.spans]
-        prompts += variants
-        conts += [list(r.response)] * len(variants)
-        groups += [g] * len(variants)
-    return prompts, conts, groups
+        alone = keep and len(r.spans) <= KEPT_VARIANTS
+        for v, prompt in enumerate(variants):
+            prompts.append(prompt)
+            conts.append(list(r.response))
+            owners.append(g)
+            if alone and v > 0:
+                groups.append(len(live) + len(groups))  # a group id of its own
+                bases[groups[-1]] = tuple(r.parts.full[:-1])
+            else:
+                groups.append(g)
+    return prompts, conts, owners, groups, bases
 
 
 def _cid_weights(r: WindowRequest, z: torch.Tensor, z_e: torch.Tensor) -> float | torch.Tensor:
@@ -273,13 +296,14 @@ def _cid_weights(r: WindowRequest, z: torch.Tensor, z_e: torch.Tensor) -> float 
         torch.as_tensor(list(r.lam), dtype=torch.float64)
 
 
-def _cid_scorer(lm: LanguageModel, live: list[WindowRequest], groups: list[int],
+def _cid_scorer(lm: LanguageModel, live: list[WindowRequest], owners: list[int],
                 z_empty: dict[int, torch.Tensor]) -> Callable[[int, torch.Tensor], np.ndarray]:
     """The ``reduce`` of the full and ablated prompts' pass: prompt i's logits (EOS masked)
-    mixed with its request's no-context logits by CID (or alone where there are none), at the
-    request's T, read at the response tokens: log p̄_λ(y_t | ·) (Def. 3.1)."""
+    mixed with its request's (``live[owners[i]]``) no-context logits by CID (or alone where
+    there are none), at the request's T, read at the response tokens: log p̄_λ(y_t | ·)
+    (Def. 3.1)."""
     def reduce(i: int, logits: torch.Tensor) -> np.ndarray:
-        g = groups[i]
+        g = owners[i]
         r = live[g]
         _masked(lm, r, logits)
         z_e = z_empty[g].to(logits.device).double() if g in z_empty else logits
