@@ -54,8 +54,9 @@ def windows(length: int, n: int, stride: int | None = None) -> list[tuple[int, i
 
 
 #: The most variants of one prompt that keep a KV cache of their own
-#: (:func:`~ctxleak.engine.batching.keeps_variants`): a few documents left out; a context's
-#: n-gram windows, often many more, stay one group (each kept cache holds its whole prompt).
+#: (:func:`~ctxleak.engine.batching.keeps_variants`), whatever they leave out: a few documents,
+#: or a short context's n-gram windows; a prompt with more variants (a long context's windows)
+#: keeps them in one group, since each kept cache holds its whole prompt.
 KEPT_VARIANTS = 16
 
 
@@ -261,10 +262,9 @@ def _prompt_variants(live: list[WindowRequest]) -> tuple[
     continuations, the request each belongs to, the engine's group of each and the groups'
     bases. A request's prompts are its group (the full prompt's KV prefix reused, on the
     request's :attr:`~WindowRequest.base` where it has one); where prompts are kept across
-    calls (:func:`~ctxleak.engine.batching.keeps_variants`), each of a few variants (at most
-    :data:`KEPT_VARIANTS`: documents left out, not a context's many n-gram windows) is a group
-    of its own, built on the full prompt's cache, so that its prompt is computed once for every
-    setting of a sweep, unpadded."""
+    calls (:func:`~ctxleak.engine.batching.keeps_variants`), each variant of a prompt with at
+    most :data:`KEPT_VARIANTS` of them is a group of its own, built on the full prompt's cache,
+    so that its prompt is computed once for every setting of a sweep, unpadded."""
     prompts: list[list[int]] = []
     conts: list[list[int]] = []
     owners: list[int] = []
