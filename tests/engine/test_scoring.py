@@ -244,17 +244,9 @@ def _scored(lm, prompts, cont, **kw):
     return continuation_logits(lm, prompts, cont, reduce=reduce, **kw)
 
 
-def test_a_prompt_is_built_on_another_prompts_cache(tiny_lm, monkeypatch):
-    """``bases``: a prompt sharing its first tokens with another (a control or a decoy with the
-    example's own prompt) takes that prefix from the other's KV cache, inside
-    ``shared_prefixes``: only its own remaining tokens are computed, the numbers equal a
-    from-scratch recomputation, and they are bitwise the same in a fresh store (the cache built
-    on the base is one computation, stored under both prompts' ids)."""
-    prompts = ablations(tiny_lm)
-    full, other = prompts[0], prompts[6]  # other: the window [20, 24) of the context deleted
-    shared = next(i for i, (a, b) in enumerate(zip(full, other)) if a != b)
-    assert shared >= local_scoring.MIN_REUSE_TOKENS
-    cont = random_ids(tiny_lm, 4, 7)
+@pytest.fixture
+def widths(monkeypatch):
+    """The width (positions per row) of each in-process forward pass from now on."""
     computed = []
     real = local_scoring.hidden_states
 
@@ -263,42 +255,60 @@ def test_a_prompt_is_built_on_another_prompts_cache(tiny_lm, monkeypatch):
         return real(lm, ids, *args, **kwargs)
 
     monkeypatch.setattr(local_scoring, "hidden_states", spy)
+    return computed
+
+
+def test_a_prompt_is_built_on_another_prompts_cache(tiny_lm, widths):
+    """``bases``: a prompt sharing its first tokens with another (a control or a decoy with the
+    example's own prompt) takes that prefix from the other's KV cache, inside
+    ``shared_prefixes``: only its own remaining tokens are computed, the numbers equal a
+    from-scratch recomputation, and they are bitwise the same in a fresh store (the cache built
+    on the base is one computation, stored under both prompts' ids). Outside the store the base
+    is not used."""
+    prompts = ablations(tiny_lm)
+    full, other = prompts[0], prompts[6]  # other: the window [20, 24) of the context deleted
+    shared = next(i for i, (a, b) in enumerate(zip(full, other)) if a != b)
+    assert shared >= local_scoring.MIN_REUSE_TOKENS
+    cont = random_ids(tiny_lm, 4, 7)
     runs = []
     for _ in range(2):
         with shared_prefixes():
             _scored(tiny_lm, [full], cont)  # the example's own prompt, scored first
-            computed.clear()
+            widths.clear()
             runs.append(_scored(tiny_lm, [other], cont, bases={0: full[:-1]})[0])
         # the rest of its prompt on the base's cache, then the continuation's positions
-        assert computed == [len(other) - 1 - shared, len(cont) + 1]
+        assert widths == [len(other) - 1 - shared, len(cont) + 1]
     assert np.array_equal(runs[0], runs[1])
     np.testing.assert_allclose(runs[0], naive_continuation(tiny_lm, other, cont), atol=1e-5)
     with shared_prefixes():  # without the base: the whole prompt computed on its own
-        computed.clear()
+        widths.clear()
         alone = _scored(tiny_lm, [other], cont)[0]
-    assert computed == [len(other) - 1, len(cont) + 1]
+    assert widths == [len(other) - 1, len(cont) + 1]
     np.testing.assert_allclose(runs[0], alone, atol=1e-5)
-    # outside the store there is no base to keep: the base is not used
-    computed.clear()
-    assert np.array_equal(_scored(tiny_lm, [other, other], cont, bases={0: full[:-1]})[0],
-                          _scored(tiny_lm, [other, other], cont)[0])
+    widths.clear()  # outside the store: the group's own first prompt is its reference
+    _scored(tiny_lm, [other, other], cont, bases={0: full[:-1]})
+    assert widths[0] == len(other) - 1 and len(other) - 1 - shared not in widths
 
 
-def test_a_base_too_short_or_on_sliding_layers_is_not_used(llama_lm):
+def test_a_base_too_short_or_on_sliding_layers_is_not_used(llama_lm, widths):
     """A base that shares fewer than ``MIN_REUSE_TOKENS`` tokens, or a model with
-    sliding-window layers (whose cache cannot be cut), gives the plain reference cache:
-    the same numbers, bitwise, as no base."""
+    sliding-window layers (whose cache cannot be cut), gives the plain reference cache: the
+    whole prompt computed in one pass, never the rest of it on the base's."""
     from helpers.tiny_models import tiny_gemma3
 
     sliding = tiny_gemma3(sliding_window=4)
     for lm in (llama_lm, sliding):
         prompts = ablations(lm)
-        full, other = prompts[0], prompts[4]
+        full, other = prompts[0], prompts[6]
+        shared = next(i for i, (a, b) in enumerate(zip(full, other)) if a != b)
+        assert shared >= local_scoring.MIN_REUSE_TOKENS
         unrelated = random_ids(lm, len(full), 99)
         cont = random_ids(lm, 3, 5)
         base = unrelated if lm is llama_lm else full[:-1]
+        widths.clear()
         with shared_prefixes():
             got = _scored(lm, [other], cont, bases={0: base})[0]
+        assert len(other) - 1 in widths and len(other) - 1 - shared not in widths
         with shared_prefixes():
             plain = _scored(lm, [other], cont)[0]
         assert np.array_equal(got, plain)

@@ -197,7 +197,8 @@ def _scored_here(lm: LanguageModel, live: list[WindowRequest], reuse_prefix: boo
     request's full and ablated prompts, cut back into one :class:`WindowInfluence` per
     request."""
     z_empty = _no_context_logits(lm, live)
-    prompts, conts, owners, groups, bases = _prompt_variants(live)
+    prompts, conts, owners, groups, bases = _prompt_variants(live,
+                                                             reuse_prefix and keeps_variants())
     given = {g: r.prefix_cache for g, r in enumerate(live) if r.prefix_cache is not None}
     scored = continuation_logits(lm, prompts, conts, reuse_prefix=reuse_prefix,
                                  reduce=_cid_scorer(lm, live, owners, z_empty), groups=groups,
@@ -255,32 +256,34 @@ def _no_context_logits(lm: LanguageModel, live: list[WindowRequest]) -> dict[int
     return {g: by_key[key(g)] for g in mixed}
 
 
-def _prompt_variants(live: list[WindowRequest]) -> tuple[
+def _prompt_variants(live: list[WindowRequest], keep: bool) -> tuple[
         list[list[int]], list[list[int]], list[int], list[int], dict[int, tuple[int, ...]]]:
     """Every request's full prompt and one prompt per window with that window deleted
     (D∖D_{i,n}), each with the request's response as continuation: the prompts, their
     continuations, the request each belongs to, the engine's group of each and the groups'
     bases. A request's prompts are its group (the full prompt's KV prefix reused, on the
-    request's :attr:`~WindowRequest.base` where it has one); where prompts are kept across
-    calls (:func:`~ctxleak.engine.batching.keeps_variants`), each variant of a prompt with at
-    most :data:`KEPT_VARIANTS` of them is a group of its own, built on the full prompt's cache,
-    so that its prompt is computed once for every setting of a sweep, unpadded."""
+    request's :attr:`~WindowRequest.base` where it has one). ``keep`` (prefixes reused and
+    kept across calls, :func:`~ctxleak.engine.batching.keeps_variants`): each variant of a
+    prompt with at most :data:`KEPT_VARIANTS` of them is a group of its own, built on the full
+    prompt's cache, so that its prompt is computed once for every setting of a sweep,
+    unpadded."""
     prompts: list[list[int]] = []
     conts: list[list[int]] = []
     owners: list[int] = []
     groups: list[int] = []
     bases = {g: r.base for g, r in enumerate(live) if r.base is not None}
-    keep = keeps_variants()
     for g, r in enumerate(live):
-        variants = [r.parts.full] + [r.parts.without(a, b) for a, b in r.spans]
+        full = r.parts.full
+        variants = [full] + [r.parts.without(a, b) for a, b in r.spans]
         alone = keep and len(r.spans) <= KEPT_VARIANTS
+        base = tuple(full[:-1])
         for v, prompt in enumerate(variants):
             prompts.append(prompt)
             conts.append(list(r.response))
             owners.append(g)
             if alone and v > 0:
                 groups.append(len(live) + len(groups))  # a group id of its own
-                bases[groups[-1]] = tuple(r.parts.full[:-1])
+                bases[groups[-1]] = base
             else:
                 groups.append(g)
     return prompts, conts, owners, groups, bases

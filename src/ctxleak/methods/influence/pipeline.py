@@ -160,7 +160,7 @@ def _records(lm: LanguageModel, jobs: Sequence[Job], parts: Sequence[tuple[Promp
     add_token_fields(records, parts, responses)
     _add_control(lm, records, jobs, [r.response_ids for r in responses], controls, options, cost,
                  scorer, decoy_jobs(lm, records, [job.example for job in jobs], parts, spans_of,
-                                    ablated, decoys, options), [p for p, _ in parts])
+                                    ablated, decoys, options), own=[p for p, _ in parts])
     return records
 
 
@@ -183,7 +183,7 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]], jobs: Sequenc
                  answers: Sequence[Sequence[int]], controls: Controls | None,
                  options: InfluenceOptions,
                  cost: ControlCost | None, scorer: Scorer | None = None,
-                 decoys: Sequence[DecoyJob] = (), own: Sequence[PromptParts] = ()) -> None:
+                 decoys: Sequence[DecoyJob] = (), *, own: Sequence[PromptParts]) -> None:
     """Score each answer (token ids) with its control context (the same query and template,
     another example's context) at the job's λ and T, and add the control fields to its
     record; with ``decoys``, in the same scoring, each answer with a decoy in a passage's place
@@ -198,7 +198,7 @@ def _add_control(lm: LanguageModel, records: list[dict[str, Any]], jobs: Sequenc
     c_parts = [example_parts(lm, controls[k][j], jobs[k].setting, options)[0] for k, j in todo]
     decoys = [d for d in decoys if answers[d.job]]
     owners = [k for k, _ in todo] + [d.job for d in decoys]
-    bases = [tuple(own[k].full[:-1]) for k in owners] if own else None
+    bases = [tuple(own[k].full[:-1]) for k in owners]
     rows, requests = _score_under(lm, jobs, answers, owners, c_parts + [d.parts for d in decoys],
                                   options, scorer, bases)
     for d, row in zip(decoys, rows[len(todo):]):
