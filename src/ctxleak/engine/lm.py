@@ -46,6 +46,34 @@ from ctxleak.engine.streams import Generation, StreamJob
 LogitTransform = Callable[[int, torch.Tensor], torch.Tensor]
 
 
+@dataclass(frozen=True)
+class ScoringPlan:
+    """How one scoring call's prompts go through an in-process model's forward passes (a
+    served model leaves prefixes to its server's cache and reads none of it); see
+    :mod:`ctxleak.engine.local.scoring`.
+
+    ``reuse_prefix``: a group's shared prefix computed once, as a KV cache. ``batch_size``:
+    rows per pass for this call only (None: the model's batching policy). ``groups``: the
+    prompt group of each prompt (prefix reuse within a group, against its first prompt; None:
+    one group). ``examples``: the example of each prompt (default: its group), whose prompts go
+    through passes of their own under a batch-invariant policy. ``prefix_caches``: a group's
+    first prompt's KV cache already computed. ``bases``: other ids a group's first prompt
+    shares a prefix with, whose KV cache its own is built on inside
+    :func:`~ctxleak.engine.batching.shared_prefixes`."""
+
+    reuse_prefix: bool = True
+    batch_size: str | int | None = None
+    groups: Sequence[int] | None = None
+    examples: Sequence[int] | None = None
+    prefix_caches: Mapping[int, Any] | None = None
+    bases: Mapping[int, Sequence[int]] | None = None
+
+
+#: The plans the operations default to: shared prefixes reused, or each prompt whole.
+PREFIXES_REUSED = ScoringPlan()
+EACH_PROMPT_WHOLE = ScoringPlan(reuse_prefix=False)
+
+
 def bos_convention(tokenizer: Any) -> list[int]:
     """The ids the tokenizer itself puts before a text (its BOS convention), usually [] or [bos]."""
     with_special = list(tokenizer("a", add_special_tokens=True)["input_ids"])
@@ -176,32 +204,24 @@ class LanguageModel(ABC):
     @abstractmethod
     def continuation_logprobs(self, prompts: Sequence[Sequence[int]],
                               continuations: Sequence[Sequence[int]], *,
-                              reuse_prefix: bool = True, batch_size: str | int | None = None,
-                              logit_transform: LogitTransform | None = None,
-                              groups: Sequence[int] | None = None,
-                              examples: Sequence[int] | None = None) -> list[np.ndarray]:
+                              plan: ScoringPlan = PREFIXES_REUSED,
+                              logit_transform: LogitTransform | None = None) -> list[np.ndarray]:
         """Teacher-forced ``log p(y_t | prompt_i, y_<t)`` of continuation i (float64), one
         continuation per prompt (checked by :func:`ctxleak.engine.scoring.continuation_logprobs`).
         ``logit_transform`` needs the logits (:data:`~ctxleak.engine.capabilities.NEXT_TOKEN_LOGITS`)."""
 
     @abstractmethod
     def next_token_logprobs(self, prompts: Sequence[Sequence[int]], *,
-                            token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
-                            batch_size: str | int | None = None,
-                            logit_transform: LogitTransform | None = None,
-                            groups: Sequence[int] | None = None,
-                            examples: Sequence[int] | None = None) -> torch.Tensor:
+                            token_ids: Sequence[int] | None = None,
+                            plan: ScoringPlan = EACH_PROMPT_WHOLE,
+                            logit_transform: LogitTransform | None = None) -> torch.Tensor:
         """``log p(· | prompt)``: float64 ``[N, V]`` on the CPU, or ``[N, len(token_ids)]``."""
 
     @abstractmethod
     def continuation_logits(self, prompts: Sequence[Sequence[int]],
                             continuations: Sequence[Sequence[int]], *,
                             reduce: Callable[[int, torch.Tensor], object],
-                            reuse_prefix: bool = True, batch_size: str | int | None = None,
-                            groups: Sequence[int] | None = None,
-                            examples: Sequence[int] | None = None,
-                            prefix_caches: Mapping[int, Any] | None = None,
-                            bases: Mapping[int, Sequence[int]] | None = None) -> list[Any]:
+                            plan: ScoringPlan = PREFIXES_REUSED) -> list[Any]:
         """Raw float64 logits ``[T, V]`` at each continuation position, reduced per prompt."""
 
     @abstractmethod

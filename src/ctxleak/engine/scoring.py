@@ -18,7 +18,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from ctxleak.engine.lm import LanguageModel, LogitTransform
+from ctxleak.engine.lm import LanguageModel, LogitTransform, ScoringPlan
 
 __all__ = ["continuation_logits", "continuation_logprobs", "next_token_logprobs"]
 
@@ -34,9 +34,10 @@ def next_token_logprobs(lm: LanguageModel, prompts: Sequence[Sequence[int]], *,
     ``groups``: the prompt group of each prompt (prefix reuse within a group), ``examples``:
     its example (default: its group), ``batch_size``: rows per pass for this call only (None:
     the model's batching policy); see :mod:`ctxleak.engine.local.scoring`."""
-    return lm.next_token_logprobs(prompts, token_ids=token_ids, reuse_prefix=reuse_prefix,
-                                  batch_size=batch_size, logit_transform=logit_transform,
-                                  groups=groups, examples=examples)
+    plan = ScoringPlan(reuse_prefix=reuse_prefix, batch_size=batch_size, groups=groups,
+                       examples=examples)
+    return lm.next_token_logprobs(prompts, token_ids=token_ids, plan=plan,
+                                  logit_transform=logit_transform)
 
 
 def continuation_logprobs(lm: LanguageModel, prompts: Sequence[Sequence[int]],
@@ -57,9 +58,9 @@ def continuation_logprobs(lm: LanguageModel, prompts: Sequence[Sequence[int]],
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompt {i} is empty: a continuation needs at least one prompt token")
-    return lm.continuation_logprobs(prompts, conts, reuse_prefix=reuse_prefix,
-                                    batch_size=batch_size, logit_transform=logit_transform,
-                                    groups=groups, examples=examples)
+    plan = ScoringPlan(reuse_prefix=reuse_prefix, batch_size=batch_size, groups=groups,
+                       examples=examples)
+    return lm.continuation_logprobs(prompts, conts, plan=plan, logit_transform=logit_transform)
 
 
 def continuation_logits(lm: LanguageModel, prompts: Sequence[Sequence[int]],
@@ -82,9 +83,9 @@ def continuation_logits(lm: LanguageModel, prompts: Sequence[Sequence[int]],
     leaves prefixes to its server's cache."""
     shared = not continuation or isinstance(continuation[0], (int, np.integer))
     conts = _one_per_prompt(len(prompts), continuation, shared)
-    return lm.continuation_logits(prompts, conts, reduce=reduce, reuse_prefix=reuse_prefix,
-                                  batch_size=batch_size, groups=groups, examples=examples,
-                                  prefix_caches=prefix_caches, bases=bases)
+    plan = ScoringPlan(reuse_prefix=reuse_prefix, batch_size=batch_size, groups=groups,
+                       examples=examples, prefix_caches=prefix_caches, bases=bases)
+    return lm.continuation_logits(prompts, conts, reduce=reduce, plan=plan)
 
 
 def _one_per_prompt(n: int, continuations: Sequence[int] | Sequence[Sequence[int]],

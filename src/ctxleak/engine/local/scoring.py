@@ -21,6 +21,7 @@ differ), one fixed computation kept under both prompts' ids.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,13 @@ from ctxleak.engine.forward import (
     pad_id,
     right_pad,
 )
-from ctxleak.engine.lm import InProcessLM, LogitTransform
+from ctxleak.engine.lm import (
+    EACH_PROMPT_WHOLE,
+    PREFIXES_REUSED,
+    InProcessLM,
+    LogitTransform,
+    ScoringPlan,
+)
 
 # Reusing a cached prefix shorter than this saves less than the cache copy costs.
 MIN_REUSE_TOKENS = 16
@@ -52,13 +59,11 @@ REUSE_SLACK = 0.15  # recomputed shared-prefix tokens allowed per variant, as a 
 
 
 def _forward_ranges(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
-                    consume: Callable[[int, torch.Tensor], object], *, reuse_prefix: bool,
-                    batch_size: str | int | None = None, groups: Sequence[int] | None = None,
-                    examples: Sequence[int] | None = None,
-                    prefix_caches: Mapping[int, Any] | None = None,
-                    bases: Mapping[int, Sequence[int]] | None = None) -> list[Any]:
+                    consume: Callable[[int, torch.Tensor], object], plan: ScoringPlan
+                    ) -> list[Any]:
     """Hidden states of ``seqs[i]`` at positions ``starts[i] .. len(seqs[i]) - 1``, handed to
-    ``consume(i, hidden[n_i, d])``; returns the consumed results in request order.
+    ``consume(i, hidden[n_i, d])``; returns the consumed results in request order. The
+    ``plan``'s fields:
 
     ``groups[i]`` names the prompt group request i belongs to (None: all one group). Prefix
     reuse works within a group, against its first request; requests of several groups share the
@@ -77,23 +82,22 @@ def _forward_ranges(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequ
     for i, (seq, start) in enumerate(zip(seqs, starts)):
         if not 0 <= start < len(seq):
             raise ValueError(f"request {i}: position {start} outside a sequence of {len(seq)}")
-    group = list(groups) if groups is not None else [0] * len(seqs)
+    group = list(plan.groups) if plan.groups is not None else [0] * len(seqs)
     if len(group) != len(seqs):
         raise ValueError("need one group per request")
     policy = policy_of(lm)
-    planner = planner_for(lm, policy.scoring_batch_size if batch_size is None else batch_size)
-    parts = example_passes(policy, group if examples is None else list(examples))
+    rows = policy.scoring_batch_size if plan.batch_size is None else plan.batch_size
+    planner = planner_for(lm, rows)
+    parts = example_passes(policy, group if plan.examples is None else list(plan.examples))
     if len(parts) <= 1:
-        return _forward_part(lm, seqs, starts, consume, reuse_prefix, planner, group,
-                             prefix_caches, bases)
+        return _forward_part(lm, seqs, starts, consume, plan, planner, group)
     out: list[Any] = [None] * len(seqs)
     for part in parts:
         def consume_part(k: int, hidden: torch.Tensor, part: list[int] = part) -> object:
             return consume(part[k], hidden)
 
         got = _forward_part(lm, [seqs[i] for i in part], [starts[i] for i in part],
-                            consume_part, reuse_prefix, planner, [group[i] for i in part],
-                            prefix_caches, bases)
+                            consume_part, plan, planner, [group[i] for i in part])
         for i, result in zip(part, got):
             out[i] = result
     return out
@@ -174,14 +178,13 @@ def _reference_caches(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Se
 
 
 def _forward_part(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
-                  consume: Callable[[int, torch.Tensor], object], reuse_prefix: bool,
-                  planner: BatchPlanner, group: Sequence[int],
-                  prefix_caches: Mapping[int, Any] | None,
-                  bases: Mapping[int, Sequence[int]] | None = None) -> list[Any]:
+                  consume: Callable[[int, torch.Tensor], object], plan: ScoringPlan,
+                  planner: BatchPlanner, group: Sequence[int]) -> list[Any]:
     """:func:`_forward_ranges` of requests that may share forward passes: prefix reuse planned,
     then the planner's batches, ordered so that batching never undoes the prefix saving."""
-    prefix, ref_caches = _reference_caches(lm, seqs, starts, group, prefix_caches, bases) \
-        if reuse_prefix else ([0] * len(seqs), {})
+    reuse_prefix = plan.reuse_prefix
+    prefix, ref_caches = _reference_caches(lm, seqs, starts, group, plan.prefix_caches,
+                                           plan.bases) if reuse_prefix else ([0] * len(seqs), {})
     mergeable = bool(ref_caches) and all(_plain_layers(c) for c in ref_caches.values())
     cached = [group[i] in ref_caches and (prefix[i] >= MIN_REUSE_TOKENS or not mergeable)
               for i in range(len(seqs))]
@@ -302,11 +305,9 @@ def _log_softmax_rows(lm: InProcessLM, hidden: torch.Tensor, index: int,
 
 
 def next_token_logprobs(lm: InProcessLM, prompts: Sequence[Sequence[int]], *,
-                        token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
-                        batch_size: str | int | None = None,
-                        logit_transform: LogitTransform | None = None,
-                        groups: Sequence[int] | None = None,
-                        examples: Sequence[int] | None = None) -> torch.Tensor:
+                        token_ids: Sequence[int] | None = None,
+                        plan: ScoringPlan = EACH_PROMPT_WHOLE,
+                        logit_transform: LogitTransform | None = None) -> torch.Tensor:
     """:func:`ctxleak.engine.scoring.next_token_logprobs` in-process."""
     cols = None if token_ids is None else torch.as_tensor(list(token_ids), dtype=torch.long)
 
@@ -317,17 +318,14 @@ def next_token_logprobs(lm: InProcessLM, prompts: Sequence[Sequence[int]], *,
         return logp.cpu()
 
     starts = [len(p) - 1 for p in prompts]
-    rows = _forward_ranges(lm, prompts, starts, consume, reuse_prefix=reuse_prefix,
-                           batch_size=batch_size, groups=groups, examples=examples)
+    rows = _forward_ranges(lm, prompts, starts, consume, plan)
     return torch.stack(rows)
 
 
 def continuation_logprobs(lm: InProcessLM, prompts: Sequence[Sequence[int]],
-                          continuations: Sequence[Sequence[int]], *, reuse_prefix: bool = True,
-                          batch_size: str | int | None = None,
-                          logit_transform: LogitTransform | None = None,
-                          groups: Sequence[int] | None = None,
-                          examples: Sequence[int] | None = None) -> list[np.ndarray]:
+                          continuations: Sequence[Sequence[int]], *,
+                          plan: ScoringPlan = PREFIXES_REUSED,
+                          logit_transform: LogitTransform | None = None) -> list[np.ndarray]:
     """:func:`ctxleak.engine.scoring.continuation_logprobs` in-process, one continuation per
     prompt (checked)."""
     results: list[np.ndarray] = [np.zeros(0)] * len(prompts)
@@ -344,10 +342,10 @@ def continuation_logprobs(lm: InProcessLM, prompts: Sequence[Sequence[int]],
         target = torch.as_tensor(continuations[i], dtype=torch.long, device=logp.device)
         return logp.gather(1, target[:, None])[:, 0].cpu().numpy()
 
-    scored = _forward_ranges(lm, seqs, starts, consume, reuse_prefix=reuse_prefix,
-                             batch_size=batch_size,
-                             groups=None if groups is None else [groups[i] for i in todo],
-                             examples=None if examples is None else [examples[i] for i in todo])
+    groups, examples = plan.groups, plan.examples
+    scored = _forward_ranges(lm, seqs, starts, consume, replace(
+        plan, groups=None if groups is None else [groups[i] for i in todo],
+        examples=None if examples is None else [examples[i] for i in todo]))
     for k, i in enumerate(todo):
         results[i] = scored[k]
     return results
@@ -356,11 +354,7 @@ def continuation_logprobs(lm: InProcessLM, prompts: Sequence[Sequence[int]],
 def continuation_logits(lm: InProcessLM, prompts: Sequence[Sequence[int]],
                         continuations: Sequence[Sequence[int]], *,
                         reduce: Callable[[int, torch.Tensor], object],
-                        reuse_prefix: bool = True, batch_size: str | int | None = None,
-                        groups: Sequence[int] | None = None,
-                        examples: Sequence[int] | None = None,
-                        prefix_caches: Mapping[int, Any] | None = None,
-                        bases: Mapping[int, Sequence[int]] | None = None) -> list[Any]:
+                        plan: ScoringPlan = PREFIXES_REUSED) -> list[Any]:
     """:func:`ctxleak.engine.scoring.continuation_logits` in-process, one continuation per
     prompt (checked)."""
     seqs = [list(p) + list(c) for p, c in zip(prompts, continuations)]
@@ -372,6 +366,4 @@ def continuation_logits(lm: InProcessLM, prompts: Sequence[Sequence[int]],
                             for k in range(0, hidden.shape[0], HEAD_CHUNK)])
         return reduce(i, logits)
 
-    return _forward_ranges(lm, seqs, starts, consume, reuse_prefix=reuse_prefix,
-                           batch_size=batch_size, groups=groups, examples=examples,
-                           prefix_caches=prefix_caches, bases=bases)
+    return _forward_ranges(lm, seqs, starts, consume, plan)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -30,7 +30,14 @@ from ctxleak.engine.capabilities import (
     SERVED,
     check_capabilities,
 )
-from ctxleak.engine.lm import LanguageModel, LogitTransform, ModelFacts
+from ctxleak.engine.lm import (
+    EACH_PROMPT_WHOLE,
+    PREFIXES_REUSED,
+    LanguageModel,
+    LogitTransform,
+    ModelFacts,
+    ScoringPlan,
+)
 from ctxleak.engine.served import answers
 from ctxleak.engine.served.answers import LOGPROB_SLACK, token_id
 from ctxleak.engine.served_client import ServedClient, ServerError
@@ -115,22 +122,18 @@ class ServedLM(LanguageModel):
     # ---- the interface's operations ------------------------------------------------------
     def continuation_logprobs(self, prompts: Sequence[Sequence[int]],
                               continuations: Sequence[Sequence[int]], *,
-                              reuse_prefix: bool = True, batch_size: str | int | None = None,
-                              logit_transform: LogitTransform | None = None,
-                              groups: Sequence[int] | None = None,
-                              examples: Sequence[int] | None = None) -> list[np.ndarray]:
+                              plan: ScoringPlan = PREFIXES_REUSED,
+                              logit_transform: LogitTransform | None = None) -> list[np.ndarray]:
         """Teacher-forced ``log p(y_t | prompt_i, y_<t)`` of each continuation (float64); the
-        server's prefix cache reuses shared prefixes (``reuse_prefix``, ``groups``, ``examples``
-        and ``batch_size`` are the in-process batching's and change nothing here)."""
+        server's prefix cache reuses shared prefixes (``plan`` is the in-process batching's and
+        changes nothing here)."""
         self._plain(logit_transform)
         return self._continuations(prompts, continuations)
 
     def next_token_logprobs(self, prompts: Sequence[Sequence[int]], *,
-                            token_ids: Sequence[int] | None = None, reuse_prefix: bool = False,
-                            batch_size: str | int | None = None,
-                            logit_transform: LogitTransform | None = None,
-                            groups: Sequence[int] | None = None,
-                            examples: Sequence[int] | None = None) -> torch.Tensor:
+                            token_ids: Sequence[int] | None = None,
+                            plan: ScoringPlan = EACH_PROMPT_WHOLE,
+                            logit_transform: LogitTransform | None = None) -> torch.Tensor:
         self._plain(logit_transform)
         served = self.vocab_logprobs(prompts) if token_ids is None else \
             self.candidate_logprobs(prompts, list(token_ids))
@@ -139,11 +142,7 @@ class ServedLM(LanguageModel):
     def continuation_logits(self, prompts: Sequence[Sequence[int]],
                             continuations: Sequence[Sequence[int]], *,
                             reduce: Callable[[int, torch.Tensor], object],
-                            reuse_prefix: bool = True, batch_size: str | int | None = None,
-                            groups: Sequence[int] | None = None,
-                            examples: Sequence[int] | None = None,
-                            prefix_caches: Mapping[int, Any] | None = None,
-                            bases: Mapping[int, Sequence[int]] | None = None) -> list[Any]:
+                            plan: ScoringPlan = PREFIXES_REUSED) -> list[Any]:
         """The whole next-token distribution at every continuation position, float64
         ``[T, V]`` reduced per prompt, as the log-probs of every token: they equal the logits
         up to one constant per position, which every use removes (the CID mixture, its bounded
