@@ -37,11 +37,12 @@ import torch
 from _common import device_line, load_default, timed
 
 import ctxleak
-from ctxleak.engine.batching import BatchPolicy, using
+from ctxleak.engine.batching import BatchPolicy, shared_prefixes, using
 from ctxleak.engine.forward import left_pad, pad_id
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import (
     InfluenceOptions,
+    Job,
     Setting,
     example_parts,
     measure_examples,
@@ -62,7 +63,7 @@ def hf_sample(lm, prompts, tokens: int, seed: int = 0) -> None:
 
 
 def main_job(lm, limit: int) -> list[str]:
-    parts = example_parts(lm, load_examples("demo", task="auto")[0], Setting(1.0, 0.8),
+    parts = example_parts(lm, load_examples("demo", task="auto")[0], Setting.cid(1.0, 0.8),
                           InfluenceOptions())[0]
     hf_sample(lm, [parts.full] * 2, 2)  # warm-up
     t_ref, _ = timed(lambda: hf_sample(lm, [parts.full] * 2, 50), repeat=2)
@@ -91,17 +92,19 @@ def main_job(lm, limit: int) -> list[str]:
 def prefill(lm, limit: int) -> list[str]:
     """The main job's measurement (batch-invariant, the default) with generation's full-prompt
     KV cache handed to the n-gram scoring against scoring that computes the prompt again (same
-    records): ``measure_examples(..., hand_over_prefill=...)``, examples 8 at a time."""
+    records): ``measure_examples(..., hand_over_prefill=...)``, examples 8 at a time, inside
+    ``shared_prefixes`` as every influence run scores (a fresh store each round)."""
     examples = load_examples("demo", task="auto")[:limit]
     options = InfluenceOptions(ngram=32)
-    jobs = [(ex, Setting(1.0, 0.8), k) for k, ex in enumerate(examples)]
+    jobs = [Job(ex, Setting.cid(1.0, 0.8), k) for k, ex in enumerate(examples)]
     times = {}
     with using(lm, BatchPolicy.of("auto", invariant=True, device=lm.device)):
         for hand_over in (True, False, True):
             t0 = time.perf_counter()
-            for start in range(0, len(jobs), 8):
-                measure_examples(lm, jobs[start:start + 8], options,
-                                 hand_over_prefill=hand_over)
+            with shared_prefixes():
+                for start in range(0, len(jobs), 8):
+                    measure_examples(lm, jobs[start:start + 8], options,
+                                     hand_over_prefill=hand_over)
             t = time.perf_counter() - t0
             times[hand_over] = min(times.get(hand_over, float("inf")), t)
     return [f"| README main job's measurement ({limit} examples): full-prompt KV cache handed "
@@ -117,7 +120,7 @@ def cid(lm, n: int, clock=time.perf_counter) -> list[str]:
     a prefill-bound CPU is generate(with context) / generate(no context): CID must prefill the
     prompts with context, which ``generate`` of the prompts without it does not."""
     examples = load_examples("demo", task="auto")[:n]
-    setting = Setting(1.0, 0.8)
+    setting = Setting.cid(1.0, 0.8)
     parts = [example_parts(lm, ex, setting, InfluenceOptions())[0] for ex in examples]
 
     def jobs(tokens: int):
@@ -167,7 +170,7 @@ def cid(lm, n: int, clock=time.perf_counter) -> list[str]:
 def memory(lm, n: int) -> list[str]:
     examples = load_examples("demo", task="auto")[:n]
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    jobs = [(ex, Setting(1.0, 0.8), i) for i, ex in enumerate(examples)]
+    jobs = [Job(ex, Setting.cid(1.0, 0.8), i) for i, ex in enumerate(examples)]
     measure_examples(lm, jobs, InfluenceOptions(ngram=32))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return [f"| peak memory, {n} examples of the main job measured together | — | "

@@ -11,8 +11,9 @@ import pytest
 from helpers.cid_ledgers import cid_ledgers
 
 import ctxleak
-from ctxleak.engine.batching import BatchPolicy, using
+from ctxleak.engine.batching import BatchPolicy, shared_prefixes, using
 from ctxleak.methods.influence.ngrams import (
+    KEPT_VARIANTS,
     PromptParts,
     WindowRequest,
     window_influence,
@@ -266,3 +267,37 @@ def test_prefill_handed_to_scoring_equals_recomputation(llama_lm, monkeypatch, i
         pipeline.example_parts(llama_lm, ex, setting, options)[0].full) - 1
         >= scoring.MIN_REUSE_TOKENS)
     assert long_enough >= 4 and counts[True] == counts[False] - long_enough
+
+
+def test_a_handed_over_prefill_is_the_base_of_the_kept_variants(llama_lm, monkeypatch):
+    """Inside ``shared_prefixes`` (every influence run), each prompt with a window left out
+    keeps a KV cache of its own, built on the full prompt's: the prefill generation hands over
+    is that base too, so scoring computes no pass over a full prompt (one per distinct prompt
+    fewer; before, the variants computed it again) and the records are bitwise those of
+    computing it."""
+    import ctxleak.engine.local.scoring as scoring
+    from ctxleak.methods.influence import pipeline
+    from ctxleak.methods.influence.data import InfluenceExample
+
+    jobs = [pipeline.Job(InfluenceExample(**d, reference=None, task="qa"),
+                         pipeline.Setting.cid(lam, 0.8), 20 + k)
+            for k, d in enumerate(_docs(8)[4:]) for lam in (0.5, 1.0)]
+    options = pipeline.InfluenceOptions(max_new_tokens=6, min_new_tokens=2, ngram=8)
+    fulls = {tuple(pipeline.example_parts(llama_lm, ex, setting, options)[0].full)
+             for ex, setting, _ in jobs}
+    assert len(fulls) == 4 and min(len(f) for f in fulls) > scoring.MIN_REUSE_TOKENS + 8
+    widths = []
+    real = scoring.hidden_states
+    monkeypatch.setattr(scoring, "hidden_states", lambda lm, ids, *a, **kw:
+                        widths.append(int(ids.shape[1])) or real(lm, ids, *a, **kw))
+    records, passes = {}, {}
+    for hand_over in (False, True):
+        widths.clear()
+        with shared_prefixes(), using(llama_lm, BatchPolicy(batch_size=3, invariant=True)):
+            records[hand_over] = pipeline.measure_examples(llama_lm, jobs, options,
+                                                           hand_over_prefill=hand_over)
+        passes[hand_over] = list(widths)
+    assert all(len(r["windows"]) <= KEPT_VARIANTS for r in records[True])
+    assert records[True] == records[False]
+    assert len(passes[True]) == len(passes[False]) - len(fulls)
+    assert sum(passes[True]) == sum(passes[False]) - sum(len(f) - 1 for f in fulls)

@@ -156,7 +156,8 @@ def _reference_caches(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Se
         first.setdefault(g, i)
     prefix = [0] * len(seqs)
     ref_caches: dict[int, Any] = {}
-    shared = SHARED_PREFIXES.get() is not None
+    store = SHARED_PREFIXES.get()
+    shared = store is not None
     for g, ref_index in first.items():
         members = [i for i in range(len(seqs)) if group[i] == g]
         if len(members) < 2 and not shared:  # alone, its own prefix is not worth a cache
@@ -169,6 +170,10 @@ def _reference_caches(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Se
         if longest >= MIN_REUSE_TOKENS and given is not None \
                 and given.get_seq_length() >= longest:
             ref_caches[g] = given  # the positions past ``longest`` are never read
+            if store is not None and given.get_seq_length() == longest + 1:
+                # prefill_alone's: its first ``longest`` positions are one batch-1 pass over
+                # exactly these ids, as this store's caches are (a base for the prompt's variants)
+                store.setdefault(tuple(int(t) for t in ref[:longest]), given)
         elif longest >= MIN_REUSE_TOKENS:
             base = (bases or {}).get(g) if shared else None
             ref_caches[g] = reference_cache(lm, ref[:longest], base)
