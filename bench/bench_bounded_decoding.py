@@ -19,6 +19,7 @@ from _common import device_line, load_default, timed_rounds
 from bench_batched import hf_sample
 
 import ctxleak.mitigations.cid as cid
+import ctxleak.mitigations.cid_steps as steps
 from ctxleak.methods.influence.data import load_examples
 from ctxleak.methods.influence.pipeline import InfluenceOptions, Setting, example_parts
 
@@ -42,7 +43,7 @@ def main() -> None:
     a = ap.parse_args()
     lm = load_default()
     examples = load_examples("demo", task="auto")
-    setting = Setting(0.5, 0.8)
+    setting = Setting.cid(0.5, 0.8)
     parts = [example_parts(lm, examples[k % len(examples)], setting, InfluenceOptions())[0]
              for k in range(a.answers)]
     opts = InfluenceOptions(max_new_tokens=a.tokens, min_new_tokens=a.tokens)
@@ -51,15 +52,15 @@ def main() -> None:
     jobs = {name: [(p.full, p.empty, config, k) for k, p in enumerate(parts)]
             for name, config in (("plain", plain), ("bounded", bounded))}
     prompts = [p.full for p in parts] + [p.empty for p in parts]
-    shared_on = cid.SEARCH_TOGETHER_ON
+    shared_on = steps.SEARCH_TOGETHER_ON  # read by each step's shared search
 
     def bounded_with(devices):
         def run():
-            cid.SEARCH_TOGETHER_ON = devices
+            steps.SEARCH_TOGETHER_ON = devices
             try:
                 return cid._generate_many(lm, jobs["bounded"])
             finally:
-                cid.SEARCH_TOGETHER_ON = shared_on
+                steps.SEARCH_TOGETHER_ON = shared_on
         return run
 
     here = frozenset({lm.device.type})

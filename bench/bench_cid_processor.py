@@ -42,7 +42,7 @@ def main() -> None:
 
     def cid(**kw):
         def run():
-            proc = ContextInfluenceProcessor(lm, [p.empty for p in parts], lam=kw.get("lam", 0.5),
+            proc = ContextInfluenceProcessor(lm, [p.empty for p in parts], lambda_=kw.get("lam", 0.5),
                                              temperature=0.8, bounded_eps=kw.get("eps"))
             with torch.inference_mode():
                 out = lm.model.generate(input_ids=ids, attention_mask=mask,

@@ -34,7 +34,7 @@ def run(lm, mechanism: Mechanism, examples: Sequence, decoding: Decoding, store)
     of released tokens a vote released and of answers that kept a retrieved document."""
     options = InfluenceOptions(max_new_tokens=decoding.max_new_tokens,
                                min_new_tokens=decoding.min_new_tokens)
-    requests = [answer_request(lm, (ex, Setting(1.0, decoding.temperature), 1000 + k), options,
+    requests = [answer_request(lm, (ex, Setting.cid(1.0, decoding.temperature), 1000 + k), options,
                                 store) for k, ex in enumerate(examples)]
     start = time.perf_counter()
     answers = mechanism.answer(lm, requests, decoding)

@@ -109,7 +109,7 @@ def cid_steps(n: int, tokens: int, repeat: int) -> list[str]:
     lm = load_default()
     print(f"# CID section: {device_line(lm)}, {lm.info.dtype}")
     examples = load_examples("demo", task="auto")[:n]
-    setting = Setting(0.5, 0.8)
+    setting = Setting.cid(0.5, 0.8)
     parts = [example_parts(lm, ex, setting, InfluenceOptions())[0] for ex in examples]
     opts = InfluenceOptions(max_new_tokens=tokens, min_new_tokens=tokens)
     jobs = [(p.full, p.empty, opts.cid(setting), i) for i, p in enumerate(parts)]

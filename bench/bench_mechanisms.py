@@ -43,7 +43,7 @@ def modes(lm, args) -> dict[str, Callable[[], int]]:
     """Each mode as a function that decodes every question and returns the released tokens."""
     examples = load_log(args.data, limit=args.limit)[0][:args.limit]
     options = InfluenceOptions(max_new_tokens=args.tokens, min_new_tokens=min(10, args.tokens))
-    setting = Setting(1.0, args.temperature)
+    setting = Setting.cid(1.0, args.temperature)
     jobs = [(ex, setting, derive_seed(0, k)) for k, ex in enumerate(examples)]
     parts = [prompt_parts(lm, ex, options.template, reserve=args.tokens)[0] for ex in examples]
     decoding = Decoding(args.temperature, args.tokens, options.min_new_tokens)
@@ -62,7 +62,7 @@ def modes(lm, args) -> dict[str, Callable[[], int]]:
 
     def mechanism(spec: str) -> Callable[[], int]:
         m = parse_mechanism(spec)
-        return lambda: sum(len(a.response_ids) + int(a.stopped_on_eos) for a in m.decode(
+        return lambda: sum(len(a.response_ids) + int(a.stopped_on_eos) for a in m.answer(
             lm, [answer_request(lm, job, options) for job in jobs], decoding))
 
     out = {"plain decoding": plain, "CID λ = 0.5": cid(0.5, None),

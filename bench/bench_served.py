@@ -50,7 +50,7 @@ def workload(lm, limit: int, ngram: int) -> tuple[list[list[int]], list[list[int
     first (the prefix the others share)."""
     prompts, answers = [], []
     for ex in load_examples("demo", task="auto")[:limit]:
-        parts = example_parts(lm, ex, Setting(1.0, 1.0), InfluenceOptions(ngram=ngram))[0]
+        parts = example_parts(lm, ex, Setting.cid(1.0, 1.0), InfluenceOptions(ngram=ngram))[0]
         answer = lm.encode(ex.reference)
         variants = [parts.full, parts.empty] + [
             parts.with_context(parts.context[:a] + parts.context[b:])

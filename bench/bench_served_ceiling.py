@@ -56,7 +56,7 @@ def main() -> None:
               "bounded plugin | CID / plain | bounded / plain |")
         print("|---|---|---|---|---|---|---|")
         for k, example in enumerate(examples):
-            p = example_parts(lm, example, Setting(0.5, 0.8), InfluenceOptions())[0]
+            p = example_parts(lm, example, Setting.cid(0.5, 0.8), InfluenceOptions())[0]
             with futures.ThreadPoolExecutor(2) as pool:
                 # untimed: the prompts into the server's prefix cache, which the plugin's
                 # answers find there too (each side then prefills the same uncached tail)

@@ -49,7 +49,7 @@ def jobs_for(lm, count: int, config: tuple) -> list:
     out = []
     for k in range(count):
         parts = example_parts(lm, examples[k % len(examples)],
-                              Setting(config[0].lam, config[1].temperature), InfluenceOptions())[0]
+                              Setting.cid(config[0].lam, config[1].temperature), InfluenceOptions())[0]
         out.append((parts.full, parts.empty, config, 1000 + k))
     return out
 

@@ -57,7 +57,7 @@ def main() -> None:
     right_counts, has_fact = [], []
     start = time.perf_counter()
     for k, ex in enumerate(common):
-        request = answer_request(lm, (ex, Setting(1.0, 1.0), 1000 + k), options, store)
+        request = answer_request(lm, (ex, Setting.cid(1.0, 1.0), 1000 + k), options, store)
         shards = store.shard_search(ex.query, args.shards, 1)
         voters = [dataclasses.replace(request, documents=tuple(h.text for h in shard),
                                       datastore=None) for shard in shards]
