@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -52,13 +52,16 @@ def _settled() -> None:
         torch.cuda.synchronize()
 
 
-def timed(fn: Callable[[], object], repeat: int = 1,
-          clock: Callable[[], float] = time.perf_counter) -> tuple[float, object]:
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T], repeat: int = 1,
+          clock: Callable[[], float] = time.perf_counter) -> tuple[float, T]:
     """Best time of ``repeat`` runs (seconds; wall time unless another ``clock`` is given, e.g.
     ``time.process_time`` for CPU seconds) and the last result. On a GPU the clock is read
     after its queued work has finished."""
-    best, out = float("inf"), None
-    for _ in range(repeat):
+    best = float("inf")
+    for _ in range(max(1, repeat)):
         _settled()
         t0 = clock()
         out = fn()
@@ -67,14 +70,14 @@ def timed(fn: Callable[[], object], repeat: int = 1,
     return best, out
 
 
-def timed_rounds(fns: dict[str, Callable[[], object]], repeat: int = 1,
+def timed_rounds(fns: dict[str, Callable[[], Any]], repeat: int = 1,
                  clock: Callable[[], float] = time.perf_counter
-                 ) -> dict[str, tuple[float, object]]:
+                 ) -> dict[str, tuple[float, Any]]:
     """Best time of ``repeat`` runs of each function and its last result, the runs interleaved
     (round k runs every function once, in order) so that a load that changes slowly during the
     benchmark weighs on every measurement alike, not on whichever ran while it peaked."""
     best: dict[str, float] = {name: float("inf") for name in fns}
-    out: dict[str, object] = {}
+    out: dict[str, Any] = {}
     for _ in range(repeat):
         for name, fn in fns.items():
             _settled()

@@ -29,6 +29,7 @@ from _common import datastore_questions
 
 from ctxleak.engine.generation import derive_seed
 from ctxleak.methods.influence.mechanism_mode import answer_request
+from ctxleak.methods.influence.pipeline import Job
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.tradeoff.utility import answer_match
 from ctxleak.mitigations.dp_answer_vote import DPAnswerVote
@@ -59,7 +60,7 @@ def main() -> None:
     rows = []
     for at in range(0, len(common), args.batch):
         chunk = list(enumerate(common))[at:at + args.batch]
-        requests = [answer_request(lm, (ex, Setting.cid(1.0, 1.0), derive_seed(0, k)), options,
+        requests = [answer_request(lm, Job(ex, Setting.cid(1.0, 1.0), derive_seed(0, k)), options,
                                    store) for k, ex in chunk]
         for (_, ex), answer in zip(chunk, mech.answer(lm, requests, decoding)):
             step = answer.steps[0]

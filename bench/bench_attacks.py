@@ -173,7 +173,8 @@ def copying_app(words: int = 40) -> Any:
     from ctxleak.targets.rag import RAGApp
 
     docs = attack_documents("demo-datastore")
-    app = RAGApp([{"id": d.id, "text": d.text} for d in docs], answerer=None, top_k=3)
+    app = RAGApp([{"id": d.id, "text": d.text} for d in docs], answerer=None,  # type: ignore[arg-type]
+                 top_k=3)  # retrieval only: the target answers from the best document itself
     return FunctionTarget(lambda q: " ".join(app.retrieve(q)[0].text.split()[:words]),
                           f"copies the first {words} words of its best document")
 

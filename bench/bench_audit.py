@@ -99,7 +99,7 @@ def main() -> None:
         plain = tracked = inside = unshared = 0.0
         shared_len = 0
         tokens = 0
-        naive_token = None
+        naive_token: float | None = None
         for i in range(args.n_seq):
             subset_seed, gen_seed = sequence_seeds(args.seed, i)
             prompts, _ = subset_prompts(lm, examples, draw_subset(len(examples), s, subset_seed),
@@ -136,6 +136,7 @@ def main() -> None:
           "neighbour forward) | naive / ctxleak |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for s, tokens, plain, tracked, over, share, ours, naive in rows:
+        assert naive is not None  # set at the first setting of each s
         print(f"| DP audit, leave-one-out RDP ({lm.info.device}) | {s} | {tokens} | {plain:.2f} | "
               f"{tracked:.2f} | {100 * over:+.1f}% | {100 * share:.1f}% | {1e3 * ours:.1f} ms | "
               f"{naive:.2f} s | {naive / ours:.0f}x |")

@@ -67,11 +67,12 @@ def main_job(lm, limit: int) -> list[str]:
                           InfluenceOptions())[0]
     hf_sample(lm, [parts.full] * 2, 2)  # warm-up
     t_ref, _ = timed(lambda: hf_sample(lm, [parts.full] * 2, 50), repeat=2)
-    times = {}
+    times: dict[tuple[str | int, bool], float] = {}
     # auto before and after the others, so that load drift favours none; batch_invariant on
     # (the default: each example's floats from its own passes) and off (scoring passes shared
     # across examples, floats equal up to ~1e-5)
-    runs = [("auto", True), ("auto", False), (1, True), ("auto", False), ("auto", True)]
+    runs: list[tuple[str | int, bool]] = [("auto", True), ("auto", False), (1, True),
+                                          ("auto", False), ("auto", True)]
     for size, invariant in runs:
         with tempfile.TemporaryDirectory() as out:
             t0 = time.perf_counter()
@@ -97,7 +98,7 @@ def prefill(lm, limit: int) -> list[str]:
     examples = load_examples("demo", task="auto")[:limit]
     options = InfluenceOptions(ngram=32)
     jobs = [Job(ex, Setting.cid(1.0, 0.8), k) for k, ex in enumerate(examples)]
-    times = {}
+    times: dict[bool, float] = {}
     with using(lm, BatchPolicy.of("auto", invariant=True, device=lm.device)):
         for hand_over in (True, False, True):
             t0 = time.perf_counter()

@@ -87,7 +87,7 @@ def measure(rows: int, eps: float, args: argparse.Namespace) -> str:
     got = timed_rounds({"naive": lambda: naive(zc, ze, *setting),
                         "search": lambda: bounded_lambdas(zc, ze, *setting)}, repeat=args.repeat)
     (t_old, old), (t_new, new) = got["naive"], got["search"]
-    lam_old, lam_new, div_new = old[0], new[0], new[1]  # type: ignore[index]
+    lam_old, lam_new, div_new = old[0], new[0], new[1]
     old_passes, new_passes = counted_passes(zc, ze, *setting)
     held = bool(((div_new <= eps / 2 - BOUND_MARGIN) | (lam_new == args.lam_max)).all())
     return (f"| {rows} x {args.vocab} | {eps:g} | {float(lam_new.mean()):.4f} | "

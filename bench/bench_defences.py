@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from ctxleak.engine.models import load_model
 from ctxleak.methods.influence.data import load_log
 from ctxleak.methods.influence.mechanism_mode import answer_request, resolve_datastore
+from ctxleak.methods.influence.pipeline import Job
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.rag.app_prompt import AppPromptChoice, load_prompt_messages
 from ctxleak.methods.tradeoff.utility import answer_match
@@ -34,7 +35,7 @@ def run(lm, mechanism: Mechanism, examples: Sequence, decoding: Decoding, store)
     of released tokens a vote released and of answers that kept a retrieved document."""
     options = InfluenceOptions(max_new_tokens=decoding.max_new_tokens,
                                min_new_tokens=decoding.min_new_tokens)
-    requests = [answer_request(lm, (ex, Setting.cid(1.0, decoding.temperature), 1000 + k), options,
+    requests = [answer_request(lm, Job(ex, Setting.cid(1.0, decoding.temperature), 1000 + k), options,
                                 store) for k, ex in enumerate(examples)]
     start = time.perf_counter()
     answers = mechanism.answer(lm, requests, decoding)

@@ -21,6 +21,7 @@ import time
 from _common import datastore_questions
 
 from ctxleak.methods.influence.mechanism_mode import answer_request
+from ctxleak.methods.influence.pipeline import Job
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.tradeoff.utility import answer_match
 from ctxleak.mitigations.document_loss import document_loss
@@ -52,7 +53,7 @@ def main() -> None:
         start = time.perf_counter()
         losses, stated, read, worst = [], 0, 0, 0.0
         for k, ex in enumerate(private):
-            request = answer_request(lm, (ex, Setting(1.0, args.temperature, mechanism=mech),
+            request = answer_request(lm, Job(ex, Setting(1.0, args.temperature, mechanism=mech),
                                           2000 + k), options, store)
             answer = mech.answer(lm, [request], decoding)[0]
             gold = str(ex.documents[0].id) if ex.documents else ""

@@ -40,6 +40,7 @@ def main() -> None:
     examples, _ = load_log("demo-datastore",
                            app=AppPromptChoice(load_prompt_messages("short-answer")))
     store = resolve_datastore(None, "demo-datastore", examples)
+    assert store is not None
     groups = {fact: [list(store.similarities(ex.query)) for ex in examples if ex.fact == fact]
               for fact in ("common", "private")}
     print(f"DP-RAG's private retrieval over {store.describe()}; {len(groups['common'])} common "

@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import platform
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -79,8 +81,10 @@ def one_draw(vocab: int, repeat: int, device: str) -> str:
     logprobs = torch.log_softmax(2.5 * torch.randn(vocab, generator=seeded_generator(vocab),
                                                    dtype=torch.float64), dim=0).to(device)
     g = seeded_generator(0)
-    got = timed_rounds({k: (lambda fn=fn: [fn(logprobs, g, True) for _ in range(20)])
-                        for k, fn in DRAWS.items()}, repeat=repeat)
+    def twenty(fn: Callable[..., Any]) -> Callable[[], list[Any]]:
+        return lambda: [fn(logprobs, g, True) for _ in range(20)]
+
+    got = timed_rounds({k: twenty(fn) for k, fn in DRAWS.items()}, repeat=repeat)
     ms = {k: got[k][0] / 20 * 1e3 for k in DRAWS}
     return (f"| one draw, V = {vocab:,}, log-probs on {device} | "
             + " | ".join(f"{ms[k]:.3f} ms" for k in DRAWS)

@@ -70,7 +70,7 @@ def recompute(spec: str, store: list[tuple[str, str]], question: str, seed: int,
     """One answer's charge of each private document, by this file's own code: the filter
     leaves out a document whose charge would pass its budget (``left_out`` is where the
     replay found that), so the documents read are those of ``store`` less ``left_out``."""
-    mech = parse_mechanism(spec)
+    mech: Any = parse_mechanism(spec)  # DP-RAG's or a vote's own fields are read below
     docs = [(i, t) for i, t in store if i not in left_out]
     claim = float(mech.claim(decoding).eps)
     if mech.name == "dp-rag":
@@ -98,7 +98,7 @@ async def stream(spec: str, budget: float, most: int, individual: bool, folder: 
     """Answers served before the first restricted document is left out, each document's
     recorded spend, and the recomputed one."""
     store, classes, questions = demo()
-    mechanism = parse_mechanism(spec)
+    mechanism: Any = parse_mechanism(spec)
     if not individual:  # the rule before: the claim to every private document
         mechanism = _Whole(mechanism)
     config = ProxyConfig(datastore=store, mechanism=mechanism, classes=classes,
@@ -107,7 +107,7 @@ async def stream(spec: str, budget: float, most: int, individual: bool, folder: 
     ledger = open_ledger(str(folder / f"{mechanism.key()}-{individual}-{accounting}.db"))
     charging = Charging(ledger, config, ProxyMetrics(ledger, 0))
     private = [(i, t) for i, t in store.documents if classes[i] != "public"]
-    expected: Counter[str] = Counter()
+    expected: Any = Counter()  # ε spent per document: floats, summed by update
     decoding = Decoding(temperature=1.0, max_new_tokens=MAX_TOKENS, min_new_tokens=0)
     served = 0
     for n in range(most):
@@ -124,8 +124,9 @@ async def stream(spec: str, budget: float, most: int, individual: bool, folder: 
         if individual:
             losses = recompute(spec, private, request.question, 1000 + n, decoding, set())
             if accounting == "renyi":  # the same losses as Rényi divergences at the order
-                losses = {d: _renyi(mechanism, decoding, e, config.composition.order)
-                          for d, e in losses.items()}
+                order = config.composition.order
+                assert order is not None  # Rényi composition keeps one order
+                losses = {d: _renyi(mechanism, decoding, e, order) for d, e in losses.items()}
             expected.update(losses)
         else:
             expected.update(dict.fromkeys([i for i, _ in private],

@@ -38,6 +38,7 @@ import time
 from _common import datastore_questions
 
 from ctxleak.methods.influence.mechanism_mode import answer_request
+from ctxleak.methods.influence.pipeline import Job
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.tradeoff.utility import answer_match
 from ctxleak.mitigations.document_loss import document_loss
@@ -68,7 +69,7 @@ def main() -> None:
     right = dict.fromkeys(rules, 0)
     released = dict.fromkeys(rules, 0)
     for k, ex in enumerate(common):
-        request = answer_request(lm, (ex, Setting(1.0, 1.0, mechanism=mech), 1000 + k), options,
+        request = answer_request(lm, Job(ex, Setting(1.0, 1.0, mechanism=mech), 1000 + k), options,
                                  store)
         voters, _ = mech.voter_documents(request)
         texts = voter_responses(mech, lm, [(request, docs) for docs in voters])
@@ -96,7 +97,7 @@ def main() -> None:
     within = beyond = skipped = 0
     worst = 0.0
     for k, ex in enumerate(private):
-        request = answer_request(lm, (ex, Setting(1.0, 1.0, mechanism=mech), 2000 + k), options, store)
+        request = answer_request(lm, Job(ex, Setting(1.0, 1.0, mechanism=mech), 2000 + k), options, store)
         answer = mech.answer(lm, [request], decoding)[0]
         gold = ex.documents[0].id if ex.documents else None
         if gold is None or gold not in {d for d, _ in store.documents}:

@@ -30,6 +30,7 @@ from _common import device_line, load_default, timed_rounds
 from ctxleak.engine.generation import derive_seed, sample
 from ctxleak.methods.influence.data import load_log, prompt_parts
 from ctxleak.methods.influence.mechanism_mode import answer_request
+from ctxleak.methods.influence.pipeline import Job
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.mitigations.cid import CIDConfig, _generate_many
 from ctxleak.mitigations.mechanisms import Decoding
@@ -62,8 +63,8 @@ def modes(lm, args) -> dict[str, Callable[[], int]]:
 
     def mechanism(spec: str) -> Callable[[], int]:
         m = parse_mechanism(spec)
-        return lambda: sum(len(a.response_ids) + int(a.stopped_on_eos) for a in m.answer(
-            lm, [answer_request(lm, job, options) for job in jobs], decoding))
+        return lambda: sum(a.released for a in m.answer(
+            lm, [answer_request(lm, Job(*job), options) for job in jobs], decoding))
 
     out = {"plain decoding": plain, "CID λ = 0.5": cid(0.5, None),
            "bounded CID ε = 2": cid(1.0, 2.0)}
@@ -86,14 +87,14 @@ def main() -> None:
     for fn in fns.values():  # warm every path once (kernels, caches), untimed
         fn()
     got = timed_rounds(fns, repeat=args.repeat)
-    plain_rate = got["plain decoding"][1] / got["plain decoding"][0]  # type: ignore[operator]
+    plain_rate = got["plain decoding"][1] / got["plain decoding"][0]
     print(f"# bench_mechanisms on {device_line(lm)}")
     print(f"# {args.data}, {args.limit} questions, at most {args.tokens} new tokens, "
           f"T = {args.temperature:g}, best of {args.repeat}")
     print("| mode | seconds | released tokens | tokens/s | share of plain decoding |")
     print("|---|---:|---:|---:|---:|")
     for name, (seconds, tokens) in got.items():
-        rate = tokens / seconds  # type: ignore[operator]
+        rate = tokens / seconds
         print(f"| {name} | {seconds:.2f} | {tokens} | {rate:.1f} | "
               f"{100 * rate / plain_rate:.0f} % |")
 

@@ -33,7 +33,7 @@ def step_ms(answers: int, vocab: int, eps: float | None, device: str, steps: int
     logits = torch.stack([zc, ze], dim=1).reshape(2 * answers, vocab)
     best = float("inf")
     for _ in range(repeat):
-        book = PairBook(lambda record: None, {}, vocab=vocab)
+        book = PairBook(lambda *_: None, {}, vocab=vocab)
         rows = []
         for a in range(answers):
             s = PairSettings(pair=f"p{a}", context_digest="c", lam=1.0 if eps else 0.5,
@@ -74,8 +74,8 @@ def main() -> None:
         for n in a.answers:
             for name, search in [(d, s) for d in a.draws for s in a.search]:
                 cid_pairs.draw = DRAWS[name]
-                PairBook._search_together = together if search == "together" else \
-                    (lambda self, logits, by_pair: {})  # type: ignore[method-assign]
+                PairBook._search_together = (  # type: ignore[method-assign]
+                    together if search == "together" else (lambda self, logits, by_pair: {}))
                 plain = step_ms(n, vocab, None, a.device, a.steps, a.repeat)
                 bounded = step_ms(n, vocab, 2.0, a.device, a.steps, a.repeat)
                 print(f"| {name} | {search} | {vocab:,} | {n} | {plain:.1f} | {plain / n:.2f} | "

@@ -195,7 +195,7 @@ def fake_server(tok_dir: str) -> None:
     tiny = plausible(tiny_llama(seed=3, vocab_extra=0), PROBE_TEXT)
     tiny.tokenizer.save_pretrained(tok_dir)
     server = FakeVLLM(tiny, never=(0, 1, 3))  # <pad>, <bos>, <unk>: never sampled
-    server.requests = deque(maxlen=0)  # type: ignore[assignment]  # keeps no request body
+    server.requests = deque(maxlen=0)  # keeps no request body
     with server:
         print(server.url, flush=True)
         sys.stdin.read()

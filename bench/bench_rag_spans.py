@@ -64,7 +64,7 @@ REAL_SCORE_UNDER = pipeline._score_under
 
 @contextmanager
 def straightforward() -> Iterator[None]:
-    pipeline._score_under = straightforward_score_under  # type: ignore[assignment]
+    pipeline._score_under = straightforward_score_under
     try:
         yield
     finally:
@@ -84,7 +84,7 @@ def counted(passes: Counter[str], positions: Counter[str]) -> Iterator[None]:
         positions[part] += int(input_ids.shape[0]) * int(input_ids.shape[1])
         return real(lm, input_ids, *args, **kwargs)
 
-    scoring.hidden_states = counting  # type: ignore[assignment]
+    scoring.hidden_states = counting
     try:
         yield
     finally:

@@ -32,6 +32,7 @@ import datetime
 import os
 import warnings
 from dataclasses import replace
+from functools import partial
 
 from _common import device_line, load_default, timed_rounds, vllm_server_for
 
@@ -68,8 +69,8 @@ def rates(models: dict, jobs: list, repeat: int) -> dict[str, float]:
     """Tokens per second of each model decoding ``jobs`` together (best of ``repeat``)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the whole-distribution route says it is slow
-        times = timed_rounds({k: (lambda m=m: _generate_many(m, jobs))
-                              for k, m in models.items()}, repeat=repeat)
+        times = timed_rounds({k: partial(_generate_many, m, jobs) for k, m in models.items()},
+                             repeat=repeat)
     return {k: sum(len(r.entries) for r in out) / t for k, (t, out) in times.items()}
 
 

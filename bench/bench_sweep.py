@@ -68,7 +68,7 @@ def main() -> None:
     got = timed_rounds({"sweep": sweep, "separate": separate}, repeat=args.repeat)
     (t_sweep, a), (t_sep, b) = got["sweep"], got["separate"]
     key = lambda r: (r["id"], r["setting"])  # noqa: E731
-    a_by, b_by = {key(r): r for r in a}, {key(r): r for r in b}  # type: ignore[union-attr]
+    a_by, b_by = {key(r): r for r in a}, {key(r): r for r in b}
     same = a_by.keys() == b_by.keys() and all(
         a_by[k]["response_ids"] == b_by[k]["response_ids"] for k in a_by)
     gap = max(abs(a_by[k]["influence"] - b_by[k]["influence"]) for k in a_by)

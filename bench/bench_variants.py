@@ -50,11 +50,11 @@ def shared_pass() -> Iterator[None]:
     """The prompts without a document in one shared pass per answer, as before they kept caches
     of their own."""
     real = ngrams.keeps_variants
-    ngrams.keeps_variants = lambda: False  # type: ignore[assignment]
+    ngrams.keeps_variants = lambda: False
     try:
         yield
     finally:
-        ngrams.keeps_variants = real  # type: ignore[assignment]
+        ngrams.keeps_variants = real
 
 
 def run(lm: Any, data: str, kw: dict[str, Any]) -> list[Any]:

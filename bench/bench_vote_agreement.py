@@ -24,6 +24,7 @@ from _common import datastore_questions
 
 from ctxleak.kernels.vote import limited_domain_gap, vote_scale
 from ctxleak.methods.influence.mechanism_mode import answer_request
+from ctxleak.methods.influence.pipeline import Job
 from ctxleak.methods.influence.setting import InfluenceOptions, Setting
 from ctxleak.methods.tradeoff.utility import answer_match
 from ctxleak.mitigations.cid import CID
@@ -57,7 +58,7 @@ def main() -> None:
     right_counts, has_fact = [], []
     start = time.perf_counter()
     for k, ex in enumerate(common):
-        request = answer_request(lm, (ex, Setting.cid(1.0, 1.0), 1000 + k), options, store)
+        request = answer_request(lm, Job(ex, Setting.cid(1.0, 1.0), 1000 + k), options, store)
         shards = store.shard_search(ex.query, args.shards, 1)
         voters = [dataclasses.replace(request, documents=tuple(h.text for h in shard),
                                       datastore=None) for shard in shards]
