@@ -318,3 +318,32 @@ def test_a_base_too_short_or_on_sliding_layers_is_not_used(llama_lm, widths):
         widths.clear()
         _scored(sliding, [other], cont, bases={0: full[:-3]})
     assert widths == [len(other) - 1, len(cont) + 1]
+
+
+def test_a_handed_over_prefill_joins_the_store_within_its_bound(tiny_lm, widths, monkeypatch):
+    """A prompt's KV cache handed to the scoring (``prefix_caches``, prefill_alone's shape: the
+    prompt less its last token in one batch-1 pass) is kept in the run's store under those ids,
+    so that another prompt built on it (``bases``) takes it from there instead of computing it;
+    the store stays within its bound (the oldest dropped)."""
+    from ctxleak.engine.batching import SHARED_PREFIXES
+    from ctxleak.engine.local.prefill import prefill_alone
+
+    monkeypatch.setattr(local_scoring, "SHARED_PREFIXES_KEPT", 2)
+    prompts = ablations(tiny_lm)
+    full, other = prompts[0], prompts[6]
+    shared = next(i for i, (a, b) in enumerate(zip(full, other)) if a != b)
+    cont = random_ids(tiny_lm, 4, 7)
+    with torch.inference_mode():  # as generation prefills
+        _, handed = prefill_alone(tiny_lm, full)
+    with shared_prefixes():
+        store = SHARED_PREFIXES.get()
+        for k in range(3):  # older caches the bound must drop
+            local_scoring._keep(store, ("older", k), handed)
+        widths.clear()
+        _scored(tiny_lm, [full], cont, prefix_caches={0: handed})
+        assert widths == [len(cont) + 1]  # the handed-over prefix is not computed again
+        assert len(store) == 2 and tuple(full[:-1]) in store
+        widths.clear()
+        built = _scored(tiny_lm, [other], cont, bases={0: full[:-1]})[0]
+        assert widths == [len(other) - 1 - shared, len(cont) + 1]  # the base from the store
+    np.testing.assert_allclose(built, naive_continuation(tiny_lm, other, cont), atol=1e-5)

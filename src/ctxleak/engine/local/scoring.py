@@ -20,6 +20,7 @@ differ), one fixed computation kept under both prompts' ids.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -137,10 +138,17 @@ def reference_cache(lm: InProcessLM, ids: Sequence[int], base: Sequence[int] | N
             _, cache = hidden_states(lm, tensor, None, positions,
                                      cache=expand_cache(below, shared, 1), use_cache=True)
     if store is not None:
-        store[stored] = cache
-        while len(store) > SHARED_PREFIXES_KEPT:
-            store.popitem(last=False)
+        _keep(store, stored, cache)
     return cache
+
+
+def _keep(store: OrderedDict[Hashable, Any], key: Hashable, cache: Any) -> None:
+    """``cache`` kept in the store under ``key`` as its most recent, the oldest dropped past
+    :data:`~ctxleak.engine.batching.SHARED_PREFIXES_KEPT`."""
+    store[key] = cache
+    store.move_to_end(key)
+    while len(store) > SHARED_PREFIXES_KEPT:
+        store.popitem(last=False)
 
 
 def _reference_caches(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Sequence[int],
@@ -173,7 +181,7 @@ def _reference_caches(lm: InProcessLM, seqs: Sequence[Sequence[int]], starts: Se
             if store is not None and given.get_seq_length() == longest + 1:
                 # prefill_alone's: its first ``longest`` positions are one batch-1 pass over
                 # exactly these ids, as this store's caches are (a base for the prompt's variants)
-                store.setdefault(tuple(int(t) for t in ref[:longest]), given)
+                _keep(store, tuple(int(t) for t in ref[:longest]), given)
         elif longest >= MIN_REUSE_TOKENS:
             base = (bases or {}).get(g) if shared else None
             ref_caches[g] = reference_cache(lm, ref[:longest], base)
