@@ -293,8 +293,8 @@ def test_a_prompt_is_built_on_another_prompts_cache(tiny_lm, widths):
 def test_a_base_too_short_or_on_sliding_layers_is_not_used(llama_lm, widths):
     """A base that shares fewer than ``MIN_REUSE_TOKENS`` tokens, or a model with
     sliding-window layers (whose cache cannot be cut), gives the plain reference cache: the
-    whole prompt computed in one pass, never the rest of it on the base's; once the run's store
-    holds a sliding cache, a base not in it is not computed either."""
+    whole prompt computed in one pass, never the rest of it on the base's; on a sliding-window
+    model the base itself is not computed either."""
     from helpers.tiny_models import tiny_gemma3
 
     sliding = tiny_gemma3(sliding_window=4)
@@ -313,8 +313,7 @@ def test_a_base_too_short_or_on_sliding_layers_is_not_used(llama_lm, widths):
         with shared_prefixes():
             plain = _scored(lm, [other], cont)[0]
         assert np.array_equal(got, plain)
-    with shared_prefixes():  # the store already holds a sliding cache: no base computed at all
-        _scored(sliding, [full], cont)
+    with shared_prefixes():  # a sliding-window model: no base computed at all, even the first
         widths.clear()
         _scored(sliding, [other], cont, bases={0: full[:-3]})
     assert widths == [len(other) - 1, len(cont) + 1]

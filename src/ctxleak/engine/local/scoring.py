@@ -52,6 +52,7 @@ from ctxleak.engine.lm import (
     LogitTransform,
     ScoringPlan,
 )
+from ctxleak.engine.local.prefill import sliding_window
 
 # Reusing a cached prefix shorter than this saves less than the cache copy costs.
 MIN_REUSE_TOKENS = 16
@@ -114,12 +115,12 @@ def reference_cache(lm: InProcessLM, ids: Sequence[int], base: Sequence[int] | N
     held) cut to that prefix, with the rest of ``ids`` computed on top of it in one batch-1
     pass. Its floats depend on ``ids`` and ``base`` alone, so it is stored under both. Without a
     prefix of :data:`MIN_REUSE_TOKENS` in common, or for a model with sliding-window layers
-    (whose cache cannot be cut), the cache is the plain one: once the store holds one of that
-    model's caches, a base is not computed only to find that out."""
+    (whose cache cannot be cut, :func:`~ctxleak.engine.local.prefill.sliding_window`), the
+    cache is the plain one, and no base is computed only to find that out."""
     store = SHARED_PREFIXES.get()
     key = tuple(int(t) for t in ids)
     shared = 0 if base is None else min(common_prefix_length(key, base), len(key) - 1)
-    if shared < MIN_REUSE_TOKENS or (store and not _plain_layers(next(reversed(store.values())))):
+    if shared < MIN_REUSE_TOKENS or sliding_window(lm) is not None:
         base = None
     stored: Hashable = key if base is None else (key, tuple(int(t) for t in base))
     if store is not None and stored in store:
